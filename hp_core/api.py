@@ -1,0 +1,295 @@
+"""The Python API: pure functions over frozen inputs returning frozen results.
+
+Example::
+
+    from hp_core.api import build_registry, estimate, model_from_preset
+    from hp_core.specs import ParallelSpec
+
+    registry = build_registry()
+    model = model_from_preset("llama3-8b", registry)
+    result = estimate(model, ParallelSpec(dp=4, tp=2, seq_len=8192), registry=registry)
+    print(result.peak_bytes, [s.peak_bytes for s in result.stages])
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import attrs
+
+from hp_core import __version__
+from hp_core.errors import ConfigError, HPError, PluginError
+from hp_core.manager import get_plugin_manager
+from hp_core.registry import Registry
+from hp_core.results import Estimate, ParameterSummary
+from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
+from hp_core.stage import PlacedLayer, StageInputs, plan_stage
+from hp_core.types import ActivationTerm, CensusRecord, CensusRequest, CensusSource, LayerContext, LayerCost, LayerKind
+
+__all__ = ["build_registry", "estimate", "layer_context", "model_from_preset", "resolve_setting"]
+
+
+def build_registry(
+    plugins: Iterable[object] = (), *, entry_points: bool = False, blocked: Iterable[str] = (), use_env: bool = True
+) -> Registry:
+    """A frozen registry of the built-in plugins plus *plugins* (and entry points on request)."""
+    manager = get_plugin_manager(plugins, entry_points=entry_points, blocked=blocked, use_env=use_env)
+    return Registry.from_manager(manager)
+
+
+def model_from_preset(name: str, registry: Registry, path: str = "$.model") -> ModelSpec:
+    """The model of the preset *name*, built through the Hugging Face importer."""
+    from hp_plugins.importers.hf import model_from_hf_config
+
+    preset = registry.model(name, path)
+    return model_from_hf_config(preset.hf_config, name=preset.name, source=f"preset {preset.name}: {preset.provenance}")
+
+
+def layer_context(parallel: ParallelSpec, precision: PrecisionSpec, attention: str, vocab_pad_multiple: int = 1) -> LayerContext:
+    """The context every layer of a run is evaluated in."""
+    return LayerContext(
+        tp=parallel.tp,
+        cp=parallel.cp,
+        sp=parallel.sp,
+        ep=parallel.ep,
+        etp=parallel.etp,
+        micro_batch_size=parallel.micro_batch_size,
+        seq_len=parallel.seq_len,
+        precision=precision,
+        attention=attention,
+        vocab_pad_multiple=vocab_pad_multiple,
+    )
+
+
+def resolve_setting(setting: Setting, kind: LayerKind, path: str) -> tuple[bool, frozenset[str]]:
+    """``(full, recomputed switches)`` of a setting for one kind."""
+    if setting.mode == "full":
+        return True, frozenset()
+    if setting.mode == "selective":
+        return False, kind.selective
+    unknown = sorted(setting.switches - set(kind.switches))
+    if unknown:
+        raise ConfigError(path, f"layer kind {kind.name} has no recompute switch {unknown}; it has {list(kind.switches)}")
+    return False, setting.switches
+
+
+def _validate_layout(parallel: ParallelSpec, body_layers: int) -> int:
+    """Cross-field checks of the layout; returns micro-batches per step."""
+    p = parallel
+    if p.seq_len % p.cp:
+        raise ConfigError("$.parallel.cp", f"cp={p.cp} must divide seq_len={p.seq_len}")
+    if p.sp and (p.seq_len // p.cp) % p.tp:
+        raise ConfigError("$.parallel.sp", f"sequence parallelism needs tp={p.tp} to divide seq_len/cp={p.seq_len // p.cp}")
+    if (p.dp * p.cp * p.tp) % (p.ep * p.etp):
+        raise ConfigError("$.parallel.ep", f"ep*etp={p.ep * p.etp} must divide dp*cp*tp={p.dp * p.cp * p.tp}")
+    if p.pp > body_layers:
+        raise ConfigError("$.parallel.pp", f"pp={p.pp} is larger than the model's {body_layers} layers; use pp <= {body_layers}")
+    schedule = p.resolved_schedule
+    if schedule == "1f1b" and p.vpp > 1:
+        raise ConfigError("$.parallel.schedule", f"vpp={p.vpp} needs the interleaved_1f1b schedule")
+    if schedule == "interleaved_1f1b" and p.pp == 1:
+        raise ConfigError("$.parallel.schedule", "interleaved_1f1b needs pp > 1")
+    per_step = p.micro_batch_size * p.dp
+    gbs = p.resolved_global_batch_size
+    if gbs % per_step:
+        raise ConfigError(
+            "$.parallel.global_batch_size",
+            f"global_batch_size={gbs} must be a multiple of micro_batch_size*dp={per_step}",
+        )
+    m = gbs // per_step
+    if schedule == "interleaved_1f1b" and m % p.pp:
+        raise ConfigError(
+            "$.parallel.global_batch_size",
+            f"interleaved 1F1B needs micro-batches per step ({m}) to be a multiple of pp={p.pp} "
+            "(Megatron-LM schedules.py)",
+        )
+    return m
+
+
+def _split(body_layers: int, parallel: ParallelSpec) -> list[int]:
+    chunks = parallel.chunks
+    if parallel.layers_per_stage is not None:
+        counts = list(parallel.layers_per_stage)
+        if len(counts) != chunks:
+            raise ConfigError(
+                "$.parallel.layers_per_stage", f"needs one count per pipeline chunk (pp*vpp={chunks}), got {len(counts)}"
+            )
+        if sum(counts) != body_layers:
+            raise ConfigError(
+                "$.parallel.layers_per_stage", f"counts add up to {sum(counts)}, the model has {body_layers} layers"
+            )
+        return counts
+    if body_layers % chunks:
+        raise ConfigError(
+            "$.parallel.pp",
+            f"{body_layers} layers do not split evenly over pp*vpp={chunks} chunks; "
+            "choose pp*vpp dividing the layer count or set parallel.layers_per_stage",
+        )
+    return [body_layers // chunks] * chunks
+
+
+def _evaluate(kind: LayerKind, config: object, context: LayerContext, path: str) -> LayerCost:
+    if not isinstance(config, kind.config_type):
+        raise ConfigError(path, f"layer kind {kind.name} needs a {kind.config_type.__name__} config, got {type(config).__name__}")
+    try:
+        if kind.validate is not None:
+            kind.validate(config, context)
+        cost = kind.evaluate(config, context)
+    except HPError:
+        raise
+    except Exception as exc:
+        raise PluginError(kind.name, f"evaluator raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(cost, LayerCost):
+        raise PluginError(kind.name, f"evaluator must return LayerCost, got {type(cost).__name__}")
+    stray = {t.switch for t in cost.activations if t.switch is not None} - set(kind.switches)
+    if stray:
+        raise PluginError(kind.name, f"activation terms name switches {sorted(stray)} the kind does not declare")
+    return cost
+
+
+def _census_records(source: CensusSource, model: ModelSpec, kinds: list[LayerKind], parallel: ParallelSpec, attention: str) -> Mapping[str, CensusRecord]:
+    request = CensusRequest(
+        model_name=model.name, kinds=tuple(sorted({k.name for k in kinds})), seq_len=parallel.seq_len, attention=attention
+    )
+    try:
+        records = dict(source.provide(request))
+    except HPError:
+        raise
+    except Exception as exc:
+        raise PluginError(source.name, f"census source raised {type(exc).__name__}: {exc}") from exc
+    for name, record in records.items():
+        if not isinstance(record, CensusRecord):
+            raise PluginError(source.name, f"census record for {name!r} must be a CensusRecord, got {type(record).__name__}")
+    return records
+
+
+def _apply_census(cost: LayerCost, record: CensusRecord, context: LayerContext) -> LayerCost:
+    """A layer's cost with its activations as a census measured them (DESIGN section 4).
+
+    Per token at micro-batch 1, the part TP does not split is divided by the
+    sequence-parallel degree, the part it splits by ``tp``. A census without a
+    per-op split prices the plain layer and full recompute; its selective
+    settings keep what the plain layer keeps.
+    """
+    tokens = context.tokens
+    saved = round(tokens * (record.saved / context.sp_degree + record.saved_tp / context.tp))
+    held = round(tokens * (record.working / context.sp_degree + record.working_tp / context.tp))
+    return attrs.evolve(cost, activations=(ActivationTerm("census_saved", saved),), working_bytes=held)
+
+
+def estimate(
+    model: ModelSpec,
+    parallel: ParallelSpec,
+    *,
+    registry: Registry,
+    runtime: str = "generic",
+    precision: PrecisionSpec | None = None,
+    hardware: HardwareSpec | None = None,
+    recompute: RecomputeSpec | None = None,
+    census: str = "formulas",
+    attention: str | None = None,
+) -> Estimate:
+    """Per-stage peak memory of one rank of every pipeline stage.
+
+    Args:
+        model: The layer stack.
+        parallel: The layout.
+        registry: Layer kinds, runtimes and census sources to use.
+        runtime: The runtime profile's name; it supplies the defaults below.
+        precision: Byte widths; the runtime's when ``None``.
+        hardware: The device, for ``fits``; ``None`` leaves ``fits`` unknown.
+        recompute: Per-layer recompute settings; nothing recomputed when ``None``.
+        census: The census source's name.
+        attention: ``"flash"`` or ``"eager"``; the runtime's when ``None``.
+
+    Raises:
+        ConfigError: An invalid layout or name (one line, with the field path).
+        PluginError: A plugin's evaluator failed.
+    """
+    profile = registry.runtime(runtime)
+    precision = precision if precision is not None else profile.precision
+    attention = attention if attention is not None else profile.attention
+    zero = parallel.zero if parallel.zero is not None else profile.zero
+    recompute = recompute if recompute is not None else RecomputeSpec()
+    source = registry.census_source(census)
+
+    kinds = [registry.layer_kind(group.kind, f"$.model.layers[{i}].kind") for i, group in enumerate(model.layers)]
+    body_groups = [i for i, kind in enumerate(kinds) if kind.placement == "body"]
+    body_count = sum(model.layers[i].count for i in body_groups)
+    if body_count == 0:
+        raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
+    micro_batches = _validate_layout(parallel, body_count)
+    counts = _split(body_count, parallel)
+
+    context = layer_context(parallel, precision, attention, profile.vocab_pad_multiple)
+    costs = [_evaluate(kind, group.config, context, f"$.model.layers[{i}].config") for i, (kind, group) in enumerate(zip(kinds, model.layers))]
+    records = _census_records(source, model, kinds, parallel, attention)
+    costs = [_apply_census(cost, records[kind.name], context) if kind.name in records else cost for kind, cost in zip(kinds, costs)]
+
+    # Body layers in order, each with its setting.
+    body: list[PlacedLayer] = []
+    cache: dict[tuple[int, Setting], PlacedLayer] = {}
+    for i in body_groups:
+        for _ in range(model.layers[i].count):
+            index = len(body)
+            setting = recompute.setting_of(index)
+            key = (i, setting)
+            if key not in cache:
+                full, switches = resolve_setting(setting, kinds[i], "$.recompute")
+                cache[key] = PlacedLayer(kinds[i].name, costs[i], full, switches, None, setting.describe())
+            body.append(attrs.evolve(cache[key], body_index=index))
+    if recompute.layers and max(last for _, last, _ in recompute.layers) >= body_count:
+        raise ConfigError("$.recompute.layers", f"a range names a layer beyond the model's {body_count} layers (0-{body_count - 1})")
+
+    firsts = [PlacedLayer(k.name, c, False, frozenset(), None, "none") for k, c, g in zip(kinds, costs, model.layers) if k.placement == "first" for _ in range(g.count)]
+    lasts = [PlacedLayer(k.name, c, False, frozenset(), None, "none") for k, c, g in zip(kinds, costs, model.layers) if k.placement == "last" for _ in range(g.count)]
+
+    chunk_layers: list[list[PlacedLayer]] = []
+    start = 0
+    for count in counts:
+        chunk_layers.append(body[start:start + count])
+        start += count
+    chunk_layers[0] = firsts + chunk_layers[0]
+    chunk_layers[-1] = chunk_layers[-1] + lasts
+
+    inputs = StageInputs(parallel, zero, precision, micro_batches, parallel.resolved_schedule, profile.overhead_bytes)
+    stages = tuple(
+        plan_stage(stage, [chunk_layers[c] for c in range(stage, parallel.chunks, parallel.pp)], inputs)
+        for stage in range(parallel.pp)
+    )
+
+    by_kind: dict[str, int] = {}
+    by_group: dict[str, int] = {}
+    for kind, cost, group in zip(kinds, costs, model.layers):
+        for p in cost.params:
+            if p.shared_with is not None:
+                continue
+            by_kind[kind.name] = by_kind.get(kind.name, 0) + p.elements * group.count
+            by_group[p.group] = by_group.get(p.group, 0) + p.elements * group.count
+    parameters = ParameterSummary(total=sum(by_kind.values()), by_kind=by_kind, by_group=by_group)
+
+    layout = {
+        "dp": parallel.dp, "tp": parallel.tp, "pp": parallel.pp, "vpp": parallel.vpp, "cp": parallel.cp,
+        "ep": parallel.ep, "etp": parallel.etp, "sp": parallel.sp, "zero": zero,
+        "micro_batch_size": parallel.micro_batch_size,
+        "global_batch_size": parallel.resolved_global_batch_size,
+        "seq_len": parallel.seq_len, "schedule": parallel.resolved_schedule,
+    }
+    provenance = {
+        "hp_planner": __version__,
+        "runtime": profile.name,
+        "census": source.name,
+        "attention": attention,
+        "kinds": {kind.name: (f"census:{source.name}" if kind.name in records else "formulas") for kind in kinds},
+        "model_source": model.source,
+    }
+    return Estimate(
+        model=model.name,
+        world_size=parallel.world_size,
+        layout=layout,
+        micro_batches=micro_batches,
+        stages=stages,
+        parameters=parameters,
+        device_memory_bytes=hardware.memory_bytes if hardware is not None else None,
+        provenance=provenance,
+    )

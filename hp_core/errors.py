@@ -1,0 +1,45 @@
+"""Errors the user can act on.
+
+Every error a user can cause derives from :class:`HPError`. The command line
+prints ``str(error)`` on one line and exits with status 2; nothing else of it
+(no traceback) reaches the terminal.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError", "HPError", "PluginError"]
+
+
+class HPError(Exception):
+    """A problem with the user's input or environment, stated on one line."""
+
+    def __str__(self) -> str:
+        return " ".join(str(self.args[0]).split()) if self.args else ""
+
+
+class ConfigError(HPError):
+    """An input value is wrong; ``path`` names it the way a config file does (``$.parallel.tp``).
+
+    Args:
+        path: The field path, starting at ``$`` for the root of a config file.
+        message: What is wrong and what to do about it.
+    """
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+class PluginError(HPError):
+    """A plugin misbehaved: it raised, returned the wrong type, or clashes with another plugin.
+
+    Args:
+        plugin: The name of the plugin at fault (and of the other one, for a clash).
+        message: What went wrong.
+    """
+
+    def __init__(self, plugin: str, message: str) -> None:
+        super().__init__(f"plugin {plugin}: {message}")
+        self.plugin = plugin
+        self.message = message

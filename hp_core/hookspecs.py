@@ -1,0 +1,149 @@
+"""The hooks of hp-planner: this module is their manual.
+
+Every hook is a *registration hook*: it takes no arguments and returns an
+iterable of typed, frozen records from :mod:`hp_core.types`. The planner never
+calls hooks itself; :func:`hp_core.registry.Registry.from_manager` calls each
+hook once, checks every record's type, sorts by name, refuses a name two
+plugins both provide, and freezes the result. Choices of "exactly one
+provider" (which runtime, which census source) are made by name from the
+configuration, never by which plugin answers first.
+
+A plugin implements any subset of the hooks with :data:`hp_core.markers.hookimpl`::
+
+    from hp_core.markers import hookimpl
+
+    @hookimpl
+    def hp_layer_kinds():
+        yield LayerKind(name="my_kind", config_type=MyConfig, evaluate=evaluate_my_kind)
+
+and is registered in code (``get_plugin_manager(plugins=[module])``) or
+through the ``hp`` entry-point group of its distribution.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from hp_core.markers import hookspec
+from hp_core.types import CensusSource, HardwarePreset, LayerKind, ModelPreset, Runtime
+
+__all__ = ["HOOKS", "hp_census_sources", "hp_hardware", "hp_layer_kinds", "hp_models", "hp_runtimes"]
+
+
+@hookspec
+def hp_layer_kinds() -> Iterable[LayerKind]:
+    """Yield the layer kinds this plugin provides.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.types.LayerKind`. Each names its
+    config type (a frozen attrs class), its evaluator
+    ``evaluate(config, context) -> LayerCost`` and where its layers sit
+    (``first``, ``body``, ``last``).
+
+    Call semantics: called once per registry build; all results are
+    collected; a name provided twice is an error naming both plugins.
+
+    Example::
+
+        @hookimpl
+        def hp_layer_kinds():
+            yield LayerKind(name="mamba2", config_type=Mamba2Config, evaluate=evaluate_mamba2,
+                            switches=("normOp",), description="Mamba-2 SSM block")
+    """
+
+
+@hookspec
+def hp_census_sources() -> Iterable[CensusSource]:
+    """Yield the census sources this plugin provides.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.types.CensusSource`. A source's
+    ``provide(request)`` returns measured :class:`~hp_core.types.CensusRecord`
+    per layer kind; a kind it has no record for is priced by the formulas.
+
+    Call semantics: called once per registry build; all results collected;
+    the run picks one source by name (``census: formulas``), never by order.
+
+    Example::
+
+        @hookimpl
+        def hp_census_sources():
+            yield CensusSource(name="profiler", provide=read_profiler_trace,
+                               description="activations read from a profiler trace")
+    """
+
+
+@hookspec
+def hp_runtimes() -> Iterable[Runtime]:
+    """Yield the runtime profiles (trainers) this plugin provides.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.types.Runtime`: the trainer's
+    default precision and sharding, its attention implementation, its
+    vocabulary padding and the bytes it holds beyond the model math.
+
+    Call semantics: called once per registry build; all results collected;
+    the run picks one by name (``runtime: generic``).
+
+    Example::
+
+        @hookimpl
+        def hp_runtimes():
+            yield Runtime(name="mytrainer", precision=PrecisionSpec(grad_bytes=2),
+                          attention="flash", description="bf16 gradients, flash attention")
+    """
+
+
+@hookspec
+def hp_hardware() -> Iterable[HardwarePreset]:
+    """Yield hardware presets (device types) with their provenance.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.types.HardwarePreset`, each a
+    :class:`~hp_core.specs.HardwareSpec` and where its figures come from.
+
+    Call semantics: called once per registry build; all results collected;
+    chosen by name (``--hardware h100-sxm``).
+
+    Example::
+
+        @hookimpl
+        def hp_hardware():
+            yield HardwarePreset(name="my-accel", provenance="vendor datasheet rev 3",
+                                 spec=HardwareSpec(name="MyAccel", memory_bytes=96 * 2**30))
+    """
+
+
+@hookspec
+def hp_models() -> Iterable[ModelPreset]:
+    """Yield model presets: Hugging Face style configs shipped as data.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.types.ModelPreset`: a name, the
+    ``config.json`` mapping and its provenance. ``hp models`` lists them and
+    ``--model NAME`` builds one through the Hugging Face importer.
+
+    Call semantics: called once per registry build; all results collected.
+
+    Example::
+
+        @hookimpl
+        def hp_models():
+            yield ModelPreset(name="tiny-llama", provenance="made up for tests",
+                              hf_config={"model_type": "llama", "hidden_size": 256, ...})
+    """
+
+
+# Every hook, with the record type it yields: the registry's build table.
+HOOKS = {
+    "hp_layer_kinds": LayerKind,
+    "hp_census_sources": CensusSource,
+    "hp_runtimes": Runtime,
+    "hp_hardware": HardwarePreset,
+    "hp_models": ModelPreset,
+}

@@ -1,0 +1,152 @@
+"""A frozen snapshot of what the plugins provide, sorted by name."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Iterable, Mapping
+
+import attrs
+import pluggy
+
+from hp_core.errors import ConfigError, PluginError
+from hp_core.hookspecs import HOOKS
+from hp_core.types import CensusSource, HardwarePreset, LayerKind, ModelPreset, Runtime
+
+__all__ = ["Provider", "Registry"]
+
+_BUILTIN_DIST = "hp-planner"
+
+
+@attrs.frozen
+class Provider:
+    """Who provides a record: the plugin and the distribution that ships it."""
+
+    plugin: str
+    distribution: str
+    version: str
+
+
+def _builtin_version() -> str:
+    try:
+        return version(_BUILTIN_DIST)
+    except PackageNotFoundError:  # pragma: no cover - a bare source tree
+        return "0+unknown"
+
+
+def _providers_by_plugin(manager: pluggy.PluginManager) -> dict[str, Provider]:
+    """Each registered plugin's name with its distribution."""
+    found: dict[str, Provider] = {}
+    from_dists = {id(plugin): dist for plugin, dist in manager.list_plugin_distinfo()}
+    for name, plugin in manager.list_name_plugin():
+        dist = from_dists.get(id(plugin))
+        if dist is not None:
+            found[name] = Provider(name, dist.project_name, dist.version)
+        elif name.startswith("hp_plugins."):
+            found[name] = Provider(name, _BUILTIN_DIST, _builtin_version())
+        else:
+            found[name] = Provider(name, "(registered in code)", "")
+    return found
+
+
+def _collect(manager: pluggy.PluginManager, hook_name: str, record_type: type) -> tuple[list[Any], dict[str, Provider]]:
+    providers = _providers_by_plugin(manager)
+    records: dict[str, Any] = {}
+    owner: dict[str, Provider] = {}
+    for impl in getattr(manager.hook, hook_name).get_hookimpls():
+        plugin = impl.plugin_name
+        try:
+            result = impl.function()
+            items = list(result) if result is not None else []
+        except Exception as exc:
+            raise PluginError(plugin, f"hook {hook_name} raised {type(exc).__name__}: {exc}") from exc
+        for item in items:
+            if not isinstance(item, record_type):
+                raise PluginError(
+                    plugin, f"hook {hook_name} must yield {record_type.__name__} records, got {type(item).__name__}"
+                )
+            if item.name in records:
+                raise PluginError(
+                    f"{owner[item.name].plugin} and {plugin}",
+                    f"both provide {record_type.__name__} {item.name!r} "
+                    f"(distributions {owner[item.name].distribution} and {providers[plugin].distribution}); "
+                    "block one with --block-plugin or HP_BLOCK_PLUGINS",
+                )
+            records[item.name] = item
+            owner[item.name] = providers[plugin]
+    ordered = [records[name] for name in sorted(records)]
+    return ordered, owner
+
+
+def _lookup(items: tuple[Any, ...], name: str, what: str, path: str) -> Any:
+    for item in items:
+        if item.name == name:
+            return item
+    known = ", ".join(i.name for i in items) or "none"
+    raise ConfigError(path, f"unknown {what} {name!r}; known: {known}")
+
+
+@attrs.frozen
+class Registry:
+    """Every record the plugins yield, by hook, sorted by name; immutable.
+
+    Build one with :meth:`from_manager`; the planner reads only this.
+    """
+
+    layer_kinds: tuple[LayerKind, ...] = ()
+    census_sources: tuple[CensusSource, ...] = ()
+    runtimes: tuple[Runtime, ...] = ()
+    hardware: tuple[HardwarePreset, ...] = ()
+    models: tuple[ModelPreset, ...] = ()
+    providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
+    plugins: tuple[Provider, ...] = ()
+
+    @classmethod
+    def from_manager(cls, manager: pluggy.PluginManager) -> "Registry":
+        """Call every registration hook once and freeze the result.
+
+        Raises:
+            PluginError: A plugin raised, yielded the wrong type, or yielded a
+                name another plugin also yields.
+        """
+        fields: dict[str, tuple[Any, ...]] = {}
+        providers: dict[tuple[str, str], Provider] = {}
+        for hook_name, record_type in HOOKS.items():
+            items, owners = _collect(manager, hook_name, record_type)
+            fields[hook_name.removeprefix("hp_")] = tuple(items)
+            providers.update({(hook_name, name): who for name, who in owners.items()})
+        plugins = tuple(sorted(_providers_by_plugin(manager).values(), key=lambda p: p.plugin))
+        return cls(
+            layer_kinds=fields["layer_kinds"],
+            census_sources=fields["census_sources"],
+            runtimes=fields["runtimes"],
+            hardware=fields["hardware"],
+            models=fields["models"],
+            providers=providers,
+            plugins=plugins,
+        )
+
+    def layer_kind(self, name: str, path: str = "$.model.layers[].kind") -> LayerKind:
+        return _lookup(self.layer_kinds, name, "layer kind", path)
+
+    def census_source(self, name: str, path: str = "$.census") -> CensusSource:
+        return _lookup(self.census_sources, name, "census source", path)
+
+    def runtime(self, name: str, path: str = "$.runtime") -> Runtime:
+        return _lookup(self.runtimes, name, "runtime", path)
+
+    def hardware_preset(self, name: str, path: str = "$.hardware") -> HardwarePreset:
+        return _lookup(self.hardware, name, "hardware preset", path)
+
+    def model(self, name: str, path: str = "$.model") -> ModelPreset:
+        return _lookup(self.models, name, "model preset", path)
+
+    def provider(self, hook_name: str, name: str) -> Provider:
+        return self.providers[(hook_name, name)]
+
+    def kinds_placed(self, placement: str) -> frozenset[str]:
+        return frozenset(k.name for k in self.layer_kinds if k.placement == placement)
+
+
+def names(items: Iterable[Any]) -> list[str]:
+    """The names of records, in order."""
+    return [i.name for i in items]

@@ -1,0 +1,131 @@
+"""Frozen results of an estimate: per-stage memory breakdowns, parameter counts, provenance."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+__all__ = ["CATEGORIES", "ChunkEstimate", "Estimate", "MemoryBreakdown", "ParameterSummary", "StageEstimate"]
+
+# The memory categories of a stage, in display order; each is a ``*_bytes`` field.
+CATEGORIES = (
+    "parameters",
+    "gradients",
+    "master_parameters",
+    "optimizer_states",
+    "activations",
+    "communication_buffers",
+    "working_set",
+    "runtime_overhead",
+)
+
+
+@attrs.frozen
+class MemoryBreakdown:
+    """One stage's memory at one peak point, by category (bytes on one rank)."""
+
+    parameters_bytes: int
+    gradients_bytes: int
+    master_parameters_bytes: int
+    optimizer_states_bytes: int
+    activations_bytes: int
+    communication_buffers_bytes: int
+    working_set_bytes: int
+    runtime_overhead_bytes: int
+
+    @property
+    def static_bytes(self) -> int:
+        """Parameters, gradients, master parameters and optimizer states."""
+        return self.parameters_bytes + self.gradients_bytes + self.master_parameters_bytes + self.optimizer_states_bytes
+
+    @property
+    def peak_bytes(self) -> int:
+        """The sum of every category."""
+        return sum(getattr(self, f"{name}_bytes") for name in CATEGORIES)
+
+
+@attrs.frozen
+class ChunkEstimate:
+    """One pipeline chunk of a stage: its body layers and micro-batches in flight."""
+
+    index: int
+    layers: tuple[int, ...]
+    micro_batches_in_flight: int
+
+
+@attrs.frozen
+class StageEstimate:
+    """One pipeline stage (one rank class) at its binding peak point.
+
+    Attributes:
+        index: Stage index.
+        layers: Body layer indices the stage runs (all chunks).
+        kinds: Layer counts by kind on the stage, first- and last-placed kinds included.
+        chunks: The stage's chunks.
+        micro_batches_in_flight: Chunk-micro-batches kept at the end of warm-up
+            (micro-batches for 1F1B).
+        memory: The breakdown at the binding point.
+        binding_point: Which peak point binds (``"first_backward"``: the end
+            of warm-up, as the stage runs its first backward).
+        settings: The recompute setting of each body layer, by layer index.
+    """
+
+    index: int
+    layers: tuple[int, ...]
+    kinds: Mapping[str, int]
+    chunks: tuple[ChunkEstimate, ...]
+    micro_batches_in_flight: int
+    memory: MemoryBreakdown
+    binding_point: str
+    settings: tuple[str, ...]
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.memory.peak_bytes
+
+
+@attrs.frozen
+class ParameterSummary:
+    """Parameter counts of the whole model (tied weights once), by kind and by group."""
+
+    total: int
+    by_kind: Mapping[str, int]
+    by_group: Mapping[str, int]
+
+
+@attrs.frozen
+class Estimate:
+    """The answer to "will it fit": every stage's peak with its breakdown.
+
+    Attributes:
+        model: Model name.
+        world_size: Devices.
+        layout: The resolved parallel layout (degrees, batch, schedule, zero level).
+        micro_batches: Micro-batches per step per data-parallel rank.
+        stages: Per-stage estimates.
+        parameters: Parameter counts.
+        device_memory_bytes: The device's memory (``None`` when no hardware is stated).
+        provenance: Which runtime, census source, formulas and versions produced it.
+    """
+
+    model: str
+    world_size: int
+    layout: Mapping[str, Any]
+    micro_batches: int
+    stages: tuple[StageEstimate, ...]
+    parameters: ParameterSummary
+    device_memory_bytes: int | None
+    provenance: Mapping[str, Any]
+
+    @property
+    def peak_bytes(self) -> int:
+        """The largest stage peak."""
+        return max(stage.peak_bytes for stage in self.stages)
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether every stage fits the device (``None`` without hardware)."""
+        if self.device_memory_bytes is None:
+            return None
+        return self.peak_bytes <= self.device_memory_bytes

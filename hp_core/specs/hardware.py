@@ -1,0 +1,37 @@
+"""A device type: memory, peak throughput and links."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import attrs
+
+from hp_core.specs._validators import optional, positive_int, positive_number
+
+__all__ = ["HardwareSpec"]
+
+
+@attrs.frozen(kw_only=True)
+class HardwareSpec:
+    """One accelerator type and the links around it.
+
+    A field left ``None`` is not stated; whatever needs it refuses with an
+    error instead of assuming a value.
+
+    Attributes:
+        name: Display name.
+        memory_bytes: Device memory.
+        peak_flops: Dense peak FLOP/s by precision name (``"bf16"``, ``"fp8"``, ...).
+        devices_per_node: Devices sharing the intra-node link.
+        intra_node_bandwidth_bytes_per_second: Per-device unidirectional bandwidth within a node.
+        inter_node_bandwidth_bytes_per_second: Per-device unidirectional bandwidth across nodes.
+        host_link_bandwidth_bytes_per_second: Per-device bandwidth to host memory (offload).
+    """
+
+    name: str
+    memory_bytes: int = attrs.field(validator=positive_int)
+    peak_flops: Mapping[str, float] = attrs.field(factory=dict)
+    devices_per_node: int | None = attrs.field(default=None, validator=optional(positive_int))
+    intra_node_bandwidth_bytes_per_second: float | None = attrs.field(default=None, validator=optional(positive_number))
+    inter_node_bandwidth_bytes_per_second: float | None = attrs.field(default=None, validator=optional(positive_number))
+    host_link_bandwidth_bytes_per_second: float | None = attrs.field(default=None, validator=optional(positive_number))

@@ -1,0 +1,104 @@
+"""The parallel layout of a training job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from hp_core.specs._validators import optional, positive_int
+
+__all__ = ["SCHEDULES", "ParallelSpec"]
+
+# Pipeline schedules the stage planner prices (Megatron-LM's names in brackets):
+# ``1f1b`` (non-interleaved one-forward-one-backward, PipeDream-Flush) and
+# ``interleaved_1f1b`` (virtual pipeline stages, Narayanan et al. 2021).
+SCHEDULES = ("1f1b", "interleaved_1f1b")
+
+
+def _layers_per_stage(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, tuple) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        raise ValueError("layers_per_stage must be a list of non-negative integers, one per pipeline chunk")
+
+
+@attrs.frozen(kw_only=True)
+class ParallelSpec:
+    """Degrees, batch shape and schedule.
+
+    World size is ``dp * cp * tp * pp``. Experts are laid out over ``ep * etp``
+    within it; the expert data-parallel degree is ``world / (pp * ep * etp)``.
+
+    Attributes:
+        dp: Data-parallel degree.
+        tp: Tensor-parallel degree.
+        pp: Pipeline-parallel degree (stages).
+        vpp: Virtual pipeline chunks per stage (interleaved 1F1B when > 1).
+        cp: Context-parallel degree.
+        ep: Expert-parallel degree.
+        etp: Expert tensor-parallel degree.
+        sp: Sequence parallelism over the tensor-parallel group.
+        zero: Sharding over the data-parallel (times context-parallel) group:
+            0 none; 1 optimizer states and master parameters (Megatron's
+            distributed optimizer); 2 also gradients; 3 also parameters (FSDP).
+            ``None`` takes the runtime profile's default.
+        reshard_after_forward: Under ``zero=3``, whether parameters are
+            freed after forward and gathered again for backward (FSDP's
+            ``reshard_after_forward``).
+        micro_batch_size: Sequences per micro-batch.
+        global_batch_size: Sequences per optimizer step. ``None`` means one
+            micro-batch per pipeline stage per data-parallel rank
+            (``micro_batch_size * dp * pp``): the fewest with which every stage
+            reaches its full in-flight count, so the memory peak is the
+            steady-state one.
+        seq_len: Tokens per sequence.
+        schedule: One of :data:`SCHEDULES`; ``None`` picks ``1f1b`` for
+            ``vpp == 1`` and ``interleaved_1f1b`` otherwise.
+        layers_per_stage: Explicit body-layer counts, one per pipeline chunk
+            in chunk order (chunk ``c`` runs on stage ``c % pp``); ``None`` splits evenly.
+    """
+
+    dp: int = attrs.field(default=1, validator=positive_int)
+    tp: int = attrs.field(default=1, validator=positive_int)
+    pp: int = attrs.field(default=1, validator=positive_int)
+    vpp: int = attrs.field(default=1, validator=positive_int)
+    cp: int = attrs.field(default=1, validator=positive_int)
+    ep: int = attrs.field(default=1, validator=positive_int)
+    etp: int = attrs.field(default=1, validator=positive_int)
+    sp: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    zero: int | None = attrs.field(default=None, validator=optional(attrs.validators.in_((0, 1, 2, 3))))
+    reshard_after_forward: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    micro_batch_size: int = attrs.field(default=1, validator=positive_int)
+    global_batch_size: int | None = attrs.field(default=None, validator=optional(positive_int))
+    seq_len: int = attrs.field(validator=positive_int)
+    schedule: str | None = attrs.field(default=None, validator=optional(attrs.validators.in_(SCHEDULES)))
+    layers_per_stage: tuple[int, ...] | None = attrs.field(
+        default=None, converter=lambda v: tuple(v) if isinstance(v, list) else v, validator=_layers_per_stage
+    )
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.cp * self.tp * self.pp
+
+    @property
+    def chunks(self) -> int:
+        """Pipeline chunks in all: ``pp * vpp``."""
+        return self.pp * self.vpp
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert data-parallel degree, ``world / (pp * ep * etp)`` (Megatron-Core parallel_state)."""
+        return self.world_size // (self.pp * self.ep * self.etp)
+
+    @property
+    def resolved_schedule(self) -> str:
+        if self.schedule is not None:
+            return self.schedule
+        return "1f1b" if self.vpp == 1 else "interleaved_1f1b"
+
+    @property
+    def resolved_global_batch_size(self) -> int:
+        if self.global_batch_size is not None:
+            return self.global_batch_size
+        return self.micro_batch_size * self.dp * self.pp

@@ -1,0 +1,76 @@
+"""Recompute settings and plans stated by the user."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+__all__ = ["RecomputeSpec", "Setting"]
+
+_MODES = ("none", "full", "selective", "switches")
+
+
+@attrs.frozen
+class Setting:
+    """One layer's recompute setting.
+
+    Attributes:
+        mode: ``none`` (keep everything), ``full`` (keep only the layer input),
+            ``selective`` (the kind's own selective set) or ``switches`` (the
+            switches named in ``switches``).
+        switches: The recomputed switches when ``mode == "switches"``.
+    """
+
+    mode: str = attrs.field(default="none", validator=attrs.validators.in_(_MODES))
+    switches: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+
+    @classmethod
+    def parse(cls, value: Any) -> "Setting":
+        """A setting from config text: ``"none"``, ``"full"``, ``"selective"`` or a list of switch names."""
+        if isinstance(value, Setting):
+            return value
+        if isinstance(value, str) and value in ("none", "full", "selective"):
+            return cls(mode=value)
+        if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
+            return cls(mode="switches", switches=frozenset(value)) if value else cls()
+        raise ValueError(f"a recompute setting is 'none', 'full', 'selective' or a list of switches, got {value!r}")
+
+    def describe(self) -> str:
+        if self.mode == "switches":
+            return "+".join(sorted(self.switches))
+        return self.mode
+
+
+def _ranges(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    for first, last, setting in value:
+        if not (isinstance(first, int) and isinstance(last, int) and 0 <= first <= last):
+            raise ValueError(f"layer range {first}-{last} must be 'a-b' with 0 <= a <= b")
+        if not isinstance(setting, Setting):
+            raise ValueError("each layer range needs a recompute setting")
+
+
+@attrs.frozen
+class RecomputeSpec:
+    """A recompute plan: a default setting and per-range exceptions over body layer indices.
+
+    Attributes:
+        default: The setting of every body layer no range names.
+        layers: ``(first, last, setting)`` triples, inclusive, 0-based body layer indices.
+    """
+
+    default: Setting = attrs.field(factory=Setting)
+    layers: tuple[tuple[int, int, Setting], ...] = attrs.field(default=(), converter=tuple, validator=_ranges)
+
+    def setting_of(self, index: int) -> Setting:
+        """The setting of body layer *index* (the last range naming it wins)."""
+        chosen = self.default
+        for first, last, setting in self.layers:
+            if first <= index <= last:
+                chosen = setting
+        return chosen
+
+    @classmethod
+    def uniform(cls, value: Any) -> "RecomputeSpec":
+        """Every body layer recomputes as *value* says (see :meth:`Setting.parse`)."""
+        return cls(default=Setting.parse(value))

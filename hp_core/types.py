@@ -1,0 +1,351 @@
+"""Typed, frozen records that plugins yield, and the cost vocabulary of a layer kind.
+
+Registration hooks (:mod:`hp_core.hookspecs`) yield the records defined here:
+:class:`LayerKind`, :class:`CensusSource`, :class:`Runtime`,
+:class:`HardwarePreset` and :class:`ModelPreset`. A layer kind's evaluator
+returns a :class:`LayerCost` for one layer under a :class:`LayerContext`.
+
+Units live in names: ``*_bytes`` are bytes, ``*_flops`` floating-point
+operations. Every byte quantity a layer states is an ``int``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Mapping
+
+import attrs
+
+from hp_core.specs.hardware import HardwareSpec
+from hp_core.specs.precision import PrecisionSpec
+
+__all__ = [
+    "ATTENTION_IMPLS",
+    "ActivationTerm",
+    "CensusRecord",
+    "CensusRequest",
+    "CensusSource",
+    "Flops",
+    "HardwarePreset",
+    "LayerContext",
+    "LayerCost",
+    "LayerKind",
+    "ModelPreset",
+    "PARAM_GROUPS",
+    "PLACEMENTS",
+    "ParamCount",
+    "Runtime",
+    "SWITCHES",
+]
+
+# The recompute switches (DESIGN section 5); a kind declares the ones it has.
+SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
+# Parameter groups, each sharded by its own degrees (DESIGN section 3).
+PARAM_GROUPS = ("dense", "routed_expert", "shared_expert")
+# Where a kind's layers sit: before the body (first stage), in it, after it (last stage).
+PLACEMENTS = ("first", "body", "last")
+# Attention implementations a layer kind prices: ``eager`` keeps the score and
+# probability tensors; ``flash`` (also SDPA's flash/efficient kernels) keeps q,
+# k, v, the output and the fp32 log-sum-exp statistics, never the score matrix.
+ATTENTION_IMPLS = ("eager", "flash")
+
+_NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
+
+
+def _check_name(instance: Any, attribute: attrs.Attribute, value: str) -> None:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ValueError(
+            f"{type(instance).__name__}.{attribute.name} must be a lower-case name "
+            f"(letters, digits, '_', '-', '.'), got {value!r}"
+        )
+
+
+def _non_negative_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a non-negative int, got {value!r}")
+
+
+def _non_negative_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a non-negative number, got {value!r}")
+
+
+# --------------------------------------------------------------------------- costs
+
+
+@attrs.frozen
+class LayerContext:
+    """What one layer's evaluator may know of the run: degrees, shapes and dtypes.
+
+    Attributes:
+        tp: Tensor-parallel degree.
+        cp: Context-parallel degree; a rank holds ``seq_len / cp`` tokens of each sequence.
+        sp: Whether sequence parallelism splits the non-TP regions over ``tp``.
+        ep: Expert-parallel degree.
+        etp: Expert tensor-parallel degree.
+        micro_batch_size: Sequences per micro-batch.
+        seq_len: Tokens per sequence.
+        precision: Byte widths of parameters, gradients, activations, ...
+        attention: ``"eager"`` or ``"flash"`` (see :data:`ATTENTION_IMPLS`).
+        vocab_pad_multiple: The vocabulary is padded to a multiple of
+            ``vocab_pad_multiple * tp`` where the runtime does so (1: no padding).
+    """
+
+    tp: int
+    cp: int
+    sp: bool
+    ep: int
+    etp: int
+    micro_batch_size: int
+    seq_len: int
+    precision: PrecisionSpec
+    attention: str
+    vocab_pad_multiple: int = 1
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one micro-batch on one context-parallel rank (before any SP split)."""
+        return self.micro_batch_size * self.seq_len // self.cp
+
+    @property
+    def sp_degree(self) -> int:
+        """The divisor sequence parallelism applies to the non-TP regions."""
+        return self.tp if self.sp else 1
+
+
+@attrs.frozen
+class ParamCount:
+    """Elements of one parameter tensor family of a layer.
+
+    Attributes:
+        name: What the parameters are (``"q_proj"``, ``"norms"``, ...).
+        group: One of :data:`PARAM_GROUPS`.
+        elements: Elements in the model (what Hugging Face counts).
+        tp_split: Whether tensor parallelism splits them (else every TP rank holds them whole).
+        stored_elements: Elements the trainer allocates, padding included
+            (e.g. a vocabulary padded to a multiple of ``128 * tp``); equal to
+            ``elements`` when omitted.
+        shared_with: The kind whose parameter this is, for a tied weight (the
+            output head's weight tied to the embedding): counted once in the
+            model's totals, held again by a stage that does not hold the owner.
+    """
+
+    name: str
+    group: str = attrs.field(validator=attrs.validators.in_(PARAM_GROUPS))
+    elements: int = attrs.field(validator=_non_negative_int)
+    tp_split: bool
+    stored_elements: int = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_int))
+    shared_with: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.stored_elements is None:
+            object.__setattr__(self, "stored_elements", self.elements)
+        elif self.stored_elements < self.elements:
+            raise ValueError(f"ParamCount {self.name}: stored_elements < elements")
+
+
+@attrs.frozen
+class ActivationTerm:
+    """Bytes one rank keeps between forward and backward for one op of one micro-batch.
+
+    Attributes:
+        op: The tensor kept (``"attn_norm_out"``, ``"softmax_out"``, ...).
+        bytes: Bytes on one rank for one micro-batch.
+        switch: The recompute switch that drops it (``None``: kept unless the
+            layer is recomputed fully).
+        tp_split: Whether the bytes are already divided by ``tp`` (informative,
+            used by census exports and tests).
+    """
+
+    op: str
+    bytes: int = attrs.field(validator=_non_negative_int)
+    switch: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.in_(SWITCHES)))
+    tp_split: bool = False
+
+
+@attrs.frozen
+class Flops:
+    """Forward floating-point operations of one layer for one micro-batch on one rank.
+
+    Attributes:
+        matmul_flops: Dense matrix multiplies (2 per multiply-add).
+        attention_flops: The attention core (scores and the weighted sum of values).
+        elementwise_flops: Norms, activations, softmax, residual adds.
+    """
+
+    matmul_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
+    attention_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
+    elementwise_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
+
+    @property
+    def total_flops(self) -> float:
+        return self.matmul_flops + self.attention_flops + self.elementwise_flops
+
+
+@attrs.frozen
+class LayerCost:
+    """What one layer of a kind costs one rank, as its evaluator states it.
+
+    Attributes:
+        params: The layer's parameters by tensor family (whole-model element counts).
+        activations: Kept bytes per op for one micro-batch (the plain layer: nothing recomputed).
+        input_bytes: Bytes kept under full recompute: the layer's input.
+        working_bytes: What the layer's backward holds at its peak beyond the
+            activations it keeps (activation gradients, transient tensors),
+            when nothing is recomputed.
+        buffers_once_bytes: Communication buffers held once however many
+            micro-batches are in flight (a reused all-gather buffer).
+        buffers_per_micro_batch_bytes: Communication buffers held per micro-batch in flight.
+        forward: Forward FLOPs.
+    """
+
+    params: tuple[ParamCount, ...]
+    activations: tuple[ActivationTerm, ...]
+    input_bytes: int = attrs.field(validator=_non_negative_int)
+    working_bytes: int = attrs.field(validator=_non_negative_int)
+    buffers_once_bytes: int = attrs.field(default=0, validator=_non_negative_int)
+    buffers_per_micro_batch_bytes: int = attrs.field(default=0, validator=_non_negative_int)
+    forward: Flops = attrs.field(factory=Flops)
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes the plain layer keeps for one micro-batch."""
+        return sum(term.bytes for term in self.activations)
+
+    def kept_under(self, recomputed: frozenset[str]) -> int:
+        """Bytes kept for one micro-batch when the switches in *recomputed* are recomputed."""
+        return sum(term.bytes for term in self.activations if term.switch is None or term.switch not in recomputed)
+
+    def param_elements(self, group: str | None = None) -> int:
+        """Whole-model parameter elements, of one group or of all."""
+        return sum(p.elements for p in self.params if group is None or p.group == group)
+
+
+# --------------------------------------------------------------------------- records
+
+
+@attrs.frozen
+class LayerKind:
+    """A layer kind: its config type and its evaluator.
+
+    Attributes:
+        name: Registry name (``"dense"``); what a model's layer stack names.
+        config_type: A frozen attrs class holding one layer's architecture.
+        evaluate: ``evaluate(config, context) -> LayerCost``; pure and deterministic.
+        placement: ``"first"`` (embedding), ``"body"`` (split over stages) or
+            ``"last"`` (output head, MTP).
+        switches: The recompute switches this kind has (a subset of :data:`SWITCHES`).
+        selective: The switches its "selective" setting recomputes (a trainer's
+            default selective recompute for the kind).
+        validate: Optional ``validate(config, context) -> None`` raising
+            :class:`hp_core.errors.ConfigError` for a layout the kind cannot run
+            (``tp`` not dividing the heads).
+        description: One line for ``hp plugins``.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    config_type: type
+    evaluate: Callable[[Any, LayerContext], LayerCost]
+    placement: str = attrs.field(default="body", validator=attrs.validators.in_(PLACEMENTS))
+    switches: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    selective: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    validate: Callable[[Any, LayerContext], None] | None = None
+    description: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        unknown = [s for s in self.switches if s not in SWITCHES]
+        if unknown:
+            raise ValueError(f"layer kind {self.name}: unknown switches {unknown}; known: {list(SWITCHES)}")
+        if not self.selective <= set(self.switches):
+            raise ValueError(f"layer kind {self.name}: selective switches must be among its switches")
+        if not attrs.has(self.config_type):
+            raise ValueError(f"layer kind {self.name}: config_type must be an attrs class")
+
+
+@attrs.frozen
+class CensusRecord:
+    """Measured activations of one layer kind, per token at micro-batch 1 (DESIGN section 4).
+
+    Attributes:
+        saved: Bytes kept between passes that tensor parallelism does not split.
+        saved_tp: Bytes kept between passes that it splits (stated at ``tp = 1``).
+        working: Bytes the backward holds at its peak beyond what is kept, not split by TP.
+        working_tp: The part of the working set TP splits.
+        provenance: Where the numbers come from (source, versions, sequence length, ...).
+    """
+
+    saved: float = attrs.field(validator=_non_negative_number)
+    saved_tp: float = attrs.field(validator=_non_negative_number)
+    working: float = attrs.field(validator=_non_negative_number)
+    working_tp: float = attrs.field(validator=_non_negative_number)
+    provenance: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class CensusRequest:
+    """What a census source is asked: which kinds of which model, at which shapes."""
+
+    model_name: str
+    kinds: tuple[str, ...]
+    seq_len: int
+    attention: str
+    location: str | None = None
+
+
+@attrs.frozen
+class CensusSource:
+    """A source of census records, chosen by name.
+
+    Attributes:
+        name: Registry name (``"formulas"``).
+        provide: ``provide(request) -> Mapping[kind name, CensusRecord]``; a kind
+            with no record is priced by its formulas.
+        description: One line for ``hp plugins``.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    provide: Callable[[CensusRequest], Mapping[str, CensusRecord]]
+    description: str = ""
+
+
+@attrs.frozen
+class Runtime:
+    """A trainer's memory behaviour and defaults.
+
+    Attributes:
+        name: Registry name (``"generic"``).
+        precision: The precision and optimizer the trainer uses unless told otherwise.
+        attention: The attention implementation it runs (``"flash"`` or ``"eager"``).
+        zero: Its default sharding level (0-3).
+        vocab_pad_multiple: It pads the vocabulary to a multiple of this times ``tp``.
+        overhead_bytes: Bytes it holds per rank beyond the model math
+            (workspaces, allocator reserve), stated with a source.
+        description: One line for ``hp plugins``; say where the figures come from.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    precision: PrecisionSpec
+    attention: str = attrs.field(validator=attrs.validators.in_(ATTENTION_IMPLS))
+    zero: int = attrs.field(default=0, validator=attrs.validators.in_((0, 1, 2, 3)))
+    vocab_pad_multiple: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    overhead_bytes: int = attrs.field(default=0, validator=_non_negative_int)
+    description: str = ""
+
+
+@attrs.frozen
+class HardwarePreset:
+    """A device type, as data with provenance."""
+
+    name: str = attrs.field(validator=_check_name)
+    spec: HardwareSpec
+    provenance: str = ""
+
+
+@attrs.frozen
+class ModelPreset:
+    """A model shipped as data: a Hugging Face style ``config.json`` plus where it comes from."""
+
+    name: str = attrs.field(validator=_check_name)
+    hf_config: Mapping[str, Any]
+    provenance: str
+    description: str = ""

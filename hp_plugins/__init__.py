@@ -1,0 +1,1 @@
+"""The built-in plugins of hp-planner, registered through the same hooks a third party uses."""

@@ -1,0 +1,70 @@
+"""The token embedding: a vocabulary-parallel lookup table on the first stage.
+
+Parameters: ``vocab_size * hidden_size`` (Hugging Face ``nn.Embedding``), split
+over TP along the vocabulary (Megatron-LM ``VocabParallelEmbedding``) and padded
+to a multiple of ``vocab_pad_multiple * tp`` where the runtime pads it.
+Kept for backward: the token ids (int64), which the lookup's backward scatters
+into the weight gradient; its output is the first layer's input, which that
+layer keeps. Under sequence parallelism the output is reduce-scattered.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from hp_core.markers import hookimpl
+from hp_core.types import ActivationTerm, LayerContext, LayerCost, LayerKind, ParamCount
+from hp_plugins._shapes import padded_vocab
+
+__all__ = ["EmbeddingConfig", "evaluate_embedding", "hp_layer_kinds"]
+
+# torch.nn.functional.embedding takes int64 indices.
+TOKEN_ID_BYTES = 8
+
+
+def _positive(instance, attribute, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class EmbeddingConfig:
+    """The input embedding.
+
+    Attributes:
+        vocab_size: Rows of the table.
+        hidden_size: Columns.
+        dropout: Dropout on the embedding output (GPT-2 ``embd_pdrop``).
+    """
+
+    vocab_size: int = attrs.field(validator=_positive)
+    hidden_size: int = attrs.field(validator=_positive)
+    dropout: float = attrs.field(default=0.0, validator=attrs.validators.and_(attrs.validators.ge(0), attrs.validators.lt(1)))
+
+
+def evaluate_embedding(c: EmbeddingConfig, x: LayerContext) -> LayerCost:
+    """The embedding's cost on one rank of the first stage."""
+    T, act = x.tokens, x.precision.activation_bytes
+    hidden = T * c.hidden_size * act // x.sp_degree
+    terms = [ActivationTerm("token_ids", T * TOKEN_ID_BYTES)]
+    if c.dropout > 0:
+        terms.append(ActivationTerm("embedding_dropout_mask", T * c.hidden_size * x.precision.dropout_mask_bytes // x.sp_degree))
+    stored = padded_vocab(c.vocab_size, x.vocab_pad_multiple, x.tp) * c.hidden_size
+    return LayerCost(
+        params=(ParamCount("embed_tokens", "dense", c.vocab_size * c.hidden_size, True, stored),),
+        activations=tuple(terms),
+        input_bytes=T * TOKEN_ID_BYTES,
+        # Its backward holds the gradient of its output (the first layer's input gradient).
+        working_bytes=hidden,
+    )
+
+
+@hookimpl
+def hp_layer_kinds():
+    yield LayerKind(
+        name="embedding",
+        config_type=EmbeddingConfig,
+        evaluate=evaluate_embedding,
+        placement="first",
+        description="token embedding, vocabulary-parallel over TP",
+    )

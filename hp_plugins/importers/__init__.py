@@ -1,0 +1,1 @@
+"""Importers: model specs from other projects' formats."""

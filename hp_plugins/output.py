@@ -1,0 +1,89 @@
+"""The output head: final norm, LM head (tied or untied), logits and the loss.
+
+Parameters: the final norm and, unless tied to the embedding, ``vocab_size *
+hidden_size`` (Hugging Face ``lm_head``), vocabulary-parallel over TP. A tied
+head is the embedding's weight: counted once in the model's totals; with
+pipeline parallelism the last stage holds a copy (Megatron-LM
+``setup_embeddings_and_output_layer``).
+
+Kept for backward: the final norm's input and output (the LM head's input) and
+the loss's softmax over this rank's vocabulary shard in ``logits_bytes``
+(Megatron-LM ``_VocabParallelCrossEntropy`` saves the fp32 softmax; Hugging
+Face upcasts the logits to fp32 before ``cross_entropy``). Its backward holds
+the logits' gradient in the compute dtype and the gradient of its input.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from hp_core.markers import hookimpl
+from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, LayerKind, ParamCount
+from hp_plugins._shapes import NORM_OPS_PER_ELEMENT, NORMS, norm_params, padded_vocab
+
+__all__ = ["OutputConfig", "evaluate_output", "hp_layer_kinds"]
+
+# Cross-entropy over the vocabulary: max, subtract, exp, sum, divide, log (6 per
+# logit), counted from the definition.
+_LOSS_OPS_PER_LOGIT = 6
+
+
+def _positive(instance, attribute, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class OutputConfig:
+    """The output head.
+
+    Attributes:
+        vocab_size: Logits per token.
+        hidden_size: Model width.
+        tie_word_embeddings: The LM head is the embedding's weight.
+        norm: The final norm (``rmsnorm`` or ``layernorm``).
+    """
+
+    vocab_size: int = attrs.field(validator=_positive)
+    hidden_size: int = attrs.field(validator=_positive)
+    tie_word_embeddings: bool = False
+    norm: str = attrs.field(default="rmsnorm", validator=attrs.validators.in_(NORMS))
+
+
+def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
+    """The output head's cost on one rank of the last stage."""
+    p, T, h = x.precision, x.tokens, c.hidden_size
+    hidden = T * h * p.activation_bytes // x.sp_degree
+    vocab_shard = padded_vocab(c.vocab_size, x.vocab_pad_multiple, x.tp) // x.tp
+    stored = padded_vocab(c.vocab_size, x.vocab_pad_multiple, x.tp) * h
+    params = [ParamCount("final_norm", "dense", norm_params(c.norm, h), False)]
+    params.append(
+        ParamCount("lm_head", "dense", c.vocab_size * h, True, stored, "embedding" if c.tie_word_embeddings else None)
+    )
+    terms = (
+        ActivationTerm("final_norm_in", hidden),
+        ActivationTerm("final_norm_out", hidden),
+        ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, True),
+    )
+    return LayerCost(
+        params=tuple(params),
+        activations=terms,
+        input_bytes=hidden,
+        working_bytes=T * vocab_shard * p.activation_bytes + T * h * p.activation_bytes,
+        buffers_once_bytes=T * h * p.activation_bytes if x.sp and x.tp > 1 else 0,
+        forward=Flops(
+            matmul_flops=2 * T * h * vocab_shard,
+            elementwise_flops=NORM_OPS_PER_ELEMENT[c.norm] * T * h // x.sp_degree + _LOSS_OPS_PER_LOGIT * T * vocab_shard,
+        ),
+    )
+
+
+@hookimpl
+def hp_layer_kinds():
+    yield LayerKind(
+        name="output",
+        config_type=OutputConfig,
+        evaluate=evaluate_output,
+        placement="last",
+        description="final norm, LM head (tied or untied) and the loss, vocabulary-parallel over TP",
+    )
