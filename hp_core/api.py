@@ -218,11 +218,10 @@ def estimate(
     body_count = sum(model.layers[i].count for i in body_groups)
     if body_count == 0:
         raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
-    micro_batches = _validate_layout(parallel, body_count)
-    counts = _split(body_count, parallel)
-
     context = layer_context(parallel, precision, attention, profile.vocab_pad_multiple)
     costs = [_evaluate(kind, group.config, context, f"$.model.layers[{i}].config") for i, (kind, group) in enumerate(zip(kinds, model.layers))]
+    micro_batches = _validate_layout(parallel, body_count)
+    counts = _split(body_count, parallel)
     records = _census_records(source, model, kinds, parallel, attention)
     costs = [_apply_census(cost, records[kind.name], context) if kind.name in records else cost for kind, cost in zip(kinds, costs)]
 

@@ -66,8 +66,9 @@ class StageEstimate:
         micro_batches_in_flight: Chunk-micro-batches kept at the end of warm-up
             (micro-batches for 1F1B).
         memory: The breakdown at the binding point.
-        binding_point: Which peak point binds (``"first_backward"``: the end
-            of warm-up, as the stage runs its first backward).
+        binding_point: Which peak point binds (``"warmup_end"``: the end of
+            warm-up, as the stage runs its first backward while holding every
+            in-flight micro-batch's activations).
         settings: The recompute setting of each body layer, by layer index.
     """
 

@@ -207,6 +207,6 @@ def plan_stage(
         chunks=chunks,
         micro_batches_in_flight=sum(in_flight),
         memory=memory,
-        binding_point="first_backward",
+        binding_point="warmup_end",
         settings=tuple(layer.setting for layer in body),
     )

@@ -1,0 +1,302 @@
+"""The ``hp`` command line.
+
+Every user error prints one line (``hp: error: <path>: <what to do>``) to
+standard error and exits with status 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+import attrs
+from rich.console import Console
+from rich.table import Table
+
+from hp_core import __version__
+from hp_core.api import build_registry, estimate, layer_context, model_from_preset
+from hp_core.convert import ConfigFile, InlineModel, inline_model, load_config, structure
+from hp_core.errors import ConfigError, HPError
+from hp_core.manager import BLOCK_ENV
+from hp_core.registry import Registry
+from hp_core.report import estimate_table, estimate_to_json, gib
+from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
+
+__all__ = ["DEFAULT_CONFIG", "build_parser", "main"]
+
+# What ``hp estimate`` runs with no config file: Llama-3-8B on 8 devices
+# (tensor parallel 2 with sequence parallelism, data parallel 4), 8k tokens.
+DEFAULT_CONFIG: dict[str, Any] = {
+    "model": "llama3-8b",
+    "parallel": {"dp": 4, "tp": 2, "sp": True, "seq_len": 8192, "micro_batch_size": 1, "global_batch_size": 64},
+    "hardware": "h100-sxm",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        raise SystemExit(2)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated layer counts, got {text!r}") from None
+    if any(c < 0 for c in counts):
+        raise argparse.ArgumentTypeError("layer counts must be non-negative")
+    return counts
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``hp`` parser (the CLI reference in docs/cli.md is checked against it)."""
+    parser = _Parser(
+        prog="hp",
+        description="Per-stage memory of N-D parallel LLM training, before launch.",
+    )
+    parser.add_argument("--version", action="version", version=f"hp-planner {__version__}")
+    parser.add_argument(
+        "--block-plugin", action="append", default=[], metavar="NAME",
+        help=f"do not load the plugin NAME (repeatable; also the comma-separated {BLOCK_ENV} variable)",
+    )
+    parser.add_argument("--no-entry-points", action="store_true", help="do not load third-party plugins of the 'hp' entry-point group")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+
+    est = sub.add_parser("estimate", help="per-stage peak memory of a model on a parallel layout",
+                         description="Per-stage peak memory of one rank of every pipeline stage. Flags override the config file; "
+                                     "with neither, Llama-3-8B on 8 devices (dp=4 tp=2 sp, seq 8192) on an H100.")
+    est.add_argument("config", nargs="?", help="a YAML, JSON or TOML config file (see docs/config.md)")
+    est.add_argument("--model", help="a preset name (see 'hp models') or a Hugging Face config.json / folder")
+    est.add_argument("--num-layers", type=_positive, help="keep the first N body layers, as truncated benchmark runs do")
+    for name, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("vpp", "virtual pipeline (chunks per stage)"),
+                       ("cp", "context"), ("ep", "expert"), ("etp", "expert tensor")):
+        est.add_argument(f"--{name}", type=_positive, help=f"{what}-parallel degree")
+    est.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism over the TP group")
+    est.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="sharding level over DP*CP (default: the runtime's)")
+    est.add_argument("--micro-batch-size", type=_positive)
+    est.add_argument("--global-batch-size", type=_positive, help="default: micro-batch size * dp * pp")
+    est.add_argument("--seq-len", type=_positive)
+    est.add_argument("--schedule", choices=("1f1b", "interleaved_1f1b"))
+    est.add_argument("--layers-per-stage", type=_counts, metavar="N,N,...", help="body layers per pipeline chunk, chunk order")
+    est.add_argument("--runtime", help="runtime profile (see 'hp plugins'); default generic")
+    est.add_argument("--census", help="census source (see 'hp plugins'); default formulas")
+    est.add_argument("--attention", choices=("flash", "eager"), help="attention implementation (default: the runtime's)")
+    est.add_argument("--hardware", help="hardware preset (see 'hp plugins')")
+    est.add_argument("--recompute", help="every body layer's setting: none, full, selective or switches joined by '+'")
+    est.add_argument("--json", action="store_true", help="print the stable JSON document instead of the table")
+
+    plugins = sub.add_parser("plugins", help="list plugins, layer kinds, census sources, runtimes and hardware",
+                             description="Plugins and what each provides, with the distribution and version.")
+    plugins.add_argument("--json", action="store_true", help="print JSON")
+
+    models = sub.add_parser("models", help="list model presets", description="Model presets shipped as data.")
+    models.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+# ----------------------------------------------------------------------------- estimate
+
+
+def _config_from_args(args: argparse.Namespace, registry: Registry) -> ConfigFile:
+    base = load_config(args.config, registry) if args.config else structure(DEFAULT_CONFIG, ConfigFile, registry)
+    overrides = {
+        name: getattr(args, name)
+        for name in ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sp", "zero", "micro_batch_size",
+                     "global_batch_size", "seq_len", "schedule", "layers_per_stage")
+        if getattr(args, name) is not None
+    }
+    if "layers_per_stage" in overrides:
+        overrides["layers_per_stage"] = tuple(overrides["layers_per_stage"])
+    try:
+        parallel = attrs.evolve(base.parallel, **overrides)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError("command line", str(exc)) from None
+    changes: dict[str, Any] = {"parallel": parallel}
+    if args.model is not None:
+        changes["model"] = args.model
+    if args.num_layers is not None:
+        changes["num_layers"] = args.num_layers
+    for name in ("runtime", "census", "attention", "hardware"):
+        if getattr(args, name) is not None:
+            changes[name] = getattr(args, name)
+    if args.recompute is not None:
+        text = args.recompute
+        value: Any = text if text in ("none", "full", "selective") else text.split("+")
+        changes["recompute"] = RecomputeSpec(default=Setting.parse(value))
+    return attrs.evolve(base, **changes)
+
+
+def _resolve_model(config: ConfigFile, registry: Registry) -> ModelSpec:
+    from hp_plugins.importers.hf import load_hf_config, model_from_hf_config
+
+    if isinstance(config.model, InlineModel):
+        model = inline_model(config.model, source="config file")
+    elif any(m.name == config.model for m in registry.models):
+        model = model_from_preset(config.model, registry)
+    else:
+        data, where = load_hf_config(config.model)
+        model = model_from_hf_config(data, name=data.get("_name_or_path") or config.model, source=where, where=where)
+    if config.num_layers is not None:
+        model = model.with_body_layers(config.num_layers, registry.kinds_placed("body"))
+    return model
+
+
+def _resolve_hardware(config: ConfigFile, registry: Registry) -> HardwareSpec | None:
+    if config.hardware is None or isinstance(config.hardware, HardwareSpec):
+        return config.hardware
+    return registry.hardware_preset(config.hardware).spec
+
+
+def _run_estimate(args: argparse.Namespace, registry: Registry, console: Console) -> int:
+    config = _config_from_args(args, registry)
+    model = _resolve_model(config, registry)
+    runtime = registry.runtime(config.runtime)
+    precision = None
+    if config.precision:
+        try:
+            precision = attrs.evolve(runtime.precision, **config.precision)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("$.precision", str(exc)) from None
+    result = estimate(
+        model,
+        config.parallel,
+        registry=registry,
+        runtime=config.runtime,
+        precision=precision,
+        hardware=_resolve_hardware(config, registry),
+        recompute=config.recompute,
+        census=config.census,
+        attention=config.attention,
+    )
+    if args.json:
+        print(json.dumps(estimate_to_json(result), indent=2, sort_keys=False))
+        return 0
+    console.print(estimate_table(result))
+    params = result.parameters
+    console.print(
+        f"Parameters: {params.total:,} in all ("
+        + ", ".join(f"{kind} {count:,}" for kind, count in params.by_kind.items())
+        + ")"
+    )
+    line = f"Peak: {gib(result.peak_bytes)} GiB on stage {max(result.stages, key=lambda s: s.peak_bytes).index}"
+    if result.device_memory_bytes is not None:
+        verdict = "fits" if result.fits else "does NOT fit"
+        line += f"; device {gib(result.device_memory_bytes)} GiB: {verdict}"
+    console.print(line)
+    prov = result.provenance
+    console.print(f"Provenance: runtime {prov['runtime']}, census {prov['census']}, attention {prov['attention']}, model {prov['model_source']}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- listings
+
+
+def _run_plugins(args: argparse.Namespace, registry: Registry, console: Console) -> int:
+    sections = (
+        ("layer kinds", "hp_layer_kinds", registry.layer_kinds, lambda k: f"{k.placement}; {k.description}"),
+        ("census sources", "hp_census_sources", registry.census_sources, lambda c: c.description),
+        ("runtimes", "hp_runtimes", registry.runtimes, lambda r: r.description),
+        ("hardware", "hp_hardware", registry.hardware, lambda h: f"{h.spec.name}, {gib(h.spec.memory_bytes)} GiB"),
+        ("models", "hp_models", registry.models, lambda m: m.description),
+    )
+    if args.json:
+        doc: dict[str, Any] = {
+            "plugins": [{"name": p.plugin, "distribution": p.distribution, "version": p.version} for p in registry.plugins]
+        }
+        for title, hook, items, describe in sections:
+            doc[title.replace(" ", "_")] = [
+                {
+                    "name": item.name,
+                    "description": describe(item),
+                    "plugin": registry.provider(hook, item.name).plugin,
+                    "distribution": registry.provider(hook, item.name).distribution,
+                    "version": registry.provider(hook, item.name).version,
+                }
+                for item in items
+            ]
+        print(json.dumps(doc, indent=2))
+        return 0
+    table = Table(title="Plugins", title_justify="left")
+    for column in ("Plugin", "Distribution", "Version"):
+        table.add_column(column)
+    for p in registry.plugins:
+        table.add_row(p.plugin, p.distribution, p.version)
+    console.print(table)
+    for title, hook, items, describe in sections:
+        table = Table(title=title.capitalize(), title_justify="left")
+        for column in ("Name", "Description", "Plugin", "Distribution"):
+            table.add_column(column)
+        for item in items:
+            who = registry.provider(hook, item.name)
+            table.add_row(item.name, describe(item), who.plugin, f"{who.distribution} {who.version}".strip())
+        console.print(table)
+    return 0
+
+
+def _model_row(preset, registry: Registry) -> dict[str, Any]:
+    model = model_from_preset(preset.name, registry)
+    context = layer_context(ParallelSpec(seq_len=1), PrecisionSpec(), "flash")
+    total = 0
+    layers = 0
+    for group in model.layers:
+        kind = registry.layer_kind(group.kind)
+        cost = kind.evaluate(group.config, context)
+        total += group.count * sum(p.elements for p in cost.params if p.shared_with is None)
+        layers += group.count if kind.placement == "body" else 0
+    return {
+        "name": preset.name,
+        "description": preset.description,
+        "model_type": preset.hf_config.get("model_type"),
+        "layers": layers,
+        "parameters": total,
+        "provenance": preset.provenance,
+    }
+
+
+def _run_models(args: argparse.Namespace, registry: Registry, console: Console) -> int:
+    rows = [_model_row(preset, registry) for preset in registry.models]
+    if args.json:
+        print(json.dumps({"models": rows}, indent=2))
+        return 0
+    table = Table(title="Model presets", title_justify="left")
+    for column in ("Name", "Type", "Layers", "Parameters", "Description"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["name"], str(row["model_type"]), str(row["layers"]), f"{row['parameters']:,}", row["description"])
+    console.print(table)
+    return 0
+
+
+_COMMANDS = {"estimate": _run_estimate, "plugins": _run_plugins, "models": _run_models}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``hp``; returns the exit status (0 ok, 2 user error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    console = Console() if sys.stdout.isatty() else Console(width=132)
+    try:
+        registry = build_registry(entry_points=not args.no_entry_points, blocked=args.block_plugin)
+        return _COMMANDS[args.command](args, registry, console)
+    except HPError as exc:
+        sys.stderr.write(f"hp {args.command}: error: {exc}\n")
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,233 @@
+"""The one converter at the edge: config files (YAML, JSON, TOML) to frozen specs.
+
+Built after the plugins load, so a third-party layer kind's config takes part:
+a layer group names its ``kind`` and its ``config`` is structured into that
+kind's ``config_type``. Unknown keys are refused; every error names the field
+path the way the file reads (``$.parallel.tp``).
+
+A config file::
+
+    model: llama3-8b          # a preset, a config.json path, or {name:, layers: [...]}
+    num_layers: 16            # optional: keep the first 16 body layers
+    parallel: {dp: 4, tp: 2, sp: true, seq_len: 8192, micro_batch_size: 1, global_batch_size: 64}
+    runtime: generic          # optional
+    census: formulas          # optional
+    attention: flash          # optional: the runtime's when absent
+    precision: {grad_bytes: 2}  # optional: the runtime's when absent (stated keys override)
+    hardware: h100-sxm        # optional: a preset name or {name:, memory_bytes:, ...}
+    recompute: {default: none, layers: {"0-3": full, "4-7": [softmax, attBMM]}}
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+import attrs
+import cattrs
+import yaml
+
+try:  # Python >= 3.11
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from hp_core.errors import ConfigError
+from hp_core.registry import Registry
+from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
+
+__all__ = ["ConfigFile", "InlineModel", "load_config", "make_converter", "read_document", "structure"]
+
+
+@attrs.frozen(kw_only=True)
+class InlineModel:
+    """A model written out in the config file."""
+
+    name: str
+    layers: tuple[LayerGroup, ...]
+
+
+@attrs.frozen(kw_only=True)
+class ConfigFile:
+    """What a config file states; absent optional parts take the runtime's defaults."""
+
+    model: str | InlineModel
+    parallel: ParallelSpec
+    num_layers: int | None = None
+    runtime: str = "generic"
+    census: str = "formulas"
+    attention: str | None = None
+    precision: Mapping[str, Any] | None = None
+    hardware: str | HardwareSpec | None = None
+    recompute: RecomputeSpec | None = None
+
+
+def _strict(kind: type, name: str):
+    def hook(value: Any, _: type) -> Any:
+        if kind is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if not ok:
+            raise ValueError(f"expected {name}, got {value!r}")
+        return float(value) if kind is float else value
+
+    return hook
+
+
+_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+
+
+def _structure_recompute(value: Any, _: type) -> RecomputeSpec:
+    if isinstance(value, str) or isinstance(value, list):
+        return RecomputeSpec(default=Setting.parse(value))
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a setting or a mapping with 'default' and 'layers', got {value!r}")
+    extra = set(value) - {"default", "layers"}
+    if extra:
+        raise ValueError(f"unknown keys {sorted(extra)}; use 'default' and 'layers'")
+    default = Setting.parse(value.get("default", "none"))
+    ranges = []
+    layers = value.get("layers", {}) or {}
+    if not isinstance(layers, dict):
+        raise ValueError("'layers' must map 'a-b' ranges to settings")
+    for key, setting in layers.items():
+        match = _RANGE.match(str(key))
+        if not match:
+            raise ValueError(f"layer range {key!r} must read 'a-b' or 'a'")
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        if last < first:
+            raise ValueError(f"layer range {key!r} ends before it starts")
+        ranges.append((first, last, Setting.parse(setting)))
+    return RecomputeSpec(default=default, layers=tuple(ranges))
+
+
+def make_converter(registry: Registry) -> cattrs.Converter:
+    """The converter for config files, aware of the registry's layer kinds."""
+    converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    converter.register_structure_hook(int, _strict(int, "an integer"))
+    converter.register_structure_hook(float, _strict(float, "a number"))
+    converter.register_structure_hook(bool, _strict(bool, "true or false"))
+    converter.register_structure_hook(str, _strict(str, "a string"))
+    converter.register_structure_hook(Setting, lambda v, _: Setting.parse(v))
+    converter.register_structure_hook(RecomputeSpec, _structure_recompute)
+
+    def layer_group(value: Any, _: type) -> LayerGroup:
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a mapping with kind, count and config, got {value!r}")
+        extra = set(value) - {"kind", "count", "config"}
+        if extra:
+            raise ValueError(f"unknown keys {sorted(extra)}; a layer group has kind, count and config")
+        if "kind" not in value:
+            raise ValueError("required field 'kind' missing")
+        known = [k.name for k in registry.layer_kinds]
+        if value["kind"] not in known:
+            raise ValueError(f"'kind' must be a registered layer kind ({', '.join(known)}), got {value['kind']!r}")
+        kind = registry.layer_kind(value["kind"])
+        count = converter.structure(value.get("count", 1), int)
+        try:
+            config = converter.structure(value.get("config", {}), kind.config_type)
+        except cattrs.BaseValidationError as exc:
+            exc.__notes__ = [*getattr(exc, "__notes__", [])]
+            note = cattrs.AttributeValidationNote("Structuring config", "config", kind.config_type)
+            exc.add_note(note)
+            raise cattrs.ClassValidationError("While structuring LayerGroup", [exc], LayerGroup) from None
+        return LayerGroup(kind.name, config, count)
+
+    converter.register_structure_hook(LayerGroup, layer_group)
+
+    def model_ref(value: Any, _: type) -> str | InlineModel:
+        if isinstance(value, str):
+            return value
+        return converter.structure(value, InlineModel)
+
+    def hardware_ref(value: Any, _: type) -> str | HardwareSpec | None:
+        if value is None or isinstance(value, str):
+            return value
+        return converter.structure(value, HardwareSpec)
+
+    def precision_overrides(value: Any, _: type) -> Mapping[str, Any] | None:
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a mapping of precision fields, got {value!r}")
+        known = {f.name for f in attrs.fields(PrecisionSpec)}
+        extra = sorted(set(value) - known)
+        if extra:
+            raise ValueError(f"unknown keys {extra}; known: {sorted(known)}")
+        return dict(value)
+
+    converter.register_structure_hook(str | InlineModel, model_ref)
+    converter.register_structure_hook(str | HardwareSpec | None, hardware_ref)
+    converter.register_structure_hook(Mapping[str, Any] | None, precision_overrides)
+    return converter
+
+
+# A validator's message that starts with the field it is about ("tp must ...",
+# "'zero' must ...", "num_key_value_heads=3 must ...") extends the path by that field.
+_FIELD_FIRST = re.compile(r"^'?([a-z_][a-z0-9_]*)'?(?:=\S+)? must")
+
+
+def _format(exc: BaseException, type_: Any) -> str:
+    if isinstance(exc, KeyError):
+        return "required field missing"
+    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+        return f"unknown keys {sorted(exc.extra_fields)}; remove them or check the spelling"
+    if isinstance(exc, ConfigError):
+        return exc.message
+    if isinstance(exc, (ValueError, TypeError)) and exc.args and isinstance(exc.args[0], str):
+        return " ".join(exc.args[0].split())
+    return f"invalid value ({type(exc).__name__}: {exc})"
+
+
+def structure(data: Any, cls: type, registry: Registry, root: str = "$") -> Any:
+    """Structure *data* into *cls*, turning the first error into a one-line :class:`ConfigError`."""
+    converter = make_converter(registry)
+    try:
+        return converter.structure(data, cls)
+    except cattrs.BaseValidationError as exc:
+        messages = cattrs.transform_error(exc, path=root, format_exception=_format)
+        message, _, path = messages[0].rpartition(" @ ")
+        match = _FIELD_FIRST.match(message)
+        if match and not path.endswith(f".{match.group(1)}"):
+            path = f"{path}.{match.group(1)}"
+        raise ConfigError(path, message) from None
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(root, str(exc)) from None
+
+
+def read_document(path: str | Path) -> Any:
+    """Parse a YAML, JSON or TOML file by its suffix (YAML for anything else)."""
+    target = Path(path)
+    try:
+        text = target.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(target), f"cannot be read: {exc}") from None
+    suffix = target.suffix.lower()
+    try:
+        if suffix == ".json":
+            return json.loads(text)
+        if suffix == ".toml":
+            return tomllib.loads(text)
+        return yaml.safe_load(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        first = " ".join(str(exc).split())
+        raise ConfigError(str(target), f"is not valid {suffix.lstrip('.') or 'YAML'}: {first}") from None
+
+
+def load_config(path: str | Path, registry: Registry) -> ConfigFile:
+    """Read and structure a config file."""
+    data = read_document(path)
+    if not isinstance(data, dict):
+        raise ConfigError("$", f"{path} must hold a mapping at the top level")
+    return structure(data, ConfigFile, registry)
+
+
+def inline_model(model: InlineModel, source: str) -> ModelSpec:
+    """The model spec of a model written out in a config file."""
+    return ModelSpec(name=model.name, layers=model.layers, source=source)

@@ -1,0 +1,112 @@
+"""Display, separated from the data: the stable JSON of an estimate and its rich tables.
+
+The JSON (DESIGN section 9) is stable: byte quantities end in ``_bytes``;
+per stage ``index``, ``layers``, ``micro_batches_in_flight``, ``memory`` (one
+``*_bytes`` per category and ``peak_bytes``), ``binding_point``; top level
+``peak_bytes``, ``parameters``, ``provenance``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from rich import box
+from rich.table import Table
+
+from hp_core.results import CATEGORIES, Estimate, StageEstimate
+
+__all__ = ["estimate_to_json", "estimate_table", "gib", "stage_to_json"]
+
+_GIB = 2**30
+
+
+def gib(nbytes: int | float) -> str:
+    """Bytes as GiB with two decimals."""
+    return f"{nbytes / _GIB:.2f}"
+
+
+def stage_to_json(stage: StageEstimate) -> dict[str, Any]:
+    memory = {f"{name}_bytes": getattr(stage.memory, f"{name}_bytes") for name in CATEGORIES}
+    memory["peak_bytes"] = stage.memory.peak_bytes
+    return {
+        "index": stage.index,
+        "layers": list(stage.layers),
+        "kinds": dict(stage.kinds),
+        "chunks": [attrs.asdict(chunk, recurse=True, value_serializer=lambda _i, _a, v: list(v) if isinstance(v, tuple) else v) for chunk in stage.chunks],
+        "micro_batches_in_flight": stage.micro_batches_in_flight,
+        "memory": memory,
+        "binding_point": stage.binding_point,
+        "recompute": list(stage.settings),
+    }
+
+
+def estimate_to_json(result: Estimate) -> dict[str, Any]:
+    """The stable JSON document of an estimate."""
+    return {
+        "model": result.model,
+        "world_size": result.world_size,
+        "layout": dict(result.layout),
+        "micro_batches": result.micro_batches,
+        "parameters": {
+            "total": result.parameters.total,
+            "by_kind": dict(result.parameters.by_kind),
+            "by_group": dict(result.parameters.by_group),
+        },
+        "stages": [stage_to_json(stage) for stage in result.stages],
+        "peak_bytes": result.peak_bytes,
+        "device_memory_bytes": result.device_memory_bytes,
+        "fits": result.fits,
+        "provenance": dict(result.provenance),
+    }
+
+
+_HEADERS = {
+    "parameters": "Params",
+    "gradients": "Grads",
+    "master_parameters": "Master",
+    "optimizer_states": "Optim",
+    "activations": "Activ",
+    "communication_buffers": "Buffers",
+    "working_set": "Working",
+    "runtime_overhead": "Overhd",
+}
+
+
+def _layers_text(stage: StageEstimate) -> str:
+    """Body layer ranges per chunk."""
+    ranges = [
+        f"{chunk.layers[0]}-{chunk.layers[-1]}" if len(chunk.layers) > 1 else str(chunk.layers[0])
+        for chunk in stage.chunks
+        if chunk.layers
+    ]
+    return ",".join(ranges) or "-"
+
+
+def estimate_table(result: Estimate) -> Table:
+    """One row per stage, one column per memory category (GiB), the peak and the binding point."""
+    layout = result.layout
+    title = (
+        f"{result.model} on {result.world_size} devices: dp={layout['dp']} tp={layout['tp']} pp={layout['pp']} "
+        f"vpp={layout['vpp']} cp={layout['cp']} ep={layout['ep']} sp={'on' if layout['sp'] else 'off'} "
+        f"zero={layout['zero']}, seq {layout['seq_len']}, micro-batch {layout['micro_batch_size']}, "
+        f"{result.micro_batches} micro-batches/step ({layout['schedule']})"
+    )
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), caption="GiB per rank; MB: micro-batches in flight", caption_justify="left")
+    table.add_column("Stage", justify="right")
+    table.add_column("Layers")
+    table.add_column("MB", justify="right")
+    for name in CATEGORIES:
+        table.add_column(_HEADERS[name], justify="right")
+    table.add_column("Peak", justify="right", style="bold")
+    table.add_column("Binds")
+    for stage in result.stages:
+        table.add_row(
+            str(stage.index),
+            _layers_text(stage),
+            str(stage.micro_batches_in_flight),
+            *(gib(getattr(stage.memory, f"{name}_bytes")) for name in CATEGORIES),
+            gib(stage.peak_bytes),
+            stage.binding_point,
+        )
+    return table
