@@ -225,37 +225,44 @@ def estimate(
     records = _census_records(source, model, kinds, parallel, attention)
     costs = [_apply_census(cost, records[kind.name], context) if kind.name in records else cost for kind, cost in zip(kinds, costs)]
 
-    # Body layers in order, each with its setting.
+    # Body layers in order, each with its setting; one PlacedLayer per (group, setting).
     body: list[PlacedLayer] = []
     cache: dict[tuple[int, Setting], PlacedLayer] = {}
     for i in body_groups:
         for _ in range(model.layers[i].count):
-            index = len(body)
-            setting = recompute.setting_of(index)
+            setting = recompute.setting_of(len(body))
             key = (i, setting)
             if key not in cache:
                 full, switches = resolve_setting(setting, kinds[i], "$.recompute")
-                cache[key] = PlacedLayer(kinds[i].name, costs[i], full, switches, None, setting.describe())
-            body.append(attrs.evolve(cache[key], body_index=index))
+                cache[key] = PlacedLayer.make(kinds[i].name, costs[i], full, switches, setting.describe())
+            body.append(cache[key])
     if recompute.layers and max(last for _, last, _ in recompute.layers) >= body_count:
         raise ConfigError("$.recompute.layers", f"a range names a layer beyond the model's {body_count} layers (0-{body_count - 1})")
 
-    firsts = [PlacedLayer(k.name, c, False, frozenset(), None, "none") for k, c, g in zip(kinds, costs, model.layers) if k.placement == "first" for _ in range(g.count)]
-    lasts = [PlacedLayer(k.name, c, False, frozenset(), None, "none") for k, c, g in zip(kinds, costs, model.layers) if k.placement == "last" for _ in range(g.count)]
+    def placed(where: str) -> list[PlacedLayer]:
+        return [
+            PlacedLayer.make(k.name, c, False, frozenset(), "none")
+            for k, c, g in zip(kinds, costs, model.layers)
+            if k.placement == where
+            for _ in range(g.count)
+        ]
 
     chunk_layers: list[list[PlacedLayer]] = []
+    chunk_body: list[range] = []
     start = 0
     for count in counts:
         chunk_layers.append(body[start:start + count])
+        chunk_body.append(range(start, start + count))
         start += count
-    chunk_layers[0] = firsts + chunk_layers[0]
-    chunk_layers[-1] = chunk_layers[-1] + lasts
+    chunk_layers[0] = placed("first") + chunk_layers[0]
+    chunk_layers[-1] = chunk_layers[-1] + placed("last")
 
     inputs = StageInputs(parallel, zero, precision, micro_batches, parallel.resolved_schedule, profile.overhead_bytes)
-    stages = tuple(
-        plan_stage(stage, [chunk_layers[c] for c in range(stage, parallel.chunks, parallel.pp)], inputs)
-        for stage in range(parallel.pp)
-    )
+    stages = []
+    for stage in range(parallel.pp):
+        mine = range(stage, parallel.chunks, parallel.pp)
+        settings = tuple(body[i].setting for c in mine for i in chunk_body[c])
+        stages.append(plan_stage(stage, [chunk_layers[c] for c in mine], [chunk_body[c] for c in mine], settings, inputs))
 
     by_kind: dict[str, int] = {}
     by_group: dict[str, int] = {}
@@ -287,7 +294,7 @@ def estimate(
         world_size=parallel.world_size,
         layout=layout,
         micro_batches=micro_batches,
-        stages=stages,
+        stages=tuple(stages),
         parameters=parameters,
         device_memory_bytes=hardware.memory_bytes if hardware is not None else None,
         provenance=provenance,

@@ -21,7 +21,6 @@ working set less what the layers after it already freed for that micro-batch.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from typing import Sequence
 
 import attrs
@@ -39,35 +38,38 @@ __all__ = ["PlacedLayer", "StageInputs", "plan_stage"]
 class PlacedLayer:
     """One layer as the stage planner sees it: its kind, its cost and how it recomputes.
 
+    Build with :meth:`make`; the derived byte counts are computed once there.
+
     Attributes:
         kind: Layer kind name.
         cost: Its cost on one rank.
         full: Recomputed fully (keeps only its input).
         recomputed: The switches it recomputes (when not full).
-        body_index: Its index among the body layers (``None`` for first/last-placed kinds).
         setting: The setting's display name.
+        kept_bytes: Bytes kept per micro-batch under its setting.
+        backward_working_bytes: What its backward holds beyond what it keeps,
+            the tensors it recomputes included: under full recompute, the
+            plain layer's activations (less the input it kept) and working set.
     """
 
     kind: str
     cost: LayerCost
     full: bool
     recomputed: frozenset[str]
-    body_index: int | None
     setting: str
+    kept_bytes: int
+    backward_working_bytes: int
 
-    @property
-    def kept_bytes(self) -> int:
-        """Bytes kept per micro-batch under its setting."""
-        if self.full:
-            return self.cost.input_bytes
-        return self.cost.kept_under(self.recomputed)
-
-    @property
-    def backward_working_bytes(self) -> int:
-        """What its backward holds beyond what it keeps: recomputed tensors included."""
-        if self.full:
-            return self.cost.kept_bytes - self.cost.input_bytes + self.cost.working_bytes
-        return self.cost.working_bytes + self.cost.kept_bytes - self.cost.kept_under(self.recomputed)
+    @classmethod
+    def make(cls, kind: str, cost: LayerCost, full: bool, recomputed: frozenset[str], setting: str) -> "PlacedLayer":
+        plain = cost.kept_bytes
+        if full:
+            kept = cost.input_bytes
+            working = plain - cost.input_bytes + cost.working_bytes
+        else:
+            kept = cost.kept_under(recomputed)
+            working = cost.working_bytes + plain - kept
+        return cls(kind, cost, full, recomputed, setting, kept, working)
 
 
 @attrs.frozen
@@ -82,32 +84,25 @@ class StageInputs:
     overhead_bytes: int
 
 
-def _shard_degrees(parallel: ParallelSpec) -> dict[str, tuple[int, int]]:
-    """Per parameter group: (model-parallel split of a split tensor, data-parallel sharding degree)."""
+def _shard_degrees(parallel: ParallelSpec) -> dict[str, int]:
+    """Per parameter group, the degree ZeRO shards it over: DP*CP, or expert DP for routed experts."""
     dense_dp = parallel.dp * parallel.cp
-    return {
-        "dense": (parallel.tp, dense_dp),
-        "shared_expert": (parallel.tp, dense_dp),
-        # Routed experts: experts over ep, each expert's matrices over etp;
-        # states over the expert data-parallel group (Megatron-Core parallel_state).
-        "routed_expert": (parallel.ep * parallel.etp, parallel.expert_dp),
-    }
+    return {"dense": dense_dp, "shared_expert": dense_dp, "routed_expert": parallel.expert_dp}
 
 
-def _per_rank_elements(layers: Sequence[PlacedLayer], parallel: ParallelSpec, owners_here: set[str]) -> dict[str, int]:
-    """Parameter elements one rank of the stage holds, by group (before ZeRO sharding)."""
-    degrees = _shard_degrees(parallel)
-    found: Counter[str] = Counter()
-    for layer in layers:
-        for p in layer.cost.params:
-            if p.shared_with is not None and p.shared_with in owners_here:
-                continue  # a tied weight whose owner sits on this stage: one tensor
-            split, _ = degrees[p.group]
-            if p.group == "routed_expert":
-                found[p.group] += math.ceil(p.stored_elements / (parallel.ep * (parallel.etp if p.tp_split else 1)))
-            else:
-                found[p.group] += math.ceil(p.stored_elements / split) if p.tp_split else p.stored_elements
-    return dict(found)
+def _layer_elements(cost: LayerCost, parallel: ParallelSpec, owners_here: frozenset[str] | set[str]) -> dict[str, int]:
+    """Parameter elements one rank holds of one layer, by group (before ZeRO sharding)."""
+    found: dict[str, int] = {}
+    for p in cost.params:
+        if p.shared_with is not None and p.shared_with in owners_here:
+            continue  # a tied weight whose owner sits on this stage: one tensor
+        if p.group == "routed_expert":
+            # Experts over ep, each expert's matrices over etp (Megatron-Core parallel_state).
+            n = math.ceil(p.stored_elements / (parallel.ep * (parallel.etp if p.tp_split else 1)))
+        else:
+            n = math.ceil(p.stored_elements / parallel.tp) if p.tp_split else p.stored_elements
+        found[p.group] = found.get(p.group, 0) + n
+    return found
 
 
 def _static(elements: dict[str, int], inputs: StageInputs) -> tuple[int, int, int, int]:
@@ -115,7 +110,7 @@ def _static(elements: dict[str, int], inputs: StageInputs) -> tuple[int, int, in
     degrees = _shard_degrees(inputs.parallel)
     params = grads = master = states = 0
     for group, n in elements.items():
-        shard = degrees[group][1]
+        shard = degrees[group]
         params += math.ceil(n * p.param_bytes / (shard if zero >= 3 else 1))
         grads += math.ceil(n * p.grad_bytes / (shard if zero >= 2 else 1))
         master += math.ceil(n * p.master_param_bytes / (shard if zero >= 1 else 1))
@@ -123,7 +118,7 @@ def _static(elements: dict[str, int], inputs: StageInputs) -> tuple[int, int, in
     return params, grads, master, states
 
 
-def _zero3_buffers(layers: Sequence[PlacedLayer], inputs: StageInputs, stage_elements: dict[str, int]) -> int:
+def _zero3_buffers(per_layer_elements: Sequence[int], inputs: StageInputs, stage_elements: int) -> int:
     """Gathered parameters and the gradient reduce-scatter buffer under ZeRO-3/FSDP.
 
     Resharding after forward, a rank holds the running layer's and the
@@ -132,24 +127,22 @@ def _zero3_buffers(layers: Sequence[PlacedLayer], inputs: StageInputs, stage_ele
     gradient before its reduce-scatter. Without resharding, every gathered
     parameter of the stage stays from forward to backward.
     """
-    if inputs.zero < 3:
+    if inputs.zero < 3 or not per_layer_elements:
         return 0
     p = inputs.precision
-    per_layer = sorted(
-        (sum(_per_rank_elements([layer], inputs.parallel, set()).values()) for layer in layers), reverse=True
-    )
-    if not per_layer:
-        return 0
+    largest = sorted(per_layer_elements, reverse=True)
     if inputs.parallel.reshard_after_forward:
-        gathered = sum(per_layer[:2]) * p.param_bytes
+        gathered = sum(largest[:2]) * p.param_bytes
     else:
-        gathered = sum(stage_elements.values()) * p.param_bytes
-    return gathered + per_layer[0] * p.grad_bytes
+        gathered = stage_elements * p.param_bytes
+    return gathered + largest[0] * p.grad_bytes
 
 
 def plan_stage(
     index: int,
     chunk_layers: Sequence[Sequence[PlacedLayer]],
+    chunk_body: Sequence[Sequence[int]],
+    settings: tuple[str, ...],
     inputs: StageInputs,
 ) -> StageEstimate:
     """The peak of one stage at the end of warm-up (its first backward).
@@ -158,22 +151,36 @@ def plan_stage(
         index: Stage index.
         chunk_layers: Per chunk of the stage (in chunk order), its layers in
             forward order, first- and last-placed kinds included.
+        chunk_body: Per chunk, the body layer indices it runs.
+        settings: The recompute setting of each of the stage's body layers, in order.
         inputs: Layout, precision, micro-batches, schedule and runtime overhead.
     """
     parallel = inputs.parallel
     in_flight = in_flight_per_chunk(index, parallel.pp, parallel.vpp, inputs.micro_batches, inputs.schedule)
     all_layers = [layer for layers in chunk_layers for layer in layers]
     owners = {layer.kind for layer in all_layers}
-    elements = _per_rank_elements(all_layers, parallel, owners)
+
+    elements: dict[str, int] = {}
+    per_layer: list[int] = []
+    seen: dict[int, dict[str, int]] = {}
+    for layer in all_layers:
+        key = id(layer.cost)
+        if key not in seen:
+            seen[key] = _layer_elements(layer.cost, parallel, owners)
+        found = seen[key]
+        for group, n in found.items():
+            elements[group] = elements.get(group, 0) + n
+        if inputs.zero >= 3:
+            per_layer.append(sum(found.values()))
     params, grads, master, states = _static(elements, inputs)
 
-    activations = sum(count * sum(layer.kept_bytes for layer in layers) for count, layers in zip(in_flight, chunk_layers))
+    activations = 0
+    buffers_per_mb = 0
+    for count, layers in zip(in_flight, chunk_layers):
+        activations += count * sum(layer.kept_bytes for layer in layers)
+        buffers_per_mb += count * sum(layer.cost.buffers_per_micro_batch_bytes for layer in layers)
     buffers_once = max((layer.cost.buffers_once_bytes for layer in all_layers), default=0)
-    buffers_per_mb = sum(
-        count * sum(layer.cost.buffers_per_micro_batch_bytes for layer in layers)
-        for count, layers in zip(in_flight, chunk_layers)
-    )
-    buffers = buffers_once + buffers_per_mb + _zero3_buffers(all_layers, inputs, elements)
+    buffers = buffers_once + buffers_per_mb + _zero3_buffers(per_layer, inputs, sum(elements.values()))
 
     # The first backward: the stage's last chunk, top layer first.
     working = freed = 0
@@ -192,21 +199,19 @@ def plan_stage(
         runtime_overhead_bytes=inputs.overhead_bytes,
     )
     chunks = tuple(
-        ChunkEstimate(
-            index=chunk,
-            layers=tuple(layer.body_index for layer in layers if layer.body_index is not None),
-            micro_batches_in_flight=count,
-        )
-        for chunk, count, layers in zip(chunks_of_stage(index, parallel.pp, parallel.vpp), in_flight, chunk_layers)
+        ChunkEstimate(index=chunk, layers=tuple(body), micro_batches_in_flight=count)
+        for chunk, count, body in zip(chunks_of_stage(index, parallel.pp, parallel.vpp), in_flight, chunk_body)
     )
-    body = [layer for layer in all_layers if layer.body_index is not None]
+    kinds: dict[str, int] = {}
+    for layer in all_layers:
+        kinds[layer.kind] = kinds.get(layer.kind, 0) + 1
     return StageEstimate(
         index=index,
-        layers=tuple(layer.body_index for layer in body),
-        kinds=dict(Counter(layer.kind for layer in all_layers)),
+        layers=tuple(i for body in chunk_body for i in body),
+        kinds=kinds,
         chunks=chunks,
         micro_batches_in_flight=sum(in_flight),
         memory=memory,
         binding_point="warmup_end",
-        settings=tuple(layer.setting for layer in body),
+        settings=settings,
     )
