@@ -80,6 +80,8 @@ def _layers_text(stage: StageEstimate) -> str:
         for chunk in stage.chunks
         if chunk.layers
     ]
+    if len(ranges) > 2:
+        return f"{ranges[0]},{ranges[1]},… ({len(ranges)} chunks)"
     return ",".join(ranges) or "-"
 
 

@@ -1,0 +1,44 @@
+"""Docs stay true to the code: every hook has a page section, the README opens with the two commands."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hp_core.hookspecs import HOOKS
+from hp_core import hookspecs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("hook", sorted(HOOKS))
+def test_every_hook_has_a_section_in_docs_hooks(hook):
+    text = (ROOT / "docs" / "hooks.md").read_text(encoding="utf-8")
+    assert f"## `{hook}`" in text
+
+
+@pytest.mark.parametrize("hook", sorted(HOOKS))
+def test_every_hook_spec_documents_arguments_return_semantics_and_example(hook):
+    doc = getattr(hookspecs, hook).__doc__
+    for part in ("Arguments:", "Returns:", "Call semantics:", "Example::"):
+        assert part in doc, f"{hook} docstring lacks {part}"
+
+
+def test_hookspec_module_declares_exactly_the_documented_hooks():
+    declared = {name for name in dir(hookspecs) if name.startswith("hp_")}
+    documented = set(re.findall(r"^## `(hp_\w+)`", (ROOT / "docs" / "hooks.md").read_text(encoding="utf-8"), re.M))
+    assert declared == set(HOOKS) == documented
+
+
+def test_readme_opens_with_the_two_setup_commands():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    block = lines[lines.index("```bash") + 1:]
+    assert block[:3] == ["pip install -e . && hp estimate", "pip install -e '.[test]' && pytest", "```"]
+
+
+def test_ci_runs_the_readme_commands():
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "pip install -e . && hp estimate" in script
+    assert "pip install -e '.[test]' && pytest" in script
