@@ -18,7 +18,7 @@ from typing import Iterable, Mapping
 import attrs
 
 from hp_core import __version__
-from hp_core.errors import ConfigError, HPError, PluginError
+from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.manager import get_plugin_manager
 from hp_core.registry import Registry
 from hp_core.results import Estimate, ParameterSummary
@@ -138,7 +138,7 @@ def _evaluate(kind: LayerKind, config: object, context: LayerContext, path: str)
     except HPError:
         raise
     except Exception as exc:
-        raise PluginError(kind.name, f"evaluator raised {type(exc).__name__}: {exc}") from exc
+        raise PluginError(kind.name, f"evaluator raised {type(exc).__name__}: {describe(exc)}") from exc
     if not isinstance(cost, LayerCost):
         raise PluginError(kind.name, f"evaluator must return LayerCost, got {type(cost).__name__}")
     stray = {t.switch for t in cost.activations if t.switch is not None} - set(kind.switches)
@@ -156,7 +156,7 @@ def _census_records(source: CensusSource, model: ModelSpec, kinds: list[LayerKin
     except HPError:
         raise
     except Exception as exc:
-        raise PluginError(source.name, f"census source raised {type(exc).__name__}: {exc}") from exc
+        raise PluginError(source.name, f"census source raised {type(exc).__name__}: {describe(exc)}") from exc
     for name, record in records.items():
         if not isinstance(record, CensusRecord):
             raise PluginError(source.name, f"census record for {name!r} must be a CensusRecord, got {type(record).__name__}")

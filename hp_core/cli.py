@@ -18,7 +18,7 @@ from rich.table import Table
 from hp_core import __version__
 from hp_core.api import build_registry, estimate, layer_context, model_from_preset
 from hp_core.convert import ConfigFile, InlineModel, inline_model, load_config, structure
-from hp_core.errors import ConfigError, HPError
+from hp_core.errors import ConfigError, HPError, describe
 from hp_core.manager import BLOCK_ENV
 from hp_core.registry import Registry
 from hp_core.report import estimate_table, estimate_to_json, gib
@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism over the TP group")
     est.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="sharding level over DP*CP (default: the runtime's)")
     est.add_argument("--micro-batch-size", type=_positive)
-    est.add_argument("--global-batch-size", type=_positive, help="default: micro-batch size * dp * pp")
+    est.add_argument("--global-batch-size", type=_positive, help="default: micro-batch size * dp * pp (2 * pp interleaved): the fewest at which every stage holds its full in-flight count")
     est.add_argument("--seq-len", type=_positive)
     est.add_argument("--schedule", choices=("1f1b", "interleaved_1f1b"))
     est.add_argument("--layers-per-stage", type=_counts, metavar="N,N,...", help="body layers per pipeline chunk, chunk order")
@@ -125,7 +125,7 @@ def _config_from_args(args: argparse.Namespace, registry: Registry) -> ConfigFil
     try:
         parallel = attrs.evolve(base.parallel, **overrides)
     except (TypeError, ValueError) as exc:
-        raise ConfigError("command line", str(exc)) from None
+        raise ConfigError("command line", describe(exc)) from None
     changes: dict[str, Any] = {"parallel": parallel}
     if args.model is not None:
         changes["model"] = args.model
@@ -171,7 +171,7 @@ def _run_estimate(args: argparse.Namespace, registry: Registry, console: Console
         try:
             precision = attrs.evolve(runtime.precision, **config.precision)
         except (TypeError, ValueError) as exc:
-            raise ConfigError("$.precision", str(exc)) from None
+            raise ConfigError("$.precision", describe(exc)) from None
     result = estimate(
         model,
         config.parallel,

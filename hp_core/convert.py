@@ -34,7 +34,7 @@ try:  # Python >= 3.11
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from hp_core.errors import ConfigError
+from hp_core.errors import ConfigError, describe
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 
@@ -178,8 +178,8 @@ def _format(exc: BaseException, type_: Any) -> str:
         return f"unknown keys {sorted(exc.extra_fields)}; remove them or check the spelling"
     if isinstance(exc, ConfigError):
         return exc.message
-    if isinstance(exc, (ValueError, TypeError)) and exc.args and isinstance(exc.args[0], str):
-        return " ".join(exc.args[0].split())
+    if isinstance(exc, (ValueError, TypeError)):
+        return describe(exc)
     return f"invalid value ({type(exc).__name__}: {exc})"
 
 
@@ -198,7 +198,7 @@ def structure(data: Any, cls: type, registry: Registry, root: str = "$") -> Any:
     except ConfigError:
         raise
     except (ValueError, TypeError) as exc:
-        raise ConfigError(root, str(exc)) from None
+        raise ConfigError(root, describe(exc)) from None
 
 
 def read_document(path: str | Path) -> Any:

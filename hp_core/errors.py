@@ -7,7 +7,7 @@ prints ``str(error)`` on one line and exits with status 2; nothing else of it
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "HPError", "PluginError"]
+__all__ = ["ConfigError", "HPError", "PluginError", "describe"]
 
 
 class HPError(Exception):
@@ -43,3 +43,15 @@ class PluginError(HPError):
         super().__init__(f"plugin {plugin}: {message}")
         self.plugin = plugin
         self.message = message
+
+
+def describe(exc: BaseException) -> str:
+    """An exception's message on one line.
+
+    attrs' validators raise ``ValueError(message, attribute, ...)``; only the
+    message is for the user, not the ``Attribute(...)`` repr that follows.
+    """
+    if isinstance(exc, HPError):
+        return str(exc)
+    text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+    return " ".join(text.split())

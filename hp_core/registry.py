@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import attrs
 import pluggy
 
-from hp_core.errors import ConfigError, PluginError
+from hp_core.errors import ConfigError, PluginError, describe
 from hp_core.hookspecs import HOOKS
 from hp_core.types import CensusSource, HardwarePreset, LayerKind, ModelPreset, Runtime
 
@@ -38,6 +38,8 @@ def _providers_by_plugin(manager: pluggy.PluginManager) -> dict[str, Provider]:
     found: dict[str, Provider] = {}
     from_dists = {id(plugin): dist for plugin, dist in manager.list_plugin_distinfo()}
     for name, plugin in manager.list_name_plugin():
+        if plugin is None:
+            continue  # a blocked name: registered as blocked, never loaded
         dist = from_dists.get(id(plugin))
         if dist is not None:
             found[name] = Provider(name, dist.project_name, dist.version)
@@ -48,8 +50,9 @@ def _providers_by_plugin(manager: pluggy.PluginManager) -> dict[str, Provider]:
     return found
 
 
-def _collect(manager: pluggy.PluginManager, hook_name: str, record_type: type) -> tuple[list[Any], dict[str, Provider]]:
-    providers = _providers_by_plugin(manager)
+def _collect(
+    manager: pluggy.PluginManager, hook_name: str, record_type: type, providers: Mapping[str, Provider]
+) -> tuple[list[Any], dict[str, Provider]]:
     records: dict[str, Any] = {}
     owner: dict[str, Provider] = {}
     for impl in getattr(manager.hook, hook_name).get_hookimpls():
@@ -58,7 +61,7 @@ def _collect(manager: pluggy.PluginManager, hook_name: str, record_type: type) -
             result = impl.function()
             items = list(result) if result is not None else []
         except Exception as exc:
-            raise PluginError(plugin, f"hook {hook_name} raised {type(exc).__name__}: {exc}") from exc
+            raise PluginError(plugin, f"hook {hook_name} raised {type(exc).__name__}: {describe(exc)}") from exc
         for item in items:
             if not isinstance(item, record_type):
                 raise PluginError(
@@ -108,13 +111,14 @@ class Registry:
             PluginError: A plugin raised, yielded the wrong type, or yielded a
                 name another plugin also yields.
         """
+        by_plugin = _providers_by_plugin(manager)
         fields: dict[str, tuple[Any, ...]] = {}
         providers: dict[tuple[str, str], Provider] = {}
         for hook_name, record_type in HOOKS.items():
-            items, owners = _collect(manager, hook_name, record_type)
+            items, owners = _collect(manager, hook_name, record_type, by_plugin)
             fields[hook_name.removeprefix("hp_")] = tuple(items)
             providers.update({(hook_name, name): who for name, who in owners.items()})
-        plugins = tuple(sorted(_providers_by_plugin(manager).values(), key=lambda p: p.plugin))
+        plugins = tuple(sorted(by_plugin.values(), key=lambda p: p.plugin))
         return cls(
             layer_kinds=fields["layer_kinds"],
             census_sources=fields["census_sources"],
@@ -146,7 +150,3 @@ class Registry:
     def kinds_placed(self, placement: str) -> frozenset[str]:
         return frozenset(k.name for k in self.layer_kinds if k.placement == placement)
 
-
-def names(items: Iterable[Any]) -> list[str]:
-    """The names of records, in order."""
-    return [i.name for i in items]

@@ -47,11 +47,12 @@ class ParallelSpec:
             freed after forward and gathered again for backward (FSDP's
             ``reshard_after_forward``).
         micro_batch_size: Sequences per micro-batch.
-        global_batch_size: Sequences per optimizer step. ``None`` means one
-            micro-batch per pipeline stage per data-parallel rank
-            (``micro_batch_size * dp * pp``): the fewest with which every stage
+        global_batch_size: Sequences per optimizer step. ``None`` means the
+            fewest micro-batches per data-parallel rank with which every stage
             reaches its full in-flight count, so the memory peak is the
-            steady-state one.
+            steady-state one: ``pp`` for 1F1B, ``2 * pp`` for interleaved 1F1B
+            (whose first stage keeps ``pp * vpp + pp - 1`` chunk-micro-batches
+            and needs a multiple of ``pp``); times ``micro_batch_size * dp``.
         seq_len: Tokens per sequence.
         schedule: One of :data:`SCHEDULES`; ``None`` picks ``1f1b`` for
             ``vpp == 1`` and ``interleaved_1f1b`` otherwise.
@@ -101,4 +102,5 @@ class ParallelSpec:
     def resolved_global_batch_size(self) -> int:
         if self.global_batch_size is not None:
             return self.global_batch_size
-        return self.micro_batch_size * self.dp * self.pp
+        micro_batches = self.pp if self.resolved_schedule == "1f1b" else 2 * self.pp
+        return self.micro_batch_size * self.dp * micro_batches

@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from hp_core.errors import ConfigError
+from hp_core.errors import ConfigError, describe
 from hp_core.specs.model import LayerGroup, ModelSpec
 from hp_plugins.dense import DenseConfig
 from hp_plugins.embedding import EmbeddingConfig
@@ -85,7 +85,7 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str, wher
         ConfigError: An unsupported ``model_type`` or a missing/invalid field.
     """
     model_type = cfg.get("model_type")
-    if model_type not in DENSE_MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in DENSE_MODEL_TYPES:
         raise ConfigError(
             f"{where} $.model_type",
             f"model_type {model_type!r} is not supported; supported: {', '.join(sorted(DENSE_MODEL_TYPES))}",
@@ -117,7 +117,7 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str, wher
             attention_dropout=float(dropout),
         )
     except (TypeError, ValueError) as exc:
-        raise ConfigError(where, str(exc)) from exc
+        raise ConfigError(where, describe(exc)) from exc
     return ModelSpec(
         name=name,
         layers=(
