@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Sequence
 
@@ -152,7 +153,11 @@ def _resolve_model(config: ConfigFile, registry: Registry) -> ModelSpec:
         data, where = load_hf_config(config.model)
         model = model_from_hf_config(data, name=data.get("_name_or_path") or config.model, source=where, where=where)
     if config.num_layers is not None:
-        model = model.with_body_layers(config.num_layers, registry.kinds_placed("body"))
+        body = registry.kinds_placed("body")
+        available = sum(group.count for group in model.layers if group.kind in body)
+        if config.num_layers > available:
+            raise ConfigError("$.num_layers", f"num_layers={config.num_layers} exceeds the model's {available} layers")
+        model = model.with_body_layers(config.num_layers, body)
     return model
 
 
@@ -296,6 +301,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HPError as exc:
         sys.stderr.write(f"hp {args.command}: error: {exc}\n")
         return 2
+    except BrokenPipeError:
+        # The reader went away (``hp ... --json | head``): stop quietly, as Python's docs advise.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -27,6 +27,7 @@ from typing import Any, Mapping
 
 import attrs
 import cattrs
+import cattrs.gen
 import yaml
 
 try:  # Python >= 3.11
@@ -41,12 +42,22 @@ from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, Pre
 __all__ = ["ConfigFile", "InlineModel", "load_config", "make_converter", "read_document", "structure"]
 
 
+def _non_empty(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not value:
+        raise ValueError(f"{attribute.name} must list at least one layer group")
+
+
+def _positive_or_none(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and value < 1:
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class InlineModel:
     """A model written out in the config file."""
 
     name: str
-    layers: tuple[LayerGroup, ...]
+    layers: tuple[LayerGroup, ...] = attrs.field(validator=_non_empty)
 
 
 @attrs.frozen(kw_only=True)
@@ -55,7 +66,7 @@ class ConfigFile:
 
     model: str | InlineModel
     parallel: ParallelSpec
-    num_layers: int | None = None
+    num_layers: int | None = attrs.field(default=None, validator=_positive_or_none)
     runtime: str = "generic"
     census: str = "formulas"
     attention: str | None = None
@@ -113,6 +124,38 @@ def make_converter(registry: Registry) -> cattrs.Converter:
     converter.register_structure_hook(bool, _strict(bool, "true or false"))
     converter.register_structure_hook(str, _strict(str, "a string"))
     converter.register_structure_hook(Setting, lambda v, _: Setting.parse(v))
+
+    # A section that must be a mapping (any attrs class) or a list says so,
+    # rather than failing inside cattrs on a str, a number or a list.
+    def mapping_first(cls: type) -> Any:
+        inner = cattrs.gen.make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True)
+
+        def hook(value: Any, type_: type) -> Any:
+            if not isinstance(value, dict):
+                raise ValueError(f"expected a mapping, got {type(value).__name__} {value!r}")
+            return inner(value, type_)
+
+        return hook
+
+    converter.register_structure_hook_factory(
+        lambda t: attrs.has(t) and t not in (LayerGroup, Setting, RecomputeSpec), mapping_first
+    )
+
+    def group_list(value: Any, _: type) -> tuple[LayerGroup, ...]:
+        if not isinstance(value, list):
+            raise ValueError(f"expected a list of layer groups, got {type(value).__name__} {value!r}")
+        return converter.structure(value, list[LayerGroup])
+
+    converter.register_structure_hook_func(lambda t: t == tuple[LayerGroup, ...], group_list)
+
+    def int_list(value: Any, _: type) -> tuple[int, ...] | None:
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            raise ValueError(f"expected a list of integers, got {type(value).__name__} {value!r}")
+        return tuple(converter.structure(value, list[int]))
+
+    converter.register_structure_hook_func(lambda t: t == (tuple[int, ...] | None), int_list)
     converter.register_structure_hook(RecomputeSpec, _structure_recompute)
 
     def layer_group(value: Any, _: type) -> LayerGroup:
@@ -127,7 +170,9 @@ def make_converter(registry: Registry) -> cattrs.Converter:
         if value["kind"] not in known:
             raise ValueError(f"'kind' must be a registered layer kind ({', '.join(known)}), got {value['kind']!r}")
         kind = registry.layer_kind(value["kind"])
-        count = converter.structure(value.get("count", 1), int)
+        count = value.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise ValueError(f"count must be a positive integer, got {count!r}")
         try:
             config = converter.structure(value.get("config", {}), kind.config_type)
         except cattrs.BaseValidationError as exc:
@@ -142,11 +187,15 @@ def make_converter(registry: Registry) -> cattrs.Converter:
     def model_ref(value: Any, _: type) -> str | InlineModel:
         if isinstance(value, str):
             return value
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a preset name, a config.json path or a mapping, got {value!r}")
         return converter.structure(value, InlineModel)
 
     def hardware_ref(value: Any, _: type) -> str | HardwareSpec | None:
         if value is None or isinstance(value, str):
             return value
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a hardware preset name or a mapping, got {value!r}")
         return converter.structure(value, HardwareSpec)
 
     def precision_overrides(value: Any, _: type) -> Mapping[str, Any] | None:

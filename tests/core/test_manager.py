@@ -1,0 +1,417 @@
+"""The plugin framework: a fresh manager per test, built-ins by dotted name, one-off
+plugins passed in code, blocking, and the errors a misbehaving plugin causes.
+
+Every test builds its own manager (``get_plugin_manager``) and registry
+(``Registry.from_manager``); nothing is shared between tests.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points as installed_entry_points
+
+import attrs
+import pytest
+
+from hp_core.api import build_registry
+from hp_core.errors import PluginError
+from hp_core.hookspecs import HOOKS
+from hp_core.manager import BLOCK_ENV, DEFAULT_PLUGINS, ENTRY_POINT_GROUP, get_plugin_manager
+from hp_core.markers import hookimpl
+from hp_core.registry import Registry
+from hp_core.specs import HardwareSpec, PrecisionSpec
+from hp_core.types import CensusSource, HardwarePreset, LayerCost, LayerKind, ModelPreset, Runtime
+
+IN_CODE = "(registered in code)"
+
+
+@pytest.fixture(autouse=True)
+def _no_block_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests state their own blocking; a developer's HP_BLOCK_PLUGINS must not leak in."""
+    monkeypatch.delenv(BLOCK_ENV, raising=False)
+
+
+# ----------------------------------------------------------------------------- records
+
+
+@attrs.frozen
+class ToyConfig:
+    """A minimal layer config: layer kinds need an attrs config type."""
+
+    width: int = 8
+
+
+def _evaluate_toy(config: ToyConfig, context: object) -> LayerCost:
+    return LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0)
+
+
+def _layer_kind(name: str) -> LayerKind:
+    return LayerKind(name=name, config_type=ToyConfig, evaluate=_evaluate_toy, description="a toy kind for tests")
+
+
+def _census_source(name: str) -> CensusSource:
+    return CensusSource(name=name, provide=lambda request: {}, description="no records")
+
+
+def _runtime(name: str) -> Runtime:
+    return Runtime(name=name, precision=PrecisionSpec(grad_bytes=2), attention="eager", description="test runtime")
+
+
+def _hardware(name: str) -> HardwarePreset:
+    return HardwarePreset(name=name, spec=HardwareSpec(name="Toy accelerator", memory_bytes=16 * 2**30), provenance="made up")
+
+
+def _model(name: str) -> ModelPreset:
+    return ModelPreset(
+        name=name,
+        hf_config={
+            "model_type": "llama",
+            "hidden_size": 256,
+            "intermediate_size": 512,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 1000,
+        },
+        provenance="made up for tests",
+    )
+
+
+# One factory per hook: a new hook in HOOKS without a factory fails
+# test_every_hook_has_a_test below, so every hook stays exercised.
+RECORD_FACTORIES = {
+    "hp_layer_kinds": _layer_kind,
+    "hp_census_sources": _census_source,
+    "hp_runtimes": _runtime,
+    "hp_hardware": _hardware,
+    "hp_models": _model,
+}
+
+# How a registry looks a record up by name, per hook.
+LOOKUPS = {
+    "hp_layer_kinds": Registry.layer_kind,
+    "hp_census_sources": Registry.census_source,
+    "hp_runtimes": Registry.runtime,
+    "hp_hardware": Registry.hardware_preset,
+    "hp_models": Registry.model,
+}
+
+
+def _one_off_plugin(hook_name: str, records: list[object], class_name: str = "OneOff") -> object:
+    """An instance of a new class implementing *hook_name*, yielding *records*."""
+
+    def impl(self):
+        yield from records
+
+    impl.__name__ = hook_name
+    return type(class_name, (), {hook_name: hookimpl(impl)})()
+
+
+def _names(items) -> list[str]:
+    return [item.name for item in items]
+
+
+# ----------------------------------------------------------------------------- built-ins
+
+
+def test_builtins_are_registered_by_dotted_name():
+    manager = get_plugin_manager(use_env=False)
+    registered = dict(manager.list_name_plugin())
+    for dotted in DEFAULT_PLUGINS:
+        assert registered.get(dotted) is not None, f"{dotted} is not registered"
+    assert "hp_plugins.dense" in registered
+    assert registered["hp_plugins.dense"].__name__ == "hp_plugins.dense"
+
+
+def test_each_call_builds_a_fresh_manager():
+    first = get_plugin_manager(use_env=False)
+    second = get_plugin_manager(plugins=[_one_off_plugin("hp_layer_kinds", [_layer_kind("fresh-kind")])], use_env=False)
+    assert first is not second
+    assert "OneOff" in dict(second.list_name_plugin())
+    assert "OneOff" not in dict(first.list_name_plugin())
+    assert "fresh-kind" not in _names(Registry.from_manager(first).layer_kinds)
+
+
+def test_builtin_records_and_providers():
+    registry = Registry.from_manager(get_plugin_manager(use_env=False))
+    assert {"dense", "embedding", "output"} <= set(_names(registry.layer_kinds))
+    assert "generic" in _names(registry.runtimes)
+    assert "formulas" in _names(registry.census_sources)
+    assert "llama3-8b" in _names(registry.models)
+    dense = registry.provider("hp_layer_kinds", "dense")
+    assert dense.plugin == "hp_plugins.dense"
+    assert dense.distribution == "hp-planner"
+    assert [p.plugin for p in registry.plugins] == sorted(DEFAULT_PLUGINS)
+
+
+def test_registry_is_sorted_by_name():
+    # Registered in an order that is not alphabetical, by two plugins.
+    late = _one_off_plugin("hp_layer_kinds", [_layer_kind("zzz-kind"), _layer_kind("aaa-kind")], "LateKinds")
+    early = _one_off_plugin("hp_layer_kinds", [_layer_kind("mmm-kind")], "EarlyKinds")
+    registry = Registry.from_manager(get_plugin_manager(plugins=[late, early], use_env=False))
+    for hook_name in HOOKS:
+        items = getattr(registry, hook_name.removeprefix("hp_"))
+        assert _names(items) == sorted(_names(items)), hook_name
+    names = _names(registry.layer_kinds)
+    assert names[0] == "aaa-kind"
+    assert names[-1] == "zzz-kind"
+    assert {"dense", "mmm-kind"} <= set(names)
+    assert [p.plugin for p in registry.plugins] == sorted(p.plugin for p in registry.plugins)
+
+
+# ----------------------------------------------------------------------------- one-off plugins
+
+
+def test_one_off_class_adds_a_layer_kind():
+    class MyPlugin:
+        @hookimpl
+        def hp_layer_kinds(self):
+            yield _layer_kind("my-kind")
+
+    registry = Registry.from_manager(get_plugin_manager(plugins=[MyPlugin()], use_env=False))
+    kind = registry.layer_kind("my-kind")
+    assert kind.config_type is ToyConfig
+    provider = registry.provider("hp_layer_kinds", "my-kind")
+    assert provider.plugin == "MyPlugin"
+    assert provider.distribution == IN_CODE
+    assert "MyPlugin" in [p.plugin for p in registry.plugins]
+    # The built-ins are still there.
+    assert "dense" in _names(registry.layer_kinds)
+
+
+def test_build_registry_accepts_a_one_off_plugin():
+    registry = build_registry([_one_off_plugin("hp_runtimes", [_runtime("my-runtime")])], use_env=False)
+    assert registry.runtime("my-runtime").precision.grad_bytes == 2
+    assert registry.provider("hp_runtimes", "my-runtime").distribution == IN_CODE
+
+
+def test_every_hook_has_a_test():
+    assert set(RECORD_FACTORIES) == set(HOOKS)
+    assert set(LOOKUPS) == set(HOOKS)
+    for hook_name, record_type in HOOKS.items():
+        assert isinstance(RECORD_FACTORIES[hook_name]("probe"), record_type)
+
+
+@pytest.mark.parametrize("hook_name", sorted(HOOKS))
+def test_every_hook_is_collected(hook_name: str):
+    name = f"one-off-{hook_name.removeprefix('hp_').replace('_', '-')}"
+    record = RECORD_FACTORIES[hook_name](name)
+    plugin = _one_off_plugin(hook_name, [record])
+    registry = Registry.from_manager(get_plugin_manager(plugins=[plugin], use_env=False))
+
+    items = getattr(registry, hook_name.removeprefix("hp_"))
+    assert record in items
+    assert LOOKUPS[hook_name](registry, name) == record
+    provider = registry.provider(hook_name, name)
+    assert provider.plugin == "OneOff"
+    assert provider.distribution == IN_CODE
+    # Without the plugin the record is absent: the hook, not a built-in, supplied it.
+    bare = Registry.from_manager(get_plugin_manager(use_env=False))
+    assert record not in getattr(bare, hook_name.removeprefix("hp_"))
+
+
+def test_a_hook_returning_none_yields_nothing():
+    class Quiet:
+        @hookimpl
+        def hp_models(self):
+            return None
+
+    bare = Registry.from_manager(get_plugin_manager(use_env=False))
+    registry = Registry.from_manager(get_plugin_manager(plugins=[Quiet()], use_env=False))
+    assert registry.models == bare.models
+
+
+# ----------------------------------------------------------------------------- misbehaving plugins
+
+
+def test_duplicate_name_names_both_plugins():
+    class DupDense:
+        @hookimpl
+        def hp_layer_kinds(self):
+            yield _layer_kind("dense")
+
+    manager = get_plugin_manager(plugins=[DupDense()], use_env=False)
+    with pytest.raises(PluginError) as info:
+        Registry.from_manager(manager)
+    message = str(info.value)
+    assert "hp_plugins.dense" in message
+    assert "DupDense" in message
+    assert "'dense'" in message
+    assert "hp_plugins.dense" in info.value.plugin and "DupDense" in info.value.plugin
+    assert "\n" not in message
+
+
+def test_duplicate_between_two_one_off_plugins():
+    first = _one_off_plugin("hp_hardware", [_hardware("twin")], "FirstHardware")
+    second = _one_off_plugin("hp_hardware", [_hardware("twin")], "SecondHardware")
+    with pytest.raises(PluginError) as info:
+        Registry.from_manager(get_plugin_manager(plugins=[first, second], use_env=False))
+    assert "FirstHardware" in str(info.value)
+    assert "SecondHardware" in str(info.value)
+    assert "'twin'" in str(info.value)
+
+
+def test_hook_that_raises_names_the_plugin():
+    class Exploding:
+        @hookimpl
+        def hp_runtimes(self):
+            raise RuntimeError("boom")
+
+    manager = get_plugin_manager(plugins=[Exploding()], use_env=False)
+    with pytest.raises(PluginError) as info:
+        Registry.from_manager(manager)
+    assert info.value.plugin == "Exploding"
+    assert "Exploding" in str(info.value)
+    assert "hp_runtimes" in str(info.value)
+    assert "boom" in str(info.value)
+
+
+def test_hook_that_raises_while_yielding_names_the_plugin():
+    class HalfWay:
+        @hookimpl
+        def hp_models(self):
+            yield _model("half-way")
+            raise ValueError("ran out")
+
+    with pytest.raises(PluginError) as info:
+        Registry.from_manager(get_plugin_manager(plugins=[HalfWay()], use_env=False))
+    assert info.value.plugin == "HalfWay"
+    assert "ran out" in str(info.value)
+
+
+@pytest.mark.parametrize("wrong", [{"name": "dense"}, "my-kind", 42])
+def test_wrong_record_type_names_the_plugin(wrong: object):
+    class WrongType:
+        @hookimpl
+        def hp_layer_kinds(self):
+            yield wrong
+
+    with pytest.raises(PluginError) as info:
+        Registry.from_manager(get_plugin_manager(plugins=[WrongType()], use_env=False))
+    assert info.value.plugin == "WrongType"
+    assert "LayerKind" in str(info.value)
+    assert type(wrong).__name__ in str(info.value)
+
+
+def test_record_of_another_hook_is_the_wrong_type():
+    plugin = _one_off_plugin("hp_runtimes", [_hardware("not-a-runtime")], "Confused")
+    with pytest.raises(PluginError) as info:
+        Registry.from_manager(get_plugin_manager(plugins=[plugin], use_env=False))
+    assert info.value.plugin == "Confused"
+    assert "Runtime" in str(info.value)
+    assert "HardwarePreset" in str(info.value)
+
+
+def test_misspelled_hook_fails_check_pending():
+    class Misspelt:
+        @hookimpl
+        def hp_layer_kind(self):  # the hook is hp_layer_kinds
+            yield _layer_kind("never-seen")
+
+    with pytest.raises(PluginError) as info:
+        get_plugin_manager(plugins=[Misspelt()], use_env=False)
+    assert info.value.plugin == "Misspelt"
+    assert "hp_layer_kind" in str(info.value)
+
+
+def test_unmarked_misspelling_is_ignored():
+    # Without the hookimpl marker a method is not a hook implementation at all.
+    class Unmarked:
+        def hp_layer_kind(self):
+            raise AssertionError("never called")
+
+    manager = get_plugin_manager(plugins=[Unmarked()], use_env=False)
+    assert "Unmarked" in dict(manager.list_name_plugin())
+    Registry.from_manager(manager)
+
+
+def test_same_plugin_name_twice_is_a_plugin_error():
+    one = _one_off_plugin("hp_layer_kinds", [_layer_kind("kind-one")], "Twice")
+    two = _one_off_plugin("hp_layer_kinds", [_layer_kind("kind-two")], "Twice")
+    with pytest.raises(PluginError) as info:
+        get_plugin_manager(plugins=[one, two], use_env=False)
+    assert "Twice" in str(info.value)
+
+
+# ----------------------------------------------------------------------------- blocking
+
+
+def test_blocking_a_builtin_removes_its_records():
+    registry = Registry.from_manager(get_plugin_manager(blocked=["hp_plugins.presets"], use_env=False))
+    assert registry.models == ()
+    # The other built-ins are untouched.
+    assert "dense" in _names(registry.layer_kinds)
+    assert "generic" in _names(registry.runtimes)
+
+
+def test_blocking_the_dense_plugin_removes_the_dense_kind():
+    manager = get_plugin_manager(blocked=["hp_plugins.dense"], use_env=False)
+    assert manager.is_blocked("hp_plugins.dense")
+    assert dict(manager.list_name_plugin()).get("hp_plugins.dense") is None
+    registry = Registry.from_manager(manager)
+    assert "dense" not in _names(registry.layer_kinds)
+    assert {"embedding", "output"} <= set(_names(registry.layer_kinds))
+
+
+def test_blocking_lets_a_replacement_take_the_name():
+    class MyDense:
+        @hookimpl
+        def hp_layer_kinds(self):
+            yield _layer_kind("dense")
+
+    registry = build_registry([MyDense()], blocked=["hp_plugins.dense"], use_env=False)
+    assert registry.layer_kind("dense").config_type is ToyConfig
+    assert registry.provider("hp_layer_kinds", "dense").plugin == "MyDense"
+
+
+def test_blocking_a_one_off_plugin_by_name():
+    plugin = _one_off_plugin("hp_layer_kinds", [_layer_kind("blocked-kind")], "Unwanted")
+    registry = build_registry([plugin], blocked=["Unwanted"], use_env=False)
+    assert "blocked-kind" not in _names(registry.layer_kinds)
+
+
+def test_blocked_plugin_is_not_listed_as_loaded():
+    registry = Registry.from_manager(get_plugin_manager(blocked=["hp_plugins.presets"], use_env=False))
+    assert "hp_plugins.presets" not in [p.plugin for p in registry.plugins]
+
+
+def test_block_env_variable_blocks(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(BLOCK_ENV, " hp_plugins.presets , hp_plugins.hardware ")
+    manager = get_plugin_manager()
+    assert manager.is_blocked("hp_plugins.presets")
+    assert manager.is_blocked("hp_plugins.hardware")
+    registry = Registry.from_manager(manager)
+    assert registry.models == ()
+    assert registry.hardware == ()
+    assert "dense" in _names(registry.layer_kinds)
+
+
+def test_block_env_variable_is_ignored_without_use_env(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(BLOCK_ENV, "hp_plugins.presets")
+    manager = get_plugin_manager(use_env=False)
+    assert not manager.is_blocked("hp_plugins.presets")
+    registry = Registry.from_manager(manager)
+    assert "llama3-8b" in _names(registry.models)
+    # build_registry follows the same switch.
+    assert build_registry(use_env=True).models == ()
+    assert "llama3-8b" in _names(build_registry(use_env=False).models)
+
+
+def test_block_env_and_blocked_argument_combine(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(BLOCK_ENV, "hp_plugins.presets")
+    registry = build_registry(blocked=["hp_plugins.hardware"])
+    assert registry.models == ()
+    assert registry.hardware == ()
+
+
+# ----------------------------------------------------------------------------- entry points
+
+
+def test_entry_points_load_nothing_extra_here():
+    declared = {ep.name for ep in installed_entry_points(group=ENTRY_POINT_GROUP)}
+    without = {name for name, plugin in get_plugin_manager(use_env=False).list_name_plugin() if plugin is not None}
+    manager = get_plugin_manager(entry_points=True, use_env=False)
+    with_eps = {name for name, plugin in manager.list_name_plugin() if plugin is not None}
+    assert with_eps - without == declared
+    assert without <= with_eps
+    registry = Registry.from_manager(manager)
+    assert "dense" in _names(registry.layer_kinds)
