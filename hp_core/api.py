@@ -22,11 +22,11 @@ from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.manager import get_plugin_manager
 from hp_core.registry import Registry
 from hp_core.results import Estimate, ParameterSummary
-from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
+from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.stage import PlacedLayer, StageInputs, plan_stage
 from hp_core.types import ActivationTerm, CensusRecord, CensusRequest, CensusSource, LayerContext, LayerCost, LayerKind
 
-__all__ = ["build_registry", "estimate", "layer_context", "model_from_preset", "resolve_setting"]
+__all__ = ["build_registry", "count_parameters", "estimate", "layer_context", "model_from_preset", "resolve_setting", "with_sublayers"]
 
 
 def build_registry(
@@ -177,6 +177,44 @@ def _apply_census(cost: LayerCost, record: CensusRecord, context: LayerContext) 
     return attrs.evolve(cost, activations=(ActivationTerm("census_saved", saved),), working_bytes=held)
 
 
+def with_sublayers(context: LayerContext, registry: Registry) -> LayerContext:
+    """The context, able to evaluate nested layer groups (an MTP module's layer) through the registry."""
+
+    def sublayer(group: LayerGroup) -> LayerCost:
+        path = "$.model.layers[].config.layer"
+        kind = registry.layer_kind(group.kind, f"{path}.kind")
+        if kind.placement != "body":
+            raise ConfigError(f"{path}.kind", f"a nested layer must be of a body kind, not {kind.name!r}")
+        return _evaluate(kind, group.config, full, f"{path}.config")
+
+    full = attrs.evolve(context, sublayer=sublayer)
+    return full
+
+
+def _summarise(kinds: list[LayerKind], costs: list[LayerCost], model: ModelSpec) -> ParameterSummary:
+    """Whole-model parameter counts by kind and by group; a tied or shared weight once, with its owner."""
+    by_kind: dict[str, int] = {}
+    by_group: dict[str, int] = {}
+    for kind, cost, group in zip(kinds, costs, model.layers):
+        for p in cost.params:
+            if p.shared_with is not None:
+                continue
+            by_kind[kind.name] = by_kind.get(kind.name, 0) + p.elements * group.count
+            by_group[p.group] = by_group.get(p.group, 0) + p.elements * group.count
+    return ParameterSummary(total=sum(by_kind.values()), by_kind=by_kind, by_group=by_group)
+
+
+def count_parameters(model: ModelSpec, registry: Registry) -> ParameterSummary:
+    """The model's parameter counts (Hugging Face's, tied weights once), without a layout."""
+    context = with_sublayers(layer_context(ParallelSpec(seq_len=1), PrecisionSpec(), "flash"), registry)
+    kinds = [registry.layer_kind(group.kind, f"$.model.layers[{i}].kind") for i, group in enumerate(model.layers)]
+    costs = [
+        _evaluate(kind, group.config, context, f"$.model.layers[{i}].config")
+        for i, (kind, group) in enumerate(zip(kinds, model.layers))
+    ]
+    return _summarise(kinds, costs, model)
+
+
 def estimate(
     model: ModelSpec,
     parallel: ParallelSpec,
@@ -218,7 +256,7 @@ def estimate(
     body_count = sum(model.layers[i].count for i in body_groups)
     if body_count == 0:
         raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
-    context = layer_context(parallel, precision, attention, profile.vocab_pad_multiple)
+    context = with_sublayers(layer_context(parallel, precision, attention, profile.vocab_pad_multiple), registry)
     costs = [_evaluate(kind, group.config, context, f"$.model.layers[{i}].config") for i, (kind, group) in enumerate(zip(kinds, model.layers))]
     micro_batches = _validate_layout(parallel, body_count)
     counts = _split(body_count, parallel)
@@ -264,15 +302,7 @@ def estimate(
         settings = tuple(body[i].setting for c in mine for i in chunk_body[c])
         stages.append(plan_stage(stage, [chunk_layers[c] for c in mine], [chunk_body[c] for c in mine], settings, inputs))
 
-    by_kind: dict[str, int] = {}
-    by_group: dict[str, int] = {}
-    for kind, cost, group in zip(kinds, costs, model.layers):
-        for p in cost.params:
-            if p.shared_with is not None:
-                continue
-            by_kind[kind.name] = by_kind.get(kind.name, 0) + p.elements * group.count
-            by_group[p.group] = by_group.get(p.group, 0) + p.elements * group.count
-    parameters = ParameterSummary(total=sum(by_kind.values()), by_kind=by_kind, by_group=by_group)
+    parameters = _summarise(kinds, costs, model)
 
     layout = {
         "dp": parallel.dp, "tp": parallel.tp, "pp": parallel.pp, "vpp": parallel.vpp, "cp": parallel.cp,

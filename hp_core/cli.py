@@ -17,13 +17,13 @@ from rich.console import Console
 from rich.table import Table
 
 from hp_core import __version__
-from hp_core.api import build_registry, estimate, layer_context, model_from_preset
+from hp_core.api import build_registry, count_parameters, estimate, model_from_preset
 from hp_core.convert import ConfigFile, InlineModel, inline_model, load_config, structure
 from hp_core.errors import ConfigError, HPError, describe
 from hp_core.manager import BLOCK_ENV
 from hp_core.registry import Registry
 from hp_core.report import estimate_table, estimate_to_json, gib
-from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
+from hp_core.specs import HardwareSpec, ModelSpec, RecomputeSpec, Setting
 
 __all__ = ["DEFAULT_CONFIG", "build_parser", "main"]
 
@@ -255,20 +255,13 @@ def _run_plugins(args: argparse.Namespace, registry: Registry, console: Console)
 
 def _model_row(preset, registry: Registry) -> dict[str, Any]:
     model = model_from_preset(preset.name, registry)
-    context = layer_context(ParallelSpec(seq_len=1), PrecisionSpec(), "flash")
-    total = 0
-    layers = 0
-    for group in model.layers:
-        kind = registry.layer_kind(group.kind)
-        cost = kind.evaluate(group.config, context)
-        total += group.count * sum(p.elements for p in cost.params if p.shared_with is None)
-        layers += group.count if kind.placement == "body" else 0
+    body = registry.kinds_placed("body")
     return {
         "name": preset.name,
         "description": preset.description,
         "model_type": preset.hf_config.get("model_type"),
-        "layers": layers,
-        "parameters": total,
+        "layers": sum(group.count for group in model.layers if group.kind in body),
+        "parameters": count_parameters(model, registry).total,
         "provenance": preset.provenance,
     }
 

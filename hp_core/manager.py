@@ -24,6 +24,9 @@ __all__ = ["BLOCK_ENV", "DEFAULT_PLUGINS", "ENTRY_POINT_GROUP", "blocked_from_en
 DEFAULT_PLUGINS = (
     "hp_plugins.embedding",
     "hp_plugins.dense",
+    "hp_plugins.moe",
+    "hp_plugins.mla",
+    "hp_plugins.mtp",
     "hp_plugins.output",
     "hp_plugins.census_formulas",
     "hp_plugins.runtime_generic",

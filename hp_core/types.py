@@ -89,6 +89,9 @@ class LayerContext:
         attention: ``"eager"`` or ``"flash"`` (see :data:`ATTENTION_IMPLS`).
         vocab_pad_multiple: The vocabulary is padded to a multiple of
             ``vocab_pad_multiple * tp`` where the runtime does so (1: no padding).
+        sublayer: Evaluates another layer group in this context, for a kind
+            made of other kinds' layers (the MTP module's transformer layer);
+            set by the planner, ignored by equality.
     """
 
     tp: int
@@ -101,6 +104,7 @@ class LayerContext:
     precision: PrecisionSpec
     attention: str
     vocab_pad_multiple: int = 1
+    sublayer: Callable[[Any], "LayerCost"] | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def tokens(self) -> int:

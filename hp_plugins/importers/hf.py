@@ -2,44 +2,68 @@
 
 Fields are mapped by name, never guessed from the model's name. A field the
 file omits takes the default of the model type's transformers config class
-(stated below with the class); a field without such a default that the
-estimate needs is refused with its path.
+(listed in :data:`DEFAULTS`); a field without such a default that the estimate
+needs is refused with its path.
 
-Supported ``model_type`` values and their transformers classes:
+Supported ``model_type`` values, the transformers classes they follow and the
+layer kinds they become:
 
-* ``llama`` (``LlamaConfig``), ``mistral`` (``MistralConfig``): biases from
-  ``attention_bias`` / ``mlp_bias`` (default false), ``head_dim`` default
-  ``hidden_size / num_attention_heads``;
-* ``qwen2`` (``Qwen2Config``): q, k and v always carry biases
-  (``Qwen2Attention`` builds them with ``bias=True``), the output projection none;
-* ``qwen3`` (``Qwen3Config``): per-head RMSNorm of q and k, ``head_dim``
-  default 128, ``attention_bias`` default false.
-
-All: ``num_key_value_heads`` defaults to ``num_attention_heads``,
-``hidden_act`` to ``silu``, ``tie_word_embeddings`` to false,
-``attention_dropout`` to 0, RMSNorm, SwiGLU MLP.
+* ``llama``, ``mistral`` (``LlamaConfig``, ``MistralConfig``): ``dense``;
+  biases from ``attention_bias`` / ``mlp_bias``.
+* ``qwen2`` (``Qwen2Config``): ``dense``; q, k and v always carry biases
+  (``Qwen2Attention`` builds them with ``bias=True``).
+* ``qwen3`` (``Qwen3Config``): ``dense`` with per-head q/k RMSNorm.
+* ``mixtral`` (``MixtralConfig``): ``moe`` in every layer; the experts are
+  ``intermediate_size`` wide (``num_local_experts``, ``num_experts_per_tok``).
+* ``qwen2_moe`` (``Qwen2MoeConfig``): ``moe`` where ``(i + 1) % decoder_sparse_step
+  == 0`` and ``i`` is not in ``mlp_only_layers``, else ``dense`` of
+  ``intermediate_size``; a shared expert of ``shared_expert_intermediate_size``
+  with a sigmoid gate; q/k/v biases as Qwen2.
+* ``qwen3_moe`` (``Qwen3MoeConfig``): as ``qwen2_moe`` without shared experts or
+  biases, with q/k RMSNorm.
+* ``deepseek_v2``, ``deepseek_v3`` (``DeepseekV2Config``, ``DeepseekV3Config``):
+  ``mla`` for the first ``first_k_dense_replace`` layers and where
+  ``i % moe_layer_freq != 0``, else ``mla_moe`` with ``n_routed_experts`` of
+  ``moe_intermediate_size`` and ``n_shared_experts * moe_intermediate_size`` of
+  shared experts; ``num_nextn_predict_layers`` MTP modules (V3) of the last
+  layer's kind.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from hp_core.errors import ConfigError, describe
 from hp_core.specs.model import LayerGroup, ModelSpec
 from hp_plugins.dense import DenseConfig
 from hp_plugins.embedding import EmbeddingConfig
+from hp_plugins.mla import MLAConfig, MLAMoEConfig
+from hp_plugins.moe import MoEConfig
+from hp_plugins.mtp import MTPConfig
 from hp_plugins.output import OutputConfig
 
-__all__ = ["DENSE_MODEL_TYPES", "load_hf_config", "model_from_hf_config"]
+__all__ = ["DEFAULTS", "MODEL_TYPES", "load_hf_config", "model_from_hf_config"]
 
-# model_type -> (qkv bias rule, qk_norm, head_dim default)
-DENSE_MODEL_TYPES = {
-    "llama": ("field", False, None),
-    "mistral": ("field", False, None),
-    "qwen2": ("always", False, None),
-    "qwen3": ("field", True, 128),
+# Defaults of the transformers config classes for the fields the estimate reads
+# (a key absent here has no default: the file must state it). ``None`` for
+# num_key_value_heads / head_dim means "derived": num_attention_heads and
+# hidden_size / num_attention_heads.
+_COMMON = {"num_key_value_heads": None, "head_dim": None, "hidden_act": "silu", "tie_word_embeddings": False,
+           "attention_dropout": 0.0}
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {**_COMMON, "attention_bias": False, "mlp_bias": False},
+    "mistral": {**_COMMON},
+    "qwen2": {**_COMMON},
+    "qwen3": {**_COMMON, "head_dim": 128, "attention_bias": False},
+    "mixtral": {**_COMMON},
+    "qwen2_moe": {**_COMMON, "decoder_sparse_step": 1, "mlp_only_layers": [], "shared_expert_intermediate_size": 0},
+    "qwen3_moe": {**_COMMON, "decoder_sparse_step": 1, "mlp_only_layers": [], "attention_bias": False},
+    "deepseek_v2": {**_COMMON, "first_k_dense_replace": 0, "moe_layer_freq": 1, "n_shared_experts": None,
+                    "q_lora_rank": None, "attention_bias": False, "num_nextn_predict_layers": 0},
+    "deepseek_v3": {**_COMMON, "first_k_dense_replace": 0, "moe_layer_freq": 1, "n_shared_experts": None,
+                    "q_lora_rank": None, "attention_bias": False, "num_nextn_predict_layers": 0},
 }
 
 
@@ -59,21 +83,143 @@ def load_hf_config(path: str | Path) -> tuple[dict[str, Any], str]:
     return data, str(target)
 
 
-def _field(cfg: Mapping[str, Any], key: str, where: str, default: Any = ..., kind: type | tuple = int) -> Any:
-    value = cfg.get(key, default)
-    if value is ... or value is None and default is ...:
-        raise ConfigError(f"{where} $.{key}", "is missing and the estimate needs it; add it to the config")
-    if value is None:
-        return default
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ConfigError(f"{where} $.{key}", f"must be a positive integer, got {value!r}")
-    if kind is bool and not isinstance(value, bool):
-        raise ConfigError(f"{where} $.{key}", f"must be true or false, got {value!r}")
-    return value
+class _Reader:
+    """Reads fields of one config by name, with the model type's defaults."""
+
+    def __init__(self, cfg: Mapping[str, Any], model_type: str, where: str) -> None:
+        self.cfg, self.defaults, self.where = cfg, DEFAULTS[model_type], where
+
+    def get(self, key: str, kind: type = int) -> Any:
+        if key in self.cfg and self.cfg[key] is not None:
+            value = self.cfg[key]
+        elif key in self.defaults:
+            return self.defaults[key]
+        else:
+            raise ConfigError(f"{self.where} $.{key}", "is missing and the estimate needs it; add it to the config")
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ConfigError(f"{self.where} $.{key}", f"must be a non-negative integer, got {value!r}")
+        if kind is bool and not isinstance(value, bool):
+            raise ConfigError(f"{self.where} $.{key}", f"must be true or false, got {value!r}")
+        if kind is str and not isinstance(value, str):
+            raise ConfigError(f"{self.where} $.{key}", f"must be a string, got {value!r}")
+        if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"{self.where} $.{key}", f"must be a number, got {value!r}")
+        if kind is list and not (isinstance(value, list) and all(isinstance(v, int) for v in value)):
+            raise ConfigError(f"{self.where} $.{key}", f"must be a list of layer indices, got {value!r}")
+        return value
+
+
+def _gqa(r: _Reader, qkv_bias: bool | None = None, qk_norm: bool = False) -> dict[str, Any]:
+    heads = r.get("num_attention_heads")
+    return {
+        "hidden_size": r.get("hidden_size"),
+        "num_attention_heads": heads,
+        "num_key_value_heads": r.get("num_key_value_heads") or heads,
+        "head_dim": r.get("head_dim"),
+        "attention_bias": r.get("attention_bias", bool) if qkv_bias is None else qkv_bias,
+        "qk_norm": qk_norm,
+        "attention_dropout": float(r.get("attention_dropout", float)),
+    }
+
+
+def _mla(r: _Reader) -> dict[str, Any]:
+    return {
+        "hidden_size": r.get("hidden_size"),
+        "num_attention_heads": r.get("num_attention_heads"),
+        "q_lora_rank": r.get("q_lora_rank"),
+        "kv_lora_rank": r.get("kv_lora_rank"),
+        "qk_nope_head_dim": r.get("qk_nope_head_dim"),
+        "qk_rope_head_dim": r.get("qk_rope_head_dim"),
+        "v_head_dim": r.get("v_head_dim"),
+        "attention_bias": r.get("attention_bias", bool),
+        "attention_dropout": float(r.get("attention_dropout", float)),
+    }
+
+
+def _mlp(r: _Reader, width_key: str = "intermediate_size") -> dict[str, Any]:
+    return {"intermediate_size": r.get(width_key), "gated_mlp": True, "hidden_act": r.get("hidden_act", str)}
+
+
+def _experts(r: _Reader, count_key: str, width_key: str, shared: int = 0, gate: bool = False) -> dict[str, Any]:
+    return {
+        "num_experts": r.get(count_key),
+        "num_experts_per_tok": r.get("num_experts_per_tok"),
+        "moe_intermediate_size": r.get(width_key),
+        "shared_expert_intermediate_size": shared,
+        "shared_expert_gate": gate,
+        "hidden_act": r.get("hidden_act", str),
+    }
+
+
+def _layers_llama(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
+    mlp_bias = r.get("mlp_bias", bool) if model_type == "llama" else False
+    attention = _gqa(r, qkv_bias=True if model_type == "qwen2" else None if model_type != "mistral" else False,
+                     qk_norm=model_type == "qwen3")
+    layer = DenseConfig(**attention, **_mlp(r), mlp_bias=mlp_bias)
+    return [("dense", layer)] * r.get("num_hidden_layers")
+
+
+def _layers_mixtral(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
+    layer = MoEConfig(**_gqa(r, qkv_bias=False), **_experts(r, "num_local_experts", "intermediate_size"))
+    return [("moe", layer)] * r.get("num_hidden_layers")
+
+
+def _layers_qwen_moe(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
+    qwen2 = model_type == "qwen2_moe"
+    attention = _gqa(r, qkv_bias=True if qwen2 else None, qk_norm=not qwen2)
+    shared = r.get("shared_expert_intermediate_size") if qwen2 else 0
+    sparse = MoEConfig(**attention, **_experts(r, "num_experts", "moe_intermediate_size", shared, gate=qwen2 and shared > 0))
+    dense = None
+    step, only = r.get("decoder_sparse_step"), set(r.get("mlp_only_layers", list))
+    layers = []
+    for i in range(r.get("num_hidden_layers")):
+        if i not in only and step > 0 and (i + 1) % step == 0:
+            layers.append(("moe", sparse))
+        else:
+            dense = dense or DenseConfig(**attention, **_mlp(r))
+            layers.append(("dense", dense))
+    return layers
+
+
+def _layers_deepseek(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
+    attention = _mla(r)
+    n_shared = r.get("n_shared_experts") or 0
+    width = r.get("moe_intermediate_size")
+    sparse = MLAMoEConfig(**attention, **_experts(r, "n_routed_experts", "moe_intermediate_size", n_shared * width))
+    dense = MLAConfig(**attention, **_mlp(r))
+    first, freq = r.get("first_k_dense_replace"), r.get("moe_layer_freq")
+    return [
+        ("mla_moe", sparse) if i >= first and freq > 0 and i % freq == 0 else ("mla", dense)
+        for i in range(r.get("num_hidden_layers"))
+    ]
+
+
+_BUILDERS: dict[str, Callable[[_Reader, str], list[tuple[str, Any]]]] = {
+    "llama": _layers_llama,
+    "mistral": _layers_llama,
+    "qwen2": _layers_llama,
+    "qwen3": _layers_llama,
+    "mixtral": _layers_mixtral,
+    "qwen2_moe": _layers_qwen_moe,
+    "qwen3_moe": _layers_qwen_moe,
+    "deepseek_v2": _layers_deepseek,
+    "deepseek_v3": _layers_deepseek,
+}
+MODEL_TYPES = tuple(sorted(_BUILDERS))
+
+
+def _grouped(layers: list[tuple[str, Any]]) -> list[LayerGroup]:
+    groups: list[LayerGroup] = []
+    for kind, config in layers:
+        if groups and groups[-1].kind == kind and groups[-1].config == config:
+            groups[-1] = LayerGroup(kind, config, groups[-1].count + 1)
+        else:
+            groups.append(LayerGroup(kind, config, 1))
+    return groups
 
 
 def model_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str, where: str = "config.json") -> ModelSpec:
-    """The layer stack of a Hugging Face config: embedding, decoder layers, output head.
+    """The layer stack of a Hugging Face config: embedding, decoder layers, output head (and MTP).
 
     Args:
         cfg: The ``config.json`` mapping.
@@ -85,45 +231,22 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str, wher
         ConfigError: An unsupported ``model_type`` or a missing/invalid field.
     """
     model_type = cfg.get("model_type")
-    if not isinstance(model_type, str) or model_type not in DENSE_MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in _BUILDERS:
         raise ConfigError(
-            f"{where} $.model_type",
-            f"model_type {model_type!r} is not supported; supported: {', '.join(sorted(DENSE_MODEL_TYPES))}",
+            f"{where} $.model_type", f"model_type {model_type!r} is not supported; supported: {', '.join(MODEL_TYPES)}"
         )
-    bias_rule, qk_norm, head_dim_default = DENSE_MODEL_TYPES[model_type]
-    hidden = _field(cfg, "hidden_size", where)
-    heads = _field(cfg, "num_attention_heads", where)
-    layers = _field(cfg, "num_hidden_layers", where)
-    vocab = _field(cfg, "vocab_size", where)
-    kv_heads = _field(cfg, "num_key_value_heads", where, heads)
-    head_dim = _field(cfg, "head_dim", where, head_dim_default)
-    tied = _field(cfg, "tie_word_embeddings", where, False, bool)
-    qkv_bias = True if bias_rule == "always" else _field(cfg, "attention_bias", where, False, bool)
-    mlp_bias = _field(cfg, "mlp_bias", where, False, bool)
-    dropout = cfg.get("attention_dropout", 0.0) or 0.0
+    r = _Reader(cfg, model_type, where)
     try:
-        dense = DenseConfig(
-            hidden_size=hidden,
-            num_attention_heads=heads,
-            num_key_value_heads=kv_heads,
-            head_dim=head_dim,
-            intermediate_size=_field(cfg, "intermediate_size", where),
-            gated_mlp=True,
-            hidden_act=_field(cfg, "hidden_act", where, "silu", str),
-            attention_bias=qkv_bias,
-            mlp_bias=mlp_bias,
-            qk_norm=qk_norm,
-            norm="rmsnorm",
-            attention_dropout=float(dropout),
-        )
+        body = _grouped(_BUILDERS[model_type](r, model_type))
+        hidden, vocab = r.get("hidden_size"), r.get("vocab_size")
+        groups = [LayerGroup("embedding", EmbeddingConfig(vocab_size=vocab, hidden_size=hidden)), *body]
+        groups.append(LayerGroup("output", OutputConfig(vocab_size=vocab, hidden_size=hidden,
+                                                        tie_word_embeddings=r.get("tie_word_embeddings", bool))))
+        depth = r.get("num_nextn_predict_layers") if model_type.startswith("deepseek") else 0
+        if depth:
+            last = body[-1]
+            mtp = MTPConfig(vocab_size=vocab, hidden_size=hidden, layer=LayerGroup(last.kind, last.config, 1))
+            groups.append(LayerGroup("mtp", mtp, depth))
     except (TypeError, ValueError) as exc:
         raise ConfigError(where, describe(exc)) from exc
-    return ModelSpec(
-        name=name,
-        layers=(
-            LayerGroup("embedding", EmbeddingConfig(vocab_size=vocab, hidden_size=hidden)),
-            LayerGroup("dense", dense, layers),
-            LayerGroup("output", OutputConfig(vocab_size=vocab, hidden_size=hidden, tie_word_embeddings=tied)),
-        ),
-        source=source,
-    )
+    return ModelSpec(name=name, layers=tuple(groups), source=source)

@@ -335,7 +335,7 @@ def test_unknown_kind_refused_with_its_path(reg: Registry):
 
 
 def test_unknown_kind_in_a_later_group(reg: Registry):
-    model = {"name": "tiny", "layers": [{"kind": "dense", "config": TINY_DENSE}, {"kind": "moe"}]}
+    model = {"name": "tiny", "layers": [{"kind": "dense", "config": TINY_DENSE}, {"kind": "moee"}]}
     assert _refused({**BASE, "model": model}, reg).path == "$.model.layers[1].kind"
 
 

@@ -97,8 +97,9 @@ def test_per_layer_breakdown(tp):
     assert parts["o_proj"].elements == attn["o_proj"] == 16777216
     assert parts["mlp_in_proj"].elements == mlp["gate_proj"] + mlp["up_proj"] == 117440512
     assert parts["mlp_out_proj"].elements == mlp["down_proj"] == 58720256
-    assert parts["replicated"].elements == BREAKDOWN["input_layernorm"]["params"] + BREAKDOWN["post_attention_layernorm"]["params"] == 8192
-    assert set(parts) == {"qkv_proj", "o_proj", "mlp_in_proj", "mlp_out_proj", "replicated"}
+    assert parts["attn_norm"].elements == BREAKDOWN["input_layernorm"]["params"] == 4096
+    assert parts["mlp_norm"].elements == BREAKDOWN["post_attention_layernorm"]["params"] == 4096
+    assert set(parts) == {"qkv_proj", "o_proj", "mlp_in_proj", "mlp_out_proj", "attn_norm", "mlp_norm"}
     assert cost.param_elements() == DENSE["params_per_layer"]
     assert cost.param_elements("dense") == DENSE["params_per_layer"]
     assert {name for name, p in parts.items() if p.tp_split} == {"qkv_proj", "o_proj", "mlp_in_proj", "mlp_out_proj"}

@@ -1,0 +1,96 @@
+"""Multi-head latent attention layers (DeepSeek-V2/V3) with a dense or an MoE feed-forward block.
+
+Two kinds: ``mla`` (MLA + dense SwiGLU MLP: DeepSeek's ``first_k_dense_replace``
+layers) and ``mla_moe`` (MLA + routed and shared experts). Parameters equal
+Hugging Face transformers' ``DeepseekV3DecoderLayer`` / ``DeepseekV2DecoderLayer``.
+Attention terms: :func:`hp_plugins._blocks.mla_attention`, whose up-projected
+heads are gated by the ``attUp`` switch, so each kind prices 256 settings of its
+eight switches.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from hp_core.markers import hookimpl
+from hp_core.types import LayerContext, LayerCost, LayerKind
+from hp_plugins._blocks import (
+    LayerBuilder,
+    MLAFields,
+    MLPFields,
+    MoEFields,
+    mla_attention,
+    mlp,
+    moe,
+    validate_mla,
+    validate_mlp,
+    validate_moe,
+)
+from hp_plugins.dense import SELECTIVE
+
+__all__ = ["MLAConfig", "MLAMoEConfig", "MLA_SWITCHES", "evaluate_mla", "evaluate_mla_moe", "hp_layer_kinds"]
+
+MLA_SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class MLAConfig(MLAFields, MLPFields):
+    """MLA attention and a dense MLP: the fields of :class:`~hp_plugins._blocks.MLAFields`
+    and :class:`~hp_plugins._blocks.MLPFields`."""
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class MLAMoEConfig(MLAFields, MoEFields):
+    """MLA attention and a mixture of experts: the fields of
+    :class:`~hp_plugins._blocks.MLAFields` and :class:`~hp_plugins._blocks.MoEFields`."""
+
+    def __attrs_post_init__(self) -> None:
+        self._check_moe()
+
+
+def _validate_mla(config: MLAConfig, context: LayerContext) -> None:
+    validate_mla(config, context)
+    validate_mlp(config, context)
+
+
+def _validate_mla_moe(config: MLAMoEConfig, context: LayerContext) -> None:
+    validate_mla(config, context)
+    validate_moe(config, context)
+
+
+def evaluate_mla(c: MLAConfig, x: LayerContext) -> LayerCost:
+    """An MLA layer with a dense MLP, on one rank."""
+    b = LayerBuilder(x, c.hidden_size)
+    mla_attention(b, c)
+    mlp(b, c, c.norm, c.hidden_dropout)
+    return b.build()
+
+
+def evaluate_mla_moe(c: MLAMoEConfig, x: LayerContext) -> LayerCost:
+    """An MLA layer with a mixture of experts, on one rank."""
+    b = LayerBuilder(x, c.hidden_size)
+    mla_attention(b, c)
+    moe(b, c, c.norm, c.hidden_dropout)
+    return b.build()
+
+
+@hookimpl
+def hp_layer_kinds():
+    yield LayerKind(
+        name="mla",
+        config_type=MLAConfig,
+        evaluate=evaluate_mla,
+        switches=MLA_SWITCHES,
+        selective=SELECTIVE,
+        validate=_validate_mla,
+        description="multi-head latent attention (DeepSeek) with a dense SwiGLU MLP",
+    )
+    yield LayerKind(
+        name="mla_moe",
+        config_type=MLAMoEConfig,
+        evaluate=evaluate_mla_moe,
+        switches=MLA_SWITCHES,
+        selective=SELECTIVE,
+        validate=_validate_mla_moe,
+        description="multi-head latent attention (DeepSeek) with routed and shared experts",
+    )

@@ -1,0 +1,119 @@
+"""DeepSeek-V3 multi-token prediction (MTP) module (DeepSeek-V3 report, arXiv:2412.19437, Section 2.2).
+
+Each of ``num_nextn_predict_layers`` modules (the group's count) embeds the
+next tokens with the shared embedding, normalises that embedding (``enorm``)
+and the previous depth's hidden state (``hnorm``), projects their
+concatenation ``2h -> h`` (``eh_proj``), runs one transformer layer of the
+model's last body kind, and computes its own logits and loss through a norm
+(``shared_head.norm``) and the shared output head. It sits on the last stage,
+which then holds the embedding's weight too when ``pp > 1``.
+
+Parameters of one module: ``enorm``, ``hnorm`` and ``shared_head.norm``
+(``h`` each), ``eh_proj`` (``2h * h``) and the transformer layer's. The
+embedding and head it shares are counted once, with their owners; the
+released checkpoint also stores copies of them with the module
+(``model.layers.61.embed_tokens``, ``shared_head.head``), which is why its
+total is 685B for the 671B main model.
+
+Kept per module: the next tokens' ids, the two norms' inputs (the embedding
+output; the previous hidden state is the output head's norm input, already
+kept) and outputs, the concatenation, the layer's own terms, and the head's
+norm input and output and its fp32 loss softmax over the vocabulary shard.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from hp_core.errors import ConfigError
+from hp_core.markers import hookimpl
+from hp_core.specs.model import LayerGroup
+from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, LayerKind, ParamCount
+from hp_plugins._shapes import NORMS, norm_params, padded_vocab
+from hp_plugins.embedding import TOKEN_ID_BYTES
+
+__all__ = ["MTPConfig", "evaluate_mtp", "hp_layer_kinds"]
+
+
+def _positive(instance, attribute, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+def _one_layer(instance, attribute, value):
+    if not isinstance(value, LayerGroup) or value.count != 1:
+        raise ValueError(f"{attribute.name} must be one layer group of count 1 (the module's transformer layer)")
+
+
+@attrs.frozen(kw_only=True)
+class MTPConfig:
+    """One MTP module.
+
+    Attributes:
+        vocab_size: Vocabulary (of the shared embedding and head).
+        hidden_size: Model width.
+        norm: The module's norms (``rmsnorm`` or ``layernorm``).
+        layer: Its transformer layer: a body kind and that kind's config.
+    """
+
+    vocab_size: int = attrs.field(validator=_positive)
+    hidden_size: int = attrs.field(validator=_positive)
+    layer: LayerGroup = attrs.field(validator=_one_layer)
+    norm: str = attrs.field(default="rmsnorm", validator=attrs.validators.in_(NORMS))
+
+
+def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
+    """One MTP module's cost on one rank of the last stage."""
+    if x.sublayer is None:
+        raise ConfigError("$.model.layers", "the mtp kind evaluates its transformer layer through the planner (estimate)")
+    inner = x.sublayer(c.layer)
+    p, T, h = x.precision, x.tokens, c.hidden_size
+    act = p.activation_bytes
+    hidden = T * h * act // x.sp_degree
+    vocab = padded_vocab(c.vocab_size, x.vocab_pad_multiple, x.tp)
+    shard = vocab // x.tp
+    own = (
+        ActivationTerm("mtp_token_ids", T * TOKEN_ID_BYTES),
+        ActivationTerm("enorm_in", hidden),
+        ActivationTerm("enorm_out", hidden),
+        ActivationTerm("hnorm_out", hidden),
+        ActivationTerm("eh_proj_in", 2 * hidden),
+    )
+    head = (
+        ActivationTerm("head_norm_in", hidden),
+        ActivationTerm("head_norm_out", hidden),
+        ActivationTerm("mtp_loss_softmax", T * shard * p.logits_bytes, None, True),
+    )
+    layer_terms = tuple(attrs.evolve(term, op=f"layer.{term.op}", switch=None) for term in inner.activations)
+    params = (
+        ParamCount("mtp_norms", "dense", 3 * norm_params(c.norm, h), False),
+        ParamCount("eh_proj", "dense", 2 * h * h, True),
+        *(attrs.evolve(param, name=f"layer.{param.name}") for param in inner.params),
+        ParamCount("embed_tokens", "dense", c.vocab_size * h, True, vocab * h, "embedding"),
+        ParamCount("lm_head", "dense", c.vocab_size * h, True, vocab * h, "output"),
+    )
+    logits_grad = T * shard * act + T * h * act
+    return LayerCost(
+        params=params,
+        activations=own + layer_terms + head,
+        input_bytes=hidden,
+        working_bytes=max(inner.working_bytes, logits_grad),
+        buffers_once_bytes=inner.buffers_once_bytes,
+        buffers_per_micro_batch_bytes=inner.buffers_per_micro_batch_bytes,
+        forward=Flops(
+            matmul_flops=inner.forward.matmul_flops + 2 * T * 2 * h * h // x.tp + 2 * T * h * shard,
+            attention_flops=inner.forward.attention_flops,
+            elementwise_flops=inner.forward.elementwise_flops,
+        ),
+    )
+
+
+@hookimpl
+def hp_layer_kinds():
+    yield LayerKind(
+        name="mtp",
+        config_type=MTPConfig,
+        evaluate=evaluate_mtp,
+        placement="last",
+        description="DeepSeek-V3 multi-token prediction module: norms, 2h->h projection, one layer, shared head",
+    )
