@@ -22,7 +22,7 @@ from hp_core.convert import ConfigFile, InlineModel, inline_model, load_config, 
 from hp_core.errors import ConfigError, HPError, describe
 from hp_core.manager import BLOCK_ENV
 from hp_core.registry import Registry
-from hp_core.report import estimate_table, estimate_to_json, gib
+from hp_core.report import estimate_table, estimate_to_json, gib, kinds_table
 from hp_core.specs import HardwareSpec, ModelSpec, RecomputeSpec, Setting
 
 __all__ = ["DEFAULT_CONFIG", "build_parser", "main"]
@@ -192,6 +192,7 @@ def _run_estimate(args: argparse.Namespace, registry: Registry, console: Console
         print(json.dumps(estimate_to_json(result), indent=2, sort_keys=False))
         return 0
     console.print(estimate_table(result))
+    console.print(kinds_table(result))
     params = result.parameters
     console.print(
         f"Parameters: {params.total:,} in all ("

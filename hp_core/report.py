@@ -16,7 +16,7 @@ from rich.table import Table
 
 from hp_core.results import CATEGORIES, Estimate, StageEstimate
 
-__all__ = ["estimate_to_json", "estimate_table", "gib", "stage_to_json"]
+__all__ = ["estimate_to_json", "estimate_table", "gib", "kinds_table", "stage_to_json"]
 
 _GIB = 2**30
 
@@ -38,6 +38,8 @@ def stage_to_json(stage: StageEstimate) -> dict[str, Any]:
         "memory": memory,
         "binding_point": stage.binding_point,
         "recompute": list(stage.settings),
+        "activations_by_kind_bytes": dict(stage.activations_by_kind),
+        "parameters_by_kind": dict(stage.parameters_by_kind),
     }
 
 
@@ -111,4 +113,21 @@ def estimate_table(result: Estimate) -> Table:
             gib(stage.peak_bytes),
             stage.binding_point,
         )
+    return table
+
+
+def kinds_table(result: Estimate) -> Table:
+    """One row per stage: its layers of each kind, and the activations each kind keeps (GiB)."""
+    kinds = list(dict.fromkeys(kind for stage in result.stages for kind in stage.kinds))
+    table = Table(title="Layers and activations by kind", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1),
+                  caption="count x kind: activations GiB per rank", caption_justify="left")
+    table.add_column("Stage", justify="right")
+    for kind in kinds:
+        table.add_column(kind, justify="right")
+    for stage in result.stages:
+        cells = [
+            f"{stage.kinds[kind]} x {gib(stage.activations_by_kind.get(kind, 0))}" if kind in stage.kinds else "-"
+            for kind in kinds
+        ]
+        table.add_row(str(stage.index), *cells)
     return table

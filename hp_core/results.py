@@ -70,6 +70,10 @@ class StageEstimate:
             warm-up, as the stage runs its first backward while holding every
             in-flight micro-batch's activations).
         settings: The recompute setting of each body layer, by layer index.
+        activations_by_kind: ``activations_bytes`` split by layer kind (the MTP
+            module, the output head's logits and loss, ... each on its own line).
+        parameters_by_kind: Parameter elements the rank holds, by layer kind
+            (after TP/EP splitting, before ZeRO sharding).
     """
 
     index: int
@@ -80,6 +84,8 @@ class StageEstimate:
     memory: MemoryBreakdown
     binding_point: str
     settings: tuple[str, ...]
+    activations_by_kind: Mapping[str, int] = attrs.field(factory=dict)
+    parameters_by_kind: Mapping[str, int] = attrs.field(factory=dict)
 
     @property
     def peak_bytes(self) -> int:

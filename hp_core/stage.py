@@ -161,6 +161,7 @@ def plan_stage(
     owners = {layer.kind for layer in all_layers}
 
     elements: dict[str, int] = {}
+    elements_by_kind: dict[str, int] = {}
     per_layer: list[int] = []
     seen: dict[int, dict[str, int]] = {}
     for layer in all_layers:
@@ -170,15 +171,18 @@ def plan_stage(
         found = seen[key]
         for group, n in found.items():
             elements[group] = elements.get(group, 0) + n
+        elements_by_kind[layer.kind] = elements_by_kind.get(layer.kind, 0) + sum(found.values())
         if inputs.zero >= 3:
             per_layer.append(sum(found.values()))
     params, grads, master, states = _static(elements, inputs)
 
-    activations = 0
+    activations_by_kind: dict[str, int] = {}
     buffers_per_mb = 0
     for count, layers in zip(in_flight, chunk_layers):
-        activations += count * sum(layer.kept_bytes for layer in layers)
-        buffers_per_mb += count * sum(layer.cost.buffers_per_micro_batch_bytes for layer in layers)
+        for layer in layers:
+            activations_by_kind[layer.kind] = activations_by_kind.get(layer.kind, 0) + count * layer.kept_bytes
+            buffers_per_mb += count * layer.cost.buffers_per_micro_batch_bytes
+    activations = sum(activations_by_kind.values())
     buffers_once = max((layer.cost.buffers_once_bytes for layer in all_layers), default=0)
     buffers = buffers_once + buffers_per_mb + _zero3_buffers(per_layer, inputs, sum(elements.values()))
 
@@ -214,4 +218,6 @@ def plan_stage(
         memory=memory,
         binding_point="warmup_end",
         settings=settings,
+        activations_by_kind=activations_by_kind,
+        parameters_by_kind=elements_by_kind,
     )
