@@ -1,4 +1,4 @@
-"""Time the in-process ``estimate(...)`` call for the dense presets.
+"""Time the in-process ``estimate(...)`` call for dense and MoE presets.
 
 Run: ``python benchmarks/bench_estimate.py [--repeat N]``. Imports and the
 registry build are excluded; each figure is the median of N calls. Results go
@@ -24,6 +24,11 @@ LAYOUTS = {
     "qwen2.5-72b": ParallelSpec(dp=4, tp=8, pp=8, vpp=5, sp=True, seq_len=8192, global_batch_size=512),
     "llama3-405b": ParallelSpec(dp=8, tp=8, pp=9, vpp=2, sp=True, seq_len=8192, global_batch_size=576,
                                 layers_per_stage=(7,) * 18),
+    "mixtral-8x7b": ParallelSpec(dp=8, tp=2, pp=4, ep=8, sp=True, seq_len=4096, global_batch_size=256),
+    "qwen3-235b-a22b": ParallelSpec(dp=16, tp=4, pp=8, ep=16, sp=True, seq_len=4096, global_batch_size=1024,
+                                    layers_per_stage=(12,) * 7 + (10,)),
+    "deepseek-v3": ParallelSpec(dp=128, pp=16, ep=64, seq_len=4096, global_batch_size=4096,
+                                layers_per_stage=(4,) * 15 + (1,)),
 }
 
 
@@ -33,7 +38,7 @@ def main() -> None:
     args = parser.parse_args()
     registry = build_registry(use_env=False)
     print(f"python {platform.python_version()} on {platform.machine()} ({platform.processor() or 'cpu'})")
-    print(f"{'preset':<14}{'layout':<44}{'median us':>10}")
+    print(f"{'preset':<17}{'layout':<41}{'median us':>10}")
     for name, parallel in LAYOUTS.items():
         model = model_from_preset(name, registry)
         estimate(model, parallel, registry=registry)  # warm caches and imports
@@ -42,8 +47,8 @@ def main() -> None:
             start = time.perf_counter()
             estimate(model, parallel, registry=registry)
             timings.append(time.perf_counter() - start)
-        layout = f"dp{parallel.dp} tp{parallel.tp} pp{parallel.pp} vpp{parallel.vpp} seq{parallel.seq_len}"
-        print(f"{name:<14}{layout:<44}{statistics.median(timings) * 1e6:>10.0f}")
+        layout = f"dp{parallel.dp} tp{parallel.tp} pp{parallel.pp} vpp{parallel.vpp} ep{parallel.ep} seq{parallel.seq_len}"
+        print(f"{name:<17}{layout:<41}{statistics.median(timings) * 1e6:>10.0f}")
 
 
 if __name__ == "__main__":
