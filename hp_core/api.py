@@ -45,7 +45,13 @@ def model_from_preset(name: str, registry: Registry, path: str = "$.model") -> M
     return model_from_hf_config(preset.hf_config, name=preset.name, source=f"preset {preset.name}: {preset.provenance}")
 
 
-def layer_context(parallel: ParallelSpec, precision: PrecisionSpec, attention: str, vocab_pad_multiple: int = 1) -> LayerContext:
+def layer_context(
+    parallel: ParallelSpec,
+    precision: PrecisionSpec,
+    attention: str,
+    vocab_pad_multiple: int = 1,
+    traits: frozenset[str] = frozenset(),
+) -> LayerContext:
     """The context every layer of a run is evaluated in."""
     return LayerContext(
         tp=parallel.tp,
@@ -58,6 +64,7 @@ def layer_context(parallel: ParallelSpec, precision: PrecisionSpec, attention: s
         precision=precision,
         attention=attention,
         vocab_pad_multiple=vocab_pad_multiple,
+        traits=traits,
     )
 
 
@@ -256,7 +263,9 @@ def estimate(
     body_count = sum(model.layers[i].count for i in body_groups)
     if body_count == 0:
         raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
-    context = with_sublayers(layer_context(parallel, precision, attention, profile.vocab_pad_multiple), registry)
+    context = with_sublayers(
+        layer_context(parallel, precision, attention, profile.vocab_pad_multiple, profile.traits), registry
+    )
     costs = [_evaluate(kind, group.config, context, f"$.model.layers[{i}].config") for i, (kind, group) in enumerate(zip(kinds, model.layers))]
     micro_batches = _validate_layout(parallel, body_count)
     counts = _split(body_count, parallel)
@@ -272,6 +281,8 @@ def estimate(
             key = (i, setting)
             if key not in cache:
                 full, switches = resolve_setting(setting, kinds[i], "$.recompute")
+                # What the trainer recomputes whatever the plan says (Megatron re-gathers SP inputs).
+                switches |= profile.implicit_recompute & frozenset(kinds[i].switches)
                 cache[key] = PlacedLayer.make(kinds[i].name, costs[i], full, switches, setting.describe())
             body.append(cache[key])
     if recompute.layers and max(last for _, last, _ in recompute.layers) >= body_count:

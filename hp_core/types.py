@@ -36,6 +36,7 @@ __all__ = [
     "ParamCount",
     "Runtime",
     "SWITCHES",
+    "TRAITS",
 ]
 
 # The recompute switches (DESIGN section 5); a kind declares the ones it has.
@@ -44,6 +45,23 @@ SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffA
 PARAM_GROUPS = ("dense", "routed_expert", "shared_expert")
 # Where a kind's layers sit: before the body (first stage), in it, after it (last stage).
 PLACEMENTS = ("first", "body", "last")
+# How a trainer implements ops, where that changes what a layer keeps. A runtime
+# profile states the traits its trainer has; the built-in kinds read them.
+TRAITS = {
+    "fused_swiglu": (
+        "the gated MLP's activation keeps only its input, the FC1 output; its product is the FC2 input "
+        "(Megatron-LM bias_swiglu_impl / Transformer Engine)"
+    ),
+    "fused_cross_entropy": (
+        "the loss keeps the logits in the compute dtype, overwritten with their gradient in forward, "
+        "instead of an fp32 softmax (Transformer Engine parallel_cross_entropy; Megatron-LM --cross-entropy-loss-fusion)"
+    ),
+    "qkv_buffer_kept": (
+        "v is a view of the fused QKV projection's output, so attention keeps that whole buffer alive "
+        "(Megatron-Core get_query_key_value_tensors splits one linear_qkv output)"
+    ),
+}
+
 # Attention implementations a layer kind prices: ``eager`` keeps the score and
 # probability tensors; ``flash`` (also SDPA's flash/efficient kernels) keeps q,
 # k, v, the output and the fp32 log-sum-exp statistics, never the score matrix.
@@ -89,6 +107,8 @@ class LayerContext:
         attention: ``"eager"`` or ``"flash"`` (see :data:`ATTENTION_IMPLS`).
         vocab_pad_multiple: The vocabulary is padded to a multiple of
             ``vocab_pad_multiple * tp`` where the runtime does so (1: no padding).
+        traits: How the trainer implements ops, where that changes what a
+            layer keeps (names from :data:`TRAITS`).
         sublayer: Evaluates another layer group in this context, for a kind
             made of other kinds' layers (the MTP module's transformer layer);
             set by the planner, ignored by equality.
@@ -104,6 +124,7 @@ class LayerContext:
     precision: PrecisionSpec
     attention: str
     vocab_pad_multiple: int = 1
+    traits: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     sublayer: Callable[[Any], "LayerCost"] | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
@@ -325,6 +346,10 @@ class Runtime:
         overhead_bytes: Bytes it holds per rank beyond the model math
             (workspaces, allocator reserve), stated with a source.
         description: One line for ``hp plugins``; say where the figures come from.
+        traits: How it implements ops where that changes what layers keep
+            (names from :data:`TRAITS`).
+        implicit_recompute: Switches it always recomputes, whatever the plan
+            says (Megatron-LM re-gathers sequence-parallel inputs in backward).
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -334,6 +359,16 @@ class Runtime:
     vocab_pad_multiple: int = attrs.field(default=1, validator=attrs.validators.ge(1))
     overhead_bytes: int = attrs.field(default=0, validator=_non_negative_int)
     description: str = ""
+    traits: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    implicit_recompute: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+
+    def __attrs_post_init__(self) -> None:
+        unknown = sorted(self.traits - set(TRAITS))
+        if unknown:
+            raise ValueError(f"runtime {self.name}: unknown traits {unknown}; known: {sorted(TRAITS)}")
+        stray = sorted(self.implicit_recompute - set(SWITCHES))
+        if stray:
+            raise ValueError(f"runtime {self.name}: unknown switches {stray}")
 
 
 @attrs.frozen

@@ -301,7 +301,11 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
         b.keep("q_k", T * (a + g) * d * act // t, "normOp", True)
     else:
         b.keep("q_k", T * (a + g) * d * act // t, None, True)
-    b.keep("v", T * g * d * act // t, None, True)
+    if "qkv_buffer_kept" in x.traits:
+        # v is a view of the fused QKV output: the whole buffer stays alive with it.
+        b.keep("v", T * qkv * act // t, None, True)
+    else:
+        b.keep("v", T * g * d * act // t, None, True)
     b.attention_core(a, d, d, c.attention_dropout)
     b.keep("attn_out", T * a * d * act // t, None, True)
     if x.attention != "eager":
@@ -363,9 +367,19 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
 
 
 def _swiglu(b: LayerBuilder, prefix: str, tokens: int, width: int, gated: bool, act_name: str, tp_split: bool = True) -> int:
-    """Keep a (gated) MLP's FC1 outputs and activation outputs; return the bytes of one width-wide tensor."""
+    """Keep a (gated) MLP's FC1 outputs and activation outputs; return the bytes of one width-wide tensor.
+
+    Unfused SwiGLU (Hugging Face ``act_fn(gate_proj(x)) * up_proj(x)``) keeps
+    the gate and up outputs, the activation's output (the product's input) and
+    the product (the FC2 input). A fused SwiGLU (the ``fused_swiglu`` trait:
+    Megatron-LM ``bias_swiglu_impl``) keeps only its input, the FC1 output, and
+    its product, which FC2 keeps.
+    """
     wide = tokens * width * b.act
-    if gated:
+    if gated and "fused_swiglu" in b.x.traits:
+        b.keep(f"{prefix}fc1_out", 2 * wide, None, tp_split)
+        b.keep(f"{prefix}mul_out", wide, "ffAct", tp_split)
+    elif gated:
         b.keep(f"{prefix}gate_out", wide, None, tp_split)
         b.keep(f"{prefix}up_out", wide, None, tp_split)
         b.keep(f"{prefix}act_out", wide, "ffAct", tp_split)

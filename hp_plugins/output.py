@@ -60,16 +60,23 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
     params.append(
         ParamCount("lm_head", "dense", c.vocab_size * h, True, stored, "embedding" if c.tie_word_embeddings else None)
     )
+    if "fused_cross_entropy" in x.traits:
+        # The fused loss overwrites the logits with their gradient in forward and keeps them.
+        loss = ActivationTerm("loss_logits", T * vocab_shard * p.activation_bytes, None, True)
+        working = T * h * p.activation_bytes
+    else:
+        loss = ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, True)
+        working = T * vocab_shard * p.activation_bytes + T * h * p.activation_bytes
     terms = (
         ActivationTerm("final_norm_in", hidden),
         ActivationTerm("final_norm_out", hidden),
-        ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, True),
+        loss,
     )
     return LayerCost(
         params=tuple(params),
         activations=terms,
         input_bytes=hidden,
-        working_bytes=T * vocab_shard * p.activation_bytes + T * h * p.activation_bytes,
+        working_bytes=working,
         buffers_once_bytes=T * h * p.activation_bytes if x.sp and x.tp > 1 else 0,
         forward=Flops(
             matmul_flops=2 * T * h * vocab_shard,
