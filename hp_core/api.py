@@ -306,7 +306,10 @@ def estimate(
     chunk_layers[0] = placed("first") + chunk_layers[0]
     chunk_layers[-1] = chunk_layers[-1] + placed("last")
 
-    inputs = StageInputs(parallel, zero, precision, micro_batches, parallel.resolved_schedule, profile.overhead_bytes)
+    inputs = StageInputs(
+        parallel, zero, precision, micro_batches, parallel.resolved_schedule, profile.overhead_bytes,
+        profile.deferred_grad_reduction,
+    )
     stages = []
     for stage in range(parallel.pp):
         mine = range(stage, parallel.chunks, parallel.pp)

@@ -17,13 +17,14 @@ from rich.console import Console
 from rich.table import Table
 
 from hp_core import __version__
-from hp_core.api import build_registry, count_parameters, estimate, model_from_preset
-from hp_core.convert import ConfigFile, InlineModel, inline_model, load_config, structure
+from hp_core.api import build_registry, count_parameters, model_from_preset
+from hp_core.convert import ConfigFile, load_config, structure
 from hp_core.errors import ConfigError, HPError, describe
+from hp_core.job import estimate_job, resolve_job
 from hp_core.manager import BLOCK_ENV
 from hp_core.registry import Registry
 from hp_core.report import estimate_table, estimate_to_json, gib, kinds_table
-from hp_core.specs import HardwareSpec, ModelSpec, RecomputeSpec, Setting
+from hp_core.specs import RecomputeSpec, Setting
 
 __all__ = ["DEFAULT_CONFIG", "build_parser", "main"]
 
@@ -142,52 +143,9 @@ def _config_from_args(args: argparse.Namespace, registry: Registry) -> ConfigFil
     return attrs.evolve(base, **changes)
 
 
-def _resolve_model(config: ConfigFile, registry: Registry) -> ModelSpec:
-    from hp_plugins.importers.hf import load_hf_config, model_from_hf_config
-
-    if isinstance(config.model, InlineModel):
-        model = inline_model(config.model, source="config file")
-    elif any(m.name == config.model for m in registry.models):
-        model = model_from_preset(config.model, registry)
-    else:
-        data, where = load_hf_config(config.model)
-        model = model_from_hf_config(data, name=data.get("_name_or_path") or config.model, source=where, where=where)
-    if config.num_layers is not None:
-        body = registry.kinds_placed("body")
-        available = sum(group.count for group in model.layers if group.kind in body)
-        if config.num_layers > available:
-            raise ConfigError("$.num_layers", f"num_layers={config.num_layers} exceeds the model's {available} layers")
-        model = model.with_body_layers(config.num_layers, body)
-    return model
-
-
-def _resolve_hardware(config: ConfigFile, registry: Registry) -> HardwareSpec | None:
-    if config.hardware is None or isinstance(config.hardware, HardwareSpec):
-        return config.hardware
-    return registry.hardware_preset(config.hardware).spec
-
-
 def _run_estimate(args: argparse.Namespace, registry: Registry, console: Console) -> int:
     config = _config_from_args(args, registry)
-    model = _resolve_model(config, registry)
-    runtime = registry.runtime(config.runtime)
-    precision = None
-    if config.precision:
-        try:
-            precision = attrs.evolve(runtime.precision, **config.precision)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError("$.precision", describe(exc)) from None
-    result = estimate(
-        model,
-        config.parallel,
-        registry=registry,
-        runtime=config.runtime,
-        precision=precision,
-        hardware=_resolve_hardware(config, registry),
-        recompute=config.recompute,
-        census=config.census,
-        attention=config.attention,
-    )
+    result = estimate_job(resolve_job(config, registry), registry)
     if args.json:
         print(json.dumps(estimate_to_json(result), indent=2, sort_keys=False))
         return 0
@@ -224,11 +182,11 @@ def _run_plugins(args: argparse.Namespace, registry: Registry, console: Console)
         doc: dict[str, Any] = {
             "plugins": [{"name": p.plugin, "distribution": p.distribution, "version": p.version} for p in registry.plugins]
         }
-        for title, hook, items, describe in sections:
+        for title, hook, items, summary in sections:
             doc[title.replace(" ", "_")] = [
                 {
                     "name": item.name,
-                    "description": describe(item),
+                    "description": summary(item),
                     "plugin": registry.provider(hook, item.name).plugin,
                     "distribution": registry.provider(hook, item.name).distribution,
                     "version": registry.provider(hook, item.name).version,
@@ -243,13 +201,13 @@ def _run_plugins(args: argparse.Namespace, registry: Registry, console: Console)
     for p in registry.plugins:
         table.add_row(p.plugin, p.distribution, p.version)
     console.print(table)
-    for title, hook, items, describe in sections:
+    for title, hook, items, summary in sections:
         table = Table(title=title.capitalize(), title_justify="left")
         for column in ("Name", "Description", "Plugin", "Distribution"):
             table.add_column(column)
         for item in items:
             who = registry.provider(hook, item.name)
-            table.add_row(item.name, describe(item), who.plugin, f"{who.distribution} {who.version}".strip())
+            table.add_row(item.name, summary(item), who.plugin, f"{who.distribution} {who.version}".strip())
         console.print(table)
     return 0
 

@@ -30,6 +30,9 @@ DEFAULT_PLUGINS = (
     "hp_plugins.output",
     "hp_plugins.census_formulas",
     "hp_plugins.runtime_generic",
+    "hp_plugins.runtime_megatron",
+    "hp_plugins.runtime_fsdp2",
+    "hp_plugins.runtime_hyperparallel",
     "hp_plugins.hardware",
     "hp_plugins.presets",
 )

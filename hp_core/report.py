@@ -39,6 +39,7 @@ def stage_to_json(stage: StageEstimate) -> dict[str, Any]:
         "binding_point": stage.binding_point,
         "recompute": list(stage.settings),
         "activations_by_kind_bytes": dict(stage.activations_by_kind),
+        "peak_points_bytes": dict(stage.peak_points),
         "parameters_by_kind": dict(stage.parameters_by_kind),
     }
 

@@ -74,6 +74,8 @@ class StageEstimate:
             module, the output head's logits and loss, ... each on its own line).
         parameters_by_kind: Parameter elements the rank holds, by layer kind
             (after TP/EP splitting, before ZeRO sharding).
+        peak_points: The peak of every point priced, by name (``warmup_end``;
+            ``last_backward`` where the runtime defers gradient reduction).
     """
 
     index: int
@@ -86,6 +88,7 @@ class StageEstimate:
     settings: tuple[str, ...]
     activations_by_kind: Mapping[str, int] = attrs.field(factory=dict)
     parameters_by_kind: Mapping[str, int] = attrs.field(factory=dict)
+    peak_points: Mapping[str, int] = attrs.field(factory=dict)
 
     @property
     def peak_bytes(self) -> int:

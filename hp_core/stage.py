@@ -82,6 +82,7 @@ class StageInputs:
     micro_batches: int
     schedule: str
     overhead_bytes: int
+    deferred_grad_reduction: bool = False
 
 
 def _shard_degrees(parallel: ParallelSpec) -> dict[str, int]:
@@ -105,36 +106,44 @@ def _layer_elements(cost: LayerCost, parallel: ParallelSpec, owners_here: frozen
     return found
 
 
-def _static(elements: dict[str, int], inputs: StageInputs) -> tuple[int, int, int, int]:
+def _static(elements: dict[str, int], inputs: StageInputs, whole_grads: bool = False) -> tuple[int, int, int, int]:
+    """Parameters, gradients, master parameters and optimizer states of one rank.
+
+    Args:
+        whole_grads: The gradients are held unsharded whatever the ZeRO level
+            (deferred gradient reduction, at the end of the last backward).
+    """
     p, zero = inputs.precision, inputs.zero
     degrees = _shard_degrees(inputs.parallel)
     params = grads = master = states = 0
     for group, n in elements.items():
         shard = degrees[group]
         params += math.ceil(n * p.param_bytes / (shard if zero >= 3 else 1))
-        grads += math.ceil(n * p.grad_bytes / (shard if zero >= 2 else 1))
+        grads += math.ceil(n * p.grad_bytes / (shard if zero >= 2 and not whole_grads else 1))
         master += math.ceil(n * p.master_param_bytes / (shard if zero >= 1 else 1))
         states += math.ceil(n * p.optimizer_state_bytes / (shard if zero >= 1 else 1))
     return params, grads, master, states
 
 
-def _zero3_buffers(per_layer_elements: Sequence[int], inputs: StageInputs, stage_elements: int) -> int:
+def _zero3_buffers(per_layer_elements: Sequence[int], inputs: StageInputs, stage_elements: int, layers: int = 2) -> int:
     """Gathered parameters and the gradient reduce-scatter buffer under ZeRO-3/FSDP.
 
     Resharding after forward, a rank holds the running layer's and the
     prefetched layer's gathered parameters (PyTorch FSDP ``forward_prefetch`` /
     ``backward_prefetch``; DeepSpeed ZeRO-3 prefetch) and one layer's unsharded
-    gradient before its reduce-scatter. Without resharding, every gathered
+    gradient before its reduce-scatter; *layers* = 1 where nothing is left to
+    prefetch (the stage's last backward). Without resharding, every gathered
     parameter of the stage stays from forward to backward.
     """
     if inputs.zero < 3 or not per_layer_elements:
         return 0
     p = inputs.precision
+    # Gathered parameters are in the compute dtype (FSDP's MixedPrecisionPolicy param_dtype).
     largest = sorted(per_layer_elements, reverse=True)
     if inputs.parallel.reshard_after_forward:
-        gathered = sum(largest[:2]) * p.param_bytes
+        gathered = sum(largest[:layers]) * p.activation_bytes
     else:
-        gathered = stage_elements * p.param_bytes
+        gathered = stage_elements * p.activation_bytes
     return gathered + largest[0] * p.grad_bytes
 
 
@@ -192,16 +201,37 @@ def plan_stage(
         working = max(working, layer.backward_working_bytes - freed)
         freed += layer.kept_bytes
 
-    memory = MemoryBreakdown(
-        parameters_bytes=params,
-        gradients_bytes=grads,
-        master_parameters_bytes=master,
-        optimizer_states_bytes=states,
-        activations_bytes=activations,
-        communication_buffers_bytes=buffers,
-        working_set_bytes=working,
-        runtime_overhead_bytes=inputs.overhead_bytes,
-    )
+    points = {
+        "warmup_end": MemoryBreakdown(
+            parameters_bytes=params,
+            gradients_bytes=grads,
+            master_parameters_bytes=master,
+            optimizer_states_bytes=states,
+            activations_bytes=activations,
+            communication_buffers_bytes=buffers,
+            working_set_bytes=working,
+            runtime_overhead_bytes=inputs.overhead_bytes,
+        )
+    }
+    if inputs.deferred_grad_reduction and inputs.zero >= 2:
+        # The end of the stage's last backward: every micro-batch's activations are
+        # freed, the gradient is whole until its one reduce-scatter, and the first
+        # layer's backward runs with one layer's gathered parameters (nothing left
+        # to prefetch). The seed planner's second peak point (shared/seeds/000_*).
+        last_params, last_grads, last_master, last_states = _static(elements, inputs, whole_grads=True)
+        first = chunk_layers[0][0]
+        points["last_backward"] = MemoryBreakdown(
+            parameters_bytes=last_params,
+            gradients_bytes=last_grads,
+            master_parameters_bytes=last_master,
+            optimizer_states_bytes=last_states,
+            activations_bytes=first.kept_bytes,
+            communication_buffers_bytes=buffers_once + _zero3_buffers(per_layer, inputs, sum(elements.values()), 1),
+            working_set_bytes=first.backward_working_bytes,
+            runtime_overhead_bytes=inputs.overhead_bytes,
+        )
+    binding = max(points, key=lambda name: points[name].peak_bytes)
+    memory = points[binding]
     chunks = tuple(
         ChunkEstimate(index=chunk, layers=tuple(body), micro_batches_in_flight=count)
         for chunk, count, body in zip(chunks_of_stage(index, parallel.pp, parallel.vpp), in_flight, chunk_body)
@@ -216,8 +246,9 @@ def plan_stage(
         chunks=chunks,
         micro_batches_in_flight=sum(in_flight),
         memory=memory,
-        binding_point="warmup_end",
+        binding_point=binding,
         settings=settings,
         activations_by_kind=activations_by_kind,
         parameters_by_kind=elements_by_kind,
+        peak_points={name: point.peak_bytes for name, point in points.items()},
     )

@@ -350,6 +350,10 @@ class Runtime:
             (names from :data:`TRAITS`).
         implicit_recompute: Switches it always recomputes, whatever the plan
             says (Megatron-LM re-gathers sequence-parallel inputs in backward).
+        deferred_grad_reduction: Gradients are accumulated unsharded over a
+            step's micro-batches and reduce-scattered once after the last
+            backward, so under ZeRO-2/3 a stage holds its whole unsharded
+            gradient at the end of its last backward: a second peak point.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -361,6 +365,7 @@ class Runtime:
     description: str = ""
     traits: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     implicit_recompute: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    deferred_grad_reduction: bool = False
 
     def __attrs_post_init__(self) -> None:
         unknown = sorted(self.traits - set(TRAITS))

@@ -442,7 +442,7 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     like a dense MLP over the (SP-gathered) tokens.
     """
     x, t, act = b.x, b.x.tp, b.act
-    T, h, E, k = x.tokens, b.h, c.num_experts, c.num_experts_per_tok
+    T, h, E = x.tokens, b.h, c.num_experts
     routed = T // x.sp_degree
     processed = moe_tokens(c, x)
     b.pre_norm("moe", norm, hidden_dropout)

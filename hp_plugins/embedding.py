@@ -5,7 +5,8 @@ over TP along the vocabulary (Megatron-LM ``VocabParallelEmbedding``) and padded
 to a multiple of ``vocab_pad_multiple * tp`` where the runtime pads it.
 Kept for backward: the token ids (int64), which the lookup's backward scatters
 into the weight gradient; its output is the first layer's input, which that
-layer keeps. Under sequence parallelism the output is reduce-scattered.
+layer keeps. Under sequence parallelism the output is reduce-scattered. Its
+backward materialises a dense gradient of the rank's whole table shard.
 """
 
 from __future__ import annotations
@@ -54,8 +55,11 @@ def evaluate_embedding(c: EmbeddingConfig, x: LayerContext) -> LayerCost:
         params=(ParamCount("embed_tokens", "dense", c.vocab_size * c.hidden_size, True, stored),),
         activations=tuple(terms),
         input_bytes=T * TOKEN_ID_BYTES,
-        # Its backward holds the gradient of its output (the first layer's input gradient).
-        working_bytes=hidden,
+        # Its backward holds the gradient of its output (the first layer's input
+        # gradient) and a dense weight gradient of its whole vocabulary shard in the
+        # compute dtype (PyTorch embedding_dense_backward; trainers then add it into
+        # their gradient buffer), as no fused accumulation applies to a lookup.
+        working_bytes=hidden + stored // x.tp * x.precision.activation_bytes,
     )
 
 

@@ -82,7 +82,7 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
     head = (
         ActivationTerm("head_norm_in", hidden),
         ActivationTerm("head_norm_out", hidden),
-        ActivationTerm("mtp_loss_softmax", T * shard * p.logits_bytes, None, True),
+        ActivationTerm("mtp_loss_softmax", T * shard * (act if "fused_cross_entropy" in x.traits else p.logits_bytes), None, True),
     )
     layer_terms = tuple(attrs.evolve(term, op=f"layer.{term.op}", switch=None) for term in inner.activations)
     params = (

@@ -1,0 +1,93 @@
+"""A resolved job: a config file's names turned into specs, ready to estimate.
+
+The command line, ``hp validate`` and embedding code share this resolution:
+a preset name, a ``config.json`` path or an inline stack becomes a
+:class:`~hp_core.specs.ModelSpec`; the runtime's precision takes the config's
+overrides; a hardware name becomes a :class:`~hp_core.specs.HardwareSpec`.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from hp_core.api import estimate, model_from_preset
+from hp_core.convert import ConfigFile, InlineModel, inline_model
+from hp_core.errors import ConfigError, describe
+from hp_core.registry import Registry
+from hp_core.results import Estimate
+from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec
+
+__all__ = ["Job", "estimate_job", "resolve_job", "resolve_model"]
+
+
+@attrs.frozen
+class Job:
+    """Everything one estimate needs, resolved."""
+
+    model: ModelSpec
+    parallel: ParallelSpec
+    runtime: str = "generic"
+    precision: PrecisionSpec | None = None
+    hardware: HardwareSpec | None = None
+    recompute: RecomputeSpec | None = None
+    census: str = "formulas"
+    attention: str | None = None
+
+
+def resolve_model(config: ConfigFile, registry: Registry) -> ModelSpec:
+    """The model a config names: a preset, a Hugging Face ``config.json`` (file or folder), or inline."""
+    from hp_plugins.importers.hf import load_hf_config, model_from_hf_config
+
+    if isinstance(config.model, InlineModel):
+        model = inline_model(config.model, source="config file")
+    elif any(m.name == config.model for m in registry.models):
+        model = model_from_preset(config.model, registry)
+    else:
+        data, where = load_hf_config(config.model)
+        model = model_from_hf_config(data, name=data.get("_name_or_path") or config.model, source=where, where=where)
+    if config.num_layers is not None:
+        body = registry.kinds_placed("body")
+        available = sum(group.count for group in model.layers if group.kind in body)
+        if config.num_layers > available:
+            raise ConfigError("$.num_layers", f"num_layers={config.num_layers} exceeds the model's {available} layers")
+        model = model.with_body_layers(config.num_layers, body)
+    return model
+
+
+def resolve_job(config: ConfigFile, registry: Registry) -> Job:
+    """Resolve every name in *config* against *registry*."""
+    runtime = registry.runtime(config.runtime)
+    precision = None
+    if config.precision:
+        try:
+            precision = attrs.evolve(runtime.precision, **config.precision)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("$.precision", describe(exc)) from None
+    hardware = config.hardware
+    if isinstance(hardware, str):
+        hardware = registry.hardware_preset(hardware).spec
+    return Job(
+        model=resolve_model(config, registry),
+        parallel=config.parallel,
+        runtime=config.runtime,
+        precision=precision,
+        hardware=hardware,
+        recompute=config.recompute,
+        census=config.census,
+        attention=config.attention,
+    )
+
+
+def estimate_job(job: Job, registry: Registry) -> Estimate:
+    """:func:`hp_core.api.estimate` of a resolved job."""
+    return estimate(
+        job.model,
+        job.parallel,
+        registry=registry,
+        runtime=job.runtime,
+        precision=job.precision,
+        hardware=job.hardware,
+        recompute=job.recompute,
+        census=job.census,
+        attention=job.attention,
+    )

@@ -1,0 +1,39 @@
+"""The ``fsdp2`` runtime: PyTorch FSDP2 (``fully_shard``) as torchtitan runs it, optionally with tensor parallel.
+
+What it holds, and where that comes from (torchtitan ``parallelize_llama``,
+PyTorch ``torch.distributed.fsdp.fully_shard``):
+
+* Sharded parameters are fp32 (the optimizer updates them in place: no separate
+  master copy); ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``
+  all-gathers them to bf16 for compute and reduce-scatters fp32 gradients;
+  AdamW keeps two fp32 moments, sharded like the parameters. So ``zero: 3``
+  with 4-byte parameters, 4-byte gradients and no master copy.
+* Gathered parameters: the running and the prefetched layer's (one
+  ``fully_shard`` unit per transformer block), bf16, plus one layer's unsharded
+  gradient before its reduce-scatter; ``reshard_after_forward`` (torchtitan's
+  default for all but the last block) frees them after forward.
+* Kernels: SDPA flash attention; an unfused SwiGLU (``F.silu(w1(x)) * w3(x)``);
+  the loss upcasts the logits to fp32 (``cross_entropy(pred.flatten(0, 1).float(), ...)``).
+"""
+
+from __future__ import annotations
+
+from hp_core.markers import hookimpl
+from hp_core.specs.precision import PrecisionSpec
+from hp_core.types import Runtime
+
+__all__ = ["hp_runtimes"]
+
+
+@hookimpl
+def hp_runtimes():
+    yield Runtime(
+        name="fsdp2",
+        precision=PrecisionSpec(param_bytes=4, grad_bytes=4, master_param_bytes=0, optimizer="adamw", moment_bytes=4,
+                                activation_bytes=2, softmax_bytes=4, logits_bytes=4),
+        attention="flash",
+        zero=3,
+        vocab_pad_multiple=1,
+        overhead_bytes=0,
+        description="PyTorch FSDP2 / torchtitan: fp32 sharded params, bf16 gathered compute, fp32 reduce, AdamW",
+    )

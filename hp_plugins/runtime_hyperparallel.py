@@ -1,0 +1,34 @@
+"""The ``hyperparallel`` runtime: the semantics of the seed planner (HyperParallel's ``sapp_nd``).
+
+Mixed-precision AdamW (bf16 parameters and activations, fp32 gradients, master
+parameters and moments), flash attention, FSDP that reshards after forward, and
+**deferred gradient reduction**: gradients are accumulated unsharded over a
+step's micro-batches and reduce-scattered once after the last backward. A stage
+then has two peak points (``shared/seeds/000_*``, ``Cost.working`` and
+``Cost.first_working``): the end of warm-up (every in-flight micro-batch's
+activations, two layers' gathered parameters) and the end of its last backward
+(no activations, the whole unsharded gradient, one layer's gathered parameters
+and its first layer's backward working set).
+"""
+
+from __future__ import annotations
+
+from hp_core.markers import hookimpl
+from hp_core.specs.precision import PrecisionSpec
+from hp_core.types import Runtime
+
+__all__ = ["hp_runtimes"]
+
+
+@hookimpl
+def hp_runtimes():
+    yield Runtime(
+        name="hyperparallel",
+        precision=PrecisionSpec(),
+        attention="flash",
+        zero=3,
+        vocab_pad_multiple=1,
+        overhead_bytes=0,
+        deferred_grad_reduction=True,
+        description="HyperParallel: resharding FSDP with deferred gradient reduction (a second peak at the last backward)",
+    )

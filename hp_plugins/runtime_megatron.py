@@ -1,0 +1,51 @@
+"""The ``megatron`` runtime: Megatron-Core with Transformer Engine, as Megatron-LM's ``pretrain_gpt.py`` runs it.
+
+What it holds, and where that comes from (Megatron-LM at core 0.14, Transformer Engine 2.x):
+
+* Precision: bf16 parameters and compute (``--bf16``); fp32 gradients in the
+  DDP gradient buffer (``--accumulate-allreduce-grads-in-fp32``, on by default
+  with ``--bf16``: ``megatron/training/arguments.py``); fp32 master parameters
+  and two fp32 Adam moments (``megatron/core/optimizer``).
+* Sharding: the distributed optimizer (``--use-distributed-optimizer``, ZeRO-1:
+  master parameters and Adam states sharded over the data-parallel times
+  context-parallel group, expert parameters' over the expert data-parallel
+  group) is this profile's default ``zero: 1``; ``--zero 0`` prices Megatron
+  without it. Megatron has no ZeRO-2/3 of its own (use the ``fsdp2`` runtime).
+* Vocabulary padded to a multiple of ``128 * tp`` (``--make-vocab-size-divisible-by``
+  default 128; ``megatron/training/tokenizer/tokenizer.py`` ``_vocab_size_with_padding``).
+  A tokenizer that adds tokens (the NullTokenizer's EOD) is stated in the
+  model's ``vocab_size``.
+* Kernels (traits): TE fused attention keeps q, k, v, the output and fp32
+  softmax statistics; the fused SwiGLU (``megatron/core/fusions/fused_bias_swiglu.py``)
+  keeps only its input; the fused cross-entropy (``--cross-entropy-loss-fusion
+  --cross-entropy-fusion-impl te``, ``transformer_engine/pytorch/cross_entropy.py``)
+  keeps the bf16 logits and computes their gradient in place; sequence
+  parallelism re-gathers its inputs in backward (``gather`` always recomputed).
+"""
+
+from __future__ import annotations
+
+from hp_core.markers import hookimpl
+from hp_core.specs.precision import PrecisionSpec
+from hp_core.types import Runtime
+
+__all__ = ["hp_runtimes"]
+
+
+@hookimpl
+def hp_runtimes():
+    yield Runtime(
+        name="megatron",
+        precision=PrecisionSpec(param_bytes=2, grad_bytes=4, master_param_bytes=4, optimizer="adam", moment_bytes=4,
+                                activation_bytes=2, softmax_bytes=4, logits_bytes=4),
+        attention="flash",
+        zero=1,
+        vocab_pad_multiple=128,
+        overhead_bytes=0,
+        traits=frozenset({"fused_swiglu", "fused_cross_entropy"}),
+        implicit_recompute=frozenset({"gather"}),
+        description=(
+            "Megatron-Core + Transformer Engine: bf16, fp32 grad buffer, distributed optimizer, TE fused "
+            "attention/SwiGLU/cross-entropy, vocab padded to 128*tp"
+        ),
+    )
