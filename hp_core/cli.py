@@ -23,7 +23,7 @@ from hp_core.errors import ConfigError, HPError, describe
 from hp_core.job import estimate_job, resolve_job
 from hp_core.manager import BLOCK_ENV
 from hp_core.registry import Registry
-from hp_core.report import estimate_table, estimate_to_json, gib, kinds_table
+from hp_core.report import estimate_table, estimate_to_json, gib, kinds_table, validation_table
 from hp_core.specs import RecomputeSpec, Setting
 
 __all__ = ["DEFAULT_CONFIG", "build_parser", "main"]
@@ -105,6 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
     plugins = sub.add_parser("plugins", help="list plugins, layer kinds, census sources, runtimes and hardware",
                              description="Plugins and what each provides, with the distribution and version.")
     plugins.add_argument("--json", action="store_true", help="print JSON")
+
+    validate = sub.add_parser(
+        "validate", help="compare estimates with measured runs",
+        description="Estimate every measured run of a cases file with the runtime it names and print estimated and "
+                    "measured peak per stage with the signed error (see docs/validate.md for the format; "
+                    "megatron_measured.json is read as published).",
+    )
+    validate.add_argument("cases", help="a cases file (format hp-cases/1, YAML/JSON/TOML) or megatron_measured.json")
+    validate.add_argument("--json", action="store_true", help="print JSON")
 
     models = sub.add_parser("models", help="list model presets", description="Model presets shipped as data.")
     models.add_argument("--json", action="store_true", help="print JSON")
@@ -239,7 +248,32 @@ def _run_models(args: argparse.Namespace, registry: Registry, console: Console) 
     return 0
 
 
-_COMMANDS = {"estimate": _run_estimate, "plugins": _run_plugins, "models": _run_models}
+def _run_validate(args: argparse.Namespace, registry: Registry, console: Console) -> int:
+    from hp_core.validate import load_cases, validate_case
+
+    results = [validate_case(case, registry) for case in load_cases(args.cases, registry)]
+    if args.json:
+        doc = {
+            "cases": [
+                {
+                    "name": result.name,
+                    "runtime": result.runtime,
+                    "stages": [
+                        {"index": check.stage, "estimated_peak_bytes": check.estimated_bytes,
+                         "measured_peak_bytes": check.measured_bytes, "error": check.error}
+                        for check in result.stages
+                    ],
+                }
+                for result in results
+            ]
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
+    console.print(validation_table(results))
+    return 0
+
+
+_COMMANDS = {"estimate": _run_estimate, "plugins": _run_plugins, "models": _run_models, "validate": _run_validate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

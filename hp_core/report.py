@@ -16,7 +16,7 @@ from rich.table import Table
 
 from hp_core.results import CATEGORIES, Estimate, StageEstimate
 
-__all__ = ["estimate_to_json", "estimate_table", "gib", "kinds_table", "stage_to_json"]
+__all__ = ["estimate_to_json", "estimate_table", "gib", "kinds_table", "stage_to_json", "validation_table"]
 
 _GIB = 2**30
 
@@ -131,4 +131,17 @@ def kinds_table(result: Estimate) -> Table:
             for kind in kinds
         ]
         table.add_row(str(stage.index), *cells)
+    return table
+
+
+def validation_table(results) -> Table:
+    """One row per case and stage: estimated and measured peak (GiB) and the signed error."""
+    table = Table(title="Estimated against measured peak memory", title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=(0, 1), caption="error = (estimated - measured) / measured", caption_justify="left")
+    for column in ("Case", "Runtime", "Stage", "Estimated GiB", "Measured GiB", "Error"):
+        table.add_column(column, justify="left" if column in ("Case", "Runtime") else "right")
+    for result in results:
+        for check in result.stages:
+            table.add_row(result.name, result.runtime, str(check.stage), gib(check.estimated_bytes),
+                          gib(check.measured_bytes), f"{check.error * 100:+.2f}%")
     return table

@@ -1,0 +1,150 @@
+"""Checking the estimator against measured runs: ``hp validate CASES``.
+
+A cases file holds measured runs, each with the configuration it ran and what
+it measured. Two layouts are read:
+
+* the project's own (``format: hp-cases/1``, YAML, JSON or TOML)::
+
+      format: hp-cases/1
+      cases:
+        - name: llama3-8b-tp2-dp4
+          config: {model: llama3-8b, parallel: {dp: 4, tp: 2, sp: true, seq_len: 8192}, runtime: megatron}
+          measured:
+            source: "torch.cuda.max_memory_allocated, 3 iterations, 8x H100, 2026-11-01"
+            stage_peak_gib: [52.1]          # or stage_peak_bytes; one per pipeline stage
+            steps: [{micro_batches: 16, seconds: 4.2}]   # optional
+
+  ``config`` is exactly an ``hp estimate`` config file;
+* ``megatron_measured.json`` as published (:mod:`hp_plugins.importers.megatron_measured`).
+
+For every case and stage the report gives the estimated and the measured peak
+and the signed error ``(estimated - measured) / measured``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from hp_core.convert import ConfigFile, read_document, structure
+from hp_core.errors import ConfigError
+from hp_core.job import Job, estimate_job, resolve_job
+from hp_core.registry import Registry
+from hp_core.specs import ModelSpec, ParallelSpec
+
+__all__ = ["CaseResult", "MeasuredCase", "MeasuredStep", "StageCheck", "load_cases", "validate_case"]
+
+FORMAT = "hp-cases/1"
+_GIB = 2**30
+
+
+@attrs.frozen
+class MeasuredStep:
+    """A measured step time at one micro-batch count."""
+
+    micro_batches: int
+    seconds: float
+    global_batch_size: int | None = None
+
+
+@attrs.frozen
+class MeasuredCase:
+    """One measured run: what it ran and what it measured."""
+
+    name: str
+    model: ModelSpec
+    parallel: ParallelSpec
+    runtime: str
+    stage_peak_bytes: tuple[int, ...]
+    source: str
+    steps: tuple[MeasuredStep, ...] = ()
+    hardware: str | None = None
+    job: Job | None = None
+
+
+@attrs.frozen
+class StageCheck:
+    """One stage: estimated and measured peak, and the signed relative error."""
+
+    stage: int
+    estimated_bytes: int
+    measured_bytes: int
+
+    @property
+    def error(self) -> float:
+        return (self.estimated_bytes - self.measured_bytes) / self.measured_bytes
+
+
+@attrs.frozen
+class CaseResult:
+    """A case's per-stage checks, and the estimate behind them."""
+
+    name: str
+    runtime: str
+    stages: tuple[StageCheck, ...]
+    estimate: Any
+
+
+@attrs.frozen(kw_only=True)
+class _Measured:
+    source: str
+    stage_peak_gib: tuple[float, ...] | None = None
+    stage_peak_bytes: tuple[int, ...] | None = None
+    steps: tuple[MeasuredStep, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class _OwnCase:
+    name: str
+    config: ConfigFile
+    measured: _Measured
+
+
+@attrs.frozen(kw_only=True)
+class _OwnFile:
+    format: str
+    cases: tuple[_OwnCase, ...]
+
+
+def load_cases(path: str | Path, registry: Registry) -> list[MeasuredCase]:
+    """Read a cases file in either layout."""
+    from hp_plugins.importers.megatron_measured import is_megatron_measured, read_megatron_case
+
+    document = read_document(path)
+    if is_megatron_measured(document):
+        return [read_megatron_case(case, i) for i, case in enumerate(document["cases"])]
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise ConfigError("$.format", f"a cases file states format: {FORMAT} (or is megatron_measured.json as published)")
+    own = structure(document, _OwnFile, registry)
+    cases = []
+    for i, case in enumerate(own.cases):
+        measured = case.measured
+        if (measured.stage_peak_gib is None) == (measured.stage_peak_bytes is None):
+            raise ConfigError(f"$.cases[{i}].measured", "state exactly one of stage_peak_gib and stage_peak_bytes")
+        peaks = measured.stage_peak_bytes or tuple(round(g * _GIB) for g in measured.stage_peak_gib)
+        job = resolve_job(case.config, registry)
+        cases.append(
+            MeasuredCase(
+                name=case.name, model=job.model, parallel=job.parallel, runtime=job.runtime,
+                stage_peak_bytes=tuple(peaks), source=measured.source, steps=measured.steps, job=job,
+            )
+        )
+    return cases
+
+
+def validate_case(case: MeasuredCase, registry: Registry) -> CaseResult:
+    """Estimate *case* with the runtime it names and compare stage by stage."""
+    job = case.job or Job(model=case.model, parallel=case.parallel, runtime=case.runtime)
+    result = estimate_job(job, registry)
+    if len(result.stages) != len(case.stage_peak_bytes):
+        raise ConfigError(
+            f"case {case.name}",
+            f"measured {len(case.stage_peak_bytes)} stage peaks for a layout of {len(result.stages)} stages",
+        )
+    checks = tuple(
+        StageCheck(stage.index, stage.peak_bytes, measured)
+        for stage, measured in zip(result.stages, case.stage_peak_bytes)
+    )
+    return CaseResult(name=case.name, runtime=case.runtime, stages=checks, estimate=result)
