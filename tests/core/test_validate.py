@@ -1,0 +1,107 @@
+"""``hp validate``: reading measured runs in both layouts and reporting per-stage errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hp_core.api import estimate, model_from_preset
+from hp_core.cli import main
+from hp_core.errors import ConfigError
+from hp_core.specs import ParallelSpec
+from hp_core.validate import load_cases, validate_case
+
+CASES = Path(__file__).resolve().parents[3] / "shared" / "cases" / "megatron_measured.json"
+GIB = 2**30
+
+
+def _own_file(tmp_path, measured: dict, name: str = "cases.yaml") -> Path:
+    doc = {
+        "format": "hp-cases/1",
+        "cases": [
+            {
+                "name": "tiny",
+                "config": {"model": "llama3-8b", "num_layers": 4, "runtime": "megatron",
+                           "parallel": {"dp": 2, "tp": 2, "pp": 2, "sp": True, "seq_len": 2048}},
+                "measured": measured,
+            }
+        ],
+    }
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc) if name.endswith(".yaml") else json.dumps(doc))
+    return path
+
+
+def test_own_format_reports_signed_errors(registry, tmp_path):
+    path = _own_file(tmp_path, {"source": "made up for a test", "stage_peak_gib": [10.0, 12.5]})
+    (case,) = load_cases(path, registry)
+    assert case.stage_peak_bytes == (10 * GIB, round(12.5 * GIB))
+    result = validate_case(case, registry)
+    model = model_from_preset("llama3-8b", registry).with_body_layers(4, registry.kinds_placed("body"))
+    direct = estimate(model, ParallelSpec(dp=2, tp=2, pp=2, sp=True, seq_len=2048), registry=registry, runtime="megatron")
+    assert [c.estimated_bytes for c in result.stages] == [s.peak_bytes for s in direct.stages]
+    first = result.stages[0]
+    assert first.error == (direct.stages[0].peak_bytes - 10 * GIB) / (10 * GIB)
+
+
+def test_own_format_refuses_ambiguous_or_missing_measurements(registry, tmp_path):
+    both = _own_file(tmp_path, {"source": "x", "stage_peak_gib": [1.0, 1.0], "stage_peak_bytes": [1, 1]})
+    with pytest.raises(ConfigError) as error:
+        load_cases(both, registry)
+    assert error.value.path == "$.cases[0].measured"
+    missing = _own_file(tmp_path, {"stage_peak_gib": [1.0, 1.0]}, "m.json")
+    with pytest.raises(ConfigError) as error:
+        load_cases(missing, registry)
+    assert error.value.path == "$.cases[0].measured.source"
+    wrong_count = _own_file(tmp_path, {"source": "x", "stage_peak_gib": [1.0]}, "w.yaml")
+    (case,) = load_cases(wrong_count, registry)
+    with pytest.raises(ConfigError, match="measured 1 stage peaks for a layout of 2 stages"):
+        validate_case(case, registry)
+
+
+def test_unknown_format_is_refused(registry, tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("cases: []\n")
+    with pytest.raises(ConfigError) as error:
+        load_cases(path, registry)
+    assert error.value.path == "$.format"
+
+
+@pytest.fixture(scope="module")
+def megatron_cases():
+    if not CASES.is_file():
+        pytest.skip("shared/cases/megatron_measured.json is not available")
+    return json.loads(CASES.read_text())
+
+
+def test_megatron_measured_is_read_field_by_field(registry, megatron_cases):
+    cases = load_cases(CASES, registry)
+    assert [c.name for c in cases] == [c["case_id"] for c in megatron_cases["cases"]]
+    first, _, deepseek, long = cases
+    assert (first.parallel.tp, first.parallel.pp, first.parallel.dp, first.parallel.zero) == (1, 2, 4, 1)
+    assert first.stage_peak_bytes == (round(66.552 * GIB), round(62.9682 * GIB))
+    assert first.parallel.sp is False and long.parallel.sp is True
+    assert (long.parallel.cp, long.parallel.seq_len) == (4, 32768)
+    # NullTokenizer: --vocab-size 128256 + its EOD token.
+    (embedding,) = [g for g in first.model.layers if g.kind == "embedding"]
+    assert embedding.config.vocab_size == 128257
+    assert [(g.kind, g.count) for g in deepseek.model.layers] == [
+        ("embedding", 1), ("mla", 1), ("mla_moe", 3), ("output", 1)
+    ]
+    moe = deepseek.model.layers[2].config
+    assert (moe.capacity_factor, moe.pad_to_capacity, moe.shared_expert_intermediate_size) == (1.0, True, 3072)
+    assert deepseek.parallel.ep == 8 and deepseek.parallel.expert_dp == 1
+    assert [s.seconds for s in first.steps] == [0.843, 1.4768, 5.4365]
+
+
+def test_cli_validate_json(megatron_cases, capsys):
+    assert main(["validate", str(CASES), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["cases"]) == 4
+    assert [len(c["stages"]) for c in doc["cases"]] == [2, 1, 1, 1]
+    for case in doc["cases"]:
+        for stage in case["stages"]:
+            assert stage["error"] == (stage["estimated_peak_bytes"] - stage["measured_peak_bytes"]) / stage["measured_peak_bytes"]
