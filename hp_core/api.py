@@ -18,13 +18,14 @@ from typing import Iterable, Mapping
 import attrs
 
 from hp_core import __version__
+from hp_core import census as census_lib
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.manager import get_plugin_manager
 from hp_core.registry import Registry
 from hp_core.results import Estimate, ParameterSummary
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.stage import PlacedLayer, StageInputs, plan_stage
-from hp_core.types import ActivationTerm, CensusRecord, CensusRequest, CensusSource, LayerContext, LayerCost, LayerKind
+from hp_core.types import CensusRecord, CensusSource, LayerContext, LayerCost, LayerKind
 
 __all__ = ["build_registry", "count_parameters", "estimate", "layer_context", "model_from_preset", "resolve_setting", "with_sublayers"]
 
@@ -154,34 +155,16 @@ def _evaluate(kind: LayerKind, config: object, context: LayerContext, path: str)
     return cost
 
 
-def _census_records(source: CensusSource, model: ModelSpec, kinds: list[LayerKind], parallel: ParallelSpec, attention: str) -> Mapping[str, CensusRecord]:
-    request = CensusRequest(
-        model_name=model.name, kinds=tuple(sorted({k.name for k in kinds})), seq_len=parallel.seq_len, attention=attention
-    )
-    try:
-        records = dict(source.provide(request))
-    except HPError:
-        raise
-    except Exception as exc:
-        raise PluginError(source.name, f"census source raised {type(exc).__name__}: {describe(exc)}") from exc
-    for name, record in records.items():
-        if not isinstance(record, CensusRecord):
-            raise PluginError(source.name, f"census record for {name!r} must be a CensusRecord, got {type(record).__name__}")
-    return records
+def _census_records(
+    source: CensusSource, model: ModelSpec, kinds: list[LayerKind], parallel: ParallelSpec, attention: str, registry: Registry | None = None
+) -> Mapping[str, CensusRecord]:
+    """The records *source* has for the model's kinds (:func:`hp_core.census.request_records`)."""
+    return census_lib.request_records(source, model, kinds, parallel.seq_len, attention, registry=registry, tp=parallel.tp)
 
 
-def _apply_census(cost: LayerCost, record: CensusRecord, context: LayerContext) -> LayerCost:
-    """A layer's cost with its activations as a census measured them (DESIGN section 4).
-
-    Per token at micro-batch 1, the part TP does not split is divided by the
-    sequence-parallel degree, the part it splits by ``tp``. A census without a
-    per-op split prices the plain layer and full recompute; its selective
-    settings keep what the plain layer keeps.
-    """
-    tokens = context.tokens
-    saved = round(tokens * (record.saved / context.sp_degree + record.saved_tp / context.tp))
-    held = round(tokens * (record.working / context.sp_degree + record.working_tp / context.tp))
-    return attrs.evolve(cost, activations=(ActivationTerm("census_saved", saved),), working_bytes=held)
+def _apply_census(cost: LayerCost, record: CensusRecord, context: LayerContext, kind: LayerKind) -> LayerCost:
+    """A layer's cost with its activations as a census measured them (:func:`hp_core.census.apply_record`)."""
+    return census_lib.apply_record(cost, record, kind, context)
 
 
 def with_sublayers(context: LayerContext, registry: Registry) -> LayerContext:
@@ -256,7 +239,7 @@ def estimate(
     attention = attention if attention is not None else profile.attention
     zero = parallel.zero if parallel.zero is not None else profile.zero
     recompute = recompute if recompute is not None else RecomputeSpec()
-    source = registry.census_source(census)
+    source = census_lib.resolve_source(registry, census)
 
     kinds = [registry.layer_kind(group.kind, f"$.model.layers[{i}].kind") for i, group in enumerate(model.layers)]
     body_groups = [i for i, kind in enumerate(kinds) if kind.placement == "body"]
@@ -269,8 +252,8 @@ def estimate(
     costs = [_evaluate(kind, group.config, context, f"$.model.layers[{i}].config") for i, (kind, group) in enumerate(zip(kinds, model.layers))]
     micro_batches = _validate_layout(parallel, body_count)
     counts = _split(body_count, parallel)
-    records = _census_records(source, model, kinds, parallel, attention)
-    costs = [_apply_census(cost, records[kind.name], context) if kind.name in records else cost for kind, cost in zip(kinds, costs)]
+    records = _census_records(source, model, kinds, parallel, attention, registry)
+    costs = [_apply_census(cost, records[kind.name], context, kind) if kind.name in records else cost for kind, cost in zip(kinds, costs)]
 
     # Body layers in order, each with its setting; one PlacedLayer per (group, setting).
     body: list[PlacedLayer] = []
@@ -308,7 +291,7 @@ def estimate(
 
     inputs = StageInputs(
         parallel, zero, precision, micro_batches, parallel.resolved_schedule, profile.overhead_bytes,
-        profile.deferred_grad_reduction,
+        profile.deferred_grad_reduction, profile.expert_overhead_bytes, "dummy_wgrad_per_shape" in profile.traits,
     )
     stages = []
     for stage in range(parallel.pp):
@@ -330,7 +313,7 @@ def estimate(
         "runtime": profile.name,
         "census": source.name,
         "attention": attention,
-        "kinds": {kind.name: (f"census:{source.name}" if kind.name in records else "formulas") for kind in kinds},
+        "kinds": census_lib.kind_provenance(source, kinds, records),
         "model_source": model.source,
     }
     return Estimate(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Any, Sequence
 
@@ -23,7 +24,7 @@ from hp_core.errors import ConfigError, HPError, describe
 from hp_core.job import estimate_job, resolve_job
 from hp_core.manager import BLOCK_ENV
 from hp_core.registry import Registry
-from hp_core.report import estimate_table, estimate_to_json, gib, kinds_table, validation_table
+from hp_core.report import estimate_table, estimate_to_json, gib, kinds_table, time_summary, time_table, time_to_json, validation_table
 from hp_core.specs import RecomputeSpec, Setting
 
 __all__ = ["DEFAULT_CONFIG", "build_parser", "main"]
@@ -52,6 +53,22 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def _memory(text: str) -> int:
+    """A size with an optional unit: ``80GiB``, ``80GB``, ``81920MiB``, ``85899345920``."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(f"expected a size such as 80GiB, 80GB or 81920MiB, got {text!r}")
+    value = round(float(match.group(1)) * _UNITS[unit])
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
     return value
 
 
@@ -96,9 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--schedule", choices=("1f1b", "interleaved_1f1b"))
     est.add_argument("--layers-per-stage", type=_counts, metavar="N,N,...", help="body layers per pipeline chunk, chunk order")
     est.add_argument("--runtime", help="runtime profile (see 'hp plugins'); default generic")
-    est.add_argument("--census", help="census source (see 'hp plugins'); default formulas")
+    est.add_argument("--census", help="census source (see 'hp plugins') or a census file (.yaml/.json, see docs/census.md); default formulas")
     est.add_argument("--attention", choices=("flash", "eager"), help="attention implementation (default: the runtime's)")
     est.add_argument("--hardware", help="hardware preset (see 'hp plugins')")
+    est.add_argument("--memory", type=_memory, metavar="SIZE", help="device memory, overriding the hardware's (80GiB, 80GB, 81920MiB or bytes)")
     est.add_argument("--recompute", help="every body layer's setting: none, full, selective or switches joined by '+'")
     est.add_argument("--json", action="store_true", help="print the stable JSON document instead of the table")
 
@@ -114,6 +132,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("cases", help="a cases file (format hp-cases/1, YAML/JSON/TOML) or megatron_measured.json")
     validate.add_argument("--json", action="store_true", help="print JSON")
+
+    census = sub.add_parser(
+        "census", help="measure (or compute) what each layer kind keeps per token",
+        description="Per layer kind of a model, the bytes per token it keeps between forward and backward (saved, and "
+                    "saved_tp: the part TP splits) and its backward's peak beyond that (working, working_tp), beside "
+                    "what the formulas state. --out writes a census file that 'hp estimate --census FILE' uses "
+                    "(see docs/census.md).",
+    )
+    census.add_argument("--model", required=True, help="a preset name (see 'hp models') or a Hugging Face config.json / folder")
+    census.add_argument("--source", default="torch", help="torch (measure transformers' layers; extra 'census'), formulas, "
+                                                          "or another census source; default torch")
+    census.add_argument("--seq-len", type=_positive, default=4096, help="tokens per sequence (default 4096)")
+    census.add_argument("--attn", choices=("eager", "sdpa"), default="eager", help="attention implementation (default eager)")
+    census.add_argument("--tp", type=_positive, default=2, help="measure at TP 1 and at this degree to split saved "
+                                                               "from saved_tp (default 2; 1: no split)")
+    census.add_argument("--out", metavar="FILE", help="write the records as a census file (.yaml/.yml/.json)")
+    census.add_argument("--json", action="store_true", help="print JSON")
 
     models = sub.add_parser("models", help="list model presets", description="Model presets shipped as data.")
     models.add_argument("--json", action="store_true", help="print JSON")
@@ -154,9 +189,18 @@ def _config_from_args(args: argparse.Namespace, registry: Registry) -> ConfigFil
 
 def _run_estimate(args: argparse.Namespace, registry: Registry, console: Console) -> int:
     config = _config_from_args(args, registry)
-    result = estimate_job(resolve_job(config, registry), registry)
+    job = resolve_job(config, registry)
+    if args.memory is not None:
+        hardware = job.hardware or HardwareSpec(name="device", memory_bytes=args.memory)
+        job = attrs.evolve(job, hardware=attrs.evolve(hardware, memory_bytes=args.memory))
+    result = estimate_job(job, registry)
+    step, unavailable = _step_time_of(job, registry)
     if args.json:
-        print(json.dumps(estimate_to_json(result), indent=2, sort_keys=False))
+        doc = estimate_to_json(result)
+        doc["time"] = time_to_json(step) if step is not None else None
+        if unavailable is not None:
+            doc["time_unavailable"] = unavailable
+        print(json.dumps(doc, indent=2, sort_keys=False))
         return 0
     console.print(estimate_table(result))
     console.print(kinds_table(result))
@@ -171,9 +215,30 @@ def _run_estimate(args: argparse.Namespace, registry: Registry, console: Console
         verdict = "fits" if result.fits else "does NOT fit"
         line += f"; device {gib(result.device_memory_bytes)} GiB: {verdict}"
     console.print(line)
+    if step is not None:
+        console.print(time_table(step))
+        console.print(time_summary(step))
+    elif unavailable is not None:
+        console.print(f"Step time: not estimated ({unavailable})")
     prov = result.provenance
     console.print(f"Provenance: runtime {prov['runtime']}, census {prov['census']}, attention {prov['attention']}, model {prov['model_source']}")
     return 0
+
+
+def _step_time_of(job, registry: Registry):
+    """``(StepTime, None)``, or ``(None, why not)`` when the hardware or the runtime cannot price one."""
+    from hp_core.timing import step_time
+
+    if job.hardware is None:
+        return None, None
+    try:
+        step = step_time(
+            job.model, job.parallel, registry=registry, hardware=job.hardware, runtime=job.runtime,
+            precision=job.precision, recompute=job.recompute, attention=job.attention,
+        )
+    except ConfigError as exc:
+        return None, str(exc)
+    return step, None
 
 
 # ----------------------------------------------------------------------------- listings
@@ -273,7 +338,28 @@ def _run_validate(args: argparse.Namespace, registry: Registry, console: Console
     return 0
 
 
-_COMMANDS = {"estimate": _run_estimate, "plugins": _run_plugins, "models": _run_models, "validate": _run_validate}
+def _run_census(args: argparse.Namespace, registry: Registry, console: Console) -> int:
+    from hp_core.census import run_census
+    from hp_core.census_report import census_table, census_to_json
+
+    if args.out is not None and not args.out.lower().endswith((".yaml", ".yml", ".json")):
+        raise ConfigError("--out", f"a census file ends in .yaml, .yml or .json, got {args.out}")
+    run = run_census(registry, args.model, args.source, args.seq_len, args.attn, args.tp)
+    if args.out is not None:
+        from hp_plugins.census_file import write_census_file
+
+        write_census_file(args.out, run.records, run.model)
+    if args.json:
+        print(json.dumps(census_to_json(run), indent=2))
+        return 0
+    console.print(census_table(run))
+    if args.out is not None:
+        console.print(f"Wrote {args.out}: use it with 'hp estimate --census {args.out}'")
+    return 0
+
+
+_COMMANDS = {"estimate": _run_estimate, "plugins": _run_plugins, "models": _run_models, "validate": _run_validate,
+             "census": _run_census}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,6 +29,8 @@ DEFAULT_PLUGINS = (
     "hp_plugins.mtp",
     "hp_plugins.output",
     "hp_plugins.census_formulas",
+    "hp_plugins.census_file",
+    "hp_plugins.census_torch",
     "hp_plugins.runtime_generic",
     "hp_plugins.runtime_megatron",
     "hp_plugins.runtime_fsdp2",

@@ -16,7 +16,17 @@ from rich.table import Table
 
 from hp_core.results import CATEGORIES, Estimate, StageEstimate
 
-__all__ = ["estimate_to_json", "estimate_table", "gib", "kinds_table", "stage_to_json", "validation_table"]
+__all__ = [
+    "estimate_to_json",
+    "estimate_table",
+    "gib",
+    "kinds_table",
+    "stage_to_json",
+    "time_summary",
+    "time_table",
+    "time_to_json",
+    "validation_table",
+]
 
 _GIB = 2**30
 
@@ -145,3 +155,66 @@ def validation_table(results) -> Table:
             table.add_row(result.name, result.runtime, str(check.stage), gib(check.estimated_bytes),
                           gib(check.measured_bytes), f"{check.error * 100:+.2f}%")
     return table
+
+
+# ----------------------------------------------------------------------------- step time
+
+
+def time_to_json(step) -> dict[str, Any]:
+    """The ``"time"`` object of ``hp estimate --json``: durations in ``*_seconds``.
+
+    Args:
+        step: A :class:`hp_core.timing.StepTime`.
+    """
+    return {
+        "step_seconds": step.step_seconds,
+        "breakdown": {f"{name}_seconds": value for name, value in step.breakdown_seconds.items()},
+        "micro_batches": step.micro_batches,
+        "tokens_per_second": step.tokens_per_second,
+        "model_flops": step.model_flops,
+        "mfu": step.mfu,
+        "hfu": step.hfu,
+        "peak_flops_per_second": step.peak_flops_per_second,
+        "stages": [
+            {
+                "index": s.index,
+                "forward_seconds": s.forward_seconds,
+                "backward_seconds": s.backward_seconds,
+                "recompute_seconds": s.recompute_seconds,
+                "communication_seconds": s.communication_seconds,
+                "micro_batch_seconds": s.micro_batch_seconds,
+                "data_parallel_seconds": s.data_parallel_seconds,
+                "optimizer_seconds": s.optimizer_seconds,
+            }
+            for s in step.stages
+        ],
+        "provenance": dict(step.provenance),
+    }
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f}"
+
+
+def time_table(step) -> Table:
+    """One row per stage: its time per micro-batch by part (ms) and its step-end DP and optimizer time."""
+    table = Table(title="Step time by stage", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1),
+                  caption="ms per micro-batch on one rank, DP and optimizer once per step", caption_justify="left")
+    for column in ("Stage", "Fwd", "Bwd", "Recomp", "Comm", "Per MB", "DP", "Optim"):
+        table.add_column(column, justify="right")
+    for s in step.stages:
+        table.add_row(str(s.index), _ms(s.forward_seconds), _ms(s.backward_seconds), _ms(s.recompute_seconds),
+                      _ms(s.communication_seconds), _ms(s.micro_batch_seconds), _ms(s.data_parallel_seconds),
+                      _ms(s.optimizer_seconds))
+    return table
+
+
+def time_summary(step) -> str:
+    """Three lines: the step time, throughput and MFU; its six parts; the timing provenance."""
+    parts = ", ".join(f"{name.replace('_', ' ')} {value:.3f}" for name, value in step.breakdown_seconds.items())
+    prov = step.provenance
+    return (
+        f"Step time: {step.step_seconds:.3f} s, {step.tokens_per_second:,.0f} tokens/s, MFU {step.mfu * 100:.1f}%\n"
+        f"  seconds: {parts}\n"
+        f"  timing profile {prov['timing_profile']}, {prov['device_efficiency']} efficiencies, {prov['dtype']}"
+    )

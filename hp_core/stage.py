@@ -83,6 +83,8 @@ class StageInputs:
     schedule: str
     overhead_bytes: int
     deferred_grad_reduction: bool = False
+    expert_overhead_bytes: int = 0
+    dummy_wgrad_per_shape: bool = False
 
 
 def _shard_degrees(parallel: ParallelSpec) -> dict[str, int]:
@@ -195,6 +197,24 @@ def plan_stage(
     buffers_once = max((layer.cost.buffers_once_bytes for layer in all_layers), default=0)
     buffers = buffers_once + buffers_per_mb + _zero3_buffers(per_layer, inputs, sum(elements.values()))
 
+    # What the runtime holds beyond the model math: fixed workspaces, those of a
+    # rank with routed experts, and one dummy weight gradient per distinct weight
+    # shape where fused weight-gradient accumulation keeps them.
+    overhead = inputs.overhead_bytes
+    if elements.get("routed_expert"):
+        overhead += inputs.expert_overhead_bytes
+    if inputs.dummy_wgrad_per_shape:
+        shapes = dict.fromkeys(shape for layer in all_layers for shape in layer.cost.weight_shapes)
+        overhead += sum(rows * cols for rows, cols in shapes) * inputs.precision.activation_bytes
+    # Pipeline sends and receives: a stage holds the output gradient it received
+    # through its backward (not the last stage) and the input gradient it sent
+    # until the next one (not the first stage): Megatron-LM schedules.py
+    # forward_backward_pipelining_without_interleaving.
+    body = [layer for layers in chunk_layers for layer in layers if layer.cost.input_bytes]
+    if parallel.pp > 1 and body:
+        neighbours = (index < parallel.pp - 1) + (index > 0)
+        buffers += neighbours * max(layer.cost.input_bytes for layer in body)
+
     # The first backward: the stage's last chunk, top layer first.
     working = freed = 0
     for layer in reversed(chunk_layers[-1]):
@@ -210,7 +230,7 @@ def plan_stage(
             activations_bytes=activations,
             communication_buffers_bytes=buffers,
             working_set_bytes=working,
-            runtime_overhead_bytes=inputs.overhead_bytes,
+            runtime_overhead_bytes=overhead,
         )
     }
     if inputs.deferred_grad_reduction and inputs.zero >= 2:
@@ -228,7 +248,7 @@ def plan_stage(
             activations_bytes=first.kept_bytes,
             communication_buffers_bytes=buffers_once + _zero3_buffers(per_layer, inputs, sum(elements.values()), 1),
             working_set_bytes=first.backward_working_bytes,
-            runtime_overhead_bytes=inputs.overhead_bytes,
+            runtime_overhead_bytes=overhead,
         )
     binding = max(points, key=lambda name: points[name].peak_bytes)
     memory = points[binding]

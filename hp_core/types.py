@@ -18,10 +18,12 @@ import attrs
 
 from hp_core.specs.hardware import HardwareSpec
 from hp_core.specs.precision import PrecisionSpec
+from hp_core.specs.timing import TimingProfile
 
 __all__ = [
     "ATTENTION_IMPLS",
     "ActivationTerm",
+    "CensusBytes",
     "CensusRecord",
     "CensusRequest",
     "CensusSource",
@@ -56,9 +58,22 @@ TRAITS = {
         "the loss keeps the logits in the compute dtype, overwritten with their gradient in forward, "
         "instead of an fp32 softmax (Transformer Engine parallel_cross_entropy; Megatron-LM --cross-entropy-loss-fusion)"
     ),
-    "qkv_buffer_kept": (
-        "v is a view of the fused QKV projection's output, so attention keeps that whole buffer alive "
-        "(Megatron-Core get_query_key_value_tensors splits one linear_qkv output)"
+    "dummy_wgrad_per_shape": (
+        "fused weight-gradient accumulation keeps one dummy weight gradient in the compute dtype per distinct "
+        "weight shape of a rank's linear layers (Transformer Engine >= 2.3 module/base.py get_dummy_wgrad; "
+        "Megatron-LM's output layer too)"
+    ),
+    "mla_contiguous_qkv": (
+        "MLA's up-projected q, k and v are made contiguous copies, so v keeps no k_nope alive "
+        "(Megatron-Core multi_latent_attention.py qkv_up_proj_and_rope_apply)"
+    ),
+    "moe_probs_in_activation": (
+        "routing probabilities are applied in the experts' SwiGLU, which keeps them (fp32 per dispatched token), "
+        "so the combine keeps no expert outputs (Megatron-Core WeightedSwiGLUFunction)"
+    ),
+    "moe_fused_permute": (
+        "the fused token permutation keeps an int32 row map of [tokens, 2 * experts + 1] "
+        "(Transformer Engine permutation.py moe_permute)"
     ),
 }
 
@@ -222,6 +237,12 @@ class LayerCost:
             micro-batches are in flight (a reused all-gather buffer).
         buffers_per_micro_batch_bytes: Communication buffers held per micro-batch in flight.
         forward: Forward FLOPs.
+        weight_shapes: The per-rank ``(rows, columns)`` of the layer's linear
+            weights, for a runtime that allocates per weight shape
+            (``dummy_wgrad_per_shape``).
+        measured: Selective settings measured whole, each ``(recomputed
+            switches, bytes kept for one micro-batch)``: they override the sum
+            over :attr:`activations` (a census's named policies, DESIGN section 5).
     """
 
     params: tuple[ParamCount, ...]
@@ -231,6 +252,8 @@ class LayerCost:
     buffers_once_bytes: int = attrs.field(default=0, validator=_non_negative_int)
     buffers_per_micro_batch_bytes: int = attrs.field(default=0, validator=_non_negative_int)
     forward: Flops = attrs.field(factory=Flops)
+    weight_shapes: tuple[tuple[int, int], ...] = ()
+    measured: tuple[tuple[frozenset[str], int], ...] = ()
 
     @property
     def kept_bytes(self) -> int:
@@ -238,7 +261,14 @@ class LayerCost:
         return sum(term.bytes for term in self.activations)
 
     def kept_under(self, recomputed: frozenset[str]) -> int:
-        """Bytes kept for one micro-batch when the switches in *recomputed* are recomputed."""
+        """Bytes kept for one micro-batch when the switches in *recomputed* are recomputed.
+
+        A setting measured whole (:attr:`measured`, a census's policy) keeps
+        what was measured; any other keeps the terms its switches do not gate.
+        """
+        for switches, kept in self.measured:
+            if switches == recomputed:
+                return kept
         return sum(term.bytes for term in self.activations if term.switch is None or term.switch not in recomputed)
 
     def param_elements(self, group: str | None = None) -> int:
@@ -287,6 +317,27 @@ class LayerKind:
             raise ValueError(f"layer kind {self.name}: config_type must be an attrs class")
 
 
+def _census_part(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a mapping, got {value!r}")
+    for name, part in value.items():
+        if not isinstance(name, str) or not isinstance(part, CensusBytes):
+            raise ValueError(f"{type(instance).__name__}.{attribute.name} must map names to CensusBytes, got {name!r}: {part!r}")
+
+
+@attrs.frozen
+class CensusBytes:
+    """Bytes per token at micro-batch 1 of one part of what a layer keeps, split as TP splits them.
+
+    Attributes:
+        saved: The bytes tensor parallelism does not split.
+        saved_tp: The bytes it splits (stated at ``tp = 1``).
+    """
+
+    saved: float = attrs.field(validator=_non_negative_number)
+    saved_tp: float = attrs.field(validator=_non_negative_number)
+
+
 @attrs.frozen
 class CensusRecord:
     """Measured activations of one layer kind, per token at micro-batch 1 (DESIGN section 4).
@@ -297,6 +348,11 @@ class CensusRecord:
         working: Bytes the backward holds at its peak beyond what is kept, not split by TP.
         working_tp: The part of the working set TP splits.
         provenance: Where the numbers come from (source, versions, sequence length, ...).
+        per_op: Optionally, per recompute switch, the part of the kept bytes
+            that switch drops (so every selective setting can be priced);
+            what no switch gates is kept unless the layer is fully recomputed.
+        policies: Optionally, per named selective policy (``selective``, or
+            switches joined by ``+``), the bytes kept under it, measured whole.
     """
 
     saved: float = attrs.field(validator=_non_negative_number)
@@ -304,17 +360,46 @@ class CensusRecord:
     working: float = attrs.field(validator=_non_negative_number)
     working_tp: float = attrs.field(validator=_non_negative_number)
     provenance: Mapping[str, Any] = attrs.field(factory=dict)
+    per_op: Mapping[str, CensusBytes] = attrs.field(factory=dict, validator=_census_part)
+    policies: Mapping[str, CensusBytes] = attrs.field(factory=dict, validator=_census_part)
+
+    def __attrs_post_init__(self) -> None:
+        unknown = sorted(set(self.per_op) - set(SWITCHES))
+        if unknown:
+            raise ValueError(f"CensusRecord.per_op names unknown switches {unknown}; known: {list(SWITCHES)}")
+        gated = CensusBytes(sum(p.saved for p in self.per_op.values()), sum(p.saved_tp for p in self.per_op.values()))
+        # A part can not exceed the whole (a relative slack for float sums).
+        if gated.saved > self.saved * (1 + 1e-9) + 1e-6 or gated.saved_tp > self.saved_tp * (1 + 1e-9) + 1e-6:
+            raise ValueError(
+                f"CensusRecord.per_op adds up to saved={gated.saved}, saved_tp={gated.saved_tp}, "
+                f"more than the record keeps (saved={self.saved}, saved_tp={self.saved_tp})"
+            )
 
 
 @attrs.frozen
 class CensusRequest:
-    """What a census source is asked: which kinds of which model, at which shapes."""
+    """What a census source is asked: which kinds of which model, at which shapes.
+
+    Attributes:
+        model_name: The model's name (a preset's name where it is one).
+        kinds: The layer kinds wanted, sorted.
+        seq_len: Tokens per sequence the records are for.
+        attention: The attention implementation (``eager``, ``flash``, or a
+            source's own such as ``sdpa``).
+        location: Where a source reads from (the ``file`` source's path).
+        hf_config: The model's Hugging Face ``config.json`` mapping, where
+            known (a source that builds the real layers needs it).
+        tp_degrees: The tensor-parallel degrees to measure at (the first 1),
+            for a source that splits by measuring.
+    """
 
     model_name: str
     kinds: tuple[str, ...]
     seq_len: int
     attention: str
     location: str | None = None
+    hf_config: Mapping[str, Any] | None = attrs.field(default=None, eq=False)
+    tp_degrees: tuple[int, ...] = (1,)
 
 
 @attrs.frozen
@@ -345,6 +430,8 @@ class Runtime:
         vocab_pad_multiple: It pads the vocabulary to a multiple of this times ``tp``.
         overhead_bytes: Bytes it holds per rank beyond the model math
             (workspaces, allocator reserve), stated with a source.
+        expert_overhead_bytes: Further bytes on a rank holding routed experts
+            (grouped-GEMM workspaces).
         description: One line for ``hp plugins``; say where the figures come from.
         traits: How it implements ops where that changes what layers keep
             (names from :data:`TRAITS`).
@@ -354,6 +441,9 @@ class Runtime:
             step's micro-batches and reduce-scattered once after the last
             backward, so under ZeRO-2/3 a stage holds its whole unsharded
             gradient at the end of its last backward: a second peak point.
+        timing: How fast it runs (:class:`~hp_core.specs.timing.TimingProfile`:
+            achieved efficiencies, overlaps, algorithms); ``None``: it states
+            none, and asking it for a step time is refused.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -363,9 +453,11 @@ class Runtime:
     vocab_pad_multiple: int = attrs.field(default=1, validator=attrs.validators.ge(1))
     overhead_bytes: int = attrs.field(default=0, validator=_non_negative_int)
     description: str = ""
+    expert_overhead_bytes: int = attrs.field(default=0, validator=_non_negative_int)
     traits: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     implicit_recompute: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     deferred_grad_reduction: bool = False
+    timing: TimingProfile | None = None
 
     def __attrs_post_init__(self) -> None:
         unknown = sorted(self.traits - set(TRAITS))

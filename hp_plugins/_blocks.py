@@ -219,6 +219,7 @@ class LayerBuilder:
         self.attention = 0
         self.elementwise = 0
         self.buffers_once = 0
+        self.shapes: list[tuple[int, int]] = []
 
     def keep(self, op: str, nbytes: int, switch: str | None = None, tp_split: bool = False) -> None:
         """Record *nbytes* kept for backward by *op*, dropped by *switch*."""
@@ -254,8 +255,10 @@ class LayerBuilder:
             if attention_dropout > 0:
                 self.keep("attn_dropout_mask", score_elements * p.dropout_mask_bytes, "dropout", True)
                 self.keep("attn_dropout_out", score_elements * self.act, "attBMM", True)
-            # Backward: the gradients of the probabilities and of the scores.
-            self.block_grads.append(2 * score_elements * self.act)
+            # Backward: the gradients of the probabilities and of the scores, in the
+            # softmax's dtype (fp32 where it runs in fp32: Hugging Face eager, measured
+            # by the torch census, docs/accuracy.md).
+            self.block_grads.append(2 * score_elements * p.softmax_bytes)
         else:
             # FlashAttention-2 (Dao 2023, Algorithm 2) keeps the fp32 log-sum-exp per row.
             self.keep("attn_lse", x.tokens * (heads // t) * p.lse_bytes, None, True)
@@ -263,9 +266,16 @@ class LayerBuilder:
         self.attention += 2 * x.micro_batch_size * (heads // t) * (x.seq_len // x.cp) * x.seq_len * (qk_dim + v_dim)
         self.elementwise += _SOFTMAX_OPS * score_elements
 
-    def linear(self, tokens: int, fan_in: int, fan_out: int) -> None:
-        """A matmul's forward FLOPs on this rank (fan_out already per rank)."""
+    def linear(self, tokens: int, fan_in: int, fan_out: int, weight: bool = True) -> None:
+        """A matmul's forward FLOPs on this rank (fan_out already per rank).
+
+        Args:
+            weight: It is a linear layer's weight (recorded as a per-rank
+                ``(fan_out, fan_in)`` shape); a router's gate is not a TE linear.
+        """
         self.matmul += 2 * tokens * fan_in * fan_out
+        if weight:
+            self.shapes.append((fan_out, fan_in))
 
     def build(self) -> LayerCost:
         """The layer: working set = the output gradient + the SP re-gather + the larger block's transients."""
@@ -276,6 +286,7 @@ class LayerBuilder:
             working_bytes=self.hidden + self.gathered + max(self.block_grads, default=0),
             buffers_once_bytes=self.buffers_once,
             forward=Flops(matmul_flops=self.matmul, attention_flops=self.attention, elementwise_flops=self.elementwise),
+            weight_shapes=tuple(dict.fromkeys(self.shapes)),
         )
 
 
@@ -288,24 +299,28 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     Kept: the norm's input and output, q and k (4sbh for MHA), v (2sbh), the
     attention output (the output projection's input, 2sbh), and the core
     (eager: softmax output, dropout mask and output; flash: the statistics).
+
+    With ``g < a`` eager attention repeats the key and value heads to every
+    query head before its matmuls, which save them so: ``a`` heads of k and
+    of v are kept (Hugging Face ``repeat_kv`` in ``eager_attention_forward``;
+    Megatron-Core ``DotProductAttention`` ``repeat_interleave``; measured by
+    the torch census, docs/accuracy.md). A flash kernel reads the ``g`` heads.
     """
     x, act, t = b.x, b.act, b.x.tp
     T, h, d, a, g = x.tokens, c.hidden_size, c.head_width, c.num_attention_heads, c.num_key_value_heads
     qkv = (a + 2 * g) * d
+    # The key/value heads the attention's matmuls save: repeated to all a under eager.
+    kv = a if x.attention == "eager" else g
     b.pre_norm("attn", c.norm, c.hidden_dropout)
     b.param("qkv_proj", h * qkv + qkv * c.attention_bias, True)
     b.param("o_proj", a * d * h, True)
     b.param("attn_replicated", h * c.attention_out_bias + 2 * d * c.qk_norm, False)
     if c.qk_norm:
         b.keep("qk_norm_in", T * (a + g) * d * act // t, None, True)
-        b.keep("q_k", T * (a + g) * d * act // t, "normOp", True)
+        b.keep("q_k", T * (a + kv) * d * act // t, "normOp", True)
     else:
-        b.keep("q_k", T * (a + g) * d * act // t, None, True)
-    if "qkv_buffer_kept" in x.traits:
-        # v is a view of the fused QKV output: the whole buffer stays alive with it.
-        b.keep("v", T * qkv * act // t, None, True)
-    else:
-        b.keep("v", T * g * d * act // t, None, True)
+        b.keep("q_k", T * (a + kv) * d * act // t, None, True)
+    b.keep("v", T * kv * d * act // t, None, True)
     b.attention_core(a, d, d, c.attention_dropout)
     b.keep("attn_out", T * a * d * act // t, None, True)
     if x.attention != "eager":
@@ -352,8 +367,11 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
     b.keep("kv_latent_norm_out", T * c.kv_lora_rank * act, "normOp")
     b.keep("q_heads", T * a * qk * act // t, "attUp", True)
     b.keep("k_heads", T * a * qk * act // t, "attUp", True)
-    # v is a view of kv_b_proj's output, whose storage (k_nope and v) it keeps alive.
-    b.keep("kv_up_out", T * a * (c.qk_nope_head_dim + c.v_head_dim) * act // t, "attUp", True)
+    if "mla_contiguous_qkv" in x.traits:
+        b.keep("v_heads", T * a * c.v_head_dim * act // t, "attUp", True)
+    else:
+        # v is a view of kv_b_proj's output, whose storage (k_nope and v) it keeps alive.
+        b.keep("kv_up_out", T * a * (c.qk_nope_head_dim + c.v_head_dim) * act // t, "attUp", True)
     b.attention_core(a, qk, c.v_head_dim, c.attention_dropout)
     b.keep("attn_out", T * a * c.v_head_dim * act // t, None, True)
     if x.attention != "eager":
@@ -418,15 +436,17 @@ def moe_tokens(c: MoEFields, x: LayerContext) -> int:
     routing balanced over the ``E`` experts, the ``E / ep`` experts of a rank
     receive ``k`` tokens per routed token of the expert-parallel group member,
     i.e. ``k * T / sp`` in all; expert tensor parallelism all-gathers the
-    tokens of its ``etp`` ranks; padding to capacity multiplies by the capacity
-    factor (Megatron-Core ``token_dispatcher.py``; Fedus et al. 2021 for the
-    capacity factor). Routing is assumed balanced: a skewed router loads some
-    ranks more.
+    tokens of its ``etp`` ranks. Padding to capacity gives every expert
+    ``ceil(k * cf * T / sp / E)`` tokens from every source rank, so ``E`` times
+    that in all (Megatron-Core ``moe_utils.get_capacity`` and the drop-and-pad
+    all-to-all; Fedus et al. 2021 for the capacity factor). Routing is assumed
+    balanced: a skewed router loads some ranks more.
     """
-    tokens = x.tokens * c.num_experts_per_tok * x.etp / x.sp_degree
+    routed = x.tokens // x.sp_degree
     if c.pad_to_capacity and c.capacity_factor is not None:
-        tokens *= c.capacity_factor
-    return math.ceil(tokens)
+        per_expert = math.ceil(routed * c.num_experts_per_tok * c.capacity_factor / c.num_experts)
+        return c.num_experts * per_expert * x.etp
+    return routed * c.num_experts_per_tok * x.etp
 
 
 def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None:
@@ -451,12 +471,18 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     b.keep("router_probs", routed * E * act)
     b.keep("dispatched_tokens", processed * h * act)
     expert_wide = _swiglu(b, "expert_", processed, c.moe_intermediate_size // x.etp, True, c.hidden_act, False)
-    combine_tokens = math.ceil(processed / x.etp)
-    b.keep("expert_out", combine_tokens * h * act)
+    if "moe_probs_in_activation" in x.traits:
+        # The weighted SwiGLU keeps the fp32 probability of each dispatched token.
+        b.keep("expert_probs", processed * 4)
+    else:
+        b.keep("expert_out", processed // x.etp * h * act)
+    if "moe_fused_permute" in x.traits:
+        # int32 row map of [tokens, 2E + 1] (Transformer Engine moe_permute).
+        b.keep("permute_row_map", routed * (2 * E + 1) * 4)
     # The dispatch and combine all-to-all buffers of the running layer.
     b.buffers_once = max(b.buffers_once, 2 * processed * h * act)
     grads = 3 * expert_wide + processed * h * act
-    b.linear(routed, h, E)
+    b.linear(routed, h, E, weight=False)
     b.linear(processed, h, 2 * c.moe_intermediate_size // x.etp)
     b.linear(processed, c.moe_intermediate_size // x.etp, h)
     if c.shared_expert_intermediate_size:

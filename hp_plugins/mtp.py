@@ -100,6 +100,7 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
         working_bytes=max(inner.working_bytes, logits_grad),
         buffers_once_bytes=inner.buffers_once_bytes,
         buffers_per_micro_batch_bytes=inner.buffers_per_micro_batch_bytes,
+        weight_shapes=tuple(dict.fromkeys((*inner.weight_shapes, (h // x.tp, 2 * h), (shard, h)))),
         forward=Flops(
             matmul_flops=inner.forward.matmul_flops + 2 * T * 2 * h * h // x.tp + 2 * T * h * shard,
             attention_flops=inner.forward.attention_flops,

@@ -78,6 +78,7 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
         input_bytes=hidden,
         working_bytes=working,
         buffers_once_bytes=T * h * p.activation_bytes if x.sp and x.tp > 1 else 0,
+        weight_shapes=((vocab_shard, h),),
         forward=Flops(
             matmul_flops=2 * T * h * vocab_shard,
             elementwise_flops=NORM_OPS_PER_ELEMENT[c.norm] * T * h // x.sp_degree + _LOSS_OPS_PER_LOGIT * T * vocab_shard,

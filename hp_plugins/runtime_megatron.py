@@ -20,7 +20,17 @@ What it holds, and where that comes from (Megatron-LM at core 0.14, Transformer 
   keeps only its input; the fused cross-entropy (``--cross-entropy-loss-fusion
   --cross-entropy-fusion-impl te``, ``transformer_engine/pytorch/cross_entropy.py``)
   keeps the bf16 logits and computes their gradient in place; sequence
-  parallelism re-gathers its inputs in backward (``gather`` always recomputed).
+  parallelism re-gathers its inputs in backward (``gather`` always recomputed);
+  TE's fused weight-gradient accumulation keeps one bf16 dummy weight gradient
+  per distinct weight shape (``module/base.py`` ``get_dummy_wgrad``, also used by
+  Megatron's output layer); MLA makes its up-projected q, k, v contiguous
+  (``multi_latent_attention.py``); MoE applies the routing probabilities in the
+  experts' weighted SwiGLU and permutes tokens with TE's fused ``moe_permute``
+  (an int32 row map), as ``--moe-permute-fusion`` runs.
+* Workspaces: TE's cuBLAS workspace (32 MiB + 1 KiB on sm >= 9.0), four more on a
+  rank with grouped-GEMM experts (one per compute stream).
+* Pipeline: a stage holds the output gradient it received through its backward
+  and the input gradient it sent until the next one (``schedules.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +40,8 @@ from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
 
 __all__ = ["hp_runtimes"]
+
+_TE_WORKSPACE_BYTES = 32 * 2**20 + 1024
 
 
 @hookimpl
@@ -41,8 +53,15 @@ def hp_runtimes():
         attention="flash",
         zero=1,
         vocab_pad_multiple=128,
-        overhead_bytes=0,
-        traits=frozenset({"fused_swiglu", "fused_cross_entropy"}),
+        # Transformer Engine's cuBLAS workspace, 32 MiB + 1 KiB on sm >= 9.0
+        # (transformer_engine/pytorch/cpp_extensions/gemm.py get_cublas_workspace).
+        overhead_bytes=_TE_WORKSPACE_BYTES,
+        # Grouped GEMM runs on 4 compute streams, one workspace each (TE multi_stream.cpp).
+        expert_overhead_bytes=4 * _TE_WORKSPACE_BYTES,
+        traits=frozenset({
+            "fused_swiglu", "fused_cross_entropy", "dummy_wgrad_per_shape", "mla_contiguous_qkv",
+            "moe_probs_in_activation", "moe_fused_permute",
+        }),
         implicit_recompute=frozenset({"gather"}),
         description=(
             "Megatron-Core + Transformer Engine: bf16, fp32 grad buffer, distributed optimizer, TE fused "

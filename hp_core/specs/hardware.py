@@ -26,6 +26,12 @@ class HardwareSpec:
         intra_node_bandwidth_bytes_per_second: Per-device unidirectional bandwidth within a node.
         inter_node_bandwidth_bytes_per_second: Per-device unidirectional bandwidth across nodes.
         host_link_bandwidth_bytes_per_second: Per-device bandwidth to host memory (offload).
+        architecture: The device family a timing profile keys its achieved
+            efficiencies by (``"ampere"``, ``"hopper"``, ``"blackwell"``,
+            ``"ascend-910b"``; see :class:`hp_core.specs.timing.TimingProfile`).
+        memory_bandwidth_bytes_per_second: Device memory (HBM) bandwidth.
+        intra_node_latency_seconds: Latency of one step of a collective within a node.
+        inter_node_latency_seconds: Latency of one step of a collective across nodes.
     """
 
     name: str
@@ -35,3 +41,7 @@ class HardwareSpec:
     intra_node_bandwidth_bytes_per_second: float | None = attrs.field(default=None, validator=optional(positive_number))
     inter_node_bandwidth_bytes_per_second: float | None = attrs.field(default=None, validator=optional(positive_number))
     host_link_bandwidth_bytes_per_second: float | None = attrs.field(default=None, validator=optional(positive_number))
+    architecture: str | None = None
+    memory_bandwidth_bytes_per_second: float | None = attrs.field(default=None, validator=optional(positive_number))
+    intra_node_latency_seconds: float | None = attrs.field(default=None, validator=optional(positive_number))
+    inter_node_latency_seconds: float | None = attrs.field(default=None, validator=optional(positive_number))

@@ -1,0 +1,250 @@
+"""What a trainer achieves on a device: the timing profile a runtime states.
+
+A :class:`TimingProfile` turns the FLOPs and bytes a step moves into seconds.
+Every figure is a :class:`Sourced` value: the number and where it comes from
+(a paper, a vendor or third-party benchmark, a trainer's source file, or a
+measurement -- said so when it was derived from the very runs it is checked
+against). Nothing in :mod:`hp_core.timing` is a hidden constant: what is not
+here is a formula with its citation.
+
+The profile has three parts:
+
+* per device architecture (:class:`DeviceEfficiency`): the achieved fraction
+  of the device's peak for each op class -- dense GEMMs, the attention core
+  forward and backward, grouped (expert) GEMMs, memory-bound elementwise
+  kernels -- and of its link bandwidth for collectives (NCCL "bus bandwidth");
+* the overlap the trainer achieves per communication class
+  (:class:`CommOverlap`): the fraction hidden behind compute;
+* trainer behaviour: backward/forward cost ratios, the attention causal-mask
+  saving, the collective algorithms, the MoE token permutation passes and the
+  optimizer step's memory passes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from hp_core.errors import ConfigError
+
+__all__ = [
+    "ALL_REDUCE_ALGORITHMS",
+    "CP_ALGORITHMS",
+    "CommOverlap",
+    "DeviceEfficiency",
+    "Sourced",
+    "TimingProfile",
+]
+
+# NCCL's all-reduce algorithms for large messages: ``ring`` (bandwidth-optimal,
+# latency grows with n) and ``tree`` (double binary tree, latency grows with log n).
+ALL_REDUCE_ALGORITHMS = ("ring", "tree")
+# Context parallelism: ``p2p`` (ring attention: K/V passed around the CP ring,
+# Megatron-Core ``--cp-comm-type p2p``) or ``a2a`` (DeepSpeed-Ulysses all-to-all
+# of heads and sequence, ``--cp-comm-type a2a``).
+CP_ALGORITHMS = ("p2p", "a2a")
+
+
+def _number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{attribute.name} must be a non-negative number, got {value!r}")
+
+
+def _text(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{attribute.name} must state where the figure comes from (a non-empty string)")
+
+
+@attrs.frozen
+class Sourced:
+    """A figure and where it comes from.
+
+    Attributes:
+        value: The number (its unit is the field's).
+        source: The paper, benchmark, source file or measurement it comes from.
+    """
+
+    value: float = attrs.field(validator=_number)
+    source: str = attrs.field(validator=_text)
+
+
+def _fraction(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
+    if not isinstance(value, Sourced):
+        raise ValueError(f"{attribute.name} must be a Sourced figure")
+    if not 0 < value.value <= 1:
+        raise ValueError(f"{attribute.name} must be a fraction in (0, 1], got {value.value!r}")
+
+
+def _overlap(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
+    if not isinstance(value, Sourced):
+        raise ValueError(f"{attribute.name} must be a Sourced figure")
+    if not 0 <= value.value <= 1:
+        raise ValueError(f"{attribute.name} must be a fraction in [0, 1], got {value.value!r}")
+
+
+def _positive(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
+    if not isinstance(value, Sourced):
+        raise ValueError(f"{attribute.name} must be a Sourced figure")
+    if not value.value > 0:
+        raise ValueError(f"{attribute.name} must be positive, got {value.value!r}")
+
+
+def _sourced(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
+    if not isinstance(value, Sourced):
+        raise ValueError(f"{attribute.name} must be a Sourced figure")
+
+
+@attrs.frozen(kw_only=True)
+class DeviceEfficiency:
+    """Achieved fractions of one device architecture's peaks, under one trainer's kernels.
+
+    Time of an op class is ``work / (peak * fraction)``; see :mod:`hp_core.timing`.
+
+    Attributes:
+        architecture: The :attr:`HardwareSpec.architecture
+            <hp_core.specs.hardware.HardwareSpec.architecture>` this entry is
+            for (``"blackwell"``, ``"hopper"``, ...); ``"*"`` matches any.
+        matmul: Dense GEMMs, of the dense peak in the compute dtype.
+        attention_forward: The fused attention kernel's forward, of the dense
+            peak, on the FLOPs it executes (half the score matrix under a
+            causal mask; see :attr:`TimingProfile.flash_causal_fraction`).
+        attention_backward: Its backward, likewise.
+        attention_forward_overhead_seconds: A fixed time per forward attention
+            kernel call (launch, the tail of the last wave, the causal
+            triangle's uneven work): it takes ``overhead + flops / (peak * fraction)``.
+        attention_backward_overhead_seconds: Likewise for the backward kernel.
+        grouped_matmul: Grouped (expert) GEMMs with many rows per expert, of the dense peak.
+        grouped_half_rows: Rows (tokens) per expert at which a grouped GEMM
+            reaches half of :attr:`grouped_matmul`: its efficiency is
+            ``grouped_matmul * rows / (rows + half_rows)`` (reading an
+            expert's weights costs as much as ``half_rows`` rows of FLOPs).
+        memory_bandwidth: Of the HBM bandwidth, reached by memory-bound kernels
+            (elementwise ops, the optimizer step, token permutation).
+        intra_node_bus: NCCL bus bandwidth of all-gather, reduce-scatter and
+            all-reduce within a node, of the per-device link bandwidth.
+        inter_node_bus: The same across nodes, of the per-device network bandwidth.
+        all_to_all_bus: NCCL all-to-all bus bandwidth within a node, of the link bandwidth.
+    """
+
+    architecture: str
+    matmul: Sourced = attrs.field(validator=_fraction)
+    attention_forward: Sourced = attrs.field(validator=_fraction)
+    attention_backward: Sourced = attrs.field(validator=_fraction)
+    attention_forward_overhead_seconds: Sourced = attrs.field(validator=_sourced)
+    attention_backward_overhead_seconds: Sourced = attrs.field(validator=_sourced)
+    grouped_matmul: Sourced = attrs.field(validator=_fraction)
+    grouped_half_rows: Sourced = attrs.field(validator=_sourced)
+    memory_bandwidth: Sourced = attrs.field(validator=_fraction)
+    intra_node_bus: Sourced = attrs.field(validator=_fraction)
+    inter_node_bus: Sourced = attrs.field(validator=_fraction)
+    all_to_all_bus: Sourced = attrs.field(validator=_fraction)
+
+    def figures(self) -> dict[str, Sourced]:
+        """Every figure of the entry by field name."""
+        return {a.name: getattr(self, a.name) for a in attrs.fields(type(self)) if a.name != "architecture"}
+
+
+@attrs.frozen(kw_only=True)
+class CommOverlap:
+    """Fractions of each communication class the trainer hides behind compute (0: none, 1: all).
+
+    Attributes:
+        tensor_parallel: TP/SP all-gathers, reduce-scatters and all-reduces.
+        context_parallel: CP K/V exchanges or all-to-alls.
+        expert_parallel: EP dispatch and combine all-to-alls.
+        data_parallel: DP/ZeRO gradient reduce-scatters (all-reduces) and
+            parameter all-gathers (hidden behind backward and the next forward).
+        pipeline: PP sends and receives of activations and their gradients.
+    """
+
+    tensor_parallel: Sourced = attrs.field(validator=_overlap)
+    context_parallel: Sourced = attrs.field(validator=_overlap)
+    expert_parallel: Sourced = attrs.field(validator=_overlap)
+    data_parallel: Sourced = attrs.field(validator=_overlap)
+    pipeline: Sourced = attrs.field(validator=_overlap)
+
+    def figures(self) -> dict[str, Sourced]:
+        return {a.name: getattr(self, a.name) for a in attrs.fields(type(self))}
+
+
+@attrs.frozen(kw_only=True)
+class TimingProfile:
+    """How fast one trainer runs: efficiencies, overlaps, algorithms, each figure sourced.
+
+    Attributes:
+        name: A short name (``"megatron-te"``).
+        description: One line: the trainer and versions the figures describe.
+        devices: Efficiencies per device architecture; ``"*"`` is the fallback.
+        overlap: Communication hidden behind compute, per class.
+        matmul_backward_factor: Backward FLOPs of a matmul over its forward
+            (2: the input gradient and the weight gradient).
+        attention_backward_factor: Backward FLOPs of the fused attention core
+            over its forward (2.5: five matmuls against two, FlashAttention-2).
+        flash_causal_fraction: The share of the score matrix a fused attention
+            kernel computes under a causal mask (it skips blocks above the diagonal).
+        elementwise_accesses_per_flop: Elements an elementwise kernel reads or
+            writes per counted elementwise op (the FLOPs the kinds count).
+        elementwise_backward_factor: Memory traffic of an elementwise op's
+            backward over its forward.
+        moe_permute_passes: Passes over the dispatched tokens (each a read and
+            a write) per direction of an MoE layer: permute, sort, unsort, unpermute.
+        optimizer_grad_passes: Passes over the gradient shard beyond the
+            optimizer's own read (the global-norm read, the clip's read and write).
+        grad_buffer_passes: Accesses of the whole local gradient buffer per
+            step besides the optimizer (zeroing it, a NaN check of it).
+        grad_scale_passes: Accesses of a gradient buffer that is reduced over
+            more than one rank (scaling it by ``1 / ranks`` before the reduction).
+        all_reduce_algorithm: One of :data:`ALL_REDUCE_ALGORITHMS`.
+        cp_algorithm: The context-parallel exchange, one of :data:`CP_ALGORITHMS`.
+        pp_scatter_gather: Pipeline sends carry ``1/tp`` of the activation
+            each, all-gathered over the TP group on arrival (Narayanan et al.
+            2021, Section 4.1); else the whole activation (split only by SP).
+        algorithm_source: Where the algorithm choices come from.
+    """
+
+    name: str
+    description: str
+    devices: tuple[DeviceEfficiency, ...] = attrs.field(converter=tuple)
+    overlap: CommOverlap
+    matmul_backward_factor: Sourced = attrs.field(validator=_positive)
+    attention_backward_factor: Sourced = attrs.field(validator=_positive)
+    flash_causal_fraction: Sourced = attrs.field(validator=_fraction)
+    elementwise_accesses_per_flop: Sourced = attrs.field(validator=_positive)
+    elementwise_backward_factor: Sourced = attrs.field(validator=_positive)
+    moe_permute_passes: Sourced = attrs.field(validator=_sourced)
+    optimizer_grad_passes: Sourced = attrs.field(validator=_sourced)
+    grad_buffer_passes: Sourced = attrs.field(validator=_sourced)
+    grad_scale_passes: Sourced = attrs.field(validator=_sourced)
+    all_reduce_algorithm: str = attrs.field(default="ring", validator=attrs.validators.in_(ALL_REDUCE_ALGORITHMS))
+    cp_algorithm: str = attrs.field(default="p2p", validator=attrs.validators.in_(CP_ALGORITHMS))
+    pp_scatter_gather: bool = False
+    algorithm_source: str = attrs.field(default="", validator=_text)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.devices:
+            raise ValueError(f"timing profile {self.name}: states no device efficiencies")
+        seen = [d.architecture for d in self.devices]
+        if len(set(seen)) != len(seen):
+            raise ValueError(f"timing profile {self.name}: an architecture appears twice in devices")
+
+    def device(self, architecture: str | None, path: str = "$.hardware.architecture") -> DeviceEfficiency:
+        """The efficiencies for *architecture*, else the ``"*"`` entry.
+
+        Raises:
+            ConfigError: Neither the architecture nor a ``"*"`` entry is stated.
+        """
+        fallback = None
+        for entry in self.devices:
+            if entry.architecture == architecture:
+                return entry
+            if entry.architecture == "*":
+                fallback = entry
+        if fallback is None:
+            known = ", ".join(d.architecture for d in self.devices)
+            raise ConfigError(path, f"timing profile {self.name} has no efficiencies for architecture {architecture!r}; it has {known}")
+        return fallback
+
+    def figures(self) -> dict[str, Sourced]:
+        """Every trainer-level figure by field name (device and overlap figures excluded)."""
+        return {a.name: getattr(self, a.name) for a in attrs.fields(type(self)) if isinstance(getattr(self, a.name), Sourced)}

@@ -1,0 +1,815 @@
+"""Step time: compute, communication, pipeline bubble and optimizer step (DESIGN section 8).
+
+:func:`step_time` prices one training step of one layout on one device type,
+as the runtime's :class:`~hp_core.specs.timing.TimingProfile` says its trainer
+runs. It reuses the layer kinds' per-op FLOPs (``LayerCost.forward``) and
+evaluates each layer group once; a stage then sums precomputed per-layer
+times, so a layout search can ask it many times.
+
+The model, with its sources (figures come from the profile, each sourced there):
+
+* **Compute** per layer and micro-batch. Dense matmuls take
+  ``flops / (peak * matmul)``; their backward ``matmul_backward_factor`` (2)
+  times that (Narayanan et al. 2021, Section 5.1). Grouped (expert) GEMMs --
+  the routed experts' FLOPs over the tokens a rank's experts process -- run at
+  ``grouped_matmul * rows / (rows + grouped_half_rows)`` with ``rows`` the
+  tokens per local expert (a roofline: reading an expert's weights costs
+  ``half_rows`` rows of FLOPs). The fused attention core executes
+  ``flash_causal_fraction`` (1/2) of its FLOPs under the causal mask (Dao
+  2023, Section 3.1.1) and takes ``overhead + flops / (peak * efficiency)``
+  per kernel call, its backward ``attention_backward_factor`` (2.5) times the
+  forward FLOPs (Dao 2023, Section 4.1). Eager attention computes the whole
+  score matrix with batched GEMMs (masking after ``QK^T``) at the matmul
+  efficiency. Elementwise ops are memory-bound: ``flops *
+  elementwise_accesses_per_flop * activation_bytes / (HBM bandwidth * memory
+  efficiency)``, their backward ``elementwise_backward_factor`` times that;
+  an MoE layer also moves its dispatched tokens ``moe_permute_passes`` times
+  each way (read and write).
+* **Recompute**: full recompute re-runs the layer's forward, its
+  communication included (Korthikanti et al. 2022, Section 5). A selective
+  setting re-runs what its switches drop: any attention-core switch re-runs
+  the attention core forward (Megatron-LM checkpoints ``core_attention`` as a
+  unit), plus rewriting the dropped score-sized tensors; ``attUp`` re-runs the
+  MLA up-projections (``2 * kv_lora_rank`` FLOPs per rebuilt element);
+  ``gather`` re-runs the SP all-gathers in backward; other switches rewrite
+  what they drop (a read and a write of its bytes).
+* **Communication** per collective (Thakur, Rabenseifner and Gropp 2005;
+  NCCL's ``busbw`` convention, nccl-tests ``doc/PERFORMANCE.md``), over ``n``
+  ranks, ``S`` bytes, bus bandwidth ``B`` (link bandwidth times the profile's
+  bus efficiency) and per-step latency ``a``: ring all-reduce
+  ``2 (n-1)/n S/B + 2 (n-1) a``; tree all-reduce ``2 (n-1)/n S/B + 2 log2(n) a``;
+  all-gather, reduce-scatter and all-to-all ``(n-1)/n S/B + (n-1) a``;
+  point-to-point ``S/B + a``. A group is intra-node when the ranks it spans
+  (Megatron-Core's rank order tp, cp, ep, dp, pp) fit in one node, else it
+  runs at the inter-node bandwidth. Per layer: TP with SP runs an all-gather
+  and a reduce-scatter per block (attention, MLP) forward and backward, plus
+  the backward re-gathers when ``gather`` is recomputed; TP without SP an
+  all-reduce per block each way (Shoeybi et al. 2019, Section 3;
+  Korthikanti et al. 2022, Section 4.2.2). CP ring attention passes K/V
+  around the ring ``cp - 1`` times forward and K/V and their gradients
+  backward (Liu et al. 2023); CP all-to-all (Jacobs et al. 2023, Ulysses)
+  exchanges q, k, v and the output each way. EP dispatches and combines the
+  routed tokens (an all-to-all each) each way. PP sends each micro-batch's
+  activation forward and its gradient back per chunk boundary. Each class is
+  exposed by ``1 - overlap``.
+* **Pipeline**: with per-micro-batch stage times ``t_s``, ``m`` micro-batches
+  and ``v`` chunks per stage, ``T = m max(t_s) + (sum(t_s) - max(t_s)) / v``:
+  for equal stages, ``(m + (p - 1)/v) t``, the bubble fraction
+  ``(p - 1)/m`` of 1F1B and ``(p - 1)/(v m)`` of interleaved 1F1B (Narayanan
+  et al. 2021, Section 2.2).
+* **Data parallelism and the optimizer** after the last backward: gradients
+  reduce-scattered (ZeRO >= 1; all-reduced at ZeRO-0) over the DP*CP group
+  (the expert DP group for routed experts) and parameters all-gathered back
+  (Rajbhandari et al. 2020); under ZeRO-3 parameters are gathered forward and
+  backward and gradients reduce-scattered every micro-batch. The optimizer
+  step is memory-bound: Adam reads and writes the master parameters and both
+  moments and reads the gradient (Kingma and Ba 2015), the master copy is
+  cast to the model parameters, gradient clipping passes over the gradient
+  ``optimizer_grad_passes`` times (all over the rank's shard), and the
+  whole local gradient buffer is accessed ``grad_buffer_passes`` times
+  (zeroing, a NaN check) plus ``grad_scale_passes`` times where it is reduced
+  over more than one rank (scaling by ``1/DP``). The step is the
+  pipeline plus the slowest stage's DP communication and optimizer step.
+
+Known limitations: routing is balanced (no straggler expert); kernels other
+than those above (rotary embedding, router top-k, loss) are priced by their
+counted elementwise FLOPs; host overheads (Python, launch gaps, logging) are
+not priced; gradient reduction of a tied embedding between the first and
+last stage is not priced; communication shapes are read from the layer
+configs' Hugging Face field names (``hidden_size``, ``num_attention_heads``,
+``num_key_value_heads``, ``head_dim``, MLA and MoE fields), so a third-party
+kind without them is priced without TP/CP/EP traffic.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import attrs
+
+from hp_core.api import _evaluate, _split, _validate_layout, layer_context, resolve_setting, with_sublayers
+from hp_core.errors import ConfigError
+from hp_core.registry import Registry
+from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
+from hp_core.specs.timing import DeviceEfficiency, TimingProfile
+from hp_core.types import LayerContext, LayerCost, LayerKind
+
+__all__ = [
+    "ATTENTION_CORE_SWITCHES",
+    "SOFTMAX_OPS_PER_SCORE",
+    "StageTime",
+    "StepTime",
+    "collective_seconds",
+    "compute_dtype",
+    "pipeline_seconds",
+    "step_time",
+]
+
+# Elementwise ops the kinds count per attention score for the softmax (max, subtract,
+# exp, sum, divide: hp_plugins/_blocks.py). A fused (flash) kernel runs them on chip,
+# so they move no HBM traffic there (Dao 2023, Section 3.1).
+SOFTMAX_OPS_PER_SCORE = 5
+# The switches of the attention core: recomputing any re-runs the core (Megatron-LM
+# checkpoints CoreAttention as a unit; Korthikanti et al. 2022, Section 4.2).
+ATTENTION_CORE_SWITCHES = frozenset({"attBMM", "headCast", "dropout", "softmax"})
+_DTYPES = {2: ("bf16", "fp16"), 4: ("fp32", "tf32"), 1: ("fp8",)}
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@attrs.frozen
+class StageTime:
+    """One pipeline stage's time (one rank of it).
+
+    Attributes:
+        index: Stage index.
+        forward_seconds: Forward compute per micro-batch (all its chunks).
+        backward_seconds: Backward compute per micro-batch, recompute excluded.
+        recompute_seconds: Recomputed forward compute per micro-batch.
+        communication_seconds: Exposed TP/CP/EP/PP communication per micro-batch
+            (the recomputed forward's included).
+        micro_batch_seconds: The sum of the four above: the stage's time per micro-batch.
+        data_parallel_seconds: Exposed gradient and parameter communication per step.
+        optimizer_seconds: The optimizer step.
+        flops: Model FLOPs per micro-batch on one rank (forward and backward,
+            matmuls and attention as the layers count them; no recompute).
+    """
+
+    index: int
+    forward_seconds: float
+    backward_seconds: float
+    recompute_seconds: float
+    communication_seconds: float
+    micro_batch_seconds: float
+    data_parallel_seconds: float
+    optimizer_seconds: float
+    flops: float
+
+
+@attrs.frozen
+class StepTime:
+    """The time of one training step and its breakdown.
+
+    ``step_seconds`` is the sum of the six ``*_seconds`` parts: the slowest
+    stage's compute, recompute and exposed communication over all
+    micro-batches, the pipeline bubble, and the slowest stage's exposed
+    data-parallel communication and optimizer step.
+
+    Attributes:
+        step_seconds: One optimizer step.
+        compute_seconds: Forward and backward compute of the slowest stage, all micro-batches.
+        recompute_seconds: Its recomputation.
+        communication_seconds: Its exposed TP/CP/EP/PP communication.
+        bubble_seconds: Pipeline fill and drain.
+        data_parallel_seconds: Exposed DP/ZeRO communication after the last backward.
+        optimizer_seconds: The optimizer step.
+        micro_batches: Micro-batches per step per data-parallel rank.
+        tokens_per_second: Global batch tokens over the step time.
+        model_flops: Model FLOPs of the step over all devices (forward and
+            backward of every matmul and attention core as the layers count
+            them, the full score matrix included; no recompute).
+        mfu: Model FLOPs utilisation: ``model_flops / (step * devices * peak)``.
+        hfu: Hardware FLOPs utilisation: recomputed FLOPs included.
+        peak_flops_per_second: The device's dense peak in the compute dtype.
+        stages: Per-stage times.
+        provenance: The timing profile, device entry, dtype and algorithms used.
+    """
+
+    step_seconds: float
+    compute_seconds: float
+    recompute_seconds: float
+    communication_seconds: float
+    bubble_seconds: float
+    data_parallel_seconds: float
+    optimizer_seconds: float
+    micro_batches: int
+    tokens_per_second: float
+    model_flops: float
+    mfu: float
+    hfu: float
+    peak_flops_per_second: float
+    stages: tuple[StageTime, ...]
+    provenance: Mapping[str, Any]
+
+    @property
+    def breakdown_seconds(self) -> dict[str, float]:
+        """The six parts of the step, by name (they add up to ``step_seconds``)."""
+        return {
+            "compute": self.compute_seconds,
+            "recompute": self.recompute_seconds,
+            "communication": self.communication_seconds,
+            "bubble": self.bubble_seconds,
+            "data_parallel": self.data_parallel_seconds,
+            "optimizer": self.optimizer_seconds,
+        }
+
+
+# ----------------------------------------------------------------------------- building blocks
+
+
+def collective_seconds(op: str, nbytes: float, ranks: int, bandwidth: float, latency: float, algorithm: str = "ring") -> float:
+    """Time of one collective (module docstring: Thakur et al. 2005, NCCL ``busbw``).
+
+    Args:
+        op: ``"all_reduce"``, ``"all_gather"``, ``"reduce_scatter"``,
+            ``"all_to_all"`` or ``"p2p"``.
+        nbytes: The buffer: all-reduce's buffer, all-gather's gathered output,
+            reduce-scatter's input, all-to-all's send buffer, the message of a send.
+        ranks: Ranks in the group.
+        bandwidth: Bus bandwidth in bytes per second.
+        latency: Latency of one step in seconds.
+        algorithm: ``"ring"`` or ``"tree"`` (all-reduce only).
+    """
+    if nbytes <= 0:
+        return 0.0
+    if op == "p2p":
+        return nbytes / bandwidth + latency
+    if ranks <= 1:
+        return 0.0
+    share = (ranks - 1) / ranks * nbytes / bandwidth
+    if op == "all_reduce":
+        steps = 2 * math.log2(ranks) if algorithm == "tree" else 2 * (ranks - 1)
+        return 2 * share + steps * latency
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return share + (ranks - 1) * latency
+    raise ValueError(f"unknown collective {op!r}")
+
+
+def pipeline_seconds(stage_seconds: list[float] | tuple[float, ...], micro_batches: int, chunks_per_stage: int = 1) -> float:
+    """``m * max(t) + (sum(t) - max(t)) / v`` (Narayanan et al. 2021, Section 2.2).
+
+    For ``p`` equal stages of time ``t`` that is ``(m + (p - 1) / v) * t``:
+    1F1B's bubble ``(p - 1) t`` and interleaved 1F1B's ``(p - 1) t / v``.
+    """
+    slowest = max(stage_seconds)
+    return micro_batches * slowest + (sum(stage_seconds) - slowest) / chunks_per_stage
+
+
+def compute_dtype(precision: PrecisionSpec, hardware: HardwareSpec) -> str:
+    """The name of the compute dtype in ``hardware.peak_flops`` (``bf16`` before ``fp16`` for 2 bytes).
+
+    Raises:
+        ConfigError: The hardware states no peak for the activations' width.
+    """
+    names = _DTYPES.get(precision.activation_bytes, ())
+    for name in names:
+        if name in hardware.peak_flops:
+            return name
+    raise ConfigError(
+        "$.hardware.peak_flops",
+        f"{hardware.name} states no peak FLOP/s for {precision.activation_bytes}-byte activations "
+        f"(one of {list(names) or ['?']}); it has {sorted(hardware.peak_flops) or 'none'}",
+    )
+
+
+def _require(hardware: HardwareSpec, field: str, why: str) -> float:
+    value = getattr(hardware, field)
+    if value is None:
+        raise ConfigError(f"$.hardware.{field}", f"{hardware.name} does not state {field}, which {why} needs")
+    return value
+
+
+@attrs.frozen
+class _Shape:
+    """What a layer's communication and grouped GEMMs need, read once per layer group.
+
+    Attributes (per micro-batch on one rank):
+        blocks: TP collectives per direction (2 for a decoder layer: attention and FFN).
+        vocab: ``"embedding"``, ``"head"`` or ``""`` (vocabulary-parallel op pattern).
+        tp_bytes: Bytes of one TP collective (the full ``T x h`` activation).
+        kv_bytes: K and V of the rank's chunk (a CP ring step).
+        qkvo_bytes: q, k, v and the output heads (a CP all-to-all each way).
+        attention_calls: Whether the layer has an attention core.
+        ep_bytes: Routed tokens' bytes one all-to-all sends (EP dispatch or combine).
+        grouped_flops: Forward FLOPs of the routed experts (part of the matmul FLOPs).
+        expert_rows: Tokens per local expert.
+        permute_bytes: Bytes of the dispatched tokens (MoE permutation passes).
+        latent_rank: MLA's KV latent rank (``attUp`` recompute), 0 if none.
+        score_flops: The softmax's elementwise FLOPs over the score matrix.
+        table_elements: Elements of a lookup table's shard (a layer with
+            parameters and no matmul: the embedding).
+    """
+
+    blocks: int = 0
+    vocab: str = ""
+    tp_bytes: float = 0.0
+    kv_bytes: float = 0.0
+    qkvo_bytes: float = 0.0
+    attention_calls: int = 0
+    ep_bytes: float = 0.0
+    grouped_flops: float = 0.0
+    expert_rows: float = 0.0
+    permute_bytes: float = 0.0
+    latent_rank: int = 0
+    score_flops: float = 0.0
+    table_elements: float = 0.0
+
+
+def _shape(config: Any, kind: LayerKind, x: LayerContext, cost: LayerCost) -> _Shape:
+    """Read a layer config's Hugging Face fields (module docstring: known limitations)."""
+    inner = getattr(config, "layer", None)
+    if inner is not None and hasattr(inner, "config"):
+        # A module wrapping another kind's layer (the MTP module): its layer's traffic and its own head.
+        base = _shape(inner.config, kind, x, cost)
+        return attrs.evolve(base, vocab="head", table_elements=0.0)
+    table = 0.0
+    if cost.params and not cost.forward.matmul_flops:
+        table = sum(p.stored_elements / x.tp if p.tp_split else p.stored_elements for p in cost.params if p.shared_with is None)
+    h = getattr(config, "hidden_size", None)
+    if not isinstance(h, int):
+        return _Shape(table_elements=table)
+    act = x.precision.activation_bytes
+    T = x.tokens
+    tp = x.tp
+    vocab = ""
+    if getattr(config, "vocab_size", None) is not None:
+        vocab = "embedding" if kind.placement == "first" else "head"
+    heads = getattr(config, "num_attention_heads", None)
+    blocks = 2 if heads is not None else 0
+    kv_bytes = qkvo_bytes = scores = 0.0
+    latent = 0
+    if heads is not None:
+        scores = SOFTMAX_OPS_PER_SCORE * x.micro_batch_size * (heads // tp) * (x.seq_len // x.cp) * x.seq_len
+        if getattr(config, "kv_lora_rank", None) is not None:
+            # MLA: the up-projected per-head keys (nope + rope) and values are exchanged.
+            qk = config.qk_nope_head_dim + config.qk_rope_head_dim
+            kv_bytes = T * heads / tp * (qk + config.v_head_dim) * act
+            qkvo_bytes = T * heads / tp * (2 * qk + 2 * config.v_head_dim) * act
+            latent = config.kv_lora_rank
+        else:
+            groups = getattr(config, "num_key_value_heads", None) or heads
+            d = getattr(config, "head_dim", None) or h // heads
+            kv_heads = max(groups / tp, 1)  # KV heads are replicated when tp > groups
+            kv_bytes = T * kv_heads * 2 * d * act
+            qkvo_bytes = T * (2 * heads / tp + 2 * kv_heads) * d * act
+    ep_bytes = grouped = rows = permute = 0.0
+    experts = getattr(config, "num_experts", None)
+    if experts is not None and getattr(config, "num_experts_per_tok", None) is not None:
+        # Tokens a rank's experts process (hp_plugins._blocks.moe_tokens): k * T / sp,
+        # gathered over etp, padded to capacity when stated.
+        routed = T / x.sp_degree * config.num_experts_per_tok
+        if getattr(config, "pad_to_capacity", False) and getattr(config, "capacity_factor", None):
+            routed *= config.capacity_factor
+        processed = routed * x.etp
+        ep_bytes = routed * h * act
+        width = config.moe_intermediate_size // x.etp
+        grouped = 2 * processed * h * 3 * width  # gate, up and down projections of SwiGLU experts
+        rows = processed / max(experts // x.ep, 1)
+        permute = processed * h * act
+    return _Shape(
+        blocks=blocks, vocab=vocab, tp_bytes=T * h * act, kv_bytes=kv_bytes, qkvo_bytes=qkvo_bytes,
+        attention_calls=1 if heads is not None else 0, ep_bytes=ep_bytes, grouped_flops=grouped, expert_rows=rows,
+        permute_bytes=permute, latent_rank=latent, score_flops=scores, table_elements=table,
+    )
+
+
+@attrs.frozen
+class _Links:
+    """Bus bandwidths and latencies per group, resolved once per call."""
+
+    tp: tuple[float, float]
+    cp: tuple[float, float]
+    cp_a2a: tuple[float, float]
+    ep: tuple[float, float]
+    dp: tuple[float, float]
+    pp: tuple[float, float]
+
+
+def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency) -> _Links:
+    """Bus bandwidth and latency of each group (Megatron-Core rank order tp, cp, ep, dp, pp)."""
+    node = hardware.devices_per_node
+
+    def level(span: int, group: int, a2a: bool = False) -> tuple[float, float]:
+        if group <= 1:
+            return (1.0, 0.0)  # no traffic: any positive bandwidth
+        if node is None:
+            raise ConfigError("$.hardware.devices_per_node", f"{hardware.name} does not state devices_per_node, which placing a group of {group} ranks needs")
+        if span <= node:
+            bw = _require(hardware, "intra_node_bandwidth_bytes_per_second", "intra-node communication")
+            eff = dev.all_to_all_bus.value if a2a else dev.intra_node_bus.value
+            return (bw * eff, _require(hardware, "intra_node_latency_seconds", "intra-node communication"))
+        bw = _require(hardware, "inter_node_bandwidth_bytes_per_second", "inter-node communication")
+        return (bw * dev.inter_node_bus.value, _require(hardware, "inter_node_latency_seconds", "inter-node communication"))
+
+    p = parallel
+    dense_dp = p.dp * p.cp
+    pp_level = (1.0, 0.0)
+    if p.pp > 1:
+        stride = p.tp * p.cp * p.dp
+        if node is None:
+            raise ConfigError("$.hardware.devices_per_node", f"{hardware.name} does not state devices_per_node, which pipeline sends need")
+        if stride < node:
+            pp_level = (_require(hardware, "intra_node_bandwidth_bytes_per_second", "pipeline sends") * dev.intra_node_bus.value,
+                        _require(hardware, "intra_node_latency_seconds", "pipeline sends"))
+        else:
+            pp_level = (_require(hardware, "inter_node_bandwidth_bytes_per_second", "pipeline sends") * dev.inter_node_bus.value,
+                        _require(hardware, "inter_node_latency_seconds", "pipeline sends"))
+    return _Links(
+        tp=level(p.tp, p.tp),
+        cp=level(p.tp * p.cp, p.cp),
+        cp_a2a=level(p.tp * p.cp, p.cp, a2a=True),
+        ep=level(p.ep * p.etp, p.ep, a2a=True),
+        dp=level(p.tp * dense_dp, max(dense_dp, p.expert_dp)),
+        pp=pp_level,
+    )
+
+
+@attrs.frozen
+class _Rates:
+    """The per-call constants every layer's time is priced with."""
+
+    peak: float
+    matmul: float
+    grouped: float
+    half_rows: float
+    attn_fwd: float
+    attn_bwd: float
+    attn_fwd_overhead: float
+    attn_bwd_overhead: float
+    memory: float
+    flash: bool
+    causal: float
+    attn_backward: float
+    mm_backward: float
+    el_bytes_per_flop: float
+    el_backward: float
+    permute_passes: float
+    act_bytes: int
+    grad_bytes: int
+    cp: int
+    cp_algorithm: str
+    tp: int
+    sp: bool
+    ep: int
+    algorithm: str
+    links: _Links
+    expose_tp: float
+    expose_cp: float
+    expose_ep: float
+
+
+# A layer's per-micro-batch times and FLOPs:
+# (forward, backward, recompute, communication, model flops, recomputed flops)
+_LayerTime = tuple[float, float, float, float, float, float]
+
+
+def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozenset[str], r: _Rates) -> _LayerTime:
+    """One layer's per-micro-batch time under its recompute setting (module docstring)."""
+    f = cost.forward
+    # Compute.
+    grouped = min(shape.grouped_flops, f.matmul_flops)
+    dense = f.matmul_flops - grouped
+    mm_fwd = dense / (r.peak * r.matmul)
+    if grouped:
+        rows = shape.expert_rows
+        mm_fwd += grouped / (r.peak * r.grouped * rows / (rows + r.half_rows))
+    if f.attention_flops and r.flash:
+        calls = shape.attention_calls * (r.cp if r.cp_algorithm == "p2p" else 1)
+        executed = f.attention_flops * r.causal
+        att_fwd = executed / (r.peak * r.attn_fwd) + calls * r.attn_fwd_overhead
+        att_bwd = r.attn_backward * executed / (r.peak * r.attn_bwd) + calls * r.attn_bwd_overhead
+    else:
+        # Eager: batched GEMMs over the whole score matrix; masking happens after QK^T.
+        att_fwd = f.attention_flops / (r.peak * r.matmul)
+        att_bwd = r.mm_backward * att_fwd
+    elementwise = f.elementwise_flops - (min(shape.score_flops, f.elementwise_flops) if r.flash else 0.0)
+    el_fwd = elementwise * r.el_bytes_per_flop / r.memory
+    permute = r.permute_passes * 2 * shape.permute_bytes / r.memory
+    forward = mm_fwd + att_fwd + el_fwd + permute
+    backward = r.mm_backward * mm_fwd + att_bwd + r.el_backward * el_fwd + permute
+    if shape.table_elements:
+        # A lookup table's backward writes a dense gradient of the rank's shard and reads it
+        # into the gradient buffer (PyTorch embedding_dense_backward, then main_grad +=).
+        backward += shape.table_elements * 2 * (r.act_bytes + r.grad_bytes) / r.memory
+
+    # Communication, exposed.
+    tp_fwd = tp_bwd = 0.0
+    if r.tp > 1 and (shape.blocks or shape.vocab):
+        bw, lat = r.links.tp
+        if r.sp:
+            ag = collective_seconds("all_gather", shape.tp_bytes, r.tp, bw, lat)
+            rs = collective_seconds("reduce_scatter", shape.tp_bytes, r.tp, bw, lat)
+            tp_fwd = shape.blocks * (ag + rs)
+            tp_bwd = shape.blocks * (ag + rs)
+            if shape.vocab == "embedding":  # reduce-scatter forward, all-gather backward
+                tp_fwd += rs
+                tp_bwd += ag
+            elif shape.vocab == "head":  # all-gather forward, reduce-scatter backward
+                tp_fwd += ag
+                tp_bwd += rs
+            regather = shape.blocks * ag if "gather" in recomputed and not full else 0.0
+        else:
+            ar = collective_seconds("all_reduce", shape.tp_bytes, r.tp, bw, lat, r.algorithm)
+            tp_fwd = (shape.blocks + (shape.vocab == "embedding")) * ar
+            tp_bwd = (shape.blocks + (shape.vocab == "head")) * ar
+            regather = 0.0
+        tp_fwd *= r.expose_tp
+        tp_bwd = (tp_bwd + regather) * r.expose_tp
+    cp_fwd = cp_bwd = 0.0
+    if r.cp > 1 and shape.attention_calls:
+        if r.cp_algorithm == "p2p":
+            bw, lat = r.links.cp
+            step = collective_seconds("p2p", shape.kv_bytes, 2, bw, lat)
+            cp_fwd = (r.cp - 1) * step * r.expose_cp
+            cp_bwd = (r.cp - 1) * collective_seconds("p2p", 2 * shape.kv_bytes, 2, bw, lat) * r.expose_cp
+        else:
+            bw, lat = r.links.cp_a2a
+            # All-to-all is on the critical path of attention: never overlapped.
+            cp_fwd = cp_bwd = collective_seconds("all_to_all", shape.qkvo_bytes, r.cp, bw, lat)
+    ep_fwd = ep_bwd = 0.0
+    if r.ep > 1 and shape.ep_bytes:
+        bw, lat = r.links.ep
+        ep_fwd = ep_bwd = 2 * collective_seconds("all_to_all", shape.ep_bytes, r.ep, bw, lat) * r.expose_ep
+    comm_fwd = tp_fwd + cp_fwd + ep_fwd
+    comm = comm_fwd + tp_bwd + cp_bwd + ep_bwd
+
+    # Recompute.
+    model_flops = (1 + r.mm_backward) * f.matmul_flops + (1 + r.attn_backward) * f.attention_flops
+    if full:
+        recompute = forward
+        comm += comm_fwd
+        recomputed_flops = f.matmul_flops + f.attention_flops
+    else:
+        recompute = 0.0
+        recomputed_flops = 0.0
+        dropped: dict[str, int] = {}
+        for term in cost.activations:
+            if term.switch is not None and term.switch in recomputed:
+                dropped[term.switch] = dropped.get(term.switch, 0) + term.bytes
+        core = sum(dropped.get(s, 0) for s in ATTENTION_CORE_SWITCHES)
+        if recomputed & ATTENTION_CORE_SWITCHES and f.attention_flops:
+            recompute += att_fwd + 2 * core / r.memory
+            recomputed_flops += f.attention_flops
+        for switch, nbytes in dropped.items():
+            if switch in ATTENTION_CORE_SWITCHES or switch == "gather":
+                continue
+            if switch == "attUp" and shape.latent_rank:
+                flops = 2 * shape.latent_rank * nbytes / r.act_bytes
+                recompute += flops / (r.peak * r.matmul)
+                recomputed_flops += flops
+            else:
+                recompute += 2 * nbytes / r.memory
+    return (forward, backward, recompute, comm, model_flops, recomputed_flops)
+
+
+def _stage_elements(layers: list[tuple[str, LayerCost]], parallel: ParallelSpec) -> tuple[float, float]:
+    """Dense and routed-expert parameter elements one rank of a stage holds (before ZeRO sharding).
+
+    As :mod:`hp_core.stage` counts them: TP-split tensors over ``tp``, routed
+    experts over ``ep * etp``; a tied weight whose owner sits on the stage once.
+    """
+    owners = {kind for kind, _ in layers}
+    dense = experts = 0.0
+    for _, cost in layers:
+        for p in cost.params:
+            if p.shared_with is not None and p.shared_with in owners:
+                continue
+            if p.group == "routed_expert":
+                experts += p.stored_elements / (parallel.ep * (parallel.etp if p.tp_split else 1))
+            else:
+                dense += p.stored_elements / parallel.tp if p.tp_split else p.stored_elements
+    return dense, experts
+
+
+def _optimizer_bytes_per_element(precision: PrecisionSpec, profile: TimingProfile) -> float:
+    """HBM bytes the optimizer step moves per sharded parameter element (module docstring).
+
+    Adam (Kingma and Ba 2015) reads the gradient and reads and writes the
+    master parameters and each moment; the master copy is then read and cast
+    into the model parameters; clipping passes over the gradient.
+    """
+    p = precision
+    master = p.master_param_bytes or p.param_bytes
+    moments = p.optimizer_moments * p.moment_bytes
+    cast = (p.master_param_bytes + p.param_bytes) if p.master_param_bytes else 0
+    return 2 * master + p.grad_bytes + 2 * moments + cast + profile.optimizer_grad_passes.value * p.grad_bytes
+
+
+# ----------------------------------------------------------------------------- the step
+
+
+def step_time(
+    model: ModelSpec,
+    parallel: ParallelSpec,
+    *,
+    registry: Registry,
+    hardware: HardwareSpec | None,
+    runtime: str = "generic",
+    profile: TimingProfile | None = None,
+    precision: PrecisionSpec | None = None,
+    recompute: RecomputeSpec | None = None,
+    attention: str | None = None,
+) -> StepTime:
+    """The time of one training step of *model* on *parallel*, as the runtime's trainer runs it.
+
+    Args:
+        model: The layer stack.
+        parallel: The layout (``global_batch_size`` sets the micro-batches per step).
+        registry: Layer kinds and runtimes.
+        hardware: The device: peak FLOP/s, memory and link bandwidths, latencies,
+            devices per node and ``architecture``.
+        runtime: The runtime profile's name; it supplies precision, attention,
+            ZeRO level, traits, implicit recompute and its timing profile.
+        profile: A timing profile to use instead of the runtime's.
+        precision: Byte widths; the runtime's when ``None``.
+        recompute: Per-layer recompute settings; nothing recomputed when ``None``.
+        attention: ``"flash"`` or ``"eager"``; the runtime's when ``None``.
+
+    Raises:
+        ConfigError: No hardware, a runtime without a timing profile, a
+            hardware field the step needs left unstated, or an invalid layout
+            (one line, with the field path).
+        PluginError: A layer kind's evaluator failed.
+    """
+    rt = registry.runtime(runtime)
+    timing = profile if profile is not None else rt.timing
+    if timing is None:
+        raise ConfigError("$.runtime", f"runtime {rt.name!r} states no timing profile, so it cannot price a step time; use a runtime that states one (see 'hp plugins') or pass a profile")
+    if hardware is None:
+        raise ConfigError("$.hardware", "a step time needs a device: name a hardware preset (--hardware, see 'hp plugins') or state one")
+    precision = precision if precision is not None else rt.precision
+    attention = attention if attention is not None else rt.attention
+    zero = parallel.zero if parallel.zero is not None else rt.zero
+    recompute = recompute if recompute is not None else RecomputeSpec()
+
+    dtype = compute_dtype(precision, hardware)
+    peak = hardware.peak_flops[dtype]
+    bandwidth = _require(hardware, "memory_bandwidth_bytes_per_second", "pricing memory-bound kernels and the optimizer step")
+    dev = timing.device(hardware.architecture)
+    links = _links(hardware, parallel, dev)
+    ov = timing.overlap
+    cp_algorithm = getattr(parallel, "cp_comm_type", None) or timing.cp_algorithm
+    memory = bandwidth * dev.memory_bandwidth.value
+    rates = _Rates(
+        peak=peak, matmul=dev.matmul.value, grouped=dev.grouped_matmul.value, half_rows=dev.grouped_half_rows.value,
+        attn_fwd=dev.attention_forward.value, attn_bwd=dev.attention_backward.value,
+        attn_fwd_overhead=dev.attention_forward_overhead_seconds.value,
+        attn_bwd_overhead=dev.attention_backward_overhead_seconds.value,
+        memory=memory, flash=attention == "flash", causal=timing.flash_causal_fraction.value,
+        attn_backward=timing.attention_backward_factor.value, mm_backward=timing.matmul_backward_factor.value,
+        el_bytes_per_flop=timing.elementwise_accesses_per_flop.value * precision.activation_bytes,
+        el_backward=timing.elementwise_backward_factor.value, permute_passes=timing.moe_permute_passes.value,
+        act_bytes=precision.activation_bytes, grad_bytes=precision.grad_bytes, cp=parallel.cp, cp_algorithm=cp_algorithm, tp=parallel.tp,
+        sp=parallel.sp, ep=parallel.ep, algorithm=timing.all_reduce_algorithm, links=links,
+        expose_tp=1 - ov.tensor_parallel.value, expose_cp=1 - ov.context_parallel.value,
+        expose_ep=1 - ov.expert_parallel.value,
+    )
+
+    # Layers: each group evaluated once, as estimate() does.
+    kinds = [registry.layer_kind(group.kind, f"$.model.layers[{i}].kind") for i, group in enumerate(model.layers)]
+    body_groups = [i for i, kind in enumerate(kinds) if kind.placement == "body"]
+    body_count = sum(model.layers[i].count for i in body_groups)
+    if body_count == 0:
+        raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
+    context = with_sublayers(
+        layer_context(parallel, precision, attention, rt.vocab_pad_multiple, getattr(rt, "traits", frozenset())), registry
+    )
+    costs = [_evaluate(kind, group.config, context, f"$.model.layers[{i}].config") for i, (kind, group) in enumerate(zip(kinds, model.layers))]
+    shapes = [_shape(group.config, kind, context, cost) for kind, group, cost in zip(kinds, model.layers, costs)]
+    micro_batches = _validate_layout(parallel, body_count)
+    counts = _split(body_count, parallel)
+    implicit = getattr(rt, "implicit_recompute", frozenset())
+
+    cache: dict[tuple[int, Setting], _LayerTime] = {}
+    body: list[_LayerTime] = []
+    body_costs: list[tuple[str, LayerCost]] = []
+    for i in body_groups:
+        for _ in range(model.layers[i].count):
+            setting = recompute.setting_of(len(body))
+            key = (i, setting)
+            if key not in cache:
+                full, switches = resolve_setting(setting, kinds[i], "$.recompute")
+                switches |= implicit & frozenset(kinds[i].switches)
+                cache[key] = _layer_time(costs[i], shapes[i], full, switches, rates)
+            body.append(cache[key])
+            body_costs.append((kinds[i].name, costs[i]))
+    if recompute.layers and max(last for _, last, _ in recompute.layers) >= body_count:
+        raise ConfigError("$.recompute.layers", f"a range names a layer beyond the model's {body_count} layers (0-{body_count - 1})")
+
+    def placed(where: str) -> tuple[list[_LayerTime], list[tuple[str, LayerCost]]]:
+        times, found = [], []
+        for i, (kind, group) in enumerate(zip(kinds, model.layers)):
+            if kind.placement == where:
+                layer = _layer_time(costs[i], shapes[i], False, frozenset(), rates)
+                times += [layer] * group.count
+                found += [(kind.name, costs[i])] * group.count
+        return times, found
+
+    first_times, first_costs = placed("first")
+    last_times, last_costs = placed("last")
+
+    # Pipeline sends: the activation per chunk boundary, each way: split over TP under SP
+    # (Megatron-Core get_tensor_shapes) or with the scatter/gather optimisation.
+    hidden = next((getattr(model.layers[i].config, "hidden_size", 0) for i in body_groups), 0)
+    split = parallel.tp if (parallel.sp or timing.pp_scatter_gather) else 1
+    send_bytes = context.tokens * hidden * precision.activation_bytes / split
+    send = 0.0
+    if parallel.pp > 1:
+        send = collective_seconds("p2p", send_bytes, 2, *links.pp)
+        if timing.pp_scatter_gather and not parallel.sp and parallel.tp > 1:
+            send += collective_seconds("all_gather", send_bytes * parallel.tp, parallel.tp, *links.tp)
+        send *= 1 - ov.pipeline.value
+
+    # Per stage: per-micro-batch sums over its chunks, then DP and optimizer.
+    grad_bytes, param_bytes = precision.grad_bytes, precision.param_bytes
+    dense_group = parallel.dp * parallel.cp
+    expert_group = parallel.expert_dp
+    dp_bw, dp_lat = links.dp
+    opt_bytes = _optimizer_bytes_per_element(precision, timing)
+    chunks = parallel.chunks
+    stages: list[StageTime] = []
+    recomputed_flops_per_stage: list[float] = []
+    start = 0
+    bounds = []
+    for count in counts:
+        bounds.append((start, start + count))
+        start += count
+    for stage in range(parallel.pp):
+        fwd = bwd = rec = comm = flops = rflops = 0.0
+        stage_costs: list[tuple[str, LayerCost]] = []
+        sends = 0
+        for c in range(stage, chunks, parallel.pp):
+            lo, hi = bounds[c]
+            layers = body[lo:hi]
+            stage_costs += body_costs[lo:hi]
+            if c == 0:
+                layers = first_times + layers
+                stage_costs += first_costs
+            if c == chunks - 1:
+                layers = layers + last_times
+                stage_costs += last_costs
+            for t in layers:
+                fwd += t[0]
+                bwd += t[1]
+                rec += t[2]
+                comm += t[3]
+                flops += t[4]
+                rflops += t[5]
+            sends += (c != chunks - 1) + (c != 0)
+        comm += sends * send
+        dense, experts = _stage_elements(stage_costs, parallel)
+        if zero >= 3:
+            # FSDP: gather parameters forward and again backward, reduce-scatter gradients, every micro-batch.
+            per_mb = 0.0
+            for n, group in ((dense, dense_group), (experts, expert_group)):
+                gather = collective_seconds("all_gather", n * param_bytes, group, dp_bw, dp_lat)
+                per_mb += (2 if parallel.reshard_after_forward else 1) * gather
+                per_mb += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat)
+            comm += per_mb * (1 - ov.data_parallel.value)
+            dp = 0.0
+        else:
+            dp = 0.0
+            for n, group in ((dense, dense_group), (experts, expert_group)):
+                if zero == 0:
+                    dp += collective_seconds("all_reduce", n * grad_bytes, group, dp_bw, dp_lat, timing.all_reduce_algorithm)
+                else:
+                    dp += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat)
+                    dp += collective_seconds("all_gather", n * param_bytes, group, dp_bw, dp_lat)
+            dp *= 1 - ov.data_parallel.value
+        shard = (dense / dense_group + experts / expert_group) if zero >= 1 else dense + experts
+        reduced = dense * (dense_group > 1) + experts * (expert_group > 1)
+        buffer_passes = timing.grad_buffer_passes.value * (dense + experts) + timing.grad_scale_passes.value * reduced
+        opt = (shard * opt_bytes + buffer_passes * grad_bytes) / memory
+        stages.append(StageTime(stage, fwd, bwd, rec, comm, fwd + bwd + rec + comm, dp, opt, flops))
+        recomputed_flops_per_stage.append(rflops)
+
+    per_mb = [s.micro_batch_seconds for s in stages]
+    pipe = pipeline_seconds(per_mb, micro_batches, parallel.vpp)
+    slow = max(stages, key=lambda s: s.micro_batch_seconds)
+    tail = max(stages, key=lambda s: s.data_parallel_seconds + s.optimizer_seconds)
+    step = pipe + tail.data_parallel_seconds + tail.optimizer_seconds
+    m = micro_batches
+    world = parallel.world_size
+    replicas = world // parallel.pp
+    model_flops = m * replicas * sum(s.flops for s in stages)
+    hardware_flops = model_flops + m * replicas * sum(recomputed_flops_per_stage)
+    tokens = parallel.resolved_global_batch_size * parallel.seq_len
+    provenance = {
+        "timing_profile": timing.name,
+        "runtime": rt.name,
+        "device_efficiency": dev.architecture,
+        "hardware": hardware.name,
+        "dtype": dtype,
+        "attention": attention,
+        "all_reduce_algorithm": timing.all_reduce_algorithm,
+        "cp_algorithm": cp_algorithm,
+    }
+    return StepTime(
+        step_seconds=step,
+        compute_seconds=m * (slow.forward_seconds + slow.backward_seconds),
+        recompute_seconds=m * slow.recompute_seconds,
+        communication_seconds=m * slow.communication_seconds,
+        bubble_seconds=pipe - m * slow.micro_batch_seconds,
+        data_parallel_seconds=tail.data_parallel_seconds,
+        optimizer_seconds=tail.optimizer_seconds,
+        micro_batches=m,
+        tokens_per_second=tokens / step,
+        model_flops=model_flops,
+        mfu=model_flops / (step * world * peak),
+        hfu=hardware_flops / (step * world * peak),
+        peak_flops_per_second=peak,
+        stages=tuple(stages),
+        provenance=provenance,
+    )

@@ -1,0 +1,244 @@
+"""Built-in timing profiles: what trainers achieve on each device family, every figure sourced.
+
+Two profiles:
+
+* :data:`GENERIC` -- the model math on the vendor's libraries: the device
+  efficiencies below, no communication overlap, a plain AdamW step.
+* :data:`MEGATRON_LM_2022` -- Megatron-LM as Korthikanti et al. 2022 ran it
+  (their Table 5): MEGATRON_TE's figures with the pipeline scatter/gather
+  optimisation; price it with ``attention="eager"``.
+* :data:`MEGATRON_TE` -- Megatron-Core with Transformer Engine as
+  ``pretrain_gpt.py`` runs it with its default flags (no TP-communication
+  overlap, no gradient-reduce or parameter-gather overlap, blocking pipeline
+  sends), the alltoall MoE token dispatcher, and its distributed optimizer
+  with gradient clipping.
+
+Device efficiencies, per architecture (the hardware presets' ``architecture``):
+
+* ``blackwell`` (B200) -- third-party microbenchmarks on an 8x B200 node:
+  SimuMax v1.2 ``configs/system/b200_bf16_ceperm.json`` (MooreThreads/SimuMax
+  commit 4dcaae5), measured with Transformer Engine 2.11, cuBLAS and NCCL by
+  that project's ``simu_tools/efficency_test`` sweep. This is the same
+  publisher and machine family as the Megatron runs in
+  ``shared/cases/megatron_measured.json``: the figures are kernel and
+  collective microbenchmarks on that machine, not fitted to the runs' step
+  times. Two figure pairs (the attention kernels' fixed time and efficiency,
+  the grouped GEMM's half-efficiency rows) are least-squares fits of a
+  two-parameter model to those microbenchmarks, done for this module
+  (``docs/time.md`` shows the fit).
+* ``hopper`` (H100, H200) -- starter values, not shape-calibrated: SimuMax's
+  ``configs/system/h100_nvlink.json`` (commit 160921c), whose own note says so,
+  and the FlashAttention-3 paper for attention. Expect larger errors.
+* ``ampere`` (A100) -- the median of SimuMax's 183 A100 GEMM measurements
+  (``configs/system/a100_pcie.json``, an A100 PCIe: 300 W, so an SXM part may
+  run somewhat faster), FlashAttention-2's reported A100 efficiencies, and
+  NCCL bus bandwidths of 8x A100 SXM4 NVLink nodes.
+* ``*`` -- any other device: round rules of thumb, marked as such.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
+
+__all__ = ["AMPERE", "ANY_DEVICE", "BLACKWELL", "GENERIC", "HOPPER", "MEGATRON_LM_2022", "MEGATRON_TE", "PROFILES"]
+
+_SIMUMAX_B200 = "SimuMax v1.2 configs/system/b200_bf16_ceperm.json (MooreThreads/SimuMax@4dcaae5), measured on 8x B200 with TE 2.11"
+_SIMUMAX_H100 = "SimuMax configs/system/h100_nvlink.json (MooreThreads/SimuMax@160921c): spec-based starter value, 'NOT shape-calibrated' per its note"
+_SIMUMAX_A100 = "SimuMax configs/system/a100_pcie.json (MooreThreads/SimuMax@acdbb66), measured on A100 PCIe"
+
+BLACKWELL = DeviceEfficiency(
+    architecture="blackwell",
+    matmul=Sourced(0.4878, f"{_SIMUMAX_B200}: accelerator.op.matmul.efficient_factor over 514 measured bf16 GEMM shapes"),
+    attention_forward=Sourced(
+        0.529,
+        f"fit of time = overhead + executed FLOPs / (peak * efficiency) to the 19 TE fused-attention forward "
+        f"measurements (causal, seq 4k-128k, 4-128 heads) in {_SIMUMAX_B200} (sdp_fwd)",
+    ),
+    attention_backward=Sourced(0.400, f"the same fit to the 19 backward measurements (sdp_bwd) in {_SIMUMAX_B200}"),
+    attention_forward_overhead_seconds=Sourced(59.5e-6, f"the same forward fit's intercept, {_SIMUMAX_B200}"),
+    attention_backward_overhead_seconds=Sourced(35.1e-6, f"the same backward fit's intercept, {_SIMUMAX_B200}"),
+    grouped_matmul=Sourced(
+        0.4876,
+        f"fit of efficiency = e * rows / (rows + half_rows) to 60 TE grouped-GEMM measurements (fwd, dgrad, wgrad; "
+        f"20-256 experts, 128-9832 rows each) in {_SIMUMAX_B200} (group_matmul)",
+    ),
+    grouped_half_rows=Sourced(
+        250,
+        f"the same fit; the roofline ridge point peak * e / (HBM bandwidth * memory efficiency) = 206 rows, where "
+        f"reading an expert's weights takes as long as its FLOPs, agrees. {_SIMUMAX_B200}",
+    ),
+    memory_bandwidth=Sourced(0.666, f"{_SIMUMAX_B200}: accelerator.bandwidth.default.efficient_factor of 8 TB/s"),
+    intra_node_bus=Sourced(
+        0.6735, f"{_SIMUMAX_B200}: NCCL all_gather fit (reduce_scatter 0.6731, all_reduce 0.7424) of 900 GB/s NVLink 5"
+    ),
+    inter_node_bus=Sourced(0.7, f"{_SIMUMAX_H100} (inter_node efficient_factor; no B200 inter-node measurement is published)"),
+    all_to_all_bus=Sourced(0.5968, f"{_SIMUMAX_B200}: NCCL all2all fit of 900 GB/s NVLink 5"),
+)
+
+HOPPER = DeviceEfficiency(
+    architecture="hopper",
+    matmul=Sourced(0.70, f"{_SIMUMAX_H100}: matmul efficient_factor"),
+    attention_forward=Sourced(
+        0.75, "Shah et al. 2024, FlashAttention-3 (arXiv:2407.08608), Section 4.1: up to 740 TFLOP/s (75%) FP16 forward on H100"
+    ),
+    attention_backward=Sourced(0.55, f"{_SIMUMAX_H100}: sdp_bwd efficient_factor"),
+    attention_forward_overhead_seconds=Sourced(0.0, "not measured on Hopper: no fixed time assumed"),
+    attention_backward_overhead_seconds=Sourced(0.0, "not measured on Hopper: no fixed time assumed"),
+    grouped_matmul=Sourced(0.60, f"{_SIMUMAX_H100}: group_matmul efficient_factor"),
+    grouped_half_rows=Sourced(
+        208, "roofline ridge point 989 TFLOP/s * 0.60 / (3.35 TB/s * 0.85 HBM efficiency) = 208 rows on H100 "
+        "(145 on H200's 4.8 TB/s): a derived figure, not a measurement"
+    ),
+    memory_bandwidth=Sourced(0.85, f"{_SIMUMAX_H100}: bandwidth default efficient_factor"),
+    intra_node_bus=Sourced(0.60, f"{_SIMUMAX_H100}: all_gather/reduce_scatter efficient_factor"),
+    inter_node_bus=Sourced(0.70, f"{_SIMUMAX_H100}: inter_node efficient_factor"),
+    all_to_all_bus=Sourced(0.50, f"{_SIMUMAX_H100}: all2all efficient_factor"),
+)
+
+AMPERE = DeviceEfficiency(
+    architecture="ampere",
+    matmul=Sourced(0.7175, f"{_SIMUMAX_A100}: median of the 183 measured bf16 GEMM shapes (range 0.45-0.80)"),
+    attention_forward=Sourced(
+        0.73, "Dao 2023, FlashAttention-2 (arXiv:2307.08691), Section 4.1: forward up to 73% of the A100's peak"
+    ),
+    attention_backward=Sourced(0.63, "Dao 2023, FlashAttention-2, Section 4.1: backward up to 63% of the A100's peak"),
+    attention_forward_overhead_seconds=Sourced(0.0, "not measured on Ampere: no fixed time assumed"),
+    attention_backward_overhead_seconds=Sourced(0.0, "not measured on Ampere: no fixed time assumed"),
+    grouped_matmul=Sourced(0.647, f"{_SIMUMAX_A100}: median of the 12 measured grouped-GEMM shapes"),
+    grouped_half_rows=Sourced(
+        109, "roofline ridge point 312 TFLOP/s * 0.647 / (2.04 TB/s * 0.91) = 109 rows: a derived figure, not a measurement"
+    ),
+    memory_bandwidth=Sourced(0.91, f"{_SIMUMAX_A100}: accelerator.bandwidth.default.efficient_factor"),
+    intra_node_bus=Sourced(
+        0.77, "nccl-tests all_reduce bus bandwidth 230-250 GB/s on 8x A100 SXM4 NVLink (docs.alayanew.com NCCL-tests guide, 2026) of 300 GB/s"
+    ),
+    inter_node_bus=Sourced(0.70, f"{_SIMUMAX_H100} (inter_node efficient_factor, typical NCCL over InfiniBand)"),
+    all_to_all_bus=Sourced(0.60, "no A100 NVLink measurement found: Blackwell's measured all2all fraction (0.597), assumed"),
+)
+
+ANY_DEVICE = DeviceEfficiency(
+    architecture="*",
+    matmul=Sourced(0.60, "rule of thumb for a device with no measured entry: large bf16 GEMMs reach 0.5-0.8 of peak"),
+    attention_forward=Sourced(0.50, "rule of thumb for a device with no measured entry"),
+    attention_backward=Sourced(0.40, "rule of thumb for a device with no measured entry"),
+    attention_forward_overhead_seconds=Sourced(0.0, "not measured: no fixed time assumed"),
+    attention_backward_overhead_seconds=Sourced(0.0, "not measured: no fixed time assumed"),
+    grouped_matmul=Sourced(0.50, "rule of thumb for a device with no measured entry"),
+    grouped_half_rows=Sourced(200, "rule of thumb: the roofline ridge point of current accelerators is 100-300 rows"),
+    memory_bandwidth=Sourced(0.75, "rule of thumb for a device with no measured entry"),
+    intra_node_bus=Sourced(0.65, "rule of thumb for a device with no measured entry"),
+    inter_node_bus=Sourced(0.65, "rule of thumb for a device with no measured entry"),
+    all_to_all_bus=Sourced(0.50, "rule of thumb for a device with no measured entry"),
+)
+
+_DEVICES = (BLACKWELL, HOPPER, AMPERE, ANY_DEVICE)
+
+# Trainer-independent figures, counted from the ops.
+_MATMUL_BACKWARD = Sourced(
+    2.0, "the input gradient and the weight gradient are each a GEMM of the forward's size (Narayanan et al. 2021, arXiv:2104.04473, Section 5.1)"
+)
+_ATTENTION_BACKWARD = Sourced(
+    2.5, "Dao 2023, FlashAttention-2 (arXiv:2307.08691), Section 4.1: the backward does 5 matmuls to the forward's 2"
+)
+_CAUSAL = Sourced(
+    0.5, "Dao 2023, FlashAttention-2, Section 3.1.1: under a causal mask the kernel skips the blocks above the diagonal, about half"
+)
+_ACCESSES = Sourced(
+    0.5,
+    "counted from the kinds' op definitions (hp_plugins/_blocks.py, _shapes.py): a fused kernel reads its input and "
+    "writes its output, 2 accesses per element, over 4-8 counted ops (RMSNorm+residual 5, SiLU-gated 6, softmax 5, GeLU 8); "
+    "gated and dropout kernels move a third tensor",
+)
+_ELEMENTWISE_BACKWARD = Sourced(
+    2.0, "counted: an elementwise backward reads the saved input and the output gradient and writes the input gradient "
+    "(3 accesses to the forward's 2), and a norm's backward makes a reduction pass before it"
+)
+
+_NO_OVERLAP = Sourced(0.0, "the model math alone: no overlap assumed")
+
+GENERIC = TimingProfile(
+    name="generic",
+    description="model math on vendor libraries: measured kernel and NCCL efficiencies per device, no overlap, plain AdamW",
+    devices=_DEVICES,
+    overlap=CommOverlap(
+        tensor_parallel=_NO_OVERLAP, context_parallel=_NO_OVERLAP, expert_parallel=_NO_OVERLAP,
+        data_parallel=_NO_OVERLAP, pipeline=_NO_OVERLAP,
+    ),
+    matmul_backward_factor=_MATMUL_BACKWARD,
+    attention_backward_factor=_ATTENTION_BACKWARD,
+    flash_causal_fraction=_CAUSAL,
+    elementwise_accesses_per_flop=_ACCESSES,
+    elementwise_backward_factor=_ELEMENTWISE_BACKWARD,
+    moe_permute_passes=Sourced(2, "a gather into expert order before the experts and a scatter back after them"),
+    optimizer_grad_passes=Sourced(0, "plain AdamW: no gradient clipping"),
+    grad_buffer_passes=Sourced(0, "torch.optim zero_grad(set_to_none=True), PyTorch's default since 2.0: no memset"),
+    grad_scale_passes=Sourced(0, "averaging folded into the reduction (NCCL ReduceOp.AVG): no separate pass"),
+    all_reduce_algorithm="ring",
+    cp_algorithm="p2p",
+    algorithm_source="NCCL picks ring for large messages within a node (NCCL_ALGO, NCCL docs); ring attention for CP",
+)
+
+_MEGATRON_ARGS = "Megatron-LM megatron/training/arguments.py at core 0.14 (commit 23e00ed0)"
+
+MEGATRON_TE = TimingProfile(
+    name="megatron-te",
+    description=(
+        "Megatron-Core 0.14 + Transformer Engine 2.x with default flags: measured kernel and NCCL efficiencies per device, "
+        "no communication overlap, alltoall MoE dispatcher, distributed optimizer with gradient clipping"
+    ),
+    devices=_DEVICES,
+    overlap=CommOverlap(
+        tensor_parallel=Sourced(0.0, f"--tp-comm-overlap defaults to off ({_MEGATRON_ARGS}); the measured runs pass --disable-tp-comm-*"),
+        context_parallel=Sourced(
+            0.0,
+            "TE's p2p ring attention issues the next K/V exchange before the current chunk's attention "
+            "(transformer_engine/pytorch/attention AttnFuncWithCPAndKVP2P) but the first exchange and any excess stay exposed; "
+            "priced as not overlapped. The a2a exchange is on the critical path by construction",
+        ),
+        expert_parallel=Sourced(0.0, f"--overlap-moe-expert-parallel-comm defaults to off ({_MEGATRON_ARGS})"),
+        data_parallel=Sourced(0.0, f"--overlap-grad-reduce and --overlap-param-gather default to off ({_MEGATRON_ARGS})"),
+        pipeline=Sourced(0.0, "non-interleaved 1F1B sends and receives are blocking (megatron/core/pipeline_parallel/p2p_communication.py)"),
+    ),
+    matmul_backward_factor=_MATMUL_BACKWARD,
+    attention_backward_factor=_ATTENTION_BACKWARD,
+    flash_causal_fraction=_CAUSAL,
+    elementwise_accesses_per_flop=_ACCESSES,
+    elementwise_backward_factor=_ELEMENTWISE_BACKWARD,
+    moe_permute_passes=Sourced(
+        4, "MoEAlltoAllTokenDispatcher (megatron/core/transformer/moe/token_dispatcher.py): permute, sort_chunks_by_idxs, "
+        "unsort, unpermute, each reading and writing the dispatched tokens"
+    ),
+    optimizer_grad_passes=Sourced(
+        3, "megatron/core/optimizer/clip_grads.py: the global norm reads the gradient shard, the clip reads and writes it"
+    ),
+    grad_buffer_passes=Sourced(
+        2, "megatron/core/distributed/param_and_grad_buffer.py: the fp32 gradient buffer is zeroed before each step "
+        "(reset) and its norm checked for NaN before the reduction (check_for_nan_in_grad, on by default: "
+        "--check-for-nan-in-loss-and-grad)"
+    ),
+    grad_scale_passes=Sourced(
+        2, "megatron/core/distributed/param_and_grad_buffer.py start_grad_sync: grad_data *= gradient_scaling_factor "
+        "(1/DP) before the reduce-scatter unless --ddp-average-in-collective (off by default)"
+    ),
+    all_reduce_algorithm="ring",
+    cp_algorithm="p2p",
+    algorithm_source=f"NCCL picks ring for large messages within a node; --cp-comm-type defaults to p2p ({_MEGATRON_ARGS})",
+)
+
+MEGATRON_LM_2022 = attrs.evolve(
+    MEGATRON_TE,
+    name="megatron-lm-2022",
+    description=(
+        "Megatron-LM as Korthikanti et al. 2022 ran it on A100: eager attention with fused softmax, pipeline "
+        "scatter/gather, no distributed optimizer; otherwise MEGATRON_TE's figures"
+    ),
+    pp_scatter_gather=True,
+    algorithm_source=(
+        "Narayanan et al. 2021 (arXiv:2104.04473), Section 4.1: the scatter/gather optimisation of pipeline sends, "
+        "on by default in Megatron-LM of 2021-2022; NCCL ring all-reduce"
+    ),
+)
+
+PROFILES = {profile.name: profile for profile in (GENERIC, MEGATRON_TE, MEGATRON_LM_2022)}

