@@ -65,6 +65,7 @@ def layer_context(
         precision=precision,
         attention=attention,
         vocab_pad_multiple=vocab_pad_multiple,
+        cp_kind=parallel.cp_kind,
         traits=traits,
     )
 

@@ -113,6 +113,7 @@ class LayerContext:
     Attributes:
         tp: Tensor-parallel degree.
         cp: Context-parallel degree; a rank holds ``seq_len / cp`` tokens of each sequence.
+        cp_kind: ``p2p`` (ring) or ``a2a`` (all-to-all over heads).
         sp: Whether sequence parallelism splits the non-TP regions over ``tp``.
         ep: Expert-parallel degree.
         etp: Expert tensor-parallel degree.
@@ -139,6 +140,7 @@ class LayerContext:
     precision: PrecisionSpec
     attention: str
     vocab_pad_multiple: int = 1
+    cp_kind: str = "p2p"
     traits: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     sublayer: Callable[[Any], "LayerCost"] | None = attrs.field(default=None, eq=False, repr=False)
 

@@ -245,8 +245,18 @@ class LayerBuilder:
         self.elementwise += (NORM_OPS_PER_ELEMENT[norm] + _RESIDUAL_OPS) * self.x.tokens * self.h // self.x.sp_degree
 
     def attention_core(self, heads: int, qk_dim: int, v_dim: int, attention_dropout: float) -> None:
-        """The score/softmax/dropout/value core (eager) or the flash kernel's statistics."""
+        """The score/softmax/dropout/value core (eager) or the flash kernel's statistics.
+
+        Under all-to-all context parallelism the kernel runs on ``heads / cp``
+        heads of the whole sequence and keeps its output in that layout, while
+        the output projection keeps the output exchanged back to the local
+        sequence: two copies of the attention output (DeepSpeed-Ulysses;
+        Transformer Engine's CP A2A keeps the kernel's output so its backward
+        exchanges only the output gradient).
+        """
         x, p, t = self.x, self.x.precision, self.x.tp
+        if x.cp > 1 and x.cp_kind == "a2a":
+            self.keep("attn_out_a2a", x.tokens * heads * v_dim * self.act // t, None, True)
         score_elements = x.micro_batch_size * (heads // t) * (x.seq_len // x.cp) * x.seq_len
         if x.attention == "eager":
             self.keep("softmax_out", score_elements * p.softmax_bytes, "softmax", True)

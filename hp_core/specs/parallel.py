@@ -8,7 +8,10 @@ import attrs
 
 from hp_core.specs._validators import optional, positive_int
 
-__all__ = ["SCHEDULES", "ParallelSpec"]
+__all__ = ["CP_KINDS", "SCHEDULES", "ParallelSpec"]
+
+# Context-parallel exchanges: ring (p2p) or all-to-all over heads (a2a).
+CP_KINDS = ("p2p", "a2a")
 
 # Pipeline schedules the stage planner prices (Megatron-LM's names in brackets):
 # ``1f1b`` (non-interleaved one-forward-one-backward, PipeDream-Flush) and
@@ -36,6 +39,9 @@ class ParallelSpec:
         pp: Pipeline-parallel degree (stages).
         vpp: Virtual pipeline chunks per stage (interleaved 1F1B when > 1).
         cp: Context-parallel degree.
+        cp_kind: How context parallelism exchanges: ``p2p`` (ring attention,
+            Megatron-LM's default ``--cp-comm-type p2p``) or ``a2a``
+            (all-to-all over heads, DeepSpeed-Ulysses style).
         ep: Expert-parallel degree.
         etp: Expert tensor-parallel degree.
         sp: Sequence parallelism over the tensor-parallel group.
@@ -65,6 +71,7 @@ class ParallelSpec:
     pp: int = attrs.field(default=1, validator=positive_int)
     vpp: int = attrs.field(default=1, validator=positive_int)
     cp: int = attrs.field(default=1, validator=positive_int)
+    cp_kind: str = attrs.field(default="p2p", validator=attrs.validators.in_(CP_KINDS))
     ep: int = attrs.field(default=1, validator=positive_int)
     etp: int = attrs.field(default=1, validator=positive_int)
     sp: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))

@@ -92,6 +92,7 @@ def read_megatron_case(case: Mapping[str, Any], index: int):
         pp=par["pipeline_model_parallel_size"],
         vpp=par.get("virtual_pipeline_size") or 1,
         cp=par.get("context_parallel_size") or 1,
+        cp_kind="a2a" if par.get("cp_comm_type") == "a2a" else "p2p",
         ep=par.get("expert_model_parallel_size") or 1,
         etp=par.get("expert_tensor_parallel_size") or tp if moe else 1,
         sp=bool(par.get("sequence_parallel_effective")),
