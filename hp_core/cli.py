@@ -105,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("vpp", "virtual pipeline (chunks per stage)"),
                        ("cp", "context"), ("ep", "expert"), ("etp", "expert tensor")):
         est.add_argument(f"--{name}", type=_positive, help=f"{what}-parallel degree")
+    est.add_argument("--cp-kind", choices=("p2p", "a2a"), help="context-parallel exchange: ring (p2p, default) or all-to-all")
     est.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism over the TP group")
     est.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="sharding level over DP*CP (default: the runtime's)")
     est.add_argument("--micro-batch-size", type=_positive)
@@ -162,7 +163,7 @@ def _config_from_args(args: argparse.Namespace, registry: Registry) -> ConfigFil
     base = load_config(args.config, registry) if args.config else structure(DEFAULT_CONFIG, ConfigFile, registry)
     overrides = {
         name: getattr(args, name)
-        for name in ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sp", "zero", "micro_batch_size",
+        for name in ("dp", "tp", "pp", "vpp", "cp", "cp_kind", "ep", "etp", "sp", "zero", "micro_batch_size",
                      "global_batch_size", "seq_len", "schedule", "layers_per_stage")
         if getattr(args, name) is not None
     }
