@@ -25,7 +25,7 @@ from hp_core.job import estimate_job, resolve_job
 from hp_core.manager import BLOCK_ENV
 from hp_core.registry import Registry
 from hp_core.report import estimate_table, estimate_to_json, gib, kinds_table, time_summary, time_table, time_to_json, validation_table
-from hp_core.specs import RecomputeSpec, Setting
+from hp_core.specs import HardwareSpec, RecomputeSpec, Setting
 
 __all__ = ["DEFAULT_CONFIG", "build_parser", "main"]
 
@@ -191,11 +191,12 @@ def _config_from_args(args: argparse.Namespace, registry: Registry) -> ConfigFil
 def _run_estimate(args: argparse.Namespace, registry: Registry, console: Console) -> int:
     config = _config_from_args(args, registry)
     job = resolve_job(config, registry)
+    priced = job.hardware is not None  # a device stated only by --memory has no peaks to price a step with
     if args.memory is not None:
         hardware = job.hardware or HardwareSpec(name="device", memory_bytes=args.memory)
         job = attrs.evolve(job, hardware=attrs.evolve(hardware, memory_bytes=args.memory))
     result = estimate_job(job, registry)
-    step, unavailable = _step_time_of(job, registry)
+    step, unavailable = _step_time_of(job, registry) if priced else (None, None)
     if args.json:
         doc = estimate_to_json(result)
         doc["time"] = time_to_json(step) if step is not None else None

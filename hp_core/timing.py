@@ -39,13 +39,16 @@ The model, with its sources (figures come from the profile, each sourced there):
   bus efficiency) and per-step latency ``a``: ring all-reduce
   ``2 (n-1)/n S/B + 2 (n-1) a``; tree all-reduce ``2 (n-1)/n S/B + 2 log2(n) a``;
   all-gather, reduce-scatter and all-to-all ``(n-1)/n S/B + (n-1) a``;
-  point-to-point ``S/B + a``. A group is intra-node when the ranks it spans
+  point-to-point ``S/B + a``; each collective call (not a send) also costs
+  the device's fixed ``collective_overhead_seconds`` (launch and
+  synchronisation, fitted by SimuMax on B200). A group is intra-node when the ranks it spans
   (Megatron-Core's rank order tp, cp, ep, dp, pp) fit in one node, else it
   runs at the inter-node bandwidth. Per layer: TP with SP runs an all-gather
   and a reduce-scatter per block (attention, MLP) forward and backward, plus
   the backward re-gathers when ``gather`` is recomputed; TP without SP an
   all-reduce per block each way (Shoeybi et al. 2019, Section 3;
-  Korthikanti et al. 2022, Section 4.2.2). CP ring attention passes K/V
+  Korthikanti et al. 2022, Section 4.2.2). As the layout's ``cp_kind`` says,
+  CP ring attention passes K/V
   around the ring ``cp - 1`` times forward and K/V and their gradients
   backward (Liu et al. 2023); CP all-to-all (Jacobs et al. 2023, Ulysses)
   exchanges q, k, v and the output each way. EP dispatches and combines the
@@ -209,7 +212,9 @@ class StepTime:
 # ----------------------------------------------------------------------------- building blocks
 
 
-def collective_seconds(op: str, nbytes: float, ranks: int, bandwidth: float, latency: float, algorithm: str = "ring") -> float:
+def collective_seconds(
+    op: str, nbytes: float, ranks: int, bandwidth: float, latency: float, algorithm: str = "ring", overhead: float = 0.0
+) -> float:
     """Time of one collective (module docstring: Thakur et al. 2005, NCCL ``busbw``).
 
     Args:
@@ -221,6 +226,8 @@ def collective_seconds(op: str, nbytes: float, ranks: int, bandwidth: float, lat
         bandwidth: Bus bandwidth in bytes per second.
         latency: Latency of one step in seconds.
         algorithm: ``"ring"`` or ``"tree"`` (all-reduce only).
+        overhead: A fixed time per collective call (launch and synchronisation);
+            not charged to point-to-point sends.
     """
     if nbytes <= 0:
         return 0.0
@@ -231,9 +238,9 @@ def collective_seconds(op: str, nbytes: float, ranks: int, bandwidth: float, lat
     share = (ranks - 1) / ranks * nbytes / bandwidth
     if op == "all_reduce":
         steps = 2 * math.log2(ranks) if algorithm == "tree" else 2 * (ranks - 1)
-        return 2 * share + steps * latency
+        return overhead + 2 * share + steps * latency
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return share + (ranks - 1) * latency
+        return overhead + share + (ranks - 1) * latency
     raise ValueError(f"unknown collective {op!r}")
 
 
@@ -367,45 +374,47 @@ def _shape(config: Any, kind: LayerKind, x: LayerContext, cost: LayerCost) -> _S
 
 @attrs.frozen
 class _Links:
-    """Bus bandwidths and latencies per group, resolved once per call."""
+    """Per group: (bus bandwidth, latency per step, fixed time per call), resolved once per call."""
 
-    tp: tuple[float, float]
-    cp: tuple[float, float]
-    cp_a2a: tuple[float, float]
-    ep: tuple[float, float]
-    dp: tuple[float, float]
-    pp: tuple[float, float]
+    tp: tuple[float, float, float]
+    cp: tuple[float, float, float]
+    cp_a2a: tuple[float, float, float]
+    ep: tuple[float, float, float]
+    dp: tuple[float, float, float]
+    pp: tuple[float, float, float]
 
 
 def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency) -> _Links:
     """Bus bandwidth and latency of each group (Megatron-Core rank order tp, cp, ep, dp, pp)."""
     node = hardware.devices_per_node
 
-    def level(span: int, group: int, a2a: bool = False) -> tuple[float, float]:
+    fixed = dev.collective_overhead_seconds.value
+
+    def level(span: int, group: int, a2a: bool = False) -> tuple[float, float, float]:
         if group <= 1:
-            return (1.0, 0.0)  # no traffic: any positive bandwidth
+            return (1.0, 0.0, 0.0)  # no traffic: any positive bandwidth
         if node is None:
             raise ConfigError("$.hardware.devices_per_node", f"{hardware.name} does not state devices_per_node, which placing a group of {group} ranks needs")
         if span <= node:
             bw = _require(hardware, "intra_node_bandwidth_bytes_per_second", "intra-node communication")
             eff = dev.all_to_all_bus.value if a2a else dev.intra_node_bus.value
-            return (bw * eff, _require(hardware, "intra_node_latency_seconds", "intra-node communication"))
+            return (bw * eff, _require(hardware, "intra_node_latency_seconds", "intra-node communication"), fixed)
         bw = _require(hardware, "inter_node_bandwidth_bytes_per_second", "inter-node communication")
-        return (bw * dev.inter_node_bus.value, _require(hardware, "inter_node_latency_seconds", "inter-node communication"))
+        return (bw * dev.inter_node_bus.value, _require(hardware, "inter_node_latency_seconds", "inter-node communication"), fixed)
 
     p = parallel
     dense_dp = p.dp * p.cp
-    pp_level = (1.0, 0.0)
+    pp_level = (1.0, 0.0, 0.0)
     if p.pp > 1:
         stride = p.tp * p.cp * p.dp
         if node is None:
             raise ConfigError("$.hardware.devices_per_node", f"{hardware.name} does not state devices_per_node, which pipeline sends need")
         if stride < node:
             pp_level = (_require(hardware, "intra_node_bandwidth_bytes_per_second", "pipeline sends") * dev.intra_node_bus.value,
-                        _require(hardware, "intra_node_latency_seconds", "pipeline sends"))
+                        _require(hardware, "intra_node_latency_seconds", "pipeline sends"), 0.0)
         else:
             pp_level = (_require(hardware, "inter_node_bandwidth_bytes_per_second", "pipeline sends") * dev.inter_node_bus.value,
-                        _require(hardware, "inter_node_latency_seconds", "pipeline sends"))
+                        _require(hardware, "inter_node_latency_seconds", "pipeline sends"), 0.0)
     return _Links(
         tp=level(p.tp, p.tp),
         cp=level(p.tp * p.cp, p.cp),
@@ -487,10 +496,10 @@ def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozense
     # Communication, exposed.
     tp_fwd = tp_bwd = 0.0
     if r.tp > 1 and (shape.blocks or shape.vocab):
-        bw, lat = r.links.tp
+        bw, lat, fixed = r.links.tp
         if r.sp:
-            ag = collective_seconds("all_gather", shape.tp_bytes, r.tp, bw, lat)
-            rs = collective_seconds("reduce_scatter", shape.tp_bytes, r.tp, bw, lat)
+            ag = collective_seconds("all_gather", shape.tp_bytes, r.tp, bw, lat, overhead=fixed)
+            rs = collective_seconds("reduce_scatter", shape.tp_bytes, r.tp, bw, lat, overhead=fixed)
             tp_fwd = shape.blocks * (ag + rs)
             tp_bwd = shape.blocks * (ag + rs)
             if shape.vocab == "embedding":  # reduce-scatter forward, all-gather backward
@@ -501,7 +510,7 @@ def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozense
                 tp_bwd += rs
             regather = shape.blocks * ag if "gather" in recomputed and not full else 0.0
         else:
-            ar = collective_seconds("all_reduce", shape.tp_bytes, r.tp, bw, lat, r.algorithm)
+            ar = collective_seconds("all_reduce", shape.tp_bytes, r.tp, bw, lat, r.algorithm, fixed)
             tp_fwd = (shape.blocks + (shape.vocab == "embedding")) * ar
             tp_bwd = (shape.blocks + (shape.vocab == "head")) * ar
             regather = 0.0
@@ -510,18 +519,18 @@ def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozense
     cp_fwd = cp_bwd = 0.0
     if r.cp > 1 and shape.attention_calls:
         if r.cp_algorithm == "p2p":
-            bw, lat = r.links.cp
+            bw, lat, _ = r.links.cp
             step = collective_seconds("p2p", shape.kv_bytes, 2, bw, lat)
             cp_fwd = (r.cp - 1) * step * r.expose_cp
             cp_bwd = (r.cp - 1) * collective_seconds("p2p", 2 * shape.kv_bytes, 2, bw, lat) * r.expose_cp
         else:
-            bw, lat = r.links.cp_a2a
+            bw, lat, fixed = r.links.cp_a2a
             # All-to-all is on the critical path of attention: never overlapped.
-            cp_fwd = cp_bwd = collective_seconds("all_to_all", shape.qkvo_bytes, r.cp, bw, lat)
+            cp_fwd = cp_bwd = collective_seconds("all_to_all", shape.qkvo_bytes, r.cp, bw, lat, overhead=fixed)
     ep_fwd = ep_bwd = 0.0
     if r.ep > 1 and shape.ep_bytes:
-        bw, lat = r.links.ep
-        ep_fwd = ep_bwd = 2 * collective_seconds("all_to_all", shape.ep_bytes, r.ep, bw, lat) * r.expose_ep
+        bw, lat, fixed = r.links.ep
+        ep_fwd = ep_bwd = 2 * collective_seconds("all_to_all", shape.ep_bytes, r.ep, bw, lat, overhead=fixed) * r.expose_ep
     comm_fwd = tp_fwd + cp_fwd + ep_fwd
     comm = comm_fwd + tp_bwd + cp_bwd + ep_bwd
 
@@ -640,7 +649,7 @@ def step_time(
     dev = timing.device(hardware.architecture)
     links = _links(hardware, parallel, dev)
     ov = timing.overlap
-    cp_algorithm = getattr(parallel, "cp_comm_type", None) or timing.cp_algorithm
+    cp_algorithm = parallel.cp_kind  # the layout states it (``--cp-kind``)
     memory = bandwidth * dev.memory_bandwidth.value
     rates = _Rates(
         peak=peak, matmul=dev.matmul.value, grouped=dev.grouped_matmul.value, half_rows=dev.grouped_half_rows.value,
@@ -707,16 +716,17 @@ def step_time(
     send_bytes = context.tokens * hidden * precision.activation_bytes / split
     send = 0.0
     if parallel.pp > 1:
-        send = collective_seconds("p2p", send_bytes, 2, *links.pp)
+        send = collective_seconds("p2p", send_bytes, 2, links.pp[0], links.pp[1])
         if timing.pp_scatter_gather and not parallel.sp and parallel.tp > 1:
-            send += collective_seconds("all_gather", send_bytes * parallel.tp, parallel.tp, *links.tp)
+            tp_bw, tp_lat, tp_fixed = links.tp
+            send += collective_seconds("all_gather", send_bytes * parallel.tp, parallel.tp, tp_bw, tp_lat, overhead=tp_fixed)
         send *= 1 - ov.pipeline.value
 
     # Per stage: per-micro-batch sums over its chunks, then DP and optimizer.
     grad_bytes, param_bytes = precision.grad_bytes, precision.param_bytes
     dense_group = parallel.dp * parallel.cp
     expert_group = parallel.expert_dp
-    dp_bw, dp_lat = links.dp
+    dp_bw, dp_lat, dp_fixed = links.dp
     opt_bytes = _optimizer_bytes_per_element(precision, timing)
     chunks = parallel.chunks
     stages: list[StageTime] = []
@@ -754,19 +764,19 @@ def step_time(
             # FSDP: gather parameters forward and again backward, reduce-scatter gradients, every micro-batch.
             per_mb = 0.0
             for n, group in ((dense, dense_group), (experts, expert_group)):
-                gather = collective_seconds("all_gather", n * param_bytes, group, dp_bw, dp_lat)
+                gather = collective_seconds("all_gather", n * param_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
                 per_mb += (2 if parallel.reshard_after_forward else 1) * gather
-                per_mb += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat)
+                per_mb += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
             comm += per_mb * (1 - ov.data_parallel.value)
             dp = 0.0
         else:
             dp = 0.0
             for n, group in ((dense, dense_group), (experts, expert_group)):
                 if zero == 0:
-                    dp += collective_seconds("all_reduce", n * grad_bytes, group, dp_bw, dp_lat, timing.all_reduce_algorithm)
+                    dp += collective_seconds("all_reduce", n * grad_bytes, group, dp_bw, dp_lat, timing.all_reduce_algorithm, dp_fixed)
                 else:
-                    dp += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat)
-                    dp += collective_seconds("all_gather", n * param_bytes, group, dp_bw, dp_lat)
+                    dp += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
+                    dp += collective_seconds("all_gather", n * param_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
             dp *= 1 - ov.data_parallel.value
         shard = (dense / dense_group + experts / expert_group) if zero >= 1 else dense + experts
         reduced = dense * (dense_group > 1) + experts * (expert_group > 1)
@@ -794,7 +804,7 @@ def step_time(
         "dtype": dtype,
         "attention": attention,
         "all_reduce_algorithm": timing.all_reduce_algorithm,
-        "cp_algorithm": cp_algorithm,
+        "cp_kind": cp_algorithm,
     }
     return StepTime(
         step_seconds=step,

@@ -290,7 +290,8 @@ def _rank_config(hf: Mapping[str, Any], tp: int) -> dict[str, Any]:
         cfg["intermediate_size"] = _divide(cfg["intermediate_size"], tp, "intermediate_size")
     if cfg.get("shared_expert_intermediate_size"):
         cfg["shared_expert_intermediate_size"] = _divide(cfg["shared_expert_intermediate_size"], tp, "shared_expert_intermediate_size")
-    cfg["vocab_size"] = _divide(cfg["vocab_size"], tp, "vocab_size") if cfg["vocab_size"] % tp == 0 else -(-cfg["vocab_size"] // tp)
+    # The vocabulary-parallel head's shard, the vocabulary padded to a multiple of tp.
+    cfg["vocab_size"] = -(-cfg["vocab_size"] // tp)
     return cfg
 
 

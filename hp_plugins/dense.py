@@ -19,7 +19,7 @@ op                  bytes                 switch     Korthikanti term
 attn_norm_in        2 T h / sp            --         LayerNorm input 2sbh
 attn_norm_out       2 T h / sp            normOp     QKV input 2sbh
 attn_gathered       2 T h (1 - 1/t)       gather     (kept SP all-gather output)
-q, k, v             2 T (a + 2g) d / t    --         Q, K 4sbh; V 2sbh
+q, k, v             2 T (a + 2k) d / t    --         Q, K 4sbh; V 2sbh
 softmax_out         B a s_l s / t         softmax    softmax output 2as^2b
 softmax_cast        2 a s_l s b / t       headCast   (fp32 softmax cast to bf16)
 attn_dropout_mask   1 a s_l s b / t       dropout    dropout mask as^2b
@@ -32,7 +32,10 @@ fc1 / gate, up      2 T I / t each        --         GeLU input 8sbh
 act_out (, mul)     2 T I / t each        ffAct      FC2 input 8sbh
 ==================  ====================  =========  ========================
 
-(``B`` is the softmax output's byte width; the ``eager`` rows vanish under flash.)
+(``B`` is the softmax output's byte width; the ``eager`` rows vanish under flash;
+``k = g`` key/value heads under flash, ``k = a`` under eager, which repeats them to
+every query head before its matmuls: Hugging Face ``repeat_kv``, measured by the
+torch census.)
 """
 
 from __future__ import annotations

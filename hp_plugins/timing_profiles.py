@@ -75,6 +75,10 @@ BLACKWELL = DeviceEfficiency(
     ),
     inter_node_bus=Sourced(0.7, f"{_SIMUMAX_H100} (inter_node efficient_factor; no B200 inter-node measurement is published)"),
     all_to_all_bus=Sourced(0.5968, f"{_SIMUMAX_B200}: NCCL all2all fit of 900 GB/s NVLink 5"),
+    collective_overhead_seconds=Sourced(
+        23.6e-6, f"{_SIMUMAX_B200}: mean of the NCCL fits' fixed_latency_us of all_reduce (22.2), all_gather (23.1) and "
+        "reduce_scatter (25.6); its all2all fit has 0-51 us by group size, priced the same"
+    ),
 )
 
 HOPPER = DeviceEfficiency(
@@ -95,6 +99,7 @@ HOPPER = DeviceEfficiency(
     intra_node_bus=Sourced(0.60, f"{_SIMUMAX_H100}: all_gather/reduce_scatter efficient_factor"),
     inter_node_bus=Sourced(0.70, f"{_SIMUMAX_H100}: inter_node efficient_factor"),
     all_to_all_bus=Sourced(0.50, f"{_SIMUMAX_H100}: all2all efficient_factor"),
+    collective_overhead_seconds=Sourced(0.0, "not measured on Hopper: no fixed time per call assumed"),
 )
 
 AMPERE = DeviceEfficiency(
@@ -116,6 +121,7 @@ AMPERE = DeviceEfficiency(
     ),
     inter_node_bus=Sourced(0.70, f"{_SIMUMAX_H100} (inter_node efficient_factor, typical NCCL over InfiniBand)"),
     all_to_all_bus=Sourced(0.60, "no A100 NVLink measurement found: Blackwell's measured all2all fraction (0.597), assumed"),
+    collective_overhead_seconds=Sourced(0.0, "not measured on Ampere: no fixed time per call assumed"),
 )
 
 ANY_DEVICE = DeviceEfficiency(
@@ -131,6 +137,7 @@ ANY_DEVICE = DeviceEfficiency(
     intra_node_bus=Sourced(0.65, "rule of thumb for a device with no measured entry"),
     inter_node_bus=Sourced(0.65, "rule of thumb for a device with no measured entry"),
     all_to_all_bus=Sourced(0.50, "rule of thumb for a device with no measured entry"),
+    collective_overhead_seconds=Sourced(0.0, "not measured: no fixed time per call assumed"),
 )
 
 _DEVICES = (BLACKWELL, HOPPER, AMPERE, ANY_DEVICE)
@@ -176,8 +183,7 @@ GENERIC = TimingProfile(
     grad_buffer_passes=Sourced(0, "torch.optim zero_grad(set_to_none=True), PyTorch's default since 2.0: no memset"),
     grad_scale_passes=Sourced(0, "averaging folded into the reduction (NCCL ReduceOp.AVG): no separate pass"),
     all_reduce_algorithm="ring",
-    cp_algorithm="p2p",
-    algorithm_source="NCCL picks ring for large messages within a node (NCCL_ALGO, NCCL docs); ring attention for CP",
+    algorithm_source="NCCL picks ring for large messages within a node (NCCL_ALGO, NCCL docs)",
 )
 
 _MEGATRON_ARGS = "Megatron-LM megatron/training/arguments.py at core 0.14 (commit 23e00ed0)"
@@ -223,8 +229,7 @@ MEGATRON_TE = TimingProfile(
         "(1/DP) before the reduce-scatter unless --ddp-average-in-collective (off by default)"
     ),
     all_reduce_algorithm="ring",
-    cp_algorithm="p2p",
-    algorithm_source=f"NCCL picks ring for large messages within a node; --cp-comm-type defaults to p2p ({_MEGATRON_ARGS})",
+    algorithm_source="NCCL picks ring for large messages within a node (NCCL_ALGO, NCCL docs)",
 )
 
 MEGATRON_LM_2022 = attrs.evolve(

@@ -30,7 +30,6 @@ from hp_core.errors import ConfigError
 
 __all__ = [
     "ALL_REDUCE_ALGORITHMS",
-    "CP_ALGORITHMS",
     "CommOverlap",
     "DeviceEfficiency",
     "Sourced",
@@ -40,10 +39,6 @@ __all__ = [
 # NCCL's all-reduce algorithms for large messages: ``ring`` (bandwidth-optimal,
 # latency grows with n) and ``tree`` (double binary tree, latency grows with log n).
 ALL_REDUCE_ALGORITHMS = ("ring", "tree")
-# Context parallelism: ``p2p`` (ring attention: K/V passed around the CP ring,
-# Megatron-Core ``--cp-comm-type p2p``) or ``a2a`` (DeepSpeed-Ulysses all-to-all
-# of heads and sequence, ``--cp-comm-type a2a``).
-CP_ALGORITHMS = ("p2p", "a2a")
 
 
 def _number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -125,6 +120,8 @@ class DeviceEfficiency:
             all-reduce within a node, of the per-device link bandwidth.
         inter_node_bus: The same across nodes, of the per-device network bandwidth.
         all_to_all_bus: NCCL all-to-all bus bandwidth within a node, of the link bandwidth.
+        collective_overhead_seconds: A fixed time per collective call (kernel
+            launch and synchronisation) on top of its per-step latency and bytes.
     """
 
     architecture: str
@@ -139,6 +136,7 @@ class DeviceEfficiency:
     intra_node_bus: Sourced = attrs.field(validator=_fraction)
     inter_node_bus: Sourced = attrs.field(validator=_fraction)
     all_to_all_bus: Sourced = attrs.field(validator=_fraction)
+    collective_overhead_seconds: Sourced = attrs.field(validator=_sourced)
 
     def figures(self) -> dict[str, Sourced]:
         """Every figure of the entry by field name."""
@@ -196,7 +194,6 @@ class TimingProfile:
         grad_scale_passes: Accesses of a gradient buffer that is reduced over
             more than one rank (scaling it by ``1 / ranks`` before the reduction).
         all_reduce_algorithm: One of :data:`ALL_REDUCE_ALGORITHMS`.
-        cp_algorithm: The context-parallel exchange, one of :data:`CP_ALGORITHMS`.
         pp_scatter_gather: Pipeline sends carry ``1/tp`` of the activation
             each, all-gathered over the TP group on arrival (Narayanan et al.
             2021, Section 4.1); else the whole activation (split only by SP).
@@ -217,7 +214,6 @@ class TimingProfile:
     grad_buffer_passes: Sourced = attrs.field(validator=_sourced)
     grad_scale_passes: Sourced = attrs.field(validator=_sourced)
     all_reduce_algorithm: str = attrs.field(default="ring", validator=attrs.validators.in_(ALL_REDUCE_ALGORITHMS))
-    cp_algorithm: str = attrs.field(default="p2p", validator=attrs.validators.in_(CP_ALGORITHMS))
     pp_scatter_gather: bool = False
     algorithm_source: str = attrs.field(default="", validator=_text)
 

@@ -13,7 +13,7 @@ import math
 import attrs
 import pytest
 
-from hp_core.api import build_registry, model_from_preset
+from hp_core.api import build_registry
 from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
@@ -79,6 +79,7 @@ TOY_DEVICE = DeviceEfficiency(
     attention_forward_overhead_seconds=_figure(0.0), attention_backward_overhead_seconds=_figure(0.0),
     grouped_matmul=_figure(0.5), grouped_half_rows=_figure(100), memory_bandwidth=_figure(0.5),
     intra_node_bus=_figure(0.5), inter_node_bus=_figure(0.25), all_to_all_bus=_figure(0.5),
+    collective_overhead_seconds=_figure(0.0),
 )
 _NONE = _figure(0.0)
 TOY_PROFILE = TimingProfile(
@@ -380,3 +381,77 @@ def test_the_default_estimate_runs_in_well_under_a_millisecond_per_layer(registr
         step_time(llama8b, parallel, registry=registry, hardware=spec)
     assert (time.perf_counter() - start) / 20 < 0.02
     assert math.isfinite(step_time(llama8b, parallel, registry=registry, hardware=spec).step_seconds)
+
+
+# ----------------------------------------------------------------------------- the command line
+
+
+def _run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    from hp_core.cli import main
+
+    status = main(argv)
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def test_cli_json_carries_the_time_in_seconds(capsys):
+    import json
+
+    status, out, _ = _run_cli(["estimate", "--json"], capsys)
+    assert status == 0
+    time = json.loads(out)["time"]
+    assert time["step_seconds"] == pytest.approx(sum(time["breakdown"].values()))
+    assert all(key.endswith("_seconds") for key in time["breakdown"])
+    assert all(key.endswith("_seconds") for stage in time["stages"] for key in stage if key != "index")
+    assert 0 < time["mfu"] <= time["hfu"] < 1
+    assert time["provenance"]["device_efficiency"] == "hopper"
+
+
+def test_cli_table_shows_step_time_beside_memory(capsys):
+    status, out, _ = _run_cli(["estimate"], capsys)
+    assert status == 0
+    assert "Step time by stage" in out and "Step time: " in out and "MFU " in out and "Peak: " in out
+
+
+def test_cli_memory_overrides_the_hardware(capsys):
+    import json
+
+    status, out, _ = _run_cli(["estimate", "--json", "--memory", "40GiB"], capsys)
+    doc = json.loads(out)
+    assert status == 0 and doc["device_memory_bytes"] == 40 * 2**30 and doc["fits"] is False
+    status, out, _ = _run_cli(["estimate", "--json", "--memory", "81920MiB"], capsys)
+    assert json.loads(out)["device_memory_bytes"] == 81920 * 2**20
+    with pytest.raises(SystemExit) as exit_info:
+        _run_cli(["estimate", "--memory", "80XB"], capsys)
+    assert exit_info.value.code == 2
+    assert "expected a size" in capsys.readouterr().err
+
+
+def test_cli_says_why_no_time_is_priced(tmp_path, capsys):
+    import json
+
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps({
+        "model": "llama3-8b",
+        "parallel": {"dp": 2, "seq_len": 4096},
+        "hardware": {"name": "Bare", "memory_bytes": 2**36, "peak_flops": {"bf16": 1e15}},
+    }))
+    status, out, _ = _run_cli(["estimate", str(config), "--json"], capsys)
+    doc = json.loads(out)
+    assert status == 0 and doc["time"] is None
+    assert doc["time_unavailable"].startswith("$.hardware.memory_bandwidth_bytes_per_second: ")
+
+
+def test_docs_list_every_built_in_figure_with_its_source():
+    """docs/time.md states each figure of the built-in profiles, its value and its source, as the code has them."""
+    from pathlib import Path
+
+    from hp_plugins.timing_profiles import AMPERE, ANY_DEVICE, BLACKWELL, HOPPER
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "time.md").read_text(encoding="utf-8")
+    for device in (BLACKWELL, HOPPER, AMPERE, ANY_DEVICE):
+        for name, figure in device.figures().items():
+            assert f"- `{name}` = {figure.value:.4g}: {figure.source}" in text, (device.architecture, name)
+    for profile in (GENERIC, MEGATRON_TE):
+        for name, figure in {**profile.figures(), **profile.overlap.figures()}.items():
+            assert f"`{name}` = {figure.value:.4g}: {figure.source}" in text, (profile.name, name)
