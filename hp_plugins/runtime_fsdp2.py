@@ -21,6 +21,7 @@ from __future__ import annotations
 from hp_core.markers import hookimpl
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
+from hp_plugins.timing_profiles import GENERIC
 
 __all__ = ["hp_runtimes"]
 
@@ -35,5 +36,6 @@ def hp_runtimes():
         zero=3,
         vocab_pad_multiple=1,
         overhead_bytes=0,
+        timing=GENERIC,
         description="PyTorch FSDP2 / torchtitan: fp32 sharded params, bf16 gathered compute, fp32 reduce, AdamW",
     )

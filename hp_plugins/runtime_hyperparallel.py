@@ -16,6 +16,7 @@ from __future__ import annotations
 from hp_core.markers import hookimpl
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
+from hp_plugins.timing_profiles import GENERIC
 
 __all__ = ["hp_runtimes"]
 
@@ -30,5 +31,6 @@ def hp_runtimes():
         vocab_pad_multiple=1,
         overhead_bytes=0,
         deferred_grad_reduction=True,
+        timing=GENERIC,
         description="HyperParallel: resharding FSDP with deferred gradient reduction (a second peak at the last backward)",
     )

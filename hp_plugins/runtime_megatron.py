@@ -38,6 +38,7 @@ from __future__ import annotations
 from hp_core.markers import hookimpl
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
+from hp_plugins.timing_profiles import MEGATRON_TE
 
 __all__ = ["hp_runtimes"]
 
@@ -63,6 +64,7 @@ def hp_runtimes():
             "moe_probs_in_activation", "moe_fused_permute",
         }),
         implicit_recompute=frozenset({"gather"}),
+        timing=MEGATRON_TE,
         description=(
             "Megatron-Core + Transformer Engine: bf16, fp32 grad buffer, distributed optimizer, TE fused "
             "attention/SwiGLU/cross-entropy, vocab padded to 128*tp"
