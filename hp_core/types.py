@@ -446,6 +446,11 @@ class Runtime:
         timing: How fast it runs (:class:`~hp_core.specs.timing.TimingProfile`:
             achieved efficiencies, overlaps, algorithms); ``None``: it states
             none, and asking it for a step time is refused.
+        recompute_modules: The selective recompute its trainer can execute:
+            named modules, each the switches it recomputes, of which any union
+            runs (Megatron-LM ``--recompute-modules``); ``None``: any set of
+            switches runs (a per-op trainer such as HyperParallel's).
+        full_recompute: Whether it can recompute whole layers.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -460,14 +465,27 @@ class Runtime:
     implicit_recompute: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     deferred_grad_reduction: bool = False
     timing: TimingProfile | None = None
+    recompute_modules: Mapping[str, frozenset[str]] | None = None
+    full_recompute: bool = True
 
     def __attrs_post_init__(self) -> None:
         unknown = sorted(self.traits - set(TRAITS))
         if unknown:
             raise ValueError(f"runtime {self.name}: unknown traits {unknown}; known: {sorted(TRAITS)}")
         stray = sorted(self.implicit_recompute - set(SWITCHES))
+        for switches in (self.recompute_modules or {}).values():
+            stray += sorted(set(switches) - set(SWITCHES))
         if stray:
             raise ValueError(f"runtime {self.name}: unknown switches {stray}")
+
+    def executes(self, switches: frozenset[str]) -> bool:
+        """Whether its trainer can run a selective setting recomputing exactly *switches*
+        (beyond those it always recomputes)."""
+        wanted = frozenset(switches) - self.implicit_recompute
+        if self.recompute_modules is None or not wanted:
+            return True
+        covered = frozenset().union(*(m for m in self.recompute_modules.values() if m <= wanted | self.implicit_recompute))
+        return wanted <= covered
 
 
 @attrs.frozen

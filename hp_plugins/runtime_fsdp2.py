@@ -37,5 +37,9 @@ def hp_runtimes():
         vocab_pad_multiple=1,
         overhead_bytes=0,
         timing=GENERIC,
+        # torchtitan activation checkpointing: mode "full" (whole blocks) or "selective" with
+        # op-level SAC, which saves matmul outputs and recomputes the ops between them: the norms'
+        # outputs and the MLP activation (torchtitan/distributed/activation_checkpoint.py).
+        recompute_modules={"op_sac": frozenset({"normOp", "ffAct"})},
         description="PyTorch FSDP2 / torchtitan: fp32 sharded params, bf16 gathered compute, fp32 reduce, AdamW",
     )

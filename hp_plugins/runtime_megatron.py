@@ -65,6 +65,14 @@ def hp_runtimes():
         }),
         implicit_recompute=frozenset({"gather"}),
         timing=MEGATRON_TE,
+        # --recompute-granularity selective --recompute-modules (megatron/training/arguments.py,
+        # core 0.14): each module recomputes these switches' tensors; any union of them runs.
+        recompute_modules={
+            "core_attn": frozenset({"attBMM", "headCast", "dropout", "softmax"}),
+            "layernorm": frozenset({"normOp"}),
+            "moe_act": frozenset({"ffAct"}),
+            "mla_up_proj": frozenset({"attUp"}),
+        },
         description=(
             "Megatron-Core + Transformer Engine: bf16, fp32 grad buffer, distributed optimizer, TE fused "
             "attention/SwiGLU/cross-entropy, vocab padded to 128*tp"
