@@ -20,6 +20,7 @@ import attrs
 
 from hp_core.errors import ConfigError
 from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount
+from hp_core.validators import non_negative_int, positive_int, probability
 from hp_plugins._shapes import NORM_OPS_PER_ELEMENT, NORMS, check_divides, norm_params
 
 __all__ = [
@@ -41,21 +42,6 @@ __all__ = [
 ACT_OPS = {"silu": 5, "swish": 5, "gelu": 8, "gelu_new": 8, "gelu_pytorch_tanh": 8, "relu": 1}
 _SOFTMAX_OPS = 5
 _RESIDUAL_OPS = 1
-
-
-def _positive(instance, attribute, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
-
-
-def _non_negative(instance, attribute, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{attribute.name} must be a non-negative integer, got {value!r}")
-
-
-def _probability(instance, attribute, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(f"{attribute.name} must be a probability in [0, 1), got {value!r}")
 
 
 def _capacity(instance, attribute, value):
@@ -83,16 +69,16 @@ class GQAFields:
         hidden_dropout: Dropout after the attention and feed-forward output projections.
     """
 
-    hidden_size: int = attrs.field(validator=_positive)
-    num_attention_heads: int = attrs.field(validator=_positive)
-    num_key_value_heads: int = attrs.field(validator=_positive)
-    head_dim: int | None = attrs.field(default=None, validator=attrs.validators.optional(_positive))
+    hidden_size: int = attrs.field(validator=positive_int)
+    num_attention_heads: int = attrs.field(validator=positive_int)
+    num_key_value_heads: int = attrs.field(validator=positive_int)
+    head_dim: int | None = attrs.field(default=None, validator=attrs.validators.optional(positive_int))
     attention_bias: bool = False
     attention_out_bias: bool = False
     qk_norm: bool = False
     norm: str = attrs.field(default="rmsnorm", validator=attrs.validators.in_(NORMS))
-    attention_dropout: float = attrs.field(default=0.0, validator=_probability)
-    hidden_dropout: float = attrs.field(default=0.0, validator=_probability)
+    attention_dropout: float = attrs.field(default=0.0, validator=probability)
+    hidden_dropout: float = attrs.field(default=0.0, validator=probability)
 
     def __attrs_post_init__(self) -> None:
         self._check_gqa()
@@ -129,17 +115,17 @@ class MLAFields:
         hidden_dropout: Dropout after the attention and feed-forward output projections.
     """
 
-    hidden_size: int = attrs.field(validator=_positive)
-    num_attention_heads: int = attrs.field(validator=_positive)
-    kv_lora_rank: int = attrs.field(validator=_positive)
-    qk_nope_head_dim: int = attrs.field(validator=_positive)
-    qk_rope_head_dim: int = attrs.field(validator=_positive)
-    v_head_dim: int = attrs.field(validator=_positive)
-    q_lora_rank: int | None = attrs.field(default=None, validator=attrs.validators.optional(_positive))
+    hidden_size: int = attrs.field(validator=positive_int)
+    num_attention_heads: int = attrs.field(validator=positive_int)
+    kv_lora_rank: int = attrs.field(validator=positive_int)
+    qk_nope_head_dim: int = attrs.field(validator=positive_int)
+    qk_rope_head_dim: int = attrs.field(validator=positive_int)
+    v_head_dim: int = attrs.field(validator=positive_int)
+    q_lora_rank: int | None = attrs.field(default=None, validator=attrs.validators.optional(positive_int))
     attention_bias: bool = False
     norm: str = attrs.field(default="rmsnorm", validator=attrs.validators.in_(NORMS))
-    attention_dropout: float = attrs.field(default=0.0, validator=_probability)
-    hidden_dropout: float = attrs.field(default=0.0, validator=_probability)
+    attention_dropout: float = attrs.field(default=0.0, validator=probability)
+    hidden_dropout: float = attrs.field(default=0.0, validator=probability)
 
 
 @attrs.frozen(kw_only=True, slots=False)
@@ -153,7 +139,7 @@ class MLPFields:
         mlp_bias: Biases on the MLP projections.
     """
 
-    intermediate_size: int = attrs.field(validator=_positive)
+    intermediate_size: int = attrs.field(validator=positive_int)
     gated_mlp: bool = True
     hidden_act: str = attrs.field(default="silu", validator=attrs.validators.in_(tuple(ACT_OPS)))
     mlp_bias: bool = False
@@ -178,10 +164,10 @@ class MoEFields:
             ``--moe-pad-expert-input-to-capacity``); only with a capacity factor.
     """
 
-    num_experts: int = attrs.field(validator=_positive)
-    num_experts_per_tok: int = attrs.field(validator=_positive)
-    moe_intermediate_size: int = attrs.field(validator=_positive)
-    shared_expert_intermediate_size: int = attrs.field(default=0, validator=_non_negative)
+    num_experts: int = attrs.field(validator=positive_int)
+    num_experts_per_tok: int = attrs.field(validator=positive_int)
+    moe_intermediate_size: int = attrs.field(validator=positive_int)
+    shared_expert_intermediate_size: int = attrs.field(default=0, validator=non_negative_int)
     shared_expert_gate: bool = False
     hidden_act: str = attrs.field(default="silu", validator=attrs.validators.in_(tuple(ACT_OPS)))
     capacity_factor: float | None = attrs.field(default=None, validator=_capacity)

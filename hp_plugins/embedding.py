@@ -15,6 +15,7 @@ import attrs
 
 from hp_core.markers import hookimpl
 from hp_core.types import ActivationTerm, LayerContext, LayerCost, LayerKind, ParamCount
+from hp_core.validators import positive_int
 from hp_plugins._shapes import padded_vocab
 
 __all__ = ["EmbeddingConfig", "evaluate_embedding", "hp_layer_kinds"]
@@ -22,10 +23,6 @@ __all__ = ["EmbeddingConfig", "evaluate_embedding", "hp_layer_kinds"]
 # torch.nn.functional.embedding takes int64 indices.
 TOKEN_ID_BYTES = 8
 
-
-def _positive(instance, attribute, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -38,8 +35,8 @@ class EmbeddingConfig:
         dropout: Dropout on the embedding output (GPT-2 ``embd_pdrop``).
     """
 
-    vocab_size: int = attrs.field(validator=_positive)
-    hidden_size: int = attrs.field(validator=_positive)
+    vocab_size: int = attrs.field(validator=positive_int)
+    hidden_size: int = attrs.field(validator=positive_int)
     dropout: float = attrs.field(default=0.0, validator=attrs.validators.and_(attrs.validators.ge(0), attrs.validators.lt(1)))
 
 

@@ -29,15 +29,12 @@ from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.specs.model import LayerGroup
 from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, LayerKind, ParamCount
+from hp_core.validators import positive_int
 from hp_plugins._shapes import NORMS, norm_params, padded_vocab
 from hp_plugins.embedding import TOKEN_ID_BYTES
 
 __all__ = ["MTPConfig", "evaluate_mtp", "hp_layer_kinds"]
 
-
-def _positive(instance, attribute, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
 
 
 def _one_layer(instance, attribute, value):
@@ -56,8 +53,8 @@ class MTPConfig:
         layer: Its transformer layer: a body kind and that kind's config.
     """
 
-    vocab_size: int = attrs.field(validator=_positive)
-    hidden_size: int = attrs.field(validator=_positive)
+    vocab_size: int = attrs.field(validator=positive_int)
+    hidden_size: int = attrs.field(validator=positive_int)
     layer: LayerGroup = attrs.field(validator=_one_layer)
     norm: str = attrs.field(default="rmsnorm", validator=attrs.validators.in_(NORMS))
 

@@ -19,6 +19,7 @@ import attrs
 
 from hp_core.markers import hookimpl
 from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, LayerKind, ParamCount
+from hp_core.validators import positive_int
 from hp_plugins._shapes import NORM_OPS_PER_ELEMENT, NORMS, norm_params, padded_vocab
 
 __all__ = ["OutputConfig", "evaluate_output", "hp_layer_kinds"]
@@ -27,10 +28,6 @@ __all__ = ["OutputConfig", "evaluate_output", "hp_layer_kinds"]
 # logit), counted from the definition.
 _LOSS_OPS_PER_LOGIT = 6
 
-
-def _positive(instance, attribute, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -44,8 +41,8 @@ class OutputConfig:
         norm: The final norm (``rmsnorm`` or ``layernorm``).
     """
 
-    vocab_size: int = attrs.field(validator=_positive)
-    hidden_size: int = attrs.field(validator=_positive)
+    vocab_size: int = attrs.field(validator=positive_int)
+    hidden_size: int = attrs.field(validator=positive_int)
     tie_word_embeddings: bool = False
     norm: str = attrs.field(default="rmsnorm", validator=attrs.validators.in_(NORMS))
 

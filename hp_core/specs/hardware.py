@@ -6,7 +6,7 @@ from typing import Mapping
 
 import attrs
 
-from hp_core.specs._validators import optional, positive_int, positive_number
+from hp_core.validators import optional, positive_int, positive_number
 
 __all__ = ["HardwareSpec"]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import attrs
 
-from hp_core.specs._validators import positive_int
+from hp_core.validators import positive_int
 
 __all__ = ["LayerGroup", "ModelSpec"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from hp_core.specs._validators import non_negative_int, positive_int
+from hp_core.validators import non_negative_int, positive_int
 
 __all__ = ["OPTIMIZER_MOMENTS", "PrecisionSpec"]
 
