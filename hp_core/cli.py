@@ -120,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--memory", type=_memory, metavar="SIZE", help="device memory, overriding the hardware's (80GiB, 80GB, 81920MiB or bytes)")
     est.add_argument("--recompute", help="every body layer's setting: none, full, selective or switches joined by '+'")
     est.add_argument("--json", action="store_true", help="print the stable JSON document instead of the table")
+    est.add_argument("--export", metavar="TRAINER", help="also write the recompute plan as TRAINER runs it: megatron, "
+                                                         "hyperparallel, torchtitan (see docs/trainer_plans.md)")
+
+    _add_potentials_parser(sub)
+    _add_recompute_parser(sub)
 
     plugins = sub.add_parser("plugins", help="list plugins, layer kinds, census sources, runtimes and hardware",
                              description="Plugins and what each provides, with the distribution and version.")
@@ -196,12 +201,15 @@ def _run_estimate(args: argparse.Namespace, registry: Registry, console: Console
         hardware = job.hardware or HardwareSpec(name="device", memory_bytes=args.memory)
         job = attrs.evolve(job, hardware=attrs.evolve(hardware, memory_bytes=args.memory))
     result = estimate_job(job, registry)
+    exported = _export_of(args.export, job, registry)
     step, unavailable = _step_time_of(job, registry) if priced else (None, None)
     if args.json:
         doc = estimate_to_json(result)
         doc["time"] = time_to_json(step) if step is not None else None
         if unavailable is not None:
             doc["time_unavailable"] = unavailable
+        if exported is not None:
+            doc["export"] = exported
         print(json.dumps(doc, indent=2, sort_keys=False))
         return 0
     console.print(estimate_table(result))
@@ -224,6 +232,8 @@ def _run_estimate(args: argparse.Namespace, registry: Registry, console: Console
         console.print(f"Step time: not estimated ({unavailable})")
     prov = result.provenance
     console.print(f"Provenance: runtime {prov['runtime']}, census {prov['census']}, attention {prov['attention']}, model {prov['model_source']}")
+    if exported is not None:
+        _print_export(exported, job.runtime, console)
     return 0
 
 
@@ -253,6 +263,7 @@ def _run_plugins(args: argparse.Namespace, registry: Registry, console: Console)
         ("runtimes", "hp_runtimes", registry.runtimes, lambda r: r.description),
         ("hardware", "hp_hardware", registry.hardware, lambda h: f"{h.spec.name}, {gib(h.spec.memory_bytes)} GiB"),
         ("models", "hp_models", registry.models, lambda m: m.description),
+        ("exporters", "hp_exporters", registry.exporters, lambda e: f"runtime {e.runtime}; {e.description}"),
     )
     if args.json:
         doc: dict[str, Any] = {
@@ -360,8 +371,248 @@ def _run_census(args: argparse.Namespace, registry: Registry, console: Console) 
     return 0
 
 
+# ----------------------------------------------------------------------------- trainer plans and potentials
+
+
+def _add_potentials_parser(sub: Any) -> None:
+    """``hp potentials``: the model and layout flags of ``hp estimate``, then the sequence's own."""
+    pot = sub.add_parser(
+        "potentials", help="the plans that each recompute one more layer fully, fastest first",
+        description="At the layout's fixed degrees, from the starting plan (--recompute or the config's; nothing "
+                    "recomputed by default), fully recompute one more body layer per step, each time the one the cost "
+                    "model's step time rises least for (ties: lower peak). Prints peak memory and step time per step; "
+                    "writes a CSV and a PNG plot on request (see docs/recompute_potentials.md).",
+    )
+    pot.add_argument("config", nargs="?", help="a YAML, JSON or TOML config file (see docs/config.md)")
+    pot.add_argument("--model", help="a preset name (see 'hp models') or a Hugging Face config.json / folder")
+    pot.add_argument("--num-layers", type=_positive, help="keep the first N body layers")
+    for name, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("vpp", "virtual pipeline (chunks per stage)"),
+                       ("cp", "context"), ("ep", "expert"), ("etp", "expert tensor")):
+        pot.add_argument(f"--{name}", type=_positive, help=f"{what}-parallel degree")
+    pot.add_argument("--cp-kind", choices=("p2p", "a2a"), help="context-parallel exchange: ring (p2p, default) or all-to-all")
+    pot.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism over the TP group")
+    pot.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="sharding level over DP*CP (default: the runtime's)")
+    pot.add_argument("--micro-batch-size", type=_positive)
+    pot.add_argument("--global-batch-size", type=_positive, help="default: micro-batch size * dp * pp (2 * pp interleaved)")
+    pot.add_argument("--seq-len", type=_positive)
+    pot.add_argument("--schedule", choices=("1f1b", "interleaved_1f1b"))
+    pot.add_argument("--layers-per-stage", type=_counts, metavar="N,N,...", help="body layers per pipeline chunk, chunk order")
+    pot.add_argument("--runtime", help="runtime profile (see 'hp plugins'); default generic")
+    pot.add_argument("--census", help="census source or census file (see docs/census.md); default formulas")
+    pot.add_argument("--attention", choices=("flash", "eager"), help="attention implementation (default: the runtime's)")
+    pot.add_argument("--hardware", help="hardware preset the step time is priced on (see 'hp plugins')")
+    pot.add_argument("--recompute", help="the starting plan for every body layer: none, full, selective or switches joined by '+'")
+    pot.add_argument("--steps", type=int, metavar="N", help="at most N further layers (default: until every layer is full)")
+    pot.add_argument("--csv", metavar="FILE", help="write the sequence as CSV (columns: docs/recompute_potentials.md)")
+    pot.add_argument("--plot", metavar="FILE.png", help="plot peak memory against step time (extra 'plots': matplotlib)")
+    pot.add_argument("--export", metavar="TRAINER", help="show each plan as TRAINER runs it: megatron, hyperparallel, torchtitan")
+    pot.add_argument("--json", action="store_true", help="print JSON instead of the table")
+
+
+def _export_of(trainer: str | None, job, registry: Registry) -> dict[str, Any] | None:
+    """The job's recompute plan as *trainer* runs it: ``{"trainer", "runtime", "plan"}``; ``None`` when not asked."""
+    if trainer is None:
+        return None
+    from hp_core.specs import RecomputeSpec
+
+    exporter = registry.exporter(trainer)
+    plan = job.recompute if job.recompute is not None else RecomputeSpec()
+    text = exporter.export(plan, job.model, job.parallel, registry=registry)
+    return {"trainer": exporter.name, "runtime": exporter.runtime, "plan": text}
+
+
+def _export_text(plan: Any) -> str:
+    if isinstance(plan, str):
+        return plan.rstrip("\n") or "(nothing to set: the trainer recomputes nothing by default)"
+    return json.dumps(plan)
+
+
+def _print_export(exported: dict[str, Any], runtime: str, console: Console) -> None:
+    note = "" if exported["runtime"] == runtime else (
+        f" (priced above as runtime {runtime}; --runtime {exported['runtime']} prices it as {exported['trainer']} runs it)"
+    )
+    console.print(f"Recompute plan for {exported['trainer']}{note}:")
+    console.print(_export_text(exported["plan"]), markup=False, highlight=False, soft_wrap=True)
+
+
+def _run_potentials(args: argparse.Namespace, registry: Registry, console: Console) -> int:
+    from rich.markup import escape
+
+    from hp_core.errors import PlanNotExecutable
+    from hp_core.recompute.layout import compact, describe_plan, plan_layout, setting_value, settings_of
+    from hp_core.recompute.potential import plot_potentials, potential_rows, recompute_potentials, write_potentials_csv
+
+    if args.steps is not None and args.steps < 0:
+        raise ConfigError("--steps", f"expected a non-negative number of steps, got {args.steps}")
+    if args.plot is not None and not args.plot.lower().endswith(".png"):
+        raise ConfigError("--plot", f"the plot is a PNG file ending in .png, got {args.plot}")
+    exporter = registry.exporter(args.export) if args.export is not None else None
+    config = _config_from_args(args, registry)
+    job = resolve_job(config, registry)
+    if job.hardware is None:
+        raise ConfigError("--hardware", "potentials are ranked by step time, which needs a device: name a hardware preset (see 'hp plugins')")
+    sequence = recompute_potentials(
+        job.model, job.parallel, registry=registry, hardware=job.hardware, runtime=job.runtime,
+        precision=job.precision, attention=job.attention, census=job.census, start=job.recompute, steps=args.steps,
+    )
+    kinds = [kind.name for kind in plan_layout(job.model, job.parallel, registry).kinds]
+
+    exports: list[tuple[Any, str | None]] = []
+    for step in sequence.steps:
+        if exporter is None:
+            exports.append((None, None))
+            continue
+        try:
+            exports.append((exporter.export(step.plan, job.model, job.parallel, registry=registry), None))
+        except PlanNotExecutable as exc:
+            exports.append((None, exc.message))
+    if args.csv is not None:
+        write_potentials_csv([sequence], kinds, args.csv)
+    if args.plot is not None:
+        plot_potentials([sequence], args.plot, title=f"{job.model.name}: recompute potentials ({job.runtime})")
+    if args.json:
+        rows = list(potential_rows(sequence, kinds))
+        doc: dict[str, Any] = {"model": job.model.name, "runtime": job.runtime, "degrees": dict(sequence.degrees), "steps": []}
+        for step, row, (plan, refused) in zip(sequence.steps, rows, exports):
+            entry = {
+                "step": step.step, "changed_layer": step.changed_layer, "full_layers": step.full_layers,
+                "step_seconds": step.step_seconds, "peak_bytes": step.peak_bytes,
+                "stage_peak_bytes": list(step.stage_peak_bytes), "stage_savings_bytes": list(step.stage_savings_bytes),
+                "recompute_mode": setting_value(compact(settings_of(step.plan, len(kinds))).default),
+                "recompute_layers": json.loads(row["recompute_layers"]),
+                "plan_scope": row["plan_scope"],
+            }
+            if exporter is not None:
+                entry["export"] = {"trainer": exporter.name, "plan": plan, "refused": refused}
+            doc["steps"].append(entry)
+        print(json.dumps(doc, indent=2))
+        return 0
+    table = Table(title=f"Recompute potentials: {job.model.name}, runtime {job.runtime}, "
+                        + " ".join(f"{k}={v}" for k, v in sequence.degrees.items()), title_justify="left")
+    for column in ("Step", "Full layer", "Full", "Peak GiB", "Saved GiB", "Step s", "+ s"):
+        table.add_column(column, justify="right")
+    if exporter is not None:
+        table.add_column(exporter.name)
+    first = sequence.steps[0]
+    for step, (plan, refused) in zip(sequence.steps, exports):
+        cells = [
+            str(step.step), "" if step.changed_layer is None else str(step.changed_layer), str(step.full_layers),
+            gib(step.peak_bytes), gib(first.peak_bytes - step.peak_bytes), f"{step.step_seconds:.4f}",
+            f"{step.step_seconds - first.step_seconds:+.4f}",
+        ]
+        if exporter is not None:
+            shown = "(not runnable)" if refused is not None else "(no flags)" if plan == "" else " ".join(_export_text(plan).split())
+            cells.append(escape(shown))
+        table.add_row(*cells)
+    console.print(table)
+    last = sequence.steps[-1]
+    console.print(f"Start: {describe_plan(first.plan)}; last: {describe_plan(last.plan)}")
+    for what, path in (("CSV", args.csv), ("plot", args.plot)):
+        if path is not None:
+            console.print(f"Wrote {what} {path}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- recompute plans
+
+
+def _share_list(text: str) -> tuple[float, ...]:
+    """Comma-separated offload shares, each above 0 and at most 1: ``0.25,0.5``."""
+    try:
+        shares = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated shares such as 0.25,0.5, got {text!r}") from None
+    if any(not 0 < share <= 1 for share in shares):
+        raise argparse.ArgumentTypeError(f"offload shares lie in (0, 1], got {text!r}")
+    return shares
+
+
+def _reserve(text: str) -> int:
+    """A size as ``--memory`` takes it, or ``0``."""
+    return 0 if text.strip() in ("0", "0B", "0b") else _memory(text)
+
+
+def _add_recompute_parser(sub: Any) -> None:
+    """``hp recompute``: the model and layout flags of ``hp estimate``, then the planner's own."""
+    rec = sub.add_parser(
+        "recompute", help="per stage, the fastest recompute plan whose peak fits the device",
+        description="Per pipeline stage, the fastest recompute setting of every body layer such that every peak point "
+                    "of the stage fits the device memory less the reserve; exact (see docs/recompute.md). Flags "
+                    "override the config file.",
+    )
+    rec.add_argument("config", nargs="?", help="a YAML, JSON or TOML config file (see docs/config.md)")
+    rec.add_argument("--model", help="a preset name (see 'hp models') or a Hugging Face config.json / folder")
+    rec.add_argument("--num-layers", type=_positive, help="keep the first N body layers")
+    for name, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("vpp", "virtual pipeline (chunks per stage)"),
+                       ("cp", "context"), ("ep", "expert"), ("etp", "expert tensor")):
+        rec.add_argument(f"--{name}", type=_positive, help=f"{what}-parallel degree")
+    rec.add_argument("--cp-kind", choices=("p2p", "a2a"), help="context-parallel exchange: ring (p2p, default) or all-to-all")
+    rec.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism over the TP group")
+    rec.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="sharding level over DP*CP (default: the runtime's)")
+    rec.add_argument("--micro-batch-size", type=_positive)
+    rec.add_argument("--global-batch-size", type=_positive, help="default: micro-batch size * dp * pp (2 * pp interleaved)")
+    rec.add_argument("--seq-len", type=_positive)
+    rec.add_argument("--schedule", choices=("1f1b", "interleaved_1f1b"))
+    rec.add_argument("--layers-per-stage", type=_counts, metavar="N,N,...", help="body layers per pipeline chunk, chunk order")
+    rec.add_argument("--runtime", help="runtime profile (see 'hp plugins'); default generic")
+    rec.add_argument("--census", help="census source or census file (see docs/census.md); default formulas")
+    rec.add_argument("--attention", choices=("flash", "eager"), help="attention implementation (default: the runtime's)")
+    rec.add_argument("--hardware", help="hardware preset: its memory bounds the plan, its rates price it (see 'hp plugins')")
+    rec.add_argument("--memory", type=_memory, metavar="SIZE", help="device memory, overriding the hardware's (80GiB, 80GB, 81920MiB or bytes)")
+    rec.add_argument("--reserve", type=_reserve, default=0, metavar="SIZE", help="memory to keep free on every device (default 0)")
+    rec.add_argument("--unrestricted", action="store_true", help="also plan over settings the runtime's trainer does not run, and show both")
+    rec.add_argument("--offload", type=_share_list, default=(), metavar="S,S,...", help="offload shares a setting may add (needs the device's host link)")
+    rec.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    rec.set_defaults(recompute=None)
+
+
+def _plan_table(result: Any, title: str) -> Table:
+    from hp_core.recompute.plan import describe_ranges
+
+    table = Table(title=title, title_justify="left")
+    for column in ("Stage", "Settings (body layers)", "Peak GiB", "Limit GiB", "Fits", "Binds", "s / micro-batch"):
+        table.add_column(column, justify="left" if column.startswith("Settings") else "right")
+    for stage in result.stages:
+        table.add_row(str(stage.index), describe_ranges(stage.ranges), gib(stage.peak_bytes), gib(stage.limit_bytes),
+                      "yes" if stage.fits else f"NO (short {gib(stage.shortfall_bytes)})", stage.binding_point,
+                      f"{stage.micro_batch_seconds:.4f}")
+    return table
+
+
+def _run_recompute(args: argparse.Namespace, registry: Registry, console: Console) -> int:
+    from hp_core.api import plan_recompute
+    from hp_core.recompute.plan import describe_ranges, recompute_plan_to_json
+
+    config = _config_from_args(args, registry)
+    job = resolve_job(config, registry)
+    if job.hardware is None:
+        raise ConfigError("--hardware", "a recompute plan is ranked by step time and bounded by device memory: name a hardware preset (see 'hp plugins')")
+    hardware = job.hardware if args.memory is None else attrs.evolve(job.hardware, memory_bytes=args.memory)
+    plan = plan_recompute(
+        job.model, job.parallel, registry=registry, hardware=hardware, runtime=job.runtime, reserve_bytes=args.reserve,
+        precision=job.precision, census=job.census, attention=job.attention, unrestricted=args.unrestricted,
+        offload=args.offload,
+    )
+    if args.json:
+        print(json.dumps(recompute_plan_to_json(plan), indent=2))
+        return 0
+    results = [("the runtime runs", plan.plan)] + ([("unrestricted", plan.unrestricted)] if plan.unrestricted else [])
+    for what, result in results:
+        console.print(_plan_table(result, f"Recompute plan ({what}): {plan.model}, runtime {plan.runtime}, "
+                                          f"{gib(plan.memory_bytes)} GiB less {gib(plan.reserve_bytes)} GiB reserve"))
+        verdict = "every stage fits" if result.fits else "does NOT fit: " + "; ".join(
+            f"stage {s.index} short by {gib(s.shortfall_bytes)} GiB" for s in result.stages if not s.fits)
+        console.print(f"Step time {result.step_seconds:.4f} s; peak {gib(result.peak_bytes)} GiB; {verdict}")
+        spec = result.recompute
+        console.print(f"Plan: {describe_ranges(spec.layers, spec.default)}", markup=False, highlight=False)
+        for stage in result.stages:
+            console.print(f"  stage {stage.index}: {stage.reason}", markup=False, highlight=False)
+    return 0
+
+
 _COMMANDS = {"estimate": _run_estimate, "plugins": _run_plugins, "models": _run_models, "validate": _run_validate,
-             "census": _run_census}
+             "census": _run_census, "potentials": _run_potentials,
+             "recompute": _run_recompute}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

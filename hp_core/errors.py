@@ -7,7 +7,7 @@ prints ``str(error)`` on one line and exits with status 2; nothing else of it
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "HPError", "PluginError", "describe"]
+__all__ = ["ConfigError", "HPError", "PlanNotExecutable", "PluginError", "describe"]
 
 
 class HPError(Exception):
@@ -29,6 +29,22 @@ class ConfigError(HPError):
         super().__init__(f"{path}: {message}")
         self.path = path
         self.message = message
+
+
+class PlanNotExecutable(ConfigError):
+    """A recompute plan a trainer cannot run, with the closest plan it can.
+
+    Args:
+        trainer: The trainer (exporter name) that cannot run it.
+        message: Why not, what the trainer runs, and the closest plan it runs.
+        suggestion: That closest plan (a :class:`~hp_core.specs.RecomputeSpec`),
+            or ``None`` where there is none.
+    """
+
+    def __init__(self, trainer: str, message: str, suggestion: object = None) -> None:
+        super().__init__("$.recompute", message)
+        self.trainer = trainer
+        self.suggestion = suggestion
 
 
 class PluginError(HPError):

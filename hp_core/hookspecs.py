@@ -25,9 +25,9 @@ from __future__ import annotations
 from typing import Iterable
 
 from hp_core.markers import hookspec
-from hp_core.types import CensusSource, HardwarePreset, LayerKind, ModelPreset, Runtime
+from hp_core.types import CensusSource, Exporter, HardwarePreset, LayerKind, ModelPreset, Runtime
 
-__all__ = ["HOOKS", "hp_census_sources", "hp_hardware", "hp_layer_kinds", "hp_models", "hp_runtimes"]
+__all__ = ["HOOKS", "hp_census_sources", "hp_exporters", "hp_hardware", "hp_layer_kinds", "hp_models", "hp_runtimes"]
 
 
 @hookspec
@@ -139,6 +139,31 @@ def hp_models() -> Iterable[ModelPreset]:
     """
 
 
+@hookspec
+def hp_exporters() -> Iterable[Exporter]:
+    """Yield trainer plan writers: a recompute plan as one trainer runs it.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.types.Exporter`: a trainer's
+    name, the runtime profile whose trainer it writes for, and its writer
+    ``export(plan, model, parallel, *, registry) -> str | dict`` (flags or
+    config text as ``str``, a config mapping as ``dict``). A writer refuses a
+    plan its trainer cannot run with :class:`hp_core.errors.PlanNotExecutable`,
+    naming what the trainer runs and the closest plan it can run.
+
+    Call semantics: called once per registry build; all results collected;
+    chosen by name (``hp estimate --export megatron``), never by order.
+
+    Example::
+
+        @hookimpl
+        def hp_exporters():
+            yield Exporter(name="mytrainer", runtime="mytrainer", export=write_mytrainer_flags,
+                           description="--checkpoint-layers flags of mytrainer")
+    """
+
+
 # Every hook, with the record type it yields: the registry's build table.
 HOOKS = {
     "hp_layer_kinds": LayerKind,
@@ -146,4 +171,5 @@ HOOKS = {
     "hp_runtimes": Runtime,
     "hp_hardware": HardwarePreset,
     "hp_models": ModelPreset,
+    "hp_exporters": Exporter,
 }

@@ -35,6 +35,9 @@ DEFAULT_PLUGINS = (
     "hp_plugins.runtime_megatron",
     "hp_plugins.runtime_fsdp2",
     "hp_plugins.runtime_hyperparallel",
+    "hp_plugins.exporters.megatron",
+    "hp_plugins.exporters.hyperparallel",
+    "hp_plugins.exporters.torchtitan",
     "hp_plugins.hardware",
     "hp_plugins.presets",
 )

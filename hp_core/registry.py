@@ -10,7 +10,7 @@ import pluggy
 
 from hp_core.errors import ConfigError, PluginError, describe
 from hp_core.hookspecs import HOOKS
-from hp_core.types import CensusSource, HardwarePreset, LayerKind, ModelPreset, Runtime
+from hp_core.types import CensusSource, Exporter, HardwarePreset, LayerKind, ModelPreset, Runtime
 
 __all__ = ["Provider", "Registry"]
 
@@ -100,6 +100,7 @@ class Registry:
     runtimes: tuple[Runtime, ...] = ()
     hardware: tuple[HardwarePreset, ...] = ()
     models: tuple[ModelPreset, ...] = ()
+    exporters: tuple[Exporter, ...] = ()
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
 
@@ -125,6 +126,7 @@ class Registry:
             runtimes=fields["runtimes"],
             hardware=fields["hardware"],
             models=fields["models"],
+            exporters=fields["exporters"],
             providers=providers,
             plugins=plugins,
         )
@@ -143,6 +145,9 @@ class Registry:
 
     def model(self, name: str, path: str = "$.model") -> ModelPreset:
         return _lookup(self.models, name, "model preset", path)
+
+    def exporter(self, name: str, path: str = "--export") -> Exporter:
+        return _lookup(self.exporters, name, "trainer plan exporter", path)
 
     def provider(self, hook_name: str, name: str) -> Provider:
         return self.providers[(hook_name, name)]

@@ -2,7 +2,7 @@
 
 Registration hooks (:mod:`hp_core.hookspecs`) yield the records defined here:
 :class:`LayerKind`, :class:`CensusSource`, :class:`Runtime`,
-:class:`HardwarePreset` and :class:`ModelPreset`. A layer kind's evaluator
+:class:`HardwarePreset`, :class:`ModelPreset` and :class:`Exporter`. A layer kind's evaluator
 returns a :class:`LayerCost` for one layer under a :class:`LayerContext`.
 
 Units live in names: ``*_bytes`` are bytes, ``*_flops`` floating-point
@@ -27,6 +27,7 @@ __all__ = [
     "CensusRecord",
     "CensusRequest",
     "CensusSource",
+    "Exporter",
     "Flops",
     "HardwarePreset",
     "LayerContext",
@@ -504,4 +505,27 @@ class ModelPreset:
     name: str = attrs.field(validator=_check_name)
     hf_config: Mapping[str, Any]
     provenance: str
+    description: str = ""
+
+
+@attrs.frozen
+class Exporter:
+    """A trainer plan writer: a recompute plan as one trainer's configuration.
+
+    Attributes:
+        name: Registry name, the trainer's (``"megatron"``); what ``--export`` names.
+        runtime: The runtime profile (:class:`Runtime` name) whose trainer runs
+            what it writes; it states the recompute that trainer executes.
+        export: ``export(plan, model, parallel, *, registry) -> str | dict``:
+            the :class:`~hp_core.specs.RecomputeSpec` *plan* for *model* on the
+            layout *parallel*, as the trainer reads it (command-line flags or
+            config text as ``str``, a config mapping as ``dict``). A plan the
+            trainer cannot run raises :class:`hp_core.errors.PlanNotExecutable`
+            naming what it runs and the closest plan it can run.
+        description: One line for ``hp plugins``: the trainer and its format.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    runtime: str = attrs.field(validator=_check_name)
+    export: Callable[..., Any]
     description: str = ""

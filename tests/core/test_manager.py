@@ -19,7 +19,7 @@ from hp_core.manager import BLOCK_ENV, DEFAULT_PLUGINS, ENTRY_POINT_GROUP, get_p
 from hp_core.markers import hookimpl
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, PrecisionSpec
-from hp_core.types import CensusSource, HardwarePreset, LayerCost, LayerKind, ModelPreset, Runtime
+from hp_core.types import CensusSource, Exporter, HardwarePreset, LayerCost, LayerKind, ModelPreset, Runtime
 
 IN_CODE = "(registered in code)"
 
@@ -76,6 +76,11 @@ def _model(name: str) -> ModelPreset:
     )
 
 
+def _exporter(name: str) -> Exporter:
+    return Exporter(name=name, runtime="generic", export=lambda plan, model, parallel, *, registry: "--toy-flags",
+                    description="writes a made-up flag")
+
+
 # One factory per hook: a new hook in HOOKS without a factory fails
 # test_every_hook_has_a_test below, so every hook stays exercised.
 RECORD_FACTORIES = {
@@ -84,6 +89,7 @@ RECORD_FACTORIES = {
     "hp_runtimes": _runtime,
     "hp_hardware": _hardware,
     "hp_models": _model,
+    "hp_exporters": _exporter,
 }
 
 # How a registry looks a record up by name, per hook.
@@ -93,6 +99,7 @@ LOOKUPS = {
     "hp_runtimes": Registry.runtime,
     "hp_hardware": Registry.hardware_preset,
     "hp_models": Registry.model,
+    "hp_exporters": Registry.exporter,
 }
 
 

@@ -1,0 +1,1 @@
+"""Recompute: plans, their layer layout, potentials and (elsewhere) the planner (DESIGN section 5)."""

@@ -1,0 +1,200 @@
+"""The ``megatron`` exporter: a recompute plan as Megatron-LM's command-line flags.
+
+What Megatron-LM runs (Megatron-Core 0.14; ``megatron/core/transformer/transformer_config.py``
+validates the combinations, ``transformer_block.py`` ``_checkpointed_forward`` runs them):
+
+* nothing (no ``--recompute-*`` flag);
+* ``--recompute-granularity full --recompute-method uniform --recompute-num-layers N``:
+  the layers of each pipeline chunk (``TransformerBlock``, one per virtual
+  stage) are checkpointed in groups of N, each group keeping only its input.
+  With N = 1 every layer is fully recomputed, keeping its own input: the
+  plan "full on every layer". N > 1 keeps one input per group, which a plan
+  per layer does not state, so this exporter writes only N = 1;
+* ``--recompute-granularity full --recompute-method block --recompute-num-layers N``:
+  in every pipeline chunk the first N layers are checkpointed (``layer_idx <
+  recompute_num_layers``), the rest keep everything. Under fp8/fp4 a layer
+  whose input needs no gradient is skipped and the window moves on by one;
+* ``--recompute-granularity selective --recompute-modules M ...``: every layer
+  recomputes the modules ``M`` (the default is ``core_attn``); the runtime
+  profile ``megatron`` states the switches each module recomputes
+  (``hp_plugins/runtime_megatron.py``). ``moe_act`` acts only on layers with
+  routed experts (a layer config with ``num_experts > 0``), so a dense layer's
+  ``ffAct`` has no module. ``recompute_num_layers`` must then be unset, and
+  full and selective recompute never mix.
+
+A plan outside these is refused (:class:`~hp_core.errors.PlanNotExecutable`)
+with the closest plan Megatron runs: the one recomputing, in every chunk, at
+least as many layers as the plan recomputes anything on (full: ``block`` with
+the largest such count, ``uniform`` when that is every layer), or, for a plan
+with no full layer, the selective modules covering every switch any layer
+recomputes.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from hp_core.errors import PlanNotExecutable
+from hp_core.markers import hookimpl
+from hp_core.recompute.layout import PlanLayout, plan_layout
+from hp_core.registry import Registry
+from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
+from hp_core.types import Exporter
+from hp_plugins.exporters._common import LayerPlan, offloaded, per_layer, read_plan, refuse, without_offload
+
+__all__ = ["export_megatron", "hp_exporters"]
+
+_TRAINER = "megatron"
+_RUNTIME = "megatron"
+
+
+def _runs(modules: Mapping[str, frozenset[str]]) -> str:
+    return (
+        "no recompute; --recompute-granularity full with --recompute-method uniform --recompute-num-layers 1 "
+        "(every layer) or --recompute-method block --recompute-num-layers N (the first N layers of every "
+        "pipeline chunk); or --recompute-granularity selective with one --recompute-modules set on every layer "
+        f"({', '.join(modules) or 'none'})"
+    )
+
+
+def _full_flags(layout: PlanLayout, count: int) -> str:
+    if all(count >= hi - lo for lo, hi in layout.chunk_bounds):
+        return "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    return f"--recompute-granularity full --recompute-method block --recompute-num-layers {count}"
+
+
+def _block_plan(layout: PlanLayout, count: int) -> RecomputeSpec:
+    """Full on the first *count* layers of every chunk, nothing elsewhere."""
+    settings = [Setting()] * layout.count
+    for lo, hi in layout.chunk_bounds:
+        for index in range(lo, min(hi, lo + count)):
+            settings[index] = Setting("full")
+    return per_layer(settings)
+
+
+def _applies(module: str, config: object) -> bool:
+    """Whether Megatron's *module* acts on a layer: ``moe_act`` only on one with routed experts
+    (Megatron-Core ``moe/experts.py``; ``transformer_config.py`` also requires ``--moe-grouped-gemm``)."""
+    return module != "moe_act" or (getattr(config, "num_experts", 0) or 0) > 0
+
+
+def _layer_modules(model: ModelSpec, layout: PlanLayout, registry: Registry, modules) -> list[dict[str, frozenset[str]]]:
+    """Per body layer, the switches each module recomputes on it (empty where it does not act)."""
+    configs = [
+        group.config
+        for group in model.layers
+        if registry.layer_kind(group.kind).placement == "body"
+        for _ in range(group.count)
+    ]
+    return [
+        {m: (sw & frozenset(kind.switches)) if _applies(m, config) else frozenset() for m, sw in modules.items()}
+        for kind, config in zip(layout.kinds, configs)
+    ]
+
+
+def _exact_modules(switches: frozenset[str], acting: Mapping[str, frozenset[str]], implicit) -> list[str] | None:
+    """The modules whose union recomputes exactly *switches* on a layer (*acting*: each module's switches there), or ``None``."""
+    chosen = [m for m, sw in acting.items() if sw and sw <= switches | implicit]
+    covered = frozenset().union(*(acting[m] for m in chosen)) - implicit
+    return chosen if covered == switches else None
+
+
+def _closest(layout: PlanLayout, plan: LayerPlan, acting: list[dict[str, frozenset[str]]], modules) -> RecomputeSpec:
+    """The closest plan Megatron runs (see the module docstring)."""
+    coverable = all(r <= frozenset().union(*a.values()) for r, a in zip(plan.recomputed, acting))
+    if not any(plan.full) and coverable:
+        chosen = [m for m in modules if any(a[m] & r for r, a in zip(plan.recomputed, acting))]
+        settings = []
+        for index in range(layout.count):
+            sw = frozenset().union(*(acting[index][m] for m in chosen))
+            settings.append(Setting("switches", sw) if sw else Setting())
+        return per_layer(settings)
+    return _block_plan(layout, max(sum(plan.active[lo:hi]) for lo, hi in layout.chunk_bounds))
+
+
+def export_megatron(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSpec, *, registry: Registry) -> str:
+    """*plan* as Megatron-LM flags (``""`` for no recompute).
+
+    Args:
+        plan: The recompute plan.
+        model: The layer stack.
+        parallel: The layout: its pipeline chunks decide ``block``'s count.
+        registry: Layer kinds (their switches and selective sets) and the
+            ``megatron`` runtime (the modules it recomputes).
+
+    Raises:
+        PlanNotExecutable: Megatron-LM cannot run *plan*; it names the closest plan it runs.
+        ConfigError: An unknown kind, a range beyond the model, or a layout that does not split.
+    """
+    runtime = registry.runtime(_RUNTIME)
+    modules = dict(runtime.recompute_modules or {})
+    implicit = runtime.implicit_recompute
+    layout = plan_layout(model, parallel, registry)
+    runs = _runs(modules)
+
+    def write(suggestion: RecomputeSpec) -> str:
+        return export_megatron(suggestion, model, parallel, registry=registry)
+
+    if offloaded(plan):
+        stripped = without_offload(plan)
+        try:
+            write(stripped)
+            closest = stripped
+        except PlanNotExecutable as exc:  # the plan without offload is refused too: take its suggestion
+            closest = exc.suggestion if exc.suggestion is not None else RecomputeSpec()
+        raise refuse(_TRAINER, "this exporter writes no activation offload", runs, closest, write)
+
+    layers = read_plan(plan, layout, implicit)
+    if not any(layers.active):
+        return ""
+    acting = _layer_modules(model, layout, registry, modules)
+    closest = _closest(layout, layers, acting, modules)
+    if any(layers.full):
+        if not all(f or not a for f, a in zip(layers.full, layers.active)):
+            raise refuse(_TRAINER, "it mixes full and selective recompute", runs, closest, write)
+        count = max(sum(layers.full[lo:hi]) for lo, hi in layout.chunk_bounds)
+        for lo, hi in layout.chunk_bounds:
+            if list(layers.full[lo:hi]) != [i < count for i in range(hi - lo)]:
+                full = ", ".join(str(i) for i in range(lo, hi) if layers.full[i]) or "none"
+                raise refuse(
+                    _TRAINER,
+                    f"the fully recomputed layers of pipeline chunk {lo}-{hi - 1} ({full}) are not its first "
+                    f"{min(count, hi - lo)}, as --recompute-method block recomputes in every chunk",
+                    runs, closest, write,
+                )
+        return _full_flags(layout, count)
+
+    # Selective on every layer: one module set must give each layer exactly its switches.
+    chosen: list[str] = []
+    for index, switches in enumerate(layers.recomputed):
+        exact = _exact_modules(switches, acting[index], implicit) if switches else []
+        if exact is None:
+            raise refuse(
+                _TRAINER,
+                f"layer {index} recomputes {'+'.join(sorted(switches))}, which no union of --recompute-modules "
+                "recomputes exactly",
+                runs, closest, write,
+            )
+        chosen += [m for m in exact if m not in chosen]
+    chosen = [m for m in modules if m in chosen]
+    for index, switches in enumerate(layers.recomputed):
+        gets = frozenset().union(*(acting[index][m] for m in chosen)) - implicit
+        if gets != switches:
+            raise refuse(
+                _TRAINER,
+                f"its layers recompute different selective sets (layer {index}: "
+                f"{'+'.join(sorted(switches)) or 'none'}, while --recompute-modules {' '.join(chosen)} applies "
+                "to every layer)",
+                runs, closest, write,
+            )
+    return f"--recompute-granularity selective --recompute-modules {' '.join(chosen)}"
+
+
+@hookimpl
+def hp_exporters():
+    yield Exporter(
+        name=_TRAINER,
+        runtime=_RUNTIME,
+        export=export_megatron,
+        description="Megatron-LM flags: --recompute-granularity, --recompute-modules, --recompute-method, --recompute-num-layers",
+    )

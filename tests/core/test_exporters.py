@@ -1,0 +1,257 @@
+"""Trainer plans: a recompute plan written as Megatron-LM, torchtitan and HyperParallel run it.
+
+Expectations are derived by hand from what each trainer runs (docs/trainer_plans.md):
+Megatron-LM's ``block`` method fully recomputes the first N layers of every pipeline chunk
+(``transformer_block.py`` ``_checkpointed_forward``); torchtitan's ``selective_ac_option = "N"``
+the rank's N-th, 2N-th, ... block; HyperParallel takes a mode with per-layer exceptions.
+"""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from hp_core.api import build_registry
+from hp_core.errors import ConfigError, PlanNotExecutable
+from hp_core.markers import hookimpl
+from hp_core.recompute.layout import describe_plan, plan_layout, settings_of
+from hp_core.registry import Registry
+from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
+from hp_core.types import Exporter
+from hp_plugins.importers.hf import model_from_hf_config
+
+FULL = Setting("full")
+NONE = Setting()
+HAS_OFFLOAD = "offload" in attrs.fields_dict(Setting)
+
+
+def _toy(layers: int) -> ModelSpec:
+    return model_from_hf_config(
+        {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": layers,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000},
+        name=f"toy-{layers}", source="made up for tests",
+    )
+
+
+def _full_on(*layers: int) -> RecomputeSpec:
+    return RecomputeSpec(layers=tuple((i, i, FULL) for i in layers))
+
+
+def _export(registry: Registry, trainer: str, plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSpec):
+    return registry.exporter(trainer).export(plan, model, parallel, registry=registry)
+
+
+# ----------------------------------------------------------------------------- registration
+
+
+def test_builtin_exporters_name_their_runtimes(registry: Registry):
+    assert {e.name: e.runtime for e in registry.exporters} == {
+        "hyperparallel": "hyperparallel", "megatron": "megatron", "torchtitan": "fsdp2",
+    }
+    for exporter in registry.exporters:
+        registry.runtime(exporter.runtime)  # every exporter's runtime is registered
+        assert registry.provider("hp_exporters", exporter.name).distribution == "hp-planner"
+
+
+def test_a_one_off_plugin_adds_an_exporter():
+    def write(plan, model, parallel, *, registry):
+        settings = settings_of(plan, plan_layout(model, parallel, registry).count)
+        return ",".join(str(i) for i, s in enumerate(settings) if s.mode == "full")
+
+    class MyTrainer:
+        @hookimpl
+        def hp_exporters(self):
+            yield Exporter(name="mytrainer", runtime="generic", export=write, description="full layers, comma-joined")
+
+    registry = build_registry([MyTrainer()], use_env=False)
+    assert registry.provider("hp_exporters", "mytrainer").plugin == "MyTrainer"
+    assert _export(registry, "mytrainer", _full_on(1, 3), _toy(4), ParallelSpec(seq_len=128)) == "1,3"
+    with pytest.raises(ConfigError, match="unknown trainer plan exporter 'nope'; known: .*mytrainer"):
+        registry.exporter("nope")
+
+
+# ----------------------------------------------------------------------------- Megatron-LM
+
+
+def test_megatron_block_recompute_of_the_first_two_layers_per_stage(registry: Registry, llama8b: ModelSpec):
+    # 32 layers over pp=4: stages run 0-7, 8-15, 16-23, 24-31; the first 2 of each are full.
+    parallel = ParallelSpec(tp=2, pp=4, sp=True, seq_len=4096)
+    plan = _full_on(0, 1, 8, 9, 16, 17, 24, 25)
+    assert _export(registry, "megatron", plan, llama8b, parallel) == (
+        "--recompute-granularity full --recompute-method block --recompute-num-layers 2"
+    )
+
+
+def test_megatron_block_counts_per_virtual_chunk(registry: Registry, llama8b: ModelSpec):
+    # pp=2, vpp=2: four chunks of 8 layers (0-7, 8-15, 16-23, 24-31); block N acts on each chunk.
+    parallel = ParallelSpec(pp=2, vpp=2, seq_len=4096, global_batch_size=4)
+    assert _export(registry, "megatron", _full_on(0, 8, 16, 24), llama8b, parallel) == (
+        "--recompute-granularity full --recompute-method block --recompute-num-layers 1"
+    )
+    # Full on the first layer of chunks 0 and 1 only leaves chunks 2 and 3 (16-23, 24-31) without: refused.
+    with pytest.raises(PlanNotExecutable, match="pipeline chunk 16-23"):
+        _export(registry, "megatron", _full_on(0, 8), llama8b, parallel)
+
+
+def test_megatron_block_with_uneven_chunks(registry: Registry):
+    # Chunks of 3 and 5 layers; block 4 recomputes all 3 of the first and the first 4 of the second.
+    model, parallel = _toy(8), ParallelSpec(pp=2, seq_len=128, layers_per_stage=(3, 5))
+    assert _export(registry, "megatron", _full_on(0, 1, 2, 3, 4, 5, 6), model, parallel) == (
+        "--recompute-granularity full --recompute-method block --recompute-num-layers 4"
+    )
+
+
+@pytest.mark.parametrize(
+    ("plan", "flags"),
+    [
+        (RecomputeSpec(), ""),
+        (RecomputeSpec.uniform("full"), "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"),
+        (RecomputeSpec.uniform("selective"), "--recompute-granularity selective --recompute-modules core_attn"),
+        (RecomputeSpec.uniform(["normOp"]), "--recompute-granularity selective --recompute-modules layernorm"),
+        (RecomputeSpec.uniform(["attBMM", "headCast", "dropout", "softmax", "normOp"]),
+         "--recompute-granularity selective --recompute-modules core_attn layernorm"),
+        # gather is what Megatron always recomputes under SP: asking for it adds no flag.
+        (RecomputeSpec.uniform(["gather"]), ""),
+    ],
+)
+def test_megatron_flags(registry: Registry, llama8b: ModelSpec, plan: RecomputeSpec, flags: str):
+    assert _export(registry, "megatron", plan, llama8b, ParallelSpec(tp=2, pp=4, sp=True, seq_len=4096)) == flags
+
+
+def test_megatron_mla_up_projection(registry: Registry):
+    from hp_core.api import model_from_preset
+
+    model = model_from_preset("deepseek-v3", registry).with_body_layers(4, registry.kinds_placed("body"))
+    plan = RecomputeSpec.uniform(["attUp"])
+    assert _export(registry, "megatron", plan, model, ParallelSpec(seq_len=4096)) == (
+        "--recompute-granularity selective --recompute-modules mla_up_proj"
+    )
+
+
+def test_megatron_moe_act_acts_only_on_routed_experts(registry: Registry):
+    from hp_core.api import model_from_preset
+
+    body = registry.kinds_placed("body")
+    moe = model_from_preset("qwen3-30b-a3b", registry).with_body_layers(2, body)
+    assert _export(registry, "megatron", RecomputeSpec.uniform(["ffAct"]), moe, ParallelSpec(seq_len=4096)) == (
+        "--recompute-granularity selective --recompute-modules moe_act"
+    )
+    # DeepSeek-V3's first three layers are dense: moe_act does not recompute their MLP activation.
+    deepseek = model_from_preset("deepseek-v3", registry).with_body_layers(4, body)
+    with pytest.raises(PlanNotExecutable, match="layer 0 recomputes ffAct, which no union of --recompute-modules"):
+        _export(registry, "megatron", RecomputeSpec.uniform(["ffAct"]), deepseek, ParallelSpec(seq_len=4096))
+    with pytest.raises(PlanNotExecutable, match="layer 0 recomputes ffAct"):
+        _export(registry, "megatron", RecomputeSpec.uniform(["ffAct"]), _toy(2), ParallelSpec(seq_len=128))
+
+
+def test_megatron_refuses_full_layers_not_at_the_start_of_each_stage(registry: Registry, llama8b: ModelSpec):
+    parallel = ParallelSpec(tp=2, pp=4, sp=True, seq_len=4096)
+    with pytest.raises(PlanNotExecutable) as info:
+        _export(registry, "megatron", _full_on(0, 1, 9, 10), llama8b, parallel)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "pipeline chunk 8-15 (9, 10) are not its first 2" in message
+    assert "--recompute-method block --recompute-num-layers N (the first N layers of every pipeline chunk)" in message
+    # The closest plan: block 2 (two layers per chunk, as many as the plan's largest chunk count).
+    assert "Closest plan it runs: --recompute-granularity full --recompute-method block --recompute-num-layers 2" in message
+    assert settings_of(info.value.suggestion, 32) == settings_of(_full_on(0, 1, 8, 9, 16, 17, 24, 25), 32)
+    assert _export(registry, "megatron", info.value.suggestion, llama8b, parallel).endswith("--recompute-num-layers 2")
+
+
+def test_megatron_refuses_different_selective_sets(registry: Registry, llama8b: ModelSpec):
+    plan = RecomputeSpec(default=Setting.parse("selective"), layers=((4, 7, Setting.parse(["normOp"])),))
+    with pytest.raises(PlanNotExecutable, match="different selective sets") as info:
+        _export(registry, "megatron", plan, llama8b, ParallelSpec(seq_len=4096))
+    # Closest: the modules covering every switch any layer recomputes, on every layer.
+    assert "--recompute-modules core_attn layernorm" in str(info.value)
+
+
+def test_megatron_refuses_mixed_full_and_selective(registry: Registry, llama8b: ModelSpec):
+    plan = RecomputeSpec(default=Setting.parse("selective"), layers=((0, 1, FULL),))
+    with pytest.raises(PlanNotExecutable, match="mixes full and selective") as info:
+        _export(registry, "megatron", plan, llama8b, ParallelSpec(seq_len=4096))
+    # Every layer recomputes something: the closest plan recomputes every layer fully.
+    assert "--recompute-method uniform --recompute-num-layers 1" in str(info.value)
+    assert describe_plan(info.value.suggestion) == "full on every layer"
+
+
+def test_megatron_refuses_a_switch_no_module_gives_exactly(registry: Registry, llama8b: ModelSpec):
+    with pytest.raises(PlanNotExecutable, match="layer 0 recomputes softmax, which no union of --recompute-modules"):
+        _export(registry, "megatron", RecomputeSpec.uniform(["softmax"]), llama8b, ParallelSpec(seq_len=4096))
+
+
+# ----------------------------------------------------------------------------- torchtitan
+
+
+def test_torchtitan_modes(registry: Registry):
+    model, parallel = _toy(8), ParallelSpec(pp=2, seq_len=128)
+    assert _export(registry, "torchtitan", RecomputeSpec(), model, parallel) == '[activation_checkpoint]\nmode = "none"\n'
+    assert _export(registry, "torchtitan", RecomputeSpec.uniform("full"), model, parallel) == (
+        '[activation_checkpoint]\nmode = "full"\n'
+    )
+    assert _export(registry, "torchtitan", RecomputeSpec.uniform(["normOp", "ffAct"]), model, parallel) == (
+        '[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "op"\n'
+    )
+
+
+def test_torchtitan_every_second_layer_counts_per_rank(registry: Registry):
+    # pp=2 over 8 layers: rank 0 runs 0-3, rank 1 runs 4-7; each counts its blocks from 1.
+    model, parallel = _toy(8), ParallelSpec(pp=2, seq_len=128)
+    assert _export(registry, "torchtitan", _full_on(1, 3, 5, 7), model, parallel) == (
+        '[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "2"\n'
+    )
+    # Uneven stages of 3 and 5: rank 0's second block is layer 1, rank 1's second and fourth are 4 and 6.
+    uneven = ParallelSpec(pp=2, seq_len=128, layers_per_stage=(3, 5))
+    assert _export(registry, "torchtitan", _full_on(1, 4, 6), model, uneven).endswith('selective_ac_option = "2"\n')
+    with pytest.raises(PlanNotExecutable, match="not every N-th layer"):
+        _export(registry, "torchtitan", _full_on(1, 3, 5, 7), model, uneven)
+
+
+def test_torchtitan_refuses_with_the_closest_stride(registry: Registry):
+    model, parallel = _toy(8), ParallelSpec(pp=2, seq_len=128)
+    with pytest.raises(PlanNotExecutable) as info:
+        _export(registry, "torchtitan", _full_on(0, 1), model, parallel)
+    # Rank 0 recomputes 2 of its 4 layers: every 2nd layer recomputes as many.
+    assert 'Closest plan it runs: [activation_checkpoint] mode = "selective" selective_ac_option = "2"' in str(info.value)
+    assert describe_plan(info.value.suggestion) == "full on 1, 3, 5, 7; none elsewhere"
+    with pytest.raises(PlanNotExecutable, match="op-level selective checkpointing recomputes ffAct\\+normOp"):
+        _export(registry, "torchtitan", RecomputeSpec.uniform("selective"), model, parallel)
+
+
+# ----------------------------------------------------------------------------- HyperParallel
+
+
+def test_hyperparallel_mode_with_exceptions(registry: Registry):
+    model, parallel = _toy(10), ParallelSpec(seq_len=128)
+    plan = RecomputeSpec(default=FULL, layers=((3, 7, NONE), (9, 9, Setting.parse(["softmax", "attBMM"]))))
+    assert _export(registry, "hyperparallel", plan, model, parallel) == {
+        "activation_checkpoint": {"mode": "full", "layers": {"3-7": "off", "9": ["attBMM", "softmax"]}}
+    }
+    # The mode is the setting leaving the fewest exceptions, whatever the plan's default.
+    flipped = RecomputeSpec(default=NONE, layers=((0, 2, FULL), (8, 8, FULL)))
+    assert _export(registry, "hyperparallel", flipped, model, parallel) == {
+        "activation_checkpoint": {"mode": "off", "layers": {"0-2": "full", "8": "full"}}
+    }
+    assert _export(registry, "hyperparallel", RecomputeSpec.uniform("selective"), model, parallel) == {
+        "activation_checkpoint": {"mode": "selective"}
+    }
+
+
+def test_hyperparallel_refuses_an_unknown_switch(registry: Registry):
+    with pytest.raises(ConfigError, match="has no recompute switch"):
+        _export(registry, "hyperparallel", RecomputeSpec.uniform(["attUp"]), _toy(2), ParallelSpec(seq_len=128))
+
+
+def test_a_range_beyond_the_model_is_a_config_error(registry: Registry):
+    for trainer in ("megatron", "torchtitan", "hyperparallel"):
+        with pytest.raises(ConfigError, match="beyond the model's 4 layers"):
+            _export(registry, trainer, _full_on(4), _toy(4), ParallelSpec(seq_len=128))
+
+
+@pytest.mark.skipif(not HAS_OFFLOAD, reason="Setting has no offload share")
+@pytest.mark.parametrize("trainer", ["megatron", "torchtitan", "hyperparallel"])
+def test_offload_is_refused_with_the_plan_without_it(registry: Registry, trainer: str):
+    plan = RecomputeSpec.uniform({"mode": "full", "offload": 0.5})
+    with pytest.raises(PlanNotExecutable, match="writes no activation offload") as info:
+        _export(registry, trainer, plan, _toy(4), ParallelSpec(seq_len=128))
+    assert info.value.suggestion == RecomputeSpec.uniform("full")
