@@ -13,7 +13,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 import attrs
 
@@ -27,7 +27,13 @@ from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, Pre
 from hp_core.stage import PlacedLayer, StageInputs, plan_stage
 from hp_core.types import CensusRecord, CensusSource, LayerContext, LayerCost, LayerKind
 
-__all__ = ["build_registry", "count_parameters", "estimate", "layer_context", "model_from_preset", "resolve_setting", "with_sublayers"]
+if TYPE_CHECKING:
+    from hp_core.recompute.plan import RecomputePlan
+
+__all__ = [
+    "build_registry", "count_parameters", "estimate", "layer_context", "model_from_preset", "plan_recompute", "resolve_setting",
+    "with_sublayers",
+]
 
 
 def build_registry(
@@ -267,7 +273,7 @@ def estimate(
                 full, switches = resolve_setting(setting, kinds[i], "$.recompute")
                 # What the trainer recomputes whatever the plan says (Megatron re-gathers SP inputs).
                 switches |= profile.implicit_recompute & frozenset(kinds[i].switches)
-                cache[key] = PlacedLayer.make(kinds[i].name, costs[i], full, switches, setting.describe())
+                cache[key] = PlacedLayer.make(kinds[i].name, costs[i], full, switches, setting.describe(), setting.offload)
             body.append(cache[key])
     if recompute.layers and max(last for _, last, _ in recompute.layers) >= body_count:
         raise ConfigError("$.recompute.layers", f"a range names a layer beyond the model's {body_count} layers (0-{body_count - 1})")
@@ -326,4 +332,38 @@ def estimate(
         parameters=parameters,
         device_memory_bytes=hardware.memory_bytes if hardware is not None else None,
         provenance=provenance,
+    )
+
+
+def plan_recompute(
+    model: ModelSpec,
+    parallel: ParallelSpec,
+    *,
+    registry: Registry,
+    hardware: HardwareSpec,
+    runtime: str = "generic",
+    reserve_bytes: int = 0,
+    precision: PrecisionSpec | None = None,
+    census: str = "formulas",
+    attention: str | None = None,
+    unrestricted: bool = False,
+    offload: Iterable[float] = (),
+) -> "RecomputePlan":
+    """Per stage, the fastest recompute settings whose every peak point fits ``hardware.memory_bytes - reserve_bytes``.
+
+    Exact (equal to brute force) and fast: see :mod:`hp_core.recompute.plan`
+    and docs/recompute.md. Only settings the runtime's trainer executes are
+    planned, unless *unrestricted* (then both plans are reported); *offload*
+    lists the offload shares a setting may add.
+
+    Raises:
+        ConfigError: An invalid layout or name, a runtime without a timing
+            profile, a reserve not below the device memory, or offload on a
+            device that states no host link bandwidth.
+    """
+    from hp_core.recompute.plan import plan_recompute as plan
+
+    return plan(
+        model, parallel, registry=registry, hardware=hardware, runtime=runtime, reserve_bytes=reserve_bytes,
+        precision=precision, census=census, attention=attention, unrestricted=unrestricted, offload=offload,
     )

@@ -31,7 +31,7 @@ from hp_core.specs.parallel import ParallelSpec
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import LayerCost
 
-__all__ = ["PlacedLayer", "StageInputs", "plan_stage"]
+__all__ = ["PlacedLayer", "StageInputs", "offloaded_bytes", "plan_stage"]
 
 
 @attrs.frozen
@@ -61,7 +61,17 @@ class PlacedLayer:
     backward_working_bytes: int
 
     @classmethod
-    def make(cls, kind: str, cost: LayerCost, full: bool, recomputed: frozenset[str], setting: str) -> "PlacedLayer":
+    def make(
+        cls, kind: str, cost: LayerCost, full: bool, recomputed: frozenset[str], setting: str, offload: float = 0.0
+    ) -> "PlacedLayer":
+        """The layer under a setting.
+
+        Args:
+            offload: The share of what the setting keeps that is moved to the
+                host in forward (:func:`offloaded_bytes`); it comes back for the
+                layer's backward, so it counts in the backward working set as a
+                recomputed tensor does.
+        """
         plain = cost.kept_bytes
         if full:
             kept = cost.input_bytes
@@ -69,7 +79,13 @@ class PlacedLayer:
         else:
             kept = cost.kept_under(recomputed)
             working = cost.working_bytes + plain - kept
-        return cls(kind, cost, full, recomputed, setting, kept, working)
+        moved = offloaded_bytes(kept, offload)
+        return cls(kind, cost, full, recomputed, setting, kept - moved, working + moved)
+
+
+def offloaded_bytes(kept_bytes: int, share: float) -> int:
+    """Bytes of *kept_bytes* a layer offloading *share* of them moves to the host: ``floor(share * kept)``."""
+    return math.floor(share * kept_bytes)
 
 
 @attrs.frozen

@@ -33,6 +33,11 @@ The model, with its sources (figures come from the profile, each sourced there):
   MLA up-projections (``2 * kv_lora_rank`` FLOPs per rebuilt element);
   ``gather`` re-runs the SP all-gathers in backward; other switches rewrite
   what they drop (a read and a write of its bytes).
+* **Offload** (``Setting.offload``): the offloaded bytes go to the host over
+  the device's host link during the layer's forward and come back during its
+  backward; what the layer's own forward, respectively backward with
+  recompute, does not hide is exposed and counted as communication
+  (:func:`offload_seconds`; Rhu et al. 2016, "vDNN", Section 3).
 * **Communication** per collective (Thakur, Rabenseifner and Gropp 2005;
   NCCL's ``busbw`` convention, nccl-tests ``doc/PERFORMANCE.md``), over ``n``
   ranks, ``S`` bytes, bus bandwidth ``B`` (link bandwidth times the profile's
@@ -94,17 +99,22 @@ import attrs
 from hp_core.api import _evaluate, _split, _validate_layout, layer_context, resolve_setting, with_sublayers
 from hp_core.errors import ConfigError
 from hp_core.registry import Registry
+from hp_core.stage import offloaded_bytes
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.specs.timing import DeviceEfficiency, TimingProfile
 from hp_core.types import LayerContext, LayerCost, LayerKind
 
 __all__ = [
     "ATTENTION_CORE_SWITCHES",
+    "LayerPricer",
+    "LayerSeconds",
     "SOFTMAX_OPS_PER_SCORE",
     "StageTime",
     "StepTime",
     "collective_seconds",
     "compute_dtype",
+    "layer_pricer",
+    "offload_seconds",
     "pipeline_seconds",
     "step_time",
 ]
@@ -429,6 +439,7 @@ def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency
 class _Rates:
     """The per-call constants every layer's time is priced with."""
 
+    dtype: str
     peak: float
     matmul: float
     grouped: float
@@ -457,6 +468,34 @@ class _Rates:
     expose_tp: float
     expose_cp: float
     expose_ep: float
+
+
+def _rates(
+    parallel: ParallelSpec, hardware: HardwareSpec, timing: TimingProfile, precision: PrecisionSpec, attention: str
+) -> _Rates:
+    """The per-call constants of one layout on one device, as *timing* says its trainer runs (module docstring)."""
+    dtype = compute_dtype(precision, hardware)
+    peak = hardware.peak_flops[dtype]
+    bandwidth = _require(hardware, "memory_bandwidth_bytes_per_second", "pricing memory-bound kernels and the optimizer step")
+    dev = timing.device(hardware.architecture)
+    links = _links(hardware, parallel, dev)
+    ov = timing.overlap
+    cp_algorithm = parallel.cp_kind  # the layout states it (``--cp-kind``)
+    memory = bandwidth * dev.memory_bandwidth.value
+    return _Rates(
+        dtype=dtype, peak=peak, matmul=dev.matmul.value, grouped=dev.grouped_matmul.value, half_rows=dev.grouped_half_rows.value,
+        attn_fwd=dev.attention_forward.value, attn_bwd=dev.attention_backward.value,
+        attn_fwd_overhead=dev.attention_forward_overhead_seconds.value,
+        attn_bwd_overhead=dev.attention_backward_overhead_seconds.value,
+        memory=memory, flash=attention == "flash", causal=timing.flash_causal_fraction.value,
+        attn_backward=timing.attention_backward_factor.value, mm_backward=timing.matmul_backward_factor.value,
+        el_bytes_per_flop=timing.elementwise_accesses_per_flop.value * precision.activation_bytes,
+        el_backward=timing.elementwise_backward_factor.value, permute_passes=timing.moe_permute_passes.value,
+        act_bytes=precision.activation_bytes, grad_bytes=precision.grad_bytes, cp=parallel.cp, cp_algorithm=cp_algorithm, tp=parallel.tp,
+        sp=parallel.sp, ep=parallel.ep, algorithm=timing.all_reduce_algorithm, links=links,
+        expose_tp=1 - ov.tensor_parallel.value, expose_cp=1 - ov.context_parallel.value,
+        expose_ep=1 - ov.expert_parallel.value,
+    )
 
 
 # A layer's per-micro-batch times and FLOPs:
@@ -563,6 +602,131 @@ def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozense
     return (forward, backward, recompute, comm, model_flops, recomputed_flops)
 
 
+@attrs.frozen
+class LayerSeconds:
+    """One layer's time per micro-batch under one recompute setting (:func:`layer_pricer`).
+
+    Attributes:
+        forward_seconds: Forward compute.
+        backward_seconds: Backward compute, recompute excluded.
+        recompute_seconds: Recomputed forward compute.
+        communication_seconds: Exposed TP/CP/EP communication, a recomputed
+            forward's and a re-gather's included.
+        offload_seconds: The exposed part of moving offloaded bytes to the
+            host and back (:func:`offload_seconds`).
+    """
+
+    forward_seconds: float
+    backward_seconds: float
+    recompute_seconds: float
+    communication_seconds: float
+    offload_seconds: float = 0.0
+
+    @property
+    def micro_batch_seconds(self) -> float:
+        """The layer's whole time per micro-batch: the five parts added."""
+        return (self.forward_seconds + self.backward_seconds + self.recompute_seconds
+                + self.communication_seconds + self.offload_seconds)
+
+    @property
+    def backward_with_recompute_seconds(self) -> float:
+        """Backward compute plus what it recomputes."""
+        return self.backward_seconds + self.recompute_seconds
+
+
+def offload_seconds(moved_bytes: float, host_link_bandwidth: float, forward_seconds: float, backward_seconds: float) -> float:
+    """The exposed time of offloading *moved_bytes* of one layer's kept activations.
+
+    The copy to the host runs on a copy engine while the forward computes,
+    and the copy back is prefetched while the backward computes (Rhu et al.
+    2016, "vDNN", Section 3; Megatron-Core ``cpu_offload.py`` overlaps both
+    on a side stream). Each direction takes ``moved / host_link_bandwidth``
+    and hides behind the layer's own forward, respectively its backward with
+    recompute; what does not fit in that window is exposed:
+    ``max(0, moved/B - forward) + max(0, moved/B - backward)``.
+    """
+    if moved_bytes <= 0:
+        return 0.0
+    copy = moved_bytes / host_link_bandwidth
+    return max(0.0, copy - forward_seconds) + max(0.0, copy - backward_seconds)
+
+
+@attrs.frozen
+class LayerPricer:
+    """Prices single layers of one run under recompute settings, as :func:`step_time` prices them.
+
+    Build with :func:`layer_pricer`. Time is priced per setting, not added
+    up over switches: the attention-core switches are rebuilt by one
+    re-run of the core, so their times do not add up.
+
+    Attributes:
+        hardware_name: The device's name (for error messages).
+        host_link_bandwidth_bytes_per_second: The device's host link, ``None`` when unstated.
+    """
+
+    hardware_name: str
+    host_link_bandwidth_bytes_per_second: float | None
+    _rates: _Rates = attrs.field(repr=False, alias="rates")
+
+    def price(
+        self,
+        cost: LayerCost,
+        config: Any,
+        kind: LayerKind,
+        context: LayerContext,
+        *,
+        full: bool,
+        recomputed: frozenset[str],
+        offloaded_bytes: int = 0,
+    ) -> LayerSeconds:
+        """One layer's time per micro-batch, recomputing fully or the switches *recomputed*.
+
+        Args:
+            offloaded_bytes: Bytes it moves to the host and back (``0``: no offload).
+
+        Raises:
+            ConfigError: Offload asked of a device that states no host link bandwidth.
+        """
+        return self.layer(cost, config, kind, context)(full, recomputed, offloaded_bytes)
+
+    def layer(self, cost: LayerCost, config: Any, kind: LayerKind, context: LayerContext) -> Any:
+        """:meth:`price` for one layer, its shapes read once: ``seconds(full, recomputed, offloaded_bytes)``."""
+        shape = _shape(config, kind, context, cost)
+
+        def seconds(full: bool, recomputed: frozenset[str], offloaded_bytes: int = 0) -> LayerSeconds:
+            return self._seconds(cost, shape, full, recomputed, offloaded_bytes)
+
+        return seconds
+
+    def _seconds(self, cost: LayerCost, shape: _Shape, full: bool, recomputed: frozenset[str], offloaded_bytes: int) -> LayerSeconds:
+        forward, backward, recompute, comm, _, _ = _layer_time(cost, shape, full, recomputed, self._rates)
+        moved = 0.0
+        if offloaded_bytes:
+            if self.host_link_bandwidth_bytes_per_second is None:
+                raise ConfigError(
+                    "$.hardware.host_link_bandwidth_bytes_per_second",
+                    f"{self.hardware_name} does not state host_link_bandwidth_bytes_per_second, which offload needs",
+                )
+            moved = offload_seconds(offloaded_bytes, self.host_link_bandwidth_bytes_per_second, forward, backward + recompute)
+        return LayerSeconds(forward, backward, recompute, comm, moved)
+
+
+def layer_pricer(
+    parallel: ParallelSpec,
+    *,
+    hardware: HardwareSpec,
+    timing: TimingProfile,
+    precision: PrecisionSpec,
+    attention: str,
+) -> LayerPricer:
+    """A :class:`LayerPricer` for one layout on one device, with the rates :func:`step_time` uses.
+
+    Raises:
+        ConfigError: A hardware field the timing model needs is unstated.
+    """
+    return LayerPricer(hardware.name, hardware.host_link_bandwidth_bytes_per_second, rates=_rates(parallel, hardware, timing, precision, attention))
+
+
 def _stage_elements(layers: list[tuple[str, LayerCost]], parallel: ParallelSpec) -> tuple[float, float]:
     """Dense and routed-expert parameter elements one rank of a stage holds (before ZeRO sharding).
 
@@ -643,28 +807,10 @@ def step_time(
     zero = parallel.zero if parallel.zero is not None else rt.zero
     recompute = recompute if recompute is not None else RecomputeSpec()
 
-    dtype = compute_dtype(precision, hardware)
-    peak = hardware.peak_flops[dtype]
-    bandwidth = _require(hardware, "memory_bandwidth_bytes_per_second", "pricing memory-bound kernels and the optimizer step")
+    rates = _rates(parallel, hardware, timing, precision, attention)
+    dtype, peak, links, memory, ov = rates.dtype, rates.peak, rates.links, rates.memory, timing.overlap
     dev = timing.device(hardware.architecture)
-    links = _links(hardware, parallel, dev)
-    ov = timing.overlap
     cp_algorithm = parallel.cp_kind  # the layout states it (``--cp-kind``)
-    memory = bandwidth * dev.memory_bandwidth.value
-    rates = _Rates(
-        peak=peak, matmul=dev.matmul.value, grouped=dev.grouped_matmul.value, half_rows=dev.grouped_half_rows.value,
-        attn_fwd=dev.attention_forward.value, attn_bwd=dev.attention_backward.value,
-        attn_fwd_overhead=dev.attention_forward_overhead_seconds.value,
-        attn_bwd_overhead=dev.attention_backward_overhead_seconds.value,
-        memory=memory, flash=attention == "flash", causal=timing.flash_causal_fraction.value,
-        attn_backward=timing.attention_backward_factor.value, mm_backward=timing.matmul_backward_factor.value,
-        el_bytes_per_flop=timing.elementwise_accesses_per_flop.value * precision.activation_bytes,
-        el_backward=timing.elementwise_backward_factor.value, permute_passes=timing.moe_permute_passes.value,
-        act_bytes=precision.activation_bytes, grad_bytes=precision.grad_bytes, cp=parallel.cp, cp_algorithm=cp_algorithm, tp=parallel.tp,
-        sp=parallel.sp, ep=parallel.ep, algorithm=timing.all_reduce_algorithm, links=links,
-        expose_tp=1 - ov.tensor_parallel.value, expose_cp=1 - ov.context_parallel.value,
-        expose_ep=1 - ov.expert_parallel.value,
-    )
 
     # Layers: each group evaluated once, as estimate() does.
     kinds = [registry.layer_kind(group.kind, f"$.model.layers[{i}].kind") for i, group in enumerate(model.layers)]
@@ -691,7 +837,14 @@ def step_time(
             if key not in cache:
                 full, switches = resolve_setting(setting, kinds[i], "$.recompute")
                 switches |= implicit & frozenset(kinds[i].switches)
-                cache[key] = _layer_time(costs[i], shapes[i], full, switches, rates)
+                layer_time = _layer_time(costs[i], shapes[i], full, switches, rates)
+                if setting.offload:
+                    # Offload's exposed copies count as communication (offload_seconds).
+                    kept = costs[i].input_bytes if full else costs[i].kept_under(switches)
+                    link = _require(hardware, "host_link_bandwidth_bytes_per_second", "offload")
+                    exposed = offload_seconds(offloaded_bytes(kept, setting.offload), link, layer_time[0], layer_time[1] + layer_time[2])
+                    layer_time = layer_time[:3] + (layer_time[3] + exposed,) + layer_time[4:]
+                cache[key] = layer_time
             body.append(cache[key])
             body_costs.append((kinds[i].name, costs[i]))
     if recompute.layers and max(last for _, last, _ in recompute.layers) >= body_count:

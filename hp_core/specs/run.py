@@ -11,6 +11,11 @@ __all__ = ["RecomputeSpec", "Setting"]
 _MODES = ("none", "full", "selective", "switches")
 
 
+def _share(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"Setting.offload is a share of the kept bytes between 0 and 1, got {value!r}")
+
+
 @attrs.frozen
 class Setting:
     """One layer's recompute setting.
@@ -20,16 +25,31 @@ class Setting:
             ``selective`` (the kind's own selective set) or ``switches`` (the
             switches named in ``switches``).
         switches: The recomputed switches when ``mode == "switches"``.
+        offload: The share (0 to 1) of the bytes the layer keeps under
+            ``mode`` that is copied to the host during forward and back during
+            backward (DESIGN section 5; priced in :mod:`hp_core.recompute.profile`).
     """
 
     mode: str = attrs.field(default="none", validator=attrs.validators.in_(_MODES))
     switches: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    offload: float = attrs.field(default=0.0, validator=_share, kw_only=True)
 
     @classmethod
     def parse(cls, value: Any) -> "Setting":
-        """A setting from config text: ``"none"``, ``"full"``, ``"selective"`` or a list of switch names."""
+        """A setting from config text.
+
+        ``"none"``, ``"full"``, ``"selective"``, a list of switch names, or a
+        mapping ``{"mode": <one of those>, "offload": <share 0-1>}``
+        (``{"mode": ["softmax", "ffAct"], "offload": 0.5}``).
+        """
         if isinstance(value, Setting):
             return value
+        if isinstance(value, dict):
+            stray = sorted(set(value) - {"mode", "offload"})
+            if stray or "mode" not in value:
+                raise ValueError(f"a recompute setting mapping has 'mode' and optionally 'offload', got keys {sorted(value)}")
+            base = cls.parse(value["mode"])
+            return attrs.evolve(base, offload=value.get("offload", 0.0))
         if isinstance(value, str) and value in ("none", "full", "selective"):
             return cls(mode=value)
         if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
@@ -37,9 +57,9 @@ class Setting:
         raise ValueError(f"a recompute setting is 'none', 'full', 'selective' or a list of switches, got {value!r}")
 
     def describe(self) -> str:
-        if self.mode == "switches":
-            return "+".join(sorted(self.switches))
-        return self.mode
+        """The display name: the mode, or the switches joined by ``+``; ``@offload=<share>`` when offloading."""
+        base = "+".join(sorted(self.switches)) if self.mode == "switches" else self.mode
+        return f"{base}@offload={self.offload:g}" if self.offload else base
 
 
 def _ranges(instance: Any, attribute: attrs.Attribute, value: Any) -> None:

@@ -1,0 +1,840 @@
+"""The recompute planner: per stage, the fastest settings whose peak fits the device (DESIGN section 5).
+
+**The problem.** A stage's body layers each take one setting from their
+kind's candidates (:func:`hp_core.recompute.profile.candidate_settings`). The
+stage's time per micro-batch is the sum of its layers' times
+(:mod:`hp_core.timing`); the step is monotone in every stage's time
+(``pipeline_seconds``), so planning each stage on its own for its fastest
+plan gives the fastest step. The plan must fit: every peak point of the
+stage (:func:`hp_core.stage.plan_stage`) at most ``memory - reserve``.
+
+**The peak as a function of the settings.** With ``k`` the bytes a layer keeps
+per micro-batch and ``w`` its backward's working set under a setting,
+:meth:`~hp_core.stage.PlacedLayer.make` gives ``k + w = A``, the same for every
+setting of a layer (what the backward rebuilds or fetches back it holds
+again). So, with ``n_c`` the micro-batches chunk ``c`` keeps at the end of
+warm-up and ``S_j`` the bytes kept by layer ``j`` of the last chunk and every
+layer above it,
+
+    warm-up peak = C + sum_c n_c sum_{j in c} k_j + max(0, max_j (A_j - S_j)),
+
+``C`` not depending on the settings; and the last-backward point holds the
+stage's first layer's ``k + w = A``, whatever its setting. Every term grows
+with every ``k``. The inner max is reached at the topmost layer of each
+layer group in the last chunk (a lower layer of the same group has the same
+``A`` and a larger ``S``) or at a layer whose setting is fixed (embedding,
+output head, MTP). So the peak fits exactly when a few linear constraints
+hold, one per such *marker* and one for ``0``:
+
+    sum_layers a_{r,j} k_j <= capacity_r,
+
+where ``a_{r,j} = n_c`` for a layer of chunk ``c``, less one for a
+last-chunk layer at or above marker ``r``.
+
+**Exact search.** Because every constraint grows with ``k``, a setting that
+keeps more and runs slower than another of the same layer is never needed:
+each group searches only its **Pareto front** in (kept bytes, time) -- with
+``w = A - k`` the same as the front in (kept, working, time). Layers of one
+group with the same coefficients (same chunk, and in the last chunk on the
+same side of every marker) are **interchangeable**, so a class of ``m`` such
+layers takes a multiset of front settings, enumerated in non-decreasing
+front order. **Branch and bound** over the classes, fastest settings first,
+prunes a node when its time plus a lower bound on the rest is no better
+than the best plan found: the bound is the largest over constraints of the
+linear-programming relaxation of the multiple-choice knapsack for that
+constraint alone (Sinha and Zoltners 1979: take each class's lower convex
+hull steps in order of time per byte saved, the last one fractionally),
+infinite when a constraint cannot be met. The relaxation never exceeds the
+best completion, so no better plan is pruned: the result equals brute force
+(``tests/core/test_recompute_plan.py`` checks it on hundreds of random
+instances).
+
+When nothing fits, the stage reports the plan of least peak -- every layer at
+its group's least-kept setting, which minimises every constraint at once --
+and the shortfall of that peak beyond the limit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+import attrs
+
+from hp_core import census as census_lib
+from hp_core.api import (
+    _apply_census,
+    _census_records,
+    _evaluate,
+    _split,
+    _validate_layout,
+    estimate,
+    layer_context,
+    with_sublayers,
+)
+from hp_core.errors import ConfigError
+from hp_core.recompute.profile import SettingCost, SwitchProfile, candidate_settings, switch_profile
+from hp_core.registry import Registry
+from hp_core.results import Estimate, StageEstimate
+from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
+from hp_core.stage import PlacedLayer, StageInputs, plan_stage
+from hp_core.timing import StepTime, layer_pricer, step_time
+
+__all__ = [
+    "LayerOption",
+    "PlanResult",
+    "RecomputePlan",
+    "StagePlan",
+    "StageSolution",
+    "VariableLayer",
+    "describe_ranges",
+    "pareto_front",
+    "plan_recompute",
+    "recompute_plan_to_json",
+    "solve_stage",
+]
+
+
+# ----------------------------------------------------------------------------- the stage problem
+
+
+@attrs.frozen
+class LayerOption:
+    """One setting a body layer may take, as the stage planner sees it.
+
+    Attributes:
+        setting: The setting.
+        placed: The layer under it (kept bytes, backward working set).
+        seconds: The layer's time per micro-batch under it.
+    """
+
+    setting: Setting
+    placed: PlacedLayer
+    seconds: float
+
+
+@attrs.frozen
+class VariableLayer:
+    """A body layer whose setting the planner chooses.
+
+    Attributes:
+        index: Its body layer index.
+        group: Layers of one group share their options (a model layer group).
+        options: Its candidate settings.
+    """
+
+    index: int
+    group: Any
+    options: tuple[LayerOption, ...]
+
+
+@attrs.frozen
+class StageSolution:
+    """The planner's answer for one stage.
+
+    Attributes:
+        fits: Whether a plan fits.
+        choices: Per variable layer (in the order given), the option chosen:
+            the fastest that fits, else the one of least peak.
+        seconds: The summed time per micro-batch of the variable layers.
+        estimate: :func:`~hp_core.stage.plan_stage` of the stage under the choices.
+        limit_bytes: The memory the stage may use.
+        shortfall_bytes: When nothing fits, the least peak's excess over the limit; else 0.
+        nodes: Search nodes visited (for benchmarks).
+        unconstrained: Every layer runs its fastest setting: memory did not bind.
+    """
+
+    fits: bool
+    choices: tuple[LayerOption, ...]
+    seconds: float
+    estimate: StageEstimate
+    limit_bytes: int
+    shortfall_bytes: int
+    nodes: int
+    unconstrained: bool = False
+
+
+def pareto_front(options: Sequence[LayerOption]) -> tuple[LayerOption, ...]:
+    """The options no other beats in kept bytes and time, most kept (fastest) first.
+
+    A layer's backward working set is ``A - kept`` for every setting
+    (:meth:`~hp_core.stage.PlacedLayer.make`; module docstring), so the front
+    in (kept, working, time) the stage's peak depends on is the front in
+    (kept, time): an option keeping no less and running no faster than
+    another is dropped. Along the front, kept falls and time rises strictly;
+    of equal options the first given stays.
+    """
+    order = sorted(range(len(options)), key=lambda i: (options[i].placed.kept_bytes, options[i].seconds, i))
+    front: list[LayerOption] = []
+    for i in order:
+        if not front or options[i].seconds < front[-1].seconds:
+            front.append(options[i])
+    return tuple(reversed(front))
+
+
+def _walk(layers: Sequence[PlacedLayer]) -> int:
+    """The first backward's working set over a chunk's layers (as :func:`~hp_core.stage.plan_stage`)."""
+    working = freed = 0
+    for layer in reversed(layers):
+        working = max(working, layer.backward_working_bytes - freed)
+        freed += layer.kept_bytes
+    return working
+
+
+def _hull_steps(front: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+    """The lower convex hull of ``(kept, time)`` from the fastest point: steps ``(bytes saved, time added)``.
+
+    *front* is sorted by kept descending, time ascending. The steps come out
+    with non-decreasing time per byte saved.
+    """
+    hull = [front[0]]
+    for point in front[1:]:
+        while len(hull) >= 2:
+            (k1, t1), (k2, t2) = hull[-2], hull[-1]
+            # Drop hull[-1] when it lies on or above the segment hull[-2] -> point.
+            if (t2 - t1) * (k1 - point[0]) >= (point[1] - t1) * (k1 - k2):
+                hull.pop()
+            else:
+                break
+        hull.append(point)
+    return [(hull[i][0] - hull[i + 1][0], hull[i + 1][1] - hull[i][1]) for i in range(len(hull) - 1)]
+
+
+def solve_stage(
+    index: int,
+    chunks: Sequence[Sequence[PlacedLayer | VariableLayer]],
+    chunk_body: Sequence[Sequence[int]],
+    inputs: StageInputs,
+    limit_bytes: int,
+) -> StageSolution:
+    """The fastest choice of one option per variable layer whose every peak point fits *limit_bytes*.
+
+    Args:
+        index: The stage index.
+        chunks: Per chunk of the stage (chunk order), its layers in forward
+            order: fixed ones as :class:`~hp_core.stage.PlacedLayer`, the
+            planner's as :class:`VariableLayer`.
+        chunk_body: Per chunk, the body layer indices it runs (for the estimate).
+        inputs: As :func:`~hp_core.stage.plan_stage` takes them.
+        limit_bytes: The memory the stage may use.
+
+    Returns:
+        The solution; its estimate is :func:`~hp_core.stage.plan_stage`'s own.
+    """
+    from hp_core.schedule import in_flight_per_chunk
+
+    parallel = inputs.parallel
+    in_flight = in_flight_per_chunk(index, parallel.pp, parallel.vpp, inputs.micro_batches, inputs.schedule)
+    variables = [layer for chunk in chunks for layer in chunk if isinstance(layer, VariableLayer)]
+    fronts: dict[Any, tuple[LayerOption, ...]] = {}
+    for layer in variables:
+        if layer.group not in fronts:
+            fronts[layer.group] = pareto_front(layer.options)
+    for layer in variables:
+        sums = {o.placed.kept_bytes + o.placed.backward_working_bytes for o in layer.options}
+        if len(sums) != 1:
+            group = layer.group
+            raise ValueError(f"layer group {group!r}: kept + working differs between settings ({sorted(sums)})")
+
+    def estimate_with(choice: Mapping[int, LayerOption]) -> StageEstimate:
+        placed = [[choice[id(layer)].placed if isinstance(layer, VariableLayer) else layer for layer in chunk]
+                  for chunk in chunks]
+        settings = tuple(choice[id(layer)].setting.describe() for chunk in chunks for layer in chunk
+                         if isinstance(layer, VariableLayer))
+        return plan_stage(index, placed, chunk_body, settings, inputs)
+
+    # The constant part of the warm-up point, from the stage with every layer at its fastest setting.
+    fastest = {id(layer): fronts[layer.group][0] for layer in variables}
+    base = estimate_with(fastest)
+    base_layers = [[fastest[id(layer)].placed if isinstance(layer, VariableLayer) else layer for layer in chunk]
+                   for chunk in chunks]
+    base_activations = sum(n * layer.kept_bytes for n, chunk in zip(in_flight, base_layers) for layer in chunk)
+    constant = base.peak_points["warmup_end"] - base_activations - _walk(base_layers[-1])
+    last_backward = base.peak_points.get("last_backward", 0)
+
+    # Markers: fixed layers of the last chunk and the topmost layer of each group there.
+    last = list(chunks[-1])
+    fixed_activations = sum(n * layer.kept_bytes for n, chunk in zip(in_flight, chunks) for layer in chunk
+                            if isinstance(layer, PlacedLayer))
+    markers: list[tuple[int, int]] = []  # (position in the last chunk, A)
+    seen: set[Any] = set()
+    for position in range(len(last) - 1, -1, -1):
+        layer = last[position]
+        if isinstance(layer, PlacedLayer):
+            markers.append((position, layer.kept_bytes + layer.backward_working_bytes))
+        elif layer.group not in seen:
+            seen.add(layer.group)
+            option = fronts[layer.group][0].placed
+            markers.append((position, option.kept_bytes + option.backward_working_bytes))
+    # Constraint 0: no working set; constraint r: marker r's term of the walk.
+    capacities = [limit_bytes - constant - fixed_activations]
+    for position, whole in markers:
+        fixed_above = sum(layer.kept_bytes for layer in last[position:] if isinstance(layer, PlacedLayer))
+        capacities.append(limit_bytes - constant - fixed_activations - whole + fixed_above)
+
+    # Classes of interchangeable layers: same group, same coefficients.
+    classes: dict[tuple[Any, tuple[int, ...]], list[VariableLayer]] = {}
+    for c, chunk in enumerate(chunks):
+        for position, layer in enumerate(chunk):
+            if not isinstance(layer, VariableLayer):
+                continue
+            in_last = c == len(chunks) - 1
+            coefficients = [in_flight[c]] + [in_flight[c] - (in_last and position >= marker) for marker, _ in markers]
+            classes.setdefault((layer.group, tuple(coefficients)), []).append(layer)
+
+    keys = list(classes)
+    kept = [[o.placed.kept_bytes for o in fronts[g]] for g, _ in keys]
+    times = [[o.seconds for o in fronts[g]] for g, _ in keys]
+    coef = [list(a) for _, a in keys]
+    counts = [len(classes[k]) for k in keys]
+    # Biggest possible saving first: branching there decides most.
+    order = sorted(range(len(keys)), key=lambda i: -counts[i] * max(coef[i]) * (kept[i][0] - kept[i][-1]))
+    kept = [kept[i] for i in order]
+    times = [times[i] for i in order]
+    coef = [coef[i] for i in order]
+    counts = [counts[i] for i in order]
+    keys = [keys[i] for i in order]
+    n_classes, n_constraints = len(keys), len(capacities)
+
+    least_fits = last_backward <= limit_bytes and all(
+        sum(coef[i][r] * kept[i][-1] * counts[i] for i in range(n_classes)) <= capacities[r] for r in range(n_constraints))
+
+    # Per class and least option index lo, the lower convex hull of its front from lo: steps
+    # (time per byte saved, bytes saved, time added), in order (the LP bound).
+    hull_from = []
+    for i in range(n_classes):
+        points = list(zip(kept[i], times[i]))
+        hull_from.append([[(added / saved, saved, added) for saved, added in _hull_steps(points[lo:])]
+                          for lo in range(len(points))])
+    # Per constraint, every class's hull steps (from its fastest option) by time per byte saved.
+    steps: list[list[tuple[float, int, int, float]]] = []
+    for r in range(n_constraints):
+        row = [(unit / coef[i][r], i, coef[i][r] * saved, added)
+               for i in range(n_classes) if coef[i][r] > 0 for unit, saved, added in hull_from[i][0]]
+        row.sort()
+        steps.append(row)
+
+    remaining = counts[:]
+    used = [0] * n_constraints
+    # Running sums over the remaining layers at their fastest options.
+    rest_kept = [sum(counts[i] * coef[i][r] * kept[i][0] for i in range(n_classes)) for r in range(n_constraints)]
+    rest_time = [sum(counts[i] * times[i][0] for i in range(n_classes))]
+    picks: list[list[int]] = [[] for _ in range(n_classes)]
+    nodes = 0
+
+    def bound(ci: int, lo: int) -> float:
+        """A lower bound on the time of the remaining layers, class *ci*'s at options *lo* on.
+
+        The LP relaxation of each constraint alone; ``inf`` when one cannot be met.
+        """
+        rc = remaining[ci] if ci < n_classes else 0
+        fastest_time = rest_time[0] + (rc * (times[ci][lo] - times[ci][0]) if rc else 0.0)
+        extra = 0.0
+        for r in range(n_constraints):
+            need = used[r] - capacities[r] + rest_kept[r]
+            a = coef[ci][r] if rc else 0
+            if rc:
+                need += rc * a * (kept[ci][lo] - kept[ci][0])
+            if need <= 0:
+                continue
+            own = hull_from[ci][lo] if rc and a > 0 else ()
+            j, n_own, added = 0, len(own), 0.0
+            for ratio, i, saved, step_added in steps[r]:
+                if i == ci or not remaining[i]:
+                    continue
+                while j < n_own and own[j][0] / a <= ratio:
+                    unit, dk, dt = own[j]
+                    total = rc * a * dk
+                    if total >= need:
+                        added += need * unit / a
+                        need = 0
+                        break
+                    added += rc * dt
+                    need -= total
+                    j += 1
+                if need <= 0:
+                    break
+                total = remaining[i] * saved
+                if total >= need:
+                    added += need * ratio
+                    need = 0
+                    break
+                added += remaining[i] * step_added
+                need -= total
+            while need > 0 and j < n_own:
+                unit, dk, dt = own[j]
+                total = rc * a * dk
+                if total >= need:
+                    added += need * unit / a
+                    need = 0
+                    break
+                added += rc * dt
+                need -= total
+                j += 1
+            if need > 0:
+                return math.inf
+            extra = max(extra, added)
+        return fastest_time + extra
+
+    def greedy() -> tuple[float, list[list[int]]]:
+        """A plan that fits, to start from: from the fastest, move one layer at a time one hull step
+        further, the step adding least time per byte saved over the unmet constraints."""
+        hull_index = []
+        for i in range(n_classes):
+            on_hull, point = [0], 0
+            for _, saved, _ in hull_from[i][0]:
+                target = kept[i][point] - saved
+                point = next(p for p in range(point + 1, len(kept[i])) if kept[i][p] == target)
+                on_hull.append(point)
+            hull_index.append(on_hull)
+        position = [[0] * counts[i] for i in range(n_classes)]
+        load = [sum(counts[i] * coef[i][r] * kept[i][0] for i in range(n_classes)) for r in range(n_constraints)]
+        while True:
+            unmet = [r for r in range(n_constraints) if load[r] > capacities[r]]
+            if not unmet:
+                break
+            choice, rate = None, math.inf
+            for i in range(n_classes):
+                at = min(position[i], default=len(hull_index[i]) - 1)
+                if at + 1 >= len(hull_index[i]):
+                    continue
+                here, there = hull_index[i][at], hull_index[i][at + 1]
+                saved = sum(coef[i][r] * (kept[i][here] - kept[i][there]) for r in unmet)
+                if saved > 0 and (times[i][there] - times[i][here]) / saved < rate:
+                    choice, rate = i, (times[i][there] - times[i][here]) / saved
+            if choice is None:
+                return math.inf, []
+            k = position[choice].index(min(position[choice]))
+            here, there = hull_index[choice][position[choice][k]], hull_index[choice][position[choice][k] + 1]
+            position[choice][k] += 1
+            for r in range(n_constraints):
+                load[r] -= coef[choice][r] * (kept[choice][here] - kept[choice][there])
+        plan = [sorted(hull_index[i][p] for p in position[i]) for i in range(n_classes)]
+        return sum(times[i][s] for i in range(n_classes) for s in plan[i]), plan
+
+    best_time, best = greedy() if least_fits else (math.inf, [])
+
+    def search(ci: int, lo: int, elapsed: float) -> None:
+        nonlocal best_time, best, nodes
+        nodes += 1
+        while ci < n_classes and remaining[ci] == 0:
+            ci, lo = ci + 1, 0
+        if ci == n_classes:
+            if elapsed < best_time and all(u <= cap for u, cap in zip(used, capacities)):
+                best_time = elapsed
+                best = [p[:] for p in picks]
+            return
+        a, ks, ts = coef[ci], kept[ci], times[ci]
+        remaining[ci] -= 1
+        rest_time[0] -= ts[0]
+        for r in range(n_constraints):
+            rest_kept[r] -= a[r] * ks[0]
+        for s in range(lo, len(ks)):
+            total = elapsed + ts[s]
+            if total + rest_time[0] + remaining[ci] * (ts[s] - ts[0]) >= best_time:
+                break  # every later option is slower still
+            for r in range(n_constraints):
+                used[r] += a[r] * ks[s]
+            if total + bound(ci, s) < best_time:
+                picks[ci].append(s)
+                search(ci, s, total)
+                picks[ci].pop()
+            for r in range(n_constraints):
+                used[r] -= a[r] * ks[s]
+        remaining[ci] += 1
+        rest_time[0] += ts[0]
+        for r in range(n_constraints):
+            rest_kept[r] += a[r] * ks[0]
+
+    if least_fits and best_time < math.inf:
+        search(0, 0, 0.0)
+    fits = best_time < math.inf
+    if not fits:
+        best = [[len(kept[i]) - 1] * counts[i] for i in range(n_classes)]
+    choice: dict[int, LayerOption] = {}
+    for i, key in enumerate(keys):
+        members = sorted(classes[key], key=lambda layer: layer.index)
+        for layer, s in zip(members, sorted(best[i])):
+            choice[id(layer)] = fronts[key[0]][s]
+    result = estimate_with(choice)
+    chosen = tuple(choice[id(layer)] for layer in variables)
+    seconds = sum(o.seconds for o in chosen)
+    if fits and result.peak_bytes > limit_bytes:
+        raise AssertionError(f"stage {index}: the plan's peak {result.peak_bytes} exceeds {limit_bytes}")
+    return StageSolution(
+        fits=fits, choices=chosen, seconds=seconds, estimate=result, limit_bytes=limit_bytes,
+        shortfall_bytes=0 if fits else max(0, result.peak_bytes - limit_bytes), nodes=nodes,
+        unconstrained=all(choice[id(layer)] is fronts[layer.group][0] for layer in variables),
+    )
+
+
+# ----------------------------------------------------------------------------- the model's plan
+
+
+@attrs.frozen
+class StagePlan:
+    """One stage's recompute plan.
+
+    Attributes:
+        index: The stage.
+        layers: Its body layer indices, chunk by chunk.
+        settings: The setting of each of them.
+        ranges: The same as ``(first, last, setting)`` runs of consecutive layers, inclusive.
+        fits: Whether its peak fits the limit.
+        peak_bytes: Its peak under the plan (:func:`hp_core.api.estimate`'s).
+        limit_bytes: Device memory less the reserve.
+        shortfall_bytes: When it does not fit, how far the least peak any plan reaches exceeds the limit.
+        binding_point: The peak point that is highest (``warmup_end`` or ``last_backward``).
+        reason: Why the plan is what it is, in one sentence.
+        micro_batch_seconds: The stage's time per micro-batch under the plan (:func:`hp_core.timing.step_time`'s).
+        search_nodes: Branch-and-bound nodes visited.
+        estimate: The stage's estimate under the plan.
+    """
+
+    index: int
+    layers: tuple[int, ...]
+    settings: tuple[Setting, ...]
+    ranges: tuple[tuple[int, int, Setting], ...]
+    fits: bool
+    peak_bytes: int
+    limit_bytes: int
+    shortfall_bytes: int
+    binding_point: str
+    reason: str
+    micro_batch_seconds: float
+    search_nodes: int
+    estimate: StageEstimate = attrs.field(repr=False)
+
+
+@attrs.frozen
+class PlanResult:
+    """A whole-model plan: every stage's, the plan as a :class:`~hp_core.specs.RecomputeSpec`, its step.
+
+    Attributes:
+        restricted: Whether only settings the runtime's trainer executes were considered.
+        fits: Whether every stage fits.
+        recompute: The plan, compact: a default setting and ranges of exceptions.
+        stages: Per stage.
+        step_seconds: The step time under the plan.
+        peak_bytes: The highest stage peak.
+        estimate: :func:`hp_core.api.estimate` under the plan.
+        time: :func:`hp_core.timing.step_time` under the plan.
+    """
+
+    restricted: bool
+    fits: bool
+    recompute: RecomputeSpec
+    stages: tuple[StagePlan, ...]
+    step_seconds: float
+    peak_bytes: int
+    estimate: Estimate = attrs.field(repr=False)
+    time: StepTime = attrs.field(repr=False)
+
+
+@attrs.frozen
+class RecomputePlan:
+    """What :func:`plan_recompute` answers.
+
+    Attributes:
+        model: The model's name.
+        runtime: The runtime profile's name.
+        memory_bytes: Device memory.
+        reserve_bytes: Memory kept free.
+        limit_bytes: ``memory_bytes - reserve_bytes``, what every stage may use.
+        plan: The plan of settings the runtime executes (every priced
+            setting with ``unrestricted``, then the same as ``unrestricted``'s
+            search restricted to the runtime).
+        unrestricted: With ``unrestricted=True``, the plan over every priced
+            setting, whether or not the trainer runs it; else ``None``.
+        provenance: Runtime, census, attention, hardware and the candidates searched.
+    """
+
+    model: str
+    runtime: str
+    memory_bytes: int
+    reserve_bytes: int
+    limit_bytes: int
+    plan: PlanResult
+    unrestricted: PlanResult | None
+    provenance: Mapping[str, Any]
+
+    @property
+    def fits(self) -> bool:
+        """Whether the runtime's plan fits every stage."""
+        return self.plan.fits
+
+    @property
+    def recompute(self) -> RecomputeSpec:
+        """The runtime's plan as a :class:`~hp_core.specs.RecomputeSpec`."""
+        return self.plan.recompute
+
+    @property
+    def stages(self) -> tuple[StagePlan, ...]:
+        """The runtime's plan, per stage."""
+        return self.plan.stages
+
+
+def _runs(indices: Sequence[int], settings: Sequence[Setting]) -> tuple[tuple[int, int, Setting], ...]:
+    """Maximal runs of consecutive body layers with one setting, ``(first, last, setting)`` inclusive."""
+    runs: list[tuple[int, int, Setting]] = []
+    for index, setting in zip(indices, settings):
+        if runs and runs[-1][1] == index - 1 and runs[-1][2] == setting:
+            runs[-1] = (runs[-1][0], index, setting)
+        else:
+            runs.append((index, index, setting))
+    return tuple(runs)
+
+
+def _compact(settings: Sequence[Setting]) -> RecomputeSpec:
+    """The plan with the most common setting as default and one range per run differing from it."""
+    counts: dict[Setting, int] = {}
+    for setting in settings:
+        counts[setting] = counts.get(setting, 0) + 1
+    default = max(counts, key=lambda s: (counts[s], s == Setting())) if counts else Setting()
+    runs = _runs(range(len(settings)), settings)
+    return RecomputeSpec(default=default, layers=tuple(run for run in runs if run[2] != default))
+
+
+def _gib(value: int) -> str:
+    return f"{value / 2**30:.2f} GiB"
+
+
+def _reason(solution: StageSolution, fastest: bool, in_flight: int) -> str:
+    """One sentence on why the stage's plan is what it is."""
+    estimate = solution.estimate
+    point = estimate.binding_point
+    peak, limit = estimate.peak_bytes, solution.limit_bytes
+    if not solution.fits:
+        if point == "last_backward":
+            return (f"the last backward alone needs {_gib(peak)} (whole gradients held until their one reduction), "
+                    f"{_gib(peak - limit)} over the limit; no recompute changes it")
+        return (f"even recomputing the most, {point} peaks at {_gib(peak)} with {in_flight} micro-batches in flight, "
+                f"{_gib(peak - limit)} over the limit")
+    if fastest:
+        return f"nothing needs recomputing: {point} peaks at {_gib(peak)}, {_gib(limit - peak)} under the limit"
+    return (f"{point} binds: {in_flight} micro-batches in flight keep {_gib(estimate.memory.activations_bytes)} of "
+            f"activations; every faster plan peaks above the limit ({_gib(limit - peak)} left)")
+
+
+def plan_recompute(
+    model: ModelSpec,
+    parallel: ParallelSpec,
+    *,
+    registry: Registry,
+    hardware: HardwareSpec,
+    runtime: str = "generic",
+    reserve_bytes: int = 0,
+    precision: PrecisionSpec | None = None,
+    census: str = "formulas",
+    attention: str | None = None,
+    unrestricted: bool = False,
+    offload: Iterable[float] = (),
+) -> RecomputePlan:
+    """Per stage, the fastest recompute settings whose every peak point fits the device (module docstring).
+
+    Args:
+        model: The layer stack.
+        parallel: The layout.
+        registry: Layer kinds, runtimes and census sources.
+        hardware: The device: its memory bounds the plan, its rates price it.
+        runtime: The runtime profile's name: its trainer's defaults, timing
+            and the recompute it executes.
+        reserve_bytes: Memory to keep free on every device.
+        precision: Byte widths; the runtime's when ``None``.
+        census: The census source's name.
+        attention: ``"flash"`` or ``"eager"``; the runtime's when ``None``.
+        unrestricted: Also plan over every priced setting, whether or not the
+            trainer executes it (both plans are reported).
+        offload: Offload shares (0 to 1) a setting may add (none by default);
+            they need the device's host link bandwidth.
+
+    Raises:
+        ConfigError: An invalid layout or name, a runtime without a timing
+            profile, a reserve not below the device memory, or offload asked
+            of a device that states no host link bandwidth.
+    """
+    rt = registry.runtime(runtime)
+    if rt.timing is None:
+        raise ConfigError("$.runtime", f"runtime {rt.name!r} states no timing profile, so plans cannot be ranked by step time; "
+                          "use a runtime that states one (see 'hp plugins')")
+    if not 0 <= reserve_bytes < hardware.memory_bytes:
+        raise ConfigError("$.reserve_bytes", f"the reserve ({reserve_bytes} bytes) must be at least 0 and below the device memory ({hardware.memory_bytes} bytes)")
+    offload = tuple(offload)
+    if any(not 0 < share <= 1 for share in offload):
+        raise ConfigError("$.offload", f"offload shares must lie in (0, 1], got {list(offload)}")
+    if offload and hardware.host_link_bandwidth_bytes_per_second is None:
+        raise ConfigError("$.hardware.host_link_bandwidth_bytes_per_second",
+                          f"{hardware.name} does not state host_link_bandwidth_bytes_per_second, which offload needs")
+    precision = precision if precision is not None else rt.precision
+    attention = attention if attention is not None else rt.attention
+    zero = parallel.zero if parallel.zero is not None else rt.zero
+    source = census_lib.resolve_source(registry, census)
+
+    # The layers, as estimate() evaluates them.
+    kinds = [registry.layer_kind(group.kind, f"$.model.layers[{i}].kind") for i, group in enumerate(model.layers)]
+    body_groups = [i for i, kind in enumerate(kinds) if kind.placement == "body"]
+    body_count = sum(model.layers[i].count for i in body_groups)
+    if body_count == 0:
+        raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
+    context = with_sublayers(layer_context(parallel, precision, attention, rt.vocab_pad_multiple, rt.traits), registry)
+    costs = [_evaluate(kind, group.config, context, f"$.model.layers[{i}].config")
+             for i, (kind, group) in enumerate(zip(kinds, model.layers))]
+    micro_batches = _validate_layout(parallel, body_count)
+    counts = _split(body_count, parallel)
+    records = _census_records(source, model, kinds, parallel, attention, registry)
+    costs = [_apply_census(cost, records[kind.name], context, kind) if kind.name in records else cost
+             for kind, cost in zip(kinds, costs)]
+    pricer = layer_pricer(parallel, hardware=hardware, timing=rt.timing, precision=precision, attention=attention)
+    profiles: dict[int, SwitchProfile] = {
+        i: switch_profile(kinds[i], costs[i], model.layers[i].config, context, pricer, implicit=rt.implicit_recompute)
+        for i in body_groups
+    }
+
+    candidates = {(i, restricted): candidate_settings(kinds[i], rt, unrestricted=not restricted, offload=offload)
+                  for i in body_groups for restricted in ((True, False) if unrestricted else (True,))}
+
+    def options(i: int, restricted: bool) -> tuple[LayerOption, ...]:
+        found = []
+        for setting in candidates[i, restricted]:
+            priced: SettingCost = profiles[i].price(setting)
+            # What PlacedLayer.make gives for the setting (tests/core/test_recompute_profile.py), from the profile.
+            placed = PlacedLayer(kinds[i].name, costs[i], priced.full, priced.recomputed, setting.describe(),
+                                 priced.kept_bytes, priced.warmup_working_bytes)
+            found.append(LayerOption(setting, placed, priced.micro_batch_seconds))
+        # Only the front can be chosen (module docstring); every stage of the group shares it.
+        return pareto_front(found)
+
+    def fixed(where: str) -> list[PlacedLayer]:
+        return [PlacedLayer.make(k.name, c, False, frozenset(), "none")
+                for k, c, g in zip(kinds, costs, model.layers) if k.placement == where for _ in range(g.count)]
+
+    inputs = StageInputs(
+        parallel, zero, precision, micro_batches, parallel.resolved_schedule, rt.overhead_bytes,
+        rt.deferred_grad_reduction, rt.expert_overhead_bytes, "dummy_wgrad_per_shape" in rt.traits,
+    )
+    limit = hardware.memory_bytes - reserve_bytes
+    body_group = [i for i in body_groups for _ in range(model.layers[i].count)]
+    bounds, start = [], 0
+    for count in counts:
+        bounds.append((start, start + count))
+        start += count
+
+    def solve(restricted: bool) -> PlanResult:
+        table = {i: options(i, restricted) for i in body_groups}
+        settings: list[Setting] = [Setting()] * body_count
+        solutions: list[tuple[StageSolution, bool, int]] = []
+        for stage in range(parallel.pp):
+            mine = range(stage, parallel.chunks, parallel.pp)
+            chunks: list[list[PlacedLayer | VariableLayer]] = []
+            for c in mine:
+                lo, hi = bounds[c]
+                chunk: list[PlacedLayer | VariableLayer] = [VariableLayer(j, body_group[j], table[body_group[j]])
+                                                            for j in range(lo, hi)]
+                if c == 0:
+                    chunk = fixed("first") + chunk
+                if c == parallel.chunks - 1:
+                    chunk = chunk + fixed("last")
+                chunks.append(chunk)
+            body = [range(*bounds[c]) for c in mine]
+            solution = solve_stage(stage, chunks, body, inputs, limit)
+            layers = [layer for chunk in chunks for layer in chunk if isinstance(layer, VariableLayer)]
+            for layer, choice in zip(layers, solution.choices):
+                settings[layer.index] = choice.setting
+            solutions.append((solution, solution.unconstrained, solution.estimate.micro_batches_in_flight))
+        spec = _compact(settings)
+        result = estimate(model, parallel, registry=registry, runtime=runtime, precision=precision, hardware=hardware,
+                          recompute=spec, census=census, attention=attention)
+        time = step_time(model, parallel, registry=registry, hardware=hardware, runtime=runtime, precision=precision,
+                         recompute=spec, attention=attention)
+        stages = []
+        for (solution, fastest, in_flight), stage_estimate, stage_time in zip(solutions, result.stages, time.stages):
+            layers = stage_estimate.layers
+            chosen = tuple(settings[j] for j in layers)
+            stages.append(StagePlan(
+                index=stage_estimate.index, layers=layers, settings=chosen, ranges=_runs(layers, chosen),
+                fits=solution.fits, peak_bytes=stage_estimate.peak_bytes, limit_bytes=limit,
+                shortfall_bytes=solution.shortfall_bytes, binding_point=stage_estimate.binding_point,
+                reason=_reason(solution, fastest, in_flight), micro_batch_seconds=stage_time.micro_batch_seconds,
+                search_nodes=solution.nodes, estimate=stage_estimate,
+            ))
+        return PlanResult(
+            restricted=restricted, fits=all(s.fits for s in stages), recompute=spec, stages=tuple(stages),
+            step_seconds=time.step_seconds, peak_bytes=result.peak_bytes, estimate=result, time=time,
+        )
+
+    executed = solve(restricted=True)
+    free = solve(restricted=False) if unrestricted else None
+    provenance = {
+        "runtime": rt.name,
+        "census": source.name,
+        "attention": attention,
+        "hardware": hardware.name,
+        "candidates": {kinds[i].name: len(candidates[i, True]) for i in body_groups},
+        "offload": list(offload),
+    }
+    return RecomputePlan(
+        model=model.name, runtime=rt.name, memory_bytes=hardware.memory_bytes, reserve_bytes=reserve_bytes,
+        limit_bytes=limit, plan=executed, unrestricted=free, provenance=provenance,
+    )
+
+
+# ----------------------------------------------------------------------------- reports
+
+
+def describe_ranges(ranges: Iterable[tuple[int, int, Setting]], default: Setting | None = None) -> str:
+    """Ranges as one line: ``0-15 none, 16 ffAct, 17-18 ffAct+normOp``; a default first when given."""
+    parts = [f"{first}-{last}" if last > first else f"{first}" for first, last, _ in ranges]
+    text = ", ".join(f"{where} {setting.describe()}" for where, (_, _, setting) in zip(parts, ranges))
+    if default is None:
+        return text
+    return f"default {default.describe()}" + (f"; {text}" if text else "")
+
+
+def _result_to_json(result: PlanResult) -> dict[str, Any]:
+    from hp_core.recompute.layout import range_key, setting_value
+
+    return {
+        "restricted": result.restricted,
+        "fits": result.fits,
+        "step_seconds": result.step_seconds,
+        "peak_bytes": result.peak_bytes,
+        "recompute": {
+            "default": setting_value(result.recompute.default),
+            "layers": {range_key(first, last): setting_value(setting) for first, last, setting in result.recompute.layers},
+        },
+        "stages": [
+            {
+                "index": stage.index,
+                "layers": list(stage.layers),
+                "ranges": [{"first": first, "last": last, "setting": setting_value(setting)} for first, last, setting in stage.ranges],
+                "fits": stage.fits,
+                "peak_bytes": stage.peak_bytes,
+                "limit_bytes": stage.limit_bytes,
+                "shortfall_bytes": stage.shortfall_bytes,
+                "binding_point": stage.binding_point,
+                "reason": stage.reason,
+                "micro_batches_in_flight": stage.estimate.micro_batches_in_flight,
+                "micro_batch_seconds": stage.micro_batch_seconds,
+                "search_nodes": stage.search_nodes,
+            }
+            for stage in result.stages
+        ],
+    }
+
+
+def recompute_plan_to_json(plan: RecomputePlan) -> dict[str, Any]:
+    """The stable JSON document of a plan: byte quantities end in ``_bytes``, times in ``_seconds``.
+
+    The ``recompute`` mappings read back as a config file's ``recompute`` section (docs/config.md).
+    """
+    return {
+        "model": plan.model,
+        "runtime": plan.runtime,
+        "memory_bytes": plan.memory_bytes,
+        "reserve_bytes": plan.reserve_bytes,
+        "limit_bytes": plan.limit_bytes,
+        "fits": plan.fits,
+        "plan": _result_to_json(plan.plan),
+        "unrestricted": _result_to_json(plan.unrestricted) if plan.unrestricted is not None else None,
+        "provenance": dict(plan.provenance),
+    }
