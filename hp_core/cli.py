@@ -562,6 +562,9 @@ def _add_recompute_parser(sub: Any) -> None:
     rec.add_argument("--reserve", type=_reserve, default=0, metavar="SIZE", help="memory to keep free on every device (default 0)")
     rec.add_argument("--unrestricted", action="store_true", help="also plan over settings the runtime's trainer does not run, and show both")
     rec.add_argument("--offload", type=_share_list, default=(), metavar="S,S,...", help="offload shares a setting may add (needs the device's host link)")
+    rec.add_argument("--export", metavar="TRAINER",
+                     help="also plan within what TRAINER's configuration expresses (megatron, torchtitan, "
+                          "hyperparallel: see 'hp plugins') and print that plan as TRAINER reads it")
     rec.add_argument("--json", action="store_true", help="print JSON instead of the table")
     rec.set_defaults(recompute=None)
 
@@ -593,8 +596,27 @@ def _run_recompute(args: argparse.Namespace, registry: Registry, console: Consol
         precision=job.precision, census=job.census, attention=job.attention, unrestricted=args.unrestricted,
         offload=args.offload,
     )
+    trainer = None
+    if args.export is not None:
+        from hp_core.recompute.trainer import plan_for_trainer
+
+        trainer = plan_for_trainer(
+            job.model, job.parallel, registry=registry, hardware=hardware, trainer=args.export,
+            reserve_bytes=args.reserve, precision=job.precision, census=job.census, attention=job.attention,
+        )
     if args.json:
-        print(json.dumps(recompute_plan_to_json(plan), indent=2))
+        doc = recompute_plan_to_json(plan)
+        if trainer is not None:
+            doc["trainer_plan"] = {
+                "trainer": trainer.trainer,
+                "plan": trainer.written,
+                "fits": trainer.fits,
+                "shortfall_bytes": trainer.shortfall_bytes,
+                "peak_bytes": trainer.estimate.peak_bytes,
+                "step_seconds": trainer.time.step_seconds,
+                "candidates": trainer.candidates,
+            }
+        print(json.dumps(doc, indent=2))
         return 0
     results = [("the runtime runs", plan.plan)] + ([("unrestricted", plan.unrestricted)] if plan.unrestricted else [])
     for what, result in results:
@@ -607,6 +629,15 @@ def _run_recompute(args: argparse.Namespace, registry: Registry, console: Consol
         console.print(f"Plan: {describe_ranges(spec.layers, spec.default)}", markup=False, highlight=False)
         for stage in result.stages:
             console.print(f"  stage {stage.index}: {stage.reason}", markup=False, highlight=False)
+    if trainer is not None:
+        verdict = "every stage fits" if trainer.fits else f"does NOT fit: short by {gib(trainer.shortfall_bytes)} GiB"
+        console.print(
+            f"Fastest plan {trainer.trainer} expresses ({trainer.candidates} priced): step time "
+            f"{trainer.time.step_seconds:.4f} s; peak {gib(trainer.estimate.peak_bytes)} GiB; {verdict}",
+            markup=False, highlight=False,
+        )
+        written = trainer.written if isinstance(trainer.written, str) else json.dumps(trainer.written)
+        console.print(written or "(no recompute flags)", markup=False, highlight=False)
     return 0
 
 

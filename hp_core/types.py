@@ -523,9 +523,14 @@ class Exporter:
             trainer cannot run raises :class:`hp_core.errors.PlanNotExecutable`
             naming what it runs and the closest plan it can run.
         description: One line for ``hp plugins``: the trainer and its format.
+        candidates: Optional ``candidates(model, parallel, *, registry) ->
+            Iterable[RecomputeSpec]``: every whole-model plan the trainer can
+            express, so a planner can search within them (``hp recompute
+            --export``).
     """
 
     name: str = attrs.field(validator=_check_name)
     runtime: str = attrs.field(validator=_check_name)
     export: Callable[..., Any]
     description: str = ""
+    candidates: Callable[..., Any] | None = None

@@ -42,7 +42,7 @@ from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_core.types import Exporter
 from hp_plugins.exporters._common import LayerPlan, offloaded, per_layer, read_plan, refuse, without_offload
 
-__all__ = ["export_megatron", "hp_exporters"]
+__all__ = ["export_megatron", "hp_exporters", "megatron_candidates"]
 
 _TRAINER = "megatron"
 _RUNTIME = "megatron"
@@ -190,11 +190,41 @@ def export_megatron(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSpe
     return f"--recompute-granularity selective --recompute-modules {' '.join(chosen)}"
 
 
+def megatron_candidates(model: ModelSpec, parallel: ParallelSpec, *, registry: Registry) -> list[RecomputeSpec]:
+    """Every plan Megatron-LM's flags express for *model* on *parallel* (see the module docstring).
+
+    No recompute; full on the first N layers of every chunk for each N up to the
+    longest chunk (``block``; ``uniform 1`` at the top); and each distinct
+    selective plan a non-empty set of ``--recompute-modules`` gives.
+    """
+    runtime = registry.runtime(_RUNTIME)
+    modules = dict(runtime.recompute_modules or {})
+    layout = plan_layout(model, parallel, registry)
+    acting = _layer_modules(model, layout, registry, modules)
+    found: dict[tuple, RecomputeSpec] = {(): RecomputeSpec()}
+    longest = max(hi - lo for lo, hi in layout.chunk_bounds)
+    for count in range(1, longest + 1):
+        spec = _block_plan(layout, count)
+        found.setdefault(("full", count), spec)
+    names = list(modules)
+    for mask in range(1, 2 ** len(names)):
+        chosen = [m for bit, m in enumerate(names) if mask >> bit & 1]
+        settings = []
+        for index in range(layout.count):
+            switches = frozenset().union(*(acting[index][m] for m in chosen))
+            settings.append(Setting("switches", switches) if switches else Setting())
+        key = tuple(s.switches for s in settings)
+        if any(key):
+            found.setdefault(key, per_layer(settings))
+    return list(found.values())
+
+
 @hookimpl
 def hp_exporters():
     yield Exporter(
         name=_TRAINER,
         runtime=_RUNTIME,
         export=export_megatron,
+        candidates=megatron_candidates,
         description="Megatron-LM flags: --recompute-granularity, --recompute-modules, --recompute-method, --recompute-num-layers",
     )
