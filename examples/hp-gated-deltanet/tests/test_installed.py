@@ -52,7 +52,7 @@ def test_job_file_is_the_qwen3_next_80b_stack(hp_registry):
     config = load_config(JOB, hp_registry)
     reference = model_from_qwen3_next_config(QWEN3_NEXT_80B_A3B, name="qwen3-next-80b-a3b")
     assert config.model.name == reference.name
-    assert config.model.layers == reference.layers
+    assert tuple(config.model.layers) == reference.layers
     assert (config.parallel.pp, config.runtime, config.hardware) == (4, "megatron", "h100-sxm")
 
 

@@ -50,6 +50,7 @@ of a micro-batch, ``t`` tensor parallel, ``a`` the activation width in bytes
 op                 bytes                    switch    kept by
 =================  =======================  ========  =============================================
 attn_norm_in/out   a T h / sp each          --/normOp the pre-norm and in_proj (as the built-ins)
+attn_gathered      a T h (1 - 1/t)          gather    in_proj's SP all-gathered input (as the built-ins)
 conv_in            a T (2K + V) / t         --        ``CausalConv1dFn`` (x, made contiguous)
 qk_l2norm_out      a T 2K / t               attUp     ``L2NormFunction`` (y of q and of k)
 qk_l2norm_rstd     4 T 2 n_k / t            attUp     ``L2NormFunction`` (rstd)
@@ -111,6 +112,7 @@ import attrs
 
 from hp_core.errors import ConfigError
 from hp_core.types import LayerContext, LayerCost
+from hp_core.validators import positive_int
 from hp_plugins._blocks import ACT_OPS, LayerBuilder, MLPFields, MoEFields, mlp, moe, validate_mlp, validate_moe
 from hp_plugins._shapes import NORM_OPS_PER_ELEMENT, check_divides
 
@@ -146,11 +148,6 @@ _GATE_OPS_PER_HEAD = 9
 _PRODUCT_OPS = 1
 
 
-def _positive(instance, attribute, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
-
-
 @attrs.frozen(kw_only=True, slots=False)
 class GatedDeltaNetFields:
     """The Gated DeltaNet token mixer (Hugging Face ``Qwen3NextConfig`` names).
@@ -165,12 +162,12 @@ class GatedDeltaNetFields:
         linear_conv_kernel_dim: The depthwise causal convolution's width ``w``.
     """
 
-    hidden_size: int = attrs.field(validator=_positive)
-    linear_num_key_heads: int = attrs.field(validator=_positive)
-    linear_num_value_heads: int = attrs.field(validator=_positive)
-    linear_key_head_dim: int = attrs.field(validator=_positive)
-    linear_value_head_dim: int = attrs.field(validator=_positive)
-    linear_conv_kernel_dim: int = attrs.field(default=4, validator=_positive)
+    hidden_size: int = attrs.field(validator=positive_int)
+    linear_num_key_heads: int = attrs.field(validator=positive_int)
+    linear_num_value_heads: int = attrs.field(validator=positive_int)
+    linear_key_head_dim: int = attrs.field(validator=positive_int)
+    linear_value_head_dim: int = attrs.field(validator=positive_int)
+    linear_conv_kernel_dim: int = attrs.field(default=4, validator=positive_int)
 
     def _check_heads(self) -> None:
         # transformers' fix_query_key_value_ordering groups n_v / n_k value heads per key head.
