@@ -18,13 +18,20 @@ The model, with its sources (figures come from the profile, each sourced there):
   ``flash_causal_fraction`` (1/2) of its FLOPs under the causal mask (Dao
   2023, Section 3.1.1) and takes ``overhead + flops / (peak * efficiency)``
   per kernel call, its backward ``attention_backward_factor`` (2.5) times the
-  forward FLOPs (Dao 2023, Section 4.1). Eager attention computes the whole
+  forward FLOPs (Dao 2023, Section 4.1); a core whose query/key head dim
+  exceeds its value head dim (MLA) takes the device's ``mla_attention_*``
+  figures where stated, and MLA's query/key assembly (rotary part, query and
+  key concatenation, contiguous value: Megatron-Core
+  ``MLASelfAttention.get_query_key_value_tensors``) moves its bytes through
+  HBM each way. Eager attention computes the whole
   score matrix with batched GEMMs (masking after ``QK^T``) at the matmul
   efficiency. Elementwise ops are memory-bound: ``flops *
   elementwise_accesses_per_flop * activation_bytes / (HBM bandwidth * memory
   efficiency)``, their backward ``elementwise_backward_factor`` times that;
-  an MoE layer also moves its dispatched tokens ``moe_permute_passes`` times
-  each way (read and write).
+  an MoE layer also makes ``moe_permute_passes`` passes over its dispatched
+  tokens each way (read and write; the first reads and the last writes the
+  layer's own tokens), at the device's ``moe_permute_bandwidth`` plus
+  ``moe_permute_overhead_seconds`` where stated.
 * **Recompute**: full recompute re-runs the layer's forward, its
   communication included (Korthikanti et al. 2022, Section 5). A selective
   setting re-runs what its switches drop: any attention-core switch re-runs
@@ -75,8 +82,9 @@ The model, with its sources (figures come from the profile, each sourced there):
   cast to the model parameters, gradient clipping passes over the gradient
   ``optimizer_grad_passes`` times (all over the rank's shard), and the
   whole local gradient buffer is accessed ``grad_buffer_passes`` times
-  (zeroing, a NaN check) plus ``grad_scale_passes`` times where it is reduced
-  over more than one rank (scaling by ``1/DP``). The step is the
+  (zeroing, a NaN check) plus ``grad_scale_passes`` times where there is more
+  than one data-parallel replica (scaling by ``1/(DP*CP)``, the routed
+  experts' buffer included: Megatron-Core ``distributed_data_parallel.py``). The step is the
   pipeline plus the slowest stage's DP communication and optimizer step.
 
 Known limitations: routing is balanced (no straggler expert); kernels other
@@ -303,6 +311,13 @@ class _Shape:
         grouped_flops: Forward FLOPs of the routed experts (part of the matmul FLOPs).
         expert_rows: Tokens per local expert.
         permute_bytes: Bytes of the dispatched tokens (MoE permutation passes).
+        permute_input_bytes: Bytes of the tokens entering the MoE layer on the
+            rank (the first permutation reads them, the last writes them back).
+        mla: Whether the attention core's query/key head dim exceeds its value
+            head dim (MLA), priced with the device's MLA attention figures.
+        mla_copy_bytes: HBM bytes MLA's query/key assembly moves each way
+            (rotary part rotated, query and key concatenated, value made
+            contiguous; backward the split gradients concatenated back).
         latent_rank: MLA's KV latent rank (``attUp`` recompute), 0 if none.
         score_flops: The softmax's elementwise FLOPs over the score matrix.
         table_elements: Elements of a lookup table's shard (a layer with
@@ -319,6 +334,9 @@ class _Shape:
     grouped_flops: float = 0.0
     expert_rows: float = 0.0
     permute_bytes: float = 0.0
+    permute_input_bytes: float = 0.0
+    mla: bool = False
+    mla_copy_bytes: float = 0.0
     latent_rank: int = 0
     score_flops: float = 0.0
     table_elements: float = 0.0
@@ -347,6 +365,8 @@ def _shape(config: Any, kind: LayerKind, x: LayerContext, cost: LayerCost) -> _S
     blocks = 2 if heads is not None else 0
     kv_bytes = qkvo_bytes = scores = 0.0
     latent = 0
+    mla = False
+    mla_copy = 0.0
     if heads is not None:
         scores = SOFTMAX_OPS_PER_SCORE * x.micro_batch_size * (heads // tp) * (x.seq_len // x.cp) * x.seq_len
         if getattr(config, "kv_lora_rank", None) is not None:
@@ -355,13 +375,25 @@ def _shape(config: Any, kind: LayerKind, x: LayerContext, cost: LayerCost) -> _S
             kv_bytes = T * heads / tp * (qk + config.v_head_dim) * act
             qkvo_bytes = T * heads / tp * (2 * qk + 2 * config.v_head_dim) * act
             latent = config.kv_lora_rank
+            mla = qk > config.v_head_dim
+            # Megatron-Core MLASelfAttention.get_query_key_value_tensors (and HF
+            # DeepseekV2Attention likewise): q_pos_emb rotated (read + write), query =
+            # cat(q_no_pe, q_pos_emb) (read + write), key = cat(k_no_pe, expanded
+            # k_pos_emb) (read the no-rope part, write the key), value.contiguous()
+            # where the runtime copies it (read + write). Backward moves the same: the
+            # split backwards concatenate q's and kv's gradients, the rotary backward,
+            # the expand backward's sum over heads.
+            per_head = 2 * config.qk_rope_head_dim + 2 * qk + config.qk_nope_head_dim + qk
+            if "mla_contiguous_qkv" in x.traits:
+                per_head += 2 * config.v_head_dim
+            mla_copy = T * heads / tp * per_head * act
         else:
             groups = getattr(config, "num_key_value_heads", None) or heads
             d = getattr(config, "head_dim", None) or h // heads
             kv_heads = max(groups / tp, 1)  # KV heads are replicated when tp > groups
             kv_bytes = T * kv_heads * 2 * d * act
             qkvo_bytes = T * (2 * heads / tp + 2 * kv_heads) * d * act
-    ep_bytes = grouped = rows = permute = 0.0
+    ep_bytes = grouped = rows = permute = permute_input = 0.0
     experts = getattr(config, "num_experts", None)
     if experts is not None and getattr(config, "num_experts_per_tok", None) is not None:
         # Tokens a rank's experts process (hp_plugins._blocks.moe_tokens): k * T / sp,
@@ -375,10 +407,11 @@ def _shape(config: Any, kind: LayerKind, x: LayerContext, cost: LayerCost) -> _S
         grouped = 2 * processed * h * 3 * width  # gate, up and down projections of SwiGLU experts
         rows = processed / max(experts // x.ep, 1)
         permute = processed * h * act
+        permute_input = T / x.sp_degree * h * act
     return _Shape(
         blocks=blocks, vocab=vocab, tp_bytes=T * h * act, kv_bytes=kv_bytes, qkvo_bytes=qkvo_bytes,
         attention_calls=1 if heads is not None else 0, ep_bytes=ep_bytes, grouped_flops=grouped, expert_rows=rows,
-        permute_bytes=permute, latent_rank=latent, score_flops=scores, table_elements=table,
+        permute_bytes=permute, permute_input_bytes=permute_input, mla=mla, mla_copy_bytes=mla_copy, latent_rank=latent, score_flops=scores, table_elements=table,
     )
 
 
@@ -448,7 +481,13 @@ class _Rates:
     attn_bwd: float
     attn_fwd_overhead: float
     attn_bwd_overhead: float
+    mla_attn_fwd: float
+    mla_attn_bwd: float
+    mla_attn_fwd_overhead: float
+    mla_attn_bwd_overhead: float
     memory: float
+    permute_memory: float
+    permute_overhead: float
     flash: bool
     causal: float
     attn_backward: float
@@ -482,12 +521,21 @@ def _rates(
     ov = timing.overlap
     cp_algorithm = parallel.cp_kind  # the layout states it (``--cp-kind``)
     memory = bandwidth * dev.memory_bandwidth.value
+
+    def _or(figure: Any, fallback: float) -> float:
+        return fallback if figure is None else figure.value
+
     return _Rates(
         dtype=dtype, peak=peak, matmul=dev.matmul.value, grouped=dev.grouped_matmul.value, half_rows=dev.grouped_half_rows.value,
         attn_fwd=dev.attention_forward.value, attn_bwd=dev.attention_backward.value,
         attn_fwd_overhead=dev.attention_forward_overhead_seconds.value,
         attn_bwd_overhead=dev.attention_backward_overhead_seconds.value,
-        memory=memory, flash=attention == "flash", causal=timing.flash_causal_fraction.value,
+        mla_attn_fwd=_or(dev.mla_attention_forward, dev.attention_forward.value),
+        mla_attn_bwd=_or(dev.mla_attention_backward, dev.attention_backward.value),
+        mla_attn_fwd_overhead=_or(dev.mla_attention_forward_overhead_seconds, dev.attention_forward_overhead_seconds.value),
+        mla_attn_bwd_overhead=_or(dev.mla_attention_backward_overhead_seconds, dev.attention_backward_overhead_seconds.value),
+        memory=memory, permute_memory=bandwidth * _or(dev.moe_permute_bandwidth, dev.memory_bandwidth.value),
+        permute_overhead=_or(dev.moe_permute_overhead_seconds, 0.0), flash=attention == "flash", causal=timing.flash_causal_fraction.value,
         attn_backward=timing.attention_backward_factor.value, mm_backward=timing.matmul_backward_factor.value,
         el_bytes_per_flop=timing.elementwise_accesses_per_flop.value * precision.activation_bytes,
         el_backward=timing.elementwise_backward_factor.value, permute_passes=timing.moe_permute_passes.value,
@@ -516,17 +564,27 @@ def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozense
     if f.attention_flops and r.flash:
         calls = shape.attention_calls * (r.cp if r.cp_algorithm == "p2p" else 1)
         executed = f.attention_flops * r.causal
-        att_fwd = executed / (r.peak * r.attn_fwd) + calls * r.attn_fwd_overhead
-        att_bwd = r.attn_backward * executed / (r.peak * r.attn_bwd) + calls * r.attn_bwd_overhead
+        if shape.mla:  # q/k head dim wider than v's: measured apart (MLA)
+            fwd_eff, bwd_eff, fwd_fixed, bwd_fixed = r.mla_attn_fwd, r.mla_attn_bwd, r.mla_attn_fwd_overhead, r.mla_attn_bwd_overhead
+        else:
+            fwd_eff, bwd_eff, fwd_fixed, bwd_fixed = r.attn_fwd, r.attn_bwd, r.attn_fwd_overhead, r.attn_bwd_overhead
+        att_fwd = executed / (r.peak * fwd_eff) + calls * fwd_fixed
+        att_bwd = r.attn_backward * executed / (r.peak * bwd_eff) + calls * bwd_fixed
     else:
         # Eager: batched GEMMs over the whole score matrix; masking happens after QK^T.
         att_fwd = f.attention_flops / (r.peak * r.matmul)
         att_bwd = r.mm_backward * att_fwd
     elementwise = f.elementwise_flops - (min(shape.score_flops, f.elementwise_flops) if r.flash else 0.0)
     el_fwd = elementwise * r.el_bytes_per_flop / r.memory
-    permute = r.permute_passes * 2 * shape.permute_bytes / r.memory
-    forward = mm_fwd + att_fwd + el_fwd + permute
-    backward = r.mm_backward * mm_fwd + att_bwd + r.el_backward * el_fwd + permute
+    mla_copy = shape.mla_copy_bytes / r.memory
+    permute = 0.0
+    if shape.permute_bytes and r.permute_passes:
+        # Each pass reads and writes the dispatched tokens, except that the first
+        # (permute) reads and the last (unpermute) writes the layer's own tokens.
+        traffic = r.permute_passes * 2 * shape.permute_bytes + min(r.permute_passes, 2) * (shape.permute_input_bytes - shape.permute_bytes)
+        permute = traffic / r.permute_memory + r.permute_overhead
+    forward = mm_fwd + att_fwd + el_fwd + permute + mla_copy
+    backward = r.mm_backward * mm_fwd + att_bwd + r.el_backward * el_fwd + permute + mla_copy
     if shape.table_elements:
         # A lookup table's backward writes a dense gradient of the rank's shard and reads it
         # into the gradient buffer (PyTorch embedding_dense_backward, then main_grad +=).
@@ -595,7 +653,7 @@ def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozense
                 continue
             if switch == "attUp" and shape.latent_rank:
                 flops = 2 * shape.latent_rank * nbytes / r.act_bytes
-                recompute += flops / (r.peak * r.matmul)
+                recompute += flops / (r.peak * r.matmul) + mla_copy
                 recomputed_flops += flops
             else:
                 recompute += 2 * nbytes / r.memory
@@ -932,7 +990,10 @@ def step_time(
                     dp += collective_seconds("all_gather", n * param_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
             dp *= 1 - ov.data_parallel.value
         shard = (dense / dense_group + experts / expert_group) if zero >= 1 else dense + experts
-        reduced = dense * (dense_group > 1) + experts * (expert_group > 1)
+        # Megatron-Core scales the dense and the expert gradient buffers alike by 1/(dp*cp)
+        # before the reduction (distributed_data_parallel.py: expert_gradient_scaling_factor
+        # = 1 / dp_cp size), whatever the expert data-parallel group's size.
+        reduced = (dense + experts) * (dense_group > 1)
         buffer_passes = timing.grad_buffer_passes.value * (dense + experts) + timing.grad_scale_passes.value * reduced
         opt = (shard * opt_bytes + buffer_passes * grad_bytes) / memory
         stages.append(StageTime(stage, fwd, bwd, rec, comm, fwd + bwd + rec + comm, dp, opt, flops))

@@ -79,6 +79,31 @@ BLACKWELL = DeviceEfficiency(
         23.6e-6, f"{_SIMUMAX_B200}: mean of the NCCL fits' fixed_latency_us of all_reduce (22.2), all_gather (23.1) and "
         "reduce_scatter (25.6); its all2all fit has 0-51 us by group size, priced the same"
     ),
+    mla_attention_forward=Sourced(
+        0.4118,
+        f"fit of time = overhead + executed FLOPs / (peak * efficiency) to the 6 TE fused-attention forward "
+        f"measurements with q/k head dim 192 and v head dim 128 (causal, seq 4k-128k, 16-128 heads) in {_SIMUMAX_B200} "
+        "(sdp_fwd); 128 heads at 4k tokens: fitted 0.759 ms, measured 0.735 ms",
+    ),
+    mla_attention_backward=Sourced(
+        0.3233,
+        f"the same fit to the 6 head-dim-192/128 backward measurements (sdp_bwd) in {_SIMUMAX_B200}; "
+        "128 heads at 4k tokens: fitted 2.392 ms, measured 2.377 ms",
+    ),
+    mla_attention_forward_overhead_seconds=Sourced(17.7e-6, f"the same MLA forward fit's intercept, {_SIMUMAX_B200}"),
+    mla_attention_backward_overhead_seconds=Sourced(30.5e-6, f"the same MLA backward fit's intercept, {_SIMUMAX_B200}"),
+    moe_permute_bandwidth=Sourced(
+        0.543,
+        f"{_SIMUMAX_B200}: accelerator.bandwidth.permute_fwd (0.5008) and permute_bwd (0.5108) efficient_factor of "
+        "8000 GiB/s, i.e. 0.538 and 0.549 of 8 TB/s, averaged: TE moe_permute_with_probs + moe_unpermute timed on the "
+        "DeepSeek-V2 (4096 tokens, hidden 5120, 160 experts, top-6, capacity 1) and DeepSeek-V3 shapes "
+        "(simu_tools/efficency_test/test_ce_permute_efficiency.py), bytes counted as 2 x tokens + 6 x dispatched rows",
+    ),
+    moe_permute_overhead_seconds=Sourced(
+        120e-6,
+        f"{_SIMUMAX_B200}: the same measurement's fixed part, 4 kernel launches per direction at its "
+        "permute_fwd/permute_bwd latency_us of 30, subtracted before the efficiency was taken",
+    ),
 )
 
 HOPPER = DeviceEfficiency(
@@ -214,7 +239,8 @@ MEGATRON_TE = TimingProfile(
     elementwise_backward_factor=_ELEMENTWISE_BACKWARD,
     moe_permute_passes=Sourced(
         4, "MoEAlltoAllTokenDispatcher (megatron/core/transformer/moe/token_dispatcher.py): permute, sort_chunks_by_idxs, "
-        "unsort, unpermute, each reading and writing the dispatched tokens"
+        "unsort, unpermute, each reading and writing the dispatched tokens (permute reads, unpermute writes the "
+        "layer's own tokens instead)"
     ),
     optimizer_grad_passes=Sourced(
         3, "megatron/core/optimizer/clip_grads.py: the global norm reads the gradient shard, the clip reads and writes it"
@@ -226,7 +252,9 @@ MEGATRON_TE = TimingProfile(
     ),
     grad_scale_passes=Sourced(
         2, "megatron/core/distributed/param_and_grad_buffer.py start_grad_sync: grad_data *= gradient_scaling_factor "
-        "(1/DP) before the reduce-scatter unless --ddp-average-in-collective (off by default)"
+        "(1/DP) before the reduce-scatter unless --ddp-average-in-collective (off by default); "
+        "distributed_data_parallel.py sets the expert buffers' factor to 1/(DP*CP) as well, so they are scaled "
+        "even where the expert data-parallel group is one rank"
     ),
     all_reduce_algorithm="ring",
     algorithm_source="NCCL picks ring for large messages within a node (NCCL_ALGO, NCCL docs)",

@@ -42,3 +42,41 @@ def test_ci_runs_the_readme_commands():
     script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "pip install -e . && hp estimate" in script
     assert "pip install -e '.[test]' && pytest" in script
+
+
+def test_the_readme_links_every_docs_page():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    pages = sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "docs" / "hooks").glob("*.md"))
+    missing = [str(p.relative_to(ROOT)) for p in pages if f"({p.relative_to(ROOT).as_posix()})" not in readme]
+    assert not missing, f"README.md's Documentation list lacks {missing}"
+
+
+@pytest.mark.parametrize("hook", sorted(HOOKS))
+def test_every_hook_has_its_own_page(hook):
+    assert (ROOT / "docs" / "hooks" / f"{hook}.md").is_file()
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_relative_links_of_the_readme_and_docs_resolve():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    broken = []
+    for page in pages:
+        text = re.sub(r"^```.*?^```$", "", page.read_text(encoding="utf-8"), flags=re.M | re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+            elif anchor and file.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", re.sub(r"^```.*?^```$", "", file.read_text(encoding="utf-8"),
+                                                             flags=re.M | re.S), re.M)
+                if anchor not in {_slug(h) for h in headings}:
+                    broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, broken

@@ -62,17 +62,30 @@ def plan_for_trainer(
 ) -> TrainerPlan:
     """The fastest plan *trainer* expresses whose every stage fits; the least-peak one when none does.
 
+    The candidates are the exporter's (``Exporter.candidates``); a trainer that
+    runs any per-layer plan (its runtime states no ``recompute_modules``) takes
+    the exact per-layer optimum of :func:`hp_core.api.plan_recompute`.
+
     Raises:
         ConfigError: The trainer has no exporter or its exporter lists no candidates.
     """
     exporter = registry.exporter(trainer)
-    if exporter.candidates is None:
+    if exporter.candidates is not None:
+        candidates = list(exporter.candidates(model, parallel, registry=registry))
+    elif registry.runtime(exporter.runtime).recompute_modules is None:
+        # A trainer running any per-layer plan (HyperParallel): the exact per-layer optimum is one.
+        from hp_core.api import plan_recompute
+
+        found = plan_recompute(model, parallel, registry=registry, hardware=hardware, runtime=exporter.runtime,
+                               reserve_bytes=reserve_bytes, precision=precision, census=census, attention=attention)
+        candidates = [found.plan.recompute]
+    else:
         raise ConfigError("--export", f"the {trainer} exporter does not list the plans its trainer expresses")
     limit = hardware.memory_bytes - reserve_bytes
     best = None
     least = None
     count = 0
-    for plan in exporter.candidates(model, parallel, registry=registry):
+    for plan in candidates:
         count += 1
         memory = estimate(model, parallel, registry=registry, runtime=exporter.runtime, precision=precision,
                           hardware=hardware, recompute=plan, census=census, attention=attention)

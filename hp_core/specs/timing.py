@@ -122,6 +122,20 @@ class DeviceEfficiency:
         all_to_all_bus: NCCL all-to-all bus bandwidth within a node, of the link bandwidth.
         collective_overhead_seconds: A fixed time per collective call (kernel
             launch and synchronisation) on top of its per-step latency and bytes.
+        mla_attention_forward: The fused attention forward when the query/key
+            head dim exceeds the value head dim (multi-head latent attention:
+            192 against 128), measured apart; ``None``: :attr:`attention_forward`.
+        mla_attention_backward: Its backward; ``None``: :attr:`attention_backward`.
+        mla_attention_forward_overhead_seconds: Its fixed time per forward
+            call; ``None``: :attr:`attention_forward_overhead_seconds`.
+        mla_attention_backward_overhead_seconds: Likewise backward; ``None``:
+            :attr:`attention_backward_overhead_seconds`.
+        moe_permute_bandwidth: Of the HBM bandwidth, reached by the MoE token
+            permutation kernels (permute, unpermute, chunk sort); ``None``:
+            :attr:`memory_bandwidth`.
+        moe_permute_overhead_seconds: A fixed time per direction (forward or
+            backward) of one MoE layer's permutation kernels (their launches);
+            ``None``: none.
     """
 
     architecture: str
@@ -137,10 +151,20 @@ class DeviceEfficiency:
     inter_node_bus: Sourced = attrs.field(validator=_fraction)
     all_to_all_bus: Sourced = attrs.field(validator=_fraction)
     collective_overhead_seconds: Sourced = attrs.field(validator=_sourced)
+    mla_attention_forward: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_fraction))
+    mla_attention_backward: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_fraction))
+    mla_attention_forward_overhead_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
+    mla_attention_backward_overhead_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
+    moe_permute_bandwidth: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_fraction))
+    moe_permute_overhead_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
 
     def figures(self) -> dict[str, Sourced]:
-        """Every figure of the entry by field name."""
-        return {a.name: getattr(self, a.name) for a in attrs.fields(type(self)) if a.name != "architecture"}
+        """Every figure the entry states, by field name (optional figures left unstated are omitted)."""
+        return {
+            a.name: getattr(self, a.name)
+            for a in attrs.fields(type(self))
+            if a.name != "architecture" and getattr(self, a.name) is not None
+        }
 
 
 @attrs.frozen(kw_only=True)
@@ -191,8 +215,10 @@ class TimingProfile:
             optimizer's own read (the global-norm read, the clip's read and write).
         grad_buffer_passes: Accesses of the whole local gradient buffer per
             step besides the optimizer (zeroing it, a NaN check of it).
-        grad_scale_passes: Accesses of a gradient buffer that is reduced over
-            more than one rank (scaling it by ``1 / ranks`` before the reduction).
+        grad_scale_passes: Accesses of the local gradient buffers when there
+            is more than one data-parallel replica (``dp * cp > 1``): scaling
+            them by ``1 / (dp * cp)`` before the reduction -- the routed
+            experts' buffer too, even where its own reduction group is one rank.
         all_reduce_algorithm: One of :data:`ALL_REDUCE_ALGORITHMS`.
         pp_scatter_gather: Pipeline sends carry ``1/tp`` of the activation
             each, all-gathered over the TP group on arrival (Narayanan et al.

@@ -32,7 +32,7 @@ from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_core.types import Exporter
 from hp_plugins.exporters._common import LayerPlan, offloaded, per_layer, read_plan, refuse, without_offload
 
-__all__ = ["export_torchtitan", "hp_exporters"]
+__all__ = ["export_torchtitan", "hp_exporters", "torchtitan_candidates"]
 
 _TRAINER = "torchtitan"
 _RUNTIME = "fsdp2"
@@ -143,11 +143,24 @@ def export_torchtitan(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelS
     )
 
 
+def torchtitan_candidates(model: ModelSpec, parallel: ParallelSpec, *, registry: Registry) -> list[RecomputeSpec]:
+    """Every plan torchtitan's ``[activation_checkpoint]`` expresses for *model* on *parallel*:
+    none, full, op-level selective, and every N-th block of each rank full for N from 2 up to
+    the most blocks a rank holds (see the module docstring)."""
+    layout = plan_layout(model, parallel, registry)
+    op = frozenset((registry.runtime(_RUNTIME).recompute_modules or {}).get("op_sac", frozenset()))
+    found = [RecomputeSpec(), RecomputeSpec.uniform("full"), _op_plan(layout, op)]
+    most = max(len(layout.stage_layers(stage)) for stage in range(layout.pp))
+    found += [_every_nth(layout, every) for every in range(2, most + 1)]
+    return found
+
+
 @hookimpl
 def hp_exporters():
     yield Exporter(
         name=_TRAINER,
         runtime=_RUNTIME,
         export=export_torchtitan,
+        candidates=torchtitan_candidates,
         description='torchtitan activation_checkpoint TOML section: mode "none", "full", or "selective" with "op" or every N-th layer',
     )

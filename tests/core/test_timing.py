@@ -455,3 +455,50 @@ def test_docs_list_every_built_in_figure_with_its_source():
     for profile in (GENERIC, MEGATRON_TE):
         for name, figure in {**profile.figures(), **profile.overlap.figures()}.items():
             assert f"`{name}` = {figure.value:.4g}: {figure.source}" in text, (profile.name, name)
+
+
+# ----------------------------------------------------------------------------- MLA and MoE kernel figures
+
+
+def _toy_rates(device=TOY_DEVICE, passes=0):
+    from hp_core.timing import _rates
+
+    profile = attrs.evolve(TOY_PROFILE, devices=(device,), moe_permute_passes=_figure(passes))
+    return _rates(ParallelSpec(dp=1, seq_len=1024, micro_batch_size=1), TOY_DEVICE_SPEC, profile, PrecisionSpec(), "flash")
+
+
+def test_mla_attention_takes_its_own_figures_where_the_device_states_them():
+    from hp_core.timing import _layer_time, _Shape
+    from hp_core.types import Flops, LayerCost
+
+    cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0, forward=Flops(attention_flops=ATTENTION))
+    mla_device = attrs.evolve(
+        TOY_DEVICE, mla_attention_forward=_figure(0.2), mla_attention_backward=_figure(0.1),
+        mla_attention_forward_overhead_seconds=_figure(1e-3), mla_attention_backward_overhead_seconds=_figure(2e-3),
+    )
+    executed = ATTENTION * 0.5  # flash_causal_fraction
+    general = _layer_time(cost, _Shape(attention_calls=1, mla=True), False, frozenset(), _toy_rates())
+    assert general[0] == pytest.approx(executed / (PEAK * 0.25))  # no MLA figure stated: the general one
+    own = _layer_time(cost, _Shape(attention_calls=1, mla=True), False, frozenset(), _toy_rates(mla_device))
+    assert own[0] == pytest.approx(1e-3 + executed / (PEAK * 0.2))
+    assert own[1] == pytest.approx(2e-3 + 2.5 * executed / (PEAK * 0.1))
+    plain = _layer_time(cost, _Shape(attention_calls=1), False, frozenset(), _toy_rates(mla_device))
+    assert plain[0] == pytest.approx(general[0])  # equal head dims keep the general figures
+    assert "mla_attention_forward" not in TOY_DEVICE.figures() and "mla_attention_forward" in mla_device.figures()
+
+
+def test_moe_permutation_traffic_reads_and_writes_the_layers_own_tokens_at_the_ends():
+    from hp_core.timing import _layer_time, _Shape
+    from hp_core.types import LayerCost
+
+    cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0)
+    shape = _Shape(permute_bytes=6e6, permute_input_bytes=1e6)
+    memory = MEMORY_BW * 0.5
+    # Four passes: permute (read 1, write 6), sort (6 + 6), unsort (6 + 6), unpermute (6 + 1) = 38 MB.
+    four = _layer_time(cost, shape, False, frozenset(), _toy_rates(passes=4))
+    assert four[0] == pytest.approx(38e6 / memory) and four[1] == pytest.approx(four[0])
+    # Two passes: a gather (1 + 6) and a scatter (6 + 1) = 14 MB.
+    assert _layer_time(cost, shape, False, frozenset(), _toy_rates(passes=2))[0] == pytest.approx(14e6 / memory)
+    measured = attrs.evolve(TOY_DEVICE, moe_permute_bandwidth=_figure(0.25), moe_permute_overhead_seconds=_figure(1e-4))
+    timed = _layer_time(cost, shape, False, frozenset(), _toy_rates(measured, passes=4))
+    assert timed[0] == pytest.approx(1e-4 + 38e6 / (MEMORY_BW * 0.25))

@@ -41,3 +41,14 @@ def test_trainer_plan_fits_and_beats_full_recompute(registry):
     none = plan_for_trainer(model, parallel, registry=registry, hardware=tiny, trainer="megatron")
     assert not none.fits and none.shortfall_bytes == none.estimate.peak_bytes - 10 * 2**30
     assert none.written == "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+
+
+def test_torchtitan_and_hyperparallel_plans(registry):
+    model, parallel = _job(registry)
+    hardware = attrs.evolve(registry.hardware_preset("h100-sxm").spec, memory_bytes=40 * 2**30)
+    titan = plan_for_trainer(model, parallel, registry=registry, hardware=hardware, trainer="torchtitan")
+    # none, full, op SAC, every 2nd..4th block of each rank (4 blocks per rank): 6 plans.
+    assert titan.candidates == 6
+    assert titan.fits and titan.written.startswith("[activation_checkpoint]")
+    hyper = plan_for_trainer(model, parallel, registry=registry, hardware=hardware, trainer="hyperparallel")
+    assert hyper.candidates == 1 and hyper.fits

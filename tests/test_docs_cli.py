@@ -1,0 +1,41 @@
+"""docs/cli.md is generated from the ``hp`` parser: regenerate it in memory and compare."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+from hp_core.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "cli.md"
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("gen_cli", ROOT / "docs" / "_tools" / "gen_cli.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_docs_cli_is_what_the_parser_generates():
+    expected = _generator().render()
+    assert PAGE.read_text(encoding="utf-8") == expected, "docs/cli.md is stale: run python docs/_tools/gen_cli.py"
+
+
+def test_every_command_and_option_of_the_parser_is_on_the_page():
+    text = PAGE.read_text(encoding="utf-8")
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert subparsers.choices, "hp has commands"
+    for name, sub in [("", parser), *((f" {n}", s) for n, s in subparsers.choices.items())]:
+        section = text.split(f"## `hp{name}`\n", 1)[1].split("\n## ", 1)[0]
+        for action in sub._actions:
+            for flag in action.option_strings:
+                assert f"`{flag}`" in section, f"hp{name} {flag} is not documented"
+
+
+def test_the_page_names_its_regeneration_command_and_is_linked_from_the_readme():
+    assert "python docs/_tools/gen_cli.py" in PAGE.read_text(encoding="utf-8")
+    assert "(docs/cli.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
