@@ -31,7 +31,9 @@ The model, with its sources (figures come from the profile, each sourced there):
   an MoE layer also makes ``moe_permute_passes`` passes over its dispatched
   tokens each way (read and write; the first reads and the last writes the
   layer's own tokens), at the device's ``moe_permute_bandwidth`` plus
-  ``moe_permute_overhead_seconds`` where stated.
+  ``moe_permute_overhead_seconds`` where stated, and its router's kernels
+  besides the gating GEMM take the device's ``moe_router_*_seconds`` (measured
+  at 4096 tokens x 160 experts) scaled by its routed tokens times experts.
 * **Recompute**: full recompute re-runs the layer's forward, its
   communication included (Korthikanti et al. 2022, Section 5). A selective
   setting re-runs what its switches drop: any attention-core switch re-runs
@@ -109,7 +111,7 @@ from hp_core.errors import ConfigError
 from hp_core.registry import Registry
 from hp_core.stage import offloaded_bytes
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
-from hp_core.specs.timing import DeviceEfficiency, TimingProfile
+from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS, DeviceEfficiency, TimingProfile
 from hp_core.types import LayerContext, LayerCost, LayerKind
 
 __all__ = [
@@ -315,6 +317,8 @@ class _Shape:
             rank (the first permutation reads them, the last writes them back).
         mla: Whether the attention core's query/key head dim exceeds its value
             head dim (MLA), priced with the device's MLA attention figures.
+        router_elements: Routed tokens times experts of an MoE layer's router
+            (its top-k and auxiliary-loss kernels scale with them).
         mla_copy_bytes: HBM bytes MLA's query/key assembly moves each way
             (rotary part rotated, query and key concatenated, value made
             contiguous; backward the split gradients concatenated back).
@@ -337,6 +341,7 @@ class _Shape:
     permute_input_bytes: float = 0.0
     mla: bool = False
     mla_copy_bytes: float = 0.0
+    router_elements: float = 0.0
     latent_rank: int = 0
     score_flops: float = 0.0
     table_elements: float = 0.0
@@ -393,7 +398,7 @@ def _shape(config: Any, kind: LayerKind, x: LayerContext, cost: LayerCost) -> _S
             kv_heads = max(groups / tp, 1)  # KV heads are replicated when tp > groups
             kv_bytes = T * kv_heads * 2 * d * act
             qkvo_bytes = T * (2 * heads / tp + 2 * kv_heads) * d * act
-    ep_bytes = grouped = rows = permute = permute_input = 0.0
+    ep_bytes = grouped = rows = permute = permute_input = router = 0.0
     experts = getattr(config, "num_experts", None)
     if experts is not None and getattr(config, "num_experts_per_tok", None) is not None:
         # Tokens a rank's experts process (hp_plugins._blocks.moe_tokens): k * T / sp,
@@ -408,10 +413,11 @@ def _shape(config: Any, kind: LayerKind, x: LayerContext, cost: LayerCost) -> _S
         rows = processed / max(experts // x.ep, 1)
         permute = processed * h * act
         permute_input = T / x.sp_degree * h * act
+        router = T / x.sp_degree * experts
     return _Shape(
         blocks=blocks, vocab=vocab, tp_bytes=T * h * act, kv_bytes=kv_bytes, qkvo_bytes=qkvo_bytes,
         attention_calls=1 if heads is not None else 0, ep_bytes=ep_bytes, grouped_flops=grouped, expert_rows=rows,
-        permute_bytes=permute, permute_input_bytes=permute_input, mla=mla, mla_copy_bytes=mla_copy, latent_rank=latent, score_flops=scores, table_elements=table,
+        permute_bytes=permute, permute_input_bytes=permute_input, mla=mla, mla_copy_bytes=mla_copy, router_elements=router, latent_rank=latent, score_flops=scores, table_elements=table,
     )
 
 
@@ -488,6 +494,8 @@ class _Rates:
     memory: float
     permute_memory: float
     permute_overhead: float
+    router_fwd: float
+    router_bwd: float
     flash: bool
     causal: float
     attn_backward: float
@@ -535,7 +543,9 @@ def _rates(
         mla_attn_fwd_overhead=_or(dev.mla_attention_forward_overhead_seconds, dev.attention_forward_overhead_seconds.value),
         mla_attn_bwd_overhead=_or(dev.mla_attention_backward_overhead_seconds, dev.attention_backward_overhead_seconds.value),
         memory=memory, permute_memory=bandwidth * _or(dev.moe_permute_bandwidth, dev.memory_bandwidth.value),
-        permute_overhead=_or(dev.moe_permute_overhead_seconds, 0.0), flash=attention == "flash", causal=timing.flash_causal_fraction.value,
+        permute_overhead=_or(dev.moe_permute_overhead_seconds, 0.0),
+        router_fwd=_or(dev.moe_router_forward_seconds, 0.0) / ROUTER_REFERENCE_ELEMENTS,
+        router_bwd=_or(dev.moe_router_backward_seconds, 0.0) / ROUTER_REFERENCE_ELEMENTS, flash=attention == "flash", causal=timing.flash_causal_fraction.value,
         attn_backward=timing.attention_backward_factor.value, mm_backward=timing.matmul_backward_factor.value,
         el_bytes_per_flop=timing.elementwise_accesses_per_flop.value * precision.activation_bytes,
         el_backward=timing.elementwise_backward_factor.value, permute_passes=timing.moe_permute_passes.value,
@@ -583,8 +593,9 @@ def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozense
         # (permute) reads and the last (unpermute) writes the layer's own tokens.
         traffic = r.permute_passes * 2 * shape.permute_bytes + min(r.permute_passes, 2) * (shape.permute_input_bytes - shape.permute_bytes)
         permute = traffic / r.permute_memory + r.permute_overhead
-    forward = mm_fwd + att_fwd + el_fwd + permute + mla_copy
-    backward = r.mm_backward * mm_fwd + att_bwd + r.el_backward * el_fwd + permute + mla_copy
+    router_fwd = shape.router_elements * r.router_fwd
+    forward = mm_fwd + att_fwd + el_fwd + permute + mla_copy + router_fwd
+    backward = r.mm_backward * mm_fwd + att_bwd + r.el_backward * el_fwd + permute + mla_copy + shape.router_elements * r.router_bwd
     if shape.table_elements:
         # A lookup table's backward writes a dense gradient of the rank's shard and reads it
         # into the gradient buffer (PyTorch embedding_dense_backward, then main_grad +=).

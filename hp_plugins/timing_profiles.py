@@ -22,13 +22,16 @@ Device efficiencies, per architecture (the hardware presets' ``architecture``):
   publisher and machine family as the Megatron runs in
   ``shared/cases/megatron_measured.json``: the figures are kernel and
   collective microbenchmarks on that machine, not fitted to the runs' step
-  times. Two figure pairs (the attention kernels' fixed time and efficiency,
-  the grouped GEMM's half-efficiency rows) are least-squares fits of a
-  two-parameter model to those microbenchmarks, done for this module
-  (``docs/time.md`` shows the fit).
+  times. Three figure pairs (the attention kernels' fixed time and efficiency,
+  the same for MLA's head-dim-192/128 kernels, the grouped GEMM's
+  half-efficiency rows) are least-squares fits of a two-parameter model to
+  those microbenchmarks, done for this module (``docs/time.md`` shows the
+  fits). The MoE router figures were measured for this module on an H200
+  (``benchmarks/bench_moe_router.py``), for want of a B200 measurement.
 * ``hopper`` (H100, H200) -- starter values, not shape-calibrated: SimuMax's
   ``configs/system/h100_nvlink.json`` (commit 160921c), whose own note says so,
-  and the FlashAttention-3 paper for attention. Expect larger errors.
+  and the FlashAttention-3 paper for attention; the MoE router figures are an
+  H200 measurement (``benchmarks/bench_moe_router.py``). Expect larger errors.
 * ``ampere`` (A100) -- the median of SimuMax's 183 A100 GEMM measurements
   (``configs/system/a100_pcie.json``, an A100 PCIe: 300 W, so an SXM part may
   run somewhat faster), FlashAttention-2's reported A100 efficiencies, and
@@ -46,6 +49,13 @@ __all__ = ["AMPERE", "ANY_DEVICE", "BLACKWELL", "GENERIC", "HOPPER", "MEGATRON_L
 
 _SIMUMAX_B200 = "SimuMax v1.2 configs/system/b200_bf16_ceperm.json (MooreThreads/SimuMax@4dcaae5), measured on 8x B200 with TE 2.11"
 _SIMUMAX_H100 = "SimuMax configs/system/h100_nvlink.json (MooreThreads/SimuMax@160921c): spec-based starter value, 'NOT shape-calibrated' per its note"
+_ROUTER_H200 = (
+    "benchmarks/bench_moe_router.py on one H200 (torch 2.11, CUDA 13.0): Megatron-Core 0.14's router path "
+    "(megatron/core/transformer/moe/moe_utils.py at 23e00ed0: topk_routing_with_score_function with pre-softmax, "
+    "8 groups, group top-3, top-6, scaling 16; apply_router_token_dropping with capacity 1 and padding; "
+    "compute_routing_scores_for_aux_loss and switch_load_balancing_loss_func for seq_aux_loss; "
+    "MoEAuxLossAutoScaler) at 4096 tokens x 160 experts, kernel time summed by torch.profiler"
+)
 _SIMUMAX_A100 = "SimuMax configs/system/a100_pcie.json (MooreThreads/SimuMax@acdbb66), measured on A100 PCIe"
 
 BLACKWELL = DeviceEfficiency(
@@ -103,6 +113,12 @@ BLACKWELL = DeviceEfficiency(
         120e-6,
         f"{_SIMUMAX_B200}: the same measurement's fixed part, 4 kernel launches per direction at its "
         "permute_fwd/permute_bwd latency_us of 30, subtracted before the efficiency was taken",
+    ),    moe_router_forward_seconds=Sourced(
+        344e-6, f"{_ROUTER_H200} (no B200 measurement; the kernels are top-k selections, sorts and reductions over a few MB, bound by launch and occupancy rather than by HBM or FLOPs, so the H200 time is taken as is): 53 forward kernels, 366.3 us, less the gating GEMM and its split-K reduce (21.9 us)"
+    ),
+    moe_router_backward_seconds=Sourced(
+        52.3e-6, f"{_ROUTER_H200} (as for the forward, taken from H200): 26 backward kernels, 122.0 us, less the gating GEMM's two gradient GEMMs (39.1 us) "
+        "and the benchmark's own accumulation into its input's .grad (30.6 us)"
     ),
 )
 
@@ -125,6 +141,13 @@ HOPPER = DeviceEfficiency(
     inter_node_bus=Sourced(0.70, f"{_SIMUMAX_H100}: inter_node efficient_factor"),
     all_to_all_bus=Sourced(0.50, f"{_SIMUMAX_H100}: all2all efficient_factor"),
     collective_overhead_seconds=Sourced(0.0, "not measured on Hopper: no fixed time per call assumed"),
+    moe_router_forward_seconds=Sourced(
+        344e-6, f"{_ROUTER_H200}: 53 forward kernels, 366.3 us, less the gating GEMM and its split-K reduce (21.9 us)"
+    ),
+    moe_router_backward_seconds=Sourced(
+        52.3e-6, f"{_ROUTER_H200}: 26 backward kernels, 122.0 us, less the gating GEMM's two gradient GEMMs (39.1 us) "
+        "and the benchmark's own accumulation into its input's .grad (30.6 us)"
+    ),
 )
 
 AMPERE = DeviceEfficiency(

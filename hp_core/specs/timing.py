@@ -32,6 +32,7 @@ __all__ = [
     "ALL_REDUCE_ALGORITHMS",
     "CommOverlap",
     "DeviceEfficiency",
+    "ROUTER_REFERENCE_ELEMENTS",
     "Sourced",
     "TimingProfile",
 ]
@@ -39,6 +40,9 @@ __all__ = [
 # NCCL's all-reduce algorithms for large messages: ``ring`` (bandwidth-optimal,
 # latency grows with n) and ``tree`` (double binary tree, latency grows with log n).
 ALL_REDUCE_ALGORITHMS = ("ring", "tree")
+# The routed tokens times experts of one micro-batch at which the router figures are
+# measured (DeepSeek-V2: 4096 tokens, 160 experts); a layer's router time scales with its own.
+ROUTER_REFERENCE_ELEMENTS = 4096 * 160
 
 
 def _number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -136,6 +140,12 @@ class DeviceEfficiency:
         moe_permute_overhead_seconds: A fixed time per direction (forward or
             backward) of one MoE layer's permutation kernels (their launches);
             ``None``: none.
+        moe_router_forward_seconds: The MoE router's kernels other than its
+            gating GEMM (score function, group and expert top-k, capacity
+            top-k, auxiliary loss) in one layer's forward, measured at
+            :data:`ROUTER_REFERENCE_ELEMENTS` routed tokens times experts and
+            scaled by the layer's; ``None``: not priced.
+        moe_router_backward_seconds: Likewise in the backward.
     """
 
     architecture: str
@@ -157,6 +167,8 @@ class DeviceEfficiency:
     mla_attention_backward_overhead_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     moe_permute_bandwidth: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_fraction))
     moe_permute_overhead_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
+    moe_router_forward_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
+    moe_router_backward_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
 
     def figures(self) -> dict[str, Sourced]:
         """Every figure the entry states, by field name (optional figures left unstated are omitted)."""

@@ -502,3 +502,16 @@ def test_moe_permutation_traffic_reads_and_writes_the_layers_own_tokens_at_the_e
     measured = attrs.evolve(TOY_DEVICE, moe_permute_bandwidth=_figure(0.25), moe_permute_overhead_seconds=_figure(1e-4))
     timed = _layer_time(cost, shape, False, frozenset(), _toy_rates(measured, passes=4))
     assert timed[0] == pytest.approx(1e-4 + 38e6 / (MEMORY_BW * 0.25))
+
+
+def test_moe_router_kernels_scale_with_routed_tokens_times_experts():
+    from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS
+    from hp_core.timing import _layer_time, _Shape
+    from hp_core.types import LayerCost
+
+    cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0)
+    shape = _Shape(router_elements=2 * ROUTER_REFERENCE_ELEMENTS)
+    assert _layer_time(cost, shape, False, frozenset(), _toy_rates())[:2] == (0.0, 0.0)  # no figure: not priced
+    measured = attrs.evolve(TOY_DEVICE, moe_router_forward_seconds=_figure(3e-4), moe_router_backward_seconds=_figure(5e-5))
+    forward, backward = _layer_time(cost, shape, False, frozenset(), _toy_rates(measured))[:2]
+    assert forward == pytest.approx(6e-4) and backward == pytest.approx(1e-4)
