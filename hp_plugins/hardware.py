@@ -107,7 +107,7 @@ PRESETS: tuple[HardwarePreset, ...] = (
         provenance=(
             "approximate public figures (Huawei publishes no full datasheet; variants 910B1-B4 differ): about 320 TFLOP/s "
             "FP16, 64 GB HBM2e at about 1.6 TB/s; Atlas 800T A2: 8 NPUs on an HCCS full mesh of 392 GB/s per NPU "
-            "(196 each way), 8x 200 GE RoCE (25 GB/s per NPU), PCIe Gen5 x16. Latencies are NVIDIA-class placeholders. "
+            "(196 each way), 8x 200 GE RoCE (25 GB/s per NPU), PCIe Gen5 x16. No public HCCS or RoCE latency figure exists: the NVLink and network latencies of the NVIDIA presets are assumed. "
             "Check against your system before trusting a step time"
         ),
     ),
