@@ -82,6 +82,31 @@ def _counts(text: str) -> list[int]:
     return counts
 
 
+def _add_job_arguments(parser: argparse.ArgumentParser, hardware_help: str) -> None:
+    """The config file and the model, layout, runtime and hardware flags every job command takes."""
+    parser.add_argument("config", nargs="?", help="a YAML, JSON or TOML config file (see docs/config.md)")
+    parser.add_argument("--model", help="a preset name (see 'hp models') or a Hugging Face config.json / folder")
+    parser.add_argument("--num-layers", type=_positive, help="keep the first N body layers, as truncated benchmark runs do")
+    for name, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("vpp", "virtual pipeline (chunks per stage)"),
+                       ("cp", "context"), ("ep", "expert"), ("etp", "expert tensor")):
+        parser.add_argument(f"--{name}", type=_positive, help=f"{what}-parallel degree")
+    parser.add_argument("--cp-kind", choices=("p2p", "a2a"), help="context-parallel exchange: ring (p2p, default) or all-to-all")
+    parser.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism over the TP group")
+    parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="sharding level over DP*CP (default: the runtime's)")
+    parser.add_argument("--micro-batch-size", type=_positive, help="sequences per micro-batch")
+    parser.add_argument("--global-batch-size", type=_positive,
+                        help="default: micro-batch size * dp * pp (2 * pp interleaved): the fewest at which every stage "
+                             "holds its full in-flight count")
+    parser.add_argument("--seq-len", type=_positive, help="tokens per sequence")
+    parser.add_argument("--schedule", choices=("1f1b", "interleaved_1f1b"), help="pipeline schedule (default: from --vpp)")
+    parser.add_argument("--layers-per-stage", type=_counts, metavar="N,N,...", help="body layers per pipeline chunk, chunk order")
+    parser.add_argument("--runtime", help="runtime profile (see 'hp plugins'); default generic")
+    parser.add_argument("--census", help="census source (see 'hp plugins') or a census file (.yaml/.json, see docs/census.md); "
+                                         "default formulas")
+    parser.add_argument("--attention", choices=("flash", "eager"), help="attention implementation (default: the runtime's)")
+    parser.add_argument("--hardware", help=hardware_help)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``hp`` parser (the CLI reference in docs/cli.md is checked against it)."""
     parser = _Parser(
@@ -99,24 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     est = sub.add_parser("estimate", help="per-stage peak memory of a model on a parallel layout",
                          description="Per-stage peak memory of one rank of every pipeline stage. Flags override the config file; "
                                      "with neither, Llama-3-8B on 8 devices (dp=4 tp=2 sp, seq 8192) on an H100.")
-    est.add_argument("config", nargs="?", help="a YAML, JSON or TOML config file (see docs/config.md)")
-    est.add_argument("--model", help="a preset name (see 'hp models') or a Hugging Face config.json / folder")
-    est.add_argument("--num-layers", type=_positive, help="keep the first N body layers, as truncated benchmark runs do")
-    for name, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("vpp", "virtual pipeline (chunks per stage)"),
-                       ("cp", "context"), ("ep", "expert"), ("etp", "expert tensor")):
-        est.add_argument(f"--{name}", type=_positive, help=f"{what}-parallel degree")
-    est.add_argument("--cp-kind", choices=("p2p", "a2a"), help="context-parallel exchange: ring (p2p, default) or all-to-all")
-    est.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism over the TP group")
-    est.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="sharding level over DP*CP (default: the runtime's)")
-    est.add_argument("--micro-batch-size", type=_positive)
-    est.add_argument("--global-batch-size", type=_positive, help="default: micro-batch size * dp * pp (2 * pp interleaved): the fewest at which every stage holds its full in-flight count")
-    est.add_argument("--seq-len", type=_positive)
-    est.add_argument("--schedule", choices=("1f1b", "interleaved_1f1b"))
-    est.add_argument("--layers-per-stage", type=_counts, metavar="N,N,...", help="body layers per pipeline chunk, chunk order")
-    est.add_argument("--runtime", help="runtime profile (see 'hp plugins'); default generic")
-    est.add_argument("--census", help="census source (see 'hp plugins') or a census file (.yaml/.json, see docs/census.md); default formulas")
-    est.add_argument("--attention", choices=("flash", "eager"), help="attention implementation (default: the runtime's)")
-    est.add_argument("--hardware", help="hardware preset (see 'hp plugins')")
+    _add_job_arguments(est, "hardware preset (see 'hp plugins')")
     est.add_argument("--memory", type=_memory, metavar="SIZE", help="device memory, overriding the hardware's (80GiB, 80GB, 81920MiB or bytes)")
     est.add_argument("--recompute", help="every body layer's setting: none, full, selective or switches joined by '+'")
     est.add_argument("--json", action="store_true", help="print the stable JSON document instead of the table")
@@ -383,24 +391,7 @@ def _add_potentials_parser(sub: Any) -> None:
                     "model's step time rises least for (ties: lower peak). Prints peak memory and step time per step; "
                     "writes a CSV and a PNG plot on request (see docs/recompute_potentials.md).",
     )
-    pot.add_argument("config", nargs="?", help="a YAML, JSON or TOML config file (see docs/config.md)")
-    pot.add_argument("--model", help="a preset name (see 'hp models') or a Hugging Face config.json / folder")
-    pot.add_argument("--num-layers", type=_positive, help="keep the first N body layers")
-    for name, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("vpp", "virtual pipeline (chunks per stage)"),
-                       ("cp", "context"), ("ep", "expert"), ("etp", "expert tensor")):
-        pot.add_argument(f"--{name}", type=_positive, help=f"{what}-parallel degree")
-    pot.add_argument("--cp-kind", choices=("p2p", "a2a"), help="context-parallel exchange: ring (p2p, default) or all-to-all")
-    pot.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism over the TP group")
-    pot.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="sharding level over DP*CP (default: the runtime's)")
-    pot.add_argument("--micro-batch-size", type=_positive)
-    pot.add_argument("--global-batch-size", type=_positive, help="default: micro-batch size * dp * pp (2 * pp interleaved)")
-    pot.add_argument("--seq-len", type=_positive)
-    pot.add_argument("--schedule", choices=("1f1b", "interleaved_1f1b"))
-    pot.add_argument("--layers-per-stage", type=_counts, metavar="N,N,...", help="body layers per pipeline chunk, chunk order")
-    pot.add_argument("--runtime", help="runtime profile (see 'hp plugins'); default generic")
-    pot.add_argument("--census", help="census source or census file (see docs/census.md); default formulas")
-    pot.add_argument("--attention", choices=("flash", "eager"), help="attention implementation (default: the runtime's)")
-    pot.add_argument("--hardware", help="hardware preset the step time is priced on (see 'hp plugins')")
+    _add_job_arguments(pot, "hardware preset the step time is priced on (see 'hp plugins')")
     pot.add_argument("--recompute", help="the starting plan for every body layer: none, full, selective or switches joined by '+'")
     pot.add_argument("--steps", type=int, metavar="N", help="at most N further layers (default: until every layer is full)")
     pot.add_argument("--csv", metavar="FILE", help="write the sequence as CSV (columns: docs/recompute_potentials.md)")
@@ -540,24 +531,7 @@ def _add_recompute_parser(sub: Any) -> None:
                     "of the stage fits the device memory less the reserve; exact (see docs/recompute.md). Flags "
                     "override the config file.",
     )
-    rec.add_argument("config", nargs="?", help="a YAML, JSON or TOML config file (see docs/config.md)")
-    rec.add_argument("--model", help="a preset name (see 'hp models') or a Hugging Face config.json / folder")
-    rec.add_argument("--num-layers", type=_positive, help="keep the first N body layers")
-    for name, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("vpp", "virtual pipeline (chunks per stage)"),
-                       ("cp", "context"), ("ep", "expert"), ("etp", "expert tensor")):
-        rec.add_argument(f"--{name}", type=_positive, help=f"{what}-parallel degree")
-    rec.add_argument("--cp-kind", choices=("p2p", "a2a"), help="context-parallel exchange: ring (p2p, default) or all-to-all")
-    rec.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism over the TP group")
-    rec.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="sharding level over DP*CP (default: the runtime's)")
-    rec.add_argument("--micro-batch-size", type=_positive)
-    rec.add_argument("--global-batch-size", type=_positive, help="default: micro-batch size * dp * pp (2 * pp interleaved)")
-    rec.add_argument("--seq-len", type=_positive)
-    rec.add_argument("--schedule", choices=("1f1b", "interleaved_1f1b"))
-    rec.add_argument("--layers-per-stage", type=_counts, metavar="N,N,...", help="body layers per pipeline chunk, chunk order")
-    rec.add_argument("--runtime", help="runtime profile (see 'hp plugins'); default generic")
-    rec.add_argument("--census", help="census source or census file (see docs/census.md); default formulas")
-    rec.add_argument("--attention", choices=("flash", "eager"), help="attention implementation (default: the runtime's)")
-    rec.add_argument("--hardware", help="hardware preset: its memory bounds the plan, its rates price it (see 'hp plugins')")
+    _add_job_arguments(rec, "hardware preset: its memory bounds the plan, its rates price it (see 'hp plugins')")
     rec.add_argument("--memory", type=_memory, metavar="SIZE", help="device memory, overriding the hardware's (80GiB, 80GB, 81920MiB or bytes)")
     rec.add_argument("--reserve", type=_reserve, default=0, metavar="SIZE", help="memory to keep free on every device (default 0)")
     rec.add_argument("--unrestricted", action="store_true", help="also plan over settings the runtime's trainer does not run, and show both")
