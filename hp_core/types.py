@@ -452,6 +452,9 @@ class Runtime:
             runs (Megatron-LM ``--recompute-modules``); ``None``: any set of
             switches runs (a per-op trainer such as HyperParallel's).
         full_recompute: Whether it can recompute whole layers.
+        module_kinds: For a module of ``recompute_modules`` that acts only on
+            some layer kinds, those kinds (Megatron-LM's ``moe_act`` acts only
+            on layers with routed experts); a module absent here acts on every kind.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -468,6 +471,7 @@ class Runtime:
     timing: TimingProfile | None = None
     recompute_modules: Mapping[str, frozenset[str]] | None = None
     full_recompute: bool = True
+    module_kinds: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         unknown = sorted(self.traits - set(TRAITS))
@@ -479,13 +483,18 @@ class Runtime:
         if stray:
             raise ValueError(f"runtime {self.name}: unknown switches {stray}")
 
-    def executes(self, switches: frozenset[str]) -> bool:
+    def executes(self, switches: frozenset[str], kind: str | None = None) -> bool:
         """Whether its trainer can run a selective setting recomputing exactly *switches*
-        (beyond those it always recomputes)."""
+        (beyond those it always recomputes) on a layer of *kind* (any kind when ``None``)."""
         wanted = frozenset(switches) - self.implicit_recompute
         if self.recompute_modules is None or not wanted:
             return True
-        covered = frozenset().union(*(m for m in self.recompute_modules.values() if m <= wanted | self.implicit_recompute))
+        acting = [
+            switches_of
+            for module, switches_of in self.recompute_modules.items()
+            if kind is None or module not in self.module_kinds or kind in self.module_kinds[module]
+        ]
+        covered = frozenset().union(*(m for m in acting if m <= wanted | self.implicit_recompute))
         return wanted <= covered
 
 

@@ -73,6 +73,8 @@ def hp_runtimes():
             "moe_act": frozenset({"ffAct"}),
             "mla_up_proj": frozenset({"attUp"}),
         },
+        # moe_act recomputes the routed experts' activation only (megatron/core/transformer/moe/experts.py).
+        module_kinds={"moe_act": frozenset({"moe", "mla_moe"})},
         description=(
             "Megatron-Core + Transformer Engine: bf16, fp32 grad buffer, distributed optimizer, TE fused "
             "attention/SwiGLU/cross-entropy, vocab padded to 128*tp"

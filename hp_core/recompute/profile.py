@@ -250,7 +250,7 @@ def candidate_settings(
     for size in range(len(order) + 1):
         for combo in itertools.combinations(order, size):
             chosen = frozenset(combo)
-            if unrestricted or runtime.executes(chosen):
+            if unrestricted or runtime.executes(chosen, kind.name):
                 base.append(_setting_of(chosen))
     if unrestricted or runtime.full_recompute:
         base.append(Setting(mode="full"))

@@ -45,3 +45,12 @@ def test_deferred_gradient_reduction_adds_the_last_backward_point(registry):
     assert stage.memory.gradients_bytes == elements * 4
     generic = estimate(model, ParallelSpec(dp=8, zero=3, seq_len=512), registry=registry)
     assert set(generic.stages[0].peak_points) == {"warmup_end"}
+
+
+def test_megatron_moe_act_acts_only_on_layers_with_routed_experts(registry):
+    megatron = registry.runtime("megatron")
+    assert megatron.executes(frozenset({"ffAct"}), "moe")
+    assert megatron.executes(frozenset({"ffAct"}), "mla_moe")
+    assert not megatron.executes(frozenset({"ffAct"}), "dense")
+    assert not megatron.executes(frozenset({"ffAct"}), "mla")
+    assert megatron.executes(frozenset({"normOp"}), "dense")
