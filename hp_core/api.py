@@ -29,10 +29,11 @@ from hp_core.types import CensusRecord, CensusSource, LayerContext, LayerCost, L
 
 if TYPE_CHECKING:
     from hp_core.recompute.plan import RecomputePlan
+    from hp_core.search import SearchResult
 
 __all__ = [
     "build_registry", "count_parameters", "estimate", "layer_context", "model_from_preset", "plan_recompute", "resolve_setting",
-    "with_sublayers",
+    "search", "with_sublayers",
 ]
 
 
@@ -367,3 +368,20 @@ def plan_recompute(
         model, parallel, registry=registry, hardware=hardware, runtime=runtime, reserve_bytes=reserve_bytes,
         precision=precision, census=census, attention=attention, unrestricted=unrestricted, offload=offload,
     )
+
+
+def search(model: ModelSpec, **kwargs: object) -> "SearchResult":
+    """Every parallel layout of a device count, recompute planned and ranked by step time.
+
+    The same as :func:`hp_core.search.search` (its keyword arguments:
+    ``registry``, ``devices``, ``hardware``, ``global_batch_size``,
+    ``seq_len``, ``runtime``, ``fixed``, ``top``, ``executor``, ...); see
+    docs/search.md.
+
+    Raises:
+        ConfigError: An unknown fixed name, a non-positive count, or a runtime
+            without a timing profile.
+    """
+    from hp_core.search import search as run
+
+    return run(model, **kwargs)  # type: ignore[arg-type]

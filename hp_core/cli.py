@@ -133,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_potentials_parser(sub)
     _add_recompute_parser(sub)
+    _add_search_parser(sub)
 
     plugins = sub.add_parser("plugins", help="list plugins, layer kinds, census sources, runtimes and hardware",
                              description="Plugins and what each provides, with the distribution and version.")
@@ -615,9 +616,97 @@ def _run_recompute(args: argparse.Namespace, registry: Registry, console: Consol
     return 0
 
 
+# ----------------------------------------------------------------------------- layout search
+
+
+def _fix(text: str) -> tuple[str, int]:
+    """``tp=8``: a degree held fixed by ``hp search``."""
+    from hp_core.search import FIXABLE
+
+    name, _, value = text.partition("=")
+    name = name.strip().replace("-", "_")
+    if name == "mbs":
+        name = "micro_batch_size"
+    if name not in FIXABLE or not value.strip().isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected NAME=N with NAME one of {', '.join(FIXABLE)} (or mbs), got {text!r}")
+    return name, int(value)
+
+
+def _add_search_parser(sub: Any) -> None:
+    """``hp search``: every layout of a device count, planned and ranked by step time."""
+    search = sub.add_parser(
+        "search", help="every parallel layout of a device count, recompute planned, ranked by step time",
+        description="Enumerate every dp cp tp pp vpp ep etp layout multiplying to --devices, every micro-batch size and "
+                    "ZeRO level the runtime runs; reject those that cannot work (counted by reason), plan recompute for "
+                    "the rest and rank them by step time (see docs/search.md).",
+    )
+    search.add_argument("--model", required=True, help="a preset name (see 'hp models') or a Hugging Face config.json / folder")
+    search.add_argument("--num-layers", type=_positive, help="keep the first N body layers")
+    search.add_argument("--devices", type=_positive, required=True, help="the device count every layout multiplies to")
+    search.add_argument("--hardware", required=True, help="hardware preset: its memory bounds the plans, its rates price them")
+    search.add_argument("--global-batch-size", type=_positive, default=1024, help="sequences per step (default 1024)")
+    search.add_argument("--seq-len", type=_positive, default=4096, help="tokens per sequence (default 4096)")
+    search.add_argument("--runtime", default="generic", help="runtime profile (see 'hp plugins'); default generic")
+    search.add_argument("--top", type=_positive, default=10, help="how many of the fastest layouts to show (default 10)")
+    search.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=N",
+                        help="hold a degree fixed: dp, cp, tp, pp, vpp, ep, etp, zero, mbs (repeatable)")
+    search.add_argument("--reserve", type=_reserve, default=0, metavar="SIZE", help="memory to keep free on every device (default 0)")
+    search.add_argument("--workers", type=_positive, default=1, help="processes planning layouts (default 1: in this process)")
+    search.add_argument("--json", action="store_true", help="print JSON instead of the table (no progress bar)")
+
+
+def _run_search(args: argparse.Namespace, registry: Registry, console: Console) -> int:
+    from concurrent.futures import ProcessPoolExecutor
+
+    from hp_core.job import resolve_model
+    from hp_core.search import search, search_to_json
+
+    base = structure(DEFAULT_CONFIG, ConfigFile, registry)
+    model = resolve_model(attrs.evolve(base, model=args.model, num_layers=args.num_layers), registry)
+    hardware = registry.hardware_preset(args.hardware, "--hardware").spec
+    fixed = dict(args.fix)
+    executor = ProcessPoolExecutor(max_workers=args.workers) if args.workers > 1 else None
+    kwargs = dict(registry=registry, devices=args.devices, hardware=hardware, global_batch_size=args.global_batch_size,
+                  seq_len=args.seq_len, runtime=args.runtime, fixed=fixed, top=args.top, executor=executor,
+                  reserve_bytes=args.reserve)
+    try:
+        if args.json or not sys.stdout.isatty():
+            result = search(model, **kwargs)
+        else:
+            from rich.progress import Progress
+
+            with Progress(console=console, transient=True) as bar:
+                job = bar.add_task("planning layouts", total=None)
+                result = search(model, progress=lambda done, total: bar.update(job, completed=done, total=total), **kwargs)
+    finally:
+        if executor is not None:
+            executor.shutdown()
+    if args.json:
+        print(json.dumps(search_to_json(result), indent=2))
+        return 0
+    table = Table(title=f"Fastest layouts: {result.model} on {result.devices} x {result.hardware}, runtime {result.runtime}, "
+                        f"global batch {result.global_batch_size} x {result.seq_len} tokens", title_justify="left")
+    for column in ("#", "Layout", "Peak GiB", "Stage peaks GiB", "Step s", "MFU", "Recompute plan"):
+        table.add_column(column, justify="left" if column in ("Layout", "Recompute plan") else "right")
+    for rank, c in enumerate(result.top, 1):
+        table.add_row(str(rank), c.layout.describe(), gib(c.peak_bytes), " ".join(gib(p) for p in c.stage_peaks_bytes),
+                      f"{c.step_seconds:.3f}", f"{c.mfu:.1%}", c.plan_summary)
+    console.print(table)
+    console.print(f"Considered {result.considered:,} candidates; planned {result.planned:,}; {result.fitting:,} fit.")
+    rejected = Table(title="Rejected", title_justify="left")
+    rejected.add_column("Reason")
+    rejected.add_column("Candidates", justify="right")
+    for reason, count in result.rejected.items():
+        rejected.add_row(reason, f"{count:,}")
+    console.print(rejected)
+    if not result.top:
+        console.print("No layout fits.")
+    return 0
+
+
 _COMMANDS = {"estimate": _run_estimate, "plugins": _run_plugins, "models": _run_models, "validate": _run_validate,
              "census": _run_census, "potentials": _run_potentials,
-             "recompute": _run_recompute}
+             "recompute": _run_recompute, "search": _run_search}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

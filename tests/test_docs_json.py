@@ -34,7 +34,7 @@ _OPAQUE = re.compile(
     r"|stages\[\]\.peak_points_bytes|stages\[\]\.parameters_by_kind|provenance\.candidates"
     r"|(plan|unrestricted)\.recompute\.(default|layers)|(plan|unrestricted)\.stages\[\]\.ranges\[\]\.setting"
     r"|steps\[\]\.recompute_layers|steps\[\]\.recompute_mode|export\.plan|trainer_plan\.plan|steps\[\]\.export\.plan"
-    r"|(kinds|formulas)\.<kind>\.provenance)$"
+    r"|(kinds|formulas)\.<kind>\.provenance|rejected|top\[\]\.recompute\.(default|layers))$"
 )
 
 _CASES = """\
@@ -64,6 +64,8 @@ def _commands(tmp_path: Path) -> dict[str, list[list[str]]]:
         "census": [["census", "--model", "llama3-8b", "--source", "formulas", "--seq-len", "512"]],
         "plugins": [["plugins"]],
         "models": [["models"]],
+        "search": [["search", "--model", "llama3-8b", "--num-layers", "4", "--devices", "8", "--hardware", "h100-sxm",
+                    "--global-batch-size", "8", "--seq-len", "2048", "--runtime", "megatron", "--fix", "tp=2", "--top", "2"]],
     }
 
 
@@ -87,7 +89,7 @@ def _documented() -> set[str]:
     return set(re.findall(r"`([^`\s]+)`", PAGE.read_text(encoding="utf-8")))
 
 
-@pytest.mark.parametrize("command", ["estimate", "recompute", "potentials", "validate", "census", "plugins", "models"])
+@pytest.mark.parametrize("command", ["estimate", "recompute", "potentials", "validate", "census", "plugins", "models", "search"])
 def test_every_json_key_of_the_command_is_documented(command, tmp_path, capsys):
     documented = _documented()
     assert f"## `hp {command} --json`" in PAGE.read_text(encoding="utf-8")

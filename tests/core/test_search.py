@@ -1,0 +1,142 @@
+"""The layout search: enumeration counts, rejection reasons, ranking, executors and the CLI."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+import attrs
+import pytest
+
+from hp_core.api import build_registry, estimate, model_from_preset, plan_recompute
+from hp_core.cli import main
+from hp_core.errors import ConfigError
+from hp_core.specs import RecomputeSpec, Setting
+from hp_core.timing import step_time
+from hp_core.search import R_BATCH, R_FULL, R_LAYERS, R_SLOWER, R_STATIC, balanced_layers, search, zero_levels
+
+REGISTRY = build_registry()
+MODEL = model_from_preset("llama3-8b", REGISTRY).with_body_layers(4, REGISTRY.kinds_placed("body"))
+H100 = REGISTRY.hardware_preset("h100-sxm").spec
+ARGS = dict(registry=REGISTRY, devices=8, hardware=H100, global_batch_size=16, seq_len=2048, runtime="megatron")
+
+
+@pytest.fixture(scope="module")
+def everything():
+    return search(MODEL, top=1000, **ARGS)
+
+
+def test_the_enumerated_count_is_the_one_counted_by_hand(everything):
+    # dp*cp*tp*pp = 8 = 2^3: with exponents (a, b, c, d), 4 - a - d tuples per (a, d).
+    # Micro-batch sizes divide 16 / dp: 5, 4, 3, 2 for a = 0..3. vpp divides 4 // pp: two for pp = 2,
+    # one otherwise (pp = 8 > 4 layers keeps vpp 1 and is rejected). Megatron runs ZeRO 0 and 1.
+    #   a=0: 4*5 + 3*5*2 + 2*5 + 1*5 = 65;  a=1: 3*4 + 2*4*2 + 1*4 = 32;  a=2: 2*3 + 1*3*2 = 12;  a=3: 1*2 = 2
+    assert zero_levels("megatron", 1) == (0, 1)
+    assert everything.considered == (65 + 32 + 12 + 2) * 2 == 222
+    # pp=8 (dp=cp=tp=1): 5 micro-batch sizes x 2 levels.
+    assert everything.rejected[R_LAYERS] == 10
+    # Interleaved (pp=2, vpp=2) needs an even count of micro-batches: dp*mbs = 16 fails, once per
+    # (cp, tp) with dp*cp*tp = 4: 3 tuples at dp=1, 2 at dp=2, 1 at dp=4; times 2 levels.
+    assert everything.rejected[R_BATCH] == 12
+    assert everything.planned + sum(everything.rejected.values()) == everything.considered
+    assert everything.fitting == len(everything.top) == everything.planned  # 80 GB is plenty for 4 layers
+
+
+def test_the_top_is_no_slower_than_any_candidate_and_its_plan_is_the_planners(everything):
+    times = [c.step_seconds for c in everything.top]
+    assert times == sorted(times)
+    keys = [(c.step_seconds, c.layout.key) for c in everything.top]
+    assert keys == sorted(keys)
+    best = everything.best
+    assert all(best.step_seconds <= c.step_seconds for c in everything.top)
+    plan = plan_recompute(MODEL, best.layout.parallel(2048, 16), registry=REGISTRY, hardware=H100, runtime="megatron")
+    assert plan.plan.step_seconds == best.step_seconds
+    assert plan.plan.peak_bytes == best.peak_bytes
+    assert plan.recompute == best.recompute
+    assert 0 < best.mfu < 1
+
+
+def test_pruning_by_the_step_time_bound_keeps_the_exact_top(everything):
+    # Nothing recomputed is the fastest any plan runs: the bound the second phase prunes with.
+    for c in everything.top[:40]:
+        fastest = step_time(MODEL, c.layout.parallel(2048, 16), registry=REGISTRY, hardware=H100, runtime="megatron")
+        assert fastest.step_seconds <= c.step_seconds * (1 + 1e-12)
+    few = search(MODEL, top=3, **ARGS)
+    assert few.top == everything.top[:3]
+    assert few.planned < everything.planned and few.rejected[R_SLOWER] == everything.planned - few.planned
+    assert few.planned + sum(few.rejected.values()) == few.considered
+
+
+def test_a_layout_that_cannot_fit_is_counted_under_its_reason():
+    fixed = {"tp": 1, "cp": 1, "pp": 1, "zero": 1}  # dp = 8: per-DP batch 2, micro-batch sizes 1 and 2
+    tiny = attrs.evolve(H100, memory_bytes=2**30)
+    result = search(MODEL, fixed=fixed, **{**ARGS, "hardware": tiny})
+    assert (result.considered, result.planned, result.top) == (2, 0, ())
+    assert result.rejected == {R_STATIC: 2}
+
+    layout = search(MODEL, fixed=fixed, top=1, **ARGS).best.layout
+    bound = estimate(MODEL, attrs.evolve(layout.parallel(2048, 16), micro_batch_size=1), registry=REGISTRY,
+                     runtime="megatron", recompute=RecomputeSpec(default=Setting(mode="full")))
+    stage = bound.stages[0]
+    between = attrs.evolve(H100, memory_bytes=(stage.memory.static_bytes + stage.peak_bytes) // 2)
+    result = search(MODEL, fixed=fixed, **{**ARGS, "hardware": between})
+    assert result.rejected == {R_FULL: 2} and result.planned == 0
+
+
+def test_balanced_layers_put_extra_layers_in_the_middle():
+    assert balanced_layers(8, 4) is None
+    assert balanced_layers(61, 16) == (3,) + (4,) * 13 + (3, 3)
+    assert balanced_layers(10, 4) == (2, 3, 3, 2)
+    assert sum(balanced_layers(61, 16)) == 61
+
+
+def test_the_same_top_whatever_the_executor():
+    kwargs = dict(top=8, fixed={"zero": 1}, **ARGS)
+    serial = search(MODEL, **kwargs)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        threaded = search(MODEL, executor=pool, **kwargs)
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        processes = search(MODEL, executor=pool, **kwargs)
+    assert serial == threaded == processes
+    assert len(serial.top) == 8
+
+
+def test_fixed_degrees_and_errors():
+    result = search(MODEL, fixed={"tp": 2, "pp": 2, "zero": 1}, top=50, **ARGS)
+    assert {(c.layout.tp, c.layout.pp, c.layout.zero) for c in result.top} == {(2, 2, 1)}
+    with pytest.raises(ConfigError, match="cannot fix"):
+        search(MODEL, fixed={"xp": 2}, **ARGS)
+    with pytest.raises(ConfigError):
+        search(MODEL, **{**ARGS, "devices": 0})
+
+
+def test_experts_are_searched_only_for_models_with_routed_experts():
+    moe = model_from_preset("mixtral-8x7b", REGISTRY).with_body_layers(2, REGISTRY.kinds_placed("body"))
+    result = search(moe, fixed={"tp": 1, "cp": 1, "pp": 1, "zero": 1, "micro_batch_size": 1}, top=50,
+                    **{**ARGS, "hardware": REGISTRY.hardware_preset("b200").spec})
+    assert {c.layout.ep * c.layout.etp for c in result.top} <= {1, 2, 4, 8}
+    assert any(c.layout.ep > 1 for c in result.top)
+    dense = search(MODEL, fixed={"tp": 1, "cp": 1, "pp": 1, "zero": 1, "micro_batch_size": 1}, top=50, **ARGS)
+    assert {(c.layout.ep, c.layout.etp) for c in dense.top} == {(1, 1)}
+
+
+def test_the_cli_prints_json_and_one_line_errors(capsys):
+    argv = ["search", "--model", "llama3-8b", "--num-layers", "4", "--devices", "8", "--hardware", "h100-sxm",
+            "--global-batch-size", "16", "--seq-len", "2048", "--runtime", "megatron", "--fix", "tp=2", "--fix", "zero=1"]
+    assert main([*argv, "--json", "--top", "3"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["top"]) == 3 and doc["top"][0]["layout"]["tp"] == 2 and doc["top"][0]["layout"]["sp"] is True
+    expected = search(MODEL, fixed={"tp": 2, "zero": 1}, top=3, **ARGS)
+    assert [c["step_seconds"] for c in doc["top"]] == [c.step_seconds for c in expected.top]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Fastest layouts" in out and "Considered" in out
+    assert main([*argv, "--fix", "pp=3"]) == 0  # nothing to enumerate: an empty table, not an error
+    assert "No layout fits" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--fix", "nope=1"])
+    assert exit_.value.code == 2
+    capsys.readouterr()
+    assert main(["search", "--model", "nope", "--devices", "8", "--hardware", "h100-sxm"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "hp search: error:" in err
