@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``hp`` parser (the CLI reference in docs/cli.md is checked against it)."""
     parser = _Parser(
         prog="hp",
-        description="Per-stage memory of N-D parallel LLM training, before launch.",
+        description="Per-stage memory, step time, recompute plans and layout search for N-D parallel LLM training, before launch.",
     )
     parser.add_argument("--version", action="version", version=f"hp-planner {__version__}")
     parser.add_argument(
