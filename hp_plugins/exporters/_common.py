@@ -71,6 +71,18 @@ def refuse(trainer: str, why: str, runs: str, suggestion: RecomputeSpec, write: 
     )
 
 
+def refuse_offload(trainer: str, runs: str, plan: RecomputeSpec, write: Callable[[RecomputeSpec], object]) -> PlanNotExecutable:
+    """The error refusing an offloading plan: the closest plan is *plan* without offload,
+    or, where the trainer refuses that too, the plan it suggests instead."""
+    stripped = without_offload(plan)
+    try:
+        write(stripped)
+        closest = stripped
+    except PlanNotExecutable as exc:
+        closest = exc.suggestion if exc.suggestion is not None else RecomputeSpec()
+    return refuse(trainer, "this exporter writes no activation offload", runs, closest, write)
+
+
 def per_layer(settings: list[Setting]) -> RecomputeSpec:
     """The compact plan giving each body layer its setting."""
     return compact(settings)

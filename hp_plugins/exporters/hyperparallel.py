@@ -32,7 +32,7 @@ from hp_core.recompute.layout import compact, plan_layout, range_key, settings_o
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_core.types import Exporter
-from hp_plugins.exporters._common import offloaded, refuse, without_offload
+from hp_plugins.exporters._common import offloaded, refuse_offload
 
 __all__ = ["export_hyperparallel", "hp_exporters"]
 
@@ -71,7 +71,7 @@ def export_hyperparallel(plan: RecomputeSpec, model: ModelSpec, parallel: Parall
         return export_hyperparallel(suggestion, model, parallel, registry=registry)
 
     if offloaded(plan):
-        raise refuse(_TRAINER, "this exporter writes no activation offload", _RUNS, without_offload(plan), write)
+        raise refuse_offload(_TRAINER, _RUNS, plan, write)
     settings = settings_of(plan, layout.count)
     for index, setting in enumerate(settings):
         full, switches = layout.switches(setting, index)  # an unknown switch is a ConfigError here

@@ -24,13 +24,12 @@ recomputes anything on (``full`` when that N is 1).
 
 from __future__ import annotations
 
-from hp_core.errors import PlanNotExecutable
 from hp_core.markers import hookimpl
 from hp_core.recompute.layout import PlanLayout, plan_layout
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_core.types import Exporter
-from hp_plugins.exporters._common import LayerPlan, offloaded, per_layer, read_plan, refuse, without_offload
+from hp_plugins.exporters._common import LayerPlan, offloaded, per_layer, read_plan, refuse, refuse_offload
 
 __all__ = ["export_torchtitan", "hp_exporters", "torchtitan_candidates"]
 
@@ -103,13 +102,7 @@ def export_torchtitan(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelS
         return export_torchtitan(suggestion, model, parallel, registry=registry)
 
     if offloaded(plan):
-        stripped = without_offload(plan)
-        try:
-            write(stripped)
-            closest = stripped
-        except PlanNotExecutable as exc:  # the plan without offload is refused too: take its suggestion
-            closest = exc.suggestion if exc.suggestion is not None else RecomputeSpec()
-        raise refuse(_TRAINER, "this exporter writes no activation offload", _RUNS, closest, write)
+        raise refuse_offload(_TRAINER, _RUNS, plan, write)
 
     layers = read_plan(plan, layout, runtime.implicit_recompute)
     if not any(layers.active):
