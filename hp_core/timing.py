@@ -10,7 +10,12 @@ The model, with its sources (figures come from the profile, each sourced there):
 
 * **Compute** per layer and micro-batch. Dense matmuls take
   ``flops / (peak * matmul)``; their backward ``matmul_backward_factor`` (2)
-  times that (Narayanan et al. 2021, Section 5.1). Grouped (expert) GEMMs --
+  times that (Narayanan et al. 2021, Section 5.1). Where the device states a
+  measured :class:`~hp_core.specs.timing.GemmTable`, each GEMM whose shape it
+  holds (a recorded weight over the micro-batch's tokens, a router's gating
+  GEMM, the routed experts' grouped GEMMs) takes the efficiency measured for
+  its forward, input-gradient and weight-gradient passes instead, the backward
+  being the two gradient GEMMs (:func:`_matmul_seconds`). Grouped (expert) GEMMs --
   the routed experts' FLOPs over the tokens a rank's experts process -- run at
   ``grouped_matmul * rows / (rows + grouped_half_rows)`` with ``rows`` the
   tokens per local expert (a roofline: reading an expert's weights costs
@@ -91,7 +96,8 @@ The model, with its sources (figures come from the profile, each sourced there):
 
 Known limitations: routing is balanced (no straggler expert); kernels other
 than those above (rotary embedding, router top-k, loss) are priced by their
-counted elementwise FLOPs; host overheads (Python, launch gaps, logging) are
+counted elementwise FLOPs; GEMMs of shapes no table holds run at the one
+``matmul`` efficiency; host overheads (Python, launch gaps, logging) are
 not priced; gradient reduction of a tied embedding between the first and
 last stage is not priced; communication shapes are read from the layer
 configs' Hugging Face field names (``hidden_size``, ``num_attention_heads``,
@@ -111,7 +117,7 @@ from hp_core.errors import ConfigError
 from hp_core.registry import Registry
 from hp_core.stage import offloaded_bytes
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
-from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS, DeviceEfficiency, TimingProfile
+from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS, DeviceEfficiency, GemmTable, TimingProfile
 from hp_core.types import LayerContext, LayerCost, LayerKind
 
 __all__ = [
@@ -326,6 +332,13 @@ class _Shape:
         score_flops: The softmax's elementwise FLOPs over the score matrix.
         table_elements: Elements of a lookup table's shard (a layer with
             parameters and no matmul: the embedding).
+        gemms: The dense GEMMs whose shapes are known, ``(rows, fan_out,
+            fan_in)``: each linear weight the kind records
+            (``LayerCost.weight_shapes``) over the micro-batch's tokens, the
+            routed experts' excluded, and an MoE router's gating GEMM.
+        expert_gemms: The routed experts' grouped GEMMs, ``(experts on the
+            rank, rows per expert, fan_out, fan_in)``: SwiGLU's gate and up
+            projection, then the down projection.
     """
 
     blocks: int = 0
@@ -345,6 +358,8 @@ class _Shape:
     latent_rank: int = 0
     score_flops: float = 0.0
     table_elements: float = 0.0
+    gemms: tuple[tuple[int, int, int], ...] = ()
+    expert_gemms: tuple[tuple[int, float, int, int], ...] = ()
 
 
 def _shape(config: Any, kind: LayerKind, x: LayerContext, cost: LayerCost) -> _Shape:
@@ -399,6 +414,9 @@ def _shape(config: Any, kind: LayerKind, x: LayerContext, cost: LayerCost) -> _S
             kv_bytes = T * kv_heads * 2 * d * act
             qkvo_bytes = T * (2 * heads / tp + 2 * kv_heads) * d * act
     ep_bytes = grouped = rows = permute = permute_input = router = 0.0
+    routed_shapes: set[tuple[int, int]] = set()
+    gemms: list[tuple[int, int, int]] = []
+    expert_gemms: tuple[tuple[int, float, int, int], ...] = ()
     experts = getattr(config, "num_experts", None)
     if experts is not None and getattr(config, "num_experts_per_tok", None) is not None:
         # Tokens a rank's experts process (hp_plugins._blocks.moe_tokens): k * T / sp,
@@ -414,10 +432,17 @@ def _shape(config: Any, kind: LayerKind, x: LayerContext, cost: LayerCost) -> _S
         permute = processed * h * act
         permute_input = T / x.sp_degree * h * act
         router = T / x.sp_degree * experts
+        local = max(experts // x.ep, 1)
+        expert_gemms = ((local, rows, 2 * width, h), (local, rows, h, width))
+        routed_shapes = {(2 * width, h), (h, width)}
+        gemms.append((T // x.sp_degree, experts, h))  # the router's gating GEMM (not a recorded weight)
+    # Every other linear runs over the micro-batch's tokens (SP-gathered under TP).
+    gemms += [(T, fan_out, fan_in) for fan_out, fan_in in cost.weight_shapes if (fan_out, fan_in) not in routed_shapes]
     return _Shape(
         blocks=blocks, vocab=vocab, tp_bytes=T * h * act, kv_bytes=kv_bytes, qkvo_bytes=qkvo_bytes,
         attention_calls=1 if heads is not None else 0, ep_bytes=ep_bytes, grouped_flops=grouped, expert_rows=rows,
         permute_bytes=permute, permute_input_bytes=permute_input, mla=mla, mla_copy_bytes=mla_copy, router_elements=router, latent_rank=latent, score_flops=scores, table_elements=table,
+        gemms=tuple(gemms), expert_gemms=expert_gemms,
     )
 
 
@@ -481,6 +506,7 @@ class _Rates:
     dtype: str
     peak: float
     matmul: float
+    gemm_table: GemmTable | None
     grouped: float
     half_rows: float
     attn_fwd: float
@@ -534,7 +560,9 @@ def _rates(
         return fallback if figure is None else figure.value
 
     return _Rates(
-        dtype=dtype, peak=peak, matmul=dev.matmul.value, grouped=dev.grouped_matmul.value, half_rows=dev.grouped_half_rows.value,
+        dtype=dtype, peak=peak, matmul=dev.matmul.value,
+        gemm_table=dev.gemm_table if dev.gemm_table is not None and dev.gemm_table.dtype == dtype else None,
+        grouped=dev.grouped_matmul.value, half_rows=dev.grouped_half_rows.value,
         attn_fwd=dev.attention_forward.value, attn_bwd=dev.attention_backward.value,
         attn_fwd_overhead=dev.attention_forward_overhead_seconds.value,
         attn_bwd_overhead=dev.attention_backward_overhead_seconds.value,
@@ -566,11 +594,7 @@ def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozense
     f = cost.forward
     # Compute.
     grouped = min(shape.grouped_flops, f.matmul_flops)
-    dense = f.matmul_flops - grouped
-    mm_fwd = dense / (r.peak * r.matmul)
-    if grouped:
-        rows = shape.expert_rows
-        mm_fwd += grouped / (r.peak * r.grouped * rows / (rows + r.half_rows))
+    mm_fwd, mm_bwd = _matmul_seconds(f.matmul_flops - grouped, grouped, shape, r)
     if f.attention_flops and r.flash:
         calls = shape.attention_calls * (r.cp if r.cp_algorithm == "p2p" else 1)
         executed = f.attention_flops * r.causal
@@ -595,7 +619,7 @@ def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozense
         permute = traffic / r.permute_memory + r.permute_overhead
     router_fwd = shape.router_elements * r.router_fwd
     forward = mm_fwd + att_fwd + el_fwd + permute + mla_copy + router_fwd
-    backward = r.mm_backward * mm_fwd + att_bwd + r.el_backward * el_fwd + permute + mla_copy + shape.router_elements * r.router_bwd
+    backward = mm_bwd + att_bwd + r.el_backward * el_fwd + permute + mla_copy + shape.router_elements * r.router_bwd
     if shape.table_elements:
         # A lookup table's backward writes a dense gradient of the rank's shard and reads it
         # into the gradient buffer (PyTorch embedding_dense_backward, then main_grad +=).
@@ -669,6 +693,46 @@ def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozense
             else:
                 recompute += 2 * nbytes / r.memory
     return (forward, backward, recompute, comm, model_flops, recomputed_flops)
+
+
+def _matmul_seconds(dense: float, grouped: float, shape: _Shape, r: _Rates) -> tuple[float, float]:
+    """Forward and backward seconds of a layer's dense and grouped GEMMs (module docstring).
+
+    Without a measured table every dense GEMM runs at ``matmul`` and the
+    grouped ones at the fitted ``grouped * rows / (rows + half_rows)``; the
+    backward is ``matmul_backward_factor`` times the forward. A GEMM whose
+    shape the device's :class:`~hp_core.specs.timing.GemmTable` holds takes the
+    efficiency measured for each of its three passes, its backward being the
+    input-gradient and weight-gradient GEMMs (scaled by
+    ``matmul_backward_factor / 2``). Dense FLOPs the known shapes do not
+    account for (a weight shape shared by two layers, a kind recording none)
+    run at ``matmul``; if the known shapes claim more FLOPs than the layer
+    counts, their token counts are not the layer's and the table is not used.
+    """
+    table = r.gemm_table
+    fwd = bwd = 0.0  # FLOPs over efficiency
+    rest = dense
+    if table is not None and shape.gemms:
+        listed, covered, f_eff, b_eff = table.price(shape.gemms)
+        if listed <= dense * (1 + 1e-9):
+            rest -= covered
+            fwd += f_eff
+            bwd += r.mm_backward / 2 * b_eff
+    fwd += rest / r.matmul
+    bwd += r.mm_backward * rest / r.matmul
+    if grouped:
+        rows = shape.expert_rows
+        fitted = r.grouped * rows / (rows + r.half_rows)
+        left = grouped
+        if table is not None and shape.expert_gemms:
+            listed, covered, f_eff, b_eff = table.price(shape.expert_gemms, grouped=True)
+            scale = grouped / listed  # the layer's count of the routed FLOPs rules
+            left -= covered * scale
+            fwd += f_eff * scale
+            bwd += r.mm_backward / 2 * b_eff * scale
+        fwd += left / fitted
+        bwd += r.mm_backward * left / fitted
+    return fwd / r.peak, bwd / r.peak
 
 
 @attrs.frozen

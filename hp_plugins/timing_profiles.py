@@ -26,7 +26,10 @@ Device efficiencies, per architecture (the hardware presets' ``architecture``):
   the same for MLA's head-dim-192/128 kernels, the grouped GEMM's
   half-efficiency rows) are least-squares fits of a two-parameter model to
   those microbenchmarks, done for this module (``docs/time.md`` shows the
-  fits). The MoE router figures were measured for this module on an H200
+  fits). Its GEMM table (:data:`B200_GEMMS`) is that file's per-shape GEMM
+  and grouped-GEMM measurements as published (:mod:`hp_plugins.gemm_b200`);
+  ``matmul`` is their mean, for shapes the table lacks. The MoE router
+  figures were measured for this module on an H200
   (``benchmarks/bench_moe_router.py``), for want of a B200 measurement.
 * ``hopper`` (H100, H200) -- starter values, not shape-calibrated: SimuMax's
   ``configs/system/h100_nvlink.json`` (commit 160921c), whose own note says so,
@@ -43,9 +46,10 @@ from __future__ import annotations
 
 import attrs
 
-from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
+from hp_core.specs.timing import CommOverlap, DeviceEfficiency, GemmTable, Sourced, TimingProfile
+from hp_plugins import gemm_b200
 
-__all__ = ["AMPERE", "ANY_DEVICE", "BLACKWELL", "GENERIC", "HOPPER", "MEGATRON_LM_2022", "MEGATRON_TE", "PROFILES"]
+__all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "GENERIC", "HOPPER", "MEGATRON_LM_2022", "MEGATRON_TE", "PROFILES"]
 
 _SIMUMAX_B200 = "SimuMax v1.2 configs/system/b200_bf16_ceperm.json (MooreThreads/SimuMax@4dcaae5), measured on 8x B200 with TE 2.11"
 _SIMUMAX_H100 = "SimuMax configs/system/h100_nvlink.json (MooreThreads/SimuMax@160921c): spec-based starter value, 'NOT shape-calibrated' per its note"
@@ -57,6 +61,41 @@ _ROUTER_H200 = (
     "MoEAuxLossAutoScaler) at 4096 tokens x 160 experts, kernel time summed by torch.profiler"
 )
 _SIMUMAX_A100 = "SimuMax configs/system/a100_pcie.json (MooreThreads/SimuMax@acdbb66), measured on A100 PCIe"
+
+
+def _simumax_gemm_table() -> GemmTable:
+    """SimuMax's B200 GEMM measurements (:mod:`hp_plugins.gemm_b200`) as a :class:`GemmTable`.
+
+    Transformer Engine runs a linear layer of ``fan_in`` inputs and ``fan_out``
+    outputs over ``T`` tokens as three cuBLAS GEMMs, which SimuMax keys by
+    cuBLAS's ``m, k, n`` and layout: the forward ``TN`` (``m = T, k = fan_in,
+    n = fan_out``), the input gradient ``NN`` (``m = T, k = fan_out, n = fan_in``)
+    and the weight gradient ``NT`` (``m = fan_out, k = T, n = fan_in``). Where a
+    weight gradient is measured both accumulating into an fp32 buffer and
+    writing bf16, the fp32 one is taken: Megatron-Core's default
+    ``--gradient-accumulation-fusion`` accumulates into the fp32 ``main_grad``;
+    likewise the grouped rows measured with an fp32 main gradient.
+    """
+    dense: dict[tuple, float] = {}
+    for m, k, n, layout, out_dtype, efficiency in gemm_b200.MATMUL:
+        key = {"TN": ("forward", m, n, k), "NN": ("input_gradient", m, k, n), "NT": ("weight_gradient", k, m, n)}[layout]
+        if key not in dense or out_dtype == "fp32":
+            dense[key] = efficiency
+    passes = {"fwd": "forward", "bwd_grad_act": "input_gradient", "bwd_grad_w": "weight_gradient"}
+    grouped: dict[tuple, float] = {}
+    for experts, rows, fan_out, fan_in, stage, main_grad, efficiency in gemm_b200.GROUPED_MATMUL:
+        key = (passes[stage], experts, rows, fan_out, fan_in)
+        if key not in grouped or main_grad == "fp32":
+            grouped[key] = efficiency
+    return GemmTable(
+        source=gemm_b200.SOURCE,
+        dense=tuple(key + (value,) for key, value in dense.items()),
+        grouped=tuple(key + (value,) for key, value in grouped.items()),
+    )
+
+
+# The B200 table: 144 dense and 20 grouped GEMM shapes, each measured in its three passes.
+B200_GEMMS = _simumax_gemm_table()
 
 BLACKWELL = DeviceEfficiency(
     architecture="blackwell",
@@ -120,6 +159,7 @@ BLACKWELL = DeviceEfficiency(
         52.3e-6, f"{_ROUTER_H200} (as for the forward, taken from H200): 26 backward kernels, 122.0 us, less the gating GEMM's two gradient GEMMs (39.1 us) "
         "and the benchmark's own accumulation into its input's .grad (30.6 us)"
     ),
+    gemm_table=B200_GEMMS,
 )
 
 HOPPER = DeviceEfficiency(

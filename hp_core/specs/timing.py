@@ -22,6 +22,7 @@ The profile has three parts:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -32,6 +33,8 @@ __all__ = [
     "ALL_REDUCE_ALGORITHMS",
     "CommOverlap",
     "DeviceEfficiency",
+    "GEMM_PASSES",
+    "GemmTable",
     "ROUTER_REFERENCE_ELEMENTS",
     "Sourced",
     "TimingProfile",
@@ -40,6 +43,8 @@ __all__ = [
 # NCCL's all-reduce algorithms for large messages: ``ring`` (bandwidth-optimal,
 # latency grows with n) and ``tree`` (double binary tree, latency grows with log n).
 ALL_REDUCE_ALGORITHMS = ("ring", "tree")
+# The three GEMMs of a linear layer: the forward, the input gradient and the weight gradient.
+GEMM_PASSES = ("forward", "input_gradient", "weight_gradient")
 # The routed tokens times experts of one micro-batch at which the router figures are
 # measured (DeepSeek-V2: 4096 tokens, 160 experts); a layer's router time scales with its own.
 ROUTER_REFERENCE_ELEMENTS = 4096 * 160
@@ -94,6 +99,119 @@ def _sourced(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
         raise ValueError(f"{attribute.name} must be a Sourced figure")
 
 
+def _gemm_rows(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    width = 6 if attribute.name == "grouped" else 5
+    for row in value:
+        if (
+            len(row) != width
+            or row[0] not in GEMM_PASSES
+            or any(not isinstance(d, int) or isinstance(d, bool) or d <= 0 for d in row[1:-1])
+            or not 0 < row[-1] <= 1
+        ):
+            raise ValueError(f"{attribute.name}: a row must be (pass, {'experts, ' if width == 6 else ''}rows, fan_out, fan_in, efficiency) "
+                             f"with pass one of {GEMM_PASSES}, positive integer sizes and an efficiency in (0, 1]; got {row!r}")
+
+
+@attrs.frozen(kw_only=True, cache_hash=True)
+class GemmTable:
+    """Measured GEMM efficiencies of one device by shape, for the shapes a benchmark timed.
+
+    A linear layer with ``fan_in`` inputs and ``fan_out`` outputs over ``rows``
+    tokens runs three GEMMs (:data:`GEMM_PASSES`), each of ``2 * rows * fan_in *
+    fan_out`` FLOPs: the forward, the input gradient and the weight gradient.
+    A GEMM takes the efficiency measured for the table's shape nearest to it
+    (the largest ratio over its dimensions, in log space) when every dimension
+    is within :attr:`tolerance` of it, else ``None``: the caller falls back to
+    the device's single figure. Grouped (expert) GEMMs are keyed by the experts
+    on the rank as well.
+
+    Attributes:
+        source: Where the measurements come from.
+        dense: ``(pass, rows, fan_out, fan_in, efficiency)`` rows.
+        grouped: ``(pass, experts, rows per expert, fan_out, fan_in, efficiency)`` rows.
+        tolerance: The largest ratio between a GEMM's dimension and the
+            measured shape's for the measurement to stand for it.
+        dtype: The compute dtype measured; other dtypes are not looked up.
+    """
+
+    source: str = attrs.field(validator=_text)
+    dense: tuple[tuple[Any, ...], ...] = attrs.field(converter=tuple, validator=_gemm_rows, repr=False)
+    grouped: tuple[tuple[Any, ...], ...] = attrs.field(default=(), converter=tuple, validator=_gemm_rows, repr=False)
+    tolerance: float = attrs.field(default=1.05)
+    dtype: str = "bf16"
+    _index: dict = attrs.field(init=False, factory=dict, eq=False, hash=False, repr=False)
+    _found: dict = attrs.field(init=False, factory=dict, eq=False, hash=False, repr=False)
+
+    @tolerance.validator
+    def _check_tolerance(self, attribute: attrs.Attribute, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
+            raise ValueError(f"tolerance must be a ratio of at least 1, got {value!r}")
+
+    def _rows(self, key: tuple) -> list[tuple[tuple[float, ...], float]]:
+        if not self._index:
+            for rows, grouped in ((self.dense, False), (self.grouped, True)):
+                for row in rows:
+                    self._index.setdefault((grouped, row[0]), []).append((tuple(math.log(d) for d in row[1:-1]), row[-1]))
+            self._index[None] = []  # built, even for an empty table
+        return self._index.get(key, [])
+
+    def efficiency(self, gemm_pass: str, rows: float, fan_out: int, fan_in: int, experts: int = 0) -> float | None:
+        """The measured efficiency for the nearest shape within :attr:`tolerance`, else ``None``.
+
+        Args:
+            gemm_pass: One of :data:`GEMM_PASSES`.
+            rows: Tokens (per expert, for a grouped GEMM).
+            fan_out: The layer's outputs (per expert).
+            fan_in: The layer's inputs (per expert).
+            experts: Experts on the rank for a grouped GEMM; 0 for a dense one.
+        """
+        key = (gemm_pass, experts, rows, fan_out, fan_in)
+        if key in self._found:
+            return self._found[key]
+        point = tuple(math.log(max(d, 1)) for d in ((experts,) if experts else ()) + (rows, fan_out, fan_in))
+        limit = math.log(self.tolerance) + 1e-12
+        best, found = limit, None
+        for logs, value in self._rows((bool(experts), gemm_pass)):
+            distance = max(abs(a - b) for a, b in zip(logs, point))
+            if distance <= best:
+                best, found = distance, value
+        self._found[key] = found
+        return found
+
+    def price(self, gemms: tuple[tuple[Any, ...], ...], grouped: bool = False) -> tuple[float, float, float, float]:
+        """FLOPs of *gemms* and their FLOPs over efficiency, per pass, for the shapes the table holds (cached).
+
+        Args:
+            gemms: Dense ``(rows, fan_out, fan_in)`` or, with *grouped*,
+                ``(experts, rows per expert, fan_out, fan_in)`` GEMMs, each the
+                forward of a linear layer (``2 * rows * fan_out * fan_in`` FLOPs
+                per expert).
+            grouped: The GEMMs are grouped expert GEMMs.
+
+        Returns:
+            ``(listed, covered, forward, backward)``: the forward FLOPs of all of
+            *gemms*, of those whose three passes the table holds, and for
+            those the forward's and the two backward GEMMs' FLOPs divided by
+            their efficiencies (times ``1 / peak`` is seconds).
+        """
+        key = (grouped, gemms)
+        if key in self._found:
+            return self._found[key]
+        listed = covered = forward = backward = 0.0
+        for gemm in gemms:
+            experts, shape = (gemm[0], gemm[1:]) if grouped else (0, gemm)
+            flops = 2.0 * max(experts, 1) * shape[0] * shape[1] * shape[2]
+            listed += flops
+            e_fwd, e_dgrad, e_wgrad = (self.efficiency(p, *shape, experts=experts) for p in GEMM_PASSES)
+            if e_fwd is None or e_dgrad is None or e_wgrad is None:
+                continue
+            covered += flops
+            forward += flops / e_fwd
+            backward += flops / e_dgrad + flops / e_wgrad
+        self._found[key] = result = (listed, covered, forward, backward)
+        return result
+
+
 @attrs.frozen(kw_only=True)
 class DeviceEfficiency:
     """Achieved fractions of one device architecture's peaks, under one trainer's kernels.
@@ -146,6 +264,10 @@ class DeviceEfficiency:
             :data:`ROUTER_REFERENCE_ELEMENTS` routed tokens times experts and
             scaled by the layer's; ``None``: not priced.
         moe_router_backward_seconds: Likewise in the backward.
+        gemm_table: Measured GEMM efficiencies by shape (:class:`GemmTable`):
+            a dense or grouped GEMM whose shape it holds takes its own
+            efficiency per pass; any other takes :attr:`matmul`, respectively
+            the grouped fit. ``None``: every GEMM takes the single figures.
     """
 
     architecture: str
@@ -169,13 +291,14 @@ class DeviceEfficiency:
     moe_permute_overhead_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     moe_router_forward_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     moe_router_backward_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
+    gemm_table: GemmTable | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(GemmTable)))
 
     def figures(self) -> dict[str, Sourced]:
-        """Every figure the entry states, by field name (optional figures left unstated are omitted)."""
+        """Every figure the entry states, by field name (optional figures left unstated and the GEMM table are omitted)."""
         return {
             a.name: getattr(self, a.name)
             for a in attrs.fields(type(self))
-            if a.name != "architecture" and getattr(self, a.name) is not None
+            if isinstance(getattr(self, a.name), Sourced)
         }
 
 

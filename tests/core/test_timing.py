@@ -515,3 +515,80 @@ def test_moe_router_kernels_scale_with_routed_tokens_times_experts():
     measured = attrs.evolve(TOY_DEVICE, moe_router_forward_seconds=_figure(3e-4), moe_router_backward_seconds=_figure(5e-5))
     forward, backward = _layer_time(cost, shape, False, frozenset(), _toy_rates(measured))[:2]
     assert forward == pytest.approx(6e-4) and backward == pytest.approx(1e-4)
+
+
+# ----------------------------------------------------------------------------- GEMM efficiency by shape
+
+
+def _table(**kw):
+    from hp_core.specs.timing import GemmTable
+
+    dense = [("forward", 1000, 2000, 4000, 0.4), ("input_gradient", 1000, 2000, 4000, 0.2), ("weight_gradient", 1000, 2000, 4000, 0.1),
+             ("forward", 1000, 100, 4000, 0.8)]  # a second shape, forward only
+    grouped = [(p, 8, 500, 2000, 4000, e) for p, e in (("forward", 0.5), ("input_gradient", 0.25), ("weight_gradient", 0.125))]
+    return GemmTable(source="a hand-made table", dense=dense, grouped=grouped, **kw)
+
+
+def test_gemm_table_takes_the_nearest_measured_shape_within_its_tolerance():
+    table = _table()
+    assert table.efficiency("forward", 1000, 2000, 4000) == 0.4
+    assert table.efficiency("forward", 1040, 1950, 4100) == 0.4  # every dimension within 5%
+    assert table.efficiency("forward", 1100, 2000, 4000) is None  # 10% off in one: not measured
+    assert table.efficiency("input_gradient", 1000, 100, 4000) is None  # that shape's other passes are not in it
+    assert table.efficiency("forward", 500, 2000, 4000, experts=8) == 0.5
+    assert table.efficiency("forward", 500, 2000, 4000, experts=16) is None  # grouped shapes are keyed by the experts too
+    assert _table(tolerance=1.25).efficiency("forward", 1100, 2000, 4000) == 0.4
+    with pytest.raises(ValueError, match="pass"):
+        attrs.evolve(table, dense=[("backward", 1, 1, 1, 0.5)])
+    with pytest.raises(ValueError, match="tolerance"):
+        _table(tolerance=0.9)
+
+
+def test_gemm_table_prices_each_pass_of_a_measured_shape_and_the_rest_at_the_single_figure():
+    from hp_core.timing import _layer_time, _Shape
+    from hp_core.types import LayerCost
+
+    measured = 2 * 1000 * 2000 * 4000  # 16 GFLOP in the table
+    other = 4e9  # the second, unmeasured GEMM (0.8 GFLOP) and GEMMs of unknown shape
+    cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0, forward=Flops(matmul_flops=measured + other))
+    shape = _Shape(gemms=((1000, 2000, 4000), (1000, 100, 4000)))  # the second lacks its backward passes: unpriced
+    device = attrs.evolve(TOY_DEVICE, gemm_table=_table())
+    forward, backward = _layer_time(cost, shape, False, frozenset(), _toy_rates(device))[:2]
+    rest = other  # priced at matmul 0.5, backward twice that
+    assert forward == pytest.approx((measured / 0.4 + rest / 0.5) / PEAK)
+    # Backward: the input-gradient and weight-gradient GEMMs at their own efficiencies.
+    assert backward == pytest.approx((measured / 0.2 + measured / 0.1 + 2 * rest / 0.5) / PEAK)
+    # No table: everything at matmul, as before.
+    plain = _layer_time(cost, shape, False, frozenset(), _toy_rates())[:2]
+    assert plain == pytest.approx(((measured + other) / 0.5 / PEAK, 2 * (measured + other) / 0.5 / PEAK))
+    # Shapes claiming more FLOPs than the layer counts are not its GEMMs: the table is not used.
+    small = attrs.evolve(cost, forward=Flops(matmul_flops=1e9))
+    assert _layer_time(small, shape, False, frozenset(), _toy_rates(device))[0] == pytest.approx(1e9 / 0.5 / PEAK)
+
+
+def test_gemm_table_prices_measured_grouped_gemms_and_fits_the_rest():
+    from hp_core.timing import _layer_time, _Shape
+    from hp_core.types import LayerCost
+
+    one = 2 * 8 * 500 * 2000 * 4000  # the measured grouped GEMM over its 8 experts
+    cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0, forward=Flops(matmul_flops=2 * one))
+    shape = _Shape(grouped_flops=2 * one, expert_rows=500, expert_gemms=((8, 500, 2000, 4000), (8, 500, 4000, 2000)))
+    device = attrs.evolve(TOY_DEVICE, gemm_table=_table())
+    forward, backward = _layer_time(cost, shape, False, frozenset(), _toy_rates(device))[:2]
+    fitted = 0.5 * 500 / (500 + 100)  # grouped_matmul * rows / (rows + half_rows) for the unmeasured one
+    assert forward == pytest.approx((one / 0.5 + one / fitted) / PEAK)
+    assert backward == pytest.approx((one / 0.25 + one / 0.125 + 2 * one / fitted) / PEAK)
+
+
+def test_b200_table_maps_te_gemm_layouts_to_passes():
+    """SimuMax keys TE's GEMMs by cuBLAS m, k, n: forward TN (T, in, out), dgrad NN (T, out, in), wgrad NT (out, T, in)."""
+    from hp_plugins.timing_profiles import B200_GEMMS, BLACKWELL
+
+    assert BLACKWELL.gemm_table is B200_GEMMS and "gemm_table" not in BLACKWELL.figures()
+    # Llama-3-70B's QKV projection at TP 1: 8192 inputs, 10240 outputs, 4096 tokens.
+    assert B200_GEMMS.efficiency("forward", 4096, 10240, 8192) == pytest.approx(0.64516, abs=1e-5)  # m=4096 k=8192 n=10240 TN
+    assert B200_GEMMS.efficiency("input_gradient", 4096, 10240, 8192) == pytest.approx(0.49804, abs=1e-5)  # m=4096 k=10240 n=8192 NN
+    # m=10240 k=4096 n=8192 NT, the fp32-accumulating row (gradient accumulation fusion) rather than bf16.
+    assert B200_GEMMS.efficiency("weight_gradient", 4096, 10240, 8192) == pytest.approx(0.59795, abs=1e-5)
+    # DeepSeek-V2's experts at EP 8: 20 per rank, 1232 rows each, gate and up projection.
+    assert B200_GEMMS.efficiency("weight_gradient", 1232, 3072, 5120, experts=20) == pytest.approx(0.32760, abs=1e-5)
