@@ -653,6 +653,8 @@ def _add_search_parser(sub: Any) -> None:
     search.add_argument("--reserve", type=_reserve, default=0, metavar="SIZE", help="memory to keep free on every device (default 0)")
     search.add_argument("--workers", type=_positive, default=1, help="processes planning layouts (default 1: in this process)")
     search.add_argument("--json", action="store_true", help="print JSON instead of the table (no progress bar)")
+    search.add_argument("--csv", metavar="FILE", help="write the top K as CSV, one row per layout (columns: docs/search.md)")
+    search.add_argument("--plot", metavar="FILE.png", help="plot the top K's step time against peak memory (extra 'plots': matplotlib)")
 
 
 def _run_search(args: argparse.Namespace, registry: Registry, console: Console) -> int:
@@ -660,7 +662,10 @@ def _run_search(args: argparse.Namespace, registry: Registry, console: Console) 
 
     from hp_core.job import resolve_model
     from hp_core.search import search, search_to_json
+    from hp_core.search_export import check_plot, plot_search, write_search_csv
 
+    if args.plot is not None:
+        check_plot(args.plot)  # before a search that may take minutes
     base = structure(DEFAULT_CONFIG, ConfigFile, registry)
     model = resolve_model(attrs.evolve(base, model=args.model, num_layers=args.num_layers), registry)
     hardware = registry.hardware_preset(args.hardware, "--hardware").spec
@@ -681,6 +686,10 @@ def _run_search(args: argparse.Namespace, registry: Registry, console: Console) 
     finally:
         if executor is not None:
             executor.shutdown()
+    if args.csv is not None:
+        write_search_csv(result, args.csv)
+    if args.plot is not None:
+        plot_search(result, args.plot, memory_bytes=hardware.memory_bytes, reserve_bytes=args.reserve)
     if args.json:
         print(json.dumps(search_to_json(result), indent=2))
         return 0
@@ -701,6 +710,9 @@ def _run_search(args: argparse.Namespace, registry: Registry, console: Console) 
     console.print(rejected)
     if not result.top:
         console.print("No layout fits.")
+    for what, path in (("CSV", args.csv), ("plot", args.plot)):
+        if path is not None:
+            console.print(f"Wrote {what} {path}")
     return 0
 
 

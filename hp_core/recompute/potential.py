@@ -26,14 +26,13 @@ import csv
 import json
 import math
 import os
-import tempfile
-from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import attrs
 
 from hp_core.api import estimate
 from hp_core.errors import ConfigError
+from hp_core.files import atomic_write, check_png, pyplot
 from hp_core.recompute.layout import compact, plan_layout, range_key, setting_value, settings_of, spec_from_settings
 from hp_core.registry import Registry
 from hp_core.results import Estimate
@@ -284,20 +283,6 @@ def potential_rows(sequence: PotentialSequence, kinds: Sequence[str]) -> Iterato
         yield row
 
 
-def _atomic(path: str | os.PathLike, write: Callable[[str], None], suffix: str) -> None:
-    """Write through *write(temporary path)* in the target's folder, then replace the target."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
-    os.close(handle)
-    try:
-        write(temporary)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def write_potentials_csv(
     sequences: Sequence[PotentialSequence], kinds: Sequence[str], path: str | os.PathLike
 ) -> None:
@@ -320,7 +305,7 @@ def write_potentials_csv(
             for sequence in sequences:
                 writer.writerows(potential_rows(sequence, kinds))
 
-    _atomic(path, write, ".csv")
+    atomic_write(path, write, ".csv", flag="--csv")
 
 
 # ----------------------------------------------------------------------------- plot
@@ -338,15 +323,8 @@ def plot_potentials(
     Raises:
         ConfigError: matplotlib is not installed, or *path* does not end in ``.png``.
     """
-    if not str(path).lower().endswith(".png"):
-        raise ConfigError("--plot", f"the plot is a PNG file ending in .png, got {path}")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("--plot", "a plot needs matplotlib: pip install 'hp-planner[plots]'") from None
+    check_png(path)
+    plt = pyplot()
     figure, axes = plt.subplots(figsize=(8, 5), dpi=120)
     try:
         groups = plot_groups(sequences, top) if len(sequences) > 1 else [(s, _ordered(s.steps)) for s in sequences]
@@ -363,6 +341,6 @@ def plot_potentials(
         axes.grid(True, alpha=0.3)
         axes.legend(fontsize=8)
         figure.tight_layout()
-        _atomic(path, lambda temporary: figure.savefig(temporary, format="png"), ".png")
+        atomic_write(path, lambda temporary: figure.savefig(temporary, format="png"), ".png", flag="--plot")
     finally:
         plt.close(figure)
