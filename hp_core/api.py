@@ -176,17 +176,50 @@ def _apply_census(cost: LayerCost, record: CensusRecord, context: LayerContext, 
 
 
 def with_sublayers(context: LayerContext, registry: Registry) -> LayerContext:
-    """The context, able to evaluate nested layer groups (an MTP module's layer) through the registry."""
+    """The context, able to evaluate nested layer groups (an MTP module's layer) through the registry.
+
+    Within the returned context a kind and config are evaluated once:
+    :func:`evaluate_groups` and nested evaluations share the answers, so an
+    MTP module's layer costs nothing when the body already has that layer.
+    """
+    evaluated: dict[tuple[str, object], LayerCost] = {}
 
     def sublayer(group: LayerGroup) -> LayerCost:
         path = "$.model.layers[].config.layer"
         kind = registry.layer_kind(group.kind, f"{path}.kind")
         if kind.placement != "body":
             raise ConfigError(f"{path}.kind", f"a nested layer must be of a body kind, not {kind.name!r}")
-        return _evaluate(kind, group.config, full, f"{path}.config")
+        return _evaluate_once(evaluated, kind, group.config, full, f"{path}.config")
 
+    sublayer.evaluated = evaluated  # type: ignore[attr-defined]
     full = attrs.evolve(context, sublayer=sublayer)
     return full
+
+
+def _evaluate_once(
+    evaluated: dict[tuple[str, object], LayerCost], kind: LayerKind, config: object, context: LayerContext, path: str
+) -> LayerCost:
+    """:func:`_evaluate`, answered from *evaluated* when the kind and config were evaluated in this context."""
+    key = (kind.name, config)
+    try:
+        return evaluated[key]
+    except KeyError:
+        pass
+    except TypeError:  # a config that does not hash: evaluated each time
+        return _evaluate(kind, config, context, path)
+    cost = evaluated[key] = _evaluate(kind, config, context, path)
+    return cost
+
+
+def evaluate_groups(kinds: list[LayerKind], groups: Iterable[LayerGroup], context: LayerContext) -> list[LayerCost]:
+    """Each group's cost in *context* (one made by :func:`with_sublayers`, whose answers it shares)."""
+    evaluated = getattr(context.sublayer, "evaluated", None)
+    if evaluated is None:
+        evaluated = {}
+    return [
+        _evaluate_once(evaluated, kind, group.config, context, f"$.model.layers[{i}].config")
+        for i, (kind, group) in enumerate(zip(kinds, groups))
+    ]
 
 
 def _summarise(kinds: list[LayerKind], costs: list[LayerCost], model: ModelSpec) -> ParameterSummary:
@@ -257,7 +290,7 @@ def estimate(
     context = with_sublayers(
         layer_context(parallel, precision, attention, profile.vocab_pad_multiple, profile.traits), registry
     )
-    costs = [_evaluate(kind, group.config, context, f"$.model.layers[{i}].config") for i, (kind, group) in enumerate(zip(kinds, model.layers))]
+    costs = evaluate_groups(kinds, model.layers, context)
     micro_batches = _validate_layout(parallel, body_count)
     counts = _split(body_count, parallel)
     records = _census_records(source, model, kinds, parallel, attention, registry)

@@ -50,17 +50,23 @@ dominate (docs/search.md).
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
 from concurrent.futures import Executor
 from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
-from hp_core.api import estimate, plan_recompute
+from hp_core import census as census_lib
+from hp_core.api import _apply_census, _census_records, estimate, evaluate_groups, layer_context, plan_recompute, with_sublayers
 from hp_core.errors import ConfigError
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
-from hp_core.timing import step_time
+from hp_core.schedule import in_flight_per_chunk
+from hp_core.stage import layer_elements, static_bytes
+from hp_core.timing import layer_pricer, step_time
+from hp_core.types import LayerCost
 
 __all__ = [
     "FIXABLE",
@@ -242,8 +248,8 @@ class SearchResult:
 
 
 @attrs.frozen
-class _Task:
-    """One layout (every micro-batch size of it) for a worker."""
+class _Job:
+    """What a worker needs to bound or plan one candidate."""
 
     model: ModelSpec
     registry: Registry
@@ -254,15 +260,23 @@ class _Task:
     reserve_bytes: int
     seq_len: int
     global_batch_size: int
-    layouts: tuple[Layout, ...]  # ascending micro-batch size
 
 
 @attrs.frozen
-class _Bounds:
-    """A worker's answer for one layout: the rejections, and each surviving candidate with its step-time lower bound."""
+class _Task:
+    """One candidate for a worker: refine its bounds (``plan`` false) or plan it."""
 
-    rejected: Mapping[str, int]
-    survivors: tuple[tuple[float, Layout], ...]
+    job: _Job
+    layout: Layout
+    plan: bool
+
+
+@attrs.frozen
+class _Refined:
+    """A refined candidate: the reason it cannot fit, or its step time with nothing recomputed."""
+
+    reason: str | None
+    bound_seconds: float = math.inf
 
 
 def _reason_of(error: ConfigError) -> str:
@@ -276,49 +290,36 @@ def _reason_of(error: ConfigError) -> str:
     return R_MODEL
 
 
-def _bound_task(task: _Task) -> _Bounds:
-    """Reject what the cheap bounds reject along one layout's micro-batch sizes; bound the rest's step time (module docstring)."""
-    rejected: dict[str, int] = {}
-    survivors: list[tuple[float, Layout]] = []
-    limit = task.hardware.memory_bytes - task.reserve_bytes
-
-    def reject(reason: str, count: int = 1) -> None:
-        rejected[reason] = rejected.get(reason, 0) + count
-
-    for n, layout in enumerate(task.layouts):
-        parallel = layout.parallel(task.seq_len, task.global_batch_size)
-        try:
-            bound = estimate(task.model, parallel, registry=task.registry, runtime=task.runtime, precision=task.precision,
-                             recompute=_FULL, census=task.census)
-        except ConfigError as exc:
-            reason = _reason_of(exc)
-            if reason == R_BATCH:
-                reject(reason)
-                continue
-            # Heads, widths, layers and sequence do not depend on the micro-batch size.
-            reject(reason, len(task.layouts) - n)
-            break
-        if max(stage.memory.static_bytes for stage in bound.stages) > limit:
-            # No micro-batch size changes the static memory.
-            reject(R_STATIC, len(task.layouts) - n)
-            break
-        if bound.peak_bytes > limit:
-            reject(R_FULL, len(task.layouts) - n)
-            break
-        fastest = step_time(task.model, parallel, registry=task.registry, hardware=task.hardware, runtime=task.runtime,
-                            precision=task.precision)
-        survivors.append((fastest.step_seconds, layout))
-    return _Bounds(rejected=rejected, survivors=tuple(survivors))
+def _work(task: _Task) -> _Refined | Candidate | None:
+    """Refine or plan one candidate (:func:`search`'s second phase)."""
+    return _plan(task.job, task.layout) if task.plan else _refine(task.job, task.layout)
 
 
-def _plan_task(task: _Task) -> Candidate | None:
-    """The planner's fastest plan of one candidate (``task.layouts`` holds one), ``None`` when it does not fit."""
+def _refine(job: _Job, layout: Layout) -> _Refined:
+    """The exact memory bounds and the exact step-time bound of one candidate (module docstring)."""
+    parallel = layout.parallel(job.seq_len, job.global_batch_size)
+    limit = job.hardware.memory_bytes - job.reserve_bytes
+    try:
+        bound = estimate(job.model, parallel, registry=job.registry, runtime=job.runtime, precision=job.precision,
+                         recompute=_FULL, census=job.census)
+    except ConfigError as exc:
+        return _Refined(_reason_of(exc))
+    if max(stage.memory.static_bytes for stage in bound.stages) > limit:
+        return _Refined(R_STATIC)
+    if bound.peak_bytes > limit:
+        return _Refined(R_FULL)
+    fastest = step_time(job.model, parallel, registry=job.registry, hardware=job.hardware, runtime=job.runtime,
+                        precision=job.precision)
+    return _Refined(None, fastest.step_seconds)
+
+
+def _plan(job: _Job, layout: Layout) -> Candidate | None:
+    """The planner's fastest plan of one candidate, ``None`` when it does not fit."""
     from hp_core.recompute.plan import describe_ranges
 
-    (layout,) = task.layouts
-    plan = plan_recompute(task.model, layout.parallel(task.seq_len, task.global_batch_size), registry=task.registry,
-                          hardware=task.hardware, runtime=task.runtime, reserve_bytes=task.reserve_bytes,
-                          precision=task.precision, census=task.census)
+    plan = plan_recompute(job.model, layout.parallel(job.seq_len, job.global_batch_size), registry=job.registry,
+                          hardware=job.hardware, runtime=job.runtime, reserve_bytes=job.reserve_bytes,
+                          precision=job.precision, census=job.census)
     if not plan.fits:
         return None
     result = plan.plan
@@ -329,7 +330,7 @@ def _plan_task(task: _Task) -> Candidate | None:
     )
 
 
-def _map(function: Callable[[_Task], Any], tasks: list[_Task], executor: Executor | None,
+def _map(function: Callable[[Any], Any], tasks: list[Any], executor: Executor | None,
          tick: Callable[[], None]) -> list[Any]:
     """``function`` over *tasks*, in their order, serially or through *executor*."""
     if executor is None:
@@ -357,67 +358,182 @@ def _routed_experts(model: ModelSpec) -> int | None:
     return math.gcd(*counts) if counts else None
 
 
-def _enumerate(
-    devices: int, body_layers: int, experts: int | None, zeros: tuple[int, ...], global_batch_size: int,
-    seq_len: int, fixed: Mapping[str, int],
-) -> tuple[list[tuple[Layout, ...]], dict[str, int], int]:
-    """Every layout's micro-batch sizes (one group per layout), the counts rejected on sight, and all enumerated."""
-    groups: list[tuple[Layout, ...]] = []
-    rejected: dict[str, int] = {}
-    considered = 0
+# One pipeline stage's layers as the first phase sees them: (group index, layers of it) pairs and the
+# kinds on the stage (a tied weight whose owner is on the stage is counted once, as plan_stage does).
+_Composition = tuple[tuple[tuple[int, int], ...], frozenset[str]]
 
-    def allowed(name: str, values: Iterable[int]) -> list[int]:
-        return [v for v in values if name not in fixed or fixed[name] == v]
 
-    def reject(reason: str, count: int) -> None:
-        rejected[reason] = rejected.get(reason, 0) + count
-        nonlocal considered
-        considered += count
+class _Bounder:
+    """The first phase's cheap bounds, from layer evaluations shared by every layout that shares them.
 
-    for dp in allowed("dp", _divisors(devices)):
-        for cp in allowed("cp", _divisors(devices // dp)):
-            for tp in allowed("tp", _divisors(devices // (dp * cp))):
-                rest = devices // (dp * cp * tp)
-                pps = allowed("pp", [rest])
-                for pp in pps:
-                    vpps = allowed("vpp", _divisors(max(1, body_layers // pp)) if pp > 1 else [1])
-                    expert_pairs = []
-                    for ep in allowed("ep", _divisors(dp * cp * tp) if experts else [1]):
-                        for etp in allowed("etp", _divisors(dp * cp * tp // ep) if experts else [1]):
-                            expert_pairs.append((ep, etp))
-                    per_dp = global_batch_size // dp if global_batch_size % dp == 0 else None
-                    mbss = allowed("micro_batch_size", _divisors(per_dp)) if per_dp is not None else []
-                    zs = allowed("zero", zeros)
-                    for vpp in vpps:
-                        for ep, etp in expert_pairs:
-                            for zero in zs:
-                                if per_dp is None:
-                                    reject(R_BATCH, 1)
-                                    continue
-                                if not mbss:
-                                    continue
-                                if pp > body_layers:
-                                    reject(R_LAYERS, len(mbss))
-                                    continue
-                                if experts is not None and experts % ep:
-                                    reject(R_EXPERTS, len(mbss))
-                                    continue
-                                if seq_len % cp or (tp > 1 and (seq_len // cp) % tp):
-                                    reject(R_SEQUENCE, len(mbss))
-                                    continue
-                                split = balanced_layers(body_layers, pp * vpp)
-                                layouts = []
-                                for mbs in mbss:
-                                    m = global_batch_size // (mbs * dp)
-                                    if vpp > 1 and m % pp:
-                                        reject(R_BATCH, 1)
-                                        continue
-                                    layouts.append(Layout(dp=dp, cp=cp, tp=tp, pp=pp, vpp=vpp, ep=ep, etp=etp, zero=zero,
-                                                          micro_batch_size=mbs, layers_per_stage=split))
-                                if layouts:
-                                    considered += len(layouts)
-                                    groups.append(tuple(layouts))
-    return groups, rejected, considered
+    A group's cost and its per-micro-batch time depend on the layout only
+    through ``(tp, cp, ep, etp, mbs)`` (the layer context and the links its
+    collectives cross), so each is evaluated once per such tuple, through the
+    same evaluators and :class:`~hp_core.timing.LayerPricer` that
+    :func:`~hp_core.api.estimate` and :func:`~hp_core.timing.step_time` use.
+    A stage is a composition of groups; stages of the same composition
+    (the middle stages of a pipeline) are priced once.
+    """
+
+    def __init__(self, job: _Job) -> None:
+        model, registry = job.model, job.registry
+        self.job = job
+        self.rt = registry.runtime(job.runtime)
+        self.precision = job.precision if job.precision is not None else self.rt.precision
+        self.kinds = [registry.layer_kind(g.kind, f"$.model.layers[{i}].kind") for i, g in enumerate(model.layers)]
+        self.body = [(i, g.count) for i, (k, g) in enumerate(zip(self.kinds, model.layers)) if k.placement == "body"]
+        self.first = [(i, g.count) for i, (k, g) in enumerate(zip(self.kinds, model.layers)) if k.placement == "first"]
+        self.last = [(i, g.count) for i, (k, g) in enumerate(zip(self.kinds, model.layers)) if k.placement == "last"]
+        self.body_count = sum(n for _, n in self.body)
+        self.limit = job.hardware.memory_bytes - job.reserve_bytes
+        self.census = census_lib.resolve_source(registry, job.census)
+        self._contexts: dict[tuple[int, ...], tuple[list[LayerCost], list[float]] | str] = {}
+        self._elements: dict[tuple[Any, ...], dict[str, int]] = {}
+        self._compositions: dict[tuple[int, int], tuple[tuple[_Composition, int], ...]] = {}
+        self._chunks: dict[tuple[int, int], list[list[tuple[int, int]]]] = {}  # the first stage's chunks
+
+    def layers(self, layout: Layout) -> tuple[list[LayerCost], list[float]] | str:
+        """Each group's cost and per-micro-batch seconds (nothing recomputed) in the layout's context, or why it is refused."""
+        key = (layout.tp, layout.cp, layout.ep, layout.etp, layout.micro_batch_size)
+        found = self._contexts.get(key)
+        if found is None:
+            found = self._contexts[key] = self._evaluate(layout)
+        return found
+
+    def _evaluate(self, layout: Layout) -> tuple[list[LayerCost], list[float]] | str:
+        job, rt = self.job, self.rt
+        parallel = layout.parallel(job.seq_len, job.global_batch_size)
+        context = with_sublayers(
+            layer_context(parallel, self.precision, rt.attention, rt.vocab_pad_multiple, rt.traits), job.registry
+        )
+        try:
+            costs = evaluate_groups(self.kinds, job.model.layers, context)
+        except ConfigError as exc:
+            return _reason_of(exc)
+        pricer = layer_pricer(parallel, hardware=job.hardware, timing=rt.timing, precision=self.precision,
+                              attention=rt.attention)
+        seconds = []
+        priced = costs
+        # Memory as estimate() counts it: the census's measured activations where it has records.
+        records = _census_records(self.census, job.model, self.kinds, parallel, rt.attention, job.registry)
+        costs = [_apply_census(cost, records[kind.name], context, kind) if kind.name in records else cost
+                 for kind, cost in zip(self.kinds, costs)]
+        for kind, group, cost in zip(self.kinds, job.model.layers, priced):
+            # As step_time prices them: body layers with what the trainer always recomputes.
+            implicit = rt.implicit_recompute & frozenset(kind.switches) if kind.placement == "body" else frozenset()
+            seconds.append(pricer.price(cost, group.config, kind, context, full=False, recomputed=implicit).micro_batch_seconds)
+        return costs, seconds
+
+    def compositions(self, pp: int, vpp: int, split: tuple[int, ...] | None) -> tuple[tuple[_Composition, int], ...]:
+        """The pipeline's distinct stage compositions with how many stages have each."""
+        found = self._compositions.get((pp, vpp))
+        if found is not None:
+            return found
+        chunks = pp * vpp
+        counts = list(split) if split is not None else [self.body_count // chunks] * chunks
+        # Body layer index ranges of the groups, in order.
+        segments, start = [], 0
+        for i, n in self.body:
+            segments.append((i, start, start + n))
+            start += n
+        stages: dict[_Composition, int] = {}
+        lo = 0
+        per_chunk = []
+        for count in counts:
+            hi = lo + count
+            per_chunk.append([(i, min(hi, b) - max(lo, a)) for i, a, b in segments if min(hi, b) > max(lo, a)])
+            lo = hi
+        per_chunk[0] = self.first + per_chunk[0]
+        per_chunk[-1] = per_chunk[-1] + self.last
+        for stage in range(pp):
+            held: dict[int, int] = {}
+            for c in range(stage, chunks, pp):
+                for i, n in per_chunk[c]:
+                    held[i] = held.get(i, 0) + n
+            owners = frozenset(self.kinds[i].name for i in held)
+            composition = (tuple(sorted(held.items())), owners)
+            stages[composition] = stages.get(composition, 0) + 1
+        found = self._compositions[(pp, vpp)] = tuple(stages.items())
+        self._chunks[(pp, vpp)] = [per_chunk[c] for c in range(0, chunks, pp)]
+        return found
+
+    def first_stage_bytes(self, layout: Layout, costs: list[LayerCost], zero: int, micro_batches: int) -> int:
+        """A lower bound on the first stage's peak under any plan: its static memory, and what it keeps and
+        works with fully recomputed (plan_stage's activations and first-backward working set; its buffers
+        and the runtime's overhead left out).
+
+        Every body layer fully recomputed keeps the least any setting keeps, and what it keeps plus its
+        backward working set is the same for every setting (docs/recompute.md), so no plan's peak is below.
+        """
+        chunks = self._chunks[(layout.pp, layout.vpp)]
+        held: dict[int, int] = {}
+        for chunk in chunks:
+            for i, n in chunk:
+                held[i] = held.get(i, 0) + n
+        owners = frozenset(self.kinds[i].name for i in held)
+        elements: dict[str, int] = {}
+        for i, n in held.items():
+            for group, count in layer_elements(costs[i], layout.tp, layout.ep, layout.etp, owners).items():
+                elements[group] = elements.get(group, 0) + n * count
+        total = sum(static_bytes(elements, self.precision, zero, layout.dp * layout.cp,
+                                 (layout.dp * layout.cp * layout.tp) // (layout.ep * layout.etp)))
+        schedule = "1f1b" if layout.vpp == 1 else "interleaved_1f1b"
+        in_flight = in_flight_per_chunk(0, layout.pp, layout.vpp, micro_batches, schedule)
+        for count, chunk in zip(in_flight, chunks):
+            total += count * sum(n * self._kept_full(costs, i) for i, n in chunk)
+        # The first backward walks the last chunk from the top; equal layers in a row: the top one is the most.
+        working = freed = 0
+        for i, n in reversed(chunks[-1]):
+            kept, backward = self._kept_full(costs, i), self._working_full(costs, i)
+            working = max(working, backward - freed)
+            freed += n * kept
+        return total + working
+
+    def _kept_full(self, costs: list[LayerCost], i: int) -> int:
+        cost = costs[i]
+        return cost.input_bytes if self.kinds[i].placement == "body" else cost.kept_under(frozenset())
+
+    def _working_full(self, costs: list[LayerCost], i: int) -> int:
+        # PlacedLayer.make: fully recomputed, its backward holds the plain layer's activations less its input.
+        cost = costs[i]
+        return cost.kept_bytes + cost.working_bytes - self._kept_full(costs, i)
+
+    def static_bytes(self, layout: Layout, costs: list[LayerCost], compositions: tuple[tuple[_Composition, int], ...],
+                     zero: int) -> int:
+        """The heaviest stage's parameters, gradients, master copies and optimizer states, as plan_stage counts them."""
+        heaviest = 0
+        dense_degree = layout.dp * layout.cp
+        expert_degree = (layout.dp * layout.cp * layout.tp) // (layout.ep * layout.etp)
+        for (held, owners), _ in compositions:
+            key = (layout.tp, layout.cp, layout.ep, layout.etp, held, owners)
+            elements = self._elements.get(key)
+            if elements is None:
+                elements = {}
+                for i, n in held:
+                    for group, count in layer_elements(costs[i], layout.tp, layout.ep, layout.etp, owners).items():
+                        elements[group] = elements.get(group, 0) + n * count
+                self._elements[key] = elements
+            heaviest = max(heaviest, sum(static_bytes(elements, self.precision, zero, dense_degree, expert_degree)))
+        return heaviest
+
+
+def _time_bound(seconds: list[float], compositions: tuple[tuple[_Composition, int], ...], micro_batches: int,
+                vpp: int) -> float:
+    """A lower bound on the step time with nothing recomputed: the pipeline of the stages' layer times alone.
+
+    :func:`~hp_core.timing.pipeline_seconds` of each stage's layers (its
+    pipeline sends, the data-parallel reduction and the optimizer step left
+    out, all non-negative; the pipeline time does not fall as a stage's time
+    grows).
+    """
+    slowest = total = 0.0
+    for (held, _), stages in compositions:
+        t = 0.0
+        for i, n in held:
+            t += n * seconds[i]
+        slowest = max(slowest, t)
+        total += stages * t
+    return micro_batches * slowest + (total - slowest) / vpp
 
 
 def search(
@@ -475,58 +591,168 @@ def search(
     if not 0 <= reserve_bytes < hardware.memory_bytes:
         raise ConfigError("$.reserve_bytes", "the reserve must be at least 0 and below the device memory")
     zeros = tuple(sorted(set(zero))) if zero is not None else zero_levels(rt.name, rt.zero)
-    body = _body_layers(model, registry)
-    groups, rejected, considered = _enumerate(devices, body, _routed_experts(model), zeros, global_batch_size, seq_len,
-                                              dict(fixed))
-    def task(layouts: tuple[Layout, ...]) -> _Task:
-        return _Task(model, registry, hardware, runtime, precision, census, reserve_bytes, seq_len, global_batch_size,
-                     layouts)
+    job = _Job(model, registry, hardware, runtime, precision, census, reserve_bytes, seq_len, global_batch_size)
+    bounder = _Bounder(job)
+    if bounder.body_count == 0:
+        raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
+    counts: dict[str, int] = {}
+    # Phase 1: every candidate, rejected on sight or bounded: (time bound, layout key, layers per chunk).
+    bounded, considered = _first_phase(bounder, devices, _routed_experts(model), zeros, dict(fixed), counts, progress)
+    bounded.sort()
 
-    done = 0
-    total = len(groups)
+    # Phase 2: best first, in waves: refine a candidate's bounds, then plan it, while its bound can
+    # still enter the top K. ``refined`` is a heap of (exact step-time bound, key, layout).
+    refined: list[tuple[float, tuple[int, ...], Layout]] = []
+    fitting: list[Candidate] = []
+    planned = done = 0
+    next_bound = 0  # index into ``bounded`` of the next candidate to refine
 
     def tick() -> None:
         nonlocal done
         done += 1
         if progress is not None:
-            progress(done, total)
+            kth = fitting[top - 1].step_seconds if len(fitting) >= top else math.inf
+            pending = bisect.bisect_right(bounded, (kth, _LAST), lo=next_bound) - next_bound
+            progress(done, done + pending + len(refined))
 
-    # Phase 1: the cheap bounds, one task per layout.
-    counts = dict(rejected)
-    ranked: list[tuple[float, tuple[int, ...], Layout]] = []
-    for bounds in _map(_bound_task, [task(g) for g in groups], executor, tick):
-        for reason, count in bounds.rejected.items():
-            counts[reason] = counts.get(reason, 0) + count
-        ranked.extend((seconds, layout.key, layout) for seconds, layout in bounds.survivors)
-    ranked.sort(key=lambda item: item[:2])
-
-    # Phase 2: plan in waves, fastest lower bound first, until no candidate left can enter the top K.
-    total = len(groups) + len(ranked)
-    fitting: list[Candidate] = []
-    planned = 0
-    while planned < len(ranked):
+    while True:
         kth = fitting[top - 1].step_seconds if len(fitting) >= top else math.inf
-        chunk = ranked[planned:planned + _WAVE]
-        # Sorted by the bound, so the wave is a prefix; whatever is past it is past the K-th plan for good.
-        wave = [layout for seconds, _, layout in chunk if seconds <= kth]
-        planned += len(wave)
-        for layout, candidate in zip(wave, _map(_plan_task, [task((layout,)) for layout in wave], executor, tick)):
-            if candidate is None:
+        wave: list[_Task] = []
+        while len(wave) < _WAVE:
+            first = bounded[next_bound][:2] if next_bound < len(bounded) else (math.inf, _LAST)
+            second = refined[0][:2] if refined else (math.inf, _LAST)
+            if min(first, second)[0] > kth or min(first, second)[0] == math.inf:
+                break
+            if first <= second:
+                _, key, split = bounded[next_bound]
+                next_bound += 1
+                wave.append(_Task(job, _layout(key, split), plan=False))
+            else:
+                wave.append(_Task(job, heapq.heappop(refined)[2], plan=True))
+        if not wave:
+            break
+        for task, answer in zip(wave, _map(_work, wave, executor, tick)):
+            if not task.plan:
+                if answer.reason is not None:
+                    counts[answer.reason] = counts.get(answer.reason, 0) + 1
+                else:
+                    heapq.heappush(refined, (answer.bound_seconds, task.layout.key, task.layout))
+                continue
+            planned += 1
+            if answer is None:
                 counts[R_PLAN] = counts.get(R_PLAN, 0) + 1
             else:
-                fitting.append(candidate)
+                fitting.append(answer)
         fitting.sort(key=lambda c: (c.step_seconds, c.layout.key))
-        if len(wave) < len(chunk):
-            break
-    if planned < len(ranked):
-        counts[R_SLOWER] = len(ranked) - planned
-    if progress is not None and done < total:
-        progress(total, total)
+    slower = len(bounded) - next_bound + len(refined)
+    if slower:
+        counts[R_SLOWER] = counts.get(R_SLOWER, 0) + slower
+    if progress is not None:
+        progress(done, done)
     return SearchResult(
         model=model.name, runtime=rt.name, hardware=hardware.name, devices=devices, global_batch_size=global_batch_size,
         seq_len=seq_len, considered=considered, planned=planned, fitting=len(fitting), top=tuple(fitting[:top]),
         rejected={reason: counts[reason] for reason in REASONS if counts.get(reason)},
     )
+
+
+# Sorts after every layout key: (bound, _LAST) bounds every candidate of that bound from above.
+_LAST = (math.inf,)
+
+
+def _layout(key: tuple[int, ...], split: tuple[int, ...] | None) -> Layout:
+    dp, cp, tp, pp, vpp, ep, etp, mbs, zero = key
+    return Layout(dp=dp, cp=cp, tp=tp, pp=pp, vpp=vpp, ep=ep, etp=etp, zero=zero, micro_batch_size=mbs,
+                  layers_per_stage=split)
+
+
+def _first_phase(
+    bounder: _Bounder, devices: int, experts: int | None, zeros: tuple[int, ...], fixed: Mapping[str, int],
+    counts: dict[str, int], progress: Callable[[int, int], None] | None,
+) -> tuple[list[tuple[float, tuple[int, ...], tuple[int, ...] | None]], int]:
+    """Enumerate every candidate; count those rejected on sight or by the static-memory bound; bound the rest's time.
+
+    Returns the bounded candidates ``(time bound, layout key, layers per chunk)``
+    and the count of all candidates enumerated.
+    """
+    job = bounder.job
+    body_layers, global_batch_size, seq_len = bounder.body_count, job.global_batch_size, job.seq_len
+    bounded: list[tuple[float, tuple[int, ...], tuple[int, ...] | None]] = []
+    considered = 0
+
+    def allowed(name: str, values: Iterable[int]) -> list[int]:
+        return [v for v in values if name not in fixed or fixed[name] == v]
+
+    def reject(reason: str, count: int) -> None:
+        counts[reason] = counts.get(reason, 0) + count
+
+    families = [(dp, cp, tp) for dp in allowed("dp", _divisors(devices)) for cp in allowed("cp", _divisors(devices // dp))
+                for tp in allowed("tp", _divisors(devices // (dp * cp)))]
+    for done, (dp, cp, tp) in enumerate(families, 1):
+        if progress is not None:
+            progress(done, len(families))
+        for pp in allowed("pp", [devices // (dp * cp * tp)]):
+            vpps = allowed("vpp", _divisors(max(1, body_layers // pp)) if pp > 1 else [1])
+            expert_pairs = [(ep, etp) for ep in allowed("ep", _divisors(dp * cp * tp) if experts else [1])
+                            for etp in allowed("etp", _divisors(dp * cp * tp // ep) if experts else [1])]
+            per_dp = global_batch_size // dp if global_batch_size % dp == 0 else None
+            mbss = allowed("micro_batch_size", _divisors(per_dp)) if per_dp is not None else []
+            zs = allowed("zero", zeros)
+            for vpp in vpps:
+                # Interleaved 1F1B needs the micro-batches to be a multiple of pp (Megatron-LM schedules.py).
+                sizes = [mbs for mbs in mbss if vpp == 1 or (global_batch_size // (mbs * dp)) % pp == 0]
+                split = balanced_layers(body_layers, pp * vpp) if pp <= body_layers else None
+                for ep, etp in expert_pairs:
+                    if per_dp is None:
+                        considered += len(zs)
+                        reject(R_BATCH, len(zs))
+                        continue
+                    n = len(mbss) * len(zs)
+                    considered += n
+                    if not n:
+                        continue
+                    if pp > body_layers:
+                        reject(R_LAYERS, n)
+                        continue
+                    if experts is not None and experts % ep:
+                        reject(R_EXPERTS, n)
+                        continue
+                    if seq_len % cp or (tp > 1 and (seq_len // cp) % tp):
+                        reject(R_SEQUENCE, n)
+                        continue
+                    if len(sizes) < len(mbss):
+                        reject(R_BATCH, (len(mbss) - len(sizes)) * len(zs))
+                    compositions = bounder.compositions(pp, vpp, split)
+                    # The static bound from the first micro-batch size the layers accept (parameters do not
+                    # depend on it): a ZeRO level it rejects is rejected at every size, unevaluated.
+                    levels: tuple[int, ...] | None = None
+                    for n_mbs, mbs in enumerate(sizes):
+                        probe = Layout(dp=dp, cp=cp, tp=tp, pp=pp, vpp=vpp, ep=ep, etp=etp, zero=zs[0],
+                                       micro_batch_size=mbs, layers_per_stage=split)
+                        found = bounder.layers(probe)
+                        if isinstance(found, str):
+                            reject(found, len(levels) if levels is not None else len(zs))
+                            continue
+                        costs, seconds = found
+                        if levels is None:
+                            levels = tuple(z for z in zs if bounder.static_bytes(probe, costs, compositions, z) <= bounder.limit)
+                            if len(levels) < len(zs):
+                                reject(R_STATIC, (len(zs) - len(levels)) * (len(sizes) - n_mbs))
+                            if not levels:
+                                break
+                        micro_batches = global_batch_size // (mbs * dp)
+                        # A level the first stage's bound rejects is rejected at every larger size too: the
+                        # sequences in flight, mbs * min(in-flight, micro-batches), do not fall as mbs grows.
+                        fits = tuple(z for z in levels if bounder.first_stage_bytes(probe, costs, z, micro_batches) <= bounder.limit)
+                        if len(fits) < len(levels):
+                            reject(R_FULL, (len(levels) - len(fits)) * (len(sizes) - n_mbs))
+                            levels = fits
+                            if not levels:
+                                break
+                        bound = _time_bound(seconds, compositions, micro_batches, vpp)
+                        for z in levels:
+                            bounded.append((bound, (dp, cp, tp, pp, vpp, ep, etp, mbs, z), split))
+    return bounded, considered
 
 
 def search_to_json(result: SearchResult) -> dict[str, Any]:

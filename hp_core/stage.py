@@ -31,7 +31,7 @@ from hp_core.specs.parallel import ParallelSpec
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import LayerCost
 
-__all__ = ["PlacedLayer", "StageInputs", "offloaded_bytes", "plan_stage"]
+__all__ = ["PlacedLayer", "StageInputs", "layer_elements", "offloaded_bytes", "plan_stage", "static_bytes"]
 
 
 @attrs.frozen
@@ -103,44 +103,54 @@ class StageInputs:
     dummy_wgrad_per_shape: bool = False
 
 
-def _shard_degrees(parallel: ParallelSpec) -> dict[str, int]:
-    """Per parameter group, the degree ZeRO shards it over: DP*CP, or expert DP for routed experts."""
-    dense_dp = parallel.dp * parallel.cp
-    return {"dense": dense_dp, "shared_expert": dense_dp, "routed_expert": parallel.expert_dp}
+def layer_elements(cost: LayerCost, tp: int, ep: int, etp: int, owners_here: frozenset[str] | set[str]) -> dict[str, int]:
+    """Parameter elements one rank holds of one layer, by group (before ZeRO sharding).
 
-
-def _layer_elements(cost: LayerCost, parallel: ParallelSpec, owners_here: frozenset[str] | set[str]) -> dict[str, int]:
-    """Parameter elements one rank holds of one layer, by group (before ZeRO sharding)."""
+    Args:
+        owners_here: The kinds on the rank's stage: a tied weight whose owner
+            is among them is one tensor, counted with its owner.
+    """
     found: dict[str, int] = {}
     for p in cost.params:
         if p.shared_with is not None and p.shared_with in owners_here:
             continue  # a tied weight whose owner sits on this stage: one tensor
         if p.group == "routed_expert":
             # Experts over ep, each expert's matrices over etp (Megatron-Core parallel_state).
-            n = math.ceil(p.stored_elements / (parallel.ep * (parallel.etp if p.tp_split else 1)))
+            n = math.ceil(p.stored_elements / (ep * (etp if p.tp_split else 1)))
         else:
-            n = math.ceil(p.stored_elements / parallel.tp) if p.tp_split else p.stored_elements
+            n = math.ceil(p.stored_elements / tp) if p.tp_split else p.stored_elements
         found[p.group] = found.get(p.group, 0) + n
     return found
 
 
-def _static(elements: dict[str, int], inputs: StageInputs, whole_grads: bool = False) -> tuple[int, int, int, int]:
+def static_bytes(
+    elements: dict[str, int], precision: PrecisionSpec, zero: int, dense_degree: int, expert_degree: int,
+    whole_grads: bool = False,
+) -> tuple[int, int, int, int]:
     """Parameters, gradients, master parameters and optimizer states of one rank.
 
     Args:
+        elements: Parameter elements by group (:func:`layer_elements` summed over the stage).
+        dense_degree: What ZeRO shards dense and shared-expert groups over (DP*CP).
+        expert_degree: What it shards routed experts over (expert DP).
         whole_grads: The gradients are held unsharded whatever the ZeRO level
             (deferred gradient reduction, at the end of the last backward).
     """
-    p, zero = inputs.precision, inputs.zero
-    degrees = _shard_degrees(inputs.parallel)
+    p = precision
     params = grads = master = states = 0
     for group, n in elements.items():
-        shard = degrees[group]
+        shard = expert_degree if group == "routed_expert" else dense_degree
         params += math.ceil(n * p.param_bytes / (shard if zero >= 3 else 1))
         grads += math.ceil(n * p.grad_bytes / (shard if zero >= 2 and not whole_grads else 1))
         master += math.ceil(n * p.master_param_bytes / (shard if zero >= 1 else 1))
         states += math.ceil(n * p.optimizer_state_bytes / (shard if zero >= 1 else 1))
     return params, grads, master, states
+
+
+def _static(elements: dict[str, int], inputs: StageInputs, whole_grads: bool = False) -> tuple[int, int, int, int]:
+    """:func:`static_bytes` of a stage's inputs (DP*CP for dense groups, expert DP for routed experts)."""
+    p = inputs.parallel
+    return static_bytes(elements, inputs.precision, inputs.zero, p.dp * p.cp, p.expert_dp, whole_grads)
 
 
 def _zero3_buffers(per_layer_elements: Sequence[int], inputs: StageInputs, stage_elements: int, layers: int = 2) -> int:
@@ -194,7 +204,7 @@ def plan_stage(
     for layer in all_layers:
         key = id(layer.cost)
         if key not in seen:
-            seen[key] = _layer_elements(layer.cost, parallel, owners)
+            seen[key] = layer_elements(layer.cost, parallel.tp, parallel.ep, parallel.etp, owners)
         found = seen[key]
         for group, n in found.items():
             elements[group] = elements.get(group, 0) + n

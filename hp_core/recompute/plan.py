@@ -65,10 +65,10 @@ from hp_core import census as census_lib
 from hp_core.api import (
     _apply_census,
     _census_records,
-    _evaluate,
     _split,
     _validate_layout,
     estimate,
+    evaluate_groups,
     layer_context,
     with_sublayers,
 )
@@ -677,8 +677,7 @@ def plan_recompute(
     if body_count == 0:
         raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
     context = with_sublayers(layer_context(parallel, precision, attention, rt.vocab_pad_multiple, rt.traits), registry)
-    costs = [_evaluate(kind, group.config, context, f"$.model.layers[{i}].config")
-             for i, (kind, group) in enumerate(zip(kinds, model.layers))]
+    costs = evaluate_groups(kinds, model.layers, context)
     micro_batches = _validate_layout(parallel, body_count)
     counts = _split(body_count, parallel)
     records = _census_records(source, model, kinds, parallel, attention, registry)
