@@ -12,40 +12,38 @@ runtime runs (:func:`zero_levels`), the schedule ``vpp`` implies
 trainer executes), and the fitting ones are ranked by the plan's step time,
 ties broken by the layout's key.
 
-Two phases, both exact (they never drop a layout the planner would rank in
-the top K):
+Two phases, both exact (they never drop a candidate the planner would fit and
+rank in the top K):
 
-1. **Bounds**, one task per layout (all its micro-batch sizes, ascending):
-   divisibility (heads, experts, layers, sequence, batch) from the layout
-   alone or from the layers' own validation; the static memory (parameters,
-   gradients, master copies, optimizer states) of the heaviest stage, which
-   no recompute changes, against the device; the peak with every body layer
-   fully recomputed (the least any setting keeps: ``k`` is smallest and
-   ``k + w`` the same for every setting of a layer, docs/recompute.md),
-   which bounds every plan's peak from below. The first micro-batch size
-   whose bound exceeds the device ends the walk: every larger size holds at
-   least as many sequences in flight (``mbs * min(in-flight, micro-batches)``
-   does not fall as ``mbs`` grows), so those are counted under the same
-   reason. A survivor's step time with nothing recomputed is a lower bound
-   on its planned step time (recompute only adds time; the step is monotone
-   in every stage's time).
-2. **Plans**, fastest lower bound first, in waves of a fixed size: a wave
-   takes the next candidates whose bound is at most the K-th fastest plan
-   found so far; once a bound exceeds it, no later candidate can enter the
-   top K and the rest are counted as such (:data:`R_SLOWER`). ``planned``
-   and ``fitting`` therefore count what was planned, not every candidate.
+1. **Bounds**, in this process, for every candidate: divisibility (heads,
+   experts, layers, sequence, batch) from the layout alone or from the layers'
+   own validation; then, from layer evaluations shared by every layout with
+   the same ``(tp, cp, ep, etp, mbs)`` (a group's cost and its time per
+   micro-batch depend on nothing else), the heaviest stage's static memory
+   (parameters, gradients, master copies, optimizer states: what no recompute
+   changes), the first stage's static memory plus what it keeps and works
+   with fully recomputed (the least any plan holds there), and a step-time
+   bound: the pipeline of each stage's layer times with nothing recomputed,
+   its sends, data-parallel reduction and optimizer step left out. Micro-batch
+   sizes are walked smallest first; a ZeRO level whose static bound fails is
+   rejected at every size, and one whose first-stage bound fails at every
+   larger size too (the sequences in flight, ``mbs * min(in-flight,
+   micro-batches)``, do not fall as ``mbs`` grows), so those sizes are never
+   evaluated.
+2. **Best first**, in waves of a fixed size through the executor: the
+   candidates are taken in the order of their bound; one taken with its cheap
+   bound is *refined* (the exact memory bounds from :func:`estimate` with every
+   body layer fully recomputed, and its exact step time with nothing
+   recomputed, :func:`step_time`, a lower bound on any plan's since recompute
+   only adds time), one taken with its refined bound is *planned* with the
+   exact recompute planner. A wave takes only what is at most the K-th fastest
+   plan found so far; once the next bound exceeds it, nothing left can enter
+   the top K and the rest are counted as such (:data:`R_SLOWER`, which so
+   also holds candidates whose full-recompute bound was never checked).
+   ``planned`` and ``fitting`` count what was planned.
 
-The candidates go through any :class:`concurrent.futures.Executor` (one task
-per layout in phase 1, one per candidate in phase 2); answers are merged in
-submission order and the waves have a fixed size, so nothing depends on the
-executor or its number of workers.
-
-Layer evaluations are not shared across layouts: :func:`plan_recompute`
-evaluates the model's layers itself, and caching them per
-``(tp, sp, cp, ep, etp, mbs, seq)`` would need a new entry point into the
-planner. Profiling Llama-3-70B on 256 devices puts layer evaluation at
-about 7 % of the search; the planner's stage search and ``plan_stage``
-dominate (docs/search.md).
+Answers are merged in submission order and the waves have a fixed size, so
+nothing depends on the executor or its number of workers.
 """
 
 from __future__ import annotations
@@ -64,7 +62,7 @@ from hp_core.errors import ConfigError
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.schedule import in_flight_per_chunk
-from hp_core.stage import layer_elements, static_bytes
+from hp_core.stage import PlacedLayer, layer_elements, static_bytes
 from hp_core.timing import layer_pricer, step_time
 from hp_core.types import LayerCost
 
@@ -387,12 +385,13 @@ class _Bounder:
         self.body_count = sum(n for _, n in self.body)
         self.limit = job.hardware.memory_bytes - job.reserve_bytes
         self.census = census_lib.resolve_source(registry, job.census)
-        self._contexts: dict[tuple[int, ...], tuple[list[LayerCost], list[float]] | str] = {}
+        self._contexts: dict[tuple[int, ...], _Layers | str] = {}
         self._elements: dict[tuple[Any, ...], dict[str, int]] = {}
         self._compositions: dict[tuple[int, int], tuple[tuple[_Composition, int], ...]] = {}
         self._chunks: dict[tuple[int, int], list[list[tuple[int, int]]]] = {}  # the first stage's chunks
+        self._in_flight: dict[tuple[int, int, int], tuple[int, ...]] = {}
 
-    def layers(self, layout: Layout) -> tuple[list[LayerCost], list[float]] | str:
+    def layers(self, layout: Layout) -> "_Layers | str":
         """Each group's cost and per-micro-batch seconds (nothing recomputed) in the layout's context, or why it is refused."""
         key = (layout.tp, layout.cp, layout.ep, layout.etp, layout.micro_batch_size)
         found = self._contexts.get(key)
@@ -400,7 +399,7 @@ class _Bounder:
             found = self._contexts[key] = self._evaluate(layout)
         return found
 
-    def _evaluate(self, layout: Layout) -> tuple[list[LayerCost], list[float]] | str:
+    def _evaluate(self, layout: Layout) -> "_Layers | str":
         job, rt = self.job, self.rt
         parallel = layout.parallel(job.seq_len, job.global_batch_size)
         context = with_sublayers(
@@ -422,7 +421,10 @@ class _Bounder:
             # As step_time prices them: body layers with what the trainer always recomputes.
             implicit = rt.implicit_recompute & frozenset(kind.switches) if kind.placement == "body" else frozenset()
             seconds.append(pricer.price(cost, group.config, kind, context, full=False, recomputed=implicit).micro_batch_seconds)
-        return costs, seconds
+        # As estimate() places them: body layers fully recomputed, the others as they are (PlacedLayer.make).
+        placed = [PlacedLayer.make(kind.name, cost, kind.placement == "body", frozenset(), "full")
+                  for kind, cost in zip(self.kinds, costs)]
+        return _Layers(costs, seconds, [p.kept_bytes for p in placed], [p.backward_working_bytes for p in placed])
 
     def compositions(self, pp: int, vpp: int, split: tuple[int, ...] | None) -> tuple[tuple[_Composition, int], ...]:
         """The pipeline's distinct stage compositions with how many stages have each."""
@@ -457,47 +459,6 @@ class _Bounder:
         self._chunks[(pp, vpp)] = [per_chunk[c] for c in range(0, chunks, pp)]
         return found
 
-    def first_stage_bytes(self, layout: Layout, costs: list[LayerCost], zero: int, micro_batches: int) -> int:
-        """A lower bound on the first stage's peak under any plan: its static memory, and what it keeps and
-        works with fully recomputed (plan_stage's activations and first-backward working set; its buffers
-        and the runtime's overhead left out).
-
-        Every body layer fully recomputed keeps the least any setting keeps, and what it keeps plus its
-        backward working set is the same for every setting (docs/recompute.md), so no plan's peak is below.
-        """
-        chunks = self._chunks[(layout.pp, layout.vpp)]
-        held: dict[int, int] = {}
-        for chunk in chunks:
-            for i, n in chunk:
-                held[i] = held.get(i, 0) + n
-        owners = frozenset(self.kinds[i].name for i in held)
-        elements: dict[str, int] = {}
-        for i, n in held.items():
-            for group, count in layer_elements(costs[i], layout.tp, layout.ep, layout.etp, owners).items():
-                elements[group] = elements.get(group, 0) + n * count
-        total = sum(static_bytes(elements, self.precision, zero, layout.dp * layout.cp,
-                                 (layout.dp * layout.cp * layout.tp) // (layout.ep * layout.etp)))
-        schedule = "1f1b" if layout.vpp == 1 else "interleaved_1f1b"
-        in_flight = in_flight_per_chunk(0, layout.pp, layout.vpp, micro_batches, schedule)
-        for count, chunk in zip(in_flight, chunks):
-            total += count * sum(n * self._kept_full(costs, i) for i, n in chunk)
-        # The first backward walks the last chunk from the top; equal layers in a row: the top one is the most.
-        working = freed = 0
-        for i, n in reversed(chunks[-1]):
-            kept, backward = self._kept_full(costs, i), self._working_full(costs, i)
-            working = max(working, backward - freed)
-            freed += n * kept
-        return total + working
-
-    def _kept_full(self, costs: list[LayerCost], i: int) -> int:
-        cost = costs[i]
-        return cost.input_bytes if self.kinds[i].placement == "body" else cost.kept_under(frozenset())
-
-    def _working_full(self, costs: list[LayerCost], i: int) -> int:
-        # PlacedLayer.make: fully recomputed, its backward holds the plain layer's activations less its input.
-        cost = costs[i]
-        return cost.kept_bytes + cost.working_bytes - self._kept_full(costs, i)
-
     def static_bytes(self, layout: Layout, costs: list[LayerCost], compositions: tuple[tuple[_Composition, int], ...],
                      zero: int) -> int:
         """The heaviest stage's parameters, gradients, master copies and optimizer states, as plan_stage counts them."""
@@ -515,6 +476,56 @@ class _Bounder:
                 self._elements[key] = elements
             heaviest = max(heaviest, sum(static_bytes(elements, self.precision, zero, dense_degree, expert_degree)))
         return heaviest
+
+    def first_stage_static(self, layout: Layout, costs: list[LayerCost], zero: int) -> int:
+        """The first stage's parameters, gradients, master copies and optimizer states."""
+        chunks = self._chunks[(layout.pp, layout.vpp)]
+        held: dict[int, int] = {}
+        for chunk in chunks:
+            for i, n in chunk:
+                held[i] = held.get(i, 0) + n
+        return self.static_bytes(layout, costs, (((tuple(sorted(held.items())), frozenset(self.kinds[i].name for i in held)), 1),), zero)
+
+    def first_stage_activations(self, layout: Layout, layers: "_Layers", micro_batches: int) -> int:
+        """What the first stage keeps and works with when every body layer is fully recomputed.
+
+        plan_stage's activations (micro-batches in flight per chunk times what
+        each layer keeps) and the working set of its first backward, which
+        walks the stage's last chunk from the top (of equal layers in a row the
+        top one holds the most). Added to :meth:`first_stage_static`, a lower
+        bound on the first stage's peak under any plan: every body layer fully
+        recomputed keeps the least any setting keeps, and what a layer keeps
+        plus its backward working set is the same for every setting
+        (docs/recompute.md); the stage's buffers and the runtime's overhead are
+        left out.
+        """
+        chunks = self._chunks[(layout.pp, layout.vpp)]
+        key = (layout.pp, layout.vpp, micro_batches)
+        in_flight = self._in_flight.get(key)
+        if in_flight is None:
+            schedule = "1f1b" if layout.vpp == 1 else "interleaved_1f1b"
+            in_flight = self._in_flight[key] = in_flight_per_chunk(0, layout.pp, layout.vpp, micro_batches, schedule)
+        kept, backward = layers.kept_full, layers.working_full
+        total = 0
+        for count, chunk in zip(in_flight, chunks):
+            if count:
+                total += count * sum(n * kept[i] for i, n in chunk)
+        working = freed = 0
+        for i, n in reversed(chunks[-1]):
+            working = max(working, backward[i] - freed)
+            freed += n * kept[i]
+        return total + working
+
+
+@attrs.frozen
+class _Layers:
+    """The model's groups in one context: costs (the census's where it has records), seconds per
+    micro-batch with nothing recomputed, and, fully recomputed, bytes kept and backward working set."""
+
+    costs: list[LayerCost]
+    seconds: list[float]
+    kept_full: list[int]
+    working_full: list[int]
 
 
 def _time_bound(seconds: list[float], compositions: tuple[tuple[_Composition, int], ...], micro_batches: int,
@@ -566,14 +577,17 @@ def search(
         runtime: The runtime profile's name (its timing and the recompute it executes).
         fixed: Degrees held fixed, by name (:data:`FIXABLE`): ``{"tp": 8}``.
         top: How many of the fastest fitting candidates to return.
-        executor: Runs one task per layout; ``None``: serially in this process.
-            A process pool (or a Dask or Ray executor) needs the model and the
-            registry to pickle, as the built-in ones do.
+        executor: Runs the second phase's tasks (one candidate each: refine
+            or plan); ``None``: serially in this process. The first phase runs
+            in this process. A process pool (or a Dask or Ray executor) needs
+            the model and the registry to pickle, as the built-in ones do.
         precision: Byte widths; the runtime's when ``None``.
         census: The census source's name.
         reserve_bytes: Memory to keep free on every device.
         zero: The ZeRO levels to search; :func:`zero_levels` of the runtime when ``None``.
-        progress: Called with ``(layouts done, layouts in all)`` as tasks finish.
+        progress: Called with ``(done, in all)``: during the first phase per
+            ``(dp, cp, tp)`` enumerated, then per task finished, ``in all``
+            counting the candidates whose bound may still enter the top K.
 
     Raises:
         ConfigError: An unknown fixed name, a non-positive count, or a runtime
@@ -733,23 +747,25 @@ def _first_phase(
                         if isinstance(found, str):
                             reject(found, len(levels) if levels is not None else len(zs))
                             continue
-                        costs, seconds = found
                         if levels is None:
-                            levels = tuple(z for z in zs if bounder.static_bytes(probe, costs, compositions, z) <= bounder.limit)
+                            static = {z: bounder.static_bytes(probe, found.costs, compositions, z) for z in zs}
+                            levels = tuple(z for z in zs if static[z] <= bounder.limit)
                             if len(levels) < len(zs):
                                 reject(R_STATIC, (len(zs) - len(levels)) * (len(sizes) - n_mbs))
                             if not levels:
                                 break
+                            first_static = {z: bounder.first_stage_static(probe, found.costs, z) for z in levels}
                         micro_batches = global_batch_size // (mbs * dp)
                         # A level the first stage's bound rejects is rejected at every larger size too: the
                         # sequences in flight, mbs * min(in-flight, micro-batches), do not fall as mbs grows.
-                        fits = tuple(z for z in levels if bounder.first_stage_bytes(probe, costs, z, micro_batches) <= bounder.limit)
+                        activations = bounder.first_stage_activations(probe, found, micro_batches)
+                        fits = tuple(z for z in levels if first_static[z] + activations <= bounder.limit)
                         if len(fits) < len(levels):
                             reject(R_FULL, (len(levels) - len(fits)) * (len(sizes) - n_mbs))
                             levels = fits
                             if not levels:
                                 break
-                        bound = _time_bound(seconds, compositions, micro_batches, vpp)
+                        bound = _time_bound(found.seconds, compositions, micro_batches, vpp)
                         for z in levels:
                             bounded.append((bound, (dp, cp, tp, pp, vpp, ep, etp, mbs, z), split))
     return bounded, considered

@@ -81,11 +81,12 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
         ActivationTerm("head_norm_out", hidden),
         ActivationTerm("mtp_loss_softmax", T * shard * (act if "fused_cross_entropy" in x.traits else p.logits_bytes), None, True),
     )
-    layer_terms = tuple(attrs.evolve(term, op=f"layer.{term.op}", switch=None) for term in inner.activations)
+    # The layer's terms, renamed and without switches: the mtp kind (placed last) declares none.
+    layer_terms = tuple(ActivationTerm(f"layer.{t.op}", t.bytes, None, t.tp_split) for t in inner.activations)
     params = (
         ParamCount("mtp_norms", "dense", 3 * norm_params(c.norm, h), False),
         ParamCount("eh_proj", "dense", 2 * h * h, True),
-        *(attrs.evolve(param, name=f"layer.{param.name}") for param in inner.params),
+        *(ParamCount(f"layer.{q.name}", q.group, q.elements, q.tp_split, q.stored_elements, q.shared_with) for q in inner.params),
         ParamCount("embed_tokens", "dense", c.vocab_size * h, True, vocab * h, "embedding"),
         ParamCount("lm_head", "dense", c.vocab_size * h, True, vocab * h, "output"),
     )

@@ -22,6 +22,7 @@ The profile has three parts:
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -147,16 +148,31 @@ class GemmTable:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
             raise ValueError(f"tolerance must be a ratio of at least 1, got {value!r}")
 
-    def _rows(self, key: tuple) -> list[tuple[tuple[float, ...], float]]:
+    def _near(self, key: tuple, point: tuple[float, ...], width: float) -> list[tuple[int, tuple[float, ...], float]]:
+        """The rows of *key* whose every log-dimension lies in *point*'s bucket or a neighbouring one, in table order.
+
+        Rows are bucketed by ``floor(log(d) / width)`` per dimension with
+        ``width`` the largest log-distance a match may have, so a row within
+        it of *point* is in the same or a neighbouring bucket in every dimension.
+        """
         if not self._index:
             for rows, grouped in ((self.dense, False), (self.grouped, True)):
-                for row in rows:
-                    self._index.setdefault((grouped, row[0]), []).append((tuple(math.log(d) for d in row[1:-1]), row[-1]))
+                for n, row in enumerate(rows):
+                    logs = tuple(math.log(d) for d in row[1:-1])
+                    cell = tuple(math.floor(v / width) for v in logs)
+                    self._index.setdefault((grouped, row[0], cell), []).append((n, logs, row[-1]))
             self._index[None] = []  # built, even for an empty table
-        return self._index.get(key, [])
+        found = []
+        for offsets in itertools.product((-1, 0, 1), repeat=len(point)):
+            cell = tuple(math.floor(v / width) + o for v, o in zip(point, offsets))
+            found.extend(self._index.get(key + (cell,), ()))
+        found.sort()
+        return found
 
     def efficiency(self, gemm_pass: str, rows: float, fan_out: int, fan_in: int, experts: int = 0) -> float | None:
         """The measured efficiency for the nearest shape within :attr:`tolerance`, else ``None``.
+
+        Ties go to the later row of the table.
 
         Args:
             gemm_pass: One of :data:`GEMM_PASSES`.
@@ -171,7 +187,7 @@ class GemmTable:
         point = tuple(math.log(max(d, 1)) for d in ((experts,) if experts else ()) + (rows, fan_out, fan_in))
         limit = math.log(self.tolerance) + 1e-12
         best, found = limit, None
-        for logs, value in self._rows((bool(experts), gemm_pass)):
+        for _, logs, value in self._near((bool(experts), gemm_pass), point, limit):
             distance = max(abs(a - b) for a, b in zip(logs, point))
             if distance <= best:
                 best, found = distance, value

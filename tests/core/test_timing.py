@@ -12,6 +12,8 @@ import math
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hp_core.api import build_registry
 from hp_core.errors import ConfigError
@@ -592,3 +594,33 @@ def test_b200_table_maps_te_gemm_layouts_to_passes():
     assert B200_GEMMS.efficiency("weight_gradient", 4096, 10240, 8192) == pytest.approx(0.59795, abs=1e-5)
     # DeepSeek-V2's experts at EP 8: 20 per rank, 1232 rows each, gate and up projection.
     assert B200_GEMMS.efficiency("weight_gradient", 1232, 3072, 5120, experts=20) == pytest.approx(0.32760, abs=1e-5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    index=st.integers(0, 10_000),
+    scale=st.tuples(*[st.floats(0.9, 1.1)] * 4),
+    grouped=st.booleans(),
+)
+def test_the_bucketed_gemm_lookup_finds_the_nearest_measured_shape_a_full_scan_finds(index, scale, grouped):
+    # The table's index only narrows which rows are compared; the answer is the scan's (ties to the later row).
+    from hp_plugins.timing_profiles import B200_GEMMS
+
+    rows = B200_GEMMS.grouped if grouped else B200_GEMMS.dense
+    row = rows[index % len(rows)]
+    dims = [max(1, round(d * f)) for d, f in zip(row[1:-1], scale)]
+    point = [math.log(d) for d in dims]
+    limit = math.log(B200_GEMMS.tolerance) + 1e-12
+    best, expected = limit, None
+    for other in rows:
+        if other[0] != row[0]:
+            continue
+        distance = max(abs(math.log(d) - p) for d, p in zip(other[1:-1], point))
+        if distance <= best:
+            best, expected = distance, other[-1]
+    if grouped:
+        experts, per_expert, fan_out, fan_in = dims
+        found = B200_GEMMS.efficiency(row[0], per_expert, fan_out, fan_in, experts=experts)
+    else:
+        found = B200_GEMMS.efficiency(row[0], *dims)
+    assert found == expected
