@@ -14,6 +14,7 @@ parallelism (else 1), 2-byte activations (``activation_bytes``).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import attrs
@@ -22,6 +23,21 @@ from hp_core.errors import ConfigError
 from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount
 from hp_core.validators import non_negative_int, positive_int, probability
 from hp_plugins._shapes import NORM_OPS_PER_ELEMENT, NORMS, check_divides, norm_params
+
+
+# Evaluators build the same terms and parameter counts again for every layout a search tries; the
+# records are frozen, so equal ones are shared instead of built (and validated) again.
+@functools.lru_cache(maxsize=1 << 16)
+def term(op: str, nbytes: int, switch: str | None = None, tp_split: bool = False) -> ActivationTerm:
+    """An :class:`~hp_core.types.ActivationTerm`, shared with every equal one asked for before."""
+    return ActivationTerm(op, nbytes, switch, tp_split)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def param_count(name: str, group: str, elements: int, tp_split: bool, stored_elements: int | None = None,
+                shared_with: str | None = None) -> ParamCount:
+    """A :class:`~hp_core.types.ParamCount`, shared with every equal one asked for before."""
+    return ParamCount(name, group, elements, tp_split, stored_elements, shared_with)
 
 __all__ = [
     "ACT_OPS",
@@ -210,11 +226,11 @@ class LayerBuilder:
     def keep(self, op: str, nbytes: int, switch: str | None = None, tp_split: bool = False) -> None:
         """Record *nbytes* kept for backward by *op*, dropped by *switch*."""
         if nbytes:
-            self.terms.append(ActivationTerm(op, nbytes, switch, tp_split))
+            self.terms.append(term(op, nbytes, switch, tp_split))
 
     def param(self, name: str, elements: int, tp_split: bool, group: str = "dense") -> None:
         if elements:
-            self.params.append(ParamCount(name, group, elements, tp_split))
+            self.params.append(param_count(name, group, elements, tp_split))
 
     def pre_norm(self, prefix: str, norm: str, hidden_dropout: float) -> None:
         """A block's pre-norm: its input (the residual stream) and output, the SP gathered copy, the dropout mask.

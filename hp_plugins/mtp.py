@@ -30,6 +30,7 @@ from hp_core.markers import hookimpl
 from hp_core.specs.model import LayerGroup
 from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, LayerKind, ParamCount
 from hp_core.validators import positive_int
+from hp_plugins._blocks import param_count, term
 from hp_plugins._shapes import NORMS, norm_params, padded_vocab
 from hp_plugins.embedding import TOKEN_ID_BYTES
 
@@ -82,11 +83,11 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
         ActivationTerm("mtp_loss_softmax", T * shard * (act if "fused_cross_entropy" in x.traits else p.logits_bytes), None, True),
     )
     # The layer's terms, renamed and without switches: the mtp kind (placed last) declares none.
-    layer_terms = tuple(ActivationTerm(f"layer.{t.op}", t.bytes, None, t.tp_split) for t in inner.activations)
+    layer_terms = tuple(term(f"layer.{t.op}", t.bytes, None, t.tp_split) for t in inner.activations)
     params = (
         ParamCount("mtp_norms", "dense", 3 * norm_params(c.norm, h), False),
         ParamCount("eh_proj", "dense", 2 * h * h, True),
-        *(ParamCount(f"layer.{q.name}", q.group, q.elements, q.tp_split, q.stored_elements, q.shared_with) for q in inner.params),
+        *(param_count(f"layer.{q.name}", q.group, q.elements, q.tp_split, q.stored_elements, q.shared_with) for q in inner.params),
         ParamCount("embed_tokens", "dense", c.vocab_size * h, True, vocab * h, "embedding"),
         ParamCount("lm_head", "dense", c.vocab_size * h, True, vocab * h, "output"),
     )
