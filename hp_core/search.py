@@ -26,10 +26,12 @@ rank in the top K):
    bound: the pipeline of each stage's layer times with nothing recomputed,
    its sends, data-parallel reduction and optimizer step left out. Micro-batch
    sizes are walked smallest first; a ZeRO level whose static bound fails is
-   rejected at every size, and one whose first-stage bound fails at every
-   larger size too (the sequences in flight, ``mbs * min(in-flight,
-   micro-batches)``, do not fall as ``mbs`` grows), so those sizes are never
-   evaluated.
+   rejected at every size, and one whose first stage's static memory and
+   kept activations alone exceed the device at every larger size too (the
+   sequences in flight, ``mbs * min(in-flight, micro-batches)``, do not fall
+   as ``mbs`` grows), so those sizes are never evaluated. The first
+   backward's working set can fall as ``mbs`` grows (the layers above a large
+   one free more), so with it the bound rejects one size at a time.
 2. **Best first**, in waves of a fixed size through the executor: the
    candidates are taken in the order of their bound; one taken with its cheap
    bound is *refined* (the exact memory bounds from :func:`estimate` with every
@@ -391,11 +393,18 @@ class _Bounder:
         self._chunks: dict[tuple[int, int], list[list[tuple[int, int]]]] = {}  # the first stage's chunks
         self._in_flight: dict[tuple[int, int, int], tuple[int, ...]] = {}
 
-    def layers(self, layout: Layout) -> "_Layers | str":
-        """Each group's cost and per-micro-batch seconds (nothing recomputed) in the layout's context, or why it is refused."""
-        key = (layout.tp, layout.cp, layout.ep, layout.etp, layout.micro_batch_size)
+    def layers(self, layout: Layout, micro_batch_size: int | None = None) -> "_Layers | str":
+        """Each group's cost and per-micro-batch seconds (nothing recomputed) in the layout's context, or why it is refused.
+
+        Args:
+            micro_batch_size: The size to evaluate at instead of the layout's.
+        """
+        mbs = layout.micro_batch_size if micro_batch_size is None else micro_batch_size
+        key = (layout.tp, layout.cp, layout.ep, layout.etp, mbs)
         found = self._contexts.get(key)
         if found is None:
+            if mbs != layout.micro_batch_size:
+                layout = attrs.evolve(layout, micro_batch_size=mbs)
             found = self._contexts[key] = self._evaluate(layout)
         return found
 
@@ -461,7 +470,13 @@ class _Bounder:
 
     def static_bytes(self, layout: Layout, costs: list[LayerCost], compositions: tuple[tuple[_Composition, int], ...],
                      zero: int) -> int:
-        """The heaviest stage's parameters, gradients, master copies and optimizer states, as plan_stage counts them."""
+        """The heaviest stage's parameters, gradients, master copies and optimizer states, as plan_stage counts them.
+
+        A runtime that defers its gradient reduction holds whole gradients at the
+        end of its last backward from ZeRO 2 (plan_stage's ``last_backward``
+        point): the larger of the two is the stage's static memory.
+        """
+        whole = self.rt.deferred_grad_reduction and zero >= 2
         heaviest = 0
         dense_degree = layout.dp * layout.cp
         expert_degree = (layout.dp * layout.cp * layout.tp) // (layout.ep * layout.etp)
@@ -475,6 +490,8 @@ class _Bounder:
                         elements[group] = elements.get(group, 0) + n * count
                 self._elements[key] = elements
             heaviest = max(heaviest, sum(static_bytes(elements, self.precision, zero, dense_degree, expert_degree)))
+            if whole:
+                heaviest = max(heaviest, sum(static_bytes(elements, self.precision, zero, dense_degree, expert_degree, True)))
         return heaviest
 
     def first_stage_static(self, layout: Layout, costs: list[LayerCost], zero: int) -> int:
@@ -486,8 +503,8 @@ class _Bounder:
                 held[i] = held.get(i, 0) + n
         return self.static_bytes(layout, costs, (((tuple(sorted(held.items())), frozenset(self.kinds[i].name for i in held)), 1),), zero)
 
-    def first_stage_activations(self, layout: Layout, layers: "_Layers", micro_batches: int) -> int:
-        """What the first stage keeps and works with when every body layer is fully recomputed.
+    def first_stage_activations(self, layout: Layout, layers: "_Layers", micro_batches: int) -> tuple[int, int]:
+        """What the first stage keeps, and works with, when every body layer is fully recomputed: ``(kept, working)``.
 
         plan_stage's activations (micro-batches in flight per chunk times what
         each layer keeps) and the working set of its first backward, which
@@ -514,7 +531,7 @@ class _Bounder:
         for i, n in reversed(chunks[-1]):
             working = max(working, backward[i] - freed)
             freed += n * kept[i]
-        return total + working
+        return total, working
 
 
 @attrs.frozen
@@ -740,10 +757,13 @@ def _first_phase(
                     # The static bound from the first micro-batch size the layers accept (parameters do not
                     # depend on it): a ZeRO level it rejects is rejected at every size, unevaluated.
                     levels: tuple[int, ...] | None = None
+                    # The family's layout at its smallest size stands for all (only the evaluation reads the size).
+                    probe = None
                     for n_mbs, mbs in enumerate(sizes):
-                        probe = Layout(dp=dp, cp=cp, tp=tp, pp=pp, vpp=vpp, ep=ep, etp=etp, zero=zs[0],
-                                       micro_batch_size=mbs, layers_per_stage=split)
-                        found = bounder.layers(probe)
+                        if probe is None:
+                            probe = Layout(dp=dp, cp=cp, tp=tp, pp=pp, vpp=vpp, ep=ep, etp=etp, zero=zs[0],
+                                           micro_batch_size=mbs, layers_per_stage=split)
+                        found = bounder.layers(probe, mbs)
                         if isinstance(found, str):
                             reject(found, len(levels) if levels is not None else len(zs))
                             continue
@@ -756,17 +776,21 @@ def _first_phase(
                                 break
                             first_static = {z: bounder.first_stage_static(probe, found.costs, z) for z in levels}
                         micro_batches = global_batch_size // (mbs * dp)
-                        # A level the first stage's bound rejects is rejected at every larger size too: the
-                        # sequences in flight, mbs * min(in-flight, micro-batches), do not fall as mbs grows.
-                        activations = bounder.first_stage_activations(probe, found, micro_batches)
-                        fits = tuple(z for z in levels if first_static[z] + activations <= bounder.limit)
-                        if len(fits) < len(levels):
-                            reject(R_FULL, (len(levels) - len(fits)) * (len(sizes) - n_mbs))
-                            levels = fits
+                        kept, working = bounder.first_stage_activations(probe, found, micro_batches)
+                        # What the first stage keeps does not fall as mbs grows (the sequences in flight,
+                        # mbs * min(in-flight, micro-batches), do not): a level it rejects is rejected at every
+                        # larger size too. The working set can fall (the layers above a large one free more),
+                        # so it rejects one size at a time.
+                        ended = tuple(z for z in levels if first_static[z] + kept > bounder.limit)
+                        if ended:
+                            reject(R_FULL, len(ended) * (len(sizes) - n_mbs))
+                            levels = tuple(z for z in levels if z not in ended)
                             if not levels:
                                 break
+                        fits = tuple(z for z in levels if first_static[z] + kept + working <= bounder.limit)
+                        reject(R_FULL, len(levels) - len(fits))
                         bound = _time_bound(found.seconds, compositions, micro_batches, vpp)
-                        for z in levels:
+                        for z in fits:
                             bounded.append((bound, (dp, cp, tp, pp, vpp, ep, etp, mbs, z), split))
     return bounded, considered
 

@@ -172,8 +172,38 @@ def test_the_first_phase_bounds_are_below_the_estimates_they_bound(name, layers)
         assert 0 < bound <= fastest.step_seconds * (1 + 1e-12)
         assert bounder.static_bytes(layout, layers_found.costs, compositions, zero) == max(
             s.memory.static_bytes for s in full.stages)
-        first = bounder.first_stage_static(layout, layers_found.costs, zero) + bounder.first_stage_activations(
-            layout, layers_found, m)
+        first = bounder.first_stage_static(layout, layers_found.costs, zero) + sum(bounder.first_stage_activations(
+            layout, layers_found, m))
         assert full.stages[0].memory.static_bytes < first <= full.stages[0].peak_bytes
         checked += 1
     assert checked == 4
+
+
+def test_a_micro_batch_size_past_one_the_working_set_rejects_is_still_tried():
+    # The first stage's first-backward working set can fall as mbs grows (here the embedding's
+    # backward binds at mbs 2 and the layers above it free more at mbs 4), so it rejects one size
+    # at a time; only what the stage keeps ends the walk. Both layouts fit and are planned.
+    model = model_from_preset("llama3-8b", REGISTRY).with_body_layers(8, REGISTRY.kinds_placed("body"))
+    hardware = attrs.evolve(H100, memory_bytes=26_227_580_928)
+    result = search(model, registry=REGISTRY, devices=8, hardware=hardware, global_batch_size=4, seq_len=1024,
+                    runtime="generic", top=1000, fixed={"pp": 2, "zero": 0, "tp": 1})
+    keys = {c.layout.key for c in result.top}
+    assert (1, 4, 1, 2, 1, 1, 1, 4, 0) in keys and (2, 2, 1, 2, 1, 1, 1, 2, 0) in keys
+    assert result.planned + sum(result.rejected.values()) == result.considered
+
+
+def test_the_static_bound_holds_whole_gradients_where_the_runtime_defers_their_reduction():
+    # HyperParallel reduces gradients once, after the last backward: from ZeRO 2 plan_stage's
+    # last_backward point holds them whole, and the static bound is that point's static memory.
+    from hp_core.search import Layout, _Bounder, _Job
+
+    assert REGISTRY.runtime("hyperparallel").deferred_grad_reduction
+    job = _Job(MODEL, REGISTRY, H100, "hyperparallel", None, "formulas", 0, 2048, 16)
+    bounder = _Bounder(job)
+    for zero in (1, 2, 3):
+        layout = Layout(dp=4, cp=1, tp=1, pp=2, vpp=1, ep=1, etp=1, zero=zero, micro_batch_size=1)
+        found = bounder.layers(layout)
+        full = estimate(MODEL, layout.parallel(2048, 16), registry=REGISTRY, runtime="hyperparallel",
+                        recompute=RecomputeSpec(default=Setting(mode="full")))
+        static = bounder.static_bytes(layout, found.costs, bounder.compositions(2, 1, None), zero)
+        assert static == max(s.memory.static_bytes for s in full.stages)
