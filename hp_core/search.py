@@ -389,8 +389,8 @@ class _Bounder:
         self.census = census_lib.resolve_source(registry, job.census)
         self._contexts: dict[tuple[int, ...], _Layers | str] = {}
         self._elements: dict[tuple[Any, ...], dict[str, int]] = {}
-        self._compositions: dict[tuple[int, int], tuple[tuple[_Composition, int], ...]] = {}
-        self._chunks: dict[tuple[int, int], list[list[tuple[int, int]]]] = {}  # the first stage's chunks
+        self._compositions: dict[tuple[Any, ...], tuple[tuple[_Composition, int], ...]] = {}
+        self._chunks: dict[tuple[Any, ...], list[list[tuple[int, int]]]] = {}  # the first stage's chunks
         self._in_flight: dict[tuple[int, int, int], tuple[int, ...]] = {}
 
     def layers(self, layout: Layout, micro_batch_size: int | None = None) -> "_Layers | str":
@@ -437,7 +437,7 @@ class _Bounder:
 
     def compositions(self, pp: int, vpp: int, split: tuple[int, ...] | None) -> tuple[tuple[_Composition, int], ...]:
         """The pipeline's distinct stage compositions with how many stages have each."""
-        found = self._compositions.get((pp, vpp))
+        found = self._compositions.get((pp, vpp, split))
         if found is not None:
             return found
         chunks = pp * vpp
@@ -464,19 +464,21 @@ class _Bounder:
             owners = frozenset(self.kinds[i].name for i in held)
             composition = (tuple(sorted(held.items())), owners)
             stages[composition] = stages.get(composition, 0) + 1
-        found = self._compositions[(pp, vpp)] = tuple(stages.items())
-        self._chunks[(pp, vpp)] = [per_chunk[c] for c in range(0, chunks, pp)]
+        found = self._compositions[(pp, vpp, split)] = tuple(stages.items())
+        self._chunks[(pp, vpp, split)] = [per_chunk[c] for c in range(0, chunks, pp)]
         return found
 
     def static_bytes(self, layout: Layout, costs: list[LayerCost], compositions: tuple[tuple[_Composition, int], ...],
-                     zero: int) -> int:
+                     zero: int, last_backward: bool = True) -> int:
         """The heaviest stage's parameters, gradients, master copies and optimizer states, as plan_stage counts them.
 
-        A runtime that defers its gradient reduction holds whole gradients at the
-        end of its last backward from ZeRO 2 (plan_stage's ``last_backward``
-        point): the larger of the two is the stage's static memory.
+        Args:
+            last_backward: Also count plan_stage's ``last_backward`` point: a
+                runtime that defers its gradient reduction holds whole gradients
+                there from ZeRO 2, and the larger of the two is the stage's static
+                memory. ``False``: the end of warm-up's alone.
         """
-        whole = self.rt.deferred_grad_reduction and zero >= 2
+        whole = last_backward and self.rt.deferred_grad_reduction and zero >= 2
         heaviest = 0
         dense_degree = layout.dp * layout.cp
         expert_degree = (layout.dp * layout.cp * layout.tp) // (layout.ep * layout.etp)
@@ -495,13 +497,14 @@ class _Bounder:
         return heaviest
 
     def first_stage_static(self, layout: Layout, costs: list[LayerCost], zero: int) -> int:
-        """The first stage's parameters, gradients, master copies and optimizer states."""
-        chunks = self._chunks[(layout.pp, layout.vpp)]
+        """The first stage's parameters, gradients, master copies and optimizer states at the end of warm-up."""
+        chunks = self._chunks[(layout.pp, layout.vpp, layout.layers_per_stage)]
         held: dict[int, int] = {}
         for chunk in chunks:
             for i, n in chunk:
                 held[i] = held.get(i, 0) + n
-        return self.static_bytes(layout, costs, (((tuple(sorted(held.items())), frozenset(self.kinds[i].name for i in held)), 1),), zero)
+        composition = ((tuple(sorted(held.items())), frozenset(self.kinds[i].name for i in held)), 1)
+        return self.static_bytes(layout, costs, (composition,), zero, last_backward=False)
 
     def first_stage_activations(self, layout: Layout, layers: "_Layers", micro_batches: int) -> tuple[int, int]:
         """What the first stage keeps, and works with, when every body layer is fully recomputed: ``(kept, working)``.
@@ -516,7 +519,7 @@ class _Bounder:
         (docs/recompute.md); the stage's buffers and the runtime's overhead are
         left out.
         """
-        chunks = self._chunks[(layout.pp, layout.vpp)]
+        chunks = self._chunks[(layout.pp, layout.vpp, layout.layers_per_stage)]
         key = (layout.pp, layout.vpp, micro_batches)
         in_flight = self._in_flight.get(key)
         if in_flight is None:
