@@ -652,7 +652,7 @@ def _add_search_parser(sub: Any) -> None:
                         help="hold a degree fixed: dp, cp, tp, pp, vpp, ep, etp, zero, mbs (repeatable)")
     search.add_argument("--reserve", type=_reserve, default=0, metavar="SIZE", help="memory to keep free on every device (default 0)")
     search.add_argument("--workers", type=_positive, default=1,
-                        help="processes refining and planning candidates (default 1: in this process; the cheap bounds always run here)")
+                        help="processes bounding, refining and planning candidates (default 1: in this process)")
     search.add_argument("--json", action="store_true", help="print JSON instead of the table (no progress bar)")
     search.add_argument("--csv", metavar="FILE", help="write the top K as CSV, one row per layout (columns: docs/search.md)")
     search.add_argument("--plot", metavar="FILE.png", help="plot the top K's step time against peak memory (extra 'plots': matplotlib)")

@@ -15,7 +15,9 @@ ties broken by the layout's key.
 Two phases, both exact (they never drop a candidate the planner would fit and
 rank in the top K):
 
-1. **Bounds**, in this process, for every candidate: divisibility (heads,
+1. **Bounds**, for every candidate (serially in this process, or through the
+   executor one task per ``(cp, tp)``, whose layer evaluations no other task
+   shares): divisibility (heads,
    experts, layers, sequence, batch) from the layout alone or from the layers'
    own validation; then, from layer evaluations shared by every layout with
    the same ``(tp, cp, ep, etp, mbs)`` (a group's cost and its time per
@@ -597,17 +599,19 @@ def search(
         runtime: The runtime profile's name (its timing and the recompute it executes).
         fixed: Degrees held fixed, by name (:data:`FIXABLE`): ``{"tp": 8}``.
         top: How many of the fastest fitting candidates to return.
-        executor: Runs the second phase's tasks (one candidate each: refine
-            or plan); ``None``: serially in this process. The first phase runs
-            in this process. A process pool (or a Dask or Ray executor) needs
-            the model and the registry to pickle, as the built-in ones do.
+        executor: Runs the first phase one task per ``(cp, tp)`` and the
+            second one task per candidate (refine or plan); ``None``: serially
+            in this process, the first phase sharing one set of layer
+            evaluations. A process pool (or a Dask or Ray executor) needs the
+            model and the registry to pickle, as the built-in ones do.
         precision: Byte widths; the runtime's when ``None``.
         census: The census source's name.
         reserve_bytes: Memory to keep free on every device.
         zero: The ZeRO levels to search; :func:`zero_levels` of the runtime when ``None``.
         progress: Called with ``(done, in all)``: during the first phase per
-            ``(dp, cp, tp)`` enumerated, then per task finished, ``in all``
-            counting the candidates whose bound may still enter the top K.
+            ``(dp, cp, tp)`` enumerated (per task through an executor), then
+            per task finished, ``in all`` counting the candidates whose bound
+            may still enter the top K.
 
     Raises:
         ConfigError: An unknown fixed name, a non-positive count, or a runtime
@@ -631,7 +635,32 @@ def search(
         raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
     counts: dict[str, int] = {}
     # Phase 1: every candidate, rejected on sight or bounded: (time bound, layout key, layers per chunk).
-    bounded, considered = _first_phase(bounder, devices, _routed_experts(model), zeros, dict(fixed), counts, progress)
+    experts = _routed_experts(model)
+    if executor is None:
+        bounded, considered = _first_phase(bounder, devices, experts, zeros, dict(fixed), counts, progress)
+    else:
+        # One task per (cp, tp): the layer evaluations are keyed by (tp, cp, ep, etp, mbs), so no two
+        # tasks evaluate the same context. Answers are merged in submission order (and the candidates
+        # sorted), as serially.
+        shared: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+        for dp, cp, tp in _families(devices, fixed):
+            shared.setdefault((cp, tp), []).append((dp, cp, tp))
+        shares = [tuple(group) for group in shared.values()]
+        tasks = [_FirstTask(job, devices, experts, zeros, tuple(sorted(fixed.items())), share) for share in shares]
+        finished = 0
+
+        def first_tick() -> None:
+            nonlocal finished
+            finished += 1
+            if progress is not None:
+                progress(finished, len(tasks))
+
+        bounded, considered = [], 0
+        for share_bounded, share_counts, share_considered in _map(_first_work, tasks, executor, first_tick):
+            bounded.extend(share_bounded)
+            considered += share_considered
+            for reason, count in share_counts.items():
+                counts[reason] = counts.get(reason, 0) + count
     bounded.sort()
 
     # Phase 2: best first, in waves: refine a candidate's bounds, then plan it, while its bound can
@@ -700,11 +729,45 @@ def _layout(key: tuple[int, ...], split: tuple[int, ...] | None) -> Layout:
                   layers_per_stage=split)
 
 
+def _families(devices: int, fixed: Mapping[str, int]) -> list[tuple[int, int, int]]:
+    """Every ``(dp, cp, tp)`` of *devices* that *fixed* allows, in enumeration order."""
+
+    def allowed(name: str, values: Iterable[int]) -> list[int]:
+        return [v for v in values if name not in fixed or fixed[name] == v]
+
+    return [(dp, cp, tp) for dp in allowed("dp", _divisors(devices)) for cp in allowed("cp", _divisors(devices // dp))
+            for tp in allowed("tp", _divisors(devices // (dp * cp)))]
+
+
+@attrs.frozen
+class _FirstTask:
+    """Some ``(dp, cp, tp)`` families of the first phase, for a worker."""
+
+    job: _Job
+    devices: int
+    experts: int | None
+    zeros: tuple[int, ...]
+    fixed: tuple[tuple[str, int], ...]
+    families: tuple[tuple[int, int, int], ...]
+
+
+def _first_work(task: _FirstTask) -> tuple[list[tuple[float, tuple[int, ...], tuple[int, ...] | None]], dict[str, int], int]:
+    """:func:`_first_phase` over the task's families, with a bounder of its own."""
+    counts: dict[str, int] = {}
+    bounded, considered = _first_phase(_Bounder(task.job), task.devices, task.experts, task.zeros, dict(task.fixed),
+                                       counts, None, list(task.families))
+    return bounded, counts, considered
+
+
 def _first_phase(
     bounder: _Bounder, devices: int, experts: int | None, zeros: tuple[int, ...], fixed: Mapping[str, int],
     counts: dict[str, int], progress: Callable[[int, int], None] | None,
+    families: list[tuple[int, int, int]] | None = None,
 ) -> tuple[list[tuple[float, tuple[int, ...], tuple[int, ...] | None]], int]:
     """Enumerate every candidate; count those rejected on sight or by the static-memory bound; bound the rest's time.
+
+    Args:
+        families: The ``(dp, cp, tp)`` to enumerate; every one :func:`_families` gives when ``None``.
 
     Returns the bounded candidates ``(time bound, layout key, layers per chunk)``
     and the count of all candidates enumerated.
@@ -720,8 +783,8 @@ def _first_phase(
     def reject(reason: str, count: int) -> None:
         counts[reason] = counts.get(reason, 0) + count
 
-    families = [(dp, cp, tp) for dp in allowed("dp", _divisors(devices)) for cp in allowed("cp", _divisors(devices // dp))
-                for tp in allowed("tp", _divisors(devices // (dp * cp)))]
+    if families is None:
+        families = _families(devices, fixed)
     for done, (dp, cp, tp) in enumerate(families, 1):
         if progress is not None:
             progress(done, len(families))
