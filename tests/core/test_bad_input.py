@@ -24,7 +24,6 @@ from hypothesis import strategies as st
 
 from hp_core.cli import main
 from hp_core.convert import ConfigFile
-from hp_core.manager import BLOCK_ENV
 from hp_core.specs import ParallelSpec, PrecisionSpec
 
 HEADS = 32
@@ -42,14 +41,6 @@ SETTINGS = settings(
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _no_block_env():
-    """The CLI honours HP_BLOCK_PLUGINS; a developer's setting must not leak in."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv(BLOCK_ENV, raising=False)
-        yield
 
 
 # A case: argv, with "{dir}" standing for the temporary folder, and the files to write there.

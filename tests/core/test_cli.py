@@ -15,28 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from cli_run import run
 from hp_core.api import build_registry
 from hp_core.cli import main
 from hp_core.manager import BLOCK_ENV
 from hp_core.results import CATEGORIES
 
 LLAMA3_8B_PARAMETERS = 8030261248
-
-
-@pytest.fixture(autouse=True)
-def _no_block_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CLI honours HP_BLOCK_PLUGINS; a developer's setting must not leak in."""
-    monkeypatch.delenv(BLOCK_ENV, raising=False)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """``main(argv)`` with argparse's SystemExit turned into the status."""
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as exc:
-        status = exc.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def assert_one_line_error(status: int, out: str, err: str) -> str:

@@ -10,26 +10,11 @@ import json
 
 import pytest
 
-from hp_core.cli import main
-from hp_core.manager import BLOCK_ENV
+from cli_run import run
 
 # Llama-3-8B, 32 layers over pp=4 (stages of 8), priced as Megatron-LM runs it.
 LAYOUT = ("--model", "llama3-8b", "--dp", "1", "--tp", "2", "--pp", "4", "--sp", "--seq-len", "4096",
           "--global-batch-size", "8", "--runtime", "megatron", "--hardware", "h100-sxm")
-
-
-@pytest.fixture(autouse=True)
-def _no_block_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(BLOCK_ENV, raising=False)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as exc:
-        status = exc.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def test_potentials_json_csv_and_export(capsys, tmp_path):

@@ -6,25 +6,10 @@ import json
 
 import pytest
 
-from hp_core.cli import main
-from hp_core.manager import BLOCK_ENV
+from cli_run import run
 
 LAYOUT = ("--model", "llama3-70b", "--num-layers", "16", "--tp", "8", "--sp", "--pp", "2", "--seq-len", "8192",
           "--global-batch-size", "16", "--hardware", "h100-sxm", "--runtime", "megatron")
-
-
-@pytest.fixture(autouse=True)
-def _no_block_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(BLOCK_ENV, raising=False)
-
-
-def run(capsys, *argv):
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as exc:
-        status = exc.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def test_json_states_each_stage_with_bytes_and_seconds(capsys):

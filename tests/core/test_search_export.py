@@ -10,10 +10,9 @@ import sys
 import attrs
 import pytest
 
+from cli_run import run
 from hp_core.api import build_registry, model_from_preset
-from hp_core.cli import main
 from hp_core.errors import ConfigError
-from hp_core.manager import BLOCK_ENV
 from hp_core.search import search, search_to_json
 from hp_core.search_export import CSV_COLUMNS, check_plot, plot_search, search_rows, write_search_csv
 
@@ -25,24 +24,10 @@ CLI = ("search", "--model", "llama3-8b", "--num-layers", "3", "--devices", "8", 
        "--global-batch-size", "16", "--seq-len", "4096", "--runtime", "megatron", "--fix", "pp=2", "--top", "4")
 
 
-@pytest.fixture(autouse=True)
-def _no_block_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(BLOCK_ENV, raising=False)
-
-
 @pytest.fixture(scope="module")
 def result():
     return search(MODEL, registry=REGISTRY, devices=8, hardware=H100, global_batch_size=16, seq_len=4096,
                   runtime="megatron", fixed={"pp": 2}, top=6)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as exc:
-        status = exc.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def _read(path) -> tuple[list[str], list[dict[str, str]]]:

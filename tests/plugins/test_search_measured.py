@@ -68,16 +68,6 @@ def _key(case: dict, row: dict) -> tuple[int, ...]:
             parallel.micro_batch_size, zero)
 
 
-@pytest.fixture(scope="module")
-def megatron_registry():
-    from hp_core.api import build_registry
-
-    registry = build_registry(use_env=False)
-    if "megatron" not in {r.name for r in registry.runtimes}:
-        pytest.skip("the megatron runtime is not registered")
-    return registry
-
-
 def test_some_group_ranks_two_layouts():
     assert max(len(runs) for runs in GROUPS.values()) >= 2
 

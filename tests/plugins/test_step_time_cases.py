@@ -83,16 +83,6 @@ def _rows():
             yield pytest.param(case, row, id=f"{case['case_id']}-mbc{row['micro_batch_count']}", marks=marks)
 
 
-@pytest.fixture(scope="module")
-def megatron_registry():
-    from hp_core.api import build_registry
-
-    registry = build_registry(use_env=False)
-    if "megatron" not in {r.name for r in registry.runtimes}:
-        pytest.skip("the megatron runtime is not registered")
-    return registry
-
-
 @pytest.mark.parametrize("case, row", list(_rows()))
 def test_megatron_step_time_within_10_percent(case, row, megatron_registry):
     estimated = _megatron_seconds(case, row, megatron_registry)
