@@ -239,11 +239,7 @@ def count_parameters(model: ModelSpec, registry: Registry) -> ParameterSummary:
     """The model's parameter counts (Hugging Face's, tied weights once), without a layout."""
     context = with_sublayers(layer_context(ParallelSpec(seq_len=1), PrecisionSpec(), "flash"), registry)
     kinds = [registry.layer_kind(group.kind, f"$.model.layers[{i}].kind") for i, group in enumerate(model.layers)]
-    costs = [
-        _evaluate(kind, group.config, context, f"$.model.layers[{i}].config")
-        for i, (kind, group) in enumerate(zip(kinds, model.layers))
-    ]
-    return _summarise(kinds, costs, model)
+    return _summarise(kinds, evaluate_groups(kinds, model.layers, context), model)
 
 
 def estimate(

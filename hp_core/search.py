@@ -729,14 +729,16 @@ def _layout(key: tuple[int, ...], split: tuple[int, ...] | None) -> Layout:
                   layers_per_stage=split)
 
 
+def _allowed(fixed: Mapping[str, int], name: str, values: Iterable[int]) -> list[int]:
+    """The *values* of degree *name* that *fixed* allows: all, or the one it holds."""
+    return [v for v in values if name not in fixed or fixed[name] == v]
+
+
 def _families(devices: int, fixed: Mapping[str, int]) -> list[tuple[int, int, int]]:
     """Every ``(dp, cp, tp)`` of *devices* that *fixed* allows, in enumeration order."""
-
-    def allowed(name: str, values: Iterable[int]) -> list[int]:
-        return [v for v in values if name not in fixed or fixed[name] == v]
-
-    return [(dp, cp, tp) for dp in allowed("dp", _divisors(devices)) for cp in allowed("cp", _divisors(devices // dp))
-            for tp in allowed("tp", _divisors(devices // (dp * cp)))]
+    return [(dp, cp, tp) for dp in _allowed(fixed, "dp", _divisors(devices))
+            for cp in _allowed(fixed, "cp", _divisors(devices // dp))
+            for tp in _allowed(fixed, "tp", _divisors(devices // (dp * cp)))]
 
 
 @attrs.frozen
@@ -778,7 +780,7 @@ def _first_phase(
     considered = 0
 
     def allowed(name: str, values: Iterable[int]) -> list[int]:
-        return [v for v in values if name not in fixed or fixed[name] == v]
+        return _allowed(fixed, name, values)
 
     def reject(reason: str, count: int) -> None:
         counts[reason] = counts.get(reason, 0) + count

@@ -112,7 +112,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from hp_core.api import _evaluate, _split, _validate_layout, layer_context, resolve_setting, with_sublayers
+from hp_core.api import _split, _validate_layout, evaluate_groups, layer_context, resolve_setting, with_sublayers
 from hp_core.errors import ConfigError
 from hp_core.registry import Registry
 from hp_core.stage import offloaded_bytes
@@ -954,7 +954,7 @@ def step_time(
     context = with_sublayers(
         layer_context(parallel, precision, attention, rt.vocab_pad_multiple, getattr(rt, "traits", frozenset())), registry
     )
-    costs = [_evaluate(kind, group.config, context, f"$.model.layers[{i}].config") for i, (kind, group) in enumerate(zip(kinds, model.layers))]
+    costs = evaluate_groups(kinds, model.layers, context)
     shapes = [_shape(group.config, kind, context, cost) for kind, group, cost in zip(kinds, model.layers, costs)]
     micro_batches = _validate_layout(parallel, body_count)
     counts = _split(body_count, parallel)
