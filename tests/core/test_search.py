@@ -191,6 +191,8 @@ def test_a_micro_batch_size_past_one_the_working_set_rejects_is_still_tried():
     # backward binds at mbs 2 and the layers above it free more at mbs 4), so it rejects one size
     # at a time; only what the stage keeps ends the walk. Both layouts fit and are planned.
     model = model_from_preset("llama3-8b", REGISTRY).with_body_layers(8, REGISTRY.kinds_placed("body"))
+    # Exactly the least peak the planner finds for (1, 4, 1, 2, 1, 1, 1, 4, 0); the first stage's bound at
+    # mbs 2 is 26,231,775,232 bytes, above it.
     hardware = attrs.evolve(H100, memory_bytes=26_227_580_928)
     result = search(model, registry=REGISTRY, devices=8, hardware=hardware, global_batch_size=4, seq_len=1024,
                     runtime="generic", top=1000, fixed={"pp": 2, "zero": 0, "tp": 1})
