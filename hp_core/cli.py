@@ -21,10 +21,10 @@ from hp_core import __version__
 from hp_core.api import build_registry, count_parameters, model_from_preset
 from hp_core.convert import ConfigFile, load_config, structure
 from hp_core.errors import ConfigError, HPError, describe
-from hp_core.job import estimate_job, resolve_job
+from hp_core.job import estimate_job, resolve_job, step_time_job
 from hp_core.manager import BLOCK_ENV
 from hp_core.registry import Registry
-from hp_core.report import estimate_table, estimate_to_json, gib, kinds_table, time_summary, time_table, time_to_json, validation_table
+from hp_core.report import estimate_table, estimate_to_json, gib, kinds_table, time_summary, time_table, time_to_json, validation_step_table, validation_table
 from hp_core.specs import HardwareSpec, RecomputeSpec, Setting
 
 __all__ = ["DEFAULT_CONFIG", "build_parser", "main"]
@@ -142,8 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser(
         "validate", help="compare estimates with measured runs",
         description="Estimate every measured run of a cases file with the runtime it names and print estimated and "
-                    "measured peak per stage with the signed error (see docs/validate.md for the format; "
-                    "megatron_measured.json is read as published).",
+                    "measured peak per stage, and estimated and measured step time where the case states them, with "
+                    "the signed error (see docs/validate.md for the format; megatron_measured.json is read as published).",
     )
     validate.add_argument("cases", help="a cases file (format hp-cases/1, YAML/JSON/TOML) or megatron_measured.json")
     validate.add_argument("--json", action="store_true", help="print JSON")
@@ -248,15 +248,10 @@ def _run_estimate(args: argparse.Namespace, registry: Registry, console: Console
 
 def _step_time_of(job, registry: Registry):
     """``(StepTime, None)``, or ``(None, why not)`` when the hardware or the runtime cannot price one."""
-    from hp_core.timing import step_time
-
     if job.hardware is None:
         return None, None
     try:
-        step = step_time(
-            job.model, job.parallel, registry=registry, hardware=job.hardware, runtime=job.runtime,
-            precision=job.precision, recompute=job.recompute, attention=job.attention,
-        )
+        step = step_time_job(job, registry)
     except ConfigError as exc:
         return None, str(exc)
     return step, None
@@ -350,6 +345,13 @@ def _run_validate(args: argparse.Namespace, registry: Registry, console: Console
                          "measured_peak_bytes": check.measured_bytes, "error": check.error}
                         for check in result.stages
                     ],
+                    "steps": [
+                        {"micro_batches": check.micro_batches, "global_batch_size": check.global_batch_size,
+                         "estimated_seconds": check.estimated_seconds, "measured_seconds": check.measured_seconds,
+                         "error": check.error}
+                        for check in result.steps
+                    ],
+                    "time_unavailable": result.time_unavailable,
                 }
                 for result in results
             ]
@@ -357,6 +359,11 @@ def _run_validate(args: argparse.Namespace, registry: Registry, console: Console
         print(json.dumps(doc, indent=2))
         return 0
     console.print(validation_table(results))
+    if any(result.steps for result in results):
+        console.print(validation_step_table(results))
+    for result in results:
+        if result.time_unavailable is not None:
+            console.print(f"{result.name}: step times not estimated ({result.time_unavailable})")
     return 0
 
 

@@ -17,7 +17,7 @@ from hp_core.registry import Registry
 from hp_core.results import Estimate
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec
 
-__all__ = ["Job", "estimate_job", "resolve_job", "resolve_model"]
+__all__ = ["Job", "estimate_job", "resolve_job", "resolve_model", "step_time_job"]
 
 
 @attrs.frozen
@@ -89,5 +89,25 @@ def estimate_job(job: Job, registry: Registry) -> Estimate:
         hardware=job.hardware,
         recompute=job.recompute,
         census=job.census,
+        attention=job.attention,
+    )
+
+
+def step_time_job(job: Job, registry: Registry, parallel: ParallelSpec | None = None):
+    """:func:`hp_core.timing.step_time` of a resolved job (on *parallel* instead of its layout when given).
+
+    Raises:
+        ConfigError: The job states no hardware, or the step cannot be priced (one line, with the field path).
+    """
+    from hp_core.timing import step_time
+
+    return step_time(
+        job.model,
+        parallel if parallel is not None else job.parallel,
+        registry=registry,
+        hardware=job.hardware,
+        runtime=job.runtime,
+        precision=job.precision,
+        recompute=job.recompute,
         attention=job.attention,
     )

@@ -157,6 +157,19 @@ def validation_table(results) -> Table:
     return table
 
 
+def validation_step_table(results) -> Table:
+    """One row per case and measured step: micro-batches, estimated and measured seconds and the signed error."""
+    table = Table(title="Estimated against measured step time", title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=(0, 1), caption="error = (estimated - measured) / measured", caption_justify="left")
+    for column in ("Case", "Runtime", "Micro-batches", "Estimated s", "Measured s", "Error"):
+        table.add_column(column, justify="left" if column in ("Case", "Runtime") else "right")
+    for result in results:
+        for check in result.steps:
+            table.add_row(result.name, result.runtime, str(check.micro_batches), f"{check.estimated_seconds:.4f}",
+                          f"{check.measured_seconds:.4f}", f"{check.error * 100:+.2f}%")
+    return table
+
+
 # ----------------------------------------------------------------------------- step time
 
 

@@ -18,7 +18,10 @@ it measured. Two layouts are read:
 * ``megatron_measured.json`` as published (:mod:`hp_plugins.importers.megatron_measured`).
 
 For every case and stage the report gives the estimated and the measured peak
-and the signed error ``(estimated - measured) / measured``.
+and the signed error ``(estimated - measured) / measured``; for every measured
+step time, the step time estimated on the device the case ran on (the config's
+``hardware``; a ``megatron_measured.json`` case names B200) at that step's
+micro-batch count, and the same signed error.
 """
 
 from __future__ import annotations
@@ -30,11 +33,11 @@ import attrs
 
 from hp_core.convert import ConfigFile, read_document, structure
 from hp_core.errors import ConfigError
-from hp_core.job import Job, estimate_job, resolve_job
+from hp_core.job import Job, estimate_job, resolve_job, step_time_job
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec
 
-__all__ = ["CaseResult", "MeasuredCase", "MeasuredStep", "StageCheck", "load_cases", "validate_case"]
+__all__ = ["CaseResult", "MeasuredCase", "MeasuredStep", "StageCheck", "StepCheck", "load_cases", "validate_case"]
 
 FORMAT = "hp-cases/1"
 _GIB = 2**30
@@ -78,13 +81,34 @@ class StageCheck:
 
 
 @attrs.frozen
+class StepCheck:
+    """One measured step time: the micro-batches it ran, estimated and measured seconds, the signed relative error."""
+
+    micro_batches: int
+    global_batch_size: int
+    estimated_seconds: float
+    measured_seconds: float
+
+    @property
+    def error(self) -> float:
+        return (self.estimated_seconds - self.measured_seconds) / self.measured_seconds
+
+
+@attrs.frozen
 class CaseResult:
-    """A case's per-stage checks, and the estimate behind them."""
+    """A case's per-stage checks, its step-time checks, and the estimate behind them.
+
+    ``time_unavailable`` says why measured step times were not priced (no device
+    stated, a runtime without a timing profile); ``None`` when they were, or
+    when the case measured none.
+    """
 
     name: str
     runtime: str
     stages: tuple[StageCheck, ...]
     estimate: Any
+    steps: tuple[StepCheck, ...] = ()
+    time_unavailable: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -147,4 +171,32 @@ def validate_case(case: MeasuredCase, registry: Registry) -> CaseResult:
         StageCheck(stage.index, stage.peak_bytes, measured)
         for stage, measured in zip(result.stages, case.stage_peak_bytes)
     )
-    return CaseResult(name=case.name, runtime=case.runtime, stages=checks, estimate=result)
+    steps, unavailable = _check_steps(case, job, registry)
+    return CaseResult(name=case.name, runtime=case.runtime, stages=checks, estimate=result, steps=steps,
+                      time_unavailable=unavailable)
+
+
+def _check_steps(case: MeasuredCase, job: Job, registry: Registry) -> tuple[tuple[StepCheck, ...], str | None]:
+    """Each measured step time against the estimate at its global batch (micro-batches times micro-batch size times DP)."""
+    if not case.steps:
+        return (), None
+    if job.hardware is None and case.hardware is not None:
+        job = attrs.evolve(job, hardware=registry.hardware_preset(case.hardware).spec)
+    if job.hardware is None:
+        return (), "$.config.hardware: measured step times are priced on the device they ran on; name it (hardware: h100-sxm)"
+    parallel = job.parallel
+    checks = []
+    for i, step in enumerate(case.steps):
+        batch = step.global_batch_size or step.micro_batches * parallel.micro_batch_size * parallel.dp
+        try:
+            priced = step_time_job(job, registry, attrs.evolve(parallel, global_batch_size=batch))
+        except ConfigError as exc:
+            return (), str(exc)
+        if priced.micro_batches != step.micro_batches:
+            raise ConfigError(
+                f"case {case.name}: steps[{i}]",
+                f"global batch {batch} is {priced.micro_batches} micro-batches per replica on this layout, "
+                f"not the {step.micro_batches} measured; state the step's global_batch_size",
+            )
+        checks.append(StepCheck(step.micro_batches, batch, priced.step_seconds, step.seconds))
+    return tuple(checks), None

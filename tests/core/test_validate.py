@@ -127,3 +127,58 @@ def test_megatron_runtime_overheads_by_hand(registry, megatron_cases):
     # Pipeline: stage 0 holds the output gradient received from stage 1, stage 1 the input gradient it sent.
     assert stages[0].memory.communication_buffers_bytes == 4096 * 8192 * 2
     assert stages[1].memory.communication_buffers_bytes == 4096 * 8192 * 2
+
+
+def test_measured_step_times_are_priced_at_their_micro_batch_counts(registry, tmp_path):
+    """Own format: each measured step is priced on the config's hardware at its global batch."""
+    from hp_core.timing import step_time
+
+    path = _own_file(tmp_path, {"source": "made up for a test", "stage_peak_gib": [10.0, 12.5],
+                                "steps": [{"micro_batches": 4, "seconds": 2.0}, {"micro_batches": 8, "seconds": 3.0}]})
+    doc = yaml.safe_load(path.read_text())
+    doc["cases"][0]["config"]["hardware"] = "h100-sxm"
+    path.write_text(yaml.safe_dump(doc))
+    (case,) = load_cases(path, registry)
+    result = validate_case(case, registry)
+    assert result.time_unavailable is None
+    model = model_from_preset("llama3-8b", registry).with_body_layers(4, registry.kinds_placed("body"))
+    for check, (mbc, measured) in zip(result.steps, [(4, 2.0), (8, 3.0)]):
+        # dp 2, micro-batch 1: the global batch is 2 * mbc.
+        direct = step_time(model, ParallelSpec(dp=2, tp=2, pp=2, sp=True, seq_len=2048, global_batch_size=2 * mbc),
+                           registry=registry, hardware=registry.hardware_preset("h100-sxm").spec, runtime="megatron")
+        assert (check.micro_batches, check.global_batch_size, check.measured_seconds) == (mbc, 2 * mbc, measured)
+        assert check.estimated_seconds == direct.step_seconds
+        assert check.error == (direct.step_seconds - measured) / measured
+
+
+def test_measured_step_times_without_a_device_say_why(registry, tmp_path, capsys):
+    path = _own_file(tmp_path, {"source": "x", "stage_peak_gib": [10.0, 12.5], "steps": [{"micro_batches": 4, "seconds": 2.0}]})
+    (case,) = load_cases(path, registry)
+    result = validate_case(case, registry)
+    assert result.steps == () and result.time_unavailable.startswith("$.config.hardware: ")
+    assert main(["validate", str(path)]) == 0
+    assert "tiny: step times not estimated ($.config.hardware: " in capsys.readouterr().out
+
+
+def test_a_step_whose_batch_is_another_micro_batch_count_is_refused(registry, tmp_path):
+    path = _own_file(tmp_path, {"source": "x", "stage_peak_gib": [10.0, 12.5],
+                                "steps": [{"micro_batches": 4, "global_batch_size": 16, "seconds": 2.0}]})
+    doc = yaml.safe_load(path.read_text())
+    doc["cases"][0]["config"]["hardware"] = "h100-sxm"
+    path.write_text(yaml.safe_dump(doc))
+    (case,) = load_cases(path, registry)
+    with pytest.raises(ConfigError, match="global batch 16 is 8 micro-batches per replica on this layout, not the 4 measured"):
+        validate_case(case, registry)
+
+
+def test_megatron_measured_step_times_are_reported(megatron_cases, capsys):
+    assert main(["validate", str(CASES), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    published = {c["case_id"]: c["measured"]["timing_by_mbc"] for c in megatron_cases["cases"]}
+    for case in doc["cases"]:
+        assert case["time_unavailable"] is None
+        rows = published[case["name"]]
+        assert [s["micro_batches"] for s in case["steps"]] == [r["micro_batch_count"] for r in rows]
+        assert [s["measured_seconds"] for s in case["steps"]] == [r["real_ms"] / 1000 for r in rows]
+        for step in case["steps"]:
+            assert step["error"] == (step["estimated_seconds"] - step["measured_seconds"]) / step["measured_seconds"]
