@@ -93,12 +93,21 @@ The model, with its sources (figures come from the profile, each sourced there):
   than one data-parallel replica (scaling by ``1/(DP*CP)``, the routed
   experts' buffer included: Megatron-Core ``distributed_data_parallel.py``). The step is the
   pipeline plus the slowest stage's DP communication and optimizer step.
+* **A whole run** against its kernels measured alone: where the profile's
+  device entry states ``sustained_slowdown``, every GPU time above (compute,
+  recompute, communication, pipeline sends, the DP reduction and the optimizer
+  step; not offload's host-link copies) is multiplied by it. The figures
+  above are kernel and NCCL microbenchmarks; a training run adds clock and
+  cache effects, launch gaps and host work between kernels. The
+  ``megatron-te`` Blackwell figure is fitted to measured Megatron-LM step
+  times on B200 (``hp_plugins/timing_profiles.py``).
 
 Known limitations: routing is balanced (no straggler expert); kernels other
 than those above (rotary embedding, router top-k, loss) are priced by their
 counted elementwise FLOPs; GEMMs of shapes no table holds run at the one
 ``matmul`` efficiency; host overheads (Python, launch gaps, logging) are
-not priced; gradient reduction of a tied embedding between the first and
+priced only as part of a device's ``sustained_slowdown``, one factor for all
+layouts; gradient reduction of a tied embedding between the first and
 last stage is not priced; communication shapes are read from the layer
 configs' Hugging Face field names (``hidden_size``, ``num_attention_heads``,
 ``num_key_value_heads``, ``head_dim``, MLA and MoE fields), so a third-party
@@ -541,6 +550,7 @@ class _Rates:
     expose_tp: float
     expose_cp: float
     expose_ep: float
+    slowdown: float
 
 
 def _rates(
@@ -581,6 +591,7 @@ def _rates(
         sp=parallel.sp, ep=parallel.ep, algorithm=timing.all_reduce_algorithm, links=links,
         expose_tp=1 - ov.tensor_parallel.value, expose_cp=1 - ov.context_parallel.value,
         expose_ep=1 - ov.expert_parallel.value,
+        slowdown=_or(dev.sustained_slowdown, 1.0),
     )
 
 
@@ -692,7 +703,8 @@ def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozense
                 recomputed_flops += flops
             else:
                 recompute += 2 * nbytes / r.memory
-    return (forward, backward, recompute, comm, model_flops, recomputed_flops)
+    k = r.slowdown  # a whole run's time over its kernels' measured alone (DeviceEfficiency.sustained_slowdown)
+    return (k * forward, k * backward, k * recompute, k * comm, model_flops, recomputed_flops)
 
 
 def _matmul_seconds(dense: float, grouped: float, shape: _Shape, r: _Rates) -> tuple[float, float]:
@@ -1006,7 +1018,7 @@ def step_time(
         if timing.pp_scatter_gather and not parallel.sp and parallel.tp > 1:
             tp_bw, tp_lat, tp_fixed = links.tp
             send += collective_seconds("all_gather", send_bytes * parallel.tp, parallel.tp, tp_bw, tp_lat, overhead=tp_fixed)
-        send *= 1 - ov.pipeline.value
+        send *= (1 - ov.pipeline.value) * rates.slowdown
 
     # Per stage: per-micro-batch sums over its chunks, then DP and optimizer.
     grad_bytes, param_bytes = precision.grad_bytes, precision.param_bytes
@@ -1053,7 +1065,7 @@ def step_time(
                 gather = collective_seconds("all_gather", n * param_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
                 per_mb += (2 if parallel.reshard_after_forward else 1) * gather
                 per_mb += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
-            comm += per_mb * (1 - ov.data_parallel.value)
+            comm += per_mb * (1 - ov.data_parallel.value) * rates.slowdown
             dp = 0.0
         else:
             dp = 0.0
@@ -1063,14 +1075,14 @@ def step_time(
                 else:
                     dp += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
                     dp += collective_seconds("all_gather", n * param_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
-            dp *= 1 - ov.data_parallel.value
+            dp *= (1 - ov.data_parallel.value) * rates.slowdown
         shard = (dense / dense_group + experts / expert_group) if zero >= 1 else dense + experts
         # Megatron-Core scales the dense and the expert gradient buffers alike by 1/(dp*cp)
         # before the reduction (distributed_data_parallel.py: expert_gradient_scaling_factor
         # = 1 / dp_cp size), whatever the expert data-parallel group's size.
         reduced = (dense + experts) * (dense_group > 1)
         buffer_passes = timing.grad_buffer_passes.value * (dense + experts) + timing.grad_scale_passes.value * reduced
-        opt = (shard * opt_bytes + buffer_passes * grad_bytes) / memory
+        opt = (shard * opt_bytes + buffer_passes * grad_bytes) / memory * rates.slowdown
         stages.append(StageTime(stage, fwd, bwd, rec, comm, fwd + bwd + rec + comm, dp, opt, flops))
         recomputed_flops_per_stage.append(rflops)
 

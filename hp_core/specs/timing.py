@@ -95,6 +95,13 @@ def _positive(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None
         raise ValueError(f"{attribute.name} must be positive, got {value.value!r}")
 
 
+def _at_least_one(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
+    if not isinstance(value, Sourced):
+        raise ValueError(f"{attribute.name} must be a Sourced figure")
+    if not value.value >= 1:
+        raise ValueError(f"{attribute.name} must be at least 1, got {value.value!r}")
+
+
 def _sourced(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
     if not isinstance(value, Sourced):
         raise ValueError(f"{attribute.name} must be a Sourced figure")
@@ -284,6 +291,14 @@ class DeviceEfficiency:
             a dense or grouped GEMM whose shape it holds takes its own
             efficiency per pass; any other takes :attr:`matmul`, respectively
             the grouped fit. ``None``: every GEMM takes the single figures.
+        sustained_slowdown: A whole training step's time over the sum of its
+            kernels' and collectives' times as the figures above price them
+            (each measured alone): what a full run adds -- clocks under
+            sustained load, caches other kernels have evicted, launch gaps and
+            host work between kernels. It multiplies every priced GPU time
+            (compute, communication, the step-end reduction and optimizer
+            step; not offload's host-link copies). ``None``: 1, the kernels
+            as measured alone.
     """
 
     architecture: str
@@ -308,6 +323,7 @@ class DeviceEfficiency:
     moe_router_forward_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     moe_router_backward_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     gemm_table: GemmTable | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(GemmTable)))
+    sustained_slowdown: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_at_least_one))
 
     def figures(self) -> dict[str, Sourced]:
         """Every figure the entry states, by field name (optional figures left unstated and the GEMM table are omitted)."""

@@ -448,12 +448,14 @@ def test_docs_list_every_built_in_figure_with_its_source():
     """docs/time.md states each figure of the built-in profiles, its value and its source, as the code has them."""
     from pathlib import Path
 
-    from hp_plugins.timing_profiles import AMPERE, ANY_DEVICE, BLACKWELL, HOPPER
+    from hp_plugins.timing_profiles import PROFILES
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "time.md").read_text(encoding="utf-8")
-    for device in (BLACKWELL, HOPPER, AMPERE, ANY_DEVICE):
+    devices = {device for profile in PROFILES.values() for device in profile.devices}
+    assert len(devices) == 5  # blackwell (and megatron-te's, with its sustained slowdown), hopper, ampere, *
+    for device in devices:
         for name, figure in device.figures().items():
-            assert f"- `{name}` = {figure.value:.4g}: {figure.source}" in text, (device.architecture, name)
+            assert f"- `{name}` = {figure.value:.6g}: {figure.source}" in text, (device.architecture, name)
     for profile in (GENERIC, MEGATRON_TE):
         for name, figure in {**profile.figures(), **profile.overlap.figures()}.items():
             assert f"`{name}` = {figure.value:.4g}: {figure.source}" in text, (profile.name, name)
@@ -624,3 +626,68 @@ def test_the_bucketed_gemm_lookup_finds_the_nearest_measured_shape_a_full_scan_f
     else:
         found = B200_GEMMS.efficiency(row[0], *dims)
     assert found == expected
+
+
+# ----------------------------------------------------------------------------- sustained slowdown
+
+
+def test_sustained_slowdown_multiplies_every_gpu_time_but_not_host_link_copies(toy_registry):
+    """A toy device stating sustained_slowdown 1.5: every part of the step 1.5 times the unslowed one."""
+    slow = attrs.evolve(TOY_PROFILE, devices=(attrs.evolve(TOY_DEVICE, sustained_slowdown=_figure(1.5)),))
+    parallel = ParallelSpec(dp=4, pp=2, zero=1, seq_len=16, global_batch_size=16)
+    model = _model(4, ToyConfig(elementwise=1e10))
+    base = _time(toy_registry, model, parallel)
+    slowed = _time(toy_registry, model, parallel, profile=slow)
+    for name, value in base.breakdown_seconds.items():
+        assert slowed.breakdown_seconds[name] == pytest.approx(1.5 * value), name
+    assert base.data_parallel_seconds > 0 and base.bubble_seconds > 0 and base.optimizer_seconds > 0
+    assert slowed.mfu == pytest.approx(base.mfu / 1.5)
+    assert slowed.model_flops == base.model_flops
+
+    # Offload: the host-link copy is not slowed, only the layer time it hides behind.
+    from hp_core.timing import _layer_time, _rates, _shape, offload_seconds
+
+    cost = _evaluate_toy(ToyConfig(), None)
+    fast_rates = _rates(ParallelSpec(seq_len=16), TOY_DEVICE_SPEC, TOY_PROFILE, PrecisionSpec(), "flash")
+    slow_rates = _rates(ParallelSpec(seq_len=16), TOY_DEVICE_SPEC, slow, PrecisionSpec(), "flash")
+    shape = _shape(ToyConfig(), toy_registry.layer_kind("toy", "$"), None, cost)
+    fast = _layer_time(cost, shape, False, frozenset(), fast_rates)
+    slowed_layer = _layer_time(cost, shape, False, frozenset(), slow_rates)
+    assert slowed_layer[:4] == pytest.approx(tuple(1.5 * t for t in fast[:4]))
+    assert slowed_layer[4:] == fast[4:]  # FLOPs do not change
+    moved = 3 * fast[0] * 1e9  # a copy three forwards long at 1 GB/s
+    assert offload_seconds(moved, 1e9, slowed_layer[0], slowed_layer[1]) == pytest.approx(3 * fast[0] - 1.5 * fast[0])
+
+
+def test_sustained_slowdown_slows_tp_pp_and_dp_communication_alike(registry, llama8b):
+    from hp_plugins.timing_profiles import GENERIC
+
+    hardware = registry.hardware_preset("h100-sxm").spec
+    slow = attrs.evolve(GENERIC, devices=tuple(
+        attrs.evolve(d, sustained_slowdown=_figure(1.25)) if d.architecture == "hopper" else d for d in GENERIC.devices
+    ))
+    parallel = ParallelSpec(dp=2, tp=2, pp=2, sp=True, seq_len=4096, global_batch_size=8)
+    base = step_time(llama8b, parallel, registry=registry, hardware=hardware, profile=GENERIC)
+    slowed = step_time(llama8b, parallel, registry=registry, hardware=hardware, profile=slow)
+    assert base.communication_seconds > 0 and base.data_parallel_seconds > 0
+    assert slowed.step_seconds == pytest.approx(1.25 * base.step_seconds)
+    for fast_stage, slow_stage in zip(base.stages, slowed.stages):
+        assert slow_stage.communication_seconds == pytest.approx(1.25 * fast_stage.communication_seconds)
+        assert slow_stage.data_parallel_seconds == pytest.approx(1.25 * fast_stage.data_parallel_seconds)
+
+
+def test_sustained_slowdown_below_one_is_refused():
+    with pytest.raises(ValueError, match="sustained_slowdown must be at least 1, got 0.9"):
+        attrs.evolve(TOY_DEVICE, sustained_slowdown=_figure(0.9))
+
+
+def test_only_megatron_te_on_blackwell_states_a_sustained_slowdown():
+    from hp_plugins.timing_profiles import BLACKWELL, BLACKWELL_MEGATRON, GENERIC, MEGATRON_LM_2022, MEGATRON_TE
+
+    assert MEGATRON_TE.device("blackwell") is BLACKWELL_MEGATRON
+    assert attrs.evolve(BLACKWELL_MEGATRON, sustained_slowdown=None) == BLACKWELL
+    assert GENERIC.device("blackwell") is BLACKWELL and MEGATRON_LM_2022.device("blackwell") is BLACKWELL
+    for profile in (GENERIC, MEGATRON_TE, MEGATRON_LM_2022):
+        for device in profile.devices:
+            if device is not BLACKWELL_MEGATRON:
+                assert device.sustained_slowdown is None, (profile.name, device.architecture)

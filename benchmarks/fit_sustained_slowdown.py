@@ -1,0 +1,109 @@
+"""Fit the ``megatron-te`` Blackwell ``sustained_slowdown`` to measured Megatron-LM step times on B200.
+
+Run: ``python benchmarks/fit_sustained_slowdown.py [--write]``.
+
+The data are the 43 step times of SimuMax v1.2's B200 perf-vs-real table
+(``tests/plugins/data/simumax_b200_runs.json``; Megatron-Core 0.14, TE 2.11,
+8x B200, Llama-3-70B, Llama-3-405B, DeepSeek-V2 and a DeepSeek-V3-shaped MoE,
+TP/PP/DP/CP/EP layouts, 4 to 32 micro-batches). Every row is priced with the
+``megatron`` runtime and :data:`~hp_plugins.timing_profiles.MEGATRON_TE` with
+no slowdown (each kernel and collective as its microbenchmark measured it).
+The factor is fitted (least squares in relative error) to the 33 rows whose
+layout is NOT among the four of ``megatron_measured.json``; those 10 rows are
+held out and only checked. Also printed: each model family held out in turn
+(the factor fitted to the other three). ``--write`` replaces the text between
+the ``simumax-runs`` markers of docs/time.md (atomically) with the printout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "plugins"))
+
+from simumax_runs import fitted_slowdown, simumax_rows, unslowed  # noqa: E402
+
+from hp_core.api import build_registry  # noqa: E402
+from hp_core.files import atomic_write  # noqa: E402
+from hp_core.timing import step_time  # noqa: E402
+from hp_plugins.timing_profiles import MEGATRON_TE  # noqa: E402
+
+PAGE = ROOT / "docs" / "time.md"
+START, END = "<!-- simumax-runs:start -->", "<!-- simumax-runs:end -->"
+
+
+def priced_rows(registry) -> list[tuple[dict, float]]:
+    """``(row, estimated step seconds with no slowdown)`` for every row."""
+    hardware = registry.hardware_preset("b200").spec
+    profile = unslowed(MEGATRON_TE)
+    return [
+        (row, step_time(model, parallel, registry=registry, hardware=hardware, runtime="megatron", profile=profile).step_seconds)
+        for row, model, parallel in simumax_rows(registry)
+    ]
+
+
+def _summary(errors: list[float]) -> str:
+    return f"mean absolute error {sum(abs(e) for e in errors) / len(errors) * 100:.2f}%, largest {max(errors, key=abs) * 100:+.2f}%"
+
+
+def section(rows: list[tuple[dict, float]]) -> tuple[float, str]:
+    """The fitted factor and the markdown between the markers."""
+    k = fitted_slowdown([(e, r["real_ms"] / 1e3) for r, e in rows if not r["in_public_case_file"]])
+    lines = [
+        START,
+        "",
+        f"Fitted factor: **{k:.4f}** (33 rows fitted, 10 held out).",
+        "",
+        "| run | micro-batches | measured ms | kernels alone ms | error | with the factor ms | error | held out |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    errors: dict[bool, list[float]] = {True: [], False: []}
+    before: list[float] = []
+    for row, e in rows:
+        measured = row["real_ms"]
+        alone = (e * 1e3 - measured) / measured
+        after = (k * e * 1e3 - measured) / measured
+        before.append(alone)
+        errors[row["in_public_case_file"]].append(after)
+        name = row["case"].removesuffix("_cef")
+        lines.append(
+            f"| {name} | {row['micro_batch_count']} | {measured:.1f} | {e * 1e3:.1f} | {alone * 100:+.1f}% | "
+            f"{k * e * 1e3:.1f} | {after * 100:+.1f}% | {'yes' if row['in_public_case_file'] else ''} |"
+        )
+    lines += [
+        "",
+        f"- Kernels alone, all 43 rows: {_summary(before)}.",
+        f"- With the factor, the 33 fitted rows: {_summary(errors[False])}.",
+        f"- With the factor, the 10 held-out rows: {_summary(errors[True])}.",
+    ]
+    for family in sorted({r["model"] for r, _ in rows}):
+        k_other = fitted_slowdown([(e, r["real_ms"] / 1e3) for r, e in rows if r["model"] != family])
+        own = [(k_other * e * 1e3 - r["real_ms"]) / r["real_ms"] for r, e in rows if r["model"] == family]
+        lines.append(f"- {family} held out (factor {k_other:.4f} fitted to the other models): its {len(own)} rows' {_summary(own)}.")
+    lines += ["", END]
+    return k, "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--write", action="store_true", help="replace the simumax-runs section of docs/time.md")
+    args = parser.parse_args()
+    _, text = section(priced_rows(build_registry(use_env=False)))
+    print(text)
+    if args.write:
+        page = PAGE.read_text(encoding="utf-8")
+        if START not in page or END not in page:
+            raise SystemExit(f"{PAGE}: the {START} / {END} markers are missing")
+        page = page[: page.index(START)] + text + page[page.index(END) + len(END):]
+
+        def write(temporary: str) -> None:
+            Path(temporary).write_text(page, encoding="utf-8")
+
+        atomic_write(PAGE, write, ".md", flag=str(PAGE))
+
+
+if __name__ == "__main__":
+    main()
