@@ -226,8 +226,10 @@ def time_summary(step) -> str:
     """Three lines: the step time, throughput and MFU; its six parts; the timing provenance."""
     parts = ", ".join(f"{name.replace('_', ' ')} {value:.3f}" for name, value in step.breakdown_seconds.items())
     prov = step.provenance
+    slowdown = prov.get("sustained_slowdown", 1.0)
+    whole_run = f", whole-run slowdown {slowdown:g}" if slowdown != 1.0 else ", kernels as measured alone"
     return (
         f"Step time: {step.step_seconds:.3f} s, {step.tokens_per_second:,.0f} tokens/s, MFU {step.mfu * 100:.1f}%\n"
         f"  seconds: {parts}\n"
-        f"  timing profile {prov['timing_profile']}, {prov['device_efficiency']} efficiencies, {prov['dtype']}"
+        f"  timing profile {prov['timing_profile']}, {prov['device_efficiency']} efficiencies, {prov['dtype']}{whole_run}"
     )

@@ -1106,6 +1106,7 @@ def step_time(
         "attention": attention,
         "all_reduce_algorithm": timing.all_reduce_algorithm,
         "cp_kind": cp_algorithm,
+        "sustained_slowdown": rates.slowdown,
     }
     return StepTime(
         step_seconds=step,
