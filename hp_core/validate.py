@@ -8,7 +8,8 @@ it measured. Two layouts are read:
       format: hp-cases/1
       cases:
         - name: llama3-8b-tp2-dp4
-          config: {model: llama3-8b, parallel: {dp: 4, tp: 2, sp: true, seq_len: 8192}, runtime: megatron}
+          config: {model: llama3-8b, parallel: {dp: 4, tp: 2, sp: true, seq_len: 8192}, runtime: megatron,
+                   hardware: h100-sxm}
           measured:
             source: "torch.cuda.max_memory_allocated, 3 iterations, 8x H100, 2026-11-01"
             stage_peak_gib: [52.1]          # or stage_peak_bytes; one per pipeline stage
@@ -43,18 +44,33 @@ FORMAT = "hp-cases/1"
 _GIB = 2**30
 
 
+def _positive_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+def _positive_seconds(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
+
+
 @attrs.frozen
 class MeasuredStep:
-    """A measured step time at one micro-batch count."""
+    """A measured step time at one micro-batch count (``global_batch_size``: the step's, where stated)."""
 
-    micro_batches: int
-    seconds: float
-    global_batch_size: int | None = None
+    micro_batches: int = attrs.field(validator=_positive_int)
+    seconds: float = attrs.field(validator=_positive_seconds)
+    global_batch_size: int | None = attrs.field(default=None, validator=_positive_int)
 
 
 @attrs.frozen
 class MeasuredCase:
-    """One measured run: what it ran and what it measured."""
+    """One measured run: what it ran and what it measured.
+
+    ``where`` is the case's path in its file (``$.cases[2]``), ``steps_where``
+    the path of its step list and ``hardware_where`` of the device it names,
+    for error messages.
+    """
 
     name: str
     model: ModelSpec
@@ -65,6 +81,9 @@ class MeasuredCase:
     steps: tuple[MeasuredStep, ...] = ()
     hardware: str | None = None
     job: Job | None = None
+    where: str = "$"
+    steps_where: str = "$.measured.steps"
+    hardware_where: str = "$.config.hardware"
 
 
 @attrs.frozen
@@ -153,6 +172,7 @@ def load_cases(path: str | Path, registry: Registry) -> list[MeasuredCase]:
             MeasuredCase(
                 name=case.name, model=job.model, parallel=job.parallel, runtime=job.runtime,
                 stage_peak_bytes=tuple(peaks), source=measured.source, steps=measured.steps, job=job,
+                where=f"$.cases[{i}]", steps_where=f"$.cases[{i}].measured.steps", hardware_where=f"$.cases[{i}].config.hardware",
             )
         )
     return cases
@@ -177,26 +197,42 @@ def validate_case(case: MeasuredCase, registry: Registry) -> CaseResult:
 
 
 def _check_steps(case: MeasuredCase, job: Job, registry: Registry) -> tuple[tuple[StepCheck, ...], str | None]:
-    """Each measured step time against the estimate at its global batch (micro-batches times micro-batch size times DP)."""
+    """Each measured step time against the estimate at its global batch (module docstring).
+
+    A step whose batch the layout cannot run is refused with the step's path;
+    a case whose steps cannot be priced at all (no device, a runtime without a
+    timing profile, a device field the model needs unstated) keeps its memory
+    checks and says why.
+    """
     if not case.steps:
         return (), None
     if job.hardware is None and case.hardware is not None:
-        job = attrs.evolve(job, hardware=registry.hardware_preset(case.hardware).spec)
+        job = attrs.evolve(job, hardware=registry.hardware_preset(case.hardware, case.hardware_where).spec)
     if job.hardware is None:
-        return (), "$.config.hardware: measured step times are priced on the device they ran on; name it (hardware: h100-sxm)"
+        return (), f"{case.hardware_where}: measured step times are priced on the device they ran on; name it (hardware: h100-sxm)"
     parallel = job.parallel
     checks = []
     for i, step in enumerate(case.steps):
+        where = f"{case.steps_where}[{i}]"
         batch = step.global_batch_size or step.micro_batches * parallel.micro_batch_size * parallel.dp
+        per_step = parallel.micro_batch_size * parallel.dp
+        if batch % per_step:
+            raise ConfigError(f"{where}.global_batch_size",
+                              f"global batch {batch} is not a multiple of micro_batch_size*dp={per_step} on this layout")
+        micro_batches = batch // per_step
+        if micro_batches != step.micro_batches:
+            fix = ("the entry's global_batch_size and micro_batches disagree" if step.global_batch_size is not None
+                   else "state the step's global_batch_size")
+            raise ConfigError(
+                where,
+                f"global batch {batch} is {micro_batches} micro-batches per replica on this layout, "
+                f"not the {step.micro_batches} measured; {fix}",
+            )
         try:
             priced = step_time_job(job, registry, attrs.evolve(parallel, global_batch_size=batch))
         except ConfigError as exc:
-            return (), str(exc)
-        if priced.micro_batches != step.micro_batches:
-            raise ConfigError(
-                f"case {case.name}: steps[{i}]",
-                f"global batch {batch} is {priced.micro_batches} micro-batches per replica on this layout, "
-                f"not the {step.micro_batches} measured; state the step's global_batch_size",
-            )
+            if exc.path.startswith(("$.runtime", "$.hardware")):
+                return (), str(exc)
+            raise ConfigError(where, str(exc)) from None
         checks.append(StepCheck(step.micro_batches, batch, priced.step_seconds, step.seconds))
     return tuple(checks), None

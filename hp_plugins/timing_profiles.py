@@ -22,7 +22,8 @@ Device efficiencies, per architecture (the hardware presets' ``architecture``):
   publisher and machine family as the Megatron runs in
   ``shared/cases/megatron_measured.json``: the figures are kernel and
   collective microbenchmarks on that machine, not fitted to the runs' step
-  times. Three figure pairs (the attention kernels' fixed time and efficiency,
+  times (except ``megatron-te``'s ``sustained_slowdown``, below, fitted to
+  other runs of that machine). Three figure pairs (the attention kernels' fixed time and efficiency,
   the same for MLA's head-dim-192/128 kernels, the grouped GEMM's
   half-efficiency rows) are least-squares fits of a two-parameter model to
   those microbenchmarks, done for this module (``docs/time.md`` shows the

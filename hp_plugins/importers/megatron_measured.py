@@ -120,4 +120,7 @@ def read_megatron_case(case: Mapping[str, Any], index: int):
         steps=steps,
         source=f"{measured.get('definition', 'measured')} (SimuMax B200 release; case {case['case_id']})",
         hardware="b200",
+        where=where,
+        steps_where=f"{where}.measured.timing_by_mbc",
+        hardware_where=f"{where}.training_config.software.hardware",
     )

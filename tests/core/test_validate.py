@@ -155,9 +155,9 @@ def test_measured_step_times_without_a_device_say_why(registry, tmp_path, capsys
     path = _own_file(tmp_path, {"source": "x", "stage_peak_gib": [10.0, 12.5], "steps": [{"micro_batches": 4, "seconds": 2.0}]})
     (case,) = load_cases(path, registry)
     result = validate_case(case, registry)
-    assert result.steps == () and result.time_unavailable.startswith("$.config.hardware: ")
+    assert result.steps == () and result.time_unavailable.startswith("$.cases[0].config.hardware: ")
     assert main(["validate", str(path)]) == 0
-    assert "tiny: step times not estimated ($.config.hardware: " in capsys.readouterr().out
+    assert "tiny: step times not estimated ($.cases[0].config.hardware: " in capsys.readouterr().out
 
 
 def test_a_step_whose_batch_is_another_micro_batch_count_is_refused(registry, tmp_path):
@@ -167,8 +167,37 @@ def test_a_step_whose_batch_is_another_micro_batch_count_is_refused(registry, tm
     doc["cases"][0]["config"]["hardware"] = "h100-sxm"
     path.write_text(yaml.safe_dump(doc))
     (case,) = load_cases(path, registry)
-    with pytest.raises(ConfigError, match="global batch 16 is 8 micro-batches per replica on this layout, not the 4 measured"):
+    with pytest.raises(ConfigError, match="global batch 16 is 8 micro-batches per replica on this layout, not the 4 measured; "
+                                          "the entry's global_batch_size and micro_batches disagree") as error:
         validate_case(case, registry)
+    assert error.value.path == "$.cases[0].measured.steps[0]"
+
+
+@pytest.mark.parametrize("step, path, message", [
+    ({"micro_batches": 0, "seconds": 2.0}, "micro_batches", "micro_batches must be a positive integer, got 0"),
+    ({"micro_batches": 4, "seconds": 0}, "seconds", "seconds must be a positive number of seconds, got 0"),
+    ({"micro_batches": 4, "seconds": -1.5}, "seconds", "seconds must be a positive number of seconds, got -1.5"),
+    ({"micro_batches": 4, "seconds": 1.0, "global_batch_size": 0}, "global_batch_size", "global_batch_size must be a positive integer"),
+])
+def test_bad_step_entries_are_refused_with_their_path(registry, tmp_path, step, path, message):
+    file = _own_file(tmp_path, {"source": "x", "stage_peak_gib": [10.0, 12.5], "steps": [{"micro_batches": 2, "seconds": 1.0}, step]})
+    with pytest.raises(ConfigError, match=message) as error:
+        load_cases(file, registry)
+    assert error.value.path == f"$.cases[0].measured.steps[1].{path}"
+
+
+def test_a_step_batch_the_layout_cannot_split_is_refused_with_its_path(registry, tmp_path, capsys):
+    path = _own_file(tmp_path, {"source": "x", "stage_peak_gib": [10.0, 12.5],
+                                "steps": [{"micro_batches": 4, "global_batch_size": 9, "seconds": 2.0}]})
+    doc = yaml.safe_load(path.read_text())
+    doc["cases"][0]["config"]["hardware"] = "h100-sxm"
+    path.write_text(yaml.safe_dump(doc))
+    (case,) = load_cases(path, registry)
+    with pytest.raises(ConfigError, match="global batch 9 is not a multiple of micro_batch_size[*]dp=2 on this layout") as error:
+        validate_case(case, registry)
+    assert error.value.path == "$.cases[0].measured.steps[0].global_batch_size"
+    assert main(["validate", str(path)]) == 2
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_megatron_measured_step_times_are_reported(megatron_cases, capsys):
