@@ -124,7 +124,7 @@ import attrs
 from hp_core.api import _split, _validate_layout, evaluate_groups, layer_context, resolve_setting, with_sublayers
 from hp_core.errors import ConfigError
 from hp_core.registry import Registry
-from hp_core.stage import offloaded_bytes
+from hp_core.stage import layer_elements, offloaded_bytes
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS, DeviceEfficiency, GemmTable, TimingProfile
 from hp_core.types import LayerContext, LayerCost, LayerKind
@@ -872,22 +872,21 @@ def layer_pricer(
     return LayerPricer(hardware.name, hardware.host_link_bandwidth_bytes_per_second, rates=_rates(parallel, hardware, timing, precision, attention))
 
 
-def _stage_elements(layers: list[tuple[str, LayerCost]], parallel: ParallelSpec) -> tuple[float, float]:
+def _stage_elements(layers: list[tuple[str, LayerCost]], parallel: ParallelSpec) -> tuple[int, int]:
     """Dense and routed-expert parameter elements one rank of a stage holds (before ZeRO sharding).
 
-    As :mod:`hp_core.stage` counts them: TP-split tensors over ``tp``, routed
-    experts over ``ep * etp``; a tied weight whose owner sits on the stage once.
+    Counted as the memory estimate counts them (:func:`hp_core.stage.layer_elements`):
+    TP-split tensors over ``tp``, routed experts over ``ep * etp``; a tied
+    weight whose owner sits on the stage once.
     """
     owners = {kind for kind, _ in layers}
-    dense = experts = 0.0
+    dense = experts = 0
     for _, cost in layers:
-        for p in cost.params:
-            if p.shared_with is not None and p.shared_with in owners:
-                continue
-            if p.group == "routed_expert":
-                experts += p.stored_elements / (parallel.ep * (parallel.etp if p.tp_split else 1))
+        for group, n in layer_elements(cost, parallel.tp, parallel.ep, parallel.etp, owners).items():
+            if group == "routed_expert":
+                experts += n
             else:
-                dense += p.stored_elements / parallel.tp if p.tp_split else p.stored_elements
+                dense += n
     return dense, experts
 
 
