@@ -144,30 +144,32 @@ def kinds_table(result: Estimate) -> Table:
     return table
 
 
+def _validation_table(title: str, columns: tuple[str, ...], rows) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=(0, 1), caption="error = (estimated - measured) / measured", caption_justify="left")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("Case", "Runtime") else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def validation_table(results) -> Table:
     """One row per case and stage: estimated and measured peak (GiB) and the signed error."""
-    table = Table(title="Estimated against measured peak memory", title_justify="left", box=box.SIMPLE_HEAD,
-                  padding=(0, 1), caption="error = (estimated - measured) / measured", caption_justify="left")
-    for column in ("Case", "Runtime", "Stage", "Estimated GiB", "Measured GiB", "Error"):
-        table.add_column(column, justify="left" if column in ("Case", "Runtime") else "right")
-    for result in results:
-        for check in result.stages:
-            table.add_row(result.name, result.runtime, str(check.stage), gib(check.estimated_bytes),
-                          gib(check.measured_bytes), f"{check.error * 100:+.2f}%")
-    return table
+    return _validation_table(
+        "Estimated against measured peak memory", ("Case", "Runtime", "Stage", "Estimated GiB", "Measured GiB", "Error"),
+        ((result.name, result.runtime, str(check.stage), gib(check.estimated_bytes), gib(check.measured_bytes),
+          f"{check.error * 100:+.2f}%") for result in results for check in result.stages),
+    )
 
 
 def validation_step_table(results) -> Table:
     """One row per case and measured step: micro-batches, estimated and measured seconds and the signed error."""
-    table = Table(title="Estimated against measured step time", title_justify="left", box=box.SIMPLE_HEAD,
-                  padding=(0, 1), caption="error = (estimated - measured) / measured", caption_justify="left")
-    for column in ("Case", "Runtime", "Micro-batches", "Estimated s", "Measured s", "Error"):
-        table.add_column(column, justify="left" if column in ("Case", "Runtime") else "right")
-    for result in results:
-        for check in result.steps:
-            table.add_row(result.name, result.runtime, str(check.micro_batches), f"{check.estimated_seconds:.4f}",
-                          f"{check.measured_seconds:.4f}", f"{check.error * 100:+.2f}%")
-    return table
+    return _validation_table(
+        "Estimated against measured step time", ("Case", "Runtime", "Micro-batches", "Estimated s", "Measured s", "Error"),
+        ((result.name, result.runtime, str(check.micro_batches), f"{check.estimated_seconds:.4f}",
+          f"{check.measured_seconds:.4f}", f"{check.error * 100:+.2f}%") for result in results for check in result.steps),
+    )
 
 
 # ----------------------------------------------------------------------------- step time

@@ -41,15 +41,20 @@ def megatron_model(case: dict, registry) -> ModelSpec:
     model = model_from_hf_config(config, name=case["model"], source=f"shared/cases {case['case_id']}")
     model = model.with_body_layers(case["layers_as_run"], registry.kinds_placed("body"))
     moe = case["training_config"].get("moe")
-    if moe and moe.get("pad_expert_input_to_capacity"):
-        # --moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity
-        groups = tuple(
-            attrs.evolve(g, config=attrs.evolve(g.config, capacity_factor=float(moe["expert_capacity_factor"]), pad_to_capacity=True))
-            if hasattr(g.config, "capacity_factor") else g
-            for g in model.layers
-        )
-        model = attrs.evolve(model, layers=groups)
-    return model
+    return with_megatron_capacity(model, moe)
+
+
+def with_megatron_capacity(model: ModelSpec, moe: dict | None) -> ModelSpec:
+    """*model* with its MoE layers padded to capacity where the run passed
+    ``--moe-expert-capacity-factor F --moe-pad-expert-input-to-capacity`` (*moe*: the run's MoE flags)."""
+    if not (moe and moe.get("pad_expert_input_to_capacity")):
+        return model
+    groups = tuple(
+        attrs.evolve(g, config=attrs.evolve(g.config, capacity_factor=float(moe["expert_capacity_factor"]), pad_to_capacity=True))
+        if hasattr(g.config, "capacity_factor") else g
+        for g in model.layers
+    )
+    return attrs.evolve(model, layers=groups)
 
 
 def megatron_layout(case: dict, row: dict) -> ParallelSpec:

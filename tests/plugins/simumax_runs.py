@@ -24,6 +24,7 @@ import attrs
 
 from hp_core.specs import ModelSpec, ParallelSpec
 from hp_plugins.importers.hf import model_from_hf_config
+from measured_cases import with_megatron_capacity
 
 SIMUMAX_FILE = Path(__file__).resolve().parent / "data" / "simumax_b200_runs.json"
 
@@ -39,15 +40,7 @@ def simumax_model(key: str, entry: dict, layers: int, registry) -> ModelSpec:
                                  where=f"{SIMUMAX_FILE.name} $.models.{key}.hf_config")
     model = model.with_body_layers(layers, registry.kinds_placed("body"))
     moe = entry.get("megatron_moe")
-    if moe and moe.get("pad_expert_input_to_capacity"):
-        # --moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity
-        groups = tuple(
-            attrs.evolve(g, config=attrs.evolve(g.config, capacity_factor=float(moe["expert_capacity_factor"]), pad_to_capacity=True))
-            if hasattr(g.config, "capacity_factor") else g
-            for g in model.layers
-        )
-        model = attrs.evolve(model, layers=groups)
-    return model
+    return with_megatron_capacity(model, moe)
 
 
 def simumax_layout(row: dict, has_experts: bool) -> ParallelSpec:
