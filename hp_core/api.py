@@ -222,6 +222,44 @@ def evaluate_groups(kinds: list[LayerKind], groups: Iterable[LayerGroup], contex
     ]
 
 
+@attrs.frozen
+class EvaluatedLayers:
+    """A model's layer groups evaluated in one layout's context (:func:`evaluate_layers`).
+
+    Attributes:
+        kinds: Each group's kind, in model order.
+        body_groups: Indices of the groups whose kind is placed ``"body"``.
+        body_count: Body layers in all.
+        context: The context they were evaluated in (with sublayers).
+        costs: Each group's cost, in model order.
+    """
+
+    kinds: list[LayerKind]
+    body_groups: list[int]
+    body_count: int
+    context: LayerContext
+    costs: list[LayerCost]
+
+
+def evaluate_layers(
+    model: ModelSpec, parallel: ParallelSpec, precision: PrecisionSpec, attention: str, runtime, registry: Registry
+) -> EvaluatedLayers:
+    """Resolve each group's kind and evaluate every group once, as :func:`estimate`,
+    :func:`hp_core.timing.step_time` and the recompute planner all do.
+
+    Raises:
+        ConfigError: An unknown kind, or no body layers.
+        PluginError: A kind's evaluator failed.
+    """
+    kinds = [registry.layer_kind(group.kind, f"$.model.layers[{i}].kind") for i, group in enumerate(model.layers)]
+    body_groups = [i for i, kind in enumerate(kinds) if kind.placement == "body"]
+    body_count = sum(model.layers[i].count for i in body_groups)
+    if body_count == 0:
+        raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
+    context = with_sublayers(layer_context(parallel, precision, attention, runtime.vocab_pad_multiple, runtime.traits), registry)
+    return EvaluatedLayers(kinds, body_groups, body_count, context, evaluate_groups(kinds, model.layers, context))
+
+
 def _summarise(kinds: list[LayerKind], costs: list[LayerCost], model: ModelSpec) -> ParameterSummary:
     """Whole-model parameter counts by kind and by group; a tied or shared weight once, with its owner."""
     by_kind: dict[str, int] = {}
@@ -278,15 +316,8 @@ def estimate(
     recompute = recompute if recompute is not None else RecomputeSpec()
     source = census_lib.resolve_source(registry, census)
 
-    kinds = [registry.layer_kind(group.kind, f"$.model.layers[{i}].kind") for i, group in enumerate(model.layers)]
-    body_groups = [i for i, kind in enumerate(kinds) if kind.placement == "body"]
-    body_count = sum(model.layers[i].count for i in body_groups)
-    if body_count == 0:
-        raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
-    context = with_sublayers(
-        layer_context(parallel, precision, attention, profile.vocab_pad_multiple, profile.traits), registry
-    )
-    costs = evaluate_groups(kinds, model.layers, context)
+    layers = evaluate_layers(model, parallel, precision, attention, profile, registry)
+    kinds, body_groups, body_count, context, costs = layers.kinds, layers.body_groups, layers.body_count, layers.context, layers.costs
     micro_batches = _validate_layout(parallel, body_count)
     counts = _split(body_count, parallel)
     records = _census_records(source, model, kinds, parallel, attention, registry)

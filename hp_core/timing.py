@@ -121,7 +121,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from hp_core.api import _split, _validate_layout, evaluate_groups, layer_context, resolve_setting, with_sublayers
+from hp_core.api import _split, _validate_layout, evaluate_layers, resolve_setting
 from hp_core.errors import ConfigError
 from hp_core.registry import Registry
 from hp_core.stage import layer_elements, offloaded_bytes
@@ -957,15 +957,8 @@ def step_time(
     cp_algorithm = parallel.cp_kind  # the layout states it (``--cp-kind``)
 
     # Layers: each group evaluated once, as estimate() does.
-    kinds = [registry.layer_kind(group.kind, f"$.model.layers[{i}].kind") for i, group in enumerate(model.layers)]
-    body_groups = [i for i, kind in enumerate(kinds) if kind.placement == "body"]
-    body_count = sum(model.layers[i].count for i in body_groups)
-    if body_count == 0:
-        raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
-    context = with_sublayers(
-        layer_context(parallel, precision, attention, rt.vocab_pad_multiple, getattr(rt, "traits", frozenset())), registry
-    )
-    costs = evaluate_groups(kinds, model.layers, context)
+    layers = evaluate_layers(model, parallel, precision, attention, rt, registry)
+    kinds, body_groups, body_count, context, costs = layers.kinds, layers.body_groups, layers.body_count, layers.context, layers.costs
     shapes = [_shape(group.config, kind, context, cost) for kind, group, cost in zip(kinds, model.layers, costs)]
     micro_batches = _validate_layout(parallel, body_count)
     counts = _split(body_count, parallel)

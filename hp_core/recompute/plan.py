@@ -68,9 +68,7 @@ from hp_core.api import (
     _split,
     _validate_layout,
     estimate,
-    evaluate_groups,
-    layer_context,
-    with_sublayers,
+    evaluate_layers,
 )
 from hp_core.errors import ConfigError
 from hp_core.recompute.profile import SettingCost, SwitchProfile, candidate_settings, switch_profile
@@ -671,13 +669,8 @@ def plan_recompute(
     source = census_lib.resolve_source(registry, census)
 
     # The layers, as estimate() evaluates them.
-    kinds = [registry.layer_kind(group.kind, f"$.model.layers[{i}].kind") for i, group in enumerate(model.layers)]
-    body_groups = [i for i, kind in enumerate(kinds) if kind.placement == "body"]
-    body_count = sum(model.layers[i].count for i in body_groups)
-    if body_count == 0:
-        raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
-    context = with_sublayers(layer_context(parallel, precision, attention, rt.vocab_pad_multiple, rt.traits), registry)
-    costs = evaluate_groups(kinds, model.layers, context)
+    layers = evaluate_layers(model, parallel, precision, attention, rt, registry)
+    kinds, body_groups, body_count, context, costs = layers.kinds, layers.body_groups, layers.body_count, layers.context, layers.costs
     micro_batches = _validate_layout(parallel, body_count)
     counts = _split(body_count, parallel)
     records = _census_records(source, model, kinds, parallel, attention, registry)
