@@ -49,6 +49,7 @@ __all__ = [
     "request_records",
     "resolve_source",
     "run_census",
+    "two_point_split",
 ]
 
 # The registered name of the source that reads census files.
@@ -238,8 +239,12 @@ def kind_provenance(source: CensusSource, kinds: Iterable[LayerKind], records: M
     return {kind.name: (f"census:{source.name}" if kind.name in records else "formulas") for kind in kinds}
 
 
-def _two_point(values: Mapping[int, float]) -> tuple[float, float]:
-    """``(not split, split)`` with ``m(t) = a + b / t`` through ``t = 1`` and the largest degree measured."""
+def two_point_split(values: Mapping[int, float]) -> tuple[float, float]:
+    """``(not split, split)`` of a per-token quantity measured at TP degrees: ``m(t) = a + b / t``
+    through ``t = 1`` and the largest degree measured, ``b`` clamped to ``[0, m(1)]``.
+
+    Shared by the formulas census and the torch census source.
+    """
     if len(values) == 1:
         return float(values[1]), 0.0
     top = max(values)
@@ -308,11 +313,11 @@ def formulas_records(
                 raise
             except Exception as exc:
                 raise PluginError(kind.name, f"evaluator raised {type(exc).__name__}: {describe(exc)}") from exc
-        saved = _two_point({tp: cost.kept_bytes / seq_len for tp, cost in costs.items()})
-        working = _two_point({tp: cost.working_bytes / seq_len for tp, cost in costs.items()})
+        saved = two_point_split({tp: cost.kept_bytes / seq_len for tp, cost in costs.items()})
+        working = two_point_split({tp: cost.working_bytes / seq_len for tp, cost in costs.items()})
         per_op = {}
         for switch in kind.switches:
-            part = _two_point({tp: (cost.kept_bytes - cost.kept_under(frozenset({switch}))) / seq_len for tp, cost in costs.items()})
+            part = two_point_split({tp: (cost.kept_bytes - cost.kept_under(frozenset({switch}))) / seq_len for tp, cost in costs.items()})
             if part[0] or part[1]:
                 per_op[switch] = CensusBytes(min(part[0], saved[0]), min(part[1], saved[1]))
         provenance = {

@@ -66,6 +66,7 @@ from typing import Any, Mapping
 
 import attrs
 
+from hp_core.census import two_point_split
 from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.types import CensusBytes, CensusRecord, CensusRequest, CensusSource
@@ -498,24 +499,14 @@ def _peak(tracker: Any, start: int, excluded: set[int]) -> int:
 # ----------------------------------------------------------------------------- records
 
 
-def _split(values: Mapping[int, float]) -> tuple[float, float]:
-    """``(not split, split)`` from measurements at TP degrees: ``m(t) = a + b / t`` through t = 1 and the largest."""
-    if len(values) == 1:
-        return float(values[1]), 0.0
-    top = max(values)
-    split = (values[1] - values[top]) * top / (top - 1)
-    split = min(max(split, 0.0), float(values[1]))
-    return float(values[1]) - split, split
-
-
 def _record(measurements: Mapping[int, Measurement], attention: str, versions: Mapping[str, str]) -> CensusRecord:
     first = measurements[1]
     tokens = first.seq_len
-    saved, saved_tp = _split({tp: m.saved_bytes / tokens for tp, m in measurements.items()})
-    working, working_tp = _split({tp: m.working_bytes / tokens for tp, m in measurements.items()})
+    saved, saved_tp = two_point_split({tp: m.saved_bytes / tokens for tp, m in measurements.items()})
+    working, working_tp = two_point_split({tp: m.working_bytes / tokens for tp, m in measurements.items()})
     per_op = {}
     for switch in first.per_op_bytes:
-        a, b = _split({tp: m.per_op_bytes.get(switch, 0) / tokens for tp, m in measurements.items()})
+        a, b = two_point_split({tp: m.per_op_bytes.get(switch, 0) / tokens for tp, m in measurements.items()})
         per_op[switch] = CensusBytes(min(a, saved), min(b, saved_tp))
     provenance = {
         "source": "torch census: transformers layer under FakeTensorMode, forward and backward",
