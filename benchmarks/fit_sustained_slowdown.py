@@ -86,7 +86,7 @@ FORMS = {
 
 
 def alternatives(rows) -> list[str]:
-    """Each form fitted to the 33 rows, then with each model family held out in turn (its rows predicted by the rest)."""
+    """Each form fitted to the rows not held out, then with each model family held out in turn (its rows predicted by the rest)."""
     def with_step(x, e):
         return {**x, "step": e}
 
@@ -147,9 +147,9 @@ def section(priced: list[tuple[dict, float, dict[str, float]]]) -> tuple[float, 
         )
     lines += [
         "",
-        f"- Kernels alone, all 43 rows: {_summary(before)}.",
-        f"- With the factor, the 33 fitted rows: {_summary(errors[False])}.",
-        f"- With the factor, the 10 held-out rows: {_summary(errors[True])}.",
+        f"- Kernels alone, all {len(before)} rows: {_summary(before)}.",
+        f"- With the factor, the {len(errors[False])} fitted rows: {_summary(errors[False])}.",
+        f"- With the factor, the {len(errors[True])} held-out rows: {_summary(errors[True])}.",
     ]
     for family in sorted({r["model"] for r, _ in rows}):
         k_other = fitted_slowdown([(e, r["real_ms"] / 1e3) for r, e in rows if r["model"] != family])
