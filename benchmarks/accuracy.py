@@ -1,7 +1,7 @@
 """Regenerate the measured-runs sections of docs/accuracy.md.
 
 Run: ``python benchmarks/accuracy.py [CASES ...]`` (default: the public
-``megatron_measured.json`` next to the repository, ``../shared/cases/``).
+Megatron-LM runs of ``tests/plugins/data/megatron_measured.json``).
 Estimates every case with the runtime it names (``hp validate``) and rewrites
 the text between the ``measured-runs`` markers (peak memory per stage) and the
 ``measured-steps`` markers (step time per measured micro-batch count) of
@@ -20,7 +20,7 @@ from hp_core.validate import load_cases, validate_case
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "accuracy.md"
-DEFAULT_CASES = ROOT.parent / "shared" / "cases" / "megatron_measured.json"
+DEFAULT_CASES = ROOT / "tests" / "plugins" / "data" / "megatron_measured.json"
 START, END = "<!-- measured-runs:start -->", "<!-- measured-runs:end -->"
 STEPS_START, STEPS_END = "<!-- measured-steps:start -->", "<!-- measured-steps:end -->"
 GIB = 2**30

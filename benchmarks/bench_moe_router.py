@@ -4,7 +4,7 @@ of ``hp_plugins/timing_profiles.py``).
 Runs the router path of ``megatron/core/transformer/moe/router.py`` ``TopKRouter.routing`` with
 the functions of ``megatron/core/transformer/moe/moe_utils.py`` at Megatron-LM commit
 ``23e00ed0963c35382dfe8a5a94fb3cda4d21e133`` (core 0.14.0), as ``pretrain_deepseekv2.py`` runs
-it for the measured case in ``shared/cases/megatron_measured.json``: bf16 gating linear, pre-softmax
+it for the measured case in ``tests/plugins/data/megatron_measured.json``: bf16 gating linear, pre-softmax
 scores, 8 groups with group top-3, top-6 with scaling factor 16, token dropping at capacity factor
 1 with padding to capacity, and the sequence auxiliary loss (coefficient 3e-3) attached with
 ``MoEAuxLossAutoScaler``; 4096 tokens, hidden 5120, 160 experts. It sums the kernel times

@@ -14,7 +14,7 @@ from hp_core.errors import ConfigError
 from hp_core.specs import ParallelSpec
 from hp_core.validate import load_cases, validate_case
 
-CASES = Path(__file__).resolve().parents[3] / "shared" / "cases" / "megatron_measured.json"
+CASES = Path(__file__).resolve().parents[1] / "plugins" / "data" / "megatron_measured.json"
 GIB = 2**30
 
 
@@ -72,8 +72,6 @@ def test_unknown_format_is_refused(registry, tmp_path):
 
 @pytest.fixture(scope="module")
 def megatron_cases():
-    if not CASES.is_file():
-        pytest.skip("shared/cases/megatron_measured.json is not available")
     return json.loads(CASES.read_text())
 
 

@@ -1,4 +1,4 @@
-"""The measured Megatron-LM runs of ``shared/cases/megatron_measured.json``, built as each case ran.
+"""The measured Megatron-LM runs of ``data/megatron_measured.json``, built as each case ran.
 
 Shared by ``test_step_time_cases.py`` (step time against the runs) and
 ``test_search_measured.py`` (the search ranks the runs' layouts as measured).
@@ -20,7 +20,7 @@ import attrs
 from hp_core.specs import ModelSpec, ParallelSpec
 from hp_plugins.importers.hf import model_from_hf_config
 
-CASES = Path(__file__).resolve().parents[3] / "shared" / "cases"
+CASES = Path(__file__).resolve().parent / "data"
 MEGATRON_FILE = CASES / "megatron_measured.json"
 
 
@@ -38,7 +38,7 @@ def megatron_model(case: dict, registry) -> ModelSpec:
         config = {key: hf[key] for key in keys}
         config.update(model_type="deepseek_v2", hidden_act="silu", moe_layer_freq=1, num_hidden_layers=hf["num_hidden_layers"])
     config["vocab_size"] = hf["vocab_size"] + 1  # Megatron's NullTokenizer appends EOD
-    model = model_from_hf_config(config, name=case["model"], source=f"shared/cases {case['case_id']}")
+    model = model_from_hf_config(config, name=case["model"], source=f"megatron_measured.json {case['case_id']}")
     model = model.with_body_layers(case["layers_as_run"], registry.kinds_placed("body"))
     moe = case["training_config"].get("moe")
     return with_megatron_capacity(model, moe)

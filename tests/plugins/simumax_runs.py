@@ -10,7 +10,7 @@ through :func:`~hp_plugins.importers.hf.model_from_hf_config` (vocabulary
 truncated to the layers run with ``ModelSpec.with_body_layers``, MoE capacity
 padding as the launcher passed it; degrees, micro-batch size, global batch and
 sequence length from the row (``cp_kind`` as the row ran ``--cp-comm-type``).
-The 10 rows whose layout is in ``shared/cases/megatron_measured.json`` build
+The 10 rows whose layout is in ``data/megatron_measured.json`` build
 the same model and layout as that file.
 """
 

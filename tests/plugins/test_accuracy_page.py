@@ -5,8 +5,6 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-import pytest
-
 from hp_core.validate import load_cases, validate_case
 from measured_cases import MEGATRON_FILE
 
@@ -20,7 +18,6 @@ def _accuracy_module():
     return module
 
 
-@pytest.mark.skipif(not MEGATRON_FILE.is_file(), reason="shared/cases/megatron_measured.json is absent")
 def test_accuracy_page_tables_are_current(megatron_registry):
     accuracy = _accuracy_module()
     results = [validate_case(case, megatron_registry) for case in load_cases(MEGATRON_FILE, megatron_registry)]

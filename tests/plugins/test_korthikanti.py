@@ -1,7 +1,7 @@
 """Golden test: the dense kind reproduces Korthikanti et al. 2022 exactly.
 
 The closed forms and the values of the paper's Figure 1 / Table 2 are in
-``shared/cases/korthikanti.json``. The dense kind is configured as the paper's
+``data/korthikanti.json``. The dense kind is configured as the paper's
 GPT layer (MHA, GeLU MLP of width 4h, LayerNorm, dropout on the attention
 probabilities and after both output projections, 16-bit activations, 1-byte
 dropout masks, eager attention). Tolerance: none -- every value is an exact
@@ -31,10 +31,7 @@ from hp_core.api import estimate, layer_context
 from hp_core.specs import LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_plugins.dense import DenseConfig, evaluate_dense
 
-CASES = Path(__file__).resolve().parents[3] / "shared" / "cases"
-CASE_FILE = CASES / "korthikanti.json"
-if not CASE_FILE.is_file():
-    pytest.skip(f"golden case file {CASE_FILE} is absent", allow_module_level=True)
+CASE_FILE = Path(__file__).resolve().parent / "data" / "korthikanti.json"
 
 DATA = json.loads(CASE_FILE.read_text(encoding="utf-8"))
 MODELS = DATA["models"]

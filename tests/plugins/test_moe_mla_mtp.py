@@ -2,7 +2,7 @@
 
 Reference counts: ``data/hf_preset_params.json`` (transformers 5.24.0 on torch
 2.13.0, each preset's config built on the meta device) and
-``shared/cases/params.json``; publisher-stated totals from the model cards.
+``data/params.json``; publisher-stated totals from the model cards.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from hp_plugins.moe import MoEConfig, evaluate_moe
 
 HERE = Path(__file__).resolve().parent
 REFERENCE = json.loads((HERE / "data" / "hf_preset_params.json").read_text())
-CASES = Path(__file__).resolve().parents[3] / "shared" / "cases" / "params.json"
+CASES = HERE / "data" / "params.json"
 
 ATTENTION_PARAMS = {"qkv_proj", "o_proj", "attn_replicated", "q_a_proj", "q_a_layernorm", "q_b_proj", "q_proj",
                     "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj"}
@@ -81,8 +81,6 @@ def test_preset_totals_match_what_the_publisher_states(registry, name):
 
 @pytest.fixture(scope="module")
 def params_cases():
-    if not CASES.is_file():
-        pytest.skip("shared/cases/params.json is not available")
     return json.loads(CASES.read_text())["models"]
 
 

@@ -1,6 +1,6 @@
 """Golden test: parameter counts equal Hugging Face transformers' exactly.
 
-Reference: ``shared/cases/params.json`` (``numel`` of every ``nn.Parameter`` of
+Reference: ``data/params.json`` (``numel`` of every ``nn.Parameter`` of
 ``LlamaForCausalLM`` built from the config shown, tied weights counted once).
 Tolerance: none.
 """
@@ -17,10 +17,7 @@ from hp_core.specs import ParallelSpec, PrecisionSpec
 from hp_plugins.dense import evaluate_dense
 from hp_plugins.importers.hf import model_from_hf_config
 
-CASES = Path(__file__).resolve().parents[3] / "shared" / "cases"
-CASE_FILE = CASES / "params.json"
-if not CASE_FILE.is_file():
-    pytest.skip(f"golden case file {CASE_FILE} is absent", allow_module_level=True)
+CASE_FILE = Path(__file__).resolve().parent / "data" / "params.json"
 
 LLAMA = json.loads(CASE_FILE.read_text(encoding="utf-8"))["models"]["Llama-3-8B"]
 CFG = LLAMA["config"]
@@ -33,7 +30,7 @@ PARAM_BYTES = 2
 
 
 def _model(**overrides):
-    return model_from_hf_config({**CFG, **overrides}, name="Llama-3-8B", source="shared/cases/params.json")
+    return model_from_hf_config({**CFG, **overrides}, name="Llama-3-8B", source="tests/plugins/data/params.json")
 
 
 def _dense_config(model):
