@@ -6,7 +6,7 @@ count of layers per pipeline chunk, every N-th layer of a rank, a mode with
 per-layer exceptions), so the exporters (:mod:`hp_plugins.exporters`) and the
 potentials (:mod:`hp_core.recompute.potential`) read a plan here, one
 :class:`~hp_core.specs.Setting` per body layer, with the pipeline chunk and
-stage each layer runs on, split as :func:`hp_core.api.estimate` splits them.
+stage each layer runs on, split as :func:`hp_core.engine.prepare.prepare` splits them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import attrs
 
-from hp_core.api import _split, resolve_setting
+from hp_core.engine.prepare import resolve_setting, split_layers
 from hp_core.errors import ConfigError
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
@@ -63,7 +63,7 @@ def plan_layout(model: ModelSpec, parallel: ParallelSpec, registry: Registry) ->
 
     Raises:
         ConfigError: An unknown kind, no body layers, or layers that do not
-            split over the chunks (as :func:`hp_core.api.estimate` says).
+            split over the chunks (as :func:`hp_core.engine.prepare.prepare` says).
     """
     kinds: list[LayerKind] = []
     for i, group in enumerate(model.layers):
@@ -73,7 +73,7 @@ def plan_layout(model: ModelSpec, parallel: ParallelSpec, registry: Registry) ->
     if not kinds:
         raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
     bounds, start = [], 0
-    for count in _split(len(kinds), parallel):
+    for count in split_layers(len(kinds), parallel):
         bounds.append((start, start + count))
         start += count
     return PlanLayout(kinds=tuple(kinds), chunk_bounds=tuple(bounds), pp=parallel.pp)
@@ -114,26 +114,35 @@ def spec_from_settings(settings: Sequence[Setting], default: Setting | None = No
 
 
 def _order(setting: Setting) -> tuple:
+    """The fixed order of settings: ``none``, ``full``, ``selective``, switch sets (by sorted names), then by offload."""
     return (("none", "full", "selective", "switches").index(setting.mode), sorted(setting.switches),
             getattr(setting, "offload", 0.0))
 
 
 def compact(settings: Sequence[Setting]) -> RecomputeSpec:
-    """The plan with the fewest ranges that gives each body layer its setting.
+    """The plan with the fewest ranges that gives each body layer its setting (the one compaction rule).
 
-    The default is the setting leaving the fewest runs of other settings;
-    ties go to the one covering more layers, then to ``none``, ``full``,
-    ``selective``, switch sets.
+    The ranges never overlap, so a default ``d`` costs exactly the maximal
+    runs of consecutive layers whose setting is not ``d`` (each such run
+    needs a range of its own). The default is the setting present in
+    *settings* that leaves the fewest such runs; ties go to the one covering
+    the most layers, then to the first in the fixed order ``none``, ``full``,
+    ``selective``, switch sets (by their sorted names), lesser offload first.
+    The ranges are those runs in layer order, so ``setting_of(i)`` of the
+    result is ``settings[i]`` for every layer. No layers give ``RecomputeSpec()``.
+
+    ``[full, none, none, full]`` is ``full`` with one range ``1-2: none``;
+    ``[full, full, none]`` is ``full`` with ``2: none`` (one range either way,
+    ``full`` covers more layers); ``[full, none]`` is ``none`` with ``0: full``.
     """
     runs = _runs(settings)
-    candidates = sorted(set(settings), key=_order)
-    if not candidates:
+    if not runs:
         return RecomputeSpec()
 
-    def cost(default: Setting) -> tuple[int, int]:
-        return (sum(run[2] != default for run in runs), -sum(s == default for s in settings))
+    def key(default: Setting) -> tuple:
+        return (sum(run[2] != default for run in runs), -sum(s == default for s in settings), _order(default))
 
-    best = min(candidates, key=cost)  # min keeps the first of equals: the _order tie-break
+    best = min(set(settings), key=key)
     return RecomputeSpec(default=best, layers=tuple(run for run in runs if run[2] != best))
 
 

@@ -583,16 +583,6 @@ def _runs(indices: Sequence[int], settings: Sequence[Setting]) -> tuple[tuple[in
     return tuple(runs)
 
 
-def _compact(settings: Sequence[Setting]) -> RecomputeSpec:
-    """The plan with the most common setting as default and one range per run differing from it."""
-    counts: dict[Setting, int] = {}
-    for setting in settings:
-        counts[setting] = counts.get(setting, 0) + 1
-    default = max(counts, key=lambda s: (counts[s], s == Setting())) if counts else Setting()
-    runs = _runs(range(len(settings)), settings)
-    return RecomputeSpec(default=default, layers=tuple(run for run in runs if run[2] != default))
-
-
 def _gib(value: int) -> str:
     return f"{value / 2**30:.2f} GiB"
 
@@ -733,7 +723,8 @@ def plan_recompute(
             for layer, choice in zip(layers, solution.choices):
                 settings[layer.index] = choice.setting
             solutions.append((solution, solution.unconstrained, solution.estimate.micro_batches_in_flight))
-        spec = _compact(settings)
+        from hp_core.recompute.layout import compact  # the one compaction rule (docs/recompute.md)
+        spec = compact(settings)
         result = estimate(model, parallel, registry=registry, runtime=runtime, precision=precision, hardware=hardware,
                           recompute=spec, census=census, attention=attention)
         time = step_time(model, parallel, registry=registry, hardware=hardware, runtime=runtime, precision=precision,
