@@ -1,0 +1,94 @@
+"""The built-in hardware presets and B200 GEMM table, read from package data, hold the published numbers.
+
+``hp_plugins/data/hardware.json`` and ``hp_plugins/data/gemm_b200.json`` are
+loaded by ``hp_plugins/hardware.py`` and ``hp_plugins/gemm_b200.py``. The
+values below are written out from their sources (vendor datasheets and
+``nvidia-smi``; SimuMax v1.2's ``configs/system/b200_bf16_ceperm.json``) in the
+same arithmetic the presets were first written in, so a changed digit, a lost
+row or a reordered table fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib.resources import files
+from pathlib import Path
+
+from hp_core.api import build_registry
+from hp_plugins import gemm_b200, hardware
+from hp_plugins.timing_profiles import B200_GEMMS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+MIB, GIB, TERA, GB, US = 2**20, 2**30, 1e12, 1e9, 1e-6
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _data(name: str) -> dict:
+    return json.loads((files("hp_plugins") / "data" / name).read_text(encoding="utf-8"))
+
+
+def test_the_hardware_presets_in_order():
+    assert [p.name for p in hardware.PRESETS] == ["a100-80gb", "h100-sxm", "h200", "b200", "ascend-910b"]
+    registry = build_registry(use_env=False)
+    for preset in hardware.PRESETS:
+        assert registry.hardware_preset(preset.name) == preset
+
+
+def test_hardware_values_are_the_stated_figures():
+    by_name = {p.name: p.spec for p in hardware.PRESETS}
+    h100 = by_name["h100-sxm"]
+    assert h100.name == "NVIDIA H100 SXM 80GB" and h100.architecture == "hopper" and h100.devices_per_node == 8
+    assert h100.memory_bytes == 81559 * MIB
+    assert dict(h100.peak_flops) == {"bf16": 989.4 * TERA, "fp16": 989.4 * TERA, "fp8": 1978.9 * TERA}
+    assert list(h100.peak_flops) == ["bf16", "fp16", "fp8"]
+    assert h100.memory_bandwidth_bytes_per_second == 3350 * GB
+    assert (h100.intra_node_bandwidth_bytes_per_second, h100.inter_node_bandwidth_bytes_per_second,
+            h100.host_link_bandwidth_bytes_per_second) == (450 * GB, 50 * GB, 64 * GB)
+    assert (h100.intra_node_latency_seconds, h100.inter_node_latency_seconds) == (8 * US, 35 * US)
+    b200 = by_name["b200"]
+    assert b200.memory_bytes == 183359 * MIB and b200.peak_flops["bf16"] == 2250 * TERA
+    assert b200.intra_node_bandwidth_bytes_per_second == 900 * GB and b200.intra_node_latency_seconds == 9.18 * US
+    a100 = by_name["a100-80gb"]
+    assert a100.memory_bytes == 81920 * MIB and a100.memory_bandwidth_bytes_per_second == 2039 * GB
+    assert a100.host_link_bandwidth_bytes_per_second == 32 * GB
+    assert by_name["h200"].memory_bytes == 143771 * MIB and by_name["h200"].memory_bandwidth_bytes_per_second == 4800 * GB
+    ascend = by_name["ascend-910b"]
+    assert ascend.memory_bytes == 64 * GIB and list(ascend.peak_flops) == ["fp16", "bf16"]
+    assert ascend.intra_node_bandwidth_bytes_per_second == 196 * GB
+    assert isinstance(ascend.memory_bytes, int) and isinstance(ascend.devices_per_node, int)
+
+
+def test_every_hardware_preset_states_its_sources():
+    entries = _data("hardware.json")["presets"]
+    assert len(entries) == len(hardware.PRESETS)
+    for entry, preset in zip(entries, hardware.PRESETS):
+        assert preset.provenance == entry["provenance"] and preset.provenance
+        assert entry["latency_source"]
+    assert "nvidia-smi reports 81559 MiB" in hardware.PRESETS[1].provenance
+
+
+def test_the_gemm_table_rows_as_published():
+    assert len(gemm_b200.MATMUL) == 514 and len(gemm_b200.GROUPED_MATMUL) == 108
+    assert gemm_b200.MATMUL[0] == (4096, 8192, 10240, "TN", "bf16", 0.6451614102335537)
+    assert gemm_b200.MATMUL[2] == (10240, 4096, 8192, "NT", "fp32", 0.5979461534906494)
+    assert gemm_b200.MATMUL[-1] == (65536, 6144, 5120, "NN", "bf16", 0.4802879026723184)
+    assert gemm_b200.GROUPED_MATMUL[0] == (160, 154, 3072, 5120, "fwd", "fp32", 0.19968557879607124)
+    assert gemm_b200.GROUPED_MATMUL[-1] == (40, 9832, 5120, 1536, "fwd", "fp32", 0.44471565623403814)
+    for row in gemm_b200.MATMUL:
+        assert type(row) is tuple and [type(x) for x in row] == [int, int, int, str, str, float]
+    for row in gemm_b200.GROUPED_MATMUL:
+        assert type(row) is tuple and [type(x) for x in row] == [int, int, int, int, str, str, float]
+    assert gemm_b200.SOURCE.startswith("SimuMax v1.2 configs/system/b200_bf16_ceperm.json (MooreThreads/SimuMax@4dcaae5)")
+    # 144 dense and 20 grouped shapes, each in its three passes.
+    assert (len(B200_GEMMS.dense), len(B200_GEMMS.grouped)) == (432, 60)
+    assert B200_GEMMS.source == gemm_b200.SOURCE
+
+
+def test_the_data_files_ship_with_the_package():
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]
+    assert "data/*.json" in package_data["hp_plugins"]
