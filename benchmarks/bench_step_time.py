@@ -14,7 +14,7 @@ import statistics
 import time
 
 from hp_core.api import build_registry, model_from_preset
-from hp_core.timing import step_time
+from hp_core.api import step_time
 
 from bench_estimate import LAYOUTS
 

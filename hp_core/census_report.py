@@ -14,7 +14,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from hp_core.census import CensusRun
+from hp_core.engine.census import CensusRun
 from hp_core.types import CensusRecord
 
 __all__ = ["census_table", "census_to_json", "record_to_json"]

@@ -21,7 +21,7 @@ from hp_core import __version__
 from hp_core.api import build_registry, count_parameters, model_from_preset
 from hp_core.convert import ConfigFile, load_config, structure
 from hp_core.errors import ConfigError, HPError, describe
-from hp_core.job import estimate_job, resolve_job, step_time_job
+from hp_core.job import estimate_job, prepare_job, resolve_job, step_time_job
 from hp_core.manager import BLOCK_ENV
 from hp_core.registry import Registry
 from hp_core.report import estimate_table, estimate_to_json, gib, kinds_table, time_summary, time_table, time_to_json, validation_step_table, validation_table
@@ -209,9 +209,10 @@ def _run_estimate(args: argparse.Namespace, registry: Registry, console: Console
     if args.memory is not None:
         hardware = job.hardware or HardwareSpec(name="device", memory_bytes=args.memory)
         job = attrs.evolve(job, hardware=attrs.evolve(hardware, memory_bytes=args.memory))
-    result = estimate_job(job, registry)
+    run = prepare_job(job, registry)
+    result = estimate_job(job, registry, run)
     exported = _export_of(args.export, job, registry)
-    step, unavailable = _step_time_of(job, registry) if priced else (None, None)
+    step, unavailable = _step_time_of(job, registry, run) if priced else (None, None)
     if args.json:
         doc = estimate_to_json(result)
         doc["time"] = time_to_json(step) if step is not None else None
@@ -246,12 +247,12 @@ def _run_estimate(args: argparse.Namespace, registry: Registry, console: Console
     return 0
 
 
-def _step_time_of(job, registry: Registry):
+def _step_time_of(job, registry: Registry, run=None):
     """``(StepTime, None)``, or ``(None, why not)`` when the hardware or the runtime cannot price one."""
     if job.hardware is None:
         return None, None
     try:
-        step = step_time_job(job, registry)
+        step = step_time_job(job, registry, run=run)
     except ConfigError as exc:
         return None, str(exc)
     return step, None
@@ -368,16 +369,19 @@ def _run_validate(args: argparse.Namespace, registry: Registry, console: Console
 
 
 def _run_census(args: argparse.Namespace, registry: Registry, console: Console) -> int:
-    from hp_core.census import run_census
+    from hp_core.engine.census import run_census
     from hp_core.census_report import census_table, census_to_json
 
     if args.out is not None and not args.out.lower().endswith((".yaml", ".yml", ".json")):
         raise ConfigError("--out", f"a census file ends in .yaml, .yml or .json, got {args.out}")
     run = run_census(registry, args.model, args.source, args.seq_len, args.attn, args.tp)
     if args.out is not None:
-        from hp_plugins.census_file import write_census_file
+        from hp_core.engine.census import FILE_SOURCE
 
-        write_census_file(args.out, run.records, run.model)
+        writer = registry.census_source(FILE_SOURCE, "--out").write
+        if writer is None:
+            raise ConfigError("--out", f"the {FILE_SOURCE!r} census source states no writer, so a census file cannot be written")
+        writer(args.out, run.records, run.model)
     if args.json:
         print(json.dumps(census_to_json(run), indent=2))
         return 0

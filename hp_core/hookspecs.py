@@ -25,9 +25,12 @@ from __future__ import annotations
 from typing import Iterable
 
 from hp_core.markers import hookspec
-from hp_core.types import CensusSource, Exporter, HardwarePreset, LayerKind, ModelPreset, Runtime
+from hp_core.types import CaseFormat, CensusSource, Exporter, HardwarePreset, LayerKind, ModelFormat, ModelPreset, Runtime
 
-__all__ = ["HOOKS", "hp_census_sources", "hp_exporters", "hp_hardware", "hp_layer_kinds", "hp_models", "hp_runtimes"]
+__all__ = [
+    "HOOKS", "hp_case_formats", "hp_census_sources", "hp_exporters", "hp_hardware", "hp_layer_kinds", "hp_model_formats",
+    "hp_models", "hp_runtimes",
+]
 
 
 @hookspec
@@ -164,6 +167,51 @@ def hp_exporters() -> Iterable[Exporter]:
     """
 
 
+@hookspec
+def hp_model_formats() -> Iterable[ModelFormat]:
+    """Yield model config formats: Hugging Face ``model_type`` values turned into layer stacks.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.types.ModelFormat`: a name, the
+    ``model_type`` values it reads and its builder
+    ``build(config, *, name, source, where) -> ModelSpec``. A ``config.json``
+    (``--model path``) or a preset is built by the format that lists its
+    ``model_type``; the built-in Hugging Face importer is one such format.
+
+    Call semantics: called once per registry build; all results collected; a
+    ``model_type`` two formats both claim is an error naming both.
+
+    Example::
+
+        @hookimpl
+        def hp_model_formats():
+            yield ModelFormat(name="mamba2", model_types=("mamba2",), build=build_mamba2,
+                              description="Mamba-2 config.json files")
+    """
+
+
+@hookspec
+def hp_case_formats() -> Iterable[CaseFormat]:
+    """Yield formats of measured runs that ``hp validate`` reads besides ``hp-cases/1``.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.types.CaseFormat`: ``accepts(document)``
+    recognises a parsed file, ``read(document, registry)`` returns its cases.
+
+    Call semantics: called once per registry build; all results collected; a
+    file is read by the first format, in name order, that accepts it.
+
+    Example::
+
+        @hookimpl
+        def hp_case_formats():
+            yield CaseFormat(name="my-runs", accepts=lambda doc: "my_runs" in doc, read=read_my_runs,
+                             description="our cluster's run logs")
+    """
+
+
 # Every hook, with the record type it yields: the registry's build table.
 HOOKS = {
     "hp_layer_kinds": LayerKind,
@@ -172,4 +220,6 @@ HOOKS = {
     "hp_hardware": HardwarePreset,
     "hp_models": ModelPreset,
     "hp_exporters": Exporter,
+    "hp_model_formats": ModelFormat,
+    "hp_case_formats": CaseFormat,
 }

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import attrs
 
-from hp_core.api import estimate, model_from_preset
 from hp_core.convert import ConfigFile, InlineModel, inline_model
+from hp_core.engine.estimate import estimate_run
+from hp_core.engine.prepare import PreparedRun, prepare
 from hp_core.errors import ConfigError, describe
 from hp_core.registry import Registry
+from hp_core.models import load_model_config, model_from_config, model_from_preset
 from hp_core.results import Estimate
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec
 
-__all__ = ["Job", "estimate_job", "resolve_job", "resolve_model", "step_time_job"]
+__all__ = ["Job", "estimate_job", "prepare_job", "resolve_job", "resolve_model", "step_time_job"]
 
 
 @attrs.frozen
@@ -36,15 +38,13 @@ class Job:
 
 def resolve_model(config: ConfigFile, registry: Registry) -> ModelSpec:
     """The model a config names: a preset, a Hugging Face ``config.json`` (file or folder), or inline."""
-    from hp_plugins.importers.hf import load_hf_config, model_from_hf_config
-
     if isinstance(config.model, InlineModel):
         model = inline_model(config.model, source="config file")
     elif any(m.name == config.model for m in registry.models):
         model = model_from_preset(config.model, registry)
     else:
-        data, where = load_hf_config(config.model)
-        model = model_from_hf_config(data, name=data.get("_name_or_path") or config.model, source=where, where=where)
+        data, where = load_model_config(config.model)
+        model = model_from_config(data, registry, name=data.get("_name_or_path") or config.model, source=where, where=where)
     if config.num_layers is not None:
         body = registry.kinds_placed("body")
         available = sum(group.count for group in model.layers if group.kind in body)
@@ -78,36 +78,25 @@ def resolve_job(config: ConfigFile, registry: Registry) -> Job:
     )
 
 
-def estimate_job(job: Job, registry: Registry) -> Estimate:
-    """:func:`hp_core.api.estimate` of a resolved job."""
-    return estimate(
-        job.model,
-        job.parallel,
-        registry=registry,
-        runtime=job.runtime,
-        precision=job.precision,
-        hardware=job.hardware,
-        recompute=job.recompute,
-        census=job.census,
-        attention=job.attention,
-    )
+def prepare_job(job: Job, registry: Registry, parallel: ParallelSpec | None = None) -> PreparedRun:
+    """The resolved job's run, prepared once (on *parallel* instead of its layout when given)."""
+    return prepare(job.model, parallel if parallel is not None else job.parallel, registry=registry, runtime=job.runtime,
+                   precision=job.precision, census=job.census, attention=job.attention)
 
 
-def step_time_job(job: Job, registry: Registry, parallel: ParallelSpec | None = None):
-    """:func:`hp_core.timing.step_time` of a resolved job (on *parallel* instead of its layout when given).
+def estimate_job(job: Job, registry: Registry, run: PreparedRun | None = None) -> Estimate:
+    """The memory estimate of a resolved job (of *run*, its prepared run, when given)."""
+    run = run if run is not None else prepare_job(job, registry)
+    return estimate_run(run, job.recompute, job.hardware)
+
+
+def step_time_job(job: Job, registry: Registry, parallel: ParallelSpec | None = None, run: PreparedRun | None = None):
+    """The step time of a resolved job (on *parallel* instead of its layout, or of *run*, when given).
 
     Raises:
         ConfigError: The job states no hardware, or the step cannot be priced (one line, with the field path).
     """
-    from hp_core.timing import step_time
+    from hp_core.timing import time_run
 
-    return step_time(
-        job.model,
-        parallel if parallel is not None else job.parallel,
-        registry=registry,
-        hardware=job.hardware,
-        runtime=job.runtime,
-        precision=job.precision,
-        recompute=job.recompute,
-        attention=job.attention,
-    )
+    run = run if run is not None else prepare_job(job, registry, parallel)
+    return time_run(run, job.hardware, job.recompute)

@@ -40,6 +40,8 @@ DEFAULT_PLUGINS = (
     "hp_plugins.exporters.torchtitan",
     "hp_plugins.hardware",
     "hp_plugins.presets",
+    "hp_plugins.importers.hf",
+    "hp_plugins.importers.megatron_measured",
 )
 
 # Third-party plugins advertise themselves under this entry-point group.

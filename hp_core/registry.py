@@ -10,7 +10,7 @@ import pluggy
 
 from hp_core.errors import ConfigError, PluginError, describe
 from hp_core.hookspecs import HOOKS
-from hp_core.types import CensusSource, Exporter, HardwarePreset, LayerKind, ModelPreset, Runtime
+from hp_core.types import CaseFormat, CensusSource, Exporter, HardwarePreset, LayerKind, ModelFormat, ModelPreset, Runtime
 
 __all__ = ["Provider", "Registry"]
 
@@ -101,6 +101,8 @@ class Registry:
     hardware: tuple[HardwarePreset, ...] = ()
     models: tuple[ModelPreset, ...] = ()
     exporters: tuple[Exporter, ...] = ()
+    model_formats: tuple[ModelFormat, ...] = ()
+    case_formats: tuple[CaseFormat, ...] = ()
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
 
@@ -120,6 +122,12 @@ class Registry:
             fields[hook_name.removeprefix("hp_")] = tuple(items)
             providers.update({(hook_name, name): who for name, who in owners.items()})
         plugins = tuple(sorted(by_plugin.values(), key=lambda p: p.plugin))
+        claimed: dict[str, str] = {}
+        for fmt in fields["model_formats"]:
+            for model_type in fmt.model_types:
+                if model_type in claimed:
+                    raise PluginError(fmt.name, f"model_type {model_type!r} is also read by model format {claimed[model_type]!r}")
+                claimed[model_type] = fmt.name
         return cls(
             layer_kinds=fields["layer_kinds"],
             census_sources=fields["census_sources"],
@@ -127,6 +135,8 @@ class Registry:
             hardware=fields["hardware"],
             models=fields["models"],
             exporters=fields["exporters"],
+            model_formats=fields["model_formats"],
+            case_formats=fields["case_formats"],
             providers=providers,
             plugins=plugins,
         )
@@ -148,6 +158,27 @@ class Registry:
 
     def exporter(self, name: str, path: str = "--export") -> Exporter:
         return _lookup(self.exporters, name, "trainer plan exporter", path)
+
+    def model_format(self, name: str, path: str = "$.model") -> ModelFormat:
+        return _lookup(self.model_formats, name, "model format", path)
+
+    def case_format(self, name: str, path: str = "$.format") -> CaseFormat:
+        return _lookup(self.case_formats, name, "case format", path)
+
+    def format_for(self, config: Mapping[str, Any], where: str = "config.json") -> ModelFormat:
+        """The model format that reads *config*, by its ``model_type``.
+
+        Raises:
+            ConfigError: No format reads that ``model_type``.
+        """
+        model_type = config.get("model_type")
+        for fmt in self.model_formats:
+            if model_type in fmt.model_types:
+                return fmt
+        known = sorted(t for fmt in self.model_formats for t in fmt.model_types)
+        raise ConfigError(f"{where} $.model_type",
+                          f"model_type {model_type!r} is not supported; supported: {', '.join(known) or 'none'} "
+                          "(a plugin adds one through the hp_model_formats hook)")
 
     def provider(self, hook_name: str, name: str) -> Provider:
         return self.providers[(hook_name, name)]

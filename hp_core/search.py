@@ -60,15 +60,17 @@ from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
-from hp_core import census as census_lib
-from hp_core.api import _apply_census, _census_records, estimate, evaluate_groups, layer_context, plan_recompute, with_sublayers
+from hp_core.engine import census as census_lib
+from hp_core.engine.estimate import estimate_run
+from hp_core.engine.prepare import evaluate_layers, model_kinds, prepare, resolve_runtime
+from hp_core.engine.schedule import in_flight_per_chunk
+from hp_core.engine.stage import PlacedLayer, layer_elements, static_bytes
 from hp_core.errors import ConfigError
+from hp_core.recompute.plan import describe_ranges, plan_run
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
-from hp_core.schedule import in_flight_per_chunk
-from hp_core.stage import PlacedLayer, layer_elements, static_bytes
-from hp_core.timing import layer_pricer, step_time
-from hp_core.types import LayerCost
+from hp_core.timing import layer_pricer, time_run
+from hp_core.types import LayerCost, Runtime
 
 __all__ = [
     "FIXABLE",
@@ -100,20 +102,12 @@ _WAVE = 32
 # The names ``fixed`` accepts.
 FIXABLE = ("dp", "cp", "tp", "pp", "vpp", "ep", "etp", "zero", "micro_batch_size")
 
-# The sharding levels each built-in trainer runs: Megatron-LM without and with
-# its distributed optimizer; FSDP2 fully sharded; HyperParallel's ZeRO 1-3.
-_ZERO_LEVELS: Mapping[str, tuple[int, ...]] = {
-    "megatron": (0, 1),
-    "fsdp2": (3,),
-    "hyperparallel": (1, 2, 3),
-}
-
 _FULL = RecomputeSpec(default=Setting(mode="full"))
 
 
-def zero_levels(runtime: str, default: int) -> tuple[int, ...]:
-    """The ZeRO levels searched for *runtime*: its trainer's (above), 0-3 for any other; always its *default*."""
-    return tuple(sorted(set(_ZERO_LEVELS.get(runtime, (0, 1, 2, 3))) | {default}))
+def zero_levels(runtime: Runtime) -> tuple[int, ...]:
+    """The ZeRO levels searched for *runtime*: those its trainer runs (``Runtime.zero_levels``) and its default."""
+    return tuple(sorted(set(runtime.zero_levels) | {runtime.zero}))
 
 
 def _divisors(n: int) -> list[int]:
@@ -302,26 +296,23 @@ def _refine(job: _Job, layout: Layout) -> _Refined:
     parallel = layout.parallel(job.seq_len, job.global_batch_size)
     limit = job.hardware.memory_bytes - job.reserve_bytes
     try:
-        bound = estimate(job.model, parallel, registry=job.registry, runtime=job.runtime, precision=job.precision,
-                         recompute=_FULL, census=job.census)
+        run = prepare(job.model, parallel, registry=job.registry, runtime=job.runtime, precision=job.precision,
+                      census=job.census)
+        bound = estimate_run(run, _FULL)
     except ConfigError as exc:
         return _Refined(_reason_of(exc))
     if max(stage.memory.static_bytes for stage in bound.stages) > limit:
         return _Refined(R_STATIC)
     if bound.peak_bytes > limit:
         return _Refined(R_FULL)
-    fastest = step_time(job.model, parallel, registry=job.registry, hardware=job.hardware, runtime=job.runtime,
-                        precision=job.precision)
-    return _Refined(None, fastest.step_seconds)
+    return _Refined(None, time_run(run, job.hardware).step_seconds)
 
 
 def _plan(job: _Job, layout: Layout) -> Candidate | None:
     """The planner's fastest plan of one candidate, ``None`` when it does not fit."""
-    from hp_core.recompute.plan import describe_ranges
-
-    plan = plan_recompute(job.model, layout.parallel(job.seq_len, job.global_batch_size), registry=job.registry,
-                          hardware=job.hardware, runtime=job.runtime, reserve_bytes=job.reserve_bytes,
-                          precision=job.precision, census=job.census)
+    run = prepare(job.model, layout.parallel(job.seq_len, job.global_batch_size), registry=job.registry,
+                  runtime=job.runtime, precision=job.precision, census=job.census)
+    plan = plan_run(run, job.hardware, reserve_bytes=job.reserve_bytes)
     if not plan.fits:
         return None
     result = plan.plan
@@ -347,11 +338,6 @@ def _map(function: Callable[[Any], Any], tasks: list[Any], executor: Executor | 
     for _ in as_completed(futures):
         tick()
     return [future.result() for future in futures]
-
-
-def _body_layers(model: ModelSpec, registry: Registry) -> int:
-    kinds = [registry.layer_kind(group.kind, f"$.model.layers[{i}].kind") for i, group in enumerate(model.layers)]
-    return sum(group.count for kind, group in zip(kinds, model.layers) if kind.placement == "body")
 
 
 def _routed_experts(model: ModelSpec) -> int | None:
@@ -380,9 +366,8 @@ class _Bounder:
     def __init__(self, job: _Job) -> None:
         model, registry = job.model, job.registry
         self.job = job
-        self.rt = registry.runtime(job.runtime)
-        self.precision = job.precision if job.precision is not None else self.rt.precision
-        self.kinds = [registry.layer_kind(g.kind, f"$.model.layers[{i}].kind") for i, g in enumerate(model.layers)]
+        self.rt, self.precision, self.attention = resolve_runtime(registry, job.runtime, job.precision, None)
+        self.kinds = model_kinds(model, registry)
         self.body = [(i, g.count) for i, (k, g) in enumerate(zip(self.kinds, model.layers)) if k.placement == "body"]
         self.first = [(i, g.count) for i, (k, g) in enumerate(zip(self.kinds, model.layers)) if k.placement == "first"]
         self.last = [(i, g.count) for i, (k, g) in enumerate(zip(self.kinds, model.layers)) if k.placement == "last"]
@@ -413,29 +398,22 @@ class _Bounder:
     def _evaluate(self, layout: Layout) -> "_Layers | str":
         job, rt = self.job, self.rt
         parallel = layout.parallel(job.seq_len, job.global_batch_size)
-        context = with_sublayers(
-            layer_context(parallel, self.precision, rt.attention, rt.vocab_pad_multiple, rt.traits), job.registry
-        )
         try:
-            costs = evaluate_groups(self.kinds, job.model.layers, context)
+            layers = evaluate_layers(job.model, parallel, precision=self.precision, attention=self.attention, runtime=rt,
+                                     registry=job.registry, census=self.census, kinds=self.kinds)
         except ConfigError as exc:
             return _reason_of(exc)
         pricer = layer_pricer(parallel, hardware=job.hardware, timing=rt.timing, precision=self.precision,
-                              attention=rt.attention)
+                              attention=self.attention)
         seconds = []
-        priced = costs
-        # Memory as estimate() counts it: the census's measured activations where it has records.
-        records = _census_records(self.census, job.model, self.kinds, parallel, rt.attention, job.registry)
-        costs = [_apply_census(cost, records[kind.name], context, kind) if kind.name in records else cost
-                 for kind, cost in zip(self.kinds, costs)]
-        for kind, group, cost in zip(self.kinds, job.model.layers, priced):
-            # As step_time prices them: body layers with what the trainer always recomputes.
+        # As step time prices them: body layers with what the trainer always recomputes.
+        for kind, group, cost in zip(self.kinds, job.model.layers, layers.costs):
             implicit = rt.implicit_recompute & frozenset(kind.switches) if kind.placement == "body" else frozenset()
-            seconds.append(pricer.price(cost, group.config, kind, context, full=False, recomputed=implicit).micro_batch_seconds)
-        # As estimate() places them: body layers fully recomputed, the others as they are (PlacedLayer.make).
+            seconds.append(pricer.price(cost, group.config, kind, layers.context, full=False, recomputed=implicit).micro_batch_seconds)
+        # As the estimate places them: body layers fully recomputed, the others as they are (PlacedLayer.make).
         placed = [PlacedLayer.make(kind.name, cost, kind.placement == "body", frozenset(), "full")
-                  for kind, cost in zip(self.kinds, costs)]
-        return _Layers(costs, seconds, [p.kept_bytes for p in placed], [p.backward_working_bytes for p in placed])
+                  for kind, cost in zip(self.kinds, layers.costs)]
+        return _Layers(list(layers.costs), seconds, [p.kept_bytes for p in placed], [p.backward_working_bytes for p in placed])
 
     def compositions(self, pp: int, vpp: int, split: tuple[int, ...] | None) -> tuple[tuple[_Composition, int], ...]:
         """The pipeline's distinct stage compositions with how many stages have each."""
@@ -628,7 +606,7 @@ def search(
         raise ConfigError("--fix", f"cannot fix {unknown}; fixable: {', '.join(FIXABLE)}")
     if not 0 <= reserve_bytes < hardware.memory_bytes:
         raise ConfigError("$.reserve_bytes", "the reserve must be at least 0 and below the device memory")
-    zeros = tuple(sorted(set(zero))) if zero is not None else zero_levels(rt.name, rt.zero)
+    zeros = tuple(sorted(set(zero))) if zero is not None else zero_levels(rt)
     job = _Job(model, registry, hardware, runtime, precision, census, reserve_bytes, seq_len, global_batch_size)
     bounder = _Bounder(job)
     if bounder.body_count == 0:

@@ -121,11 +121,10 @@ from typing import Any, Mapping
 
 import attrs
 
-from hp_core.api import _split, _validate_layout, evaluate_layers, resolve_setting
 from hp_core.errors import ConfigError
-from hp_core.registry import Registry
-from hp_core.stage import layer_elements, offloaded_bytes
-from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
+from hp_core.engine.prepare import PreparedRun
+from hp_core.engine.stage import layer_elements, offloaded_bytes
+from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS, DeviceEfficiency, GemmTable, TimingProfile
 from hp_core.types import LayerContext, LayerCost, LayerKind
 
@@ -141,7 +140,7 @@ __all__ = [
     "layer_pricer",
     "offload_seconds",
     "pipeline_seconds",
-    "step_time",
+    "time_run",
 ]
 
 # Elementwise ops the kinds count per attention score for the softmax (max, subtract,
@@ -875,7 +874,7 @@ def layer_pricer(
 def _stage_elements(layers: list[tuple[str, LayerCost]], parallel: ParallelSpec) -> tuple[int, int]:
     """Dense and routed-expert parameter elements one rank of a stage holds (before ZeRO sharding).
 
-    Counted as the memory estimate counts them (:func:`hp_core.stage.layer_elements`):
+    Counted as the memory estimate counts them (:func:`hp_core.engine.stage.layer_elements`):
     TP-split tensors over ``tp``, routed experts over ``ep * etp``; a tied
     weight whose owner sits on the stage once.
     """
@@ -907,97 +906,72 @@ def _optimizer_bytes_per_element(precision: PrecisionSpec, profile: TimingProfil
 # ----------------------------------------------------------------------------- the step
 
 
-def step_time(
-    model: ModelSpec,
-    parallel: ParallelSpec,
-    *,
-    registry: Registry,
+def time_run(
+    run: PreparedRun,
     hardware: HardwareSpec | None,
-    runtime: str = "generic",
-    profile: TimingProfile | None = None,
-    precision: PrecisionSpec | None = None,
     recompute: RecomputeSpec | None = None,
-    attention: str | None = None,
+    profile: TimingProfile | None = None,
 ) -> StepTime:
-    """The time of one training step of *model* on *parallel*, as the runtime's trainer runs it.
+    """The time of one training step of a prepared run, as its runtime's trainer runs it.
+
+    Layers are priced with the run's costs, the census's activations
+    included, so what a recompute setting re-runs is priced from the same
+    bytes the memory estimate and the recompute planner use.
 
     Args:
-        model: The layer stack.
-        parallel: The layout (``global_batch_size`` sets the micro-batches per step).
-        registry: Layer kinds and runtimes.
+        run: The prepared run (:func:`hp_core.engine.prepare.prepare`).
         hardware: The device: peak FLOP/s, memory and link bandwidths, latencies,
             devices per node and ``architecture``.
-        runtime: The runtime profile's name; it supplies precision, attention,
-            ZeRO level, traits, implicit recompute and its timing profile.
-        profile: A timing profile to use instead of the runtime's.
-        precision: Byte widths; the runtime's when ``None``.
         recompute: Per-layer recompute settings; nothing recomputed when ``None``.
-        attention: ``"flash"`` or ``"eager"``; the runtime's when ``None``.
+        profile: A timing profile to use instead of the runtime's.
 
     Raises:
         ConfigError: No hardware, a runtime without a timing profile, a
-            hardware field the step needs left unstated, or an invalid layout
-            (one line, with the field path).
-        PluginError: A layer kind's evaluator failed.
+            hardware field the step needs left unstated, or a recompute
+            setting its kind cannot run (one line, with the field path).
     """
-    rt = registry.runtime(runtime)
+    rt = run.runtime
     timing = profile if profile is not None else rt.timing
     if timing is None:
         raise ConfigError("$.runtime", f"runtime {rt.name!r} states no timing profile, so it cannot price a step time; use a runtime that states one (see 'hp plugins') or pass a profile")
     if hardware is None:
         raise ConfigError("$.hardware", "a step time needs a device: name a hardware preset (--hardware, see 'hp plugins') or state one")
-    precision = precision if precision is not None else rt.precision
-    attention = attention if attention is not None else rt.attention
-    zero = parallel.zero if parallel.zero is not None else rt.zero
-    recompute = recompute if recompute is not None else RecomputeSpec()
+    model, parallel, precision, attention, zero = run.model, run.parallel, run.precision, run.attention, run.zero
+    settings = run.settings(recompute)
 
     rates = _rates(parallel, hardware, timing, precision, attention)
     dtype, peak, links, memory, ov = rates.dtype, rates.peak, rates.links, rates.memory, timing.overlap
     dev = timing.device(hardware.architecture)
     cp_algorithm = parallel.cp_kind  # the layout states it (``--cp-kind``)
 
-    # Layers: each group evaluated once, as estimate() does.
-    layers = evaluate_layers(model, parallel, precision, attention, rt, registry)
-    kinds, body_groups, body_count, context, costs = layers.kinds, layers.body_groups, layers.body_count, layers.context, layers.costs
+    kinds, costs, context, micro_batches = run.kinds, run.costs, run.context, run.micro_batches
     shapes = [_shape(group.config, kind, context, cost) for kind, group, cost in zip(kinds, model.layers, costs)]
-    micro_batches = _validate_layout(parallel, body_count)
-    counts = _split(body_count, parallel)
-    implicit = getattr(rt, "implicit_recompute", frozenset())
 
     cache: dict[tuple[int, Setting], _LayerTime] = {}
     body: list[_LayerTime] = []
-    body_costs: list[tuple[str, LayerCost]] = []
-    for i in body_groups:
-        for _ in range(model.layers[i].count):
-            setting = recompute.setting_of(len(body))
-            key = (i, setting)
-            if key not in cache:
-                full, switches = resolve_setting(setting, kinds[i], "$.recompute")
-                switches |= implicit & frozenset(kinds[i].switches)
-                layer_time = _layer_time(costs[i], shapes[i], full, switches, rates)
-                if setting.offload:
-                    # Offload's exposed copies count as communication (offload_seconds).
-                    kept = costs[i].input_bytes if full else costs[i].kept_under(switches)
-                    link = _require(hardware, "host_link_bandwidth_bytes_per_second", "offload")
-                    exposed = offload_seconds(offloaded_bytes(kept, setting.offload), link, layer_time[0], layer_time[1] + layer_time[2])
-                    layer_time = layer_time[:3] + (layer_time[3] + exposed,) + layer_time[4:]
-                cache[key] = layer_time
-            body.append(cache[key])
-            body_costs.append((kinds[i].name, costs[i]))
-    if recompute.layers and max(last for _, last, _ in recompute.layers) >= body_count:
-        raise ConfigError("$.recompute.layers", f"a range names a layer beyond the model's {body_count} layers (0-{body_count - 1})")
+    for group, setting in zip(run.body_group, settings):
+        key = (group, setting)
+        if key not in cache:
+            full, switches = run.resolve(group, setting)
+            layer_time = _layer_time(costs[group], shapes[group], full, switches, rates)
+            if setting.offload:
+                # Offload's exposed copies count as communication (offload_seconds).
+                kept = costs[group].input_bytes if full else costs[group].kept_under(switches)
+                link = _require(hardware, "host_link_bandwidth_bytes_per_second", "offload")
+                exposed = offload_seconds(offloaded_bytes(kept, setting.offload), link, layer_time[0], layer_time[1] + layer_time[2])
+                layer_time = layer_time[:3] + (layer_time[3] + exposed,) + layer_time[4:]
+            cache[key] = layer_time
+        body.append(cache[key])
+    body_costs = [(kinds[group].name, costs[group]) for group in run.body_group]
 
     def placed(where: str) -> tuple[list[_LayerTime], list[tuple[str, LayerCost]]]:
-        times, found = [], []
-        for i, (kind, group) in enumerate(zip(kinds, model.layers)):
-            if kind.placement == where:
-                layer = _layer_time(costs[i], shapes[i], False, frozenset(), rates)
-                times += [layer] * group.count
-                found += [(kind.name, costs[i])] * group.count
-        return times, found
+        groups = run.placed_groups(where)
+        times = {i: _layer_time(costs[i], shapes[i], False, frozenset(), rates) for i in set(groups)}
+        return [times[i] for i in groups], [(kinds[i].name, costs[i]) for i in groups]
 
     first_times, first_costs = placed("first")
     last_times, last_costs = placed("last")
+    body_groups = run.layers.body_groups
 
     # Pipeline sends: the activation per chunk boundary, each way: split over TP under SP
     # (Megatron-Core get_tensor_shapes) or with the scatter/gather optimisation.
@@ -1021,11 +995,7 @@ def step_time(
     chunks = parallel.chunks
     stages: list[StageTime] = []
     recomputed_flops_per_stage: list[float] = []
-    start = 0
-    bounds = []
-    for count in counts:
-        bounds.append((start, start + count))
-        start += count
+    bounds = run.chunk_bounds
     for stage in range(parallel.pp):
         fwd = bwd = rec = comm = flops = rflops = 0.0
         stage_costs: list[tuple[str, LayerCost]] = []

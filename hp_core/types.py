@@ -33,6 +33,8 @@ __all__ = [
     "LayerContext",
     "LayerCost",
     "LayerKind",
+    "CaseFormat",
+    "ModelFormat",
     "ModelPreset",
     "PARAM_GROUPS",
     "PLACEMENTS",
@@ -414,11 +416,15 @@ class CensusSource:
         provide: ``provide(request) -> Mapping[kind name, CensusRecord]``; a kind
             with no record is priced by its formulas.
         description: One line for ``hp plugins``.
+        write: Optional ``write(path, records, model) -> Path``: writes records
+            as a file this source reads back, atomically (``hp census --out``
+            uses the ``file`` source's).
     """
 
     name: str = attrs.field(validator=_check_name)
     provide: Callable[[CensusRequest], Mapping[str, CensusRecord]]
     description: str = ""
+    write: Callable[..., Any] | None = None
 
 
 @attrs.frozen
@@ -455,6 +461,10 @@ class Runtime:
         module_kinds: For a module of ``recompute_modules`` that acts only on
             some layer kinds, those kinds (Megatron-LM's ``moe_act`` acts only
             on layers with routed experts); a module absent here acts on every kind.
+        zero_levels: The sharding levels its trainer runs, which a layout
+            search tries (Megatron-LM: 0 and 1, without and with its
+            distributed optimizer; FSDP2: 3); its default ``zero`` is always
+            tried too.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -472,6 +482,7 @@ class Runtime:
     recompute_modules: Mapping[str, frozenset[str]] | None = None
     full_recompute: bool = True
     module_kinds: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
+    zero_levels: tuple[int, ...] = attrs.field(default=(0, 1, 2, 3), converter=tuple)
 
     def __attrs_post_init__(self) -> None:
         unknown = sorted(self.traits - set(TRAITS))
@@ -543,3 +554,48 @@ class Exporter:
     export: Callable[..., Any]
     description: str = ""
     candidates: Callable[..., Any] | None = None
+
+
+@attrs.frozen
+class ModelFormat:
+    """A model config format: turns one family of configs into a layer stack.
+
+    Hugging Face ``config.json`` files are dispatched by their ``model_type``
+    to the format that lists it, so a plugin adds a new architecture's
+    ``model_type`` (``mamba2``, ``gemma2``, ...) without touching the
+    built-in importer; presets are built the same way.
+
+    Attributes:
+        name: Registry name (``"hf"``).
+        build: ``build(config, *, name, source, where) -> ModelSpec``: the
+            layer stack of the config mapping; ``name`` is the model's display
+            name, ``source`` its provenance, ``where`` how errors name the
+            file. Raises :class:`hp_core.errors.ConfigError` naming the field.
+        model_types: The Hugging Face ``model_type`` values it reads; two
+            formats may not both claim one.
+        description: One line for ``hp plugins``.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    build: Callable[..., Any]
+    model_types: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    description: str = ""
+
+
+@attrs.frozen
+class CaseFormat:
+    """A format of measured runs that ``hp validate`` reads besides its own ``hp-cases/1``.
+
+    Attributes:
+        name: Registry name.
+        accepts: ``accepts(document) -> bool``: whether a parsed file is in this format.
+        read: ``read(document, registry) -> list[MeasuredCase]``
+            (:class:`hp_core.io.validate.MeasuredCase`), refusing a bad
+            entry with :class:`hp_core.errors.ConfigError` naming its path.
+        description: One line for ``hp plugins``.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    accepts: Callable[[Any], bool]
+    read: Callable[..., Any]
+    description: str = ""

@@ -1,7 +1,8 @@
 """Checking the estimator against measured runs: ``hp validate CASES``.
 
 A cases file holds measured runs, each with the configuration it ran and what
-it measured. Two layouts are read:
+it measured. The project's own layout is read here; any other is read by the
+case format (a plugin, :class:`~hp_core.types.CaseFormat`) that accepts it:
 
 * the project's own (``format: hp-cases/1``, YAML, JSON or TOML)::
 
@@ -16,7 +17,7 @@ it measured. Two layouts are read:
             steps: [{micro_batches: 16, seconds: 4.2}]   # optional
 
   ``config`` is exactly an ``hp estimate`` config file;
-* ``megatron_measured.json`` as published (:mod:`hp_plugins.importers.megatron_measured`).
+* the built-in ``megatron-measured`` format reads ``megatron_measured.json`` as published.
 
 For every case and stage the report gives the estimated and the measured peak
 and the signed error ``(estimated - measured) / measured``; for every measured
@@ -153,11 +154,10 @@ class _OwnFile:
 
 def load_cases(path: str | Path, registry: Registry) -> list[MeasuredCase]:
     """Read a cases file in either layout."""
-    from hp_plugins.importers.megatron_measured import is_megatron_measured, read_megatron_case
-
     document = read_document(path)
-    if is_megatron_measured(document):
-        return [read_megatron_case(case, i) for i, case in enumerate(document["cases"])]
+    for fmt in registry.case_formats:
+        if fmt.accepts(document):
+            return list(fmt.read(document, registry))
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ConfigError("$.format", f"a cases file states format: {FORMAT} (or is megatron_measured.json as published)")
     own = structure(document, _OwnFile, registry)

@@ -1,7 +1,7 @@
 """The ``file`` census source: records read from a YAML or JSON file, e.g. measured on a GPU.
 
 A run names the file instead of a source (``--census measured.yaml``,
-``census: measured.yaml``); :func:`hp_core.census.resolve_source` binds this
+``census: measured.yaml``); :func:`hp_core.engine.census.resolve_source` binds this
 source to it. The file, which ``hp census --out FILE`` writes::
 
     model: llama3-8b                 # optional, for the reader
@@ -37,7 +37,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from hp_core.census import FILE_SOURCE
+from hp_core.engine.census import FILE_SOURCE
 from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.types import SWITCHES, CensusBytes, CensusRecord, CensusRequest, CensusSource
@@ -229,4 +229,5 @@ def hp_census_sources():
         name=FILE_SOURCE,
         provide=provide_file,
         description="records read from a census file (YAML/JSON), e.g. measured on a GPU; --census FILE",
+        write=write_census_file,
     )

@@ -66,7 +66,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from hp_core.census import two_point_split
+from hp_core.engine.census import two_point_split
 from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.types import CensusBytes, CensusRecord, CensusRequest, CensusSource

@@ -42,4 +42,5 @@ def hp_runtimes():
         # outputs and the MLP activation (torchtitan/distributed/activation_checkpoint.py).
         recompute_modules={"op_sac": frozenset({"normOp", "ffAct"})},
         description="PyTorch FSDP2 / torchtitan: fp32 sharded params, bf16 gathered compute, fp32 reduce, AdamW",
+        zero_levels=(3,),  # fully_shard: parameters, gradients and optimizer states sharded
     )

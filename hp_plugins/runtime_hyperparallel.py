@@ -33,4 +33,5 @@ def hp_runtimes():
         deferred_grad_reduction=True,
         timing=GENERIC,
         description="HyperParallel: resharding FSDP with deferred gradient reduction (a second peak at the last backward)",
+        zero_levels=(1, 2, 3),  # its ZeRO 1-3 sharding levels
     )

@@ -79,4 +79,5 @@ def hp_runtimes():
             "Megatron-Core + Transformer Engine: bf16, fp32 grad buffer, distributed optimizer, TE fused "
             "attention/SwiGLU/cross-entropy, vocab padded to 128*tp"
         ),
+        zero_levels=(0, 1),  # without and with --use-distributed-optimizer
     )

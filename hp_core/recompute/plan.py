@@ -6,11 +6,11 @@ stage's time per micro-batch is the sum of its layers' times
 (:mod:`hp_core.timing`); the step is monotone in every stage's time
 (``pipeline_seconds``), so planning each stage on its own for its fastest
 plan gives the fastest step. The plan must fit: every peak point of the
-stage (:func:`hp_core.stage.plan_stage`) at most ``memory - reserve``.
+stage (:func:`hp_core.engine.stage.plan_stage`) at most ``memory - reserve``.
 
 **The peak as a function of the settings.** With ``k`` the bytes a layer keeps
 per micro-batch and ``w`` its backward's working set under a setting,
-:meth:`~hp_core.stage.PlacedLayer.make` gives ``k + w = A``, the same for every
+:meth:`~hp_core.engine.stage.PlacedLayer.make` gives ``k + w = A``, the same for every
 setting of a layer (what the backward rebuilds or fetches back it holds
 again). So, with ``n_c`` the micro-batches chunk ``c`` keeps at the end of
 warm-up and ``S_j`` the bytes kept by layer ``j`` of the last chunk and every
@@ -61,22 +61,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
-from hp_core import census as census_lib
-from hp_core.api import (
-    _apply_census,
-    _census_records,
-    _split,
-    _validate_layout,
-    estimate,
-    evaluate_layers,
-)
+from hp_core.engine.estimate import estimate_run
+from hp_core.engine.prepare import PreparedRun
+from hp_core.engine.stage import PlacedLayer, StageInputs, plan_stage
 from hp_core.errors import ConfigError
+from hp_core.recompute.layout import compact
 from hp_core.recompute.profile import SettingCost, SwitchProfile, candidate_settings, switch_profile
-from hp_core.registry import Registry
 from hp_core.results import Estimate, StageEstimate
-from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
-from hp_core.stage import PlacedLayer, StageInputs, plan_stage
-from hp_core.timing import StepTime, layer_pricer, step_time
+from hp_core.specs import HardwareSpec, RecomputeSpec, Setting
+from hp_core.timing import StepTime, layer_pricer, time_run
 
 __all__ = [
     "LayerOption",
@@ -87,7 +80,7 @@ __all__ = [
     "VariableLayer",
     "describe_ranges",
     "pareto_front",
-    "plan_recompute",
+    "plan_run",
     "recompute_plan_to_json",
     "solve_stage",
 ]
@@ -135,7 +128,7 @@ class StageSolution:
         choices: Per variable layer (in the order given), the option chosen:
             the fastest that fits, else the one of least peak.
         seconds: The summed time per micro-batch of the variable layers.
-        estimate: :func:`~hp_core.stage.plan_stage` of the stage under the choices.
+        estimate: :func:`~hp_core.engine.stage.plan_stage` of the stage under the choices.
         limit_bytes: The memory the stage may use.
         shortfall_bytes: When nothing fits, the least peak's excess over the limit; else 0.
         nodes: Search nodes visited (for benchmarks).
@@ -156,7 +149,7 @@ def pareto_front(options: Sequence[LayerOption]) -> tuple[LayerOption, ...]:
     """The options no other beats in kept bytes and time, most kept (fastest) first.
 
     A layer's backward working set is ``A - kept`` for every setting
-    (:meth:`~hp_core.stage.PlacedLayer.make`; module docstring), so the front
+    (:meth:`~hp_core.engine.stage.PlacedLayer.make`; module docstring), so the front
     in (kept, working, time) the stage's peak depends on is the front in
     (kept, time): an option keeping no less and running no faster than
     another is dropped. Along the front, kept falls and time rises strictly;
@@ -171,7 +164,7 @@ def pareto_front(options: Sequence[LayerOption]) -> tuple[LayerOption, ...]:
 
 
 def _walk(layers: Sequence[PlacedLayer]) -> int:
-    """The first backward's working set over a chunk's layers (as :func:`~hp_core.stage.plan_stage`)."""
+    """The first backward's working set over a chunk's layers (as :func:`~hp_core.engine.stage.plan_stage`)."""
     working = freed = 0
     for layer in reversed(layers):
         working = max(working, layer.backward_working_bytes - freed)
@@ -210,16 +203,16 @@ def solve_stage(
     Args:
         index: The stage index.
         chunks: Per chunk of the stage (chunk order), its layers in forward
-            order: fixed ones as :class:`~hp_core.stage.PlacedLayer`, the
+            order: fixed ones as :class:`~hp_core.engine.stage.PlacedLayer`, the
             planner's as :class:`VariableLayer`.
         chunk_body: Per chunk, the body layer indices it runs (for the estimate).
-        inputs: As :func:`~hp_core.stage.plan_stage` takes them.
+        inputs: As :func:`~hp_core.engine.stage.plan_stage` takes them.
         limit_bytes: The memory the stage may use.
 
     Returns:
-        The solution; its estimate is :func:`~hp_core.stage.plan_stage`'s own.
+        The solution; its estimate is :func:`~hp_core.engine.stage.plan_stage`'s own.
     """
-    from hp_core.schedule import in_flight_per_chunk
+    from hp_core.engine.schedule import in_flight_per_chunk
 
     parallel = inputs.parallel
     in_flight = in_flight_per_chunk(index, parallel.pp, parallel.vpp, inputs.micro_batches, inputs.schedule)
@@ -604,44 +597,36 @@ def _reason(solution: StageSolution, fastest: bool, in_flight: int) -> str:
             f"activations; every faster plan peaks above the limit ({_gib(limit - peak)} left)")
 
 
-def plan_recompute(
-    model: ModelSpec,
-    parallel: ParallelSpec,
-    *,
-    registry: Registry,
+def plan_run(
+    run: PreparedRun,
     hardware: HardwareSpec,
-    runtime: str = "generic",
+    *,
     reserve_bytes: int = 0,
-    precision: PrecisionSpec | None = None,
-    census: str = "formulas",
-    attention: str | None = None,
     unrestricted: bool = False,
     offload: Iterable[float] = (),
 ) -> RecomputePlan:
-    """Per stage, the fastest recompute settings whose every peak point fits the device (module docstring).
+    """Per stage, the fastest recompute settings of a prepared run whose every peak point fits the device.
+
+    Settings are priced and placed from the run's layers (the census's
+    activations included), and the plan's estimate and step time are
+    computed on the same run, so the time a plan reports is the time the
+    planner ranked it by (module docstring).
 
     Args:
-        model: The layer stack.
-        parallel: The layout.
-        registry: Layer kinds, runtimes and census sources.
+        run: The prepared run (:func:`hp_core.engine.prepare.prepare`).
         hardware: The device: its memory bounds the plan, its rates price it.
-        runtime: The runtime profile's name: its trainer's defaults, timing
-            and the recompute it executes.
         reserve_bytes: Memory to keep free on every device.
-        precision: Byte widths; the runtime's when ``None``.
-        census: The census source's name.
-        attention: ``"flash"`` or ``"eager"``; the runtime's when ``None``.
         unrestricted: Also plan over every priced setting, whether or not the
             trainer executes it (both plans are reported).
         offload: Offload shares (0 to 1) a setting may add (none by default);
             they need the device's host link bandwidth.
 
     Raises:
-        ConfigError: An invalid layout or name, a runtime without a timing
-            profile, a reserve not below the device memory, or offload asked
-            of a device that states no host link bandwidth.
+        ConfigError: A runtime without a timing profile, a reserve not below
+            the device memory, or offload asked of a device that states no
+            host link bandwidth.
     """
-    rt = registry.runtime(runtime)
+    rt = run.runtime
     if rt.timing is None:
         raise ConfigError("$.runtime", f"runtime {rt.name!r} states no timing profile, so plans cannot be ranked by step time; "
                           "use a runtime that states one (see 'hp plugins')")
@@ -653,20 +638,9 @@ def plan_recompute(
     if offload and hardware.host_link_bandwidth_bytes_per_second is None:
         raise ConfigError("$.hardware.host_link_bandwidth_bytes_per_second",
                           f"{hardware.name} does not state host_link_bandwidth_bytes_per_second, which offload needs")
-    precision = precision if precision is not None else rt.precision
-    attention = attention if attention is not None else rt.attention
-    zero = parallel.zero if parallel.zero is not None else rt.zero
-    source = census_lib.resolve_source(registry, census)
-
-    # The layers, as estimate() evaluates them.
-    layers = evaluate_layers(model, parallel, precision, attention, rt, registry)
-    kinds, body_groups, body_count, context, costs = layers.kinds, layers.body_groups, layers.body_count, layers.context, layers.costs
-    micro_batches = _validate_layout(parallel, body_count)
-    counts = _split(body_count, parallel)
-    records = _census_records(source, model, kinds, parallel, attention, registry)
-    costs = [_apply_census(cost, records[kind.name], context, kind) if kind.name in records else cost
-             for kind, cost in zip(kinds, costs)]
-    pricer = layer_pricer(parallel, hardware=hardware, timing=rt.timing, precision=precision, attention=attention)
+    model, parallel = run.model, run.parallel
+    kinds, costs, context, body_groups = run.kinds, run.costs, run.context, run.layers.body_groups
+    pricer = layer_pricer(parallel, hardware=hardware, timing=rt.timing, precision=run.precision, attention=run.attention)
     profiles: dict[int, SwitchProfile] = {
         i: switch_profile(kinds[i], costs[i], model.layers[i].config, context, pricer, implicit=rt.implicit_recompute)
         for i in body_groups
@@ -687,26 +661,17 @@ def plan_recompute(
         return pareto_front(found)
 
     def fixed(where: str) -> list[PlacedLayer]:
-        return [PlacedLayer.make(k.name, c, False, frozenset(), "none")
-                for k, c, g in zip(kinds, costs, model.layers) if k.placement == where for _ in range(g.count)]
+        return [PlacedLayer.make(kinds[i].name, costs[i], False, frozenset(), "none") for i in run.placed_groups(where)]
 
-    inputs = StageInputs(
-        parallel, zero, precision, micro_batches, parallel.resolved_schedule, rt.overhead_bytes,
-        rt.deferred_grad_reduction, rt.expert_overhead_bytes, "dummy_wgrad_per_shape" in rt.traits,
-    )
     limit = hardware.memory_bytes - reserve_bytes
-    body_group = [i for i in body_groups for _ in range(model.layers[i].count)]
-    bounds, start = [], 0
-    for count in counts:
-        bounds.append((start, start + count))
-        start += count
+    body_group, bounds = run.body_group, run.chunk_bounds
 
     def solve(restricted: bool) -> PlanResult:
         table = {i: options(i, restricted) for i in body_groups}
-        settings: list[Setting] = [Setting()] * body_count
+        settings: list[Setting] = [Setting()] * run.body_count
         solutions: list[tuple[StageSolution, bool, int]] = []
         for stage in range(parallel.pp):
-            mine = range(stage, parallel.chunks, parallel.pp)
+            mine = run.stage_chunks(stage)
             chunks: list[list[PlacedLayer | VariableLayer]] = []
             for c in mine:
                 lo, hi = bounds[c]
@@ -718,17 +683,14 @@ def plan_recompute(
                     chunk = chunk + fixed("last")
                 chunks.append(chunk)
             body = [range(*bounds[c]) for c in mine]
-            solution = solve_stage(stage, chunks, body, inputs, limit)
+            solution = solve_stage(stage, chunks, body, run.stage_inputs, limit)
             layers = [layer for chunk in chunks for layer in chunk if isinstance(layer, VariableLayer)]
             for layer, choice in zip(layers, solution.choices):
                 settings[layer.index] = choice.setting
             solutions.append((solution, solution.unconstrained, solution.estimate.micro_batches_in_flight))
-        from hp_core.recompute.layout import compact  # the one compaction rule (docs/recompute.md)
         spec = compact(settings)
-        result = estimate(model, parallel, registry=registry, runtime=runtime, precision=precision, hardware=hardware,
-                          recompute=spec, census=census, attention=attention)
-        time = step_time(model, parallel, registry=registry, hardware=hardware, runtime=runtime, precision=precision,
-                         recompute=spec, attention=attention)
+        result = estimate_run(run, spec, hardware)
+        time = time_run(run, hardware, spec)
         stages = []
         for (solution, fastest, in_flight), stage_estimate, stage_time in zip(solutions, result.stages, time.stages):
             layers = stage_estimate.layers
@@ -749,8 +711,8 @@ def plan_recompute(
     free = solve(restricted=False) if unrestricted else None
     provenance = {
         "runtime": rt.name,
-        "census": source.name,
-        "attention": attention,
+        "census": run.layers.census.name,
+        "attention": run.attention,
         "hardware": hardware.name,
         "candidates": {kinds[i].name: len(candidates[i, True]) for i in body_groups},
         "offload": list(offload),

@@ -30,14 +30,15 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import attrs
 
-from hp_core.api import estimate
+from hp_core.engine.estimate import estimate_run
+from hp_core.engine.prepare import prepare
 from hp_core.errors import ConfigError
 from hp_core.files import atomic_write, check_png, pyplot
 from hp_core.recompute.layout import compact, plan_layout, range_key, setting_value, settings_of, spec_from_settings
 from hp_core.registry import Registry
 from hp_core.results import Estimate
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
-from hp_core.timing import step_time
+from hp_core.timing import time_run
 
 __all__ = [
     "CSV_COLUMNS",
@@ -155,16 +156,15 @@ def recompute_potentials(
     if steps is not None and steps < 0:
         raise ConfigError("--steps", f"expected a non-negative number of steps, got {steps}")
     start = start if start is not None else RecomputeSpec()
-    count = plan_layout(model, parallel, registry).count
+    run = prepare(model, parallel, registry=registry, runtime=runtime, precision=precision, census=census, attention=attention)
+    count = run.body_count
     settings = list(settings_of(start, count))
 
     def score(plan: RecomputeSpec) -> float:
-        return step_time(model, parallel, registry=registry, hardware=hardware, runtime=runtime,
-                         precision=precision, recompute=plan, attention=attention).step_seconds
+        return time_run(run, hardware, plan).step_seconds
 
     def memory(plan: RecomputeSpec) -> Estimate:
-        return estimate(model, parallel, registry=registry, runtime=runtime, precision=precision,
-                        hardware=hardware, recompute=plan, census=census, attention=attention)
+        return estimate_run(run, plan, hardware)
 
     def record(step: int, plan: RecomputeSpec, changed: int | None, seconds: float, result: Estimate,
                base: tuple[int, ...] | None) -> PotentialStep:

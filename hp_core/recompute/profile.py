@@ -13,7 +13,7 @@ setting from them:
   its switches, what that switch alone drops: ``kept(S) = kept(none) -
   sum_{s in S} (kept(none) - kept({s}))`` (the seed planner's additivity,
   ``shared/seeds/000_*``). A setting measured whole keeps what was measured.
-  The backward working set follows from :meth:`hp_core.stage.PlacedLayer.make`:
+  The backward working set follows from :meth:`hp_core.engine.stage.PlacedLayer.make`:
   ``working = working_bytes + kept(none) - kept``, so ``kept + working`` is the
   same for every setting of a layer (what the backward rebuilds it holds again).
 * **Time does not add up, so it is priced per setting.** One re-run of the
@@ -23,14 +23,14 @@ setting from them:
   than the two alone. Each setting's time comes from the step-time model
   (:meth:`hp_core.timing.LayerPricer.price`) evaluated with that setting.
 * **Offload** moves a share of what a setting keeps to the host in forward and
-  back for the backward (:func:`hp_core.stage.offloaded_bytes`): it keeps that
+  back for the backward (:func:`hp_core.engine.stage.offloaded_bytes`): it keeps that
   much less per micro-batch in flight, holds it again in its backward's
   working set, and costs the copy time its forward and backward cannot hide
   (:func:`hp_core.timing.offload_seconds`).
 
 Every setting's cost states the bytes per micro-batch in flight, the bytes held
 once, the backward time with recompute, and the working set at the two peak
-points of a stage (:mod:`hp_core.stage`): the end of warm-up and the stage's
+points of a stage (:mod:`hp_core.engine.stage`): the end of warm-up and the stage's
 last backward (where the same layer's backward runs, so the same bytes).
 """
 
@@ -42,7 +42,7 @@ from typing import Any, Iterable, Mapping
 import attrs
 
 from hp_core.specs.run import Setting
-from hp_core.stage import offloaded_bytes
+from hp_core.engine.stage import offloaded_bytes
 from hp_core.timing import LayerPricer, LayerSeconds
 from hp_core.types import SWITCHES, LayerContext, LayerCost, LayerKind, Runtime
 
@@ -167,7 +167,7 @@ def _setting_cost(
 ) -> SettingCost:
     """A setting's costs from the bytes it keeps before offload; its time priced once per distinct run."""
     moved = offloaded_bytes(kept, setting.offload)
-    # hp_core.stage.PlacedLayer.make: working = working_bytes + kept(none) - kept; offloaded bytes come back.
+    # hp_core.engine.stage.PlacedLayer.make: working = working_bytes + kept(none) - kept; offloaded bytes come back.
     working = cost.working_bytes + plain_bytes - kept + moved
     recomputed = frozenset() if full else recomputed
     key = (full, recomputed, moved)

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import attrs
 
-from hp_core.api import estimate
+from hp_core.engine.estimate import estimate_run
+from hp_core.engine.prepare import prepare
 from hp_core.errors import ConfigError
+from hp_core.recompute.plan import plan_run
 from hp_core.registry import Registry
 from hp_core.results import Estimate
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec
-from hp_core.timing import StepTime, step_time
+from hp_core.timing import StepTime, time_run
 
 __all__ = ["TrainerPlan", "plan_for_trainer"]
 
@@ -64,20 +66,19 @@ def plan_for_trainer(
 
     The candidates are the exporter's (``Exporter.candidates``); a trainer that
     runs any per-layer plan (its runtime states no ``recompute_modules``) takes
-    the exact per-layer optimum of :func:`hp_core.api.plan_recompute`.
+    the exact per-layer optimum of :func:`hp_core.recompute.plan.plan_run`.
 
     Raises:
         ConfigError: The trainer has no exporter or its exporter lists no candidates.
     """
     exporter = registry.exporter(trainer)
+    run = prepare(model, parallel, registry=registry, runtime=exporter.runtime, precision=precision, census=census,
+                  attention=attention)
     if exporter.candidates is not None:
         candidates = list(exporter.candidates(model, parallel, registry=registry))
     elif registry.runtime(exporter.runtime).recompute_modules is None:
         # A trainer running any per-layer plan (HyperParallel): the exact per-layer optimum is one.
-        from hp_core.api import plan_recompute
-
-        found = plan_recompute(model, parallel, registry=registry, hardware=hardware, runtime=exporter.runtime,
-                               reserve_bytes=reserve_bytes, precision=precision, census=census, attention=attention)
+        found = plan_run(run, hardware, reserve_bytes=reserve_bytes)
         candidates = [found.plan.recompute]
     else:
         raise ConfigError("--export", f"the {trainer} exporter does not list the plans its trainer expresses")
@@ -87,21 +88,18 @@ def plan_for_trainer(
     count = 0
     for plan in candidates:
         count += 1
-        memory = estimate(model, parallel, registry=registry, runtime=exporter.runtime, precision=precision,
-                          hardware=hardware, recompute=plan, census=census, attention=attention)
+        memory = estimate_run(run, plan, hardware)
         fits = memory.peak_bytes <= limit
         if least is None or memory.peak_bytes < least[1].peak_bytes:
             least = (plan, memory)
         if not fits:
             continue
-        time = step_time(model, parallel, registry=registry, hardware=hardware, runtime=exporter.runtime,
-                         precision=precision, recompute=plan, attention=attention)
+        time = time_run(run, hardware, plan)
         if best is None or time.step_seconds < best[2].step_seconds:
             best = (plan, memory, time)
     if best is None:
         plan, memory = least
-        time = step_time(model, parallel, registry=registry, hardware=hardware, runtime=exporter.runtime,
-                         precision=precision, recompute=plan, attention=attention)
+        time = time_run(run, hardware, plan)
         best = (plan, memory, time)
     plan, memory, time = best
     return TrainerPlan(

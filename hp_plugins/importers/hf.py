@@ -31,12 +31,14 @@ layer kinds they become:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from hp_core.errors import ConfigError, describe
+from hp_core.markers import hookimpl
+from hp_core.models import load_model_config
 from hp_core.specs.model import LayerGroup, ModelSpec
+from hp_core.types import ModelFormat
 from hp_plugins.dense import DenseConfig
 from hp_plugins.embedding import EmbeddingConfig
 from hp_plugins.mla import MLAConfig, MLAMoEConfig
@@ -44,7 +46,7 @@ from hp_plugins.moe import MoEConfig
 from hp_plugins.mtp import MTPConfig
 from hp_plugins.output import OutputConfig
 
-__all__ = ["DEFAULTS", "MODEL_TYPES", "load_hf_config", "model_from_hf_config"]
+__all__ = ["DEFAULTS", "MODEL_TYPES", "hp_model_formats", "load_hf_config", "model_from_hf_config"]
 
 # Defaults of the transformers config classes for the fields the estimate reads
 # (a key absent here has no default: the file must state it). ``None`` for
@@ -68,19 +70,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def load_hf_config(path: str | Path) -> tuple[dict[str, Any], str]:
-    """Read a ``config.json`` (or the one in a folder); returns the mapping and the file's path."""
-    target = Path(path)
-    if target.is_dir():
-        target = target / "config.json"
-    if not target.is_file():
-        raise ConfigError("--model", f"no such preset or config file: {path}; run 'hp models' for presets")
-    try:
-        data = json.loads(target.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(str(target), f"is not a readable JSON file: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(str(target), "must hold a JSON object")
-    return data, str(target)
+    """Read a ``config.json`` (or the one in a folder): :func:`hp_core.models.load_model_config`."""
+    return load_model_config(path)
 
 
 class _Reader:
@@ -250,3 +241,10 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str, wher
     except (TypeError, ValueError) as exc:
         raise ConfigError(where, describe(exc)) from exc
     return ModelSpec(name=name, layers=tuple(groups), source=source)
+
+
+@hookimpl
+def hp_model_formats():
+    """The Hugging Face ``config.json`` format, for every ``model_type`` in :data:`MODEL_TYPES`."""
+    yield ModelFormat(name="hf", build=model_from_hf_config, model_types=MODEL_TYPES,
+                      description="Hugging Face config.json: " + ", ".join(MODEL_TYPES))

@@ -26,10 +26,12 @@ from typing import Any, Mapping
 import attrs
 
 from hp_core.errors import ConfigError
+from hp_core.markers import hookimpl
 from hp_core.specs import ParallelSpec
+from hp_core.types import CaseFormat
 from hp_plugins.importers.hf import model_from_hf_config
 
-__all__ = ["GIB", "is_megatron_measured", "read_megatron_case"]
+__all__ = ["GIB", "hp_case_formats", "is_megatron_measured", "read_megatron_cases", "read_megatron_case"]
 
 GIB = 2**30
 _FAMILIES = {"llama3": "llama", "llama": "llama", "deepseek_v2": "deepseek_v2", "deepseek_v3": "deepseek_v3"}
@@ -124,3 +126,15 @@ def read_megatron_case(case: Mapping[str, Any], index: int):
         steps_where=f"{where}.measured.timing_by_mbc",
         hardware_where=f"{where}.training_config.software.hardware",
     )
+
+
+def read_megatron_cases(document: Mapping[str, Any], registry: Any = None) -> list:
+    """Every case of a ``megatron_measured.json`` document (:func:`read_megatron_case`)."""
+    return [read_megatron_case(case, i) for i, case in enumerate(document["cases"])]
+
+
+@hookimpl
+def hp_case_formats():
+    """``hp validate`` reads ``megatron_measured.json`` as published."""
+    yield CaseFormat(name="megatron-measured", accepts=is_megatron_measured, read=read_megatron_cases,
+                     description="SimuMax's megatron_measured.json (measured Megatron-LM B200 runs), as published")

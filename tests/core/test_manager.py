@@ -18,8 +18,12 @@ from hp_core.hookspecs import HOOKS
 from hp_core.manager import BLOCK_ENV, DEFAULT_PLUGINS, ENTRY_POINT_GROUP, get_plugin_manager
 from hp_core.markers import hookimpl
 from hp_core.registry import Registry
-from hp_core.specs import HardwareSpec, PrecisionSpec
-from hp_core.types import CensusSource, Exporter, HardwarePreset, LayerCost, LayerKind, ModelPreset, Runtime
+from hp_core.errors import ConfigError
+from hp_core.models import model_from_config
+from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, PrecisionSpec
+from hp_core.types import (
+    CaseFormat, CensusSource, Exporter, HardwarePreset, LayerCost, LayerKind, ModelFormat, ModelPreset, Runtime,
+)
 
 IN_CODE = "(registered in code)"
 
@@ -81,6 +85,20 @@ def _exporter(name: str) -> Exporter:
                     description="writes a made-up flag")
 
 
+def _toy_model(config, *, name, source, where):
+    """A model format's builder: one embedding, ``depth`` toy layers (a made-up format for tests)."""
+    return ModelSpec(name=name, layers=(LayerGroup("toy", ToyConfig(width=config["width"]), config["depth"]),), source=source)
+
+
+def _model_format(name: str) -> ModelFormat:
+    return ModelFormat(name=name, build=_toy_model, model_types=(f"{name}-type",), description="a made-up format")
+
+
+def _case_format(name: str) -> CaseFormat:
+    return CaseFormat(name=name, accepts=lambda document: False, read=lambda document, registry: [],
+                      description="reads nothing")
+
+
 # One factory per hook: a new hook in HOOKS without a factory fails
 # test_every_hook_has_a_test below, so every hook stays exercised.
 RECORD_FACTORIES = {
@@ -90,6 +108,8 @@ RECORD_FACTORIES = {
     "hp_hardware": _hardware,
     "hp_models": _model,
     "hp_exporters": _exporter,
+    "hp_model_formats": _model_format,
+    "hp_case_formats": _case_format,
 }
 
 # How a registry looks a record up by name, per hook.
@@ -100,6 +120,8 @@ LOOKUPS = {
     "hp_hardware": Registry.hardware_preset,
     "hp_models": Registry.model,
     "hp_exporters": Registry.exporter,
+    "hp_model_formats": Registry.model_format,
+    "hp_case_formats": Registry.case_format,
 }
 
 
@@ -422,3 +444,41 @@ def test_entry_points_load_nothing_extra_here():
     assert without <= with_eps
     registry = Registry.from_manager(manager)
     assert "dense" in _names(registry.layer_kinds)
+
+
+# ----------------------------------------------------------------------------- model and case formats
+
+
+def test_a_model_format_plugin_reads_its_model_type():
+    registry = Registry.from_manager(get_plugin_manager(plugins=[_one_off_plugin("hp_model_formats", [_model_format("toy")])],
+                                                        use_env=False))
+    model = model_from_config({"model_type": "toy-type", "width": 16, "depth": 3}, registry, name="t", source="test")
+    assert model.layers == (LayerGroup("toy", ToyConfig(width=16), 3),)
+    # The built-in Hugging Face format still reads its own types.
+    assert "llama" in registry.model_format("hf").model_types
+    with pytest.raises(ConfigError, match=r"model_type 'mamba9' is not supported; .*toy-type.*hp_model_formats"):
+        model_from_config({"model_type": "mamba9"}, registry, name="m", source="test")
+
+
+def test_two_formats_may_not_claim_one_model_type():
+    clash = ModelFormat(name="clash", build=_toy_model, model_types=("llama",))
+    with pytest.raises(PluginError, match=r"model_type 'llama' is also read by model format"):
+        Registry.from_manager(get_plugin_manager(plugins=[_one_off_plugin("hp_model_formats", [clash])], use_env=False))
+
+
+def test_hp_validate_reads_a_case_format_plugin(tmp_path):
+    from hp_core.validate import MeasuredCase, load_cases
+    from hp_core.specs import ParallelSpec
+
+    def read(document, registry):
+        model = model_from_config(document["model"], registry, name="toy", source="test")
+        return [MeasuredCase(name="toy-run", model=model, parallel=ParallelSpec(seq_len=8), runtime="generic",
+                             stage_peak_bytes=(document["peak"],), source="made up")]
+
+    fmt = CaseFormat(name="toy-runs", accepts=lambda document: "toy_runs" in document, read=read)
+    registry = build_registry([_one_off_plugin("hp_case_formats", [fmt])], use_env=False)
+    path = tmp_path / "runs.json"
+    path.write_text('{"toy_runs": 1, "peak": 1024, "model": {"model_type": "llama", "hidden_size": 64, '
+                    '"intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100}}')
+    (case,) = load_cases(path, registry)
+    assert (case.name, case.stage_peak_bytes, len(case.model.layers)) == ("toy-run", (1024,), 3)

@@ -28,7 +28,7 @@ from hp_core.recompute.potential import (
 )
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
-from hp_core.timing import step_time
+from hp_core.api import step_time
 from hp_plugins.importers.hf import model_from_hf_config
 
 # MLP widths of body layers 0-3: the order of their forward cost is 0, 2, 1, 3.

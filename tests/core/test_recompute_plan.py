@@ -1,7 +1,7 @@
 """The recompute planner is exact: it equals brute force over every assignment of every setting.
 
 Brute force prices each assignment with the stage planner's own peak
-(:func:`hp_core.stage.plan_stage`), the function every estimate uses.
+(:func:`hp_core.engine.stage.plan_stage`), the function every estimate uses.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from hp_core.recompute.plan import LayerOption, VariableLayer, pareto_front, solve_stage
 from hp_core.specs import ParallelSpec, PrecisionSpec, Setting
-from hp_core.stage import PlacedLayer, StageInputs, plan_stage
+from hp_core.engine.stage import PlacedLayer, StageInputs, plan_stage
 from hp_core.types import ActivationTerm, LayerCost, ParamCount
 
 SWITCHES = ("softmax", "ffAct")
@@ -174,7 +174,7 @@ def test_hand_derived_the_lower_layer_is_recomputed_where_the_walk_makes_the_top
 
 from hp_core.api import build_registry, estimate, model_from_preset, plan_recompute  # noqa: E402
 from hp_core.specs import RecomputeSpec  # noqa: E402
-from hp_core.timing import step_time  # noqa: E402
+from hp_core.api import step_time  # noqa: E402
 
 REGISTRY = build_registry()
 H100 = REGISTRY.hardware_preset("h100-sxm").spec

@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hp_core.api import _evaluate, build_registry, layer_context, model_from_preset, with_sublayers
+from hp_core.api import build_registry, layer_context, model_from_preset, with_sublayers
+from hp_core.engine.prepare import _evaluate
 from hp_core.errors import ConfigError
 from hp_core.recompute.profile import candidate_settings, switch_profile
 from hp_core.specs import ParallelSpec, PrecisionSpec, Setting
-from hp_core.stage import PlacedLayer
+from hp_core.engine.stage import PlacedLayer
 from hp_core.timing import layer_pricer, offload_seconds
 from hp_core.types import LayerCost
 
@@ -166,7 +167,7 @@ def test_offload_reads_from_config_and_lowers_the_estimate():
 
 def test_step_time_prices_offload_as_the_profile_does():
     from hp_core.specs import RecomputeSpec
-    from hp_core.timing import step_time
+    from hp_core.api import step_time
 
     model = model_from_preset("llama3-8b", REGISTRY).with_body_layers(4, REGISTRY.kinds_placed("body"))
     parallel = ParallelSpec(seq_len=8192, micro_batch_size=4)

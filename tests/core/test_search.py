@@ -12,7 +12,7 @@ from hp_core.api import build_registry, estimate, model_from_preset, plan_recomp
 from hp_core.cli import main
 from hp_core.errors import ConfigError
 from hp_core.specs import RecomputeSpec, Setting
-from hp_core.timing import step_time
+from hp_core.api import step_time
 from hp_core.search import R_BATCH, R_FULL, R_LAYERS, R_SLOWER, R_STATIC, balanced_layers, search, zero_levels
 
 REGISTRY = build_registry()
@@ -31,7 +31,9 @@ def test_the_enumerated_count_is_the_one_counted_by_hand(everything):
     # Micro-batch sizes divide 16 / dp: 5, 4, 3, 2 for a = 0..3. vpp divides 4 // pp: two for pp = 2,
     # one otherwise (pp = 8 > 4 layers keeps vpp 1 and is rejected). Megatron runs ZeRO 0 and 1.
     #   a=0: 4*5 + 3*5*2 + 2*5 + 1*5 = 65;  a=1: 3*4 + 2*4*2 + 1*4 = 32;  a=2: 2*3 + 1*3*2 = 12;  a=3: 1*2 = 2
-    assert zero_levels("megatron", 1) == (0, 1)
+    assert zero_levels(REGISTRY.runtime("megatron")) == (0, 1)
+    assert zero_levels(REGISTRY.runtime("fsdp2")) == (3,)
+    assert zero_levels(REGISTRY.runtime("generic")) == (0, 1, 2, 3)
     assert everything.considered == (65 + 32 + 12 + 2) * 2 == 222
     # pp=8 (dp=cp=tp=1): 5 micro-batch sizes x 2 levels.
     assert everything.rejected[R_LAYERS] == 10

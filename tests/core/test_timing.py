@@ -20,7 +20,8 @@ from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
-from hp_core.timing import collective_seconds, compute_dtype, pipeline_seconds, step_time
+from hp_core.api import step_time
+from hp_core.timing import collective_seconds, compute_dtype, pipeline_seconds
 from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, LayerKind, ParamCount, Runtime
 from hp_plugins.dense import DenseConfig
 from hp_plugins.timing_profiles import GENERIC, MEGATRON_LM_2022, MEGATRON_TE, PROFILES

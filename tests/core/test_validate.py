@@ -129,7 +129,7 @@ def test_megatron_runtime_overheads_by_hand(registry, megatron_cases):
 
 def test_measured_step_times_are_priced_at_their_micro_batch_counts(registry, tmp_path):
     """Own format: each measured step is priced on the config's hardware at its global batch."""
-    from hp_core.timing import step_time
+    from hp_core.api import step_time
 
     path = _own_file(tmp_path, {"source": "made up for a test", "stage_peak_gib": [10.0, 12.5],
                                 "steps": [{"micro_batches": 4, "seconds": 2.0}, {"micro_batches": 8, "seconds": 3.0}]})

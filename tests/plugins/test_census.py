@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from hp_core.api import estimate
-from hp_core.census import apply_record, formulas_records, part_bytes, resolve_source
+from hp_core.engine.census import apply_record, formulas_records, part_bytes, resolve_source
 from hp_core.cli import main
 from hp_core.errors import ConfigError
 from hp_core.specs import ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
@@ -178,7 +178,7 @@ def test_the_file_source_refuses_a_policy_naming_a_switch_the_kind_lacks(registr
 
 
 def test_the_formulas_stated_as_a_census_split_by_tensor_parallelism(registry, llama8b):
-    from hp_core.census import formulas_precision
+    from hp_core.engine.census import formulas_precision
 
     records = formulas_records(llama8b, registry, 1024, "eager", formulas_precision("eager"), (1, 2))
     dense = records["dense"]

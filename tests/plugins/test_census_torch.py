@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from hp_core.census import formulas_precision, formulas_records, run_census  # noqa: E402
+from hp_core.engine.census import formulas_precision, formulas_records, run_census  # noqa: E402
 from hp_core.cli import main  # noqa: E402
 from hp_core.api import estimate, model_from_preset  # noqa: E402
 from hp_core.specs import ParallelSpec  # noqa: E402

@@ -16,7 +16,7 @@ import json
 import pytest
 
 from hp_core.api import estimate
-from hp_core.timing import step_time
+from hp_core.api import step_time
 from hp_plugins.timing_profiles import BLACKWELL_MEGATRON, MEGATRON_TE
 from measured_cases import MEGATRON_FILE, megatron_layout, megatron_model
 from simumax_runs import fitted_slowdown, simumax_rows, unslowed

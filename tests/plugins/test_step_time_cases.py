@@ -28,7 +28,7 @@ import json
 import pytest
 
 from hp_core.specs import LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
-from hp_core.timing import step_time
+from hp_core.api import step_time
 from hp_plugins.dense import DenseConfig
 from hp_plugins.embedding import EmbeddingConfig
 from hp_plugins.output import OutputConfig

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Mapping
 import attrs
 
 from hp_core.errors import ConfigError, HPError, PluginError, describe
+from hp_core.models import load_model_config, model_from_config, model_from_preset, preset_config
 from hp_core.types import ActivationTerm, CensusBytes, CensusRecord, CensusRequest, CensusSource, LayerContext, LayerCost, LayerKind
 
 __all__ = [
@@ -96,9 +97,9 @@ def resolve_source(registry: Any, census: str, path: str = "$.census") -> Census
 
 def _hf_config(model: Any, registry: Any) -> Mapping[str, Any] | None:
     """The model's Hugging Face config, where it is known: a preset's, or the ``config.json`` it was read from."""
-    for preset in registry.models:
-        if preset.name == model.name:
-            return preset.hf_config
+    found = preset_config(model.name, registry)
+    if found is not None:
+        return found
     source = Path(str(getattr(model, "source", "")))
     if source.suffix == ".json" and source.is_file():
         try:
@@ -391,17 +392,14 @@ def run_census(registry: Any, model_ref: str, source: str, seq_len: int, attenti
     """
     import time
 
-    from hp_core.api import model_from_preset
-    from hp_plugins.importers.hf import load_hf_config, model_from_hf_config
-
     if attention not in CENSUS_ATTENTIONS:
         raise ConfigError("--attn", f"must be one of {', '.join(CENSUS_ATTENTIONS)}, got {attention!r}")
     if any(preset.name == model_ref for preset in registry.models):
         hf = registry.model(model_ref).hf_config
         model = model_from_preset(model_ref, registry)
     else:
-        hf, where = load_hf_config(model_ref)
-        model = model_from_hf_config(hf, name=hf.get("_name_or_path") or model_ref, source=where, where=where)
+        hf, where = load_model_config(model_ref)
+        model = model_from_config(hf, registry, name=hf.get("_name_or_path") or model_ref, source=where, where=where)
     degrees = (1, tp) if tp > 1 else (1,)
     formulas_attention = CENSUS_ATTENTIONS[attention]
     formulas = formulas_records(model, registry, seq_len, formulas_attention, formulas_precision(attention), degrees)

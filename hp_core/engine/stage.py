@@ -11,7 +11,7 @@ experts),
 * master parameters ``N * master_param_bytes`` and optimizer states
   ``N * moments * moment_bytes``, divided by ``d`` from ZeRO-1.
 
-Activations: per chunk, micro-batches in flight (:mod:`hp_core.schedule`)
+Activations: per chunk, micro-batches in flight (:mod:`hp_core.engine.schedule`)
 times what its layers keep under their recompute settings. Working set: the
 first backward the stage runs at the end of warm-up walks its last chunk's
 layers from the top; the working set is the largest of each layer's backward
@@ -26,7 +26,7 @@ from typing import Sequence
 import attrs
 
 from hp_core.results import ChunkEstimate, MemoryBreakdown, StageEstimate
-from hp_core.schedule import chunks_of_stage, in_flight_per_chunk
+from hp_core.engine.schedule import chunks_of_stage, in_flight_per_chunk
 from hp_core.specs.parallel import ParallelSpec
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import LayerCost

@@ -1,0 +1,114 @@
+"""Per-stage peak memory of a prepared run (:func:`estimate_run`) and the model's parameter counts.
+
+Each body layer is placed with its recompute setting (one
+:class:`~hp_core.engine.stage.PlacedLayer` per group and setting), the
+first- and last-placed kinds join the first and last chunk, and every
+pipeline stage is composed by :func:`~hp_core.engine.stage.plan_stage`.
+"""
+
+from __future__ import annotations
+
+import hp_core
+from hp_core.engine import census as census_lib
+from hp_core.engine.prepare import PreparedRun, evaluate_groups, layer_context, model_kinds, with_sublayers
+from hp_core.engine.stage import PlacedLayer, plan_stage
+from hp_core.registry import Registry
+from hp_core.results import Estimate, ParameterSummary
+from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
+from hp_core.types import LayerCost, LayerKind
+
+__all__ = ["count_parameters", "estimate_run", "placed_body", "summarise"]
+
+
+def summarise(kinds: tuple[LayerKind, ...] | list[LayerKind], costs: tuple[LayerCost, ...] | list[LayerCost],
+              model: ModelSpec) -> ParameterSummary:
+    """Whole-model parameter counts by kind and by group; a tied or shared weight once, with its owner."""
+    by_kind: dict[str, int] = {}
+    by_group: dict[str, int] = {}
+    for kind, cost, group in zip(kinds, costs, model.layers):
+        for p in cost.params:
+            if p.shared_with is not None:
+                continue
+            by_kind[kind.name] = by_kind.get(kind.name, 0) + p.elements * group.count
+            by_group[p.group] = by_group.get(p.group, 0) + p.elements * group.count
+    return ParameterSummary(total=sum(by_kind.values()), by_kind=by_kind, by_group=by_group)
+
+
+def count_parameters(model: ModelSpec, registry: Registry) -> ParameterSummary:
+    """The model's parameter counts (Hugging Face's, tied weights once), without a layout."""
+    context = with_sublayers(layer_context(ParallelSpec(seq_len=1), PrecisionSpec(), "flash"), registry)
+    kinds = model_kinds(model, registry)
+    return summarise(kinds, evaluate_groups(kinds, model.layers, context), model)
+
+
+def placed_body(run: PreparedRun, settings: tuple[Setting, ...]) -> list[PlacedLayer]:
+    """Each body layer placed under its setting; one :class:`PlacedLayer` per (group, setting)."""
+    kinds, costs = run.kinds, run.costs
+    cache: dict[tuple[int, Setting], PlacedLayer] = {}
+    body: list[PlacedLayer] = []
+    for group, setting in zip(run.body_group, settings):
+        key = (group, setting)
+        layer = cache.get(key)
+        if layer is None:
+            full, switches = run.resolve(group, setting)
+            layer = cache[key] = PlacedLayer.make(kinds[group].name, costs[group], full, switches, setting.describe(),
+                                                  setting.offload)
+        body.append(layer)
+    return body
+
+
+def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardware: HardwareSpec | None = None) -> Estimate:
+    """Per-stage peak memory of one rank of every pipeline stage of *run* under *recompute*.
+
+    Args:
+        run: The prepared run.
+        recompute: Per-layer recompute settings; nothing recomputed when ``None``.
+        hardware: The device, for ``fits``; ``None`` leaves ``fits`` unknown.
+
+    Raises:
+        ConfigError: A setting its kind cannot run, or a range beyond the model's layers.
+    """
+    settings = run.settings(recompute)
+    body = placed_body(run, settings)
+    kinds, costs, parallel = run.kinds, run.costs, run.parallel
+
+    def placed(where: str) -> list[PlacedLayer]:
+        return [PlacedLayer.make(kinds[i].name, costs[i], False, frozenset(), "none") for i in run.placed_groups(where)]
+
+    chunk_layers = [body[lo:hi] for lo, hi in run.chunk_bounds]
+    chunk_layers[0] = placed("first") + chunk_layers[0]
+    chunk_layers[-1] = chunk_layers[-1] + placed("last")
+    chunk_body = [range(lo, hi) for lo, hi in run.chunk_bounds]
+
+    stages = []
+    for stage in range(parallel.pp):
+        mine = run.stage_chunks(stage)
+        stage_settings = tuple(body[i].setting for c in mine for i in chunk_body[c])
+        stages.append(plan_stage(stage, [chunk_layers[c] for c in mine], [chunk_body[c] for c in mine], stage_settings,
+                                 run.stage_inputs))
+
+    layout = {
+        "dp": parallel.dp, "tp": parallel.tp, "pp": parallel.pp, "vpp": parallel.vpp, "cp": parallel.cp,
+        "ep": parallel.ep, "etp": parallel.etp, "sp": parallel.sp, "zero": run.zero,
+        "micro_batch_size": parallel.micro_batch_size,
+        "global_batch_size": parallel.resolved_global_batch_size,
+        "seq_len": parallel.seq_len, "schedule": parallel.resolved_schedule,
+    }
+    provenance = {
+        "hp_planner": hp_core.__version__,
+        "runtime": run.runtime.name,
+        "census": run.layers.census.name,
+        "attention": run.attention,
+        "kinds": census_lib.kind_provenance(run.layers.census, kinds, run.layers.records),
+        "model_source": run.model.source,
+    }
+    return Estimate(
+        model=run.model.name,
+        world_size=parallel.world_size,
+        layout=layout,
+        micro_batches=run.micro_batches,
+        stages=tuple(stages),
+        parameters=summarise(kinds, costs, run.model),
+        device_memory_bytes=hardware.memory_bytes if hardware is not None else None,
+        provenance=provenance,
+    )

@@ -1,0 +1,425 @@
+"""One run, prepared once: defaults resolved, layers evaluated and censused, placed on chunks.
+
+:func:`prepare` is the one road into the engine. It resolves the runtime's
+defaults (precision, attention, ZeRO level), validates the layout, evaluates
+every layer group once in the layout's context (a kind and config once, an
+MTP module's nested layer included), applies the census once, and splits the
+body layers over the pipeline chunks. The memory estimate, the step time, the
+recompute planner, the potentials and the search all consume the
+:class:`PreparedRun` it returns, so they price the same layers the same way:
+with a census, the step time prices what recompute re-runs from the census's
+activations, exactly as the planner ranks settings.
+
+The search shares evaluations between layouts: a group's cost depends on the
+layout only through the layer context (:func:`evaluate_layers`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+import attrs
+
+from hp_core.engine import census as census_lib
+from hp_core.errors import ConfigError, HPError, PluginError, describe
+from hp_core.registry import Registry
+from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
+from hp_core.engine.stage import StageInputs
+from hp_core.types import CensusRecord, CensusSource, LayerContext, LayerCost, LayerKind, Runtime
+
+__all__ = [
+    "EvaluatedLayers",
+    "PreparedRun",
+    "evaluate_groups",
+    "evaluate_layers",
+    "layer_context",
+    "model_kinds",
+    "prepare",
+    "resolve_runtime",
+    "resolve_setting",
+    "split_layers",
+    "validate_layout",
+    "with_sublayers",
+]
+
+
+def layer_context(
+    parallel: ParallelSpec,
+    precision: PrecisionSpec,
+    attention: str,
+    vocab_pad_multiple: int = 1,
+    traits: frozenset[str] = frozenset(),
+) -> LayerContext:
+    """The context every layer of a run is evaluated in."""
+    return LayerContext(
+        tp=parallel.tp,
+        cp=parallel.cp,
+        sp=parallel.sp,
+        ep=parallel.ep,
+        etp=parallel.etp,
+        micro_batch_size=parallel.micro_batch_size,
+        seq_len=parallel.seq_len,
+        precision=precision,
+        attention=attention,
+        vocab_pad_multiple=vocab_pad_multiple,
+        cp_kind=parallel.cp_kind,
+        traits=traits,
+    )
+
+
+def resolve_setting(setting: Setting, kind: LayerKind, path: str) -> tuple[bool, frozenset[str]]:
+    """``(full, recomputed switches)`` of a setting for one kind."""
+    if setting.mode == "full":
+        return True, frozenset()
+    if setting.mode == "selective":
+        return False, kind.selective
+    unknown = sorted(setting.switches - set(kind.switches))
+    if unknown:
+        raise ConfigError(path, f"layer kind {kind.name} has no recompute switch {unknown}; it has {list(kind.switches)}")
+    return False, setting.switches
+
+
+def validate_layout(parallel: ParallelSpec, body_layers: int) -> int:
+    """Cross-field checks of the layout; returns micro-batches per step."""
+    p = parallel
+    if p.seq_len % p.cp:
+        raise ConfigError("$.parallel.cp", f"cp={p.cp} must divide seq_len={p.seq_len}")
+    if p.sp and (p.seq_len // p.cp) % p.tp:
+        raise ConfigError("$.parallel.sp", f"sequence parallelism needs tp={p.tp} to divide seq_len/cp={p.seq_len // p.cp}")
+    if (p.dp * p.cp * p.tp) % (p.ep * p.etp):
+        raise ConfigError("$.parallel.ep", f"ep*etp={p.ep * p.etp} must divide dp*cp*tp={p.dp * p.cp * p.tp}")
+    if p.pp > body_layers:
+        raise ConfigError("$.parallel.pp", f"pp={p.pp} is larger than the model's {body_layers} layers; use pp <= {body_layers}")
+    schedule = p.resolved_schedule
+    if schedule == "1f1b" and p.vpp > 1:
+        raise ConfigError("$.parallel.schedule", f"vpp={p.vpp} needs the interleaved_1f1b schedule")
+    if schedule == "interleaved_1f1b" and p.pp == 1:
+        raise ConfigError("$.parallel.schedule", "interleaved_1f1b needs pp > 1")
+    per_step = p.micro_batch_size * p.dp
+    gbs = p.resolved_global_batch_size
+    if gbs % per_step:
+        raise ConfigError(
+            "$.parallel.global_batch_size",
+            f"global_batch_size={gbs} must be a multiple of micro_batch_size*dp={per_step}",
+        )
+    m = gbs // per_step
+    if schedule == "interleaved_1f1b" and m % p.pp:
+        raise ConfigError(
+            "$.parallel.global_batch_size",
+            f"interleaved 1F1B needs micro-batches per step ({m}) to be a multiple of pp={p.pp} "
+            "(Megatron-LM schedules.py)",
+        )
+    return m
+
+
+def split_layers(body_layers: int, parallel: ParallelSpec) -> list[int]:
+    """Body layers per pipeline chunk: the layout's ``layers_per_stage``, or an even split."""
+    chunks = parallel.chunks
+    if parallel.layers_per_stage is not None:
+        counts = list(parallel.layers_per_stage)
+        if len(counts) != chunks:
+            raise ConfigError(
+                "$.parallel.layers_per_stage", f"needs one count per pipeline chunk (pp*vpp={chunks}), got {len(counts)}"
+            )
+        if sum(counts) != body_layers:
+            raise ConfigError(
+                "$.parallel.layers_per_stage", f"counts add up to {sum(counts)}, the model has {body_layers} layers"
+            )
+        return counts
+    if body_layers % chunks:
+        raise ConfigError(
+            "$.parallel.pp",
+            f"{body_layers} layers do not split evenly over pp*vpp={chunks} chunks; "
+            "choose pp*vpp dividing the layer count or set parallel.layers_per_stage",
+        )
+    return [body_layers // chunks] * chunks
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def _evaluate(kind: LayerKind, config: object, context: LayerContext, path: str) -> LayerCost:
+    if not isinstance(config, kind.config_type):
+        raise ConfigError(path, f"layer kind {kind.name} needs a {kind.config_type.__name__} config, got {type(config).__name__}")
+    try:
+        if kind.validate is not None:
+            kind.validate(config, context)
+        cost = kind.evaluate(config, context)
+    except HPError:
+        raise
+    except Exception as exc:
+        raise PluginError(kind.name, f"evaluator raised {type(exc).__name__}: {describe(exc)}") from exc
+    if not isinstance(cost, LayerCost):
+        raise PluginError(kind.name, f"evaluator must return LayerCost, got {type(cost).__name__}")
+    stray = {t.switch for t in cost.activations if t.switch is not None} - set(kind.switches)
+    if stray:
+        raise PluginError(kind.name, f"activation terms name switches {sorted(stray)} the kind does not declare")
+    return cost
+
+
+class _Evaluations:
+    """The answers of one context: each ``(kind, config)`` evaluated once.
+
+    It is also the context's ``sublayer`` callable, so a kind made of other
+    kinds' layers (the MTP module) evaluates its nested layer through it and
+    shares the body's answer.
+    """
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self.answers: dict[tuple[str, object], LayerCost] = {}
+        self.context: LayerContext | None = None
+
+    def cost(self, kind: LayerKind, config: object, path: str) -> LayerCost:
+        assert self.context is not None
+        key = (kind.name, config)
+        try:
+            return self.answers[key]
+        except KeyError:
+            pass
+        except TypeError:  # a config that does not hash: evaluated each time
+            return _evaluate(kind, config, self.context, path)
+        cost = self.answers[key] = _evaluate(kind, config, self.context, path)
+        return cost
+
+    def __call__(self, group: LayerGroup) -> LayerCost:
+        path = "$.model.layers[].config.layer"
+        kind = self.registry.layer_kind(group.kind, f"{path}.kind")
+        if kind.placement != "body":
+            raise ConfigError(f"{path}.kind", f"a nested layer must be of a body kind, not {kind.name!r}")
+        return self.cost(kind, group.config, f"{path}.config")
+
+
+def with_sublayers(context: LayerContext, registry: Registry) -> LayerContext:
+    """The context, able to evaluate nested layer groups (an MTP module's layer) through the registry.
+
+    Within the returned context a kind and config are evaluated once:
+    :func:`evaluate_groups` and nested evaluations share the answers.
+    """
+    evaluations = _Evaluations(registry)
+    evaluations.context = attrs.evolve(context, sublayer=evaluations)
+    return evaluations.context
+
+
+def evaluate_groups(kinds: list[LayerKind], groups: Iterable[LayerGroup], context: LayerContext) -> list[LayerCost]:
+    """Each group's cost in *context* (one made by :func:`with_sublayers`, whose answers it shares)."""
+    evaluations = context.sublayer if isinstance(context.sublayer, _Evaluations) else None
+    if evaluations is None:
+        return [_evaluate(kind, group.config, context, f"$.model.layers[{i}].config")
+                for i, (kind, group) in enumerate(zip(kinds, groups))]
+    return [evaluations.cost(kind, group.config, f"$.model.layers[{i}].config")
+            for i, (kind, group) in enumerate(zip(kinds, groups))]
+
+
+def model_kinds(model: ModelSpec, registry: Registry) -> list[LayerKind]:
+    """Each group's kind, in model order."""
+    return [registry.layer_kind(group.kind, f"$.model.layers[{i}].kind") for i, group in enumerate(model.layers)]
+
+
+@attrs.frozen
+class EvaluatedLayers:
+    """A model's layer groups evaluated in one layer context (:func:`evaluate_layers`).
+
+    Attributes:
+        kinds: Each group's kind, in model order.
+        body_groups: Indices of the groups whose kind is placed ``"body"``.
+        body_count: Body layers in all.
+        context: The context they were evaluated in (with sublayers).
+        formula_costs: Each group's cost as its kind's evaluator states it.
+        costs: Each group's cost with its activations as the census measured
+            them where it has a record (else the evaluator's); what every
+            consumer prices.
+        census: The census source.
+        records: The census's records, by kind name.
+    """
+
+    kinds: tuple[LayerKind, ...]
+    body_groups: tuple[int, ...]
+    body_count: int
+    context: LayerContext
+    formula_costs: tuple[LayerCost, ...]
+    costs: tuple[LayerCost, ...]
+    census: CensusSource
+    records: Mapping[str, CensusRecord]
+
+
+def evaluate_layers(
+    model: ModelSpec,
+    parallel: ParallelSpec,
+    *,
+    precision: PrecisionSpec,
+    attention: str,
+    runtime: Runtime,
+    registry: Registry,
+    census: CensusSource,
+    kinds: list[LayerKind] | None = None,
+) -> EvaluatedLayers:
+    """Resolve each group's kind, evaluate every group once and apply the census once.
+
+    Only the layer context of *parallel* matters (``tp cp sp ep etp``, the
+    micro-batch size, the sequence length and ``cp_kind``), so a search
+    shares one evaluation between every layout with the same context.
+
+    Raises:
+        ConfigError: An unknown kind, no body layers, or a census record
+            naming a switch its kind lacks.
+        PluginError: A kind's evaluator or the census source failed.
+    """
+    kinds = kinds if kinds is not None else model_kinds(model, registry)
+    body_groups = tuple(i for i, kind in enumerate(kinds) if kind.placement == "body")
+    body_count = sum(model.layers[i].count for i in body_groups)
+    if body_count == 0:
+        raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
+    context = with_sublayers(layer_context(parallel, precision, attention, runtime.vocab_pad_multiple, runtime.traits), registry)
+    formula = tuple(evaluate_groups(kinds, model.layers, context))
+    records = census_lib.request_records(census, model, kinds, parallel.seq_len, attention, registry=registry, tp=parallel.tp)
+    costs = tuple(census_lib.apply_record(cost, records[kind.name], kind, context) if kind.name in records else cost
+                  for kind, cost in zip(kinds, formula))
+    return EvaluatedLayers(tuple(kinds), body_groups, body_count, context, formula, costs, census, records)
+
+
+# ----------------------------------------------------------------------------- the prepared run
+
+
+@attrs.frozen
+class PreparedRun:
+    """One model on one layout under one runtime, ready to estimate, time and plan.
+
+    Attributes:
+        model: The layer stack.
+        parallel: The layout.
+        registry: Where its kinds and runtime come from.
+        runtime: The runtime profile.
+        precision: Byte widths (the runtime's unless stated).
+        attention: ``"flash"`` or ``"eager"`` (the runtime's unless stated).
+        zero: The ZeRO level (the layout's, else the runtime's).
+        layers: The groups evaluated, census applied.
+        micro_batches: Micro-batches per step.
+        chunk_bounds: Per pipeline chunk, its body layers ``(first, end)``, end excluded.
+        body_group: The group index of each body layer, in order.
+        stage_inputs: What a stage's memory needs beyond its layers.
+    """
+
+    model: ModelSpec
+    parallel: ParallelSpec
+    registry: Registry = attrs.field(eq=False, repr=False)
+    runtime: Runtime = attrs.field(eq=False, repr=False)
+    precision: PrecisionSpec
+    attention: str
+    zero: int
+    layers: EvaluatedLayers = attrs.field(eq=False, repr=False)
+    micro_batches: int
+    chunk_bounds: tuple[tuple[int, int], ...]
+    body_group: tuple[int, ...]
+    stage_inputs: StageInputs
+    _resolved: dict = attrs.field(factory=dict, eq=False, repr=False, init=False)
+
+    @property
+    def kinds(self) -> tuple[LayerKind, ...]:
+        return self.layers.kinds
+
+    @property
+    def costs(self) -> tuple[LayerCost, ...]:
+        return self.layers.costs
+
+    @property
+    def body_count(self) -> int:
+        return self.layers.body_count
+
+    @property
+    def context(self) -> LayerContext:
+        return self.layers.context
+
+    def stage_chunks(self, stage: int) -> range:
+        """The chunks pipeline stage *stage* runs (Megatron-Core's interleaved assignment)."""
+        return range(stage, self.parallel.chunks, self.parallel.pp)
+
+    def placed_groups(self, where: str) -> list[int]:
+        """The group index of each layer placed *where* (``"first"`` or ``"last"``), one per layer."""
+        return [i for i, (kind, group) in enumerate(zip(self.kinds, self.model.layers))
+                if kind.placement == where for _ in range(group.count)]
+
+    def settings(self, recompute: RecomputeSpec | None) -> tuple[Setting, ...]:
+        """The setting of each body layer under *recompute*.
+
+        Raises:
+            ConfigError: A range names a layer beyond the model's.
+        """
+        count = self.body_count
+        if recompute is None:
+            return (Setting(),) * count
+        if recompute.layers and max(last for _, last, _ in recompute.layers) >= count:
+            raise ConfigError("$.recompute.layers", f"a range names a layer beyond the model's {count} layers (0-{count - 1})")
+        return tuple(recompute.setting_of(i) for i in range(count))
+
+    def resolve(self, group: int, setting: Setting) -> tuple[bool, frozenset[str]]:
+        """``(full, recomputed switches)`` of *setting* on a body group, with what the trainer always recomputes.
+
+        Megatron-LM re-gathers sequence-parallel inputs whatever the plan says
+        (the runtime's ``implicit_recompute``).
+        """
+        key = (group, setting)
+        found = self._resolved.get(key)
+        if found is None:
+            kind = self.kinds[group]
+            full, switches = resolve_setting(setting, kind, "$.recompute")
+            found = self._resolved[key] = (full, switches | (self.runtime.implicit_recompute & frozenset(kind.switches)))
+        return found
+
+
+def resolve_runtime(
+    registry: Registry, runtime: str | Runtime, precision: PrecisionSpec | None, attention: str | None
+) -> tuple[Runtime, PrecisionSpec, str]:
+    """The runtime profile and the precision and attention it gives where the run states none."""
+    profile = registry.runtime(runtime) if isinstance(runtime, str) else runtime
+    return (profile, precision if precision is not None else profile.precision,
+            attention if attention is not None else profile.attention)
+
+
+def prepare(
+    model: ModelSpec,
+    parallel: ParallelSpec,
+    *,
+    registry: Registry,
+    runtime: str = "generic",
+    precision: PrecisionSpec | None = None,
+    census: str | CensusSource = "formulas",
+    attention: str | None = None,
+    layers: EvaluatedLayers | None = None,
+) -> PreparedRun:
+    """The run of *model* on *parallel*, prepared once (module docstring).
+
+    Args:
+        model: The layer stack.
+        parallel: The layout.
+        registry: Layer kinds, runtimes and census sources.
+        runtime: The runtime profile's name; it supplies the defaults below.
+        precision: Byte widths; the runtime's when ``None``.
+        census: The census source's name (or a census file's path), or the source itself.
+        attention: ``"flash"`` or ``"eager"``; the runtime's when ``None``.
+        layers: The groups already evaluated in this layout's layer context
+            (:func:`evaluate_layers`, as a search shares them); evaluated here when ``None``.
+
+    Raises:
+        ConfigError: An invalid layout or name (one line, with the field path).
+        PluginError: A plugin's evaluator or census source failed.
+    """
+    profile, precision, attention = resolve_runtime(registry, runtime, precision, attention)
+    zero = parallel.zero if parallel.zero is not None else profile.zero
+    if layers is None:
+        source = census if isinstance(census, CensusSource) else census_lib.resolve_source(registry, census)
+        layers = evaluate_layers(model, parallel, precision=precision, attention=attention, runtime=profile,
+                                 registry=registry, census=source)
+    micro_batches = validate_layout(parallel, layers.body_count)
+    bounds, start = [], 0
+    for count in split_layers(layers.body_count, parallel):
+        bounds.append((start, start + count))
+        start += count
+    body_group = tuple(i for i in layers.body_groups for _ in range(model.layers[i].count))
+    inputs = StageInputs(
+        parallel, zero, precision, micro_batches, parallel.resolved_schedule, profile.overhead_bytes,
+        profile.deferred_grad_reduction, profile.expert_overhead_bytes, "dummy_wgrad_per_shape" in profile.traits,
+    )
+    return PreparedRun(model, parallel, registry, profile, precision, attention, zero, layers, micro_batches,
+                       tuple(bounds), body_group, inputs)
+
