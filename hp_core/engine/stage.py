@@ -153,7 +153,7 @@ def _static(elements: dict[str, int], inputs: StageInputs, whole_grads: bool = F
     return static_bytes(elements, inputs.precision, inputs.zero, p.dp * p.cp, p.expert_dp, whole_grads)
 
 
-def _zero3_buffers(per_layer_elements: Sequence[int], inputs: StageInputs, stage_elements: int, layers: int = 2) -> int:
+def _zero3_buffers(per_layer_elements: Sequence[tuple[int, int]], inputs: StageInputs, stage_elements: int, layers: int = 2) -> int:
     """Gathered parameters and the gradient reduce-scatter buffer under ZeRO-3/FSDP.
 
     Resharding after forward, a rank holds the running layer's and the
@@ -167,7 +167,12 @@ def _zero3_buffers(per_layer_elements: Sequence[int], inputs: StageInputs, stage
         return 0
     p = inputs.precision
     # Gathered parameters are in the compute dtype (FSDP's MixedPrecisionPolicy param_dtype).
-    largest = sorted(per_layer_elements, reverse=True)
+    # ``per_layer_elements``: (elements of a layer, how many such layers the stage has).
+    largest: list[int] = []
+    for elements, n in sorted(per_layer_elements, reverse=True):
+        largest += [elements] * min(n, layers)
+        if len(largest) >= layers:
+            break
     if inputs.parallel.reshard_after_forward:
         gathered = sum(largest[:layers]) * p.activation_bytes
     else:
@@ -196,31 +201,52 @@ def plan_stage(
     in_flight = in_flight_per_chunk(index, parallel.pp, parallel.vpp, inputs.micro_batches, inputs.schedule)
     all_layers = [layer for layers in chunk_layers for layer in layers]
     owners = {layer.kind for layer in all_layers}
+    # A stage repeats a few distinct layers (one PlacedLayer per group and setting): each is
+    # counted once, with its multiplicity, per chunk.
+    per_chunk: list[dict[int, list]] = []
+    distinct: dict[int, list] = {}
+    for layers in chunk_layers:
+        counted: dict[int, list] = {}
+        for layer in layers:
+            entry = counted.get(id(layer))
+            if entry is None:
+                counted[id(layer)] = [layer, 1]
+            else:
+                entry[1] += 1
+        per_chunk.append(counted)
+        for key, (layer, n) in counted.items():
+            entry = distinct.get(key)
+            if entry is None:
+                distinct[key] = [layer, n]
+            else:
+                entry[1] += n
 
     elements: dict[str, int] = {}
     elements_by_kind: dict[str, int] = {}
-    per_layer: list[int] = []
+    per_layer: list[tuple[int, int]] = []  # (elements of one such layer, layers of it) under ZeRO-3
     seen: dict[int, dict[str, int]] = {}
-    for layer in all_layers:
+    for layer, n in distinct.values():
         key = id(layer.cost)
-        if key not in seen:
-            seen[key] = layer_elements(layer.cost, parallel.tp, parallel.ep, parallel.etp, owners)
-        found = seen[key]
-        for group, n in found.items():
-            elements[group] = elements.get(group, 0) + n
-        elements_by_kind[layer.kind] = elements_by_kind.get(layer.kind, 0) + sum(found.values())
+        found = seen.get(key)
+        if found is None:
+            found = seen[key] = layer_elements(layer.cost, parallel.tp, parallel.ep, parallel.etp, owners)
+        for group, count in found.items():
+            elements[group] = elements.get(group, 0) + n * count
+        elements_by_kind[layer.kind] = elements_by_kind.get(layer.kind, 0) + n * sum(found.values())
         if inputs.zero >= 3:
-            per_layer.append(sum(found.values()))
+            per_layer.append((sum(found.values()), n))
     params, grads, master, states = _static(elements, inputs)
 
     activations_by_kind: dict[str, int] = {}
     buffers_per_mb = 0
-    for count, layers in zip(in_flight, chunk_layers):
-        for layer in layers:
-            activations_by_kind[layer.kind] = activations_by_kind.get(layer.kind, 0) + count * layer.kept_bytes
-            buffers_per_mb += count * layer.cost.buffers_per_micro_batch_bytes
+    for count, counted in zip(in_flight, per_chunk):
+        for layer, n in counted.values():
+            activations_by_kind[layer.kind] = activations_by_kind.get(layer.kind, 0) + count * n * layer.kept_bytes
+            buffers_per_mb += count * n * layer.cost.buffers_per_micro_batch_bytes
+    # Every kind on the stage is named, a kind that keeps nothing with 0 (in the stage's layer order).
+    activations_by_kind = {kind: activations_by_kind[kind] for kind in dict.fromkeys(layer.kind for layer in all_layers)}
     activations = sum(activations_by_kind.values())
-    buffers_once = max((layer.cost.buffers_once_bytes for layer in all_layers), default=0)
+    buffers_once = max((layer.cost.buffers_once_bytes for layer, _ in distinct.values()), default=0)
     buffers = buffers_once + buffers_per_mb + _zero3_buffers(per_layer, inputs, sum(elements.values()))
 
     # What the runtime holds beyond the model math: fixed workspaces, those of a
@@ -230,16 +256,16 @@ def plan_stage(
     if elements.get("routed_expert"):
         overhead += inputs.expert_overhead_bytes
     if inputs.dummy_wgrad_per_shape:
-        shapes = dict.fromkeys(shape for layer in all_layers for shape in layer.cost.weight_shapes)
+        shapes = dict.fromkeys(shape for layer, _ in distinct.values() for shape in layer.cost.weight_shapes)
         overhead += sum(rows * cols for rows, cols in shapes) * inputs.precision.activation_bytes
     # Pipeline sends and receives: a stage holds the output gradient it received
     # through its backward (not the last stage) and the input gradient it sent
     # until the next one (not the first stage): Megatron-LM schedules.py
     # forward_backward_pipelining_without_interleaving.
-    body = [layer for layers in chunk_layers for layer in layers if layer.cost.input_bytes]
-    if parallel.pp > 1 and body:
+    received = max((layer.cost.input_bytes for layer, _ in distinct.values()), default=0)
+    if parallel.pp > 1 and received:
         neighbours = (index < parallel.pp - 1) + (index > 0)
-        buffers += neighbours * max(layer.cost.input_bytes for layer in body)
+        buffers += neighbours * received
 
     # The first backward: the stage's last chunk, top layer first.
     working = freed = 0
@@ -263,7 +289,7 @@ def plan_stage(
         # The end of the stage's last backward: every micro-batch's activations are
         # freed, the gradient is whole until its one reduce-scatter, and the first
         # layer's backward runs with one layer's gathered parameters (nothing left
-        # to prefetch). The seed planner's second peak point (shared/seeds/000_*).
+        # to prefetch): the second peak point of docs/concepts.md ("stage peaks").
         last_params, last_grads, last_master, last_states = _static(elements, inputs, whole_grads=True)
         first = chunk_layers[0][0]
         points["last_backward"] = MemoryBreakdown(
@@ -283,8 +309,8 @@ def plan_stage(
         for chunk, count, body in zip(chunks_of_stage(index, parallel.pp, parallel.vpp), in_flight, chunk_body)
     )
     kinds: dict[str, int] = {}
-    for layer in all_layers:
-        kinds[layer.kind] = kinds.get(layer.kind, 0) + 1
+    for layer, n in distinct.values():
+        kinds[layer.kind] = kinds.get(layer.kind, 0) + n
     return StageEstimate(
         index=index,
         layers=tuple(i for body in chunk_body for i in body),
