@@ -28,7 +28,6 @@ from typing import Any, Mapping
 import attrs
 import cattrs
 import cattrs.gen
-import yaml
 
 try:  # Python >= 3.11
     import tomllib
@@ -258,6 +257,8 @@ def read_document(path: str | Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(target), f"cannot be read: {exc}") from None
     suffix = target.suffix.lower()
+    import yaml  # only where a YAML file is read
+
     try:
         if suffix == ".json":
             return json.loads(text)

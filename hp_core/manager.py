@@ -13,7 +13,7 @@ from typing import Iterable
 
 import pluggy
 
-from hp_core import hookspecs
+from hp_core import declares_entry_points, hookspecs
 from hp_core.errors import PluginError
 from hp_core.markers import PROJECT
 
@@ -104,7 +104,9 @@ def get_plugin_manager(
             manager.register(plugin, name=name)
         except ValueError as exc:
             raise PluginError(name, f"cannot be registered: {exc}") from exc
-    if entry_points:
+    # Loading the group imports importlib.metadata and reads every distribution's
+    # metadata; skipped when a direct reading finds no distribution declaring it.
+    if entry_points and declares_entry_points(ENTRY_POINT_GROUP):
         try:
             manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
         except Exception as exc:

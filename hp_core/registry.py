@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Mapping
 
 import attrs
 import pluggy
 
+from hp_core import distribution_version
 from hp_core.errors import ConfigError, PluginError, describe
 from hp_core.hookspecs import HOOKS
 from hp_core.types import CaseFormat, CensusSource, Exporter, HardwarePreset, LayerKind, ModelFormat, ModelPreset, Runtime
@@ -27,10 +27,8 @@ class Provider:
 
 
 def _builtin_version() -> str:
-    try:
-        return version(_BUILTIN_DIST)
-    except PackageNotFoundError:  # pragma: no cover - a bare source tree
-        return "0+unknown"
+    """hp-planner's version, looked up once per process (not once per built-in plugin)."""
+    return distribution_version(_BUILTIN_DIST) or "0+unknown"  # "0+unknown": a bare source tree
 
 
 def _providers_by_plugin(manager: pluggy.PluginManager) -> dict[str, Provider]:
