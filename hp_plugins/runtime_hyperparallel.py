@@ -1,14 +1,16 @@
-"""The ``hyperparallel`` runtime: the semantics of the seed planner (HyperParallel's ``sapp_nd``).
+"""The ``hyperparallel`` runtime: the semantics of HyperParallel's planner (``hyper_parallel.auto_parallel.sapp_nd``).
 
 Mixed-precision AdamW (bf16 parameters and activations, fp32 gradients, master
 parameters and moments), flash attention, FSDP that reshards after forward, and
 **deferred gradient reduction**: gradients are accumulated unsharded over a
 step's micro-batches and reduce-scattered once after the last backward. A stage
-then has two peak points (``shared/seeds/000_*``, ``Cost.working`` and
-``Cost.first_working``): the end of warm-up (every in-flight micro-batch's
-activations, two layers' gathered parameters) and the end of its last backward
-(no activations, the whole unsharded gradient, one layer's gathered parameters
-and its first layer's backward working set).
+then has two peak points (docs/runtimes.md; ``Cost.working`` and
+``Cost.first_working`` of HyperParallel's
+``hyper_parallel/auto_parallel/sapp_nd/recompute/profile.py``): the end of
+warm-up (every in-flight micro-batch's activations, two layers' gathered
+parameters) and the end of its last backward (no activations, the whole
+unsharded gradient, one layer's gathered parameters and its first layer's
+backward working set).
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ Device efficiencies, per architecture (the hardware presets' ``architecture``):
   SimuMax v1.2 ``configs/system/b200_bf16_ceperm.json`` (MooreThreads/SimuMax
   commit 4dcaae5), measured with Transformer Engine 2.11, cuBLAS and NCCL by
   that project's ``simu_tools/efficency_test`` sweep. This is the same
-  publisher and machine family as the Megatron runs in
-  ``shared/cases/megatron_measured.json``: the figures are kernel and
+  publisher and machine family as the Megatron runs of SimuMax's B200
+  perf-vs-real table (``docs/b200/b200_release_v1.2_summary.json``, the
+  runs of ``tests/plugins/data/megatron_measured.json``): the figures are kernel and
   collective microbenchmarks on that machine, not fitted to the runs' step
   times (except ``megatron-te``'s ``sustained_slowdown``, below, fitted to
   other runs of that machine). Three figure pairs (the attention kernels' fixed time and efficiency,

@@ -1,6 +1,6 @@
 """The ``hyperparallel`` exporter: a recompute plan as HyperParallel's ``activation_checkpoint`` config.
 
-HyperParallel recomputes per op and per layer (DESIGN section 5; its
+HyperParallel recomputes per op and per layer (docs/trainer_plans.md; its
 runtime profile ``hyperparallel`` states no module restriction: any set of
 switches runs), so every plan without offload is written, as a mode for
 every body layer plus per-layer exceptions over inclusive 0-based body
@@ -8,7 +8,8 @@ layer ranges::
 
     {"activation_checkpoint": {"mode": "full", "layers": {"3-7": "off", "8": ["attBMM", "softmax"]}}}
 
-The vocabulary (the seed planner's, ``shared/seeds/000_*`` and DESIGN section 5):
+The vocabulary (HyperParallel's own planner's, ``hyper_parallel/auto_parallel/sapp_nd/recompute/profile.py``;
+docs/recompute.md):
 
 * ``"off"``: nothing recomputed (hp's ``none``);
 * ``"full"``: the layer keeps only its input;

@@ -1,7 +1,7 @@
 """The ``hp`` command line, run in-process (``main(argv)``) and once as a subprocess.
 
 A user error exits with status 2 and exactly one line on standard error, never a
-traceback; ``--json`` prints the stable document of DESIGN section 9.
+traceback; ``--json`` prints the stable document of ``docs/json.md``.
 """
 
 from __future__ import annotations

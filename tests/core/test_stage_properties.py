@@ -1,4 +1,4 @@
-"""Properties of the stage planner over random valid dense layouts (DESIGN sections 5 and 7).
+"""Properties of the stage planner over random valid dense layouts (docs/concepts.md, docs/recompute.md).
 
 Small models (widths 64..512, 1..16 layers) under small degrees; each example
 runs a handful of estimates, so the budget of examples stays modest.
@@ -275,7 +275,7 @@ def test_default_global_batch_reaches_full_interleaved_warm_up(registry):
     dense = DenseConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, intermediate_size=128)
     model = ModelSpec(name="tiny", layers=(LayerGroup("dense", dense, 8),))
     result = estimate(model, ParallelSpec(pp=4, vpp=2, seq_len=64), registry=registry)
-    # p=4, v=2: the full warm-up of stage 0 is 4*2 + 4 - 1 = 11 chunk-micro-batches (DESIGN section 7)
+    # p=4, v=2: the full warm-up of stage 0 is 4*2 + 4 - 1 = 11 chunk-micro-batches (docs/concepts.md, in flight)
     assert result.stages[0].micro_batches_in_flight == 11
 
 
