@@ -24,15 +24,15 @@ from typing import Callable, Iterable, Mapping
 
 from hp_core.engine.estimate import count_parameters, estimate_run
 from hp_core.engine.prepare import PreparedRun, layer_context, prepare, resolve_setting, with_sublayers
+from hp_core.engine.timing import StepTime, time_run
 from hp_core.manager import get_plugin_manager
 from hp_core.models import load_model_config, model_from_config, model_from_preset
-from hp_core.recompute.plan import RecomputePlan, plan_run
+from hp_core.engine.recompute.plan import RecomputePlan, plan_run
 from hp_core.registry import Registry
 from hp_core.results import Estimate
-from hp_core.search import SearchResult, search as _search
+from hp_core.engine.search import SearchResult, search as _search
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec
 from hp_core.specs.timing import TimingProfile
-from hp_core.timing import StepTime, time_run
 
 __all__ = [
     "PreparedRun",
@@ -148,7 +148,7 @@ def plan_recompute(
 ) -> RecomputePlan:
     """Per stage, the fastest recompute settings whose every peak point fits ``hardware.memory_bytes - reserve_bytes``.
 
-    Exact (equal to brute force) and fast: see :mod:`hp_core.recompute.plan`
+    Exact (equal to brute force) and fast: see :mod:`hp_core.engine.recompute.solver`
     and docs/recompute.md. Only settings the runtime's trainer executes are
     planned, unless *unrestricted* (then both plans are reported); *offload*
     lists the offload shares a setting may add.
@@ -182,7 +182,7 @@ def search(
 ) -> SearchResult:
     """Every parallel layout of a device count, recompute planned and ranked by step time.
 
-    See :func:`hp_core.search.search` for the arguments and docs/search.md.
+    See :func:`hp_core.engine.search.search` for the arguments and docs/search.md.
 
     Raises:
         ConfigError: An unknown fixed name, a non-positive count, or a runtime

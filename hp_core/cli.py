@@ -442,8 +442,9 @@ def _run_potentials(args: argparse.Namespace, registry: Registry, console: Conso
     from rich.markup import escape
 
     from hp_core.errors import PlanNotExecutable
-    from hp_core.recompute.layout import compact, describe_plan, plan_layout, setting_value, settings_of
-    from hp_core.recompute.potential import plot_potentials, potential_rows, recompute_potentials, write_potentials_csv
+    from hp_core.engine.recompute.layout import compact, describe_plan, plan_layout, setting_value, settings_of
+    from hp_core.engine.recompute.potential import recompute_potentials
+    from hp_core.io.potentials_output import plot_potentials, potential_rows, write_potentials_csv
 
     if args.steps is not None and args.steps < 0:
         raise ConfigError("--steps", f"expected a non-negative number of steps, got {args.steps}")
@@ -556,7 +557,7 @@ def _add_recompute_parser(sub: Any) -> None:
 
 
 def _plan_table(result: Any, title: str) -> Table:
-    from hp_core.recompute.plan import describe_ranges
+    from hp_core.io.recompute_output import describe_ranges
 
     table = Table(title=title, title_justify="left")
     for column in ("Stage", "Settings (body layers)", "Peak GiB", "Limit GiB", "Fits", "Binds", "s / micro-batch"):
@@ -570,7 +571,7 @@ def _plan_table(result: Any, title: str) -> Table:
 
 def _run_recompute(args: argparse.Namespace, registry: Registry, console: Console) -> int:
     from hp_core.api import plan_recompute
-    from hp_core.recompute.plan import describe_ranges, recompute_plan_to_json
+    from hp_core.io.recompute_output import describe_ranges, recompute_plan_to_json
 
     config = _config_from_args(args, registry)
     job = resolve_job(config, registry)
@@ -584,7 +585,7 @@ def _run_recompute(args: argparse.Namespace, registry: Registry, console: Consol
     )
     trainer = None
     if args.export is not None:
-        from hp_core.recompute.trainer import plan_for_trainer
+        from hp_core.engine.recompute.trainer import plan_for_trainer
 
         trainer = plan_for_trainer(
             job.model, job.parallel, registry=registry, hardware=hardware, trainer=args.export,
@@ -632,7 +633,7 @@ def _run_recompute(args: argparse.Namespace, registry: Registry, console: Consol
 
 def _fix(text: str) -> tuple[str, int]:
     """``tp=8``: a degree held fixed by ``hp search``."""
-    from hp_core.search import FIXABLE
+    from hp_core.engine.search import FIXABLE
 
     name, _, value = text.partition("=")
     name = name.strip().replace("-", "_")
@@ -673,8 +674,8 @@ def _run_search(args: argparse.Namespace, registry: Registry, console: Console) 
     from concurrent.futures import ProcessPoolExecutor
 
     from hp_core.job import resolve_model
-    from hp_core.search import search, search_to_json
-    from hp_core.search_export import check_plot, plot_search, write_search_csv
+    from hp_core.engine.search import search
+    from hp_core.io.search_output import check_plot, plot_search, search_to_json, write_search_csv
 
     if args.plot is not None:
         check_plot(args.plot)  # before a search that may take minutes

@@ -5,8 +5,8 @@ moves it over the target (``os.replace``), so a reader never sees half a
 file; a path that cannot be written is a :class:`~hp_core.errors.ConfigError`
 (one line on the command line, exit status 2). :func:`pyplot` imports
 matplotlib (the optional extra ``plots``) with its file-only backend, or says
-in one line how to install it. ``hp potentials`` (:mod:`hp_core.recompute.potential`)
-and ``hp search`` (:mod:`hp_core.search_export`) write their CSV and PNG files
+in one line how to install it. ``hp potentials`` (:mod:`hp_core.io.potentials_output`)
+and ``hp search`` (:mod:`hp_core.io.search_output`) write their CSV and PNG files
 through both.
 """
 

@@ -7,7 +7,7 @@ from typing import Callable
 import attrs
 
 from hp_core.errors import PlanNotExecutable
-from hp_core.recompute.layout import PlanLayout, compact, describe_plan, settings_of
+from hp_core.engine.recompute.layout import PlanLayout, compact, describe_plan, settings_of
 from hp_core.specs import RecomputeSpec, Setting
 
 __all__ = ["LayerPlan", "offloaded", "per_layer", "read_plan", "refuse", "without_offload"]

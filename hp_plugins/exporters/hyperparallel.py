@@ -18,7 +18,7 @@ docs/recompute.md):
   ``normOp``, ``gather``, ``ffAct``, ``attUp``): exactly those recomputed.
 
 The mode is the setting that leaves the fewest exceptions
-(:func:`hp_core.recompute.layout.compact`); ``layers`` is left out when there
+(:func:`hp_core.engine.recompute.layout.compact`); ``layers`` is left out when there
 are none. A plan that offloads is refused (the exporter writes no offload)
 with the same plan without it.
 """
@@ -29,7 +29,7 @@ from typing import Any
 
 from hp_core.errors import PlanNotExecutable
 from hp_core.markers import hookimpl
-from hp_core.recompute.layout import compact, plan_layout, range_key, settings_of
+from hp_core.engine.recompute.layout import compact, plan_layout, range_key, settings_of
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_core.types import Exporter

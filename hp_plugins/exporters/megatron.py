@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from hp_core.markers import hookimpl
-from hp_core.recompute.layout import PlanLayout, plan_layout
+from hp_core.engine.recompute.layout import PlanLayout, plan_layout
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_core.types import Exporter

@@ -25,7 +25,7 @@ recomputes anything on (``full`` when that N is 1).
 from __future__ import annotations
 
 from hp_core.markers import hookimpl
-from hp_core.recompute.layout import PlanLayout, plan_layout
+from hp_core.engine.recompute.layout import PlanLayout, plan_layout
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_core.types import Exporter

@@ -1,6 +1,6 @@
 """One compaction rule: per-layer settings to a default and the fewest non-overlapping ranges.
 
-:func:`hp_core.recompute.layout.compact` is the only implementation (the planner,
+:func:`hp_core.engine.recompute.layout.compact` is the only implementation (the planner,
 the potentials, the exporters and the CLI all call it). Its rule
 (docs/recompute.md, "Compaction"): the default is the setting leaving the fewest
 maximal runs of other settings, each run one range; ties go to the setting
@@ -20,7 +20,7 @@ import attrs
 from hypothesis import given, settings as hyp_settings
 from hypothesis import strategies as st
 
-from hp_core.recompute.layout import compact
+from hp_core.engine.recompute.layout import compact
 from hp_core.specs import RecomputeSpec, Setting
 
 NONE = Setting()

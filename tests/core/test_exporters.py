@@ -14,7 +14,7 @@ import pytest
 from hp_core.api import build_registry
 from hp_core.errors import ConfigError, PlanNotExecutable
 from hp_core.markers import hookimpl
-from hp_core.recompute.layout import describe_plan, plan_layout, settings_of
+from hp_core.engine.recompute.layout import describe_plan, plan_layout, settings_of
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_core.types import Exporter

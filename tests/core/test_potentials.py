@@ -15,17 +15,9 @@ import attrs
 import pytest
 
 from hp_core.errors import ConfigError
-from hp_core.recompute.layout import plan_layout, settings_of
-from hp_core.recompute.potential import (
-    CSV_COLUMNS,
-    DEGREES,
-    PotentialSequence,
-    PotentialStep,
-    plot_groups,
-    plot_potentials,
-    recompute_potentials,
-    write_potentials_csv,
-)
+from hp_core.engine.recompute.layout import plan_layout, settings_of
+from hp_core.engine.recompute.potential import DEGREES, PotentialSequence, PotentialStep, recompute_potentials
+from hp_core.io.potentials_output import CSV_COLUMNS, plot_groups, plot_potentials, write_potentials_csv
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_core.api import step_time
@@ -185,7 +177,7 @@ def test_plot_without_matplotlib_is_one_line(monkeypatch, tmp_path):
 
 
 def test_compact_takes_the_default_leaving_the_fewest_ranges():
-    from hp_core.recompute.layout import compact, describe_plan, spec_from_settings
+    from hp_core.engine.recompute.layout import compact, describe_plan, spec_from_settings
 
     full, none = Setting("full"), Setting()
     # none x2, full x5, none x1: default full leaves two runs, default none one.

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hp_core.recompute.plan import LayerOption, VariableLayer, pareto_front, solve_stage
+from hp_core.engine.recompute.solver import LayerOption, VariableLayer, pareto_front, solve_stage
 from hp_core.specs import ParallelSpec, PrecisionSpec, Setting
 from hp_core.engine.stage import PlacedLayer, StageInputs, plan_stage
 from hp_core.types import ActivationTerm, LayerCost, ParamCount
@@ -240,7 +240,7 @@ def test_offload_is_planned_when_asked_and_refused_without_a_host_link():
 
 def test_the_json_plan_reads_back_as_a_config_recompute_section():
     from hp_core.convert import ConfigFile, structure
-    from hp_core.recompute.plan import describe_ranges, recompute_plan_to_json
+    from hp_core.io.recompute_output import describe_ranges, recompute_plan_to_json
 
     memory = attrs.evolve(H100, memory_bytes=20 * 2**30)
     plan = plan_recompute(LLAMA, LAYOUT, registry=REGISTRY, hardware=memory, runtime="generic", offload=(0.5,))

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from hp_core.api import build_registry, layer_context, model_from_preset, with_sublayers
 from hp_core.engine.prepare import _evaluate
 from hp_core.errors import ConfigError
-from hp_core.recompute.profile import candidate_settings, switch_profile
+from hp_core.engine.recompute.profile import candidate_settings, switch_profile
 from hp_core.specs import ParallelSpec, PrecisionSpec, Setting
 from hp_core.engine.stage import PlacedLayer
-from hp_core.timing import layer_pricer, offload_seconds
+from hp_core.engine.timing import layer_pricer, offload_seconds
 from hp_core.types import LayerCost
 
 REGISTRY = build_registry()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from hp_core.api import model_from_preset
-from hp_core.recompute.trainer import plan_for_trainer
+from hp_core.engine.recompute.trainer import plan_for_trainer
 from hp_core.specs import ParallelSpec, RecomputeSpec, Setting
 from hp_core.api import step_time
 from hp_plugins.exporters.megatron import megatron_candidates

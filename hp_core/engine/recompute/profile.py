@@ -21,12 +21,12 @@ setting from them:
   (Megatron-LM checkpoints ``core_attention`` as a unit; Korthikanti et al.
   2022, Section 4.2), so recomputing ``softmax`` and ``attBMM`` costs less
   than the two alone. Each setting's time comes from the step-time model
-  (:meth:`hp_core.timing.LayerPricer.price`) evaluated with that setting.
+  (:meth:`hp_core.engine.timing.LayerPricer.price`) evaluated with that setting.
 * **Offload** moves a share of what a setting keeps to the host in forward and
   back for the backward (:func:`hp_core.engine.stage.offloaded_bytes`): it keeps that
   much less per micro-batch in flight, holds it again in its backward's
   working set, and costs the copy time its forward and backward cannot hide
-  (:func:`hp_core.timing.offload_seconds`).
+  (:func:`hp_core.engine.timing.offload_seconds`).
 
 Every setting's cost states the bytes per micro-batch in flight, the bytes held
 once, the backward time with recompute, and the working set at the two peak
@@ -43,7 +43,7 @@ import attrs
 
 from hp_core.specs.run import Setting
 from hp_core.engine.stage import offloaded_bytes
-from hp_core.timing import LayerPricer, LayerSeconds
+from hp_core.engine.timing import LayerPricer, LayerSeconds
 from hp_core.types import SWITCHES, LayerContext, LayerCost, LayerKind, Runtime
 
 __all__ = ["SettingCost", "SwitchProfile", "candidate_settings", "switch_profile"]
@@ -196,7 +196,7 @@ def switch_profile(
         cost: The layer's cost (a census applied where one prices it).
         config: The layer's config (its shapes for the timing model).
         context: The context it was evaluated in.
-        pricer: Prices its time under a setting (:func:`hp_core.timing.layer_pricer`).
+        pricer: Prices its time under a setting (:func:`hp_core.engine.timing.layer_pricer`).
         implicit: Switches the runtime always recomputes (``Runtime.implicit_recompute``).
     """
     implicit = frozenset(implicit) & frozenset(kind.switches)

@@ -4,14 +4,14 @@ A :class:`~hp_core.specs.RecomputeSpec` states a default setting and inclusive
 ranges of 0-based body layer indices. Trainers state plans differently (a
 count of layers per pipeline chunk, every N-th layer of a rank, a mode with
 per-layer exceptions), so the exporters (:mod:`hp_plugins.exporters`) and the
-potentials (:mod:`hp_core.recompute.potential`) read a plan here, one
+potentials (:mod:`hp_core.engine.recompute.potential`) read a plan here, one
 :class:`~hp_core.specs.Setting` per body layer, with the pipeline chunk and
 stage each layer runs on, split as :func:`hp_core.engine.prepare.prepare` splits them.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import attrs
 
@@ -21,7 +21,17 @@ from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_core.types import LayerKind
 
-__all__ = ["PlanLayout", "compact", "describe_plan", "plan_layout", "range_key", "setting_value", "settings_of", "spec_from_settings"]
+__all__ = [
+    "PlanLayout",
+    "compact",
+    "describe_plan",
+    "describe_ranges",
+    "plan_layout",
+    "range_key",
+    "setting_value",
+    "settings_of",
+    "spec_from_settings",
+]
 
 
 @attrs.frozen
@@ -167,3 +177,12 @@ def describe_plan(plan: RecomputeSpec) -> str:
     if not parts:
         return f"{plan.default.describe()} on every layer"
     return "; ".join(parts) + f"; {plan.default.describe()} elsewhere"
+
+
+def describe_ranges(ranges: Iterable[tuple[int, int, Setting]], default: Setting | None = None) -> str:
+    """Ranges as one line: ``0-15 none, 16 ffAct, 17-18 ffAct+normOp``; a default first when given."""
+    parts = [f"{first}-{last}" if last > first else f"{first}" for first, last, _ in ranges]
+    text = ", ".join(f"{where} {setting.describe()}" for where, (_, _, setting) in zip(parts, ranges))
+    if default is None:
+        return text
+    return f"default {default.describe()}" + (f"; {text}" if text else "")

@@ -1,6 +1,6 @@
 """The fastest recompute plan a trainer can express: a search within its exporter's candidates.
 
-A per-layer optimum (:mod:`hp_core.recompute.plan`) may be one a trainer's
+A per-layer optimum (:mod:`hp_core.engine.recompute.plan`) may be one a trainer's
 flags cannot say: Megatron-LM recomputes the same modules on every layer, or
 fully recomputes the first N layers of every pipeline chunk, never a mix. An
 exporter that lists every plan its trainer expresses (``Exporter.candidates``)
@@ -16,11 +16,11 @@ import attrs
 from hp_core.engine.estimate import estimate_run
 from hp_core.engine.prepare import prepare
 from hp_core.errors import ConfigError
-from hp_core.recompute.plan import plan_run
+from hp_core.engine.recompute.plan import plan_run
 from hp_core.registry import Registry
 from hp_core.results import Estimate
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec
-from hp_core.timing import StepTime, time_run
+from hp_core.engine.timing import StepTime, time_run
 
 __all__ = ["TrainerPlan", "plan_for_trainer"]
 
@@ -66,7 +66,7 @@ def plan_for_trainer(
 
     The candidates are the exporter's (``Exporter.candidates``); a trainer that
     runs any per-layer plan (its runtime states no ``recompute_modules``) takes
-    the exact per-layer optimum of :func:`hp_core.recompute.plan.plan_run`.
+    the exact per-layer optimum of :func:`hp_core.engine.recompute.plan.plan_run`.
 
     Raises:
         ConfigError: The trainer has no exporter or its exporter lists no candidates.

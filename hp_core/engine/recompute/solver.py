@@ -1,12 +1,13 @@
-"""The recompute planner: per stage, the fastest settings whose peak fits the device (DESIGN section 5).
+"""The per-stage recompute solver: the fastest settings of one stage whose every peak point fits (DESIGN section 5).
 
 **The problem.** A stage's body layers each take one setting from their
-kind's candidates (:func:`hp_core.recompute.profile.candidate_settings`). The
+kind's candidates (:func:`hp_core.engine.recompute.profile.candidate_settings`). The
 stage's time per micro-batch is the sum of its layers' times
-(:mod:`hp_core.timing`); the step is monotone in every stage's time
+(:mod:`hp_core.engine.timing`); the step is monotone in every stage's time
 (``pipeline_seconds``), so planning each stage on its own for its fastest
-plan gives the fastest step. The plan must fit: every peak point of the
-stage (:func:`hp_core.engine.stage.plan_stage`) at most ``memory - reserve``.
+plan gives the fastest step (:func:`hp_core.engine.recompute.plan.plan_run`
+does so). The plan must fit: every peak point of the stage
+(:func:`hp_core.engine.stage.plan_stage`) at most ``memory - reserve``.
 
 **The peak as a function of the settings.** With ``k`` the bytes a layer keeps
 per micro-batch and ``w`` its backward's working set under a setting,
@@ -57,33 +58,15 @@ and the shortfall of that peak beyond the limit.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import attrs
 
-from hp_core.engine.estimate import estimate_run
-from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.stage import PlacedLayer, StageInputs, plan_stage
-from hp_core.errors import ConfigError
-from hp_core.recompute.layout import compact
-from hp_core.recompute.profile import SettingCost, SwitchProfile, candidate_settings, switch_profile
-from hp_core.results import Estimate, StageEstimate
-from hp_core.specs import HardwareSpec, RecomputeSpec, Setting
-from hp_core.timing import StepTime, layer_pricer, time_run
+from hp_core.results import StageEstimate
+from hp_core.specs import Setting
 
-__all__ = [
-    "LayerOption",
-    "PlanResult",
-    "RecomputePlan",
-    "StagePlan",
-    "StageSolution",
-    "VariableLayer",
-    "describe_ranges",
-    "pareto_front",
-    "plan_run",
-    "recompute_plan_to_json",
-    "solve_stage",
-]
+__all__ = ["LayerOption", "StageSolution", "VariableLayer", "pareto_front", "solve_stage"]
 
 
 # ----------------------------------------------------------------------------- the stage problem
@@ -189,6 +172,36 @@ def _hull_steps(front: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
                 break
         hull.append(point)
     return [(hull[i][0] - hull[i + 1][0], hull[i + 1][1] - hull[i][1]) for i in range(len(hull) - 1)]
+
+
+def _steps_in_order(
+    own: Sequence[tuple[float, int, float]],
+    a: int,
+    count: int,
+    others: Sequence[tuple[float, int, int, float]],
+    remaining: Sequence[int],
+    skip: int,
+) -> Iterator[tuple[int, float, float, int]]:
+    """One constraint's relaxation steps by time per byte saved: ``(bytes saved, time added, unit, per)``.
+
+    *own* are the hull steps ``(time per byte, bytes, time)`` of the *count*
+    layers of class *skip* with coefficient *a*; *others* the constraint's
+    steps of every class (:func:`solve_stage`), of which those of *skip* and
+    of classes with no layers left are passed over. The two are merged, own
+    steps first on a tie. Taking a step in part, saving ``b`` of its bytes
+    adds ``b * unit / per`` seconds.
+    """
+    mine = [(unit / a, count * a * saved, count * added, unit, a) for unit, saved, added in own]
+    j = 0
+    for ratio, i, saved, added in others:
+        if i == skip or not remaining[i]:
+            continue
+        while j < len(mine) and mine[j][0] <= ratio:
+            yield mine[j][1:]
+            j += 1
+        yield remaining[i] * saved, remaining[i] * added, ratio, 1
+    for step in mine[j:]:
+        yield step[1:]
 
 
 def solve_stage(
@@ -329,39 +342,14 @@ def solve_stage(
             if need <= 0:
                 continue
             own = hull_from[ci][lo] if rc and a > 0 else ()
-            j, n_own, added = 0, len(own), 0.0
-            for ratio, i, saved, step_added in steps[r]:
-                if i == ci or not remaining[i]:
-                    continue
-                while j < n_own and own[j][0] / a <= ratio:
-                    unit, dk, dt = own[j]
-                    total = rc * a * dk
-                    if total >= need:
-                        added += need * unit / a
-                        need = 0
-                        break
-                    added += rc * dt
-                    need -= total
-                    j += 1
-                if need <= 0:
-                    break
-                total = remaining[i] * saved
+            added = 0.0
+            for total, step_added, unit, per in _steps_in_order(own, a, rc, steps[r], remaining, ci):
                 if total >= need:
-                    added += need * ratio
+                    added += need * unit / per
                     need = 0
                     break
-                added += remaining[i] * step_added
+                added += step_added
                 need -= total
-            while need > 0 and j < n_own:
-                unit, dk, dt = own[j]
-                total = rc * a * dk
-                if total >= need:
-                    added += need * unit / a
-                    need = 0
-                    break
-                added += rc * dt
-                need -= total
-                j += 1
             if need > 0:
                 return math.inf
             extra = max(extra, added)
@@ -457,329 +445,3 @@ def solve_stage(
         shortfall_bytes=0 if fits else max(0, result.peak_bytes - limit_bytes), nodes=nodes,
         unconstrained=all(choice[id(layer)] is fronts[layer.group][0] for layer in variables),
     )
-
-
-# ----------------------------------------------------------------------------- the model's plan
-
-
-@attrs.frozen
-class StagePlan:
-    """One stage's recompute plan.
-
-    Attributes:
-        index: The stage.
-        layers: Its body layer indices, chunk by chunk.
-        settings: The setting of each of them.
-        ranges: The same as ``(first, last, setting)`` runs of consecutive layers, inclusive.
-        fits: Whether its peak fits the limit.
-        peak_bytes: Its peak under the plan (:func:`hp_core.api.estimate`'s).
-        limit_bytes: Device memory less the reserve.
-        shortfall_bytes: When it does not fit, how far the least peak any plan reaches exceeds the limit.
-        binding_point: The peak point that is highest (``warmup_end`` or ``last_backward``).
-        reason: Why the plan is what it is, in one sentence.
-        micro_batch_seconds: The stage's time per micro-batch under the plan (:func:`hp_core.timing.step_time`'s).
-        search_nodes: Branch-and-bound nodes visited.
-        estimate: The stage's estimate under the plan.
-    """
-
-    index: int
-    layers: tuple[int, ...]
-    settings: tuple[Setting, ...]
-    ranges: tuple[tuple[int, int, Setting], ...]
-    fits: bool
-    peak_bytes: int
-    limit_bytes: int
-    shortfall_bytes: int
-    binding_point: str
-    reason: str
-    micro_batch_seconds: float
-    search_nodes: int
-    estimate: StageEstimate = attrs.field(repr=False)
-
-
-@attrs.frozen
-class PlanResult:
-    """A whole-model plan: every stage's, the plan as a :class:`~hp_core.specs.RecomputeSpec`, its step.
-
-    Attributes:
-        restricted: Whether only settings the runtime's trainer executes were considered.
-        fits: Whether every stage fits.
-        recompute: The plan, compact: a default setting and ranges of exceptions.
-        stages: Per stage.
-        step_seconds: The step time under the plan.
-        peak_bytes: The highest stage peak.
-        estimate: :func:`hp_core.api.estimate` under the plan.
-        time: :func:`hp_core.timing.step_time` under the plan.
-    """
-
-    restricted: bool
-    fits: bool
-    recompute: RecomputeSpec
-    stages: tuple[StagePlan, ...]
-    step_seconds: float
-    peak_bytes: int
-    estimate: Estimate = attrs.field(repr=False)
-    time: StepTime = attrs.field(repr=False)
-
-
-@attrs.frozen
-class RecomputePlan:
-    """What :func:`plan_recompute` answers.
-
-    Attributes:
-        model: The model's name.
-        runtime: The runtime profile's name.
-        memory_bytes: Device memory.
-        reserve_bytes: Memory kept free.
-        limit_bytes: ``memory_bytes - reserve_bytes``, what every stage may use.
-        plan: The plan of settings the runtime executes (every priced
-            setting with ``unrestricted``, then the same as ``unrestricted``'s
-            search restricted to the runtime).
-        unrestricted: With ``unrestricted=True``, the plan over every priced
-            setting, whether or not the trainer runs it; else ``None``.
-        provenance: Runtime, census, attention, hardware and the candidates searched.
-    """
-
-    model: str
-    runtime: str
-    memory_bytes: int
-    reserve_bytes: int
-    limit_bytes: int
-    plan: PlanResult
-    unrestricted: PlanResult | None
-    provenance: Mapping[str, Any]
-
-    @property
-    def fits(self) -> bool:
-        """Whether the runtime's plan fits every stage."""
-        return self.plan.fits
-
-    @property
-    def recompute(self) -> RecomputeSpec:
-        """The runtime's plan as a :class:`~hp_core.specs.RecomputeSpec`."""
-        return self.plan.recompute
-
-    @property
-    def stages(self) -> tuple[StagePlan, ...]:
-        """The runtime's plan, per stage."""
-        return self.plan.stages
-
-
-def _runs(indices: Sequence[int], settings: Sequence[Setting]) -> tuple[tuple[int, int, Setting], ...]:
-    """Maximal runs of consecutive body layers with one setting, ``(first, last, setting)`` inclusive."""
-    runs: list[tuple[int, int, Setting]] = []
-    for index, setting in zip(indices, settings):
-        if runs and runs[-1][1] == index - 1 and runs[-1][2] == setting:
-            runs[-1] = (runs[-1][0], index, setting)
-        else:
-            runs.append((index, index, setting))
-    return tuple(runs)
-
-
-def _gib(value: int) -> str:
-    return f"{value / 2**30:.2f} GiB"
-
-
-def _reason(solution: StageSolution, fastest: bool, in_flight: int) -> str:
-    """One sentence on why the stage's plan is what it is."""
-    estimate = solution.estimate
-    point = estimate.binding_point
-    peak, limit = estimate.peak_bytes, solution.limit_bytes
-    if not solution.fits:
-        if point == "last_backward":
-            return (f"the last backward alone needs {_gib(peak)} (whole gradients held until their one reduction), "
-                    f"{_gib(peak - limit)} over the limit; no recompute changes it")
-        return (f"even recomputing the most, {point} peaks at {_gib(peak)} with {in_flight} micro-batches in flight, "
-                f"{_gib(peak - limit)} over the limit")
-    if fastest:
-        return f"nothing needs recomputing: {point} peaks at {_gib(peak)}, {_gib(limit - peak)} under the limit"
-    return (f"{point} binds: {in_flight} micro-batches in flight keep {_gib(estimate.memory.activations_bytes)} of "
-            f"activations; every faster plan peaks above the limit ({_gib(limit - peak)} left)")
-
-
-def plan_run(
-    run: PreparedRun,
-    hardware: HardwareSpec,
-    *,
-    reserve_bytes: int = 0,
-    unrestricted: bool = False,
-    offload: Iterable[float] = (),
-) -> RecomputePlan:
-    """Per stage, the fastest recompute settings of a prepared run whose every peak point fits the device.
-
-    Settings are priced and placed from the run's layers (the census's
-    activations included), and the plan's estimate and step time are
-    computed on the same run, so the time a plan reports is the time the
-    planner ranked it by (module docstring).
-
-    Args:
-        run: The prepared run (:func:`hp_core.engine.prepare.prepare`).
-        hardware: The device: its memory bounds the plan, its rates price it.
-        reserve_bytes: Memory to keep free on every device.
-        unrestricted: Also plan over every priced setting, whether or not the
-            trainer executes it (both plans are reported).
-        offload: Offload shares (0 to 1) a setting may add (none by default);
-            they need the device's host link bandwidth.
-
-    Raises:
-        ConfigError: A runtime without a timing profile, a reserve not below
-            the device memory, or offload asked of a device that states no
-            host link bandwidth.
-    """
-    rt = run.runtime
-    if rt.timing is None:
-        raise ConfigError("$.runtime", f"runtime {rt.name!r} states no timing profile, so plans cannot be ranked by step time; "
-                          "use a runtime that states one (see 'hp plugins')")
-    if not 0 <= reserve_bytes < hardware.memory_bytes:
-        raise ConfigError("$.reserve_bytes", f"the reserve ({reserve_bytes} bytes) must be at least 0 and below the device memory ({hardware.memory_bytes} bytes)")
-    offload = tuple(offload)
-    if any(not 0 < share <= 1 for share in offload):
-        raise ConfigError("$.offload", f"offload shares must lie in (0, 1], got {list(offload)}")
-    if offload and hardware.host_link_bandwidth_bytes_per_second is None:
-        raise ConfigError("$.hardware.host_link_bandwidth_bytes_per_second",
-                          f"{hardware.name} does not state host_link_bandwidth_bytes_per_second, which offload needs")
-    model, parallel = run.model, run.parallel
-    kinds, costs, context, body_groups = run.kinds, run.costs, run.context, run.layers.body_groups
-    pricer = layer_pricer(parallel, hardware=hardware, timing=rt.timing, precision=run.precision, attention=run.attention)
-    profiles: dict[int, SwitchProfile] = {
-        i: switch_profile(kinds[i], costs[i], model.layers[i].config, context, pricer, implicit=rt.implicit_recompute)
-        for i in body_groups
-    }
-
-    candidates = {(i, restricted): candidate_settings(kinds[i], rt, unrestricted=not restricted, offload=offload)
-                  for i in body_groups for restricted in ((True, False) if unrestricted else (True,))}
-
-    def options(i: int, restricted: bool) -> tuple[LayerOption, ...]:
-        found = []
-        for setting in candidates[i, restricted]:
-            priced: SettingCost = profiles[i].price(setting)
-            # What PlacedLayer.make gives for the setting (tests/core/test_recompute_profile.py), from the profile.
-            placed = PlacedLayer(kinds[i].name, costs[i], priced.full, priced.recomputed, setting.describe(),
-                                 priced.kept_bytes, priced.warmup_working_bytes)
-            found.append(LayerOption(setting, placed, priced.micro_batch_seconds))
-        # Only the front can be chosen (module docstring); every stage of the group shares it.
-        return pareto_front(found)
-
-    def fixed(where: str) -> list[PlacedLayer]:
-        return [PlacedLayer.make(kinds[i].name, costs[i], False, frozenset(), "none") for i in run.placed_groups(where)]
-
-    limit = hardware.memory_bytes - reserve_bytes
-    body_group, bounds = run.body_group, run.chunk_bounds
-
-    def solve(restricted: bool) -> PlanResult:
-        table = {i: options(i, restricted) for i in body_groups}
-        settings: list[Setting] = [Setting()] * run.body_count
-        solutions: list[tuple[StageSolution, bool, int]] = []
-        for stage in range(parallel.pp):
-            mine = run.stage_chunks(stage)
-            chunks: list[list[PlacedLayer | VariableLayer]] = []
-            for c in mine:
-                lo, hi = bounds[c]
-                chunk: list[PlacedLayer | VariableLayer] = [VariableLayer(j, body_group[j], table[body_group[j]])
-                                                            for j in range(lo, hi)]
-                if c == 0:
-                    chunk = fixed("first") + chunk
-                if c == parallel.chunks - 1:
-                    chunk = chunk + fixed("last")
-                chunks.append(chunk)
-            body = [range(*bounds[c]) for c in mine]
-            solution = solve_stage(stage, chunks, body, run.stage_inputs, limit)
-            layers = [layer for chunk in chunks for layer in chunk if isinstance(layer, VariableLayer)]
-            for layer, choice in zip(layers, solution.choices):
-                settings[layer.index] = choice.setting
-            solutions.append((solution, solution.unconstrained, solution.estimate.micro_batches_in_flight))
-        spec = compact(settings)
-        result = estimate_run(run, spec, hardware)
-        time = time_run(run, hardware, spec)
-        stages = []
-        for (solution, fastest, in_flight), stage_estimate, stage_time in zip(solutions, result.stages, time.stages):
-            layers = stage_estimate.layers
-            chosen = tuple(settings[j] for j in layers)
-            stages.append(StagePlan(
-                index=stage_estimate.index, layers=layers, settings=chosen, ranges=_runs(layers, chosen),
-                fits=solution.fits, peak_bytes=stage_estimate.peak_bytes, limit_bytes=limit,
-                shortfall_bytes=solution.shortfall_bytes, binding_point=stage_estimate.binding_point,
-                reason=_reason(solution, fastest, in_flight), micro_batch_seconds=stage_time.micro_batch_seconds,
-                search_nodes=solution.nodes, estimate=stage_estimate,
-            ))
-        return PlanResult(
-            restricted=restricted, fits=all(s.fits for s in stages), recompute=spec, stages=tuple(stages),
-            step_seconds=time.step_seconds, peak_bytes=result.peak_bytes, estimate=result, time=time,
-        )
-
-    executed = solve(restricted=True)
-    free = solve(restricted=False) if unrestricted else None
-    provenance = {
-        "runtime": rt.name,
-        "census": run.layers.census.name,
-        "attention": run.attention,
-        "hardware": hardware.name,
-        "candidates": {kinds[i].name: len(candidates[i, True]) for i in body_groups},
-        "offload": list(offload),
-    }
-    return RecomputePlan(
-        model=model.name, runtime=rt.name, memory_bytes=hardware.memory_bytes, reserve_bytes=reserve_bytes,
-        limit_bytes=limit, plan=executed, unrestricted=free, provenance=provenance,
-    )
-
-
-# ----------------------------------------------------------------------------- reports
-
-
-def describe_ranges(ranges: Iterable[tuple[int, int, Setting]], default: Setting | None = None) -> str:
-    """Ranges as one line: ``0-15 none, 16 ffAct, 17-18 ffAct+normOp``; a default first when given."""
-    parts = [f"{first}-{last}" if last > first else f"{first}" for first, last, _ in ranges]
-    text = ", ".join(f"{where} {setting.describe()}" for where, (_, _, setting) in zip(parts, ranges))
-    if default is None:
-        return text
-    return f"default {default.describe()}" + (f"; {text}" if text else "")
-
-
-def _result_to_json(result: PlanResult) -> dict[str, Any]:
-    from hp_core.recompute.layout import range_key, setting_value
-
-    return {
-        "restricted": result.restricted,
-        "fits": result.fits,
-        "step_seconds": result.step_seconds,
-        "peak_bytes": result.peak_bytes,
-        "recompute": {
-            "default": setting_value(result.recompute.default),
-            "layers": {range_key(first, last): setting_value(setting) for first, last, setting in result.recompute.layers},
-        },
-        "stages": [
-            {
-                "index": stage.index,
-                "layers": list(stage.layers),
-                "ranges": [{"first": first, "last": last, "setting": setting_value(setting)} for first, last, setting in stage.ranges],
-                "fits": stage.fits,
-                "peak_bytes": stage.peak_bytes,
-                "limit_bytes": stage.limit_bytes,
-                "shortfall_bytes": stage.shortfall_bytes,
-                "binding_point": stage.binding_point,
-                "reason": stage.reason,
-                "micro_batches_in_flight": stage.estimate.micro_batches_in_flight,
-                "micro_batch_seconds": stage.micro_batch_seconds,
-                "search_nodes": stage.search_nodes,
-            }
-            for stage in result.stages
-        ],
-    }
-
-
-def recompute_plan_to_json(plan: RecomputePlan) -> dict[str, Any]:
-    """The stable JSON document of a plan: byte quantities end in ``_bytes``, times in ``_seconds``.
-
-    The ``recompute`` mappings read back as a config file's ``recompute`` section (docs/config.md).
-    """
-    return {
-        "model": plan.model,
-        "runtime": plan.runtime,
-        "memory_bytes": plan.memory_bytes,
-        "reserve_bytes": plan.reserve_bytes,
-        "limit_bytes": plan.limit_bytes,
-        "fits": plan.fits,
-        "plan": _result_to_json(plan.plan),
-        "unrestricted": _result_to_json(plan.unrestricted) if plan.unrestricted is not None else None,
-        "provenance": dict(plan.provenance),
-    }

@@ -1,0 +1,1 @@
+"""Presentation: what the engine computes, written out as JSON, CSV, tables and plots."""
