@@ -17,7 +17,7 @@ import platform
 import time
 
 from hp_core.api import build_registry, model_from_preset
-from hp_core.search import search
+from hp_core.engine.search import search
 
 CASES = {"llama": ("llama3-70b", 256), "deepseek": ("deepseek-v3", 2048)}
 

@@ -13,7 +13,8 @@ from hp_core.cli import main
 from hp_core.errors import ConfigError
 from hp_core.specs import RecomputeSpec, Setting
 from hp_core.api import step_time
-from hp_core.search import R_BATCH, R_FULL, R_LAYERS, R_SLOWER, R_STATIC, balanced_layers, search, zero_levels
+from hp_core.engine.search import balanced_layers, search, zero_levels
+from hp_core.engine.search.layouts import R_BATCH, R_FULL, R_LAYERS, R_SLOWER, R_STATIC
 
 REGISTRY = build_registry()
 MODEL = model_from_preset("llama3-8b", REGISTRY).with_body_layers(4, REGISTRY.kinds_placed("body"))
@@ -151,7 +152,8 @@ def test_the_first_phase_bounds_are_below_the_estimates_they_bound(name, layers,
     # (at most the step time with nothing recomputed), the heaviest stage's static memory (equal to
     # estimate's) and the first stage's static memory plus what it keeps and works with fully recomputed
     # (at most that stage's peak with every body layer fully recomputed).
-    from hp_core.search import Layout, _Bounder, _Job, _time_bound
+    from hp_core.engine.search.bounds import _Bounder, _time_bound
+    from hp_core.engine.search.layouts import Layout, _Job
 
     model = model_from_preset(name, REGISTRY).with_body_layers(layers, REGISTRY.kinds_placed("body"))
     b200 = REGISTRY.hardware_preset("b200").spec
@@ -206,7 +208,8 @@ def test_a_micro_batch_size_past_one_the_working_set_rejects_is_still_tried():
 def test_the_static_bound_holds_whole_gradients_where_the_runtime_defers_their_reduction():
     # HyperParallel reduces gradients once, after the last backward: from ZeRO 2 plan_stage's
     # last_backward point holds them whole, and the static bound is that point's static memory.
-    from hp_core.search import Layout, _Bounder, _Job
+    from hp_core.engine.search.bounds import _Bounder
+    from hp_core.engine.search.layouts import Layout, _Job
 
     assert REGISTRY.runtime("hyperparallel").deferred_grad_reduction
     job = _Job(MODEL, REGISTRY, H100, "hyperparallel", None, "formulas", 0, 2048, 16)

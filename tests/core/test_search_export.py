@@ -1,4 +1,4 @@
-"""``hp search --csv`` and ``--plot`` (hp_core.search_export): the rows read back, atomic writes, one-line errors."""
+"""``hp search --csv`` and ``--plot`` (hp_core.io.search_output): the rows read back, atomic writes, one-line errors."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from cli_run import run
 from hp_core.api import build_registry, model_from_preset
 from hp_core.errors import ConfigError
-from hp_core.search import search, search_to_json
-from hp_core.search_export import CSV_COLUMNS, check_plot, plot_search, search_rows, write_search_csv
+from hp_core.engine.search import search
+from hp_core.io.search_output import CSV_COLUMNS, check_plot, plot_search, search_rows, search_to_json, write_search_csv
 
 REGISTRY = build_registry(use_env=False)
 # Three layers over two stages: an uneven split (2, 1) and two stage peaks per row.
@@ -92,7 +92,7 @@ def test_the_csv_replaces_the_file_whole_or_not_at_all(result, tmp_path, monkeyp
         raise RuntimeError("disk on fire")
 
     before = path.read_bytes()
-    monkeypatch.setattr("hp_core.search_export.search_rows", broken)
+    monkeypatch.setattr("hp_core.io.search_output.search_rows", broken)
     with pytest.raises(RuntimeError, match="disk on fire"):
         write_search_csv(result, path)
     assert path.read_bytes() == before
@@ -141,7 +141,7 @@ def test_cli_bad_csv_path_is_one_line_and_exit_2(capsys, tmp_path):
 )
 def test_cli_plot_errors_are_one_line_before_searching(capsys, monkeypatch, tmp_path, argv, message):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the 'plots' extra were not installed
-    monkeypatch.setattr("hp_core.search.search", lambda *a, **k: pytest.fail("searched before refusing the plot"))
+    monkeypatch.setattr("hp_core.engine.search.search", lambda *a, **k: pytest.fail("searched before refusing the plot"))
     monkeypatch.chdir(tmp_path)
     status, out, err = run(capsys, *CLI, *argv)
     assert status == 2

@@ -55,7 +55,7 @@ GROUPS = _groups()
 
 
 def _key(case: dict, row: dict) -> tuple[int, ...]:
-    """The run's :attr:`hp_core.search.Layout.key`: ``(dp, cp, tp, pp, vpp, ep, etp, mbs, zero)``."""
+    """The run's :attr:`hp_core.engine.search.Layout.key`: ``(dp, cp, tp, pp, vpp, ep, etp, mbs, zero)``."""
     parallel = megatron_layout(case, row)
     config = case["training_config"]
     assert parallel.sp == (parallel.tp > 1), "the search runs sequence parallelism exactly when tp > 1"

@@ -1,8 +1,10 @@
-"""``hp search --csv`` and ``--plot``: a search's top K as a CSV table and as a PNG.
+"""A layout search written out: its stable JSON document, ``hp search --csv`` and ``--plot``.
 
+:func:`search_to_json` is the JSON document of a
+:class:`~hp_core.engine.search.SearchResult` (docs/json.md).
 :func:`write_search_csv` writes one row per ranked candidate (columns:
 :data:`CSV_COLUMNS`, described in docs/search.md), with the values of
-:func:`hp_core.search.search_to_json`: bytes in ``_bytes``, times in
+:func:`search_to_json`: bytes in ``_bytes``, times in
 ``_seconds``, lists and plans as JSON inside a cell. :func:`plot_search`
 draws each candidate's step time against its peak memory, labelled with its
 rank, with the spread of its stages' peaks and the device's memory, for
@@ -18,11 +20,12 @@ import json
 import os
 from typing import Any, Iterator
 
+from hp_core.engine.recompute.layout import range_key, setting_value
+from hp_core.engine.search import Candidate, SearchResult
 from hp_core.files import atomic_write, check_png, pyplot
-from hp_core.search import Candidate, SearchResult, search_to_json
 from hp_core.specs import Setting
 
-__all__ = ["CSV_COLUMNS", "check_plot", "plot_search", "search_rows", "write_search_csv"]
+__all__ = ["CSV_COLUMNS", "check_plot", "plot_search", "search_rows", "search_to_json", "write_search_csv"]
 
 # One row per ranked candidate, in this order (docs/search.md, "CSV and plot").
 CSV_COLUMNS = (
@@ -33,6 +36,43 @@ CSV_COLUMNS = (
 _GIB = 2**30
 # The plot numbers every point by rank and lists this many layouts beside it.
 _LISTED = 30
+
+
+def search_to_json(result: SearchResult) -> dict[str, Any]:
+    """The stable JSON document of a search: bytes in ``_bytes``, times in ``_seconds``."""
+    return {
+        "model": result.model,
+        "runtime": result.runtime,
+        "hardware": result.hardware,
+        "devices": result.devices,
+        "global_batch_size": result.global_batch_size,
+        "seq_len": result.seq_len,
+        "considered": result.considered,
+        "planned": result.planned,
+        "fitting": result.fitting,
+        "rejected": dict(result.rejected),
+        "top": [
+            {
+                "rank": rank,
+                "layout": {
+                    "dp": c.layout.dp, "cp": c.layout.cp, "tp": c.layout.tp, "pp": c.layout.pp, "vpp": c.layout.vpp,
+                    "ep": c.layout.ep, "etp": c.layout.etp, "sp": c.layout.tp > 1, "zero": c.layout.zero,
+                    "micro_batch_size": c.layout.micro_batch_size, "schedule": c.layout.schedule,
+                    "layers_per_stage": list(c.layout.layers_per_stage) if c.layout.layers_per_stage else None,
+                },
+                "step_seconds": c.step_seconds,
+                "mfu": c.mfu,
+                "peak_bytes": c.peak_bytes,
+                "stage_peaks_bytes": list(c.stage_peaks_bytes),
+                "recompute": {
+                    "default": setting_value(c.recompute.default),
+                    "layers": {range_key(first, last): setting_value(s) for first, last, s in c.recompute.layers},
+                },
+                "plan": c.plan_summary,
+            }
+            for rank, c in enumerate(result.top, 1)
+        ],
+    }
 
 
 def search_rows(result: SearchResult) -> Iterator[dict[str, Any]]:

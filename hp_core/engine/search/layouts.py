@@ -1,0 +1,193 @@
+"""What the layout search searches and answers: layouts, candidates, results, and why a candidate is rejected.
+
+A :class:`Layout` is one candidate (degrees, micro-batch size, ZeRO level,
+schedule); a :class:`Candidate` is a layout that fits, with its recompute
+plan; a :class:`SearchResult` is :func:`~hp_core.engine.search.search`'s
+answer. Every candidate not ranked is counted under one of :data:`REASONS`.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import attrs
+
+from hp_core.errors import ConfigError
+from hp_core.registry import Registry
+from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec
+from hp_core.types import Runtime
+
+# Why a candidate was not ranked; ``search`` counts every candidate under one.
+R_LAYERS = "pp*vpp does not divide over the body layers"
+R_EXPERTS = "ep does not divide the routed experts"
+R_MODEL = "tp/cp/ep do not divide the model's heads, experts or widths"
+R_SEQUENCE = "cp or tp (sequence parallel) does not divide the sequence"
+R_BATCH = "global batch does not divide into micro-batches of the layout"
+R_STATIC = "static memory alone exceeds the device"
+R_FULL = "does not fit even fully recomputed"
+R_PLAN = "does not fit with the runtime's least-memory plan"
+R_SLOWER = "cannot enter the top K: slower with nothing recomputed than the K-th plan"
+REASONS = (R_LAYERS, R_EXPERTS, R_MODEL, R_SEQUENCE, R_BATCH, R_STATIC, R_FULL, R_PLAN, R_SLOWER)
+
+# The names ``fixed`` accepts.
+FIXABLE = ("dp", "cp", "tp", "pp", "vpp", "ep", "etp", "zero", "micro_batch_size")
+
+
+def zero_levels(runtime: Runtime) -> tuple[int, ...]:
+    """The ZeRO levels searched for *runtime*: those its trainer runs (``Runtime.zero_levels``) and its default."""
+    return tuple(sorted(set(runtime.zero_levels) | {runtime.zero}))
+
+
+def balanced_layers(body_layers: int, chunks: int) -> tuple[int, ...] | None:
+    """Body layers per chunk when *chunks* does not divide them: one more on the middle chunks; ``None`` when it does.
+
+    The first and last chunks, which also hold the embedding and the output
+    head, take an extra layer only when the middle ones cannot absorb them all.
+    """
+    base, extra = divmod(body_layers, chunks)
+    if extra == 0:
+        return None
+    counts = [base] * chunks
+    middle = sorted(range(1, chunks - 1), key=lambda c: (abs(2 * c - (chunks - 1)), c))
+    for c in (middle + [0, chunks - 1])[:extra]:
+        counts[c] += 1
+    return tuple(counts)
+
+
+@attrs.frozen(order=False)
+class Layout:
+    """One searched layout: degrees, micro-batch size, ZeRO level and schedule.
+
+    Attributes:
+        dp: Data-parallel degree.
+        cp: Context-parallel degree.
+        tp: Tensor-parallel degree (sequence parallel when above 1).
+        pp: Pipeline stages.
+        vpp: Chunks per stage (interleaved 1F1B when above 1).
+        ep: Expert-parallel degree.
+        etp: Expert tensor-parallel degree.
+        zero: Sharding level over DP*CP.
+        micro_batch_size: Sequences per micro-batch.
+        layers_per_stage: Body layers per chunk when ``pp * vpp`` does not
+            divide them (:func:`balanced_layers`); ``None``: an even split.
+    """
+
+    dp: int
+    cp: int
+    tp: int
+    pp: int
+    vpp: int
+    ep: int
+    etp: int
+    zero: int
+    micro_batch_size: int
+    layers_per_stage: tuple[int, ...] | None = None
+
+    @property
+    def key(self) -> tuple[int, ...]:
+        """The deterministic tie-break: ``(dp, cp, tp, pp, vpp, ep, etp, mbs, zero)``."""
+        return (self.dp, self.cp, self.tp, self.pp, self.vpp, self.ep, self.etp, self.micro_batch_size, self.zero)
+
+    @property
+    def schedule(self) -> str:
+        return "1f1b" if self.vpp == 1 else "interleaved_1f1b"
+
+    def describe(self) -> str:
+        """``dp8 tp8 pp4 mbs1 zero1`` (degrees of 1 left out, sp implied by tp)."""
+        parts = [f"{name}{value}" for name, value in (("dp", self.dp), ("cp", self.cp), ("tp", self.tp), ("pp", self.pp),
+                                                        ("vpp", self.vpp), ("ep", self.ep), ("etp", self.etp))
+                 if value > 1 or name == "dp"]
+        return " ".join(parts + [f"mbs{self.micro_batch_size}", f"zero{self.zero}"])
+
+    def parallel(self, seq_len: int, global_batch_size: int) -> ParallelSpec:
+        """The layout as a :class:`~hp_core.specs.ParallelSpec`."""
+        return ParallelSpec(
+            dp=self.dp, cp=self.cp, tp=self.tp, pp=self.pp, vpp=self.vpp, ep=self.ep, etp=self.etp, sp=self.tp > 1,
+            zero=self.zero, micro_batch_size=self.micro_batch_size, global_batch_size=global_batch_size,
+            seq_len=seq_len, schedule=self.schedule, layers_per_stage=self.layers_per_stage,
+        )
+
+
+@attrs.frozen
+class Candidate:
+    """A layout that fits, with its plan.
+
+    Attributes:
+        layout: The layout.
+        step_seconds: The step time under the plan.
+        mfu: Model FLOPs utilisation under the plan.
+        peak_bytes: The highest stage peak under the plan.
+        stage_peaks_bytes: Every stage's peak under the plan.
+        recompute: The plan (a default setting and ranges of exceptions).
+        plan_summary: The plan in one line (``default none; 0-3 full``).
+    """
+
+    layout: Layout
+    step_seconds: float
+    mfu: float
+    peak_bytes: int
+    stage_peaks_bytes: tuple[int, ...]
+    recompute: RecomputeSpec
+    plan_summary: str
+
+
+@attrs.frozen
+class SearchResult:
+    """What :func:`~hp_core.engine.search.search` answers.
+
+    Attributes:
+        model: The model's name.
+        runtime: The runtime profile's name.
+        hardware: The device's name.
+        devices: The device count.
+        global_batch_size: Sequences per step.
+        seq_len: Tokens per sequence.
+        considered: Candidates enumerated (layout, micro-batch size, ZeRO level).
+        planned: Candidates the recompute planner ran on.
+        fitting: Candidates planned whose plan fits.
+        top: The fastest fitting candidates, fastest first (ties by layout key).
+        rejected: Candidates not ranked, by reason (:data:`REASONS`; only those with a count).
+    """
+
+    model: str
+    runtime: str
+    hardware: str
+    devices: int
+    global_batch_size: int
+    seq_len: int
+    considered: int
+    planned: int
+    fitting: int
+    top: tuple[Candidate, ...]
+    rejected: Mapping[str, int]
+
+    @property
+    def best(self) -> Candidate | None:
+        """The fastest fitting candidate, ``None`` when nothing fits."""
+        return self.top[0] if self.top else None
+
+
+@attrs.frozen
+class _Job:
+    """What a worker needs to bound or plan one candidate."""
+
+    model: ModelSpec
+    registry: Registry
+    hardware: HardwareSpec
+    runtime: str
+    precision: PrecisionSpec | None
+    census: str
+    reserve_bytes: int
+    seq_len: int
+    global_batch_size: int
+
+
+def _reason_of(error: ConfigError) -> str:
+    path = error.path
+    if path in ("$.parallel.cp", "$.parallel.sp"):
+        return R_SEQUENCE
+    if path == "$.parallel.global_batch_size":
+        return R_BATCH
+    if path in ("$.parallel.pp", "$.parallel.layers_per_stage"):
+        return R_LAYERS
+    return R_MODEL
