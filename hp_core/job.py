@@ -96,7 +96,7 @@ def step_time_job(job: Job, registry: Registry, parallel: ParallelSpec | None = 
     Raises:
         ConfigError: The job states no hardware, or the step cannot be priced (one line, with the field path).
     """
-    from hp_core.timing import time_run
+    from hp_core.engine.timing import time_run
 
     run = run if run is not None else prepare_job(job, registry, parallel)
     return time_run(run, job.hardware, job.recompute)

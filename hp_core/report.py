@@ -179,7 +179,7 @@ def time_to_json(step) -> dict[str, Any]:
     """The ``"time"`` object of ``hp estimate --json``: durations in ``*_seconds``.
 
     Args:
-        step: A :class:`hp_core.timing.StepTime`.
+        step: A :class:`hp_core.engine.timing.StepTime`.
     """
     return {
         "step_seconds": step.step_seconds,

@@ -4,7 +4,7 @@ A :class:`TimingProfile` turns the FLOPs and bytes a step moves into seconds.
 Every figure is a :class:`Sourced` value: the number and where it comes from
 (a paper, a vendor or third-party benchmark, a trainer's source file, or a
 measurement -- said so when it was derived from the very runs it is checked
-against). Nothing in :mod:`hp_core.timing` is a hidden constant: what is not
+against). Nothing in :mod:`hp_core.engine.timing` is a hidden constant: what is not
 here is a formula with its citation.
 
 The profile has three parts:
@@ -239,7 +239,7 @@ class GemmTable:
 class DeviceEfficiency:
     """Achieved fractions of one device architecture's peaks, under one trainer's kernels.
 
-    Time of an op class is ``work / (peak * fraction)``; see :mod:`hp_core.timing`.
+    Time of an op class is ``work / (peak * fraction)``; see :mod:`hp_core.engine.timing`.
 
     Attributes:
         architecture: The :attr:`HardwareSpec.architecture

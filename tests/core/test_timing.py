@@ -1,4 +1,4 @@
-"""Step time: hand-derived numbers for each part of the model (hp_core/timing.py).
+"""Step time: hand-derived numbers for each part of the model (hp_core/engine/timing/).
 
 A toy layer kind with stated FLOPs and parameters, a toy device (peak 1e15
 FLOP/s, 1e12 B/s memory, 100e9 B/s links, 10 us latency) and a toy timing
@@ -21,7 +21,7 @@ from hp_core.markers import hookimpl
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
 from hp_core.api import step_time
-from hp_core.timing import collective_seconds, compute_dtype, pipeline_seconds
+from hp_core.engine.timing import collective_seconds, compute_dtype, pipeline_seconds
 from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, LayerKind, ParamCount, Runtime
 from hp_plugins.dense import DenseConfig
 from hp_plugins.timing_profiles import GENERIC, MEGATRON_LM_2022, MEGATRON_TE, PROFILES
@@ -466,14 +466,15 @@ def test_docs_list_every_built_in_figure_with_its_source():
 
 
 def _toy_rates(device=TOY_DEVICE, passes=0):
-    from hp_core.timing import _rates
+    from hp_core.engine.timing.rates import _rates
 
     profile = attrs.evolve(TOY_PROFILE, devices=(device,), moe_permute_passes=_figure(passes))
     return _rates(ParallelSpec(dp=1, seq_len=1024, micro_batch_size=1), TOY_DEVICE_SPEC, profile, PrecisionSpec(), "flash")
 
 
 def test_mla_attention_takes_its_own_figures_where_the_device_states_them():
-    from hp_core.timing import _layer_time, _Shape
+    from hp_core.engine.timing.layer import _layer_time
+    from hp_core.engine.timing.shape import _Shape
     from hp_core.types import Flops, LayerCost
 
     cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0, forward=Flops(attention_flops=ATTENTION))
@@ -483,17 +484,18 @@ def test_mla_attention_takes_its_own_figures_where_the_device_states_them():
     )
     executed = ATTENTION * 0.5  # flash_causal_fraction
     general = _layer_time(cost, _Shape(attention_calls=1, mla=True), False, frozenset(), _toy_rates())
-    assert general[0] == pytest.approx(executed / (PEAK * 0.25))  # no MLA figure stated: the general one
+    assert general.forward_seconds == pytest.approx(executed / (PEAK * 0.25))  # no MLA figure stated: the general one
     own = _layer_time(cost, _Shape(attention_calls=1, mla=True), False, frozenset(), _toy_rates(mla_device))
-    assert own[0] == pytest.approx(1e-3 + executed / (PEAK * 0.2))
-    assert own[1] == pytest.approx(2e-3 + 2.5 * executed / (PEAK * 0.1))
+    assert own.forward_seconds == pytest.approx(1e-3 + executed / (PEAK * 0.2))
+    assert own.backward_seconds == pytest.approx(2e-3 + 2.5 * executed / (PEAK * 0.1))
     plain = _layer_time(cost, _Shape(attention_calls=1), False, frozenset(), _toy_rates(mla_device))
-    assert plain[0] == pytest.approx(general[0])  # equal head dims keep the general figures
+    assert plain.forward_seconds == pytest.approx(general.forward_seconds)  # equal head dims keep the general figures
     assert "mla_attention_forward" not in TOY_DEVICE.figures() and "mla_attention_forward" in mla_device.figures()
 
 
 def test_moe_permutation_traffic_reads_and_writes_the_layers_own_tokens_at_the_ends():
-    from hp_core.timing import _layer_time, _Shape
+    from hp_core.engine.timing.layer import _layer_time
+    from hp_core.engine.timing.shape import _Shape
     from hp_core.types import LayerCost
 
     cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0)
@@ -501,24 +503,27 @@ def test_moe_permutation_traffic_reads_and_writes_the_layers_own_tokens_at_the_e
     memory = MEMORY_BW * 0.5
     # Four passes: permute (read 1, write 6), sort (6 + 6), unsort (6 + 6), unpermute (6 + 1) = 38 MB.
     four = _layer_time(cost, shape, False, frozenset(), _toy_rates(passes=4))
-    assert four[0] == pytest.approx(38e6 / memory) and four[1] == pytest.approx(four[0])
+    assert four.forward_seconds == pytest.approx(38e6 / memory) and four.backward_seconds == pytest.approx(four.forward_seconds)
     # Two passes: a gather (1 + 6) and a scatter (6 + 1) = 14 MB.
-    assert _layer_time(cost, shape, False, frozenset(), _toy_rates(passes=2))[0] == pytest.approx(14e6 / memory)
+    assert _layer_time(cost, shape, False, frozenset(), _toy_rates(passes=2)).forward_seconds == pytest.approx(14e6 / memory)
     measured = attrs.evolve(TOY_DEVICE, moe_permute_bandwidth=_figure(0.25), moe_permute_overhead_seconds=_figure(1e-4))
     timed = _layer_time(cost, shape, False, frozenset(), _toy_rates(measured, passes=4))
-    assert timed[0] == pytest.approx(1e-4 + 38e6 / (MEMORY_BW * 0.25))
+    assert timed.forward_seconds == pytest.approx(1e-4 + 38e6 / (MEMORY_BW * 0.25))
 
 
 def test_moe_router_kernels_scale_with_routed_tokens_times_experts():
     from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS
-    from hp_core.timing import _layer_time, _Shape
+    from hp_core.engine.timing.layer import _layer_time
+    from hp_core.engine.timing.shape import _Shape
     from hp_core.types import LayerCost
 
     cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0)
     shape = _Shape(router_elements=2 * ROUTER_REFERENCE_ELEMENTS)
-    assert _layer_time(cost, shape, False, frozenset(), _toy_rates())[:2] == (0.0, 0.0)  # no figure: not priced
+    unpriced = _layer_time(cost, shape, False, frozenset(), _toy_rates())
+    assert (unpriced.forward_seconds, unpriced.backward_seconds) == (0.0, 0.0)  # no figure: not priced
     measured = attrs.evolve(TOY_DEVICE, moe_router_forward_seconds=_figure(3e-4), moe_router_backward_seconds=_figure(5e-5))
-    forward, backward = _layer_time(cost, shape, False, frozenset(), _toy_rates(measured))[:2]
+    layer = _layer_time(cost, shape, False, frozenset(), _toy_rates(measured))
+    forward, backward = layer.forward_seconds, layer.backward_seconds
     assert forward == pytest.approx(6e-4) and backward == pytest.approx(1e-4)
 
 
@@ -550,7 +555,8 @@ def test_gemm_table_takes_the_nearest_measured_shape_within_its_tolerance():
 
 
 def test_gemm_table_prices_each_pass_of_a_measured_shape_and_the_rest_at_the_single_figure():
-    from hp_core.timing import _layer_time, _Shape
+    from hp_core.engine.timing.layer import _layer_time
+    from hp_core.engine.timing.shape import _Shape
     from hp_core.types import LayerCost
 
     measured = 2 * 1000 * 2000 * 4000  # 16 GFLOP in the table
@@ -558,28 +564,31 @@ def test_gemm_table_prices_each_pass_of_a_measured_shape_and_the_rest_at_the_sin
     cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0, forward=Flops(matmul_flops=measured + other))
     shape = _Shape(gemms=((1000, 2000, 4000), (1000, 100, 4000)))  # the second lacks its backward passes: unpriced
     device = attrs.evolve(TOY_DEVICE, gemm_table=_table())
-    forward, backward = _layer_time(cost, shape, False, frozenset(), _toy_rates(device))[:2]
+    layer = _layer_time(cost, shape, False, frozenset(), _toy_rates(device))
+    forward, backward = layer.forward_seconds, layer.backward_seconds
     rest = other  # priced at matmul 0.5, backward twice that
     assert forward == pytest.approx((measured / 0.4 + rest / 0.5) / PEAK)
     # Backward: the input-gradient and weight-gradient GEMMs at their own efficiencies.
     assert backward == pytest.approx((measured / 0.2 + measured / 0.1 + 2 * rest / 0.5) / PEAK)
     # No table: everything at matmul, as before.
-    plain = _layer_time(cost, shape, False, frozenset(), _toy_rates())[:2]
-    assert plain == pytest.approx(((measured + other) / 0.5 / PEAK, 2 * (measured + other) / 0.5 / PEAK))
+    plain = _layer_time(cost, shape, False, frozenset(), _toy_rates())
+    assert (plain.forward_seconds, plain.backward_seconds) == pytest.approx(((measured + other) / 0.5 / PEAK, 2 * (measured + other) / 0.5 / PEAK))
     # Shapes claiming more FLOPs than the layer counts are not its GEMMs: the table is not used.
     small = attrs.evolve(cost, forward=Flops(matmul_flops=1e9))
-    assert _layer_time(small, shape, False, frozenset(), _toy_rates(device))[0] == pytest.approx(1e9 / 0.5 / PEAK)
+    assert _layer_time(small, shape, False, frozenset(), _toy_rates(device)).forward_seconds == pytest.approx(1e9 / 0.5 / PEAK)
 
 
 def test_gemm_table_prices_measured_grouped_gemms_and_fits_the_rest():
-    from hp_core.timing import _layer_time, _Shape
+    from hp_core.engine.timing.layer import _layer_time
+    from hp_core.engine.timing.shape import _Shape
     from hp_core.types import LayerCost
 
     one = 2 * 8 * 500 * 2000 * 4000  # the measured grouped GEMM over its 8 experts
     cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0, forward=Flops(matmul_flops=2 * one))
     shape = _Shape(grouped_flops=2 * one, expert_rows=500, expert_gemms=((8, 500, 2000, 4000), (8, 500, 4000, 2000)))
     device = attrs.evolve(TOY_DEVICE, gemm_table=_table())
-    forward, backward = _layer_time(cost, shape, False, frozenset(), _toy_rates(device))[:2]
+    layer = _layer_time(cost, shape, False, frozenset(), _toy_rates(device))
+    forward, backward = layer.forward_seconds, layer.backward_seconds
     fitted = 0.5 * 500 / (500 + 100)  # grouped_matmul * rows / (rows + half_rows) for the unmeasured one
     assert forward == pytest.approx((one / 0.5 + one / fitted) / PEAK)
     assert backward == pytest.approx((one / 0.25 + one / 0.125 + 2 * one / fitted) / PEAK)
@@ -646,7 +655,10 @@ def test_sustained_slowdown_multiplies_every_gpu_time_but_not_host_link_copies(t
     assert slowed.model_flops == base.model_flops
 
     # Offload: the host-link copy is not slowed, only the layer time it hides behind.
-    from hp_core.timing import _layer_time, _rates, _shape, offload_seconds
+    from hp_core.engine.timing import offload_seconds
+    from hp_core.engine.timing.layer import _layer_time
+    from hp_core.engine.timing.rates import _rates
+    from hp_core.engine.timing.shape import _shape
 
     cost = _evaluate_toy(ToyConfig(), None)
     fast_rates = _rates(ParallelSpec(seq_len=16), TOY_DEVICE_SPEC, TOY_PROFILE, PrecisionSpec(), "flash")
@@ -654,10 +666,12 @@ def test_sustained_slowdown_multiplies_every_gpu_time_but_not_host_link_copies(t
     shape = _shape(ToyConfig(), toy_registry.layer_kind("toy", "$"), None, cost)
     fast = _layer_time(cost, shape, False, frozenset(), fast_rates)
     slowed_layer = _layer_time(cost, shape, False, frozenset(), slow_rates)
-    assert slowed_layer[:4] == pytest.approx(tuple(1.5 * t for t in fast[:4]))
-    assert slowed_layer[4:] == fast[4:]  # FLOPs do not change
-    moved = 3 * fast[0] * 1e9  # a copy three forwards long at 1 GB/s
-    assert offload_seconds(moved, 1e9, slowed_layer[0], slowed_layer[1]) == pytest.approx(3 * fast[0] - 1.5 * fast[0])
+    times = ("forward_seconds", "backward_seconds", "recompute_seconds", "communication_seconds")
+    assert tuple(getattr(slowed_layer, n) for n in times) == pytest.approx(tuple(1.5 * getattr(fast, n) for n in times))
+    assert (slowed_layer.flops, slowed_layer.recomputed_flops) == (fast.flops, fast.recomputed_flops)  # FLOPs do not change
+    moved = 3 * fast.forward_seconds * 1e9  # a copy three forwards long at 1 GB/s
+    assert offload_seconds(moved, 1e9, slowed_layer.forward_seconds, slowed_layer.backward_seconds) == pytest.approx(
+        3 * fast.forward_seconds - 1.5 * fast.forward_seconds)
 
 
 def test_sustained_slowdown_slows_tp_pp_and_dp_communication_alike(registry, llama8b):

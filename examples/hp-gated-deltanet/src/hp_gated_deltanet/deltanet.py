@@ -99,7 +99,7 @@ Known limitations: context parallelism is refused (Megatron-Core's
 ``GatedDeltaNet`` has none: "TODO: support CP"); transformers' own path
 (``use_qk_l2norm_in_kernel=True``, an unfused ``F.silu`` without causal-conv1d)
 keeps somewhat different tensors; the decay's ``-exp(A_log)`` and parameter-sized
-temporaries are left out; the step-time model (``hp_core.timing``) reads
+temporaries are left out; the step-time model (``hp_core.engine.timing``) reads
 attention fields by their Hugging Face names and so prices no tensor-parallel
 collectives for these layers.
 """

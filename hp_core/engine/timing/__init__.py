@@ -1,0 +1,147 @@
+"""Step time: compute, communication, pipeline bubble and optimizer step (DESIGN section 8).
+
+:func:`time_run` (behind :func:`hp_core.api.step_time`) prices one training
+step of one prepared layout on one device type, as the runtime's
+:class:`~hp_core.specs.timing.TimingProfile` says its trainer runs. It
+reuses the layer kinds' per-op FLOPs (``LayerCost.forward``) and evaluates
+each layer group once; a stage then sums precomputed per-layer times, so a
+layout search can ask it many times.
+
+The model, with its sources (figures come from the profile, each sourced there):
+
+* **Compute** per layer and micro-batch. Dense matmuls take
+  ``flops / (peak * matmul)``; their backward ``matmul_backward_factor`` (2)
+  times that (Narayanan et al. 2021, Section 5.1). Where the device states a
+  measured :class:`~hp_core.specs.timing.GemmTable`, each GEMM whose shape it
+  holds (a recorded weight over the micro-batch's tokens, a router's gating
+  GEMM, the routed experts' grouped GEMMs) takes the efficiency measured for
+  its forward, input-gradient and weight-gradient passes instead, the backward
+  being the two gradient GEMMs (:func:`.layer._matmul_seconds`). Grouped (expert) GEMMs --
+  the routed experts' FLOPs over the tokens a rank's experts process -- run at
+  ``grouped_matmul * rows / (rows + grouped_half_rows)`` with ``rows`` the
+  tokens per local expert (a roofline: reading an expert's weights costs
+  ``half_rows`` rows of FLOPs). The fused attention core executes
+  ``flash_causal_fraction`` (1/2) of its FLOPs under the causal mask (Dao
+  2023, Section 3.1.1) and takes ``overhead + flops / (peak * efficiency)``
+  per kernel call, its backward ``attention_backward_factor`` (2.5) times the
+  forward FLOPs (Dao 2023, Section 4.1); a core whose query/key head dim
+  exceeds its value head dim (MLA) takes the device's ``mla_attention_*``
+  figures where stated, and MLA's query/key assembly (rotary part, query and
+  key concatenation, contiguous value: Megatron-Core
+  ``MLASelfAttention.get_query_key_value_tensors``) moves its bytes through
+  HBM each way. Eager attention computes the whole
+  score matrix with batched GEMMs (masking after ``QK^T``) at the matmul
+  efficiency. Elementwise ops are memory-bound: ``flops *
+  elementwise_accesses_per_flop * activation_bytes / (HBM bandwidth * memory
+  efficiency)``, their backward ``elementwise_backward_factor`` times that;
+  an MoE layer also makes ``moe_permute_passes`` passes over its dispatched
+  tokens each way (read and write; the first reads and the last writes the
+  layer's own tokens), at the device's ``moe_permute_bandwidth`` plus
+  ``moe_permute_overhead_seconds`` where stated, and its router's kernels
+  besides the gating GEMM take the device's ``moe_router_*_seconds`` (measured
+  at 4096 tokens x 160 experts) scaled by its routed tokens times experts.
+* **Recompute**: full recompute re-runs the layer's forward, its
+  communication included (Korthikanti et al. 2022, Section 5). A selective
+  setting re-runs what its switches drop: any attention-core switch re-runs
+  the attention core forward (Megatron-LM checkpoints ``core_attention`` as a
+  unit), plus rewriting the dropped score-sized tensors; ``attUp`` re-runs the
+  MLA up-projections (``2 * kv_lora_rank`` FLOPs per rebuilt element);
+  ``gather`` re-runs the SP all-gathers in backward; other switches rewrite
+  what they drop (a read and a write of its bytes).
+* **Offload** (``Setting.offload``): the offloaded bytes go to the host over
+  the device's host link during the layer's forward and come back during its
+  backward; what the layer's own forward, respectively backward with
+  recompute, does not hide is exposed and counted as communication
+  (:func:`offload_seconds`; Rhu et al. 2016, "vDNN", Section 3).
+* **Communication** per collective (Thakur, Rabenseifner and Gropp 2005;
+  NCCL's ``busbw`` convention, nccl-tests ``doc/PERFORMANCE.md``), over ``n``
+  ranks, ``S`` bytes, bus bandwidth ``B`` (link bandwidth times the profile's
+  bus efficiency) and per-step latency ``a``: ring all-reduce
+  ``2 (n-1)/n S/B + 2 (n-1) a``; tree all-reduce ``2 (n-1)/n S/B + 2 log2(n) a``;
+  all-gather, reduce-scatter and all-to-all ``(n-1)/n S/B + (n-1) a``;
+  point-to-point ``S/B + a``; each collective call (not a send) also costs
+  the device's fixed ``collective_overhead_seconds`` (launch and
+  synchronisation, fitted by SimuMax on B200). A group is intra-node when the ranks it spans
+  (Megatron-Core's rank order tp, cp, ep, dp, pp) fit in one node, else it
+  runs at the inter-node bandwidth. Per layer: TP with SP runs an all-gather
+  and a reduce-scatter per block (attention, MLP) forward and backward, plus
+  the backward re-gathers when ``gather`` is recomputed; TP without SP an
+  all-reduce per block each way (Shoeybi et al. 2019, Section 3;
+  Korthikanti et al. 2022, Section 4.2.2). As the layout's ``cp_kind`` says,
+  CP ring attention passes K/V
+  around the ring ``cp - 1`` times forward and K/V and their gradients
+  backward (Liu et al. 2023); CP all-to-all (Jacobs et al. 2023, Ulysses)
+  exchanges q, k, v and the output each way. EP dispatches and combines the
+  routed tokens (an all-to-all each) each way. PP sends each micro-batch's
+  activation forward and its gradient back per chunk boundary. Each class is
+  exposed by ``1 - overlap``.
+* **Pipeline**: with per-micro-batch stage times ``t_s``, ``m`` micro-batches
+  and ``v`` chunks per stage, ``T = m max(t_s) + (sum(t_s) - max(t_s)) / v``:
+  for equal stages, ``(m + (p - 1)/v) t``, the bubble fraction
+  ``(p - 1)/m`` of 1F1B and ``(p - 1)/(v m)`` of interleaved 1F1B (Narayanan
+  et al. 2021, Section 2.2).
+* **Data parallelism and the optimizer** after the last backward: gradients
+  reduce-scattered (ZeRO >= 1; all-reduced at ZeRO-0) over the DP*CP group
+  (the expert DP group for routed experts) and parameters all-gathered back
+  (Rajbhandari et al. 2020); under ZeRO-3 parameters are gathered forward and
+  backward and gradients reduce-scattered every micro-batch. The optimizer
+  step is memory-bound: Adam reads and writes the master parameters and both
+  moments and reads the gradient (Kingma and Ba 2015), the master copy is
+  cast to the model parameters, gradient clipping passes over the gradient
+  ``optimizer_grad_passes`` times (all over the rank's shard), and the
+  whole local gradient buffer is accessed ``grad_buffer_passes`` times
+  (zeroing, a NaN check) plus ``grad_scale_passes`` times where there is more
+  than one data-parallel replica (scaling by ``1/(DP*CP)``, the routed
+  experts' buffer included: Megatron-Core ``distributed_data_parallel.py``). The step is the
+  pipeline plus the slowest stage's DP communication and optimizer step.
+* **A whole run** against its kernels measured alone: where the profile's
+  device entry states ``sustained_slowdown``, every GPU time above (compute,
+  recompute, communication, pipeline sends, the DP reduction and the optimizer
+  step; not offload's host-link copies) is multiplied by it. The figures
+  above are kernel and NCCL microbenchmarks; a training run adds clock and
+  cache effects, launch gaps and host work between kernels. The
+  ``megatron-te`` Blackwell figure is fitted to measured Megatron-LM step
+  times on B200 (``hp_plugins/timing_profiles.py``).
+
+Known limitations: routing is balanced (no straggler expert); kernels other
+than those above (rotary embedding, router top-k, loss) are priced by their
+counted elementwise FLOPs; GEMMs of shapes no table holds run at the one
+``matmul`` efficiency; host overheads (Python, launch gaps, logging) are
+priced only as part of a device's ``sustained_slowdown``, one factor for all
+layouts; gradient reduction of a tied embedding between the first and
+last stage is not priced; communication shapes are read from the layer
+configs' Hugging Face field names (``hidden_size``, ``num_attention_heads``,
+``num_key_value_heads``, ``head_dim``, MLA and MoE fields), so a third-party
+kind without them is priced without TP/CP/EP traffic.
+
+The package, by responsibility (this package re-exports the public names):
+
+* :mod:`.results`: :class:`StepTime` and :class:`StageTime`, what a step time returns.
+* :mod:`.collectives`: :func:`collective_seconds` and :func:`pipeline_seconds`.
+* :mod:`.shape`: what a layer's communication and GEMMs need, read from its config.
+* :mod:`.rates`: the per-call constants (dtype, peak, efficiencies, links).
+* :mod:`.layer`: one layer's time per micro-batch (:class:`LayerPricer`, :func:`offload_seconds`).
+* :mod:`.step`: :func:`time_run`, the stages, the pipeline, data parallelism and the optimizer step.
+"""
+
+from hp_core.engine.timing.collectives import collective_seconds, pipeline_seconds
+from hp_core.engine.timing.layer import ATTENTION_CORE_SWITCHES, LayerPricer, LayerSeconds, layer_pricer, offload_seconds
+from hp_core.engine.timing.rates import compute_dtype
+from hp_core.engine.timing.results import StageTime, StepTime
+from hp_core.engine.timing.shape import SOFTMAX_OPS_PER_SCORE
+from hp_core.engine.timing.step import time_run
+
+__all__ = [
+    "ATTENTION_CORE_SWITCHES",
+    "LayerPricer",
+    "LayerSeconds",
+    "SOFTMAX_OPS_PER_SCORE",
+    "StageTime",
+    "StepTime",
+    "collective_seconds",
+    "compute_dtype",
+    "layer_pricer",
+    "offload_seconds",
+    "pipeline_seconds",
+    "time_run",
+]

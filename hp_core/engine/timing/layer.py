@@ -1,0 +1,330 @@
+"""One layer's time per micro-batch: compute, recompute, exposed communication and offload.
+
+:func:`_layer_time` prices one layer under one recompute setting as the
+model in :mod:`hp_core.engine.timing` says, returning a :class:`_LayerTime`;
+:class:`LayerPricer` (built by :func:`layer_pricer`) prices single layers for
+the recompute planner with the same rates, offload included.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from hp_core.engine.timing.collectives import collective_seconds
+from hp_core.engine.timing.rates import _Rates, _rates
+from hp_core.engine.timing.shape import _Shape, _shape
+from hp_core.errors import ConfigError
+from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
+from hp_core.specs.timing import TimingProfile
+from hp_core.types import LayerContext, LayerCost, LayerKind
+
+__all__ = ["ATTENTION_CORE_SWITCHES", "LayerPricer", "LayerSeconds", "layer_pricer", "offload_seconds"]
+
+# The switches of the attention core: recomputing any re-runs the core (Megatron-LM
+# checkpoints CoreAttention as a unit; Korthikanti et al. 2022, Section 4.2).
+ATTENTION_CORE_SWITCHES = frozenset({"attBMM", "headCast", "dropout", "softmax"})
+
+
+@attrs.frozen
+class _LayerTime:
+    """One layer's per-micro-batch times and FLOPs on one rank under one recompute setting (:func:`_layer_time`).
+
+    The four times are multiplied by the device's ``sustained_slowdown``;
+    the FLOPs are not.
+
+    Attributes:
+        forward_seconds: Forward compute.
+        backward_seconds: Backward compute, recompute excluded.
+        recompute_seconds: Recomputed forward compute.
+        communication_seconds: Exposed TP/CP/EP communication, a recomputed
+            forward's and a re-gather's included (:func:`time_run
+            <hp_core.engine.timing.step.time_run>` adds offload's exposed copies).
+        flops: Model FLOPs, forward and backward of the matmuls and the
+            attention core as the layer counts them; no recompute.
+        recomputed_flops: The FLOPs its recompute re-runs.
+    """
+
+    forward_seconds: float
+    backward_seconds: float
+    recompute_seconds: float
+    communication_seconds: float
+    flops: float
+    recomputed_flops: float
+
+
+def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozenset[str], r: _Rates) -> _LayerTime:
+    """One layer's per-micro-batch time under its recompute setting (:mod:`hp_core.engine.timing`)."""
+    f = cost.forward
+    # Compute.
+    grouped = min(shape.grouped_flops, f.matmul_flops)
+    mm_fwd, mm_bwd = _matmul_seconds(f.matmul_flops - grouped, grouped, shape, r)
+    if f.attention_flops and r.flash:
+        calls = shape.attention_calls * (r.cp if r.cp_algorithm == "p2p" else 1)
+        executed = f.attention_flops * r.causal
+        if shape.mla:  # q/k head dim wider than v's: measured apart (MLA)
+            fwd_eff, bwd_eff, fwd_fixed, bwd_fixed = r.mla_attn_fwd, r.mla_attn_bwd, r.mla_attn_fwd_overhead, r.mla_attn_bwd_overhead
+        else:
+            fwd_eff, bwd_eff, fwd_fixed, bwd_fixed = r.attn_fwd, r.attn_bwd, r.attn_fwd_overhead, r.attn_bwd_overhead
+        att_fwd = executed / (r.peak * fwd_eff) + calls * fwd_fixed
+        att_bwd = r.attn_backward * executed / (r.peak * bwd_eff) + calls * bwd_fixed
+    else:
+        # Eager: batched GEMMs over the whole score matrix; masking happens after QK^T.
+        att_fwd = f.attention_flops / (r.peak * r.matmul)
+        att_bwd = r.mm_backward * att_fwd
+    elementwise = f.elementwise_flops - (min(shape.score_flops, f.elementwise_flops) if r.flash else 0.0)
+    el_fwd = elementwise * r.el_bytes_per_flop / r.memory
+    mla_copy = shape.mla_copy_bytes / r.memory
+    permute = 0.0
+    if shape.permute_bytes and r.permute_passes:
+        # Each pass reads and writes the dispatched tokens, except that the first
+        # (permute) reads and the last (unpermute) writes the layer's own tokens.
+        traffic = r.permute_passes * 2 * shape.permute_bytes + min(r.permute_passes, 2) * (shape.permute_input_bytes - shape.permute_bytes)
+        permute = traffic / r.permute_memory + r.permute_overhead
+    router_fwd = shape.router_elements * r.router_fwd
+    forward = mm_fwd + att_fwd + el_fwd + permute + mla_copy + router_fwd
+    backward = mm_bwd + att_bwd + r.el_backward * el_fwd + permute + mla_copy + shape.router_elements * r.router_bwd
+    if shape.table_elements:
+        # A lookup table's backward writes a dense gradient of the rank's shard and reads it
+        # into the gradient buffer (PyTorch embedding_dense_backward, then main_grad +=).
+        backward += shape.table_elements * 2 * (r.act_bytes + r.grad_bytes) / r.memory
+
+    # Communication, exposed.
+    tp_fwd = tp_bwd = 0.0
+    if r.tp > 1 and (shape.blocks or shape.vocab):
+        bw, lat, fixed = r.links.tp
+        if r.sp:
+            ag = collective_seconds("all_gather", shape.tp_bytes, r.tp, bw, lat, overhead=fixed)
+            rs = collective_seconds("reduce_scatter", shape.tp_bytes, r.tp, bw, lat, overhead=fixed)
+            tp_fwd = shape.blocks * (ag + rs)
+            tp_bwd = shape.blocks * (ag + rs)
+            if shape.vocab == "embedding":  # reduce-scatter forward, all-gather backward
+                tp_fwd += rs
+                tp_bwd += ag
+            elif shape.vocab == "head":  # all-gather forward, reduce-scatter backward
+                tp_fwd += ag
+                tp_bwd += rs
+            regather = shape.blocks * ag if "gather" in recomputed and not full else 0.0
+        else:
+            ar = collective_seconds("all_reduce", shape.tp_bytes, r.tp, bw, lat, r.algorithm, fixed)
+            tp_fwd = (shape.blocks + (shape.vocab == "embedding")) * ar
+            tp_bwd = (shape.blocks + (shape.vocab == "head")) * ar
+            regather = 0.0
+        tp_fwd *= r.expose_tp
+        tp_bwd = (tp_bwd + regather) * r.expose_tp
+    cp_fwd = cp_bwd = 0.0
+    if r.cp > 1 and shape.attention_calls:
+        if r.cp_algorithm == "p2p":
+            bw, lat, _ = r.links.cp
+            step = collective_seconds("p2p", shape.kv_bytes, 2, bw, lat)
+            cp_fwd = (r.cp - 1) * step * r.expose_cp
+            cp_bwd = (r.cp - 1) * collective_seconds("p2p", 2 * shape.kv_bytes, 2, bw, lat) * r.expose_cp
+        else:
+            bw, lat, fixed = r.links.cp_a2a
+            # All-to-all is on the critical path of attention: never overlapped.
+            cp_fwd = cp_bwd = collective_seconds("all_to_all", shape.qkvo_bytes, r.cp, bw, lat, overhead=fixed)
+    ep_fwd = ep_bwd = 0.0
+    if r.ep > 1 and shape.ep_bytes:
+        bw, lat, fixed = r.links.ep
+        ep_fwd = ep_bwd = 2 * collective_seconds("all_to_all", shape.ep_bytes, r.ep, bw, lat, overhead=fixed) * r.expose_ep
+    comm_fwd = tp_fwd + cp_fwd + ep_fwd
+    comm = comm_fwd + tp_bwd + cp_bwd + ep_bwd
+
+    # Recompute.
+    model_flops = (1 + r.mm_backward) * f.matmul_flops + (1 + r.attn_backward) * f.attention_flops
+    if full:
+        recompute = forward
+        comm += comm_fwd
+        recomputed_flops = f.matmul_flops + f.attention_flops
+    else:
+        recompute = 0.0
+        recomputed_flops = 0.0
+        dropped: dict[str, int] = {}
+        for term in cost.activations:
+            if term.switch is not None and term.switch in recomputed:
+                dropped[term.switch] = dropped.get(term.switch, 0) + term.bytes
+        core = sum(dropped.get(s, 0) for s in ATTENTION_CORE_SWITCHES)
+        if recomputed & ATTENTION_CORE_SWITCHES and f.attention_flops:
+            recompute += att_fwd + 2 * core / r.memory
+            recomputed_flops += f.attention_flops
+        for switch, nbytes in dropped.items():
+            if switch in ATTENTION_CORE_SWITCHES or switch == "gather":
+                continue
+            if switch == "attUp" and shape.latent_rank:
+                flops = 2 * shape.latent_rank * nbytes / r.act_bytes
+                recompute += flops / (r.peak * r.matmul) + mla_copy
+                recomputed_flops += flops
+            else:
+                recompute += 2 * nbytes / r.memory
+    k = r.slowdown  # a whole run's time over its kernels' measured alone (DeviceEfficiency.sustained_slowdown)
+    return _LayerTime(
+        forward_seconds=k * forward, backward_seconds=k * backward, recompute_seconds=k * recompute,
+        communication_seconds=k * comm, flops=model_flops, recomputed_flops=recomputed_flops,
+    )
+
+
+def _matmul_seconds(dense: float, grouped: float, shape: _Shape, r: _Rates) -> tuple[float, float]:
+    """Forward and backward seconds of a layer's dense and grouped GEMMs (:mod:`hp_core.engine.timing`).
+
+    Without a measured table every dense GEMM runs at ``matmul`` and the
+    grouped ones at the fitted ``grouped * rows / (rows + half_rows)``; the
+    backward is ``matmul_backward_factor`` times the forward. A GEMM whose
+    shape the device's :class:`~hp_core.specs.timing.GemmTable` holds takes the
+    efficiency measured for each of its three passes, its backward being the
+    input-gradient and weight-gradient GEMMs (scaled by
+    ``matmul_backward_factor / 2``). Dense FLOPs the known shapes do not
+    account for (a weight shape shared by two layers, a kind recording none)
+    run at ``matmul``; if the known shapes claim more FLOPs than the layer
+    counts, their token counts are not the layer's and the table is not used.
+    """
+    table = r.gemm_table
+    fwd = bwd = 0.0  # FLOPs over efficiency
+    rest = dense
+    if table is not None and shape.gemms:
+        listed, covered, f_eff, b_eff = table.price(shape.gemms)
+        if listed <= dense * (1 + 1e-9):
+            rest -= covered
+            fwd += f_eff
+            bwd += r.mm_backward / 2 * b_eff
+    fwd += rest / r.matmul
+    bwd += r.mm_backward * rest / r.matmul
+    if grouped:
+        rows = shape.expert_rows
+        fitted = r.grouped * rows / (rows + r.half_rows)
+        left = grouped
+        if table is not None and shape.expert_gemms:
+            listed, covered, f_eff, b_eff = table.price(shape.expert_gemms, grouped=True)
+            scale = grouped / listed  # the layer's count of the routed FLOPs rules
+            left -= covered * scale
+            fwd += f_eff * scale
+            bwd += r.mm_backward / 2 * b_eff * scale
+        fwd += left / fitted
+        bwd += r.mm_backward * left / fitted
+    return fwd / r.peak, bwd / r.peak
+
+
+@attrs.frozen
+class LayerSeconds:
+    """One layer's time per micro-batch under one recompute setting (:func:`layer_pricer`).
+
+    Attributes:
+        forward_seconds: Forward compute.
+        backward_seconds: Backward compute, recompute excluded.
+        recompute_seconds: Recomputed forward compute.
+        communication_seconds: Exposed TP/CP/EP communication, a recomputed
+            forward's and a re-gather's included.
+        offload_seconds: The exposed part of moving offloaded bytes to the
+            host and back (:func:`offload_seconds`).
+    """
+
+    forward_seconds: float
+    backward_seconds: float
+    recompute_seconds: float
+    communication_seconds: float
+    offload_seconds: float = 0.0
+
+    @property
+    def micro_batch_seconds(self) -> float:
+        """The layer's whole time per micro-batch: the five parts added."""
+        return (self.forward_seconds + self.backward_seconds + self.recompute_seconds
+                + self.communication_seconds + self.offload_seconds)
+
+    @property
+    def backward_with_recompute_seconds(self) -> float:
+        """Backward compute plus what it recomputes."""
+        return self.backward_seconds + self.recompute_seconds
+
+
+def offload_seconds(moved_bytes: float, host_link_bandwidth: float, forward_seconds: float, backward_seconds: float) -> float:
+    """The exposed time of offloading *moved_bytes* of one layer's kept activations.
+
+    The copy to the host runs on a copy engine while the forward computes,
+    and the copy back is prefetched while the backward computes (Rhu et al.
+    2016, "vDNN", Section 3; Megatron-Core ``cpu_offload.py`` overlaps both
+    on a side stream). Each direction takes ``moved / host_link_bandwidth``
+    and hides behind the layer's own forward, respectively its backward with
+    recompute; what does not fit in that window is exposed:
+    ``max(0, moved/B - forward) + max(0, moved/B - backward)``.
+    """
+    if moved_bytes <= 0:
+        return 0.0
+    copy = moved_bytes / host_link_bandwidth
+    return max(0.0, copy - forward_seconds) + max(0.0, copy - backward_seconds)
+
+
+@attrs.frozen
+class LayerPricer:
+    """Prices single layers of one run under recompute settings, as :func:`~hp_core.engine.timing.step.time_run` prices them.
+
+    Build with :func:`layer_pricer`. Time is priced per setting, not added
+    up over switches: the attention-core switches are rebuilt by one
+    re-run of the core, so their times do not add up.
+
+    Attributes:
+        hardware_name: The device's name (for error messages).
+        host_link_bandwidth_bytes_per_second: The device's host link, ``None`` when unstated.
+    """
+
+    hardware_name: str
+    host_link_bandwidth_bytes_per_second: float | None
+    _rates: _Rates = attrs.field(repr=False, alias="rates")
+
+    def price(
+        self,
+        cost: LayerCost,
+        config: Any,
+        kind: LayerKind,
+        context: LayerContext,
+        *,
+        full: bool,
+        recomputed: frozenset[str],
+        offloaded_bytes: int = 0,
+    ) -> LayerSeconds:
+        """One layer's time per micro-batch, recomputing fully or the switches *recomputed*.
+
+        Args:
+            offloaded_bytes: Bytes it moves to the host and back (``0``: no offload).
+
+        Raises:
+            ConfigError: Offload asked of a device that states no host link bandwidth.
+        """
+        return self.layer(cost, config, kind, context)(full, recomputed, offloaded_bytes)
+
+    def layer(self, cost: LayerCost, config: Any, kind: LayerKind, context: LayerContext) -> Any:
+        """:meth:`price` for one layer, its shapes read once: ``seconds(full, recomputed, offloaded_bytes)``."""
+        shape = _shape(config, kind, context, cost)
+
+        def seconds(full: bool, recomputed: frozenset[str], offloaded_bytes: int = 0) -> LayerSeconds:
+            return self._seconds(cost, shape, full, recomputed, offloaded_bytes)
+
+        return seconds
+
+    def _seconds(self, cost: LayerCost, shape: _Shape, full: bool, recomputed: frozenset[str], offloaded_bytes: int) -> LayerSeconds:
+        t = _layer_time(cost, shape, full, recomputed, self._rates)
+        forward, backward, recompute, comm = t.forward_seconds, t.backward_seconds, t.recompute_seconds, t.communication_seconds
+        moved = 0.0
+        if offloaded_bytes:
+            if self.host_link_bandwidth_bytes_per_second is None:
+                raise ConfigError(
+                    "$.hardware.host_link_bandwidth_bytes_per_second",
+                    f"{self.hardware_name} does not state host_link_bandwidth_bytes_per_second, which offload needs",
+                )
+            moved = offload_seconds(offloaded_bytes, self.host_link_bandwidth_bytes_per_second, forward, backward + recompute)
+        return LayerSeconds(forward, backward, recompute, comm, moved)
+
+
+def layer_pricer(
+    parallel: ParallelSpec,
+    *,
+    hardware: HardwareSpec,
+    timing: TimingProfile,
+    precision: PrecisionSpec,
+    attention: str,
+) -> LayerPricer:
+    """A :class:`LayerPricer` for one layout on one device, with the rates :func:`~hp_core.engine.timing.step.time_run` uses.
+
+    Raises:
+        ConfigError: A hardware field the timing model needs is unstated.
+    """
+    return LayerPricer(hardware.name, hardware.host_link_bandwidth_bytes_per_second, rates=_rates(parallel, hardware, timing, precision, attention))

@@ -1,0 +1,186 @@
+"""The per-call constants every layer's time is priced with: dtype, peak, efficiencies and links.
+
+:func:`_rates` resolves, once per layout and device, the figures of the
+runtime's :class:`~hp_core.specs.timing.TimingProfile` (each sourced there)
+and the device's :class:`~hp_core.specs.HardwareSpec`; :func:`_links` places
+each parallel group intra- or inter-node (Megatron-Core's rank order tp, cp,
+ep, dp, pp).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from hp_core.errors import ConfigError
+from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
+from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS, DeviceEfficiency, GemmTable, TimingProfile
+
+__all__ = ["compute_dtype"]
+
+_DTYPES = {2: ("bf16", "fp16"), 4: ("fp32", "tf32"), 1: ("fp8",)}
+
+
+def compute_dtype(precision: PrecisionSpec, hardware: HardwareSpec) -> str:
+    """The name of the compute dtype in ``hardware.peak_flops`` (``bf16`` before ``fp16`` for 2 bytes).
+
+    Raises:
+        ConfigError: The hardware states no peak for the activations' width.
+    """
+    names = _DTYPES.get(precision.activation_bytes, ())
+    for name in names:
+        if name in hardware.peak_flops:
+            return name
+    raise ConfigError(
+        "$.hardware.peak_flops",
+        f"{hardware.name} states no peak FLOP/s for {precision.activation_bytes}-byte activations "
+        f"(one of {list(names) or ['?']}); it has {sorted(hardware.peak_flops) or 'none'}",
+    )
+
+
+def _require(hardware: HardwareSpec, field: str, why: str) -> float:
+    value = getattr(hardware, field)
+    if value is None:
+        raise ConfigError(f"$.hardware.{field}", f"{hardware.name} does not state {field}, which {why} needs")
+    return value
+
+
+@attrs.frozen
+class _Links:
+    """Per group: (bus bandwidth, latency per step, fixed time per call), resolved once per call."""
+
+    tp: tuple[float, float, float]
+    cp: tuple[float, float, float]
+    cp_a2a: tuple[float, float, float]
+    ep: tuple[float, float, float]
+    dp: tuple[float, float, float]
+    pp: tuple[float, float, float]
+
+
+def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency) -> _Links:
+    """Bus bandwidth and latency of each group (Megatron-Core rank order tp, cp, ep, dp, pp)."""
+    node = hardware.devices_per_node
+
+    fixed = dev.collective_overhead_seconds.value
+
+    def level(span: int, group: int, a2a: bool = False) -> tuple[float, float, float]:
+        if group <= 1:
+            return (1.0, 0.0, 0.0)  # no traffic: any positive bandwidth
+        if node is None:
+            raise ConfigError("$.hardware.devices_per_node", f"{hardware.name} does not state devices_per_node, which placing a group of {group} ranks needs")
+        if span <= node:
+            bw = _require(hardware, "intra_node_bandwidth_bytes_per_second", "intra-node communication")
+            eff = dev.all_to_all_bus.value if a2a else dev.intra_node_bus.value
+            return (bw * eff, _require(hardware, "intra_node_latency_seconds", "intra-node communication"), fixed)
+        bw = _require(hardware, "inter_node_bandwidth_bytes_per_second", "inter-node communication")
+        return (bw * dev.inter_node_bus.value, _require(hardware, "inter_node_latency_seconds", "inter-node communication"), fixed)
+
+    p = parallel
+    dense_dp = p.dp * p.cp
+    pp_level = (1.0, 0.0, 0.0)
+    if p.pp > 1:
+        stride = p.tp * p.cp * p.dp
+        if node is None:
+            raise ConfigError("$.hardware.devices_per_node", f"{hardware.name} does not state devices_per_node, which pipeline sends need")
+        if stride < node:
+            pp_level = (_require(hardware, "intra_node_bandwidth_bytes_per_second", "pipeline sends") * dev.intra_node_bus.value,
+                        _require(hardware, "intra_node_latency_seconds", "pipeline sends"), 0.0)
+        else:
+            pp_level = (_require(hardware, "inter_node_bandwidth_bytes_per_second", "pipeline sends") * dev.inter_node_bus.value,
+                        _require(hardware, "inter_node_latency_seconds", "pipeline sends"), 0.0)
+    return _Links(
+        tp=level(p.tp, p.tp),
+        cp=level(p.tp * p.cp, p.cp),
+        cp_a2a=level(p.tp * p.cp, p.cp, a2a=True),
+        ep=level(p.ep * p.etp, p.ep, a2a=True),
+        dp=level(p.tp * dense_dp, max(dense_dp, p.expert_dp)),
+        pp=pp_level,
+    )
+
+
+@attrs.frozen
+class _Rates:
+    """The per-call constants every layer's time is priced with."""
+
+    dtype: str
+    peak: float
+    matmul: float
+    gemm_table: GemmTable | None
+    grouped: float
+    half_rows: float
+    attn_fwd: float
+    attn_bwd: float
+    attn_fwd_overhead: float
+    attn_bwd_overhead: float
+    mla_attn_fwd: float
+    mla_attn_bwd: float
+    mla_attn_fwd_overhead: float
+    mla_attn_bwd_overhead: float
+    memory: float
+    permute_memory: float
+    permute_overhead: float
+    router_fwd: float
+    router_bwd: float
+    flash: bool
+    causal: float
+    attn_backward: float
+    mm_backward: float
+    el_bytes_per_flop: float
+    el_backward: float
+    permute_passes: float
+    act_bytes: int
+    grad_bytes: int
+    cp: int
+    cp_algorithm: str
+    tp: int
+    sp: bool
+    ep: int
+    algorithm: str
+    links: _Links
+    expose_tp: float
+    expose_cp: float
+    expose_ep: float
+    slowdown: float
+
+
+def _rates(
+    parallel: ParallelSpec, hardware: HardwareSpec, timing: TimingProfile, precision: PrecisionSpec, attention: str
+) -> _Rates:
+    """The per-call constants of one layout on one device, as *timing* says its trainer runs (:mod:`hp_core.engine.timing`)."""
+    dtype = compute_dtype(precision, hardware)
+    peak = hardware.peak_flops[dtype]
+    bandwidth = _require(hardware, "memory_bandwidth_bytes_per_second", "pricing memory-bound kernels and the optimizer step")
+    dev = timing.device(hardware.architecture)
+    links = _links(hardware, parallel, dev)
+    ov = timing.overlap
+    cp_algorithm = parallel.cp_kind  # the layout states it (``--cp-kind``)
+    memory = bandwidth * dev.memory_bandwidth.value
+
+    def _or(figure: Any, fallback: float) -> float:
+        return fallback if figure is None else figure.value
+
+    return _Rates(
+        dtype=dtype, peak=peak, matmul=dev.matmul.value,
+        gemm_table=dev.gemm_table if dev.gemm_table is not None and dev.gemm_table.dtype == dtype else None,
+        grouped=dev.grouped_matmul.value, half_rows=dev.grouped_half_rows.value,
+        attn_fwd=dev.attention_forward.value, attn_bwd=dev.attention_backward.value,
+        attn_fwd_overhead=dev.attention_forward_overhead_seconds.value,
+        attn_bwd_overhead=dev.attention_backward_overhead_seconds.value,
+        mla_attn_fwd=_or(dev.mla_attention_forward, dev.attention_forward.value),
+        mla_attn_bwd=_or(dev.mla_attention_backward, dev.attention_backward.value),
+        mla_attn_fwd_overhead=_or(dev.mla_attention_forward_overhead_seconds, dev.attention_forward_overhead_seconds.value),
+        mla_attn_bwd_overhead=_or(dev.mla_attention_backward_overhead_seconds, dev.attention_backward_overhead_seconds.value),
+        memory=memory, permute_memory=bandwidth * _or(dev.moe_permute_bandwidth, dev.memory_bandwidth.value),
+        permute_overhead=_or(dev.moe_permute_overhead_seconds, 0.0),
+        router_fwd=_or(dev.moe_router_forward_seconds, 0.0) / ROUTER_REFERENCE_ELEMENTS,
+        router_bwd=_or(dev.moe_router_backward_seconds, 0.0) / ROUTER_REFERENCE_ELEMENTS, flash=attention == "flash", causal=timing.flash_causal_fraction.value,
+        attn_backward=timing.attention_backward_factor.value, mm_backward=timing.matmul_backward_factor.value,
+        el_bytes_per_flop=timing.elementwise_accesses_per_flop.value * precision.activation_bytes,
+        el_backward=timing.elementwise_backward_factor.value, permute_passes=timing.moe_permute_passes.value,
+        act_bytes=precision.activation_bytes, grad_bytes=precision.grad_bytes, cp=parallel.cp, cp_algorithm=cp_algorithm, tp=parallel.tp,
+        sp=parallel.sp, ep=parallel.ep, algorithm=timing.all_reduce_algorithm, links=links,
+        expose_tp=1 - ov.tensor_parallel.value, expose_cp=1 - ov.context_parallel.value,
+        expose_ep=1 - ov.expert_parallel.value,
+        slowdown=_or(dev.sustained_slowdown, 1.0),
+    )

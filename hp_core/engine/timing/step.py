@@ -1,0 +1,242 @@
+"""The step: :func:`time_run` prices one training step of a prepared run.
+
+Per stage it sums the per-micro-batch layer times (:mod:`.layer`) of its
+chunks and the pipeline sends, adds the step-end data-parallel
+communication and optimizer step, and runs the stages through the pipeline
+(:func:`~hp_core.engine.timing.collectives.pipeline_seconds`); the model and
+its sources are in :mod:`hp_core.engine.timing`.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from hp_core.engine.prepare import PreparedRun
+from hp_core.engine.stage import layer_elements, offloaded_bytes
+from hp_core.engine.timing.collectives import collective_seconds, pipeline_seconds
+from hp_core.engine.timing.layer import _layer_time, _LayerTime, offload_seconds
+from hp_core.engine.timing.rates import _rates, _require
+from hp_core.engine.timing.results import StageTime, StepTime
+from hp_core.engine.timing.shape import _shape
+from hp_core.errors import ConfigError
+from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
+from hp_core.specs.timing import TimingProfile
+from hp_core.types import LayerCost
+
+__all__ = ["time_run"]
+
+
+def _stage_elements(layers: list[tuple[str, LayerCost]], parallel: ParallelSpec) -> tuple[int, int]:
+    """Dense and routed-expert parameter elements one rank of a stage holds (before ZeRO sharding).
+
+    Counted as the memory estimate counts them (:func:`hp_core.engine.stage.layer_elements`):
+    TP-split tensors over ``tp``, routed experts over ``ep * etp``; a tied
+    weight whose owner sits on the stage once.
+    """
+    owners = {kind for kind, _ in layers}
+    dense = experts = 0
+    for _, cost in layers:
+        for group, n in layer_elements(cost, parallel.tp, parallel.ep, parallel.etp, owners).items():
+            if group == "routed_expert":
+                experts += n
+            else:
+                dense += n
+    return dense, experts
+
+
+def _optimizer_bytes_per_element(precision: PrecisionSpec, profile: TimingProfile) -> float:
+    """HBM bytes the optimizer step moves per sharded parameter element (:mod:`hp_core.engine.timing`).
+
+    Adam (Kingma and Ba 2015) reads the gradient and reads and writes the
+    master parameters and each moment; the master copy is then read and cast
+    into the model parameters; clipping passes over the gradient.
+    """
+    p = precision
+    master = p.master_param_bytes or p.param_bytes
+    moments = p.optimizer_moments * p.moment_bytes
+    cast = (p.master_param_bytes + p.param_bytes) if p.master_param_bytes else 0
+    return 2 * master + p.grad_bytes + 2 * moments + cast + profile.optimizer_grad_passes.value * p.grad_bytes
+
+
+def time_run(
+    run: PreparedRun,
+    hardware: HardwareSpec | None,
+    recompute: RecomputeSpec | None = None,
+    profile: TimingProfile | None = None,
+) -> StepTime:
+    """The time of one training step of a prepared run, as its runtime's trainer runs it.
+
+    Layers are priced with the run's costs, the census's activations
+    included, so what a recompute setting re-runs is priced from the same
+    bytes the memory estimate and the recompute planner use.
+
+    Args:
+        run: The prepared run (:func:`hp_core.engine.prepare.prepare`).
+        hardware: The device: peak FLOP/s, memory and link bandwidths, latencies,
+            devices per node and ``architecture``.
+        recompute: Per-layer recompute settings; nothing recomputed when ``None``.
+        profile: A timing profile to use instead of the runtime's.
+
+    Raises:
+        ConfigError: No hardware, a runtime without a timing profile, a
+            hardware field the step needs left unstated, or a recompute
+            setting its kind cannot run (one line, with the field path).
+    """
+    rt = run.runtime
+    timing = profile if profile is not None else rt.timing
+    if timing is None:
+        raise ConfigError("$.runtime", f"runtime {rt.name!r} states no timing profile, so it cannot price a step time; use a runtime that states one (see 'hp plugins') or pass a profile")
+    if hardware is None:
+        raise ConfigError("$.hardware", "a step time needs a device: name a hardware preset (--hardware, see 'hp plugins') or state one")
+    model, parallel, precision, attention, zero = run.model, run.parallel, run.precision, run.attention, run.zero
+    settings = run.settings(recompute)
+
+    rates = _rates(parallel, hardware, timing, precision, attention)
+    dtype, peak, links, memory, ov = rates.dtype, rates.peak, rates.links, rates.memory, timing.overlap
+    dev = timing.device(hardware.architecture)
+    cp_algorithm = parallel.cp_kind  # the layout states it (``--cp-kind``)
+
+    kinds, costs, context, micro_batches = run.kinds, run.costs, run.context, run.micro_batches
+    shapes = [_shape(group.config, kind, context, cost) for kind, group, cost in zip(kinds, model.layers, costs)]
+
+    cache: dict[tuple[int, Setting], _LayerTime] = {}
+    body: list[_LayerTime] = []
+    for group, setting in zip(run.body_group, settings):
+        key = (group, setting)
+        if key not in cache:
+            full, switches = run.resolve(group, setting)
+            layer_time = _layer_time(costs[group], shapes[group], full, switches, rates)
+            if setting.offload:
+                # Offload's exposed copies count as communication (offload_seconds).
+                kept = costs[group].input_bytes if full else costs[group].kept_under(switches)
+                link = _require(hardware, "host_link_bandwidth_bytes_per_second", "offload")
+                exposed = offload_seconds(offloaded_bytes(kept, setting.offload), link, layer_time.forward_seconds,
+                                          layer_time.backward_seconds + layer_time.recompute_seconds)
+                layer_time = attrs.evolve(layer_time, communication_seconds=layer_time.communication_seconds + exposed)
+            cache[key] = layer_time
+        body.append(cache[key])
+    body_costs = [(kinds[group].name, costs[group]) for group in run.body_group]
+
+    def placed(where: str) -> tuple[list[_LayerTime], list[tuple[str, LayerCost]]]:
+        groups = run.placed_groups(where)
+        times = {i: _layer_time(costs[i], shapes[i], False, frozenset(), rates) for i in set(groups)}
+        return [times[i] for i in groups], [(kinds[i].name, costs[i]) for i in groups]
+
+    first_times, first_costs = placed("first")
+    last_times, last_costs = placed("last")
+    body_groups = run.layers.body_groups
+
+    # Pipeline sends: the activation per chunk boundary, each way: split over TP under SP
+    # (Megatron-Core get_tensor_shapes) or with the scatter/gather optimisation.
+    hidden = next((getattr(model.layers[i].config, "hidden_size", 0) for i in body_groups), 0)
+    split = parallel.tp if (parallel.sp or timing.pp_scatter_gather) else 1
+    send_bytes = context.tokens * hidden * precision.activation_bytes / split
+    send = 0.0
+    if parallel.pp > 1:
+        send = collective_seconds("p2p", send_bytes, 2, links.pp[0], links.pp[1])
+        if timing.pp_scatter_gather and not parallel.sp and parallel.tp > 1:
+            tp_bw, tp_lat, tp_fixed = links.tp
+            send += collective_seconds("all_gather", send_bytes * parallel.tp, parallel.tp, tp_bw, tp_lat, overhead=tp_fixed)
+        send *= (1 - ov.pipeline.value) * rates.slowdown
+
+    # Per stage: per-micro-batch sums over its chunks, then DP and optimizer.
+    grad_bytes, param_bytes = precision.grad_bytes, precision.param_bytes
+    dense_group = parallel.dp * parallel.cp
+    expert_group = parallel.expert_dp
+    dp_bw, dp_lat, dp_fixed = links.dp
+    opt_bytes = _optimizer_bytes_per_element(precision, timing)
+    chunks = parallel.chunks
+    stages: list[StageTime] = []
+    recomputed_flops_per_stage: list[float] = []
+    bounds = run.chunk_bounds
+    for stage in range(parallel.pp):
+        fwd = bwd = rec = comm = flops = rflops = 0.0
+        stage_costs: list[tuple[str, LayerCost]] = []
+        sends = 0
+        for c in range(stage, chunks, parallel.pp):
+            lo, hi = bounds[c]
+            layers = body[lo:hi]
+            stage_costs += body_costs[lo:hi]
+            if c == 0:
+                layers = first_times + layers
+                stage_costs += first_costs
+            if c == chunks - 1:
+                layers = layers + last_times
+                stage_costs += last_costs
+            for t in layers:
+                fwd += t.forward_seconds
+                bwd += t.backward_seconds
+                rec += t.recompute_seconds
+                comm += t.communication_seconds
+                flops += t.flops
+                rflops += t.recomputed_flops
+            sends += (c != chunks - 1) + (c != 0)
+        comm += sends * send
+        dense, experts = _stage_elements(stage_costs, parallel)
+        if zero >= 3:
+            # FSDP: gather parameters forward and again backward, reduce-scatter gradients, every micro-batch.
+            per_mb = 0.0
+            for n, group in ((dense, dense_group), (experts, expert_group)):
+                gather = collective_seconds("all_gather", n * param_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
+                per_mb += (2 if parallel.reshard_after_forward else 1) * gather
+                per_mb += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
+            comm += per_mb * (1 - ov.data_parallel.value) * rates.slowdown
+            dp = 0.0
+        else:
+            dp = 0.0
+            for n, group in ((dense, dense_group), (experts, expert_group)):
+                if zero == 0:
+                    dp += collective_seconds("all_reduce", n * grad_bytes, group, dp_bw, dp_lat, timing.all_reduce_algorithm, dp_fixed)
+                else:
+                    dp += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
+                    dp += collective_seconds("all_gather", n * param_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
+            dp *= (1 - ov.data_parallel.value) * rates.slowdown
+        shard = (dense / dense_group + experts / expert_group) if zero >= 1 else dense + experts
+        # Megatron-Core scales the dense and the expert gradient buffers alike by 1/(dp*cp)
+        # before the reduction (distributed_data_parallel.py: expert_gradient_scaling_factor
+        # = 1 / dp_cp size), whatever the expert data-parallel group's size.
+        reduced = (dense + experts) * (dense_group > 1)
+        buffer_passes = timing.grad_buffer_passes.value * (dense + experts) + timing.grad_scale_passes.value * reduced
+        opt = (shard * opt_bytes + buffer_passes * grad_bytes) / memory * rates.slowdown
+        stages.append(StageTime(stage, fwd, bwd, rec, comm, fwd + bwd + rec + comm, dp, opt, flops))
+        recomputed_flops_per_stage.append(rflops)
+
+    per_mb = [s.micro_batch_seconds for s in stages]
+    pipe = pipeline_seconds(per_mb, micro_batches, parallel.vpp)
+    slow = max(stages, key=lambda s: s.micro_batch_seconds)
+    tail = max(stages, key=lambda s: s.data_parallel_seconds + s.optimizer_seconds)
+    step = pipe + tail.data_parallel_seconds + tail.optimizer_seconds
+    m = micro_batches
+    world = parallel.world_size
+    replicas = world // parallel.pp
+    model_flops = m * replicas * sum(s.flops for s in stages)
+    hardware_flops = model_flops + m * replicas * sum(recomputed_flops_per_stage)
+    tokens = parallel.resolved_global_batch_size * parallel.seq_len
+    provenance = {
+        "timing_profile": timing.name,
+        "runtime": rt.name,
+        "device_efficiency": dev.architecture,
+        "hardware": hardware.name,
+        "dtype": dtype,
+        "attention": attention,
+        "all_reduce_algorithm": timing.all_reduce_algorithm,
+        "cp_kind": cp_algorithm,
+        "sustained_slowdown": rates.slowdown,
+    }
+    return StepTime(
+        step_seconds=step,
+        compute_seconds=m * (slow.forward_seconds + slow.backward_seconds),
+        recompute_seconds=m * slow.recompute_seconds,
+        communication_seconds=m * slow.communication_seconds,
+        bubble_seconds=pipe - m * slow.micro_batch_seconds,
+        data_parallel_seconds=tail.data_parallel_seconds,
+        optimizer_seconds=tail.optimizer_seconds,
+        micro_batches=m,
+        tokens_per_second=tokens / step,
+        model_flops=model_flops,
+        mfu=model_flops / (step * world * peak),
+        hfu=hardware_flops / (step * world * peak),
+        peak_flops_per_second=peak,
+        stages=tuple(stages),
+        provenance=provenance,
+    )
