@@ -44,9 +44,9 @@ __all__ = [
     "TRAITS",
 ]
 
-# The recompute switches (DESIGN section 5); a kind declares the ones it has.
+# The recompute switches (docs/recompute.md); a kind declares the ones it has.
 SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
-# Parameter groups, each sharded by its own degrees (DESIGN section 3).
+# Parameter groups, each sharded by its own degrees (docs/concepts.md).
 PARAM_GROUPS = ("dense", "routed_expert", "shared_expert")
 # Where a kind's layers sit: before the body (first stage), in it, after it (last stage).
 PLACEMENTS = ("first", "body", "last")
@@ -247,7 +247,7 @@ class LayerCost:
             (``dummy_wgrad_per_shape``).
         measured: Selective settings measured whole, each ``(recomputed
             switches, bytes kept for one micro-batch)``: they override the sum
-            over :attr:`activations` (a census's named policies, DESIGN section 5).
+            over :attr:`activations` (a census's named policies, docs/census.md).
     """
 
     params: tuple[ParamCount, ...]
@@ -345,7 +345,7 @@ class CensusBytes:
 
 @attrs.frozen
 class CensusRecord:
-    """Measured activations of one layer kind, per token at micro-batch 1 (DESIGN section 4).
+    """Measured activations of one layer kind, per token at micro-batch 1 (docs/census.md).
 
     Attributes:
         saved: Bytes kept between passes that tensor parallelism does not split.

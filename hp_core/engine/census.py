@@ -1,4 +1,4 @@
-"""Census application: choose a source, ask it for records, price a layer by its record (DESIGN section 4).
+"""Census application: choose a source, ask it for records, price a layer by its record (docs/census.md).
 
 A census source (:class:`~hp_core.types.CensusSource`, a plugin) states what a
 layer kind keeps per token at micro-batch 1. This module is the planner's side

@@ -1,6 +1,6 @@
 """Pipeline schedules: which chunks a stage runs and how many micro-batches each keeps.
 
-DESIGN section 7. At the end of warm-up, stage ``i`` of ``p`` with ``m``
+docs/concepts.md (stage peaks). At the end of warm-up, stage ``i`` of ``p`` with ``m``
 micro-batches keeps:
 
 * 1F1B (PipeDream-Flush, Narayanan et al. 2021): ``min(p - i, m)`` micro-batches;

@@ -1,4 +1,4 @@
-"""The stage planner: compose layer costs into per-stage peaks (DESIGN sections 3 and 7).
+"""The stage planner: compose layer costs into per-stage peaks (docs/concepts.md).
 
 Static memory per rank (Rajbhandari et al. 2020, "ZeRO", Section 5; Megatron-LM
 ``theoretical_memory_usage.py``): with ``N`` parameter elements on a rank and

@@ -27,7 +27,7 @@ class Setting:
         switches: The recomputed switches when ``mode == "switches"``.
         offload: The share (0 to 1) of the bytes the layer keeps under
             ``mode`` that is copied to the host during forward and back during
-            backward (DESIGN section 5; priced in :mod:`hp_core.engine.recompute.profile`).
+            backward (docs/recompute.md; priced in :mod:`hp_core.engine.recompute.profile`).
     """
 
     mode: str = attrs.field(default="none", validator=attrs.validators.in_(_MODES))

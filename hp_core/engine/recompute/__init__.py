@@ -1,1 +1,1 @@
-"""Recompute: plans, their layer layout, potentials and (elsewhere) the planner (DESIGN section 5)."""
+"""Recompute: plans, their layer layout, potentials and (elsewhere) the planner (docs/recompute.md)."""

@@ -1,4 +1,4 @@
-"""The recompute planner: per stage, the fastest settings whose peak fits the device (DESIGN section 5).
+"""The recompute planner: per stage, the fastest settings whose peak fits the device (docs/recompute.md).
 
 :func:`plan_run` prices every candidate setting of each body layer group
 (:mod:`hp_core.engine.recompute.profile`), hands each stage to the exact

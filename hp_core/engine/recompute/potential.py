@@ -1,6 +1,6 @@
 """Recompute potentials: at fixed degrees, the plans that each recompute one more layer fully.
 
-DESIGN section 5 and the seed planner's potentials (``shared/seeds/002_*``).
+docs/recompute_potentials.md, after HyperParallel's ``sapp_nd`` recompute potentials.
 From a starting plan (nothing recomputed by default), each step fully
 recomputes the one further body layer that gives the lowest step time, ties
 going to the lower peak memory, then to the lower layer index; the sequence
@@ -9,7 +9,7 @@ is the memory/time trade-off curve of one layout: how much memory each
 further recomputed layer frees, and what the cost model expects it to cost.
 
 The score of a plan is :func:`hp_core.engine.timing.time_run`'s ``step_seconds``
-and its memory :func:`hp_core.api.estimate`'s peak over stages: the cost
+and its memory :func:`hp_core.engine.estimate.estimate_run`'s peak over stages: the cost
 model's own estimates, not measurements, so a difference between two steps
 reads as what the cost model expects the further layer to cost.
 

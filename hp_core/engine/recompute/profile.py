@@ -1,4 +1,4 @@
-"""Switch profiles: what each recompute setting of one layer costs (DESIGN section 5).
+"""Switch profiles: what each recompute setting of one layer costs (docs/recompute.md).
 
 A layer kind's evaluator states what the plain layer keeps **per op**, each
 :class:`~hp_core.types.ActivationTerm` gated by at most one recompute switch
@@ -11,8 +11,8 @@ setting from them:
 * **Memory adds up over switches, by construction.** Each term is gated by one
   switch, so the bytes a setting keeps are the plain layer's less, for each of
   its switches, what that switch alone drops: ``kept(S) = kept(none) -
-  sum_{s in S} (kept(none) - kept({s}))`` (the seed planner's additivity,
-  ``shared/seeds/000_*``). A setting measured whole keeps what was measured.
+  sum_{s in S} (kept(none) - kept({s}))`` (additivity over switches, as HyperParallel's
+  ``sapp_nd`` recompute profile sums them). A setting measured whole keeps what was measured.
   The backward working set follows from :meth:`hp_core.engine.stage.PlacedLayer.make`:
   ``working = working_bytes + kept(none) - kept``, so ``kept + working`` is the
   same for every setting of a layer (what the backward rebuilds it holds again).

@@ -1,4 +1,4 @@
-"""The per-stage recompute solver: the fastest settings of one stage whose every peak point fits (DESIGN section 5).
+"""The per-stage recompute solver: the fastest settings of one stage whose every peak point fits (docs/recompute.md).
 
 **The problem.** A stage's body layers each take one setting from their
 kind's candidates (:func:`hp_core.engine.recompute.profile.candidate_settings`). The

@@ -1,4 +1,4 @@
-"""The N-D layout search: every layout of a device count, planned and ranked by step time (DESIGN section 8).
+"""The N-D layout search: every layout of a device count, planned and ranked by step time (docs/search.md).
 
 :func:`search` enumerates every ``dp cp tp pp vpp ep etp`` whose product
 ``dp * cp * tp * pp`` is the device count (``ep * etp`` dividing

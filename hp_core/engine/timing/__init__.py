@@ -1,4 +1,4 @@
-"""Step time: compute, communication, pipeline bubble and optimizer step (DESIGN section 8).
+"""Step time: compute, communication, pipeline bubble and optimizer step (docs/time.md).
 
 :func:`time_run` (behind :func:`hp_core.api.step_time`) prices one training
 step of one prepared layout on one device type, as the runtime's
