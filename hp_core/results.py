@@ -41,8 +41,10 @@ class MemoryBreakdown:
 
     @property
     def peak_bytes(self) -> int:
-        """The sum of every category."""
-        return sum(getattr(self, f"{name}_bytes") for name in CATEGORIES)
+        """The sum of every category (:data:`CATEGORIES`)."""
+        return (self.parameters_bytes + self.gradients_bytes + self.master_parameters_bytes + self.optimizer_states_bytes
+                + self.activations_bytes + self.communication_buffers_bytes + self.working_set_bytes
+                + self.runtime_overhead_bytes)
 
 
 @attrs.frozen

@@ -81,11 +81,12 @@ def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardw
     chunk_body = [range(lo, hi) for lo, hi in run.chunk_bounds]
 
     stages = []
+    compositions: dict = {}
     for stage in range(parallel.pp):
         mine = run.stage_chunks(stage)
         stage_settings = tuple(body[i].setting for c in mine for i in chunk_body[c])
         stages.append(plan_stage(stage, [chunk_layers[c] for c in mine], [chunk_body[c] for c in mine], stage_settings,
-                                 run.stage_inputs))
+                                 run.stage_inputs, compositions))
 
     layout = {
         "dp": parallel.dp, "tp": parallel.tp, "pp": parallel.pp, "vpp": parallel.vpp, "cp": parallel.cp,

@@ -180,27 +180,43 @@ def _zero3_buffers(per_layer_elements: Sequence[tuple[int, int]], inputs: StageI
     return gathered + largest[0] * p.grad_bytes
 
 
-def plan_stage(
-    index: int,
-    chunk_layers: Sequence[Sequence[PlacedLayer]],
-    chunk_body: Sequence[Sequence[int]],
-    settings: tuple[str, ...],
-    inputs: StageInputs,
-) -> StageEstimate:
-    """The peak of one stage at the end of warm-up (its first backward).
+@attrs.frozen
+class _Composition:
+    """What a stage's layers hold whatever the stage's position in the pipeline (:func:`plan_stage`).
 
-    Args:
-        index: Stage index.
-        chunk_layers: Per chunk of the stage (in chunk order), its layers in
-            forward order, first- and last-placed kinds included.
-        chunk_body: Per chunk, the body layer indices it runs.
-        settings: The recompute setting of each of the stage's body layers, in order.
-        inputs: Layout, precision, micro-batches, schedule and runtime overhead.
+    Attributes:
+        static: Parameters, gradients, master parameters and optimizer states.
+        last_static: The same with whole gradients (the ``last_backward`` point).
+        kept_by_chunk: Per chunk, per kind, the bytes one micro-batch of it keeps.
+        buffers_by_chunk: Per chunk, the per-micro-batch communication buffers.
+        buffers_once: Communication buffers held once (the largest of the layers').
+        gathered: ZeRO-3 gathered parameters and gradient buffer at the end of
+            warm-up (two layers prefetched) and at the last backward (one).
+        overhead: The runtime's bytes beyond the model math on this stage.
+        received: The largest input a layer of the stage receives (a pipeline send's size).
+        working: The first backward's working set over the last chunk.
+        first_kept, first_working: What the stage's first layer keeps and works with.
+        kinds: Layer counts by kind, in stage order.
+        elements_by_kind: Parameter elements by kind.
     """
+
+    static: tuple[int, int, int, int]
+    last_static: tuple[int, int, int, int] | None
+    kept_by_chunk: tuple[dict[str, int], ...]
+    buffers_by_chunk: tuple[int, ...]
+    buffers_once: int
+    gathered: tuple[int, int]
+    overhead: int
+    received: int
+    working: int
+    first_kept: int
+    first_working: int
+    kinds: dict[str, int]
+    elements_by_kind: dict[str, int]
+
+
+def _compose(chunk_layers: Sequence[Sequence[PlacedLayer]], inputs: StageInputs) -> _Composition:
     parallel = inputs.parallel
-    in_flight = in_flight_per_chunk(index, parallel.pp, parallel.vpp, inputs.micro_batches, inputs.schedule)
-    all_layers = [layer for layers in chunk_layers for layer in layers]
-    owners = {layer.kind for layer in all_layers}
     # A stage repeats a few distinct layers (one PlacedLayer per group and setting): each is
     # counted once, with its multiplicity, per chunk.
     per_chunk: list[dict[int, list]] = []
@@ -220,9 +236,11 @@ def plan_stage(
                 distinct[key] = [layer, n]
             else:
                 entry[1] += n
+    owners = {layer.kind for layer, _ in distinct.values()}
 
     elements: dict[str, int] = {}
     elements_by_kind: dict[str, int] = {}
+    kinds: dict[str, int] = {}
     per_layer: list[tuple[int, int]] = []  # (elements of one such layer, layers of it) under ZeRO-3
     seen: dict[int, dict[str, int]] = {}
     for layer, n in distinct.values():
@@ -233,21 +251,21 @@ def plan_stage(
         for group, count in found.items():
             elements[group] = elements.get(group, 0) + n * count
         elements_by_kind[layer.kind] = elements_by_kind.get(layer.kind, 0) + n * sum(found.values())
+        kinds[layer.kind] = kinds.get(layer.kind, 0) + n
         if inputs.zero >= 3:
             per_layer.append((sum(found.values()), n))
-    params, grads, master, states = _static(elements, inputs)
+    stage_elements = sum(elements.values())
 
-    activations_by_kind: dict[str, int] = {}
-    buffers_per_mb = 0
-    for count, counted in zip(in_flight, per_chunk):
+    kept_by_chunk = []
+    buffers_by_chunk = []
+    for counted in per_chunk:
+        kept: dict[str, int] = dict.fromkeys(kinds, 0)
+        buffers = 0
         for layer, n in counted.values():
-            activations_by_kind[layer.kind] = activations_by_kind.get(layer.kind, 0) + count * n * layer.kept_bytes
-            buffers_per_mb += count * n * layer.cost.buffers_per_micro_batch_bytes
-    # Every kind on the stage is named, a kind that keeps nothing with 0 (in the stage's layer order).
-    activations_by_kind = {kind: activations_by_kind[kind] for kind in dict.fromkeys(layer.kind for layer in all_layers)}
-    activations = sum(activations_by_kind.values())
-    buffers_once = max((layer.cost.buffers_once_bytes for layer, _ in distinct.values()), default=0)
-    buffers = buffers_once + buffers_per_mb + _zero3_buffers(per_layer, inputs, sum(elements.values()))
+            kept[layer.kind] += n * layer.kept_bytes
+            buffers += n * layer.cost.buffers_per_micro_batch_bytes
+        kept_by_chunk.append(kept)
+        buffers_by_chunk.append(buffers)
 
     # What the runtime holds beyond the model math: fixed workspaces, those of a
     # rank with routed experts, and one dummy weight gradient per distinct weight
@@ -258,14 +276,6 @@ def plan_stage(
     if inputs.dummy_wgrad_per_shape:
         shapes = dict.fromkeys(shape for layer, _ in distinct.values() for shape in layer.cost.weight_shapes)
         overhead += sum(rows * cols for rows, cols in shapes) * inputs.precision.activation_bytes
-    # Pipeline sends and receives: a stage holds the output gradient it received
-    # through its backward (not the last stage) and the input gradient it sent
-    # until the next one (not the first stage): Megatron-LM schedules.py
-    # forward_backward_pipelining_without_interleaving.
-    received = max((layer.cost.input_bytes for layer, _ in distinct.values()), default=0)
-    if parallel.pp > 1 and received:
-        neighbours = (index < parallel.pp - 1) + (index > 0)
-        buffers += neighbours * received
 
     # The first backward: the stage's last chunk, top layer first.
     working = freed = 0
@@ -273,6 +283,75 @@ def plan_stage(
         working = max(working, layer.backward_working_bytes - freed)
         freed += layer.kept_bytes
 
+    last = inputs.deferred_grad_reduction and inputs.zero >= 2
+    first = chunk_layers[0][0]
+    return _Composition(
+        static=_static(elements, inputs),
+        last_static=_static(elements, inputs, whole_grads=True) if last else None,
+        kept_by_chunk=tuple(kept_by_chunk),
+        buffers_by_chunk=tuple(buffers_by_chunk),
+        buffers_once=max((layer.cost.buffers_once_bytes for layer, _ in distinct.values()), default=0),
+        gathered=(_zero3_buffers(per_layer, inputs, stage_elements), _zero3_buffers(per_layer, inputs, stage_elements, 1)),
+        overhead=overhead,
+        received=max((layer.cost.input_bytes for layer, _ in distinct.values()), default=0),
+        working=working,
+        first_kept=first.kept_bytes,
+        first_working=first.backward_working_bytes,
+        kinds=kinds,
+        elements_by_kind=elements_by_kind,
+    )
+
+
+def plan_stage(
+    index: int,
+    chunk_layers: Sequence[Sequence[PlacedLayer]],
+    chunk_body: Sequence[Sequence[int]],
+    settings: tuple[str, ...],
+    inputs: StageInputs,
+    compositions: dict | None = None,
+) -> StageEstimate:
+    """The peak of one stage at the end of warm-up (its first backward).
+
+    Args:
+        index: Stage index.
+        chunk_layers: Per chunk of the stage (in chunk order), its layers in
+            forward order, first- and last-placed kinds included.
+        chunk_body: Per chunk, the body layer indices it runs.
+        settings: The recompute setting of each of the stage's body layers, in order.
+        inputs: Layout, precision, micro-batches, schedule and runtime overhead.
+        compositions: A cache shared by the stages of one estimate: stages
+            running the same layer objects in the same chunks (the middle
+            stages of a pipeline) compose their layers once; only what their
+            position in the schedule changes (micro-batches in flight,
+            pipeline neighbours) is priced per stage.
+    """
+    parallel = inputs.parallel
+    if compositions is None:
+        found = _compose(chunk_layers, inputs)
+    else:
+        key = tuple(tuple(map(id, layers)) for layers in chunk_layers)
+        found = compositions.get(key)
+        if found is None:
+            found = compositions[key] = _compose(chunk_layers, inputs)
+    in_flight = in_flight_per_chunk(index, parallel.pp, parallel.vpp, inputs.micro_batches, inputs.schedule)
+
+    activations_by_kind = dict.fromkeys(found.kinds, 0)
+    buffers_per_mb = 0
+    for count, kept, buffers in zip(in_flight, found.kept_by_chunk, found.buffers_by_chunk):
+        if count:
+            for kind, n in kept.items():
+                activations_by_kind[kind] += count * n
+            buffers_per_mb += count * buffers
+    activations = sum(activations_by_kind.values())
+    buffers = found.buffers_once + buffers_per_mb + found.gathered[0]
+    # Pipeline sends and receives: a stage holds the output gradient it received
+    # through its backward (not the last stage) and the input gradient it sent
+    # until the next one (not the first stage): Megatron-LM schedules.py
+    # forward_backward_pipelining_without_interleaving.
+    if parallel.pp > 1 and found.received:
+        buffers += ((index < parallel.pp - 1) + (index > 0)) * found.received
+
+    params, grads, master, states = found.static
     points = {
         "warmup_end": MemoryBreakdown(
             parameters_bytes=params,
@@ -281,46 +360,42 @@ def plan_stage(
             optimizer_states_bytes=states,
             activations_bytes=activations,
             communication_buffers_bytes=buffers,
-            working_set_bytes=working,
-            runtime_overhead_bytes=overhead,
+            working_set_bytes=found.working,
+            runtime_overhead_bytes=found.overhead,
         )
     }
-    if inputs.deferred_grad_reduction and inputs.zero >= 2:
+    if found.last_static is not None:
         # The end of the stage's last backward: every micro-batch's activations are
         # freed, the gradient is whole until its one reduce-scatter, and the first
         # layer's backward runs with one layer's gathered parameters (nothing left
         # to prefetch): the second peak point of docs/concepts.md ("stage peaks").
-        last_params, last_grads, last_master, last_states = _static(elements, inputs, whole_grads=True)
-        first = chunk_layers[0][0]
+        last_params, last_grads, last_master, last_states = found.last_static
         points["last_backward"] = MemoryBreakdown(
             parameters_bytes=last_params,
             gradients_bytes=last_grads,
             master_parameters_bytes=last_master,
             optimizer_states_bytes=last_states,
-            activations_bytes=first.kept_bytes,
-            communication_buffers_bytes=buffers_once + _zero3_buffers(per_layer, inputs, sum(elements.values()), 1),
-            working_set_bytes=first.backward_working_bytes,
-            runtime_overhead_bytes=overhead,
+            activations_bytes=found.first_kept,
+            communication_buffers_bytes=found.buffers_once + found.gathered[1],
+            working_set_bytes=found.first_working,
+            runtime_overhead_bytes=found.overhead,
         )
-    binding = max(points, key=lambda name: points[name].peak_bytes)
-    memory = points[binding]
+    peaks = {name: point.peak_bytes for name, point in points.items()}
+    binding = max(peaks, key=peaks.__getitem__)
     chunks = tuple(
         ChunkEstimate(index=chunk, layers=tuple(body), micro_batches_in_flight=count)
         for chunk, count, body in zip(chunks_of_stage(index, parallel.pp, parallel.vpp), in_flight, chunk_body)
     )
-    kinds: dict[str, int] = {}
-    for layer, n in distinct.values():
-        kinds[layer.kind] = kinds.get(layer.kind, 0) + n
     return StageEstimate(
         index=index,
         layers=tuple(i for body in chunk_body for i in body),
-        kinds=kinds,
+        kinds=dict(found.kinds),
         chunks=chunks,
         micro_batches_in_flight=sum(in_flight),
-        memory=memory,
+        memory=points[binding],
         binding_point=binding,
         settings=settings,
         activations_by_kind=activations_by_kind,
-        parameters_by_kind=elements_by_kind,
-        peak_points={name: point.peak_bytes for name, point in points.items()},
+        parameters_by_kind=dict(found.elements_by_kind),
+        peak_points=peaks,
     )
