@@ -26,21 +26,27 @@ from hp_core.types import LayerCost
 __all__ = ["time_run"]
 
 
-def _stage_elements(layers: list[tuple[str, LayerCost]], parallel: ParallelSpec) -> tuple[int, int]:
+def _stage_elements(held: dict[int, int], costs: tuple[LayerCost, ...], names: list[str], parallel: ParallelSpec,
+                    cache: dict) -> tuple[int, int]:
     """Dense and routed-expert parameter elements one rank of a stage holds (before ZeRO sharding).
 
     Counted as the memory estimate counts them (:func:`hp_core.engine.stage.layer_elements`):
     TP-split tensors over ``tp``, routed experts over ``ep * etp``; a tied
-    weight whose owner sits on the stage once.
+    weight whose owner sits on the stage once. *held* counts the stage's
+    layers by group; *cache* keeps each group's count per set of kinds on a stage.
     """
-    owners = {kind for kind, _ in layers}
+    owners = frozenset(names[group] for group in held)
     dense = experts = 0
-    for _, cost in layers:
-        for group, n in layer_elements(cost, parallel.tp, parallel.ep, parallel.etp, owners).items():
-            if group == "routed_expert":
-                experts += n
+    for group, count in held.items():
+        key = (group, owners)
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = layer_elements(costs[group], parallel.tp, parallel.ep, parallel.etp, owners)
+        for kind, n in found.items():
+            if kind == "routed_expert":
+                experts += count * n
             else:
-                dense += n
+                dense += count * n
     return dense, experts
 
 
@@ -103,7 +109,8 @@ def time_run(
     body: list[_LayerTime] = []
     for group, setting in zip(run.body_group, settings):
         key = (group, setting)
-        if key not in cache:
+        layer_time = cache.get(key)
+        if layer_time is None:
             full, switches = run.resolve(group, setting)
             layer_time = _layer_time(costs[group], shapes[group], full, switches, rates)
             if setting.offload:
@@ -114,16 +121,17 @@ def time_run(
                                           layer_time.backward_seconds + layer_time.recompute_seconds)
                 layer_time = attrs.evolve(layer_time, communication_seconds=layer_time.communication_seconds + exposed)
             cache[key] = layer_time
-        body.append(cache[key])
-    body_costs = [(kinds[group].name, costs[group]) for group in run.body_group]
+        body.append(layer_time)
 
-    def placed(where: str) -> tuple[list[_LayerTime], list[tuple[str, LayerCost]]]:
+    def placed(where: str) -> tuple[list[_LayerTime], list[int]]:
         groups = run.placed_groups(where)
         times = {i: _layer_time(costs[i], shapes[i], False, frozenset(), rates) for i in set(groups)}
-        return [times[i] for i in groups], [(kinds[i].name, costs[i]) for i in groups]
+        return [times[i] for i in groups], groups
 
-    first_times, first_costs = placed("first")
-    last_times, last_costs = placed("last")
+    first_times, first_groups = placed("first")
+    last_times, last_groups = placed("last")
+    names = [kind.name for kind in kinds]
+    elements_cache: dict = {}
     body_groups = run.layers.body_groups
 
     # Pipeline sends: the activation per chunk boundary, each way: split over TP under SP
@@ -151,18 +159,20 @@ def time_run(
     bounds = run.chunk_bounds
     for stage in range(parallel.pp):
         fwd = bwd = rec = comm = flops = rflops = 0.0
-        stage_costs: list[tuple[str, LayerCost]] = []
+        held: dict[int, int] = {}
         sends = 0
         for c in range(stage, chunks, parallel.pp):
             lo, hi = bounds[c]
             layers = body[lo:hi]
-            stage_costs += body_costs[lo:hi]
+            groups = run.body_group[lo:hi]
             if c == 0:
                 layers = first_times + layers
-                stage_costs += first_costs
+                groups = tuple(first_groups) + groups
             if c == chunks - 1:
                 layers = layers + last_times
-                stage_costs += last_costs
+                groups = groups + tuple(last_groups)
+            for group in groups:
+                held[group] = held.get(group, 0) + 1
             for t in layers:
                 fwd += t.forward_seconds
                 bwd += t.backward_seconds
@@ -172,7 +182,7 @@ def time_run(
                 rflops += t.recomputed_flops
             sends += (c != chunks - 1) + (c != 0)
         comm += sends * send
-        dense, experts = _stage_elements(stage_costs, parallel)
+        dense, experts = _stage_elements(held, costs, names, parallel, elements_cache)
         if zero >= 3:
             # FSDP: gather parameters forward and again backward, reduce-scatter gradients, every micro-batch.
             per_mb = 0.0
