@@ -1,184 +1,79 @@
 """hp-planner core: the plugin contract, the specs and the planner.
 
-The public entry points are re-exported from :mod:`hp_core.api`.
+The public surface is :data:`__all__`: the façade's functions
+(:mod:`hp_core.api`), the specs a run is stated in, the results they return,
+the errors they raise and the marker plugins implement hooks with. Names are
+imported on first use, so ``import hp_core.types`` (what a plugin needs)
+does not load the engine::
 
-``hp_core.__version__`` is looked up on first use, not at import. Installed
-distributions are read here without :mod:`importlib.metadata` (whose import
-alone costs a short command a sixth of its run): :func:`distribution_version`
-and :func:`declares_entry_points` scan the folders of :data:`sys.path` the way
-``importlib.metadata``'s path finder does, once per folder and modification
-time, and defer to ``importlib.metadata`` wherever it could see more (a zip on
-the path, another distribution finder, metadata they cannot read plainly).
+    import hp_core
+
+    registry = hp_core.build_registry()
+    model = hp_core.model_from_preset("llama3-8b", registry)
+    print(hp_core.estimate(model, hp_core.ParallelSpec(dp=8, seq_len=4096), registry=registry).peak_bytes)
+
+``hp_core.__version__`` is hp-planner's installed version, looked up on first
+use (:func:`hp_core.distributions.planner_version`).
 """
 
 from __future__ import annotations
 
-import functools
-import os
-import re
-import stat
-import sys
+import importlib
 from typing import Any
 
-__all__ = ["__version__"]
+# Each public name and the module it lives in.
+_PUBLIC = {
+    # the façade (hp_core.api)
+    "PreparedRun": "hp_core.api",
+    "build_registry": "hp_core.api",
+    "count_parameters": "hp_core.api",
+    "estimate": "hp_core.api",
+    "load_model_config": "hp_core.api",
+    "model_from_config": "hp_core.api",
+    "model_from_preset": "hp_core.api",
+    "plan_recompute": "hp_core.api",
+    "prepare": "hp_core.api",
+    "search": "hp_core.api",
+    "step_time": "hp_core.api",
+    # the specs a run is stated in
+    "HardwareSpec": "hp_core.specs",
+    "LayerGroup": "hp_core.specs",
+    "ModelSpec": "hp_core.specs",
+    "ParallelSpec": "hp_core.specs",
+    "PrecisionSpec": "hp_core.specs",
+    "RecomputeSpec": "hp_core.specs",
+    "Setting": "hp_core.specs",
+    # results
+    "Estimate": "hp_core.results",
+    "StageEstimate": "hp_core.results",
+    "StepTime": "hp_core.engine.timing",
+    "RecomputePlan": "hp_core.engine.recompute.plan",
+    "SearchResult": "hp_core.engine.search",
+    # the registry and the plugin contract
+    "Registry": "hp_core.registry",
+    "hookimpl": "hp_core.markers",
+    # errors
+    "ConfigError": "hp_core.errors",
+    "HPError": "hp_core.errors",
+    "PlanNotExecutable": "hp_core.errors",
+    "PluginError": "hp_core.errors",
+}
 
-_DISTRIBUTION = "hp-planner"
-_UNKNOWN = "0+unknown"  # running from a bare source tree
-_INFO_SUFFIXES = (".dist-info", ".egg-info")
-_HEADER = re.compile(r"([\041-\071\073-\176]*):")  # a header line's name, as email.feedparser's headerRE
-_MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)  # importlib.metadata's read_text
+__all__ = sorted([*_PUBLIC, "__version__"])
 
 
 def __getattr__(name: str) -> Any:
     if name == "__version__":
-        value = distribution_version(_DISTRIBUTION) or _UNKNOWN
-        globals()["__version__"] = value  # once per process
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from hp_core.distributions import planner_version
+
+        value = planner_version()
+    elif name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # once per process
+    return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), "__version__"})
-
-
-def _normalize(name: str) -> str:
-    """PEP 503 normalization with underscores (``importlib.metadata.Prepared.normalize``)."""
-    return re.sub(r"[-_.]+", "-", name).lower().replace("-", "_")
-
-
-@functools.lru_cache(maxsize=None)
-def _folder(root: str, folder: str, mtime_ns: int) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
-    """The metadata folders in the path entry *root*: ``(infos, eggs)``, each ``(name key, path)`` in listing order.
-
-    ``infos`` are the ``*.dist-info`` / ``*.egg-info`` children keyed by the
-    normalized name; ``eggs`` the ``EGG-INFO`` of a ``*.egg`` folder keyed by
-    its legacy name, as ``importlib.metadata.Lookup`` files them. Cached by
-    the absolute *folder* and its modification time, so an installation is seen.
-    """
-    try:
-        children = os.listdir(root or ".")
-    except OSError:
-        return (), ()
-    base = os.path.basename(root).lower()
-    infos, eggs = [], []
-    for child in children:
-        low = child.lower()
-        if low.endswith(_INFO_SUFFIXES):
-            infos.append((_normalize(low.rpartition(".")[0].partition("-")[0]), os.path.join(root, child)))
-        elif base.endswith(".egg") and low == "egg-info":
-            eggs.append((base.rpartition(".")[0].partition("-")[0].replace("-", "_"), os.path.join(root, child)))
-    return tuple(infos), tuple(eggs)
-
-
-def _metadata_folders() -> list[tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]] | None:
-    """:func:`_folder` of every :data:`sys.path` entry in order; None where ``importlib.metadata`` could see more."""
-    from importlib.machinery import PathFinder
-
-    for finder in sys.meta_path:
-        if finder is not PathFinder and getattr(finder, "find_distributions", None) is not None:
-            return None  # another distribution finder
-    folders = []
-    for root in sys.path:
-        if not isinstance(root, str):
-            return None
-        try:
-            mode = os.stat(root or ".")
-        except OSError:
-            continue  # not there: nothing to find
-        if not stat.S_ISDIR(mode.st_mode):
-            return None  # a zip file, which importlib.metadata also reads
-        # A relative entry ('' is the working folder) is cached under the folder it names now.
-        key = root if os.path.isabs(root) else os.path.abspath(root or ".")
-        folders.append(_folder(root, key, mode.st_mtime_ns))
-    return folders
-
-
-def _read(path: str) -> str | None:
-    """A metadata file's text; None where missing (as ``importlib.metadata`` reads it)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except _MISSING:
-        return None
-
-
-def _version_header(text: str) -> str | None:
-    """The ``Version`` header of a core metadata document, as the ``email`` parser reads it; None if unsure."""
-    found = None
-    for line in re.split(r"\r\n|\r|\n", text):
-        if not line:
-            break  # the end of the headers
-        if line[0] in " \t":
-            if found is not None:
-                return None  # a folded Version header: leave it to the email parser
-            continue
-        header = _HEADER.match(line)
-        if header is None:
-            break  # not a header: the body begins
-        if found is not None:
-            return found
-        if header.group(1).lower() == "version":
-            found = line[header.end():].lstrip(" \t")
-    return found
-
-
-def _scan_version(name: str) -> str | None:
-    """The version ``importlib.metadata.version(name)`` returns, read directly; None if not found or unsure."""
-    folders = _metadata_folders()
-    if folders is None:
-        return None
-    normalized, legacy = _normalize(name), name.lower().replace("-", "_")
-    for infos, eggs in folders:
-        for path in [p for key, p in infos if key == normalized] + [p for key, p in eggs if key == legacy]:
-            try:
-                text = _read(os.path.join(path, "METADATA")) or _read(os.path.join(path, "PKG-INFO")) or _read(path)
-            except (OSError, ValueError):
-                return None
-            return _version_header(text) if text else None  # the first found is the one importlib.metadata reads
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def distribution_version(name: str) -> str | None:
-    """The installed version of the distribution *name*, or None when it is not installed.
-
-    Looked up once per process; the same answer as
-    ``importlib.metadata.version``, which is asked only where the direct
-    reading is unsure.
-    """
-    found = _scan_version(name)
-    if found is not None:
-        return found
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
-
-
-def declares_entry_points(group: str) -> bool:
-    """Whether an installed distribution may declare entry points of *group*.
-
-    False only when every distribution ``importlib.metadata`` would list was
-    read and none has a ``[group]`` section in its ``entry_points.txt``; then
-    loading the group would load nothing and need not import
-    ``importlib.metadata``.
-    """
-    folders = _metadata_folders()
-    if folders is None:
-        return True
-    for infos, eggs in folders:
-        for _, path in (*infos, *eggs):
-            try:
-                text = _read(os.path.join(path, "entry_points.txt"))
-            except (OSError, ValueError):
-                return True  # importlib.metadata would raise: let the loader say so
-            if text is None:
-                continue
-            for line in text.splitlines():
-                line = line.strip()
-                # importlib.metadata.Sectioned: a section header is a stripped line in brackets.
-                if line.startswith("[") and line.endswith("]") and line.strip("[]") == group:
-                    return True
-    return False
+    return sorted({*globals(), *__all__})

@@ -13,7 +13,8 @@ from typing import Iterable
 
 import pluggy
 
-from hp_core import declares_entry_points, hookspecs
+from hp_core import hookspecs
+from hp_core.distributions import declares_entry_points
 from hp_core.errors import PluginError
 from hp_core.markers import PROJECT
 

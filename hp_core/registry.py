@@ -7,7 +7,7 @@ from typing import Any, Mapping
 import attrs
 import pluggy
 
-from hp_core import distribution_version
+from hp_core.distributions import planner_version
 from hp_core.errors import ConfigError, PluginError, describe
 from hp_core.hookspecs import HOOKS
 from hp_core.types import CaseFormat, CensusSource, Exporter, HardwarePreset, LayerKind, ModelFormat, ModelPreset, Runtime
@@ -26,11 +26,6 @@ class Provider:
     version: str
 
 
-def _builtin_version() -> str:
-    """hp-planner's version, looked up once per process (not once per built-in plugin)."""
-    return distribution_version(_BUILTIN_DIST) or "0+unknown"  # "0+unknown": a bare source tree
-
-
 def _providers_by_plugin(manager: pluggy.PluginManager) -> dict[str, Provider]:
     """Each registered plugin's name with its distribution."""
     found: dict[str, Provider] = {}
@@ -42,7 +37,7 @@ def _providers_by_plugin(manager: pluggy.PluginManager) -> dict[str, Provider]:
         if dist is not None:
             found[name] = Provider(name, dist.project_name, dist.version)
         elif name.startswith("hp_plugins."):
-            found[name] = Provider(name, _BUILTIN_DIST, _builtin_version())
+            found[name] = Provider(name, _BUILTIN_DIST, planner_version())
         else:
             found[name] = Provider(name, "(registered in code)", "")
     return found

@@ -8,7 +8,7 @@ pipeline stage is composed by :func:`~hp_core.engine.stage.plan_stage`.
 
 from __future__ import annotations
 
-import hp_core
+from hp_core.distributions import planner_version
 from hp_core.engine import census as census_lib
 from hp_core.engine.prepare import PreparedRun, evaluate_groups, layer_context, model_kinds, with_sublayers
 from hp_core.engine.stage import PlacedLayer, plan_stage
@@ -96,7 +96,7 @@ def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardw
         "seq_len": parallel.seq_len, "schedule": parallel.resolved_schedule,
     }
     provenance = {
-        "hp_planner": hp_core.__version__,
+        "hp_planner": planner_version(),
         "runtime": run.runtime.name,
         "census": run.layers.census.name,
         "attention": run.attention,
