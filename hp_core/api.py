@@ -19,20 +19,23 @@ Example::
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
-from typing import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from hp_core.engine.estimate import count_parameters, estimate_run
 from hp_core.engine.prepare import PreparedRun, layer_context, prepare, resolve_setting, with_sublayers
-from hp_core.engine.timing import StepTime, time_run
 from hp_core.manager import get_plugin_manager
 from hp_core.models import load_model_config, model_from_config, model_from_preset
-from hp_core.engine.recompute.plan import RecomputePlan, plan_run
 from hp_core.registry import Registry
 from hp_core.results import Estimate
-from hp_core.engine.search import SearchResult, search as _search
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec
-from hp_core.specs.timing import TimingProfile
+
+if TYPE_CHECKING:  # the step time, the planner and the search are imported where they are asked for
+    from concurrent.futures import Executor
+
+    from hp_core.engine.recompute.plan import RecomputePlan
+    from hp_core.engine.search import SearchResult
+    from hp_core.engine.timing import StepTime
+    from hp_core.specs.timing import TimingProfile
 
 __all__ = [
     "PreparedRun",
@@ -128,6 +131,8 @@ def step_time(
             (one line, with the field path).
         PluginError: A layer kind's evaluator failed.
     """
+    from hp_core.engine.timing import time_run
+
     run = prepare(model, parallel, registry=registry, runtime=runtime, precision=precision, census=census, attention=attention)
     return time_run(run, hardware, recompute, profile)
 
@@ -158,6 +163,8 @@ def plan_recompute(
             profile, a reserve not below the device memory, or offload on a
             device that states no host link bandwidth.
     """
+    from hp_core.engine.recompute.plan import plan_run
+
     run = prepare(model, parallel, registry=registry, runtime=runtime, precision=precision, census=census, attention=attention)
     return plan_run(run, hardware, reserve_bytes=reserve_bytes, unrestricted=unrestricted, offload=offload)
 
@@ -188,6 +195,8 @@ def search(
         ConfigError: An unknown fixed name, a non-positive count, or a runtime
             without a timing profile.
     """
-    return _search(model, registry=registry, devices=devices, hardware=hardware, global_batch_size=global_batch_size,
+    from hp_core.engine.search import search as run_search
+
+    return run_search(model, registry=registry, devices=devices, hardware=hardware, global_batch_size=global_batch_size,
                    seq_len=seq_len, runtime=runtime, fixed=fixed or {}, top=top, executor=executor, precision=precision,
                    census=census, reserve_bytes=reserve_bytes, zero=zero, progress=progress)
