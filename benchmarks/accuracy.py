@@ -15,8 +15,8 @@ import argparse
 from pathlib import Path
 
 from hp_core.api import build_registry
-from hp_core.files import atomic_write
-from hp_core.validate import load_cases, validate_case
+from hp_core.io.files import atomic_write
+from hp_core.io.validate import load_cases, validate_case
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "accuracy.md"

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests" / "plugins"))
 from simumax_runs import fitted_slowdown, simumax_rows, unslowed  # noqa: E402
 
 from hp_core.api import build_registry  # noqa: E402
-from hp_core.files import atomic_write  # noqa: E402
+from hp_core.io.files import atomic_write  # noqa: E402
 from hp_core.api import step_time  # noqa: E402
 from hp_plugins.timing_profiles import MEGATRON_TE  # noqa: E402
 

@@ -19,12 +19,12 @@ from rich.table import Table
 
 from hp_core import __version__
 from hp_core.api import build_registry, count_parameters, model_from_preset
-from hp_core.convert import ConfigFile, load_config, structure
+from hp_core.io.convert import ConfigFile, load_config, structure
 from hp_core.errors import ConfigError, HPError, describe
-from hp_core.job import estimate_job, prepare_job, resolve_job, step_time_job
+from hp_core.io.job import estimate_job, prepare_job, resolve_job, step_time_job
 from hp_core.manager import BLOCK_ENV
 from hp_core.registry import Registry
-from hp_core.report import estimate_table, estimate_to_json, gib, kinds_table, time_summary, time_table, time_to_json, validation_step_table, validation_table
+from hp_core.io.report import estimate_table, estimate_to_json, gib, kinds_table, time_summary, time_table, time_to_json, validation_step_table, validation_table
 from hp_core.specs import HardwareSpec, RecomputeSpec, Setting
 
 __all__ = ["DEFAULT_CONFIG", "build_parser", "main"]
@@ -332,7 +332,7 @@ def _run_models(args: argparse.Namespace, registry: Registry, console: Console) 
 
 
 def _run_validate(args: argparse.Namespace, registry: Registry, console: Console) -> int:
-    from hp_core.validate import load_cases, validate_case
+    from hp_core.io.validate import load_cases, validate_case
 
     results = [validate_case(case, registry) for case in load_cases(args.cases, registry)]
     if args.json:
@@ -370,7 +370,7 @@ def _run_validate(args: argparse.Namespace, registry: Registry, console: Console
 
 def _run_census(args: argparse.Namespace, registry: Registry, console: Console) -> int:
     from hp_core.engine.census import run_census
-    from hp_core.census_report import census_table, census_to_json
+    from hp_core.io.census_report import census_table, census_to_json
 
     if args.out is not None and not args.out.lower().endswith((".yaml", ".yml", ".json")):
         raise ConfigError("--out", f"a census file ends in .yaml, .yml or .json, got {args.out}")
@@ -673,7 +673,7 @@ def _add_search_parser(sub: Any) -> None:
 def _run_search(args: argparse.Namespace, registry: Registry, console: Console) -> int:
     from concurrent.futures import ProcessPoolExecutor
 
-    from hp_core.job import resolve_model
+    from hp_core.io.job import resolve_model
     from hp_core.engine.search import search
     from hp_core.io.search_output import check_plot, plot_search, search_to_json, write_search_csv
 

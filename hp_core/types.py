@@ -590,7 +590,7 @@ class CaseFormat:
         name: Registry name.
         accepts: ``accepts(document) -> bool``: whether a parsed file is in this format.
         read: ``read(document, registry) -> list[MeasuredCase]``
-            (:class:`hp_core.validate.MeasuredCase`), refusing a bad
+            (:class:`hp_core.io.validate.MeasuredCase`), refusing a bad
             entry with :class:`hp_core.errors.ConfigError` naming its path.
         description: One line for ``hp plugins``.
     """

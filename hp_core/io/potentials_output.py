@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 
 from hp_core.engine.recompute.layout import compact, range_key, setting_value
 from hp_core.engine.recompute.potential import DEGREES, PotentialSequence, PotentialStep
-from hp_core.files import atomic_write, check_png, pyplot
+from hp_core.io.files import atomic_write, check_png, pyplot
 from hp_core.specs import RecomputeSpec
 
 __all__ = [

@@ -9,7 +9,7 @@
 draws each candidate's step time against its peak memory, labelled with its
 rank, with the spread of its stages' peaks and the device's memory, for
 choosing between a fast layout and one with room to spare. Both files are
-replaced atomically (:func:`hp_core.files.atomic_write`); the plot needs the
+replaced atomically (:func:`hp_core.io.files.atomic_write`); the plot needs the
 optional extra ``plots`` (matplotlib).
 """
 
@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 from hp_core.engine.recompute.layout import range_key, setting_value
 from hp_core.engine.search import Candidate, SearchResult
-from hp_core.files import atomic_write, check_png, pyplot
+from hp_core.io.files import atomic_write, check_png, pyplot
 from hp_core.specs import Setting
 
 __all__ = ["CSV_COLUMNS", "check_plot", "plot_search", "search_rows", "search_to_json", "write_search_csv"]

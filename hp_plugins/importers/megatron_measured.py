@@ -3,7 +3,7 @@
 Each case states the model (``training_config.model_hf``), the layout
 (``parallelism``, ``batch``), the optimizer, the recompute flags and the
 measured per-stage ``torch.cuda.max_memory_allocated`` and step times. This
-reader turns one into a :class:`~hp_core.validate.MeasuredCase` priced by the
+reader turns one into a :class:`~hp_core.io.validate.MeasuredCase` priced by the
 ``megatron`` runtime, mapping every field by name:
 
 * the model: an HF-style config from ``model_hf`` (``family`` ``llama3`` ->
@@ -62,8 +62,8 @@ def _hf_config(model_hf: Mapping[str, Any], tokenizer: str | None, where: str) -
 
 
 def read_megatron_case(case: Mapping[str, Any], index: int):
-    """One case of the layout as a :class:`~hp_core.validate.MeasuredCase`."""
-    from hp_core.validate import MeasuredCase, MeasuredStep
+    """One case of the layout as a :class:`~hp_core.io.validate.MeasuredCase`."""
+    from hp_core.io.validate import MeasuredCase, MeasuredStep
 
     where = f"$.cases[{index}]"
     config = case["training_config"]

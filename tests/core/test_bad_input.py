@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hp_core.cli import main
-from hp_core.convert import ConfigFile
+from hp_core.io.convert import ConfigFile
 from hp_core.specs import ParallelSpec, PrecisionSpec
 
 HEADS = 32

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from hp_core.api import build_registry, estimate
-from hp_core.convert import ConfigFile, InlineModel, inline_model, load_config, read_document, structure
+from hp_core.io.convert import ConfigFile, InlineModel, inline_model, load_config, read_document, structure
 from hp_core.errors import ConfigError
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, LayerGroup, ParallelSpec, RecomputeSpec, Setting

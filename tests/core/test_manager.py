@@ -467,7 +467,7 @@ def test_two_formats_may_not_claim_one_model_type():
 
 
 def test_hp_validate_reads_a_case_format_plugin(tmp_path):
-    from hp_core.validate import MeasuredCase, load_cases
+    from hp_core.io.validate import MeasuredCase, load_cases
     from hp_core.specs import ParallelSpec
 
     def read(document, registry):

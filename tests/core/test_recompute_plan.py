@@ -239,7 +239,7 @@ def test_offload_is_planned_when_asked_and_refused_without_a_host_link():
 
 
 def test_the_json_plan_reads_back_as_a_config_recompute_section():
-    from hp_core.convert import ConfigFile, structure
+    from hp_core.io.convert import ConfigFile, structure
     from hp_core.io.recompute_output import describe_ranges, recompute_plan_to_json
 
     memory = attrs.evolve(H100, memory_bytes=20 * 2**30)

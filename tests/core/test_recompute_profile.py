@@ -144,7 +144,7 @@ def test_offload_needs_a_stated_host_link():
 
 def test_offload_reads_from_config_and_lowers_the_estimate():
     from hp_core.api import estimate
-    from hp_core.convert import ConfigFile, structure
+    from hp_core.io.convert import ConfigFile, structure
     from hp_core.specs import RecomputeSpec
 
     config = structure({"model": "llama3-8b", "parallel": {"seq_len": 4096},

@@ -12,7 +12,7 @@ from hp_core.api import estimate, model_from_preset
 from hp_core.cli import main
 from hp_core.errors import ConfigError
 from hp_core.specs import ParallelSpec
-from hp_core.validate import load_cases, validate_case
+from hp_core.io.validate import load_cases, validate_case
 
 CASES = Path(__file__).resolve().parents[1] / "plugins" / "data" / "megatron_measured.json"
 GIB = 2**30

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from hp_core.validate import load_cases, validate_case
+from hp_core.io.validate import load_cases, validate_case
 from measured_cases import MEGATRON_FILE
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hp_core.cli import main
-from hp_core.convert import load_config
+from hp_core.io.convert import load_config
 from hp_gated_deltanet.qwen3_next import QWEN3_NEXT_80B_A3B, model_from_qwen3_next_config
 
 JOB = Path(__file__).resolve().parents[1] / "qwen3-next-80b-a3b.yaml"

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import attrs
 
-from hp_core.convert import ConfigFile, InlineModel, inline_model
 from hp_core.engine.estimate import estimate_run
 from hp_core.engine.prepare import PreparedRun, prepare
 from hp_core.errors import ConfigError, describe
+from hp_core.io.convert import ConfigFile, InlineModel, inline_model
 from hp_core.registry import Registry
 from hp_core.models import load_model_config, model_from_config, model_from_preset
 from hp_core.results import Estimate

@@ -33,9 +33,9 @@ from typing import Any
 
 import attrs
 
-from hp_core.convert import ConfigFile, read_document, structure
 from hp_core.errors import ConfigError
-from hp_core.job import Job, estimate_job, resolve_job, step_time_job
+from hp_core.io.convert import ConfigFile, read_document, structure
+from hp_core.io.job import Job, estimate_job, resolve_job, step_time_job
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec
 
