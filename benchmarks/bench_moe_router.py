@@ -1,5 +1,5 @@
 """GPU time of Megatron-Core 0.14's MoE router kernels at DeepSeek-V2's shape (the router figures
-of ``hp_plugins/timing_profiles.py``).
+of ``hp_plugins/runtimes/timing_profiles.py``).
 
 Runs the router path of ``megatron/core/transformer/moe/router.py`` ``TopKRouter.routing`` with
 the functions of ``megatron/core/transformer/moe/moe_utils.py`` at Megatron-LM commit

@@ -6,7 +6,7 @@ The data are the 43 step times of SimuMax v1.2's B200 perf-vs-real table
 (``tests/plugins/data/simumax_b200_runs.json``; Megatron-Core 0.14, TE 2.11,
 8x B200, Llama-3-70B, Llama-3-405B, DeepSeek-V2 and a DeepSeek-V3-shaped MoE,
 TP/PP/DP/CP/EP layouts, 4 to 32 micro-batches). Every row is priced with the
-``megatron`` runtime and :data:`~hp_plugins.timing_profiles.MEGATRON_TE` with
+``megatron`` runtime and :data:`~hp_plugins.runtimes.timing_profiles.MEGATRON_TE` with
 no slowdown (each kernel and collective as its microbenchmark measured it).
 The factor is fitted (least squares in relative error) to the 33 rows whose
 layout is NOT among the four of ``megatron_measured.json``; those 10 rows are
@@ -29,7 +29,7 @@ from simumax_runs import fitted_slowdown, simumax_rows, unslowed  # noqa: E402
 from hp_core.api import build_registry  # noqa: E402
 from hp_core.io.files import atomic_write  # noqa: E402
 from hp_core.api import step_time  # noqa: E402
-from hp_plugins.timing_profiles import MEGATRON_TE  # noqa: E402
+from hp_plugins.runtimes.timing_profiles import MEGATRON_TE  # noqa: E402
 
 PAGE = ROOT / "docs" / "time.md"
 START, END = "<!-- simumax-runs:start -->", "<!-- simumax-runs:end -->"

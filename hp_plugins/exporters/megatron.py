@@ -17,7 +17,7 @@ validates the combinations, ``transformer_block.py`` ``_checkpointed_forward`` r
 * ``--recompute-granularity selective --recompute-modules M ...``: every layer
   recomputes the modules ``M`` (the default is ``core_attn``); the runtime
   profile ``megatron`` states the switches each module recomputes
-  (``hp_plugins/runtime_megatron.py``). ``moe_act`` acts only on layers with
+  (``hp_plugins/runtimes/megatron.py``). ``moe_act`` acts only on layers with
   routed experts (a layer config with ``num_experts > 0``), so a dense layer's
   ``ffAct`` has no module. ``recompute_num_layers`` must then be unset, and
   full and selective recompute never mix.

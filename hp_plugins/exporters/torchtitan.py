@@ -8,7 +8,7 @@ What torchtitan runs (``torchtitan/distributed/activation_checkpoint.py``
 * ``mode = "selective"`` with ``selective_ac_option = "op"``: op-level
   selective checkpointing on every block, which saves matmul outputs and
   recomputes the ops between them; the runtime profile ``fsdp2`` states the
-  switches that recomputes (``hp_plugins/runtime_fsdp2.py``: ``normOp``, ``ffAct``);
+  switches that recomputes (``hp_plugins/runtimes/fsdp2.py``: ``normOp``, ``ffAct``);
 * ``mode = "selective"`` with ``selective_ac_option = "N"`` (a string of
   digits; torchtitan calls ``.isdigit()`` on it): ``_apply_layer_sac`` counts
   blocks in a process-wide counter and fully checkpoints the blocks whose

@@ -284,7 +284,7 @@ def test_invalid_optimizer_message_is_readable(capsys, tmp_path: Path):
 def test_plugins_lists_kinds_runtimes_and_models(capsys):
     status, out, err = run(capsys, "plugins")
     assert status == 0, err
-    for name in ("dense", "generic", "llama3-8b", "formulas", "h100-sxm", "hp_plugins.dense", "hp-planner"):
+    for name in ("dense", "generic", "llama3-8b", "formulas", "h100-sxm", "hp_plugins.kinds.dense", "hp-planner"):
         assert name in out
 
 
@@ -294,9 +294,9 @@ def test_plugins_json(capsys):
     assert "generic" in [r["name"] for r in doc["runtimes"]]
     assert "llama3-8b" in [m["name"] for m in doc["models"]]
     dense = next(k for k in doc["layer_kinds"] if k["name"] == "dense")
-    assert dense["plugin"] == "hp_plugins.dense"
+    assert dense["plugin"] == "hp_plugins.kinds.dense"
     assert dense["distribution"] == "hp-planner"
-    assert "hp_plugins.presets" in [p["name"] for p in doc["plugins"]]
+    assert "hp_plugins.models.presets" in [p["name"] for p in doc["plugins"]]
 
 
 def test_models_lists_presets(capsys):
@@ -319,23 +319,23 @@ def test_models_json(capsys):
 
 
 def test_block_plugin_presets_makes_default_estimate_fail(capsys):
-    err = assert_one_line_error(*run(capsys, "--block-plugin", "hp_plugins.presets", "estimate"))
+    err = assert_one_line_error(*run(capsys, "--block-plugin", "hp_plugins.models.presets", "estimate"))
     assert "llama3-8b" in err
 
 
 def test_block_plugin_presets_empties_models(capsys):
-    assert run_json(capsys, "--block-plugin", "hp_plugins.presets", "models") == {"models": []}
+    assert run_json(capsys, "--block-plugin", "hp_plugins.models.presets", "models") == {"models": []}
 
 
 def test_blocked_plugin_is_not_listed(capsys):
-    doc = run_json(capsys, "--block-plugin", "hp_plugins.presets", "plugins")
-    assert "hp_plugins.presets" not in [p["name"] for p in doc["plugins"]]
-    assert "hp_plugins.dense" in [p["name"] for p in doc["plugins"]]
+    doc = run_json(capsys, "--block-plugin", "hp_plugins.models.presets", "plugins")
+    assert "hp_plugins.models.presets" not in [p["name"] for p in doc["plugins"]]
+    assert "hp_plugins.kinds.dense" in [p["name"] for p in doc["plugins"]]
     assert doc["models"] == []
 
 
 def test_block_env_variable_reaches_the_cli(capsys, monkeypatch):
-    monkeypatch.setenv(BLOCK_ENV, "hp_plugins.dense")
+    monkeypatch.setenv(BLOCK_ENV, "hp_plugins.kinds.dense")
     err = assert_one_line_error(*run(capsys, "estimate"))
     assert "dense" in err
 

@@ -15,9 +15,9 @@ from hp_core.io.convert import ConfigFile, InlineModel, inline_model, load_confi
 from hp_core.errors import ConfigError
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, LayerGroup, ParallelSpec, RecomputeSpec, Setting
-from hp_plugins.dense import DenseConfig
-from hp_plugins.embedding import EmbeddingConfig
-from hp_plugins.output import OutputConfig
+from hp_plugins.kinds.dense import DenseConfig
+from hp_plugins.kinds.embedding import EmbeddingConfig
+from hp_plugins.kinds.output import OutputConfig
 
 
 @pytest.fixture
@@ -340,7 +340,7 @@ def test_unknown_kind_in_a_later_group(reg: Registry):
 
 
 def test_blocked_kind_is_unknown():
-    reg = build_registry(blocked=["hp_plugins.dense"], use_env=False)
+    reg = build_registry(blocked=["hp_plugins.kinds.dense"], use_env=False)
     model = {"name": "tiny", "layers": [{"kind": "dense", "config": TINY_DENSE}]}
     assert _refused({**BASE, "model": model}, reg).path == "$.model.layers[0].kind"
 

@@ -18,7 +18,7 @@ from hp_core.engine.recompute.layout import describe_plan, plan_layout, settings
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_core.types import Exporter
-from hp_plugins.importers.hf import model_from_hf_config
+from hp_plugins.models.hf import model_from_hf_config
 
 FULL = Setting("full")
 NONE = Setting()

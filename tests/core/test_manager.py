@@ -147,8 +147,8 @@ def test_builtins_are_registered_by_dotted_name():
     registered = dict(manager.list_name_plugin())
     for dotted in DEFAULT_PLUGINS:
         assert registered.get(dotted) is not None, f"{dotted} is not registered"
-    assert "hp_plugins.dense" in registered
-    assert registered["hp_plugins.dense"].__name__ == "hp_plugins.dense"
+    assert "hp_plugins.kinds.dense" in registered
+    assert registered["hp_plugins.kinds.dense"].__name__ == "hp_plugins.kinds.dense"
 
 
 def test_each_call_builds_a_fresh_manager():
@@ -167,7 +167,7 @@ def test_builtin_records_and_providers():
     assert "formulas" in _names(registry.census_sources)
     assert "llama3-8b" in _names(registry.models)
     dense = registry.provider("hp_layer_kinds", "dense")
-    assert dense.plugin == "hp_plugins.dense"
+    assert dense.plugin == "hp_plugins.kinds.dense"
     assert dense.distribution == "hp-planner"
     assert [p.plugin for p in registry.plugins] == sorted(DEFAULT_PLUGINS)
 
@@ -262,10 +262,10 @@ def test_duplicate_name_names_both_plugins():
     with pytest.raises(PluginError) as info:
         Registry.from_manager(manager)
     message = str(info.value)
-    assert "hp_plugins.dense" in message
+    assert "hp_plugins.kinds.dense" in message
     assert "DupDense" in message
     assert "'dense'" in message
-    assert "hp_plugins.dense" in info.value.plugin and "DupDense" in info.value.plugin
+    assert "hp_plugins.kinds.dense" in info.value.plugin and "DupDense" in info.value.plugin
     assert "\n" not in message
 
 
@@ -365,7 +365,7 @@ def test_same_plugin_name_twice_is_a_plugin_error():
 
 
 def test_blocking_a_builtin_removes_its_records():
-    registry = Registry.from_manager(get_plugin_manager(blocked=["hp_plugins.presets"], use_env=False))
+    registry = Registry.from_manager(get_plugin_manager(blocked=["hp_plugins.models.presets"], use_env=False))
     assert registry.models == ()
     # The other built-ins are untouched.
     assert "dense" in _names(registry.layer_kinds)
@@ -373,9 +373,9 @@ def test_blocking_a_builtin_removes_its_records():
 
 
 def test_blocking_the_dense_plugin_removes_the_dense_kind():
-    manager = get_plugin_manager(blocked=["hp_plugins.dense"], use_env=False)
-    assert manager.is_blocked("hp_plugins.dense")
-    assert dict(manager.list_name_plugin()).get("hp_plugins.dense") is None
+    manager = get_plugin_manager(blocked=["hp_plugins.kinds.dense"], use_env=False)
+    assert manager.is_blocked("hp_plugins.kinds.dense")
+    assert dict(manager.list_name_plugin()).get("hp_plugins.kinds.dense") is None
     registry = Registry.from_manager(manager)
     assert "dense" not in _names(registry.layer_kinds)
     assert {"embedding", "output"} <= set(_names(registry.layer_kinds))
@@ -387,7 +387,7 @@ def test_blocking_lets_a_replacement_take_the_name():
         def hp_layer_kinds(self):
             yield _layer_kind("dense")
 
-    registry = build_registry([MyDense()], blocked=["hp_plugins.dense"], use_env=False)
+    registry = build_registry([MyDense()], blocked=["hp_plugins.kinds.dense"], use_env=False)
     assert registry.layer_kind("dense").config_type is ToyConfig
     assert registry.provider("hp_layer_kinds", "dense").plugin == "MyDense"
 
@@ -399,15 +399,15 @@ def test_blocking_a_one_off_plugin_by_name():
 
 
 def test_blocked_plugin_is_not_listed_as_loaded():
-    registry = Registry.from_manager(get_plugin_manager(blocked=["hp_plugins.presets"], use_env=False))
-    assert "hp_plugins.presets" not in [p.plugin for p in registry.plugins]
+    registry = Registry.from_manager(get_plugin_manager(blocked=["hp_plugins.models.presets"], use_env=False))
+    assert "hp_plugins.models.presets" not in [p.plugin for p in registry.plugins]
 
 
 def test_block_env_variable_blocks(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv(BLOCK_ENV, " hp_plugins.presets , hp_plugins.hardware ")
+    monkeypatch.setenv(BLOCK_ENV, " hp_plugins.models.presets , hp_plugins.hardware.presets ")
     manager = get_plugin_manager()
-    assert manager.is_blocked("hp_plugins.presets")
-    assert manager.is_blocked("hp_plugins.hardware")
+    assert manager.is_blocked("hp_plugins.models.presets")
+    assert manager.is_blocked("hp_plugins.hardware.presets")
     registry = Registry.from_manager(manager)
     assert registry.models == ()
     assert registry.hardware == ()
@@ -415,9 +415,9 @@ def test_block_env_variable_blocks(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_block_env_variable_is_ignored_without_use_env(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv(BLOCK_ENV, "hp_plugins.presets")
+    monkeypatch.setenv(BLOCK_ENV, "hp_plugins.models.presets")
     manager = get_plugin_manager(use_env=False)
-    assert not manager.is_blocked("hp_plugins.presets")
+    assert not manager.is_blocked("hp_plugins.models.presets")
     registry = Registry.from_manager(manager)
     assert "llama3-8b" in _names(registry.models)
     # build_registry follows the same switch.
@@ -426,8 +426,8 @@ def test_block_env_variable_is_ignored_without_use_env(monkeypatch: pytest.Monke
 
 
 def test_block_env_and_blocked_argument_combine(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv(BLOCK_ENV, "hp_plugins.presets")
-    registry = build_registry(blocked=["hp_plugins.hardware"])
+    monkeypatch.setenv(BLOCK_ENV, "hp_plugins.models.presets")
+    registry = build_registry(blocked=["hp_plugins.hardware.presets"])
     assert registry.models == ()
     assert registry.hardware == ()
 

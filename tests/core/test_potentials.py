@@ -21,7 +21,7 @@ from hp_core.io.potentials_output import CSV_COLUMNS, plot_groups, plot_potentia
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_core.api import step_time
-from hp_plugins.importers.hf import model_from_hf_config
+from hp_plugins.models.hf import model_from_hf_config
 
 # MLP widths of body layers 0-3: the order of their forward cost is 0, 2, 1, 3.
 WIDTHS = (1024, 4096, 2048, 8192)

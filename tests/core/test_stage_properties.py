@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from hp_core.api import build_registry, estimate, layer_context
 from hp_core.results import CATEGORIES, MemoryBreakdown
 from hp_core.specs import LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
-from hp_plugins.dense import DenseConfig, evaluate_dense
-from hp_plugins.embedding import EmbeddingConfig, evaluate_embedding
-from hp_plugins.output import OutputConfig, evaluate_output
+from hp_plugins.kinds.dense import DenseConfig, evaluate_dense
+from hp_plugins.kinds.embedding import EmbeddingConfig, evaluate_embedding
+from hp_plugins.kinds.output import OutputConfig, evaluate_output
 
 # The registry fixture is frozen and never mutated, so sharing it across the
 # examples of one test is safe.

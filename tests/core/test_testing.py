@@ -18,7 +18,7 @@ from hp_core.markers import hookimpl
 from hp_core.registry import Registry
 from hp_core.testing import CONTRACT_SEQ_LEN, ContractReport, check_layer_kind
 from hp_core.types import ActivationTerm, LayerContext, LayerCost, LayerKind, ParamCount
-from hp_plugins.dense import DenseConfig
+from hp_plugins.kinds.dense import DenseConfig
 
 
 @attrs.frozen(kw_only=True)

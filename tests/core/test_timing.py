@@ -23,8 +23,8 @@ from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingP
 from hp_core.api import step_time
 from hp_core.engine.timing import collective_seconds, compute_dtype, pipeline_seconds
 from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, LayerKind, ParamCount, Runtime
-from hp_plugins.dense import DenseConfig
-from hp_plugins.timing_profiles import GENERIC, MEGATRON_LM_2022, MEGATRON_TE, PROFILES
+from hp_plugins.kinds.dense import DenseConfig
+from hp_plugins.runtimes.timing_profiles import GENERIC, MEGATRON_LM_2022, MEGATRON_TE, PROFILES
 
 # ----------------------------------------------------------------------------- collectives and pipelines
 
@@ -449,7 +449,7 @@ def test_docs_list_every_built_in_figure_with_its_source():
     """docs/time.md states each figure of the built-in profiles, its value and its source, as the code has them."""
     from pathlib import Path
 
-    from hp_plugins.timing_profiles import PROFILES
+    from hp_plugins.runtimes.timing_profiles import PROFILES
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "time.md").read_text(encoding="utf-8")
     devices = {device for profile in PROFILES.values() for device in profile.devices}
@@ -596,7 +596,7 @@ def test_gemm_table_prices_measured_grouped_gemms_and_fits_the_rest():
 
 def test_b200_table_maps_te_gemm_layouts_to_passes():
     """SimuMax keys TE's GEMMs by cuBLAS m, k, n: forward TN (T, in, out), dgrad NN (T, out, in), wgrad NT (out, T, in)."""
-    from hp_plugins.timing_profiles import B200_GEMMS, BLACKWELL
+    from hp_plugins.runtimes.timing_profiles import B200_GEMMS, BLACKWELL
 
     assert BLACKWELL.gemm_table is B200_GEMMS and "gemm_table" not in BLACKWELL.figures()
     # Llama-3-70B's QKV projection at TP 1: 8192 inputs, 10240 outputs, 4096 tokens.
@@ -616,7 +616,7 @@ def test_b200_table_maps_te_gemm_layouts_to_passes():
 )
 def test_the_bucketed_gemm_lookup_finds_the_nearest_measured_shape_a_full_scan_finds(index, scale, grouped):
     # The table's index only narrows which rows are compared; the answer is the scan's (ties to the later row).
-    from hp_plugins.timing_profiles import B200_GEMMS
+    from hp_plugins.runtimes.timing_profiles import B200_GEMMS
 
     rows = B200_GEMMS.grouped if grouped else B200_GEMMS.dense
     row = rows[index % len(rows)]
@@ -675,7 +675,7 @@ def test_sustained_slowdown_multiplies_every_gpu_time_but_not_host_link_copies(t
 
 
 def test_sustained_slowdown_slows_tp_pp_and_dp_communication_alike(registry, llama8b):
-    from hp_plugins.timing_profiles import GENERIC
+    from hp_plugins.runtimes.timing_profiles import GENERIC
 
     hardware = registry.hardware_preset("h100-sxm").spec
     slow = attrs.evolve(GENERIC, devices=tuple(
@@ -697,7 +697,7 @@ def test_sustained_slowdown_below_one_is_refused():
 
 
 def test_only_megatron_te_on_blackwell_states_a_sustained_slowdown():
-    from hp_plugins.timing_profiles import BLACKWELL, BLACKWELL_MEGATRON, GENERIC, MEGATRON_LM_2022, MEGATRON_TE
+    from hp_plugins.runtimes.timing_profiles import BLACKWELL, BLACKWELL_MEGATRON, GENERIC, MEGATRON_LM_2022, MEGATRON_TE
 
     assert MEGATRON_TE.device("blackwell") is BLACKWELL_MEGATRON
     assert attrs.evolve(BLACKWELL_MEGATRON, sustained_slowdown=None) == BLACKWELL

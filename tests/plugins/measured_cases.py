@@ -18,7 +18,7 @@ from pathlib import Path
 import attrs
 
 from hp_core.specs import ModelSpec, ParallelSpec
-from hp_plugins.importers.hf import model_from_hf_config
+from hp_plugins.models.hf import model_from_hf_config
 
 CASES = Path(__file__).resolve().parent / "data"
 MEGATRON_FILE = CASES / "megatron_measured.json"

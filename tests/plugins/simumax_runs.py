@@ -5,7 +5,7 @@
 the layout each ran and, per model, a Hugging Face style config as Megatron
 ran it (derived from SimuMax's launchers; see the file's ``notes``). Models and
 layouts are built as ``measured_cases.py`` builds the public cases: the config
-through :func:`~hp_plugins.importers.hf.model_from_hf_config` (vocabulary
+through :func:`~hp_plugins.models.hf.model_from_hf_config` (vocabulary
 ``--vocab-size + 1``, which the ``megatron`` runtime pads to ``128 * tp``),
 truncated to the layers run with ``ModelSpec.with_body_layers``, MoE capacity
 padding as the launcher passed it; degrees, micro-batch size, global batch and
@@ -23,7 +23,7 @@ from typing import Iterator
 import attrs
 
 from hp_core.specs import ModelSpec, ParallelSpec
-from hp_plugins.importers.hf import model_from_hf_config
+from hp_plugins.models.hf import model_from_hf_config
 from measured_cases import with_megatron_capacity
 
 SIMUMAX_FILE = Path(__file__).resolve().parent / "data" / "simumax_b200_runs.json"

@@ -16,7 +16,7 @@ from hp_core.cli import main
 from hp_core.errors import ConfigError
 from hp_core.specs import ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.types import CensusBytes, CensusRecord
-from hp_plugins.census_file import load_census_file, write_census_file
+from hp_plugins.census.file import load_census_file, write_census_file
 
 PROVENANCE = {"source": "hand-written for a test", "seq_len": 1024}
 
@@ -118,7 +118,7 @@ def test_a_census_file_round_trips_and_is_written_atomically(tmp_path):
 
 
 def _dense_cost(registry, context):
-    from hp_plugins.dense import DenseConfig
+    from hp_plugins.kinds.dense import DenseConfig
 
     config = DenseConfig(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336)
     return registry.layer_kind("dense"), registry.layer_kind("dense").evaluate(config, context)

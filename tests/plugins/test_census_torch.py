@@ -19,7 +19,7 @@ from hp_core.engine.census import formulas_precision, formulas_records, run_cens
 from hp_core.cli import main  # noqa: E402
 from hp_core.api import estimate, model_from_preset  # noqa: E402
 from hp_core.specs import ParallelSpec  # noqa: E402
-from hp_plugins.census_torch import measure_kind  # noqa: E402
+from hp_plugins.census.torch import measure_kind  # noqa: E402
 
 
 def _hf(registry, preset):

@@ -17,12 +17,12 @@ from hp_core.api import build_registry
 from hp_core.specs import LayerGroup
 from hp_core.testing import check_layer_kind
 from hp_core.types import TRAITS
-from hp_plugins.dense import DenseConfig
-from hp_plugins.embedding import EmbeddingConfig
-from hp_plugins.mla import MLAConfig, MLAMoEConfig
-from hp_plugins.moe import MoEConfig
-from hp_plugins.mtp import MTPConfig
-from hp_plugins.output import OutputConfig
+from hp_plugins.kinds.dense import DenseConfig
+from hp_plugins.kinds.embedding import EmbeddingConfig
+from hp_plugins.kinds.mla import MLAConfig, MLAMoEConfig
+from hp_plugins.kinds.moe import MoEConfig
+from hp_plugins.kinds.mtp import MTPConfig
+from hp_plugins.kinds.output import OutputConfig
 
 _MLA = dict(hidden_size=256, num_attention_heads=8, kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32)
 _MLA_MOE = MLAMoEConfig(**_MLA, q_lora_rank=64, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=128,

@@ -29,7 +29,7 @@ import pytest
 
 from hp_core.api import estimate, layer_context
 from hp_core.specs import LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
-from hp_plugins.dense import DenseConfig, evaluate_dense
+from hp_plugins.kinds.dense import DenseConfig, evaluate_dense
 
 CASE_FILE = Path(__file__).resolve().parent / "data" / "korthikanti.json"
 

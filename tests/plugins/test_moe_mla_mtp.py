@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from hp_core.api import build_registry, count_parameters, estimate, layer_context, model_from_preset
 from hp_core.errors import ConfigError
 from hp_core.specs import LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec
-from hp_plugins._blocks import moe_tokens
-from hp_plugins.importers.hf import model_from_hf_config
-from hp_plugins.mla import MLAConfig, evaluate_mla
-from hp_plugins.moe import MoEConfig, evaluate_moe
+from hp_plugins.kinds.mla import MLAConfig, evaluate_mla
+from hp_plugins.kinds.moe import MoEConfig, evaluate_moe
+from hp_plugins.kit import moe_tokens
+from hp_plugins.models.hf import model_from_hf_config
 
 HERE = Path(__file__).resolve().parent
 REFERENCE = json.loads((HERE / "data" / "hf_preset_params.json").read_text())

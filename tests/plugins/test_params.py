@@ -14,8 +14,8 @@ import pytest
 
 from hp_core.api import estimate, layer_context
 from hp_core.specs import ParallelSpec, PrecisionSpec
-from hp_plugins.dense import evaluate_dense
-from hp_plugins.importers.hf import model_from_hf_config
+from hp_plugins.kinds.dense import evaluate_dense
+from hp_plugins.models.hf import model_from_hf_config
 
 CASE_FILE = Path(__file__).resolve().parent / "data" / "params.json"
 

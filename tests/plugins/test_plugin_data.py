@@ -1,7 +1,7 @@
 """The built-in hardware presets and B200 GEMM table, read from package data, hold the published numbers.
 
-``hp_plugins/data/hardware.json`` and ``hp_plugins/data/gemm_b200.json`` are
-loaded by ``hp_plugins/hardware.py`` and ``hp_plugins/gemm_b200.py``. The
+``hp_plugins/hardware/data/hardware.json`` and ``hp_plugins/hardware/data/gemm_b200.json`` are
+loaded by ``hp_plugins/hardware/presets.py`` and ``hp_plugins/hardware/gemm_b200.py``. The
 values below are written out from their sources (vendor datasheets and
 ``nvidia-smi``; SimuMax v1.2's ``configs/system/b200_bf16_ceperm.json``) in the
 same arithmetic the presets were first written in, so a changed digit, a lost
@@ -16,8 +16,8 @@ from importlib.resources import files
 from pathlib import Path
 
 from hp_core.api import build_registry
-from hp_plugins import gemm_b200, hardware
-from hp_plugins.timing_profiles import B200_GEMMS
+from hp_plugins.hardware import gemm_b200, presets
+from hp_plugins.runtimes.timing_profiles import B200_GEMMS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,18 +29,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _data(name: str) -> dict:
-    return json.loads((files("hp_plugins") / "data" / name).read_text(encoding="utf-8"))
+    return json.loads((files("hp_plugins.hardware") / "data" / name).read_text(encoding="utf-8"))
 
 
 def test_the_hardware_presets_in_order():
-    assert [p.name for p in hardware.PRESETS] == ["a100-80gb", "h100-sxm", "h200", "b200", "ascend-910b"]
+    assert [p.name for p in presets.PRESETS] == ["a100-80gb", "h100-sxm", "h200", "b200", "ascend-910b"]
     registry = build_registry(use_env=False)
-    for preset in hardware.PRESETS:
+    for preset in presets.PRESETS:
         assert registry.hardware_preset(preset.name) == preset
 
 
 def test_hardware_values_are_the_stated_figures():
-    by_name = {p.name: p.spec for p in hardware.PRESETS}
+    by_name = {p.name: p.spec for p in presets.PRESETS}
     h100 = by_name["h100-sxm"]
     assert h100.name == "NVIDIA H100 SXM 80GB" and h100.architecture == "hopper" and h100.devices_per_node == 8
     assert h100.memory_bytes == 81559 * MIB
@@ -65,11 +65,11 @@ def test_hardware_values_are_the_stated_figures():
 
 def test_every_hardware_preset_states_its_sources():
     entries = _data("hardware.json")["presets"]
-    assert len(entries) == len(hardware.PRESETS)
-    for entry, preset in zip(entries, hardware.PRESETS):
+    assert len(entries) == len(presets.PRESETS)
+    for entry, preset in zip(entries, presets.PRESETS):
         assert preset.provenance == entry["provenance"] and preset.provenance
         assert entry["latency_source"]
-    assert "nvidia-smi reports 81559 MiB" in hardware.PRESETS[1].provenance
+    assert "nvidia-smi reports 81559 MiB" in presets.PRESETS[1].provenance
 
 
 def test_the_gemm_table_rows_as_published():
@@ -91,4 +91,5 @@ def test_the_gemm_table_rows_as_published():
 
 def test_the_data_files_ship_with_the_package():
     package_data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]
-    assert "data/*.json" in package_data["hp_plugins"]
+    assert "data/*.json" in package_data["hp_plugins.hardware"]
+    assert "*.json" in package_data["hp_plugins.models.presets"]

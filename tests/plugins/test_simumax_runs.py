@@ -17,7 +17,7 @@ import pytest
 
 from hp_core.api import estimate
 from hp_core.api import step_time
-from hp_plugins.timing_profiles import BLACKWELL_MEGATRON, MEGATRON_TE
+from hp_plugins.runtimes.timing_profiles import BLACKWELL_MEGATRON, MEGATRON_TE
 from measured_cases import MEGATRON_FILE, megatron_layout, megatron_model
 from simumax_runs import fitted_slowdown, simumax_rows, unslowed
 

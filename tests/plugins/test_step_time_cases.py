@@ -10,14 +10,14 @@ Two sources in ``data/`` (provenance: ``data/README.md``):
   the vocabulary is ``--vocab-size + 1`` (Megatron's NullTokenizer adds EOD),
   which the ``megatron`` runtime pads to a multiple of ``128 * tp``; degrees,
   micro-batch size, global batch and sequence length come from the JSON. Priced
-  with the ``megatron`` runtime and :data:`~hp_plugins.timing_profiles.MEGATRON_TE`
+  with the ``megatron`` runtime and :data:`~hp_plugins.runtimes.timing_profiles.MEGATRON_TE`
   (``cp_kind`` as the case ran ``--cp-comm-type``).
   Tolerance 10% (the issue's bar). These rows are held out of the fit of the
   Blackwell ``sustained_slowdown`` (``test_simumax_runs.py``).
 * ``korthikanti.json`` -- Table 5 of Korthikanti et al. 2022: 22B, 175B, 530B
   and 1T GPT models on A100 with full recompute versus sequence parallelism plus
   selective recompute, written down below (:data:`KORTHIKANTI_LAYOUTS`).
-  Priced with :data:`~hp_plugins.timing_profiles.MEGATRON_LM_2022` and eager
+  Priced with :data:`~hp_plugins.runtimes.timing_profiles.MEGATRON_LM_2022` and eager
   attention, as the paper ran. Tolerance 10%.
 """
 
@@ -29,10 +29,10 @@ import pytest
 
 from hp_core.specs import LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.api import step_time
-from hp_plugins.dense import DenseConfig
-from hp_plugins.embedding import EmbeddingConfig
-from hp_plugins.output import OutputConfig
-from hp_plugins.timing_profiles import MEGATRON_LM_2022, MEGATRON_TE
+from hp_plugins.kinds.dense import DenseConfig
+from hp_plugins.kinds.embedding import EmbeddingConfig
+from hp_plugins.kinds.output import OutputConfig
+from hp_plugins.runtimes.timing_profiles import MEGATRON_LM_2022, MEGATRON_TE
 from measured_cases import CASES, MEGATRON_FILE
 from measured_cases import megatron_layout as _megatron_layout
 from measured_cases import megatron_model as _megatron_model

@@ -101,7 +101,7 @@ The model, with its sources (figures come from the profile, each sourced there):
   above are kernel and NCCL microbenchmarks; a training run adds clock and
   cache effects, launch gaps and host work between kernels. The
   ``megatron-te`` Blackwell figure is fitted to measured Megatron-LM step
-  times on B200 (``hp_plugins/timing_profiles.py``).
+  times on B200 (``hp_plugins/runtimes/timing_profiles.py``).
 
 Known limitations: routing is balanced (no straggler expert); kernels other
 than those above (rotary embedding, router top-k, loss) are priced by their

@@ -18,7 +18,7 @@ from hp_core.types import LayerContext, LayerCost, LayerKind
 __all__ = ["SOFTMAX_OPS_PER_SCORE"]
 
 # Elementwise ops the kinds count per attention score for the softmax (max, subtract,
-# exp, sum, divide: hp_plugins/_blocks.py). A fused (flash) kernel runs them on chip,
+# exp, sum, divide: hp_plugins/kit/builder.py). A fused (flash) kernel runs them on chip,
 # so they move no HBM traffic there (Dao 2023, Section 3.1).
 SOFTMAX_OPS_PER_SCORE = 5
 
@@ -138,7 +138,7 @@ def _shape(config: Any, kind: LayerKind, x: LayerContext, cost: LayerCost) -> _S
     expert_gemms: tuple[tuple[int, float, int, int], ...] = ()
     experts = getattr(config, "num_experts", None)
     if experts is not None and getattr(config, "num_experts_per_tok", None) is not None:
-        # Tokens a rank's experts process (hp_plugins._blocks.moe_tokens): k * T / sp,
+        # Tokens a rank's experts process (hp_plugins.kit.moe_tokens): k * T / sp,
         # gathered over etp, padded to capacity when stated.
         routed = T / x.sp_degree * config.num_experts_per_tok
         if getattr(config, "pad_to_capacity", False) and getattr(config, "capacity_factor", None):

@@ -10,7 +10,7 @@ representation), as flash-linear-attention's ``chunk_gated_delta_rule`` does.
 Two kinds, as the built-ins pair ``mla``/``mla_moe``: ``gated_deltanet`` (the
 token mixer and a dense SwiGLU MLP) and ``gated_deltanet_moe`` (the mixer and a
 mixture of experts with a gated shared expert, every Qwen3-Next layer). The
-feed-forward half reuses hp-planner's own blocks (``hp_plugins._blocks``: ``mlp``,
+feed-forward half reuses hp-planner's public plugin-author kit (``hp_plugins.kit``: ``mlp``,
 ``moe``), so it is priced exactly as the built-in ``dense``/``moe`` kinds price theirs.
 
 **Parameters** equal Hugging Face transformers' ``Qwen3NextGatedDeltaNet``
@@ -113,8 +113,18 @@ import attrs
 from hp_core.errors import ConfigError
 from hp_core.types import LayerContext, LayerCost
 from hp_core.validators import positive_int
-from hp_plugins._blocks import ACT_OPS, LayerBuilder, MLPFields, MoEFields, mlp, moe, validate_mlp, validate_moe
-from hp_plugins._shapes import NORM_OPS_PER_ELEMENT, check_divides
+from hp_plugins.kit import (
+    ACT_OPS,
+    NORM_OPS_PER_ELEMENT,
+    LayerBuilder,
+    MLPFields,
+    MoEFields,
+    check_divides,
+    mlp,
+    moe,
+    validate_mlp,
+    validate_moe,
+)
 
 __all__ = [
     "CHUNK",
@@ -207,7 +217,7 @@ class GatedDeltaNetMoEConfig(GatedDeltaNetFields, MoEFields):
 
     def __attrs_post_init__(self) -> None:
         self._check_heads()
-        self._check_moe()
+        self.check_moe()
 
 
 def chunk_flops(c: GatedDeltaNetFields) -> int:

@@ -37,10 +37,10 @@ from typing import Any, Mapping
 
 from hp_core.errors import ConfigError, describe
 from hp_core.specs import LayerGroup, ModelSpec
-from hp_plugins.dense import DenseConfig
-from hp_plugins.embedding import EmbeddingConfig
-from hp_plugins.moe import MoEConfig
-from hp_plugins.output import OutputConfig
+from hp_plugins.kinds.dense import DenseConfig
+from hp_plugins.kinds.embedding import EmbeddingConfig
+from hp_plugins.kinds.moe import MoEConfig
+from hp_plugins.kinds.output import OutputConfig
 
 from hp_gated_deltanet.deltanet import GatedDeltaNetConfig, GatedDeltaNetMoEConfig
 

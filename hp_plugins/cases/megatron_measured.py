@@ -29,7 +29,7 @@ from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.specs import ParallelSpec
 from hp_core.types import CaseFormat
-from hp_plugins.importers.hf import model_from_hf_config
+from hp_plugins.models.hf import model_from_hf_config
 
 __all__ = ["GIB", "hp_case_formats", "is_megatron_measured", "read_megatron_cases", "read_megatron_case"]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from hp_core.markers import hookimpl
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
-from hp_plugins.timing_profiles import GENERIC
+from hp_plugins.runtimes.timing_profiles import GENERIC
 
 __all__ = ["hp_runtimes"]
 

@@ -29,7 +29,7 @@ Device efficiencies, per architecture (the hardware presets' ``architecture``):
   half-efficiency rows) are least-squares fits of a two-parameter model to
   those microbenchmarks, done for this module (``docs/time.md`` shows the
   fits). Its GEMM table (:data:`B200_GEMMS`) is that file's per-shape GEMM
-  and grouped-GEMM measurements as published (:mod:`hp_plugins.gemm_b200`);
+  and grouped-GEMM measurements as published (:mod:`hp_plugins.hardware.gemm_b200`);
   ``matmul`` is their mean, for shapes the table lacks. The MoE router
   figures were measured for this module on an H200
   (``benchmarks/bench_moe_router.py``), for want of a B200 measurement.
@@ -56,7 +56,7 @@ from __future__ import annotations
 import attrs
 
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, GemmTable, Sourced, TimingProfile
-from hp_plugins import gemm_b200
+from hp_plugins.hardware import gemm_b200
 
 __all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRON", "GENERIC", "HOPPER", "MEGATRON_LM_2022", "MEGATRON_TE", "PROFILES"]
 
@@ -73,7 +73,7 @@ _SIMUMAX_A100 = "SimuMax configs/system/a100_pcie.json (MooreThreads/SimuMax@acd
 
 
 def _simumax_gemm_table() -> GemmTable:
-    """SimuMax's B200 GEMM measurements (:mod:`hp_plugins.gemm_b200`) as a :class:`GemmTable`.
+    """SimuMax's B200 GEMM measurements (:mod:`hp_plugins.hardware.gemm_b200`) as a :class:`GemmTable`.
 
     Transformer Engine runs a linear layer of ``fan_in`` inputs and ``fan_out``
     outputs over ``T`` tokens as three cuBLAS GEMMs, which SimuMax keys by
@@ -265,7 +265,7 @@ _CAUSAL = Sourced(
 )
 _ACCESSES = Sourced(
     0.5,
-    "counted from the kinds' op definitions (hp_plugins/_blocks.py, _shapes.py): a fused kernel reads its input and "
+    "counted from the kinds' op definitions (hp_plugins/kit/builder.py, feedforward.py, norms.py): a fused kernel reads its input and "
     "writes its output, 2 accesses per element, over 4-8 counted ops (RMSNorm+residual 5, SiLU-gated 6, softmax 5, GeLU 8); "
     "gated and dropout kernels move a third tensor",
 )

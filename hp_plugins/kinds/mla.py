@@ -3,7 +3,7 @@
 Two kinds: ``mla`` (MLA + dense SwiGLU MLP: DeepSeek's ``first_k_dense_replace``
 layers) and ``mla_moe`` (MLA + routed and shared experts). Parameters equal
 Hugging Face transformers' ``DeepseekV3DecoderLayer`` / ``DeepseekV2DecoderLayer``.
-Attention terms: :func:`hp_plugins._blocks.mla_attention`, whose up-projected
+Attention terms: :func:`hp_plugins.kit.mla_attention`, whose up-projected
 heads are gated by the ``attUp`` switch, so each kind prices 256 settings of its
 eight switches.
 """
@@ -14,7 +14,7 @@ import attrs
 
 from hp_core.markers import hookimpl
 from hp_core.types import LayerContext, LayerCost, LayerKind
-from hp_plugins._blocks import (
+from hp_plugins.kit import (
     LayerBuilder,
     MLAFields,
     MLPFields,
@@ -26,7 +26,7 @@ from hp_plugins._blocks import (
     validate_mlp,
     validate_moe,
 )
-from hp_plugins.dense import SELECTIVE
+from hp_plugins.kinds.dense import SELECTIVE
 
 __all__ = ["MLAConfig", "MLAMoEConfig", "MLA_SWITCHES", "evaluate_mla", "evaluate_mla_moe", "hp_layer_kinds"]
 
@@ -35,17 +35,17 @@ MLA_SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", 
 
 @attrs.frozen(kw_only=True, slots=False)
 class MLAConfig(MLAFields, MLPFields):
-    """MLA attention and a dense MLP: the fields of :class:`~hp_plugins._blocks.MLAFields`
-    and :class:`~hp_plugins._blocks.MLPFields`."""
+    """MLA attention and a dense MLP: the fields of :class:`~hp_plugins.kit.MLAFields`
+    and :class:`~hp_plugins.kit.MLPFields`."""
 
 
 @attrs.frozen(kw_only=True, slots=False)
 class MLAMoEConfig(MLAFields, MoEFields):
     """MLA attention and a mixture of experts: the fields of
-    :class:`~hp_plugins._blocks.MLAFields` and :class:`~hp_plugins._blocks.MoEFields`."""
+    :class:`~hp_plugins.kit.MLAFields` and :class:`~hp_plugins.kit.MoEFields`."""
 
     def __attrs_post_init__(self) -> None:
-        self._check_moe()
+        self.check_moe()
 
 
 def _validate_mla(config: MLAConfig, context: LayerContext) -> None:

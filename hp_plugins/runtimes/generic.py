@@ -5,7 +5,7 @@ parameters and fp32 AdamW moments: 18 bytes per parameter before sharding
 (Megatron-LM ``theoretical_memory_usage.py``). ZeRO-1 (the distributed
 optimizer) by default. Flash attention. No vocabulary padding beyond an equal
 split over TP, and no trainer buffers, workspaces or allocator reserve: a
-trainer-specific profile states those. Timing: :data:`hp_plugins.timing_profiles.GENERIC`
+trainer-specific profile states those. Timing: :data:`hp_plugins.runtimes.timing_profiles.GENERIC`
 (measured kernel and NCCL efficiencies per device, no communication overlap).
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from hp_core.markers import hookimpl
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
-from hp_plugins.timing_profiles import GENERIC
+from hp_plugins.runtimes.timing_profiles import GENERIC
 
 __all__ = ["hp_runtimes"]
 

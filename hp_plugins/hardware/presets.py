@@ -1,6 +1,6 @@
 """Hardware presets: device memory, dense peak throughput, memory and link bandwidths, with provenance.
 
-The numbers are package data, ``hp_plugins/data/hardware.json``: one entry per
+The numbers are package data, ``hp_plugins/hardware/data/hardware.json``: one entry per
 preset in the units its sources state them (MiB, TFLOP/s, GB/s, microseconds),
 with its ``provenance`` (datasheets, ``nvidia-smi``) and ``latency_source``.
 This module turns them into :class:`~hp_core.types.HardwarePreset` records.
@@ -15,7 +15,7 @@ config for the other NVLink nodes (the Ascend preset assumes those: no public
 HCCS or RoCE latency figure exists), across nodes SimuMax's InfiniBand/RoCE figure.
 
 The ``architecture`` names the device family whose achieved efficiencies a
-timing profile states (:mod:`hp_plugins.timing_profiles`).
+timing profile states (:mod:`hp_plugins.runtimes.timing_profiles`).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def _preset(entry: Mapping[str, Any]) -> HardwarePreset:
     )
 
 
-_DATA = json.loads((files("hp_plugins") / "data" / "hardware.json").read_text(encoding="utf-8"))
+_DATA = json.loads((files("hp_plugins.hardware") / "data" / "hardware.json").read_text(encoding="utf-8"))
 
 PRESETS: tuple[HardwarePreset, ...] = tuple(_preset(entry) for entry in _DATA["presets"])
 

@@ -39,12 +39,12 @@ from hp_core.markers import hookimpl
 from hp_core.models import load_model_config
 from hp_core.specs.model import LayerGroup, ModelSpec
 from hp_core.types import ModelFormat
-from hp_plugins.dense import DenseConfig
-from hp_plugins.embedding import EmbeddingConfig
-from hp_plugins.mla import MLAConfig, MLAMoEConfig
-from hp_plugins.moe import MoEConfig
-from hp_plugins.mtp import MTPConfig
-from hp_plugins.output import OutputConfig
+from hp_plugins.kinds.dense import DenseConfig
+from hp_plugins.kinds.embedding import EmbeddingConfig
+from hp_plugins.kinds.mla import MLAConfig, MLAMoEConfig
+from hp_plugins.kinds.moe import MoEConfig
+from hp_plugins.kinds.mtp import MTPConfig
+from hp_plugins.kinds.output import OutputConfig
 
 __all__ = ["DEFAULTS", "MODEL_TYPES", "hp_model_formats", "load_hf_config", "model_from_hf_config"]
 

@@ -20,7 +20,7 @@ import attrs
 from hp_core.markers import hookimpl
 from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, LayerKind, ParamCount
 from hp_core.validators import positive_int
-from hp_plugins._shapes import NORM_OPS_PER_ELEMENT, NORMS, norm_params, padded_vocab
+from hp_plugins.kit import NORM_OPS_PER_ELEMENT, NORMS, norm_params, padded_vocab
 
 __all__ = ["OutputConfig", "evaluate_output", "hp_layer_kinds"]
 

@@ -8,8 +8,8 @@ score-correction bias (DeepSeek-V3 ``e_score_correction_bias``) is a buffer, not
 a parameter. Routed experts are split over ``ep * etp`` and their optimizer
 states over the expert data-parallel group; everything else over the usual groups.
 
-Attention terms: :func:`hp_plugins._blocks.gqa_attention`; expert terms:
-:func:`hp_plugins._blocks.moe` (tokens per rank: :func:`hp_plugins._blocks.moe_tokens`).
+Attention terms: :func:`hp_plugins.kit.gqa_attention`; expert terms:
+:func:`hp_plugins.kit.moe` (tokens per rank: :func:`hp_plugins.kit.moe_tokens`).
 """
 
 from __future__ import annotations
@@ -18,20 +18,20 @@ import attrs
 
 from hp_core.markers import hookimpl
 from hp_core.types import LayerContext, LayerCost, LayerKind
-from hp_plugins._blocks import GQAFields, LayerBuilder, MoEFields, gqa_attention, moe, validate_gqa, validate_moe
-from hp_plugins.dense import DENSE_SWITCHES, SELECTIVE
+from hp_plugins.kit import GQAFields, LayerBuilder, MoEFields, gqa_attention, moe, validate_gqa, validate_moe
+from hp_plugins.kinds.dense import DENSE_SWITCHES, SELECTIVE
 
 __all__ = ["MoEConfig", "evaluate_moe", "hp_layer_kinds", "validate_moe_layer"]
 
 
 @attrs.frozen(kw_only=True, slots=False)
 class MoEConfig(GQAFields, MoEFields):
-    """One MoE decoder layer: the fields of :class:`~hp_plugins._blocks.GQAFields` and
-    :class:`~hp_plugins._blocks.MoEFields`."""
+    """One MoE decoder layer: the fields of :class:`~hp_plugins.kit.GQAFields` and
+    :class:`~hp_plugins.kit.MoEFields`."""
 
     def __attrs_post_init__(self) -> None:
-        self._check_gqa()
-        self._check_moe()
+        self.check_gqa()
+        self.check_moe()
 
 
 def validate_moe_layer(config: MoEConfig, context: LayerContext) -> None:

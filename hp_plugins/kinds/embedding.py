@@ -16,7 +16,7 @@ import attrs
 from hp_core.markers import hookimpl
 from hp_core.types import ActivationTerm, LayerContext, LayerCost, LayerKind, ParamCount
 from hp_core.validators import positive_int
-from hp_plugins._shapes import padded_vocab
+from hp_plugins.kit import padded_vocab
 
 __all__ = ["EmbeddingConfig", "evaluate_embedding", "hp_layer_kinds"]
 

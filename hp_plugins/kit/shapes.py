@@ -1,4 +1,4 @@
-"""Helpers the built-in kinds share: norms, divisibility checks, vocabulary padding."""
+"""Shape helpers the built-in kinds share: divisibility checks and vocabulary padding."""
 
 from __future__ import annotations
 
@@ -6,21 +6,7 @@ import math
 
 from hp_core.errors import ConfigError
 
-__all__ = ["NORMS", "check_divides", "norm_params", "padded_vocab"]
-
-# Norm types: RMSNorm has a scale vector; LayerNorm a scale and a bias.
-NORMS = ("rmsnorm", "layernorm")
-
-# Elementwise operations per element of a norm's input: RMSNorm squares, averages,
-# scales by the reciprocal root and by the weight (4); LayerNorm also subtracts the
-# mean and adds the bias (6). Counted by hand from the definitions (Zhang & Sennrich
-# 2019; Ba et al. 2016).
-NORM_OPS_PER_ELEMENT = {"rmsnorm": 4, "layernorm": 6}
-
-
-def norm_params(norm: str, width: int) -> int:
-    """Parameters of one norm over *width* features."""
-    return width * (2 if norm == "layernorm" else 1)
+__all__ = ["check_divides", "padded_vocab"]
 
 
 def check_divides(divisor: int, value: int, path: str, what: str, hint: str) -> None:

@@ -44,7 +44,7 @@ import attrs
 
 from hp_core.markers import hookimpl
 from hp_core.types import LayerContext, LayerCost, LayerKind
-from hp_plugins._blocks import GQAFields, LayerBuilder, MLPFields, gqa_attention, mlp, validate_gqa, validate_mlp
+from hp_plugins.kit import GQAFields, LayerBuilder, MLPFields, gqa_attention, mlp, validate_gqa, validate_mlp
 
 __all__ = ["DENSE_SWITCHES", "DenseConfig", "SELECTIVE", "evaluate_dense", "hp_layer_kinds", "validate_dense"]
 
@@ -59,8 +59,8 @@ SELECTIVE = ("attBMM", "headCast", "dropout", "softmax")
 class DenseConfig(GQAFields, MLPFields):
     """One dense decoder layer (Hugging Face ``config.json`` names where they exist).
 
-    The fields of :class:`~hp_plugins._blocks.GQAFields` (attention) and
-    :class:`~hp_plugins._blocks.MLPFields` (the MLP).
+    The fields of :class:`~hp_plugins.kit.GQAFields` (attention) and
+    :class:`~hp_plugins.kit.MLPFields` (the MLP).
     """
 
 

@@ -30,9 +30,8 @@ from hp_core.markers import hookimpl
 from hp_core.specs.model import LayerGroup
 from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, LayerKind, ParamCount
 from hp_core.validators import positive_int
-from hp_plugins._blocks import param_count, term
-from hp_plugins._shapes import NORMS, norm_params, padded_vocab
-from hp_plugins.embedding import TOKEN_ID_BYTES
+from hp_plugins.kit import NORMS, norm_params, padded_vocab, param_count, term
+from hp_plugins.kinds.embedding import TOKEN_ID_BYTES
 
 __all__ = ["MTPConfig", "evaluate_mtp", "hp_layer_kinds"]
 

@@ -10,11 +10,11 @@ dense bf16 peak. The same publisher ran the Megatron-LM jobs of SimuMax v1.2's B
 (``docs/b200/b200_release_v1.2_summary.json``) on that machine; these are its kernel microbenchmarks,
 not step times.
 
-The numbers are package data, ``hp_plugins/data/gemm_b200.json``; this module reads them into
+The numbers are package data, ``hp_plugins/hardware/data/gemm_b200.json``; this module reads them into
 tuples. Rows are SimuMax's keys, unchanged except that the fields constant over the table are
 dropped (``b=1``; dense: ``accumulate`` is true exactly for layout ``NT``; grouped:
 ``dtype=bf16``, ``out_dtype=bf16`` and the flags that follow from ``stage``).
-:mod:`hp_plugins.timing_profiles` reads them into a :class:`~hp_core.specs.timing.GemmTable`
+:mod:`hp_plugins.runtimes.timing_profiles` reads them into a :class:`~hp_core.specs.timing.GemmTable`
 (which pass each layout is, see there).
 """
 
@@ -25,7 +25,7 @@ from importlib.resources import files
 
 __all__ = ["GROUPED_MATMUL", "MATMUL", "SOURCE"]
 
-_DATA = json.loads((files("hp_plugins") / "data" / "gemm_b200.json").read_text(encoding="utf-8"))
+_DATA = json.loads((files("hp_plugins.hardware") / "data" / "gemm_b200.json").read_text(encoding="utf-8"))
 
 SOURCE: str = _DATA["source"]["summary"]
 

@@ -1,0 +1,188 @@
+"""The torch census's layers: one TP rank's transformers layer built from a config, run forward and backward.
+
+The counts the source turns into records (:mod:`hp_plugins.census.torch`) come
+from :func:`run_layer`, under the tracker of :mod:`hp_plugins.census.torch_tracing`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Mapping
+
+from hp_core.errors import ConfigError
+from hp_plugins.census.torch_tracing import SavedTensor, live_peak, switch_of
+
+__all__ = ["hf_config_object", "hf_model_type", "layer_classes", "layer_indices", "rank_config", "run_layer"]
+
+
+# ----------------------------------------------------------------------------- building layers
+
+
+def hf_model_type(hf: Mapping[str, Any]) -> str:
+    model_type = hf.get("model_type")
+    if not isinstance(model_type, str):
+        raise ConfigError("config.json $.model_type", "is missing; the torch census builds the model's transformers classes")
+    return model_type
+
+
+def layer_indices(hf: Mapping[str, Any]) -> dict[str, int]:
+    """Per body kind, the first model layer of that kind (the HF importer's reading of the config)."""
+    from hp_plugins.models.hf import model_from_hf_config
+
+    model = model_from_hf_config(hf, name="census", source="census")
+    found: dict[str, int] = {}
+    index = 0
+    for group in model.layers:
+        if group.kind in ("embedding", "output", "mtp"):
+            continue
+        found.setdefault(group.kind, index)
+        index += group.count
+    return found
+
+
+def _divide(value: int, tp: int, field: str) -> int:
+    if value % tp:
+        raise ConfigError("--tp", f"tp={tp} must divide {field}={value} to build one TP rank's layer")
+    return value // tp
+
+
+def rank_config(hf: Mapping[str, Any], tp: int) -> dict[str, Any]:
+    """The config of the layer one TP rank holds: heads and TP-split widths divided by *tp*."""
+    cfg = {key: value for key, value in hf.items() if not key.startswith("_")}
+    if tp == 1:
+        return cfg
+    model_type = hf_model_type(hf)
+    heads = cfg["num_attention_heads"]
+    if not model_type.startswith("deepseek"):
+        cfg["head_dim"] = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    cfg["num_key_value_heads"] = _divide(cfg.get("num_key_value_heads") or heads, tp, "num_key_value_heads")
+    cfg["num_attention_heads"] = _divide(heads, tp, "num_attention_heads")
+    if model_type != "mixtral" and "intermediate_size" in cfg:  # Mixtral's is its routed experts' width
+        cfg["intermediate_size"] = _divide(cfg["intermediate_size"], tp, "intermediate_size")
+    if cfg.get("shared_expert_intermediate_size"):
+        cfg["shared_expert_intermediate_size"] = _divide(cfg["shared_expert_intermediate_size"], tp, "shared_expert_intermediate_size")
+    # The vocabulary-parallel head's shard, the vocabulary padded to a multiple of tp.
+    cfg["vocab_size"] = -(-cfg["vocab_size"] // tp)
+    return cfg
+
+
+def layer_classes(transformers: Any, model_type: str) -> tuple[Any, dict[str, Any]]:
+    module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    found = {}
+    for suffix in ("DecoderLayer", "RotaryEmbedding", "RMSNorm"):
+        names = sorted(n for n in dir(module) if n.endswith(suffix) and not n.startswith("_"))
+        if not names:
+            raise ConfigError("config.json $.model_type", f"transformers has no {suffix} class for model_type {model_type!r}")
+        found[suffix] = getattr(module, min(names, key=len))
+    return module, found
+
+
+def hf_config_object(transformers: Any, hf: Mapping[str, Any], attention: str) -> Any:
+    model_type = hf_model_type(hf)
+    config = transformers.AutoConfig.for_model(model_type, **{k: v for k, v in hf.items() if k != "model_type"})
+    config._attn_implementation = attention
+    config._experts_implementation = "grouped_mm"
+    return config
+
+
+def run_layer(torch: Any, transformers: Any, config: Any, cfg: Mapping[str, Any], classes: Mapping[str, Any], kind: str,
+              index: int | None, seq_len: int, switches: tuple[str, ...], tracker: Any, hf: Mapping[str, Any], tp: int) -> tuple:
+    """Build, run forward and backward under the tracker; returns the counts."""
+    nn = torch.nn
+    hidden = cfg["hidden_size"]
+    shared: list[Any] = []
+    with tracker:
+        if kind == "embedding":
+            layer = nn.Embedding(cfg["vocab_size"], hidden)
+            x = torch.zeros(1, seq_len, dtype=torch.long)
+            call = lambda: layer(x)  # noqa: E731
+        elif kind == "output":
+            layer = nn.ModuleDict({
+                "norm": classes["RMSNorm"](hidden, eps=cfg.get("rms_norm_eps", 1e-6)),
+                "lm_head": nn.Linear(hidden, cfg["vocab_size"], bias=False),
+            })
+            from transformers.loss.loss_utils import ForCausalLMLoss
+
+            x = torch.empty(1, seq_len, hidden, requires_grad=True)
+            labels = torch.zeros(1, seq_len, dtype=torch.long)
+
+            def call() -> Any:
+                logits = layer["lm_head"](layer["norm"](x))
+                return ForCausalLMLoss(logits, labels, vocab_size=cfg["vocab_size"])
+        else:
+            layer = classes["DecoderLayer"](config, index)
+            mlp = getattr(layer, "mlp", None)
+            shared_experts = getattr(mlp, "shared_experts", None)
+            if tp > 1 and shared_experts is not None and not cfg.get("shared_expert_intermediate_size"):
+                # DeepSeek builds its shared experts n_shared_experts * moe_intermediate_size wide.
+                width = hf["n_shared_experts"] * hf["moe_intermediate_size"]
+                mlp.shared_experts = type(shared_experts)(config, intermediate_size=_divide(width, tp, "the shared experts' width"))
+            rope = classes["RotaryEmbedding"](config)
+            x = torch.empty(1, seq_len, hidden, requires_grad=True)
+            positions = torch.arange(seq_len).unsqueeze(0)
+            cos, sin = rope(x, positions)
+            mask = torch.zeros(1, 1, seq_len, seq_len) if config._attn_implementation == "eager" else None
+            shared += [positions, cos, sin] + ([mask] if mask is not None else [])
+            for buffer in rope.buffers():
+                shared.append(buffer)
+
+            def call() -> Any:
+                out = layer(x, attention_mask=mask, position_ids=positions, position_embeddings=(cos, sin))
+                return out[0] if isinstance(out, tuple) else out
+
+        layer.train()
+        norm_modules: set[str] = set()
+        norm_inputs: list[Any] = []
+        for path, module in layer.named_modules():
+            cls = type(module).__name__
+            if cls.endswith(("RMSNorm", "LayerNorm")):
+                norm_modules.add(path)
+
+            def enter(mod: Any, args: Any, path: str = path, cls: str = cls) -> None:
+                tracker.modules.append((path, cls))
+                if path in norm_modules and args and isinstance(args[0], torch.Tensor):
+                    norm_inputs.append(tracker.entry(args[0]))
+
+            def leave(mod: Any, args: Any, out: Any) -> None:
+                tracker.modules.pop()
+
+            module.register_forward_pre_hook(enter)
+            module.register_forward_hook(leave)
+        # The layer's input is the previous layer's output, kept there if at all; the token ids are the embedding's own.
+        handed = [] if kind == "embedding" else [x]
+        excluded = {tracker.entry(t).key for t in [*layer.parameters(), *layer.buffers(), *shared, *handed]}
+        saved: dict[int, tuple[Any, tuple[str, str]]] = {}
+
+        def pack(tensor: Any) -> Any:
+            entry = tracker.entry(tensor)
+            if entry.key not in excluded and entry.key not in saved:
+                saved[entry.key] = (tensor, tracker.modules[-1])
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            out = call()
+        tracker.sweep()
+        excluded.add(tracker.entry(out).key)
+        start = len(tracker.events)
+        grad = torch.empty_like(out) if out.dim() else None
+        out.backward(grad)
+        tracker.sweep()
+        for param in layer.parameters():
+            if param.grad is not None:
+                excluded.add(tracker.entry(param.grad).key)
+        peak = live_peak(tracker, start, excluded)
+    tensors = []
+    per_op = {name: 0 for name in switches}
+    unsaved_norm_inputs = sum(e.nbytes for e in {e.key: e for e in norm_inputs}.values() if e.key not in saved)
+    for key, (tensor, saved_by) in saved.items():
+        entry = tracker.entries[key]
+        switch = switch_of(entry, saved_by, switches, norm_modules)
+        if switch is not None:
+            per_op[switch] += entry.nbytes
+        tensors.append(SavedTensor(entry.nbytes, str(tensor.dtype), tuple(tensor.shape), entry.op, entry.module, saved_by[0], switch))
+    if "normOp" in per_op:
+        # Recomputing the norms keeps their inputs, which nothing kept before.
+        per_op["normOp"] = max(0, per_op["normOp"] - unsaved_norm_inputs)
+    tensors.sort(key=lambda t: (-t.nbytes, t.module, t.op))
+    saved_bytes = sum(t.nbytes for t in tensors)
+    return saved_bytes, {k: v for k, v in per_op.items() if v}, peak, tuple(tensors), type(layer).__name__ if kind not in ("output",) else "RMSNorm+Linear+ForCausalLMLoss"

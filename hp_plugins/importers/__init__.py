@@ -1,1 +1,0 @@
-"""Importers: model specs from other projects' formats."""

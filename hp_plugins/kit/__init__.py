@@ -1,0 +1,73 @@
+"""The plugin-author kit: the public, versioned building blocks of hp-planner's decoder layer kinds.
+
+The built-in kinds (:mod:`hp_plugins.kinds`) are made of these blocks, and a
+third-party layer kind may use them too, so that its attention or feed-forward
+half is priced exactly as the built-ins price theirs. Import them from here::
+
+    from hp_plugins.kit import LayerBuilder, MLPFields, mlp, validate_mlp
+
+=================================  ===========================================================
+module                             what it holds
+=================================  ===========================================================
+:mod:`~hp_plugins.kit.builder`     :class:`LayerBuilder` (``param``, ``keep``, ``pre_norm``,
+                                   ``attention_core``, ``linear``, ``build``); the shared
+                                   records :func:`term` and :func:`param_count`;
+                                   :data:`SOFTMAX_OPS`, :data:`RESIDUAL_OPS`
+:mod:`~hp_plugins.kit.attention`   :class:`GQAFields`, :func:`gqa_attention`, :func:`validate_gqa`
+:mod:`~hp_plugins.kit.mla`         :class:`MLAFields`, :func:`mla_attention`, :func:`validate_mla`
+:mod:`~hp_plugins.kit.feedforward` :class:`MLPFields`, :func:`mlp`, :func:`swiglu`,
+                                   :func:`validate_mlp`, :data:`ACT_OPS`
+:mod:`~hp_plugins.kit.experts`     :class:`MoEFields`, :func:`moe`, :func:`moe_tokens`,
+                                   :func:`validate_moe`
+:mod:`~hp_plugins.kit.norms`       :data:`NORMS`, :data:`NORM_OPS_PER_ELEMENT`, :func:`norm_params`
+:mod:`~hp_plugins.kit.shapes`      :func:`check_divides`, :func:`padded_vocab`
+=================================  ===========================================================
+
+Stability: the names in ``__all__`` here follow semantic versioning with
+hp-planner's version number. A name and its signature change or go only with a
+major version; a minor version may add names. A correction of what a block
+counts may come in any release, as for the built-in kinds that share it. Pin
+``hp-planner<N+1`` for the major version ``N`` you wrote against (below 1.0:
+``hp-planner<1``). The other modules of :mod:`hp_plugins` (the kinds, the
+runtimes, the model formats) are hp-planner's own implementation: this promise
+does not cover their paths or names.
+docs/kit.md describes each block.
+"""
+
+from __future__ import annotations
+
+from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, NORMS, norm_params
+from hp_plugins.kit.shapes import check_divides, padded_vocab
+from hp_plugins.kit.builder import RESIDUAL_OPS, SOFTMAX_OPS, LayerBuilder, param_count, term
+from hp_plugins.kit.attention import GQAFields, gqa_attention, validate_gqa
+from hp_plugins.kit.mla import MLAFields, mla_attention, validate_mla
+from hp_plugins.kit.feedforward import ACT_OPS, MLPFields, mlp, swiglu, validate_mlp
+from hp_plugins.kit.experts import MoEFields, moe, moe_tokens, validate_moe
+
+__all__ = [
+    "ACT_OPS",
+    "GQAFields",
+    "LayerBuilder",
+    "MLAFields",
+    "MLPFields",
+    "MoEFields",
+    "NORMS",
+    "NORM_OPS_PER_ELEMENT",
+    "RESIDUAL_OPS",
+    "SOFTMAX_OPS",
+    "check_divides",
+    "gqa_attention",
+    "mla_attention",
+    "mlp",
+    "moe",
+    "moe_tokens",
+    "norm_params",
+    "padded_vocab",
+    "param_count",
+    "swiglu",
+    "term",
+    "validate_gqa",
+    "validate_mla",
+    "validate_mlp",
+    "validate_moe",
+]

@@ -1,0 +1,102 @@
+"""Grouped-query attention (MHA, GQA, MQA): its config fields, its block and its layout check."""
+
+from __future__ import annotations
+
+import attrs
+
+from hp_core.types import LayerContext
+from hp_core.validators import positive_int, probability
+from hp_plugins.kit.builder import LayerBuilder
+from hp_plugins.kit.norms import NORMS
+from hp_plugins.kit.shapes import check_divides
+
+__all__ = ["GQAFields", "gqa_attention", "validate_gqa"]
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class GQAFields:
+    """Grouped-query attention (MHA: ``num_key_value_heads == num_attention_heads``; MQA: 1).
+
+    Attributes:
+        hidden_size: Model width ``h``.
+        num_attention_heads: Query heads ``a``.
+        num_key_value_heads: KV heads ``g``.
+        head_dim: Width of a head; ``None`` means ``hidden_size / num_attention_heads``.
+        attention_bias: Biases on q, k and v.
+        attention_out_bias: A bias on the output projection.
+        qk_norm: Per-head RMSNorm of q and k (Qwen3, OLMo-2).
+        norm: ``rmsnorm`` or ``layernorm`` (both of the layer's norms).
+        attention_dropout: Dropout on the attention probabilities.
+        hidden_dropout: Dropout after the attention and feed-forward output projections.
+    """
+
+    hidden_size: int = attrs.field(validator=positive_int)
+    num_attention_heads: int = attrs.field(validator=positive_int)
+    num_key_value_heads: int = attrs.field(validator=positive_int)
+    head_dim: int | None = attrs.field(default=None, validator=attrs.validators.optional(positive_int))
+    attention_bias: bool = False
+    attention_out_bias: bool = False
+    qk_norm: bool = False
+    norm: str = attrs.field(default="rmsnorm", validator=attrs.validators.in_(NORMS))
+    attention_dropout: float = attrs.field(default=0.0, validator=probability)
+    hidden_dropout: float = attrs.field(default=0.0, validator=probability)
+
+    def __attrs_post_init__(self) -> None:
+        self.check_gqa()
+
+    def check_gqa(self) -> None:
+        """Refuse inconsistent heads; a config combining these fields with others calls it from its
+        own ``__attrs_post_init__`` (attrs calls only the one the MRO finds first)."""
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_key_value_heads={self.num_key_value_heads} must divide "
+                f"num_attention_heads={self.num_attention_heads}"
+            )
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+            raise ValueError("hidden_size must be a multiple of num_attention_heads when head_dim is not stated")
+
+    @property
+    def head_width(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_attention_heads
+
+
+def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
+    """Grouped-query attention (Korthikanti et al. 2022 Section 4.1, with ``g`` KV heads).
+
+    Kept: the norm's input and output, q and k (4sbh for MHA), v (2sbh), the
+    attention output (the output projection's input, 2sbh), and the core
+    (eager: softmax output, dropout mask and output; flash: the statistics).
+
+    With ``g < a`` eager attention repeats the key and value heads to every
+    query head before its matmuls, which save them so: ``a`` heads of k and
+    of v are kept (Hugging Face ``repeat_kv`` in ``eager_attention_forward``;
+    Megatron-Core ``DotProductAttention`` ``repeat_interleave``; measured by
+    the torch census, docs/accuracy.md). A flash kernel reads the ``g`` heads.
+    """
+    x, act, t = b.x, b.act, b.x.tp
+    T, h, d, a, g = x.tokens, c.hidden_size, c.head_width, c.num_attention_heads, c.num_key_value_heads
+    qkv = (a + 2 * g) * d
+    # The key/value heads the attention's matmuls save: repeated to all a under eager.
+    kv = a if x.attention == "eager" else g
+    b.pre_norm("attn", c.norm, c.hidden_dropout)
+    b.param("qkv_proj", h * qkv + qkv * c.attention_bias, True)
+    b.param("o_proj", a * d * h, True)
+    b.param("attn_replicated", h * c.attention_out_bias + 2 * d * c.qk_norm, False)
+    if c.qk_norm:
+        b.keep("qk_norm_in", T * (a + g) * d * act // t, None, True)
+        b.keep("q_k", T * (a + kv) * d * act // t, "normOp", True)
+    else:
+        b.keep("q_k", T * (a + kv) * d * act // t, None, True)
+    b.keep("v", T * kv * d * act // t, None, True)
+    b.attention_core(a, d, d, c.attention_dropout)
+    b.keep("attn_out", T * a * d * act // t, None, True)
+    if x.attention != "eager":
+        # Flash backward: dq, dk, dv and its fp32 row statistics.
+        b.block_grads.append(T * qkv * act // t + T * (a // t) * x.precision.lse_bytes)
+    b.linear(T, h, qkv // t)
+    b.linear(T, a * d // t, h)
+
+
+def validate_gqa(c: GQAFields, x: LayerContext) -> None:
+    check_divides(x.tp, c.num_attention_heads, "$.parallel.tp", "tp", "num_attention_heads")
+    check_divides(x.tp, c.num_key_value_heads, "$.parallel.tp", "tp", "num_key_value_heads")

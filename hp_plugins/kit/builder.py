@@ -1,0 +1,141 @@
+"""The layer builder: what a layer kind's evaluator appends its parameters, kept tensors and FLOPs to.
+
+A decoder layer is an attention block (grouped-query, :mod:`hp_plugins.kit.attention`,
+or multi-head latent, :mod:`hp_plugins.kit.mla`) followed by a feed-forward block
+(a dense MLP, :mod:`hp_plugins.kit.feedforward`, or a mixture of experts,
+:mod:`hp_plugins.kit.experts`), each with its pre-norm and residual. Each block
+function appends its parameters, its kept activations per op, its backward's
+transient gradients and its forward FLOPs to a :class:`LayerBuilder`, which
+turns them into a :class:`~hp_core.types.LayerCost`.
+
+Notation in the docstrings: ``T`` tokens of a micro-batch on a context-parallel
+rank, ``h`` the width, ``t`` tensor parallel, ``sp = t`` under sequence
+parallelism (else 1), 2-byte activations (``activation_bytes``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount
+from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, norm_params
+
+__all__ = ["LayerBuilder", "RESIDUAL_OPS", "SOFTMAX_OPS", "param_count", "term"]
+
+# Elementwise operations per element (forward), counted from the definitions:
+# softmax max, subtract, exp, sum, divide (5); residual add 1.
+SOFTMAX_OPS = 5
+RESIDUAL_OPS = 1
+
+
+# Evaluators build the same terms and parameter counts again for every layout a search tries; the
+# records are frozen, so equal ones are shared instead of built (and validated) again.
+@functools.lru_cache(maxsize=1 << 16)
+def term(op: str, nbytes: int, switch: str | None = None, tp_split: bool = False) -> ActivationTerm:
+    """An :class:`~hp_core.types.ActivationTerm`, shared with every equal one asked for before."""
+    return ActivationTerm(op, nbytes, switch, tp_split)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def param_count(name: str, group: str, elements: int, tp_split: bool, stored_elements: int | None = None,
+                shared_with: str | None = None) -> ParamCount:
+    """A :class:`~hp_core.types.ParamCount`, shared with every equal one asked for before."""
+    return ParamCount(name, group, elements, tp_split, stored_elements, shared_with)
+
+
+class LayerBuilder:
+    """Collects one layer's parameters, kept tensors, transient gradients and FLOPs."""
+
+    def __init__(self, x: LayerContext, hidden_size: int) -> None:
+        self.x = x
+        self.act = x.precision.activation_bytes
+        self.h = hidden_size
+        # A hidden-state tensor outside the TP region, and the part an SP all-gather adds.
+        self.hidden = x.tokens * hidden_size * self.act // x.sp_degree
+        self.gathered = x.tokens * hidden_size * self.act - self.hidden if x.sp and x.tp > 1 else 0
+        self.params: list[ParamCount] = []
+        self.terms: list[ActivationTerm] = []
+        self.block_grads: list[int] = []
+        self.matmul = 0
+        self.attention = 0
+        self.elementwise = 0
+        self.buffers_once = 0
+        self.shapes: list[tuple[int, int]] = []
+
+    def keep(self, op: str, nbytes: int, switch: str | None = None, tp_split: bool = False) -> None:
+        """Record *nbytes* kept for backward by *op*, dropped by *switch*."""
+        if nbytes:
+            self.terms.append(term(op, nbytes, switch, tp_split))
+
+    def param(self, name: str, elements: int, tp_split: bool, group: str = "dense") -> None:
+        if elements:
+            self.params.append(param_count(name, group, elements, tp_split))
+
+    def pre_norm(self, prefix: str, norm: str, hidden_dropout: float) -> None:
+        """A block's pre-norm: its input (the residual stream) and output, the SP gathered copy, the dropout mask.
+
+        Korthikanti et al. 2022 Section 4.1: each LayerNorm keeps its input
+        (2sbh) and the following linear layer its input (2sbh), the norm's output.
+        """
+        self.keep(f"{prefix}_norm_in", self.hidden)
+        self.keep(f"{prefix}_norm_out", self.hidden, "normOp")
+        self.keep(f"{prefix}_gathered", self.gathered, "gather")
+        if hidden_dropout > 0:
+            self.keep(f"{prefix}_hidden_dropout_mask", self.x.tokens * self.h * self.x.precision.dropout_mask_bytes // self.x.sp_degree)
+        self.param(f"{prefix}_norm", norm_params(norm, self.h), False)
+        self.elementwise += (NORM_OPS_PER_ELEMENT[norm] + RESIDUAL_OPS) * self.x.tokens * self.h // self.x.sp_degree
+
+    def attention_core(self, heads: int, qk_dim: int, v_dim: int, attention_dropout: float) -> None:
+        """The score/softmax/dropout/value core (eager) or the flash kernel's statistics.
+
+        Under all-to-all context parallelism the kernel runs on ``heads / cp``
+        heads of the whole sequence and keeps its output in that layout, while
+        the output projection keeps the output exchanged back to the local
+        sequence: two copies of the attention output (DeepSpeed-Ulysses;
+        Transformer Engine's CP A2A keeps the kernel's output so its backward
+        exchanges only the output gradient).
+        """
+        x, p, t = self.x, self.x.precision, self.x.tp
+        if x.cp > 1 and x.cp_kind == "a2a":
+            self.keep("attn_out_a2a", x.tokens * heads * v_dim * self.act // t, None, True)
+        score_elements = x.micro_batch_size * (heads // t) * (x.seq_len // x.cp) * x.seq_len
+        if x.attention == "eager":
+            self.keep("softmax_out", score_elements * p.softmax_bytes, "softmax", True)
+            if p.softmax_bytes != self.act:
+                self.keep("softmax_cast", score_elements * self.act, "headCast", True)
+            if attention_dropout > 0:
+                self.keep("attn_dropout_mask", score_elements * p.dropout_mask_bytes, "dropout", True)
+                self.keep("attn_dropout_out", score_elements * self.act, "attBMM", True)
+            # Backward: the gradients of the probabilities and of the scores, in the
+            # softmax's dtype (fp32 where it runs in fp32: Hugging Face eager, measured
+            # by the torch census, docs/accuracy.md).
+            self.block_grads.append(2 * score_elements * p.softmax_bytes)
+        else:
+            # FlashAttention-2 (Dao 2023, Algorithm 2) keeps the fp32 log-sum-exp per row.
+            self.keep("attn_lse", x.tokens * (heads // t) * p.lse_bytes, None, True)
+        # Scores q k^T and the weighted sum p v, 2 FLOPs per multiply-add.
+        self.attention += 2 * x.micro_batch_size * (heads // t) * (x.seq_len // x.cp) * x.seq_len * (qk_dim + v_dim)
+        self.elementwise += SOFTMAX_OPS * score_elements
+
+    def linear(self, tokens: int, fan_in: int, fan_out: int, weight: bool = True) -> None:
+        """A matmul's forward FLOPs on this rank (fan_out already per rank).
+
+        Args:
+            weight: It is a linear layer's weight (recorded as a per-rank
+                ``(fan_out, fan_in)`` shape); a router's gate is not a TE linear.
+        """
+        self.matmul += 2 * tokens * fan_in * fan_out
+        if weight:
+            self.shapes.append((fan_out, fan_in))
+
+    def build(self) -> LayerCost:
+        """The layer: working set = the output gradient + the SP re-gather + the larger block's transients."""
+        return LayerCost(
+            params=tuple(self.params),
+            activations=tuple(self.terms),
+            input_bytes=self.hidden,
+            working_bytes=self.hidden + self.gathered + max(self.block_grads, default=0),
+            buffers_once_bytes=self.buffers_once,
+            forward=Flops(matmul_flops=self.matmul, attention_flops=self.attention, elementwise_flops=self.elementwise),
+            weight_shapes=tuple(dict.fromkeys(self.shapes)),
+        )

@@ -1,0 +1,145 @@
+"""The mixture-of-experts feed-forward block: router, dispatch, routed and shared SwiGLU experts, combine."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from hp_core.errors import ConfigError
+from hp_core.types import LayerContext
+from hp_core.validators import non_negative_int, positive_int
+from hp_plugins.kit.builder import LayerBuilder
+from hp_plugins.kit.feedforward import ACT_OPS, swiglu
+from hp_plugins.kit.shapes import check_divides
+
+__all__ = ["MoEFields", "moe", "moe_tokens", "validate_moe"]
+
+
+def _capacity(instance, attribute, value):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+        raise ValueError(f"{attribute.name} must be a positive number or absent (dropless), got {value!r}")
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class MoEFields:
+    """A mixture-of-experts feed-forward block with SwiGLU experts.
+
+    Attributes:
+        num_experts: Routed experts ``E``.
+        num_experts_per_tok: Experts each token is routed to ``k``.
+        moe_intermediate_size: Each routed expert's width.
+        shared_expert_intermediate_size: The shared experts' combined width
+            (0: none; DeepSeek's ``n_shared_experts * moe_intermediate_size``).
+        shared_expert_gate: A sigmoid gate ``Linear(h, 1)`` on the shared
+            experts' output (Qwen2-MoE).
+        hidden_act: The experts' activation.
+        capacity_factor: Tokens an expert takes, relative to an even share;
+            ``None``: dropless routing.
+        pad_to_capacity: Every expert processes ``capacity`` tokens, padded (Megatron-Core
+            ``--moe-pad-expert-input-to-capacity``); only with a capacity factor.
+    """
+
+    num_experts: int = attrs.field(validator=positive_int)
+    num_experts_per_tok: int = attrs.field(validator=positive_int)
+    moe_intermediate_size: int = attrs.field(validator=positive_int)
+    shared_expert_intermediate_size: int = attrs.field(default=0, validator=non_negative_int)
+    shared_expert_gate: bool = False
+    hidden_act: str = attrs.field(default="silu", validator=attrs.validators.in_(tuple(ACT_OPS)))
+    capacity_factor: float | None = attrs.field(default=None, validator=_capacity)
+    pad_to_capacity: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        self.check_moe()
+
+    def check_moe(self) -> None:
+        """Refuse inconsistent routing; a config combining these fields with others calls it from its
+        own ``__attrs_post_init__`` (attrs calls only the one the MRO finds first)."""
+        if self.num_experts_per_tok > self.num_experts:
+            raise ValueError(
+                f"num_experts_per_tok={self.num_experts_per_tok} must not exceed num_experts={self.num_experts}"
+            )
+        if self.pad_to_capacity and self.capacity_factor is None:
+            raise ValueError("pad_to_capacity needs a capacity_factor")
+
+
+def moe_tokens(c: MoEFields, x: LayerContext) -> int:
+    """Tokens one rank's experts process per micro-batch after dispatch.
+
+    Each of the ``T / sp`` tokens a rank routes goes to ``k`` experts; with
+    routing balanced over the ``E`` experts, the ``E / ep`` experts of a rank
+    receive ``k`` tokens per routed token of the expert-parallel group member,
+    i.e. ``k * T / sp`` in all; expert tensor parallelism all-gathers the
+    tokens of its ``etp`` ranks. Padding to capacity gives every expert
+    ``ceil(k * cf * T / sp / E)`` tokens from every source rank, so ``E`` times
+    that in all (Megatron-Core ``moe_utils.get_capacity`` and the drop-and-pad
+    all-to-all; Fedus et al. 2021 for the capacity factor). Routing is assumed
+    balanced: a skewed router loads some ranks more.
+    """
+    routed = x.tokens // x.sp_degree
+    if c.pad_to_capacity and c.capacity_factor is not None:
+        per_expert = math.ceil(routed * c.num_experts_per_tok * c.capacity_factor / c.num_experts)
+        return c.num_experts * per_expert * x.etp
+    return routed * c.num_experts_per_tok * x.etp
+
+
+def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None:
+    """A mixture of experts: router, dispatch, routed SwiGLU experts, shared experts, combine.
+
+    Kept per rank: the router's probabilities over all experts (its softmax or
+    sigmoid output), the dispatched tokens (the experts' FC1 input), each
+    expert's FC1 outputs and activation outputs over the tokens it processes
+    (:func:`moe_tokens`), and the experts' outputs on the source rank, which
+    the probability-weighted combine keeps for the gradient of the
+    probabilities (Megatron-Core ``moe_utils.unpermute``; Hugging Face Mixtral
+    multiplies the expert output by the routing weight). Shared experts run
+    like a dense MLP over the (SP-gathered) tokens.
+    """
+    x, t, act = b.x, b.x.tp, b.act
+    T, h, E = x.tokens, b.h, c.num_experts
+    routed = T // x.sp_degree
+    processed = moe_tokens(c, x)
+    b.pre_norm("moe", norm, hidden_dropout)
+    b.param("router", E * h, False)
+    b.param("experts", E * 3 * h * c.moe_intermediate_size, True, "routed_expert")
+    b.keep("router_probs", routed * E * act)
+    b.keep("dispatched_tokens", processed * h * act)
+    expert_wide = swiglu(b, "expert_", processed, c.moe_intermediate_size // x.etp, True, c.hidden_act, False)
+    if "moe_probs_in_activation" in x.traits:
+        # The weighted SwiGLU keeps the fp32 probability of each dispatched token.
+        b.keep("expert_probs", processed * 4)
+    else:
+        b.keep("expert_out", processed // x.etp * h * act)
+    if "moe_fused_permute" in x.traits:
+        # int32 row map of [tokens, 2E + 1] (Transformer Engine moe_permute).
+        b.keep("permute_row_map", routed * (2 * E + 1) * 4)
+    # The dispatch and combine all-to-all buffers of the running layer.
+    b.buffers_once = max(b.buffers_once, 2 * processed * h * act)
+    grads = 3 * expert_wide + processed * h * act
+    b.linear(routed, h, E, weight=False)
+    b.linear(processed, h, 2 * c.moe_intermediate_size // x.etp)
+    b.linear(processed, c.moe_intermediate_size // x.etp, h)
+    if c.shared_expert_intermediate_size:
+        I = c.shared_expert_intermediate_size
+        b.param("shared_experts", 3 * h * I, True, "shared_expert")
+        if c.shared_expert_gate:
+            b.param("shared_expert_gate", h, False, "shared_expert")
+            b.keep("shared_out", b.hidden)
+        b.keep("shared_gathered", b.gathered, "gather")
+        shared_wide = swiglu(b, "shared_", T, I // t, True, c.hidden_act)
+        grads = max(grads, 3 * shared_wide)
+        b.linear(T, h, 2 * I // t)
+        b.linear(T, I // t, h)
+    b.block_grads.append(grads)
+
+
+def validate_moe(c: MoEFields, x: LayerContext) -> None:
+    check_divides(x.ep, c.num_experts, "$.parallel.ep", "ep", "num_experts")
+    check_divides(x.etp, c.moe_intermediate_size, "$.parallel.etp", "etp", "moe_intermediate_size")
+    if c.shared_expert_intermediate_size:
+        check_divides(x.tp, c.shared_expert_intermediate_size, "$.parallel.tp", "tp", "shared_expert_intermediate_size")
+    if x.tp > 1 and not x.sp:
+        raise ConfigError(
+            "$.parallel.sp",
+            "a mixture-of-experts layer with tp > 1 needs sequence parallelism (Megatron-LM arguments.py); add --sp",
+        )

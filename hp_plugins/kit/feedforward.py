@@ -1,0 +1,83 @@
+"""The dense feed-forward block (a gated SwiGLU-style or a plain MLP) and the activations it keeps."""
+
+from __future__ import annotations
+
+import attrs
+
+from hp_core.types import LayerContext
+from hp_core.validators import positive_int
+from hp_plugins.kit.builder import LayerBuilder
+from hp_plugins.kit.shapes import check_divides
+
+__all__ = ["ACT_OPS", "MLPFields", "mlp", "swiglu", "validate_mlp"]
+
+# Elementwise operations per element (forward), counted from the definitions:
+# SiLU x*sigmoid(x) = negate, exp, add, divide, multiply (5); the gated product 1;
+# GeLU (tanh form) 8.
+ACT_OPS = {"silu": 5, "swish": 5, "gelu": 8, "gelu_new": 8, "gelu_pytorch_tanh": 8, "relu": 1}
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class MLPFields:
+    """A dense feed-forward block.
+
+    Attributes:
+        intermediate_size: MLP width ``I``.
+        gated_mlp: SwiGLU-style gate and up projections (else one FC1).
+        hidden_act: The activation (``silu``, ``gelu``, ...).
+        mlp_bias: Biases on the MLP projections.
+    """
+
+    intermediate_size: int = attrs.field(validator=positive_int)
+    gated_mlp: bool = True
+    hidden_act: str = attrs.field(default="silu", validator=attrs.validators.in_(tuple(ACT_OPS)))
+    mlp_bias: bool = False
+
+
+def swiglu(b: LayerBuilder, prefix: str, tokens: int, width: int, gated: bool, act_name: str, tp_split: bool = True) -> int:
+    """Keep a (gated) MLP's FC1 outputs and activation outputs; return the bytes of one width-wide tensor.
+
+    Unfused SwiGLU (Hugging Face ``act_fn(gate_proj(x)) * up_proj(x)``) keeps
+    the gate and up outputs, the activation's output (the product's input) and
+    the product (the FC2 input). A fused SwiGLU (the ``fused_swiglu`` trait:
+    Megatron-LM ``bias_swiglu_impl``) keeps only its input, the FC1 output, and
+    its product, which FC2 keeps.
+    """
+    wide = tokens * width * b.act
+    if gated and "fused_swiglu" in b.x.traits:
+        b.keep(f"{prefix}fc1_out", 2 * wide, None, tp_split)
+        b.keep(f"{prefix}mul_out", wide, "ffAct", tp_split)
+    elif gated:
+        b.keep(f"{prefix}gate_out", wide, None, tp_split)
+        b.keep(f"{prefix}up_out", wide, None, tp_split)
+        b.keep(f"{prefix}act_out", wide, "ffAct", tp_split)
+        b.keep(f"{prefix}mul_out", wide, "ffAct", tp_split)
+    else:
+        b.keep(f"{prefix}fc1_out", wide, None, tp_split)
+        b.keep(f"{prefix}act_out", wide, "ffAct", tp_split)
+    b.elementwise += (ACT_OPS[act_name] + (1 if gated else 0)) * tokens * width
+    return wide
+
+
+def mlp(b: LayerBuilder, c: MLPFields, norm: str, hidden_dropout: float) -> None:
+    """A dense MLP (Korthikanti et al. 2022 Section 4.1: FC1 input 2sbh, GeLU input 8sbh, FC2 input 8sbh).
+
+    SwiGLU keeps the gate and up outputs (the activation's and product's
+    inputs) and the activation and product outputs (``ffAct``).
+    """
+    x, t = b.x, b.x.tp
+    T, h, I = x.tokens, b.h, c.intermediate_size
+    fc1 = (2 if c.gated_mlp else 1) * I
+    b.pre_norm("mlp", norm, hidden_dropout)
+    b.param("mlp_in_proj", h * fc1 + fc1 * c.mlp_bias, True)
+    b.param("mlp_out_proj", I * h, True)
+    b.param("mlp_out_bias", h * c.mlp_bias, False)
+    wide = swiglu(b, "", T, I // t, c.gated_mlp, c.hidden_act)
+    # Backward: the gradients of the FC2 input and of the FC1 outputs, alive together.
+    b.block_grads.append((3 if c.gated_mlp else 2) * wide)
+    b.linear(T, h, fc1 // t)
+    b.linear(T, I // t, h)
+
+
+def validate_mlp(c: MLPFields, x: LayerContext) -> None:
+    check_divides(x.tp, c.intermediate_size, "$.parallel.tp", "tp", "intermediate_size")

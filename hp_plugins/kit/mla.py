@@ -1,0 +1,99 @@
+"""Multi-head latent attention (DeepSeek-V2/V3): its config fields, its block and its layout check."""
+
+from __future__ import annotations
+
+import attrs
+
+from hp_core.types import LayerContext
+from hp_core.validators import positive_int, probability
+from hp_plugins.kit.builder import LayerBuilder
+from hp_plugins.kit.norms import NORMS
+from hp_plugins.kit.shapes import check_divides
+
+__all__ = ["MLAFields", "mla_attention", "validate_mla"]
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class MLAFields:
+    """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434, Section 2.1).
+
+    Attributes:
+        hidden_size: Model width ``h``.
+        num_attention_heads: Heads ``a``.
+        q_lora_rank: Rank of the query's low-rank compression; ``None``: a full query projection.
+        kv_lora_rank: Rank of the joint key/value compression.
+        qk_nope_head_dim: Per-head query/key width without rotary embedding.
+        qk_rope_head_dim: The decoupled rotary width (shared by all heads for the key).
+        v_head_dim: Per-head value width.
+        attention_bias: Biases on the down projections (``q_a_proj``, ``kv_a_proj_with_mqa``).
+        norm: ``rmsnorm`` or ``layernorm`` (the layer's norms; the latent norms are RMSNorm).
+        attention_dropout: Dropout on the attention probabilities.
+        hidden_dropout: Dropout after the attention and feed-forward output projections.
+    """
+
+    hidden_size: int = attrs.field(validator=positive_int)
+    num_attention_heads: int = attrs.field(validator=positive_int)
+    kv_lora_rank: int = attrs.field(validator=positive_int)
+    qk_nope_head_dim: int = attrs.field(validator=positive_int)
+    qk_rope_head_dim: int = attrs.field(validator=positive_int)
+    v_head_dim: int = attrs.field(validator=positive_int)
+    q_lora_rank: int | None = attrs.field(default=None, validator=attrs.validators.optional(positive_int))
+    attention_bias: bool = False
+    norm: str = attrs.field(default="rmsnorm", validator=attrs.validators.in_(NORMS))
+    attention_dropout: float = attrs.field(default=0.0, validator=probability)
+    hidden_dropout: float = attrs.field(default=0.0, validator=probability)
+
+
+def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
+    """Multi-head latent attention as Hugging Face ``DeepseekV3Attention`` and Megatron-Core
+    ``MLASelfAttention`` run it (DeepSeek-V2 report, arXiv:2405.04434, Section 2.1).
+
+    Down projections (``q_a_proj``, ``kv_a_proj_with_mqa``) and the latent
+    norms are replicated over TP; the up projections (``q_b_proj``,
+    ``kv_b_proj``) and the output projection are split over heads. Kept: the
+    latents before and after their norms (the norm outputs gated by ``normOp``),
+    the decoupled rotary key, and the up-projected per-head query, key and value
+    (``attUp``: rebuilt from the kept latents by running the up projections
+    again), the attention core and its output.
+    """
+    x, act, t = b.x, b.act, b.x.tp
+    T, h, a = x.tokens, c.hidden_size, c.num_attention_heads
+    qk = c.qk_nope_head_dim + c.qk_rope_head_dim
+    b.pre_norm("attn", c.norm, c.hidden_dropout)
+    if c.q_lora_rank is not None:
+        r = c.q_lora_rank
+        b.param("q_a_proj", h * r + r * c.attention_bias, False)
+        b.param("q_a_layernorm", r, False)
+        b.param("q_b_proj", r * a * qk, True)
+        b.keep("q_latent", T * r * act)
+        b.keep("q_latent_norm_out", T * r * act, "normOp")
+        b.linear(T, h, r)
+        b.linear(T, r, a * qk // t)
+    else:
+        b.param("q_proj", h * a * qk, True)
+        b.linear(T, h, a * qk // t)
+    kv_a = c.kv_lora_rank + c.qk_rope_head_dim
+    b.param("kv_a_proj_with_mqa", h * kv_a + kv_a * c.attention_bias, False)
+    b.param("kv_a_layernorm", c.kv_lora_rank, False)
+    b.param("kv_b_proj", c.kv_lora_rank * a * (c.qk_nope_head_dim + c.v_head_dim), True)
+    b.param("o_proj", a * c.v_head_dim * h, True)
+    b.keep("kv_latent", T * kv_a * act)
+    b.keep("kv_latent_norm_out", T * c.kv_lora_rank * act, "normOp")
+    b.keep("q_heads", T * a * qk * act // t, "attUp", True)
+    b.keep("k_heads", T * a * qk * act // t, "attUp", True)
+    if "mla_contiguous_qkv" in x.traits:
+        b.keep("v_heads", T * a * c.v_head_dim * act // t, "attUp", True)
+    else:
+        # v is a view of kv_b_proj's output, whose storage (k_nope and v) it keeps alive.
+        b.keep("kv_up_out", T * a * (c.qk_nope_head_dim + c.v_head_dim) * act // t, "attUp", True)
+    b.attention_core(a, qk, c.v_head_dim, c.attention_dropout)
+    b.keep("attn_out", T * a * c.v_head_dim * act // t, None, True)
+    if x.attention != "eager":
+        b.block_grads.append(T * a * (2 * qk + c.v_head_dim) * act // t + T * (a // t) * x.precision.lse_bytes)
+    b.linear(T, h, kv_a)
+    b.linear(T, c.kv_lora_rank, a * (c.qk_nope_head_dim + c.v_head_dim) // t)
+    b.linear(T, a * c.v_head_dim // t, h)
+
+
+def validate_mla(c: MLAFields, x: LayerContext) -> None:
+    check_divides(x.tp, c.num_attention_heads, "$.parallel.tp", "tp", "num_attention_heads")
