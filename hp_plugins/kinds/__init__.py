@@ -5,4 +5,7 @@
 (``mla``, ``mla_moe``), :mod:`~hp_plugins.kinds.mtp` (``mtp``) and
 :mod:`~hp_plugins.kinds.output` (``output``). The decoder kinds are made of the
 public blocks of :mod:`hp_plugins.kit`; docs/kinds.md states what each keeps.
+Their config classes (``DenseConfig``, ``EmbeddingConfig``, ``MoEConfig``,
+``MLAConfig``, ``MLAMoEConfig``, ``MTPConfig``, ``OutputConfig``) are covered by
+the kit's stability promise (docs/kit.md): a plugin's model format may stack them.
 """

@@ -28,9 +28,11 @@ hp-planner's version number. A name and its signature change or go only with a
 major version; a minor version may add names. A correction of what a block
 counts may come in any release, as for the built-in kinds that share it. Pin
 ``hp-planner<N+1`` for the major version ``N`` you wrote against (below 1.0:
-``hp-planner<1``). The other modules of :mod:`hp_plugins` (the kinds, the
-runtimes, the model formats) are hp-planner's own implementation: this promise
-does not cover their paths or names.
+``hp-planner<1``). The promise also covers the built-in kinds' config classes
+(``hp_plugins.kinds.*Config``), which a plugin's model format may stack. The
+other modules of :mod:`hp_plugins` (the kinds' evaluators, the runtimes, the
+model formats) are hp-planner's own implementation: this promise does not
+cover their paths or names.
 docs/kit.md describes each block.
 """
 
