@@ -4,9 +4,11 @@ Every ``import`` statement of every module is read (function-local ones
 included, ``TYPE_CHECKING`` blocks excluded: they never run) and resolved to
 the modules of the two packages it names. The graph must have no cycle, no
 ``hp_core`` module may import ``hp_plugins`` (the core reaches plugins only
-through the registry; the manager names the built-ins as strings), and below
+through the registry; the manager names the built-ins as strings), below
 the façade nothing imports ``hp_core.api``: only the command line and the
-testing kit stand above it.
+testing kit stand above it, and the engine (``hp_core.engine``) imports
+neither the input/output modules (``hp_core.io``), the command line nor the
+façade.
 """
 
 from __future__ import annotations
@@ -141,6 +143,18 @@ def test_the_cycle_finder_finds_cycles():
 def test_the_core_imports_no_plugin():
     offenders = {name: sorted(t for t in targets if t.startswith("hp_plugins"))
                  for name, targets in _graph().items() if name.startswith("hp_core")}
+    assert {name: found for name, found in offenders.items() if found} == {}
+
+
+def test_the_engine_imports_no_io_cli_or_facade():
+    # The engine computes on specs; reading configs and writing output (hp_core.io), the command
+    # line (hp_core.cli) and the façade (hp_core.api) all stand above it.
+    above = ("hp_core.io", "hp_core.cli", "hp_core.api")
+    graph = _graph()
+    engine = sorted(name for name in graph if name == "hp_core.engine" or name.startswith("hp_core.engine."))
+    assert "hp_core.engine.estimate" in engine and "hp_core.engine.search" in engine
+    offenders = {name: sorted(t for t in graph[name] if any(t == a or t.startswith(f"{a}.") for a in above))
+                 for name in engine}
     assert {name: found for name, found in offenders.items() if found} == {}
 
 

@@ -27,7 +27,7 @@ _INTRO = """\
      Regenerate with: python docs/_tools/gen_cli.py  (tests/test_docs_cli.py checks it). -->
 
 Every option of every `hp` command, generated from the parser that `hp --help` prints, so the two
-cannot drift. Regenerate this page after changing `hp_core/cli.py`:
+cannot drift. Regenerate this page after changing `hp_core/cli/parser.py`:
 
 ```bash
 python docs/_tools/gen_cli.py

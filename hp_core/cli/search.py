@@ -1,0 +1,77 @@
+"""``hp search``: every parallel layout of a device count, recompute planned and ranked by step time."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import attrs
+from rich.console import Console
+from rich.table import Table
+
+from hp_core.cli.parser import DEFAULT_CONFIG
+from hp_core.io.convert import ConfigFile, structure
+from hp_core.io.report import gib
+from hp_core.registry import Registry
+
+__all__ = ["search_command"]
+
+
+def search_command(args: argparse.Namespace, registry: Registry, console: Console) -> int:
+    from concurrent.futures import ProcessPoolExecutor
+
+    from hp_core.io.job import resolve_model
+    from hp_core.engine.search import search
+    from hp_core.io.search_output import check_plot, plot_search, search_to_json, write_search_csv
+
+    if args.plot is not None:
+        check_plot(args.plot)  # before a search that may take minutes
+    base = structure(DEFAULT_CONFIG, ConfigFile, registry)
+    model = resolve_model(attrs.evolve(base, model=args.model, num_layers=args.num_layers), registry)
+    hardware = registry.hardware_preset(args.hardware, "--hardware").spec
+    fixed = dict(args.fix)
+    executor = ProcessPoolExecutor(max_workers=args.workers) if args.workers > 1 else None
+    kwargs = dict(registry=registry, devices=args.devices, hardware=hardware, global_batch_size=args.global_batch_size,
+                  seq_len=args.seq_len, runtime=args.runtime, fixed=fixed, top=args.top, executor=executor,
+                  reserve_bytes=args.reserve)
+    try:
+        if args.json or not sys.stdout.isatty():
+            result = search(model, **kwargs)
+        else:
+            from rich.progress import Progress
+
+            with Progress(console=console, transient=True) as bar:
+                job = bar.add_task("planning layouts", total=None)
+                result = search(model, progress=lambda done, total: bar.update(job, completed=done, total=total), **kwargs)
+    finally:
+        if executor is not None:
+            executor.shutdown()
+    if args.csv is not None:
+        write_search_csv(result, args.csv)
+    if args.plot is not None:
+        plot_search(result, args.plot, memory_bytes=hardware.memory_bytes, reserve_bytes=args.reserve)
+    if args.json:
+        print(json.dumps(search_to_json(result), indent=2))
+        return 0
+    table = Table(title=f"Fastest layouts: {result.model} on {result.devices} x {result.hardware}, runtime {result.runtime}, "
+                        f"global batch {result.global_batch_size} x {result.seq_len} tokens", title_justify="left")
+    for column in ("#", "Layout", "Peak GiB", "Stage peaks GiB", "Step s", "MFU", "Recompute plan"):
+        table.add_column(column, justify="left" if column in ("Layout", "Recompute plan") else "right")
+    for rank, c in enumerate(result.top, 1):
+        table.add_row(str(rank), c.layout.describe(), gib(c.peak_bytes), " ".join(gib(p) for p in c.stage_peaks_bytes),
+                      f"{c.step_seconds:.3f}", f"{c.mfu:.1%}", c.plan_summary)
+    console.print(table)
+    console.print(f"Considered {result.considered:,} candidates; planned {result.planned:,}; {result.fitting:,} fit.")
+    rejected = Table(title="Rejected", title_justify="left")
+    rejected.add_column("Reason")
+    rejected.add_column("Candidates", justify="right")
+    for reason, count in result.rejected.items():
+        rejected.add_row(reason, f"{count:,}")
+    console.print(rejected)
+    if not result.top:
+        console.print("No layout fits.")
+    for what, path in (("CSV", args.csv), ("plot", args.plot)):
+        if path is not None:
+            console.print(f"Wrote {what} {path}")
+    return 0
