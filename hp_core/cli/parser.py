@@ -88,6 +88,16 @@ def _reserve(text: str) -> int:
     return 0 if text.strip() in ("0", "0B", "0b") else _memory(text)
 
 
+def _executor(text: str) -> tuple[str, str | None]:
+    """``process``, ``dask`` or ``dask=ADDRESS``: where ``hp search`` runs its tasks."""
+    kind, sep, address = text.strip().partition("=")
+    if kind == "process" and not sep:
+        return "process", None
+    if kind == "dask" and (not sep or address.strip()):
+        return "dask", address.strip() or None
+    raise argparse.ArgumentTypeError(f"expected process, dask or dask=SCHEDULER_ADDRESS, got {text!r}")
+
+
 def _fix(text: str) -> tuple[str, int]:
     """``tp=8``: a degree held fixed by ``hp search``."""
     from hp_core.engine.search import FIXABLE
@@ -247,7 +257,12 @@ def _add_search_parser(sub: Any) -> None:
                         help="hold a degree fixed: dp, cp, tp, pp, vpp, ep, etp, zero, mbs (repeatable)")
     search.add_argument("--reserve", type=_reserve, default=0, metavar="SIZE", help="memory to keep free on every device (default 0)")
     search.add_argument("--workers", type=_positive, default=1,
-                        help="processes bounding, refining and planning candidates (default 1: in this process)")
+                        help="processes bounding, refining and planning candidates (default 1: in this process); "
+                             "with --executor dask, the local cluster's worker processes")
+    search.add_argument("--executor", type=_executor, default=("process", None), metavar="KIND",
+                        help="where the tasks run: process (a process pool of --workers; the default), dask (a local "
+                             "Dask cluster of --workers processes) or dask=SCHEDULER_ADDRESS (a running Dask "
+                             "cluster, e.g. dask=tcp://10.0.0.1:8786); dask needs the extra 'dask'")
     search.add_argument("--json", action="store_true", help="print JSON instead of the table (no progress bar)")
     search.add_argument("--csv", metavar="FILE", help="write the top K as CSV, one row per layout (columns: docs/search.md)")
     search.add_argument("--plot", metavar="FILE.png", help="plot the top K's step time against peak memory (extra 'plots': matplotlib)")

@@ -3,24 +3,65 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from typing import Iterator
 
 import attrs
 from rich.console import Console
 from rich.table import Table
 
 from hp_core.cli.parser import DEFAULT_CONFIG
+from hp_core.errors import ConfigError
 from hp_core.io.convert import ConfigFile, structure
 from hp_core.io.report import gib
 from hp_core.registry import Registry
 
-__all__ = ["search_command"]
+__all__ = ["search_command", "task_executor"]
+
+
+@contextlib.contextmanager
+def task_executor(kind: str, address: str | None, workers: int) -> Iterator[object]:
+    """The executor ``hp search`` hands its tasks to, closed on exit; ``None``: serially in this process.
+
+    ``process``: a process pool of *workers* (1: none). ``dask``: the
+    executor of a Dask ``distributed`` client (``Client.get_executor``): of
+    a local cluster of *workers* processes, or of the scheduler at *address*.
+    The search merges answers in submission order, so every executor gives
+    the same ranking (docs/search.md).
+
+    Raises:
+        ConfigError: Dask is not installed, or the scheduler cannot be reached.
+    """
+    if kind == "process":
+        if workers == 1:
+            yield None
+            return
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            yield pool
+        return
+    try:
+        import distributed
+    except ImportError:
+        raise ConfigError("--executor", "the dask executor needs Dask: pip install 'hp-planner[dask]'") from None
+    with contextlib.ExitStack() as stack:
+        try:
+            if address is None:
+                cluster = stack.enter_context(distributed.LocalCluster(
+                    n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None))
+                client = stack.enter_context(distributed.Client(cluster))
+            else:
+                client = stack.enter_context(distributed.Client(address, timeout="20s"))
+        except (OSError, TimeoutError, ValueError) as exc:
+            where = address or "a local cluster"
+            raise ConfigError("--executor", f"cannot reach the Dask scheduler at {where}: {exc}") from None
+        yield client.get_executor()
 
 
 def search_command(args: argparse.Namespace, registry: Registry, console: Console) -> int:
-    from concurrent.futures import ProcessPoolExecutor
-
     from hp_core.io.job import resolve_model
     from hp_core.engine.search import search
     from hp_core.io.search_output import check_plot, plot_search, search_to_json, write_search_csv
@@ -31,11 +72,11 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
     model = resolve_model(attrs.evolve(base, model=args.model, num_layers=args.num_layers), registry)
     hardware = registry.hardware_preset(args.hardware, "--hardware").spec
     fixed = dict(args.fix)
-    executor = ProcessPoolExecutor(max_workers=args.workers) if args.workers > 1 else None
-    kwargs = dict(registry=registry, devices=args.devices, hardware=hardware, global_batch_size=args.global_batch_size,
-                  seq_len=args.seq_len, runtime=args.runtime, fixed=fixed, top=args.top, executor=executor,
-                  reserve_bytes=args.reserve)
-    try:
+    kind, address = args.executor
+    with task_executor(kind, address, args.workers) as executor:
+        kwargs = dict(registry=registry, devices=args.devices, hardware=hardware, global_batch_size=args.global_batch_size,
+                      seq_len=args.seq_len, runtime=args.runtime, fixed=fixed, top=args.top, executor=executor,
+                      reserve_bytes=args.reserve)
         if args.json or not sys.stdout.isatty():
             result = search(model, **kwargs)
         else:
@@ -44,9 +85,6 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
             with Progress(console=console, transient=True) as bar:
                 job = bar.add_task("planning layouts", total=None)
                 result = search(model, progress=lambda done, total: bar.update(job, completed=done, total=total), **kwargs)
-    finally:
-        if executor is not None:
-            executor.shutdown()
     if args.csv is not None:
         write_search_csv(result, args.csv)
     if args.plot is not None:
