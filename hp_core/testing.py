@@ -47,7 +47,8 @@ from hp_core.errors import ConfigError
 from hp_core.manager import get_plugin_manager
 from hp_core.registry import Registry
 from hp_core.specs import PrecisionSpec
-from hp_core.types import ATTENTION_IMPLS, SWITCHES, LayerContext, LayerCost, LayerKind
+from hp_core.costs import ATTENTION_IMPLS, SWITCHES, LayerContext, LayerCost
+from hp_core.types import LayerKind
 
 __all__ = [
     "CONTRACT_PRECISION",
@@ -392,7 +393,7 @@ def check_layer_kind(
         registry: Resolves a name and nested layers (a composite kind such as
             ``mtp``); the built-ins when ``None``.
         traits: Runtime traits every layout carries (names from
-            :data:`hp_core.types.TRAITS`).
+            :data:`hp_core.costs.TRAITS`).
         seq_len: Tokens per sequence.
         precision: Byte widths.
         tp_degrees: Tensor-parallel degrees, the first 1.

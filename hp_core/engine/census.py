@@ -33,7 +33,8 @@ import attrs
 
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.models import load_model_config, model_from_config, model_from_preset, preset_config
-from hp_core.types import ActivationTerm, CensusBytes, CensusRecord, CensusRequest, CensusSource, LayerContext, LayerCost, LayerKind
+from hp_core.costs import ActivationTerm, LayerContext, LayerCost
+from hp_core.types import CensusBytes, CensusRecord, CensusRequest, CensusSource, LayerKind
 
 __all__ = [
     "CENSUS_ATTENTIONS",
@@ -293,7 +294,7 @@ def formulas_records(
         attention: ``eager`` or ``flash``.
         precision: The :class:`~hp_core.specs.PrecisionSpec` the formulas use.
         tp_degrees: TP degrees to evaluate at (1 always).
-        traits: Runtime traits the kinds read (:data:`hp_core.types.TRAITS`).
+        traits: Runtime traits the kinds read (:data:`hp_core.costs.TRAITS`).
     """
     degrees = tuple(sorted({1, *tp_degrees}))
     records: dict[str, CensusRecord] = {}

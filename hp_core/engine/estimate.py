@@ -15,7 +15,8 @@ from hp_core.engine.stage import PlacedLayer, plan_stage
 from hp_core.registry import Registry
 from hp_core.results import Estimate, ParameterSummary
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
-from hp_core.types import LayerCost, LayerKind
+from hp_core.costs import LayerCost
+from hp_core.types import LayerKind
 
 __all__ = ["count_parameters", "estimate_run", "placed_body", "summarise"]
 

@@ -25,7 +25,8 @@ from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.engine.stage import StageInputs
-from hp_core.types import CensusRecord, CensusSource, LayerContext, LayerCost, LayerKind, Runtime
+from hp_core.costs import LayerContext, LayerCost
+from hp_core.types import CensusRecord, CensusSource, LayerKind, Runtime
 
 __all__ = [
     "EvaluatedLayers",

@@ -29,7 +29,7 @@ from hp_core.results import ChunkEstimate, MemoryBreakdown, StageEstimate
 from hp_core.engine.schedule import chunks_of_stage, in_flight_per_chunk
 from hp_core.specs.parallel import ParallelSpec
 from hp_core.specs.precision import PrecisionSpec
-from hp_core.types import LayerCost
+from hp_core.costs import LayerCost
 
 __all__ = ["PlacedLayer", "StageInputs", "layer_elements", "offloaded_bytes", "plan_stage", "static_bytes"]
 

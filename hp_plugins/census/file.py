@@ -40,7 +40,8 @@ import yaml
 from hp_core.engine.census import FILE_SOURCE
 from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
-from hp_core.types import SWITCHES, CensusBytes, CensusRecord, CensusRequest, CensusSource
+from hp_core.costs import SWITCHES
+from hp_core.types import CensusBytes, CensusRecord, CensusRequest, CensusSource
 
 __all__ = ["hp_census_sources", "load_census_file", "provide_file", "records_to_document", "write_census_file"]
 

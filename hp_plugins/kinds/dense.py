@@ -43,7 +43,8 @@ from __future__ import annotations
 import attrs
 
 from hp_core.markers import hookimpl
-from hp_core.types import LayerContext, LayerCost, LayerKind
+from hp_core.costs import LayerContext, LayerCost
+from hp_core.types import LayerKind
 from hp_plugins.kit import GQAFields, LayerBuilder, MLPFields, gqa_attention, mlp, validate_gqa, validate_mlp
 
 __all__ = ["DENSE_SWITCHES", "DenseConfig", "SELECTIVE", "evaluate_dense", "hp_layer_kinds", "validate_dense"]

@@ -14,7 +14,8 @@ from __future__ import annotations
 import attrs
 
 from hp_core.markers import hookimpl
-from hp_core.types import ActivationTerm, LayerContext, LayerCost, LayerKind, ParamCount
+from hp_core.costs import ActivationTerm, LayerContext, LayerCost, ParamCount
+from hp_core.types import LayerKind
 from hp_core.validators import positive_int
 from hp_plugins.kit import padded_vocab
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import attrs
 
 from hp_core.markers import hookimpl
-from hp_core.types import LayerContext, LayerCost, LayerKind
+from hp_core.costs import LayerContext, LayerCost
+from hp_core.types import LayerKind
 from hp_plugins.kit import (
     LayerBuilder,
     MLAFields,

@@ -28,7 +28,8 @@ import attrs
 from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.specs.model import LayerGroup
-from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, LayerKind, ParamCount
+from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount
+from hp_core.types import LayerKind
 from hp_core.validators import positive_int
 from hp_plugins.kit import NORMS, norm_params, padded_vocab, param_count, term
 from hp_plugins.kinds.embedding import TOKEN_ID_BYTES

@@ -6,7 +6,7 @@ or multi-head latent, :mod:`hp_plugins.kit.mla`) followed by a feed-forward bloc
 :mod:`hp_plugins.kit.experts`), each with its pre-norm and residual. Each block
 function appends its parameters, its kept activations per op, its backward's
 transient gradients and its forward FLOPs to a :class:`LayerBuilder`, which
-turns them into a :class:`~hp_core.types.LayerCost`.
+turns them into a :class:`~hp_core.costs.LayerCost`.
 
 Notation in the docstrings: ``T`` tokens of a micro-batch on a context-parallel
 rank, ``h`` the width, ``t`` tensor parallel, ``sp = t`` under sequence
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 
-from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount
+from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount
 from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, norm_params
 
 __all__ = ["LayerBuilder", "RESIDUAL_OPS", "SOFTMAX_OPS", "param_count", "term"]
@@ -32,14 +32,14 @@ RESIDUAL_OPS = 1
 # records are frozen, so equal ones are shared instead of built (and validated) again.
 @functools.lru_cache(maxsize=1 << 16)
 def term(op: str, nbytes: int, switch: str | None = None, tp_split: bool = False) -> ActivationTerm:
-    """An :class:`~hp_core.types.ActivationTerm`, shared with every equal one asked for before."""
+    """An :class:`~hp_core.costs.ActivationTerm`, shared with every equal one asked for before."""
     return ActivationTerm(op, nbytes, switch, tp_split)
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def param_count(name: str, group: str, elements: int, tp_split: bool, stored_elements: int | None = None,
                 shared_with: str | None = None) -> ParamCount:
-    """A :class:`~hp_core.types.ParamCount`, shared with every equal one asked for before."""
+    """A :class:`~hp_core.costs.ParamCount`, shared with every equal one asked for before."""
     return ParamCount(name, group, elements, tp_split, stored_elements, shared_with)
 
 

@@ -7,7 +7,7 @@ import math
 import attrs
 
 from hp_core.errors import ConfigError
-from hp_core.types import LayerContext
+from hp_core.costs import LayerContext
 from hp_core.validators import non_negative_int, positive_int
 from hp_plugins.kit.builder import LayerBuilder
 from hp_plugins.kit.feedforward import ACT_OPS, swiglu

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from hp_core.types import LayerContext
+from hp_core.costs import LayerContext
 from hp_core.validators import positive_int
 from hp_plugins.kit.builder import LayerBuilder
 from hp_plugins.kit.shapes import check_divides

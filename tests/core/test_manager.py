@@ -21,9 +21,8 @@ from hp_core.registry import Registry
 from hp_core.errors import ConfigError
 from hp_core.models import model_from_config
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, PrecisionSpec
-from hp_core.types import (
-    CaseFormat, CensusSource, Exporter, HardwarePreset, LayerCost, LayerKind, ModelFormat, ModelPreset, Runtime,
-)
+from hp_core.costs import LayerCost
+from hp_core.types import CaseFormat, CensusSource, Exporter, HardwarePreset, LayerKind, ModelFormat, ModelPreset, Runtime
 
 IN_CODE = "(registered in code)"
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hp_core.engine.recompute.solver import LayerOption, VariableLayer, pareto_front, solve_stage
 from hp_core.specs import ParallelSpec, PrecisionSpec, Setting
 from hp_core.engine.stage import PlacedLayer, StageInputs, plan_stage
-from hp_core.types import ActivationTerm, LayerCost, ParamCount
+from hp_core.costs import ActivationTerm, LayerCost, ParamCount
 
 SWITCHES = ("softmax", "ffAct")
 

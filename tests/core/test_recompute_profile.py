@@ -16,7 +16,7 @@ from hp_core.engine.recompute.profile import candidate_settings, switch_profile
 from hp_core.specs import ParallelSpec, PrecisionSpec, Setting
 from hp_core.engine.stage import PlacedLayer
 from hp_core.engine.timing import layer_pricer, offload_seconds
-from hp_core.types import LayerCost
+from hp_core.costs import LayerCost
 
 REGISTRY = build_registry()
 HARDWARE = REGISTRY.hardware_preset("h100-sxm").spec

@@ -17,7 +17,8 @@ from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.registry import Registry
 from hp_core.testing import CONTRACT_SEQ_LEN, ContractReport, check_layer_kind
-from hp_core.types import ActivationTerm, LayerContext, LayerCost, LayerKind, ParamCount
+from hp_core.costs import ActivationTerm, LayerContext, LayerCost, ParamCount
+from hp_core.types import LayerKind
 from hp_plugins.kinds.dense import DenseConfig
 
 

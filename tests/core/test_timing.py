@@ -22,7 +22,8 @@ from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, Pre
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
 from hp_core.api import step_time
 from hp_core.engine.timing import collective_seconds, compute_dtype, pipeline_seconds
-from hp_core.types import ActivationTerm, Flops, LayerContext, LayerCost, LayerKind, ParamCount, Runtime
+from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount
+from hp_core.types import LayerKind, Runtime
 from hp_plugins.kinds.dense import DenseConfig
 from hp_plugins.runtimes.timing_profiles import GENERIC, MEGATRON_LM_2022, MEGATRON_TE, PROFILES
 
@@ -475,7 +476,7 @@ def _toy_rates(device=TOY_DEVICE, passes=0):
 def test_mla_attention_takes_its_own_figures_where_the_device_states_them():
     from hp_core.engine.timing.layer import _layer_time
     from hp_core.engine.timing.shape import _Shape
-    from hp_core.types import Flops, LayerCost
+    from hp_core.costs import Flops, LayerCost
 
     cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0, forward=Flops(attention_flops=ATTENTION))
     mla_device = attrs.evolve(
@@ -496,7 +497,7 @@ def test_mla_attention_takes_its_own_figures_where_the_device_states_them():
 def test_moe_permutation_traffic_reads_and_writes_the_layers_own_tokens_at_the_ends():
     from hp_core.engine.timing.layer import _layer_time
     from hp_core.engine.timing.shape import _Shape
-    from hp_core.types import LayerCost
+    from hp_core.costs import LayerCost
 
     cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0)
     shape = _Shape(permute_bytes=6e6, permute_input_bytes=1e6)
@@ -515,7 +516,7 @@ def test_moe_router_kernels_scale_with_routed_tokens_times_experts():
     from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS
     from hp_core.engine.timing.layer import _layer_time
     from hp_core.engine.timing.shape import _Shape
-    from hp_core.types import LayerCost
+    from hp_core.costs import LayerCost
 
     cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0)
     shape = _Shape(router_elements=2 * ROUTER_REFERENCE_ELEMENTS)
@@ -557,7 +558,7 @@ def test_gemm_table_takes_the_nearest_measured_shape_within_its_tolerance():
 def test_gemm_table_prices_each_pass_of_a_measured_shape_and_the_rest_at_the_single_figure():
     from hp_core.engine.timing.layer import _layer_time
     from hp_core.engine.timing.shape import _Shape
-    from hp_core.types import LayerCost
+    from hp_core.costs import LayerCost
 
     measured = 2 * 1000 * 2000 * 4000  # 16 GFLOP in the table
     other = 4e9  # the second, unmeasured GEMM (0.8 GFLOP) and GEMMs of unknown shape
@@ -581,7 +582,7 @@ def test_gemm_table_prices_each_pass_of_a_measured_shape_and_the_rest_at_the_sin
 def test_gemm_table_prices_measured_grouped_gemms_and_fits_the_rest():
     from hp_core.engine.timing.layer import _layer_time
     from hp_core.engine.timing.shape import _Shape
-    from hp_core.types import LayerCost
+    from hp_core.costs import LayerCost
 
     one = 2 * 8 * 500 * 2000 * 4000  # the measured grouped GEMM over its 8 experts
     cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0, forward=Flops(matmul_flops=2 * one))

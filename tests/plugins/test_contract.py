@@ -16,7 +16,7 @@ import pytest
 from hp_core.api import build_registry
 from hp_core.specs import LayerGroup
 from hp_core.testing import check_layer_kind
-from hp_core.types import TRAITS
+from hp_core.costs import TRAITS
 from hp_plugins.kinds.dense import DenseConfig
 from hp_plugins.kinds.embedding import EmbeddingConfig
 from hp_plugins.kinds.mla import MLAConfig, MLAMoEConfig

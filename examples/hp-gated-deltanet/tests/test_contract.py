@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hp_core.testing import check_layer_kind
-from hp_core.types import TRAITS
+from hp_core.costs import TRAITS
 from hp_gated_deltanet.deltanet import GatedDeltaNetConfig, GatedDeltaNetMoEConfig
 
 # Sized so that tp 1, 2 and 4 split every head count and width evenly.

@@ -11,7 +11,7 @@ import pytest
 
 from hp_core.errors import ConfigError
 from hp_core.specs import PrecisionSpec
-from hp_core.types import LayerContext
+from hp_core.costs import LayerContext
 from hp_gated_deltanet.deltanet import (
     CHUNK,
     GatedDeltaNetConfig,

@@ -1,11 +1,11 @@
 """Switch profiles: what each recompute setting of one layer costs (docs/recompute.md).
 
 A layer kind's evaluator states what the plain layer keeps **per op**, each
-:class:`~hp_core.types.ActivationTerm` gated by at most one recompute switch
+:class:`~hp_core.costs.ActivationTerm` gated by at most one recompute switch
 (``attBMM``, ``headCast``, ``dropout``, ``softmax``, ``normOp``, ``gather``,
 ``ffAct`` and, for MLA, ``attUp``). A :class:`SwitchProfile` measures the
 layer a few ways -- plain, each switch alone, full, and the settings a census
-measured whole (:attr:`~hp_core.types.LayerCost.measured`) -- and prices every
+measured whole (:attr:`~hp_core.costs.LayerCost.measured`) -- and prices every
 setting from them:
 
 * **Memory adds up over switches, by construction.** Each term is gated by one
@@ -44,7 +44,8 @@ import attrs
 from hp_core.specs.run import Setting
 from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.timing import LayerPricer, LayerSeconds
-from hp_core.types import SWITCHES, LayerContext, LayerCost, LayerKind, Runtime
+from hp_core.costs import SWITCHES, LayerContext, LayerCost
+from hp_core.types import LayerKind, Runtime
 
 __all__ = ["SettingCost", "SwitchProfile", "candidate_settings", "switch_profile"]
 

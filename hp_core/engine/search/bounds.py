@@ -34,7 +34,7 @@ from hp_core.engine.stage import PlacedLayer, layer_elements, static_bytes
 from hp_core.engine.timing import layer_pricer
 from hp_core.errors import ConfigError
 from hp_core.specs import ModelSpec
-from hp_core.types import LayerCost
+from hp_core.costs import LayerCost
 
 
 def _divisors(n: int) -> list[int]:

@@ -18,7 +18,8 @@ from hp_core.engine.timing.shape import _Shape, _shape
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
 from hp_core.specs.timing import TimingProfile
-from hp_core.types import LayerContext, LayerCost, LayerKind
+from hp_core.costs import LayerContext, LayerCost
+from hp_core.types import LayerKind
 
 __all__ = ["ATTENTION_CORE_SWITCHES", "LayerPricer", "LayerSeconds", "layer_pricer", "offload_seconds"]
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import attrs
 
-from hp_core.types import LayerContext, LayerCost, LayerKind
+from hp_core.costs import LayerContext, LayerCost
+from hp_core.types import LayerKind
 
 __all__ = ["SOFTMAX_OPS_PER_SCORE"]
 

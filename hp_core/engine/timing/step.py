@@ -21,7 +21,7 @@ from hp_core.engine.timing.shape import _shape
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.specs.timing import TimingProfile
-from hp_core.types import LayerCost
+from hp_core.costs import LayerCost
 
 __all__ = ["time_run"]
 

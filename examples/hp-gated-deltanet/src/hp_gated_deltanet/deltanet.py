@@ -111,7 +111,7 @@ import math
 import attrs
 
 from hp_core.errors import ConfigError
-from hp_core.types import LayerContext, LayerCost
+from hp_core.costs import LayerContext, LayerCost
 from hp_core.validators import positive_int
 from hp_plugins.kit import (
     ACT_OPS,

@@ -1,0 +1,254 @@
+"""The cost vocabulary of a layer kind: what its evaluator returns and the context it is asked in.
+
+A layer kind's evaluator (:class:`hp_core.types.LayerKind`) returns a
+:class:`LayerCost` for one layer under a :class:`LayerContext`: its parameters
+by tensor family, the activations it keeps per op (each gated by a recompute
+switch of :data:`SWITCHES`), its input, its backward's working set, its
+communication buffers, its forward FLOPs and the weight shapes of its GEMMs.
+
+Units live in names: ``*_bytes`` are bytes, ``*_flops`` floating-point
+operations. Every byte quantity a layer states is an ``int``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import attrs
+
+from hp_core.specs.precision import PrecisionSpec
+
+__all__ = [
+    "ATTENTION_IMPLS",
+    "ActivationTerm",
+    "Flops",
+    "LayerContext",
+    "LayerCost",
+    "PARAM_GROUPS",
+    "ParamCount",
+    "SWITCHES",
+    "TRAITS",
+]
+
+# The recompute switches (docs/recompute.md); a kind declares the ones it has.
+SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
+# Parameter groups, each sharded by its own degrees (docs/concepts.md).
+PARAM_GROUPS = ("dense", "routed_expert", "shared_expert")
+# How a trainer implements ops, where that changes what a layer keeps. A runtime
+# profile states the traits its trainer has; the built-in kinds read them.
+TRAITS = {
+    "fused_swiglu": (
+        "the gated MLP's activation keeps only its input, the FC1 output; its product is the FC2 input "
+        "(Megatron-LM bias_swiglu_impl / Transformer Engine)"
+    ),
+    "fused_cross_entropy": (
+        "the loss keeps the logits in the compute dtype, overwritten with their gradient in forward, "
+        "instead of an fp32 softmax (Transformer Engine parallel_cross_entropy; Megatron-LM --cross-entropy-loss-fusion)"
+    ),
+    "dummy_wgrad_per_shape": (
+        "fused weight-gradient accumulation keeps one dummy weight gradient in the compute dtype per distinct "
+        "weight shape of a rank's linear layers (Transformer Engine >= 2.3 module/base.py get_dummy_wgrad; "
+        "Megatron-LM's output layer too)"
+    ),
+    "mla_contiguous_qkv": (
+        "MLA's up-projected q, k and v are made contiguous copies, so v keeps no k_nope alive "
+        "(Megatron-Core multi_latent_attention.py qkv_up_proj_and_rope_apply)"
+    ),
+    "moe_probs_in_activation": (
+        "routing probabilities are applied in the experts' SwiGLU, which keeps them (fp32 per dispatched token), "
+        "so the combine keeps no expert outputs (Megatron-Core WeightedSwiGLUFunction)"
+    ),
+    "moe_fused_permute": (
+        "the fused token permutation keeps an int32 row map of [tokens, 2 * experts + 1] "
+        "(Transformer Engine permutation.py moe_permute)"
+    ),
+}
+
+# Attention implementations a layer kind prices: ``eager`` keeps the score and
+# probability tensors; ``flash`` (also SDPA's flash/efficient kernels) keeps q,
+# k, v, the output and the fp32 log-sum-exp statistics, never the score matrix.
+ATTENTION_IMPLS = ("eager", "flash")
+
+def _non_negative_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a non-negative int, got {value!r}")
+
+
+def _non_negative_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a non-negative number, got {value!r}")
+
+
+# --------------------------------------------------------------------------- costs
+
+
+@attrs.frozen
+class LayerContext:
+    """What one layer's evaluator may know of the run: degrees, shapes and dtypes.
+
+    Attributes:
+        tp: Tensor-parallel degree.
+        cp: Context-parallel degree; a rank holds ``seq_len / cp`` tokens of each sequence.
+        cp_kind: ``p2p`` (ring) or ``a2a`` (all-to-all over heads).
+        sp: Whether sequence parallelism splits the non-TP regions over ``tp``.
+        ep: Expert-parallel degree.
+        etp: Expert tensor-parallel degree.
+        micro_batch_size: Sequences per micro-batch.
+        seq_len: Tokens per sequence.
+        precision: Byte widths of parameters, gradients, activations, ...
+        attention: ``"eager"`` or ``"flash"`` (see :data:`ATTENTION_IMPLS`).
+        vocab_pad_multiple: The vocabulary is padded to a multiple of
+            ``vocab_pad_multiple * tp`` where the runtime does so (1: no padding).
+        traits: How the trainer implements ops, where that changes what a
+            layer keeps (names from :data:`TRAITS`).
+        sublayer: Evaluates another layer group in this context, for a kind
+            made of other kinds' layers (the MTP module's transformer layer);
+            set by the planner, ignored by equality.
+    """
+
+    tp: int
+    cp: int
+    sp: bool
+    ep: int
+    etp: int
+    micro_batch_size: int
+    seq_len: int
+    precision: PrecisionSpec
+    attention: str
+    vocab_pad_multiple: int = 1
+    cp_kind: str = "p2p"
+    traits: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    sublayer: Callable[[Any], "LayerCost"] | None = attrs.field(default=None, eq=False, repr=False)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one micro-batch on one context-parallel rank (before any SP split)."""
+        return self.micro_batch_size * self.seq_len // self.cp
+
+    @property
+    def sp_degree(self) -> int:
+        """The divisor sequence parallelism applies to the non-TP regions."""
+        return self.tp if self.sp else 1
+
+
+@attrs.frozen
+class ParamCount:
+    """Elements of one parameter tensor family of a layer.
+
+    Attributes:
+        name: What the parameters are (``"q_proj"``, ``"norms"``, ...).
+        group: One of :data:`PARAM_GROUPS`.
+        elements: Elements in the model (what Hugging Face counts).
+        tp_split: Whether tensor parallelism splits them (else every TP rank holds them whole).
+        stored_elements: Elements the trainer allocates, padding included
+            (e.g. a vocabulary padded to a multiple of ``128 * tp``); equal to
+            ``elements`` when omitted.
+        shared_with: The kind whose parameter this is, for a tied weight (the
+            output head's weight tied to the embedding): counted once in the
+            model's totals, held again by a stage that does not hold the owner.
+    """
+
+    name: str
+    group: str = attrs.field(validator=attrs.validators.in_(PARAM_GROUPS))
+    elements: int = attrs.field(validator=_non_negative_int)
+    tp_split: bool
+    stored_elements: int = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_int))
+    shared_with: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.stored_elements is None:
+            object.__setattr__(self, "stored_elements", self.elements)
+        elif self.stored_elements < self.elements:
+            raise ValueError(f"ParamCount {self.name}: stored_elements < elements")
+
+
+@attrs.frozen
+class ActivationTerm:
+    """Bytes one rank keeps between forward and backward for one op of one micro-batch.
+
+    Attributes:
+        op: The tensor kept (``"attn_norm_out"``, ``"softmax_out"``, ...).
+        bytes: Bytes on one rank for one micro-batch.
+        switch: The recompute switch that drops it (``None``: kept unless the
+            layer is recomputed fully).
+        tp_split: Whether the bytes are already divided by ``tp`` (informative,
+            used by census exports and tests).
+    """
+
+    op: str
+    bytes: int = attrs.field(validator=_non_negative_int)
+    switch: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.in_(SWITCHES)))
+    tp_split: bool = False
+
+
+@attrs.frozen
+class Flops:
+    """Forward floating-point operations of one layer for one micro-batch on one rank.
+
+    Attributes:
+        matmul_flops: Dense matrix multiplies (2 per multiply-add).
+        attention_flops: The attention core (scores and the weighted sum of values).
+        elementwise_flops: Norms, activations, softmax, residual adds.
+    """
+
+    matmul_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
+    attention_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
+    elementwise_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
+
+    @property
+    def total_flops(self) -> float:
+        return self.matmul_flops + self.attention_flops + self.elementwise_flops
+
+
+@attrs.frozen
+class LayerCost:
+    """What one layer of a kind costs one rank, as its evaluator states it.
+
+    Attributes:
+        params: The layer's parameters by tensor family (whole-model element counts).
+        activations: Kept bytes per op for one micro-batch (the plain layer: nothing recomputed).
+        input_bytes: Bytes kept under full recompute: the layer's input.
+        working_bytes: What the layer's backward holds at its peak beyond the
+            activations it keeps (activation gradients, transient tensors),
+            when nothing is recomputed.
+        buffers_once_bytes: Communication buffers held once however many
+            micro-batches are in flight (a reused all-gather buffer).
+        buffers_per_micro_batch_bytes: Communication buffers held per micro-batch in flight.
+        forward: Forward FLOPs.
+        weight_shapes: The per-rank ``(rows, columns)`` of the layer's linear
+            weights, for a runtime that allocates per weight shape
+            (``dummy_wgrad_per_shape``).
+        measured: Selective settings measured whole, each ``(recomputed
+            switches, bytes kept for one micro-batch)``: they override the sum
+            over :attr:`activations` (a census's named policies, docs/census.md).
+    """
+
+    params: tuple[ParamCount, ...]
+    activations: tuple[ActivationTerm, ...]
+    input_bytes: int = attrs.field(validator=_non_negative_int)
+    working_bytes: int = attrs.field(validator=_non_negative_int)
+    buffers_once_bytes: int = attrs.field(default=0, validator=_non_negative_int)
+    buffers_per_micro_batch_bytes: int = attrs.field(default=0, validator=_non_negative_int)
+    forward: Flops = attrs.field(factory=Flops)
+    weight_shapes: tuple[tuple[int, int], ...] = ()
+    measured: tuple[tuple[frozenset[str], int], ...] = ()
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes the plain layer keeps for one micro-batch."""
+        return sum(term.bytes for term in self.activations)
+
+    def kept_under(self, recomputed: frozenset[str]) -> int:
+        """Bytes kept for one micro-batch when the switches in *recomputed* are recomputed.
+
+        A setting measured whole (:attr:`measured`, a census's policy) keeps
+        what was measured; any other keeps the terms its switches do not gate.
+        """
+        for switches, kept in self.measured:
+            if switches == recomputed:
+                return kept
+        return sum(term.bytes for term in self.activations if term.switch is None or term.switch not in recomputed)
+
+    def param_elements(self, group: str | None = None) -> int:
+        """Whole-model parameter elements, of one group or of all."""
+        return sum(p.elements for p in self.params if group is None or p.group == group)
