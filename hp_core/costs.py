@@ -20,12 +20,17 @@ from hp_core.specs.precision import PrecisionSpec
 
 __all__ = [
     "ATTENTION_IMPLS",
+    "COLLECTIVE_GROUPS",
+    "COLLECTIVE_OPS",
     "ActivationTerm",
+    "Collective",
     "Flops",
     "LayerContext",
     "LayerCost",
+    "LayerWork",
     "PARAM_GROUPS",
     "ParamCount",
+    "Rerun",
     "SWITCHES",
     "TRAITS",
 ]
@@ -200,6 +205,126 @@ class Flops:
         return self.matmul_flops + self.attention_flops + self.elementwise_flops
 
 
+# The groups a layer's own collectives run over, and the collective operations.
+COLLECTIVE_GROUPS = ("tp", "cp", "ep")
+COLLECTIVE_OPS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p")
+
+
+def _non_negative_calls(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    _non_negative_int(instance, attribute, value)
+
+
+@attrs.frozen
+class Collective:
+    """One collective a layer issues per micro-batch, as the layer states it.
+
+    The step time prices it on the group's links (intra- or inter-node from
+    the layout) with the collective's cost model (docs/time.md), exposed by
+    the runtime's overlap of that group unless the trainer cannot overlap it.
+
+    Attributes:
+        group: ``tp``, ``cp`` or ``ep`` (:data:`COLLECTIVE_GROUPS`): the
+            layout's group it runs over.
+        op: ``all_gather``, ``reduce_scatter``, ``all_reduce``, ``all_to_all``
+            or ``p2p`` (a send to one neighbour and a receive from the other).
+        bytes: The buffer, NCCL's convention: all-gather's gathered output,
+            reduce-scatter's input, all-reduce's buffer, all-to-all's send
+            buffer, a send's message.
+        forward_calls: Calls in the layer's forward.
+        backward_calls: Calls in its backward.
+        rerun_switch: A recompute switch whose recompute issues the forward
+            calls again in backward (sequence parallelism's all-gathers
+            re-gathered under ``gather``); a fully recomputed layer issues every
+            forward call again.
+        overlappable: Whether the trainer may overlap it with compute (an
+            all-to-all on attention's critical path cannot be).
+    """
+
+    group: str = attrs.field(validator=attrs.validators.in_(COLLECTIVE_GROUPS))
+    op: str = attrs.field(validator=attrs.validators.in_(COLLECTIVE_OPS))
+    bytes: float = attrs.field(validator=_non_negative_number)
+    forward_calls: int = attrs.field(default=0, validator=_non_negative_calls)
+    backward_calls: int = attrs.field(default=0, validator=_non_negative_calls)
+    rerun_switch: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.in_(SWITCHES)))
+    overlappable: bool = True
+
+
+@attrs.frozen
+class Rerun:
+    """What recomputing one switch re-runs beyond rewriting the bytes it drops.
+
+    Attributes:
+        matmul_flops_per_byte: GEMM FLOPs per byte the switch drops (MLA's
+            up-projections rebuild their output: ``2 * kv_lora_rank`` FLOPs per
+            element rebuilt).
+        copy_bytes: Bytes moved through HBM each way besides.
+    """
+
+    matmul_flops_per_byte: float = attrs.field(default=0.0, validator=_non_negative_number)
+    copy_bytes: float = attrs.field(default=0.0, validator=_non_negative_number)
+
+
+@attrs.frozen
+class LayerWork:
+    """The kernels and collectives of one layer per micro-batch on one rank: what its step time prices.
+
+    A kind states it (:attr:`LayerCost.work`); the step time reads nothing
+    else of the layer's architecture. FLOPs by class are in
+    :attr:`LayerCost.forward`; this record gives their shapes and what runs
+    besides.
+
+    Attributes:
+        collectives: Every collective the layer issues (:class:`Collective`).
+        gemms: Dense GEMMs whose shapes are known, ``(rows, fan_out, fan_in)``;
+            a device's measured GEMM table prices them, the rest of the matmul
+            FLOPs runs at the fitted efficiency.
+        grouped_flops: Forward FLOPs of grouped (expert) GEMMs, part of the matmul FLOPs.
+        expert_rows: Tokens per local expert (the grouped GEMMs' rows).
+        expert_gemms: The grouped GEMMs, ``(experts on the rank, rows per expert, fan_out, fan_in)``.
+        attention_calls: Fused attention kernel calls (0: no attention core).
+        wide_qk_attention: The attention core's query/key head dim exceeds its
+            value head dim (MLA), priced with the device's figures for it.
+        fused_softmax_flops: Elementwise FLOPs a fused attention kernel runs on
+            chip (the softmax over the scores): no HBM traffic under flash.
+        copy_bytes: Bytes memory-bound copies move each way (MLA's query/key assembly).
+        permute_bytes: Dispatched tokens' bytes an MoE layer's permutation passes move.
+        permute_input_bytes: The layer's own tokens' bytes (the first pass
+            reads them, the last writes them).
+        router_elements: Routed tokens times experts (a router's top-k and
+            auxiliary-loss kernels scale with them).
+        table_elements: Elements of a lookup table's shard (its backward
+            writes a dense gradient).
+        boundary_bytes: The activation the layer hands to the next, unsplit
+            (a pipeline send carries it, split where the layout splits it).
+        reruns: ``(switch, Rerun)`` pairs: what recomputing each switch re-runs
+            (:class:`Rerun`); a switch not named re-runs nothing beyond
+            rewriting what it drops.
+    """
+
+    collectives: tuple[Collective, ...] = attrs.field(default=(), converter=tuple)
+    gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=tuple)
+    grouped_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
+    expert_rows: float = attrs.field(default=0.0, validator=_non_negative_number)
+    expert_gemms: tuple[tuple[int, float, int, int], ...] = attrs.field(default=(), converter=tuple)
+    attention_calls: int = attrs.field(default=0, validator=_non_negative_calls)
+    wide_qk_attention: bool = False
+    fused_softmax_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
+    copy_bytes: float = attrs.field(default=0.0, validator=_non_negative_number)
+    permute_bytes: float = attrs.field(default=0.0, validator=_non_negative_number)
+    permute_input_bytes: float = attrs.field(default=0.0, validator=_non_negative_number)
+    router_elements: float = attrs.field(default=0.0, validator=_non_negative_number)
+    table_elements: float = attrs.field(default=0.0, validator=_non_negative_number)
+    boundary_bytes: float = attrs.field(default=0.0, validator=_non_negative_number)
+    reruns: tuple[tuple[str, Rerun], ...] = attrs.field(default=(), converter=tuple)
+
+    def rerun(self, switch: str) -> Rerun | None:
+        """What recomputing *switch* re-runs, ``None`` when the layer names nothing for it."""
+        for name, found in self.reruns:
+            if name == switch:
+                return found
+        return None
+
+
 @attrs.frozen
 class LayerCost:
     """What one layer of a kind costs one rank, as its evaluator states it.
@@ -221,6 +346,10 @@ class LayerCost:
         measured: Selective settings measured whole, each ``(recomputed
             switches, bytes kept for one micro-batch)``: they override the sum
             over :attr:`activations` (a census's named policies, docs/census.md).
+        work: Its kernels and collectives per micro-batch (:class:`LayerWork`),
+            what the step time prices; ``None``: the kind states none, and a
+            step time of a model with it is refused rather than priced without
+            its traffic.
     """
 
     params: tuple[ParamCount, ...]
@@ -232,6 +361,7 @@ class LayerCost:
     forward: Flops = attrs.field(factory=Flops)
     weight_shapes: tuple[tuple[int, int], ...] = ()
     measured: tuple[tuple[frozenset[str], int], ...] = ()
+    work: LayerWork | None = None
 
     @property
     def kept_bytes(self) -> int:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import attrs
 
 from hp_core.markers import hookimpl
-from hp_core.costs import ActivationTerm, LayerContext, LayerCost, ParamCount
+from hp_core.costs import ActivationTerm, LayerContext, LayerCost, LayerWork, ParamCount
 from hp_core.types import LayerKind
 from hp_core.validators import positive_int
-from hp_plugins.kit import padded_vocab
+from hp_plugins.kit import padded_vocab, tp_collectives
 
 __all__ = ["EmbeddingConfig", "evaluate_embedding", "hp_layer_kinds"]
 
@@ -58,6 +58,10 @@ def evaluate_embedding(c: EmbeddingConfig, x: LayerContext) -> LayerCost:
         # compute dtype (PyTorch embedding_dense_backward; trainers then add it into
         # their gradient buffer), as no fused accumulation applies to a lookup.
         working_bytes=hidden + stored // x.tp * x.precision.activation_bytes,
+        # A vocabulary-parallel lookup: its output reduced over TP, its backward a dense
+        # gradient of the rank's table shard (hp_plugins.kit.work).
+        work=LayerWork(collectives=tp_collectives(x, 0, T * c.hidden_size * act, "embedding"),
+                       table_elements=stored / x.tp, boundary_bytes=T * c.hidden_size * act),
     )
 
 

@@ -31,7 +31,7 @@ from hp_core.specs.model import LayerGroup
 from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount
 from hp_core.types import LayerKind
 from hp_core.validators import positive_int
-from hp_plugins.kit import NORMS, norm_params, padded_vocab, param_count, term
+from hp_plugins.kit import NORMS, norm_params, padded_vocab, param_count, term, tp_collectives
 from hp_plugins.kinds.embedding import TOKEN_ID_BYTES
 
 __all__ = ["MTPConfig", "evaluate_mtp", "hp_layer_kinds"]
@@ -92,6 +92,15 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
         ParamCount("lm_head", "dense", c.vocab_size * h, True, vocab * h, "output"),
     )
     logits_grad = T * shard * act + T * h * act
+    weight_shapes = tuple(dict.fromkeys((*inner.weight_shapes, (h // x.tp, 2 * h), (shard, h))))
+    # Its layer's work, with the module's projection and the shared head's GEMMs and the
+    # head's vocabulary-parallel collectives added.
+    routed = {(fan_out, fan_in) for _, _, fan_out, fan_in in inner.work.expert_gemms} if inner.work else set()
+    own_gemms = tuple((T, fan_out, fan_in) for fan_out, fan_in in weight_shapes[len(inner.weight_shapes):]
+                      if (fan_out, fan_in) not in routed)
+    work = None if inner.work is None else attrs.evolve(
+        inner.work, collectives=inner.work.collectives + tp_collectives(x, 0, T * h * act, "head"),
+        gemms=inner.work.gemms + own_gemms, table_elements=0.0)
     return LayerCost(
         params=params,
         activations=own + layer_terms + head,
@@ -99,7 +108,8 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
         working_bytes=max(inner.working_bytes, logits_grad),
         buffers_once_bytes=inner.buffers_once_bytes,
         buffers_per_micro_batch_bytes=inner.buffers_per_micro_batch_bytes,
-        weight_shapes=tuple(dict.fromkeys((*inner.weight_shapes, (h // x.tp, 2 * h), (shard, h)))),
+        weight_shapes=weight_shapes,
+        work=work,
         forward=Flops(
             matmul_flops=inner.forward.matmul_flops + 2 * T * 2 * h * h // x.tp + 2 * T * h * shard,
             attention_flops=inner.forward.attention_flops,

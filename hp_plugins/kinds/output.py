@@ -18,10 +18,10 @@ from __future__ import annotations
 import attrs
 
 from hp_core.markers import hookimpl
-from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount
+from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, LayerWork, ParamCount
 from hp_core.types import LayerKind
 from hp_core.validators import positive_int
-from hp_plugins.kit import NORM_OPS_PER_ELEMENT, NORMS, norm_params, padded_vocab
+from hp_plugins.kit import NORM_OPS_PER_ELEMENT, NORMS, norm_params, padded_vocab, tp_collectives
 
 __all__ = ["OutputConfig", "evaluate_output", "hp_layer_kinds"]
 
@@ -77,6 +77,9 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
         working_bytes=working,
         buffers_once_bytes=T * h * p.activation_bytes if x.sp and x.tp > 1 else 0,
         weight_shapes=((vocab_shard, h),),
+        # A vocabulary-parallel head: its input gathered over TP, one GEMM to the rank's vocabulary shard.
+        work=LayerWork(collectives=tp_collectives(x, 0, T * h * p.activation_bytes, "head"),
+                       gemms=((T, vocab_shard, h),), boundary_bytes=T * h * p.activation_bytes),
         forward=Flops(
             matmul_flops=2 * T * h * vocab_shard,
             elementwise_flops=NORM_OPS_PER_ELEMENT[c.norm] * T * h // x.sp_degree + _LOSS_OPS_PER_LOGIT * T * vocab_shard,

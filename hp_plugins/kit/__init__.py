@@ -21,6 +21,10 @@ module                             what it holds
                                    :func:`validate_moe`
 :mod:`~hp_plugins.kit.norms`       :data:`NORMS`, :data:`NORM_OPS_PER_ELEMENT`, :func:`norm_params`
 :mod:`~hp_plugins.kit.shapes`      :func:`check_divides`, :func:`padded_vocab`
+:mod:`~hp_plugins.kit.work`        what the step time prices (:class:`~hp_core.costs.LayerWork`):
+                                   :func:`tp_collectives`, :func:`attention_collectives`,
+                                   :func:`expert_collectives`, :func:`decoder_work`,
+                                   :class:`AttentionShape`, :class:`ExpertShape`
 =================================  ===========================================================
 
 Stability: the names in ``__all__`` here follow semantic versioning with
@@ -45,9 +49,20 @@ from hp_plugins.kit.attention import GQAFields, gqa_attention, validate_gqa
 from hp_plugins.kit.mla import MLAFields, mla_attention, validate_mla
 from hp_plugins.kit.feedforward import ACT_OPS, MLPFields, mlp, swiglu, validate_mlp
 from hp_plugins.kit.experts import MoEFields, moe, moe_tokens, validate_moe
+from hp_plugins.kit.work import (
+    SOFTMAX_OPS_PER_SCORE, AttentionShape, ExpertShape, attention_collectives, decoder_work, expert_collectives,
+    tp_collectives,
+)
 
 __all__ = [
     "ACT_OPS",
+    "AttentionShape",
+    "ExpertShape",
+    "SOFTMAX_OPS_PER_SCORE",
+    "attention_collectives",
+    "decoder_work",
+    "expert_collectives",
+    "tp_collectives",
     "GQAFields",
     "LayerBuilder",
     "MLAFields",

@@ -6,6 +6,7 @@ import attrs
 
 from hp_core.costs import LayerContext
 from hp_core.validators import positive_int, probability
+from hp_plugins.kit.work import AttentionShape
 from hp_plugins.kit.builder import LayerBuilder
 from hp_plugins.kit.norms import NORMS
 from hp_plugins.kit.shapes import check_divides
@@ -95,6 +96,8 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
         b.block_grads.append(T * qkv * act // t + T * (a // t) * x.precision.lse_bytes)
     b.linear(T, h, qkv // t)
     b.linear(T, a * d // t, h)
+    b.tp_blocks += 1
+    b.attention_shape = AttentionShape(heads=a, kv_heads=g, head_dim=d)
 
 
 def validate_gqa(c: GQAFields, x: LayerContext) -> None:

@@ -19,6 +19,7 @@ import functools
 
 from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount
 from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, norm_params
+from hp_plugins.kit.work import AttentionShape, ExpertShape, decoder_work
 
 __all__ = ["LayerBuilder", "RESIDUAL_OPS", "SOFTMAX_OPS", "param_count", "term"]
 
@@ -61,6 +62,11 @@ class LayerBuilder:
         self.elementwise = 0
         self.buffers_once = 0
         self.shapes: list[tuple[int, int]] = []
+        # What the step time prices (hp_plugins.kit.work): the blocks whose GEMMs TP splits (each
+        # gathers its input and reduces its output over TP), the attention core and the routed experts.
+        self.tp_blocks = 0
+        self.attention_shape: AttentionShape | None = None
+        self.expert_shape: ExpertShape | None = None
 
     def keep(self, op: str, nbytes: int, switch: str | None = None, tp_split: bool = False) -> None:
         """Record *nbytes* kept for backward by *op*, dropped by *switch*."""
@@ -129,7 +135,13 @@ class LayerBuilder:
             self.shapes.append((fan_out, fan_in))
 
     def build(self) -> LayerCost:
-        """The layer: working set = the output gradient + the SP re-gather + the larger block's transients."""
+        """The layer: working set = the output gradient + the SP re-gather + the larger block's transients.
+
+        Its work (:attr:`LayerCost.work <hp_core.costs.LayerCost.work>`) is
+        :func:`~hp_plugins.kit.work.decoder_work` of the blocks added: each TP
+        block's collectives, the attention core's and the experts'.
+        """
+        shapes = tuple(dict.fromkeys(self.shapes))
         return LayerCost(
             params=tuple(self.params),
             activations=tuple(self.terms),
@@ -137,5 +149,6 @@ class LayerBuilder:
             working_bytes=self.hidden + self.gathered + max(self.block_grads, default=0),
             buffers_once_bytes=self.buffers_once,
             forward=Flops(matmul_flops=self.matmul, attention_flops=self.attention, elementwise_flops=self.elementwise),
-            weight_shapes=tuple(dict.fromkeys(self.shapes)),
+            weight_shapes=shapes,
+            work=decoder_work(self.x, shapes, self.h, self.tp_blocks, self.attention_shape, self.expert_shape),
         )

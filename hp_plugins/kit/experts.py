@@ -12,6 +12,7 @@ from hp_core.validators import non_negative_int, positive_int
 from hp_plugins.kit.builder import LayerBuilder
 from hp_plugins.kit.feedforward import ACT_OPS, swiglu
 from hp_plugins.kit.shapes import check_divides
+from hp_plugins.kit.work import ExpertShape
 
 __all__ = ["MoEFields", "moe", "moe_tokens", "validate_moe"]
 
@@ -131,6 +132,9 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
         b.linear(T, h, 2 * I // t)
         b.linear(T, I // t, h)
     b.block_grads.append(grads)
+    b.tp_blocks += 1
+    b.expert_shape = ExpertShape(experts=E, top_k=c.num_experts_per_tok, width=c.moe_intermediate_size,
+                                 pad_to_capacity=c.pad_to_capacity, capacity_factor=c.capacity_factor)
 
 
 def validate_moe(c: MoEFields, x: LayerContext) -> None:

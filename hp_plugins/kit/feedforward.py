@@ -77,6 +77,7 @@ def mlp(b: LayerBuilder, c: MLPFields, norm: str, hidden_dropout: float) -> None
     b.block_grads.append((3 if c.gated_mlp else 2) * wide)
     b.linear(T, h, fc1 // t)
     b.linear(T, I // t, h)
+    b.tp_blocks += 1
 
 
 def validate_mlp(c: MLPFields, x: LayerContext) -> None:

@@ -7,6 +7,7 @@ import attrs
 from hp_core.costs import LayerContext
 from hp_core.validators import positive_int, probability
 from hp_plugins.kit.builder import LayerBuilder
+from hp_plugins.kit.work import AttentionShape
 from hp_plugins.kit.norms import NORMS
 from hp_plugins.kit.shapes import check_divides
 
@@ -93,6 +94,9 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
     b.linear(T, h, kv_a)
     b.linear(T, c.kv_lora_rank, a * (c.qk_nope_head_dim + c.v_head_dim) // t)
     b.linear(T, a * c.v_head_dim // t, h)
+    b.tp_blocks += 1
+    b.attention_shape = AttentionShape(heads=a, qk_nope=c.qk_nope_head_dim, qk_rope=c.qk_rope_head_dim,
+                                       v_head=c.v_head_dim, kv_lora_rank=c.kv_lora_rank)
 
 
 def validate_mla(c: MLAFields, x: LayerContext) -> None:

@@ -22,7 +22,7 @@ from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, Pre
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
 from hp_core.api import step_time
 from hp_core.engine.timing import collective_seconds, compute_dtype, pipeline_seconds
-from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount
+from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, LayerWork, ParamCount
 from hp_core.types import LayerKind, Runtime
 from hp_plugins.kinds.dense import DenseConfig
 from hp_plugins.runtimes.timing_profiles import GENERIC, MEGATRON_LM_2022, MEGATRON_TE, PROFILES
@@ -116,7 +116,7 @@ PARAMS = 1_000_000  # parameter elements of one toy layer
 
 @attrs.frozen
 class ToyConfig:
-    """A layer with stated FLOPs and no Hugging Face shape fields (so no TP/CP/EP traffic)."""
+    """A layer with stated FLOPs whose work states no collectives (so no TP/CP/EP traffic)."""
 
     matmul: float = MATMUL
     attention: float = 0.0
@@ -131,6 +131,8 @@ def _evaluate_toy(c: ToyConfig, x: LayerContext) -> LayerCost:
         input_bytes=100,
         working_bytes=0,
         forward=Flops(matmul_flops=c.matmul, attention_flops=c.attention, elementwise_flops=c.elementwise),
+        # Parameters and no matmul: it states itself a lookup table (an embedding's work).
+        work=LayerWork(table_elements=0 if c.matmul else c.params),
     )
 
 
@@ -231,7 +233,7 @@ def test_elementwise_ops_are_memory_bound(toy_registry):
 
 
 def test_a_lookup_table_writes_a_dense_gradient(toy_registry):
-    # Parameters and no matmul (an embedding): backward writes and reads a bf16 dense gradient of the
+    # Parameters and no matmul, stated as a lookup table (an embedding): backward writes and reads a bf16 dense gradient of the
     # 1e6 elements and reads and writes the fp32 buffer: 1e6 * 2 * (2 + 4) B / 5e11 B/s = 24 us.
     t = _time(toy_registry, _model(1, ToyConfig(matmul=0.0)), ParallelSpec(seq_len=16))
     assert t.stages[0].forward_seconds == 0.0
@@ -475,7 +477,7 @@ def _toy_rates(device=TOY_DEVICE, passes=0):
 
 def test_mla_attention_takes_its_own_figures_where_the_device_states_them():
     from hp_core.engine.timing.layer import _layer_time
-    from hp_core.engine.timing.shape import _Shape
+    from hp_core.costs import LayerWork
     from hp_core.costs import Flops, LayerCost
 
     cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0, forward=Flops(attention_flops=ATTENTION))
@@ -484,23 +486,23 @@ def test_mla_attention_takes_its_own_figures_where_the_device_states_them():
         mla_attention_forward_overhead_seconds=_figure(1e-3), mla_attention_backward_overhead_seconds=_figure(2e-3),
     )
     executed = ATTENTION * 0.5  # flash_causal_fraction
-    general = _layer_time(cost, _Shape(attention_calls=1, mla=True), False, frozenset(), _toy_rates())
+    general = _layer_time(cost, LayerWork(attention_calls=1, wide_qk_attention=True), False, frozenset(), _toy_rates())
     assert general.forward_seconds == pytest.approx(executed / (PEAK * 0.25))  # no MLA figure stated: the general one
-    own = _layer_time(cost, _Shape(attention_calls=1, mla=True), False, frozenset(), _toy_rates(mla_device))
+    own = _layer_time(cost, LayerWork(attention_calls=1, wide_qk_attention=True), False, frozenset(), _toy_rates(mla_device))
     assert own.forward_seconds == pytest.approx(1e-3 + executed / (PEAK * 0.2))
     assert own.backward_seconds == pytest.approx(2e-3 + 2.5 * executed / (PEAK * 0.1))
-    plain = _layer_time(cost, _Shape(attention_calls=1), False, frozenset(), _toy_rates(mla_device))
+    plain = _layer_time(cost, LayerWork(attention_calls=1), False, frozenset(), _toy_rates(mla_device))
     assert plain.forward_seconds == pytest.approx(general.forward_seconds)  # equal head dims keep the general figures
     assert "mla_attention_forward" not in TOY_DEVICE.figures() and "mla_attention_forward" in mla_device.figures()
 
 
 def test_moe_permutation_traffic_reads_and_writes_the_layers_own_tokens_at_the_ends():
     from hp_core.engine.timing.layer import _layer_time
-    from hp_core.engine.timing.shape import _Shape
+    from hp_core.costs import LayerWork
     from hp_core.costs import LayerCost
 
     cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0)
-    shape = _Shape(permute_bytes=6e6, permute_input_bytes=1e6)
+    shape = LayerWork(permute_bytes=6e6, permute_input_bytes=1e6)
     memory = MEMORY_BW * 0.5
     # Four passes: permute (read 1, write 6), sort (6 + 6), unsort (6 + 6), unpermute (6 + 1) = 38 MB.
     four = _layer_time(cost, shape, False, frozenset(), _toy_rates(passes=4))
@@ -515,11 +517,11 @@ def test_moe_permutation_traffic_reads_and_writes_the_layers_own_tokens_at_the_e
 def test_moe_router_kernels_scale_with_routed_tokens_times_experts():
     from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS
     from hp_core.engine.timing.layer import _layer_time
-    from hp_core.engine.timing.shape import _Shape
+    from hp_core.costs import LayerWork
     from hp_core.costs import LayerCost
 
     cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0)
-    shape = _Shape(router_elements=2 * ROUTER_REFERENCE_ELEMENTS)
+    shape = LayerWork(router_elements=2 * ROUTER_REFERENCE_ELEMENTS)
     unpriced = _layer_time(cost, shape, False, frozenset(), _toy_rates())
     assert (unpriced.forward_seconds, unpriced.backward_seconds) == (0.0, 0.0)  # no figure: not priced
     measured = attrs.evolve(TOY_DEVICE, moe_router_forward_seconds=_figure(3e-4), moe_router_backward_seconds=_figure(5e-5))
@@ -557,13 +559,13 @@ def test_gemm_table_takes_the_nearest_measured_shape_within_its_tolerance():
 
 def test_gemm_table_prices_each_pass_of_a_measured_shape_and_the_rest_at_the_single_figure():
     from hp_core.engine.timing.layer import _layer_time
-    from hp_core.engine.timing.shape import _Shape
+    from hp_core.costs import LayerWork
     from hp_core.costs import LayerCost
 
     measured = 2 * 1000 * 2000 * 4000  # 16 GFLOP in the table
     other = 4e9  # the second, unmeasured GEMM (0.8 GFLOP) and GEMMs of unknown shape
     cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0, forward=Flops(matmul_flops=measured + other))
-    shape = _Shape(gemms=((1000, 2000, 4000), (1000, 100, 4000)))  # the second lacks its backward passes: unpriced
+    shape = LayerWork(gemms=((1000, 2000, 4000), (1000, 100, 4000)))  # the second lacks its backward passes: unpriced
     device = attrs.evolve(TOY_DEVICE, gemm_table=_table())
     layer = _layer_time(cost, shape, False, frozenset(), _toy_rates(device))
     forward, backward = layer.forward_seconds, layer.backward_seconds
@@ -581,12 +583,12 @@ def test_gemm_table_prices_each_pass_of_a_measured_shape_and_the_rest_at_the_sin
 
 def test_gemm_table_prices_measured_grouped_gemms_and_fits_the_rest():
     from hp_core.engine.timing.layer import _layer_time
-    from hp_core.engine.timing.shape import _Shape
+    from hp_core.costs import LayerWork
     from hp_core.costs import LayerCost
 
     one = 2 * 8 * 500 * 2000 * 4000  # the measured grouped GEMM over its 8 experts
     cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0, forward=Flops(matmul_flops=2 * one))
-    shape = _Shape(grouped_flops=2 * one, expert_rows=500, expert_gemms=((8, 500, 2000, 4000), (8, 500, 4000, 2000)))
+    shape = LayerWork(grouped_flops=2 * one, expert_rows=500, expert_gemms=((8, 500, 2000, 4000), (8, 500, 4000, 2000)))
     device = attrs.evolve(TOY_DEVICE, gemm_table=_table())
     layer = _layer_time(cost, shape, False, frozenset(), _toy_rates(device))
     forward, backward = layer.forward_seconds, layer.backward_seconds
@@ -659,12 +661,11 @@ def test_sustained_slowdown_multiplies_every_gpu_time_but_not_host_link_copies(t
     from hp_core.engine.timing import offload_seconds
     from hp_core.engine.timing.layer import _layer_time
     from hp_core.engine.timing.rates import _rates
-    from hp_core.engine.timing.shape import _shape
 
     cost = _evaluate_toy(ToyConfig(), None)
     fast_rates = _rates(ParallelSpec(seq_len=16), TOY_DEVICE_SPEC, TOY_PROFILE, PrecisionSpec(), "flash")
     slow_rates = _rates(ParallelSpec(seq_len=16), TOY_DEVICE_SPEC, slow, PrecisionSpec(), "flash")
-    shape = _shape(ToyConfig(), toy_registry.layer_kind("toy", "$"), None, cost)
+    shape = cost.work
     fast = _layer_time(cost, shape, False, frozenset(), fast_rates)
     slowed_layer = _layer_time(cost, shape, False, frozenset(), slow_rates)
     times = ("forward_seconds", "backward_seconds", "recompute_seconds", "communication_seconds")
@@ -707,3 +708,20 @@ def test_only_megatron_te_on_blackwell_states_a_sustained_slowdown():
         for device in profile.devices:
             if device is not BLACKWELL_MEGATRON:
                 assert device.sustained_slowdown is None, (profile.name, device.architecture)
+
+
+def test_a_kind_that_states_no_work_is_refused_a_step_time(toy_registry):
+    """Absent is not zero: without LayerWork its collectives are unknown, so no step time is made up."""
+
+    def evaluate(c: ToyConfig, x: LayerContext) -> LayerCost:
+        return attrs.evolve(_evaluate_toy(c, x), work=None)
+
+    class Silent:
+        @hookimpl
+        def hp_layer_kinds(self):
+            yield LayerKind(name="silent", config_type=ToyConfig, evaluate=evaluate, switches=("normOp",))
+
+    registry = build_registry([_ToyPlugin(), Silent()], use_env=False)
+    model = ModelSpec(name="silent", layers=(LayerGroup(kind="silent", config=ToyConfig(), count=2),), source="test")
+    with pytest.raises(ConfigError, match=r"layer kind 'silent' states no work \(LayerCost.work"):
+        _time(registry, model, ParallelSpec(seq_len=16))

@@ -63,7 +63,12 @@ The model, with its sources (figures come from the profile, each sourced there):
   the device's fixed ``collective_overhead_seconds`` (launch and
   synchronisation, fitted by SimuMax on B200). A group is intra-node when the ranks it spans
   (Megatron-Core's rank order tp, cp, ep, dp, pp) fit in one node, else it
-  runs at the inter-node bandwidth. Per layer: TP with SP runs an all-gather
+  runs at the inter-node bandwidth. Each layer states the collectives it
+  issues (:class:`~hp_core.costs.LayerWork`: group, operation, bytes, calls
+  forward and backward, the switch whose recompute re-issues them, whether
+  the trainer may overlap them); the step time prices exactly those and reads
+  nothing of the layer's config. The built-in kinds state, through
+  :mod:`hp_plugins.kit.work`: TP with SP an all-gather
   and a reduce-scatter per block (attention, MLP) forward and backward, plus
   the backward re-gathers when ``gather`` is recomputed; TP without SP an
   all-reduce per block each way (Shoeybi et al. 2019, Section 3;
@@ -109,16 +114,14 @@ counted elementwise FLOPs; GEMMs of shapes no table holds run at the one
 ``matmul`` efficiency; host overheads (Python, launch gaps, logging) are
 priced only as part of a device's ``sustained_slowdown``, one factor for all
 layouts; gradient reduction of a tied embedding between the first and
-last stage is not priced; communication shapes are read from the layer
-configs' Hugging Face field names (``hidden_size``, ``num_attention_heads``,
-``num_key_value_heads``, ``head_dim``, MLA and MoE fields), so a third-party
-kind without them is priced without TP/CP/EP traffic.
+last stage is not priced; a kind that states no work
+(:attr:`~hp_core.costs.LayerCost.work` ``None``) is refused rather than priced
+without its traffic.
 
 The package, by responsibility (this package re-exports the public names):
 
 * :mod:`.results`: :class:`StepTime` and :class:`StageTime`, what a step time returns.
 * :mod:`.collectives`: :func:`collective_seconds` and :func:`pipeline_seconds`.
-* :mod:`.shape`: what a layer's communication and GEMMs need, read from its config.
 * :mod:`.rates`: the per-call constants (dtype, peak, efficiencies, links).
 * :mod:`.layer`: one layer's time per micro-batch (:class:`LayerPricer`, :func:`offload_seconds`).
 * :mod:`.step`: :func:`time_run`, the stages, the pipeline, data parallelism and the optimizer step.
@@ -128,14 +131,12 @@ from hp_core.engine.timing.collectives import collective_seconds, pipeline_secon
 from hp_core.engine.timing.layer import ATTENTION_CORE_SWITCHES, LayerPricer, LayerSeconds, layer_pricer, offload_seconds
 from hp_core.engine.timing.rates import compute_dtype
 from hp_core.engine.timing.results import StageTime, StepTime
-from hp_core.engine.timing.shape import SOFTMAX_OPS_PER_SCORE
 from hp_core.engine.timing.step import time_run
 
 __all__ = [
     "ATTENTION_CORE_SWITCHES",
     "LayerPricer",
     "LayerSeconds",
-    "SOFTMAX_OPS_PER_SCORE",
     "StageTime",
     "StepTime",
     "collective_seconds",

@@ -14,11 +14,10 @@ import attrs
 
 from hp_core.engine.timing.collectives import collective_seconds
 from hp_core.engine.timing.rates import _Rates, _rates
-from hp_core.engine.timing.shape import _Shape, _shape
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
 from hp_core.specs.timing import TimingProfile
-from hp_core.costs import LayerContext, LayerCost
+from hp_core.costs import Collective, LayerContext, LayerCost, LayerWork
 from hp_core.types import LayerKind
 
 __all__ = ["ATTENTION_CORE_SWITCHES", "LayerPricer", "LayerSeconds", "layer_pricer", "offload_seconds"]
@@ -55,16 +54,55 @@ class _LayerTime:
     recomputed_flops: float
 
 
-def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozenset[str], r: _Rates) -> _LayerTime:
+def work_of(cost: LayerCost, kind: str) -> LayerWork:
+    """The work a layer states (:attr:`LayerCost.work`), what its time is priced from.
+
+    Raises:
+        ConfigError: The kind states none: its GEMMs and collectives are
+            unknown, and a step time without them would be silently short.
+    """
+    if cost.work is None:
+        raise ConfigError(
+            "$.model.layers",
+            f"layer kind {kind!r} states no work (LayerCost.work: its GEMM shapes and collectives), so a step time "
+            "cannot be priced without its traffic; its plugin must state it (docs/hooks/hp_layer_kinds.md)",
+        )
+    return cost.work
+
+
+def _collective_seconds(c: Collective, r: _Rates) -> float:
+    """One call of a stated collective on its group's links, exposed by the runtime's overlap of the group.
+
+    A send goes to one neighbour (two ranks); an all-to-all of the CP group
+    runs on the links of a group spread over heads (``cp_a2a``); a collective
+    the trainer cannot overlap is exposed whole.
+    """
+    bandwidth, latency, fixed = _GROUP_LINKS[c.group](r.links, c.op)
+    ranks = 2 if c.op == "p2p" else _GROUP_SIZE[c.group](r)
+    seconds = collective_seconds(c.op, c.bytes, ranks, bandwidth, latency, r.algorithm, 0.0 if c.op == "p2p" else fixed)
+    return seconds * (_GROUP_EXPOSED[c.group](r) if c.overlappable else 1.0)
+
+
+# Per group: its links (by operation), its size and the share of its time the runtime leaves exposed.
+_GROUP_LINKS = {
+    "tp": lambda links, op: links.tp,
+    "cp": lambda links, op: links.cp_a2a if op == "all_to_all" else links.cp,
+    "ep": lambda links, op: links.ep,
+}
+_GROUP_SIZE = {"tp": lambda r: r.tp, "cp": lambda r: r.cp, "ep": lambda r: r.ep}
+_GROUP_EXPOSED = {"tp": lambda r: r.expose_tp, "cp": lambda r: r.expose_cp, "ep": lambda r: r.expose_ep}
+
+
+def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozenset[str], r: _Rates) -> _LayerTime:
     """One layer's per-micro-batch time under its recompute setting (:mod:`hp_core.engine.timing`)."""
     f = cost.forward
     # Compute.
-    grouped = min(shape.grouped_flops, f.matmul_flops)
-    mm_fwd, mm_bwd = _matmul_seconds(f.matmul_flops - grouped, grouped, shape, r)
+    grouped = min(work.grouped_flops, f.matmul_flops)
+    mm_fwd, mm_bwd = _matmul_seconds(f.matmul_flops - grouped, grouped, work, r)
     if f.attention_flops and r.flash:
-        calls = shape.attention_calls * (r.cp if r.cp_algorithm == "p2p" else 1)
+        calls = work.attention_calls * (r.cp if r.cp_algorithm == "p2p" else 1)
         executed = f.attention_flops * r.causal
-        if shape.mla:  # q/k head dim wider than v's: measured apart (MLA)
+        if work.wide_qk_attention:  # q/k head dim wider than v's: measured apart (MLA)
             fwd_eff, bwd_eff, fwd_fixed, bwd_fixed = r.mla_attn_fwd, r.mla_attn_bwd, r.mla_attn_fwd_overhead, r.mla_attn_bwd_overhead
         else:
             fwd_eff, bwd_eff, fwd_fixed, bwd_fixed = r.attn_fwd, r.attn_bwd, r.attn_fwd_overhead, r.attn_bwd_overhead
@@ -74,63 +112,32 @@ def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozense
         # Eager: batched GEMMs over the whole score matrix; masking happens after QK^T.
         att_fwd = f.attention_flops / (r.peak * r.matmul)
         att_bwd = r.mm_backward * att_fwd
-    elementwise = f.elementwise_flops - (min(shape.score_flops, f.elementwise_flops) if r.flash else 0.0)
+    elementwise = f.elementwise_flops - (min(work.fused_softmax_flops, f.elementwise_flops) if r.flash else 0.0)
     el_fwd = elementwise * r.el_bytes_per_flop / r.memory
-    mla_copy = shape.mla_copy_bytes / r.memory
+    mla_copy = work.copy_bytes / r.memory
     permute = 0.0
-    if shape.permute_bytes and r.permute_passes:
+    if work.permute_bytes and r.permute_passes:
         # Each pass reads and writes the dispatched tokens, except that the first
         # (permute) reads and the last (unpermute) writes the layer's own tokens.
-        traffic = r.permute_passes * 2 * shape.permute_bytes + min(r.permute_passes, 2) * (shape.permute_input_bytes - shape.permute_bytes)
+        traffic = r.permute_passes * 2 * work.permute_bytes + min(r.permute_passes, 2) * (work.permute_input_bytes - work.permute_bytes)
         permute = traffic / r.permute_memory + r.permute_overhead
-    router_fwd = shape.router_elements * r.router_fwd
+    router_fwd = work.router_elements * r.router_fwd
     forward = mm_fwd + att_fwd + el_fwd + permute + mla_copy + router_fwd
-    backward = mm_bwd + att_bwd + r.el_backward * el_fwd + permute + mla_copy + shape.router_elements * r.router_bwd
-    if shape.table_elements:
+    backward = mm_bwd + att_bwd + r.el_backward * el_fwd + permute + mla_copy + work.router_elements * r.router_bwd
+    if work.table_elements:
         # A lookup table's backward writes a dense gradient of the rank's shard and reads it
         # into the gradient buffer (PyTorch embedding_dense_backward, then main_grad +=).
-        backward += shape.table_elements * 2 * (r.act_bytes + r.grad_bytes) / r.memory
+        backward += work.table_elements * 2 * (r.act_bytes + r.grad_bytes) / r.memory
 
-    # Communication, exposed.
-    tp_fwd = tp_bwd = 0.0
-    if r.tp > 1 and (shape.blocks or shape.vocab):
-        bw, lat, fixed = r.links.tp
-        if r.sp:
-            ag = collective_seconds("all_gather", shape.tp_bytes, r.tp, bw, lat, overhead=fixed)
-            rs = collective_seconds("reduce_scatter", shape.tp_bytes, r.tp, bw, lat, overhead=fixed)
-            tp_fwd = shape.blocks * (ag + rs)
-            tp_bwd = shape.blocks * (ag + rs)
-            if shape.vocab == "embedding":  # reduce-scatter forward, all-gather backward
-                tp_fwd += rs
-                tp_bwd += ag
-            elif shape.vocab == "head":  # all-gather forward, reduce-scatter backward
-                tp_fwd += ag
-                tp_bwd += rs
-            regather = shape.blocks * ag if "gather" in recomputed and not full else 0.0
-        else:
-            ar = collective_seconds("all_reduce", shape.tp_bytes, r.tp, bw, lat, r.algorithm, fixed)
-            tp_fwd = (shape.blocks + (shape.vocab == "embedding")) * ar
-            tp_bwd = (shape.blocks + (shape.vocab == "head")) * ar
-            regather = 0.0
-        tp_fwd *= r.expose_tp
-        tp_bwd = (tp_bwd + regather) * r.expose_tp
-    cp_fwd = cp_bwd = 0.0
-    if r.cp > 1 and shape.attention_calls:
-        if r.cp_algorithm == "p2p":
-            bw, lat, _ = r.links.cp
-            step = collective_seconds("p2p", shape.kv_bytes, 2, bw, lat)
-            cp_fwd = (r.cp - 1) * step * r.expose_cp
-            cp_bwd = (r.cp - 1) * collective_seconds("p2p", 2 * shape.kv_bytes, 2, bw, lat) * r.expose_cp
-        else:
-            bw, lat, fixed = r.links.cp_a2a
-            # All-to-all is on the critical path of attention: never overlapped.
-            cp_fwd = cp_bwd = collective_seconds("all_to_all", shape.qkvo_bytes, r.cp, bw, lat, overhead=fixed)
-    ep_fwd = ep_bwd = 0.0
-    if r.ep > 1 and shape.ep_bytes:
-        bw, lat, fixed = r.links.ep
-        ep_fwd = ep_bwd = 2 * collective_seconds("all_to_all", shape.ep_bytes, r.ep, bw, lat, overhead=fixed) * r.expose_ep
-    comm_fwd = tp_fwd + cp_fwd + ep_fwd
-    comm = comm_fwd + tp_bwd + cp_bwd + ep_bwd
+    # Communication, exposed: every collective the layer states (LayerWork.collectives).
+    comm_fwd = comm_bwd = 0.0
+    for c in work.collectives:
+        seconds = _collective_seconds(c, r)
+        comm_fwd += c.forward_calls * seconds
+        comm_bwd += c.backward_calls * seconds
+        if c.rerun_switch is not None and c.rerun_switch in recomputed and not full:
+            comm_bwd += c.forward_calls * seconds  # issued again for the recomputed tensors
+    comm = comm_fwd + comm_bwd
 
     # Recompute.
     model_flops = (1 + r.mm_backward) * f.matmul_flops + (1 + r.attn_backward) * f.attention_flops
@@ -152,9 +159,10 @@ def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozense
         for switch, nbytes in dropped.items():
             if switch in ATTENTION_CORE_SWITCHES or switch == "gather":
                 continue
-            if switch == "attUp" and shape.latent_rank:
-                flops = 2 * shape.latent_rank * nbytes / r.act_bytes
-                recompute += flops / (r.peak * r.matmul) + mla_copy
+            rerun = work.rerun(switch)
+            if rerun is not None:  # what the layer states its recompute re-runs (LayerWork.reruns)
+                flops = rerun.matmul_flops_per_byte * nbytes
+                recompute += flops / (r.peak * r.matmul) + rerun.copy_bytes / r.memory
                 recomputed_flops += flops
             else:
                 recompute += 2 * nbytes / r.memory
@@ -165,7 +173,7 @@ def _layer_time(cost: LayerCost, shape: _Shape, full: bool, recomputed: frozense
     )
 
 
-def _matmul_seconds(dense: float, grouped: float, shape: _Shape, r: _Rates) -> tuple[float, float]:
+def _matmul_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates) -> tuple[float, float]:
     """Forward and backward seconds of a layer's dense and grouped GEMMs (:mod:`hp_core.engine.timing`).
 
     Without a measured table every dense GEMM runs at ``matmul`` and the
@@ -182,8 +190,8 @@ def _matmul_seconds(dense: float, grouped: float, shape: _Shape, r: _Rates) -> t
     table = r.gemm_table
     fwd = bwd = 0.0  # FLOPs over efficiency
     rest = dense
-    if table is not None and shape.gemms:
-        listed, covered, f_eff, b_eff = table.price(shape.gemms)
+    if table is not None and work.gemms:
+        listed, covered, f_eff, b_eff = table.price(work.gemms)
         if listed <= dense * (1 + 1e-9):
             rest -= covered
             fwd += f_eff
@@ -191,11 +199,11 @@ def _matmul_seconds(dense: float, grouped: float, shape: _Shape, r: _Rates) -> t
     fwd += rest / r.matmul
     bwd += r.mm_backward * rest / r.matmul
     if grouped:
-        rows = shape.expert_rows
+        rows = work.expert_rows
         fitted = r.grouped * rows / (rows + r.half_rows)
         left = grouped
-        if table is not None and shape.expert_gemms:
-            listed, covered, f_eff, b_eff = table.price(shape.expert_gemms, grouped=True)
+        if table is not None and work.expert_gemms:
+            listed, covered, f_eff, b_eff = table.price(work.expert_gemms, grouped=True)
             scale = grouped / listed  # the layer's count of the routed FLOPs rules
             left -= covered * scale
             fwd += f_eff * scale
@@ -294,15 +302,15 @@ class LayerPricer:
 
     def layer(self, cost: LayerCost, config: Any, kind: LayerKind, context: LayerContext) -> Any:
         """:meth:`price` for one layer, its shapes read once: ``seconds(full, recomputed, offloaded_bytes)``."""
-        shape = _shape(config, kind, context, cost)
+        work = work_of(cost, kind.name)
 
         def seconds(full: bool, recomputed: frozenset[str], offloaded_bytes: int = 0) -> LayerSeconds:
-            return self._seconds(cost, shape, full, recomputed, offloaded_bytes)
+            return self._seconds(cost, work, full, recomputed, offloaded_bytes)
 
         return seconds
 
-    def _seconds(self, cost: LayerCost, shape: _Shape, full: bool, recomputed: frozenset[str], offloaded_bytes: int) -> LayerSeconds:
-        t = _layer_time(cost, shape, full, recomputed, self._rates)
+    def _seconds(self, cost: LayerCost, work: LayerWork, full: bool, recomputed: frozenset[str], offloaded_bytes: int) -> LayerSeconds:
+        t = _layer_time(cost, work, full, recomputed, self._rates)
         forward, backward, recompute, comm = t.forward_seconds, t.backward_seconds, t.recompute_seconds, t.communication_seconds
         moved = 0.0
         if offloaded_bytes:

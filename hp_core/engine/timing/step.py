@@ -14,10 +14,10 @@ import attrs
 from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.stage import layer_elements, offloaded_bytes
 from hp_core.engine.timing.collectives import collective_seconds, pipeline_seconds
-from hp_core.engine.timing.layer import _layer_time, _LayerTime, offload_seconds
+from hp_core.engine.timing.layer import _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
 from hp_core.engine.timing.results import StageTime, StepTime
-from hp_core.engine.timing.shape import _shape
+
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.specs.timing import TimingProfile
@@ -103,7 +103,7 @@ def time_run(
     cp_algorithm = parallel.cp_kind  # the layout states it (``--cp-kind``)
 
     kinds, costs, context, micro_batches = run.kinds, run.costs, run.context, run.micro_batches
-    shapes = [_shape(group.config, kind, context, cost) for kind, group, cost in zip(kinds, model.layers, costs)]
+    works = [work_of(cost, kind.name) for kind, cost in zip(kinds, costs)]
 
     cache: dict[tuple[int, Setting], _LayerTime] = {}
     body: list[_LayerTime] = []
@@ -112,7 +112,7 @@ def time_run(
         layer_time = cache.get(key)
         if layer_time is None:
             full, switches = run.resolve(group, setting)
-            layer_time = _layer_time(costs[group], shapes[group], full, switches, rates)
+            layer_time = _layer_time(costs[group], works[group], full, switches, rates)
             if setting.offload:
                 # Offload's exposed copies count as communication (offload_seconds).
                 kept = costs[group].input_bytes if full else costs[group].kept_under(switches)
@@ -125,7 +125,7 @@ def time_run(
 
     def placed(where: str) -> tuple[list[_LayerTime], list[int]]:
         groups = run.placed_groups(where)
-        times = {i: _layer_time(costs[i], shapes[i], False, frozenset(), rates) for i in set(groups)}
+        times = {i: _layer_time(costs[i], works[i], False, frozenset(), rates) for i in set(groups)}
         return [times[i] for i in groups], groups
 
     first_times, first_groups = placed("first")
@@ -136,9 +136,9 @@ def time_run(
 
     # Pipeline sends: the activation per chunk boundary, each way: split over TP under SP
     # (Megatron-Core get_tensor_shapes) or with the scatter/gather optimisation.
-    hidden = next((getattr(model.layers[i].config, "hidden_size", 0) for i in body_groups), 0)
+    # The activation a body layer hands to the next, as the first body group states it (LayerWork.boundary_bytes).
     split = parallel.tp if (parallel.sp or timing.pp_scatter_gather) else 1
-    send_bytes = context.tokens * hidden * precision.activation_bytes / split
+    send_bytes = works[body_groups[0]].boundary_bytes / split
     send = 0.0
     if parallel.pp > 1:
         send = collective_seconds("p2p", send_bytes, 2, links.pp[0], links.pp[1])

@@ -1,0 +1,199 @@
+"""What a layer runs per micro-batch: its GEMM shapes, kernels and collectives (:class:`~hp_core.costs.LayerWork`).
+
+A kind states its work with :attr:`LayerCost.work <hp_core.costs.LayerCost.work>`
+and the step time prices exactly that (docs/time.md). These helpers state the
+work of the built-in blocks from explicit shapes, so a third-party kind made
+of other blocks states its own the same way:
+
+* :func:`tp_collectives`: Megatron-style tensor parallelism. With sequence
+  parallelism each block (attention, MLP) all-gathers its input and
+  reduce-scatters its output, forward and backward, and re-gathers in backward
+  when ``gather`` is recomputed; without it, one all-reduce per block each way
+  (Shoeybi et al. 2019, Section 3; Korthikanti et al. 2022, Section 4.2.2).
+  A vocabulary-parallel embedding reduce-scatters (all-reduces) its output
+  forward and all-gathers its gradient backward; a vocabulary-parallel head
+  the reverse.
+* :func:`attention_collectives`: context parallelism. Ring attention passes
+  K and V around the ring ``cp - 1`` times forward and K, V and their
+  gradients backward (Liu et al. 2023); all-to-all CP exchanges q, k, v and
+  the output each way, on attention's critical path (Jacobs et al. 2023).
+* :func:`expert_collectives`: expert parallelism dispatches and combines the
+  routed tokens with an all-to-all each, each way.
+* :func:`decoder_work`: the whole work of a decoder layer built from the
+  kit's attention (GQA or MLA) and feed-forward (MLP or routed experts)
+  blocks, with the layer's recorded weight shapes as its GEMMs.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from hp_core.costs import Collective, LayerContext, LayerWork, Rerun
+
+__all__ = [
+    "AttentionShape",
+    "ExpertShape",
+    "SOFTMAX_OPS_PER_SCORE",
+    "attention_collectives",
+    "decoder_work",
+    "expert_collectives",
+    "tp_collectives",
+]
+
+# Elementwise ops per attention score for the softmax (max, subtract, exp, sum,
+# divide: LayerBuilder.attention_core counts them). A fused (flash) kernel runs
+# them on chip, so they move no HBM traffic there (Dao 2023, Section 3.1).
+SOFTMAX_OPS_PER_SCORE = 5
+
+
+@attrs.frozen
+class AttentionShape:
+    """An attention block's shape. GQA: ``heads``, ``kv_heads``, ``head_dim``.
+    MLA: ``heads`` and the ``qk_nope``, ``qk_rope``, ``v_head`` dims with the KV ``kv_lora_rank``."""
+
+    heads: int
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    qk_nope: int | None = None
+    qk_rope: int | None = None
+    v_head: int | None = None
+    kv_lora_rank: int | None = None
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+
+@attrs.frozen
+class ExpertShape:
+    """Routed SwiGLU experts: ``experts`` of ``width`` (``moe_intermediate_size``), ``top_k`` per token,
+    padded to ``capacity_factor`` when ``pad_to_capacity``."""
+
+    experts: int
+    top_k: int
+    width: int
+    pad_to_capacity: bool = False
+    capacity_factor: float | None = None
+
+
+def tp_collectives(x: LayerContext, blocks: int, tp_bytes: float, vocab: str = "") -> tuple[Collective, ...]:
+    """The tensor-parallel collectives of *blocks* blocks (and a vocabulary-parallel ``embedding`` or ``head``).
+
+    Args:
+        blocks: Blocks that split their GEMMs over TP (2 for a decoder layer: attention and MLP).
+        tp_bytes: The full activation one collective moves (tokens x hidden x activation bytes).
+        vocab: ``"embedding"``, ``"head"`` or ``""``.
+    """
+    if x.tp <= 1 or not (blocks or vocab):
+        return ()
+    embedding, head = int(vocab == "embedding"), int(vocab == "head")
+    if x.sp:
+        found = [
+            Collective("tp", "all_gather", tp_bytes, blocks, blocks, rerun_switch="gather"),
+            Collective("tp", "reduce_scatter", tp_bytes, blocks, blocks),
+        ]
+        if embedding:  # reduce-scatter forward, all-gather backward
+            found += [Collective("tp", "reduce_scatter", tp_bytes, 1, 0), Collective("tp", "all_gather", tp_bytes, 0, 1)]
+        if head:  # all-gather forward, reduce-scatter backward
+            found += [Collective("tp", "all_gather", tp_bytes, 1, 0), Collective("tp", "reduce_scatter", tp_bytes, 0, 1)]
+        return tuple(c for c in found if c.forward_calls or c.backward_calls)
+    return (Collective("tp", "all_reduce", tp_bytes, blocks + embedding, blocks + head),)
+
+
+def attention_collectives(x: LayerContext, kv_bytes: float, qkvo_bytes: float) -> tuple[Collective, ...]:
+    """Context parallelism's collectives for one attention core (``cp_kind`` ``p2p`` ring or ``a2a``)."""
+    if x.cp <= 1:
+        return ()
+    if x.cp_kind == "p2p":
+        return (Collective("cp", "p2p", kv_bytes, x.cp - 1, 0), Collective("cp", "p2p", 2 * kv_bytes, 0, x.cp - 1))
+    return (Collective("cp", "all_to_all", qkvo_bytes, 1, 1, overlappable=False),)
+
+
+def expert_collectives(x: LayerContext, routed_bytes: float) -> tuple[Collective, ...]:
+    """Expert parallelism's dispatch and combine all-to-alls of *routed_bytes*, each way."""
+    if x.ep <= 1 or not routed_bytes:
+        return ()
+    return (Collective("ep", "all_to_all", routed_bytes, 2, 2),)
+
+
+def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hidden_size: int, blocks: int,
+                 attention: AttentionShape | None = None, experts: ExpertShape | None = None) -> LayerWork:
+    """The work of a layer made of the kit's blocks (module docstring), per micro-batch on one rank.
+
+    Args:
+        x: The layer's context.
+        weight_shapes: The per-rank ``(fan_out, fan_in)`` of its linear weights
+            (:attr:`LayerCost.weight_shapes <hp_core.costs.LayerCost.weight_shapes>`):
+            its GEMMs over the micro-batch's tokens, the routed experts' apart.
+        hidden_size: The model width.
+        blocks: Its blocks whose GEMMs TP splits (attention, MLP, experts, a mixer).
+        attention: Its attention block, ``None`` without one.
+        experts: Its routed experts, ``None`` without them.
+    """
+    act = x.precision.activation_bytes
+    T, tp, h = x.tokens, x.tp, hidden_size
+    collectives: list[Collective] = []
+    kv_bytes = qkvo_bytes = scores = copy = 0.0
+    reruns: tuple[tuple[str, Rerun], ...] = ()
+    wide = False
+    if attention is not None:
+        heads = attention.heads
+        scores = SOFTMAX_OPS_PER_SCORE * x.micro_batch_size * (heads // tp) * (x.seq_len // x.cp) * x.seq_len
+        if attention.mla:
+            # MLA: the up-projected per-head keys (nope + rope) and values are exchanged.
+            qk = attention.qk_nope + attention.qk_rope
+            kv_bytes = T * heads / tp * (qk + attention.v_head) * act
+            qkvo_bytes = T * heads / tp * (2 * qk + 2 * attention.v_head) * act
+            wide = qk > attention.v_head
+            # Megatron-Core MLASelfAttention.get_query_key_value_tensors (and HF
+            # DeepseekV2Attention likewise): q_pos_emb rotated (read + write), query =
+            # cat(q_no_pe, q_pos_emb) (read + write), key = cat(k_no_pe, expanded
+            # k_pos_emb) (read the no-rope part, write the key), value.contiguous()
+            # where the runtime copies it (read + write). Backward moves the same: the
+            # split backwards concatenate q's and kv's gradients, the rotary backward,
+            # the expand backward's sum over heads.
+            per_head = 2 * attention.qk_rope + 2 * qk + attention.qk_nope + qk
+            if "mla_contiguous_qkv" in x.traits:
+                per_head += 2 * attention.v_head
+            copy = T * heads / tp * per_head * act
+            # Recomputing the up-projections (attUp) rebuilds each element with a
+            # 2 * kv_lora_rank FLOP dot product and re-assembles q and k.
+            reruns = (("attUp", Rerun(2 * attention.kv_lora_rank / act, copy)),)
+        else:
+            groups = attention.kv_heads or heads
+            d = attention.head_dim or h // heads
+            kv_heads = max(groups / tp, 1)  # KV heads are replicated when tp > groups
+            kv_bytes = T * kv_heads * 2 * d * act
+            qkvo_bytes = T * (2 * heads / tp + 2 * kv_heads) * d * act
+    collectives += tp_collectives(x, blocks, T * h * act)
+    if attention is not None:
+        collectives += attention_collectives(x, kv_bytes, qkvo_bytes)
+    grouped = rows = permute = permute_input = router = 0.0
+    routed_shapes: set[tuple[int, int]] = set()
+    gemms: list[tuple[int, int, int]] = []
+    expert_gemms: tuple[tuple[int, float, int, int], ...] = ()
+    if experts is not None:
+        # Tokens a rank's experts process (moe_tokens): k * T / sp, gathered over etp, padded to capacity when stated.
+        routed = T / x.sp_degree * experts.top_k
+        if experts.pad_to_capacity and experts.capacity_factor:
+            routed *= experts.capacity_factor
+        processed = routed * x.etp
+        width = experts.width // x.etp
+        grouped = 2 * processed * h * 3 * width  # gate, up and down projections of SwiGLU experts
+        local = max(experts.experts // x.ep, 1)
+        rows = processed / local
+        permute = processed * h * act
+        permute_input = T / x.sp_degree * h * act
+        router = T / x.sp_degree * experts.experts
+        expert_gemms = ((local, rows, 2 * width, h), (local, rows, h, width))
+        routed_shapes = {(2 * width, h), (h, width)}
+        gemms.append((T // x.sp_degree, experts.experts, h))  # the router's gating GEMM (not a recorded weight)
+        collectives += expert_collectives(x, routed * h * act)
+    # Every other linear runs over the micro-batch's tokens (SP-gathered under TP).
+    gemms += [(T, fan_out, fan_in) for fan_out, fan_in in weight_shapes if (fan_out, fan_in) not in routed_shapes]
+    return LayerWork(
+        collectives=tuple(collectives), gemms=tuple(gemms), grouped_flops=grouped, expert_rows=rows,
+        expert_gemms=expert_gemms, attention_calls=1 if attention is not None else 0, wide_qk_attention=wide,
+        fused_softmax_flops=scores, copy_bytes=copy, permute_bytes=permute, permute_input_bytes=permute_input,
+        router_elements=router, boundary_bytes=T * h * act, reruns=reruns,
+    )
