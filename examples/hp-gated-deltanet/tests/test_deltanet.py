@@ -167,3 +167,19 @@ def test_value_heads_must_be_a_multiple_of_key_heads():
     with pytest.raises(ValueError, match="linear_num_value_heads=6 must be a multiple of linear_num_key_heads=4"):
         GatedDeltaNetConfig(hidden_size=256, linear_num_key_heads=4, linear_num_value_heads=6,
                             linear_key_head_dim=32, linear_value_head_dim=32, intermediate_size=512)
+
+
+def test_the_layer_states_its_tensor_parallel_collectives():
+    """Two TP blocks (the mixer and the MLP), each all-gathering its input and reduce-scattering its
+    output under sequence parallelism, forward and backward, over the full 64 x 256 x 2-byte activation."""
+    from hp_core.costs import Collective
+
+    work = evaluate_gated_deltanet(SMALL, _context(tp=2, sp=True)).work
+    full = 64 * 256 * 2  # 32,768 bytes
+    assert work.collectives == (
+        Collective("tp", "all_gather", full, 2, 2, rerun_switch="gather"),
+        Collective("tp", "reduce_scatter", full, 2, 2),
+    )
+    # Without sequence parallelism, one all-reduce per block each way; at tp = 1 none.
+    assert evaluate_gated_deltanet(SMALL, _context(tp=2)).work.collectives == (Collective("tp", "all_reduce", full, 2, 2),)
+    assert evaluate_gated_deltanet(SMALL, _context()).work.collectives == ()

@@ -275,6 +275,9 @@ def gated_deltanet_mixer(b: LayerBuilder, c: GatedDeltaNetFields, act_name: str)
 
     b.linear(T, h, (2 * K + 2 * V + 2 * nv) // t)  # Megatron-Core's one in_proj (qkvzba)
     b.linear(T, V // t, h)
+    # A TP block as attention is: column-parallel in_proj, row-parallel out_proj, so its input is
+    # gathered and its output reduced over TP (the kit prices the collectives: hp_plugins.kit.work).
+    b.tp_blocks += 1
     b.attention += chunks * (nv // t) * chunk_flops(c)
     b.elementwise += (
         (2 * c.linear_conv_kernel_dim + ACT_OPS[act_name]) * T * C // t  # depthwise conv and its SiLU
