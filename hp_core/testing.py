@@ -341,6 +341,62 @@ class _Contract:
                                f"parameter {p.name}: a replicated parameter's storage must not depend on tp")
 
 
+    def states_its_work(self, i: int, config: object) -> None:
+        """The kind states its work; its TP collectives match its TP split; FLOPs and traffic scale as TP says."""
+        split_params = None
+        for layout in self.all_layouts():
+            where = f"sample #{i}, {layout}"
+            cost = self.evaluate(config, layout, where)
+            if cost is None:
+                continue
+            self.check(cost.work is not None, where, "states no work (LayerCost.work): its step time would be refused; "
+                       "state its collectives and GEMM shapes (hp_plugins.kit.work)")
+            tp_collectives = [c for c in cost.work.collectives if c.group == "tp"]
+            if split_params is None:
+                split_params = sorted(p.name for p in cost.params if p.tp_split and p.group != "routed_expert")
+            if layout.tp == 1:
+                self.check(not tp_collectives, where,
+                           f"states tp collectives at tp=1 ({[c.op for c in tp_collectives]}): a group of one rank exchanges nothing")
+            elif split_params:
+                self.check(bool(tp_collectives), where,
+                           f"TP splits its parameters {split_params} but it states no tp collective: its step time "
+                           "would carry no tensor-parallel traffic")
+        for attention in self.attentions:
+            one = self.must(config, _Layout(1, False, 1, attention), f"sample #{i}, tp=1")
+            reference = None
+            for tp in self.split_degrees:
+                for sp in (False, True):
+                    layout = _Layout(tp, sp, 1, attention)
+                    where = f"sample #{i}, {layout}"
+                    cost = self.evaluate(config, layout, where)
+                    if cost is None or cost.work is None:
+                        continue
+                    f, f1 = cost.forward, one.forward
+                    for name in ("matmul_flops", "attention_flops"):
+                        self.check(getattr(f, name) <= getattr(f1, name), where,
+                                   f"forward {name} per rank {getattr(f, name):g} exceed tp=1's {getattr(f1, name):g}: "
+                                   "tensor parallelism never adds work to a rank")
+                    if split_params and f1.matmul_flops:
+                        self.check(f.matmul_flops < f1.matmul_flops, where,
+                                   f"TP splits {split_params} but the matmul FLOPs per rank stay {f.matmul_flops:g}")
+                    # A TP collective moves the whole activation, whatever the degree: the same buffers at every tp.
+                    moved = sorted((c.op, c.bytes, c.forward_calls, c.backward_calls) for c in cost.work.collectives
+                                   if c.group == "tp")
+                    if sp and reference is not None:
+                        self.check(moved == reference, where,
+                                   f"tp collectives {moved} differ from those at the first tp degree {reference}: "
+                                   "a TP collective's buffer is the whole activation, not a share of it")
+                    if sp and reference is None:
+                        reference = moved
+                    twice = self.evaluate(config, attrs.evolve(layout, b=2), f"sample #{i}, {attrs.evolve(layout, b=2)}")
+                    if twice is not None and twice.work is not None:
+                        doubled = sorted((c.op, 2 * c.bytes, c.forward_calls, c.backward_calls)
+                                         for c in cost.work.collectives)
+                        again = sorted((c.op, c.bytes, c.forward_calls, c.backward_calls) for c in twice.work.collectives)
+                        self.check(again == doubled, f"sample #{i}, {attrs.evolve(layout, b=2)}",
+                                   "collective bytes are not linear in the micro-batch size")
+
+
 def _terms(cost: LayerCost) -> dict[str, int]:
     return {term.op: term.bytes for term in cost.activations}
 
@@ -380,7 +436,13 @@ def check_layer_kind(
     6. without SP, terms marked ``tp_split`` are divided by ``tp`` and the others
        unchanged; SP leaves ``tp_split`` terms alone and never keeps more;
     7. whole-model parameter counts do not depend on the layout, and TP-split
-       (non-expert) parameters split evenly over ``tp`` and add up.
+       (non-expert) parameters split evenly over ``tp`` and add up;
+    8. the kind states its work (:class:`~hp_core.costs.LayerWork`): no tp
+       collective at ``tp = 1``, at least one at ``tp > 1`` when TP splits its
+       parameters; its forward matmul and attention FLOPs per rank never exceed
+       ``tp = 1``'s and fall when TP splits its parameters; its tp collectives
+       move the same whole-activation buffers at every degree (with SP), and
+       every collective's bytes are linear in the micro-batch size.
 
     A layout the kind's ``validate`` refuses (a :class:`~hp_core.errors.ConfigError`)
     is skipped, except the plain ones the samples must run: ``tp = 1``, and any
@@ -421,4 +483,5 @@ def check_layer_kind(
         contract.linear_in_micro_batch(i, config)
         contract.tp_split_terms(i, config)
         contract.tp_shards(i, config)
+        contract.states_its_work(i, config)
     return ContractReport(kind.name, len(configs), contract.evaluations, tuple(dict.fromkeys(contract.refused)))

@@ -17,9 +17,10 @@ from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.registry import Registry
 from hp_core.testing import CONTRACT_SEQ_LEN, ContractReport, check_layer_kind
-from hp_core.costs import ActivationTerm, LayerContext, LayerCost, ParamCount
+from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, LayerWork, ParamCount
 from hp_core.types import LayerKind
 from hp_plugins.kinds.dense import DenseConfig
+from hp_plugins.kit import tp_collectives
 
 
 @attrs.frozen(kw_only=True)
@@ -39,7 +40,18 @@ def _toy(flaw: str = ""):
                  ActivationTerm("proj_out", wide, None, True)]
         params = [ParamCount("norm", "dense", h, False), ParamCount("proj", "dense", 4 * h * h, True)]
         working = hidden + wide
-        if flaw == "constant term":
+        # One TP block: its projection split over TP, its input gathered and output reduced (hp_plugins.kit.work).
+        flops = Flops(matmul_flops=2 * x.tokens * h * 4 * h / x.tp)
+        work = LayerWork(collectives=tp_collectives(x, 1, x.tokens * h * act))
+        if flaw == "states no work":
+            work = None
+        elif flaw == "no tp collective":
+            work = LayerWork()
+        elif flaw == "collective split by tp":
+            work = LayerWork(collectives=tp_collectives(x, 1, x.tokens * h * act / x.tp))
+        elif flaw == "flops grow with tp":
+            flops = Flops(matmul_flops=2 * x.tokens * h * 4 * h * x.tp)
+        elif flaw == "constant term":
             terms.append(ActivationTerm("table", 4096))
         elif flaw == "tp_split not divided":
             terms[2] = ActivationTerm("proj_out", x.tokens * 4 * h * act, None, True)
@@ -49,7 +61,7 @@ def _toy(flaw: str = ""):
             working += next(calls) * 2
         elif flaw == "input above kept":
             return LayerCost(params=tuple(params), activations=tuple(terms[1:]), input_bytes=4 * hidden,
-                             working_bytes=working)
+                             working_bytes=working, forward=flops, work=work)
         elif flaw == "working not affine":
             working = x.micro_batch_size * working
         elif flaw == "duplicate op":
@@ -62,7 +74,8 @@ def _toy(flaw: str = ""):
             terms.append(ActivationTerm("sp_copy", x.tokens * h * act * (2 if x.sp else 1)))
         elif flaw == "keeps nothing":
             terms, hidden = [], 0
-        return LayerCost(params=tuple(params), activations=tuple(terms), input_bytes=hidden, working_bytes=working)
+        return LayerCost(params=tuple(params), activations=tuple(terms), input_bytes=hidden, working_bytes=working,
+                         forward=flops, work=work)
 
     return evaluate
 
@@ -79,9 +92,10 @@ def test_a_kind_keeping_the_contract_passes_and_reports_what_ran():
     report = check_layer_kind(_kind(), SAMPLE)
     # Per sample: 20 layouts (tp 1; tp 2 and 4 with SP off and on; micro-batch 1 and 2; two attention
     # implementations) evaluated twice; 4 micro-batch bases x 3 sizes and 5 TP-split layouts per
-    # implementation; 3 for the TP shards: 40 + 24 + 10 + 3 = 77.
-    assert report == ContractReport(kind="toy", samples=1, evaluations=77, refused=())
-    assert check_layer_kind(_kind(), SAMPLE * 2).evaluations == 154
+    # implementation; 3 for the TP shards: 40 + 24 + 10 + 3 = 77. The work: the 20 layouts again, and
+    # per implementation tp=1 and, at tp 2 and 4 with SP off and on, micro-batch 1 and 2: 20 + 2 x 9 = 38.
+    assert report == ContractReport(kind="toy", samples=1, evaluations=115, refused=())
+    assert check_layer_kind(_kind(), SAMPLE * 2).evaluations == 230
     assert CONTRACT_SEQ_LEN == 64
 
 
@@ -99,6 +113,10 @@ def test_a_kind_keeping_the_contract_passes_and_reports_what_ran():
         ("params depend on tp", "must not depend on the layout"),
         ("sp keeps more", "sequence parallelism must never keep more"),
         ("keeps nothing", "kept_bytes is 0"),
+        ("states no work", r"states no work \(LayerCost.work\)"),
+        ("no tp collective", r"TP splits its parameters \['proj'\] but it states no tp collective"),
+        ("collective split by tp", "a TP collective's buffer is the whole activation"),
+        ("flops grow with tp", "tensor parallelism never adds work to a rank"),
     ],
 )
 def test_each_breach_is_caught_and_named(flaw, message):
@@ -133,14 +151,15 @@ def test_refused_layouts_are_skipped_and_reported():
             raise ConfigError("$.parallel.sp", "needs sequence parallelism")
 
     report = check_layer_kind(_kind(validate=needs_sp), SAMPLE)
-    # 12 of the 20 layouts twice, 3 micro-batch bases x 3, 1 TP-split layout per implementation, 3: 47.
-    assert report.evaluations == 47
+    # 12 of the 20 layouts twice, 3 micro-batch bases x 3, 1 TP-split layout per implementation, 3: 47;
+    # the work: the 12 layouts again, and per implementation tp=1 and tp 2 and 4 with SP: 12 + 2 x 5 = 22.
+    assert report.evaluations == 69
     assert len(report.refused) == 8 and all("sp=off" in where for where in report.refused)
 
 
 def test_a_kind_by_name_through_a_registry(hp_registry):
     dense = DenseConfig(hidden_size=256, num_attention_heads=8, num_key_value_heads=4, intermediate_size=512)
-    assert check_layer_kind("dense", [dense], registry=hp_registry).evaluations == 77
+    assert check_layer_kind("dense", [dense], registry=hp_registry).evaluations == 115
     with pytest.raises(ConfigError, match="unknown layer kind 'toy'"):
         check_layer_kind("toy", SAMPLE, registry=hp_registry)
 
@@ -179,7 +198,7 @@ class TestAnAuthorsPlugin:
     def test_hp_registry_holds_the_plugin_under_test(self, hp_registry):
         kind = hp_registry.layer_kind("toy")
         assert hp_registry.provider("hp_layer_kinds", "toy").distribution == "(registered in code)"
-        assert check_layer_kind(kind, SAMPLE, registry=hp_registry).evaluations == 77
+        assert check_layer_kind(kind, SAMPLE, registry=hp_registry).evaluations == 115
 
     def test_each_test_gets_a_fresh_manager(self, hp_plugin_manager):
         assert hp_plugin_manager.get_plugin("ToyPlugin") is not None

@@ -34,13 +34,15 @@ def test_kind_keeps_the_contract(hp_registry, name, traits):
     report = check_layer_kind(hp_registry.layer_kind(name), SAMPLES[name], registry=hp_registry, traits=traits)
     assert report.samples == 2
     # Evaluations per sample: 20 layouts twice (determinism), 4 micro-batch bases x 3 sizes and
-    # 5 TP-split layouts per attention implementation, 3 for the TP shards: 40 + 24 + 10 + 3 = 77.
+    # 5 TP-split layouts per attention implementation, 3 for the TP shards: 40 + 24 + 10 + 3 = 77;
+    # its work: the 20 layouts again, tp=1 and tp 2 and 4 (SP off and on, micro-batch 1 and 2) per implementation: 38.
     if name == "gated_deltanet":
-        assert (report.evaluations, report.refused) == (2 * 77, ())
+        assert (report.evaluations, report.refused) == (2 * 115, ())
     else:
         # A MoE layer refuses tp > 1 without sequence parallelism: 12 of the 20 layouts run
-        # twice, 3 micro-batch bases, 1 TP-split layout per implementation: 24 + 18 + 2 + 3 = 47.
-        assert report.evaluations == 2 * 47
+        # twice, 3 micro-batch bases, 1 TP-split layout per implementation: 24 + 18 + 2 + 3 = 47; its
+        # work: the 12 layouts again, tp=1 and tp 2 and 4 with SP (micro-batch 1 and 2) per implementation: 22.
+        assert report.evaluations == 2 * 69
         assert len(report.refused) == 2 * 8 and all("sp=off" in where for where in report.refused)
 
 
