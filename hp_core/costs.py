@@ -12,6 +12,8 @@ operations. Every byte quantity a layer states is an ``int``.
 
 from __future__ import annotations
 
+import re
+
 from typing import Any, Callable
 
 import attrs
@@ -35,7 +37,8 @@ __all__ = [
     "TRAITS",
 ]
 
-# The recompute switches (docs/recompute.md); a kind declares the ones it has.
+# The built-in kinds' recompute switches (docs/recompute.md), in the order settings are listed; a
+# kind declares the ones it has and may declare its own names (switch_name checks their form).
 SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
 # Parameter groups, each sharded by its own degrees (docs/concepts.md).
 PARAM_GROUPS = ("dense", "routed_expert", "shared_expert")
@@ -49,11 +52,6 @@ TRAITS = {
     "fused_cross_entropy": (
         "the loss keeps the logits in the compute dtype, overwritten with their gradient in forward, "
         "instead of an fp32 softmax (Transformer Engine parallel_cross_entropy; Megatron-LM --cross-entropy-loss-fusion)"
-    ),
-    "dummy_wgrad_per_shape": (
-        "fused weight-gradient accumulation keeps one dummy weight gradient in the compute dtype per distinct "
-        "weight shape of a rank's linear layers (Transformer Engine >= 2.3 module/base.py get_dummy_wgrad; "
-        "Megatron-LM's output layer too)"
     ),
     "mla_contiguous_qkv": (
         "MLA's up-projected q, k and v are made contiguous copies, so v keeps no k_nope alive "
@@ -73,6 +71,16 @@ TRAITS = {
 # probability tensors; ``flash`` (also SDPA's flash/efficient kernels) keeps q,
 # k, v, the output and the fp32 log-sum-exp statistics, never the score matrix.
 ATTENTION_IMPLS = ("eager", "flash")
+
+_SWITCH = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
+
+
+def switch_name(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """A recompute switch's name: letters, digits, ``_``, ``-``, ``.``, starting with a letter."""
+    if not isinstance(value, str) or not _SWITCH.match(value):
+        raise ValueError(f"{type(instance).__name__}.{attribute.name}: a switch name is letters, digits, '_', '-' "
+                         f"or '.', starting with a letter; got {value!r}")
+
 
 def _non_negative_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -182,7 +190,7 @@ class ActivationTerm:
 
     op: str
     bytes: int = attrs.field(validator=_non_negative_int)
-    switch: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.in_(SWITCHES)))
+    switch: str | None = attrs.field(default=None, validator=attrs.validators.optional(switch_name))
     tp_split: bool = False
 
 
@@ -245,7 +253,7 @@ class Collective:
     bytes: float = attrs.field(validator=_non_negative_number)
     forward_calls: int = attrs.field(default=0, validator=_non_negative_calls)
     backward_calls: int = attrs.field(default=0, validator=_non_negative_calls)
-    rerun_switch: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.in_(SWITCHES)))
+    rerun_switch: str | None = attrs.field(default=None, validator=attrs.validators.optional(switch_name))
     overlappable: bool = True
 
 
@@ -296,6 +304,10 @@ class LayerWork:
             writes a dense gradient).
         boundary_bytes: The activation the layer hands to the next, unsplit
             (a pipeline send carries it, split where the layout splits it).
+        attention_core_switches: The switches whose recompute re-runs the
+            attention core's forward (any of them: a trainer checkpoints the
+            core as a unit, Megatron-LM ``CoreAttention``; Korthikanti et al.
+            2022, Section 4.2), rewriting the score-sized tensors they drop.
         reruns: ``(switch, Rerun)`` pairs: what recomputing each switch re-runs
             (:class:`Rerun`); a switch not named re-runs nothing beyond
             rewriting what it drops.
@@ -315,6 +327,7 @@ class LayerWork:
     router_elements: float = attrs.field(default=0.0, validator=_non_negative_number)
     table_elements: float = attrs.field(default=0.0, validator=_non_negative_number)
     boundary_bytes: float = attrs.field(default=0.0, validator=_non_negative_number)
+    attention_core_switches: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     reruns: tuple[tuple[str, Rerun], ...] = attrs.field(default=(), converter=tuple)
 
     def rerun(self, switch: str) -> Rerun | None:
@@ -342,7 +355,7 @@ class LayerCost:
         forward: Forward FLOPs.
         weight_shapes: The per-rank ``(rows, columns)`` of the layer's linear
             weights, for a runtime that allocates per weight shape
-            (``dummy_wgrad_per_shape``).
+            (``Runtime.dummy_weight_gradients``).
         measured: Selective settings measured whole, each ``(recomputed
             switches, bytes kept for one micro-batch)``: they override the sum
             over :attr:`activations` (a census's named policies, docs/census.md).

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 import attrs
 
-from hp_core.costs import ATTENTION_IMPLS, SWITCHES, TRAITS, LayerContext, LayerCost, _non_negative_int, _non_negative_number
+from hp_core.costs import ATTENTION_IMPLS, TRAITS, LayerContext, LayerCost, _non_negative_int, _non_negative_number
 from hp_core.specs.hardware import HardwareSpec
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.specs.timing import TimingProfile
@@ -38,6 +38,7 @@ __all__ = [
 # Where a kind's layers sit: before the body (first stage), in it, after it (last stage).
 PLACEMENTS = ("first", "body", "last")
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
+_SWITCH_FORM = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")  # hp_core.costs.switch_name
 
 
 def _check_name(instance: Any, attribute: attrs.Attribute, value: str) -> None:
@@ -61,7 +62,8 @@ class LayerKind:
         evaluate: ``evaluate(config, context) -> LayerCost``; pure and deterministic.
         placement: ``"first"`` (embedding), ``"body"`` (split over stages) or
             ``"last"`` (output head, MTP).
-        switches: The recompute switches this kind has (a subset of :data:`SWITCHES`).
+        switches: The recompute switches this kind has: the built-in names of
+            :data:`~hp_core.costs.SWITCHES` where they mean the same, or its own.
         selective: The switches its "selective" setting recomputes (a trainer's
             default selective recompute for the kind).
         validate: Optional ``validate(config, context) -> None`` raising
@@ -80,9 +82,10 @@ class LayerKind:
     description: str = ""
 
     def __attrs_post_init__(self) -> None:
-        unknown = [s for s in self.switches if s not in SWITCHES]
-        if unknown:
-            raise ValueError(f"layer kind {self.name}: unknown switches {unknown}; known: {list(SWITCHES)}")
+        malformed = [s for s in self.switches if not isinstance(s, str) or not _SWITCH_FORM.match(s)]
+        if malformed:
+            raise ValueError(f"layer kind {self.name}: switch names are letters, digits, '_', '-' or '.', starting "
+                             f"with a letter; got {malformed}")
         if not self.selective <= set(self.switches):
             raise ValueError(f"layer kind {self.name}: selective switches must be among its switches")
         if not attrs.has(self.config_type):
@@ -136,9 +139,9 @@ class CensusRecord:
     policies: Mapping[str, CensusBytes] = attrs.field(factory=dict, validator=_census_part)
 
     def __attrs_post_init__(self) -> None:
-        unknown = sorted(set(self.per_op) - set(SWITCHES))
-        if unknown:
-            raise ValueError(f"CensusRecord.per_op names unknown switches {unknown}; known: {list(SWITCHES)}")
+        malformed = sorted(str(s) for s in self.per_op if not isinstance(s, str) or not _SWITCH_FORM.match(s))
+        if malformed:
+            raise ValueError(f"CensusRecord.per_op: {malformed} are not switch names")
         gated = CensusBytes(sum(p.saved for p in self.per_op.values()), sum(p.saved_tp for p in self.per_op.values()))
         # A part can not exceed the whole (a relative slack for float sums).
         if gated.saved > self.saved * (1 + 1e-9) + 1e-6 or gated.saved_tp > self.saved_tp * (1 + 1e-9) + 1e-6:
@@ -228,6 +231,11 @@ class Runtime:
         module_kinds: For a module of ``recompute_modules`` that acts only on
             some layer kinds, those kinds (Megatron-LM's ``moe_act`` acts only
             on layers with routed experts); a module absent here acts on every kind.
+        dummy_weight_gradients: It keeps one dummy weight gradient in the
+            compute dtype per distinct weight shape of a rank's linear layers
+            (fused weight-gradient accumulation: Transformer Engine >= 2.3
+            ``module/base.py`` ``get_dummy_wgrad``; Megatron-LM's output layer too),
+            priced from the layers' ``weight_shapes``.
         zero_levels: The sharding levels its trainer runs, which a layout
             search tries (Megatron-LM: 0 and 1, without and with its
             distributed optimizer; FSDP2: 3); its default ``zero`` is always
@@ -250,16 +258,17 @@ class Runtime:
     full_recompute: bool = True
     module_kinds: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
     zero_levels: tuple[int, ...] = attrs.field(default=(0, 1, 2, 3), converter=tuple)
+    dummy_weight_gradients: bool = False
 
     def __attrs_post_init__(self) -> None:
         unknown = sorted(self.traits - set(TRAITS))
         if unknown:
             raise ValueError(f"runtime {self.name}: unknown traits {unknown}; known: {sorted(TRAITS)}")
-        stray = sorted(self.implicit_recompute - set(SWITCHES))
+        stray = sorted(s for s in self.implicit_recompute if not isinstance(s, str) or not _SWITCH_FORM.match(s))
         for switches in (self.recompute_modules or {}).values():
-            stray += sorted(set(switches) - set(SWITCHES))
+            stray += sorted(s for s in switches if not isinstance(s, str) or not _SWITCH_FORM.match(s))
         if stray:
-            raise ValueError(f"runtime {self.name}: unknown switches {stray}")
+            raise ValueError(f"runtime {self.name}: {stray} are not switch names")
 
     def executes(self, switches: frozenset[str], kind: str | None = None) -> bool:
         """Whether its trainer can run a selective setting recomputing exactly *switches*

@@ -419,7 +419,7 @@ def prepare(
     body_group = tuple(i for i in layers.body_groups for _ in range(model.layers[i].count))
     inputs = StageInputs(
         parallel, zero, precision, micro_batches, parallel.resolved_schedule, profile.overhead_bytes,
-        profile.deferred_grad_reduction, profile.expert_overhead_bytes, "dummy_wgrad_per_shape" in profile.traits,
+        profile.deferred_grad_reduction, profile.expert_overhead_bytes, profile.dummy_weight_gradients,
     )
     return PreparedRun(model, parallel, registry, profile, precision, attention, zero, layers, micro_batches,
                        tuple(bounds), body_group, inputs)

@@ -100,7 +100,7 @@ class StageInputs:
     overhead_bytes: int
     deferred_grad_reduction: bool = False
     expert_overhead_bytes: int = 0
-    dummy_wgrad_per_shape: bool = False
+    dummy_wgrad_per_shape: bool = False  # Runtime.dummy_weight_gradients
 
 
 def layer_elements(cost: LayerCost, tp: int, ep: int, etp: int, owners_here: frozenset[str] | set[str]) -> dict[str, int]:

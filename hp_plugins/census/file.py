@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import os
 import tempfile
 from pathlib import Path
@@ -40,7 +41,6 @@ import yaml
 from hp_core.engine.census import FILE_SOURCE
 from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
-from hp_core.costs import SWITCHES
 from hp_core.types import CensusBytes, CensusRecord, CensusRequest, CensusSource
 
 __all__ = ["hp_census_sources", "load_census_file", "provide_file", "records_to_document", "write_census_file"]
@@ -94,12 +94,17 @@ def _pair(value: Mapping[str, Any], first: str, second: str, where: str) -> tupl
     return _number(value[first], f"{where}.{first}"), _number(value[second], f"{where}.{second}")
 
 
-def _parts(value: Any, where: str, names: tuple[str, ...] | None) -> dict[str, CensusBytes]:
+_SWITCH_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")  # hp_core.costs.switch_name
+
+
+def _parts(value: Any, where: str, switches: bool) -> dict[str, CensusBytes]:
+    """Named parts; *switches*: the names are recompute switches (whether the kind has them is checked where
+    the records are asked for: hp_core.engine.census.request_records)."""
     parts: dict[str, CensusBytes] = {}
     for name, part in _mapping(value, where, "names to {saved, saved_tp}").items():
         at = f"{where}.{name}"
-        if names is not None and name not in names:
-            raise ConfigError(at, f"unknown recompute switch; known: {', '.join(names)}")
+        if switches and not (isinstance(name, str) and _SWITCH_NAME.match(name)):
+            raise ConfigError(at, "is not a recompute switch name (letters, digits, '_', '-', '.', starting with a letter)")
         part = _mapping(part, at, "saved and saved_tp")
         _unknown(part, ("saved", "saved_tp"), at)
         parts[str(name)] = CensusBytes(*_pair(part, "saved", "saved_tp", at))
@@ -123,8 +128,8 @@ def _record(kind: str, value: Any, where: str, seq_len: int | None) -> CensusRec
             f"measured at seq_len={measured_at}, the run uses seq_len={seq_len}; per-token bytes of attention "
             "change with the sequence length: measure at the run's length",
         )
-    per_op = _parts(value.get("per_op", {}), f"{where}.per_op", SWITCHES)
-    policies = _parts(value.get("policies", {}), f"{where}.policies", None)
+    per_op = _parts(value.get("per_op", {}), f"{where}.per_op", True)
+    policies = _parts(value.get("policies", {}), f"{where}.policies", False)
     gated = (sum(p.saved for p in per_op.values()), sum(p.saved_tp for p in per_op.values()))
     if gated[0] > saved * (1 + 1e-9) + 1e-6 or gated[1] > saved_tp * (1 + 1e-9) + 1e-6:
         raise ConfigError(

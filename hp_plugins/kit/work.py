@@ -31,6 +31,7 @@ import attrs
 from hp_core.costs import Collective, LayerContext, LayerWork, Rerun
 
 __all__ = [
+    "ATTENTION_CORE_SWITCHES",
     "AttentionShape",
     "ExpertShape",
     "SOFTMAX_OPS_PER_SCORE",
@@ -39,6 +40,10 @@ __all__ = [
     "expert_collectives",
     "tp_collectives",
 ]
+
+# The switches of the attention core (LayerBuilder.attention_core's tensors): recomputing any
+# re-runs the core (Megatron-LM checkpoints CoreAttention as a unit; Korthikanti et al. 2022, Section 4.2).
+ATTENTION_CORE_SWITCHES = frozenset({"attBMM", "headCast", "dropout", "softmax"})
 
 # Elementwise ops per attention score for the softmax (max, subtract, exp, sum,
 # divide: LayerBuilder.attention_core counts them). A fused (flash) kernel runs
@@ -196,4 +201,5 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         expert_gemms=expert_gemms, attention_calls=1 if attention is not None else 0, wide_qk_attention=wide,
         fused_softmax_flops=scores, copy_bytes=copy, permute_bytes=permute, permute_input_bytes=permute_input,
         router_elements=router, boundary_bytes=T * h * act, reruns=reruns,
+        attention_core_switches=ATTENTION_CORE_SWITCHES if attention is not None else frozenset(),
     )

@@ -60,9 +60,9 @@ def hp_runtimes():
         # Grouped GEMM runs on 4 compute streams, one workspace each (TE multi_stream.cpp).
         expert_overhead_bytes=4 * _TE_WORKSPACE_BYTES,
         traits=frozenset({
-            "fused_swiglu", "fused_cross_entropy", "dummy_wgrad_per_shape", "mla_contiguous_qkv",
-            "moe_probs_in_activation", "moe_fused_permute",
+            "fused_swiglu", "fused_cross_entropy", "mla_contiguous_qkv", "moe_probs_in_activation", "moe_fused_permute",
         }),
+        dummy_weight_gradients=True,
         implicit_recompute=frozenset({"gather"}),
         timing=MEGATRON_TE,
         # --recompute-granularity selective --recompute-modules (megatron/training/arguments.py,

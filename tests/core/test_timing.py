@@ -725,3 +725,31 @@ def test_a_kind_that_states_no_work_is_refused_a_step_time(toy_registry):
     model = ModelSpec(name="silent", layers=(LayerGroup(kind="silent", config=ToyConfig(), count=2),), source="test")
     with pytest.raises(ConfigError, match=r"layer kind 'silent' states no work \(LayerCost.work"):
         _time(registry, model, ParallelSpec(seq_len=16))
+
+
+def test_a_kind_names_its_own_switches_and_states_what_they_rerun(toy_registry):
+    """A switch the built-ins do not have: its terms are dropped, and its recompute re-runs what the kind states."""
+    from hp_core.api import estimate
+    from hp_core.costs import Rerun
+
+    def evaluate(c: ToyConfig, x: LayerContext) -> LayerCost:
+        cost = _evaluate_toy(c, x)
+        terms = (*cost.activations, ActivationTerm("state_up", 6000, "stateUp"))
+        # Rebuilding the 6,000 bytes runs 1e6 matmul FLOPs per byte: 6e9 FLOPs at 1e15 * 0.5 = 12 us.
+        return attrs.evolve(cost, activations=terms, work=LayerWork(reruns=(("stateUp", Rerun(1e6, 0.0)),)))
+
+    class Own:
+        @hookimpl
+        def hp_layer_kinds(self):
+            yield LayerKind(name="own", config_type=ToyConfig, evaluate=evaluate, switches=("normOp", "stateUp"))
+
+    registry = build_registry([_ToyPlugin(), Own()], use_env=False)
+    model = ModelSpec(name="own", layers=(LayerGroup(kind="own", config=ToyConfig(), count=1),), source="test")
+    plan = RecomputeSpec(default=Setting.parse(["stateUp"]))
+    plain = estimate(model, ParallelSpec(seq_len=16), registry=registry, runtime="toy-runtime")
+    dropped = estimate(model, ParallelSpec(seq_len=16), registry=registry, runtime="toy-runtime", recompute=plan)
+    assert plain.stages[0].memory.activations_bytes - dropped.stages[0].memory.activations_bytes == 6000
+    t = _time(registry, model, ParallelSpec(seq_len=16), recompute=plan)
+    assert t.recompute_seconds == pytest.approx(6000 * 1e6 / (PEAK * 0.5))
+    with pytest.raises(ValueError, match="switch names are letters"):
+        LayerKind(name="bad", config_type=ToyConfig, evaluate=evaluate, switches=("state up",))

@@ -62,7 +62,7 @@ def test_sources_are_chosen_by_name_or_by_a_file_path(registry, tmp_path):
         ({k: v for k, v in _record().items() if k != "working"}, "$.kinds.dense.working", "working_tp is stated without working"),
         ({k: v for k, v in _record().items() if k != "provenance"}, "$.kinds.dense.provenance", "missing"),
         (_record(provenance={"seq_len": 1024}), "$.kinds.dense.provenance.source", "missing"),
-        (_record(per_op={"softmx": {"saved": 0, "saved_tp": 1}}), "$.kinds.dense.per_op.softmx", "unknown recompute switch"),
+        (_record(per_op={"soft max": {"saved": 0, "saved_tp": 1}}), "$.kinds.dense.per_op.soft max", "is not a recompute switch name"),
         (_record(per_op={"softmax": {"saved_tp": 1}}), "$.kinds.dense.per_op.softmax.saved", "without saved"),
         (_record(per_op={"softmax": {"saved": 0, "saved_tp": 70000}}), "$.kinds.dense.per_op", "more than the record keeps"),
         (_record(provenance={"source": "x", "seq_len": 4096}), "$.kinds.dense.provenance.seq_len", "measured at seq_len=4096"),
@@ -92,9 +92,9 @@ def test_a_census_file_that_is_not_a_mapping_or_lacks_kinds_is_refused(tmp_path)
         load_census_file(broken)
 
 
-def test_census_records_refuse_unknown_switches_and_parts_larger_than_the_whole():
-    with pytest.raises(ValueError, match="unknown switches"):
-        CensusRecord(1, 1, 0, 0, per_op={"nope": CensusBytes(0, 1)})
+def test_census_records_refuse_malformed_switches_and_parts_larger_than_the_whole():
+    with pytest.raises(ValueError, match=r"\['no pe'\] are not switch names"):
+        CensusRecord(1, 1, 0, 0, per_op={"no pe": CensusBytes(0, 1)})
     with pytest.raises(ValueError, match="more than the record keeps"):
         CensusRecord(1, 1, 0, 0, per_op={"softmax": CensusBytes(2, 0)})
     with pytest.raises(ValueError, match="non-negative"):
@@ -243,3 +243,12 @@ def test_hp_census_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["estimate", "--census", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err == f"hp estimate: error: {bad} $.kinds.dense.saved_tp: missing: saved is stated without saved_tp; state both (0 where nothing is split)\n"
+
+
+def test_a_census_naming_a_switch_its_kind_lacks_is_refused_where_it_is_used(registry, llama8b, tmp_path):
+    # A kind owns its switch names, so the file reads any name; the run refuses one the kind lacks.
+    file = _write(tmp_path, {"dense": _record(per_op={"softmx": {"saved": 0, "saved_tp": 1}})})
+    with pytest.raises(ConfigError) as caught:
+        estimate(llama8b, ParallelSpec(seq_len=1024), registry=registry, census=str(file))
+    assert caught.value.path == "census file: kinds.dense.per_op"
+    assert "layer kind dense has no recompute switch ['softmx']" in caught.value.message

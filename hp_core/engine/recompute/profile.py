@@ -246,7 +246,8 @@ def candidate_settings(
     ``Runtime.full_recompute``). Each again with each offload share in
     *offload* (shares above 0).
     """
-    order = [s for s in SWITCHES if s in kind.switches]
+    # The built-in names in their fixed order, then the kind's own in its order.
+    order = [s for s in SWITCHES if s in kind.switches] + [s for s in kind.switches if s not in SWITCHES]
     base: list[Setting] = []
     for size in range(len(order) + 1):
         for combo in itertools.combinations(order, size):

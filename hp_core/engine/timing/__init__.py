@@ -128,13 +128,12 @@ The package, by responsibility (this package re-exports the public names):
 """
 
 from hp_core.engine.timing.collectives import collective_seconds, pipeline_seconds
-from hp_core.engine.timing.layer import ATTENTION_CORE_SWITCHES, LayerPricer, LayerSeconds, layer_pricer, offload_seconds
+from hp_core.engine.timing.layer import LayerPricer, LayerSeconds, layer_pricer, offload_seconds
 from hp_core.engine.timing.rates import compute_dtype
 from hp_core.engine.timing.results import StageTime, StepTime
 from hp_core.engine.timing.step import time_run
 
 __all__ = [
-    "ATTENTION_CORE_SWITCHES",
     "LayerPricer",
     "LayerSeconds",
     "StageTime",

@@ -20,11 +20,7 @@ from hp_core.specs.timing import TimingProfile
 from hp_core.costs import Collective, LayerContext, LayerCost, LayerWork
 from hp_core.types import LayerKind
 
-__all__ = ["ATTENTION_CORE_SWITCHES", "LayerPricer", "LayerSeconds", "layer_pricer", "offload_seconds"]
-
-# The switches of the attention core: recomputing any re-runs the core (Megatron-LM
-# checkpoints CoreAttention as a unit; Korthikanti et al. 2022, Section 4.2).
-ATTENTION_CORE_SWITCHES = frozenset({"attBMM", "headCast", "dropout", "softmax"})
+__all__ = ["LayerPricer", "LayerSeconds", "layer_pricer", "offload_seconds", "work_of"]
 
 
 @attrs.frozen
@@ -152,12 +148,16 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         for term in cost.activations:
             if term.switch is not None and term.switch in recomputed:
                 dropped[term.switch] = dropped.get(term.switch, 0) + term.bytes
-        core = sum(dropped.get(s, 0) for s in ATTENTION_CORE_SWITCHES)
-        if recomputed & ATTENTION_CORE_SWITCHES and f.attention_flops:
+        # What the layer states: the switches whose recompute re-runs its attention core, and those a
+        # collective restores (sequence parallelism's re-gather) instead of a rewrite.
+        core_switches = work.attention_core_switches
+        restored = {c.rerun_switch for c in work.collectives if c.rerun_switch is not None}
+        core = sum(dropped.get(s, 0) for s in core_switches)
+        if recomputed & core_switches and f.attention_flops:
             recompute += att_fwd + 2 * core / r.memory
             recomputed_flops += f.attention_flops
         for switch, nbytes in dropped.items():
-            if switch in ATTENTION_CORE_SWITCHES or switch == "gather":
+            if switch in core_switches or switch in restored:
                 continue
             rerun = work.rerun(switch)
             if rerun is not None:  # what the layer states its recompute re-runs (LayerWork.reruns)
