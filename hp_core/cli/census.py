@@ -10,7 +10,10 @@ from rich.console import Console
 from hp_core.errors import ConfigError
 from hp_core.registry import Registry
 
-__all__ = ["census_command"]
+__all__ = ["DEFAULT_SEQ_LEN", "census_command"]
+
+# Tokens per sequence when neither --seq-len nor a config file states them.
+DEFAULT_SEQ_LEN = 4096
 
 
 def census_command(args: argparse.Namespace, registry: Registry, console: Console) -> int:
@@ -19,7 +22,19 @@ def census_command(args: argparse.Namespace, registry: Registry, console: Consol
 
     if args.out is not None and not args.out.lower().endswith((".yaml", ".yml", ".json")):
         raise ConfigError("--out", f"a census file ends in .yaml, .yml or .json, got {args.out}")
-    run = run_census(registry, args.model, args.source, args.seq_len, args.attn, args.tp)
+    model, seq_len = args.model, args.seq_len
+    if args.config is not None:
+        from hp_core.io.convert import load_config
+        from hp_core.io.job import resolve_model
+
+        config = load_config(args.config, registry)
+        if model is None:
+            model = resolve_model(config, registry)  # a preset, a config.json or the file's inline stack
+        if seq_len is None:
+            seq_len = config.parallel.seq_len
+    if model is None:
+        raise ConfigError("--model", "name the model: --model PRESET or config.json, or a config file (hp census FILE)")
+    run = run_census(registry, model, args.source, seq_len if seq_len is not None else DEFAULT_SEQ_LEN, args.attn, args.tp)
     if args.out is not None:
         from hp_core.engine.census import FILE_SOURCE
 

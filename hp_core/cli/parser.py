@@ -184,10 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "what the formulas state. --out writes a census file that 'hp estimate --census FILE' uses "
                     "(see docs/census.md).",
     )
-    census.add_argument("--model", required=True, help="a preset name (see 'hp models') or a Hugging Face config.json / folder")
+    census.add_argument("config", nargs="?", help="a YAML, JSON or TOML config file (see docs/config.md): its model, "
+                                                  "and its sequence length unless --seq-len is given")
+    census.add_argument("--model", help="a preset name (see 'hp models') or a Hugging Face config.json / folder "
+                                        "(instead of, or over, the config file's)")
     census.add_argument("--source", default="torch", help="torch (measure transformers' layers; extra 'census'), formulas, "
                                                           "or another census source; default torch")
-    census.add_argument("--seq-len", type=_positive, default=4096, help="tokens per sequence (default 4096)")
+    census.add_argument("--seq-len", type=_positive, help="tokens per sequence (default: the config file's, else 4096)")
     census.add_argument("--attn", choices=("eager", "sdpa"), default="eager", help="attention implementation (default eager)")
     census.add_argument("--tp", type=_positive, default=2, help="measure at TP 1 and at this degree to split saved "
                                                                "from saved_tp (default 2; 1: no split)")

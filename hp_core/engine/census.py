@@ -377,12 +377,14 @@ def formulas_precision(attention: str) -> Any:
     return PrecisionSpec(softmax_bytes=4) if attention == "eager" else PrecisionSpec()
 
 
-def run_census(registry: Any, model_ref: str, source: str, seq_len: int, attention: str, tp: int) -> CensusRun:
+def run_census(registry: Any, model_ref: Any, source: str, seq_len: int, attention: str, tp: int) -> CensusRun:
     """Measure (or compute) the records of a model's kinds, and the formulas' beside them.
 
     Args:
         registry: The registry.
-        model_ref: A preset's name or a Hugging Face ``config.json`` (or its folder).
+        model_ref: A preset's name, a Hugging Face ``config.json`` (or its folder), or a
+            :class:`~hp_core.specs.ModelSpec` (a config file's model; a measuring source
+            needs its Hugging Face config: a preset's or the ``config.json`` it was read from).
         source: ``formulas``, ``torch`` or another registered source.
         seq_len: Tokens per sequence.
         attention: ``eager`` or ``sdpa``.
@@ -395,7 +397,9 @@ def run_census(registry: Any, model_ref: str, source: str, seq_len: int, attenti
 
     if attention not in CENSUS_ATTENTIONS:
         raise ConfigError("--attn", f"must be one of {', '.join(CENSUS_ATTENTIONS)}, got {attention!r}")
-    if any(preset.name == model_ref for preset in registry.models):
+    if not isinstance(model_ref, str):
+        model, hf = model_ref, _hf_config(model_ref, registry)
+    elif any(preset.name == model_ref for preset in registry.models):
         hf = registry.model(model_ref).hf_config
         model = model_from_preset(model_ref, registry)
     else:

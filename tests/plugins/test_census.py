@@ -252,3 +252,28 @@ def test_a_census_naming_a_switch_its_kind_lacks_is_refused_where_it_is_used(reg
         estimate(llama8b, ParallelSpec(seq_len=1024), registry=registry, census=str(file))
     assert caught.value.path == "census file: kinds.dense.per_op"
     assert "layer kind dense has no recompute switch ['softmx']" in caught.value.message
+
+
+def test_hp_census_reads_a_config_file_like_every_other_command(tmp_path, capsys):
+    job = tmp_path / "job.yaml"
+    job.write_text("model: llama3-8b\nparallel: {dp: 4, tp: 2, sp: true, seq_len: 1024}\n", encoding="utf-8")
+    assert main(["census", str(job), "--source", "formulas", "--json"]) == 0
+    from_file = json.loads(capsys.readouterr().out)
+    assert main(["census", "--model", "llama3-8b", "--source", "formulas", "--seq-len", "1024", "--json"]) == 0
+    from_flags = json.loads(capsys.readouterr().out)
+    from_file.pop("seconds"), from_flags.pop("seconds")
+    assert from_file == from_flags and from_file["seq_len"] == 1024
+    # An inline stack too: the formulas need no Hugging Face config.
+    inline = tmp_path / "inline.yaml"
+    inline.write_text(
+        "model:\n  name: tiny\n  layers:\n"
+        "    - {kind: embedding, config: {vocab_size: 1000, hidden_size: 256}}\n"
+        "    - {kind: dense, count: 2, config: {hidden_size: 256, num_attention_heads: 4, num_key_value_heads: 2,"
+        " intermediate_size: 512}}\n"
+        "    - {kind: output, config: {vocab_size: 1000, hidden_size: 256}}\n"
+        "parallel: {seq_len: 512}\n", encoding="utf-8")
+    assert main(["census", str(inline), "--source", "formulas", "--json"]) == 0
+    tiny = json.loads(capsys.readouterr().out)
+    assert tiny["model"] == "tiny" and tiny["seq_len"] == 512 and set(tiny["kinds"]) == {"embedding", "dense", "output"}
+    assert main(["census", "--source", "formulas"]) == 2
+    assert capsys.readouterr().err.startswith("hp census: error: --model: name the model")
