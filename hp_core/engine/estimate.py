@@ -47,7 +47,11 @@ def placed_body(run: PreparedRun, settings: tuple[Setting, ...]) -> list[PlacedL
     kinds, costs = run.kinds, run.costs
     cache: dict[tuple[int, Setting], PlacedLayer] = {}
     body: list[PlacedLayer] = []
+    previous: tuple[int, Setting, PlacedLayer] | None = None
     for group, setting in zip(run.body_group, settings):
+        if previous is not None and previous[0] == group and previous[1] is setting:
+            body.append(previous[2])  # the layer before it: same group, same setting
+            continue
         key = (group, setting)
         layer = cache.get(key)
         if layer is None:
@@ -55,6 +59,7 @@ def placed_body(run: PreparedRun, settings: tuple[Setting, ...]) -> list[PlacedL
             layer = cache[key] = PlacedLayer.make(kinds[group].name, costs[group], full, switches, setting.describe(),
                                                   setting.offload)
         body.append(layer)
+        previous = (group, setting, layer)
     return body
 
 

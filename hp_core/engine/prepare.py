@@ -16,6 +16,7 @@ layout only through the layer context (:func:`evaluate_layers`).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Iterable, Mapping
 
 import attrs
@@ -158,18 +159,37 @@ def _evaluate(kind: LayerKind, config: object, context: LayerContext, path: str)
     return cost
 
 
+# Costs already evaluated, per registry: a kind's evaluator is a pure function of its config and
+# the layer context (hp_core.testing.check_layer_kind checks determinism), so a run prepared again
+# (a layout search's phases, potentials, a service answering the same question) reuses them.
+# Bounded: the oldest answers go first.
+# Keyed by the registry's identity (a registry does not hash) and dropped with the registry.
+_SHARED: dict[int, dict] = {}
+_SHARED_KEPT = 4096
+
+
+def _shared(registry: Registry) -> dict:
+    found = _SHARED.get(id(registry))
+    if found is None:
+        found = _SHARED[id(registry)] = {}
+        weakref.finalize(registry, _SHARED.pop, id(registry), None)
+    return found
+
+
 class _Evaluations:
     """The answers of one context: each ``(kind, config)`` evaluated once.
 
     It is also the context's ``sublayer`` callable, so a kind made of other
     kinds' layers (the MTP module) evaluates its nested layer through it and
-    shares the body's answer.
+    shares the body's answer. Answers are shared with every context equal to
+    this one under the same registry (:data:`_SHARED`).
     """
 
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
         self.answers: dict[tuple[str, object], LayerCost] = {}
         self.context: LayerContext | None = None
+        self.plain: LayerContext | None = None  # the context without this sublayer: what the shared answers key on
 
     def cost(self, kind: LayerKind, config: object, path: str) -> LayerCost:
         assert self.context is not None
@@ -180,7 +200,18 @@ class _Evaluations:
             pass
         except TypeError:  # a config that does not hash: evaluated each time
             return _evaluate(kind, config, self.context, path)
-        cost = self.answers[key] = _evaluate(kind, config, self.context, path)
+        shared = _shared(self.registry)
+        wide = (kind.name, config, self.plain)  # not the context itself: its sublayer holds the registry
+        cost = shared.get(wide)
+        if cost is None:
+            cost = _evaluate(kind, config, self.context, path)
+            if len(shared) >= _SHARED_KEPT:
+                try:
+                    del shared[next(iter(shared))]
+                except (KeyError, RuntimeError, StopIteration):  # another thread evicted or added first
+                    pass
+            shared[wide] = cost
+        self.answers[key] = cost
         return cost
 
     def __call__(self, group: LayerGroup) -> LayerCost:
@@ -198,6 +229,7 @@ def with_sublayers(context: LayerContext, registry: Registry) -> LayerContext:
     :func:`evaluate_groups` and nested evaluations share the answers.
     """
     evaluations = _Evaluations(registry)
+    evaluations.plain = attrs.evolve(context, sublayer=None)
     evaluations.context = attrs.evolve(context, sublayer=evaluations)
     return evaluations.context
 

@@ -26,6 +26,17 @@ from hp_core.costs import LayerCost
 __all__ = ["time_run"]
 
 
+def _runs(layers: list) -> list[tuple[object, int]]:
+    """Maximal runs of the same object in *layers*, ``(object, length)``."""
+    runs: list[list] = []
+    for layer in layers:
+        if runs and runs[-1][0] is layer:
+            runs[-1][1] += 1
+        else:
+            runs.append([layer, 1])
+    return [(layer, n) for layer, n in runs]
+
+
 def _stage_elements(held: dict[int, int], costs: tuple[LayerCost, ...], names: list[str], parallel: ParallelSpec,
                     cache: dict) -> tuple[int, int]:
     """Dense and routed-expert parameter elements one rank of a stage holds (before ZeRO sharding).
@@ -107,7 +118,11 @@ def time_run(
 
     cache: dict[tuple[int, Setting], _LayerTime] = {}
     body: list[_LayerTime] = []
+    previous: tuple[int, object, _LayerTime] | None = None
     for group, setting in zip(run.body_group, settings):
+        if previous is not None and previous[0] == group and previous[1] is setting:
+            body.append(previous[2])  # the layer before it: same group, same setting
+            continue
         key = (group, setting)
         layer_time = cache.get(key)
         if layer_time is None:
@@ -122,6 +137,7 @@ def time_run(
                 layer_time = attrs.evolve(layer_time, communication_seconds=layer_time.communication_seconds + exposed)
             cache[key] = layer_time
         body.append(layer_time)
+        previous = (group, setting, layer_time)
 
     def placed(where: str) -> tuple[list[_LayerTime], list[int]]:
         groups = run.placed_groups(where)
@@ -173,13 +189,14 @@ def time_run(
                 groups = groups + tuple(last_groups)
             for group in groups:
                 held[group] = held.get(group, 0) + 1
-            for t in layers:
-                fwd += t.forward_seconds
-                bwd += t.backward_seconds
-                rec += t.recompute_seconds
-                comm += t.communication_seconds
-                flops += t.flops
-                rflops += t.recomputed_flops
+            # Runs of the same layer (one _LayerTime per group and setting) added once, times their length.
+            for t, n in _runs(layers):
+                fwd += n * t.forward_seconds
+                bwd += n * t.backward_seconds
+                rec += n * t.recompute_seconds
+                comm += n * t.communication_seconds
+                flops += n * t.flops
+                rflops += n * t.recomputed_flops
             sends += (c != chunks - 1) + (c != 0)
         comm += sends * send
         dense, experts = _stage_elements(held, costs, names, parallel, elements_cache)
