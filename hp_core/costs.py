@@ -144,6 +144,10 @@ class LayerContext:
         return self.tp if self.sp else 1
 
 
+def _matrices(value: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(matrix) for matrix in value)
+
+
 @attrs.frozen
 class ParamCount:
     """Elements of one parameter tensor family of a layer.
@@ -159,6 +163,18 @@ class ParamCount:
         shared_with: The kind whose parameter this is, for a tied weight (the
             output head's weight tied to the embedding): counted once in the
             model's totals, held again by a stage that does not hold the owner.
+        matrices: The family's 2-D weight matrices as one rank holds them,
+            each ``(count, rows, columns)``: ``count`` matrices of ``rows x
+            columns`` (a linear weight's ``(fan_out, fan_in)``, as
+            :attr:`LayerCost.weight_shapes` states it), after TP splits them and,
+            for routed experts, EP and ETP; the family's other elements on the
+            rank are 1-D (biases, norm scales). An optimizer that treats
+            matrices apart from vectors reads them (Muon orthogonalises each
+            matrix, Adafactor factors its second moment); empty: the family
+            states no matrix, and those optimizers treat it as 1-D.
+        embedding_or_output: The family is the input embedding or the output
+            head (Megatron-Core's ``is_embedding_or_output_parameter``): Muon
+            leaves it to AdamW although it is a matrix.
     """
 
     name: str
@@ -167,12 +183,22 @@ class ParamCount:
     tp_split: bool
     stored_elements: int = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_int))
     shared_with: str | None = None
+    matrices: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=_matrices)
+    embedding_or_output: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.stored_elements is None:
             object.__setattr__(self, "stored_elements", self.elements)
         elif self.stored_elements < self.elements:
             raise ValueError(f"ParamCount {self.name}: stored_elements < elements")
+        for matrix in self.matrices:
+            if len(matrix) != 3 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in matrix):
+                raise ValueError(f"ParamCount {self.name}: matrices must be (count, rows, columns) positive ints, got {matrix!r}")
+
+    @property
+    def matrix_elements(self) -> int:
+        """Elements of the stated matrices on one rank."""
+        return sum(count * rows * columns for count, rows, columns in self.matrices)
 
 
 @attrs.frozen

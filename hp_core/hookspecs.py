@@ -25,11 +25,13 @@ from __future__ import annotations
 from typing import Iterable
 
 from hp_core.markers import hookspec
-from hp_core.types import CaseFormat, CensusSource, Exporter, HardwarePreset, LayerKind, ModelFormat, ModelPreset, Runtime
+from hp_core.types import (
+    CaseFormat, CensusSource, Exporter, HardwarePreset, LayerKind, ModelFormat, ModelPreset, Optimizer, Runtime,
+)
 
 __all__ = [
     "HOOKS", "hp_case_formats", "hp_census_sources", "hp_exporters", "hp_hardware", "hp_layer_kinds", "hp_model_formats",
-    "hp_models", "hp_runtimes",
+    "hp_models", "hp_optimizers", "hp_runtimes",
 ]
 
 
@@ -212,6 +214,33 @@ def hp_case_formats() -> Iterable[CaseFormat]:
     """
 
 
+@hookspec
+def hp_optimizers() -> Iterable[Optimizer]:
+    """Yield the optimizers this plugin provides: what each keeps per parameter and what its step costs.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.types.Optimizer`. Each states, per
+    element of a :class:`~hp_core.types.ParamSlice` (one layer's tensor family
+    on a rank) and given the precision, the state bytes it keeps and the HBM
+    bytes its update moves, whether it keeps a master copy, and optionally the
+    FLOPs its step runs and the states it gathers whole under ZeRO.
+
+    Call semantics: called once per registry build; all results collected; a
+    run picks one by name (``precision: {optimizer: NAME}``, ``--optimizer
+    NAME``), checked where the run is prepared.
+
+    Example::
+
+        @hookimpl
+        def hp_optimizers():
+            yield Optimizer(name="lion", state_bytes=lambda s, p: p.moment_bytes,
+                            step_bytes=lambda s, p: 2 * p.master_param_bytes + p.grad_bytes + 2 * p.moment_bytes
+                                                    + p.master_param_bytes + p.param_bytes,
+                            description="Lion (Chen et al. 2023): one momentum buffer")
+    """
+
+
 # Every hook, with the record type it yields: the registry's build table.
 HOOKS = {
     "hp_layer_kinds": LayerKind,
@@ -222,4 +251,5 @@ HOOKS = {
     "hp_exporters": Exporter,
     "hp_model_formats": ModelFormat,
     "hp_case_formats": CaseFormat,
+    "hp_optimizers": Optimizer,
 }

@@ -43,6 +43,10 @@ DEFAULT_PLUGINS = (
     "hp_plugins.models.presets",
     "hp_plugins.models.hf",
     "hp_plugins.cases.megatron_measured",
+    "hp_plugins.optimizers.adam",
+    "hp_plugins.optimizers.sgd",
+    "hp_plugins.optimizers.adafactor",
+    "hp_plugins.optimizers.muon",
 )
 
 # Third-party plugins advertise themselves under this entry-point group.

@@ -10,7 +10,9 @@ import pluggy
 from hp_core.distributions import planner_version
 from hp_core.errors import ConfigError, PluginError, describe
 from hp_core.hookspecs import HOOKS
-from hp_core.types import CaseFormat, CensusSource, Exporter, HardwarePreset, LayerKind, ModelFormat, ModelPreset, Runtime
+from hp_core.types import (
+    CaseFormat, CensusSource, Exporter, HardwarePreset, LayerKind, ModelFormat, ModelPreset, Optimizer, Runtime,
+)
 
 __all__ = ["Provider", "Registry"]
 
@@ -96,6 +98,7 @@ class Registry:
     exporters: tuple[Exporter, ...] = ()
     model_formats: tuple[ModelFormat, ...] = ()
     case_formats: tuple[CaseFormat, ...] = ()
+    optimizers: tuple[Optimizer, ...] = ()
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
 
@@ -130,6 +133,7 @@ class Registry:
             exporters=fields["exporters"],
             model_formats=fields["model_formats"],
             case_formats=fields["case_formats"],
+            optimizers=fields["optimizers"],
             providers=providers,
             plugins=plugins,
         )
@@ -157,6 +161,9 @@ class Registry:
 
     def case_format(self, name: str, path: str = "$.format") -> CaseFormat:
         return _lookup(self.case_formats, name, "case format", path)
+
+    def optimizer(self, name: str, path: str = "$.precision.optimizer") -> Optimizer:
+        return _lookup(self.optimizers, name, "optimizer", path)
 
     def format_for(self, config: Mapping[str, Any], where: str = "config.json") -> ModelFormat:
         """The model format that reads *config*, by its ``model_type``.

@@ -45,6 +45,8 @@ def config_from_args(args: argparse.Namespace, registry: Registry) -> ConfigFile
     for name in ("runtime", "census", "attention", "hardware"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
+    if args.optimizer is not None:
+        changes["precision"] = {**(base.precision or {}), "optimizer": args.optimizer}
     if args.recompute is not None:
         text = args.recompute
         value: Any = text if text in ("none", "full", "selective") else text.split("+")

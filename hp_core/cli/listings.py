@@ -24,6 +24,7 @@ def plugins_command(args: argparse.Namespace, registry: Registry, console: Conso
         ("hardware", "hp_hardware", registry.hardware, lambda h: f"{h.spec.name}, {gib(h.spec.memory_bytes)} GiB"),
         ("models", "hp_models", registry.models, lambda m: m.description),
         ("exporters", "hp_exporters", registry.exporters, lambda e: f"runtime {e.runtime}; {e.description}"),
+        ("optimizers", "hp_optimizers", registry.optimizers, lambda o: o.description),
     )
     if args.json:
         doc: dict[str, Any] = {

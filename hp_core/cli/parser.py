@@ -133,6 +133,7 @@ def _add_job_arguments(parser: argparse.ArgumentParser, hardware_help: str) -> N
     parser.add_argument("--census", help="census source (see 'hp plugins') or a census file (.yaml/.json, see docs/census.md); "
                                          "default formulas")
     parser.add_argument("--attention", choices=("flash", "eager"), help="attention implementation (default: the runtime's)")
+    parser.add_argument("--optimizer", help="optimizer (see 'hp plugins'; sets precision.optimizer); default: the runtime's (adamw)")
     parser.add_argument("--hardware", help=hardware_help)
 
 
@@ -164,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_recompute_parser(sub)
     _add_search_parser(sub)
 
-    plugins = sub.add_parser("plugins", help="list plugins, layer kinds, census sources, runtimes and hardware",
+    plugins = sub.add_parser("plugins", help="list plugins, layer kinds, census sources, runtimes, hardware and optimizers",
                              description="Plugins and what each provides, with the distribution and version.")
     plugins.add_argument("--json", action="store_true", help="print JSON")
 
@@ -255,6 +256,7 @@ def _add_search_parser(sub: Any) -> None:
     search.add_argument("--global-batch-size", type=_positive, default=1024, help="sequences per step (default 1024)")
     search.add_argument("--seq-len", type=_positive, default=4096, help="tokens per sequence (default 4096)")
     search.add_argument("--runtime", default="generic", help="runtime profile (see 'hp plugins'); default generic")
+    search.add_argument("--optimizer", help="optimizer (see 'hp plugins'); default: the runtime's (adamw)")
     search.add_argument("--top", type=_positive, default=10, help="how many of the fastest layouts to show (default 10)")
     search.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=N",
                         help="hold a degree fixed: dp, cp, tp, pp, vpp, ep, etp, zero, mbs (repeatable)")

@@ -71,12 +71,16 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
     base = structure(DEFAULT_CONFIG, ConfigFile, registry)
     model = resolve_model(attrs.evolve(base, model=args.model, num_layers=args.num_layers), registry)
     hardware = registry.hardware_preset(args.hardware, "--hardware").spec
+    precision = None
+    if args.optimizer is not None:
+        registry.optimizer(args.optimizer, "--optimizer")
+        precision = attrs.evolve(registry.runtime(args.runtime, "--runtime").precision, optimizer=args.optimizer)
     fixed = dict(args.fix)
     kind, address = args.executor
     with task_executor(kind, address, args.workers) as executor:
         kwargs = dict(registry=registry, devices=args.devices, hardware=hardware, global_batch_size=args.global_batch_size,
                       seq_len=args.seq_len, runtime=args.runtime, fixed=fixed, top=args.top, executor=executor,
-                      reserve_bytes=args.reserve)
+                      reserve_bytes=args.reserve, precision=precision)
         if args.json or not sys.stdout.isatty():
             result = search(model, **kwargs)
         else:

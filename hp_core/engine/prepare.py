@@ -1,7 +1,8 @@
 """One run, prepared once: defaults resolved, layers evaluated and censused, placed on chunks.
 
 :func:`prepare` is the one road into the engine. It resolves the runtime's
-defaults (precision, attention, ZeRO level), validates the layout, evaluates
+defaults (precision, attention, ZeRO level) and the optimizer the precision
+names (against the registry), validates the layout, evaluates
 every layer group once in the layout's context (a kind and config once, an
 MTP module's nested layer included), applies the census once, and splits the
 body layers over the pipeline chunks. The memory estimate, the step time, the
@@ -22,12 +23,13 @@ from typing import Any, Iterable, Mapping
 import attrs
 
 from hp_core.engine import census as census_lib
+from hp_core.engine.optimizer import resolve_optimizer
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.engine.stage import StageInputs
 from hp_core.costs import LayerContext, LayerCost
-from hp_core.types import CensusRecord, CensusSource, LayerKind, Runtime
+from hp_core.types import CensusRecord, CensusSource, LayerKind, Optimizer, Runtime
 
 __all__ = [
     "EvaluatedLayers",
@@ -331,6 +333,7 @@ class PreparedRun:
         chunk_bounds: Per pipeline chunk, its body layers ``(first, end)``, end excluded.
         body_group: The group index of each body layer, in order.
         stage_inputs: What a stage's memory needs beyond its layers.
+        optimizer: The optimizer the precision names (from the registry).
     """
 
     model: ModelSpec
@@ -345,6 +348,7 @@ class PreparedRun:
     chunk_bounds: tuple[tuple[int, int], ...]
     body_group: tuple[int, ...]
     stage_inputs: StageInputs
+    optimizer: Optimizer = attrs.field(eq=False, repr=False)
     _resolved: dict = attrs.field(factory=dict, eq=False, repr=False, init=False)
 
     @property
@@ -434,10 +438,12 @@ def prepare(
             (:func:`evaluate_layers`, as a search shares them); evaluated here when ``None``.
 
     Raises:
-        ConfigError: An invalid layout or name (one line, with the field path).
+        ConfigError: An invalid layout or name, an optimizer the registry does
+            not have included (one line, with the field path).
         PluginError: A plugin's evaluator or census source failed.
     """
     profile, precision, attention = resolve_runtime(registry, runtime, precision, attention)
+    optimizer = resolve_optimizer(registry, precision)
     zero = parallel.zero if parallel.zero is not None else profile.zero
     if layers is None:
         source = census if isinstance(census, CensusSource) else census_lib.resolve_source(registry, census)
@@ -452,7 +458,8 @@ def prepare(
     inputs = StageInputs(
         parallel, zero, precision, micro_batches, parallel.resolved_schedule, profile.overhead_bytes,
         profile.deferred_grad_reduction, profile.expert_overhead_bytes, profile.dummy_weight_gradients,
+        optimizer=optimizer,
     )
     return PreparedRun(model, parallel, registry, profile, precision, attention, zero, layers, micro_batches,
-                       tuple(bounds), body_group, inputs)
+                       tuple(bounds), body_group, inputs, optimizer)
 

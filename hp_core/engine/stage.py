@@ -8,8 +8,10 @@ experts),
 
 * parameters ``N * param_bytes``, divided by ``d`` at ZeRO-3/FSDP;
 * gradients ``N * grad_bytes``, divided by ``d`` from ZeRO-2;
-* master parameters ``N * master_param_bytes`` and optimizer states
-  ``N * moments * moment_bytes``, divided by ``d`` from ZeRO-1.
+* master parameters ``N * master_param_bytes`` (where the optimizer keeps a
+  master copy) and optimizer states, what the run's optimizer states per
+  element of each tensor family (:mod:`hp_core.engine.optimizer`; AdamW
+  ``2 * moment_bytes``), divided by ``d`` from ZeRO-1.
 
 Activations: per chunk, micro-batches in flight (:mod:`hp_core.engine.schedule`)
 times what its layers keep under their recompute settings. Working set: the
@@ -21,15 +23,17 @@ working set less what the layers after it already freed for that micro-batch.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import attrs
 
 from hp_core.results import ChunkEstimate, MemoryBreakdown, StageEstimate
+from hp_core.engine.optimizer import group_states, layer_load, master_bytes, rank_params
 from hp_core.engine.schedule import chunks_of_stage, in_flight_per_chunk
 from hp_core.specs.parallel import ParallelSpec
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.costs import LayerCost
+from hp_core.types import Optimizer
 
 __all__ = ["PlacedLayer", "StageInputs", "layer_elements", "offloaded_bytes", "plan_stage", "static_bytes"]
 
@@ -90,7 +94,11 @@ def offloaded_bytes(kept_bytes: int, share: float) -> int:
 
 @attrs.frozen
 class StageInputs:
-    """Everything a stage's estimate needs beyond its layers."""
+    """Everything a stage's estimate needs beyond its layers.
+
+    Attributes:
+        optimizer: The run's optimizer: what it keeps per parameter element.
+    """
 
     parallel: ParallelSpec
     zero: int
@@ -101,6 +109,7 @@ class StageInputs:
     deferred_grad_reduction: bool = False
     expert_overhead_bytes: int = 0
     dummy_wgrad_per_shape: bool = False  # Runtime.dummy_weight_gradients
+    optimizer: Optimizer = attrs.field(kw_only=True)
 
 
 def layer_elements(cost: LayerCost, tp: int, ep: int, etp: int, owners_here: frozenset[str] | set[str]) -> dict[str, int]:
@@ -111,46 +120,46 @@ def layer_elements(cost: LayerCost, tp: int, ep: int, etp: int, owners_here: fro
             is among them is one tensor, counted with its owner.
     """
     found: dict[str, int] = {}
-    for p in cost.params:
-        if p.shared_with is not None and p.shared_with in owners_here:
-            continue  # a tied weight whose owner sits on this stage: one tensor
-        if p.group == "routed_expert":
-            # Experts over ep, each expert's matrices over etp (Megatron-Core parallel_state).
-            n = math.ceil(p.stored_elements / (ep * (etp if p.tp_split else 1)))
-        else:
-            n = math.ceil(p.stored_elements / tp) if p.tp_split else p.stored_elements
+    for p, n in rank_params(cost, tp, ep, etp, owners_here):
         found[p.group] = found.get(p.group, 0) + n
     return found
 
 
 def static_bytes(
-    elements: dict[str, int], precision: PrecisionSpec, zero: int, dense_degree: int, expert_degree: int,
-    whole_grads: bool = False,
+    elements: dict[str, int], states: Mapping[str, Any], precision: PrecisionSpec, master_param_bytes: int, zero: int,
+    dense_degree: int, expert_degree: int, whole_grads: bool = False,
 ) -> tuple[int, int, int, int]:
     """Parameters, gradients, master parameters and optimizer states of one rank.
 
     Args:
         elements: Parameter elements by group (:func:`layer_elements` summed over the stage).
+        states: The optimizer's state bytes by group, before ZeRO sharding, an
+            ``int`` or an exact fraction (:func:`hp_core.engine.optimizer.layer_load`
+            added up over the stage by :func:`~hp_core.engine.optimizer.group_states`).
+        master_param_bytes: Master-copy bytes per element
+            (:func:`~hp_core.engine.optimizer.master_bytes`: 0 where the optimizer keeps none).
         dense_degree: What ZeRO shards dense and shared-expert groups over (DP*CP).
         expert_degree: What it shards routed experts over (expert DP).
         whole_grads: The gradients are held unsharded whatever the ZeRO level
             (deferred gradient reduction, at the end of the last backward).
     """
     p = precision
-    params = grads = master = states = 0
+    params = grads = master = optimizer = 0
     for group, n in elements.items():
         shard = expert_degree if group == "routed_expert" else dense_degree
         params += math.ceil(n * p.param_bytes / (shard if zero >= 3 else 1))
         grads += math.ceil(n * p.grad_bytes / (shard if zero >= 2 and not whole_grads else 1))
-        master += math.ceil(n * p.master_param_bytes / (shard if zero >= 1 else 1))
-        states += math.ceil(n * p.optimizer_state_bytes / (shard if zero >= 1 else 1))
-    return params, grads, master, states
+        master += math.ceil(n * master_param_bytes / (shard if zero >= 1 else 1))
+        optimizer += math.ceil(states.get(group, 0) / (shard if zero >= 1 else 1))
+    return params, grads, master, optimizer
 
 
-def _static(elements: dict[str, int], inputs: StageInputs, whole_grads: bool = False) -> tuple[int, int, int, int]:
+def _static(elements: dict[str, int], states: Mapping[str, Any], inputs: StageInputs,
+            whole_grads: bool = False) -> tuple[int, int, int, int]:
     """:func:`static_bytes` of a stage's inputs (DP*CP for dense groups, expert DP for routed experts)."""
     p = inputs.parallel
-    return static_bytes(elements, inputs.precision, inputs.zero, p.dp * p.cp, p.expert_dp, whole_grads)
+    return static_bytes(elements, states, inputs.precision, master_bytes(inputs.optimizer, inputs.precision), inputs.zero,
+                        p.dp * p.cp, p.expert_dp, whole_grads)
 
 
 def _zero3_buffers(per_layer_elements: Sequence[tuple[int, int]], inputs: StageInputs, stage_elements: int, layers: int = 2) -> int:
@@ -236,24 +245,25 @@ def _compose(chunk_layers: Sequence[Sequence[PlacedLayer]], inputs: StageInputs)
                 distinct[key] = [layer, n]
             else:
                 entry[1] += n
-    owners = {layer.kind for layer, _ in distinct.values()}
+    owners = frozenset(layer.kind for layer, _ in distinct.values())
 
     elements: dict[str, int] = {}
+    state_parts: dict[str, list[tuple[float, int]]] = {}
     elements_by_kind: dict[str, int] = {}
     kinds: dict[str, int] = {}
     per_layer: list[tuple[int, int]] = []  # (elements of one such layer, layers of it) under ZeRO-3
-    seen: dict[int, dict[str, int]] = {}
     for layer, n in distinct.values():
-        key = id(layer.cost)
-        found = seen.get(key)
-        if found is None:
-            found = seen[key] = layer_elements(layer.cost, parallel.tp, parallel.ep, parallel.etp, owners)
-        for group, count in found.items():
-            elements[group] = elements.get(group, 0) + n * count
-        elements_by_kind[layer.kind] = elements_by_kind.get(layer.kind, 0) + n * sum(found.values())
+        # Its elements by group (as layer_elements counts them) and what the optimizer keeps of them.
+        loads = layer_load(layer.cost, layer.kind, parallel.tp, parallel.ep, parallel.etp, owners, inputs.optimizer,
+                           inputs.precision)
+        for group, load in loads.items():
+            elements[group] = elements.get(group, 0) + n * load.elements
+            state_parts.setdefault(group, []).append((load.state_bytes, n))
+        held = sum(load.elements for load in loads.values())
+        elements_by_kind[layer.kind] = elements_by_kind.get(layer.kind, 0) + n * held
         kinds[layer.kind] = kinds.get(layer.kind, 0) + n
         if inputs.zero >= 3:
-            per_layer.append((sum(found.values()), n))
+            per_layer.append((held, n))
     stage_elements = sum(elements.values())
 
     kept_by_chunk = []
@@ -285,9 +295,10 @@ def _compose(chunk_layers: Sequence[Sequence[PlacedLayer]], inputs: StageInputs)
 
     last = inputs.deferred_grad_reduction and inputs.zero >= 2
     first = chunk_layers[0][0]
+    states = group_states(state_parts)
     return _Composition(
-        static=_static(elements, inputs),
-        last_static=_static(elements, inputs, whole_grads=True) if last else None,
+        static=_static(elements, states, inputs),
+        last_static=_static(elements, states, inputs, whole_grads=True) if last else None,
         kept_by_chunk=tuple(kept_by_chunk),
         buffers_by_chunk=tuple(buffers_by_chunk),
         buffers_once=max((layer.cost.buffers_once_bytes for layer, _ in distinct.values()), default=0),

@@ -3,14 +3,13 @@
 from hp_core.specs.hardware import HardwareSpec
 from hp_core.specs.model import LayerGroup, ModelSpec
 from hp_core.specs.parallel import SCHEDULES, ParallelSpec
-from hp_core.specs.precision import OPTIMIZER_MOMENTS, PrecisionSpec
+from hp_core.specs.precision import PrecisionSpec
 from hp_core.specs.run import RecomputeSpec, Setting
 
 __all__ = [
     "HardwareSpec",
     "LayerGroup",
     "ModelSpec",
-    "OPTIMIZER_MOMENTS",
     "ParallelSpec",
     "PrecisionSpec",
     "RecomputeSpec",

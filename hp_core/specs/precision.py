@@ -1,4 +1,4 @@
-"""Precision and optimizer: the byte widths every memory term multiplies by."""
+"""Precision and optimizer: the byte widths every memory term multiplies by, and the optimizer's name."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import attrs
 
 from hp_core.validators import non_negative_int, positive_int
 
-__all__ = ["OPTIMIZER_MOMENTS", "PrecisionSpec"]
+__all__ = ["PrecisionSpec"]
 
-# Optimizer state tensors per parameter: Adam/AdamW keep the first and second
-# moments (Kingma & Ba 2015); Muon keeps one momentum buffer (Jordan et al.
-# 2024); SGD with momentum one buffer, plain SGD none.
-OPTIMIZER_MOMENTS = {"adamw": 2, "adam": 2, "muon": 1, "sgd_momentum": 1, "sgd": 0}
+
+def _optimizer_name(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"PrecisionSpec.optimizer must be an optimizer's name (see 'hp plugins'), got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -28,8 +28,12 @@ class PrecisionSpec:
         grad_bytes: The gradient (accumulation) buffer.
         master_param_bytes: The optimizer's master copy; 0 when the optimizer
             updates the parameters in place (pure fp32 or pure bf16 training).
-        optimizer: One of :data:`OPTIMIZER_MOMENTS`.
-        moment_bytes: Each optimizer state tensor.
+        optimizer: The optimizer's name: an :class:`~hp_core.types.Optimizer`
+            of the registry (``hp plugins``; hook ``hp_optimizers``), which
+            states what it keeps and moves per parameter. Checked where a run
+            is prepared, against the registry the run uses.
+        moment_bytes: Each optimizer state tensor (an optimizer's states are
+            in this width unless it states its own, as 8-bit Adam does).
         activation_bytes: Activations in the compute dtype.
         softmax_bytes: The attention probabilities of eager attention (4 where
             the softmax runs in fp32 and keeps its output so).
@@ -43,19 +47,10 @@ class PrecisionSpec:
     param_bytes: int = attrs.field(default=2, validator=positive_int)
     grad_bytes: int = attrs.field(default=4, validator=positive_int)
     master_param_bytes: int = attrs.field(default=4, validator=non_negative_int)
-    optimizer: str = attrs.field(default="adamw", validator=attrs.validators.in_(tuple(OPTIMIZER_MOMENTS)))
+    optimizer: str = attrs.field(default="adamw", validator=_optimizer_name)
     moment_bytes: int = attrs.field(default=4, validator=positive_int)
     activation_bytes: int = attrs.field(default=2, validator=positive_int)
     softmax_bytes: int = attrs.field(default=2, validator=positive_int)
     dropout_mask_bytes: int = attrs.field(default=1, validator=positive_int)
     lse_bytes: int = attrs.field(default=4, validator=positive_int)
     logits_bytes: int = attrs.field(default=4, validator=positive_int)
-
-    @property
-    def optimizer_moments(self) -> int:
-        return OPTIMIZER_MOMENTS[self.optimizer]
-
-    @property
-    def optimizer_state_bytes(self) -> int:
-        """Optimizer state bytes per parameter (moments only; master copy separate)."""
-        return self.optimizer_moments * self.moment_bytes

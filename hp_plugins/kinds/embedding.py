@@ -14,10 +14,10 @@ from __future__ import annotations
 import attrs
 
 from hp_core.markers import hookimpl
-from hp_core.costs import ActivationTerm, LayerContext, LayerCost, LayerWork, ParamCount
+from hp_core.costs import ActivationTerm, LayerContext, LayerCost, LayerWork
 from hp_core.types import LayerKind
 from hp_core.validators import positive_int
-from hp_plugins.kit import padded_vocab, tp_collectives
+from hp_plugins.kit import padded_vocab, param_count, tp_collectives
 
 __all__ = ["EmbeddingConfig", "evaluate_embedding", "hp_layer_kinds"]
 
@@ -50,7 +50,8 @@ def evaluate_embedding(c: EmbeddingConfig, x: LayerContext) -> LayerCost:
         terms.append(ActivationTerm("embedding_dropout_mask", T * c.hidden_size * x.precision.dropout_mask_bytes // x.sp_degree))
     stored = padded_vocab(c.vocab_size, x.vocab_pad_multiple, x.tp) * c.hidden_size
     return LayerCost(
-        params=(ParamCount("embed_tokens", "dense", c.vocab_size * c.hidden_size, True, stored),),
+        params=(param_count("embed_tokens", "dense", c.vocab_size * c.hidden_size, True, stored,
+                            matrices=((1, stored // c.hidden_size // x.tp, c.hidden_size),), embedding_or_output=True),),
         activations=tuple(terms),
         input_bytes=T * TOKEN_ID_BYTES,
         # Its backward holds the gradient of its output (the first layer's input

@@ -28,7 +28,7 @@ import attrs
 from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.specs.model import LayerGroup
-from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount
+from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost
 from hp_core.types import LayerKind
 from hp_core.validators import positive_int
 from hp_plugins.kit import NORMS, norm_params, padded_vocab, param_count, term, tp_collectives
@@ -85,11 +85,14 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
     # The layer's terms, renamed and without switches: the mtp kind (placed last) declares none.
     layer_terms = tuple(term(f"layer.{t.op}", t.bytes, None, t.tp_split) for t in inner.activations)
     params = (
-        ParamCount("mtp_norms", "dense", 3 * norm_params(c.norm, h), False),
-        ParamCount("eh_proj", "dense", 2 * h * h, True),
-        *(param_count(f"layer.{q.name}", q.group, q.elements, q.tp_split, q.stored_elements, q.shared_with) for q in inner.params),
-        ParamCount("embed_tokens", "dense", c.vocab_size * h, True, vocab * h, "embedding"),
-        ParamCount("lm_head", "dense", c.vocab_size * h, True, vocab * h, "output"),
+        param_count("mtp_norms", "dense", 3 * norm_params(c.norm, h), False),
+        param_count("eh_proj", "dense", 2 * h * h, True, matrices=((1, h // x.tp, 2 * h),)),
+        *(param_count(f"layer.{q.name}", q.group, q.elements, q.tp_split, q.stored_elements, q.shared_with, q.matrices,
+                      q.embedding_or_output) for q in inner.params),
+        param_count("embed_tokens", "dense", c.vocab_size * h, True, vocab * h, "embedding",
+                    matrices=((1, shard, h),), embedding_or_output=True),
+        param_count("lm_head", "dense", c.vocab_size * h, True, vocab * h, "output",
+                    matrices=((1, shard, h),), embedding_or_output=True),
     )
     logits_grad = T * shard * act + T * h * act
     weight_shapes = tuple(dict.fromkeys((*inner.weight_shapes, (h // x.tp, 2 * h), (shard, h))))

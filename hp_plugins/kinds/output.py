@@ -18,10 +18,10 @@ from __future__ import annotations
 import attrs
 
 from hp_core.markers import hookimpl
-from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, LayerWork, ParamCount
+from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, LayerWork
 from hp_core.types import LayerKind
 from hp_core.validators import positive_int
-from hp_plugins.kit import NORM_OPS_PER_ELEMENT, NORMS, norm_params, padded_vocab, tp_collectives
+from hp_plugins.kit import NORM_OPS_PER_ELEMENT, NORMS, norm_params, padded_vocab, param_count, tp_collectives
 
 __all__ = ["OutputConfig", "evaluate_output", "hp_layer_kinds"]
 
@@ -54,9 +54,10 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
     hidden = T * h * p.activation_bytes // x.sp_degree
     vocab_shard = padded_vocab(c.vocab_size, x.vocab_pad_multiple, x.tp) // x.tp
     stored = padded_vocab(c.vocab_size, x.vocab_pad_multiple, x.tp) * h
-    params = [ParamCount("final_norm", "dense", norm_params(c.norm, h), False)]
+    params = [param_count("final_norm", "dense", norm_params(c.norm, h), False)]
     params.append(
-        ParamCount("lm_head", "dense", c.vocab_size * h, True, stored, "embedding" if c.tie_word_embeddings else None)
+        param_count("lm_head", "dense", c.vocab_size * h, True, stored, "embedding" if c.tie_word_embeddings else None,
+                    matrices=((1, vocab_shard, h),), embedding_or_output=True)
     )
     if "fused_cross_entropy" in x.traits:
         # The fused loss overwrites the logits with their gradient in forward and keeps them.

@@ -80,8 +80,8 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     # The key/value heads the attention's matmuls save: repeated to all a under eager.
     kv = a if x.attention == "eager" else g
     b.pre_norm("attn", c.norm, c.hidden_dropout)
-    b.param("qkv_proj", h * qkv + qkv * c.attention_bias, True)
-    b.param("o_proj", a * d * h, True)
+    b.param("qkv_proj", h * qkv + qkv * c.attention_bias, True, matrices=((1, qkv // t, h),))
+    b.param("o_proj", a * d * h, True, matrices=((1, h, a * d // t),))
     b.param("attn_replicated", h * c.attention_out_bias + 2 * d * c.qk_norm, False)
     if c.qk_norm:
         b.keep("qk_norm_in", T * (a + g) * d * act // t, None, True)

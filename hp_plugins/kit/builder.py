@@ -39,9 +39,16 @@ def term(op: str, nbytes: int, switch: str | None = None, tp_split: bool = False
 
 @functools.lru_cache(maxsize=1 << 16)
 def param_count(name: str, group: str, elements: int, tp_split: bool, stored_elements: int | None = None,
-                shared_with: str | None = None) -> ParamCount:
-    """A :class:`~hp_core.costs.ParamCount`, shared with every equal one asked for before."""
-    return ParamCount(name, group, elements, tp_split, stored_elements, shared_with)
+                shared_with: str | None = None, matrices: tuple[tuple[int, int, int], ...] = (),
+                embedding_or_output: bool = False) -> ParamCount:
+    """A :class:`~hp_core.costs.ParamCount`, shared with every equal one asked for before.
+
+    *matrices* (``(count, rows, columns)`` on one rank) drop any with a zero
+    count or side (more ranks than heads or experts: a layout the kind's
+    validation refuses).
+    """
+    matrices = tuple(m for m in matrices if all(m))
+    return ParamCount(name, group, elements, tp_split, stored_elements, shared_with, matrices, embedding_or_output)
 
 
 class LayerBuilder:
@@ -73,9 +80,17 @@ class LayerBuilder:
         if nbytes:
             self.terms.append(term(op, nbytes, switch, tp_split))
 
-    def param(self, name: str, elements: int, tp_split: bool, group: str = "dense") -> None:
+    def param(self, name: str, elements: int, tp_split: bool, group: str = "dense",
+              matrices: tuple[tuple[int, int, int], ...] = ()) -> None:
+        """Record a parameter family of *elements* (whole model).
+
+        Args:
+            matrices: Its 2-D weights as one rank holds them, each ``(count,
+                rows, columns)`` (a linear weight's per-rank ``(fan_out,
+                fan_in)``); its other elements are 1-D (biases, norm scales).
+        """
         if elements:
-            self.params.append(param_count(name, group, elements, tp_split))
+            self.params.append(param_count(name, group, elements, tp_split, matrices=tuple(matrices)))
 
     def pre_norm(self, prefix: str, norm: str, hidden_dropout: float) -> None:
         """A block's pre-norm: its input (the residual stream) and output, the SP gathered copy, the dropout mask.

@@ -101,8 +101,11 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     routed = T // x.sp_degree
     processed = moe_tokens(c, x)
     b.pre_norm("moe", norm, hidden_dropout)
-    b.param("router", E * h, False)
-    b.param("experts", E * 3 * h * c.moe_intermediate_size, True, "routed_expert")
+    b.param("router", E * h, False, matrices=((1, E, h),))
+    # Each of a rank's E / ep experts: the fused gate and up projection and the down projection, split over etp.
+    width = c.moe_intermediate_size // x.etp
+    b.param("experts", E * 3 * h * c.moe_intermediate_size, True, "routed_expert",
+            matrices=((E // x.ep, 2 * width, h), (E // x.ep, h, width)))
     b.keep("router_probs", routed * E * act)
     b.keep("dispatched_tokens", processed * h * act)
     expert_wide = swiglu(b, "expert_", processed, c.moe_intermediate_size // x.etp, True, c.hidden_act, False)
@@ -122,9 +125,9 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     b.linear(processed, c.moe_intermediate_size // x.etp, h)
     if c.shared_expert_intermediate_size:
         I = c.shared_expert_intermediate_size
-        b.param("shared_experts", 3 * h * I, True, "shared_expert")
+        b.param("shared_experts", 3 * h * I, True, "shared_expert", matrices=((1, 2 * I // t, h), (1, h, I // t)))
         if c.shared_expert_gate:
-            b.param("shared_expert_gate", h, False, "shared_expert")
+            b.param("shared_expert_gate", h, False, "shared_expert", matrices=((1, 1, h),))
             b.keep("shared_out", b.hidden)
         b.keep("shared_gathered", b.gathered, "gather")
         shared_wide = swiglu(b, "shared_", T, I // t, True, c.hidden_act)

@@ -69,8 +69,8 @@ def mlp(b: LayerBuilder, c: MLPFields, norm: str, hidden_dropout: float) -> None
     T, h, I = x.tokens, b.h, c.intermediate_size
     fc1 = (2 if c.gated_mlp else 1) * I
     b.pre_norm("mlp", norm, hidden_dropout)
-    b.param("mlp_in_proj", h * fc1 + fc1 * c.mlp_bias, True)
-    b.param("mlp_out_proj", I * h, True)
+    b.param("mlp_in_proj", h * fc1 + fc1 * c.mlp_bias, True, matrices=((1, fc1 // t, h),))
+    b.param("mlp_out_proj", I * h, True, matrices=((1, h, I // t),))
     b.param("mlp_out_bias", h * c.mlp_bias, False)
     wide = swiglu(b, "", T, I // t, c.gated_mlp, c.hidden_act)
     # Backward: the gradients of the FC2 input and of the FC1 outputs, alive together.

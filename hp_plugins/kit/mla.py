@@ -63,21 +63,22 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
     b.pre_norm("attn", c.norm, c.hidden_dropout)
     if c.q_lora_rank is not None:
         r = c.q_lora_rank
-        b.param("q_a_proj", h * r + r * c.attention_bias, False)
+        b.param("q_a_proj", h * r + r * c.attention_bias, False, matrices=((1, r, h),))
         b.param("q_a_layernorm", r, False)
-        b.param("q_b_proj", r * a * qk, True)
+        b.param("q_b_proj", r * a * qk, True, matrices=((1, a * qk // t, r),))
         b.keep("q_latent", T * r * act)
         b.keep("q_latent_norm_out", T * r * act, "normOp")
         b.linear(T, h, r)
         b.linear(T, r, a * qk // t)
     else:
-        b.param("q_proj", h * a * qk, True)
+        b.param("q_proj", h * a * qk, True, matrices=((1, a * qk // t, h),))
         b.linear(T, h, a * qk // t)
     kv_a = c.kv_lora_rank + c.qk_rope_head_dim
-    b.param("kv_a_proj_with_mqa", h * kv_a + kv_a * c.attention_bias, False)
+    b.param("kv_a_proj_with_mqa", h * kv_a + kv_a * c.attention_bias, False, matrices=((1, kv_a, h),))
     b.param("kv_a_layernorm", c.kv_lora_rank, False)
-    b.param("kv_b_proj", c.kv_lora_rank * a * (c.qk_nope_head_dim + c.v_head_dim), True)
-    b.param("o_proj", a * c.v_head_dim * h, True)
+    b.param("kv_b_proj", c.kv_lora_rank * a * (c.qk_nope_head_dim + c.v_head_dim), True,
+            matrices=((1, a * (c.qk_nope_head_dim + c.v_head_dim) // t, c.kv_lora_rank),))
+    b.param("o_proj", a * c.v_head_dim * h, True, matrices=((1, h, a * c.v_head_dim // t),))
     b.keep("kv_latent", T * kv_a * act)
     b.keep("kv_latent_norm_out", T * c.kv_lora_rank * act, "normOp")
     b.keep("q_heads", T * a * qk * act // t, "attUp", True)

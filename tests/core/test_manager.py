@@ -22,7 +22,9 @@ from hp_core.errors import ConfigError
 from hp_core.models import model_from_config
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, PrecisionSpec
 from hp_core.costs import LayerCost
-from hp_core.types import CaseFormat, CensusSource, Exporter, HardwarePreset, LayerKind, ModelFormat, ModelPreset, Runtime
+from hp_core.types import (
+    CaseFormat, CensusSource, Exporter, HardwarePreset, LayerKind, ModelFormat, ModelPreset, Optimizer, Runtime,
+)
 
 IN_CODE = "(registered in code)"
 
@@ -98,6 +100,10 @@ def _case_format(name: str) -> CaseFormat:
                       description="reads nothing")
 
 
+def _optimizer(name: str) -> Optimizer:
+    return Optimizer(name=name, state_bytes=lambda s, p: 3, step_bytes=lambda s, p: 10, description="three bytes a parameter")
+
+
 # One factory per hook: a new hook in HOOKS without a factory fails
 # test_every_hook_has_a_test below, so every hook stays exercised.
 RECORD_FACTORIES = {
@@ -109,6 +115,7 @@ RECORD_FACTORIES = {
     "hp_exporters": _exporter,
     "hp_model_formats": _model_format,
     "hp_case_formats": _case_format,
+    "hp_optimizers": _optimizer,
 }
 
 # How a registry looks a record up by name, per hook.
@@ -121,6 +128,7 @@ LOOKUPS = {
     "hp_exporters": Registry.exporter,
     "hp_model_formats": Registry.model_format,
     "hp_case_formats": Registry.case_format,
+    "hp_optimizers": Registry.optimizer,
 }
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Mapping
 import attrs
 
 from hp_core.engine import census as census_lib
+from hp_core.engine.optimizer import group_states, layer_load, master_bytes, resolve_optimizer
 from hp_core.engine.prepare import evaluate_layers, model_kinds, resolve_runtime
 from hp_core.engine.schedule import in_flight_per_chunk
 from hp_core.engine.search.layouts import (
@@ -30,7 +31,7 @@ from hp_core.engine.search.layouts import (
     _reason_of,
     balanced_layers,
 )
-from hp_core.engine.stage import PlacedLayer, layer_elements, static_bytes
+from hp_core.engine.stage import PlacedLayer, static_bytes
 from hp_core.engine.timing import layer_pricer
 from hp_core.errors import ConfigError
 from hp_core.specs import ModelSpec
@@ -68,6 +69,8 @@ class _Bounder:
         model, registry = job.model, job.registry
         self.job = job
         self.rt, self.precision, self.attention = resolve_runtime(registry, job.runtime, job.precision, None)
+        self.optimizer = resolve_optimizer(registry, self.precision)
+        self.master_bytes = master_bytes(self.optimizer, self.precision)
         self.kinds = model_kinds(model, registry)
         self.body = [(i, g.count) for i, (k, g) in enumerate(zip(self.kinds, model.layers)) if k.placement == "body"]
         self.first = [(i, g.count) for i, (k, g) in enumerate(zip(self.kinds, model.layers)) if k.placement == "first"]
@@ -76,7 +79,7 @@ class _Bounder:
         self.limit = job.hardware.memory_bytes - job.reserve_bytes
         self.census = census_lib.resolve_source(registry, job.census)
         self._contexts: dict[tuple[int, ...], _Layers | str] = {}
-        self._elements: dict[tuple[Any, ...], dict[str, int]] = {}
+        self._elements: dict[tuple[Any, ...], tuple[dict[str, int], dict[str, Any]]] = {}
         self._compositions: dict[tuple[Any, ...], tuple[tuple[_Composition, int], ...]] = {}
         self._chunks: dict[tuple[Any, ...], list[list[tuple[int, int]]]] = {}  # the first stage's chunks
         self._in_flight: dict[tuple[int, int, int], tuple[int, ...]] = {}
@@ -165,16 +168,24 @@ class _Bounder:
         expert_degree = (layout.dp * layout.cp * layout.tp) // (layout.ep * layout.etp)
         for (held, owners), _ in compositions:
             key = (layout.tp, layout.cp, layout.ep, layout.etp, held, owners)
-            elements = self._elements.get(key)
-            if elements is None:
-                elements = {}
+            found = self._elements.get(key)
+            if found is None:
+                elements: dict[str, int] = {}
+                parts: dict[str, list[tuple[float, int]]] = {}
                 for i, n in held:
-                    for group, count in layer_elements(costs[i], layout.tp, layout.ep, layout.etp, owners).items():
-                        elements[group] = elements.get(group, 0) + n * count
-                self._elements[key] = elements
-            heaviest = max(heaviest, sum(static_bytes(elements, self.precision, zero, dense_degree, expert_degree)))
+                    # The group's elements (as layer_elements counts them) and what the optimizer keeps of them.
+                    loads = layer_load(costs[i], self.kinds[i].name, layout.tp, layout.ep, layout.etp, owners,
+                                       self.optimizer, self.precision)
+                    for group, load in loads.items():
+                        elements[group] = elements.get(group, 0) + n * load.elements
+                        parts.setdefault(group, []).append((load.state_bytes, n))
+                found = self._elements[key] = (elements, group_states(parts))
+            elements, states = found
+            heaviest = max(heaviest, sum(static_bytes(elements, states, self.precision, self.master_bytes, zero,
+                                                      dense_degree, expert_degree)))
             if whole:
-                heaviest = max(heaviest, sum(static_bytes(elements, self.precision, zero, dense_degree, expert_degree, True)))
+                heaviest = max(heaviest, sum(static_bytes(elements, states, self.precision, self.master_bytes, zero,
+                                                          dense_degree, expert_degree, True)))
         return heaviest
 
     def first_stage_static(self, layout: Layout, costs: list[LayerCost], zero: int) -> int:

@@ -90,14 +90,21 @@ The model, with its sources (figures come from the profile, each sourced there):
   (the expert DP group for routed experts) and parameters all-gathered back
   (Rajbhandari et al. 2020); under ZeRO-3 parameters are gathered forward and
   backward and gradients reduce-scattered every micro-batch. The optimizer
-  step is memory-bound: Adam reads and writes the master parameters and both
-  moments and reads the gradient (Kingma and Ba 2015), the master copy is
-  cast to the model parameters, gradient clipping passes over the gradient
-  ``optimizer_grad_passes`` times (all over the rank's shard), and the
-  whole local gradient buffer is accessed ``grad_buffer_passes`` times
-  (zeroing, a NaN check) plus ``grad_scale_passes`` times where there is more
-  than one data-parallel replica (scaling by ``1/(DP*CP)``, the routed
-  experts' buffer included: Megatron-Core ``distributed_data_parallel.py``). The step is the
+  step is memory-bound: per element of the rank's shard its update moves what
+  the run's optimizer states (:attr:`Optimizer.step_bytes
+  <hp_core.types.Optimizer.step_bytes>`: AdamW reads and writes the master
+  parameters and both moments and reads the gradient, Kingma and Ba 2015, and
+  the master copy is cast to the model parameters), gradient clipping passes
+  over the gradient ``optimizer_grad_passes`` times (all over the rank's
+  shard), and the whole local gradient buffer is accessed
+  ``grad_buffer_passes`` times (zeroing, a NaN check) plus
+  ``grad_scale_passes`` times where there is more than one data-parallel
+  replica (scaling by ``1/(DP*CP)``, the routed experts' buffer included:
+  Megatron-Core ``distributed_data_parallel.py``). The FLOPs an optimizer
+  states beyond its update (Muon's Newton-Schulz products) run at the
+  ``matmul`` efficiency, their elementwise part as a layer's, on every rank;
+  the states it needs whole under ZeRO are all-gathered over the group once
+  per step, added to the DP time and not overlapped. The step is the
   pipeline plus the slowest stage's DP communication and optimizer step.
 * **A whole run** against its kernels measured alone: where the profile's
   device entry states ``sustained_slowdown``, every GPU time above (compute,

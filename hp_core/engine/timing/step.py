@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import attrs
 
+from hp_core.engine.optimizer import OptimizerLoad, add_loads, layer_load
 from hp_core.engine.prepare import PreparedRun
-from hp_core.engine.stage import layer_elements, offloaded_bytes
+from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.timing.collectives import collective_seconds, pipeline_seconds
 from hp_core.engine.timing.layer import _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
@@ -22,6 +23,7 @@ from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.specs.timing import TimingProfile
 from hp_core.costs import LayerCost
+from hp_core.types import Optimizer
 
 __all__ = ["time_run"]
 
@@ -38,41 +40,58 @@ def _runs(layers: list) -> list[tuple[object, int]]:
 
 
 def _stage_elements(held: dict[int, int], costs: tuple[LayerCost, ...], names: list[str], parallel: ParallelSpec,
-                    cache: dict) -> tuple[int, int]:
-    """Dense and routed-expert parameter elements one rank of a stage holds (before ZeRO sharding).
+                    cache: dict, optimizer: Optimizer, precision: PrecisionSpec) -> tuple[int, int, OptimizerLoad, OptimizerLoad]:
+    """Dense and routed-expert parameter elements one rank of a stage holds (before ZeRO sharding), and the optimizer's load of each.
 
-    Counted as the memory estimate counts them (:func:`hp_core.engine.stage.layer_elements`):
+    Counted as the memory estimate counts them (:func:`hp_core.engine.stage.layer_elements`, through
+    :func:`hp_core.engine.optimizer.layer_load`):
     TP-split tensors over ``tp``, routed experts over ``ep * etp``; a tied
     weight whose owner sits on the stage once. *held* counts the stage's
-    layers by group; *cache* keeps each group's count per set of kinds on a stage.
+    layers by group; *cache* keeps each group's count and load per set of
+    kinds on a stage. The loads (:func:`hp_core.engine.optimizer.layer_load`)
+    are the dense and shared-expert groups' together, and the routed experts'.
     """
     owners = frozenset(names[group] for group in held)
     dense = experts = 0
+    dense_loads: list[OptimizerLoad] = []
+    expert_loads: list[OptimizerLoad] = []
     for group, count in held.items():
         key = (group, owners)
-        found = cache.get(key)
-        if found is None:
-            found = cache[key] = layer_elements(costs[group], parallel.tp, parallel.ep, parallel.etp, owners)
-        for kind, n in found.items():
+        loads = cache.get(key)
+        if loads is None:
+            loads = cache[key] = layer_load(costs[group], names[group], parallel.tp, parallel.ep, parallel.etp, owners,
+                                            optimizer, precision)
+        for kind, load in loads.items():
             if kind == "routed_expert":
-                experts += count * n
+                experts += count * load.elements
+                expert_loads.append(load.times(count))
             else:
-                dense += count * n
-    return dense, experts
+                dense += count * load.elements
+                dense_loads.append(load.times(count))
+    return dense, experts, add_loads(dense_loads), add_loads(expert_loads)
 
 
-def _optimizer_bytes_per_element(precision: PrecisionSpec, profile: TimingProfile) -> float:
-    """HBM bytes the optimizer step moves per sharded parameter element (:mod:`hp_core.engine.timing`).
+def _update_bytes(dense: OptimizerLoad, experts: OptimizerLoad, dense_group: int, expert_group: int, zero: int,
+                  grad_passes: float, grad_bytes: int) -> float:
+    """HBM bytes one rank's optimizer update moves (:mod:`hp_core.engine.timing`).
 
-    Adam (Kingma and Ba 2015) reads the gradient and reads and writes the
-    master parameters and each moment; the master copy is then read and cast
-    into the model parameters; clipping passes over the gradient.
+    Per element of the rank's shard (all its elements under ZeRO-0): the
+    bytes the optimizer states its update moves (:attr:`Optimizer.step_bytes
+    <hp_core.types.Optimizer.step_bytes>`: AdamW reads the gradient, reads and
+    writes the master parameters and both moments, and casts the master copy
+    into the parameters; Kingma and Ba 2015), plus the runtime's passes over
+    the gradient shard (clipping: ``optimizer_grad_passes``). Elements are
+    grouped by the bytes their update moves.
     """
-    p = precision
-    master = p.master_param_bytes or p.param_bytes
-    moments = p.optimizer_moments * p.moment_bytes
-    cast = (p.master_param_bytes + p.param_bytes) if p.master_param_bytes else 0
-    return 2 * master + p.grad_bytes + 2 * moments + cast + profile.optimizer_grad_passes.value * p.grad_bytes
+    by_rate: dict[float, list[int]] = {}
+    for index, load in enumerate((dense, experts)):
+        for rate, n in load.step_elements:
+            by_rate.setdefault(rate, [0, 0])[index] += n
+    moved = 0.0
+    for rate, (d, e) in sorted(by_rate.items()):
+        shard = (d / dense_group + e / expert_group) if zero >= 1 else d + e
+        moved += shard * (rate + grad_passes * grad_bytes)
+    return moved
 
 
 def time_run(
@@ -168,7 +187,7 @@ def time_run(
     dense_group = parallel.dp * parallel.cp
     expert_group = parallel.expert_dp
     dp_bw, dp_lat, dp_fixed = links.dp
-    opt_bytes = _optimizer_bytes_per_element(precision, timing)
+    grad_passes = timing.optimizer_grad_passes.value
     chunks = parallel.chunks
     stages: list[StageTime] = []
     recomputed_flops_per_stage: list[float] = []
@@ -199,7 +218,8 @@ def time_run(
                 rflops += n * t.recomputed_flops
             sends += (c != chunks - 1) + (c != 0)
         comm += sends * send
-        dense, experts = _stage_elements(held, costs, names, parallel, elements_cache)
+        dense, experts, dense_load, expert_load = _stage_elements(held, costs, names, parallel, elements_cache,
+                                                                  run.optimizer, precision)
         if zero >= 3:
             # FSDP: gather parameters forward and again backward, reduce-scatter gradients, every micro-batch.
             per_mb = 0.0
@@ -218,13 +238,26 @@ def time_run(
                     dp += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
                     dp += collective_seconds("all_gather", n * param_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
             dp *= (1 - ov.data_parallel.value) * rates.slowdown
-        shard = (dense / dense_group + experts / expert_group) if zero >= 1 else dense + experts
+        if zero >= 1 and (dense_load.gather_bytes or expert_load.gather_bytes):
+            # States the optimizer needs whole, gathered over the group ZeRO shards them over once
+            # per step, in the optimizer step: nothing left to overlap it with.
+            gather = 0.0
+            for nbytes, group in ((dense_load.gather_bytes, dense_group), (expert_load.gather_bytes, expert_group)):
+                if nbytes:
+                    gather += collective_seconds("all_gather", nbytes, group, dp_bw, dp_lat, overhead=dp_fixed)
+            dp += gather * rates.slowdown
         # Megatron-Core scales the dense and the expert gradient buffers alike by 1/(dp*cp)
         # before the reduction (distributed_data_parallel.py: expert_gradient_scaling_factor
         # = 1 / dp_cp size), whatever the expert data-parallel group's size.
         reduced = (dense + experts) * (dense_group > 1)
         buffer_passes = timing.grad_buffer_passes.value * (dense + experts) + timing.grad_scale_passes.value * reduced
-        opt = (shard * opt_bytes + buffer_passes * grad_bytes) / memory * rates.slowdown
+        moved = _update_bytes(dense_load, expert_load, dense_group, expert_group, zero, grad_passes, grad_bytes)
+        opt = (moved + buffer_passes * grad_bytes) / memory * rates.slowdown
+        matmul = dense_load.matmul_flops + expert_load.matmul_flops
+        elementwise = dense_load.elementwise_flops + expert_load.elementwise_flops
+        if matmul or elementwise:
+            # What the optimizer computes beyond its update (Muon's Newton-Schulz products), on every rank.
+            opt += (matmul / (peak * rates.matmul) + elementwise * rates.el_bytes_per_flop / memory) * rates.slowdown
         stages.append(StageTime(stage, fwd, bwd, rec, comm, fwd + bwd + rec + comm, dp, opt, flops))
         recomputed_flops_per_stage.append(rflops)
 
