@@ -400,7 +400,7 @@ class LayerCost:
     forward: Flops = attrs.field(factory=Flops)
     weight_shapes: tuple[tuple[int, int], ...] = ()
     measured: tuple[tuple[frozenset[str], int], ...] = ()
-    work: LayerWork | None = None
+    work: LayerWork | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(LayerWork)))
 
     @property
     def kept_bytes(self) -> int:

@@ -26,11 +26,12 @@ from typing import Iterable
 
 from hp_core.markers import hookspec
 from hp_core.types import (
-    CaseFormat, CensusSource, Exporter, HardwarePreset, LayerKind, ModelFormat, ModelPreset, Optimizer, Runtime,
+    CaseFormat, CensusSource, Exporter, HardwarePreset, LayerAspect, LayerKind, ModelFormat, ModelPreset, Optimizer,
+    Runtime,
 )
 
 __all__ = [
-    "HOOKS", "hp_case_formats", "hp_census_sources", "hp_exporters", "hp_hardware", "hp_layer_kinds", "hp_model_formats",
+    "HOOKS", "hp_case_formats", "hp_census_sources", "hp_exporters", "hp_hardware", "hp_layer_aspects", "hp_layer_kinds", "hp_model_formats",
     "hp_models", "hp_optimizers", "hp_runtimes",
 ]
 
@@ -241,6 +242,32 @@ def hp_optimizers() -> Iterable[Optimizer]:
     """
 
 
+@hookspec
+def hp_layer_aspects() -> Iterable[LayerAspect]:
+    """Yield cost aspects of existing layer kinds: one field of another plugin's kind, stated apart.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.types.LayerAspect`: the kind it
+    applies to, which :class:`~hp_core.costs.LayerCost` field it states
+    (``params``, ``activations`` or ``work``) and
+    ``evaluate(config, context, cost) -> value``.
+
+    Call semantics: called once per registry build; all results collected.
+    The registry composes each kind's evaluator with its aspects, so every
+    consumer sees the composed cost. An aspect naming a kind no plugin
+    provides, or two aspects stating the same field of one kind, is an error
+    naming them.
+
+    Example::
+
+        @hookimpl
+        def hp_layer_aspects():
+            yield LayerAspect(name="nvls-dense", kind="dense", aspect="work", evaluate=dense_work_with_nvls,
+                              description="dense layers' TP all-reduces on NVLink SHARP")
+    """
+
+
 # Every hook, with the record type it yields: the registry's build table.
 HOOKS = {
     "hp_layer_kinds": LayerKind,
@@ -252,4 +279,5 @@ HOOKS = {
     "hp_model_formats": ModelFormat,
     "hp_case_formats": CaseFormat,
     "hp_optimizers": Optimizer,
+    "hp_layer_aspects": LayerAspect,
 }

@@ -11,7 +11,8 @@ from hp_core.distributions import planner_version
 from hp_core.errors import ConfigError, PluginError, describe
 from hp_core.hookspecs import HOOKS
 from hp_core.types import (
-    CaseFormat, CensusSource, Exporter, HardwarePreset, LayerKind, ModelFormat, ModelPreset, Optimizer, Runtime,
+    CaseFormat, CensusSource, Exporter, HardwarePreset, LayerAspect, LayerKind, ModelFormat, ModelPreset, Optimizer,
+    Runtime,
 )
 
 __all__ = ["Provider", "Registry"]
@@ -84,6 +85,49 @@ def _lookup(items: tuple[Any, ...], name: str, what: str, path: str) -> Any:
 
 
 @attrs.frozen
+class _Composed:
+    """A kind's evaluator followed by the aspects other plugins state for it (picklable, unlike a closure)."""
+
+    evaluate: Any
+    aspects: tuple[LayerAspect, ...]
+
+    def __call__(self, config: Any, context: Any) -> Any:
+        cost = self.evaluate(config, context)
+        for aspect in self.aspects:
+            try:
+                value = aspect.evaluate(config, context, cost)
+                cost = attrs.evolve(cost, **{aspect.aspect: value})
+            except (TypeError, ValueError) as exc:
+                raise PluginError(aspect.name, f"aspect {aspect.aspect} of kind {aspect.kind} is not a valid "
+                                               f"{aspect.aspect}: {describe(exc)}") from exc
+        return cost
+
+
+def _with_aspects(kinds: tuple[LayerKind, ...], aspects: tuple[LayerAspect, ...]) -> tuple[LayerKind, ...]:
+    """The kinds, each evaluator composed with the aspects stated for it (in aspect name order).
+
+    Raises:
+        PluginError: An aspect names a kind no plugin provides, or two state one field of a kind.
+    """
+    names = {kind.name for kind in kinds}
+    seen: dict[tuple[str, str], str] = {}
+    for aspect in aspects:
+        if aspect.kind not in names:
+            raise PluginError(aspect.name, f"states the {aspect.aspect} of layer kind {aspect.kind!r}, which no plugin provides")
+        other = seen.setdefault((aspect.kind, aspect.aspect), aspect.name)
+        if other != aspect.name:
+            raise PluginError(aspect.name, f"states the {aspect.aspect} of layer kind {aspect.kind!r}, as aspect {other!r} "
+                                           "does; block one of them")
+    if not aspects:
+        return kinds
+    return tuple(
+        attrs.evolve(kind, evaluate=_Composed(kind.evaluate, tuple(a for a in aspects if a.kind == kind.name)))
+        if any(a.kind == kind.name for a in aspects) else kind
+        for kind in kinds
+    )
+
+
+@attrs.frozen
 class Registry:
     """Every record the plugins yield, by hook, sorted by name; immutable.
 
@@ -99,6 +143,7 @@ class Registry:
     model_formats: tuple[ModelFormat, ...] = ()
     case_formats: tuple[CaseFormat, ...] = ()
     optimizers: tuple[Optimizer, ...] = ()
+    layer_aspects: tuple[LayerAspect, ...] = ()
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
 
@@ -125,7 +170,7 @@ class Registry:
                     raise PluginError(fmt.name, f"model_type {model_type!r} is also read by model format {claimed[model_type]!r}")
                 claimed[model_type] = fmt.name
         return cls(
-            layer_kinds=fields["layer_kinds"],
+            layer_kinds=_with_aspects(fields["layer_kinds"], fields["layer_aspects"]),
             census_sources=fields["census_sources"],
             runtimes=fields["runtimes"],
             hardware=fields["hardware"],
@@ -134,6 +179,7 @@ class Registry:
             model_formats=fields["model_formats"],
             case_formats=fields["case_formats"],
             optimizers=fields["optimizers"],
+            layer_aspects=fields["layer_aspects"],
             providers=providers,
             plugins=plugins,
         )
@@ -158,6 +204,9 @@ class Registry:
 
     def model_format(self, name: str, path: str = "$.model") -> ModelFormat:
         return _lookup(self.model_formats, name, "model format", path)
+
+    def layer_aspect(self, name: str, path: str = "$.aspects") -> LayerAspect:
+        return _lookup(self.layer_aspects, name, "layer aspect", path)
 
     def case_format(self, name: str, path: str = "$.format") -> CaseFormat:
         return _lookup(self.case_formats, name, "case format", path)

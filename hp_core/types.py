@@ -24,7 +24,9 @@ from hp_core.specs.precision import PrecisionSpec
 from hp_core.specs.timing import TimingProfile
 
 __all__ = [
+    "ASPECTS",
     "CaseFormat",
+    "LayerAspect",
     "CensusBytes",
     "CensusRecord",
     "CensusRequest",
@@ -463,4 +465,38 @@ class Optimizer:
     master_copy: bool = True
     step_flops: Callable[[ParamSlice, PrecisionSpec], Flops] | None = None
     gather_bytes: Callable[[ParamSlice, PrecisionSpec], float] | None = None
+    description: str = ""
+
+
+# The fields of a LayerCost a plugin may state for another plugin's kind (LayerAspect.aspect).
+ASPECTS = ("params", "activations", "work")
+
+
+@attrs.frozen
+class LayerAspect:
+    """One cost aspect of an existing layer kind, stated by another plugin.
+
+    A plugin that knows one aspect of a kind better than the kind's own
+    plugin (its collectives on a particular interconnect, its activations
+    under a trainer's fused kernels) states that aspect alone, without
+    registering the kind again: the registry composes the kind's evaluator
+    with it, so every estimate, step time, plan, census and contract check
+    sees the composed cost.
+
+    Attributes:
+        name: Registry name of the aspect.
+        kind: The layer kind it applies to (another plugin's, or a built-in).
+        aspect: Which field of :class:`~hp_core.costs.LayerCost` it states:
+            ``params`` (a tuple of ParamCount), ``activations`` (a tuple of
+            ActivationTerm) or ``work`` (a LayerWork) (:data:`ASPECTS`).
+        evaluate: ``evaluate(config, context, cost) -> value``: the field's
+            new value, given the kind's cost (with the aspects of lower name
+            already applied).
+        description: One line for ``hp plugins``.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    kind: str = attrs.field(validator=_check_name)
+    aspect: str = attrs.field(validator=attrs.validators.in_(ASPECTS))
+    evaluate: Callable[..., Any]
     description: str = ""

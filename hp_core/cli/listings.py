@@ -25,6 +25,7 @@ def plugins_command(args: argparse.Namespace, registry: Registry, console: Conso
         ("models", "hp_models", registry.models, lambda m: m.description),
         ("exporters", "hp_exporters", registry.exporters, lambda e: f"runtime {e.runtime}; {e.description}"),
         ("optimizers", "hp_optimizers", registry.optimizers, lambda o: o.description),
+        ("layer aspects", "hp_layer_aspects", registry.layer_aspects, lambda a: f"{a.kind}.{a.aspect}; {a.description}"),
     )
     if args.json:
         doc: dict[str, Any] = {

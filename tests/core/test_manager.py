@@ -23,7 +23,8 @@ from hp_core.models import model_from_config
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, PrecisionSpec
 from hp_core.costs import LayerCost
 from hp_core.types import (
-    CaseFormat, CensusSource, Exporter, HardwarePreset, LayerKind, ModelFormat, ModelPreset, Optimizer, Runtime,
+    CaseFormat, CensusSource, Exporter, HardwarePreset, LayerAspect, LayerKind, ModelFormat, ModelPreset, Optimizer,
+    Runtime,
 )
 
 IN_CODE = "(registered in code)"
@@ -104,6 +105,12 @@ def _optimizer(name: str) -> Optimizer:
     return Optimizer(name=name, state_bytes=lambda s, p: 3, step_bytes=lambda s, p: 10, description="three bytes a parameter")
 
 
+def _layer_aspect(name: str) -> LayerAspect:
+    """Doubles the dense kind's working set: an aspect of a built-in kind."""
+    return LayerAspect(name=name, kind="dense", aspect="activations",
+                       evaluate=lambda config, context, cost: cost.activations, description="the kind's own terms")
+
+
 # One factory per hook: a new hook in HOOKS without a factory fails
 # test_every_hook_has_a_test below, so every hook stays exercised.
 RECORD_FACTORIES = {
@@ -115,6 +122,7 @@ RECORD_FACTORIES = {
     "hp_exporters": _exporter,
     "hp_model_formats": _model_format,
     "hp_case_formats": _case_format,
+    "hp_layer_aspects": _layer_aspect,
     "hp_optimizers": _optimizer,
 }
 
@@ -128,6 +136,7 @@ LOOKUPS = {
     "hp_exporters": Registry.exporter,
     "hp_model_formats": Registry.model_format,
     "hp_case_formats": Registry.case_format,
+    "hp_layer_aspects": Registry.layer_aspect,
     "hp_optimizers": Registry.optimizer,
 }
 
@@ -489,3 +498,49 @@ def test_hp_validate_reads_a_case_format_plugin(tmp_path):
                     '"intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100}}')
     (case,) = load_cases(path, registry)
     assert (case.name, case.stage_peak_bytes, len(case.model.layers)) == ("toy-run", (1024,), 3)
+
+
+# ----------------------------------------------------------------------------- layer aspects
+
+
+def test_an_aspect_refines_a_built_in_kind_everywhere():
+    import attrs
+
+    from hp_core.api import estimate, model_from_preset, step_time
+    from hp_core.specs import ParallelSpec
+
+    def no_norm_outputs(config, context, cost):
+        return tuple(t for t in cost.activations if not t.op.endswith("norm_out"))
+
+    aspect = LayerAspect(name="fused-norms", kind="dense", aspect="activations", evaluate=no_norm_outputs)
+    plain = build_registry(use_env=False)
+    refined = build_registry([_one_off_plugin("hp_layer_aspects", [aspect])], use_env=False)
+    assert refined.layer_aspect("fused-norms") == aspect and refined.layer_kind("dense") != plain.layer_kind("dense")
+    model = model_from_preset("llama3-8b", plain)
+    layout = ParallelSpec(dp=1, tp=2, sp=True, seq_len=1024)
+    base = estimate(model, layout, registry=plain).stages[0].activations_by_kind["dense"]
+    less = estimate(model, layout, registry=refined).stages[0].activations_by_kind["dense"]
+    # Two norm outputs per layer, 1,024 x 4,096 x 2 bytes split over 2 by SP: 4 MiB a layer, 32 layers.
+    assert base - less == 32 * 2 * 1024 * 4096 * 2 // 2
+    # The work is untouched, so the step time's communication is too.
+    h100 = plain.hardware_preset("h100-sxm").spec
+    assert (step_time(model, layout, registry=refined, hardware=h100).communication_seconds
+            == step_time(model, layout, registry=plain, hardware=h100).communication_seconds)
+
+
+def test_aspects_of_unknown_kinds_or_twice_one_field_are_refused():
+    keep = lambda config, context, cost: cost.activations  # noqa: E731
+    stray = LayerAspect(name="stray", kind="no-such-kind", aspect="activations", evaluate=keep)
+    with pytest.raises(PluginError, match="states the activations of layer kind 'no-such-kind', which no plugin provides"):
+        Registry.from_manager(get_plugin_manager([_one_off_plugin("hp_layer_aspects", [stray])], use_env=False))
+    one = LayerAspect(name="one", kind="dense", aspect="work", evaluate=lambda c, x, cost: cost.work)
+    two = LayerAspect(name="two", kind="dense", aspect="work", evaluate=lambda c, x, cost: cost.work)
+    with pytest.raises(PluginError, match="states the work of layer kind 'dense', as aspect 'one' does"):
+        Registry.from_manager(get_plugin_manager([_one_off_plugin("hp_layer_aspects", [one, two])], use_env=False))
+    wrong = LayerAspect(name="wrong", kind="dense", aspect="work", evaluate=lambda c, x, cost: "not a work")
+    registry = Registry.from_manager(get_plugin_manager([_one_off_plugin("hp_layer_aspects", [wrong])], use_env=False))
+    from hp_core.api import estimate, model_from_preset
+    from hp_core.specs import ParallelSpec
+
+    with pytest.raises(PluginError, match="aspect work of kind dense is not a valid work"):
+        estimate(model_from_preset("llama3-8b", registry), ParallelSpec(seq_len=1024), registry=registry)
