@@ -106,7 +106,7 @@ def _optimizer(name: str) -> Optimizer:
 
 
 def _layer_aspect(name: str) -> LayerAspect:
-    """Doubles the dense kind's working set: an aspect of a built-in kind."""
+    """An aspect of a built-in kind that restates its own activations."""
     return LayerAspect(name=name, kind="dense", aspect="activations",
                        evaluate=lambda config, context, cost: cost.activations, description="the kind's own terms")
 
