@@ -474,14 +474,10 @@ ASPECTS = ("params", "activations", "work")
 
 @attrs.frozen
 class LayerAspect:
-    """One cost aspect of an existing layer kind, stated by another plugin.
+    """One cost aspect of an existing layer kind, stated by another plugin without registering the kind again.
 
-    A plugin that knows one aspect of a kind better than the kind's own
-    plugin (its collectives on a particular interconnect, its activations
-    under a trainer's fused kernels) states that aspect alone, without
-    registering the kind again: the registry composes the kind's evaluator
-    with it, so every estimate, step time, plan, census and contract check
-    sees the composed cost.
+    The registry composes the kind's evaluator with it, so every estimate,
+    step time, plan, census and contract check sees the composed cost.
 
     Attributes:
         name: Registry name of the aspect.
