@@ -170,3 +170,10 @@ def test_nothing_below_the_facade_imports_the_package_itself():
     importers = sorted(name for name, targets in _graph().items()
                        if PACKAGE in targets and not name.startswith(ABOVE_THE_FACADE) and name != PACKAGE)
     assert importers == []
+
+
+def test_no_module_is_above_500_lines():
+    # One responsibility a file: a module past 500 lines holds several rooms (split it by responsibility).
+    long = {name: n for name, path in _modules().items()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > 500}
+    assert long == {}
