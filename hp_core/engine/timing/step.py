@@ -167,6 +167,7 @@ def time_run(
     last_times, last_groups = placed("last")
     names = [kind.name for kind in kinds]
     elements_cache: dict = {}
+    stage_cache: dict = {}
     body_groups = run.layers.body_groups
 
     # Pipeline sends: the activation per chunk boundary, each way: split over TP under SP
@@ -218,8 +219,13 @@ def time_run(
                 rflops += n * t.recomputed_flops
             sends += (c != chunks - 1) + (c != 0)
         comm += sends * send
-        dense, experts, dense_load, expert_load = _stage_elements(held, costs, names, parallel, elements_cache,
-                                                                  run.optimizer, precision)
+        # Stages holding the same layers (the middle stages of a pipeline) count them once.
+        composition = tuple(sorted(held.items()))
+        found = stage_cache.get(composition)
+        if found is None:
+            found = stage_cache[composition] = _stage_elements(held, costs, names, parallel, elements_cache,
+                                                               run.optimizer, precision)
+        dense, experts, dense_load, expert_load = found
         if zero >= 3:
             # FSDP: gather parameters forward and again backward, reduce-scatter gradients, every micro-batch.
             per_mb = 0.0
