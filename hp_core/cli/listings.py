@@ -26,6 +26,8 @@ def plugins_command(args: argparse.Namespace, registry: Registry, console: Conso
         ("exporters", "hp_exporters", registry.exporters, lambda e: f"runtime {e.runtime}; {e.description}"),
         ("optimizers", "hp_optimizers", registry.optimizers, lambda o: o.description),
         ("layer aspects", "hp_layer_aspects", registry.layer_aspects, lambda a: f"{a.kind}.{a.aspect}; {a.description}"),
+        ("model formats", "hp_model_formats", registry.model_formats, lambda f: f.description),
+        ("case formats", "hp_case_formats", registry.case_formats, lambda f: f.description),
     )
     if args.json:
         doc: dict[str, Any] = {

@@ -165,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_recompute_parser(sub)
     _add_search_parser(sub)
 
-    plugins = sub.add_parser("plugins", help="list plugins, layer kinds, census sources, runtimes, hardware and optimizers",
+    plugins = sub.add_parser("plugins", help="list plugins, layer kinds, census sources, runtimes, hardware, optimizers, layer aspects, model and case formats",
                              description="Plugins and what each provides, with the distribution and version.")
     plugins.add_argument("--json", action="store_true", help="print JSON")
 
