@@ -1,10 +1,13 @@
 """The layout search's second phase, best first, and :func:`search`, which runs both phases.
 
-The candidates the first phase (:mod:`hp_core.engine.search.bounds`) bounded
+The candidates the first phase (:mod:`hp_core.engine.search.first_phase`) bounded
 are taken in the order of their bound, in waves of a fixed size: one taken
 with its cheap bound is refined (:func:`_refine`), one taken with its refined
 bound is planned (:func:`_plan`), while its bound can still enter the top K.
-See :mod:`hp_core.engine.search` for the whole method.
+The first phase answers a lower bound on each cheap bound; the cheap bound
+itself is priced here, in this process, only for the candidates whose lower
+bound comes up (:class:`_Cheap`), so the waves are those of the cheap bounds
+themselves. See :mod:`hp_core.engine.search` for the whole method.
 """
 
 from __future__ import annotations
@@ -12,16 +15,29 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections import OrderedDict
 from concurrent.futures import Executor
 from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
 from hp_core.engine.estimate import estimate_run
-from hp_core.engine.prepare import prepare
+from hp_core.engine.prepare import EvaluatedLayers, prepare
 from hp_core.engine.recompute.layout import describe_ranges
 from hp_core.engine.recompute.plan import plan_run
-from hp_core.engine.search.bounds import _Bounder, _families, _first_phase, _first_work, _FirstTask, _routed_experts
+from hp_core.engine.search.bounds import _Bounder, _time_bound
+from hp_core.engine.search.first_phase import (
+    _KEY_FIELDS,
+    _families,
+    _first_phase,
+    _first_work,
+    _FirstTask,
+    _key_bits,
+    _pack,
+    _routed_experts,
+    _shares,
+    _unpack,
+)
 from hp_core.engine.search.layouts import (
     FIXABLE,
     R_FULL,
@@ -34,6 +50,7 @@ from hp_core.engine.search.layouts import (
     SearchResult,
     _Job,
     _reason_of,
+    balanced_layers,
     zero_levels,
 )
 from hp_core.engine.timing import time_run
@@ -64,18 +81,24 @@ class _Refined:
     bound_seconds: float = math.inf
 
 
-def _work(task: _Task) -> _Refined | Candidate | None:
-    """Refine or plan one candidate (:func:`search`'s second phase)."""
-    return _plan(task.job, task.layout) if task.plan else _refine(task.job, task.layout)
+def _work(task: _Task, layers: EvaluatedLayers | None = None) -> _Refined | Candidate | None:
+    """Refine or plan one candidate (:func:`search`'s second phase).
+
+    Args:
+        layers: The groups evaluated in the candidate's layer context where
+            this process has them (:func:`~hp_core.engine.prepare.prepare`'s
+            ``layers``); evaluated again when ``None``.
+    """
+    return _plan(task.job, task.layout, layers) if task.plan else _refine(task.job, task.layout, layers)
 
 
-def _refine(job: _Job, layout: Layout) -> _Refined:
+def _refine(job: _Job, layout: Layout, layers: EvaluatedLayers | None = None) -> _Refined:
     """The exact memory bounds and the exact step-time bound of one candidate (:mod:`hp_core.engine.search`)."""
     parallel = layout.parallel(job.seq_len, job.global_batch_size)
     limit = job.hardware.memory_bytes - job.reserve_bytes
     try:
         run = prepare(job.model, parallel, registry=job.registry, runtime=job.runtime, precision=job.precision,
-                      census=job.census)
+                      census=job.census, layers=layers)
         bound = estimate_run(run, _FULL)
     except ConfigError as exc:
         return _Refined(_reason_of(exc))
@@ -86,10 +109,10 @@ def _refine(job: _Job, layout: Layout) -> _Refined:
     return _Refined(None, time_run(run, job.hardware).step_seconds)
 
 
-def _plan(job: _Job, layout: Layout) -> Candidate | None:
+def _plan(job: _Job, layout: Layout, layers: EvaluatedLayers | None = None) -> Candidate | None:
     """The planner's fastest plan of one candidate, ``None`` when it does not fit."""
     run = prepare(job.model, layout.parallel(job.seq_len, job.global_batch_size), registry=job.registry,
-                  runtime=job.runtime, precision=job.precision, census=job.census)
+                  runtime=job.runtime, precision=job.precision, census=job.census, layers=layers)
     plan = plan_run(run, job.hardware, reserve_bytes=job.reserve_bytes)
     if not plan.fits:
         return None
@@ -183,7 +206,8 @@ def search(
     if bounder.body_count == 0:
         raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
     counts: dict[str, int] = {}
-    # Phase 1: every candidate, rejected on sight or bounded: (time bound, layout key, layers per chunk).
+    # Phase 1: every candidate, rejected on sight or bounded: a lower bound on its cheap bound and its key,
+    # packed (bounds._pack).
     experts = _routed_experts(model)
     if executor is None:
         bounded, considered = _first_phase(bounder, devices, experts, zeros, dict(fixed), counts, progress)
@@ -191,10 +215,7 @@ def search(
         # One task per (cp, tp): the layer evaluations are keyed by (tp, cp, ep, etp, mbs), so no two
         # tasks evaluate the same context. Answers are merged in submission order (and the candidates
         # sorted), as serially.
-        shared: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
-        for dp, cp, tp in _families(devices, fixed):
-            shared.setdefault((cp, tp), []).append((dp, cp, tp))
-        shares = [tuple(group) for group in shared.values()]
+        shares = _shares(_families(devices, fixed))
         tasks = [_FirstTask(job, devices, experts, zeros, tuple(sorted(fixed.items())), share) for share in shares]
         finished = 0
 
@@ -211,39 +232,40 @@ def search(
             for reason, count in share_counts.items():
                 counts[reason] = counts.get(reason, 0) + count
     bounded.sort()
+    cheap = _Cheap(bounder, bounded, _key_bits(devices, global_batch_size, bounder.body_count, zeros),
+                   keep=executor is None)
 
     # Phase 2: best first, in waves: refine a candidate's bounds, then plan it, while its bound can
     # still enter the top K. ``refined`` is a heap of (exact step-time bound, key, layout).
     refined: list[tuple[float, tuple[int, ...], Layout]] = []
     fitting: list[Candidate] = []
     planned = done = 0
-    next_bound = 0  # index into ``bounded`` of the next candidate to refine
 
     def tick() -> None:
         nonlocal done
         done += 1
         if progress is not None:
             kth = fitting[top - 1].step_seconds if len(fitting) >= top else math.inf
-            pending = bisect.bisect_right(bounded, (kth, _LAST), lo=next_bound) - next_bound
-            progress(done, done + pending + len(refined))
+            progress(done, done + cheap.pending(kth) + len(refined))
+
+    def work(task: _Task) -> _Refined | Candidate | None:
+        return _work(task, cheap.evaluated(task.layout))
 
     while True:
         kth = fitting[top - 1].step_seconds if len(fitting) >= top else math.inf
         wave: list[_Task] = []
         while len(wave) < _WAVE:
-            first = bounded[next_bound][:2] if next_bound < len(bounded) else (math.inf, _LAST)
             second = refined[0][:2] if refined else (math.inf, _LAST)
+            first = cheap.head(second, kth)
             if min(first, second)[0] > kth or min(first, second)[0] == math.inf:
                 break
             if first <= second:
-                _, key, split = bounded[next_bound]
-                next_bound += 1
-                wave.append(_Task(job, _layout(key, split), plan=False))
+                wave.append(_Task(job, cheap.pop(), plan=False))
             else:
                 wave.append(_Task(job, heapq.heappop(refined)[2], plan=True))
         if not wave:
             break
-        for task, answer in zip(wave, _map(_work, wave, executor, tick)):
+        for task, answer in zip(wave, _map(work if executor is None else _work, wave, executor, tick)):
             if not task.plan:
                 if answer.reason is not None:
                     counts[answer.reason] = counts.get(answer.reason, 0) + 1
@@ -256,7 +278,7 @@ def search(
             else:
                 fitting.append(answer)
         fitting.sort(key=lambda c: (c.step_seconds, c.layout.key))
-    slower = len(bounded) - next_bound + len(refined)
+    slower = cheap.left() + len(refined)
     if slower:
         counts[R_SLOWER] = counts.get(R_SLOWER, 0) + slower
     if progress is not None:
@@ -266,6 +288,95 @@ def search(
         seq_len=seq_len, considered=considered, planned=planned, fitting=len(fitting), top=tuple(fitting[:top]),
         rejected={reason: counts[reason] for reason in REASONS if counts.get(reason)},
     )
+
+
+class _Cheap:
+    """The bounded candidates in the order of their cheap bound, each bound priced only when it may come up.
+
+    The first phase answers each candidate with a lower bound on its cheap
+    bound (:func:`~hp_core.engine.search.bounds._first_phase`), sorted. A
+    candidate's cheap bound (:func:`~hp_core.engine.search.bounds._time_bound`
+    of every group's seconds in its context, the bound the first phase used to
+    answer in full) is priced here when its lower bound comes before what the
+    caller would take otherwise: :meth:`head` answers the least
+    ``(cheap bound, key)`` left whenever it is at most the caller's
+    alternative and at most the K-th plan's time, so the candidates are taken
+    in exactly the order of their cheap bounds.
+
+    In this process (``keep``) the groups evaluated to price a context are
+    kept for the refinements and plans of its candidates (the last
+    :data:`_KEEP` contexts).
+    """
+
+    def __init__(self, bounder: _Bounder, lower: list[int], bits: int, keep: bool) -> None:
+        self.bounder = bounder
+        self.lower = lower
+        self.bits = bits
+        self.next = 0  # index into ``lower`` of the next candidate to price
+        self.heap: list[tuple[float, tuple[int, ...], Layout]] = []  # priced: (cheap bound, key, layout)
+        self.seconds: dict[tuple[int, ...], list[float]] = {}
+        self.keep = keep
+        self.layers: OrderedDict[tuple[int, ...], EvaluatedLayers] = OrderedDict()
+
+    def head(self, other: tuple[float, tuple[int, ...]], kth: float) -> tuple[float, tuple[int, ...]]:
+        """The least ``(cheap bound, key)`` of the candidates left, where it is at most *other* and its bound at
+        most *kth*; otherwise a pair above *other* or with a bound above *kth* (``(inf, _LAST)`` when none).
+
+        Prices, in order of their lower bounds, the candidates whose lower
+        bound comes before both: every candidate not priced has a cheap bound
+        at least its lower bound, so none comes before the answer.
+        """
+        lower, heap = self.lower, self.heap
+        while self.next < len(lower):
+            bound, key = _unpack(lower[self.next], self.bits)
+            if bound > kth or (bound, key) > (min(heap[0][:2], other) if heap else other):
+                break
+            self.next += 1
+            layout = self._layout(key)
+            heapq.heappush(heap, (self._bound(layout), key, layout))
+        return heap[0][:2] if heap else (math.inf, _LAST)
+
+    def pop(self) -> Layout:
+        """The layout of the least cheap bound (after :meth:`head`)."""
+        return heapq.heappop(self.heap)[2]
+
+    def left(self) -> int:
+        """Candidates not taken."""
+        return len(self.lower) - self.next + len(self.heap)
+
+    def pending(self, kth: float) -> int:
+        """Candidates not taken whose lower bound is at most *kth* (for progress)."""
+        above = (_pack(kth, (0,) * _KEY_FIELDS, self.bits) >> (self.bits * _KEY_FIELDS)) + 1
+        return bisect.bisect_left(self.lower, above << (self.bits * _KEY_FIELDS), lo=self.next) - self.next + len(self.heap)
+
+    def evaluated(self, layout: Layout) -> EvaluatedLayers | None:
+        """The groups evaluated in the layout's context, where kept."""
+        return self.layers.get((layout.tp, layout.cp, layout.ep, layout.etp, layout.micro_batch_size))
+
+    def _layout(self, key: tuple[int, ...]) -> Layout:
+        pp, vpp = key[3], key[4]
+        return _layout(key, balanced_layers(self.bounder.body_count, pp * vpp))
+
+    def _bound(self, layout: Layout) -> float:
+        bounder = self.bounder
+        context = (layout.tp, layout.cp, layout.ep, layout.etp, layout.micro_batch_size)
+        seconds = self.seconds.get(context)
+        if seconds is None:
+            # The first phase evaluated this context without a refusal; evaluation is deterministic.
+            layers = bounder.evaluated(layout)
+            seconds = self.seconds[context] = bounder.seconds(layout, layers.costs, layers.context)
+            if self.keep:
+                self.layers[context] = layers
+                if len(self.layers) > _KEEP:
+                    self.layers.popitem(last=False)
+        job = bounder.job
+        micro_batches = job.global_batch_size // (layout.micro_batch_size * layout.dp)
+        return _time_bound(seconds, bounder.compositions(layout.pp, layout.vpp, layout.layers_per_stage),
+                           micro_batches, layout.vpp)
+
+
+# Contexts whose evaluated groups the second phase keeps for refinements and plans in this process.
+_KEEP = 256
 
 
 # Sorts after every layout key: (bound, _LAST) bounds every candidate of that bound from above.
