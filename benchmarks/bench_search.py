@@ -1,9 +1,11 @@
-"""Time ``search(...)`` on one core: Llama-3-70B on 256 and DeepSeek-V3 on 2048 B200s (global batch 4096, seq 4096).
+"""Time ``search(...)`` on one core: Llama-3-70B on 256 and DeepSeek-V3 on 2048 (or 8192) B200s (global batch 4096, seq 4096).
 
-Run: ``python benchmarks/bench_search.py [--case llama|deepseek|both] [--budget-seconds S] [--runtime R]``.
+Run: ``python benchmarks/bench_search.py [--case llama|deepseek|deepseek-8192|both] [--budget-seconds S] [--runtime R]``.
 Serial, in this process (one core); imports and the registry build are
-excluded. Prints the seconds, the candidates considered, planned and
-fitting, the rejections by reason, and the top 5. With ``--budget-seconds``
+excluded. Prints the seconds, the process's peak resident memory so far
+(``resource.getrusage``: run one case per process for its own figure), the
+candidates considered, planned and fitting, the rejections by reason, and
+the top 5. With ``--budget-seconds``
 a search still running after S seconds is stopped and the figure printed is
 the layouts done in that time, with the time the rest would take at the rate
 measured (an extrapolation, marked as such). Results go into docs/search.md
@@ -14,12 +16,20 @@ from __future__ import annotations
 
 import argparse
 import platform
+import resource
+import sys
 import time
 
 from hp_core.api import build_registry, model_from_preset
 from hp_core.engine.search import search
 
-CASES = {"llama": ("llama3-70b", 256), "deepseek": ("deepseek-v3", 2048)}
+CASES = {"llama": ("llama3-70b", 256), "deepseek": ("deepseek-v3", 2048), "deepseek-8192": ("deepseek-v3", 8192)}
+
+
+def max_rss_mib() -> float:
+    """The process's peak resident set size so far, in MiB (``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
 class _OutOfTime(Exception):
@@ -48,8 +58,8 @@ def run(name: str, devices: int, runtime: str, budget: float | None) -> None:
               f"extrapolated full search {elapsed * total / done:.0f} s", flush=True)
         return
     elapsed = time.perf_counter() - start
-    print(f"{name} on {devices} ({runtime}): {elapsed:.1f} s; considered {result.considered:,}, planned "
-          f"{result.planned:,}, fitting {result.fitting:,}", flush=True)
+    print(f"{name} on {devices} ({runtime}): {elapsed:.1f} s, max RSS {max_rss_mib():.0f} MiB; considered "
+          f"{result.considered:,}, planned {result.planned:,}, fitting {result.fitting:,}", flush=True)
     for reason, count in result.rejected.items():
         print(f"  rejected {count:>9,}  {reason}")
     for rank, c in enumerate(result.top, 1):
@@ -59,7 +69,7 @@ def run(name: str, devices: int, runtime: str, budget: float | None) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--case", choices=("llama", "deepseek", "both"), default="both")
+    parser.add_argument("--case", choices=(*CASES, "both"), default="both")
     parser.add_argument("--runtime", default="megatron")
     parser.add_argument("--budget-seconds", type=float, default=None)
     args = parser.parse_args()
