@@ -334,6 +334,9 @@ class LayerWork:
             attention core's forward (any of them: a trainer checkpoints the
             core as a unit, Megatron-LM ``CoreAttention``; Korthikanti et al.
             2022, Section 4.2), rewriting the score-sized tensors they drop.
+        routed_experts: The experts the layer routes tokens over, which expert
+            parallelism must divide (0: none); a layout search rejects an
+            ``ep`` that does not divide them before evaluating anything.
         reruns: ``(switch, Rerun)`` pairs: what recomputing each switch re-runs
             (:class:`Rerun`); a switch not named re-runs nothing beyond
             rewriting what it drops.
@@ -354,6 +357,7 @@ class LayerWork:
     table_elements: float = attrs.field(default=0.0, validator=_non_negative_number)
     boundary_bytes: float = attrs.field(default=0.0, validator=_non_negative_number)
     attention_core_switches: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    routed_experts: int = attrs.field(default=0, validator=_non_negative_calls)
     reruns: tuple[tuple[str, Rerun], ...] = attrs.field(default=(), converter=tuple)
 
     def rerun(self, switch: str) -> Rerun | None:

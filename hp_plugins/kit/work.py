@@ -202,4 +202,5 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         fused_softmax_flops=scores, copy_bytes=copy, permute_bytes=permute, permute_input_bytes=permute_input,
         router_elements=router, boundary_bytes=T * h * act, reruns=reruns,
         attention_core_switches=ATTENTION_CORE_SWITCHES if attention is not None else frozenset(),
+        routed_experts=experts.experts if experts is not None else 0,
     )

@@ -221,3 +221,13 @@ def test_the_static_bound_holds_whole_gradients_where_the_runtime_defers_their_r
                         recompute=RecomputeSpec(default=Setting(mode="full")))
         static = bounder.static_bytes(layout, found.costs, bounder.compositions(2, 1, None), zero)
         assert static == max(s.memory.static_bytes for s in full.stages)
+
+
+def test_the_routed_experts_come_from_what_the_layers_state():
+    """The early EP rejection reads LayerWork.routed_experts, not a config field: 8 for Mixtral, none for Llama."""
+    from hp_core.engine.search.first_phase import _routed_experts
+
+    runtime = REGISTRY.runtime("megatron")
+    mixtral = model_from_preset("mixtral-8x7b", REGISTRY)
+    assert _routed_experts(mixtral, REGISTRY, runtime, runtime.precision, 1024) == 8
+    assert _routed_experts(MODEL, REGISTRY, runtime, runtime.precision, 1024) is None

@@ -177,7 +177,8 @@ def test_the_first_phase_sees_prepares_layers_and_bounds_the_time_bound_from_bel
     job = _Job(model, registry, hardware, runtime, None, census_name, 0, 1024, 64)
     bounder = _Bounder(job)
     zeros = (0, 1, 2, 3)
-    bounded, _ = _first_phase(bounder, devices, _routed_experts(model), zeros, {}, {}, None)
+    experts = _routed_experts(model, registry, bounder.rt, bounder.precision, 1024)
+    bounded, _ = _first_phase(bounder, devices, experts, zeros, {}, {}, None)
     bits = _key_bits(devices, 64, bounder.body_count, zeros)
     exact: dict[tuple[int, ...], object] = {}
     assert bounded

@@ -208,7 +208,7 @@ def search(
     counts: dict[str, int] = {}
     # Phase 1: every candidate, rejected on sight or bounded: a lower bound on its cheap bound and its key,
     # packed (bounds._pack).
-    experts = _routed_experts(model)
+    experts = _routed_experts(model, registry, bounder.rt, bounder.precision, seq_len)
     if executor is None:
         bounded, considered = _first_phase(bounder, devices, experts, zeros, dict(fixed), counts, progress)
     else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
@@ -34,9 +34,21 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _routed_experts(model: ModelSpec) -> int | None:
-    """The routed experts every expert layer splits over ``ep`` (their gcd), ``None`` without experts."""
-    counts = [group.config.num_experts for group in model.layers if isinstance(getattr(group.config, "num_experts", None), int)]
+def _routed_experts(model: ModelSpec, registry: Any, runtime: Any, precision: Any, seq_len: int) -> int | None:
+    """The routed experts every expert layer splits over ``ep`` (the gcd of what the layers state,
+    ``LayerWork.routed_experts``, evaluated once at one rank), ``None`` without experts or where a layer
+    cannot be evaluated there (then each layout's own evaluation refuses what does not divide)."""
+    from hp_core.engine.prepare import evaluate_groups, layer_context, model_kinds, with_sublayers
+    from hp_core.errors import HPError
+    from hp_core.specs import ParallelSpec
+
+    context = with_sublayers(layer_context(ParallelSpec(seq_len=seq_len), precision, runtime.attention,
+                                           runtime.vocab_pad_multiple, runtime.traits), registry)
+    try:
+        costs = evaluate_groups(model_kinds(model, registry), model.layers, context)
+    except HPError:
+        return None
+    counts = [cost.work.routed_experts for cost in costs if cost.work is not None and cost.work.routed_experts]
     return math.gcd(*counts) if counts else None
 
 
