@@ -75,9 +75,14 @@ ATTENTION_IMPLS = ("eager", "flash")
 _SWITCH = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 
 
+def is_switch_name(value: Any) -> bool:
+    """Whether *value* is a recompute switch's name: letters, digits, ``_``, ``-``, ``.``, starting with a letter."""
+    return isinstance(value, str) and _SWITCH.match(value) is not None
+
+
 def switch_name(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    """A recompute switch's name: letters, digits, ``_``, ``-``, ``.``, starting with a letter."""
-    if not isinstance(value, str) or not _SWITCH.match(value):
+    """An attrs validator: a recompute switch's name (:func:`is_switch_name`)."""
+    if not is_switch_name(value):
         raise ValueError(f"{type(instance).__name__}.{attribute.name}: a switch name is letters, digits, '_', '-' "
                          f"or '.', starting with a letter; got {value!r}")
 

@@ -18,6 +18,7 @@ import attrs
 
 from hp_core.costs import (
     ATTENTION_IMPLS, TRAITS, Flops, LayerContext, LayerCost, ParamCount, _non_negative_int, _non_negative_number,
+    is_switch_name,
 )
 from hp_core.specs.hardware import HardwareSpec
 from hp_core.specs.precision import PrecisionSpec
@@ -45,7 +46,6 @@ __all__ = [
 # Where a kind's layers sit: before the body (first stage), in it, after it (last stage).
 PLACEMENTS = ("first", "body", "last")
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
-_SWITCH_FORM = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")  # hp_core.costs.switch_name
 
 
 def _check_name(instance: Any, attribute: attrs.Attribute, value: str) -> None:
@@ -89,7 +89,7 @@ class LayerKind:
     description: str = ""
 
     def __attrs_post_init__(self) -> None:
-        malformed = [s for s in self.switches if not isinstance(s, str) or not _SWITCH_FORM.match(s)]
+        malformed = [s for s in self.switches if not is_switch_name(s)]
         if malformed:
             raise ValueError(f"layer kind {self.name}: switch names are letters, digits, '_', '-' or '.', starting "
                              f"with a letter; got {malformed}")
@@ -146,7 +146,7 @@ class CensusRecord:
     policies: Mapping[str, CensusBytes] = attrs.field(factory=dict, validator=_census_part)
 
     def __attrs_post_init__(self) -> None:
-        malformed = sorted(str(s) for s in self.per_op if not isinstance(s, str) or not _SWITCH_FORM.match(s))
+        malformed = sorted(str(s) for s in self.per_op if not is_switch_name(s))
         if malformed:
             raise ValueError(f"CensusRecord.per_op: {malformed} are not switch names")
         gated = CensusBytes(sum(p.saved for p in self.per_op.values()), sum(p.saved_tp for p in self.per_op.values()))
@@ -271,9 +271,9 @@ class Runtime:
         unknown = sorted(self.traits - set(TRAITS))
         if unknown:
             raise ValueError(f"runtime {self.name}: unknown traits {unknown}; known: {sorted(TRAITS)}")
-        stray = sorted(s for s in self.implicit_recompute if not isinstance(s, str) or not _SWITCH_FORM.match(s))
+        stray = sorted(s for s in self.implicit_recompute if not is_switch_name(s))
         for switches in (self.recompute_modules or {}).values():
-            stray += sorted(s for s in switches if not isinstance(s, str) or not _SWITCH_FORM.match(s))
+            stray += sorted(s for s in switches if not is_switch_name(s))
         if stray:
             raise ValueError(f"runtime {self.name}: {stray} are not switch names")
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import os
 import tempfile
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from hp_core.costs import is_switch_name
 from hp_core.engine.census import FILE_SOURCE
 from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
@@ -94,16 +94,13 @@ def _pair(value: Mapping[str, Any], first: str, second: str, where: str) -> tupl
     return _number(value[first], f"{where}.{first}"), _number(value[second], f"{where}.{second}")
 
 
-_SWITCH_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")  # hp_core.costs.switch_name
-
-
 def _parts(value: Any, where: str, switches: bool) -> dict[str, CensusBytes]:
     """Named parts; *switches*: the names are recompute switches (whether the kind has them is checked where
     the records are asked for: hp_core.engine.census.request_records)."""
     parts: dict[str, CensusBytes] = {}
     for name, part in _mapping(value, where, "names to {saved, saved_tp}").items():
         at = f"{where}.{name}"
-        if switches and not (isinstance(name, str) and _SWITCH_NAME.match(name)):
+        if switches and not is_switch_name(name):
             raise ConfigError(at, "is not a recompute switch name (letters, digits, '_', '-', '.', starting with a letter)")
         part = _mapping(part, at, "saved and saved_tp")
         _unknown(part, ("saved", "saved_tp"), at)
