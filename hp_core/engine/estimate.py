@@ -45,22 +45,11 @@ def count_parameters(model: ModelSpec, registry: Registry) -> ParameterSummary:
 def placed_body(run: PreparedRun, settings: tuple[Setting, ...]) -> list[PlacedLayer]:
     """Each body layer placed under its setting; one :class:`PlacedLayer` per (group, setting)."""
     kinds, costs = run.kinds, run.costs
-    cache: dict[tuple[int, Setting], PlacedLayer] = {}
-    body: list[PlacedLayer] = []
-    previous: tuple[int, Setting, PlacedLayer] | None = None
-    for group, setting in zip(run.body_group, settings):
-        if previous is not None and previous[0] == group and previous[1] is setting:
-            body.append(previous[2])  # the layer before it: same group, same setting
-            continue
-        key = (group, setting)
-        layer = cache.get(key)
-        if layer is None:
-            full, switches = run.resolve(group, setting)
-            layer = cache[key] = PlacedLayer.make(kinds[group].name, costs[group], full, switches, setting.describe(),
-                                                  setting.offload)
-        body.append(layer)
-        previous = (group, setting, layer)
-    return body
+
+    def place(group: int, setting: Setting, full: bool, switches: frozenset[str]) -> PlacedLayer:
+        return PlacedLayer.make(kinds[group].name, costs[group], full, switches, setting.describe(), setting.offload)
+
+    return run.per_body_layer(settings, place)
 
 
 def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardware: HardwareSpec | None = None) -> Estimate:

@@ -18,7 +18,7 @@ layout only through the layer context (:func:`evaluate_layers`).
 from __future__ import annotations
 
 import weakref
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
@@ -388,6 +388,27 @@ class PreparedRun:
         if recompute.layers and max(last for _, last, _ in recompute.layers) >= count:
             raise ConfigError("$.recompute.layers", f"a range names a layer beyond the model's {count} layers (0-{count - 1})")
         return tuple(recompute.setting_of(i) for i in range(count))
+
+    def per_body_layer(self, settings: tuple[Setting, ...], make: Callable[[int, Setting, bool, frozenset[str]], Any]) -> list:
+        """One ``make(group, setting, full, switches)`` per distinct (group, setting), repeated for each body layer.
+
+        A run of layers of one group under the same setting object reuses the
+        layer before it without a lookup; any other repeat is found by key.
+        """
+        cache: dict[tuple[int, Setting], Any] = {}
+        body: list = []
+        previous: tuple[int, Setting, Any] | None = None
+        for group, setting in zip(self.body_group, settings):
+            if previous is not None and previous[0] == group and previous[1] is setting:
+                body.append(previous[2])
+                continue
+            key = (group, setting)
+            made = cache.get(key)
+            if made is None:
+                made = cache[key] = make(group, setting, *self.resolve(group, setting))
+            body.append(made)
+            previous = (group, setting, made)
+        return body
 
     def resolve(self, group: int, setting: Setting) -> tuple[bool, frozenset[str]]:
         """``(full, recomputed switches)`` of *setting* on a body group, with what the trainer always recomputes.

@@ -135,28 +135,18 @@ def time_run(
     kinds, costs, context, micro_batches = run.kinds, run.costs, run.context, run.micro_batches
     works = [work_of(cost, kind.name) for kind, cost in zip(kinds, costs)]
 
-    cache: dict[tuple[int, Setting], _LayerTime] = {}
-    body: list[_LayerTime] = []
-    previous: tuple[int, object, _LayerTime] | None = None
-    for group, setting in zip(run.body_group, settings):
-        if previous is not None and previous[0] == group and previous[1] is setting:
-            body.append(previous[2])  # the layer before it: same group, same setting
-            continue
-        key = (group, setting)
-        layer_time = cache.get(key)
-        if layer_time is None:
-            full, switches = run.resolve(group, setting)
-            layer_time = _layer_time(costs[group], works[group], full, switches, rates)
-            if setting.offload:
-                # Offload's exposed copies count as communication (offload_seconds).
-                kept = costs[group].input_bytes if full else costs[group].kept_under(switches)
-                link = _require(hardware, "host_link_bandwidth_bytes_per_second", "offload")
-                exposed = offload_seconds(offloaded_bytes(kept, setting.offload), link, layer_time.forward_seconds,
-                                          layer_time.backward_seconds + layer_time.recompute_seconds)
-                layer_time = attrs.evolve(layer_time, communication_seconds=layer_time.communication_seconds + exposed)
-            cache[key] = layer_time
-        body.append(layer_time)
-        previous = (group, setting, layer_time)
+    def price(group: int, setting: Setting, full: bool, switches: frozenset[str]) -> _LayerTime:
+        layer_time = _layer_time(costs[group], works[group], full, switches, rates)
+        if setting.offload:
+            # Offload's exposed copies count as communication (offload_seconds).
+            kept = costs[group].input_bytes if full else costs[group].kept_under(switches)
+            link = _require(hardware, "host_link_bandwidth_bytes_per_second", "offload")
+            exposed = offload_seconds(offloaded_bytes(kept, setting.offload), link, layer_time.forward_seconds,
+                                      layer_time.backward_seconds + layer_time.recompute_seconds)
+            layer_time = attrs.evolve(layer_time, communication_seconds=layer_time.communication_seconds + exposed)
+        return layer_time
+
+    body: list[_LayerTime] = run.per_body_layer(settings, price)
 
     def placed(where: str) -> tuple[list[_LayerTime], list[int]]:
         groups = run.placed_groups(where)
