@@ -7,7 +7,7 @@ prints ``str(error)`` on one line and exits with status 2; nothing else of it
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "HPError", "PlanNotExecutable", "PluginError", "describe"]
+__all__ = ["BLOCK_HINT", "ConfigError", "HPError", "PlanNotExecutable", "PluginError", "SpecError", "describe"]
 
 
 class HPError(Exception):
@@ -31,6 +31,27 @@ class ConfigError(HPError):
         self.message = message
 
 
+class SpecError(ConfigError, ValueError, TypeError):
+    """A spec or config field refused by its validator (``ParallelSpec(tp=0)``).
+
+    It is a :class:`ConfigError` (so ``except HPError`` catches a spec built
+    wrongly through the API) and, for code written before it existed, a
+    ``ValueError`` and a ``TypeError`` as attrs' own validators raise.
+    ``path`` is the field's name (the converter extends it to the full path
+    in a file, ``$.parallel.tp``); ``str()`` is the message alone, which
+    starts with the field's name.
+
+    Args:
+        field: The field's name.
+        message: What is wrong (starting with the field's name).
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        HPError.__init__(self, message)
+        self.path = field
+        self.message = message
+
+
 class PlanNotExecutable(ConfigError):
     """A recompute plan a trainer cannot run, with the closest plan it can.
 
@@ -45,6 +66,10 @@ class PlanNotExecutable(ConfigError):
         super().__init__("$.recompute", message)
         self.trainer = trainer
         self.suggestion = suggestion
+
+
+# How a message about a broken plugin tells the user to go on without it.
+BLOCK_HINT = "HP_BLOCK_PLUGINS={name} (or --block-plugin {name}) runs without it"
 
 
 class PluginError(HPError):

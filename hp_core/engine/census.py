@@ -25,12 +25,12 @@ the layer's input, as the kind's formulas state it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import attrs
 
+from hp_core.documents import read_document
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.models import load_model_config, model_from_config, model_from_preset, preset_config
 from hp_core.costs import ActivationTerm, LayerContext, LayerCost
@@ -104,8 +104,8 @@ def _hf_config(model: Any, registry: Any) -> Mapping[str, Any] | None:
     source = Path(str(getattr(model, "source", "")))
     if source.suffix == ".json" and source.is_file():
         try:
-            data = json.loads(source.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            data = read_document(source)
+        except ConfigError:
             return None
         return data if isinstance(data, dict) else None
     return None
