@@ -20,7 +20,7 @@ from hp_core.bounds import MAX_INT, short_repr
 from hp_core.errors import SpecError
 
 __all__ = [
-    "bounded_int", "finite_number", "instance_of", "non_negative_int", "one_of", "optional", "positive_int",
+    "bounded_int", "finite_number", "is_finite", "instance_of", "non_negative_int", "one_of", "optional", "positive_int",
     "positive_number", "probability",
 ]
 
@@ -45,7 +45,7 @@ non_negative_int = bounded_int(MAX_INT, low=0)
 non_negative_int.__doc__ = "A non-negative ``int`` up to :data:`~hp_core.bounds.MAX_INT` (``bool`` refused)."
 
 
-def _finite(value: Any) -> bool:
+def is_finite(value: Any) -> bool:
     try:
         return math.isfinite(value)
     except OverflowError:  # an int too large for a float
@@ -54,13 +54,13 @@ def _finite(value: Any) -> bool:
 
 def positive_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     """A strictly positive, finite ``int`` or ``float``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not is_finite(value) or not value > 0:
         raise SpecError(attribute.name, f"{attribute.name} must be a positive finite number, got {short_repr(value)}")
 
 
 def finite_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     """A finite ``int`` or ``float`` (any sign)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not is_finite(value):
         raise SpecError(attribute.name, f"{attribute.name} must be a finite number, got {short_repr(value)}")
 
 

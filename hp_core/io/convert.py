@@ -21,6 +21,7 @@ A config file::
 from __future__ import annotations
 
 import re
+import typing
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -32,6 +33,8 @@ from hp_core.bounds import short_repr
 from hp_core.documents import read_document as _read_document
 from hp_core.errors import ConfigError, describe
 from hp_core.registry import Registry
+from hp_core.types import ATTENTION_IMPLS
+from hp_core.validators import one_of, optional
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 
 __all__ = ["ConfigFile", "InlineModel", "load_config", "make_converter", "read_document", "structure"]
@@ -64,7 +67,7 @@ class ConfigFile:
     num_layers: int | None = attrs.field(default=None, validator=_positive_or_none)
     runtime: str = "generic"
     census: str = "formulas"
-    attention: str | None = None
+    attention: str | None = attrs.field(default=None, validator=optional(one_of(ATTENTION_IMPLS)))
     precision: Mapping[str, Any] | None = None
     hardware: str | HardwareSpec | None = None
     recompute: RecomputeSpec | None = None
@@ -111,19 +114,53 @@ def _structure_recompute(value: Any, _: type) -> RecomputeSpec:
     return RecomputeSpec(default=default, layers=tuple(ranges))
 
 
-def make_converter(registry: Registry) -> cattrs.Converter:
-    """The converter for config files, aware of the registry's layer kinds."""
-    converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+def make_converter(registry: Registry, *, forbid_extra_keys: bool = True) -> cattrs.Converter:
+    """The converter for config files, aware of the registry's layer kinds.
+
+    *forbid_extra_keys* False reads a published format (``megatron_measured.json``)
+    whose records carry notes the planner does not read; a missing key and a
+    wrong type are still refused with their path.
+    """
+    converter = cattrs.Converter(forbid_extra_keys=forbid_extra_keys, detailed_validation=True)
     converter.register_structure_hook(int, _strict(int, "an integer"))
     converter.register_structure_hook(float, _strict(float, "a number"))
     converter.register_structure_hook(bool, _strict(bool, "true or false"))
     converter.register_structure_hook(str, _strict(str, "a string"))
     converter.register_structure_hook(Setting, lambda v, _: Setting.parse(v))
 
+    # A list field (tuple[X, ...]) takes a list only: a mapping or a string is not read as
+    # its keys or its characters (``cases: {}``, ``steps: ""``).
+    def homogeneous_tuple(cls: type) -> Any:
+        item = typing.get_args(cls)[0]
+
+        def hook(value: Any, _: type) -> Any:
+            if not isinstance(value, (list, tuple)):
+                raise ValueError(f"expected a list, got {type(value).__name__} {short_repr(value)}")
+            return tuple(converter.structure(list(value), list[item]))
+
+        return hook
+
+    converter.register_structure_hook_factory(
+        lambda t: typing.get_origin(t) is tuple and len(typing.get_args(t)) == 2 and typing.get_args(t)[1] is Ellipsis,
+        homogeneous_tuple,
+    )
+
+    def mapping_of(cls: type) -> Any:
+        inner = cattrs.gen.make_mapping_structure_fn(cls, converter)
+
+        def hook(value: Any, type_: type) -> Any:
+            if not isinstance(value, dict):
+                raise ValueError(f"expected a mapping, got {type(value).__name__} {short_repr(value)}")
+            return inner(value, type_)
+
+        return hook
+
+    converter.register_structure_hook_factory(lambda t: typing.get_origin(t) is dict, mapping_of)
+
     # A section that must be a mapping (any attrs class) or a list says so,
     # rather than failing inside cattrs on a str, a number or a list.
     def mapping_first(cls: type) -> Any:
-        inner = cattrs.gen.make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True)
+        inner = cattrs.gen.make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=forbid_extra_keys)
 
         def hook(value: Any, type_: type) -> Any:
             if not isinstance(value, dict):
@@ -227,9 +264,9 @@ def _format(exc: BaseException, type_: Any) -> str:
     return f"invalid value ({type(exc).__name__}: {exc})"
 
 
-def structure(data: Any, cls: type, registry: Registry, root: str = "$") -> Any:
+def structure(data: Any, cls: type, registry: Registry, root: str = "$", *, forbid_extra_keys: bool = True) -> Any:
     """Structure *data* into *cls*, turning the first error into a one-line :class:`ConfigError`."""
-    converter = make_converter(registry)
+    converter = make_converter(registry, forbid_extra_keys=forbid_extra_keys)
     try:
         return converter.structure(data, cls)
     except cattrs.BaseValidationError as exc:

@@ -8,7 +8,7 @@ import attrs
 
 from hp_core.bounds import MAX_MEMORY_BYTES, short_repr
 from hp_core.errors import SpecError
-from hp_core.validators import bounded_int, optional, positive_int, positive_number, _finite
+from hp_core.validators import bounded_int, optional, positive_int, positive_number, is_finite
 
 __all__ = ["HardwareSpec"]
 
@@ -20,7 +20,7 @@ def _peak_flops(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     for key, rate in value.items():
         if not isinstance(key, str):
             raise SpecError("peak_flops", f"peak_flops keys must be precision names, got {short_repr(key)}")
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not _finite(rate) or not rate > 0:
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not is_finite(rate) or not rate > 0:
             raise SpecError(f"peak_flops.{key}", f"peak_flops.{key} must be a positive finite number of FLOP/s, got {short_repr(rate)}")
 
 

@@ -38,7 +38,9 @@ import yaml
 from hp_core.costs import is_switch_name
 from hp_core.engine.census import FILE_SOURCE
 from hp_core.documents import parse_document, read_text
+from hp_core.bounds import MAX_MEMORY_BYTES, short_repr
 from hp_core.errors import ConfigError
+from hp_core.validators import is_finite
 from hp_core.io.files import atomic_write
 from hp_core.markers import hookimpl
 from hp_core.types import CensusBytes, CensusRecord, CensusRequest, CensusSource
@@ -57,16 +59,18 @@ def _read(path: Path) -> Any:
 
 
 def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(where, f"must be a number of bytes per token, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not is_finite(value):
+        raise ConfigError(where, f"must be a finite number of bytes per token, got {short_repr(value)}")
     if value < 0:
-        raise ConfigError(where, f"must not be negative, got {value!r}")
+        raise ConfigError(where, f"must not be negative, got {short_repr(value)}")
+    if value > MAX_MEMORY_BYTES:
+        raise ConfigError(where, f"must be at most {MAX_MEMORY_BYTES:,} bytes per token (MAX_MEMORY_BYTES), got {short_repr(value)}")
     return float(value)
 
 
 def _mapping(value: Any, where: str, what: str) -> Mapping[str, Any]:
     if not isinstance(value, dict):
-        raise ConfigError(where, f"must be a mapping of {what}, got {type(value).__name__} {value!r}")
+        raise ConfigError(where, f"must be a mapping of {what}, got {type(value).__name__} {short_repr(value)}")
     return value
 
 
@@ -114,7 +118,7 @@ def _record(kind: str, value: Any, where: str, seq_len: int | None) -> CensusRec
     if seq_len is not None and measured_at is not None and measured_at != seq_len:
         raise ConfigError(
             f"{where}.provenance.seq_len",
-            f"measured at seq_len={measured_at}, the run uses seq_len={seq_len}; per-token bytes of attention "
+            f"measured at seq_len={short_repr(measured_at)}, the run uses seq_len={seq_len}; per-token bytes of attention "
             "change with the sequence length: measure at the run's length",
         )
     per_op = _parts(value.get("per_op", {}), f"{where}.per_op", True)
