@@ -60,7 +60,7 @@ def _read(path: Path) -> Any:
 
 def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not is_finite(value):
-        raise ConfigError(where, f"must be a finite number of bytes per token, got {short_repr(value)}")
+        raise ConfigError(where, f"must be a number of bytes per token (finite), got {short_repr(value)}")
     if value < 0:
         raise ConfigError(where, f"must not be negative, got {short_repr(value)}")
     if value > MAX_MEMORY_BYTES:
