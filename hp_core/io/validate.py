@@ -49,12 +49,12 @@ _GIB = 2**30
 
 def _positive_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT):
-        raise SpecError(attribute.name, f"{attribute.name} must be a positive integer of at most {MAX_INT:,}, got {short_repr(value)}")
+        raise SpecError(attribute.name, f"{attribute.name} must be a positive integer, got {short_repr(value)} (at most {MAX_INT:,})")
 
 
 def _positive_seconds(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 0:
-        raise SpecError(attribute.name, f"{attribute.name} must be a positive finite number of seconds, got {short_repr(value)}")
+        raise SpecError(attribute.name, f"{attribute.name} must be a positive number of seconds, got {short_repr(value)} (finite)")
 
 
 @attrs.frozen
