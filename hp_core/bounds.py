@@ -41,7 +41,7 @@ MAX_WORKERS = 256
 # count): 2**53, the largest range in which every integer is exactly a float64.
 MAX_INT = 2**53
 # Candidate layouts ``hp search`` enumerates (counted before the search starts).
-MAX_SEARCH_LAYOUTS = 2_000_000
+MAX_SEARCH_LAYOUTS = 5_000_000
 # Config, census and case files: bytes read, nesting depth, and nodes an alias
 # expansion may add (a YAML "billion laughs" file is refused before it is expanded).
 MAX_DOCUMENT_BYTES = 64 * 2**20

@@ -292,7 +292,8 @@ def _add_search_parser(sub: Any) -> None:
                         help="hold a degree fixed: dp, cp, tp, pp, vpp, ep, etp, zero, mbs (repeatable)")
     search.add_argument("--reserve", type=_reserve, default=0, metavar="SIZE", help="memory to keep free on every device (default 0)")
     search.add_argument("--workers", type=_workers, default=1,
-                        help="processes bounding, refining and planning candidates (default 1: in this process); "
+                        help="processes bounding, refining and planning candidates (default 1: in this process; at most the "
+                             "CPUs there are); "
                              "with --executor dask, the local cluster's worker processes")
     search.add_argument("--executor", type=_executor, default=("process", None), metavar="KIND",
                         help="where the tasks run: process (a process pool of --workers; the default), dask (a local "
