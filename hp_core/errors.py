@@ -7,7 +7,9 @@ prints ``str(error)`` on one line and exits with status 2; nothing else of it
 
 from __future__ import annotations
 
-__all__ = ["BLOCK_HINT", "ConfigError", "HPError", "PlanNotExecutable", "PluginError", "SpecError", "describe"]
+from typing import Any
+
+__all__ = ["BLOCK_HINT", "ConfigError", "HPError", "PlanNotExecutable", "PluginError", "SpecError", "call_plugin", "describe"]
 
 
 class HPError(Exception):
@@ -75,13 +77,17 @@ BLOCK_HINT = "HP_BLOCK_PLUGINS={name} (or --block-plugin {name}) runs without it
 class PluginError(HPError):
     """A plugin misbehaved: it raised, returned the wrong type, or clashes with another plugin.
 
+    The message ends by saying how to run without it (:data:`BLOCK_HINT`):
+    ``HP_BLOCK_PLUGINS`` blocks a plugin by the name the message shows.
+
     Args:
         plugin: The name of the plugin at fault (and of the other one, for a clash).
         message: What went wrong.
     """
 
     def __init__(self, plugin: str, message: str) -> None:
-        super().__init__(f"plugin {plugin}: {message}")
+        hint = "" if " " in plugin or "HP_BLOCK_PLUGINS" in message else f"; {BLOCK_HINT.format(name=plugin)}"
+        super().__init__(f"plugin {plugin}: {message}{hint}")
         self.plugin = plugin
         self.message = message
 
@@ -96,3 +102,15 @@ def describe(exc: BaseException) -> str:
         return str(exc)
     text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
     return " ".join(text.split())
+
+
+def call_plugin(plugin: str, what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
+    """``function(*args, **kwargs)``, a plugin's code: anything it raises but an :class:`HPError`
+    (``SystemExit`` included) becomes a :class:`PluginError` naming *plugin* and *what* it was doing."""
+    try:
+        return function(*args, **kwargs)
+    except HPError:
+        raise
+    except (Exception, SystemExit) as exc:
+        happened = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"raised {type(exc).__name__}: {describe(exc)}"
+        raise PluginError(plugin, f"{what} {happened}") from exc

@@ -49,7 +49,7 @@ def model_from_config(config: Mapping[str, Any], registry: Registry, *, name: st
         model = fmt.build(config, name=name, source=source, where=where)
     except HPError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a plugin must not end the command
         raise PluginError(fmt.name, f"model format raised {type(exc).__name__}: {describe(exc)}") from exc
     if not isinstance(model, ModelSpec):
         raise PluginError(fmt.name, f"model format must return a ModelSpec, got {type(model).__name__}")

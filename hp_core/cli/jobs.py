@@ -15,7 +15,7 @@ import attrs
 from rich.console import Console
 
 from hp_core.cli.parser import DEFAULT_CONFIG
-from hp_core.errors import ConfigError, describe
+from hp_core.errors import ConfigError, call_plugin, describe
 from hp_core.io.convert import ConfigFile, load_config, structure
 from hp_core.registry import Registry
 from hp_core.specs import RecomputeSpec, Setting
@@ -62,7 +62,7 @@ def export_of(trainer: str | None, job, registry: Registry) -> dict[str, Any] | 
 
     exporter = registry.exporter(trainer)
     plan = job.recompute if job.recompute is not None else RecomputeSpec()
-    text = exporter.export(plan, job.model, job.parallel, registry=registry)
+    text = call_plugin(exporter.name, "exporter", exporter.export, plan, job.model, job.parallel, registry=registry)
     return {"trainer": exporter.name, "runtime": exporter.runtime, "plan": text}
 
 

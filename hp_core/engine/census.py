@@ -155,7 +155,7 @@ def request_records(
         records = dict(found) if found is not None else {}
     except HPError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a plugin must not end the command
         raise PluginError(source.name, f"census source raised {type(exc).__name__}: {describe(exc)}") from exc
     kept: dict[str, CensusRecord] = {}
     for name, record in records.items():
@@ -313,7 +313,7 @@ def formulas_records(
                 costs[tp] = kind.evaluate(group.config, context)
             except HPError:
                 raise
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # a plugin must not end the command
                 raise PluginError(kind.name, f"evaluator raised {type(exc).__name__}: {describe(exc)}") from exc
         saved = two_point_split({tp: cost.kept_bytes / seq_len for tp, cost in costs.items()})
         working = two_point_split({tp: cost.working_bytes / seq_len for tp, cost in costs.items()})
@@ -420,7 +420,7 @@ def run_census(registry: Any, model_ref: Any, source: str, seq_len: int, attenti
             records = dict(found) if found is not None else {}
         except HPError:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a plugin must not end the command
             raise PluginError(chosen.name, f"census source raised {type(exc).__name__}: {describe(exc)}") from exc
         for name, record in records.items():
             if not isinstance(record, CensusRecord):

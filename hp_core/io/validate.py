@@ -35,7 +35,7 @@ from typing import Any
 import attrs
 
 from hp_core.bounds import MAX_INT, MAX_MEMORY_BYTES, short_repr
-from hp_core.errors import ConfigError, SpecError
+from hp_core.errors import ConfigError, SpecError, call_plugin
 from hp_core.io.convert import ConfigFile, read_document, structure
 from hp_core.io.job import Job, estimate_job, resolve_job, step_time_job
 from hp_core.registry import Registry
@@ -180,8 +180,8 @@ def load_cases(path: str | Path, registry: Registry) -> list[MeasuredCase]:
     """Read a cases file in either layout."""
     document = read_document(path)
     for fmt in registry.case_formats:
-        if fmt.accepts(document):
-            return list(fmt.read(document, registry))
+        if call_plugin(fmt.name, "case format accepts()", fmt.accepts, document):
+            return list(call_plugin(fmt.name, "case format read()", fmt.read, document, registry))
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ConfigError("$.format", f"a cases file states format: {FORMAT} (or is megatron_measured.json as published)")
     own = structure(document, _OwnFile, registry)
