@@ -65,7 +65,14 @@ _batch = _bounded(MAX_BATCH, "MAX_BATCH")
 _seq_len = _bounded(MAX_SEQ_LEN, "MAX_SEQ_LEN")
 _layers = _bounded(MAX_LAYERS, "MAX_LAYERS")
 _workers = _bounded(MAX_WORKERS, "MAX_WORKERS")
-_steps = _bounded(MAX_LAYERS, "MAX_LAYERS", low=0)
+_steps_bound = _bounded(MAX_LAYERS, "MAX_LAYERS", low=-MAX_INT)  # a negative count is refused by the command, by name
+
+
+def _steps(text: str) -> int:
+    return _steps_bound(text)
+
+
+_steps.__name__ = "integer"
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

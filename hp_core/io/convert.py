@@ -249,7 +249,7 @@ def make_converter(registry: Registry, *, forbid_extra_keys: bool = True) -> cat
 
 # A validator's message that starts with the field it is about ("tp must ...",
 # "'zero' must ...", "num_key_value_heads=3 must ...") extends the path by that field.
-_FIELD_FIRST = re.compile(r"^'?([a-z_][a-z0-9_]*)'?(?:=\S+)? must")
+_FIELD_FIRST = re.compile(r"^'?([a-z_][a-z0-9_]*(?:\[\d+\]|\.[A-Za-z0-9_]+)*)'?(?:=\S+)? must")
 
 
 def _format(exc: BaseException, type_: Any) -> str:
