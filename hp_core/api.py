@@ -40,7 +40,9 @@ from hp_core.jsonforms import from_json, to_json
 from hp_core.manager import get_plugin_manager
 from hp_core.models import load_model_config, model_from_config, model_from_preset
 from hp_core.registry import Registry
+from hp_core.types import Runtime
 from hp_core.results import Estimate
+from hp_core.runtime_options import apply_options
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 
 if TYPE_CHECKING:  # the step time, the planner and the search are imported where they are asked for
@@ -53,6 +55,7 @@ if TYPE_CHECKING:  # the step time, the planner and the search are imported wher
 
 __all__ = [
     "PreparedRun",
+    "apply_options",
     "build_registry",
     "count_parameters",
     "estimate",
@@ -148,7 +151,7 @@ def estimate(
     parallel: ParallelSpec | Mapping[str, Any],
     *,
     registry: Registry,
-    runtime: str = "generic",
+    runtime: str | Runtime = "generic",
     precision: PrecisionSpec | None = None,
     hardware: HardwareSpec | str | None = None,
     recompute: RecomputeSpec | str | list | None = None,
@@ -161,7 +164,8 @@ def estimate(
         model: The layer stack.
         parallel: The layout.
         registry: Layer kinds, runtimes and census sources to use.
-        runtime: The runtime profile's name; it supplies the defaults below.
+        runtime: The runtime profile's name, or the profile with per-run options
+            applied (:func:`apply_options`); it supplies the defaults below.
         precision: Byte widths; the runtime's when ``None``.
         hardware: The device, for ``fits``; ``None`` leaves ``fits`` unknown.
         recompute: Per-layer recompute settings; nothing recomputed when ``None``.
@@ -182,7 +186,7 @@ def step_time(
     *,
     registry: Registry,
     hardware: HardwareSpec | str | None,
-    runtime: str = "generic",
+    runtime: str | Runtime = "generic",
     profile: TimingProfile | None = None,
     precision: PrecisionSpec | None = None,
     recompute: RecomputeSpec | str | list | None = None,
@@ -223,7 +227,7 @@ def plan_recompute(
     *,
     registry: Registry,
     hardware: HardwareSpec | str,
-    runtime: str = "generic",
+    runtime: str | Runtime = "generic",
     reserve_bytes: int = 0,
     precision: PrecisionSpec | None = None,
     census: str = "formulas",
@@ -258,7 +262,7 @@ def search(
     hardware: HardwareSpec | str,
     global_batch_size: int,
     seq_len: int,
-    runtime: str = "generic",
+    runtime: str | Runtime = "generic",
     fixed: Mapping[str, int] | None = None,
     top: int = 10,
     executor: Executor | None = None,

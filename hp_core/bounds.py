@@ -50,14 +50,14 @@ MAX_NODES = 100_000
 
 # Name, bound, what it bounds: the table docs/cli.md shows (checked by tests/test_docs_cli.py).
 BOUNDS: tuple[tuple[str, int, str], ...] = (
-    ("MAX_DEVICES", MAX_DEVICES, "every parallel degree, their product and `hp search --devices`"),
-    ("MAX_LAYERS", MAX_LAYERS, "layers in one model stack (all groups, `count`, `num_hidden_layers`)"),
+    ("MAX_DEVICES", MAX_DEVICES, "every parallel degree, their product, `hp search --devices` and `--fix` values, pipeline chunks"),
+    ("MAX_LAYERS", MAX_LAYERS, "layers in one model stack (all groups, `count`, `num_hidden_layers`, `--num-layers`), `--steps`"),
     ("MAX_VOCAB", MAX_VOCAB, "vocabulary entries (`vocab_size`)"),
     ("MAX_SEQ_LEN", MAX_SEQ_LEN, "tokens per sequence (`--seq-len`, `seq_len`)"),
     ("MAX_BATCH", MAX_BATCH, "sequences per micro-batch and per step (`--micro-batch-size`, `--global-batch-size`)"),
-    ("MAX_MEMORY_BYTES", MAX_MEMORY_BYTES, "device memory, reserve and measured peaks, in bytes (1 PiB)"),
+    ("MAX_MEMORY_BYTES", MAX_MEMORY_BYTES, "device memory, `--memory`, `--reserve`, measured peaks, a census figure per token, in bytes (1 PiB)"),
     ("MAX_WORKERS", MAX_WORKERS, "`hp search --workers`"),
-    ("MAX_INT", MAX_INT, "any other integer of a spec or layer config (hidden sizes, heads, experts, `--top`, `--steps`)"),
+    ("MAX_INT", MAX_INT, "any other integer of a spec or layer config (hidden sizes, heads, experts, byte widths), `--top`"),
     ("MAX_SEARCH_LAYOUTS", MAX_SEARCH_LAYOUTS, "candidate layouts `hp search` enumerates, counted before it starts"),
     ("MAX_DOCUMENT_BYTES", MAX_DOCUMENT_BYTES, "bytes of a config, census, case or `config.json` file"),
     ("MAX_DEPTH", MAX_DEPTH, "nesting depth of a config, census, case or `config.json` file"),
