@@ -119,6 +119,8 @@ def read_text(path: str | Path, name: str | None = None) -> str:
             raw = handle.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as exc:
         raise ConfigError(label, f"cannot be read: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL character in the name
+        raise ConfigError(repr(label), "cannot be read: a file name holds no NUL character") from None
     if len(raw) > MAX_DOCUMENT_BYTES:
         raise ConfigError(label, f"is larger than {MAX_DOCUMENT_BYTES:,} bytes (MAX_DOCUMENT_BYTES)")
     try:

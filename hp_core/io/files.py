@@ -108,6 +108,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None], suffix: 
     if str(path) in STDOUT_NAMES:
         _write_stream(write, suffix, flag)
         return
+    if "\0" in str(path):
+        raise ConfigError(flag, f"cannot write {str(path)!r}: a file name holds no NUL character")
     target = Path(os.path.realpath(path))
     if target.exists() and not target.is_file():
         kind = "a folder" if target.is_dir() else "not a regular file (a device, FIFO or socket)"
