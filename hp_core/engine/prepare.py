@@ -99,6 +99,10 @@ def validate_layout(parallel: ParallelSpec, body_layers: int) -> int:
         raise ConfigError("$.parallel.schedule", f"vpp={p.vpp} needs the interleaved_1f1b schedule")
     if schedule == "interleaved_1f1b" and p.pp == 1:
         raise ConfigError("$.parallel.schedule", "interleaved_1f1b needs pp > 1")
+    if schedule == "interleaved_1f1b" and p.vpp < 2:
+        # With one chunk per stage there is nothing to interleave (Megatron-LM runs 1F1B then).
+        raise ConfigError("$.parallel.vpp", f"interleaved_1f1b needs vpp >= 2 chunks per stage, got vpp={p.vpp}; "
+                                            "set vpp >= 2 or use schedule 1f1b")
     per_step = p.micro_batch_size * p.dp
     gbs = p.resolved_global_batch_size
     if gbs % per_step:
