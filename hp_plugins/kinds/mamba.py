@@ -14,8 +14,7 @@ import attrs
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.markers import hookimpl
 from hp_core.types import LayerKind
-from hp_plugins.kit.builder import LayerBuilder
-from hp_plugins.kit.ssm import MAMBA_SWITCHES, Mamba2Fields, mamba2_mixer, validate_mamba2
+from hp_plugins.kit import MAMBA_SWITCHES, LayerBuilder, Mamba2Fields, mamba2_mixer, validate_mamba2
 
 __all__ = ["Mamba2LayerConfig", "evaluate_mamba2", "hp_layer_kinds"]
 
