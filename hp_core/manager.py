@@ -48,6 +48,8 @@ DEFAULT_PLUGINS = (
     "hp_plugins.optimizers.adafactor",
     "hp_plugins.optimizers.muon",
     "hp_plugins.schedules.classic",
+    "hp_plugins.schedules.zero_bubble",
+    "hp_plugins.schedules.dualpipe",
 )
 
 # Third-party plugins advertise themselves under this entry-point group.

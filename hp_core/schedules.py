@@ -86,10 +86,14 @@ class StagePasses:
             of the rank's copies, so it is the mean over them.
         weight_gradient_seconds: The part of *seconds* that is weight-gradient
             GEMMs (the W pass a zero-bubble schedule defers).
+        forward_seconds: The part of *seconds* that is the forward pass (its
+            compute, with the exposed communication shared out in proportion
+            to compute); the rest is the backward, recompute included.
     """
 
     seconds: float = attrs.field(validator=_non_negative_number)
     weight_gradient_seconds: float = attrs.field(default=0.0, validator=_non_negative_number)
+    forward_seconds: float = attrs.field(default=0.0, validator=_non_negative_number)
 
 
 def interleaved_chunks(layout: ScheduleLayout, stage: int) -> tuple[int, ...]:
