@@ -161,3 +161,30 @@ def test_a_third_party_schedule_changes_the_estimate_and_the_step_time():
     t = [s.micro_batch_seconds for s in found["1f1b"][2].stages]
     assert found["slack-1f1b"][2].bubble_seconds == pytest.approx(2 * max(t))
     assert found["1f1b"][2].bubble_seconds == pytest.approx(sum(t) - max(t))
+
+
+def test_the_search_takes_schedules_as_a_dimension():
+    from hp_core.api import search
+    from hp_core.specs import ParallelSpec
+
+    model = model_from_preset("llama3-8b", REGISTRY).with_body_layers(8, REGISTRY.kinds_placed("body"))
+    h100 = REGISTRY.hardware_preset("h100-sxm").spec
+    common = dict(registry=REGISTRY, devices=8, hardware=h100, global_batch_size=16, seq_len=1024, runtime="generic",
+                  top=1000, fixed={"pp": 4, "vpp": 1, "zero": 1, "micro_batch_size": 1})
+    plain = search(model, **common)
+    one = search(model, schedules=["1f1b"], **common)
+    # 1F1B named is the default search at vpp 1: the same candidates in the same order.
+    assert [(c.layout.key, c.step_seconds) for c in one.top] == [(c.layout.key, c.step_seconds) for c in plain.top]
+    both = search(model, schedules=["1f1b", "zb_h1", "dualpipe"], **common)
+    assert {c.layout.schedule for c in both.top} == {"1f1b", "zb_h1", "dualpipe"}
+    assert both.considered == 3 * plain.considered
+    assert [c.step_seconds for c in both.top] == sorted(c.step_seconds for c in both.top)
+    # Each candidate's step time is the step time of its layout under its schedule.
+    for candidate in both.top[:4]:
+        layout = candidate.layout
+        parallel = layout.parallel(1024, 16)
+        assert parallel.schedule == layout.schedule
+        assert step_time(model, parallel, registry=REGISTRY, hardware=h100, recompute=candidate.recompute).step_seconds \
+            == pytest.approx(candidate.step_seconds)
+    with pytest.raises(ConfigError, match=r"^--schedules: unknown pipeline schedule 'nope'"):
+        search(model, schedules=["nope"], **common)
