@@ -274,6 +274,7 @@ def search(
     reserve_bytes: int = 0,
     zero: Iterable[int] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    schedules: Iterable[str] | None = None,
 ) -> SearchResult:
     """Every parallel layout of a device count, recompute planned and ranked by step time.
 
@@ -288,4 +289,5 @@ def search(
     return run_search(_model(model, registry), registry=registry, devices=devices, hardware=_hardware(hardware, registry),
                    global_batch_size=global_batch_size, seq_len=seq_len, runtime=runtime, fixed=fixed or {}, top=top,
                    executor=executor, precision=_precision(precision),
-                   census=census, reserve_bytes=reserve_bytes, zero=zero, progress=progress)
+                   census=census, reserve_bytes=reserve_bytes, zero=zero, progress=progress,
+                   schedules=schedules)

@@ -470,3 +470,19 @@ def test_every_result_round_trips_through_its_json_form(registry):
         assert from_json(json.loads(text), type(result), registry=registry) == result, type(result).__name__
     with pytest.raises(ConfigError, match="needs the registry"):
         from_json(to_json(model), ModelSpec)
+
+
+@pytest.mark.parametrize("preset, devices, batch, fixed", [("llama3-8b", 16, 64, {}), ("mixtral-8x7b", 32, 128, {}),
+                                                           ("llama3-8b", 64, 256, {"tp": 2})])
+def test_the_search_size_counted_before_it_starts_is_what_it_enumerates(registry, preset, devices, batch, fixed):
+    from hp_core.api import model_from_preset
+    from hp_core.engine.search.first_phase import count_candidates
+    from hp_core.engine.search.layouts import zero_levels
+
+    model = model_from_preset(preset, registry)
+    result = search(model, registry=registry, devices=devices, hardware="h100-sxm", global_batch_size=batch, seq_len=4096,
+                    fixed=fixed, top=1)
+    body = sum(group.count for group in model.layers if group.kind in registry.kinds_placed("body"))
+    experts = any(group.kind == "moe" for group in model.layers)
+    zeros = len(zero_levels(registry.runtime("generic")))
+    assert count_candidates(devices, fixed, body, batch, experts, zeros) == result.considered
