@@ -380,8 +380,8 @@ class PreparedRun:
         return [i for i, (kind, group) in enumerate(zip(self.kinds, self.model.layers))
                 if kind.placement == where for _ in range(group.count)]
 
-    def settings(self, recompute: RecomputeSpec | None) -> tuple[Setting, ...]:
-        """The setting of each body layer under *recompute*.
+    def settings(self, recompute: RecomputeSpec | tuple[Setting, ...] | None) -> tuple[Setting, ...]:
+        """The setting of each body layer under *recompute* (a plan, or already one setting per body layer).
 
         Raises:
             ConfigError: A range names a layer beyond the model's.
@@ -389,6 +389,10 @@ class PreparedRun:
         count = self.body_count
         if recompute is None:
             return (Setting(),) * count
+        if isinstance(recompute, tuple):
+            if len(recompute) != count:
+                raise ConfigError("$.recompute", f"per-layer settings must be {count} Setting values, one per body layer")
+            return recompute
         if recompute.layers and max(last for _, last, _ in recompute.layers) >= count:
             raise ConfigError("$.recompute.layers", f"a range names a layer beyond the model's {count} layers (0-{count - 1})")
         return tuple(recompute.setting_of(i) for i in range(count))

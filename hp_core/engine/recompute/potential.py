@@ -133,11 +133,14 @@ def recompute_potentials(
     count = run.body_count
     settings = list(settings_of(start, count))
 
-    def score(plan: RecomputeSpec) -> float:
+    def score(plan: RecomputeSpec | tuple[Setting, ...]) -> float:
         return time_run(run, hardware, plan).step_seconds
 
-    def memory(plan: RecomputeSpec) -> Estimate:
+    def memory(plan: RecomputeSpec | tuple[Setting, ...]) -> Estimate:
         return estimate_run(run, plan, hardware)
+
+    def memory_peak(trial: tuple[Setting, ...]) -> int:
+        return memory(trial).peak_bytes
 
     def record(step: int, plan: RecomputeSpec, changed: int | None, seconds: float, result: Estimate,
                base: tuple[int, ...] | None) -> PotentialStep:
@@ -155,16 +158,20 @@ def recompute_potentials(
         candidates = [i for i, s in enumerate(settings) if s.mode != "full"]
         if not candidates:
             break
+        # Each trial is priced from its per-layer settings directly (PreparedRun.settings takes them):
+        # the same settings the trial's plan states, without writing the plan and reading it back for
+        # every candidate (which cost two walks over the layers per trial); figures are identical.
         trials = {}
+        full = Setting("full")
         for index in candidates:
             trial = settings.copy()
-            trial[index] = Setting("full")
-            plan = spec_from_settings(trial, start.default)
-            trials[index] = (score(plan), plan)
+            trial[index] = full
+            trials[index] = (score(tuple(trial)), tuple(trial))
         fastest = min(seconds for seconds, _ in trials.values())
         tied = [i for i in candidates if trials[i][0] <= fastest + _TIE * abs(fastest)]
-        results = {i: memory(trials[i][1]) for i in tied}
-        chosen = min(tied, key=lambda i: (results[i].peak_bytes, trials[i][0], i))
-        settings[chosen] = Setting("full")
-        found.append(record(len(found), trials[chosen][1], chosen, trials[chosen][0], results[chosen], first.stage_peak_bytes))
+        peaks = {i: memory_peak(trials[i][1]) for i in tied}
+        chosen = min(tied, key=lambda i: (peaks[i], trials[i][0], i))
+        settings[chosen] = full
+        plan = spec_from_settings(settings, start.default)
+        found.append(record(len(found), plan, chosen, trials[chosen][0], memory(plan), first.stage_peak_bytes))
     return PotentialSequence(degrees=_degrees(parallel), steps=tuple(found), rank=rank)
