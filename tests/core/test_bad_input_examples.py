@@ -158,6 +158,8 @@ def _megatron(tmp_path: Path, change) -> Path:
     (lambda c: c["measured"]["timing_by_mbc"][0].update(real_ms=None), "$.cases[0].measured.timing_by_mbc[0].real_ms"),
     (lambda c: c.pop("case_id"), "$.cases[0].case_id"),
     (lambda c: c["training_config"].update(optimizer="adam"), "$.cases[0].training_config.optimizer"),
+    (lambda c: c["training_config"].update(optimizer={}), "$.cases[0].training_config.optimizer.distributed_optimizer"),
+    (lambda c: c["training_config"]["model_hf"].update(vocab_size=0), "$.cases[0].training_config.model_hf.vocab_size"),
     (lambda c: c["measured"]["per_stage_peak_derived"]["stage0_ranks_0-3"].update(max_allocated_gib=-5.0),
      "$.cases[0].measured.per_stage_peak_derived"),
 ])
