@@ -403,7 +403,12 @@ class PreparedRun:
         A run of layers of one group under the same setting object reuses the
         layer before it without a lookup; any other repeat is found by key.
         """
-        cache: dict[tuple[int, Setting], Any] = {}
+        trial = getattr(settings, "body", None)  # settings that build their list from a base's (potentials' trials)
+        return trial(self, make) if trial is not None else self._per_body_layer(settings, make, {})
+
+    def _per_body_layer(self, settings: tuple[Setting, ...], make: Callable[[int, Setting, bool, frozenset[str]], Any],
+                        cache: dict[tuple[int, Setting], Any]) -> list:
+        """:meth:`per_body_layer`, filling *cache* (``(group, setting)`` -> the object made)."""
         body: list = []
         previous: tuple[int, Setting, Any] | None = None
         for group, setting in zip(self.body_group, settings):
@@ -500,4 +505,3 @@ def prepare(
     )
     return PreparedRun(model, parallel, registry, profile, precision, attention, zero, layers, micro_batches,
                        tuple(bounds), body_group, inputs, optimizer)
-
