@@ -7,6 +7,7 @@ from :func:`run_layer`, under the tracker of :mod:`hp_plugins.census.torch_traci
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any, Mapping
 
 from hp_core.errors import ConfigError
@@ -28,8 +29,10 @@ def hf_model_type(hf: Mapping[str, Any]) -> str:
 def layer_indices(hf: Mapping[str, Any]) -> dict[str, int]:
     """Per body kind, the first model layer of that kind (the HF importer's reading of the config)."""
     from hp_plugins.models.hf import model_from_hf_config
+    from hp_plugins.models.hf_local import MODEL_TYPES as LOCAL_TYPES, model_from_local_config
 
-    model = model_from_hf_config(hf, name="census", source="census")
+    build = model_from_local_config if hf.get("model_type") in LOCAL_TYPES else model_from_hf_config
+    model = build(hf, name="census", source="census")
     found: dict[str, int] = {}
     index = 0
     for group in model.layers:
@@ -38,6 +41,13 @@ def layer_indices(hf: Mapping[str, Any]) -> dict[str, int]:
         found.setdefault(group.kind, index)
         index += group.count
     return found
+
+
+# Model types whose intermediate_size is the routed experts' width (not split by TP); Llama 4's is
+# its experts' and shared expert's, and its dense layers' intermediate_size_mlp is split.
+_EXPERT_WIDTH = ("mixtral", "gpt_oss", "llama4_text")
+# Model types whose transformers classes live in another module, and the prefix of the text classes there.
+_MODULES = {"gemma3_text": ("gemma3", "Gemma3"), "llama4_text": ("llama4", "Llama4Text")}
 
 
 def _divide(value: int, tp: int, field: str) -> int:
@@ -57,8 +67,10 @@ def rank_config(hf: Mapping[str, Any], tp: int) -> dict[str, Any]:
         cfg["head_dim"] = cfg.get("head_dim") or cfg["hidden_size"] // heads
     cfg["num_key_value_heads"] = _divide(cfg.get("num_key_value_heads") or heads, tp, "num_key_value_heads")
     cfg["num_attention_heads"] = _divide(heads, tp, "num_attention_heads")
-    if model_type != "mixtral" and "intermediate_size" in cfg:  # Mixtral's is its routed experts' width
+    if model_type not in _EXPERT_WIDTH and "intermediate_size" in cfg:  # Mixtral's, GPT-OSS's: the experts' width
         cfg["intermediate_size"] = _divide(cfg["intermediate_size"], tp, "intermediate_size")
+    if model_type == "llama4_text" and "intermediate_size_mlp" in cfg:
+        cfg["intermediate_size_mlp"] = _divide(cfg["intermediate_size_mlp"], tp, "intermediate_size_mlp")
     if cfg.get("shared_expert_intermediate_size"):
         cfg["shared_expert_intermediate_size"] = _divide(cfg["shared_expert_intermediate_size"], tp, "shared_expert_intermediate_size")
     # The vocabulary-parallel head's shard, the vocabulary padded to a multiple of tp.
@@ -67,10 +79,11 @@ def rank_config(hf: Mapping[str, Any], tp: int) -> dict[str, Any]:
 
 
 def layer_classes(transformers: Any, model_type: str) -> tuple[Any, dict[str, Any]]:
-    module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    package, prefix = _MODULES.get(model_type, (model_type, ""))
+    module = importlib.import_module(f"transformers.models.{package}.modeling_{package}")
     found = {}
     for suffix in ("DecoderLayer", "RotaryEmbedding", "RMSNorm"):
-        names = sorted(n for n in dir(module) if n.endswith(suffix) and not n.startswith("_"))
+        names = sorted(n for n in dir(module) if n.endswith(suffix) and n.startswith(prefix) and not n.startswith("_"))
         if not names:
             raise ConfigError("config.json $.model_type", f"transformers has no {suffix} class for model_type {model_type!r}")
         found[suffix] = getattr(module, min(names, key=len))
@@ -106,8 +119,12 @@ def run_layer(torch: Any, transformers: Any, config: Any, cfg: Mapping[str, Any]
             x = torch.empty(1, seq_len, hidden, requires_grad=True)
             labels = torch.zeros(1, seq_len, dtype=torch.long)
 
+            cap = cfg.get("final_logit_softcapping")
+
             def call() -> Any:
                 logits = layer["lm_head"](layer["norm"](x))
+                if cap is not None:  # Gemma 2 (Gemma2ForCausalLM.forward)
+                    logits = torch.tanh(logits / cap) * cap
                 return ForCausalLMLoss(logits, labels, vocab_size=cfg["vocab_size"])
         else:
             layer = classes["DecoderLayer"](config, index)
@@ -120,14 +137,19 @@ def run_layer(torch: Any, transformers: Any, config: Any, cfg: Mapping[str, Any]
             rope = classes["RotaryEmbedding"](config)
             x = torch.empty(1, seq_len, hidden, requires_grad=True)
             positions = torch.arange(seq_len).unsqueeze(0)
-            cos, sin = rope(x, positions)
+            types = getattr(config, "layer_types", None)
+            if "layer_type" in inspect.signature(rope.forward).parameters:  # Gemma 3: a RoPE per layer type
+                embeddings = rope(x, positions, types[index])
+            else:
+                embeddings = rope(x, positions)  # (cos, sin), or Llama 4's complex frequencies
             mask = torch.zeros(1, 1, seq_len, seq_len) if config._attn_implementation == "eager" else None
-            shared += [positions, cos, sin] + ([mask] if mask is not None else [])
+            shared += [positions, *(embeddings if isinstance(embeddings, tuple) else (embeddings,))]
+            shared += [mask] if mask is not None else []
             for buffer in rope.buffers():
                 shared.append(buffer)
 
             def call() -> Any:
-                out = layer(x, attention_mask=mask, position_ids=positions, position_embeddings=(cos, sin))
+                out = layer(x, attention_mask=mask, position_ids=positions, position_embeddings=embeddings)
                 return out[0] if isinstance(out, tuple) else out
 
         layer.train()
