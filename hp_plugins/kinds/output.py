@@ -20,7 +20,8 @@ import attrs
 from hp_core.markers import hookimpl
 from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, LayerWork
 from hp_core.types import LayerKind
-from hp_core.validators import positive_int, positive_number
+from hp_core.bounds import MAX_VOCAB
+from hp_core.validators import bounded_int, one_of, positive_int, positive_number
 from hp_plugins.kit import (
     NORM_OPS_PER_ELEMENT, NORMS, SOFTCAP_OPS, norm_params, padded_vocab, param_count, tp_collectives,
 )
@@ -49,10 +50,10 @@ class OutputConfig:
             three more elementwise operations.
     """
 
-    vocab_size: int = attrs.field(validator=positive_int)
+    vocab_size: int = attrs.field(validator=bounded_int(MAX_VOCAB, what="MAX_VOCAB"))
     hidden_size: int = attrs.field(validator=positive_int)
     tie_word_embeddings: bool = False
-    norm: str = attrs.field(default="rmsnorm", validator=attrs.validators.in_(NORMS))
+    norm: str = attrs.field(default="rmsnorm", validator=one_of(NORMS))
     final_logit_softcapping: float | None = attrs.field(default=None, validator=attrs.validators.optional(positive_number))
 
 

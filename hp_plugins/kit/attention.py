@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from hp_core.costs import LayerContext
-from hp_core.validators import positive_int, positive_number, probability
+from hp_core.validators import one_of, positive_int, positive_number, probability
 from hp_plugins.kit.work import AttentionShape
 from hp_plugins.kit.builder import SOFTMAX_OPS, LayerBuilder
 from hp_plugins.kit.local_attention import SOFTCAP_OPS, local_attention_core
@@ -49,7 +49,7 @@ class GQAFields:
     attention_out_bias: bool = False
     qk_norm: bool = False
     qk_norm_weight: bool = True
-    norm: str = attrs.field(default="rmsnorm", validator=attrs.validators.in_(NORMS))
+    norm: str = attrs.field(default="rmsnorm", validator=one_of(NORMS))
     attention_dropout: float = attrs.field(default=0.0, validator=probability)
     hidden_dropout: float = attrs.field(default=0.0, validator=probability)
     sliding_window: int | None = attrs.field(default=None, validator=attrs.validators.optional(positive_int))

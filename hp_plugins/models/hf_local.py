@@ -41,9 +41,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from hp_core.bounds import MAX_INT, MAX_LAYERS, short_repr
 from hp_core.errors import ConfigError, describe
 from hp_core.specs.model import LayerGroup, ModelSpec
 from hp_core.types import ModelFormat
+from hp_core.validators import is_finite
 from hp_plugins.kinds.dense import DenseConfig
 from hp_plugins.kinds.embedding import EmbeddingConfig
 from hp_plugins.kinds.moe import MoEConfig
@@ -79,7 +81,7 @@ class _Reader:
         self.cfg, self.defaults, self.where = cfg, DEFAULTS[model_type], where
 
     def _fail(self, key: str, what: str, value: Any) -> ConfigError:
-        return ConfigError(f"{self.where} $.{key}", f"must be {what}, got {value!r}")
+        return ConfigError(f"{self.where} $.{key}", f"must be {what}, got {short_repr(value)}")
 
     def get(self, key: str, kind: type = int, nullable: bool = False) -> Any:
         value = self.cfg.get(key, _ABSENT)
@@ -91,14 +93,18 @@ class _Reader:
             return None
         if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise self._fail(key, "a non-negative integer", value)
+        if kind is int and key == "num_hidden_layers" and not 1 <= value <= MAX_LAYERS:
+            raise self._fail(key, f"at least 1 and at most {MAX_LAYERS:,} (MAX_LAYERS)", value)
+        if kind is int and value > MAX_INT:
+            raise self._fail(key, f"at most {MAX_INT:,} (MAX_INT)", value)
         if kind is bool and not isinstance(value, bool):
             raise self._fail(key, "true or false", value)
         if kind is str and not isinstance(value, str):
             raise self._fail(key, "a string", value)
-        if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise self._fail(key, "a number", value)
-        if kind is list and not isinstance(value, list):
-            raise self._fail(key, "a list", value)
+        if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float)) or not is_finite(value)):
+            raise self._fail(key, "a finite number", value)
+        if kind is list and not (isinstance(value, list) and len(value) <= MAX_LAYERS):
+            raise self._fail(key, f"a list of at most {MAX_LAYERS:,} entries", value)
         return value
 
     def layer_types(self, default: list[str], allowed: tuple[str, ...]) -> list[str]:
@@ -108,7 +114,7 @@ class _Reader:
             return default
         if len(types) != len(default) or any(t not in allowed for t in types):
             raise ConfigError(f"{self.where} $.layer_types", f"must list one of {list(allowed)} for each of the "
-                              f"{len(default)} layers, got {types!r}")
+                              f"{len(default)} layers, got {short_repr(types)}")
         return types
 
     def window(self, key: str) -> int | None:
@@ -237,7 +243,7 @@ def model_from_local_config(cfg: Mapping[str, Any], *, name: str, source: str, w
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str) or model_type not in _BUILDERS:
         raise ConfigError(f"{where} $.model_type",
-                          f"model_type {model_type!r} is not one of {', '.join(MODEL_TYPES)}")
+                          f"model_type {short_repr(model_type)} is not one of {', '.join(MODEL_TYPES)}")
     r = _Reader(cfg, model_type, where)
     try:
         body = _grouped(_BUILDERS[model_type](r, model_type))
