@@ -24,11 +24,13 @@ import attrs
 
 from hp_core.engine import census as census_lib
 from hp_core.engine.optimizer import resolve_optimizer
+from hp_core.engine.precision import apply_recipe, resolve_recipe
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.engine.stage import StageInputs
 from hp_core.costs import LayerContext, LayerCost
+from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.types import CensusRecord, CensusSource, LayerKind, Optimizer, Runtime
 
 __all__ = [
@@ -262,7 +264,9 @@ class EvaluatedLayers:
         context: The context they were evaluated in (with sublayers).
         formula_costs: Each group's cost as its kind's evaluator states it.
         costs: Each group's cost with its activations as the census measured
-            them where it has a record (else the evaluator's); what every
+            them where it has a record (else the evaluator's), its linear
+            layers' kept inputs as the precision recipe keeps them
+            (:func:`hp_core.engine.precision.apply_recipe`); what every
             consumer prices.
         census: The census source.
         records: The census's records, by kind name.
@@ -310,6 +314,8 @@ def evaluate_layers(
     records = census_lib.request_records(census, model, kinds, parallel.seq_len, attention, registry=registry, tp=parallel.tp)
     costs = tuple(census_lib.apply_record(cost, records[kind.name], kind, context) if kind.name in records else cost
                   for kind, cost in zip(kinds, formula))
+    recipe = resolve_recipe(registry, precision)
+    costs = tuple(apply_recipe(cost, recipe, precision.activation_bytes) for cost in costs)
     return EvaluatedLayers(tuple(kinds), body_groups, body_count, context, formula, costs, census, records)
 
 
@@ -334,6 +340,7 @@ class PreparedRun:
         body_group: The group index of each body layer, in order.
         stage_inputs: What a stage's memory needs beyond its layers.
         optimizer: The optimizer the precision names (from the registry).
+        recipe: The low-precision GEMM recipe the precision names (from the registry).
     """
 
     model: ModelSpec
@@ -349,6 +356,7 @@ class PreparedRun:
     body_group: tuple[int, ...]
     stage_inputs: StageInputs
     optimizer: Optimizer = attrs.field(eq=False, repr=False)
+    recipe: PrecisionRecipe = attrs.field(eq=False, repr=False, kw_only=True)
     _resolved: dict = attrs.field(factory=dict, eq=False, repr=False, init=False)
 
     @property
@@ -465,6 +473,7 @@ def prepare(
     """
     profile, precision, attention = resolve_runtime(registry, runtime, precision, attention)
     optimizer = resolve_optimizer(registry, precision)
+    recipe = resolve_recipe(registry, precision)
     zero = parallel.zero if parallel.zero is not None else profile.zero
     if layers is None:
         source = census if isinstance(census, CensusSource) else census_lib.resolve_source(registry, census)
@@ -479,8 +488,8 @@ def prepare(
     inputs = StageInputs(
         parallel, zero, precision, micro_batches, parallel.resolved_schedule, profile.overhead_bytes,
         profile.deferred_grad_reduction, profile.expert_overhead_bytes, profile.dummy_weight_gradients,
-        optimizer=optimizer,
+        optimizer=optimizer, recipe=recipe,
     )
     return PreparedRun(model, parallel, registry, profile, precision, attention, zero, layers, micro_batches,
-                       tuple(bounds), body_group, inputs, optimizer)
+                       tuple(bounds), body_group, inputs, optimizer, recipe=recipe)
 
