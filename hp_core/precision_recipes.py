@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import attrs
 
-__all__ = ["FORMATS", "GemmOperand", "PrecisionRecipe", "SCALINGS"]
+__all__ = ["FORMATS", "GEMM_KERNELS", "GemmOperand", "PrecisionRecipe", "SCALINGS"]
 
 # Element formats: (bits per element, the HardwareSpec.peak_flops key a GEMM of them runs at).
 # e4m3 / e5m2: OCP FP8 (Micikevicius et al. 2022, "FP8 Formats for Deep Learning"); mxfp8: FP8
@@ -59,6 +59,8 @@ SCALINGS: dict[str, tuple[int, int]] = {
 }
 
 SAVED_INPUTS = ("quantized", "compute")
+# The GEMM kernel families (PrecisionRecipe.kernel): what a device's measured speedups are keyed by.
+GEMM_KERNELS = ("bf16", "fp8_tensorwise", "fp8_rowwise", "fp8_blockwise", "mxfp8", "nvfp4")
 PARAM_GATHERS = ("none", "stored", "cast")
 
 
@@ -150,6 +152,12 @@ class PrecisionRecipe:
         tp_gather: Sequence-parallel all-gathers of a linear layer's input
             (and output gradient) move the quantized tensor (TE
             ``gather_along_first_dim`` with the input quantizer).
+        quantize_passes: Reads of a compute-dtype tensor per quantization:
+            1 where the scale is known before the cast (delayed scaling's amax
+            history, a block's own scale computed in the cast kernel), 2 where
+            a separate pass computes the tensor's amax first (current scaling,
+            NVFP4's global scale); TE docs/examples/gemm_profiling: "the extra
+            memory pass for per-tensor amax computation".
         attention_format: The attention core's format (``bf16`` unless the
             trainer runs FP8 attention: TE ``fp8_dpa``).
         flags: The trainer flags that select the recipe, per exporter name
@@ -168,6 +176,7 @@ class PrecisionRecipe:
     cache_weights: bool = False
     param_gather: str = attrs.field(default="none", validator=_in(PARAM_GATHERS, "param gather"))
     tp_gather: bool = False
+    quantize_passes: int = attrs.field(default=1, validator=_count)
     attention_format: str = attrs.field(default="bf16", validator=_in(FORMATS, "format"))
     flags: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, converter=lambda v: {k: tuple(f) for k, f in dict(v).items()})
 
@@ -195,6 +204,20 @@ class PrecisionRecipe:
             if operand.low_precision:
                 return operand.peak_dtype
         return "bf16"
+
+    @property
+    def kernel(self) -> str:
+        """The GEMM kernel family its GEMMs run (what a device's measured GEMM speedups are keyed by).
+
+        ``bf16``, ``fp8_tensorwise`` (per-tensor scales), ``fp8_rowwise``,
+        ``fp8_blockwise``, ``mxfp8`` or ``nvfp4``, from the activations' operand.
+        """
+        operand = self.activations if self.activations.low_precision else self.weights
+        if operand.format in ("mxfp8", "nvfp4", "bf16"):
+            return operand.format
+        if operand.scaling.startswith("block"):
+            return "fp8_blockwise"
+        return "fp8_rowwise" if operand.scaling == "rowwise" else "fp8_tensorwise"
 
     def saved_input_bytes(self, elements: float) -> float:
         """Bytes a linear layer keeps of an input of *elements* elements for its backward (0 at ``compute``: unchanged)."""

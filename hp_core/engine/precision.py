@@ -19,7 +19,7 @@ gathered in the recipe's format.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Any, Iterable
 
 import attrs
 
@@ -60,7 +60,7 @@ def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int
     return attrs.evolve(cost, activations=terms)
 
 
-def quantized_weight_elements(costs: Iterable[tuple[LayerCost, int]]) -> int:
+def quantized_weight_elements(costs: Iterable[tuple[LayerCost, int]], by_group: bool = False) -> Any:
     """Elements of the GEMM weights a low-precision recipe quantizes, on one rank.
 
     Args:
@@ -70,11 +70,14 @@ def quantized_weight_elements(costs: Iterable[tuple[LayerCost, int]]) -> int:
     them (:attr:`ParamCount.matrices <hp_core.costs.ParamCount.matrices>`),
     less the embedding and the output head (``embedding_or_output``) and the
     families that stay in the compute dtype (``high_precision``: a router's gate).
+    The total, or with *by_group* a mapping by parameter group.
     """
-    total = 0
+    found: dict[str, int] = {}
     for cost, n in costs:
-        total += n * sum(p.matrix_elements for p in cost.params if not p.embedding_or_output and not p.high_precision)
-    return total
+        for p in cost.params:
+            if not p.embedding_or_output and not p.high_precision and p.matrices:
+                found[p.group] = found.get(p.group, 0) + n * p.matrix_elements
+    return found if by_group else sum(found.values())
 
 
 def weight_copy_bytes(elements: int, recipe: PrecisionRecipe, zero: int) -> int:
