@@ -52,6 +52,9 @@ def config_from_args(args: argparse.Namespace, registry: Registry) -> ConfigFile
     changes["runtime"] = RuntimeRef(name=runtime, options=options) if options else runtime
     if args.optimizer is not None:
         changes["precision"] = {**(base.precision or {}), "optimizer": args.optimizer}
+    if getattr(args, "precision", None) is not None:
+        registry.precision_recipe(args.precision, "--precision")
+        changes["precision"] = {**(changes.get("precision") or base.precision or {}), "recipe": args.precision}
     if args.recompute is not None:
         text = args.recompute
         value: Any = text if text in ("none", "full", "selective") else text.split("+")
