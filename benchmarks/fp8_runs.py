@@ -45,20 +45,42 @@ def measured_seconds(row: dict) -> float:
     return row["global_batch_size"] * row["seq_len"] / (row["tokens_per_second_per_gpu"] * row["gpus"])
 
 
-def main() -> None:
-    registry = api.build_registry()
+def results(registry=None) -> list[dict]:
+    """Each run of the data file priced: measured and estimated step time, the error, hp's bf16 time."""
+    registry = registry or api.build_registry()
     data = json.loads(DATA.read_text())
-    print(f"{'run':40s} {'split':9s} {'measured s':>10s} {'hp s':>8s} {'error':>7s} {'hp bf16 s':>9s} {'hp speedup':>10s}")
-    errors = []
+    found = []
     for row in data["rows"]:
         measured = measured_seconds(row)
         estimated = price(row, registry)
         bf16 = price(row, registry, "bf16")
-        error = (estimated.step_seconds - measured) / measured
-        errors.append(abs(error))
-        print(f"{row['id']:40s} {row['split']:9s} {measured:10.3f} {estimated.step_seconds:8.3f} {error:+7.1%} "
-              f"{bf16.step_seconds:9.3f} {bf16.step_seconds / estimated.step_seconds:10.2f}")
-    print(f"held-out rows: {len(errors)}, mean |error| {sum(errors) / len(errors):.1%}, max {max(errors):.1%}")
+        found.append({"id": row["id"], "split": row["split"], "hardware": row["hardware"], "recipe": row["recipe"],
+                      "measured_seconds": measured, "estimated_seconds": estimated.step_seconds,
+                      "error": (estimated.step_seconds - measured) / measured, "bf16_seconds": bf16.step_seconds,
+                      "mfu": estimated.mfu, "mfu_recipe_peak": estimated.mfu_recipe_peak})
+    return found
+
+
+def section(found: list[dict]) -> str:
+    """The table docs/precision.md shows (tests/plugins/test_fp8_runs.py checks it is current)."""
+    lines = [
+        "| run | split | recipe | measured s | hp s | error | hp bf16 s | hp FP8 speedup | hp MFU (bf16 peak / recipe peak) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in found:
+        lines.append(f"| `{r['id']}` | {r['split']} | {r['recipe']} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} "
+                     f"| {r['error']:+.1%} | {r['bf16_seconds']:.3f} | {r['bf16_seconds'] / r['estimated_seconds']:.2f} "
+                     f"| {r['mfu']:.1%} / {r['mfu_recipe_peak']:.1%} |")
+    errors = [abs(r["error"]) for r in found]
+    within = sum(e <= 0.10 for e in errors)
+    lines.append("")
+    lines.append(f"Held-out rows: {len(errors)}; within 10%: {within}; mean absolute error {sum(errors) / len(errors):.1%}, "
+                 f"largest {max(errors):.1%}.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    print(section(results()), end="")
 
 
 if __name__ == "__main__":

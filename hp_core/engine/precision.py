@@ -39,8 +39,13 @@ def resolve_recipe(registry: Registry, precision: PrecisionSpec) -> PrecisionRec
     """The recipe *precision* names, from *registry*.
 
     Raises:
-        ConfigError: The registry has no recipe of that name (``$.precision.recipe``, known names listed).
+        ConfigError: The registry has no recipe of that name (``$.precision.recipe``, known names listed),
+            or the precision states 1-byte activations, which would keep every tensor (attention,
+            norms, softmax) and run every op in FP8: a recipe says what runs in low precision.
     """
+    if precision.activation_bytes == 1:
+        raise ConfigError("$.precision.activation_bytes", "1-byte activations would run every op and keep every tensor in FP8; "
+                          "name a low-precision recipe instead (precision.recipe, --precision; docs/precision.md)")
     return registry.precision_recipe(precision.recipe, "$.precision.recipe")
 
 

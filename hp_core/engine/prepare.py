@@ -264,10 +264,8 @@ class EvaluatedLayers:
         context: The context they were evaluated in (with sublayers).
         formula_costs: Each group's cost as its kind's evaluator states it.
         costs: Each group's cost with its activations as the census measured
-            them where it has a record (else the evaluator's), its linear
-            layers' kept inputs as the precision recipe keeps them
-            (:func:`hp_core.engine.precision.apply_recipe`); what every
-            consumer prices.
+            them where it has a record (else the evaluator's), its linear inputs as
+            the precision recipe keeps them (:mod:`hp_core.engine.precision`); what every consumer prices.
         census: The census source.
         records: The census's records, by kind name.
     """

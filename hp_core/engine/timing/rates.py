@@ -20,7 +20,8 @@ from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS, DeviceEfficiency, Ge
 
 __all__ = ["compute_dtype"]
 
-_DTYPES = {2: ("bf16", "fp16"), 4: ("fp32", "tf32"), 1: ("fp8",)}
+# The compute dtype by activation width; FP8 and FP4 GEMMs come from a precision recipe (docs/precision.md).
+_DTYPES = {2: ("bf16", "fp16"), 4: ("fp32", "tf32")}
 
 
 def compute_dtype(precision: PrecisionSpec, hardware: HardwareSpec) -> str:
