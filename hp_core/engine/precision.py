@@ -56,12 +56,21 @@ def _term(term: ActivationTerm, recipe: PrecisionRecipe, activation_bytes: int) 
 
 
 def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int) -> LayerCost:
-    """*cost* with its linear layers' kept inputs as *recipe* keeps them (module docstring)."""
+    """*cost* with its linear layers' kept inputs as *recipe* keeps them (module docstring).
+
+    A recipe that quantizes its weights per micro-batch instead of caching them (TE called
+    without ``is_first_microbatch``) also keeps each layer's quantized weights for its
+    input-gradient GEMM, one copy per micro-batch in flight: a term ``quantized_weights``.
+    """
     if not recipe.low_precision or recipe.saved_input != "quantized":
         return cost
-    if not any(term.gemm_input for term in cost.activations):
-        return cost
     terms = tuple(_term(t, recipe, activation_bytes) if t.gemm_input else t for t in cost.activations)
+    if not recipe.cache_weights and recipe.weight_copies:
+        weights = quantized_weight_elements([(cost, 1)])
+        if weights:
+            terms += (ActivationTerm("quantized_weights", math.ceil(weights * recipe.weights.bytes_per_element)),)
+    if terms == cost.activations:
+        return cost
     return attrs.evolve(cost, activations=terms)
 
 
