@@ -15,6 +15,7 @@ from hp_core.types import (
     CaseFormat, CensusSource, Exporter, HardwarePreset, LayerAspect, LayerKind, ModelFormat, ModelPreset, Optimizer,
     Runtime,
 )
+from hp_core.schedules import Schedule
 
 __all__ = ["Provider", "Registry"]
 
@@ -146,6 +147,7 @@ class Registry:
     optimizers: tuple[Optimizer, ...] = ()
     layer_aspects: tuple[LayerAspect, ...] = ()
     precision_recipes: tuple[PrecisionRecipe, ...] = ()
+    schedules: tuple[Schedule, ...] = ()
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
 
@@ -183,6 +185,7 @@ class Registry:
             optimizers=fields["optimizers"],
             layer_aspects=fields["layer_aspects"],
             precision_recipes=fields["precision_recipes"],
+            schedules=fields["schedules"],
             providers=providers,
             plugins=plugins,
         )
@@ -220,6 +223,8 @@ class Registry:
 
     def precision_recipe(self, name: str, path: str = "$.precision.recipe") -> PrecisionRecipe:
         return _lookup(self.precision_recipes, name, "precision recipe", path)
+    def schedule(self, name: str, path: str = "$.parallel.schedule") -> Schedule:
+        return _lookup(self.schedules, name, "pipeline schedule", path)
 
     def format_for(self, config: Mapping[str, Any], where: str = "config.json") -> ModelFormat:
         """The model format that reads *config*, by its ``model_type``.

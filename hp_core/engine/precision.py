@@ -30,7 +30,7 @@ from hp_core.registry import Registry
 from hp_core.specs.precision import PrecisionSpec
 
 __all__ = [
-    "apply_recipe", "check_hardware_dtype", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
+    "apply_recipe", "check_hardware_dtype", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
     "weight_copy_bytes",
 ]
 
@@ -72,6 +72,12 @@ def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int
     if terms == cost.activations:
         return cost
     return attrs.evolve(cost, activations=terms)
+
+
+def with_recipe(costs: tuple[LayerCost, ...], registry: Registry, precision: PrecisionSpec) -> tuple[LayerCost, ...]:
+    """*costs* as the recipe *precision* names keeps them (:func:`apply_recipe` of each)."""
+    recipe = resolve_recipe(registry, precision)
+    return tuple(apply_recipe(cost, recipe, precision.activation_bytes) for cost in costs)
 
 
 def quantized_weight_elements(costs: Iterable[tuple[LayerCost, int]], by_group: bool = False) -> Any:

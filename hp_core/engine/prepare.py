@@ -23,14 +23,15 @@ from typing import Any, Callable, Iterable, Mapping
 import attrs
 
 from hp_core.engine import census as census_lib
+from hp_core.engine import schedule as schedule_lib
 from hp_core.engine.optimizer import resolve_optimizer
-from hp_core.engine.precision import apply_recipe, resolve_recipe
+from hp_core.engine.precision import resolve_recipe, with_recipe
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.engine.stage import StageInputs
 from hp_core.costs import LayerContext, LayerCost
-from hp_core.precision_recipes import PrecisionRecipe
+from hp_core.schedules import Schedule, ScheduleLayout
 from hp_core.types import CensusRecord, CensusSource, LayerKind, Optimizer, Runtime
 
 __all__ = [
@@ -85,8 +86,14 @@ def resolve_setting(setting: Setting, kind: LayerKind, path: str) -> tuple[bool,
     return False, setting.switches
 
 
-def validate_layout(parallel: ParallelSpec, body_layers: int) -> int:
-    """Cross-field checks of the layout; returns micro-batches per step."""
+def validate_layout(parallel: ParallelSpec, body_layers: int, schedule: Schedule | None = None) -> int:
+    """Cross-field checks of the layout, the schedule's own included; returns micro-batches per step.
+
+    Args:
+        schedule: The run's schedule; without one the schedule checks are left out
+            and the default global batch size is the layout's own
+            (:attr:`ParallelSpec.resolved_global_batch_size`).
+    """
     p = parallel
     if p.seq_len % p.cp:
         raise ConfigError("$.parallel.cp", f"cp={p.cp} must divide seq_len={p.seq_len}")
@@ -96,25 +103,16 @@ def validate_layout(parallel: ParallelSpec, body_layers: int) -> int:
         raise ConfigError("$.parallel.ep", f"ep*etp={p.ep * p.etp} must divide dp*cp*tp={p.dp * p.cp * p.tp}")
     if p.pp > body_layers:
         raise ConfigError("$.parallel.pp", f"pp={p.pp} is larger than the model's {body_layers} layers; use pp <= {body_layers}")
-    schedule = p.resolved_schedule
-    if schedule == "1f1b" and p.vpp > 1:
-        raise ConfigError("$.parallel.schedule", f"vpp={p.vpp} needs the interleaved_1f1b schedule")
-    if schedule == "interleaved_1f1b" and p.pp == 1:
-        raise ConfigError("$.parallel.schedule", "interleaved_1f1b needs pp > 1")
     per_step = p.micro_batch_size * p.dp
-    gbs = p.resolved_global_batch_size
+    gbs = schedule_lib.default_global_batch_size(p, schedule)
     if gbs % per_step:
         raise ConfigError(
             "$.parallel.global_batch_size",
             f"global_batch_size={gbs} must be a multiple of micro_batch_size*dp={per_step}",
         )
     m = gbs // per_step
-    if schedule == "interleaved_1f1b" and m % p.pp:
-        raise ConfigError(
-            "$.parallel.global_batch_size",
-            f"interleaved 1F1B needs micro-batches per step ({m}) to be a multiple of pp={p.pp} "
-            "(Megatron-LM schedules.py)",
-        )
+    if schedule is not None:
+        schedule_lib.check_layout(schedule, ScheduleLayout(p.pp, p.vpp, m))
     return m
 
 
@@ -263,9 +261,8 @@ class EvaluatedLayers:
         body_count: Body layers in all.
         context: The context they were evaluated in (with sublayers).
         formula_costs: Each group's cost as its kind's evaluator states it.
-        costs: Each group's cost with its activations as the census measured
-            them where it has a record (else the evaluator's), its linear inputs as
-            the precision recipe keeps them (:mod:`hp_core.engine.precision`); what every consumer prices.
+        costs: Each group's cost with its activations as the census measured them where it has a record
+            (else the evaluator's), as the precision recipe keeps them (:mod:`hp_core.engine.precision`).
         census: The census source.
         records: The census's records, by kind name.
     """
@@ -310,10 +307,8 @@ def evaluate_layers(
     context = with_sublayers(layer_context(parallel, precision, attention, runtime.vocab_pad_multiple, runtime.traits), registry)
     formula = tuple(evaluate_groups(kinds, model.layers, context))
     records = census_lib.request_records(census, model, kinds, parallel.seq_len, attention, registry=registry, tp=parallel.tp)
-    costs = tuple(census_lib.apply_record(cost, records[kind.name], kind, context) if kind.name in records else cost
-                  for kind, cost in zip(kinds, formula))
-    recipe = resolve_recipe(registry, precision)
-    costs = tuple(apply_recipe(cost, recipe, precision.activation_bytes) for cost in costs)
+    costs = with_recipe(tuple(census_lib.apply_record(cost, records[kind.name], kind, context) if kind.name in records
+                              else cost for kind, cost in zip(kinds, formula)), registry, precision)
     return EvaluatedLayers(tuple(kinds), body_groups, body_count, context, formula, costs, census, records)
 
 
@@ -338,7 +333,6 @@ class PreparedRun:
         body_group: The group index of each body layer, in order.
         stage_inputs: What a stage's memory needs beyond its layers.
         optimizer: The optimizer the precision names (from the registry).
-        recipe: The low-precision GEMM recipe the precision names (from the registry).
     """
 
     model: ModelSpec
@@ -354,7 +348,6 @@ class PreparedRun:
     body_group: tuple[int, ...]
     stage_inputs: StageInputs
     optimizer: Optimizer = attrs.field(eq=False, repr=False)
-    recipe: PrecisionRecipe = attrs.field(eq=False, repr=False, kw_only=True)
     _resolved: dict = attrs.field(factory=dict, eq=False, repr=False, init=False)
 
     @property
@@ -373,9 +366,14 @@ class PreparedRun:
     def context(self) -> LayerContext:
         return self.layers.context
 
-    def stage_chunks(self, stage: int) -> range:
-        """The chunks pipeline stage *stage* runs (Megatron-Core's interleaved assignment)."""
-        return range(stage, self.parallel.chunks, self.parallel.pp)
+    @property
+    def schedule(self) -> Schedule:
+        """The pipeline schedule (the layout's, resolved against the registry)."""
+        return self.stage_inputs.schedule
+
+    def stage_chunks(self, stage: int) -> tuple[int, ...]:
+        """The chunks pipeline stage *stage* runs, as its schedule says (Megatron-Core's interleaved assignment for 1F1B)."""
+        return self.stage_inputs.stage_plan(stage)[0]
 
     def placed_groups(self, where: str) -> list[int]:
         """The group index of each layer placed *where* (``"first"`` or ``"last"``), one per layer."""
@@ -476,23 +474,26 @@ def prepare(
     """
     profile, precision, attention = resolve_runtime(registry, runtime, precision, attention)
     optimizer = resolve_optimizer(registry, precision)
-    recipe = resolve_recipe(registry, precision)
     zero = parallel.zero if parallel.zero is not None else profile.zero
     if layers is None:
         source = census if isinstance(census, CensusSource) else census_lib.resolve_source(registry, census)
         layers = evaluate_layers(model, parallel, precision=precision, attention=attention, runtime=profile,
                                  registry=registry, census=source)
-    micro_batches = validate_layout(parallel, layers.body_count)
+    schedule = registry.schedule(parallel.resolved_schedule)
+    micro_batches = validate_layout(parallel, layers.body_count, schedule)
+    # The layout as the run resolves it: its schedule and global batch size stated.
+    parallel = attrs.evolve(parallel, schedule=schedule.name,
+                            global_batch_size=micro_batches * parallel.micro_batch_size * parallel.dp)
     bounds, start = [], 0
     for count in split_layers(layers.body_count, parallel):
         bounds.append((start, start + count))
         start += count
     body_group = tuple(i for i in layers.body_groups for _ in range(model.layers[i].count))
     inputs = StageInputs(
-        parallel, zero, precision, micro_batches, parallel.resolved_schedule, profile.overhead_bytes,
+        parallel, zero, precision, micro_batches, schedule, profile.overhead_bytes,
         profile.deferred_grad_reduction, profile.expert_overhead_bytes, profile.dummy_weight_gradients,
-        optimizer=optimizer, recipe=recipe,
+        optimizer=optimizer, recipe=resolve_recipe(registry, precision),
     )
     return PreparedRun(model, parallel, registry, profile, precision, attention, zero, layers, micro_batches,
-                       tuple(bounds), body_group, inputs, optimizer, recipe=recipe)
+                       tuple(bounds), body_group, inputs, optimizer)
 

@@ -212,7 +212,7 @@ def plan_run(
     model, parallel = run.model, run.parallel
     kinds, costs, context, body_groups = run.kinds, run.costs, run.context, run.layers.body_groups
     pricer = layer_pricer(parallel, hardware=hardware, timing=rt.timing, precision=run.precision, attention=run.attention,
-                          recipe=run.recipe)
+                          recipe=run.stage_inputs.recipe)
     profiles: dict[int, SwitchProfile] = {
         i: switch_profile(kinds[i], costs[i], model.layers[i].config, context, pricer, implicit=rt.implicit_recompute)
         for i in body_groups
