@@ -23,17 +23,15 @@ def clamped_swiglu(b: LayerBuilder, prefix: str, tokens: int, width: int, tp_spl
     Unfused (Hugging Face), autograd keeps the FC1 output (the clamps' inputs
     are views of it), the clamped gate (the product's input), the sigmoid's
     output, ``up + 1`` and the gated value (the last product's inputs) and the
-    product (FC2's input): all but the FC1 output are rebuilt from it, so
+    product (FC2's input, ``gemm_input`` ``owned``): all but the FC1 output are rebuilt from it, so
     ``ffAct`` drops them. A fused kernel (the ``fused_swiglu`` trait,
     Megatron-LM ``bias_swiglu_impl`` with its clamp) keeps the FC1 output and
     the product only.
     """
     wide = tokens * width * b.act
     b.keep(f"{prefix}fc1_out", 2 * wide, None, tp_split)
-    if "fused_swiglu" in b.x.traits:
-        b.keep(f"{prefix}mul_out", wide, "ffAct", tp_split)
-    else:
+    if "fused_swiglu" not in b.x.traits:
         b.keep(f"{prefix}act_out", 4 * wide, "ffAct", tp_split)  # clamped gate, sigmoid, up + 1, gated value
-        b.keep(f"{prefix}mul_out", wide, "ffAct", tp_split)
+    b.keep(f"{prefix}mul_out", wide, "ffAct", tp_split, "owned")  # FC2's input
     b.elementwise += CLAMPED_SWIGLU_OPS * tokens * width
     return wide

@@ -117,8 +117,9 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     T, h, E = x.tokens, b.h, c.num_experts
     routed = T // x.sp_degree
     processed = moe_tokens(c, x)
-    b.pre_norm("moe", norm, hidden_dropout)
-    b.param("router", E * h + E * c.router_bias, False, matrices=((1, E, h),))
+    # The norm's output is also the router's input, which keeps it in the compute dtype.
+    b.pre_norm("moe", norm, hidden_dropout, gemm_input=None)
+    b.param("router", E * h + E * c.router_bias, False, matrices=((1, E, h),), high_precision=True)
     # Each of a rank's E / ep experts: the fused gate and up projection and the down projection, split over etp.
     width = c.moe_intermediate_size // x.etp
     b.param("experts", E * 3 * h * c.moe_intermediate_size, True, "routed_expert",
@@ -128,7 +129,7 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
         b.param("expert_fc1_bias", E * 2 * c.moe_intermediate_size, True, "routed_expert")
         b.param("expert_fc2_bias", E * h, False, "routed_expert")
     b.keep("router_probs", routed * (c.num_experts_per_tok if c.router_topk_softmax else E) * act)
-    b.keep("dispatched_tokens", processed * h * act)
+    b.keep("dispatched_tokens", processed * h * act, gemm_input="owned")  # the experts' FC1 input
     if c.expert_activation == "clamped_swiglu":
         expert_wide = clamped_swiglu(b, "expert_", processed, width)
     else:
