@@ -381,18 +381,11 @@ class PreparedRun:
                 if kind.placement == where for _ in range(group.count)]
 
     def settings(self, recompute: RecomputeSpec | tuple[Setting, ...] | None) -> tuple[Setting, ...]:
-        """The setting of each body layer under *recompute* (a plan, or already one setting per body layer).
-
-        Raises:
-            ConfigError: A range names a layer beyond the model's.
-        """
+        """The setting of each body layer under *recompute* (a plan, or one setting per body layer); a ConfigError
+        where a range names a layer beyond the model's."""
         count = self.body_count
-        if recompute is None:
-            return (Setting(),) * count
-        if isinstance(recompute, tuple):
-            if len(recompute) != count:
-                raise ConfigError("$.recompute", f"per-layer settings must be {count} Setting values, one per body layer")
-            return recompute
+        if recompute is None or (isinstance(recompute, tuple) and len(recompute) == count):
+            return (Setting(),) * count if recompute is None else recompute
         if recompute.layers and max(last for _, last, _ in recompute.layers) >= count:
             raise ConfigError("$.recompute.layers", f"a range names a layer beyond the model's {count} layers (0-{count - 1})")
         return tuple(recompute.setting_of(i) for i in range(count))
@@ -406,9 +399,7 @@ class PreparedRun:
         trial = getattr(settings, "body", None)  # settings that build their list from a base's (potentials' trials)
         return trial(self, make) if trial is not None else self._per_body_layer(settings, make, {})
 
-    def _per_body_layer(self, settings: tuple[Setting, ...], make: Callable[[int, Setting, bool, frozenset[str]], Any],
-                        cache: dict[tuple[int, Setting], Any]) -> list:
-        """:meth:`per_body_layer`, filling *cache* (``(group, setting)`` -> the object made)."""
+    def _per_body_layer(self, settings: tuple[Setting, ...], make: Callable, cache: dict) -> list:  # fills cache
         body: list = []
         previous: tuple[int, Setting, Any] | None = None
         for group, setting in zip(self.body_group, settings):
