@@ -96,6 +96,10 @@ class _Bounder:
         self.rt, self.precision, self.attention = resolve_runtime(registry, job.runtime, job.precision, None)
         self.optimizer = resolve_optimizer(registry, self.precision)
         self.recipe = resolve_recipe(registry, self.precision)
+        # A recipe storing the parameters in its format holds under param_bytes of them: bound them at 1 byte
+        # (the weight copies it adds are not counted here, so the static bound stays below plan_stage's).
+        self.static_precision = (attrs.evolve(self.precision, param_bytes=1) if self.recipe.param_gather == "stored"
+                                 else self.precision)
         self.master_bytes = master_bytes(self.optimizer, self.precision)
         self.kinds = model_kinds(model, registry)
         self.body = [(i, g.count) for i, (k, g) in enumerate(zip(self.kinds, model.layers)) if k.placement == "body"]
@@ -374,10 +378,10 @@ class _Bounder:
         dense_degree = layout.dp * layout.cp
         expert_degree = (layout.dp * layout.cp * layout.tp) // (layout.ep * layout.etp)
         for elements, states in stages:
-            heaviest = max(heaviest, sum(static_bytes(elements, states, self.precision, self.master_bytes, zero,
+            heaviest = max(heaviest, sum(static_bytes(elements, states, self.static_precision, self.master_bytes, zero,
                                                       dense_degree, expert_degree)))
             if whole:
-                heaviest = max(heaviest, sum(static_bytes(elements, states, self.precision, self.master_bytes, zero,
+                heaviest = max(heaviest, sum(static_bytes(elements, states, self.static_precision, self.master_bytes, zero,
                                                           dense_degree, expert_degree, True)))
         return heaviest
 
