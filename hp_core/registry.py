@@ -9,6 +9,7 @@ import pluggy
 
 from hp_core.distributions import planner_version
 from hp_core.errors import ConfigError, PluginError, describe
+from hp_core.collectives import CollectiveModel
 from hp_core.hookspecs import HOOKS
 from hp_core.types import (
     CaseFormat, CensusSource, Exporter, HardwarePreset, LayerAspect, LayerKind, ModelFormat, ModelPreset, Optimizer,
@@ -144,6 +145,7 @@ class Registry:
     case_formats: tuple[CaseFormat, ...] = ()
     optimizers: tuple[Optimizer, ...] = ()
     layer_aspects: tuple[LayerAspect, ...] = ()
+    collective_models: tuple[CollectiveModel, ...] = ()
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
 
@@ -180,6 +182,7 @@ class Registry:
             case_formats=fields["case_formats"],
             optimizers=fields["optimizers"],
             layer_aspects=fields["layer_aspects"],
+            collective_models=fields["collective_models"],
             providers=providers,
             plugins=plugins,
         )
@@ -213,6 +216,9 @@ class Registry:
 
     def optimizer(self, name: str, path: str = "$.precision.optimizer") -> Optimizer:
         return _lookup(self.optimizers, name, "optimizer", path)
+
+    def collective_model(self, name: str, path: str = "$.runtime.timing.collective_model") -> CollectiveModel:
+        return _lookup(self.collective_models, name, "collective model", path)
 
     def format_for(self, config: Mapping[str, Any], where: str = "config.json") -> ModelFormat:
         """The model format that reads *config*, by its ``model_type``.

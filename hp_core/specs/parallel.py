@@ -19,6 +19,11 @@ CP_KINDS = ("p2p", "a2a")
 SCHEDULES = ("1f1b", "interleaved_1f1b")
 
 
+def _rank_order(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, str) or sorted(value.split("-")) != sorted(("tp", "cp", "ep", "dp", "pp")):
+        raise ValueError(f"rank_order must name tp, cp, ep, dp and pp once each, joined by '-' (e.g. 'tp-cp-ep-dp-pp'), got {value!r}")
+
+
 def _layers_per_stage(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is None:
         return
@@ -64,6 +69,10 @@ class ParallelSpec:
             ``vpp == 1`` and ``interleaved_1f1b`` otherwise.
         layers_per_stage: Explicit body-layer counts, one per pipeline chunk
             in chunk order (chunk ``c`` runs on stage ``c % pp``); ``None`` splits evenly.
+        rank_order: How ranks are numbered over the five dimensions, fastest
+            first (Megatron-Core's ``--rank-order`` default ``tp-cp-ep-dp-pp``:
+            a TP group on consecutive ranks); places each group on the nodes
+            for the step time (docs/time.md).
     """
 
     dp: int = attrs.field(default=1, validator=positive_int)
@@ -85,6 +94,7 @@ class ParallelSpec:
         default=None, converter=lambda v: tuple(v) if isinstance(v, list) else v, validator=_layers_per_stage
     )
 
+    rank_order: str = attrs.field(default="tp-cp-ep-dp-pp", validator=_rank_order)
     @property
     def world_size(self) -> int:
         return self.dp * self.cp * self.tp * self.pp

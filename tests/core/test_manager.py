@@ -12,6 +12,7 @@ from importlib.metadata import entry_points as installed_entry_points
 import attrs
 import pytest
 
+from hp_core.collectives import CollectiveModel
 from hp_core.api import build_registry
 from hp_core.errors import PluginError
 from hp_core.hookspecs import HOOKS
@@ -111,6 +112,10 @@ def _layer_aspect(name: str) -> LayerAspect:
                        evaluate=lambda config, context, cost: cost.activations, description="the kind's own terms")
 
 
+def _collective_model(name: str) -> CollectiveModel:
+    return CollectiveModel(name=name, seconds=lambda call: 1e-3, description="one millisecond a call")
+
+
 # One factory per hook: a new hook in HOOKS without a factory fails
 # test_every_hook_has_a_test below, so every hook stays exercised.
 RECORD_FACTORIES = {
@@ -124,6 +129,7 @@ RECORD_FACTORIES = {
     "hp_case_formats": _case_format,
     "hp_layer_aspects": _layer_aspect,
     "hp_optimizers": _optimizer,
+    "hp_collective_models": _collective_model,
 }
 
 # How a registry looks a record up by name, per hook.
@@ -138,6 +144,7 @@ LOOKUPS = {
     "hp_case_formats": Registry.case_format,
     "hp_layer_aspects": Registry.layer_aspect,
     "hp_optimizers": Registry.optimizer,
+    "hp_collective_models": Registry.collective_model,
 }
 
 

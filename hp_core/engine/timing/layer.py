@@ -12,7 +12,8 @@ from typing import Any
 
 import attrs
 
-from hp_core.engine.timing.collectives import collective_seconds
+
+from hp_core.collectives import CollectiveModel
 from hp_core.engine.timing.rates import _Rates, _rates
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
@@ -67,25 +68,17 @@ def work_of(cost: LayerCost, kind: str) -> LayerWork:
 
 
 def _collective_seconds(c: Collective, r: _Rates) -> float:
-    """One call of a stated collective on its group's links, exposed by the runtime's overlap of the group.
+    """One call of a stated collective on its group's placement, exposed by the runtime's overlap of the group.
 
-    A send goes to one neighbour (two ranks); an all-to-all of the CP group
-    runs on the links of a group spread over heads (``cp_a2a``); a collective
-    the trainer cannot overlap is exposed whole.
+    A send goes to one neighbour (two ranks); an all-to-all runs at the
+    fabric's all-to-all bandwidth; a collective the trainer cannot overlap is
+    exposed whole.
     """
-    bandwidth, latency, fixed = _GROUP_LINKS[c.group](r.links, c.op)
-    ranks = 2 if c.op == "p2p" else _GROUP_SIZE[c.group](r)
-    seconds = collective_seconds(c.op, c.bytes, ranks, bandwidth, latency, r.algorithm, 0.0 if c.op == "p2p" else fixed)
+    seconds = r.links.seconds(c.group, c.op, c.bytes)
     return seconds * (_GROUP_EXPOSED[c.group](r) if c.overlappable else 1.0)
 
 
-# Per group: its links (by operation), its size and the share of its time the runtime leaves exposed.
-_GROUP_LINKS = {
-    "tp": lambda links, op: links.tp,
-    "cp": lambda links, op: links.cp_a2a if op == "all_to_all" else links.cp,
-    "ep": lambda links, op: links.ep,
-}
-_GROUP_SIZE = {"tp": lambda r: r.tp, "cp": lambda r: r.cp, "ep": lambda r: r.ep}
+# Per group: the share of its time the runtime leaves exposed.
 _GROUP_EXPOSED = {"tp": lambda r: r.expose_tp, "cp": lambda r: r.expose_cp, "ep": lambda r: r.expose_ep}
 
 
@@ -330,10 +323,11 @@ def layer_pricer(
     timing: TimingProfile,
     precision: PrecisionSpec,
     attention: str,
+    collectives: CollectiveModel | None = None,
 ) -> LayerPricer:
     """A :class:`LayerPricer` for one layout on one device, with the rates :func:`~hp_core.engine.timing.step.time_run` uses.
 
     Raises:
         ConfigError: A hardware field the timing model needs is unstated.
     """
-    return LayerPricer(hardware.name, hardware.host_link_bandwidth_bytes_per_second, rates=_rates(parallel, hardware, timing, precision, attention))
+    return LayerPricer(hardware.name, hardware.host_link_bandwidth_bytes_per_second, rates=_rates(parallel, hardware, timing, precision, attention, collectives))

@@ -14,7 +14,7 @@ import attrs
 from hp_core.engine.optimizer import OptimizerLoad, add_loads, layer_load
 from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.stage import offloaded_bytes
-from hp_core.engine.timing.collectives import collective_seconds, pipeline_seconds
+from hp_core.engine.timing.collectives import pipeline_seconds
 from hp_core.engine.timing.layer import _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
 from hp_core.engine.timing.results import StageTime, StepTime
@@ -127,7 +127,8 @@ def time_run(
     model, parallel, precision, attention, zero = run.model, run.parallel, run.precision, run.attention, run.zero
     settings = run.settings(recompute)
 
-    rates = _rates(parallel, hardware, timing, precision, attention)
+    collectives = run.registry.collective_model(timing.collective_model) if timing.collective_model else None
+    rates = _rates(parallel, hardware, timing, precision, attention, collectives)
     dtype, peak, links, memory, ov = rates.dtype, rates.peak, rates.links, rates.memory, timing.overlap
     dev = timing.device(hardware.architecture)
     cp_algorithm = parallel.cp_kind  # the layout states it (``--cp-kind``)
@@ -167,17 +168,18 @@ def time_run(
     send_bytes = works[body_groups[0]].boundary_bytes / split
     send = 0.0
     if parallel.pp > 1:
-        send = collective_seconds("p2p", send_bytes, 2, links.pp[0], links.pp[1])
+        send = links.seconds("pp", "p2p", send_bytes)
         if timing.pp_scatter_gather and not parallel.sp and parallel.tp > 1:
-            tp_bw, tp_lat, tp_fixed = links.tp
-            send += collective_seconds("all_gather", send_bytes * parallel.tp, parallel.tp, tp_bw, tp_lat, overhead=tp_fixed)
+            send += links.seconds("tp", "all_gather", send_bytes * parallel.tp)
         send *= (1 - ov.pipeline.value) * rates.slowdown
 
     # Per stage: per-micro-batch sums over its chunks, then DP and optimizer.
     grad_bytes, param_bytes = precision.grad_bytes, precision.param_bytes
+    # FSDP gathers parameters in the compute dtype (FSDP2 MixedPrecisionPolicy.param_dtype: torch.distributed.fsdp
+    # fully_shard casts the sharded parameters before the all-gather), at most the stored width.
+    gather_bytes = min(param_bytes, precision.activation_bytes)
     dense_group = parallel.dp * parallel.cp
     expert_group = parallel.expert_dp
-    dp_bw, dp_lat, dp_fixed = links.dp
     grad_passes = timing.optimizer_grad_passes.value
     chunks = parallel.chunks
     stages: list[StageTime] = []
@@ -219,28 +221,28 @@ def time_run(
         if zero >= 3:
             # FSDP: gather parameters forward and again backward, reduce-scatter gradients, every micro-batch.
             per_mb = 0.0
-            for n, group in ((dense, dense_group), (experts, expert_group)):
-                gather = collective_seconds("all_gather", n * param_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
+            for n, group in ((dense, "dp"), (experts, "edp")):
+                gather = links.seconds(group, "all_gather", n * gather_bytes)
                 per_mb += (2 if parallel.reshard_after_forward else 1) * gather
-                per_mb += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
+                per_mb += links.seconds(group, "reduce_scatter", n * grad_bytes)
             comm += per_mb * (1 - ov.data_parallel.value) * rates.slowdown
             dp = 0.0
         else:
             dp = 0.0
-            for n, group in ((dense, dense_group), (experts, expert_group)):
+            for n, group in ((dense, "dp"), (experts, "edp")):
                 if zero == 0:
-                    dp += collective_seconds("all_reduce", n * grad_bytes, group, dp_bw, dp_lat, timing.all_reduce_algorithm, dp_fixed)
+                    dp += links.seconds(group, "all_reduce", n * grad_bytes)
                 else:
-                    dp += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
-                    dp += collective_seconds("all_gather", n * param_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
+                    dp += links.seconds(group, "reduce_scatter", n * grad_bytes)
+                    dp += links.seconds(group, "all_gather", n * param_bytes)
             dp *= (1 - ov.data_parallel.value) * rates.slowdown
         if zero >= 1 and (dense_load.gather_bytes or expert_load.gather_bytes):
             # States the optimizer needs whole, gathered over the group ZeRO shards them over once
             # per step, in the optimizer step: nothing left to overlap it with.
             gather = 0.0
-            for nbytes, group in ((dense_load.gather_bytes, dense_group), (expert_load.gather_bytes, expert_group)):
+            for nbytes, group in ((dense_load.gather_bytes, "dp"), (expert_load.gather_bytes, "edp")):
                 if nbytes:
-                    gather += collective_seconds("all_gather", nbytes, group, dp_bw, dp_lat, overhead=dp_fixed)
+                    gather += links.seconds(group, "all_gather", nbytes)
             dp += gather * rates.slowdown
         # Megatron-Core scales the dense and the expert gradient buffers alike by 1/(dp*cp)
         # before the reduction (distributed_data_parallel.py: expert_gradient_scaling_factor
