@@ -193,8 +193,9 @@ class Registry:
     def census_source(self, name: str, path: str = "$.census") -> CensusSource:
         return _lookup(self.census_sources, name, "census source", path)
 
-    def runtime(self, name: str, path: str = "$.runtime") -> Runtime:
-        return _lookup(self.runtimes, name, "runtime", path)
+    def runtime(self, name: str | Runtime, path: str = "$.runtime") -> Runtime:
+        """The runtime named *name*; a :class:`Runtime` given itself (one with per-run options set) is returned as is."""
+        return name if isinstance(name, Runtime) else _lookup(self.runtimes, name, "runtime", path)
 
     def hardware_preset(self, name: str, path: str = "$.hardware") -> HardwarePreset:
         return _lookup(self.hardware, name, "hardware preset", path)

@@ -130,11 +130,18 @@ def _add_job_arguments(parser: argparse.ArgumentParser, hardware_help: str) -> N
     parser.add_argument("--schedule", choices=("1f1b", "interleaved_1f1b"), help="pipeline schedule (default: from --vpp)")
     parser.add_argument("--layers-per-stage", type=_counts, metavar="N,N,...", help="body layers per pipeline chunk, chunk order")
     parser.add_argument("--runtime", help="runtime profile (see 'hp plugins'); default generic")
+    _add_runtime_option(parser)
     parser.add_argument("--census", help="census source (see 'hp plugins') or a census file (.yaml/.json, see docs/census.md); "
                                          "default formulas")
     parser.add_argument("--attention", choices=("flash", "eager"), help="attention implementation (default: the runtime's)")
     parser.add_argument("--optimizer", help="optimizer (see 'hp plugins'; sets precision.optimizer); default: the runtime's (adamw)")
     parser.add_argument("--hardware", help=hardware_help)
+
+
+def _add_runtime_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runtime-option", action="append", default=[], metavar="NAME=VALUE",
+                        help="set one of the runtime's options, e.g. cross_entropy_fusion=false (repeatable; over the "
+                             "config file's runtime.options; each runtime's options: docs/runtimes.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -256,6 +263,7 @@ def _add_search_parser(sub: Any) -> None:
     search.add_argument("--global-batch-size", type=_positive, default=1024, help="sequences per step (default 1024)")
     search.add_argument("--seq-len", type=_positive, default=4096, help="tokens per sequence (default 4096)")
     search.add_argument("--runtime", default="generic", help="runtime profile (see 'hp plugins'); default generic")
+    _add_runtime_option(search)
     search.add_argument("--optimizer", help="optimizer (see 'hp plugins'); default: the runtime's (adamw)")
     search.add_argument("--top", type=_positive, default=10, help="how many of the fastest layouts to show (default 10)")
     search.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=N",

@@ -428,8 +428,12 @@ class PreparedRun:
 def resolve_runtime(
     registry: Registry, runtime: str | Runtime, precision: PrecisionSpec | None, attention: str | None
 ) -> tuple[Runtime, PrecisionSpec, str]:
-    """The runtime profile and the precision and attention it gives where the run states none."""
-    profile = registry.runtime(runtime) if isinstance(runtime, str) else runtime
+    """The runtime profile and the precision and attention it gives where the run states none.
+
+    *runtime* is a profile's name, or a :class:`Runtime` (one with per-run
+    options applied: :func:`hp_core.runtime_options.apply_options`).
+    """
+    profile = registry.runtime(runtime)
     return (profile, precision if precision is not None else profile.precision,
             attention if attention is not None else profile.attention)
 
@@ -439,7 +443,7 @@ def prepare(
     parallel: ParallelSpec,
     *,
     registry: Registry,
-    runtime: str = "generic",
+    runtime: str | Runtime = "generic",
     precision: PrecisionSpec | None = None,
     census: str | CensusSource = "formulas",
     attention: str | None = None,
@@ -451,7 +455,8 @@ def prepare(
         model: The layer stack.
         parallel: The layout.
         registry: Layer kinds, runtimes and census sources.
-        runtime: The runtime profile's name; it supplies the defaults below.
+        runtime: The runtime profile's name, or the profile with per-run options
+            applied (:func:`hp_core.runtime_options.apply_options`); it supplies the defaults below.
         precision: Byte widths; the runtime's when ``None``.
         census: The census source's name (or a census file's path), or the source itself.
         attention: ``"flash"`` or ``"eager"``; the runtime's when ``None``.
