@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 
 from hp_core.errors import ConfigError
+from hp_core.specs.overlap import HostOverhead, OverlapSchedule
 
 __all__ = [
     "ALL_REDUCE_ALGORITHMS",
@@ -393,6 +394,11 @@ class TimingProfile:
             each, all-gathered over the TP group on arrival (Narayanan et al.
             2021, Section 4.1); else the whole activation (split only by SP).
         algorithm_source: Where the algorithm choices come from.
+        schedule: What the trainer overlaps, each priced as what a stream
+            hides behind which compute (:class:`~hp_core.specs.overlap.OverlapSchedule`;
+            runtime options set it per run).
+        host: The trainer's host time per kernel, a floor under each layer's
+            GPU time (:class:`~hp_core.specs.overlap.HostOverhead`); ``None``: not priced.
         collective_model: The collective library's pricing, by name in the
             registry (hook ``hp_collective_models``); ``None``: the built-in
             ``nccl`` (:data:`hp_core.collectives.NCCL`).
@@ -415,6 +421,8 @@ class TimingProfile:
     pp_scatter_gather: bool = False
     algorithm_source: str = attrs.field(default="", validator=_text)
     collective_model: str | None = None
+    schedule: OverlapSchedule = attrs.field(factory=OverlapSchedule)
+    host: HostOverhead | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.devices:

@@ -55,10 +55,11 @@ from __future__ import annotations
 
 import attrs
 
+from hp_core.specs.overlap import OverlapSchedule
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, GemmTable, Sourced, TimingProfile
 from hp_plugins.hardware import gemm_b200
 
-__all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRON", "GENERIC", "HOPPER", "MEGATRON_LM_2022", "MEGATRON_TE", "PROFILES"]
+__all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRON", "FSDP2", "GENERIC", "HOPPER", "MEGATRON_LM_2022", "MEGATRON_TE", "PROFILES"]
 
 _SIMUMAX_B200 = "SimuMax v1.2 configs/system/b200_bf16_ceperm.json (MooreThreads/SimuMax@4dcaae5), measured on 8x B200 with TE 2.11"
 _SIMUMAX_H100 = "SimuMax configs/system/h100_nvlink.json (MooreThreads/SimuMax@160921c): spec-based starter value, 'NOT shape-calibrated' per its note"
@@ -362,4 +363,16 @@ MEGATRON_LM_2022 = attrs.evolve(
     ),
 )
 
-PROFILES = {profile.name: profile for profile in (GENERIC, MEGATRON_TE, MEGATRON_LM_2022)}
+_FSDP2_DOCS = ("PyTorch torch.distributed.fsdp.fully_shard (FSDP2) documentation: implicit prefetching by CPU run-ahead "
+               "issues a module's all-gather on its own stream while the previous module computes, and the "
+               "reduce-scatter runs on a separate stream during the next module's backward; Zhao et al. 2023, "
+               "'PyTorch FSDP' (arXiv:2304.11277), Section 3.4")
+
+FSDP2 = attrs.evolve(
+    GENERIC,
+    name="fsdp2",
+    description="PyTorch FSDP2 (torchtitan): GENERIC's kernel and NCCL figures, FSDP's prefetch and reduce-scatter overlap",
+    schedule=OverlapSchedule(fsdp_prefetch=True, fsdp_reduce_scatter_overlap=True, source=_FSDP2_DOCS),
+)
+
+PROFILES = {profile.name: profile for profile in (GENERIC, MEGATRON_TE, MEGATRON_LM_2022, FSDP2)}

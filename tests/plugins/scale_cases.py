@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from hp_core.api import step_time
+from hp_core.runtime_options import apply_options
 from hp_core.specs import LayerGroup, ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_plugins.kinds.dense import DenseConfig
 from hp_plugins.kinds.embedding import EmbeddingConfig
@@ -100,10 +101,15 @@ def recompute(row: dict, registry) -> RecomputeSpec | None:
     return RecomputeSpec(default=Setting.parse(sorted(switches)))
 
 
+def runtime(row: dict, registry):
+    """The row's runtime with the trainer options it ran with (``runtime.options`` of a config file)."""
+    return apply_options(registry.runtime(row["runtime"]), row.get("options", {}))
+
+
 def estimated(row: dict, registry) -> Any:
     """The row's step time as hp prices it (a :class:`~hp_core.engine.timing.StepTime`)."""
     return step_time(model(row, registry), layout(row), registry=registry, hardware=hardware(row, registry),
-                     runtime=row["runtime"], recompute=recompute(row, registry))
+                     runtime=runtime(row, registry), recompute=recompute(row, registry))
 
 
 def validated(rows=ROWS):

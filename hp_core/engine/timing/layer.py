@@ -18,7 +18,7 @@ from hp_core.engine.timing.rates import _Rates, _rates
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
 from hp_core.specs.timing import TimingProfile
-from hp_core.costs import Collective, LayerContext, LayerCost, LayerWork
+from hp_core.costs import LayerContext, LayerCost, LayerWork
 from hp_core.types import LayerKind
 
 __all__ = ["LayerPricer", "LayerSeconds", "layer_pricer", "offload_seconds", "work_of"]
@@ -41,6 +41,8 @@ class _LayerTime:
         flops: Model FLOPs, forward and backward of the matmuls and the
             attention core as the layer counts them; no recompute.
         recomputed_flops: The FLOPs its recompute re-runs.
+        communication_by_group: ``(group, seconds, exposed seconds)`` of its
+            TP/CP/EP collectives, the recomputed ones included.
     """
 
     forward_seconds: float
@@ -49,6 +51,7 @@ class _LayerTime:
     communication_seconds: float
     flops: float
     recomputed_flops: float
+    communication_by_group: tuple[tuple[str, float, float], ...] = ()
 
 
 def work_of(cost: LayerCost, kind: str) -> LayerWork:
@@ -67,15 +70,24 @@ def work_of(cost: LayerCost, kind: str) -> LayerWork:
     return cost.work
 
 
-def _collective_seconds(c: Collective, r: _Rates) -> float:
-    """One call of a stated collective on its group's placement, exposed by the runtime's overlap of the group.
+def _exposed(key: str, seconds: float, gemm_seconds: float, compute_seconds: float, r: _Rates) -> float:
+    """What the runtime leaves exposed of one direction's collectives of a group (``key``; ``"tp!"``: not overlappable).
 
-    A send goes to one neighbour (two ranks); an all-to-all runs at the
-    fabric's all-to-all bandwidth; a collective the trainer cannot overlap is
-    exposed whole.
+    TP with ``tp_comm_overlap``: the collectives are split into ``tp`` chunks
+    pipelined with the GEMMs they feed (TE userbuffers; async TP), so
+    ``max(comm - GEMMs, comm / tp)``; EP with ``ep_comm_overlap``: one
+    micro-batch's all-to-alls run behind another's compute, ``max(0, comm -
+    compute)``; otherwise the profile's fraction (``1 - CommOverlap``).
     """
-    seconds = r.links.seconds(c.group, c.op, c.bytes)
-    return seconds * (_GROUP_EXPOSED[c.group](r) if c.overlappable else 1.0)
+    if not seconds:
+        return 0.0
+    if key.endswith("!"):
+        return seconds
+    if key == "tp" and r.tp_comm_overlap:
+        return max(seconds - gemm_seconds, seconds / r.tp)
+    if key == "ep" and r.ep_comm_overlap:
+        return max(0.0, seconds - compute_seconds)
+    return seconds * _GROUP_EXPOSED[key](r)
 
 
 # Per group: the share of its time the runtime leaves exposed.
@@ -118,21 +130,31 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         # into the gradient buffer (PyTorch embedding_dense_backward, then main_grad +=).
         backward += work.table_elements * 2 * (r.act_bytes + r.grad_bytes) / r.memory
 
-    # Communication, exposed: every collective the layer states (LayerWork.collectives).
-    comm_fwd = comm_bwd = 0.0
+    # Communication: every collective the layer states (LayerWork.collectives), by group, then what the
+    # runtime's schedule leaves exposed (:func:`_exposed`).
+    by_group: dict[str, list[float]] = {}
     for c in work.collectives:
-        seconds = _collective_seconds(c, r)
-        comm_fwd += c.forward_calls * seconds
-        comm_bwd += c.backward_calls * seconds
+        seconds = r.links.seconds(c.group, c.op, c.bytes)
+        key = c.group if c.overlappable else f"{c.group}!"
+        sums = by_group.setdefault(key, [0.0, 0.0])
+        sums[0] += c.forward_calls * seconds
+        sums[1] += c.backward_calls * seconds
         if c.rerun_switch is not None and c.rerun_switch in recomputed and not full:
-            comm_bwd += c.forward_calls * seconds  # issued again for the recomputed tensors
-    comm = comm_fwd + comm_bwd
+            sums[1] += c.forward_calls * seconds  # issued again for the recomputed tensors
+        if full:
+            sums[1] += c.forward_calls * seconds  # the recomputed forward's
+    # What each direction's collectives may hide behind: its GEMMs and its whole compute (a full recompute's included).
+    gemm_bwd, compute_bwd = mm_bwd + (mm_fwd if full else 0.0), backward + (forward if full else 0.0)
+    groups, comm = [], 0.0
+    for key, (fwd_s, bwd_s) in by_group.items():
+        exposed = _exposed(key, fwd_s, mm_fwd, forward, r) + _exposed(key, bwd_s, gemm_bwd, compute_bwd, r)
+        comm += exposed
+        groups.append((key.rstrip("!"), fwd_s + bwd_s, exposed))
 
     # Recompute.
     model_flops = (1 + r.mm_backward) * f.matmul_flops + (1 + r.attn_backward) * f.attention_flops
     if full:
         recompute = forward
-        comm += comm_fwd
         recomputed_flops = f.matmul_flops + f.attention_flops
     else:
         recompute = 0.0
@@ -163,7 +185,18 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     return _LayerTime(
         forward_seconds=k * forward, backward_seconds=k * backward, recompute_seconds=k * recompute,
         communication_seconds=k * comm, flops=model_flops, recomputed_flops=recomputed_flops,
+        communication_by_group=_merge(tuple((g, k * t, k * e) for g, t, e in groups)),
     )
+
+
+def _merge(groups: tuple[tuple[str, float, float], ...]) -> tuple[tuple[str, float, float], ...]:
+    """``(group, total, exposed)`` seconds with a group's overlappable and other collectives added together."""
+    merged: dict[str, list[float]] = {}
+    for group, total, exposed in groups:
+        sums = merged.setdefault(group, [0.0, 0.0])
+        sums[0] += total
+        sums[1] += exposed
+    return tuple((g, t, e) for g, (t, e) in merged.items())
 
 
 def _matmul_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates) -> tuple[float, float]:

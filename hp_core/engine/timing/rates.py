@@ -150,6 +150,8 @@ class _Rates:
     expose_cp: float
     expose_ep: float
     slowdown: float
+    tp_comm_overlap: bool
+    ep_comm_overlap: bool
 
 
 def _rates(
@@ -192,4 +194,5 @@ def _rates(
         expose_tp=1 - ov.tensor_parallel.value, expose_cp=1 - ov.context_parallel.value,
         expose_ep=1 - ov.expert_parallel.value,
         slowdown=_or(dev.sustained_slowdown, 1.0),
+        tp_comm_overlap=timing.schedule.tp_comm_overlap, ep_comm_overlap=timing.schedule.ep_comm_overlap,
     )

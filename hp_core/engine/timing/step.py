@@ -15,6 +15,7 @@ from hp_core.engine.optimizer import OptimizerLoad, add_loads, layer_load
 from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.timing.collectives import pipeline_seconds
+from hp_core.engine.timing.overlap import bucketed, fsdp_layers, hidden_send
 from hp_core.engine.timing.layer import _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
 from hp_core.engine.timing.results import StageTime, StepTime
@@ -160,6 +161,18 @@ def time_run(
     elements_cache: dict = {}
     stage_cache: dict = {}
     body_groups = run.layers.body_groups
+    sched = timing.schedule
+    layer_cache: dict = {}
+
+    def layer_elements(group: int, owners: frozenset[str]) -> tuple[int, int]:
+        """Dense and routed-expert parameter elements of one layer of *group* on a rank (before sharding)."""
+        key = (group, owners)
+        found = layer_cache.get(key)
+        if found is None:
+            loads = layer_load(costs[group], names[group], parallel.tp, parallel.ep, parallel.etp, owners, run.optimizer, precision)
+            found = layer_cache[key] = (sum(v.elements for k, v in loads.items() if k != "routed_expert"),
+                                        sum(v.elements for k, v in loads.items() if k == "routed_expert"))
+        return found
 
     # Pipeline sends: the activation per chunk boundary, each way: split over TP under SP
     # (Megatron-Core get_tensor_shapes) or with the scatter/gather optimisation.
@@ -188,6 +201,9 @@ def time_run(
     for stage in range(parallel.pp):
         fwd = bwd = rec = comm = flops = rflops = 0.0
         held: dict[int, int] = {}
+        by_group: dict[str, list[float]] = {}
+        ordered: list[_LayerTime] = []
+        ordered_groups: list[int] = []
         sends = 0
         for c in range(stage, chunks, parallel.pp):
             lo, hi = bounds[c]
@@ -201,6 +217,9 @@ def time_run(
                 groups = groups + tuple(last_groups)
             for group in groups:
                 held[group] = held.get(group, 0) + 1
+            if zero >= 3:
+                ordered += layers
+                ordered_groups += groups
             # Runs of the same layer (one _LayerTime per group and setting) added once, times their length.
             for t, n in _runs(layers):
                 fwd += n * t.forward_seconds
@@ -209,8 +228,17 @@ def time_run(
                 comm += n * t.communication_seconds
                 flops += n * t.flops
                 rflops += n * t.recomputed_flops
+                for g, total, exposed in t.communication_by_group:
+                    sums = by_group.setdefault(g, [0.0, 0.0])
+                    sums[0] += n * total
+                    sums[1] += n * exposed
             sends += (c != chunks - 1) + (c != 0)
-        comm += sends * send
+        if sends:
+            # A send hides behind a chunk's compute where the schedule overlaps them (--overlap-p2p-communication).
+            window = (fwd + bwd + rec) / (2 * max(1, chunks // parallel.pp))
+            exposed = hidden_send(send, window, sched.overlap_p2p)
+            comm += sends * exposed
+            by_group["pp"] = [sends * send, sends * exposed]
         # Stages holding the same layers (the middle stages of a pipeline) count them once.
         composition = tuple(sorted(held.items()))
         found = stage_cache.get(composition)
@@ -219,23 +247,37 @@ def time_run(
                                                                run.optimizer, precision)
         dense, experts, dense_load, expert_load = found
         if zero >= 3:
-            # FSDP: gather parameters forward and again backward, reduce-scatter gradients, every micro-batch.
-            per_mb = 0.0
-            for n, group in ((dense, "dp"), (experts, "edp")):
-                gather = links.seconds(group, "all_gather", n * gather_bytes)
-                per_mb += (2 if parallel.reshard_after_forward else 1) * gather
-                per_mb += links.seconds(group, "reduce_scatter", n * grad_bytes)
-            comm += per_mb * (1 - ov.data_parallel.value) * rates.slowdown
+            # FSDP: each layer's parameters gathered forward and again backward, its gradients reduce-scattered,
+            # every micro-batch; what the schedule's streams hide behind the neighbouring layers' compute is not exposed.
+            owners = frozenset(names[g] for g in held)
+            per_layer = []
+            for t, group in zip(ordered, ordered_groups):
+                d, e = layer_elements(group, owners)
+                gather = links.seconds("dp", "all_gather", d * gather_bytes) + links.seconds("edp", "all_gather", e * gather_bytes)
+                reduce = links.seconds("dp", "reduce_scatter", d * grad_bytes) + links.seconds("edp", "reduce_scatter", e * grad_bytes)
+                per_layer.append((gather, reduce, t.forward_seconds / rates.slowdown,
+                                  (t.backward_seconds + t.recompute_seconds) / rates.slowdown))
+            total, exposed = fsdp_layers(per_layer, reshard=parallel.reshard_after_forward, prefetch=sched.fsdp_prefetch,
+                                         reduce_overlap=sched.fsdp_reduce_scatter_overlap)
+            exposed *= (1 - ov.data_parallel.value) * rates.slowdown
+            comm += exposed
+            by_group["fsdp"] = [total * rates.slowdown, exposed]
             dp = 0.0
         else:
-            dp = 0.0
+            reduce = gather = 0.0
             for n, group in ((dense, "dp"), (experts, "edp")):
                 if zero == 0:
-                    dp += links.seconds(group, "all_reduce", n * grad_bytes)
+                    reduce += links.seconds(group, "all_reduce", n * grad_bytes)
                 else:
-                    dp += links.seconds(group, "reduce_scatter", n * grad_bytes)
-                    dp += links.seconds(group, "all_gather", n * param_bytes)
-            dp *= (1 - ov.data_parallel.value) * rates.slowdown
+                    reduce += links.seconds(group, "reduce_scatter", n * grad_bytes)
+                    gather += links.seconds(group, "all_gather", n * param_bytes)
+            bucket = sched.bucket(dense_group)
+            reduce_bucket = links.seconds("dp", "all_reduce" if zero == 0 else "reduce_scatter", min(bucket, dense + experts) * grad_bytes)
+            gather_bucket = links.seconds("dp", "all_gather", min(bucket, dense + experts) * param_bytes) if zero else 0.0
+            exposed = (bucketed(reduce, reduce_bucket, (bwd + rec) / rates.slowdown, sched.overlap_grad_reduce)
+                       + bucketed(gather, gather_bucket, fwd / rates.slowdown, sched.overlap_param_gather))
+            dp = exposed * (1 - ov.data_parallel.value) * rates.slowdown
+            by_group["dp"] = [(reduce + gather) * rates.slowdown, dp]
         if zero >= 1 and (dense_load.gather_bytes or expert_load.gather_bytes):
             # States the optimizer needs whole, gathered over the group ZeRO shards them over once
             # per step, in the optimizer step: nothing left to overlap it with.
@@ -256,7 +298,8 @@ def time_run(
         if matmul or elementwise:
             # What the optimizer computes beyond its update (Muon's Newton-Schulz products), on every rank.
             opt += (matmul / (peak * rates.matmul) + elementwise * rates.el_bytes_per_flop / memory) * rates.slowdown
-        stages.append(StageTime(stage, fwd, bwd, rec, comm, fwd + bwd + rec + comm, dp, opt, flops))
+        stages.append(StageTime(stage, fwd, bwd, rec, comm, fwd + bwd + rec + comm, dp, opt, flops,
+                                tuple((g, t, e) for g, (t, e) in by_group.items())))
         recomputed_flops_per_stage.append(rflops)
 
     per_mb = [s.micro_batch_seconds for s in stages]
