@@ -47,6 +47,7 @@ DEFAULT_PLUGINS = (
     "hp_plugins.optimizers.sgd",
     "hp_plugins.optimizers.adafactor",
     "hp_plugins.optimizers.muon",
+    "hp_plugins.schedules.classic",
     "hp_plugins.collectives.nccl",
 )
 

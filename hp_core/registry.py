@@ -15,6 +15,7 @@ from hp_core.types import (
     CaseFormat, CensusSource, Exporter, HardwarePreset, LayerAspect, LayerKind, ModelFormat, ModelPreset, Optimizer,
     Runtime,
 )
+from hp_core.schedules import Schedule
 
 __all__ = ["Provider", "Registry"]
 
@@ -145,6 +146,7 @@ class Registry:
     case_formats: tuple[CaseFormat, ...] = ()
     optimizers: tuple[Optimizer, ...] = ()
     layer_aspects: tuple[LayerAspect, ...] = ()
+    schedules: tuple[Schedule, ...] = ()
     collective_models: tuple[CollectiveModel, ...] = ()
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
@@ -182,6 +184,7 @@ class Registry:
             case_formats=fields["case_formats"],
             optimizers=fields["optimizers"],
             layer_aspects=fields["layer_aspects"],
+            schedules=fields["schedules"],
             collective_models=fields["collective_models"],
             providers=providers,
             plugins=plugins,
@@ -218,6 +221,8 @@ class Registry:
     def optimizer(self, name: str, path: str = "$.precision.optimizer") -> Optimizer:
         return _lookup(self.optimizers, name, "optimizer", path)
 
+    def schedule(self, name: str, path: str = "$.parallel.schedule") -> Schedule:
+        return _lookup(self.schedules, name, "pipeline schedule", path)
     def collective_model(self, name: str, path: str = "$.runtime.timing.collective_model") -> CollectiveModel:
         return _lookup(self.collective_models, name, "collective model", path)
 

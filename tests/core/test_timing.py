@@ -423,7 +423,11 @@ def test_cli_json_carries_the_time_in_seconds(capsys):
     time = json.loads(out)["time"]
     assert time["step_seconds"] == pytest.approx(sum(time["breakdown"].values()))
     assert all(key.endswith("_seconds") for key in time["breakdown"])
-    assert all(key.endswith("_seconds") for stage in time["stages"] for key in stage if key != "index")
+    assert all(key.endswith("_seconds") for stage in time["stages"] for key in stage if key not in ("index", "communication_by_group"))
+    # Per group: its name, whether per micro-batch or per step, and durations in seconds (tp 2 here: tp and dp).
+    entries = [e for stage in time["stages"] for e in stage["communication_by_group"]]
+    assert entries and all(set(e) == {"group", "per", "seconds", "exposed_seconds", "hidden_seconds"} for e in entries)
+    assert all(e["seconds"] == pytest.approx(e["exposed_seconds"] + e["hidden_seconds"]) for e in entries)
     assert 0 < time["mfu"] <= time["hfu"] < 1
     assert time["provenance"]["device_efficiency"] == "hopper"
 

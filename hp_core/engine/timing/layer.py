@@ -41,6 +41,11 @@ class _LayerTime:
         flops: Model FLOPs, forward and backward of the matmuls and the
             attention core as the layer counts them; no recompute.
         recomputed_flops: The FLOPs its recompute re-runs.
+        weight_gradient_seconds: The part of ``backward_seconds`` that is
+            weight-gradient GEMMs, half the GEMM backward (a matmul's
+            weight-gradient GEMM has the FLOPs of its input-gradient one; Qi et
+            al. 2023, "Zero Bubble Pipeline Parallelism", Section 2): what a
+            zero-bubble schedule's W pass runs.
         communication_by_group: ``(group, seconds, exposed seconds)`` of its
             TP/CP/EP collectives, the recomputed ones included.
     """
@@ -51,6 +56,7 @@ class _LayerTime:
     communication_seconds: float
     flops: float
     recomputed_flops: float
+    weight_gradient_seconds: float = 0.0
     communication_by_group: tuple[tuple[str, float, float], ...] = ()
 
 
@@ -185,6 +191,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     return _LayerTime(
         forward_seconds=k * forward, backward_seconds=k * backward, recompute_seconds=k * recompute,
         communication_seconds=k * comm, flops=model_flops, recomputed_flops=recomputed_flops,
+        weight_gradient_seconds=k * mm_bwd / 2,
         communication_by_group=_merge(tuple((g, k * t, k * e) for g, t, e in groups)),
     )
 
