@@ -114,3 +114,38 @@ def estimated(row: dict, registry) -> Any:
 
 def validated(rows=ROWS):
     return [r for r in rows if r["split"] in ("calibration", "held-out")]
+
+
+def priced(registry) -> list[tuple[dict, float, Any]]:
+    """``(row, measured seconds, StepTime)`` of every row validated (``split`` calibration or held-out)."""
+    return [(row, measured_seconds(row), estimated(row, registry)) for row in validated()]
+
+
+def report(registry) -> str:
+    """The validation table and per-class summary (markdown), as docs/time.md shows it between the markers."""
+    rows = priced(registry)
+    lines = ["| row | class | split | GPUs | layout | measured s | estimated s | error | exposed comm s | hidden comm s |",
+             "|---|---|---|---:|---|---:|---:|---:|---:|---:|"]
+    for row, measured, t in rows:
+        lay = row["layout"]
+        degrees = " ".join(f"{k}{lay[k]}" for k in ("dp", "tp", "cp", "ep", "pp") if lay.get(k, 1) > 1) or "dp1"
+        gpus = lay.get("dp", 1) * lay.get("tp", 1) * lay.get("cp", 1) * lay.get("pp", 1)
+        total = sum(tot for s in t.stages[:1] for _, tot, _ in s.communication_by_group)
+        exposed = sum(e for s in t.stages[:1] for _, _, e in s.communication_by_group)
+        opts = ", ".join(f"{k}={'on' if v else 'off'}" for k, v in row.get("options", {}).items())
+        lines.append(f"| {row['id']} | {row['class']} | {row['split']} | {gpus} | {degrees}{'; ' + opts if opts else ''} | "
+                     f"{measured:.3f} | {t.step_seconds:.3f} | {100 * (t.step_seconds / measured - 1):+.1f}% | "
+                     f"{exposed:.3f} | {total - exposed:.3f} |")
+    lines.append("")
+    lines.append("(Exposed and hidden communication: stage 0, per micro-batch for TP/CP/EP/PP/FSDP plus the step-end DP once.)")
+    lines.append("")
+    for cls in CLASSES:
+        for split in ("calibration", "held-out"):
+            errors = [100 * (t.step_seconds / m - 1) for r, m, t in rows if r["class"] == cls and r["split"] == split]
+            if not errors:
+                lines.append(f"- {cls}, {split}: no rows.")
+                continue
+            within = sum(abs(e) <= 10 for e in errors)
+            lines.append(f"- {cls}, {split}: {len(errors)} rows, mean absolute error {sum(map(abs, errors)) / len(errors):.1f}%, "
+                         f"largest {max(errors, key=abs):+.1f}%, {within} within 10%.")
+    return "\n".join(lines) + "\n"
