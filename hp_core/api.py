@@ -77,6 +77,7 @@ def estimate(
     recompute: RecomputeSpec | None = None,
     census: str = "formulas",
     attention: str | None = None,
+    reserve_bytes: int | None = None,
 ) -> Estimate:
     """Per-stage peak memory of one rank of every pipeline stage.
 
@@ -91,13 +92,15 @@ def estimate(
         recompute: Per-layer recompute settings; nothing recomputed when ``None``.
         census: The census source's name (or a census file's path).
         attention: ``"flash"`` or ``"eager"``; the runtime's when ``None``.
+        reserve_bytes: Memory kept free beside the peak for ``fits``; the
+            runtime's ``reserve_bytes`` (the CUDA context) when ``None``.
 
     Raises:
         ConfigError: An invalid layout or name (one line, with the field path).
         PluginError: A plugin's evaluator failed.
     """
     run = prepare(model, parallel, registry=registry, runtime=runtime, precision=precision, census=census, attention=attention)
-    return estimate_run(run, recompute, hardware)
+    return estimate_run(run, recompute, hardware, reserve_bytes)
 
 
 def step_time(

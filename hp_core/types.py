@@ -249,6 +249,10 @@ class Runtime:
             search tries (Megatron-LM: 0 and 1, without and with its
             distributed optimizer; FSDP2: 3); its default ``zero`` is always
             tried too.
+        reserve_bytes: Device memory a rank cannot give to tensors: what the
+            process holds outside PyTorch's caching allocator (the CUDA
+            context), so not in ``max_memory_allocated``; stated with a
+            source. A stage fits when its peak plus this fits the device.
         options: The per-run options it offers (:mod:`hp_core.runtime_options`;
             docs/runtimes.md), each defaulting to the profile's behaviour.
         option_values: The options a run set (name to parsed value), as
@@ -273,6 +277,7 @@ class Runtime:
     module_kinds: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
     zero_levels: tuple[int, ...] = attrs.field(default=(0, 1, 2, 3), converter=tuple)
     dummy_weight_gradients: bool = False
+    reserve_bytes: int = attrs.field(default=0, validator=_non_negative_int)
     options: tuple[RuntimeOption, ...] = attrs.field(default=(), converter=tuple)
     option_values: Mapping[str, Any] = attrs.field(factory=dict)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from hp_core.markers import hookimpl
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
+from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
 from hp_core.specs.overlap import schedule_option
 from hp_plugins.runtimes.timing_profiles import FSDP2
 
@@ -58,6 +59,7 @@ def hp_runtimes():
         attention="flash",
         zero=3,
         vocab_pad_multiple=1,
+        reserve_bytes=CUDA_CONTEXT_BYTES,  # the CUDA context (hp_plugins/runtimes/reserve.py)
         overhead_bytes=0,
         timing=FSDP2,
         options=OPTIONS,
