@@ -104,27 +104,9 @@ class _SetSchedule:
         return attrs.evolve(runtime, timing=attrs.evolve(timing, schedule=schedule))
 
 
-@attrs.frozen
-class _SetHost:
-    """``apply`` of :func:`host_option`: a timing profile's host overhead, one of two (``True``: *on*)."""
-
-    on: HostOverhead | None
-    off: HostOverhead | None
-
-    def __call__(self, runtime: Any, value: bool) -> Any:
-        return attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, host=self.on if value else self.off))
-
-
 def schedule_option(name: str, field: str, *, default: bool, description: str, source: str) -> Any:
     """A ``bool`` runtime option that sets :class:`OverlapSchedule` field *field* of the runtime's timing profile."""
     from hp_core.runtime_options import RuntimeOption
 
     return RuntimeOption(name, "bool", default, description, source, _SetSchedule(field))
 
-
-def host_option(name: str, *, default: bool, on: HostOverhead | None, off: HostOverhead | None, description: str,
-                source: str) -> Any:
-    """A ``bool`` runtime option choosing the timing profile's :class:`HostOverhead` (*on* when true)."""
-    from hp_core.runtime_options import RuntimeOption
-
-    return RuntimeOption(name, "bool", default, description, source, _SetHost(on, off))

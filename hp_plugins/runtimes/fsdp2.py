@@ -18,15 +18,35 @@ PyTorch ``torch.distributed.fsdp.fully_shard``):
 
 from __future__ import annotations
 
+import attrs
+
 from hp_core.markers import hookimpl
+from hp_core.runtime_options import RuntimeOption
+from hp_core.specs.overlap import schedule_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
-from hp_core.specs.overlap import schedule_option
-from hp_plugins.runtimes.timing_profiles import FSDP2
+from hp_plugins.runtimes.timing_profiles import FSDP2, HOPPER_CUDNN, HOPPER_SDPA
+
+
+def _attention_kernel(runtime: Runtime, value: str) -> Runtime:
+    """The Hopper entry of the runtime's timing profile with the attention kernel's measured rates."""
+    entry = HOPPER_CUDNN if value == "cudnn" else HOPPER_SDPA
+    timing = runtime.timing
+    devices = tuple(entry if d.architecture == "hopper" else d for d in timing.devices)
+    return attrs.evolve(runtime, timing=attrs.evolve(timing, devices=devices))
+
 
 _FULLY_SHARD = "torch/distributed/fsdp/_fully_shard (FSDP2)"
 OPTIONS = (
+    RuntimeOption(
+        "attention_kernel", "choice", "sdpa",
+        "the fused attention kernel: sdpa (PyTorch scaled_dot_product_attention, FlashAttention-2 on Hopper, as "
+        "torchtitan runs it) or cudnn (Transformer Engine's fused attention on cuDNN, as NeMo AutoModel's TE backend)",
+        "torchtitan torchtitan/models/attention.py (F.scaled_dot_product_attention); Transformer Engine "
+        "DotProductAttention (FusedAttention, cuDNN); rates: Shah et al. 2024, FlashAttention-3, Figures 5-6",
+        _attention_kernel, choices=("sdpa", "cudnn"),
+    ),
     schedule_option(
         "fsdp_prefetch", "fsdp_prefetch", default=True,
         description="a layer's parameter all-gather runs while the previous layer computes (FSDP2's implicit prefetch "

@@ -41,3 +41,19 @@ def test_overlap_options_set_the_runtimes_schedule():
     fsdp2 = registry.runtime("fsdp2")
     assert fsdp2.timing.schedule.fsdp_prefetch and fsdp2.timing.schedule.fsdp_reduce_scatter_overlap
     assert not apply_options(fsdp2, {"fsdp_prefetch": False}).timing.schedule.fsdp_prefetch
+
+
+def test_host_time_is_a_floor_under_each_direction():
+    import types
+
+    from hp_core.costs import Collective, LayerWork
+    from hp_core.engine.timing.layer import _host_floor
+    from hp_core.specs.overlap import HostOverhead
+
+    work = LayerWork(gemms=((16, 32, 32), (16, 64, 32)), attention_calls=1,
+                     collectives=(Collective("tp", "all_gather", 1e6, 2, 3),))
+    rates = types.SimpleNamespace(host=HostOverhead(seconds_per_kernel=1e-5, kernels_per_gemm=4, source="round numbers"))
+    # Forward: 2 GEMMs x 4 kernels + 1 attention + 2 collective calls = 11 kernels; backward 2 x 8 + 1 + 3 = 20.
+    assert _host_floor(work, 1e-6, 1e-6, rates) == pytest.approx((11e-5, 20e-5))
+    # A layer whose GPU time is longer keeps it.
+    assert _host_floor(work, 1.0, 2.0, rates) == (1.0, 2.0)

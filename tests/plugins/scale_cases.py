@@ -132,7 +132,7 @@ def report(registry) -> str:
         gpus = lay.get("dp", 1) * lay.get("tp", 1) * lay.get("cp", 1) * lay.get("pp", 1)
         total = sum(tot for s in t.stages[:1] for _, tot, _ in s.communication_by_group)
         exposed = sum(e for s in t.stages[:1] for _, _, e in s.communication_by_group)
-        opts = ", ".join(f"{k}={'on' if v else 'off'}" for k, v in row.get("options", {}).items())
+        opts = ", ".join(f"{k}={('on' if v else 'off') if isinstance(v, bool) else v}" for k, v in row.get("options", {}).items())
         lines.append(f"| {row['id']} | {row['class']} | {row['split']} | {gpus} | {degrees}{'; ' + opts if opts else ''} | "
                      f"{measured:.3f} | {t.step_seconds:.3f} | {100 * (t.step_seconds / measured - 1):+.1f}% | "
                      f"{exposed:.3f} | {total - exposed:.3f} |")

@@ -135,6 +135,8 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         # A lookup table's backward writes a dense gradient of the rank's shard and reads it
         # into the gradient buffer (PyTorch embedding_dense_backward, then main_grad +=).
         backward += work.table_elements * 2 * (r.act_bytes + r.grad_bytes) / r.memory
+    if r.host is not None:
+        forward, backward = _host_floor(work, forward, backward, r)
 
     # Communication: every collective the layer states (LayerWork.collectives), by group, then what the
     # runtime's schedule leaves exposed (:func:`_exposed`).
@@ -194,6 +196,24 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         weight_gradient_seconds=k * mm_bwd / 2,
         communication_by_group=_merge(tuple((g, k * t, k * e) for g, t, e in groups)),
     )
+
+
+def _host_floor(work: LayerWork, forward: float, backward: float, r: _Rates) -> tuple[float, float]:
+    """Forward and backward no shorter than the host time issuing their kernels (:class:`~hp_core.specs.overlap.HostOverhead`).
+
+    Kernels per direction, counted from the work the layer states: each GEMM
+    (its weights', the experts' grouped GEMMs as one) with the elementwise
+    kernels around it (``kernels_per_gemm``), twice in backward (input and
+    weight gradients), one attention kernel per call each way, and each
+    collective call.
+    """
+    gemms = len(work.gemms) + (1 if work.grouped_flops else 0)
+    per_gemm, seconds = r.host.kernels_per_gemm, r.host.seconds_per_kernel
+    calls_fwd = sum(c.forward_calls for c in work.collectives)
+    calls_bwd = sum(c.backward_calls for c in work.collectives)
+    host_fwd = (gemms * per_gemm + work.attention_calls + calls_fwd) * seconds
+    host_bwd = (2 * gemms * per_gemm + work.attention_calls + calls_bwd) * seconds
+    return max(forward, host_fwd), max(backward, host_bwd)
 
 
 def _merge(groups: tuple[tuple[str, float, float], ...]) -> tuple[tuple[str, float, float], ...]:

@@ -17,6 +17,7 @@ import attrs
 from hp_core.collectives import NCCL, CollectiveCall, CollectiveModel, Fabric, GroupPlacement, place_group
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
+from hp_core.specs.overlap import HostOverhead
 from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS, DeviceEfficiency, GemmTable, TimingProfile
 
 __all__ = ["compute_dtype"]
@@ -152,6 +153,7 @@ class _Rates:
     slowdown: float
     tp_comm_overlap: bool
     ep_comm_overlap: bool
+    host: HostOverhead | None
 
 
 def _rates(
@@ -195,4 +197,5 @@ def _rates(
         expose_ep=1 - ov.expert_parallel.value,
         slowdown=_or(dev.sustained_slowdown, 1.0),
         tp_comm_overlap=timing.schedule.tp_comm_overlap, ep_comm_overlap=timing.schedule.ep_comm_overlap,
+        host=timing.host,
     )
