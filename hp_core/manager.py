@@ -48,6 +48,9 @@ DEFAULT_PLUGINS = (
     "hp_plugins.optimizers.adafactor",
     "hp_plugins.optimizers.muon",
     "hp_plugins.schedules.classic",
+    "hp_plugins.kinds.mamba",
+    "hp_plugins.kinds.hybrid",
+    "hp_plugins.models.ssm",
     "hp_plugins.collectives.nccl",
 )
 
