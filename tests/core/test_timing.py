@@ -475,7 +475,11 @@ def test_docs_list_every_built_in_figure_with_its_source():
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "time.md").read_text(encoding="utf-8")
     devices = {device for profile in PROFILES.values() for device in profile.devices}
-    assert len(devices) == 5  # blackwell (and megatron-te's, with its sustained slowdown), hopper, ampere, *
+    # blackwell (and megatron-te's, with its sustained slowdown), hopper (and fsdp2's, with SDPA's attention), ampere, *
+    assert len(devices) == 6
+    from hp_plugins.runtimes.timing_profiles import HOPPER_CUDNN
+
+    devices.add(HOPPER_CUDNN)  # fsdp2's attention_kernel=cudnn
     for device in devices:
         for name, figure in device.figures().items():
             assert f"- `{name}` = {figure.value:.6g}: {figure.source}" in text, (device.architecture, name)
