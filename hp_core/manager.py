@@ -53,6 +53,8 @@ DEFAULT_PLUGINS = (
     "hp_plugins.kinds.mamba",
     "hp_plugins.kinds.hybrid",
     "hp_plugins.models.ssm",
+    "hp_plugins.kinds.qwen3_next",
+    "hp_plugins.models.qwen3_next",
     "hp_plugins.collectives.nccl",
 )
 
