@@ -81,7 +81,8 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
         weight_shapes=((vocab_shard, h),),
         # A vocabulary-parallel head: its input gathered over TP, one GEMM to the rank's vocabulary shard.
         work=LayerWork(collectives=tp_collectives(x, 0, T * h * p.activation_bytes, "head"),
-                       gemms=((T, vocab_shard, h),), boundary_bytes=T * h * p.activation_bytes),
+                       gemms=((T, vocab_shard, h),), boundary_bytes=T * h * p.activation_bytes,
+                       high_precision_gemms=((T, vocab_shard, h),)),  # the head stays in the compute dtype
         forward=Flops(
             matmul_flops=2 * T * h * vocab_shard,
             elementwise_flops=NORM_OPS_PER_ELEMENT[c.norm] * T * h // x.sp_degree + _LOSS_OPS_PER_LOGIT * T * vocab_shard,

@@ -90,7 +90,8 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
         b.keep("q_k", T * (a + kv) * d * act // t, None, True)
     b.keep("v", T * kv * d * act // t, None, True)
     b.attention_core(a, d, d, c.attention_dropout)
-    b.keep("attn_out", T * a * d * act // t, None, True)
+    # The output projection's input; a flash kernel keeps it too, as its output.
+    b.keep("attn_out", T * a * d * act // t, None, True, "shared" if x.attention != "eager" else "owned")
     if x.attention != "eager":
         # Flash backward: dq, dk, dv and its fp32 row statistics.
         b.block_grads.append(T * qkv * act // t + T * (a // t) * x.precision.lse_bytes)

@@ -13,6 +13,7 @@ import attrs
 
 from hp_core.engine.optimizer import OptimizerLoad, add_loads, layer_load
 from hp_core.engine.prepare import PreparedRun
+from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements
 from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.schedule import pipeline_seconds
 from hp_core.engine.timing.overlap import bucketed, fsdp_layers, hidden_send
@@ -71,6 +72,21 @@ def _stage_elements(held: dict[int, int], costs: tuple[LayerCost, ...], names: l
                 dense += count * load.elements
                 dense_loads.append(load.times(count))
     return dense, experts, add_loads(dense_loads), add_loads(expert_loads)
+
+
+def _quantized(held: dict[int, int], costs: tuple[LayerCost, ...], cache: dict) -> tuple[int, int]:
+    """Quantized GEMM weight elements one rank of a stage holds: dense (shared experts included) and routed experts.
+
+    As :func:`hp_core.engine.precision.quantized_weight_elements` counts them, by group.
+    """
+    dense = experts = 0
+    for group, count in held.items():
+        found = cache.get(group)
+        if found is None:
+            found = cache[group] = quantized_weight_elements([(costs[group], 1)], by_group=True)
+        experts += count * found.get("routed_expert", 0)
+        dense += count * sum(n for g, n in found.items() if g != "routed_expert")
+    return dense, experts
 
 
 def _update_bytes(dense: OptimizerLoad, experts: OptimizerLoad, dense_group: int, expert_group: int, zero: int,
@@ -137,8 +153,9 @@ def time_run(
     model, parallel, precision, attention, zero = run.model, run.parallel, run.precision, run.attention, run.zero
     settings = run.settings(recompute)
 
+    recipe = run.stage_inputs.recipe
     collectives = run.registry.collective_model(timing.collective_model) if timing.collective_model else None
-    rates = _rates(parallel, hardware, timing, precision, attention, collectives)
+    rates = _rates(parallel, hardware, timing, precision, attention, recipe, collectives)
     dtype, peak, links, memory, ov = rates.dtype, rates.peak, rates.links, rates.memory, timing.overlap
     dev = timing.device(hardware.architecture)
     cp_algorithm = parallel.cp_kind  # the layout states it (``--cp-kind``)
@@ -169,6 +186,7 @@ def time_run(
     names = [kind.name for kind in kinds]
     elements_cache: dict = {}
     stage_cache: dict = {}
+    quantized_cache: dict = {}
     body_groups = run.layers.body_groups
     sched = timing.schedule
     layer_cache: dict = {}
@@ -269,14 +287,22 @@ def time_run(
             found = stage_cache[composition] = _stage_elements(held, costs, names, parallel, elements_cache,
                                                                run.optimizer, precision)
         dense, experts, dense_load, expert_load = found
+        # Parameters a recipe gathers in its weights' format (docs/precision.md): the quantized GEMM weights.
+        q_dense = q_experts = 0
+        if recipe.low_precision and recipe.param_gather != "none":
+            q_dense, q_experts = _quantized(held, costs, quantized_cache)
         if zero >= 3:
             # FSDP: each layer's parameters gathered forward and again backward, its gradients reduce-scattered,
             # every micro-batch; what the schedule's streams hide behind the neighbouring layers' compute is not exposed.
+            # A recipe gathering quantized weights scales each layer's gathered bytes as it does the stage's.
             owners = frozenset(names[g] for g in held)
+            shares = [gathered_param_bytes(n, q, recipe, gather_bytes) / (n * gather_bytes) if n else 1.0
+                      for n, q in ((dense, q_dense), (experts, q_experts))]
             per_layer = []
             for t, group in zip(ordered, ordered_groups):
                 d, e = layer_elements(group, owners)
-                gather = links.seconds("dp", "all_gather", d * gather_bytes) + links.seconds("edp", "all_gather", e * gather_bytes)
+                gather = (links.seconds("dp", "all_gather", d * gather_bytes * shares[0])
+                          + links.seconds("edp", "all_gather", e * gather_bytes * shares[1]))
                 reduce = links.seconds("dp", "reduce_scatter", d * grad_bytes) + links.seconds("edp", "reduce_scatter", e * grad_bytes)
                 per_layer.append((gather, reduce, t.forward_seconds / rates.slowdown,
                                   (t.backward_seconds + t.recompute_seconds) / rates.slowdown))
@@ -288,12 +314,14 @@ def time_run(
             dp = 0.0
         else:
             reduce = gather = 0.0
-            for n, group in ((dense, "dp"), (experts, "edp")):
+            for n, q, group in ((dense, q_dense, "dp"), (experts, q_experts, "edp")):
                 if zero == 0:
                     reduce += links.seconds(group, "all_reduce", n * grad_bytes)
                 else:
                     reduce += links.seconds(group, "reduce_scatter", n * grad_bytes)
-                    gather += links.seconds(group, "all_gather", n * param_bytes)
+                    # Megatron-LM --fp8-param-gather gathers the parameters in FP8 ("stored").
+                    sent = gathered_param_bytes(n, q, recipe, param_bytes) if recipe.param_gather == "stored" else n * param_bytes
+                    gather += links.seconds(group, "all_gather", sent)
             bucket = sched.bucket(dense_group)
             reduce_bucket = links.seconds("dp", "all_reduce" if zero == 0 else "reduce_scatter", min(bucket, dense + experts) * grad_bytes)
             gather_bucket = links.seconds("dp", "all_gather", min(bucket, dense + experts) * param_bytes) if zero else 0.0
@@ -347,8 +375,12 @@ def time_run(
         "all_reduce_algorithm": timing.all_reduce_algorithm,
         "cp_kind": cp_algorithm,
         "sustained_slowdown": rates.slowdown,
+        "precision_recipe": recipe.name,
+        "gemm_dtype": recipe.gemm_dtype,
         "schedule": schedule.name,
     }
+    # MFU as the field reports it (against the compute dtype's dense peak) and against the recipe's GEMM peak.
+    recipe_peak = hardware.peak_flops.get(recipe.gemm_dtype, peak) if recipe.low_precision else peak
     return StepTime(
         step_seconds=step,
         compute_seconds=m * (slow.forward_seconds + slow.backward_seconds),
@@ -361,6 +393,8 @@ def time_run(
         tokens_per_second=tokens / step,
         model_flops=model_flops,
         mfu=model_flops / (step * world * peak),
+        mfu_recipe_peak=model_flops / (step * world * recipe_peak),
+        recipe_peak_flops_per_second=recipe_peak,
         hfu=hardware_flops / (step * world * peak),
         peak_flops_per_second=peak,
         stages=tuple(stages),
