@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "measured peak per stage, and estimated and measured step time where the case states them, with "
                     "the signed error (see docs/validate.md for the format; megatron_measured.json is read as published).",
     )
-    validate.add_argument("cases", help="a cases file (format hp-cases/1, YAML/JSON/TOML) or megatron_measured.json")
+    validate.add_argument("cases", help="a cases file (format hp-cases/1 or hp-cases/2, YAML/JSON/TOML) or megatron_measured.json")
     validate.add_argument("--json", action="store_true", help="print JSON")
 
     census = sub.add_parser(
