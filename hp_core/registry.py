@@ -15,6 +15,7 @@ from hp_core.types import (
     Runtime,
 )
 from hp_core.schedules import Schedule
+from hp_core.importers import Importer
 
 __all__ = ["Provider", "Registry"]
 
@@ -146,6 +147,7 @@ class Registry:
     optimizers: tuple[Optimizer, ...] = ()
     layer_aspects: tuple[LayerAspect, ...] = ()
     schedules: tuple[Schedule, ...] = ()
+    importers: tuple[Importer, ...] = ()
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
 
@@ -183,6 +185,7 @@ class Registry:
             optimizers=fields["optimizers"],
             layer_aspects=fields["layer_aspects"],
             schedules=fields["schedules"],
+            importers=fields["importers"],
             providers=providers,
             plugins=plugins,
         )
@@ -220,6 +223,9 @@ class Registry:
 
     def schedule(self, name: str, path: str = "$.parallel.schedule") -> Schedule:
         return _lookup(self.schedules, name, "pipeline schedule", path)
+
+    def importer(self, name: str, path: str = "--from") -> Importer:
+        return _lookup(self.importers, name, "importer", path)
 
     def format_for(self, config: Mapping[str, Any], where: str = "config.json") -> ModelFormat:
         """The model format that reads *config*, by its ``model_type``.

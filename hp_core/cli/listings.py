@@ -29,6 +29,7 @@ def plugins_command(args: argparse.Namespace, registry: Registry, console: Conso
         ("model formats", "hp_model_formats", registry.model_formats, lambda f: f.description),
         ("case formats", "hp_case_formats", registry.case_formats, lambda f: f.description),
         ("schedules", "hp_schedules", registry.schedules, _schedule_summary),
+        ("importers", "hp_importers", registry.importers, lambda i: i.description),
     )
     if args.json:
         doc: dict[str, Any] = {

@@ -36,7 +36,7 @@ from hp_core.io.job import Job, estimate_job, resolve_job, step_time_job
 from hp_core.registry import Registry
 from hp_core.runtime_options import runtime_name
 
-__all__ = ["FORMAT_V2", "MeasuredCaseV2", "StageMeasure", "StepMeasure", "read_cases_v2", "validate_case_v2"]
+__all__ = ["FORMAT_V2", "MeasuredCaseV2", "StageMeasure", "StepMeasure", "check_case_v2", "read_cases_v2"]
 
 FORMAT_V2 = "hp-cases/2"
 _GIB = 2**30
@@ -177,10 +177,13 @@ def read_cases_v2(document: Any, registry: Registry) -> list[MeasuredCaseV2]:
     return cases
 
 
-def validate_case_v2(case: MeasuredCaseV2, registry: Registry):
-    """Estimate *case* and compare each figure it gives (:class:`~hp_core.io.validate.CaseResult`)."""
-    from hp_core.io.validate import CaseResult, StageCheck
+def check_case_v2(case: MeasuredCaseV2, registry: Registry):
+    """Estimate *case* and pair each figure it gives with the estimate's.
 
+    Returns ``(estimate, stage checks, step checks, why steps were not priced)``:
+    each stage check ``(stage, estimated bytes, measured bytes, quantity)``,
+    each step check the fields of :class:`~hp_core.io.validate.StepCheck`, in order.
+    """
     result = estimate_job(case.job, registry)
     pp = len(result.stages)
     checks = []
@@ -189,15 +192,12 @@ def validate_case_v2(case: MeasuredCaseV2, registry: Registry):
         if index >= pp:
             raise ConfigError(measure.where.rpartition(".")[0] + ".stage",
                               f"stage {index} is beyond the layout's {pp} stages (0-{pp - 1}, or 'last')")
-        checks.append(StageCheck(index, result.stages[index].peak_bytes, measure.measured_bytes, measure.quantity))
+        checks.append((index, result.stages[index].peak_bytes, measure.measured_bytes, measure.quantity))
     steps, unavailable = _check_steps(case, registry) if case.steps else ((), None)
-    return CaseResult(name=case.name, runtime=case.runtime, stages=tuple(checks), estimate=result, steps=steps,
-                      time_unavailable=unavailable)
+    return result, tuple(checks), steps, unavailable
 
 
 def _check_steps(case: MeasuredCaseV2, registry: Registry):
-    from hp_core.io.validate import StepCheck
-
     job = case.job
     if job.hardware is None:
         return (), f"{case.where}.config.hardware: measured step figures are priced on the device they ran on; name it"
@@ -220,6 +220,5 @@ def _check_steps(case: MeasuredCaseV2, registry: Registry):
                      "mfu": priced.mfu}[step.metric]
         # The measured figure as the step time it implies at this batch (tokens and FLOPs are the estimate's).
         implied_seconds = priced.step_seconds * estimated / step.value if step.metric != "seconds" else step.value
-        checks.append(StepCheck(batch // per_step, batch, priced.step_seconds, implied_seconds, step.metric,
-                                estimated, step.value))
+        checks.append((batch // per_step, batch, priced.step_seconds, implied_seconds, step.metric, estimated, step.value))
     return tuple(checks), None

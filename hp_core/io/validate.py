@@ -34,6 +34,7 @@ from typing import Any
 import attrs
 
 from hp_core.errors import ConfigError
+from hp_core.io.cases2 import FORMAT_V2, MeasuredCaseV2, check_case_v2, read_cases_v2
 from hp_core.io.convert import ConfigFile, read_document, structure
 from hp_core.io.job import Job, estimate_job, resolve_job, step_time_job
 from hp_core.registry import Registry
@@ -171,9 +172,7 @@ def load_cases(path: str | Path, registry: Registry) -> list:
     for fmt in registry.case_formats:
         if fmt.accepts(document):
             return list(fmt.read(document, registry))
-    if isinstance(document, dict) and document.get("format") == "hp-cases/2":
-        from hp_core.io.cases2 import read_cases_v2
-
+    if isinstance(document, dict) and document.get("format") == FORMAT_V2:
         return read_cases_v2(document, registry)
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ConfigError("$.format", f"a cases file states format: {FORMAT} or hp-cases/2 (or is megatron_measured.json "
@@ -198,10 +197,10 @@ def load_cases(path: str | Path, registry: Registry) -> list:
 
 def validate_case(case: MeasuredCase, registry: Registry) -> CaseResult:
     """Estimate *case* with the runtime it names and compare stage by stage (what it gives, for ``hp-cases/2``)."""
-    if not isinstance(case, MeasuredCase):
-        from hp_core.io.cases2 import validate_case_v2
-
-        return validate_case_v2(case, registry)
+    if isinstance(case, MeasuredCaseV2):
+        result, stages, steps, unavailable = check_case_v2(case, registry)
+        return CaseResult(name=case.name, runtime=case.runtime, stages=tuple(StageCheck(*s) for s in stages),
+                          estimate=result, steps=tuple(StepCheck(*s) for s in steps), time_unavailable=unavailable)
     job = case.job or Job(model=case.model, parallel=case.parallel, runtime=case.runtime)
     result = estimate_job(job, registry)
     if len(result.stages) != len(case.stage_peak_bytes):

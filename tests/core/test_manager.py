@@ -19,6 +19,7 @@ from hp_core.manager import BLOCK_ENV, DEFAULT_PLUGINS, ENTRY_POINT_GROUP, get_p
 from hp_core.markers import hookimpl
 from hp_core.registry import Registry
 from hp_core.schedules import Schedule
+from hp_core.importers import ImportedJob, Importer
 from hp_core.errors import ConfigError
 from hp_core.models import model_from_config
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, PrecisionSpec
@@ -133,6 +134,8 @@ RECORD_FACTORIES = {
     "hp_layer_aspects": _layer_aspect,
     "hp_optimizers": _optimizer,
     "hp_schedules": _schedule,
+    "hp_importers": lambda name: Importer(name=name, read=lambda source, registry: ImportedJob({}),
+                                          description="reads nothing"),
 }
 
 # How a registry looks a record up by name, per hook.
@@ -148,6 +151,7 @@ LOOKUPS = {
     "hp_layer_aspects": Registry.layer_aspect,
     "hp_schedules": Registry.schedule,
     "hp_optimizers": Registry.optimizer,
+    "hp_importers": Registry.importer,
 }
 
 
