@@ -193,6 +193,7 @@ def search(
     reserve_bytes: int = 0,
     zero: Iterable[int] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    schedules: Iterable[str] | None = None,
 ) -> SearchResult:
     """Every parallel layout of a device count, recompute planned and ranked by step time.
 
@@ -206,4 +207,5 @@ def search(
 
     return run_search(model, registry=registry, devices=devices, hardware=hardware, global_batch_size=global_batch_size,
                    seq_len=seq_len, runtime=runtime, fixed=fixed or {}, top=top, executor=executor, precision=precision,
-                   census=census, reserve_bytes=reserve_bytes, zero=zero, progress=progress)
+                   census=census, reserve_bytes=reserve_bytes, zero=zero, progress=progress,
+                   schedules=schedules)

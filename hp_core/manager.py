@@ -48,6 +48,13 @@ DEFAULT_PLUGINS = (
     "hp_plugins.optimizers.adafactor",
     "hp_plugins.optimizers.muon",
     "hp_plugins.schedules.classic",
+    "hp_plugins.schedules.zero_bubble",
+    "hp_plugins.schedules.dualpipe",
+    "hp_plugins.kinds.mamba",
+    "hp_plugins.kinds.hybrid",
+    "hp_plugins.models.ssm",
+    "hp_plugins.kinds.qwen3_next",
+    "hp_plugins.models.qwen3_next",
     "hp_plugins.importers.megatron",
 )
 

@@ -267,6 +267,14 @@ def _add_recompute_parser(sub: Any) -> None:
     rec.set_defaults(recompute=None)
 
 
+def _names(text: str) -> tuple[str, ...]:
+    """``1f1b,zb_h1``: comma-separated names."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one schedule, e.g. 1f1b,zb_h1")
+    return names
+
+
 def _add_search_parser(sub: Any) -> None:
     """``hp search``: every layout of a device count, planned and ranked by step time."""
     search = sub.add_parser(
@@ -288,6 +296,9 @@ def _add_search_parser(sub: Any) -> None:
     search.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=N",
                         help="hold a degree fixed: dp, cp, tp, pp, vpp, ep, etp, zero, mbs (repeatable)")
     search.add_argument("--reserve", type=_reserve, metavar="SIZE", help=_RESERVE_HELP)
+    search.add_argument("--schedules", type=_names, metavar="NAME,NAME,...",
+                        help="pipeline schedules to search, a dimension of the search (see 'hp plugins'); default: "
+                             "1f1b, or interleaved_1f1b with vpp > 1")
     search.add_argument("--workers", type=_positive, default=1,
                         help="processes bounding, refining and planning candidates (default 1: in this process); "
                              "with --executor dask, the local cluster's worker processes")

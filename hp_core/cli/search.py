@@ -84,7 +84,7 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
     with task_executor(kind, address, args.workers) as executor:
         kwargs = dict(registry=registry, devices=args.devices, hardware=hardware, global_batch_size=args.global_batch_size,
                       seq_len=args.seq_len, runtime=runtime if runtime.option_values else args.runtime, fixed=fixed, top=args.top, executor=executor,
-                      reserve_bytes=reserve, precision=precision)
+                      reserve_bytes=reserve, precision=precision, schedules=args.schedules)
         if args.json or not sys.stdout.isatty():
             result = search(model, **kwargs)
         else:

@@ -23,6 +23,7 @@ from hp_plugins.kinds.mla import MLAConfig, MLAMoEConfig
 from hp_plugins.kinds.moe import MoEConfig
 from hp_plugins.kinds.mtp import MTPConfig
 from hp_plugins.kinds.output import OutputConfig
+from samples_ssm import SSM_SAMPLES
 
 _MLA = dict(hidden_size=256, num_attention_heads=8, kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32)
 _MLA_MOE = MLAMoEConfig(**_MLA, q_lora_rank=64, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=128,
@@ -76,6 +77,9 @@ SAMPLES: dict[str, list[object]] = {
 }
 
 
+SAMPLES.update(SSM_SAMPLES)
+
+
 def _kind_names() -> list[str]:
     return [kind.name for kind in build_registry(use_env=False).layer_kinds]
 
@@ -114,6 +118,6 @@ def test_only_kinds_needing_sequence_parallelism_refuse_layouts(registry):
         report = check_layer_kind(kind, _samples(kind.name), registry=registry)
         if report.refused:
             refusing[kind.name] = report.refused
-    assert sorted(refusing) == ["mla_moe", "moe", "mtp"]
+    assert sorted(refusing) == ["gated_attention_moe", "gdn_moe", "mla_moe", "moe", "mtp"]
     for name, refused in refusing.items():
         assert all("sp=off" in where and "tp=1 " not in where for where in refused), (name, refused)
