@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from hp_core.collectives import CollectiveModel
 from hp_core.markers import hookspec
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.types import (
@@ -327,6 +328,30 @@ def hp_precision_recipes() -> Iterable[PrecisionRecipe]:
     """
 
 
+@hookspec
+def hp_collective_models() -> Iterable[CollectiveModel]:
+    """Yield collective libraries' pricing: how long one collective call takes on a placed group.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.collectives.CollectiveModel`:
+    ``seconds(call) -> float`` for a :class:`~hp_core.collectives.CollectiveCall`
+    (operation, bytes, the group's placement -- ranks, members per node,
+    nodes -- the fabric's links with the profile's efficiencies applied, and
+    the all-reduce algorithm).
+
+    Call semantics: called once per registry build; all results collected. A
+    timing profile names one (``TimingProfile.collective_model``); ``None``
+    prices with the built-in ``nccl`` (:data:`hp_core.collectives.NCCL`).
+
+    Example::
+
+        @hookimpl
+        def hp_collective_models():
+            yield CollectiveModel(name="hccl", seconds=hccl_seconds, description="Huawei HCCL on HCCS and RoCE")
+    """
+
+
 # Every hook, with the record type it yields: the registry's build table.
 HOOKS = {
     "hp_layer_kinds": LayerKind,
@@ -341,4 +366,5 @@ HOOKS = {
     "hp_layer_aspects": LayerAspect,
     "hp_schedules": Schedule,
     "hp_precision_recipes": PrecisionRecipe,
+    "hp_collective_models": CollectiveModel,
 }
