@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from hp_core.collectives import CollectiveModel
 from hp_core.markers import hookspec
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.types import (
@@ -329,6 +330,7 @@ def hp_precision_recipes() -> Iterable[PrecisionRecipe]:
 
 
 @hookspec
+<<<<<<< HEAD
 def hp_importers() -> Iterable[Importer]:
     """Yield trainer-config importers: a job as a trainer states it, read into an ``hp`` config.
 
@@ -343,12 +345,33 @@ def hp_importers() -> Iterable[Importer]:
     run picks one by name (``hp estimate --from NAME SOURCE``); the flags then
     override what it mapped, field by field, and each unmapped line is printed
     as a warning.
+=======
+def hp_collective_models() -> Iterable[CollectiveModel]:
+    """Yield collective libraries' pricing: how long one collective call takes on a placed group.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.collectives.CollectiveModel`:
+    ``seconds(call) -> float`` for a :class:`~hp_core.collectives.CollectiveCall`
+    (operation, bytes, the group's placement -- ranks, members per node,
+    nodes -- the fabric's links with the profile's efficiencies applied, and
+    the all-reduce algorithm).
+
+    Call semantics: called once per registry build; all results collected. A
+    timing profile names one (``TimingProfile.collective_model``); ``None``
+    prices with the built-in ``nccl`` (:data:`hp_core.collectives.NCCL`).
+>>>>>>> main
 
     Example::
 
         @hookimpl
+<<<<<<< HEAD
         def hp_importers():
             yield Importer(name="mytrainer", read=read_mytrainer_yaml, description="MyTrainer YAML recipes")
+=======
+        def hp_collective_models():
+            yield CollectiveModel(name="hccl", seconds=hccl_seconds, description="Huawei HCCL on HCCS and RoCE")
+>>>>>>> main
     """
 
 
@@ -366,5 +389,9 @@ HOOKS = {
     "hp_layer_aspects": LayerAspect,
     "hp_schedules": Schedule,
     "hp_precision_recipes": PrecisionRecipe,
+<<<<<<< HEAD
     "hp_importers": Importer,
+=======
+    "hp_collective_models": CollectiveModel,
+>>>>>>> main
 }

@@ -9,6 +9,7 @@ import pluggy
 
 from hp_core.distributions import planner_version
 from hp_core.errors import ConfigError, PluginError, describe
+from hp_core.collectives import CollectiveModel
 from hp_core.hookspecs import HOOKS
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.types import (
@@ -167,7 +168,11 @@ class Registry:
     layer_aspects: tuple[LayerAspect, ...] = ()
     precision_recipes: tuple[PrecisionRecipe, ...] = ()
     schedules: tuple[Schedule, ...] = ()
+<<<<<<< HEAD
     importers: tuple[Importer, ...] = ()
+=======
+    collective_models: tuple[CollectiveModel, ...] = ()
+>>>>>>> main
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
     broken: tuple[BrokenPlugin, ...] = ()
@@ -226,7 +231,11 @@ class Registry:
             layer_aspects=fields["layer_aspects"],
             precision_recipes=fields["precision_recipes"],
             schedules=fields["schedules"],
+<<<<<<< HEAD
             importers=fields["importers"],
+=======
+            collective_models=fields["collective_models"],
+>>>>>>> main
             providers=providers,
             plugins=plugins,
             broken=tuple(BrokenPlugin(name, message) for name, message in sorted(failed.items())),
@@ -267,6 +276,8 @@ class Registry:
         return _lookup(self.precision_recipes, name, "precision recipe", path)
     def schedule(self, name: str, path: str = "$.parallel.schedule") -> Schedule:
         return _lookup(self.schedules, name, "pipeline schedule", path)
+    def collective_model(self, name: str, path: str = "$.runtime.timing.collective_model") -> CollectiveModel:
+        return _lookup(self.collective_models, name, "collective model", path)
 
     def importer(self, name: str, path: str = "--from") -> Importer:
         return _lookup(self.importers, name, "importer", path)

@@ -22,6 +22,7 @@ __all__ = [
     "gib",
     "kinds_table",
     "stage_to_json",
+    "communication_table",
     "time_summary",
     "time_table",
     "time_to_json",
@@ -216,6 +217,11 @@ def time_to_json(step) -> dict[str, Any]:
                 "micro_batch_seconds": s.micro_batch_seconds,
                 "data_parallel_seconds": s.data_parallel_seconds,
                 "optimizer_seconds": s.optimizer_seconds,
+                "communication_by_group": [
+                    {"group": group, "per": "step" if group == "dp" else "micro-batch", "seconds": total,
+                     "exposed_seconds": exposed, "hidden_seconds": total - exposed}
+                    for group, total, exposed in s.communication_by_group
+                ],
             }
             for s in step.stages
         ],
@@ -237,6 +243,21 @@ def time_table(step) -> Table:
         table.add_row(str(s.index), _ms(s.forward_seconds), _ms(s.backward_seconds), _ms(s.recompute_seconds),
                       _ms(s.communication_seconds), _ms(s.micro_batch_seconds), _ms(s.data_parallel_seconds),
                       _ms(s.optimizer_seconds))
+    return table
+
+
+def communication_table(step) -> Table:
+    """One row per stage and group: its communication, what is exposed and what the overlap schedule hides (ms)."""
+    table = Table(title="Communication by stage and group", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1),
+                  caption="ms on one rank: dp once per step, the others per micro-batch; hidden = behind compute",
+                  caption_justify="left")
+    for column in ("Stage", "Group", "Per", "Comm", "Exposed", "Hidden"):
+        table.add_column(column, justify="right")
+    for s in step.stages:
+        for group, total, exposed in s.communication_by_group:
+            if total:
+                table.add_row(str(s.index), group, "step" if group == "dp" else "MB", _ms(total), _ms(exposed),
+                              _ms(total - exposed))
     return table
 
 

@@ -12,6 +12,7 @@ from importlib.metadata import entry_points as installed_entry_points
 import attrs
 import pytest
 
+from hp_core.collectives import CollectiveModel
 from hp_core.api import build_registry
 from hp_core.errors import PluginError
 from hp_core.hookspecs import HOOKS
@@ -119,6 +120,8 @@ def _schedule(name: str) -> Schedule:
     return Schedule(name=name, in_flight=lambda layout, stage: (layout.micro_batches,),
                     pipeline_seconds=lambda layout, stages: (layout.micro_batches + layout.pp - 1) * stages[0].seconds,
                     default_micro_batches=lambda pp, vpp: pp, description="all forwards first")
+def _collective_model(name: str) -> CollectiveModel:
+    return CollectiveModel(name=name, seconds=lambda call: 1e-3, description="one millisecond a call")
 
 
 # One factory per hook: a new hook in HOOKS without a factory fails
@@ -141,8 +144,12 @@ RECORD_FACTORIES = {
     "hp_optimizers": _optimizer,
     "hp_precision_recipes": _precision_recipe,
     "hp_schedules": _schedule,
+<<<<<<< HEAD
     "hp_importers": lambda name: Importer(name=name, read=lambda source, registry: ImportedJob({}),
                                           description="reads nothing"),
+=======
+    "hp_collective_models": _collective_model,
+>>>>>>> main
 }
 
 # How a registry looks a record up by name, per hook.
@@ -159,7 +166,11 @@ LOOKUPS = {
     "hp_schedules": Registry.schedule,
     "hp_optimizers": Registry.optimizer,
     "hp_precision_recipes": Registry.precision_recipe,
+<<<<<<< HEAD
     "hp_importers": Registry.importer,
+=======
+    "hp_collective_models": Registry.collective_model,
+>>>>>>> main
 }
 
 
