@@ -17,6 +17,7 @@ from hp_core.types import (
     Runtime,
 )
 from hp_core.schedules import Schedule
+from hp_core.importers import Importer
 
 __all__ = ["BrokenPlugin", "Provider", "Registry"]
 
@@ -167,7 +168,11 @@ class Registry:
     layer_aspects: tuple[LayerAspect, ...] = ()
     precision_recipes: tuple[PrecisionRecipe, ...] = ()
     schedules: tuple[Schedule, ...] = ()
+<<<<<<< HEAD
+    importers: tuple[Importer, ...] = ()
+=======
     collective_models: tuple[CollectiveModel, ...] = ()
+>>>>>>> main
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
     broken: tuple[BrokenPlugin, ...] = ()
@@ -226,7 +231,11 @@ class Registry:
             layer_aspects=fields["layer_aspects"],
             precision_recipes=fields["precision_recipes"],
             schedules=fields["schedules"],
+<<<<<<< HEAD
+            importers=fields["importers"],
+=======
             collective_models=fields["collective_models"],
+>>>>>>> main
             providers=providers,
             plugins=plugins,
             broken=tuple(BrokenPlugin(name, message) for name, message in sorted(failed.items())),
@@ -269,6 +278,9 @@ class Registry:
         return _lookup(self.schedules, name, "pipeline schedule", path)
     def collective_model(self, name: str, path: str = "$.runtime.timing.collective_model") -> CollectiveModel:
         return _lookup(self.collective_models, name, "collective model", path)
+
+    def importer(self, name: str, path: str = "--from") -> Importer:
+        return _lookup(self.importers, name, "importer", path)
 
     def format_for(self, config: Mapping[str, Any], where: str = "config.json") -> ModelFormat:
         """The model format that reads *config*, by its ``model_type``.

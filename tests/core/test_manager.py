@@ -21,6 +21,7 @@ from hp_core.markers import hookimpl
 from hp_core.precision_recipes import GemmOperand, PrecisionRecipe
 from hp_core.registry import Registry
 from hp_core.schedules import Schedule
+from hp_core.importers import ImportedJob, Importer
 from hp_core.errors import ConfigError
 from hp_core.models import model_from_config
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, PrecisionSpec
@@ -143,7 +144,12 @@ RECORD_FACTORIES = {
     "hp_optimizers": _optimizer,
     "hp_precision_recipes": _precision_recipe,
     "hp_schedules": _schedule,
+<<<<<<< HEAD
+    "hp_importers": lambda name: Importer(name=name, read=lambda source, registry: ImportedJob({}),
+                                          description="reads nothing"),
+=======
     "hp_collective_models": _collective_model,
+>>>>>>> main
 }
 
 # How a registry looks a record up by name, per hook.
@@ -160,7 +166,11 @@ LOOKUPS = {
     "hp_schedules": Registry.schedule,
     "hp_optimizers": Registry.optimizer,
     "hp_precision_recipes": Registry.precision_recipe,
+<<<<<<< HEAD
+    "hp_importers": Registry.importer,
+=======
     "hp_collective_models": Registry.collective_model,
+>>>>>>> main
 }
 
 
