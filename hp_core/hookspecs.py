@@ -330,22 +330,6 @@ def hp_precision_recipes() -> Iterable[PrecisionRecipe]:
 
 
 @hookspec
-<<<<<<< HEAD
-def hp_importers() -> Iterable[Importer]:
-    """Yield trainer-config importers: a job as a trainer states it, read into an ``hp`` config.
-
-    Arguments: none.
-
-    Returns: an iterable of :class:`hp_core.importers.Importer`. Each reads a
-    source (a file's path, or the text itself where ``reads_text``) with
-    ``read(source, *, registry) -> ImportedJob``: an ``hp estimate`` config
-    document and one line per setting it could not map.
-
-    Call semantics: called once per registry build; all results collected; a
-    run picks one by name (``hp estimate --from NAME SOURCE``); the flags then
-    override what it mapped, field by field, and each unmapped line is printed
-    as a warning.
-=======
 def hp_collective_models() -> Iterable[CollectiveModel]:
     """Yield collective libraries' pricing: how long one collective call takes on a placed group.
 
@@ -360,18 +344,36 @@ def hp_collective_models() -> Iterable[CollectiveModel]:
     Call semantics: called once per registry build; all results collected. A
     timing profile names one (``TimingProfile.collective_model``); ``None``
     prices with the built-in ``nccl`` (:data:`hp_core.collectives.NCCL`).
->>>>>>> main
 
     Example::
 
         @hookimpl
-<<<<<<< HEAD
-        def hp_importers():
-            yield Importer(name="mytrainer", read=read_mytrainer_yaml, description="MyTrainer YAML recipes")
-=======
         def hp_collective_models():
             yield CollectiveModel(name="hccl", seconds=hccl_seconds, description="Huawei HCCL on HCCS and RoCE")
->>>>>>> main
+    """
+
+
+@hookspec
+def hp_importers() -> Iterable[Importer]:
+    """Yield trainer-config importers: a job as a trainer states it, read into an ``hp`` config.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.importers.Importer`. Each reads a
+    source (a file's path, or the text itself where ``reads_text``) with
+    ``read(source, *, registry) -> ImportedJob``: an ``hp estimate`` config
+    document and one line per setting it could not map.
+
+    Call semantics: called once per registry build; all results collected; a
+    run picks one by name (``hp estimate --from NAME SOURCE``); the flags then
+    override what it mapped, field by field, and each unmapped line is printed
+    as a warning.
+
+    Example::
+
+        @hookimpl
+        def hp_importers():
+            yield Importer(name="mytrainer", read=read_mytrainer_yaml, description="MyTrainer YAML recipes")
     """
 
 
@@ -389,9 +391,6 @@ HOOKS = {
     "hp_layer_aspects": LayerAspect,
     "hp_schedules": Schedule,
     "hp_precision_recipes": PrecisionRecipe,
-<<<<<<< HEAD
-    "hp_importers": Importer,
-=======
     "hp_collective_models": CollectiveModel,
->>>>>>> main
+    "hp_importers": Importer,
 }

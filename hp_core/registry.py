@@ -168,11 +168,8 @@ class Registry:
     layer_aspects: tuple[LayerAspect, ...] = ()
     precision_recipes: tuple[PrecisionRecipe, ...] = ()
     schedules: tuple[Schedule, ...] = ()
-<<<<<<< HEAD
-    importers: tuple[Importer, ...] = ()
-=======
     collective_models: tuple[CollectiveModel, ...] = ()
->>>>>>> main
+    importers: tuple[Importer, ...] = ()
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
     broken: tuple[BrokenPlugin, ...] = ()
@@ -231,11 +228,8 @@ class Registry:
             layer_aspects=fields["layer_aspects"],
             precision_recipes=fields["precision_recipes"],
             schedules=fields["schedules"],
-<<<<<<< HEAD
-            importers=fields["importers"],
-=======
             collective_models=fields["collective_models"],
->>>>>>> main
+            importers=fields["importers"],
             providers=providers,
             plugins=plugins,
             broken=tuple(BrokenPlugin(name, message) for name, message in sorted(failed.items())),
