@@ -17,6 +17,7 @@ from hp_core.types import (
     Runtime,
 )
 from hp_core.schedules import Schedule
+from hp_core.importers import Importer
 
 __all__ = ["BrokenPlugin", "Provider", "Registry"]
 
@@ -168,6 +169,7 @@ class Registry:
     precision_recipes: tuple[PrecisionRecipe, ...] = ()
     schedules: tuple[Schedule, ...] = ()
     collective_models: tuple[CollectiveModel, ...] = ()
+    importers: tuple[Importer, ...] = ()
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
     broken: tuple[BrokenPlugin, ...] = ()
@@ -227,6 +229,7 @@ class Registry:
             precision_recipes=fields["precision_recipes"],
             schedules=fields["schedules"],
             collective_models=fields["collective_models"],
+            importers=fields["importers"],
             providers=providers,
             plugins=plugins,
             broken=tuple(BrokenPlugin(name, message) for name, message in sorted(failed.items())),
@@ -269,6 +272,9 @@ class Registry:
         return _lookup(self.schedules, name, "pipeline schedule", path)
     def collective_model(self, name: str, path: str = "$.runtime.timing.collective_model") -> CollectiveModel:
         return _lookup(self.collective_models, name, "collective model", path)
+
+    def importer(self, name: str, path: str = "--from") -> Importer:
+        return _lookup(self.importers, name, "importer", path)
 
     def format_for(self, config: Mapping[str, Any], where: str = "config.json") -> ModelFormat:
         """The model format that reads *config*, by its ``model_type``.

@@ -31,6 +31,7 @@ def plugins_command(args: argparse.Namespace, registry: Registry, console: Conso
         ("precision recipes", "hp_precision_recipes", registry.precision_recipes, lambda r: r.description),
         ("schedules", "hp_schedules", registry.schedules, _schedule_summary),
         ("collective models", "hp_collective_models", registry.collective_models, lambda c: c.description),
+        ("importers", "hp_importers", registry.importers, lambda i: i.description),
     )
     if args.json:
         doc: dict[str, Any] = {

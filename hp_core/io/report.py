@@ -163,9 +163,18 @@ def validation_table(results) -> Table:
     """One row per case and stage: estimated and measured peak (GiB) and the signed error."""
     return _validation_table(
         "Estimated against measured peak memory", ("Case", "Runtime", "Stage", "Estimated GiB", "Measured GiB", "Error"),
-        ((result.name, result.runtime, str(check.stage), gib(check.estimated_bytes), gib(check.measured_bytes),
-          f"{check.error * 100:+.2f}%") for result in results for check in result.stages),
+        ((result.name, result.runtime, str(check.stage) + ("" if check.quantity == "allocated" else f" ({check.quantity})"),
+          gib(check.estimated_bytes), gib(check.measured_bytes), f"{check.error * 100:+.2f}%")
+         for result in results for check in result.stages),
     )
+
+
+def _metric_note(check) -> str:
+    """For a step measured as tokens/s/GPU or MFU: the error is in that metric, with both values."""
+    if check.metric == "seconds":
+        return ""
+    name = {"tokens_per_second_per_gpu": "tokens/s/GPU", "mfu": "MFU"}.get(check.metric, check.metric)
+    return f" ({name} {check.estimated_value:.4g} vs {check.measured_value:.4g})"
 
 
 def validation_step_table(results) -> Table:
@@ -173,7 +182,8 @@ def validation_step_table(results) -> Table:
     return _validation_table(
         "Estimated against measured step time", ("Case", "Runtime", "Micro-batches", "Estimated s", "Measured s", "Error"),
         ((result.name, result.runtime, str(check.micro_batches), f"{check.estimated_seconds:.4f}",
-          f"{check.measured_seconds:.4f}", f"{check.error * 100:+.2f}%") for result in results for check in result.steps),
+          f"{check.measured_seconds:.4f}", f"{check.error * 100:+.2f}%" + _metric_note(check))
+         for result in results for check in result.steps),
     )
 
 

@@ -21,6 +21,7 @@ from hp_core.markers import hookimpl
 from hp_core.precision_recipes import GemmOperand, PrecisionRecipe
 from hp_core.registry import Registry
 from hp_core.schedules import Schedule
+from hp_core.importers import ImportedJob, Importer
 from hp_core.errors import ConfigError
 from hp_core.models import model_from_config
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, PrecisionSpec
@@ -144,6 +145,8 @@ RECORD_FACTORIES = {
     "hp_precision_recipes": _precision_recipe,
     "hp_schedules": _schedule,
     "hp_collective_models": _collective_model,
+    "hp_importers": lambda name: Importer(name=name, read=lambda source, registry: ImportedJob({}),
+                                          description="reads nothing"),
 }
 
 # How a registry looks a record up by name, per hook.
@@ -161,6 +164,7 @@ LOOKUPS = {
     "hp_optimizers": Registry.optimizer,
     "hp_precision_recipes": Registry.precision_recipe,
     "hp_collective_models": Registry.collective_model,
+    "hp_importers": Registry.importer,
 }
 
 
