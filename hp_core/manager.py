@@ -55,6 +55,7 @@ DEFAULT_PLUGINS = (
     "hp_plugins.models.ssm",
     "hp_plugins.kinds.qwen3_next",
     "hp_plugins.models.qwen3_next",
+    "hp_plugins.kinds.lora",
 )
 
 # Third-party plugins advertise themselves under this entry-point group.

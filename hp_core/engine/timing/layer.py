@@ -101,6 +101,9 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     # Compute.
     grouped = min(work.grouped_flops, f.matmul_flops)
     mm_fwd, mm_bwd = _matmul_seconds(f.matmul_flops - grouped, grouped, work, r)
+    if work.frozen_matmul_flops:
+        # A frozen weight's backward computes the input gradient alone: half its matmul backward.
+        mm_bwd -= r.mm_backward / 2 * min(work.frozen_matmul_flops, f.matmul_flops) / r.matmul / r.peak
     if f.attention_flops and r.flash:
         calls = work.attention_calls * (r.cp if r.cp_algorithm == "p2p" else 1)
         executed = f.attention_flops * r.causal
@@ -142,7 +145,8 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     comm = comm_fwd + comm_bwd
 
     # Recompute.
-    model_flops = (1 + r.mm_backward) * f.matmul_flops + (1 + r.attn_backward) * f.attention_flops
+    model_flops = ((1 + r.mm_backward) * f.matmul_flops - r.mm_backward / 2 * min(work.frozen_matmul_flops, f.matmul_flops)
+                   + (1 + r.attn_backward) * f.attention_flops)
     if full:
         recompute = forward
         comm += comm_fwd
