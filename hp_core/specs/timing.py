@@ -28,7 +28,10 @@ from typing import Any
 
 import attrs
 
+from hp_core.errors import SpecError
+
 from hp_core.errors import ConfigError
+from hp_core.precision_recipes import GEMM_KERNELS
 
 __all__ = [
     "ALL_REDUCE_ALGORITHMS",
@@ -53,12 +56,12 @@ ROUTER_REFERENCE_ELEMENTS = 4096 * 160
 
 def _number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"{attribute.name} must be a non-negative number, got {value!r}")
+        raise SpecError(attribute.name, f"{attribute.name} must be a non-negative number, got {value!r}")
 
 
 def _text(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{attribute.name} must state where the figure comes from (a non-empty string)")
+        raise SpecError(attribute.name, f"{attribute.name} must state where the figure comes from (a non-empty string)")
 
 
 @attrs.frozen
@@ -76,35 +79,46 @@ class Sourced:
 
 def _fraction(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
     if not isinstance(value, Sourced):
-        raise ValueError(f"{attribute.name} must be a Sourced figure")
+        raise SpecError(attribute.name, f"{attribute.name} must be a Sourced figure")
     if not 0 < value.value <= 1:
-        raise ValueError(f"{attribute.name} must be a fraction in (0, 1], got {value.value!r}")
+        raise SpecError(attribute.name, f"{attribute.name} must be a fraction in (0, 1], got {value.value!r}")
 
 
 def _overlap(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
     if not isinstance(value, Sourced):
-        raise ValueError(f"{attribute.name} must be a Sourced figure")
+        raise SpecError(attribute.name, f"{attribute.name} must be a Sourced figure")
     if not 0 <= value.value <= 1:
-        raise ValueError(f"{attribute.name} must be a fraction in [0, 1], got {value.value!r}")
+        raise SpecError(attribute.name, f"{attribute.name} must be a fraction in [0, 1], got {value.value!r}")
 
 
 def _positive(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
     if not isinstance(value, Sourced):
-        raise ValueError(f"{attribute.name} must be a Sourced figure")
+        raise SpecError(attribute.name, f"{attribute.name} must be a Sourced figure")
     if not value.value > 0:
-        raise ValueError(f"{attribute.name} must be positive, got {value.value!r}")
+        raise SpecError(attribute.name, f"{attribute.name} must be positive, got {value.value!r}")
 
 
 def _at_least_one(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
     if not isinstance(value, Sourced):
-        raise ValueError(f"{attribute.name} must be a Sourced figure")
+        raise SpecError(attribute.name, f"{attribute.name} must be a Sourced figure")
     if not value.value >= 1:
-        raise ValueError(f"{attribute.name} must be at least 1, got {value.value!r}")
+        raise SpecError(attribute.name, f"{attribute.name} must be at least 1, got {value.value!r}")
+
+
+def _speedups(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    for row in value:
+        if (len(row) != 2 or row[0] not in GEMM_KERNELS or row[0] == "bf16" or not isinstance(row[1], Sourced)
+                or not row[1].value > 0):
+            raise ValueError(f"{attribute.name}: a row must be (kernel, Sourced speedup > 0) with a kernel of "
+                             f"{GEMM_KERNELS[1:]}; got {row!r}")
+    kernels = [row[0] for row in value]
+    if len(set(kernels)) != len(kernels):
+        raise ValueError(f"{attribute.name}: a kernel appears twice")
 
 
 def _sourced(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
     if not isinstance(value, Sourced):
-        raise ValueError(f"{attribute.name} must be a Sourced figure")
+        raise SpecError(attribute.name, f"{attribute.name} must be a Sourced figure")
 
 
 def _gemm_rows(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -116,7 +130,7 @@ def _gemm_rows(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
             or any(not isinstance(d, int) or isinstance(d, bool) or d <= 0 for d in row[1:-1])
             or not 0 < row[-1] <= 1
         ):
-            raise ValueError(f"{attribute.name}: a row must be (pass, {'experts, ' if width == 6 else ''}rows, fan_out, fan_in, efficiency) "
+            raise SpecError(attribute.name, f"{attribute.name}: a row must be (pass, {'experts, ' if width == 6 else ''}rows, fan_out, fan_in, efficiency) "
                              f"with pass one of {GEMM_PASSES}, positive integer sizes and an efficiency in (0, 1]; got {row!r}")
 
 
@@ -153,7 +167,7 @@ class GemmTable:
     @tolerance.validator
     def _check_tolerance(self, attribute: attrs.Attribute, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
-            raise ValueError(f"tolerance must be a ratio of at least 1, got {value!r}")
+            raise SpecError("tolerance", f"tolerance must be a ratio of at least 1, got {value!r}")
 
     def _near(self, key: tuple, point: tuple[float, ...], width: float) -> list[tuple[int, tuple[float, ...], float]]:
         """The rows of *key* whose every log-dimension lies in *point*'s bucket or a neighbouring one, in table order.
@@ -299,6 +313,13 @@ class DeviceEfficiency:
             (compute, communication, the step-end reduction and optimizer
             step; not offload's host-link copies). ``None``: 1, the kernels
             as measured alone.
+        gemm_speedups: ``(kernel, Sourced)`` pairs: a low-precision GEMM
+            kernel family's (:attr:`PrecisionRecipe.kernel
+            <hp_core.precision_recipes.PrecisionRecipe.kernel>`) measured time
+            speedup over bf16 on the same shapes, inputs already quantized (the
+            kernel alone: quantization is priced apart as memory-bound work).
+            A recipe's GEMMs take the bf16 time as priced above divided by it;
+            a kernel not listed cannot be priced on the device.
     """
 
     architecture: str
@@ -324,14 +345,27 @@ class DeviceEfficiency:
     moe_router_backward_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     gemm_table: GemmTable | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(GemmTable)))
     sustained_slowdown: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_at_least_one))
+    gemm_speedups: tuple[tuple[str, Sourced], ...] = attrs.field(default=(), converter=tuple, validator=_speedups)
 
     def figures(self) -> dict[str, Sourced]:
-        """Every figure the entry states, by field name (optional figures left unstated and the GEMM table are omitted)."""
-        return {
+        """Every figure the entry states, by field name (optional figures left unstated and the GEMM table are
+        omitted; a GEMM speedup as ``gemm_speedup_<kernel>``)."""
+        found = {
             a.name: getattr(self, a.name)
             for a in attrs.fields(type(self))
             if isinstance(getattr(self, a.name), Sourced)
         }
+        found.update({f"gemm_speedup_{kernel}": figure for kernel, figure in self.gemm_speedups})
+        return found
+
+    def gemm_speedup(self, kernel: str) -> float | None:
+        """The measured speedup of *kernel* over bf16 (1 for ``bf16``), ``None`` where the entry states none."""
+        if kernel == "bf16":
+            return 1.0
+        for name, figure in self.gemm_speedups:
+            if name == kernel:
+                return figure.value
+        return None
 
 
 @attrs.frozen(kw_only=True)
@@ -412,10 +446,10 @@ class TimingProfile:
 
     def __attrs_post_init__(self) -> None:
         if not self.devices:
-            raise ValueError(f"timing profile {self.name}: states no device efficiencies")
+            raise SpecError("devices", f"timing profile {self.name}: states no device efficiencies")
         seen = [d.architecture for d in self.devices]
         if len(set(seen)) != len(seen):
-            raise ValueError(f"timing profile {self.name}: an architecture appears twice in devices")
+            raise SpecError("devices", f"timing profile {self.name}: an architecture appears twice in devices")
 
     def device(self, architecture: str | None, path: str = "$.hardware.architecture") -> DeviceEfficiency:
         """The efficiencies for *architecture*, else the ``"*"`` entry.

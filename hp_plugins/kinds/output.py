@@ -20,7 +20,8 @@ import attrs
 from hp_core.markers import hookimpl
 from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, LayerWork
 from hp_core.types import LayerKind
-from hp_core.validators import positive_int
+from hp_core.bounds import MAX_VOCAB
+from hp_core.validators import bounded_int, one_of, positive_int
 from hp_plugins.kit import NORM_OPS_PER_ELEMENT, NORMS, norm_params, padded_vocab, param_count, tp_collectives
 
 __all__ = ["OutputConfig", "evaluate_output", "hp_layer_kinds"]
@@ -42,10 +43,10 @@ class OutputConfig:
         norm: The final norm (``rmsnorm`` or ``layernorm``).
     """
 
-    vocab_size: int = attrs.field(validator=positive_int)
+    vocab_size: int = attrs.field(validator=bounded_int(MAX_VOCAB, what="MAX_VOCAB"))
     hidden_size: int = attrs.field(validator=positive_int)
     tie_word_embeddings: bool = False
-    norm: str = attrs.field(default="rmsnorm", validator=attrs.validators.in_(NORMS))
+    norm: str = attrs.field(default="rmsnorm", validator=one_of(NORMS))
 
 
 def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
@@ -80,7 +81,8 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
         weight_shapes=((vocab_shard, h),),
         # A vocabulary-parallel head: its input gathered over TP, one GEMM to the rank's vocabulary shard.
         work=LayerWork(collectives=tp_collectives(x, 0, T * h * p.activation_bytes, "head"),
-                       gemms=((T, vocab_shard, h),), boundary_bytes=T * h * p.activation_bytes),
+                       gemms=((T, vocab_shard, h),), boundary_bytes=T * h * p.activation_bytes,
+                       high_precision_gemms=((T, vocab_shard, h),)),  # the head stays in the compute dtype
         forward=Flops(
             matmul_flops=2 * T * h * vocab_shard,
             elementwise_flops=NORM_OPS_PER_ELEMENT[c.norm] * T * h // x.sp_degree + _LOSS_OPS_PER_LOGIT * T * vocab_shard,

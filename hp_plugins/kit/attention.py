@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from hp_core.costs import LayerContext
-from hp_core.validators import positive_int, probability
+from hp_core.validators import one_of, positive_int, probability
 from hp_plugins.kit.work import AttentionShape
 from hp_plugins.kit.builder import LayerBuilder
 from hp_plugins.kit.norms import NORMS
@@ -38,7 +38,7 @@ class GQAFields:
     attention_bias: bool = False
     attention_out_bias: bool = False
     qk_norm: bool = False
-    norm: str = attrs.field(default="rmsnorm", validator=attrs.validators.in_(NORMS))
+    norm: str = attrs.field(default="rmsnorm", validator=one_of(NORMS))
     attention_dropout: float = attrs.field(default=0.0, validator=probability)
     hidden_dropout: float = attrs.field(default=0.0, validator=probability)
 
@@ -90,7 +90,8 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
         b.keep("q_k", T * (a + kv) * d * act // t, None, True)
     b.keep("v", T * kv * d * act // t, None, True)
     b.attention_core(a, d, d, c.attention_dropout)
-    b.keep("attn_out", T * a * d * act // t, None, True)
+    # The output projection's input; a flash kernel keeps it too, as its output.
+    b.keep("attn_out", T * a * d * act // t, None, True, "shared" if x.attention != "eager" else "owned")
     if x.attention != "eager":
         # Flash backward: dq, dk, dv and its fp32 row statistics.
         b.block_grads.append(T * qkv * act // t + T * (a // t) * x.precision.lse_bytes)

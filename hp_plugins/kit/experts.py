@@ -8,7 +8,7 @@ import attrs
 
 from hp_core.errors import ConfigError
 from hp_core.costs import LayerContext
-from hp_core.validators import non_negative_int, positive_int
+from hp_core.validators import non_negative_int, one_of, positive_int
 from hp_plugins.kit.builder import LayerBuilder
 from hp_plugins.kit.feedforward import ACT_OPS, swiglu
 from hp_plugins.kit.shapes import check_divides
@@ -46,7 +46,7 @@ class MoEFields:
     moe_intermediate_size: int = attrs.field(validator=positive_int)
     shared_expert_intermediate_size: int = attrs.field(default=0, validator=non_negative_int)
     shared_expert_gate: bool = False
-    hidden_act: str = attrs.field(default="silu", validator=attrs.validators.in_(tuple(ACT_OPS)))
+    hidden_act: str = attrs.field(default="silu", validator=one_of(tuple(ACT_OPS)))
     capacity_factor: float | None = attrs.field(default=None, validator=_capacity)
     pad_to_capacity: bool = False
 
@@ -100,14 +100,15 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     T, h, E = x.tokens, b.h, c.num_experts
     routed = T // x.sp_degree
     processed = moe_tokens(c, x)
-    b.pre_norm("moe", norm, hidden_dropout)
-    b.param("router", E * h, False, matrices=((1, E, h),))
+    # The norm's output is also the router's input, which keeps it in the compute dtype.
+    b.pre_norm("moe", norm, hidden_dropout, gemm_input=None)
+    b.param("router", E * h, False, matrices=((1, E, h),), high_precision=True)
     # Each of a rank's E / ep experts: the fused gate and up projection and the down projection, split over etp.
     width = c.moe_intermediate_size // x.etp
     b.param("experts", E * 3 * h * c.moe_intermediate_size, True, "routed_expert",
             matrices=((E // x.ep, 2 * width, h), (E // x.ep, h, width)))
     b.keep("router_probs", routed * E * act)
-    b.keep("dispatched_tokens", processed * h * act)
+    b.keep("dispatched_tokens", processed * h * act, gemm_input="owned")  # the experts' FC1 input
     expert_wide = swiglu(b, "expert_", processed, c.moe_intermediate_size // x.etp, True, c.hidden_act, False)
     if "moe_probs_in_activation" in x.traits:
         # The weighted SwiGLU keeps the fp32 probability of each dispatched token.

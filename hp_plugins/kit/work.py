@@ -94,7 +94,9 @@ def tp_collectives(x: LayerContext, blocks: int, tp_bytes: float, vocab: str = "
     embedding, head = int(vocab == "embedding"), int(vocab == "head")
     if x.sp:
         found = [
-            Collective("tp", "all_gather", tp_bytes, blocks, blocks, rerun_switch="gather"),
+            # Each block gathers its first linear layer's input forward, and the output gradient of its
+            # last backward (and, recomputed, the input again): linear layers' GEMM inputs.
+            Collective("tp", "all_gather", tp_bytes, blocks, blocks, rerun_switch="gather", gemm_input=True),
             Collective("tp", "reduce_scatter", tp_bytes, blocks, blocks),
         ]
         if embedding:  # reduce-scatter forward, all-gather backward
@@ -201,6 +203,7 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         expert_gemms=expert_gemms, attention_calls=1 if attention is not None else 0, wide_qk_attention=wide,
         fused_softmax_flops=scores, copy_bytes=copy, permute_bytes=permute, permute_input_bytes=permute_input,
         router_elements=router, boundary_bytes=T * h * act, reruns=reruns,
+        high_precision_gemms=gemms[:1] if experts is not None else (),
         attention_core_switches=ATTENTION_CORE_SWITCHES if attention is not None else frozenset(),
         routed_experts=experts.experts if experts is not None else 0,
     )
