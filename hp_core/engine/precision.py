@@ -30,7 +30,7 @@ from hp_core.registry import Registry
 from hp_core.specs.precision import PrecisionSpec
 
 __all__ = [
-    "apply_recipe", "check_hardware_dtype", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
+    "apply_recipe", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
     "weight_copy_bytes",
 ]
 
@@ -98,6 +98,28 @@ def quantized_weight_elements(costs: Iterable[tuple[LayerCost, int]], by_group: 
             if not p.embedding_or_output and not p.high_precision and p.matrices:
                 found[p.group] = found.get(p.group, 0) + n * p.matrix_elements
     return found if by_group else sum(found.values())
+
+
+# Transformer Engine's quantizer state per GEMM under delayed scaling (pytorch/module/base.py
+# set_meta_tensor: 3 quantizers forward -- input, weight, output -- and 2 backward -- output
+# gradient, input gradient; pytorch/quantization.py DelayedScalingRecipeState: an fp32 scale each
+# and an fp32 amax history of amax_history_len rows).
+_QUANTIZERS_PER_GEMM = 5
+
+
+def scaling_state_bytes(costs: Iterable[tuple[LayerCost, int]], recipe: PrecisionRecipe) -> int:
+    """Bytes of delayed scaling's scales and amax histories on one rank (0 without an amax history).
+
+    Per quantized GEMM weight matrix (a family's matrices, counted by their
+    ``count``, less the embedding, the head and ``high_precision`` families):
+    ``5 * (amax_history + 1)`` fp32 values. Current and block scalings keep a
+    few bytes per quantizer, not counted.
+    """
+    if not recipe.low_precision or not recipe.amax_history:
+        return 0
+    gemms = sum(n * sum(count for count, _, _ in p.matrices) for cost, n in costs for p in cost.params
+                if not p.embedding_or_output and not p.high_precision)
+    return gemms * _QUANTIZERS_PER_GEMM * (recipe.amax_history + 1) * 4
 
 
 def weight_copy_bytes(elements: int, recipe: PrecisionRecipe, zero: int) -> int:

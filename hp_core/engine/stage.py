@@ -29,7 +29,7 @@ import attrs
 
 from hp_core.results import ChunkEstimate, MemoryBreakdown, StageEstimate
 from hp_core.engine.optimizer import group_states, layer_load, master_bytes, rank_params
-from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements, weight_copy_bytes
+from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements, scaling_state_bytes, weight_copy_bytes
 from hp_core.engine.schedule import stage_plan
 from hp_core.schedules import Schedule, ScheduleLayout
 from hp_core.specs.parallel import ParallelSpec
@@ -341,6 +341,8 @@ def _compose(chunk_layers: Sequence[Sequence[PlacedLayer]], inputs: StageInputs)
     if inputs.dummy_wgrad_per_shape:
         shapes = dict.fromkeys(shape for layer, _ in distinct.values() for shape in layer.cost.weight_shapes)
         overhead += sum(rows * cols for rows, cols in shapes) * inputs.precision.activation_bytes
+    if quantized:
+        overhead += scaling_state_bytes([(layer.cost, n) for layer, n in distinct.values()], recipe)
 
     # The first backward: the stage's last chunk, top layer first.
     working = freed = 0

@@ -54,7 +54,13 @@ SOFTMAX_OPS_PER_SCORE = 5
 @attrs.frozen
 class AttentionShape:
     """An attention block's shape. GQA: ``heads``, ``kv_heads``, ``head_dim``.
-    MLA: ``heads`` and the ``qk_nope``, ``qk_rope``, ``v_head`` dims with the KV ``kv_lora_rank``."""
+    MLA: ``heads`` and the ``qk_nope``, ``qk_rope``, ``v_head`` dims with the KV ``kv_lora_rank``.
+
+    ``score_share``: the share of the score square a fused kernel's on-chip
+    elementwise work covers (a sliding window or chunks under flash:
+    :func:`hp_plugins.kit.local_attention.score_share`); ``score_ops``: its
+    elementwise operations per score (the softmax's, plus a soft-cap's).
+    """
 
     heads: int
     kv_heads: int | None = None
@@ -63,6 +69,8 @@ class AttentionShape:
     qk_rope: int | None = None
     v_head: int | None = None
     kv_lora_rank: int | None = None
+    score_share: float = 1.0
+    score_ops: int = SOFTMAX_OPS_PER_SCORE
 
     @property
     def mla(self) -> bool:
@@ -145,7 +153,9 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
     wide = False
     if attention is not None:
         heads = attention.heads
-        scores = SOFTMAX_OPS_PER_SCORE * x.micro_batch_size * (heads // tp) * (x.seq_len // x.cp) * x.seq_len
+        scores = attention.score_ops * x.micro_batch_size * (heads // tp) * (x.seq_len // x.cp) * x.seq_len
+        if attention.score_share != 1.0:
+            scores *= attention.score_share
         if attention.mla:
             # MLA: the up-projected per-head keys (nope + rope) and values are exchanged.
             qk = attention.qk_nope + attention.qk_rope

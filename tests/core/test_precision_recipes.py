@@ -212,6 +212,24 @@ def test_fp8_moves_only_the_named_memory_terms(toy_registry):
         assert getattr(fp8, field) == getattr(bf16, field), field
 
 
+def test_delayed_scaling_keeps_its_amax_histories_as_runtime_overhead(toy_registry):
+    delayed = attrs.evolve(TOY_FP8, name="toy-delayed", amax_history=1024)
+
+    class Delayed:
+        @hookimpl
+        def hp_precision_recipes(self):
+            yield delayed
+
+    registry = build_registry([_ToyPlugin(), Delayed()], use_env=False)
+    current = estimate(MODEL, LAYOUT, registry=registry, runtime="toy-runtime", precision=_precision("toy-fp8")).stages[0].memory
+    with_history = estimate(MODEL, LAYOUT, registry=registry, runtime="toy-runtime",
+                            precision=_precision("toy-delayed")).stages[0].memory
+    # Two layers of one quantized GEMM (the router and the table are not): 5 quantizers of a scale and
+    # 1024 amax values, fp32.
+    assert with_history.runtime_overhead_bytes - current.runtime_overhead_bytes == 2 * 5 * (1024 + 1) * 4
+    assert attrs.evolve(with_history, runtime_overhead_bytes=0) == attrs.evolve(current, runtime_overhead_bytes=0)
+
+
 def test_weight_copies_by_storage_and_zero():
     fp8 = PrecisionRecipe(name="x", description="d", source="s", weights=FP8, activations=FP8, gradients=FP8,
                           weight_copies=2, cache_weights=True)
