@@ -18,11 +18,54 @@ PyTorch ``torch.distributed.fsdp.fully_shard``):
 
 from __future__ import annotations
 
+import attrs
+
 from hp_core.markers import hookimpl
+from hp_core.runtime_options import RuntimeOption
+from hp_core.specs.overlap import schedule_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
-from hp_plugins.runtimes.timing_profiles import GENERIC
+from hp_plugins.runtimes.timing_profiles import FSDP2, HOPPER_CUDNN, HOPPER_SDPA
+
+
+def _attention_kernel(runtime: Runtime, value: str) -> Runtime:
+    """The Hopper entry of the runtime's timing profile with the attention kernel's measured rates."""
+    entry = HOPPER_CUDNN if value == "cudnn" else HOPPER_SDPA
+    timing = runtime.timing
+    devices = tuple(entry if d.architecture == "hopper" else d for d in timing.devices)
+    return attrs.evolve(runtime, timing=attrs.evolve(timing, devices=devices))
+
+
+_FULLY_SHARD = "torch/distributed/fsdp/_fully_shard (FSDP2)"
+OPTIONS = (
+    RuntimeOption(
+        "attention_kernel", "choice", "sdpa",
+        "the fused attention kernel: sdpa (PyTorch scaled_dot_product_attention, FlashAttention-2 on Hopper, as "
+        "torchtitan runs it) or cudnn (Transformer Engine's fused attention on cuDNN, as NeMo AutoModel's TE backend)",
+        "torchtitan torchtitan/models/attention.py (F.scaled_dot_product_attention); Transformer Engine "
+        "DotProductAttention (FusedAttention, cuDNN); rates: Shah et al. 2024, FlashAttention-3, Figures 5-6",
+        _attention_kernel, choices=("sdpa", "cudnn"),
+    ),
+    schedule_option(
+        "fsdp_prefetch", "fsdp_prefetch", default=True,
+        description="a layer's parameter all-gather runs while the previous layer computes (FSDP2's implicit prefetch "
+                    "by CPU run-ahead; set_modules_to_forward_prefetch); false: every gather exposed",
+        source=f"{_FULLY_SHARD}: all-gather stream, FSDPModule.set_modules_to_forward_prefetch",
+    ),
+    schedule_option(
+        "fsdp_reduce_scatter_overlap", "fsdp_reduce_scatter_overlap", default=True,
+        description="a layer's gradient reduce-scatter runs during the next layer's backward; false: exposed",
+        source=f"{_FULLY_SHARD}: reduce-scatter stream",
+    ),
+    schedule_option(
+        "async_tp", "tp_comm_overlap", default=False,
+        description="torchtitan --parallelism.enable_async_tensor_parallel: TP all-gathers and reduce-scatters "
+                    "micro-pipelined with their GEMMs (SymmetricMemory), exposed max(comm - GEMMs, comm / tp)",
+        source="torchtitan torchtitan/distributed/tensor_parallel.py maybe_enable_async_tp; "
+               "torch/distributed/_symmetric_memory fused_all_gather_matmul, fused_matmul_reduce_scatter",
+    ),
+)
 
 __all__ = ["hp_runtimes"]
 
@@ -38,7 +81,8 @@ def hp_runtimes():
         vocab_pad_multiple=1,
         reserve_bytes=CUDA_CONTEXT_BYTES,  # the CUDA context (hp_plugins/runtimes/reserve.py)
         overhead_bytes=0,
-        timing=GENERIC,
+        timing=FSDP2,
+        options=OPTIONS,
         # torchtitan activation checkpointing: mode "full" (whole blocks) or "selective" with
         # op-level SAC, which saves matmul outputs and recomputes the ops between them: the norms'
         # outputs and the MLP activation (torchtitan/distributed/activation_checkpoint.py).
