@@ -36,7 +36,7 @@ from hp_core.importers import Importer
 
 __all__ = [
     "HOOKS", "hp_case_formats", "hp_census_sources", "hp_exporters", "hp_hardware", "hp_layer_aspects", "hp_layer_kinds", "hp_model_formats",
-    "hp_models", "hp_optimizers", "hp_runtimes", "hp_schedules", "hp_importers", "hp_collective_models", "hp_precision_recipes",
+    "hp_models", "hp_optimizers", "hp_runtimes", "hp_schedules", "hp_importers",
 ]
 
 
@@ -330,30 +330,6 @@ def hp_precision_recipes() -> Iterable[PrecisionRecipe]:
 
 
 @hookspec
-def hp_importers() -> Iterable[Importer]:
-    """Yield trainer-config importers: a job as a trainer states it, read into an ``hp`` config.
-
-    Arguments: none.
-
-    Returns: an iterable of :class:`hp_core.importers.Importer`. Each reads a
-    source (a file's path, or the text itself where ``reads_text``) with
-    ``read(source, *, registry) -> ImportedJob``: an ``hp estimate`` config
-    document and one line per setting it could not map.
-
-    Call semantics: called once per registry build; all results collected; a
-    run picks one by name (``hp estimate --from NAME SOURCE``); the flags then
-    override what it mapped, field by field, and each unmapped line is printed
-    as a warning.
-
-    Example::
-
-        @hookimpl
-        def hp_importers():
-            yield Importer(name="mytrainer", read=read_mytrainer_yaml, description="MyTrainer YAML recipes")
-    """
-
-
-@hookspec
 def hp_collective_models() -> Iterable[CollectiveModel]:
     """Yield collective libraries' pricing: how long one collective call takes on a placed group.
 
@@ -377,6 +353,30 @@ def hp_collective_models() -> Iterable[CollectiveModel]:
     """
 
 
+@hookspec
+def hp_importers() -> Iterable[Importer]:
+    """Yield trainer-config importers: a job as a trainer states it, read into an ``hp`` config.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.importers.Importer`. Each reads a
+    source (a file's path, or the text itself where ``reads_text``) with
+    ``read(source, *, registry) -> ImportedJob``: an ``hp estimate`` config
+    document and one line per setting it could not map.
+
+    Call semantics: called once per registry build; all results collected; a
+    run picks one by name (``hp estimate --from NAME SOURCE``); the flags then
+    override what it mapped, field by field, and each unmapped line is printed
+    as a warning.
+
+    Example::
+
+        @hookimpl
+        def hp_importers():
+            yield Importer(name="mytrainer", read=read_mytrainer_yaml, description="MyTrainer YAML recipes")
+    """
+
+
 # Every hook, with the record type it yields: the registry's build table.
 HOOKS = {
     "hp_layer_kinds": LayerKind,
@@ -391,6 +391,6 @@ HOOKS = {
     "hp_layer_aspects": LayerAspect,
     "hp_schedules": Schedule,
     "hp_precision_recipes": PrecisionRecipe,
-    "hp_importers": Importer,
     "hp_collective_models": CollectiveModel,
+    "hp_importers": Importer,
 }

@@ -57,8 +57,8 @@ DEFAULT_PLUGINS = (
     "hp_plugins.models.ssm",
     "hp_plugins.kinds.qwen3_next",
     "hp_plugins.models.qwen3_next",
-    "hp_plugins.importers.megatron",
     "hp_plugins.collectives.nccl",
+    "hp_plugins.importers.megatron",
     "hp_plugins.kinds.lora",
 )
 

@@ -168,8 +168,8 @@ class Registry:
     layer_aspects: tuple[LayerAspect, ...] = ()
     precision_recipes: tuple[PrecisionRecipe, ...] = ()
     schedules: tuple[Schedule, ...] = ()
-    importers: tuple[Importer, ...] = ()
     collective_models: tuple[CollectiveModel, ...] = ()
+    importers: tuple[Importer, ...] = ()
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
     broken: tuple[BrokenPlugin, ...] = ()
@@ -228,8 +228,8 @@ class Registry:
             layer_aspects=fields["layer_aspects"],
             precision_recipes=fields["precision_recipes"],
             schedules=fields["schedules"],
-            importers=fields["importers"],
             collective_models=fields["collective_models"],
+            importers=fields["importers"],
             providers=providers,
             plugins=plugins,
             broken=tuple(BrokenPlugin(name, message) for name, message in sorted(failed.items())),

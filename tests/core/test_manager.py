@@ -144,9 +144,9 @@ RECORD_FACTORIES = {
     "hp_optimizers": _optimizer,
     "hp_precision_recipes": _precision_recipe,
     "hp_schedules": _schedule,
+    "hp_collective_models": _collective_model,
     "hp_importers": lambda name: Importer(name=name, read=lambda source, registry: ImportedJob({}),
                                           description="reads nothing"),
-    "hp_collective_models": _collective_model,
 }
 
 # How a registry looks a record up by name, per hook.
@@ -163,8 +163,8 @@ LOOKUPS = {
     "hp_schedules": Registry.schedule,
     "hp_optimizers": Registry.optimizer,
     "hp_precision_recipes": Registry.precision_recipe,
-    "hp_importers": Registry.importer,
     "hp_collective_models": Registry.collective_model,
+    "hp_importers": Registry.importer,
 }
 
 
