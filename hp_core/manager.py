@@ -59,6 +59,7 @@ DEFAULT_PLUGINS = (
     "hp_plugins.models.qwen3_next",
     "hp_plugins.collectives.nccl",
     "hp_plugins.importers.megatron",
+    "hp_plugins.kinds.lora",
 )
 
 # Third-party plugins advertise themselves under this entry-point group.
