@@ -276,6 +276,10 @@ def _recompute(a: _Args, model, registry, counts: list[int], unmapped: list[str]
     if granularity is None:
         return None
     if granularity == "full":
+        if method in ("uniform", "block") and layers is None:
+            # Megatron-LM's default for --recompute-num-layers changed between releases (1, then None,
+            # megatron/training/arguments.py), so an unstated count is refused rather than guessed.
+            raise ConfigError("--recompute-num-layers", f"--recompute-method {method} needs it; state it")
         if method == "uniform" and layers == 1:
             return "full"
         if method == "block":

@@ -130,6 +130,8 @@ def test_flags_override_the_imported_job(capsys):
     (SMALL.replace("--swiglu", ""), "--swiglu: a non-gated MLP"),
     (SMALL.replace("--num-layers 4", "--num-layers four"), "--num-layers: expected int, got 'four'"),
     ("--num-layers 4 'unclosed", "--from megatron-args: the arguments do not parse"),
+    (SMALL + " --recompute-granularity full --recompute-method block",
+     "--recompute-num-layers: --recompute-method block needs it"),
 ])
 def test_bad_arguments_are_one_line_errors(capsys, argv, message):
     status, out, err = run(capsys, "estimate", "--from", "megatron-args", argv, "--dp", "1")
