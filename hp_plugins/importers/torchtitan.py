@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hp_core.errors import ConfigError
 from hp_core.importers import ImportedJob, Importer
 from hp_core.markers import hookimpl
 from hp_core.specs import Setting

@@ -7,12 +7,11 @@ import json
 
 import pytest
 
-from hp_core.api import estimate
+from hp_core.api import estimate, prepare
 from hp_core.cli import main
 from hp_core.documents import parse_document
 from hp_core.io.convert import ConfigFile, structure
 from hp_core.io.job import resolve_job
-from hp_core.api import prepare
 from hp_plugins.exporters.torchtitan import export_torchtitan, torchtitan_candidates
 from hp_plugins.importers.accelerate import import_accelerate_fsdp
 from hp_plugins.importers.torchtitan import import_torchtitan
