@@ -64,3 +64,12 @@ def test_all_to_all_and_sends_across_nodes():
     assert _call("all_to_all", 16e9, 16, 8, 2) == pytest.approx(max(7 / 16 * 16e9 / (NVLINK / 2), 8 / 16 * 16e9 / NIC) + 7 * A_IN + 8 * A_OUT)
     assert _call("p2p", 1e9, 2, 1, 2) == pytest.approx(1e9 / NIC + A_OUT)
     assert _call("all_gather", 0, 16, 8, 2) == 0.0 and _call("all_gather", 1e9, 1, 1, 1) == 0.0
+
+
+def test_a_rank_order_names_each_dimension_once():
+    from hp_core.specs import ParallelSpec
+
+    assert ParallelSpec(seq_len=8, rank_order="dp-tp-cp-ep-pp").rank_order == "dp-tp-cp-ep-pp"
+    for bad in ("tp-dp", "tp-cp-ep-dp-dp", "tp cp ep dp pp"):
+        with pytest.raises(ValueError, match="rank_order must name tp, cp, ep, dp and pp once each"):
+            ParallelSpec(seq_len=8, rank_order=bad)
