@@ -5,7 +5,8 @@ A value past its bound is refused with the one-line error naming its field
 far beyond any real training job and below the size at which the arithmetic
 (an integer that no longer converts to a float, an overflow to infinity) or the
 work (a loop per layer, a search over every layout) would fail or hang.
-docs/cli.md lists them; ``tests/core/test_bounds.py`` checks each at its edge.
+docs/cli.md lists them; ``tests/core/test_bad_input_examples.py`` and
+``tests/core/test_fuzz_files.py`` check them where they enter.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ __all__ = [
     "check_int",
 ]
 
-# Devices: every parallel degree and their product (the world size). 2**20 is eight
+# Devices: every parallel degree and their product (the world size). 2**20 is about ten
 # times the largest job reported (about 100k accelerators).
 MAX_DEVICES = 2**20
 # Layers in one model stack, all groups together (the largest published models have
@@ -57,7 +58,7 @@ BOUNDS: tuple[tuple[str, int, str], ...] = (
     ("MAX_BATCH", MAX_BATCH, "sequences per micro-batch and per step (`--micro-batch-size`, `--global-batch-size`)"),
     ("MAX_MEMORY_BYTES", MAX_MEMORY_BYTES, "device memory, `--memory`, `--reserve`, measured peaks, a census figure per token, in bytes (1 PiB)"),
     ("MAX_WORKERS", MAX_WORKERS, "`hp search --workers`"),
-    ("MAX_INT", MAX_INT, "any other integer of a spec or layer config (hidden sizes, heads, experts, byte widths), `--top`"),
+    ("MAX_INT", MAX_INT, "any other integer of a spec or layer config (hidden sizes, heads, experts, byte widths), a runtime option's number, `--top`"),
     ("MAX_SEARCH_LAYOUTS", MAX_SEARCH_LAYOUTS, "candidate layouts `hp search` enumerates, counted before it starts"),
     ("MAX_DOCUMENT_BYTES", MAX_DOCUMENT_BYTES, "bytes of a config, census, case or `config.json` file"),
     ("MAX_DEPTH", MAX_DEPTH, "nesting depth of a config, census, case or `config.json` file"),

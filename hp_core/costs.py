@@ -12,6 +12,7 @@ operations. Every byte quantity a layer states is an ``int``.
 
 from __future__ import annotations
 
+import numbers
 import re
 
 from typing import Any, Callable
@@ -90,6 +91,11 @@ def switch_name(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
 def _non_negative_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a non-negative int, got {value!r}")
+
+
+def _positive_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a positive number, got {value!r}")
 
 
 def _non_negative_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -183,6 +189,11 @@ class ParamCount:
         high_precision: Its matrices stay in the compute dtype under a
             low-precision recipe although they are not the embedding or the
             head (a router's gate); :mod:`hp_core.precision_recipes`.
+        trainable: ``False`` for a frozen family (a LoRA base weight): it is
+            held, but has no gradient, no master copy and no optimizer state.
+        element_bytes: Bytes per stored element where the family is not held in
+            the run's ``param_bytes`` (an exact fraction for a 4-bit base with its
+            quantization constants); ``None``: the run's.
     """
 
     name: str
@@ -194,6 +205,8 @@ class ParamCount:
     matrices: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=_matrices)
     embedding_or_output: bool = False
     high_precision: bool = False
+    trainable: bool = True
+    element_bytes: Any = attrs.field(default=None, validator=attrs.validators.optional(_positive_number))
 
     def __attrs_post_init__(self) -> None:
         if self.stored_elements is None:
@@ -359,6 +372,9 @@ class LayerWork:
         routed_experts: The experts the layer routes tokens over, which expert
             parallelism must divide (0: none); a layout search rejects an
             ``ep`` that does not divide them before evaluating anything.
+        frozen_matmul_flops: The part of the forward matmul FLOPs whose weights
+            are frozen (``ParamCount.trainable`` false): their backward computes
+            the input gradient only, half of a trained GEMM's backward.
         reruns: ``(switch, Rerun)`` pairs: what recomputing each switch re-runs
             (:class:`Rerun`); a switch not named re-runs nothing beyond
             rewriting what it drops.
@@ -384,6 +400,7 @@ class LayerWork:
     boundary_bytes: float = attrs.field(default=0.0, validator=_non_negative_number)
     attention_core_switches: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     routed_experts: int = attrs.field(default=0, validator=_non_negative_calls)
+    frozen_matmul_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
     reruns: tuple[tuple[str, Rerun], ...] = attrs.field(default=(), converter=tuple)
     high_precision_gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=tuple)
 

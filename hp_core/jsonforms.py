@@ -11,7 +11,7 @@ written as JavaScript's ``Infinity`` / ``NaN``, as :func:`json.dumps` does).
 :class:`~hp_core.specs.ModelSpec` (and anything holding one) names its layer
 kinds, whose config classes a plugin defines: reading one back needs the
 registry. docs/api.md documents the forms; ``tests/core/test_jsonforms.py``
-checks each round trip.
+and ``tests/core/test_bad_input_examples.py`` check the round trips.
 """
 
 from __future__ import annotations

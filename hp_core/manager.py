@@ -61,6 +61,7 @@ DEFAULT_PLUGINS = (
     "hp_plugins.importers.megatron",
     "hp_plugins.importers.torchtitan",
     "hp_plugins.importers.accelerate",
+    "hp_plugins.kinds.lora",
 )
 
 # Third-party plugins advertise themselves under this entry-point group.

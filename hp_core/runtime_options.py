@@ -31,11 +31,13 @@ and two registries built alike compare equal.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import attrs
 
+from hp_core.bounds import MAX_INT, short_repr
 from hp_core.errors import ConfigError, describe
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -117,14 +119,21 @@ class RuntimeOption:
                 return text
             raise ConfigError(where, f"expected one of {', '.join(self.choices)}, got {value!r}")
         kind = int if self.type == "int" else float
+        expected = f"expected {'an integer' if kind is int else 'a number'}, got {short_repr(value)}"
         if isinstance(value, bool) or not isinstance(value, (int, float, str)) or (kind is int and isinstance(value, float)):
-            raise ConfigError(where, f"expected {'an integer' if kind is int else 'a number'}, got {value!r}")
+            raise ConfigError(where, expected)
         try:
             number = kind(value)
         except ValueError:
-            raise ConfigError(where, f"expected {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+            raise ConfigError(where, expected) from None
+        except OverflowError:  # an integer too large for a float
+            number = math.inf
+        if kind is float and not math.isfinite(number):
+            raise ConfigError(where, f"expected a finite number, got {short_repr(value)}")
         if self.minimum is not None and number < self.minimum:
-            raise ConfigError(where, f"expected at least {self.minimum:g}, got {value!r}")
+            raise ConfigError(where, f"expected at least {self.minimum:g}, got {short_repr(value)}")
+        if abs(number) > MAX_INT:  # hp_core.bounds: past it an integer no longer converts to a float exactly
+            raise ConfigError(where, f"expected at most {MAX_INT:,} (MAX_INT), got {short_repr(value)}")
         return number
 
 

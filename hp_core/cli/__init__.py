@@ -40,6 +40,11 @@ _COMMANDS = {
 }
 
 
+def _broken_pipe() -> None:
+    """``Console.on_broken_pipe``: let the ``BrokenPipeError`` reach :func:`main`'s handler."""
+    raise BrokenPipeError
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``hp``; returns the exit status (0 ok, 2 user error)."""
     parser = build_parser()
@@ -51,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     module, function = _COMMANDS[args.command]
     command = getattr(importlib.import_module(f"{__name__}.{module}"), function)
     console = Console() if sys.stdout.isatty() else Console(width=132)
+    # rich answers a closed pipe with SystemExit(1), which the handler below would blame on a plugin.
+    console.on_broken_pipe = _broken_pipe
     try:
         registry = build_registry(entry_points=not args.no_entry_points, blocked=args.block_plugin,
                                   broken_ok=args.command == "plugins")

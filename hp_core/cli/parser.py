@@ -195,10 +195,11 @@ def _add_job_arguments(parser: argparse.ArgumentParser, hardware_help: str) -> N
     parser.add_argument("--hardware", help=hardware_help)
 
 
-def _add_runtime_option(parser: argparse.ArgumentParser) -> None:
+def _add_runtime_option(parser: argparse.ArgumentParser, *, config: bool = True) -> None:
+    over = "over the config file's runtime.options; " if config else ""  # hp search reads no config file
     parser.add_argument("--runtime-option", action="append", default=[], metavar="NAME=VALUE",
-                        help="set one of the runtime's options, e.g. cross_entropy_fusion=false (repeatable; over the "
-                             "config file's runtime.options; each runtime's options: docs/runtimes.md)")
+                        help="set one of the runtime's options, e.g. cross_entropy_fusion=false (repeatable; "
+                             f"{over}each runtime's options: docs/runtimes.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -232,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_recompute_parser(sub)
     _add_search_parser(sub)
 
-    plugins = sub.add_parser("plugins", help="list plugins, layer kinds, census sources, runtimes, hardware, optimizers, layer aspects, model and case formats, schedules, precision recipes",
+    plugins = sub.add_parser("plugins", help="list plugins, layer kinds, census sources, runtimes, hardware, models, exporters, optimizers, layer aspects, "
+                                               "model and case formats, precision recipes, schedules, collective models",
                              description="Plugins and what each provides, with the distribution and version.")
     plugins.add_argument("--json", action="store_true", help="print JSON")
 
@@ -331,7 +333,7 @@ def _add_search_parser(sub: Any) -> None:
     search.add_argument("--global-batch-size", type=_batch, default=1024, help="sequences per step (default 1024)")
     search.add_argument("--seq-len", type=_seq_len, default=4096, help="tokens per sequence (default 4096)")
     search.add_argument("--runtime", default="generic", help="runtime profile (see 'hp plugins'); default generic")
-    _add_runtime_option(search)
+    _add_runtime_option(search, config=False)
     search.add_argument("--optimizer", help="optimizer (see 'hp plugins'); default: the runtime's (adamw)")
     search.add_argument("--precision", metavar="RECIPE[,RECIPE...]",
                         help="low-precision GEMM recipe (see docs/precision.md); several, comma-separated, make the "

@@ -69,8 +69,12 @@ class OptimizerLoad:
         matmul_flops: Matrix-product FLOPs its step runs (on every rank).
         elementwise_flops: Elementwise FLOPs its step runs beside them.
         gather_bytes: States its step gathers whole where ZeRO shards them.
-        elements: The group's parameter elements on the rank (as
+        elements: The group's trainable parameter elements on the rank (as
             :func:`hp_core.engine.stage.layer_elements` counts them).
+        frozen_bytes: Bytes of the group's frozen families on the rank
+            (``ParamCount.trainable`` false: held, in their ``element_bytes`` or
+            the run's ``param_bytes``, with no gradient, master copy or state).
+        frozen_elements: Their elements.
     """
 
     state_bytes: float = 0
@@ -79,12 +83,14 @@ class OptimizerLoad:
     elementwise_flops: float = 0.0
     gather_bytes: float = 0.0
     elements: int = 0
+    frozen_bytes: float = 0
+    frozen_elements: int = 0
 
     def times(self, count: int) -> "OptimizerLoad":
         """The load of *count* such layers."""
         return OptimizerLoad(self.state_bytes * count, tuple((rate, n * count) for rate, n in self.step_elements),
                              self.matmul_flops * count, self.elementwise_flops * count, self.gather_bytes * count,
-                             self.elements * count)
+                             self.elements * count, self.frozen_bytes * count, self.frozen_elements * count)
 
 
 def add_loads(loads: list[OptimizerLoad]) -> OptimizerLoad:
@@ -92,8 +98,10 @@ def add_loads(loads: list[OptimizerLoad]) -> OptimizerLoad:
     if len(loads) == 1:
         return loads[0]
     by_rate: dict[float, int] = {}
-    state = matmul = elementwise = gather = elements = 0
+    state = matmul = elementwise = gather = elements = frozen = frozen_elements = 0
     for load in loads:
+        frozen += load.frozen_bytes
+        frozen_elements += load.frozen_elements
         state += load.state_bytes
         matmul += load.matmul_flops
         elementwise += load.elementwise_flops
@@ -101,7 +109,8 @@ def add_loads(loads: list[OptimizerLoad]) -> OptimizerLoad:
         elements += load.elements
         for rate, n in load.step_elements:
             by_rate[rate] = by_rate.get(rate, 0) + n
-    return OptimizerLoad(state, tuple(sorted(by_rate.items())), matmul, elementwise, gather, elements)
+    return OptimizerLoad(state, tuple(sorted(by_rate.items())), matmul, elementwise, gather, elements, frozen,
+                         frozen_elements)
 
 
 def _ask(optimizer: Optimizer, what: str, slice_: ParamSlice, precision: PrecisionSpec):
@@ -182,8 +191,16 @@ def layer_load(cost: LayerCost, kind: str, tp: int, ep: int, etp: int, owners_he
     steps: dict[str, dict[float, int]] = {}
     flops: dict[str, list[float]] = {}
     gathers: dict[str, float] = {}
+    frozen: dict[str, list] = {}
     get, oid, pid = _ANSWERS.get, id(optimizer), id(precision)
     for param, n in rank_params(cost, tp, ep, etp, owners_here):
+        if not param.trainable:
+            # Held, not trained: no gradient, master copy or optimizer state (ParamCount.trainable).
+            width = precision.param_bytes if param.element_bytes is None else param.element_bytes
+            held = frozen.setdefault(param.group, [0, 0])
+            held[0] += n * (Fraction(width) if not isinstance(width, int) else width)
+            held[1] += n
+            continue
         hit = get((id(param), n, oid, pid))
         if hit is not None and hit[0] is param and hit[1] is optimizer and hit[2] is precision:
             state, step, matmul, elementwise, gather = hit[3]
@@ -206,9 +223,10 @@ def layer_load(cost: LayerCost, kind: str, tp: int, ep: int, etp: int, owners_he
         if gather:
             gathers[group] = gathers.get(group, 0.0) + gather
     found = {
-        group: OptimizerLoad(states[group], tuple(sorted(steps[group].items())), *flops.get(group, (0.0, 0.0)),
-                             gathers.get(group, 0.0), elements[group])
-        for group in states
+        group: OptimizerLoad(states.get(group, 0), tuple(sorted(steps.get(group, {}).items())),
+                             *flops.get(group, (0.0, 0.0)), gathers.get(group, 0.0), elements.get(group, 0),
+                             *frozen.get(group, (0, 0)))
+        for group in dict.fromkeys([*states, *frozen])
     }
     if len(_LAYERS) >= _ANSWERS_MAX:
         _LAYERS.clear()

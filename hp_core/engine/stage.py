@@ -145,7 +145,7 @@ def layer_elements(cost: LayerCost, tp: int, ep: int, etp: int, owners_here: fro
 
 def static_bytes(
     elements: dict[str, int], states: Mapping[str, Any], precision: PrecisionSpec, master_param_bytes: int, zero: int,
-    dense_degree: int, expert_degree: int, whole_grads: bool = False,
+    dense_degree: int, expert_degree: int, whole_grads: bool = False, frozen_bytes: Mapping[str, Any] | None = None,
 ) -> tuple[int, int, int, int]:
     """Parameters, gradients, master parameters and optimizer states of one rank.
 
@@ -160,6 +160,9 @@ def static_bytes(
         expert_degree: What it shards routed experts over (expert DP).
         whole_grads: The gradients are held unsharded whatever the ZeRO level
             (deferred gradient reduction, at the end of the last backward).
+        frozen_bytes: Bytes of frozen parameters by group (``ParamCount.trainable``
+            false; :class:`~hp_core.engine.optimizer.OptimizerLoad`): parameters
+            only, sharded at ZeRO-3 as the group's trainable ones.
     """
     p = precision
     params = grads = master = optimizer = 0
@@ -169,15 +172,18 @@ def static_bytes(
         grads += math.ceil(n * p.grad_bytes / (shard if zero >= 2 and not whole_grads else 1))
         master += math.ceil(n * master_param_bytes / (shard if zero >= 1 else 1))
         optimizer += math.ceil(states.get(group, 0) / (shard if zero >= 1 else 1))
+    for group, n in (frozen_bytes or {}).items():
+        shard = expert_degree if group == "routed_expert" else dense_degree
+        params += math.ceil(n / (shard if zero >= 3 else 1))
     return params, grads, master, optimizer
 
 
 def _static(elements: dict[str, int], states: Mapping[str, Any], inputs: StageInputs,
-            whole_grads: bool = False) -> tuple[int, int, int, int]:
+            whole_grads: bool = False, frozen: Mapping[str, Any] | None = None) -> tuple[int, int, int, int]:
     """:func:`static_bytes` of a stage's inputs (DP*CP for dense groups, expert DP for routed experts)."""
     p = inputs.parallel
     return static_bytes(elements, states, inputs.precision, master_bytes(inputs.optimizer, inputs.precision), inputs.zero,
-                        p.dp * p.cp, p.expert_dp, whole_grads)
+                        p.dp * p.cp, p.expert_dp, whole_grads, frozen)
 
 
 def _zero3_buffers(per_layer_elements: Sequence[tuple[int, int]], inputs: StageInputs, stage_elements: int, layers: int = 2,
@@ -292,6 +298,8 @@ def _compose(chunk_layers: Sequence[Sequence[PlacedLayer]], inputs: StageInputs)
     elements_by_kind: dict[str, int] = {}
     kinds: dict[str, int] = {}
     per_layer: list[tuple[int, int]] = []  # (elements of one such layer, layers of it) under ZeRO-3
+    frozen: dict[str, Any] = {}  # frozen parameters' bytes by group
+    frozen_elements = 0
     for layer, n in distinct.values():
         # Its elements by group (as layer_elements counts them) and what the optimizer keeps of them.
         loads = layer_load(layer.cost, layer.kind, parallel.tp, parallel.ep, parallel.etp, owners, inputs.optimizer,
@@ -299,12 +307,15 @@ def _compose(chunk_layers: Sequence[Sequence[PlacedLayer]], inputs: StageInputs)
         for group, load in loads.items():
             elements[group] = elements.get(group, 0) + n * load.elements
             state_parts.setdefault(group, []).append((load.state_bytes, n))
-        held = sum(load.elements for load in loads.values())
+            if load.frozen_elements:
+                frozen[group] = frozen.get(group, 0) + n * load.frozen_bytes
+                frozen_elements += n * load.frozen_elements
+        held = sum(load.elements + load.frozen_elements for load in loads.values())
         elements_by_kind[layer.kind] = elements_by_kind.get(layer.kind, 0) + n * held
         kinds[layer.kind] = kinds.get(layer.kind, 0) + n
         if inputs.zero >= 3:
             per_layer.append((held, n))
-    stage_elements = sum(elements.values())
+    stage_elements = sum(elements.values()) + frozen_elements
     recipe = inputs.recipe
     quantized = 0
     if recipe is not None and recipe.low_precision:
@@ -342,8 +353,8 @@ def _compose(chunk_layers: Sequence[Sequence[PlacedLayer]], inputs: StageInputs)
     last = inputs.deferred_grad_reduction and inputs.zero >= 2
     first = chunk_layers[0][0]
     states = group_states(state_parts)
-    static = _static(elements, states, inputs)
-    last_static = _static(elements, states, inputs, whole_grads=True) if last else None
+    static = _static(elements, states, inputs, frozen=frozen)
+    last_static = _static(elements, states, inputs, whole_grads=True, frozen=frozen) if last else None
     if quantized:
         static, last_static = (_with_recipe(found, quantized, inputs) if found is not None else None
                                for found in (static, last_static))

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from hp_plugins.kinds.hybrid import AttentionLayerConfig, MLPLayerConfig
 from hp_plugins.kinds.mamba import Mamba2LayerConfig
+from hp_core.specs import LayerGroup
+from hp_plugins.kinds.dense import DenseConfig
+from hp_plugins.kinds.embedding import EmbeddingConfig
+from hp_plugins.kinds.lora import LoRAConfig
+from hp_plugins.kinds.output import OutputConfig
 from hp_plugins.kinds.qwen3_next import GDNConfig, GDNMoEConfig, GatedAttentionConfig, GatedAttentionMoEConfig
 
 _GDN = dict(hidden_size=256, linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=32,
@@ -34,6 +39,17 @@ SSM_SAMPLES: dict[str, list[object]] = {
                         GatedAttentionConfig(**_GQA, intermediate_size=512, attention_bias=True, attention_out_bias=True)],
     "gated_attention_moe": [GatedAttentionMoEConfig(**_GQA, **_EXPERTS, shared_expert_intermediate_size=128,
                                                     shared_expert_gate=True)],
+    "lora": [
+        LoRAConfig(layer=LayerGroup("dense", DenseConfig(hidden_size=256, num_attention_heads=8, num_key_value_heads=4,
+                                                         intermediate_size=512)), rank=8),
+        LoRAConfig(layer=LayerGroup("dense", DenseConfig(hidden_size=256, num_attention_heads=8, num_key_value_heads=4,
+                                                         intermediate_size=512, attention_bias=True)),
+                   rank=4, dropout=0.1, base="nf4", target_modules=("q_proj", "v_proj", "gate_proj", "down_proj")),
+    ],
+    "lora_first": [LoRAConfig(layer=LayerGroup("embedding", EmbeddingConfig(vocab_size=1024, hidden_size=256)),
+                              target_modules=())],
+    "lora_last": [LoRAConfig(layer=LayerGroup("output", OutputConfig(vocab_size=1024, hidden_size=256)),
+                             target_modules=())],
     "mlp": [
         MLPLayerConfig(hidden_size=256, intermediate_size=1024, gated_mlp=False, hidden_act="relu2"),
         MLPLayerConfig(hidden_size=256, intermediate_size=512, hidden_act="silu", mlp_bias=True, hidden_dropout=0.1),

@@ -90,6 +90,8 @@ SAMPLES: dict[str, list[object]] = {
 
 
 SAMPLES.update(SSM_SAMPLES)
+# Kinds whose validate refuses tp > 1 (LoRA adapters under tensor parallelism are not priced).
+TP_DEGREES = {"lora": (1,), "lora_first": (1,), "lora_last": (1,)}
 
 
 def _kind_names() -> list[str]:
@@ -115,7 +117,8 @@ def test_every_registered_kind_has_a_sample(registry):
 
 @pytest.mark.parametrize("traits", [frozenset(), frozenset(TRAITS)], ids=["plain", "every-trait"])
 def test_kind_keeps_the_contract(registry, kind_name, traits):
-    report = check_layer_kind(registry.layer_kind(kind_name), _samples(kind_name), registry=registry, traits=traits)
+    report = check_layer_kind(registry.layer_kind(kind_name), _samples(kind_name), registry=registry, traits=traits,
+                              tp_degrees=TP_DEGREES.get(kind_name, (1, 2, 4)))
     assert report.kind == kind_name
     assert report.samples == len(SAMPLES[kind_name])
     # 115 evaluations per sample when no layout is refused (tests/core/test_testing.py derives it);
@@ -127,7 +130,8 @@ def test_only_kinds_needing_sequence_parallelism_refuse_layouts(registry):
     """Every built-in kind runs every contract layout, except MoE layers with tp > 1 and SP off."""
     refusing = {}
     for kind in registry.layer_kinds:
-        report = check_layer_kind(kind, _samples(kind.name), registry=registry)
+        report = check_layer_kind(kind, _samples(kind.name), registry=registry,
+                                  tp_degrees=TP_DEGREES.get(kind.name, (1, 2, 4)))
         if report.refused:
             refusing[kind.name] = report.refused
     assert sorted(refusing) == ["gated_attention_moe", "gdn_moe", "mla_moe", "moe", "mtp"]

@@ -123,7 +123,7 @@ class _Bounder:
         self._pricers: dict[tuple[int, ...], LayerPricer] = {}
         self._elements: dict[tuple[Any, ...], dict[str, OptimizerLoad]] = {}
         self._stage: dict[tuple[Any, ...], tuple[dict[str, int], dict[str, Any]]] = {}
-        self._stages: dict[tuple[Any, ...], tuple[Any, tuple[tuple[dict[str, int], dict[str, Any]], ...]]] = {}
+        self._stages: dict[tuple[Any, ...], tuple[Any, tuple[tuple[dict[str, int], dict[str, Any], dict[str, Any]], ...]]] = {}
         # Kept for the whole search (a few per pipeline):
         self._compositions: dict[tuple[Any, ...], tuple[tuple[_Composition, int], ...]] = {}
         self._first_stage: dict[tuple[Any, ...], tuple[tuple[_Composition, int], ...]] = {}
@@ -329,8 +329,8 @@ class _Bounder:
         return found
 
     def _stage_elements(self, layout: Layout, costs: list[LayerCost] | tuple[LayerCost, ...],
-                        held: tuple[tuple[int, int], ...], owners: frozenset[str]) -> tuple[dict[str, int], dict[str, Any]]:
-        """Parameter elements one rank of a stage holds and the optimizer's state bytes of them, by group.
+                        held: tuple[tuple[int, int], ...], owners: frozenset[str]) -> tuple[dict[str, int], dict[str, Any], dict[str, Any]]:
+        """Parameter elements one rank of a stage holds, the optimizer's state bytes of them and frozen bytes, by group.
 
         A layer's (:func:`~hp_core.engine.optimizer.layer_load`: its elements as
         layer_elements counts them, and what the optimizer keeps of them) is
@@ -345,6 +345,7 @@ class _Bounder:
             return found
         elements: dict[str, int] = {}
         parts: dict[str, list[tuple[float, int]]] = {}
+        frozen: dict[str, Any] = {}
         for i, n in held:
             key = (layout.tp, layout.cp, layout.ep, layout.etp, i, owners)
             loads = self._elements.get(key)
@@ -354,7 +355,9 @@ class _Bounder:
             for group, load in loads.items():
                 elements[group] = elements.get(group, 0) + n * load.elements
                 parts.setdefault(group, []).append((load.state_bytes, n))
-        found = self._stage[stage] = (elements, group_states(parts))
+                if load.frozen_elements:
+                    frozen[group] = frozen.get(group, 0) + n * load.frozen_bytes
+        found = self._stage[stage] = (elements, group_states(parts), frozen)
         return found
 
     def static_bytes(self, layout: Layout, costs: list[LayerCost] | tuple[LayerCost, ...],
@@ -379,12 +382,12 @@ class _Bounder:
         heaviest = 0
         dense_degree = layout.dp * layout.cp
         expert_degree = (layout.dp * layout.cp * layout.tp) // (layout.ep * layout.etp)
-        for elements, states in stages:
+        for elements, states, frozen in stages:
             heaviest = max(heaviest, sum(static_bytes(elements, states, self.static_precision, self.master_bytes, zero,
-                                                      dense_degree, expert_degree)))
+                                                      dense_degree, expert_degree, frozen_bytes=frozen)))
             if whole:
                 heaviest = max(heaviest, sum(static_bytes(elements, states, self.static_precision, self.master_bytes, zero,
-                                                          dense_degree, expert_degree, True)))
+                                                          dense_degree, expert_degree, True, frozen)))
         return heaviest
 
     def first_stage_static(self, layout: Layout, costs: list[LayerCost] | tuple[LayerCost, ...], zero: int) -> int:

@@ -110,6 +110,9 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     quant_fwd = quant_bwd = 0.0
     if r.low_precision:
         mm_fwd, mm_bwd, quant_fwd, quant_bwd = _low_precision_seconds(f.matmul_flops - grouped, grouped, work, r, mm_fwd, mm_bwd)
+    if work.frozen_matmul_flops:
+        # A frozen weight's backward computes the input gradient alone: half its matmul backward.
+        mm_bwd -= r.mm_backward / 2 * min(work.frozen_matmul_flops, f.matmul_flops) / r.matmul / r.peak
     if f.attention_flops and r.flash:
         calls = work.attention_calls * (r.cp if r.cp_algorithm == "p2p" else 1)
         executed = f.attention_flops * r.causal
@@ -166,7 +169,8 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         groups.append((key.rstrip("!"), fwd_s + bwd_s, exposed))
 
     # Recompute.
-    model_flops = (1 + r.mm_backward) * f.matmul_flops + (1 + r.attn_backward) * f.attention_flops
+    model_flops = ((1 + r.mm_backward) * f.matmul_flops - r.mm_backward / 2 * min(work.frozen_matmul_flops, f.matmul_flops)
+                   + (1 + r.attn_backward) * f.attention_flops)
     if full:
         recompute = forward
         recomputed_flops = f.matmul_flops + f.attention_flops
