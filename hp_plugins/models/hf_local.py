@@ -129,7 +129,7 @@ def _gqa(r: _Reader, bias: bool = False, **extra: Any) -> dict[str, Any]:
     return {
         "hidden_size": r.get("hidden_size"),
         "num_attention_heads": heads,
-        "num_key_value_heads": r.get("num_key_value_heads") or heads,
+        "num_key_value_heads": heads if r.get("num_key_value_heads") is None else r.get("num_key_value_heads"),
         "head_dim": r.get("head_dim"),
         "attention_bias": bias,
         "attention_out_bias": bias,

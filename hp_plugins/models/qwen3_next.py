@@ -75,9 +75,9 @@ def model_from_qwen3_next_config(cfg: Mapping[str, Any], *, name: str, source: s
                  "linear_key_head_dim": r.get("linear_key_head_dim"),
                  "linear_value_head_dim": r.get("linear_value_head_dim"),
                  "linear_conv_kernel_dim": r.get("linear_conv_kernel_dim")}
-        bias, heads = r.get("attention_bias", bool), r.get("num_attention_heads")
+        bias, heads, kv = r.get("attention_bias", bool), r.get("num_attention_heads"), r.get("num_key_value_heads")
         attention = {"hidden_size": h, "num_attention_heads": heads,
-                     "num_key_value_heads": r.get("num_key_value_heads") or heads, "head_dim": r.get("head_dim"),
+                     "num_key_value_heads": heads if kv is None else kv, "head_dim": r.get("head_dim"),  # 0 refused
                      "attention_bias": bias, "attention_out_bias": bias, "qk_norm": True,
                      "attention_dropout": float(r.get("attention_dropout", float))}
         body: list[tuple[str, Any]] = []

@@ -170,9 +170,9 @@ def model_from_nemotron_h_config(cfg: Mapping[str, Any], *, name: str, source: s
                         conv_kernel=r.get("conv_kernel"), chunk_size=r.get("chunk_size"),
                         use_bias=r.get("use_bias", bool), use_conv_bias=r.get("use_conv_bias", bool)))
                 elif layer_type == "full_attention":
-                    heads = r.get("num_attention_heads")
+                    heads, kv = r.get("num_attention_heads"), r.get("num_key_value_heads")  # None: MHA; 0 refused
                     built[layer_type] = ("attention", AttentionLayerConfig(
-                        hidden_size=h, num_attention_heads=heads, num_key_value_heads=r.get("num_key_value_heads") or heads,
+                        hidden_size=h, num_attention_heads=heads, num_key_value_heads=heads if kv is None else kv,
                         head_dim=r.get("head_dim"), attention_dropout=float(r.get("attention_dropout", float))))
                 else:
                     built[layer_type] = ("mlp", MLPLayerConfig(

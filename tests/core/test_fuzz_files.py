@@ -246,7 +246,10 @@ def bad_census_files(draw: st.DrawFn) -> Case:
         record[draw(st.from_regex(r"[a-z]{1,8}", fullmatch=True).filter(lambda k: k not in _RECORD and k not in (
             "per_op", "policies")))] = 1.0
     elif how == "per_op":
-        record["per_op"] = {draw(st.sampled_from(["softmax", "9bad", ""])): {"saved": draw(BAD_NUMBER), "saved_tp": 0.0}}
+        # A per-op figure of 0 is valid (an op keeping nothing), so 0 is not drawn for a known op's name.
+        op = draw(st.sampled_from(["softmax", "9bad", ""]))
+        saved = draw(BAD_NUMBER.filter(lambda v: op != "softmax" or isinstance(v, bool) or v != 0))
+        record["per_op"] = {op: {"saved": saved, "saved_tp": 0.0}}
     elif how == "deep":
         record["provenance"] = _deep(draw(st.integers(65, 400)))
     else:
