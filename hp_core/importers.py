@@ -59,6 +59,11 @@ class Importer:
             list given on the command line), not a path.
         exporter: The exporter (``hp_exporters``) that writes this trainer's
             recompute plans, for round trips; ``None`` if none.
+        flags: Command-line flags *read* also receives, as keyword arguments of
+            the same names (``"devices"``, ``"model"``), each ``None`` where the
+            command line leaves it out: for what the source itself does not
+            state (torchtitan's ``data_parallel_shard_degree = -1``, the model
+            an Accelerate config never names).
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -66,3 +71,4 @@ class Importer:
     description: str = ""
     reads_text: bool = False
     exporter: str | None = None
+    flags: tuple[str, ...] = attrs.field(default=(), converter=tuple)

@@ -59,6 +59,8 @@ DEFAULT_PLUGINS = (
     "hp_plugins.models.qwen3_next",
     "hp_plugins.collectives.nccl",
     "hp_plugins.importers.megatron",
+    "hp_plugins.importers.torchtitan",
+    "hp_plugins.importers.accelerate",
     "hp_plugins.kinds.lora",
 )
 

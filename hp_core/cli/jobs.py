@@ -84,7 +84,8 @@ def _document(args: argparse.Namespace, registry: Registry) -> tuple[dict[str, A
         importer = registry.importer(trainer)
         if not args.config:
             raise ConfigError("--from", f"give what to read: hp {args.command} --from {trainer} SOURCE")
-        imported = importer.read(args.config, registry=registry)
+        flags = {name: getattr(args, name, None) for name in importer.flags}
+        imported = importer.read(args.config, registry=registry, **flags)
         for line in imported.unmapped:
             sys.stderr.write(f"hp {args.command}: warning: {line}\n")
         return copy.deepcopy(dict(imported.document)), imported.devices

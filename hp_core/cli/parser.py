@@ -164,7 +164,8 @@ def _add_job_arguments(parser: argparse.ArgumentParser, hardware_help: str) -> N
                                                   "the trainer's file or (megatron-args) its arguments")
     parser.add_argument("--from", dest="source_format", metavar="TRAINER",
                         help="read the config as TRAINER states it: megatron (a launch script), megatron-args (the "
-                             "arguments as text); see 'hp plugins' and docs/importers.md")
+                             "arguments as text), torchtitan (a job TOML), accelerate-fsdp (an Accelerate FSDP config "
+                             "YAML, with --model); see 'hp plugins' and docs/importers.md")
     parser.add_argument("--model", help="a preset name (see 'hp models') or a Hugging Face config.json / folder")
     parser.add_argument("--num-layers", type=_layers, help="keep the first N body layers, as truncated benchmark runs do")
     parser.add_argument("--devices", type=_degree, help="device count: dp is devices / (cp * tp * pp) unless --dp states it")

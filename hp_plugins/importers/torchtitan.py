@@ -1,0 +1,260 @@
+"""The ``torchtitan`` importer: a torchtitan job TOML (``--job.config_file``) as an ``hp`` job.
+
+Read against torchtitan ``torchtitan/config/job_config.py`` at commit e347b1e5e (2026-02-15, the
+last before torchtitan replaced its TOML job files with Python config classes), whose defaults
+fill what a file leaves out:
+
+* ``[model] name, flavor``: a preset where torchtitan's flavor is the same model
+  (:data:`PRESETS`: ``llama3`` ``8B``/``70B``/``405B``, ``torchtitan/models/llama3/__init__.py``);
+  any other is refused unless ``--model`` names one (then one warning line);
+* ``[parallelism]``: ``tensor_parallel_degree`` (with sequence parallelism, which torchtitan's
+  TP plan always applies to the norms), ``pipeline_parallel_degree``, ``context_parallel_degree``,
+  ``expert_parallel_degree``, ``expert_tensor_parallel_degree``; dp is
+  ``data_parallel_replicate_degree * data_parallel_shard_degree``, a shard degree of -1 being
+  what is left of the devices (``parallel_dims.py``: ``world_size // (dp_replicate * cp * tp * pp)``),
+  so ``--devices`` is required then; ``fsdp_reshard_after_forward`` (``default``: on unless pipeline
+  parallel, ``torchtitan/models/llama3/infra/parallelize.py``); ``pipeline_parallel_schedule`` by
+  the schedules' ``trainer_names``; the layers per stage as
+  ``torchtitan/distributed/pipeline_parallel.py`` ``generate_llm_fqn_per_model_part`` splits them
+  (the first and last stage ``*_stage_less_layers`` lighter; ``pipeline_parallel_layers_per_stage``,
+  else one stage per rank, two for looped schedules); ``enable_async_tensor_parallel`` (option
+  ``async_tp``);
+* ``[training]``: ``local_batch_size`` (the micro-batch without PP; with PP the micro-batch is
+  ``pipeline_parallel_microbatch_size``), ``global_batch_size`` (-1: local * dp), ``seq_len``,
+  ``mixed_precision_param`` / ``mixed_precision_reduce`` (bf16 / fp32: the ``fsdp2`` runtime's),
+  ``dtype = "bfloat16"`` (parameters, gradients and moments in bf16);
+* ``[activation_checkpoint] mode``: ``none``, ``full``, ``selective`` with ``selective_ac_option``
+  ``op`` (the ``fsdp2`` runtime's ``op_sac`` switches on every layer) or ``N`` (every N-th block of
+  each pipeline rank), as the ``torchtitan`` exporter writes them (torchtitan's default:
+  selective, ``"2"``);
+* ``[optimizer] name`` ``AdamW``/``Adam``; ``[model] converters`` with ``quantize.linear.float8``
+  (or the older ``float8``) and ``recipe_name`` as the ``torchao-float8-*`` precision recipes.
+
+Settings that change nothing hp prices (data, logging, checkpoints, learning rate, ...:
+:data:`QUIET`) are dropped quietly; any other is one warning line.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hp_core.importers import ImportedJob, Importer
+from hp_core.markers import hookimpl
+from hp_core.specs import Setting
+from hp_plugins.importers._common import Fields, layout_of, plan_document, read_mapping
+
+__all__ = ["PRESETS", "QUIET", "hp_importers", "import_torchtitan"]
+
+# torchtitan model flavors that are an hp preset (torchtitan/models/llama3/__init__.py llama3_args:
+# 8B dim 4096 x 32 layers, 70B 8192 x 80, 405B 16384 x 126, GQA 8 kv heads, vocab 128256).
+PRESETS = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b", ("llama3", "405B"): "llama3-405b"}
+
+# Sections and keys with no effect on memory or step time as hp prices them.
+QUIET_SECTIONS = ("job.", "profiling.", "metrics.", "checkpoint.", "lr_scheduler.", "comm.", "validation.",
+                  "fault_tolerance.", "memory_estimation.", "debug.")
+QUIET = frozenset("""
+model.hf_assets_path model.tokenizer_path model.print_after_conversion optimizer.lr optimizer.eps optimizer.beta1
+optimizer.beta2 optimizer.weight_decay optimizer.implementation optimizer.early_step_in_backward training.dataset
+training.dataset_path training.max_norm training.steps training.gc_freq training.gc_debug training.seed
+training.deterministic activation_checkpoint.preserve_rng_state activation_checkpoint.determinism_check
+activation_checkpoint.debug activation_checkpoint.early_stop parallelism.disable_loss_parallel
+parallelism.context_parallel_load_balancer quantize.linear.float8.filter_fqns
+quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp float8.filter_fqns
+float8.precompute_float8_dynamic_scale_for_fsdp
+""".split())
+
+# PyTorch schedules torchtitan runs with more than one stage per rank (torch/distributed/pipelining/schedules.py
+# PipelineScheduleMulti subclasses).
+_LOOPED = {"Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"}
+_RUNTIME = "fsdp2"
+
+
+def _quiet(key: str) -> bool:
+    return key in QUIET or key.startswith(QUIET_SECTIONS) or key.startswith("training.dataloader.")
+
+
+def _stage_layers(layers: int, stages: int, first_less: int, last_less: int) -> list[int]:
+    """Body layers per stage as torchtitan ``generate_llm_fqn_per_model_part`` assigns them."""
+    if stages == 1:
+        return [layers]
+    effective = layers + first_less + last_less
+    each, extra = divmod(effective, stages)
+    counts = [each + (1 if i < extra else 0) for i in range(stages)]
+    counts[0] -= first_less
+    counts[-1] -= last_less
+    return counts
+
+
+def import_torchtitan(data: dict[str, Any], registry, *, file: str = "torchtitan.toml", devices: int | None = None,
+                      model: str | None = None) -> ImportedJob:
+    """An ``hp`` config document from a parsed torchtitan job TOML (module docstring)."""
+    f = Fields(data, file, _quiet)
+    unmapped: list[str] = []
+    name, flavor = f.get("model.name", "llama3", str), f.get("model.flavor", "debugmodel", str)
+    preset = PRESETS.get((name, str(flavor)))
+    if preset is None:
+        if model is None:
+            raise f.error("model.flavor", f"{name} {flavor!r} is no hp preset (mapped: "
+                          f"{', '.join(f'{n} {v}' for n, v in PRESETS)}); state the model with --model")
+        unmapped.append(f"model {name} {flavor}: no hp preset; priced as --model {model}")
+    document: dict[str, Any] = {"model": preset or model}
+
+    tp, pp = f.degree("parallelism.tensor_parallel_degree"), f.degree("parallelism.pipeline_parallel_degree")
+    cp = f.degree("parallelism.context_parallel_degree")
+    replicate = f.degree("parallelism.data_parallel_replicate_degree")
+    shard = f.get("parallelism.data_parallel_shard_degree", -1, int)
+    if shard == -1:
+        if devices is None:
+            raise f.error("parallelism.data_parallel_shard_degree", "-1 (torchtitan's default) means the devices "
+                          "left after replicate*cp*tp*pp; state the device count with --devices")
+        if devices % (replicate * cp * tp * pp):
+            raise f.error("parallelism.data_parallel_shard_degree", f"-1 with --devices {devices}: not a multiple of "
+                          f"data_parallel_replicate_degree*cp*tp*pp = {replicate * cp * tp * pp}")
+        shard = devices // (replicate * cp * tp * pp)
+    elif shard < 1:
+        raise f.error("parallelism.data_parallel_shard_degree", f"expected -1 or an integer >= 1, got {shard}")
+    if replicate > 1:
+        unmapped.append(f"parallelism.data_parallel_replicate_degree = {replicate}: "
+                        + (f"HSDP (shards over {shard}) priced as FSDP sharding over dp = {replicate * shard}"
+                           if shard > 1 else "DDP priced as FSDP sharding over dp"))
+    dp = replicate * shard
+    parallel: dict[str, Any] = {
+        "dp": dp, "tp": tp, "pp": pp, "cp": cp, "sp": tp > 1,
+        "ep": f.degree("parallelism.expert_parallel_degree"),
+        "etp": f.degree("parallelism.expert_tensor_parallel_degree"),
+        "seq_len": f.degree("training.seq_len", 2048),
+    }
+    if cp > 1:
+        rotate = f.get("parallelism.context_parallel_rotate_method", "allgather", str)
+        unmapped.append(f"parallelism.context_parallel_rotate_method = {rotate!r}: priced as hp's p2p ring exchange")
+    else:
+        f.get("parallelism.context_parallel_rotate_method")
+    reshard = f.get("parallelism.fsdp_reshard_after_forward", "default", str, ("default", "always", "never"))
+    parallel["reshard_after_forward"] = pp == 1 if reshard == "default" else reshard == "always"
+
+    local = f.degree("training.local_batch_size", 8)
+    if pp > 1:
+        parallel["micro_batch_size"] = f.degree("parallelism.pipeline_parallel_microbatch_size", 1)
+        if local % parallel["micro_batch_size"]:
+            raise f.error("training.local_batch_size", f"{local} is not a multiple of "
+                          f"parallelism.pipeline_parallel_microbatch_size = {parallel['micro_batch_size']}")
+    else:
+        parallel["micro_batch_size"] = local
+    wanted = f.get("training.global_batch_size", -1, int)
+    parallel["global_batch_size"] = wanted if wanted > 0 else local * dp
+
+    schedule = f.get("parallelism.pipeline_parallel_schedule", "1F1B", str)
+    if pp > 1:
+        found = [s.name for s in registry.schedules if s.trainer_names.get("torchtitan") == schedule]
+        if not found:
+            runs = ", ".join(s.trainer_names["torchtitan"] for s in registry.schedules if "torchtitan" in s.trainer_names)
+            raise f.error("parallelism.pipeline_parallel_schedule", f"{schedule!r} is not a schedule hp prices "
+                          f"for torchtitan ({runs})")
+        parallel["schedule"] = found[0]
+        per_stage = f.get("parallelism.pipeline_parallel_layers_per_stage", None, int)
+        first = f.get("parallelism.pipeline_parallel_first_stage_less_layers", 1, int)
+        last = f.get("parallelism.pipeline_parallel_last_stage_less_layers", 1, int)
+        layers = layout_of({"model": document["model"], "parallel": {"seq_len": parallel["seq_len"]}}, registry)[1].count
+        stages = (math.ceil((layers + first + last) / per_stage) if per_stage
+                  else pp * (2 if schedule in _LOOPED else 1))
+        if stages % pp:
+            raise f.error("parallelism.pipeline_parallel_layers_per_stage", f"{per_stage} gives {stages} stages, "
+                          f"not a multiple of pipeline_parallel_degree = {pp}")
+        parallel["vpp"] = stages // pp
+        parallel["layers_per_stage"] = _stage_layers(layers, stages, first, last)
+    for key in ("module_fqns_per_model_part", "pipeline_parallel_schedule_csv"):
+        if f.get(f"parallelism.{key}") not in (None, "", []):
+            unmapped.append(f"parallelism.{key}: not mapped (stages from torchtitan's default split)")
+    document["parallel"] = parallel
+    document["runtime"] = {"name": _RUNTIME, "options": {
+        "async_tp": f.get("parallelism.enable_async_tensor_parallel", False, bool)}}
+
+    precision: dict[str, Any] = {}
+    if f.get("training.mixed_precision_param", "bfloat16", str) != "bfloat16":
+        unmapped.append(f"training.mixed_precision_param = {f.get('training.mixed_precision_param')!r}: "
+                        "priced as bfloat16 compute")
+    f.get("training.mixed_precision_reduce", "float32", str, ("float32",))
+    if f.get("training.dtype", "float32", str, ("float32", "bfloat16")) == "bfloat16":
+        precision.update(param_bytes=2, grad_bytes=2, moment_bytes=2)  # job_config.py Training.dtype: all in bf16
+    optimizer = f.get("optimizer.name", "AdamW", str)
+    if optimizer in ("AdamW", "Adam"):
+        precision["optimizer"] = optimizer.lower()
+    else:
+        unmapped.append(f"optimizer.name = {optimizer!r}: not mapped; priced as AdamW")
+    recipe = _recipe(f, unmapped)
+    if recipe is not None:
+        precision["recipe"] = recipe
+    if f.get("training.enable_cpu_offload", False, bool):
+        unmapped.append("training.enable_cpu_offload = true: parameter/optimizer offload is not priced")
+    if f.get("compile.enable", False, bool):
+        unmapped.append("compile.enable = true: torch.compile's fusions are not priced")
+    f.get("compile.components")
+    f.get("compile.backend")
+    if precision:
+        document["precision"] = precision
+    recompute = _recompute(f, document, registry, unmapped)
+    if recompute is not None:
+        document["recompute"] = recompute
+    return ImportedJob(document, tuple(unmapped + f.unread()), None)
+
+
+def _recipe(f: Fields, unmapped: list[str]) -> str | None:
+    converters = f.get("model.converters", [], list)
+    base = next((p for c, p in (("quantize.linear.float8", "quantize.linear.float8"), ("float8", "float8"))
+                 if c in converters), None)
+    for other in converters:
+        if other not in ("quantize.linear.float8", "float8"):
+            unmapped.append(f"model.converters {other!r}: not mapped")
+    if base is None:
+        return None
+    name = f.get(f"{base}.recipe_name", None, str)
+    gather = f.get(f"{base}.enable_fsdp_float8_all_gather", False, bool)
+    if name in (None, "tensorwise"):
+        if not gather:
+            unmapped.append(f"{base}.enable_fsdp_float8_all_gather = false: priced as torchao-float8-tensorwise, "
+                            "which gathers float8 weights")
+        return "torchao-float8-tensorwise"
+    if name != "rowwise":
+        unmapped.append(f"{base}.recipe_name = {name!r}: priced as torchao-float8-rowwise")
+    return "torchao-float8-rowwise"
+
+
+def _recompute(f: Fields, document: dict[str, Any], registry, unmapped: list[str]) -> Any:
+    mode = f.get("activation_checkpoint.mode", "selective", str, ("selective", "full", "memory_budget", "none"))
+    option = str(f.get("activation_checkpoint.selective_ac_option", "2", (str, int)))
+    if mode == "none":
+        return None
+    if mode == "full":
+        return "full"
+    if mode == "memory_budget":
+        unmapped.append("activation_checkpoint.mode = 'memory_budget': the compiler's partitioner is not priced; "
+                        "priced as no recompute")
+        f.get("activation_checkpoint.memory_budget")
+        return None
+    _, layout = layout_of(document, registry)
+    if option == "op":
+        op = (registry.runtime(_RUNTIME).recompute_modules or {}).get("op_sac", frozenset())
+        settings = [Setting("switches", op & frozenset(k.switches)) if op & frozenset(k.switches) else Setting()
+                    for k in layout.kinds]
+        return plan_document(settings)
+    if not option.isdigit() or int(option) < 1:
+        raise f.error("activation_checkpoint.selective_ac_option", f"expected 'op' or a positive integer, got {option!r}")
+    every = int(option)
+    settings = [Setting()] * layout.count
+    for stage in range(layout.pp):  # torchtitan _apply_layer_sac: a per-rank counter over its chunks in order
+        for position, index in enumerate(layout.stage_layers(stage)):
+            if (position + 1) % every == 0:
+                settings[index] = Setting("full")
+    return plan_document(settings)
+
+
+def _read(source: str, *, registry, devices: int | None = None, model: str | None = None) -> ImportedJob:
+    data = read_mapping(source, "toml")
+    return import_torchtitan(data, registry, file=source, devices=devices, model=model)
+
+
+@hookimpl
+def hp_importers():
+    yield Importer(name="torchtitan", read=_read, exporter="torchtitan", flags=("devices", "model"),
+                   description="a torchtitan job TOML: model, training, parallelism, activation_checkpoint (dp_shard -1 needs --devices)")

@@ -1,0 +1,223 @@
+"""The torchtitan and accelerate-fsdp importers: hand-derived documents from sample files, every plan the
+torchtitan exporter writes imports back as the same plan, and bad files are one-line errors naming file and field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hp_core.api import estimate, prepare
+from hp_core.cli import main
+from hp_core.documents import parse_document
+from hp_core.io.convert import ConfigFile, structure
+from hp_core.io.job import resolve_job
+from hp_plugins.exporters.torchtitan import export_torchtitan, torchtitan_candidates
+from hp_plugins.importers.accelerate import import_accelerate_fsdp
+from hp_plugins.importers.torchtitan import import_torchtitan
+
+
+def run(capsys, *argv):
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as exc:
+        status = exc.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def toml(data: dict) -> str:
+    """A two-level dict as TOML (tables of scalars and lists of strings; dotted table names)."""
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return repr(v)
+    return "".join(f"[{table}]\n" + "".join(f"{k} = {value(v)}\n" for k, v in body.items()) + "\n"
+                   for table, body in data.items())
+
+
+BASE = {
+    "job": {"dump_folder": "./outputs", "description": "Llama 3 8B training"},
+    "model": {"name": "llama3", "flavor": "8B", "hf_assets_path": "./assets/hf/Llama-3.1-8B"},
+    "optimizer": {"name": "AdamW", "lr": 3e-4},
+    "training": {"local_batch_size": 1, "seq_len": 8192, "steps": 1000, "dataset": "c4"},
+    "parallelism": {"data_parallel_shard_degree": -1, "tensor_parallel_degree": 2},
+    "activation_checkpoint": {"mode": "selective", "selective_ac_option": "op"},
+}
+
+
+def test_a_torchtitan_job_maps_to_a_hand_derived_document(registry):
+    data = dict(BASE, model=dict(BASE["model"], converters=["quantize.linear.float8"]),
+                quantize={"linear": {"float8": {"enable_fsdp_float8_all_gather": True}}})
+    job = import_torchtitan(data, registry, file="llama3_8b.toml", devices=16)
+    # 16 devices / tp 2 = dp_shard 8; local batch 1 is the micro-batch; global = 1 * 8.
+    assert job.document["parallel"] == {"dp": 8, "tp": 2, "pp": 1, "cp": 1, "sp": True, "ep": 1, "etp": 1,
+                                        "seq_len": 8192, "reshard_after_forward": True, "micro_batch_size": 1,
+                                        "global_batch_size": 8}
+    assert job.document["model"] == "llama3-8b"
+    assert job.document["runtime"] == {"name": "fsdp2", "options": {"async_tp": False}}
+    assert job.document["precision"] == {"optimizer": "adamw", "recipe": "torchao-float8-tensorwise"}
+    # op-level SAC recomputes the fsdp2 runtime's op_sac switches on all 32 dense blocks
+    assert job.document["recompute"] == {"default": "none", "layers": {"0-31": ["ffAct", "normOp"]}}
+    assert job.unmapped == ()
+
+
+@pytest.mark.parametrize(("schedule", "vpp", "hp_schedule"), [("1F1B", 1, "1f1b"), ("Interleaved1F1B", 2, "interleaved_1f1b")])
+def test_pipeline_stages_split_as_torchtitan_splits_them(registry, schedule, vpp, hp_schedule):
+    # 32 layers + 1 (embedding) + 1 (output) = 34 over 4 stages: 9, 9, 8, 8, less one on the first and last.
+    data = dict(BASE, training=dict(BASE["training"], local_batch_size=8, global_batch_size=64),
+                parallelism={"data_parallel_shard_degree": 2, "pipeline_parallel_degree": 4 // vpp,
+                             "pipeline_parallel_schedule": schedule, "pipeline_parallel_microbatch_size": 2},
+                activation_checkpoint={"mode": "full"})
+    parallel = import_torchtitan(data, registry).document["parallel"]
+    assert parallel["layers_per_stage"] == [8, 9, 8, 7]
+    assert (parallel["pp"], parallel["vpp"], parallel["schedule"]) == (4 // vpp, vpp, hp_schedule)
+    assert (parallel["micro_batch_size"], parallel["global_batch_size"], parallel["reshard_after_forward"]) == (2, 64, False)
+
+
+def test_torchtitans_default_checkpointing_is_every_second_block_of_each_rank(registry):
+    data = {k: v for k, v in BASE.items() if k != "activation_checkpoint"}
+    data["parallelism"] = {"data_parallel_shard_degree": 1, "pipeline_parallel_degree": 2}
+    job = import_torchtitan(data, registry)
+    # 34 effective layers over 2 stages: 17 each, so 16 blocks per rank; blocks 2, 4, ... of each rank.
+    assert job.document["parallel"]["layers_per_stage"] == [16, 16]
+    assert job.document["recompute"] == {"default": "none", "layers": {str(i): "full" for i in range(1, 32, 2)}}
+
+
+def _resolved(registry, document):
+    job = resolve_job(structure(document, ConfigFile, registry), registry)
+    run_ = prepare(job.model, job.parallel, registry=registry, runtime=job.runtime)
+    return job, [run_.resolve(g, s) for g, s in zip(run_.body_group, run_.settings(job.recompute))]
+
+
+@pytest.mark.parametrize(("pp", "schedule"), [(1, "1F1B"), (2, "1F1B"), (2, "Interleaved1F1B"), (2, "GPipe")])
+def test_every_plan_the_torchtitan_exporter_writes_imports_back_as_the_same_plan(registry, tmp_path, pp, schedule):
+    base = dict(BASE, parallelism={"data_parallel_shard_degree": 2, "tensor_parallel_degree": 2,
+                                   "pipeline_parallel_degree": pp, "pipeline_parallel_schedule": schedule},
+                training=dict(BASE["training"], local_batch_size=4, global_batch_size=16))
+    plain = import_torchtitan(base, registry)
+    job, _ = _resolved(registry, dict(plain.document))
+    candidates = torchtitan_candidates(job.model, job.parallel, registry=registry)
+    # none, full, op, and every N-th block for N = 2 .. the most blocks a rank holds (32 on one rank, 16 on two)
+    assert len(candidates) == 3 + (32 // pp - 1)
+    seen = set()
+    for plan in candidates:
+        text = export_torchtitan(plan, job.model, job.parallel, registry=registry)
+        exported = parse_document(text, "toml", "exported")
+        merged = {k: dict(v) for k, v in base.items()}
+        for table, body in exported.items():
+            merged.setdefault(table, {}).update(body)
+        path = tmp_path / "job.toml"
+        path.write_text(toml(merged))
+        back = registry.importer("torchtitan").read(str(path), registry=registry, devices=None, model=None)
+        assert back.unmapped == plain.unmapped, text
+        again, resolved = _resolved(registry, dict(back.document))
+        assert again.parallel == job.parallel, text
+        expected = resolve_job(structure(dict(plain.document), ConfigFile, registry), registry)
+        run_ = prepare(expected.model, expected.parallel, registry=registry, runtime=expected.runtime)
+        assert resolved == [run_.resolve(g, s) for g, s in zip(run_.body_group, run_.settings(plan))], text
+        seen.add(text)
+    assert len(seen) == len(candidates)
+
+
+def test_torchtitan_from_the_command_line_with_warnings(capsys, tmp_path):
+    path = tmp_path / "job.toml"
+    data = dict(BASE, parallelism={"data_parallel_replicate_degree": 2, "data_parallel_shard_degree": 4},
+                compile={"enable": True}, training=dict(BASE["training"], mystery_knob=3))
+    path.write_text(toml(data))
+    status, out, err = run(capsys, "estimate", "--from", "torchtitan", path, "--hardware", "h100-sxm", "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert (doc["world_size"], doc["layout"]["dp"], doc["layout"]["global_batch_size"]) == (8, 8, 8)
+    assert err.splitlines() == [
+        "hp estimate: warning: parallelism.data_parallel_replicate_degree = 2: HSDP (shards over 4) priced as FSDP "
+        "sharding over dp = 8",
+        "hp estimate: warning: compile.enable = true: torch.compile's fusions are not priced",
+        "hp estimate: warning: training.mystery_knob = 3: not mapped",
+    ]
+
+
+@pytest.mark.parametrize(("text", "flags", "message"), [
+    ("[training\nseq_len = 1", (), "job.toml: is not valid TOML"),
+    (toml(dict(BASE, training={"seq_len": "long"})), ("--devices", "8"), "job.toml: training.seq_len: expected an integer, got 'long'"),
+    (toml(BASE), (), "job.toml: parallelism.data_parallel_shard_degree: -1 (torchtitan's default) means the devices"),
+    (toml(dict(BASE, model={"name": "llama3", "flavor": "debugmodel"})), ("--devices", "8"),
+     "job.toml: model.flavor: llama3 'debugmodel' is no hp preset"),
+    (toml(dict(BASE, activation_checkpoint={"mode": "selective", "selective_ac_option": "x"})), ("--devices", "8"),
+     "job.toml: activation_checkpoint.selective_ac_option: expected 'op' or a positive integer, got 'x'"),
+])
+def test_bad_torchtitan_files_are_one_line_errors(capsys, tmp_path, monkeypatch, text, flags, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.toml").write_text(text)
+    status, out, err = run(capsys, "estimate", "--from", "torchtitan", "job.toml", *flags)
+    assert status == 2 and out == "" and err.count("\n") == 1 and message in err, err
+
+
+ACCELERATE = """\
+compute_environment: LOCAL_MACHINE
+distributed_type: FSDP
+fsdp_config:
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_backward_prefetch_policy: BACKWARD_PRE
+  fsdp_sharding_strategy: {strategy}
+  fsdp_state_dict_type: SHARDED_STATE_DICT
+  fsdp_activation_checkpointing: true
+  fsdp_use_orig_params: true
+mixed_precision: bf16
+machine_rank: 0
+num_machines: 2
+num_processes: 16
+"""
+
+
+@pytest.mark.parametrize(("strategy", "reshard"), [("FULL_SHARD", True), (1, True), ("SHARD_GRAD_OP", False), (2, False)])
+def test_an_accelerate_fsdp_config_maps_to_a_hand_derived_document(registry, strategy, reshard):
+    data = parse_document(ACCELERATE.format(strategy=strategy), "yaml", "accelerate.yaml")
+    job = import_accelerate_fsdp(data, registry, model="llama3-8b")
+    assert job.document == {"model": "llama3-8b", "parallel": {"zero": 3, "reshard_after_forward": reshard},
+                            "runtime": "fsdp2", "recompute": "full"}
+    assert (job.devices, job.unmapped) == (16, ())
+
+
+def test_accelerate_from_the_command_line_matches_the_hand_written_job(capsys, tmp_path, registry):
+    path = tmp_path / "fsdp.yaml"
+    path.write_text(ACCELERATE.format(strategy="SHARD_GRAD_OP"))
+    status, out, err = run(capsys, "estimate", "--from", "accelerate-fsdp", path, "--model", "llama3-8b",
+                           "--seq-len", "4096", "--json")
+    assert status == 0 and err == "", err
+    doc = json.loads(out)
+    assert (doc["world_size"], doc["layout"]["dp"], doc["layout"]["zero"]) == (16, 16, 3)
+    hand = resolve_job(structure({"model": "llama3-8b", "runtime": "fsdp2", "recompute": "full", "parallel": {
+        "dp": 16, "zero": 3, "reshard_after_forward": False, "seq_len": 4096}}, ConfigFile, registry), registry)
+    reference = estimate(hand.model, hand.parallel, registry=registry, runtime="fsdp2", recompute=hand.recompute)
+    assert [s["memory"]["peak_bytes"] for s in doc["stages"]] == [s.peak_bytes for s in reference.stages]
+
+
+@pytest.mark.parametrize(("text", "flags", "message"), [
+    (ACCELERATE.format(strategy="FULL_SHARD"), (), "--model: an Accelerate config does not name the model"),
+    ("fsdp_config: [unclosed\n", ("--model", "llama3-8b"), "fsdp.yaml: is not valid YAML"),
+    (ACCELERATE.format(strategy="NO_SHARD"), ("--model", "llama3-8b"), "fsdp.yaml: fsdp_config.fsdp_sharding_strategy: NO_SHARD is DDP"),
+    (ACCELERATE.format(strategy="HALF_SHARD"), ("--model", "llama3-8b"), "fsdp.yaml: fsdp_config.fsdp_sharding_strategy: expected one of"),
+    (ACCELERATE.replace("num_processes: 16", "num_processes: many"), ("--model", "llama3-8b"),
+     "fsdp.yaml: num_processes: expected an integer, got 'many'"),
+    (ACCELERATE.replace("distributed_type: FSDP", "distributed_type: DEEPSPEED"), ("--model", "llama3-8b"),
+     "fsdp.yaml: distributed_type: expected FSDP"),
+])
+def test_bad_accelerate_files_are_one_line_errors(capsys, tmp_path, monkeypatch, text, flags, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fsdp.yaml").write_text(text)
+    status, out, err = run(capsys, "estimate", "--from", "accelerate-fsdp", "fsdp.yaml", "--seq-len", "4096", *flags)
+    assert status == 2 and out == "" and err.count("\n") == 1 and message in err, err
+
+
+def test_hybrid_shard_is_a_warning(capsys, tmp_path):
+    path = tmp_path / "fsdp.yaml"
+    path.write_text(ACCELERATE.format(strategy="HYBRID_SHARD"))
+    status, _, err = run(capsys, "estimate", "--from", "accelerate-fsdp", path, "--model", "llama3-8b", "--seq-len", "4096")
+    assert status == 0
+    assert err == ("hp estimate: warning: fsdp_config.fsdp_sharding_strategy = HYBRID_SHARD: shards within each of 2 "
+                   "machines only; priced as sharding over all 16 devices (memory under-estimated)\n")
