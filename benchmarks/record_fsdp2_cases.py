@@ -1,0 +1,81 @@
+"""Record FSDP2 steps measured by PyTorch's FSDPMemTracker as the repository's cases (needs the census extra).
+
+    python benchmarks/record_fsdp2_cases.py                 # every case of the grid below, into CASES
+    python benchmarks/record_fsdp2_cases.py --case NAME     # re-measure one case and print it
+
+Each case is an ``hp estimate`` config measured by ``hp_plugins.cases.fsdp2_measured``
+(a fake process group of the case's world size, ``fully_shard`` per decoder layer and
+the root, bf16 params / fp32 reduce, AdamW; two steps, the second read). The file is
+an ``hp-measure/1`` document: ``hp validate tests/plugins/data/fsdp2_tracker_cases.json``
+compares the fsdp2 runtime's estimate with every recorded peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ROOT / "tests" / "plugins" / "data" / "fsdp2_tracker_cases.json"
+SEQ = 4096
+
+
+def grid() -> list[tuple[str, dict, dict]]:
+    """(name, config, measure) of every recorded case, FSDP alone with and without AC first."""
+    found = []
+    for model, layers_list in (("llama3-8b", (4, 32)), ("qwen3-30b-a3b", (4,))):
+        for layers in layers_list:
+            for world in (8, 64):
+                for tp, heads in ((1, ("vocab",)), (2, ("vocab", "replicated"))):
+                    for head in heads:
+                        for ac in ("none", "full"):
+                            name = f"{model}-{layers}l-w{world}-tp{tp}{'-' + head if tp > 1 else ''}-ac{ac}"
+                            config = {"model": model, "num_layers": layers, "runtime": "fsdp2",
+                                      "parallel": {"dp": world // tp, "tp": tp, "seq_len": SEQ, "micro_batch_size": 1}}
+                            if ac == "full":
+                                config["recompute"] = "full"
+                            found.append((name, config, {"head_plan": head} if tp > 1 else {}))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", help="re-measure this case only and print it")
+    parser.add_argument("--only", help="record only cases whose name contains this")
+    args = parser.parse_args(argv)
+    from hp_core.api import build_registry
+    from hp_plugins.cases.fsdp2_measured import measure_request, request_of
+
+    registry = build_registry()
+    existing = {c["name"]: c for c in json.loads(CASES.read_text())["cases"]} if CASES.is_file() else {}
+    cases = []
+    for name, config, measure in grid():
+        if args.case and name != args.case:
+            continue
+        if args.only and args.only not in name and name in existing:
+            cases.append(existing[name])
+            continue
+        request = request_of(config, registry, measure=measure)
+        try:
+            measured = measure_request(request, cache=False)
+        except Exception as exc:  # noqa: BLE001 - a layout the tracker cannot run is reported and left out
+            print(f"{name}: not measured: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", file=sys.stderr, flush=True)
+            continue
+        measured["command"] = f"python benchmarks/record_fsdp2_cases.py --case {name}"
+        case = {"name": name, "config": config, "measure": measure, "measured": measured}
+        if not measure:
+            del case["measure"]
+        print(f"{name}: peak {measured['peak_bytes'] / 2**30:.3f} GiB ({measured['peak_phase']}), {measured['seconds']} s",
+              file=sys.stderr, flush=True)
+        cases.append(case)
+    if args.case:
+        print(json.dumps(cases, indent=1))
+        return 0
+    CASES.write_text(json.dumps({"format": "hp-measure/1", "cases": cases}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
