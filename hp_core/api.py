@@ -26,7 +26,9 @@ from hp_core.engine.prepare import PreparedRun, layer_context, prepare, resolve_
 from hp_core.manager import get_plugin_manager
 from hp_core.models import load_model_config, model_from_config, model_from_preset
 from hp_core.registry import Registry
+from hp_core.types import Runtime
 from hp_core.results import Estimate
+from hp_core.runtime_options import apply_options
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec
 
 if TYPE_CHECKING:  # the step time, the planner and the search are imported where they are asked for
@@ -39,6 +41,7 @@ if TYPE_CHECKING:  # the step time, the planner and the search are imported wher
 
 __all__ = [
     "PreparedRun",
+    "apply_options",
     "build_registry",
     "count_parameters",
     "estimate",
@@ -68,7 +71,7 @@ def estimate(
     parallel: ParallelSpec,
     *,
     registry: Registry,
-    runtime: str = "generic",
+    runtime: str | Runtime = "generic",
     precision: PrecisionSpec | None = None,
     hardware: HardwareSpec | None = None,
     recompute: RecomputeSpec | None = None,
@@ -81,7 +84,8 @@ def estimate(
         model: The layer stack.
         parallel: The layout.
         registry: Layer kinds, runtimes and census sources to use.
-        runtime: The runtime profile's name; it supplies the defaults below.
+        runtime: The runtime profile's name, or the profile with per-run options
+            applied (:func:`apply_options`); it supplies the defaults below.
         precision: Byte widths; the runtime's when ``None``.
         hardware: The device, for ``fits``; ``None`` leaves ``fits`` unknown.
         recompute: Per-layer recompute settings; nothing recomputed when ``None``.
@@ -102,7 +106,7 @@ def step_time(
     *,
     registry: Registry,
     hardware: HardwareSpec | None,
-    runtime: str = "generic",
+    runtime: str | Runtime = "generic",
     profile: TimingProfile | None = None,
     precision: PrecisionSpec | None = None,
     recompute: RecomputeSpec | None = None,
@@ -143,7 +147,7 @@ def plan_recompute(
     *,
     registry: Registry,
     hardware: HardwareSpec,
-    runtime: str = "generic",
+    runtime: str | Runtime = "generic",
     reserve_bytes: int = 0,
     precision: PrecisionSpec | None = None,
     census: str = "formulas",
@@ -177,7 +181,7 @@ def search(
     hardware: HardwareSpec,
     global_batch_size: int,
     seq_len: int,
-    runtime: str = "generic",
+    runtime: str | Runtime = "generic",
     fixed: Mapping[str, int] | None = None,
     top: int = 10,
     executor: Executor | None = None,

@@ -29,10 +29,11 @@ from hp_core.types import (
     CaseFormat, CensusSource, Exporter, HardwarePreset, LayerAspect, LayerKind, ModelFormat, ModelPreset, Optimizer,
     Runtime,
 )
+from hp_core.schedules import Schedule
 
 __all__ = [
     "HOOKS", "hp_case_formats", "hp_census_sources", "hp_exporters", "hp_hardware", "hp_layer_aspects", "hp_layer_kinds", "hp_model_formats",
-    "hp_models", "hp_optimizers", "hp_runtimes",
+    "hp_models", "hp_optimizers", "hp_runtimes", "hp_schedules",
 ]
 
 
@@ -268,6 +269,35 @@ def hp_layer_aspects() -> Iterable[LayerAspect]:
     """
 
 
+@hookspec
+def hp_schedules() -> Iterable[Schedule]:
+    """Yield pipeline schedules: per layout and stage, the chunks it runs, what it keeps and its pipeline time.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.schedules.Schedule`. Each states,
+    for a :class:`~hp_core.schedules.ScheduleLayout` (``pp``, ``vpp``,
+    micro-batches) and a stage index, the chunks the stage runs, the
+    micro-batches each keeps at the stage's peak point, the passes it runs
+    (forward and backward, or the backward split into input-gradient and
+    weight-gradient passes), how many model copies the pipeline holds and the
+    pipeline time of given per-stage times, which prices its bubble.
+
+    Call semantics: called once per registry build; all results collected; a
+    run picks one by name (``parallel: {schedule: NAME}``, ``--schedule NAME``);
+    without one, ``1f1b`` for ``vpp == 1`` and ``interleaved_1f1b`` otherwise.
+
+    Example::
+
+        @hookimpl
+        def hp_schedules():
+            yield Schedule(name="all-forward-first", in_flight=lambda layout, stage: (layout.micro_batches,),
+                           pipeline_seconds=lambda layout, stages: (layout.micro_batches + layout.pp - 1)
+                                                                   * max(s.seconds for s in stages),
+                           default_micro_batches=lambda pp, vpp: pp, description="GPipe, equal stages")
+    """
+
+
 # Every hook, with the record type it yields: the registry's build table.
 HOOKS = {
     "hp_layer_kinds": LayerKind,
@@ -280,4 +310,5 @@ HOOKS = {
     "hp_case_formats": CaseFormat,
     "hp_optimizers": Optimizer,
     "hp_layer_aspects": LayerAspect,
+    "hp_schedules": Schedule,
 }

@@ -48,6 +48,7 @@ DEFAULT_PLUGINS = (
     "hp_plugins.optimizers.sgd",
     "hp_plugins.optimizers.adafactor",
     "hp_plugins.optimizers.muon",
+    "hp_plugins.schedules.classic",
 )
 
 # Third-party plugins advertise themselves under this entry-point group.

@@ -14,6 +14,7 @@ from hp_core.types import (
     CaseFormat, CensusSource, Exporter, HardwarePreset, LayerAspect, LayerKind, ModelFormat, ModelPreset, Optimizer,
     Runtime,
 )
+from hp_core.schedules import Schedule
 
 __all__ = ["Provider", "Registry"]
 
@@ -144,6 +145,7 @@ class Registry:
     case_formats: tuple[CaseFormat, ...] = ()
     optimizers: tuple[Optimizer, ...] = ()
     layer_aspects: tuple[LayerAspect, ...] = ()
+    schedules: tuple[Schedule, ...] = ()
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
 
@@ -180,6 +182,7 @@ class Registry:
             case_formats=fields["case_formats"],
             optimizers=fields["optimizers"],
             layer_aspects=fields["layer_aspects"],
+            schedules=fields["schedules"],
             providers=providers,
             plugins=plugins,
         )
@@ -190,8 +193,9 @@ class Registry:
     def census_source(self, name: str, path: str = "$.census") -> CensusSource:
         return _lookup(self.census_sources, name, "census source", path)
 
-    def runtime(self, name: str, path: str = "$.runtime") -> Runtime:
-        return _lookup(self.runtimes, name, "runtime", path)
+    def runtime(self, name: str | Runtime, path: str = "$.runtime") -> Runtime:
+        """The runtime named *name*; a :class:`Runtime` given itself (one with per-run options set) is returned as is."""
+        return name if isinstance(name, Runtime) else _lookup(self.runtimes, name, "runtime", path)
 
     def hardware_preset(self, name: str, path: str = "$.hardware") -> HardwarePreset:
         return _lookup(self.hardware, name, "hardware preset", path)
@@ -213,6 +217,9 @@ class Registry:
 
     def optimizer(self, name: str, path: str = "$.precision.optimizer") -> Optimizer:
         return _lookup(self.optimizers, name, "optimizer", path)
+
+    def schedule(self, name: str, path: str = "$.parallel.schedule") -> Schedule:
+        return _lookup(self.schedules, name, "pipeline schedule", path)
 
     def format_for(self, config: Mapping[str, Any], where: str = "config.json") -> ModelFormat:
         """The model format that reads *config*, by its ``model_type``.

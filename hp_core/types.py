@@ -17,9 +17,10 @@ from typing import Any, Callable, Mapping
 import attrs
 
 from hp_core.costs import (
-    ATTENTION_IMPLS, TRAITS, Flops, LayerContext, LayerCost, ParamCount, _non_negative_int, _non_negative_number,
-    is_switch_name,
+    ATTENTION_IMPLS, TRAITS, LayerContext, LayerCost, _non_negative_int, _non_negative_number, is_switch_name,
 )
+from hp_core.optimizer_types import Optimizer, ParamSlice
+from hp_core.runtime_options import RuntimeOption
 from hp_core.specs.hardware import HardwareSpec
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.specs.timing import TimingProfile
@@ -41,6 +42,7 @@ __all__ = [
     "PLACEMENTS",
     "ParamSlice",
     "Runtime",
+    "RuntimeOption",
 ]
 
 # Where a kind's layers sit: before the body (first stage), in it, after it (last stage).
@@ -247,6 +249,11 @@ class Runtime:
             search tries (Megatron-LM: 0 and 1, without and with its
             distributed optimizer; FSDP2: 3); its default ``zero`` is always
             tried too.
+        options: The per-run options it offers (:mod:`hp_core.runtime_options`;
+            docs/runtimes.md), each defaulting to the profile's behaviour.
+        option_values: The options a run set (name to parsed value), as
+            :func:`~hp_core.runtime_options.apply_options` records them;
+            empty for the profile as registered.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -266,8 +273,13 @@ class Runtime:
     module_kinds: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
     zero_levels: tuple[int, ...] = attrs.field(default=(0, 1, 2, 3), converter=tuple)
     dummy_weight_gradients: bool = False
+    options: tuple[RuntimeOption, ...] = attrs.field(default=(), converter=tuple)
+    option_values: Mapping[str, Any] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
+        names = [option.name for option in self.options]
+        if len(set(names)) != len(names) or not all(isinstance(o, RuntimeOption) for o in self.options):
+            raise ValueError(f"runtime {self.name}: options must be RuntimeOption records with distinct names, got {names}")
         unknown = sorted(self.traits - set(TRAITS))
         if unknown:
             raise ValueError(f"runtime {self.name}: unknown traits {unknown}; known: {sorted(TRAITS)}")
@@ -381,90 +393,6 @@ class CaseFormat:
     name: str = attrs.field(validator=_check_name)
     accepts: Callable[[Any], bool]
     read: Callable[..., Any]
-    description: str = ""
-
-
-@attrs.frozen
-class ParamSlice:
-    """What one rank holds of one parameter tensor family of one layer: what an :class:`Optimizer` is asked about.
-
-    Attributes:
-        param: The family (:class:`~hp_core.costs.ParamCount`): its name and
-            group, the matrices a rank holds of it and whether it is the
-            embedding or the output head.
-        elements: Its elements on the rank before ZeRO sharding: TP-split
-            families over ``tp``, routed experts over ``ep`` (and ``etp``),
-            padding included, as the memory estimate counts them.
-    """
-
-    param: ParamCount
-    elements: int = attrs.field(validator=_non_negative_int)
-
-    @property
-    def matrices(self) -> tuple[tuple[int, int, int], ...]:
-        """The family's matrices on the rank, each ``(count, rows, columns)`` (:attr:`ParamCount.matrices`)."""
-        return self.param.matrices
-
-    @property
-    def matrix_elements(self) -> int:
-        """Elements of the slice in its matrices."""
-        return self.param.matrix_elements
-
-    @property
-    def vector_elements(self) -> int:
-        """Elements of the slice outside its matrices (biases, norm scales; all of a family that states none)."""
-        return self.elements - self.param.matrix_elements
-
-
-@attrs.frozen
-class Optimizer:
-    """An optimizer: what it keeps per parameter element and what its step costs.
-
-    The engine asks it about each :class:`ParamSlice` of a rank (one layer's
-    tensor family) and applies the ZeRO level: states and master copies are
-    sharded over the data-parallel group from ZeRO-1 (the expert
-    data-parallel group for routed experts), and so is the memory-bound
-    update (each rank updates its shard). Its functions must be pure: the
-    planner asks them once per family and precision and keeps the answers.
-
-    Attributes:
-        name: Registry name (``"adamw"``): what ``precision.optimizer`` and
-            ``--optimizer`` name.
-        state_bytes: ``state_bytes(slice, precision) -> float``: bytes of
-            state it keeps on the device per element of the slice, before ZeRO
-            sharding (AdamW: two moments, ``2 * moment_bytes``).
-        step_bytes: ``step_bytes(slice, precision) -> float``: HBM bytes its
-            update moves per element of the slice: it reads the gradient, reads
-            and writes what it updates (the master copy, or the parameters in
-            place) and its states, and casts a master copy into the parameters
-            (AdamW: ``2 * master + grad_bytes + 2 * 2 * moment_bytes + cast``).
-            The runtime's passes over the gradient (clipping, zeroing: its
-            timing profile's ``optimizer_grad_passes``, ``grad_buffer_passes``)
-            are the step time's, not the optimizer's.
-        master_copy: It keeps the precision's master copy of the parameters
-            (``master_param_bytes`` per element, none where that is 0);
-            ``False``: it keeps none whatever the precision says.
-        step_flops: Optional ``step_flops(slice, precision) ->``
-            :class:`~hp_core.costs.Flops`: what its step computes on the slice
-            beyond its memory-bound update (Muon's Newton-Schulz matrix
-            products), run by every rank whatever the ZeRO level (a ZeRO shard
-            is gathered whole first: ``gather_bytes``); the step time prices
-            the matmul FLOPs at the device's matmul efficiency and the
-            elementwise ones as a layer's. ``None``: nothing.
-        gather_bytes: Optional ``gather_bytes(slice, precision) -> float``:
-            bytes of the slice's states its step needs whole, all-gathered once
-            per step over the sharding group where ZeRO shards them (the
-            gathered output's size, NCCL's convention); priced as a
-            data-parallel collective, not overlapped. ``None``: nothing.
-        description: One line for ``hp plugins``; say where the figures come from.
-    """
-
-    name: str = attrs.field(validator=_check_name)
-    state_bytes: Callable[[ParamSlice, PrecisionSpec], float]
-    step_bytes: Callable[[ParamSlice, PrecisionSpec], float]
-    master_copy: bool = True
-    step_flops: Callable[[ParamSlice, PrecisionSpec], Flops] | None = None
-    gather_bytes: Callable[[ParamSlice, PrecisionSpec], float] | None = None
     description: str = ""
 
 

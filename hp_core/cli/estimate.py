@@ -13,6 +13,7 @@ from hp_core.errors import ConfigError
 from hp_core.io.job import estimate_job, prepare_job, resolve_job, step_time_job
 from hp_core.io.report import estimate_table, estimate_to_json, gib, kinds_table, time_summary, time_table, time_to_json
 from hp_core.registry import Registry
+from hp_core.runtime_options import option_summary, runtime_name
 from hp_core.specs import HardwareSpec
 
 __all__ = ["estimate_command"]
@@ -57,9 +58,10 @@ def estimate_command(args: argparse.Namespace, registry: Registry, console: Cons
     elif unavailable is not None:
         console.print(f"Step time: not estimated ({unavailable})")
     prov = result.provenance
-    console.print(f"Provenance: runtime {prov['runtime']}, census {prov['census']}, attention {prov['attention']}, model {prov['model_source']}")
+    runtime = prov["runtime"] + (f" ({option_summary(job.runtime)})" if prov["runtime_options"] else "")
+    console.print(f"Provenance: runtime {runtime}, census {prov['census']}, attention {prov['attention']}, model {prov['model_source']}")
     if exported is not None:
-        print_export(exported, job.runtime, console)
+        print_export(exported, runtime_name(job.runtime), console)
     return 0
 
 

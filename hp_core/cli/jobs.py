@@ -16,8 +16,9 @@ from rich.console import Console
 
 from hp_core.cli.parser import DEFAULT_CONFIG
 from hp_core.errors import ConfigError, describe
-from hp_core.io.convert import ConfigFile, load_config, structure
+from hp_core.io.convert import ConfigFile, RuntimeRef, load_config, structure
 from hp_core.registry import Registry
+from hp_core.runtime_options import parse_assignments
 from hp_core.specs import RecomputeSpec, Setting
 
 __all__ = ["config_from_args", "export_of", "export_text", "print_export"]
@@ -42,9 +43,13 @@ def config_from_args(args: argparse.Namespace, registry: Registry) -> ConfigFile
         changes["model"] = args.model
     if args.num_layers is not None:
         changes["num_layers"] = args.num_layers
-    for name in ("runtime", "census", "attention", "hardware"):
+    for name in ("census", "attention", "hardware"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
+    # The runtime: --runtime over the file's name, --runtime-option over the file's options, name by name.
+    runtime = args.runtime if args.runtime is not None else base.runtime_name
+    options = {**base.runtime_options, **parse_assignments(args.runtime_option)}
+    changes["runtime"] = RuntimeRef(name=runtime, options=options) if options else runtime
     if args.optimizer is not None:
         changes["precision"] = {**(base.precision or {}), "optimizer": args.optimizer}
     if args.recompute is not None:

@@ -28,6 +28,7 @@ def plugins_command(args: argparse.Namespace, registry: Registry, console: Conso
         ("layer aspects", "hp_layer_aspects", registry.layer_aspects, lambda a: f"{a.kind}.{a.aspect}; {a.description}"),
         ("model formats", "hp_model_formats", registry.model_formats, lambda f: f.description),
         ("case formats", "hp_case_formats", registry.case_formats, lambda f: f.description),
+        ("schedules", "hp_schedules", registry.schedules, _schedule_summary),
     )
     if args.json:
         doc: dict[str, Any] = {
@@ -61,6 +62,13 @@ def plugins_command(args: argparse.Namespace, registry: Registry, console: Conso
             table.add_row(item.name, summary(item), who.plugin, f"{who.distribution} {who.version}".strip())
         console.print(table)
     return 0
+
+
+def _schedule_summary(schedule: Any) -> str:
+    """Its passes, its model copies where more than one, and its description."""
+    passes = "/".join(p.name for p in schedule.passes)
+    copies = f"; {schedule.model_copies} model copies" if schedule.model_copies > 1 else ""
+    return f"{passes}{copies}; {schedule.description}"
 
 
 def _model_row(preset, registry: Registry) -> dict[str, Any]:

@@ -124,17 +124,24 @@ def _add_job_arguments(parser: argparse.ArgumentParser, hardware_help: str) -> N
     parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="sharding level over DP*CP (default: the runtime's)")
     parser.add_argument("--micro-batch-size", type=_positive, help="sequences per micro-batch")
     parser.add_argument("--global-batch-size", type=_positive,
-                        help="default: micro-batch size * dp * pp (2 * pp interleaved): the fewest at which every stage "
-                             "holds its full in-flight count")
+                        help="default: micro-batch size * dp * the schedule's default micro-batches (pp for 1f1b, "
+                             "2 * pp interleaved): the fewest at which every stage holds its full in-flight count")
     parser.add_argument("--seq-len", type=_positive, help="tokens per sequence")
-    parser.add_argument("--schedule", choices=("1f1b", "interleaved_1f1b"), help="pipeline schedule (default: from --vpp)")
+    parser.add_argument("--schedule", metavar="NAME", help="pipeline schedule: 1f1b, interleaved_1f1b, gpipe, ... (see 'hp plugins'; default: 1f1b, or interleaved_1f1b with --vpp > 1)")
     parser.add_argument("--layers-per-stage", type=_counts, metavar="N,N,...", help="body layers per pipeline chunk, chunk order")
     parser.add_argument("--runtime", help="runtime profile (see 'hp plugins'); default generic")
+    _add_runtime_option(parser)
     parser.add_argument("--census", help="census source (see 'hp plugins') or a census file (.yaml/.json, see docs/census.md); "
                                          "default formulas")
     parser.add_argument("--attention", choices=("flash", "eager"), help="attention implementation (default: the runtime's)")
     parser.add_argument("--optimizer", help="optimizer (see 'hp plugins'; sets precision.optimizer); default: the runtime's (adamw)")
     parser.add_argument("--hardware", help=hardware_help)
+
+
+def _add_runtime_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runtime-option", action="append", default=[], metavar="NAME=VALUE",
+                        help="set one of the runtime's options, e.g. cross_entropy_fusion=false (repeatable; over the "
+                             "config file's runtime.options; each runtime's options: docs/runtimes.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_recompute_parser(sub)
     _add_search_parser(sub)
 
-    plugins = sub.add_parser("plugins", help="list plugins, layer kinds, census sources, runtimes, hardware, optimizers, layer aspects, model and case formats",
+    plugins = sub.add_parser("plugins", help="list plugins, layer kinds, census sources, runtimes, hardware, optimizers, layer aspects, model and case formats, schedules",
                              description="Plugins and what each provides, with the distribution and version.")
     plugins.add_argument("--json", action="store_true", help="print JSON")
 
@@ -259,6 +266,7 @@ def _add_search_parser(sub: Any) -> None:
     search.add_argument("--global-batch-size", type=_positive, default=1024, help="sequences per step (default 1024)")
     search.add_argument("--seq-len", type=_positive, default=4096, help="tokens per sequence (default 4096)")
     search.add_argument("--runtime", default="generic", help="runtime profile (see 'hp plugins'); default generic")
+    _add_runtime_option(search)
     search.add_argument("--optimizer", help="optimizer (see 'hp plugins'); default: the runtime's (adamw)")
     search.add_argument("--top", type=_positive, default=10, help="how many of the fastest layouts to show (default 10)")
     search.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=N",

@@ -14,6 +14,7 @@ from hp_core.errors import ConfigError
 from hp_core.io.job import resolve_job
 from hp_core.io.report import gib
 from hp_core.registry import Registry
+from hp_core.runtime_options import runtime_label, runtime_name
 
 __all__ = ["potentials_command"]
 
@@ -53,10 +54,10 @@ def potentials_command(args: argparse.Namespace, registry: Registry, console: Co
     if args.csv is not None:
         write_potentials_csv([sequence], kinds, args.csv)
     if args.plot is not None:
-        plot_potentials([sequence], args.plot, title=f"{job.model.name}: recompute potentials ({job.runtime})")
+        plot_potentials([sequence], args.plot, title=f"{job.model.name}: recompute potentials ({runtime_label(job.runtime)})")
     if args.json:
         rows = list(potential_rows(sequence, kinds))
-        doc: dict[str, Any] = {"model": job.model.name, "runtime": job.runtime, "degrees": dict(sequence.degrees), "steps": []}
+        doc: dict[str, Any] = {"model": job.model.name, "runtime": runtime_name(job.runtime), "degrees": dict(sequence.degrees), "steps": []}
         for step, row, (plan, refused) in zip(sequence.steps, rows, exports):
             entry = {
                 "step": step.step, "changed_layer": step.changed_layer, "full_layers": step.full_layers,
@@ -71,7 +72,7 @@ def potentials_command(args: argparse.Namespace, registry: Registry, console: Co
             doc["steps"].append(entry)
         print(json.dumps(doc, indent=2))
         return 0
-    table = Table(title=f"Recompute potentials: {job.model.name}, runtime {job.runtime}, "
+    table = Table(title=f"Recompute potentials: {job.model.name}, runtime {runtime_label(job.runtime)}, "
                         + " ".join(f"{k}={v}" for k, v in sequence.degrees.items()), title_justify="left")
     for column in ("Step", "Full layer", "Full", "Peak GiB", "Saved GiB", "Step s", "+ s"):
         table.add_column(column, justify="right")

@@ -63,6 +63,7 @@ def task_executor(kind: str, address: str | None, workers: int) -> Iterator[obje
 
 def search_command(args: argparse.Namespace, registry: Registry, console: Console) -> int:
     from hp_core.io.job import resolve_model
+    from hp_core.runtime_options import apply_options, option_summary, parse_assignments
     from hp_core.engine.search import search
     from hp_core.io.search_output import check_plot, plot_search, search_to_json, write_search_csv
 
@@ -71,15 +72,17 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
     base = structure(DEFAULT_CONFIG, ConfigFile, registry)
     model = resolve_model(attrs.evolve(base, model=args.model, num_layers=args.num_layers), registry)
     hardware = registry.hardware_preset(args.hardware, "--hardware").spec
+    runtime = registry.runtime(args.runtime, "--runtime")
+    runtime = apply_options(runtime, parse_assignments(args.runtime_option))
     precision = None
     if args.optimizer is not None:
         registry.optimizer(args.optimizer, "--optimizer")
-        precision = attrs.evolve(registry.runtime(args.runtime, "--runtime").precision, optimizer=args.optimizer)
+        precision = attrs.evolve(runtime.precision, optimizer=args.optimizer)
     fixed = dict(args.fix)
     kind, address = args.executor
     with task_executor(kind, address, args.workers) as executor:
         kwargs = dict(registry=registry, devices=args.devices, hardware=hardware, global_batch_size=args.global_batch_size,
-                      seq_len=args.seq_len, runtime=args.runtime, fixed=fixed, top=args.top, executor=executor,
+                      seq_len=args.seq_len, runtime=runtime if runtime.option_values else args.runtime, fixed=fixed, top=args.top, executor=executor,
                       reserve_bytes=args.reserve, precision=precision)
         if args.json or not sys.stdout.isatty():
             result = search(model, **kwargs)
@@ -96,7 +99,8 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
     if args.json:
         print(json.dumps(search_to_json(result), indent=2))
         return 0
-    table = Table(title=f"Fastest layouts: {result.model} on {result.devices} x {result.hardware}, runtime {result.runtime}, "
+    label = result.runtime + (f" ({option_summary(runtime)})" if runtime.option_values else "")
+    table = Table(title=f"Fastest layouts: {result.model} on {result.devices} x {result.hardware}, runtime {label}, "
                         f"global batch {result.global_batch_size} x {result.seq_len} tokens", title_justify="left")
     for column in ("#", "Layout", "Peak GiB", "Stage peaks GiB", "Step s", "MFU", "Recompute plan"):
         table.add_column(column, justify="left" if column in ("Layout", "Recompute plan") else "right")

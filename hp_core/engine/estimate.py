@@ -93,6 +93,7 @@ def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardw
     provenance = {
         "hp_planner": planner_version(),
         "runtime": run.runtime.name,
+        "runtime_options": {name: value for name, value in run.runtime.option_values.items()},
         "census": run.layers.census.name,
         "attention": run.attention,
         "kinds": census_lib.kind_provenance(run.layers.census, kinds, run.layers.records),

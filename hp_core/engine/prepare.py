@@ -23,12 +23,14 @@ from typing import Any, Callable, Iterable, Mapping
 import attrs
 
 from hp_core.engine import census as census_lib
+from hp_core.engine import schedule as schedule_lib
 from hp_core.engine.optimizer import resolve_optimizer
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.engine.stage import StageInputs
 from hp_core.costs import LayerContext, LayerCost
+from hp_core.schedules import Schedule, ScheduleLayout
 from hp_core.types import CensusRecord, CensusSource, LayerKind, Optimizer, Runtime
 
 __all__ = [
@@ -83,8 +85,14 @@ def resolve_setting(setting: Setting, kind: LayerKind, path: str) -> tuple[bool,
     return False, setting.switches
 
 
-def validate_layout(parallel: ParallelSpec, body_layers: int) -> int:
-    """Cross-field checks of the layout; returns micro-batches per step."""
+def validate_layout(parallel: ParallelSpec, body_layers: int, schedule: Schedule | None = None) -> int:
+    """Cross-field checks of the layout, the schedule's own included; returns micro-batches per step.
+
+    Args:
+        schedule: The run's schedule; without one the schedule checks are left out
+            and the default global batch size is the layout's own
+            (:attr:`ParallelSpec.resolved_global_batch_size`).
+    """
     p = parallel
     if p.seq_len % p.cp:
         raise ConfigError("$.parallel.cp", f"cp={p.cp} must divide seq_len={p.seq_len}")
@@ -94,25 +102,16 @@ def validate_layout(parallel: ParallelSpec, body_layers: int) -> int:
         raise ConfigError("$.parallel.ep", f"ep*etp={p.ep * p.etp} must divide dp*cp*tp={p.dp * p.cp * p.tp}")
     if p.pp > body_layers:
         raise ConfigError("$.parallel.pp", f"pp={p.pp} is larger than the model's {body_layers} layers; use pp <= {body_layers}")
-    schedule = p.resolved_schedule
-    if schedule == "1f1b" and p.vpp > 1:
-        raise ConfigError("$.parallel.schedule", f"vpp={p.vpp} needs the interleaved_1f1b schedule")
-    if schedule == "interleaved_1f1b" and p.pp == 1:
-        raise ConfigError("$.parallel.schedule", "interleaved_1f1b needs pp > 1")
     per_step = p.micro_batch_size * p.dp
-    gbs = p.resolved_global_batch_size
+    gbs = schedule_lib.default_global_batch_size(p, schedule)
     if gbs % per_step:
         raise ConfigError(
             "$.parallel.global_batch_size",
             f"global_batch_size={gbs} must be a multiple of micro_batch_size*dp={per_step}",
         )
     m = gbs // per_step
-    if schedule == "interleaved_1f1b" and m % p.pp:
-        raise ConfigError(
-            "$.parallel.global_batch_size",
-            f"interleaved 1F1B needs micro-batches per step ({m}) to be a multiple of pp={p.pp} "
-            "(Megatron-LM schedules.py)",
-        )
+    if schedule is not None:
+        schedule_lib.check_layout(schedule, ScheduleLayout(p.pp, p.vpp, m))
     return m
 
 
@@ -367,9 +366,14 @@ class PreparedRun:
     def context(self) -> LayerContext:
         return self.layers.context
 
-    def stage_chunks(self, stage: int) -> range:
-        """The chunks pipeline stage *stage* runs (Megatron-Core's interleaved assignment)."""
-        return range(stage, self.parallel.chunks, self.parallel.pp)
+    @property
+    def schedule(self) -> Schedule:
+        """The pipeline schedule (the layout's, resolved against the registry)."""
+        return self.stage_inputs.schedule
+
+    def stage_chunks(self, stage: int) -> tuple[int, ...]:
+        """The chunks pipeline stage *stage* runs, as its schedule says (Megatron-Core's interleaved assignment for 1F1B)."""
+        return self.stage_inputs.stage_plan(stage)[0]
 
     def placed_groups(self, where: str) -> list[int]:
         """The group index of each layer placed *where* (``"first"`` or ``"last"``), one per layer."""
@@ -428,8 +432,12 @@ class PreparedRun:
 def resolve_runtime(
     registry: Registry, runtime: str | Runtime, precision: PrecisionSpec | None, attention: str | None
 ) -> tuple[Runtime, PrecisionSpec, str]:
-    """The runtime profile and the precision and attention it gives where the run states none."""
-    profile = registry.runtime(runtime) if isinstance(runtime, str) else runtime
+    """The runtime profile and the precision and attention it gives where the run states none.
+
+    *runtime* is a profile's name, or a :class:`Runtime` (one with per-run
+    options applied: :func:`hp_core.runtime_options.apply_options`).
+    """
+    profile = registry.runtime(runtime)
     return (profile, precision if precision is not None else profile.precision,
             attention if attention is not None else profile.attention)
 
@@ -439,7 +447,7 @@ def prepare(
     parallel: ParallelSpec,
     *,
     registry: Registry,
-    runtime: str = "generic",
+    runtime: str | Runtime = "generic",
     precision: PrecisionSpec | None = None,
     census: str | CensusSource = "formulas",
     attention: str | None = None,
@@ -451,7 +459,8 @@ def prepare(
         model: The layer stack.
         parallel: The layout.
         registry: Layer kinds, runtimes and census sources.
-        runtime: The runtime profile's name; it supplies the defaults below.
+        runtime: The runtime profile's name, or the profile with per-run options
+            applied (:func:`hp_core.runtime_options.apply_options`); it supplies the defaults below.
         precision: Byte widths; the runtime's when ``None``.
         census: The census source's name (or a census file's path), or the source itself.
         attention: ``"flash"`` or ``"eager"``; the runtime's when ``None``.
@@ -470,14 +479,18 @@ def prepare(
         source = census if isinstance(census, CensusSource) else census_lib.resolve_source(registry, census)
         layers = evaluate_layers(model, parallel, precision=precision, attention=attention, runtime=profile,
                                  registry=registry, census=source)
-    micro_batches = validate_layout(parallel, layers.body_count)
+    schedule = registry.schedule(parallel.resolved_schedule)
+    micro_batches = validate_layout(parallel, layers.body_count, schedule)
+    # The layout as the run resolves it: its schedule and global batch size stated.
+    parallel = attrs.evolve(parallel, schedule=schedule.name,
+                            global_batch_size=micro_batches * parallel.micro_batch_size * parallel.dp)
     bounds, start = [], 0
     for count in split_layers(layers.body_count, parallel):
         bounds.append((start, start + count))
         start += count
     body_group = tuple(i for i in layers.body_groups for _ in range(model.layers[i].count))
     inputs = StageInputs(
-        parallel, zero, precision, micro_batches, parallel.resolved_schedule, profile.overhead_bytes,
+        parallel, zero, precision, micro_batches, schedule, profile.overhead_bytes,
         profile.deferred_grad_reduction, profile.expert_overhead_bytes, profile.dummy_weight_gradients,
         optimizer=optimizer,
     )

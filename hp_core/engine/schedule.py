@@ -1,47 +1,94 @@
-"""Pipeline schedules: which chunks a stage runs and how many micro-batches each keeps.
+"""The run's pipeline schedule, asked once: its checks, each stage's chunks and in-flight counts, its pipeline time.
 
-docs/concepts.md (stage peaks). At the end of warm-up, stage ``i`` of ``p`` with ``m``
-micro-batches keeps:
-
-* 1F1B (PipeDream-Flush, Narayanan et al. 2021): ``min(p - i, m)`` micro-batches;
-* interleaved 1F1B with ``v`` chunks per stage: ``min((p - i - 1) * 2 + (v - 1) * p + 1, m * v)``
-  chunk-micro-batches -- Megatron-LM ``get_num_warmup_microbatches``
-  (``megatron/core/pipeline_parallel/schedules.py``) plus the one forward of the
-  first steady-state step -- spread over the chunks as the schedule runs its
-  forwards: forward ``k`` of a stage runs chunk ``(k // p) % v``. For the first
-  stage that is ``L * (1 + (p - 1) / (p * v))`` layers' worth (Korthikanti et al.
-  2022, Section 4.2.3).
+The schedules themselves are plugins (:class:`hp_core.schedules.Schedule`,
+the ``hp_schedules`` hook; the built-ins in ``hp_plugins/schedules``,
+docs/schedules.md). This module calls them for the engine and turns a
+plugin's mistake into a :class:`~hp_core.errors.PluginError` naming it.
 """
 
 from __future__ import annotations
 
-__all__ = ["chunks_of_stage", "first_backward_chunk", "in_flight_per_chunk"]
+import math
+from typing import Any, Callable
+
+from hp_core.errors import HPError, PluginError, describe
+from hp_core.schedules import Schedule, ScheduleLayout, StagePasses
+from hp_core.specs.parallel import ParallelSpec
+
+__all__ = ["check_layout", "default_global_batch_size", "pipeline_seconds", "stage_plan"]
 
 
-def chunks_of_stage(stage: int, pp: int, vpp: int) -> tuple[int, ...]:
-    """The global chunk indices stage *stage* runs: ``stage, stage + pp, ...``."""
-    return tuple(stage + k * pp for k in range(vpp))
+def _call(schedule: Schedule, what: str, function: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return function(*args)
+    except HPError:
+        raise
+    except Exception as exc:
+        raise PluginError(schedule.name, f"schedule {what} raised {type(exc).__name__}: {describe(exc)}") from exc
 
 
-def in_flight_per_chunk(stage: int, pp: int, vpp: int, micro_batches: int, schedule: str) -> tuple[int, ...]:
-    """Micro-batches each of the stage's chunks keeps at the end of warm-up, in chunk order.
+def stage_plan(schedule: Schedule, layout: ScheduleLayout, stage: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(chunks, in_flight)`` of one stage: the chunks it runs and the micro-batches each keeps at its peak.
 
-    Args:
-        stage: The stage index ``i`` (0-based).
-        pp: Pipeline stages ``p``.
-        vpp: Chunks per stage ``v``.
-        micro_batches: Micro-batches per step ``m``.
-        schedule: ``"1f1b"`` or ``"interleaved_1f1b"``.
+    Raises:
+        PluginError: The schedule raised, named a chunk outside ``0 .. pp*vpp - 1``,
+            or gave a count per chunk that is not a non-negative integer.
     """
-    if schedule == "1f1b":
-        return (min(pp - stage, micro_batches),)
-    forwards = min((pp - stage - 1) * 2 + (vpp - 1) * pp + 1, micro_batches * vpp)
-    counts = [0] * vpp
-    for k in range(forwards):
-        counts[(k // pp) % vpp] += 1
-    return tuple(counts)
+    chunks = tuple(_call(schedule, "stage_chunks", schedule.stage_chunks, layout, stage))
+    counts = tuple(_call(schedule, "in_flight", schedule.in_flight, layout, stage))
+    total = layout.pp * layout.vpp
+    if not chunks or any(not isinstance(c, int) or not 0 <= c < total for c in chunks):
+        raise PluginError(schedule.name, f"stage_chunks of stage {stage} must name chunks 0..{total - 1}, got {list(chunks)}")
+    if len(counts) != len(chunks) or any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in counts):
+        raise PluginError(schedule.name, f"in_flight of stage {stage} must give one non-negative integer per chunk "
+                                         f"({len(chunks)}), got {list(counts)}")
+    return chunks, counts
 
 
-def first_backward_chunk(vpp: int) -> int:
-    """The position (within the stage's chunks) of the chunk whose backward a stage runs first: its last."""
-    return vpp - 1
+def check_layout(schedule: Schedule, layout: ScheduleLayout) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+    """Run the schedule's check and ask it about every stage once; every chunk must run somewhere.
+
+    Returns:
+        Per stage, :func:`stage_plan`.
+
+    Raises:
+        ConfigError: The schedule cannot run the layout (its own message).
+        PluginError: As :func:`stage_plan`, or some chunk runs on no stage.
+    """
+    if schedule.check is not None:
+        _call(schedule, "check", schedule.check, layout)
+    plans = tuple(stage_plan(schedule, layout, stage) for stage in range(layout.pp))
+    missing = set(range(layout.pp * layout.vpp)) - {c for chunks, _ in plans for c in chunks}
+    if missing:
+        raise PluginError(schedule.name, f"chunks {sorted(missing)} run on no stage")
+    return plans
+
+
+def pipeline_seconds(schedule: Schedule, layout: ScheduleLayout, stages: tuple[StagePasses, ...]) -> float:
+    """The schedule's time from the first forward to the last backward pass of a step.
+
+    Raises:
+        PluginError: The schedule raised or gave less than the slowest stage's
+            own work (``micro_batches`` times its seconds), or not a finite number.
+    """
+    seconds = _call(schedule, "pipeline_seconds", schedule.pipeline_seconds, layout, stages)
+    least = layout.micro_batches * max(s.seconds for s in stages)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+            or seconds < least * (1 - 1e-12):
+        raise PluginError(schedule.name, f"pipeline_seconds must be a finite number of at least the slowest stage's "
+                                         f"work ({least!r} s), got {seconds!r}")
+    return float(seconds)
+
+
+def default_global_batch_size(parallel: ParallelSpec, schedule: Schedule | None) -> int:
+    """The layout's global batch size; where it states none, the schedule's default micro-batches times ``micro_batch_size * dp``.
+
+    Raises:
+        PluginError: The schedule's ``default_micro_batches`` raised or is not a positive integer.
+    """
+    if parallel.global_batch_size is not None or schedule is None:
+        return parallel.resolved_global_batch_size
+    m = _call(schedule, "default_micro_batches", schedule.default_micro_batches, parallel.pp, parallel.vpp)
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise PluginError(schedule.name, f"default_micro_batches must be a positive integer, got {m!r}")
+    return m * parallel.micro_batch_size * parallel.dp

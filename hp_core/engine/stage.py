@@ -13,7 +13,7 @@ experts),
   element of each tensor family (:mod:`hp_core.engine.optimizer`; AdamW
   ``2 * moment_bytes``), divided by ``d`` from ZeRO-1.
 
-Activations: per chunk, micro-batches in flight (:mod:`hp_core.engine.schedule`)
+Activations: per chunk, micro-batches in flight (the run's schedule, :mod:`hp_core.engine.schedule`)
 times what its layers keep under their recompute settings. Working set: the
 first backward the stage runs at the end of warm-up walks its last chunk's
 layers from the top; the working set is the largest of each layer's backward
@@ -29,7 +29,8 @@ import attrs
 
 from hp_core.results import ChunkEstimate, MemoryBreakdown, StageEstimate
 from hp_core.engine.optimizer import group_states, layer_load, master_bytes, rank_params
-from hp_core.engine.schedule import chunks_of_stage, in_flight_per_chunk
+from hp_core.engine.schedule import stage_plan
+from hp_core.schedules import Schedule, ScheduleLayout
 from hp_core.specs.parallel import ParallelSpec
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.costs import LayerCost
@@ -97,6 +98,7 @@ class StageInputs:
     """Everything a stage's estimate needs beyond its layers.
 
     Attributes:
+        schedule: The run's pipeline schedule: each stage's chunks and what they keep.
         optimizer: The run's optimizer: what it keeps per parameter element.
     """
 
@@ -104,12 +106,21 @@ class StageInputs:
     zero: int
     precision: PrecisionSpec
     micro_batches: int
-    schedule: str
+    schedule: Schedule
     overhead_bytes: int
     deferred_grad_reduction: bool = False
     expert_overhead_bytes: int = 0
     dummy_wgrad_per_shape: bool = False  # Runtime.dummy_weight_gradients
     optimizer: Optimizer = attrs.field(kw_only=True)
+    _plans: dict = attrs.field(factory=dict, eq=False, repr=False, init=False)
+
+    def stage_plan(self, index: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``(chunks, in_flight)`` of stage *index* under the schedule (asked once per stage)."""
+        found = self._plans.get(index)
+        if found is None:
+            p = self.parallel
+            found = self._plans[index] = stage_plan(self.schedule, ScheduleLayout(p.pp, p.vpp, self.micro_batches), index)
+        return found
 
 
 def layer_elements(cost: LayerCost, tp: int, ep: int, etp: int, owners_here: frozenset[str] | set[str]) -> dict[str, int]:
@@ -344,7 +355,7 @@ def plan_stage(
         found = compositions.get(key)
         if found is None:
             found = compositions[key] = _compose(chunk_layers, inputs)
-    in_flight = in_flight_per_chunk(index, parallel.pp, parallel.vpp, inputs.micro_batches, inputs.schedule)
+    chunk_ids, in_flight = inputs.stage_plan(index)
 
     activations_by_kind = dict.fromkeys(found.kinds, 0)
     buffers_per_mb = 0
@@ -395,7 +406,7 @@ def plan_stage(
     binding = max(peaks, key=peaks.__getitem__)
     chunks = tuple(
         ChunkEstimate(index=chunk, layers=tuple(body), micro_batches_in_flight=count)
-        for chunk, count, body in zip(chunks_of_stage(index, parallel.pp, parallel.vpp), in_flight, chunk_body)
+        for chunk, count, body in zip(chunk_ids, in_flight, chunk_body)
     )
     return StageEstimate(
         index=index,

@@ -10,7 +10,7 @@ A config file::
     model: llama3-8b          # a preset, a config.json path, or {name:, layers: [...]}
     num_layers: 16            # optional: keep the first 16 body layers
     parallel: {dp: 4, tp: 2, sp: true, seq_len: 8192, micro_batch_size: 1, global_batch_size: 64}
-    runtime: generic          # optional
+    runtime: generic          # optional; or {name: megatron, options: {cross_entropy_fusion: false}}
     census: formulas          # optional
     attention: flash          # optional: the runtime's when absent
     precision: {grad_bytes: 2}  # optional: the runtime's when absent (stated keys override)
@@ -38,7 +38,7 @@ from hp_core.errors import ConfigError, describe
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 
-__all__ = ["ConfigFile", "InlineModel", "load_config", "make_converter", "read_document", "structure"]
+__all__ = ["ConfigFile", "InlineModel", "RuntimeRef", "load_config", "make_converter", "read_document", "structure"]
 
 
 def _non_empty(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -60,18 +60,36 @@ class InlineModel:
 
 
 @attrs.frozen(kw_only=True)
+class RuntimeRef:
+    """A runtime named with per-run options (``runtime: {name: megatron, options: {...}}``; docs/runtimes.md)."""
+
+    name: str
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
 class ConfigFile:
     """What a config file states; absent optional parts take the runtime's defaults."""
 
     model: str | InlineModel
     parallel: ParallelSpec
     num_layers: int | None = attrs.field(default=None, validator=_positive_or_none)
-    runtime: str = "generic"
+    runtime: str | RuntimeRef = "generic"
     census: str = "formulas"
     attention: str | None = None
     precision: Mapping[str, Any] | None = None
     hardware: str | HardwareSpec | None = None
     recompute: RecomputeSpec | None = None
+
+    @property
+    def runtime_name(self) -> str:
+        """The runtime profile's name."""
+        return self.runtime if isinstance(self.runtime, str) else self.runtime.name
+
+    @property
+    def runtime_options(self) -> Mapping[str, Any]:
+        """The runtime options the config sets (none for a plain name)."""
+        return {} if isinstance(self.runtime, str) else dict(self.runtime.options)
 
 
 def _strict(kind: type, name: str):
@@ -208,6 +226,20 @@ def make_converter(registry: Registry) -> cattrs.Converter:
             raise ValueError(f"unknown keys {extra}; known: {sorted(known)}")
         return dict(value)
 
+    def runtime_ref(value: Any, _: type) -> str | RuntimeRef:
+        if isinstance(value, str):
+            return value
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a runtime name or a mapping with name and options, got {value!r}")
+        return converter.structure(value, RuntimeRef)
+
+    def option_values(value: Any, _: type) -> Mapping[str, Any]:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ValueError(f"expected a mapping of option names to values, got {value!r}")
+        return dict(value)
+
+    converter.register_structure_hook(str | RuntimeRef, runtime_ref)
+    converter.register_structure_hook_func(lambda t: t == Mapping[str, Any], option_values)
     converter.register_structure_hook(str | InlineModel, model_ref)
     converter.register_structure_hook(str | HardwareSpec | None, hardware_ref)
     converter.register_structure_hook(Mapping[str, Any] | None, precision_overrides)

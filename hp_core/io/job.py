@@ -15,8 +15,10 @@ from hp_core.engine.prepare import PreparedRun, prepare
 from hp_core.errors import ConfigError, describe
 from hp_core.io.convert import ConfigFile, InlineModel, inline_model
 from hp_core.registry import Registry
+from hp_core.types import Runtime
 from hp_core.models import load_model_config, model_from_config, model_from_preset
 from hp_core.results import Estimate
+from hp_core.runtime_options import apply_options
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec
 
 __all__ = ["Job", "estimate_job", "prepare_job", "resolve_job", "resolve_model", "step_time_job"]
@@ -24,11 +26,15 @@ __all__ = ["Job", "estimate_job", "prepare_job", "resolve_job", "resolve_model",
 
 @attrs.frozen
 class Job:
-    """Everything one estimate needs, resolved."""
+    """Everything one estimate needs, resolved.
+
+    ``runtime`` is a profile's name, or the profile with the run's options
+    applied (:func:`hp_core.runtime_options.apply_options`) where it sets any.
+    """
 
     model: ModelSpec
     parallel: ParallelSpec
-    runtime: str = "generic"
+    runtime: str | Runtime = "generic"
     precision: PrecisionSpec | None = None
     hardware: HardwareSpec | None = None
     recompute: RecomputeSpec | None = None
@@ -55,8 +61,10 @@ def resolve_model(config: ConfigFile, registry: Registry) -> ModelSpec:
 
 
 def resolve_job(config: ConfigFile, registry: Registry) -> Job:
-    """Resolve every name in *config* against *registry*."""
-    runtime = registry.runtime(config.runtime)
+    """Resolve every name in *config* against *registry*; the runtime's options are applied here, once."""
+    runtime = registry.runtime(config.runtime_name)
+    if config.runtime_options:
+        runtime = apply_options(runtime, config.runtime_options)
     precision = None
     if config.precision:
         try:
@@ -69,7 +77,7 @@ def resolve_job(config: ConfigFile, registry: Registry) -> Job:
     return Job(
         model=resolve_model(config, registry),
         parallel=config.parallel,
-        runtime=config.runtime,
+        runtime=runtime if runtime.option_values else config.runtime_name,
         precision=precision,
         hardware=hardware,
         recompute=config.recompute,

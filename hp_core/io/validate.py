@@ -37,6 +37,7 @@ from hp_core.errors import ConfigError
 from hp_core.io.convert import ConfigFile, read_document, structure
 from hp_core.io.job import Job, estimate_job, resolve_job, step_time_job
 from hp_core.registry import Registry
+from hp_core.runtime_options import runtime_name
 from hp_core.specs import ModelSpec, ParallelSpec
 
 __all__ = ["CaseResult", "MeasuredCase", "MeasuredStep", "StageCheck", "StepCheck", "load_cases", "measure_cases", "validate_case"]
@@ -171,7 +172,7 @@ def load_cases(path: str | Path, registry: Registry) -> list[MeasuredCase]:
         job = resolve_job(case.config, registry)
         cases.append(
             MeasuredCase(
-                name=case.name, model=job.model, parallel=job.parallel, runtime=job.runtime,
+                name=case.name, model=job.model, parallel=job.parallel, runtime=runtime_name(job.runtime),
                 stage_peak_bytes=tuple(peaks), source=measured.source, steps=measured.steps, job=job,
                 where=f"$.cases[{i}]", steps_where=f"$.cases[{i}].measured.steps", hardware_where=f"$.cases[{i}].config.hardware",
             )

@@ -13,10 +13,15 @@ __all__ = ["CP_KINDS", "SCHEDULES", "ParallelSpec"]
 # Context-parallel exchanges: ring (p2p) or all-to-all over heads (a2a).
 CP_KINDS = ("p2p", "a2a")
 
-# Pipeline schedules the stage planner prices (Megatron-LM's names in brackets):
-# ``1f1b`` (non-interleaved one-forward-one-backward, PipeDream-Flush) and
-# ``interleaved_1f1b`` (virtual pipeline stages, Narayanan et al. 2021).
-SCHEDULES = ("1f1b", "interleaved_1f1b")
+# The built-in pipeline schedules (plugins of the hp_schedules hook, hp_plugins/schedules;
+# docs/schedules.md). A layout may name any schedule a plugin provides: the name is
+# checked against the registry where the run is prepared.
+SCHEDULES = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1", "zb_h2", "zb_v", "dualpipe", "dualpipev")
+
+
+def _schedule_name(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ValueError(f"schedule must be a schedule's name (see 'hp plugins'), got {value!r}")
 
 
 def _layers_per_stage(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -56,12 +61,15 @@ class ParallelSpec:
         global_batch_size: Sequences per optimizer step. ``None`` means the
             fewest micro-batches per data-parallel rank with which every stage
             reaches its full in-flight count, so the memory peak is the
-            steady-state one: ``pp`` for 1F1B, ``2 * pp`` for interleaved 1F1B
+            steady-state one, as the schedule states it
+            (``Schedule.default_micro_batches``; resolved where the run is
+            prepared): ``pp`` for 1F1B, ``2 * pp`` for interleaved 1F1B
             (whose first stage keeps ``pp * vpp + pp - 1`` chunk-micro-batches
             and needs a multiple of ``pp``); times ``micro_batch_size * dp``.
         seq_len: Tokens per sequence.
-        schedule: One of :data:`SCHEDULES`; ``None`` picks ``1f1b`` for
-            ``vpp == 1`` and ``interleaved_1f1b`` otherwise.
+        schedule: A pipeline schedule's name (the built-ins are
+            :data:`SCHEDULES`; a plugin may add more); ``None`` picks ``1f1b``
+            for ``vpp == 1`` and ``interleaved_1f1b`` otherwise.
         layers_per_stage: Explicit body-layer counts, one per pipeline chunk
             in chunk order (chunk ``c`` runs on stage ``c % pp``); ``None`` splits evenly.
     """
@@ -80,7 +88,7 @@ class ParallelSpec:
     micro_batch_size: int = attrs.field(default=1, validator=positive_int)
     global_batch_size: int | None = attrs.field(default=None, validator=optional(positive_int))
     seq_len: int = attrs.field(validator=positive_int)
-    schedule: str | None = attrs.field(default=None, validator=optional(attrs.validators.in_(SCHEDULES)))
+    schedule: str | None = attrs.field(default=None, validator=_schedule_name)
     layers_per_stage: tuple[int, ...] | None = attrs.field(
         default=None, converter=lambda v: tuple(v) if isinstance(v, list) else v, validator=_layers_per_stage
     )
@@ -107,7 +115,8 @@ class ParallelSpec:
 
     @property
     def resolved_global_batch_size(self) -> int:
+        """The global batch size; where none is stated, 1F1B's or interleaved 1F1B's default (``prepare`` asks the schedule)."""
         if self.global_batch_size is not None:
             return self.global_batch_size
-        micro_batches = self.pp if self.resolved_schedule == "1f1b" else 2 * self.pp
+        micro_batches = self.pp if self.vpp == 1 else 2 * self.pp
         return self.micro_batch_size * self.dp * micro_batches

@@ -12,11 +12,27 @@ trainer-specific profile states those. Timing: :data:`hp_plugins.runtimes.timing
 from __future__ import annotations
 
 from hp_core.markers import hookimpl
+from hp_core.runtime_options import field_option, trait_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
 from hp_plugins.runtimes.timing_profiles import GENERIC
 
 __all__ = ["hp_runtimes"]
+
+
+# The model math states no fused kernel; a run on a trainer that fuses states it (docs/runtimes.md).
+OPTIONS = (
+    trait_option("cross_entropy_fusion", "fused_cross_entropy", default=False,
+                 description="the loss keeps the logits in the compute dtype, overwritten by their gradient, instead of "
+                             "an fp32 softmax (a fused cross-entropy kernel)",
+                 source="Transformer Engine transformer_engine/pytorch/cross_entropy.py parallel_cross_entropy"),
+    trait_option("swiglu_fusion", "fused_swiglu", default=False,
+                 description="the gated MLP's activation keeps only its input (a fused SwiGLU kernel)",
+                 source="Megatron-LM megatron/core/fusions/fused_bias_swiglu.py"),
+    field_option("vocab_pad_multiple", "vocab_pad_multiple", "int", default=1, minimum=1,
+                 description="the vocabulary is padded to a multiple of this times tp",
+                 source="Megatron-LM megatron/training/tokenizer/tokenizer.py _vocab_size_with_padding"),
+)
 
 
 @hookimpl
@@ -29,5 +45,6 @@ def hp_runtimes():
         vocab_pad_multiple=1,
         overhead_bytes=0,
         timing=GENERIC,
+        options=OPTIONS,
         description="model math only: bf16/fp32 mixed-precision AdamW, ZeRO-1, flash attention, no trainer overheads",
     )

@@ -16,6 +16,7 @@ backward working set).
 from __future__ import annotations
 
 from hp_core.markers import hookimpl
+from hp_core.runtime_options import field_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
 from hp_plugins.runtimes.timing_profiles import GENERIC
@@ -34,6 +35,14 @@ def hp_runtimes():
         overhead_bytes=0,
         deferred_grad_reduction=True,
         timing=GENERIC,
+        options=(
+            field_option(
+                "deferred_grad_reduction", "deferred_grad_reduction", "bool", default=True,
+                description="gradients accumulate unsharded over the step and are reduce-scattered once after the last "
+                            "backward (a second peak point); false: reduced after each micro-batch's backward",
+                source="HyperParallel hyper_parallel/auto_parallel/sapp_nd/recompute/profile.py Cost.first_working",
+            ),
+        ),
         description="HyperParallel: resharding FSDP with deferred gradient reduction (a second peak at the last backward)",
         zero_levels=(1, 2, 3),  # its ZeRO 1-3 sharding levels
     )

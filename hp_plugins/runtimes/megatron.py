@@ -35,7 +35,10 @@ What it holds, and where that comes from (Megatron-LM at core 0.14, Transformer 
 
 from __future__ import annotations
 
+import attrs
+
 from hp_core.markers import hookimpl
+from hp_core.runtime_options import RuntimeOption, field_option, trait_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
 from hp_plugins.runtimes.timing_profiles import MEGATRON_TE
@@ -43,6 +46,61 @@ from hp_plugins.runtimes.timing_profiles import MEGATRON_TE
 __all__ = ["hp_runtimes"]
 
 _TE_WORKSPACE_BYTES = 32 * 2**20 + 1024
+
+
+_ARGS = "Megatron-LM megatron/training/arguments.py"
+
+
+def _attention_backend(runtime: Runtime, value: str) -> Runtime:
+    """``--attention-backend``: flash, fused and auto run a flash-style kernel (the ``flash`` attention
+    implementation); ``unfused`` runs Transformer Engine's ``UnfusedDotProductAttention``, which keeps the
+    scores' softmax in the compute dtype (bf16) and repeats the key and value heads to every query head
+    (``eager`` with 2-byte probabilities)."""
+    if value == "unfused":
+        return attrs.evolve(runtime, attention="eager", precision=attrs.evolve(runtime.precision, softmax_bytes=2))
+    return attrs.evolve(runtime, attention="flash")
+
+
+OPTIONS = (
+    trait_option(
+        "cross_entropy_fusion", "fused_cross_entropy", default=True,
+        description="--cross-entropy-loss-fusion (--cross-entropy-fusion-impl te): the loss keeps the bf16 logits, "
+                    "overwritten by their gradient; false: Megatron's vocab_parallel_cross_entropy keeps an fp32 softmax",
+        source=f"{_ARGS} --cross-entropy-loss-fusion; transformer_engine/pytorch/cross_entropy.py; "
+               "megatron/core/tensor_parallel/cross_entropy.py",
+    ),
+    RuntimeOption(
+        "attention_backend", "choice", "auto",
+        "--attention-backend: auto, flash and fused keep q, k, v, the output and fp32 softmax statistics; unfused keeps "
+        "the bf16 probabilities of every head (key and value heads repeated to the query heads)",
+        f"{_ARGS} --attention-backend (megatron/core/transformer/enums.py AttnBackend); Transformer Engine "
+        "attention/dot_product_attention/backends.py UnfusedDotProductAttention.forward",
+        _attention_backend, choices=("auto", "flash", "fused", "unfused"),
+    ),
+    trait_option(
+        "swiglu_fusion", "fused_swiglu", default=True,
+        description="--bias-swiglu-fusion (default on; --no-bias-swiglu-fusion turns it off): the SwiGLU keeps only its "
+                    "input; false: it keeps the gate and up outputs, the activation's output and the product",
+        source=f"{_ARGS} --no-bias-swiglu-fusion; megatron/core/fusions/fused_bias_swiglu.py",
+    ),
+    trait_option(
+        "moe_permute_fusion", "moe_fused_permute", default=True,
+        description="--moe-permute-fusion: TE's fused moe_permute keeps an int32 row map of [tokens, 2 * experts + 1]; "
+                    "false: Megatron's unfused permute, priced as keeping no row map",
+        source=f"{_ARGS} --moe-permute-fusion; transformer_engine/pytorch/permutation.py moe_permute",
+    ),
+    field_option(
+        "gradient_accumulation_fusion", "dummy_weight_gradients", "bool", default=True,
+        description="gradient accumulation fusion (on unless --no-gradient-accumulation-fusion): TE accumulates weight "
+                    "gradients into the fp32 buffer and keeps one bf16 dummy weight gradient per distinct weight shape",
+        source=f"{_ARGS} --no-gradient-accumulation-fusion; transformer_engine/pytorch/module/base.py get_dummy_wgrad",
+    ),
+    field_option(
+        "make_vocab_size_divisible_by", "vocab_pad_multiple", "int", default=128, minimum=1,
+        description="--make-vocab-size-divisible-by: the vocabulary is padded to a multiple of this times tp",
+        source=f"{_ARGS} --make-vocab-size-divisible-by; megatron/training/tokenizer/tokenizer.py _vocab_size_with_padding",
+    ),
+)
 
 
 @hookimpl
@@ -80,4 +138,5 @@ def hp_runtimes():
             "attention/SwiGLU/cross-entropy, vocab padded to 128*tp"
         ),
         zero_levels=(0, 1),  # without and with --use-distributed-optimizer
+        options=OPTIONS,
     )

@@ -18,6 +18,7 @@ from hp_core.hookspecs import HOOKS
 from hp_core.manager import BLOCK_ENV, DEFAULT_PLUGINS, ENTRY_POINT_GROUP, get_plugin_manager
 from hp_core.markers import hookimpl
 from hp_core.registry import Registry
+from hp_core.schedules import Schedule
 from hp_core.errors import ConfigError
 from hp_core.models import model_from_config
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, PrecisionSpec
@@ -111,6 +112,13 @@ def _layer_aspect(name: str) -> LayerAspect:
                        evaluate=lambda config, context, cost: cost.activations, description="the kind's own terms")
 
 
+def _schedule(name: str) -> Schedule:
+    """GPipe's figures for equal stages: every micro-batch kept, (m + p - 1) t."""
+    return Schedule(name=name, in_flight=lambda layout, stage: (layout.micro_batches,),
+                    pipeline_seconds=lambda layout, stages: (layout.micro_batches + layout.pp - 1) * stages[0].seconds,
+                    default_micro_batches=lambda pp, vpp: pp, description="all forwards first")
+
+
 # One factory per hook: a new hook in HOOKS without a factory fails
 # test_every_hook_has_a_test below, so every hook stays exercised.
 RECORD_FACTORIES = {
@@ -124,6 +132,7 @@ RECORD_FACTORIES = {
     "hp_case_formats": _case_format,
     "hp_layer_aspects": _layer_aspect,
     "hp_optimizers": _optimizer,
+    "hp_schedules": _schedule,
 }
 
 # How a registry looks a record up by name, per hook.
@@ -137,6 +146,7 @@ LOOKUPS = {
     "hp_model_formats": Registry.model_format,
     "hp_case_formats": Registry.case_format,
     "hp_layer_aspects": Registry.layer_aspect,
+    "hp_schedules": Registry.schedule,
     "hp_optimizers": Registry.optimizer,
 }
 

@@ -19,6 +19,9 @@ from hp_core.specs import ParallelSpec, PrecisionSpec, Setting
 from hp_core.engine.stage import PlacedLayer, StageInputs, plan_stage
 from hp_core.costs import ActivationTerm, LayerCost, ParamCount
 from hp_plugins.optimizers.adam import hp_optimizers as adam_optimizers
+from hp_plugins.schedules.classic import hp_schedules as classic_schedules
+
+BUILTIN_SCHEDULES = {s.name: s for s in classic_schedules()}
 
 # AdamW, the built-in plugin's record: the stage planner asks the run's optimizer what it keeps.
 ADAMW = next(o for o in adam_optimizers() if o.name == "adamw")
@@ -71,7 +74,8 @@ def instances(draw):
     zero = draw(st.sampled_from((0, 2)))
     deferred = draw(st.booleans())
     parallel = ParallelSpec(dp=2, pp=pp, vpp=vpp, seq_len=8, schedule=schedule, zero=zero)
-    inputs = StageInputs(parallel, zero, PrecisionSpec(), m, schedule, draw(st.integers(0, 20)), deferred, optimizer=ADAMW)
+    inputs = StageInputs(parallel, zero, PrecisionSpec(), m, BUILTIN_SCHEDULES[schedule], draw(st.integers(0, 20)), deferred,
+                         optimizer=ADAMW)
     groups = draw(st.integers(1, 3))
     costs = [_cost(draw, f"k{g}") for g in range(groups)]
     options = [_options(draw, f"k{g}", costs[g]) for g in range(groups)]
@@ -158,7 +162,7 @@ def _two_layer_stage(limit):
     full = LayerOption(Setting(mode="full"), PlacedLayer.make("k", cost, True, frozenset(), "full"), 3.0)
     layers = [VariableLayer(0, "k", (none, full)), VariableLayer(1, "k", (none, full))]
     parallel = ParallelSpec(seq_len=8, schedule="1f1b")
-    inputs = StageInputs(parallel, 0, PrecisionSpec(), 1, "1f1b", 0, optimizer=ADAMW)
+    inputs = StageInputs(parallel, 0, PrecisionSpec(), 1, BUILTIN_SCHEDULES["1f1b"], 0, optimizer=ADAMW)
     return solve_stage(0, [layers], [range(2)], inputs, limit)
 
 

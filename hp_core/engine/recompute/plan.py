@@ -282,6 +282,7 @@ def plan_run(
     free = solve(restricted=False) if unrestricted else None
     provenance = {
         "runtime": rt.name,
+        "runtime_options": dict(rt.option_values),
         "census": run.layers.census.name,
         "attention": run.attention,
         "hardware": hardware.name,

@@ -225,10 +225,7 @@ def solve_stage(
     Returns:
         The solution; its estimate is :func:`~hp_core.engine.stage.plan_stage`'s own.
     """
-    from hp_core.engine.schedule import in_flight_per_chunk
-
-    parallel = inputs.parallel
-    in_flight = in_flight_per_chunk(index, parallel.pp, parallel.vpp, inputs.micro_batches, inputs.schedule)
+    in_flight = inputs.stage_plan(index)[1]
     variables = [layer for chunk in chunks for layer in chunk if isinstance(layer, VariableLayer)]
     fronts: dict[Any, tuple[LayerOption, ...]] = {}
     for layer in variables:

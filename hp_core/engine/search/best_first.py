@@ -149,7 +149,7 @@ def search(
     hardware: HardwareSpec,
     global_batch_size: int,
     seq_len: int,
-    runtime: str = "generic",
+    runtime: "str | Runtime" = "generic",
     fixed: Mapping[str, int] = {},
     top: int = 10,
     executor: Executor | None = None,
@@ -168,7 +168,8 @@ def search(
         hardware: The device: its memory bounds the plans, its rates price them.
         global_batch_size: Sequences per step.
         seq_len: Tokens per sequence.
-        runtime: The runtime profile's name (its timing and the recompute it executes).
+        runtime: The runtime profile's name (its timing and the recompute it executes),
+            or the profile with per-run options applied.
         fixed: Degrees held fixed, by name (:data:`FIXABLE`): ``{"tp": 8}``.
         top: How many of the fastest fitting candidates to return.
         executor: Runs the first phase one task per ``(cp, tp)`` and the

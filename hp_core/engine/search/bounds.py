@@ -23,12 +23,13 @@ from hp_core.costs import LayerContext, LayerCost
 from hp_core.engine import census as census_lib
 from hp_core.engine.optimizer import OptimizerLoad, group_states, layer_load, master_bytes, resolve_optimizer
 from hp_core.engine.prepare import EvaluatedLayers, evaluate_layers, layer_context, model_kinds, resolve_runtime
-from hp_core.engine.schedule import in_flight_per_chunk
+from hp_core.engine.schedule import stage_plan
 from hp_core.engine.search.layouts import Layout, _Job, _reason_of
 from hp_core.engine.search.memo import Memo, memo_costs
 from hp_core.engine.stage import PlacedLayer, static_bytes
 from hp_core.engine.timing import LayerPricer, layer_pricer
 from hp_core.errors import ConfigError
+from hp_core.schedules import ScheduleLayout
 
 
 # One pipeline stage's layers as the first phase sees them: (group index, layers of it) pairs and the
@@ -366,8 +367,8 @@ class _Bounder:
         if weights is None:
             if split not in self._chunks:
                 self.compositions(*split)
-            schedule = "1f1b" if layout.vpp == 1 else "interleaved_1f1b"
-            in_flight = in_flight_per_chunk(0, layout.pp, layout.vpp, micro_batches, schedule)
+            schedule = self.job.registry.schedule(layout.schedule)
+            in_flight = stage_plan(schedule, ScheduleLayout(layout.pp, layout.vpp, micro_batches), 0)[1]
             # Layers of each group kept: micro-batches in flight per chunk times its layers there.
             held: dict[int, int] = {}
             for count, chunk in zip(in_flight, self._chunks[split]):

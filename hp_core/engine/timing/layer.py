@@ -40,6 +40,11 @@ class _LayerTime:
         flops: Model FLOPs, forward and backward of the matmuls and the
             attention core as the layer counts them; no recompute.
         recomputed_flops: The FLOPs its recompute re-runs.
+        weight_gradient_seconds: The part of ``backward_seconds`` that is
+            weight-gradient GEMMs, half the GEMM backward (a matmul's
+            weight-gradient GEMM has the FLOPs of its input-gradient one; Qi et
+            al. 2023, "Zero Bubble Pipeline Parallelism", Section 2): what a
+            zero-bubble schedule's W pass runs.
     """
 
     forward_seconds: float
@@ -48,6 +53,7 @@ class _LayerTime:
     communication_seconds: float
     flops: float
     recomputed_flops: float
+    weight_gradient_seconds: float = 0.0
 
 
 def work_of(cost: LayerCost, kind: str) -> LayerWork:
@@ -170,6 +176,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     return _LayerTime(
         forward_seconds=k * forward, backward_seconds=k * backward, recompute_seconds=k * recompute,
         communication_seconds=k * comm, flops=model_flops, recomputed_flops=recomputed_flops,
+        weight_gradient_seconds=k * mm_bwd / 2,
     )
 
 

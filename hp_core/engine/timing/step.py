@@ -14,7 +14,8 @@ import attrs
 from hp_core.engine.optimizer import OptimizerLoad, add_loads, layer_load
 from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.stage import offloaded_bytes
-from hp_core.engine.timing.collectives import collective_seconds, pipeline_seconds
+from hp_core.engine.schedule import pipeline_seconds
+from hp_core.engine.timing.collectives import collective_seconds
 from hp_core.engine.timing.layer import _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
 from hp_core.engine.timing.results import StageTime, StepTime
@@ -23,6 +24,7 @@ from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.specs.timing import TimingProfile
 from hp_core.costs import LayerCost
+from hp_core.schedules import ScheduleLayout, StagePasses
 from hp_core.types import Optimizer
 
 __all__ = ["time_run"]
@@ -182,12 +184,22 @@ def time_run(
     chunks = parallel.chunks
     stages: list[StageTime] = []
     recomputed_flops_per_stage: list[float] = []
+    weight_seconds: list[float] = []
     bounds = run.chunk_bounds
+    schedule = run.schedule
+    # A chunk sends to its neighbour chunks where they run on another stage (DualPipeV's
+    # turn at the last stage sends nothing); under model copies a micro-batch runs one of
+    # a stage's copies, so its time per micro-batch is the mean over them.
+    copies = schedule.model_copies
+    runs_on = [set() for _ in range(chunks)]
     for stage in range(parallel.pp):
-        fwd = bwd = rec = comm = flops = rflops = 0.0
+        for c in run.stage_chunks(stage):
+            runs_on[c].add(stage)
+    for stage in range(parallel.pp):
+        fwd = bwd = rec = comm = flops = rflops = wgrad = 0.0
         held: dict[int, int] = {}
         sends = 0
-        for c in range(stage, chunks, parallel.pp):
+        for c in run.stage_chunks(stage):
             lo, hi = bounds[c]
             layers = body[lo:hi]
             groups = run.body_group[lo:hi]
@@ -207,8 +219,11 @@ def time_run(
                 comm += n * t.communication_seconds
                 flops += n * t.flops
                 rflops += n * t.recomputed_flops
-            sends += (c != chunks - 1) + (c != 0)
+                wgrad += n * t.weight_gradient_seconds
+            sends += (c != chunks - 1 and stage not in runs_on[c + 1]) + (c != 0 and stage not in runs_on[c - 1])
         comm += sends * send
+        if copies > 1:
+            fwd, bwd, rec, comm, flops, rflops, wgrad = (x / copies for x in (fwd, bwd, rec, comm, flops, rflops, wgrad))
         # Stages holding the same layers (the middle stages of a pipeline) count them once.
         composition = tuple(sorted(held.items()))
         found = stage_cache.get(composition)
@@ -256,9 +271,10 @@ def time_run(
             opt += (matmul / (peak * rates.matmul) + elementwise * rates.el_bytes_per_flop / memory) * rates.slowdown
         stages.append(StageTime(stage, fwd, bwd, rec, comm, fwd + bwd + rec + comm, dp, opt, flops))
         recomputed_flops_per_stage.append(rflops)
+        weight_seconds.append(wgrad)
 
-    per_mb = [s.micro_batch_seconds for s in stages]
-    pipe = pipeline_seconds(per_mb, micro_batches, parallel.vpp)
+    passes = tuple(StagePasses(s.micro_batch_seconds, w) for s, w in zip(stages, weight_seconds))
+    pipe = pipeline_seconds(schedule, ScheduleLayout(parallel.pp, parallel.vpp, micro_batches), passes)
     slow = max(stages, key=lambda s: s.micro_batch_seconds)
     tail = max(stages, key=lambda s: s.data_parallel_seconds + s.optimizer_seconds)
     step = pipe + tail.data_parallel_seconds + tail.optimizer_seconds
@@ -278,6 +294,7 @@ def time_run(
         "all_reduce_algorithm": timing.all_reduce_algorithm,
         "cp_kind": cp_algorithm,
         "sustained_slowdown": rates.slowdown,
+        "schedule": schedule.name,
     }
     return StepTime(
         step_seconds=step,

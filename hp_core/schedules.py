@@ -1,0 +1,154 @@
+"""Pipeline schedules as records: what the ``hp_schedules`` hook yields.
+
+A :class:`Schedule` states, for a layout (:class:`ScheduleLayout`: ``pp``,
+``vpp``, micro-batches per step) and a stage index:
+
+* which pipeline chunks the stage runs (:attr:`Schedule.stage_chunks`): the
+  body is split into ``pp * vpp`` chunks; a chunk may run on two ranks
+  (DualPipe's two model copies, :attr:`Schedule.model_copies`);
+* how many micro-batches each of its chunks keeps at the stage's peak point
+  (:attr:`Schedule.in_flight`): a micro-batch is kept from its forward until
+  its last backward pass on that chunk (the weight-gradient pass where the
+  backward is split, Qi et al. 2023, Section 2: its inputs stay alive until W);
+* which passes it runs (:attr:`Schedule.passes`) and what each keeps;
+* how long the pipeline takes for given per-stage times
+  (:attr:`Schedule.pipeline_seconds`), which prices its bubble.
+
+The built-ins are in ``hp_plugins/schedules`` (docs/schedules.md); a third
+party yields its own through the same hook.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Mapping
+
+import attrs
+
+from hp_core.costs import _non_negative_number
+
+__all__ = ["PASS_NAMES", "Pass", "Schedule", "ScheduleLayout", "StagePasses", "interleaved_chunks"]
+
+# The passes a schedule may run per micro-batch and chunk: a forward, a whole
+# backward, or the backward split into its input-gradient (B) and weight-gradient (W) passes.
+PASS_NAMES = ("forward", "backward", "input_gradient", "weight_gradient")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")  # "1f1b" starts with a digit
+
+
+def _check_name(instance: Any, attribute: attrs.Attribute, value: str) -> None:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a lower-case name "
+                         f"(letters, digits, '_', '-', '.'), got {value!r}")
+
+
+def _positive(instance: Any, attribute: attrs.Attribute, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a positive integer, got {value!r}")
+
+
+@attrs.frozen
+class ScheduleLayout:
+    """What a schedule is asked about: the pipeline's shape.
+
+    Attributes:
+        pp: Pipeline ranks (stages) ``p``.
+        vpp: Chunks per stage ``v`` as the layout states it (``pp * vpp``
+            chunks in all).
+        micro_batches: Micro-batches per step ``m`` (per data-parallel rank).
+    """
+
+    pp: int = attrs.field(validator=_positive)
+    vpp: int = attrs.field(validator=_positive)
+    micro_batches: int = attrs.field(validator=_positive)
+
+
+@attrs.frozen
+class Pass:
+    """One pass a schedule runs per micro-batch and chunk.
+
+    Attributes:
+        name: One of :data:`PASS_NAMES`.
+        keeps: What it leaves alive, in words (shown by ``hp plugins``).
+    """
+
+    name: str = attrs.field(validator=attrs.validators.in_(PASS_NAMES))
+    keeps: str = ""
+
+
+@attrs.frozen
+class StagePasses:
+    """One stage's (rank's) time per micro-batch, as a schedule prices its pipeline.
+
+    Attributes:
+        seconds: Everything the stage runs per micro-batch: forward, backward
+            (weight gradients included), recompute and exposed communication.
+            Under :attr:`Schedule.model_copies` ``> 1`` a micro-batch runs one
+            of the rank's copies, so it is the mean over them.
+        weight_gradient_seconds: The part of *seconds* that is weight-gradient
+            GEMMs (the W pass a zero-bubble schedule defers).
+    """
+
+    seconds: float = attrs.field(validator=_non_negative_number)
+    weight_gradient_seconds: float = attrs.field(default=0.0, validator=_non_negative_number)
+
+
+def interleaved_chunks(layout: ScheduleLayout, stage: int) -> tuple[int, ...]:
+    """Megatron-Core's assignment: stage ``i`` runs chunks ``i, i + p, ..., i + (v - 1) p``."""
+    return tuple(stage + k * layout.pp for k in range(layout.vpp))
+
+
+def _forward_backward() -> tuple[Pass, ...]:
+    return (Pass("forward", "the activations its backward reads"), Pass("backward", "nothing: frees the micro-batch"))
+
+
+@attrs.frozen
+class Schedule:
+    """A pipeline schedule (the ``hp_schedules`` hook; docs/hooks/hp_schedules.md).
+
+    Attributes:
+        name: Unique name (``--schedule NAME``).
+        in_flight: ``in_flight(layout, stage) -> tuple[int, ...]``: per chunk
+            of :attr:`stage_chunks` (same order), the micro-batches it keeps
+            at the stage's activation peak (forward done, last backward pass
+            not yet).
+        pipeline_seconds: ``pipeline_seconds(layout, stages) -> float``: the
+            time from the first forward to the last backward pass of a step,
+            given one :class:`StagePasses` per stage; the bubble is this less
+            ``micro_batches`` times the slowest stage's ``seconds``.
+        default_micro_batches: ``default_micro_batches(pp, vpp) -> int``:
+            micro-batches per step when the run states no global batch size
+            (the fewest with which every stage reaches its full in-flight count).
+        stage_chunks: ``stage_chunks(layout, stage) -> tuple[int, ...]``: the
+            chunks the stage runs, the one whose backward it runs first last.
+        check: ``check(layout) -> None``, raising
+            :class:`hp_core.errors.ConfigError` (path ``$.parallel.schedule``,
+            ``$.parallel.vpp`` or ``$.parallel.global_batch_size``) for a
+            layout the schedule cannot run; ``None`` accepts every layout.
+        passes: The passes it runs per micro-batch and chunk.
+        model_copies: How many copies of the model the pipeline holds: 2 for
+            DualPipe (every chunk runs on two ranks, each for half the
+            micro-batches, so its parameters, gradients and optimizer states
+            are held twice).
+        trainer_names: Per exporter name, the trainer's own name for this
+            schedule (torchtitan ``pipeline_parallel_schedule``); an exporter
+            whose trainer is not listed refuses a plan with this schedule.
+        source: Where its memory and bubble formulas come from.
+        description: One line for ``hp plugins``.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    in_flight: Callable[[ScheduleLayout, int], tuple[int, ...]]
+    pipeline_seconds: Callable[[ScheduleLayout, tuple[StagePasses, ...]], float]
+    default_micro_batches: Callable[[int, int], int]
+    stage_chunks: Callable[[ScheduleLayout, int], tuple[int, ...]] = interleaved_chunks
+    check: Callable[[ScheduleLayout], None] | None = None
+    passes: tuple[Pass, ...] = attrs.field(factory=_forward_backward, converter=tuple)
+    model_copies: int = attrs.field(default=1, validator=_positive)
+    trainer_names: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+    source: str = ""
+    description: str = ""
+
+    @property
+    def splits_backward(self) -> bool:
+        """Whether the backward runs as separate input-gradient and weight-gradient passes."""
+        return any(p.name == "weight_gradient" for p in self.passes)

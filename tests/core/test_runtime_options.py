@@ -1,0 +1,209 @@
+"""Per-run runtime options: defaults change nothing, each option flips exactly the terms it names,
+every command honours them, bad names and values get the one-line error."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import attrs
+import pytest
+
+from hp_core.api import apply_options, estimate, model_from_preset, plan_recompute, step_time
+from hp_core.errors import ConfigError
+from hp_core.runtime_options import RuntimeOption, field_option, option_summary, parse_assignments, trait_option
+from hp_core.specs import ParallelSpec
+
+from cli_run import run
+
+# Llama-3-8B on tp=2 with SP, 8k tokens, one micro-batch in flight (pp=1): the figures below are per rank.
+T, TP, A, G, D, H, FFN, LAYERS = 8192, 2, 32, 8, 128, 4096, 14336, 32
+PADDED_VOCAB = 128256  # already a multiple of 128 * tp = 256
+
+
+@pytest.fixture
+def llama(registry):
+    return model_from_preset("llama3-8b", registry)
+
+
+def _stage(registry, model, runtime, **extra):
+    parallel = ParallelSpec(dp=1, tp=TP, sp=True, seq_len=T, **extra)
+    (stage,) = estimate(model, parallel, registry=registry, runtime=runtime).stages
+    return stage
+
+
+@pytest.mark.parametrize("name", ["generic", "megatron", "fsdp2", "hyperparallel"])
+def test_every_option_at_its_default_leaves_the_profile_as_registered(registry, name):
+    profile = registry.runtime(name)
+    defaults = {option.name: option.default for option in profile.options}
+    applied = apply_options(profile, defaults)
+    assert attrs.evolve(applied, option_values={}) == profile
+    assert dict(applied.option_values) == defaults
+    assert apply_options(profile, {}) is profile
+
+
+def test_megatron_lists_its_options(registry):
+    names = [option.name for option in registry.runtime("megatron").options]
+    assert names == ["cross_entropy_fusion", "attention_backend", "swiglu_fusion", "moe_permute_fusion",
+                     "gradient_accumulation_fusion", "make_vocab_size_divisible_by"]
+    assert all(option.source and option.description for option in registry.runtime("megatron").options)
+
+
+def test_unfused_cross_entropy_keeps_an_fp32_softmax_instead_of_the_bf16_logits(registry, llama):
+    megatron = registry.runtime("megatron")
+    fused = _stage(registry, llama, megatron)
+    unfused = _stage(registry, llama, apply_options(megatron, {"cross_entropy_fusion": False}))
+    # Output layer: fp32 softmax over this rank's vocabulary shard instead of the bf16 logits: 2 more bytes per element.
+    assert unfused.activations_by_kind["output"] - fused.activations_by_kind["output"] == T * (PADDED_VOCAB // TP) * (4 - 2)
+    assert unfused.activations_by_kind["dense"] == fused.activations_by_kind["dense"]
+    assert unfused.memory.parameters_bytes == fused.memory.parameters_bytes
+
+
+def test_unfused_attention_keeps_bf16_probabilities_and_repeated_kv_heads(registry, llama):
+    megatron = registry.runtime("megatron")
+    fused = _stage(registry, llama, megatron)
+    unfused_rt = apply_options(megatron, {"attention_backend": "unfused"})
+    assert (unfused_rt.attention, unfused_rt.precision.softmax_bytes) == ("eager", 2)
+    unfused = _stage(registry, llama, unfused_rt)
+    per_layer = (
+        T * (A - G) * D * 2 // TP  # k repeated from g to a heads
+        + T * (A - G) * D * 2 // TP  # v likewise
+        + (A // TP) * T * T * 2  # the bf16 probabilities (no fp32 copy, no dropout: attention_dropout 0)
+        - T * (A // TP) * 4  # no flash log-sum-exp statistics
+    )
+    assert unfused.activations_by_kind["dense"] - fused.activations_by_kind["dense"] == LAYERS * per_layer
+    assert unfused.activations_by_kind["output"] == fused.activations_by_kind["output"]
+
+
+def test_unfused_swiglu_keeps_one_more_intermediate_tensor(registry, llama):
+    megatron = registry.runtime("megatron")
+    fused = _stage(registry, llama, megatron)
+    unfused = _stage(registry, llama, apply_options(megatron, {"swiglu_fusion": False}))
+    # gate, up, act and product (4 x wide) instead of fc1 output (2 x wide) and product (1 x wide)
+    assert unfused.activations_by_kind["dense"] - fused.activations_by_kind["dense"] == LAYERS * T * (FFN // TP) * 2
+
+
+def test_vocab_padding_option_pads_to_its_multiple_times_tp(registry, llama):
+    megatron = registry.runtime("megatron")
+    padded = apply_options(megatron, {"make_vocab_size_divisible_by": "1000"})
+    assert padded.vocab_pad_multiple == 1000
+    base, wide = _stage(registry, llama, megatron), _stage(registry, llama, padded)
+    # 128256 padded to a multiple of 2000: 130000; embedding and head each hold (130000 - 128256) / tp more rows.
+    assert wide.parameters_by_kind["embedding"] - base.parameters_by_kind["embedding"] == (130000 - PADDED_VOCAB) // TP * H
+
+
+def test_gradient_accumulation_fusion_off_drops_the_dummy_weight_gradients(registry, llama):
+    megatron = registry.runtime("megatron")
+    off = apply_options(megatron, {"gradient_accumulation_fusion": False})
+    assert off.dummy_weight_gradients is False and megatron.dummy_weight_gradients is True
+    with_dummy, without = _stage(registry, llama, megatron), _stage(registry, llama, off)
+    assert without.peak_bytes < with_dummy.peak_bytes
+    assert without.activations_by_kind == with_dummy.activations_by_kind
+
+
+def test_permute_fusion_off_drops_the_row_map(registry):
+    model = model_from_preset("mixtral-8x7b", registry).with_body_layers(2, registry.kinds_placed("body"))
+    megatron = registry.runtime("megatron")
+    parallel = ParallelSpec(dp=1, ep=1, tp=1, seq_len=1024)
+    (fused,) = estimate(model, parallel, registry=registry, runtime=megatron).stages
+    (plain,) = estimate(model, parallel, registry=registry,
+                        runtime=apply_options(megatron, {"moe_permute_fusion": False})).stages
+    experts = 8
+    # int32 row map of [tokens, 2E + 1] per MoE layer (Transformer Engine moe_permute), two layers.
+    assert fused.activations_by_kind["moe"] - plain.activations_by_kind["moe"] == 2 * 1024 * (2 * experts + 1) * 4
+
+
+def test_options_reach_the_step_time_and_the_planner(registry, llama):
+    megatron = registry.runtime("megatron")
+    unfused = apply_options(megatron, {"attention_backend": "unfused"})
+    parallel = ParallelSpec(dp=1, tp=TP, sp=True, seq_len=T)
+    hardware = registry.hardware_preset("h100-sxm").spec
+    flash_time = step_time(llama, parallel, registry=registry, runtime=megatron, hardware=hardware)
+    eager_time = step_time(llama, parallel, registry=registry, runtime=unfused, hardware=hardware)
+    assert eager_time.step_seconds != flash_time.step_seconds
+    plan = plan_recompute(llama, parallel, registry=registry, runtime=unfused, hardware=hardware)
+    assert plan.provenance["runtime_options"] == {"attention_backend": "unfused"}
+    assert plan.runtime == "megatron"
+
+
+def test_values_parse_by_type_and_refuse_with_the_field_path(registry):
+    megatron = registry.runtime("megatron")
+    assert apply_options(megatron, {"cross_entropy_fusion": "off"}).option_values == {"cross_entropy_fusion": False}
+    with pytest.raises(ConfigError, match=r"^\$\.runtime\.options\.cross_entropy_fusion: expected true or false"):
+        apply_options(megatron, {"cross_entropy_fusion": "maybe"})
+    with pytest.raises(ConfigError, match=r"make_vocab_size_divisible_by: expected at least 1"):
+        apply_options(megatron, {"make_vocab_size_divisible_by": 0})
+    with pytest.raises(ConfigError, match=r"make_vocab_size_divisible_by: expected an integer"):
+        apply_options(megatron, {"make_vocab_size_divisible_by": 1.5})
+    with pytest.raises(ConfigError, match=r"no option 'fused_ce'; its options: cross_entropy_fusion, attention_backend"):
+        apply_options(megatron, {"fused_ce": True})
+    assert parse_assignments(["a=1", "b-c = x", "a=2"]) == {"a": "2", "b_c": "x"}
+    with pytest.raises(ConfigError, match="NAME=VALUE"):
+        parse_assignments(["novalue"])
+
+
+def test_option_records_check_themselves():
+    with pytest.raises(ValueError, match="lists its choices"):
+        RuntimeOption("x", "choice", "a", "d", "s", lambda r, v: r)
+    with pytest.raises(ConfigError):
+        field_option("x", "zero", "int", default="a", description="d", source="s")
+    option = trait_option("fused", "fused_swiglu", default=False, description="d", source="s")
+    assert pickle.loads(pickle.dumps(option)).name == "fused"  # a search ships it to worker processes
+
+
+def test_the_command_line_and_the_config_file_set_the_same_options(capsys, tmp_path):
+    argv = ["--model", "llama3-8b", "--tp", "2", "--sp", "--dp", "1", "--seq-len", "4096", "--runtime", "megatron"]
+    status, out, _ = run(capsys, "estimate", *argv, "--runtime-option", "cross_entropy_fusion=false",
+                         "--runtime-option", "attention_backend=unfused", "--json")
+    assert status == 0
+    flags = json.loads(out)
+    assert flags["provenance"]["runtime_options"] == {"cross_entropy_fusion": False, "attention_backend": "unfused"}
+    assert flags["provenance"]["attention"] == "eager"
+    config = tmp_path / "job.yaml"
+    config.write_text("model: llama3-8b\nparallel: {dp: 1, tp: 2, sp: true, seq_len: 4096}\n"
+                      "runtime: {name: megatron, options: {cross_entropy_fusion: false, attention_backend: unfused}}\n")
+    status, out, _ = run(capsys, "estimate", config, "--json")
+    assert status == 0 and json.loads(out)["stages"] == flags["stages"]
+    # A flag overrides the file's option by name; the others stay.
+    status, out, _ = run(capsys, "estimate", config, "--runtime-option", "attention_backend=flash", "--json")
+    doc = json.loads(out)
+    assert doc["provenance"]["runtime_options"] == {"cross_entropy_fusion": False, "attention_backend": "flash"}
+    status, out, _ = run(capsys, "estimate", config)
+    assert "runtime megatron (cross_entropy_fusion=false, attention_backend=unfused)" in " ".join(out.split())
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{name: megatron, options: {cross_entropy_fusion: maybe}}",
+     "$.runtime.options.cross_entropy_fusion: expected true or false, got 'maybe'"),
+    ("{name: megatron, options: {nope: 1}}", "$.runtime.options.nope: runtime megatron has no option 'nope'"),
+    ("{name: megatron, opts: {}}", "$.runtime: unknown keys ['opts']"),
+    ("{name: megatron, options: [a]}", "$.runtime.options: expected a mapping of option names to values"),
+])
+def test_bad_runtime_options_in_a_file_are_one_line_errors(capsys, tmp_path, text, message):
+    config = tmp_path / "job.yaml"
+    config.write_text(f"model: llama3-8b\nparallel: {{dp: 1, tp: 2, seq_len: 1024}}\nruntime: {text}\n")
+    status, out, err = run(capsys, "estimate", config)
+    assert status == 2 and out == ""
+    assert err.startswith(f"hp estimate: error: {message}") and err.count("\n") == 1
+
+
+def test_recompute_potentials_and_search_take_runtime_options(capsys):
+    job = ["--model", "llama3-8b", "--num-layers", "2", "--tp", "2", "--dp", "1", "--seq-len", "2048",
+           "--runtime", "megatron", "--runtime-option", "cross_entropy_fusion=false", "--hardware", "h100-sxm"]
+    status, out, _ = run(capsys, "recompute", *job, "--json")
+    assert status == 0 and json.loads(out)["provenance"]["runtime_options"] == {"cross_entropy_fusion": False}
+    status, out, _ = run(capsys, "potentials", *job, "--steps", "1")
+    assert status == 0 and "runtime megatron (cross_entropy_fusion=false)" in " ".join(out.split())
+    status, out, err = run(capsys, "search", "--model", "llama3-8b", "--num-layers", "2", "--devices", "2",
+                           "--hardware", "h100-sxm", "--runtime", "megatron", "--runtime-option", "swiglu_fusion=maybe")
+    assert status == 2 and "$.runtime.options.swiglu_fusion: expected true or false" in err
+    status, out, _ = run(capsys, "search", "--model", "llama3-8b", "--num-layers", "2", "--devices", "2",
+                         "--global-batch-size", "8", "--seq-len", "1024", "--hardware", "h100-sxm", "--runtime",
+                         "megatron", "--runtime-option", "swiglu_fusion=false", "--top", "1")
+    assert status == 0 and "runtime megatron (swiglu_fusion=false)" in " ".join(out.split())
+
+
+def test_option_summary_names_what_was_set(registry):
+    assert option_summary(registry.runtime("megatron")) == ""
+    rt = apply_options(registry.runtime("megatron"), {"swiglu_fusion": False, "cross_entropy_fusion": "true"})
+    assert option_summary(rt) == "swiglu_fusion=false, cross_entropy_fusion=true"

@@ -1,0 +1,173 @@
+"""A small discrete-event simulation of pipeline schedules, to check the built-in schedules' closed forms.
+
+Each schedule is written here as what every rank runs, in order: a list of
+*ops*, each a tuple of *parts* run together (DualPipe overlaps a forward and a
+backward of two micro-batches in one op). A part is ``(pass, direction,
+micro_batch, position)``: ``pass`` is ``"F"`` (forward), ``"B"`` (input
+gradient only, the weight gradient deferred to a ``"W"`` part) or ``"BW"`` (the
+whole backward); ``position`` is the chunk's place on the micro-batch's path
+through the pipeline (``paths[direction][position] = (rank, chunk)``).
+
+The orders follow the published schedules: GPipe (Huang et al. 2019), 1F1B
+and interleaved 1F1B (Narayanan et al. 2021; Megatron-LM ``schedules.py``:
+warm-up counts and the chunk of forward ``k``), ZB-H1 and ZB-H2 (Qi et al.
+2023, Section 2, Figure 3: W passes of stage ``i`` delayed by ``i``; ZB-H2's
+``2(p - i) - 1`` warm-up forwards), ZB-V (the same paper, Section 6: two
+chunks per rank in a V), DualPipe and DualPipeV (deepseek-ai/DualPipe
+``dualpipe.py`` and ``dualpipev.py``: the steps of ``DualPipe.step``).
+
+:func:`simulate` runs the ops: a part waits for its micro-batch's previous
+forward (the previous position), a backward for its own forward and the next
+position's backward, a ``W`` for its ``B``; an op starts when its rank is free
+and every part's dependency has finished. Activations: a micro-batch is kept on
+a chunk from its forward's start to the end of its ``BW`` or ``W``; in-flight
+counts depend only on each rank's order, so they are counted by walking it.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import attrs
+
+Part = tuple[str, int, int, int]  # (pass, direction, micro_batch, position)
+Op = tuple[Part, ...]
+
+
+@attrs.frozen
+class Timeline:
+    """What a simulation found.
+
+    Attributes:
+        makespan: From the first op's start to the last op's end.
+        busy: Per rank, the seconds it computes.
+        peaks: Per rank, the micro-batches kept on each of its chunks (in
+            ``rank_chunks`` order) at the first moment its total reaches its maximum.
+    """
+
+    makespan: float
+    busy: tuple[float, ...]
+    peaks: tuple[tuple[int, ...], ...]
+
+
+def simulate(orders: Sequence[Sequence[Op]], paths: dict[int, Sequence[tuple[int, int]]],
+             rank_chunks: Sequence[Sequence[int]], durations: dict[str, float]) -> Timeline:
+    """Run every rank's ops in order (module docstring); raises ``AssertionError`` on a deadlock or a lost part."""
+    durations = dict(durations, BW=durations["B"] + durations["W"])
+    done: dict[tuple[str, int, int, int], float] = {}
+    ranks = len(orders)
+    cursor = [0] * ranks
+    free = [0.0] * ranks
+    busy = [0.0] * ranks
+
+    def ready(part: Part) -> float | None:
+        kind, d, j, s = part
+        needs: list[tuple[str, int, int, int]] = []
+        last = len(paths[d]) - 1
+        if kind == "F":
+            if s > 0:
+                needs.append(("F", d, j, s - 1))
+        elif kind in ("B", "BW"):
+            needs.append(("F", d, j, s))
+            if s < last:
+                needs.append(("B", d, j, s + 1))
+        else:
+            needs.append(("B", d, j, s))
+        times = [done.get(n) for n in needs]
+        if any(t is None for t in times):
+            return None
+        return max(times, default=0.0)
+
+    left = sum(len(o) for o in orders)
+    while left:
+        progressed = False
+        for r in range(ranks):
+            while cursor[r] < len(orders[r]):
+                op = orders[r][cursor[r]]
+                starts = [ready(part) for part in op]
+                if any(t is None for t in starts):
+                    break
+                for kind, d, j, s in op:
+                    assert paths[d][s][0] == r, f"part {(kind, d, j, s)} listed on rank {r}, runs on {paths[d][s][0]}"
+                start = max([free[r], *starts])
+                seconds = sum(durations[kind] for kind, *_ in op)
+                free[r] = start + seconds
+                busy[r] += seconds
+                for kind, d, j, s in op:
+                    done[(kind, d, j, s)] = free[r]
+                    if kind == "BW":  # its input gradient is what the previous position waits for
+                        done[("B", d, j, s)] = free[r]
+                cursor[r] += 1
+                left -= 1
+                progressed = True
+        assert progressed, f"deadlock: ranks stuck at {[orders[r][cursor[r]] if cursor[r] < len(orders[r]) else None for r in range(ranks)]}"
+    return Timeline(max(free), tuple(busy), tuple(_peak(orders[r], paths, rank_chunks[r]) for r in range(ranks)))
+
+
+def _peak(order: Sequence[Op], paths: dict[int, Sequence[tuple[int, int]]], chunks: Sequence[int]) -> tuple[int, ...]:
+    """The per-chunk counts at the first moment the rank's total kept micro-batches is largest."""
+    position = {c: i for i, c in enumerate(chunks)}
+    counts = [0] * len(chunks)
+    best, best_total = tuple(counts), 0
+    for op in order:
+        for kind, d, j, s in op:
+            if kind == "F":
+                counts[position[paths[d][s][1]]] += 1
+        total = sum(counts)
+        if total > best_total:
+            best, best_total = tuple(counts), total
+        for kind, d, j, s in op:
+            if kind in ("BW", "W"):
+                counts[position[paths[d][s][1]]] -= 1
+    assert not any(counts), f"micro-batches never freed: {counts}"
+    return best
+
+
+# ----------------------------------------------------------------------------- the schedules' orders
+# Each returns (orders, paths, rank_chunks): what simulate() takes.
+
+
+def _straight(p: int, v: int = 1) -> dict[int, list[tuple[int, int]]]:
+    """One direction through chunks 0..p*v-1, chunk c on rank c % p."""
+    return {0: [(c % p, c) for c in range(p * v)]}
+
+
+def gpipe(p: int, m: int):
+    orders = [[(("F", 0, j, i),) for j in range(m)] + [(("BW", 0, j, i),) for j in range(m)] for i in range(p)]
+    return orders, _straight(p), [(i,) for i in range(p)]
+
+
+def one_f_one_b(p: int, m: int):
+    orders = []
+    for i in range(p):
+        warm = min(p - i - 1, m)
+        order = [(("F", 0, j, i),) for j in range(warm)]
+        for k in range(m - warm):
+            order += [(("F", 0, warm + k, i),), (("BW", 0, k, i),)]
+        order += [(("BW", 0, j, i),) for j in range(m - warm, m)]
+        orders.append(order)
+    return orders, _straight(p), [(i,) for i in range(p)]
+
+
+def interleaved(p: int, v: int, m: int):
+    """Megatron-LM's interleaved 1F1B with the micro-batch group size ``p`` (``m`` a multiple of ``p``)."""
+    total = m * v
+
+    def micro_batch(k: int) -> int:
+        return (k // (p * v)) * p + k % p
+
+    orders = []
+    for i in range(p):
+        def forward(k: int) -> Op:
+            return (("F", 0, micro_batch(k), i + ((k // p) % v) * p),)
+
+        def backward(k: int) -> Op:
+            return (("BW", 0, micro_batch(k), i + (v - 1 - (k // p) % v) * p),)
+
+        warm = min((p - i - 1) * 2 + (v - 1) * p, total)
+        order = [forward(k) for k in range(warm)]
+        for k in range(total - warm):
+            order += [forward(warm + k), backward(k)]
+        order += [backward(k) for k in range(total - warm, total)]
+        orders.append(order)
+    return orders, _straight(p, v), [tuple(i + k * p for k in range(v)) for i in range(p)]
