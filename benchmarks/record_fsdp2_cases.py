@@ -25,18 +25,19 @@ SEQ = 4096
 def grid() -> list[tuple[str, dict, dict]]:
     """(name, config, measure) of every recorded case, FSDP alone with and without AC first."""
     found = []
-    for model, layers_list in (("llama3-8b", (4, 32)), ("qwen3-30b-a3b", (4,))):
-        for layers in layers_list:
-            for world in (8, 64):
-                for tp, heads in ((1, ("vocab",)), (2, ("vocab", "replicated"))):
-                    for head in heads:
-                        for ac in ("none", "full"):
-                            name = f"{model}-{layers}l-w{world}-tp{tp}{'-' + head if tp > 1 else ''}-ac{ac}"
-                            config = {"model": model, "num_layers": layers, "runtime": "fsdp2",
-                                      "parallel": {"dp": world // tp, "tp": tp, "seq_len": SEQ, "micro_batch_size": 1}}
-                            if ac == "full":
-                                config["recompute"] = "full"
-                            found.append((name, config, {"head_plan": head} if tp > 1 else {}))
+    # Cheap cases first: every 4-layer case of both models, then the 32-layer Llama (TP last, minutes each).
+    for model, layers, tps in (("llama3-8b", 4, (1, 2)), ("qwen3-30b-a3b", 4, (1, 2)), ("llama3-8b", 32, (1,)),
+                               ("llama3-8b", 32, (2,))):
+        for world in (8, 64):
+            for tp in tps:
+                for head in (("vocab",) if tp == 1 else ("vocab", "replicated")):
+                    for ac in ("none", "full"):
+                        name = f"{model}-{layers}l-w{world}-tp{tp}{'-' + head if tp > 1 else ''}-ac{ac}"
+                        config = {"model": model, "num_layers": layers, "runtime": "fsdp2",
+                                  "parallel": {"dp": world // tp, "tp": tp, "seq_len": SEQ, "micro_batch_size": 1}}
+                        if ac == "full":
+                            config["recompute"] = "full"
+                        found.append((name, config, {"head_plan": head} if tp > 1 else {}))
     return found
 
 
@@ -70,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: peak {measured['peak_bytes'] / 2**30:.3f} GiB ({measured['peak_phase']}), {measured['seconds']} s",
               file=sys.stderr, flush=True)
         cases.append(case)
+        if not args.case:  # written after every case, so an interrupted run keeps what it measured
+            CASES.write_text(json.dumps({"format": "hp-measure/1", "cases": cases}, indent=1) + "\n")
     if args.case:
         print(json.dumps(cases, indent=1))
         return 0

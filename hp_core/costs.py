@@ -61,6 +61,16 @@ TRAITS = {
         "routing probabilities are applied in the experts' SwiGLU, which keeps them (fp32 per dispatched token), "
         "so the combine keeps no expert outputs (Megatron-Core WeightedSwiGLUFunction)"
     ),
+    "fp32_norm_copy": (
+        "an RMSNorm upcasts its input to fp32 and keeps that copy and the fp32 inverse root per row, "
+        "4 w + 4 bytes per row of width w beyond a fused norm (transformers LlamaRMSNorm and its copies; "
+        "measured by the torch census)"
+    ),
+    "upcast_cross_entropy": (
+        "the loss upcasts the logits to fp32 before cross_entropy: its forward holds the logits in the compute "
+        "dtype and in fp32 beside the fp32 log-softmax it keeps, and it keeps the int64 targets "
+        "(transformers ForCausalLMLoss; torchtitan cross_entropy_loss)"
+    ),
     "moe_fused_permute": (
         "the fused token permutation keeps an int32 row map of [tokens, 2 * experts + 1] "
         "(Transformer Engine permutation.py moe_permute)"
@@ -398,6 +408,9 @@ class LayerCost:
             what the step time prices; ``None``: the kind states none, and a
             step time of a model with it is refused rather than priced without
             its traffic.
+        forward_working_bytes: What the layer's forward holds at its peak
+            beyond what it keeps for backward (a loss's transient logits); a
+            runtime that declares a forward peak point prices it there.
     """
 
     params: tuple[ParamCount, ...]
@@ -410,6 +423,7 @@ class LayerCost:
     weight_shapes: tuple[tuple[int, int], ...] = ()
     measured: tuple[tuple[frozenset[str], int], ...] = ()
     work: LayerWork | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(LayerWork)))
+    forward_working_bytes: int = attrs.field(default=0, validator=_non_negative_int)
 
     @property
     def kept_bytes(self) -> int:

@@ -249,6 +249,9 @@ class Runtime:
             search tries (Megatron-LM: 0 and 1, without and with its
             distributed optimizer; FSDP2: 3); its default ``zero`` is always
             tried too.
+        peak_points: Its own peak points (:mod:`hp_core.peak_points`):
+            ``peak_points(view) -> {name: MemoryBreakdown}``, replacing the
+            planner's; ``None``: the planner's (warm-up end, last backward).
         options: The per-run options it offers (:mod:`hp_core.runtime_options`;
             docs/runtimes.md), each defaulting to the profile's behaviour.
         option_values: The options a run set (name to parsed value), as
@@ -273,6 +276,7 @@ class Runtime:
     module_kinds: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
     zero_levels: tuple[int, ...] = attrs.field(default=(0, 1, 2, 3), converter=tuple)
     dummy_weight_gradients: bool = False
+    peak_points: Callable[..., Any] | None = None
     options: tuple[RuntimeOption, ...] = attrs.field(default=(), converter=tuple)
     option_values: Mapping[str, Any] = attrs.field(factory=dict)
 

@@ -42,6 +42,8 @@ from hp_core.types import CaseFormat
 __all__ = ["FORMAT", "hp_case_formats", "measure_config", "measure_request", "read_measure_cases", "request_of"]
 
 FORMAT = "hp-measure/1"
+# Part of every cache key: raised whenever what run_step measures changes, so older entries are not read.
+METHOD_VERSION = 1
 _MEASURE_KEYS = {"head_plan": ("vocab", "replicated"), "optimizer": ("foreach", "for-loop", "fused")}
 
 
@@ -108,7 +110,7 @@ def measure_request(request: Mapping[str, Any], cache: bool = True) -> dict:
 
     torch, transformers = _imports()
     versions = {"torch": str(torch.__version__), "transformers": str(transformers.__version__)}
-    key = hashlib.sha256(json.dumps([dict(request), versions], sort_keys=True).encode()).hexdigest()[:24]
+    key = hashlib.sha256(json.dumps([dict(request), versions, METHOD_VERSION], sort_keys=True).encode()).hexdigest()[:24]
     path = _cache_dir() / f"fsdp2-{key}.json"
     if cache and path.is_file():
         try:

@@ -101,6 +101,36 @@ def _hf_config(transformers: Any, hf: Mapping[str, Any], layers: int, attention:
     return config
 
 
+@contextlib.contextmanager
+def _causal_mask_skipped(transformers: Any) -> Any:
+    """Take the attention-mask path a real (unpadded, uncompiled) run takes.
+
+    transformers skips the causal mask for SDPA (``is_causal=True``, GQA in the
+    kernel) unless a tensor it reads is being traced; a fake tensor counts as
+    traced (``masking_utils._ignore_causal_mask_sdpa``, and the packed-sequence
+    detection ``find_packed_sequence_indices``, which reads the position ids), so
+    under the fake mode it would materialise a ``[T, T]`` mask and repeat k and v
+    to every head, which a GPU run does not. The input here is one unpadded
+    sequence per row (no packing), with as many queries as keys: the skip is
+    taken here as there.
+    """
+    masking = importlib.import_module("transformers.masking_utils")
+    original, packed = masking._ignore_causal_mask_sdpa, masking.find_packed_sequence_indices
+
+    def skip(padding_mask: Any, q_length: int, kv_length: int, q_offset: Any, kv_offset: Any,
+             local_attention_size: int | None = None) -> bool:
+        if padding_mask is None and q_length == kv_length and (local_attention_size is None or kv_length < local_attention_size):
+            return True
+        return original(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size)
+
+    masking._ignore_causal_mask_sdpa = skip
+    masking.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking._ignore_causal_mask_sdpa, masking.find_packed_sequence_indices = original, packed
+
+
 def _tp_plan(torch: Any, model: Any, mesh: Any, head_plan: str) -> None:
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -195,7 +225,7 @@ def run_step(
                 tracker._peak_mem.clear()  # the next phase's peak starts from what is held now
                 tracker._peak_mem_snap.clear()
 
-            with tracker:
+            with tracker, _causal_mask_skipped(transformers):
                 for step in range(2):
                     if step == 1:
                         tracker.reset_mod_stats()

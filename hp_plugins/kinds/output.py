@@ -21,7 +21,7 @@ from hp_core.markers import hookimpl
 from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, LayerWork
 from hp_core.types import LayerKind
 from hp_core.validators import positive_int
-from hp_plugins.kit import NORM_OPS_PER_ELEMENT, NORMS, norm_params, padded_vocab, param_count, tp_collectives
+from hp_plugins.kit import NORM_OPS_PER_ELEMENT, NORMS, fp32_norm_bytes, norm_params, padded_vocab, param_count, tp_collectives
 
 __all__ = ["OutputConfig", "evaluate_output", "hp_layer_kinds"]
 
@@ -59,23 +59,38 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
         param_count("lm_head", "dense", c.vocab_size * h, True, stored, "embedding" if c.tie_word_embeddings else None,
                     matrices=((1, vocab_shard, h),), embedding_or_output=True)
     )
+    forward_working = 0
+    extra: tuple[ActivationTerm, ...] = ()
     if "fused_cross_entropy" in x.traits:
         # The fused loss overwrites the logits with their gradient in forward and keeps them.
         loss = ActivationTerm("loss_logits", T * vocab_shard * p.activation_bytes, None, True)
         working = T * h * p.activation_bytes
+    elif "upcast_cross_entropy" in x.traits:
+        # logits.float() then cross_entropy (transformers ForCausalLMLoss, torchtitan cross_entropy_loss):
+        # log_softmax keeps its fp32 output and nll_loss the int64 targets; at the forward's peak the
+        # logits are alive in the compute dtype and in fp32 beside it; the backward holds the fp32
+        # gradients of the log-softmax output and of the fp32 logits (measured: torch census, FSDPMemTracker).
+        loss = ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, True)
+        extra = (ActivationTerm("loss_targets", T * 8),)
+        forward_working = T * vocab_shard * (p.activation_bytes + p.logits_bytes)
+        working = 2 * T * vocab_shard * p.logits_bytes
     else:
         loss = ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, True)
         working = T * vocab_shard * p.activation_bytes + T * h * p.activation_bytes
+    norm_fp32 = fp32_norm_bytes(T, h, c.norm, x.traits) // x.sp_degree
     terms = (
         ActivationTerm("final_norm_in", hidden),
         ActivationTerm("final_norm_out", hidden),
+        *((ActivationTerm("final_norm_fp32", norm_fp32),) if norm_fp32 else ()),
         loss,
+        *extra,
     )
     return LayerCost(
         params=tuple(params),
         activations=terms,
         input_bytes=hidden,
         working_bytes=working,
+        forward_working_bytes=forward_working,
         buffers_once_bytes=T * h * p.activation_bytes if x.sp and x.tp > 1 else 0,
         weight_shapes=((vocab_shard, h),),
         # A vocabulary-parallel head: its input gathered over TP, one GEMM to the rank's vocabulary shard.

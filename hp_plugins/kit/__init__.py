@@ -19,7 +19,7 @@ module                             what it holds
                                    :func:`validate_mlp`, :data:`ACT_OPS`
 :mod:`~hp_plugins.kit.experts`     :class:`MoEFields`, :func:`moe`, :func:`moe_tokens`,
                                    :func:`validate_moe`
-:mod:`~hp_plugins.kit.norms`       :data:`NORMS`, :data:`NORM_OPS_PER_ELEMENT`, :func:`norm_params`
+:mod:`~hp_plugins.kit.norms`       :data:`NORMS`, :data:`NORM_OPS_PER_ELEMENT`, :func:`norm_params`, :func:`fp32_norm_bytes`
 :mod:`~hp_plugins.kit.shapes`      :func:`check_divides`, :func:`padded_vocab`
 :mod:`~hp_plugins.kit.work`        what the step time prices (:class:`~hp_core.costs.LayerWork`):
                                    :func:`tp_collectives`, :func:`attention_collectives`,
@@ -42,7 +42,7 @@ docs/kit.md describes each block.
 
 from __future__ import annotations
 
-from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, NORMS, norm_params
+from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, NORMS, fp32_norm_bytes, norm_params
 from hp_plugins.kit.shapes import check_divides, padded_vocab
 from hp_plugins.kit.builder import RESIDUAL_OPS, SOFTMAX_OPS, LayerBuilder, param_count, term
 from hp_plugins.kit.attention import GQAFields, gqa_attention, validate_gqa
@@ -79,6 +79,7 @@ __all__ = [
     "moe",
     "moe_tokens",
     "norm_params",
+    "fp32_norm_bytes",
     "padded_vocab",
     "param_count",
     "swiglu",

@@ -8,7 +8,7 @@ from hp_core.costs import LayerContext
 from hp_core.validators import positive_int, probability
 from hp_plugins.kit.work import AttentionShape
 from hp_plugins.kit.builder import LayerBuilder
-from hp_plugins.kit.norms import NORMS
+from hp_plugins.kit.norms import NORMS, fp32_norm_bytes
 from hp_plugins.kit.shapes import check_divides
 
 __all__ = ["GQAFields", "gqa_attention", "validate_gqa"]
@@ -85,6 +85,8 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     b.param("attn_replicated", h * c.attention_out_bias + 2 * d * c.qk_norm, False)
     if c.qk_norm:
         b.keep("qk_norm_in", T * (a + g) * d * act // t, None, True)
+        # Per-head RMSNorms over d: (a + g) / t rows per token (fp32_norm_copy trait).
+        b.keep("qk_norm_fp32", fp32_norm_bytes(T * (a + g) // t, d, "rmsnorm", x.traits), "normOp", True)
         b.keep("q_k", T * (a + kv) * d * act // t, "normOp", True)
     else:
         b.keep("q_k", T * (a + kv) * d * act // t, None, True)

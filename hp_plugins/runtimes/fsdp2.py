@@ -8,22 +8,104 @@ PyTorch ``torch.distributed.fsdp.fully_shard``):
   all-gathers them to bf16 for compute and reduce-scatters fp32 gradients;
   AdamW keeps two fp32 moments, sharded like the parameters. So ``zero: 3``
   with 4-byte parameters, 4-byte gradients and no master copy.
-* Gathered parameters: the running and the prefetched layer's (one
-  ``fully_shard`` unit per transformer block), bf16, plus one layer's unsharded
-  gradient before its reduce-scatter; ``reshard_after_forward`` (torchtitan's
-  default for all but the last block) frees them after forward.
+* Its peak points (:mod:`hp_plugins.runtimes.fsdp2_points`): the forward at the
+  loss, the backward walked from the top, the optimizer step; gathered
+  parameters unit by unit in execution order (the root's held through the step,
+  the running layer's and one all-gather output), gradients only where the
+  trainer keeps them.
 * Kernels: SDPA flash attention; an unfused SwiGLU (``F.silu(w1(x)) * w3(x)``);
-  the loss upcasts the logits to fp32 (``cross_entropy(pred.flatten(0, 1).float(), ...)``).
+  by default the modules of transformers (``norm_implementation: transformers``:
+  RMSNorm upcasts to fp32 and keeps that copy) and a loss that upcasts the logits
+  to fp32 before ``cross_entropy`` (``loss_implementation: upcast``).
 """
 
 from __future__ import annotations
 
+import attrs
+
 from hp_core.markers import hookimpl
+from hp_core.runtime_options import RuntimeOption
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
+from hp_plugins.runtimes.fsdp2_points import Fsdp2Points
 from hp_plugins.runtimes.timing_profiles import GENERIC
 
 __all__ = ["hp_runtimes"]
+
+
+@attrs.frozen
+class _Loss:
+    """``loss_implementation``: ``upcast`` (logits.float() then cross_entropy) or ``fused`` (one kernel keeping bf16 logits)."""
+
+    def __call__(self, runtime: Runtime, value: str) -> Runtime:
+        traits = runtime.traits - {"upcast_cross_entropy", "fused_cross_entropy"}
+        return attrs.evolve(runtime, traits=traits | {"upcast_cross_entropy" if value == "upcast" else "fused_cross_entropy"})
+
+
+@attrs.frozen
+class _Points:
+    """Sets one field of the runtime's :class:`Fsdp2Points`."""
+
+    field: str
+    true_value: str | None = None  # a choice option: the value that sets the field True
+
+    def __call__(self, runtime: Runtime, value: object) -> Runtime:
+        flag = value == self.true_value if self.true_value is not None else value
+        return attrs.evolve(runtime, peak_points=attrs.evolve(runtime.peak_points, **{self.field: flag}))
+
+
+def _norm(runtime: Runtime, value: str) -> Runtime:
+    """``norm_implementation``: ``transformers`` turns the ``fp32_norm_copy`` trait on, ``fused`` off."""
+    traits = runtime.traits | {"fp32_norm_copy"} if value == "transformers" else runtime.traits - {"fp32_norm_copy"}
+    return attrs.evolve(runtime, traits=traits)
+
+
+_TT = "torchtitan/models/llama3/model/model.py; torchtitan/components/loss.py"
+OPTIONS = (
+    RuntimeOption(
+        "norm_implementation", "choice", "transformers",
+        "transformers: RMSNorm upcasts its input to fp32 and keeps that copy and the inverse root (4h + 4 bytes per "
+        "token per norm beyond a fused norm, q/k norms too); fused: one kernel keeping its input and output",
+        "transformers models/llama/modeling_llama.py LlamaRMSNorm.forward (measured: torch census); "
+        f"torch.nn.RMSNorm fused kernel ({_TT})",
+        _norm,
+        choices=("transformers", "fused"),
+    ),
+    RuntimeOption(
+        "loss_implementation", "choice", "upcast",
+        "upcast: logits.float() then cross_entropy (forward holds bf16 and fp32 logits beside the fp32 log-softmax); "
+        "fused: a fused cross-entropy keeping the bf16 logits overwritten by their gradient",
+        f"transformers loss/loss_utils.py ForCausalLMLoss; {_TT} cross_entropy_loss",
+        _Loss(), choices=("upcast", "fused"),
+    ),
+    RuntimeOption(
+        "optimizer_implementation", "choice", "foreach",
+        "AdamW's implementation: foreach (PyTorch's default on GPU: one fp32 temporary per element of the shard at the "
+        "step) or fused (torchtitan's default: none)",
+        "torch/optim/adamw.py _multi_tensor_adamw; torchtitan/components/optimizer.py (implementation: fused)",
+        _Points("foreach_optimizer", "foreach"), choices=("foreach", "fused"),
+    ),
+    RuntimeOption(
+        "zero_grad_set_to_none", "bool", True,
+        "optimizer.zero_grad(set_to_none=True) (PyTorch's default): no gradient is held in a step's first forward",
+        "torch/optim/optimizer.py Optimizer.zero_grad",
+        _Points("set_to_none"),
+    ),
+    RuntimeOption(
+        "hsdp_replicate", "int", 1,
+        "HSDP: fully_shard over a (replicate, shard) mesh; parameters, gradients and optimizer states are sharded over "
+        "dp / hsdp_replicate ranks (1: plain FSDP)",
+        "torch/distributed/fsdp/_fully_shard/_fully_shard.py fully_shard (2-D mesh); torchtitan data_parallel_replicate_degree",
+        _Points("replicate"), minimum=1,
+    ),
+    RuntimeOption(
+        "cpu_offload", "bool", False,
+        "offload_policy=CPUOffloadPolicy(): sharded parameters, gradients and optimizer states in host memory; the device "
+        "holds the gathered parameters and activations",
+        "torch/distributed/fsdp/_fully_shard/_fsdp_api.py CPUOffloadPolicy; torchtitan training.enable_cpu_offload",
+        _Points("cpu_offload"),
+    ),
+)
 
 
 @hookimpl
@@ -37,10 +119,14 @@ def hp_runtimes():
         vocab_pad_multiple=1,
         overhead_bytes=0,
         timing=GENERIC,
+        traits=frozenset({"fp32_norm_copy", "upcast_cross_entropy"}),
         # torchtitan activation checkpointing: mode "full" (whole blocks) or "selective" with
         # op-level SAC, which saves matmul outputs and recomputes the ops between them: the norms'
         # outputs and the MLP activation (torchtitan/distributed/activation_checkpoint.py).
         recompute_modules={"op_sac": frozenset({"normOp", "ffAct"})},
-        description="PyTorch FSDP2 / torchtitan: fp32 sharded params, bf16 gathered compute, fp32 reduce, AdamW",
+        description="PyTorch FSDP2 / torchtitan: fp32 sharded params, bf16 gathered compute, fp32 reduce, AdamW; "
+                    "peak points at the loss's forward, in backward and at the step",
         zero_levels=(3,),  # fully_shard: parameters, gradients and optimizer states sharded
+        peak_points=Fsdp2Points(),
+        options=OPTIONS,
     )
