@@ -77,6 +77,7 @@ def estimate(
     recompute: RecomputeSpec | None = None,
     census: str = "formulas",
     attention: str | None = None,
+    reserve_bytes: int | None = None,
 ) -> Estimate:
     """Per-stage peak memory of one rank of every pipeline stage.
 
@@ -91,13 +92,15 @@ def estimate(
         recompute: Per-layer recompute settings; nothing recomputed when ``None``.
         census: The census source's name (or a census file's path).
         attention: ``"flash"`` or ``"eager"``; the runtime's when ``None``.
+        reserve_bytes: Memory kept free beside the peak for ``fits``; the
+            runtime's ``reserve_bytes`` (the CUDA context) when ``None``.
 
     Raises:
         ConfigError: An invalid layout or name (one line, with the field path).
         PluginError: A plugin's evaluator failed.
     """
     run = prepare(model, parallel, registry=registry, runtime=runtime, precision=precision, census=census, attention=attention)
-    return estimate_run(run, recompute, hardware)
+    return estimate_run(run, recompute, hardware, reserve_bytes)
 
 
 def step_time(
@@ -190,6 +193,7 @@ def search(
     reserve_bytes: int = 0,
     zero: Iterable[int] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    schedules: Iterable[str] | None = None,
 ) -> SearchResult:
     """Every parallel layout of a device count, recompute planned and ranked by step time.
 
@@ -203,4 +207,5 @@ def search(
 
     return run_search(model, registry=registry, devices=devices, hardware=hardware, global_batch_size=global_batch_size,
                    seq_len=seq_len, runtime=runtime, fixed=fixed or {}, top=top, executor=executor, precision=precision,
-                   census=census, reserve_bytes=reserve_bytes, zero=zero, progress=progress)
+                   census=census, reserve_bytes=reserve_bytes, zero=zero, progress=progress,
+                   schedules=schedules)

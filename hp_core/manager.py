@@ -49,6 +49,11 @@ DEFAULT_PLUGINS = (
     "hp_plugins.optimizers.adafactor",
     "hp_plugins.optimizers.muon",
     "hp_plugins.schedules.classic",
+    "hp_plugins.schedules.zero_bubble",
+    "hp_plugins.schedules.dualpipe",
+    "hp_plugins.kinds.mamba",
+    "hp_plugins.kinds.hybrid",
+    "hp_plugins.models.ssm",
 )
 
 # Third-party plugins advertise themselves under this entry-point group.

@@ -118,6 +118,9 @@ class Estimate:
         stages: Per-stage estimates.
         parameters: Parameter counts.
         device_memory_bytes: The device's memory (``None`` when no hardware is stated).
+        reserve_bytes: Memory kept free beside the peak (the runtime's
+            ``reserve_bytes`` unless the run states one): ``fits`` needs
+            ``peak_bytes + reserve_bytes <= device_memory_bytes``.
         provenance: Which runtime, census source, formulas and versions produced it.
     """
 
@@ -129,6 +132,7 @@ class Estimate:
     parameters: ParameterSummary
     device_memory_bytes: int | None
     provenance: Mapping[str, Any]
+    reserve_bytes: int = 0
 
     @property
     def peak_bytes(self) -> int:
@@ -137,7 +141,7 @@ class Estimate:
 
     @property
     def fits(self) -> bool | None:
-        """Whether every stage fits the device (``None`` without hardware)."""
+        """Whether every stage's peak plus the reserve fits the device (``None`` without hardware)."""
         if self.device_memory_bytes is None:
             return None
-        return self.peak_bytes <= self.device_memory_bytes
+        return self.peak_bytes + self.reserve_bytes <= self.device_memory_bytes

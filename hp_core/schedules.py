@@ -86,10 +86,14 @@ class StagePasses:
             of the rank's copies, so it is the mean over them.
         weight_gradient_seconds: The part of *seconds* that is weight-gradient
             GEMMs (the W pass a zero-bubble schedule defers).
+        forward_seconds: The part of *seconds* that is the forward pass (its
+            compute, with the exposed communication shared out in proportion
+            to compute); the rest is the backward, recompute included.
     """
 
     seconds: float = attrs.field(validator=_non_negative_number)
     weight_gradient_seconds: float = attrs.field(default=0.0, validator=_non_negative_number)
+    forward_seconds: float = attrs.field(default=0.0, validator=_non_negative_number)
 
 
 def interleaved_chunks(layout: ScheduleLayout, stage: int) -> tuple[int, ...]:
@@ -132,6 +136,10 @@ class Schedule:
         trainer_names: Per exporter name, the trainer's own name for this
             schedule (torchtitan ``pipeline_parallel_schedule``); an exporter
             whose trainer is not listed refuses a plan with this schedule.
+        fill_share: ``fill_share(layout) -> s`` with ``pipeline_seconds >= m
+            t_max + s (sum t - t_max)`` for every per-stage time, which the
+            layout search's lower bounds use; ``None``: 0 (the slowest stage's
+            micro-batches alone, always a lower bound).
         source: Where its memory and bubble formulas come from.
         description: One line for ``hp plugins``.
     """
@@ -145,6 +153,7 @@ class Schedule:
     passes: tuple[Pass, ...] = attrs.field(factory=_forward_backward, converter=tuple)
     model_copies: int = attrs.field(default=1, validator=_positive)
     trainer_names: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+    fill_share: Callable[[ScheduleLayout], float] | None = None
     source: str = ""
     description: str = ""
 

@@ -252,6 +252,10 @@ class Runtime:
         peak_points: Its own peak points (:mod:`hp_core.peak_points`):
             ``peak_points(view) -> {name: MemoryBreakdown}``, replacing the
             planner's; ``None``: the planner's (warm-up end, last backward).
+        reserve_bytes: Device memory a rank cannot give to tensors: what the
+            process holds outside PyTorch's caching allocator (the CUDA
+            context), so not in ``max_memory_allocated``; stated with a
+            source. A stage fits when its peak plus this fits the device.
         options: The per-run options it offers (:mod:`hp_core.runtime_options`;
             docs/runtimes.md), each defaulting to the profile's behaviour.
         option_values: The options a run set (name to parsed value), as
@@ -277,6 +281,7 @@ class Runtime:
     zero_levels: tuple[int, ...] = attrs.field(default=(0, 1, 2, 3), converter=tuple)
     dummy_weight_gradients: bool = False
     peak_points: Callable[..., Any] | None = None
+    reserve_bytes: int = attrs.field(default=0, validator=_non_negative_int)
     options: tuple[RuntimeOption, ...] = attrs.field(default=(), converter=tuple)
     option_values: Mapping[str, Any] = attrs.field(factory=dict)
 

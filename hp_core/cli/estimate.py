@@ -27,7 +27,7 @@ def estimate_command(args: argparse.Namespace, registry: Registry, console: Cons
         hardware = job.hardware or HardwareSpec(name="device", memory_bytes=args.memory)
         job = attrs.evolve(job, hardware=attrs.evolve(hardware, memory_bytes=args.memory))
     run = prepare_job(job, registry)
-    result = estimate_job(job, registry, run)
+    result = estimate_job(job, registry, run, reserve_bytes=args.reserve)
     exported = export_of(args.export, job, registry)
     step, unavailable = _step_time_of(job, registry, run) if priced else (None, None)
     if args.json:
@@ -48,6 +48,7 @@ def estimate_command(args: argparse.Namespace, registry: Registry, console: Cons
         + ")"
     )
     line = f"Peak: {gib(result.peak_bytes)} GiB on stage {max(result.stages, key=lambda s: s.peak_bytes).index}"
+    line += f" + reserve {gib(result.reserve_bytes)} GiB"
     if result.device_memory_bytes is not None:
         verdict = "fits" if result.fits else "does NOT fit"
         line += f"; device {gib(result.device_memory_bytes)} GiB: {verdict}"

@@ -8,55 +8,89 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 from typing import Any
 
-import attrs
 from rich.console import Console
 
-from hp_core.cli.parser import DEFAULT_CONFIG
-from hp_core.errors import ConfigError, describe
-from hp_core.io.convert import ConfigFile, RuntimeRef, load_config, structure
+from hp_core.cli.parser import DEFAULT_CONFIG, FLAG_DEFAULTS
+from hp_core.errors import ConfigError
+from hp_core.io.convert import ConfigFile, read_document, structure
 from hp_core.registry import Registry
 from hp_core.runtime_options import parse_assignments
-from hp_core.specs import RecomputeSpec, Setting
 
 __all__ = ["config_from_args", "export_of", "export_text", "print_export"]
 
 
+# The command-line flags that describe the job itself (model, layout, batch): with none of them and
+# no config file, ``hp estimate`` runs the demo job (DEFAULT_CONFIG); with any, the flags describe
+# the job and what they leave unstated takes FLAG_DEFAULTS, then a config file's own defaults.
+_PARALLEL_FLAGS = ("dp", "tp", "pp", "vpp", "cp", "cp_kind", "ep", "etp", "sp", "zero", "micro_batch_size",
+                   "global_batch_size", "seq_len", "schedule", "layers_per_stage")
+_JOB_FLAGS = ("model", "num_layers", "devices", *_PARALLEL_FLAGS)
+
+
 def config_from_args(args: argparse.Namespace, registry: Registry) -> ConfigFile:
-    base = load_config(args.config, registry) if args.config else structure(DEFAULT_CONFIG, ConfigFile, registry)
-    overrides = {
-        name: getattr(args, name)
-        for name in ("dp", "tp", "pp", "vpp", "cp", "cp_kind", "ep", "etp", "sp", "zero", "micro_batch_size",
-                     "global_batch_size", "seq_len", "schedule", "layers_per_stage")
-        if getattr(args, name) is not None
-    }
-    if "layers_per_stage" in overrides:
-        overrides["layers_per_stage"] = tuple(overrides["layers_per_stage"])
-    try:
-        parallel = attrs.evolve(base.parallel, **overrides)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError("command line", describe(exc)) from None
-    changes: dict[str, Any] = {"parallel": parallel}
-    if args.model is not None:
-        changes["model"] = args.model
-    if args.num_layers is not None:
-        changes["num_layers"] = args.num_layers
-    for name in ("census", "attention", "hardware"):
+    """The config the flags and the config file (if any) state, flags overriding the file field by field.
+
+    The flags are merged into the file's document before it is structured, so
+    a file may leave out what the flags give (a file without ``parallel:``
+    plus ``--seq-len``) and every error names the field the way the file reads.
+    """
+    document = _document(args)
+    parallel = document.get("parallel", {})
+    if isinstance(parallel, dict):
+        parallel = dict(parallel)
+        for name in _PARALLEL_FLAGS:
+            value = getattr(args, name, None)
+            if value is not None:
+                parallel[name] = list(value) if name == "layers_per_stage" else value
+        if getattr(args, "devices", None) is not None:
+            parallel["dp"] = _dp_of_devices(args.devices, parallel, "dp" in parallel)
+        document["parallel"] = parallel
+    for name in ("model", "num_layers", "census", "attention", "hardware"):
         if getattr(args, name) is not None:
-            changes[name] = getattr(args, name)
-    # The runtime: --runtime over the file's name, --runtime-option over the file's options, name by name.
-    runtime = args.runtime if args.runtime is not None else base.runtime_name
-    options = {**base.runtime_options, **parse_assignments(args.runtime_option)}
-    changes["runtime"] = RuntimeRef(name=runtime, options=options) if options else runtime
+            document[name] = getattr(args, name)
+    runtime = document.get("runtime", "generic")
+    cli_options = parse_assignments(args.runtime_option)
+    if args.runtime is not None or cli_options:
+        name = args.runtime if args.runtime is not None else runtime.get("name") if isinstance(runtime, dict) else runtime
+        options = {**((runtime.get("options") or {}) if isinstance(runtime, dict) else {}), **cli_options}
+        document["runtime"] = {"name": name, "options": options} if options else name
     if args.optimizer is not None:
-        changes["precision"] = {**(base.precision or {}), "optimizer": args.optimizer}
-    if args.recompute is not None:
+        precision = document.get("precision") or {}
+        document["precision"] = {**precision, "optimizer": args.optimizer} if isinstance(precision, dict) else precision
+    if getattr(args, "recompute", None) is not None:
         text = args.recompute
-        value: Any = text if text in ("none", "full", "selective") else text.split("+")
-        changes["recompute"] = RecomputeSpec(default=Setting.parse(value))
-    return attrs.evolve(base, **changes)
+        document["recompute"] = text if text in ("none", "full", "selective") else text.split("+")
+    return structure(document, ConfigFile, registry)
+
+
+def _document(args: argparse.Namespace) -> dict[str, Any]:
+    """The config file's document; without one, the demo job or, when the flags describe a job, FLAG_DEFAULTS."""
+    if args.config:
+        document = read_document(args.config)
+        if not isinstance(document, dict):
+            raise ConfigError("$", f"{args.config} must hold a mapping at the top level")
+        return dict(document)
+    if any(getattr(args, name, None) is not None for name in _JOB_FLAGS):
+        return copy.deepcopy(FLAG_DEFAULTS)
+    return copy.deepcopy(DEFAULT_CONFIG)
+
+
+def _dp_of_devices(devices: int, parallel: dict[str, Any], dp_stated: bool) -> int:
+    """``--devices``: dp is the device count over ``cp * tp * pp`` (checked against a stated dp)."""
+    ranks = 1
+    for name in ("cp", "tp", "pp"):
+        value = parallel.get(name, 1)
+        ranks *= value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+    if devices % ranks:
+        raise ConfigError("--devices", f"devices={devices} is not a multiple of cp*tp*pp={ranks}; choose a multiple of {ranks}")
+    if dp_stated and parallel["dp"] * ranks != devices:
+        raise ConfigError("--devices", f"dp*cp*tp*pp={parallel['dp'] * ranks} differs from devices={devices}; "
+                                       "state one of --dp and --devices, or make them agree")
+    return devices // ranks
 
 
 def export_of(trainer: str | None, job, registry: Registry) -> dict[str, Any] | None:

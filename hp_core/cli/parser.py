@@ -16,16 +16,22 @@ from typing import Any
 from hp_core import __version__
 from hp_core.manager import BLOCK_ENV
 
-__all__ = ["DEFAULT_CONFIG", "build_parser"]
+__all__ = ["DEFAULT_CONFIG", "FLAG_DEFAULTS", "build_parser"]
 
 
-# What ``hp estimate`` runs with no config file: Llama-3-8B on 8 devices
-# (tensor parallel 2 with sequence parallelism, data parallel 4), 8k tokens.
+# What ``hp estimate`` runs with no config file and no flag describing a job (model, layout, batch):
+# the demo job, Llama-3-8B on 8 devices (tensor parallel 2 with sequence parallelism, data parallel
+# 4), 8k tokens, on an H100.
 DEFAULT_CONFIG: dict[str, Any] = {
     "model": "llama3-8b",
     "parallel": {"dp": 4, "tp": 2, "sp": True, "seq_len": 8192, "micro_batch_size": 1, "global_batch_size": 64},
     "hardware": "h100-sxm",
 }
+
+# What a job described by flags alone (no config file) states beyond its flags: the demo's model and
+# sequence length; everything else is a config file's default (dp 1, or --devices over cp*tp*pp;
+# every other degree 1, no sequence parallelism, the default global batch, no hardware).
+FLAG_DEFAULTS: dict[str, Any] = {"model": "llama3-8b", "parallel": {"seq_len": 8192}}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,6 +94,10 @@ def _reserve(text: str) -> int:
     return 0 if text.strip() in ("0", "0B", "0b") else _memory(text)
 
 
+_RESERVE_HELP = ("memory to keep free on every device beside the peak (default: the runtime's reserve, the CUDA "
+                 "context, docs/runtimes.md; 0 to opt out)")
+
+
 def _executor(text: str) -> tuple[str, str | None]:
     """``process``, ``dask`` or ``dask=ADDRESS``: where ``hp search`` runs its tasks."""
     kind, sep, address = text.strip().partition("=")
@@ -116,6 +126,7 @@ def _add_job_arguments(parser: argparse.ArgumentParser, hardware_help: str) -> N
     parser.add_argument("config", nargs="?", help="a YAML, JSON or TOML config file (see docs/config.md)")
     parser.add_argument("--model", help="a preset name (see 'hp models') or a Hugging Face config.json / folder")
     parser.add_argument("--num-layers", type=_positive, help="keep the first N body layers, as truncated benchmark runs do")
+    parser.add_argument("--devices", type=_positive, help="device count: dp is devices / (cp * tp * pp) unless --dp states it")
     for name, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("vpp", "virtual pipeline (chunks per stage)"),
                        ("cp", "context"), ("ep", "expert"), ("etp", "expert tensor")):
         parser.add_argument(f"--{name}", type=_positive, help=f"{what}-parallel degree")
@@ -125,7 +136,8 @@ def _add_job_arguments(parser: argparse.ArgumentParser, hardware_help: str) -> N
     parser.add_argument("--micro-batch-size", type=_positive, help="sequences per micro-batch")
     parser.add_argument("--global-batch-size", type=_positive,
                         help="default: micro-batch size * dp * the schedule's default micro-batches (pp for 1f1b, "
-                             "2 * pp interleaved): the fewest at which every stage holds its full in-flight count")
+                             "2 * pp interleaved): the fewest at which every stage holds its full in-flight count; "
+                             "printed in the header")
     parser.add_argument("--seq-len", type=_positive, help="tokens per sequence")
     parser.add_argument("--schedule", metavar="NAME", help="pipeline schedule: 1f1b, interleaved_1f1b, gpipe, ... (see 'hp plugins'; default: 1f1b, or interleaved_1f1b with --vpp > 1)")
     parser.add_argument("--layers-per-stage", type=_counts, metavar="N,N,...", help="body layers per pipeline chunk, chunk order")
@@ -159,10 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
 
     est = sub.add_parser("estimate", help="per-stage peak memory of a model on a parallel layout",
-                         description="Per-stage peak memory of one rank of every pipeline stage. Flags override the config file; "
-                                     "with neither, Llama-3-8B on 8 devices (dp=4 tp=2 sp, seq 8192) on an H100.")
+                         description="Per-stage peak memory of one rank of every pipeline stage. Flags override the config file "
+                                     "field by field; flags alone describe a job with a config file's defaults (model "
+                                     "llama3-8b and seq 8192 unless stated, dp 1 or --devices over cp*tp*pp); with "
+                                     "neither, the demo: Llama-3-8B on 8 devices (dp=4 tp=2 sp, seq 8192) on an H100.")
     _add_job_arguments(est, "hardware preset (see 'hp plugins')")
     est.add_argument("--memory", type=_memory, metavar="SIZE", help="device memory, overriding the hardware's (80GiB, 80GB, 81920MiB or bytes)")
+    est.add_argument("--reserve", type=_reserve, metavar="SIZE", help=_RESERVE_HELP)
     est.add_argument("--recompute", help="every body layer's setting: none, full, selective or switches joined by '+'")
     est.add_argument("--json", action="store_true", help="print the stable JSON document instead of the table")
     est.add_argument("--export", metavar="TRAINER", help="also write the recompute plan as TRAINER runs it: megatron, "
@@ -241,7 +256,7 @@ def _add_recompute_parser(sub: Any) -> None:
     )
     _add_job_arguments(rec, "hardware preset: its memory bounds the plan, its rates price it (see 'hp plugins')")
     rec.add_argument("--memory", type=_memory, metavar="SIZE", help="device memory, overriding the hardware's (80GiB, 80GB, 81920MiB or bytes)")
-    rec.add_argument("--reserve", type=_reserve, default=0, metavar="SIZE", help="memory to keep free on every device (default 0)")
+    rec.add_argument("--reserve", type=_reserve, metavar="SIZE", help=_RESERVE_HELP)
     rec.add_argument("--unrestricted", action="store_true", help="also plan over settings the runtime's trainer does not run, and show both")
     rec.add_argument("--offload", type=_share_list, default=(), metavar="S,S,...", help="offload shares a setting may add (needs the device's host link)")
     rec.add_argument("--export", metavar="TRAINER",
@@ -249,6 +264,14 @@ def _add_recompute_parser(sub: Any) -> None:
                           "hyperparallel: see 'hp plugins') and print that plan as TRAINER reads it")
     rec.add_argument("--json", action="store_true", help="print JSON instead of the table")
     rec.set_defaults(recompute=None)
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """``1f1b,zb_h1``: comma-separated names."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one schedule, e.g. 1f1b,zb_h1")
+    return names
 
 
 def _add_search_parser(sub: Any) -> None:
@@ -271,7 +294,10 @@ def _add_search_parser(sub: Any) -> None:
     search.add_argument("--top", type=_positive, default=10, help="how many of the fastest layouts to show (default 10)")
     search.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=N",
                         help="hold a degree fixed: dp, cp, tp, pp, vpp, ep, etp, zero, mbs (repeatable)")
-    search.add_argument("--reserve", type=_reserve, default=0, metavar="SIZE", help="memory to keep free on every device (default 0)")
+    search.add_argument("--reserve", type=_reserve, metavar="SIZE", help=_RESERVE_HELP)
+    search.add_argument("--schedules", type=_names, metavar="NAME,NAME,...",
+                        help="pipeline schedules to search, a dimension of the search (see 'hp plugins'); default: "
+                             "1f1b, or interleaved_1f1b with vpp > 1")
     search.add_argument("--workers", type=_positive, default=1,
                         help="processes bounding, refining and planning candidates (default 1: in this process); "
                              "with --executor dask, the local cluster's worker processes")

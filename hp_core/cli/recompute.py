@@ -41,8 +41,9 @@ def recompute_command(args: argparse.Namespace, registry: Registry, console: Con
     if job.hardware is None:
         raise ConfigError("--hardware", "a recompute plan is ranked by step time and bounded by device memory: name a hardware preset (see 'hp plugins')")
     hardware = job.hardware if args.memory is None else attrs.evolve(job.hardware, memory_bytes=args.memory)
+    reserve = args.reserve if args.reserve is not None else registry.runtime(job.runtime).reserve_bytes
     plan = plan_recompute(
-        job.model, job.parallel, registry=registry, hardware=hardware, runtime=job.runtime, reserve_bytes=args.reserve,
+        job.model, job.parallel, registry=registry, hardware=hardware, runtime=job.runtime, reserve_bytes=reserve,
         precision=job.precision, census=job.census, attention=job.attention, unrestricted=args.unrestricted,
         offload=args.offload,
     )
@@ -52,7 +53,7 @@ def recompute_command(args: argparse.Namespace, registry: Registry, console: Con
 
         trainer = plan_for_trainer(
             job.model, job.parallel, registry=registry, hardware=hardware, trainer=args.export,
-            reserve_bytes=args.reserve, precision=job.precision, census=job.census, attention=job.attention,
+            reserve_bytes=reserve, precision=job.precision, census=job.census, attention=job.attention,
         )
     if args.json:
         doc = recompute_plan_to_json(plan)

@@ -74,6 +74,7 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
     hardware = registry.hardware_preset(args.hardware, "--hardware").spec
     runtime = registry.runtime(args.runtime, "--runtime")
     runtime = apply_options(runtime, parse_assignments(args.runtime_option))
+    reserve = args.reserve if args.reserve is not None else runtime.reserve_bytes
     precision = None
     if args.optimizer is not None:
         registry.optimizer(args.optimizer, "--optimizer")
@@ -83,7 +84,7 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
     with task_executor(kind, address, args.workers) as executor:
         kwargs = dict(registry=registry, devices=args.devices, hardware=hardware, global_batch_size=args.global_batch_size,
                       seq_len=args.seq_len, runtime=runtime if runtime.option_values else args.runtime, fixed=fixed, top=args.top, executor=executor,
-                      reserve_bytes=args.reserve, precision=precision)
+                      reserve_bytes=reserve, precision=precision, schedules=args.schedules)
         if args.json or not sys.stdout.isatty():
             result = search(model, **kwargs)
         else:
@@ -95,7 +96,7 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
     if args.csv is not None:
         write_search_csv(result, args.csv)
     if args.plot is not None:
-        plot_search(result, args.plot, memory_bytes=hardware.memory_bytes, reserve_bytes=args.reserve)
+        plot_search(result, args.plot, memory_bytes=hardware.memory_bytes, reserve_bytes=reserve)
     if args.json:
         print(json.dumps(search_to_json(result), indent=2))
         return 0

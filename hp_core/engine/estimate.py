@@ -52,13 +52,15 @@ def placed_body(run: PreparedRun, settings: tuple[Setting, ...]) -> list[PlacedL
     return run.per_body_layer(settings, place)
 
 
-def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardware: HardwareSpec | None = None) -> Estimate:
+def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardware: HardwareSpec | None = None,
+                 reserve_bytes: int | None = None) -> Estimate:
     """Per-stage peak memory of one rank of every pipeline stage of *run* under *recompute*.
 
     Args:
         run: The prepared run.
         recompute: Per-layer recompute settings; nothing recomputed when ``None``.
         hardware: The device, for ``fits``; ``None`` leaves ``fits`` unknown.
+        reserve_bytes: Memory kept free beside the peak; the runtime's ``reserve_bytes`` when ``None``.
 
     Raises:
         ConfigError: A setting its kind cannot run, or a range beyond the model's layers.
@@ -109,4 +111,5 @@ def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardw
         parameters=summarise(kinds, costs, run.model),
         device_memory_bytes=hardware.memory_bytes if hardware is not None else None,
         provenance=provenance,
+        reserve_bytes=run.runtime.reserve_bytes if reserve_bytes is None else reserve_bytes,
     )

@@ -92,10 +92,11 @@ def prepare_job(job: Job, registry: Registry, parallel: ParallelSpec | None = No
                    precision=job.precision, census=job.census, attention=job.attention)
 
 
-def estimate_job(job: Job, registry: Registry, run: PreparedRun | None = None) -> Estimate:
-    """The memory estimate of a resolved job (of *run*, its prepared run, when given)."""
+def estimate_job(job: Job, registry: Registry, run: PreparedRun | None = None, reserve_bytes: int | None = None) -> Estimate:
+    """The memory estimate of a resolved job (of *run*, its prepared run, when given), with *reserve_bytes*
+    kept free beside the peak (the runtime's reserve when ``None``)."""
     run = run if run is not None else prepare_job(job, registry)
-    return estimate_run(run, job.recompute, job.hardware)
+    return estimate_run(run, job.recompute, job.hardware, reserve_bytes)
 
 
 def step_time_job(job: Job, registry: Registry, parallel: ParallelSpec | None = None, run: PreparedRun | None = None):

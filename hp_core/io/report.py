@@ -69,6 +69,7 @@ def estimate_to_json(result: Estimate) -> dict[str, Any]:
         "stages": [stage_to_json(stage) for stage in result.stages],
         "peak_bytes": result.peak_bytes,
         "device_memory_bytes": result.device_memory_bytes,
+        "reserve_bytes": result.reserve_bytes,
         "fits": result.fits,
         "provenance": dict(result.provenance),
     }
@@ -105,15 +106,17 @@ def estimate_table(result: Estimate) -> Table:
         f"{result.model} on {result.world_size} devices: dp={layout['dp']} tp={layout['tp']} pp={layout['pp']} "
         f"vpp={layout['vpp']} cp={layout['cp']} ep={layout['ep']} sp={'on' if layout['sp'] else 'off'} "
         f"zero={layout['zero']}, seq {layout['seq_len']}, micro-batch {layout['micro_batch_size']}, "
-        f"{result.micro_batches} micro-batches/step ({layout['schedule']})"
+        f"global batch {layout['global_batch_size']}, {result.micro_batches} micro-batches/step ({layout['schedule']})"
     )
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), caption="GiB per rank; MB: micro-batches in flight", caption_justify="left")
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), caption="GiB per rank; MB: micro-batches in flight; Reserve: kept free beside the peak (CUDA context)",
+                  caption_justify="left")
     table.add_column("Stage", justify="right")
     table.add_column("Layers")
     table.add_column("MB", justify="right")
     for name in CATEGORIES:
         table.add_column(_HEADERS[name], justify="right")
     table.add_column("Peak", justify="right", style="bold")
+    table.add_column("Reserve", justify="right")
     table.add_column("Binds")
     for stage in result.stages:
         table.add_row(
@@ -122,6 +125,7 @@ def estimate_table(result: Estimate) -> Table:
             str(stage.micro_batches_in_flight),
             *(gib(getattr(stage.memory, f"{name}_bytes")) for name in CATEGORIES),
             gib(stage.peak_bytes),
+            gib(result.reserve_bytes),
             stage.binding_point,
         )
     return table

@@ -16,7 +16,7 @@ CP_KINDS = ("p2p", "a2a")
 # The built-in pipeline schedules (plugins of the hp_schedules hook, hp_plugins/schedules;
 # docs/schedules.md). A layout may name any schedule a plugin provides: the name is
 # checked against the registry where the run is prepared.
-SCHEDULES = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1", "zb_h2", "zb_v", "dualpipe", "dualpipev")
+SCHEDULES = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1", "dualpipe", "dualpipev")
 
 
 def _schedule_name(instance: Any, attribute: attrs.Attribute, value: Any) -> None:

@@ -90,7 +90,8 @@ __all__ = ["ATTENTIONS", "KIND_SWITCHES", "Measurement", "SavedTensor", "hp_cens
 ATTENTIONS = ("eager", "sdpa")
 # The switches of the built-in kinds this source measures (hp_plugins.kinds.dense, moe, mla).
 _DENSE = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct")
-KIND_SWITCHES = {"dense": _DENSE, "moe": _DENSE, "mla": (*_DENSE, "attUp"), "mla_moe": (*_DENSE, "attUp"), "embedding": (), "output": ()}
+KIND_SWITCHES = {"dense": _DENSE, "moe": _DENSE, "mla": (*_DENSE, "attUp"), "mla_moe": (*_DENSE, "attUp"), "embedding": (), "output": (),
+                 "mamba2": ("normOp", "gather"), "attention": _DENSE[:-1], "mlp": ("normOp", "gather", "ffAct")}
 _INSTALL = "pip install 'hp-planner[census]' (torch and transformers)"
 _DTYPE_NAME = "bfloat16"
 

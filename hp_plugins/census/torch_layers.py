@@ -25,11 +25,19 @@ def hf_model_type(hf: Mapping[str, Any]) -> str:
     return model_type
 
 
-def layer_indices(hf: Mapping[str, Any]) -> dict[str, int]:
-    """Per body kind, the first model layer of that kind (the HF importer's reading of the config)."""
+def _model_of(hf: Mapping[str, Any]) -> Any:
+    """The layer stack of *hf* as hp-planner's built-in model formats read it."""
     from hp_plugins.models.hf import model_from_hf_config
+    from hp_plugins.models.ssm import model_from_mamba2_config, model_from_nemotron_h_config
 
-    model = model_from_hf_config(hf, name="census", source="census")
+    build = {"mamba2": model_from_mamba2_config, "nemotron_h": model_from_nemotron_h_config}.get(
+        hf.get("model_type"), model_from_hf_config)
+    return build(hf, name="census", source="census")
+
+
+def layer_indices(hf: Mapping[str, Any]) -> dict[str, int]:
+    """Per body kind, the first model layer of that kind (the built-in model formats' reading of the config)."""
+    model = _model_of(hf)
     found: dict[str, int] = {}
     index = 0
     for group in model.layers:
@@ -52,6 +60,16 @@ def rank_config(hf: Mapping[str, Any], tp: int) -> dict[str, Any]:
     if tp == 1:
         return cfg
     model_type = hf_model_type(hf)
+    if model_type in ("mamba2", "nemotron_h"):
+        # Megatron-Core's MambaMixer splits the SSM heads and groups over TP.
+        heads_key = "num_heads" if model_type == "mamba2" else "mamba_num_heads"
+        groups_key = "mamba_n_groups" if "mamba_n_groups" in cfg else "n_groups"
+        cfg[heads_key] = _divide(cfg[heads_key], tp, heads_key)
+        cfg[groups_key] = _divide(cfg.get(groups_key, 8), tp, groups_key)
+        if model_type == "mamba2":  # Mamba2Config checks hidden_size * expand == num_heads * head_dim
+            cfg["expand"] = _divide(cfg.get("expand", 2), tp, "expand")
+            cfg["vocab_size"] = -(-cfg["vocab_size"] // tp)
+            return cfg
     heads = cfg["num_attention_heads"]
     if not model_type.startswith("deepseek"):
         cfg["head_dim"] = cfg.get("head_dim") or cfg["hidden_size"] // heads
@@ -71,6 +89,11 @@ def layer_classes(transformers: Any, model_type: str) -> tuple[Any, dict[str, An
     found = {}
     for suffix in ("DecoderLayer", "RotaryEmbedding", "RMSNorm"):
         names = sorted(n for n in dir(module) if n.endswith(suffix) and not n.startswith("_"))
+        if not names and suffix == "DecoderLayer":  # Mamba2Block, NemotronHBlock
+            names = sorted(n for n in dir(module) if n.endswith("Block") and not n.startswith("_"))
+        if not names and suffix == "RotaryEmbedding":  # Mamba-2 and Nemotron-H have no rotary embedding
+            found[suffix] = None
+            continue
         if not names:
             raise ConfigError("config.json $.model_type", f"transformers has no {suffix} class for model_type {model_type!r}")
         found[suffix] = getattr(module, min(names, key=len))
@@ -117,17 +140,22 @@ def run_layer(torch: Any, transformers: Any, config: Any, cfg: Mapping[str, Any]
                 # DeepSeek builds its shared experts n_shared_experts * moe_intermediate_size wide.
                 width = hf["n_shared_experts"] * hf["moe_intermediate_size"]
                 mlp.shared_experts = type(shared_experts)(config, intermediate_size=_divide(width, tp, "the shared experts' width"))
-            rope = classes["RotaryEmbedding"](config)
             x = torch.empty(1, seq_len, hidden, requires_grad=True)
             positions = torch.arange(seq_len).unsqueeze(0)
-            cos, sin = rope(x, positions)
-            mask = torch.zeros(1, 1, seq_len, seq_len) if config._attn_implementation == "eager" else None
-            shared += [positions, cos, sin] + ([mask] if mask is not None else [])
-            for buffer in rope.buffers():
-                shared.append(buffer)
+            attends = kind not in ("mamba2", "mlp")  # a Mamba-2 mixer reads a 2-D padding mask, an MLP none
+            mask = torch.zeros(1, 1, seq_len, seq_len) if config._attn_implementation == "eager" and attends else None
+            shared += [positions] + ([mask] if mask is not None else [])
+            kwargs: dict[str, Any] = {"attention_mask": mask}
+            if classes["RotaryEmbedding"] is not None:
+                rope = classes["RotaryEmbedding"](config)
+                cos, sin = rope(x, positions)
+                shared += [cos, sin, *rope.buffers()]
+                kwargs.update(position_ids=positions, position_embeddings=(cos, sin))
+            elif attends:
+                kwargs["position_ids"] = positions
 
             def call() -> Any:
-                out = layer(x, attention_mask=mask, position_ids=positions, position_embeddings=(cos, sin))
+                out = layer(x, **kwargs)
                 return out[0] if isinstance(out, tuple) else out
 
         layer.train()

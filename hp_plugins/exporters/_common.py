@@ -6,11 +6,12 @@ from typing import Callable
 
 import attrs
 
-from hp_core.errors import PlanNotExecutable
+from hp_core.errors import ConfigError, PlanNotExecutable
 from hp_core.engine.recompute.layout import PlanLayout, compact, describe_plan, settings_of
-from hp_core.specs import RecomputeSpec, Setting
+from hp_core.registry import Registry
+from hp_core.specs import ParallelSpec, RecomputeSpec, Setting
 
-__all__ = ["LayerPlan", "offloaded", "per_layer", "read_plan", "refuse", "without_offload"]
+__all__ = ["LayerPlan", "offloaded", "per_layer", "read_plan", "refuse", "trainer_schedule", "without_offload"]
 
 
 @attrs.frozen
@@ -86,3 +87,19 @@ def refuse_offload(trainer: str, runs: str, plan: RecomputeSpec, write: Callable
 def per_layer(settings: list[Setting]) -> RecomputeSpec:
     """The compact plan giving each body layer its setting."""
     return compact(settings)
+
+
+def trainer_schedule(trainer: str, parallel: ParallelSpec, registry: Registry) -> str:
+    """The trainer's own name for the layout's pipeline schedule (``Schedule.trainer_names``).
+
+    Raises:
+        ConfigError: The schedule names no such trainer: the trainer does not run it (one line,
+            naming the schedules it runs).
+    """
+    schedule = registry.schedule(parallel.resolved_schedule)
+    name = schedule.trainer_names.get(trainer)
+    if name is None:
+        runs = ", ".join(s.name for s in registry.schedules if trainer in s.trainer_names) or "none"
+        raise ConfigError("$.parallel.schedule", f"{trainer} cannot run the {schedule.name} pipeline schedule; it runs {runs} "
+                                                 "(docs/schedules.md); choose one with --schedule")
+    return name

@@ -39,7 +39,7 @@ from hp_core.engine.recompute.layout import PlanLayout, plan_layout
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_core.types import Exporter
-from hp_plugins.exporters._common import LayerPlan, offloaded, per_layer, read_plan, refuse, refuse_offload
+from hp_plugins.exporters._common import LayerPlan, offloaded, per_layer, read_plan, refuse, refuse_offload, trainer_schedule
 
 __all__ = ["export_megatron", "hp_exporters", "megatron_candidates"]
 
@@ -111,8 +111,22 @@ def _closest(layout: PlanLayout, plan: LayerPlan, acting: list[dict[str, frozens
     return _block_plan(layout, max(sum(plan.active[lo:hi]) for lo, hi in layout.chunk_bounds))
 
 
+def _schedule_flags(layout: PlanLayout, parallel: ParallelSpec, registry: Registry) -> str:
+    """The virtual pipeline flags of interleaved 1F1B (Megatron-LM ``arguments.py``): its layers per
+    virtual stage where the chunks are even, else its virtual stages per rank; nothing for 1F1B."""
+    if trainer_schedule(_TRAINER, parallel, registry) != "interleaved_1f1b":
+        return ""
+    sizes = {hi - lo for lo, hi in layout.chunk_bounds}
+    if len(sizes) == 1:
+        return f"--num-layers-per-virtual-pipeline-stage {sizes.pop()}"
+    return f"--num-virtual-stages-per-pipeline-rank {parallel.vpp}"
+
+
 def export_megatron(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSpec, *, registry: Registry) -> str:
-    """*plan* as Megatron-LM flags (``""`` for no recompute).
+    """*plan* as Megatron-LM flags (``""`` for no recompute), the schedule's flags after them.
+
+    The layout's schedule must be one Megatron-LM runs (``1f1b``, or ``interleaved_1f1b``, whose
+    virtual pipeline flags follow the recompute flags).
 
     Args:
         plan: The recompute plan.
@@ -123,12 +137,20 @@ def export_megatron(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSpe
 
     Raises:
         PlanNotExecutable: Megatron-LM cannot run *plan*; it names the closest plan it runs.
-        ConfigError: An unknown kind, a range beyond the model, or a layout that does not split.
+        ConfigError: An unknown kind, a range beyond the model, a layout that does not split, or
+            a schedule Megatron-LM does not run.
     """
+    layout = plan_layout(model, parallel, registry)
+    schedule = _schedule_flags(layout, parallel, registry)
+    flags = _recompute_flags(plan, model, parallel, registry, layout)
+    return " ".join(part for part in (flags, schedule) if part)
+
+
+def _recompute_flags(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSpec, registry: Registry,
+                     layout: PlanLayout) -> str:
     runtime = registry.runtime(_RUNTIME)
     modules = dict(runtime.recompute_modules or {})
     implicit = runtime.implicit_recompute
-    layout = plan_layout(model, parallel, registry)
     runs = _runs(modules)
 
     def write(suggestion: RecomputeSpec) -> str:

@@ -29,7 +29,9 @@ from hp_core.engine.recompute.layout import PlanLayout, plan_layout
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_core.types import Exporter
-from hp_plugins.exporters._common import LayerPlan, offloaded, per_layer, read_plan, refuse, refuse_offload
+from hp_plugins.exporters._common import (
+    LayerPlan, offloaded, per_layer, read_plan, refuse, refuse_offload, trainer_schedule,
+)
 
 __all__ = ["export_torchtitan", "hp_exporters", "torchtitan_candidates"]
 
@@ -81,7 +83,12 @@ def _closest(layout: PlanLayout, plan: LayerPlan, op: frozenset[str]) -> Recompu
 
 
 def export_torchtitan(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSpec, *, registry: Registry) -> str:
-    """*plan* as torchtitan's ``[activation_checkpoint]`` TOML section.
+    """*plan* as torchtitan's ``[activation_checkpoint]`` TOML section, and its pipeline schedule.
+
+    A schedule other than torchtitan's default ``1F1B`` follows as
+    ``[parallelism] pipeline_parallel_schedule`` (the names of PyTorch
+    ``torch/distributed/pipelining/schedules.py`` ``get_schedule_class``:
+    ``GPipe``, ``Interleaved1F1B``, ``DualPipeV``, ...).
 
     Args:
         plan: The recompute plan.
@@ -91,15 +98,24 @@ def export_torchtitan(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelS
 
     Raises:
         PlanNotExecutable: torchtitan cannot run *plan*; it names the closest plan it runs.
-        ConfigError: An unknown kind, a range beyond the model, or a layout that does not split.
+        ConfigError: An unknown kind, a range beyond the model, a layout that does not split, or
+            a schedule torchtitan does not run.
     """
+    schedule = trainer_schedule(_TRAINER, parallel, registry)
+    section = _activation_checkpoint(plan, model, parallel, registry)
+    if schedule == "1F1B":
+        return section
+    return section + f'\n[parallelism]\npipeline_parallel_schedule = "{schedule}"\n'
+
+
+def _activation_checkpoint(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSpec, registry: Registry) -> str:
     runtime = registry.runtime(_RUNTIME)
     modules = dict(runtime.recompute_modules or {})
     op = modules.get("op_sac", frozenset().union(*modules.values()) if modules else frozenset())
     layout = plan_layout(model, parallel, registry)
 
     def write(suggestion: RecomputeSpec) -> str:
-        return export_torchtitan(suggestion, model, parallel, registry=registry)
+        return _activation_checkpoint(suggestion, model, parallel, registry)
 
     if offloaded(plan):
         raise refuse_offload(_TRAINER, _RUNS, plan, write)

@@ -21,6 +21,8 @@ module                             what it holds
                                    :func:`validate_moe`
 :mod:`~hp_plugins.kit.norms`       :data:`NORMS`, :data:`NORM_OPS_PER_ELEMENT`, :func:`norm_params`, :func:`fp32_norm_bytes`
 :mod:`~hp_plugins.kit.shapes`      :func:`check_divides`, :func:`padded_vocab`
+:mod:`~hp_plugins.kit.ssm`         :class:`Mamba2Fields`, :func:`mamba2_mixer`,
+                                   :func:`validate_mamba2`, :func:`ssd_chunk_flops`
 :mod:`~hp_plugins.kit.work`        what the step time prices (:class:`~hp_core.costs.LayerWork`):
                                    :func:`tp_collectives`, :func:`attention_collectives`,
                                    :func:`expert_collectives`, :func:`decoder_work`,
@@ -53,6 +55,7 @@ from hp_plugins.kit.work import (
     SOFTMAX_OPS_PER_SCORE, AttentionShape, ExpertShape, attention_collectives, decoder_work, expert_collectives,
     tp_collectives,
 )
+from hp_plugins.kit.ssm import MAMBA_SWITCHES, Mamba2Fields, mamba2_mixer, ssd_chunk_flops, validate_mamba2
 
 __all__ = [
     "ACT_OPS",
@@ -88,4 +91,10 @@ __all__ = [
     "validate_mla",
     "validate_mlp",
     "validate_moe",
+    # The Mamba-2 (SSD) mixer (hp_plugins.kit.ssm).
+    "MAMBA_SWITCHES",
+    "Mamba2Fields",
+    "mamba2_mixer",
+    "ssd_chunk_flops",
+    "validate_mamba2",
 ]

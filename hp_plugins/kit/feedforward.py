@@ -13,8 +13,8 @@ __all__ = ["ACT_OPS", "MLPFields", "mlp", "swiglu", "validate_mlp"]
 
 # Elementwise operations per element (forward), counted from the definitions:
 # SiLU x*sigmoid(x) = negate, exp, add, divide, multiply (5); the gated product 1;
-# GeLU (tanh form) 8.
-ACT_OPS = {"silu": 5, "swish": 5, "gelu": 8, "gelu_new": 8, "gelu_pytorch_tanh": 8, "relu": 1}
+# GeLU (tanh form) 8; squared ReLU (Nemotron-H ``relu2``: max, square) 2.
+ACT_OPS = {"silu": 5, "swish": 5, "gelu": 8, "gelu_new": 8, "gelu_pytorch_tanh": 8, "relu": 1, "relu2": 2}
 
 
 @attrs.frozen(kw_only=True, slots=False)

@@ -28,6 +28,7 @@ from hp_core.runtime_options import RuntimeOption
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
 from hp_plugins.runtimes.fsdp2_points import Fsdp2Points
+from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
 from hp_plugins.runtimes.timing_profiles import GENERIC
 
 __all__ = ["hp_runtimes"]
@@ -117,6 +118,7 @@ def hp_runtimes():
         attention="flash",
         zero=3,
         vocab_pad_multiple=1,
+        reserve_bytes=CUDA_CONTEXT_BYTES,  # the CUDA context (hp_plugins/runtimes/reserve.py)
         overhead_bytes=0,
         timing=GENERIC,
         traits=frozenset({"fp32_norm_copy", "upcast_cross_entropy"}),

@@ -19,6 +19,7 @@ from hp_core.markers import hookimpl
 from hp_core.runtime_options import field_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
+from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
 from hp_plugins.runtimes.timing_profiles import GENERIC
 
 __all__ = ["hp_runtimes"]
@@ -32,6 +33,7 @@ def hp_runtimes():
         attention="flash",
         zero=3,
         vocab_pad_multiple=1,
+        reserve_bytes=CUDA_CONTEXT_BYTES,  # the CUDA context (hp_plugins/runtimes/reserve.py)
         overhead_bytes=0,
         deferred_grad_reduction=True,
         timing=GENERIC,

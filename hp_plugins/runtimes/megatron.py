@@ -41,6 +41,7 @@ from hp_core.markers import hookimpl
 from hp_core.runtime_options import RuntimeOption, field_option, trait_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
+from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
 from hp_plugins.runtimes.timing_profiles import MEGATRON_TE
 
 __all__ = ["hp_runtimes"]
@@ -114,6 +115,7 @@ def hp_runtimes():
         vocab_pad_multiple=128,
         # Transformer Engine's cuBLAS workspace, 32 MiB + 1 KiB on sm >= 9.0
         # (transformer_engine/pytorch/cpp_extensions/gemm.py get_cublas_workspace).
+        reserve_bytes=CUDA_CONTEXT_BYTES,  # the CUDA context (hp_plugins/runtimes/reserve.py)
         overhead_bytes=_TE_WORKSPACE_BYTES,
         # Grouped GEMM runs on 4 compute streams, one workspace each (TE multi_stream.cpp).
         expert_overhead_bytes=4 * _TE_WORKSPACE_BYTES,

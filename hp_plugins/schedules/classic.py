@@ -73,6 +73,15 @@ def interleaved_seconds(layout: ScheduleLayout, stages: tuple[StagePasses, ...])
     return fill_drain_seconds(stages, layout.micro_batches, [s.seconds for s in stages], 1.0 / layout.vpp)
 
 
+def whole_fill(layout: ScheduleLayout) -> float:
+    """Every other stage's time once: 1F1B's and GPipe's ``sum t - t_max``."""
+    return 1.0
+
+
+def interleaved_fill(layout: ScheduleLayout) -> float:
+    return 1.0 / layout.vpp
+
+
 def check_one_chunk(layout: ScheduleLayout) -> None:
     if layout.vpp > 1:
         raise ConfigError("$.parallel.schedule", f"vpp={layout.vpp} needs the interleaved_1f1b schedule")
@@ -97,21 +106,21 @@ def check_interleaved(layout: ScheduleLayout) -> None:
 
 GPIPE = Schedule(
     name="gpipe", in_flight=gpipe_in_flight, pipeline_seconds=one_f_one_b_seconds,
-    default_micro_batches=pp_micro_batches, check=check_gpipe,
+    default_micro_batches=pp_micro_batches, check=check_gpipe, fill_share=whole_fill,
     trainer_names={"torchtitan": "GPipe"},
     source="Huang et al. 2019, 'GPipe' (arXiv:1811.06965), Section 2.2; bubble as " + _NARAYANAN,
     description="all forwards, then all backwards: every micro-batch kept, bubble (p-1)(F+B)",
 )
 ONE_F_ONE_B = Schedule(
     name="1f1b", in_flight=one_f_one_b_in_flight, pipeline_seconds=one_f_one_b_seconds,
-    default_micro_batches=pp_micro_batches, check=check_one_chunk,
+    default_micro_batches=pp_micro_batches, check=check_one_chunk, fill_share=whole_fill,
     trainer_names={"megatron": "1f1b", "torchtitan": "1F1B", "hyperparallel": "1f1b"},
     source=_NARAYANAN + " (PipeDream-Flush); Megatron-LM forward_backward_pipelining_without_interleaving",
     description="one forward one backward: stage i keeps min(p-i, m) micro-batches, bubble (p-1)(F+B)",
 )
 INTERLEAVED_1F1B = Schedule(
     name="interleaved_1f1b", in_flight=interleaved_in_flight, pipeline_seconds=interleaved_seconds,
-    default_micro_batches=twice_pp_micro_batches, check=check_interleaved,
+    default_micro_batches=twice_pp_micro_batches, check=check_interleaved, fill_share=interleaved_fill,
     trainer_names={"megatron": "interleaved_1f1b", "torchtitan": "Interleaved1F1B", "hyperparallel": "interleaved_1f1b"},
     source=_NARAYANAN + "; Megatron-LM schedules.py get_num_warmup_microbatches",
     description="virtual pipeline stages (vpp chunks per stage): bubble (p-1)(F+B)/v",

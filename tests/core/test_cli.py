@@ -40,11 +40,11 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
 
 
 def stage_rows(table: str) -> list[int]:
-    """Stage indices of the table rows: an index, then 8 categories and the peak in GiB."""
+    """Stage indices of the table rows: an index, then 8 categories, the peak and the reserve in GiB."""
     rows = []
     for line in table.splitlines():
         tokens = line.split()
-        if tokens and tokens[0].isdigit() and sum(re.fullmatch(r"\d+\.\d\d", t) is not None for t in tokens) == 9:
+        if tokens and tokens[0].isdigit() and sum(re.fullmatch(r"\d+\.\d\d", t) is not None for t in tokens) == 10:
             rows.append(int(tokens[0]))
     return rows
 
@@ -115,7 +115,7 @@ def test_estimate_json_is_reproducible(capsys):
         (("--tp", "0"), "--tp"),
         (("--seq-len", "-8"), "--seq-len"),
         (("--vpp", "2"), "pp"),
-        (("--dp", "3"), "global_batch_size"),
+        (("--dp", "3", "--global-batch-size", "64"), "global_batch_size"),
         (("--hardware", "tpu-v9"), "tpu-v9"),
         (("--runtime", "megatron-9000"), "megatron-9000"),
         (("--recompute", "bogus"), "bogus"),

@@ -85,8 +85,10 @@ def test_megatron_block_recompute_of_the_first_two_layers_per_stage(registry: Re
 def test_megatron_block_counts_per_virtual_chunk(registry: Registry, llama8b: ModelSpec):
     # pp=2, vpp=2: four chunks of 8 layers (0-7, 8-15, 16-23, 24-31); block N acts on each chunk.
     parallel = ParallelSpec(pp=2, vpp=2, seq_len=4096, global_batch_size=4)
+    # The interleaved schedule's virtual pipeline flag follows the recompute flags.
     assert _export(registry, "megatron", _full_on(0, 8, 16, 24), llama8b, parallel) == (
-        "--recompute-granularity full --recompute-method block --recompute-num-layers 1"
+        "--recompute-granularity full --recompute-method block --recompute-num-layers 1 "
+        "--num-layers-per-virtual-pipeline-stage 8"
     )
     # Full on the first layer of chunks 0 and 1 only leaves chunks 2 and 3 (16-23, 24-31) without: refused.
     with pytest.raises(PlanNotExecutable, match="pipeline chunk 16-23"):
@@ -255,3 +257,32 @@ def test_offload_is_refused_with_the_plan_without_it(registry: Registry, trainer
     with pytest.raises(PlanNotExecutable, match="writes no activation offload") as info:
         _export(registry, trainer, plan, _toy(4), ParallelSpec(seq_len=128))
     assert info.value.suggestion == RecomputeSpec.uniform("full")
+
+
+# ----------------------------------------------------------------------------- pipeline schedules
+
+
+def test_megatron_writes_the_virtual_pipeline_and_refuses_schedules_it_lacks(registry: Registry, llama8b: ModelSpec):
+    interleaved = ParallelSpec(pp=2, vpp=2, seq_len=4096, global_batch_size=4)
+    assert _export(registry, "megatron", RecomputeSpec(), llama8b, interleaved) == "--num-layers-per-virtual-pipeline-stage 8"
+    # Uneven chunks (7, 9, 8, 8): the virtual stages per rank instead.
+    uneven = ParallelSpec(pp=2, vpp=2, seq_len=4096, global_batch_size=4, layers_per_stage=(7, 9, 8, 8))
+    assert _export(registry, "megatron", RecomputeSpec(), llama8b, uneven) == "--num-virtual-stages-per-pipeline-rank 2"
+    assert _export(registry, "megatron", RecomputeSpec(), llama8b, ParallelSpec(pp=2, seq_len=4096)) == ""
+    for name in ("gpipe", "zb_h1", "dualpipe"):
+        with pytest.raises(ConfigError, match=rf"^\$\.parallel\.schedule: megatron cannot run the {name} pipeline "
+                                              "schedule; it runs 1f1b, interleaved_1f1b"):
+            _export(registry, "megatron", RecomputeSpec(), llama8b, ParallelSpec(pp=2, seq_len=4096, schedule=name))
+
+
+def test_torchtitan_writes_its_schedule_name_and_refuses_schedules_it_lacks(registry: Registry):
+    model = _toy(8)
+    plain = _export(registry, "torchtitan", RecomputeSpec(), model, ParallelSpec(pp=2, seq_len=128))
+    assert plain == '[activation_checkpoint]\nmode = "none"\n'
+    for name, vpp, written in (("gpipe", 1, "GPipe"), ("interleaved_1f1b", 2, "Interleaved1F1B"), ("dualpipev", 2, "DualPipeV")):
+        parallel = ParallelSpec(pp=2, vpp=vpp, seq_len=128, schedule=name)
+        assert _export(registry, "torchtitan", RecomputeSpec(), model, parallel) == (
+            plain + f'\n[parallelism]\npipeline_parallel_schedule = "{written}"\n'
+        )
+    with pytest.raises(ConfigError, match="torchtitan cannot run the dualpipe pipeline schedule"):
+        _export(registry, "torchtitan", RecomputeSpec(), model, ParallelSpec(pp=2, seq_len=128, schedule="dualpipe"))

@@ -175,7 +175,7 @@ def test_the_first_phase_bounds_are_below_the_estimates_they_bound(name, layers,
         full = estimate(model, parallel, registry=REGISTRY, runtime=runtime,
                         recompute=RecomputeSpec(default=Setting(mode="full")))
         fastest = step_time(model, parallel, registry=REGISTRY, hardware=b200, runtime=runtime)
-        bound = _time_bound(layers_found.seconds, compositions, m, vpp)
+        bound = _time_bound(layers_found.seconds, compositions, m, bounder.fill(pp, vpp))
         assert 0 < bound <= fastest.step_seconds * (1 + 1e-12)
         static = bounder.static_bytes(layout, layers_found.costs, compositions, zero)
         assert max(s.memory.static_bytes for s in full.stages) <= static <= full.peak_bytes

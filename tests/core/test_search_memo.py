@@ -191,7 +191,8 @@ def test_the_first_phase_sees_prepares_layers_and_bounds_the_time_bound_from_bel
             layers = exact[(tp, cp, ep, etp, mbs)] = bounder.layers(layout)
             # The memo's costs are prepare's.
             assert bounder.context(layout, mbs).costs == tuple(layers.costs)
-        bound = _time_bound(layers.seconds, bounder.compositions(pp, vpp, layout.layers_per_stage), 64 // (mbs * dp), vpp)
+        bound = _time_bound(layers.seconds, bounder.compositions(pp, vpp, layout.layers_per_stage), 64 // (mbs * dp),
+                            bounder.fill(pp, vpp))
         assert 0 < lower <= bound
 
 

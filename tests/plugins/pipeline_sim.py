@@ -171,3 +171,144 @@ def interleaved(p: int, v: int, m: int):
         order += [backward(k) for k in range(total - warm, total)]
         orders.append(order)
     return orders, _straight(p, v), [tuple(i + k * p for k in range(v)) for i in range(p)]
+
+
+def _deferred_w(p: int, m: int, i: int, warm: int, delay: int, path_position: int, direction: int = 0):
+    """One stage's 1F1B-like order with the backward split: ``warm`` forwards, then per step a
+    forward (while any is left), an input-gradient pass and the weight-gradient pass of the
+    micro-batch ``delay`` steps back; the weight-gradient passes left run at the end."""
+    order: list[Op] = [(("F", direction, j, path_position),) for j in range(warm)]
+    pending: list[int] = []
+    for j in range(m):
+        if warm + j < m:
+            order.append((("F", direction, warm + j, path_position),))
+        order.append((("B", direction, j, path_position),))
+        pending.append(j)
+        if len(pending) > delay:
+            order.append((("W", direction, pending.pop(0), path_position),))
+    order += [(("W", direction, j, path_position),) for j in pending]
+    return order
+
+
+def zb_h1(p: int, m: int):
+    """ZB-H1: 1F1B's warm-up; stage ``i`` delays its W passes by ``i`` micro-batches (Qi et al. 2023, Section 2.1)."""
+    orders = [_deferred_w(p, m, i, min(p - i - 1, m), i, i) for i in range(p)]
+    return orders, _straight(p), [(i,) for i in range(p)]
+
+
+def zb_h2(p: int, m: int):
+    """ZB-H2: ``2(p - i) - 1`` warm-up forwards fill the bubble before stage ``i``'s first B; W passes
+    delayed by ``i`` (Qi et al. 2023, Section 2.2)."""
+    orders = [_deferred_w(p, m, i, min(2 * (p - i) - 1, m), i, i) for i in range(p)]
+    return orders, _straight(p), [(i,) for i in range(p)]
+
+
+class _Rank:
+    """One rank's order as DualPipe's ``step`` builds it: per phase the next forward and backward
+    micro-batch, and the weight-gradient passes queued by zero-bubble backwards (run oldest first)."""
+
+    def __init__(self, where) -> None:
+        self.where = where  # phase -> (direction, position)
+        self.forward = [0, 0]
+        self.backward = [0, 0]
+        self.queued: list[Part] = []
+        self.order: list[Op] = []
+
+    def _f(self, phase: int) -> Part:
+        d, s = self.where[phase]
+        self.forward[phase] += 1
+        return ("F", d, self.forward[phase] - 1, s)
+
+    def _b(self, phase: int, zero_bubble: bool) -> Part:
+        d, s = self.where[phase]
+        j = self.backward[phase]
+        self.backward[phase] += 1
+        if zero_bubble:
+            self.queued.append(("W", d, j, s))
+            return ("B", d, j, s)
+        return ("BW", d, j, s)
+
+    def f(self, phase: int) -> None:
+        self.order.append((self._f(phase),))
+
+    def b(self, phase: int, zero_bubble: bool = False) -> None:
+        self.order.append((self._b(phase, zero_bubble),))
+
+    def w(self) -> None:
+        self.order.append((self.queued.pop(0),))
+
+    def fb(self, f_phase: int, b_phase: int) -> None:
+        """A forward and a whole backward overlapped in one op (their F&B)."""
+        self.order.append((self._f(f_phase), self._b(b_phase, False)))
+
+
+def _dualpipe_steps(rank: _Rank, ranks: int, position: int, per_phase: int, middle: bool) -> None:
+    """The eight steps of deepseek-ai/DualPipe ``DualPipe.step`` / ``DualPipeV.step`` for one rank.
+
+    *ranks*: ranks of one half (DualPipe) or all ranks (DualPipeV); *position*: the rank's index
+    among them (``half_rank`` / ``rank``); *per_phase*: micro-batches per phase's direction;
+    *middle*: the rank where the two phases turn (DualPipe's middle ranks, DualPipeV's last).
+    """
+    n, h = ranks, position
+    for _ in range((n - h - 1) * 2):  # 1: forwards of phase 0
+        rank.f(0)
+    for _ in range(h + 1):  # 2: both phases' forwards
+        rank.f(0)
+        rank.f(1)
+    for _ in range(n - h - 1):  # 3: B1 W F1, zero bubble
+        rank.b(1, True)
+        rank.w()
+        rank.f(1)
+    for i in range(per_phase - 2 * n + h + 1):  # 4: the main step, F0&B1 then F1&B0
+        if i == 0 and middle:  # not overlapped at the turn
+            rank.f(0)
+            rank.b(1)
+        else:
+            rank.fb(0, 1)
+        rank.fb(1, 0)
+    for _ in range(n - h - 1):  # 5: B1 then F1&B0
+        rank.b(1)
+        rank.fb(1, 0)
+    zero_bubble = False
+    for i in range(h + 1):  # 6: B1 B0, the second half zero bubble
+        if i == (h + 1) // 2 and h % 2 == 1:
+            zero_bubble = True
+        rank.b(1, zero_bubble)
+        if i == (h + 1) // 2 and h % 2 == 0:
+            zero_bubble = True
+        rank.b(0, zero_bubble)
+    for _ in range(n - h - 1):  # 7: W then B0, zero bubble
+        rank.w()
+        rank.b(0, True)
+    for _ in range(h + 1):  # 8: the weight-gradient passes left
+        rank.w()
+    assert not rank.queued
+
+
+def dualpipe(p: int, m: int):
+    """DualPipe on ``p`` ranks (even), ``m`` micro-batches (even, ``>= 2p``): half of them from each
+    end; rank ``r`` runs chunk ``r`` of the forward direction and chunk ``p - 1 - r`` of the reverse one."""
+    half = p // 2
+    paths = {0: [(s, s) for s in range(p)], 1: [(p - 1 - s, s) for s in range(p)]}
+    orders, chunks = [], []
+    for r in range(p):
+        h = min(r, p - 1 - r)
+        where = {0: (0, r), 1: (1, p - 1 - r)} if r < half else {0: (1, p - 1 - r), 1: (0, r)}
+        rank = _Rank(where)
+        _dualpipe_steps(rank, half, h, m // 2, r in (half - 1, half))
+        orders.append(rank.order)
+        chunks.append((h, p - 1 - h))
+    return orders, paths, chunks
+
+
+def dualpipev(p: int, m: int):
+    """DualPipeV on ``p`` ranks, ``2p`` chunks in a V (rank ``r`` runs chunks ``r`` and ``2p - 1 - r``),
+    ``m >= 2p`` micro-batches in one direction."""
+    path = [(s, s) for s in range(p)] + [(2 * p - 1 - s, s) for s in range(p, 2 * p)]
+    orders, chunks = [], []
+    for r in range(p):
+        rank = _Rank({0: (0, r), 1: (0, 2 * p - 1 - r)})
+        _dualpipe_steps(rank, p, r, m, r == p - 1)
+        orders.append(rank.order)
+        chunks.append((r, 2 * p - 1 - r))
+    return orders, {0: path}, chunks

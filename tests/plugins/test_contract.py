@@ -23,6 +23,7 @@ from hp_plugins.kinds.mla import MLAConfig, MLAMoEConfig
 from hp_plugins.kinds.moe import MoEConfig
 from hp_plugins.kinds.mtp import MTPConfig
 from hp_plugins.kinds.output import OutputConfig
+from samples_ssm import SSM_SAMPLES
 
 _MLA = dict(hidden_size=256, num_attention_heads=8, kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32)
 _MLA_MOE = MLAMoEConfig(**_MLA, q_lora_rank=64, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=128,
@@ -74,6 +75,9 @@ SAMPLES: dict[str, list[object]] = {
         OutputConfig(vocab_size=1024, hidden_size=256, tie_word_embeddings=True, norm="layernorm"),
     ],
 }
+
+
+SAMPLES.update(SSM_SAMPLES)
 
 
 def _kind_names() -> list[str]:

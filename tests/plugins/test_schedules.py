@@ -18,7 +18,12 @@ from hp_core.schedules import ScheduleLayout, StagePasses
 REGISTRY = build_registry(use_env=False)
 
 # Per-chunk F, B (whole backward less W) and W durations: the zero-bubble paper's equal passes and an unequal set.
-DURATIONS = ({"F": 1.0, "B": 1.0, "W": 1.0}, {"F": 1.0, "B": 1.25, "W": 0.75})
+EQUAL = {"F": 1.0, "B": 1.0, "W": 1.0}
+UNEQUAL = {"F": 1.0, "B": 1.25, "W": 0.75}
+# DualPipe's closed form (its README's) holds for equal passes; the others' for any.
+EQUAL_ONLY = {"dualpipe", "dualpipev"}
+# Chunks per stage each built-in runs.
+VPP = {"interleaved_1f1b": 2, "dualpipev": 2}
 
 
 def _cases(name: str):
@@ -39,6 +44,9 @@ ORDERS = {
     "gpipe": lambda layout: sim.gpipe(layout.pp, layout.micro_batches),
     "1f1b": lambda layout: sim.one_f_one_b(layout.pp, layout.micro_batches),
     "interleaved_1f1b": lambda layout: sim.interleaved(layout.pp, layout.vpp, layout.micro_batches),
+    "zb_h1": lambda layout: sim.zb_h1(layout.pp, layout.micro_batches),
+    "dualpipe": lambda layout: sim.dualpipe(layout.pp, layout.micro_batches),
+    "dualpipev": lambda layout: sim.dualpipev(layout.pp, layout.micro_batches),
 }
 
 
@@ -51,10 +59,11 @@ def test_closed_forms_agree_with_the_simulation(name):
         # The chunks each stage runs, as the record states them.
         assert [tuple(schedule.stage_chunks(layout, i)) for i in range(layout.pp)] == [tuple(c) for c in rank_chunks]
         per_chunk_runs = layout.vpp if schedule.model_copies == 1 else 1
-        for durations in DURATIONS:
+        for durations in (EQUAL,) if name in EQUAL_ONLY else (EQUAL, UNEQUAL):
             timeline = sim.simulate(orders, paths, rank_chunks, durations)
             per_micro_batch = per_chunk_runs * (durations["F"] + durations["B"] + durations["W"])
-            stages = tuple(StagePasses(per_micro_batch, per_chunk_runs * durations["W"]) for _ in range(layout.pp))
+            stages = tuple(StagePasses(per_micro_batch, per_chunk_runs * durations["W"], per_chunk_runs * durations["F"])
+                           for _ in range(layout.pp))
             assert max(timeline.busy) == pytest.approx(layout.micro_batches * per_micro_batch)
             assert schedule.pipeline_seconds(layout, stages) == pytest.approx(timeline.makespan, rel=1e-12), (layout, durations)
         assert tuple(tuple(schedule.in_flight(layout, i)) for i in range(layout.pp)) == timeline.peaks, layout
@@ -87,8 +96,8 @@ def test_hp_estimate_runs_every_built_in(name, capsys):
 
     from hp_core.cli import main
 
-    vpp = {"interleaved_1f1b": 2}.get(name, 1)
-    argv = ["estimate", "--model", "llama3-8b", "--pp", "4", "--vpp", str(vpp), "--seq-len", "4096",
+    vpp = VPP.get(name, 1)
+    argv = ["estimate", "--model", "llama3-8b", "--dp", "1", "--pp", "4", "--vpp", str(vpp), "--seq-len", "4096",
             "--global-batch-size", "16", "--hardware", "h100-sxm", "--schedule", name, "--json"]
     assert main(argv) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -102,10 +111,10 @@ def test_without_a_global_batch_the_micro_batches_are_the_schedules_default(name
     from hp_core.specs import ParallelSpec
 
     model = model_from_preset("llama3-8b", REGISTRY)
-    vpp = {"interleaved_1f1b": 2}.get(name, 1)
+    vpp = VPP.get(name, 1)
     result = estimate(model, ParallelSpec(pp=4, vpp=vpp, dp=2, seq_len=4096, schedule=name), registry=REGISTRY)
     m = REGISTRY.schedule(name).default_micro_batches(4, vpp)
-    assert result.micro_batches == m == {"interleaved_1f1b": 8}.get(name, 4)
+    assert result.micro_batches == m == {"interleaved_1f1b": 8, "dualpipe": 8, "dualpipev": 8}.get(name, 4)
     assert result.layout["global_batch_size"] == 2 * m
 
 
@@ -152,3 +161,30 @@ def test_a_third_party_schedule_changes_the_estimate_and_the_step_time():
     t = [s.micro_batch_seconds for s in found["1f1b"][2].stages]
     assert found["slack-1f1b"][2].bubble_seconds == pytest.approx(2 * max(t))
     assert found["1f1b"][2].bubble_seconds == pytest.approx(sum(t) - max(t))
+
+
+def test_the_search_takes_schedules_as_a_dimension():
+    from hp_core.api import search
+    from hp_core.specs import ParallelSpec
+
+    model = model_from_preset("llama3-8b", REGISTRY).with_body_layers(8, REGISTRY.kinds_placed("body"))
+    h100 = REGISTRY.hardware_preset("h100-sxm").spec
+    common = dict(registry=REGISTRY, devices=8, hardware=h100, global_batch_size=16, seq_len=1024, runtime="generic",
+                  top=1000, fixed={"pp": 4, "vpp": 1, "zero": 1, "micro_batch_size": 1})
+    plain = search(model, **common)
+    one = search(model, schedules=["1f1b"], **common)
+    # 1F1B named is the default search at vpp 1: the same candidates in the same order.
+    assert [(c.layout.key, c.step_seconds) for c in one.top] == [(c.layout.key, c.step_seconds) for c in plain.top]
+    both = search(model, schedules=["1f1b", "zb_h1", "dualpipe"], **common)
+    assert {c.layout.schedule for c in both.top} == {"1f1b", "zb_h1", "dualpipe"}
+    assert both.considered == 3 * plain.considered
+    assert [c.step_seconds for c in both.top] == sorted(c.step_seconds for c in both.top)
+    # Each candidate's step time is the step time of its layout under its schedule.
+    for candidate in both.top[:4]:
+        layout = candidate.layout
+        parallel = layout.parallel(1024, 16)
+        assert parallel.schedule == layout.schedule
+        assert step_time(model, parallel, registry=REGISTRY, hardware=h100, recompute=candidate.recompute).step_seconds \
+            == pytest.approx(candidate.step_seconds)
+    with pytest.raises(ConfigError, match=r"^--schedules: unknown pipeline schedule 'nope'"):
+        search(model, schedules=["nope"], **common)

@@ -158,6 +158,7 @@ def search(
     reserve_bytes: int = 0,
     zero: Iterable[int] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    schedules: Iterable[str] | None = None,
 ) -> SearchResult:
     """Every layout of *devices* for the model, planned and ranked by step time (:mod:`hp_core.engine.search`).
 
@@ -185,11 +186,46 @@ def search(
             ``(dp, cp, tp)`` enumerated (per task through an executor), then
             per task finished, ``in all`` counting the candidates whose bound
             may still enter the top K.
+        schedules: The pipeline schedules to search, a dimension of the
+            search: each is searched in turn and the candidates ranked
+            together (counts added up); ``None``: ``1f1b``, or
+            ``interleaved_1f1b`` when ``vpp > 1``.
 
     Raises:
         ConfigError: An unknown fixed name, a non-positive count, or a runtime
             without a timing profile.
     """
+    if schedules is not None:
+        names = list(dict.fromkeys(schedules))
+        if not names:
+            raise ConfigError("--schedules", "name at least one pipeline schedule (see 'hp plugins')")
+        for name in names:
+            registry.schedule(name, "--schedules")
+        results = [_search(model, registry, devices, hardware, global_batch_size, seq_len, runtime, fixed, top, executor,
+                           precision, census, reserve_bytes, zero, progress, name) for name in names]
+        return _merged(results, top)
+    return _search(model, registry, devices, hardware, global_batch_size, seq_len, runtime, fixed, top, executor,
+                   precision, census, reserve_bytes, zero, progress, None)
+
+
+def _merged(results: list[SearchResult], top: int) -> SearchResult:
+    """Searches of one job under several schedules as one: candidates ranked together, counts added up."""
+    first = results[0]
+    ranked = sorted((c for r in results for c in r.top), key=lambda c: (c.step_seconds, c.layout.key, c.layout.schedule))
+    rejected: dict[str, int] = {}
+    for r in results:
+        for reason, count in r.rejected.items():
+            rejected[reason] = rejected.get(reason, 0) + count
+    return attrs.evolve(first, considered=sum(r.considered for r in results), planned=sum(r.planned for r in results),
+                        fitting=sum(r.fitting for r in results), top=tuple(ranked[:top]),
+                        rejected={reason: rejected[reason] for reason in REASONS if rejected.get(reason)})
+
+
+def _search(model: ModelSpec, registry: Registry, devices: int, hardware: HardwareSpec, global_batch_size: int,
+            seq_len: int, runtime: Any, fixed: Mapping[str, int], top: int, executor: Executor | None,
+            precision: PrecisionSpec | None, census: str, reserve_bytes: int, zero: Iterable[int] | None,
+            progress: Callable[[int, int], None] | None, schedule: str | None) -> SearchResult:
+    """:func:`search` under one schedule (``None``: by vpp)."""
     rt = registry.runtime(runtime)
     if rt.timing is None:
         raise ConfigError("$.runtime", f"runtime {rt.name!r} states no timing profile, so layouts cannot be ranked by step time")
@@ -202,7 +238,7 @@ def search(
     if not 0 <= reserve_bytes < hardware.memory_bytes:
         raise ConfigError("$.reserve_bytes", "the reserve must be at least 0 and below the device memory")
     zeros = tuple(sorted(set(zero))) if zero is not None else zero_levels(rt)
-    job = _Job(model, registry, hardware, runtime, precision, census, reserve_bytes, seq_len, global_batch_size)
+    job = _Job(model, registry, hardware, runtime, precision, census, reserve_bytes, seq_len, global_batch_size, schedule)
     bounder = _Bounder(job)
     if bounder.body_count == 0:
         raise ConfigError("$.model.layers", "the model has no body layers (no kind placed 'body')")
@@ -356,7 +392,7 @@ class _Cheap:
 
     def _layout(self, key: tuple[int, ...]) -> Layout:
         pp, vpp = key[3], key[4]
-        return _layout(key, balanced_layers(self.bounder.body_count, pp * vpp))
+        return _layout(key, balanced_layers(self.bounder.body_count, pp * vpp), self.bounder.job.schedule)
 
     def _bound(self, layout: Layout) -> float:
         bounder = self.bounder
@@ -373,7 +409,7 @@ class _Cheap:
         job = bounder.job
         micro_batches = job.global_batch_size // (layout.micro_batch_size * layout.dp)
         return _time_bound(seconds, bounder.compositions(layout.pp, layout.vpp, layout.layers_per_stage),
-                           micro_batches, layout.vpp)
+                           micro_batches, bounder.fill(layout.pp, layout.vpp))
 
 
 # Contexts whose evaluated groups the second phase keeps for refinements and plans in this process.
@@ -384,7 +420,7 @@ _KEEP = 256
 _LAST = (math.inf,)
 
 
-def _layout(key: tuple[int, ...], split: tuple[int, ...] | None) -> Layout:
+def _layout(key: tuple[int, ...], split: tuple[int, ...] | None, schedule: str | None = None) -> Layout:
     dp, cp, tp, pp, vpp, ep, etp, mbs, zero = key
     return Layout(dp=dp, cp=cp, tp=tp, pp=pp, vpp=vpp, ep=ep, etp=etp, zero=zero, micro_batch_size=mbs,
-                  layers_per_stage=split)
+                  layers_per_stage=split, schedule_name=schedule)

@@ -23,13 +23,13 @@ from hp_core.costs import LayerContext, LayerCost
 from hp_core.engine import census as census_lib
 from hp_core.engine.optimizer import OptimizerLoad, group_states, layer_load, master_bytes, resolve_optimizer
 from hp_core.engine.prepare import EvaluatedLayers, evaluate_layers, layer_context, model_kinds, resolve_runtime
-from hp_core.engine.schedule import stage_plan
+from hp_core.engine.schedule import _call, check_layout, stage_plan
 from hp_core.engine.search.layouts import Layout, _Job, _reason_of
 from hp_core.engine.search.memo import Memo, memo_costs
 from hp_core.engine.stage import PlacedLayer, static_bytes
 from hp_core.engine.timing import LayerPricer, layer_pricer
 from hp_core.errors import ConfigError
-from hp_core.schedules import ScheduleLayout
+from hp_core.schedules import Schedule, ScheduleLayout
 
 
 # One pipeline stage's layers as the first phase sees them: (group index, layers of it) pairs and the
@@ -125,6 +125,28 @@ class _Bounder:
         self._chunks: dict[tuple[Any, ...], list[list[tuple[int, int]]]] = {}  # the first stage's chunks
         self._priced_layers: dict[tuple[Any, ...], tuple[int, int]] = {}
         self._weights: dict[tuple[Any, ...], tuple[tuple[int, int], ...]] = {}
+
+    # ------------------------------------------------------------------ the schedule
+
+    def schedule(self, vpp: int) -> Schedule:
+        """The schedule searched (the job's), or by *vpp*: ``1f1b``, ``interleaved_1f1b`` above 1."""
+        name = self.job.schedule or ("1f1b" if vpp == 1 else "interleaved_1f1b")
+        return self.job.registry.schedule(name, "--schedules")
+
+    def fill(self, pp: int, vpp: int) -> tuple[float, int]:
+        """``(share, copies)``: the schedule's ``fill_share`` (0 where it states none: the slowest stage's
+        micro-batches alone bound any pipeline) and its model copies."""
+        schedule = self.schedule(vpp)
+        share = 0.0 if schedule.fill_share is None else schedule.fill_share(ScheduleLayout(pp, vpp, 1))
+        return share, schedule.model_copies
+
+    def refusal(self, pp: int, vpp: int, micro_batches: int) -> str | None:
+        """Why the schedule cannot run ``(pp, vpp, micro_batches)`` (a rejection reason), or ``None``."""
+        try:
+            check_layout(self.schedule(vpp), ScheduleLayout(pp, vpp, micro_batches))
+        except ConfigError as error:
+            return _reason_of(error)
+        return None
 
     # ------------------------------------------------------------------ evaluations
 
@@ -261,16 +283,19 @@ class _Bounder:
             lo = hi
         per_chunk[0] = self.first + per_chunk[0]
         per_chunk[-1] = per_chunk[-1] + self.last
+        schedule = self.schedule(vpp)
+        shape = ScheduleLayout(pp, vpp, 1)  # which chunks a stage runs does not depend on the micro-batches
+        assignment = [tuple(_call(schedule, "stage_chunks", schedule.stage_chunks, shape, stage)) for stage in range(pp)]
         for stage in range(pp):
             held: dict[int, int] = {}
-            for c in range(stage, chunks, pp):
+            for c in assignment[stage]:
                 for i, n in per_chunk[c]:
                     held[i] = held.get(i, 0) + n
             owners = frozenset(self.kinds[i].name for i in held)
             composition = (tuple(sorted(held.items())), owners)
             stages[composition] = stages.get(composition, 0) + 1
         found = self._compositions[(pp, vpp, split)] = tuple(stages.items())
-        first = self._chunks[(pp, vpp, split)] = [per_chunk[c] for c in range(0, chunks, pp)]
+        first = self._chunks[(pp, vpp, split)] = [per_chunk[c] for c in assignment[0]]
         held = {}
         for chunk in first:
             for i, n in chunk:
@@ -367,8 +392,7 @@ class _Bounder:
         if weights is None:
             if split not in self._chunks:
                 self.compositions(*split)
-            schedule = self.job.registry.schedule(layout.schedule)
-            in_flight = stage_plan(schedule, ScheduleLayout(layout.pp, layout.vpp, micro_batches), 0)[1]
+            in_flight = stage_plan(self.schedule(layout.vpp), ScheduleLayout(layout.pp, layout.vpp, micro_batches), 0)[1]
             # Layers of each group kept: micro-batches in flight per chunk times its layers there.
             held: dict[int, int] = {}
             for count, chunk in zip(in_flight, self._chunks[split]):
@@ -397,17 +421,18 @@ class _Bounder:
         if split not in self._priced_layers:
             self.compositions(*split)
         slowest, total = self._priced_layers[split]
-        return priced_seconds * (micro_batches * slowest + (total - slowest) / layout.vpp) * _LOWER_MARGIN
+        share, copies = self.fill(layout.pp, layout.vpp)
+        return priced_seconds * (micro_batches * slowest + (total - slowest) * share) / copies * _LOWER_MARGIN
 
 
 def _time_bound(seconds: list[float] | tuple[float, ...], compositions: tuple[tuple[_Composition, int], ...],
-                micro_batches: int, vpp: int) -> float:
+                micro_batches: int, fill: tuple[float, int]) -> float:
     """A lower bound on the step time with nothing recomputed: the pipeline of the stages' layer times alone.
 
     :func:`~hp_core.engine.timing.pipeline_seconds` of each stage's layers (its
     pipeline sends, the data-parallel reduction and the optimizer step left
     out, all non-negative; the pipeline time does not fall as a stage's time
-    grows).
+    grows). *fill*: the schedule's ``(share, copies)`` (:meth:`_Bounder.fill`).
     """
     slowest = total = 0.0
     for (held, _), stages in compositions:
@@ -416,4 +441,5 @@ def _time_bound(seconds: list[float] | tuple[float, ...], compositions: tuple[tu
             t += n * seconds[i]
         slowest = max(slowest, t)
         total += stages * t
-    return micro_batches * slowest + (total - slowest) / vpp
+    share, copies = fill
+    return (micro_batches * slowest + (total - slowest) * share) / copies

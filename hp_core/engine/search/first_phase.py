@@ -178,8 +178,10 @@ def _first_phase(
                 mbss = allowed("micro_batch_size", _divisors(per_dp)) if per_dp is not None else []
                 zs = allowed("zero", zeros)
                 for vpp in vpps:
-                    # Interleaved 1F1B needs the micro-batches to be a multiple of pp (Megatron-LM schedules.py).
-                    sizes = [mbs for mbs in mbss if vpp == 1 or (global_batch_size // (mbs * dp)) % pp == 0]
+                    # The micro-batch counts the schedule runs (interleaved 1F1B: a multiple of pp, Megatron-LM
+                    # schedules.py); the others are refused for the schedule's reason.
+                    refused = {mbs: bounder.refusal(pp, vpp, global_batch_size // (mbs * dp)) for mbs in mbss}
+                    sizes = [mbs for mbs in mbss if refused[mbs] is None]
                     split = balanced_layers(body_layers, pp * vpp) if pp <= body_layers else None
                     for ep, etp in expert_pairs:
                         if per_dp is None:
@@ -199,8 +201,11 @@ def _first_phase(
                         if seq_len % cp or (tp > 1 and (seq_len // cp) % tp):
                             reject(R_SEQUENCE, n)
                             continue
-                        if len(sizes) < len(mbss):
-                            reject(R_BATCH, (len(mbss) - len(sizes)) * len(zs))
+                        for reason in refused.values():
+                            if reason is not None:
+                                reject(reason, len(zs))
+                        if not sizes:
+                            continue
                         compositions = bounder.compositions(pp, vpp, split)
                         # The packed key of (dp, cp, tp, pp, vpp, ep, etp), room left for mbs and zero.
                         family = 0
@@ -215,7 +220,8 @@ def _first_phase(
                         for n_mbs, mbs in enumerate(sizes):
                             if probe is None:
                                 probe = Layout(dp=dp, cp=cp, tp=tp, pp=pp, vpp=vpp, ep=ep, etp=etp, zero=zs[0],
-                                               micro_batch_size=mbs, layers_per_stage=split)
+                                               micro_batch_size=mbs, layers_per_stage=split,
+                                               schedule_name=bounder.job.schedule)
                             found = bounder.context(probe, mbs)
                             if isinstance(found, str):
                                 reject(found, len(levels) if levels is not None else len(zs))

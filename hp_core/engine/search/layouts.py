@@ -27,7 +27,8 @@ R_STATIC = "static memory alone exceeds the device"
 R_FULL = "does not fit even fully recomputed"
 R_PLAN = "does not fit with the runtime's least-memory plan"
 R_SLOWER = "cannot enter the top K: slower with nothing recomputed than the K-th plan"
-REASONS = (R_LAYERS, R_EXPERTS, R_MODEL, R_SEQUENCE, R_BATCH, R_STATIC, R_FULL, R_PLAN, R_SLOWER)
+R_SCHEDULE = "the pipeline schedule does not run this pp, vpp or micro-batch count"
+REASONS = (R_LAYERS, R_EXPERTS, R_MODEL, R_SEQUENCE, R_BATCH, R_STATIC, R_FULL, R_PLAN, R_SLOWER, R_SCHEDULE)
 
 # The names ``fixed`` accepts.
 FIXABLE = ("dp", "cp", "tp", "pp", "vpp", "ep", "etp", "zero", "micro_batch_size")
@@ -70,6 +71,8 @@ class Layout:
         micro_batch_size: Sequences per micro-batch.
         layers_per_stage: Body layers per chunk when ``pp * vpp`` does not
             divide them (:func:`balanced_layers`); ``None``: an even split.
+        schedule_name: The pipeline schedule searched (``--schedules``);
+            ``None``: ``1f1b``, or ``interleaved_1f1b`` when ``vpp > 1``.
     """
 
     dp: int
@@ -82,14 +85,18 @@ class Layout:
     zero: int
     micro_batch_size: int
     layers_per_stage: tuple[int, ...] | None = None
+    schedule_name: str | None = None
 
     @property
     def key(self) -> tuple[int, ...]:
-        """The deterministic tie-break: ``(dp, cp, tp, pp, vpp, ep, etp, mbs, zero)``."""
+        """The deterministic tie-break: ``(dp, cp, tp, pp, vpp, ep, etp, mbs, zero)`` (then the schedule's name
+        where several are searched)."""
         return (self.dp, self.cp, self.tp, self.pp, self.vpp, self.ep, self.etp, self.micro_batch_size, self.zero)
 
     @property
     def schedule(self) -> str:
+        if self.schedule_name is not None:
+            return self.schedule_name
         return "1f1b" if self.vpp == 1 else "interleaved_1f1b"
 
     def describe(self) -> str:
@@ -97,7 +104,8 @@ class Layout:
         parts = [f"{name}{value}" for name, value in (("dp", self.dp), ("cp", self.cp), ("tp", self.tp), ("pp", self.pp),
                                                         ("vpp", self.vpp), ("ep", self.ep), ("etp", self.etp))
                  if value > 1 or name == "dp"]
-        return " ".join(parts + [f"mbs{self.micro_batch_size}", f"zero{self.zero}"])
+        searched = [self.schedule_name] if self.schedule_name is not None else []
+        return " ".join(parts + [f"mbs{self.micro_batch_size}", f"zero{self.zero}"] + searched)
 
     def parallel(self, seq_len: int, global_batch_size: int) -> ParallelSpec:
         """The layout as a :class:`~hp_core.specs.ParallelSpec`."""
@@ -180,10 +188,13 @@ class _Job:
     reserve_bytes: int
     seq_len: int
     global_batch_size: int
+    schedule: str | None = None  # the schedule searched; None: by vpp (Layout.schedule)
 
 
 def _reason_of(error: ConfigError) -> str:
     path = error.path
+    if path in ("$.parallel.schedule", "$.parallel.vpp"):
+        return R_SCHEDULE
     if path in ("$.parallel.cp", "$.parallel.sp"):
         return R_SEQUENCE
     if path == "$.parallel.global_batch_size":

@@ -96,6 +96,14 @@ def _update_bytes(dense: OptimizerLoad, experts: OptimizerLoad, dense_group: int
     return moved
 
 
+def _forward_share(stage: StageTime) -> float:
+    """A stage's forward pass per micro-batch: its forward compute and that share of its exposed communication."""
+    compute = stage.forward_seconds + stage.backward_seconds + stage.recompute_seconds
+    if compute <= 0:
+        return 0.0
+    return stage.forward_seconds * (1 + stage.communication_seconds / compute)
+
+
 def time_run(
     run: PreparedRun,
     hardware: HardwareSpec | None,
@@ -273,7 +281,7 @@ def time_run(
         recomputed_flops_per_stage.append(rflops)
         weight_seconds.append(wgrad)
 
-    passes = tuple(StagePasses(s.micro_batch_seconds, w) for s, w in zip(stages, weight_seconds))
+    passes = tuple(StagePasses(s.micro_batch_seconds, w, _forward_share(s)) for s, w in zip(stages, weight_seconds))
     pipe = pipeline_seconds(schedule, ScheduleLayout(parallel.pp, parallel.vpp, micro_batches), passes)
     slow = max(stages, key=lambda s: s.micro_batch_seconds)
     tail = max(stages, key=lambda s: s.data_parallel_seconds + s.optimizer_seconds)

@@ -1,0 +1,91 @@
+"""Single-block layers of hybrid stacks: an attention-only layer and an MLP-only layer.
+
+A Nemotron-H layer (transformers ``NemotronHBlock``) is one block behind its own
+pre-norm and residual: a Mamba-2 mixer (``M``, the ``mamba2`` kind), grouped-query
+attention (``*``), an MLP (``-``) or a mixture of experts (``E``). These two kinds
+are the ``*`` and ``-`` layers, each the public kit's block alone
+(:func:`hp_plugins.kit.gqa_attention`, :func:`hp_plugins.kit.mlp`), so they are
+priced exactly as the built-in ``dense`` kind prices its halves:
+
+* ``attention``: ``NemotronHAttention``: q, k, v and o projections without
+  biases, no rotary embedding (Nemotron-H's attention layers have none), no
+  QK-norm; parameters ``h (a + 2g) d + a d h`` and the pre-norm ``h``.
+* ``mlp``: ``NemotronHMLP``: ``up_proj`` and ``down_proj`` (no gate) around
+  ``mlp_hidden_act`` (squared ReLU, ``relu2``); parameters ``2 h I`` (biases
+  where ``mlp_bias``) and the pre-norm ``h``. ReLU keeps its output, which the
+  square also keeps, and ``down_proj`` keeps the square: two ``I``-wide tensors,
+  as the kit's plain MLP counts them.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from hp_core.costs import LayerContext, LayerCost
+from hp_core.markers import hookimpl
+from hp_core.types import LayerKind
+from hp_core.validators import positive_int, probability
+from hp_plugins.kit import GQAFields, LayerBuilder, MLPFields, NORMS, gqa_attention, mlp, validate_gqa, validate_mlp
+from hp_plugins.kinds.dense import SELECTIVE
+
+__all__ = ["AttentionLayerConfig", "MLPLayerConfig", "evaluate_attention_layer", "evaluate_mlp_layer", "hp_layer_kinds"]
+
+ATTENTION_SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather")
+MLP_SWITCHES = ("normOp", "gather", "ffAct")
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class AttentionLayerConfig(GQAFields):
+    """An attention-only layer: the fields of :class:`~hp_plugins.kit.GQAFields`."""
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class MLPLayerConfig(MLPFields):
+    """An MLP-only layer.
+
+    Attributes:
+        hidden_size: Model width ``h``.
+        norm: The pre-norm (``rmsnorm`` or ``layernorm``).
+        hidden_dropout: Dropout after ``down_proj``.
+    """
+
+    hidden_size: int = attrs.field(validator=positive_int)
+    norm: str = attrs.field(default="rmsnorm", validator=attrs.validators.in_(NORMS))
+    hidden_dropout: float = attrs.field(default=0.0, validator=probability)
+
+
+def evaluate_attention_layer(c: AttentionLayerConfig, x: LayerContext) -> LayerCost:
+    """One attention-only layer's cost on one rank."""
+    b = LayerBuilder(x, c.hidden_size)
+    gqa_attention(b, c)
+    return b.build()
+
+
+def evaluate_mlp_layer(c: MLPLayerConfig, x: LayerContext) -> LayerCost:
+    """One MLP-only layer's cost on one rank."""
+    b = LayerBuilder(x, c.hidden_size)
+    mlp(b, c, c.norm, c.hidden_dropout)
+    return b.build()
+
+
+@hookimpl
+def hp_layer_kinds():
+    yield LayerKind(
+        name="attention",
+        config_type=AttentionLayerConfig,
+        evaluate=evaluate_attention_layer,
+        placement="body",
+        switches=ATTENTION_SWITCHES,
+        selective=SELECTIVE,
+        validate=validate_gqa,
+        description="attention-only layer: pre-norm, MHA/GQA/MQA attention (Nemotron-H *)",
+    )
+    yield LayerKind(
+        name="mlp",
+        config_type=MLPLayerConfig,
+        evaluate=evaluate_mlp_layer,
+        placement="body",
+        switches=MLP_SWITCHES,
+        validate=validate_mlp,
+        description="MLP-only layer: pre-norm, gated or plain MLP (Nemotron-H -, squared ReLU)",
+    )

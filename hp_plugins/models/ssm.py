@@ -1,0 +1,193 @@
+"""Model formats of state-space and hybrid ``config.json`` files: ``mamba2`` and ``nemotron_h``.
+
+Fields are read by name as transformers' config classes read them (5.24:
+``Mamba2Config``, ``NemotronHConfig``); a field the file omits takes that class's
+default where it is a structural flag (:data:`DEFAULTS`), and the fields that
+size the model must be stated.
+
+* ``mamba2`` (``Mamba2ForCausalLM``): an embedding, ``num_hidden_layers``
+  ``mamba2`` layers (``Mamba2Block``: ``num_heads`` heads of ``head_dim``,
+  ``hidden_size * expand == num_heads * head_dim`` as ``Mamba2Config`` checks),
+  the final norm and the LM head.
+* ``nemotron_h`` (``NemotronHForCausalLM``): layer ``i`` is
+  ``hybrid_override_pattern[i]`` (or ``layers_block_type`` / ``layer_types``):
+  ``M`` a ``mamba2`` layer (``mamba_num_heads``, ``mamba_head_dim``,
+  ``ssm_state_size``, ``n_groups``, ``conv_kernel``, ``chunk_size``; the legacy
+  ``mamba_n_groups``, ``mamba_d_conv``, ``mamba_conv_bias``, ``mamba_chunk_size``
+  names as ``NemotronHConfig.__post_init__`` renames them), ``*`` an
+  ``attention`` layer (``head_dim``, no biases, no rotary embedding), ``-`` an
+  ``mlp`` layer (``intermediate_size``, ``mlp_hidden_act``), ``E`` a mixture of
+  experts (refused: not priced yet).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hp_core.errors import ConfigError, describe
+from hp_core.markers import hookimpl
+from hp_core.specs.model import LayerGroup, ModelSpec
+from hp_core.types import ModelFormat
+from hp_plugins.kinds.embedding import EmbeddingConfig
+from hp_plugins.kinds.hybrid import AttentionLayerConfig, MLPLayerConfig
+from hp_plugins.kinds.mamba import Mamba2LayerConfig
+from hp_plugins.kinds.output import OutputConfig
+
+__all__ = ["DEFAULTS", "Reader", "grouped", "hp_model_formats", "model_from_mamba2_config", "model_from_nemotron_h_config"]
+
+# transformers 5.24 config classes' defaults for the structural fields the estimate reads.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "mamba2": {"head_dim": 64, "state_size": 128, "expand": 2, "conv_kernel": 4, "n_groups": 8, "use_bias": False,
+               "use_conv_bias": True, "chunk_size": 256, "tie_word_embeddings": False},
+    "nemotron_h": {"head_dim": 128, "num_key_value_heads": None, "attention_bias": False, "attention_dropout": 0.0,
+                   "mlp_hidden_act": "relu2", "mlp_bias": False, "mamba_head_dim": 64, "ssm_state_size": 128,
+                   "n_groups": 8, "conv_kernel": 4, "use_conv_bias": True, "chunk_size": 128, "use_bias": False,
+                   "tie_word_embeddings": False, "hybrid_override_pattern": None, "layers_block_type": None,
+                   "layer_types": None},
+}
+# NemotronHConfig.__post_init__: the legacy names it renames.
+_NEMOTRON_LEGACY = {"n_groups": "mamba_n_groups", "conv_kernel": "mamba_d_conv", "use_conv_bias": "mamba_conv_bias",
+                    "chunk_size": "mamba_chunk_size"}
+# NemotronHConfig._pattern_to_list.
+_PATTERN = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
+
+
+class Reader:
+    """Reads one config's fields by name, with a model type's defaults and errors naming the field."""
+
+    def __init__(self, cfg: Mapping[str, Any], defaults: Mapping[str, Any], where: str,
+                 aliases: Mapping[str, str] | None = None) -> None:
+        self.cfg, self.defaults, self.where, self.aliases = cfg, defaults, where, aliases or {}
+
+    def get(self, key: str, kind: type = int) -> Any:
+        """The field *key* (or its legacy alias), else its default; refused when missing or of the wrong type."""
+        name = key if self.cfg.get(key) is not None or key not in self.aliases else self.aliases[key]
+        if self.cfg.get(name) is not None:
+            value = self.cfg[name]
+        elif key in self.defaults:
+            return self.defaults[key]
+        else:
+            raise ConfigError(f"{self.where} $.{key}", "is missing and the estimate needs it; add it to the config")
+        ok = {
+            int: isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+            bool: isinstance(value, bool),
+            str: isinstance(value, str),
+            float: isinstance(value, (int, float)) and not isinstance(value, bool),
+            list: isinstance(value, list),
+        }[kind]
+        if not ok:
+            raise ConfigError(f"{self.where} $.{name}", f"must be a {'non-negative int' if kind is int else kind.__name__}, "
+                                                        f"got {value!r}")
+        return value
+
+
+def grouped(layers: list[tuple[str, Any]]) -> list[LayerGroup]:
+    """Runs of equal consecutive layers as layer groups."""
+    groups: list[LayerGroup] = []
+    for kind, config in layers:
+        if groups and groups[-1].kind == kind and groups[-1].config == config:
+            groups[-1] = LayerGroup(kind, config, groups[-1].count + 1)
+        else:
+            groups.append(LayerGroup(kind, config, 1))
+    return groups
+
+
+def _model(r: Reader, body: list[tuple[str, Any]], name: str, source: str) -> ModelSpec:
+    h, vocab = r.get("hidden_size"), r.get("vocab_size")
+    groups = [LayerGroup("embedding", EmbeddingConfig(vocab_size=vocab, hidden_size=h)), *grouped(body),
+              LayerGroup("output", OutputConfig(vocab_size=vocab, hidden_size=h,
+                                                tie_word_embeddings=r.get("tie_word_embeddings", bool)))]
+    return ModelSpec(name=name, layers=tuple(groups), source=source)
+
+
+def _check_type(cfg: Mapping[str, Any], model_type: str, where: str) -> None:
+    if cfg.get("model_type") != model_type:
+        raise ConfigError(f"{where} $.model_type", f"must be {model_type!r}, got {cfg.get('model_type')!r}")
+
+
+def model_from_mamba2_config(cfg: Mapping[str, Any], *, name: str, source: str = "", where: str = "config.json") -> ModelSpec:
+    """The layer stack of a ``mamba2`` ``config.json`` (module docstring).
+
+    Raises:
+        ConfigError: A missing or invalid field, or ``hidden_size * expand != num_heads * head_dim``.
+    """
+    _check_type(cfg, "mamba2", where)
+    r = Reader(cfg, DEFAULTS["mamba2"], where)
+    h, heads, head_dim = r.get("hidden_size"), r.get("num_heads"), r.get("head_dim")
+    if h * r.get("expand") != heads * head_dim:
+        raise ConfigError(f"{where} $.num_heads", f"hidden_size * expand ({h * r.get('expand')}) must equal "
+                                                  f"num_heads * head_dim ({heads * head_dim}), as Mamba2Config checks")
+    try:
+        layer = Mamba2LayerConfig(
+            hidden_size=h, mamba_num_heads=heads, mamba_head_dim=head_dim, ssm_state_size=r.get("state_size"),
+            n_groups=r.get("n_groups"), conv_kernel=r.get("conv_kernel"), chunk_size=r.get("chunk_size"),
+            use_bias=r.get("use_bias", bool), use_conv_bias=r.get("use_conv_bias", bool),
+        )
+        return _model(r, [("mamba2", layer)] * r.get("num_hidden_layers"), name, source)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(where, describe(exc)) from exc
+
+
+def _nemotron_types(r: Reader) -> list[str]:
+    pattern = r.get("hybrid_override_pattern", str)
+    if pattern is not None:
+        if not pattern or any(ch not in _PATTERN for ch in pattern):
+            raise ConfigError(f"{r.where} $.hybrid_override_pattern",
+                              f"must be a string of {', '.join(_PATTERN)} (one per layer), got {pattern!r}")
+        return [_PATTERN[ch] for ch in pattern]
+    for key in ("layers_block_type", "layer_types"):
+        stated = r.get(key, list)
+        if stated is not None:
+            if not stated or any(t not in _PATTERN.values() for t in stated):
+                raise ConfigError(f"{r.where} $.{key}", f"must list layer types from {sorted(_PATTERN.values())}, got {stated!r}")
+            return list(stated)
+    raise ConfigError(f"{r.where} $.hybrid_override_pattern", "is missing (or layers_block_type); the layer stack needs it")
+
+
+def model_from_nemotron_h_config(cfg: Mapping[str, Any], *, name: str, source: str = "",
+                                 where: str = "config.json") -> ModelSpec:
+    """The layer stack of a ``nemotron_h`` ``config.json`` (module docstring).
+
+    Raises:
+        ConfigError: A missing or invalid field, or an ``E`` (mixture-of-experts) layer.
+    """
+    _check_type(cfg, "nemotron_h", where)
+    r = Reader(cfg, DEFAULTS["nemotron_h"], where, _NEMOTRON_LEGACY)
+    types = _nemotron_types(r)
+    if "moe" in types:
+        raise ConfigError(f"{where} $.hybrid_override_pattern",
+                          "E (mixture-of-experts) layers are not priced by this version; the supported layers are M, * and -")
+    h = r.get("hidden_size")
+    body: list[tuple[str, Any]] = []
+    try:
+        built: dict[str, tuple[str, Any]] = {}
+        for layer_type in types:
+            if layer_type not in built:
+                if layer_type == "linear_attention":
+                    built[layer_type] = ("mamba2", Mamba2LayerConfig(
+                        hidden_size=h, mamba_num_heads=r.get("mamba_num_heads"), mamba_head_dim=r.get("mamba_head_dim"),
+                        ssm_state_size=r.get("ssm_state_size"), n_groups=r.get("n_groups"),
+                        conv_kernel=r.get("conv_kernel"), chunk_size=r.get("chunk_size"),
+                        use_bias=r.get("use_bias", bool), use_conv_bias=r.get("use_conv_bias", bool)))
+                elif layer_type == "full_attention":
+                    heads = r.get("num_attention_heads")
+                    built[layer_type] = ("attention", AttentionLayerConfig(
+                        hidden_size=h, num_attention_heads=heads, num_key_value_heads=r.get("num_key_value_heads") or heads,
+                        head_dim=r.get("head_dim"), attention_dropout=float(r.get("attention_dropout", float))))
+                else:
+                    built[layer_type] = ("mlp", MLPLayerConfig(
+                        hidden_size=h, intermediate_size=r.get("intermediate_size"), gated_mlp=False,
+                        hidden_act=r.get("mlp_hidden_act", str), mlp_bias=r.get("mlp_bias", bool)))
+            body.append(built[layer_type])
+        return _model(r, body, name, source)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(where, describe(exc)) from exc
+
+
+@hookimpl
+def hp_model_formats():
+    """The ``mamba2`` and ``nemotron_h`` ``config.json`` formats."""
+    yield ModelFormat(name="mamba2", build=model_from_mamba2_config, model_types=("mamba2",),
+                      description="Hugging Face config.json of Mamba-2 models (mamba2)")
+    yield ModelFormat(name="nemotron_h", build=model_from_nemotron_h_config, model_types=("nemotron_h",),
+                      description="Hugging Face config.json of Nemotron-H hybrids (nemotron_h: M, *, - layers)")

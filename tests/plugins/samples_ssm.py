@@ -1,0 +1,29 @@
+"""Contract samples of the state-space and hybrid kinds (``mamba2``, ``attention``, ``mlp``, ...), for test_contract.
+
+Sized so that every degree the contract uses (``tp`` 1, 2, 4; micro-batch 1, 2, 4) divides their heads,
+groups and widths.
+"""
+
+from __future__ import annotations
+
+from hp_plugins.kinds.hybrid import AttentionLayerConfig, MLPLayerConfig
+from hp_plugins.kinds.mamba import Mamba2LayerConfig
+
+SSM_SAMPLES: dict[str, list[object]] = {
+    "mamba2": [
+        Mamba2LayerConfig(hidden_size=256, mamba_num_heads=8, mamba_head_dim=64, ssm_state_size=16, n_groups=4,
+                          chunk_size=64),
+        # Bias options, a chunk that does not divide the sequence and 4 groups of 2 heads.
+        Mamba2LayerConfig(hidden_size=256, mamba_num_heads=8, mamba_head_dim=32, ssm_state_size=32, n_groups=4,
+                          conv_kernel=3, chunk_size=48, use_bias=True, use_conv_bias=False),
+    ],
+    "attention": [
+        AttentionLayerConfig(hidden_size=256, num_attention_heads=8, num_key_value_heads=4, head_dim=64),
+        AttentionLayerConfig(hidden_size=256, num_attention_heads=4, num_key_value_heads=4, attention_dropout=0.1,
+                             attention_bias=True),
+    ],
+    "mlp": [
+        MLPLayerConfig(hidden_size=256, intermediate_size=1024, gated_mlp=False, hidden_act="relu2"),
+        MLPLayerConfig(hidden_size=256, intermediate_size=512, hidden_act="silu", mlp_bias=True, hidden_dropout=0.1),
+    ],
+}

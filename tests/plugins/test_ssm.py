@@ -1,0 +1,158 @@
+"""Mamba-2 and Nemotron-H: the ``mamba2``, ``attention`` and ``mlp`` kinds and the ``mamba2`` / ``nemotron_h`` formats.
+
+Parameter counts are derived by hand from transformers' ``Mamba2Mixer`` /
+``NemotronHBlock`` shapes (module docstrings of hp_plugins.kit.ssm and
+hp_plugins.kinds.hybrid), and, with the census extra, equal the count of
+transformers' own modules built on the meta device. The torch census measures
+transformers' reference PyTorch path (the formulas' ``eager`` path).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hp_core.api import build_registry, count_parameters, layer_context, model_from_preset
+from hp_core.errors import ConfigError
+from hp_core.specs import ParallelSpec, PrecisionSpec
+from hp_core.testing import check_layer_kind
+from hp_plugins.kinds.mamba import Mamba2LayerConfig, evaluate_mamba2
+from hp_plugins.models.ssm import model_from_mamba2_config, model_from_nemotron_h_config
+from samples_ssm import SSM_SAMPLES
+
+_REGISTRY = build_registry(use_env=False)
+
+
+def _mamba_layer_params(h, heads, head_dim, groups, state, kernel=4, bias=False, conv_bias=True):
+    inner = heads * head_dim
+    conv = inner + 2 * groups * state
+    proj = inner + conv + heads
+    return (h  # the block's RMSNorm
+            + h * proj + proj * bias  # in_proj: z, x, B, C, dt
+            + conv * kernel + conv * conv_bias  # depthwise conv1d
+            + 3 * heads  # dt_bias, A_log, D
+            + inner  # gated RMSNorm
+            + inner * h + h * bias)  # out_proj
+
+
+def test_mamba_codestral_parameters_by_hand():
+    h, vocab = 4096, 32768
+    layer = _mamba_layer_params(h, 128, 64, 8, 128)
+    assert layer == 109_640_064
+    total = 2 * vocab * h + h + 64 * layer  # embedding, untied LM head, final norm
+    assert total == 7_285_403_648  # the count the model card publishes
+    assert count_parameters(model_from_preset("mamba-codestral-7b", _REGISTRY), _REGISTRY).total == total
+
+
+def test_nemotron_h_8b_parameters_by_hand():
+    h, vocab, pattern = 4096, 131072, "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+    mamba = _mamba_layer_params(h, 128, 64, 8, 128)
+    attention = h + h * (32 + 2 * 8) * 128 + 32 * 128 * h
+    mlp = h + 2 * h * 21504
+    counts = {ch: pattern.count(ch) for ch in "M*-"}
+    assert counts == {"M": 24, "*": 4, "-": 24}
+    summary = count_parameters(model_from_preset("nemotron-h-8b", _REGISTRY), _REGISTRY)
+    assert summary.by_kind == {"embedding": vocab * h, "mamba2": 24 * mamba, "attention": 4 * attention,
+                               "mlp": 24 * mlp, "output": vocab * h + h}
+    assert summary.total == 8_100_852_736
+
+
+def test_nemotron_h_layer_stack_follows_the_pattern():
+    model = model_from_preset("nemotron-h-8b", _REGISTRY)
+    kinds = "".join({"mamba2": "M", "attention": "*", "mlp": "-"}[g.kind] * g.count for g in model.layers[1:-1])
+    assert kinds == "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+
+
+@pytest.mark.parametrize("cfg, match", [
+    ({"hybrid_override_pattern": "M-E*"}, r"hybrid_override_pattern: E \(mixture-of-experts\) layers are not priced"),
+    ({"hybrid_override_pattern": "M-X"}, r"hybrid_override_pattern: must be a string of M, E, \*, -"),
+    ({"hybrid_override_pattern": None}, r"hybrid_override_pattern: is missing"),
+    ({"mamba_num_heads": "many"}, r"mamba_num_heads: must be a non-negative int"),
+    ({"n_groups": 3}, r"n_groups=3 must divide mamba_num_heads=128"),
+])
+def test_nemotron_h_format_refuses_bad_fields(cfg, match):
+    base = dict(_REGISTRY.model("nemotron-h-8b").hf_config)
+    base.pop("n_groups")
+    with pytest.raises(ConfigError, match=match):
+        model_from_nemotron_h_config({**base, "n_groups": 8, **cfg}, name="x", where="config.json")
+
+
+def test_nemotron_h_reads_the_legacy_mamba_names():
+    base = {k: v for k, v in _REGISTRY.model("nemotron-h-8b").hf_config.items() if k not in ("n_groups", "conv_kernel")}
+    model = model_from_nemotron_h_config({**base, "mamba_n_groups": 4, "mamba_d_conv": 3}, name="x")
+    mamba = next(g.config for g in model.layers if g.kind == "mamba2")
+    assert (mamba.n_groups, mamba.conv_kernel) == (4, 3)
+
+
+def test_mamba2_format_checks_the_inner_width():
+    base = dict(_REGISTRY.model("mamba-codestral-7b").hf_config)
+    with pytest.raises(ConfigError, match=r"num_heads: hidden_size \* expand \(8192\) must equal num_heads \* head_dim \(4096\)"):
+        model_from_mamba2_config({**base, "num_heads": 64}, name="x")
+    with pytest.raises(ConfigError, match=r"model_type: must be 'mamba2'"):
+        model_from_mamba2_config({**base, "model_type": "mamba"}, name="x")
+
+
+@pytest.mark.parametrize("kind", sorted(SSM_SAMPLES))
+def test_kinds_keep_the_contract(kind):
+    report = check_layer_kind(_REGISTRY.layer_kind(kind), SSM_SAMPLES[kind], registry=_REGISTRY)
+    assert report.evaluations == 115 * len(SSM_SAMPLES[kind])
+
+
+CODESTRAL = Mamba2LayerConfig(hidden_size=4096, mamba_num_heads=128, mamba_head_dim=64, ssm_state_size=128, n_groups=8)
+
+
+def _cost(config, tp=1, seq=4096, attention="flash", sp=False, mb=1):
+    return evaluate_mamba2(config, layer_context(ParallelSpec(tp=tp, sp=sp, seq_len=seq, micro_batch_size=mb),
+                                                 PrecisionSpec(), attention))
+
+
+def test_fused_path_keeps_the_kernel_inputs_by_hand():
+    """Megatron-Core + mamba_ssm: norm in/out, zxbcdt, out_x, the gated norm's input and rstd, out_proj's input."""
+    T, h, I, G, N, H = 4096, 4096, 8192, 8, 128, 128
+    for tp in (1, 2, 4):
+        kept = {t.op: t.bytes for t in _cost(CODESTRAL, tp=tp).activations}
+        assert kept == {"mamba_norm_in": 2 * T * h, "mamba_norm_out": 2 * T * h,
+                        "zxbcdt": 2 * T * (2 * I + 2 * G * N + H) // tp, "ssm_out_x": 2 * T * I // tp,
+                        "gated_norm_in": 2 * T * I // tp, "gated_norm_rstd": 4 * T * G // tp, "out_proj_in": 2 * T * I // tp}
+
+
+def test_reference_path_per_token_by_hand():
+    """transformers' PyTorch path at 1,024 tokens: 1,178,472.5 bytes per token (the census measures 1,194,989.5:
+    the block norm's fp32 copy and normalised copy 4h + 4, the two causal masks 2 L^2 / s, -exp(A_log))."""
+    s, h, I, G, N, H, P, L = 1024, 4096, 8192, 8, 128, 128, 64, 256
+    c = math.ceil(s / L)
+    per_sequence = (2 * 2 * s * h + 2 * s * (2 * I + 2 * G * N + H) + 2 * (s + 3) * (I + 2 * G * N)
+                    + (2 * 2 + 8) * s * H + 8 * s * I + 4 * s * H * N + 4 * s * (4 * H * N + 2 * I)
+                    + 3 * 4 * s * H * L + 8 * s * H + 4 * (2 * c + 1) * H * P * N + 4 * s * I
+                    + 4 * H * (c + 1) ** 2 + 4 * s * I + 4 * s * (4 * I + G) + 2 * s * I)
+    assert _cost(CODESTRAL, seq=s, attention="eager").kept_bytes == per_sequence
+    assert per_sequence / s == 1_178_472.5
+
+
+def test_ssd_flops_by_hand():
+    """Dao & Gu 2024 Section 6: per chunk C B^T per group (mamba_ssm) or per head (reference), the masked
+    product with x, the chunk state, the output from the states and the recurrence, 2 FLOPs per multiply-add."""
+    L, N, P, H, G, s = 256, 128, 64, 128, 8, 4096
+    per_head = 2 * L * L * P + 4 * L * N * P + 2 * N * P
+    assert _cost(CODESTRAL, seq=s).forward.attention_flops == (s // L) * (2 * L * L * N * G + H * per_head)
+    assert _cost(CODESTRAL, seq=s, attention="eager").forward.attention_flops == (s // L) * (2 * L * L * N * H + H * per_head)
+    # The projections: in_proj and out_proj over the tokens, split over TP.
+    assert _cost(CODESTRAL, seq=s, tp=2).forward.matmul_flops == 2 * s * 4096 * (18560 // 2) + 2 * s * (8192 // 2) * 4096
+
+
+def test_tp_splits_every_mixer_parameter_but_the_pre_norm():
+    params = {p.name: p for p in _cost(CODESTRAL, tp=2).params}
+    assert {name for name, p in params.items() if not p.tp_split} == {"mamba_norm"}
+    work = _cost(CODESTRAL, tp=2, sp=True).work
+    assert {(c.group, c.op, c.forward_calls, c.backward_calls) for c in work.collectives} == {
+        ("tp", "all_gather", 1, 1), ("tp", "reduce_scatter", 1, 1)}
+
+
+def test_mamba_layers_refuse_context_parallelism_and_uneven_groups():
+    registry, kind = _REGISTRY, _REGISTRY.layer_kind("mamba2")
+    with pytest.raises(ConfigError, match=r"\$\.parallel\.cp: cp=2: Mamba-2 layers are not priced"):
+        kind.validate(CODESTRAL, layer_context(ParallelSpec(cp=2, seq_len=1024), PrecisionSpec(), "flash"))
+    with pytest.raises(ConfigError, match=r"\$\.parallel\.tp: tp=16 must divide n_groups=8"):
+        kind.validate(CODESTRAL, layer_context(ParallelSpec(tp=16, seq_len=1024), PrecisionSpec(), "flash"))
+    assert registry.layer_kind("attention").selective == frozenset({"attBMM", "headCast", "dropout", "softmax"})
