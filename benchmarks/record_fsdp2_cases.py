@@ -37,7 +37,10 @@ def grid() -> list[tuple[str, dict, dict]]:
                                   "parallel": {"dp": world // tp, "tp": tp, "seq_len": SEQ, "micro_batch_size": 1}}
                         if ac == "full":
                             config["recompute"] = "full"
-                        found.append((name, config, {"head_plan": head} if tp > 1 else {}))
+                        if tp > 1:  # the TP plan the tracker runs, as the fsdp2 runtime's options state it
+                            config["runtime"] = {"name": "fsdp2", "options": (
+                                {"tp_head_plan": "replicated"} if head == "replicated" else {"loss_parallel": False})}
+                        found.append((name, config, {}))
     return found
 
 

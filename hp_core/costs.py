@@ -71,6 +71,18 @@ TRAITS = {
         "dtype and in fp32 beside the fp32 log-softmax it keeps, and it keeps the int64 targets "
         "(transformers ForCausalLMLoss; torchtitan cross_entropy_loss)"
     ),
+    "replicated_vocab": (
+        "the embedding and the head are whole on every TP rank (not vocabulary-parallel): a TP plan that leaves "
+        "them out (torchtitan-style plans without tok_embeddings/output entries)"
+    ),
+    "gathered_logits": (
+        "a vocabulary-parallel head's logits are all-gathered over TP before the loss (no loss parallelism: "
+        "torchtitan ColwiseParallel(output_layouts=Replicate()) on the output), so the loss sees the whole vocabulary"
+    ),
+    "moe_tp_without_sp": (
+        "a mixture-of-experts layer runs under TP without sequence parallelism: every TP rank routes all its tokens "
+        "through experts TP leaves whole (a PyTorch-native plan that parallelizes only the attention)"
+    ),
     "moe_fused_permute": (
         "the fused token permutation keeps an int32 row map of [tokens, 2 * experts + 1] "
         "(Transformer Engine permutation.py moe_permute)"

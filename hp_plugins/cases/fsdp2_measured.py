@@ -44,7 +44,18 @@ __all__ = ["FORMAT", "hp_case_formats", "measure_config", "measure_request", "re
 FORMAT = "hp-measure/1"
 # Part of every cache key: raised whenever what run_step measures changes, so older entries are not read.
 METHOD_VERSION = 1
-_MEASURE_KEYS = {"head_plan": ("vocab", "replicated"), "optimizer": ("foreach", "for-loop", "fused")}
+_MEASURE_KEYS = {"optimizer": ("foreach", "for-loop", "fused")}
+# The fsdp2 runtime options the tracker's run honours, and the values it runs (hp_plugins/runtimes/fsdp2.py).
+_RUNS = {
+    "norm_implementation": ("transformers",),
+    "loss_implementation": ("upcast",),
+    "optimizer_implementation": ("foreach", "fused"),
+    "zero_grad_set_to_none": (True,),
+    "hsdp_replicate": (1,),
+    "cpu_offload": (False,),
+    "tp_head_plan": ("vocab_parallel", "replicated"),
+    "loss_parallel": (False,),
+}
 
 
 def _cache_dir() -> Path:
@@ -58,9 +69,17 @@ def request_of(config: Mapping[str, Any], registry: Any, where: str = "$", measu
     from hp_core.io.job import resolve_job
     from hp_core.models import preset_config
 
+    from hp_core.runtime_options import runtime_name
+
     job = resolve_job(structure(dict(config), ConfigFile, registry), registry)
-    if job.runtime != "fsdp2":
-        raise ConfigError(f"{where}.config.runtime", f"the tracker measures the fsdp2 runtime, not {job.runtime!r}")
+    if runtime_name(job.runtime) != "fsdp2":
+        raise ConfigError(f"{where}.config.runtime", f"the tracker measures the fsdp2 runtime, not {runtime_name(job.runtime)!r}")
+    options = dict(getattr(job.runtime, "option_values", {}) or {})
+    for name, value in options.items():
+        if name not in _RUNS or value not in _RUNS[name]:
+            raise ConfigError(f"{where}.config.runtime.options.{name}",
+                              f"the tracker runs transformers' modules with FSDP2 as {_RUNS.get(name, 'its defaults')}; "
+                              f"{value!r} is not measured")
     p = job.parallel
     for name in ("pp", "cp", "ep"):
         if getattr(p, name) != 1:
@@ -83,6 +102,9 @@ def request_of(config: Mapping[str, Any], registry: Any, where: str = "$", measu
             ac = "full"
         elif settings != {"none"}:
             raise ConfigError(f"{where}.config.recompute", "the tracker runs no recompute or full recompute of every layer")
+    if p.tp > 1 and options.get("tp_head_plan", "vocab_parallel") == "vocab_parallel" and options.get("loss_parallel", True):
+        raise ConfigError(f"{where}.config.runtime.options.loss_parallel",
+                          "the tracker gathers the logits over TP (no loss parallelism): set loss_parallel: false")
     extra = dict(measure or {})
     for key, value in extra.items():
         if key not in _MEASURE_KEYS:
@@ -97,10 +119,10 @@ def request_of(config: Mapping[str, Any], registry: Any, where: str = "$", measu
         "micro_batch_size": p.micro_batch_size,
         "world": p.dp * p.tp,
         "tp": p.tp,
-        "head_plan": extra.get("head_plan", "vocab"),
+        "head_plan": "replicated" if options.get("tp_head_plan") == "replicated" else "vocab",
         "activation_checkpointing": ac,
         "reshard_after_forward": p.reshard_after_forward,
-        "optimizer": extra.get("optimizer", "foreach"),
+        "optimizer": extra.get("optimizer", options.get("optimizer_implementation", "foreach")),
     }
 
 

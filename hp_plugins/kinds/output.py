@@ -52,13 +52,19 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
     """The output head's cost on one rank of the last stage."""
     p, T, h = x.precision, x.tokens, c.hidden_size
     hidden = T * h * p.activation_bytes // x.sp_degree
-    vocab_shard = padded_vocab(c.vocab_size, x.vocab_pad_multiple, x.tp) // x.tp
-    stored = padded_vocab(c.vocab_size, x.vocab_pad_multiple, x.tp) * h
+    # A TP plan may leave the head whole on every rank (replicated_vocab trait).
+    split = x.tp if "replicated_vocab" not in x.traits else 1
+    vocab_shard = padded_vocab(c.vocab_size, x.vocab_pad_multiple, split) // split
+    stored = padded_vocab(c.vocab_size, x.vocab_pad_multiple, split) * h
     params = [param_count("final_norm", "dense", norm_params(c.norm, h), False)]
     params.append(
-        param_count("lm_head", "dense", c.vocab_size * h, True, stored, "embedding" if c.tie_word_embeddings else None,
+        param_count("lm_head", "dense", c.vocab_size * h, split > 1, stored, "embedding" if c.tie_word_embeddings else None,
                     matrices=((1, vocab_shard, h),), embedding_or_output=True)
     )
+    head_out = vocab_shard
+    if "gathered_logits" in x.traits and split > 1:
+        # The logits all-gathered over TP: the loss runs on the whole (padded) vocabulary.
+        vocab_shard = vocab_shard * split
     forward_working = 0
     extra: tuple[ActivationTerm, ...] = ()
     if "fused_cross_entropy" in x.traits:
@@ -70,9 +76,12 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
         # log_softmax keeps its fp32 output and nll_loss the int64 targets; at the forward's peak the
         # logits are alive in the compute dtype and in fp32 beside it; the backward holds the fp32
         # gradients of the log-softmax output and of the fp32 logits (measured: torch census, FSDPMemTracker).
-        loss = ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, True)
+        loss = ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, head_out == vocab_shard)
         extra = (ActivationTerm("loss_targets", T * 8),)
         forward_working = T * vocab_shard * (p.activation_bytes + p.logits_bytes)
+        if head_out != vocab_shard:
+            # The head's own shard of the logits, alive until they are gathered (measured: FSDPMemTracker).
+            forward_working += T * head_out * p.activation_bytes
         working = 2 * T * vocab_shard * p.logits_bytes
     else:
         loss = ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, True)
@@ -92,12 +101,12 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
         working_bytes=working,
         forward_working_bytes=forward_working,
         buffers_once_bytes=T * h * p.activation_bytes if x.sp and x.tp > 1 else 0,
-        weight_shapes=((vocab_shard, h),),
+        weight_shapes=((head_out, h),),
         # A vocabulary-parallel head: its input gathered over TP, one GEMM to the rank's vocabulary shard.
-        work=LayerWork(collectives=tp_collectives(x, 0, T * h * p.activation_bytes, "head"),
-                       gemms=((T, vocab_shard, h),), boundary_bytes=T * h * p.activation_bytes),
+        work=LayerWork(collectives=tp_collectives(x, 0, T * h * p.activation_bytes, "head") if split > 1 else (),
+                       gemms=((T, head_out, h),), boundary_bytes=T * h * p.activation_bytes),
         forward=Flops(
-            matmul_flops=2 * T * h * vocab_shard,
+            matmul_flops=2 * T * h * head_out,
             elementwise_flops=NORM_OPS_PER_ELEMENT[c.norm] * T * h // x.sp_degree + _LOSS_OPS_PER_LOGIT * T * vocab_shard,
         ),
     )

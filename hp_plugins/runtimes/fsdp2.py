@@ -55,6 +55,18 @@ class _Points:
         return attrs.evolve(runtime, peak_points=attrs.evolve(runtime.peak_points, **{self.field: flag}))
 
 
+def _head_plan(runtime: Runtime, value: str) -> Runtime:
+    """``tp_head_plan``: ``replicated`` turns the ``replicated_vocab`` trait on."""
+    traits = runtime.traits | {"replicated_vocab"} if value == "replicated" else runtime.traits - {"replicated_vocab"}
+    return attrs.evolve(runtime, traits=traits)
+
+
+def _loss_parallel(runtime: Runtime, value: bool) -> Runtime:
+    """``loss_parallel``: false turns the ``gathered_logits`` trait on."""
+    traits = runtime.traits - {"gathered_logits"} if value else runtime.traits | {"gathered_logits"}
+    return attrs.evolve(runtime, traits=traits)
+
+
 def _norm(runtime: Runtime, value: str) -> Runtime:
     """``norm_implementation``: ``transformers`` turns the ``fp32_norm_copy`` trait on, ``fused`` off."""
     traits = runtime.traits | {"fp32_norm_copy"} if value == "transformers" else runtime.traits - {"fp32_norm_copy"}
@@ -106,6 +118,20 @@ OPTIONS = (
         "torch/distributed/fsdp/_fully_shard/_fsdp_api.py CPUOffloadPolicy; torchtitan training.enable_cpu_offload",
         _Points("cpu_offload"),
     ),
+    RuntimeOption(
+        "tp_head_plan", "choice", "vocab_parallel",
+        "under TP, the embedding (RowwiseParallel) and the head (ColwiseParallel) split over the vocabulary; replicated: "
+        "a plan without them, both whole on every TP rank",
+        "torchtitan/models/llama3/infra/parallelize.py apply_tp (tok_embeddings, output)",
+        _head_plan, choices=("vocab_parallel", "replicated"),
+    ),
+    RuntimeOption(
+        "loss_parallel", "bool", True,
+        "under TP with a vocabulary-parallel head, the loss runs on each rank's vocabulary shard (loss_parallel()); false: "
+        "the logits are all-gathered first (ColwiseParallel(output_layouts=Replicate())) and the loss sees the whole vocabulary",
+        "torchtitan parallelize.py apply_tp (enable_loss_parallel); torch/distributed/tensor/parallel/loss.py loss_parallel",
+        _loss_parallel,
+    ),
 )
 
 
@@ -121,7 +147,7 @@ def hp_runtimes():
         reserve_bytes=CUDA_CONTEXT_BYTES,  # the CUDA context (hp_plugins/runtimes/reserve.py)
         overhead_bytes=0,
         timing=GENERIC,
-        traits=frozenset({"fp32_norm_copy", "upcast_cross_entropy"}),
+        traits=frozenset({"fp32_norm_copy", "upcast_cross_entropy", "moe_tp_without_sp"}),
         # torchtitan activation checkpointing: mode "full" (whole blocks) or "selective" with
         # op-level SAC, which saves matmul outputs and recomputes the ops between them: the norms'
         # outputs and the MLP activation (torchtitan/distributed/activation_checkpoint.py).

@@ -52,8 +52,11 @@ __all__ = ["Fsdp2Points"]
 
 
 def _shard(view: StageView, group: str, replicate: int = 1) -> int:
+    """What FSDP2 shards a group over: its mesh, dp * cp; routed experts over the expert data-parallel
+    group only under expert parallelism (without it, a TP plan leaves them whole and FSDP shards them
+    over the same mesh as the rest)."""
     p = view.parallel
-    return (p.expert_dp if group == "routed_expert" else p.dp * p.cp) // replicate
+    return (p.expert_dp if group == "routed_expert" and p.ep > 1 else p.dp * p.cp) // replicate
 
 
 def _sharded(view: StageView, layer: StageLayer, nbytes: int, replicate: int = 1) -> int:
@@ -92,15 +95,17 @@ class Fsdp2Points:
         if view.zero < 3:
             return dict(view.default_points)
         params, all_grads, master, states = view.static
-        if self.replicate > 1:
-            p = view.parallel
-            if (p.dp * p.cp) % self.replicate or p.expert_dp % self.replicate:
-                raise ConfigError("$.runtime.options.hsdp_replicate",
-                                  f"{self.replicate} must divide the data-parallel degree {p.dp * p.cp} (and expert dp {p.expert_dp})")
-            # view.static shards over dp * cp (dense) and expert dp; HSDP over a 1/replicate of them.
-            params = sum(_sharded(view, layer, view.precision.param_bytes, self.replicate) for layer in view.layers)
+        p = view.parallel
+        if self.replicate > 1 and ((p.dp * p.cp) % self.replicate or (p.ep > 1 and p.expert_dp % self.replicate)):
+            raise ConfigError("$.runtime.options.hsdp_replicate",
+                              f"{self.replicate} must divide the data-parallel degree {p.dp * p.cp} (and expert dp {p.expert_dp})")
+        sharded = sum(_sharded(view, layer, view.precision.param_bytes, self.replicate) for layer in view.layers)
+        if sharded != params and params:
+            # HSDP, or routed experts on FSDP2's own mesh: the shard the planner priced, rescaled (exact for an
+            # optimizer that keeps the same bytes per element of every group, AdamW's two moments).
             all_grads = sum(_sharded(view, layer, view.precision.grad_bytes, self.replicate) for layer in view.layers)
-            states, master = states * self.replicate, master * self.replicate
+            states, master = states * sharded // params, master * sharded // params
+            params = sharded
         if self.cpu_offload:
             params = all_grads = master = states = 0
         act = view.precision.activation_bytes

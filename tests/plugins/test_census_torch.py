@@ -169,3 +169,13 @@ def test_formulas_records_agree_with_hp_census_formulas(registry):
     model = model_from_preset("deepseek-v3", registry)
     records = formulas_records(model, registry, 1024, "eager", formulas_precision("eager"), (1, 8))
     assert records["mla"].per_op["attUp"].saved_tp == 128 * (192 + 192 + 256) * 2
+
+
+def test_branches_the_forward_frees_are_not_kept(registry):
+    """DeepSeek-V3's router picks its groups on a branch whose outputs the forward drops (the group top-k, the
+    masked scores): what that branch saved dies with it before the backward, 416 bytes per token."""
+    measured = measure_kind(_hf(registry, "deepseek-v3"), "mla_moe", 1024, "eager", 1)
+    gate = sorted((t.op, t.dtype, t.shape) for t in measured.tensors if t.saved_by == "mlp.gate")
+    assert gate == [("_to_copy", "torch.float32", (1024, 7168)), ("add", "torch.float32", (1024, 1)),
+                    ("clone", "torch.float32", (1024, 8)), ("sigmoid", "torch.float32", (1024, 256)),
+                    ("topk", "torch.int64", (1024, 8))]

@@ -36,14 +36,19 @@ def test_request_of_a_config(registry):
     assert (request["world"], request["tp"], request["num_layers"], request["seq_len"]) == (8, 1, 4, 4096)
     assert request["activation_checkpointing"] == "none" and request["reshard_after_forward"] is True
     assert request["hf"]["hidden_size"] == 4096
-    full = request_of({**_config(dp=4, tp=2), "recompute": "full"}, registry, measure={"head_plan": "replicated"})
+    full = request_of({**_config(dp=4, tp=2), "recompute": "full",
+                       "runtime": {"name": "fsdp2", "options": {"tp_head_plan": "replicated"}}}, registry)
     assert (full["world"], full["tp"], full["activation_checkpointing"], full["head_plan"]) == (8, 2, "full", "replicated")
+    vocab = request_of({**_config(dp=4, tp=2), "runtime": {"name": "fsdp2", "options": {"loss_parallel": False}}}, registry)
+    assert vocab["head_plan"] == "vocab"
 
 
 @pytest.mark.parametrize("change, path", [
     ({"runtime": "megatron"}, "$.config.runtime"),
     ({"parallel": {"dp": 4, "pp": 2, "seq_len": 4096}}, "$.config.parallel.pp"),
     ({"recompute": "selective"}, "$.config.recompute"),
+    ({"runtime": {"name": "fsdp2", "options": {"norm_implementation": "fused"}}}, "$.config.runtime.options.norm_implementation"),
+    ({"parallel": {"dp": 4, "tp": 2, "seq_len": 4096}}, "$.config.runtime.options.loss_parallel"),
 ])
 def test_request_refuses_what_the_tracker_cannot_run(registry, change, path):
     with pytest.raises(ConfigError) as err:
@@ -53,7 +58,7 @@ def test_request_refuses_what_the_tracker_cannot_run(registry, change, path):
 
 def test_unknown_measure_key_refused(registry):
     with pytest.raises(ConfigError) as err:
-        request_of(_config(), registry, measure={"head": "vocab"})
+        request_of(_config(), registry, measure={"head_plan": "vocab"})
     assert err.value.path == "$.measure"
 
 
