@@ -2,6 +2,7 @@
 
     python benchmarks/record_fsdp2_cases.py                 # every case of the grid below, into CASES
     python benchmarks/record_fsdp2_cases.py --case NAME     # re-measure one case and print it
+    python benchmarks/record_fsdp2_cases.py --missing       # measure only the cases not recorded yet
 
 Each case is an ``hp estimate`` config measured by ``hp_plugins.cases.fsdp2_measured``
 (a fake process group of the case's world size, ``fully_shard`` per decoder layer and
@@ -47,7 +48,8 @@ def grid() -> list[tuple[str, dict, dict]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", help="re-measure this case only and print it")
-    parser.add_argument("--only", help="record only cases whose name contains this")
+    parser.add_argument("--only", help="re-measure only cases whose name contains this (others kept as recorded)")
+    parser.add_argument("--missing", action="store_true", help="measure only the cases the file does not hold yet")
     args = parser.parse_args(argv)
     from hp_core.api import build_registry
     from hp_plugins.cases.fsdp2_measured import measure_request, request_of
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, config, measure in grid():
         if args.case and name != args.case:
             continue
-        if args.only and args.only not in name and name in existing:
+        if name in existing and ((args.only and args.only not in name) or args.missing):
             cases.append(existing[name])
             continue
         request = request_of(config, registry, measure=measure)

@@ -52,7 +52,7 @@ def evaluate_embedding(c: EmbeddingConfig, x: LayerContext) -> LayerCost:
     split = x.tp if "replicated_vocab" not in x.traits else 1
     stored = padded_vocab(c.vocab_size, x.vocab_pad_multiple, split) * c.hidden_size
     return LayerCost(
-        params=(param_count("embed_tokens", "dense", c.vocab_size * c.hidden_size, split > 1, stored,
+        params=(param_count("embed_tokens", "dense", c.vocab_size * c.hidden_size, "replicated_vocab" not in x.traits, stored,
                             matrices=((1, stored // c.hidden_size // split, c.hidden_size),), embedding_or_output=True),),
         activations=tuple(terms),
         input_bytes=T * TOKEN_ID_BYTES,

@@ -58,10 +58,12 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
     stored = padded_vocab(c.vocab_size, x.vocab_pad_multiple, split) * h
     params = [param_count("final_norm", "dense", norm_params(c.norm, h), False)]
     params.append(
-        param_count("lm_head", "dense", c.vocab_size * h, split > 1, stored, "embedding" if c.tie_word_embeddings else None,
+        param_count("lm_head", "dense", c.vocab_size * h, "replicated_vocab" not in x.traits, stored, "embedding" if c.tie_word_embeddings else None,
                     matrices=((1, vocab_shard, h),), embedding_or_output=True)
     )
     head_out = vocab_shard
+    # The loss's tensors divide by TP only where it runs on the rank's vocabulary shard.
+    loss_split = not ({"replicated_vocab", "gathered_logits"} & x.traits)
     if "gathered_logits" in x.traits and split > 1:
         # The logits all-gathered over TP: the loss runs on the whole (padded) vocabulary.
         vocab_shard = vocab_shard * split
@@ -69,14 +71,14 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
     extra: tuple[ActivationTerm, ...] = ()
     if "fused_cross_entropy" in x.traits:
         # The fused loss overwrites the logits with their gradient in forward and keeps them.
-        loss = ActivationTerm("loss_logits", T * vocab_shard * p.activation_bytes, None, True)
+        loss = ActivationTerm("loss_logits", T * vocab_shard * p.activation_bytes, None, loss_split)
         working = T * h * p.activation_bytes
     elif "upcast_cross_entropy" in x.traits:
         # logits.float() then cross_entropy (transformers ForCausalLMLoss, torchtitan cross_entropy_loss):
         # log_softmax keeps its fp32 output and nll_loss the int64 targets; at the forward's peak the
         # logits are alive in the compute dtype and in fp32 beside it; the backward holds the fp32
         # gradients of the log-softmax output and of the fp32 logits (measured: torch census, FSDPMemTracker).
-        loss = ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, head_out == vocab_shard)
+        loss = ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, loss_split)
         extra = (ActivationTerm("loss_targets", T * 8),)
         forward_working = T * vocab_shard * (p.activation_bytes + p.logits_bytes)
         if head_out != vocab_shard:
@@ -84,7 +86,7 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
             forward_working += T * head_out * p.activation_bytes
         working = 2 * T * vocab_shard * p.logits_bytes
     else:
-        loss = ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, True)
+        loss = ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, loss_split)
         working = T * vocab_shard * p.activation_bytes + T * h * p.activation_bytes
     norm_fp32 = fp32_norm_bytes(T, h, c.norm, x.traits) // x.sp_degree
     terms = (

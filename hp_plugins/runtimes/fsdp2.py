@@ -119,6 +119,13 @@ OPTIONS = (
         _Points("cpu_offload"),
     ),
     RuntimeOption(
+        "reshard_after_forward_to", "int", 0,
+        "fully_shard(reshard_after_forward=n): after forward each layer keeps its bf16 parameters sharded over n ranks "
+        "until its backward (0: parallel.reshard_after_forward says, all freed or all kept)",
+        "torch/distributed/fsdp/_fully_shard/_fully_shard.py fully_shard (reshard_after_forward: bool | int)",
+        _Points("reshard_to"), minimum=0,
+    ),
+    RuntimeOption(
         "tp_head_plan", "choice", "vocab_parallel",
         "under TP, the embedding (RowwiseParallel) and the head (ColwiseParallel) split over the vocabulary; replicated: "
         "a plan without them, both whole on every TP rank",

@@ -84,12 +84,18 @@ class Fsdp2Points:
             parameters, their gradients and the optimizer states live in host
             memory; the device holds the gathered copies only (FSDP2
             ``_fsdp_api.py`` ``CPUOffloadPolicy``).
+        reshard_to: ``fully_shard(reshard_after_forward=n)``: after forward a
+            layer keeps its parameters in the compute dtype sharded over ``n``
+            ranks (``n`` dividing the shard group) until its backward gathers
+            them again; 0: ``parallel.reshard_after_forward`` says (True: all
+            freed, False: all kept).
     """
 
     set_to_none: bool = True
     foreach_optimizer: bool = True
     replicate: int = 1
     cpu_offload: bool = False
+    reshard_to: int = 0
 
     def __call__(self, view: StageView) -> dict[str, MemoryBreakdown]:
         if view.zero < 3:
@@ -108,7 +114,6 @@ class Fsdp2Points:
             params = sharded
         if self.cpu_offload:
             params = all_grads = master = states = 0
-        act = view.precision.activation_bytes
         layers = view.layers
         body = [layer for layer in layers if layer.placement == "body"]
         root_gathered = sum(_gathered(view, layer) for layer in layers if layer.placement != "body")
@@ -117,13 +122,19 @@ class Fsdp2Points:
         kept = [layer.kept_bytes * max(layer.in_flight, 1) for layer in layers]
         held_grads = all_grads if (view.micro_batches > 1 or not self.set_to_none) else 0
 
-        def point(grads: int, buffers: int, activations: int, working: int, states_bytes: int = states) -> MemoryBreakdown:
+        def point(grads: int, buffers: int, activations: int, working: int) -> MemoryBreakdown:
             return MemoryBreakdown(parameters_bytes=params, gradients_bytes=grads, master_parameters_bytes=master,
-                                   optimizer_states_bytes=states_bytes, activations_bytes=activations,
+                                   optimizer_states_bytes=states, activations_bytes=activations,
                                    communication_buffers_bytes=buffers, working_set_bytes=working,
                                    runtime_overhead_bytes=view.overhead_bytes)
 
-        stay = 0 if reshard else sum(_gathered(view, layer) for layer in body)
+        # Without resharding after forward, every layer's gathered parameters stay until its backward is over;
+        # resharding to n ranks, an n-th of them.
+        keep_share = self.reshard_to if (reshard and self.reshard_to > 1) else (0 if reshard else 1)
+        if keep_share > 1 and (p.dp * p.cp) % (keep_share * self.replicate):
+            raise ConfigError("$.runtime.options.reshard_after_forward_to",
+                              f"{keep_share} must divide the FSDP shard group of {p.dp * p.cp // self.replicate} ranks")
+        stay = sum(_gathered(view, layer) for layer in body) // keep_share if keep_share else 0
         points = {"forward": point(held_grads, root_gathered + all_gather + stay, sum(kept), layers[-1].forward_working_bytes)}
 
         # Backward, from the top: the layers above the running one have freed what they kept and
@@ -131,16 +142,17 @@ class Fsdp2Points:
         freed = finished = root_grads = 0
         best: MemoryBreakdown | None = None
         for layer, its_kept in zip(reversed(layers), reversed(kept)):
-            running = _gathered(view, layer) if layer.placement == "body" and reshard else 0
-            unfinished = 0 if reshard else sum(_gathered(view, b) for b in body) - finished_gathered(view, body, layers, layer)
+            body_layer = layer.placement == "body"
+            running = _gathered(view, layer) - (_gathered(view, layer) // keep_share if keep_share else 0) if body_layer else 0
+            gathered = stay + running
             grads = held_grads if held_grads else finished + root_grads
-            candidate = point(grads, root_gathered + running + all_gather + unfinished, sum(kept) - freed,
-                              layer.backward_working_bytes)
+            candidate = point(grads, root_gathered + gathered + all_gather, sum(kept) - freed, layer.backward_working_bytes)
             if best is None or candidate.peak_bytes > best.peak_bytes:
                 best = candidate
             freed += its_kept
-            if layer.placement == "body" and not self.cpu_offload:
-                finished += _sharded(view, layer, view.precision.grad_bytes, self.replicate)
+            if body_layer:
+                finished += 0 if self.cpu_offload else _sharded(view, layer, view.precision.grad_bytes, self.replicate)
+                stay -= _gathered(view, layer) // keep_share if keep_share else 0
             else:
                 root_grads += _gathered(view, layer)
         if best is not None:
@@ -148,16 +160,3 @@ class Fsdp2Points:
         temporary = params // view.precision.param_bytes * 4 if self.foreach_optimizer else 0
         points["optimizer"] = point(all_grads, 0, 0, temporary)
         return points
-
-
-def finished_gathered(view: StageView, body: list[StageLayer], layers: tuple[StageLayer, ...], running: StageLayer) -> int:
-    """Gathered bytes of the body layers above *running* (their backward is over and they were resharded)."""
-    above = False
-    total = 0
-    for layer in reversed(layers):
-        if layer is running:
-            break
-        if layer.placement == "body":
-            total += _gathered(view, layer)
-            above = True
-    return total if above else 0

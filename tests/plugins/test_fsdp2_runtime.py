@@ -154,3 +154,26 @@ def test_tp_head_plans(registry):
     assert diff == T * (4 * V // 2 + 2 * 4 * V // 2)
     # A replicated head: the embedding and head shards are whole over TP (sharded over dp=4 only), gathered whole.
     assert replicated.stages[0].memory.parameters_bytes - vocab.stages[0].memory.parameters_bytes == 2 * V * H // 2 * 4 // 4
+
+
+def test_without_resharding_after_forward_every_layer_stays_gathered(registry):
+    layer = 4096 * (4096 * 2 + 1024 * 2) + 3 * 4096 * 14336 + 2 * 4096
+    root = 2 * V * H + H
+    plain = _llama(registry).stages[0]
+    kept = _llama(registry, reshard_after_forward=False).stages[0]
+    # Forward at the loss: the root, one all-gather output and all four layers' bf16 parameters.
+    assert kept.peak_points["forward"] - plain.peak_points["forward"] == 4 * layer * 2
+    assert kept.memory.communication_buffers_bytes == (root + layer + 4 * layer) * 2
+
+
+def test_resharding_to_fewer_ranks_keeps_a_share(registry):
+    layer = 4096 * (4096 * 2 + 1024 * 2) + 3 * 4096 * 14336 + 2 * 4096
+    plain = _llama(registry).stages[0]
+    to_two = _llama(registry, runtime_options={"reshard_after_forward_to": 2}).stages[0]
+    # Each of the four layers keeps half its bf16 parameters (sharded over 2 ranks) from its forward on.
+    assert to_two.peak_points["forward"] - plain.peak_points["forward"] == 4 * layer * 2 // 2
+    from hp_core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        _llama(registry, runtime_options={"reshard_after_forward_to": 3})
+    assert err.value.path == "$.runtime.options.reshard_after_forward_to"
