@@ -15,21 +15,35 @@ Example::
     model = model_from_preset("llama3-8b", registry)
     result = estimate(model, ParallelSpec(dp=4, tp=2, seq_len=8192), registry=registry)
     print(result.peak_bytes, [s.peak_bytes for s in result.stages])
+
+Wherever a function takes a spec it also takes a name: a model preset's name or
+a ``config.json`` path for ``model``, a hardware preset's name for
+``hardware``, a mapping of fields for ``parallel``, a setting (``"full"``,
+``["softmax"]``) for ``recompute``. Every error a caller can cause is an
+:class:`~hp_core.errors.HPError` carrying the field's path (a spec built with
+a bad value raises :class:`~hp_core.errors.SpecError`, one of them); every
+result has a JSON form (:func:`to_json`, :func:`from_json`; docs/api.md).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+from os import PathLike
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+import attrs
 
 from hp_core.engine.estimate import count_parameters, estimate_run
-from hp_core.engine.prepare import PreparedRun, layer_context, prepare, resolve_setting, with_sublayers
+from hp_core.engine.prepare import PreparedRun, layer_context, resolve_setting, with_sublayers
+from hp_core.engine.prepare import prepare as _prepare
+from hp_core.errors import ConfigError, SpecError
+from hp_core.jsonforms import from_json, to_json
 from hp_core.manager import get_plugin_manager
 from hp_core.models import load_model_config, model_from_config, model_from_preset
 from hp_core.registry import Registry
 from hp_core.types import Runtime
 from hp_core.results import Estimate
 from hp_core.runtime_options import apply_options
-from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec
+from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 
 if TYPE_CHECKING:  # the step time, the planner and the search are imported where they are asked for
     from concurrent.futures import Executor
@@ -45,6 +59,7 @@ __all__ = [
     "build_registry",
     "count_parameters",
     "estimate",
+    "from_json",
     "layer_context",
     "load_model_config",
     "model_from_config",
@@ -54,27 +69,92 @@ __all__ = [
     "resolve_setting",
     "search",
     "step_time",
+    "to_json",
     "with_sublayers",
 ]
 
 
+def _model(model: Any, registry: Registry) -> ModelSpec:
+    if isinstance(model, ModelSpec):
+        return model
+    if isinstance(model, (str, PathLike)):
+        if any(preset.name == str(model) for preset in registry.models):
+            return model_from_preset(str(model), registry, path="model")
+        data, where = load_model_config(model)
+        return model_from_config(data, registry, name=data.get("_name_or_path") or str(model), source=where, where=where)
+    raise ConfigError("model", f"expected a ModelSpec, a model preset's name or a config.json path, got {type(model).__name__}")
+
+
+def _hardware(hardware: Any, registry: Registry, required: bool = False) -> HardwareSpec | None:
+    if isinstance(hardware, HardwareSpec) or (hardware is None and not required):
+        return hardware
+    if isinstance(hardware, str):
+        return registry.hardware_preset(hardware, "hardware").spec
+    raise ConfigError("hardware", f"expected a HardwareSpec or a hardware preset's name, got {type(hardware).__name__}")
+
+
+def _parallel(parallel: Any) -> ParallelSpec:
+    if isinstance(parallel, ParallelSpec):
+        return parallel
+    if isinstance(parallel, Mapping):
+        unknown = sorted(set(parallel) - {f.name for f in attrs.fields(ParallelSpec)})
+        if unknown:
+            raise ConfigError(f"parallel.{unknown[0]}", "unknown field of ParallelSpec")
+        try:
+            return ParallelSpec(**parallel)
+        except SpecError as exc:
+            raise ConfigError(f"parallel.{exc.path}", exc.message) from None
+        except TypeError as exc:  # a required field missing
+            raise ConfigError("parallel", str(exc)) from None
+    raise ConfigError("parallel", f"expected a ParallelSpec or a mapping of its fields, got {type(parallel).__name__}")
+
+
+def _recompute(recompute: Any) -> RecomputeSpec | None:
+    if recompute is None or isinstance(recompute, RecomputeSpec):
+        return recompute
+    try:
+        return RecomputeSpec(default=Setting.parse(recompute))
+    except SpecError as exc:
+        raise ConfigError("recompute", exc.message) from None
+
+
+def _precision(precision: Any) -> PrecisionSpec | None:
+    if precision is None or isinstance(precision, PrecisionSpec):
+        return precision
+    raise ConfigError("precision", f"expected a PrecisionSpec, got {type(precision).__name__}")
+
+
+def prepare(model: ModelSpec | str, parallel: ParallelSpec | Mapping[str, Any], *, registry: Registry, **options: Any) -> PreparedRun:
+    """:func:`hp_core.engine.prepare.prepare`, with names accepted for the model and a mapping for the layout."""
+    if "precision" in options:
+        options["precision"] = _precision(options["precision"])
+    return _prepare(_model(model, registry), _parallel(parallel), registry=registry, **options)
+
+
 def build_registry(
-    plugins: Iterable[object] = (), *, entry_points: bool = False, blocked: Iterable[str] = (), use_env: bool = True
+    plugins: Iterable[object] = (), *, entry_points: bool = False, blocked: Iterable[str] = (), use_env: bool = True,
+    broken_ok: bool = False,
 ) -> Registry:
-    """A frozen registry of the built-in plugins plus *plugins* (and entry points on request)."""
+    """A frozen registry of the built-in plugins plus *plugins* (and entry points on request).
+
+    Raises:
+        PluginError: A plugin failed to import or to register, naming it and how to
+            block it; with *broken_ok*, such plugins are left out and listed in
+            :attr:`Registry.broken` instead.
+    """
     manager = get_plugin_manager(plugins, entry_points=entry_points, blocked=blocked, use_env=use_env)
-    return Registry.from_manager(manager)
+    return Registry.from_manager(manager, broken_ok=broken_ok)
 
 
 def estimate(
-    model: ModelSpec,
-    parallel: ParallelSpec,
+    model: ModelSpec | str,
+    parallel: ParallelSpec | Mapping[str, Any],
     *,
     registry: Registry,
     runtime: str | Runtime = "generic",
     precision: PrecisionSpec | None = None,
-    hardware: HardwareSpec | None = None,
-    recompute: RecomputeSpec | None = None,
+    hardware: HardwareSpec | str | None = None,
+    recompute: RecomputeSpec | str | list | None = None,
     census: str = "formulas",
     attention: str | None = None,
     reserve_bytes: int | None = None,
@@ -100,19 +180,19 @@ def estimate(
         PluginError: A plugin's evaluator failed.
     """
     run = prepare(model, parallel, registry=registry, runtime=runtime, precision=precision, census=census, attention=attention)
-    return estimate_run(run, recompute, hardware, reserve_bytes)
+    return estimate_run(run, _recompute(recompute), _hardware(hardware, registry), reserve_bytes)
 
 
 def step_time(
-    model: ModelSpec,
-    parallel: ParallelSpec,
+    model: ModelSpec | str,
+    parallel: ParallelSpec | Mapping[str, Any],
     *,
     registry: Registry,
-    hardware: HardwareSpec | None,
+    hardware: HardwareSpec | str | None,
     runtime: str | Runtime = "generic",
     profile: TimingProfile | None = None,
     precision: PrecisionSpec | None = None,
-    recompute: RecomputeSpec | None = None,
+    recompute: RecomputeSpec | str | list | None = None,
     census: str = "formulas",
     attention: str | None = None,
 ) -> StepTime:
@@ -141,15 +221,15 @@ def step_time(
     from hp_core.engine.timing import time_run
 
     run = prepare(model, parallel, registry=registry, runtime=runtime, precision=precision, census=census, attention=attention)
-    return time_run(run, hardware, recompute, profile)
+    return time_run(run, _hardware(hardware, registry), _recompute(recompute), profile)
 
 
 def plan_recompute(
-    model: ModelSpec,
-    parallel: ParallelSpec,
+    model: ModelSpec | str,
+    parallel: ParallelSpec | Mapping[str, Any],
     *,
     registry: Registry,
-    hardware: HardwareSpec,
+    hardware: HardwareSpec | str,
     runtime: str | Runtime = "generic",
     reserve_bytes: int = 0,
     precision: PrecisionSpec | None = None,
@@ -173,15 +253,16 @@ def plan_recompute(
     from hp_core.engine.recompute.plan import plan_run
 
     run = prepare(model, parallel, registry=registry, runtime=runtime, precision=precision, census=census, attention=attention)
-    return plan_run(run, hardware, reserve_bytes=reserve_bytes, unrestricted=unrestricted, offload=offload)
+    return plan_run(run, _hardware(hardware, registry), reserve_bytes=reserve_bytes, unrestricted=unrestricted,
+                    offload=offload)
 
 
 def search(
-    model: ModelSpec,
+    model: ModelSpec | str,
     *,
     registry: Registry,
     devices: int,
-    hardware: HardwareSpec,
+    hardware: HardwareSpec | str,
     global_batch_size: int,
     seq_len: int,
     runtime: str | Runtime = "generic",
@@ -205,7 +286,8 @@ def search(
     """
     from hp_core.engine.search import search as run_search
 
-    return run_search(model, registry=registry, devices=devices, hardware=hardware, global_batch_size=global_batch_size,
-                   seq_len=seq_len, runtime=runtime, fixed=fixed or {}, top=top, executor=executor, precision=precision,
+    return run_search(_model(model, registry), registry=registry, devices=devices, hardware=_hardware(hardware, registry),
+                   global_batch_size=global_batch_size, seq_len=seq_len, runtime=runtime, fixed=fixed or {}, top=top,
+                   executor=executor, precision=_precision(precision),
                    census=census, reserve_bytes=reserve_bytes, zero=zero, progress=progress,
                    schedules=schedules)

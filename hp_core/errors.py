@@ -7,7 +7,9 @@ prints ``str(error)`` on one line and exits with status 2; nothing else of it
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "HPError", "PlanNotExecutable", "PluginError", "describe"]
+from typing import Any
+
+__all__ = ["BLOCK_HINT", "ConfigError", "HPError", "PlanNotExecutable", "PluginError", "SpecError", "call_plugin", "describe"]
 
 
 class HPError(Exception):
@@ -31,6 +33,27 @@ class ConfigError(HPError):
         self.message = message
 
 
+class SpecError(ConfigError, ValueError, TypeError):
+    """A spec or config field refused by its validator (``ParallelSpec(tp=0)``).
+
+    It is a :class:`ConfigError` (so ``except HPError`` catches a spec built
+    wrongly through the API) and, for code written before it existed, a
+    ``ValueError`` and a ``TypeError`` as attrs' own validators raise.
+    ``path`` is the field's name (the converter extends it to the full path
+    in a file, ``$.parallel.tp``); ``str()`` is the message alone, which
+    starts with the field's name.
+
+    Args:
+        field: The field's name.
+        message: What is wrong (starting with the field's name).
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        HPError.__init__(self, message)
+        self.path = field
+        self.message = message
+
+
 class PlanNotExecutable(ConfigError):
     """A recompute plan a trainer cannot run, with the closest plan it can.
 
@@ -47,8 +70,15 @@ class PlanNotExecutable(ConfigError):
         self.suggestion = suggestion
 
 
+# How a message about a broken plugin tells the user to go on without it.
+BLOCK_HINT = "HP_BLOCK_PLUGINS={name} (or --block-plugin {name}) runs without it"
+
+
 class PluginError(HPError):
     """A plugin misbehaved: it raised, returned the wrong type, or clashes with another plugin.
+
+    The message ends by saying how to run without it (:data:`BLOCK_HINT`):
+    ``HP_BLOCK_PLUGINS`` blocks a plugin by the name the message shows.
 
     Args:
         plugin: The name of the plugin at fault (and of the other one, for a clash).
@@ -56,7 +86,8 @@ class PluginError(HPError):
     """
 
     def __init__(self, plugin: str, message: str) -> None:
-        super().__init__(f"plugin {plugin}: {message}")
+        hint = "" if " " in plugin or "HP_BLOCK_PLUGINS" in message else f"; {BLOCK_HINT.format(name=plugin)}"
+        super().__init__(f"plugin {plugin}: {message}{hint}")
         self.plugin = plugin
         self.message = message
 
@@ -71,3 +102,15 @@ def describe(exc: BaseException) -> str:
         return str(exc)
     text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
     return " ".join(text.split())
+
+
+def call_plugin(plugin: str, what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
+    """``function(*args, **kwargs)``, a plugin's code: anything it raises but an :class:`HPError`
+    (``SystemExit`` included) becomes a :class:`PluginError` naming *plugin* and *what* it was doing."""
+    try:
+        return function(*args, **kwargs)
+    except HPError:
+        raise
+    except (Exception, SystemExit) as exc:
+        happened = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"raised {type(exc).__name__}: {describe(exc)}"
+        raise PluginError(plugin, f"{what} {happened}") from exc

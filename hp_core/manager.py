@@ -12,10 +12,11 @@ import os
 from typing import Iterable
 
 import pluggy
+import pluggy._manager
 
 from hp_core import hookspecs
 from hp_core.distributions import declares_entry_points
-from hp_core.errors import PluginError
+from hp_core.errors import PluginError, describe
 from hp_core.markers import PROJECT
 
 __all__ = ["BLOCK_ENV", "DEFAULT_PLUGINS", "ENTRY_POINT_GROUP", "blocked_from_env", "get_plugin_manager"]
@@ -54,6 +55,8 @@ DEFAULT_PLUGINS = (
     "hp_plugins.kinds.mamba",
     "hp_plugins.kinds.hybrid",
     "hp_plugins.models.ssm",
+    "hp_plugins.kinds.qwen3_next",
+    "hp_plugins.models.qwen3_next",
 )
 
 # Third-party plugins advertise themselves under this entry-point group.
@@ -69,6 +72,45 @@ def blocked_from_env(environ: "os._Environ[str] | dict[str, str] | None" = None)
     return tuple(name.strip() for name in value.split(",") if name.strip())
 
 
+def _failure(exc: BaseException) -> str:
+    """What a plugin's import or hook raised, on one line (``SystemExit`` included: a plugin must not end ``hp``)."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {describe(exc)}"
+
+
+def _load_entry_points(manager: pluggy.PluginManager, blocked: set[str], broken: list[tuple[str, str]]) -> None:
+    """Load the ``hp`` entry points one by one: a failing one is recorded in *broken*, not fatal.
+
+    An entry point is skipped when its name or its module is blocked. One named
+    like a built-in plugin (or like another plugin already loaded) is recorded
+    as broken rather than skipped without a word.
+    """
+    import importlib.metadata
+
+    for dist in list(importlib.metadata.distributions()):
+        for ep in dist.entry_points:
+            if ep.group != ENTRY_POINT_GROUP:
+                continue
+            module = ep.value.partition(":")[0].strip()
+            if ep.name in blocked or module in blocked:
+                continue
+            label = f"{ep.name} (module {module}, distribution {dist.metadata['Name']})"
+            if ep.name in DEFAULT_PLUGINS or manager.has_plugin(ep.name):
+                what = "a built-in plugin" if ep.name in DEFAULT_PLUGINS else "a plugin already loaded"
+                broken.append((ep.name, f"entry point {label} is named like {what}; rename the entry point"))
+                continue
+            try:
+                plugin = ep.load()
+                manager.register(plugin, name=ep.name)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - a third party's import may raise anything, even SystemExit
+                broken.append((ep.name, f"entry point {label} cannot be loaded: {_failure(exc)}"))
+                continue
+            manager._plugin_distinfo.append((plugin, pluggy._manager.DistFacade(dist)))  # as pluggy's own loader
+
+
 def get_plugin_manager(
     plugins: Iterable[object] = (),
     *,
@@ -79,12 +121,20 @@ def get_plugin_manager(
 ) -> pluggy.PluginManager:
     """A fresh plugin manager with the ``hp`` hook specs and the requested plugins.
 
+    A plugin that cannot be imported or registered (an exception, even a
+    ``sys.exit``, at its import; an entry point named like a built-in) does not
+    stop the others: it is listed in the manager's ``hp_broken`` (``(name,
+    message)`` pairs), which :meth:`~hp_core.registry.Registry.from_manager`
+    reports. ``hp_blocked`` keeps the blocked names, which may also be a
+    module's name or a record's (a layer kind's) name.
+
     Args:
         plugins: Extra plugin objects (modules or instances) to register, e.g.
             a one-off class defined in a test or a notebook.
         builtins: Register :data:`DEFAULT_PLUGINS`.
         entry_points: Load the ``hp`` entry-point group of installed distributions.
-        blocked: Plugin names never to register.
+        blocked: Plugin names never to register: a plugin's (entry point's)
+            name, its module's name, or the name of a record it provides.
         use_env: Also block the names in the :data:`BLOCK_ENV` environment variable.
 
     Returns:
@@ -92,25 +142,29 @@ def get_plugin_manager(
         against the specs (``check_pending``).
 
     Raises:
-        PluginError: A plugin cannot be imported, or implements a hook that
-            does not exist (a misspelling).
+        PluginError: A plugin implements a hook that does not exist (a misspelling).
     """
     manager = pluggy.PluginManager(PROJECT)
     manager.add_hookspecs(hookspecs)
-    for name in (*blocked, *(blocked_from_env() if use_env else ())):
+    names = {*blocked, *(blocked_from_env() if use_env else ())}
+    for name in names:
         manager.set_blocked(name)
+    broken: list[tuple[str, str]] = []
     if builtins:
         for dotted in DEFAULT_PLUGINS:
             if manager.is_blocked(dotted):
                 continue
             try:
                 module = importlib.import_module(dotted)
-            except Exception as exc:  # pragma: no cover - a broken install
-                raise PluginError(dotted, f"cannot be imported: {exc}") from exc
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - a broken install
+                broken.append((dotted, f"cannot be imported: {_failure(exc)}"))
+                continue
             manager.register(module, name=dotted)
     for plugin in plugins:
         name = getattr(plugin, "__name__", None) or type(plugin).__name__
-        if manager.is_blocked(name):
+        if manager.is_blocked(name) or getattr(plugin, "__module__", None) in names:
             continue
         try:
             manager.register(plugin, name=name)
@@ -119,12 +173,18 @@ def get_plugin_manager(
     # Loading the group imports importlib.metadata and reads every distribution's
     # metadata; skipped when a direct reading finds no distribution declaring it.
     if entry_points and declares_entry_points(ENTRY_POINT_GROUP):
+        _load_entry_points(manager, names, broken)
+    for _ in range(len(manager.get_plugins()) + 1):
         try:
-            manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-        except Exception as exc:
-            raise PluginError("entry point", f"a plugin of group {ENTRY_POINT_GROUP!r} failed to load: {exc}") from exc
-    try:
-        manager.check_pending()
-    except pluggy.PluginValidationError as exc:
-        raise PluginError(exc.plugin if isinstance(exc.plugin, str) else manager.get_name(exc.plugin) or "?", str(exc)) from exc
+            manager.check_pending()
+            break
+        except pluggy.PluginValidationError as exc:
+            name = exc.plugin if isinstance(exc.plugin, str) else manager.get_name(exc.plugin) or "?"
+            loaded = {id(plugin) for plugin, _ in manager.list_plugin_distinfo()}
+            if manager.get_plugin(name) is None or id(manager.get_plugin(name)) not in loaded:
+                raise PluginError(name, str(exc)) from exc
+            manager.unregister(name=name)  # an entry point's misspelled hook: that plugin only is broken
+            broken.append((name, " ".join(str(exc).split())))
+    manager.hp_broken = tuple(broken)  # type: ignore[attr-defined]
+    manager.hp_blocked = frozenset(names)  # type: ignore[attr-defined]
     return manager

@@ -8,10 +8,10 @@ Hugging Face importer is such a format, registered as a plugin.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from hp_core.documents import read_document
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec
@@ -30,10 +30,7 @@ def load_model_config(path: str | Path) -> tuple[dict[str, Any], str]:
         target = target / "config.json"
     if not target.is_file():
         raise ConfigError("--model", f"no such preset or config file: {path}; run 'hp models' for presets")
-    try:
-        data = json.loads(target.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ConfigError(str(target), f"is not a readable JSON file: {exc}") from exc
+    data = read_document(target)  # bounded: size, nesting (hp_core.documents)
     if not isinstance(data, dict):
         raise ConfigError(str(target), "must hold a JSON object")
     return data, str(target)
@@ -52,7 +49,7 @@ def model_from_config(config: Mapping[str, Any], registry: Registry, *, name: st
         model = fmt.build(config, name=name, source=source, where=where)
     except HPError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a plugin must not end the command
         raise PluginError(fmt.name, f"model format raised {type(exc).__name__}: {describe(exc)}") from exc
     if not isinstance(model, ModelSpec):
         raise PluginError(fmt.name, f"model format must return a ModelSpec, got {type(model).__name__}")

@@ -16,7 +16,7 @@ from hp_core.types import (
 )
 from hp_core.schedules import Schedule
 
-__all__ = ["Provider", "Registry"]
+__all__ = ["BrokenPlugin", "Provider", "Registry"]
 
 _BUILTIN_DIST = "hp-planner"
 
@@ -47,23 +47,41 @@ def _providers_by_plugin(manager: pluggy.PluginManager) -> dict[str, Provider]:
     return found
 
 
+@attrs.frozen
+class BrokenPlugin:
+    """A plugin left out because it failed: its name and what went wrong, on one line."""
+
+    plugin: str
+    error: str
+
+
 def _collect(
-    manager: pluggy.PluginManager, hook_name: str, record_type: type, providers: Mapping[str, Provider]
+    manager: pluggy.PluginManager, hook_name: str, record_type: type, providers: Mapping[str, Provider],
+    broken: dict[str, str], blocked: frozenset[str],
 ) -> tuple[list[Any], dict[str, Provider]]:
+    """The records every plugin yields for *hook_name*; a plugin that fails is entered in *broken* and left out."""
     records: dict[str, Any] = {}
     owner: dict[str, Provider] = {}
     for impl in getattr(manager.hook, hook_name).get_hookimpls():
         plugin = impl.plugin_name
+        if plugin in broken:
+            continue
         try:
             result = impl.function()
             items = list(result) if result is not None else []
-        except Exception as exc:
-            raise PluginError(plugin, f"hook {hook_name} raised {type(exc).__name__}: {describe(exc)}") from exc
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a plugin's hook may raise anything, even SystemExit
+            what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"raised {type(exc).__name__}: {describe(exc)}"
+            broken[plugin] = f"hook {hook_name} {what}"
+            continue
+        wrong = next((item for item in items if not isinstance(item, record_type)), None)
+        if wrong is not None:
+            broken[plugin] = f"hook {hook_name} must yield {record_type.__name__} records, got {type(wrong).__name__}"
+            continue
         for item in items:
-            if not isinstance(item, record_type):
-                raise PluginError(
-                    plugin, f"hook {hook_name} must yield {record_type.__name__} records, got {type(item).__name__}"
-                )
+            if item.name in blocked:
+                continue
             if item.name in records:
                 raise PluginError(
                     f"{owner[item.name].plugin} and {plugin}",
@@ -148,23 +166,43 @@ class Registry:
     schedules: tuple[Schedule, ...] = ()
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
+    broken: tuple[BrokenPlugin, ...] = ()
 
     @classmethod
-    def from_manager(cls, manager: pluggy.PluginManager) -> "Registry":
+    def from_manager(cls, manager: pluggy.PluginManager, *, broken_ok: bool = False) -> "Registry":
         """Call every registration hook once and freeze the result.
 
+        A plugin that failed to load (the manager's ``hp_broken``), raised in a
+        registration hook (``SystemExit`` included) or yielded the wrong type is
+        left out and listed in :attr:`broken`. Records whose name is blocked
+        (the manager's ``hp_blocked``: ``HP_BLOCK_PLUGINS=gdn`` blocks the layer
+        kind ``gdn``) are left out.
+
+        Args:
+            broken_ok: Return the registry with the broken plugins listed
+                (``hp plugins``); otherwise the first one is raised.
+
         Raises:
-            PluginError: A plugin raised, yielded the wrong type, or yielded a
-                name another plugin also yields.
+            PluginError: A plugin is broken (unless *broken_ok*), or two yield one name.
         """
         by_plugin = _providers_by_plugin(manager)
         fields: dict[str, tuple[Any, ...]] = {}
         providers: dict[tuple[str, str], Provider] = {}
-        for hook_name, record_type in HOOKS.items():
-            items, owners = _collect(manager, hook_name, record_type, by_plugin)
-            fields[hook_name.removeprefix("hp_")] = tuple(items)
-            providers.update({(hook_name, name): who for name, who in owners.items()})
-        plugins = tuple(sorted(by_plugin.values(), key=lambda p: p.plugin))
+        failed: dict[str, str] = dict(getattr(manager, "hp_broken", ()))
+        blocked = frozenset(getattr(manager, "hp_blocked", ()))
+        # Again while a plugin fails in a later hook, so that none of its records stays.
+        for _ in range(len(by_plugin) + 1):
+            before = len(failed)
+            for hook_name, record_type in HOOKS.items():
+                items, owners = _collect(manager, hook_name, record_type, by_plugin, failed, blocked)
+                fields[hook_name.removeprefix("hp_")] = tuple(items)
+                providers.update({(hook_name, name): who for name, who in owners.items()})
+            if len(failed) == before:
+                break
+        if failed and not broken_ok:
+            name, message = next(iter(failed.items()))
+            raise PluginError(name, message)
+        plugins = tuple(sorted((p for p in by_plugin.values() if p.plugin not in failed), key=lambda p: p.plugin))
         claimed: dict[str, str] = {}
         for fmt in fields["model_formats"]:
             for model_type in fmt.model_types:
@@ -185,6 +223,7 @@ class Registry:
             schedules=fields["schedules"],
             providers=providers,
             plugins=plugins,
+            broken=tuple(BrokenPlugin(name, message) for name, message in sorted(failed.items())),
         )
 
     def layer_kind(self, name: str, path: str = "$.model.layers[].kind") -> LayerKind:

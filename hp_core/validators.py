@@ -1,34 +1,67 @@
 """attrs validators for specs and layer-kind configs (also for plugin authors' config classes).
 
-Each raises ``ValueError("<field> must ...")``: the config loader turns that into a
-one-line error naming the field's path (``$.model.layers[1].config.hidden_size``).
+Each raises :class:`~hp_core.errors.SpecError` (a ``ConfigError`` that is also a
+``ValueError``) with a message starting with the field's name: ``except HPError``
+catches a spec built wrongly through the API, and the config loader turns it
+into a one-line error naming the field's path
+(``$.model.layers[1].config.hidden_size``). Integers are bounded by
+:data:`~hp_core.bounds.MAX_INT` unless a tighter bound applies
+(:func:`bounded_int`); numbers must be finite (docs/cli.md lists the bounds).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Callable
 
 import attrs
 
-__all__ = ["non_negative_int", "optional", "positive_int", "positive_number", "probability"]
+from hp_core.bounds import MAX_INT, short_repr
+from hp_core.errors import SpecError
+
+__all__ = [
+    "bounded_int", "finite_number", "is_finite", "instance_of", "non_negative_int", "one_of", "optional", "positive_int",
+    "positive_number", "probability",
+]
 
 
-def positive_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    """A strictly positive ``int`` (``bool`` refused)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+def bounded_int(high: int, low: int = 1, what: str = "") -> Callable[[Any, attrs.Attribute, Any], None]:
+    """An ``int`` in ``[low, high]`` (``bool`` refused); *what* names the bound in the message."""
+
+    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            kind = "a positive integer" if low == 1 else "a non-negative integer" if low == 0 else f"an integer >= {low}"
+            raise SpecError(attribute.name, f"{attribute.name} must be {kind}, got {short_repr(value)}")
+        if value > high:
+            bound = f"{high:,}" + (f", {what}" if what else "")
+            raise SpecError(attribute.name, f"{attribute.name} must be at most {bound}, got {short_repr(value)}")
+
+    return check
 
 
-def non_negative_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    """A non-negative ``int`` (``bool`` refused)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{attribute.name} must be a non-negative integer, got {value!r}")
+positive_int = bounded_int(MAX_INT)
+positive_int.__doc__ = "A strictly positive ``int`` up to :data:`~hp_core.bounds.MAX_INT` (``bool`` refused)."
+non_negative_int = bounded_int(MAX_INT, low=0)
+non_negative_int.__doc__ = "A non-negative ``int`` up to :data:`~hp_core.bounds.MAX_INT` (``bool`` refused)."
+
+
+def is_finite(value: Any) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 def positive_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    """A strictly positive ``int`` or ``float``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{attribute.name} must be a positive number, got {value!r}")
+    """A strictly positive, finite ``int`` or ``float``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not is_finite(value) or not value > 0:
+        raise SpecError(attribute.name, f"{attribute.name} must be a positive finite number, got {short_repr(value)}")
+
+
+def finite_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """A finite ``int`` or ``float`` (any sign)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not is_finite(value):
+        raise SpecError(attribute.name, f"{attribute.name} must be a finite number, got {short_repr(value)}")
 
 
 def optional(validator):
@@ -39,4 +72,30 @@ def optional(validator):
 def probability(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     """A number in ``[0, 1)``, such as a dropout probability."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(f"{attribute.name} must be a probability in [0, 1), got {value!r}")
+        raise SpecError(attribute.name, f"{attribute.name} must be a probability in [0, 1), got {short_repr(value)}")
+
+
+def one_of(choices: tuple) -> Callable[[Any, attrs.Attribute, Any], None]:
+    """One of *choices* (``attrs.validators.in_`` raising :class:`SpecError`)."""
+
+    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        try:
+            ok = value in choices and not (isinstance(value, bool) and not any(c is value for c in choices))
+        except TypeError:  # an unhashable value against a set
+            ok = False
+        if not ok:
+            raise SpecError(attribute.name, f"{attribute.name} must be one of {', '.join(map(repr, choices))}, "
+                                            f"got {short_repr(value)}")
+
+    return check
+
+
+def instance_of(kind: type | tuple[type, ...], name: str) -> Callable[[Any, attrs.Attribute, Any], None]:
+    """An instance of *kind* (``bool`` only where *kind* is ``bool``); *name* says what is expected."""
+
+    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise SpecError(attribute.name, f"{attribute.name} must be {name}, got {short_repr(value)}")
+
+    return check

@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from hp_core.bounds import BOUNDS
 from hp_core.cli import build_parser
 
 __all__ = ["render", "main"]
@@ -129,11 +130,34 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argpar
     return []
 
 
+def _bounds() -> list[str]:
+    """The bounds of hp_core.bounds.BOUNDS as a table."""
+    lines = ["## Bounds", "",
+             "Every count, size and degree is checked where it enters, from a flag, a config file, a census or",
+             "case file, a `config.json` or the Python API, against an upper bound far beyond any real job and",
+             "below where the arithmetic or the work would fail; a value past it is refused with the one-line",
+             "error naming the field and the bound. Numbers must be finite (`.inf`, `.nan` and `1e400` are",
+             "refused) and a zero where it would divide (a device's `peak_flops`, a bandwidth) is refused. Work",
+             "that grows with the input is counted before it starts: `hp search` refuses a search of more",
+             "candidate layouts than `MAX_SEARCH_LAYOUTS` with the count and the limit, and starts no more",
+             "worker processes than there are CPUs. YAML files are read with a safe loader that refuses nesting",
+             "and alias expansion past the bounds while it parses (a \"billion laughs\" file costs nothing).",
+             "The bounds are `hp_core.bounds`:", "",
+             "| Bound | Value | What it bounds |", "| --- | --- | --- |"]
+    lines += [f"| `{name}` | {value:,} | {_cell(what)} |" for name, value, what in BOUNDS]
+    lines += ["", "Output files (`--csv`, `--plot`, `hp census --out`) are written atomically with one file mode",
+              "(0666 less the umask, as a plain `open()`); the temporary file is removed on every way out, SIGTERM",
+              "and SIGHUP included. `-` (or `/dev/stdout`) writes to standard output; a symbolic link is followed",
+              "(the link is kept); a target that is not a regular file (a device, a FIFO, a folder) is refused.", ""]
+    return lines
+
+
 def render(parser: argparse.ArgumentParser | None = None) -> str:
     """The page for *parser* (default: ``hp_core.cli.build_parser()``)."""
     parser = parser if parser is not None else build_parser()
     commands = _subcommands(parser)
     lines = [_INTRO]
+    lines += _bounds()
     lines += ["## Commands", "", "| Command | What it does |", "| --- | --- |"]
     lines += [f"| [`hp {name}`](#hp-{name}) | {_cell(help_)} |" for name, help_, _ in commands]
     lines += ["", "## `hp`", "", _cell(parser.description or ""), "", "```text", _synopsis("hp", parser), "```", ""]

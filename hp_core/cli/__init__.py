@@ -52,10 +52,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = getattr(importlib.import_module(f"{__name__}.{module}"), function)
     console = Console() if sys.stdout.isatty() else Console(width=132)
     try:
-        registry = build_registry(entry_points=not args.no_entry_points, blocked=args.block_plugin)
+        registry = build_registry(entry_points=not args.no_entry_points, blocked=args.block_plugin,
+                                  broken_ok=args.command == "plugins")
         return command(args, registry, console)
     except HPError as exc:
         sys.stderr.write(f"hp {args.command}: error: {exc}\n")
+        return 2
+    except SystemExit as exc:  # only a plugin's code calls sys.exit once the command runs
+        sys.stderr.write(f"hp {args.command}: error: a plugin called sys.exit({exc.code!r}) while the command ran; "
+                         "hp plugins lists the plugins, HP_BLOCK_PLUGINS=NAME runs without one\n")
         return 2
     except BrokenPipeError:
         # The reader went away (``hp ... --json | head``): stop quietly, as Python's docs advise.

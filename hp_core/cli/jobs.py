@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import copy
 import json
 from typing import Any
@@ -15,7 +16,8 @@ from typing import Any
 from rich.console import Console
 
 from hp_core.cli.parser import DEFAULT_CONFIG, FLAG_DEFAULTS
-from hp_core.errors import ConfigError
+from hp_core.bounds import short_repr
+from hp_core.errors import ConfigError, call_plugin
 from hp_core.io.convert import ConfigFile, read_document, structure
 from hp_core.registry import Registry
 from hp_core.runtime_options import parse_assignments
@@ -70,6 +72,9 @@ def config_from_args(args: argparse.Namespace, registry: Registry) -> ConfigFile
 def _document(args: argparse.Namespace) -> dict[str, Any]:
     """The config file's document; without one, the demo job or, when the flags describe a job, FLAG_DEFAULTS."""
     if args.config:
+        if not Path(args.config).exists():
+            raise ConfigError("config", f"no such config file: {short_repr(str(args.config))} (the argument after the "
+                                        "command is read as a config file; a flag such as --sp or --json takes no value)")
         document = read_document(args.config)
         if not isinstance(document, dict):
             raise ConfigError("$", f"{args.config} must hold a mapping at the top level")
@@ -101,7 +106,7 @@ def export_of(trainer: str | None, job, registry: Registry) -> dict[str, Any] | 
 
     exporter = registry.exporter(trainer)
     plan = job.recompute if job.recompute is not None else RecomputeSpec()
-    text = exporter.export(plan, job.model, job.parallel, registry=registry)
+    text = call_plugin(exporter.name, "exporter", exporter.export, plan, job.model, job.parallel, registry=registry)
     return {"trainer": exporter.name, "runtime": exporter.runtime, "plan": text}
 
 

@@ -45,8 +45,16 @@ def plugins_command(args: argparse.Namespace, registry: Registry, console: Conso
                 }
                 for item in items
             ]
+        doc["broken"] = [{"plugin": b.plugin, "error": b.error} for b in registry.broken]
         print(json.dumps(doc, indent=2))
         return 0
+    if registry.broken:
+        table = Table(title="Broken plugins (left out; HP_BLOCK_PLUGINS=NAME silences one)", title_justify="left")
+        for column in ("Plugin", "Error"):
+            table.add_column(column)
+        for b in registry.broken:
+            table.add_row(b.plugin, b.error)
+        console.print(table)
     table = Table(title="Plugins", title_justify="left")
     for column in ("Plugin", "Distribution", "Version"):
         table.add_column(column)

@@ -14,6 +14,9 @@ import sys
 from typing import Any
 
 from hp_core import __version__
+from hp_core.bounds import (
+    MAX_BATCH, MAX_DEVICES, MAX_INT, MAX_LAYERS, MAX_MEMORY_BYTES, MAX_SEQ_LEN, MAX_WORKERS, short_repr,
+)
 from hp_core.manager import BLOCK_ENV
 
 __all__ = ["DEFAULT_CONFIG", "FLAG_DEFAULTS", "build_parser"]
@@ -42,14 +45,40 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+def _bounded(high: int, bound: str, low: int = 1) -> Any:
+    """An argument type: an integer in ``[low, high]`` (*bound* names the limit, docs/cli.md lists it)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:  # not an integer, or more digits than Python converts
+            raise argparse.ArgumentTypeError(f"expected {'a positive' if low == 1 else 'a non-negative'} integer, "
+                                             f"got {short_repr(text)}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected {'a positive' if low == 1 else 'a non-negative'} integer, "
+                                             f"got {short_repr(value)}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"expected at most {high:,} ({bound}), got {short_repr(value)}")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in its own messages
+    return parse
+
+
+_positive = _bounded(MAX_INT, "MAX_INT")
+_degree = _bounded(MAX_DEVICES, "MAX_DEVICES")
+_batch = _bounded(MAX_BATCH, "MAX_BATCH")
+_seq_len = _bounded(MAX_SEQ_LEN, "MAX_SEQ_LEN")
+_layers = _bounded(MAX_LAYERS, "MAX_LAYERS")
+_workers = _bounded(MAX_WORKERS, "MAX_WORKERS")
+_steps_bound = _bounded(MAX_LAYERS, "MAX_LAYERS", low=-MAX_INT)  # a negative count is refused by the command, by name
+
+
+def _steps(text: str) -> int:
+    return _steps_bound(text)
+
+
+_steps.__name__ = "integer"
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -58,23 +87,30 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
 
 def _memory(text: str) -> int:
     """A size with an optional unit: ``80GiB``, ``80GB``, ``81920MiB``, ``85899345920``."""
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    match = re.fullmatch(r"\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([A-Za-z]*)\s*", text)
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in _UNITS:
-        raise argparse.ArgumentTypeError(f"expected a size such as 80GiB, 80GB or 81920MiB, got {text!r}")
-    value = round(float(match.group(1)) * _UNITS[unit])
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
-    return value
+        raise argparse.ArgumentTypeError(f"expected a size such as 80GiB, 80GB or 81920MiB (at most 30 digits), "
+                                         f"got {short_repr(text)}")
+    value = float(match.group(1)) * _UNITS[unit]
+    if value > MAX_MEMORY_BYTES:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_MEMORY_BYTES:,} bytes (1 PiB, MAX_MEMORY_BYTES), "
+                                         f"got {short_repr(text)}")
+    if round(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive size, got {short_repr(text)}")
+    return round(value)
 
 
 def _counts(text: str) -> list[int]:
     try:
         counts = [int(part) for part in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated layer counts, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated layer counts, got {short_repr(text)}") from None
     if any(c < 0 for c in counts):
         raise argparse.ArgumentTypeError("layer counts must be non-negative")
+    if len(counts) > MAX_DEVICES or any(c > MAX_LAYERS for c in counts):
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_DEVICES:,} counts of at most {MAX_LAYERS:,} layers "
+                                         "(MAX_DEVICES, MAX_LAYERS)")
     return counts
 
 
@@ -83,9 +119,9 @@ def _share_list(text: str) -> tuple[float, ...]:
     try:
         shares = tuple(float(part) for part in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated shares such as 0.25,0.5, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated shares such as 0.25,0.5, got {short_repr(text)}") from None
     if any(not 0 < share <= 1 for share in shares):
-        raise argparse.ArgumentTypeError(f"offload shares lie in (0, 1], got {text!r}")
+        raise argparse.ArgumentTypeError(f"offload shares lie in (0, 1], got {short_repr(text)}")
     return shares
 
 
@@ -116,8 +152,9 @@ def _fix(text: str) -> tuple[str, int]:
     name = name.strip().replace("-", "_")
     if name == "mbs":
         name = "micro_batch_size"
-    if name not in FIXABLE or not value.strip().isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"expected NAME=N with NAME one of {', '.join(FIXABLE)} (or mbs), got {text!r}")
+    if name not in FIXABLE or not value.strip().isdigit() or len(value.strip()) > 10 or not 1 <= int(value) <= MAX_DEVICES:
+        raise argparse.ArgumentTypeError(f"expected NAME=N with NAME one of {', '.join(FIXABLE)} (or mbs) and N at most "
+                                         f"{MAX_DEVICES:,} (MAX_DEVICES), got {short_repr(text)}")
     return name, int(value)
 
 
@@ -125,20 +162,20 @@ def _add_job_arguments(parser: argparse.ArgumentParser, hardware_help: str) -> N
     """The config file and the model, layout, runtime and hardware flags every job command takes."""
     parser.add_argument("config", nargs="?", help="a YAML, JSON or TOML config file (see docs/config.md)")
     parser.add_argument("--model", help="a preset name (see 'hp models') or a Hugging Face config.json / folder")
-    parser.add_argument("--num-layers", type=_positive, help="keep the first N body layers, as truncated benchmark runs do")
-    parser.add_argument("--devices", type=_positive, help="device count: dp is devices / (cp * tp * pp) unless --dp states it")
+    parser.add_argument("--num-layers", type=_layers, help="keep the first N body layers, as truncated benchmark runs do")
+    parser.add_argument("--devices", type=_degree, help="device count: dp is devices / (cp * tp * pp) unless --dp states it")
     for name, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("vpp", "virtual pipeline (chunks per stage)"),
                        ("cp", "context"), ("ep", "expert"), ("etp", "expert tensor")):
-        parser.add_argument(f"--{name}", type=_positive, help=f"{what}-parallel degree")
+        parser.add_argument(f"--{name}", type=_degree, help=f"{what}-parallel degree")
     parser.add_argument("--cp-kind", choices=("p2p", "a2a"), help="context-parallel exchange: ring (p2p, default) or all-to-all")
     parser.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism over the TP group")
     parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="sharding level over DP*CP (default: the runtime's)")
-    parser.add_argument("--micro-batch-size", type=_positive, help="sequences per micro-batch")
-    parser.add_argument("--global-batch-size", type=_positive,
+    parser.add_argument("--micro-batch-size", type=_batch, help="sequences per micro-batch")
+    parser.add_argument("--global-batch-size", type=_batch,
                         help="default: micro-batch size * dp * the schedule's default micro-batches (pp for 1f1b, "
                              "2 * pp interleaved): the fewest at which every stage holds its full in-flight count; "
                              "printed in the header")
-    parser.add_argument("--seq-len", type=_positive, help="tokens per sequence")
+    parser.add_argument("--seq-len", type=_seq_len, help="tokens per sequence")
     parser.add_argument("--schedule", metavar="NAME", help="pipeline schedule: 1f1b, interleaved_1f1b, gpipe, ... (see 'hp plugins'; default: 1f1b, or interleaved_1f1b with --vpp > 1)")
     parser.add_argument("--layers-per-stage", type=_counts, metavar="N,N,...", help="body layers per pipeline chunk, chunk order")
     parser.add_argument("--runtime", help="runtime profile (see 'hp plugins'); default generic")
@@ -216,9 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
                                         "(instead of, or over, the config file's)")
     census.add_argument("--source", default="torch", help="torch (measure transformers' layers; extra 'census'), formulas, "
                                                           "or another census source; default torch")
-    census.add_argument("--seq-len", type=_positive, help="tokens per sequence (default: the config file's, else 4096)")
+    census.add_argument("--seq-len", type=_seq_len, help="tokens per sequence (default: the config file's, else 4096)")
     census.add_argument("--attn", choices=("eager", "sdpa"), default="eager", help="attention implementation (default eager)")
-    census.add_argument("--tp", type=_positive, default=2, help="measure at TP 1 and at this degree to split saved "
+    census.add_argument("--tp", type=_degree, default=2, help="measure at TP 1 and at this degree to split saved "
                                                                "from saved_tp (default 2; 1: no split)")
     census.add_argument("--out", metavar="FILE", help="write the records as a census file (.yaml/.yml/.json)")
     census.add_argument("--json", action="store_true", help="print JSON")
@@ -239,7 +276,7 @@ def _add_potentials_parser(sub: Any) -> None:
     )
     _add_job_arguments(pot, "hardware preset the step time is priced on (see 'hp plugins')")
     pot.add_argument("--recompute", help="the starting plan for every body layer: none, full, selective or switches joined by '+'")
-    pot.add_argument("--steps", type=int, metavar="N", help="at most N further layers (default: until every layer is full)")
+    pot.add_argument("--steps", type=_steps, metavar="N", help="at most N further layers (default: until every layer is full)")
     pot.add_argument("--csv", metavar="FILE", help="write the sequence as CSV (columns: docs/recompute_potentials.md)")
     pot.add_argument("--plot", metavar="FILE.png", help="plot peak memory against step time (extra 'plots': matplotlib)")
     pot.add_argument("--export", metavar="TRAINER", help="show each plan as TRAINER runs it: megatron, hyperparallel, torchtitan")
@@ -283,11 +320,11 @@ def _add_search_parser(sub: Any) -> None:
                     "the rest and rank them by step time (see docs/search.md).",
     )
     search.add_argument("--model", required=True, help="a preset name (see 'hp models') or a Hugging Face config.json / folder")
-    search.add_argument("--num-layers", type=_positive, help="keep the first N body layers")
-    search.add_argument("--devices", type=_positive, required=True, help="the device count every layout multiplies to")
+    search.add_argument("--num-layers", type=_layers, help="keep the first N body layers")
+    search.add_argument("--devices", type=_degree, required=True, help="the device count every layout multiplies to")
     search.add_argument("--hardware", required=True, help="hardware preset: its memory bounds the plans, its rates price them")
-    search.add_argument("--global-batch-size", type=_positive, default=1024, help="sequences per step (default 1024)")
-    search.add_argument("--seq-len", type=_positive, default=4096, help="tokens per sequence (default 4096)")
+    search.add_argument("--global-batch-size", type=_batch, default=1024, help="sequences per step (default 1024)")
+    search.add_argument("--seq-len", type=_seq_len, default=4096, help="tokens per sequence (default 4096)")
     search.add_argument("--runtime", default="generic", help="runtime profile (see 'hp plugins'); default generic")
     _add_runtime_option(search)
     search.add_argument("--optimizer", help="optimizer (see 'hp plugins'); default: the runtime's (adamw)")
@@ -298,8 +335,9 @@ def _add_search_parser(sub: Any) -> None:
     search.add_argument("--schedules", type=_names, metavar="NAME,NAME,...",
                         help="pipeline schedules to search, a dimension of the search (see 'hp plugins'); default: "
                              "1f1b, or interleaved_1f1b with vpp > 1")
-    search.add_argument("--workers", type=_positive, default=1,
-                        help="processes bounding, refining and planning candidates (default 1: in this process); "
+    search.add_argument("--workers", type=_workers, default=1,
+                        help="processes bounding, refining and planning candidates (default 1: in this process; at most the "
+                             "CPUs there are); "
                              "with --executor dask, the local cluster's worker processes")
     search.add_argument("--executor", type=_executor, default=("process", None), metavar="KIND",
                         help="where the tasks run: process (a process pool of --workers; the default), dask (a local "

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hp_core.cli.jobs import config_from_args, export_text
-from hp_core.errors import ConfigError
+from hp_core.errors import ConfigError, call_plugin
 from hp_core.io.job import resolve_job
 from hp_core.io.report import gib
 from hp_core.registry import Registry
@@ -48,7 +48,7 @@ def potentials_command(args: argparse.Namespace, registry: Registry, console: Co
             exports.append((None, None))
             continue
         try:
-            exports.append((exporter.export(step.plan, job.model, job.parallel, registry=registry), None))
+            exports.append((call_plugin(exporter.name, "exporter", exporter.export, step.plan, job.model, job.parallel, registry=registry), None))
         except PlanNotExecutable as exc:
             exports.append((None, exc.message))
     if args.csv is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import json
 import sys
 from typing import Iterator
@@ -35,6 +36,8 @@ def task_executor(kind: str, address: str | None, workers: int) -> Iterator[obje
         ConfigError: Dask is not installed, or the scheduler cannot be reached.
     """
     if kind == "process":
+        # No more processes than CPUs: more would only wait (the answers do not depend on the count).
+        workers = max(1, min(workers, os.cpu_count() or 1))
         if workers == 1:
             yield None
             return

@@ -25,12 +25,12 @@ the layer's input, as the kind's formulas state it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import attrs
 
+from hp_core.documents import read_document
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.models import load_model_config, model_from_config, model_from_preset, preset_config
 from hp_core.costs import ActivationTerm, LayerContext, LayerCost
@@ -104,8 +104,8 @@ def _hf_config(model: Any, registry: Any) -> Mapping[str, Any] | None:
     source = Path(str(getattr(model, "source", "")))
     if source.suffix == ".json" and source.is_file():
         try:
-            data = json.loads(source.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            data = read_document(source)
+        except ConfigError:
             return None
         return data if isinstance(data, dict) else None
     return None
@@ -155,7 +155,7 @@ def request_records(
         records = dict(found) if found is not None else {}
     except HPError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a plugin must not end the command
         raise PluginError(source.name, f"census source raised {type(exc).__name__}: {describe(exc)}") from exc
     kept: dict[str, CensusRecord] = {}
     for name, record in records.items():
@@ -313,7 +313,7 @@ def formulas_records(
                 costs[tp] = kind.evaluate(group.config, context)
             except HPError:
                 raise
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # a plugin must not end the command
                 raise PluginError(kind.name, f"evaluator raised {type(exc).__name__}: {describe(exc)}") from exc
         saved = two_point_split({tp: cost.kept_bytes / seq_len for tp, cost in costs.items()})
         working = two_point_split({tp: cost.working_bytes / seq_len for tp, cost in costs.items()})
@@ -420,7 +420,7 @@ def run_census(registry: Any, model_ref: Any, source: str, seq_len: int, attenti
             records = dict(found) if found is not None else {}
         except HPError:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a plugin must not end the command
             raise PluginError(chosen.name, f"census source raised {type(exc).__name__}: {describe(exc)}") from exc
         for name, record in records.items():
             if not isinstance(record, CensusRecord):

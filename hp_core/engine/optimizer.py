@@ -109,7 +109,7 @@ def _ask(optimizer: Optimizer, what: str, slice_: ParamSlice, precision: Precisi
         return getattr(optimizer, what)(slice_, precision)
     except HPError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a plugin must not end the command
         raise PluginError(optimizer.name, f"{what} raised {type(exc).__name__} for {slice_.param.name}: {describe(exc)}") from exc
 
 

@@ -150,7 +150,7 @@ def _evaluate(kind: LayerKind, config: object, context: LayerContext, path: str)
         cost = kind.evaluate(config, context)
     except HPError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a plugin must not end the command
         raise PluginError(kind.name, f"evaluator raised {type(exc).__name__}: {describe(exc)}") from exc
     if not isinstance(cost, LayerCost):
         raise PluginError(kind.name, f"evaluator must return LayerCost, got {type(cost).__name__}")

@@ -20,8 +20,8 @@ A config file::
 
 from __future__ import annotations
 
-import json
 import re
+import typing
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -29,13 +29,12 @@ import attrs
 import cattrs
 import cattrs.gen
 
-try:  # Python >= 3.11
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
+from hp_core.bounds import short_repr
+from hp_core.documents import read_document as _read_document
 from hp_core.errors import ConfigError, describe
 from hp_core.registry import Registry
+from hp_core.types import ATTENTION_IMPLS
+from hp_core.validators import one_of, optional
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 
 __all__ = ["ConfigFile", "InlineModel", "RuntimeRef", "load_config", "make_converter", "read_document", "structure"]
@@ -48,7 +47,7 @@ def _non_empty(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
 
 def _positive_or_none(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and value < 1:
-        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+        raise ValueError(f"{attribute.name} must be a positive integer, got {short_repr(value)}")
 
 
 @attrs.frozen(kw_only=True)
@@ -76,7 +75,7 @@ class ConfigFile:
     num_layers: int | None = attrs.field(default=None, validator=_positive_or_none)
     runtime: str | RuntimeRef = "generic"
     census: str = "formulas"
-    attention: str | None = None
+    attention: str | None = attrs.field(default=None, validator=optional(one_of(ATTENTION_IMPLS)))
     precision: Mapping[str, Any] | None = None
     hardware: str | HardwareSpec | None = None
     recompute: RecomputeSpec | None = None
@@ -99,7 +98,7 @@ def _strict(kind: type, name: str):
         else:
             ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
         if not ok:
-            raise ValueError(f"expected {name}, got {value!r}")
+            raise ValueError(f"expected {name}, got {short_repr(value)}")
         return float(value) if kind is float else value
 
     return hook
@@ -112,7 +111,7 @@ def _structure_recompute(value: Any, _: type) -> RecomputeSpec:
     if isinstance(value, str) or isinstance(value, list):
         return RecomputeSpec(default=Setting.parse(value))
     if not isinstance(value, dict):
-        raise ValueError(f"expected a setting or a mapping with 'default' and 'layers', got {value!r}")
+        raise ValueError(f"expected a setting or a mapping with 'default' and 'layers', got {short_repr(value)}")
     extra = set(value) - {"default", "layers"}
     if extra:
         raise ValueError(f"unknown keys {sorted(extra)}; use 'default' and 'layers'")
@@ -124,32 +123,66 @@ def _structure_recompute(value: Any, _: type) -> RecomputeSpec:
     for key, setting in layers.items():
         match = _RANGE.match(str(key))
         if not match:
-            raise ValueError(f"layer range {key!r} must read 'a-b' or 'a'")
+            raise ValueError(f"layer range {short_repr(key)} must read 'a-b' or 'a'")
         first = int(match.group(1))
         last = int(match.group(2)) if match.group(2) is not None else first
         if last < first:
-            raise ValueError(f"layer range {key!r} ends before it starts")
+            raise ValueError(f"layer range {short_repr(key)} ends before it starts")
         ranges.append((first, last, Setting.parse(setting)))
     return RecomputeSpec(default=default, layers=tuple(ranges))
 
 
-def make_converter(registry: Registry) -> cattrs.Converter:
-    """The converter for config files, aware of the registry's layer kinds."""
-    converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+def make_converter(registry: Registry, *, forbid_extra_keys: bool = True) -> cattrs.Converter:
+    """The converter for config files, aware of the registry's layer kinds.
+
+    *forbid_extra_keys* False reads a published format (``megatron_measured.json``)
+    whose records carry notes the planner does not read; a missing key and a
+    wrong type are still refused with their path.
+    """
+    converter = cattrs.Converter(forbid_extra_keys=forbid_extra_keys, detailed_validation=True)
     converter.register_structure_hook(int, _strict(int, "an integer"))
     converter.register_structure_hook(float, _strict(float, "a number"))
     converter.register_structure_hook(bool, _strict(bool, "true or false"))
     converter.register_structure_hook(str, _strict(str, "a string"))
     converter.register_structure_hook(Setting, lambda v, _: Setting.parse(v))
 
-    # A section that must be a mapping (any attrs class) or a list says so,
-    # rather than failing inside cattrs on a str, a number or a list.
-    def mapping_first(cls: type) -> Any:
-        inner = cattrs.gen.make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True)
+    # A list field (tuple[X, ...]) takes a list only: a mapping or a string is not read as
+    # its keys or its characters (``cases: {}``, ``steps: ""``).
+    def homogeneous_tuple(cls: type) -> Any:
+        item = typing.get_args(cls)[0]
+
+        def hook(value: Any, _: type) -> Any:
+            if not isinstance(value, (list, tuple)):
+                raise ValueError(f"expected a list, got {type(value).__name__} {short_repr(value)}")
+            return tuple(converter.structure(list(value), list[item]))
+
+        return hook
+
+    converter.register_structure_hook_factory(
+        lambda t: typing.get_origin(t) is tuple and len(typing.get_args(t)) == 2 and typing.get_args(t)[1] is Ellipsis,
+        homogeneous_tuple,
+    )
+
+    def mapping_of(cls: type) -> Any:
+        inner = cattrs.gen.make_mapping_structure_fn(cls, converter)
 
         def hook(value: Any, type_: type) -> Any:
             if not isinstance(value, dict):
-                raise ValueError(f"expected a mapping, got {type(value).__name__} {value!r}")
+                raise ValueError(f"expected a mapping, got {type(value).__name__} {short_repr(value)}")
+            return inner(value, type_)
+
+        return hook
+
+    converter.register_structure_hook_factory(lambda t: typing.get_origin(t) is dict, mapping_of)
+
+    # A section that must be a mapping (any attrs class) or a list says so,
+    # rather than failing inside cattrs on a str, a number or a list.
+    def mapping_first(cls: type) -> Any:
+        inner = cattrs.gen.make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=forbid_extra_keys)
+
+        def hook(value: Any, type_: type) -> Any:
+            if not isinstance(value, dict):
+                raise ValueError(f"expected a mapping, got {type(value).__name__} {short_repr(value)}")
             return inner(value, type_)
 
         return hook
@@ -160,7 +193,7 @@ def make_converter(registry: Registry) -> cattrs.Converter:
 
     def group_list(value: Any, _: type) -> tuple[LayerGroup, ...]:
         if not isinstance(value, list):
-            raise ValueError(f"expected a list of layer groups, got {type(value).__name__} {value!r}")
+            raise ValueError(f"expected a list of layer groups, got {type(value).__name__} {short_repr(value)}")
         return converter.structure(value, list[LayerGroup])
 
     converter.register_structure_hook_func(lambda t: t == tuple[LayerGroup, ...], group_list)
@@ -169,7 +202,7 @@ def make_converter(registry: Registry) -> cattrs.Converter:
         if value is None:
             return None
         if not isinstance(value, list):
-            raise ValueError(f"expected a list of integers, got {type(value).__name__} {value!r}")
+            raise ValueError(f"expected a list of integers, got {type(value).__name__} {short_repr(value)}")
         return tuple(converter.structure(value, list[int]))
 
     converter.register_structure_hook_func(lambda t: t == (tuple[int, ...] | None), int_list)
@@ -177,7 +210,7 @@ def make_converter(registry: Registry) -> cattrs.Converter:
 
     def layer_group(value: Any, _: type) -> LayerGroup:
         if not isinstance(value, dict):
-            raise ValueError(f"expected a mapping with kind, count and config, got {value!r}")
+            raise ValueError(f"expected a mapping with kind, count and config, got {short_repr(value)}")
         extra = set(value) - {"kind", "count", "config"}
         if extra:
             raise ValueError(f"unknown keys {sorted(extra)}; a layer group has kind, count and config")
@@ -185,7 +218,7 @@ def make_converter(registry: Registry) -> cattrs.Converter:
             raise ValueError("required field 'kind' missing")
         known = [k.name for k in registry.layer_kinds]
         if value["kind"] not in known:
-            raise ValueError(f"'kind' must be a registered layer kind ({', '.join(known)}), got {value['kind']!r}")
+            raise ValueError(f"'kind' must be a registered layer kind ({', '.join(known)}), got {short_repr(value['kind'])}")
         kind = registry.layer_kind(value["kind"])
         count = value.get("count", 1)
         if isinstance(count, bool) or not isinstance(count, int):
@@ -205,21 +238,21 @@ def make_converter(registry: Registry) -> cattrs.Converter:
         if isinstance(value, str):
             return value
         if not isinstance(value, dict):
-            raise ValueError(f"expected a preset name, a config.json path or a mapping, got {value!r}")
+            raise ValueError(f"expected a preset name, a config.json path or a mapping, got {short_repr(value)}")
         return converter.structure(value, InlineModel)
 
     def hardware_ref(value: Any, _: type) -> str | HardwareSpec | None:
         if value is None or isinstance(value, str):
             return value
         if not isinstance(value, dict):
-            raise ValueError(f"expected a hardware preset name or a mapping, got {value!r}")
+            raise ValueError(f"expected a hardware preset name or a mapping, got {short_repr(value)}")
         return converter.structure(value, HardwareSpec)
 
     def precision_overrides(value: Any, _: type) -> Mapping[str, Any] | None:
         if value is None:
             return None
         if not isinstance(value, dict):
-            raise ValueError(f"expected a mapping of precision fields, got {value!r}")
+            raise ValueError(f"expected a mapping of precision fields, got {short_repr(value)}")
         known = {f.name for f in attrs.fields(PrecisionSpec)}
         extra = sorted(set(value) - known)
         if extra:
@@ -248,7 +281,7 @@ def make_converter(registry: Registry) -> cattrs.Converter:
 
 # A validator's message that starts with the field it is about ("tp must ...",
 # "'zero' must ...", "num_key_value_heads=3 must ...") extends the path by that field.
-_FIELD_FIRST = re.compile(r"^'?([a-z_][a-z0-9_]*)'?(?:=\S+)? must")
+_FIELD_FIRST = re.compile(r"^'?([a-z_][a-z0-9_]*(?:\[\d+\]|\.[A-Za-z0-9_]+)*)'?(?:=\S+)? must")
 
 
 def _format(exc: BaseException, type_: Any) -> str:
@@ -263,9 +296,9 @@ def _format(exc: BaseException, type_: Any) -> str:
     return f"invalid value ({type(exc).__name__}: {exc})"
 
 
-def structure(data: Any, cls: type, registry: Registry, root: str = "$") -> Any:
+def structure(data: Any, cls: type, registry: Registry, root: str = "$", *, forbid_extra_keys: bool = True) -> Any:
     """Structure *data* into *cls*, turning the first error into a one-line :class:`ConfigError`."""
-    converter = make_converter(registry)
+    converter = make_converter(registry, forbid_extra_keys=forbid_extra_keys)
     try:
         return converter.structure(data, cls)
     except cattrs.BaseValidationError as exc:
@@ -282,28 +315,16 @@ def structure(data: Any, cls: type, registry: Registry, root: str = "$") -> Any:
 
 
 def read_document(path: str | Path) -> Any:
-    """Parse a YAML, JSON or TOML file by its suffix (YAML for anything else)."""
-    target = Path(path)
-    try:
-        text = target.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(target), f"cannot be read: {exc}") from None
-    suffix = target.suffix.lower()
-    import yaml  # only where a YAML file is read
-
-    try:
-        if suffix == ".json":
-            return json.loads(text)
-        if suffix == ".toml":
-            return tomllib.loads(text)
-        return yaml.safe_load(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        first = " ".join(str(exc).split())
-        raise ConfigError(str(target), f"is not valid {suffix.lstrip('.') or 'YAML'}: {first}") from None
+    """Parse a YAML, JSON or TOML file by its suffix (YAML for anything else), within the bounds
+    of :mod:`hp_core.documents` (size, nesting, alias expansion)."""
+    return _read_document(path)
 
 
 def load_config(path: str | Path, registry: Registry) -> ConfigFile:
     """Read and structure a config file."""
+    if not Path(path).exists():
+        raise ConfigError("config", f"no such config file: {short_repr(str(path))} (the argument after the command is "
+                                    "read as a config file; a flag such as --sp or --json takes no value)")
     data = read_document(path)
     if not isinstance(data, dict):
         raise ConfigError("$", f"{path} must hold a mapping at the top level")

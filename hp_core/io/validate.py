@@ -28,12 +28,14 @@ micro-batch count, and the same signed error.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from hp_core.errors import ConfigError
+from hp_core.bounds import MAX_INT, MAX_MEMORY_BYTES, short_repr
+from hp_core.errors import ConfigError, SpecError, call_plugin
 from hp_core.io.convert import ConfigFile, read_document, structure
 from hp_core.io.job import Job, estimate_job, resolve_job, step_time_job
 from hp_core.registry import Registry
@@ -48,13 +50,13 @@ _GIB = 2**30
 
 
 def _positive_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT):
+        raise SpecError(attribute.name, f"{attribute.name} must be a positive integer, got {short_repr(value)} (at most {MAX_INT:,})")
 
 
 def _positive_seconds(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 0:
+        raise SpecError(attribute.name, f"{attribute.name} must be a positive number of seconds, got {short_repr(value)} (finite)")
 
 
 @attrs.frozen
@@ -133,11 +135,28 @@ class CaseResult:
     time_unavailable: str | None = None
 
 
+def _peaks(unit_bytes: int) -> Any:
+    """Measured peaks: a non-empty list of positive, finite amounts of at most MAX_MEMORY_BYTES."""
+
+    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if value is None:
+            return
+        if not value:
+            raise SpecError(attribute.name, f"{attribute.name} must list one peak per pipeline stage, got none")
+        for i, peak in enumerate(value):
+            if isinstance(peak, bool) or not isinstance(peak, (int, float)) or not math.isfinite(peak) or not peak > 0 \
+                    or peak * unit_bytes > MAX_MEMORY_BYTES:
+                raise SpecError(f"{attribute.name}[{i}]", f"{attribute.name}[{i}] must be a positive finite amount of "
+                                                          f"at most {MAX_MEMORY_BYTES // unit_bytes:,}, got {short_repr(peak)}")
+
+    return check
+
+
 @attrs.frozen(kw_only=True)
 class _Measured:
     source: str
-    stage_peak_gib: tuple[float, ...] | None = None
-    stage_peak_bytes: tuple[int, ...] | None = None
+    stage_peak_gib: tuple[float, ...] | None = attrs.field(default=None, validator=_peaks(_GIB))
+    stage_peak_bytes: tuple[int, ...] | None = attrs.field(default=None, validator=_peaks(1))
     steps: tuple[MeasuredStep, ...] = ()
 
 
@@ -148,18 +167,23 @@ class _OwnCase:
     measured: _Measured
 
 
+def _some_cases(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not value:
+        raise SpecError("cases", "cases must list at least one measured case")
+
+
 @attrs.frozen(kw_only=True)
 class _OwnFile:
     format: str
-    cases: tuple[_OwnCase, ...]
+    cases: tuple[_OwnCase, ...] = attrs.field(validator=_some_cases)
 
 
 def load_cases(path: str | Path, registry: Registry) -> list[MeasuredCase]:
     """Read a cases file in either layout."""
     document = read_document(path)
     for fmt in registry.case_formats:
-        if fmt.accepts(document):
-            return list(fmt.read(document, registry))
+        if call_plugin(fmt.name, "case format accepts()", fmt.accepts, document):
+            return list(call_plugin(fmt.name, "case format read()", fmt.read, document, registry))
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ConfigError("$.format", f"a cases file states format: {FORMAT} (or is megatron_measured.json as published)")
     own = structure(document, _OwnFile, registry)

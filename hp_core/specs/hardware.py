@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import attrs
 
-from hp_core.validators import optional, positive_int, positive_number
+from hp_core.bounds import MAX_MEMORY_BYTES, short_repr
+from hp_core.errors import SpecError
+from hp_core.validators import bounded_int, optional, positive_int, positive_number, is_finite
 
 __all__ = ["HardwareSpec"]
+
+
+def _peak_flops(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """Precision name -> a positive, finite FLOP/s figure (a zero would divide a step time by zero)."""
+    if not isinstance(value, Mapping):
+        raise SpecError("peak_flops", f"peak_flops must map precision names to FLOP/s, got {short_repr(value)}")
+    for key, rate in value.items():
+        if not isinstance(key, str):
+            raise SpecError("peak_flops", f"peak_flops keys must be precision names, got {short_repr(key)}")
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not is_finite(rate) or not rate > 0:
+            raise SpecError(f"peak_flops.{key}", f"peak_flops.{key} must be a positive finite number of FLOP/s, got {short_repr(rate)}")
 
 
 @attrs.frozen(kw_only=True)
@@ -35,8 +48,8 @@ class HardwareSpec:
     """
 
     name: str
-    memory_bytes: int = attrs.field(validator=positive_int)
-    peak_flops: Mapping[str, float] = attrs.field(factory=dict)
+    memory_bytes: int = attrs.field(validator=bounded_int(MAX_MEMORY_BYTES, what="1 PiB, MAX_MEMORY_BYTES"))
+    peak_flops: Mapping[str, float] = attrs.field(factory=dict, validator=_peak_flops)
     devices_per_node: int | None = attrs.field(default=None, validator=optional(positive_int))
     intra_node_bandwidth_bytes_per_second: float | None = attrs.field(default=None, validator=optional(positive_number))
     inter_node_bandwidth_bytes_per_second: float | None = attrs.field(default=None, validator=optional(positive_number))

@@ -6,7 +6,9 @@ from typing import Any
 
 import attrs
 
-from hp_core.validators import positive_int
+from hp_core.bounds import MAX_LAYERS
+from hp_core.errors import SpecError
+from hp_core.validators import bounded_int
 
 __all__ = ["LayerGroup", "ModelSpec"]
 
@@ -23,12 +25,15 @@ class LayerGroup:
 
     kind: str
     config: Any
-    count: int = attrs.field(default=1, validator=positive_int)
+    count: int = attrs.field(default=1, validator=bounded_int(MAX_LAYERS, what="the layer bound MAX_LAYERS"))
 
 
 def _groups(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, tuple) or not value or not all(isinstance(g, LayerGroup) for g in value):
-        raise ValueError("layers must be a non-empty list of layer groups")
+        raise SpecError("layers", "layers must be a non-empty list of layer groups")
+    total = sum(group.count for group in value)
+    if total > MAX_LAYERS:
+        raise SpecError("layers", f"layers must number at most {MAX_LAYERS:,} in all (MAX_LAYERS), got {total:,}")
 
 
 @attrs.frozen

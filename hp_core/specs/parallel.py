@@ -6,7 +6,9 @@ from typing import Any
 
 import attrs
 
-from hp_core.validators import optional, positive_int
+from hp_core.bounds import MAX_BATCH, MAX_DEVICES, MAX_SEQ_LEN, short_repr
+from hp_core.errors import SpecError
+from hp_core.validators import bounded_int, instance_of, one_of, optional
 
 __all__ = ["CP_KINDS", "SCHEDULES", "ParallelSpec"]
 
@@ -21,14 +23,30 @@ SCHEDULES = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1", "dualpipe", "dualpipe
 
 def _schedule_name(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and (not isinstance(value, str) or not value):
-        raise ValueError(f"schedule must be a schedule's name (see 'hp plugins'), got {value!r}")
+        raise SpecError("schedule", f"schedule must be a schedule's name (see 'hp plugins'), got {short_repr(value)}")
 
 
 def _layers_per_stage(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is None:
         return
     if not isinstance(value, tuple) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
-        raise ValueError("layers_per_stage must be a list of non-negative integers, one per pipeline chunk")
+        raise SpecError("layers_per_stage", "layers_per_stage must be a list of non-negative integers, one per pipeline chunk")
+    if len(value) > MAX_DEVICES:
+        raise SpecError("layers_per_stage", f"layers_per_stage must list at most {MAX_DEVICES:,} chunks, got {len(value):,}")
+
+
+_degree = bounded_int(MAX_DEVICES, what="the device bound MAX_DEVICES")
+_batch = bounded_int(MAX_BATCH, what="the batch bound MAX_BATCH")
+_boolean = instance_of(bool, "true or false")
+
+
+def _world(instance: "ParallelSpec", attribute: attrs.Attribute, value: Any) -> None:
+    """The degrees' product within :data:`~hp_core.bounds.MAX_DEVICES` (run on the last field)."""
+    world = instance.dp * instance.cp * instance.tp * instance.pp
+    if world > MAX_DEVICES:
+        raise SpecError("dp", f"dp*cp*tp*pp must be at most {MAX_DEVICES:,} devices (MAX_DEVICES), got {world:,}")
+    if instance.pp * instance.vpp > MAX_DEVICES:
+        raise SpecError("vpp", f"pp*vpp must be at most {MAX_DEVICES:,} pipeline chunks, got {instance.pp * instance.vpp:,}")
 
 
 @attrs.frozen(kw_only=True)
@@ -74,23 +92,23 @@ class ParallelSpec:
             in chunk order (chunk ``c`` runs on stage ``c % pp``); ``None`` splits evenly.
     """
 
-    dp: int = attrs.field(default=1, validator=positive_int)
-    tp: int = attrs.field(default=1, validator=positive_int)
-    pp: int = attrs.field(default=1, validator=positive_int)
-    vpp: int = attrs.field(default=1, validator=positive_int)
-    cp: int = attrs.field(default=1, validator=positive_int)
-    cp_kind: str = attrs.field(default="p2p", validator=attrs.validators.in_(CP_KINDS))
-    ep: int = attrs.field(default=1, validator=positive_int)
-    etp: int = attrs.field(default=1, validator=positive_int)
-    sp: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
-    zero: int | None = attrs.field(default=None, validator=optional(attrs.validators.in_((0, 1, 2, 3))))
-    reshard_after_forward: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
-    micro_batch_size: int = attrs.field(default=1, validator=positive_int)
-    global_batch_size: int | None = attrs.field(default=None, validator=optional(positive_int))
-    seq_len: int = attrs.field(validator=positive_int)
+    dp: int = attrs.field(default=1, validator=_degree)
+    tp: int = attrs.field(default=1, validator=_degree)
+    pp: int = attrs.field(default=1, validator=_degree)
+    vpp: int = attrs.field(default=1, validator=_degree)
+    cp: int = attrs.field(default=1, validator=_degree)
+    cp_kind: str = attrs.field(default="p2p", validator=one_of(CP_KINDS))
+    ep: int = attrs.field(default=1, validator=_degree)
+    etp: int = attrs.field(default=1, validator=_degree)
+    sp: bool = attrs.field(default=False, validator=_boolean)
+    zero: int | None = attrs.field(default=None, validator=optional(one_of((0, 1, 2, 3))))
+    reshard_after_forward: bool = attrs.field(default=True, validator=_boolean)
+    micro_batch_size: int = attrs.field(default=1, validator=_batch)
+    global_batch_size: int | None = attrs.field(default=None, validator=optional(_batch))
+    seq_len: int = attrs.field(validator=bounded_int(MAX_SEQ_LEN, what="the sequence bound MAX_SEQ_LEN"))
     schedule: str | None = attrs.field(default=None, validator=_schedule_name)
     layers_per_stage: tuple[int, ...] | None = attrs.field(
-        default=None, converter=lambda v: tuple(v) if isinstance(v, list) else v, validator=_layers_per_stage
+        default=None, converter=lambda v: tuple(v) if isinstance(v, list) else v, validator=[_layers_per_stage, _world]
     )
 
     @property

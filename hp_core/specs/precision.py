@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import attrs
 
+from hp_core.errors import SpecError
+
 from hp_core.validators import non_negative_int, positive_int
 
 __all__ = ["PrecisionSpec"]
@@ -11,7 +13,7 @@ __all__ = ["PrecisionSpec"]
 
 def _optimizer_name(instance: object, attribute: attrs.Attribute, value: object) -> None:
     if not isinstance(value, str) or not value:
-        raise ValueError(f"PrecisionSpec.optimizer must be an optimizer's name (see 'hp plugins'), got {value!r}")
+        raise SpecError("optimizer", f"PrecisionSpec.optimizer must be an optimizer's name (see 'hp plugins'), got {value!r}")
 
 
 @attrs.frozen(kw_only=True)

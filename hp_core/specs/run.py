@@ -6,6 +6,9 @@ from typing import Any
 
 import attrs
 
+from hp_core.errors import SpecError
+from hp_core.validators import one_of
+
 __all__ = ["RecomputeSpec", "Setting"]
 
 _MODES = ("none", "full", "selective", "switches")
@@ -13,7 +16,7 @@ _MODES = ("none", "full", "selective", "switches")
 
 def _share(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ValueError(f"Setting.offload is a share of the kept bytes between 0 and 1, got {value!r}")
+        raise SpecError("recompute", f"Setting.offload is a share of the kept bytes between 0 and 1, got {value!r}")
 
 
 @attrs.frozen
@@ -30,7 +33,7 @@ class Setting:
             backward (docs/recompute.md; priced in :mod:`hp_core.engine.recompute.profile`).
     """
 
-    mode: str = attrs.field(default="none", validator=attrs.validators.in_(_MODES))
+    mode: str = attrs.field(default="none", validator=one_of(_MODES))
     switches: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     offload: float = attrs.field(default=0.0, validator=_share, kw_only=True)
 
@@ -47,14 +50,14 @@ class Setting:
         if isinstance(value, dict):
             stray = sorted(set(value) - {"mode", "offload"})
             if stray or "mode" not in value:
-                raise ValueError(f"a recompute setting mapping has 'mode' and optionally 'offload', got keys {sorted(value)}")
+                raise SpecError("recompute", f"a recompute setting mapping has 'mode' and optionally 'offload', got keys {sorted(value)}")
             base = cls.parse(value["mode"])
             return attrs.evolve(base, offload=value.get("offload", 0.0))
         if isinstance(value, str) and value in ("none", "full", "selective"):
             return cls(mode=value)
         if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
             return cls(mode="switches", switches=frozenset(value)) if value else cls()
-        raise ValueError(f"a recompute setting is 'none', 'full', 'selective' or a list of switches, got {value!r}")
+        raise SpecError("recompute", f"a recompute setting is 'none', 'full', 'selective' or a list of switches, got {value!r}")
 
     def describe(self) -> str:
         """The display name: the mode, or the switches joined by ``+``; ``@offload=<share>`` when offloading."""
@@ -65,9 +68,9 @@ class Setting:
 def _ranges(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     for first, last, setting in value:
         if not (isinstance(first, int) and isinstance(last, int) and 0 <= first <= last):
-            raise ValueError(f"layer range {first}-{last} must be 'a-b' with 0 <= a <= b")
+            raise SpecError("recompute", f"layer range {first}-{last} must be 'a-b' with 0 <= a <= b")
         if not isinstance(setting, Setting):
-            raise ValueError("each layer range needs a recompute setting")
+            raise SpecError("recompute", "each layer range needs a recompute setting")
 
 
 @attrs.frozen

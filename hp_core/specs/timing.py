@@ -28,6 +28,8 @@ from typing import Any
 
 import attrs
 
+from hp_core.errors import SpecError
+
 from hp_core.errors import ConfigError
 
 __all__ = [
@@ -53,12 +55,12 @@ ROUTER_REFERENCE_ELEMENTS = 4096 * 160
 
 def _number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"{attribute.name} must be a non-negative number, got {value!r}")
+        raise SpecError(attribute.name, f"{attribute.name} must be a non-negative number, got {value!r}")
 
 
 def _text(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{attribute.name} must state where the figure comes from (a non-empty string)")
+        raise SpecError(attribute.name, f"{attribute.name} must state where the figure comes from (a non-empty string)")
 
 
 @attrs.frozen
@@ -76,35 +78,35 @@ class Sourced:
 
 def _fraction(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
     if not isinstance(value, Sourced):
-        raise ValueError(f"{attribute.name} must be a Sourced figure")
+        raise SpecError(attribute.name, f"{attribute.name} must be a Sourced figure")
     if not 0 < value.value <= 1:
-        raise ValueError(f"{attribute.name} must be a fraction in (0, 1], got {value.value!r}")
+        raise SpecError(attribute.name, f"{attribute.name} must be a fraction in (0, 1], got {value.value!r}")
 
 
 def _overlap(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
     if not isinstance(value, Sourced):
-        raise ValueError(f"{attribute.name} must be a Sourced figure")
+        raise SpecError(attribute.name, f"{attribute.name} must be a Sourced figure")
     if not 0 <= value.value <= 1:
-        raise ValueError(f"{attribute.name} must be a fraction in [0, 1], got {value.value!r}")
+        raise SpecError(attribute.name, f"{attribute.name} must be a fraction in [0, 1], got {value.value!r}")
 
 
 def _positive(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
     if not isinstance(value, Sourced):
-        raise ValueError(f"{attribute.name} must be a Sourced figure")
+        raise SpecError(attribute.name, f"{attribute.name} must be a Sourced figure")
     if not value.value > 0:
-        raise ValueError(f"{attribute.name} must be positive, got {value.value!r}")
+        raise SpecError(attribute.name, f"{attribute.name} must be positive, got {value.value!r}")
 
 
 def _at_least_one(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
     if not isinstance(value, Sourced):
-        raise ValueError(f"{attribute.name} must be a Sourced figure")
+        raise SpecError(attribute.name, f"{attribute.name} must be a Sourced figure")
     if not value.value >= 1:
-        raise ValueError(f"{attribute.name} must be at least 1, got {value.value!r}")
+        raise SpecError(attribute.name, f"{attribute.name} must be at least 1, got {value.value!r}")
 
 
 def _sourced(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
     if not isinstance(value, Sourced):
-        raise ValueError(f"{attribute.name} must be a Sourced figure")
+        raise SpecError(attribute.name, f"{attribute.name} must be a Sourced figure")
 
 
 def _gemm_rows(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -116,7 +118,7 @@ def _gemm_rows(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
             or any(not isinstance(d, int) or isinstance(d, bool) or d <= 0 for d in row[1:-1])
             or not 0 < row[-1] <= 1
         ):
-            raise ValueError(f"{attribute.name}: a row must be (pass, {'experts, ' if width == 6 else ''}rows, fan_out, fan_in, efficiency) "
+            raise SpecError(attribute.name, f"{attribute.name}: a row must be (pass, {'experts, ' if width == 6 else ''}rows, fan_out, fan_in, efficiency) "
                              f"with pass one of {GEMM_PASSES}, positive integer sizes and an efficiency in (0, 1]; got {row!r}")
 
 
@@ -153,7 +155,7 @@ class GemmTable:
     @tolerance.validator
     def _check_tolerance(self, attribute: attrs.Attribute, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
-            raise ValueError(f"tolerance must be a ratio of at least 1, got {value!r}")
+            raise SpecError("tolerance", f"tolerance must be a ratio of at least 1, got {value!r}")
 
     def _near(self, key: tuple, point: tuple[float, ...], width: float) -> list[tuple[int, tuple[float, ...], float]]:
         """The rows of *key* whose every log-dimension lies in *point*'s bucket or a neighbouring one, in table order.
@@ -412,10 +414,10 @@ class TimingProfile:
 
     def __attrs_post_init__(self) -> None:
         if not self.devices:
-            raise ValueError(f"timing profile {self.name}: states no device efficiencies")
+            raise SpecError("devices", f"timing profile {self.name}: states no device efficiencies")
         seen = [d.architecture for d in self.devices]
         if len(set(seen)) != len(seen):
-            raise ValueError(f"timing profile {self.name}: an architecture appears twice in devices")
+            raise SpecError("devices", f"timing profile {self.name}: an architecture appears twice in devices")
 
     def device(self, architecture: str | None, path: str = "$.hardware.architecture") -> DeviceEfficiency:
         """The efficiencies for *architecture*, else the ``"*"`` entry.

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -39,7 +37,11 @@ import yaml
 
 from hp_core.costs import is_switch_name
 from hp_core.engine.census import FILE_SOURCE
+from hp_core.documents import parse_document, read_text
+from hp_core.bounds import MAX_MEMORY_BYTES, short_repr
 from hp_core.errors import ConfigError
+from hp_core.validators import is_finite
+from hp_core.io.files import atomic_write
 from hp_core.markers import hookimpl
 from hp_core.types import CensusBytes, CensusRecord, CensusRequest, CensusSource
 
@@ -51,30 +53,24 @@ _PAIRS = (("saved", "saved_tp"), ("working", "working_tp"))
 
 
 def _read(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), f"cannot be read: {exc}") from None
-    try:
-        if path.suffix.lower() == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        first = " ".join(str(exc).split())
-        raise ConfigError(str(path), f"is not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {first}") from None
+    """The file's document, YAML unless it ends in ``.json``; bounded (hp_core.documents)."""
+    fmt = "json" if path.suffix.lower() == ".json" else "yaml"
+    return parse_document(read_text(path), fmt, str(path))
 
 
 def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(where, f"must be a number of bytes per token, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not is_finite(value):
+        raise ConfigError(where, f"must be a number of bytes per token (finite), got {short_repr(value)}")
     if value < 0:
-        raise ConfigError(where, f"must not be negative, got {value!r}")
+        raise ConfigError(where, f"must not be negative, got {short_repr(value)}")
+    if value > MAX_MEMORY_BYTES:
+        raise ConfigError(where, f"must be at most {MAX_MEMORY_BYTES:,} bytes per token (MAX_MEMORY_BYTES), got {short_repr(value)}")
     return float(value)
 
 
 def _mapping(value: Any, where: str, what: str) -> Mapping[str, Any]:
     if not isinstance(value, dict):
-        raise ConfigError(where, f"must be a mapping of {what}, got {type(value).__name__} {value!r}")
+        raise ConfigError(where, f"must be a mapping of {what}, got {type(value).__name__} {short_repr(value)}")
     return value
 
 
@@ -122,7 +118,7 @@ def _record(kind: str, value: Any, where: str, seq_len: int | None) -> CensusRec
     if seq_len is not None and measured_at is not None and measured_at != seq_len:
         raise ConfigError(
             f"{where}.provenance.seq_len",
-            f"measured at seq_len={measured_at}, the run uses seq_len={seq_len}; per-token bytes of attention "
+            f"measured at seq_len={short_repr(measured_at)}, the run uses seq_len={seq_len}; per-token bytes of attention "
             "change with the sequence length: measure at the run's length",
         )
     per_op = _parts(value.get("per_op", {}), f"{where}.per_op", True)
@@ -212,17 +208,13 @@ def write_census_file(path: str | Path, records: Mapping[str, CensusRecord], mod
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise ConfigError(str(target), f"cannot write the census file: no folder {folder}")
-    try:
-        handle, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.replace(temp, target)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
-    except OSError as exc:
-        raise ConfigError(str(target), f"cannot write the census file: {exc.strerror or exc}") from None
+
+    def write(temporary: str) -> None:
+        with open(temporary, "w", encoding="utf-8") as out:
+            out.write(text)
+
+    # Atomic, one file mode, the temporary removed on every way out (hp_core.io.files).
+    atomic_write(target, write, ".tmp", flag="--out")
     return target
 
 

@@ -28,9 +28,11 @@ def hf_model_type(hf: Mapping[str, Any]) -> str:
 def _model_of(hf: Mapping[str, Any]) -> Any:
     """The layer stack of *hf* as hp-planner's built-in model formats read it."""
     from hp_plugins.models.hf import model_from_hf_config
+    from hp_plugins.models.qwen3_next import model_from_qwen3_next_config
     from hp_plugins.models.ssm import model_from_mamba2_config, model_from_nemotron_h_config
 
-    build = {"mamba2": model_from_mamba2_config, "nemotron_h": model_from_nemotron_h_config}.get(
+    build = {"mamba2": model_from_mamba2_config, "nemotron_h": model_from_nemotron_h_config,
+             "qwen3_next": model_from_qwen3_next_config}.get(
         hf.get("model_type"), model_from_hf_config)
     return build(hf, name="census", source="census")
 
@@ -70,6 +72,9 @@ def rank_config(hf: Mapping[str, Any], tp: int) -> dict[str, Any]:
             cfg["expand"] = _divide(cfg.get("expand", 2), tp, "expand")
             cfg["vocab_size"] = -(-cfg["vocab_size"] // tp)
             return cfg
+    if model_type == "qwen3_next":  # Megatron-Core's GatedDeltaNet splits the key and value heads over TP
+        for key in ("linear_num_key_heads", "linear_num_value_heads"):
+            cfg[key] = _divide(cfg[key], tp, key)
     heads = cfg["num_attention_heads"]
     if not model_type.startswith("deepseek"):
         cfg["head_dim"] = cfg.get("head_dim") or cfg["hidden_size"] // heads
@@ -142,7 +147,8 @@ def run_layer(torch: Any, transformers: Any, config: Any, cfg: Mapping[str, Any]
                 mlp.shared_experts = type(shared_experts)(config, intermediate_size=_divide(width, tp, "the shared experts' width"))
             x = torch.empty(1, seq_len, hidden, requires_grad=True)
             positions = torch.arange(seq_len).unsqueeze(0)
-            attends = kind not in ("mamba2", "mlp")  # a Mamba-2 mixer reads a 2-D padding mask, an MLP none
+            # A Mamba-2 or Gated DeltaNet mixer reads a 2-D padding mask (none here), an MLP none.
+            attends = kind not in ("mamba2", "mlp", "gdn", "gdn_moe")
             mask = torch.zeros(1, 1, seq_len, seq_len) if config._attn_implementation == "eager" and attends else None
             shared += [positions] + ([mask] if mask is not None else [])
             kwargs: dict[str, Any] = {"attention_mask": mask}

@@ -16,7 +16,8 @@ import attrs
 from hp_core.markers import hookimpl
 from hp_core.costs import ActivationTerm, LayerContext, LayerCost, LayerWork
 from hp_core.types import LayerKind
-from hp_core.validators import positive_int
+from hp_core.bounds import MAX_VOCAB
+from hp_core.validators import bounded_int, positive_int
 from hp_plugins.kit import padded_vocab, param_count, tp_collectives
 
 __all__ = ["EmbeddingConfig", "evaluate_embedding", "hp_layer_kinds"]
@@ -36,7 +37,7 @@ class EmbeddingConfig:
         dropout: Dropout on the embedding output (GPT-2 ``embd_pdrop``).
     """
 
-    vocab_size: int = attrs.field(validator=positive_int)
+    vocab_size: int = attrs.field(validator=bounded_int(MAX_VOCAB, what="MAX_VOCAB"))
     hidden_size: int = attrs.field(validator=positive_int)
     dropout: float = attrs.field(default=0.0, validator=attrs.validators.and_(attrs.validators.ge(0), attrs.validators.lt(1)))
 

@@ -30,7 +30,8 @@ from hp_core.markers import hookimpl
 from hp_core.specs.model import LayerGroup
 from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost
 from hp_core.types import LayerKind
-from hp_core.validators import positive_int
+from hp_core.bounds import MAX_VOCAB
+from hp_core.validators import bounded_int, one_of, positive_int
 from hp_plugins.kit import NORMS, norm_params, padded_vocab, param_count, term, tp_collectives
 from hp_plugins.kinds.embedding import TOKEN_ID_BYTES
 
@@ -54,10 +55,10 @@ class MTPConfig:
         layer: Its transformer layer: a body kind and that kind's config.
     """
 
-    vocab_size: int = attrs.field(validator=positive_int)
+    vocab_size: int = attrs.field(validator=bounded_int(MAX_VOCAB, what="MAX_VOCAB"))
     hidden_size: int = attrs.field(validator=positive_int)
     layer: LayerGroup = attrs.field(validator=_one_layer)
-    norm: str = attrs.field(default="rmsnorm", validator=attrs.validators.in_(NORMS))
+    norm: str = attrs.field(default="rmsnorm", validator=one_of(NORMS))
 
 
 def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:

@@ -20,7 +20,8 @@ import attrs
 from hp_core.markers import hookimpl
 from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, LayerWork
 from hp_core.types import LayerKind
-from hp_core.validators import positive_int
+from hp_core.bounds import MAX_VOCAB
+from hp_core.validators import bounded_int, one_of, positive_int
 from hp_plugins.kit import NORM_OPS_PER_ELEMENT, NORMS, fp32_norm_bytes, norm_params, padded_vocab, param_count, tp_collectives
 
 __all__ = ["OutputConfig", "evaluate_output", "hp_layer_kinds"]
@@ -42,10 +43,10 @@ class OutputConfig:
         norm: The final norm (``rmsnorm`` or ``layernorm``).
     """
 
-    vocab_size: int = attrs.field(validator=positive_int)
+    vocab_size: int = attrs.field(validator=bounded_int(MAX_VOCAB, what="MAX_VOCAB"))
     hidden_size: int = attrs.field(validator=positive_int)
     tie_word_embeddings: bool = False
-    norm: str = attrs.field(default="rmsnorm", validator=attrs.validators.in_(NORMS))
+    norm: str = attrs.field(default="rmsnorm", validator=one_of(NORMS))
 
 
 def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:

@@ -23,6 +23,9 @@ module                             what it holds
 :mod:`~hp_plugins.kit.shapes`      :func:`check_divides`, :func:`padded_vocab`
 :mod:`~hp_plugins.kit.ssm`         :class:`Mamba2Fields`, :func:`mamba2_mixer`,
                                    :func:`validate_mamba2`, :func:`ssd_chunk_flops`
+:mod:`~hp_plugins.kit.deltanet`    :class:`GatedDeltaNetFields`, :func:`gated_deltanet_mixer`,
+                                   :func:`validate_gated_deltanet_mixer`, :func:`gdn_chunk_flops`
+:mod:`~hp_plugins.kit.gated_attention` :func:`gated_gqa_attention`
 :mod:`~hp_plugins.kit.work`        what the step time prices (:class:`~hp_core.costs.LayerWork`):
                                    :func:`tp_collectives`, :func:`attention_collectives`,
                                    :func:`expert_collectives`, :func:`decoder_work`,
@@ -56,6 +59,10 @@ from hp_plugins.kit.work import (
     tp_collectives,
 )
 from hp_plugins.kit.ssm import MAMBA_SWITCHES, Mamba2Fields, mamba2_mixer, ssd_chunk_flops, validate_mamba2
+from hp_plugins.kit.deltanet import (
+    GDN_CHUNK, GDN_SWITCHES, GatedDeltaNetFields, gated_deltanet_mixer, gdn_chunk_flops, validate_gated_deltanet_mixer,
+)
+from hp_plugins.kit.gated_attention import gated_gqa_attention
 
 __all__ = [
     "ACT_OPS",
@@ -97,4 +104,12 @@ __all__ = [
     "mamba2_mixer",
     "ssd_chunk_flops",
     "validate_mamba2",
+    # The Gated DeltaNet mixer (hp_plugins.kit.deltanet) and gated attention (hp_plugins.kit.gated_attention).
+    "GDN_CHUNK",
+    "GDN_SWITCHES",
+    "GatedDeltaNetFields",
+    "gated_deltanet_mixer",
+    "gated_gqa_attention",
+    "gdn_chunk_flops",
+    "validate_gated_deltanet_mixer",
 ]

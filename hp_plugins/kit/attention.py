@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from hp_core.costs import LayerContext
-from hp_core.validators import positive_int, probability
+from hp_core.validators import one_of, positive_int, probability
 from hp_plugins.kit.work import AttentionShape
 from hp_plugins.kit.builder import LayerBuilder
 from hp_plugins.kit.norms import NORMS, fp32_norm_bytes
@@ -38,7 +38,7 @@ class GQAFields:
     attention_bias: bool = False
     attention_out_bias: bool = False
     qk_norm: bool = False
-    norm: str = attrs.field(default="rmsnorm", validator=attrs.validators.in_(NORMS))
+    norm: str = attrs.field(default="rmsnorm", validator=one_of(NORMS))
     attention_dropout: float = attrs.field(default=0.0, validator=probability)
     hidden_dropout: float = attrs.field(default=0.0, validator=probability)
 

@@ -8,7 +8,7 @@ import attrs
 
 from hp_core.errors import ConfigError
 from hp_core.costs import LayerContext
-from hp_core.validators import non_negative_int, positive_int
+from hp_core.validators import non_negative_int, one_of, positive_int
 from hp_plugins.kit.builder import LayerBuilder
 from hp_plugins.kit.feedforward import ACT_OPS, swiglu
 from hp_plugins.kit.shapes import check_divides
@@ -46,7 +46,7 @@ class MoEFields:
     moe_intermediate_size: int = attrs.field(validator=positive_int)
     shared_expert_intermediate_size: int = attrs.field(default=0, validator=non_negative_int)
     shared_expert_gate: bool = False
-    hidden_act: str = attrs.field(default="silu", validator=attrs.validators.in_(tuple(ACT_OPS)))
+    hidden_act: str = attrs.field(default="silu", validator=one_of(tuple(ACT_OPS)))
     capacity_factor: float | None = attrs.field(default=None, validator=_capacity)
     pad_to_capacity: bool = False
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from hp_core.costs import LayerContext
-from hp_core.validators import positive_int
+from hp_core.validators import one_of, positive_int
 from hp_plugins.kit.builder import LayerBuilder
 from hp_plugins.kit.shapes import check_divides
 
@@ -30,7 +30,7 @@ class MLPFields:
 
     intermediate_size: int = attrs.field(validator=positive_int)
     gated_mlp: bool = True
-    hidden_act: str = attrs.field(default="silu", validator=attrs.validators.in_(tuple(ACT_OPS)))
+    hidden_act: str = attrs.field(default="silu", validator=one_of(tuple(ACT_OPS)))
     mlp_bias: bool = False
 
 

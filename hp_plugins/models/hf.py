@@ -34,7 +34,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from hp_core.errors import ConfigError, describe
+from hp_core.bounds import MAX_INT, MAX_LAYERS, short_repr
+from hp_core.errors import ConfigError, SpecError, describe
 from hp_core.markers import hookimpl
 from hp_core.models import load_model_config
 from hp_core.specs.model import LayerGroup, ModelSpec
@@ -88,15 +89,20 @@ class _Reader:
         else:
             raise ConfigError(f"{self.where} $.{key}", "is missing and the estimate needs it; add it to the config")
         if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ConfigError(f"{self.where} $.{key}", f"must be a non-negative integer, got {value!r}")
+            raise ConfigError(f"{self.where} $.{key}", f"must be a non-negative integer, got {short_repr(value)}")
+        if kind is int and key == "num_hidden_layers" and not 1 <= value <= MAX_LAYERS:
+            raise ConfigError(f"{self.where} $.{key}", f"must be at least 1 and at most {MAX_LAYERS:,} (MAX_LAYERS), got {short_repr(value)}")
+        if kind is int and value > MAX_INT:
+            raise ConfigError(f"{self.where} $.{key}", f"must be at most {MAX_INT:,} (MAX_INT), got {short_repr(value)}")
         if kind is bool and not isinstance(value, bool):
-            raise ConfigError(f"{self.where} $.{key}", f"must be true or false, got {value!r}")
+            raise ConfigError(f"{self.where} $.{key}", f"must be true or false, got {short_repr(value)}")
         if kind is str and not isinstance(value, str):
-            raise ConfigError(f"{self.where} $.{key}", f"must be a string, got {value!r}")
+            raise ConfigError(f"{self.where} $.{key}", f"must be a string, got {short_repr(value)}")
         if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ConfigError(f"{self.where} $.{key}", f"must be a number, got {value!r}")
-        if kind is list and not (isinstance(value, list) and all(isinstance(v, int) for v in value)):
-            raise ConfigError(f"{self.where} $.{key}", f"must be a list of layer indices, got {value!r}")
+            raise ConfigError(f"{self.where} $.{key}", f"must be a number, got {short_repr(value)}")
+        if kind is list and not (isinstance(value, list) and len(value) <= MAX_LAYERS
+                                 and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            raise ConfigError(f"{self.where} $.{key}", f"must be a list of layer indices, got {short_repr(value)}")
         return value
 
 
@@ -238,8 +244,10 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str, wher
             last = body[-1]
             mtp = MTPConfig(vocab_size=vocab, hidden_size=hidden, layer=LayerGroup(last.kind, last.config, 1))
             groups.append(LayerGroup("mtp", mtp, depth))
+    except SpecError as exc:
+        raise ConfigError(f"{where} $.{exc.path}", exc.message) from None
     except (TypeError, ValueError) as exc:
-        raise ConfigError(where, describe(exc)) from exc
+        raise ConfigError(where, describe(exc)) from None
     return ModelSpec(name=name, layers=tuple(groups), source=source)
 
 

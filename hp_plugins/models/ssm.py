@@ -33,7 +33,7 @@ from hp_plugins.kinds.hybrid import AttentionLayerConfig, MLPLayerConfig
 from hp_plugins.kinds.mamba import Mamba2LayerConfig
 from hp_plugins.kinds.output import OutputConfig
 
-__all__ = ["DEFAULTS", "Reader", "grouped", "hp_model_formats", "model_from_mamba2_config", "model_from_nemotron_h_config"]
+__all__ = ["DEFAULTS", "Reader", "grouped", "hp_model_formats", "model_from_body", "model_from_mamba2_config", "model_from_nemotron_h_config"]
 
 # transformers 5.24 config classes' defaults for the structural fields the estimate reads.
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -92,7 +92,7 @@ def grouped(layers: list[tuple[str, Any]]) -> list[LayerGroup]:
     return groups
 
 
-def _model(r: Reader, body: list[tuple[str, Any]], name: str, source: str) -> ModelSpec:
+def model_from_body(r: Reader, body: list[tuple[str, Any]], name: str, source: str) -> ModelSpec:
     h, vocab = r.get("hidden_size"), r.get("vocab_size")
     groups = [LayerGroup("embedding", EmbeddingConfig(vocab_size=vocab, hidden_size=h)), *grouped(body),
               LayerGroup("output", OutputConfig(vocab_size=vocab, hidden_size=h,
@@ -123,7 +123,7 @@ def model_from_mamba2_config(cfg: Mapping[str, Any], *, name: str, source: str =
             n_groups=r.get("n_groups"), conv_kernel=r.get("conv_kernel"), chunk_size=r.get("chunk_size"),
             use_bias=r.get("use_bias", bool), use_conv_bias=r.get("use_conv_bias", bool),
         )
-        return _model(r, [("mamba2", layer)] * r.get("num_hidden_layers"), name, source)
+        return model_from_body(r, [("mamba2", layer)] * r.get("num_hidden_layers"), name, source)
     except (TypeError, ValueError) as exc:
         raise ConfigError(where, describe(exc)) from exc
 
@@ -179,7 +179,7 @@ def model_from_nemotron_h_config(cfg: Mapping[str, Any], *, name: str, source: s
                         hidden_size=h, intermediate_size=r.get("intermediate_size"), gated_mlp=False,
                         hidden_act=r.get("mlp_hidden_act", str), mlp_bias=r.get("mlp_bias", bool)))
             body.append(built[layer_type])
-        return _model(r, body, name, source)
+        return model_from_body(r, body, name, source)
     except (TypeError, ValueError) as exc:
         raise ConfigError(where, describe(exc)) from exc
 

@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from hp_plugins.kinds.hybrid import AttentionLayerConfig, MLPLayerConfig
 from hp_plugins.kinds.mamba import Mamba2LayerConfig
+from hp_plugins.kinds.qwen3_next import GDNConfig, GDNMoEConfig, GatedAttentionConfig, GatedAttentionMoEConfig
+
+_GDN = dict(hidden_size=256, linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=32,
+            linear_value_head_dim=32)
+_GQA = dict(hidden_size=256, num_attention_heads=8, num_key_value_heads=4, head_dim=64, qk_norm=True)
+_EXPERTS = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=128)
 
 SSM_SAMPLES: dict[str, list[object]] = {
     "mamba2": [
@@ -22,6 +28,12 @@ SSM_SAMPLES: dict[str, list[object]] = {
         AttentionLayerConfig(hidden_size=256, num_attention_heads=4, num_key_value_heads=4, attention_dropout=0.1,
                              attention_bias=True),
     ],
+    "gdn": [GDNConfig(**_GDN, intermediate_size=512)],
+    "gdn_moe": [GDNMoEConfig(**_GDN, **_EXPERTS, shared_expert_intermediate_size=128, shared_expert_gate=True)],
+    "gated_attention": [GatedAttentionConfig(**_GQA, intermediate_size=512),
+                        GatedAttentionConfig(**_GQA, intermediate_size=512, attention_bias=True, attention_out_bias=True)],
+    "gated_attention_moe": [GatedAttentionMoEConfig(**_GQA, **_EXPERTS, shared_expert_intermediate_size=128,
+                                                    shared_expert_gate=True)],
     "mlp": [
         MLPLayerConfig(hidden_size=256, intermediate_size=1024, gated_mlp=False, hidden_act="relu2"),
         MLPLayerConfig(hidden_size=256, intermediate_size=512, hidden_act="silu", mlp_bias=True, hidden_dropout=0.1),

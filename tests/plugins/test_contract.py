@@ -118,6 +118,6 @@ def test_only_kinds_needing_sequence_parallelism_refuse_layouts(registry):
         report = check_layer_kind(kind, _samples(kind.name), registry=registry)
         if report.refused:
             refusing[kind.name] = report.refused
-    assert sorted(refusing) == ["mla_moe", "moe", "mtp"]
+    assert sorted(refusing) == ["gated_attention_moe", "gdn_moe", "mla_moe", "moe", "mtp"]
     for name, refused in refusing.items():
         assert all("sp=off" in where and "tp=1 " not in where for where in refused), (name, refused)

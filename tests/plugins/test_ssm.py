@@ -93,7 +93,7 @@ def test_mamba2_format_checks_the_inner_width():
         model_from_mamba2_config({**base, "model_type": "mamba"}, name="x")
 
 
-@pytest.mark.parametrize("kind", sorted(SSM_SAMPLES))
+@pytest.mark.parametrize("kind", ["attention", "mamba2", "mlp"])
 def test_kinds_keep_the_contract(kind):
     report = check_layer_kind(_REGISTRY.layer_kind(kind), SSM_SAMPLES[kind], registry=_REGISTRY)
     assert report.evaluations == 115 * len(SSM_SAMPLES[kind])

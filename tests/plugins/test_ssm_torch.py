@@ -90,3 +90,26 @@ def test_squared_relu_keeps_its_output_and_the_square():
     measured = measure_kind(hf, "mlp", 1024, "eager", 1)
     ops = {(t.op, t.module): t.nbytes for t in measured.tensors if t.module.startswith("mixer")}
     assert ops[("relu", "mixer.act_fn")] == ops[("pow", "mixer.act_fn")] == 2 * 21504 * 1024
+
+
+def test_qwen3_next_parameters_equal_transformers_modules():
+    model = _transformers_model("qwen3-next-80b-a3b")
+    summary = count_parameters(model_from_preset("qwen3-next-80b-a3b", _REGISTRY), _REGISTRY)
+    assert summary.total == sum(p.numel() for p in model.parameters()) == 79_674_391_296
+    per_kind: dict[str, int] = {}
+    for layer in model.model.layers:
+        kind = "gdn_moe" if hasattr(layer, "linear_attn") else "gated_attention_moe"
+        per_kind[kind] = per_kind.get(kind, 0) + sum(p.numel() for p in layer.parameters())
+    assert per_kind == {kind: n for kind, n in summary.by_kind.items() if kind not in ("embedding", "output")}
+
+
+def test_qwen3_next_output_gate_keeps_what_the_formulas_say():
+    """Qwen3NextAttention: the attention output's contiguous copy, the sigmoid and the product (o_proj's input),
+    ``a d`` wide each: the formulas' attn_out, attn_gate_sigmoid and attn_gated_out. (The layer's totals differ
+    more: the zero-centred RMSNorm's and the q/k norms' fp32 copies and the router's bookkeeping.)"""
+    hf = _REGISTRY.model("qwen3-next-80b-a3b").hf_config
+    measured = measure_kind(hf, "gated_attention_moe", 1024, "eager", 1)
+    gate = {t.op: t.nbytes for t in measured.tensors if t.module == "self_attn" and t.shape == (1, 1024, 4096)}
+    assert gate == {"clone": 2 * 1024 * 4096, "sigmoid": 2 * 1024 * 4096}
+    product = [t for t in measured.tensors if t.saved_by == "self_attn.o_proj"]
+    assert [(t.op, t.nbytes) for t in product] == [("mul", 2 * 1024 * 4096)]

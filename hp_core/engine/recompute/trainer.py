@@ -15,7 +15,7 @@ import attrs
 
 from hp_core.engine.estimate import estimate_run
 from hp_core.engine.prepare import prepare
-from hp_core.errors import ConfigError
+from hp_core.errors import ConfigError, call_plugin
 from hp_core.engine.recompute.plan import plan_run
 from hp_core.registry import Registry
 from hp_core.results import Estimate
@@ -105,7 +105,7 @@ def plan_for_trainer(
     return TrainerPlan(
         trainer=trainer,
         recompute=plan,
-        written=exporter.export(plan, model, parallel, registry=registry),
+        written=call_plugin(exporter.name, "exporter", exporter.export, plan, model, parallel, registry=registry),
         estimate=memory,
         time=time,
         fits=memory.peak_bytes <= limit,

@@ -28,6 +28,8 @@ from hp_core.engine.recompute.plan import plan_run
 from hp_core.engine.search.bounds import _Bounder, _time_bound
 from hp_core.engine.search.first_phase import (
     _KEY_FIELDS,
+    _allowed,
+    count_candidates,
     _families,
     _first_phase,
     _first_work,
@@ -54,6 +56,7 @@ from hp_core.engine.search.layouts import (
     zero_levels,
 )
 from hp_core.engine.timing import time_run
+from hp_core.bounds import MAX_BATCH, MAX_DEVICES, MAX_INT, MAX_SEARCH_LAYOUTS, MAX_SEQ_LEN, check_int
 from hp_core.errors import ConfigError
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, ModelSpec, PrecisionSpec, RecomputeSpec, Setting
@@ -229,9 +232,10 @@ def _search(model: ModelSpec, registry: Registry, devices: int, hardware: Hardwa
     rt = registry.runtime(runtime)
     if rt.timing is None:
         raise ConfigError("$.runtime", f"runtime {rt.name!r} states no timing profile, so layouts cannot be ranked by step time")
-    for name, value in (("devices", devices), ("global_batch_size", global_batch_size), ("seq_len", seq_len), ("top", top)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"$.{name}", f"must be a positive integer, got {value!r}")
+    for name, value, high, bound in (("devices", devices, MAX_DEVICES, "MAX_DEVICES"),
+                                     ("global_batch_size", global_batch_size, MAX_BATCH, "MAX_BATCH"),
+                                     ("seq_len", seq_len, MAX_SEQ_LEN, "MAX_SEQ_LEN"), ("top", top, MAX_INT, "MAX_INT")):
+        check_int(value, f"$.{name}", high=high, what=bound)
     unknown = sorted(set(fixed) - set(FIXABLE))
     if unknown:
         raise ConfigError("--fix", f"cannot fix {unknown}; fixable: {', '.join(FIXABLE)}")
@@ -246,6 +250,12 @@ def _search(model: ModelSpec, registry: Registry, devices: int, hardware: Hardwa
     # Phase 1: every candidate, rejected on sight or bounded: a lower bound on its cheap bound and its key,
     # packed (bounds._pack).
     experts = _routed_experts(model, registry, bounder.rt, bounder.precision, seq_len)
+    size = count_candidates(devices, fixed, bounder.body_count, global_batch_size, experts is not None,
+                            len(_allowed(fixed, "zero", zeros)))
+    if size > MAX_SEARCH_LAYOUTS:
+        raise ConfigError("$.devices", f"the search would enumerate {size:,} candidate layouts, more than "
+                                       f"{MAX_SEARCH_LAYOUTS:,} (MAX_SEARCH_LAYOUTS); fix some degrees (--fix tp=8) "
+                                       "or search fewer devices")
     if executor is None:
         bounded, considered = _first_phase(bounder, devices, experts, zeros, dict(fixed), counts, progress)
     else:

@@ -9,6 +9,7 @@ bounded candidate is answered as one integer (:func:`_pack`). See
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from typing import Any, Callable, Iterable, Mapping
@@ -30,8 +31,58 @@ from hp_core.engine.search.layouts import (
 from hp_core.specs import ModelSpec
 
 
+def _factorize(n: int) -> list[tuple[int, int]]:
+    """*n*'s prime factors with their exponents (trial division up to the square root: at most about
+    4,100 steps within the bounds of hp_core.bounds)."""
+    factors = []
+    p = 2
+    while p * p <= n:
+        if n % p == 0:
+            e = 0
+            while n % p == 0:
+                n //= p
+                e += 1
+            factors.append((p, e))
+        p += 1 if p == 2 else 2
+    if n > 1:
+        factors.append((n, 1))
+    return factors
+
+
+@functools.lru_cache(maxsize=4096)
+def _divisor_tuple(n: int) -> tuple[int, ...]:
+    divisors = [1]
+    for p, e in _factorize(n):
+        divisors = [d * p**k for d in divisors for k in range(e + 1)]
+    return tuple(sorted(divisors))
+
+
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Every divisor of *n*, ascending, from its factorization (never a walk up to *n*)."""
+    return list(_divisor_tuple(n))
+
+
+def count_candidates(devices: int, fixed: Mapping[str, int], body_layers: int, global_batch_size: int,
+                     experts: bool, zeros: int) -> int:
+    """How many candidates :func:`_first_phase` enumerates (its ``considered``), counted without evaluating any.
+
+    Used to refuse a search past :data:`~hp_core.bounds.MAX_SEARCH_LAYOUTS` before it starts.
+    """
+    def allowed(name: str, values: Iterable[int]) -> list[int]:
+        return _allowed(fixed, name, values)
+
+    total = 0
+    for dp, cp, tp in _families(devices, fixed):
+        for pp in allowed("pp", [devices // (dp * cp * tp)]):
+            vpps = len(allowed("vpp", _divisors(max(1, body_layers // pp)) if pp > 1 else [1]))
+            if experts:
+                pairs = sum(len(allowed("etp", _divisors(dp * cp * tp // ep))) for ep in allowed("ep", _divisors(dp * cp * tp)))
+            else:
+                pairs = len(allowed("ep", [1])) * len(allowed("etp", [1]))
+            per_dp = global_batch_size // dp if global_batch_size % dp == 0 else None
+            sizes = len(allowed("micro_batch_size", _divisors(per_dp))) if per_dp is not None else 1
+            total += vpps * pairs * sizes * zeros
+    return total
 
 
 def _routed_experts(model: ModelSpec, registry: Any, runtime: Any, precision: Any, seq_len: int) -> int | None:

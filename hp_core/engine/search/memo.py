@@ -251,7 +251,7 @@ def _run(kind: LayerKind, function: Callable[[Any, LayerContext], Any], config: 
         return function(config, context)
     except HPError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a plugin must not end the command
         raise PluginError(kind.name, f"evaluator raised {type(exc).__name__}: {describe(exc)}") from exc
 
 
