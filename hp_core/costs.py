@@ -202,6 +202,9 @@ class ParamCount:
         embedding_or_output: The family is the input embedding or the output
             head (Megatron-Core's ``is_embedding_or_output_parameter``): Muon
             leaves it to AdamW although it is a matrix.
+        high_precision: Its matrices stay in the compute dtype under a
+            low-precision recipe although they are not the embedding or the
+            head (a router's gate); :mod:`hp_core.precision_recipes`.
     """
 
     name: str
@@ -212,6 +215,7 @@ class ParamCount:
     shared_with: str | None = None
     matrices: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=_matrices)
     embedding_or_output: bool = False
+    high_precision: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.stored_elements is None:
@@ -239,12 +243,20 @@ class ActivationTerm:
             layer is recomputed fully).
         tp_split: Whether the bytes are already divided by ``tp`` (informative,
             used by census exports and tests).
+        gemm_input: The tensor is a linear layer's input, kept for its weight
+            gradient: ``"owned"`` when the linear layer is its only keeper (a
+            low-precision recipe keeps its quantized copy instead), ``"shared"``
+            when another op keeps it in the compute dtype too (the recipe's
+            copy comes on top: the output projection's input, which a flash
+            attention kernel keeps as its output); ``None``: not a GEMM input,
+            kept as is by any recipe (:mod:`hp_core.precision_recipes`).
     """
 
     op: str
     bytes: int = attrs.field(validator=_non_negative_int)
     switch: str | None = attrs.field(default=None, validator=attrs.validators.optional(switch_name))
     tp_split: bool = False
+    gemm_input: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.in_(("owned", "shared"))))
 
 
 @attrs.frozen
@@ -299,6 +311,10 @@ class Collective:
             forward call again.
         overlappable: Whether the trainer may overlap it with compute (an
             all-to-all on attention's critical path cannot be).
+        gemm_input: It moves linear layers' inputs or output gradients in
+            the compute dtype (a sequence-parallel all-gather), which a
+            recipe that gathers in low precision moves quantized
+            (:attr:`PrecisionRecipe.tp_gather <hp_core.precision_recipes.PrecisionRecipe.tp_gather>`).
     """
 
     group: str = attrs.field(validator=attrs.validators.in_(COLLECTIVE_GROUPS))
@@ -308,6 +324,7 @@ class Collective:
     backward_calls: int = attrs.field(default=0, validator=_non_negative_calls)
     rerun_switch: str | None = attrs.field(default=None, validator=attrs.validators.optional(switch_name))
     overlappable: bool = True
+    gemm_input: bool = False
 
 
 @attrs.frozen
@@ -367,6 +384,10 @@ class LayerWork:
         reruns: ``(switch, Rerun)`` pairs: what recomputing each switch re-runs
             (:class:`Rerun`); a switch not named re-runs nothing beyond
             rewriting what it drops.
+        high_precision_gemms: Those of :attr:`gemms` that stay in the compute
+            dtype under a low-precision recipe (a router's gate, the output
+            head); the rest of the matmul FLOPs, grouped ones included, run in
+            the recipe's format (:mod:`hp_core.precision_recipes`).
     """
 
     collectives: tuple[Collective, ...] = attrs.field(default=(), converter=tuple)
@@ -386,6 +407,7 @@ class LayerWork:
     attention_core_switches: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     routed_experts: int = attrs.field(default=0, validator=_non_negative_calls)
     reruns: tuple[tuple[str, Rerun], ...] = attrs.field(default=(), converter=tuple)
+    high_precision_gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=tuple)
 
     def rerun(self, switch: str) -> Rerun | None:
         """What recomputing *switch* re-runs, ``None`` when the layer names nothing for it."""

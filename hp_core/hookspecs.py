@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from hp_core.markers import hookspec
+from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.types import (
     CaseFormat, CensusSource, Exporter, HardwarePreset, LayerAspect, LayerKind, ModelFormat, ModelPreset, Optimizer,
     Runtime,
@@ -298,6 +299,34 @@ def hp_schedules() -> Iterable[Schedule]:
     """
 
 
+@hookspec
+def hp_precision_recipes() -> Iterable[PrecisionRecipe]:
+    """Yield low-precision GEMM recipes (FP8, MXFP8, NVFP4): formats, scalings and what they keep.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.precision_recipes.PrecisionRecipe`:
+    per GEMM operand (weights, activations, gradients) the format and scaling,
+    what a linear layer keeps of its input for backward, the low-precision
+    weight copies held and whether they are cached across micro-batches,
+    whether parameters and sequence-parallel inputs are gathered quantized,
+    and the trainer flags per exporter.
+
+    Call semantics: called once per registry build; all results collected; a
+    run picks one by name (``precision: {recipe: NAME}``, ``--precision
+    NAME``), checked where the run is prepared.
+
+    Example::
+
+        @hookimpl
+        def hp_precision_recipes():
+            yield PrecisionRecipe(name="fp8-mine", description="FP8 current scaling, bf16 saved inputs",
+                                  source="my trainer", weights=GemmOperand("e4m3", "tensor_current"),
+                                  activations=GemmOperand("e4m3", "tensor_current"),
+                                  gradients=GemmOperand("e5m2", "tensor_current"), saved_input="compute")
+    """
+
+
 # Every hook, with the record type it yields: the registry's build table.
 HOOKS = {
     "hp_layer_kinds": LayerKind,
@@ -311,4 +340,5 @@ HOOKS = {
     "hp_optimizers": Optimizer,
     "hp_layer_aspects": LayerAspect,
     "hp_schedules": Schedule,
+    "hp_precision_recipes": PrecisionRecipe,
 }

@@ -49,6 +49,7 @@ DEFAULT_PLUGINS = (
     "hp_plugins.optimizers.sgd",
     "hp_plugins.optimizers.adafactor",
     "hp_plugins.optimizers.muon",
+    "hp_plugins.precision.recipes",
     "hp_plugins.schedules.classic",
     "hp_plugins.schedules.zero_bubble",
     "hp_plugins.schedules.dualpipe",

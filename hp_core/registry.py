@@ -10,6 +10,7 @@ import pluggy
 from hp_core.distributions import planner_version
 from hp_core.errors import ConfigError, PluginError, describe
 from hp_core.hookspecs import HOOKS
+from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.types import (
     CaseFormat, CensusSource, Exporter, HardwarePreset, LayerAspect, LayerKind, ModelFormat, ModelPreset, Optimizer,
     Runtime,
@@ -163,6 +164,7 @@ class Registry:
     case_formats: tuple[CaseFormat, ...] = ()
     optimizers: tuple[Optimizer, ...] = ()
     layer_aspects: tuple[LayerAspect, ...] = ()
+    precision_recipes: tuple[PrecisionRecipe, ...] = ()
     schedules: tuple[Schedule, ...] = ()
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
@@ -220,6 +222,7 @@ class Registry:
             case_formats=fields["case_formats"],
             optimizers=fields["optimizers"],
             layer_aspects=fields["layer_aspects"],
+            precision_recipes=fields["precision_recipes"],
             schedules=fields["schedules"],
             providers=providers,
             plugins=plugins,
@@ -257,6 +260,8 @@ class Registry:
     def optimizer(self, name: str, path: str = "$.precision.optimizer") -> Optimizer:
         return _lookup(self.optimizers, name, "optimizer", path)
 
+    def precision_recipe(self, name: str, path: str = "$.precision.recipe") -> PrecisionRecipe:
+        return _lookup(self.precision_recipes, name, "precision recipe", path)
     def schedule(self, name: str, path: str = "$.parallel.schedule") -> Schedule:
         return _lookup(self.schedules, name, "pipeline schedule", path)
 

@@ -60,7 +60,10 @@ def estimate_command(args: argparse.Namespace, registry: Registry, console: Cons
         console.print(f"Step time: not estimated ({unavailable})")
     prov = result.provenance
     runtime = prov["runtime"] + (f" ({option_summary(job.runtime)})" if prov["runtime_options"] else "")
-    console.print(f"Provenance: runtime {runtime}, census {prov['census']}, attention {prov['attention']}, model {prov['model_source']}")
+    recipe = prov.get("precision_recipe", "bf16")
+    precision = f", precision {recipe}" if recipe != "bf16" else ""
+    console.print(f"Provenance: runtime {runtime}, census {prov['census']}, attention {prov['attention']}{precision}, "
+                  f"model {prov['model_source']}")
     if exported is not None:
         print_export(exported, runtime_name(job.runtime), console)
     return 0

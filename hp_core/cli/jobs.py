@@ -63,6 +63,10 @@ def config_from_args(args: argparse.Namespace, registry: Registry) -> ConfigFile
     if args.optimizer is not None:
         precision = document.get("precision") or {}
         document["precision"] = {**precision, "optimizer": args.optimizer} if isinstance(precision, dict) else precision
+    if getattr(args, "precision", None) is not None:
+        registry.precision_recipe(args.precision, "--precision")
+        precision = document.get("precision") or {}
+        document["precision"] = {**precision, "recipe": args.precision} if isinstance(precision, dict) else precision
     if getattr(args, "recompute", None) is not None:
         text = args.recompute
         document["recompute"] = text if text in ("none", "full", "selective") else text.split("+")
@@ -107,7 +111,16 @@ def export_of(trainer: str | None, job, registry: Registry) -> dict[str, Any] | 
     exporter = registry.exporter(trainer)
     plan = job.recompute if job.recompute is not None else RecomputeSpec()
     text = call_plugin(exporter.name, "exporter", exporter.export, plan, job.model, job.parallel, registry=registry)
-    return {"trainer": exporter.name, "runtime": exporter.runtime, "plan": text}
+    exported = {"trainer": exporter.name, "runtime": exporter.runtime, "plan": text}
+    precision = job.precision
+    if precision is None:
+        precision = (job.runtime if not isinstance(job.runtime, str) else registry.runtime(job.runtime)).precision
+    recipe = registry.precision_recipe(precision.recipe)
+    if recipe.low_precision:
+        # The trainer's flags that select the recipe (PrecisionRecipe.flags; docs/precision.md), where it states them.
+        flags = recipe.flags.get(exporter.name)
+        exported["precision_flags"] = " ".join(flags) if flags is not None else None
+    return exported
 
 
 def export_text(plan: Any) -> str:
@@ -122,3 +135,9 @@ def print_export(exported: dict[str, Any], runtime: str, console: Console) -> No
     )
     console.print(f"Recompute plan for {exported['trainer']}{note}:")
     console.print(export_text(exported["plan"]), markup=False, highlight=False, soft_wrap=True)
+    if "precision_flags" in exported:
+        flags = exported["precision_flags"]
+        console.print("Precision recipe flags:" if flags is not None else
+                      f"Precision recipe: {exported['trainer']} has no flags for it (docs/precision.md lists each recipe's trainer)")
+        if flags is not None:
+            console.print(flags, markup=False, highlight=False, soft_wrap=True)

@@ -28,6 +28,7 @@ def plugins_command(args: argparse.Namespace, registry: Registry, console: Conso
         ("layer aspects", "hp_layer_aspects", registry.layer_aspects, lambda a: f"{a.kind}.{a.aspect}; {a.description}"),
         ("model formats", "hp_model_formats", registry.model_formats, lambda f: f.description),
         ("case formats", "hp_case_formats", registry.case_formats, lambda f: f.description),
+        ("precision recipes", "hp_precision_recipes", registry.precision_recipes, lambda r: r.description),
         ("schedules", "hp_schedules", registry.schedules, _schedule_summary),
     )
     if args.json:

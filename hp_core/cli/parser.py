@@ -184,6 +184,9 @@ def _add_job_arguments(parser: argparse.ArgumentParser, hardware_help: str) -> N
                                          "default formulas")
     parser.add_argument("--attention", choices=("flash", "eager"), help="attention implementation (default: the runtime's)")
     parser.add_argument("--optimizer", help="optimizer (see 'hp plugins'; sets precision.optimizer); default: the runtime's (adamw)")
+    parser.add_argument("--precision", metavar="RECIPE",
+                        help="low-precision GEMM recipe (bf16, fp8-delayed, fp8-current, fp8-blockwise, mxfp8, nvfp4, ...; "
+                             "see 'hp plugins' and docs/precision.md; sets precision.recipe); default: the runtime's (bf16)")
     parser.add_argument("--hardware", help=hardware_help)
 
 
@@ -224,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_recompute_parser(sub)
     _add_search_parser(sub)
 
-    plugins = sub.add_parser("plugins", help="list plugins, layer kinds, census sources, runtimes, hardware, optimizers, layer aspects, model and case formats, schedules",
+    plugins = sub.add_parser("plugins", help="list plugins, layer kinds, census sources, runtimes, hardware, optimizers, layer aspects, model and case formats, schedules, precision recipes",
                              description="Plugins and what each provides, with the distribution and version.")
     plugins.add_argument("--json", action="store_true", help="print JSON")
 
@@ -328,6 +331,10 @@ def _add_search_parser(sub: Any) -> None:
     search.add_argument("--runtime", default="generic", help="runtime profile (see 'hp plugins'); default generic")
     _add_runtime_option(search)
     search.add_argument("--optimizer", help="optimizer (see 'hp plugins'); default: the runtime's (adamw)")
+    search.add_argument("--precision", metavar="RECIPE[,RECIPE...]",
+                        help="low-precision GEMM recipe (see docs/precision.md); several, comma-separated, make the "
+                             "recipe a search dimension: each is searched and the best layouts of all are ranked together; "
+                             "default: the runtime's (bf16)")
     search.add_argument("--top", type=_positive, default=10, help="how many of the fastest layouts to show (default 10)")
     search.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=N",
                         help="hold a degree fixed: dp, cp, tp, pp, vpp, ep, etp, zero, mbs (repeatable)")

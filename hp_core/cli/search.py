@@ -64,6 +64,46 @@ def task_executor(kind: str, address: str | None, workers: int) -> Iterator[obje
         yield client.get_executor()
 
 
+def _recipes(args: argparse.Namespace, registry: Registry) -> list[str | None]:
+    """The recipes ``--precision`` names (comma-separated), each checked; ``[None]``: the runtime's."""
+    if args.precision is None:
+        return [None]
+    names = [name.strip() for name in args.precision.split(",")]
+    if len(set(names)) != len(names) or not all(names):
+        raise ConfigError("--precision", f"name each recipe once, comma-separated; got {args.precision!r}")
+    for name in names:
+        registry.precision_recipe(name, "--precision")
+    return names
+
+
+def _print_recipes(results: dict, args: argparse.Namespace, console: Console) -> int:
+    """The recipe as a search dimension: each recipe's best layouts ranked together (docs/precision.md)."""
+    from hp_core.io.search_output import search_to_json
+
+    ranked = sorted(((c.step_seconds, recipe, c) for recipe, r in results.items() for c in r.top), key=lambda t: (t[0], t[1]))
+    if args.json:
+        doc = {
+            "precision_dimension": list(results),
+            "ranked": [{"recipe": recipe, "layout": c.layout.describe(), "step_seconds": c.step_seconds, "mfu": c.mfu,
+                        "peak_bytes": c.peak_bytes} for _, recipe, c in ranked],
+            "results": {recipe: search_to_json(r) for recipe, r in results.items()},
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
+    first = next(iter(results.values()))
+    table = Table(title=f"Fastest layouts over recipes {', '.join(results)}: {first.model} on {first.devices} x {first.hardware}, "
+                        f"global batch {first.global_batch_size} x {first.seq_len} tokens", title_justify="left")
+    for column in ("#", "Recipe", "Layout", "Peak GiB", "Step s", "MFU (bf16 peak)", "Recompute plan"):
+        table.add_column(column, justify="left" if column in ("Recipe", "Layout", "Recompute plan") else "right")
+    for rank, (_, recipe, c) in enumerate(ranked[:args.top], 1):
+        table.add_row(str(rank), recipe, c.layout.describe(), gib(c.peak_bytes), f"{c.step_seconds:.3f}", f"{c.mfu:.1%}",
+                      c.plan_summary)
+    console.print(table)
+    for recipe, r in results.items():
+        console.print(f"{recipe}: considered {r.considered:,} candidates; planned {r.planned:,}; {r.fitting:,} fit.")
+    return 0
+
+
 def search_command(args: argparse.Namespace, registry: Registry, console: Console) -> int:
     from hp_core.io.job import resolve_model
     from hp_core.runtime_options import apply_options, option_summary, parse_assignments
@@ -82,20 +122,31 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
     if args.optimizer is not None:
         registry.optimizer(args.optimizer, "--optimizer")
         precision = attrs.evolve(runtime.precision, optimizer=args.optimizer)
+    recipes = _recipes(args, registry)
+    if len(recipes) > 1 and (args.csv is not None or args.plot is not None):
+        raise ConfigError("--precision", "--csv and --plot take one recipe; search several recipes without them")
     fixed = dict(args.fix)
     kind, address = args.executor
+    results = {}
     with task_executor(kind, address, args.workers) as executor:
-        kwargs = dict(registry=registry, devices=args.devices, hardware=hardware, global_batch_size=args.global_batch_size,
-                      seq_len=args.seq_len, runtime=runtime if runtime.option_values else args.runtime, fixed=fixed, top=args.top, executor=executor,
-                      reserve_bytes=reserve, precision=precision, schedules=args.schedules)
-        if args.json or not sys.stdout.isatty():
-            result = search(model, **kwargs)
-        else:
-            from rich.progress import Progress
+        for recipe in recipes:
+            chosen = precision if recipe is None else attrs.evolve(precision or runtime.precision, recipe=recipe)
+            kwargs = dict(registry=registry, devices=args.devices, hardware=hardware, global_batch_size=args.global_batch_size,
+                          seq_len=args.seq_len, runtime=runtime if runtime.option_values else args.runtime, fixed=fixed,
+                          top=args.top, executor=executor, reserve_bytes=reserve, precision=chosen,
+                          schedules=args.schedules)
+            if args.json or not sys.stdout.isatty():
+                results[recipe] = search(model, **kwargs)
+            else:
+                from rich.progress import Progress
 
-            with Progress(console=console, transient=True) as bar:
-                job = bar.add_task("planning layouts", total=None)
-                result = search(model, progress=lambda done, total: bar.update(job, completed=done, total=total), **kwargs)
+                with Progress(console=console, transient=True) as bar:
+                    job = bar.add_task(f"planning layouts{f' ({recipe})' if recipe else ''}", total=None)
+                    results[recipe] = search(model, progress=lambda done, total: bar.update(job, completed=done, total=total),
+                                             **kwargs)
+    if len(results) > 1:
+        return _print_recipes(results, args, console)
+    result = next(iter(results.values()))
     if args.csv is not None:
         write_search_csv(result, args.csv)
     if args.plot is not None:

@@ -99,6 +99,7 @@ def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardw
         "runtime_options": {name: value for name, value in run.runtime.option_values.items()},
         "census": run.layers.census.name,
         "attention": run.attention,
+        "precision_recipe": run.stage_inputs.recipe.name,
         "kinds": census_lib.kind_provenance(run.layers.census, kinds, run.layers.records),
         "model_source": run.model.source,
     }

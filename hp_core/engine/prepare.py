@@ -25,6 +25,7 @@ import attrs
 from hp_core.engine import census as census_lib
 from hp_core.engine import schedule as schedule_lib
 from hp_core.engine.optimizer import resolve_optimizer
+from hp_core.engine.precision import resolve_recipe, with_recipe
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
@@ -260,9 +261,8 @@ class EvaluatedLayers:
         body_count: Body layers in all.
         context: The context they were evaluated in (with sublayers).
         formula_costs: Each group's cost as its kind's evaluator states it.
-        costs: Each group's cost with its activations as the census measured
-            them where it has a record (else the evaluator's); what every
-            consumer prices.
+        costs: Each group's cost with its activations as the census measured them where it has a record
+            (else the evaluator's), as the precision recipe keeps them (:mod:`hp_core.engine.precision`).
         census: The census source.
         records: The census's records, by kind name.
     """
@@ -307,8 +307,8 @@ def evaluate_layers(
     context = with_sublayers(layer_context(parallel, precision, attention, runtime.vocab_pad_multiple, runtime.traits), registry)
     formula = tuple(evaluate_groups(kinds, model.layers, context))
     records = census_lib.request_records(census, model, kinds, parallel.seq_len, attention, registry=registry, tp=parallel.tp)
-    costs = tuple(census_lib.apply_record(cost, records[kind.name], kind, context) if kind.name in records else cost
-                  for kind, cost in zip(kinds, formula))
+    costs = with_recipe(tuple(census_lib.apply_record(cost, records[kind.name], kind, context) if kind.name in records
+                              else cost for kind, cost in zip(kinds, formula)), registry, precision)
     return EvaluatedLayers(tuple(kinds), body_groups, body_count, context, formula, costs, census, records)
 
 
@@ -492,7 +492,7 @@ def prepare(
     inputs = StageInputs(
         parallel, zero, precision, micro_batches, schedule, profile.overhead_bytes,
         profile.deferred_grad_reduction, profile.expert_overhead_bytes, profile.dummy_weight_gradients,
-        optimizer=optimizer, peak_points=profile.peak_points,
+        optimizer=optimizer, recipe=resolve_recipe(registry, precision), peak_points=profile.peak_points,
     )
     return PreparedRun(model, parallel, registry, profile, precision, attention, zero, layers, micro_batches,
                        tuple(bounds), body_group, inputs, optimizer)

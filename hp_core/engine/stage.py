@@ -29,12 +29,14 @@ import attrs
 
 from hp_core.results import ChunkEstimate, MemoryBreakdown, StageEstimate
 from hp_core.engine.optimizer import group_states, layer_load, master_bytes, rank_params
+from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements, scaling_state_bytes, weight_copy_bytes
 from hp_core.engine.schedule import stage_plan
 from hp_core.schedules import Schedule, ScheduleLayout
 from hp_core.specs.parallel import ParallelSpec
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.costs import LayerCost
 from hp_core.peak_points import StageLayer, StageView
+from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.types import Optimizer
 
 __all__ = ["PlacedLayer", "StageInputs", "layer_elements", "offloaded_bytes", "plan_stage", "static_bytes"]
@@ -104,6 +106,10 @@ class StageInputs:
     Attributes:
         schedule: The run's pipeline schedule: each stage's chunks and what they keep.
         optimizer: The run's optimizer: what it keeps per parameter element.
+        recipe: The low-precision GEMM recipe (``None``: nothing quantized):
+            the weight copies it holds count with the parameters, and the
+            parameters it keeps in its format (``param_gather``) are stored
+            and gathered so (:mod:`hp_core.engine.precision`).
     """
 
     parallel: ParallelSpec
@@ -117,6 +123,7 @@ class StageInputs:
     dummy_wgrad_per_shape: bool = False  # Runtime.dummy_weight_gradients
     optimizer: Optimizer = attrs.field(kw_only=True)
     peak_points: Any = attrs.field(default=None, kw_only=True)  # Runtime.peak_points (hp_core.peak_points)
+    recipe: PrecisionRecipe | None = attrs.field(default=None, kw_only=True)
     _plans: dict = attrs.field(factory=dict, eq=False, repr=False, init=False)
 
     def stage_plan(self, index: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -178,7 +185,8 @@ def _static(elements: dict[str, int], states: Mapping[str, Any], inputs: StageIn
                         p.dp * p.cp, p.expert_dp, whole_grads)
 
 
-def _zero3_buffers(per_layer_elements: Sequence[tuple[int, int]], inputs: StageInputs, stage_elements: int, layers: int = 2) -> int:
+def _zero3_buffers(per_layer_elements: Sequence[tuple[int, int]], inputs: StageInputs, stage_elements: int, layers: int = 2,
+                   quantized: int = 0) -> int:
     """Gathered parameters and the gradient reduce-scatter buffer under ZeRO-3/FSDP.
 
     Resharding after forward, a rank holds the running layer's and the
@@ -186,7 +194,8 @@ def _zero3_buffers(per_layer_elements: Sequence[tuple[int, int]], inputs: StageI
     ``backward_prefetch``; DeepSpeed ZeRO-3 prefetch) and one layer's unsharded
     gradient before its reduce-scatter; *layers* = 1 where nothing is left to
     prefetch (the stage's last backward). Without resharding, every gathered
-    parameter of the stage stays from forward to backward.
+    parameter of the stage stays from forward to backward. *quantized* of the
+    stage's elements are GEMM weights a recipe may gather in its format.
     """
     if inputs.zero < 3 or not per_layer_elements:
         return 0
@@ -198,11 +207,31 @@ def _zero3_buffers(per_layer_elements: Sequence[tuple[int, int]], inputs: StageI
         largest += [elements] * min(n, layers)
         if len(largest) >= layers:
             break
-    if inputs.parallel.reshard_after_forward:
-        gathered = sum(largest[:layers]) * p.activation_bytes
-    else:
-        gathered = stage_elements * p.activation_bytes
+    held = sum(largest[:layers]) if inputs.parallel.reshard_after_forward else stage_elements
+    gathered = held * p.activation_bytes
+    if inputs.recipe is not None and quantized:
+        # Parameters gathered in the recipe's format (torchao's float8 all-gather): their quantized share.
+        gathered = math.ceil(gathered_param_bytes(held, round(held * quantized / stage_elements), inputs.recipe,
+                                                  p.activation_bytes))
     return gathered + largest[0] * p.grad_bytes
+
+
+def _with_recipe(static: tuple[int, int, int, int], quantized: int, inputs: StageInputs) -> tuple[int, int, int, int]:
+    """Parameters with what a low-precision recipe adds or stores otherwise (docs/precision.md).
+
+    The cached weight copies (:func:`~hp_core.engine.precision.weight_copy_bytes`)
+    count with the parameters; parameters kept in the recipe's format
+    (``param_gather`` ``stored``: Megatron-LM ``--fp8-param-gather``) take its
+    bytes instead of ``param_bytes``. Gradients, master parameters and
+    optimizer states are unchanged.
+    """
+    recipe = inputs.recipe
+    assert recipe is not None
+    params, grads, master, states = static
+    params += weight_copy_bytes(quantized, recipe, inputs.zero)
+    if recipe.param_gather == "stored":
+        params -= math.floor(quantized * (inputs.precision.param_bytes - recipe.weights.bytes_per_element))
+    return params, grads, master, states
 
 
 @attrs.frozen
@@ -281,6 +310,10 @@ def _compose(chunk_layers: Sequence[Sequence[PlacedLayer]], inputs: StageInputs)
         if inputs.zero >= 3:
             per_layer.append((held, n))
     stage_elements = sum(elements.values())
+    recipe = inputs.recipe
+    quantized = 0
+    if recipe is not None and recipe.low_precision:
+        quantized = quantized_weight_elements((layer.cost, n) for layer, n in distinct.values())
 
     kept_by_chunk = []
     buffers_by_chunk = []
@@ -302,6 +335,8 @@ def _compose(chunk_layers: Sequence[Sequence[PlacedLayer]], inputs: StageInputs)
     if inputs.dummy_wgrad_per_shape:
         shapes = dict.fromkeys(shape for layer, _ in distinct.values() for shape in layer.cost.weight_shapes)
         overhead += sum(rows * cols for rows, cols in shapes) * inputs.precision.activation_bytes
+    if quantized:
+        overhead += scaling_state_bytes([(layer.cost, n) for layer, n in distinct.values()], recipe)
 
     # The first backward: the stage's last chunk, top layer first.
     working = freed = 0
@@ -312,13 +347,19 @@ def _compose(chunk_layers: Sequence[Sequence[PlacedLayer]], inputs: StageInputs)
     last = inputs.deferred_grad_reduction and inputs.zero >= 2
     first = chunk_layers[0][0]
     states = group_states(state_parts)
+    static = _static(elements, states, inputs)
+    last_static = _static(elements, states, inputs, whole_grads=True) if last else None
+    if quantized:
+        static, last_static = (_with_recipe(found, quantized, inputs) if found is not None else None
+                               for found in (static, last_static))
     return _Composition(
-        static=_static(elements, states, inputs),
-        last_static=_static(elements, states, inputs, whole_grads=True) if last else None,
+        static=static,
+        last_static=last_static,
         kept_by_chunk=tuple(kept_by_chunk),
         buffers_by_chunk=tuple(buffers_by_chunk),
         buffers_once=max((layer.cost.buffers_once_bytes for layer, _ in distinct.values()), default=0),
-        gathered=(_zero3_buffers(per_layer, inputs, stage_elements), _zero3_buffers(per_layer, inputs, stage_elements, 1)),
+        gathered=(_zero3_buffers(per_layer, inputs, stage_elements, quantized=quantized),
+                  _zero3_buffers(per_layer, inputs, stage_elements, 1, quantized=quantized)),
         overhead=overhead,
         received=max((layer.cost.input_bytes for layer, _ in distinct.values()), default=0),
         working=working,

@@ -194,6 +194,8 @@ def time_to_json(step) -> dict[str, Any]:
         "mfu": step.mfu,
         "hfu": step.hfu,
         "peak_flops_per_second": step.peak_flops_per_second,
+        "mfu_recipe_peak": step.mfu_recipe_peak,
+        "recipe_peak_flops_per_second": step.recipe_peak_flops_per_second,
         "stages": [
             {
                 "index": s.index,
@@ -234,8 +236,13 @@ def time_summary(step) -> str:
     prov = step.provenance
     slowdown = prov.get("sustained_slowdown", 1.0)
     whole_run = f", whole-run slowdown {slowdown:g}" if slowdown != 1.0 else ", kernels as measured alone"
+    recipe = prov.get("precision_recipe", "bf16")
+    mfu = f"MFU {step.mfu * 100:.1f}%"
+    if recipe != "bf16":
+        mfu = (f"MFU {step.mfu * 100:.1f}% of the {prov['dtype']} peak, {step.mfu_recipe_peak * 100:.1f}% of the "
+               f"{prov.get('gemm_dtype', '?')} peak ({recipe})")
     return (
-        f"Step time: {step.step_seconds:.3f} s, {step.tokens_per_second:,.0f} tokens/s, MFU {step.mfu * 100:.1f}%\n"
+        f"Step time: {step.step_seconds:.3f} s, {step.tokens_per_second:,.0f} tokens/s, {mfu}\n"
         f"  seconds: {parts}\n"
         f"  timing profile {prov['timing_profile']}, {prov['device_efficiency']} efficiencies, {prov['dtype']}{whole_run}"
     )

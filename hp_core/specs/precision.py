@@ -16,6 +16,11 @@ def _optimizer_name(instance: object, attribute: attrs.Attribute, value: object)
         raise SpecError("optimizer", f"PrecisionSpec.optimizer must be an optimizer's name (see 'hp plugins'), got {value!r}")
 
 
+def _recipe_name(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"PrecisionSpec.recipe must be a precision recipe's name (see 'hp plugins'), got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class PrecisionSpec:
     """Bytes per element of each kind of tensor a training step holds.
@@ -44,6 +49,12 @@ class PrecisionSpec:
         logits_bytes: The dtype the loss computes its softmax over the vocabulary
             in (4: fp32, as Megatron-LM's ``vocab_parallel_cross_entropy`` and
             Hugging Face's ``logits.float()`` upcast do).
+        recipe: The low-precision GEMM recipe's name: a
+            :class:`~hp_core.precision_recipes.PrecisionRecipe` of the registry
+            (``hp plugins``; hook ``hp_precision_recipes``; ``--precision``):
+            which linear-layer GEMM operands run in FP8/FP4 and what that keeps
+            and moves. ``bf16`` quantizes nothing. Checked where a run is
+            prepared; the widths above stay those of the compute dtype.
     """
 
     param_bytes: int = attrs.field(default=2, validator=positive_int)
@@ -56,3 +67,4 @@ class PrecisionSpec:
     dropout_mask_bytes: int = attrs.field(default=1, validator=positive_int)
     lse_bytes: int = attrs.field(default=4, validator=positive_int)
     logits_bytes: int = attrs.field(default=4, validator=positive_int)
+    recipe: str = attrs.field(default="bf16", validator=_recipe_name)

@@ -31,6 +31,7 @@ import attrs
 from hp_core.errors import SpecError
 
 from hp_core.errors import ConfigError
+from hp_core.precision_recipes import GEMM_KERNELS
 
 __all__ = [
     "ALL_REDUCE_ALGORITHMS",
@@ -102,6 +103,17 @@ def _at_least_one(instance: Any, attribute: attrs.Attribute, value: Sourced) -> 
         raise SpecError(attribute.name, f"{attribute.name} must be a Sourced figure")
     if not value.value >= 1:
         raise SpecError(attribute.name, f"{attribute.name} must be at least 1, got {value.value!r}")
+
+
+def _speedups(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    for row in value:
+        if (len(row) != 2 or row[0] not in GEMM_KERNELS or row[0] == "bf16" or not isinstance(row[1], Sourced)
+                or not row[1].value > 0):
+            raise ValueError(f"{attribute.name}: a row must be (kernel, Sourced speedup > 0) with a kernel of "
+                             f"{GEMM_KERNELS[1:]}; got {row!r}")
+    kernels = [row[0] for row in value]
+    if len(set(kernels)) != len(kernels):
+        raise ValueError(f"{attribute.name}: a kernel appears twice")
 
 
 def _sourced(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
@@ -301,6 +313,13 @@ class DeviceEfficiency:
             (compute, communication, the step-end reduction and optimizer
             step; not offload's host-link copies). ``None``: 1, the kernels
             as measured alone.
+        gemm_speedups: ``(kernel, Sourced)`` pairs: a low-precision GEMM
+            kernel family's (:attr:`PrecisionRecipe.kernel
+            <hp_core.precision_recipes.PrecisionRecipe.kernel>`) measured time
+            speedup over bf16 on the same shapes, inputs already quantized (the
+            kernel alone: quantization is priced apart as memory-bound work).
+            A recipe's GEMMs take the bf16 time as priced above divided by it;
+            a kernel not listed cannot be priced on the device.
     """
 
     architecture: str
@@ -326,14 +345,27 @@ class DeviceEfficiency:
     moe_router_backward_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     gemm_table: GemmTable | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(GemmTable)))
     sustained_slowdown: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_at_least_one))
+    gemm_speedups: tuple[tuple[str, Sourced], ...] = attrs.field(default=(), converter=tuple, validator=_speedups)
 
     def figures(self) -> dict[str, Sourced]:
-        """Every figure the entry states, by field name (optional figures left unstated and the GEMM table are omitted)."""
-        return {
+        """Every figure the entry states, by field name (optional figures left unstated and the GEMM table are
+        omitted; a GEMM speedup as ``gemm_speedup_<kernel>``)."""
+        found = {
             a.name: getattr(self, a.name)
             for a in attrs.fields(type(self))
             if isinstance(getattr(self, a.name), Sourced)
         }
+        found.update({f"gemm_speedup_{kernel}": figure for kernel, figure in self.gemm_speedups})
+        return found
+
+    def gemm_speedup(self, kernel: str) -> float | None:
+        """The measured speedup of *kernel* over bf16 (1 for ``bf16``), ``None`` where the entry states none."""
+        if kernel == "bf16":
+            return 1.0
+        for name, figure in self.gemm_speedups:
+            if name == kernel:
+                return figure.value
+        return None
 
 
 @attrs.frozen(kw_only=True)

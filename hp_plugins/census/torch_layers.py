@@ -7,6 +7,7 @@ from :func:`run_layer`, under the tracker of :mod:`hp_plugins.census.torch_traci
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any, Mapping
 
 from hp_core.errors import ConfigError
@@ -28,12 +29,15 @@ def hf_model_type(hf: Mapping[str, Any]) -> str:
 def _model_of(hf: Mapping[str, Any]) -> Any:
     """The layer stack of *hf* as hp-planner's built-in model formats read it."""
     from hp_plugins.models.hf import model_from_hf_config
+    from hp_plugins.models.hf_local import MODEL_TYPES as LOCAL_TYPES, model_from_local_config
     from hp_plugins.models.qwen3_next import model_from_qwen3_next_config
     from hp_plugins.models.ssm import model_from_mamba2_config, model_from_nemotron_h_config
 
     build = {"mamba2": model_from_mamba2_config, "nemotron_h": model_from_nemotron_h_config,
              "qwen3_next": model_from_qwen3_next_config}.get(
         hf.get("model_type"), model_from_hf_config)
+    if hf.get("model_type") in LOCAL_TYPES:
+        build = model_from_local_config
     return build(hf, name="census", source="census")
 
 
@@ -48,6 +52,13 @@ def layer_indices(hf: Mapping[str, Any]) -> dict[str, int]:
         found.setdefault(group.kind, index)
         index += group.count
     return found
+
+
+# Model types whose intermediate_size is the routed experts' width (not split by TP); Llama 4's is
+# its experts' and shared expert's, and its dense layers' intermediate_size_mlp is split.
+_EXPERT_WIDTH = ("mixtral", "gpt_oss", "llama4_text")
+# Model types whose transformers classes live in another module, and the prefix of the text classes there.
+_MODULES = {"gemma3_text": ("gemma3", "Gemma3"), "llama4_text": ("llama4", "Llama4Text")}
 
 
 def _divide(value: int, tp: int, field: str) -> int:
@@ -80,8 +91,10 @@ def rank_config(hf: Mapping[str, Any], tp: int) -> dict[str, Any]:
         cfg["head_dim"] = cfg.get("head_dim") or cfg["hidden_size"] // heads
     cfg["num_key_value_heads"] = _divide(cfg.get("num_key_value_heads") or heads, tp, "num_key_value_heads")
     cfg["num_attention_heads"] = _divide(heads, tp, "num_attention_heads")
-    if model_type != "mixtral" and "intermediate_size" in cfg:  # Mixtral's is its routed experts' width
+    if model_type not in _EXPERT_WIDTH and "intermediate_size" in cfg:  # Mixtral's, GPT-OSS's: the experts' width
         cfg["intermediate_size"] = _divide(cfg["intermediate_size"], tp, "intermediate_size")
+    if model_type == "llama4_text" and "intermediate_size_mlp" in cfg:
+        cfg["intermediate_size_mlp"] = _divide(cfg["intermediate_size_mlp"], tp, "intermediate_size_mlp")
     if cfg.get("shared_expert_intermediate_size"):
         cfg["shared_expert_intermediate_size"] = _divide(cfg["shared_expert_intermediate_size"], tp, "shared_expert_intermediate_size")
     # The vocabulary-parallel head's shard, the vocabulary padded to a multiple of tp.
@@ -90,10 +103,11 @@ def rank_config(hf: Mapping[str, Any], tp: int) -> dict[str, Any]:
 
 
 def layer_classes(transformers: Any, model_type: str) -> tuple[Any, dict[str, Any]]:
-    module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    package, prefix = _MODULES.get(model_type, (model_type, ""))
+    module = importlib.import_module(f"transformers.models.{package}.modeling_{package}")
     found = {}
     for suffix in ("DecoderLayer", "RotaryEmbedding", "RMSNorm"):
-        names = sorted(n for n in dir(module) if n.endswith(suffix) and not n.startswith("_"))
+        names = sorted(n for n in dir(module) if n.endswith(suffix) and n.startswith(prefix) and not n.startswith("_"))
         if not names and suffix == "DecoderLayer":  # Mamba2Block, NemotronHBlock
             names = sorted(n for n in dir(module) if n.endswith("Block") and not n.startswith("_"))
         if not names and suffix == "RotaryEmbedding":  # Mamba-2 and Nemotron-H have no rotary embedding
@@ -134,8 +148,12 @@ def run_layer(torch: Any, transformers: Any, config: Any, cfg: Mapping[str, Any]
             x = torch.empty(1, seq_len, hidden, requires_grad=True)
             labels = torch.zeros(1, seq_len, dtype=torch.long)
 
+            cap = cfg.get("final_logit_softcapping")
+
             def call() -> Any:
                 logits = layer["lm_head"](layer["norm"](x))
+                if cap is not None:  # Gemma 2 (Gemma2ForCausalLM.forward)
+                    logits = torch.tanh(logits / cap) * cap
                 return ForCausalLMLoss(logits, labels, vocab_size=cfg["vocab_size"])
         else:
             layer = classes["DecoderLayer"](config, index)
@@ -154,9 +172,12 @@ def run_layer(torch: Any, transformers: Any, config: Any, cfg: Mapping[str, Any]
             kwargs: dict[str, Any] = {"attention_mask": mask}
             if classes["RotaryEmbedding"] is not None:
                 rope = classes["RotaryEmbedding"](config)
-                cos, sin = rope(x, positions)
-                shared += [cos, sin, *rope.buffers()]
-                kwargs.update(position_ids=positions, position_embeddings=(cos, sin))
+                if "layer_type" in inspect.signature(rope.forward).parameters:  # Gemma 3: a RoPE per layer type
+                    embeddings = rope(x, positions, config.layer_types[index])
+                else:
+                    embeddings = rope(x, positions)  # (cos, sin), or Llama 4's complex frequencies
+                shared += [*(embeddings if isinstance(embeddings, tuple) else (embeddings,)), *rope.buffers()]
+                kwargs.update(position_ids=positions, position_embeddings=embeddings)
             elif attends:
                 kwargs["position_ids"] = positions
 

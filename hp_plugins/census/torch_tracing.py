@@ -98,6 +98,9 @@ def make_tracker(torch: Any) -> Any:
             module, module_class = self.modules[-1]
             if name in ("_softmax", "softmax", "_safe_softmax") and module_class.endswith("Attention"):
                 flags.add("softmax")
+            if name in ("tanh", "max") and module_class.endswith("Attention"):
+                # Gemma 2's soft-cap tanh and GPT-OSS's row maximum: score-sized tensors the core's recompute rebuilds.
+                flags.add("softmax")
             if name == "_to_copy" and any("softmax" in e.flags for e in inputs):
                 flags.add("headCast")
             if module.endswith("act_fn") or module_class.endswith("Activation"):

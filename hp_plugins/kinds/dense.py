@@ -32,6 +32,11 @@ fc1 / gate, up      2 T I / t each        --         GeLU input 8sbh
 act_out (, mul)     2 T I / t each        ffAct      FC2 input 8sbh
 ==================  ====================  =========  ========================
 
+Local attention (a sliding window, chunks, soft-capping, sinks; per-layer
+patterns are layers of different configs) is the kit's
+:mod:`hp_plugins.kit.local_attention`; ``post_block_norms`` adds Gemma's norms on
+the blocks' outputs (each keeps its input, ``2 T h / sp``).
+
 (``B`` is the softmax output's byte width; the ``eager`` rows vanish under flash;
 ``k = g`` key/value heads under flash, ``k = a`` under eager, which repeats them to
 every query head before its matmuls: Hugging Face ``repeat_kv``, measured by the
@@ -45,7 +50,7 @@ import attrs
 from hp_core.markers import hookimpl
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.types import LayerKind
-from hp_plugins.kit import GQAFields, LayerBuilder, MLPFields, gqa_attention, mlp, validate_gqa, validate_mlp
+from hp_plugins.kit import GQAFields, LayerBuilder, MLPFields, gqa_attention, mlp, post_norm, validate_gqa, validate_mlp
 
 __all__ = ["DENSE_SWITCHES", "DenseConfig", "SELECTIVE", "evaluate_dense", "hp_layer_kinds", "validate_dense"]
 
@@ -60,9 +65,16 @@ SELECTIVE = ("attBMM", "headCast", "dropout", "softmax")
 class DenseConfig(GQAFields, MLPFields):
     """One dense decoder layer (Hugging Face ``config.json`` names where they exist).
 
-    The fields of :class:`~hp_plugins.kit.GQAFields` (attention) and
-    :class:`~hp_plugins.kit.MLPFields` (the MLP).
+    The fields of :class:`~hp_plugins.kit.GQAFields` (attention, local attention
+    included) and :class:`~hp_plugins.kit.MLPFields` (the MLP), and:
+
+    Attributes:
+        post_block_norms: A norm on each block's output before its residual add
+            (Gemma 2/3's ``post_attention_layernorm`` and ``post_feedforward_layernorm``:
+            :func:`hp_plugins.kit.post_norm`).
     """
+
+    post_block_norms: bool = False
 
 
 def validate_dense(config: DenseConfig, context: LayerContext) -> None:
@@ -75,7 +87,11 @@ def evaluate_dense(c: DenseConfig, x: LayerContext) -> LayerCost:
     """One dense decoder layer's cost on one rank (see the module docstring for each term)."""
     b = LayerBuilder(x, c.hidden_size)
     gqa_attention(b, c)
+    if c.post_block_norms:
+        post_norm(b, "attn", c.norm)
     mlp(b, c, c.norm, c.hidden_dropout)
+    if c.post_block_norms:
+        post_norm(b, "mlp", c.norm)
     return b.build()
 
 

@@ -21,8 +21,10 @@ from hp_core.markers import hookimpl
 from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, LayerWork
 from hp_core.types import LayerKind
 from hp_core.bounds import MAX_VOCAB
-from hp_core.validators import bounded_int, one_of, positive_int
-from hp_plugins.kit import NORM_OPS_PER_ELEMENT, NORMS, fp32_norm_bytes, norm_params, padded_vocab, param_count, tp_collectives
+from hp_core.validators import bounded_int, one_of, positive_int, positive_number
+from hp_plugins.kit import (
+    NORM_OPS_PER_ELEMENT, NORMS, SOFTCAP_OPS, fp32_norm_bytes, norm_params, padded_vocab, param_count, tp_collectives,
+)
 
 __all__ = ["OutputConfig", "evaluate_output", "hp_layer_kinds"]
 
@@ -41,12 +43,18 @@ class OutputConfig:
         hidden_size: Model width.
         tie_word_embeddings: The LM head is the embedding's weight.
         norm: The final norm (``rmsnorm`` or ``layernorm``).
+        final_logit_softcapping: The logits are capped as ``c * tanh(z / c)``
+            before the loss (Gemma 2 ``Gemma2ForCausalLM``): the ``tanh`` output is
+            kept for backward (the divisions and multiplications by a scalar keep
+            nothing), ``T * V / t`` in the compute dtype, and each logit costs
+            three more elementwise operations.
     """
 
     vocab_size: int = attrs.field(validator=bounded_int(MAX_VOCAB, what="MAX_VOCAB"))
     hidden_size: int = attrs.field(validator=positive_int)
     tie_word_embeddings: bool = False
     norm: str = attrs.field(default="rmsnorm", validator=one_of(NORMS))
+    final_logit_softcapping: float | None = attrs.field(default=None, validator=attrs.validators.optional(positive_number))
 
 
 def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
@@ -97,6 +105,9 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
         loss,
         *extra,
     )
+    capped = c.final_logit_softcapping is not None
+    if capped:
+        terms += (ActivationTerm("logit_softcap_tanh_out", T * vocab_shard * p.activation_bytes, None, loss_split),)
     return LayerCost(
         params=tuple(params),
         activations=terms,
@@ -107,10 +118,11 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
         weight_shapes=((head_out, h),),
         # A vocabulary-parallel head: its input gathered over TP, one GEMM to the rank's vocabulary shard.
         work=LayerWork(collectives=tp_collectives(x, 0, T * h * p.activation_bytes, "head") if split > 1 else (),
-                       gemms=((T, head_out, h),), boundary_bytes=T * h * p.activation_bytes),
+                       gemms=((T, head_out, h),), boundary_bytes=T * h * p.activation_bytes,
+                       high_precision_gemms=((T, head_out, h),)),  # the head stays in the compute dtype
         forward=Flops(
             matmul_flops=2 * T * h * head_out,
-            elementwise_flops=NORM_OPS_PER_ELEMENT[c.norm] * T * h // x.sp_degree + _LOSS_OPS_PER_LOGIT * T * vocab_shard,
+            elementwise_flops=NORM_OPS_PER_ELEMENT[c.norm] * T * h // x.sp_degree + (_LOSS_OPS_PER_LOGIT + SOFTCAP_OPS * capped) * T * vocab_shard,
         ),
     )
 

@@ -19,7 +19,12 @@ module                             what it holds
                                    :func:`validate_mlp`, :data:`ACT_OPS`
 :mod:`~hp_plugins.kit.experts`     :class:`MoEFields`, :func:`moe`, :func:`moe_tokens`,
                                    :func:`validate_moe`
-:mod:`~hp_plugins.kit.norms`       :data:`NORMS`, :data:`NORM_OPS_PER_ELEMENT`, :func:`norm_params`, :func:`fp32_norm_bytes`
+:mod:`~hp_plugins.kit.norms`       :data:`NORMS`, :data:`NORM_OPS_PER_ELEMENT`, :func:`norm_params`,
+                                   :func:`post_norm`, :func:`fp32_norm_bytes`
+:mod:`~hp_plugins.kit.local_attention` sliding windows, chunks, soft-capping, sinks:
+                                   :func:`causal_score_pairs`, :func:`score_share`,
+                                   :func:`local_attention_core`
+:mod:`~hp_plugins.kit.clamped_glu` GPT-OSS's clamped SwiGLU: :func:`clamped_swiglu`
 :mod:`~hp_plugins.kit.shapes`      :func:`check_divides`, :func:`padded_vocab`
 :mod:`~hp_plugins.kit.ssm`         :class:`Mamba2Fields`, :func:`mamba2_mixer`,
                                    :func:`validate_mamba2`, :func:`ssd_chunk_flops`
@@ -47,13 +52,17 @@ docs/kit.md describes each block.
 
 from __future__ import annotations
 
-from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, NORMS, fp32_norm_bytes, norm_params
+from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, NORMS, fp32_norm_bytes, norm_params, post_norm
 from hp_plugins.kit.shapes import check_divides, padded_vocab
 from hp_plugins.kit.builder import RESIDUAL_OPS, SOFTMAX_OPS, LayerBuilder, param_count, term
 from hp_plugins.kit.attention import GQAFields, gqa_attention, validate_gqa
 from hp_plugins.kit.mla import MLAFields, mla_attention, validate_mla
 from hp_plugins.kit.feedforward import ACT_OPS, MLPFields, mlp, swiglu, validate_mlp
-from hp_plugins.kit.experts import MoEFields, moe, moe_tokens, validate_moe
+from hp_plugins.kit.experts import EXPERT_ACTIVATIONS, MoEFields, moe, moe_tokens, validate_moe
+from hp_plugins.kit.clamped_glu import CLAMPED_SWIGLU_OPS, clamped_swiglu
+from hp_plugins.kit.local_attention import (
+    SINK_OPS_PER_ROW, SOFTCAP_OPS, causal_score_pairs, local_attention_core, score_share,
+)
 from hp_plugins.kit.work import (
     SOFTMAX_OPS_PER_SCORE, AttentionShape, ExpertShape, attention_collectives, decoder_work, expert_collectives,
     tp_collectives,
@@ -66,6 +75,15 @@ from hp_plugins.kit.gated_attention import gated_gqa_attention
 
 __all__ = [
     "ACT_OPS",
+    "CLAMPED_SWIGLU_OPS",
+    "EXPERT_ACTIVATIONS",
+    "SINK_OPS_PER_ROW",
+    "SOFTCAP_OPS",
+    "causal_score_pairs",
+    "clamped_swiglu",
+    "local_attention_core",
+    "post_norm",
+    "score_share",
     "AttentionShape",
     "ExpertShape",
     "SOFTMAX_OPS_PER_SCORE",

@@ -5,9 +5,10 @@ from __future__ import annotations
 import attrs
 
 from hp_core.costs import LayerContext
-from hp_core.validators import one_of, positive_int, probability
+from hp_core.validators import one_of, positive_int, positive_number, probability
 from hp_plugins.kit.work import AttentionShape
-from hp_plugins.kit.builder import LayerBuilder
+from hp_plugins.kit.builder import SOFTMAX_OPS, LayerBuilder
+from hp_plugins.kit.local_attention import SOFTCAP_OPS, local_attention_core
 from hp_plugins.kit.norms import NORMS, fp32_norm_bytes
 from hp_plugins.kit.shapes import check_divides
 
@@ -25,10 +26,19 @@ class GQAFields:
         head_dim: Width of a head; ``None`` means ``hidden_size / num_attention_heads``.
         attention_bias: Biases on q, k and v.
         attention_out_bias: A bias on the output projection.
-        qk_norm: Per-head RMSNorm of q and k (Qwen3, OLMo-2).
+        qk_norm: Per-head RMSNorm of q and k (Qwen3, OLMo-2, Gemma 3).
+        qk_norm_weight: The QK-norm has a learned scale per channel (``False``:
+            Llama 4's weightless ``L2Norm``).
         norm: ``rmsnorm`` or ``layernorm`` (both of the layer's norms).
         attention_dropout: Dropout on the attention probabilities.
         hidden_dropout: Dropout after the attention and feed-forward output projections.
+        sliding_window: Each query attends its last ``sliding_window`` keys, itself
+            included (Mistral, Gemma 2/3, GPT-OSS; :mod:`hp_plugins.kit.local_attention`);
+            ``None``: full causal attention.
+        attention_chunk_size: Each query attends the keys of its own chunk up to
+            itself (Llama 4's chunked layers); ``None``: no chunks.
+        attn_logit_softcapping: The scores are capped as ``c * tanh(s / c)`` (Gemma 2).
+        attention_sinks: A learned sink logit per head joins each softmax row (GPT-OSS).
     """
 
     hidden_size: int = attrs.field(validator=positive_int)
@@ -38,9 +48,14 @@ class GQAFields:
     attention_bias: bool = False
     attention_out_bias: bool = False
     qk_norm: bool = False
+    qk_norm_weight: bool = True
     norm: str = attrs.field(default="rmsnorm", validator=one_of(NORMS))
     attention_dropout: float = attrs.field(default=0.0, validator=probability)
     hidden_dropout: float = attrs.field(default=0.0, validator=probability)
+    sliding_window: int | None = attrs.field(default=None, validator=attrs.validators.optional(positive_int))
+    attention_chunk_size: int | None = attrs.field(default=None, validator=attrs.validators.optional(positive_int))
+    attn_logit_softcapping: float | None = attrs.field(default=None, validator=attrs.validators.optional(positive_number))
+    attention_sinks: bool = False
 
     def __attrs_post_init__(self) -> None:
         self.check_gqa()
@@ -55,6 +70,14 @@ class GQAFields:
             )
         if self.head_dim is None and self.hidden_size % self.num_attention_heads:
             raise ValueError("hidden_size must be a multiple of num_attention_heads when head_dim is not stated")
+        if self.sliding_window is not None and self.attention_chunk_size is not None:
+            raise ValueError("a layer has a sliding_window or an attention_chunk_size, not both")
+
+    @property
+    def local(self) -> bool:
+        """Whether any of the local-attention fields is set (:mod:`hp_plugins.kit.local_attention`)."""
+        return (self.sliding_window is not None or self.attention_chunk_size is not None
+                or self.attn_logit_softcapping is not None or self.attention_sinks)
 
     @property
     def head_width(self) -> int:
@@ -73,6 +96,10 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     of v are kept (Hugging Face ``repeat_kv`` in ``eager_attention_forward``;
     Megatron-Core ``DotProductAttention`` ``repeat_interleave``; measured by
     the torch census, docs/accuracy.md). A flash kernel reads the ``g`` heads.
+
+    A sliding window, chunks, soft-capping or sinks price the core with
+    :func:`~hp_plugins.kit.local_attention.local_attention_core`; sinks add
+    ``a`` parameters (one logit per head, split over TP with the heads).
     """
     x, act, t = b.x, b.act, b.x.tp
     T, h, d, a, g = x.tokens, c.hidden_size, c.head_width, c.num_attention_heads, c.num_key_value_heads
@@ -82,7 +109,9 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     b.pre_norm("attn", c.norm, c.hidden_dropout)
     b.param("qkv_proj", h * qkv + qkv * c.attention_bias, True, matrices=((1, qkv // t, h),))
     b.param("o_proj", a * d * h, True, matrices=((1, h, a * d // t),))
-    b.param("attn_replicated", h * c.attention_out_bias + 2 * d * c.qk_norm, False)
+    b.param("attn_replicated", h * c.attention_out_bias + 2 * d * (c.qk_norm and c.qk_norm_weight), False)
+    if c.attention_sinks:
+        b.param("attn_sinks", a, True)
     if c.qk_norm:
         b.keep("qk_norm_in", T * (a + g) * d * act // t, None, True)
         # Per-head RMSNorms over d: (a + g) / t rows per token (fp32_norm_copy trait).
@@ -91,15 +120,23 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     else:
         b.keep("q_k", T * (a + kv) * d * act // t, None, True)
     b.keep("v", T * kv * d * act // t, None, True)
-    b.attention_core(a, d, d, c.attention_dropout)
-    b.keep("attn_out", T * a * d * act // t, None, True)
+    share, ops = 1.0, SOFTMAX_OPS
+    if c.local:
+        share = local_attention_core(b, a, d, d, c.attention_dropout, window=c.sliding_window,
+                                     chunk=c.attention_chunk_size, softcap=c.attn_logit_softcapping,
+                                     sinks=c.attention_sinks)
+        ops += SOFTCAP_OPS if c.attn_logit_softcapping is not None else 0
+    else:
+        b.attention_core(a, d, d, c.attention_dropout)
+    # The output projection's input; a flash kernel keeps it too, as its output.
+    b.keep("attn_out", T * a * d * act // t, None, True, "shared" if x.attention != "eager" else "owned")
     if x.attention != "eager":
         # Flash backward: dq, dk, dv and its fp32 row statistics.
         b.block_grads.append(T * qkv * act // t + T * (a // t) * x.precision.lse_bytes)
     b.linear(T, h, qkv // t)
     b.linear(T, a * d // t, h)
     b.tp_blocks += 1
-    b.attention_shape = AttentionShape(heads=a, kv_heads=g, head_dim=d)
+    b.attention_shape = AttentionShape(heads=a, kv_heads=g, head_dim=d, score_share=share, score_ops=ops)
 
 
 def validate_gqa(c: GQAFields, x: LayerContext) -> None:

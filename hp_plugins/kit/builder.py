@@ -32,15 +32,16 @@ RESIDUAL_OPS = 1
 # Evaluators build the same terms and parameter counts again for every layout a search tries; the
 # records are frozen, so equal ones are shared instead of built (and validated) again.
 @functools.lru_cache(maxsize=1 << 16)
-def term(op: str, nbytes: int, switch: str | None = None, tp_split: bool = False) -> ActivationTerm:
+def term(op: str, nbytes: int, switch: str | None = None, tp_split: bool = False,
+         gemm_input: str | None = None) -> ActivationTerm:
     """An :class:`~hp_core.costs.ActivationTerm`, shared with every equal one asked for before."""
-    return ActivationTerm(op, nbytes, switch, tp_split)
+    return ActivationTerm(op, nbytes, switch, tp_split, gemm_input)
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def param_count(name: str, group: str, elements: int, tp_split: bool, stored_elements: int | None = None,
                 shared_with: str | None = None, matrices: tuple[tuple[int, int, int], ...] = (),
-                embedding_or_output: bool = False) -> ParamCount:
+                embedding_or_output: bool = False, high_precision: bool = False) -> ParamCount:
     """A :class:`~hp_core.costs.ParamCount`, shared with every equal one asked for before.
 
     *matrices* (``(count, rows, columns)`` on one rank) drop any with a zero
@@ -48,7 +49,8 @@ def param_count(name: str, group: str, elements: int, tp_split: bool, stored_ele
     validation refuses).
     """
     matrices = tuple(m for m in matrices if all(m))
-    return ParamCount(name, group, elements, tp_split, stored_elements, shared_with, matrices, embedding_or_output)
+    return ParamCount(name, group, elements, tp_split, stored_elements, shared_with, matrices, embedding_or_output,
+                      high_precision)
 
 
 class LayerBuilder:
@@ -75,34 +77,47 @@ class LayerBuilder:
         self.attention_shape: AttentionShape | None = None
         self.expert_shape: ExpertShape | None = None
 
-    def keep(self, op: str, nbytes: int, switch: str | None = None, tp_split: bool = False) -> None:
-        """Record *nbytes* kept for backward by *op*, dropped by *switch*."""
+    def keep(self, op: str, nbytes: int, switch: str | None = None, tp_split: bool = False,
+             gemm_input: str | None = None) -> None:
+        """Record *nbytes* kept for backward by *op*, dropped by *switch*.
+
+        Args:
+            gemm_input: ``"owned"`` or ``"shared"`` where the tensor is a
+                linear layer's input kept for its weight gradient
+                (:attr:`ActivationTerm.gemm_input <hp_core.costs.ActivationTerm.gemm_input>`).
+        """
         if nbytes:
-            self.terms.append(term(op, nbytes, switch, tp_split))
+            self.terms.append(term(op, nbytes, switch, tp_split, gemm_input))
 
     def param(self, name: str, elements: int, tp_split: bool, group: str = "dense",
-              matrices: tuple[tuple[int, int, int], ...] = ()) -> None:
+              matrices: tuple[tuple[int, int, int], ...] = (), high_precision: bool = False) -> None:
         """Record a parameter family of *elements* (whole model).
 
         Args:
             matrices: Its 2-D weights as one rank holds them, each ``(count,
                 rows, columns)`` (a linear weight's per-rank ``(fan_out,
                 fan_in)``); its other elements are 1-D (biases, norm scales).
+            high_precision: Its matrices stay in the compute dtype under a
+                low-precision recipe (a router's gate).
         """
         if elements:
-            self.params.append(param_count(name, group, elements, tp_split, matrices=tuple(matrices)))
+            self.params.append(param_count(name, group, elements, tp_split, matrices=tuple(matrices),
+                                           high_precision=high_precision))
 
-    def pre_norm(self, prefix: str, norm: str, hidden_dropout: float) -> None:
+    def pre_norm(self, prefix: str, norm: str, hidden_dropout: float, gemm_input: str | None = "owned") -> None:
         """A block's pre-norm: its input (the residual stream) and output, the SP gathered copy, the dropout mask.
 
         Korthikanti et al. 2022 Section 4.1: each LayerNorm keeps its input
         (2sbh) and the following linear layer its input (2sbh), the norm's output.
+        The norm's output (and its SP-gathered copy) is the next linear
+        layer's input (*gemm_input*; ``None`` where a compute-dtype op, a
+        router's gate, keeps it too).
         """
         self.keep(f"{prefix}_norm_in", self.hidden)
-        self.keep(f"{prefix}_norm_out", self.hidden, "normOp")
+        self.keep(f"{prefix}_norm_out", self.hidden, "normOp", gemm_input=gemm_input)
         # An unfused RMSNorm's fp32 copy and inverse root (fp32_norm_copy trait, kit.norms.fp32_norm_bytes).
         self.keep(f"{prefix}_norm_fp32", fp32_norm_bytes(self.x.tokens, self.h, norm, self.x.traits) // self.x.sp_degree, "normOp")
-        self.keep(f"{prefix}_gathered", self.gathered, "gather")
+        self.keep(f"{prefix}_gathered", self.gathered, "gather", gemm_input=gemm_input)
         if hidden_dropout > 0:
             self.keep(f"{prefix}_hidden_dropout_mask", self.x.tokens * self.h * self.x.precision.dropout_mask_bytes // self.x.sp_degree)
         self.param(f"{prefix}_norm", norm_params(norm, self.h), False)

@@ -10,11 +10,16 @@ from hp_core.errors import ConfigError
 from hp_core.costs import LayerContext
 from hp_core.validators import non_negative_int, one_of, positive_int
 from hp_plugins.kit.builder import LayerBuilder
+from hp_plugins.kit.clamped_glu import clamped_swiglu
 from hp_plugins.kit.feedforward import ACT_OPS, swiglu
 from hp_plugins.kit.shapes import check_divides
 from hp_plugins.kit.work import ExpertShape
 
-__all__ = ["MoEFields", "moe", "moe_tokens", "validate_moe"]
+__all__ = ["EXPERT_ACTIVATIONS", "MoEFields", "moe", "moe_tokens", "validate_moe"]
+
+# The routed experts' gated activations: SwiGLU (hp_plugins.kit.feedforward.swiglu) and
+# GPT-OSS's clamped one (hp_plugins.kit.clamped_glu).
+EXPERT_ACTIVATIONS = ("swiglu", "clamped_swiglu")
 
 
 def _capacity(instance, attribute, value):
@@ -39,6 +44,14 @@ class MoEFields:
             ``None``: dropless routing.
         pad_to_capacity: Every expert processes ``capacity`` tokens, padded (Megatron-Core
             ``--moe-pad-expert-input-to-capacity``); only with a capacity factor.
+        router_bias: A bias on the router's logits (GPT-OSS, ``E`` parameters).
+        router_topk_softmax: The routing weights are a softmax over the top-k
+            logits only (GPT-OSS ``GptOssTopKRouter``): the router keeps ``k``
+            probabilities per token, not ``E``.
+        expert_bias: Biases on each routed expert's projections (GPT-OSS:
+            ``2 I + h`` per expert).
+        expert_activation: ``swiglu``, or GPT-OSS's ``clamped_swiglu``
+            (:mod:`hp_plugins.kit.clamped_glu`).
     """
 
     num_experts: int = attrs.field(validator=positive_int)
@@ -49,6 +62,10 @@ class MoEFields:
     hidden_act: str = attrs.field(default="silu", validator=one_of(tuple(ACT_OPS)))
     capacity_factor: float | None = attrs.field(default=None, validator=_capacity)
     pad_to_capacity: bool = False
+    router_bias: bool = False
+    router_topk_softmax: bool = False
+    expert_bias: bool = False
+    expert_activation: str = attrs.field(default="swiglu", validator=one_of(EXPERT_ACTIVATIONS))
 
     def __attrs_post_init__(self) -> None:
         self.check_moe()
@@ -100,15 +117,23 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     T, h, E = x.tokens, b.h, c.num_experts
     routed = T // x.sp_degree
     processed = moe_tokens(c, x)
-    b.pre_norm("moe", norm, hidden_dropout)
-    b.param("router", E * h, False, matrices=((1, E, h),))
+    # The norm's output is also the router's input, which keeps it in the compute dtype.
+    b.pre_norm("moe", norm, hidden_dropout, gemm_input=None)
+    b.param("router", E * h + E * c.router_bias, False, matrices=((1, E, h),), high_precision=True)
     # Each of a rank's E / ep experts: the fused gate and up projection and the down projection, split over etp.
     width = c.moe_intermediate_size // x.etp
     b.param("experts", E * 3 * h * c.moe_intermediate_size, True, "routed_expert",
             matrices=((E // x.ep, 2 * width, h), (E // x.ep, h, width)))
-    b.keep("router_probs", routed * E * act)
-    b.keep("dispatched_tokens", processed * h * act)
-    expert_wide = swiglu(b, "expert_", processed, c.moe_intermediate_size // x.etp, True, c.hidden_act, False)
+    if c.expert_bias:
+        # FC1's bias is split with its output over etp; FC2's (h per expert) is whole on each etp rank.
+        b.param("expert_fc1_bias", E * 2 * c.moe_intermediate_size, True, "routed_expert")
+        b.param("expert_fc2_bias", E * h, False, "routed_expert")
+    b.keep("router_probs", routed * (c.num_experts_per_tok if c.router_topk_softmax else E) * act)
+    b.keep("dispatched_tokens", processed * h * act, gemm_input="owned")  # the experts' FC1 input
+    if c.expert_activation == "clamped_swiglu":
+        expert_wide = clamped_swiglu(b, "expert_", processed, width)
+    else:
+        expert_wide = swiglu(b, "expert_", processed, width, True, c.hidden_act, False)
     if "moe_probs_in_activation" in x.traits:
         # The weighted SwiGLU keeps the fp32 probability of each dispatched token.
         b.keep("expert_probs", processed * 4)

@@ -41,20 +41,21 @@ def swiglu(b: LayerBuilder, prefix: str, tokens: int, width: int, gated: bool, a
     the gate and up outputs, the activation's output (the product's input) and
     the product (the FC2 input). A fused SwiGLU (the ``fused_swiglu`` trait:
     Megatron-LM ``bias_swiglu_impl``) keeps only its input, the FC1 output, and
-    its product, which FC2 keeps.
+    its product, which FC2 keeps. The product (the activation's output
+    without a gate) is FC2's input (``gemm_input`` ``owned``).
     """
     wide = tokens * width * b.act
     if gated and "fused_swiglu" in b.x.traits:
         b.keep(f"{prefix}fc1_out", 2 * wide, None, tp_split)
-        b.keep(f"{prefix}mul_out", wide, "ffAct", tp_split)
+        b.keep(f"{prefix}mul_out", wide, "ffAct", tp_split, "owned")
     elif gated:
         b.keep(f"{prefix}gate_out", wide, None, tp_split)
         b.keep(f"{prefix}up_out", wide, None, tp_split)
         b.keep(f"{prefix}act_out", wide, "ffAct", tp_split)
-        b.keep(f"{prefix}mul_out", wide, "ffAct", tp_split)
+        b.keep(f"{prefix}mul_out", wide, "ffAct", tp_split, "owned")
     else:
         b.keep(f"{prefix}fc1_out", wide, None, tp_split)
-        b.keep(f"{prefix}act_out", wide, "ffAct", tp_split)
+        b.keep(f"{prefix}act_out", wide, "ffAct", tp_split, "owned")
     b.elementwise += (ACT_OPS[act_name] + (1 if gated else 0)) * tokens * width
     return wide
 

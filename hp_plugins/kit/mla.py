@@ -67,7 +67,7 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
         b.param("q_a_layernorm", r, False)
         b.param("q_b_proj", r * a * qk, True, matrices=((1, a * qk // t, r),))
         b.keep("q_latent", T * r * act)
-        b.keep("q_latent_norm_out", T * r * act, "normOp")
+        b.keep("q_latent_norm_out", T * r * act, "normOp", gemm_input="owned")
         b.keep("q_latent_norm_fp32", fp32_norm_bytes(T, r, "rmsnorm", x.traits), "normOp")
         b.linear(T, h, r)
         b.linear(T, r, a * qk // t)
@@ -81,7 +81,7 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
             matrices=((1, a * (c.qk_nope_head_dim + c.v_head_dim) // t, c.kv_lora_rank),))
     b.param("o_proj", a * c.v_head_dim * h, True, matrices=((1, h, a * c.v_head_dim // t),))
     b.keep("kv_latent", T * kv_a * act)
-    b.keep("kv_latent_norm_out", T * c.kv_lora_rank * act, "normOp")
+    b.keep("kv_latent_norm_out", T * c.kv_lora_rank * act, "normOp", gemm_input="owned")
     b.keep("kv_latent_norm_fp32", fp32_norm_bytes(T, c.kv_lora_rank, "rmsnorm", x.traits), "normOp")
     b.keep("q_heads", T * a * qk * act // t, "attUp", True)
     b.keep("k_heads", T * a * qk * act // t, "attUp", True)
@@ -91,7 +91,8 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
         # v is a view of kv_b_proj's output, whose storage (k_nope and v) it keeps alive.
         b.keep("kv_up_out", T * a * (c.qk_nope_head_dim + c.v_head_dim) * act // t, "attUp", True)
     b.attention_core(a, qk, c.v_head_dim, c.attention_dropout)
-    b.keep("attn_out", T * a * c.v_head_dim * act // t, None, True)
+    # The output projection's input; a flash kernel keeps it too, as its output.
+    b.keep("attn_out", T * a * c.v_head_dim * act // t, None, True, "shared" if x.attention != "eager" else "owned")
     if x.attention != "eager":
         b.block_grads.append(T * a * (2 * qk + c.v_head_dim) * act // t + T * (a // t) * x.precision.lse_bytes)
     b.linear(T, h, kv_a)

@@ -7,7 +7,7 @@ kind's own norms (a final norm, QK-norm, MTP's ``enorm``/``hnorm``) count with.
 
 from __future__ import annotations
 
-__all__ = ["NORMS", "NORM_OPS_PER_ELEMENT", "fp32_norm_bytes", "norm_params"]
+__all__ = ["NORMS", "NORM_OPS_PER_ELEMENT", "fp32_norm_bytes", "norm_params", "post_norm"]
 
 # Norm types: RMSNorm has a scale vector; LayerNorm a scale and a bias.
 NORMS = ("rmsnorm", "layernorm")
@@ -38,3 +38,16 @@ def fp32_norm_bytes(rows: int, width: int, norm: str, traits: frozenset[str]) ->
     if "fp32_norm_copy" not in traits or norm != "rmsnorm":
         return 0
     return rows * (4 * width + 4)
+
+
+def post_norm(b, prefix: str, norm: str) -> None:
+    """A norm on a block's output before the residual add (Gemma 2/3's ``post_attention_layernorm``
+    and ``post_feedforward_layernorm``), appended to a :class:`~hp_plugins.kit.LayerBuilder` *b*.
+
+    It keeps its input, the block's output projection's (reduce-scattered under
+    sequence parallelism), which nothing else keeps; its output feeds the
+    residual add, which keeps nothing. Its scale is ``hidden_size`` wide.
+    """
+    b.keep(f"{prefix}_post_norm_in", b.hidden)
+    b.param(f"{prefix}_post_norm", norm_params(norm, b.h), False)
+    b.elementwise += NORM_OPS_PER_ELEMENT[norm] * b.x.tokens * b.h // b.x.sp_degree

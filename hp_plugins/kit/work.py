@@ -54,7 +54,13 @@ SOFTMAX_OPS_PER_SCORE = 5
 @attrs.frozen
 class AttentionShape:
     """An attention block's shape. GQA: ``heads``, ``kv_heads``, ``head_dim``.
-    MLA: ``heads`` and the ``qk_nope``, ``qk_rope``, ``v_head`` dims with the KV ``kv_lora_rank``."""
+    MLA: ``heads`` and the ``qk_nope``, ``qk_rope``, ``v_head`` dims with the KV ``kv_lora_rank``.
+
+    ``score_share``: the share of the score square a fused kernel's on-chip
+    elementwise work covers (a sliding window or chunks under flash:
+    :func:`hp_plugins.kit.local_attention.score_share`); ``score_ops``: its
+    elementwise operations per score (the softmax's, plus a soft-cap's).
+    """
 
     heads: int
     kv_heads: int | None = None
@@ -63,6 +69,8 @@ class AttentionShape:
     qk_rope: int | None = None
     v_head: int | None = None
     kv_lora_rank: int | None = None
+    score_share: float = 1.0
+    score_ops: int = SOFTMAX_OPS_PER_SCORE
 
     @property
     def mla(self) -> bool:
@@ -94,7 +102,9 @@ def tp_collectives(x: LayerContext, blocks: int, tp_bytes: float, vocab: str = "
     embedding, head = int(vocab == "embedding"), int(vocab == "head")
     if x.sp:
         found = [
-            Collective("tp", "all_gather", tp_bytes, blocks, blocks, rerun_switch="gather"),
+            # Each block gathers its first linear layer's input forward, and the output gradient of its
+            # last backward (and, recomputed, the input again): linear layers' GEMM inputs.
+            Collective("tp", "all_gather", tp_bytes, blocks, blocks, rerun_switch="gather", gemm_input=True),
             Collective("tp", "reduce_scatter", tp_bytes, blocks, blocks),
         ]
         if embedding:  # reduce-scatter forward, all-gather backward
@@ -143,7 +153,9 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
     wide = False
     if attention is not None:
         heads = attention.heads
-        scores = SOFTMAX_OPS_PER_SCORE * x.micro_batch_size * (heads // tp) * (x.seq_len // x.cp) * x.seq_len
+        scores = attention.score_ops * x.micro_batch_size * (heads // tp) * (x.seq_len // x.cp) * x.seq_len
+        if attention.score_share != 1.0:
+            scores *= attention.score_share
         if attention.mla:
             # MLA: the up-projected per-head keys (nope + rope) and values are exchanged.
             qk = attention.qk_nope + attention.qk_rope
@@ -201,6 +213,7 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         expert_gemms=expert_gemms, attention_calls=1 if attention is not None else 0, wide_qk_attention=wide,
         fused_softmax_flops=scores, copy_bytes=copy, permute_bytes=permute, permute_input_bytes=permute_input,
         router_elements=router, boundary_bytes=T * h * act, reruns=reruns,
+        high_precision_gemms=gemms[:1] if experts is not None else (),
         attention_core_switches=ATTENTION_CORE_SWITCHES if attention is not None else frozenset(),
         routed_experts=experts.experts if experts is not None else 0,
     )

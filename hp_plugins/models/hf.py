@@ -8,8 +8,7 @@ needs is refused with its path.
 Supported ``model_type`` values, the transformers classes they follow and the
 layer kinds they become:
 
-* ``llama``, ``mistral`` (``LlamaConfig``, ``MistralConfig``): ``dense``;
-  biases from ``attention_bias`` / ``mlp_bias``.
+* ``llama`` (``LlamaConfig``): ``dense``; biases from ``attention_bias`` / ``mlp_bias``.
 * ``qwen2`` (``Qwen2Config``): ``dense``; q, k and v always carry biases
   (``Qwen2Attention`` builds them with ``bias=True``).
 * ``qwen3`` (``Qwen3Config``): ``dense`` with per-head q/k RMSNorm.
@@ -27,6 +26,10 @@ layer kinds they become:
   ``moe_intermediate_size`` and ``n_shared_experts * moe_intermediate_size`` of
   shared experts; ``num_nextn_predict_layers`` MTP modules (V3) of the last
   layer's kind.
+
+``mistral``, ``phi3``, ``gemma2``, ``gemma3_text``, ``gpt_oss`` and
+``llama4_text`` (sliding windows, chunks, soft-capping, sinks) are the format
+of :mod:`hp_plugins.models.hf_local`, which :func:`hp_model_formats` yields too.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from hp_plugins.kinds.mla import MLAConfig, MLAMoEConfig
 from hp_plugins.kinds.moe import MoEConfig
 from hp_plugins.kinds.mtp import MTPConfig
 from hp_plugins.kinds.output import OutputConfig
+from hp_plugins.models.hf_local import local_formats
 
 __all__ = ["DEFAULTS", "MODEL_TYPES", "hp_model_formats", "load_hf_config", "model_from_hf_config"]
 
@@ -57,7 +61,6 @@ _COMMON = {"num_key_value_heads": None, "head_dim": None, "hidden_act": "silu", 
            "attention_dropout": 0.0}
 DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": {**_COMMON, "attention_bias": False, "mlp_bias": False},
-    "mistral": {**_COMMON},
     "qwen2": {**_COMMON},
     "qwen3": {**_COMMON, "head_dim": 128, "attention_bias": False},
     "mixtral": {**_COMMON},
@@ -150,8 +153,7 @@ def _experts(r: _Reader, count_key: str, width_key: str, shared: int = 0, gate: 
 
 def _layers_llama(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
     mlp_bias = r.get("mlp_bias", bool) if model_type == "llama" else False
-    attention = _gqa(r, qkv_bias=True if model_type == "qwen2" else None if model_type != "mistral" else False,
-                     qk_norm=model_type == "qwen3")
+    attention = _gqa(r, qkv_bias=True if model_type == "qwen2" else None, qk_norm=model_type == "qwen3")
     layer = DenseConfig(**attention, **_mlp(r), mlp_bias=mlp_bias)
     return [("dense", layer)] * r.get("num_hidden_layers")
 
@@ -193,7 +195,6 @@ def _layers_deepseek(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
 
 _BUILDERS: dict[str, Callable[[_Reader, str], list[tuple[str, Any]]]] = {
     "llama": _layers_llama,
-    "mistral": _layers_llama,
     "qwen2": _layers_llama,
     "qwen3": _layers_llama,
     "mixtral": _layers_mixtral,
@@ -256,3 +257,4 @@ def hp_model_formats():
     """The Hugging Face ``config.json`` format, for every ``model_type`` in :data:`MODEL_TYPES`."""
     yield ModelFormat(name="hf", build=model_from_hf_config, model_types=MODEL_TYPES,
                       description="Hugging Face config.json: " + ", ".join(MODEL_TYPES))
+    yield from local_formats()

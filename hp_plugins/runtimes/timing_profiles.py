@@ -106,6 +106,20 @@ def _simumax_gemm_table() -> GemmTable:
 # The B200 table: 144 dense and 20 grouped GEMM shapes, each measured in its three passes.
 B200_GEMMS = _simumax_gemm_table()
 
+# Transformer Engine's GEMM benchmark (benchmarks/gemm/benchmark_gemm.py) as its tutorial
+# docs/examples/gemm_profiling/gemm_profiling.rst publishes it (TransformerEngine@d0067d0, read 2026-11-30):
+# a 5B model (hidden 4096, intermediate 16384, 15,872 tokens), per-layer time of its 12 GEMMs
+# (4 Fprop + 4 Dgrad + 4 Wgrad), "--pre-quantize": the kernels alone, inputs already quantized.
+_TE_GEMMS = "Transformer Engine docs/examples/gemm_profiling/gemm_profiling.rst (TransformerEngine@d0067d0), pre-quantized"
+_BLACKWELL_SPEEDUPS = (
+    ("fp8_tensorwise", Sourced(1.923, f"{_TE_GEMMS} on B300: BF16 13.102 ms / FP8CurrentScaling 6.812 ms per layer "
+                                       "(B300, the B200's FP8:BF16 dense peak ratio of 2)")),
+    ("mxfp8", Sourced(1.830, f"{_TE_GEMMS} on B300: BF16 13.102 ms / MXFP8 7.161 ms per layer")),
+)
+_HOPPER_SPEEDUPS = (
+    ("fp8_tensorwise", Sourced(1.905, f"{_TE_GEMMS} on H200 NVL: BF16 31.968 ms / FP8CurrentScaling 16.785 ms per layer")),
+)
+
 BLACKWELL = DeviceEfficiency(
     architecture="blackwell",
     matmul=Sourced(0.4878, f"{_SIMUMAX_B200}: accelerator.op.matmul.efficient_factor over 514 measured bf16 GEMM shapes"),
@@ -169,6 +183,7 @@ BLACKWELL = DeviceEfficiency(
         "and the benchmark's own accumulation into its input's .grad (30.6 us)"
     ),
     gemm_table=B200_GEMMS,
+    gemm_speedups=_BLACKWELL_SPEEDUPS,
 )
 
 HOPPER = DeviceEfficiency(
@@ -197,6 +212,7 @@ HOPPER = DeviceEfficiency(
         52.3e-6, f"{_ROUTER_H200}: 26 backward kernels, 122.0 us, less the gating GEMM's two gradient GEMMs (39.1 us) "
         "and the benchmark's own accumulation into its input's .grad (30.6 us)"
     ),
+    gemm_speedups=_HOPPER_SPEEDUPS,
 )
 
 AMPERE = DeviceEfficiency(

@@ -17,6 +17,7 @@ from hp_core.errors import PluginError
 from hp_core.hookspecs import HOOKS
 from hp_core.manager import BLOCK_ENV, DEFAULT_PLUGINS, ENTRY_POINT_GROUP, get_plugin_manager
 from hp_core.markers import hookimpl
+from hp_core.precision_recipes import GemmOperand, PrecisionRecipe
 from hp_core.registry import Registry
 from hp_core.schedules import Schedule
 from hp_core.errors import ConfigError
@@ -121,6 +122,11 @@ def _schedule(name: str) -> Schedule:
 
 # One factory per hook: a new hook in HOOKS without a factory fails
 # test_every_hook_has_a_test below, so every hook stays exercised.
+def _precision_recipe(name: str) -> PrecisionRecipe:
+    fp8 = GemmOperand("e4m3", "tensor_current")
+    return PrecisionRecipe(name=name, description="probe", source="test", weights=fp8, activations=fp8, gradients=fp8)
+
+
 RECORD_FACTORIES = {
     "hp_layer_kinds": _layer_kind,
     "hp_census_sources": _census_source,
@@ -132,6 +138,7 @@ RECORD_FACTORIES = {
     "hp_case_formats": _case_format,
     "hp_layer_aspects": _layer_aspect,
     "hp_optimizers": _optimizer,
+    "hp_precision_recipes": _precision_recipe,
     "hp_schedules": _schedule,
 }
 
@@ -148,6 +155,7 @@ LOOKUPS = {
     "hp_layer_aspects": Registry.layer_aspect,
     "hp_schedules": Registry.schedule,
     "hp_optimizers": Registry.optimizer,
+    "hp_precision_recipes": Registry.precision_recipe,
 }
 
 

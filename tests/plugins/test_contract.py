@@ -48,6 +48,12 @@ SAMPLES: dict[str, list[object]] = {
             mlp_bias=True,
         ),
         DenseConfig(hidden_size=256, num_attention_heads=8, num_key_value_heads=4, head_dim=64, intermediate_size=768, qk_norm=True),
+        # Gemma 2 style: a sliding window, soft-capped scores, post-block norms.
+        DenseConfig(hidden_size=256, num_attention_heads=8, num_key_value_heads=4, head_dim=64, intermediate_size=512,
+                    hidden_act="gelu_pytorch_tanh", sliding_window=32, attn_logit_softcapping=50.0, post_block_norms=True),
+        # Llama 4 style: chunked attention with weightless QK-norm.
+        DenseConfig(hidden_size=256, num_attention_heads=8, num_key_value_heads=4, intermediate_size=512,
+                    attention_chunk_size=48, qk_norm=True, qk_norm_weight=False),
     ],
     "moe": [
         MoEConfig(hidden_size=256, num_attention_heads=8, num_key_value_heads=4, num_experts=8, num_experts_per_tok=2,
@@ -55,6 +61,11 @@ SAMPLES: dict[str, list[object]] = {
         MoEConfig(hidden_size=256, num_attention_heads=8, num_key_value_heads=4, num_experts=8, num_experts_per_tok=2,
                   moe_intermediate_size=128, shared_expert_intermediate_size=256, shared_expert_gate=True,
                   capacity_factor=1.25, pad_to_capacity=True, attention_bias=True, qk_norm=True),
+        # GPT-OSS style: sinks, a sliding window, biases, the clamped SwiGLU and its router.
+        MoEConfig(hidden_size=256, num_attention_heads=8, num_key_value_heads=4, num_experts=8, num_experts_per_tok=2,
+                  moe_intermediate_size=128, attention_bias=True, attention_out_bias=True, attention_sinks=True,
+                  sliding_window=16, router_bias=True, router_topk_softmax=True, expert_bias=True,
+                  expert_activation="clamped_swiglu"),
     ],
     "mla": [
         MLAConfig(**_MLA, q_lora_rank=64, intermediate_size=512),
@@ -73,6 +84,7 @@ SAMPLES: dict[str, list[object]] = {
     "output": [
         OutputConfig(vocab_size=1024, hidden_size=256),
         OutputConfig(vocab_size=1024, hidden_size=256, tie_word_embeddings=True, norm="layernorm"),
+        OutputConfig(vocab_size=1024, hidden_size=256, tie_word_embeddings=True, final_logit_softcapping=30.0),
     ],
 }
 

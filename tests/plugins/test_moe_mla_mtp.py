@@ -27,9 +27,10 @@ HERE = Path(__file__).resolve().parent
 REFERENCE = json.loads((HERE / "data" / "hf_preset_params.json").read_text())
 CASES = HERE / "data" / "params.json"
 
-ATTENTION_PARAMS = {"qkv_proj", "o_proj", "attn_replicated", "q_a_proj", "q_a_layernorm", "q_b_proj", "q_proj",
+ATTENTION_PARAMS = {"qkv_proj", "o_proj", "attn_replicated", "attn_sinks", "q_a_proj", "q_a_layernorm", "q_b_proj", "q_proj",
                     "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj"}
-MLP_PARAMS = {"mlp_in_proj", "mlp_out_proj", "mlp_out_bias", "router", "experts", "shared_experts", "shared_expert_gate"}
+MLP_PARAMS = {"mlp_in_proj", "mlp_out_proj", "mlp_out_bias", "router", "experts", "shared_experts", "shared_expert_gate",
+              "expert_fc1_bias", "expert_fc2_bias"}
 BODY = ("dense", "moe", "mla", "mla_moe")
 _REGISTRY = build_registry(use_env=False)
 

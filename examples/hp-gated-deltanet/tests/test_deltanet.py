@@ -177,7 +177,7 @@ def test_the_layer_states_its_tensor_parallel_collectives():
     work = evaluate_gated_deltanet(SMALL, _context(tp=2, sp=True)).work
     full = 64 * 256 * 2  # 32,768 bytes
     assert work.collectives == (
-        Collective("tp", "all_gather", full, 2, 2, rerun_switch="gather"),
+        Collective("tp", "all_gather", full, 2, 2, rerun_switch="gather", gemm_input=True),  # GEMM inputs
         Collective("tp", "reduce_scatter", full, 2, 2),
     )
     # Without sequence parallelism, one all-reduce per block each way; at tp = 1 none.

@@ -22,6 +22,7 @@ import attrs
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.engine import census as census_lib
 from hp_core.engine.optimizer import OptimizerLoad, group_states, layer_load, master_bytes, resolve_optimizer
+from hp_core.engine.precision import resolve_recipe
 from hp_core.engine.prepare import EvaluatedLayers, evaluate_layers, layer_context, model_kinds, resolve_runtime
 from hp_core.engine.schedule import _call, check_layout, stage_plan
 from hp_core.engine.search.layouts import Layout, _Job, _reason_of
@@ -94,6 +95,7 @@ class _Bounder:
         self.job = job
         self.rt, self.precision, self.attention = resolve_runtime(registry, job.runtime, job.precision, None)
         self.optimizer = resolve_optimizer(registry, self.precision)
+        self.recipe = resolve_recipe(registry, self.precision)
         self.master_bytes = master_bytes(self.optimizer, self.precision)
         self.kinds = model_kinds(model, registry)
         self.body = [(i, g.count) for i, (k, g) in enumerate(zip(self.kinds, model.layers)) if k.placement == "body"]
@@ -172,7 +174,8 @@ class _Bounder:
             job = self.job
             found = self._pricers[key] = layer_pricer(layout.parallel(job.seq_len, job.global_batch_size),
                                                       hardware=job.hardware, timing=self.rt.timing,
-                                                      precision=self.precision, attention=self.attention)
+                                                      precision=self.precision, attention=self.attention,
+                                                      recipe=self.recipe)
         return found
 
     def seconds(self, layout: Layout, costs: Iterable[LayerCost], context: LayerContext,

@@ -40,6 +40,13 @@ The model, with its sources (figures come from the profile, each sourced there):
   ``moe_permute_overhead_seconds`` where stated, and its router's kernels
   besides the gating GEMM take the device's ``moe_router_*_seconds`` (measured
   at 4096 tokens x 160 experts) scaled by its routed tokens times experts.
+* **Precision recipes** (:mod:`hp_core.precision_recipes`, docs/precision.md): the linear
+  layers' GEMMs (not those a layer keeps in the compute dtype,
+  ``LayerWork.high_precision_gemms``) take their bf16 time over the device's measured kernel
+  speedup (``DeviceEfficiency.gemm_speedups``: Transformer Engine's pre-quantized GEMM
+  benchmark); quantizing their inputs and output gradients is memory-bound; SP all-gathers of
+  GEMM inputs and parameter gathers move the recipe's bytes where it gathers quantized
+  (:func:`.layer._low_precision_seconds`, :mod:`.rates`).
 * **Recompute**: full recompute re-runs the layer's forward, its
   communication included (Korthikanti et al. 2022, Section 5). A selective
   setting re-runs what its switches drop: any attention-core switch re-runs

@@ -18,6 +18,7 @@ from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
 from hp_core.specs.timing import TimingProfile
 from hp_core.costs import Collective, LayerContext, LayerCost, LayerWork
+from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.types import LayerKind
 
 __all__ = ["LayerPricer", "LayerSeconds", "layer_pricer", "offload_seconds", "work_of"]
@@ -101,6 +102,9 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     # Compute.
     grouped = min(work.grouped_flops, f.matmul_flops)
     mm_fwd, mm_bwd = _matmul_seconds(f.matmul_flops - grouped, grouped, work, r)
+    quant_fwd = quant_bwd = 0.0
+    if r.low_precision:
+        mm_fwd, mm_bwd, quant_fwd, quant_bwd = _low_precision_seconds(f.matmul_flops - grouped, grouped, work, r, mm_fwd, mm_bwd)
     if f.attention_flops and r.flash:
         calls = work.attention_calls * (r.cp if r.cp_algorithm == "p2p" else 1)
         executed = f.attention_flops * r.causal
@@ -124,8 +128,8 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         traffic = r.permute_passes * 2 * work.permute_bytes + min(r.permute_passes, 2) * (work.permute_input_bytes - work.permute_bytes)
         permute = traffic / r.permute_memory + r.permute_overhead
     router_fwd = work.router_elements * r.router_fwd
-    forward = mm_fwd + att_fwd + el_fwd + permute + mla_copy + router_fwd
-    backward = mm_bwd + att_bwd + r.el_backward * el_fwd + permute + mla_copy + work.router_elements * r.router_bwd
+    forward = mm_fwd + att_fwd + el_fwd + permute + mla_copy + router_fwd + quant_fwd
+    backward = mm_bwd + att_bwd + r.el_backward * el_fwd + permute + mla_copy + work.router_elements * r.router_bwd + quant_bwd
     if work.table_elements:
         # A lookup table's backward writes a dense gradient of the rank's shard and reads it
         # into the gradient buffer (PyTorch embedding_dense_backward, then main_grad +=).
@@ -134,6 +138,8 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     # Communication, exposed: every collective the layer states (LayerWork.collectives).
     comm_fwd = comm_bwd = 0.0
     for c in work.collectives:
+        if c.gemm_input and r.gather_share != 1.0:  # a recipe gathering GEMM inputs quantized
+            c = attrs.evolve(c, bytes=c.bytes * r.gather_share)
         seconds = _collective_seconds(c, r)
         comm_fwd += c.forward_calls * seconds
         comm_bwd += c.backward_calls * seconds
@@ -218,6 +224,48 @@ def _matmul_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates) ->
         fwd += left / fitted
         bwd += r.mm_backward * left / fitted
     return fwd / r.peak, bwd / r.peak
+
+
+def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates, mm_fwd: float,
+                           mm_bwd: float) -> tuple[float, float, float, float]:
+    """A layer's GEMM seconds under a low-precision recipe, and its quantization's (docs/precision.md).
+
+    The GEMMs the layer keeps in the compute dtype (:attr:`LayerWork.high_precision_gemms
+    <hp_core.costs.LayerWork.high_precision_gemms>`: a router's gate, the output head) take
+    their bf16 time; the others the bf16 time divided by the device's measured speedup of the
+    recipe's kernel. Quantizing is memory-bound: per element of each quantized GEMM's input
+    and output gradient (and weight, where the copies are not cached) the HBM bytes the
+    rates state, over the known shapes scaled to the layer's quantized FLOPs.
+
+    Returns:
+        ``(matmul forward, matmul backward, quantize forward, quantize backward)`` seconds.
+    """
+    high = tuple(g for g in work.high_precision_gemms)
+    high_flops = min(sum(2.0 * rows * out * inp for rows, out, inp in high), dense)
+    hp_fwd, hp_bwd = (_matmul_seconds(high_flops, 0.0, attrs.evolve(work, gemms=high, expert_gemms=()), r)
+                      if high_flops else (0.0, 0.0))
+    fwd = hp_fwd + (mm_fwd - hp_fwd) / r.gemm_speedup
+    bwd = hp_bwd + (mm_bwd - hp_bwd) / r.gemm_speedup
+    # Elements quantized: inputs, output gradients and weights of the known low-precision shapes.
+    remaining = list(high)
+    low: list[tuple[float, float, float, float]] = []  # (count, rows, fan_out, fan_in)
+    for gemm in work.gemms:
+        if gemm in remaining:
+            remaining.remove(gemm)
+        else:
+            low.append((1.0, *gemm))
+    inputs = grads = weights = 0.0
+    for parts, flops in ((low, dense - high_flops), ([tuple(g) for g in work.expert_gemms], grouped)):
+        listed = sum(2.0 * n * rows * out * inp for n, rows, out, inp in parts)
+        if not listed or not flops:
+            continue
+        scale = flops / listed  # the layer's count of the FLOPs rules
+        inputs += scale * sum(n * rows * inp for n, rows, out, inp in parts)
+        grads += scale * sum(n * rows * out for n, rows, out, inp in parts)
+        weights += sum(n * out * inp for n, rows, out, inp in parts)
+    q_fwd = (inputs * r.quant_input_fwd + weights * r.quant_weight / 2) / r.memory
+    q_bwd = (inputs * r.quant_input_bwd + grads * r.quant_grad + weights * r.quant_weight / 2) / r.memory
+    return fwd, bwd, q_fwd, q_bwd
 
 
 @attrs.frozen
@@ -337,10 +385,12 @@ def layer_pricer(
     timing: TimingProfile,
     precision: PrecisionSpec,
     attention: str,
+    recipe: PrecisionRecipe | None = None,
 ) -> LayerPricer:
     """A :class:`LayerPricer` for one layout on one device, with the rates :func:`~hp_core.engine.timing.step.time_run` uses.
 
     Raises:
         ConfigError: A hardware field the timing model needs is unstated.
     """
-    return LayerPricer(hardware.name, hardware.host_link_bandwidth_bytes_per_second, rates=_rates(parallel, hardware, timing, precision, attention))
+    return LayerPricer(hardware.name, hardware.host_link_bandwidth_bytes_per_second,
+                       rates=_rates(parallel, hardware, timing, precision, attention, recipe))

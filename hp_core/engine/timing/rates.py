@@ -14,12 +14,14 @@ from typing import Any
 import attrs
 
 from hp_core.errors import ConfigError
+from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
 from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS, DeviceEfficiency, GemmTable, TimingProfile
 
 __all__ = ["compute_dtype"]
 
-_DTYPES = {2: ("bf16", "fp16"), 4: ("fp32", "tf32"), 1: ("fp8",)}
+# The compute dtype by activation width; FP8 and FP4 GEMMs come from a precision recipe (docs/precision.md).
+_DTYPES = {2: ("bf16", "fp16"), 4: ("fp32", "tf32")}
 
 
 def compute_dtype(precision: PrecisionSpec, hardware: HardwareSpec) -> str:
@@ -142,10 +144,65 @@ class _Rates:
     expose_cp: float
     expose_ep: float
     slowdown: float
+    # A low-precision recipe (hp_core.precision_recipes; docs/precision.md): its GEMM kernel's measured speedup
+    # over bf16, the HBM bytes quantizing one element of an input or output gradient moves, forward and
+    # backward, and of a weight per micro-batch (0 where the quantized copies are cached), and the share of
+    # a compute-dtype GEMM input's bytes a sequence-parallel gather moves.
+    low_precision: bool = False
+    gemm_speedup: float = 1.0
+    quant_input_fwd: float = 0.0
+    quant_input_bwd: float = 0.0
+    quant_grad: float = 0.0
+    quant_weight: float = 0.0
+    gather_share: float = 1.0
+
+
+def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing: TimingProfile, hardware: HardwareSpec,
+                  act_bytes: int) -> dict[str, Any]:
+    """What a low-precision recipe changes in the rates (docs/precision.md), ``{}`` for none.
+
+    GEMMs: the bf16 time divided by the device's measured speedup of the
+    recipe's kernel (:attr:`DeviceEfficiency.gemm_speedups`). Quantizing an
+    element reads it ``quantize_passes`` times in the compute dtype and
+    writes its row-wise and column-wise copies (TE quantizes both usages at
+    once); a recipe that saves the compute-dtype input (torchao) writes one
+    copy in forward and reads and casts the saved input again in backward.
+
+    Raises:
+        ConfigError: The device has no peak for the recipe's dtype, the
+            profile no measured speedup for its kernel, or the recipe runs
+            the attention core in low precision (not priced).
+    """
+    if recipe is None or not recipe.low_precision:
+        return {}
+    if recipe.gemm_dtype not in hardware.peak_flops:
+        raise ConfigError("$.precision.recipe",
+                          f"precision recipe {recipe.name} runs its GEMMs in {recipe.gemm_dtype}, for which {hardware.name} states "
+                          f"no peak FLOP/s (it has {sorted(hardware.peak_flops)}); choose a recipe the device runs")
+    speedup = dev.gemm_speedup(recipe.kernel)
+    if speedup is None:
+        raise ConfigError("$.precision.recipe",
+                          f"timing profile {timing.name} states no measured {recipe.kernel} GEMM speedup for {dev.architecture} "
+                          f"devices, so recipe {recipe.name} cannot be priced there (docs/precision.md lists the measured ones)")
+    if recipe.attention_format != "bf16":
+        raise ConfigError("$.precision.recipe", f"precision recipe {recipe.name} runs attention in {recipe.attention_format}, "
+                                                "which the step time does not price yet")
+    read = recipe.quantize_passes * act_bytes
+    act, grad, weight = (o.bytes_per_element for o in (recipe.activations, recipe.gradients, recipe.weights))
+    if recipe.saved_input == "quantized":
+        fwd, bwd, weights = read + 2 * act, 0.0, read + 2 * weight
+    else:
+        fwd, bwd, weights = read + act, read + act, 2 * (read + weight)
+    return dict(
+        low_precision=True, gemm_speedup=speedup, quant_input_fwd=fwd, quant_input_bwd=bwd, quant_grad=read + 2 * grad,
+        quant_weight=0.0 if recipe.cache_weights else weights,
+        gather_share=act / act_bytes if recipe.tp_gather else 1.0,
+    )
 
 
 def _rates(
-    parallel: ParallelSpec, hardware: HardwareSpec, timing: TimingProfile, precision: PrecisionSpec, attention: str
+    parallel: ParallelSpec, hardware: HardwareSpec, timing: TimingProfile, precision: PrecisionSpec, attention: str,
+    recipe: PrecisionRecipe | None = None,
 ) -> _Rates:
     """The per-call constants of one layout on one device, as *timing* says its trainer runs (:mod:`hp_core.engine.timing`)."""
     dtype = compute_dtype(precision, hardware)
@@ -183,4 +240,5 @@ def _rates(
         expose_tp=1 - ov.tensor_parallel.value, expose_cp=1 - ov.context_parallel.value,
         expose_ep=1 - ov.expert_parallel.value,
         slowdown=_or(dev.sustained_slowdown, 1.0),
+        **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes),
     )

@@ -63,11 +63,16 @@ class StepTime:
         model_flops: Model FLOPs of the step over all devices (forward and
             backward of every matmul and attention core as the layers count
             them, the full score matrix included; no recompute).
-        mfu: Model FLOPs utilisation: ``model_flops / (step * devices * peak)``.
+        mfu: Model FLOPs utilisation: ``model_flops / (step * devices * peak)``,
+            against the compute dtype's dense peak (as the field reports it,
+            whatever the precision recipe).
         hfu: Hardware FLOPs utilisation: recomputed FLOPs included.
         peak_flops_per_second: The device's dense peak in the compute dtype.
         stages: Per-stage times.
         provenance: The timing profile, device entry, dtype and algorithms used.
+        mfu_recipe_peak: Model FLOPs utilisation against the precision recipe's
+            GEMM peak (the FP8 or FP4 dense peak; ``mfu`` for ``bf16``).
+        recipe_peak_flops_per_second: That peak.
     """
 
     step_seconds: float
@@ -85,6 +90,8 @@ class StepTime:
     peak_flops_per_second: float
     stages: tuple[StageTime, ...]
     provenance: Mapping[str, Any]
+    mfu_recipe_peak: float = 0.0
+    recipe_peak_flops_per_second: float = 0.0
 
     @property
     def breakdown_seconds(self) -> dict[str, float]:

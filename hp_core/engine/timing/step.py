@@ -13,6 +13,7 @@ import attrs
 
 from hp_core.engine.optimizer import OptimizerLoad, add_loads, layer_load
 from hp_core.engine.prepare import PreparedRun
+from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements
 from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.schedule import pipeline_seconds
 from hp_core.engine.timing.collectives import collective_seconds
@@ -71,6 +72,21 @@ def _stage_elements(held: dict[int, int], costs: tuple[LayerCost, ...], names: l
                 dense += count * load.elements
                 dense_loads.append(load.times(count))
     return dense, experts, add_loads(dense_loads), add_loads(expert_loads)
+
+
+def _quantized(held: dict[int, int], costs: tuple[LayerCost, ...], cache: dict) -> tuple[int, int]:
+    """Quantized GEMM weight elements one rank of a stage holds: dense (shared experts included) and routed experts.
+
+    As :func:`hp_core.engine.precision.quantized_weight_elements` counts them, by group.
+    """
+    dense = experts = 0
+    for group, count in held.items():
+        found = cache.get(group)
+        if found is None:
+            found = cache[group] = quantized_weight_elements([(costs[group], 1)], by_group=True)
+        experts += count * found.get("routed_expert", 0)
+        dense += count * sum(n for g, n in found.items() if g != "routed_expert")
+    return dense, experts
 
 
 def _update_bytes(dense: OptimizerLoad, experts: OptimizerLoad, dense_group: int, expert_group: int, zero: int,
@@ -137,7 +153,8 @@ def time_run(
     model, parallel, precision, attention, zero = run.model, run.parallel, run.precision, run.attention, run.zero
     settings = run.settings(recompute)
 
-    rates = _rates(parallel, hardware, timing, precision, attention)
+    recipe = run.stage_inputs.recipe
+    rates = _rates(parallel, hardware, timing, precision, attention, recipe)
     dtype, peak, links, memory, ov = rates.dtype, rates.peak, rates.links, rates.memory, timing.overlap
     dev = timing.device(hardware.architecture)
     cp_algorithm = parallel.cp_kind  # the layout states it (``--cp-kind``)
@@ -168,6 +185,7 @@ def time_run(
     names = [kind.name for kind in kinds]
     elements_cache: dict = {}
     stage_cache: dict = {}
+    quantized_cache: dict = {}
     body_groups = run.layers.body_groups
 
     # Pipeline sends: the activation per chunk boundary, each way: split over TP under SP
@@ -239,23 +257,30 @@ def time_run(
             found = stage_cache[composition] = _stage_elements(held, costs, names, parallel, elements_cache,
                                                                run.optimizer, precision)
         dense, experts, dense_load, expert_load = found
+        # Parameters a recipe gathers in its weights' format (docs/precision.md): the quantized GEMM weights.
+        q_dense = q_experts = 0
+        if recipe.low_precision and recipe.param_gather != "none":
+            q_dense, q_experts = _quantized(held, costs, quantized_cache)
         if zero >= 3:
             # FSDP: gather parameters forward and again backward, reduce-scatter gradients, every micro-batch.
             per_mb = 0.0
-            for n, group in ((dense, dense_group), (experts, expert_group)):
-                gather = collective_seconds("all_gather", n * param_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
+            for n, q, group in ((dense, q_dense, dense_group), (experts, q_experts, expert_group)):
+                gather = collective_seconds("all_gather", gathered_param_bytes(n, q, recipe, param_bytes), group, dp_bw,
+                                            dp_lat, overhead=dp_fixed)
                 per_mb += (2 if parallel.reshard_after_forward else 1) * gather
                 per_mb += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
             comm += per_mb * (1 - ov.data_parallel.value) * rates.slowdown
             dp = 0.0
         else:
             dp = 0.0
-            for n, group in ((dense, dense_group), (experts, expert_group)):
+            for n, q, group in ((dense, q_dense, dense_group), (experts, q_experts, expert_group)):
                 if zero == 0:
                     dp += collective_seconds("all_reduce", n * grad_bytes, group, dp_bw, dp_lat, timing.all_reduce_algorithm, dp_fixed)
                 else:
                     dp += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
-                    dp += collective_seconds("all_gather", n * param_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
+                    # Megatron-LM --fp8-param-gather gathers the parameters in FP8 ("stored").
+                    sent = gathered_param_bytes(n, q, recipe, param_bytes) if recipe.param_gather == "stored" else n * param_bytes
+                    dp += collective_seconds("all_gather", sent, group, dp_bw, dp_lat, overhead=dp_fixed)
             dp *= (1 - ov.data_parallel.value) * rates.slowdown
         if zero >= 1 and (dense_load.gather_bytes or expert_load.gather_bytes):
             # States the optimizer needs whole, gathered over the group ZeRO shards them over once
@@ -302,8 +327,12 @@ def time_run(
         "all_reduce_algorithm": timing.all_reduce_algorithm,
         "cp_kind": cp_algorithm,
         "sustained_slowdown": rates.slowdown,
+        "precision_recipe": recipe.name,
+        "gemm_dtype": recipe.gemm_dtype,
         "schedule": schedule.name,
     }
+    # MFU as the field reports it (against the compute dtype's dense peak) and against the recipe's GEMM peak.
+    recipe_peak = hardware.peak_flops.get(recipe.gemm_dtype, peak) if recipe.low_precision else peak
     return StepTime(
         step_seconds=step,
         compute_seconds=m * (slow.forward_seconds + slow.backward_seconds),
@@ -316,6 +345,8 @@ def time_run(
         tokens_per_second=tokens / step,
         model_flops=model_flops,
         mfu=model_flops / (step * world * peak),
+        mfu_recipe_peak=model_flops / (step * world * recipe_peak),
+        recipe_peak_flops_per_second=recipe_peak,
         hfu=hardware_flops / (step * world * peak),
         peak_flops_per_second=peak,
         stages=tuple(stages),

@@ -1,0 +1,156 @@
+"""What a low-precision recipe changes in a layer's memory (docs/precision.md).
+
+:func:`apply_recipe` rewrites the activation terms a layer marks as linear
+layers' inputs (:attr:`ActivationTerm.gemm_input
+<hp_core.costs.ActivationTerm.gemm_input>`) and nothing else: an ``owned``
+term becomes the recipe's quantized copy of it, a ``shared`` term keeps its
+compute-dtype bytes and gains the quantized copy (Transformer Engine
+``module/linear.py``: the linear layer saves its quantized input for the
+weight gradient, one usage). A recipe that saves the compute-dtype input
+(torchao) or quantizes nothing returns the cost unchanged, the same object.
+
+:func:`quantized_weight_elements` counts the GEMM weights of a layer the recipe
+quantizes on one rank (its matrices less the embedding, the head and
+families marked ``high_precision``): the elements of the low-precision weight
+copies a stage holds (:func:`weight_copy_bytes`) and of the parameters
+gathered in the recipe's format.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import attrs
+
+from hp_core.costs import ActivationTerm, LayerCost
+from hp_core.errors import ConfigError
+from hp_core.precision_recipes import PrecisionRecipe
+from hp_core.registry import Registry
+from hp_core.specs.precision import PrecisionSpec
+
+__all__ = [
+    "apply_recipe", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
+    "weight_copy_bytes",
+]
+
+
+def resolve_recipe(registry: Registry, precision: PrecisionSpec) -> PrecisionRecipe:
+    """The recipe *precision* names, from *registry*.
+
+    Raises:
+        ConfigError: The registry has no recipe of that name (``$.precision.recipe``, known names listed),
+            or the precision states 1-byte activations, which would keep every tensor (attention,
+            norms, softmax) and run every op in FP8: a recipe says what runs in low precision.
+    """
+    if precision.activation_bytes == 1:
+        raise ConfigError("$.precision.activation_bytes", "1-byte activations would run every op and keep every tensor in FP8; "
+                          "name a low-precision recipe instead (precision.recipe, --precision; docs/precision.md)")
+    return registry.precision_recipe(precision.recipe, "$.precision.recipe")
+
+
+def _term(term: ActivationTerm, recipe: PrecisionRecipe, activation_bytes: int) -> ActivationTerm:
+    quantized = math.ceil(recipe.saved_input_bytes(term.bytes / activation_bytes))
+    kept = quantized if term.gemm_input == "owned" else term.bytes + quantized
+    return attrs.evolve(term, bytes=kept)
+
+
+def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int) -> LayerCost:
+    """*cost* with its linear layers' kept inputs as *recipe* keeps them (module docstring).
+
+    A recipe that quantizes its weights per micro-batch instead of caching them (TE called
+    without ``is_first_microbatch``) also keeps each layer's quantized weights for its
+    input-gradient GEMM, one copy per micro-batch in flight: a term ``quantized_weights``.
+    """
+    if not recipe.low_precision or recipe.saved_input != "quantized":
+        return cost
+    terms = tuple(_term(t, recipe, activation_bytes) if t.gemm_input else t for t in cost.activations)
+    if not recipe.cache_weights and recipe.weight_copies:
+        weights = quantized_weight_elements([(cost, 1)])
+        if weights:
+            terms += (ActivationTerm("quantized_weights", math.ceil(weights * recipe.weights.bytes_per_element)),)
+    if terms == cost.activations:
+        return cost
+    return attrs.evolve(cost, activations=terms)
+
+
+def with_recipe(costs: tuple[LayerCost, ...], registry: Registry, precision: PrecisionSpec) -> tuple[LayerCost, ...]:
+    """*costs* as the recipe *precision* names keeps them (:func:`apply_recipe` of each)."""
+    recipe = resolve_recipe(registry, precision)
+    return tuple(apply_recipe(cost, recipe, precision.activation_bytes) for cost in costs)
+
+
+def quantized_weight_elements(costs: Iterable[tuple[LayerCost, int]], by_group: bool = False) -> Any:
+    """Elements of the GEMM weights a low-precision recipe quantizes, on one rank.
+
+    Args:
+        costs: ``(layer cost, layers of it)`` pairs of a stage.
+
+    Counted from the matrices each parameter family states as one rank holds
+    them (:attr:`ParamCount.matrices <hp_core.costs.ParamCount.matrices>`),
+    less the embedding and the output head (``embedding_or_output``) and the
+    families that stay in the compute dtype (``high_precision``: a router's gate).
+    The total, or with *by_group* a mapping by parameter group.
+    """
+    found: dict[str, int] = {}
+    for cost, n in costs:
+        for p in cost.params:
+            if not p.embedding_or_output and not p.high_precision and p.matrices:
+                found[p.group] = found.get(p.group, 0) + n * p.matrix_elements
+    return found if by_group else sum(found.values())
+
+
+# Transformer Engine's quantizer state per GEMM under delayed scaling (pytorch/module/base.py
+# set_meta_tensor: 3 quantizers forward -- input, weight, output -- and 2 backward -- output
+# gradient, input gradient; pytorch/quantization.py DelayedScalingRecipeState: an fp32 scale each
+# and an fp32 amax history of amax_history_len rows).
+_QUANTIZERS_PER_GEMM = 5
+
+
+def scaling_state_bytes(costs: Iterable[tuple[LayerCost, int]], recipe: PrecisionRecipe) -> int:
+    """Bytes of delayed scaling's scales and amax histories on one rank (0 without an amax history).
+
+    Per quantized GEMM weight matrix (a family's matrices, counted by their
+    ``count``, less the embedding, the head and ``high_precision`` families):
+    ``5 * (amax_history + 1)`` fp32 values. Current and block scalings keep a
+    few bytes per quantizer, not counted.
+    """
+    if not recipe.low_precision or not recipe.amax_history:
+        return 0
+    gemms = sum(n * sum(count for count, _, _ in p.matrices) for cost, n in costs for p in cost.params
+                if not p.embedding_or_output and not p.high_precision)
+    return gemms * _QUANTIZERS_PER_GEMM * (recipe.amax_history + 1) * 4
+
+
+def weight_copy_bytes(elements: int, recipe: PrecisionRecipe, zero: int) -> int:
+    """Bytes of the low-precision weight copies one rank holds for *elements* quantized weight elements.
+
+    ``weight_copies`` copies in the weights' format (with their block scales),
+    held across micro-batches where the recipe caches them (Transformer Engine
+    ``_fp8_workspaces``); where parameters are kept in the recipe's format
+    (``param_gather`` ``stored``), the row-wise copy is the parameter itself,
+    so one copy fewer. Not cached: each is made in a layer's forward and freed after its
+    backward, held by the layers in flight, not counted here. Under ZeRO-3/FSDP
+    Transformer Engine keeps no cache (``module/linear.py``: no workspace under
+    FSDP2), so nothing is held between layers.
+    """
+    if not recipe.low_precision or not recipe.cache_weights or zero >= 3:
+        return 0
+    copies = recipe.weight_copies - (1 if recipe.param_gather == "stored" else 0)
+    return math.ceil(elements * max(copies, 0) * recipe.weights.bytes_per_element)
+
+
+def gathered_param_bytes(elements: int, quantized: int, recipe: PrecisionRecipe, param_bytes: int | float) -> float:
+    """Bytes of *elements* parameters gathered, *quantized* of them in the recipe's weights format where it gathers so."""
+    if not recipe.low_precision or recipe.param_gather == "none":
+        return elements * param_bytes
+    quantized = min(quantized, elements)
+    return (elements - quantized) * param_bytes + quantized * recipe.weights.bytes_per_element
+
+
+def check_hardware_dtype(recipe: PrecisionRecipe, peaks: dict, name: str) -> None:
+    """Refuse a recipe whose GEMM dtype the device states no peak for (one line, ``$.precision.recipe``)."""
+    if recipe.gemm_dtype not in peaks:
+        raise ConfigError("$.precision.recipe",
+                          f"precision recipe {recipe.name} runs its GEMMs in {recipe.gemm_dtype}, for which {name} states no peak "
+                          f"FLOP/s (it has {sorted(peaks) or 'none'}); choose another recipe or a device that runs {recipe.gemm_dtype}")

@@ -1,0 +1,224 @@
+"""Low-precision GEMM recipes: which GEMM operands a trainer quantizes, to what, and what that keeps.
+
+A :class:`PrecisionRecipe` (hook ``hp_precision_recipes``) states, for the
+GEMMs of linear layers, the format and scaling of each operand -- the weights,
+the activations (the layer's input, forward and in the weight-gradient GEMM)
+and the gradients (the output gradient, in both backward GEMMs) -- and what
+the trainer keeps and moves because of it: the quantized copy of a linear
+layer's input saved for its backward, the cached low-precision copies of the
+weights, parameters all-gathered in the weights' format, sequence-parallel
+all-gathers of linear inputs in the activations' format. A run names one
+(``precision: {recipe: NAME}``, ``--precision NAME``); ``bf16`` quantizes
+nothing and leaves every figure as it was. docs/precision.md lists the
+built-in recipes and the source of every figure.
+
+What stays in the compute dtype whatever the recipe: the attention core
+(unless :attr:`PrecisionRecipe.attention_format` says otherwise), norms,
+softmax, the router's gate, the embedding and the output head -- the ops a
+layer kind marks as such (:attr:`hp_core.costs.ParamCount.high_precision`,
+:attr:`hp_core.costs.LayerWork.high_precision_gemms`) or does not mark as a
+linear input (:attr:`hp_core.costs.ActivationTerm.gemm_input`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+__all__ = ["FORMATS", "GEMM_KERNELS", "GemmOperand", "PrecisionRecipe", "SCALINGS"]
+
+# Element formats: (bits per element, the HardwareSpec.peak_flops key a GEMM of them runs at).
+# e4m3 / e5m2: OCP FP8 (Micikevicius et al. 2022, "FP8 Formats for Deep Learning"); mxfp8: FP8
+# elements in 32-element blocks sharing an E8M0 scale (OCP Microscaling Formats MX v1.0); nvfp4:
+# E2M1 elements in 16-element blocks sharing an E4M3 scale, plus an fp32 scale per tensor
+# (Transformer Engine common/recipe/__init__.py NVFP4BlockScaling).
+FORMATS: dict[str, tuple[int, str]] = {
+    "bf16": (16, "bf16"),
+    "e4m3": (8, "fp8"),
+    "e5m2": (8, "fp8"),
+    "mxfp8": (8, "fp8"),
+    "nvfp4": (4, "fp4"),
+}
+
+# Scaling schemes: (elements per scale, bytes per scale), 0 elements for a scale per tensor or per
+# row (a few bytes per tensor or row, not counted per element: below 0.1% for rows of 1,024 or more).
+# tensor_delayed: TE DelayedScaling (scale from an amax history); tensor_current: TE
+# Float8CurrentScaling / torchao tensorwise; rowwise: torchao axiswise (one fp32 scale per row);
+# block_1x128 / block_128x128: TE Float8BlockScaling, DeepSeek-V3 (arXiv:2412.19437, Section 3.3.2)
+# with fp32 scales; mx_32: MXFP8, one E8M0 byte per 32 elements; nvfp4_16: one E4M3 byte per 16.
+SCALINGS: dict[str, tuple[int, int]] = {
+    "none": (0, 0),
+    "tensor_delayed": (0, 0),
+    "tensor_current": (0, 0),
+    "rowwise": (0, 0),
+    "block_1x128": (128, 4),
+    "block_128x128": (128 * 128, 4),
+    "mx_32": (32, 1),
+    "nvfp4_16": (16, 1),
+}
+
+SAVED_INPUTS = ("quantized", "compute")
+# The GEMM kernel families (PrecisionRecipe.kernel): what a device's measured speedups are keyed by.
+GEMM_KERNELS = ("bf16", "fp8_tensorwise", "fp8_rowwise", "fp8_blockwise", "mxfp8", "nvfp4")
+PARAM_GATHERS = ("none", "stored", "cast")
+
+
+def _in(choices: Mapping[str, Any] | tuple[str, ...], what: str):
+    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if value not in choices:
+            raise ValueError(f"{type(instance).__name__}.{attribute.name}: unknown {what} {value!r}; known: {', '.join(choices)}")
+    return check
+
+
+def _count(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a non-negative int, got {value!r}")
+
+
+def _text(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a non-empty string")
+
+
+@attrs.frozen
+class GemmOperand:
+    """One GEMM operand's element format and scaling.
+
+    Attributes:
+        format: One of :data:`FORMATS`.
+        scaling: One of :data:`SCALINGS` (``none`` for ``bf16``).
+    """
+
+    format: str = attrs.field(validator=_in(FORMATS, "format"))
+    scaling: str = attrs.field(default="none", validator=_in(SCALINGS, "scaling"))
+
+    def __attrs_post_init__(self) -> None:
+        if (self.format == "bf16") != (self.scaling == "none"):
+            raise ValueError(f"GemmOperand: format {self.format!r} with scaling {self.scaling!r}; "
+                             "bf16 takes scaling 'none' and a low-precision format a scaling scheme")
+
+    @property
+    def bytes_per_element(self) -> float:
+        """Bytes one element takes with its share of the block scales (per-tensor and per-row scales not counted)."""
+        bits, _ = FORMATS[self.format]
+        block, scale = SCALINGS[self.scaling]
+        return bits / 8 + (scale / block if block else 0.0)
+
+    @property
+    def peak_dtype(self) -> str:
+        """The ``peak_flops`` key its GEMMs run at."""
+        return FORMATS[self.format][1]
+
+    @property
+    def low_precision(self) -> bool:
+        return self.format != "bf16"
+
+
+_BF16 = GemmOperand("bf16")
+
+
+@attrs.frozen(kw_only=True)
+class PrecisionRecipe:
+    """How a trainer runs its linear layers' GEMMs in low precision, and what it keeps and moves for it.
+
+    Attributes:
+        name: Registry name (``"fp8-delayed"``): what ``precision.recipe`` and ``--precision`` name.
+        description: One line.
+        source: The trainer code and flags it describes.
+        weights: The weights' operand (forward and input-gradient GEMMs).
+        activations: The layer input's operand (forward and weight-gradient GEMMs).
+        gradients: The output gradient's operand (both backward GEMMs).
+        amax_history: Per-tensor delayed scaling's amax history length (0 otherwise).
+        saved_input: What a linear layer keeps of its input for the weight
+            gradient: ``quantized`` (one copy in the activations' format:
+            Transformer Engine ``module/linear.py`` keeps only the column-wise
+            usage of the quantized input) or ``compute`` (the compute-dtype
+            input, re-quantized in backward: torchao ``float8_linear.py``).
+        weight_copies: Low-precision copies of each GEMM weight held at once
+            (row-wise and column-wise usage: 2 where the column-wise copy is a
+            separate tensor, a transpose or its own block scales).
+        cache_weights: The copies are kept across micro-batches (TE's weight
+            workspace, reused while ``is_first_microbatch`` is false, as
+            Megatron-Core calls it); else they are made per micro-batch and
+            freed after its backward.
+        param_gather: How parameters are gathered: ``none`` (in the
+            compute dtype), ``stored`` (the model's parameters are kept in the
+            weights' format and all-gathered so, the master copy and optimizer
+            states unchanged: Megatron-LM ``--fp8-param-gather``) or ``cast``
+            (the sharded parameters stay as they are and are cast to the
+            weights' format before each ZeRO-3/FSDP all-gather: torchao
+            ``enable_fsdp_float8_all_gather``).
+        tp_gather: Sequence-parallel all-gathers of a linear layer's input
+            (and output gradient) move the quantized tensor (TE
+            ``gather_along_first_dim`` with the input quantizer).
+        quantize_passes: Reads of a compute-dtype tensor per quantization:
+            1 where the scale is known before the cast (delayed scaling's amax
+            history, a block's own scale computed in the cast kernel), 2 where
+            a separate pass computes the tensor's amax first (current scaling,
+            NVFP4's global scale); TE docs/examples/gemm_profiling: "the extra
+            memory pass for per-tensor amax computation".
+        attention_format: The attention core's format (``bf16`` unless the
+            trainer runs FP8 attention: TE ``fp8_dpa``).
+        flags: The trainer flags that select the recipe, per exporter name
+            (``{"megatron": ("--fp8-format", "hybrid", ...)}``).
+    """
+
+    name: str = attrs.field(validator=_text)
+    description: str = attrs.field(validator=_text)
+    source: str = attrs.field(validator=_text)
+    weights: GemmOperand = _BF16
+    activations: GemmOperand = _BF16
+    gradients: GemmOperand = _BF16
+    amax_history: int = attrs.field(default=0, validator=_count)
+    saved_input: str = attrs.field(default="quantized", validator=_in(SAVED_INPUTS, "saved input"))
+    weight_copies: int = attrs.field(default=0, validator=_count)
+    cache_weights: bool = False
+    param_gather: str = attrs.field(default="none", validator=_in(PARAM_GATHERS, "param gather"))
+    tp_gather: bool = False
+    quantize_passes: int = attrs.field(default=1, validator=_count)
+    attention_format: str = attrs.field(default="bf16", validator=_in(FORMATS, "format"))
+    flags: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, converter=lambda v: {k: tuple(f) for k, f in dict(v).items()})
+
+    def __attrs_post_init__(self) -> None:
+        if not self.low_precision and (self.weight_copies or self.param_gather != "none" or self.tp_gather or self.amax_history):
+            raise ValueError(f"precision recipe {self.name}: quantizes no GEMM operand, so it keeps no weight copies, "
+                             "gathers nothing in low precision and has no amax history")
+        dtypes = {o.peak_dtype for o in (self.weights, self.activations, self.gradients) if o.low_precision}
+        if len(dtypes) > 1:
+            raise ValueError(f"precision recipe {self.name}: its operands run at different peaks {sorted(dtypes)}")
+
+    @property
+    def low_precision(self) -> bool:
+        """Whether any GEMM operand is quantized."""
+        return any(o.low_precision for o in (self.weights, self.activations, self.gradients))
+
+    @property
+    def gemm_dtype(self) -> str:
+        """The ``peak_flops`` key the linear layers' GEMMs run at (``bf16`` when nothing is quantized).
+
+        Every quantized operand runs at one peak (checked when the recipe is
+        made); a GEMM with a quantized operand runs at it.
+        """
+        for operand in (self.activations, self.weights, self.gradients):
+            if operand.low_precision:
+                return operand.peak_dtype
+        return "bf16"
+
+    @property
+    def kernel(self) -> str:
+        """The GEMM kernel family its GEMMs run (what a device's measured GEMM speedups are keyed by).
+
+        ``bf16``, ``fp8_tensorwise`` (per-tensor scales), ``fp8_rowwise``,
+        ``fp8_blockwise``, ``mxfp8`` or ``nvfp4``, from the activations' operand.
+        """
+        operand = self.activations if self.activations.low_precision else self.weights
+        if operand.format in ("mxfp8", "nvfp4", "bf16"):
+            return operand.format
+        if operand.scaling.startswith("block"):
+            return "fp8_blockwise"
+        return "fp8_rowwise" if operand.scaling == "rowwise" else "fp8_tensorwise"
+
+    def saved_input_bytes(self, elements: float) -> float:
+        """Bytes a linear layer keeps of an input of *elements* elements for its backward (0 at ``compute``: unchanged)."""
+        return elements * self.activations.bytes_per_element if self.saved_input == "quantized" else 0.0

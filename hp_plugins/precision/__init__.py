@@ -1,0 +1,1 @@
+"""Built-in low-precision GEMM recipes (hook ``hp_precision_recipes``)."""

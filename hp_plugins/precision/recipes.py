@@ -1,0 +1,123 @@
+"""The recipes Transformer Engine / Megatron-Core and torchao / torchtitan offer (docs/precision.md).
+
+Sources, read at the commits docs/precision.md names:
+
+* Transformer Engine ``transformer_engine/common/recipe/__init__.py``: ``DelayedScaling``
+  (``fp8_format`` HYBRID = E4M3 forward, E5M2 gradients; ``amax_history_len``),
+  ``Float8CurrentScaling``, ``Float8BlockScaling`` (1x128 activations and gradients, 128x128
+  weights, fp32 scales), ``MXFP8BlockScaling`` (E4M3, 32-element blocks, E8M0 scales),
+  ``NVFP4BlockScaling`` (E2M1, 16-element blocks, E4M3 block scales and an fp32 tensor scale).
+* TE ``transformer_engine/pytorch/module/linear.py`` ``_Linear.forward``: the quantized input
+  is what the layer saves for backward, its row-wise data discarded ("not needed in backward
+  pass"), one copy; a sequence-parallel input is quantized before ``gather_along_first_dim``
+  (the all-gather moves FP8); the FP8 weight is kept in the module's ``_fp8_workspaces`` and
+  re-quantized only when ``is_first_microbatch`` is true (Megatron-Core passes it), so the
+  quantized weight is cached across micro-batches. Its row-wise and column-wise usages are
+  two tensors on Hopper (``csrc/quantizer.cpp``: a transpose unless
+  ``nvte_is_non_tn_fp8_gemm_supported``, i.e. Blackwell) and for block scalings (their own
+  scales per direction).
+* Megatron-LM ``megatron/training/arguments.py`` ``_add_transformer_engine_args``:
+  ``--fp8-format {e4m3,hybrid}``, ``--fp8-recipe {tensorwise,delayed,mxfp8,blockwise}``,
+  ``--fp8-amax-history-len`` (default 1), ``--fp8-amax-compute-algo``, ``--fp8-param-gather``
+  ("keep the compute param in fp8 ... perform the param all-gather in fp8"),
+  ``--fp4-format e2m1 --fp4-recipe nvfp4``.
+* torchao ``torchao/float8/float8_linear.py`` (``matmul_with_hp_or_float8_args``: the
+  compute-dtype input and weight are saved and re-cast in backward) and torchtitan
+  ``docs/float8.md``: ``--model.converters quantize.linear.float8``, tensorwise with
+  ``enable_fsdp_float8_all_gather`` (weights cast to float8 before the FSDP all-gather),
+  ``recipe_name rowwise`` (no float8 all-gather).
+"""
+
+from __future__ import annotations
+
+from hp_core.markers import hookimpl
+from hp_core.precision_recipes import GemmOperand, PrecisionRecipe
+
+__all__ = ["RECIPES", "hp_precision_recipes"]
+
+_TE = "Transformer Engine 2.x (common/recipe/__init__.py, pytorch/module/linear.py) under Megatron-LM"
+_TE_MEMORY = dict(saved_input="quantized", weight_copies=2, cache_weights=True, tp_gather=True)
+
+
+def _same(fmt: str, scaling: str) -> dict[str, GemmOperand]:
+    operand = GemmOperand(fmt, scaling)
+    return {"weights": operand, "activations": operand, "gradients": operand}
+
+
+RECIPES = (
+    PrecisionRecipe(
+        name="bf16", description="no quantized GEMM: every GEMM and tensor in the compute dtype",
+        source="bf16 mixed precision (Megatron-LM --bf16, FSDP2 MixedPrecisionPolicy param_dtype=bfloat16)",
+    ),
+    PrecisionRecipe(
+        name="fp8-delayed",
+        description="FP8 per-tensor delayed scaling, E4M3 forward / E5M2 gradients, amax history 1024",
+        source=f"{_TE}: DelayedScaling(fp8_format=HYBRID, amax_history_len=1024); --fp8-format hybrid --fp8-recipe delayed",
+        weights=GemmOperand("e4m3", "tensor_delayed"), activations=GemmOperand("e4m3", "tensor_delayed"),
+        gradients=GemmOperand("e5m2", "tensor_delayed"), amax_history=1024, quantize_passes=1, **_TE_MEMORY,
+        flags={"megatron": ("--fp8-format", "hybrid", "--fp8-recipe", "delayed", "--fp8-amax-history-len", "1024",
+                            "--fp8-amax-compute-algo", "max")},
+    ),
+    PrecisionRecipe(
+        name="fp8-current",
+        description="FP8 per-tensor current scaling, E4M3 forward / E5M2 gradients",
+        source=f"{_TE}: Float8CurrentScaling(fp8_format=HYBRID); --fp8-format hybrid --fp8-recipe tensorwise",
+        weights=GemmOperand("e4m3", "tensor_current"), activations=GemmOperand("e4m3", "tensor_current"),
+        gradients=GemmOperand("e5m2", "tensor_current"), quantize_passes=2, **_TE_MEMORY,
+        flags={"megatron": ("--fp8-format", "hybrid", "--fp8-recipe", "tensorwise")},
+    ),
+    PrecisionRecipe(
+        name="fp8-blockwise",
+        description="FP8 blockwise scaling (DeepSeek-V3): 1x128 activations and gradients, 128x128 weights, fp32 scales",
+        source=f"{_TE}: Float8BlockScaling(fp8_format=E4M3); --fp8-format e4m3 --fp8-recipe blockwise",
+        weights=GemmOperand("e4m3", "block_128x128"), activations=GemmOperand("e4m3", "block_1x128"),
+        gradients=GemmOperand("e4m3", "block_1x128"), quantize_passes=1, **_TE_MEMORY,
+        flags={"megatron": ("--fp8-format", "e4m3", "--fp8-recipe", "blockwise")},
+    ),
+    PrecisionRecipe(
+        name="mxfp8",
+        description="MXFP8 (Blackwell): E4M3 in 32-element blocks with E8M0 scales, every operand",
+        source=f"{_TE}: MXFP8BlockScaling(fp8_format=E4M3); --fp8-format e4m3 --fp8-recipe mxfp8",
+        **_same("mxfp8", "mx_32"), quantize_passes=1, **_TE_MEMORY,
+        flags={"megatron": ("--fp8-format", "e4m3", "--fp8-recipe", "mxfp8")},
+    ),
+    PrecisionRecipe(
+        name="nvfp4",
+        description="NVFP4 (Blackwell): E2M1 in 16-element blocks with E4M3 scales and an fp32 tensor scale",
+        source=f"{_TE}: NVFP4BlockScaling; --fp4-format e2m1 --fp4-recipe nvfp4",
+        **_same("nvfp4", "nvfp4_16"), quantize_passes=2, **_TE_MEMORY,
+        flags={"megatron": ("--fp4-format", "e2m1", "--fp4-recipe", "nvfp4")},
+    ),
+    PrecisionRecipe(
+        name="fp8-megatron-param-gather",
+        description="fp8-current with FP8 parameters: the parameter all-gather and the compute weights in FP8",
+        source=f"{_TE}: Float8CurrentScaling; --fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather",
+        weights=GemmOperand("e4m3", "tensor_current"), activations=GemmOperand("e4m3", "tensor_current"),
+        gradients=GemmOperand("e5m2", "tensor_current"), param_gather="stored", quantize_passes=2, **_TE_MEMORY,
+        flags={"megatron": ("--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--fp8-param-gather")},
+    ),
+    PrecisionRecipe(
+        name="torchao-float8-tensorwise",
+        description="torchao float8 tensorwise (torchtitan): E4M3 forward / E5M2 gradients, float8 FSDP all-gather",
+        source=("torchao float8/float8_linear.py and torchtitan docs/float8.md: --model.converters quantize.linear.float8 "
+                "--quantize.linear.float8.enable_fsdp_float8_all_gather"),
+        weights=GemmOperand("e4m3", "tensor_current"), activations=GemmOperand("e4m3", "tensor_current"),
+        gradients=GemmOperand("e5m2", "tensor_current"), saved_input="compute", param_gather="cast", quantize_passes=2,
+        flags={"torchtitan": ("--model.converters", "quantize.linear.float8",
+                              "--quantize.linear.float8.enable_fsdp_float8_all_gather",
+                              "--quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp")},
+    ),
+    PrecisionRecipe(
+        name="torchao-float8-rowwise",
+        description="torchao float8 rowwise (torchtitan): E4M3 with one fp32 scale per row, no float8 all-gather",
+        source="torchao float8/float8_linear.py and torchtitan docs/float8.md: --quantize.linear.float8.recipe_name rowwise",
+        **_same("e4m3", "rowwise"), saved_input="compute", quantize_passes=1,
+        flags={"torchtitan": ("--model.converters", "quantize.linear.float8", "--quantize.linear.float8.recipe_name",
+                              "rowwise")},
+    ),
+)
+
+
+@hookimpl
+def hp_precision_recipes():
+    yield from RECIPES

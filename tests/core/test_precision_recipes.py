@@ -1,0 +1,414 @@
+"""Precision recipes (docs/precision.md): the record, what a recipe moves in memory and in time, and only that.
+
+A toy layer states every number a recipe reads -- a 1000 -> 2000 linear over 1000 tokens (its input
+kept, ``owned``), an output projection's input a flash kernel also keeps (``shared``), a router's
+gate in the compute dtype, an embedding-like matrix, a TP all-gather of GEMM inputs -- on a toy
+device (peak 1e15 bf16, 2e15 fp8, 1e12 B/s) whose FP8 kernel runs 2x the bf16 one, so each expected
+value below is worked out by hand in its comment.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import pytest
+
+from hp_core.api import build_registry, estimate, model_from_preset, step_time
+from hp_core.costs import ActivationTerm, Collective, Flops, LayerContext, LayerCost, LayerWork, ParamCount
+from hp_core.engine.precision import apply_recipe, quantized_weight_elements, weight_copy_bytes
+from hp_core.engine.prepare import layer_context, prepare
+from hp_core.engine.timing import collective_seconds
+from hp_core.errors import ConfigError
+from hp_core.markers import hookimpl
+from hp_core.precision_recipes import GemmOperand, PrecisionRecipe
+from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec
+from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
+from hp_core.types import LayerKind, Runtime
+from hp_plugins.kinds.dense import DenseConfig
+
+PEAK, MEMORY_BW, LINK = 1e15, 1e12, 100e9
+ROWS, FAN_IN, FAN_OUT, EXPERTS = 1000, 1000, 2000, 10
+
+
+def _figure(value: float) -> Sourced:
+    return Sourced(value, "a round number for a hand-worked test")
+
+
+TOY_DEVICE = DeviceEfficiency(
+    architecture="toy",
+    matmul=_figure(0.5), attention_forward=_figure(0.25), attention_backward=_figure(0.125),
+    attention_forward_overhead_seconds=_figure(0.0), attention_backward_overhead_seconds=_figure(0.0),
+    grouped_matmul=_figure(0.5), grouped_half_rows=_figure(100), memory_bandwidth=_figure(0.5),
+    intra_node_bus=_figure(0.5), inter_node_bus=_figure(0.25), all_to_all_bus=_figure(0.5),
+    collective_overhead_seconds=_figure(0.0),
+    gemm_speedups=(("fp8_tensorwise", _figure(2.0)),),
+)
+_NONE = _figure(0.0)
+TOY_PROFILE = TimingProfile(
+    name="toy", description="round numbers", devices=(TOY_DEVICE,),
+    overlap=CommOverlap(tensor_parallel=_NONE, context_parallel=_NONE, expert_parallel=_NONE, data_parallel=_NONE, pipeline=_NONE),
+    matmul_backward_factor=_figure(2.0), attention_backward_factor=_figure(2.5), flash_causal_fraction=_figure(0.5),
+    elementwise_accesses_per_flop=_figure(0.5), elementwise_backward_factor=_figure(2.0), moe_permute_passes=_figure(0),
+    optimizer_grad_passes=_figure(0), grad_buffer_passes=_figure(0), grad_scale_passes=_figure(0),
+    algorithm_source="a hand-worked test",
+)
+TOY_SPEC = HardwareSpec(
+    name="Toy device", memory_bytes=2**36, peak_flops={"bf16": PEAK, "fp8": 2 * PEAK}, devices_per_node=8,
+    architecture="toy", memory_bandwidth_bytes_per_second=MEMORY_BW, intra_node_bandwidth_bytes_per_second=LINK,
+    inter_node_bandwidth_bytes_per_second=LINK / 4, intra_node_latency_seconds=1e-5, inter_node_latency_seconds=1e-5,
+)
+
+LINEAR = (ROWS, FAN_OUT, FAN_IN)  # 4e9 FLOPs forward
+ROUTER = (ROWS, EXPERTS, FAN_IN)  # 2e7 FLOPs forward, kept in bf16
+GATHER_BYTES = 2e6  # a TP all-gather of a GEMM input, forward and backward
+
+
+@attrs.frozen
+class ToyConfig:
+    """A layer of one linear layer, a router gate and an output-projection input, every number stated."""
+
+
+def _toy(c: ToyConfig, x: LayerContext) -> LayerCost:
+    gemms = (LINEAR, ROUTER)
+    matmul = sum(2.0 * r * o * i for r, o, i in gemms)
+    return LayerCost(
+        params=(
+            ParamCount("linear", "dense", FAN_OUT * FAN_IN, False, matrices=((1, FAN_OUT, FAN_IN),)),
+            ParamCount("router", "dense", EXPERTS * FAN_IN, False, matrices=((1, EXPERTS, FAN_IN),), high_precision=True),
+            ParamCount("table", "dense", 50 * FAN_IN, False, matrices=((1, 50, FAN_IN),), embedding_or_output=True),
+            ParamCount("norm", "dense", FAN_IN, False),
+        ),
+        activations=(
+            ActivationTerm("residual", 1000),
+            ActivationTerm("linear_in", ROWS * FAN_IN * 2, "normOp", gemm_input="owned"),
+            ActivationTerm("proj_in", 2000, gemm_input="shared"),
+        ),
+        input_bytes=100, working_bytes=0,
+        forward=Flops(matmul_flops=matmul),
+        work=LayerWork(gemms=gemms, high_precision_gemms=(ROUTER,),
+                       collectives=(Collective("tp", "all_gather", GATHER_BYTES, 1, 1, gemm_input=True),
+                                    Collective("tp", "reduce_scatter", GATHER_BYTES, 1, 1))),
+    )
+
+
+FP8 = GemmOperand("e4m3", "tensor_current")
+TOY_FP8 = PrecisionRecipe(name="toy-fp8", description="toy", source="a hand-worked test", weights=FP8, activations=FP8,
+                          gradients=GemmOperand("e5m2", "tensor_current"), weight_copies=2, cache_weights=True,
+                          tp_gather=True, quantize_passes=2)
+
+
+class _ToyPlugin:
+    @hookimpl
+    def hp_layer_kinds(self):
+        yield LayerKind(name="toy", config_type=ToyConfig, evaluate=_toy, switches=("normOp",))
+
+    @hookimpl
+    def hp_runtimes(self):
+        yield Runtime(name="toy-runtime", precision=PrecisionSpec(), attention="flash", zero=0, timing=TOY_PROFILE)
+
+    @hookimpl
+    def hp_precision_recipes(self):
+        yield TOY_FP8
+
+
+@pytest.fixture(scope="module")
+def toy_registry():
+    return build_registry([_ToyPlugin()], use_env=False)
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return build_registry(use_env=False)
+
+
+MODEL = ModelSpec(name="toy", layers=(LayerGroup(kind="toy", config=ToyConfig(), count=2),), source="test")
+LAYOUT = ParallelSpec(tp=2, dp=1, micro_batch_size=1, seq_len=ROWS, global_batch_size=1)
+
+
+def _precision(recipe: str) -> PrecisionSpec:
+    return PrecisionSpec(recipe=recipe)
+
+
+# ----------------------------------------------------------------------------- the record
+
+
+def test_operand_bytes_per_element_with_block_scales():
+    assert GemmOperand("e4m3", "tensor_delayed").bytes_per_element == 1
+    assert GemmOperand("mxfp8", "mx_32").bytes_per_element == 1 + 1 / 32  # an E8M0 byte per 32 elements
+    assert GemmOperand("e4m3", "block_1x128").bytes_per_element == 1 + 4 / 128  # an fp32 scale per 128
+    assert GemmOperand("e4m3", "block_128x128").bytes_per_element == 1 + 4 / 16384
+    assert GemmOperand("nvfp4", "nvfp4_16").bytes_per_element == 0.5 + 1 / 16  # an E4M3 byte per 16
+    assert GemmOperand("bf16").bytes_per_element == 2
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: GemmOperand("bf16", "tensor_current"), "bf16 takes scaling 'none'"),
+    (lambda: GemmOperand("e4m3"), "a low-precision format a scaling"),
+    (lambda: GemmOperand("fp6", "mx_32"), "unknown format 'fp6'"),
+    (lambda: PrecisionRecipe(name="x", description="d", source="s", weight_copies=2), "quantizes no GEMM operand"),
+    (lambda: PrecisionRecipe(name="x", description="d", source="s", weights=FP8, activations=GemmOperand("nvfp4", "nvfp4_16")),
+     "different peaks"),
+    (lambda: PrecisionRecipe(name="x", description="d", source="s", weights=FP8, saved_input="fp8"), "unknown saved input"),
+])
+def test_inconsistent_records_are_refused(make, words):
+    with pytest.raises(ValueError, match=words):
+        make()
+
+
+def test_recipe_kernels_and_dtypes(registry):
+    kernels = {r.name: (r.kernel, r.gemm_dtype) for r in registry.precision_recipes}
+    assert kernels["bf16"] == ("bf16", "bf16")
+    assert kernels["fp8-delayed"] == kernels["fp8-current"] == kernels["torchao-float8-tensorwise"] == ("fp8_tensorwise", "fp8")
+    assert kernels["fp8-blockwise"] == ("fp8_blockwise", "fp8")
+    assert kernels["mxfp8"] == ("mxfp8", "fp8")
+    assert kernels["nvfp4"] == ("nvfp4", "fp4")
+    assert kernels["torchao-float8-rowwise"] == ("fp8_rowwise", "fp8")
+
+
+# ----------------------------------------------------------------------------- memory: only the named terms
+
+
+def test_bf16_is_the_cost_itself(registry):
+    context = layer_context(LAYOUT, PrecisionSpec(), "flash")
+    cost = _toy(ToyConfig(), context)
+    assert apply_recipe(cost, registry.precision_recipe("bf16"), 2) is cost
+    # torchao keeps its compute-dtype inputs: nothing moves either.
+    assert apply_recipe(cost, registry.precision_recipe("torchao-float8-tensorwise"), 2) is cost
+
+
+@pytest.mark.parametrize("recipe, linear_in, proj_in", [
+    # owned: 1e6 elements at 1 byte; shared: 2000 bf16 bytes plus 1000 elements at 1 byte.
+    ("fp8-current", 1_000_000, 3000),
+    # MXFP8: 1e6 * (1 + 1/32) = 1,031,250; 2000 + ceil(1000 * 1.03125) = 2000 + 1032.
+    ("mxfp8", 1_031_250, 3032),
+    # NVFP4: 1e6 * (0.5 + 1/16) = 562,500; 2000 + 563.
+    ("nvfp4", 562_500, 2563),
+])
+def test_a_recipe_rewrites_only_the_gemm_inputs(registry, recipe, linear_in, proj_in):
+    cost = _toy(ToyConfig(), layer_context(LAYOUT, PrecisionSpec(), "flash"))
+    changed = apply_recipe(cost, registry.precision_recipe(recipe), 2)
+    assert [(t.op, t.bytes, t.switch) for t in changed.activations] == [
+        ("residual", 1000, None), ("linear_in", linear_in, "normOp"), ("proj_in", proj_in, None)]
+    assert attrs.evolve(changed, activations=cost.activations) == cost  # nothing else of the cost moved
+
+
+def test_quantized_weights_skip_the_embedding_head_and_router():
+    cost = _toy(ToyConfig(), layer_context(LAYOUT, PrecisionSpec(), "flash"))
+    assert quantized_weight_elements([(cost, 3)]) == 3 * FAN_OUT * FAN_IN
+    assert quantized_weight_elements([(cost, 1)], by_group=True) == {"dense": FAN_OUT * FAN_IN}
+
+
+def test_fp8_moves_only_the_named_memory_terms(toy_registry):
+    """Parameters gain the cached copies, activations change by the rewritten terms; the rest is identical."""
+    bf16 = estimate(MODEL, LAYOUT, registry=toy_registry, runtime="toy-runtime").stages[0].memory
+    fp8 = estimate(MODEL, LAYOUT, registry=toy_registry, runtime="toy-runtime", precision=_precision("toy-fp8")).stages[0].memory
+    # Two layers: each holds 2 cached FP8 copies of its 2e6 linear weight elements (1 byte each).
+    assert fp8.parameters_bytes - bf16.parameters_bytes == 2 * 2 * FAN_OUT * FAN_IN
+    # One micro-batch in flight, two layers: linear_in 2e6 -> 1e6 bytes, proj_in 2000 -> 3000.
+    assert fp8.activations_bytes - bf16.activations_bytes == 2 * ((1_000_000 - 2_000_000) + (3000 - 2000))
+    for field in ("gradients_bytes", "master_parameters_bytes", "optimizer_states_bytes", "communication_buffers_bytes",
+                  "working_set_bytes", "runtime_overhead_bytes"):
+        assert getattr(fp8, field) == getattr(bf16, field), field
+
+
+def test_delayed_scaling_keeps_its_amax_histories_as_runtime_overhead(toy_registry):
+    delayed = attrs.evolve(TOY_FP8, name="toy-delayed", amax_history=1024)
+
+    class Delayed:
+        @hookimpl
+        def hp_precision_recipes(self):
+            yield delayed
+
+    registry = build_registry([_ToyPlugin(), Delayed()], use_env=False)
+    current = estimate(MODEL, LAYOUT, registry=registry, runtime="toy-runtime", precision=_precision("toy-fp8")).stages[0].memory
+    with_history = estimate(MODEL, LAYOUT, registry=registry, runtime="toy-runtime",
+                            precision=_precision("toy-delayed")).stages[0].memory
+    # Two layers of one quantized GEMM (the router and the table are not): 5 quantizers of a scale and
+    # 1024 amax values, fp32.
+    assert with_history.runtime_overhead_bytes - current.runtime_overhead_bytes == 2 * 5 * (1024 + 1) * 4
+    assert attrs.evolve(with_history, runtime_overhead_bytes=0) == attrs.evolve(current, runtime_overhead_bytes=0)
+
+
+def test_weight_copies_by_storage_and_zero():
+    fp8 = PrecisionRecipe(name="x", description="d", source="s", weights=FP8, activations=FP8, gradients=FP8,
+                          weight_copies=2, cache_weights=True)
+    assert weight_copy_bytes(1000, fp8, zero=1) == 2000
+    assert weight_copy_bytes(1000, attrs.evolve(fp8, param_gather="stored"), zero=1) == 1000  # the parameter is one copy
+    assert weight_copy_bytes(1000, fp8, zero=3) == 0  # TE keeps no workspace under FSDP
+    assert weight_copy_bytes(1000, attrs.evolve(fp8, cache_weights=False), zero=1) == 0  # per micro-batch instead
+
+
+def test_fp8_param_gather_stores_the_weights_in_fp8(registry):
+    model = model_from_preset("llama3-8b", registry)
+    layout = ParallelSpec(tp=2, sp=True, dp=4, seq_len=4096)
+    runtime = registry.runtime("megatron").precision
+
+    def memory(recipe):
+        return estimate(model, layout, registry=registry, runtime="megatron",
+                        precision=attrs.evolve(runtime, recipe=recipe)).stages[0].memory
+
+    bf16, current, stored = memory("bf16"), memory("fp8-current"), memory("fp8-megatron-param-gather")
+    run = prepare(model, layout, registry=registry, runtime="megatron")
+    quantized = quantized_weight_elements([(cost, group.count) for cost, group in zip(run.costs, model.layers)])
+    assert current.parameters_bytes - bf16.parameters_bytes == 2 * quantized  # weight and transpose, 1 byte each
+    # Stored in FP8 (1 byte instead of 2), and the parameter is the row-wise copy: one cached copy left.
+    assert stored.parameters_bytes - bf16.parameters_bytes == -quantized + quantized
+    assert stored.activations_bytes == current.activations_bytes
+    assert stored.optimizer_states_bytes == bf16.optimizer_states_bytes
+    assert stored.master_parameters_bytes == bf16.master_parameters_bytes
+
+
+def test_fp8_changes_exactly_the_marked_terms_of_llama(registry):
+    model = model_from_preset("llama3-8b", registry)
+    layout = ParallelSpec(tp=2, sp=True, dp=4, seq_len=4096)
+    runtime = registry.runtime("megatron").precision
+    plain = prepare(model, layout, registry=registry, runtime="megatron")
+    fp8 = prepare(model, layout, registry=registry, runtime="megatron", precision=attrs.evolve(runtime, recipe="fp8-current"))
+    dense = next(i for i, group in enumerate(model.layers) if isinstance(group.config, DenseConfig))
+    before = {t.op: t.bytes for t in plain.costs[dense].activations}
+    after = {t.op: t.bytes for t in fp8.costs[dense].activations}
+    changed = {op for op in before if before[op] != after[op]}
+    assert changed == {"attn_norm_out", "attn_gathered", "attn_out", "mlp_norm_out", "mlp_gathered", "mul_out"}
+    for op in changed - {"attn_out"}:
+        assert after[op] == before[op] // 2  # owned: 1 FP8 byte per bf16 element
+    assert after["attn_out"] == before["attn_out"] * 3 // 2  # shared: the flash kernel's bf16 output plus FP8
+    # The embedding and the head (their GEMMs stay in bf16) keep every term.
+    for i in range(len(model.layers)):
+        if i != dense:
+            assert plain.costs[i].activations == fp8.costs[i].activations, model.layers[i].kind
+
+
+# ----------------------------------------------------------------------------- time
+
+
+def _quantize_bytes(elements: float, passes: int = 2) -> float:
+    """HBM bytes quantizing *elements* bf16 elements moves: passes reads of 2 bytes, two 1-byte copies written."""
+    return elements * (passes * 2 + 2 * 1)
+
+
+def test_fp8_gemms_and_quantization_by_hand(toy_registry):
+    layout = ParallelSpec(dp=1, micro_batch_size=1, seq_len=ROWS, global_batch_size=1)
+    bf16 = step_time(MODEL, layout, registry=toy_registry, hardware=TOY_SPEC, runtime="toy-runtime")
+    fp8 = step_time(MODEL, layout, registry=toy_registry, hardware=TOY_SPEC, runtime="toy-runtime",
+                    precision=_precision("toy-fp8"))
+    eff = PEAK * 0.5
+    linear, router = 2.0 * ROWS * FAN_OUT * FAN_IN, 2.0 * ROWS * EXPERTS * FAN_IN
+    assert bf16.stages[0].forward_seconds == pytest.approx(2 * (linear + router) / eff)
+    memory = MEMORY_BW * 0.5
+    # Forward: the router's 2e7 FLOPs at bf16, the linear's 4e9 at half its bf16 time, and the input's
+    # 1e6 elements quantized (2 reads + 2 writes: 6 bytes each).
+    forward = router / eff + linear / eff / 2 + _quantize_bytes(ROWS * FAN_IN) / memory
+    assert fp8.stages[0].forward_seconds == pytest.approx(2 * forward)
+    # Backward: twice the GEMM FLOPs; the output gradient's 2e6 elements quantized.
+    backward = 2 * router / eff + 2 * linear / eff / 2 + _quantize_bytes(ROWS * FAN_OUT) / memory
+    assert fp8.stages[0].backward_seconds == pytest.approx(2 * backward)
+    # MFU both ways: the same model FLOPs over the bf16 and over the fp8 peak.
+    assert fp8.mfu_recipe_peak == pytest.approx(fp8.mfu / 2)
+    assert bf16.mfu_recipe_peak == bf16.mfu and fp8.peak_flops_per_second == PEAK
+    assert fp8.recipe_peak_flops_per_second == 2 * PEAK and fp8.provenance["precision_recipe"] == "toy-fp8"
+
+
+def test_fp8_gathers_gemm_inputs_in_half_the_bytes(toy_registry):
+    bf16 = step_time(MODEL, LAYOUT, registry=toy_registry, hardware=TOY_SPEC, runtime="toy-runtime")
+    fp8 = step_time(MODEL, LAYOUT, registry=toy_registry, hardware=TOY_SPEC, runtime="toy-runtime",
+                    precision=_precision("toy-fp8"))
+    bus = LINK * 0.5
+    gather = collective_seconds("all_gather", GATHER_BYTES, 2, bus, 1e-5)
+    half = collective_seconds("all_gather", GATHER_BYTES / 2, 2, bus, 1e-5)
+    # Two layers, the all-gather forward and backward; the reduce-scatter (an output) unchanged.
+    assert bf16.stages[0].communication_seconds - fp8.stages[0].communication_seconds == pytest.approx(2 * 2 * (gather - half))
+
+
+def test_bf16_named_is_bit_identical_to_no_recipe(registry):
+    model = model_from_preset("llama3-8b", registry)
+    layout = ParallelSpec(tp=2, sp=True, pp=2, dp=2, seq_len=4096, global_batch_size=8)
+    h100 = registry.hardware_preset("h100-sxm").spec
+    named = attrs.evolve(registry.runtime("megatron").precision, recipe="bf16")
+    for runtime in ("megatron", "generic", "fsdp2"):
+        a = step_time(model, layout, registry=registry, hardware=h100, runtime=runtime)
+        b = step_time(model, layout, registry=registry, hardware=h100, runtime=runtime,
+                      precision=attrs.evolve(registry.runtime(runtime).precision, recipe="bf16"))
+        assert attrs.evolve(a, provenance={}) == attrs.evolve(b, provenance={})
+        assert a.mfu_recipe_peak == a.mfu
+    e1 = estimate(model, layout, registry=registry, runtime="megatron")
+    e2 = estimate(model, layout, registry=registry, runtime="megatron", precision=named)
+    assert e1.stages == e2.stages
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+def test_refusals_name_the_field(registry):
+    model = model_from_preset("llama3-8b", registry)
+    layout = ParallelSpec(dp=8, seq_len=4096)
+    base = registry.runtime("megatron").precision
+    with pytest.raises(ConfigError, match=r"^\$\.precision\.recipe: unknown precision recipe 'fp9'"):
+        estimate(model, layout, registry=registry, precision=attrs.evolve(base, recipe="fp9"))
+    with pytest.raises(ConfigError, match=r"^\$\.precision\.activation_bytes: 1-byte activations"):
+        estimate(model, layout, registry=registry, precision=attrs.evolve(base, activation_bytes=1))
+    cases = (
+        ("a100-80gb", "fp8-current", "states no peak FLOP/s"),
+        ("b200", "nvfp4", "states no peak FLOP/s"),
+        ("h100-sxm", "fp8-blockwise", "no measured fp8_blockwise GEMM speedup for hopper"),
+        ("h100-sxm", "torchao-float8-rowwise", "no measured fp8_rowwise GEMM speedup"),
+    )
+    for hardware, recipe, words in cases:
+        with pytest.raises(ConfigError, match=rf"^\$\.precision\.recipe: .*{words}"):
+            step_time(model, layout, registry=registry, runtime="megatron", hardware=registry.hardware_preset(hardware).spec,
+                      precision=attrs.evolve(base, recipe=recipe))
+    # Memory needs no hardware: every recipe estimates.
+    for recipe in registry.precision_recipes:
+        estimate(model, layout, registry=registry, runtime="megatron", precision=attrs.evolve(base, recipe=recipe.name))
+
+
+def test_docs_list_every_built_in_recipe_and_its_flags(registry):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "precision.md").read_text(encoding="utf-8")
+    for recipe in registry.precision_recipes:
+        assert f"| `{recipe.name}` |" in text, recipe.name
+        for flags in recipe.flags.values():
+            assert " ".join(flags) in text, recipe.name
+    assert math.isclose(registry.precision_recipe("fp8-delayed").activations.bytes_per_element, 1.0)
+
+
+# ----------------------------------------------------------------------------- the command line
+
+
+def test_the_command_line_names_a_recipe_and_prints_both_mfus_and_the_flags(capsys):
+    from cli_run import run
+
+    status, out, err = run(capsys, "estimate", "--model", "llama3-8b", "--tp", 2, "--sp", "--dp", 4, "--seq-len", 4096,
+                           "--runtime", "megatron", "--hardware", "h100-sxm", "--precision", "fp8-current",
+                           "--export", "megatron", "--json")
+    assert status == 0, err
+    import json
+
+    doc = json.loads(out)
+    assert doc["provenance"]["precision_recipe"] == "fp8-current"
+    assert doc["time"]["provenance"]["gemm_dtype"] == "fp8"
+    assert doc["time"]["mfu_recipe_peak"] == pytest.approx(doc["time"]["mfu"] * 989.4 / 1978.9)
+    assert doc["export"]["precision_flags"] == "--fp8-format hybrid --fp8-recipe tensorwise"
+    status, out, err = run(capsys, "estimate", "--model", "llama3-8b", "--seq-len", 4096, "--precision", "fp9")
+    assert status == 2 and err.count("\n") == 1 and "--precision: unknown precision recipe 'fp9'" in err
+
+
+def test_the_search_ranks_several_recipes_together(capsys):
+    from cli_run import run
+    import json
+
+    status, out, err = run(capsys, "search", "--model", "llama3-8b", "--num-layers", 2, "--devices", 8, "--hardware", "h100-sxm",
+                           "--runtime", "megatron", "--seq-len", 2048, "--global-batch-size", 16,
+                           "--precision", "bf16,fp8-current", "--top", 4, "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert doc["precision_dimension"] == ["bf16", "fp8-current"]
+    steps = [entry["step_seconds"] for entry in doc["ranked"]]
+    assert steps == sorted(steps) and {entry["recipe"] for entry in doc["ranked"]} == {"bf16", "fp8-current"}
+    # Each recipe's own search is the one a single --precision runs.
+    assert doc["results"]["fp8-current"]["top"][0]["step_seconds"] == min(
+        e["step_seconds"] for e in doc["ranked"] if e["recipe"] == "fp8-current")
+    status, out, err = run(capsys, "search", "--model", "llama3-8b", "--devices", 8, "--hardware", "h100-sxm",
+                           "--seq-len", 2048, "--precision", "bf16,bf16")
+    assert status == 2 and "--precision: name each recipe once" in err
