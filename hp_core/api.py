@@ -32,15 +32,17 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import attrs
 
-from hp_core.engine.estimate import count_parameters, estimate_run
+from hp_core.engine.estimate import count_parameters as _count_parameters
+from hp_core.engine.estimate import estimate_run
 from hp_core.engine.prepare import PreparedRun, layer_context, resolve_setting, with_sublayers
 from hp_core.engine.prepare import prepare as _prepare
+from hp_core.bounds import MAX_DEVICES, MAX_MEMORY_BYTES, check_int, short_repr
 from hp_core.errors import ConfigError, SpecError
 from hp_core.jsonforms import from_json, to_json
 from hp_core.manager import get_plugin_manager
 from hp_core.models import load_model_config, model_from_config, model_from_preset
 from hp_core.registry import Registry
-from hp_core.types import Runtime
+from hp_core.types import ATTENTION_IMPLS, CensusSource, Runtime
 from hp_core.results import Estimate
 from hp_core.runtime_options import apply_options
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
@@ -124,11 +126,37 @@ def _precision(precision: Any) -> PrecisionSpec | None:
     raise ConfigError("precision", f"expected a PrecisionSpec, got {type(precision).__name__}")
 
 
+def _registry(registry: Any) -> Registry:
+    if not isinstance(registry, Registry):
+        raise ConfigError("registry", f"expected a Registry (build_registry()), got {type(registry).__name__}")
+    return registry
+
+
 def prepare(model: ModelSpec | str, parallel: ParallelSpec | Mapping[str, Any], *, registry: Registry, **options: Any) -> PreparedRun:
-    """:func:`hp_core.engine.prepare.prepare`, with names accepted for the model and a mapping for the layout."""
+    """:func:`hp_core.engine.prepare.prepare`, with names accepted for the model and a mapping for the layout.
+
+    Raises:
+        ConfigError: A bad argument, named (``attention``, ``census``, ``runtime``, a field of ``parallel``).
+    """
+    registry = _registry(registry)
     if "precision" in options:
         options["precision"] = _precision(options["precision"])
+    attention = options.get("attention")
+    if attention is not None and attention not in ATTENTION_IMPLS:
+        raise ConfigError("attention", f"expected one of {', '.join(ATTENTION_IMPLS)} or None, got {short_repr(attention)}")
+    census = options.get("census", "formulas")
+    if not isinstance(census, (str, CensusSource)):
+        raise ConfigError("census", f"expected a census source's name or a census file's path, got {type(census).__name__}")
+    runtime = options.get("runtime", "generic")
+    if not isinstance(runtime, (str, Runtime)):
+        raise ConfigError("runtime", f"expected a runtime's name, got {type(runtime).__name__}")
     return _prepare(_model(model, registry), _parallel(parallel), registry=registry, **options)
+
+
+def count_parameters(model: ModelSpec | str, registry: Registry):
+    """The parameter count of *model* (a spec, a preset's name or a ``config.json`` path), as Hugging Face counts it."""
+    registry = _registry(registry)
+    return _count_parameters(_model(model, registry), registry)
 
 
 def build_registry(
@@ -252,6 +280,12 @@ def plan_recompute(
     """
     from hp_core.engine.recompute.plan import plan_run
 
+    check_int(reserve_bytes, "reserve_bytes", low=0, high=MAX_MEMORY_BYTES, what="MAX_MEMORY_BYTES")
+    offload = tuple(offload)
+    for i, share in enumerate(offload):
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+            raise ConfigError(f"offload[{i}]", f"an offload share lies in (0, 1], got {short_repr(share)}")
+
     run = prepare(model, parallel, registry=registry, runtime=runtime, precision=precision, census=census, attention=attention)
     return plan_run(run, _hardware(hardware, registry), reserve_bytes=reserve_bytes, unrestricted=unrestricted,
                     offload=offload)
@@ -285,6 +319,16 @@ def search(
             without a timing profile.
     """
     from hp_core.engine.search import search as run_search
+
+    registry = _registry(registry)
+    for name, value in (fixed or {}).items():
+        low, high = (0, 3) if name == "zero" else (1, MAX_DEVICES)
+        check_int(value, f"fixed.{name}", low=low, high=high)
+    if zero is not None:
+        zero = tuple(zero)
+        for level in zero:
+            check_int(level, "zero", low=0, high=3)
+    check_int(reserve_bytes, "reserve_bytes", low=0, high=MAX_MEMORY_BYTES, what="MAX_MEMORY_BYTES")
 
     return run_search(_model(model, registry), registry=registry, devices=devices, hardware=_hardware(hardware, registry),
                    global_batch_size=global_batch_size, seq_len=seq_len, runtime=runtime, fixed=fixed or {}, top=top,

@@ -44,6 +44,8 @@ def model_from_config(config: Mapping[str, Any], registry: Registry, *, name: st
         ConfigError: No format reads it, or the format refuses a field (with its path).
         PluginError: The format's builder failed otherwise.
     """
+    if not isinstance(config, Mapping):
+        raise ConfigError(where, f"a model config is a mapping of its fields, got {type(config).__name__}")
     fmt = registry.format_for(config, where)
     try:
         model = fmt.build(config, name=name, source=source, where=where)

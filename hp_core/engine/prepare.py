@@ -380,15 +380,12 @@ class PreparedRun:
         return [i for i, (kind, group) in enumerate(zip(self.kinds, self.model.layers))
                 if kind.placement == where for _ in range(group.count)]
 
-    def settings(self, recompute: RecomputeSpec | None) -> tuple[Setting, ...]:
-        """The setting of each body layer under *recompute*.
-
-        Raises:
-            ConfigError: A range names a layer beyond the model's.
-        """
+    def settings(self, recompute: RecomputeSpec | tuple[Setting, ...] | None) -> tuple[Setting, ...]:
+        """The setting of each body layer under *recompute* (a plan, or one setting per body layer); a ConfigError
+        where a range names a layer beyond the model's."""
         count = self.body_count
-        if recompute is None:
-            return (Setting(),) * count
+        if recompute is None or (isinstance(recompute, tuple) and len(recompute) == count):
+            return (Setting(),) * count if recompute is None else recompute
         if recompute.layers and max(last for _, last, _ in recompute.layers) >= count:
             raise ConfigError("$.recompute.layers", f"a range names a layer beyond the model's {count} layers (0-{count - 1})")
         return tuple(recompute.setting_of(i) for i in range(count))
@@ -399,7 +396,10 @@ class PreparedRun:
         A run of layers of one group under the same setting object reuses the
         layer before it without a lookup; any other repeat is found by key.
         """
-        cache: dict[tuple[int, Setting], Any] = {}
+        trial = getattr(settings, "body", None)  # settings that build their list from a base's (potentials' trials)
+        return trial(self, make) if trial is not None else self._per_body_layer(settings, make, {})
+
+    def _per_body_layer(self, settings: tuple[Setting, ...], make: Callable, cache: dict) -> list:  # fills cache
         body: list = []
         previous: tuple[int, Setting, Any] | None = None
         for group, setting in zip(self.body_group, settings):
@@ -496,4 +496,3 @@ def prepare(
     )
     return PreparedRun(model, parallel, registry, profile, precision, attention, zero, layers, micro_batches,
                        tuple(bounds), body_group, inputs, optimizer)
-

@@ -77,7 +77,7 @@ class _Batch:
 
 @attrs.frozen(kw_only=True)
 class _Optimizer:
-    distributed_optimizer: bool = False
+    distributed_optimizer: bool  # stated by every case: ZeRO-1 or none (absent is not "none")
 
 
 @attrs.frozen(kw_only=True)
@@ -143,8 +143,8 @@ def _hf_config(model_hf: Mapping[str, Any], tokenizer: str | None, where: str) -
     # Megatron's NullTokenizer reports --vocab-size + 1 (its EOD token).
     if tokenizer == "NullTokenizer":
         vocab = model_hf.get("vocab_size")
-        if isinstance(vocab, bool) or not isinstance(vocab, int):
-            raise ConfigError(f"{where}.model_hf.vocab_size", f"expected an integer, got {short_repr(vocab)}")
+        if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
+            raise ConfigError(f"{where}.model_hf.vocab_size", f"expected a positive integer, got {short_repr(vocab)}")
         config["vocab_size"] = vocab + 1
     if isinstance(config.get("moe_layer_freq"), str):
         config["moe_layer_freq"] = 1  # the first_k_dense_replace dense layers, then MoE in every layer

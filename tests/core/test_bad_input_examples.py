@@ -158,6 +158,8 @@ def _megatron(tmp_path: Path, change) -> Path:
     (lambda c: c["measured"]["timing_by_mbc"][0].update(real_ms=None), "$.cases[0].measured.timing_by_mbc[0].real_ms"),
     (lambda c: c.pop("case_id"), "$.cases[0].case_id"),
     (lambda c: c["training_config"].update(optimizer="adam"), "$.cases[0].training_config.optimizer"),
+    (lambda c: c["training_config"].update(optimizer={}), "$.cases[0].training_config.optimizer.distributed_optimizer"),
+    (lambda c: c["training_config"]["model_hf"].update(vocab_size=0), "$.cases[0].training_config.model_hf.vocab_size"),
     (lambda c: c["measured"]["per_stage_peak_derived"]["stage0_ranks_0-3"].update(max_allocated_gib=-5.0),
      "$.cases[0].measured.per_stage_peak_derived"),
 ])
@@ -486,3 +488,29 @@ def test_the_search_size_counted_before_it_starts_is_what_it_enumerates(registry
     experts = any(group.kind == "moe" for group in model.layers)
     zeros = len(zero_levels(registry.runtime("generic")))
     assert count_candidates(devices, fixed, body, batch, experts, zeros) == result.considered
+
+
+API_PROBES = {
+    "census": lambda r, m, p: estimate(m, p, registry=r, census=3),
+    "attention": lambda r, m, p: estimate(m, p, registry=r, attention="2"),
+    "registry": lambda r, m, p: estimate(m, p, registry=None),
+    "reserve_bytes": lambda r, m, p: plan_recompute(m, p, registry=r, hardware="h100-sxm", reserve_bytes="1"),
+    "offload[0]": lambda r, m, p: plan_recompute(m, p, registry=r, hardware="h100-sxm", offload=[2.0]),
+    "fixed.tp": lambda r, m, p: search(m, registry=r, devices=8, hardware="h100-sxm", global_batch_size=8, seq_len=1024,
+                                       fixed={"tp": "2"}),
+    "hardware": lambda r, m, p: estimate(m, p, registry=r, hardware=5),
+    "model": lambda r, m, p: estimate({"name": "x"}, p, registry=r),
+    "parallel": lambda r, m, p: estimate(m, None, registry=r),
+    "config.json": lambda r, m, p: __import__("hp_core.api", fromlist=["x"]).model_from_config([], r, name="x", source="y"),
+    "$.recompute": lambda r, m, p: estimate(m, p, registry=r, recompute=["nah"]),
+}
+
+
+@pytest.mark.parametrize("field", sorted(API_PROBES))
+def test_api_misuse_is_an_hp_error_naming_the_argument(registry, field):
+    from hp_core.api import model_from_preset
+
+    model = model_from_preset("llama3-8b", registry)
+    with pytest.raises(HPError) as error:
+        API_PROBES[field](registry, model, ParallelSpec(seq_len=1024))
+    assert str(error.value).startswith(field), str(error.value)

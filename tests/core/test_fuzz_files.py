@@ -274,8 +274,13 @@ def bad_case_files(draw: st.DrawFn) -> Case:
         if how == "delete" and path[-1] not in ("optimizer", "timing_by_mbc"):  # a case without timings is valid
             del parent[path[-1]]
         else:
-            parent[path[-1]] = draw(st.one_of(BAD_NUMBER, st.none()) if path[-1] not in ("optimizer", "timing_by_mbc") else
-                                    st.one_of(st.text(max_size=3), st.integers(), st.lists(st.text(max_size=2), min_size=1)))
+            if path[-1] in ("optimizer", "timing_by_mbc"):
+                bad = st.one_of(st.text(max_size=3), st.integers(), st.lists(st.text(max_size=2), min_size=1))
+            elif path[-1] == "case_id":  # any string is a name
+                bad = st.one_of(st.integers(), st.none(), st.lists(st.integers(), max_size=2))
+            else:
+                bad = st.one_of(BAD_NUMBER, st.none())
+            parent[path[-1]] = draw(bad)
         doc = {**_MEGATRON, "cases": [case]}
         return ["validate", "{dir}/megatron_measured.json"], {"megatron_measured.json": json.dumps(doc)}
     measured: dict[str, Any] = {"source": "x", "stage_peak_gib": [10.0, 12.5]}

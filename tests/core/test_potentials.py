@@ -191,3 +191,35 @@ def test_compact_takes_the_default_leaving_the_fewest_ranges():
     assert spec_from_settings([full, none, full], none).layers == ((0, 0, full), (2, 2, full))
     assert describe_plan(compact(settings)) == "full on 2-6; none elsewhere"
     assert describe_plan(RecomputeSpec()) == "none on every layer"
+
+
+def test_trials_priced_from_a_base_list_give_the_figures_of_the_plan_written_out(registry, h100):
+    """Each candidate is priced from the step's layer list with one entry replaced (SettingsTrial), not from its plan
+    written out and read back: the sequence equals the plain method's, figure for figure, on a stack of identical layers
+    (where every candidate ties) over two stages."""
+    from hp_core.engine.estimate import estimate_run
+    from hp_core.engine.prepare import prepare
+    from hp_core.engine.recompute.layout import spec_from_settings
+    from hp_core.engine.timing import time_run
+
+    model = model_from_hf_config(
+        {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 12,
+         "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 1024}, name="twelve", source="made up for tests")
+    parallel = ParallelSpec(pp=2, seq_len=1024, global_batch_size=4)
+    sequence = recompute_potentials(model, parallel, registry=registry, hardware=h100, runtime="megatron", steps=6)
+    # The plain method: every candidate's plan written out and priced.
+    run = prepare(model, parallel, registry=registry, runtime="megatron")
+    settings = [Setting()] * 12
+    expected = []
+    for _ in range(6):
+        trials = {}
+        for i in (i for i, s in enumerate(settings) if s.mode != "full"):
+            plan = spec_from_settings([*settings[:i], Setting("full"), *settings[i + 1:]], Setting())
+            trials[i] = (time_run(run, h100, plan).step_seconds, plan)
+        fastest = min(t for t, _ in trials.values())
+        tied = [i for i in trials if trials[i][0] <= fastest + 1e-9 * abs(fastest)]
+        peaks = {i: estimate_run(run, trials[i][1], h100).peak_bytes for i in tied}
+        chosen = min(tied, key=lambda i: (peaks[i], trials[i][0], i))
+        settings[chosen] = Setting("full")
+        expected.append((chosen, trials[chosen][0], peaks[chosen]))
+    assert [(s.changed_layer, s.step_seconds, s.peak_bytes) for s in sequence.steps[1:]] == expected

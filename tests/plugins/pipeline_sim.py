@@ -53,55 +53,62 @@ class Timeline:
 def simulate(orders: Sequence[Sequence[Op]], paths: dict[int, Sequence[tuple[int, int]]],
              rank_chunks: Sequence[Sequence[int]], durations: dict[str, float]) -> Timeline:
     """Run every rank's ops in order (module docstring); raises ``AssertionError`` on a deadlock or a lost part."""
-    durations = dict(durations, BW=durations["B"] + durations["W"])
-    done: dict[tuple[str, int, int, int], float] = {}
+    seconds_of = dict(durations, BW=durations["B"] + durations["W"])
+    last = {d: len(path) - 1 for d, path in paths.items()}
     ranks = len(orders)
+    # Per op: what it waits for, its seconds and what it finishes (a BW finishes its B for the stage before).
+    plans: list[list[tuple[tuple, float, tuple]]] = []
+    for r, order in enumerate(orders):
+        plan = []
+        for op in order:
+            needs, finishes, seconds = [], [], 0.0
+            for part in op:
+                kind, d, j, s = part
+                assert paths[d][s][0] == r, f"part {part} listed on rank {r}, runs on {paths[d][s][0]}"
+                if kind == "F":
+                    if s > 0:
+                        needs.append(("F", d, j, s - 1))
+                elif kind == "W":
+                    needs.append(("B", d, j, s))
+                else:
+                    needs.append(("F", d, j, s))
+                    if s < last[d]:
+                        needs.append(("B", d, j, s + 1))
+                seconds += seconds_of[kind]
+                finishes.append(part if kind != "BW" else ("B", d, j, s))
+            plan.append((tuple(needs), seconds, tuple(finishes)))
+        plans.append(plan)
+    done: dict[tuple, float] = {}
     cursor = [0] * ranks
     free = [0.0] * ranks
-    busy = [0.0] * ranks
-
-    def ready(part: Part) -> float | None:
-        kind, d, j, s = part
-        needs: list[tuple[str, int, int, int]] = []
-        last = len(paths[d]) - 1
-        if kind == "F":
-            if s > 0:
-                needs.append(("F", d, j, s - 1))
-        elif kind in ("B", "BW"):
-            needs.append(("F", d, j, s))
-            if s < last:
-                needs.append(("B", d, j, s + 1))
-        else:
-            needs.append(("B", d, j, s))
-        times = [done.get(n) for n in needs]
-        if any(t is None for t in times):
-            return None
-        return max(times, default=0.0)
-
-    left = sum(len(o) for o in orders)
+    left = sum(len(plan) for plan in plans)
     while left:
         progressed = False
         for r in range(ranks):
-            while cursor[r] < len(orders[r]):
-                op = orders[r][cursor[r]]
-                starts = [ready(part) for part in op]
-                if any(t is None for t in starts):
-                    break
-                for kind, d, j, s in op:
-                    assert paths[d][s][0] == r, f"part {(kind, d, j, s)} listed on rank {r}, runs on {paths[d][s][0]}"
-                start = max([free[r], *starts])
-                seconds = sum(durations[kind] for kind, *_ in op)
-                free[r] = start + seconds
-                busy[r] += seconds
-                for kind, d, j, s in op:
-                    done[(kind, d, j, s)] = free[r]
-                    if kind == "BW":  # its input gradient is what the previous position waits for
-                        done[("B", d, j, s)] = free[r]
-                cursor[r] += 1
-                left -= 1
+            plan, at, clock = plans[r], cursor[r], free[r]
+            while at < len(plan):
+                needs, seconds, finishes = plan[at]
+                start = clock
+                for need in needs:
+                    t = done.get(need)
+                    if t is None:
+                        break
+                    if t > start:
+                        start = t
+                else:
+                    clock = start + seconds
+                    for part in finishes:
+                        done[part] = clock
+                    at += 1
+                    continue
+                break
+            if at != cursor[r]:
+                left -= at - cursor[r]
+                cursor[r], free[r] = at, clock
                 progressed = True
         assert progressed, f"deadlock: ranks stuck at {[orders[r][cursor[r]] if cursor[r] < len(orders[r]) else None for r in range(ranks)]}"
-    return Timeline(max(free), tuple(busy), tuple(_peak(orders[r], paths, rank_chunks[r]) for r in range(ranks)))
+    busy = tuple(sum(seconds for _, seconds, _ in plan) for plan in plans)
+    return Timeline(max(free), busy, tuple(_peak(orders[r], paths, rank_chunks[r]) for r in range(ranks)))
 
 
 def _peak(order: Sequence[Op], paths: dict[int, Sequence[tuple[int, int]]], chunks: Sequence[int]) -> tuple[int, ...]:

@@ -23,7 +23,7 @@ from hp_core.engine.census import run_census  # noqa: E402
 from hp_plugins.census.torch import measure_kind  # noqa: E402
 
 PRESETS = ("mistral-7b", "phi-3-mini", "phi-3-medium", "gemma-2-9b", "gemma-2-27b", "gemma-3-27b", "gpt-oss-20b",
-           "gpt-oss-120b", "llama4-scout")
+           "gpt-oss-120b", "llama4-scout", "llama4-maverick")
 
 
 def _meta_model(hf):

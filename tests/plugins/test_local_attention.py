@@ -29,7 +29,7 @@ from hp_plugins.models.hf_local import model_from_local_config
 
 REFERENCE = json.loads((Path(__file__).resolve().parent / "data" / "hf_preset_params.json").read_text())["models"]
 PRESETS = ("mistral-7b", "phi-3-mini", "phi-3-medium", "gemma-2-9b", "gemma-2-27b", "gemma-3-27b", "gpt-oss-20b",
-           "gpt-oss-120b", "llama4-scout")
+           "gpt-oss-120b", "llama4-scout", "llama4-maverick")
 MISTRAL = dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336)
 
 
@@ -205,6 +205,10 @@ def test_hand_derived_parameter_counts(registry):
     h, I, E = 5120, 8192, 16
     layer = h * (40 + 16) * 128 + 40 * 128 * h + E * h + E * 3 * h * I + 3 * h * I + 2 * h
     assert _per_layer(registry, "llama4-scout") == [layer] * 48
+    # Llama 4 Maverick: MoE (128 experts, no QK-norm) on odd layers, dense layers of intermediate_size_mlp between.
+    moe = h * (40 + 16) * 128 + 40 * 128 * h + 128 * h + 128 * 3 * h * I + 3 * h * I + 2 * h
+    dense = h * (40 + 16) * 128 + 40 * 128 * h + 3 * h * 16384 + 2 * h
+    assert _per_layer(registry, "llama4-maverick") == [dense, moe] * 24
 
 
 @pytest.mark.parametrize("name", PRESETS)

@@ -188,3 +188,23 @@ def test_the_search_takes_schedules_as_a_dimension():
             == pytest.approx(candidate.step_seconds)
     with pytest.raises(ConfigError, match=r"^--schedules: unknown pipeline schedule 'nope'"):
         search(model, schedules=["nope"], **common)
+
+
+@pytest.mark.parametrize("durations, bubbles", [
+    ((1, 1, 1), (6, 6, 14, 14)), ((1, 1, 0.5), (7.5, 7.5, 17.5, 17.5)), ((2, 1, 1), (12, 9, 28, 21)),
+    ((1, 2, 1), (11, 12, 27, 28)), ((1, 1, 2), (6, 3, 14, 7)),
+])
+def test_where_dualpipes_closed_form_departs_from_its_simulation(durations, bubbles):
+    # The table of docs/schedules.md: p = 8, m = 32; simulated and closed-form bubbles of DualPipe and DualPipeV.
+    f, b, w = durations
+    found = []
+    for name, copies in (("dualpipe", 2), ("dualpipev", 1)):
+        schedule = REGISTRY.schedule(name)
+        vpp = VPP.get(name, 1)
+        layout = ScheduleLayout(8, vpp, 32)
+        runs = vpp if copies == 1 else 1
+        timeline = sim.simulate(*ORDERS[name](layout), {"F": f, "B": b, "W": w})
+        t = runs * (f + b + w)
+        closed = schedule.pipeline_seconds(layout, tuple(StagePasses(t, runs * w, runs * f) for _ in range(8)))
+        found += [timeline.makespan - 32 * t, closed - 32 * t]
+    assert found == pytest.approx(list(bubbles))

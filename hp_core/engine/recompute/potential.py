@@ -19,12 +19,12 @@ The CSV rows, the CSV file and the plot of the sequences are written by
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 import attrs
 
 from hp_core.engine.estimate import estimate_run
-from hp_core.engine.prepare import prepare
+from hp_core.engine.prepare import PreparedRun, prepare
 from hp_core.engine.recompute.layout import settings_of, spec_from_settings
 from hp_core.errors import ConfigError
 from hp_core.registry import Registry
@@ -133,11 +133,14 @@ def recompute_potentials(
     count = run.body_count
     settings = list(settings_of(start, count))
 
-    def score(plan: RecomputeSpec) -> float:
+    def score(plan: RecomputeSpec | tuple[Setting, ...]) -> float:
         return time_run(run, hardware, plan).step_seconds
 
-    def memory(plan: RecomputeSpec) -> Estimate:
+    def memory(plan: RecomputeSpec | tuple[Setting, ...]) -> Estimate:
         return estimate_run(run, plan, hardware)
+
+    def memory_peak(trial: tuple[Setting, ...]) -> int:
+        return memory(trial).peak_bytes
 
     def record(step: int, plan: RecomputeSpec, changed: int | None, seconds: float, result: Estimate,
                base: tuple[int, ...] | None) -> PotentialStep:
@@ -155,16 +158,59 @@ def recompute_potentials(
         candidates = [i for i, s in enumerate(settings) if s.mode != "full"]
         if not candidates:
             break
+        # Each trial is priced from its per-layer settings directly (PreparedRun.settings takes them):
+        # the same settings the trial's plan states, without writing the plan and reading it back for
+        # every candidate, and its layers are the step's base list with one entry replaced
+        # (SettingsTrial) instead of a walk over every layer per trial; figures are identical.
         trials = {}
+        full = Setting("full")
+        base, memo = tuple(settings), {}
         for index in candidates:
-            trial = settings.copy()
-            trial[index] = Setting("full")
-            plan = spec_from_settings(trial, start.default)
-            trials[index] = (score(plan), plan)
+            trial = SettingsTrial(base, index, full, memo)
+            trials[index] = (score(trial), trial)
         fastest = min(seconds for seconds, _ in trials.values())
         tied = [i for i in candidates if trials[i][0] <= fastest + _TIE * abs(fastest)]
-        results = {i: memory(trials[i][1]) for i in tied}
-        chosen = min(tied, key=lambda i: (results[i].peak_bytes, trials[i][0], i))
-        settings[chosen] = Setting("full")
-        found.append(record(len(found), trials[chosen][1], chosen, trials[chosen][0], results[chosen], first.stage_peak_bytes))
+        peaks = {i: memory_peak(trials[i][1]) for i in tied}
+        chosen = min(tied, key=lambda i: (peaks[i], trials[i][0], i))
+        settings[chosen] = full
+        plan = spec_from_settings(settings, start.default)
+        found.append(record(len(found), plan, chosen, trials[chosen][0], memory(plan), first.stage_peak_bytes))
     return PotentialSequence(degrees=_degrees(parallel), steps=tuple(found), rank=rank)
+
+
+class SettingsTrial(tuple):
+    """Per-layer settings that are a base's with one layer changed, as ``hp potentials`` tries them.
+
+    A tuple of settings like any other; :meth:`PreparedRun.per_body_layer`
+    builds its body list from the base's (made once per function and kept in
+    *memo*) with the one entry replaced: the object the base made for the same
+    ``(group, setting)`` where there is one, so runs of equal layers are the
+    same objects exactly as a fresh walk makes them, and every figure priced
+    from the list is identical.
+    """
+
+    base: tuple[Setting, ...]
+    index: int
+    memo: dict
+
+    def __new__(cls, base: tuple[Setting, ...], index: int, setting: Setting, memo: dict) -> "SettingsTrial":
+        values = list(base)
+        values[index] = setting
+        trial = super().__new__(cls, values)
+        trial.base, trial.index, trial.memo = base, index, memo
+        return trial
+
+    def body(self, run: PreparedRun, make: Callable[[int, Setting, bool, frozenset[str]], Any]) -> list:
+        key = make.__code__
+        found = self.memo.get(key)
+        if found is None or found[0] is not self.base:
+            cache: dict[tuple[int, Setting], Any] = {}
+            found = self.memo[key] = (self.base, run._per_body_layer(self.base, make, cache), cache)
+        _, base_body, cache = found
+        group, setting = run.body_group[self.index], self[self.index]
+        made = cache.get((group, setting))
+        if made is None:
+            made = make(group, setting, *run.resolve(group, setting))
+        body = list(base_body)
+        body[self.index] = made
+        return body

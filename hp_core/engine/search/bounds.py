@@ -24,7 +24,7 @@ from hp_core.engine import census as census_lib
 from hp_core.engine.optimizer import OptimizerLoad, group_states, layer_load, master_bytes, resolve_optimizer
 from hp_core.engine.precision import resolve_recipe
 from hp_core.engine.prepare import EvaluatedLayers, evaluate_layers, layer_context, model_kinds, resolve_runtime
-from hp_core.engine.schedule import _call, check_layout, stage_plan
+from hp_core.engine.schedule import _call, stage_plan
 from hp_core.engine.search.layouts import Layout, _Job, _reason_of
 from hp_core.engine.search.memo import Memo, memo_costs
 from hp_core.engine.stage import PlacedLayer, static_bytes
@@ -96,6 +96,10 @@ class _Bounder:
         self.rt, self.precision, self.attention = resolve_runtime(registry, job.runtime, job.precision, None)
         self.optimizer = resolve_optimizer(registry, self.precision)
         self.recipe = resolve_recipe(registry, self.precision)
+        # A recipe storing the parameters in its format holds under param_bytes of them: bound them at 1 byte
+        # (the weight copies it adds are not counted here, so the static bound stays below plan_stage's).
+        self.static_precision = (attrs.evolve(self.precision, param_bytes=1) if self.recipe.param_gather == "stored"
+                                 else self.precision)
         self.master_bytes = master_bytes(self.optimizer, self.precision)
         self.kinds = model_kinds(model, registry)
         self.body = [(i, g.count) for i, (k, g) in enumerate(zip(self.kinds, model.layers)) if k.placement == "body"]
@@ -127,6 +131,8 @@ class _Bounder:
         self._chunks: dict[tuple[Any, ...], list[list[tuple[int, int]]]] = {}  # the first stage's chunks
         self._priced_layers: dict[tuple[Any, ...], tuple[int, int]] = {}
         self._weights: dict[tuple[Any, ...], tuple[tuple[int, int], ...]] = {}
+        self._fills: dict[tuple[int, int], tuple[float, int]] = {}
+        self._refusals: dict[tuple[int, int, int], str | None] = {}
 
     # ------------------------------------------------------------------ the schedule
 
@@ -138,17 +144,26 @@ class _Bounder:
     def fill(self, pp: int, vpp: int) -> tuple[float, int]:
         """``(share, copies)``: the schedule's ``fill_share`` (0 where it states none: the slowest stage's
         micro-batches alone bound any pipeline) and its model copies."""
-        schedule = self.schedule(vpp)
-        share = 0.0 if schedule.fill_share is None else schedule.fill_share(ScheduleLayout(pp, vpp, 1))
-        return share, schedule.model_copies
+        found = self._fills.get((pp, vpp))
+        if found is None:
+            schedule = self.schedule(vpp)
+            share = 0.0 if schedule.fill_share is None else _call(schedule, "fill_share", schedule.fill_share,
+                                                                    ScheduleLayout(pp, vpp, 1))
+            found = self._fills[(pp, vpp)] = (share, schedule.model_copies)
+        return found
 
     def refusal(self, pp: int, vpp: int, micro_batches: int) -> str | None:
         """Why the schedule cannot run ``(pp, vpp, micro_batches)`` (a rejection reason), or ``None``."""
-        try:
-            check_layout(self.schedule(vpp), ScheduleLayout(pp, vpp, micro_batches))
-        except ConfigError as error:
-            return _reason_of(error)
-        return None
+        key = (pp, vpp, micro_batches)
+        if key not in self._refusals:
+            schedule, reason = self.schedule(vpp), None
+            if schedule.check is not None:
+                try:
+                    _call(schedule, "check", schedule.check, ScheduleLayout(pp, vpp, micro_batches))
+                except ConfigError as error:
+                    reason = _reason_of(error)
+            self._refusals[key] = reason
+        return self._refusals[key]
 
     # ------------------------------------------------------------------ evaluations
 
@@ -363,10 +378,10 @@ class _Bounder:
         dense_degree = layout.dp * layout.cp
         expert_degree = (layout.dp * layout.cp * layout.tp) // (layout.ep * layout.etp)
         for elements, states in stages:
-            heaviest = max(heaviest, sum(static_bytes(elements, states, self.precision, self.master_bytes, zero,
+            heaviest = max(heaviest, sum(static_bytes(elements, states, self.static_precision, self.master_bytes, zero,
                                                       dense_degree, expert_degree)))
             if whole:
-                heaviest = max(heaviest, sum(static_bytes(elements, states, self.precision, self.master_bytes, zero,
+                heaviest = max(heaviest, sum(static_bytes(elements, states, self.static_precision, self.master_bytes, zero,
                                                           dense_degree, expert_degree, True)))
         return heaviest
 

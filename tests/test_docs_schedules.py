@@ -1,0 +1,34 @@
+"""docs/schedules.md's DeepSeek-V3 comparison is what the planner says: regenerate and compare."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "schedules.md"
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("gen_schedules", ROOT / "docs" / "_tools" / "gen_schedules.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_deepseek_comparison_is_what_the_planner_generates():
+    assert PAGE.read_text(encoding="utf-8") == _generator().render(), \
+        "docs/schedules.md is stale: run python docs/_tools/gen_schedules.py"
+
+
+def test_dualpipev_keeps_pp_plus_one_chunks_and_leaves_less_bubble_than_1f1b():
+    text = PAGE.read_text(encoding="utf-8").split("<!-- deepseek:begin -->", 1)[1]
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    # DualPipeV on 8 ranks: rank r keeps 16 - r micro-batches on its first chunk and r + 1 on its second
+    # (2 * 8 + 1 = PP + 1 stages' worth, the DualPipe README's activation figure); 1F1B's rank r keeps 16 - r.
+    for rank, cells in enumerate(rows[:8]):
+        assert cells[3].strip().endswith(f"({16 - rank}+{rank + 1})")
+        assert cells[1].strip().endswith(f"({16 - rank})")
+    bubbles = [line for line in text.splitlines() if line.startswith("| bubble, s |")][0].split("|")[2:-1]
+    one_f_one_b, _, dualpipev = (float(cell) for cell in bubbles)
+    assert dualpipev < one_f_one_b
