@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from hp_core.collectives import CollectiveModel
 from hp_core.markers import hookspec
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.types import (
@@ -31,10 +32,11 @@ from hp_core.types import (
     Runtime,
 )
 from hp_core.schedules import Schedule
+from hp_core.importers import Importer
 
 __all__ = [
     "HOOKS", "hp_case_formats", "hp_census_sources", "hp_exporters", "hp_hardware", "hp_layer_aspects", "hp_layer_kinds", "hp_model_formats",
-    "hp_models", "hp_optimizers", "hp_runtimes", "hp_schedules",
+    "hp_models", "hp_optimizers", "hp_runtimes", "hp_schedules", "hp_importers",
 ]
 
 
@@ -327,6 +329,54 @@ def hp_precision_recipes() -> Iterable[PrecisionRecipe]:
     """
 
 
+@hookspec
+def hp_collective_models() -> Iterable[CollectiveModel]:
+    """Yield collective libraries' pricing: how long one collective call takes on a placed group.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.collectives.CollectiveModel`:
+    ``seconds(call) -> float`` for a :class:`~hp_core.collectives.CollectiveCall`
+    (operation, bytes, the group's placement -- ranks, members per node,
+    nodes -- the fabric's links with the profile's efficiencies applied, and
+    the all-reduce algorithm).
+
+    Call semantics: called once per registry build; all results collected. A
+    timing profile names one (``TimingProfile.collective_model``); ``None``
+    prices with the built-in ``nccl`` (:data:`hp_core.collectives.NCCL`).
+
+    Example::
+
+        @hookimpl
+        def hp_collective_models():
+            yield CollectiveModel(name="hccl", seconds=hccl_seconds, description="Huawei HCCL on HCCS and RoCE")
+    """
+
+
+@hookspec
+def hp_importers() -> Iterable[Importer]:
+    """Yield trainer-config importers: a job as a trainer states it, read into an ``hp`` config.
+
+    Arguments: none.
+
+    Returns: an iterable of :class:`hp_core.importers.Importer`. Each reads a
+    source (a file's path, or the text itself where ``reads_text``) with
+    ``read(source, *, registry) -> ImportedJob``: an ``hp estimate`` config
+    document and one line per setting it could not map.
+
+    Call semantics: called once per registry build; all results collected; a
+    run picks one by name (``hp estimate --from NAME SOURCE``); the flags then
+    override what it mapped, field by field, and each unmapped line is printed
+    as a warning.
+
+    Example::
+
+        @hookimpl
+        def hp_importers():
+            yield Importer(name="mytrainer", read=read_mytrainer_yaml, description="MyTrainer YAML recipes")
+    """
+
+
 # Every hook, with the record type it yields: the registry's build table.
 HOOKS = {
     "hp_layer_kinds": LayerKind,
@@ -341,4 +391,6 @@ HOOKS = {
     "hp_layer_aspects": LayerAspect,
     "hp_schedules": Schedule,
     "hp_precision_recipes": PrecisionRecipe,
+    "hp_collective_models": CollectiveModel,
+    "hp_importers": Importer,
 }

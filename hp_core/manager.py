@@ -58,6 +58,8 @@ DEFAULT_PLUGINS = (
     "hp_plugins.models.ssm",
     "hp_plugins.kinds.qwen3_next",
     "hp_plugins.models.qwen3_next",
+    "hp_plugins.collectives.nccl",
+    "hp_plugins.importers.megatron",
 )
 
 # Third-party plugins advertise themselves under this entry-point group.

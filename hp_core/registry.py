@@ -9,6 +9,7 @@ import pluggy
 
 from hp_core.distributions import planner_version
 from hp_core.errors import ConfigError, PluginError, describe
+from hp_core.collectives import CollectiveModel
 from hp_core.hookspecs import HOOKS
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.types import (
@@ -16,6 +17,7 @@ from hp_core.types import (
     Runtime,
 )
 from hp_core.schedules import Schedule
+from hp_core.importers import Importer
 
 __all__ = ["BrokenPlugin", "Provider", "Registry"]
 
@@ -166,6 +168,8 @@ class Registry:
     layer_aspects: tuple[LayerAspect, ...] = ()
     precision_recipes: tuple[PrecisionRecipe, ...] = ()
     schedules: tuple[Schedule, ...] = ()
+    collective_models: tuple[CollectiveModel, ...] = ()
+    importers: tuple[Importer, ...] = ()
     providers: Mapping[tuple[str, str], Provider] = attrs.field(factory=dict, eq=False)
     plugins: tuple[Provider, ...] = ()
     broken: tuple[BrokenPlugin, ...] = ()
@@ -224,6 +228,8 @@ class Registry:
             layer_aspects=fields["layer_aspects"],
             precision_recipes=fields["precision_recipes"],
             schedules=fields["schedules"],
+            collective_models=fields["collective_models"],
+            importers=fields["importers"],
             providers=providers,
             plugins=plugins,
             broken=tuple(BrokenPlugin(name, message) for name, message in sorted(failed.items())),
@@ -264,6 +270,11 @@ class Registry:
         return _lookup(self.precision_recipes, name, "precision recipe", path)
     def schedule(self, name: str, path: str = "$.parallel.schedule") -> Schedule:
         return _lookup(self.schedules, name, "pipeline schedule", path)
+    def collective_model(self, name: str, path: str = "$.runtime.timing.collective_model") -> CollectiveModel:
+        return _lookup(self.collective_models, name, "collective model", path)
+
+    def importer(self, name: str, path: str = "--from") -> Importer:
+        return _lookup(self.importers, name, "importer", path)
 
     def format_for(self, config: Mapping[str, Any], where: str = "config.json") -> ModelFormat:
         """The model format that reads *config*, by its ``model_type``.

@@ -11,7 +11,8 @@ from rich.console import Console
 from hp_core.cli.jobs import config_from_args, export_of, print_export
 from hp_core.errors import ConfigError
 from hp_core.io.job import estimate_job, prepare_job, resolve_job, step_time_job
-from hp_core.io.report import estimate_table, estimate_to_json, gib, kinds_table, time_summary, time_table, time_to_json
+from hp_core.io.report import (communication_table, estimate_table, estimate_to_json, gib, kinds_table, time_summary,
+                               time_table, time_to_json)
 from hp_core.registry import Registry
 from hp_core.runtime_options import option_summary, runtime_name
 from hp_core.specs import HardwareSpec
@@ -55,6 +56,8 @@ def estimate_command(args: argparse.Namespace, registry: Registry, console: Cons
     console.print(line)
     if step is not None:
         console.print(time_table(step))
+        if any(total for s in step.stages for _, total, _ in s.communication_by_group):
+            console.print(communication_table(step))
         console.print(time_summary(step))
     elif unavailable is not None:
         console.print(f"Step time: not estimated ({unavailable})")

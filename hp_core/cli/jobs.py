@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 import copy
 import json
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -40,7 +41,7 @@ def config_from_args(args: argparse.Namespace, registry: Registry) -> ConfigFile
     a file may leave out what the flags give (a file without ``parallel:``
     plus ``--seq-len``) and every error names the field the way the file reads.
     """
-    document = _document(args)
+    document, devices = _document(args, registry)
     parallel = document.get("parallel", {})
     if isinstance(parallel, dict):
         parallel = dict(parallel)
@@ -50,6 +51,8 @@ def config_from_args(args: argparse.Namespace, registry: Registry) -> ConfigFile
                 parallel[name] = list(value) if name == "layers_per_stage" else value
         if getattr(args, "devices", None) is not None:
             parallel["dp"] = _dp_of_devices(args.devices, parallel, "dp" in parallel)
+        elif devices is not None and "dp" not in parallel:
+            parallel["dp"] = _dp_of_devices(devices, parallel, False)
         document["parallel"] = parallel
     for name in ("model", "num_layers", "census", "attention", "hardware"):
         if getattr(args, name) is not None:
@@ -73,8 +76,22 @@ def config_from_args(args: argparse.Namespace, registry: Registry) -> ConfigFile
     return structure(document, ConfigFile, registry)
 
 
-def _document(args: argparse.Namespace) -> dict[str, Any]:
-    """The config file's document; without one, the demo job or, when the flags describe a job, FLAG_DEFAULTS."""
+def _document(args: argparse.Namespace, registry: Registry) -> tuple[dict[str, Any], int | None]:
+    """The config file's document (read by an importer with ``--from``) and the device count it states;
+    without one, the demo job or, when the flags describe a job, FLAG_DEFAULTS."""
+    trainer = getattr(args, "source_format", None)
+    if trainer is not None:
+        importer = registry.importer(trainer)
+        if not args.config:
+            raise ConfigError("--from", f"give what to read: hp {args.command} --from {trainer} SOURCE")
+        imported = importer.read(args.config, registry=registry)
+        for line in imported.unmapped:
+            sys.stderr.write(f"hp {args.command}: warning: {line}\n")
+        return copy.deepcopy(dict(imported.document)), imported.devices
+    return _plain_document(args), None
+
+
+def _plain_document(args: argparse.Namespace) -> dict[str, Any]:
     if args.config:
         if not Path(args.config).exists():
             raise ConfigError("config", f"no such config file: {short_repr(str(args.config))} (the argument after the "

@@ -30,6 +30,8 @@ def plugins_command(args: argparse.Namespace, registry: Registry, console: Conso
         ("case formats", "hp_case_formats", registry.case_formats, lambda f: f.description),
         ("precision recipes", "hp_precision_recipes", registry.precision_recipes, lambda r: r.description),
         ("schedules", "hp_schedules", registry.schedules, _schedule_summary),
+        ("collective models", "hp_collective_models", registry.collective_models, lambda c: c.description),
+        ("importers", "hp_importers", registry.importers, lambda i: i.description),
     )
     if args.json:
         doc: dict[str, Any] = {

@@ -160,7 +160,11 @@ def _fix(text: str) -> tuple[str, int]:
 
 def _add_job_arguments(parser: argparse.ArgumentParser, hardware_help: str) -> None:
     """The config file and the model, layout, runtime and hardware flags every job command takes."""
-    parser.add_argument("config", nargs="?", help="a YAML, JSON or TOML config file (see docs/config.md)")
+    parser.add_argument("config", nargs="?", help="a YAML, JSON or TOML config file (see docs/config.md); with --from, "
+                                                  "the trainer's file or (megatron-args) its arguments")
+    parser.add_argument("--from", dest="source_format", metavar="TRAINER",
+                        help="read the config as TRAINER states it: megatron (a launch script), megatron-args (the "
+                             "arguments as text); see 'hp plugins' and docs/importers.md")
     parser.add_argument("--model", help="a preset name (see 'hp models') or a Hugging Face config.json / folder")
     parser.add_argument("--num-layers", type=_layers, help="keep the first N body layers, as truncated benchmark runs do")
     parser.add_argument("--devices", type=_degree, help="device count: dp is devices / (cp * tp * pp) unless --dp states it")
@@ -237,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "measured peak per stage, and estimated and measured step time where the case states them, with "
                     "the signed error (see docs/validate.md for the format; megatron_measured.json is read as published).",
     )
-    validate.add_argument("cases", help="a cases file (format hp-cases/1, YAML/JSON/TOML) or megatron_measured.json")
+    validate.add_argument("cases", help="a cases file (format hp-cases/1 or hp-cases/2, YAML/JSON/TOML) or megatron_measured.json")
     validate.add_argument("--json", action="store_true", help="print JSON")
     validate.add_argument("--measure", action="store_true",
                           help="CASES is an estimate config: measure its step now with the case format that reads "

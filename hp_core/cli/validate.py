@@ -25,14 +25,15 @@ def validate_command(args: argparse.Namespace, registry: Registry, console: Cons
                     "name": result.name,
                     "runtime": result.runtime,
                     "stages": [
-                        {"index": check.stage, "estimated_peak_bytes": check.estimated_bytes,
+                        {"index": check.stage, "quantity": check.quantity, "estimated_peak_bytes": check.estimated_bytes,
                          "measured_peak_bytes": check.measured_bytes, "error": check.error}
                         for check in result.stages
                     ],
                     "steps": [
                         {"micro_batches": check.micro_batches, "global_batch_size": check.global_batch_size,
                          "estimated_seconds": check.estimated_seconds, "measured_seconds": check.measured_seconds,
-                         "error": check.error}
+                         "metric": check.metric, "estimated_value": check.estimated_value,
+                         "measured_value": check.measured_value, "error": check.error}
                         for check in result.steps
                     ],
                     "time_unavailable": result.time_unavailable,

@@ -112,7 +112,7 @@ def validate_layout(parallel: ParallelSpec, body_layers: int, schedule: Schedule
         )
     m = gbs // per_step
     if schedule is not None:
-        schedule_lib.check_layout(schedule, ScheduleLayout(p.pp, p.vpp, m))
+        schedule_lib.run_check(schedule, ScheduleLayout(p.pp, p.vpp, m))
     return m
 
 
@@ -488,6 +488,7 @@ def prepare(
     for count in split_layers(layers.body_count, parallel):
         bounds.append((start, start + count))
         start += count
+    schedule_lib.check_layout(schedule, ScheduleLayout(parallel.pp, parallel.vpp, micro_batches))  # every stage, once
     body_group = tuple(i for i in layers.body_groups for _ in range(model.layers[i].count))
     inputs = StageInputs(
         parallel, zero, precision, micro_batches, schedule, profile.overhead_bytes,

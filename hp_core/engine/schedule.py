@@ -15,7 +15,7 @@ from hp_core.errors import HPError, PluginError, describe
 from hp_core.schedules import Schedule, ScheduleLayout, StagePasses
 from hp_core.specs.parallel import ParallelSpec
 
-__all__ = ["check_layout", "default_global_batch_size", "pipeline_seconds", "stage_plan"]
+__all__ = ["check_layout", "default_global_batch_size", "pipeline_seconds", "run_check", "stage_plan"]
 
 
 def _call(schedule: Schedule, what: str, function: Callable[..., Any], *args: Any) -> Any:
@@ -45,8 +45,22 @@ def stage_plan(schedule: Schedule, layout: ScheduleLayout, stage: int) -> tuple[
     return chunks, counts
 
 
+def run_check(schedule: Schedule, layout: ScheduleLayout) -> None:
+    """The schedule's own check of the layout (cheap: asks no stage).
+
+    Raises:
+        ConfigError: The schedule cannot run the layout (its own message).
+        PluginError: The check raised anything else.
+    """
+    if schedule.check is not None:
+        _call(schedule, "check", schedule.check, layout)
+
+
 def check_layout(schedule: Schedule, layout: ScheduleLayout) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
     """Run the schedule's check and ask it about every stage once; every chunk must run somewhere.
+
+    Ask only once the layout's chunks are known to split the layers (``pp * vpp`` chunks at most
+    the body layers), so that a schedule's per-stage counts stay small.
 
     Returns:
         Per stage, :func:`stage_plan`.
@@ -55,8 +69,7 @@ def check_layout(schedule: Schedule, layout: ScheduleLayout) -> tuple[tuple[tupl
         ConfigError: The schedule cannot run the layout (its own message).
         PluginError: As :func:`stage_plan`, or some chunk runs on no stage.
     """
-    if schedule.check is not None:
-        _call(schedule, "check", schedule.check, layout)
+    run_check(schedule, layout)
     plans = tuple(stage_plan(schedule, layout, stage) for stage in range(layout.pp))
     missing = set(range(layout.pp * layout.vpp)) - {c for chunks, _ in plans for c in chunks}
     if missing:

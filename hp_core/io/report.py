@@ -22,6 +22,7 @@ __all__ = [
     "gib",
     "kinds_table",
     "stage_to_json",
+    "communication_table",
     "time_summary",
     "time_table",
     "time_to_json",
@@ -162,9 +163,18 @@ def validation_table(results) -> Table:
     """One row per case and stage: estimated and measured peak (GiB) and the signed error."""
     return _validation_table(
         "Estimated against measured peak memory", ("Case", "Runtime", "Stage", "Estimated GiB", "Measured GiB", "Error"),
-        ((result.name, result.runtime, str(check.stage), gib(check.estimated_bytes), gib(check.measured_bytes),
-          f"{check.error * 100:+.2f}%") for result in results for check in result.stages),
+        ((result.name, result.runtime, str(check.stage) + ("" if check.quantity == "allocated" else f" ({check.quantity})"),
+          gib(check.estimated_bytes), gib(check.measured_bytes), f"{check.error * 100:+.2f}%")
+         for result in results for check in result.stages),
     )
+
+
+def _metric_note(check) -> str:
+    """For a step measured as tokens/s/GPU or MFU: the error is in that metric, with both values."""
+    if check.metric == "seconds":
+        return ""
+    name = {"tokens_per_second_per_gpu": "tokens/s/GPU", "mfu": "MFU"}.get(check.metric, check.metric)
+    return f" ({name} {check.estimated_value:.4g} vs {check.measured_value:.4g})"
 
 
 def validation_step_table(results) -> Table:
@@ -172,7 +182,8 @@ def validation_step_table(results) -> Table:
     return _validation_table(
         "Estimated against measured step time", ("Case", "Runtime", "Micro-batches", "Estimated s", "Measured s", "Error"),
         ((result.name, result.runtime, str(check.micro_batches), f"{check.estimated_seconds:.4f}",
-          f"{check.measured_seconds:.4f}", f"{check.error * 100:+.2f}%") for result in results for check in result.steps),
+          f"{check.measured_seconds:.4f}", f"{check.error * 100:+.2f}%" + _metric_note(check))
+         for result in results for check in result.steps),
     )
 
 
@@ -206,6 +217,11 @@ def time_to_json(step) -> dict[str, Any]:
                 "micro_batch_seconds": s.micro_batch_seconds,
                 "data_parallel_seconds": s.data_parallel_seconds,
                 "optimizer_seconds": s.optimizer_seconds,
+                "communication_by_group": [
+                    {"group": group, "per": "step" if group == "dp" else "micro-batch", "seconds": total,
+                     "exposed_seconds": exposed, "hidden_seconds": total - exposed}
+                    for group, total, exposed in s.communication_by_group
+                ],
             }
             for s in step.stages
         ],
@@ -227,6 +243,21 @@ def time_table(step) -> Table:
         table.add_row(str(s.index), _ms(s.forward_seconds), _ms(s.backward_seconds), _ms(s.recompute_seconds),
                       _ms(s.communication_seconds), _ms(s.micro_batch_seconds), _ms(s.data_parallel_seconds),
                       _ms(s.optimizer_seconds))
+    return table
+
+
+def communication_table(step) -> Table:
+    """One row per stage and group: its communication, what is exposed and what the overlap schedule hides (ms)."""
+    table = Table(title="Communication by stage and group", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1),
+                  caption="ms on one rank: dp once per step, the others per micro-batch; hidden = behind compute",
+                  caption_justify="left")
+    for column in ("Stage", "Group", "Per", "Comm", "Exposed", "Hidden"):
+        table.add_column(column, justify="right")
+    for s in step.stages:
+        for group, total, exposed in s.communication_by_group:
+            if total:
+                table.add_row(str(s.index), group, "step" if group == "dp" else "MB", _ms(total), _ms(exposed),
+                              _ms(total - exposed))
     return table
 
 

@@ -36,6 +36,7 @@ import attrs
 
 from hp_core.bounds import MAX_INT, MAX_MEMORY_BYTES, short_repr
 from hp_core.errors import ConfigError, SpecError, call_plugin
+from hp_core.io.cases2 import FORMAT_V2, MeasuredCaseV2, check_case_v2, read_cases_v2
 from hp_core.io.convert import ConfigFile, read_document, structure
 from hp_core.io.job import Job, estimate_job, resolve_job, step_time_job
 from hp_core.registry import Registry
@@ -93,11 +94,17 @@ class MeasuredCase:
 
 @attrs.frozen
 class StageCheck:
-    """One stage: estimated and measured peak, and the signed relative error."""
+    """One stage: estimated and measured peak, and the signed relative error.
+
+    ``quantity`` is what was measured: ``allocated`` (``max_memory_allocated``)
+    or, in ``hp-cases/2``, ``reserved`` (the caching allocator's
+    ``max_memory_reserved``, compared with the same estimated peak).
+    """
 
     stage: int
     estimated_bytes: int
     measured_bytes: int
+    quantity: str = "allocated"
 
     @property
     def error(self) -> float:
@@ -112,9 +119,15 @@ class StepCheck:
     global_batch_size: int
     estimated_seconds: float
     measured_seconds: float
+    metric: str = "seconds"
+    estimated_value: float | None = None
+    measured_value: float | None = None
 
     @property
     def error(self) -> float:
+        """The signed error in the metric measured (``hp-cases/2``: tokens per second per GPU or MFU where given)."""
+        if self.metric != "seconds" and self.estimated_value is not None and self.measured_value is not None:
+            return (self.estimated_value - self.measured_value) / self.measured_value
         return (self.estimated_seconds - self.measured_seconds) / self.measured_seconds
 
 
@@ -178,14 +191,17 @@ class _OwnFile:
     cases: tuple[_OwnCase, ...] = attrs.field(validator=_some_cases)
 
 
-def load_cases(path: str | Path, registry: Registry) -> list[MeasuredCase]:
-    """Read a cases file in either layout."""
+def load_cases(path: str | Path, registry: Registry) -> list:
+    """Read a cases file in any layout (``hp-cases/2`` cases are :class:`~hp_core.io.cases2.MeasuredCaseV2`)."""
     document = read_document(path)
     for fmt in registry.case_formats:
         if call_plugin(fmt.name, "case format accepts()", fmt.accepts, document):
             return list(call_plugin(fmt.name, "case format read()", fmt.read, document, registry))
+    if isinstance(document, dict) and document.get("format") == FORMAT_V2:
+        return read_cases_v2(document, registry)
     if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise ConfigError("$.format", f"a cases file states format: {FORMAT} (or is megatron_measured.json as published)")
+        raise ConfigError("$.format", f"a cases file states format: {FORMAT} or hp-cases/2 (or is megatron_measured.json "
+                                      "as published)")
     own = structure(document, _OwnFile, registry)
     cases = []
     for i, case in enumerate(own.cases):
@@ -215,7 +231,11 @@ def measure_cases(path: str | Path, registry: Registry) -> list[MeasuredCase]:
 
 
 def validate_case(case: MeasuredCase, registry: Registry) -> CaseResult:
-    """Estimate *case* with the runtime it names and compare stage by stage."""
+    """Estimate *case* with the runtime it names and compare stage by stage (what it gives, for ``hp-cases/2``)."""
+    if isinstance(case, MeasuredCaseV2):
+        result, stages, steps, unavailable = check_case_v2(case, registry)
+        return CaseResult(name=case.name, runtime=case.runtime, stages=tuple(StageCheck(*s) for s in stages),
+                          estimate=result, steps=tuple(StepCheck(*s) for s in steps), time_unavailable=unavailable)
     job = case.job or Job(model=case.model, parallel=case.parallel, runtime=case.runtime)
     result = estimate_job(job, registry)
     if len(result.stages) != len(case.stage_peak_bytes):

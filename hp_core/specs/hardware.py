@@ -45,6 +45,17 @@ class HardwareSpec:
         memory_bandwidth_bytes_per_second: Device memory (HBM) bandwidth.
         intra_node_latency_seconds: Latency of one step of a collective within a node.
         inter_node_latency_seconds: Latency of one step of a collective across nodes.
+        nics_per_node: Network adapters per node (``None``: one per device,
+            each at :attr:`inter_node_bandwidth_bytes_per_second`).
+        nic_bandwidth_bytes_per_second: One adapter's unidirectional bandwidth
+            (``None``: :attr:`inter_node_bandwidth_bytes_per_second`).
+        rail_optimized: The network connects adapter ``i`` of every node to the
+            same leaf switch (rail ``i``), so traffic between ranks of the same
+            local index stays on one rail; recorded and shown, priced alike
+            (NCCL's PXN routes other traffic over NVLink to the rail's GPU).
+        nvls_bandwidth_bytes_per_second: In-switch (NVLink SHARP) all-reduce
+            bus bandwidth within a node, per device; ``None``: the fabric has
+            none, and all-reduce runs as a ring or tree.
     """
 
     name: str
@@ -58,3 +69,20 @@ class HardwareSpec:
     memory_bandwidth_bytes_per_second: float | None = attrs.field(default=None, validator=optional(positive_number))
     intra_node_latency_seconds: float | None = attrs.field(default=None, validator=optional(positive_number))
     inter_node_latency_seconds: float | None = attrs.field(default=None, validator=optional(positive_number))
+    nics_per_node: int | None = attrs.field(default=None, validator=optional(positive_int))
+    nic_bandwidth_bytes_per_second: float | None = attrs.field(default=None, validator=optional(positive_number))
+    rail_optimized: bool | None = attrs.field(default=None, validator=optional(attrs.validators.instance_of(bool)))
+    nvls_bandwidth_bytes_per_second: float | None = attrs.field(default=None, validator=optional(positive_number))
+
+    def nic_share_bytes_per_second(self) -> float | None:
+        """One device's share of its node's network bandwidth: ``nics * nic_bandwidth / devices_per_node``.
+
+        With one adapter per device that is the adapter's bandwidth; ``None``
+        when neither the adapters nor :attr:`inter_node_bandwidth_bytes_per_second` are stated.
+        """
+        nic = self.nic_bandwidth_bytes_per_second or self.inter_node_bandwidth_bytes_per_second
+        if nic is None:
+            return None
+        if self.nics_per_node is None or self.devices_per_node is None:
+            return nic
+        return nic * self.nics_per_node / self.devices_per_node

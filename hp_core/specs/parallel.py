@@ -26,6 +26,11 @@ def _schedule_name(instance: Any, attribute: attrs.Attribute, value: Any) -> Non
         raise SpecError("schedule", f"schedule must be a schedule's name (see 'hp plugins'), got {short_repr(value)}")
 
 
+def _rank_order(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, str) or sorted(value.split("-")) != sorted(("tp", "cp", "ep", "dp", "pp")):
+        raise ValueError(f"rank_order must name tp, cp, ep, dp and pp once each, joined by '-' (e.g. 'tp-cp-ep-dp-pp'), got {value!r}")
+
+
 def _layers_per_stage(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is None:
         return
@@ -90,6 +95,10 @@ class ParallelSpec:
             for ``vpp == 1`` and ``interleaved_1f1b`` otherwise.
         layers_per_stage: Explicit body-layer counts, one per pipeline chunk
             in chunk order (chunk ``c`` runs on stage ``c % pp``); ``None`` splits evenly.
+        rank_order: How ranks are numbered over the five dimensions, fastest
+            first (Megatron-Core's ``--rank-order`` default ``tp-cp-ep-dp-pp``:
+            a TP group on consecutive ranks); places each group on the nodes
+            for the step time (docs/time.md).
     """
 
     dp: int = attrs.field(default=1, validator=_degree)
@@ -111,6 +120,7 @@ class ParallelSpec:
         default=None, converter=lambda v: tuple(v) if isinstance(v, list) else v, validator=[_layers_per_stage, _world]
     )
 
+    rank_order: str = attrs.field(default="tp-cp-ep-dp-pp", validator=_rank_order)
     @property
     def world_size(self) -> int:
         return self.dp * self.cp * self.tp * self.pp

@@ -32,6 +32,7 @@ from hp_core.errors import SpecError
 
 from hp_core.errors import ConfigError
 from hp_core.precision_recipes import GEMM_KERNELS
+from hp_core.specs.overlap import HostOverhead, OverlapSchedule
 
 __all__ = [
     "ALL_REDUCE_ALGORITHMS",
@@ -44,9 +45,11 @@ __all__ = [
     "TimingProfile",
 ]
 
-# NCCL's all-reduce algorithms for large messages: ``ring`` (bandwidth-optimal,
-# latency grows with n) and ``tree`` (double binary tree, latency grows with log n).
-ALL_REDUCE_ALGORITHMS = ("ring", "tree")
+# NCCL's all-reduce algorithms (hp_core.collectives): ``ring`` (bandwidth-optimal,
+# latency grows with n), ``tree`` (double binary tree, latency grows with log n),
+# ``hierarchical`` (within the node, across nodes, within again), ``nvls`` (NVLink SHARP
+# where the hardware states it) and ``auto`` (the fastest of them, as NCCL's tuner picks).
+ALL_REDUCE_ALGORITHMS = ("ring", "tree", "hierarchical", "nvls", "auto")
 # The three GEMMs of a linear layer: the forward, the input gradient and the weight gradient.
 GEMM_PASSES = ("forward", "input_gradient", "weight_gradient")
 # The routed tokens times experts of one micro-batch at which the router figures are
@@ -425,6 +428,14 @@ class TimingProfile:
             each, all-gathered over the TP group on arrival (Narayanan et al.
             2021, Section 4.1); else the whole activation (split only by SP).
         algorithm_source: Where the algorithm choices come from.
+        schedule: What the trainer overlaps, each priced as what a stream
+            hides behind which compute (:class:`~hp_core.specs.overlap.OverlapSchedule`;
+            runtime options set it per run).
+        host: The trainer's host time per kernel, a floor under each layer's
+            GPU time (:class:`~hp_core.specs.overlap.HostOverhead`); ``None``: not priced.
+        collective_model: The collective library's pricing, by name in the
+            registry (hook ``hp_collective_models``); ``None``: the built-in
+            ``nccl`` (:data:`hp_core.collectives.NCCL`).
     """
 
     name: str
@@ -443,6 +454,9 @@ class TimingProfile:
     all_reduce_algorithm: str = attrs.field(default="ring", validator=attrs.validators.in_(ALL_REDUCE_ALGORITHMS))
     pp_scatter_gather: bool = False
     algorithm_source: str = attrs.field(default="", validator=_text)
+    collective_model: str | None = None
+    schedule: OverlapSchedule = attrs.field(factory=OverlapSchedule)
+    host: HostOverhead | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.devices:

@@ -13,6 +13,9 @@ is bidirectional, so 450 GB/s each way; a 400 Gb/s network adapter per GPU is
 node SimuMax's NCCL fit on 8x B200 for the B200 and SimuMax's H100 starter
 config for the other NVLink nodes (the Ascend preset assumes those: no public
 HCCS or RoCE latency figure exists), across nodes SimuMax's InfiniBand/RoCE figure.
+The cluster topology (``topology_source``): network adapters per node and their
+bandwidth, whether the fabric is rail-optimised, and the NVLink SHARP all-reduce
+bandwidth where the NVSwitch has it (docs/time.md, "Collectives on the cluster").
 
 The ``architecture`` names the device family whose achieved efficiencies a
 timing profile states (:mod:`hp_plugins.runtimes.timing_profiles`).
@@ -52,8 +55,12 @@ def _preset(entry: Mapping[str, Any]) -> HardwarePreset:
             host_link_bandwidth_bytes_per_second=entry["host_link_bandwidth_gb_per_s"] * _GB,
             intra_node_latency_seconds=entry["intra_node_latency_us"] * _US,
             inter_node_latency_seconds=entry["inter_node_latency_us"] * _US,
+            nics_per_node=entry["nics_per_node"],
+            nic_bandwidth_bytes_per_second=entry["nic_bandwidth_gb_per_s"] * _GB,
+            rail_optimized=entry["rail_optimized"],
+            nvls_bandwidth_bytes_per_second=None if entry["nvls_bandwidth_gb_per_s"] is None else entry["nvls_bandwidth_gb_per_s"] * _GB,
         ),
-        provenance=entry["provenance"],
+        provenance=f"{entry['provenance']}; topology: {entry['topology_source']}",
     )
 
 

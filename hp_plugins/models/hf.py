@@ -114,7 +114,7 @@ def _gqa(r: _Reader, qkv_bias: bool | None = None, qk_norm: bool = False) -> dic
     return {
         "hidden_size": r.get("hidden_size"),
         "num_attention_heads": heads,
-        "num_key_value_heads": r.get("num_key_value_heads") or heads,
+        "num_key_value_heads": heads if r.get("num_key_value_heads") is None else r.get("num_key_value_heads"),
         "head_dim": r.get("head_dim"),
         "attention_bias": r.get("attention_bias", bool) if qkv_bias is None else qkv_bias,
         "qk_norm": qk_norm,

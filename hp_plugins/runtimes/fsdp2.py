@@ -25,11 +25,51 @@ import attrs
 
 from hp_core.markers import hookimpl
 from hp_core.runtime_options import RuntimeOption
+from hp_core.specs.overlap import schedule_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
 from hp_plugins.runtimes.fsdp2_points import Fsdp2Points
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
-from hp_plugins.runtimes.timing_profiles import GENERIC
+from hp_plugins.runtimes.timing_profiles import FSDP2, HOPPER_CUDNN, HOPPER_SDPA
+
+
+def _attention_kernel(runtime: Runtime, value: str) -> Runtime:
+    """The Hopper entry of the runtime's timing profile with the attention kernel's measured rates."""
+    entry = HOPPER_CUDNN if value == "cudnn" else HOPPER_SDPA
+    timing = runtime.timing
+    devices = tuple(entry if d.architecture == "hopper" else d for d in timing.devices)
+    return attrs.evolve(runtime, timing=attrs.evolve(timing, devices=devices))
+
+
+_FULLY_SHARD = "torch/distributed/fsdp/_fully_shard (FSDP2)"
+OPTIONS = (
+    RuntimeOption(
+        "attention_kernel", "choice", "sdpa",
+        "the fused attention kernel: sdpa (PyTorch scaled_dot_product_attention, FlashAttention-2 on Hopper, as "
+        "torchtitan runs it) or cudnn (Transformer Engine's fused attention on cuDNN, as NeMo AutoModel's TE backend)",
+        "torchtitan torchtitan/models/attention.py (F.scaled_dot_product_attention); Transformer Engine "
+        "DotProductAttention (FusedAttention, cuDNN); rates: Shah et al. 2024, FlashAttention-3, Figures 5-6",
+        _attention_kernel, choices=("sdpa", "cudnn"),
+    ),
+    schedule_option(
+        "fsdp_prefetch", "fsdp_prefetch", default=True,
+        description="a layer's parameter all-gather runs while the previous layer computes (FSDP2's implicit prefetch "
+                    "by CPU run-ahead; set_modules_to_forward_prefetch); false: every gather exposed",
+        source=f"{_FULLY_SHARD}: all-gather stream, FSDPModule.set_modules_to_forward_prefetch",
+    ),
+    schedule_option(
+        "fsdp_reduce_scatter_overlap", "fsdp_reduce_scatter_overlap", default=True,
+        description="a layer's gradient reduce-scatter runs during the next layer's backward; false: exposed",
+        source=f"{_FULLY_SHARD}: reduce-scatter stream",
+    ),
+    schedule_option(
+        "async_tp", "tp_comm_overlap", default=False,
+        description="torchtitan --parallelism.enable_async_tensor_parallel: TP all-gathers and reduce-scatters "
+                    "micro-pipelined with their GEMMs (SymmetricMemory), exposed max(comm - GEMMs, comm / tp)",
+        source="torchtitan torchtitan/distributed/tensor_parallel.py maybe_enable_async_tp; "
+               "torch/distributed/_symmetric_memory fused_all_gather_matmul, fused_matmul_reduce_scatter",
+    ),
+)
 
 __all__ = ["hp_runtimes"]
 
@@ -74,7 +114,7 @@ def _norm(runtime: Runtime, value: str) -> Runtime:
 
 
 _TT = "torchtitan/models/llama3/model/model.py; torchtitan/components/loss.py"
-OPTIONS = (
+_MEMORY_OPTIONS = (
     RuntimeOption(
         "norm_implementation", "choice", "transformers",
         "transformers: RMSNorm upcasts its input to fp32 and keeps that copy and the inverse root (4h + 4 bytes per "
@@ -153,7 +193,7 @@ def hp_runtimes():
         vocab_pad_multiple=1,
         reserve_bytes=CUDA_CONTEXT_BYTES,  # the CUDA context (hp_plugins/runtimes/reserve.py)
         overhead_bytes=0,
-        timing=GENERIC,
+        timing=FSDP2,
         traits=frozenset({"fp32_norm_copy", "upcast_cross_entropy", "moe_tp_without_sp"}),
         # torchtitan activation checkpointing: mode "full" (whole blocks) or "selective" with
         # op-level SAC, which saves matmul outputs and recomputes the ops between them: the norms'
@@ -163,5 +203,5 @@ def hp_runtimes():
                     "peak points at the loss's forward, in backward and at the step",
         zero_levels=(3,),  # fully_shard: parameters, gradients and optimizer states sharded
         peak_points=Fsdp2Points(),
-        options=OPTIONS,
+        options=OPTIONS + _MEMORY_OPTIONS,
     )

@@ -39,6 +39,7 @@ import attrs
 
 from hp_core.markers import hookimpl
 from hp_core.runtime_options import RuntimeOption, field_option, trait_option
+from hp_core.specs.overlap import schedule_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
@@ -100,6 +101,38 @@ OPTIONS = (
         "make_vocab_size_divisible_by", "vocab_pad_multiple", "int", default=128, minimum=1,
         description="--make-vocab-size-divisible-by: the vocabulary is padded to a multiple of this times tp",
         source=f"{_ARGS} --make-vocab-size-divisible-by; megatron/training/tokenizer/tokenizer.py _vocab_size_with_padding",
+    ),
+    schedule_option(
+        "overlap_grad_reduce", "overlap_grad_reduce", default=False,
+        description="--overlap-grad-reduce: the data-parallel gradient reduction runs in buckets during the last "
+                    "micro-batch's backward; exposed max(last bucket, reduction - backward)",
+        source=f"{_ARGS} --overlap-grad-reduce; megatron/core/distributed/param_and_grad_buffer.py (buckets of "
+               "max(40e6, 1e6 * dp) parameters, megatron/training/training.py get_model)",
+    ),
+    schedule_option(
+        "overlap_param_gather", "overlap_param_gather", default=False,
+        description="--overlap-param-gather: the distributed optimizer's parameter all-gather runs in buckets during "
+                    "the next step's first forward; exposed max(first bucket, gather - forward)",
+        source=f"{_ARGS} --overlap-param-gather; megatron/core/distributed/distributed_data_parallel.py",
+    ),
+    schedule_option(
+        "tp_comm_overlap", "tp_comm_overlap", default=False,
+        description="--tp-comm-overlap: TE userbuffers split TP all-gathers and reduce-scatters into tp chunks "
+                    "pipelined with their GEMMs; exposed max(comm - GEMMs, comm / tp) per layer and direction",
+        source=f"{_ARGS} --tp-comm-overlap; transformer_engine/pytorch/module/base.py initialize_ub; Wang et al. 2023 "
+               "(ASPLOS, 'Overlap communication with dependent computation via decomposition')",
+    ),
+    schedule_option(
+        "overlap_p2p_communication", "overlap_p2p", default=False,
+        description="--overlap-p2p-communication (interleaved schedule): pipeline sends run beside a chunk's "
+                    "compute; exposed max(0, send - chunk compute)",
+        source=f"{_ARGS} --overlap-p2p-communication; megatron/core/pipeline_parallel/schedules.py",
+    ),
+    schedule_option(
+        "overlap_moe_expert_parallel_comm", "ep_comm_overlap", default=False,
+        description="--overlap-moe-expert-parallel-comm: one micro-batch's expert all-to-alls run beside another's "
+                    "compute; exposed max(0, all-to-all - the layer's compute)",
+        source=f"{_ARGS} --overlap-moe-expert-parallel-comm; megatron/core/pipeline_parallel/combined_1f1b.py",
     ),
 )
 

@@ -55,10 +55,11 @@ from __future__ import annotations
 
 import attrs
 
+from hp_core.specs.overlap import OverlapSchedule
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, GemmTable, Sourced, TimingProfile
 from hp_plugins.hardware import gemm_b200
 
-__all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRON", "GENERIC", "HOPPER", "MEGATRON_LM_2022", "MEGATRON_TE", "PROFILES"]
+__all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRON", "FSDP2", "GENERIC", "HOPPER_CUDNN", "HOPPER_SDPA", "HOPPER", "MEGATRON_LM_2022", "MEGATRON_TE", "PROFILES"]
 
 _SIMUMAX_B200 = "SimuMax v1.2 configs/system/b200_bf16_ceperm.json (MooreThreads/SimuMax@4dcaae5), measured on 8x B200 with TE 2.11"
 _SIMUMAX_H100 = "SimuMax configs/system/h100_nvlink.json (MooreThreads/SimuMax@160921c): spec-based starter value, 'NOT shape-calibrated' per its note"
@@ -378,4 +379,33 @@ MEGATRON_LM_2022 = attrs.evolve(
     ),
 )
 
-PROFILES = {profile.name: profile for profile in (GENERIC, MEGATRON_TE, MEGATRON_LM_2022)}
+_FSDP2_DOCS = ("PyTorch torch.distributed.fsdp.fully_shard (FSDP2) documentation: implicit prefetching by CPU run-ahead "
+               "issues a module's all-gather on its own stream while the previous module computes, and the "
+               "reduce-scatter runs on a separate stream during the next module's backward; Zhao et al. 2023, "
+               "'PyTorch FSDP' (arXiv:2304.11277), Section 3.4")
+
+_FA3_FIGURES = ("Shah et al. 2024, FlashAttention-3 (arXiv:2407.08608), Figures 5 and 6 (H100 SXM5, head dim 128, "
+                "sequence 8k; forward causal, backward)")
+# PyTorch's scaled_dot_product_attention runs FlashAttention-2 on Hopper (its flash backend); Transformer
+# Engine's fused attention runs cuDNN's kernels. Their measured rates on H100 differ by 1.6x.
+HOPPER_SDPA = attrs.evolve(
+    HOPPER,
+    attention_forward=Sourced(333 / 989.4, f"{_FA3_FIGURES}: FlashAttention-2 forward 333 TFLOP/s of 989.4"),
+    attention_backward=Sourced(318 / 989.4, f"{_FA3_FIGURES}: FlashAttention-2 backward 318 TFLOP/s of 989.4"),
+)
+HOPPER_CUDNN = attrs.evolve(
+    HOPPER,
+    attention_forward=Sourced(529 / 989.4, f"{_FA3_FIGURES}: cuDNN forward 529 TFLOP/s of 989.4"),
+    attention_backward=Sourced(518 / 989.4, f"{_FA3_FIGURES}: cuDNN backward 518 TFLOP/s of 989.4"),
+)
+
+FSDP2 = attrs.evolve(
+    GENERIC,
+    name="fsdp2",
+    description=("PyTorch FSDP2 (torchtitan): GENERIC's kernel and NCCL figures with SDPA's FlashAttention-2 on Hopper, "
+                 "FSDP's prefetch and reduce-scatter overlap"),
+    devices=(BLACKWELL, HOPPER_SDPA, AMPERE, ANY_DEVICE),
+    schedule=OverlapSchedule(fsdp_prefetch=True, fsdp_reduce_scatter_overlap=True, source=_FSDP2_DOCS),
+)
+
+PROFILES = {profile.name: profile for profile in (GENERIC, MEGATRON_TE, MEGATRON_LM_2022, FSDP2)}

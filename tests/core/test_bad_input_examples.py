@@ -217,6 +217,8 @@ def test_inputs_accepted_silently_before_are_refused(tmp_path):
     path.write_text(yaml.safe_dump({"format": "hp-cases/1", "cases": []}))
     refused("validate", path, naming="$.cases")
     refused("estimate", "--seq-len", str(MAX_SEQ_LEN + 1), naming="MAX_SEQ_LEN")
+    # An explicit num_key_value_heads: 0 was read as absent (all heads); absent is not zero.
+    refused("estimate", "--model", _hf(tmp_path, "llama3-8b", num_key_value_heads=0), naming="num_key_value_heads")
 
 
 # ------------------------------------------------------------------------ work that grew with the input

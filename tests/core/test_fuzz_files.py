@@ -96,10 +96,17 @@ def _dump(doc: Any, fmt: str) -> str:
 
 # ----------------------------------------------------------------------------- flags
 
+def _is_positive_int(text: str) -> bool:
+    try:
+        return int(text) > 0
+    except ValueError:
+        return False
+
+
 _INT_FLAGS = ["--dp", "--tp", "--pp", "--vpp", "--cp", "--ep", "--etp", "--micro-batch-size", "--global-batch-size",
               "--seq-len", "--num-layers"]
 _FLAG_TEXT = st.one_of(HUGE_INTS.map(str), st.integers(-10**9, 0).map(str), st.sampled_from(["1e9", "0x10", "", " ", "nan"]),
-                       st.text(alphabet="0123456789.-+eE_", min_size=1, max_size=8).filter(lambda t: not t.isdigit()))
+                       st.text(alphabet="0123456789.-+eE_", min_size=1, max_size=8).filter(lambda t: not _is_positive_int(t)))
 _MEMORY_TEXT = st.one_of(st.integers(51, 500).map(lambda n: "9" * n + "GiB"), st.sampled_from(["0", "0GiB", "-1GiB", "inf",
                          "nanGiB", "1e30", "80XB", "1.5.2GiB", "2000000TiB"]))
 
@@ -188,6 +195,10 @@ _DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size
              "num_nextn_predict_layers": 1}
 
 
+# Fields where 0 is a valid count (no shared experts, no dense layers first, no MTP module).
+_ZERO_MEANS_NONE = {"n_shared_experts", "first_k_dense_replace", "num_nextn_predict_layers"}
+
+
 @st.composite
 def bad_hf_configs(draw: st.DrawFn) -> Case:
     config = copy.deepcopy(draw(st.sampled_from([_LLAMA, _DEEPSEEK])))
@@ -195,6 +206,8 @@ def bad_hf_configs(draw: st.DrawFn) -> Case:
     how = draw(st.sampled_from(["value", "layers", "missing", "deep"]))
     if how == "value":
         value = draw(BAD_NUMBER)
+        if field in _ZERO_MEANS_NONE and value == 0:
+            value = -1
         if isinstance(config[field], bool):
             value = draw(st.one_of(st.integers(), st.text(max_size=3)))
         config[field] = value

@@ -12,6 +12,7 @@ from importlib.metadata import entry_points as installed_entry_points
 import attrs
 import pytest
 
+from hp_core.collectives import CollectiveModel
 from hp_core.api import build_registry
 from hp_core.errors import PluginError
 from hp_core.hookspecs import HOOKS
@@ -20,6 +21,7 @@ from hp_core.markers import hookimpl
 from hp_core.precision_recipes import GemmOperand, PrecisionRecipe
 from hp_core.registry import Registry
 from hp_core.schedules import Schedule
+from hp_core.importers import ImportedJob, Importer
 from hp_core.errors import ConfigError
 from hp_core.models import model_from_config
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, PrecisionSpec
@@ -118,6 +120,8 @@ def _schedule(name: str) -> Schedule:
     return Schedule(name=name, in_flight=lambda layout, stage: (layout.micro_batches,),
                     pipeline_seconds=lambda layout, stages: (layout.micro_batches + layout.pp - 1) * stages[0].seconds,
                     default_micro_batches=lambda pp, vpp: pp, description="all forwards first")
+def _collective_model(name: str) -> CollectiveModel:
+    return CollectiveModel(name=name, seconds=lambda call: 1e-3, description="one millisecond a call")
 
 
 # One factory per hook: a new hook in HOOKS without a factory fails
@@ -140,6 +144,9 @@ RECORD_FACTORIES = {
     "hp_optimizers": _optimizer,
     "hp_precision_recipes": _precision_recipe,
     "hp_schedules": _schedule,
+    "hp_collective_models": _collective_model,
+    "hp_importers": lambda name: Importer(name=name, read=lambda source, registry: ImportedJob({}),
+                                          description="reads nothing"),
 }
 
 # How a registry looks a record up by name, per hook.
@@ -156,6 +163,8 @@ LOOKUPS = {
     "hp_schedules": Registry.schedule,
     "hp_optimizers": Registry.optimizer,
     "hp_precision_recipes": Registry.precision_recipe,
+    "hp_collective_models": Registry.collective_model,
+    "hp_importers": Registry.importer,
 }
 
 

@@ -273,10 +273,25 @@ def test_tensor_parallel_all_reduces_by_hand(registry):
     assert regather.communication_seconds == pytest.approx(10 * ag)
 
 
-def test_groups_spanning_nodes_use_the_network(toy_registry):
-    # dp = 16 over 8-device nodes: the reduce-scatter and all-gather run at 25e9 * 0.25 B/s.
+def test_groups_spanning_whole_nodes_use_every_members_adapter(toy_registry):
+    # dp = 16 over two 8-device nodes: NCCL's rings cross the node boundary on all 8 adapters at once, so each
+    # member sends 1/8 of its ring traffic over its own adapter (25e9 * 0.25 B/s) and 7/8 over NVLink (100e9 * 0.5):
+    # 15/16 * S * max(7/8 / 50e9, 1/8 / 6.25e9) = 15/16 * S / 50e9 per pass; latency 14 NVLink and 2 network steps.
+    # The reduce-scatter of 4-byte gradients and the all-gather of 2-byte parameters move 12e6 bytes together.
     t = _time(toy_registry, _model(2), ParallelSpec(dp=16, zero=1, seq_len=16, global_batch_size=16))
-    assert t.data_parallel_seconds == pytest.approx(15 / 16 * 12e6 / (25e9 * 0.25) + 30e-5)
+    assert t.data_parallel_seconds == pytest.approx(15 / 16 * 12e6 / 50e9 + 2 * (14 + 2) * LATENCY)
+
+
+def test_a_group_with_one_member_per_node_is_limited_to_one_adapter(toy_registry):
+    # tp = 8 fills each node, so the dp = 2 group has one member on each of two nodes: one adapter, 1/2 * S / 6.25e9.
+    t = _time(toy_registry, _model(2), ParallelSpec(dp=2, tp=8, zero=1, seq_len=16, global_batch_size=2))
+    assert t.data_parallel_seconds == pytest.approx(1 / 2 * 12e6 / (LINK / 4 * 0.25) + 2 * 2 * LATENCY)
+
+
+def test_rank_order_places_the_groups(toy_registry):
+    # With dp fastest (dp-tp-cp-ep-pp) the dp = 2 group sits on consecutive ranks of one node: NVLink at 50e9.
+    t = _time(toy_registry, _model(2), ParallelSpec(dp=2, tp=8, zero=1, seq_len=16, global_batch_size=2, rank_order="dp-tp-cp-ep-pp"))
+    assert t.data_parallel_seconds == pytest.approx(1 / 2 * 12e6 / (LINK * 0.5) + 2 * LATENCY)
 
 
 def test_throughput_and_mfu(toy_registry):
@@ -408,7 +423,11 @@ def test_cli_json_carries_the_time_in_seconds(capsys):
     time = json.loads(out)["time"]
     assert time["step_seconds"] == pytest.approx(sum(time["breakdown"].values()))
     assert all(key.endswith("_seconds") for key in time["breakdown"])
-    assert all(key.endswith("_seconds") for stage in time["stages"] for key in stage if key != "index")
+    assert all(key.endswith("_seconds") for stage in time["stages"] for key in stage if key not in ("index", "communication_by_group"))
+    # Per group: its name, whether per micro-batch or per step, and durations in seconds (tp 2 here: tp and dp).
+    entries = [e for stage in time["stages"] for e in stage["communication_by_group"]]
+    assert entries and all(set(e) == {"group", "per", "seconds", "exposed_seconds", "hidden_seconds"} for e in entries)
+    assert all(e["seconds"] == pytest.approx(e["exposed_seconds"] + e["hidden_seconds"]) for e in entries)
     assert 0 < time["mfu"] <= time["hfu"] < 1
     assert time["provenance"]["device_efficiency"] == "hopper"
 
@@ -456,7 +475,11 @@ def test_docs_list_every_built_in_figure_with_its_source():
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "time.md").read_text(encoding="utf-8")
     devices = {device for profile in PROFILES.values() for device in profile.devices}
-    assert len(devices) == 5  # blackwell (and megatron-te's, with its sustained slowdown), hopper, ampere, *
+    # blackwell (and megatron-te's, with its sustained slowdown), hopper (and fsdp2's, with SDPA's attention), ampere, *
+    assert len(devices) == 6
+    from hp_plugins.runtimes.timing_profiles import HOPPER_CUDNN
+
+    devices.add(HOPPER_CUDNN)  # fsdp2's attention_kernel=cudnn
     for device in devices:
         for name, figure in device.figures().items():
             assert f"- `{name}` = {figure.value:.6g}: {figure.source}" in text, (device.architecture, name)

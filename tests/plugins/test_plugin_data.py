@@ -67,9 +67,15 @@ def test_every_hardware_preset_states_its_sources():
     entries = _data("hardware.json")["presets"]
     assert len(entries) == len(presets.PRESETS)
     for entry, preset in zip(entries, presets.PRESETS):
-        assert preset.provenance == entry["provenance"] and preset.provenance
-        assert entry["latency_source"]
+        assert preset.provenance == f"{entry['provenance']}; topology: {entry['topology_source']}" and entry["provenance"]
+        assert entry["latency_source"] and entry["topology_source"]
+        spec = preset.spec
+        assert spec.nics_per_node == entry["nics_per_node"] and spec.nic_bandwidth_bytes_per_second == entry["nic_bandwidth_gb_per_s"] * GB
+        assert spec.rail_optimized is entry["rail_optimized"]
     assert "nvidia-smi reports 81559 MiB" in presets.PRESETS[1].provenance
+    # DGX H100: eight 400 Gb/s adapters, one per GPU; NVLink SHARP at the low end of 460-480 GB/s.
+    h100 = presets.PRESETS[1].spec
+    assert h100.nic_share_bytes_per_second() == 50 * GB and h100.nvls_bandwidth_bytes_per_second == 460 * GB
 
 
 def test_the_gemm_table_rows_as_published():

@@ -187,10 +187,12 @@ class _Bounder:
         found = self._pricers.get(key)
         if found is None:
             job = self.job
+            name = self.rt.timing.collective_model
             found = self._pricers[key] = layer_pricer(layout.parallel(job.seq_len, job.global_batch_size),
                                                       hardware=job.hardware, timing=self.rt.timing,
                                                       precision=self.precision, attention=self.attention,
-                                                      recipe=self.recipe)
+                                                      recipe=self.recipe,
+                                                      collectives=job.registry.collective_model(name) if name else None)
         return found
 
     def seconds(self, layout: Layout, costs: Iterable[LayerCost], context: LayerContext,

@@ -68,9 +68,11 @@ The model, with its sources (figures come from the profile, each sourced there):
   all-gather, reduce-scatter and all-to-all ``(n-1)/n S/B + (n-1) a``;
   point-to-point ``S/B + a``; each collective call (not a send) also costs
   the device's fixed ``collective_overhead_seconds`` (launch and
-  synchronisation, fitted by SimuMax on B200). A group is intra-node when the ranks it spans
-  (Megatron-Core's rank order tp, cp, ep, dp, pp) fit in one node, else it
-  runs at the inter-node bandwidth. Each layer states the collectives it
+  synchronisation, fitted by SimuMax on B200). Every group is placed on the
+  cluster by the layout's rank order (Megatron-Core's tp, cp, ep, dp, pp by
+  default) and priced by the profile's collective model
+  (:mod:`hp_core.collectives`: NCCL's multi-rail rings across nodes, tree,
+  hierarchical and NVLS all-reduce). Each layer states the collectives it
   issues (:class:`~hp_core.costs.LayerWork`: group, operation, bytes, calls
   forward and backward, the switch whose recompute re-issues them, whether
   the trainer may overlap them); the step time prices exactly those and reads
@@ -85,8 +87,10 @@ The model, with its sources (figures come from the profile, each sourced there):
   backward (Liu et al. 2023); CP all-to-all (Jacobs et al. 2023, Ulysses)
   exchanges q, k, v and the output each way. EP dispatches and combines the
   routed tokens (an all-to-all each) each way. PP sends each micro-batch's
-  activation forward and its gradient back per chunk boundary. Each class is
-  exposed by ``1 - overlap``.
+  activation forward and its gradient back per chunk boundary. What is
+  exposed is what the runtime's overlap schedule does not hide behind compute
+  (:mod:`.overlap`: FSDP per layer, bucketed DP reductions, TP overlap with
+  GEMMs, overlapped sends; :class:`~hp_core.specs.overlap.OverlapSchedule`).
 * **Pipeline**: with per-micro-batch stage times ``t_s``, ``m`` micro-batches
   and ``v`` chunks per stage, ``T = m max(t_s) + (sum(t_s) - max(t_s)) / v``:
   for equal stages, ``(m + (p - 1)/v) t``, the bubble fraction

@@ -12,12 +12,13 @@ from typing import Any
 
 import attrs
 
-from hp_core.engine.timing.collectives import collective_seconds
+
+from hp_core.collectives import CollectiveModel
 from hp_core.engine.timing.rates import _Rates, _rates
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
 from hp_core.specs.timing import TimingProfile
-from hp_core.costs import Collective, LayerContext, LayerCost, LayerWork
+from hp_core.costs import LayerContext, LayerCost, LayerWork
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.types import LayerKind
 
@@ -46,6 +47,8 @@ class _LayerTime:
             weight-gradient GEMM has the FLOPs of its input-gradient one; Qi et
             al. 2023, "Zero Bubble Pipeline Parallelism", Section 2): what a
             zero-bubble schedule's W pass runs.
+        communication_by_group: ``(group, seconds, exposed seconds)`` of its
+            TP/CP/EP collectives, the recomputed ones included.
     """
 
     forward_seconds: float
@@ -55,6 +58,7 @@ class _LayerTime:
     flops: float
     recomputed_flops: float
     weight_gradient_seconds: float = 0.0
+    communication_by_group: tuple[tuple[str, float, float], ...] = ()
 
 
 def work_of(cost: LayerCost, kind: str) -> LayerWork:
@@ -73,26 +77,27 @@ def work_of(cost: LayerCost, kind: str) -> LayerWork:
     return cost.work
 
 
-def _collective_seconds(c: Collective, r: _Rates) -> float:
-    """One call of a stated collective on its group's links, exposed by the runtime's overlap of the group.
+def _exposed(key: str, seconds: float, gemm_seconds: float, compute_seconds: float, r: _Rates) -> float:
+    """What the runtime leaves exposed of one direction's collectives of a group (``key``; ``"tp!"``: not overlappable).
 
-    A send goes to one neighbour (two ranks); an all-to-all of the CP group
-    runs on the links of a group spread over heads (``cp_a2a``); a collective
-    the trainer cannot overlap is exposed whole.
+    TP with ``tp_comm_overlap``: the collectives are split into ``tp`` chunks
+    pipelined with the GEMMs they feed (TE userbuffers; async TP), so
+    ``max(comm - GEMMs, comm / tp)``; EP with ``ep_comm_overlap``: one
+    micro-batch's all-to-alls run behind another's compute, ``max(0, comm -
+    compute)``; otherwise the profile's fraction (``1 - CommOverlap``).
     """
-    bandwidth, latency, fixed = _GROUP_LINKS[c.group](r.links, c.op)
-    ranks = 2 if c.op == "p2p" else _GROUP_SIZE[c.group](r)
-    seconds = collective_seconds(c.op, c.bytes, ranks, bandwidth, latency, r.algorithm, 0.0 if c.op == "p2p" else fixed)
-    return seconds * (_GROUP_EXPOSED[c.group](r) if c.overlappable else 1.0)
+    if not seconds:
+        return 0.0
+    if key.endswith("!"):
+        return seconds
+    if key == "tp" and r.tp_comm_overlap:
+        return max(seconds - gemm_seconds, seconds / r.tp)
+    if key == "ep" and r.ep_comm_overlap:
+        return max(0.0, seconds - compute_seconds)
+    return seconds * _GROUP_EXPOSED[key](r)
 
 
-# Per group: its links (by operation), its size and the share of its time the runtime leaves exposed.
-_GROUP_LINKS = {
-    "tp": lambda links, op: links.tp,
-    "cp": lambda links, op: links.cp_a2a if op == "all_to_all" else links.cp,
-    "ep": lambda links, op: links.ep,
-}
-_GROUP_SIZE = {"tp": lambda r: r.tp, "cp": lambda r: r.cp, "ep": lambda r: r.ep}
+# Per group: the share of its time the runtime leaves exposed.
 _GROUP_EXPOSED = {"tp": lambda r: r.expose_tp, "cp": lambda r: r.expose_cp, "ep": lambda r: r.expose_ep}
 
 
@@ -134,24 +139,36 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         # A lookup table's backward writes a dense gradient of the rank's shard and reads it
         # into the gradient buffer (PyTorch embedding_dense_backward, then main_grad +=).
         backward += work.table_elements * 2 * (r.act_bytes + r.grad_bytes) / r.memory
+    if r.host is not None:
+        forward, backward = _host_floor(work, forward, backward, r)
 
-    # Communication, exposed: every collective the layer states (LayerWork.collectives).
-    comm_fwd = comm_bwd = 0.0
+    # Communication: every collective the layer states (LayerWork.collectives), by group, then what the
+    # runtime's schedule leaves exposed (:func:`_exposed`).
+    by_group: dict[str, list[float]] = {}
     for c in work.collectives:
         if c.gemm_input and r.gather_share != 1.0:  # a recipe gathering GEMM inputs quantized
             c = attrs.evolve(c, bytes=c.bytes * r.gather_share)
-        seconds = _collective_seconds(c, r)
-        comm_fwd += c.forward_calls * seconds
-        comm_bwd += c.backward_calls * seconds
+        seconds = r.links.seconds(c.group, c.op, c.bytes)
+        key = c.group if c.overlappable else f"{c.group}!"
+        sums = by_group.setdefault(key, [0.0, 0.0])
+        sums[0] += c.forward_calls * seconds
+        sums[1] += c.backward_calls * seconds
         if c.rerun_switch is not None and c.rerun_switch in recomputed and not full:
-            comm_bwd += c.forward_calls * seconds  # issued again for the recomputed tensors
-    comm = comm_fwd + comm_bwd
+            sums[1] += c.forward_calls * seconds  # issued again for the recomputed tensors
+        if full:
+            sums[1] += c.forward_calls * seconds  # the recomputed forward's
+    # What each direction's collectives may hide behind: its GEMMs and its whole compute (a full recompute's included).
+    gemm_bwd, compute_bwd = mm_bwd + (mm_fwd if full else 0.0), backward + (forward if full else 0.0)
+    groups, comm = [], 0.0
+    for key, (fwd_s, bwd_s) in by_group.items():
+        exposed = _exposed(key, fwd_s, mm_fwd, forward, r) + _exposed(key, bwd_s, gemm_bwd, compute_bwd, r)
+        comm += exposed
+        groups.append((key.rstrip("!"), fwd_s + bwd_s, exposed))
 
     # Recompute.
     model_flops = (1 + r.mm_backward) * f.matmul_flops + (1 + r.attn_backward) * f.attention_flops
     if full:
         recompute = forward
-        comm += comm_fwd
         recomputed_flops = f.matmul_flops + f.attention_flops
     else:
         recompute = 0.0
@@ -183,7 +200,36 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         forward_seconds=k * forward, backward_seconds=k * backward, recompute_seconds=k * recompute,
         communication_seconds=k * comm, flops=model_flops, recomputed_flops=recomputed_flops,
         weight_gradient_seconds=k * mm_bwd / 2,
+        communication_by_group=_merge(tuple((g, k * t, k * e) for g, t, e in groups)),
     )
+
+
+def _host_floor(work: LayerWork, forward: float, backward: float, r: _Rates) -> tuple[float, float]:
+    """Forward and backward no shorter than the host time issuing their kernels (:class:`~hp_core.specs.overlap.HostOverhead`).
+
+    Kernels per direction, counted from the work the layer states: each GEMM
+    (its weights', the experts' grouped GEMMs as one) with the elementwise
+    kernels around it (``kernels_per_gemm``), twice in backward (input and
+    weight gradients), one attention kernel per call each way, and each
+    collective call.
+    """
+    gemms = len(work.gemms) + (1 if work.grouped_flops else 0)
+    per_gemm, seconds = r.host.kernels_per_gemm, r.host.seconds_per_kernel
+    calls_fwd = sum(c.forward_calls for c in work.collectives)
+    calls_bwd = sum(c.backward_calls for c in work.collectives)
+    host_fwd = (gemms * per_gemm + work.attention_calls + calls_fwd) * seconds
+    host_bwd = (2 * gemms * per_gemm + work.attention_calls + calls_bwd) * seconds
+    return max(forward, host_fwd), max(backward, host_bwd)
+
+
+def _merge(groups: tuple[tuple[str, float, float], ...]) -> tuple[tuple[str, float, float], ...]:
+    """``(group, total, exposed)`` seconds with a group's overlappable and other collectives added together."""
+    merged: dict[str, list[float]] = {}
+    for group, total, exposed in groups:
+        sums = merged.setdefault(group, [0.0, 0.0])
+        sums[0] += total
+        sums[1] += exposed
+    return tuple((g, t, e) for g, (t, e) in merged.items())
 
 
 def _matmul_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates) -> tuple[float, float]:
@@ -386,6 +432,7 @@ def layer_pricer(
     precision: PrecisionSpec,
     attention: str,
     recipe: PrecisionRecipe | None = None,
+    collectives: CollectiveModel | None = None,
 ) -> LayerPricer:
     """A :class:`LayerPricer` for one layout on one device, with the rates :func:`~hp_core.engine.timing.step.time_run` uses.
 
@@ -393,4 +440,4 @@ def layer_pricer(
         ConfigError: A hardware field the timing model needs is unstated.
     """
     return LayerPricer(hardware.name, hardware.host_link_bandwidth_bytes_per_second,
-                       rates=_rates(parallel, hardware, timing, precision, attention, recipe))
+                       rates=_rates(parallel, hardware, timing, precision, attention, recipe, collectives))

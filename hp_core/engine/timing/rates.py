@@ -9,13 +9,16 @@ ep, dp, pp).
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Mapping
 
 import attrs
 
+from hp_core.collectives import NCCL, CollectiveCall, CollectiveModel, Fabric, GroupPlacement, place_group
 from hp_core.errors import ConfigError
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
+from hp_core.specs.overlap import HostOverhead
 from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS, DeviceEfficiency, GemmTable, TimingProfile
 
 __all__ = ["compute_dtype"]
@@ -50,55 +53,61 @@ def _require(hardware: HardwareSpec, field: str, why: str) -> float:
 
 @attrs.frozen
 class _Links:
-    """Per group: (bus bandwidth, latency per step, fixed time per call), resolved once per call."""
+    """Each group's placement on the cluster, the fabric and the collective model, resolved once per call.
 
-    tp: tuple[float, float, float]
-    cp: tuple[float, float, float]
-    cp_a2a: tuple[float, float, float]
-    ep: tuple[float, float, float]
-    dp: tuple[float, float, float]
-    pp: tuple[float, float, float]
+    :meth:`seconds` prices one call of a group's collective (:mod:`hp_core.collectives`).
+    """
+
+    fabric: Fabric
+    groups: Mapping[str, GroupPlacement]
+    model: CollectiveModel
+    algorithm: str
+
+    def seconds(self, group: str, op: str, nbytes: float) -> float:
+        placement = self.groups[group]
+        if op == "p2p":
+            placement = GroupPlacement(2, 2 if placement.per_node > 1 else 1, 1 if placement.per_node > 1 else 2)
+        elif placement.ranks <= 1:
+            return 0.0
+        return self.model.seconds(CollectiveCall(op, nbytes, placement, self.fabric, self.algorithm))
 
 
-def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency) -> _Links:
-    """Bus bandwidth and latency of each group (Megatron-Core rank order tp, cp, ep, dp, pp)."""
-    node = hardware.devices_per_node
-
-    fixed = dev.collective_overhead_seconds.value
-
-    def level(span: int, group: int, a2a: bool = False) -> tuple[float, float, float]:
-        if group <= 1:
-            return (1.0, 0.0, 0.0)  # no traffic: any positive bandwidth
-        if node is None:
-            raise ConfigError("$.hardware.devices_per_node", f"{hardware.name} does not state devices_per_node, which placing a group of {group} ranks needs")
-        if span <= node:
-            bw = _require(hardware, "intra_node_bandwidth_bytes_per_second", "intra-node communication")
-            eff = dev.all_to_all_bus.value if a2a else dev.intra_node_bus.value
-            return (bw * eff, _require(hardware, "intra_node_latency_seconds", "intra-node communication"), fixed)
-        bw = _require(hardware, "inter_node_bandwidth_bytes_per_second", "inter-node communication")
-        return (bw * dev.inter_node_bus.value, _require(hardware, "inter_node_latency_seconds", "inter-node communication"), fixed)
-
+def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency, timing: TimingProfile,
+           model: CollectiveModel) -> _Links:
+    """Every group placed by the layout's rank order (Megatron-Core's ``tp-cp-ep-dp-pp`` by default) on nodes of
+    ``devices_per_node`` devices, and the links they run on (:mod:`hp_core.collectives`)."""
     p = parallel
-    dense_dp = p.dp * p.cp
-    pp_level = (1.0, 0.0, 0.0)
-    if p.pp > 1:
-        stride = p.tp * p.cp * p.dp
-        if node is None:
-            raise ConfigError("$.hardware.devices_per_node", f"{hardware.name} does not state devices_per_node, which pipeline sends need")
-        if stride < node:
-            pp_level = (_require(hardware, "intra_node_bandwidth_bytes_per_second", "pipeline sends") * dev.intra_node_bus.value,
-                        _require(hardware, "intra_node_latency_seconds", "pipeline sends"), 0.0)
-        else:
-            pp_level = (_require(hardware, "inter_node_bandwidth_bytes_per_second", "pipeline sends") * dev.inter_node_bus.value,
-                        _require(hardware, "inter_node_latency_seconds", "pipeline sends"), 0.0)
-    return _Links(
-        tp=level(p.tp, p.tp),
-        cp=level(p.tp * p.cp, p.cp),
-        cp_a2a=level(p.tp * p.cp, p.cp, a2a=True),
-        ep=level(p.ep * p.etp, p.ep, a2a=True),
-        dp=level(p.tp * dense_dp, max(dense_dp, p.expert_dp)),
-        pp=pp_level,
+    order = tuple(p.rank_order.split("-"))
+    dense = {"tp": p.tp, "cp": p.cp, "ep": 1, "dp": p.dp, "pp": p.pp}
+    expert = {"tp": p.etp, "cp": 1, "ep": p.ep, "dp": p.expert_dp, "pp": p.pp}
+    wanted = {"tp": (dense, ("tp",)), "cp": (dense, ("cp",)), "dp": (dense, ("cp", "dp")), "ep": (expert, ("ep",)),
+              "edp": (expert, ("dp",)), "pp": (dense, ("pp",))}
+    sizes = {name: math.prod(s[d] for d in dims) for name, (s, dims) in wanted.items()}
+    node = hardware.devices_per_node
+    if node is None:
+        if any(n > 1 for n in sizes.values()):
+            group = next(name for name, n in sizes.items() if n > 1)
+            raise ConfigError("$.hardware.devices_per_node",
+                              f"{hardware.name} does not state devices_per_node, which placing the {group} group of {sizes[group]} ranks needs")
+        node = 1
+    groups = {name: place_group(s, order, dims, node) for name, (s, dims) in wanted.items()}
+    intra = any(g.ranks > 1 and g.per_node > 1 for g in groups.values())
+    inter = any(g.nodes > 1 for g in groups.values())
+    intra_bw = _require(hardware, "intra_node_bandwidth_bytes_per_second", "intra-node communication") if intra else 1.0
+    intra_lat = _require(hardware, "intra_node_latency_seconds", "intra-node communication") if intra else 0.0
+    nic = inter_lat = None
+    if inter:
+        _require(hardware, "inter_node_bandwidth_bytes_per_second" if hardware.nic_bandwidth_bytes_per_second is None
+                 else "nic_bandwidth_bytes_per_second", "inter-node communication")
+        nic = hardware.nic_share_bytes_per_second() * dev.inter_node_bus.value
+        inter_lat = _require(hardware, "inter_node_latency_seconds", "inter-node communication")
+    nvls = hardware.nvls_bandwidth_bytes_per_second
+    fabric = Fabric(
+        intra_bandwidth=intra_bw * dev.intra_node_bus.value, intra_a2a_bandwidth=intra_bw * dev.all_to_all_bus.value,
+        intra_latency=intra_lat, nic_bandwidth=nic, inter_latency=inter_lat, nvls_bandwidth=nvls,
+        overhead=dev.collective_overhead_seconds.value,
     )
+    return _Links(fabric, groups, model, timing.all_reduce_algorithm)
 
 
 @attrs.frozen
@@ -144,6 +153,9 @@ class _Rates:
     expose_cp: float
     expose_ep: float
     slowdown: float
+    tp_comm_overlap: bool = False
+    ep_comm_overlap: bool = False
+    host: HostOverhead | None = None
     # A low-precision recipe (hp_core.precision_recipes; docs/precision.md): its GEMM kernel's measured speedup
     # over bf16, the HBM bytes quantizing one element of an input or output gradient moves, forward and
     # backward, and of a weight per micro-batch (0 where the quantized copies are cached), and the share of
@@ -203,13 +215,14 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
 def _rates(
     parallel: ParallelSpec, hardware: HardwareSpec, timing: TimingProfile, precision: PrecisionSpec, attention: str,
     recipe: PrecisionRecipe | None = None,
+    collectives: CollectiveModel | None = None,
 ) -> _Rates:
     """The per-call constants of one layout on one device, as *timing* says its trainer runs (:mod:`hp_core.engine.timing`)."""
     dtype = compute_dtype(precision, hardware)
     peak = hardware.peak_flops[dtype]
     bandwidth = _require(hardware, "memory_bandwidth_bytes_per_second", "pricing memory-bound kernels and the optimizer step")
     dev = timing.device(hardware.architecture)
-    links = _links(hardware, parallel, dev)
+    links = _links(hardware, parallel, dev, timing, collectives or NCCL)
     ov = timing.overlap
     cp_algorithm = parallel.cp_kind  # the layout states it (``--cp-kind``)
     memory = bandwidth * dev.memory_bandwidth.value
@@ -240,5 +253,7 @@ def _rates(
         expose_tp=1 - ov.tensor_parallel.value, expose_cp=1 - ov.context_parallel.value,
         expose_ep=1 - ov.expert_parallel.value,
         slowdown=_or(dev.sustained_slowdown, 1.0),
+        tp_comm_overlap=timing.schedule.tp_comm_overlap, ep_comm_overlap=timing.schedule.ep_comm_overlap,
+        host=timing.host,
         **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes),
     )

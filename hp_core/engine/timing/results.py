@@ -28,6 +28,10 @@ class StageTime:
         optimizer_seconds: The optimizer step.
         flops: Model FLOPs per micro-batch on one rank (forward and backward,
             matmuls and attention as the layers count them; no recompute).
+        communication_by_group: ``(group, seconds, exposed seconds)`` per
+            group: ``tp``, ``cp``, ``ep``, ``pp`` and (ZeRO-3) ``fsdp`` per
+            micro-batch, ``dp`` per step; the rest of the time is hidden
+            behind compute by the runtime's overlap schedule.
     """
 
     index: int
@@ -39,6 +43,7 @@ class StageTime:
     data_parallel_seconds: float
     optimizer_seconds: float
     flops: float
+    communication_by_group: tuple[tuple[str, float, float], ...] = ()
 
 
 @attrs.frozen

@@ -16,7 +16,7 @@ from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements
 from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.schedule import pipeline_seconds
-from hp_core.engine.timing.collectives import collective_seconds
+from hp_core.engine.timing.overlap import bucketed, fsdp_layers, hidden_send
 from hp_core.engine.timing.layer import _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
 from hp_core.engine.timing.results import StageTime, StepTime
@@ -154,7 +154,8 @@ def time_run(
     settings = run.settings(recompute)
 
     recipe = run.stage_inputs.recipe
-    rates = _rates(parallel, hardware, timing, precision, attention, recipe)
+    collectives = run.registry.collective_model(timing.collective_model) if timing.collective_model else None
+    rates = _rates(parallel, hardware, timing, precision, attention, recipe, collectives)
     dtype, peak, links, memory, ov = rates.dtype, rates.peak, rates.links, rates.memory, timing.overlap
     dev = timing.device(hardware.architecture)
     cp_algorithm = parallel.cp_kind  # the layout states it (``--cp-kind``)
@@ -187,6 +188,18 @@ def time_run(
     stage_cache: dict = {}
     quantized_cache: dict = {}
     body_groups = run.layers.body_groups
+    sched = timing.schedule
+    layer_cache: dict = {}
+
+    def layer_elements(group: int, owners: frozenset[str]) -> tuple[int, int]:
+        """Dense and routed-expert parameter elements of one layer of *group* on a rank (before sharding)."""
+        key = (group, owners)
+        found = layer_cache.get(key)
+        if found is None:
+            loads = layer_load(costs[group], names[group], parallel.tp, parallel.ep, parallel.etp, owners, run.optimizer, precision)
+            found = layer_cache[key] = (sum(v.elements for k, v in loads.items() if k != "routed_expert"),
+                                        sum(v.elements for k, v in loads.items() if k == "routed_expert"))
+        return found
 
     # Pipeline sends: the activation per chunk boundary, each way: split over TP under SP
     # (Megatron-Core get_tensor_shapes) or with the scatter/gather optimisation.
@@ -195,17 +208,18 @@ def time_run(
     send_bytes = works[body_groups[0]].boundary_bytes / split
     send = 0.0
     if parallel.pp > 1:
-        send = collective_seconds("p2p", send_bytes, 2, links.pp[0], links.pp[1])
+        send = links.seconds("pp", "p2p", send_bytes)
         if timing.pp_scatter_gather and not parallel.sp and parallel.tp > 1:
-            tp_bw, tp_lat, tp_fixed = links.tp
-            send += collective_seconds("all_gather", send_bytes * parallel.tp, parallel.tp, tp_bw, tp_lat, overhead=tp_fixed)
+            send += links.seconds("tp", "all_gather", send_bytes * parallel.tp)
         send *= (1 - ov.pipeline.value) * rates.slowdown
 
     # Per stage: per-micro-batch sums over its chunks, then DP and optimizer.
     grad_bytes, param_bytes = precision.grad_bytes, precision.param_bytes
+    # FSDP gathers parameters in the compute dtype (FSDP2 MixedPrecisionPolicy.param_dtype: torch.distributed.fsdp
+    # fully_shard casts the sharded parameters before the all-gather), at most the stored width.
+    gather_bytes = min(param_bytes, precision.activation_bytes)
     dense_group = parallel.dp * parallel.cp
     expert_group = parallel.expert_dp
-    dp_bw, dp_lat, dp_fixed = links.dp
     grad_passes = timing.optimizer_grad_passes.value
     chunks = parallel.chunks
     stages: list[StageTime] = []
@@ -224,6 +238,9 @@ def time_run(
     for stage in range(parallel.pp):
         fwd = bwd = rec = comm = flops = rflops = wgrad = 0.0
         held: dict[int, int] = {}
+        by_group: dict[str, list[float]] = {}
+        ordered: list[_LayerTime] = []
+        ordered_groups: list[int] = []
         sends = 0
         for c in run.stage_chunks(stage):
             lo, hi = bounds[c]
@@ -237,6 +254,9 @@ def time_run(
                 groups = groups + tuple(last_groups)
             for group in groups:
                 held[group] = held.get(group, 0) + 1
+            if zero >= 3:
+                ordered += layers
+                ordered_groups += groups
             # Runs of the same layer (one _LayerTime per group and setting) added once, times their length.
             for t, n in _runs(layers):
                 fwd += n * t.forward_seconds
@@ -246,10 +266,20 @@ def time_run(
                 flops += n * t.flops
                 rflops += n * t.recomputed_flops
                 wgrad += n * t.weight_gradient_seconds
+                for g, total, exposed in t.communication_by_group:
+                    sums = by_group.setdefault(g, [0.0, 0.0])
+                    sums[0] += n * total
+                    sums[1] += n * exposed
             sends += (c != chunks - 1 and stage not in runs_on[c + 1]) + (c != 0 and stage not in runs_on[c - 1])
-        comm += sends * send
+        if sends:
+            # A send hides behind a chunk's compute where the schedule overlaps them (--overlap-p2p-communication).
+            window = (fwd + bwd + rec) / (2 * max(1, chunks // parallel.pp))
+            exposed = hidden_send(send, window, sched.overlap_p2p)
+            comm += sends * exposed
+            by_group["pp"] = [sends * send, sends * exposed]
         if copies > 1:
             fwd, bwd, rec, comm, flops, rflops, wgrad = (x / copies for x in (fwd, bwd, rec, comm, flops, rflops, wgrad))
+            by_group = {g: [t / copies, e / copies] for g, (t, e) in by_group.items()}
         # Stages holding the same layers (the middle stages of a pipeline) count them once.
         composition = tuple(sorted(held.items()))
         found = stage_cache.get(composition)
@@ -262,33 +292,50 @@ def time_run(
         if recipe.low_precision and recipe.param_gather != "none":
             q_dense, q_experts = _quantized(held, costs, quantized_cache)
         if zero >= 3:
-            # FSDP: gather parameters forward and again backward, reduce-scatter gradients, every micro-batch.
-            per_mb = 0.0
-            for n, q, group in ((dense, q_dense, dense_group), (experts, q_experts, expert_group)):
-                gather = collective_seconds("all_gather", gathered_param_bytes(n, q, recipe, param_bytes), group, dp_bw,
-                                            dp_lat, overhead=dp_fixed)
-                per_mb += (2 if parallel.reshard_after_forward else 1) * gather
-                per_mb += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
-            comm += per_mb * (1 - ov.data_parallel.value) * rates.slowdown
+            # FSDP: each layer's parameters gathered forward and again backward, its gradients reduce-scattered,
+            # every micro-batch; what the schedule's streams hide behind the neighbouring layers' compute is not exposed.
+            # A recipe gathering quantized weights scales each layer's gathered bytes as it does the stage's.
+            owners = frozenset(names[g] for g in held)
+            shares = [gathered_param_bytes(n, q, recipe, gather_bytes) / (n * gather_bytes) if n else 1.0
+                      for n, q in ((dense, q_dense), (experts, q_experts))]
+            per_layer = []
+            for t, group in zip(ordered, ordered_groups):
+                d, e = layer_elements(group, owners)
+                gather = (links.seconds("dp", "all_gather", d * gather_bytes * shares[0])
+                          + links.seconds("edp", "all_gather", e * gather_bytes * shares[1]))
+                reduce = links.seconds("dp", "reduce_scatter", d * grad_bytes) + links.seconds("edp", "reduce_scatter", e * grad_bytes)
+                per_layer.append((gather, reduce, t.forward_seconds / rates.slowdown,
+                                  (t.backward_seconds + t.recompute_seconds) / rates.slowdown))
+            total, exposed = fsdp_layers(per_layer, reshard=parallel.reshard_after_forward, prefetch=sched.fsdp_prefetch,
+                                         reduce_overlap=sched.fsdp_reduce_scatter_overlap)
+            exposed *= (1 - ov.data_parallel.value) * rates.slowdown
+            comm += exposed
+            by_group["fsdp"] = [total * rates.slowdown, exposed]
             dp = 0.0
         else:
-            dp = 0.0
-            for n, q, group in ((dense, q_dense, dense_group), (experts, q_experts, expert_group)):
+            reduce = gather = 0.0
+            for n, q, group in ((dense, q_dense, "dp"), (experts, q_experts, "edp")):
                 if zero == 0:
-                    dp += collective_seconds("all_reduce", n * grad_bytes, group, dp_bw, dp_lat, timing.all_reduce_algorithm, dp_fixed)
+                    reduce += links.seconds(group, "all_reduce", n * grad_bytes)
                 else:
-                    dp += collective_seconds("reduce_scatter", n * grad_bytes, group, dp_bw, dp_lat, overhead=dp_fixed)
+                    reduce += links.seconds(group, "reduce_scatter", n * grad_bytes)
                     # Megatron-LM --fp8-param-gather gathers the parameters in FP8 ("stored").
                     sent = gathered_param_bytes(n, q, recipe, param_bytes) if recipe.param_gather == "stored" else n * param_bytes
-                    dp += collective_seconds("all_gather", sent, group, dp_bw, dp_lat, overhead=dp_fixed)
-            dp *= (1 - ov.data_parallel.value) * rates.slowdown
+                    gather += links.seconds(group, "all_gather", sent)
+            bucket = sched.bucket(dense_group)
+            reduce_bucket = links.seconds("dp", "all_reduce" if zero == 0 else "reduce_scatter", min(bucket, dense + experts) * grad_bytes)
+            gather_bucket = links.seconds("dp", "all_gather", min(bucket, dense + experts) * param_bytes) if zero else 0.0
+            exposed = (bucketed(reduce, reduce_bucket, (bwd + rec) / rates.slowdown, sched.overlap_grad_reduce)
+                       + bucketed(gather, gather_bucket, fwd / rates.slowdown, sched.overlap_param_gather))
+            dp = exposed * (1 - ov.data_parallel.value) * rates.slowdown
+            by_group["dp"] = [(reduce + gather) * rates.slowdown, dp]
         if zero >= 1 and (dense_load.gather_bytes or expert_load.gather_bytes):
             # States the optimizer needs whole, gathered over the group ZeRO shards them over once
             # per step, in the optimizer step: nothing left to overlap it with.
             gather = 0.0
-            for nbytes, group in ((dense_load.gather_bytes, dense_group), (expert_load.gather_bytes, expert_group)):
+            for nbytes, group in ((dense_load.gather_bytes, "dp"), (expert_load.gather_bytes, "edp")):
                 if nbytes:
-                    gather += collective_seconds("all_gather", nbytes, group, dp_bw, dp_lat, overhead=dp_fixed)
+                    gather += links.seconds(group, "all_gather", nbytes)
             dp += gather * rates.slowdown
         # Megatron-Core scales the dense and the expert gradient buffers alike by 1/(dp*cp)
         # before the reduction (distributed_data_parallel.py: expert_gradient_scaling_factor
@@ -302,7 +349,8 @@ def time_run(
         if matmul or elementwise:
             # What the optimizer computes beyond its update (Muon's Newton-Schulz products), on every rank.
             opt += (matmul / (peak * rates.matmul) + elementwise * rates.el_bytes_per_flop / memory) * rates.slowdown
-        stages.append(StageTime(stage, fwd, bwd, rec, comm, fwd + bwd + rec + comm, dp, opt, flops))
+        stages.append(StageTime(stage, fwd, bwd, rec, comm, fwd + bwd + rec + comm, dp, opt, flops,
+                                tuple((g, t, e) for g, (t, e) in by_group.items())))
         recomputed_flops_per_stage.append(rflops)
         weight_seconds.append(wgrad)
 

@@ -1,0 +1,53 @@
+"""Step time at scale against the public measured runs of ``tests/plugins/data/scale_measured.json``.
+
+Run: ``python benchmarks/scale_validation.py [--write]``.
+
+Prices every row marked calibration or held-out (``split_rule`` in the data
+file: the split was fixed before anything was fitted) with the runtime and the
+trainer options it ran with, on the hardware it ran on, and prints per row the
+measured and estimated step time, the error and the communication exposed and
+hidden on stage 0, then per class (multi-node FSDP, multi-node Megatron-Core,
+single-node FSDP, single-node MoE) the calibration and the held-out rows'
+errors apart. No figure is fitted to these rows. ``--write`` replaces the text
+between the ``scale-validation`` markers of docs/time.md (atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "plugins"))
+
+from scale_cases import report  # noqa: E402
+
+from hp_core.api import build_registry  # noqa: E402
+from hp_core.io.files import atomic_write  # noqa: E402
+
+PAGE = ROOT / "docs" / "time.md"
+START, END = "<!-- scale-validation:start -->", "<!-- scale-validation:end -->"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the table in docs/time.md")
+    args = parser.parse_args()
+    text = report(build_registry(use_env=False))
+    print(text, end="")
+    if args.write:
+        page = PAGE.read_text(encoding="utf-8")
+        if START not in page or END not in page:
+            raise SystemExit(f"{PAGE}: the {START} / {END} markers are missing")
+        page = page[: page.index(START)] + f"{START}\n\n{text}\n{END}" + page[page.index(END) + len(END):]
+
+        def write(temporary: str) -> None:
+            Path(temporary).write_text(page, encoding="utf-8")
+
+        atomic_write(PAGE, write, ".md", flag=str(PAGE))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

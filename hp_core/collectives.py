@@ -1,0 +1,215 @@
+"""Collective pricing as a plugin point: where a group's ranks sit, the fabric, and a model that prices a call.
+
+The step time places every parallel group on the cluster (:func:`place_group`:
+the layout's rank order, the devices per node), so each collective knows how
+many of its members share a node and how many nodes it spans, and prices it
+with a :class:`CollectiveModel`. The built-in one, :data:`NCCL`, follows
+NCCL's algorithms (docs/time.md, "Collectives on the cluster"); a plugin may
+yield another through the hook ``hp_collective_models`` (HCCL, RCCL, a
+DeepEP-style all-to-all) and a timing profile names it
+(:attr:`~hp_core.specs.timing.TimingProfile.collective_model`).
+
+Sources of the formulas: Thakur, Rabenseifner and Gropp 2005 (ring and tree
+costs); NCCL's bus-bandwidth convention (nccl-tests ``doc/PERFORMANCE.md``);
+NCCL's multi-rail rings, one channel per network adapter, and PXN (NCCL 2.12
+release notes; Jeaugey, "Doubling all2all performance with NVIDIA Collective
+Communication Library 2.12", NVIDIA technical blog 2022); NVLink SHARP
+all-reduce (NCCL 2.17 release notes, ``NCCL_ALGO=NVLS``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import attrs
+
+__all__ = ["ALGORITHMS", "NCCL", "OPERATIONS", "CollectiveCall", "CollectiveModel", "Fabric", "GroupPlacement",
+           "RANK_DIMENSIONS", "nccl_seconds", "place_group"]
+
+# Operations a layer or the step states (hp_core.costs.Collective.op) and all-reduce algorithms.
+OPERATIONS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+ALGORITHMS = ("ring", "tree", "hierarchical", "nvls", "auto")
+# The dimensions of Megatron-Core's rank order (megatron/core/parallel_state.py RankGenerator, order "tp-cp-ep-dp-pp").
+RANK_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
+
+
+@attrs.frozen
+class GroupPlacement:
+    """Where one group's ranks sit.
+
+    Attributes:
+        ranks: Members of the group.
+        per_node: Most members on one node.
+        nodes: Nodes the group spans.
+    """
+
+    ranks: int
+    per_node: int
+    nodes: int
+
+    @property
+    def intra_node(self) -> bool:
+        return self.nodes <= 1
+
+
+def place_group(sizes: dict[str, int], order: tuple[str, ...], dims: tuple[str, ...], devices_per_node: int) -> GroupPlacement:
+    """The placement of the group varying *dims* (the one holding rank 0; every group of a dimension is alike).
+
+    Ranks are numbered with the first dimension of *order* fastest (Megatron's
+    ``RankGenerator``: ``tp-cp-ep-dp-pp`` puts a TP group on consecutive ranks);
+    node ``r // devices_per_node`` holds rank ``r``.
+    """
+    stride, strides = 1, {}
+    for d in order:
+        strides[d] = stride
+        stride *= sizes.get(d, 1)
+    ranks = [0]
+    for d in dims:
+        ranks = [r + i * strides[d] for r in ranks for i in range(sizes.get(d, 1))]
+    counts: dict[int, int] = {}
+    for r in ranks:
+        counts[r // devices_per_node] = counts.get(r // devices_per_node, 0) + 1
+    return GroupPlacement(len(ranks), max(counts.values()), len(counts))
+
+
+@attrs.frozen
+class Fabric:
+    """The links a collective runs on, efficiencies applied (bytes per second per device and direction).
+
+    Attributes:
+        intra_bandwidth: NVLink/NVSwitch bus bandwidth of ring collectives within a node.
+        intra_a2a_bandwidth: All-to-all bus bandwidth within a node.
+        intra_latency: Seconds per step within a node.
+        nic_bandwidth: One device's share of its node's network adapters, as NCCL achieves it.
+        inter_latency: Seconds per step across nodes.
+        nvls_bandwidth: NVLink SHARP all-reduce bus bandwidth within a node; ``None``: none.
+        overhead: A fixed time per collective call (launch, synchronisation); not charged to sends.
+    """
+
+    intra_bandwidth: float
+    intra_a2a_bandwidth: float
+    intra_latency: float
+    nic_bandwidth: float | None
+    inter_latency: float | None
+    nvls_bandwidth: float | None = None
+    overhead: float = 0.0
+
+
+@attrs.frozen
+class CollectiveCall:
+    """One collective call to price.
+
+    Attributes:
+        op: One of :data:`OPERATIONS`.
+        nbytes: All-reduce's buffer, all-gather's gathered output, reduce-scatter's
+            input, all-to-all's send buffer, a send's message.
+        group: Where its ranks sit (a send: its two ends).
+        fabric: The links.
+        algorithm: One of :data:`ALGORITHMS` (all-reduce; ``auto``: the fastest).
+    """
+
+    op: str
+    nbytes: float
+    group: GroupPlacement
+    fabric: Fabric
+    algorithm: str = "ring"
+
+
+@attrs.frozen
+class CollectiveModel:
+    """A collective library's pricing: ``seconds(call) -> float`` (module-level, so it pickles).
+
+    Attributes:
+        name: The name a timing profile states (``collective_model``).
+        seconds: Prices one :class:`CollectiveCall`.
+        description: One line: the library and what it models.
+        source: Where its figures and algorithms come from.
+    """
+
+    name: str
+    seconds: Callable[[CollectiveCall], float]
+    description: str = ""
+    source: str = ""
+
+
+def _ring_pass(n: int, nbytes: float, g: int, k: int, f: Fabric) -> float:
+    """One ring pass (an all-gather's or a reduce-scatter's) over ``n`` ranks, ``g`` per node on ``k`` nodes.
+
+    Within a node: ``(n-1)/n S / B + (n-1) a``. Across nodes NCCL runs one ring
+    per channel and spreads its channels over the node's adapters, so a group
+    with ``g`` members on a node crosses the node boundary on ``g`` adapters at
+    once: each member sends ``1/g`` of its ring traffic over its own adapter
+    and the rest over NVLink, concurrently; the slower of the two sets the
+    pace. A group with one member per node is limited to one adapter.
+    """
+    share = (n - 1) / n * nbytes
+    if k <= 1:
+        return share / f.intra_bandwidth + (n - 1) * f.intra_latency
+    bandwidth = share * max((g - 1) / (g * f.intra_bandwidth), 1 / (g * f.nic_bandwidth))
+    return bandwidth + (n - k) * f.intra_latency + k * f.inter_latency
+
+
+def _all_reduce(n: int, nbytes: float, g: int, k: int, f: Fabric, algorithm: str) -> float:
+    ring = 2 * _ring_pass(n, nbytes, g, k, f)
+    if algorithm == "ring":
+        return ring
+    if k <= 1:
+        # Tree within a node: ring bandwidth, logarithmic latency (NCCL's double binary tree).
+        tree = 2 * (n - 1) / n * nbytes / f.intra_bandwidth + 2 * math.log2(n) * f.intra_latency
+        nvls = None if f.nvls_bandwidth is None else 2 * (n - 1) / n * nbytes / f.nvls_bandwidth + 2 * f.intra_latency
+    else:
+        # Double binary tree across nodes (chains within): the ring's bandwidth, latency log2 of the nodes.
+        tree = ring - 2 * ((n - k) * f.intra_latency + k * f.inter_latency) \
+            + 2 * ((g - 1) * f.intra_latency + math.log2(k) * f.inter_latency)
+        nvls = None
+        if f.nvls_bandwidth is not None:  # NVLS within the node, tree across (NCCL's NVLSTree)
+            nvls = 2 * (g - 1) / g * nbytes / f.nvls_bandwidth + 2 * (k - 1) / k * nbytes / (g * f.nic_bandwidth) \
+                + 2 * (f.intra_latency + math.log2(k) * f.inter_latency)
+    # Hierarchical: reduce-scatter within the node, all-reduce of 1/g of the buffer across nodes on each
+    # member's own adapter, all-gather within the node, one after the other.
+    hier = ring if k <= 1 else 2 * _ring_pass(g, nbytes, g, 1, f) + 2 * _ring_pass(k, nbytes / g, 1, k, f)
+    choices = {"tree": tree, "hierarchical": hier, "nvls": nvls if nvls is not None else ring}
+    if algorithm in choices:
+        return choices[algorithm]
+    return min(ring, tree, hier, nvls if nvls is not None else ring)
+
+
+def nccl_seconds(call: CollectiveCall) -> float:
+    """NCCL's collectives on the placed group (:mod:`hp_core.collectives`).
+
+    Within one node every formula is the one hp priced before topology
+    (``(n-1)/n S/B + (n-1) a`` per ring pass, all-reduce two passes or a
+    tree's ``2 log2 n`` steps); across nodes see :func:`_ring_pass`. An
+    all-to-all sends ``(g-1)/n`` of its buffer over NVLink and ``(n-g)/n``
+    over the member's own adapter, concurrently. A send crosses NVLink within
+    a node, else one adapter.
+    """
+    f, n, g, k, nbytes = call.fabric, call.group.ranks, call.group.per_node, call.group.nodes, call.nbytes
+    if nbytes <= 0:
+        return 0.0
+    if call.op == "p2p":
+        if k <= 1:
+            return nbytes / f.intra_bandwidth + f.intra_latency
+        return nbytes / f.nic_bandwidth + f.inter_latency
+    if n <= 1:
+        return 0.0
+    if call.op == "all_reduce":
+        return f.overhead + _all_reduce(n, nbytes, g, k, f, call.algorithm)
+    if call.op in ("all_gather", "reduce_scatter"):
+        return f.overhead + _ring_pass(n, nbytes, g, k, f)
+    if call.op == "all_to_all":
+        if k <= 1:
+            return f.overhead + (n - 1) / n * nbytes / f.intra_a2a_bandwidth + (n - 1) * f.intra_latency
+        intra = (g - 1) / n * nbytes / f.intra_a2a_bandwidth
+        inter = (n - g) / n * nbytes / f.nic_bandwidth
+        return f.overhead + max(intra, inter) + (g - 1) * f.intra_latency + (n - g) * f.inter_latency
+    raise ValueError(f"unknown collective {call.op!r}")
+
+
+NCCL = CollectiveModel(
+    name="nccl",
+    seconds=nccl_seconds,
+    description="NCCL: ring, tree, hierarchical and NVLS collectives on NVLink within a node and multi-rail networks across nodes",
+    source="Thakur et al. 2005; nccl-tests doc/PERFORMANCE.md (bus bandwidth); NCCL 2.12 (PXN, multi-rail) and 2.17 (NVLS) release notes",
+)

@@ -1,0 +1,112 @@
+"""What a trainer overlaps, stated as options, and its host overhead: each priced as what a stream can hide
+behind which compute (docs/time.md, "Overlap and host time"), never as a global discount."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+__all__ = ["HostOverhead", "OverlapSchedule"]
+
+
+@attrs.frozen(kw_only=True)
+class OverlapSchedule:
+    """Which communication the trainer issues on a side stream, and behind what.
+
+    Attributes:
+        fsdp_prefetch: ZeRO-3/FSDP: a layer's parameter all-gather is issued
+            while the previous layer computes (FSDP2's implicit prefetch by
+            CPU run-ahead; ``set_modules_to_forward_prefetch``): per layer
+            ``max(0, gather - previous layer's compute)`` is exposed, the
+            first gather whole; ``False``: every gather exposed.
+        fsdp_reduce_scatter_overlap: ZeRO-3/FSDP: a layer's gradient
+            reduce-scatter runs while the next layer's backward computes, on
+            the same network as the backward's gathers (FSDP2's
+            reduce-scatter stream); the last one is exposed.
+        overlap_grad_reduce: ZeRO-0/1/2: the data-parallel gradient
+            reduction runs in buckets during the last micro-batch's backward
+            (Megatron-Core ``--overlap-grad-reduce``): ``max(last bucket,
+            reduction - backward)`` is exposed.
+        overlap_param_gather: ZeRO-1/2: the parameter all-gather of the
+            distributed optimizer runs in buckets during the next step's first
+            forward (``--overlap-param-gather``): ``max(first bucket, gather -
+            forward)`` is exposed.
+        tp_comm_overlap: TP all-gathers and reduce-scatters are split into
+            ``tp`` chunks pipelined with the GEMMs they feed (Transformer
+            Engine userbuffers, ``--tp-comm-overlap``; torchtitan async TP):
+            per layer and direction ``max(tp comm - GEMMs, tp comm / tp)`` is exposed.
+        overlap_p2p: Pipeline sends and receives run during the stage's
+            compute (Megatron-Core's interleaved schedule,
+            ``--overlap-p2p-communication``): ``max(0, send - chunk compute)``.
+        ep_comm_overlap: Expert-parallel all-to-alls of one micro-batch run
+            during another's compute (``--overlap-moe-expert-parallel-comm``,
+            DeepEP's hook-based overlap): per layer and direction
+            ``max(0, all-to-all - the layer's compute)`` is exposed.
+        bucket_elements: Parameters per data-parallel bucket (Megatron-Core
+            ``DistributedDataParallelConfig.bucket_size``: ``max(40e6, 1e6 * dp)``
+            when ``None``).
+        source: Where the trainer's choices come from.
+    """
+
+    fsdp_prefetch: bool = False
+    fsdp_reduce_scatter_overlap: bool = False
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
+    overlap_p2p: bool = False
+    ep_comm_overlap: bool = False
+    bucket_elements: int | None = None
+    source: str = "nothing overlapped"
+
+    def bucket(self, dp: int) -> int:
+        """Parameters per data-parallel bucket (Megatron-Core ``training.py``: ``max(40000000, 1000000 * dp)``)."""
+        return self.bucket_elements if self.bucket_elements is not None else max(40_000_000, 1_000_000 * dp)
+
+
+def _non_negative(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{attribute.name} must be a non-negative number, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class HostOverhead:
+    """The CPU time a trainer spends issuing one layer's kernels, which the GPU cannot run ahead of.
+
+    A layer's GPU time is at least its host time: per layer and direction
+    ``kernels * seconds_per_kernel``, the kernels counted from the work the
+    layer states (GEMMs, attention calls, collectives) times
+    ``kernels_per_gemm`` for the elementwise kernels around each GEMM.
+
+    Attributes:
+        seconds_per_kernel: Host time per launched kernel.
+        kernels_per_gemm: Kernels issued per GEMM (the GEMM and the
+            elementwise kernels between it and the next).
+        source: Where the figures come from.
+    """
+
+    seconds_per_kernel: float = attrs.field(validator=_non_negative)
+    kernels_per_gemm: float = attrs.field(validator=_non_negative)
+    source: str
+
+
+@attrs.frozen
+class _SetSchedule:
+    """``apply`` of :func:`schedule_option`: sets one field of the runtime's timing profile's schedule (picklable)."""
+
+    field: str
+
+    def __call__(self, runtime: Any, value: Any) -> Any:
+        timing = runtime.timing
+        if timing is None:
+            raise ValueError(f"runtime {runtime.name} states no timing profile, so it has no overlap schedule to set")
+        schedule = attrs.evolve(timing.schedule, **{self.field: value})
+        return attrs.evolve(runtime, timing=attrs.evolve(timing, schedule=schedule))
+
+
+def schedule_option(name: str, field: str, *, default: bool, description: str, source: str) -> Any:
+    """A ``bool`` runtime option that sets :class:`OverlapSchedule` field *field* of the runtime's timing profile."""
+    from hp_core.runtime_options import RuntimeOption
+
+    return RuntimeOption(name, "bool", default, description, source, _SetSchedule(field))
+

@@ -1,0 +1,1 @@
+"""The built-in trainer-config importers (hook ``hp_importers``): :mod:`~hp_plugins.importers.megatron`."""

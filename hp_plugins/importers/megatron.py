@@ -1,0 +1,412 @@
+"""The ``megatron`` and ``megatron-args`` importers: a Megatron-LM job as its arguments state it.
+
+``hp estimate --from megatron train.sh`` reads a launch script: backslash
+continuations joined, comments dropped, ``NAME=value`` and ``NAME=( ... )``
+assignments expanded where ``$NAME``, ``${NAME}``, ``${NAME:-default}`` or
+``${NAME[@]}`` use them, the arguments after the ``*.py`` entry point read as
+Megatron-LM's, and torchrun's ``--nproc_per_node`` times ``--nnodes`` as the
+device count. ``--from megatron-args "--num-layers 32 ..."`` reads the
+arguments alone (state ``--devices`` or ``--dp``).
+
+What is mapped (Megatron-Core 0.14 ``megatron/training/arguments.py``, whose
+defaults fill what a job leaves out):
+
+* the model, as a Hugging Face style config the ``hf`` model format builds
+  (``llama``; ``deepseek_v2`` with ``--multi-latent-attention``; ``mixtral``
+  for routed experts without MLA), then written inline: sizes, heads and query
+  groups, ``--kv-channels``, ``--swiglu``, RMSNorm, biases
+  (``--disable-bias-linear``, ``--add-qkv-bias``), tied embeddings unless
+  ``--untie-embeddings-and-output-weights``, the vocabulary (``--vocab-size``
+  plus the NullTokenizer's EOD token, ``tokenizer.py``), MLA ranks and head
+  sizes, experts, top-k, expert and shared-expert widths, ``--moe-layer-freq``
+  (leading dense layers, then every layer), capacity factor and padding, MTP;
+* the layout and batch: TP, PP, virtual stages, CP and its exchange, EP, expert
+  TP (default: TP), sequence parallelism (on only with TP > 1), micro and
+  global batch, sequence length; dp from the device count;
+* precision and optimizer: ``--bf16``/``--fp16`` (2-byte parameters),
+  ``--accumulate-allreduce-grads-in-fp32`` (fp32 gradients; on with bf16),
+  ``--use-distributed-optimizer`` (ZeRO-1, else 0), ``--optimizer adam|sgd``;
+* recompute: ``--recompute-granularity full`` with ``uniform`` and 1 layer
+  (every layer) or ``block`` and N (the first N layers of every chunk), or
+  ``selective`` with ``--recompute-modules`` (default ``core_attn``), each
+  module the switches the ``megatron`` runtime states for it;
+* the runtime ``megatron`` and its options (docs/runtimes.md):
+  ``--cross-entropy-loss-fusion`` (off unless passed), ``--attention-backend``,
+  ``--no-bias-swiglu-fusion``, ``--moe-permute-fusion`` (off unless passed),
+  ``--no-gradient-accumulation-fusion``, ``--make-vocab-size-divisible-by``.
+
+Flags with no effect on memory or step time in this model (learning rate,
+logging, data, checkpoints, seeds, ...: :data:`IGNORED`) are dropped quietly;
+any other flag is named in one warning line.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from hp_core.errors import ConfigError
+from hp_core.importers import ImportedJob, Importer
+from hp_core.markers import hookimpl
+from hp_core.models import model_from_config
+
+__all__ = ["IGNORED", "hp_importers", "import_megatron_args", "parse_megatron_args", "read_megatron_script"]
+
+# No effect on what hp prices (memory, step time): optimisation hyper-parameters, data, logging,
+# checkpoints, initialisation, routing-loss details, TP-overlap switches left at the profile's
+# "off", flags Megatron-Core ignores for mcore models (--use-flash-attn), attention-mask and
+# softmax flags that act only on the unfused path priced by --attention-backend.
+IGNORED = frozenset("""
+lr min-lr lr-decay-style lr-warmup-iters lr-warmup-fraction lr-decay-iters lr-decay-samples lr-warmup-samples
+weight-decay adam-beta1 adam-beta2 adam-eps sgd-momentum clip-grad seed init-method-std train-iters train-samples
+initial-loss-scale min-loss-scale loss-scale-window hysteresis log-interval log-throughput log-timers-to-tensorboard
+log-memory-to-tensorboard log-params-norm log-num-zeros-in-grad log-validation-ppl-to-tensorboard
+tensorboard-dir tensorboard-log-interval wandb-project wandb-exp-name wandb-save-dir save load save-interval
+eval-interval eval-iters data-path split mock-data data-cache-path num-workers dataloader-type distributed-backend
+distributed-timeout-minutes use-mcore-models transformer-impl no-create-attention-mask-in-dataloader use-flash-attn
+rotary-base rotary-percent rotary-scaling-factor position-embedding-type no-position-embedding disable-tp-comm-bulk-wgrad
+disable-tp-comm-bulk-dgrad disable-tp-comm-overlap-rs disable-tp-comm-overlap-ag disable-tp-comm-split-ag
+disable-tp-comm-split-rs enable-experimental attention-softmax-in-fp32 no-masked-softmax-fusion no-bias-dropout-fusion
+tokenizer-model vocab-file merge-file moe-router-score-function moe-router-pre-softmax moe-router-num-groups
+moe-router-group-topk moe-router-load-balancing-type moe-router-topk-scaling-factor moe-aux-loss-coeff
+moe-z-loss-coeff moe-grouped-gemm moe-token-dispatcher-type moe-router-dtype group-query-attention
+exit-interval exit-duration-in-mins ckpt-format no-save-optim no-save-rng no-load-optim no-load-rng
+""".split())
+
+_BOOL_FLAGS = {"swiglu", "untie-embeddings-and-output-weights", "disable-bias-linear", "add-qkv-bias", "sequence-parallel",
+               "use-distributed-optimizer", "bf16", "fp16", "accumulate-allreduce-grads-in-fp32", "cross-entropy-loss-fusion",
+               "no-bias-swiglu-fusion", "moe-permute-fusion", "no-gradient-accumulation-fusion", "multi-latent-attention",
+               "moe-pad-expert-input-to-capacity", "qk-layernorm"}
+_VAR = re.compile(r"\$\{(\w+)(\[@\])?(?::-([^}]*))?\}|\$(\w+)")
+
+
+def parse_megatron_args(tokens: list[str]) -> dict[str, list[str]]:
+    """Megatron-LM arguments as ``{flag without dashes: [values]}`` (a flag's last occurrence wins)."""
+    args: dict[str, list[str]] = {}
+    flag = None
+    for token in tokens:
+        if token.startswith("--"):
+            name, sep, value = token[2:].partition("=")
+            flag = name.replace("_", "-")
+            args[flag] = [value] if sep else []
+        elif flag is not None:
+            args[flag].append(token)
+    return args
+
+
+def _expand(token: str, env: dict[str, Any]) -> list[str]:
+    whole = _VAR.fullmatch(token)
+    if whole and whole.group(2) and isinstance(env.get(whole.group(1)), list):
+        return list(env[whole.group(1)])
+
+    def value(match: re.Match) -> str:
+        name = match.group(1) or match.group(4)
+        found = env.get(name)
+        if found is None:
+            return match.group(3) if match.group(3) is not None else match.group(0)
+        return " ".join(found) if isinstance(found, list) else found
+
+    return [_VAR.sub(value, token)]
+
+
+def _array_tokens(text: str) -> list[str]:
+    """Shell words of *text*, an unquoted ``(`` or ``)`` a word of its own, comments dropped."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars="()")
+    lexer.whitespace_split, lexer.commenters = True, "#"
+    return list(lexer)
+
+
+def read_megatron_script(text: str) -> tuple[list[str], int | None]:
+    """A launch script's Megatron-LM arguments and its device count (torchrun's, where stated)."""
+    text = re.sub(r"\\\r?\n", " ", text)
+    env: dict[str, Any] = {}
+    lines = iter(text.splitlines())
+    for line in lines:
+        try:
+            tokens = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        if tokens and tokens[0] == "export":
+            tokens = tokens[1:]
+        array = re.match(r"^\s*(?:export\s+)?(\w+)=\(\s*(.*)$", line)
+        if array:
+            body, items = array.group(2), None
+            while items is None:
+                try:
+                    parts = _array_tokens(body)
+                except ValueError:  # a quote spans lines
+                    parts = []
+                if ")" in parts:
+                    items = parts[:parts.index(")")]
+                else:
+                    following = next(lines, None)
+                    if following is None:
+                        raise ConfigError("--from megatron", f"the array {array.group(1)}=( ... has no closing ')'")
+                    body += "\n" + following
+            env[array.group(1)] = [t for item in items for t in _expand(item, env)]
+            continue
+        if len(tokens) == 1 and re.match(r"^\w+=", tokens[0]):
+            name, _, value = tokens[0].partition("=")
+            env[name] = _expand(value, env)[0]
+            continue
+        expanded = [t for token in tokens for t in _expand(token, env)]
+        entry = next((i for i, t in enumerate(expanded) if t.endswith(".py")), None)
+        if entry is None:
+            continue
+        launcher = parse_megatron_args(expanded[:entry])
+        per_node = (launcher.get("nproc-per-node") or [None])[0]
+        nodes = (launcher.get("nnodes") or ["1"])[0]
+        devices = int(per_node) * int(nodes) if per_node and per_node.isdigit() and nodes.isdigit() else None
+        return expanded[entry + 1:], devices
+    raise ConfigError("--from megatron", "found no line running a *.py entry point (pretrain_gpt.py ...) in the script")
+
+
+class _Args:
+    """The parsed arguments, each read once; what is left unread is reported."""
+
+    def __init__(self, args: dict[str, list[str]]) -> None:
+        self.args, self.read = args, set()
+
+    def flag(self, name: str) -> bool:
+        self.read.add(name)
+        return name in self.args
+
+    def value(self, name: str, kind: type = str, default: Any = None) -> Any:
+        self.read.add(name)
+        values = self.args.get(name)
+        if not values:
+            return default
+        try:
+            return kind(values[0])
+        except ValueError:
+            raise ConfigError(f"--{name}", f"expected {kind.__name__}, got {values[0]!r}") from None
+
+    def values(self, name: str) -> list[str] | None:
+        self.read.add(name)
+        return self.args.get(name)
+
+    def unread(self) -> list[str]:
+        return [f"--{name}{' ' + ' '.join(v) if v else ''}: not mapped" for name, v in self.args.items()
+                if name not in self.read and name not in IGNORED]
+
+
+def _layer_freq(text: str | None, unmapped: list[str]) -> int:
+    """Leading dense layers of ``--moe-layer-freq`` (an int 1, or a pattern such as ``([0]*1+[1]*3)*1``)."""
+    if text is None or text.strip() == "1":
+        return 0
+    pattern: list[int] = []
+    match = re.fullmatch(r"\s*\(?((?:\[[01]\]\*\d+\+?)+)\)?(?:\*(\d+))?\s*", text)
+    if match:
+        for bit, count in re.findall(r"\[([01])\]\*(\d+)", match.group(1)):
+            pattern += [int(bit)] * int(count)
+        pattern *= int(match.group(2) or 1)
+    elif re.fullmatch(r"\[[01,\s]+\]", text.strip()):
+        pattern = [int(b) for b in re.findall(r"[01]", text)]
+    dense = next((i for i, bit in enumerate(pattern) if bit), len(pattern))
+    if not pattern or any(bit != 1 for bit in pattern[dense:]):
+        unmapped.append(f"--moe-layer-freq {text}: only leading dense layers then MoE in every layer are mapped; "
+                        "priced as MoE in every layer")
+        return 0
+    return dense
+
+
+def _hf_config(a: _Args, unmapped: list[str]) -> dict[str, Any]:
+    hidden, heads = a.value("hidden-size", int), a.value("num-attention-heads", int)
+    layers = a.value("num-layers", int)
+    for name, given in (("num-layers", layers), ("hidden-size", hidden), ("num-attention-heads", heads)):
+        if given is None:
+            raise ConfigError(f"--{name}", "required to build the model; state it")
+    vocab = a.value("vocab-size", int)
+    if vocab is None:
+        raise ConfigError("--vocab-size", "the tokenizer's vocabulary is not in the arguments; state --vocab-size")
+    tokenizer = a.value("tokenizer-type")
+    if tokenizer == "NullTokenizer":
+        vocab += 1  # its EOD token (megatron/training/tokenizer/tokenizer.py _NullTokenizer)
+    if not a.flag("swiglu"):
+        raise ConfigError("--swiglu", "a non-gated MLP (no --swiglu) is not mapped: the built-in formats are gated")
+    if (a.value("normalization") or "LayerNorm") != "RMSNorm":
+        unmapped.append(f"--normalization {a.value('normalization') or 'LayerNorm'}: priced as RMSNorm")
+    bias = not a.flag("disable-bias-linear")
+    config: dict[str, Any] = {
+        "hidden_size": hidden, "num_attention_heads": heads, "num_hidden_layers": layers, "vocab_size": vocab,
+        "intermediate_size": a.value("ffn-hidden-size", int, 4 * hidden), "hidden_act": "silu",
+        "tie_word_embeddings": not a.flag("untie-embeddings-and-output-weights"),
+        "rms_norm_eps": a.value("norm-epsilon", float, 1e-5),
+        "max_position_embeddings": a.value("max-position-embeddings", int, a.value("seq-length", int)),
+        "attention_bias": bias or a.flag("add-qkv-bias"), "mlp_bias": bias,
+    }
+    config["attention_dropout"] = a.value("attention-dropout", float, 0.1)  # Megatron's default 0.1
+    experts = a.value("num-experts", int)
+    if a.flag("multi-latent-attention"):
+        a.flag("qk-layernorm")  # MLA's q and kv LoRA norms, which the deepseek format always has
+        config.update(model_type="deepseek_v2", num_key_value_heads=heads, q_lora_rank=a.value("q-lora-rank", int),
+                      kv_lora_rank=a.value("kv-lora-rank", int, 32), qk_nope_head_dim=a.value("qk-head-dim", int, 128),
+                      qk_rope_head_dim=a.value("qk-pos-emb-head-dim", int, 64), v_head_dim=a.value("v-head-dim", int, 128),
+                      num_nextn_predict_layers=a.value("mtp-num-layers", int, 0))
+        if experts:
+            width = a.value("moe-ffn-hidden-size", int, config["intermediate_size"])
+            shared = a.value("moe-shared-expert-intermediate-size", int, 0)
+            config.update(n_routed_experts=experts, num_experts_per_tok=a.value("moe-router-topk", int, 2),
+                          moe_intermediate_size=width, n_shared_experts=shared // width if shared else 0,
+                          first_k_dense_replace=_layer_freq(a.value("moe-layer-freq"), unmapped), moe_layer_freq=1)
+            if shared % width:
+                unmapped.append(f"--moe-shared-expert-intermediate-size {shared}: not a multiple of the expert width")
+        else:
+            config.update(n_routed_experts=0, first_k_dense_replace=layers)
+        return config
+    groups = a.value("num-query-groups", int, heads) if a.flag("group-query-attention") else heads
+    config.update(model_type="llama", num_key_value_heads=groups, head_dim=a.value("kv-channels", int, hidden // heads))
+    if a.flag("qk-layernorm"):
+        unmapped.append("--qk-layernorm: query/key norms of a GQA model are not mapped")
+    if experts:
+        if a.value("moe-shared-expert-intermediate-size") or _layer_freq(a.value("moe-layer-freq"), unmapped):
+            unmapped.append("shared experts or leading dense layers without MLA: not mapped (priced as Mixtral)")
+        config.update(model_type="mixtral", num_local_experts=experts, num_experts_per_tok=a.value("moe-router-topk", int, 2),
+                      intermediate_size=a.value("moe-ffn-hidden-size", int, config["intermediate_size"]))
+    return config
+
+
+def _recompute(a: _Args, model, registry, counts: list[int], unmapped: list[str]) -> Any:
+    granularity = a.value("recompute-granularity")
+    method, layers, modules = a.value("recompute-method"), a.value("recompute-num-layers", int), a.values("recompute-modules")
+    if granularity is None:
+        return None
+    if granularity == "full":
+        if method == "uniform" and layers == 1:
+            return "full"
+        if method == "block":
+            ranges, start = {}, 0
+            for count in counts:
+                if min(layers or 0, count):
+                    ranges[f"{start}-{start + min(layers, count) - 1}"] = "full"
+                start += count
+            return {"default": "none", "layers": ranges} if ranges else None
+        unmapped.append(f"--recompute-method {method} --recompute-num-layers {layers}: a group of layers keeping one "
+                        "input is not a per-layer plan; priced as every layer fully recomputed")
+        return "full"
+    runtime = registry.runtime("megatron")
+    body = [registry.layer_kind(group.kind) for group in model.layers for _ in range(group.count)
+            if registry.layer_kind(group.kind).placement == "body"]
+    known = runtime.recompute_modules or {}
+    chosen = modules if modules else ["core_attn"]
+    for module in chosen:
+        if module not in known:
+            unmapped.append(f"--recompute-modules {module}: not among the modules the megatron runtime prices "
+                            f"({', '.join(known)})")
+    per_layer = []
+    for kind in body:
+        switches = set()
+        for module in chosen:
+            acts = module in known and (module not in runtime.module_kinds or kind.name in runtime.module_kinds[module])
+            switches |= set(known.get(module, ())) & set(kind.switches) if acts else set()
+        per_layer.append(sorted(switches))
+    ranges, start = {}, 0
+    for index in range(1, len(per_layer) + 1):
+        if index == len(per_layer) or per_layer[index] != per_layer[start]:
+            if per_layer[start]:
+                ranges[f"{start}-{index - 1}"] = per_layer[start]
+            start = index
+    return {"default": "none", "layers": ranges} if ranges else None
+
+
+def import_megatron_args(tokens: list[str], registry, devices: int | None = None, name: str = "megatron-job") -> ImportedJob:
+    """An ``hp`` config document from Megatron-LM's arguments (module docstring)."""
+    a = _Args(parse_megatron_args(tokens))
+    unmapped: list[str] = []
+    hf = _hf_config(a, unmapped)
+    model = model_from_config(hf, registry, name=name, source=f"Megatron-LM arguments ({name})", where="--from megatron")
+    # What the HF format has no key for: hidden dropout (Megatron's default 0.1), the experts' capacity.
+    capacity = a.value("moe-expert-capacity-factor", float)
+    changes = {"hidden_dropout": a.value("hidden-dropout", float, 0.1)}
+    if capacity is not None:
+        changes.update(capacity_factor=capacity, pad_to_capacity=a.flag("moe-pad-expert-input-to-capacity"))
+    model = attrs.evolve(model, layers=tuple(
+        attrs.evolve(g, config=attrs.evolve(g.config, **{k: v for k, v in changes.items() if hasattr(g.config, k)}))
+        for g in model.layers))
+    tp = a.value("tensor-model-parallel-size", int, 1)
+    pp = a.value("pipeline-model-parallel-size", int, 1)
+    layers_per_chunk = a.value("num-layers-per-virtual-pipeline-stage", int)
+    vpp = a.value("virtual-pipeline-model-parallel-size", int) or (
+        hf["num_hidden_layers"] // (pp * layers_per_chunk) if layers_per_chunk else 1)
+    experts = a.value("num-experts", int)
+    parallel: dict[str, Any] = {
+        "tp": tp, "pp": pp, "vpp": vpp, "cp": a.value("context-parallel-size", int, 1),
+        "cp_kind": "a2a" if a.value("cp-comm-type") == "a2a" else "p2p",
+        "ep": a.value("expert-model-parallel-size", int, 1),
+        "etp": a.value("expert-tensor-parallel-size", int, tp) if experts else 1,
+        "sp": a.flag("sequence-parallel") and tp > 1, "zero": 1 if a.flag("use-distributed-optimizer") else 0,
+        "micro_batch_size": a.value("micro-batch-size", int, 1), "seq_len": a.value("seq-length", int),
+    }
+    if a.value("global-batch-size", int) is not None:
+        parallel["global_batch_size"] = a.value("global-batch-size", int)
+    if parallel["seq_len"] is None:
+        raise ConfigError("--seq-length", "required; state it")
+    for flag in ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers"):
+        if a.value(flag) is not None:
+            unmapped.append(f"--{flag} {a.value(flag)}: uneven stages not mapped (state layers_per_stage)")
+    precision: dict[str, Any] = {}
+    fp32_grads = a.flag("accumulate-allreduce-grads-in-fp32")
+    if a.flag("fp16") and not fp32_grads:
+        precision["grad_bytes"] = 2  # fp16 without fp32 accumulation keeps fp16 main gradients
+    a.flag("bf16")
+    optimizer = a.value("optimizer", str, "adam")
+    if optimizer == "sgd":
+        precision["optimizer"] = "sgd_momentum"
+    elif optimizer != "adam":
+        unmapped.append(f"--optimizer {optimizer}: not mapped; priced as Adam")
+    options: dict[str, Any] = {
+        "cross_entropy_fusion": a.flag("cross-entropy-loss-fusion"),
+        "swiglu_fusion": not a.flag("no-bias-swiglu-fusion"),
+        "moe_permute_fusion": a.flag("moe-permute-fusion"),
+        "gradient_accumulation_fusion": not a.flag("no-gradient-accumulation-fusion"),
+    }
+    impl = a.value("cross-entropy-fusion-impl", str, "native")
+    if options["cross_entropy_fusion"] and impl != "te":
+        unmapped.append(f"--cross-entropy-fusion-impl {impl}: priced as Transformer Engine's fused loss")
+    if a.value("attention-backend") is not None:
+        options["attention_backend"] = a.value("attention-backend")
+    if a.value("make-vocab-size-divisible-by") is not None:
+        options["make_vocab_size_divisible_by"] = a.value("make-vocab-size-divisible-by", int)
+    counts = [hf["num_hidden_layers"] // (pp * vpp)] * (pp * vpp)
+    document: dict[str, Any] = {
+        "model": {"name": name, "layers": [{"kind": g.kind, "count": g.count, "config": attrs.asdict(g.config)}
+                                           for g in model.layers]},
+        "parallel": parallel,
+        "runtime": {"name": "megatron", "options": options},
+    }
+    if precision:
+        document["precision"] = precision
+    recompute = _recompute(a, model, registry, counts, unmapped)
+    if recompute is not None:
+        document["recompute"] = recompute
+    return ImportedJob(document, tuple(unmapped + a.unread()), devices)
+
+
+def _read_script(source: str, *, registry) -> ImportedJob:
+    path = Path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), f"cannot be read: {exc}") from None
+    tokens, devices = read_megatron_script(text)
+    return import_megatron_args(tokens, registry, devices, name=path.stem)
+
+
+def _read_args(source: str, *, registry) -> ImportedJob:
+    try:
+        tokens = shlex.split(source, comments=True)
+    except ValueError as exc:
+        raise ConfigError("--from megatron-args", f"the arguments do not parse: {exc}") from None
+    return import_megatron_args(tokens, registry)
+
+
+@hookimpl
+def hp_importers():
+    yield Importer(name="megatron", read=_read_script, exporter="megatron",
+                   description="a Megatron-LM launch script (torchrun ... pretrain_gpt.py --num-layers ...)")
+    yield Importer(name="megatron-args", read=_read_args, reads_text=True, exporter="megatron",
+                   description="Megatron-LM arguments given as text (\"--num-layers 32 --hidden-size 4096 ...\")")

@@ -1,0 +1,92 @@
+"""``hp-cases/2``: cases that give some stages' peaks, reserved beside allocated, step times, tokens/s/GPU or MFU;
+an error for each figure given, with hand-derived expected values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from hp_core.api import estimate, model_from_preset, step_time
+from hp_core.specs import ParallelSpec
+
+from cli_run import run
+
+PARALLEL = {"dp": 2, "tp": 2, "pp": 2, "seq_len": 1024, "global_batch_size": 8}
+CONFIG = {"model": "llama3-8b", "num_layers": 4, "runtime": "megatron", "hardware": "h100-sxm", "parallel": PARALLEL}
+
+
+def _write(tmp_path, cases):
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"format": "hp-cases/2", "cases": cases}))
+    return path
+
+
+@pytest.fixture
+def truth(registry):
+    model = model_from_preset("llama3-8b", registry).with_body_layers(4, registry.kinds_placed("body"))
+    parallel = ParallelSpec(**PARALLEL)
+    hardware = registry.hardware_preset("h100-sxm").spec
+    peaks = [s.peak_bytes for s in estimate(model, parallel, registry=registry, runtime="megatron").stages]
+    step = step_time(model, parallel, registry=registry, runtime="megatron", hardware=hardware)
+    return peaks, step
+
+
+def test_errors_for_each_figure_given(capsys, tmp_path, truth):
+    peaks, step = truth
+    world = 2 * 2 * 2
+    tokens_per_gpu = 8 * 1024 / step.step_seconds / world  # global batch * seq_len / seconds / devices
+    measured = {
+        "source": "a test",
+        "stages": [{"stage": "last", "allocated_bytes": peaks[1] * 2, "reserved_bytes": peaks[1] * 4}],
+        "steps": [
+            {"micro_batches": 4, "seconds": step.step_seconds * 2},  # global batch 8 = 4 x micro-batch 1 x dp 2
+            {"global_batch_size": 8, "tokens_per_second_per_gpu": tokens_per_gpu / 2},
+            {"micro_batches": 4, "mfu": step.mfu * 4},
+        ],
+    }
+    status, out, err = run(capsys, "validate", _write(tmp_path, [{"name": "c", "config": CONFIG, "measured": measured}]),
+                           "--json")
+    assert status == 0, err
+    (case,) = json.loads(out)["cases"]
+    assert [(s["index"], s["quantity"], s["estimated_peak_bytes"]) for s in case["stages"]] == [
+        (1, "allocated", peaks[1]), (1, "reserved", peaks[1])]
+    assert [s["error"] for s in case["stages"]] == pytest.approx([-0.5, -0.75])
+    seconds, tokens, mfu = case["steps"]
+    assert (seconds["metric"], seconds["error"]) == ("seconds", pytest.approx(-0.5))
+    assert tokens["metric"] == "tokens_per_second_per_gpu" and tokens["error"] == pytest.approx(1.0)
+    assert tokens["estimated_value"] == pytest.approx(tokens_per_gpu)
+    assert tokens["measured_seconds"] == pytest.approx(step.step_seconds * 2)  # half the throughput: twice the time
+    assert mfu["metric"] == "mfu" and mfu["error"] == pytest.approx(-0.75)
+    status, out, _ = run(capsys, "validate", tmp_path / "runs.yaml")
+    assert "1 (reserved)" in out and "MFU" in out
+
+
+def test_a_step_alone_and_no_hardware(capsys, tmp_path):
+    config = {k: v for k, v in CONFIG.items() if k != "hardware"}
+    path = _write(tmp_path, [{"name": "c", "config": config,
+                              "measured": {"source": "s", "steps": [{"micro_batches": 2, "seconds": 1.0}]}}])
+    status, out, _ = run(capsys, "validate", path, "--json")
+    (case,) = json.loads(out)["cases"]
+    assert status == 0 and case["stages"] == [] and case["steps"] == []
+    assert case["time_unavailable"].startswith("$.cases[0].config.hardware")
+
+
+@pytest.mark.parametrize(("measured", "message"), [
+    ({"source": "s"}, "$.cases[0].measured: a case measures something"),
+    ({"source": "s", "stages": [{"stage": 0}]}, "$.cases[0].measured.stages[0]: state allocated_gib"),
+    ({"source": "s", "stages": [{"stage": "first", "allocated_gib": 1}]}, "$.cases[0].measured.stages[0].stage: stage must be"),
+    ({"source": "s", "stages": [{"stage": 0, "allocated_gib": 1, "allocated_bytes": 5}]}, "not both"),
+    ({"source": "s", "stages": [{"stage": 0, "reserved_gib": -1}]}, "$.cases[0].measured.stages[0].reserved_gib"),
+    ({"source": "s", "stages": [{"stage": 5, "allocated_gib": 1}]}, "$.cases[0].measured.stages[0].stage: stage 5 is beyond"),
+    ({"source": "s", "steps": [{"seconds": 1}]}, "$.cases[0].measured.steps[0]: state the step's micro_batches"),
+    ({"source": "s", "steps": [{"micro_batches": 2, "seconds": 1, "mfu": 0.4}]}, "state exactly one of"),
+    ({"source": "s", "steps": [{"global_batch_size": 7, "seconds": 1}]}, "$.cases[0].measured.steps[0]: global batch 7"),
+    ({"source": "s", "steps": [{"micro_batches": 2, "tflops": 1}]}, "$.cases[0].measured.steps[0]: unknown keys ['tflops']"),
+])
+def test_bad_cases_name_the_field(capsys, tmp_path, measured, message):
+    path = _write(tmp_path, [{"name": "c", "config": CONFIG, "measured": measured}])
+    status, out, err = run(capsys, "validate", path)
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert message in err

@@ -1,0 +1,66 @@
+"""hp_core.collectives: group placement by rank order and NCCL's algorithms on the cluster, by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hp_core.collectives import CollectiveCall, Fabric, GroupPlacement, nccl_seconds, place_group
+
+ORDER = ("tp", "cp", "ep", "dp", "pp")
+NVLINK, NIC, A_IN, A_OUT = 300e9, 40e9, 8e-6, 30e-6
+FABRIC = Fabric(intra_bandwidth=NVLINK, intra_a2a_bandwidth=NVLINK / 2, intra_latency=A_IN, nic_bandwidth=NIC,
+                inter_latency=A_OUT, nvls_bandwidth=450e9, overhead=0.0)
+
+
+def _call(op, nbytes, ranks, per_node, nodes, algorithm="ring"):
+    return nccl_seconds(CollectiveCall(op, nbytes, GroupPlacement(ranks, per_node, nodes), FABRIC, algorithm))
+
+
+def test_place_group_follows_the_rank_order():
+    sizes = {"tp": 8, "cp": 1, "ep": 1, "dp": 16, "pp": 2}
+    assert place_group(sizes, ORDER, ("tp",), 8) == GroupPlacement(8, 8, 1)
+    assert place_group(sizes, ORDER, ("dp",), 8) == GroupPlacement(16, 1, 16)  # one member per node under TP 8
+    assert place_group(sizes, ORDER, ("pp",), 8) == GroupPlacement(2, 1, 2)
+    # dp fastest: the DP group fills nodes, TP spans them.
+    assert place_group(sizes, ("dp", "tp", "cp", "ep", "pp"), ("dp",), 8) == GroupPlacement(16, 8, 2)
+    assert place_group(sizes, ("dp", "tp", "cp", "ep", "pp"), ("tp",), 8) == GroupPlacement(8, 1, 8)
+    # tp 2: the dense DP*CP group of cp 2 x dp 4 has 4 members on each of 2 nodes.
+    assert place_group({"tp": 2, "cp": 2, "dp": 4}, ORDER, ("cp", "dp"), 8) == GroupPlacement(8, 4, 2)
+
+
+def test_within_a_node_the_formulas_are_the_flat_ones():
+    assert _call("all_gather", 8e9, 8, 8, 1) == pytest.approx(7 / 8 * 8e9 / NVLINK + 7 * A_IN)
+    assert _call("all_reduce", 8e9, 8, 8, 1) == pytest.approx(2 * (7 / 8 * 8e9 / NVLINK + 7 * A_IN))
+    assert _call("all_reduce", 8e9, 8, 8, 1, "tree") == pytest.approx(2 * 7 / 8 * 8e9 / NVLINK + 2 * 3 * A_IN)
+    assert _call("all_reduce", 8e9, 8, 8, 1, "nvls") == pytest.approx(2 * 7 / 8 * 8e9 / 450e9 + 2 * A_IN)
+    assert _call("all_to_all", 8e9, 8, 8, 1) == pytest.approx(7 / 8 * 8e9 / (NVLINK / 2) + 7 * A_IN)
+    assert _call("p2p", 1e9, 2, 2, 1) == pytest.approx(1e9 / NVLINK + A_IN)
+
+
+def test_a_ring_spanning_whole_nodes_uses_every_adapter_and_one_member_per_node_one():
+    # 32 ranks, 8 per node on 4 nodes: each member sends 1/8 over its adapter, 7/8 over NVLink.
+    whole = _call("reduce_scatter", 32e9, 32, 8, 4)
+    assert whole == pytest.approx(31 / 32 * 32e9 * max(7 / (8 * NVLINK), 1 / (8 * NIC)) + 28 * A_IN + 4 * A_OUT)
+    # 4 ranks, one per node: the whole pass over one adapter.
+    single = _call("reduce_scatter", 32e9, 4, 1, 4)
+    assert single == pytest.approx(3 / 4 * 32e9 / NIC + 4 * A_OUT)
+    assert single > 5 * whole
+
+
+def test_all_reduce_algorithms_across_nodes():
+    ring = _call("all_reduce", 16e9, 16, 8, 2)
+    tree = _call("all_reduce", 16e9, 16, 8, 2, "tree")
+    hier = _call("all_reduce", 16e9, 16, 8, 2, "hierarchical")
+    assert ring - tree == pytest.approx(2 * (14 * A_IN + 2 * A_OUT) - 2 * (7 * A_IN + math.log2(2) * A_OUT))
+    # Within: reduce-scatter and all-gather of 16e9 over 8; across: all-reduce of 2e9 between 2 nodes on one adapter each.
+    assert hier == pytest.approx(2 * (7 / 8 * 16e9 / NVLINK + 7 * A_IN) + 2 * (1 / 2 * 2e9 / NIC + 2 * A_OUT))
+    assert _call("all_reduce", 16e9, 16, 8, 2, "auto") == pytest.approx(min(ring, tree, hier, _call("all_reduce", 16e9, 16, 8, 2, "nvls")))
+
+
+def test_all_to_all_and_sends_across_nodes():
+    # 16 ranks, 8 per node: 7/16 of the buffer over NVLink, 8/16 over the member's adapter, concurrently.
+    assert _call("all_to_all", 16e9, 16, 8, 2) == pytest.approx(max(7 / 16 * 16e9 / (NVLINK / 2), 8 / 16 * 16e9 / NIC) + 7 * A_IN + 8 * A_OUT)
+    assert _call("p2p", 1e9, 2, 1, 2) == pytest.approx(1e9 / NIC + A_OUT)
+    assert _call("all_gather", 0, 16, 8, 2) == 0.0 and _call("all_gather", 1e9, 1, 1, 1) == 0.0

@@ -1,0 +1,59 @@
+"""Overlap priced as what a stream hides behind which compute (hp_core.engine.timing.overlap), by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from hp_core.api import build_registry
+from hp_core.engine.timing.overlap import bucketed, fsdp_layers, hidden_send
+from hp_core.runtime_options import apply_options
+
+
+def test_fsdp_prefetch_hides_each_gather_behind_the_previous_layers_forward():
+    # Three layers: gather 2, reduce-scatter 3, forward 1, backward 4 (seconds).
+    layers = [(2.0, 3.0, 1.0, 4.0)] * 3
+    total, exposed = fsdp_layers(layers, reshard=True, prefetch=True, reduce_overlap=True)
+    assert total == 3 * (2 + 2 + 3)
+    # Forward: the first gather, then max(0, 2 - 1) twice = 4. Backward from the last layer: its re-gather (2);
+    # layer 2 hides the next re-gather (2), layer 1 the re-gather and layer 2's reduce-scatter (5 - 4 = 1),
+    # layer 0 layer 1's reduce-scatter (3 - 4 < 0); the last reduce-scatter (3).
+    assert exposed == pytest.approx(4 + 2 + 0 + 1 + 0 + 3)
+    # Nothing overlapped: all of it exposed; no reshard: no backward gathers.
+    assert fsdp_layers(layers, reshard=True, prefetch=False, reduce_overlap=False) == (21.0, 21.0)
+    assert fsdp_layers(layers, reshard=False, prefetch=False, reduce_overlap=False) == (15.0, 15.0)
+
+
+def test_bucketed_reduction_and_sends():
+    assert bucketed(10.0, 1.0, 4.0, True) == 6.0  # what the window does not hold
+    assert bucketed(10.0, 1.0, 40.0, True) == 1.0  # at least the last bucket
+    assert bucketed(10.0, 1.0, 40.0, False) == 10.0
+    assert bucketed(0.5, 1.0, 40.0, True) == 0.5  # never more than the whole
+    assert hidden_send(2.0, 1.5, True) == 0.5 and hidden_send(2.0, 1.5, False) == 2.0
+
+
+def test_overlap_options_set_the_runtimes_schedule():
+    registry = build_registry(use_env=False)
+    megatron = registry.runtime("megatron")
+    assert not megatron.timing.schedule.overlap_grad_reduce
+    changed = apply_options(megatron, {"overlap_grad_reduce": "true", "tp_comm_overlap": True})
+    assert changed.timing.schedule.overlap_grad_reduce and changed.timing.schedule.tp_comm_overlap
+    assert changed.option_values == {"overlap_grad_reduce": True, "tp_comm_overlap": True}
+    fsdp2 = registry.runtime("fsdp2")
+    assert fsdp2.timing.schedule.fsdp_prefetch and fsdp2.timing.schedule.fsdp_reduce_scatter_overlap
+    assert not apply_options(fsdp2, {"fsdp_prefetch": False}).timing.schedule.fsdp_prefetch
+
+
+def test_host_time_is_a_floor_under_each_direction():
+    import types
+
+    from hp_core.costs import Collective, LayerWork
+    from hp_core.engine.timing.layer import _host_floor
+    from hp_core.specs.overlap import HostOverhead
+
+    work = LayerWork(gemms=((16, 32, 32), (16, 64, 32)), attention_calls=1,
+                     collectives=(Collective("tp", "all_gather", 1e6, 2, 3),))
+    rates = types.SimpleNamespace(host=HostOverhead(seconds_per_kernel=1e-5, kernels_per_gemm=4, source="round numbers"))
+    # Forward: 2 GEMMs x 4 kernels + 1 attention + 2 collective calls = 11 kernels; backward 2 x 8 + 1 + 3 = 20.
+    assert _host_floor(work, 1e-6, 1e-6, rates) == pytest.approx((11e-5, 20e-5))
+    # A layer whose GPU time is longer keeps it.
+    assert _host_floor(work, 1.0, 2.0, rates) == (1.0, 2.0)

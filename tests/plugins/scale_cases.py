@@ -1,0 +1,151 @@
+"""The public measured runs at scale of ``data/scale_measured.json``, built and priced as each ran.
+
+Shared by ``tests/plugins/test_scale_cases.py`` and ``benchmarks/scale_validation.py``.
+Each row states its model (a preset, a Hugging Face style config, or a GPT of the
+Megatron-LM README's shape), layout, runtime, recompute, hardware and the trainer
+options it ran with; the measured step time is derived from the published figure
+by the formula its source states (``sources[...]['step_seconds_from']``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from hp_core.api import step_time
+from hp_core.runtime_options import apply_options
+from hp_core.specs import LayerGroup, ModelSpec, ParallelSpec, RecomputeSpec, Setting
+from hp_plugins.kinds.dense import DenseConfig
+from hp_plugins.kinds.embedding import EmbeddingConfig
+from hp_plugins.kinds.output import OutputConfig
+from hp_plugins.models.hf import model_from_hf_config
+
+SCALE_FILE = Path(__file__).resolve().parent / "data" / "scale_measured.json"
+DATA = json.loads(SCALE_FILE.read_text(encoding="utf-8"))
+ROWS: list[dict] = DATA["rows"]
+CLASSES = ("multi-node FSDP", "multi-node Megatron-Core", "single-node FSDP", "single-node MoE")
+
+
+def megatron_flops(gpt: dict, global_batch: int, seq_len: int) -> float:
+    """Model FLOPs of one step as Megatron-LM counts them (training.py ``num_floating_point_operations``
+    at core_r0.8.0) for a GPT with MHA, a GeLU MLP of 4h and no SwiGLU."""
+    h, layers, vocab = gpt["hidden_size"], gpt["num_layers"], gpt["vocab_size"]
+    return 12 * global_batch * seq_len * layers * h * h * ((1 + 1 + seq_len / h) + 4 + vocab / (2 * layers * h))
+
+
+def measured_seconds(row: dict) -> float:
+    """The measured step time, derived from the published figure as the row's source says."""
+    m, layout = row["measured"], row["layout"]
+    if "step_seconds" in m:
+        return m["step_seconds"]
+    if "tps_per_gpu" in m:
+        # torchtitan: tokens of one data-parallel rank per step over the time and the non-DP degree.
+        per_rank = layout["global_batch_size"] // layout.get("dp", 1) * layout["seq_len"]
+        non_dp = layout.get("tp", 1) * layout.get("pp", 1) * layout.get("cp", 1)
+        return per_rank / (m["tps_per_gpu"] * non_dp)
+    gpus = layout["dp"] * layout.get("tp", 1) * layout.get("pp", 1) * layout.get("cp", 1)
+    return megatron_flops(row["model"]["gpt"], layout["global_batch_size"], layout["seq_len"]) / (m["tflops_per_gpu"] * 1e12 * gpus)
+
+
+def _gpt(gpt: dict) -> ModelSpec:
+    """A GPT as Megatron-LM's defaults build it: LayerNorm, MHA, a GeLU MLP of 4h, tied embeddings."""
+    h, vocab = gpt["hidden_size"], gpt["vocab_size"]
+    layer = DenseConfig(hidden_size=h, num_attention_heads=gpt["num_attention_heads"], num_key_value_heads=gpt["num_attention_heads"],
+                        intermediate_size=4 * h, gated_mlp=False, hidden_act="gelu", norm="layernorm", attention_bias=True,
+                        attention_out_bias=True, mlp_bias=True)
+    return ModelSpec(
+        name=f"gpt-h{h}-l{gpt['num_layers']}",
+        layers=(LayerGroup(kind="embedding", config=EmbeddingConfig(vocab_size=vocab, hidden_size=h)),
+                LayerGroup(kind="dense", config=layer, count=gpt["num_layers"]),
+                LayerGroup(kind="output", config=OutputConfig(vocab_size=vocab, hidden_size=h, tie_word_embeddings=True, norm="layernorm"))),
+        source="Megatron-LM README weak-scaling table (GPT, defaults of megatron/training/arguments.py)",
+    )
+
+
+def model(row: dict, registry) -> ModelSpec:
+    spec = row["model"]
+    if "preset" in spec:
+        return _preset(spec["preset"], registry)
+    if "hf" in spec:
+        return model_from_hf_config(spec["hf"], name=row["id"], source=spec["source"])
+    return _gpt(spec["gpt"])
+
+
+def _preset(name: str, registry) -> ModelSpec:
+    preset = registry.model(name, "$.model")
+    return model_from_hf_config(dict(preset.hf_config), name=name, source=f"preset {name}")
+
+
+def layout(row: dict) -> ParallelSpec:
+    return ParallelSpec(**row["layout"])
+
+
+def hardware(row: dict, registry):
+    """The device: a preset; ``h100-hbm2e`` is the H100 SXM preset with torchtitan's Grand Teton HBM2e (2.4 TB/s)."""
+    if row["hardware"] == "h100-hbm2e":
+        return attrs.evolve(registry.hardware_preset("h100-sxm").spec, name="H100 96GB HBM2e (Grand Teton, 500 W)",
+                            memory_bandwidth_bytes_per_second=2.4e12, memory_bytes=96 * 2**30)
+    return registry.hardware_preset(row["hardware"]).spec
+
+
+def recompute(row: dict, registry) -> RecomputeSpec | None:
+    setting = row.get("recompute")
+    if setting is None:
+        return None
+    if setting in ("full", "selective", "none"):
+        return RecomputeSpec(default=Setting.parse(setting))
+    switches = registry.runtime(row["runtime"]).recompute_modules[setting]
+    return RecomputeSpec(default=Setting.parse(sorted(switches)))
+
+
+def runtime(row: dict, registry):
+    """The row's runtime with the trainer options it ran with (``runtime.options`` of a config file)."""
+    return apply_options(registry.runtime(row["runtime"]), row.get("options", {}))
+
+
+def estimated(row: dict, registry) -> Any:
+    """The row's step time as hp prices it (a :class:`~hp_core.engine.timing.StepTime`)."""
+    return step_time(model(row, registry), layout(row), registry=registry, hardware=hardware(row, registry),
+                     runtime=runtime(row, registry), recompute=recompute(row, registry))
+
+
+def validated(rows=ROWS):
+    return [r for r in rows if r["split"] in ("calibration", "held-out")]
+
+
+def priced(registry) -> list[tuple[dict, float, Any]]:
+    """``(row, measured seconds, StepTime)`` of every row validated (``split`` calibration or held-out)."""
+    return [(row, measured_seconds(row), estimated(row, registry)) for row in validated()]
+
+
+def report(registry) -> str:
+    """The validation table and per-class summary (markdown), as docs/time.md shows it between the markers."""
+    rows = priced(registry)
+    lines = ["| row | class | split | GPUs | layout | measured s | estimated s | error | exposed comm s | hidden comm s |",
+             "|---|---|---|---:|---|---:|---:|---:|---:|---:|"]
+    for row, measured, t in rows:
+        lay = row["layout"]
+        degrees = " ".join(f"{k}{lay[k]}" for k in ("dp", "tp", "cp", "ep", "pp") if lay.get(k, 1) > 1) or "dp1"
+        gpus = lay.get("dp", 1) * lay.get("tp", 1) * lay.get("cp", 1) * lay.get("pp", 1)
+        total = sum(tot for s in t.stages[:1] for _, tot, _ in s.communication_by_group)
+        exposed = sum(e for s in t.stages[:1] for _, _, e in s.communication_by_group)
+        opts = ", ".join(f"{k}={('on' if v else 'off') if isinstance(v, bool) else v}" for k, v in row.get("options", {}).items())
+        lines.append(f"| {row['id']} | {row['class']} | {row['split']} | {gpus} | {degrees}{'; ' + opts if opts else ''} | "
+                     f"{measured:.3f} | {t.step_seconds:.3f} | {100 * (t.step_seconds / measured - 1):+.1f}% | "
+                     f"{exposed:.3f} | {total - exposed:.3f} |")
+    lines.append("")
+    lines.append("(Exposed and hidden communication: stage 0, per micro-batch for TP/CP/EP/PP/FSDP plus the step-end DP once.)")
+    lines.append("")
+    for cls in CLASSES:
+        for split in ("calibration", "held-out"):
+            errors = [100 * (t.step_seconds / m - 1) for r, m, t in rows if r["class"] == cls and r["split"] == split]
+            if not errors:
+                lines.append(f"- {cls}, {split}: no rows.")
+                continue
+            within = sum(abs(e) <= 10 for e in errors)
+            lines.append(f"- {cls}, {split}: {len(errors)} rows, mean absolute error {sum(map(abs, errors)) / len(errors):.1f}%, "
+                         f"largest {max(errors, key=abs):+.1f}%, {within} within 10%.")
+    return "\n".join(lines) + "\n"
