@@ -62,6 +62,28 @@ TRAITS = {
         "routing probabilities are applied in the experts' SwiGLU, which keeps them (fp32 per dispatched token), "
         "so the combine keeps no expert outputs (Megatron-Core WeightedSwiGLUFunction)"
     ),
+    "fp32_norm_copy": (
+        "an RMSNorm upcasts its input to fp32 and keeps that copy and the fp32 inverse root per row, "
+        "4 w + 4 bytes per row of width w beyond a fused norm (transformers LlamaRMSNorm and its copies; "
+        "measured by the torch census)"
+    ),
+    "upcast_cross_entropy": (
+        "the loss upcasts the logits to fp32 before cross_entropy: its forward holds the logits in the compute "
+        "dtype and in fp32 beside the fp32 log-softmax it keeps, and it keeps the int64 targets "
+        "(transformers ForCausalLMLoss; torchtitan cross_entropy_loss)"
+    ),
+    "replicated_vocab": (
+        "the embedding and the head are whole on every TP rank (not vocabulary-parallel): a TP plan that leaves "
+        "them out (torchtitan-style plans without tok_embeddings/output entries)"
+    ),
+    "gathered_logits": (
+        "a vocabulary-parallel head's logits are all-gathered over TP before the loss (no loss parallelism: "
+        "torchtitan ColwiseParallel(output_layouts=Replicate()) on the output), so the loss sees the whole vocabulary"
+    ),
+    "moe_tp_without_sp": (
+        "a mixture-of-experts layer runs under TP without sequence parallelism: every TP rank routes all its tokens "
+        "through experts TP leaves whole (a PyTorch-native plan that parallelizes only the attention)"
+    ),
     "moe_fused_permute": (
         "the fused token permutation keeps an int32 row map of [tokens, 2 * experts + 1] "
         "(Transformer Engine permutation.py moe_permute)"
@@ -437,6 +459,9 @@ class LayerCost:
             what the step time prices; ``None``: the kind states none, and a
             step time of a model with it is refused rather than priced without
             its traffic.
+        forward_working_bytes: What the layer's forward holds at its peak
+            beyond what it keeps for backward (a loss's transient logits); a
+            runtime that declares a forward peak point prices it there.
     """
 
     params: tuple[ParamCount, ...]
@@ -449,6 +474,7 @@ class LayerCost:
     weight_shapes: tuple[tuple[int, int], ...] = ()
     measured: tuple[tuple[frozenset[str], int], ...] = ()
     work: LayerWork | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(LayerWork)))
+    forward_working_bytes: int = attrs.field(default=0, validator=_non_negative_int)
 
     @property
     def kept_bytes(self) -> int:

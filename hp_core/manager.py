@@ -44,6 +44,7 @@ DEFAULT_PLUGINS = (
     "hp_plugins.models.presets",
     "hp_plugins.models.hf",
     "hp_plugins.cases.megatron_measured",
+    "hp_plugins.cases.fsdp2_measured",
     "hp_plugins.optimizers.adam",
     "hp_plugins.optimizers.sgd",
     "hp_plugins.optimizers.adafactor",

@@ -249,6 +249,9 @@ class Runtime:
             search tries (Megatron-LM: 0 and 1, without and with its
             distributed optimizer; FSDP2: 3); its default ``zero`` is always
             tried too.
+        peak_points: Its own peak points (:mod:`hp_core.peak_points`):
+            ``peak_points(view) -> {name: MemoryBreakdown}``, replacing the
+            planner's; ``None``: the planner's (warm-up end, last backward).
         reserve_bytes: Device memory a rank cannot give to tensors: what the
             process holds outside PyTorch's caching allocator (the CUDA
             context), so not in ``max_memory_allocated``; stated with a
@@ -277,6 +280,7 @@ class Runtime:
     module_kinds: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
     zero_levels: tuple[int, ...] = attrs.field(default=(0, 1, 2, 3), converter=tuple)
     dummy_weight_gradients: bool = False
+    peak_points: Callable[..., Any] | None = None
     reserve_bytes: int = attrs.field(default=0, validator=_non_negative_int)
     options: tuple[RuntimeOption, ...] = attrs.field(default=(), converter=tuple)
     option_values: Mapping[str, Any] = attrs.field(factory=dict)

@@ -246,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("cases", help="a cases file (format hp-cases/1 or hp-cases/2, YAML/JSON/TOML) or megatron_measured.json")
     validate.add_argument("--json", action="store_true", help="print JSON")
+    validate.add_argument("--measure", action="store_true",
+                          help="CASES is an estimate config: measure its step now with the case format that reads "
+                               "hp-measure/1 (the fsdp2 runtime: PyTorch's FSDPMemTracker on CPU, census extra) and compare")
 
     census = sub.add_parser(
         "census", help="measure (or compute) what each layer kind keeps per token",

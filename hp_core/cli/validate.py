@@ -14,9 +14,10 @@ __all__ = ["validate_command"]
 
 
 def validate_command(args: argparse.Namespace, registry: Registry, console: Console) -> int:
-    from hp_core.io.validate import load_cases, validate_case
+    from hp_core.io.validate import load_cases, measure_cases, validate_case
 
-    results = [validate_case(case, registry) for case in load_cases(args.cases, registry)]
+    cases = measure_cases(args.cases, registry) if args.measure else load_cases(args.cases, registry)
+    results = [validate_case(case, registry) for case in cases]
     if args.json:
         doc = {
             "cases": [

@@ -70,7 +70,8 @@ def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardw
     kinds, costs, parallel = run.kinds, run.costs, run.parallel
 
     def placed(where: str) -> list[PlacedLayer]:
-        return [PlacedLayer.make(kinds[i].name, costs[i], False, frozenset(), "none") for i in run.placed_groups(where)]
+        return [PlacedLayer.make(kinds[i].name, costs[i], False, frozenset(), "none", placement=where)
+                for i in run.placed_groups(where)]
 
     chunk_layers = [body[lo:hi] for lo, hi in run.chunk_bounds]
     chunk_layers[0] = placed("first") + chunk_layers[0]

@@ -493,7 +493,7 @@ def prepare(
     inputs = StageInputs(
         parallel, zero, precision, micro_batches, schedule, profile.overhead_bytes,
         profile.deferred_grad_reduction, profile.expert_overhead_bytes, profile.dummy_weight_gradients,
-        optimizer=optimizer, recipe=resolve_recipe(registry, precision),
+        optimizer=optimizer, recipe=resolve_recipe(registry, precision), peak_points=profile.peak_points,
     )
     return PreparedRun(model, parallel, registry, profile, precision, attention, zero, layers, micro_batches,
                        tuple(bounds), body_group, inputs, optimizer)

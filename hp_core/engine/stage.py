@@ -35,6 +35,7 @@ from hp_core.schedules import Schedule, ScheduleLayout
 from hp_core.specs.parallel import ParallelSpec
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.costs import LayerCost
+from hp_core.peak_points import StageLayer, StageView
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.types import Optimizer
 
@@ -57,6 +58,7 @@ class PlacedLayer:
         backward_working_bytes: What its backward holds beyond what it keeps,
             the tensors it recomputes included: under full recompute, the
             plain layer's activations (less the input it kept) and working set.
+        placement: Its kind's placement (``first``, ``body``, ``last``).
     """
 
     kind: str
@@ -66,10 +68,12 @@ class PlacedLayer:
     setting: str
     kept_bytes: int
     backward_working_bytes: int
+    placement: str = "body"
 
     @classmethod
     def make(
-        cls, kind: str, cost: LayerCost, full: bool, recomputed: frozenset[str], setting: str, offload: float = 0.0
+        cls, kind: str, cost: LayerCost, full: bool, recomputed: frozenset[str], setting: str, offload: float = 0.0,
+        placement: str = "body",
     ) -> "PlacedLayer":
         """The layer under a setting.
 
@@ -87,7 +91,7 @@ class PlacedLayer:
             kept = cost.kept_under(recomputed)
             working = cost.working_bytes + plain - kept
         moved = offloaded_bytes(kept, offload)
-        return cls(kind, cost, full, recomputed, setting, kept - moved, working + moved)
+        return cls(kind, cost, full, recomputed, setting, kept - moved, working + moved, placement)
 
 
 def offloaded_bytes(kept_bytes: int, share: float) -> int:
@@ -118,6 +122,7 @@ class StageInputs:
     expert_overhead_bytes: int = 0
     dummy_wgrad_per_shape: bool = False  # Runtime.dummy_weight_gradients
     optimizer: Optimizer = attrs.field(kw_only=True)
+    peak_points: Any = attrs.field(default=None, kw_only=True)  # Runtime.peak_points (hp_core.peak_points)
     recipe: PrecisionRecipe | None = attrs.field(default=None, kw_only=True)
     _plans: dict = attrs.field(factory=dict, eq=False, repr=False, init=False)
 
@@ -454,6 +459,8 @@ def plan_stage(
             working_set_bytes=found.first_working,
             runtime_overhead_bytes=found.overhead,
         )
+    if inputs.peak_points is not None:
+        points = dict(inputs.peak_points(_stage_view(index, chunk_layers, in_flight, found, points, inputs)))
     peaks = {name: point.peak_bytes for name, point in points.items()}
     binding = max(peaks, key=peaks.__getitem__)
     chunks = tuple(
@@ -473,3 +480,17 @@ def plan_stage(
         parameters_by_kind=dict(found.elements_by_kind),
         peak_points=peaks,
     )
+
+
+def _stage_view(index: int, chunk_layers: Sequence[Sequence[PlacedLayer]], in_flight: Sequence[int],
+                found: _Composition, points: Mapping[str, MemoryBreakdown], inputs: StageInputs) -> StageView:
+    """The stage as ``Runtime.peak_points`` sees it (:mod:`hp_core.peak_points`)."""
+    p = inputs.parallel
+    owners = frozenset(layer.kind for layers in chunk_layers for layer in layers)
+    layers = tuple(
+        StageLayer(layer.kind, layer.placement, layer.kept_bytes, layer.backward_working_bytes,
+                   layer.cost.forward_working_bytes, layer_elements(layer.cost, p.tp, p.ep, p.etp, owners), count)
+        for layers_of_chunk, count in zip(chunk_layers, in_flight) for layer in layers_of_chunk
+    )
+    return StageView(index, layers, found.static, dict(points), p, inputs.precision, inputs.zero, inputs.micro_batches,
+                     found.overhead)

@@ -43,9 +43,10 @@ from hp_core.registry import Registry
 from hp_core.runtime_options import runtime_name
 from hp_core.specs import ModelSpec, ParallelSpec
 
-__all__ = ["CaseResult", "MeasuredCase", "MeasuredStep", "StageCheck", "StepCheck", "load_cases", "validate_case"]
+__all__ = ["CaseResult", "MeasuredCase", "MeasuredStep", "StageCheck", "StepCheck", "load_cases", "measure_cases", "validate_case"]
 
 FORMAT = "hp-cases/1"
+MEASURE_FORMAT = "hp-measure/1"  # what --measure hands the case formats: cases to measure now
 _GIB = 2**30
 
 
@@ -217,6 +218,16 @@ def load_cases(path: str | Path, registry: Registry) -> list:
             )
         )
     return cases
+
+
+def measure_cases(path: str | Path, registry: Registry) -> list[MeasuredCase]:
+    """``hp validate --measure CONFIG``: the estimate config at *path* as one case of an ``hp-measure/1``
+    document, read (so measured now) by the case format that accepts it."""
+    document = {"format": MEASURE_FORMAT, "cases": [{"name": Path(path).stem, "config": read_document(path)}]}
+    for fmt in registry.case_formats:
+        if fmt.accepts(document):
+            return list(fmt.read(document, registry))
+    raise ConfigError("--measure", f"no installed case format measures {MEASURE_FORMAT} documents (hp plugins lists them)")
 
 
 def validate_case(case: MeasuredCase, registry: Registry) -> CaseResult:

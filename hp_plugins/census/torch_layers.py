@@ -206,17 +206,23 @@ def run_layer(torch: Any, transformers: Any, config: Any, cfg: Mapping[str, Any]
         # The layer's input is the previous layer's output, kept there if at all; the token ids are the embedding's own.
         handed = [] if kind == "embedding" else [x]
         excluded = {tracker.entry(t).key for t in [*layer.parameters(), *layer.buffers(), *shared, *handed]}
-        saved: dict[int, tuple[Any, tuple[str, str]]] = {}
+        # Per storage saved: its dtype, shape and the module that saved it. No reference to the tensor is held
+        # here, so a storage lives only as long as the graph keeps it.
+        saved: dict[int, tuple[str, tuple[int, ...], tuple[str, str]]] = {}
 
         def pack(tensor: Any) -> Any:
             entry = tracker.entry(tensor)
             if entry.key not in excluded and entry.key not in saved:
-                saved[entry.key] = (tensor, tracker.modules[-1])
+                saved[entry.key] = (str(tensor.dtype), tuple(tensor.shape), tracker.modules[-1])
             return tensor
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             out = call()
         tracker.sweep()
+        # What a branch of the graph saved whose outputs the forward dropped (DeepSeek's group-limited
+        # router: the top-k over group scores and the masked scores only choose experts) was freed with
+        # that branch before the backward: it is not kept.
+        saved = {key: found for key, found in saved.items() if key in tracker.alive}
         excluded.add(tracker.entry(out).key)
         start = len(tracker.events)
         grad = torch.empty_like(out) if out.dim() else None
@@ -229,12 +235,12 @@ def run_layer(torch: Any, transformers: Any, config: Any, cfg: Mapping[str, Any]
     tensors = []
     per_op = {name: 0 for name in switches}
     unsaved_norm_inputs = sum(e.nbytes for e in {e.key: e for e in norm_inputs}.values() if e.key not in saved)
-    for key, (tensor, saved_by) in saved.items():
+    for key, (dtype, shape, saved_by) in saved.items():
         entry = tracker.entries[key]
         switch = switch_of(entry, saved_by, switches, norm_modules)
         if switch is not None:
             per_op[switch] += entry.nbytes
-        tensors.append(SavedTensor(entry.nbytes, str(tensor.dtype), tuple(tensor.shape), entry.op, entry.module, saved_by[0], switch))
+        tensors.append(SavedTensor(entry.nbytes, dtype, shape, entry.op, entry.module, saved_by[0], switch))
     if "normOp" in per_op:
         # Recomputing the norms keeps their inputs, which nothing kept before.
         per_op["normOp"] = max(0, per_op["normOp"] - unsaved_norm_inputs)

@@ -49,21 +49,23 @@ def evaluate_embedding(c: EmbeddingConfig, x: LayerContext) -> LayerCost:
     terms = [ActivationTerm("token_ids", T * TOKEN_ID_BYTES)]
     if c.dropout > 0:
         terms.append(ActivationTerm("embedding_dropout_mask", T * c.hidden_size * x.precision.dropout_mask_bytes // x.sp_degree))
-    stored = padded_vocab(c.vocab_size, x.vocab_pad_multiple, x.tp) * c.hidden_size
+    # A TP plan may leave the table whole on every rank (replicated_vocab trait).
+    split = x.tp if "replicated_vocab" not in x.traits else 1
+    stored = padded_vocab(c.vocab_size, x.vocab_pad_multiple, split) * c.hidden_size
     return LayerCost(
-        params=(param_count("embed_tokens", "dense", c.vocab_size * c.hidden_size, True, stored,
-                            matrices=((1, stored // c.hidden_size // x.tp, c.hidden_size),), embedding_or_output=True),),
+        params=(param_count("embed_tokens", "dense", c.vocab_size * c.hidden_size, "replicated_vocab" not in x.traits, stored,
+                            matrices=((1, stored // c.hidden_size // split, c.hidden_size),), embedding_or_output=True),),
         activations=tuple(terms),
         input_bytes=T * TOKEN_ID_BYTES,
         # Its backward holds the gradient of its output (the first layer's input
         # gradient) and a dense weight gradient of its whole vocabulary shard in the
         # compute dtype (PyTorch embedding_dense_backward; trainers then add it into
         # their gradient buffer), as no fused accumulation applies to a lookup.
-        working_bytes=hidden + stored // x.tp * x.precision.activation_bytes,
+        working_bytes=hidden + stored // split * x.precision.activation_bytes,
         # A vocabulary-parallel lookup: its output reduced over TP, its backward a dense
         # gradient of the rank's table shard (hp_plugins.kit.work).
-        work=LayerWork(collectives=tp_collectives(x, 0, T * c.hidden_size * act, "embedding"),
-                       table_elements=stored / x.tp, boundary_bytes=T * c.hidden_size * act),
+        work=LayerWork(collectives=tp_collectives(x, 0, T * c.hidden_size * act, "embedding") if split > 1 else (),
+                       table_elements=stored / split, boundary_bytes=T * c.hidden_size * act),
     )
 
 

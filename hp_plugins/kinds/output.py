@@ -23,7 +23,7 @@ from hp_core.types import LayerKind
 from hp_core.bounds import MAX_VOCAB
 from hp_core.validators import bounded_int, one_of, positive_int, positive_number
 from hp_plugins.kit import (
-    NORM_OPS_PER_ELEMENT, NORMS, SOFTCAP_OPS, norm_params, padded_vocab, param_count, tp_collectives,
+    NORM_OPS_PER_ELEMENT, NORMS, SOFTCAP_OPS, fp32_norm_bytes, norm_params, padded_vocab, param_count, tp_collectives,
 )
 
 __all__ = ["OutputConfig", "evaluate_output", "hp_layer_kinds"]
@@ -61,41 +61,67 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
     """The output head's cost on one rank of the last stage."""
     p, T, h = x.precision, x.tokens, c.hidden_size
     hidden = T * h * p.activation_bytes // x.sp_degree
-    vocab_shard = padded_vocab(c.vocab_size, x.vocab_pad_multiple, x.tp) // x.tp
-    stored = padded_vocab(c.vocab_size, x.vocab_pad_multiple, x.tp) * h
+    # A TP plan may leave the head whole on every rank (replicated_vocab trait).
+    split = x.tp if "replicated_vocab" not in x.traits else 1
+    vocab_shard = padded_vocab(c.vocab_size, x.vocab_pad_multiple, split) // split
+    stored = padded_vocab(c.vocab_size, x.vocab_pad_multiple, split) * h
     params = [param_count("final_norm", "dense", norm_params(c.norm, h), False)]
     params.append(
-        param_count("lm_head", "dense", c.vocab_size * h, True, stored, "embedding" if c.tie_word_embeddings else None,
+        param_count("lm_head", "dense", c.vocab_size * h, "replicated_vocab" not in x.traits, stored, "embedding" if c.tie_word_embeddings else None,
                     matrices=((1, vocab_shard, h),), embedding_or_output=True)
     )
+    head_out = vocab_shard
+    # The loss's tensors divide by TP only where it runs on the rank's vocabulary shard.
+    loss_split = not ({"replicated_vocab", "gathered_logits"} & x.traits)
+    if "gathered_logits" in x.traits and split > 1:
+        # The logits all-gathered over TP: the loss runs on the whole (padded) vocabulary.
+        vocab_shard = vocab_shard * split
+    forward_working = 0
+    extra: tuple[ActivationTerm, ...] = ()
     if "fused_cross_entropy" in x.traits:
         # The fused loss overwrites the logits with their gradient in forward and keeps them.
-        loss = ActivationTerm("loss_logits", T * vocab_shard * p.activation_bytes, None, True)
+        loss = ActivationTerm("loss_logits", T * vocab_shard * p.activation_bytes, None, loss_split)
         working = T * h * p.activation_bytes
+    elif "upcast_cross_entropy" in x.traits:
+        # logits.float() then cross_entropy (transformers ForCausalLMLoss, torchtitan cross_entropy_loss):
+        # log_softmax keeps its fp32 output and nll_loss the int64 targets; at the forward's peak the
+        # logits are alive in the compute dtype and in fp32 beside it; the backward holds the fp32
+        # gradients of the log-softmax output and of the fp32 logits (measured: torch census, FSDPMemTracker).
+        loss = ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, loss_split)
+        extra = (ActivationTerm("loss_targets", T * 8),)
+        forward_working = T * vocab_shard * (p.activation_bytes + p.logits_bytes)
+        if head_out != vocab_shard:
+            # The head's own shard of the logits, alive until they are gathered (measured: FSDPMemTracker).
+            forward_working += T * head_out * p.activation_bytes
+        working = 2 * T * vocab_shard * p.logits_bytes
     else:
-        loss = ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, True)
+        loss = ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, loss_split)
         working = T * vocab_shard * p.activation_bytes + T * h * p.activation_bytes
+    norm_fp32 = fp32_norm_bytes(T, h, c.norm, x.traits) // x.sp_degree
     terms = (
         ActivationTerm("final_norm_in", hidden),
         ActivationTerm("final_norm_out", hidden),
+        *((ActivationTerm("final_norm_fp32", norm_fp32),) if norm_fp32 else ()),
         loss,
+        *extra,
     )
     capped = c.final_logit_softcapping is not None
     if capped:
-        terms += (ActivationTerm("logit_softcap_tanh_out", T * vocab_shard * p.activation_bytes, None, True),)
+        terms += (ActivationTerm("logit_softcap_tanh_out", T * vocab_shard * p.activation_bytes, None, loss_split),)
     return LayerCost(
         params=tuple(params),
         activations=terms,
         input_bytes=hidden,
         working_bytes=working,
+        forward_working_bytes=forward_working,
         buffers_once_bytes=T * h * p.activation_bytes if x.sp and x.tp > 1 else 0,
-        weight_shapes=((vocab_shard, h),),
+        weight_shapes=((head_out, h),),
         # A vocabulary-parallel head: its input gathered over TP, one GEMM to the rank's vocabulary shard.
-        work=LayerWork(collectives=tp_collectives(x, 0, T * h * p.activation_bytes, "head"),
-                       gemms=((T, vocab_shard, h),), boundary_bytes=T * h * p.activation_bytes,
-                       high_precision_gemms=((T, vocab_shard, h),)),  # the head stays in the compute dtype
+        work=LayerWork(collectives=tp_collectives(x, 0, T * h * p.activation_bytes, "head") if split > 1 else (),
+                       gemms=((T, head_out, h),), boundary_bytes=T * h * p.activation_bytes,
+                       high_precision_gemms=((T, head_out, h),)),  # the head stays in the compute dtype
         forward=Flops(
-            matmul_flops=2 * T * h * vocab_shard,
+            matmul_flops=2 * T * h * head_out,
             elementwise_flops=NORM_OPS_PER_ELEMENT[c.norm] * T * h // x.sp_degree + (_LOSS_OPS_PER_LOGIT + SOFTCAP_OPS * capped) * T * vocab_shard,
         ),
     )

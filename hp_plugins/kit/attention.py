@@ -9,7 +9,7 @@ from hp_core.validators import one_of, positive_int, positive_number, probabilit
 from hp_plugins.kit.work import AttentionShape
 from hp_plugins.kit.builder import SOFTMAX_OPS, LayerBuilder
 from hp_plugins.kit.local_attention import SOFTCAP_OPS, local_attention_core
-from hp_plugins.kit.norms import NORMS
+from hp_plugins.kit.norms import NORMS, fp32_norm_bytes
 from hp_plugins.kit.shapes import check_divides
 
 __all__ = ["GQAFields", "gqa_attention", "validate_gqa"]
@@ -114,6 +114,8 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
         b.param("attn_sinks", a, True)
     if c.qk_norm:
         b.keep("qk_norm_in", T * (a + g) * d * act // t, None, True)
+        # Per-head RMSNorms over d: (a + g) / t rows per token (fp32_norm_copy trait).
+        b.keep("qk_norm_fp32", fp32_norm_bytes(T * (a + g) // t, d, "rmsnorm", x.traits), "normOp", True)
         b.keep("q_k", T * (a + kv) * d * act // t, "normOp", True)
     else:
         b.keep("q_k", T * (a + kv) * d * act // t, None, True)

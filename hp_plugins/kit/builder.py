@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 
 from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount
-from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, norm_params
+from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, fp32_norm_bytes, norm_params
 from hp_plugins.kit.work import AttentionShape, ExpertShape, decoder_work
 
 __all__ = ["LayerBuilder", "RESIDUAL_OPS", "SOFTMAX_OPS", "param_count", "term"]
@@ -115,6 +115,8 @@ class LayerBuilder:
         """
         self.keep(f"{prefix}_norm_in", self.hidden)
         self.keep(f"{prefix}_norm_out", self.hidden, "normOp", gemm_input=gemm_input)
+        # An unfused RMSNorm's fp32 copy and inverse root (fp32_norm_copy trait, kit.norms.fp32_norm_bytes).
+        self.keep(f"{prefix}_norm_fp32", fp32_norm_bytes(self.x.tokens, self.h, norm, self.x.traits) // self.x.sp_degree, "normOp")
         self.keep(f"{prefix}_gathered", self.gathered, "gather", gemm_input=gemm_input)
         if hidden_dropout > 0:
             self.keep(f"{prefix}_hidden_dropout_mask", self.x.tokens * self.h * self.x.precision.dropout_mask_bytes // self.x.sp_degree)

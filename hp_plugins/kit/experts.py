@@ -170,7 +170,7 @@ def validate_moe(c: MoEFields, x: LayerContext) -> None:
     check_divides(x.etp, c.moe_intermediate_size, "$.parallel.etp", "etp", "moe_intermediate_size")
     if c.shared_expert_intermediate_size:
         check_divides(x.tp, c.shared_expert_intermediate_size, "$.parallel.tp", "tp", "shared_expert_intermediate_size")
-    if x.tp > 1 and not x.sp:
+    if x.tp > 1 and not x.sp and "moe_tp_without_sp" not in x.traits:
         raise ConfigError(
             "$.parallel.sp",
             "a mixture-of-experts layer with tp > 1 needs sequence parallelism (Megatron-LM arguments.py); add --sp",

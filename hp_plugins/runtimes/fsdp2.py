@@ -8,12 +8,15 @@ PyTorch ``torch.distributed.fsdp.fully_shard``):
   all-gathers them to bf16 for compute and reduce-scatters fp32 gradients;
   AdamW keeps two fp32 moments, sharded like the parameters. So ``zero: 3``
   with 4-byte parameters, 4-byte gradients and no master copy.
-* Gathered parameters: the running and the prefetched layer's (one
-  ``fully_shard`` unit per transformer block), bf16, plus one layer's unsharded
-  gradient before its reduce-scatter; ``reshard_after_forward`` (torchtitan's
-  default for all but the last block) frees them after forward.
+* Its peak points (:mod:`hp_plugins.runtimes.fsdp2_points`): the forward at the
+  loss, the backward walked from the top, the optimizer step; gathered
+  parameters unit by unit in execution order (the root's held through the step,
+  the running layer's and one all-gather output), gradients only where the
+  trainer keeps them.
 * Kernels: SDPA flash attention; an unfused SwiGLU (``F.silu(w1(x)) * w3(x)``);
-  the loss upcasts the logits to fp32 (``cross_entropy(pred.flatten(0, 1).float(), ...)``).
+  by default the modules of transformers (``norm_implementation: transformers``:
+  RMSNorm upcasts to fp32 and keeps that copy) and a loss that upcasts the logits
+  to fp32 before ``cross_entropy`` (``loss_implementation: upcast``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from hp_core.runtime_options import RuntimeOption
 from hp_core.specs.overlap import schedule_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
+from hp_plugins.runtimes.fsdp2_points import Fsdp2Points
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
 from hp_plugins.runtimes.timing_profiles import FSDP2, HOPPER_CUDNN, HOPPER_SDPA
 
@@ -70,6 +74,114 @@ OPTIONS = (
 __all__ = ["hp_runtimes"]
 
 
+@attrs.frozen
+class _Loss:
+    """``loss_implementation``: ``upcast`` (logits.float() then cross_entropy) or ``fused`` (one kernel keeping bf16 logits)."""
+
+    def __call__(self, runtime: Runtime, value: str) -> Runtime:
+        traits = runtime.traits - {"upcast_cross_entropy", "fused_cross_entropy"}
+        return attrs.evolve(runtime, traits=traits | {"upcast_cross_entropy" if value == "upcast" else "fused_cross_entropy"})
+
+
+@attrs.frozen
+class _Points:
+    """Sets one field of the runtime's :class:`Fsdp2Points`."""
+
+    field: str
+    true_value: str | None = None  # a choice option: the value that sets the field True
+
+    def __call__(self, runtime: Runtime, value: object) -> Runtime:
+        flag = value == self.true_value if self.true_value is not None else value
+        return attrs.evolve(runtime, peak_points=attrs.evolve(runtime.peak_points, **{self.field: flag}))
+
+
+def _head_plan(runtime: Runtime, value: str) -> Runtime:
+    """``tp_head_plan``: ``replicated`` turns the ``replicated_vocab`` trait on."""
+    traits = runtime.traits | {"replicated_vocab"} if value == "replicated" else runtime.traits - {"replicated_vocab"}
+    return attrs.evolve(runtime, traits=traits)
+
+
+def _loss_parallel(runtime: Runtime, value: bool) -> Runtime:
+    """``loss_parallel``: false turns the ``gathered_logits`` trait on."""
+    traits = runtime.traits - {"gathered_logits"} if value else runtime.traits | {"gathered_logits"}
+    return attrs.evolve(runtime, traits=traits)
+
+
+def _norm(runtime: Runtime, value: str) -> Runtime:
+    """``norm_implementation``: ``transformers`` turns the ``fp32_norm_copy`` trait on, ``fused`` off."""
+    traits = runtime.traits | {"fp32_norm_copy"} if value == "transformers" else runtime.traits - {"fp32_norm_copy"}
+    return attrs.evolve(runtime, traits=traits)
+
+
+_TT = "torchtitan/models/llama3/model/model.py; torchtitan/components/loss.py"
+_MEMORY_OPTIONS = (
+    RuntimeOption(
+        "norm_implementation", "choice", "transformers",
+        "transformers: RMSNorm upcasts its input to fp32 and keeps that copy and the inverse root (4h + 4 bytes per "
+        "token per norm beyond a fused norm, q/k norms too); fused: one kernel keeping its input and output",
+        "transformers models/llama/modeling_llama.py LlamaRMSNorm.forward (measured: torch census); "
+        f"torch.nn.RMSNorm fused kernel ({_TT})",
+        _norm,
+        choices=("transformers", "fused"),
+    ),
+    RuntimeOption(
+        "loss_implementation", "choice", "upcast",
+        "upcast: logits.float() then cross_entropy (forward holds bf16 and fp32 logits beside the fp32 log-softmax); "
+        "fused: a fused cross-entropy keeping the bf16 logits overwritten by their gradient",
+        f"transformers loss/loss_utils.py ForCausalLMLoss; {_TT} cross_entropy_loss",
+        _Loss(), choices=("upcast", "fused"),
+    ),
+    RuntimeOption(
+        "optimizer_implementation", "choice", "foreach",
+        "AdamW's implementation: foreach (PyTorch's default on GPU: one fp32 temporary per element of the shard at the "
+        "step) or fused (torchtitan's default: none)",
+        "torch/optim/adamw.py _multi_tensor_adamw; torchtitan/components/optimizer.py (implementation: fused)",
+        _Points("foreach_optimizer", "foreach"), choices=("foreach", "fused"),
+    ),
+    RuntimeOption(
+        "zero_grad_set_to_none", "bool", True,
+        "optimizer.zero_grad(set_to_none=True) (PyTorch's default): no gradient is held in a step's first forward",
+        "torch/optim/optimizer.py Optimizer.zero_grad",
+        _Points("set_to_none"),
+    ),
+    RuntimeOption(
+        "hsdp_replicate", "int", 1,
+        "HSDP: fully_shard over a (replicate, shard) mesh; parameters, gradients and optimizer states are sharded over "
+        "dp / hsdp_replicate ranks (1: plain FSDP)",
+        "torch/distributed/fsdp/_fully_shard/_fully_shard.py fully_shard (2-D mesh); torchtitan data_parallel_replicate_degree",
+        _Points("replicate"), minimum=1,
+    ),
+    RuntimeOption(
+        "cpu_offload", "bool", False,
+        "offload_policy=CPUOffloadPolicy(): sharded parameters, gradients and optimizer states in host memory; the device "
+        "holds the gathered parameters and activations",
+        "torch/distributed/fsdp/_fully_shard/_fsdp_api.py CPUOffloadPolicy; torchtitan training.enable_cpu_offload",
+        _Points("cpu_offload"),
+    ),
+    RuntimeOption(
+        "reshard_after_forward_to", "int", 0,
+        "fully_shard(reshard_after_forward=n): after forward each layer keeps its bf16 parameters sharded over n ranks "
+        "until its backward (0: parallel.reshard_after_forward says, all freed or all kept)",
+        "torch/distributed/fsdp/_fully_shard/_fully_shard.py fully_shard (reshard_after_forward: bool | int)",
+        _Points("reshard_to"), minimum=0,
+    ),
+    RuntimeOption(
+        "tp_head_plan", "choice", "vocab_parallel",
+        "under TP, the embedding (RowwiseParallel) and the head (ColwiseParallel) split over the vocabulary; replicated: "
+        "a plan without them, both whole on every TP rank",
+        "torchtitan/models/llama3/infra/parallelize.py apply_tp (tok_embeddings, output)",
+        _head_plan, choices=("vocab_parallel", "replicated"),
+    ),
+    RuntimeOption(
+        "loss_parallel", "bool", True,
+        "under TP with a vocabulary-parallel head, the loss runs on each rank's vocabulary shard (loss_parallel()); false: "
+        "the logits are all-gathered first (ColwiseParallel(output_layouts=Replicate())) and the loss sees the whole vocabulary",
+        "torchtitan parallelize.py apply_tp (enable_loss_parallel); torch/distributed/tensor/parallel/loss.py loss_parallel",
+        _loss_parallel,
+    ),
+)
+
+
 @hookimpl
 def hp_runtimes():
     yield Runtime(
@@ -82,11 +194,14 @@ def hp_runtimes():
         reserve_bytes=CUDA_CONTEXT_BYTES,  # the CUDA context (hp_plugins/runtimes/reserve.py)
         overhead_bytes=0,
         timing=FSDP2,
-        options=OPTIONS,
+        traits=frozenset({"fp32_norm_copy", "upcast_cross_entropy", "moe_tp_without_sp"}),
         # torchtitan activation checkpointing: mode "full" (whole blocks) or "selective" with
         # op-level SAC, which saves matmul outputs and recomputes the ops between them: the norms'
         # outputs and the MLP activation (torchtitan/distributed/activation_checkpoint.py).
         recompute_modules={"op_sac": frozenset({"normOp", "ffAct"})},
-        description="PyTorch FSDP2 / torchtitan: fp32 sharded params, bf16 gathered compute, fp32 reduce, AdamW",
+        description="PyTorch FSDP2 / torchtitan: fp32 sharded params, bf16 gathered compute, fp32 reduce, AdamW; "
+                    "peak points at the loss's forward, in backward and at the step",
         zero_levels=(3,),  # fully_shard: parameters, gradients and optimizer states sharded
+        peak_points=Fsdp2Points(),
+        options=OPTIONS + _MEMORY_OPTIONS,
     )

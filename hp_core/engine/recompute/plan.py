@@ -234,7 +234,8 @@ def plan_run(
         return pareto_front(found)
 
     def fixed(where: str) -> list[PlacedLayer]:
-        return [PlacedLayer.make(kinds[i].name, costs[i], False, frozenset(), "none") for i in run.placed_groups(where)]
+        return [PlacedLayer.make(kinds[i].name, costs[i], False, frozenset(), "none", placement=where)
+                for i in run.placed_groups(where)]
 
     limit = hardware.memory_bytes - reserve_bytes
     body_group, bounds = run.body_group, run.chunk_bounds

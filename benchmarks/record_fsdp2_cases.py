@@ -1,0 +1,89 @@
+"""Record FSDP2 steps measured by PyTorch's FSDPMemTracker as the repository's cases (needs the census extra).
+
+    python benchmarks/record_fsdp2_cases.py                 # every case of the grid below, into CASES
+    python benchmarks/record_fsdp2_cases.py --case NAME     # re-measure one case and print it
+    python benchmarks/record_fsdp2_cases.py --missing       # measure only the cases not recorded yet
+
+Each case is an ``hp estimate`` config measured by ``hp_plugins.cases.fsdp2_measured``
+(a fake process group of the case's world size, ``fully_shard`` per decoder layer and
+the root, bf16 params / fp32 reduce, AdamW; two steps, the second read). The file is
+an ``hp-measure/1`` document: ``hp validate tests/plugins/data/fsdp2_tracker_cases.json``
+compares the fsdp2 runtime's estimate with every recorded peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ROOT / "tests" / "plugins" / "data" / "fsdp2_tracker_cases.json"
+SEQ = 4096
+
+
+def grid() -> list[tuple[str, dict, dict]]:
+    """(name, config, measure) of every recorded case, FSDP alone with and without AC first."""
+    found = []
+    # Cheap cases first: every 4-layer case of both models, then the 32-layer Llama (TP last, minutes each).
+    for model, layers, tps in (("llama3-8b", 4, (1, 2)), ("qwen3-30b-a3b", 4, (1, 2)), ("llama3-8b", 32, (1,)),
+                               ("llama3-8b", 32, (2,))):
+        for world in (8, 64):
+            for tp in tps:
+                for head in (("vocab",) if tp == 1 else ("vocab", "replicated")):
+                    for ac in ("none", "full"):
+                        name = f"{model}-{layers}l-w{world}-tp{tp}{'-' + head if tp > 1 else ''}-ac{ac}"
+                        config = {"model": model, "num_layers": layers, "runtime": "fsdp2",
+                                  "parallel": {"dp": world // tp, "tp": tp, "seq_len": SEQ, "micro_batch_size": 1}}
+                        if ac == "full":
+                            config["recompute"] = "full"
+                        if tp > 1:  # the TP plan the tracker runs, as the fsdp2 runtime's options state it
+                            config["runtime"] = {"name": "fsdp2", "options": (
+                                {"tp_head_plan": "replicated"} if head == "replicated" else {"loss_parallel": False})}
+                        found.append((name, config, {}))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", help="re-measure this case only and print it")
+    parser.add_argument("--only", help="re-measure only cases whose name contains this (others kept as recorded)")
+    parser.add_argument("--missing", action="store_true", help="measure only the cases the file does not hold yet")
+    args = parser.parse_args(argv)
+    from hp_core.api import build_registry
+    from hp_plugins.cases.fsdp2_measured import measure_request, request_of
+
+    registry = build_registry()
+    existing = {c["name"]: c for c in json.loads(CASES.read_text())["cases"]} if CASES.is_file() else {}
+    cases = []
+    for name, config, measure in grid():
+        if args.case and name != args.case:
+            continue
+        if name in existing and ((args.only and args.only not in name) or args.missing):
+            cases.append(existing[name])
+            continue
+        request = request_of(config, registry, measure=measure)
+        try:
+            measured = measure_request(request, cache=False)
+        except Exception as exc:  # noqa: BLE001 - a layout the tracker cannot run is reported and left out
+            print(f"{name}: not measured: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", file=sys.stderr, flush=True)
+            continue
+        measured["command"] = f"python benchmarks/record_fsdp2_cases.py --case {name}"
+        case = {"name": name, "config": config, "measure": measure, "measured": measured}
+        if not measure:
+            del case["measure"]
+        print(f"{name}: peak {measured['peak_bytes'] / 2**30:.3f} GiB ({measured['peak_phase']}), {measured['seconds']} s",
+              file=sys.stderr, flush=True)
+        cases.append(case)
+        if not args.case:  # written after every case, so an interrupted run keeps what it measured
+            CASES.write_text(json.dumps({"format": "hp-measure/1", "cases": cases}, indent=1) + "\n")
+    if args.case:
+        print(json.dumps(cases, indent=1))
+        return 0
+    CASES.write_text(json.dumps({"format": "hp-measure/1", "cases": cases}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,78 @@
+"""A runtime's own peak points: what its trainer holds at the moments it declares (``Runtime.peak_points``).
+
+The stage planner (:func:`hp_core.engine.stage.plan_stage`) prices two points
+by default: the end of warm-up (the first backward) and, for a runtime that
+defers its gradient reduction, the end of the last backward. A trainer whose
+lifetimes differ (gradients freed by ``zero_grad(set_to_none=True)`` before
+the forward, parameters gathered unit by unit in execution order, a loss whose
+forward holds more than its backward keeps) declares its own points: a
+``Runtime.peak_points`` callable, ``peak_points(view) -> {name: MemoryBreakdown}``,
+asked once per stage with a :class:`StageView` of the stage's layers in
+forward order; the points it returns replace the default ones, and the stage
+binds at the largest. It must be picklable and compare equal by value (a
+module-level function or a frozen attrs class with ``__call__``), as runtime
+options are.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import attrs
+
+from hp_core.results import MemoryBreakdown
+from hp_core.specs.parallel import ParallelSpec
+from hp_core.specs.precision import PrecisionSpec
+
+__all__ = ["StageLayer", "StageView"]
+
+
+@attrs.frozen
+class StageLayer:
+    """One layer of a stage as a runtime's peak points see it.
+
+    Attributes:
+        kind: Its kind's name.
+        placement: ``first``, ``body`` or ``last`` (its kind's placement).
+        kept_bytes: What one micro-batch of it keeps under its recompute setting.
+        backward_working_bytes: What its backward holds beyond what it keeps
+            (the recomputed tensors included).
+        forward_working_bytes: What its forward holds at its peak beyond what it keeps
+            (:attr:`hp_core.costs.LayerCost.forward_working_bytes`).
+        elements: Its parameter elements on the rank by group, before ZeRO sharding
+            (a tied weight counted with its owner).
+        in_flight: Micro-batches of its chunk in flight at the end of warm-up.
+    """
+
+    kind: str
+    placement: str
+    kept_bytes: int
+    backward_working_bytes: int
+    forward_working_bytes: int
+    elements: Mapping[str, int]
+    in_flight: int
+
+
+@attrs.frozen
+class StageView:
+    """One stage of a run, for ``Runtime.peak_points``.
+
+    Attributes:
+        index: The stage.
+        layers: Its layers in forward order (chunk by chunk).
+        static: The planner's ``(parameters, gradients, master parameters,
+            optimizer states)`` bytes of the stage under its ZeRO level.
+        default_points: The points the planner priced (``warmup_end``, ...).
+        parallel, precision, zero, micro_batches: The run's.
+        overhead_bytes: The runtime's bytes beyond the model math on this stage.
+    """
+
+    index: int
+    layers: tuple[StageLayer, ...]
+    static: tuple[int, int, int, int]
+    default_points: Mapping[str, MemoryBreakdown]
+    parallel: ParallelSpec
+    precision: PrecisionSpec
+    zero: int
+    micro_batches: int
+    overhead_bytes: int

@@ -1,0 +1,200 @@
+"""FSDP2 steps measured by PyTorch's own memory tracker, on CPU, as ``hp validate`` cases.
+
+A document in the format ``hp-measure/1`` lists runs, each an ``hp estimate``
+config (runtime ``fsdp2``; dp and tp only) and, optionally, what the tracker
+recorded for it::
+
+    format: hp-measure/1
+    cases:
+      - name: llama3-8b-4l-w8
+        config: {model: llama3-8b, num_layers: 4, runtime: fsdp2, parallel: {dp: 8, seq_len: 4096}}
+        measure: {head_plan: vocab, optimizer: foreach}      # optional, these are the defaults
+        measured: {peak_bytes: ..., phases: {...}, ...}      # optional: recorded; absent: measured now
+
+A case without ``measured`` is measured now (:func:`measure_config`, which runs
+:func:`hp_plugins.census.fsdp_step.run_step`: the ``census`` extra) and the
+result is cached on disk (``$HP_MEASURE_CACHE``, else ``~/.cache/hp-planner/measure``;
+one JSON file per request and torch/transformers versions, written atomically).
+``hp validate --measure CONFIG`` measures one estimate config this way.
+
+What a config maps to: the world size ``dp * tp``, the TP degree, the body
+layers of the (truncated) model, the sequence length and micro-batch size,
+``reshard_after_forward``, and activation checkpointing from ``recompute``
+(nothing, or ``full`` on every layer: ``checkpoint_wrapper`` per block). A
+layout with pp, cp or ep above 1, another runtime or another recompute is
+refused naming the field.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from hp_core.errors import ConfigError
+from hp_core.io.files import atomic_write
+from hp_core.markers import hookimpl
+from hp_core.types import CaseFormat
+
+__all__ = ["FORMAT", "hp_case_formats", "measure_config", "measure_request", "read_measure_cases", "request_of"]
+
+FORMAT = "hp-measure/1"
+# Part of every cache key: raised whenever what run_step measures changes, so older entries are not read.
+METHOD_VERSION = 1
+_MEASURE_KEYS = {"optimizer": ("foreach", "for-loop", "fused")}
+# The fsdp2 runtime options the tracker's run honours, and the values it runs (hp_plugins/runtimes/fsdp2.py).
+_RUNS = {
+    "norm_implementation": ("transformers",),
+    "loss_implementation": ("upcast",),
+    "optimizer_implementation": ("foreach", "fused"),
+    "zero_grad_set_to_none": (True,),
+    "hsdp_replicate": (1,),
+    "cpu_offload": (False,),
+    "tp_head_plan": ("vocab_parallel", "replicated"),
+    "loss_parallel": (False,),
+}
+
+
+def _cache_dir() -> Path:
+    found = os.environ.get("HP_MEASURE_CACHE")
+    return Path(found) if found else Path.home() / ".cache" / "hp-planner" / "measure"
+
+
+def request_of(config: Mapping[str, Any], registry: Any, where: str = "$", measure: Mapping[str, Any] | None = None) -> dict:
+    """The tracker request of an ``hp estimate`` config (module docstring): a JSON-able mapping."""
+    from hp_core.io.convert import ConfigFile, structure
+    from hp_core.io.job import resolve_job
+    from hp_core.models import preset_config
+
+    from hp_core.runtime_options import runtime_name
+
+    job = resolve_job(structure(dict(config), ConfigFile, registry), registry)
+    if runtime_name(job.runtime) != "fsdp2":
+        raise ConfigError(f"{where}.config.runtime", f"the tracker measures the fsdp2 runtime, not {runtime_name(job.runtime)!r}")
+    options = dict(getattr(job.runtime, "option_values", {}) or {})
+    for name, value in options.items():
+        if name not in _RUNS or value not in _RUNS[name]:
+            raise ConfigError(f"{where}.config.runtime.options.{name}",
+                              f"the tracker runs transformers' modules with FSDP2 as {_RUNS.get(name, 'its defaults')}; "
+                              f"{value!r} is not measured")
+    p = job.parallel
+    for name in ("pp", "cp", "ep"):
+        if getattr(p, name) != 1:
+            raise ConfigError(f"{where}.config.parallel.{name}", "the tracker measures dp and tp layouts only; set it to 1")
+    if p.sp:
+        raise ConfigError(f"{where}.config.parallel.sp", "the tracker's TP plan has no sequence parallelism; set sp: false")
+    hf = preset_config(job.model.name, registry)
+    if hf is None:
+        source = Path(str(job.model.source))
+        if source.suffix != ".json" or not source.is_file():
+            raise ConfigError(f"{where}.config.model", "the tracker builds the model from a preset or a config.json file")
+        hf = json.loads(source.read_text(encoding="utf-8"))
+    body = registry.kinds_placed("body")
+    layers = sum(group.count for group in job.model.layers if group.kind in body)
+    recompute = job.recompute
+    ac = "none"
+    if recompute is not None:
+        settings = {recompute.setting_of(i).describe() for i in range(layers)}
+        if settings == {"full"}:
+            ac = "full"
+        elif settings != {"none"}:
+            raise ConfigError(f"{where}.config.recompute", "the tracker runs no recompute or full recompute of every layer")
+    if p.tp > 1 and options.get("tp_head_plan", "vocab_parallel") == "vocab_parallel" and options.get("loss_parallel", True):
+        raise ConfigError(f"{where}.config.runtime.options.loss_parallel",
+                          "the tracker gathers the logits over TP (no loss parallelism): set loss_parallel: false")
+    extra = dict(measure or {})
+    for key, value in extra.items():
+        if key not in _MEASURE_KEYS:
+            raise ConfigError(f"{where}.measure", f"unknown key {key!r}; known: {sorted(_MEASURE_KEYS)}")
+        if value not in _MEASURE_KEYS[key]:
+            raise ConfigError(f"{where}.measure.{key}", f"one of {list(_MEASURE_KEYS[key])}, not {value!r}")
+    return {
+        "model": job.model.name,
+        "hf": dict(hf),
+        "num_layers": layers,
+        "seq_len": p.seq_len,
+        "micro_batch_size": p.micro_batch_size,
+        "world": p.dp * p.tp,
+        "tp": p.tp,
+        "head_plan": "replicated" if options.get("tp_head_plan") == "replicated" else "vocab",
+        "activation_checkpointing": ac,
+        "reshard_after_forward": p.reshard_after_forward,
+        "optimizer": extra.get("optimizer", options.get("optimizer_implementation", "foreach")),
+    }
+
+
+def measure_request(request: Mapping[str, Any], cache: bool = True) -> dict:
+    """The tracker's result for *request* (:func:`request_of`), from the cache where it was measured before."""
+    from hp_plugins.census.fsdp_step import _imports, run_step
+
+    torch, transformers = _imports()
+    versions = {"torch": str(torch.__version__), "transformers": str(transformers.__version__)}
+    key = hashlib.sha256(json.dumps([dict(request), versions, METHOD_VERSION], sort_keys=True).encode()).hexdigest()[:24]
+    path = _cache_dir() / f"fsdp2-{key}.json"
+    if cache and path.is_file():
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            pass  # a damaged entry is measured again and replaced
+    args = {k: v for k, v in request.items() if k not in ("model",)}
+    result = run_step(**args)
+    result["date"] = datetime.date.today().isoformat()
+    if cache:
+        text = json.dumps(result, indent=1, sort_keys=True)
+        atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"), ".json", flag="$HP_MEASURE_CACHE")
+    return result
+
+
+def measure_config(config: Mapping[str, Any], registry: Any, measure: Mapping[str, Any] | None = None) -> dict:
+    """Measure an ``hp estimate`` config's step with the tracker (cached)."""
+    return measure_request(request_of(config, registry, measure=measure))
+
+
+def _source(measured: Mapping[str, Any]) -> str:
+    versions = measured.get("versions", {})
+    return (f"FSDPMemTracker, fake process group, torch {versions.get('torch', '?')}, "
+            f"transformers {versions.get('transformers', '?')}, {measured.get('date', 'date unknown')}")
+
+
+def is_measure_document(document: Any) -> bool:
+    return isinstance(document, dict) and document.get("format") == FORMAT
+
+
+def read_measure_cases(document: Mapping[str, Any], registry: Any) -> list:
+    """The cases of an ``hp-measure/1`` document; those without ``measured`` are measured now."""
+    from hp_core.io.convert import ConfigFile, structure
+    from hp_core.io.job import resolve_job
+    from hp_core.io.validate import MeasuredCase
+
+    unknown = sorted(set(document) - {"format", "cases"})
+    if unknown:
+        raise ConfigError("$", f"unknown keys {unknown}")
+    cases = document.get("cases")
+    if not isinstance(cases, list) or not cases:
+        raise ConfigError("$.cases", "list the cases (each: name, config, optional measure and measured)")
+    found = []
+    for i, case in enumerate(cases):
+        where = f"$.cases[{i}]"
+        if not isinstance(case, dict) or not isinstance(case.get("name"), str) or not isinstance(case.get("config"), dict):
+            raise ConfigError(where, "a case states name and config (an hp estimate config)")
+        stray = sorted(set(case) - {"name", "config", "measure", "measured"})
+        if stray:
+            raise ConfigError(where, f"unknown keys {stray}")
+        measured = case.get("measured")
+        if measured is None:
+            measured = measure_config(case["config"], registry, case.get("measure"))
+        elif not isinstance(measured.get("peak_bytes"), int) or measured["peak_bytes"] < 1:
+            raise ConfigError(f"{where}.measured.peak_bytes", "a recorded case states its peak in bytes (a positive integer)")
+        job = resolve_job(structure(dict(case["config"]), ConfigFile, registry), registry)
+        found.append(MeasuredCase(name=case["name"], model=job.model, parallel=job.parallel, runtime=job.runtime,
+                                  stage_peak_bytes=(measured["peak_bytes"],), source=_source(measured), job=job, where=where))
+    return found
+
+
+@hookimpl
+def hp_case_formats():
+    yield CaseFormat(name="fsdp2-tracker", accepts=is_measure_document, read=read_measure_cases,
+                     description=f"{FORMAT}: FSDP2 steps measured by PyTorch's FSDPMemTracker on CPU (census extra)")

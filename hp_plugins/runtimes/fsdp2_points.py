@@ -1,0 +1,162 @@
+"""What an FSDP2 training step holds at its peak points (``Runtime.peak_points`` of the ``fsdp2`` runtime).
+
+The step (``loss = model(batch).loss; loss.backward(); opt.step();
+opt.zero_grad(set_to_none=True)``) with ``fully_shard`` on every decoder
+layer and on the root, which then holds the layers placed first and last (the
+embedding, the final norm and the head), as PyTorch's
+``torch.distributed.fsdp.fully_shard`` runs it (torch 2.13,
+``_fully_shard/_fsdp_state.py``, ``_fsdp_param_group.py``) and its own memory
+tracker (``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``) sees it
+(recorded cases: ``tests/plugins/data/fsdp2_tracker_cases.json``):
+
+* **always**: the fp32 sharded parameters and the AdamW states of the shard;
+* **gathered parameters** (compute dtype, ``MixedPrecisionPolicy.param_dtype``):
+  the root unit's, from its pre-forward to the end of backward (FSDP2 never
+  reshards the root after forward, ``_lazy_init`` clears its
+  ``post_forward_mesh_info``); the running layer's; and one all-gather output
+  the size of a layer's gathered parameters, alive until the next all-gather
+  is copied out (the next unit in execution order is prefetched: FSDP2 keeps
+  the last all-gather's result in ``comm_ctx.all_gather_state``). With
+  ``reshard_after_forward: false`` every layer's gathered parameters stay from
+  its forward to its backward;
+* **gradients**: none in the forward of a step's only micro-batch
+  (``zero_grad(set_to_none=True)`` freed them; with gradient accumulation the
+  sharded fp32 gradients of the earlier micro-batches are held); in backward, the
+  sharded gradients of the layers already reduce-scattered and the root's
+  unsharded gradients in the compute dtype once its last layers' backward ran
+  (the root reduce-scatters once, at the end of backward); all of them at the
+  optimizer step;
+* **activations**: what every layer keeps; at the **forward peak** (the loss)
+  also the last layer's forward transients (``LayerCost.forward_working_bytes``:
+  an upcast loss's logits in bf16 and fp32); in **backward**, walking the layers
+  from the top, what the layers below keep and the running layer's working set;
+* **the optimizer step**: ``foreach`` AdamW makes one fp32 temporary per
+  element of the shard (``torch/optim/adamw.py`` ``_multi_tensor_adamw``:
+  ``exp_avg_sq_sqrt``); the fused kernel none.
+
+The points it returns: ``forward`` (at the loss), ``backward`` (the largest
+over the walk) and ``optimizer``; they replace the planner's defaults.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from hp_core.errors import ConfigError
+from hp_core.peak_points import StageLayer, StageView
+from hp_core.results import MemoryBreakdown
+
+__all__ = ["Fsdp2Points"]
+
+
+def _shard(view: StageView, group: str, replicate: int = 1) -> int:
+    """What FSDP2 shards a group over: its mesh, dp * cp; routed experts over the expert data-parallel
+    group only under expert parallelism (without it, a TP plan leaves them whole and FSDP shards them
+    over the same mesh as the rest)."""
+    p = view.parallel
+    return (p.expert_dp if group == "routed_expert" and p.ep > 1 else p.dp * p.cp) // replicate
+
+
+def _sharded(view: StageView, layer: StageLayer, nbytes: int, replicate: int = 1) -> int:
+    return sum(math.ceil(n * nbytes / _shard(view, group, replicate)) for group, n in layer.elements.items())
+
+
+def _gathered(view: StageView, layer: StageLayer) -> int:
+    return sum(layer.elements.values()) * view.precision.activation_bytes
+
+
+@attrs.frozen
+class Fsdp2Points:
+    """The fsdp2 runtime's peak points (module docstring); picklable and equal by value.
+
+    Attributes:
+        set_to_none: ``zero_grad(set_to_none=True)``: no gradient is held in a
+            step's first forward (False: the sharded gradients always are).
+        foreach_optimizer: AdamW's ``foreach`` implementation (one fp32
+            temporary per element of the shard at the step); False: ``fused``.
+        replicate: HSDP (``fully_shard`` over a 2-D ``(replicate, shard)``
+            mesh): parameters, gradients and optimizer states are sharded over
+            the data-parallel degree divided by this, and replicated this many
+            times (``torch.distributed.fsdp.fully_shard`` with a 2-D mesh).
+        cpu_offload: ``offload_policy=CPUOffloadPolicy()``: the sharded
+            parameters, their gradients and the optimizer states live in host
+            memory; the device holds the gathered copies only (FSDP2
+            ``_fsdp_api.py`` ``CPUOffloadPolicy``).
+        reshard_to: ``fully_shard(reshard_after_forward=n)``: after forward a
+            layer keeps its parameters in the compute dtype sharded over ``n``
+            ranks (``n`` dividing the shard group) until its backward gathers
+            them again; 0: ``parallel.reshard_after_forward`` says (True: all
+            freed, False: all kept).
+    """
+
+    set_to_none: bool = True
+    foreach_optimizer: bool = True
+    replicate: int = 1
+    cpu_offload: bool = False
+    reshard_to: int = 0
+
+    def __call__(self, view: StageView) -> dict[str, MemoryBreakdown]:
+        if view.zero < 3:
+            return dict(view.default_points)
+        params, all_grads, master, states = view.static
+        p = view.parallel
+        if self.replicate > 1 and ((p.dp * p.cp) % self.replicate or (p.ep > 1 and p.expert_dp % self.replicate)):
+            raise ConfigError("$.runtime.options.hsdp_replicate",
+                              f"{self.replicate} must divide the data-parallel degree {p.dp * p.cp} (and expert dp {p.expert_dp})")
+        sharded = sum(_sharded(view, layer, view.precision.param_bytes, self.replicate) for layer in view.layers)
+        if sharded != params and params:
+            # HSDP, or routed experts on FSDP2's own mesh: the shard the planner priced, rescaled (exact for an
+            # optimizer that keeps the same bytes per element of every group, AdamW's two moments).
+            all_grads = sum(_sharded(view, layer, view.precision.grad_bytes, self.replicate) for layer in view.layers)
+            states, master = states * sharded // params, master * sharded // params
+            params = sharded
+        if self.cpu_offload:
+            params = all_grads = master = states = 0
+        layers = view.layers
+        body = [layer for layer in layers if layer.placement == "body"]
+        root_gathered = sum(_gathered(view, layer) for layer in layers if layer.placement != "body")
+        all_gather = max((_gathered(view, layer) for layer in body), default=0)
+        reshard = view.parallel.reshard_after_forward
+        kept = [layer.kept_bytes * max(layer.in_flight, 1) for layer in layers]
+        held_grads = all_grads if (view.micro_batches > 1 or not self.set_to_none) else 0
+
+        def point(grads: int, buffers: int, activations: int, working: int) -> MemoryBreakdown:
+            return MemoryBreakdown(parameters_bytes=params, gradients_bytes=grads, master_parameters_bytes=master,
+                                   optimizer_states_bytes=states, activations_bytes=activations,
+                                   communication_buffers_bytes=buffers, working_set_bytes=working,
+                                   runtime_overhead_bytes=view.overhead_bytes)
+
+        # Without resharding after forward, every layer's gathered parameters stay until its backward is over;
+        # resharding to n ranks, an n-th of them.
+        keep_share = self.reshard_to if (reshard and self.reshard_to > 1) else (0 if reshard else 1)
+        if keep_share > 1 and (p.dp * p.cp) % (keep_share * self.replicate):
+            raise ConfigError("$.runtime.options.reshard_after_forward_to",
+                              f"{keep_share} must divide the FSDP shard group of {p.dp * p.cp // self.replicate} ranks")
+        stay = sum(_gathered(view, layer) for layer in body) // keep_share if keep_share else 0
+        points = {"forward": point(held_grads, root_gathered + all_gather + stay, sum(kept), layers[-1].forward_working_bytes)}
+
+        # Backward, from the top: the layers above the running one have freed what they kept and
+        # reduce-scattered their gradients (a body layer) or left them unsharded in the root (the rest).
+        freed = finished = root_grads = 0
+        best: MemoryBreakdown | None = None
+        for layer, its_kept in zip(reversed(layers), reversed(kept)):
+            body_layer = layer.placement == "body"
+            running = _gathered(view, layer) - (_gathered(view, layer) // keep_share if keep_share else 0) if body_layer else 0
+            gathered = stay + running
+            grads = held_grads if held_grads else finished + root_grads
+            candidate = point(grads, root_gathered + gathered + all_gather, sum(kept) - freed, layer.backward_working_bytes)
+            if best is None or candidate.peak_bytes > best.peak_bytes:
+                best = candidate
+            freed += its_kept
+            if body_layer:
+                finished += 0 if self.cpu_offload else _sharded(view, layer, view.precision.grad_bytes, self.replicate)
+                stay -= _gathered(view, layer) // keep_share if keep_share else 0
+            else:
+                root_grads += _gathered(view, layer)
+        if best is not None:
+            points["backward"] = best
+        temporary = params // view.precision.param_bytes * 4 if self.foreach_optimizer else 0
+        points["optimizer"] = point(all_grads, 0, 0, temporary)
+        return points

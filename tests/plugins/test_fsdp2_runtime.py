@@ -1,0 +1,179 @@
+"""The fsdp2 runtime against PyTorch's FSDPMemTracker (recorded cases) and its peak points derived by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hp_core.api import estimate
+from hp_core.io.convert import ConfigFile, structure
+from hp_core.io.job import estimate_job, resolve_job
+from hp_core.specs import ParallelSpec
+
+DATA = Path(__file__).parent / "data" / "fsdp2_tracker_cases.json"
+CASES = json.loads(DATA.read_text())["cases"]
+T = 4096
+V = 128256
+H = 4096
+
+
+def _measured_categories(phase: dict) -> dict[str, int]:
+    """The tracker's categories as hp's breakdown groups them (docs/runtimes.md, fsdp2)."""
+    return {
+        "parameters": phase["sharded_param"],
+        "gradients": phase["sharded_grad"] + phase["unsharded_grad"],
+        "optimizer_states": phase["optimizer_state"],
+        "gathered": phase["unsharded_param"] + phase["all_gather"] + phase["reduce_scatter"],
+        "activations": phase["activation"] + phase["temp"] + phase["inputs"] + phase["buffer"],
+    }
+
+
+def _estimated_categories(memory) -> dict[str, int]:
+    return {
+        "parameters": memory.parameters_bytes,
+        "gradients": memory.gradients_bytes,
+        "optimizer_states": memory.optimizer_states_bytes + memory.master_parameters_bytes,
+        "gathered": memory.communication_buffers_bytes,
+        "activations": memory.activations_bytes + memory.working_set_bytes,
+    }
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_within_two_percent_of_the_tracker(registry, case):
+    """Every recorded case (FSDP alone and FSDP x TP with both head plans, with and without AC)."""
+    job = resolve_job(structure(case["config"], ConfigFile, registry), registry)
+    (stage,) = estimate_job(job, registry).stages
+    measured = case["measured"]
+    assert abs(stage.peak_bytes - measured["peak_bytes"]) <= 0.02 * measured["peak_bytes"], case["name"]
+    # The same phase binds, and each category is within 2% of the tracker's at that phase.
+    assert stage.binding_point == measured["peak_phase"]
+    want = _measured_categories(measured["phases"][measured["peak_phase"]])
+    got = _estimated_categories(stage.memory)
+    for name, value in want.items():
+        assert abs(got[name] - value) <= 0.02 * value, (case["name"], name, got[name], value)
+
+
+def _llama(registry, runtime_options=None, **parallel):
+    from hp_core.api import model_from_preset
+    from hp_core.runtime_options import apply_options
+
+    model = model_from_preset("llama3-8b", registry).with_body_layers(4, registry.kinds_placed("body"))
+    runtime = apply_options(registry.runtime("fsdp2"), runtime_options) if runtime_options else "fsdp2"
+    return estimate(model, ParallelSpec(seq_len=T, **{"dp": 8, **parallel}), runtime=runtime, registry=registry)
+
+
+def test_peak_points_by_hand(registry):
+    """Llama-3-8B, 4 layers, 8 ranks, 4k tokens: each point's parts derived from the model's shapes."""
+    (stage,) = _llama(registry).stages
+    layer = 4096 * (4096 * 2 + 1024 * 2) + 3 * 4096 * 14336 + 2 * 4096  # one decoder layer's elements
+    root = 2 * V * H + H  # embedding, head, final norm
+    total = root + 4 * layer
+    kept_layer = 168064 + 2 * (4 * H + 4)  # the formulas' fused layer + two transformers RMSNorms (torch census)
+    kept_output = 2 * 2 * H + (4 * H + 4) + 4 * V + 8  # final norm in/out and fp32 copy, fp32 log-softmax, targets
+    kept = T * (4 * kept_layer + 8 + kept_output)  # + the embedding's int64 ids
+    forward = stage.peak_points
+    params, states = total * 4 // 8, total * 8 // 8
+    assert forward["forward"] == params + states + (root + layer) * 2 + kept + T * V * (2 + 4)
+    assert forward["backward"] == params + states + (root + layer) * 2 + kept + 2 * T * V * 4
+    assert forward["optimizer"] == params + params + states + params  # sharded grads and the foreach temporary
+    assert stage.binding_point == "backward" and stage.memory.gradients_bytes == 0
+
+
+def test_options_change_what_they_say(registry):
+    base = _llama(registry).stages[0]
+    from hp_core.runtime_options import apply_options
+
+    runtime = registry.runtime("fsdp2")
+    assert apply_options(runtime, {"norm_implementation": "fused"}).traits == runtime.traits - {"fp32_norm_copy"}
+    assert apply_options(runtime, {"loss_implementation": "fused"}).traits == (
+        runtime.traits - {"upcast_cross_entropy"} | {"fused_cross_entropy"})
+    fused_opt = apply_options(runtime, {"optimizer_implementation": "fused"})
+    kept_grads = apply_options(runtime, {"zero_grad_set_to_none": False})
+    from hp_core.api import model_from_preset
+
+    model = model_from_preset("llama3-8b", registry).with_body_layers(4, registry.kinds_placed("body"))
+    parallel = ParallelSpec(seq_len=T, dp=8)
+    fused = estimate(model, parallel, runtime=fused_opt, registry=registry).stages[0].peak_points
+    params = base.memory.parameters_bytes
+    assert base.peak_points["optimizer"] - fused["optimizer"] == params  # no fp32 temporary
+    held = estimate(model, parallel, runtime=kept_grads, registry=registry).stages[0].peak_points
+    assert held["forward"] - base.peak_points["forward"] == params  # fp32 grads of the shard, as big as its params
+    unfused = estimate(model, parallel, runtime=apply_options(runtime, {"norm_implementation": "fused"}),
+                       registry=registry).stages[0]
+    # Nine RMSNorms (two per layer, the final one) without their fp32 copy and inverse root.
+    assert base.memory.activations_bytes - unfused.memory.activations_bytes == 9 * T * (4 * H + 4)
+
+
+def test_formulas_honour_the_norm_implementation(registry):
+    """Per token, the fsdp2 runtime's dense layer keeps what the torch census measured of transformers' Llama layer."""
+    from hp_core.api import model_from_preset, prepare
+
+    model = model_from_preset("llama3-8b", registry).with_body_layers(1, registry.kinds_placed("body"))
+    run = prepare(model, ParallelSpec(seq_len=T, dp=8), registry=registry, runtime="fsdp2")
+    dense = [cost for kind, cost in zip(run.kinds, run.costs) if kind.name == "dense"][0]
+    assert dense.kept_bytes == T * 200840  # hp census --model llama3-8b --attn sdpa --seq-len 4096 --tp 1 (torch 2.13)
+
+
+def test_hsdp_and_cpu_offload(registry):
+    from hp_core.api import model_from_preset
+    from hp_core.errors import ConfigError
+    from hp_core.runtime_options import apply_options
+
+    runtime = registry.runtime("fsdp2")
+    model = model_from_preset("llama3-8b", registry).with_body_layers(4, registry.kinds_placed("body"))
+    parallel = ParallelSpec(seq_len=T, dp=8)
+    plain = estimate(model, parallel, runtime=runtime, registry=registry).stages[0]
+    hsdp = estimate(model, parallel, runtime=apply_options(runtime, {"hsdp_replicate": 2}), registry=registry).stages[0]
+    # Sharded over 4 ranks instead of 8: parameters and AdamW states double; gathered copies and activations do not change.
+    assert hsdp.memory.parameters_bytes == 2 * plain.memory.parameters_bytes
+    assert hsdp.memory.optimizer_states_bytes == 2 * plain.memory.optimizer_states_bytes
+    assert hsdp.memory.communication_buffers_bytes == plain.memory.communication_buffers_bytes
+    with pytest.raises(ConfigError) as err:
+        estimate(model, parallel, runtime=apply_options(runtime, {"hsdp_replicate": 3}), registry=registry)
+    assert err.value.path == "$.runtime.options.hsdp_replicate"
+    offload = estimate(model, parallel, runtime=apply_options(runtime, {"cpu_offload": True}), registry=registry).stages[0]
+    m = offload.memory
+    assert (m.parameters_bytes, m.gradients_bytes, m.optimizer_states_bytes) == (0, 0, 0)
+    assert offload.peak_bytes == plain.peak_bytes - plain.memory.parameters_bytes - plain.memory.optimizer_states_bytes
+
+
+def test_tp_head_plans(registry):
+    """tp=2 on 8 ranks: a vocabulary-parallel head gathering its logits, or a head whole on every TP rank."""
+    from hp_core.runtime_options import apply_options
+
+    runtime = registry.runtime("fsdp2")
+    vocab = _llama(registry, dp=4, tp=2, runtime_options={"loss_parallel": False})
+    parallel_loss = _llama(registry, dp=4, tp=2, runtime_options={})
+    replicated = _llama(registry, dp=4, tp=2, runtime_options={"tp_head_plan": "replicated"})
+    assert apply_options(runtime, {"tp_head_plan": "replicated"}).traits == runtime.traits | {"replicated_vocab"}
+    # The loss on the whole vocabulary instead of the shard: kept fp32 log-softmax 4V/2 more per token, and in the
+    # backward two fp32 gradients of V/2 more each.
+    diff = vocab.stages[0].peak_points["backward"] - parallel_loss.stages[0].peak_points["backward"]
+    assert diff == T * (4 * V // 2 + 2 * 4 * V // 2)
+    # A replicated head: the embedding and head shards are whole over TP (sharded over dp=4 only), gathered whole.
+    assert replicated.stages[0].memory.parameters_bytes - vocab.stages[0].memory.parameters_bytes == 2 * V * H // 2 * 4 // 4
+
+
+def test_without_resharding_after_forward_every_layer_stays_gathered(registry):
+    layer = 4096 * (4096 * 2 + 1024 * 2) + 3 * 4096 * 14336 + 2 * 4096
+    root = 2 * V * H + H
+    plain = _llama(registry).stages[0]
+    kept = _llama(registry, reshard_after_forward=False).stages[0]
+    # Forward at the loss: the root, one all-gather output and all four layers' bf16 parameters.
+    assert kept.peak_points["forward"] - plain.peak_points["forward"] == 4 * layer * 2
+    assert kept.memory.communication_buffers_bytes == (root + layer + 4 * layer) * 2
+
+
+def test_resharding_to_fewer_ranks_keeps_a_share(registry):
+    layer = 4096 * (4096 * 2 + 1024 * 2) + 3 * 4096 * 14336 + 2 * 4096
+    plain = _llama(registry).stages[0]
+    to_two = _llama(registry, runtime_options={"reshard_after_forward_to": 2}).stages[0]
+    # Each of the four layers keeps half its bf16 parameters (sharded over 2 ranks) from its forward on.
+    assert to_two.peak_points["forward"] - plain.peak_points["forward"] == 4 * layer * 2 // 2
+    from hp_core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        _llama(registry, runtime_options={"reshard_after_forward_to": 3})
+    assert err.value.path == "$.runtime.options.reshard_after_forward_to"
