@@ -112,7 +112,10 @@ def test_adapters_never_lower_memory_and_freezing_never_raises_it(heads, width, 
     adapted = with_lora(model, _REGISTRY, rank=rank, target_modules=tuple(sorted(targets)), dropout=dropout, base=base)
     peaks = [estimate(m, ParallelSpec(dp=dp, zero=zero, seq_len=256), registry=_REGISTRY).peak_bytes
              for m in (frozen, adapted, model)]
-    assert peaks[0] <= peaks[1] <= peaks[2]
+    # Adding adapters never lowers the frozen model's peak; freezing never raises the full model's. (An adapted
+    # model may exceed full training: on a tiny model the adapters' kept activations, dropout's above all,
+    # outweigh the gradients and optimizer states freezing saves, e.g. width 128, rank 31, every target.)
+    assert peaks[0] <= peaks[1] and peaks[0] <= peaks[2]
 
 
 def test_the_config_page_example_estimates(tmp_path):
