@@ -10,10 +10,12 @@ layer kinds they become:
 
 * ``llama`` (``LlamaConfig``): ``dense``; biases from ``attention_bias`` / ``mlp_bias``.
 * ``qwen2`` (``Qwen2Config``): ``dense``; q, k and v always carry biases
-  (``Qwen2Attention`` builds them with ``bias=True``).
+  (``Qwen2Attention`` builds them with ``bias=True``); with ``use_sliding_window``
+  the layers from ``max_window_layers`` on attend within ``sliding_window``.
 * ``qwen3`` (``Qwen3Config``): ``dense`` with per-head q/k RMSNorm.
 * ``mixtral`` (``MixtralConfig``): ``moe`` in every layer; the experts are
-  ``intermediate_size`` wide (``num_local_experts``, ``num_experts_per_tok``).
+  ``intermediate_size`` wide (``num_local_experts``, ``num_experts_per_tok``);
+  ``sliding_window`` (``null``: none) bounds every layer's attention.
 * ``qwen2_moe`` (``Qwen2MoeConfig``): ``moe`` where ``(i + 1) % decoder_sparse_step
   == 0`` and ``i`` is not in ``mlp_only_layers``, else ``dense`` of
   ``intermediate_size``; a shared expert of ``shared_expert_intermediate_size``
@@ -61,9 +63,10 @@ _COMMON = {"num_key_value_heads": None, "head_dim": None, "hidden_act": "silu", 
            "attention_dropout": 0.0}
 DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": {**_COMMON, "attention_bias": False, "mlp_bias": False},
-    "qwen2": {**_COMMON},
+    # Qwen2Config: the window applies only with use_sliding_window, from layer max_window_layers on.
+    "qwen2": {**_COMMON, "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28},
     "qwen3": {**_COMMON, "head_dim": 128, "attention_bias": False},
-    "mixtral": {**_COMMON},
+    "mixtral": {**_COMMON, "sliding_window": None},  # MixtralConfig: no window unless stated
     "qwen2_moe": {**_COMMON, "decoder_sparse_step": 1, "mlp_only_layers": [], "shared_expert_intermediate_size": 0},
     "qwen3_moe": {**_COMMON, "decoder_sparse_step": 1, "mlp_only_layers": [], "attention_bias": False},
     "deepseek_v2": {**_COMMON, "first_k_dense_replace": 0, "moe_layer_freq": 1, "n_shared_experts": None,
@@ -151,15 +154,30 @@ def _experts(r: _Reader, count_key: str, width_key: str, shared: int = 0, gate: 
     }
 
 
+def _window(r: _Reader) -> int | None:
+    """``sliding_window`` in tokens (``null``: the model type's default); 0 is refused."""
+    value = r.get("sliding_window")
+    if value == 0:
+        raise ConfigError(f"{r.where} $.sliding_window", "must be a positive number of tokens or null, got 0")
+    return value
+
+
 def _layers_llama(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
     mlp_bias = r.get("mlp_bias", bool) if model_type == "llama" else False
     attention = _gqa(r, qkv_bias=True if model_type == "qwen2" else None, qk_norm=model_type == "qwen3")
     layer = DenseConfig(**attention, **_mlp(r), mlp_bias=mlp_bias)
-    return [("dense", layer)] * r.get("num_hidden_layers")
+    count = r.get("num_hidden_layers")
+    if model_type == "qwen2" and r.get("use_sliding_window", bool):
+        # transformers Qwen2Config: layers from max_window_layers on attend within the window.
+        local = DenseConfig(**attention, **_mlp(r), mlp_bias=mlp_bias, sliding_window=_window(r))
+        first = r.get("max_window_layers")
+        return [("dense", layer if i < first else local) for i in range(count)]
+    return [("dense", layer)] * count
 
 
 def _layers_mixtral(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
-    layer = MoEConfig(**_gqa(r, qkv_bias=False), **_experts(r, "num_local_experts", "intermediate_size"))
+    layer = MoEConfig(**_gqa(r, qkv_bias=False), **_experts(r, "num_local_experts", "intermediate_size"),
+                      sliding_window=_window(r))
     return [("moe", layer)] * r.get("num_hidden_layers")
 
 
