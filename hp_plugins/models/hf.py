@@ -52,6 +52,7 @@ from hp_plugins.kinds.moe import MoEConfig
 from hp_plugins.kinds.mtp import MTPConfig
 from hp_plugins.kinds.output import OutputConfig
 from hp_plugins.models.hf_local import local_formats
+from hp_plugins.models.stack import grouped
 
 __all__ = ["DEFAULTS", "MODEL_TYPES", "hp_model_formats", "load_hf_config", "model_from_hf_config"]
 
@@ -224,16 +225,6 @@ _BUILDERS: dict[str, Callable[[_Reader, str], list[tuple[str, Any]]]] = {
 MODEL_TYPES = tuple(sorted(_BUILDERS))
 
 
-def _grouped(layers: list[tuple[str, Any]]) -> list[LayerGroup]:
-    groups: list[LayerGroup] = []
-    for kind, config in layers:
-        if groups and groups[-1].kind == kind and groups[-1].config == config:
-            groups[-1] = LayerGroup(kind, config, groups[-1].count + 1)
-        else:
-            groups.append(LayerGroup(kind, config, 1))
-    return groups
-
-
 def model_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str, where: str = "config.json") -> ModelSpec:
     """The layer stack of a Hugging Face config: embedding, decoder layers, output head (and MTP).
 
@@ -253,7 +244,7 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str, wher
         )
     r = _Reader(cfg, model_type, where)
     try:
-        body = _grouped(_BUILDERS[model_type](r, model_type))
+        body = grouped(_BUILDERS[model_type](r, model_type))
         hidden, vocab = r.get("hidden_size"), r.get("vocab_size")
         groups = [LayerGroup("embedding", EmbeddingConfig(vocab_size=vocab, hidden_size=hidden)), *body]
         groups.append(LayerGroup("output", OutputConfig(vocab_size=vocab, hidden_size=hidden,

@@ -50,6 +50,7 @@ from hp_plugins.kinds.dense import DenseConfig
 from hp_plugins.kinds.embedding import EmbeddingConfig
 from hp_plugins.kinds.moe import MoEConfig
 from hp_plugins.kinds.output import OutputConfig
+from hp_plugins.models.stack import grouped
 
 __all__ = ["DEFAULTS", "MODEL_TYPES", "local_formats", "model_from_local_config"]
 
@@ -224,16 +225,6 @@ _BUILDERS: dict[str, Callable[[_Reader, str], list[tuple[str, Any]]]] = {
 MODEL_TYPES = tuple(sorted(_BUILDERS))
 
 
-def _grouped(layers: list[tuple[str, Any]]) -> list[LayerGroup]:
-    groups: list[LayerGroup] = []
-    for kind, config in layers:
-        if groups and groups[-1].kind == kind and groups[-1].config == config:
-            groups[-1] = LayerGroup(kind, config, groups[-1].count + 1)
-        else:
-            groups.append(LayerGroup(kind, config, 1))
-    return groups
-
-
 def model_from_local_config(cfg: Mapping[str, Any], *, name: str, source: str, where: str = "config.json") -> ModelSpec:
     """The layer stack of a config of one of :data:`MODEL_TYPES`: embedding, decoder layers, output head.
 
@@ -246,7 +237,7 @@ def model_from_local_config(cfg: Mapping[str, Any], *, name: str, source: str, w
                           f"model_type {short_repr(model_type)} is not one of {', '.join(MODEL_TYPES)}")
     r = _Reader(cfg, model_type, where)
     try:
-        body = _grouped(_BUILDERS[model_type](r, model_type))
+        body = grouped(_BUILDERS[model_type](r, model_type))
         hidden, vocab = r.get("hidden_size"), r.get("vocab_size")
         final_cap = r.get("final_logit_softcapping", float, nullable=True) if model_type.startswith("gemma") else None
         output = OutputConfig(vocab_size=vocab, hidden_size=hidden, tie_word_embeddings=r.get("tie_word_embeddings", bool),

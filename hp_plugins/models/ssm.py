@@ -32,6 +32,7 @@ from hp_plugins.kinds.embedding import EmbeddingConfig
 from hp_plugins.kinds.hybrid import AttentionLayerConfig, MLPLayerConfig
 from hp_plugins.kinds.mamba import Mamba2LayerConfig
 from hp_plugins.kinds.output import OutputConfig
+from hp_plugins.models.stack import grouped
 
 __all__ = ["DEFAULTS", "Reader", "grouped", "hp_model_formats", "model_from_body", "model_from_mamba2_config", "model_from_nemotron_h_config"]
 
@@ -79,17 +80,6 @@ class Reader:
             raise ConfigError(f"{self.where} $.{name}", f"must be a {'non-negative int' if kind is int else kind.__name__}, "
                                                         f"got {value!r}")
         return value
-
-
-def grouped(layers: list[tuple[str, Any]]) -> list[LayerGroup]:
-    """Runs of equal consecutive layers as layer groups."""
-    groups: list[LayerGroup] = []
-    for kind, config in layers:
-        if groups and groups[-1].kind == kind and groups[-1].config == config:
-            groups[-1] = LayerGroup(kind, config, groups[-1].count + 1)
-        else:
-            groups.append(LayerGroup(kind, config, 1))
-    return groups
 
 
 def model_from_body(r: Reader, body: list[tuple[str, Any]], name: str, source: str) -> ModelSpec:
