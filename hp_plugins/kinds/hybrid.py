@@ -45,7 +45,7 @@ class MLPLayerConfig(MLPFields):
 
     Attributes:
         hidden_size: Model width ``h``.
-        norm: The pre-norm (``rmsnorm`` or ``layernorm``).
+        norm: The pre-norm (:data:`~hp_plugins.kit.NORMS`).
         hidden_dropout: Dropout after ``down_proj``.
     """
 

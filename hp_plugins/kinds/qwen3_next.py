@@ -62,7 +62,7 @@ class GatedAttentionMoEConfig(GQAFields, MoEFields):
 def _gdn(c: GatedDeltaNetFields, x: LayerContext, ffn) -> LayerCost:
     b = LayerBuilder(x, c.hidden_size)
     gated_deltanet_mixer(b, c, c.hidden_act)
-    ffn(b, c, "rmsnorm", 0.0)
+    ffn(b, c, c.norm, 0.0)
     return b.build()
 
 

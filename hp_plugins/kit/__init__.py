@@ -20,7 +20,8 @@ module                             what it holds
 :mod:`~hp_plugins.kit.experts`     :class:`MoEFields`, :func:`moe`, :func:`moe_tokens`,
                                    :func:`validate_moe`
 :mod:`~hp_plugins.kit.norms`       :data:`NORMS`, :data:`NORM_OPS_PER_ELEMENT`, :func:`norm_params`,
-                                   :func:`post_norm`, :func:`fp32_norm_bytes`
+                                   :func:`post_norm`, :func:`fp32_norm_bytes`,
+                                   :func:`head_norm`
 :mod:`~hp_plugins.kit.local_attention` sliding windows, chunks, soft-capping, sinks:
                                    :func:`causal_score_pairs`, :func:`score_share`,
                                    :func:`local_attention_core`
@@ -52,7 +53,7 @@ docs/kit.md describes each block.
 
 from __future__ import annotations
 
-from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, NORMS, fp32_norm_bytes, norm_params, post_norm
+from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, NORMS, fp32_norm_bytes, head_norm, norm_params, post_norm
 from hp_plugins.kit.shapes import check_divides, padded_vocab
 from hp_plugins.kit.builder import RESIDUAL_OPS, SOFTMAX_OPS, LayerBuilder, param_count, term
 from hp_plugins.kit.attention import GQAFields, gqa_attention, validate_gqa
@@ -108,6 +109,7 @@ __all__ = [
     "moe_tokens",
     "norm_params",
     "fp32_norm_bytes",
+    "head_norm",
     "padded_vocab",
     "param_count",
     "swiglu",

@@ -9,7 +9,7 @@ from hp_core.validators import one_of, positive_int, positive_number, probabilit
 from hp_plugins.kit.work import AttentionShape
 from hp_plugins.kit.builder import SOFTMAX_OPS, LayerBuilder
 from hp_plugins.kit.local_attention import SOFTCAP_OPS, local_attention_core
-from hp_plugins.kit.norms import NORMS, fp32_norm_bytes
+from hp_plugins.kit.norms import NORMS, fp32_norm_bytes, head_norm
 from hp_plugins.kit.shapes import check_divides
 
 __all__ = ["GQAFields", "gqa_attention", "validate_gqa"]
@@ -29,7 +29,8 @@ class GQAFields:
         qk_norm: Per-head RMSNorm of q and k (Qwen3, OLMo-2, Gemma 3).
         qk_norm_weight: The QK-norm has a learned scale per channel (``False``:
             Llama 4's weightless ``L2Norm``).
-        norm: ``rmsnorm`` or ``layernorm`` (both of the layer's norms).
+        norm: ``rmsnorm``, ``layernorm`` or ``rmsnorm_fp32_weight`` (the layer's norms;
+            :data:`~hp_plugins.kit.norms.NORMS`).
         attention_dropout: Dropout on the attention probabilities.
         hidden_dropout: Dropout after the attention and feed-forward output projections.
         sliding_window: Each query attends its last ``sliding_window`` keys, itself
@@ -115,7 +116,7 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     if c.qk_norm:
         b.keep("qk_norm_in", T * (a + g) * d * act // t, None, True)
         # Per-head RMSNorms over d: (a + g) / t rows per token (fp32_norm_copy trait).
-        b.keep("qk_norm_fp32", fp32_norm_bytes(T * (a + g) // t, d, "rmsnorm", x.traits), "normOp", True)
+        b.keep("qk_norm_fp32", fp32_norm_bytes(T * (a + g) // t, d, head_norm(c.norm), x.traits), "normOp", True)
         b.keep("q_k", T * (a + kv) * d * act // t, "normOp", True)
     else:
         b.keep("q_k", T * (a + kv) * d * act // t, None, True)

@@ -113,10 +113,10 @@ import attrs
 
 from hp_core.errors import ConfigError
 from hp_core.costs import LayerContext
-from hp_core.validators import positive_int
+from hp_core.validators import one_of, positive_int
 from hp_plugins.kit.builder import LayerBuilder
 from hp_plugins.kit.feedforward import ACT_OPS
-from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT
+from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, NORMS
 from hp_plugins.kit.shapes import check_divides
 
 __all__ = [
@@ -158,6 +158,9 @@ class GatedDeltaNetFields:
         linear_key_head_dim: Query/key head width ``d_k``.
         linear_value_head_dim: Value head width ``d_v``.
         linear_conv_kernel_dim: The depthwise causal convolution's width ``w``.
+        norm: The layer's two norms' type (:data:`~hp_plugins.kit.NORMS`;
+            Qwen3-Next's zero-centred ``Qwen3NextRMSNorm`` scales by
+            ``1 + weight.float()``: ``rmsnorm_fp32_weight``).
     """
 
     hidden_size: int = attrs.field(validator=positive_int)
@@ -166,6 +169,7 @@ class GatedDeltaNetFields:
     linear_key_head_dim: int = attrs.field(validator=positive_int)
     linear_value_head_dim: int = attrs.field(validator=positive_int)
     linear_conv_kernel_dim: int = attrs.field(default=4, validator=positive_int)
+    norm: str = attrs.field(default="rmsnorm", validator=one_of(NORMS))
 
     def __attrs_post_init__(self) -> None:
         self.check_gated_deltanet()
@@ -217,7 +221,7 @@ def gated_deltanet_mixer(b: LayerBuilder, c: GatedDeltaNetFields, act_name: str)
     T, h = x.tokens, c.hidden_size
     nk, nv, dk, dv = c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim
     K, V, C = c.key_dim, c.value_dim, c.conv_dim
-    b.pre_norm("attn", "rmsnorm", 0.0)
+    b.pre_norm("attn", c.norm, 0.0)
     b.param("in_proj_qkvz", h * (2 * K + 2 * V), True, matrices=((1, (2 * K + 2 * V) // t, h),))
     b.param("in_proj_ba", h * 2 * nv, True, matrices=((1, 2 * nv // t, h),))
     b.param("conv1d", C * c.linear_conv_kernel_dim, True)

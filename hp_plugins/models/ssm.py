@@ -50,6 +50,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 _NEMOTRON_LEGACY = {"n_groups": "mamba_n_groups", "conv_kernel": "mamba_d_conv", "use_conv_bias": "mamba_conv_bias",
                     "chunk_size": "mamba_chunk_size"}
 # NemotronHConfig._pattern_to_list.
+# NemotronHRMSNorm multiplies by ``self.weight.to(torch.float32)`` before casting back
+# (hp_plugins.kit.norms.fp32_norm_bytes); its gated norm in the mixer is the kit's own term.
+_NEMOTRON_NORM = "rmsnorm_fp32_weight"
 _PATTERN = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
 
 
@@ -82,10 +85,10 @@ class Reader:
         return value
 
 
-def model_from_body(r: Reader, body: list[tuple[str, Any]], name: str, source: str) -> ModelSpec:
+def model_from_body(r: Reader, body: list[tuple[str, Any]], name: str, source: str, norm: str = "rmsnorm") -> ModelSpec:
     h, vocab = r.get("hidden_size"), r.get("vocab_size")
     groups = [LayerGroup("embedding", EmbeddingConfig(vocab_size=vocab, hidden_size=h)), *grouped(body),
-              LayerGroup("output", OutputConfig(vocab_size=vocab, hidden_size=h,
+              LayerGroup("output", OutputConfig(vocab_size=vocab, hidden_size=h, norm=norm,
                                                 tie_word_embeddings=r.get("tie_word_embeddings", bool)))]
     return ModelSpec(name=name, layers=tuple(groups), source=source)
 
@@ -158,18 +161,19 @@ def model_from_nemotron_h_config(cfg: Mapping[str, Any], *, name: str, source: s
                         hidden_size=h, mamba_num_heads=r.get("mamba_num_heads"), mamba_head_dim=r.get("mamba_head_dim"),
                         ssm_state_size=r.get("ssm_state_size"), n_groups=r.get("n_groups"),
                         conv_kernel=r.get("conv_kernel"), chunk_size=r.get("chunk_size"),
-                        use_bias=r.get("use_bias", bool), use_conv_bias=r.get("use_conv_bias", bool)))
+                        use_bias=r.get("use_bias", bool), use_conv_bias=r.get("use_conv_bias", bool), norm=_NEMOTRON_NORM))
                 elif layer_type == "full_attention":
                     heads, kv = r.get("num_attention_heads"), r.get("num_key_value_heads")  # None: MHA; 0 refused
                     built[layer_type] = ("attention", AttentionLayerConfig(
                         hidden_size=h, num_attention_heads=heads, num_key_value_heads=heads if kv is None else kv,
-                        head_dim=r.get("head_dim"), attention_dropout=float(r.get("attention_dropout", float))))
+                        head_dim=r.get("head_dim"), attention_dropout=float(r.get("attention_dropout", float)),
+                        norm=_NEMOTRON_NORM))
                 else:
                     built[layer_type] = ("mlp", MLPLayerConfig(
                         hidden_size=h, intermediate_size=r.get("intermediate_size"), gated_mlp=False,
-                        hidden_act=r.get("mlp_hidden_act", str), mlp_bias=r.get("mlp_bias", bool)))
+                        hidden_act=r.get("mlp_hidden_act", str), mlp_bias=r.get("mlp_bias", bool), norm=_NEMOTRON_NORM))
             body.append(built[layer_type])
-        return model_from_body(r, body, name, source)
+        return model_from_body(r, body, name, source, _NEMOTRON_NORM)
     except (TypeError, ValueError) as exc:
         raise ConfigError(where, describe(exc)) from exc
 
