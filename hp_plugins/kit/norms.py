@@ -27,7 +27,7 @@ def norm_params(norm: str, width: int) -> int:
     return width * (2 if norm == "layernorm" else 1)
 
 
-def fp32_norm_bytes(rows: int, width: int, norm: str, traits: frozenset[str]) -> int:
+def fp32_norm_bytes(rows: int, width: int, norm: str, traits: frozenset[str], weight: bool = True) -> int:
     """What an unfused RMSNorm keeps beyond a fused one over *rows* rows of *width*, under the ``fp32_norm_copy`` trait.
 
     transformers' ``LlamaRMSNorm.forward`` (and the models' copies of it) runs
@@ -45,9 +45,17 @@ def fp32_norm_bytes(rows: int, width: int, norm: str, traits: frozenset[str]) ->
     more per element, ``6 width + 4`` per row in all (measured by the torch
     census, tests/plugins/test_census_hf_norms.py). Its fp32 copy of the weight
     (``4 width`` bytes per norm, whatever the tokens) is left out.
+
+    A norm without a weight (*weight* false: Llama 4's ``L2Norm`` of q and k,
+    ``x.float()`` normalised and cast back) keeps the fp32 copy and the root
+    and no bf16 normalised tensor, and its fp32 copy stands in for the input
+    a fused norm keeps (``2 width`` bytes): ``2 width + 4`` per row beyond it
+    (measured by the torch census, tests/plugins/test_census_hf_norms.py).
     """
     if "fp32_norm_copy" not in traits or norm == "layernorm":
         return 0
+    if not weight:
+        return rows * (2 * width + 4)
     return rows * ((6 if norm == "rmsnorm_fp32_weight" else 4) * width + 4)
 
 

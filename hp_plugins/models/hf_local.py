@@ -11,7 +11,8 @@ field stated as ``null`` means what transformers reads it as (no window).
   ``sliding_window`` (default 4096; ``null``: full attention), as
   ``MistralModel`` masks every layer with it.
 * ``phi3`` (``Phi3Config``): ``dense`` with the fused ``qkv_proj`` and
-  ``gate_up_proj`` (the same parameters as separate projections), the
+  ``gate_up_proj`` (the same parameters as separate projections; ``fused_qkv``:
+  v's slice keeps the projection's whole output alive), the
   ``sliding_window`` on every layer (default ``null``), ``resid_pdrop`` as
   the dropout after each block.
 * ``gemma2`` (``Gemma2Config``), ``gemma3_text`` (``Gemma3TextConfig``):
@@ -35,7 +36,8 @@ field stated as ``null`` means what transformers reads it as (no window).
   ``intermediate_size_mlp``; layers using RoPE (``no_rope_layers[i] == 1``,
   by default all but every fourth) attend within chunks of
   ``attention_chunk_size`` and, with ``use_qk_norm``, L2-normalise q and k
-  (no weights); the others attend globally.
+  (no weights); the others attend globally. Its eager softmax runs in the
+  compute dtype (``softmax_in_compute_dtype``: ``Llama4`` ``eager_attention_forward``).
 """
 
 from __future__ import annotations
@@ -159,7 +161,7 @@ def _alternating(layers: int, pattern: int) -> list[str]:
 def _layers_every(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
     """Mistral and Phi-3: one dense layer, its window on every layer."""
     phi3 = model_type == "phi3"
-    attention = _gqa(r, sliding_window=r.window("sliding_window"))
+    attention = _gqa(r, sliding_window=r.window("sliding_window"), fused_qkv=phi3)
     dropout = float(r.get("resid_pdrop", float)) if phi3 else 0.0
     return [("dense", _dense(r, attention, hidden_dropout=dropout))] * r.get("num_hidden_layers")
 
@@ -212,6 +214,7 @@ def _layers_llama4(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
     layers = []
     for i in range(count):
         attention = _gqa(r, bias=r.get("attention_bias", bool), qk_norm=bool(qk_norm and rope[i]), qk_norm_weight=False,
+                         softmax_in_compute_dtype=True,
                          attention_chunk_size=chunk if types[i] == "chunked_attention" else None)
         if i in moe_layers:
             layers.append(("moe", MoEConfig(**attention, **experts)))
