@@ -208,6 +208,31 @@ def gdn_chunk_flops(c: GatedDeltaNetFields) -> int:
     return 3 * 2 * C * C * dk + 2 * 2 * C * C * dv + 3 * 2 * C * dk * dv + 2 * (C * (C - 1) * (C - 2) // 6)
 
 
+def _reference_terms(b: LayerBuilder, c: GatedDeltaNetFields) -> None:
+    """transformers' reference PyTorch path's kept tensors on one rank (module docstring's second table)."""
+    x, act, t = b.x, b.act, b.x.tp
+    mb, s, C = x.micro_batch_size, x.seq_len // x.cp, GDN_CHUNK
+    chunks = math.ceil(s / C)
+    T, Tp = mb * s, mb * chunks * C
+    nv, dk, dv = c.linear_num_value_heads // t, c.linear_key_head_dim, c.linear_value_head_dim
+    conv = c.conv_dim // t
+    f = _FP32_BYTES
+    b.keep("conv_in", T * conv * act, None, True)
+    b.keep("conv_out", mb * (s + c.linear_conv_kernel_dim - 1) * conv * act, None, True)
+    b.keep("qk_fp32", T * 2 * nv * dk * f, None, True)
+    b.keep("qk_l2norm_rstd", T * 2 * nv * f, None, True)
+    b.keep("qkv_padded", Tp * nv * (2 * dk + dv) * f, None, True)
+    b.keep("beta", T * nv * act + Tp * nv * f, None, True)
+    b.keep("decay", 2 * T * nv * f + 3 * Tp * nv * f + mb * chunks * nv * f, None, True)
+    b.keep("k_beta", Tp * nv * dk * f, None, True)
+    b.keep("chunk_tiles", 5 * Tp * nv * C * f, None, True)
+    b.keep("ut_solutions", Tp * nv * (dk + dv) * f, None, True)
+    b.keep("decayed_qk", Tp * nv * 2 * dk * f, None, True)
+    b.keep("v_new", Tp * nv * dv * f, None, True)
+    b.keep("chunk_states", mb * chunks * nv * dk * dv * f, None, True)
+    b.keep("gated_norm", T * nv * (18 * dv + f), None, True)
+
+
 def gated_deltanet_mixer(b: LayerBuilder, c: GatedDeltaNetFields, act_name: str) -> None:
     """The pre-norm and the Gated DeltaNet token mixer (module docstring: every term and its source).
 
@@ -230,21 +255,24 @@ def gated_deltanet_mixer(b: LayerBuilder, c: GatedDeltaNetFields, act_name: str)
     b.param("norm", dv, False)
     b.param("out_proj", V * h, True, matrices=((1, h, V // t),))
 
-    b.keep("conv_in", T * C * act // t, None, True)
-    b.keep("qk_l2norm_out", T * 2 * K * act // t, "attUp", True)
-    b.keep("qk_l2norm_rstd", T * 2 * nk * _FP32_BYTES // t, "attUp", True)
-    if nv > nk:
-        b.keep("qk_heads", T * 2 * nv * dk * act // t, "attUp", True)
-    b.keep("v_heads", T * V * act // t, "attUp", True)
-    b.keep("decay_in", T * nv * _FP32_BYTES // t, None, True)
-    b.keep("decay_softplus", T * nv * _FP32_BYTES // t, None, True)
-    b.keep("decay_cumsum", T * nv * _FP32_BYTES // t, None, True)
-    b.keep("beta", T * nv * act // t, None, True)
-    b.keep("wy_inverse", T * nv * GDN_CHUNK * act // t, None, True)
-    b.keep("core_out", T * V * act // t, None, True)
-    b.keep("out_gate", T * V * act // t, None, True)
-    b.keep("out_norm_rstd", T * nv * _FP32_BYTES // t, None, True)
-    b.keep("gated_out", T * V * act // t, None, True)
+    if x.attention == "eager":
+        _reference_terms(b, c)
+    else:
+        b.keep("conv_in", T * C * act // t, None, True)
+        b.keep("qk_l2norm_out", T * 2 * K * act // t, "attUp", True)
+        b.keep("qk_l2norm_rstd", T * 2 * nk * _FP32_BYTES // t, "attUp", True)
+        if nv > nk:
+            b.keep("qk_heads", T * 2 * nv * dk * act // t, "attUp", True)
+        b.keep("v_heads", T * V * act // t, "attUp", True)
+        b.keep("decay_in", T * nv * _FP32_BYTES // t, None, True)
+        b.keep("decay_softplus", T * nv * _FP32_BYTES // t, None, True)
+        b.keep("decay_cumsum", T * nv * _FP32_BYTES // t, None, True)
+        b.keep("beta", T * nv * act // t, None, True)
+        b.keep("wy_inverse", T * nv * GDN_CHUNK * act // t, None, True)
+        b.keep("core_out", T * V * act // t, None, True)
+        b.keep("out_gate", T * V * act // t, None, True)
+        b.keep("out_norm_rstd", T * nv * _FP32_BYTES // t, None, True)
+        b.keep("gated_out", T * V * act // t, None, True)
 
     # Backward: the chunk states and their gradients, and the per-token tensors alive
     # at the kernel's last backward step (module docstring).
