@@ -29,7 +29,7 @@ from hp_core.markers import hookimpl
 from hp_core.specs.model import LayerGroup, ModelSpec
 from hp_core.types import ModelFormat
 from hp_plugins.kinds.embedding import EmbeddingConfig
-from hp_plugins.kinds.hybrid import AttentionLayerConfig, MLPLayerConfig
+from hp_plugins.kinds.hybrid import AttentionLayerConfig, MLPLayerConfig, MoELayerConfig
 from hp_plugins.kinds.mamba import Mamba2LayerConfig
 from hp_plugins.kinds.output import OutputConfig
 from hp_plugins.models.stack import grouped
@@ -44,11 +44,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                    "mlp_hidden_act": "relu2", "mlp_bias": False, "mamba_head_dim": 64, "ssm_state_size": 128,
                    "n_groups": 8, "conv_kernel": 4, "use_conv_bias": True, "chunk_size": 128, "use_bias": False,
                    "tie_word_embeddings": False, "hybrid_override_pattern": None, "layers_block_type": None,
-                   "layer_types": None},
+                   "layer_types": None, "moe_latent_size": None},
 }
 # NemotronHConfig.__post_init__: the legacy names it renames.
 _NEMOTRON_LEGACY = {"n_groups": "mamba_n_groups", "conv_kernel": "mamba_d_conv", "use_conv_bias": "mamba_conv_bias",
-                    "chunk_size": "mamba_chunk_size"}
+                    "chunk_size": "mamba_chunk_size", "n_routed_experts": "num_local_experts"}
 # NemotronHConfig._pattern_to_list.
 # NemotronHRMSNorm multiplies by ``self.weight.to(torch.float32)`` before casting back
 # (hp_plugins.kit.norms.fp32_norm_bytes); its gated norm in the mixer is the kit's own term.
@@ -147,9 +147,9 @@ def model_from_nemotron_h_config(cfg: Mapping[str, Any], *, name: str, source: s
     _check_type(cfg, "nemotron_h", where)
     r = Reader(cfg, DEFAULTS["nemotron_h"], where, _NEMOTRON_LEGACY)
     types = _nemotron_types(r)
-    if "moe" in types:
-        raise ConfigError(f"{where} $.hybrid_override_pattern",
-                          "E (mixture-of-experts) layers are not priced by this version; the supported layers are M, * and -")
+    if "moe" in types and r.get("mlp_bias", bool):
+        raise ConfigError(f"{where} $.mlp_bias", "true with E (mixture-of-experts) layers: the biases of their shared "
+                                                 "expert and latent projections are not priced; set it false")
     h = r.get("hidden_size")
     body: list[tuple[str, Any]] = []
     try:
@@ -162,6 +162,13 @@ def model_from_nemotron_h_config(cfg: Mapping[str, Any], *, name: str, source: s
                         ssm_state_size=r.get("ssm_state_size"), n_groups=r.get("n_groups"),
                         conv_kernel=r.get("conv_kernel"), chunk_size=r.get("chunk_size"),
                         use_bias=r.get("use_bias", bool), use_conv_bias=r.get("use_conv_bias", bool), norm=_NEMOTRON_NORM))
+                elif layer_type == "moe":
+                    built[layer_type] = ("moe_only", MoELayerConfig(
+                        hidden_size=h, num_experts=r.get("n_routed_experts"), num_experts_per_tok=r.get("num_experts_per_tok"),
+                        moe_intermediate_size=r.get("moe_intermediate_size"),
+                        shared_expert_intermediate_size=r.get("moe_shared_expert_intermediate_size"),
+                        hidden_act=r.get("mlp_hidden_act", str), expert_activation="mlp",
+                        moe_latent_size=r.get("moe_latent_size"), norm=_NEMOTRON_NORM))
                 elif layer_type == "full_attention":
                     heads, kv = r.get("num_attention_heads"), r.get("num_key_value_heads")  # None: MHA; 0 refused
                     built[layer_type] = ("attention", AttentionLayerConfig(
@@ -184,4 +191,4 @@ def hp_model_formats():
     yield ModelFormat(name="mamba2", build=model_from_mamba2_config, model_types=("mamba2",),
                       description="Hugging Face config.json of Mamba-2 models (mamba2)")
     yield ModelFormat(name="nemotron_h", build=model_from_nemotron_h_config, model_types=("nemotron_h",),
-                      description="Hugging Face config.json of Nemotron-H hybrids (nemotron_h: M, *, - layers)")
+                      description="Hugging Face config.json of Nemotron-H hybrids (nemotron_h: M, *, -, E layers)")
