@@ -58,6 +58,14 @@ class MoEFields:
             ``fc1_latent_proj`` (``h -> L``) before the dispatch and
             ``fc2_latent_proj`` (``L -> h``) after the combine (Nemotron-H
             ``NemotronHMoE``); ``None``: the experts read ``h``.
+        router_fp32: The router's module casts its input and weight to fp32
+            (transformers' ``NemotronHTopkRouter``: ``F.linear(hidden.float(),
+            weight.float())``): where the run uses transformers' modules (the
+            ``fp32_norm_copy`` trait, the fsdp2 runtime's ``norm_implementation:
+            transformers``) it keeps that fp32 copy of its input (``4 h`` per
+            routed token) and fp32 scores. A fused trainer's fp32 router
+            (Megatron-Core ``router_gating_linear``) keeps its bf16 input, the
+            norm's output, already counted.
     """
 
     num_experts: int = attrs.field(validator=positive_int)
@@ -73,6 +81,7 @@ class MoEFields:
     expert_bias: bool = False
     expert_activation: str = attrs.field(default="swiglu", validator=one_of(EXPERT_ACTIVATIONS))
     moe_latent_size: int | None = attrs.field(default=None, validator=attrs.validators.optional(positive_int))
+    router_fp32: bool = False
 
     def __attrs_post_init__(self) -> None:
         self.check_moe()
@@ -146,7 +155,11 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
         # FC1's bias is split with its output over etp; FC2's (h per expert) is whole on each etp rank.
         b.param("expert_fc1_bias", E * 2 * c.moe_intermediate_size, True, "routed_expert")
         b.param("expert_fc2_bias", E * h, False, "routed_expert")
-    b.keep("router_probs", routed * (c.num_experts_per_tok if c.router_topk_softmax else E) * act)
+    upcast = c.router_fp32 and "fp32_norm_copy" in x.traits
+    scores = 4 if upcast else act
+    b.keep("router_probs", routed * (c.num_experts_per_tok if c.router_topk_softmax else E) * scores)
+    if upcast:
+        b.keep("router_fp32_input", routed * h * 4)
     b.keep("dispatched_tokens", processed * d * act, gemm_input="owned")  # the experts' FC1 input
     if c.expert_activation == "clamped_swiglu":
         expert_wide = clamped_swiglu(b, "expert_", processed, width)
