@@ -38,7 +38,7 @@ parallelism splits them as Megatron-Core's ``GatedDeltaNet``
 ``conv1d`` over ``conv_dim / tp`` channels, ``dt_bias`` and ``A_log`` over the
 value heads, ``out_proj`` row-parallel; ``out_norm`` (``d_v`` wide) replicated.
 
-**Kept activations** follow the training path of Megatron-Core's ``GatedDeltaNet.forward``
+**Kept activations** under ``flash`` (every setting but ``eager``) follow the training path of Megatron-Core's ``GatedDeltaNet.forward``
 with its kernels: causal-conv1d's ``CausalConv1dFn`` (saves its input ``x``;
 the SiLU is fused and recomputed in backward), flash-linear-attention's
 ``l2norm`` (``L2NormFunction`` saves its output and an fp32 ``rstd`` per row) and
@@ -97,11 +97,44 @@ by forward substitution (``C (C-1) (C-2) / 6`` multiply-adds). The projections
 are matmul FLOPs; the depthwise conv, SiLU, L2 norms, gates and gated norm are
 elementwise.
 
+**The reference path** (``eager``): transformers' ``Qwen3NextGatedDeltaNet``
+without flash-linear-attention and causal-conv1d runs ``causal_conv1d_fn``'s
+torch fallback, ``torch_chunk_gated_delta_rule`` and ``Qwen3NextRMSNormGated``
+unfused (transformers 5.24 ``modeling_qwen3_next.py``; every term a tensor
+autograd saves there, measured by the torch census). It repeats q and k to the
+value heads, upcasts q, k, v, ``beta`` and the decay to fp32, pads the sequence
+to whole chunks (``c = ceil(s / 64)``, ``T_p = c 64`` tokens) and keeps, per rank
+(``n_v``, ``C`` conv channels divided by ``t``; ``T`` tokens):
+
+=================  ======================================  =============================================
+op                 bytes                                   kept by
+=================  ======================================  =============================================
+conv_in            a T C                                   the conv (its input)
+conv_out           a (s + w - 1) C per sequence            SiLU (the conv's padded output)
+qk_fp32            4 T 2 n_v d_k                           ``l2norm`` (the repeated fp32 q and k)
+qk_l2norm_rstd     4 T 2 n_v                               ``l2norm`` (its inverse norms)
+qkv_padded         4 T_p n_v (2 d_k + d_v)                 the padded fp32 q, k and v
+beta               a T n_v + 4 T_p n_v                     sigmoid output, the padded fp32 beta
+decay              4 (2 T + 3 T_p + c) n_v                 softplus in and out, the decays' exps
+k_beta             4 T_p n_v d_k                           ``k_beta @ key^T``
+chunk_tiles        5 * 4 T_p n_v 64                        ``k_beta key^T``, ``q key^T``, the pairwise
+                                                           decay, the UT system, the intra-chunk attention
+ut_solutions       4 T_p n_v (d_k + d_v)                   ``solve_triangular``'s two outputs
+decayed_qk         4 T_p n_v 2 d_k                         q and k times their decays
+v_new              4 T_p n_v d_v                           each chunk's corrected values
+chunk_states       4 c n_v d_k d_v per sequence            the recurrent state entering each chunk
+gated_norm         T n_v (18 d_v + 4)                      fp32 input, gate and SiLU; bf16 normalised,
+                                                           weighted and ``out_proj`` input; fp32 root
+=================  ======================================  =============================================
+
+Left out: the chunk mask (``64 x 64`` bool) and ``-exp(A_log)``, a few bytes per
+layer. None of these terms has a switch; the backward working set is taken as the
+``flash`` path's (not measured). Real training runs the kernels (``flash``);
+``eager`` is the path a transformers run without flash-linear-attention takes,
+which the torch census measures.
+
 Known limitations: context parallelism is refused (Megatron-Core's
 ``GatedDeltaNet`` had none when this was written: "TODO: support CP");
-transformers' own reference path (``torch_chunk_gated_delta_rule`` without
-flash-linear-attention, an unfused ``F.silu`` without causal-conv1d) keeps other
-tensors, which these formulas do not describe under either attention setting;
 the decay's ``-exp(A_log)`` and parameter-sized temporaries are left out.
 """
 
