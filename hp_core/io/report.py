@@ -256,7 +256,7 @@ def communication_table(step) -> Table:
     for s in step.stages:
         for group, total, exposed in s.communication_by_group:
             if total:
-                table.add_row(str(s.index), group, "step" if group == "dp" else "MB", _ms(total), _ms(exposed),
+                table.add_row(str(s.index), group, "step" if group in ("dp", "mirror") else "MB", _ms(total), _ms(exposed),
                               _ms(total - exposed))
     return table
 

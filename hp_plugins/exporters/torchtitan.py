@@ -88,7 +88,8 @@ def export_torchtitan(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelS
     A schedule other than torchtitan's default ``1F1B`` follows as
     ``[parallelism] pipeline_parallel_schedule`` (the names of PyTorch
     ``torch/distributed/pipelining/schedules.py`` ``get_schedule_class``:
-    ``GPipe``, ``Interleaved1F1B``, ``DualPipeV``, ...).
+    ``GPipe``, ``Interleaved1F1B``, ``DualPipeV``, ...), and uneven pipeline chunks as
+    ``module_fqns_per_model_part`` (:func:`_model_parts`).
 
     Args:
         plan: The recompute plan.
@@ -103,9 +104,25 @@ def export_torchtitan(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelS
     """
     schedule = trainer_schedule(_TRAINER, parallel, registry)
     section = _activation_checkpoint(plan, model, parallel, registry)
-    if schedule == "1F1B":
-        return section
-    return section + f'\n[parallelism]\npipeline_parallel_schedule = "{schedule}"\n'
+    lines = [] if schedule == "1F1B" else [f'pipeline_parallel_schedule = "{schedule}"']
+    lines += _model_parts(plan_layout(model, parallel, registry))
+    return section + ("\n[parallelism]\n" + "\n".join(lines) + "\n" if lines else "")
+
+
+def _model_parts(layout: PlanLayout) -> list[str]:
+    """Uneven chunks as torchtitan's ``[parallelism] module_fqns_per_model_part``: per model chunk in
+    pipeline order, its modules, named as torchtitan's own split names them (``torchtitan/distributed/
+    pipeline_parallel.py`` ``_generate_llm_fqn_per_model_part``: ``tok_embeddings`` first, ``layers.N``,
+    ``norm`` and ``lm_head`` last); nothing for even chunks."""
+    sizes = {hi - lo for lo, hi in layout.chunk_bounds}
+    if len(sizes) <= 1:
+        return []
+    parts = []
+    for c, (lo, hi) in enumerate(layout.chunk_bounds):
+        names = (["tok_embeddings"] if c == 0 else []) + [f"layers.{i}" for i in range(lo, hi)]
+        names += ["norm", "lm_head"] if c == len(layout.chunk_bounds) - 1 else []
+        parts.append("[" + ", ".join(f'"{n}"' for n in names) + "]")
+    return [f"module_fqns_per_model_part = [{', '.join(parts)}]"]
 
 
 def _activation_checkpoint(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSpec, registry: Registry) -> str:
