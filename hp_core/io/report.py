@@ -218,7 +218,7 @@ def time_to_json(step) -> dict[str, Any]:
                 "data_parallel_seconds": s.data_parallel_seconds,
                 "optimizer_seconds": s.optimizer_seconds,
                 "communication_by_group": [
-                    {"group": group, "per": "step" if group == "dp" else "micro-batch", "seconds": total,
+                    {"group": group, "per": "step" if group in ("dp", "mirror") else "micro-batch", "seconds": total,
                      "exposed_seconds": exposed, "hidden_seconds": total - exposed}
                     for group, total, exposed in s.communication_by_group
                 ],

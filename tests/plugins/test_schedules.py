@@ -269,3 +269,40 @@ def test_zero_bubble_layouts_outside_their_range_are_refused_in_one_line(name, p
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and message in err and "$.parallel." in err
+
+
+def test_dualpipe_sums_the_mirrored_ranks_gradients_once_per_step():
+    from hp_core.specs import ParallelSpec
+
+    model = model_from_preset("llama3-8b", REGISTRY)
+    h100 = REGISTRY.hardware_preset("h100-sxm").spec
+    found = {}
+    for name in ("1f1b", "dualpipe"):
+        # 8 ranks on one node: pp 4 x dp 2, no ZeRO: the data-parallel group and the mirrored pair are both two
+        # ranks on one node, so the pair's all-reduce of a rank's whole gradient is its DP all-reduce again.
+        layout = ParallelSpec(pp=4, dp=2, zero=0, seq_len=4096, global_batch_size=16, schedule=name)
+        found[name] = step_time(model, layout, registry=REGISTRY, hardware=h100)
+    assert REGISTRY.schedule("dualpipe").gradient_sync.ranks == 2
+    for stage in found["dualpipe"].stages:
+        groups = {g: (total, exposed) for g, total, exposed in stage.communication_by_group}
+        assert groups["mirror"][0] == groups["mirror"][1] > 0
+        assert groups["mirror"][0] == pytest.approx(groups["dp"][0], rel=1e-12)
+        assert stage.data_parallel_seconds == pytest.approx(groups["dp"][1] + groups["mirror"][0], rel=1e-12)
+    assert all("mirror" not in {g for g, _, _ in s.communication_by_group} for s in found["1f1b"].stages)
+
+
+def test_the_order_timeline_prices_pp_16_and_64_micro_batches_in_milliseconds():
+    import time
+
+    from hp_plugins.schedules import _timeline
+
+    for name, vpp in (("dualpipe", 1), ("dualpipev", 2), ("zb_v", 2)):
+        layout = ScheduleLayout(16, vpp, 64)
+        stages = tuple(StagePasses(3.0 + 0.1 * i, 1.0, 1.0) for i in range(16))
+        REGISTRY.schedule(name).pipeline_seconds(layout, stages)  # compiles the order once
+        start = time.perf_counter()
+        for _ in range(20):
+            REGISTRY.schedule(name).pipeline_seconds(layout, stages)
+        # Generous for a loaded 2-core CI machine; docs/schedules.md states the measured times.
+        assert (time.perf_counter() - start) / 20 < 0.05
+    assert _timeline._compiled.cache_info().currsize >= 3
