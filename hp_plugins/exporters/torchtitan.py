@@ -29,6 +29,7 @@ from hp_core.engine.recompute.layout import PlanLayout, plan_layout
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_core.types import Exporter
+from hp_plugins.importers.torchtitan import _stage_layers  # torchtitan's default split, as its importer reads it
 from hp_plugins.exporters._common import (
     LayerPlan, offloaded, per_layer, read_plan, refuse, refuse_offload, trainer_schedule,
 )
@@ -110,12 +111,14 @@ def export_torchtitan(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelS
 
 
 def _model_parts(layout: PlanLayout) -> list[str]:
-    """Uneven chunks as torchtitan's ``[parallelism] module_fqns_per_model_part``: per model chunk in
-    pipeline order, its modules, named as torchtitan's own split names them (``torchtitan/distributed/
-    pipeline_parallel.py`` ``_generate_llm_fqn_per_model_part``: ``tok_embeddings`` first, ``layers.N``,
-    ``norm`` and ``lm_head`` last); nothing for even chunks."""
-    sizes = {hi - lo for lo, hi in layout.chunk_bounds}
-    if len(sizes) <= 1:
+    """The layout's chunks as torchtitan's ``[parallelism] module_fqns_per_model_part`` where torchtitan's
+    own split would differ: per model chunk in pipeline order, its modules, named as that split names
+    them (``torchtitan/distributed/pipeline_parallel.py`` ``_generate_llm_fqn_per_model_part``:
+    ``tok_embeddings`` first, ``layers.N``, ``norm`` and ``lm_head`` last; its default counts the
+    embedding and the output as one layer each, :func:`hp_plugins.importers.torchtitan._stage_layers`);
+    nothing where the two agree."""
+    sizes = [hi - lo for lo, hi in layout.chunk_bounds]
+    if len(sizes) == 1 or sizes == _stage_layers(sum(sizes), len(sizes), 1, 1):
         return []
     parts = []
     for c, (lo, hi) in enumerate(layout.chunk_bounds):

@@ -300,10 +300,27 @@ def test_torchtitan_writes_its_schedule_name_and_refuses_schedules_it_lacks(regi
     model = _toy(8)
     plain = _export(registry, "torchtitan", RecomputeSpec(), model, ParallelSpec(pp=2, seq_len=128))
     assert plain == '[activation_checkpoint]\nmode = "none"\n'
-    for name, vpp, written in (("gpipe", 1, "GPipe"), ("interleaved_1f1b", 2, "Interleaved1F1B"), ("dualpipev", 2, "DualPipeV")):
+    # Four chunks of 2 layers: torchtitan's own split of 8 layers over 4 stages, the embedding and the output
+    # counted as a layer each, would give 2, 3, 2, 1, so the chunks are written out.
+    four = ('module_fqns_per_model_part = [["tok_embeddings", "layers.0", "layers.1"], ["layers.2", "layers.3"], '
+            '["layers.4", "layers.5"], ["layers.6", "layers.7", "norm", "lm_head"]]\n')
+    for name, vpp, written in (("gpipe", 1, "GPipe"), ("interleaved_1f1b", 2, "Interleaved1F1B"), ("dualpipev", 2, "DualPipeV"),
+                               ("zb_v", 2, "ZBVZeroBubble")):
         parallel = ParallelSpec(pp=2, vpp=vpp, seq_len=128, schedule=name)
         assert _export(registry, "torchtitan", RecomputeSpec(), model, parallel) == (
-            plain + f'\n[parallelism]\npipeline_parallel_schedule = "{written}"\n'
+            plain + f'\n[parallelism]\npipeline_parallel_schedule = "{written}"\n' + (four if vpp == 2 else "")
         )
-    with pytest.raises(ConfigError, match="torchtitan cannot run the dualpipe pipeline schedule"):
-        _export(registry, "torchtitan", RecomputeSpec(), model, ParallelSpec(pp=2, seq_len=128, schedule="dualpipe"))
+    for name in ("dualpipe", "zb_h1", "zb_h2"):
+        with pytest.raises(ConfigError, match=f"torchtitan cannot run the {name} pipeline schedule"):
+            _export(registry, "torchtitan", RecomputeSpec(), model, ParallelSpec(pp=2, seq_len=128, schedule=name))
+
+
+def test_torchtitan_writes_the_chunks_only_where_its_own_split_differs(registry: Registry, llama8b: ModelSpec):
+    # torchtitan splits 32 layers over 4 stages as 34 "layers" (the embedding and the output one each): 9, 9, 8, 8,
+    # less one on the first and the last: 8, 9, 8, 7 (torchtitan/distributed/pipeline_parallel.py).
+    own = ParallelSpec(pp=4, seq_len=4096, layers_per_stage=(8, 9, 8, 7))
+    assert _export(registry, "torchtitan", RecomputeSpec(), llama8b, own) == '[activation_checkpoint]\nmode = "none"\n'
+    even = _export(registry, "torchtitan", RecomputeSpec(), llama8b, ParallelSpec(pp=4, seq_len=4096))
+    parts = even.split("module_fqns_per_model_part = ", 1)[1]
+    assert [chunk.count('"layers.') for chunk in parts.split("], [")] == [8, 8, 8, 8]
+    assert parts.startswith('[["tok_embeddings", "layers.0", ') and parts.endswith('"layers.31", "norm", "lm_head"]]\n')
