@@ -2,7 +2,8 @@
 
 * ``gdn`` / ``gdn_moe``: the Gated DeltaNet mixer (:mod:`hp_plugins.kit.deltanet`:
   parameters as transformers' ``Qwen3NextGatedDeltaNet``, kept tensors of
-  Megatron-Core's ``GatedDeltaNet`` with the flash-linear-attention kernels)
+  Megatron-Core's ``GatedDeltaNet`` with the flash-linear-attention kernels, or under
+  ``eager`` of transformers' reference PyTorch path)
   followed by the kit's SwiGLU ``mlp`` or ``moe`` (routed experts and a shared
   expert with a sigmoid gate, ``Qwen3NextSparseMoeBlock``).
 * ``gated_attention`` / ``gated_attention_moe``: ``Qwen3NextAttention``, the kit's

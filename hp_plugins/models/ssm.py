@@ -16,8 +16,13 @@ size the model must be stated.
   ``mamba_n_groups``, ``mamba_d_conv``, ``mamba_conv_bias``, ``mamba_chunk_size``
   names as ``NemotronHConfig.__post_init__`` renames them), ``*`` an
   ``attention`` layer (``head_dim``, no biases, no rotary embedding), ``-`` an
-  ``mlp`` layer (``intermediate_size``, ``mlp_hidden_act``), ``E`` a mixture of
-  experts (refused: not priced yet).
+  ``mlp`` layer (``intermediate_size``, ``mlp_hidden_act``), ``E`` a ``moe_only``
+  layer (``NemotronHMoE``: ``n_routed_experts`` (or ``num_local_experts``) ungated
+  experts of ``moe_intermediate_size``, ``num_experts_per_tok`` per token, a shared
+  expert of ``moe_shared_expert_intermediate_size``, ``mlp_hidden_act``, the latent
+  projections where ``moe_latent_size`` is stated, an fp32 router; refused with
+  ``mlp_bias``, whose shared-expert and latent biases are not priced). Every norm
+  is ``NemotronHRMSNorm`` (``rmsnorm_fp32_weight``).
 """
 
 from __future__ import annotations
