@@ -36,9 +36,9 @@ from hp_core.markers import hookimpl
 from hp_core.types import LayerKind
 from hp_core.validators import positive_int, probability
 from hp_plugins.kit import (
+    SELECTIVE_SWITCHES as SELECTIVE,
     GQAFields, LayerBuilder, MLPFields, MoEFields, NORMS, gqa_attention, mlp, moe, validate_gqa, validate_mlp, validate_moe,
 )
-from hp_plugins.kinds.dense import SELECTIVE
 
 __all__ = ["AttentionLayerConfig", "MLPLayerConfig", "MoELayerConfig", "evaluate_attention_layer", "evaluate_mlp_layer",
            "evaluate_moe_layer", "hp_layer_kinds"]

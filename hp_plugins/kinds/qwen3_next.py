@@ -24,10 +24,10 @@ from hp_core.costs import LayerContext, LayerCost
 from hp_core.markers import hookimpl
 from hp_core.types import LayerKind
 from hp_plugins.kit import (
+    DECODER_SWITCHES as DENSE_SWITCHES, SELECTIVE_SWITCHES as SELECTIVE,
     GDN_SWITCHES, GatedDeltaNetFields, GQAFields, LayerBuilder, MLPFields, MoEFields, gated_deltanet_mixer,
     gated_gqa_attention, mlp, moe, validate_gated_deltanet_mixer, validate_gqa, validate_mlp, validate_moe,
 )
-from hp_plugins.kinds.dense import DENSE_SWITCHES, SELECTIVE
 
 __all__ = ["GDNConfig", "GDNMoEConfig", "GatedAttentionConfig", "GatedAttentionMoEConfig", "hp_layer_kinds"]
 

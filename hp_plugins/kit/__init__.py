@@ -12,7 +12,8 @@ module                             what it holds
 :mod:`~hp_plugins.kit.builder`     :class:`LayerBuilder` (``param``, ``keep``, ``pre_norm``,
                                    ``attention_core``, ``linear``, ``build``); the shared
                                    records :func:`term` and :func:`param_count`;
-                                   :data:`SOFTMAX_OPS`, :data:`RESIDUAL_OPS`
+                                   :data:`SOFTMAX_OPS`, :data:`RESIDUAL_OPS`,
+                                   :data:`DECODER_SWITCHES`, :data:`SELECTIVE_SWITCHES`
 :mod:`~hp_plugins.kit.attention`   :class:`GQAFields`, :func:`gqa_attention`, :func:`validate_gqa`
 :mod:`~hp_plugins.kit.mla`         :class:`MLAFields`, :func:`mla_attention`, :func:`validate_mla`
 :mod:`~hp_plugins.kit.feedforward` :class:`MLPFields`, :func:`mlp`, :func:`swiglu`,
@@ -55,7 +56,9 @@ from __future__ import annotations
 
 from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, NORMS, fp32_norm_bytes, head_norm, norm_params, post_norm
 from hp_plugins.kit.shapes import check_divides, padded_vocab
-from hp_plugins.kit.builder import RESIDUAL_OPS, SOFTMAX_OPS, LayerBuilder, param_count, term
+from hp_plugins.kit.builder import (
+    DECODER_SWITCHES, RESIDUAL_OPS, SELECTIVE_SWITCHES, SOFTMAX_OPS, LayerBuilder, param_count, term,
+)
 from hp_plugins.kit.attention import GQAFields, gqa_attention, validate_gqa
 from hp_plugins.kit.mla import MLAFields, mla_attention, validate_mla
 from hp_plugins.kit.feedforward import ACT_OPS, MLPFields, mlp, swiglu, validate_mlp
@@ -76,6 +79,8 @@ from hp_plugins.kit.gated_attention import gated_gqa_attention
 
 __all__ = [
     "ACT_OPS",
+    "DECODER_SWITCHES",
+    "SELECTIVE_SWITCHES",
     "CLAMPED_SWIGLU_OPS",
     "EXPERT_ACTIVATIONS",
     "SINK_OPS_PER_ROW",

@@ -21,12 +21,18 @@ from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamC
 from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, fp32_norm_bytes, norm_params
 from hp_plugins.kit.work import AttentionShape, ExpertShape, decoder_work
 
-__all__ = ["LayerBuilder", "RESIDUAL_OPS", "SOFTMAX_OPS", "param_count", "term"]
+__all__ = ["DECODER_SWITCHES", "LayerBuilder", "RESIDUAL_OPS", "SELECTIVE_SWITCHES", "SOFTMAX_OPS", "param_count", "term"]
 
 # Elementwise operations per element (forward), counted from the definitions:
 # softmax max, subtract, exp, sum, divide (5); residual add 1.
 SOFTMAX_OPS = 5
 RESIDUAL_OPS = 1
+# The recompute switches of a layer built of an attention block and an MLP or experts (the terms the
+# blocks record them under), and the selective set among them: the attention core (score, softmax,
+# dropout and the casts between them), as Megatron-LM's ``--recompute-granularity selective``
+# (core_attn) and Korthikanti et al. 2022 Section 4.2 recompute it.
+DECODER_SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct")
+SELECTIVE_SWITCHES = ("attBMM", "headCast", "dropout", "softmax")
 
 
 # Evaluators build the same terms and parameter counts again for every layout a search tries; the
