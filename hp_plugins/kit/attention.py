@@ -135,7 +135,8 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
         # v is a view of the fused projection's output, so the tensor that keeps v keeps q's and k's
         # slices too (the roped q and k are new tensors): eager keeps it when no head is repeated
         # (repeat_kv returns v itself; with g < a it copies), a flash kernel always (it reads v in
-        # place). transformers Phi3Attention.forward slices qkv_proj's output; measured by the torch
+        # place: measured with the CPU sdpa flash kernel; flash-attn's save_for_backward keeps its v
+        # argument). transformers Phi3Attention.forward slices qkv_proj's output; measured by the torch
         # census (tests/plugins/test_census_local.py, test_phi3_fused_projections).
         b.keep("qkv_fused_slices", T * (a + g) * d * act // t, None, True)
     share, ops = 1.0, SOFTMAX_OPS
