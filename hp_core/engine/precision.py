@@ -31,7 +31,7 @@ from hp_core.specs.precision import PrecisionSpec
 
 __all__ = [
     "apply_recipe", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
-    "weight_copy_bytes",
+    "on_device", "weight_copy_bytes",
 ]
 
 
@@ -154,3 +154,24 @@ def check_hardware_dtype(recipe: PrecisionRecipe, peaks: dict, name: str) -> Non
         raise ConfigError("$.precision.recipe",
                           f"precision recipe {recipe.name} runs its GEMMs in {recipe.gemm_dtype}, for which {name} states no peak "
                           f"FLOP/s (it has {sorted(peaks) or 'none'}); choose another recipe or a device that runs {recipe.gemm_dtype}")
+
+
+def on_device(run: Any, hardware: Any) -> Any:
+    """The prepared run *run* with its recipe as *hardware* runs it (:meth:`PrecisionRecipe.on
+    <hp_core.precision_recipes.PrecisionRecipe.on>`: one cached weight copy where one tensor serves
+    both GEMM usages, Transformer Engine's per-tensor FP8 on Blackwell).
+
+    The same run where nothing changes (no device, no recipe, or the same
+    copies); the changed run is made once per device family and kept on *run*.
+    """
+    recipe = run.stage_inputs.recipe
+    if hardware is None or recipe is None:
+        return run
+    changed = recipe.on(hardware.architecture)
+    if changed is recipe:
+        return run
+    key = ("device", hardware.architecture)
+    found = run._resolved.get(key)
+    if found is None:
+        found = run._resolved[key] = attrs.evolve(run, stage_inputs=attrs.evolve(run.stage_inputs, recipe=changed))
+    return found

@@ -177,7 +177,7 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
     recipe's kernel (:attr:`DeviceEfficiency.gemm_speedups`). Quantizing an
     element reads it ``quantize_passes`` times in the compute dtype and
     writes its row-wise and column-wise copies (TE quantizes both usages at
-    once); a recipe that saves the compute-dtype input (torchao) writes one
+    once; one tensor where it serves both, :meth:`PrecisionRecipe.usages`); a recipe that saves the compute-dtype input (torchao) writes one
     copy in forward and reads and casts the saved input again in backward.
 
     Raises:
@@ -201,12 +201,13 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
                                                 "which the step time does not price yet")
     read = recipe.quantize_passes * act_bytes
     act, grad, weight = (o.bytes_per_element for o in (recipe.activations, recipe.gradients, recipe.weights))
+    usages = recipe.usages(hardware.architecture)  # tensors one quantization writes (PrecisionRecipe.usages)
     if recipe.saved_input == "quantized":
-        fwd, bwd, weights = read + 2 * act, 0.0, read + 2 * weight
+        fwd, bwd, weights = read + usages * act, 0.0, read + usages * weight
     else:
         fwd, bwd, weights = read + act, read + act, 2 * (read + weight)
     return dict(
-        low_precision=True, gemm_speedup=speedup, quant_input_fwd=fwd, quant_input_bwd=bwd, quant_grad=read + 2 * grad,
+        low_precision=True, gemm_speedup=speedup, quant_input_fwd=fwd, quant_input_bwd=bwd, quant_grad=read + usages * grad,
         quant_weight=0.0 if recipe.cache_weights else weights,
         gather_share=act / act_bytes if recipe.tp_gather else 1.0,
     )
