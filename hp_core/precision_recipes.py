@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import attrs
 
-__all__ = ["FORMATS", "GEMM_KERNELS", "GemmOperand", "PrecisionRecipe", "SCALINGS"]
+__all__ = ["AUTOCAST", "FORMATS", "GEMM_KERNELS", "GemmOperand", "PrecisionRecipe", "SCALINGS"]
 
 # Element formats: (bits per element, the HardwareSpec.peak_flops key a GEMM of them runs at).
 # e4m3 / e5m2: OCP FP8 (Micikevicius et al. 2022, "FP8 Formats for Deep Learning"); mxfp8: FP8
@@ -61,6 +61,9 @@ SCALINGS: dict[str, tuple[int, int]] = {
 SAVED_INPUTS = ("quantized", "compute")
 # The GEMM kernel families (PrecisionRecipe.kernel): what a device's measured speedups are keyed by.
 GEMM_KERNELS = ("bf16", "fp8_tensorwise", "fp8_rowwise", "fp8_blockwise", "mxfp8", "nvfp4")
+# Suffix of a measured speedup whose timed region includes the quantization of the GEMM inputs (Transformer
+# Engine's gemm_profiling "Autocast (includes quantization overhead)" mode), as opposed to the kernel alone.
+AUTOCAST = ":autocast"
 PARAM_GATHERS = ("none", "stored", "cast")
 
 
