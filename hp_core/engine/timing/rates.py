@@ -72,6 +72,15 @@ class _Links:
         return self.model.seconds(CollectiveCall(op, nbytes, placement, self.fabric, self.algorithm))
 
 
+    def subgroup_seconds(self, group: str, op: str, ranks: int, nbytes: float) -> float:
+        """One call over *ranks* members of *group* (a schedule's gradient sync between mirrored pipeline
+        ranks): on one node where the whole group is, else one member per node (the conservative case)."""
+        whole = self.groups[group]
+        inside = whole.intra_node
+        placement = GroupPlacement(ranks, ranks if inside else 1, 1 if inside else ranks)
+        return self.model.seconds(CollectiveCall(op, nbytes, placement, self.fabric, self.algorithm))
+
+
 def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency, timing: TimingProfile,
            model: CollectiveModel) -> _Links:
     """Every group placed by the layout's rank order (Megatron-Core's ``tp-cp-ep-dp-pp`` by default) on nodes of
