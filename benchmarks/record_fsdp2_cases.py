@@ -28,7 +28,7 @@ def grid() -> list[tuple[str, dict, dict]]:
     found = []
     # Cheap cases first: every 4-layer case of both models, then the 32-layer Llama (TP last, minutes each).
     for model, layers, tps in (("llama3-8b", 4, (1, 2)), ("qwen3-30b-a3b", 4, (1, 2)), ("llama3-8b", 32, (1,)),
-                               ("llama3-8b", 32, (2,))):
+                               ("llama3-8b", 32, (2,)), ("qwen3-30b-a3b", 32, (1, 2))):
         for world in (8, 64):
             for tp in tps:
                 for head in (("vocab",) if tp == 1 else ("vocab", "replicated")):
@@ -42,6 +42,13 @@ def grid() -> list[tuple[str, dict, dict]]:
                             config["runtime"] = {"name": "fsdp2", "options": (
                                 {"tp_head_plan": "replicated"} if head == "replicated" else {"loss_parallel": False})}
                         found.append((name, config, {}))
+    # torchtitan's selective checkpointing on Llama-3-8B, 4 layers: per-op (selective_ac_option = "op", the fsdp2
+    # runtime's op_sac switches on every layer) and every 2nd layer (selective_ac_option = 2: layers 1 and 3 full).
+    for world in (8, 64):
+        for ac, recompute in (("op", {"default": ["normOp", "ffAct"]}), ("layer2", {"default": "none", "layers": {"1": "full", "3": "full"}})):
+            found.append((f"llama3-8b-4l-w{world}-tp1-ac{ac}",
+                          {"model": "llama3-8b", "num_layers": 4, "runtime": "fsdp2", "recompute": recompute,
+                           "parallel": {"dp": world, "tp": 1, "seq_len": SEQ, "micro_batch_size": 1}}, {}))
     return found
 
 

@@ -30,7 +30,8 @@ tracker (``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``) sees it
   also the last layer's forward transients (``LayerCost.forward_working_bytes``:
   an upcast loss's logits in bf16 and fp32); in **backward**, walking the layers
   from the top, what the layers below keep and the running layer's working set;
-* **the optimizer step**: ``foreach`` AdamW makes one fp32 temporary per
+* **the optimizer step**: the batch the loop holds (the input ids, on the
+  first stage); ``foreach`` AdamW makes one fp32 temporary per
   element of the shard (``torch/optim/adamw.py`` ``_multi_tensor_adamw``:
   ``exp_avg_sq_sqrt``); the fused kernel none.
 
@@ -47,6 +48,7 @@ import attrs
 from hp_core.errors import ConfigError
 from hp_core.peak_points import StageLayer, StageView
 from hp_core.results import MemoryBreakdown
+from hp_plugins.runtimes.tp_plans import TP_PLANS
 
 __all__ = ["Fsdp2Points"]
 
@@ -89,6 +91,9 @@ class Fsdp2Points:
             ranks (``n`` dividing the shard group) until its backward gathers
             them again; 0: ``parallel.reshard_after_forward`` says (True: all
             freed, False: all kept).
+        tp_plan: The named TP plan (``tp_plan`` option,
+            :mod:`hp_plugins.runtimes.tp_plans`): under TP, ``parallel.sp`` must be
+            what it runs; ``custom``: any.
     """
 
     set_to_none: bool = True
@@ -96,8 +101,13 @@ class Fsdp2Points:
     replicate: int = 1
     cpu_offload: bool = False
     reshard_to: int = 0
+    tp_plan: str = "custom"
 
     def __call__(self, view: StageView) -> dict[str, MemoryBreakdown]:
+        plan = TP_PLANS.get(self.tp_plan)
+        if plan is not None and view.parallel.tp > 1 and view.parallel.sp != plan.sequence_parallel:
+            raise ConfigError("$.parallel.sp", f"the TP plan {plan.name} runs {'' if plan.sequence_parallel else 'no '}"
+                                               f"sequence parallelism: set sp: {str(plan.sequence_parallel).lower()}")
         if view.zero < 3:
             return dict(view.default_points)
         params, all_grads, master, states = view.static
@@ -158,5 +168,8 @@ class Fsdp2Points:
         if best is not None:
             points["backward"] = best
         temporary = params // view.precision.param_bytes * 4 if self.foreach_optimizer else 0
-        points["optimizer"] = point(all_grads, 0, 0, temporary)
+        # The training loop still holds its batch (the input ids the embedding keeps; the loss shifts the same tensor
+        # for its labels) while the optimizer steps: measured, the tracker's Inputs at the step (8 bytes per token).
+        batch = sum(layer.kept_bytes for layer in layers if layer.placement == "first")
+        points["optimizer"] = point(all_grads, 0, batch, temporary)
         return points
