@@ -3,6 +3,7 @@
     python benchmarks/record_fsdp2_cases.py                 # every case of the grid below, into CASES
     python benchmarks/record_fsdp2_cases.py --case NAME     # re-measure one case and print it
     python benchmarks/record_fsdp2_cases.py --missing       # measure only the cases not recorded yet
+    python benchmarks/record_fsdp2_cases.py --table         # the recorded cases' rows of docs/runtimes.md
 
 Each case is an ``hp estimate`` config measured by ``hp_plugins.cases.fsdp2_measured``
 (a fake process group of the case's world size, ``fully_shard`` per decoder layer and
@@ -52,12 +53,44 @@ def grid() -> list[tuple[str, dict, dict]]:
     return found
 
 
+_GROUPS = {"parameters": "Params", "gradients": "Grads", "optimizer_states": "Optim", "gathered": "Buffers",
+           "activations": "Activ+Working"}
+
+
+def table_rows() -> list[str]:
+    """Each recorded case's row of docs/runtimes.md: tracker peak, the estimate's signed error, the worst category."""
+    from hp_core.api import build_registry
+    from hp_core.io.convert import ConfigFile, structure
+    from hp_core.io.job import estimate_job, resolve_job
+
+    sys.path.insert(0, str(ROOT / "tests" / "plugins"))
+    from test_fsdp2_runtime import _estimated_categories, _measured_categories
+
+    registry = build_registry()
+    rows = []
+    for case in json.loads(CASES.read_text())["cases"]:
+        (stage,) = estimate_job(resolve_job(structure(case["config"], ConfigFile, registry), registry), registry).stages
+        m = case["measured"]
+        want = _measured_categories(m["phases"][m["peak_phase"]])
+        got = _estimated_categories(stage.memory, stage.binding_point)
+        errors = {k: (got[k] - v) / v for k, v in want.items() if v}
+        worst = max(errors, key=lambda k: abs(errors[k]))
+        rows.append(f"| `{case['name']}` | {m['peak_bytes'] / 2**30:.3f} ({m['peak_phase']}) | "
+                    f"{(stage.peak_bytes - m['peak_bytes']) / m['peak_bytes']:+.2%} ({stage.binding_point}) | "
+                    f"{_GROUPS[worst]} {errors[worst]:+.2%} |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", help="re-measure this case only and print it")
     parser.add_argument("--only", help="re-measure only cases whose name contains this (others kept as recorded)")
     parser.add_argument("--missing", action="store_true", help="measure only the cases the file does not hold yet")
+    parser.add_argument("--table", action="store_true", help="print docs/runtimes.md's rows of the recorded cases (no measuring)")
     args = parser.parse_args(argv)
+    if args.table:
+        print("\n".join(table_rows()))
+        return 0
     from hp_core.api import build_registry
     from hp_plugins.cases.fsdp2_measured import measure_request, request_of
 
