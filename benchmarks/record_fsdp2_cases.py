@@ -50,6 +50,11 @@ def grid() -> list[tuple[str, dict, dict]]:
             found.append((f"llama3-8b-4l-w{world}-tp1-ac{ac}",
                           {"model": "llama3-8b", "num_layers": 4, "runtime": "fsdp2", "recompute": recompute,
                            "parallel": {"dp": world, "tp": 1, "seq_len": SEQ, "micro_batch_size": 1}}, {}))
+    # Per-op SAC under TP (vocabulary-parallel head, gathered logits): the policy's split of each saved tensor.
+    found.append(("llama3-8b-4l-w8-tp2-vocab-acop",
+                  {"model": "llama3-8b", "num_layers": 4, "recompute": {"default": ["normOp", "ffAct"]},
+                   "runtime": {"name": "fsdp2", "options": {"tp_plan": "vocab_gathered"}},
+                   "parallel": {"dp": 4, "tp": 2, "seq_len": SEQ, "micro_batch_size": 1}}, {}))
     return found
 
 

@@ -16,7 +16,10 @@ tracker (``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``) sees it
   ``post_forward_mesh_info``); the running layer's; and one all-gather output
   the size of a layer's gathered parameters, alive until the next all-gather
   is copied out (the next unit in execution order is prefetched: FSDP2 keeps
-  the last all-gather's result in ``comm_ctx.all_gather_state``). With
+  the last all-gather's result in ``comm_ctx.all_gather_state``); in backward,
+  below the topmost layer, the reduce-scatter input of the layer above (its
+  whole gradient in fp32, the reduce dtype), held until the next unit's
+  post-backward waits on it (``comm_ctx.reduce_scatter_state``). With
   ``reshard_after_forward: false`` every layer's gathered parameters stay from
   its forward to its backward;
 * **gradients**: none in the forward of a step's only micro-batch
@@ -149,18 +152,22 @@ class Fsdp2Points:
 
         # Backward, from the top: the layers above the running one have freed what they kept and
         # reduce-scattered their gradients (a body layer) or left them unsharded in the root (the rest).
-        freed = finished = root_grads = 0
+        # The last body layer's reduce-scatter input (its whole gradient in the reduce dtype, fp32) stays until the
+        # next unit's post-backward waits on it (FSDP2 comm_ctx.reduce_scatter_state, _fsdp_param_group.post_backward).
+        freed = finished = root_grads = reducing = 0
         best: MemoryBreakdown | None = None
         for layer, its_kept in zip(reversed(layers), reversed(kept)):
             body_layer = layer.placement == "body"
             running = _gathered(view, layer) - (_gathered(view, layer) // keep_share if keep_share else 0) if body_layer else 0
             gathered = stay + running
             grads = held_grads if held_grads else finished + root_grads
-            candidate = point(grads, root_gathered + gathered + all_gather, sum(kept) - freed, layer.backward_working_bytes)
+            candidate = point(grads, root_gathered + gathered + all_gather + reducing, sum(kept) - freed,
+                              layer.backward_working_bytes)
             if best is None or candidate.peak_bytes > best.peak_bytes:
                 best = candidate
             freed += its_kept
             if body_layer:
+                reducing = sum(layer.elements.values()) * view.precision.grad_bytes
                 finished += 0 if self.cpu_offload else _sharded(view, layer, view.precision.grad_bytes, self.replicate)
                 stay -= _gathered(view, layer) // keep_share if keep_share else 0
             else:
