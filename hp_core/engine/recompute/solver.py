@@ -13,9 +13,10 @@ does so). The plan must fit: every peak point of the stage
 per micro-batch and ``w`` its backward's working set under a setting,
 :meth:`~hp_core.engine.stage.PlacedLayer.make` gives ``k + w = A``, the same for every
 setting of a layer (what the backward rebuilds or fetches back it holds
-again). So, with ``n_c`` the micro-batches chunk ``c`` keeps at the end of
-warm-up and ``S_j`` the bytes kept by layer ``j`` of the last chunk and every
-layer above it,
+again). So, with ``n_c`` the micro-batches chunk ``c`` keeps whole at the end of
+warm-up (those awaiting their weight-gradient pass keep, for a kind that states it,
+``LayerCost.weight_gradient_bytes`` whatever the setting: a part of ``C``) and ``S_j``
+the bytes kept by layer ``j`` of the last chunk and every layer above it,
 
     warm-up peak = C + sum_c n_c sum_{j in c} k_j + max(0, max_j (A_j - S_j)),
 
@@ -62,8 +63,10 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import attrs
 
+from hp_core.engine.schedule import awaiting_weight_gradient
 from hp_core.engine.stage import PlacedLayer, StageInputs, plan_stage
 from hp_core.results import StageEstimate
+from hp_core.schedules import ScheduleLayout
 from hp_core.specs import Setting
 
 __all__ = ["LayerOption", "StageSolution", "VariableLayer", "pareto_front", "solve_stage"]
@@ -226,7 +229,15 @@ def solve_stage(
         The solution; its estimate is :func:`~hp_core.engine.stage.plan_stage`'s own.
     """
     in_flight = inputs.stage_plan(index)[1]
+    awaiting = awaiting_weight_gradient(inputs.schedule, ScheduleLayout(inputs.parallel.pp, inputs.parallel.vpp,
+                                                                        inputs.micro_batches), index, in_flight)
     variables = [layer for chunk in chunks for layer in chunk if isinstance(layer, VariableLayer)]
+
+    def whole(c: int, layer: PlacedLayer | VariableLayer) -> int:
+        """Micro-batches of chunk *c* that keep what *layer* keeps under its setting: all in flight but those
+        awaiting W where its kind states what W keeps (a constant then: PlacedLayer.awaiting_bytes)."""
+        cost = (layer.options[0].placed if isinstance(layer, VariableLayer) else layer).cost
+        return in_flight[c] - (awaiting[c] if cost.weight_gradient_bytes is not None else 0)
     fronts: dict[Any, tuple[LayerOption, ...]] = {}
     for layer in variables:
         if layer.group not in fronts:
@@ -249,13 +260,13 @@ def solve_stage(
     base = estimate_with(fastest)
     base_layers = [[fastest[id(layer)].placed if isinstance(layer, VariableLayer) else layer for layer in chunk]
                    for chunk in chunks]
-    base_activations = sum(n * layer.kept_bytes for n, chunk in zip(in_flight, base_layers) for layer in chunk)
+    base_activations = sum(whole(c, layer) * layer.kept_bytes for c, chunk in enumerate(base_layers) for layer in chunk)
     constant = base.peak_points["warmup_end"] - base_activations - _walk(base_layers[-1])
     last_backward = base.peak_points.get("last_backward", 0)
 
     # Markers: fixed layers of the last chunk and the topmost layer of each group there.
     last = list(chunks[-1])
-    fixed_activations = sum(n * layer.kept_bytes for n, chunk in zip(in_flight, chunks) for layer in chunk
+    fixed_activations = sum(whole(c, layer) * layer.kept_bytes for c, chunk in enumerate(chunks) for layer in chunk
                             if isinstance(layer, PlacedLayer))
     markers: list[tuple[int, int]] = []  # (position in the last chunk, A)
     seen: set[Any] = set()
@@ -280,7 +291,8 @@ def solve_stage(
             if not isinstance(layer, VariableLayer):
                 continue
             in_last = c == len(chunks) - 1
-            coefficients = [in_flight[c]] + [in_flight[c] - (in_last and position >= marker) for marker, _ in markers]
+            n = whole(c, layer)
+            coefficients = [n] + [n - (in_last and position >= marker) for marker, _ in markers]
             classes.setdefault((layer.group, tuple(coefficients)), []).append(layer)
 
     keys = list(classes)
