@@ -14,7 +14,9 @@ experts),
   ``2 * moment_bytes``), divided by ``d`` from ZeRO-1.
 
 Activations: per chunk, micro-batches in flight (the run's schedule, :mod:`hp_core.engine.schedule`)
-times what its layers keep under their recompute settings. Working set: the
+times what its layers keep under their recompute settings; those awaiting their weight-gradient pass
+(zero-bubble schedules) keep what W reads instead (:attr:`PlacedLayer.awaiting_bytes`), and the
+schedule's moments with more of them awaiting W are a further peak point, ``awaiting_w``. Working set: the
 first backward the stage runs at the end of warm-up walks its last chunk's
 layers from the top; the working set is the largest of each layer's backward
 working set less what the layers after it already freed for that micro-batch.
@@ -30,7 +32,7 @@ import attrs
 from hp_core.results import ChunkEstimate, MemoryBreakdown, StageEstimate
 from hp_core.engine.optimizer import group_states, layer_load, master_bytes
 from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements, scaling_state_bytes, weight_copy_bytes
-from hp_core.engine.schedule import awaiting_weight_gradient, stage_plan
+from hp_core.engine.schedule import awaiting_weight_gradient, stage_plan, weight_gradient_moments
 from hp_core.engine.static import layer_elements, static_bytes
 from hp_core.schedules import Schedule, ScheduleLayout
 from hp_core.specs.parallel import ParallelSpec
@@ -383,41 +385,40 @@ def plan_stage(
         if found is None:
             found = compositions[key] = _compose(chunk_layers, inputs)
     chunk_ids, in_flight = inputs.stage_plan(index)
-    awaiting = awaiting_weight_gradient(inputs.schedule, ScheduleLayout(parallel.pp, parallel.vpp, inputs.micro_batches),
-                                        index, in_flight)
-
-    # Per chunk, its micro-batches in flight: the whole ones keep what the layers keep for their
-    # backward, those awaiting W what their W reads (docs/schedules.md, "what a micro-batch keeps").
-    activations_by_kind = dict.fromkeys(found.kinds, 0)
-    buffers_per_mb = 0
-    for count, w, kept, waiting, buffers in zip(in_flight, awaiting, found.kept_by_chunk, found.awaiting_by_chunk,
-                                                found.buffers_by_chunk):
-        if count:
-            for kind, n in kept.items():
-                activations_by_kind[kind] += (count - w) * n + w * waiting[kind]
-            buffers_per_mb += count * buffers
-    activations = sum(activations_by_kind.values())
-    buffers = found.buffers_once + buffers_per_mb + found.gathered[0]
+    shape = ScheduleLayout(parallel.pp, parallel.vpp, inputs.micro_batches)
+    awaiting = awaiting_weight_gradient(inputs.schedule, shape, index, in_flight)
     # Pipeline sends and receives: a stage holds the output gradient it received
     # through its backward (not the last stage) and the input gradient it sent
     # until the next one (not the first stage): Megatron-LM schedules.py
     # forward_backward_pipelining_without_interleaving.
-    if parallel.pp > 1 and found.received:
-        buffers += ((index < parallel.pp - 1) + (index > 0)) * found.received
-
+    sends = ((index < parallel.pp - 1) + (index > 0)) * found.received if parallel.pp > 1 else 0
     params, grads, master, states = found.static
-    points = {
-        "warmup_end": MemoryBreakdown(
-            parameters_bytes=params,
-            gradients_bytes=grads,
-            master_parameters_bytes=master,
-            optimizer_states_bytes=states,
-            activations_bytes=activations,
-            communication_buffers_bytes=buffers,
-            working_set_bytes=found.working,
-            runtime_overhead_bytes=found.overhead,
-        )
-    }
+
+    def moment(counts: Sequence[int], waits: Sequence[int], working: int) -> tuple[MemoryBreakdown, dict[str, int]]:
+        """The stage when each chunk keeps *counts* micro-batches, *waits* of them awaiting W: the whole
+        ones keep what the layers keep for their backward, those awaiting W what their W reads
+        (docs/schedules.md, "what a micro-batch keeps"); buffers per micro-batch for each kept."""
+        by_kind = dict.fromkeys(found.kinds, 0)
+        per_mb = 0
+        for count, w, kept, waiting, buffers in zip(counts, waits, found.kept_by_chunk, found.awaiting_by_chunk,
+                                                    found.buffers_by_chunk):
+            for kind, n in kept.items():
+                by_kind[kind] += (count - w) * n + w * waiting[kind]
+            per_mb += count * buffers
+        return MemoryBreakdown(
+            parameters_bytes=params, gradients_bytes=grads, master_parameters_bytes=master, optimizer_states_bytes=states,
+            activations_bytes=sum(by_kind.values()), communication_buffers_bytes=found.buffers_once + per_mb
+            + found.gathered[0] + sends, working_set_bytes=working, runtime_overhead_bytes=found.overhead), by_kind
+
+    warmup, activations_by_kind = moment(in_flight, awaiting, found.working)
+    points = {"warmup_end": warmup}
+    # Moments with more micro-batches past their B than the peak (between a B and its W, no backward
+    # running): the most they keep binds where W's tensors outweigh a whole micro-batch's.
+    waits = [moment(counts, waits, 0) + (counts, waits)
+             for counts, waits in weight_gradient_moments(inputs.schedule, shape, index, len(in_flight))]
+    if waits:
+        most = max(waits, key=lambda found_moment: found_moment[0].activations_bytes)
+        points["awaiting_w"] = most[0]
     if found.last_static is not None:
         # The end of the stage's last backward: every micro-batch's activations are
         # freed, the gradient is whole until its one reduce-scatter, and the first
@@ -438,6 +439,8 @@ def plan_stage(
         points = dict(inputs.peak_points(_stage_view(index, chunk_layers, in_flight, found, points, inputs)))
     peaks = {name: point.peak_bytes for name, point in points.items()}
     binding = max(peaks, key=peaks.__getitem__)
+    if binding == "awaiting_w" and waits:
+        _, activations_by_kind, in_flight, awaiting = most
     chunks = tuple(ChunkEstimate(index=chunk, layers=tuple(body), micro_batches_in_flight=count, awaiting_weight_gradient=w)
                    for chunk, count, body, w in zip(chunk_ids, in_flight, chunk_body, awaiting))
     return StageEstimate(

@@ -63,7 +63,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import attrs
 
-from hp_core.engine.schedule import awaiting_weight_gradient
+from hp_core.engine.schedule import awaiting_weight_gradient, weight_gradient_moments
 from hp_core.engine.stage import PlacedLayer, StageInputs, plan_stage
 from hp_core.results import StageEstimate
 from hp_core.schedules import ScheduleLayout
@@ -229,15 +229,19 @@ def solve_stage(
         The solution; its estimate is :func:`~hp_core.engine.stage.plan_stage`'s own.
     """
     in_flight = inputs.stage_plan(index)[1]
-    awaiting = awaiting_weight_gradient(inputs.schedule, ScheduleLayout(inputs.parallel.pp, inputs.parallel.vpp,
-                                                                        inputs.micro_batches), index, in_flight)
+    shape = ScheduleLayout(inputs.parallel.pp, inputs.parallel.vpp, inputs.micro_batches)
+    awaiting = awaiting_weight_gradient(inputs.schedule, shape, index, in_flight)
+    moments = weight_gradient_moments(inputs.schedule, shape, index, len(in_flight))
     variables = [layer for chunk in chunks for layer in chunk if isinstance(layer, VariableLayer)]
 
-    def whole(c: int, layer: PlacedLayer | VariableLayer) -> int:
-        """Micro-batches of chunk *c* that keep what *layer* keeps under its setting: all in flight but those
+    def cost_of(layer: PlacedLayer | VariableLayer) -> Any:
+        return (layer.options[0].placed if isinstance(layer, VariableLayer) else layer).cost
+
+    def whole(c: int, layer: PlacedLayer | VariableLayer, counts: Sequence[int] = in_flight,
+              waits: Sequence[int] = awaiting) -> int:
+        """Micro-batches of chunk *c* that keep what *layer* keeps under its setting: all kept but those
         awaiting W where its kind states what W keeps (a constant then: PlacedLayer.awaiting_bytes)."""
-        cost = (layer.options[0].placed if isinstance(layer, VariableLayer) else layer).cost
-        return in_flight[c] - (awaiting[c] if cost.weight_gradient_bytes is not None else 0)
+        return counts[c] - (waits[c] if cost_of(layer).weight_gradient_bytes is not None else 0)
     fronts: dict[Any, tuple[LayerOption, ...]] = {}
     for layer in variables:
         if layer.group not in fronts:
@@ -280,9 +284,22 @@ def solve_stage(
             markers.append((position, option.kept_bytes + option.backward_working_bytes))
     # Constraint 0: no working set; constraint r: marker r's term of the walk.
     capacities = [limit_bytes - constant - fixed_activations]
-    for position, whole in markers:
+    for position, held in markers:
         fixed_above = sum(layer.kept_bytes for layer in last[position:] if isinstance(layer, PlacedLayer))
-        capacities.append(limit_bytes - constant - fixed_activations - whole + fixed_above)
+        capacities.append(limit_bytes - constant - fixed_activations - held + fixed_above)
+    # One constraint per awaiting_w moment (plan_stage): no working set; its micro-batches'
+    # buffers and the W tensors of those awaiting W in place of the peak's.
+    for counts, waits in moments:
+        shift = fixed = 0
+        for c, chunk in enumerate(chunks):
+            for layer in chunk:
+                cost = cost_of(layer)
+                shift += (counts[c] - in_flight[c]) * cost.buffers_per_micro_batch_bytes
+                if cost.weight_gradient_bytes is not None:
+                    shift += (waits[c] - awaiting[c]) * cost.weight_gradient_bytes
+                if isinstance(layer, PlacedLayer):
+                    fixed += whole(c, layer, counts, waits) * layer.kept_bytes
+        capacities.append(limit_bytes - constant - shift - fixed)
 
     # Classes of interchangeable layers: same group, same coefficients.
     classes: dict[tuple[Any, tuple[int, ...]], list[VariableLayer]] = {}
@@ -293,6 +310,7 @@ def solve_stage(
             in_last = c == len(chunks) - 1
             n = whole(c, layer)
             coefficients = [n] + [n - (in_last and position >= marker) for marker, _ in markers]
+            coefficients += [whole(c, layer, counts, waits) for counts, waits in moments]
             classes.setdefault((layer.group, tuple(coefficients)), []).append(layer)
 
     keys = list(classes)
