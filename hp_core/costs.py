@@ -83,6 +83,7 @@ TRAITS = {
         "a mixture-of-experts layer runs under TP without sequence parallelism: every TP rank routes all its tokens "
         "through experts TP leaves whole (a PyTorch-native plan that parallelizes only the attention)"
     ),
+    "torchtitan_op_sac": "a dense layer's normOp+ffAct keep what torchtitan's per-op SAC saves (hp_plugins/kit/op_sac.py)",
     "moe_fused_permute": (
         "the fused token permutation keeps an int32 row map of [tokens, 2 * experts + 1] "
         "(Transformer Engine permutation.py moe_permute)"
@@ -460,10 +461,9 @@ class LayerCost:
         forward_working_bytes: What the layer's forward holds at its peak
             beyond what it keeps for backward (a loss's transient logits); a
             runtime that declares a forward peak point prices it there.
-        weight_gradient_bytes: What one micro-batch keeps between its input-gradient pass and its
-            deferred weight-gradient pass (zero-bubble schedules): each trained linear's input, as
-            the forward keeps it, and its output gradient (``dW = dY^T X``; docs/schedules.md);
-            ``None``: not stated, priced as what the layer keeps for its backward (a whole micro-batch).
+        weight_gradient_bytes: What one micro-batch keeps between its input-gradient pass and its deferred weight-
+            gradient pass (zero bubble): each trained linear's input, as the forward keeps it, and its output gradient
+            (``dW = dY^T X``; docs/schedules.md); ``None``: not stated, priced as a whole micro-batch.
     """
 
     params: tuple[ParamCount, ...]
