@@ -149,7 +149,8 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
         # them was not read); fc1's input is the norm's output, fc2 keeps the combined latent output.
         b.param("moe_latent_proj", 2 * h * d, False, matrices=((1, d, h), (1, h, d)))
         b.keep("latent_combined", routed * d * act, gemm_input="owned")
-        b.linear(routed, h, d)
+        # fc1_latent reads the norm output the shared experts' FC1 reads too (counted there for W).
+        b.linear(routed, h, d, shares_input=bool(c.shared_expert_intermediate_size))
         b.linear(routed, d, h)
     if c.expert_bias:
         # FC1's bias is split with its output over etp; FC2's (h per expert) is whole on each etp rank.
