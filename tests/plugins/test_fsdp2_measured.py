@@ -170,3 +170,18 @@ def test_tiny_step_activation_checkpointing_and_tp(tmp_path, monkeypatch):
     # dp=2 x tp=2: every TP-split weight halves, then FSDP halves it again: the replicated norms are sharded over dp only.
     norms = 64 * 5
     assert tp["phases"]["forward"]["sharded_param"] == ((TOTAL - norms) // 2 + norms) * 4 // 2
+
+
+def test_hp_validate_reads_the_recorded_cases(capsys):
+    """``hp validate`` on the recorded file: a row per case, the runtime named with the options its TP plan sets."""
+    from hp_core.cli import main
+
+    assert main(["validate", str(DATA), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    by_name = {case["name"]: case for case in document["cases"]}
+    assert len(by_name) == len(json.loads(DATA.read_text())["cases"])
+    assert by_name["llama3-8b-4l-w8-tp1-acop"]["runtime"] == "fsdp2"
+    assert by_name["llama3-8b-4l-w8-tp2-vocab-acop"]["runtime"] == "fsdp2 (tp_plan=vocab_gathered)"
+    (stage,) = by_name["llama3-8b-4l-w8-tp1-acop"]["stages"]
+    assert abs(stage["error"]) < 0.001
+    assert main(["validate", str(DATA)]) == 0  # the table renders (it did not with a runtime carrying options)
