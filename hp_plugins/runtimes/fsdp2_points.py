@@ -32,7 +32,10 @@ tracker (``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``) sees it
 * **activations**: what every layer keeps; at the **forward peak** (the loss)
   also the last layer's forward transients (``LayerCost.forward_working_bytes``:
   an upcast loss's logits in bf16 and fp32); in **backward**, walking the layers
-  from the top, what the layers below keep and the running layer's working set;
+  from the top, what the layers below keep and the running layer's working set,
+  and the moments a body layer holds its whole unsharded gradients (its
+  post-backward entry; a MoE layer's routed-expert FC1 weight-gradient GEMM:
+  ``_weight_grad_moments``), the largest of all binding;
 * **the optimizer step**: the batch the loop holds (the input ids, on the
   first stage); ``foreach`` AdamW makes one fp32 temporary per
   element of the shard (``torch/optim/adamw.py`` ``_multi_tensor_adamw``:
