@@ -86,6 +86,16 @@ def table_rows() -> list[str]:
     return rows
 
 
+def write_cases(cases: list[dict], existing: dict[str, dict], visited: set[str]) -> None:
+    """Replace CASES atomically with *cases* and every *existing* case not *visited* yet (an interrupted run
+    keeps what it measured and what was recorded before)."""
+    from hp_core.io.files import atomic_write
+
+    kept = cases + [case for name, case in existing.items() if name not in visited]
+    text = json.dumps({"format": "hp-measure/1", "cases": kept}, indent=1) + "\n"
+    atomic_write(CASES, lambda path: Path(path).write_text(text, encoding="utf-8"), ".json", flag=str(CASES))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", help="re-measure this case only and print it")
@@ -101,10 +111,11 @@ def main(argv: list[str] | None = None) -> int:
 
     registry = build_registry()
     existing = {c["name"]: c for c in json.loads(CASES.read_text())["cases"]} if CASES.is_file() else {}
-    cases = []
+    cases, visited = [], set()
     for name, config, measure in grid():
         if args.case and name != args.case:
             continue
+        visited.add(name)
         if name in existing and ((args.only and args.only not in name) or args.missing):
             cases.append(existing[name])
             continue
@@ -122,11 +133,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr, flush=True)
         cases.append(case)
         if not args.case:  # written after every case, so an interrupted run keeps what it measured
-            CASES.write_text(json.dumps({"format": "hp-measure/1", "cases": cases}, indent=1) + "\n")
+            write_cases(cases, existing, visited)
     if args.case:
         print(json.dumps(cases, indent=1))
         return 0
-    CASES.write_text(json.dumps({"format": "hp-measure/1", "cases": cases}, indent=1) + "\n")
+    write_cases(cases, existing, set(existing))  # the grid's cases as measured now (a failed one left out)
     return 0
 
 
