@@ -187,10 +187,13 @@ def import_torchtitan(data: dict[str, Any], registry, *, file: str = "torchtitan
         precision["recipe"] = recipe
     if f.get("training.enable_cpu_offload", False, bool):
         unmapped.append("training.enable_cpu_offload = true: parameter/optimizer offload is not priced")
-    if f.get("compile.enable", False, bool):
-        unmapped.append("compile.enable = true: torch.compile's fusions are not priced")
-    f.get("compile.components")
+    components = f.get("compile.components", ["model", "loss"], list)  # torchtitan job_config.py Compile's default
     f.get("compile.backend")
+    if f.get("compile.enable", False, bool):
+        if "model" in components:  # inductor fuses each pointwise chain of the compiled blocks (runtime option)
+            document["runtime"]["options"]["elementwise_kernels"] = "fused"
+        unmapped.append("compile.enable = true: priced as elementwise_kernels = fused where the model is compiled; "
+                        "torch.compile's other changes (what it saves for backward) are not priced")
     if precision:
         document["precision"] = precision
     recompute = _recompute(f, document, registry, unmapped)

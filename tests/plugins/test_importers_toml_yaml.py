@@ -136,9 +136,24 @@ def test_torchtitan_from_the_command_line_with_warnings(capsys, tmp_path):
     assert err.splitlines() == [
         "hp estimate: warning: parallelism.data_parallel_replicate_degree = 2: HSDP (shards over 4) priced as FSDP "
         "sharding over dp = 8",
-        "hp estimate: warning: compile.enable = true: torch.compile's fusions are not priced",
+        "hp estimate: warning: compile.enable = true: priced as elementwise_kernels = fused where the model is "
+        "compiled; torch.compile's other changes (what it saves for backward) are not priced",
         "hp estimate: warning: training.mystery_knob = 3: not mapped",
     ]
+
+
+@pytest.mark.parametrize(("compile_", "kernels"), [
+    (None, "eager"), ({"enable": False}, "eager"), ({"enable": True}, "fused"),
+    ({"enable": True, "components": ["model", "loss"]}, "fused"), ({"enable": True, "components": ["loss"]}, "eager"),
+])
+def test_torchtitan_compile_fuses_the_elementwise_kernels(registry, compile_, kernels):
+    from hp_plugins.importers.torchtitan import import_torchtitan
+
+    data = dict(BASE, compile=compile_) if compile_ is not None else dict(BASE)
+    imported = import_torchtitan(data, registry, devices=8)
+    options = imported.document["runtime"]["options"]
+    default = next(o.default for o in registry.runtime("fsdp2").options if o.name == "elementwise_kernels")
+    assert options.get("elementwise_kernels", default) == kernels
 
 
 @pytest.mark.parametrize(("text", "flags", "message"), [
