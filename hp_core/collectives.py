@@ -94,6 +94,11 @@ class Fabric:
         inter_latency: Seconds per step across nodes.
         nvls_bandwidth: NVLink SHARP all-reduce bus bandwidth within a node; ``None``: none.
         overhead: A fixed time per collective call (launch, synchronisation); not charged to sends.
+        intra_link_bandwidth: The NVLink/NVSwitch bandwidth per device and direction as the hardware
+            states it, no efficiency applied (a library with its own measured efficiency prices from
+            it); ``None``: not known.
+        nic_link_bandwidth: One device's share of its node's adapters as the hardware states it, no
+            efficiency applied; ``None``: not known or not needed.
     """
 
     intra_bandwidth: float
@@ -103,6 +108,8 @@ class Fabric:
     inter_latency: float | None
     nvls_bandwidth: float | None = None
     overhead: float = 0.0
+    intra_link_bandwidth: float | None = None
+    nic_link_bandwidth: float | None = None
 
 
 @attrs.frozen

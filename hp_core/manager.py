@@ -63,6 +63,7 @@ DEFAULT_PLUGINS = (
     "hp_plugins.importers.torchtitan",
     "hp_plugins.importers.accelerate",
     "hp_plugins.kinds.lora",
+    "hp_plugins.collectives.deepep",
 )
 
 # Third-party plugins advertise themselves under this entry-point group.

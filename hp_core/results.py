@@ -49,11 +49,17 @@ class MemoryBreakdown:
 
 @attrs.frozen
 class ChunkEstimate:
-    """One pipeline chunk of a stage: its body layers and micro-batches in flight."""
+    """One pipeline chunk of a stage: its body layers and micro-batches in flight.
+
+    ``awaiting_weight_gradient``: of those in flight, the ones past their input-gradient pass
+    whose weight-gradient pass has not run (a zero-bubble schedule's, docs/schedules.md); each
+    keeps every matmul's input and output gradient, which hp prices as the whole micro-batch.
+    """
 
     index: int
     layers: tuple[int, ...]
     micro_batches_in_flight: int
+    awaiting_weight_gradient: int = 0
 
 
 @attrs.frozen

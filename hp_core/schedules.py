@@ -10,7 +10,11 @@ A :class:`Schedule` states, for a layout (:class:`ScheduleLayout`: ``pp``,
   (:attr:`Schedule.in_flight`): a micro-batch is kept from its forward until
   its last backward pass on that chunk (the weight-gradient pass where the
   backward is split, Qi et al. 2023, Section 2: its inputs stay alive until W);
+* of those, how many have run their input-gradient pass and wait for their
+  weight-gradient pass at that peak (:attr:`Schedule.awaiting_weight_gradient`);
 * which passes it runs (:attr:`Schedule.passes`) and what each keeps;
+* a collective it adds once per step over a rank's gradients
+  (:attr:`Schedule.gradient_sync`: DualPipe's sum of the two model copies);
 * how long the pipeline takes for given per-stage times
   (:attr:`Schedule.pipeline_seconds`), which prices its bubble.
 
@@ -26,7 +30,7 @@ import attrs
 
 from hp_core.validators import name_matching, non_negative_number, one_of, positive_int
 
-__all__ = ["PASS_NAMES", "Pass", "Schedule", "ScheduleLayout", "StagePasses", "interleaved_chunks"]
+__all__ = ["PASS_NAMES", "GradientSync", "Pass", "Schedule", "ScheduleLayout", "StagePasses", "interleaved_chunks"]
 
 # The passes a schedule may run per micro-batch and chunk: a forward, a whole
 # backward, or the backward split into its input-gradient (B) and weight-gradient (W) passes.
@@ -85,6 +89,23 @@ class StagePasses:
     forward_seconds: float = attrs.field(default=0.0, validator=non_negative_number)
 
 
+@attrs.frozen
+class GradientSync:
+    """A collective a schedule adds once per step over the gradients each rank holds.
+
+    Attributes:
+        op: ``all_reduce`` (the only one the step time prices so far).
+        ranks: Ranks in each group, pipeline ranks apart (2: a rank and its mirror).
+        description: What it reduces, in words.
+        source: Where it comes from.
+    """
+
+    op: str = attrs.field(validator=attrs.validators.in_(("all_reduce",)))
+    ranks: int = attrs.field(validator=_positive)
+    description: str = ""
+    source: str = ""
+
+
 def interleaved_chunks(layout: ScheduleLayout, stage: int) -> tuple[int, ...]:
     """Megatron-Core's assignment: stage ``i`` runs chunks ``i, i + p, ..., i + (v - 1) p``."""
     return tuple(stage + k * layout.pp for k in range(layout.vpp))
@@ -117,6 +138,14 @@ class Schedule:
             :class:`hp_core.errors.ConfigError` (path ``$.parallel.schedule``,
             ``$.parallel.vpp`` or ``$.parallel.global_batch_size``) for a
             layout the schedule cannot run; ``None`` accepts every layout.
+        awaiting_weight_gradient: ``awaiting_weight_gradient(layout, stage) ->
+            tuple[int, ...]``: per chunk, those of :attr:`in_flight` whose
+            input-gradient pass has run and whose weight-gradient pass has not,
+            at the same peak (each keeps what its W reads: every matmul's input
+            and output gradient); ``None``: none (no split backward, or every W
+            runs before the peak).
+        gradient_sync: A collective over each rank's gradients once per step
+            (:class:`GradientSync`), priced after the pipeline; ``None``: none.
         passes: The passes it runs per micro-batch and chunk.
         model_copies: How many copies of the model the pipeline holds: 2 for
             DualPipe (every chunk runs on two ranks, each for half the
@@ -143,6 +172,8 @@ class Schedule:
     model_copies: int = attrs.field(default=1, validator=positive_int)
     trainer_names: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
     fill_share: Callable[[ScheduleLayout], float] | None = None
+    awaiting_weight_gradient: Callable[[ScheduleLayout, int], tuple[int, ...]] | None = None
+    gradient_sync: GradientSync | None = None
     source: str = ""
     description: str = ""
 

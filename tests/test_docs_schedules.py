@@ -29,6 +29,14 @@ def test_dualpipev_keeps_pp_plus_one_chunks_and_leaves_less_bubble_than_1f1b():
     for rank, cells in enumerate(rows[:8]):
         assert cells[3].strip().endswith(f"({16 - rank}+{rank + 1})")
         assert cells[1].strip().endswith(f"({16 - rank})")
+    # ZB-H2 on 16 ranks: rank r keeps 31 - r, r of them awaiting W; ZB-V on 8: (15 - r) + (r + 1), 1F1B's first stage.
+    for rank, cells in enumerate(rows[:16]):
+        assert cells[4].strip().endswith(f"({31 - rank}[{rank}W])" if rank else "(31)")
+    for rank, cells in enumerate(rows[:8]):
+        assert cells[5].strip().endswith(f"({15 - rank}+{rank + 1})")
     bubbles = [line for line in text.splitlines() if line.startswith("| bubble, s |")][0].split("|")[2:-1]
-    one_f_one_b, _, dualpipev = (float(cell) for cell in bubbles)
-    assert dualpipev < one_f_one_b
+    one_f_one_b, dualpipe, dualpipev, zb_h2, zb_v = (float(cell) for cell in bubbles)
+    assert dualpipev < one_f_one_b and zb_h2 < one_f_one_b and zb_v < dualpipev
+    # Only DualPipe sums gradients between mirrored ranks.
+    sync = [line for line in text.splitlines() if line.startswith("| mirrored gradient sync, s |")][0].split("|")[2:-1]
+    assert [cell.strip() == "-" for cell in sync] == [True, False, True, True, True]

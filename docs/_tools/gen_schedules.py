@@ -1,4 +1,4 @@
-"""Generate docs/schedules.md's DeepSeek-V3 comparison: each stage's peak under 1F1B, DualPipe and DualPipeV.
+"""Generate docs/schedules.md's DeepSeek-V3 comparison: each stage's peak under 1F1B, DualPipe, DualPipeV, ZB-H2 and ZB-V.
 
 Usage::
 
@@ -13,7 +13,7 @@ the ``megatron`` runtime, EP 64, sequences of 4096 tokens, 4096 sequences a step
 into 16 pipeline stages of 4 layers but the last (1 layer, with the output head and the MTP
 module), as the README's DeepSeek-V3 example does: 1F1B and DualPipe on 16 ranks (DP 128),
 DualPipeV on 8 ranks holding two of the 16 stages each (DP 256), as the DualPipe README compares
-them ("based on the same number of PP stages").
+them ("based on the same number of PP stages"); ZB-H2 as 1F1B, ZB-V as DualPipeV.
 """
 
 from __future__ import annotations
@@ -34,7 +34,22 @@ LAYOUTS = (
     ("1f1b", ParallelSpec(dp=128, pp=16, schedule="1f1b", **_COMMON)),
     ("dualpipe", ParallelSpec(dp=128, pp=16, schedule="dualpipe", **_COMMON)),
     ("dualpipev", ParallelSpec(dp=256, pp=8, vpp=2, schedule="dualpipev", **_COMMON)),
+    ("zb_h2", ParallelSpec(dp=128, pp=16, schedule="zb_h2", **_COMMON)),
+    ("zb_v", ParallelSpec(dp=256, pp=8, vpp=2, schedule="zb_v", **_COMMON)),
 )
+
+
+def _kept(chunk) -> str:
+    """A chunk's micro-batches at the peak, those awaiting their W in brackets."""
+    waiting = chunk.awaiting_weight_gradient
+    return f"{chunk.micro_batches_in_flight}" + (f"[{waiting}W]" if waiting else "")
+
+
+def _mirror_seconds(time) -> str:
+    """The slowest stage's mirrored gradient sync per step (DualPipe's), or a dash."""
+    found = [total for stage in time.stages for group, total, _ in stage.communication_by_group if group == "mirror"]
+    return f"{max(found):.3f}" if found else "-"
+
 
 
 def render_comparison() -> str:
@@ -57,7 +72,7 @@ def render_comparison() -> str:
             layout, memory, _time = found[name]
             if rank < layout.pp:
                 stage = memory.stages[rank]
-                counts = "+".join(str(chunk.micro_batches_in_flight) for chunk in stage.chunks)
+                counts = "+".join(_kept(chunk) for chunk in stage.chunks)
                 cells.append(f"{stage.peak_bytes / gib:.2f} ({counts})")
             else:
                 cells.append("")
@@ -69,6 +84,7 @@ def render_comparison() -> str:
         ("highest peak, GiB", lambda layout, memory, time: f"{memory.peak_bytes / gib:.2f}"),
         ("parameters on rank 1, GiB", lambda layout, memory, time: f"{memory.stages[1].memory.parameters_bytes / gib:.2f}"),
         ("bubble, s", lambda layout, memory, time: f"{time.bubble_seconds:.3f}"),
+        ("mirrored gradient sync, s", lambda layout, memory, time: _mirror_seconds(time)),
         ("step, s", lambda layout, memory, time: f"{time.step_seconds:.3f}"),
         ("bubble share of the step", lambda layout, memory, time: f"{time.bubble_seconds / time.step_seconds:.1%}"),
     )

@@ -76,10 +76,12 @@ def plugins_command(args: argparse.Namespace, registry: Registry, console: Conso
 
 
 def _schedule_summary(schedule: Any) -> str:
-    """Its passes, its model copies where more than one, and its description."""
+    """Its passes, its model copies where more than one, its gradient sync where any, and its description."""
     passes = "/".join(p.name for p in schedule.passes)
     copies = f"; {schedule.model_copies} model copies" if schedule.model_copies > 1 else ""
-    return f"{passes}{copies}; {schedule.description}"
+    sync = schedule.gradient_sync
+    synced = f"; {sync.op} over {sync.ranks} mirrored ranks per step" if sync is not None else ""
+    return f"{passes}{copies}{synced}; {schedule.description}"
 
 
 def _model_row(preset, registry: Registry) -> dict[str, Any]:

@@ -15,7 +15,8 @@ from hp_core.errors import HPError, PluginError, describe
 from hp_core.schedules import Schedule, ScheduleLayout, StagePasses
 from hp_core.specs.parallel import ParallelSpec
 
-__all__ = ["check_layout", "default_global_batch_size", "pipeline_seconds", "run_check", "stage_plan"]
+__all__ = ["awaiting_weight_gradient", "check_layout", "default_global_batch_size", "pipeline_seconds", "run_check",
+           "stage_plan"]
 
 
 def _call(schedule: Schedule, what: str, function: Callable[..., Any], *args: Any) -> Any:
@@ -43,6 +44,23 @@ def stage_plan(schedule: Schedule, layout: ScheduleLayout, stage: int) -> tuple[
         raise PluginError(schedule.name, f"in_flight of stage {stage} must give one non-negative integer per chunk "
                                          f"({len(chunks)}), got {list(counts)}")
     return chunks, counts
+
+
+def awaiting_weight_gradient(schedule: Schedule, layout: ScheduleLayout, stage: int, in_flight: tuple[int, ...]) -> tuple[int, ...]:
+    """Per chunk, those of *in_flight* past their input-gradient pass and awaiting their W at the peak.
+
+    Raises:
+        PluginError: The schedule raised, or gave a count per chunk that is not an integer
+            from 0 to the chunk's in-flight count.
+    """
+    if schedule.awaiting_weight_gradient is None:
+        return (0,) * len(in_flight)
+    counts = tuple(_call(schedule, "awaiting_weight_gradient", schedule.awaiting_weight_gradient, layout, stage))
+    if len(counts) != len(in_flight) or any(not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= k
+                                            for n, k in zip(counts, in_flight)):
+        raise PluginError(schedule.name, f"awaiting_weight_gradient of stage {stage} must give per chunk an integer from 0 "
+                                         f"to its in-flight count {list(in_flight)}, got {list(counts)}")
+    return counts
 
 
 def run_check(schedule: Schedule, layout: ScheduleLayout) -> None:

@@ -30,7 +30,7 @@ import attrs
 from hp_core.results import ChunkEstimate, MemoryBreakdown, StageEstimate
 from hp_core.engine.optimizer import group_states, layer_load, master_bytes, rank_params
 from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements, scaling_state_bytes, weight_copy_bytes
-from hp_core.engine.schedule import stage_plan
+from hp_core.engine.schedule import awaiting_weight_gradient, stage_plan
 from hp_core.schedules import Schedule, ScheduleLayout
 from hp_core.specs.parallel import ParallelSpec
 from hp_core.specs.precision import PrecisionSpec
@@ -463,10 +463,10 @@ def plan_stage(
         points = dict(inputs.peak_points(_stage_view(index, chunk_layers, in_flight, found, points, inputs)))
     peaks = {name: point.peak_bytes for name, point in points.items()}
     binding = max(peaks, key=peaks.__getitem__)
-    chunks = tuple(
-        ChunkEstimate(index=chunk, layers=tuple(body), micro_batches_in_flight=count)
-        for chunk, count, body in zip(chunk_ids, in_flight, chunk_body)
-    )
+    awaiting = awaiting_weight_gradient(inputs.schedule, ScheduleLayout(parallel.pp, parallel.vpp, inputs.micro_batches),
+                                        index, in_flight)
+    chunks = tuple(ChunkEstimate(index=chunk, layers=tuple(body), micro_batches_in_flight=count, awaiting_weight_gradient=w)
+                   for chunk, count, body, w in zip(chunk_ids, in_flight, chunk_body, awaiting))
     return StageEstimate(
         index=index,
         layers=tuple(i for body in chunk_body for i in body),

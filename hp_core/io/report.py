@@ -218,7 +218,7 @@ def time_to_json(step) -> dict[str, Any]:
                 "data_parallel_seconds": s.data_parallel_seconds,
                 "optimizer_seconds": s.optimizer_seconds,
                 "communication_by_group": [
-                    {"group": group, "per": "step" if group == "dp" else "micro-batch", "seconds": total,
+                    {"group": group, "per": "step" if group in ("dp", "mirror") else "micro-batch", "seconds": total,
                      "exposed_seconds": exposed, "hidden_seconds": total - exposed}
                     for group, total, exposed in s.communication_by_group
                 ],
@@ -256,7 +256,7 @@ def communication_table(step) -> Table:
     for s in step.stages:
         for group, total, exposed in s.communication_by_group:
             if total:
-                table.add_row(str(s.index), group, "step" if group == "dp" else "MB", _ms(total), _ms(exposed),
+                table.add_row(str(s.index), group, "step" if group in ("dp", "mirror") else "MB", _ms(total), _ms(exposed),
                               _ms(total - exposed))
     return table
 

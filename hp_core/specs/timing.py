@@ -436,6 +436,10 @@ class TimingProfile:
         collective_model: The collective library's pricing, by name in the
             registry (hook ``hp_collective_models``); ``None``: the built-in
             ``nccl`` (:data:`hp_core.collectives.NCCL`).
+        alternate_matmul_recompute: The selective switches under which the
+            trainer's op-level checkpointing also re-runs every second matmul
+            of a block (torchtitan's op SAC): a layer recomputing all of them
+            re-runs its :attr:`~hp_core.costs.LayerWork.alternate_matmul_flops`.
     """
 
     name: str
@@ -457,6 +461,7 @@ class TimingProfile:
     collective_model: str | None = None
     schedule: OverlapSchedule = attrs.field(factory=OverlapSchedule)
     host: HostOverhead | None = None
+    alternate_matmul_recompute: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
 
     def __attrs_post_init__(self) -> None:
         if not self.devices:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.engine.recompute.layout import PlanLayout, plan_layout
 from hp_core.registry import Registry
@@ -122,11 +123,45 @@ def _schedule_flags(layout: PlanLayout, parallel: ParallelSpec, registry: Regist
     return f"--num-virtual-stages-per-pipeline-rank {parallel.vpp}"
 
 
+def _uneven_flags(layout: PlanLayout) -> str:
+    """Uneven first and last stages as Megatron-LM states them (``arguments.py``
+    ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``;
+    ``transformer_block.py`` ``get_num_layers_to_build``: the first and last ranks get their counts, the
+    middle ranks split the rest evenly, and each rank's count is split evenly over its virtual stages).
+
+    Raises:
+        ConfigError: The layout's chunks are uneven in a way those flags cannot state: a rank whose
+            chunks differ, or middle ranks that differ.
+    """
+    sizes = [hi - lo for lo, hi in layout.chunk_bounds]
+    if len(set(sizes)) <= 1:
+        return ""
+    pp = layout.pp
+    ranks = [sizes[r::pp] for r in range(pp)]
+    odd = next((r for r, mine in enumerate(ranks) if len(set(mine)) > 1), None)
+    if odd is not None or len({sum(mine) for mine in ranks[1:-1]}) > 1:
+        why = (f"rank {odd}'s chunks hold {ranks[odd]} layers" if odd is not None
+               else f"the middle ranks hold {[sum(mine) for mine in ranks[1:-1]]} layers")
+        raise ConfigError("$.parallel.layers_per_stage",
+                          f"megatron states uneven pipeline stages only as first and last rank counts with the middle ranks "
+                          f"even and every rank's virtual stages even (--decoder-first/last-pipeline-num-layers), but {why}; "
+                          "change layers_per_stage")
+    totals = [sum(mine) for mine in ranks]
+    middle = totals[1] if pp > 2 else None
+    flags = []
+    if totals[0] != middle:
+        flags.append(f"--decoder-first-pipeline-num-layers {totals[0]}")
+    if totals[-1] != middle:
+        flags.append(f"--decoder-last-pipeline-num-layers {totals[-1]}")
+    return " ".join(flags)
+
+
 def export_megatron(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSpec, *, registry: Registry) -> str:
     """*plan* as Megatron-LM flags (``""`` for no recompute), the schedule's flags after them.
 
     The layout's schedule must be one Megatron-LM runs (``1f1b``, or ``interleaved_1f1b``, whose
-    virtual pipeline flags follow the recompute flags).
+    virtual pipeline flags follow the recompute flags); uneven stages follow last
+    (``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``).
 
     Args:
         plan: The recompute plan.
@@ -138,12 +173,13 @@ def export_megatron(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSpe
     Raises:
         PlanNotExecutable: Megatron-LM cannot run *plan*; it names the closest plan it runs.
         ConfigError: An unknown kind, a range beyond the model, a layout that does not split, or
-            a schedule Megatron-LM does not run.
+            a schedule Megatron-LM does not run, or uneven stages its flags cannot state.
     """
     layout = plan_layout(model, parallel, registry)
     schedule = _schedule_flags(layout, parallel, registry)
+    uneven = _uneven_flags(layout)
     flags = _recompute_flags(plan, model, parallel, registry, layout)
-    return " ".join(part for part in (flags, schedule) if part)
+    return " ".join(part for part in (flags, schedule, uneven) if part)
 
 
 def _recompute_flags(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSpec, registry: Registry,

@@ -29,6 +29,7 @@ from hp_core.engine.recompute.layout import PlanLayout, plan_layout
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_core.types import Exporter
+from hp_plugins.importers.torchtitan import _stage_layers  # torchtitan's default split, as its importer reads it
 from hp_plugins.exporters._common import (
     LayerPlan, offloaded, per_layer, read_plan, refuse, refuse_offload, trainer_schedule,
 )
@@ -88,7 +89,8 @@ def export_torchtitan(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelS
     A schedule other than torchtitan's default ``1F1B`` follows as
     ``[parallelism] pipeline_parallel_schedule`` (the names of PyTorch
     ``torch/distributed/pipelining/schedules.py`` ``get_schedule_class``:
-    ``GPipe``, ``Interleaved1F1B``, ``DualPipeV``, ...).
+    ``GPipe``, ``Interleaved1F1B``, ``DualPipeV``, ...), and uneven pipeline chunks as
+    ``module_fqns_per_model_part`` (:func:`_model_parts`).
 
     Args:
         plan: The recompute plan.
@@ -103,9 +105,27 @@ def export_torchtitan(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelS
     """
     schedule = trainer_schedule(_TRAINER, parallel, registry)
     section = _activation_checkpoint(plan, model, parallel, registry)
-    if schedule == "1F1B":
-        return section
-    return section + f'\n[parallelism]\npipeline_parallel_schedule = "{schedule}"\n'
+    lines = [] if schedule == "1F1B" else [f'pipeline_parallel_schedule = "{schedule}"']
+    lines += _model_parts(plan_layout(model, parallel, registry))
+    return section + ("\n[parallelism]\n" + "\n".join(lines) + "\n" if lines else "")
+
+
+def _model_parts(layout: PlanLayout) -> list[str]:
+    """The layout's chunks as torchtitan's ``[parallelism] module_fqns_per_model_part`` where torchtitan's
+    own split would differ: per model chunk in pipeline order, its modules, named as that split names
+    them (``torchtitan/distributed/pipeline_parallel.py`` ``_generate_llm_fqn_per_model_part``:
+    ``tok_embeddings`` first, ``layers.N``, ``norm`` and ``lm_head`` last; its default counts the
+    embedding and the output as one layer each, :func:`hp_plugins.importers.torchtitan._stage_layers`);
+    nothing where the two agree."""
+    sizes = [hi - lo for lo, hi in layout.chunk_bounds]
+    if len(sizes) == 1 or sizes == _stage_layers(sum(sizes), len(sizes), 1, 1):
+        return []
+    parts = []
+    for c, (lo, hi) in enumerate(layout.chunk_bounds):
+        names = (["tok_embeddings"] if c == 0 else []) + [f"layers.{i}" for i in range(lo, hi)]
+        names += ["norm", "lm_head"] if c == len(layout.chunk_bounds) - 1 else []
+        parts.append("[" + ", ".join(f'"{n}"' for n in names) + "]")
+    return [f"module_fqns_per_model_part = [{', '.join(parts)}]"]
 
 
 def _activation_checkpoint(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSpec, registry: Registry) -> str:

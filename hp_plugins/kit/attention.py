@@ -135,6 +135,8 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
         b.block_grads.append(T * qkv * act // t + T * (a // t) * x.precision.lse_bytes)
     b.linear(T, h, qkv // t)
     b.linear(T, a * d // t, h)
+    # torchtitan's Attention.forward: wq, wk, wv, then wo (torchtitan/models/llama3/model.py).
+    b.matmuls_in_order += [2 * T * h * a * d // t, 2 * T * h * g * d // t, 2 * T * h * g * d // t, 2 * T * a * d * h // t]
     b.tp_blocks += 1
     b.attention_shape = AttentionShape(heads=a, kv_heads=g, head_dim=d, score_share=share, score_ops=ops)
 

@@ -71,6 +71,9 @@ class LayerBuilder:
         self.elementwise = 0
         self.buffers_once = 0
         self.shapes: list[tuple[int, int]] = []
+        # Forward FLOPs of each unfused matmul in forward order (q, k, v, o, w1, w3, w2): torchtitan's op-level
+        # SAC re-runs every second one (LayerWork.alternate_matmul_flops).
+        self.matmuls_in_order: list[float] = []
         # What the step time prices (hp_plugins.kit.work): the blocks whose GEMMs TP splits (each
         # gathers its input and reduces its output over TP), the attention core and the routed experts.
         self.tp_blocks = 0
@@ -182,5 +185,6 @@ class LayerBuilder:
             buffers_once_bytes=self.buffers_once,
             forward=Flops(matmul_flops=self.matmul, attention_flops=self.attention, elementwise_flops=self.elementwise),
             weight_shapes=shapes,
-            work=decoder_work(self.x, shapes, self.h, self.tp_blocks, self.attention_shape, self.expert_shape),
+            work=decoder_work(self.x, shapes, self.h, self.tp_blocks, self.attention_shape, self.expert_shape,
+                              alternate_matmul_flops=float(sum(self.matmuls_in_order[1::2]))),
         )

@@ -132,7 +132,8 @@ def expert_collectives(x: LayerContext, routed_bytes: float) -> tuple[Collective
 
 
 def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hidden_size: int, blocks: int,
-                 attention: AttentionShape | None = None, experts: ExpertShape | None = None) -> LayerWork:
+                 attention: AttentionShape | None = None, experts: ExpertShape | None = None,
+                 alternate_matmul_flops: float = 0.0) -> LayerWork:
     """The work of a layer made of the kit's blocks (module docstring), per micro-batch on one rank.
 
     Args:
@@ -144,6 +145,8 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         blocks: Its blocks whose GEMMs TP splits (attention, MLP, experts, a mixer).
         attention: Its attention block, ``None`` without one.
         experts: Its routed experts, ``None`` without them.
+        alternate_matmul_flops: Forward FLOPs of every second matmul in forward order
+            (:attr:`LayerWork.alternate_matmul_flops <hp_core.costs.LayerWork.alternate_matmul_flops>`).
     """
     act = x.precision.activation_bytes
     T, tp, h = x.tokens, x.tp, hidden_size
@@ -215,5 +218,5 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         router_elements=router, boundary_bytes=T * h * act, reruns=reruns,
         high_precision_gemms=gemms[:1] if experts is not None else (),
         attention_core_switches=ATTENTION_CORE_SWITCHES if attention is not None else frozenset(),
-        routed_experts=experts.experts if experts is not None else 0,
+        routed_experts=experts.experts if experts is not None else 0, alternate_matmul_flops=alternate_matmul_flops,
     )

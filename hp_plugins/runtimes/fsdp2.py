@@ -30,6 +30,7 @@ from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
 from hp_plugins.runtimes.fsdp2_points import Fsdp2Points
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
+from hp_plugins.runtimes.time_options import elementwise_kernels_option, ep_all_to_all_option
 from hp_plugins.runtimes.timing_profiles import FSDP2, HOPPER_CUDNN, HOPPER_SDPA
 
 
@@ -69,6 +70,13 @@ OPTIONS = (
         source="torchtitan torchtitan/distributed/tensor_parallel.py maybe_enable_async_tp; "
                "torch/distributed/_symmetric_memory fused_all_gather_matmul, fused_matmul_reduce_scatter",
     ),
+    elementwise_kernels_option(
+        "eager", "torchtitan --compile (training.compile, off by default; torchtitan/train.py applies torch.compile per "
+        "block); torch/_inductor fuses pointwise ops into one kernel; NeMo AutoModel's TE backend uses Transformer "
+        "Engine's fused RMSNorm"),
+    ep_all_to_all_option(
+        "NeMo AutoModel moe dispatcher 'deepep' (examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml); DeepEP "
+        "docs/legacy.md (deepseek-ai/DeepEP@0297fc8)"),
 )
 
 __all__ = ["hp_runtimes"]

@@ -43,6 +43,7 @@ from hp_core.specs.overlap import schedule_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
+from hp_plugins.runtimes.time_options import ep_all_to_all_option
 from hp_plugins.runtimes.timing_profiles import MEGATRON_TE
 
 __all__ = ["hp_runtimes"]
@@ -134,6 +135,8 @@ OPTIONS = (
                     "compute; exposed max(0, all-to-all - the layer's compute)",
         source=f"{_ARGS} --overlap-moe-expert-parallel-comm; megatron/core/pipeline_parallel/combined_1f1b.py",
     ),
+    ep_all_to_all_option(f"{_ARGS} --moe-token-dispatcher-type flex --moe-enable-deepep (megatron/core/transformer/moe/"
+                         "fused_a2a.py); DeepEP docs/legacy.md (deepseek-ai/DeepEP@0297fc8)"),
 )
 
 

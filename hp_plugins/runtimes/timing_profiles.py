@@ -59,7 +59,7 @@ from hp_core.specs.overlap import OverlapSchedule
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, GemmTable, Sourced, TimingProfile
 from hp_plugins.hardware import gemm_b200
 
-__all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRON", "FSDP2", "GENERIC", "HOPPER_CUDNN", "HOPPER_SDPA", "HOPPER", "MEGATRON_LM_2022", "MEGATRON_TE", "PROFILES"]
+__all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRON", "EAGER_ACCESSES", "FSDP2", "FUSED_ACCESSES", "GENERIC", "HOPPER_CUDNN", "HOPPER_SDPA", "HOPPER", "MEGATRON_LM_2022", "MEGATRON_TE", "PROFILES"]
 
 _SIMUMAX_B200 = "SimuMax v1.2 configs/system/b200_bf16_ceperm.json (MooreThreads/SimuMax@4dcaae5), measured on 8x B200 with TE 2.11"
 _SIMUMAX_H100 = "SimuMax configs/system/h100_nvlink.json (MooreThreads/SimuMax@160921c): spec-based starter value, 'NOT shape-calibrated' per its note"
@@ -286,6 +286,21 @@ _ACCESSES = Sourced(
     "writes its output, 2 accesses per element, over 4-8 counted ops (RMSNorm+residual 5, SiLU-gated 6, softmax 5, GeLU 8); "
     "gated and dropout kernels move a third tensor",
 )
+# Eager PyTorch launches one kernel per op, each reading its operands from HBM and writing its result. Counted
+# per token of a Llama block (width h, SwiGLU width I) as torch runs it without torch.compile:
+# RMSNorm (torch.rms_norm's composite, aten/src/ATen/native/layer_norm.cpp: to fp32 2+4 B, pow 4+4, mean 4,
+# mul by the inverse root 4+4, cast back 4+2, weight mul 2+2) 36 B per element, twice; two residual adds
+# 2+2+2 B each; SiLU 2+2 B and the gate product 2+2+2 B per element of I: 84 h + 10 I bytes against the kinds'
+# 2 (4 + 1) h + 6 I counted ops, 3.84 bytes (1.92 bf16 accesses) per op at I = 3.5 h (Llama 3 8B and 70B).
+# The fused figure moves 2 accesses per element of 4-8 ops (0.5); rotary embedding is counted in neither.
+EAGER_ACCESSES = Sourced(
+    1.92,
+    "counted: eager PyTorch runs one kernel per op, each reading its operands and writing its result; a Llama block's "
+    "RMSNorms (torch.rms_norm composite: fp32 upcast, pow, mean, mul, downcast, weight mul: 36 B per element), residual "
+    "adds (6 B) and SiLU-gated product (10 B per element of I) move 84 h + 10 I bytes per token against 10 h + 6 I counted "
+    "ops: 3.84 bytes, 1.92 bf16 accesses per op at I = 3.5 h",
+)
+FUSED_ACCESSES = _ACCESSES
 _ELEMENTWISE_BACKWARD = Sourced(
     2.0, "counted: an elementwise backward reads the saved input and the output gradient and writes the input gradient "
     "(3 accesses to the forward's 2), and a norm's backward makes a reduction pass before it"
@@ -406,6 +421,11 @@ FSDP2 = attrs.evolve(
                  "FSDP's prefetch and reduce-scatter overlap"),
     devices=(BLACKWELL, HOPPER_SDPA, AMPERE, ANY_DEVICE),
     schedule=OverlapSchedule(fsdp_prefetch=True, fsdp_reduce_scatter_overlap=True, source=_FSDP2_DOCS),
+    # torchtitan runs eager unless --compile (option elementwise_kernels), and its op-level SAC saves every
+    # matmul's output but every second one's (torchtitan/distributed/activation_checkpoint.py _custom_policy:
+    # "Saves output of all compute ops, except every second mm"): the runtime's op_sac switches.
+    elementwise_accesses_per_flop=EAGER_ACCESSES,
+    alternate_matmul_recompute=frozenset({"normOp", "ffAct"}),
 )
 
 PROFILES = {profile.name: profile for profile in (GENERIC, MEGATRON_TE, MEGATRON_LM_2022, FSDP2)}

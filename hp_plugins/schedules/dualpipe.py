@@ -14,19 +14,31 @@ In flight (the peak of ``DualPipe.step``'s order, counted by the simulation in t
 on chunk ``p - 1 - h`` (DualPipe), ``2p - r`` on chunk ``r`` and ``r + 1`` on chunk
 ``2p - 1 - r`` (DualPipeV): the README's ``PP + 1`` chunk-micro-batches, ``PP`` its stages.
 
-Bubble, the README's ``(PP/2 - 1)(F&B + B - 3W)`` with ``F``, ``B`` (whole backward), ``W`` and
-``F&B`` (an overlapped forward and backward) of one stage's chunk: hp prices ``F&B`` as ``F + B``
-(the runtime's overlap of the all-to-all is in the stage time already), so per rank with ``t =
-F + B``: ``(p/2 - 1)(2t - F - 3W)`` for DualPipe and, a rank running two chunks of ``t/2``,
-``(p - 1)(2t - F - 3W)/2`` for DualPipeV. The simulation in the tests agrees for equal passes
-(``F = B - W = W``, the README's setting); docs/schedules.md shows where unequal passes depart.
+Nothing awaits its W at the peak: the zero-bubble backwards (steps 3, 6 and 7 of ``step``) run
+after it (the simulation in the tests checks it).
+
+Bubble: the README's ``(PP/2 - 1)(F&B + B - 3W)`` (``F``, ``B`` the whole backward, ``W`` and
+``F&B``, an overlapped forward and backward, of one chunk) holds for equal passes (``F = B - W =
+W``, its setting); with unequal ones the order stalls by amounts that depend on the ratios (a
+forward or a W outweighing the rest: the simulation gives up to twice the README's bubble,
+docs/schedules.md). So hp runs the order itself (:mod:`hp_plugins.schedules._timeline`), an
+overlapped F&B priced ``F + B`` (the runtime's overlap of the all-to-all is in the stage time
+already), each rank with its own passes: for equal passes it is the README's form.
+
+Gradients: a chunk runs on two ranks (``r`` and ``p - 1 - r`` hold the same two chunks), each for
+half the micro-batches, so before the optimizer step each rank adds its mirror's gradients of
+both chunks to its own (the DualPipe repository's ``examples/example_dualpipe.py`` sums them
+after ``step``): hp prices it as an all-reduce of the rank's gradients over the pair, once per
+step after the pipeline (:attr:`~hp_core.schedules.Schedule.gradient_sync`). DualPipeV has one
+copy and no such sum.
 """
 
 from __future__ import annotations
 
 from hp_core.markers import hookimpl
-from hp_core.schedules import Schedule, ScheduleLayout, StagePasses
-from hp_plugins.schedules._common import fill_drain_seconds, need_even_pp, need_micro_batches, need_pp, need_vpp
+from hp_core.schedules import GradientSync, Schedule, ScheduleLayout, StagePasses
+from hp_plugins.schedules._common import need_even_pp, need_micro_batches, need_pp, need_vpp
+from hp_plugins.schedules._timeline import chunk_passes, timeline_seconds
 from hp_plugins.schedules.zero_bubble import SPLIT_PASSES
 
 __all__ = ["DUALPIPE", "DUALPIPEV", "hp_schedules"]
@@ -58,21 +70,21 @@ def dualpipev_in_flight(layout: ScheduleLayout, stage: int) -> tuple[int, ...]:
     return (2 * layout.pp - stage, stage + 1)
 
 
-def _units(stages: tuple[StagePasses, ...]) -> list[float]:
-    """Per stage ``2t - F - 3W``: ``F&B + B - 3W`` with ``F&B = F + B`` and ``t = F + B``."""
-    return [max(0.0, 2 * s.seconds - s.forward_seconds - 3 * s.weight_gradient_seconds) for s in stages]
-
-
 def dualpipe_seconds(layout: ScheduleLayout, stages: tuple[StagePasses, ...]) -> float:
-    """``m t + (p/2 - 1)(2t - F - 3W)`` for equal stages; unequal ones share the fill over the others."""
-    p = layout.pp
-    share = (p / 2 - 1) / (p - 1)
-    return fill_drain_seconds(stages, layout.micro_batches, _units(stages), share)
+    """The order run (:mod:`._timeline`): ``m t + (p/2 - 1)(2t - F - 3W)`` for equal stages and passes."""
+    return timeline_seconds("dualpipe", layout, chunk_passes(stages, 1))
 
 
 def dualpipev_seconds(layout: ScheduleLayout, stages: tuple[StagePasses, ...]) -> float:
-    """``m t + (p - 1)(2t - F - 3W) / 2`` for equal stages."""
-    return fill_drain_seconds(stages, layout.micro_batches, _units(stages), 0.5)
+    """The order run, each rank's two chunks at half its time: ``m t + (p - 1)(2t - F - 3W) / 2`` for equal ones."""
+    return timeline_seconds("dualpipev", layout, chunk_passes(stages, 2))
+
+
+MIRROR_SYNC = GradientSync(
+    op="all_reduce", ranks=2,
+    description="each rank's gradients of its two chunks summed with its mirror's (rank p-1-r holds the same chunks)",
+    source="deepseek-ai/DualPipe examples/example_dualpipe.py: the two copies' gradients added after DualPipe.step",
+)
 
 
 def check_dualpipe(layout: ScheduleLayout) -> None:
@@ -91,16 +103,16 @@ def check_dualpipev(layout: ScheduleLayout) -> None:
 DUALPIPE = Schedule(
     name="dualpipe", in_flight=dualpipe_in_flight, pipeline_seconds=dualpipe_seconds,
     default_micro_batches=twice_pp_micro_batches, stage_chunks=dualpipe_chunks, check=check_dualpipe,
-    passes=SPLIT_PASSES, model_copies=2, trainer_names={},
+    passes=SPLIT_PASSES, model_copies=2, trainer_names={}, gradient_sync=MIRROR_SYNC,
     source=_SOURCE,
-    description="bidirectional (vpp=1): two model copies, PP+1 chunk-micro-batches, bubble (p/2-1)(F&B+B-3W)",
+    description="bidirectional (vpp=1): two model copies, PP+1 chunk-micro-batches, bubble (p/2-1)(F&B+B-3W) at equal passes, else its order run",
 )
 DUALPIPEV = Schedule(
     name="dualpipev", in_flight=dualpipev_in_flight, pipeline_seconds=dualpipev_seconds,
     default_micro_batches=twice_pp_micro_batches, stage_chunks=dualpipev_chunks, check=check_dualpipev,
     passes=SPLIT_PASSES, trainer_names={"torchtitan": "DualPipeV"},
     source=_SOURCE + "; DualPipeV: the cut-in-half DualPipe (Sea AI Lab)",
-    description="V-shape (vpp=2): chunks r and 2p-1-r, 2p+1 chunk-micro-batches, bubble (p-1)(F&B+B-3W)/2",
+    description="V-shape (vpp=2): chunks r and 2p-1-r, 2p+1 chunk-micro-batches, bubble (p-1)(F&B+B-3W)/2 at equal passes, else its order run",
 )
 
 

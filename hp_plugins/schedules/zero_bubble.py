@@ -2,17 +2,36 @@
 
 Qi, Wan, Huang and Lin 2023, "Zero Bubble Pipeline Parallelism" (arXiv:2401.10241, ICLR 2024;
 code: github.com/sail-sg/zero-bubble-pipeline-parallelism). B of a stage needs only the next
-stage's B, so W, which needs nothing downstream, fills what 1F1B leaves idle; the activations
-W reads (each matmul's input and its output gradient) stay alive until it runs. Like the paper
-(Section 2, Table 1: peak memory in micro-batches' worth ``M_B``), hp counts a micro-batch kept
-on a stage from its forward until its W, whole: an upper bound, since after B only W's inputs
-are left.
+stage's B, so W, which needs nothing downstream, fills what 1F1B leaves idle. A micro-batch is
+kept on a chunk from its forward until its W; between its B and its W it keeps only what W
+reads, each matmul's input (kept since the forward) and the gradient of its output (made by B)
+(the paper's Section 2, Table 1: ``M_W`` against ``M_B``). ``in_flight`` counts every micro-batch
+kept at the stage's peak and ``awaiting_weight_gradient`` those of them past their B; the
+simulation in the tests checks both, and that no other moment of the stage keeps more
+micro-batches or more that are whole (docs/schedules.md).
 
-* ZB-H1 (Section 2.1, Figure 3 top): 1F1B's warm-up, and stage ``i`` delays its W passes by
-  ``i`` micro-batches, so every stage keeps ``p`` micro-batches, as 1F1B's first stage does;
-  bubble ``(p - 1)(T_F + T_B - T_W)`` with ``T_B`` the input-gradient pass, that is
-  ``(p - 1)(t - 2 T_W)`` of a stage's time ``t = T_F + T_B + T_W`` (deepseek-ai/DualPipe README:
-  ZB1P ``(PP-1)(F+B-2W)`` with ``B`` the whole backward).
+Notation per stage: ``F``, ``B`` (input gradient), ``W`` one chunk's passes, ``t = F + B + W``.
+
+* ZB-H1 (Section 2.1, Figure 3 top): 1F1B's warm-up, stage ``i`` delays its W passes by ``i``
+  micro-batches: ``p`` kept on every stage, ``i`` of them awaiting W; bubble ``(p - 1)(F + B - W)``
+  (the paper's Table 1; deepseek-ai/DualPipe README: ZB1P ``(PP-1)(F+B-2W)``, ``B`` there the
+  whole backward) where ``W <= min(F, B)``; beyond, the W passes no longer fill the wait and
+  the simulation of the order gives ``(p - 1) max(F, B, F + B - W)``, which hp prices.
+* ZB-H2 (Section 2.2, Figure 3 bottom; ``m >= 2p - 1``): ``2(p - i) - 1`` warm-up forwards, then
+  B, the W of the micro-batch ``i`` steps back, F; ``2p - 1 - i`` kept, ``i`` awaiting W (the
+  paper's ``(2p - 1) M_B`` on the first stage). One step, first forward to last W, takes
+  ``m t + (p - 1) max(F, F + B - W, B - F)``: ``(p - 1) F`` when ``F = B = W``, the stagger of a
+  parallelogram whose every stage is busy from its first forward to its last W (the paper's
+  zero bubble, which it reaches across steps by replacing the optimizer's synchronisation with a
+  post-update validation, Section 4: hp prices one step, synchronised). The other two terms:
+  simulation of the order (``F + B - W`` where B outweighs W, ``B - F`` where B outweighs 2F
+  and the warm-up no longer covers the B passes' way back).
+* ZB-V (Section 6; PyTorch ``ScheduleZBVZeroBubble``; ``vpp = 2``, ``m >= 2p - 1``): chunks
+  ``r`` and ``2p - 1 - r`` in a V; rank ``r`` keeps ``2p - 1 - r`` and ``r + 1``, none awaiting W
+  at the peak: ``2p`` chunk-micro-batches, 1F1B's first stage (the paper's "1x" memory). For
+  ``F = B = W`` a step takes ``m t + (p - 1) F`` (per rank ``t`` of two chunks, ``F`` of one);
+  with unequal passes the order stalls by amounts that depend on ``m``, so hp prices it by
+  running the order (:mod:`hp_plugins.schedules._timeline`).
 """
 
 from __future__ import annotations
@@ -20,8 +39,9 @@ from __future__ import annotations
 from hp_core.markers import hookimpl
 from hp_core.schedules import Pass, Schedule, ScheduleLayout, StagePasses
 from hp_plugins.schedules._common import fill_drain_seconds, need_micro_batches, need_pp, need_vpp
+from hp_plugins.schedules._timeline import chunk_passes, timeline_seconds
 
-__all__ = ["ZB_H1", "hp_schedules"]
+__all__ = ["ZB_H1", "ZB_H2", "ZB_V", "hp_schedules"]
 
 _QI = "Qi et al. 2023, 'Zero Bubble Pipeline Parallelism' (arXiv:2401.10241)"
 
@@ -37,14 +57,31 @@ def pp_micro_batches(pp: int, vpp: int) -> int:
     return pp
 
 
+def twice_pp_less_one_micro_batches(pp: int, vpp: int) -> int:
+    """``2p - 1``: the first stage's whole warm-up (ZB-H2, ZB-V)."""
+    return 2 * pp - 1
+
+
+def _passes(s: StagePasses) -> tuple[float, float, float]:
+    """``(F, B, W)`` of a stage, ``B`` the input gradient (the stage time less its forward and W)."""
+    f, w = s.forward_seconds, s.weight_gradient_seconds
+    return f, max(0.0, s.seconds - f - w), w
+
+
 def zb_h1_in_flight(layout: ScheduleLayout, stage: int) -> tuple[int, ...]:
     """``p`` on every stage (``m >= p``): 1F1B's ``p - i`` plus the ``i`` whose W waits."""
     return (layout.pp,)
 
 
+def zb_h1_awaiting(layout: ScheduleLayout, stage: int) -> tuple[int, ...]:
+    """``i``: the W passes stage ``i`` delays."""
+    return (stage,)
+
+
 def zb_h1_seconds(layout: ScheduleLayout, stages: tuple[StagePasses, ...]) -> float:
-    """``m t_max + sum over the other stages of (t - 2 W)``: ``m t + (p - 1)(t - 2 W)`` for equal stages."""
-    units = [max(0.0, s.seconds - 2 * s.weight_gradient_seconds) for s in stages]
+    """``m t_max + sum over the other stages of max(F, B, F + B - W)``: the paper's ``(p - 1)(F + B - W)``
+    for equal stages with ``W <= min(F, B)``."""
+    units = [max(f, b, f + b - w) for f, b, w in map(_passes, stages)]
     return fill_drain_seconds(stages, layout.micro_batches, units, 1.0)
 
 
@@ -54,15 +91,68 @@ def check_zb_h1(layout: ScheduleLayout) -> None:
     need_micro_batches(layout, "zb_h1", layout.pp, source="every stage delays its W passes behind p micro-batches")
 
 
+def zb_h2_in_flight(layout: ScheduleLayout, stage: int) -> tuple[int, ...]:
+    """``2p - 1 - i``: ``2(p - i) - 1`` warm-up forwards, then one more per W delayed (``i``)."""
+    return (2 * layout.pp - 1 - stage,)
+
+
+def zb_h2_seconds(layout: ScheduleLayout, stages: tuple[StagePasses, ...]) -> float:
+    """``m t_max + sum over the other stages of max(F, F + B - W, B - F)``."""
+    units = [max(f, f + b - w, b - f) for f, b, w in map(_passes, stages)]
+    return fill_drain_seconds(stages, layout.micro_batches, units, 1.0)
+
+
+def check_zb_h2(layout: ScheduleLayout) -> None:
+    need_vpp(layout, "zb_h2", (1,))
+    need_pp(layout, "zb_h2", 2)
+    need_micro_batches(layout, "zb_h2", 2 * layout.pp - 1, source="the first stage's 2p-1 warm-up forwards")
+
+
+def zb_v_chunks(layout: ScheduleLayout, stage: int) -> tuple[int, ...]:
+    return (stage, 2 * layout.pp - 1 - stage)
+
+
+def zb_v_in_flight(layout: ScheduleLayout, stage: int) -> tuple[int, ...]:
+    """``2p - 1 - r`` on the way down (its warm-up), ``r + 1`` on the way back."""
+    return (2 * layout.pp - 1 - stage, stage + 1)
+
+
+def zb_v_seconds(layout: ScheduleLayout, stages: tuple[StagePasses, ...]) -> float:
+    """The order run with each rank's two chunks at half its time (:mod:`._timeline`)."""
+    return timeline_seconds("zb_v", layout, chunk_passes(stages, 2))
+
+
+def check_zb_v(layout: ScheduleLayout) -> None:
+    need_vpp(layout, "zb_v", (2,))
+    need_pp(layout, "zb_v", 2)
+    need_micro_batches(layout, "zb_v", 2 * layout.pp - 1, source="the first rank's 2p-1 warm-up forwards (PyTorch ScheduleZBVZeroBubble)")
+
+
 ZB_H1 = Schedule(
     name="zb_h1", in_flight=zb_h1_in_flight, pipeline_seconds=zb_h1_seconds,
     default_micro_batches=pp_micro_batches, check=check_zb_h1, passes=SPLIT_PASSES,
-    trainer_names={},
+    awaiting_weight_gradient=zb_h1_awaiting, trainer_names={},
     source=_QI + ", Section 2.1 (ZB-H1)",
-    description="zero bubble, 1F1B's memory: every stage keeps p micro-batches, bubble (p-1)(F+B-2W)",
+    description="zero bubble, 1F1B's memory: every stage keeps p micro-batches (i awaiting W), bubble (p-1)max(F, B, F+B-W)",
+)
+ZB_H2 = Schedule(
+    name="zb_h2", in_flight=zb_h2_in_flight, pipeline_seconds=zb_h2_seconds,
+    default_micro_batches=twice_pp_less_one_micro_batches, check=check_zb_h2, passes=SPLIT_PASSES,
+    awaiting_weight_gradient=zb_h1_awaiting, trainer_names={},
+    source=_QI + ", Section 2.2 (ZB-H2); one-step time by simulation of its order (docs/schedules.md)",
+    description="zero bubble with 2x memory: stage i keeps 2p-1-i (i awaiting W), bubble (p-1)max(F, F+B-W, B-F)",
+)
+ZB_V = Schedule(
+    name="zb_v", in_flight=zb_v_in_flight, pipeline_seconds=zb_v_seconds,
+    default_micro_batches=twice_pp_less_one_micro_batches, stage_chunks=zb_v_chunks, check=check_zb_v,
+    passes=SPLIT_PASSES, trainer_names={"torchtitan": "ZBVZeroBubble"},
+    source=_QI + ", Section 6 (ZB-V); PyTorch ScheduleZBVZeroBubble's order, run as a timeline",
+    description="V-shape (vpp=2), 1F1B's memory: rank r keeps 2p-1-r and r+1, bubble (p-1)F for F=B=W",
 )
 
 
 @hookimpl
 def hp_schedules():
     yield ZB_H1
+    yield ZB_H2
+    yield ZB_V

@@ -100,6 +100,7 @@ def test_megatron_block_with_uneven_chunks(registry: Registry):
     model, parallel = _toy(8), ParallelSpec(pp=2, seq_len=128, layers_per_stage=(3, 5))
     assert _export(registry, "megatron", _full_on(0, 1, 2, 3, 4, 5, 6), model, parallel) == (
         "--recompute-granularity full --recompute-method block --recompute-num-layers 4"
+        " --decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 5"
     )
 
 
@@ -204,7 +205,11 @@ def test_torchtitan_every_second_layer_counts_per_rank(registry: Registry):
     )
     # Uneven stages of 3 and 5: rank 0's second block is layer 1, rank 1's second and fourth are 4 and 6.
     uneven = ParallelSpec(pp=2, seq_len=128, layers_per_stage=(3, 5))
-    assert _export(registry, "torchtitan", _full_on(1, 4, 6), model, uneven).endswith('selective_ac_option = "2"\n')
+    assert _export(registry, "torchtitan", _full_on(1, 4, 6), model, uneven) == (
+        '[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "2"\n'
+        # The uneven chunks as torchtitan's module_fqns_per_model_part (its own split's module names).
+        '\n[parallelism]\nmodule_fqns_per_model_part = [["tok_embeddings", "layers.0", "layers.1", "layers.2"], '
+        '["layers.3", "layers.4", "layers.5", "layers.6", "layers.7", "norm", "lm_head"]]\n')
     with pytest.raises(PlanNotExecutable, match="not every N-th layer"):
         _export(registry, "torchtitan", _full_on(1, 3, 5, 7), model, uneven)
 
@@ -265,9 +270,25 @@ def test_offload_is_refused_with_the_plan_without_it(registry: Registry, trainer
 def test_megatron_writes_the_virtual_pipeline_and_refuses_schedules_it_lacks(registry: Registry, llama8b: ModelSpec):
     interleaved = ParallelSpec(pp=2, vpp=2, seq_len=4096, global_batch_size=4)
     assert _export(registry, "megatron", RecomputeSpec(), llama8b, interleaved) == "--num-layers-per-virtual-pipeline-stage 8"
-    # Uneven chunks (7, 9, 8, 8): the virtual stages per rank instead.
-    uneven = ParallelSpec(pp=2, vpp=2, seq_len=4096, global_batch_size=4, layers_per_stage=(7, 9, 8, 8))
-    assert _export(registry, "megatron", RecomputeSpec(), llama8b, uneven) == "--num-virtual-stages-per-pipeline-rank 2"
+    # Uneven chunks (7, 9, 7, 9): rank 0 runs chunks 0 and 2 (14 layers), rank 1 chunks 1 and 3 (18): the virtual
+    # stages per rank, and the first and last ranks' counts (Megatron-LM get_num_layers_to_build splits each evenly).
+    uneven = ParallelSpec(pp=2, vpp=2, seq_len=4096, global_batch_size=4, layers_per_stage=(7, 9, 7, 9))
+    assert _export(registry, "megatron", RecomputeSpec(), llama8b, uneven) == (
+        "--num-virtual-stages-per-pipeline-rank 2 --decoder-first-pipeline-num-layers 14 --decoder-last-pipeline-num-layers 18")
+    # pp=4, (7, 9, 9, 7): the middle ranks even at 9, so only the first and last counts.
+    four = ParallelSpec(pp=4, seq_len=4096, layers_per_stage=(7, 9, 9, 7))
+    assert _export(registry, "megatron", RecomputeSpec(), llama8b, four) == (
+        "--decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 7")
+    only_first = ParallelSpec(pp=4, seq_len=4096, layers_per_stage=(5, 9, 9, 9))
+    assert _export(registry, "megatron", RecomputeSpec(), llama8b, only_first) == "--decoder-first-pipeline-num-layers 5"
+    # What those flags cannot state: a rank whose virtual stages differ (7 and 8 on rank 0), uneven middle ranks.
+    for layers, why in (((7, 9, 8, 8), r"rank 0's chunks hold \[7, 8\] layers"),
+                        ((8, 7, 9, 8), r"the middle ranks hold \[7, 9\] layers")):
+        vpp = 2 if layers == (7, 9, 8, 8) else 1
+        bad = ParallelSpec(pp=4 // vpp, vpp=vpp, seq_len=4096, global_batch_size=4, layers_per_stage=layers)
+        with pytest.raises(ConfigError, match=r"^\$\.parallel\.layers_per_stage: megatron states uneven pipeline stages "
+                                              rf"only as first and last rank counts .*, but {why}; change layers_per_stage$"):
+            _export(registry, "megatron", RecomputeSpec(), llama8b, bad)
     assert _export(registry, "megatron", RecomputeSpec(), llama8b, ParallelSpec(pp=2, seq_len=4096)) == ""
     for name in ("gpipe", "zb_h1", "dualpipe"):
         with pytest.raises(ConfigError, match=rf"^\$\.parallel\.schedule: megatron cannot run the {name} pipeline "
@@ -279,10 +300,27 @@ def test_torchtitan_writes_its_schedule_name_and_refuses_schedules_it_lacks(regi
     model = _toy(8)
     plain = _export(registry, "torchtitan", RecomputeSpec(), model, ParallelSpec(pp=2, seq_len=128))
     assert plain == '[activation_checkpoint]\nmode = "none"\n'
-    for name, vpp, written in (("gpipe", 1, "GPipe"), ("interleaved_1f1b", 2, "Interleaved1F1B"), ("dualpipev", 2, "DualPipeV")):
+    # Four chunks of 2 layers: torchtitan's own split of 8 layers over 4 stages, the embedding and the output
+    # counted as a layer each, would give 2, 3, 2, 1, so the chunks are written out.
+    four = ('module_fqns_per_model_part = [["tok_embeddings", "layers.0", "layers.1"], ["layers.2", "layers.3"], '
+            '["layers.4", "layers.5"], ["layers.6", "layers.7", "norm", "lm_head"]]\n')
+    for name, vpp, written in (("gpipe", 1, "GPipe"), ("interleaved_1f1b", 2, "Interleaved1F1B"), ("dualpipev", 2, "DualPipeV"),
+                               ("zb_v", 2, "ZBVZeroBubble")):
         parallel = ParallelSpec(pp=2, vpp=vpp, seq_len=128, schedule=name)
         assert _export(registry, "torchtitan", RecomputeSpec(), model, parallel) == (
-            plain + f'\n[parallelism]\npipeline_parallel_schedule = "{written}"\n'
+            plain + f'\n[parallelism]\npipeline_parallel_schedule = "{written}"\n' + (four if vpp == 2 else "")
         )
-    with pytest.raises(ConfigError, match="torchtitan cannot run the dualpipe pipeline schedule"):
-        _export(registry, "torchtitan", RecomputeSpec(), model, ParallelSpec(pp=2, seq_len=128, schedule="dualpipe"))
+    for name in ("dualpipe", "zb_h1", "zb_h2"):
+        with pytest.raises(ConfigError, match=f"torchtitan cannot run the {name} pipeline schedule"):
+            _export(registry, "torchtitan", RecomputeSpec(), model, ParallelSpec(pp=2, seq_len=128, schedule=name))
+
+
+def test_torchtitan_writes_the_chunks_only_where_its_own_split_differs(registry: Registry, llama8b: ModelSpec):
+    # torchtitan splits 32 layers over 4 stages as 34 "layers" (the embedding and the output one each): 9, 9, 8, 8,
+    # less one on the first and the last: 8, 9, 8, 7 (torchtitan/distributed/pipeline_parallel.py).
+    own = ParallelSpec(pp=4, seq_len=4096, layers_per_stage=(8, 9, 8, 7))
+    assert _export(registry, "torchtitan", RecomputeSpec(), llama8b, own) == '[activation_checkpoint]\nmode = "none"\n'
+    even = _export(registry, "torchtitan", RecomputeSpec(), llama8b, ParallelSpec(pp=4, seq_len=4096))
+    parts = even.split("module_fqns_per_model_part = ", 1)[1]
+    assert [chunk.count('"layers.') for chunk in parts.split("], [")] == [8, 8, 8, 8]
+    assert parts.startswith('[["tok_embeddings", "layers.0", ') and parts.endswith('"layers.31", "norm", "lm_head"]]\n')

@@ -13,7 +13,7 @@ and interleaved 1F1B (Narayanan et al. 2021; Megatron-LM ``schedules.py``:
 warm-up counts and the chunk of forward ``k``), ZB-H1 and ZB-H2 (Qi et al.
 2023, Section 2, Figure 3: W passes of stage ``i`` delayed by ``i``; ZB-H2's
 ``2(p - i) - 1`` warm-up forwards), ZB-V (the same paper, Section 6: two
-chunks per rank in a V), DualPipe and DualPipeV (deepseek-ai/DualPipe
+chunks per rank in a V, as PyTorch's ``ScheduleZBVZeroBubble`` orders them), DualPipe and DualPipeV (deepseek-ai/DualPipe
 ``dualpipe.py`` and ``dualpipev.py``: the steps of ``DualPipe.step``).
 
 :func:`simulate` runs the ops: a part waits for its micro-batch's previous
@@ -43,22 +43,29 @@ class Timeline:
         busy: Per rank, the seconds it computes.
         peaks: Per rank, the micro-batches kept on each of its chunks (in
             ``rank_chunks`` order) at the first moment its total reaches its maximum.
+        awaiting: Per rank and chunk, those of :attr:`peaks` whose input-gradient
+            pass B has run and whose weight-gradient pass W has not.
     """
 
     makespan: float
     busy: tuple[float, ...]
     peaks: tuple[tuple[int, ...], ...]
+    awaiting: tuple[tuple[int, ...], ...]
 
 
 def simulate(orders: Sequence[Sequence[Op]], paths: dict[int, Sequence[tuple[int, int]]],
-             rank_chunks: Sequence[Sequence[int]], durations: dict[str, float]) -> Timeline:
-    """Run every rank's ops in order (module docstring); raises ``AssertionError`` on a deadlock or a lost part."""
-    seconds_of = dict(durations, BW=durations["B"] + durations["W"])
+             rank_chunks: Sequence[Sequence[int]], durations: dict[str, float] | Sequence[dict[str, float]]) -> Timeline:
+    """Run every rank's ops in order (module docstring); raises ``AssertionError`` on a deadlock or a lost part.
+
+    *durations*: one chunk's ``F``, ``B`` and ``W`` seconds, the same on every rank or one dict per rank.
+    """
+    per_rank = [durations] * len(orders) if isinstance(durations, dict) else list(durations)
     last = {d: len(path) - 1 for d, path in paths.items()}
     ranks = len(orders)
     # Per op: what it waits for, its seconds and what it finishes (a BW finishes its B for the stage before).
     plans: list[list[tuple[tuple, float, tuple]]] = []
     for r, order in enumerate(orders):
+        seconds_of = dict(per_rank[r], BW=per_rank[r]["B"] + per_rank[r]["W"])
         plan = []
         for op in order:
             needs, finishes, seconds = [], [], 0.0
@@ -108,25 +115,43 @@ def simulate(orders: Sequence[Sequence[Op]], paths: dict[int, Sequence[tuple[int
                 progressed = True
         assert progressed, f"deadlock: ranks stuck at {[orders[r][cursor[r]] if cursor[r] < len(orders[r]) else None for r in range(ranks)]}"
     busy = tuple(sum(seconds for _, seconds, _ in plan) for plan in plans)
-    return Timeline(max(free), busy, tuple(_peak(orders[r], paths, rank_chunks[r]) for r in range(ranks)))
+    peaks = [_peak(orders[r], paths, rank_chunks[r]) for r in range(ranks)]
+    return Timeline(max(free), busy, tuple(k for k, _ in peaks), tuple(a for _, a in peaks))
 
 
-def _peak(order: Sequence[Op], paths: dict[int, Sequence[tuple[int, int]]], chunks: Sequence[int]) -> tuple[int, ...]:
-    """The per-chunk counts at the first moment the rank's total kept micro-batches is largest."""
+def _peak(order: Sequence[Op], paths: dict[int, Sequence[tuple[int, int]]],
+          chunks: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Per chunk, the micro-batches kept and those of them awaiting their W, at the rank's peak point.
+
+    Walks the order: an op's forwards add a micro-batch to their chunk, then the moment is
+    looked at, then its B parts move a micro-batch to awaiting its W and its W and BW parts
+    free one. The peak point is the first moment the rank keeps the most micro-batches; it
+    must also keep the most that are whole (no B run yet), so that no other moment holds more
+    whatever a micro-batch awaiting W keeps against a whole one (``AssertionError`` otherwise).
+    """
     position = {c: i for i, c in enumerate(chunks)}
-    counts = [0] * len(chunks)
-    best, best_total = tuple(counts), 0
+    kept, awaiting = [0] * len(chunks), [0] * len(chunks)
+    best = (tuple(kept), tuple(awaiting))
+    best_total = most_whole = 0
     for op in order:
         for kind, d, j, s in op:
             if kind == "F":
-                counts[position[paths[d][s][1]]] += 1
-        total = sum(counts)
+                kept[position[paths[d][s][1]]] += 1
+        total, whole = sum(kept), sum(kept) - sum(awaiting)
         if total > best_total:
-            best, best_total = tuple(counts), total
+            best, best_total = (tuple(kept), tuple(awaiting)), total
+        most_whole = max(most_whole, whole)
         for kind, d, j, s in op:
-            if kind in ("BW", "W"):
-                counts[position[paths[d][s][1]]] -= 1
-    assert not any(counts), f"micro-batches never freed: {counts}"
+            c = position[paths[d][s][1]]
+            if kind == "B":
+                awaiting[c] += 1
+            elif kind == "W":
+                kept[c] -= 1
+                awaiting[c] -= 1
+            elif kind == "BW":
+                kept[c] -= 1
+    assert not any(kept) and not any(awaiting), f"micro-batches never freed: {kept}"
+    assert best_total - sum(best[1]) == most_whole, f"the peak {best} keeps fewer whole micro-batches than {most_whole}"
     return best
 
 
@@ -180,20 +205,24 @@ def interleaved(p: int, v: int, m: int):
     return orders, _straight(p, v), [tuple(i + k * p for k in range(v)) for i in range(p)]
 
 
-def _deferred_w(p: int, m: int, i: int, warm: int, delay: int, path_position: int, direction: int = 0):
+def _deferred_w(p: int, m: int, i: int, warm: int, delay: int, path_position: int, b_first: bool = False):
     """One stage's 1F1B-like order with the backward split: ``warm`` forwards, then per step a
     forward (while any is left), an input-gradient pass and the weight-gradient pass of the
-    micro-batch ``delay`` steps back; the weight-gradient passes left run at the end."""
-    order: list[Op] = [(("F", direction, j, path_position),) for j in range(warm)]
+    micro-batch ``delay`` steps back; the weight-gradient passes left run at the end. *b_first*:
+    each step runs its B and W before its forward (ZB-H2's steady phase, B W F)."""
+    order: list[Op] = [(("F", 0, j, path_position),) for j in range(warm)]
     pending: list[int] = []
     for j in range(m):
-        if warm + j < m:
-            order.append((("F", direction, warm + j, path_position),))
-        order.append((("B", direction, j, path_position),))
+        forward = [(("F", 0, warm + j, path_position),)] if warm + j < m else []
+        if not b_first:
+            order += forward
+        order.append((("B", 0, j, path_position),))
         pending.append(j)
         if len(pending) > delay:
-            order.append((("W", direction, pending.pop(0), path_position),))
-    order += [(("W", direction, j, path_position),) for j in pending]
+            order.append((("W", 0, pending.pop(0), path_position),))
+        if b_first:
+            order += forward
+    order += [(("W", 0, j, path_position),) for j in pending]
     return order
 
 
@@ -204,10 +233,67 @@ def zb_h1(p: int, m: int):
 
 
 def zb_h2(p: int, m: int):
-    """ZB-H2: ``2(p - i) - 1`` warm-up forwards fill the bubble before stage ``i``'s first B; W passes
-    delayed by ``i`` (Qi et al. 2023, Section 2.2)."""
-    orders = [_deferred_w(p, m, i, min(2 * (p - i) - 1, m), i, i) for i in range(p)]
+    """ZB-H2 (Qi et al. 2023, Section 2.2, Figure 3 bottom): ``2(p - i) - 1`` warm-up forwards fill
+    the bubble before stage ``i``'s first B (its B reaches it after ``2(p - i) - 1`` forwards'
+    time when ``F = B = W``); then per step B, the W of the micro-batch ``i`` steps back, F; the
+    ``i`` W passes left close the stage (the W passes reordered to the tail, so the last stages'
+    B passes reach the first stages sooner and the layout is a parallelogram)."""
+    orders = [_deferred_w(p, m, i, min(2 * (p - i) - 1, m), i, i, b_first=True) for i in range(p)]
     return orders, _straight(p), [(i,) for i in range(p)]
+
+
+def _v_path(p: int) -> list[tuple[int, int]]:
+    """``2p`` chunks in a V: chunk ``s`` on rank ``s`` going down, on rank ``2p - 1 - s`` coming back."""
+    return [(s if s < p else 2 * p - 1 - s, s) for s in range(2 * p)]
+
+
+def zb_v(p: int, m: int):
+    """ZB-V (Qi et al. 2023, Section 6; the handcrafted order of PyTorch
+    ``torch/distributed/pipelining/schedules.py`` ``ScheduleZBVZeroBubble._calculate_single_rank_operations``):
+    rank ``r`` runs chunk ``r`` (phase 0) and chunk ``2p - 1 - r`` (phase 1). Warm-up: ``2(p - r) - 1``
+    forwards of phase 0, ``r`` pairs F1 F0, ``p - r`` triples F1 B1 W1; steady: F0 B0 W0 F1 B1 W1
+    (F0 while any is left); cool-down: ``r`` pairs B0 B1, ``p - r`` pairs B0 W0, then the W passes
+    left of phase 1 and of phase 0. Written for ``m >= 2p - 1`` (PyTorch pads fewer)."""
+    orders, chunks = [], []
+    for r in range(p):
+        chunk = (r, 2 * p - 1 - r)
+        order: list[Op] = []
+        made = {(kind, phase): 0 for kind in "FBW" for phase in (0, 1)}
+
+        def run(kind: str, phase: int) -> None:
+            order.append(((kind, 0, made[kind, phase], chunk[phase]),))
+            made[kind, phase] += 1
+
+        for _ in range(2 * (p - r) - 1):
+            run("F", 0)
+        for _ in range(r):
+            run("F", 1)
+            run("F", 0)
+        for _ in range(p - r):
+            run("F", 1)
+            run("B", 1)
+            run("W", 1)
+        while made["F", 1] < made["F", 0] or made["F", 0] < m:
+            if made["F", 0] < m:
+                run("F", 0)
+            run("B", 0)
+            run("W", 0)
+            run("F", 1)
+            run("B", 1)
+            run("W", 1)
+        for _ in range(r):
+            run("B", 0)
+            run("B", 1)
+        for _ in range(p - r):
+            run("B", 0)
+            run("W", 0)
+        while made["W", 1] < m:
+            run("W", 1)
+        while made["W", 0] < m:
+            run("W", 0)
+        orders.append(order)
+        chunks.append(chunk)
+    return orders, {0: _v_path(p)}, chunks
 
 
 class _Rank:
@@ -311,7 +397,7 @@ def dualpipe(p: int, m: int):
 def dualpipev(p: int, m: int):
     """DualPipeV on ``p`` ranks, ``2p`` chunks in a V (rank ``r`` runs chunks ``r`` and ``2p - 1 - r``),
     ``m >= 2p`` micro-batches in one direction."""
-    path = [(s, s) for s in range(p)] + [(2 * p - 1 - s, s) for s in range(p, 2 * p)]
+    path = _v_path(p)
     orders, chunks = [], []
     for r in range(p):
         rank = _Rank({0: (0, r), 1: (0, 2 * p - 1 - r)})

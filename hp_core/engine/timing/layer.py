@@ -199,6 +199,10 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
                 recomputed_flops += flops
             else:
                 recompute += 2 * nbytes / r.memory
+        if work.alternate_matmul_flops and r.alternate_mm_switches and r.alternate_mm_switches <= recomputed:
+            # An op-level policy re-running every second matmul of the block (TimingProfile.alternate_matmul_recompute).
+            recompute += work.alternate_matmul_flops / (r.peak * r.matmul) / r.gemm_speedup
+            recomputed_flops += work.alternate_matmul_flops
     k = r.slowdown  # a whole run's time over its kernels' measured alone (DeviceEfficiency.sustained_slowdown)
     return _LayerTime(
         forward_seconds=k * forward, backward_seconds=k * backward, recompute_seconds=k * recompute,

@@ -83,6 +83,15 @@ class _Links:
         return self.model.seconds(CollectiveCall(op, nbytes, placement, self.fabric, self.algorithm))
 
 
+    def subgroup_seconds(self, group: str, op: str, ranks: int, nbytes: float) -> float:
+        """One call over *ranks* members of *group* (a schedule's gradient sync between mirrored pipeline
+        ranks): on one node where the whole group is, else one member per node (the conservative case)."""
+        whole = self.groups[group]
+        inside = whole.intra_node
+        placement = GroupPlacement(ranks, ranks if inside else 1, 1 if inside else ranks)
+        return self.model.seconds(CollectiveCall(op, nbytes, placement, self.fabric, self.algorithm))
+
+
 def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency, timing: TimingProfile,
            model: CollectiveModel) -> _Links:
     """Every group placed by the layout's rank order (Megatron-Core's ``tp-cp-ep-dp-pp`` by default) on nodes of
@@ -106,17 +115,19 @@ def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency
     inter = any(g.nodes > 1 for g in groups.values())
     intra_bw = _require(hardware, "intra_node_bandwidth_bytes_per_second", "intra-node communication") if intra else 1.0
     intra_lat = _require(hardware, "intra_node_latency_seconds", "intra-node communication") if intra else 0.0
-    nic = inter_lat = None
+    nic = inter_lat = nic_raw = None
     if inter:
         _require(hardware, "inter_node_bandwidth_bytes_per_second" if hardware.nic_bandwidth_bytes_per_second is None
                  else "nic_bandwidth_bytes_per_second", "inter-node communication")
-        nic = hardware.nic_share_bytes_per_second() * dev.inter_node_bus.value
+        nic_raw = hardware.nic_share_bytes_per_second()
+        nic = nic_raw * dev.inter_node_bus.value
         inter_lat = _require(hardware, "inter_node_latency_seconds", "inter-node communication")
     nvls = hardware.nvls_bandwidth_bytes_per_second
     fabric = Fabric(
         intra_bandwidth=intra_bw * dev.intra_node_bus.value, intra_a2a_bandwidth=intra_bw * dev.all_to_all_bus.value,
         intra_latency=intra_lat, nic_bandwidth=nic, inter_latency=inter_lat, nvls_bandwidth=nvls,
         overhead=dev.collective_overhead_seconds.value,
+        intra_link_bandwidth=intra_bw if intra else None, nic_link_bandwidth=nic_raw,
     )
     return _Links(fabric, groups, model, timing.all_reduce_algorithm)
 
@@ -167,6 +178,7 @@ class _Rates:
     tp_comm_overlap: bool = False
     ep_comm_overlap: bool = False
     host: HostOverhead | None = None
+    alternate_mm_switches: frozenset[str] = frozenset()  # TimingProfile.alternate_matmul_recompute
     # A low-precision recipe (hp_core.precision_recipes; docs/precision.md): its GEMM kernel's measured speedup
     # over bf16, the HBM bytes quantizing one element of an input or output gradient moves, forward and
     # backward, and of a weight per micro-batch (0 where the quantized copies are cached), and the share of
@@ -265,6 +277,6 @@ def _rates(
         expose_ep=1 - ov.expert_parallel.value,
         slowdown=_or(dev.sustained_slowdown, 1.0),
         tp_comm_overlap=timing.schedule.tp_comm_overlap, ep_comm_overlap=timing.schedule.ep_comm_overlap,
-        host=timing.host,
+        host=timing.host, alternate_mm_switches=timing.alternate_matmul_recompute,
         **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes),
     )

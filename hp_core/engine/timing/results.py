@@ -30,7 +30,7 @@ class StageTime:
             matmuls and attention as the layers count them; no recompute).
         communication_by_group: ``(group, seconds, exposed seconds)`` per
             group: ``tp``, ``cp``, ``ep``, ``pp`` and (ZeRO-3) ``fsdp`` per
-            micro-batch, ``dp`` per step; the rest of the time is hidden
+            micro-batch, ``dp`` and ``mirror`` (a schedule's gradient sync) per step; the rest of the time is hidden
             behind compute by the runtime's overlap schedule.
     """
 

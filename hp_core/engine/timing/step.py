@@ -350,6 +350,13 @@ def time_run(
                 if nbytes:
                     gather += links.seconds(group, "all_gather", nbytes)
             dp += gather * rates.slowdown
+        sync = schedule.gradient_sync
+        if sync is not None and parallel.pp > 1:
+            # The schedule's collective over each rank's whole gradient once per step, after the pipeline and
+            # before the data-parallel reduction (DualPipe: the two model copies' gradients summed, Schedule.gradient_sync).
+            mirror = links.subgroup_seconds("pp", sync.op, sync.ranks, (dense + experts) * grad_bytes) * rates.slowdown
+            dp += mirror
+            by_group["mirror"] = [mirror, mirror]
         # Megatron-Core scales the dense and the expert gradient buffers alike by 1/(dp*cp)
         # before the reduction (distributed_data_parallel.py: expert_gradient_scaling_factor
         # = 1 / dp_cp size), whatever the expert data-parallel group's size.

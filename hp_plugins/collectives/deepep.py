@@ -1,0 +1,74 @@
+"""The ``deepep`` collective model: MoE dispatch and combine on DeepEP's normal kernels, everything else as NCCL.
+
+DeepEP (github.com/deepseek-ai/DeepEP) replaces the expert-parallel all-to-all
+with its own kernels, which forward tokens from the network domain into the
+NVLink domain and reach most of either link's bandwidth. Its published figures
+(V1, ``docs/legacy.md`` "Normal kernels with NVLink and RDMA forwarding", at
+deepseek-ai/DeepEP@0297fc8, read 2026-12-01) are bottleneck bandwidths on
+H800s with one 400 Gb/s CX7 adapter per GPU, at DeepSeek-V3's pre-training
+shape (4096 tokens, hidden 7168, top-8): within a node (EP 8) 153 GB/s
+dispatch and 158 GB/s combine over NVLink; across nodes 43 GB/s (EP 16),
+58 GB/s (EP 32), 51 GB/s (EP 64) dispatch over RDMA.
+
+Priced here as efficiencies of the links the hardware states, so they carry to
+another device (:data:`NVLINK_EFFICIENCY`, :data:`RDMA_EFFICIENCY`):
+
+* within a node: ``(n-1)/n S / (B_nvlink * e_nvl)``;
+* across nodes: the part for other nodes, ``(n-g)/n S``, crosses the member's
+  own adapter at ``e_rdma`` (no de-duplication of a token sent to several
+  experts of one node is assumed: an upper bound), and is then forwarded over
+  NVLink to the node's other members together with the ``(g-1)/n S`` for
+  the member's own node; the slower link sets the pace.
+
+No fixed time per call is published for the normal kernels; none is priced.
+Every other collective (and an all-to-all on a fabric that does not state its
+raw link bandwidths) is priced by :func:`hp_core.collectives.nccl_seconds`.
+Every all-to-all of a run priced with this model is taken as DeepEP's: a run
+with Ulysses context parallelism (``cp_kind: a2a``) gets its CP all-to-alls
+priced so too.
+"""
+
+from __future__ import annotations
+
+from hp_core.collectives import CollectiveCall, CollectiveModel, nccl_seconds
+from hp_core.markers import hookimpl
+from hp_core.specs.timing import Sourced
+
+__all__ = ["DEEPEP", "NVLINK_EFFICIENCY", "RDMA_EFFICIENCY", "deepep_seconds", "hp_collective_models"]
+
+_LEGACY = "DeepEP docs/legacy.md, 'Normal kernels with NVLink and RDMA forwarding' (deepseek-ai/DeepEP@0297fc8)"
+# 153 GB/s (intranode dispatch, EP 8; combine 158 GB/s, the lower is taken) over the H800's NVLink: 400 GB/s
+# both directions on its datasheet, 200 GB/s each way -- the per-direction figure a hardware spec states here.
+NVLINK_EFFICIENCY = Sourced(153 / 200, f"{_LEGACY}: 153 GB/s intranode dispatch (EP 8) over the H800's 200 GB/s NVLink per direction (NVIDIA H800 datasheet: 400 GB/s)")
+# 43 GB/s (internode dispatch and combine, EP 16, the lowest of EP 16/32/64) over one CX7 400 Gb/s adapter (50 GB/s).
+RDMA_EFFICIENCY = Sourced(43 / 50, f"{_LEGACY}: 43 GB/s internode dispatch and combine (EP 16; 58 and 51 GB/s at EP 32 and 64) over a 400 Gb/s CX7 adapter (50 GB/s)")
+
+
+def deepep_seconds(call: CollectiveCall) -> float:
+    """An all-to-all on DeepEP's normal kernels; any other call as NCCL's (:mod:`hp_plugins.collectives.deepep`)."""
+    f, n, g, k, nbytes = call.fabric, call.group.ranks, call.group.per_node, call.group.nodes, call.nbytes
+    if call.op != "all_to_all" or n <= 1 or nbytes <= 0 or f.intra_link_bandwidth is None and g > 1:
+        return nccl_seconds(call)
+    nvlink = None if f.intra_link_bandwidth is None else f.intra_link_bandwidth * NVLINK_EFFICIENCY.value
+    if k <= 1:
+        return (n - 1) / n * nbytes / nvlink
+    if f.nic_link_bandwidth is None:
+        return nccl_seconds(call)
+    inter = (n - g) / n * nbytes / (f.nic_link_bandwidth * RDMA_EFFICIENCY.value)
+    # What NVLink carries: the share for the node's other members, and what arrived over RDMA forwarded on to them.
+    forwarded = ((g - 1) / n + (n - g) / n * (g - 1) / g) * nbytes
+    intra = forwarded / nvlink if g > 1 else 0.0
+    return max(inter, intra)
+
+
+DEEPEP = CollectiveModel(
+    name="deepep",
+    seconds=deepep_seconds,
+    description="DeepEP's normal dispatch/combine kernels for all-to-alls (NVLink and RDMA forwarding); other collectives as nccl",
+    source=f"{NVLINK_EFFICIENCY.source}; {RDMA_EFFICIENCY.source}",
+)
+
+
+@hookimpl
+def hp_collective_models():
+    yield DEEPEP

@@ -1,0 +1,54 @@
+"""Runtime options that change how a step is timed, shared by the built-in runtimes: how elementwise ops run
+(eager kernels or fused) and which library runs the expert-parallel all-to-all (NCCL or DeepEP).
+
+Each is a :class:`~hp_core.runtime_options.RuntimeOption` whose ``apply`` changes the runtime's timing
+profile (docs/time.md, "Eager kernels, torch.compile and DeepEP").
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from hp_core.runtime_options import RuntimeOption
+from hp_core.types import Runtime
+from hp_plugins.runtimes.timing_profiles import EAGER_ACCESSES, FUSED_ACCESSES
+
+__all__ = ["ep_all_to_all_option", "elementwise_kernels_option"]
+
+@attrs.frozen
+class _Elementwise:
+    """``elementwise_kernels``: sets the timing profile's ``elementwise_accesses_per_flop``."""
+
+    def __call__(self, runtime: Runtime, value: str) -> Runtime:
+        figure = EAGER_ACCESSES if value == "eager" else FUSED_ACCESSES
+        return attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, elementwise_accesses_per_flop=figure))
+
+
+def elementwise_kernels_option(default: str, source: str) -> RuntimeOption:
+    """``elementwise_kernels``: ``eager`` (one kernel per op) or ``fused`` (torch.compile, fused modules)."""
+    return RuntimeOption(
+        "elementwise_kernels", "choice", default,
+        "eager: every elementwise op (norm steps, residual adds, activation, gate product) its own kernel reading and "
+        "writing HBM, 1.92 accesses per counted op (torchtitan without torch.compile); fused: each chain one kernel, "
+        "0.5 (torch.compile's inductor fuses pointwise chains; Transformer Engine's or Liger's fused modules)",
+        source, _Elementwise(), choices=("eager", "fused"),
+    )
+
+
+@attrs.frozen
+class _AllToAll:
+    """``ep_all_to_all``: names the timing profile's collective model (``deepep``) or the built-in NCCL one."""
+
+    def __call__(self, runtime: Runtime, value: str) -> Runtime:
+        model = "deepep" if value == "deepep" else None
+        return attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, collective_model=model))
+
+
+def ep_all_to_all_option(source: str) -> RuntimeOption:
+    """``ep_all_to_all``: ``nccl`` (the default) or ``deepep`` (the ``deepep`` collective model)."""
+    return RuntimeOption(
+        "ep_all_to_all", "choice", "nccl",
+        "the library of the expert-parallel dispatch and combine: nccl (all_to_all_single) or deepep (DeepEP's normal "
+        "kernels at their published NVLink and RDMA bandwidths, collective model deepep; every all-to-all of the run)",
+        source, _AllToAll(), choices=("nccl", "deepep"),
+    )

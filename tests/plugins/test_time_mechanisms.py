@@ -1,0 +1,92 @@
+"""Issue 17's sourced time mechanisms, by hand: DeepEP's all-to-all, eager against fused elementwise kernels,
+and torchtitan's op-level SAC re-running every second matmul (docs/time.md, "Eager kernels, op-level SAC and DeepEP")."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from hp_core.api import model_from_preset, step_time
+from hp_core.collectives import CollectiveCall, Fabric, GroupPlacement, nccl_seconds
+from hp_core.runtime_options import apply_options
+from hp_core.specs import ParallelSpec, RecomputeSpec, Setting
+from hp_plugins.collectives.deepep import NVLINK_EFFICIENCY, RDMA_EFFICIENCY, deepep_seconds
+
+NVLINK, NIC = 450e9, 50e9
+FABRIC = Fabric(intra_bandwidth=0.6 * NVLINK, intra_a2a_bandwidth=0.5 * NVLINK, intra_latency=8e-6, nic_bandwidth=0.7 * NIC,
+                inter_latency=30e-6, intra_link_bandwidth=NVLINK, nic_link_bandwidth=NIC)
+
+
+def _call(op, nbytes, ranks, per_node, nodes, fabric=FABRIC):
+    return CollectiveCall(op, nbytes, GroupPlacement(ranks, per_node, nodes), fabric)
+
+
+def test_deepep_prices_all_to_all_at_its_published_link_efficiencies():
+    assert NVLINK_EFFICIENCY.value == pytest.approx(153 / 200) and RDMA_EFFICIENCY.value == pytest.approx(43 / 50)
+    # Within a node: 7/8 of the buffer over NVLink at 153/200 of it, no per-step latency published.
+    assert deepep_seconds(_call("all_to_all", 8e9, 8, 8, 1)) == pytest.approx(7 / 8 * 8e9 / (NVLINK * 153 / 200))
+    # 16 ranks on 2 nodes: 8/16 of the buffer over the member's adapter at 43/50; NVLink carries 7/16 for its node
+    # plus 7/8 of what arrived over RDMA: (7/16 + 8/16 * 7/8) of the buffer.
+    rdma = 8 / 16 * 16e9 / (NIC * 43 / 50)
+    nvlink = (7 / 16 + 8 / 16 * 7 / 8) * 16e9 / (NVLINK * 153 / 200)
+    assert deepep_seconds(_call("all_to_all", 16e9, 16, 8, 2)) == pytest.approx(max(rdma, nvlink))
+    # Faster than NCCL's all-to-all at the Hopper entry's 0.5 bus efficiency within a node.
+    assert deepep_seconds(_call("all_to_all", 8e9, 8, 8, 1)) < nccl_seconds(_call("all_to_all", 8e9, 8, 8, 1))
+
+
+def test_deepep_leaves_other_collectives_and_unknown_links_to_nccl():
+    for op in ("all_gather", "reduce_scatter", "all_reduce"):
+        assert deepep_seconds(_call(op, 8e9, 16, 8, 2)) == nccl_seconds(_call(op, 8e9, 16, 8, 2))
+    bare = attrs.evolve(FABRIC, intra_link_bandwidth=None, nic_link_bandwidth=None)
+    assert deepep_seconds(_call("all_to_all", 8e9, 8, 8, 1, bare)) == nccl_seconds(_call("all_to_all", 8e9, 8, 8, 1, bare))
+
+
+def _moe_step(registry, value):
+    runtime = apply_options(registry.runtime("fsdp2"), {"ep_all_to_all": value})
+    model = model_from_preset("qwen3-30b-a3b", registry)
+    layout = ParallelSpec(dp=8, ep=8, seq_len=4096, micro_batch_size=1, global_batch_size=8)
+    return step_time(model, layout, registry=registry, hardware=registry.hardware_preset("h100-sxm").spec, runtime=runtime)
+
+
+def test_ep_all_to_all_option_prices_the_expert_exchange_with_deepep(registry):
+    nccl, deepep = _moe_step(registry, "nccl"), _moe_step(registry, "deepep")
+    ep = {v: dict((g, t) for g, t, _ in s.stages[0].communication_by_group)["ep"] for v, s in (("nccl", nccl), ("deepep", deepep))}
+    # Per micro-batch 48 MoE layers each dispatch and combine, forward and backward: 192 all-to-alls of 4096 tokens
+    # x top-8 x 2048 x 2 bytes within one node; NCCL at the Hopper entry's 0.5 of 450 GB/s plus 7 steps of latency,
+    # DeepEP at 153/200 of it.
+    h100 = registry.hardware_preset("h100-sxm").spec
+    nbytes = 4096 * 8 * 2048 * 2
+    assert ep["deepep"] == pytest.approx(192 * 7 / 8 * nbytes / (450e9 * 153 / 200), rel=1e-9)
+    assert ep["nccl"] == pytest.approx(192 * (7 / 8 * nbytes / (450e9 * 0.5) + 7 * h100.intra_node_latency_seconds), rel=1e-9)
+    assert deepep.compute_seconds == nccl.compute_seconds
+
+
+def test_eager_elementwise_kernels_move_3_84_times_the_fused_bytes(registry):
+    model = model_from_preset("llama3-8b", registry)
+    layout = ParallelSpec(dp=8, seq_len=8192, micro_batch_size=2, global_batch_size=16)
+    h100 = registry.hardware_preset("h100-sxm").spec
+    times = {v: step_time(model, layout, registry=registry, hardware=h100,
+                          runtime=apply_options(registry.runtime("fsdp2"), {"elementwise_kernels": v})) for v in ("eager", "fused")}
+    # Llama 3 8B per token: each of 32 layers 2 RMSNorms and residual adds (5 ops each over h = 4096) and the
+    # SiLU-gated product (6 ops over I = 14336); the head's final RMSNorm (4 over h) and its loss (6 per logit of
+    # 128,256). Forward, and twice that backward, at (1.92 - 0.5) more bf16 accesses per op, HBM at 3.35 TB/s x 0.85.
+    ops_per_token = 32 * (2 * 5 * 4096 + 6 * 14336) + 4 * 4096 + 6 * 128256
+    extra = 3 * ops_per_token * 2 * 8192 * (1.92 - 0.5) * 2 / (3.35e12 * 0.85)
+    assert times["eager"].compute_seconds - times["fused"].compute_seconds == pytest.approx(extra, rel=1e-9)
+
+
+def test_op_sac_re_runs_every_second_matmul_of_a_block(registry):
+    model = model_from_preset("llama3-8b", registry)
+    layout = ParallelSpec(dp=8, seq_len=8192, micro_batch_size=2, global_batch_size=16)
+    h100 = registry.hardware_preset("h100-sxm").spec
+    runtime = registry.runtime("fsdp2")
+    op_sac = RecomputeSpec(default=Setting.parse(sorted(runtime.recompute_modules["op_sac"])))
+    with_alt = step_time(model, layout, registry=registry, hardware=h100, runtime=runtime, recompute=op_sac)
+    without = step_time(model, layout, registry=registry, hardware=h100, recompute=op_sac,
+                        runtime=attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, alternate_matmul_recompute=frozenset())))
+    # torchtitan's Llama block runs wq, wk, wv, wo, w1, w3, w2; every second one (wk 1024, wo 4096, w3 14336 outputs
+    # over h = 4096 inputs) is re-run: 2 * 16,384 tokens * 4096 * 19,456 FLOPs a layer, at the Hopper matmul rate.
+    flops = 2 * 16384 * 4096 * (1024 + 4096 + 14336) * 32
+    peak = h100.peak_flops["bf16"]
+    assert with_alt.recompute_seconds - without.recompute_seconds == pytest.approx(flops / (peak * 0.7), rel=1e-9)
+    assert with_alt.mfu == pytest.approx(without.mfu * without.step_seconds / with_alt.step_seconds, rel=1e-9)
