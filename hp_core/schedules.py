@@ -100,8 +100,8 @@ class GradientSync:
         source: Where it comes from.
     """
 
-    op: str = attrs.field(validator=attrs.validators.in_(("all_reduce",)))
-    ranks: int = attrs.field(validator=_positive)
+    op: str = attrs.field(validator=one_of(("all_reduce",)))
+    ranks: int = attrs.field(validator=positive_int)
     description: str = ""
     source: str = ""
 
