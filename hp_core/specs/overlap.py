@@ -36,6 +36,14 @@ class OverlapSchedule:
             ``tp`` chunks pipelined with the GEMMs they feed (Transformer
             Engine userbuffers, ``--tp-comm-overlap``; torchtitan async TP):
             per layer and direction ``max(tp comm - GEMMs, tp comm / tp)`` is exposed.
+        tp_overlap_input_grad_reduce_scatter: With ``tp_comm_overlap``, the
+            backward's reduce-scatters of a block's input gradient are hidden
+            too (Megatron-Core's ``tp_comm_bulk_wgrad``: behind the weight
+            gradient GEMM); ``False``: they stay exposed, as torch's
+            micro-pipeline TP pass fuses a reduce-scatter only when its input
+            is one matmul's output and a block's input gradient sums several
+            (``torch/_inductor/fx_passes/micro_pipeline_tp.py``
+            ``fuse_matmul_reduce_scatter``).
         overlap_p2p: Pipeline sends and receives run during the stage's
             compute (Megatron-Core's interleaved schedule,
             ``--overlap-p2p-communication``): ``max(0, send - chunk compute)``.
@@ -54,6 +62,7 @@ class OverlapSchedule:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
+    tp_overlap_input_grad_reduce_scatter: bool = True
     overlap_p2p: bool = False
     ep_comm_overlap: bool = False
     bucket_elements: int | None = None

@@ -66,9 +66,11 @@ OPTIONS = (
     schedule_option(
         "async_tp", "tp_comm_overlap", default=False,
         description="torchtitan --parallelism.enable_async_tensor_parallel: TP all-gathers and reduce-scatters "
-                    "micro-pipelined with their GEMMs (SymmetricMemory), exposed max(comm - GEMMs, comm / tp)",
+                    "micro-pipelined with their GEMMs (SymmetricMemory), exposed max(comm - GEMMs, comm / tp); a block's "
+                    "backward reduce-scatter of its input gradient (a sum of matmuls) is not fused and stays exposed",
         source="torchtitan torchtitan/distributed/tensor_parallel.py maybe_enable_async_tp; "
-               "torch/distributed/_symmetric_memory fused_all_gather_matmul, fused_matmul_reduce_scatter",
+               "torch/distributed/_symmetric_memory fused_all_gather_matmul, fused_matmul_reduce_scatter; "
+               "torch/_inductor/fx_passes/micro_pipeline_tp.py fuse_matmul_reduce_scatter (a single matmul's output only)",
     ),
     elementwise_kernels_option(
         "eager", "torchtitan --compile (training.compile, off by default; torchtitan/train.py applies torch.compile per "

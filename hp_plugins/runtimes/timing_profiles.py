@@ -420,7 +420,12 @@ FSDP2 = attrs.evolve(
     description=("PyTorch FSDP2 (torchtitan): GENERIC's kernel and NCCL figures with SDPA's FlashAttention-2 on Hopper, "
                  "FSDP's prefetch and reduce-scatter overlap"),
     devices=(BLACKWELL, HOPPER_SDPA, AMPERE, ANY_DEVICE),
-    schedule=OverlapSchedule(fsdp_prefetch=True, fsdp_reduce_scatter_overlap=True, source=_FSDP2_DOCS),
+    # Async TP (option async_tp) runs through torch's micro-pipeline TP pass: it fuses the forward's all-gathers
+    # and reduce-scatters and the backward's all-gathers with their matmuls, not the backward's reduce-scatter of a
+    # block's input gradient, which sums the matmuls of wq, wk, wv (w1, w3): torch/_inductor/fx_passes/
+    # micro_pipeline_tp.py fuse_matmul_reduce_scatter requires a single matmul's output.
+    schedule=OverlapSchedule(fsdp_prefetch=True, fsdp_reduce_scatter_overlap=True, tp_overlap_input_grad_reduce_scatter=False,
+                             source=_FSDP2_DOCS),
     # torchtitan runs eager unless --compile (option elementwise_kernels), and its op-level SAC saves every
     # matmul's output but every second one's (torchtitan/distributed/activation_checkpoint.py _custom_policy:
     # "Saves output of all compute ops, except every second mm"): the runtime's op_sac switches.

@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 
 from hp_core.schedules import ScheduleLayout, StagePasses
 
-__all__ = ["ORDERS", "chunk_passes", "timeline_seconds"]
+__all__ = ["ORDERS", "chunk_passes", "order_seconds", "timeline_seconds"]
 
 # A part: (pass, direction, micro-batch, position on the direction's path); pass "F", "B"
 # (input gradient, its W later), "W" or "BW" (the whole backward). An op: parts run together.
@@ -163,18 +163,23 @@ ORDERS: dict[str, Callable[[int, int], tuple[Order, dict[int, list[int]]]]] = {
 
 
 @functools.lru_cache(maxsize=256)
-def _compiled(name: str, p: int, m: int) -> tuple[tuple[tuple[tuple[int, ...], int], ...], tuple[tuple[int, int, int], ...]]:
-    """Every op once, each after the ops it waits for: ``(those ops' places in this list, cost)``,
-    its cost ``rank * len(shares) + share``; and the distinct ``(F, B, W)`` counts an op runs."""
+def _compiled(name: str, p: int, m: int) -> tuple[tuple[tuple[int, tuple[int, ...], int, int], ...],
+                                                  tuple[tuple[int, int, int], ...]]:
+    """The order, compiled: ``(rank, places of the other ranks' ops it waits for, cost, tail)`` per op, each
+    after those it waits for, and the distinct ``(F, B, W)`` counts (``cost`` and ``tail`` index them per
+    rank: ``rank * len(counts) + i``). An op that waits on nothing of another rank and that no other rank
+    waits on (a run of W passes) is folded into the previous op of its rank as its *tail*: it delays
+    the rank, not what that op hands on."""
     orders, paths = ORDERS[name](p, m)
     last = {d: len(path) - 1 for d, path in paths.items()}
     writer: dict[tuple[str, int, int, int], int] = {}
-    shares: dict[tuple[int, int, int], int] = {}
-    ops: list[tuple[list[tuple[str, int, int, int]], int]] = []  # (passes read, cost index), ranks in turn
-    previous: list[int] = []
+    shares: dict[tuple[int, int, int], int] = {(0, 0, 0): 0}
+    reads_of: list[list[tuple[str, int, int, int]]] = []
+    count_of: list[tuple[int, int, int]] = []
+    rank_of: list[int] = []
     for r, rank_ops in enumerate(orders):
-        for k, op in enumerate(rank_ops):
-            reads, count = [], [0, 0, 0]
+        for op in rank_ops:
+            reads, count = [], (0, 0, 0)
             for kind, d, j, s in op:
                 if paths[d][s] != r:
                     raise AssertionError(f"{name}: pass {(kind, d, j, s)} issued on rank {r}, runs on {paths[d][s]}")
@@ -185,46 +190,65 @@ def _compiled(name: str, p: int, m: int) -> tuple[tuple[tuple[tuple[int, ...], i
                 else:
                     reads.append(("F", d, j, s))
                     reads += [("B", d, j, s + 1)] if s < last[d] else []
-                writer["F" if kind == "F" else "W" if kind == "W" else "B", d, j, s] = len(ops)
-                count = [a + b for a, b in zip(count, _PASS_SHARES[kind])]
-            previous.append(len(ops) - 1 if k else -1)
-            ops.append((reads, shares.setdefault(tuple(count), len(shares))))
-    waits = [{writer[x] for x in reads} | ({previous[g]} if previous[g] >= 0 else set()) for g, (reads, _) in enumerate(ops)]
-    rank_of = [r for r, rank_ops in enumerate(orders) for _ in rank_ops]
-    # Kahn's topological order.
+                writer["F" if kind == "F" else "W" if kind == "W" else "B", d, j, s] = len(rank_of)
+                count = tuple(a + b for a, b in zip(count, _PASS_SHARES[kind]))
+            reads_of.append(reads)
+            count_of.append(count)
+            rank_of.append(r)
+    n = len(rank_of)
+    waits = [{writer[x] for x in reads} | ({g - 1} if g and rank_of[g - 1] == rank_of[g] else set())
+             for g, reads in enumerate(reads_of)]
+    # Kahn's topological order over every wait, the rank's own order included: a deadlock is an error.
     waiting = [len(w) for w in waits]
-    unblocks: list[list[int]] = [[] for _ in ops]
+    unblocks: list[list[int]] = [[] for _ in range(n)]
     for g, w in enumerate(waits):
         for x in w:
             unblocks[x].append(g)
-    ready = [g for g, n in enumerate(waiting) if n == 0]
-    place: dict[int, int] = {}
+    ready = [g for g in range(n) if not waiting[g]]
+    flat: list[int] = []
     while ready:
         g = ready.pop()
-        place[g] = len(place)
+        flat.append(g)
         for h in unblocks[g]:
             waiting[h] -= 1
             if not waiting[h]:
                 ready.append(h)
-    if len(place) < len(ops):
+    if len(flat) < n:
         raise AssertionError(f"{name}: the order deadlocks at p={p}, m={m}")
-    flat = sorted(place, key=place.__getitem__)
-    return (tuple((tuple(place[x] for x in waits[g]), rank_of[g] * len(shares) + ops[g][1]) for g in flat),
-            tuple(sorted(shares, key=shares.__getitem__)))
+    cross = [{x for x in w if rank_of[x] != rank_of[g]} for g, w in enumerate(waits)]
+    awaited = {x for c in cross for x in c}
+    # Fold: per rank in its order, an op with no cross wait that nobody else awaits joins the op before it.
+    host = list(range(n))
+    tail = [(0, 0, 0)] * n
+    for g in range(n):
+        if g and rank_of[g - 1] == rank_of[g] and not cross[g] and g not in awaited:
+            host[g] = host[g - 1]
+            tail[host[g]] = tuple(a + b for a, b in zip(tail[host[g]], count_of[g]))
+    kept = [g for g in flat if host[g] == g]
+    place = {g: i for i, g in enumerate(kept)}
+    for c in count_of + tail:
+        shares.setdefault(c, len(shares))
+    width = len(shares)
+    compiled = tuple((rank_of[g], tuple(sorted(place[x] for x in cross[g])), rank_of[g] * width + shares[count_of[g]],
+                      rank_of[g] * width + shares[tail[g]]) for g in kept)
+    return compiled, tuple(sorted(shares, key=shares.__getitem__))
 
 
 def timeline_seconds(name: str, layout: ScheduleLayout, passes: Sequence[tuple[float, float, float]]) -> float:
     """From the first pass's start to the last one's end, given per rank one chunk's ``(F, B, W)`` seconds."""
     ops, shares = _compiled(name, layout.pp, layout.micro_batches)
     cost = [f * a + b * x + w * y for f, b, w in passes for a, x, y in shares]
-    end = [0.0] * len(ops)
-    for g, (waits, k) in enumerate(ops):
-        start = 0.0
+    end: list[float] = []
+    free = [0.0] * layout.pp
+    for r, waits, k, t in ops:
+        start = free[r]
         for x in waits:
             if end[x] > start:
                 start = end[x]
-        end[g] = start + cost[k]
-    return max(end)
+        start += cost[k]
+        end.append(start)
+        free[r] = start + cost[t]
+    return max(free)
 
 
 def chunk_passes(stages: Sequence[StagePasses], chunks_per_rank: int) -> list[tuple[float, float, float]]:
@@ -235,3 +259,10 @@ def chunk_passes(stages: Sequence[StagePasses], chunks_per_rank: int) -> list[tu
         f, w = s.forward_seconds / chunks_per_rank, s.weight_gradient_seconds / chunks_per_rank
         found.append((f, max(0.0, s.seconds / chunks_per_rank - f - w), w))
     return found
+
+
+def order_seconds(name: str, layout: ScheduleLayout, stages: Sequence[StagePasses], chunks_per_rank: int) -> float:
+    """A schedule's ``pipeline_seconds`` by its order: :func:`timeline_seconds` of :func:`chunk_passes`, at
+    least the slowest stage's own work (``m t_max``, which the sum of its passes may miss by rounding)."""
+    seconds = timeline_seconds(name, layout, chunk_passes(stages, chunks_per_rank))
+    return max(seconds, layout.micro_batches * max(s.seconds for s in stages))

@@ -38,7 +38,7 @@ from __future__ import annotations
 from hp_core.markers import hookimpl
 from hp_core.schedules import GradientSync, Schedule, ScheduleLayout, StagePasses
 from hp_plugins.schedules._common import need_even_pp, need_micro_batches, need_pp, need_vpp
-from hp_plugins.schedules._timeline import chunk_passes, timeline_seconds
+from hp_plugins.schedules._timeline import order_seconds
 from hp_plugins.schedules.zero_bubble import SPLIT_PASSES
 
 __all__ = ["DUALPIPE", "DUALPIPEV", "hp_schedules"]
@@ -72,12 +72,12 @@ def dualpipev_in_flight(layout: ScheduleLayout, stage: int) -> tuple[int, ...]:
 
 def dualpipe_seconds(layout: ScheduleLayout, stages: tuple[StagePasses, ...]) -> float:
     """The order run (:mod:`._timeline`): ``m t + (p/2 - 1)(2t - F - 3W)`` for equal stages and passes."""
-    return timeline_seconds("dualpipe", layout, chunk_passes(stages, 1))
+    return order_seconds("dualpipe", layout, stages, 1)
 
 
 def dualpipev_seconds(layout: ScheduleLayout, stages: tuple[StagePasses, ...]) -> float:
     """The order run, each rank's two chunks at half its time: ``m t + (p - 1)(2t - F - 3W) / 2`` for equal ones."""
-    return timeline_seconds("dualpipev", layout, chunk_passes(stages, 2))
+    return order_seconds("dualpipev", layout, stages, 2)
 
 
 MIRROR_SYNC = GradientSync(

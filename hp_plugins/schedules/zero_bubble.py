@@ -39,7 +39,7 @@ from __future__ import annotations
 from hp_core.markers import hookimpl
 from hp_core.schedules import Pass, Schedule, ScheduleLayout, StagePasses
 from hp_plugins.schedules._common import fill_drain_seconds, need_micro_batches, need_pp, need_vpp
-from hp_plugins.schedules._timeline import chunk_passes, timeline_seconds
+from hp_plugins.schedules._timeline import order_seconds
 
 __all__ = ["ZB_H1", "ZB_H2", "ZB_V", "hp_schedules"]
 
@@ -119,7 +119,7 @@ def zb_v_in_flight(layout: ScheduleLayout, stage: int) -> tuple[int, ...]:
 
 def zb_v_seconds(layout: ScheduleLayout, stages: tuple[StagePasses, ...]) -> float:
     """The order run with each rank's two chunks at half its time (:mod:`._timeline`)."""
-    return timeline_seconds("zb_v", layout, chunk_passes(stages, 2))
+    return order_seconds("zb_v", layout, stages, 2)
 
 
 def check_zb_v(layout: ScheduleLayout) -> None:

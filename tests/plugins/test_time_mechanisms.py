@@ -90,3 +90,30 @@ def test_op_sac_re_runs_every_second_matmul_of_a_block(registry):
     peak = h100.peak_flops["bf16"]
     assert with_alt.recompute_seconds - without.recompute_seconds == pytest.approx(flops / (peak * 0.7), rel=1e-9)
     assert with_alt.mfu == pytest.approx(without.mfu * without.step_seconds / with_alt.step_seconds, rel=1e-9)
+
+
+def test_async_tp_leaves_the_backward_input_gradient_reduce_scatters_exposed(registry):
+    # torch's micro-pipeline TP pass fuses a reduce-scatter only when its input is one matmul's output; a
+    # Llama block's input gradient sums the matmuls of wq, wk, wv (w1, w3), so those reduce-scatters stay exposed.
+    model = model_from_preset("llama3-8b", registry)
+    layout = ParallelSpec(dp=1, tp=8, sp=True, seq_len=8192, micro_batch_size=1, global_batch_size=1)
+    h100 = registry.hardware_preset("h100-sxm").spec
+    fsdp2 = apply_options(registry.runtime("fsdp2"), {"async_tp": True})
+    assert fsdp2.timing.schedule.tp_overlap_input_grad_reduce_scatter is False
+    fused_all = attrs.evolve(fsdp2, timing=attrs.evolve(fsdp2.timing, schedule=attrs.evolve(
+        fsdp2.timing.schedule, tp_overlap_input_grad_reduce_scatter=True)))
+
+    def tp(runtime):
+        t = step_time(model, layout, registry=registry, hardware=h100, runtime=runtime)
+        return dict((g, (total, exposed)) for g, total, exposed in t.stages[0].communication_by_group)["tp"]
+
+    (total, exposed), (total_all, exposed_all) = tp(fsdp2), tp(fused_all)
+    assert total == pytest.approx(total_all)
+    # Each of 32 layers reduce-scatters two input gradients of 8192 x 4096 bf16 in backward, within one node:
+    # 7/8 of the buffer at the Hopper entry's 0.6 of 450 GB/s plus 7 steps of latency (the head's one, a single
+    # matmul's, stays fused).
+    rs = 7 / 8 * 8192 * 4096 * 2 / (450e9 * 0.6) + 7 * h100.intra_node_latency_seconds
+    assert exposed >= 2 * 32 * rs * (1 - 1e-9)
+    assert exposed - exposed_all == pytest.approx(2 * 32 * rs * (1 - 1 / 8), rel=0.02)
+    # Megatron's TE userbuffers hide them (tp_comm_bulk_wgrad): its schedule keeps the default.
+    assert registry.runtime("megatron").timing.schedule.tp_overlap_input_grad_reduce_scatter is True

@@ -155,7 +155,12 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         key = c.group if c.overlappable else f"{c.group}!"
         sums = by_group.setdefault(key, [0.0, 0.0])
         sums[0] += c.forward_calls * seconds
-        sums[1] += c.backward_calls * seconds
+        if c.op == "reduce_scatter" and c.forward_calls and key == "tp" and r.tp_comm_overlap and not r.tp_overlap_bwd_rs:
+            # A block's backward reduce-scatters of its input gradient, which the runtime's TP overlap cannot fuse
+            # (a head's single-matmul one it can): exposed.
+            by_group.setdefault("tp!", [0.0, 0.0])[1] += c.backward_calls * seconds
+        else:
+            sums[1] += c.backward_calls * seconds
         if c.rerun_switch is not None and c.rerun_switch in recomputed and not full:
             sums[1] += c.forward_calls * seconds  # issued again for the recomputed tensors
         if full:

@@ -176,6 +176,7 @@ class _Rates:
     expose_ep: float
     slowdown: float
     tp_comm_overlap: bool = False
+    tp_overlap_bwd_rs: bool = True  # OverlapSchedule.tp_overlap_input_grad_reduce_scatter
     ep_comm_overlap: bool = False
     host: HostOverhead | None = None
     alternate_mm_switches: frozenset[str] = frozenset()  # TimingProfile.alternate_matmul_recompute
@@ -276,7 +277,8 @@ def _rates(
         expose_tp=1 - ov.tensor_parallel.value, expose_cp=1 - ov.context_parallel.value,
         expose_ep=1 - ov.expert_parallel.value,
         slowdown=_or(dev.sustained_slowdown, 1.0),
-        tp_comm_overlap=timing.schedule.tp_comm_overlap, ep_comm_overlap=timing.schedule.ep_comm_overlap,
+        tp_comm_overlap=timing.schedule.tp_comm_overlap,
+        tp_overlap_bwd_rs=timing.schedule.tp_overlap_input_grad_reduce_scatter, ep_comm_overlap=timing.schedule.ep_comm_overlap,
         host=timing.host, alternate_mm_switches=timing.alternate_matmul_recompute,
         **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes),
     )
