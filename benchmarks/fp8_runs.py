@@ -1,9 +1,10 @@
 """hp's step time against the public FP8 / MXFP8 runs of tests/plugins/data/fp8_measured_runs.json.
 
 Run: ``python benchmarks/fp8_runs.py`` (prints one row per run: measured and estimated step
-time, the relative error, and hp's bf16 time of the same layout for the estimated speedup).
-The runs are priced with the ``megatron`` runtime and the recipe each row names; nothing is
-fitted to them (docs/precision.md).
+time, the relative error, and hp's bf16 time of the same layout for the estimated speedup; then
+the memory rows: measured and estimated peak GiB and the error). The step-time runs are priced
+with the ``megatron`` runtime, the memory rows with the torchtitan importer (``fsdp2`` runtime),
+each under the recipe its row names; nothing is fitted to them (docs/precision.md).
 """
 
 from __future__ import annotations
@@ -79,8 +80,67 @@ def section(found: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _torchtitan_peak_gib(row: dict, recipe: str, registry) -> float:
+    """hp's peak GiB of a torchtitan memory row's layout (Llama 3 8B, FSDP over the row's GPUs, per-op SAC) under *recipe*."""
+    from hp_core.io.convert import ConfigFile, structure
+    from hp_core.io.job import estimate_job, resolve_job
+    from hp_plugins.importers.torchtitan import import_torchtitan
+
+    model = {"name": "llama3", "flavor": "8B"}
+    data = {"model": model, "optimizer": {"name": "AdamW"},
+            "training": {"local_batch_size": row["local_batch_size"], "seq_len": 8192},
+            "parallelism": {"data_parallel_shard_degree": -1},
+            "activation_checkpoint": {"mode": "selective", "selective_ac_option": "op"}}
+    if recipe != "bf16":
+        model["converters"] = ["float8"]
+        data["float8"] = ({"enable_fsdp_float8_all_gather": True, "precompute_float8_dynamic_scale_for_fsdp": True}
+                          if recipe == "torchao-float8-tensorwise" else {"recipe_name": "rowwise"})
+    imported = import_torchtitan(data, registry, devices=row["gpus"])
+    job = resolve_job(structure(imported.document, ConfigFile, registry), registry)
+    assert job.precision.recipe == recipe, (row["id"], job.precision.recipe)
+    return max(stage.peak_bytes for stage in estimate_job(job, registry).stages) / 2**30
+
+
+def memory_results(registry=None) -> list[dict]:
+    """Each memory row priced: an ``absolute`` row's peak, a ``recipe_effect`` row's measured baseline times
+    hp's FP8 peak over its bf16 peak (torch.compile is not priced, so compiled rows are compared so)."""
+    registry = registry or api.build_registry()
+    rows = json.loads(DATA.read_text())["memory_rows"]
+    by_id = {row["id"]: row for row in rows}
+    found = []
+    for row in rows:
+        if row["check"] == "baseline":
+            continue
+        hp = _torchtitan_peak_gib(row, row["recipe"], registry)
+        if row["check"] == "recipe_effect":
+            base = by_id[row["baseline"]]
+            effect = hp / _torchtitan_peak_gib(row, "bf16", registry)
+            estimated = base["memory_gib"] * effect
+        else:
+            effect, estimated = None, hp
+        found.append({"id": row["id"], "split": row["split"], "recipe": row["recipe"], "check": row["check"],
+                      "measured_gib": row["memory_gib"], "estimated_gib": estimated, "effect": effect,
+                      "error": (estimated - row["memory_gib"]) / row["memory_gib"]})
+    return found
+
+
+def memory_section(found: list[dict]) -> str:
+    """The memory table docs/precision.md shows (tests/plugins/test_fp8_runs.py checks it is current)."""
+    lines = ["| run | split | recipe | check | measured GiB | hp GiB | hp FP8 / bf16 | error |", "|---|---|---|---|---:|---:|---:|---:|"]
+    for r in found:
+        effect = "" if r["effect"] is None else f"{r['effect']:.4f}"
+        lines.append(f"| `{r['id']}` | {r['split']} | {r['recipe']} | {r['check']} | {r['measured_gib']:.2f} | {r['estimated_gib']:.2f} "
+                     f"| {effect} | {r['error']:+.1%} |")
+    errors = [abs(r["error"]) for r in found]
+    lines.append("")
+    lines.append(f"Held-out memory rows: {len(errors)}; within 3%: {sum(e <= 0.03 for e in errors)}; largest {max(errors):.1%}.")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     print(section(results()), end="")
+    print()
+    print(memory_section(memory_results()), end="")
 
 
 if __name__ == "__main__":

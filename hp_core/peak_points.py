@@ -42,6 +42,10 @@ class StageLayer:
         elements: Its parameter elements on the rank by group, before ZeRO sharding
             (a tied weight counted with its owner).
         in_flight: Micro-batches of its chunk in flight at the end of warm-up.
+        gathered_bytes: Its parameters on the rank as a ZeRO-3/FSDP all-gather
+            returns them: in the compute dtype, its GEMM weights in a precision
+            recipe's format where the recipe gathers them so
+            (``PrecisionRecipe.param_gather``); ``None``: no recipe stated.
     """
 
     kind: str
@@ -51,6 +55,7 @@ class StageLayer:
     forward_working_bytes: int
     elements: Mapping[str, int]
     in_flight: int
+    gathered_bytes: int | None = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen

@@ -28,7 +28,7 @@ import attrs
 
 from hp_core.validators import non_empty_text, non_negative_int, one_of
 
-__all__ = ["FORMATS", "GEMM_KERNELS", "GemmOperand", "PrecisionRecipe", "SCALINGS"]
+__all__ = ["AUTOCAST", "FORMATS", "GEMM_KERNELS", "GemmOperand", "PrecisionRecipe", "SCALINGS"]
 
 # Element formats: (bits per element, the HardwareSpec.peak_flops key a GEMM of them runs at).
 # e4m3 / e5m2: OCP FP8 (Micikevicius et al. 2022, "FP8 Formats for Deep Learning"); mxfp8: FP8
@@ -63,6 +63,9 @@ SCALINGS: dict[str, tuple[int, int]] = {
 SAVED_INPUTS = ("quantized", "compute")
 # The GEMM kernel families (PrecisionRecipe.kernel): what a device's measured speedups are keyed by.
 GEMM_KERNELS = ("bf16", "fp8_tensorwise", "fp8_rowwise", "fp8_blockwise", "mxfp8", "nvfp4")
+# Suffix of a measured speedup whose timed region includes the quantization of the GEMM inputs (Transformer
+# Engine's gemm_profiling "Autocast (includes quantization overhead)" mode), as opposed to the kernel alone.
+AUTOCAST = ":autocast"
 PARAM_GATHERS = ("none", "stored", "cast")
 
 
@@ -145,6 +148,14 @@ class PrecisionRecipe:
             memory pass for per-tensor amax computation".
         attention_format: The attention core's format (``bf16`` unless the
             trainer runs FP8 attention: TE ``fp8_dpa``).
+        one_copy_architectures: Device families (``HardwareSpec.architecture``)
+            on which one quantized tensor serves both GEMM usages, so the
+            trainer keeps one weight copy and a quantization writes one
+            tensor instead of a row-wise and a column-wise one (:meth:`on`).
+            Transformer Engine's per-tensor FP8 on Blackwell: there
+            ``nvte_is_non_tn_fp8_gemm_supported`` holds and ``csrc/quantizer.cpp``
+            allocates no transpose; elsewhere, and for block scalings (their
+            own scales per direction), two.
         flags: The trainer flags that select the recipe, per exporter name
             (``{"megatron": ("--fp8-format", "hybrid", ...)}``).
     """
@@ -163,6 +174,7 @@ class PrecisionRecipe:
     tp_gather: bool = False
     quantize_passes: int = attrs.field(default=1, validator=non_negative_int)
     attention_format: str = attrs.field(default="bf16", validator=one_of(tuple(FORMATS)))
+    one_copy_architectures: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     flags: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, converter=lambda v: {k: tuple(f) for k, f in dict(v).items()})
 
     def __attrs_post_init__(self) -> None:
@@ -203,6 +215,19 @@ class PrecisionRecipe:
         if operand.scaling.startswith("block"):
             return "fp8_blockwise"
         return "fp8_rowwise" if operand.scaling == "rowwise" else "fp8_tensorwise"
+
+    def usages(self, architecture: str | None) -> int:
+        """Tensors a quantization of one GEMM operand writes on *architecture*: its row-wise and column-wise
+        usages (2), or 1 where one tensor serves both (:attr:`one_copy_architectures`; ``None``: 2)."""
+        return 1 if architecture is not None and architecture in self.one_copy_architectures else 2
+
+    def on(self, architecture: str | None) -> "PrecisionRecipe":
+        """The recipe as a device of *architecture* runs it: at most :meth:`usages` cached weight copies.
+
+        The same object where nothing changes (every recipe on an unnamed device).
+        """
+        copies = min(self.weight_copies, self.usages(architecture))
+        return self if copies == self.weight_copies else attrs.evolve(self, weight_copies=copies)
 
     def saved_input_bytes(self, elements: float) -> float:
         """Bytes a linear layer keeps of an input of *elements* elements for its backward (0 at ``compute``: unchanged)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from hp_core.distributions import planner_version
 from hp_core.engine import census as census_lib
 from hp_core.engine.prepare import PreparedRun, evaluate_groups, layer_context, model_kinds, with_sublayers
+from hp_core.engine.precision import on_device
 from hp_core.engine.stage import PlacedLayer, plan_stage
 from hp_core.registry import Registry
 from hp_core.results import Estimate, ParameterSummary
@@ -65,6 +66,7 @@ def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardw
     Raises:
         ConfigError: A setting its kind cannot run, or a range beyond the model's layers.
     """
+    run = on_device(run, hardware)
     settings = run.settings(recompute)
     body = placed_body(run, settings)
     kinds, costs, parallel = run.kinds, run.costs, run.parallel

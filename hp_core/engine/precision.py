@@ -30,8 +30,8 @@ from hp_core.registry import Registry
 from hp_core.specs.precision import PrecisionSpec
 
 __all__ = [
-    "apply_recipe", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
-    "weight_copy_bytes",
+    "apply_recipe", "apply_recipe_measured", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
+    "on_device", "weight_copy_bytes",
 ]
 
 
@@ -74,10 +74,45 @@ def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int
     return attrs.evolve(cost, activations=terms)
 
 
-def with_recipe(costs: tuple[LayerCost, ...], registry: Registry, precision: PrecisionSpec) -> tuple[LayerCost, ...]:
-    """*costs* as the recipe *precision* names keeps them (:func:`apply_recipe` of each)."""
+def with_recipe(costs: tuple[LayerCost, ...], registry: Registry, precision: PrecisionSpec,
+                formula: tuple[LayerCost, ...] | None = None) -> tuple[LayerCost, ...]:
+    """*costs* as the recipe *precision* names keeps them: :func:`apply_recipe` of each, or, where a
+    census measured a cost (it is not its *formula* cost), :func:`apply_recipe_measured`."""
     recipe = resolve_recipe(registry, precision)
-    return tuple(apply_recipe(cost, recipe, precision.activation_bytes) for cost in costs)
+    formula = formula if formula is not None else costs
+    return tuple(apply_recipe(cost, recipe, precision.activation_bytes) if cost is by_formula
+                 else apply_recipe_measured(cost, by_formula, recipe, precision.activation_bytes)
+                 for cost, by_formula in zip(costs, formula))
+
+
+def apply_recipe_measured(measured: LayerCost, formula: LayerCost, recipe: PrecisionRecipe, activation_bytes: int) -> LayerCost:
+    """A census-measured cost as *recipe* keeps it: the bytes the recipe changes in the *formula* cost's terms.
+
+    A census measures what a layer keeps in the compute dtype; which of those
+    tensors are linear layers' inputs only the formula knows. Each formula
+    term the recipe changes (:func:`apply_recipe`) moves the census term of
+    its recompute switch by the same bytes (``census.saved`` where the census
+    splits off no term for the switch), never below zero, and each measured
+    policy by the changes of the terms it keeps (those its switches do not
+    gate); a ``quantized_weights`` term the recipe adds is added as is.
+    """
+    changed = apply_recipe(formula, recipe, activation_bytes)
+    if changed is formula:
+        return measured
+    delta: dict[str | None, int] = {}
+    for before, after in zip(formula.activations, changed.activations):
+        if after.bytes != before.bytes:
+            delta[before.switch] = delta.get(before.switch, 0) + after.bytes - before.bytes
+    present = {t.switch for t in measured.activations}
+    moved: dict[str | None, int] = {}
+    for switch, change in delta.items():
+        key = switch if switch in present else None
+        moved[key] = moved.get(key, 0) + change
+    terms = tuple(attrs.evolve(t, bytes=max(0, t.bytes + moved[t.switch])) if t.switch in moved else t
+                  for t in measured.activations) + changed.activations[len(formula.activations):]
+    policies = tuple((switches, max(0, kept + sum(c for s, c in delta.items() if s is None or s not in switches)))
+                     for switches, kept in measured.measured)
+    return attrs.evolve(measured, activations=terms, measured=policies)
 
 
 def quantized_weight_elements(costs: Iterable[tuple[LayerCost, int]], by_group: bool = False) -> Any:
@@ -154,3 +189,24 @@ def check_hardware_dtype(recipe: PrecisionRecipe, peaks: dict, name: str) -> Non
         raise ConfigError("$.precision.recipe",
                           f"precision recipe {recipe.name} runs its GEMMs in {recipe.gemm_dtype}, for which {name} states no peak "
                           f"FLOP/s (it has {sorted(peaks) or 'none'}); choose another recipe or a device that runs {recipe.gemm_dtype}")
+
+
+def on_device(run: Any, hardware: Any) -> Any:
+    """The prepared run *run* with its recipe as *hardware* runs it (:meth:`PrecisionRecipe.on
+    <hp_core.precision_recipes.PrecisionRecipe.on>`: one cached weight copy where one tensor serves
+    both GEMM usages, Transformer Engine's per-tensor FP8 on Blackwell).
+
+    The same run where nothing changes (no device, no recipe, or the same
+    copies); the changed run is made once per device family and kept on *run*.
+    """
+    recipe = run.stage_inputs.recipe
+    if hardware is None or recipe is None:
+        return run
+    changed = recipe.on(hardware.architecture)
+    if changed is recipe:
+        return run
+    key = ("device", hardware.architecture)
+    found = run._resolved.get(key)
+    if found is None:
+        found = run._resolved[key] = attrs.evolve(run, stage_inputs=attrs.evolve(run.stage_inputs, recipe=changed))
+    return found

@@ -487,10 +487,13 @@ def _stage_view(index: int, chunk_layers: Sequence[Sequence[PlacedLayer]], in_fl
     """The stage as ``Runtime.peak_points`` sees it (:mod:`hp_core.peak_points`)."""
     p = inputs.parallel
     owners = frozenset(layer.kind for layers in chunk_layers for layer in layers)
-    layers = tuple(
-        StageLayer(layer.kind, layer.placement, layer.kept_bytes, layer.backward_working_bytes,
-                   layer.cost.forward_working_bytes, layer_elements(layer.cost, p.tp, p.ep, p.etp, owners), count)
-        for layers_of_chunk, count in zip(chunk_layers, in_flight) for layer in layers_of_chunk
-    )
+    def made(layer: PlacedLayer, count: int) -> StageLayer:
+        elements = layer_elements(layer.cost, p.tp, p.ep, p.etp, owners)
+        # Gathered as the recipe gathers them (torchao's float8 all-gather: its GEMM weights in FP8).
+        gathered = math.ceil(gathered_param_bytes(sum(elements.values()), quantized_weight_elements([(layer.cost, 1)]),
+                                                  inputs.recipe, inputs.precision.activation_bytes)) if inputs.recipe else None
+        return StageLayer(layer.kind, layer.placement, layer.kept_bytes, layer.backward_working_bytes,
+                          layer.cost.forward_working_bytes, elements, count, gathered_bytes=gathered)
+    layers = tuple(made(layer, count) for layers_of_chunk, count in zip(chunk_layers, in_flight) for layer in layers_of_chunk)
     return StageView(index, layers, found.static, dict(points), p, inputs.precision, inputs.zero, inputs.micro_batches,
                      found.overhead)

@@ -31,7 +31,7 @@ import attrs
 from hp_core.errors import SpecError
 
 from hp_core.errors import ConfigError
-from hp_core.precision_recipes import GEMM_KERNELS
+from hp_core.precision_recipes import AUTOCAST, GEMM_KERNELS
 from hp_core.specs.overlap import HostOverhead, OverlapSchedule
 
 __all__ = [
@@ -110,10 +110,11 @@ def _at_least_one(instance: Any, attribute: attrs.Attribute, value: Sourced) -> 
 
 def _speedups(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     for row in value:
-        if (len(row) != 2 or row[0] not in GEMM_KERNELS or row[0] == "bf16" or not isinstance(row[1], Sourced)
+        kernel = row[0].removesuffix(AUTOCAST) if len(row) == 2 and isinstance(row[0], str) else None
+        if (len(row) != 2 or kernel not in GEMM_KERNELS or kernel == "bf16" or not isinstance(row[1], Sourced)
                 or not row[1].value > 0):
             raise ValueError(f"{attribute.name}: a row must be (kernel, Sourced speedup > 0) with a kernel of "
-                             f"{GEMM_KERNELS[1:]}; got {row!r}")
+                             f"{GEMM_KERNELS[1:]} (or one with '{AUTOCAST}'); got {row!r}")
     kernels = [row[0] for row in value]
     if len(set(kernels)) != len(kernels):
         raise ValueError(f"{attribute.name}: a kernel appears twice")
@@ -322,7 +323,10 @@ class DeviceEfficiency:
             speedup over bf16 on the same shapes, inputs already quantized (the
             kernel alone: quantization is priced apart as memory-bound work).
             A recipe's GEMMs take the bf16 time as priced above divided by it;
-            a kernel not listed cannot be priced on the device.
+            a kernel not listed cannot be priced on the device. A kernel
+            named ``<kernel>:autocast`` was measured with its inputs quantized
+            in the timed region (quantization included, so none is priced
+            apart), used only where the kernel alone was not measured.
     """
 
     architecture: str
@@ -369,6 +373,10 @@ class DeviceEfficiency:
             if name == kernel:
                 return figure.value
         return None
+
+    def autocast_speedup(self, kernel: str) -> float | None:
+        """The speedup of *kernel* measured with its quantization included (``<kernel>:autocast``), ``None`` if not stated."""
+        return self.gemm_speedup(kernel + AUTOCAST)
 
 
 @attrs.frozen(kw_only=True)

@@ -13,9 +13,14 @@ Sources, read at the commits docs/precision.md names:
   (the all-gather moves FP8); the FP8 weight is kept in the module's ``_fp8_workspaces`` and
   re-quantized only when ``is_first_microbatch`` is true (Megatron-Core passes it), so the
   quantized weight is cached across micro-batches. Its row-wise and column-wise usages are
-  two tensors on Hopper (``csrc/quantizer.cpp``: a transpose unless
-  ``nvte_is_non_tn_fp8_gemm_supported``, i.e. Blackwell) and for block scalings (their own
-  scales per direction).
+  two tensors on Hopper and for block scalings, one on Blackwell for per-tensor FP8:
+  ``common/transformer_engine.cpp`` ``nvte_is_non_tn_fp8_gemm_supported`` holds for compute
+  capability 10.x-11.x and 13.0+ (B200, B300), and ``pytorch/csrc/quantizer.cpp``
+  ``Float8Quantizer::create_tensor`` / ``Float8CurrentScalingQuantizer::create_tensor`` then
+  keep the data for the column-wise usage too and allocate no transpose
+  (``with_transpose = columnwise_usage && !is_non_tn_fp8_gemm_supported``);
+  ``Float8BlockQuantizer``, ``MXFP8Quantizer`` and ``NVFP4Quantizer`` allocate row-wise and
+  column-wise data with their own scales on every device.
 * Megatron-LM ``megatron/training/arguments.py`` ``_add_transformer_engine_args``:
   ``--fp8-format {e4m3,hybrid}``, ``--fp8-recipe {tensorwise,delayed,mxfp8,blockwise}``,
   ``--fp8-amax-history-len`` (default 1), ``--fp8-amax-compute-algo``, ``--fp8-param-gather``
@@ -37,6 +42,8 @@ __all__ = ["RECIPES", "hp_precision_recipes"]
 
 _TE = "Transformer Engine 2.x (common/recipe/__init__.py, pytorch/module/linear.py) under Megatron-LM"
 _TE_MEMORY = dict(saved_input="quantized", weight_copies=2, cache_weights=True, tp_gather=True)
+# Per-tensor FP8 under TE: one tensor serves both usages where FP8 GEMMs run in any layout (module docstring).
+_TE_PER_TENSOR = dict(_TE_MEMORY, one_copy_architectures=("blackwell",))
 
 
 def _same(fmt: str, scaling: str) -> dict[str, GemmOperand]:
@@ -54,7 +61,7 @@ RECIPES = (
         description="FP8 per-tensor delayed scaling, E4M3 forward / E5M2 gradients, amax history 1024",
         source=f"{_TE}: DelayedScaling(fp8_format=HYBRID, amax_history_len=1024); --fp8-format hybrid --fp8-recipe delayed",
         weights=GemmOperand("e4m3", "tensor_delayed"), activations=GemmOperand("e4m3", "tensor_delayed"),
-        gradients=GemmOperand("e5m2", "tensor_delayed"), amax_history=1024, quantize_passes=1, **_TE_MEMORY,
+        gradients=GemmOperand("e5m2", "tensor_delayed"), amax_history=1024, quantize_passes=1, **_TE_PER_TENSOR,
         flags={"megatron": ("--fp8-format", "hybrid", "--fp8-recipe", "delayed", "--fp8-amax-history-len", "1024",
                             "--fp8-amax-compute-algo", "max")},
     ),
@@ -63,7 +70,7 @@ RECIPES = (
         description="FP8 per-tensor current scaling, E4M3 forward / E5M2 gradients",
         source=f"{_TE}: Float8CurrentScaling(fp8_format=HYBRID); --fp8-format hybrid --fp8-recipe tensorwise",
         weights=GemmOperand("e4m3", "tensor_current"), activations=GemmOperand("e4m3", "tensor_current"),
-        gradients=GemmOperand("e5m2", "tensor_current"), quantize_passes=2, **_TE_MEMORY,
+        gradients=GemmOperand("e5m2", "tensor_current"), quantize_passes=2, **_TE_PER_TENSOR,
         flags={"megatron": ("--fp8-format", "hybrid", "--fp8-recipe", "tensorwise")},
     ),
     PrecisionRecipe(
@@ -93,7 +100,7 @@ RECIPES = (
         description="fp8-current with FP8 parameters: the parameter all-gather and the compute weights in FP8",
         source=f"{_TE}: Float8CurrentScaling; --fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather",
         weights=GemmOperand("e4m3", "tensor_current"), activations=GemmOperand("e4m3", "tensor_current"),
-        gradients=GemmOperand("e5m2", "tensor_current"), param_gather="stored", quantize_passes=2, **_TE_MEMORY,
+        gradients=GemmOperand("e5m2", "tensor_current"), param_gather="stored", quantize_passes=2, **_TE_PER_TENSOR,
         flags={"megatron": ("--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--fp8-param-gather")},
     ),
     PrecisionRecipe(

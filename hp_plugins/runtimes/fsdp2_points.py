@@ -64,6 +64,10 @@ def _sharded(view: StageView, layer: StageLayer, nbytes: int, replicate: int = 1
 
 
 def _gathered(view: StageView, layer: StageLayer) -> int:
+    """A layer's gathered parameters: the compute dtype, or as a precision recipe gathers them (torchao's
+    ``enable_fsdp_float8_all_gather``: the GEMM weights cast to float8 before the all-gather)."""
+    if layer.gathered_bytes is not None:
+        return layer.gathered_bytes
     return sum(layer.elements.values()) * view.precision.activation_bytes
 
 

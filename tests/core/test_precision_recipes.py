@@ -350,7 +350,7 @@ def test_refusals_name_the_field(registry):
     cases = (
         ("a100-80gb", "fp8-current", "states no peak FLOP/s"),
         ("b200", "nvfp4", "states no peak FLOP/s"),
-        ("h100-sxm", "fp8-blockwise", "no measured fp8_blockwise GEMM speedup for hopper"),
+        ("b200", "fp8-blockwise", "no measured fp8_blockwise GEMM speedup for blackwell"),  # Hopper: the autocast figure
         ("h100-sxm", "torchao-float8-rowwise", "no measured fp8_rowwise GEMM speedup"),
     )
     for hardware, recipe, words in cases:
@@ -370,7 +370,8 @@ def _docs_row(r: PrecisionRecipe) -> str:
     flags = "; ".join(f"{k}: `{' '.join(v)}`" for k, v in r.flags.items()) or "(none)"
     saved = r.saved_input if r.low_precision else "(unchanged)"
     return (f"| `{r.name}` | {operand(r.weights)} | {operand(r.activations)} | {operand(r.gradients)} | {saved} "
-            f"| {r.weight_copies}{' cached' if r.cache_weights else ''} | {r.param_gather} | {'yes' if r.tp_gather else 'no'} "
+            f"| {r.weight_copies}{' cached' if r.cache_weights else ''}"
+            f"{''.join(f' ({r.on(a).weight_copies} on {a})' for a in r.one_copy_architectures)} | {r.param_gather} | {'yes' if r.tp_gather else 'no'} "
             f"| {r.quantize_passes} | `{r.kernel}` | {flags} |")
 
 

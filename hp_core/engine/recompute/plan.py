@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 
 from hp_core.engine.estimate import estimate_run
+from hp_core.engine.precision import on_device
 from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.recompute.layout import compact
 from hp_core.engine.recompute.profile import SettingCost, SwitchProfile, candidate_settings, switch_profile
@@ -209,6 +210,7 @@ def plan_run(
     if offload and hardware.host_link_bandwidth_bytes_per_second is None:
         raise ConfigError("$.hardware.host_link_bandwidth_bytes_per_second",
                           f"{hardware.name} does not state host_link_bandwidth_bytes_per_second, which offload needs")
+    run = on_device(run, hardware)  # its recipe's weight copies as the device keeps them
     model, parallel = run.model, run.parallel
     kinds, costs, context, body_groups = run.kinds, run.costs, run.context, run.layers.body_groups
     collectives = run.registry.collective_model(rt.timing.collective_model) if rt.timing.collective_model else None

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Mapping
 import attrs
 
 from hp_core.engine.estimate import estimate_run
+from hp_core.engine.precision import on_device
 from hp_core.engine.prepare import EvaluatedLayers, prepare
 from hp_core.engine.recompute.layout import describe_ranges
 from hp_core.engine.recompute.plan import plan_run
@@ -102,7 +103,7 @@ def _refine(job: _Job, layout: Layout, layers: EvaluatedLayers | None = None) ->
     try:
         run = prepare(job.model, parallel, registry=job.registry, runtime=job.runtime, precision=job.precision,
                       census=job.census, layers=layers)
-        bound = estimate_run(run, _FULL)
+        bound = estimate_run(on_device(run, job.hardware), _FULL)
     except ConfigError as exc:
         return _Refined(_reason_of(exc))
     if max(stage.memory.static_bytes for stage in bound.stages) > limit:

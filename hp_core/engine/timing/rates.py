@@ -198,10 +198,12 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
     """What a low-precision recipe changes in the rates (docs/precision.md), ``{}`` for none.
 
     GEMMs: the bf16 time divided by the device's measured speedup of the
-    recipe's kernel (:attr:`DeviceEfficiency.gemm_speedups`). Quantizing an
+    recipe's kernel (:attr:`DeviceEfficiency.gemm_speedups`); where only a figure
+    with the quantization in its timed region is stated (``<kernel>:autocast``),
+    that one, and no quantization is priced apart. Otherwise quantizing an
     element reads it ``quantize_passes`` times in the compute dtype and
     writes its row-wise and column-wise copies (TE quantizes both usages at
-    once); a recipe that saves the compute-dtype input (torchao) writes one
+    once; one tensor where it serves both, :meth:`PrecisionRecipe.usages`); a recipe that saves the compute-dtype input (torchao) writes one
     copy in forward and reads and casts the saved input again in backward.
 
     Raises:
@@ -215,7 +217,9 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
         raise ConfigError("$.precision.recipe",
                           f"precision recipe {recipe.name} runs its GEMMs in {recipe.gemm_dtype}, for which {hardware.name} states "
                           f"no peak FLOP/s (it has {sorted(hardware.peak_flops)}); choose a recipe the device runs")
-    speedup = dev.gemm_speedup(recipe.kernel)
+    speedup, quantized_in_figure = dev.gemm_speedup(recipe.kernel), False
+    if speedup is None:  # only measured with the quantization in its timed region: none priced apart
+        speedup, quantized_in_figure = dev.autocast_speedup(recipe.kernel), True
     if speedup is None:
         raise ConfigError("$.precision.recipe",
                           f"timing profile {timing.name} states no measured {recipe.kernel} GEMM speedup for {dev.architecture} "
@@ -225,12 +229,16 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
                                                 "which the step time does not price yet")
     read = recipe.quantize_passes * act_bytes
     act, grad, weight = (o.bytes_per_element for o in (recipe.activations, recipe.gradients, recipe.weights))
+    usages = recipe.usages(hardware.architecture)  # tensors one quantization writes (PrecisionRecipe.usages)
     if recipe.saved_input == "quantized":
-        fwd, bwd, weights = read + 2 * act, 0.0, read + 2 * weight
+        fwd, bwd, weights = read + usages * act, 0.0, read + usages * weight
     else:
         fwd, bwd, weights = read + act, read + act, 2 * (read + weight)
+    grads = read + usages * grad
+    if quantized_in_figure:
+        fwd = bwd = weights = grads = 0.0
     return dict(
-        low_precision=True, gemm_speedup=speedup, quant_input_fwd=fwd, quant_input_bwd=bwd, quant_grad=read + 2 * grad,
+        low_precision=True, gemm_speedup=speedup, quant_input_fwd=fwd, quant_input_bwd=bwd, quant_grad=grads,
         quant_weight=0.0 if recipe.cache_weights else weights,
         gather_share=act / act_bytes if recipe.tp_gather else 1.0,
     )
