@@ -3,6 +3,7 @@
     python benchmarks/record_fsdp2_cases.py                 # every case of the grid below, into CASES
     python benchmarks/record_fsdp2_cases.py --case NAME     # re-measure one case and print it
     python benchmarks/record_fsdp2_cases.py --missing       # measure only the cases not recorded yet
+    python benchmarks/record_fsdp2_cases.py --table         # the recorded cases' rows of docs/runtimes.md
 
 Each case is an ``hp estimate`` config measured by ``hp_plugins.cases.fsdp2_measured``
 (a fake process group of the case's world size, ``fully_shard`` per decoder layer and
@@ -28,7 +29,7 @@ def grid() -> list[tuple[str, dict, dict]]:
     found = []
     # Cheap cases first: every 4-layer case of both models, then the 32-layer Llama (TP last, minutes each).
     for model, layers, tps in (("llama3-8b", 4, (1, 2)), ("qwen3-30b-a3b", 4, (1, 2)), ("llama3-8b", 32, (1,)),
-                               ("llama3-8b", 32, (2,))):
+                               ("llama3-8b", 32, (2,)), ("qwen3-30b-a3b", 32, (1, 2))):
         for world in (8, 64):
             for tp in tps:
                 for head in (("vocab",) if tp == 1 else ("vocab", "replicated")):
@@ -42,7 +43,47 @@ def grid() -> list[tuple[str, dict, dict]]:
                             config["runtime"] = {"name": "fsdp2", "options": (
                                 {"tp_head_plan": "replicated"} if head == "replicated" else {"loss_parallel": False})}
                         found.append((name, config, {}))
+    # torchtitan's selective checkpointing on Llama-3-8B, 4 layers: per-op (selective_ac_option = "op", the fsdp2
+    # runtime's op_sac switches on every layer) and every 2nd layer (selective_ac_option = 2: layers 1 and 3 full).
+    for world in (8, 64):
+        for ac, recompute in (("op", {"default": ["normOp", "ffAct"]}), ("layer2", {"default": "none", "layers": {"1": "full", "3": "full"}})):
+            found.append((f"llama3-8b-4l-w{world}-tp1-ac{ac}",
+                          {"model": "llama3-8b", "num_layers": 4, "runtime": "fsdp2", "recompute": recompute,
+                           "parallel": {"dp": world, "tp": 1, "seq_len": SEQ, "micro_batch_size": 1}}, {}))
+    # Per-op SAC under TP (vocabulary-parallel head, gathered logits): the policy's split of each saved tensor.
+    found.append(("llama3-8b-4l-w8-tp2-vocab-acop",
+                  {"model": "llama3-8b", "num_layers": 4, "recompute": {"default": ["normOp", "ffAct"]},
+                   "runtime": {"name": "fsdp2", "options": {"tp_plan": "vocab_gathered"}},
+                   "parallel": {"dp": 4, "tp": 2, "seq_len": SEQ, "micro_batch_size": 1}}, {}))
     return found
+
+
+_GROUPS = {"parameters": "Params", "gradients": "Grads", "optimizer_states": "Optim", "gathered": "Buffers",
+           "activations": "Activ+Working"}
+
+
+def table_rows() -> list[str]:
+    """Each recorded case's row of docs/runtimes.md: tracker peak, the estimate's signed error, the worst category."""
+    from hp_core.api import build_registry
+    from hp_core.io.convert import ConfigFile, structure
+    from hp_core.io.job import estimate_job, resolve_job
+
+    sys.path.insert(0, str(ROOT / "tests" / "plugins"))
+    from test_fsdp2_runtime import _estimated_categories, _measured_categories
+
+    registry = build_registry()
+    rows = []
+    for case in json.loads(CASES.read_text())["cases"]:
+        (stage,) = estimate_job(resolve_job(structure(case["config"], ConfigFile, registry), registry), registry).stages
+        m = case["measured"]
+        want = _measured_categories(m["phases"][m["peak_phase"]])
+        got = _estimated_categories(stage.memory, stage.binding_point)
+        errors = {k: (got[k] - v) / v for k, v in want.items() if v}
+        worst = max(errors, key=lambda k: abs(errors[k]))
+        rows.append(f"| `{case['name']}` | {m['peak_bytes'] / 2**30:.3f} ({m['peak_phase']}) | "
+                    f"{(stage.peak_bytes - m['peak_bytes']) / m['peak_bytes']:+.2%} ({stage.binding_point}) | "
+                    f"{_GROUPS[worst]} {errors[worst]:+.2%} |")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", help="re-measure this case only and print it")
     parser.add_argument("--only", help="re-measure only cases whose name contains this (others kept as recorded)")
     parser.add_argument("--missing", action="store_true", help="measure only the cases the file does not hold yet")
+    parser.add_argument("--table", action="store_true", help="print docs/runtimes.md's rows of the recorded cases (no measuring)")
     args = parser.parse_args(argv)
+    if args.table:
+        print("\n".join(table_rows()))
+        return 0
     from hp_core.api import build_registry
     from hp_plugins.cases.fsdp2_measured import measure_request, request_of
 

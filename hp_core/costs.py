@@ -83,6 +83,7 @@ TRAITS = {
         "a mixture-of-experts layer runs under TP without sequence parallelism: every TP rank routes all its tokens "
         "through experts TP leaves whole (a PyTorch-native plan that parallelizes only the attention)"
     ),
+    "torchtitan_op_sac": "a dense layer's normOp+ffAct keep what torchtitan's per-op SAC saves (hp_plugins/kit/op_sac.py)",
     "moe_fused_permute": (
         "the fused token permutation keeps an int32 row map of [tokens, 2 * experts + 1] "
         "(Transformer Engine permutation.py moe_permute)"

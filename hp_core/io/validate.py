@@ -40,7 +40,7 @@ from hp_core.io.cases2 import FORMAT_V2, MeasuredCaseV2, check_case_v2, read_cas
 from hp_core.io.convert import ConfigFile, read_document, structure
 from hp_core.io.job import Job, estimate_job, resolve_job, step_time_job
 from hp_core.registry import Registry
-from hp_core.runtime_options import runtime_name
+from hp_core.runtime_options import runtime_label, runtime_name
 from hp_core.specs import ModelSpec, ParallelSpec
 
 __all__ = ["CaseResult", "MeasuredCase", "MeasuredStep", "StageCheck", "StepCheck", "load_cases", "measure_cases", "validate_case"]
@@ -234,7 +234,7 @@ def validate_case(case: MeasuredCase, registry: Registry) -> CaseResult:
     """Estimate *case* with the runtime it names and compare stage by stage (what it gives, for ``hp-cases/2``)."""
     if isinstance(case, MeasuredCaseV2):
         result, stages, steps, unavailable = check_case_v2(case, registry)
-        return CaseResult(name=case.name, runtime=case.runtime, stages=tuple(StageCheck(*s) for s in stages),
+        return CaseResult(name=case.name, runtime=runtime_label(case.runtime), stages=tuple(StageCheck(*s) for s in stages),
                           estimate=result, steps=tuple(StepCheck(*s) for s in steps), time_unavailable=unavailable)
     job = case.job or Job(model=case.model, parallel=case.parallel, runtime=case.runtime)
     result = estimate_job(job, registry)
@@ -248,7 +248,7 @@ def validate_case(case: MeasuredCase, registry: Registry) -> CaseResult:
         for stage, measured in zip(result.stages, case.stage_peak_bytes)
     )
     steps, unavailable = _check_steps(case, job, registry)
-    return CaseResult(name=case.name, runtime=case.runtime, stages=checks, estimate=result, steps=steps,
+    return CaseResult(name=case.name, runtime=runtime_label(case.runtime), stages=checks, estimate=result, steps=steps,
                       time_unavailable=unavailable)
 
 

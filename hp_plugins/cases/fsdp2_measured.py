@@ -19,10 +19,11 @@ one JSON file per request and torch/transformers versions, written atomically).
 
 What a config maps to: the world size ``dp * tp``, the TP degree, the body
 layers of the (truncated) model, the sequence length and micro-batch size,
-``reshard_after_forward``, and activation checkpointing from ``recompute``
-(nothing, or ``full`` on every layer: ``checkpoint_wrapper`` per block). A
-layout with pp, cp or ep above 1, another runtime or another recompute is
-refused naming the field.
+``reshard_after_forward``, and activation checkpointing from ``recompute``,
+per body layer: nothing, ``full`` (``checkpoint_wrapper``; on every k-th layer
+it is torchtitan's ``selective_ac_option = k``) or the switches of the fsdp2
+runtime's ``op_sac`` module (torchtitan's per-op policy). A layout with pp, cp
+or ep above 1, another runtime or another recompute is refused naming the field.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ _RUNS = {
     "cpu_offload": (False,),
     "tp_head_plan": ("vocab_parallel", "replicated"),
     "loss_parallel": (False,),
+    "tp_plan": ("custom", "vocab_gathered", "replicated_head"),
 }
 
 
@@ -94,17 +96,13 @@ def request_of(config: Mapping[str, Any], registry: Any, where: str = "$", measu
         hf = json.loads(source.read_text(encoding="utf-8"))
     body = registry.kinds_placed("body")
     layers = sum(group.count for group in job.model.layers if group.kind in body)
-    recompute = job.recompute
-    ac = "none"
-    if recompute is not None:
-        settings = {recompute.setting_of(i).describe() for i in range(layers)}
-        if settings == {"full"}:
-            ac = "full"
-        elif settings != {"none"}:
-            raise ConfigError(f"{where}.config.recompute", "the tracker runs no recompute or full recompute of every layer")
-    if p.tp > 1 and options.get("tp_head_plan", "vocab_parallel") == "vocab_parallel" and options.get("loss_parallel", True):
+    ac = _ac_of(job, registry.runtime("fsdp2"), layers, where)
+    plan = options.get("tp_plan", "custom")
+    replicated = options.get("tp_head_plan") == "replicated" or plan == "replicated_head"
+    if p.tp > 1 and not replicated and plan != "vocab_gathered" and options.get("loss_parallel", True):
         raise ConfigError(f"{where}.config.runtime.options.loss_parallel",
-                          "the tracker gathers the logits over TP (no loss parallelism): set loss_parallel: false")
+                          "the tracker gathers the logits over TP (no loss parallelism): set loss_parallel: false "
+                          "or tp_plan: vocab_gathered")
     extra = dict(measure or {})
     for key, value in extra.items():
         if key not in _MEASURE_KEYS:
@@ -119,11 +117,33 @@ def request_of(config: Mapping[str, Any], registry: Any, where: str = "$", measu
         "micro_batch_size": p.micro_batch_size,
         "world": p.dp * p.tp,
         "tp": p.tp,
-        "head_plan": "replicated" if options.get("tp_head_plan") == "replicated" else "vocab",
+        "head_plan": "replicated" if replicated else "vocab",
         "activation_checkpointing": ac,
         "reshard_after_forward": p.reshard_after_forward,
         "optimizer": extra.get("optimizer", options.get("optimizer_implementation", "foreach")),
     }
+
+
+def _ac_of(job: Any, runtime: Any, layers: int, where: str) -> str | list[str]:
+    """Each body layer's checkpointing as the tracker runs it: ``none``, ``full``, or ``op_sac`` for the switches of
+    the fsdp2 runtime's ``op_sac`` module (torchtitan's per-op policy); one string when every layer has the same."""
+    recompute = job.recompute
+    if recompute is None:
+        return "none"
+    op = frozenset((runtime.recompute_modules or {}).get("op_sac", ()))
+    found = []
+    for i in range(layers):
+        setting = recompute.setting_of(i)
+        if setting.offload:
+            raise ConfigError(f"{where}.config.recompute", "the tracker runs no activation offload")
+        if setting.mode in ("none", "full"):
+            found.append(setting.mode)
+        elif setting.mode == "switches" and setting.switches == op:
+            found.append("op_sac")
+        else:
+            raise ConfigError(f"{where}.config.recompute", f"the tracker runs none, full or the op_sac switches "
+                              f"{sorted(op)} (torchtitan's per-op policy) per layer, not {setting.describe()!r}")
+    return found[0] if len(set(found)) == 1 else found
 
 
 def measure_request(request: Mapping[str, Any], cache: bool = True) -> dict:

@@ -17,8 +17,10 @@ imports torch until a step runs. What runs (:func:`run_step`):
   plan without sequence parallelism) and, with the ``vocab`` head plan, the
   embedding row-wise and the head column-wise with replicated logits (no loss
   parallelism); the ``replicated`` head plan leaves both whole on every TP rank;
-* activation checkpointing (optional): ``checkpoint_wrapper`` around each decoder
-  layer (non-reentrant, torchtitan ``apply_ac`` mode ``full``);
+* activation checkpointing (optional), per decoder layer: ``checkpoint_wrapper``
+  (non-reentrant, torchtitan ``apply_ac`` mode ``full``; on every k-th layer only,
+  its ``selective_ac_option = k``) or ``checkpoint_wrapper`` with torchtitan's
+  per-op selective policy (``selective_ac_option = "op"``: :data:`_OP_SAC_SAVE`);
 * ``fully_shard`` per decoder layer and on the root (which then holds the
   embedding, the final norm and the head), ``MixedPrecisionPolicy(param_dtype=bf16,
   reduce_dtype=fp32)``, ``reshard_after_forward`` as asked; AdamW;
@@ -154,6 +156,54 @@ def _tp_plan(torch: Any, model: Any, mesh: Any, head_plan: str) -> None:
         })
 
 
+# torchtitan's op-level SAC save list (torchtitan/models/llama3/infra/parallelize.py ``_op_sac_save_list``, the
+# policy of torchtitan/distributed/activation_checkpoint.py): the outputs of these ops are saved, every other
+# op of the block is recomputed in backward, and of the matmuls only the odd ones (1st, 3rd, ...) of each
+# block's forward are saved. On CPU, SDPA runs ``_scaled_dot_product_flash_attention_for_cpu``, the
+# counterpart of the CUDA flash kernel (same output and fp32 log-sum-exp): listed as the CUDA kernels are.
+_OP_SAC_SAVE = ("mm", "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+                "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu", "max")
+AC_SETTINGS = ("none", "full", "op_sac")
+
+
+def _op_sac_context(torch: Any) -> Any:
+    """One block's selective-checkpoint contexts: torchtitan's per-op policy (``_OP_SAC_SAVE``)."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    save = {getattr(torch.ops.aten, name).default for name in _OP_SAC_SAVE}
+    save.add(torch.ops._c10d_functional.reduce_scatter_tensor.default)
+    mm = torch.ops.aten.mm.default
+    counts = {"forward": 0, "recompute": 0}
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func == mm:
+            counts[mode] += 1
+        keep = func in save and not (func == mm and counts[mode] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
+def _apply_ac(torch: Any, model: Any, activation_checkpointing: str | list[str]) -> None:
+    """Wrap each decoder layer as its setting says: ``none``, ``full`` (``checkpoint_wrapper``, torchtitan
+    mode ``full``; a list with ``full`` on every k-th layer is its ``selective_ac_option = k``) or ``op_sac``
+    (``checkpoint_wrapper`` with torchtitan's per-op policy, ``selective_ac_option = "op"``)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    layers = model.model.layers
+    settings = ([activation_checkpointing] * len(layers) if isinstance(activation_checkpointing, str)
+                else list(activation_checkpointing))
+    if len(settings) != len(layers) or any(s not in AC_SETTINGS for s in settings):
+        raise ConfigError("$.measure.activation_checkpointing",
+                          f"one of {list(AC_SETTINGS)} or one per layer ({len(layers)}), not {activation_checkpointing!r}")
+    for i, setting in enumerate(settings):
+        if setting == "full":
+            layers[i] = checkpoint_wrapper(layers[i], preserve_rng_state=False)
+        elif setting == "op_sac":
+            layers[i] = checkpoint_wrapper(layers[i], preserve_rng_state=False, context_fn=lambda: _op_sac_context(torch))
+
+
 def run_step(
     hf: Mapping[str, Any],
     num_layers: int,
@@ -162,7 +212,7 @@ def run_step(
     micro_batch_size: int = 1,
     tp: int = 1,
     head_plan: str = "vocab",
-    activation_checkpointing: str = "none",
+    activation_checkpointing: str | list[str] = "none",
     reshard_after_forward: bool | int = True,
     optimizer: str = "foreach",
     attention: str = "sdpa",
@@ -199,13 +249,7 @@ def run_step(
             model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
             if tp_mesh is not None:
                 _tp_plan(torch, model, tp_mesh, head_plan)
-            if activation_checkpointing == "full":
-                from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-
-                for i, layer in enumerate(model.model.layers):
-                    model.model.layers[i] = checkpoint_wrapper(layer, preserve_rng_state=False)
-            elif activation_checkpointing != "none":
-                raise ConfigError("$.measure.activation_checkpointing", f"none or full, not {activation_checkpointing!r}")
+            _apply_ac(torch, model, activation_checkpointing)
             mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
             # Under TP, fully_shard concatenates the meshes (DeviceMesh ops on real rank tensors): outside the
             # fake mode; the parameters it shards are fake tensors and stay so.

@@ -51,6 +51,7 @@ from hp_core.markers import hookimpl
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.types import LayerKind
 from hp_plugins.kit import GQAFields, LayerBuilder, MLPFields, gqa_attention, mlp, post_norm, validate_gqa, validate_mlp
+from hp_plugins.kit.op_sac import OP_SAC_SWITCHES, op_sac_kept_bytes
 
 __all__ = ["DENSE_SWITCHES", "DenseConfig", "SELECTIVE", "evaluate_dense", "hp_layer_kinds", "validate_dense"]
 
@@ -92,7 +93,10 @@ def evaluate_dense(c: DenseConfig, x: LayerContext) -> LayerCost:
     mlp(b, c, c.norm, c.hidden_dropout)
     if c.post_block_norms:
         post_norm(b, "mlp", c.norm)
-    return b.build()
+    cost = b.build()
+    if "torchtitan_op_sac" in x.traits:  # the op_sac switches run torchtitan's per-op policy (kit.op_sac)
+        cost = attrs.evolve(cost, measured=cost.measured + ((OP_SAC_SWITCHES, op_sac_kept_bytes(c, x)),))
+    return cost
 
 
 @hookimpl

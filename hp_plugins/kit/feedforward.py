@@ -78,8 +78,10 @@ def mlp(b: LayerBuilder, c: MLPFields, norm: str, hidden_dropout: float) -> None
     b.block_grads.append((3 if c.gated_mlp else 2) * wide)
     b.linear(T, h, fc1 // t)
     b.linear(T, I // t, h)
-    # torchtitan's FeedForward.forward: w2(silu(w1(x)) * w3(x)), so w1, w3, w2; ungated fc1, fc2.
-    b.matmuls_in_order += [2 * T * h * I // t] * (fc1 // I) + [2 * T * I * h // t]
+    # torchtitan's FeedForward.forward: w2(silu(w1(x)) * w3(x)), so w1, w3, w2; ungated fc1, fc2. Counted only
+    # after a block whose matmuls are known (the GQA attention's four): elsewhere the order is not known.
+    if b.matmuls_in_order:
+        b.matmuls_in_order += [2 * T * h * I // t] * (fc1 // I) + [2 * T * I * h // t]
     b.tp_blocks += 1
 
 

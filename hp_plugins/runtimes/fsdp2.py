@@ -28,9 +28,11 @@ from hp_core.runtime_options import RuntimeOption
 from hp_core.specs.overlap import schedule_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
+from hp_plugins.kit.op_sac import OP_SAC_SWITCHES
 from hp_plugins.runtimes.fsdp2_points import Fsdp2Points
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
 from hp_plugins.runtimes.time_options import elementwise_kernels_option, ep_all_to_all_option
+from hp_plugins.runtimes.tp_plans import TP_PLANS
 from hp_plugins.runtimes.timing_profiles import FSDP2, HOPPER_CUDNN, HOPPER_SDPA
 
 
@@ -123,6 +125,20 @@ def _norm(runtime: Runtime, value: str) -> Runtime:
     return attrs.evolve(runtime, traits=traits)
 
 
+def _tp_plan(runtime: Runtime, value: str) -> Runtime:
+    """``tp_plan``: a named plan (:data:`~hp_plugins.runtimes.tp_plans.TP_PLANS`) sets the head's and the loss's traits
+    and, through the peak points, which ``parallel.sp`` it runs; ``custom``: as ``tp_head_plan`` and ``loss_parallel`` say."""
+    points = attrs.evolve(runtime.peak_points, tp_plan=value)
+    if value == "custom":
+        return attrs.evolve(runtime, peak_points=points)
+    if {"replicated_vocab", "gathered_logits"} & runtime.traits:
+        raise ValueError(f"the plan {value!r} states the head and the loss: leave tp_head_plan and loss_parallel unset")
+    plan = TP_PLANS[value]
+    traits = runtime.traits | {t for t, on in (("replicated_vocab", plan.replicated_vocab),
+                                                ("gathered_logits", plan.gathered_logits)) if on}
+    return attrs.evolve(runtime, traits=traits, peak_points=points)
+
+
 _TT = "torchtitan/models/llama3/model/model.py; torchtitan/components/loss.py"
 _MEMORY_OPTIONS = (
     RuntimeOption(
@@ -189,6 +205,14 @@ _MEMORY_OPTIONS = (
         "torchtitan parallelize.py apply_tp (enable_loss_parallel); torch/distributed/tensor/parallel/loss.py loss_parallel",
         _loss_parallel,
     ),
+    RuntimeOption(
+        "tp_plan", "choice", "custom",
+        "a named TP plan (docs/runtimes.md): torchtitan_llama3 (vocabulary-parallel embedding and head, loss parallel, "
+        "sequence-parallel norms: needs parallel.sp true), vocab_gathered (logits all-gathered, no SP), replicated_head "
+        "(embedding and head whole on every TP rank, no SP); custom: as tp_head_plan and loss_parallel say",
+        "torchtitan/models/llama3/infra/parallelize.py apply_tp; hp_plugins/runtimes/tp_plans.py",
+        _tp_plan, choices=("custom", *TP_PLANS),
+    ),
 )
 
 
@@ -204,11 +228,11 @@ def hp_runtimes():
         reserve_bytes=CUDA_CONTEXT_BYTES,  # the CUDA context (hp_plugins/runtimes/reserve.py)
         overhead_bytes=0,
         timing=FSDP2,
-        traits=frozenset({"fp32_norm_copy", "upcast_cross_entropy", "moe_tp_without_sp"}),
-        # torchtitan activation checkpointing: mode "full" (whole blocks) or "selective" with
-        # op-level SAC, which saves matmul outputs and recomputes the ops between them: the norms'
-        # outputs and the MLP activation (torchtitan/distributed/activation_checkpoint.py).
-        recompute_modules={"op_sac": frozenset({"normOp", "ffAct"})},
+        traits=frozenset({"fp32_norm_copy", "upcast_cross_entropy", "moe_tp_without_sp", "torchtitan_op_sac"}),
+        # torchtitan activation checkpointing: mode "full" (whole blocks), "selective" every k-th block
+        # (per-layer full), or op-level SAC, stated as these switches on every layer and priced for a dense
+        # layer as the policy keeps (torchtitan_op_sac trait, hp_plugins/kit/op_sac.py).
+        recompute_modules={"op_sac": OP_SAC_SWITCHES},
         description="PyTorch FSDP2 / torchtitan: fp32 sharded params, bf16 gathered compute, fp32 reduce, AdamW; "
                     "peak points at the loss's forward, in backward and at the step",
         zero_levels=(3,),  # fully_shard: parameters, gradients and optimizer states sharded

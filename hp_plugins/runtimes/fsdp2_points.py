@@ -16,7 +16,10 @@ tracker (``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``) sees it
   ``post_forward_mesh_info``); the running layer's; and one all-gather output
   the size of a layer's gathered parameters, alive until the next all-gather
   is copied out (the next unit in execution order is prefetched: FSDP2 keeps
-  the last all-gather's result in ``comm_ctx.all_gather_state``). With
+  the last all-gather's result in ``comm_ctx.all_gather_state``); in backward,
+  below the topmost layer, the reduce-scatter input of the layer above (its
+  whole gradient in fp32, the reduce dtype), held until the next unit's
+  post-backward waits on it (``comm_ctx.reduce_scatter_state``). With
   ``reshard_after_forward: false`` every layer's gathered parameters stay from
   its forward to its backward;
 * **gradients**: none in the forward of a step's only micro-batch
@@ -30,7 +33,8 @@ tracker (``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``) sees it
   also the last layer's forward transients (``LayerCost.forward_working_bytes``:
   an upcast loss's logits in bf16 and fp32); in **backward**, walking the layers
   from the top, what the layers below keep and the running layer's working set;
-* **the optimizer step**: ``foreach`` AdamW makes one fp32 temporary per
+* **the optimizer step**: the batch the loop holds (the input ids, on the
+  first stage); ``foreach`` AdamW makes one fp32 temporary per
   element of the shard (``torch/optim/adamw.py`` ``_multi_tensor_adamw``:
   ``exp_avg_sq_sqrt``); the fused kernel none.
 
@@ -47,6 +51,7 @@ import attrs
 from hp_core.errors import ConfigError
 from hp_core.peak_points import StageLayer, StageView
 from hp_core.results import MemoryBreakdown
+from hp_plugins.runtimes.tp_plans import TP_PLANS
 
 __all__ = ["Fsdp2Points"]
 
@@ -93,6 +98,9 @@ class Fsdp2Points:
             ranks (``n`` dividing the shard group) until its backward gathers
             them again; 0: ``parallel.reshard_after_forward`` says (True: all
             freed, False: all kept).
+        tp_plan: The named TP plan (``tp_plan`` option,
+            :mod:`hp_plugins.runtimes.tp_plans`): under TP, ``parallel.sp`` must be
+            what it runs; ``custom``: any.
     """
 
     set_to_none: bool = True
@@ -100,8 +108,13 @@ class Fsdp2Points:
     replicate: int = 1
     cpu_offload: bool = False
     reshard_to: int = 0
+    tp_plan: str = "custom"
 
     def __call__(self, view: StageView) -> dict[str, MemoryBreakdown]:
+        plan = TP_PLANS.get(self.tp_plan)
+        if plan is not None and view.parallel.tp > 1 and view.parallel.sp != plan.sequence_parallel:
+            raise ConfigError("$.parallel.sp", f"the TP plan {plan.name} runs {'' if plan.sequence_parallel else 'no '}"
+                                               f"sequence parallelism: set sp: {str(plan.sequence_parallel).lower()}")
         if view.zero < 3:
             return dict(view.default_points)
         params, all_grads, master, states = view.static
@@ -143,18 +156,22 @@ class Fsdp2Points:
 
         # Backward, from the top: the layers above the running one have freed what they kept and
         # reduce-scattered their gradients (a body layer) or left them unsharded in the root (the rest).
-        freed = finished = root_grads = 0
+        # The last body layer's reduce-scatter input (its whole gradient in the reduce dtype, fp32) stays until the
+        # next unit's post-backward waits on it (FSDP2 comm_ctx.reduce_scatter_state, _fsdp_param_group.post_backward).
+        freed = finished = root_grads = reducing = 0
         best: MemoryBreakdown | None = None
         for layer, its_kept in zip(reversed(layers), reversed(kept)):
             body_layer = layer.placement == "body"
             running = _gathered(view, layer) - (_gathered(view, layer) // keep_share if keep_share else 0) if body_layer else 0
             gathered = stay + running
             grads = held_grads if held_grads else finished + root_grads
-            candidate = point(grads, root_gathered + gathered + all_gather, sum(kept) - freed, layer.backward_working_bytes)
+            candidate = point(grads, root_gathered + gathered + all_gather + reducing, sum(kept) - freed,
+                              layer.backward_working_bytes)
             if best is None or candidate.peak_bytes > best.peak_bytes:
                 best = candidate
             freed += its_kept
             if body_layer:
+                reducing = sum(layer.elements.values()) * view.precision.grad_bytes
                 finished += 0 if self.cpu_offload else _sharded(view, layer, view.precision.grad_bytes, self.replicate)
                 stay -= _gathered(view, layer) // keep_share if keep_share else 0
             else:
@@ -162,5 +179,8 @@ class Fsdp2Points:
         if best is not None:
             points["backward"] = best
         temporary = params // view.precision.param_bytes * 4 if self.foreach_optimizer else 0
-        points["optimizer"] = point(all_grads, 0, 0, temporary)
+        # The training loop still holds its batch (the input ids the embedding keeps; the loss shifts the same tensor
+        # for its labels) while the optimizer steps: measured, the tracker's Inputs at the step (8 bytes per token).
+        batch = sum(layer.kept_bytes for layer in layers if layer.placement == "first")
+        points["optimizer"] = point(all_grads, 0, batch, temporary)
         return points

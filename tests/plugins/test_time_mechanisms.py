@@ -117,3 +117,22 @@ def test_async_tp_leaves_the_backward_input_gradient_reduce_scatters_exposed(reg
     assert exposed - exposed_all == pytest.approx(2 * 32 * rs * (1 - 1 / 8), rel=0.02)
     # Megatron's TE userbuffers hide them (tp_comm_bulk_wgrad): its schedule keeps the default.
     assert registry.runtime("megatron").timing.schedule.tp_overlap_input_grad_reduce_scatter is True
+
+
+def test_each_kind_states_the_matmuls_an_every_second_mm_policy_re_runs(registry):
+    from hp_core.api import layer_context
+    from hp_core.specs import PrecisionSpec
+
+    context = layer_context(ParallelSpec(seq_len=4096, tp=2, sp=True), PrecisionSpec(), "flash")
+    T = 4096
+
+    def alternate(preset, kind):
+        group = next(g for g in model_from_preset(preset, registry).layers if g.kind == kind)
+        return registry.layer_kind(kind).evaluate(group.config, context).work.alternate_matmul_flops
+
+    # Llama 3 8B at TP 2: wk (1024 outputs), wo (4096) and w3 (14336) over h = 4096, each split over 2 ranks.
+    assert alternate("llama3-8b", "dense") == 2 * T * 4096 * (1024 + 4096 + 14336) / 2
+    # Qwen3-30B-A3B (32 query and 4 key/value heads of 128): wk and wo only; the router and experts' order is not modelled.
+    assert alternate("qwen3-30b-a3b", "moe") == 2 * T * 2048 * (4 * 128 + 32 * 128) / 2
+    # DeepSeek-V3's MLA layers: none stated.
+    assert alternate("deepseek-v3", "mla") == 0.0

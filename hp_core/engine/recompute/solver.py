@@ -210,8 +210,16 @@ def solve_stage(
     chunk_body: Sequence[Sequence[int]],
     inputs: StageInputs,
     limit_bytes: int,
+    model_limit_bytes: int | None = None,
 ) -> StageSolution:
     """The fastest choice of one option per variable layer whose every peak point fits *limit_bytes*.
+
+    A runtime that declares its own peak points (``Runtime.peak_points``: no
+    ``warmup_end``) is solved with the warm-up model's constant taken from its
+    largest point at the fastest settings, and the plan is checked against its
+    own points: one that does not fit is solved again with the model's limit
+    lowered by the excess (*model_limit_bytes*), so the plan returned fits
+    (or is reported as not fitting), though the fastest is not proven there.
 
     Args:
         index: The stage index.
@@ -250,8 +258,15 @@ def solve_stage(
     base_layers = [[fastest[id(layer)].placed if isinstance(layer, VariableLayer) else layer for layer in chunk]
                    for chunk in chunks]
     base_activations = sum(n * layer.kept_bytes for n, chunk in zip(in_flight, base_layers) for layer in chunk)
-    constant = base.peak_points["warmup_end"] - base_activations - _walk(base_layers[-1])
-    last_backward = base.peak_points.get("last_backward", 0)
+    own_points = "warmup_end" not in base.peak_points
+    model_limit = limit_bytes if model_limit_bytes is None else model_limit_bytes
+    if own_points:  # the runtime's own points: calibrated on the largest, checked below
+        constant = max(base.peak_points.values()) - base_activations - _walk(base_layers[-1])
+        last_backward = 0
+    else:
+        constant = base.peak_points["warmup_end"] - base_activations - _walk(base_layers[-1])
+        last_backward = base.peak_points.get("last_backward", 0)
+    limit_bytes, true_limit = model_limit, limit_bytes
 
     # Markers: fixed layers of the last chunk and the topmost layer of each group there.
     last = list(chunks[-1])
@@ -435,10 +450,13 @@ def solve_stage(
     result = estimate_with(choice)
     chosen = tuple(choice[id(layer)] for layer in variables)
     seconds = sum(o.seconds for o in chosen)
-    if fits and result.peak_bytes > limit_bytes:
-        raise AssertionError(f"stage {index}: the plan's peak {result.peak_bytes} exceeds {limit_bytes}")
+    if fits and result.peak_bytes > true_limit:
+        if not own_points:
+            raise AssertionError(f"stage {index}: the plan's peak {result.peak_bytes} exceeds {true_limit}")
+        # The runtime's points hold more than the model said: ask the model for less, by the excess.
+        return solve_stage(index, chunks, chunk_body, inputs, true_limit, model_limit - (result.peak_bytes - true_limit))
     return StageSolution(
-        fits=fits, choices=chosen, seconds=seconds, estimate=result, limit_bytes=limit_bytes,
-        shortfall_bytes=0 if fits else max(0, result.peak_bytes - limit_bytes), nodes=nodes,
+        fits=fits, choices=chosen, seconds=seconds, estimate=result, limit_bytes=true_limit,
+        shortfall_bytes=0 if fits else max(0, result.peak_bytes - true_limit), nodes=nodes,
         unconstrained=all(choice[id(layer)] is fronts[layer.group][0] for layer in variables),
     )

@@ -1,0 +1,63 @@
+"""torchtitan's per-op selective activation checkpointing, priced for a dense decoder layer.
+
+torchtitan's ``selective_ac_option = "op"`` (torchtitan/distributed/activation_checkpoint.py
+``_apply_op_sac``, the save list of torchtitan/models/llama3/infra/parallelize.py
+``_op_sac_save_list``) wraps each block in ``checkpoint_wrapper`` with a
+``create_selective_checkpoint_contexts`` policy: the outputs of ``aten.mm``, the
+SDPA kernels (flash, efficient, cuDNN), ``_c10d_functional.reduce_scatter_tensor``
+and ``aten.max`` are saved, every other op is recomputed in backward, and of
+the matmuls only the odd ones of each block's forward (1st, 3rd, ...) are saved
+(a per-block counter; "every second mm" is recomputed). The block's input is
+kept by the checkpoint itself.
+
+For a layer with separate projections called in order q, k, v, o, then the
+MLP's gate, up and down (transformers' Llama/Qwen/Mistral modules and
+torchtitan's ``Attention`` / ``FeedForward`` w1, w3, w2), ``T`` tokens, TP
+degree ``t`` and ``sp = t`` under sequence parallelism (else 1), it keeps::
+
+    input 2 T h / sp; q 2 T a d / t; v 2 T g d / t; attention output 2 T a d / t and
+    its fp32 log-sum-exp 4 T a / t (flash); gate 2 T I / t; down 2 T h (the
+    row-parallel matmul's local output is the whole width); under SP the two
+    reduce-scatter outputs 2 T h / t each.
+
+A projection with a bias is ``aten.addmm`` (``F.linear`` of a contiguous 3-D input
+with a bias flattens to ``addmm``, ATen ``Linear.cpp``): neither saved nor counted.
+Measured against PyTorch's FSDPMemTracker running this policy
+(``tests/plugins/data/fsdp2_tracker_cases.json``, ``*-acop`` cases: 63,616 bytes per
+token for Llama-3-8B's layer, the sum above to the byte).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["OP_SAC_SWITCHES", "op_sac_kept_bytes"]
+
+# The recompute switches whose setting the fsdp2 runtime executes as torchtitan's per-op policy
+# (its recompute_modules "op_sac"; the torchtitan importer and exporter map selective_ac_option "op" to it).
+OP_SAC_SWITCHES = frozenset({"normOp", "ffAct"})
+
+
+def op_sac_kept_bytes(c: Any, x: Any) -> int:
+    """Bytes one micro-batch of a dense layer (config *c*, context *x*) keeps under the per-op policy."""
+    t, sp, act, T = x.tp, x.sp_degree, x.precision.activation_bytes, x.tokens
+    h, d, a, g = c.hidden_size, c.head_width, c.num_attention_heads, c.num_key_value_heads
+    I = c.intermediate_size
+    # (output bytes, a plain mm) in call order; a biased projection is an addmm.
+    matmuls = [(T * a * d * act // t, not c.attention_bias), (T * g * d * act // t, not c.attention_bias),
+               (T * g * d * act // t, not c.attention_bias), (T * h * act, not c.attention_out_bias)]
+    if c.gated_mlp:
+        matmuls += [(T * I * act // t, not c.mlp_bias), (T * I * act // t, not c.mlp_bias)]
+    else:
+        matmuls.append((T * I * act // t, not c.mlp_bias))
+    matmuls.append((T * h * act, not c.mlp_bias))
+    kept, count = T * h * act // sp, 0
+    for nbytes, is_mm in matmuls:
+        if is_mm:
+            count += 1
+            kept += nbytes if count % 2 == 1 else 0
+    if x.attention != "eager":  # the SDPA kernel's output and statistics (eager attention's bmm ops are recomputed)
+        kept += T * a * d * act // t + T * (a // t) * x.precision.lse_bytes
+    if x.sp and t > 1:  # the attention's and the MLP's reduce-scatter outputs
+        kept += 2 * T * h * act // t
+    return kept
