@@ -296,10 +296,6 @@ COLLECTIVE_GROUPS = ("tp", "cp", "ep")
 COLLECTIVE_OPS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p")
 
 
-def _non_negative_calls(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    _non_negative_int(instance, attribute, value)
-
-
 @attrs.frozen
 class Collective:
     """One collective a layer issues per micro-batch, as the layer states it.
@@ -333,8 +329,8 @@ class Collective:
     group: str = attrs.field(validator=attrs.validators.in_(COLLECTIVE_GROUPS))
     op: str = attrs.field(validator=attrs.validators.in_(COLLECTIVE_OPS))
     bytes: float = attrs.field(validator=_non_negative_number)
-    forward_calls: int = attrs.field(default=0, validator=_non_negative_calls)
-    backward_calls: int = attrs.field(default=0, validator=_non_negative_calls)
+    forward_calls: int = attrs.field(default=0, validator=_non_negative_int)
+    backward_calls: int = attrs.field(default=0, validator=_non_negative_int)
     rerun_switch: str | None = attrs.field(default=None, validator=attrs.validators.optional(switch_name))
     overlappable: bool = True
     gemm_input: bool = False
@@ -413,7 +409,7 @@ class LayerWork:
     grouped_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
     expert_rows: float = attrs.field(default=0.0, validator=_non_negative_number)
     expert_gemms: tuple[tuple[int, float, int, int], ...] = attrs.field(default=(), converter=tuple)
-    attention_calls: int = attrs.field(default=0, validator=_non_negative_calls)
+    attention_calls: int = attrs.field(default=0, validator=_non_negative_int)
     wide_qk_attention: bool = False
     fused_softmax_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
     copy_bytes: float = attrs.field(default=0.0, validator=_non_negative_number)
@@ -423,7 +419,7 @@ class LayerWork:
     table_elements: float = attrs.field(default=0.0, validator=_non_negative_number)
     boundary_bytes: float = attrs.field(default=0.0, validator=_non_negative_number)
     attention_core_switches: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
-    routed_experts: int = attrs.field(default=0, validator=_non_negative_calls)
+    routed_experts: int = attrs.field(default=0, validator=_non_negative_int)
     frozen_matmul_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
     reruns: tuple[tuple[str, Rerun], ...] = attrs.field(default=(), converter=tuple)
     high_precision_gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=tuple)
@@ -465,6 +461,9 @@ class LayerCost:
         forward_working_bytes: What the layer's forward holds at its peak
             beyond what it keeps for backward (a loss's transient logits); a
             runtime that declares a forward peak point prices it there.
+        weight_gradient_bytes: What one micro-batch keeps between its input-gradient pass and its deferred weight-
+            gradient pass (zero bubble): each trained linear's input, as the forward keeps it, and its output gradient
+            (``dW = dY^T X``; docs/schedules.md); ``None``: not stated, priced as a whole micro-batch.
     """
 
     params: tuple[ParamCount, ...]
@@ -478,6 +477,7 @@ class LayerCost:
     measured: tuple[tuple[frozenset[str], int], ...] = ()
     work: LayerWork | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(LayerWork)))
     forward_working_bytes: int = attrs.field(default=0, validator=_non_negative_int)
+    weight_gradient_bytes: int | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_int))
 
     @property
     def kept_bytes(self) -> int:

@@ -144,6 +144,13 @@ class Schedule:
             at the same peak (each keeps what its W reads: every matmul's input
             and output gradient); ``None``: none (no split backward, or every W
             runs before the peak).
+        weight_gradient_moments: ``weight_gradient_moments(layout, stage) ->
+            tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]``: other moments
+            of the stage, each per chunk ``(kept, awaiting W)``, holding more
+            micro-batches past their input-gradient pass than the peak (between
+            a B and its W); priced as the ``awaiting_w`` peak point,
+            which binds where W's tensors outweigh a whole micro-batch's
+            (sequence parallelism, recompute); ``None``: none.
         gradient_sync: A collective over each rank's gradients once per step
             (:class:`GradientSync`), priced after the pipeline; ``None``: none.
         passes: The passes it runs per micro-batch and chunk.
@@ -174,6 +181,7 @@ class Schedule:
     fill_share: Callable[[ScheduleLayout], float] | None = None
     awaiting_weight_gradient: Callable[[ScheduleLayout, int], tuple[int, ...]] | None = None
     gradient_sync: GradientSync | None = None
+    weight_gradient_moments: Callable[[ScheduleLayout, int], tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]] | None = None
     source: str = ""
     description: str = ""
 

@@ -16,7 +16,7 @@ from hp_core.schedules import Schedule, ScheduleLayout, StagePasses
 from hp_core.specs.parallel import ParallelSpec
 
 __all__ = ["awaiting_weight_gradient", "check_layout", "default_global_batch_size", "pipeline_seconds", "run_check",
-           "stage_plan"]
+           "stage_plan", "weight_gradient_moments"]
 
 
 def _call(schedule: Schedule, what: str, function: Callable[..., Any], *args: Any) -> Any:
@@ -61,6 +61,28 @@ def awaiting_weight_gradient(schedule: Schedule, layout: ScheduleLayout, stage: 
         raise PluginError(schedule.name, f"awaiting_weight_gradient of stage {stage} must give per chunk an integer from 0 "
                                          f"to its in-flight count {list(in_flight)}, got {list(counts)}")
     return counts
+
+
+def weight_gradient_moments(schedule: Schedule, layout: ScheduleLayout, stage: int,
+                            chunks: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+    """The schedule's other moments of *stage* with micro-batches awaiting W: per moment, ``(kept, awaiting)`` per chunk.
+
+    Raises:
+        PluginError: The schedule raised, or gave a moment that is not, per chunk (*chunks*), a kept count
+            and an awaiting count from 0 to it.
+    """
+    if schedule.weight_gradient_moments is None:
+        return ()
+    found = []
+    for moment in _call(schedule, "weight_gradient_moments", schedule.weight_gradient_moments, layout, stage):
+        kept, waiting = (tuple(counts) for counts in moment)
+        if len(kept) != chunks or len(waiting) != chunks or any(
+                not isinstance(n, int) or isinstance(n, bool) or not isinstance(w, int) or isinstance(w, bool)
+                or not 0 <= w <= n for n, w in zip(kept, waiting)):
+            raise PluginError(schedule.name, f"weight_gradient_moments of stage {stage} must give per chunk ({chunks}) "
+                                             f"a kept count and an awaiting count from 0 to it, got {moment!r}")
+        found.append((kept, waiting))
+    return tuple(found)
 
 
 def run_check(schedule: Schedule, layout: ScheduleLayout) -> None:

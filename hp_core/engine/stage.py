@@ -14,7 +14,9 @@ experts),
   ``2 * moment_bytes``), divided by ``d`` from ZeRO-1.
 
 Activations: per chunk, micro-batches in flight (the run's schedule, :mod:`hp_core.engine.schedule`)
-times what its layers keep under their recompute settings. Working set: the
+times what its layers keep under their recompute settings; those awaiting their weight-gradient pass
+(zero-bubble schedules) keep what W reads instead (:attr:`PlacedLayer.awaiting_bytes`), and the
+schedule's moments with more of them awaiting W are a further peak point, ``awaiting_w``. Working set: the
 first backward the stage runs at the end of warm-up walks its last chunk's
 layers from the top; the working set is the largest of each layer's backward
 working set less what the layers after it already freed for that micro-batch.
@@ -28,9 +30,10 @@ from typing import Any, Mapping, Sequence
 import attrs
 
 from hp_core.results import ChunkEstimate, MemoryBreakdown, StageEstimate
-from hp_core.engine.optimizer import group_states, layer_load, master_bytes, rank_params
+from hp_core.engine.optimizer import group_states, layer_load, master_bytes
 from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements, scaling_state_bytes, weight_copy_bytes
-from hp_core.engine.schedule import awaiting_weight_gradient, stage_plan
+from hp_core.engine.schedule import awaiting_weight_gradient, stage_plan, weight_gradient_moments
+from hp_core.engine.static import layer_elements, static_bytes
 from hp_core.schedules import Schedule, ScheduleLayout
 from hp_core.specs.parallel import ParallelSpec
 from hp_core.specs.precision import PrecisionSpec
@@ -93,6 +96,17 @@ class PlacedLayer:
         moved = offloaded_bytes(kept, offload)
         return cls(kind, cost, full, recomputed, setting, kept - moved, working + moved, placement)
 
+    @property
+    def awaiting_bytes(self) -> int:
+        """What one micro-batch past its input-gradient pass keeps for its deferred weight-gradient pass.
+
+        The kind's :attr:`LayerCost.weight_gradient_bytes <hp_core.costs.LayerCost.weight_gradient_bytes>`
+        whatever the setting (the input-gradient pass rebuilt what recompute dropped, and W reads
+        it); a kind that states none: :attr:`kept_bytes`, a whole micro-batch (docs/schedules.md).
+        """
+        stated = self.cost.weight_gradient_bytes
+        return self.kept_bytes if stated is None else stated
+
 
 def offloaded_bytes(kept_bytes: int, share: float) -> int:
     """Bytes of *kept_bytes* a layer offloading *share* of them moves to the host: ``floor(share * kept)``."""
@@ -133,54 +147,6 @@ class StageInputs:
             p = self.parallel
             found = self._plans[index] = stage_plan(self.schedule, ScheduleLayout(p.pp, p.vpp, self.micro_batches), index)
         return found
-
-
-def layer_elements(cost: LayerCost, tp: int, ep: int, etp: int, owners_here: frozenset[str] | set[str]) -> dict[str, int]:
-    """Parameter elements one rank holds of one layer, by group (before ZeRO sharding).
-
-    Args:
-        owners_here: The kinds on the rank's stage: a tied weight whose owner
-            is among them is one tensor, counted with its owner.
-    """
-    found: dict[str, int] = {}
-    for p, n in rank_params(cost, tp, ep, etp, owners_here):
-        found[p.group] = found.get(p.group, 0) + n
-    return found
-
-
-def static_bytes(
-    elements: dict[str, int], states: Mapping[str, Any], precision: PrecisionSpec, master_param_bytes: int, zero: int,
-    dense_degree: int, expert_degree: int, whole_grads: bool = False, frozen_bytes: Mapping[str, Any] | None = None,
-) -> tuple[int, int, int, int]:
-    """Parameters, gradients, master parameters and optimizer states of one rank.
-
-    Args:
-        elements: Parameter elements by group (:func:`layer_elements` summed over the stage).
-        states: The optimizer's state bytes by group, before ZeRO sharding, an
-            ``int`` or an exact fraction (:func:`hp_core.engine.optimizer.layer_load`
-            added up over the stage by :func:`~hp_core.engine.optimizer.group_states`).
-        master_param_bytes: Master-copy bytes per element
-            (:func:`~hp_core.engine.optimizer.master_bytes`: 0 where the optimizer keeps none).
-        dense_degree: What ZeRO shards dense and shared-expert groups over (DP*CP).
-        expert_degree: What it shards routed experts over (expert DP).
-        whole_grads: The gradients are held unsharded whatever the ZeRO level
-            (deferred gradient reduction, at the end of the last backward).
-        frozen_bytes: Bytes of frozen parameters by group (``ParamCount.trainable``
-            false; :class:`~hp_core.engine.optimizer.OptimizerLoad`): parameters
-            only, sharded at ZeRO-3 as the group's trainable ones.
-    """
-    p = precision
-    params = grads = master = optimizer = 0
-    for group, n in elements.items():
-        shard = expert_degree if group == "routed_expert" else dense_degree
-        params += math.ceil(n * p.param_bytes / (shard if zero >= 3 else 1))
-        grads += math.ceil(n * p.grad_bytes / (shard if zero >= 2 and not whole_grads else 1))
-        master += math.ceil(n * master_param_bytes / (shard if zero >= 1 else 1))
-        optimizer += math.ceil(states.get(group, 0) / (shard if zero >= 1 else 1))
-    for group, n in (frozen_bytes or {}).items():
-        shard = expert_degree if group == "routed_expert" else dense_degree
-        params += math.ceil(n / (shard if zero >= 3 else 1))
-    return params, grads, master, optimizer
 
 
 def _static(elements: dict[str, int], states: Mapping[str, Any], inputs: StageInputs,
@@ -248,6 +214,7 @@ class _Composition:
         static: Parameters, gradients, master parameters and optimizer states.
         last_static: The same with whole gradients (the ``last_backward`` point).
         kept_by_chunk: Per chunk, per kind, the bytes one micro-batch of it keeps.
+        awaiting_by_chunk: The same for a micro-batch awaiting its weight-gradient pass.
         buffers_by_chunk: Per chunk, the per-micro-batch communication buffers.
         buffers_once: Communication buffers held once (the largest of the layers').
         gathered: ZeRO-3 gathered parameters and gradient buffer at the end of
@@ -263,6 +230,7 @@ class _Composition:
     static: tuple[int, int, int, int]
     last_static: tuple[int, int, int, int] | None
     kept_by_chunk: tuple[dict[str, int], ...]
+    awaiting_by_chunk: tuple[dict[str, int], ...]
     buffers_by_chunk: tuple[int, ...]
     buffers_once: int
     gathered: tuple[int, int]
@@ -326,15 +294,18 @@ def _compose(chunk_layers: Sequence[Sequence[PlacedLayer]], inputs: StageInputs)
     if recipe is not None and recipe.low_precision:
         quantized = quantized_weight_elements((layer.cost, n) for layer, n in distinct.values())
 
-    kept_by_chunk = []
+    kept_by_chunk, awaiting_by_chunk = [], []
     buffers_by_chunk = []
     for counted in per_chunk:
         kept: dict[str, int] = dict.fromkeys(kinds, 0)
+        awaiting = dict(kept)
         buffers = 0
         for layer, n in counted.values():
             kept[layer.kind] += n * layer.kept_bytes
+            awaiting[layer.kind] += n * layer.awaiting_bytes
             buffers += n * layer.cost.buffers_per_micro_batch_bytes
         kept_by_chunk.append(kept)
+        awaiting_by_chunk.append(awaiting)
         buffers_by_chunk.append(buffers)
 
     # What the runtime holds beyond the model math: fixed workspaces, those of a
@@ -367,6 +338,7 @@ def _compose(chunk_layers: Sequence[Sequence[PlacedLayer]], inputs: StageInputs)
         static=static,
         last_static=last_static,
         kept_by_chunk=tuple(kept_by_chunk),
+        awaiting_by_chunk=tuple(awaiting_by_chunk),
         buffers_by_chunk=tuple(buffers_by_chunk),
         buffers_once=max((layer.cost.buffers_once_bytes for layer, _ in distinct.values()), default=0),
         gathered=(_zero3_buffers(per_layer, inputs, stage_elements, quantized=quantized),
@@ -413,36 +385,40 @@ def plan_stage(
         if found is None:
             found = compositions[key] = _compose(chunk_layers, inputs)
     chunk_ids, in_flight = inputs.stage_plan(index)
-
-    activations_by_kind = dict.fromkeys(found.kinds, 0)
-    buffers_per_mb = 0
-    for count, kept, buffers in zip(in_flight, found.kept_by_chunk, found.buffers_by_chunk):
-        if count:
-            for kind, n in kept.items():
-                activations_by_kind[kind] += count * n
-            buffers_per_mb += count * buffers
-    activations = sum(activations_by_kind.values())
-    buffers = found.buffers_once + buffers_per_mb + found.gathered[0]
+    shape = ScheduleLayout(parallel.pp, parallel.vpp, inputs.micro_batches)
+    awaiting = awaiting_weight_gradient(inputs.schedule, shape, index, in_flight)
     # Pipeline sends and receives: a stage holds the output gradient it received
     # through its backward (not the last stage) and the input gradient it sent
     # until the next one (not the first stage): Megatron-LM schedules.py
     # forward_backward_pipelining_without_interleaving.
-    if parallel.pp > 1 and found.received:
-        buffers += ((index < parallel.pp - 1) + (index > 0)) * found.received
-
+    sends = ((index < parallel.pp - 1) + (index > 0)) * found.received if parallel.pp > 1 else 0
     params, grads, master, states = found.static
-    points = {
-        "warmup_end": MemoryBreakdown(
-            parameters_bytes=params,
-            gradients_bytes=grads,
-            master_parameters_bytes=master,
-            optimizer_states_bytes=states,
-            activations_bytes=activations,
-            communication_buffers_bytes=buffers,
-            working_set_bytes=found.working,
-            runtime_overhead_bytes=found.overhead,
-        )
-    }
+
+    def moment(counts: Sequence[int], waits: Sequence[int], working: int) -> tuple[MemoryBreakdown, dict[str, int]]:
+        """The stage when each chunk keeps *counts* micro-batches, *waits* of them awaiting W: the whole
+        ones keep what the layers keep for their backward, those awaiting W what their W reads
+        (docs/schedules.md, "what a micro-batch keeps"); buffers per micro-batch for each kept."""
+        by_kind = dict.fromkeys(found.kinds, 0)
+        per_mb = 0
+        for count, w, kept, waiting, buffers in zip(counts, waits, found.kept_by_chunk, found.awaiting_by_chunk,
+                                                    found.buffers_by_chunk):
+            for kind, n in kept.items():
+                by_kind[kind] += (count - w) * n + w * waiting[kind]
+            per_mb += count * buffers
+        return MemoryBreakdown(
+            parameters_bytes=params, gradients_bytes=grads, master_parameters_bytes=master, optimizer_states_bytes=states,
+            activations_bytes=sum(by_kind.values()), communication_buffers_bytes=found.buffers_once + per_mb
+            + found.gathered[0] + sends, working_set_bytes=working, runtime_overhead_bytes=found.overhead), by_kind
+
+    warmup, activations_by_kind = moment(in_flight, awaiting, found.working)
+    points = {"warmup_end": warmup}
+    # Moments with more micro-batches past their B than the peak (between a B and its W, no backward
+    # running): the most they keep binds where W's tensors outweigh a whole micro-batch's.
+    waits = [moment(counts, waits, 0) + (counts, waits)
+             for counts, waits in weight_gradient_moments(inputs.schedule, shape, index, len(in_flight))]
+    if waits:
+        most = max(waits, key=lambda found_moment: found_moment[0].activations_bytes)
+        points["awaiting_w"] = most[0]
     if found.last_static is not None:
         # The end of the stage's last backward: every micro-batch's activations are
         # freed, the gradient is whole until its one reduce-scatter, and the first
@@ -463,8 +439,8 @@ def plan_stage(
         points = dict(inputs.peak_points(_stage_view(index, chunk_layers, in_flight, found, points, inputs)))
     peaks = {name: point.peak_bytes for name, point in points.items()}
     binding = max(peaks, key=peaks.__getitem__)
-    awaiting = awaiting_weight_gradient(inputs.schedule, ScheduleLayout(parallel.pp, parallel.vpp, inputs.micro_batches),
-                                        index, in_flight)
+    if binding == "awaiting_w" and waits:
+        _, activations_by_kind, in_flight, awaiting = most
     chunks = tuple(ChunkEstimate(index=chunk, layers=tuple(body), micro_batches_in_flight=count, awaiting_weight_gradient=w)
                    for chunk, count, body, w in zip(chunk_ids, in_flight, chunk_body, awaiting))
     return StageEstimate(

@@ -66,6 +66,9 @@ def evaluate_embedding(c: EmbeddingConfig, x: LayerContext) -> LayerCost:
         # gradient of the rank's table shard (hp_plugins.kit.work).
         work=LayerWork(collectives=tp_collectives(x, 0, T * c.hidden_size * act, "embedding") if split > 1 else (),
                        table_elements=stored / split, boundary_bytes=T * c.hidden_size * act),
+        # A lookup is no GEMM: its table's gradient is made in its input-gradient pass, nothing is
+        # deferred (zero-bubble implementations defer the linear layers' wgrad GEMMs only).
+        weight_gradient_bytes=0,
     )
 
 

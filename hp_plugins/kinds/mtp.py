@@ -114,6 +114,9 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
         buffers_per_micro_batch_bytes=inner.buffers_per_micro_batch_bytes,
         weight_shapes=weight_shapes,
         work=work,
+        # Its layer's, eh_proj's (its input as kept, its output gradient) and the head's (output.py).
+        weight_gradient_bytes=None if inner.weight_gradient_bytes is None else
+        inner.weight_gradient_bytes + 2 * hidden + T * h * act // x.tp + hidden + T * shard * act,
         forward=Flops(
             matmul_flops=inner.forward.matmul_flops + 2 * T * 2 * h * h // x.tp + 2 * T * h * shard,
             attention_flops=inner.forward.attention_flops,

@@ -120,6 +120,9 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
         work=LayerWork(collectives=tp_collectives(x, 0, T * h * p.activation_bytes, "head") if split > 1 else (),
                        gemms=((T, head_out, h),), boundary_bytes=T * h * p.activation_bytes,
                        high_precision_gemms=((T, head_out, h),)),  # the head stays in the compute dtype
+        # Its deferred wgrad reads the norm's output as the forward keeps it (re-gathered under SP) and the
+        # gradient of the rank's logits in the compute dtype.
+        weight_gradient_bytes=hidden + T * head_out * p.activation_bytes,
         forward=Flops(
             matmul_flops=2 * T * h * head_out,
             elementwise_flops=NORM_OPS_PER_ELEMENT[c.norm] * T * h // x.sp_degree + (_LOSS_OPS_PER_LOGIT + SOFTCAP_OPS * capped) * T * vocab_shard,

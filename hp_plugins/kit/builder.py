@@ -71,6 +71,9 @@ class LayerBuilder:
         self.elementwise = 0
         self.buffers_once = 0
         self.shapes: list[tuple[int, int]] = []
+        # What the deferred weight-gradient passes read (LayerCost.weight_gradient_bytes): per linear, its input and
+        # its output gradient (sail-sg/zero-bubble-pipeline-parallelism WeightGradStore.put(total_input, grad_output, ...)).
+        self.weight_gradient = 0
         # Forward FLOPs of each unfused matmul in forward order (q, k, v, o, w1, w3, w2): torchtitan's op-level
         # SAC re-runs every second one (LayerWork.alternate_matmul_flops).
         self.matmuls_in_order: list[float] = []
@@ -158,16 +161,26 @@ class LayerBuilder:
         self.attention += 2 * x.micro_batch_size * (heads // t) * (x.seq_len // x.cp) * x.seq_len * (qk_dim + v_dim)
         self.elementwise += SOFTMAX_OPS * score_elements
 
-    def linear(self, tokens: int, fan_in: int, fan_out: int, weight: bool = True) -> None:
+    def linear(self, tokens: int, fan_in: int, fan_out: int, weight: bool = True, shares_input: bool = False) -> None:
         """A matmul's forward FLOPs on this rank (fan_out already per rank).
+
+        A linear layer's weight gradient ``dY^T X`` reads its input ``X``
+        (``tokens x fan_in``) and its output gradient ``dY`` (``tokens x
+        fan_out``), in the compute dtype: what a micro-batch keeps for it
+        between its input-gradient and its weight-gradient pass
+        (:attr:`LayerCost.weight_gradient_bytes <hp_core.costs.LayerCost.weight_gradient_bytes>`).
 
         Args:
             weight: It is a linear layer's weight (recorded as a per-rank
-                ``(fan_out, fan_in)`` shape); a router's gate is not a TE linear.
+                ``(fan_out, fan_in)`` shape); a router's gate is not a TE
+                linear, and its gradient is computed in the input-gradient pass.
+            shares_input: Its input is an earlier linear's (MLA's ``q_a`` and
+                ``kv_a`` read the same norm output): counted once.
         """
         self.matmul += 2 * tokens * fan_in * fan_out
         if weight:
             self.shapes.append((fan_out, fan_in))
+            self.weight_gradient += tokens * (fan_out + (0 if shares_input else fan_in)) * self.act
 
     def build(self) -> LayerCost:
         """The layer: working set = the output gradient + the SP re-gather + the larger block's transients.
@@ -187,4 +200,5 @@ class LayerBuilder:
             weight_shapes=shapes,
             work=decoder_work(self.x, shapes, self.h, self.tp_blocks, self.attention_shape, self.expert_shape,
                               alternate_matmul_flops=float(sum(self.matmuls_in_order[1::2]))),
+            weight_gradient_bytes=self.weight_gradient,
         )

@@ -36,5 +36,5 @@ def gated_gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     b.param("attn_output_gate", h * width + width * c.attention_bias, True, matrices=((1, width // t, h),))
     b.keep("attn_gate_sigmoid", T * width * b.act // t, None, True)
     b.keep("attn_gated_out", T * width * b.act // t, None, True)
-    b.linear(T, h, width // t)
+    b.linear(T, h, width // t, shares_input=True)  # the attention norm's output, as qkv's
     b.elementwise += _GATE_OPS * T * width // t

@@ -95,7 +95,7 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
     b.keep("attn_out", T * a * c.v_head_dim * act // t, None, True, "shared" if x.attention != "eager" else "owned")
     if x.attention != "eager":
         b.block_grads.append(T * a * (2 * qk + c.v_head_dim) * act // t + T * (a // t) * x.precision.lse_bytes)
-    b.linear(T, h, kv_a)
+    b.linear(T, h, kv_a, shares_input=True)  # the attention norm's output, as q's projection
     b.linear(T, c.kv_lora_rank, a * (c.qk_nope_head_dim + c.v_head_dim) // t)
     b.linear(T, a * c.v_head_dim // t, h)
     b.tp_blocks += 1

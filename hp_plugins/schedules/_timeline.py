@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 
 from hp_core.schedules import ScheduleLayout, StagePasses
 
-__all__ = ["ORDERS", "chunk_passes", "order_seconds", "timeline_seconds"]
+__all__ = ["ORDERS", "chunk_passes", "order_moments", "order_seconds", "timeline_seconds"]
 
 # A part: (pass, direction, micro-batch, position on the direction's path); pass "F", "B"
 # (input gradient, its W later), "W" or "BW" (the whole backward). An op: parts run together.
@@ -266,3 +266,47 @@ def order_seconds(name: str, layout: ScheduleLayout, stages: Sequence[StagePasse
     least the slowest stage's own work (``m t_max``, which the sum of its passes may miss by rounding)."""
     seconds = timeline_seconds(name, layout, chunk_passes(stages, chunks_per_rank))
     return max(seconds, layout.micro_batches * max(s.seconds for s in stages))
+
+
+def _dominates(a: tuple[tuple[int, ...], tuple[int, ...]], b: tuple[tuple[int, ...], tuple[int, ...]]) -> bool:
+    """Whether moment *a* keeps at least *b*'s whole micro-batches and at least its awaiting W, on every chunk."""
+    return all(ka - wa >= kb - wb and wa >= wb for ka, wa, kb, wb in zip(*a, *b))
+
+
+@functools.lru_cache(maxsize=32)
+def _order(name: str, p: int, m: int) -> Order:
+    return ORDERS[name](p, m)[0]
+
+
+@functools.lru_cache(maxsize=1024)
+def order_moments(name: str, p: int, m: int, rank: int, chunks: tuple[int, ...],
+                  peak: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+    """The moments of *rank*'s order with micro-batches awaiting W that the stage's *peak* does not dominate.
+
+    Each moment is, per chunk of *chunks* (a part's position on its path is its chunk), ``(kept, awaiting
+    W)``, looked at after an op's forwards and after each input-gradient pass; of those, the ones no other
+    keeps as many whole micro-batches and as many awaiting W on every chunk as (whatever either weighs,
+    a moment so dominated keeps no more).
+    """
+    at = {chunk: i for i, chunk in enumerate(chunks)}
+    kept, waiting = [0] * len(chunks), [0] * len(chunks)
+    seen = set()
+    for op in _order(name, p, m)[rank]:
+        for kind, _, _, s in op:
+            kept[at[s]] += kind == "F"
+        seen.add((tuple(kept), tuple(waiting)))
+        for kind, _, _, s in op:
+            c = at[s]
+            if kind == "B":
+                waiting[c] += 1
+                seen.add((tuple(kept), tuple(waiting)))
+            elif kind in ("W", "BW"):
+                kept[c] -= 1
+                waiting[c] -= kind == "W"
+    # Most whole and awaiting first: a moment can only be dominated by one before it.
+    found = sorted((x for x in seen if any(x[1]) and not _dominates(peak, x)), key=lambda x: -sum(x[0]) - sum(x[1]))
+    kept_moments: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    for x in found:
+        if not any(_dominates(y, x) for y in kept_moments):
+            kept_moments.append(x)
+    return tuple(sorted(kept_moments))

@@ -38,7 +38,7 @@ from __future__ import annotations
 from hp_core.markers import hookimpl
 from hp_core.schedules import GradientSync, Schedule, ScheduleLayout, StagePasses
 from hp_plugins.schedules._common import need_even_pp, need_micro_batches, need_pp, need_vpp
-from hp_plugins.schedules._timeline import order_seconds
+from hp_plugins.schedules._timeline import order_moments, order_seconds
 from hp_plugins.schedules.zero_bubble import SPLIT_PASSES
 
 __all__ = ["DUALPIPE", "DUALPIPEV", "hp_schedules"]
@@ -68,6 +68,18 @@ def dualpipev_chunks(layout: ScheduleLayout, stage: int) -> tuple[int, ...]:
 
 def dualpipev_in_flight(layout: ScheduleLayout, stage: int) -> tuple[int, ...]:
     return (2 * layout.pp - stage, stage + 1)
+
+
+def dualpipe_moments(layout: ScheduleLayout, stage: int) -> tuple:
+    """Moments of its order with more micro-batches awaiting W than its peak (:func:`._timeline.order_moments`)."""
+    return order_moments("dualpipe", layout.pp, layout.micro_batches, stage, dualpipe_chunks(layout, stage),
+                         (dualpipe_in_flight(layout, stage), (0, 0)))
+
+
+def dualpipev_moments(layout: ScheduleLayout, stage: int) -> tuple:
+    """As :func:`dualpipe_moments`, of DualPipeV's order."""
+    return order_moments("dualpipev", layout.pp, layout.micro_batches, stage, dualpipev_chunks(layout, stage),
+                         (dualpipev_in_flight(layout, stage), (0, 0)))
 
 
 def dualpipe_seconds(layout: ScheduleLayout, stages: tuple[StagePasses, ...]) -> float:
@@ -104,13 +116,14 @@ DUALPIPE = Schedule(
     name="dualpipe", in_flight=dualpipe_in_flight, pipeline_seconds=dualpipe_seconds,
     default_micro_batches=twice_pp_micro_batches, stage_chunks=dualpipe_chunks, check=check_dualpipe,
     passes=SPLIT_PASSES, model_copies=2, trainer_names={}, gradient_sync=MIRROR_SYNC,
+    weight_gradient_moments=dualpipe_moments,
     source=_SOURCE,
     description="bidirectional (vpp=1): two model copies, PP+1 chunk-micro-batches, bubble (p/2-1)(F&B+B-3W) at equal passes, else its order run",
 )
 DUALPIPEV = Schedule(
     name="dualpipev", in_flight=dualpipev_in_flight, pipeline_seconds=dualpipev_seconds,
     default_micro_batches=twice_pp_micro_batches, stage_chunks=dualpipev_chunks, check=check_dualpipev,
-    passes=SPLIT_PASSES, trainer_names={"torchtitan": "DualPipeV"},
+    passes=SPLIT_PASSES, trainer_names={"torchtitan": "DualPipeV"}, weight_gradient_moments=dualpipev_moments,
     source=_SOURCE + "; DualPipeV: the cut-in-half DualPipe (Sea AI Lab)",
     description="V-shape (vpp=2): chunks r and 2p-1-r, 2p+1 chunk-micro-batches, bubble (p-1)(F&B+B-3W)/2 at equal passes, else its order run",
 )

@@ -39,7 +39,7 @@ from __future__ import annotations
 from hp_core.markers import hookimpl
 from hp_core.schedules import Pass, Schedule, ScheduleLayout, StagePasses
 from hp_plugins.schedules._common import fill_drain_seconds, need_micro_batches, need_pp, need_vpp
-from hp_plugins.schedules._timeline import order_seconds
+from hp_plugins.schedules._timeline import order_moments, order_seconds
 
 __all__ = ["ZB_H1", "ZB_H2", "ZB_V", "hp_schedules"]
 
@@ -76,6 +76,23 @@ def zb_h1_in_flight(layout: ScheduleLayout, stage: int) -> tuple[int, ...]:
 def zb_h1_awaiting(layout: ScheduleLayout, stage: int) -> tuple[int, ...]:
     """``i``: the W passes stage ``i`` delays."""
     return (stage,)
+
+
+def zb_h1_moments(layout: ScheduleLayout, stage: int) -> tuple:
+    """The moment after the peak's next B, before its W: one more of the ``p`` kept awaits W (the
+    simulation finds no moment keeping more whole micro-batches or more awaiting W than these two)."""
+    return (((layout.pp,), (stage + 1,)),)
+
+
+def zb_h2_moments(layout: ScheduleLayout, stage: int) -> tuple:
+    """As :func:`zb_h1_moments`: one more of the ``2p - 1 - i`` kept awaits W."""
+    return (((2 * layout.pp - 1 - stage,), (stage + 1,)),)
+
+
+def zb_v_moments(layout: ScheduleLayout, stage: int) -> tuple:
+    """Moments of its order with more micro-batches awaiting W than its peak (:func:`._timeline.order_moments`)."""
+    return order_moments("zb_v", layout.pp, layout.micro_batches, stage, zb_v_chunks(layout, stage),
+                         (zb_v_in_flight(layout, stage), (0, 0)))
 
 
 def zb_h1_seconds(layout: ScheduleLayout, stages: tuple[StagePasses, ...]) -> float:
@@ -131,21 +148,21 @@ def check_zb_v(layout: ScheduleLayout) -> None:
 ZB_H1 = Schedule(
     name="zb_h1", in_flight=zb_h1_in_flight, pipeline_seconds=zb_h1_seconds,
     default_micro_batches=pp_micro_batches, check=check_zb_h1, passes=SPLIT_PASSES,
-    awaiting_weight_gradient=zb_h1_awaiting, trainer_names={},
+    awaiting_weight_gradient=zb_h1_awaiting, trainer_names={}, weight_gradient_moments=zb_h1_moments,
     source=_QI + ", Section 2.1 (ZB-H1)",
     description="zero bubble, 1F1B's memory: every stage keeps p micro-batches (i awaiting W), bubble (p-1)max(F, B, F+B-W)",
 )
 ZB_H2 = Schedule(
     name="zb_h2", in_flight=zb_h2_in_flight, pipeline_seconds=zb_h2_seconds,
     default_micro_batches=twice_pp_less_one_micro_batches, check=check_zb_h2, passes=SPLIT_PASSES,
-    awaiting_weight_gradient=zb_h1_awaiting, trainer_names={},
+    awaiting_weight_gradient=zb_h1_awaiting, trainer_names={}, weight_gradient_moments=zb_h2_moments,
     source=_QI + ", Section 2.2 (ZB-H2); one-step time by simulation of its order (docs/schedules.md)",
     description="zero bubble with 2x memory: stage i keeps 2p-1-i (i awaiting W), bubble (p-1)max(F, F+B-W, B-F)",
 )
 ZB_V = Schedule(
     name="zb_v", in_flight=zb_v_in_flight, pipeline_seconds=zb_v_seconds,
     default_micro_batches=twice_pp_less_one_micro_batches, stage_chunks=zb_v_chunks, check=check_zb_v,
-    passes=SPLIT_PASSES, trainer_names={"torchtitan": "ZBVZeroBubble"},
+    passes=SPLIT_PASSES, trainer_names={"torchtitan": "ZBVZeroBubble"}, weight_gradient_moments=zb_v_moments,
     source=_QI + ", Section 6 (ZB-V); PyTorch ScheduleZBVZeroBubble's order, run as a timeline",
     description="V-shape (vpp=2), 1F1B's memory: rank r keeps 2p-1-r and r+1, bubble (p-1)F for F=B=W",
 )

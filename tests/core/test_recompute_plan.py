@@ -20,8 +20,9 @@ from hp_core.engine.stage import PlacedLayer, StageInputs, plan_stage
 from hp_core.costs import ActivationTerm, LayerCost, ParamCount
 from hp_plugins.optimizers.adam import hp_optimizers as adam_optimizers
 from hp_plugins.schedules.classic import hp_schedules as classic_schedules
+from hp_plugins.schedules.zero_bubble import hp_schedules as zero_bubble_schedules
 
-BUILTIN_SCHEDULES = {s.name: s for s in classic_schedules()}
+BUILTIN_SCHEDULES = {s.name: s for s in (*classic_schedules(), *zero_bubble_schedules())}
 
 # AdamW, the built-in plugin's record: the stage planner asks the run's optimizer what it keeps.
 ADAMW = next(o for o in adam_optimizers() if o.name == "adamw")
@@ -43,6 +44,8 @@ def _cost(draw, name: str) -> LayerCost:
         input_bytes=terms[0].bytes,
         working_bytes=draw(ints),
         buffers_per_micro_batch_bytes=draw(st.integers(0, 3)),
+        # What a micro-batch awaiting its W keeps (zero-bubble schedules): unstated, less or more than it keeps.
+        weight_gradient_bytes=draw(st.one_of(st.none(), st.integers(0, 80))),
     )
 
 
@@ -66,10 +69,12 @@ def _options(draw, kind: str, cost: LayerCost) -> tuple[LayerOption, ...]:
 
 @st.composite
 def instances(draw):
-    schedule = draw(st.sampled_from(("1f1b", "interleaved_1f1b")))
+    schedule = draw(st.sampled_from(("1f1b", "interleaved_1f1b", "zb_h1", "zb_h2", "zb_v")))
     pp = draw(st.integers(1, 3)) if schedule == "1f1b" else draw(st.integers(2, 3))
-    vpp = 1 if schedule == "1f1b" else 2
+    vpp = 2 if schedule in ("interleaved_1f1b", "zb_v") else 1
     m = draw(st.integers(1, 6)) * (pp if schedule == "interleaved_1f1b" else 1)
+    if schedule.startswith("zb"):  # ZB-H1 needs m >= p, ZB-H2 and ZB-V m >= 2p - 1
+        m = draw(st.integers(pp if schedule == "zb_h1" else 2 * pp - 1, 8))
     stage = draw(st.integers(0, pp - 1))
     zero = draw(st.sampled_from((0, 2)))
     deferred = draw(st.booleans())

@@ -13,9 +13,10 @@ does so). The plan must fit: every peak point of the stage
 per micro-batch and ``w`` its backward's working set under a setting,
 :meth:`~hp_core.engine.stage.PlacedLayer.make` gives ``k + w = A``, the same for every
 setting of a layer (what the backward rebuilds or fetches back it holds
-again). So, with ``n_c`` the micro-batches chunk ``c`` keeps at the end of
-warm-up and ``S_j`` the bytes kept by layer ``j`` of the last chunk and every
-layer above it,
+again). So, with ``n_c`` the micro-batches chunk ``c`` keeps whole at the end of
+warm-up (those awaiting their weight-gradient pass keep, for a kind that states it,
+``LayerCost.weight_gradient_bytes`` whatever the setting: a part of ``C``) and ``S_j``
+the bytes kept by layer ``j`` of the last chunk and every layer above it,
 
     warm-up peak = C + sum_c n_c sum_{j in c} k_j + max(0, max_j (A_j - S_j)),
 
@@ -62,8 +63,10 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import attrs
 
+from hp_core.engine.schedule import awaiting_weight_gradient, weight_gradient_moments
 from hp_core.engine.stage import PlacedLayer, StageInputs, plan_stage
 from hp_core.results import StageEstimate
+from hp_core.schedules import ScheduleLayout
 from hp_core.specs import Setting
 
 __all__ = ["LayerOption", "StageSolution", "VariableLayer", "pareto_front", "solve_stage"]
@@ -234,7 +237,20 @@ def solve_stage(
         The solution; its estimate is :func:`~hp_core.engine.stage.plan_stage`'s own.
     """
     in_flight = inputs.stage_plan(index)[1]
+    shape = ScheduleLayout(inputs.parallel.pp, inputs.parallel.vpp, inputs.micro_batches)
+    awaiting = awaiting_weight_gradient(inputs.schedule, shape, index, in_flight)
+    moments = weight_gradient_moments(inputs.schedule, shape, index, len(in_flight))
     variables = [layer for chunk in chunks for layer in chunk if isinstance(layer, VariableLayer)]
+
+    def cost_of(layer: PlacedLayer | VariableLayer) -> Any:
+        return (layer.options[0].placed if isinstance(layer, VariableLayer) else layer).cost
+
+    def whole(c: int, layer: PlacedLayer | VariableLayer, counts: Sequence[int] | None = None,
+              waits: Sequence[int] | None = None) -> int:
+        """Micro-batches of chunk *c* that keep what *layer* keeps under its setting: all kept (the peak's
+        by default) but those awaiting W where its kind states what W keeps (PlacedLayer.awaiting_bytes)."""
+        counts, waits = in_flight if counts is None else counts, awaiting if waits is None else waits
+        return counts[c] - (waits[c] if cost_of(layer).weight_gradient_bytes is not None else 0)
     fronts: dict[Any, tuple[LayerOption, ...]] = {}
     for layer in variables:
         if layer.group not in fronts:
@@ -257,8 +273,10 @@ def solve_stage(
     base = estimate_with(fastest)
     base_layers = [[fastest[id(layer)].placed if isinstance(layer, VariableLayer) else layer for layer in chunk]
                    for chunk in chunks]
-    base_activations = sum(n * layer.kept_bytes for n, chunk in zip(in_flight, base_layers) for layer in chunk)
     own_points = "warmup_end" not in base.peak_points
+    if own_points:  # the runtime's own points keep every micro-batch in flight whole (hp_core.peak_points)
+        awaiting, moments = (0,) * len(in_flight), ()
+    base_activations = sum(whole(c, layer) * layer.kept_bytes for c, chunk in enumerate(base_layers) for layer in chunk)
     model_limit = limit_bytes if model_limit_bytes is None else model_limit_bytes
     if own_points:  # the runtime's own points: calibrated on the largest, checked below
         constant = max(base.peak_points.values()) - base_activations - _walk(base_layers[-1])
@@ -270,7 +288,7 @@ def solve_stage(
 
     # Markers: fixed layers of the last chunk and the topmost layer of each group there.
     last = list(chunks[-1])
-    fixed_activations = sum(n * layer.kept_bytes for n, chunk in zip(in_flight, chunks) for layer in chunk
+    fixed_activations = sum(whole(c, layer) * layer.kept_bytes for c, chunk in enumerate(chunks) for layer in chunk
                             if isinstance(layer, PlacedLayer))
     markers: list[tuple[int, int]] = []  # (position in the last chunk, A)
     seen: set[Any] = set()
@@ -284,9 +302,22 @@ def solve_stage(
             markers.append((position, option.kept_bytes + option.backward_working_bytes))
     # Constraint 0: no working set; constraint r: marker r's term of the walk.
     capacities = [limit_bytes - constant - fixed_activations]
-    for position, whole in markers:
+    for position, held in markers:
         fixed_above = sum(layer.kept_bytes for layer in last[position:] if isinstance(layer, PlacedLayer))
-        capacities.append(limit_bytes - constant - fixed_activations - whole + fixed_above)
+        capacities.append(limit_bytes - constant - fixed_activations - held + fixed_above)
+    # One constraint per awaiting_w moment (plan_stage): no working set; its micro-batches'
+    # buffers and the W tensors of those awaiting W in place of the peak's.
+    for counts, waits in moments:
+        shift = fixed = 0
+        for c, chunk in enumerate(chunks):
+            for layer in chunk:
+                cost = cost_of(layer)
+                shift += (counts[c] - in_flight[c]) * cost.buffers_per_micro_batch_bytes
+                if cost.weight_gradient_bytes is not None:
+                    shift += (waits[c] - awaiting[c]) * cost.weight_gradient_bytes
+                if isinstance(layer, PlacedLayer):
+                    fixed += whole(c, layer, counts, waits) * layer.kept_bytes
+        capacities.append(limit_bytes - constant - shift - fixed)
 
     # Classes of interchangeable layers: same group, same coefficients.
     classes: dict[tuple[Any, tuple[int, ...]], list[VariableLayer]] = {}
@@ -295,7 +326,9 @@ def solve_stage(
             if not isinstance(layer, VariableLayer):
                 continue
             in_last = c == len(chunks) - 1
-            coefficients = [in_flight[c]] + [in_flight[c] - (in_last and position >= marker) for marker, _ in markers]
+            n = whole(c, layer)
+            coefficients = [n] + [n - (in_last and position >= marker) for marker, _ in markers]
+            coefficients += [whole(c, layer, counts, waits) for counts, waits in moments]
             classes.setdefault((layer.group, tuple(coefficients)), []).append(layer)
 
     keys = list(classes)

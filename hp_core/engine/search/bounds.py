@@ -24,7 +24,7 @@ from hp_core.engine import census as census_lib
 from hp_core.engine.optimizer import OptimizerLoad, group_states, layer_load, master_bytes, resolve_optimizer
 from hp_core.engine.precision import resolve_recipe
 from hp_core.engine.prepare import EvaluatedLayers, evaluate_layers, layer_context, model_kinds, resolve_runtime
-from hp_core.engine.schedule import _call, stage_plan
+from hp_core.engine.schedule import _call, awaiting_weight_gradient, stage_plan
 from hp_core.engine.search.layouts import Layout, _Job, _reason_of
 from hp_core.engine.search.memo import Memo, memo_costs
 from hp_core.engine.stage import PlacedLayer, static_bytes
@@ -415,10 +415,13 @@ class _Bounder:
         if weights is None:
             if split not in self._chunks:
                 self.compositions(*split)
-            in_flight = stage_plan(self.schedule(layout.vpp), ScheduleLayout(layout.pp, layout.vpp, micro_batches), 0)[1]
-            # Layers of each group kept: micro-batches in flight per chunk times its layers there.
+            schedule, shape = self.schedule(layout.vpp), ScheduleLayout(layout.pp, layout.vpp, micro_batches)
+            in_flight = stage_plan(schedule, shape, 0)[1]
+            # Layers of each group kept: micro-batches in flight per chunk times its layers there, less those
+            # awaiting W (they keep W's tensors, maybe fewer bytes: left out of the bound).
+            whole = [n - w for n, w in zip(in_flight, awaiting_weight_gradient(schedule, shape, 0, in_flight))]
             held: dict[int, int] = {}
-            for count, chunk in zip(in_flight, self._chunks[split]):
+            for count, chunk in zip(whole, self._chunks[split]):
                 for i, n in chunk:
                     held[i] = held.get(i, 0) + count * n
             weights = self._weights[(*split, micro_batches)] = tuple((i, w) for i, w in held.items() if w)
