@@ -20,6 +20,7 @@ from typing import Mapping
 
 import attrs
 
+from hp_core.costs import ActivationTerm
 from hp_core.results import MemoryBreakdown
 from hp_core.specs.parallel import ParallelSpec
 from hp_core.specs.precision import PrecisionSpec
@@ -56,6 +57,8 @@ class StageLayer:
     elements: Mapping[str, int]
     in_flight: int
     gathered_bytes: int | None = attrs.field(default=None, kw_only=True)
+    terms: tuple[ActivationTerm, ...] = attrs.field(default=(), kw_only=True)
+    input_bytes: int = attrs.field(default=0, kw_only=True)
 
 
 @attrs.frozen

@@ -469,7 +469,8 @@ def _stage_view(index: int, chunk_layers: Sequence[Sequence[PlacedLayer]], in_fl
         gathered = math.ceil(gathered_param_bytes(sum(elements.values()), quantized_weight_elements([(layer.cost, 1)]),
                                                   inputs.recipe, inputs.precision.activation_bytes)) if inputs.recipe else None
         return StageLayer(layer.kind, layer.placement, layer.kept_bytes, layer.backward_working_bytes,
-                          layer.cost.forward_working_bytes, elements, count, gathered_bytes=gathered)
+                          layer.cost.forward_working_bytes, elements, count, gathered_bytes=gathered,
+                          terms=layer.cost.activations, input_bytes=layer.cost.input_bytes)
     layers = tuple(made(layer, count) for layers_of_chunk, count in zip(chunk_layers, in_flight) for layer in layers_of_chunk)
     return StageView(index, layers, found.static, dict(points), p, inputs.precision, inputs.zero, inputs.micro_batches,
                      found.overhead)

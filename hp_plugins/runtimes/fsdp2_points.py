@@ -32,7 +32,10 @@ tracker (``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``) sees it
 * **activations**: what every layer keeps; at the **forward peak** (the loss)
   also the last layer's forward transients (``LayerCost.forward_working_bytes``:
   an upcast loss's logits in bf16 and fp32); in **backward**, walking the layers
-  from the top, what the layers below keep and the running layer's working set;
+  from the top, what the layers below keep and the running layer's working set,
+  and the moments a body layer holds its whole unsharded gradients (its
+  post-backward entry; a MoE layer's routed-expert FC1 weight-gradient GEMM:
+  ``_weight_grad_moments``), the largest of all binding;
 * **the optimizer step**: the batch the loop holds (the input ids, on the
   first stage); ``foreach`` AdamW makes one fp32 temporary per
   element of the shard (``torch/optim/adamw.py`` ``_multi_tensor_adamw``:
@@ -74,6 +77,33 @@ def _gathered(view: StageView, layer: StageLayer) -> int:
     if layer.gathered_bytes is not None:
         return layer.gathered_bytes
     return sum(layer.elements.values()) * view.precision.activation_bytes
+
+
+def _weight_grad_moments(view: StageView, layer: StageLayer) -> list[tuple[int, int]]:
+    """``(what the running layer's activations hold, working set)`` at the moments of a body layer's backward that
+    hold its whole weight gradients, unsharded in the compute dtype (FSDP2 computes them on the bf16 unsharded
+    parameters and reduce-scatters them once, at the unit's post-backward).
+
+    * At the unit's ``post_backward`` (``_fsdp_param_group.py`` ``FSDPParamGroup.post_backward``, before
+      ``foreach_reduce`` copies them into the fp32 reduce-scatter input): all its gradients and the gradient of its
+      input; what it kept is freed, its parameters still gathered, and the reduce-scatter input of the unit above
+      still held (post_backward pops ``comm_ctx.reduce_scatter_states`` only after resharding).
+    * A MoE layer (a ``dispatched_tokens`` term: the routed experts' FC1 input, :mod:`hp_plugins.kit.experts`), at
+      its routed experts' FC1 weight-gradient GEMM, the last expert GEMM of its backward: every routed expert's
+      gradient, beside what the layer's ops up to the dispatch keep (kept or recomputed, their backward still to
+      run), the gradient the layer received, and that GEMM's output and input gradients (the FC1 output's and the
+      dispatched tokens' sizes). Measured: FSDPMemTracker's temporaries at Qwen3-30B-A3B's peak (docs/runtimes.md).
+    """
+    act = view.precision.activation_bytes
+    moments = [(0, sum(layer.elements.values()) * act + layer.input_bytes)]
+    ops = [term.op for term in layer.terms]
+    if "dispatched_tokens" in ops:
+        upto = ops.index("dispatched_tokens") + 1
+        alive = sum(term.bytes for term in layer.terms[:upto])
+        flowing = layer.input_bytes + layer.terms[upto - 1].bytes + sum(
+            term.bytes for term in layer.terms[upto:] if term.op in ("expert_gate_out", "expert_up_out"))
+        moments.append((alive, layer.elements.get("routed_expert", 0) * act + flowing))
+    return moments
 
 
 @attrs.frozen
@@ -160,7 +190,7 @@ class Fsdp2Points:
         # next unit's post-backward waits on it (FSDP2 comm_ctx.reduce_scatter_state, _fsdp_param_group.post_backward).
         freed = finished = root_grads = reducing = 0
         best: MemoryBreakdown | None = None
-        for layer, its_kept in zip(reversed(layers), reversed(kept)):
+        for index, layer, its_kept in zip(reversed(range(len(layers))), reversed(layers), reversed(kept)):
             body_layer = layer.placement == "body"
             running = _gathered(view, layer) - (_gathered(view, layer) // keep_share if keep_share else 0) if body_layer else 0
             gathered = stay + running
@@ -169,6 +199,18 @@ class Fsdp2Points:
                               layer.backward_working_bytes)
             if best is None or candidate.peak_bytes > best.peak_bytes:
                 best = candidate
+            if body_layer and not held_grads:
+                # The moments holding the running layer's whole unsharded gradients (_weight_grad_moments). The tracker
+                # files unsharded gradients, the root's too, as temporaries until their unit's post-backward
+                # (fsdp2_mem_tracker.py _fsdp_param_group_post_backward): here they are working set.
+                # The lowest body layer prefetches nothing (the root's parameters stay gathered): no all-gather output.
+                below = sum(kept) - freed - its_kept
+                prefetched = all_gather if any(other.placement == "body" for other in layers[:index]) else 0
+                for alive, working in _weight_grad_moments(view, layer):
+                    moment = point(finished, root_gathered + gathered + prefetched + reducing,
+                                   below + min(alive, its_kept), max(alive - its_kept, 0) + working + root_grads)
+                    if moment.peak_bytes > best.peak_bytes:
+                        best = moment
             freed += its_kept
             if body_layer:
                 reducing = sum(layer.elements.values()) * view.precision.grad_bytes
