@@ -92,6 +92,7 @@ ATTENTIONS = ("eager", "sdpa")
 _DENSE = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct")
 KIND_SWITCHES = {"dense": _DENSE, "moe": _DENSE, "mla": (*_DENSE, "attUp"), "mla_moe": (*_DENSE, "attUp"), "embedding": (), "output": (),
                  "mamba2": ("normOp", "gather"), "attention": _DENSE[:-1], "mlp": ("normOp", "gather", "ffAct"),
+                 "moe_only": ("normOp", "gather", "ffAct"),
                  "gdn": ("normOp", "gather", "ffAct", "attUp"), "gdn_moe": ("normOp", "gather", "ffAct", "attUp"),
                  "gated_attention": _DENSE, "gated_attention_moe": _DENSE}
 _INSTALL = "pip install 'hp-planner[census]' (torch and transformers)"

@@ -166,7 +166,7 @@ def run_layer(torch: Any, transformers: Any, config: Any, cfg: Mapping[str, Any]
             x = torch.empty(1, seq_len, hidden, requires_grad=True)
             positions = torch.arange(seq_len).unsqueeze(0)
             # A Mamba-2 or Gated DeltaNet mixer reads a 2-D padding mask (none here), an MLP none.
-            attends = kind not in ("mamba2", "mlp", "gdn", "gdn_moe")
+            attends = kind not in ("mamba2", "mlp", "moe_only", "gdn", "gdn_moe")
             mask = torch.zeros(1, 1, seq_len, seq_len) if config._attn_implementation == "eager" and attends else None
             shared += [positions] + ([mask] if mask is not None else [])
             kwargs: dict[str, Any] = {"attention_mask": mask}

@@ -50,16 +50,17 @@ import attrs
 from hp_core.markers import hookimpl
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.types import LayerKind
-from hp_plugins.kit import GQAFields, LayerBuilder, MLPFields, gqa_attention, mlp, post_norm, validate_gqa, validate_mlp
+from hp_plugins.kit import (
+    DECODER_SWITCHES, SELECTIVE_SWITCHES, GQAFields, LayerBuilder, MLPFields, gqa_attention, mlp, post_norm, validate_gqa,
+    validate_mlp,
+)
 from hp_plugins.kit.op_sac import OP_SAC_SWITCHES, op_sac_kept_bytes
 
 __all__ = ["DENSE_SWITCHES", "DenseConfig", "SELECTIVE", "evaluate_dense", "hp_layer_kinds", "validate_dense"]
 
-DENSE_SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct")
-# The selective setting: the attention core (score, softmax, dropout and the
-# casts between them), as Megatron-LM's ``--recompute-granularity selective``
-# (core_attn) and Korthikanti et al. 2022 Section 4.2 recompute it.
-SELECTIVE = ("attBMM", "headCast", "dropout", "softmax")
+# The kit's switch sets of an attention-and-MLP layer (hp_plugins.kit.builder), under this module's names.
+DENSE_SWITCHES = DECODER_SWITCHES
+SELECTIVE = SELECTIVE_SWITCHES
 
 
 @attrs.frozen(kw_only=True, slots=False)

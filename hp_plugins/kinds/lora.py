@@ -13,6 +13,14 @@ and double quantization of the absmax values to 8 bits in blocks of 256 with an
 fp32 absmax each (bitsandbytes ``quantize_4bit(..., blocksize=64,
 compress_statistics=True)``): ``1/2 + 1/64 + 4/(64 * 256)`` bytes per weight
 (the paper's ``8/64 + 32/(64 * 256) = 0.127`` bits of constants per parameter).
+GPT-OSS ships its routed experts' weights in MXFP4 (OCP Microscaling: blocks of 32
+FP4 E2M1 values, two per byte, sharing one E8M0 scale byte; transformers
+``integrations/mxfp4.py``: a checkpoint's ``*_blocks`` are uint8 of 16 bytes per
+block and its ``*_scales`` one uint8 per block, ``_convert_moe_packed_tensors``
+checks ``blocks.shape[:-1] == scales.shape`` and unbiases the scale by 127):
+``1/2 + 1/32`` bytes per weight; ``Mxfp4GptOssExperts`` holds the experts' biases in
+fp32, and everything else (attention, router, norms, embeddings) stays in the
+compute dtype (the quantization config's ``modules_to_not_convert``).
 
 Three kinds wrap another kind's layer (evaluated through
 ``LayerContext.sublayer``, as ``mtp`` evaluates its transformer layer): ``lora``
@@ -25,7 +33,9 @@ tied to the embedding is shared with ``lora_first``). Per layer:
   ``base: nf4`` its linear weights (the family's stated matrices) are held in
   NF4 and the rest (norms, biases) in the run's ``param_bytes``. The adapters,
   ``r (in + out)`` per target, are trained in the run's precision with its
-  optimizer (their gradients, master copy and states).
+  optimizer (their gradients, master copy and states). Under ``base: mxfp4``
+  the routed experts' weight matrices are held in MXFP4 and their biases in
+  fp32; the rest of the layer in ``param_bytes``.
 * **activations**: the base layer's, plus per target ``A``'s output (``r`` wide,
   which ``B`` keeps) and, with ``dropout > 0``, the dropout's mask and output
   (``in`` wide, which ``A`` keeps; without dropout ``A`` keeps the base's own input).
@@ -59,12 +69,16 @@ from hp_plugins.kinds.embedding import EmbeddingConfig, evaluate_embedding
 from hp_plugins.kinds.output import OutputConfig, evaluate_output
 from hp_plugins.kit import term
 
-__all__ = ["LORA_TARGETS", "LoRAConfig", "NF4_BYTES", "adapter_shapes", "evaluate_lora", "hp_layer_kinds", "with_lora"]
+__all__ = ["LORA_TARGETS", "LoRAConfig", "MXFP4_BYTES", "NF4_BYTES", "adapter_shapes", "evaluate_lora", "hp_layer_kinds",
+           "with_lora"]
 
 # bitsandbytes NF4 with double quantization, bytes per weight (module docstring).
 NF4_BYTES = Fraction(1, 2) + Fraction(1, 64) + Fraction(4, 64 * 256)
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-BASES = ("bf16", "nf4")
+# MXFP4 (OCP Microscaling), bytes per weight: a 4-bit E2M1 value and an E8M0 scale byte per 32 (module docstring).
+MXFP4_BYTES = Fraction(1, 2) + Fraction(1, 32)
+_EXPERT_BIAS_BYTES = 4  # Mxfp4GptOssExperts: gate_up_proj_bias, down_proj_bias in float32
+BASES = ("bf16", "nf4", "mxfp4")
 # The built-in first and last kinds, evaluated directly (a nested layer through the planner is a body kind).
 _ENDS = {"embedding": evaluate_embedding, "output": evaluate_output}
 
@@ -90,7 +104,8 @@ class LoRAConfig:
         target_modules: The adapted linears (PEFT ``target_modules``).
         dropout: ``lora_dropout``.
         base: How the frozen linear weights are held: ``bf16`` (the run's
-            ``param_bytes``) or ``nf4`` (QLoRA).
+            ``param_bytes``), ``nf4`` (QLoRA) or ``mxfp4`` (the routed experts'
+            weights as GPT-OSS ships them; the rest in ``param_bytes``).
     """
 
     layer: LayerGroup = attrs.field(validator=_one_layer)
@@ -116,11 +131,16 @@ def adapter_shapes(config: Any, targets: tuple[str, ...]) -> list[tuple[str, int
     return [(t, *shapes[t]) for t in targets if t in shapes]
 
 
-def _frozen(p: ParamCount, nf4: bool) -> list[ParamCount]:
+def _frozen(p: ParamCount, base: str) -> list[ParamCount]:
     if p.shared_with is not None:
         # A tied head's owner, the embedding, is wrapped by lora_first.
         p = attrs.evolve(p, shared_with="lora_first")
-    if not nf4 or not p.matrices:
+    if base == "mxfp4" and p.group == "routed_expert":
+        # The routed experts' weight family is matrices only (whole under expert parallelism's split
+        # too); their biases are separate families, in fp32.
+        held = MXFP4_BYTES if p.matrices else _EXPERT_BIAS_BYTES
+        return [attrs.evolve(p, trainable=False, element_bytes=held)]
+    if base != "nf4" or not p.matrices:
         return [attrs.evolve(p, trainable=False)]
     weights = p.matrix_elements  # a frozen linear's weight, held in NF4 (tp = 1: the whole family)
     found = [attrs.evolve(p, elements=weights, stored_elements=weights, trainable=False, element_bytes=NF4_BYTES)]
@@ -140,7 +160,7 @@ def evaluate_lora(c: LoRAConfig, x: LayerContext) -> LayerCost:
     else:
         base = x.sublayer(c.layer)
     act, T, r = x.precision.activation_bytes, x.tokens, c.rank
-    params = [q for p in base.params for q in _frozen(p, c.base == "nf4")]
+    params = [q for p in base.params for q in _frozen(p, c.base)]
     terms = list(base.activations)
     gemms = []
     flops = 0
@@ -183,7 +203,7 @@ def _kind(name: str, placement: str, what: str) -> LayerKind:
 
 @hookimpl
 def hp_layer_kinds():
-    yield _kind("lora", "body", "LoRA/QLoRA: a frozen base layer (bf16 or NF4) with trained low-rank adapters")
+    yield _kind("lora", "body", "LoRA/QLoRA: a frozen base layer (bf16, NF4 or MXFP4 experts) with trained low-rank adapters")
     yield _kind("lora_first", "first", "a frozen first layer (the embedding) of a LoRA fine-tuning run")
     yield _kind("lora_last", "last", "a frozen last layer (the output head) of a LoRA fine-tuning run")
 

@@ -14,20 +14,28 @@ import attrs
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.markers import hookimpl
 from hp_core.types import LayerKind
-from hp_plugins.kit import MAMBA_SWITCHES, LayerBuilder, Mamba2Fields, mamba2_mixer, validate_mamba2
+from hp_core.validators import one_of
+from hp_plugins.kit import NORMS, MAMBA_SWITCHES, LayerBuilder, Mamba2Fields, mamba2_mixer, validate_mamba2
 
 __all__ = ["Mamba2LayerConfig", "evaluate_mamba2", "hp_layer_kinds"]
 
 
 @attrs.frozen(kw_only=True, slots=False)
 class Mamba2LayerConfig(Mamba2Fields):
-    """One Mamba-2 layer: the fields of :class:`~hp_plugins.kit.ssm.Mamba2Fields` (RMSNorm pre-norm)."""
+    """One Mamba-2 layer: the fields of :class:`~hp_plugins.kit.ssm.Mamba2Fields` and its pre-norm.
+
+    Attributes:
+        norm: The pre-norm's type (:data:`~hp_plugins.kit.NORMS`): ``rmsnorm``
+            (``Mamba2RMSNorm``) or ``rmsnorm_fp32_weight`` (``NemotronHRMSNorm``).
+    """
+
+    norm: str = attrs.field(default="rmsnorm", validator=one_of(NORMS))
 
 
 def evaluate_mamba2(c: Mamba2LayerConfig, x: LayerContext) -> LayerCost:
     """One Mamba-2 layer's cost on one rank."""
     b = LayerBuilder(x, c.hidden_size)
-    mamba2_mixer(b, c)
+    mamba2_mixer(b, c, c.norm)
     return b.build()
 
 

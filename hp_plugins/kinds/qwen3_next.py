@@ -2,7 +2,8 @@
 
 * ``gdn`` / ``gdn_moe``: the Gated DeltaNet mixer (:mod:`hp_plugins.kit.deltanet`:
   parameters as transformers' ``Qwen3NextGatedDeltaNet``, kept tensors of
-  Megatron-Core's ``GatedDeltaNet`` with the flash-linear-attention kernels)
+  Megatron-Core's ``GatedDeltaNet`` with the flash-linear-attention kernels, or under
+  ``eager`` of transformers' reference PyTorch path)
   followed by the kit's SwiGLU ``mlp`` or ``moe`` (routed experts and a shared
   expert with a sigmoid gate, ``Qwen3NextSparseMoeBlock``).
 * ``gated_attention`` / ``gated_attention_moe``: ``Qwen3NextAttention``, the kit's
@@ -23,10 +24,10 @@ from hp_core.costs import LayerContext, LayerCost
 from hp_core.markers import hookimpl
 from hp_core.types import LayerKind
 from hp_plugins.kit import (
+    DECODER_SWITCHES as DENSE_SWITCHES, SELECTIVE_SWITCHES as SELECTIVE,
     GDN_SWITCHES, GatedDeltaNetFields, GQAFields, LayerBuilder, MLPFields, MoEFields, gated_deltanet_mixer,
     gated_gqa_attention, mlp, moe, validate_gated_deltanet_mixer, validate_gqa, validate_mlp, validate_moe,
 )
-from hp_plugins.kinds.dense import DENSE_SWITCHES, SELECTIVE
 
 __all__ = ["GDNConfig", "GDNMoEConfig", "GatedAttentionConfig", "GatedAttentionMoEConfig", "hp_layer_kinds"]
 
@@ -62,7 +63,7 @@ class GatedAttentionMoEConfig(GQAFields, MoEFields):
 def _gdn(c: GatedDeltaNetFields, x: LayerContext, ffn) -> LayerCost:
     b = LayerBuilder(x, c.hidden_size)
     gated_deltanet_mixer(b, c, c.hidden_act)
-    ffn(b, c, "rmsnorm", 0.0)
+    ffn(b, c, c.norm, 0.0)
     return b.build()
 
 

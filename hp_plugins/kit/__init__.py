@@ -12,7 +12,8 @@ module                             what it holds
 :mod:`~hp_plugins.kit.builder`     :class:`LayerBuilder` (``param``, ``keep``, ``pre_norm``,
                                    ``attention_core``, ``linear``, ``build``); the shared
                                    records :func:`term` and :func:`param_count`;
-                                   :data:`SOFTMAX_OPS`, :data:`RESIDUAL_OPS`
+                                   :data:`SOFTMAX_OPS`, :data:`RESIDUAL_OPS`,
+                                   :data:`DECODER_SWITCHES`, :data:`SELECTIVE_SWITCHES`
 :mod:`~hp_plugins.kit.attention`   :class:`GQAFields`, :func:`gqa_attention`, :func:`validate_gqa`
 :mod:`~hp_plugins.kit.mla`         :class:`MLAFields`, :func:`mla_attention`, :func:`validate_mla`
 :mod:`~hp_plugins.kit.feedforward` :class:`MLPFields`, :func:`mlp`, :func:`swiglu`,
@@ -20,7 +21,8 @@ module                             what it holds
 :mod:`~hp_plugins.kit.experts`     :class:`MoEFields`, :func:`moe`, :func:`moe_tokens`,
                                    :func:`validate_moe`
 :mod:`~hp_plugins.kit.norms`       :data:`NORMS`, :data:`NORM_OPS_PER_ELEMENT`, :func:`norm_params`,
-                                   :func:`post_norm`, :func:`fp32_norm_bytes`
+                                   :func:`post_norm`, :func:`fp32_norm_bytes`,
+                                   :func:`head_norm`
 :mod:`~hp_plugins.kit.local_attention` sliding windows, chunks, soft-capping, sinks:
                                    :func:`causal_score_pairs`, :func:`score_share`,
                                    :func:`local_attention_core`
@@ -52,9 +54,11 @@ docs/kit.md describes each block.
 
 from __future__ import annotations
 
-from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, NORMS, fp32_norm_bytes, norm_params, post_norm
+from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, NORMS, fp32_norm_bytes, head_norm, norm_params, post_norm
 from hp_plugins.kit.shapes import check_divides, padded_vocab
-from hp_plugins.kit.builder import RESIDUAL_OPS, SOFTMAX_OPS, LayerBuilder, param_count, term
+from hp_plugins.kit.builder import (
+    DECODER_SWITCHES, RESIDUAL_OPS, SELECTIVE_SWITCHES, SOFTMAX_OPS, LayerBuilder, param_count, term,
+)
 from hp_plugins.kit.attention import GQAFields, gqa_attention, validate_gqa
 from hp_plugins.kit.mla import MLAFields, mla_attention, validate_mla
 from hp_plugins.kit.feedforward import ACT_OPS, MLPFields, mlp, swiglu, validate_mlp
@@ -75,6 +79,8 @@ from hp_plugins.kit.gated_attention import gated_gqa_attention
 
 __all__ = [
     "ACT_OPS",
+    "DECODER_SWITCHES",
+    "SELECTIVE_SWITCHES",
     "CLAMPED_SWIGLU_OPS",
     "EXPERT_ACTIVATIONS",
     "SINK_OPS_PER_ROW",
@@ -108,6 +114,7 @@ __all__ = [
     "moe_tokens",
     "norm_params",
     "fp32_norm_bytes",
+    "head_norm",
     "padded_vocab",
     "param_count",
     "swiglu",

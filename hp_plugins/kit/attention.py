@@ -9,7 +9,7 @@ from hp_core.validators import one_of, positive_int, positive_number, probabilit
 from hp_plugins.kit.work import AttentionShape
 from hp_plugins.kit.builder import SOFTMAX_OPS, LayerBuilder
 from hp_plugins.kit.local_attention import SOFTCAP_OPS, local_attention_core
-from hp_plugins.kit.norms import NORMS, fp32_norm_bytes
+from hp_plugins.kit.norms import NORMS, fp32_norm_bytes, head_norm
 from hp_plugins.kit.shapes import check_divides
 
 __all__ = ["GQAFields", "gqa_attention", "validate_gqa"]
@@ -29,7 +29,8 @@ class GQAFields:
         qk_norm: Per-head RMSNorm of q and k (Qwen3, OLMo-2, Gemma 3).
         qk_norm_weight: The QK-norm has a learned scale per channel (``False``:
             Llama 4's weightless ``L2Norm``).
-        norm: ``rmsnorm`` or ``layernorm`` (both of the layer's norms).
+        norm: ``rmsnorm``, ``layernorm`` or ``rmsnorm_fp32_weight`` (the layer's norms;
+            :data:`~hp_plugins.kit.norms.NORMS`).
         attention_dropout: Dropout on the attention probabilities.
         hidden_dropout: Dropout after the attention and feed-forward output projections.
         sliding_window: Each query attends its last ``sliding_window`` keys, itself
@@ -39,6 +40,13 @@ class GQAFields:
             itself (Llama 4's chunked layers); ``None``: no chunks.
         attn_logit_softcapping: The scores are capped as ``c * tanh(s / c)`` (Gemma 2).
         attention_sinks: A learned sink logit per head joins each softmax row (GPT-OSS).
+        fused_qkv: q, k and v are slices of one projection's output (Phi-3's
+            ``qkv_proj``): where the attention keeps v as that slice, the whole
+            output stays alive (:func:`gqa_attention`).
+        softmax_in_compute_dtype: The eager path's softmax runs in the compute
+            dtype whatever the precision's ``softmax_bytes`` (Llama 4's
+            ``eager_attention_forward`` does not upcast), keeping no fp32 copy
+            and no cast.
     """
 
     hidden_size: int = attrs.field(validator=positive_int)
@@ -56,6 +64,8 @@ class GQAFields:
     attention_chunk_size: int | None = attrs.field(default=None, validator=attrs.validators.optional(positive_int))
     attn_logit_softcapping: float | None = attrs.field(default=None, validator=attrs.validators.optional(positive_number))
     attention_sinks: bool = False
+    fused_qkv: bool = False
+    softmax_in_compute_dtype: bool = False
 
     def __attrs_post_init__(self) -> None:
         self.check_gqa()
@@ -115,19 +125,29 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     if c.qk_norm:
         b.keep("qk_norm_in", T * (a + g) * d * act // t, None, True)
         # Per-head RMSNorms over d: (a + g) / t rows per token (fp32_norm_copy trait).
-        b.keep("qk_norm_fp32", fp32_norm_bytes(T * (a + g) // t, d, "rmsnorm", x.traits), "normOp", True)
+        b.keep("qk_norm_fp32", fp32_norm_bytes(T * (a + g) // t, d, head_norm(c.norm), x.traits,
+                                                     c.qk_norm_weight), "normOp", True)
         b.keep("q_k", T * (a + kv) * d * act // t, "normOp", True)
     else:
         b.keep("q_k", T * (a + kv) * d * act // t, None, True)
     b.keep("v", T * kv * d * act // t, None, True)
+    if c.fused_qkv and not (x.attention == "eager" and g < a):
+        # v is a view of the fused projection's output, so the tensor that keeps v keeps q's and k's
+        # slices too (the roped q and k are new tensors): eager keeps it when no head is repeated
+        # (repeat_kv returns v itself; with g < a it copies), a flash kernel always (it reads v in
+        # place: measured with the CPU sdpa flash kernel; flash-attn's save_for_backward keeps its v
+        # argument). transformers Phi3Attention.forward slices qkv_proj's output; measured by the torch
+        # census (tests/plugins/test_census_local.py, test_phi3_fused_projections).
+        b.keep("qkv_fused_slices", T * (a + g) * d * act // t, None, True)
     share, ops = 1.0, SOFTMAX_OPS
+    softmax = act if c.softmax_in_compute_dtype else None
     if c.local:
         share = local_attention_core(b, a, d, d, c.attention_dropout, window=c.sliding_window,
                                      chunk=c.attention_chunk_size, softcap=c.attn_logit_softcapping,
-                                     sinks=c.attention_sinks)
+                                     sinks=c.attention_sinks, softmax_bytes=softmax)
         ops += SOFTCAP_OPS if c.attn_logit_softcapping is not None else 0
     else:
-        b.attention_core(a, d, d, c.attention_dropout)
+        b.attention_core(a, d, d, c.attention_dropout, softmax)
     # The output projection's input; a flash kernel keeps it too, as its output.
     b.keep("attn_out", T * a * d * act // t, None, True, "shared" if x.attention != "eager" else "owned")
     if x.attention != "eager":

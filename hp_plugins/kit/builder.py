@@ -21,12 +21,18 @@ from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamC
 from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, fp32_norm_bytes, norm_params
 from hp_plugins.kit.work import AttentionShape, ExpertShape, decoder_work
 
-__all__ = ["LayerBuilder", "RESIDUAL_OPS", "SOFTMAX_OPS", "param_count", "term"]
+__all__ = ["DECODER_SWITCHES", "LayerBuilder", "RESIDUAL_OPS", "SELECTIVE_SWITCHES", "SOFTMAX_OPS", "param_count", "term"]
 
 # Elementwise operations per element (forward), counted from the definitions:
 # softmax max, subtract, exp, sum, divide (5); residual add 1.
 SOFTMAX_OPS = 5
 RESIDUAL_OPS = 1
+# The recompute switches of a layer built of an attention block and an MLP or experts (the terms the
+# blocks record them under), and the selective set among them: the attention core (score, softmax,
+# dropout and the casts between them), as Megatron-LM's ``--recompute-granularity selective``
+# (core_attn) and Korthikanti et al. 2022 Section 4.2 recompute it.
+DECODER_SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct")
+SELECTIVE_SWITCHES = ("attBMM", "headCast", "dropout", "softmax")
 
 
 # Evaluators build the same terms and parameter counts again for every layout a search tries; the
@@ -129,7 +135,8 @@ class LayerBuilder:
         self.param(f"{prefix}_norm", norm_params(norm, self.h), False)
         self.elementwise += (NORM_OPS_PER_ELEMENT[norm] + RESIDUAL_OPS) * self.x.tokens * self.h // self.x.sp_degree
 
-    def attention_core(self, heads: int, qk_dim: int, v_dim: int, attention_dropout: float) -> None:
+    def attention_core(self, heads: int, qk_dim: int, v_dim: int, attention_dropout: float,
+                       softmax_bytes: int | None = None) -> None:
         """The score/softmax/dropout/value core (eager) or the flash kernel's statistics.
 
         Under all-to-all context parallelism the kernel runs on ``heads / cp``
@@ -138,14 +145,20 @@ class LayerBuilder:
         sequence: two copies of the attention output (DeepSpeed-Ulysses;
         Transformer Engine's CP A2A keeps the kernel's output so its backward
         exchanges only the output gradient).
+
+        Args:
+            softmax_bytes: The eager softmax's element size where the module
+                fixes it (Llama 4's runs in the compute dtype); ``None``: the
+                precision's ``softmax_bytes``.
         """
         x, p, t = self.x, self.x.precision, self.x.tp
+        softmax = p.softmax_bytes if softmax_bytes is None else softmax_bytes
         if x.cp > 1 and x.cp_kind == "a2a":
             self.keep("attn_out_a2a", x.tokens * heads * v_dim * self.act // t, None, True)
         score_elements = x.micro_batch_size * (heads // t) * (x.seq_len // x.cp) * x.seq_len
         if x.attention == "eager":
-            self.keep("softmax_out", score_elements * p.softmax_bytes, "softmax", True)
-            if p.softmax_bytes != self.act:
+            self.keep("softmax_out", score_elements * softmax, "softmax", True)
+            if softmax != self.act:
                 self.keep("softmax_cast", score_elements * self.act, "headCast", True)
             if attention_dropout > 0:
                 self.keep("attn_dropout_mask", score_elements * p.dropout_mask_bytes, "dropout", True)
@@ -153,7 +166,7 @@ class LayerBuilder:
             # Backward: the gradients of the probabilities and of the scores, in the
             # softmax's dtype (fp32 where it runs in fp32: Hugging Face eager, measured
             # by the torch census, docs/accuracy.md).
-            self.block_grads.append(2 * score_elements * p.softmax_bytes)
+            self.block_grads.append(2 * score_elements * softmax)
         else:
             # FlashAttention-2 (Dao 2023, Algorithm 2) keeps the fp32 log-sum-exp per row.
             self.keep("attn_lse", x.tokens * (heads // t) * p.lse_bytes, None, True)

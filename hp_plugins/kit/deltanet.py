@@ -38,7 +38,7 @@ parallelism splits them as Megatron-Core's ``GatedDeltaNet``
 ``conv1d`` over ``conv_dim / tp`` channels, ``dt_bias`` and ``A_log`` over the
 value heads, ``out_proj`` row-parallel; ``out_norm`` (``d_v`` wide) replicated.
 
-**Kept activations** follow the training path of Megatron-Core's ``GatedDeltaNet.forward``
+**Kept activations** under ``flash`` (every setting but ``eager``) follow the training path of Megatron-Core's ``GatedDeltaNet.forward``
 with its kernels: causal-conv1d's ``CausalConv1dFn`` (saves its input ``x``;
 the SiLU is fused and recomputed in backward), flash-linear-attention's
 ``l2norm`` (``L2NormFunction`` saves its output and an fp32 ``rstd`` per row) and
@@ -97,11 +97,44 @@ by forward substitution (``C (C-1) (C-2) / 6`` multiply-adds). The projections
 are matmul FLOPs; the depthwise conv, SiLU, L2 norms, gates and gated norm are
 elementwise.
 
+**The reference path** (``eager``): transformers' ``Qwen3NextGatedDeltaNet``
+without flash-linear-attention and causal-conv1d runs ``causal_conv1d_fn``'s
+torch fallback, ``torch_chunk_gated_delta_rule`` and ``Qwen3NextRMSNormGated``
+unfused (transformers 5.24 ``modeling_qwen3_next.py``; every term a tensor
+autograd saves there, measured by the torch census). It repeats q and k to the
+value heads, upcasts q, k, v, ``beta`` and the decay to fp32, pads the sequence
+to whole chunks (``c = ceil(s / 64)``, ``T_p = c 64`` tokens) and keeps, per rank
+(``n_v``, ``C`` conv channels divided by ``t``; ``T`` tokens):
+
+=================  ======================================  =============================================
+op                 bytes                                   kept by
+=================  ======================================  =============================================
+conv_in            a T C                                   the conv (its input)
+conv_out           a (s + w - 1) C per sequence            SiLU (the conv's padded output)
+qk_fp32            4 T 2 n_v d_k                           ``l2norm`` (the repeated fp32 q and k)
+qk_l2norm_rstd     4 T 2 n_v                               ``l2norm`` (its inverse norms)
+qkv_padded         4 T_p n_v (2 d_k + d_v)                 the padded fp32 q, k and v
+beta               a T n_v + 4 T_p n_v                     sigmoid output, the padded fp32 beta
+decay              4 (2 T + 3 T_p + c) n_v                 softplus in and out, the decays' exps
+k_beta             4 T_p n_v d_k                           ``k_beta @ key^T``
+chunk_tiles        5 * 4 T_p n_v 64                        ``k_beta key^T``, ``q key^T``, the pairwise
+                                                           decay, the UT system, the intra-chunk attention
+ut_solutions       4 T_p n_v (d_k + d_v)                   ``solve_triangular``'s two outputs
+decayed_qk         4 T_p n_v 2 d_k                         q and k times their decays
+v_new              4 T_p n_v d_v                           each chunk's corrected values
+chunk_states       4 c n_v d_k d_v per sequence            the recurrent state entering each chunk
+gated_norm         T n_v (18 d_v + 4)                      fp32 input, gate and SiLU; bf16 normalised,
+                                                           weighted and ``out_proj`` input; fp32 root
+=================  ======================================  =============================================
+
+Left out: the chunk mask (``64 x 64`` bool) and ``-exp(A_log)``, a few bytes per
+layer. None of these terms has a switch; the backward working set is taken as the
+``flash`` path's (not measured). Real training runs the kernels (``flash``);
+``eager`` is the path a transformers run without flash-linear-attention takes,
+which the torch census measures.
+
 Known limitations: context parallelism is refused (Megatron-Core's
 ``GatedDeltaNet`` had none when this was written: "TODO: support CP");
-transformers' own reference path (``torch_chunk_gated_delta_rule`` without
-flash-linear-attention, an unfused ``F.silu`` without causal-conv1d) keeps other
-tensors, which these formulas do not describe under either attention setting;
 the decay's ``-exp(A_log)`` and parameter-sized temporaries are left out.
 """
 
@@ -113,10 +146,10 @@ import attrs
 
 from hp_core.errors import ConfigError
 from hp_core.costs import LayerContext
-from hp_core.validators import positive_int
+from hp_core.validators import one_of, positive_int
 from hp_plugins.kit.builder import LayerBuilder
 from hp_plugins.kit.feedforward import ACT_OPS
-from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT
+from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, NORMS
 from hp_plugins.kit.shapes import check_divides
 
 __all__ = [
@@ -158,6 +191,9 @@ class GatedDeltaNetFields:
         linear_key_head_dim: Query/key head width ``d_k``.
         linear_value_head_dim: Value head width ``d_v``.
         linear_conv_kernel_dim: The depthwise causal convolution's width ``w``.
+        norm: The layer's two norms' type (:data:`~hp_plugins.kit.NORMS`;
+            Qwen3-Next's zero-centred ``Qwen3NextRMSNorm`` scales by
+            ``1 + weight.float()``: ``rmsnorm_fp32_weight``).
     """
 
     hidden_size: int = attrs.field(validator=positive_int)
@@ -166,6 +202,7 @@ class GatedDeltaNetFields:
     linear_key_head_dim: int = attrs.field(validator=positive_int)
     linear_value_head_dim: int = attrs.field(validator=positive_int)
     linear_conv_kernel_dim: int = attrs.field(default=4, validator=positive_int)
+    norm: str = attrs.field(default="rmsnorm", validator=one_of(NORMS))
 
     def __attrs_post_init__(self) -> None:
         self.check_gated_deltanet()
@@ -204,6 +241,31 @@ def gdn_chunk_flops(c: GatedDeltaNetFields) -> int:
     return 3 * 2 * C * C * dk + 2 * 2 * C * C * dv + 3 * 2 * C * dk * dv + 2 * (C * (C - 1) * (C - 2) // 6)
 
 
+def _reference_terms(b: LayerBuilder, c: GatedDeltaNetFields) -> None:
+    """transformers' reference PyTorch path's kept tensors on one rank (module docstring's second table)."""
+    x, act, t = b.x, b.act, b.x.tp
+    mb, s, C = x.micro_batch_size, x.seq_len // x.cp, GDN_CHUNK
+    chunks = math.ceil(s / C)
+    T, Tp = mb * s, mb * chunks * C
+    nv, dk, dv = c.linear_num_value_heads // t, c.linear_key_head_dim, c.linear_value_head_dim
+    conv = c.conv_dim // t
+    f = _FP32_BYTES
+    b.keep("conv_in", T * conv * act, None, True)
+    b.keep("conv_out", mb * (s + c.linear_conv_kernel_dim - 1) * conv * act, None, True)
+    b.keep("qk_fp32", T * 2 * nv * dk * f, None, True)
+    b.keep("qk_l2norm_rstd", T * 2 * nv * f, None, True)
+    b.keep("qkv_padded", Tp * nv * (2 * dk + dv) * f, None, True)
+    b.keep("beta", T * nv * act + Tp * nv * f, None, True)
+    b.keep("decay", 2 * T * nv * f + 3 * Tp * nv * f + mb * chunks * nv * f, None, True)
+    b.keep("k_beta", Tp * nv * dk * f, None, True)
+    b.keep("chunk_tiles", 5 * Tp * nv * C * f, None, True)
+    b.keep("ut_solutions", Tp * nv * (dk + dv) * f, None, True)
+    b.keep("decayed_qk", Tp * nv * 2 * dk * f, None, True)
+    b.keep("v_new", Tp * nv * dv * f, None, True)
+    b.keep("chunk_states", mb * chunks * nv * dk * dv * f, None, True)
+    b.keep("gated_norm", T * nv * (18 * dv + f), None, True)
+
+
 def gated_deltanet_mixer(b: LayerBuilder, c: GatedDeltaNetFields, act_name: str) -> None:
     """The pre-norm and the Gated DeltaNet token mixer (module docstring: every term and its source).
 
@@ -217,7 +279,7 @@ def gated_deltanet_mixer(b: LayerBuilder, c: GatedDeltaNetFields, act_name: str)
     T, h = x.tokens, c.hidden_size
     nk, nv, dk, dv = c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim
     K, V, C = c.key_dim, c.value_dim, c.conv_dim
-    b.pre_norm("attn", "rmsnorm", 0.0)
+    b.pre_norm("attn", c.norm, 0.0)
     b.param("in_proj_qkvz", h * (2 * K + 2 * V), True, matrices=((1, (2 * K + 2 * V) // t, h),))
     b.param("in_proj_ba", h * 2 * nv, True, matrices=((1, 2 * nv // t, h),))
     b.param("conv1d", C * c.linear_conv_kernel_dim, True)
@@ -226,21 +288,24 @@ def gated_deltanet_mixer(b: LayerBuilder, c: GatedDeltaNetFields, act_name: str)
     b.param("norm", dv, False)
     b.param("out_proj", V * h, True, matrices=((1, h, V // t),))
 
-    b.keep("conv_in", T * C * act // t, None, True)
-    b.keep("qk_l2norm_out", T * 2 * K * act // t, "attUp", True)
-    b.keep("qk_l2norm_rstd", T * 2 * nk * _FP32_BYTES // t, "attUp", True)
-    if nv > nk:
-        b.keep("qk_heads", T * 2 * nv * dk * act // t, "attUp", True)
-    b.keep("v_heads", T * V * act // t, "attUp", True)
-    b.keep("decay_in", T * nv * _FP32_BYTES // t, None, True)
-    b.keep("decay_softplus", T * nv * _FP32_BYTES // t, None, True)
-    b.keep("decay_cumsum", T * nv * _FP32_BYTES // t, None, True)
-    b.keep("beta", T * nv * act // t, None, True)
-    b.keep("wy_inverse", T * nv * GDN_CHUNK * act // t, None, True)
-    b.keep("core_out", T * V * act // t, None, True)
-    b.keep("out_gate", T * V * act // t, None, True)
-    b.keep("out_norm_rstd", T * nv * _FP32_BYTES // t, None, True)
-    b.keep("gated_out", T * V * act // t, None, True)
+    if x.attention == "eager":
+        _reference_terms(b, c)
+    else:
+        b.keep("conv_in", T * C * act // t, None, True)
+        b.keep("qk_l2norm_out", T * 2 * K * act // t, "attUp", True)
+        b.keep("qk_l2norm_rstd", T * 2 * nk * _FP32_BYTES // t, "attUp", True)
+        if nv > nk:
+            b.keep("qk_heads", T * 2 * nv * dk * act // t, "attUp", True)
+        b.keep("v_heads", T * V * act // t, "attUp", True)
+        b.keep("decay_in", T * nv * _FP32_BYTES // t, None, True)
+        b.keep("decay_softplus", T * nv * _FP32_BYTES // t, None, True)
+        b.keep("decay_cumsum", T * nv * _FP32_BYTES // t, None, True)
+        b.keep("beta", T * nv * act // t, None, True)
+        b.keep("wy_inverse", T * nv * GDN_CHUNK * act // t, None, True)
+        b.keep("core_out", T * V * act // t, None, True)
+        b.keep("out_gate", T * V * act // t, None, True)
+        b.keep("out_norm_rstd", T * nv * _FP32_BYTES // t, None, True)
+        b.keep("gated_out", T * V * act // t, None, True)
 
     # Backward: the chunk states and their gradients, and the per-token tensors alive
     # at the kernel's last backward step (module docstring).

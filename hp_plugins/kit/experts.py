@@ -17,9 +17,10 @@ from hp_plugins.kit.work import ExpertShape
 
 __all__ = ["EXPERT_ACTIVATIONS", "MoEFields", "moe", "moe_tokens", "validate_moe"]
 
-# The routed experts' gated activations: SwiGLU (hp_plugins.kit.feedforward.swiglu) and
-# GPT-OSS's clamped one (hp_plugins.kit.clamped_glu).
-EXPERT_ACTIVATIONS = ("swiglu", "clamped_swiglu")
+# The routed experts' activations: SwiGLU (hp_plugins.kit.feedforward.swiglu), GPT-OSS's clamped
+# one (hp_plugins.kit.clamped_glu), and a plain MLP of ``hidden_act`` (up, activation, down: Nemotron-H's
+# NemotronHExperts and its shared NemotronHMLP, squared ReLU).
+EXPERT_ACTIVATIONS = ("swiglu", "clamped_swiglu", "mlp")
 
 
 def _capacity(instance, attribute, value):
@@ -50,8 +51,21 @@ class MoEFields:
             probabilities per token, not ``E``.
         expert_bias: Biases on each routed expert's projections (GPT-OSS:
             ``2 I + h`` per expert).
-        expert_activation: ``swiglu``, or GPT-OSS's ``clamped_swiglu``
-            (:mod:`hp_plugins.kit.clamped_glu`).
+        expert_activation: ``swiglu``, GPT-OSS's ``clamped_swiglu``
+            (:mod:`hp_plugins.kit.clamped_glu`), or ``mlp``: routed and shared
+            experts are ungated MLPs of ``hidden_act`` (Nemotron-H).
+        moe_latent_size: The routed experts work in a latent width ``L``:
+            ``fc1_latent_proj`` (``h -> L``) before the dispatch and
+            ``fc2_latent_proj`` (``L -> h``) after the combine (Nemotron-H
+            ``NemotronHMoE``); ``None``: the experts read ``h``.
+        router_fp32: The router's module casts its input and weight to fp32
+            (transformers' ``NemotronHTopkRouter``: ``F.linear(hidden.float(),
+            weight.float())``): where the run uses transformers' modules (the
+            ``fp32_norm_copy`` trait, the fsdp2 runtime's ``norm_implementation:
+            transformers``) it keeps that fp32 copy of its input (``4 h`` per
+            routed token) and fp32 scores. A fused trainer's fp32 router
+            (Megatron-Core ``router_gating_linear``) keeps its bf16 input, the
+            norm's output, already counted.
     """
 
     num_experts: int = attrs.field(validator=positive_int)
@@ -66,6 +80,8 @@ class MoEFields:
     router_topk_softmax: bool = False
     expert_bias: bool = False
     expert_activation: str = attrs.field(default="swiglu", validator=one_of(EXPERT_ACTIVATIONS))
+    moe_latent_size: int | None = attrs.field(default=None, validator=attrs.validators.optional(positive_int))
+    router_fp32: bool = False
 
     def __attrs_post_init__(self) -> None:
         self.check_moe()
@@ -120,49 +136,67 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     # The norm's output is also the router's input, which keeps it in the compute dtype.
     b.pre_norm("moe", norm, hidden_dropout, gemm_input=None)
     b.param("router", E * h + E * c.router_bias, False, matrices=((1, E, h),), high_precision=True)
-    # Each of a rank's E / ep experts: the fused gate and up projection and the down projection, split over etp.
+    # Each of a rank's E / ep experts: the fused gate and up projection (the up projection of an ungated
+    # ``mlp`` expert) and the down projection, split over etp; they read the latent width where there is one.
     width = c.moe_intermediate_size // x.etp
-    b.param("experts", E * 3 * h * c.moe_intermediate_size, True, "routed_expert",
-            matrices=((E // x.ep, 2 * width, h), (E // x.ep, h, width)))
+    gated = c.expert_activation != "mlp"
+    fc1 = 2 if gated else 1
+    d = c.moe_latent_size or h
+    b.param("experts", E * (fc1 + 1) * d * c.moe_intermediate_size, True, "routed_expert",
+            matrices=((E // x.ep, fc1 * width, d), (E // x.ep, d, width)))
+    if c.moe_latent_size:
+        # Nemotron-H's latent projections, replicated over TP (an assumption: Megatron-Core's split of
+        # them was not read); fc1's input is the norm's output, fc2 keeps the combined latent output.
+        b.param("moe_latent_proj", 2 * h * d, False, matrices=((1, d, h), (1, h, d)))
+        b.keep("latent_combined", routed * d * act, gemm_input="owned")
+        # fc1_latent reads the norm output the shared experts' FC1 reads too (counted there for W).
+        b.linear(routed, h, d, shares_input=bool(c.shared_expert_intermediate_size))
+        b.linear(routed, d, h)
     if c.expert_bias:
         # FC1's bias is split with its output over etp; FC2's (h per expert) is whole on each etp rank.
         b.param("expert_fc1_bias", E * 2 * c.moe_intermediate_size, True, "routed_expert")
         b.param("expert_fc2_bias", E * h, False, "routed_expert")
-    b.keep("router_probs", routed * (c.num_experts_per_tok if c.router_topk_softmax else E) * act)
-    b.keep("dispatched_tokens", processed * h * act, gemm_input="owned")  # the experts' FC1 input
+    upcast = c.router_fp32 and "fp32_norm_copy" in x.traits
+    scores = 4 if upcast else act
+    b.keep("router_probs", routed * (c.num_experts_per_tok if c.router_topk_softmax else E) * scores)
+    if upcast:
+        b.keep("router_fp32_input", routed * h * 4)
+    b.keep("dispatched_tokens", processed * d * act, gemm_input="owned")  # the experts' FC1 input
     if c.expert_activation == "clamped_swiglu":
         expert_wide = clamped_swiglu(b, "expert_", processed, width)
     else:
-        expert_wide = swiglu(b, "expert_", processed, width, True, c.hidden_act, False)
+        expert_wide = swiglu(b, "expert_", processed, width, gated, c.hidden_act, False)
     if "moe_probs_in_activation" in x.traits:
         # The weighted SwiGLU keeps the fp32 probability of each dispatched token.
         b.keep("expert_probs", processed * 4)
     else:
-        b.keep("expert_out", processed // x.etp * h * act)
+        b.keep("expert_out", processed // x.etp * d * act)
     if "moe_fused_permute" in x.traits:
         # int32 row map of [tokens, 2E + 1] (Transformer Engine moe_permute).
         b.keep("permute_row_map", routed * (2 * E + 1) * 4)
     # The dispatch and combine all-to-all buffers of the running layer.
-    b.buffers_once = max(b.buffers_once, 2 * processed * h * act)
-    grads = 3 * expert_wide + processed * h * act
+    b.buffers_once = max(b.buffers_once, 2 * processed * d * act)
+    grads = (fc1 + 1) * expert_wide + processed * d * act
     b.linear(routed, h, E, weight=False)
-    b.linear(processed, h, 2 * c.moe_intermediate_size // x.etp)
-    b.linear(processed, c.moe_intermediate_size // x.etp, h)
+    b.linear(processed, d, fc1 * c.moe_intermediate_size // x.etp)
+    b.linear(processed, c.moe_intermediate_size // x.etp, d)
     if c.shared_expert_intermediate_size:
         I = c.shared_expert_intermediate_size
-        b.param("shared_experts", 3 * h * I, True, "shared_expert", matrices=((1, 2 * I // t, h), (1, h, I // t)))
+        b.param("shared_experts", (fc1 + 1) * h * I, True, "shared_expert",
+                matrices=((1, fc1 * I // t, h), (1, h, I // t)))
         if c.shared_expert_gate:
             b.param("shared_expert_gate", h, False, "shared_expert", matrices=((1, 1, h),))
             b.keep("shared_out", b.hidden)
         b.keep("shared_gathered", b.gathered, "gather")
-        shared_wide = swiglu(b, "shared_", T, I // t, True, c.hidden_act)
-        grads = max(grads, 3 * shared_wide)
-        b.linear(T, h, 2 * I // t)
+        shared_wide = swiglu(b, "shared_", T, I // t, gated, c.hidden_act)
+        grads = max(grads, (fc1 + 1) * shared_wide)
+        b.linear(T, h, fc1 * I // t)
         b.linear(T, I // t, h)
     b.block_grads.append(grads)
     b.tp_blocks += 1
     b.expert_shape = ExpertShape(experts=E, top_k=c.num_experts_per_tok, width=c.moe_intermediate_size,
-                                 pad_to_capacity=c.pad_to_capacity, capacity_factor=c.capacity_factor)
+                                 pad_to_capacity=c.pad_to_capacity, capacity_factor=c.capacity_factor, gated=gated,
+                                 model_width=c.moe_latent_size)
 
 
 def validate_moe(c: MoEFields, x: LayerContext) -> None:

@@ -82,7 +82,7 @@ def score_share(seq_len: int, window: int | None = None, chunk: int | None = Non
 
 def local_attention_core(b: LayerBuilder, heads: int, qk_dim: int, v_dim: int, attention_dropout: float, *,
                          window: int | None = None, chunk: int | None = None, softcap: float | None = None,
-                         sinks: bool = False) -> float:
+                         sinks: bool = False, softmax_bytes: int | None = None) -> float:
     """The attention core with a window or chunks, soft-capping and sinks; returns its flash score share.
 
     The same tensors as :meth:`LayerBuilder.attention_core
@@ -93,8 +93,11 @@ def local_attention_core(b: LayerBuilder, heads: int, qk_dim: int, v_dim: int, a
     and its cast; flash keeps its statistics and its FLOPs scale by
     :func:`score_share`. Under context parallelism the share is that of the
     whole sequence, spread evenly over the ranks (load-balanced CP).
+    *softmax_bytes* as :meth:`LayerBuilder.attention_core
+    <hp_plugins.kit.builder.LayerBuilder.attention_core>` takes it.
     """
     x, p, t, act = b.x, b.x.precision, b.x.tp, b.act
+    softmax = p.softmax_bytes if softmax_bytes is None else softmax_bytes
     if x.cp > 1 and x.cp_kind == "a2a":
         b.keep("attn_out_a2a", x.tokens * heads * v_dim * act // t, None, True)
     rows = x.micro_batch_size * (heads // t) * (x.seq_len // x.cp)
@@ -109,10 +112,10 @@ def local_attention_core(b: LayerBuilder, heads: int, qk_dim: int, v_dim: int, a
             b.keep("sink_row_max_index", rows * _ROW_INDEX_BYTES, "softmax", True)
             probabilities = (square + rows) * act
         else:
-            b.keep("softmax_out", square * p.softmax_bytes, "softmax", True)
-            if p.softmax_bytes != act:
+            b.keep("softmax_out", square * softmax, "softmax", True)
+            if softmax != act:
                 b.keep("softmax_cast", square * act, "headCast", True)
-            probabilities = square * p.softmax_bytes
+            probabilities = square * softmax
         if attention_dropout > 0:
             b.keep("attn_dropout_mask", square * p.dropout_mask_bytes, "dropout", True)
             b.keep("attn_dropout_out", square * act, "attBMM", True)

@@ -8,7 +8,7 @@ from hp_core.costs import LayerContext
 from hp_core.validators import one_of, positive_int, probability
 from hp_plugins.kit.builder import LayerBuilder
 from hp_plugins.kit.work import AttentionShape
-from hp_plugins.kit.norms import NORMS, fp32_norm_bytes
+from hp_plugins.kit.norms import NORMS, fp32_norm_bytes, head_norm
 from hp_plugins.kit.shapes import check_divides
 
 __all__ = ["MLAFields", "mla_attention", "validate_mla"]
@@ -68,7 +68,7 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
         b.param("q_b_proj", r * a * qk, True, matrices=((1, a * qk // t, r),))
         b.keep("q_latent", T * r * act)
         b.keep("q_latent_norm_out", T * r * act, "normOp", gemm_input="owned")
-        b.keep("q_latent_norm_fp32", fp32_norm_bytes(T, r, "rmsnorm", x.traits), "normOp")
+        b.keep("q_latent_norm_fp32", fp32_norm_bytes(T, r, head_norm(c.norm), x.traits), "normOp")
         b.linear(T, h, r)
         b.linear(T, r, a * qk // t)
     else:
@@ -82,7 +82,7 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
     b.param("o_proj", a * c.v_head_dim * h, True, matrices=((1, h, a * c.v_head_dim // t),))
     b.keep("kv_latent", T * kv_a * act)
     b.keep("kv_latent_norm_out", T * c.kv_lora_rank * act, "normOp", gemm_input="owned")
-    b.keep("kv_latent_norm_fp32", fp32_norm_bytes(T, c.kv_lora_rank, "rmsnorm", x.traits), "normOp")
+    b.keep("kv_latent_norm_fp32", fp32_norm_bytes(T, c.kv_lora_rank, head_norm(c.norm), x.traits), "normOp")
     b.keep("q_heads", T * a * qk * act // t, "attUp", True)
     b.keep("k_heads", T * a * qk * act // t, "attUp", True)
     if "mla_contiguous_qkv" in x.traits:

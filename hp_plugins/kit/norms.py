@@ -7,16 +7,19 @@ kind's own norms (a final norm, QK-norm, MTP's ``enorm``/``hnorm``) count with.
 
 from __future__ import annotations
 
-__all__ = ["NORMS", "NORM_OPS_PER_ELEMENT", "fp32_norm_bytes", "norm_params", "post_norm"]
+__all__ = ["NORMS", "NORM_OPS_PER_ELEMENT", "fp32_norm_bytes", "head_norm", "norm_params", "post_norm"]
 
-# Norm types: RMSNorm has a scale vector; LayerNorm a scale and a bias.
-NORMS = ("rmsnorm", "layernorm")
+# Norm types: RMSNorm has a scale vector; LayerNorm a scale and a bias. ``rmsnorm_fp32_weight`` is
+# an RMSNorm whose transformers module scales by its weight in fp32 before casting back (Gemma 2/3's
+# ``(1 + weight.float())``, GPT-OSS, Nemotron-H, Qwen3-Next): the same parameters and work, and
+# what a fused norm keeps; it differs only under the ``fp32_norm_copy`` trait (fp32_norm_bytes).
+NORMS = ("rmsnorm", "layernorm", "rmsnorm_fp32_weight")
 
 # Elementwise operations per element of a norm's input: RMSNorm squares, averages,
 # scales by the reciprocal root and by the weight (4); LayerNorm also subtracts the
 # mean and adds the bias (6). Counted by hand from the definitions (Zhang & Sennrich
 # 2019; Ba et al. 2016).
-NORM_OPS_PER_ELEMENT = {"rmsnorm": 4, "layernorm": 6}
+NORM_OPS_PER_ELEMENT = {"rmsnorm": 4, "layernorm": 6, "rmsnorm_fp32_weight": 4}
 
 
 def norm_params(norm: str, width: int) -> int:
@@ -24,7 +27,7 @@ def norm_params(norm: str, width: int) -> int:
     return width * (2 if norm == "layernorm" else 1)
 
 
-def fp32_norm_bytes(rows: int, width: int, norm: str, traits: frozenset[str]) -> int:
+def fp32_norm_bytes(rows: int, width: int, norm: str, traits: frozenset[str], weight: bool = True) -> int:
     """What an unfused RMSNorm keeps beyond a fused one over *rows* rows of *width*, under the ``fp32_norm_copy`` trait.
 
     transformers' ``LlamaRMSNorm.forward`` (and the models' copies of it) runs
@@ -34,10 +37,32 @@ def fp32_norm_bytes(rows: int, width: int, norm: str, traits: frozenset[str]) ->
     bf16 normalised input a fused norm keeps too (measured by the torch census:
     +4h + 4 bytes per token per norm of a Llama decoder layer). 0 without the
     trait or for LayerNorm (``nn.LayerNorm`` is one fused op).
+
+    ``rmsnorm_fp32_weight`` (``Gemma2RMSNorm``/``Gemma3RMSNorm``: ``x.float()``,
+    normalised, times ``1 + weight.float()``; ``GptOssRMSNorm``,
+    ``NemotronHRMSNorm``, ``Qwen3NextRMSNorm`` alike) keeps the fp32 normalised
+    tensor (4 bytes per element) where Llama's keeps a bf16 one (2): 2 bytes
+    more per element, ``6 width + 4`` per row in all (measured by the torch
+    census, tests/plugins/test_census_hf_norms.py). Its fp32 copy of the weight
+    (``4 width`` bytes per norm, whatever the tokens) is left out.
+
+    A norm without a weight (*weight* false: Llama 4's ``L2Norm`` of q and k,
+    ``x.float()`` normalised and cast back) keeps the fp32 copy and the root
+    and no bf16 normalised tensor, and its fp32 copy stands in for the input
+    a fused norm keeps (``2 width`` bytes): ``2 width + 4`` per row beyond it
+    (measured by the torch census, tests/plugins/test_census_hf_norms.py).
     """
-    if "fp32_norm_copy" not in traits or norm != "rmsnorm":
+    if "fp32_norm_copy" not in traits or norm == "layernorm":
         return 0
-    return rows * (4 * width + 4)
+    if not weight:
+        return rows * (2 * width + 4)
+    return rows * ((6 if norm == "rmsnorm_fp32_weight" else 4) * width + 4)
+
+
+def head_norm(norm: str) -> str:
+    """The type of a layer's per-head or latent RMSNorms (QK-norm, MLA's latent norms) for a layer of *norm*:
+    its own RMSNorm type (the family's module), RMSNorm for a LayerNorm layer."""
+    return "rmsnorm" if norm == "layernorm" else norm
 
 
 def post_norm(b, prefix: str, norm: str) -> None:
@@ -47,7 +72,10 @@ def post_norm(b, prefix: str, norm: str) -> None:
     It keeps its input, the block's output projection's (reduce-scattered under
     sequence parallelism), which nothing else keeps; its output feeds the
     residual add, which keeps nothing. Its scale is ``hidden_size`` wide.
+    Under the ``fp32_norm_copy`` trait an unfused RMSNorm keeps its fp32
+    copies too (:func:`fp32_norm_bytes`).
     """
     b.keep(f"{prefix}_post_norm_in", b.hidden)
+    b.keep(f"{prefix}_post_norm_fp32", fp32_norm_bytes(b.x.tokens, b.h, norm, b.x.traits) // b.x.sp_degree, "normOp")
     b.param(f"{prefix}_post_norm", norm_params(norm, b.h), False)
     b.elementwise += NORM_OPS_PER_ELEMENT[norm] * b.x.tokens * b.h // b.x.sp_degree

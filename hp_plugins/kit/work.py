@@ -80,13 +80,17 @@ class AttentionShape:
 @attrs.frozen
 class ExpertShape:
     """Routed SwiGLU experts: ``experts`` of ``width`` (``moe_intermediate_size``), ``top_k`` per token,
-    padded to ``capacity_factor`` when ``pad_to_capacity``."""
+    padded to ``capacity_factor`` when ``pad_to_capacity``; ``gated`` false: ungated MLP experts (an up
+    and a down projection); ``model_width``: the width the experts read and write (a latent width),
+    ``None``: the layer's."""
 
     experts: int
     top_k: int
     width: int
     pad_to_capacity: bool = False
     capacity_factor: float | None = None
+    gated: bool = True
+    model_width: int | None = None
 
 
 def tp_collectives(x: LayerContext, blocks: int, tp_bytes: float, vocab: str = "") -> tuple[Collective, ...]:
@@ -199,16 +203,18 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
             routed *= experts.capacity_factor
         processed = routed * x.etp
         width = experts.width // x.etp
-        grouped = 2 * processed * h * 3 * width  # gate, up and down projections of SwiGLU experts
+        fc1 = 2 if experts.gated else 1
+        d = experts.model_width or h
+        grouped = 2 * processed * d * (fc1 + 1) * width  # gate (when gated), up and down projections
         local = max(experts.experts // x.ep, 1)
         rows = processed / local
-        permute = processed * h * act
-        permute_input = T / x.sp_degree * h * act
+        permute = processed * d * act
+        permute_input = T / x.sp_degree * d * act
         router = T / x.sp_degree * experts.experts
-        expert_gemms = ((local, rows, 2 * width, h), (local, rows, h, width))
-        routed_shapes = {(2 * width, h), (h, width)}
+        expert_gemms = ((local, rows, fc1 * width, d), (local, rows, d, width))
+        routed_shapes = {(fc1 * width, d), (d, width)}
         gemms.append((T // x.sp_degree, experts.experts, h))  # the router's gating GEMM (not a recorded weight)
-        collectives += expert_collectives(x, routed * h * act)
+        collectives += expert_collectives(x, routed * d * act)
     # Every other linear runs over the micro-batch's tokens (SP-gathered under TP).
     gemms += [(T, fan_out, fan_in) for fan_out, fan_in in weight_shapes if (fan_out, fan_in) not in routed_shapes]
     return LayerWork(

@@ -11,7 +11,8 @@ field stated as ``null`` means what transformers reads it as (no window).
   ``sliding_window`` (default 4096; ``null``: full attention), as
   ``MistralModel`` masks every layer with it.
 * ``phi3`` (``Phi3Config``): ``dense`` with the fused ``qkv_proj`` and
-  ``gate_up_proj`` (the same parameters as separate projections), the
+  ``gate_up_proj`` (the same parameters as separate projections; ``fused_qkv``:
+  v's slice keeps the projection's whole output alive), the
   ``sliding_window`` on every layer (default ``null``), ``resid_pdrop`` as
   the dropout after each block.
 * ``gemma2`` (``Gemma2Config``), ``gemma3_text`` (``Gemma3TextConfig``):
@@ -21,7 +22,8 @@ field stated as ``null`` means what transformers reads it as (no window).
   Gemma 3 five of every ``sliding_window_pattern`` = 6), the scores soft-capped
   by ``attn_logit_softcapping`` and the logits by ``final_logit_softcapping``;
   Gemma 3 adds per-head q/k norms. The embedding's scaling by ``sqrt(h)``
-  keeps nothing.
+  keeps nothing. Their norms are ``rmsnorm_fp32_weight`` (the module scales
+  by ``1 + weight`` in fp32), as GPT-OSS's.
 * ``gpt_oss`` (``GptOssConfig``): ``moe`` in every layer: attention with
   biases on q, k, v and the output and a sink logit per head, the
   ``sliding_window`` on ``sliding_attention`` layers (every other from the
@@ -34,7 +36,8 @@ field stated as ``null`` means what transformers reads it as (no window).
   ``intermediate_size_mlp``; layers using RoPE (``no_rope_layers[i] == 1``,
   by default all but every fourth) attend within chunks of
   ``attention_chunk_size`` and, with ``use_qk_norm``, L2-normalise q and k
-  (no weights); the others attend globally.
+  (no weights); the others attend globally. Its eager softmax runs in the
+  compute dtype (``softmax_in_compute_dtype``: ``Llama4`` ``eager_attention_forward``).
 """
 
 from __future__ import annotations
@@ -53,6 +56,11 @@ from hp_plugins.models.stack import ConfigReader, grouped
 
 __all__ = ["DEFAULTS", "MODEL_TYPES", "local_formats", "model_from_local_config"]
 
+# The norm type of the families whose transformers RMSNorm scales by its weight in fp32
+# (Gemma2RMSNorm, Gemma3RMSNorm: ``* (1.0 + self.weight.float())``; GptOssRMSNorm:
+# ``(self.weight * hidden_states)`` on the fp32 tensor; hp_plugins.kit.norms.fp32_norm_bytes).
+FP32_WEIGHT_NORM = "rmsnorm_fp32_weight"
+_FP32_WEIGHT_TYPES = ("gemma2", "gemma3_text", "gpt_oss")
 _COMMON = {"num_key_value_heads": None, "head_dim": None, "attention_dropout": 0.0}
 _GEMMA = {**_COMMON, "head_dim": 256, "attention_bias": False, "hidden_activation": "gelu_pytorch_tanh",
           "tie_word_embeddings": True, "sliding_window": 4096, "layer_types": None}
@@ -101,7 +109,7 @@ def _alternating(layers: int, pattern: int) -> list[str]:
 def _layers_every(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     """Mistral and Phi-3: one dense layer, its window on every layer."""
     phi3 = model_type == "phi3"
-    attention = _gqa(r, sliding_window=r.window("sliding_window"))
+    attention = _gqa(r, sliding_window=r.window("sliding_window"), fused_qkv=phi3)
     dropout = float(r.get("resid_pdrop", float)) if phi3 else 0.0
     return [("dense", _dense(r, attention, hidden_dropout=dropout))] * r.get("num_hidden_layers")
 
@@ -112,7 +120,7 @@ def _layers_gemma(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     pattern = r.get("sliding_window_pattern") if gemma3 else 2
     types = r.layer_types(_alternating(count, pattern), ("sliding_attention", "full_attention"))
     softcap = r.get("attn_logit_softcapping", float, nullable=True)
-    base = _gqa(r, bias=r.get("attention_bias", bool), qk_norm=gemma3,
+    base = _gqa(r, bias=r.get("attention_bias", bool), qk_norm=gemma3, norm=FP32_WEIGHT_NORM,
                 attn_logit_softcapping=None if softcap is None else float(softcap))
     full = _dense(r, base, "hidden_activation", post_block_norms=True)
     sliding = _dense(r, {**base, "sliding_window": r.window("sliding_window")}, "hidden_activation", post_block_norms=True)
@@ -127,7 +135,7 @@ def _layers_gpt_oss(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
         "moe_intermediate_size": r.get("intermediate_size"), "router_bias": True, "router_topk_softmax": True,
         "expert_bias": True, "expert_activation": "clamped_swiglu",
     }
-    base = _gqa(r, bias=r.get("attention_bias", bool), attention_sinks=True)
+    base = _gqa(r, bias=r.get("attention_bias", bool), attention_sinks=True, norm=FP32_WEIGHT_NORM)
     full = MoEConfig(**base, **experts)
     sliding = MoEConfig(**base, sliding_window=r.window("sliding_window"), **experts)
     return [("moe", sliding if t == "sliding_attention" else full) for t in types]
@@ -154,6 +162,7 @@ def _layers_llama4(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     layers = []
     for i in range(count):
         attention = _gqa(r, bias=r.get("attention_bias", bool), qk_norm=bool(qk_norm and rope[i]), qk_norm_weight=False,
+                         softmax_in_compute_dtype=True,
                          attention_chunk_size=chunk if types[i] == "chunked_attention" else None)
         if i in moe_layers:
             layers.append(("moe", MoEConfig(**attention, **experts)))
@@ -189,7 +198,8 @@ def model_from_local_config(cfg: Mapping[str, Any], *, name: str, source: str, w
         hidden, vocab = r.get("hidden_size"), r.get("vocab_size")
         final_cap = r.get("final_logit_softcapping", float, nullable=True) if model_type.startswith("gemma") else None
         output = OutputConfig(vocab_size=vocab, hidden_size=hidden, tie_word_embeddings=r.get("tie_word_embeddings", bool),
-                              final_logit_softcapping=None if final_cap is None else float(final_cap))
+                              final_logit_softcapping=None if final_cap is None else float(final_cap),
+                              norm=FP32_WEIGHT_NORM if model_type in _FP32_WEIGHT_TYPES else "rmsnorm")
         groups = [LayerGroup("embedding", EmbeddingConfig(vocab_size=vocab, hidden_size=hidden)), *body,
                   LayerGroup("output", output)]
     except (TypeError, ValueError) as exc:

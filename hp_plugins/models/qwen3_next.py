@@ -42,6 +42,9 @@ DEFAULTS: dict[str, Any] = {
     "full_attention_interval": 4, "layer_types": None, "num_key_value_heads": None,
 }
 _LINEAR, _FULL = "linear_attention", "full_attention"
+# Qwen3NextRMSNorm is zero-centred: it scales by ``1.0 + self.weight.float()`` in fp32 before casting back
+# (hp_plugins.kit.norms.fp32_norm_bytes), the layers' norms, the q/k norms and the final norm alike.
+_NORM = "rmsnorm_fp32_weight"
 
 
 def _layer_types(r: ConfigReader, layers: int) -> list[str]:
@@ -75,11 +78,11 @@ def model_from_qwen3_next_config(cfg: Mapping[str, Any], *, name: str, source: s
                  "linear_num_value_heads": r.get("linear_num_value_heads"),
                  "linear_key_head_dim": r.get("linear_key_head_dim"),
                  "linear_value_head_dim": r.get("linear_value_head_dim"),
-                 "linear_conv_kernel_dim": r.get("linear_conv_kernel_dim")}
+                 "linear_conv_kernel_dim": r.get("linear_conv_kernel_dim"), "norm": _NORM}
         bias, heads, kv = r.get("attention_bias", bool), r.get("num_attention_heads"), r.get("num_key_value_heads")
         attention = {"hidden_size": h, "num_attention_heads": heads,
                      "num_key_value_heads": heads if kv is None else kv, "head_dim": r.get("head_dim"),  # 0 refused
-                     "attention_bias": bias, "attention_out_bias": bias, "qk_norm": True,
+                     "attention_bias": bias, "attention_out_bias": bias, "qk_norm": True, "norm": _NORM,
                      "attention_dropout": float(r.get("attention_dropout", float))}
         body: list[tuple[str, Any]] = []
         for i, mixer_type in enumerate(types):
@@ -96,7 +99,7 @@ def model_from_qwen3_next_config(cfg: Mapping[str, Any], *, name: str, source: s
             else:
                 body.append(("gated_attention_moe", GatedAttentionMoEConfig(**attention, **ffn)) if sparse
                             else ("gated_attention", GatedAttentionConfig(**attention, **ffn)))
-        return model_from_body(r, body, name, source)
+        return model_from_body(r, body, name, source, _NORM)
     except (TypeError, ValueError) as exc:
         raise ConfigError(where, describe(exc)) from exc
 

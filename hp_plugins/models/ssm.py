@@ -16,8 +16,13 @@ size the model must be stated.
   ``mamba_n_groups``, ``mamba_d_conv``, ``mamba_conv_bias``, ``mamba_chunk_size``
   names as ``NemotronHConfig.__post_init__`` renames them), ``*`` an
   ``attention`` layer (``head_dim``, no biases, no rotary embedding), ``-`` an
-  ``mlp`` layer (``intermediate_size``, ``mlp_hidden_act``), ``E`` a mixture of
-  experts (refused: not priced yet).
+  ``mlp`` layer (``intermediate_size``, ``mlp_hidden_act``), ``E`` a ``moe_only``
+  layer (``NemotronHMoE``: ``n_routed_experts`` (or ``num_local_experts``) ungated
+  experts of ``moe_intermediate_size``, ``num_experts_per_tok`` per token, a shared
+  expert of ``moe_shared_expert_intermediate_size``, ``mlp_hidden_act``, the latent
+  projections where ``moe_latent_size`` is stated, an fp32 router; refused with
+  ``mlp_bias``, whose shared-expert and latent biases are not priced). Every norm
+  is ``NemotronHRMSNorm`` (``rmsnorm_fp32_weight``).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from hp_core.markers import hookimpl
 from hp_core.specs.model import LayerGroup, ModelSpec
 from hp_core.types import ModelFormat
 from hp_plugins.kinds.embedding import EmbeddingConfig
-from hp_plugins.kinds.hybrid import AttentionLayerConfig, MLPLayerConfig
+from hp_plugins.kinds.hybrid import AttentionLayerConfig, MLPLayerConfig, MoELayerConfig
 from hp_plugins.kinds.mamba import Mamba2LayerConfig
 from hp_plugins.kinds.output import OutputConfig
 from hp_plugins.models.stack import ConfigReader, grouped
@@ -44,19 +49,22 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                    "mlp_hidden_act": "relu2", "mlp_bias": False, "mamba_head_dim": 64, "ssm_state_size": 128,
                    "n_groups": 8, "conv_kernel": 4, "use_conv_bias": True, "chunk_size": 128, "use_bias": False,
                    "tie_word_embeddings": False, "hybrid_override_pattern": None, "layers_block_type": None,
-                   "layer_types": None},
+                   "layer_types": None, "moe_latent_size": None},
 }
 # NemotronHConfig.__post_init__: the legacy names it renames.
 _NEMOTRON_LEGACY = {"n_groups": "mamba_n_groups", "conv_kernel": "mamba_d_conv", "use_conv_bias": "mamba_conv_bias",
-                    "chunk_size": "mamba_chunk_size"}
+                    "chunk_size": "mamba_chunk_size", "n_routed_experts": "num_local_experts"}
 # NemotronHConfig._pattern_to_list.
+# NemotronHRMSNorm multiplies by ``self.weight.to(torch.float32)`` before casting back
+# (hp_plugins.kit.norms.fp32_norm_bytes); its gated norm in the mixer is the kit's own term.
+_NEMOTRON_NORM = "rmsnorm_fp32_weight"
 _PATTERN = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
 
 
-def model_from_body(r: ConfigReader, body: list[tuple[str, Any]], name: str, source: str) -> ModelSpec:
+def model_from_body(r: ConfigReader, body: list[tuple[str, Any]], name: str, source: str, norm: str = "rmsnorm") -> ModelSpec:
     h, vocab = r.get("hidden_size"), r.get("vocab_size")
     groups = [LayerGroup("embedding", EmbeddingConfig(vocab_size=vocab, hidden_size=h)), *grouped(body),
-              LayerGroup("output", OutputConfig(vocab_size=vocab, hidden_size=h,
+              LayerGroup("output", OutputConfig(vocab_size=vocab, hidden_size=h, norm=norm,
                                                 tie_word_embeddings=r.get("tie_word_embeddings", bool)))]
     return ModelSpec(name=name, layers=tuple(groups), source=source)
 
@@ -115,9 +123,9 @@ def model_from_nemotron_h_config(cfg: Mapping[str, Any], *, name: str, source: s
     _check_type(cfg, "nemotron_h", where)
     r = ConfigReader(cfg, DEFAULTS["nemotron_h"], where, _NEMOTRON_LEGACY)
     types = _nemotron_types(r)
-    if "moe" in types:
-        raise ConfigError(f"{where} $.hybrid_override_pattern",
-                          "E (mixture-of-experts) layers are not priced by this version; the supported layers are M, * and -")
+    if "moe" in types and r.get("mlp_bias", bool):
+        raise ConfigError(f"{where} $.mlp_bias", "true with E (mixture-of-experts) layers: the biases of their shared "
+                                                 "expert and latent projections are not priced; set it false")
     h = r.get("hidden_size")
     body: list[tuple[str, Any]] = []
     try:
@@ -129,18 +137,26 @@ def model_from_nemotron_h_config(cfg: Mapping[str, Any], *, name: str, source: s
                         hidden_size=h, mamba_num_heads=r.get("mamba_num_heads"), mamba_head_dim=r.get("mamba_head_dim"),
                         ssm_state_size=r.get("ssm_state_size"), n_groups=r.get("n_groups"),
                         conv_kernel=r.get("conv_kernel"), chunk_size=r.get("chunk_size"),
-                        use_bias=r.get("use_bias", bool), use_conv_bias=r.get("use_conv_bias", bool)))
+                        use_bias=r.get("use_bias", bool), use_conv_bias=r.get("use_conv_bias", bool), norm=_NEMOTRON_NORM))
+                elif layer_type == "moe":
+                    built[layer_type] = ("moe_only", MoELayerConfig(
+                        hidden_size=h, num_experts=r.get("n_routed_experts"), num_experts_per_tok=r.get("num_experts_per_tok"),
+                        moe_intermediate_size=r.get("moe_intermediate_size"),
+                        shared_expert_intermediate_size=r.get("moe_shared_expert_intermediate_size"),
+                        hidden_act=r.get("mlp_hidden_act", str), expert_activation="mlp",
+                        moe_latent_size=r.get("moe_latent_size"), router_fp32=True, norm=_NEMOTRON_NORM))
                 elif layer_type == "full_attention":
                     heads, kv = r.get("num_attention_heads"), r.get("num_key_value_heads")  # None: MHA; 0 refused
                     built[layer_type] = ("attention", AttentionLayerConfig(
                         hidden_size=h, num_attention_heads=heads, num_key_value_heads=heads if kv is None else kv,
-                        head_dim=r.get("head_dim"), attention_dropout=float(r.get("attention_dropout", float))))
+                        head_dim=r.get("head_dim"), attention_dropout=float(r.get("attention_dropout", float)),
+                        norm=_NEMOTRON_NORM))
                 else:
                     built[layer_type] = ("mlp", MLPLayerConfig(
                         hidden_size=h, intermediate_size=r.get("intermediate_size"), gated_mlp=False,
-                        hidden_act=r.get("mlp_hidden_act", str), mlp_bias=r.get("mlp_bias", bool)))
+                        hidden_act=r.get("mlp_hidden_act", str), mlp_bias=r.get("mlp_bias", bool), norm=_NEMOTRON_NORM))
             body.append(built[layer_type])
-        return model_from_body(r, body, name, source)
+        return model_from_body(r, body, name, source, _NEMOTRON_NORM)
     except (TypeError, ValueError) as exc:
         raise ConfigError(where, describe(exc)) from exc
 
@@ -151,4 +167,4 @@ def hp_model_formats():
     yield ModelFormat(name="mamba2", build=model_from_mamba2_config, model_types=("mamba2",),
                       description="Hugging Face config.json of Mamba-2 models (mamba2)")
     yield ModelFormat(name="nemotron_h", build=model_from_nemotron_h_config, model_types=("nemotron_h",),
-                      description="Hugging Face config.json of Nemotron-H hybrids (nemotron_h: M, *, - layers)")
+                      description="Hugging Face config.json of Nemotron-H hybrids (nemotron_h: M, *, -, E layers)")

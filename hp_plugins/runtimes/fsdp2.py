@@ -144,7 +144,9 @@ _MEMORY_OPTIONS = (
     RuntimeOption(
         "norm_implementation", "choice", "transformers",
         "transformers: RMSNorm upcasts its input to fp32 and keeps that copy and the inverse root (4h + 4 bytes per "
-        "token per norm beyond a fused norm, q/k norms too); fused: one kernel keeping its input and output",
+        "token per norm beyond a fused norm, q/k norms too; 6h + 4 where the family's norm scales by its weight in "
+        "fp32, rmsnorm_fp32_weight; a transformers router's fp32 input copy); fused: one kernel keeping its input "
+        "and output",
         "transformers models/llama/modeling_llama.py LlamaRMSNorm.forward (measured: torch census); "
         f"torch.nn.RMSNorm fused kernel ({_TT})",
         _norm,

@@ -6,7 +6,7 @@ groups and widths.
 
 from __future__ import annotations
 
-from hp_plugins.kinds.hybrid import AttentionLayerConfig, MLPLayerConfig
+from hp_plugins.kinds.hybrid import AttentionLayerConfig, MLPLayerConfig, MoELayerConfig
 from hp_plugins.kinds.mamba import Mamba2LayerConfig
 from hp_core.specs import LayerGroup
 from hp_plugins.kinds.dense import DenseConfig
@@ -53,5 +53,13 @@ SSM_SAMPLES: dict[str, list[object]] = {
     "mlp": [
         MLPLayerConfig(hidden_size=256, intermediate_size=1024, gated_mlp=False, hidden_act="relu2"),
         MLPLayerConfig(hidden_size=256, intermediate_size=512, hidden_act="silu", mlp_bias=True, hidden_dropout=0.1),
+    ],
+    "moe_only": [
+        MoELayerConfig(hidden_size=256, **_EXPERTS, shared_expert_intermediate_size=256, hidden_act="relu2",
+                       expert_activation="mlp", norm="rmsnorm_fp32_weight", router_fp32=True),
+        # Nemotron-H's latent experts (moe_latent_size), and gated SwiGLU experts without a shared one.
+        MoELayerConfig(hidden_size=256, **_EXPERTS, shared_expert_intermediate_size=128, hidden_act="relu2",
+                       expert_activation="mlp", moe_latent_size=64),
+        MoELayerConfig(hidden_size=256, **_EXPERTS),
     ],
 }

@@ -55,6 +55,13 @@ def _context():
     return layer_context(ParallelSpec(seq_len=8), PrecisionSpec(), "flash")
 
 
+def _eager(seq_len):
+    from hp_core.api import layer_context
+    from hp_core.specs import ParallelSpec, PrecisionSpec
+
+    return layer_context(ParallelSpec(seq_len=seq_len), PrecisionSpec(softmax_bytes=4), "eager")
+
+
 def _norm_extra(width: int) -> int:
     """Llama's RMSNorm beyond the formulas' input and output (tests/plugins/test_census_torch.py)."""
     return 4 * width + 4
@@ -134,9 +141,16 @@ def test_phi3_fused_projections(registry, seq_len):
     run = run_census(registry, "phi-3-mini", "torch", seq_len, "eager", 2)
     record, formulas = run.records["dense"], run.formulas["dense"]
     # v is a view of the fused qkv_proj output, so it keeps that whole storage alive: q's and k's parts
-    # (2 a d bf16) beyond the roped q and k the formulas count.
-    assert record.saved_tp - formulas.saved_tp == 2 * a * d * 2
+    # (2 a d bf16) beyond the roped q and k, which the formulas' fused_qkv term counts (32 heads, none repeated).
+    assert record.saved_tp == formulas.saved_tp
+    assert formulas.per_op["softmax"].saved_tp == a * seq_len * 4  # eager's fp32 softmax, as Llama's
+    terms = {t.op: t.bytes for t in registry.layer_kind("dense").evaluate(
+        model_from_preset("phi-3-mini", registry).layers[1].config, _eager(seq_len)).activations}
+    assert terms["qkv_fused_slices"] == seq_len * 2 * a * d * 2
     assert record.saved - formulas.saved == 2 * _norm_extra(3072)
+    # Phi-3-medium (40 heads, 10 KV heads): eager repeats v with a copy, so the slices die.
+    medium = run_census(registry, "phi-3-medium", "torch", seq_len, "eager", 2)
+    assert medium.records["dense"].saved_tp == medium.formulas["dense"].saved_tp
 
 
 def test_llama4_runs_every_expert_on_every_token_in_transformers(registry):

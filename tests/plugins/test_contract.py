@@ -134,6 +134,6 @@ def test_only_kinds_needing_sequence_parallelism_refuse_layouts(registry):
                                   tp_degrees=TP_DEGREES.get(kind.name, (1, 2, 4)))
         if report.refused:
             refusing[kind.name] = report.refused
-    assert sorted(refusing) == ["gated_attention_moe", "gdn_moe", "mla_moe", "moe", "mtp"]
+    assert sorted(refusing) == ["gated_attention_moe", "gdn_moe", "mla_moe", "moe", "moe_only", "mtp"]
     for name, refused in refusing.items():
         assert all("sp=off" in where and "tp=1 " not in where for where in refused), (name, refused)

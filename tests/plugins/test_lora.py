@@ -19,7 +19,7 @@ from hp_core.errors import ConfigError
 from hp_core.specs import LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec
 from hp_plugins.kinds.dense import DenseConfig
 from hp_plugins.kinds.embedding import EmbeddingConfig
-from hp_plugins.kinds.lora import NF4_BYTES, LoRAConfig, with_lora
+from hp_plugins.kinds.lora import MXFP4_BYTES, NF4_BYTES, LoRAConfig, with_lora
 from hp_plugins.kinds.output import OutputConfig
 
 _REGISTRY = build_registry(use_env=False)
@@ -116,6 +116,25 @@ def test_adapters_never_lower_memory_and_freezing_never_raises_it(heads, width, 
     # model may exceed full training: on a tiny model the adapters' kept activations, dropout's above all,
     # outweigh the gradients and optimizer states freezing saves, e.g. width 128, rank 31, every target.)
     assert peaks[0] <= peaks[1] and peaks[0] <= peaks[2]
+
+
+def test_mxfp4_experts_of_gpt_oss_20b_by_hand():
+    """base: mxfp4 holds GPT-OSS's routed expert weights as its checkpoint does (17 bytes per 32 weights: 16 of
+    packed E2M1 pairs and one E8M0 scale) and their biases in fp32, the rest in bf16: 13.78 GB of parameters for
+    GPT-OSS-20B, the size of its published checkpoint (about 13.8 GB), against 41.8 GB in bf16."""
+    assert MXFP4_BYTES == Fraction(17, 32)
+    model = model_from_preset("gpt-oss-20b", _REGISTRY)
+    held = {base: estimate(with_lora(model, _REGISTRY, base=base, rank=8), ParallelSpec(seq_len=256),
+                           registry=_REGISTRY).stages[0].memory.parameters_bytes for base in ("bf16", "mxfp4")}
+    layers, experts, h, width = 24, 32, 2880, 2880
+    weights, biases = layers * experts * 3 * h * width, layers * experts * (2 * width + h)
+    assert weights == 19_110_297_600
+    assert held["bf16"] - held["mxfp4"] == 2 * weights - weights * 17 // 32 + 2 * biases - 4 * biases
+    assert held["mxfp4"] == 13_782_498_432
+    # Expert parallelism splits the packed experts as it splits bf16 ones: per rank, half of them over ep = 2.
+    ep2 = estimate(with_lora(model, _REGISTRY, base="mxfp4", rank=8), ParallelSpec(dp=2, ep=2, seq_len=256),
+                   registry=_REGISTRY).stages[0].memory.parameters_bytes
+    assert held["mxfp4"] - ep2 == (weights * 17 // 32 + 4 * biases) // 2
 
 
 def test_the_config_page_example_estimates(tmp_path):

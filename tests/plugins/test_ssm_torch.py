@@ -20,7 +20,7 @@ from hp_core.engine.census import run_census  # noqa: E402
 from hp_plugins.census.torch import measure_kind  # noqa: E402
 
 _REGISTRY = build_registry(use_env=False)
-_BLOCK_KIND = {"linear_attention": "mamba2", "full_attention": "attention", "mlp": "mlp"}
+_BLOCK_KIND = {"linear_attention": "mamba2", "full_attention": "attention", "mlp": "mlp", "moe": "moe_only"}
 
 
 def _transformers_model(name):
@@ -30,7 +30,7 @@ def _transformers_model(name):
         return transformers.AutoModelForCausalLM.from_config(config)
 
 
-@pytest.mark.parametrize("name", ["mamba-codestral-7b", "nemotron-h-8b"])
+@pytest.mark.parametrize("name", ["mamba-codestral-7b", "nemotron-h-8b", "nemotron-h-56b", "nemotron-3-nano-30b-a3b"])
 def test_parameters_equal_transformers_modules(name):
     model = _transformers_model(name)
     summary = count_parameters(model_from_preset(name, _REGISTRY), _REGISTRY)

@@ -149,7 +149,12 @@ def test_w_keeps_at_most_what_the_plain_layer_keeps_without_sp(case):
         assert cost.weight_gradient_bytes is not None and cost.weight_gradient_bytes >= 0, name
         return
     assert cost.weight_gradient_bytes is not None and unsplit.weight_gradient_bytes is not None, name
-    assert 0 <= cost.weight_gradient_bytes <= unsplit.weight_gradient_bytes <= unsplit.kept_bytes, \
+    # A latent MoE layer (Nemotron-H moe_latent_size) adds two linears whose W reads gradients no forward tensor
+    # matches: fc1_latent's L-wide and fc2_latent's h-wide output gradients; on a small layer W can exceed what
+    # it keeps by up to those (tests/plugins/samples_ssm.py's latent sample: by 112 bytes a token of 3,216).
+    latent = getattr(sample, "moe_latent_size", None)
+    slack = context.tokens * (latent + sample.hidden_size) * PRECISION.activation_bytes if latent else 0
+    assert 0 <= cost.weight_gradient_bytes <= unsplit.weight_gradient_bytes <= unsplit.kept_bytes + slack, \
         (name, context, cost.weight_gradient_bytes, unsplit.weight_gradient_bytes, unsplit.kept_bytes)
 
 
