@@ -19,6 +19,7 @@ all-reduce (NCCL 2.17 release notes, ``NCCL_ALGO=NVLS``).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
@@ -60,6 +61,14 @@ def place_group(sizes: dict[str, int], order: tuple[str, ...], dims: tuple[str, 
     ``RankGenerator``: ``tp-cp-ep-dp-pp`` puts a TP group on consecutive ranks);
     node ``r // devices_per_node`` holds rank ``r``.
     """
+    return _placed(tuple(sizes.items()), tuple(order), tuple(dims), devices_per_node)
+
+
+@functools.lru_cache(maxsize=4096)
+def _placed(sizes_items: tuple[tuple[str, int], ...], order: tuple[str, ...], dims: tuple[str, ...],
+            devices_per_node: int) -> GroupPlacement:
+    """:func:`place_group` of hashable arguments, kept: a search places the same groups for many layouts (bounded)."""
+    sizes = dict(sizes_items)
     stride, strides = 1, {}
     for d in order:
         strides[d] = stride

@@ -6,26 +6,15 @@
 
 from __future__ import annotations
 
-import re
-from typing import Any, Callable
+from typing import Callable
 
 import attrs
 
-from hp_core.costs import Flops, ParamCount, _non_negative_int
+from hp_core.costs import Flops, ParamCount
 from hp_core.specs.precision import PrecisionSpec
+from hp_core.validators import non_negative_int, plugin_name
 
 __all__ = ["Optimizer", "ParamSlice"]
-
-_NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
-
-
-def _check_name(instance: Any, attribute: attrs.Attribute, value: str) -> None:
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ValueError(
-            f"{type(instance).__name__}.{attribute.name} must be a lower-case name "
-            f"(letters, digits, '_', '-', '.'), got {value!r}"
-        )
-
 
 @attrs.frozen
 class ParamSlice:
@@ -41,7 +30,7 @@ class ParamSlice:
     """
 
     param: ParamCount
-    elements: int = attrs.field(validator=_non_negative_int)
+    elements: int = attrs.field(validator=non_negative_int)
 
     @property
     def matrices(self) -> tuple[tuple[int, int, int], ...]:
@@ -102,7 +91,7 @@ class Optimizer:
         description: One line for ``hp plugins``; say where the figures come from.
     """
 
-    name: str = attrs.field(validator=_check_name)
+    name: str = attrs.field(validator=plugin_name)
     state_bytes: Callable[[ParamSlice, PrecisionSpec], float]
     step_bytes: Callable[[ParamSlice, PrecisionSpec], float]
     master_copy: bool = True

@@ -22,9 +22,11 @@ linear input (:attr:`hp_core.costs.ActivationTerm.gemm_input`).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 import attrs
+
+from hp_core.validators import non_empty_text, non_negative_int, one_of
 
 __all__ = ["AUTOCAST", "FORMATS", "GEMM_KERNELS", "GemmOperand", "PrecisionRecipe", "SCALINGS"]
 
@@ -67,23 +69,6 @@ AUTOCAST = ":autocast"
 PARAM_GATHERS = ("none", "stored", "cast")
 
 
-def _in(choices: Mapping[str, Any] | tuple[str, ...], what: str):
-    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-        if value not in choices:
-            raise ValueError(f"{type(instance).__name__}.{attribute.name}: unknown {what} {value!r}; known: {', '.join(choices)}")
-    return check
-
-
-def _count(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a non-negative int, got {value!r}")
-
-
-def _text(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a non-empty string")
-
-
 @attrs.frozen
 class GemmOperand:
     """One GEMM operand's element format and scaling.
@@ -93,8 +78,8 @@ class GemmOperand:
         scaling: One of :data:`SCALINGS` (``none`` for ``bf16``).
     """
 
-    format: str = attrs.field(validator=_in(FORMATS, "format"))
-    scaling: str = attrs.field(default="none", validator=_in(SCALINGS, "scaling"))
+    format: str = attrs.field(validator=one_of(tuple(FORMATS)))
+    scaling: str = attrs.field(default="none", validator=one_of(tuple(SCALINGS)))
 
     def __attrs_post_init__(self) -> None:
         if (self.format == "bf16") != (self.scaling == "none"):
@@ -175,20 +160,20 @@ class PrecisionRecipe:
             (``{"megatron": ("--fp8-format", "hybrid", ...)}``).
     """
 
-    name: str = attrs.field(validator=_text)
-    description: str = attrs.field(validator=_text)
-    source: str = attrs.field(validator=_text)
+    name: str = attrs.field(validator=non_empty_text)
+    description: str = attrs.field(validator=non_empty_text)
+    source: str = attrs.field(validator=non_empty_text)
     weights: GemmOperand = _BF16
     activations: GemmOperand = _BF16
     gradients: GemmOperand = _BF16
-    amax_history: int = attrs.field(default=0, validator=_count)
-    saved_input: str = attrs.field(default="quantized", validator=_in(SAVED_INPUTS, "saved input"))
-    weight_copies: int = attrs.field(default=0, validator=_count)
+    amax_history: int = attrs.field(default=0, validator=non_negative_int)
+    saved_input: str = attrs.field(default="quantized", validator=one_of(tuple(SAVED_INPUTS)))
+    weight_copies: int = attrs.field(default=0, validator=non_negative_int)
     cache_weights: bool = False
-    param_gather: str = attrs.field(default="none", validator=_in(PARAM_GATHERS, "param gather"))
+    param_gather: str = attrs.field(default="none", validator=one_of(tuple(PARAM_GATHERS)))
     tp_gather: bool = False
-    quantize_passes: int = attrs.field(default=1, validator=_count)
-    attention_format: str = attrs.field(default="bf16", validator=_in(FORMATS, "format"))
+    quantize_passes: int = attrs.field(default=1, validator=non_negative_int)
+    attention_format: str = attrs.field(default="bf16", validator=one_of(tuple(FORMATS)))
     one_copy_architectures: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     flags: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, converter=lambda v: {k: tuple(f) for k, f in dict(v).items()})
 

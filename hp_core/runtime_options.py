@@ -32,13 +32,13 @@ and two registries built alike compare equal.
 from __future__ import annotations
 
 import math
-import re
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import attrs
 
 from hp_core.bounds import MAX_INT, short_repr
 from hp_core.errors import ConfigError, describe
+from hp_core.validators import name_matching, one_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from hp_core.types import Runtime
@@ -57,14 +57,11 @@ __all__ = [
 ]
 
 OPTION_TYPES = ("bool", "int", "float", "choice")
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
 
 
-def _option_name(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ValueError(f"RuntimeOption.name must be lower-case letters, digits and '_', got {value!r}")
+_option_name = name_matching(r"^[a-z][a-z0-9_]*$", "lower-case letters, digits and '_'")
 
 
 @attrs.frozen
@@ -87,7 +84,7 @@ class RuntimeOption:
     """
 
     name: str = attrs.field(validator=_option_name)
-    type: str = attrs.field(validator=attrs.validators.in_(OPTION_TYPES))
+    type: str = attrs.field(validator=one_of(OPTION_TYPES))
     default: Any
     description: str
     source: str

@@ -24,30 +24,19 @@ party yields its own through the same hook.
 
 from __future__ import annotations
 
-import re
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 import attrs
 
-from hp_core.costs import _non_negative_number
+from hp_core.validators import name_matching, non_negative_number, one_of, positive_int
 
 __all__ = ["PASS_NAMES", "GradientSync", "Pass", "Schedule", "ScheduleLayout", "StagePasses", "interleaved_chunks"]
 
 # The passes a schedule may run per micro-batch and chunk: a forward, a whole
 # backward, or the backward split into its input-gradient (B) and weight-gradient (W) passes.
 PASS_NAMES = ("forward", "backward", "input_gradient", "weight_gradient")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")  # "1f1b" starts with a digit
-
-
-def _check_name(instance: Any, attribute: attrs.Attribute, value: str) -> None:
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a lower-case name "
-                         f"(letters, digits, '_', '-', '.'), got {value!r}")
-
-
-def _positive(instance: Any, attribute: attrs.Attribute, value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a positive integer, got {value!r}")
+# A plugin name that may start with a digit: "1f1b".
+_schedule_name = name_matching(r"^[a-z0-9][a-z0-9_.-]*$", "a lower-case name (letters, digits, '_', '-', '.')")
 
 
 @attrs.frozen
@@ -61,9 +50,9 @@ class ScheduleLayout:
         micro_batches: Micro-batches per step ``m`` (per data-parallel rank).
     """
 
-    pp: int = attrs.field(validator=_positive)
-    vpp: int = attrs.field(validator=_positive)
-    micro_batches: int = attrs.field(validator=_positive)
+    pp: int = attrs.field(validator=positive_int)
+    vpp: int = attrs.field(validator=positive_int)
+    micro_batches: int = attrs.field(validator=positive_int)
 
 
 @attrs.frozen
@@ -75,7 +64,7 @@ class Pass:
         keeps: What it leaves alive, in words (shown by ``hp plugins``).
     """
 
-    name: str = attrs.field(validator=attrs.validators.in_(PASS_NAMES))
+    name: str = attrs.field(validator=one_of(PASS_NAMES))
     keeps: str = ""
 
 
@@ -95,9 +84,9 @@ class StagePasses:
             to compute); the rest is the backward, recompute included.
     """
 
-    seconds: float = attrs.field(validator=_non_negative_number)
-    weight_gradient_seconds: float = attrs.field(default=0.0, validator=_non_negative_number)
-    forward_seconds: float = attrs.field(default=0.0, validator=_non_negative_number)
+    seconds: float = attrs.field(validator=non_negative_number)
+    weight_gradient_seconds: float = attrs.field(default=0.0, validator=non_negative_number)
+    forward_seconds: float = attrs.field(default=0.0, validator=non_negative_number)
 
 
 @attrs.frozen
@@ -111,8 +100,8 @@ class GradientSync:
         source: Where it comes from.
     """
 
-    op: str = attrs.field(validator=attrs.validators.in_(("all_reduce",)))
-    ranks: int = attrs.field(validator=_positive)
+    op: str = attrs.field(validator=one_of(("all_reduce",)))
+    ranks: int = attrs.field(validator=positive_int)
     description: str = ""
     source: str = ""
 
@@ -180,14 +169,14 @@ class Schedule:
         description: One line for ``hp plugins``.
     """
 
-    name: str = attrs.field(validator=_check_name)
+    name: str = attrs.field(validator=_schedule_name)
     in_flight: Callable[[ScheduleLayout, int], tuple[int, ...]]
     pipeline_seconds: Callable[[ScheduleLayout, tuple[StagePasses, ...]], float]
     default_micro_batches: Callable[[int, int], int]
     stage_chunks: Callable[[ScheduleLayout, int], tuple[int, ...]] = interleaved_chunks
     check: Callable[[ScheduleLayout], None] | None = None
     passes: tuple[Pass, ...] = attrs.field(factory=_forward_backward, converter=tuple)
-    model_copies: int = attrs.field(default=1, validator=_positive)
+    model_copies: int = attrs.field(default=1, validator=positive_int)
     trainer_names: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
     fill_share: Callable[[ScheduleLayout], float] | None = None
     awaiting_weight_gradient: Callable[[ScheduleLayout, int], tuple[int, ...]] | None = None

@@ -11,7 +11,6 @@ returns, :class:`~hp_core.costs.LayerCost` under a
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Mapping
 
 import attrs
@@ -24,6 +23,7 @@ from hp_core.runtime_options import RuntimeOption
 from hp_core.specs.hardware import HardwareSpec
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.specs.timing import TimingProfile
+from hp_core.validators import plugin_name
 
 __all__ = [
     "ASPECTS",
@@ -47,15 +47,6 @@ __all__ = [
 
 # Where a kind's layers sit: before the body (first stage), in it, after it (last stage).
 PLACEMENTS = ("first", "body", "last")
-_NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
-
-
-def _check_name(instance: Any, attribute: attrs.Attribute, value: str) -> None:
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ValueError(
-            f"{type(instance).__name__}.{attribute.name} must be a lower-case name "
-            f"(letters, digits, '_', '-', '.'), got {value!r}"
-        )
 
 
 # --------------------------------------------------------------------------- records
@@ -81,7 +72,7 @@ class LayerKind:
         description: One line for ``hp plugins``.
     """
 
-    name: str = attrs.field(validator=_check_name)
+    name: str = attrs.field(validator=plugin_name)
     config_type: type
     evaluate: Callable[[Any, LayerContext], LayerCost]
     placement: str = attrs.field(default="body", validator=attrs.validators.in_(PLACEMENTS))
@@ -200,7 +191,7 @@ class CensusSource:
             uses the ``file`` source's).
     """
 
-    name: str = attrs.field(validator=_check_name)
+    name: str = attrs.field(validator=plugin_name)
     provide: Callable[[CensusRequest], Mapping[str, CensusRecord]]
     description: str = ""
     write: Callable[..., Any] | None = None
@@ -263,7 +254,7 @@ class Runtime:
             empty for the profile as registered.
     """
 
-    name: str = attrs.field(validator=_check_name)
+    name: str = attrs.field(validator=plugin_name)
     precision: PrecisionSpec
     attention: str = attrs.field(validator=attrs.validators.in_(ATTENTION_IMPLS))
     zero: int = attrs.field(default=0, validator=attrs.validators.in_((0, 1, 2, 3)))
@@ -317,7 +308,7 @@ class Runtime:
 class HardwarePreset:
     """A device type, as data with provenance."""
 
-    name: str = attrs.field(validator=_check_name)
+    name: str = attrs.field(validator=plugin_name)
     spec: HardwareSpec
     provenance: str = ""
 
@@ -326,7 +317,7 @@ class HardwarePreset:
 class ModelPreset:
     """A model shipped as data: a Hugging Face style ``config.json`` plus where it comes from."""
 
-    name: str = attrs.field(validator=_check_name)
+    name: str = attrs.field(validator=plugin_name)
     hf_config: Mapping[str, Any]
     provenance: str
     description: str = ""
@@ -353,8 +344,8 @@ class Exporter:
             --export``).
     """
 
-    name: str = attrs.field(validator=_check_name)
-    runtime: str = attrs.field(validator=_check_name)
+    name: str = attrs.field(validator=plugin_name)
+    runtime: str = attrs.field(validator=plugin_name)
     export: Callable[..., Any]
     description: str = ""
     candidates: Callable[..., Any] | None = None
@@ -380,7 +371,7 @@ class ModelFormat:
         description: One line for ``hp plugins``.
     """
 
-    name: str = attrs.field(validator=_check_name)
+    name: str = attrs.field(validator=plugin_name)
     build: Callable[..., Any]
     model_types: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     description: str = ""
@@ -399,7 +390,7 @@ class CaseFormat:
         description: One line for ``hp plugins``.
     """
 
-    name: str = attrs.field(validator=_check_name)
+    name: str = attrs.field(validator=plugin_name)
     accepts: Callable[[Any], bool]
     read: Callable[..., Any]
     description: str = ""
@@ -428,8 +419,8 @@ class LayerAspect:
         description: One line for ``hp plugins``.
     """
 
-    name: str = attrs.field(validator=_check_name)
-    kind: str = attrs.field(validator=_check_name)
+    name: str = attrs.field(validator=plugin_name)
+    kind: str = attrs.field(validator=plugin_name)
     aspect: str = attrs.field(validator=attrs.validators.in_(ASPECTS))
     evaluate: Callable[..., Any]
     description: str = ""

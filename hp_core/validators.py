@@ -12,6 +12,7 @@ into a one-line error naming the field's path
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable
 
 import attrs
@@ -20,8 +21,8 @@ from hp_core.bounds import MAX_INT, short_repr
 from hp_core.errors import SpecError
 
 __all__ = [
-    "bounded_int", "finite_number", "is_finite", "instance_of", "non_negative_int", "one_of", "optional", "positive_int",
-    "positive_number", "probability",
+    "bounded_int", "finite_number", "is_finite", "instance_of", "name_matching", "non_empty_text", "non_negative_int",
+    "non_negative_number", "one_of", "optional", "plugin_name", "positive_int", "positive_number", "probability",
 ]
 
 
@@ -56,6 +57,12 @@ def positive_number(instance: Any, attribute: attrs.Attribute, value: Any) -> No
     """A strictly positive, finite ``int`` or ``float``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not is_finite(value) or not value > 0:
         raise SpecError(attribute.name, f"{attribute.name} must be a positive finite number, got {short_repr(value)}")
+
+
+def non_negative_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """A finite ``int`` or ``float`` at least 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not is_finite(value) or value < 0:
+        raise SpecError(attribute.name, f"{attribute.name} must be a non-negative finite number, got {short_repr(value)}")
 
 
 def finite_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -99,3 +106,24 @@ def instance_of(kind: type | tuple[type, ...], name: str) -> Callable[[Any, attr
             raise SpecError(attribute.name, f"{attribute.name} must be {name}, got {short_repr(value)}")
 
     return check
+
+
+def name_matching(pattern: str, rule: str) -> Callable[[Any, attrs.Attribute, Any], None]:
+    """A ``str`` matching the regular expression *pattern*; *rule* says in words what it allows."""
+    regex = re.compile(pattern)
+
+    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if not isinstance(value, str) or not regex.match(value):
+            raise SpecError(attribute.name, f"{attribute.name} must be {rule}, got {short_repr(value)}")
+
+    return check
+
+
+# The name a plugin record is registered and named by (a layer kind, runtime, optimizer, schedule, ...).
+plugin_name = name_matching(r"^[a-z][a-z0-9_.-]*$", "a lower-case name (letters, digits, '_', '-', '.')")
+
+
+def non_empty_text(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """A ``str`` with something besides white space."""
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(attribute.name, f"{attribute.name} must be a non-empty string, got {short_repr(value)}")

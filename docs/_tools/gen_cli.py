@@ -35,7 +35,8 @@ python docs/_tools/gen_cli.py
 ```
 
 A user error (a bad flag, a bad field, an unknown name) prints one line naming the field and exits
-with status 2; no traceback. Every command takes `--json`: the documents are described field by
+with status 2; no traceback. A comma-separated list of names or shares (`--schedules`, `hp search
+--precision`, `--offload`) names each entry once and leaves none empty. Every command takes `--json`: the documents are described field by
 field in [json.md](json.md). `hp estimate`, `hp recompute` and `hp potentials` read the same
 config files ([config.md](config.md)); their flags override the file.
 """

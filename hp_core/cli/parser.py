@@ -122,7 +122,17 @@ def _share_list(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated shares such as 0.25,0.5, got {short_repr(text)}") from None
     if any(not 0 < share <= 1 for share in shares):
         raise argparse.ArgumentTypeError(f"offload shares lie in (0, 1], got {short_repr(text)}")
-    return shares
+    return _once(shares, text)
+
+
+def _once(items: tuple, text: str) -> tuple:
+    """*items* of a comma-separated list, refused where one stands twice (``1f1b,1f1b``, ``0.5,0.50``)."""
+    seen: set = set()
+    for item in items:
+        if item in seen:
+            raise argparse.ArgumentTypeError(f"{item!r} is listed twice in {short_repr(text)}; list each once")
+        seen.add(item)
+    return items
 
 
 def _reserve(text: str) -> int:
@@ -315,10 +325,10 @@ def _add_recompute_parser(sub: Any) -> None:
 
 def _names(text: str) -> tuple[str, ...]:
     """``1f1b,zb_h1``: comma-separated names."""
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    if not names:
-        raise argparse.ArgumentTypeError("name at least one schedule, e.g. 1f1b,zb_h1")
-    return names
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"name each schedule between the commas, e.g. 1f1b,zb_h1; got {short_repr(text)}")
+    return _once(names, text)
 
 
 def _add_search_parser(sub: Any) -> None:

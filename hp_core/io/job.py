@@ -12,7 +12,7 @@ import attrs
 
 from hp_core.engine.estimate import estimate_run
 from hp_core.engine.prepare import PreparedRun, prepare
-from hp_core.errors import ConfigError, describe
+from hp_core.errors import ConfigError, SpecError, describe
 from hp_core.io.convert import ConfigFile, InlineModel, inline_model
 from hp_core.registry import Registry
 from hp_core.types import Runtime
@@ -69,6 +69,8 @@ def resolve_job(config: ConfigFile, registry: Registry) -> Job:
     if config.precision:
         try:
             precision = attrs.evolve(runtime.precision, **config.precision)
+        except SpecError as exc:  # a field's validator: its path below $.precision
+            raise ConfigError(f"$.precision.{exc.path}", exc.message) from None
         except (TypeError, ValueError) as exc:
             raise ConfigError("$.precision", describe(exc)) from None
     hardware = config.hardware

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import attrs
 
-from hp_core.errors import SpecError
-
-from hp_core.validators import non_negative_int, positive_int
+from hp_core.validators import name_matching, non_negative_int, positive_int
 
 __all__ = ["PrecisionSpec"]
 
-
-def _optimizer_name(instance: object, attribute: attrs.Attribute, value: object) -> None:
-    if not isinstance(value, str) or not value:
-        raise SpecError("optimizer", f"PrecisionSpec.optimizer must be an optimizer's name (see 'hp plugins'), got {value!r}")
-
-
-def _recipe_name(instance: object, attribute: attrs.Attribute, value: object) -> None:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"PrecisionSpec.recipe must be a precision recipe's name (see 'hp plugins'), got {value!r}")
+# Names checked against the registry where a run is prepared; here only that they are names (any non-empty text).
+_optimizer_name = name_matching(r"(?s).", "an optimizer's name (see 'hp plugins')")
+_recipe_name = name_matching(r"(?s).", "a precision recipe's name (see 'hp plugins')")
 
 
 @attrs.frozen(kw_only=True)

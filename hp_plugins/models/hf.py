@@ -39,7 +39,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from hp_core.bounds import MAX_INT, MAX_LAYERS, short_repr
 from hp_core.errors import ConfigError, SpecError, describe
 from hp_core.markers import hookimpl
 from hp_core.models import load_model_config
@@ -52,7 +51,7 @@ from hp_plugins.kinds.moe import MoEConfig
 from hp_plugins.kinds.mtp import MTPConfig
 from hp_plugins.kinds.output import OutputConfig
 from hp_plugins.models.hf_local import local_formats
-from hp_plugins.models.stack import grouped
+from hp_plugins.models.stack import ConfigReader, grouped
 
 __all__ = ["DEFAULTS", "MODEL_TYPES", "hp_model_formats", "load_hf_config", "model_from_hf_config"]
 
@@ -82,38 +81,7 @@ def load_hf_config(path: str | Path) -> tuple[dict[str, Any], str]:
     return load_model_config(path)
 
 
-class _Reader:
-    """Reads fields of one config by name, with the model type's defaults."""
-
-    def __init__(self, cfg: Mapping[str, Any], model_type: str, where: str) -> None:
-        self.cfg, self.defaults, self.where = cfg, DEFAULTS[model_type], where
-
-    def get(self, key: str, kind: type = int) -> Any:
-        if key in self.cfg and self.cfg[key] is not None:
-            value = self.cfg[key]
-        elif key in self.defaults:
-            return self.defaults[key]
-        else:
-            raise ConfigError(f"{self.where} $.{key}", "is missing and the estimate needs it; add it to the config")
-        if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ConfigError(f"{self.where} $.{key}", f"must be a non-negative integer, got {short_repr(value)}")
-        if kind is int and key == "num_hidden_layers" and not 1 <= value <= MAX_LAYERS:
-            raise ConfigError(f"{self.where} $.{key}", f"must be at least 1 and at most {MAX_LAYERS:,} (MAX_LAYERS), got {short_repr(value)}")
-        if kind is int and value > MAX_INT:
-            raise ConfigError(f"{self.where} $.{key}", f"must be at most {MAX_INT:,} (MAX_INT), got {short_repr(value)}")
-        if kind is bool and not isinstance(value, bool):
-            raise ConfigError(f"{self.where} $.{key}", f"must be true or false, got {short_repr(value)}")
-        if kind is str and not isinstance(value, str):
-            raise ConfigError(f"{self.where} $.{key}", f"must be a string, got {short_repr(value)}")
-        if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ConfigError(f"{self.where} $.{key}", f"must be a number, got {short_repr(value)}")
-        if kind is list and not (isinstance(value, list) and len(value) <= MAX_LAYERS
-                                 and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
-            raise ConfigError(f"{self.where} $.{key}", f"must be a list of layer indices, got {short_repr(value)}")
-        return value
-
-
-def _gqa(r: _Reader, qkv_bias: bool | None = None, qk_norm: bool = False) -> dict[str, Any]:
+def _gqa(r: ConfigReader, qkv_bias: bool | None = None, qk_norm: bool = False) -> dict[str, Any]:
     heads = r.get("num_attention_heads")
     return {
         "hidden_size": r.get("hidden_size"),
@@ -126,7 +94,7 @@ def _gqa(r: _Reader, qkv_bias: bool | None = None, qk_norm: bool = False) -> dic
     }
 
 
-def _mla(r: _Reader) -> dict[str, Any]:
+def _mla(r: ConfigReader) -> dict[str, Any]:
     return {
         "hidden_size": r.get("hidden_size"),
         "num_attention_heads": r.get("num_attention_heads"),
@@ -140,11 +108,11 @@ def _mla(r: _Reader) -> dict[str, Any]:
     }
 
 
-def _mlp(r: _Reader, width_key: str = "intermediate_size") -> dict[str, Any]:
+def _mlp(r: ConfigReader, width_key: str = "intermediate_size") -> dict[str, Any]:
     return {"intermediate_size": r.get(width_key), "gated_mlp": True, "hidden_act": r.get("hidden_act", str)}
 
 
-def _experts(r: _Reader, count_key: str, width_key: str, shared: int = 0, gate: bool = False) -> dict[str, Any]:
+def _experts(r: ConfigReader, count_key: str, width_key: str, shared: int = 0, gate: bool = False) -> dict[str, Any]:
     return {
         "num_experts": r.get(count_key),
         "num_experts_per_tok": r.get("num_experts_per_tok"),
@@ -155,40 +123,32 @@ def _experts(r: _Reader, count_key: str, width_key: str, shared: int = 0, gate: 
     }
 
 
-def _window(r: _Reader) -> int | None:
-    """``sliding_window`` in tokens (``null``: the model type's default); 0 is refused."""
-    value = r.get("sliding_window")
-    if value == 0:
-        raise ConfigError(f"{r.where} $.sliding_window", "must be a positive number of tokens or null, got 0")
-    return value
-
-
-def _layers_llama(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
+def _layers_llama(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     mlp_bias = r.get("mlp_bias", bool) if model_type == "llama" else False
     attention = _gqa(r, qkv_bias=True if model_type == "qwen2" else None, qk_norm=model_type == "qwen3")
     layer = DenseConfig(**attention, **_mlp(r), mlp_bias=mlp_bias)
     count = r.get("num_hidden_layers")
     if model_type == "qwen2" and r.get("use_sliding_window", bool):
         # transformers Qwen2Config: layers from max_window_layers on attend within the window.
-        local = DenseConfig(**attention, **_mlp(r), mlp_bias=mlp_bias, sliding_window=_window(r))
+        local = DenseConfig(**attention, **_mlp(r), mlp_bias=mlp_bias, sliding_window=r.window("sliding_window", nullable=False))
         first = r.get("max_window_layers")
         return [("dense", layer if i < first else local) for i in range(count)]
     return [("dense", layer)] * count
 
 
-def _layers_mixtral(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
+def _layers_mixtral(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     layer = MoEConfig(**_gqa(r, qkv_bias=False), **_experts(r, "num_local_experts", "intermediate_size"),
-                      sliding_window=_window(r))
+                      sliding_window=r.window("sliding_window", nullable=False))
     return [("moe", layer)] * r.get("num_hidden_layers")
 
 
-def _layers_qwen_moe(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
+def _layers_qwen_moe(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     qwen2 = model_type == "qwen2_moe"
     attention = _gqa(r, qkv_bias=True if qwen2 else None, qk_norm=not qwen2)
     shared = r.get("shared_expert_intermediate_size") if qwen2 else 0
     sparse = MoEConfig(**attention, **_experts(r, "num_experts", "moe_intermediate_size", shared, gate=qwen2 and shared > 0))
     dense = None
-    step, only = r.get("decoder_sparse_step"), set(r.get("mlp_only_layers", list))
+    step, only = r.get("decoder_sparse_step"), set(r.indices("mlp_only_layers"))
     layers = []
     for i in range(r.get("num_hidden_layers")):
         if i not in only and step > 0 and (i + 1) % step == 0:
@@ -199,7 +159,7 @@ def _layers_qwen_moe(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
     return layers
 
 
-def _layers_deepseek(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
+def _layers_deepseek(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     attention = _mla(r)
     n_shared = r.get("n_shared_experts") or 0
     width = r.get("moe_intermediate_size")
@@ -212,7 +172,7 @@ def _layers_deepseek(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
     ]
 
 
-_BUILDERS: dict[str, Callable[[_Reader, str], list[tuple[str, Any]]]] = {
+_BUILDERS: dict[str, Callable[[ConfigReader, str], list[tuple[str, Any]]]] = {
     "llama": _layers_llama,
     "qwen2": _layers_llama,
     "qwen3": _layers_llama,
@@ -242,7 +202,7 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str, wher
         raise ConfigError(
             f"{where} $.model_type", f"model_type {model_type!r} is not supported; supported: {', '.join(MODEL_TYPES)}"
         )
-    r = _Reader(cfg, model_type, where)
+    r = ConfigReader(cfg, DEFAULTS[model_type], where)
     try:
         body = grouped(_BUILDERS[model_type](r, model_type))
         hidden, vocab = r.get("hidden_size"), r.get("vocab_size")

@@ -44,20 +44,18 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from hp_core.bounds import MAX_INT, MAX_LAYERS, short_repr
+from hp_core.bounds import short_repr
 from hp_core.errors import ConfigError, describe
 from hp_core.specs.model import LayerGroup, ModelSpec
 from hp_core.types import ModelFormat
-from hp_core.validators import is_finite
 from hp_plugins.kinds.dense import DenseConfig
 from hp_plugins.kinds.embedding import EmbeddingConfig
 from hp_plugins.kinds.moe import MoEConfig
 from hp_plugins.kinds.output import OutputConfig
-from hp_plugins.models.stack import grouped
+from hp_plugins.models.stack import ConfigReader, grouped
 
 __all__ = ["DEFAULTS", "MODEL_TYPES", "local_formats", "model_from_local_config"]
 
-_ABSENT = object()
 # The norm type of the families whose transformers RMSNorm scales by its weight in fp32
 # (Gemma2RMSNorm, Gemma3RMSNorm: ``* (1.0 + self.weight.float())``; GptOssRMSNorm:
 # ``(self.weight * hidden_states)`` on the fp32 tensor; hp_plugins.kit.norms.fp32_norm_bytes).
@@ -83,57 +81,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-class _Reader:
-    """Reads one config's fields by name, with the model type's defaults; ``null`` is read as ``None``."""
-
-    def __init__(self, cfg: Mapping[str, Any], model_type: str, where: str) -> None:
-        self.cfg, self.defaults, self.where = cfg, DEFAULTS[model_type], where
-
-    def _fail(self, key: str, what: str, value: Any) -> ConfigError:
-        return ConfigError(f"{self.where} $.{key}", f"must be {what}, got {short_repr(value)}")
-
-    def get(self, key: str, kind: type = int, nullable: bool = False) -> Any:
-        value = self.cfg.get(key, _ABSENT)
-        if value is _ABSENT or (value is None and not nullable):
-            if key in self.defaults:
-                return self.defaults[key]
-            raise ConfigError(f"{self.where} $.{key}", "is missing and the estimate needs it; add it to the config")
-        if value is None:
-            return None
-        if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise self._fail(key, "a non-negative integer", value)
-        if kind is int and key == "num_hidden_layers" and not 1 <= value <= MAX_LAYERS:
-            raise self._fail(key, f"at least 1 and at most {MAX_LAYERS:,} (MAX_LAYERS)", value)
-        if kind is int and value > MAX_INT:
-            raise self._fail(key, f"at most {MAX_INT:,} (MAX_INT)", value)
-        if kind is bool and not isinstance(value, bool):
-            raise self._fail(key, "true or false", value)
-        if kind is str and not isinstance(value, str):
-            raise self._fail(key, "a string", value)
-        if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float)) or not is_finite(value)):
-            raise self._fail(key, "a finite number", value)
-        if kind is list and not (isinstance(value, list) and len(value) <= MAX_LAYERS):
-            raise self._fail(key, f"a list of at most {MAX_LAYERS:,} entries", value)
-        return value
-
-    def layer_types(self, default: list[str], allowed: tuple[str, ...]) -> list[str]:
-        """``layer_types`` as stated (one per layer, each in *allowed*), else *default*."""
-        types = self.get("layer_types", list, nullable=True)
-        if types is None:
-            return default
-        if len(types) != len(default) or any(t not in allowed for t in types):
-            raise ConfigError(f"{self.where} $.layer_types", f"must list one of {list(allowed)} for each of the "
-                              f"{len(default)} layers, got {short_repr(types)}")
-        return types
-
-    def window(self, key: str) -> int | None:
-        value = self.get(key, int, nullable=True)
-        if value == 0:
-            raise self._fail(key, "a positive number of tokens or null", value)
-        return value
-
-
-def _gqa(r: _Reader, bias: bool = False, **extra: Any) -> dict[str, Any]:
+def _gqa(r: ConfigReader, bias: bool = False, **extra: Any) -> dict[str, Any]:
     heads = r.get("num_attention_heads")
     return {
         "hidden_size": r.get("hidden_size"),
@@ -147,7 +95,7 @@ def _gqa(r: _Reader, bias: bool = False, **extra: Any) -> dict[str, Any]:
     }
 
 
-def _dense(r: _Reader, attention: dict[str, Any], act_key: str = "hidden_act", width_key: str = "intermediate_size",
+def _dense(r: ConfigReader, attention: dict[str, Any], act_key: str = "hidden_act", width_key: str = "intermediate_size",
            **extra: Any) -> DenseConfig:
     return DenseConfig(**attention, intermediate_size=r.get(width_key), gated_mlp=True, hidden_act=r.get(act_key, str),
                        **extra)
@@ -158,7 +106,7 @@ def _alternating(layers: int, pattern: int) -> list[str]:
     return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
 
 
-def _layers_every(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
+def _layers_every(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     """Mistral and Phi-3: one dense layer, its window on every layer."""
     phi3 = model_type == "phi3"
     attention = _gqa(r, sliding_window=r.window("sliding_window"), fused_qkv=phi3)
@@ -166,7 +114,7 @@ def _layers_every(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
     return [("dense", _dense(r, attention, hidden_dropout=dropout))] * r.get("num_hidden_layers")
 
 
-def _layers_gemma(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
+def _layers_gemma(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     gemma3 = model_type == "gemma3_text"
     count = r.get("num_hidden_layers")
     pattern = r.get("sliding_window_pattern") if gemma3 else 2
@@ -179,7 +127,7 @@ def _layers_gemma(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
     return [("dense", sliding if t == "sliding_attention" else full) for t in types]
 
 
-def _layers_gpt_oss(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
+def _layers_gpt_oss(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     count = r.get("num_hidden_layers")
     types = r.layer_types(_alternating(count, 2), ("sliding_attention", "full_attention"))
     experts = {
@@ -193,7 +141,7 @@ def _layers_gpt_oss(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
     return [("moe", sliding if t == "sliding_attention" else full) for t in types]
 
 
-def _layers_llama4(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
+def _layers_llama4(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     count = r.get("num_hidden_layers")
     interval, step = r.get("no_rope_layer_interval"), r.get("interleave_moe_layer_step")
     # transformers: an empty or absent no_rope_layers takes the default (1: the layer uses RoPE).
@@ -223,7 +171,7 @@ def _layers_llama4(r: _Reader, model_type: str) -> list[tuple[str, Any]]:
     return layers
 
 
-_BUILDERS: dict[str, Callable[[_Reader, str], list[tuple[str, Any]]]] = {
+_BUILDERS: dict[str, Callable[[ConfigReader, str], list[tuple[str, Any]]]] = {
     "mistral": _layers_every,
     "phi3": _layers_every,
     "gemma2": _layers_gemma,
@@ -244,7 +192,7 @@ def model_from_local_config(cfg: Mapping[str, Any], *, name: str, source: str, w
     if not isinstance(model_type, str) or model_type not in _BUILDERS:
         raise ConfigError(f"{where} $.model_type",
                           f"model_type {short_repr(model_type)} is not one of {', '.join(MODEL_TYPES)}")
-    r = _Reader(cfg, model_type, where)
+    r = ConfigReader(cfg, DEFAULTS[model_type], where)
     try:
         body = grouped(_BUILDERS[model_type](r, model_type))
         hidden, vocab = r.get("hidden_size"), r.get("vocab_size")

@@ -30,7 +30,8 @@ from hp_core.markers import hookimpl
 from hp_core.specs.model import ModelSpec
 from hp_core.types import ModelFormat
 from hp_plugins.kinds.qwen3_next import GDNConfig, GDNMoEConfig, GatedAttentionConfig, GatedAttentionMoEConfig
-from hp_plugins.models.ssm import Reader, model_from_body
+from hp_plugins.models.ssm import model_from_body
+from hp_plugins.models.stack import ConfigReader
 
 __all__ = ["DEFAULTS", "hp_model_formats", "model_from_qwen3_next_config"]
 
@@ -46,7 +47,7 @@ _LINEAR, _FULL = "linear_attention", "full_attention"
 _NORM = "rmsnorm_fp32_weight"
 
 
-def _layer_types(r: Reader, layers: int) -> list[str]:
+def _layer_types(r: ConfigReader, layers: int) -> list[str]:
     stated = r.get("layer_types", list)
     if stated is None:
         interval = r.get("full_attention_interval")
@@ -67,11 +68,11 @@ def model_from_qwen3_next_config(cfg: Mapping[str, Any], *, name: str, source: s
     """
     if cfg.get("model_type") != "qwen3_next":
         raise ConfigError(f"{where} $.model_type", f"must be 'qwen3_next', got {cfg.get('model_type')!r}")
-    r = Reader(cfg, DEFAULTS, where)
+    r = ConfigReader(cfg, DEFAULTS, where)
     h, layers, act = r.get("hidden_size"), r.get("num_hidden_layers"), r.get("hidden_act", str)
     types = _layer_types(r, layers)
     experts, step = r.get("num_experts"), r.get("decoder_sparse_step")
-    only = set(r.get("mlp_only_layers", list))
+    only = set(r.indices("mlp_only_layers"))
     try:
         mixer = {"hidden_size": h, "linear_num_key_heads": r.get("linear_num_key_heads"),
                  "linear_num_value_heads": r.get("linear_num_value_heads"),

@@ -37,9 +37,9 @@ from hp_plugins.kinds.embedding import EmbeddingConfig
 from hp_plugins.kinds.hybrid import AttentionLayerConfig, MLPLayerConfig, MoELayerConfig
 from hp_plugins.kinds.mamba import Mamba2LayerConfig
 from hp_plugins.kinds.output import OutputConfig
-from hp_plugins.models.stack import grouped
+from hp_plugins.models.stack import ConfigReader, grouped
 
-__all__ = ["DEFAULTS", "Reader", "grouped", "hp_model_formats", "model_from_body", "model_from_mamba2_config", "model_from_nemotron_h_config"]
+__all__ = ["DEFAULTS", "grouped", "hp_model_formats", "model_from_body", "model_from_mamba2_config", "model_from_nemotron_h_config"]
 
 # transformers 5.24 config classes' defaults for the structural fields the estimate reads.
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -61,36 +61,7 @@ _NEMOTRON_NORM = "rmsnorm_fp32_weight"
 _PATTERN = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
 
 
-class Reader:
-    """Reads one config's fields by name, with a model type's defaults and errors naming the field."""
-
-    def __init__(self, cfg: Mapping[str, Any], defaults: Mapping[str, Any], where: str,
-                 aliases: Mapping[str, str] | None = None) -> None:
-        self.cfg, self.defaults, self.where, self.aliases = cfg, defaults, where, aliases or {}
-
-    def get(self, key: str, kind: type = int) -> Any:
-        """The field *key* (or its legacy alias), else its default; refused when missing or of the wrong type."""
-        name = key if self.cfg.get(key) is not None or key not in self.aliases else self.aliases[key]
-        if self.cfg.get(name) is not None:
-            value = self.cfg[name]
-        elif key in self.defaults:
-            return self.defaults[key]
-        else:
-            raise ConfigError(f"{self.where} $.{key}", "is missing and the estimate needs it; add it to the config")
-        ok = {
-            int: isinstance(value, int) and not isinstance(value, bool) and value >= 0,
-            bool: isinstance(value, bool),
-            str: isinstance(value, str),
-            float: isinstance(value, (int, float)) and not isinstance(value, bool),
-            list: isinstance(value, list),
-        }[kind]
-        if not ok:
-            raise ConfigError(f"{self.where} $.{name}", f"must be a {'non-negative int' if kind is int else kind.__name__}, "
-                                                        f"got {value!r}")
-        return value
-
-
-def model_from_body(r: Reader, body: list[tuple[str, Any]], name: str, source: str, norm: str = "rmsnorm") -> ModelSpec:
+def model_from_body(r: ConfigReader, body: list[tuple[str, Any]], name: str, source: str, norm: str = "rmsnorm") -> ModelSpec:
     h, vocab = r.get("hidden_size"), r.get("vocab_size")
     groups = [LayerGroup("embedding", EmbeddingConfig(vocab_size=vocab, hidden_size=h)), *grouped(body),
               LayerGroup("output", OutputConfig(vocab_size=vocab, hidden_size=h, norm=norm,
@@ -110,7 +81,7 @@ def model_from_mamba2_config(cfg: Mapping[str, Any], *, name: str, source: str =
         ConfigError: A missing or invalid field, or ``hidden_size * expand != num_heads * head_dim``.
     """
     _check_type(cfg, "mamba2", where)
-    r = Reader(cfg, DEFAULTS["mamba2"], where)
+    r = ConfigReader(cfg, DEFAULTS["mamba2"], where)
     h, heads, head_dim = r.get("hidden_size"), r.get("num_heads"), r.get("head_dim")
     if h * r.get("expand") != heads * head_dim:
         raise ConfigError(f"{where} $.num_heads", f"hidden_size * expand ({h * r.get('expand')}) must equal "
@@ -126,7 +97,7 @@ def model_from_mamba2_config(cfg: Mapping[str, Any], *, name: str, source: str =
         raise ConfigError(where, describe(exc)) from exc
 
 
-def _nemotron_types(r: Reader) -> list[str]:
+def _nemotron_types(r: ConfigReader) -> list[str]:
     pattern = r.get("hybrid_override_pattern", str)
     if pattern is not None:
         if not pattern or any(ch not in _PATTERN for ch in pattern):
@@ -150,7 +121,7 @@ def model_from_nemotron_h_config(cfg: Mapping[str, Any], *, name: str, source: s
         ConfigError: A missing or invalid field, or an ``E`` (mixture-of-experts) layer.
     """
     _check_type(cfg, "nemotron_h", where)
-    r = Reader(cfg, DEFAULTS["nemotron_h"], where, _NEMOTRON_LEGACY)
+    r = ConfigReader(cfg, DEFAULTS["nemotron_h"], where, _NEMOTRON_LEGACY)
     types = _nemotron_types(r)
     if "moe" in types and r.get("mlp_bias", bool):
         raise ConfigError(f"{where} $.mlp_bias", "true with E (mixture-of-experts) layers: the biases of their shared "

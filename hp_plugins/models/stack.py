@@ -1,12 +1,90 @@
-"""What every ``config.json`` format shares: runs of equal consecutive layers as layer groups."""
+"""What every ``config.json`` format shares: a reader of its fields, and runs of equal consecutive layers as layer groups."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
+from hp_core.bounds import MAX_INT, MAX_LAYERS, short_repr
+from hp_core.errors import ConfigError
 from hp_core.specs.model import LayerGroup
+from hp_core.validators import is_finite
 
-__all__ = ["grouped"]
+__all__ = ["ConfigReader", "grouped"]
+
+_ABSENT = object()
+
+
+class ConfigReader:
+    """Reads one ``config.json``'s fields by name, with its model type's defaults; each refusal names the field's path.
+
+    A field the file omits, or states as ``null`` where the caller does not
+    read ``null`` as a value (``nullable``), takes its default from
+    *defaults* (the transformers config class's); a field without one is
+    refused. Integers are non-negative and at most ``MAX_INT``
+    (``num_hidden_layers`` at least 1 and at most ``MAX_LAYERS``), floats
+    finite, lists at most ``MAX_LAYERS`` long.
+    """
+
+    def __init__(self, cfg: Mapping[str, Any], defaults: Mapping[str, Any], where: str,
+                 aliases: Mapping[str, str] | None = None) -> None:
+        self.cfg, self.defaults, self.where, self.aliases = cfg, defaults, where, aliases or {}
+
+    def fail(self, key: str, what: str, value: Any) -> ConfigError:
+        """The error for field *key*: it must be *what*."""
+        return ConfigError(f"{self.where} $.{key}", f"must be {what}, got {short_repr(value)}")
+
+    def get(self, key: str, kind: type = int, nullable: bool = False) -> Any:
+        """Field *key* (or its legacy name in *aliases* where the file states that instead) as a *kind* (``int``,
+        ``bool``, ``str``, ``float`` or ``list``); ``None`` where it is ``null`` and *nullable*."""
+        if self.cfg.get(key) is None and key in self.aliases and self.cfg.get(self.aliases[key]) is not None:
+            key = self.aliases[key]
+        value = self.cfg.get(key, _ABSENT)
+        if value is _ABSENT or (value is None and not nullable):
+            if key in self.defaults:
+                return self.defaults[key]
+            raise ConfigError(f"{self.where} $.{key}", "is missing and the estimate needs it; add it to the config")
+        if value is None:
+            return None
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise self.fail(key, "a non-negative integer", value)
+        if kind is int and key == "num_hidden_layers" and not 1 <= value <= MAX_LAYERS:
+            raise self.fail(key, f"at least 1 and at most {MAX_LAYERS:,} (MAX_LAYERS)", value)
+        if kind is int and value > MAX_INT:
+            raise self.fail(key, f"at most {MAX_INT:,} (MAX_INT)", value)
+        if kind is bool and not isinstance(value, bool):
+            raise self.fail(key, "true or false", value)
+        if kind is str and not isinstance(value, str):
+            raise self.fail(key, "a string", value)
+        if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float)) or not is_finite(value)):
+            raise self.fail(key, "a finite number", value)
+        if kind is list and not (isinstance(value, list) and len(value) <= MAX_LAYERS):
+            raise self.fail(key, f"a list of at most {MAX_LAYERS:,} entries", value)
+        return value
+
+    def indices(self, key: str) -> list[int]:
+        """Field *key* as a list of layer indices (non-negative integers)."""
+        value = self.get(key, list)
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value):
+            raise self.fail(key, "a list of layer indices", value)
+        return value
+
+    def layer_types(self, default: list[str], allowed: tuple[str, ...]) -> list[str]:
+        """``layer_types`` as stated (one per layer, each in *allowed*), else *default*."""
+        types = self.get("layer_types", list, nullable=True)
+        if types is None:
+            return default
+        if len(types) != len(default) or any(t not in allowed for t in types):
+            raise ConfigError(f"{self.where} $.layer_types", f"must list one of {list(allowed)} for each of the "
+                              f"{len(default)} layers, got {short_repr(types)}")
+        return types
+
+    def window(self, key: str, nullable: bool = True) -> int | None:
+        """A window in tokens (``sliding_window``, ``attention_chunk_size``); ``null``: none (*nullable*) or the
+        default; 0 is refused."""
+        value = self.get(key, int, nullable=nullable)
+        if value == 0:
+            raise self.fail(key, "a positive number of tokens or null", value)
+        return value
 
 
 def grouped(layers: list[tuple[str, Any]]) -> list[LayerGroup]:

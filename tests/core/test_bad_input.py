@@ -22,6 +22,7 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from hp_core.api import build_registry
 from hp_core.cli import main
 from hp_core.io.convert import ConfigFile
 from hp_core.specs import ParallelSpec, PrecisionSpec
@@ -225,6 +226,69 @@ bad_recompute_flag = st.lists(
 ).map(lambda switches: (["estimate", "--recompute=" + "+".join(switches)], {}))
 
 
+# ----------------------------------------------------------------------------- runtime options, schedules, recipes
+
+_REGISTRY = build_registry(use_env=False)
+SCHEDULES = {s.name for s in _REGISTRY.schedules}
+RECIPES = {r.name for r in _REGISTRY.precision_recipes}
+_MEGATRON_OPTIONS = {o.name: o for o in _REGISTRY.runtime("megatron").options}
+_BOOLEANS = {"true", "yes", "on", "1", "false", "no", "off", "0"}
+# Any text a flag's value may hold, line breaks and control characters included.
+_TEXT = st.text(alphabet=string.printable + "\u00e9\u2028", max_size=12)
+_SEARCH = ["search", "--model=llama3-8b", "--devices=8", "--hardware=h100-sxm"]
+
+
+def _option_value(option) -> st.SearchStrategy[str]:
+    """A value *option* refuses: not a boolean, not an integer at least its minimum, not one of its choices."""
+    if option.type == "bool":
+        return _TEXT.filter(lambda v: v.strip().lower() not in _BOOLEANS)
+    if option.type == "int":
+        return st.one_of(st.integers(-1000, int(option.minimum) - 1).map(str), _TEXT.filter(lambda v: not v.strip().isdigit()))
+    return _TEXT.filter(lambda v: v.strip() not in option.choices)
+
+
+_assignment = st.one_of(
+    _TEXT.filter(lambda t: "=" not in t or not t.partition("=")[0].strip()),  # no NAME=VALUE
+    st.tuples(st.from_regex(r"[a-z_][a-z0-9_]{0,14}", fullmatch=True).filter(lambda k: k not in _MEGATRON_OPTIONS), _TEXT).map(lambda kv: f"{kv[0]}={kv[1]}"),  # unknown name
+    st.sampled_from(sorted(_MEGATRON_OPTIONS)).flatmap(
+        lambda name: _option_value(_MEGATRON_OPTIONS[name]).map(lambda v: f"{name}={v}")),  # a value it refuses
+)
+
+bad_runtime_option = st.tuples(st.sampled_from([["estimate"], _SEARCH]), _assignment).map(
+    lambda ca: ([*ca[0], "--runtime=megatron", f"--runtime-option={ca[1]}"], {})
+)
+
+_schedule_list = st.one_of(
+    st.lists(st.sampled_from(sorted(SCHEDULES)), min_size=1, max_size=3).map(lambda ns: ns + ns[:1]),  # one twice
+    st.lists(_TEXT.filter(lambda n: n.strip() not in SCHEDULES and "," not in n), min_size=1, max_size=2).map(
+        lambda ns: ns + ["1f1b"]),  # an unknown one, or none at all
+)
+
+bad_schedule_flag = st.one_of(
+    _TEXT.filter(lambda n: n.strip() not in SCHEDULES).map(lambda n: (["estimate", f"--schedule={n}"], {})),
+    # A schedule with a chunk count it does not run: dualpipev 2 per stage, the rest (but interleaved) 1.
+    st.sampled_from(sorted(SCHEDULES - {"interleaved_1f1b"})).map(
+        lambda n: (["estimate", f"--schedule={n}", "--pp=2", "--dp=1", "--tp=1",
+                    "--vpp=1" if n == "dualpipev" else "--vpp=4"], {})),
+    _schedule_list.map(lambda ns: ([*_SEARCH, "--schedules=" + ",".join(ns)], {})),
+)
+
+_recipe_list = st.one_of(
+    st.lists(st.sampled_from(sorted(RECIPES)), min_size=1, max_size=3).map(lambda ns: ns + ns[-1:]),  # one twice
+    st.lists(_TEXT.filter(lambda n: n.strip() not in RECIPES and "," not in n), min_size=1, max_size=2).map(
+        lambda ns: ["bf16"] + ns),  # an unknown one
+)
+
+bad_precision = st.one_of(
+    _TEXT.filter(lambda n: n.strip() not in RECIPES).map(lambda n: (["estimate", f"--precision={n}"], {})),
+    _recipe_list.map(lambda ns: ([*_SEARCH, "--precision=" + ",".join(ns)], {})),
+    # A recipe or optimizer that is not a name (precision.recipe, precision.optimizer in a file).
+    st.tuples(st.sampled_from(["recipe", "optimizer"]),
+              st.one_of(st.integers(), st.booleans(), st.lists(st.integers(), max_size=2), st.just(""))).flatmap(
+        lambda fv: as_file(_config(precision={fv[0]: fv[1]}))),
+)
+
+
 # ----------------------------------------------------------------------------- unknown keys
 
 _KEY = st.from_regex(r"[a-z_][a-z0-9_]{0,14}", fullmatch=True)
@@ -342,6 +406,9 @@ FILES = {
     "unparseable_json": unparseable_json,
     "unparseable_toml": unparseable_toml,
     "bad_hf_config": bad_hf_config,
+    "bad_runtime_option": bad_runtime_option,
+    "bad_schedule_flag": bad_schedule_flag,
+    "bad_precision": bad_precision,
 }
 
 
@@ -387,3 +454,29 @@ def test_inline_model_without_layers():
 
 def test_unhashable_model_type():
     check((["estimate", "--model={dir}"], {"config.json": json.dumps({"model_type": ["llama"]})}))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["search", "--model=llama3-8b", "--devices=8", "--hardware=h100-sxm", "--schedules=1f1b,zb_h1,1f1b"],
+     "hp search: error: argument --schedules: '1f1b' is listed twice in '1f1b,zb_h1,1f1b'; list each once "
+     "(see hp search --help)\n"),
+    (["search", "--model=llama3-8b", "--devices=8", "--hardware=h100-sxm", "--schedules=1f1b,,zb_h1"],
+     "hp search: error: argument --schedules: name each schedule between the commas, e.g. 1f1b,zb_h1; "
+     "got '1f1b,,zb_h1' (see hp search --help)\n"),
+    (["recompute", "--model=llama3-8b", "--hardware=h100-sxm", "--offload=0.5,0.50"],
+     "hp recompute: error: argument --offload: 0.5 is listed twice in '0.5,0.50'; list each once "
+     "(see hp recompute --help)\n"),
+])
+def test_a_comma_list_names_each_entry_once(argv, message, capsys):
+    check((argv, {}))
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert capsys.readouterr().err == message
+
+
+def test_a_precision_field_of_the_wrong_type_is_reported_at_its_own_path(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(_config(precision={"recipe": 8})), encoding="utf-8")
+    assert main(["estimate", str(path)]) == 2
+    assert capsys.readouterr().err == ("hp estimate: error: $.precision.recipe: recipe must be a precision recipe's name "
+                                       "(see 'hp plugins'), got 8\n")

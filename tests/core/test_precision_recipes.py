@@ -145,11 +145,11 @@ def test_operand_bytes_per_element_with_block_scales():
 @pytest.mark.parametrize("make, words", [
     (lambda: GemmOperand("bf16", "tensor_current"), "bf16 takes scaling 'none'"),
     (lambda: GemmOperand("e4m3"), "a low-precision format a scaling"),
-    (lambda: GemmOperand("fp6", "mx_32"), "unknown format 'fp6'"),
+    (lambda: GemmOperand("fp6", "mx_32"), "format must be one of 'bf16', .*, got 'fp6'"),
     (lambda: PrecisionRecipe(name="x", description="d", source="s", weight_copies=2), "quantizes no GEMM operand"),
     (lambda: PrecisionRecipe(name="x", description="d", source="s", weights=FP8, activations=GemmOperand("nvfp4", "nvfp4_16")),
      "different peaks"),
-    (lambda: PrecisionRecipe(name="x", description="d", source="s", weights=FP8, saved_input="fp8"), "unknown saved input"),
+    (lambda: PrecisionRecipe(name="x", description="d", source="s", weights=FP8, saved_input="fp8"), "saved_input must be one of 'quantized', 'compute', got 'fp8'"),
 ])
 def test_inconsistent_records_are_refused(make, words):
     with pytest.raises(ValueError, match=words):

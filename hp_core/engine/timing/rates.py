@@ -62,8 +62,19 @@ class _Links:
     groups: Mapping[str, GroupPlacement]
     model: CollectiveModel
     algorithm: str
+    # Prices already asked for in this call, by (group, op, bytes): a step asks the same ones of every stage
+    # holding the same layers. The model is a function of the call alone (CollectiveModel), so a price kept
+    # is the price it would give again.
+    _prices: dict[tuple[str, str, float], float] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     def seconds(self, group: str, op: str, nbytes: float) -> float:
+        key = (group, op, nbytes)
+        found = self._prices.get(key)
+        if found is None:
+            found = self._prices[key] = self._price(group, op, nbytes)
+        return found
+
+    def _price(self, group: str, op: str, nbytes: float) -> float:
         placement = self.groups[group]
         if op == "p2p":
             placement = GroupPlacement(2, 2 if placement.per_node > 1 else 1, 1 if placement.per_node > 1 else 2)

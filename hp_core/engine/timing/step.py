@@ -235,7 +235,20 @@ def time_run(
     for stage in range(parallel.pp):
         for c in run.stage_chunks(stage):
             runs_on[c].add(stage)
+    # Stages running the same layer objects in the same chunk roles, with the same neighbours on other stages (a
+    # pipeline's middle stages), are priced once: every sum below runs in the same order, so each figure is the
+    # one pricing them again would give; only the index differs. What depends on a stage's position enters the key.
+    priced: dict = {}
     for stage in range(parallel.pp):
+        key = tuple((c == 0, c == chunks - 1, c != chunks - 1 and stage not in runs_on[c + 1], c != 0 and stage not in runs_on[c - 1],
+                     run.body_group[bounds[c][0]:bounds[c][1]], tuple(map(id, body[bounds[c][0]:bounds[c][1]])))
+                    for c in run.stage_chunks(stage))
+        same = priced.get(key)
+        if same is not None:
+            stages.append(StageTime(stage, *same[0]))
+            recomputed_flops_per_stage.append(same[1])
+            weight_seconds.append(same[2])
+            continue
         fwd = bwd = rec = comm = flops = rflops = wgrad = 0.0
         held: dict[int, int] = {}
         by_group: dict[str, list[float]] = {}
@@ -360,6 +373,7 @@ def time_run(
                                 tuple((g, t, e) for g, (t, e) in by_group.items())))
         recomputed_flops_per_stage.append(rflops)
         weight_seconds.append(wgrad)
+        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, wgrad)
 
     passes = tuple(StagePasses(s.micro_batch_seconds, w, _forward_share(s)) for s, w in zip(stages, weight_seconds))
     pipe = pipeline_seconds(schedule, ScheduleLayout(parallel.pp, parallel.vpp, micro_batches), passes)
