@@ -163,7 +163,11 @@ def _layers_deepseek(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     attention = _mla(r)
     n_shared = r.get("n_shared_experts") or 0
     width = r.get("moe_intermediate_size")
-    sparse = MLAMoEConfig(**attention, **_experts(r, "n_routed_experts", "moe_intermediate_size", n_shared * width))
+    # transformers' DeepseekV3TopkRouter.forward runs its linear on an fp32 copy of its input
+    # (hidden_states.type(torch.float32)); that copy and the fp32 scores are kept only where a runtime
+    # states transformers' modules (the fp32_norm_copy trait), as for Nemotron-H's router.
+    sparse = MLAMoEConfig(**attention, **_experts(r, "n_routed_experts", "moe_intermediate_size", n_shared * width),
+                          router_fp32=True)
     dense = MLAConfig(**attention, **_mlp(r))
     first, freq = r.get("first_k_dense_replace"), r.get("moe_layer_freq")
     return [

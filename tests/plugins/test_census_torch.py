@@ -187,7 +187,7 @@ _HF_TRAITS = {"fp32_norm_copy", "upcast_cross_entropy"}  # what the fsdp2 runtim
 @pytest.mark.parametrize("preset", ["llama3-8b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3"])
 def test_formulas_with_transformers_norms_match_the_census_within_two_percent(registry, preset):
     """Every built-in kind at 1k and 4k tokens: the formulas configured for transformers' unfused RMSNorm and upcast
-    loss against the torch census (worst: DeepSeek-V3's MoE layer at 1k, -1.9%, its router's fp32 copy of the input)."""
+    loss against the torch census (DeepSeek-V3's MoE layer, whose router keeps an fp32 copy of its input, -0.01%)."""
     model = model_from_preset(preset, registry)
     for seq_len in (1024, 4096):
         run = run_census(registry, preset, "torch", seq_len, "eager", 1)
@@ -196,3 +196,5 @@ def test_formulas_with_transformers_norms_match_the_census_within_two_percent(re
             measured = record.saved + record.saved_tp
             priced = formulas[kind].saved + formulas[kind].saved_tp
             assert abs(priced - measured) <= 0.02 * measured, (preset, seq_len, kind, priced, measured)
+            if preset == "deepseek-v3" and kind == "mla_moe":  # the router's fp32 input copy and scores priced
+                assert abs(priced - measured) <= 0.001 * measured, (seq_len, priced, measured)
