@@ -1,12 +1,9 @@
 """The cost vocabulary of a layer kind: what its evaluator returns and the context it is asked in.
 
-A layer kind's evaluator (:class:`hp_core.types.LayerKind`) returns a
-:class:`LayerCost` for one layer under a :class:`LayerContext`: its parameters
-by tensor family, the activations it keeps per op (each gated by a recompute
-switch of :data:`SWITCHES`), its input, its backward's working set, its
-communication buffers, its forward FLOPs and the weight shapes of its GEMMs.
-
-Units live in names: ``*_bytes`` are bytes, ``*_flops`` floating-point
+A layer kind's evaluator (:class:`hp_core.types.LayerKind`) returns a :class:`LayerCost` for one layer under a
+:class:`LayerContext`: its parameters by tensor family, the activations it keeps per op (each gated by a recompute
+switch of :data:`SWITCHES`), its input, its backward's working set, its communication buffers, its forward FLOPs
+and the weight shapes of its GEMMs. Units live in names: ``*_bytes`` are bytes, ``*_flops`` floating-point
 operations. Every byte quantity a layer states is an ``int``.
 """
 
@@ -402,6 +399,8 @@ class LayerWork:
             the recipe's format (:mod:`hp_core.precision_recipes`).
         alternate_matmul_flops: Forward FLOPs of every second matmul in forward order, what torchtitan's op-level SAC
             re-runs; ``None``: not stated, priced at half the layer's matmul FLOPs and named in the provenance.
+        eager_accesses_per_flop: bf16-element accesses per counted elementwise op when each op is its own eager
+            kernel, counted from the layer's own ops and widths; ``None``: not counted, the profile's figure prices it.
     """
 
     collectives: tuple[Collective, ...] = attrs.field(default=(), converter=tuple)
@@ -424,6 +423,7 @@ class LayerWork:
     reruns: tuple[tuple[str, Rerun], ...] = attrs.field(default=(), converter=tuple)
     high_precision_gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=tuple)
     alternate_matmul_flops: float | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_number))
+    eager_accesses_per_flop: float | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_number))
 
     def rerun(self, switch: str) -> Rerun | None:
         """What recomputing *switch* re-runs, ``None`` when the layer names nothing for it."""

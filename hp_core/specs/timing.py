@@ -1,11 +1,9 @@
 """What a trainer achieves on a device: the timing profile a runtime states.
 
-A :class:`TimingProfile` turns the FLOPs and bytes a step moves into seconds.
-Every figure is a :class:`Sourced` value: the number and where it comes from
-(a paper, a vendor or third-party benchmark, a trainer's source file, or a
-measurement -- said so when it was derived from the very runs it is checked
-against). Nothing in :mod:`hp_core.engine.timing` is a hidden constant: what is not
-here is a formula with its citation.
+A :class:`TimingProfile` turns the FLOPs and bytes a step moves into seconds. Every figure is a :class:`Sourced`
+value: the number and where it comes from (a paper, a vendor or third-party benchmark, a trainer's source file, or a
+measurement -- said so when it was derived from the very runs it is checked against). Nothing in
+:mod:`hp_core.engine.timing` is a hidden constant: what is not here is a formula with its citation.
 
 The profile has three parts:
 
@@ -441,13 +439,14 @@ class TimingProfile:
             runtime options set it per run).
         host: The trainer's host time per kernel, a floor under each layer's
             GPU time (:class:`~hp_core.specs.overlap.HostOverhead`); ``None``: not priced.
-        collective_model: The collective library's pricing, by name in the
-            registry (hook ``hp_collective_models``); ``None``: the built-in
-            ``nccl`` (:data:`hp_core.collectives.NCCL`).
+        collective_model: The collective library's pricing, by name in the registry (hook
+            ``hp_collective_models``); ``None``: the built-in ``nccl`` (:data:`hp_core.collectives.NCCL`).
         alternate_matmul_recompute: The selective switches under which the
             trainer's op-level checkpointing also re-runs every second matmul
             of a block (torchtitan's op SAC): a layer recomputing all of them
             re-runs its :attr:`~hp_core.costs.LayerWork.alternate_matmul_flops`.
+        eager_elementwise: Each elementwise op is its own kernel (eager PyTorch): a layer that counts its own
+            :attr:`~hp_core.costs.LayerWork.eager_accesses_per_flop` is priced at it, the rest at the profile's figure.
     """
 
     name: str
@@ -470,6 +469,7 @@ class TimingProfile:
     schedule: OverlapSchedule = attrs.field(factory=OverlapSchedule)
     host: HostOverhead | None = None
     alternate_matmul_recompute: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    eager_elementwise: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not self.devices:

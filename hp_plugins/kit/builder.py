@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 
 from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount
+from hp_plugins.kit.eager import EAGER_NORM_BYTES, RESIDUAL_BYTES
 from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, fp32_norm_bytes, norm_params
 from hp_plugins.kit.work import AttentionShape, ExpertShape, decoder_work
 
@@ -75,6 +76,8 @@ class LayerBuilder:
         self.matmul = 0
         self.attention = 0
         self.elementwise = 0
+        # Elementwise ops whose eager bytes are counted (hp_plugins.kit.eager), their bytes, and the attention softmax's.
+        self.eager_ops, self.eager_bytes, self.softmax_ops = 0, 0.0, 0
         self.buffers_once = 0
         self.shapes: list[tuple[int, int]] = []
         # What the deferred weight-gradient passes read (LayerCost.weight_gradient_bytes): per linear, its input and
@@ -133,7 +136,10 @@ class LayerBuilder:
         if hidden_dropout > 0:
             self.keep(f"{prefix}_hidden_dropout_mask", self.x.tokens * self.h * self.x.precision.dropout_mask_bytes // self.x.sp_degree)
         self.param(f"{prefix}_norm", norm_params(norm, self.h), False)
-        self.elementwise += (NORM_OPS_PER_ELEMENT[norm] + RESIDUAL_OPS) * self.x.tokens * self.h // self.x.sp_degree
+        ops = (NORM_OPS_PER_ELEMENT[norm] + RESIDUAL_OPS) * self.x.tokens * self.h // self.x.sp_degree
+        self.elementwise += ops
+        if norm in EAGER_NORM_BYTES:
+            self.count_eager(ops, (EAGER_NORM_BYTES[norm] + RESIDUAL_BYTES) / (NORM_OPS_PER_ELEMENT[norm] + RESIDUAL_OPS))
 
     def attention_core(self, heads: int, qk_dim: int, v_dim: int, attention_dropout: float,
                        softmax_bytes: int | None = None) -> None:
@@ -173,6 +179,7 @@ class LayerBuilder:
         # Scores q k^T and the weighted sum p v, 2 FLOPs per multiply-add.
         self.attention += 2 * x.micro_batch_size * (heads // t) * (x.seq_len // x.cp) * x.seq_len * (qk_dim + v_dim)
         self.elementwise += SOFTMAX_OPS * score_elements
+        self.softmax_ops += SOFTMAX_OPS * score_elements
 
     def linear(self, tokens: int, fan_in: int, fan_out: int, weight: bool = True, shares_input: bool = False) -> None:
         """A matmul's forward FLOPs on this rank (fan_out already per rank).
@@ -194,6 +201,17 @@ class LayerBuilder:
         if weight:
             self.shapes.append((fan_out, fan_in))
             self.weight_gradient += tokens * (fan_out + (0 if shares_input else fan_in)) * self.act
+
+    def count_eager(self, ops: int, bytes_per_op: float) -> None:
+        """Record *ops* elementwise ops (already added to :attr:`elementwise`) moving *bytes_per_op* eager."""
+        self.eager_ops += ops
+        self.eager_bytes += ops * bytes_per_op
+
+    def _eager_accesses(self) -> float | None:
+        """bf16 accesses per elementwise op run eager, ``None`` when an op other than the softmax is not counted."""
+        if not self.eager_ops or self.eager_ops != self.elementwise - self.softmax_ops:
+            return None
+        return self.eager_bytes / self.eager_ops / 2
 
     def _alternate(self) -> float | None:
         """Every second matmul's forward FLOPs, ``None`` when some matmul's place in the order is not recorded."""
@@ -218,6 +236,6 @@ class LayerBuilder:
             forward=Flops(matmul_flops=self.matmul, attention_flops=self.attention, elementwise_flops=self.elementwise),
             weight_shapes=shapes,
             work=decoder_work(self.x, shapes, self.h, self.tp_blocks, self.attention_shape, self.expert_shape,
-                              alternate_matmul_flops=self._alternate()),
+                              alternate_matmul_flops=self._alternate(), eager_accesses_per_flop=self._eager_accesses()),
             weight_gradient_bytes=self.weight_gradient,
         )

@@ -7,6 +7,7 @@ import attrs
 from hp_core.costs import LayerContext
 from hp_core.validators import one_of, positive_int
 from hp_plugins.kit.builder import LayerBuilder
+from hp_plugins.kit.eager import EAGER_ACT_BYTES, GATE_PRODUCT_BYTES
 from hp_plugins.kit.shapes import check_divides
 
 __all__ = ["ACT_OPS", "MLPFields", "mlp", "swiglu", "validate_mlp"]
@@ -56,7 +57,10 @@ def swiglu(b: LayerBuilder, prefix: str, tokens: int, width: int, gated: bool, a
     else:
         b.keep(f"{prefix}fc1_out", wide, None, tp_split)
         b.keep(f"{prefix}act_out", wide, "ffAct", tp_split, "owned")
-    b.elementwise += (ACT_OPS[act_name] + (1 if gated else 0)) * tokens * width
+    ops = (ACT_OPS[act_name] + (1 if gated else 0)) * tokens * width
+    b.elementwise += ops
+    if act_name in EAGER_ACT_BYTES:
+        b.count_eager(ops, (EAGER_ACT_BYTES[act_name] + (GATE_PRODUCT_BYTES if gated else 0)) / (ACT_OPS[act_name] + (1 if gated else 0)))
     return wide
 
 

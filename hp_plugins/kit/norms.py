@@ -7,6 +7,8 @@ kind's own norms (a final norm, QK-norm, MTP's ``enorm``/``hnorm``) count with.
 
 from __future__ import annotations
 
+from hp_plugins.kit.eager import EAGER_NORM_BYTES
+
 __all__ = ["NORMS", "NORM_OPS_PER_ELEMENT", "fp32_norm_bytes", "head_norm", "norm_params", "post_norm"]
 
 # Norm types: RMSNorm has a scale vector; LayerNorm a scale and a bias. ``rmsnorm_fp32_weight`` is
@@ -78,4 +80,7 @@ def post_norm(b, prefix: str, norm: str) -> None:
     b.keep(f"{prefix}_post_norm_in", b.hidden)
     b.keep(f"{prefix}_post_norm_fp32", fp32_norm_bytes(b.x.tokens, b.h, norm, b.x.traits) // b.x.sp_degree, "normOp")
     b.param(f"{prefix}_post_norm", norm_params(norm, b.h), False)
-    b.elementwise += NORM_OPS_PER_ELEMENT[norm] * b.x.tokens * b.h // b.x.sp_degree
+    ops = NORM_OPS_PER_ELEMENT[norm] * b.x.tokens * b.h // b.x.sp_degree
+    b.elementwise += ops
+    if norm in EAGER_NORM_BYTES:
+        b.count_eager(ops, EAGER_NORM_BYTES[norm] / NORM_OPS_PER_ELEMENT[norm])

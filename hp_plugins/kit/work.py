@@ -137,7 +137,7 @@ def expert_collectives(x: LayerContext, routed_bytes: float) -> tuple[Collective
 
 def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hidden_size: int, blocks: int,
                  attention: AttentionShape | None = None, experts: ExpertShape | None = None,
-                 alternate_matmul_flops: float | None = None) -> LayerWork:
+                 alternate_matmul_flops: float | None = None, eager_accesses_per_flop: float | None = None) -> LayerWork:
     """The work of a layer made of the kit's blocks (module docstring), per micro-batch on one rank.
 
     Args:
@@ -151,6 +151,8 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         experts: Its routed experts, ``None`` without them.
         alternate_matmul_flops: Forward FLOPs of every second matmul in forward order, ``None`` not stated
             (:attr:`LayerWork.alternate_matmul_flops <hp_core.costs.LayerWork.alternate_matmul_flops>`).
+        eager_accesses_per_flop: bf16 accesses per elementwise op run eager, ``None`` not counted
+            (:attr:`LayerWork.eager_accesses_per_flop <hp_core.costs.LayerWork.eager_accesses_per_flop>`).
     """
     act = x.precision.activation_bytes
     T, tp, h = x.tokens, x.tp, hidden_size
@@ -225,4 +227,5 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         high_precision_gemms=gemms[:1] if experts is not None else (),
         attention_core_switches=ATTENTION_CORE_SWITCHES if attention is not None else frozenset(),
         routed_experts=experts.experts if experts is not None else 0, alternate_matmul_flops=alternate_matmul_flops,
+        eager_accesses_per_flop=eager_accesses_per_flop,
     )

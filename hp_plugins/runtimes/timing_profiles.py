@@ -295,7 +295,9 @@ _ACCESSES = Sourced(
 # RMSNorm (torch.rms_norm's composite, aten/src/ATen/native/layer_norm.cpp: to fp32 2+4 B, pow 4+4, mean 4,
 # mul by the inverse root 4+4, cast back 4+2, weight mul 2+2) 36 B per element, twice; two residual adds
 # 2+2+2 B each; SiLU 2+2 B and the gate product 2+2+2 B per element of I: 84 h + 10 I bytes against the kinds'
-# 2 (4 + 1) h + 6 I counted ops, 3.84 bytes (1.92 bf16 accesses) per op at I = 3.5 h (Llama 3 8B and 70B).
+# 2 (4 + 1) h + 6 I counted ops, 3.84 bytes (1.92 bf16 accesses) per op at I = 3.5 h (Llama 3 8B and 70B): exactly
+# 119 / 62 = 1.9194, rounded to 1.92. A kit layer counts its own figure from its widths (hp_plugins/kit/eager.py,
+# LayerWork.eager_accesses_per_flop); this one prices what counts none (the head's norm and loss, uncounted blocks).
 # The fused figure moves 2 accesses per element of 4-8 ops (0.5); rotary embedding is counted in neither.
 EAGER_ACCESSES = Sourced(
     1.92,
@@ -434,6 +436,7 @@ FSDP2 = attrs.evolve(
     # matmul's output but every second one's (torchtitan/distributed/activation_checkpoint.py _custom_policy:
     # "Saves output of all compute ops, except every second mm"): the runtime's op_sac switches.
     elementwise_accesses_per_flop=EAGER_ACCESSES,
+    eager_elementwise=True,
     alternate_matmul_recompute=frozenset({"normOp", "ffAct"}),
 )
 

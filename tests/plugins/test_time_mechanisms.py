@@ -68,10 +68,13 @@ def test_eager_elementwise_kernels_move_3_84_times_the_fused_bytes(registry):
     times = {v: step_time(model, layout, registry=registry, hardware=h100,
                           runtime=apply_options(registry.runtime("fsdp2"), {"elementwise_kernels": v})) for v in ("eager", "fused")}
     # Llama 3 8B per token: each of 32 layers 2 RMSNorms and residual adds (5 ops each over h = 4096) and the
-    # SiLU-gated product (6 ops over I = 14336); the head's final RMSNorm (4 over h) and its loss (6 per logit of
-    # 128,256). Forward, and twice that backward, at (1.92 - 0.5) more bf16 accesses per op, HBM at 3.35 TB/s x 0.85.
-    ops_per_token = 32 * (2 * 5 * 4096 + 6 * 14336) + 4 * 4096 + 6 * 128256
-    extra = 3 * ops_per_token * 2 * 8192 * (1.92 - 0.5) * 2 / (3.35e12 * 0.85)
+    # SiLU-gated product (6 ops over I = 14336), counted eager at (84 h + 10 I) bytes, (84 + 35) / (10 + 21) / 2
+    # = 119/62 bf16 accesses per op at I = 3.5 h; the head's final RMSNorm (4 over h) and its loss (6 per logit of
+    # 128,256), which count none, at the profile's 1.92. Forward, and twice that backward, at that minus the fused
+    # 0.5 more accesses per op, HBM at 3.35 TB/s x 0.85.
+    layers = 32 * (2 * 5 * 4096 + 6 * 14336) * (119 / 62 - 0.5)
+    head = (4 * 4096 + 6 * 128256) * (1.92 - 0.5)
+    extra = 3 * (layers + head) * 2 * 8192 * 2 / (3.35e12 * 0.85)
     assert times["eager"].compute_seconds - times["fused"].compute_seconds == pytest.approx(extra, rel=1e-9)
 
 
@@ -166,3 +169,25 @@ def test_op_sac_prices_a_layer_without_its_matmul_order_at_half_its_matmuls_and_
     llama = step_time(model_from_preset("llama3-8b", registry), layout, registry=registry, hardware=h100,
                       runtime=runtime, recompute=op_sac)
     assert "alternate_matmul_default" not in llama.provenance
+
+
+def test_eager_elementwise_accesses_are_counted_per_layer_from_its_widths(registry):
+    from hp_core.api import layer_context
+    from hp_core.specs import PrecisionSpec
+
+    context = layer_context(ParallelSpec(seq_len=4096), PrecisionSpec(), "flash")
+
+    def accesses(preset, kind):
+        group = next(g for g in model_from_preset(preset, registry).layers if g.kind == kind)
+        return registry.layer_kind(kind).evaluate(group.config, context).work.eager_accesses_per_flop
+
+    # (84 h + 10 I) bytes over (10 h + 6 I) ops, halved: Llama 3 (I = 3.5 h) 119/62, the old constant 1.92 rounded.
+    assert accesses("llama3-8b", "dense") == pytest.approx(119 / 62, rel=1e-12)
+    # Qwen2.5-7B: h = 3584, I = 18944.
+    assert accesses("qwen2.5-7b", "dense") == pytest.approx((84 * 3584 + 10 * 18944) / (10 * 3584 + 6 * 18944) / 2, rel=1e-12)
+    # Mixtral 8x7B: the SiLU-gated product over the top-2 experts' I = 14336 each per token, h = 4096.
+    assert accesses("mixtral-8x7b", "moe") == pytest.approx((84 * 4096 + 10 * 2 * 14336) / (10 * 4096 + 6 * 2 * 14336) / 2, rel=1e-12)
+    # Qwen3-30B-A3B: 8 experts of 768, h = 2048.
+    assert accesses("qwen3-30b-a3b", "moe") == pytest.approx((84 * 2048 + 10 * 8 * 768) / (10 * 2048 + 6 * 8 * 768) / 2, rel=1e-12)
+    # Nemotron-H's squared-ReLU MLP layer counts an op the kit does not: none stated, the profile's figure prices it.
+    assert accesses("nemotron-h-8b", "mlp") is None

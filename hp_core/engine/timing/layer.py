@@ -113,6 +113,13 @@ def alternate_matmul_flops(work: LayerWork, matmul_flops: float) -> float:
     return ALTERNATE_MATMUL_DEFAULT_FRACTION * matmul_flops if stated is None else stated
 
 
+def _el_bytes_per_flop(work: LayerWork, r: _Rates) -> float:
+    """Bytes per elementwise op: eager kernels at the layer's own count where it states one (LayerWork.eager_accesses_per_flop)."""
+    if r.eager_elementwise and work.eager_accesses_per_flop is not None:
+        return work.eager_accesses_per_flop * r.act_bytes
+    return r.el_bytes_per_flop
+
+
 def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozenset[str], r: _Rates) -> _LayerTime:
     """One layer's per-micro-batch time under its recompute setting (:mod:`hp_core.engine.timing`)."""
     f = cost.forward
@@ -139,7 +146,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         att_fwd = f.attention_flops / (r.peak * r.matmul)
         att_bwd = r.mm_backward * att_fwd
     elementwise = f.elementwise_flops - (min(work.fused_softmax_flops, f.elementwise_flops) if r.flash else 0.0)
-    el_fwd = elementwise * r.el_bytes_per_flop / r.memory
+    el_fwd = elementwise * _el_bytes_per_flop(work, r) / r.memory
     mla_copy = work.copy_bytes / r.memory
     permute = 0.0
     if work.permute_bytes and r.permute_passes:

@@ -180,6 +180,7 @@ class _Rates:
     ep_comm_overlap: bool = False
     host: HostOverhead | None = None
     alternate_mm_switches: frozenset[str] = frozenset()  # TimingProfile.alternate_matmul_recompute
+    eager_elementwise: bool = False  # TimingProfile.eager_elementwise
     # A low-precision recipe (hp_core.precision_recipes; docs/precision.md): its GEMM kernel's measured speedup
     # over bf16, the HBM bytes quantizing one element of an input or output gradient moves, forward and
     # backward, and of a weight per micro-batch (0 where the quantized copies are cached), and the share of
@@ -287,6 +288,6 @@ def _rates(
         slowdown=_or(dev.sustained_slowdown, 1.0),
         tp_comm_overlap=timing.schedule.tp_comm_overlap,
         tp_overlap_bwd_rs=timing.schedule.tp_overlap_input_grad_reduce_scatter, ep_comm_overlap=timing.schedule.ep_comm_overlap,
-        host=timing.host, alternate_mm_switches=timing.alternate_matmul_recompute,
+        host=timing.host, alternate_mm_switches=timing.alternate_matmul_recompute, eager_elementwise=timing.eager_elementwise,
         **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes),
     )
