@@ -189,5 +189,5 @@ def test_eager_elementwise_accesses_are_counted_per_layer_from_its_widths(regist
     assert accesses("mixtral-8x7b", "moe") == pytest.approx((84 * 4096 + 10 * 2 * 14336) / (10 * 4096 + 6 * 2 * 14336) / 2, rel=1e-12)
     # Qwen3-30B-A3B: 8 experts of 768, h = 2048.
     assert accesses("qwen3-30b-a3b", "moe") == pytest.approx((84 * 2048 + 10 * 8 * 768) / (10 * 2048 + 6 * 8 * 768) / 2, rel=1e-12)
-    # Nemotron-H's squared-ReLU MLP layer counts an op the kit does not: none stated, the profile's figure prices it.
+    # Nemotron-H's MLP layer: its squared ReLU is counted, its fp32-weight RMSNorm is not: none stated, 1.92 prices it.
     assert accesses("nemotron-h-8b", "mlp") is None
