@@ -127,6 +127,7 @@ def local_attention_core(b: LayerBuilder, heads: int, qk_dim: int, v_dim: int, a
     # the square times the share of causal pairs kept (flash; module docstring).
     b.attention += 2 * scored * (qk_dim + v_dim)
     b.elementwise += (SOFTMAX_OPS + (SOFTCAP_OPS if softcap is not None else 0)) * scored
+    b.softmax_ops += SOFTMAX_OPS * scored  # left out of the eager count, as the full core's (hp_plugins.kit.eager)
     if sinks:
         b.elementwise += SINK_OPS_PER_ROW * rows
     return share
