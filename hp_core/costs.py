@@ -400,8 +400,8 @@ class LayerWork:
             dtype under a low-precision recipe (a router's gate, the output
             head); the rest of the matmul FLOPs, grouped ones included, run in
             the recipe's format (:mod:`hp_core.precision_recipes`).
-        alternate_matmul_flops: Forward FLOPs of every second matmul in the block's forward order: what
-            torchtitan's op-level SAC re-runs (it saves every matmul's output but every second one's).
+        alternate_matmul_flops: Forward FLOPs of every second matmul in forward order, what torchtitan's op-level SAC
+            re-runs; ``None``: not stated, priced at half the layer's matmul FLOPs and named in the provenance.
     """
 
     collectives: tuple[Collective, ...] = attrs.field(default=(), converter=tuple)
@@ -423,7 +423,7 @@ class LayerWork:
     frozen_matmul_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
     reruns: tuple[tuple[str, Rerun], ...] = attrs.field(default=(), converter=tuple)
     high_precision_gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=tuple)
-    alternate_matmul_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
+    alternate_matmul_flops: float | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_number))
 
     def rerun(self, switch: str) -> Rerun | None:
         """What recomputing *switch* re-runs, ``None`` when the layer names nothing for it."""

@@ -59,6 +59,8 @@ def estimate_command(args: argparse.Namespace, registry: Registry, console: Cons
         if any(total for s in step.stages for _, total, _ in s.communication_by_group):
             console.print(communication_table(step))
         console.print(time_summary(step))
+        if "alternate_matmul_default" in step.provenance:  # absent is not zero: say what was priced instead
+            console.print(f"Note (op-level SAC): {step.provenance['alternate_matmul_default']}")
     elif unavailable is not None:
         console.print(f"Step time: not estimated ({unavailable})")
     prov = result.provenance

@@ -195,6 +195,12 @@ class LayerBuilder:
             self.shapes.append((fan_out, fan_in))
             self.weight_gradient += tokens * (fan_out + (0 if shares_input else fan_in)) * self.act
 
+    def _alternate(self) -> float | None:
+        """Every second matmul's forward FLOPs, ``None`` when some matmul's place in the order is not recorded."""
+        if sum(self.matmuls_in_order) < self.matmul:  # experts, routers, MLA: not stated (LayerWork.alternate_matmul_flops)
+            return None
+        return float(sum(self.matmuls_in_order[1::2]))
+
     def build(self) -> LayerCost:
         """The layer: working set = the output gradient + the SP re-gather + the larger block's transients.
 
@@ -212,6 +218,6 @@ class LayerBuilder:
             forward=Flops(matmul_flops=self.matmul, attention_flops=self.attention, elementwise_flops=self.elementwise),
             weight_shapes=shapes,
             work=decoder_work(self.x, shapes, self.h, self.tp_blocks, self.attention_shape, self.expert_shape,
-                              alternate_matmul_flops=float(sum(self.matmuls_in_order[1::2]))),
+                              alternate_matmul_flops=self._alternate()),
             weight_gradient_bytes=self.weight_gradient,
         )

@@ -137,7 +137,7 @@ def expert_collectives(x: LayerContext, routed_bytes: float) -> tuple[Collective
 
 def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hidden_size: int, blocks: int,
                  attention: AttentionShape | None = None, experts: ExpertShape | None = None,
-                 alternate_matmul_flops: float = 0.0) -> LayerWork:
+                 alternate_matmul_flops: float | None = None) -> LayerWork:
     """The work of a layer made of the kit's blocks (module docstring), per micro-batch on one rank.
 
     Args:
@@ -149,7 +149,7 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         blocks: Its blocks whose GEMMs TP splits (attention, MLP, experts, a mixer).
         attention: Its attention block, ``None`` without one.
         experts: Its routed experts, ``None`` without them.
-        alternate_matmul_flops: Forward FLOPs of every second matmul in forward order
+        alternate_matmul_flops: Forward FLOPs of every second matmul in forward order, ``None`` not stated
             (:attr:`LayerWork.alternate_matmul_flops <hp_core.costs.LayerWork.alternate_matmul_flops>`).
     """
     act = x.precision.activation_bytes

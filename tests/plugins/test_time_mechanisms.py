@@ -144,7 +144,37 @@ def test_each_kind_states_the_matmuls_an_every_second_mm_policy_re_runs(registry
 
     # Llama 3 8B at TP 2: wk (1024 outputs), wo (4096) and w3 (14336) over h = 4096, each split over 2 ranks.
     assert alternate("llama3-8b", "dense") == 2 * T * 4096 * (1024 + 4096 + 14336) / 2
-    # Qwen3-30B-A3B (32 query and 4 key/value heads of 128): wk and wo only; the router and experts' order is not modelled.
-    assert alternate("qwen3-30b-a3b", "moe") == 2 * T * 2048 * (4 * 128 + 32 * 128) / 2
+    # Qwen3-30B-A3B: the router's and experts' order is not modelled, so the layer states none (None, not 0).
+    assert alternate("qwen3-30b-a3b", "moe") is None
     # DeepSeek-V3's MLA layers: none stated.
-    assert alternate("deepseek-v3", "mla") == 0.0
+    assert alternate("deepseek-v3", "mla") is None
+
+
+def test_op_sac_prices_a_layer_without_its_matmul_order_at_half_its_matmuls_and_says_so(registry):
+    # Absent is not zero: Qwen3-30B-A3B's MoE layer does not state the order of its router's and experts' matmuls,
+    # so torchtitan's every-second-mm policy re-runs the documented default, half its forward matmul FLOPs.
+    from hp_core.engine.timing.layer import alternate_matmul_flops
+    from hp_core.costs import LayerWork
+
+    assert alternate_matmul_flops(LayerWork(), 6e12) == 3e12
+    assert alternate_matmul_flops(LayerWork(alternate_matmul_flops=0.0), 6e12) == 0.0  # a stated zero stays zero
+    model = model_from_preset("qwen3-30b-a3b", registry)
+    layout = ParallelSpec(dp=8, seq_len=4096, micro_batch_size=1, global_batch_size=8)
+    h100 = registry.hardware_preset("h100-sxm").spec
+    runtime = registry.runtime("fsdp2")
+    op_sac = RecomputeSpec(default=Setting.parse(sorted(runtime.recompute_modules["op_sac"])))
+    with_alt = step_time(model, layout, registry=registry, hardware=h100, runtime=runtime, recompute=op_sac)
+    without = step_time(model, layout, registry=registry, hardware=h100, recompute=op_sac,
+                        runtime=attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, alternate_matmul_recompute=frozenset())))
+    # Per token of a layer (h = 2048): wq, wk, wv, wo over 32 query and 4 key/value heads of 128, the router's gate
+    # over 128 experts, and 8 routed experts' gate, up and down projections of 768: forward FLOPs
+    # 2 * 2048 * (4096 + 512 + 512 + 4096 + 128 + 8 * 3 * 768); half of them re-run, 48 layers, 4096 tokens.
+    per_token = 2 * 2048 * (4096 + 512 + 512 + 4096 + 128 + 8 * 3 * 768)
+    flops = 0.5 * per_token * 4096 * 48
+    assert with_alt.recompute_seconds - without.recompute_seconds == pytest.approx(flops / (h100.peak_flops["bf16"] * 0.7), rel=1e-9)
+    assert with_alt.provenance["alternate_matmul_default"].startswith("moe: the order of the matmuls")
+    assert "alternate_matmul_default" not in without.provenance
+    # A kind that states its order (Llama's dense layer) gets no note.
+    llama = step_time(model_from_preset("llama3-8b", registry), layout, registry=registry, hardware=h100,
+                      runtime=runtime, recompute=op_sac)
+    assert "alternate_matmul_default" not in llama.provenance

@@ -22,7 +22,7 @@ from hp_core.costs import LayerContext, LayerCost, LayerWork
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.types import LayerKind
 
-__all__ = ["LayerPricer", "LayerSeconds", "layer_pricer", "offload_seconds", "work_of"]
+__all__ = ["ALTERNATE_MATMUL_DEFAULT_FRACTION", "LayerPricer", "alternate_matmul_flops", "LayerSeconds", "layer_pricer", "offload_seconds", "work_of"]
 
 
 @attrs.frozen
@@ -99,6 +99,18 @@ def _exposed(key: str, seconds: float, gemm_seconds: float, compute_seconds: flo
 
 # Per group: the share of its time the runtime leaves exposed.
 _GROUP_EXPOSED = {"tp": lambda r: r.expose_tp, "cp": lambda r: r.expose_cp, "ep": lambda r: r.expose_ep}
+
+
+# What an op-level SAC that re-runs "every second mm" (torchtitan/distributed/activation_checkpoint.py, _custom_policy)
+# re-runs of a layer that does not state its matmuls' order (LayerWork.alternate_matmul_flops None): half its forward
+# matmul FLOPs, exact for an even count of equal matmuls, a default otherwise (absent is not zero; docs/time.md).
+ALTERNATE_MATMUL_DEFAULT_FRACTION = 0.5
+
+
+def alternate_matmul_flops(work: LayerWork, matmul_flops: float) -> float:
+    """The forward FLOPs an every-second-mm policy re-runs: the layer's statement, else the documented default."""
+    stated = work.alternate_matmul_flops
+    return ALTERNATE_MATMUL_DEFAULT_FRACTION * matmul_flops if stated is None else stated
 
 
 def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozenset[str], r: _Rates) -> _LayerTime:
@@ -204,10 +216,11 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
                 recomputed_flops += flops
             else:
                 recompute += 2 * nbytes / r.memory
-        if work.alternate_matmul_flops and r.alternate_mm_switches and r.alternate_mm_switches <= recomputed:
+        alternate = alternate_matmul_flops(work, f.matmul_flops)
+        if alternate and r.alternate_mm_switches and r.alternate_mm_switches <= recomputed:
             # An op-level policy re-running every second matmul of the block (TimingProfile.alternate_matmul_recompute).
-            recompute += work.alternate_matmul_flops / (r.peak * r.matmul) / r.gemm_speedup
-            recomputed_flops += work.alternate_matmul_flops
+            recompute += alternate / (r.peak * r.matmul) / r.gemm_speedup
+            recomputed_flops += alternate
     k = r.slowdown  # a whole run's time over its kernels' measured alone (DeviceEfficiency.sustained_slowdown)
     return _LayerTime(
         forward_seconds=k * forward, backward_seconds=k * backward, recompute_seconds=k * recompute,

@@ -17,7 +17,7 @@ from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elem
 from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.schedule import pipeline_seconds
 from hp_core.engine.timing.overlap import bucketed, fsdp_layers, hidden_send
-from hp_core.engine.timing.layer import _layer_time, _LayerTime, offload_seconds, work_of
+from hp_core.engine.timing.layer import ALTERNATE_MATMUL_DEFAULT_FRACTION, _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
 from hp_core.engine.timing.results import StageTime, StepTime
 
@@ -163,8 +163,13 @@ def time_run(
     kinds, costs, context, micro_batches = run.kinds, run.costs, run.context, run.micro_batches
     works = [work_of(cost, kind.name) for kind, cost in zip(kinds, costs)]
 
+    defaulted: set[str] = set()  # kinds whose op-SAC re-run matmuls are priced at the default (layer.alternate_matmul_flops)
+
     def price(group: int, setting: Setting, full: bool, switches: frozenset[str]) -> _LayerTime:
         layer_time = _layer_time(costs[group], works[group], full, switches, rates)
+        if (not full and works[group].alternate_matmul_flops is None and costs[group].forward.matmul_flops
+                and rates.alternate_mm_switches and rates.alternate_mm_switches <= switches):
+            defaulted.add(kinds[group].name)
         if setting.offload:
             # Offload's exposed copies count as communication (offload_seconds).
             kept = costs[group].input_bytes if full else costs[group].kept_under(switches)
@@ -400,6 +405,10 @@ def time_run(
         "gemm_dtype": recipe.gemm_dtype,
         "schedule": schedule.name,
     }
+    if defaulted:
+        provenance["alternate_matmul_default"] = (
+            f"{', '.join(sorted(defaulted))}: the order of the matmuls op-level SAC re-runs is not stated; priced at "
+            f"{ALTERNATE_MATMUL_DEFAULT_FRACTION:g} of the layer's forward matmul FLOPs (docs/time.md)")
     # MFU as the field reports it (against the compute dtype's dense peak) and against the recipe's GEMM peak.
     recipe_peak = hardware.peak_flops.get(recipe.gemm_dtype, peak) if recipe.low_precision else peak
     return StepTime(
