@@ -16,6 +16,7 @@ through every expert; :func:`llama4_rows`). The text between the
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import tempfile
@@ -45,16 +46,19 @@ def registry():
     return build_registry(use_env=False)
 
 
+@contextlib.contextmanager
 def _model_ref(case: str):
-    """The census's model reference and the formulas' model of *case*."""
+    """The census's model reference and the formulas' model of *case*; a changed config's folder is removed on exit."""
     reg = registry()
-    if case.endswith("+mlp_only_layers"):
-        preset, changes = QWEN3_NEXT_DENSE
-        cfg = {**reg.model(preset).hf_config, **changes}
-        path = Path(tempfile.mkdtemp()) / "config.json"
+    if not case.endswith("+mlp_only_layers"):
+        yield case, model_from_preset(case, reg)
+        return
+    preset, changes = QWEN3_NEXT_DENSE
+    cfg = {**reg.model(preset).hf_config, **changes}
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "config.json"
         path.write_text(json.dumps(cfg), encoding="utf-8")
-        return str(path), model_from_config(cfg, reg, name=case, source=str(path), where=str(path))
-    return case, model_from_preset(case, reg)
+        yield str(path), model_from_config(cfg, reg, name=case, source=str(path), where=str(path))
 
 
 def _routed(tensor) -> bool:
@@ -92,8 +96,8 @@ def llama4_rows(case: str, seq_len: int) -> tuple[float, float]:
 def rows(case: str, seq_len: int) -> tuple[tuple[str, float, float], ...]:
     """(kind, census, formulas) bytes per token for every kind of *case* at *seq_len*."""
     reg = registry()
-    ref, model = _model_ref(case)
-    run = run_census(reg, ref, "torch", seq_len, "eager", 1)
+    with _model_ref(case) as (ref, model):
+        run = run_census(reg, ref, "torch", seq_len, "eager", 1)
     formulas = formulas_records(model, reg, seq_len, "eager", formulas_precision("eager"), (1,), traits=HF_TRAITS)
     found = []
     for kind, record in sorted(run.records.items()):

@@ -68,16 +68,15 @@ def table_rows() -> list[str]:
     from hp_core.io.convert import ConfigFile, structure
     from hp_core.io.job import estimate_job, resolve_job
 
-    sys.path.insert(0, str(ROOT / "tests" / "plugins"))
-    from test_fsdp2_runtime import _estimated_categories, _measured_categories
+    from hp_plugins.cases.fsdp2_measured import estimated_categories, measured_categories
 
     registry = build_registry()
     rows = []
     for case in json.loads(CASES.read_text())["cases"]:
         (stage,) = estimate_job(resolve_job(structure(case["config"], ConfigFile, registry), registry), registry).stages
         m = case["measured"]
-        want = _measured_categories(m["phases"][m["peak_phase"]])
-        got = _estimated_categories(stage.memory, stage.binding_point)
+        want = measured_categories(m["phases"][m["peak_phase"]])
+        got = estimated_categories(stage.memory, stage.binding_point)
         errors = {k: (got[k] - v) / v for k, v in want.items() if v}
         worst = max(errors, key=lambda k: abs(errors[k]))
         rows.append(f"| `{case['name']}` | {m['peak_bytes'] / 2**30:.3f} ({m['peak_phase']}) | "

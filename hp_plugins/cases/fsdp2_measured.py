@@ -40,7 +40,8 @@ from hp_core.io.files import atomic_write
 from hp_core.markers import hookimpl
 from hp_core.types import CaseFormat
 
-__all__ = ["FORMAT", "hp_case_formats", "measure_config", "measure_request", "read_measure_cases", "request_of"]
+__all__ = ["FORMAT", "estimated_categories", "hp_case_formats", "measure_config", "measure_request", "measured_categories",
+           "read_measure_cases", "request_of"]
 
 FORMAT = "hp-measure/1"
 # Part of every cache key: raised whenever what run_step measures changes, so older entries are not read.
@@ -212,6 +213,31 @@ def read_measure_cases(document: Mapping[str, Any], registry: Any) -> list:
         found.append(MeasuredCase(name=case["name"], model=job.model, parallel=job.parallel, runtime=job.runtime,
                                   stage_peak_bytes=(measured["peak_bytes"],), source=_source(measured), job=job, where=where))
     return found
+
+
+def measured_categories(phase: Mapping[str, int]) -> dict[str, int]:
+    """One phase of the tracker's categories as hp's breakdown groups them (docs/runtimes.md, fsdp2)."""
+    return {
+        "parameters": phase["sharded_param"],
+        "gradients": phase["sharded_grad"] + phase["unsharded_grad"],
+        "optimizer_states": phase["optimizer_state"],
+        "gathered": phase["unsharded_param"] + phase["all_gather"] + phase["reduce_scatter"],
+        "activations": phase["activation"] + phase["temp"] + phase["inputs"] + phase["buffer"],
+    }
+
+
+def estimated_categories(memory: Any, point: str = "forward") -> dict[str, int]:
+    """hp's breakdown (a stage's ``memory``) as the tracker's categories group it: at the optimizer step the
+    tracker files every tensor allocated inside ``optimizer.step`` (foreach AdamW's temporary, hp's working set
+    there) as OptState (torch/distributed/_tools/fsdp2_mem_tracker.py: allocations while ``_in_opt`` is set)."""
+    step_temporary = memory.working_set_bytes if point == "optimizer" else 0
+    return {
+        "parameters": memory.parameters_bytes,
+        "gradients": memory.gradients_bytes,
+        "optimizer_states": memory.optimizer_states_bytes + memory.master_parameters_bytes + step_temporary,
+        "gathered": memory.communication_buffers_bytes,
+        "activations": memory.activations_bytes + memory.working_set_bytes - step_temporary,
+    }
 
 
 @hookimpl

@@ -67,6 +67,7 @@ from hp_core.types import LayerKind
 from hp_core.validators import positive_int, probability
 from hp_plugins.kinds.embedding import EmbeddingConfig, evaluate_embedding
 from hp_plugins.kinds.output import OutputConfig, evaluate_output
+from hp_plugins.kit.experts import MoEFields
 from hp_plugins.kit import term
 
 __all__ = ["LORA_TARGETS", "LoRAConfig", "MXFP4_BYTES", "NF4_BYTES", "adapter_shapes", "evaluate_lora", "hp_layer_kinds",
@@ -190,6 +191,9 @@ def validate_lora(c: LoRAConfig, x: LayerContext) -> None:
     ends = {"embedding": EmbeddingConfig, "output": OutputConfig}
     if (c.layer.kind in ends) != isinstance(c.layer.config, tuple(ends.values())):
         raise ConfigError("$.model.layers[].config.layer", f"a {c.layer.kind!r} layer's config does not fit it")
+    if c.base == "mxfp4" and not isinstance(c.layer.config, MoEFields):
+        raise ConfigError("$.model.layers[].config.base", f"base: mxfp4 holds routed experts only and this "
+                                                          f"{c.layer.kind!r} layer has none; use base: bf16 or nf4")
     if x.tp > 1:
         raise ConfigError("$.parallel.tp", f"tp={x.tp}: LoRA adapters under tensor parallelism are not priced; "
                                            "use tp=1 with data parallelism or FSDP (zero 3), as PEFT and QLoRA run")
@@ -219,11 +223,17 @@ def with_lora(model: Any, registry: Any, **options: Any) -> Any:
     from hp_core.specs.model import ModelSpec
 
     groups = []
-    for group in model.layers:
-        placement = registry.layer_kind(group.kind).placement
+    placements = [registry.layer_kind(group.kind).placement for group in model.layers]
+    experts = [p == "body" and isinstance(g.config, MoEFields) for g, p in zip(model.layers, placements)]
+    if options.get("base") == "mxfp4" and not any(experts):
+        raise ConfigError("base", f"base: mxfp4 holds routed experts only and {model.name!r} has no routed-expert layer; "
+                                  "use base: bf16 or nf4")
+    for group, placement, moe in zip(model.layers, placements, experts):
         one = LayerGroup(group.kind, group.config, 1)
         if placement == "body":
-            groups.append(LayerGroup("lora", LoRAConfig(layer=one, **options), group.count))
+            # mxfp4 changes only routed experts: a model's dense body layers (DeepSeek's first) are held in bf16.
+            held = options if moe or options.get("base") != "mxfp4" else {**options, "base": "bf16"}
+            groups.append(LayerGroup("lora", LoRAConfig(layer=one, **held), group.count))
         else:
             wrapper = "lora_first" if placement == "first" else "lora_last"
             groups.append(LayerGroup(wrapper, LoRAConfig(layer=one, target_modules=()), group.count))

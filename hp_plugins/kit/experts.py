@@ -145,8 +145,10 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     b.param("experts", E * (fc1 + 1) * d * c.moe_intermediate_size, True, "routed_expert",
             matrices=((E // x.ep, fc1 * width, d), (E // x.ep, d, width)))
     if c.moe_latent_size:
-        # Nemotron-H's latent projections, replicated over TP (an assumption: Megatron-Core's split of
-        # them was not read); fc1's input is the norm's output, fc2 keeps the combined latent output.
+        # Nemotron-H's latent projections, whole on every TP rank over the rank's own (SP-sharded) tokens:
+        # Megatron-Core MoELayer.__init__ builds fc1_latent_proj and fc2_latent_proj as TELinear with
+        # parallel_mode="duplicated" (megatron/core/transformer/moe/moe_layer.py, read at commit 00119989);
+        # fc1's input is the norm's output, fc2 keeps the combined latent output.
         b.param("moe_latent_proj", 2 * h * d, False, matrices=((1, d, h), (1, h, d)))
         b.keep("latent_combined", routed * d * act, gemm_input="owned")
         # fc1_latent reads the norm output the shared experts' FC1 reads too (counted there for W).

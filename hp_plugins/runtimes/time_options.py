@@ -39,10 +39,15 @@ def elementwise_kernels_option(default: str, source: str) -> RuntimeOption:
 
 @attrs.frozen
 class _AllToAll:
-    """``ep_all_to_all``: names the timing profile's collective model (``deepep``) or the built-in NCCL one."""
+    """``ep_all_to_all``: ``deepep`` names the ``deepep`` collective model; ``nccl`` (the default) keeps the
+    collective model the timing profile states (a third party's, or the built-in NCCL one where it states none),
+    and only drops ``deepep`` where the profile named it."""
 
     def __call__(self, runtime: Runtime, value: str) -> Runtime:
-        model = "deepep" if value == "deepep" else None
+        stated = runtime.timing.collective_model
+        model = "deepep" if value == "deepep" else (None if stated == "deepep" else stated)
+        if model == stated:
+            return runtime
         return attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, collective_model=model))
 
 

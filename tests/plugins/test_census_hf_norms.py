@@ -92,3 +92,14 @@ def test_transformers_norms_keep_what_the_census_names():
     assert fp32_norm_bytes(10, 128, "rmsnorm", traits, weight=False) == 10 * (2 * 128 + 4)
     assert fp32_norm_bytes(10, 4096, "rmsnorm_fp32_weight", frozenset()) == 0
     assert fp32_norm_bytes(10, 4096, "layernorm", traits) == 0
+
+
+def test_a_changed_config_s_folder_is_removed_after_its_census():
+    """The +mlp_only_layers case writes its config.json to a temporary folder, gone once the rows are taken."""
+    with PAGE._model_ref("qwen3-next-80b-a3b+mlp_only_layers") as (ref, model):
+        config = Path(ref)
+        assert config.name == "config.json" and config.is_file()
+        assert model.name == "qwen3-next-80b-a3b+mlp_only_layers"
+    assert not config.parent.exists()
+    with PAGE._model_ref("mistral-7b") as (ref, _):
+        assert ref == "mistral-7b"

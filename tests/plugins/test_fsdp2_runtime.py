@@ -11,37 +11,13 @@ from hp_core.api import estimate
 from hp_core.io.convert import ConfigFile, structure
 from hp_core.io.job import estimate_job, resolve_job
 from hp_core.specs import ParallelSpec
+from hp_plugins.cases.fsdp2_measured import estimated_categories, measured_categories
 
 DATA = Path(__file__).parent / "data" / "fsdp2_tracker_cases.json"
 CASES = json.loads(DATA.read_text())["cases"]
 T = 4096
 V = 128256
 H = 4096
-
-
-def _measured_categories(phase: dict) -> dict[str, int]:
-    """The tracker's categories as hp's breakdown groups them (docs/runtimes.md, fsdp2)."""
-    return {
-        "parameters": phase["sharded_param"],
-        "gradients": phase["sharded_grad"] + phase["unsharded_grad"],
-        "optimizer_states": phase["optimizer_state"],
-        "gathered": phase["unsharded_param"] + phase["all_gather"] + phase["reduce_scatter"],
-        "activations": phase["activation"] + phase["temp"] + phase["inputs"] + phase["buffer"],
-    }
-
-
-def _estimated_categories(memory, point: str = "forward") -> dict[str, int]:
-    """hp's breakdown as the tracker's categories group it: at the optimizer step the tracker files every tensor
-    allocated inside ``optimizer.step`` (foreach AdamW's temporary, hp's working set there) as OptState
-    (torch/distributed/_tools/fsdp2_mem_tracker.py: allocations while ``_in_opt`` is set)."""
-    step_temporary = memory.working_set_bytes if point == "optimizer" else 0
-    return {
-        "parameters": memory.parameters_bytes,
-        "gradients": memory.gradients_bytes,
-        "optimizer_states": memory.optimizer_states_bytes + memory.master_parameters_bytes + step_temporary,
-        "gathered": memory.communication_buffers_bytes,
-        "activations": memory.activations_bytes + memory.working_set_bytes - step_temporary,
-    }
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
@@ -53,8 +29,8 @@ def test_within_two_percent_of_the_tracker(registry, case):
     assert abs(stage.peak_bytes - measured["peak_bytes"]) <= 0.02 * measured["peak_bytes"], case["name"]
     # The same phase binds, and each category is within 2% of the tracker's at that phase.
     assert stage.binding_point == measured["peak_phase"]
-    want = _measured_categories(measured["phases"][measured["peak_phase"]])
-    got = _estimated_categories(stage.memory, stage.binding_point)
+    want = measured_categories(measured["phases"][measured["peak_phase"]])
+    got = estimated_categories(stage.memory, stage.binding_point)
     for name, value in want.items():
         assert abs(got[name] - value) <= 0.02 * value, (case["name"], name, got[name], value)
 

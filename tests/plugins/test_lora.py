@@ -137,6 +137,16 @@ def test_mxfp4_experts_of_gpt_oss_20b_by_hand():
     assert held["mxfp4"] - ep2 == (weights * 17 // 32 + 4 * biases) // 2
 
 
+def test_mxfp4_base_without_routed_experts_is_refused():
+    """base: mxfp4 packs routed experts only: on a dense model it would silently price the bf16 figure."""
+    llama = model_from_preset("llama3-8b", _REGISTRY)
+    with pytest.raises(ConfigError, match=r"^base: base: mxfp4 holds routed experts only and 'llama3-8b'"):
+        with_lora(llama, _REGISTRY, base="mxfp4")
+    dense = LoRAConfig(layer=LayerGroup("dense", llama.layers[1].config, 1), base="mxfp4")
+    with pytest.raises(ConfigError, match=r"config\.base: base: mxfp4 holds routed experts only and this 'dense'"):
+        _REGISTRY.layer_kind("lora").validate(dense, layer_context(ParallelSpec(seq_len=256), PrecisionSpec(), "flash"))
+
+
 def test_the_config_page_example_estimates(tmp_path):
     from pathlib import Path
 

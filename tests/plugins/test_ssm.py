@@ -118,6 +118,20 @@ def test_nemotron_moe_latent_projections_by_hand():
     assert by_kind[plain] - by_kind[latent] == experts * 2 * width * (h - 1024) - 2 * h * 1024
 
 
+def test_latent_projections_are_whole_on_every_tp_rank():
+    """Megatron-Core builds fc1_latent_proj / fc2_latent_proj with parallel_mode="duplicated": at tp 2 each rank holds
+    all 2 h L of them and runs them over its own T / 2 tokens (SP), h = 256, L = 64, T = 1024."""
+    latent = SSM_SAMPLES["moe_only"][1]
+    kind = _REGISTRY.layer_kind("moe_only")
+    costs = {tp: kind.evaluate(latent, layer_context(ParallelSpec(tp=tp, sp=tp > 1, seq_len=1024), PrecisionSpec(), "flash"))
+             for tp in (1, 2)}
+    for cost in costs.values():
+        (proj,) = [p for p in cost.params if p.name == "moe_latent_proj"]
+        assert proj.elements == 2 * 256 * 64 and not proj.tp_split
+    kept = {tp: next(t.bytes for t in c.activations if t.op == "latent_combined") for tp, c in costs.items()}
+    assert kept == {1: 1024 * 64 * 2, 2: 512 * 64 * 2}
+
+
 @pytest.mark.parametrize("kind", ["attention", "mamba2", "mlp", "moe_only"])
 def test_kinds_keep_the_contract(kind):
     report = check_layer_kind(_REGISTRY.layer_kind(kind), SSM_SAMPLES[kind], registry=_REGISTRY)

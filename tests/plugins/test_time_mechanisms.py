@@ -61,6 +61,18 @@ def test_ep_all_to_all_option_prices_the_expert_exchange_with_deepep(registry):
     assert deepep.compute_seconds == nccl.compute_seconds
 
 
+def test_ep_all_to_all_nccl_keeps_the_collective_model_a_profile_states(registry):
+    """The default choice leaves a third-party profile's collective model alone; deepep replaces it; nccl drops
+    only a profile-named deepep."""
+    fsdp2 = registry.runtime("fsdp2")
+    stated = attrs.evolve(fsdp2, timing=attrs.evolve(fsdp2.timing, collective_model="vendor-ccl"))
+    assert apply_options(stated, {"ep_all_to_all": "nccl"}).timing.collective_model == "vendor-ccl"
+    assert apply_options(stated, {}).timing.collective_model == "vendor-ccl"
+    assert apply_options(stated, {"ep_all_to_all": "deepep"}).timing.collective_model == "deepep"
+    deepep = attrs.evolve(fsdp2, timing=attrs.evolve(fsdp2.timing, collective_model="deepep"))
+    assert apply_options(deepep, {"ep_all_to_all": "nccl"}).timing.collective_model is None
+
+
 def test_eager_elementwise_kernels_move_3_84_times_the_fused_bytes(registry):
     model = model_from_preset("llama3-8b", registry)
     layout = ParallelSpec(dp=8, seq_len=8192, micro_batch_size=2, global_batch_size=16)
