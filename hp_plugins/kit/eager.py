@@ -11,9 +11,9 @@ Counted per element, bf16 activations (2 bytes), fp32 where torch upcasts:
   ``ReLUSquaredActivation`` runs it (``relu`` then ``torch.square``): two kernels, 8 bytes.
 * A gate product (``act(gate) * up``): two reads and a write, 6 bytes.
 
-Not counted (the layer then states none and the profile's figure prices it): LayerNorm, ``rmsnorm_fp32_weight``, the attention-core softmax,
-full or windowed, is left out of the count (fused by flash attention; under eager attention it is priced at the
-layer's figure), and the other kit ops (a softcap, attention sinks, gated attention, DeltaNet, SSM, clamped SwiGLU).
+Not counted (the layer then states none and the profile's figure prices it): LayerNorm, ``rmsnorm_fp32_weight``,
+a softcap, attention sinks, gated attention, DeltaNet, SSM and clamped SwiGLU ops. The attention-core softmax, full
+or windowed, is left out of the count (flash attention fuses it; under eager attention the layer's figure prices it).
 """
 
 from __future__ import annotations
