@@ -447,6 +447,9 @@ class TimingProfile:
             re-runs its :attr:`~hp_core.costs.LayerWork.alternate_matmul_flops`.
         eager_elementwise: Each elementwise op is its own kernel (eager PyTorch): a layer that counts its own
             :attr:`~hp_core.costs.LayerWork.eager_accesses_per_flop` is priced at it, the rest at the profile's figure.
+        unlisted_reason: Why :attr:`devices` lists only some architectures and no ``"*"`` (a runtime option
+            whose figures exist for those alone); :meth:`device` names it when another is asked for.
+            ``None``: the plain message.
     """
 
     name: str
@@ -470,6 +473,7 @@ class TimingProfile:
     host: HostOverhead | None = None
     alternate_matmul_recompute: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     eager_elementwise: bool = False
+    unlisted_reason: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.devices:
@@ -492,7 +496,9 @@ class TimingProfile:
                 fallback = entry
         if fallback is None:
             known = ", ".join(d.architecture for d in self.devices)
-            raise ConfigError(path, f"timing profile {self.name} has no efficiencies for architecture {architecture!r}; it has {known}")
+            why = f" ({self.unlisted_reason})" if self.unlisted_reason else ""
+            raise ConfigError(path, f"timing profile {self.name} has no efficiencies for architecture {architecture!r}{why}; "
+                                    f"it has {known}")
         return fallback
 
     def figures(self) -> dict[str, Sourced]:

@@ -33,15 +33,36 @@ from hp_plugins.runtimes.fsdp2_points import Fsdp2Points
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
 from hp_plugins.runtimes.time_options import elementwise_kernels_option, ep_all_to_all_option
 from hp_plugins.runtimes.tp_plans import TP_PLANS
-from hp_plugins.runtimes.timing_profiles import FSDP2, HOPPER_CUDNN, HOPPER_SDPA
+from hp_plugins.runtimes.timing_profiles import FSDP2, HOPPER_CUDNN, TRITON_FLASH
+
+
+_TRITON_UNLISTED = (f"attention_kernel=triton_flash: FlashAttention in Triton has a rate fitted on "
+                    f"{' and '.join(TRITON_FLASH)} devices only (docs/time.md, 'The fsdp2 fit')")
 
 
 def _attention_kernel(runtime: Runtime, value: str) -> Runtime:
-    """The Hopper entry of the runtime's timing profile with the attention kernel's measured rates."""
-    entry = HOPPER_CUDNN if value == "cudnn" else HOPPER_SDPA
+    """The runtime's device entries with the attention kernel's rates; every other figure of each entry kept.
+
+    ``sdpa``: FlashAttention-2 (each device's own entry of :data:`FSDP2`); ``cudnn``: cuDNN's measured rates on
+    Hopper, the others as ``sdpa``; ``triton_flash``: :data:`TRITON_FLASH` on the devices it states, the others
+    dropped so that pricing on them is refused (``TimingProfile.unlisted_reason``).
+    """
     timing = runtime.timing
-    devices = tuple(entry if d.architecture == "hopper" else d for d in timing.devices)
-    return attrs.evolve(runtime, timing=attrs.evolve(timing, devices=devices))
+    current = {d.architecture: d for d in timing.devices}
+    devices = []
+    for base in FSDP2.devices:  # the profile's own entries, in its order: a value set twice starts from them
+        entry = current.get(base.architecture, base)
+        if value == "triton_flash":
+            if base.architecture not in TRITON_FLASH:
+                continue
+            forward, backward = TRITON_FLASH[base.architecture]
+        elif value == "cudnn" and base.architecture == "hopper":
+            forward, backward = HOPPER_CUDNN.attention_forward, HOPPER_CUDNN.attention_backward
+        else:
+            forward, backward = base.attention_forward, base.attention_backward
+        devices.append(attrs.evolve(entry, attention_forward=forward, attention_backward=backward))
+    reason = _TRITON_UNLISTED if value == "triton_flash" else None
+    return attrs.evolve(runtime, timing=attrs.evolve(timing, devices=tuple(devices), unlisted_reason=reason))
 
 
 _FULLY_SHARD = "torch/distributed/fsdp/_fully_shard (FSDP2)"
@@ -49,10 +70,14 @@ OPTIONS = (
     RuntimeOption(
         "attention_kernel", "choice", "sdpa",
         "the fused attention kernel: sdpa (PyTorch scaled_dot_product_attention, FlashAttention-2 on Hopper, as "
-        "torchtitan runs it) or cudnn (Transformer Engine's fused attention on cuDNN, as NeMo AutoModel's TE backend)",
+        "torchtitan runs it), cudnn (Transformer Engine's fused attention on cuDNN, as NeMo AutoModel's TE backend) "
+        "or triton_flash (FlashAttention in Triton, llm-foundry's attn_impl: triton: FlashAttention-2's rates over "
+        "a factor fitted on Hopper and Ampere; refused on other devices)",
         "torchtitan torchtitan/models/attention.py (F.scaled_dot_product_attention); Transformer Engine "
-        "DotProductAttention (FusedAttention, cuDNN); rates: Shah et al. 2024, FlashAttention-3, Figures 5-6",
-        _attention_kernel, choices=("sdpa", "cudnn"),
+        "DotProductAttention (FusedAttention, cuDNN); rates: Shah et al. 2024, FlashAttention-3, Figures 5-6; "
+        "llm-foundry llmfoundry/models/layers/attention.py triton_flash_attn_fn and flash_attn_triton.py "
+        "(mosaicml/llm-foundry@b2a43a14), rates fitted by benchmarks/fit_fsdp2_sustained.py",
+        _attention_kernel, choices=("sdpa", "cudnn", "triton_flash"),
     ),
     schedule_option(
         "fsdp_prefetch", "fsdp_prefetch", default=True,

@@ -1,0 +1,133 @@
+"""Fit the ``fsdp2`` runtime's Hopper and Ampere GEMM factor and Triton FlashAttention factor to llm-foundry's MPT rows.
+
+Run: ``python benchmarks/fit_fsdp2_sustained.py [--write]``.
+
+The data are llm-foundry's MPT benchmark rows (``tests/plugins/data/scale_measured_mpt.json``:
+Composer FSDP, eager PyTorch, ``attn_impl: triton``; H100 80GB, A100 80GB and A100 40GB). Per
+device class (``hopper``: the H100 rows; ``ampere``: both A100 tables) two factors are fitted
+together, least squares in relative error of the step time, to the rows the file marks
+``calibration`` (the split was fixed in the file before anything was priced): ``m`` on every
+GEMM's time (the ``matmul`` efficiency is the kernel figure over ``m``) and ``a`` on the Triton
+attention kernel's (its efficiencies are FlashAttention-2's over ``a``); every other figure as
+stated (``tests/plugins/fsdp2_fit.py`` says how). Printed: the fitted factors; the calibration
+and held-out rows' errors apart, per device, with the kernel figures alone (``m = a = 1``) and
+with the factors as ``hp_plugins/runtimes/timing_profiles.py`` states them (rounded to 3
+decimals); the other ``fsdp2`` rows of ``scale_measured.json`` (torchtitan, NeMo AutoModel: none
+runs Triton attention, so only ``m`` applies; all held out from this fit) before and after; and
+each MPT model size held out in turn (the factors fitted to the other sizes' calibration rows).
+``--write`` replaces the text between the ``fsdp2-fit`` markers of docs/time.md (atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "plugins"))
+
+from fsdp2_fit import KERNEL_FIGURES, Priced, calibration, fit, mpt_rows, other_rows, size  # noqa: E402
+
+from hp_core.api import build_registry  # noqa: E402
+from hp_core.io.files import atomic_write  # noqa: E402
+from hp_plugins.runtimes.timing_profiles import FSDP2_MATMUL_FACTORS, TRITON_FLASH_FACTORS  # noqa: E402
+
+PAGE = ROOT / "docs" / "time.md"
+START, END = "<!-- fsdp2-fit:start -->", "<!-- fsdp2-fit:end -->"
+DEVICES = {"h100-sxm": "H100", "a100-80gb": "A100 80GB", "a100-40gb": "A100 40GB"}
+LABELS = {"hopper": "hopper (H100)", "ampere": "ampere (A100 80GB and 40GB)"}
+
+
+def _summary(errors: list[float]) -> str:
+    within = sum(abs(e) <= 0.10 for e in errors)
+    return (f"{sum(map(abs, errors)) / len(errors) * 100:.1f}% | {max(errors, key=abs) * 100:+.1f}% | "
+            f"{within}/{len(errors)}")
+
+
+def _mae(errors: list[float]) -> float:
+    return sum(map(abs, errors)) / len(errors) * 100
+
+
+def section(rows: list[Priced], others: list[Priced]) -> tuple[dict[str, tuple[float, float]], str]:
+    """The fitted factors (unrounded) and the markdown between the markers (errors at the stated, rounded factors)."""
+    fits = {arch: fit(calibration(rows, arch)) for arch in KERNEL_FIGURES}
+    stated = {arch: (FSDP2_MATMUL_FACTORS[arch], TRITON_FLASH_FACTORS[arch]) for arch in KERNEL_FIGURES}
+    lines = [START, "", "| device class | calibration rows | GEMM factor m (fitted) | stated | `matmul` | Triton factor a (fitted) | "
+             "stated | `triton_flash` forward / backward |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for arch, (m, a) in fits.items():
+        base, (ms, as_) = KERNEL_FIGURES[arch], stated[arch]
+        lines.append(
+            f"| {LABELS[arch]} | {len(calibration(rows, arch))} | {m:.4f} | {ms:.3f} | {base.matmul.value:g} / {ms:.3f} = "
+            f"{base.matmul.value / ms:.4f} | {a:.4f} | {as_:.3f} | {base.attention_forward.value:.4f} / {as_:.3f} = "
+            f"{base.attention_forward.value / as_:.4f}; {base.attention_backward.value:.4f} / {as_:.3f} = "
+            f"{base.attention_backward.value / as_:.4f} |")
+    lines += ["", "MPT rows: mean absolute error, largest error and rows within 10%, with the kernel figures alone (m = a = 1) "
+              "and with the stated factors:", "",
+              "| rows | split | kernels alone: mean | largest | within 10% | fitted: mean | largest | within 10% |",
+              "|---|---|---:|---:|---:|---:|---:|---:|"]
+    groups = [(f"{LABELS[arch]}, all", [p for p in rows if p.architecture == arch]) for arch in KERNEL_FIGURES]
+    groups += [(DEVICES[hw], [p for p in rows if p.row["hardware"] == hw]) for hw in DEVICES]
+    for label, group in groups:
+        for split in ("calibration", "held-out"):
+            chosen = [p for p in group if p.row["split"] == split]
+            before = [p.error(1.0, 1.0) for p in chosen]
+            after = [p.error(*stated[p.architecture]) for p in chosen]
+            lines.append(f"| {label} | {split} | {_summary(before)} | {_summary(after)} |")
+    lines += ["", "The other `fsdp2` rows (`scale_measured.json`; none runs Triton attention, so only m applies; all held "
+              "out from this fit, whatever their split in that file):", "",
+              "| row | attention | measured s | kernels alone s | error | with m s | error |", "|---|---|---:|---:|---:|---:|---:|"]
+    before, after = [], []
+    for p in others:
+        ms, as_ = stated[p.architecture]
+        e0, e1 = p.error(1.0, 1.0), p.error(ms, as_)
+        before.append(e0)
+        after.append(e1)
+        kernel = p.row.get("options", {}).get("attention_kernel", "sdpa")
+        lines.append(f"| {p.row['id']} | {kernel} | {p.measured:.3f} | {p.seconds(1.0, 1.0):.3f} | {e0 * 100:+.1f}% | "
+                     f"{p.seconds(ms, as_):.3f} | {e1 * 100:+.1f}% |")
+    lines += ["", f"- Those {len(others)} rows: mean absolute error {_mae(before):.1f}% with the kernel figures alone, "
+              f"{_mae(after):.1f}% with m; within 10%: {sum(abs(e) <= 0.10 for e in before)} and "
+              f"{sum(abs(e) <= 0.10 for e in after)}.", "",
+              "Each MPT model size held out in turn (m and a fitted to the other sizes' calibration rows; the size's "
+              "own rows, calibration and held-out, priced with them):", "",
+              "| device class | size | rows | m | a | mean absolute error | largest | with the stated factors |",
+              "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for arch, (m, a) in fits.items():
+        mine = [p for p in rows if p.architecture == arch]
+        for name in sorted({size(p.row) for p in mine}, key=lambda s: float(s.split("-")[1][:-1]) * (1e3 if s.endswith("b") else 1)):
+            rest = [p for p in calibration(mine, arch) if size(p.row) != name]
+            mo, ao = fit(rest, start=(m, a))
+            own = [p.error(mo, ao) for p in mine if size(p.row) == name]
+            at_stated = [p.error(*stated[arch]) for p in mine if size(p.row) == name]
+            lines.append(f"| {arch} | {name} | {len(own)} | {mo:.3f} | {ao:.3f} | {_mae(own):.1f}% | "
+                         f"{max(own, key=abs) * 100:+.1f}% | {_mae(at_stated):.1f}% |")
+    lines += ["", END]
+    return fits, "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--write", action="store_true", help="replace the fsdp2-fit section of docs/time.md")
+    args = parser.parse_args()
+    registry = build_registry(use_env=False)
+    fits, text = section(mpt_rows(registry), other_rows(registry))
+    print(text)
+    for arch, (m, a) in fits.items():
+        stated = (FSDP2_MATMUL_FACTORS[arch], TRITON_FLASH_FACTORS[arch])
+        if (round(m, 3), round(a, 3)) != stated:
+            print(f"note: {arch} fits m {m:.4f}, a {a:.4f}; timing_profiles.py states {stated}: update it", file=sys.stderr)
+    if args.write:
+        page = PAGE.read_text(encoding="utf-8")
+        if START not in page or END not in page:
+            raise SystemExit(f"{PAGE}: the {START} / {END} markers are missing")
+        page = page[: page.index(START)] + text + page[page.index(END) + len(END):]
+
+        def write(temporary: str) -> None:
+            Path(temporary).write_text(page, encoding="utf-8")
+
+        atomic_write(PAGE, write, ".md", flag=str(PAGE))
+
+
+if __name__ == "__main__":
+    main()

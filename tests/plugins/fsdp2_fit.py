@@ -1,0 +1,131 @@
+"""The ``fsdp2`` runtime's fitted Hopper and Ampere figures, refitted from the data.
+
+Shared by ``benchmarks/fit_fsdp2_sustained.py`` and ``tests/plugins/test_fsdp2_fit.py``.
+
+Two factors per device class (``hopper``: the H100 rows; ``ampere``: the A100
+80GB and 40GB rows together), fitted to the calibration rows of llm-foundry's
+MPT tables (``data/scale_measured_mpt.json``; the split was fixed in the file
+before anything was priced):
+
+* ``m``: every GEMM's time, i.e. the device's ``matmul`` efficiency is the
+  kernel figure (SimuMax's starter 0.70 on Hopper, its A100 median 0.7175 on
+  Ampere) over ``m``;
+* ``a``: the attention kernel's time on the rows that ran llm-foundry's Triton
+  FlashAttention (``attention_kernel=triton_flash``): its forward and backward
+  efficiencies are FlashAttention-2's on the device over ``a``.
+
+Each row is priced by the engine as it runs (the row's runtime, options,
+hardware, recompute) with those two figures replaced, and ``(m, a)`` minimise
+the sum of squared relative errors of the step time: Gauss-Newton with the
+derivatives taken by re-pricing (the step time is linear in either factor
+between the kinks where an overlapped collective starts or stops being hidden,
+so a step of 1e-4 is exact but at a kink). This is the exact form of
+decomposing each row's step into matmul time M, attention time A and the rest
+R and solving ``measured ~ m M + a A + R``: it is what the code prices with
+the stated figures, so the fitted and the tabled errors agree.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import attrs
+
+from hp_core.api import step_time
+from hp_core.specs.timing import Sourced
+from hp_plugins.runtimes.timing_profiles import AMPERE, HOPPER_SDPA
+from scale_cases import MPT_ROWS, ROWS, hardware, layout, measured_seconds, model, recompute, runtime
+
+# The kernel figures the factors divide: fsdp2's own Hopper entry before the fit (SDPA's FlashAttention-2) and Ampere's.
+KERNEL_FIGURES = {"hopper": HOPPER_SDPA, "ampere": AMPERE}
+_TRIAL = "a trial value of the fsdp2 fit (tests/plugins/fsdp2_fit.py)"
+_STEP = 1e-4
+
+
+def architecture(row: dict, registry) -> str:
+    return hardware(row, registry).architecture
+
+
+def size(row: dict) -> str:
+    """The MPT model size of a row (``mpt-7b``), from its yaml."""
+    return row["model"]["yaml"].rsplit("/", 1)[-1].removesuffix(".yaml")
+
+
+def triton(row: dict) -> bool:
+    return row.get("options", {}).get("attention_kernel") == "triton_flash"
+
+
+@attrs.frozen
+class Priced:
+    """One row ready to price at any ``(m, a)``: ``seconds(m, a)`` is its step time."""
+
+    row: dict
+    measured: float
+    architecture: str
+    seconds: Callable[[float, float], float]
+
+    def error(self, m: float, a: float) -> float:
+        return self.seconds(m, a) / self.measured - 1
+
+
+def prepare(row: dict, registry) -> Priced:
+    """*row* with its model, layout, hardware and runtime built once; the device entry's figures replaced per call."""
+    arch = architecture(row, registry)
+    spec, lay, hw, rc, rt = model(row, registry), layout(row), hardware(row, registry), recompute(row, registry), runtime(row, registry)
+    base = KERNEL_FIGURES[arch]
+    with_attention = triton(row)
+
+    def seconds(m: float, a: float) -> float:
+        changes = {"matmul": Sourced(base.matmul.value / m, _TRIAL)}
+        if with_attention:
+            changes["attention_forward"] = Sourced(base.attention_forward.value / a, _TRIAL)
+            changes["attention_backward"] = Sourced(base.attention_backward.value / a, _TRIAL)
+        devices = tuple(attrs.evolve(d, **changes) if d.architecture == arch else d for d in rt.timing.devices)
+        trial = attrs.evolve(rt, timing=attrs.evolve(rt.timing, devices=devices))
+        return step_time(spec, lay, registry=registry, hardware=hw, runtime=trial, recompute=rc).step_seconds
+
+    return Priced(row=row, measured=measured_seconds(row), architecture=arch, seconds=seconds)
+
+
+def mpt_rows(registry) -> list[Priced]:
+    """Every MPT row, prepared (all price on ``fsdp2``)."""
+    return [prepare(row, registry) for row in MPT_ROWS]
+
+
+def other_rows(registry) -> list[Priced]:
+    """The rows of ``scale_measured.json`` priced on ``fsdp2`` (torchtitan, NeMo AutoModel): none is fitted to."""
+    return [prepare(row, registry) for row in ROWS if row["runtime"] == "fsdp2" and row["split"] in ("calibration", "held-out")]
+
+
+def fit(rows: list[Priced], start: tuple[float, float] = (1.0, 1.0)) -> tuple[float, float]:
+    """``(m, a)`` minimising the sum of the rows' squared relative errors (Gauss-Newton, derivatives by re-pricing)."""
+    m, a = start
+    free_a = any(triton(p.row) for p in rows)
+    for _ in range(50):
+        s_mm = s_ma = s_aa = g_m = g_a = 0.0
+        for p in rows:
+            base = p.seconds(m, a)
+            r = base / p.measured - 1
+            jm = (p.seconds(m + _STEP, a) - base) / _STEP / p.measured
+            ja = (p.seconds(m, a + _STEP) - base) / _STEP / p.measured if free_a else 0.0
+            s_mm, s_ma, s_aa = s_mm + jm * jm, s_ma + jm * ja, s_aa + ja * ja
+            g_m, g_a = g_m + jm * r, g_a + ja * r
+        if free_a:
+            det = s_mm * s_aa - s_ma * s_ma
+            dm, da = -(s_aa * g_m - s_ma * g_a) / det, -(s_mm * g_a - s_ma * g_m) / det
+        else:
+            dm, da = -g_m / s_mm, 0.0
+        m, a = m + dm, a + da
+        if abs(dm) < 1e-9 and abs(da) < 1e-9:
+            return m, a
+    raise RuntimeError(f"the fsdp2 fit did not converge (m {m}, a {a})")
+
+
+def calibration(rows: list[Priced], arch: str) -> list[Priced]:
+    return [p for p in rows if p.architecture == arch and p.row["split"] == "calibration"]
+
+
+def fitted(registry, rows: list[Priced] | None = None) -> dict[str, tuple[float, float]]:
+    """``{architecture: (m, a)}`` fitted to the MPT calibration rows of each class."""
+    rows = rows if rows is not None else mpt_rows(registry)
+    return {arch: fit(calibration(rows, arch)) for arch in KERNEL_FIGURES}
