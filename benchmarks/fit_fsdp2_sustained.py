@@ -31,7 +31,8 @@ from fsdp2_fit import KERNEL_FIGURES, Priced, calibration, fit, mpt_rows, other_
 
 from hp_core.api import build_registry  # noqa: E402
 from hp_core.io.files import atomic_write  # noqa: E402
-from hp_plugins.runtimes.timing_profiles import FSDP2_MATMUL_FACTORS, TRITON_FLASH_FACTORS  # noqa: E402
+from hp_plugins.runtimes.timing_profiles import (  # noqa: E402
+    FSDP2_AMPERE, FSDP2_HOPPER, FSDP2_MATMUL_FACTORS, TRITON_FLASH, TRITON_FLASH_FACTORS)
 
 PAGE = ROOT / "docs" / "time.md"
 START, END = "<!-- fsdp2-fit:start -->", "<!-- fsdp2-fit:end -->"
@@ -102,6 +103,15 @@ def section(rows: list[Priced], others: list[Priced]) -> tuple[dict[str, tuple[f
             at_stated = [p.error(*stated[arch]) for p in mine if size(p.row) == name]
             lines.append(f"| {arch} | {name} | {len(own)} | {mo:.3f} | {ao:.3f} | {_mae(own):.1f}% | "
                          f"{max(own, key=abs) * 100:+.1f}% | {_mae(at_stated):.1f}% |")
+    lines += ["", "The figures as `hp_plugins/runtimes/timing_profiles.py` states them:", ""]
+    for entry, name, like in ((FSDP2_HOPPER, "FSDP2_HOPPER", "**hopper** under PyTorch SDPA"), (FSDP2_AMPERE, "FSDP2_AMPERE", "**ampere**")):
+        lines += [f"**fsdp2, {entry.architecture}** (`{name}`: every figure as {like} except)", "",
+                  f"- `matmul` = {entry.matmul.value:.6g}: {entry.matmul.source}", ""]
+    for arch, (forward, backward) in TRITON_FLASH.items():
+        lines += [f"**fsdp2 `attention_kernel=triton_flash`, {arch}** (`TRITON_FLASH`)", "",
+                  f"- `attention_forward` = {forward.value:.6g}: {forward.source}",
+                  f"- `attention_backward` = {backward.value:.6g}: {backward.source}", ""]
+    lines.pop()
     lines += ["", END]
     return fits, "\n".join(lines)
 

@@ -475,14 +475,18 @@ def test_docs_list_every_built_in_figure_with_its_source():
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "time.md").read_text(encoding="utf-8")
     devices = {device for profile in PROFILES.values() for device in profile.devices}
-    # blackwell (and megatron-te's, with its sustained slowdown), hopper (and fsdp2's, with SDPA's attention), ampere, *
-    assert len(devices) == 6
-    from hp_plugins.runtimes.timing_profiles import HOPPER_CUDNN
+    # blackwell (and megatron-te's, with its sustained slowdown), hopper and ampere (and fsdp2's, with their fitted
+    # matmul and SDPA's attention on Hopper), *
+    assert len(devices) == 7
+    from hp_plugins.runtimes.timing_profiles import HOPPER_CUDNN, TRITON_FLASH
 
     devices.add(HOPPER_CUDNN)  # fsdp2's attention_kernel=cudnn
     for device in devices:
         for name, figure in device.figures().items():
             assert f"- `{name}` = {figure.value:.6g}: {figure.source}" in text, (device.architecture, name)
+    for architecture, (forward, backward) in TRITON_FLASH.items():  # fsdp2's attention_kernel=triton_flash
+        for name, figure in (("attention_forward", forward), ("attention_backward", backward)):
+            assert f"- `{name}` = {figure.value:.6g}: {figure.source}" in text, (architecture, name)
     for profile in (GENERIC, MEGATRON_TE):
         for name, figure in {**profile.figures(), **profile.overlap.figures()}.items():
             assert f"`{name}` = {figure.value:.4g}: {figure.source}" in text, (profile.name, name)

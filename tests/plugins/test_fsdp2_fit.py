@@ -1,0 +1,179 @@
+"""The ``fsdp2`` runtime's fitted Hopper and Ampere figures: the stated factors are the data's fit, they scale exactly
+what they say and nothing else, and ``attention_kernel=triton_flash`` is refused where no factor is fitted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import attrs
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fsdp2_fit  # noqa: E402
+from hp_core.api import build_registry, step_time  # noqa: E402
+from hp_core.errors import ConfigError  # noqa: E402
+from hp_core.runtime_options import apply_options  # noqa: E402
+from hp_core.specs import LayerGroup, ModelSpec, ParallelSpec  # noqa: E402
+from hp_plugins.kinds.dense import DenseConfig  # noqa: E402
+from hp_plugins.kinds.embedding import EmbeddingConfig  # noqa: E402
+from hp_plugins.kinds.output import OutputConfig  # noqa: E402
+from hp_plugins.runtimes.timing_profiles import (  # noqa: E402
+    AMPERE, ANY_DEVICE, BLACKWELL, FSDP2, FSDP2_MATMUL_FACTORS, GENERIC, HOPPER, HOPPER_SDPA, MEGATRON_LM_2022,
+    MEGATRON_TE, TRITON_FLASH, TRITON_FLASH_FACTORS)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return build_registry(use_env=False)
+
+
+@pytest.fixture(scope="module")
+def rows(registry):
+    return fsdp2_fit.mpt_rows(registry)
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("fit_fsdp2_sustained", ROOT / "benchmarks" / "fit_fsdp2_sustained.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_stated_factors_are_the_fit_of_the_calibration_rows(registry, rows):
+    fits = fsdp2_fit.fitted(registry, rows)
+    for arch, (m, a) in fits.items():
+        assert (round(m, 3), round(a, 3)) == (FSDP2_MATMUL_FACTORS[arch], TRITON_FLASH_FACTORS[arch]), (
+            f"{arch}: the data fit m {m:.4f}, a {a:.4f}: update timing_profiles.py and run "
+            "python benchmarks/fit_fsdp2_sustained.py --write")
+    # Fitted to calibration rows only: 39 H100, 74 A100 (80GB and 40GB), as the figures' sources say.
+    assert [len(fsdp2_fit.calibration(rows, arch)) for arch in ("hopper", "ampere")] == [39, 74]
+    assert "the 39 calibration rows" in FSDP2.device("hopper").matmul.source
+    assert "the 74 calibration rows" in FSDP2.device("ampere").matmul.source
+
+
+def test_the_fit_s_section_in_time_md_is_what_the_script_prints(rows, registry):
+    _, text = _benchmark().section(rows, fsdp2_fit.other_rows(registry))
+    page = (ROOT / "docs" / "time.md").read_text(encoding="utf-8")
+    start, end = "<!-- fsdp2-fit:start -->", "<!-- fsdp2-fit:end -->"
+    shown = page[page.index(start): page.index(end) + len(end)]
+    assert shown == text, "docs/time.md is stale: run python benchmarks/fit_fsdp2_sustained.py --write"
+
+
+def test_the_fit_minimises_the_calibration_error(rows):
+    """At the fitted point, moving either factor by 0.01 raises the calibration rows' sum of squared errors."""
+    for arch in ("hopper", "ampere"):
+        chosen = fsdp2_fit.calibration(rows, arch)
+        m, a = fsdp2_fit.fit(chosen)
+
+        def cost(mm, aa):
+            return sum(p.error(mm, aa) ** 2 for p in chosen)
+
+        best = cost(m, a)
+        assert all(cost(m + dm, a + da) > best for dm, da in ((0.01, 0), (-0.01, 0), (0, 0.01), (0, -0.01)))
+
+
+def _small_gpt(seq: int) -> ModelSpec:
+    """A 4-layer GPT (hidden 1024, 16 heads, GeLU MLP of 4h, vocabulary 32,000, tied head)."""
+    h, vocab = 1024, 32000
+    layer = DenseConfig(hidden_size=h, num_attention_heads=16, num_key_value_heads=16, intermediate_size=4 * h,
+                        gated_mlp=False, hidden_act="gelu", norm="layernorm")
+    return ModelSpec(name="small-gpt", layers=(
+        LayerGroup(kind="embedding", config=EmbeddingConfig(vocab_size=vocab, hidden_size=h)),
+        LayerGroup(kind="dense", config=layer, count=4),
+        LayerGroup(kind="output", config=OutputConfig(vocab_size=vocab, hidden_size=h, tie_word_embeddings=True,
+                                                      norm="layernorm"))), source="test")
+
+
+def _with_devices(runtime, devices):
+    return attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, devices=devices))
+
+
+def test_the_gemm_factor_scales_exactly_the_matmul_time_on_h100_and_nothing_on_b200(registry):
+    seq, h, vocab, layers = 2048, 1024, 32000, 4
+    model, layout = _small_gpt(seq), ParallelSpec(dp=1, seq_len=seq, micro_batch_size=1, global_batch_size=1)
+    fsdp2 = registry.runtime("fsdp2")
+    kernels_alone = _with_devices(fsdp2, (BLACKWELL, HOPPER_SDPA, AMPERE, ANY_DEVICE))
+    # Forward GEMM FLOPs of one sequence: per layer q, k, v, o (4 h^2) and the MLP (8 h^2), 2 FLOPs a weight a
+    # token; the head 2 h V a token. Backward twice the forward (input and weight gradients); no recompute.
+    gemm_flops = 3 * (layers * 2 * 12 * h * h * seq + 2 * h * vocab * seq)
+    h100 = registry.hardware_preset("h100-sxm").spec
+    fitted = step_time(model, layout, registry=registry, hardware=h100, runtime=fsdp2)
+    alone = step_time(model, layout, registry=registry, hardware=h100, runtime=kernels_alone)
+    m = FSDP2_MATMUL_FACTORS["hopper"]
+    # matmul 0.70 / m: every GEMM takes m times as long, (m - 1) * FLOPs / (989.4 TFLOP/s * 0.70) more in all.
+    assert fitted.step_seconds - alone.step_seconds == pytest.approx(gemm_flops * (m - 1) / (989.4e12 * 0.70), rel=1e-9)
+    assert fitted.step_seconds - alone.step_seconds == pytest.approx(0.232 * gemm_flops / 692.58e12, rel=1e-9)
+    b200 = registry.hardware_preset("b200").spec
+    assert FSDP2.device("blackwell") is BLACKWELL
+    assert step_time(model, layout, registry=registry, hardware=b200, runtime=fsdp2).step_seconds == \
+        step_time(model, layout, registry=registry, hardware=b200, runtime=kernels_alone).step_seconds
+
+
+def test_triton_flash_prices_flash_attention_2_over_the_fitted_factor(registry):
+    seq, h, layers = 4096, 1024, 4
+    model, layout = _small_gpt(seq), ParallelSpec(dp=1, seq_len=seq, micro_batch_size=1, global_batch_size=1)
+    h100 = registry.hardware_preset("h100-sxm").spec
+    fsdp2 = registry.runtime("fsdp2")
+    sdpa = step_time(model, layout, registry=registry, hardware=h100, runtime=fsdp2)
+    triton = step_time(model, layout, registry=registry, hardware=h100,
+                       runtime=apply_options(fsdp2, {"attention_kernel": "triton_flash"}))
+    # Causal flash attention executes half of 4 s^2 h FLOPs a layer forward, 2.5 times that backward, at
+    # FlashAttention-2's 333 and 318 TFLOP/s on H100; triton_flash takes a times as long.
+    forward = layers * 4 * seq * seq * h * 0.5
+    fa2 = forward / 333e12 + 2.5 * forward / 318e12
+    a = TRITON_FLASH_FACTORS["hopper"]
+    assert triton.step_seconds - sdpa.step_seconds == pytest.approx((a - 1) * fa2, rel=1e-9)
+    assert TRITON_FLASH["hopper"][0].value == pytest.approx(333 / 989.4 / a)
+    assert TRITON_FLASH["ampere"][1].value == pytest.approx(0.63 / TRITON_FLASH_FACTORS["ampere"])
+    # Within Dao 2023's 1.3-2.5x of FlashAttention-2 over FlashAttention in Triton.
+    assert all(1.3 <= factor <= 2.5 for factor in TRITON_FLASH_FACTORS.values())
+
+
+def test_triton_flash_is_refused_where_no_factor_is_fitted(registry, tmp_path, capsys):
+    runtime = apply_options(registry.runtime("fsdp2"), {"attention_kernel": "triton_flash"})
+    layout = ParallelSpec(dp=1, seq_len=2048, micro_batch_size=1, global_batch_size=1)
+    for preset in ("b200", "h100-sxm", "a100-80gb"):
+        hardware = registry.hardware_preset(preset).spec
+        if preset != "b200":
+            assert step_time(_small_gpt(2048), layout, registry=registry, hardware=hardware, runtime=runtime).step_seconds > 0
+            continue
+        with pytest.raises(ConfigError) as refused:
+            step_time(_small_gpt(2048), layout, registry=registry, hardware=hardware, runtime=runtime)
+        message = str(refused.value)
+        assert "\n" not in message and "attention_kernel=triton_flash" in message and "'blackwell'" in message
+    # A device of no known architecture is refused too (no '*' entry under triton_flash) ...
+    bare = attrs.evolve(registry.hardware_preset("h100-sxm").spec, architecture="tpu")
+    with pytest.raises(ConfigError, match="triton_flash"):
+        step_time(_small_gpt(2048), layout, registry=registry, hardware=bare, runtime=runtime)
+    # ... and setting the option back to sdpa restores every entry.
+    assert apply_options(runtime, {"attention_kernel": "sdpa"}).timing == registry.runtime("fsdp2").timing
+    # The command line: memory priced, the step time refused in one line naming the option.
+    from hp_core.cli import main
+
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps({"model": "llama3-8b", "hardware": "b200", "parallel": {"dp": 8, "seq_len": 4096},
+                                  "runtime": {"name": "fsdp2", "options": {"attention_kernel": "triton_flash"}}}))
+    status = main(["estimate", str(config), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert status == 0 and doc["time"] is None
+    assert doc["time_unavailable"].startswith("$.hardware.architecture: timing profile fsdp2 has no efficiencies for "
+                                              "architecture 'blackwell' (attention_kernel=triton_flash")
+
+
+def test_megatron_generic_and_blackwell_figures_are_unchanged():
+    for profile in (GENERIC, MEGATRON_TE, MEGATRON_LM_2022):
+        assert profile.device("hopper") is HOPPER and profile.device("ampere") is AMPERE
+    assert HOPPER.matmul.value == 0.70 and AMPERE.matmul.value == 0.7175
+    assert HOPPER.attention_forward.value == 0.75 and HOPPER.attention_backward.value == 0.55
+    assert FSDP2.device("hopper").matmul.value == 0.70 / FSDP2_MATMUL_FACTORS["hopper"]
+    assert FSDP2.device("ampere").matmul.value == 0.7175 / FSDP2_MATMUL_FACTORS["ampere"]
+    # Every other figure of fsdp2's entries is the kernel entry's.
+    for fitted, kernel in ((FSDP2.device("hopper"), HOPPER_SDPA), (FSDP2.device("ampere"), AMPERE)):
+        assert attrs.evolve(fitted, matmul=kernel.matmul) == kernel
+    assert FSDP2.device("blackwell") is BLACKWELL and FSDP2.device("tpu") is ANY_DEVICE
