@@ -488,8 +488,7 @@ def prepare(
     for count in split_layers(layers.body_count, parallel):
         bounds.append((start, start + count))
         start += count
-    shape = ScheduleLayout(parallel.pp, parallel.vpp, micro_batches)
-    plans = schedule_lib.check_layout(schedule, shape)  # every stage, once
+    plans = schedule_lib.check_layout(schedule, shape := ScheduleLayout(parallel.pp, parallel.vpp, micro_batches))  # every stage, once
     body_group = tuple(i for i in layers.body_groups for _ in range(model.layers[i].count))
     inputs = StageInputs(
         parallel, zero, precision, micro_batches, schedule, profile.overhead_bytes,
