@@ -7,6 +7,9 @@ the position embedding's costs are derived by hand here.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from hp_core.api import build_registry, estimate
@@ -18,6 +21,7 @@ from hp_plugins.models.mpt import model_from_mpt_config
 from scale_cases import MPT_ROWS, model
 
 REGISTRY = build_registry(use_env=False)
+FP8_FILE = Path(__file__).resolve().parent / "data" / "fp8_measured_runs.json"
 
 
 def _params(spec) -> int:
@@ -94,3 +98,11 @@ def test_position_parameters_carry_gradients_and_optimizer_states():
     assert b.parameters_bytes - a.parameters_bytes == extra * 4
     assert b.gradients_bytes - a.gradients_bytes == extra * 4
     assert b.optimizer_states_bytes - a.optimizer_states_bytes == extra * 8
+def test_every_mpt_fp8_row_has_the_tables_parameter_count():
+    rows = json.loads(FP8_FILE.read_text(encoding="utf-8"))["fsdp_rows"]
+    assert len(rows) == 7
+    for row in rows:
+        spec = model_from_mpt_config(row["model_config"]["mpt"], name=row["id"], source="test")
+        assert _params(spec) == row["num_params"] == int(row["row"].strip(" |").split("|")[-1]), row["id"]
+
+
