@@ -281,6 +281,9 @@ class DeviceEfficiency:
             all-reduce within a node, of the per-device link bandwidth.
         inter_node_bus: The same across nodes, of the per-device network bandwidth.
         all_to_all_bus: NCCL all-to-all bus bandwidth within a node, of the link bandwidth.
+        inter_node_all_to_all_bus: What an all-to-all's cross-node share reaches of the per-device
+            network bandwidth (many small sends to every peer reach less than a ring's one
+            stream); ``None``: :attr:`inter_node_bus`.
         collective_overhead_seconds: A fixed time per collective call (kernel
             launch and synchronisation) on top of its per-step latency and bytes.
         mla_attention_forward: The fused attention forward when the query/key
@@ -344,6 +347,7 @@ class DeviceEfficiency:
     mla_attention_backward: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_fraction))
     mla_attention_forward_overhead_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     mla_attention_backward_overhead_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
+    inter_node_all_to_all_bus: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_fraction))
     moe_permute_bandwidth: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_fraction))
     moe_permute_overhead_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     moe_router_forward_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
