@@ -5,7 +5,9 @@ time and the relative error, with the ``megatron`` runtime's defaults and as run
 options the row's trainer set), and hp's bf16 time of the same layout for the estimated speedup; then
 the memory rows: measured and estimated peak GiB and the error). The step-time runs are priced
 with the ``megatron`` runtime, the memory rows with the torchtitan importer (``fsdp2`` runtime),
-each under the recipe its row names; nothing is fitted to them (docs/precision.md).
+each under the recipe its row names; then llm-foundry's MPT FP8 rows (``fsdp_rows``: Composer FSDP,
+Transformer Engine delayed scaling), priced with the ``fsdp2`` runtime as docs/time.md prices the
+MPT bf16 rows; nothing is fitted to them (docs/precision.md).
 """
 
 from __future__ import annotations
@@ -149,10 +151,56 @@ def memory_section(found: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _price_fsdp(row: dict, registry, recipe: str):
+    """hp's step time of an MPT FSDP row under *recipe*: its MPT config, ``fsdp2`` with the row's options, dp = GPUs."""
+    from hp_core.specs import RecomputeSpec, Setting
+    from hp_plugins.models.mpt import model_from_mpt_config
+
+    model = model_from_mpt_config(row["model_config"]["mpt"], name=row["id"], source=f"llm-foundry {row['yaml']}")
+    runtime = api.apply_options(registry.runtime(row["runtime"]), row["runtime_options"])
+    precision = attrs.evolve(runtime.precision, recipe=recipe)
+    layout = ParallelSpec(dp=row["gpus"], seq_len=row["seq_len"], micro_batch_size=row["micro_batch_size"],
+                          global_batch_size=row["global_batch_size"])
+    return api.step_time(model, layout, registry=registry, runtime=runtime, precision=precision,
+                         hardware=registry.hardware_preset(row["hardware"]).spec,
+                         recompute=RecomputeSpec(default=Setting.parse(row["recompute"])))
+
+
+def fsdp_results(registry=None) -> list[dict]:
+    """Each MPT FSDP row priced under its recipe and in bf16: measured and estimated step time, the error."""
+    registry = registry or api.build_registry()
+    found = []
+    for row in json.loads(DATA.read_text())["fsdp_rows"]:
+        measured = row["global_batch_tokens"] / row["tokens_per_second"]
+        estimated = _price_fsdp(row, registry, row["recipe"])
+        bf16 = _price_fsdp(row, registry, "bf16")
+        found.append({"id": row["id"], "split": row["split"], "recipe": row["recipe"], "recompute": row["recompute"],
+                      "measured_seconds": measured, "estimated_seconds": estimated.step_seconds,
+                      "error": (estimated.step_seconds - measured) / measured, "bf16_seconds": bf16.step_seconds})
+    return found
+
+
+def fsdp_section(found: list[dict]) -> str:
+    """The MPT FP8 table docs/precision.md shows (tests/plugins/test_fp8_runs.py checks it is current)."""
+    lines = ["| run | split | recipe | recompute | measured s | hp s | error | hp bf16 s | hp FP8 speedup |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in found:
+        lines.append(f"| `{r['id']}` | {r['split']} | {r['recipe']} | {r['recompute']} | {r['measured_seconds']:.3f} "
+                     f"| {r['estimated_seconds']:.3f} | {r['error']:+.1%} | {r['bf16_seconds']:.3f} "
+                     f"| {r['bf16_seconds'] / r['estimated_seconds']:.2f} |")
+    errors = [abs(r["error"]) for r in found]
+    lines.append("")
+    lines.append(f"Held-out MPT FP8 rows: {len(errors)}; within 10%: {sum(e <= 0.10 for e in errors)}; "
+                 f"mean absolute error {sum(errors) / len(errors):.1%}, largest {max(errors):.1%}.")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     print(section(results()), end="")
     print()
     print(memory_section(memory_results()), end="")
+    print()
+    print(fsdp_section(fsdp_results()), end="")
 
 
 if __name__ == "__main__":

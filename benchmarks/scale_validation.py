@@ -8,8 +8,11 @@ trainer options it ran with, on the hardware it ran on, and prints per row the
 measured and estimated step time, the error and the communication exposed and
 hidden on stage 0, then per class (multi-node FSDP, multi-node Megatron-Core,
 single-node FSDP, single-node MoE) the calibration and the held-out rows'
-errors apart. No figure is fitted to these rows. ``--write`` replaces the text
-between the ``scale-validation`` markers of docs/time.md (atomically).
+errors apart. Then the same for llm-foundry's MPT benchmark rows of
+``tests/plugins/data/scale_measured_mpt.json`` (Composer FSDP on H100, A100 80GB
+and A100 40GB; classes single- and multi-node FSDP per device). No figure is
+fitted to these rows. ``--write`` replaces the text between the
+``scale-validation`` and the ``mpt-validation`` markers of docs/time.md (atomically).
 """
 
 from __future__ import annotations
@@ -21,26 +24,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "plugins"))
 
-from scale_cases import report  # noqa: E402
+from scale_cases import mpt_report, report  # noqa: E402
 
 from hp_core.api import build_registry  # noqa: E402
 from hp_core.io.files import atomic_write  # noqa: E402
 
 PAGE = ROOT / "docs" / "time.md"
 START, END = "<!-- scale-validation:start -->", "<!-- scale-validation:end -->"
+MPT_START, MPT_END = "<!-- mpt-validation:start -->", "<!-- mpt-validation:end -->"
+
+
+def _replace(page: str, start: str, end: str, text: str) -> str:
+    if start not in page or end not in page:
+        raise SystemExit(f"{PAGE}: the {start} / {end} markers are missing")
+    return page[: page.index(start)] + f"{start}\n\n{text}\n{end}" + page[page.index(end) + len(end):]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="rewrite the table in docs/time.md")
     args = parser.parse_args()
-    text = report(build_registry(use_env=False))
+    registry = build_registry(use_env=False)
+    text, mpt = report(registry), mpt_report(registry)
     print(text, end="")
+    print()
+    print(mpt, end="")
     if args.write:
-        page = PAGE.read_text(encoding="utf-8")
-        if START not in page or END not in page:
-            raise SystemExit(f"{PAGE}: the {START} / {END} markers are missing")
-        page = page[: page.index(START)] + f"{START}\n\n{text}\n{END}" + page[page.index(END) + len(END):]
+        page = _replace(PAGE.read_text(encoding="utf-8"), START, END, text)
+        page = _replace(page, MPT_START, MPT_END, mpt)
 
         def write(temporary: str) -> None:
             Path(temporary).write_text(page, encoding="utf-8")

@@ -7,6 +7,19 @@ Kept for backward: the token ids (int64), which the lookup's backward scatters
 into the weight gradient; its output is the first layer's input, which that
 layer keeps. Under sequence parallelism the output is reduce-scattered. Its
 backward materialises a dense gradient of the rank's whole table shard.
+
+Learned absolute position embeddings (``position_embeddings`` rows: GPT-2's
+``wpe`` of ``n_positions`` rows, transformers ``GPT2Model``; llm-foundry MPT's
+``wpe`` of ``max_seq_len`` rows when ``learned_pos_emb``, ``MPTModel`` in
+``llmfoundry/models/mpt/modeling_mpt.py``) add ``position_embeddings *
+hidden_size`` parameters, whole on every TP rank (Megatron-LM's
+``LanguageModelEmbedding`` keeps them in a plain ``torch.nn.Embedding``, not
+vocabulary-parallel), with their gradients, master copies and optimizer states
+like every other parameter. Kept for backward: the position ids of one sequence
+(int64, ``(1, seq)``, broadcast over the batch by both implementations). The
+forward adds the looked-up rows to the token embeddings (one elementwise op per
+output element); the backward sums the output gradient over the batch and writes
+a dense gradient of the whole position table (``embedding_dense_backward``).
 """
 
 from __future__ import annotations
@@ -14,9 +27,9 @@ from __future__ import annotations
 import attrs
 
 from hp_core.markers import hookimpl
-from hp_core.costs import ActivationTerm, LayerContext, LayerCost, LayerWork
+from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, LayerWork
 from hp_core.types import LayerKind
-from hp_core.bounds import MAX_VOCAB
+from hp_core.bounds import MAX_INT, MAX_VOCAB
 from hp_core.validators import bounded_int, positive_int
 from hp_plugins.kit import padded_vocab, param_count, tp_collectives
 
@@ -35,11 +48,15 @@ class EmbeddingConfig:
         vocab_size: Rows of the table.
         hidden_size: Columns.
         dropout: Dropout on the embedding output (GPT-2 ``embd_pdrop``).
+        position_embeddings: Rows of a learned absolute position table added to the
+            token embeddings (GPT-2 ``n_positions``, MPT ``max_seq_len``); 0: none
+            (rotary or ALiBi models).
     """
 
     vocab_size: int = attrs.field(validator=bounded_int(MAX_VOCAB, what="MAX_VOCAB"))
     hidden_size: int = attrs.field(validator=positive_int)
     dropout: float = attrs.field(default=0.0, validator=attrs.validators.and_(attrs.validators.ge(0), attrs.validators.lt(1)))
+    position_embeddings: int = attrs.field(default=0, validator=bounded_int(MAX_INT, low=0, what="MAX_INT"))
 
 
 def evaluate_embedding(c: EmbeddingConfig, x: LayerContext) -> LayerCost:
@@ -52,20 +69,30 @@ def evaluate_embedding(c: EmbeddingConfig, x: LayerContext) -> LayerCost:
     # A TP plan may leave the table whole on every rank (replicated_vocab trait).
     split = x.tp if "replicated_vocab" not in x.traits else 1
     stored = padded_vocab(c.vocab_size, x.vocab_pad_multiple, split) * c.hidden_size
+    params = [param_count("embed_tokens", "dense", c.vocab_size * c.hidden_size, "replicated_vocab" not in x.traits, stored,
+                          matrices=((1, stored // c.hidden_size // split, c.hidden_size),), embedding_or_output=True)]
+    # Learned absolute positions: a table whole on every TP rank, one position id per token of a
+    # sequence kept for its lookup's backward (the ids are (1, seq), broadcast over the batch).
+    positions = c.position_embeddings * c.hidden_size
+    if positions:
+        params.append(param_count("embed_positions", "dense", positions, False))
+        terms.append(ActivationTerm("position_ids", x.seq_len // x.cp * TOKEN_ID_BYTES))
     return LayerCost(
-        params=(param_count("embed_tokens", "dense", c.vocab_size * c.hidden_size, "replicated_vocab" not in x.traits, stored,
-                            matrices=((1, stored // c.hidden_size // split, c.hidden_size),), embedding_or_output=True),),
+        params=tuple(params),
         activations=tuple(terms),
         input_bytes=T * TOKEN_ID_BYTES,
         # Its backward holds the gradient of its output (the first layer's input
-        # gradient) and a dense weight gradient of its whole vocabulary shard in the
-        # compute dtype (PyTorch embedding_dense_backward; trainers then add it into
-        # their gradient buffer), as no fused accumulation applies to a lookup.
-        working_bytes=hidden + stored // split * x.precision.activation_bytes,
+        # gradient) and a dense weight gradient of its whole vocabulary shard (and
+        # position table) in the compute dtype (PyTorch embedding_dense_backward;
+        # trainers then add it into their gradient buffer), as no fused accumulation
+        # applies to a lookup.
+        working_bytes=hidden + (stored // split + positions) * x.precision.activation_bytes,
+        # The position rows' add: one elementwise op per output element.
+        forward=Flops(elementwise_flops=T * c.hidden_size // x.sp_degree) if positions else Flops(),
         # A vocabulary-parallel lookup: its output reduced over TP, its backward a dense
         # gradient of the rank's table shard (hp_plugins.kit.work).
         work=LayerWork(collectives=tp_collectives(x, 0, T * c.hidden_size * act, "embedding") if split > 1 else (),
-                       table_elements=stored / split, boundary_bytes=T * c.hidden_size * act),
+                       table_elements=stored / split + positions, boundary_bytes=T * c.hidden_size * act),
         # A lookup is no GEMM: its table's gradient is made in its input-gradient pass, nothing is
         # deferred (zero-bubble implementations defer the linear layers' wgrad GEMMs only).
         weight_gradient_bytes=0,

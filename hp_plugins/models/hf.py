@@ -29,6 +29,8 @@ layer kinds they become:
   shared experts; ``num_nextn_predict_layers`` MTP modules (V3) of the last
   layer's kind.
 
+``mpt`` (llm-foundry's ``MPTConfig``) is the format of :mod:`hp_plugins.models.mpt`.
+
 ``mistral``, ``phi3``, ``gemma2``, ``gemma3_text``, ``gpt_oss`` and
 ``llama4_text`` (sliding windows, chunks, soft-capping, sinks) are the format
 of :mod:`hp_plugins.models.hf_local`, which :func:`hp_model_formats` yields too.
@@ -51,6 +53,7 @@ from hp_plugins.kinds.moe import MoEConfig
 from hp_plugins.kinds.mtp import MTPConfig
 from hp_plugins.kinds.output import OutputConfig
 from hp_plugins.models.hf_local import local_formats
+from hp_plugins.models.mpt import mpt_formats
 from hp_plugins.models.stack import ConfigReader, grouped
 
 __all__ = ["DEFAULTS", "MODEL_TYPES", "hp_model_formats", "load_hf_config", "model_from_hf_config"]
@@ -231,3 +234,4 @@ def hp_model_formats():
     yield ModelFormat(name="hf", build=model_from_hf_config, model_types=MODEL_TYPES,
                       description="Hugging Face config.json: " + ", ".join(MODEL_TYPES))
     yield from local_formats()
+    yield from mpt_formats()

@@ -22,11 +22,20 @@ from hp_plugins.kinds.dense import DenseConfig
 from hp_plugins.kinds.embedding import EmbeddingConfig
 from hp_plugins.kinds.output import OutputConfig
 from hp_plugins.models.hf import model_from_hf_config
+from hp_plugins.models.mpt import model_from_mpt_config
 
 SCALE_FILE = Path(__file__).resolve().parent / "data" / "scale_measured.json"
 DATA = json.loads(SCALE_FILE.read_text(encoding="utf-8"))
 ROWS: list[dict] = DATA["rows"]
 CLASSES = ("multi-node FSDP", "multi-node Megatron-Core", "single-node FSDP", "single-node MoE")
+# llm-foundry's MPT benchmark tables (Composer FSDP on H100 and A100), in a file of the same format.
+MPT_FILE = SCALE_FILE.with_name("scale_measured_mpt.json")
+MPT_DATA = json.loads(MPT_FILE.read_text(encoding="utf-8"))
+MPT_ROWS: list[dict] = MPT_DATA["rows"]
+MPT_CLASSES = tuple(f"MPT {nodes}-node FSDP, {device}" for device in ("H100", "A100 80GB", "A100 40GB")
+                    for nodes in ("single", "multi"))
+# The A100 40GB SXM: 40 GiB of HBM2 at 1,555 GB/s (NVIDIA A100 datasheet); the rest as the A100 80GB preset.
+A100_40GB_BANDWIDTH_BYTES_PER_SECOND = 1555e9
 
 
 def megatron_flops(gpt: dict, global_batch: int, seq_len: int) -> float:
@@ -41,6 +50,9 @@ def measured_seconds(row: dict) -> float:
     m, layout = row["measured"], row["layout"]
     if "step_seconds" in m:
         return m["step_seconds"]
+    if "tokens_per_second" in m:
+        # llm-foundry: GlobalBatchSize (T) over Throughput (T/s).
+        return m["global_batch_tokens"] / m["tokens_per_second"]
     if "tps_per_gpu" in m:
         # torchtitan: tokens of one data-parallel rank per step over the time and the non-DP degree.
         per_rank = layout["global_batch_size"] // layout.get("dp", 1) * layout["seq_len"]
@@ -71,6 +83,8 @@ def model(row: dict, registry) -> ModelSpec:
         return _preset(spec["preset"], registry)
     if "hf" in spec:
         return model_from_hf_config(spec["hf"], name=row["id"], source=spec["source"])
+    if "mpt" in spec:
+        return model_from_mpt_config(spec["mpt"], name=row["id"], source=f"llm-foundry {spec['yaml']}")
     return _gpt(spec["gpt"])
 
 
@@ -84,7 +98,11 @@ def layout(row: dict) -> ParallelSpec:
 
 
 def hardware(row: dict, registry):
-    """The device: a preset; ``h100-hbm2e`` is the H100 SXM preset with torchtitan's Grand Teton HBM2e (2.4 TB/s)."""
+    """The device: a preset; ``h100-hbm2e`` is the H100 SXM preset with torchtitan's Grand Teton HBM2e (2.4 TB/s),
+    ``a100-40gb`` the A100 80GB preset with the 40GB part's memory and bandwidth."""
+    if row["hardware"] == "a100-40gb":
+        return attrs.evolve(registry.hardware_preset("a100-80gb").spec, name="NVIDIA A100 SXM 40GB",
+                            memory_bandwidth_bytes_per_second=A100_40GB_BANDWIDTH_BYTES_PER_SECOND, memory_bytes=40 * 2**30)
     if row["hardware"] == "h100-hbm2e":
         return attrs.evolve(registry.hardware_preset("h100-sxm").spec, name="H100 96GB HBM2e (Grand Teton, 500 W)",
                             memory_bandwidth_bytes_per_second=2.4e12, memory_bytes=96 * 2**30)
@@ -116,14 +134,22 @@ def validated(rows=ROWS):
     return [r for r in rows if r["split"] in ("calibration", "held-out")]
 
 
-def priced(registry) -> list[tuple[dict, float, Any]]:
+def priced(registry, rows=ROWS) -> list[tuple[dict, float, Any]]:
     """``(row, measured seconds, StepTime)`` of every row validated (``split`` calibration or held-out)."""
-    return [(row, measured_seconds(row), estimated(row, registry)) for row in validated()]
+    return [(row, measured_seconds(row), estimated(row, registry)) for row in validated(rows)]
 
 
 def report(registry) -> str:
     """The validation table and per-class summary (markdown), as docs/time.md shows it between the markers."""
-    rows = priced(registry)
+    return _report(priced(registry), CLASSES)
+
+
+def mpt_report(registry) -> str:
+    """The MPT rows' table and per-class summary (markdown), as docs/time.md shows it between the mpt markers."""
+    return _report(priced(registry, MPT_ROWS), MPT_CLASSES)
+
+
+def _report(rows: list[tuple[dict, float, Any]], classes: tuple[str, ...]) -> str:
     lines = ["| row | class | split | GPUs | layout | measured s | estimated s | error | exposed comm s | hidden comm s |",
              "|---|---|---|---:|---|---:|---:|---:|---:|---:|"]
     for row, measured, t in rows:
@@ -139,7 +165,7 @@ def report(registry) -> str:
     lines.append("")
     lines.append("(Exposed and hidden communication: stage 0, per micro-batch for TP/CP/EP/PP/FSDP plus the step-end DP once.)")
     lines.append("")
-    for cls in CLASSES:
+    for cls in classes:
         for split in ("calibration", "held-out"):
             errors = [100 * (t.step_seconds / m - 1) for r, m, t in rows if r["class"] == cls and r["split"] == split]
             if not errors:

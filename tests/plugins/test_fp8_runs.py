@@ -101,3 +101,20 @@ def test_precision_page_memory_prose_states_the_table_s_figures():
     # The eager bf16 rows are max reserved GiB; hp prices allocated bytes, so both sit below (docs/precision.md).
     eight, many = found["tt2412-8b-8gpu-bf16"]["error"], found["tt2412-8b-128gpu-bf16"]["error"]
     assert f"bf16, 8 and 128 GPUs ({eight:.1%}, {many:.1%})" in prose
+
+
+def test_mpt_fsdp_rows_state_their_provenance_and_the_page_table_is_current():
+    data = json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
+    source = data["sources"]["llm-foundry-benchmarks"]
+    assert "8c8dd48f72168c5d51e2f7b151595892a8fba43d" in source and "Format.HYBRID" in source
+    for row in data["fsdp_rows"]:
+        cells = [c.strip() for c in row["row"].strip(" |").split("|")]
+        assert row["source"] == "llm-foundry-benchmarks" and row["split"] == "held_out" and cells[14] == "amp_fp8"
+        assert row["recipe"] == "fp8-delayed" and row["gpus"] == int(cells[2]) and row["seq_len"] == int(cells[1])
+        assert row["global_batch_tokens"] == int(cells[13]) and row["tokens_per_second"] == int(cells[11])
+    runs = _module()
+    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
+    found = runs.fsdp_results()
+    assert runs.fsdp_section(found) in page, "regenerate with: python benchmarks/fp8_runs.py"
+    errors = [abs(r["error"]) for r in found]
+    assert f"They are priced {100 * min(errors):.0f}-{100 * max(errors):.0f}% too fast" in _prose(page)

@@ -62,3 +62,42 @@ def test_multi_node_fsdp_groups_use_every_adapter(registry):
     t = sc.estimated(_row("am-70b-fsdp32-cp2"), registry)
     fsdp = dict((g, (total, exposed)) for g, total, exposed in t.stages[0].communication_by_group)["fsdp"]
     assert fsdp[0] * t.micro_batches < 10.0 and fsdp[1] < fsdp[0]
+
+
+def test_mpt_rows_state_their_provenance_and_are_bf16():
+    source = sc.MPT_DATA["sources"]["llm-foundry-benchmarks"]
+    assert source["url"].startswith("https://github.com/mosaicml/llm-foundry/") and "8c8dd48f" in source["commit"]
+    assert source["step_seconds_from"] and sc.MPT_DATA["split_rule"]
+    for row in sc.MPT_ROWS:
+        cells = [c.strip() for c in row["row"].strip(" |").split("|")]
+        assert row["source"] == "llm-foundry-benchmarks" and row["class"] in sc.MPT_CLASSES
+        assert cells[14] in ("amp_bf16", "bf16") and row["split"] in ("calibration", "held-out")
+        # The layout is the row's: GPUs, micro-batch, global batch (micro x accumulation x GPUs), sequence.
+        lay = row["layout"]
+        assert (lay["dp"], lay["micro_batch_size"], lay["global_batch_size"], lay["seq_len"]) == \
+            (int(cells[2]), int(cells[7]), int(cells[9]), int(cells[1]))
+        assert int(cells[9]) == int(cells[7]) * int(cells[8]) * int(cells[2])
+        assert row["recompute"] == ("full" if cells[17] == "True" else "none")
+        assert row["class"].startswith("MPT multi" if int(cells[2]) > 8 else "MPT single")
+
+
+def test_mpt_step_times_as_derived_from_the_published_figures():
+    # GlobalBatchSize (T) / Throughput (T/s): MPT-70B on 512 H100s, 8,388,608 tokens at 515,636 tokens/s.
+    row = next(r for r in sc.MPT_ROWS if r["id"] == "mpt-h100-large-70b-s2048-g512")
+    assert measured_seconds(row) == pytest.approx(8388608 / 515636)
+    assert len(sc.MPT_ROWS) == 209
+
+
+def test_the_mpt_split_alternates_per_model_sorted_by_gpus_and_sequence():
+    for table in {r["table"] for r in sc.MPT_ROWS}:
+        rows = [r for r in sc.MPT_ROWS if r["table"] == table]
+        for size in {r["id"].rsplit("-", 3)[1] for r in rows}:
+            group = sorted((r for r in rows if r["id"].rsplit("-", 3)[1] == size),
+                           key=lambda r: (r["layout"]["dp"], r["layout"]["seq_len"]))
+            assert [r["split"] for r in group] == [("calibration", "held-out")[i % 2] for i in range(len(group))]
+
+
+def test_the_mpt_table_in_time_md_is_what_the_script_prints(registry):
+    page = (ROOT / "docs" / "time.md").read_text(encoding="utf-8")
+    shown = page.split("<!-- mpt-validation:start -->", 1)[1].split("<!-- mpt-validation:end -->", 1)[0]
+    assert shown.strip() == sc.mpt_report(registry).strip(), "docs/time.md is stale: run python benchmarks/scale_validation.py --write"
