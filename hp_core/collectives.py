@@ -99,6 +99,8 @@ class Fabric:
             it); ``None``: not known.
         nic_link_bandwidth: One device's share of its node's adapters as the hardware states it, no
             efficiency applied; ``None``: not known or not needed.
+        nic_a2a_bandwidth: What an all-to-all's cross-node share reaches of the device's adapters;
+            ``None``: :attr:`nic_bandwidth`.
     """
 
     intra_bandwidth: float
@@ -110,6 +112,7 @@ class Fabric:
     overhead: float = 0.0
     intra_link_bandwidth: float | None = None
     nic_link_bandwidth: float | None = None
+    nic_a2a_bandwidth: float | None = None
 
 
 @attrs.frozen
@@ -198,8 +201,8 @@ def nccl_seconds(call: CollectiveCall) -> float:
     (``(n-1)/n S/B + (n-1) a`` per ring pass, all-reduce two passes or a
     tree's ``2 log2 n`` steps); across nodes see :func:`_ring_pass`. An
     all-to-all sends ``(g-1)/n`` of its buffer over NVLink and ``(n-g)/n``
-    over the member's own adapter, concurrently. A send crosses NVLink within
-    a node, else one adapter.
+    over the member's own adapter (at :attr:`Fabric.nic_a2a_bandwidth` where
+    stated), concurrently. A send crosses NVLink within a node, else one adapter.
     """
     f, n, g, k, nbytes = call.fabric, call.group.ranks, call.group.per_node, call.group.nodes, call.nbytes
     if nbytes <= 0:
@@ -218,7 +221,7 @@ def nccl_seconds(call: CollectiveCall) -> float:
         if k <= 1:
             return f.overhead + (n - 1) / n * nbytes / f.intra_a2a_bandwidth + (n - 1) * f.intra_latency
         intra = (g - 1) / n * nbytes / f.intra_a2a_bandwidth
-        inter = (n - g) / n * nbytes / f.nic_bandwidth
+        inter = (n - g) / n * nbytes / (f.nic_bandwidth if f.nic_a2a_bandwidth is None else f.nic_a2a_bandwidth)
         return f.overhead + max(intra, inter) + (g - 1) * f.intra_latency + (n - g) * f.inter_latency
     raise ValueError(f"unknown collective {call.op!r}")
 

@@ -488,12 +488,13 @@ def prepare(
     for count in split_layers(layers.body_count, parallel):
         bounds.append((start, start + count))
         start += count
-    schedule_lib.check_layout(schedule, ScheduleLayout(parallel.pp, parallel.vpp, micro_batches))  # every stage, once
+    plans = schedule_lib.check_layout(schedule, shape := ScheduleLayout(parallel.pp, parallel.vpp, micro_batches))  # every stage, once
     body_group = tuple(i for i in layers.body_groups for _ in range(model.layers[i].count))
     inputs = StageInputs(
         parallel, zero, precision, micro_batches, schedule, profile.overhead_bytes,
         profile.deferred_grad_reduction, profile.expert_overhead_bytes, profile.dummy_weight_gradients,
         optimizer=optimizer, recipe=resolve_recipe(registry, precision), peak_points=profile.peak_points,
     )
+    inputs.keep_plans(shape, plans)  # the stages are not asked again
     return PreparedRun(model, parallel, registry, profile, precision, attention, zero, layers, micro_batches,
                        tuple(bounds), body_group, inputs, optimizer)

@@ -124,6 +124,8 @@ class StageInputs:
             the weight copies it holds count with the parameters, and the
             parameters it keeps in its format (``param_gather``) are stored
             and gathered so (:mod:`hp_core.engine.precision`).
+        layout: The pipeline's shape the schedule is asked about (``pp``, ``vpp``,
+            micro-batches), made from the fields above, once.
     """
 
     parallel: ParallelSpec
@@ -138,15 +140,27 @@ class StageInputs:
     optimizer: Optimizer = attrs.field(kw_only=True)
     peak_points: Any = attrs.field(default=None, kw_only=True)  # Runtime.peak_points (hp_core.peak_points)
     recipe: PrecisionRecipe | None = attrs.field(default=None, kw_only=True)
+    # Made from the fields above when the inputs are made (again on attrs.evolve), so it always matches them.
+    layout: ScheduleLayout = attrs.field(init=False, eq=False, repr=False)
     _plans: dict = attrs.field(factory=dict, eq=False, repr=False, init=False)
+
+    @layout.default
+    def _layout(self) -> ScheduleLayout:
+        return ScheduleLayout(self.parallel.pp, self.parallel.vpp, self.micro_batches)
 
     def stage_plan(self, index: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """``(chunks, in_flight)`` of stage *index* under the schedule (asked once per stage)."""
         found = self._plans.get(index)
         if found is None:
-            p = self.parallel
-            found = self._plans[index] = stage_plan(self.schedule, ScheduleLayout(p.pp, p.vpp, self.micro_batches), index)
+            found = self._plans[index] = stage_plan(self.schedule, self.layout, index)
         return found
+
+    def keep_plans(self, layout: ScheduleLayout, plans: Sequence[tuple[tuple[int, ...], tuple[int, ...]]]) -> None:
+        """Keep *plans*, every stage's ``(chunks, in_flight)`` in stage order, as :meth:`stage_plan` answers them:
+        those :func:`hp_core.engine.schedule.check_layout` asked of :attr:`schedule` on *layout*
+        (kept only where *layout* is :attr:`layout`; the stages are asked again otherwise)."""
+        if layout == self.layout:
+            self._plans.update(enumerate(plans))
 
 
 def _static(elements: dict[str, int], states: Mapping[str, Any], inputs: StageInputs,
@@ -385,7 +399,7 @@ def plan_stage(
         if found is None:
             found = compositions[key] = _compose(chunk_layers, inputs)
     chunk_ids, in_flight = inputs.stage_plan(index)
-    shape = ScheduleLayout(parallel.pp, parallel.vpp, inputs.micro_batches)
+    shape = inputs.layout
     awaiting = awaiting_weight_gradient(inputs.schedule, shape, index, in_flight)
     # Pipeline sends and receives: a stage holds the output gradient it received
     # through its backward (not the last stage) and the input gradient it sent

@@ -277,12 +277,11 @@ class DeviceEfficiency:
             expert's weights costs as much as ``half_rows`` rows of FLOPs).
         memory_bandwidth: Of the HBM bandwidth, reached by memory-bound kernels
             (elementwise ops, the optimizer step, token permutation).
-        intra_node_bus: NCCL bus bandwidth of all-gather, reduce-scatter and
-            all-reduce within a node, of the per-device link bandwidth.
+        intra_node_bus: NCCL bus bandwidth of all-gather, reduce-scatter and all-reduce within a node, of the link bandwidth.
         inter_node_bus: The same across nodes, of the per-device network bandwidth.
         all_to_all_bus: NCCL all-to-all bus bandwidth within a node, of the link bandwidth.
-        collective_overhead_seconds: A fixed time per collective call (kernel
-            launch and synchronisation) on top of its per-step latency and bytes.
+        inter_node_all_to_all_bus: Of the network bandwidth, an all-to-all's cross-node share; ``None``: :attr:`inter_node_bus`.
+        collective_overhead_seconds: A fixed time per collective call (launch, synchronisation) beyond its steps and bytes.
         mla_attention_forward: The fused attention forward when the query/key
             head dim exceeds the value head dim (multi-head latent attention:
             192 against 128), measured apart; ``None``: :attr:`attention_forward`.
@@ -344,6 +343,7 @@ class DeviceEfficiency:
     mla_attention_backward: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_fraction))
     mla_attention_forward_overhead_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     mla_attention_backward_overhead_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
+    inter_node_all_to_all_bus: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_fraction))
     moe_permute_bandwidth: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_fraction))
     moe_permute_overhead_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     moe_router_forward_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))

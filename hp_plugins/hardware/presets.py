@@ -10,9 +10,11 @@ the marketing figure. Peak FLOP/s are dense (no structured sparsity).
 Bandwidths are per device and per direction: NVLink's "900 GB/s" H100 figure
 is bidirectional, so 450 GB/s each way; a 400 Gb/s network adapter per GPU is
 50 GB/s. Latencies are per step of a collective (one hop of a ring): within a
-node SimuMax's NCCL fit on 8x B200 for the B200 and SimuMax's H100 starter
-config for the other NVLink nodes (the Ascend preset assumes those: no public
-HCCS or RoCE latency figure exists), across nodes SimuMax's InfiniBand/RoCE figure.
+node SimuMax's NCCL fit on 8x B200 for the B200, nccl-tests' small-message
+all-reduce time on 8x H200 for the H100 and H200, and SimuMax's H100 starter
+config, an unsourced guess, for the A100 and the Ascend (no public A100
+small-message figure, nor any HCCS or RoCE one, was found); across nodes
+SimuMax's InfiniBand/RoCE figure, an unsourced guess on every preset.
 The cluster topology (``topology_source``): network adapters per node and their
 bandwidth, whether the fabric is rail-optimised, and the NVLink SHARP all-reduce
 bandwidth where the NVSwitch has it (docs/time.md, "Collectives on the cluster").

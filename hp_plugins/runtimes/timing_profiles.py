@@ -33,14 +33,18 @@ Device efficiencies, per architecture (the hardware presets' ``architecture``):
   ``matmul`` is their mean, for shapes the table lacks. The MoE router
   figures were measured for this module on an H200
   (``benchmarks/bench_moe_router.py``), for want of a B200 measurement.
-* ``hopper`` (H100, H200) -- starter values, not shape-calibrated: SimuMax's
-  ``configs/system/h100_nvlink.json`` (commit 160921c), whose own note says so,
-  and the FlashAttention-3 paper for attention; the MoE router figures are an
-  H200 measurement (``benchmarks/bench_moe_router.py``). Expect larger errors.
+* ``hopper`` (H100, H200) -- kernel figures are starter values, not
+  shape-calibrated: SimuMax's ``configs/system/h100_nvlink.json`` (commit
+  160921c), whose own note says so, and the FlashAttention-3 paper for
+  attention; the MoE router figures are an H200 measurement
+  (``benchmarks/bench_moe_router.py``). Expect larger errors. The collective
+  figures are published nccl-tests bus bandwidths: NVIDIA's GTC 2024 and 2025
+  NCCL talks (8x H100 NVLink 4, DGX H100 with 8x 400 Gb/s adapters) and an
+  8x H200 nccl-tests run (stas00/ml-engineering).
 * ``ampere`` (A100) -- the median of SimuMax's 183 A100 GEMM measurements
   (``configs/system/a100_pcie.json``, an A100 PCIe: 300 W, so an SXM part may
   run somewhat faster), FlashAttention-2's reported A100 efficiencies, and
-  NCCL bus bandwidths of 8x A100 SXM4 NVLink nodes.
+  NVIDIA's published nccl-tests bus bandwidths of DGX A100 (GTC 2024 and 2025).
 * ``*`` -- any other device: round rules of thumb, marked as such.
 
 Those are the kernels and collectives each measured alone. A whole run is
@@ -79,6 +83,16 @@ _ROUTER_H200 = (
     "MoEAuxLossAutoScaler) at 4096 tokens x 160 experts, kernel time summed by torch.profiler"
 )
 _SIMUMAX_A100 = "SimuMax configs/system/a100_pcie.json (MooreThreads/SimuMax@acdbb66), measured on A100 PCIe"
+# Published nccl-tests bus bandwidths (large messages) for the Hopper and Ampere collective figures.
+# NVIDIA's NCCL talks state them per fabric; the slides are reproduced in stas00/ml-engineering.
+_GTC24 = ("NVIDIA GTC 2024 session S62129 (https://www.nvidia.com/en-us/on-demand/session/gtc24-s62129/), slide 12 "
+          "'NCCL Tests Allreduce Bus Bandwidth in GB/s' (stas00/ml-engineering@dbe5e8a "
+          "network/benchmarks/images/all-reduce-multi-node-bandwidth.png)")
+_GTC25 = ("NVIDIA GTC 2025 session S72583 (https://www.nvidia.com/en-us/on-demand/session/gtc25-s72583/), slides 12-13 "
+          "'NCCL Tests Allreduce/Alltoall Bus Bandwidth in GB/s' (stas00/ml-engineering@f2d6d3d "
+          "network/images/all-reduce-bw-2025.png, all-to-all-bw-2025.png)")
+_STAS_H200 = ("stas00/ml-engineering@744d01e network/README.md, SHARP: nccl-tests on 8x H200 SXM (NVLink 4, NVSwitch), "
+              "NCCL 2.27.7, 16 GiB, 8 GPUs")
 
 
 def _simumax_gemm_table() -> GemmTable:
@@ -214,10 +228,22 @@ HOPPER = DeviceEfficiency(
         "(145 on H200's 4.8 TB/s): a derived figure, not a measurement"
     ),
     memory_bandwidth=Sourced(0.85, f"{_SIMUMAX_H100}: bandwidth default efficient_factor"),
-    intra_node_bus=Sourced(0.60, f"{_SIMUMAX_H100}: all_gather/reduce_scatter efficient_factor"),
-    inter_node_bus=Sourced(0.70, f"{_SIMUMAX_H100}: inter_node efficient_factor"),
-    all_to_all_bus=Sourced(0.50, f"{_SIMUMAX_H100}: all2all efficient_factor"),
-    collective_overhead_seconds=Sourced(0.0, "not measured on Hopper: no fixed time per call assumed"),
+    intra_node_bus=Sourced(
+        0.805, f"{_STAS_H200}: all_gather 361.4 and reduce_scatter 362.9 GB/s busbw (ring), mean 362.15 of 450 GB/s NVLink 4; "
+        f"all_reduce with NVLS off 367.2 (0.816); {_GTC24}: NVLink4 (H100) all-reduce 370 (0.822)"
+    ),
+    inter_node_bus=Sourced(
+        0.96, f"{_GTC24}: one 400Gb RDMA (IB/RoCE) adapter 48 GB/s all-reduce busbw, of 50 GB/s; the same slide's DGX H100 "
+        "(NVLink 4 + 8x 400Gb, 32 GPUs) 380 of 400 (0.95), GTC 2025's 370 (0.925)"
+    ),
+    all_to_all_bus=Sourced(0.711, f"{_GTC25}: NVLink4 (H100) alltoall 320 GB/s busbw, 8 GPUs, of 450 GB/s"),
+    inter_node_all_to_all_bus=Sourced(
+        0.743, f"{_GTC25}: 8x 400Gb RDMA (DGX H100) alltoall 48 GB/s busbw at 32 GPUs (4 nodes): a busbw of (n-1)/n S/t puts "
+        "(n-g)/n S = 24/32 of the buffer across each GPU's adapter at 48 x 24/31 = 37.2 GB/s, of 50"
+    ),
+    collective_overhead_seconds=Sourced(
+        0.0, "none: the intra-node step latency (hardware preset) carries nccl-tests' whole small-message time on 8x H200"
+    ),
     moe_router_forward_seconds=Sourced(
         344e-6, f"{_ROUTER_H200}: 53 forward kernels, 366.3 us, less the gating GEMM and its split-K reduce (21.9 us)"
     ),
@@ -242,11 +268,16 @@ AMPERE = DeviceEfficiency(
         109, "roofline ridge point 312 TFLOP/s * 0.647 / (2.04 TB/s * 0.91) = 109 rows: a derived figure, not a measurement"
     ),
     memory_bandwidth=Sourced(0.91, f"{_SIMUMAX_A100}: accelerator.bandwidth.default.efficient_factor"),
-    intra_node_bus=Sourced(
-        0.77, "nccl-tests all_reduce bus bandwidth 230-250 GB/s on 8x A100 SXM4 NVLink (docs.alayanew.com NCCL-tests guide, 2026) of 300 GB/s"
+    intra_node_bus=Sourced(0.773, f"{_GTC24}: NVLink3 (A100) all-reduce 232 GB/s busbw, 8 GPUs, of 300 GB/s (GTC 2025: 232)"),
+    inter_node_bus=Sourced(
+        0.96, f"{_GTC24}: one 200Gb RDMA (IB/RoCE) adapter 24 GB/s all-reduce busbw, of 25 GB/s; the same slide's DGX A100 "
+        "(NVLink 3 + 8x 200Gb) 192 of 200 (0.96)"
     ),
-    inter_node_bus=Sourced(0.70, f"{_SIMUMAX_H100} (inter_node efficient_factor, typical NCCL over InfiniBand)"),
-    all_to_all_bus=Sourced(0.60, "no A100 NVLink measurement found: Blackwell's measured all2all fraction (0.597), assumed"),
+    all_to_all_bus=Sourced(0.70, f"{_GTC25}: NVLink3 (A100) alltoall 210 GB/s busbw, 8 GPUs, of 300 GB/s"),
+    inter_node_all_to_all_bus=Sourced(
+        0.743, f"{_GTC25}: 8x 200Gb RDMA (DGX A100) alltoall 24 GB/s busbw at 32 GPUs: 24 x 24/31 = 18.6 GB/s across "
+        "each GPU's adapter, of 25"
+    ),
     collective_overhead_seconds=Sourced(0.0, "not measured on Ampere: no fixed time per call assumed"),
 )
 
@@ -439,8 +470,8 @@ HOPPER_CUDNN = attrs.evolve(
 # FLOPs / (peak * matmul), so a factor m on every GEMM's time is exactly an efficiency of matmul / m, and every
 # place that prices a GEMM (FP8 GEMMs through their speedup over bf16, recomputed matmuls, eager attention's
 # matmuls) follows it without a second mechanism.
-FSDP2_MATMUL_FACTORS = {"hopper": 1.232, "ampere": 1.055}
-TRITON_FLASH_FACTORS = {"hopper": 1.881, "ampere": 2.180}
+FSDP2_MATMUL_FACTORS = {"hopper": 1.238, "ampere": 1.055}
+TRITON_FLASH_FACTORS = {"hopper": 1.882, "ampere": 2.180}
 _MPT_CALIBRATION = {
     "hopper": "the 39 calibration rows of llm-foundry's H100 80GB BF16 MPT tables",
     "ampere": "the 74 calibration rows of llm-foundry's A100 80GB and A100 40GB MPT tables",

@@ -48,7 +48,8 @@ def _benchmark():
 def test_the_stated_factors_are_the_fit_of_the_calibration_rows(registry, rows):
     fits = fsdp2_fit.fitted(registry, rows)
     for arch, (m, a) in fits.items():
-        assert (round(m, 3), round(a, 3)) == (FSDP2_MATMUL_FACTORS[arch], TRITON_FLASH_FACTORS[arch]), (
+        # Stated to 3 decimals: each within half a unit of the last decimal of the fit.
+        assert abs(m - FSDP2_MATMUL_FACTORS[arch]) <= 5e-4 + 1e-9 and abs(a - TRITON_FLASH_FACTORS[arch]) <= 5e-4 + 1e-9, (
             f"{arch}: the data fit m {m:.4f}, a {a:.4f}: update timing_profiles.py and run "
             "python benchmarks/fit_fsdp2_sustained.py --write")
     # Fitted to calibration rows only: 39 H100, 74 A100 (80GB and 40GB), as the figures' sources say.
@@ -108,7 +109,6 @@ def test_the_gemm_factor_scales_exactly_the_matmul_time_on_h100_and_nothing_on_b
     m = FSDP2_MATMUL_FACTORS["hopper"]
     # matmul 0.70 / m: every GEMM takes m times as long, (m - 1) * FLOPs / (989.4 TFLOP/s * 0.70) more in all.
     assert fitted.step_seconds - alone.step_seconds == pytest.approx(gemm_flops * (m - 1) / (989.4e12 * 0.70), rel=1e-9)
-    assert fitted.step_seconds - alone.step_seconds == pytest.approx(0.232 * gemm_flops / 692.58e12, rel=1e-9)
     b200 = registry.hardware_preset("b200").spec
     assert FSDP2.device("blackwell") is BLACKWELL
     assert step_time(model, layout, registry=registry, hardware=b200, runtime=fsdp2).step_seconds == \

@@ -49,7 +49,7 @@ def test_hardware_values_are_the_stated_figures():
     assert h100.memory_bandwidth_bytes_per_second == 3350 * GB
     assert (h100.intra_node_bandwidth_bytes_per_second, h100.inter_node_bandwidth_bytes_per_second,
             h100.host_link_bandwidth_bytes_per_second) == (450 * GB, 50 * GB, 64 * GB)
-    assert (h100.intra_node_latency_seconds, h100.inter_node_latency_seconds) == (8 * US, 35 * US)
+    assert (h100.intra_node_latency_seconds, h100.inter_node_latency_seconds) == (1.27 * US, 35 * US)
     b200 = by_name["b200"]
     assert b200.memory_bytes == 183359 * MIB and b200.peak_flops["bf16"] == 2250 * TERA
     assert b200.intra_node_bandwidth_bytes_per_second == 900 * GB and b200.intra_node_latency_seconds == 9.18 * US
@@ -73,9 +73,9 @@ def test_every_hardware_preset_states_its_sources():
         assert spec.nics_per_node == entry["nics_per_node"] and spec.nic_bandwidth_bytes_per_second == entry["nic_bandwidth_gb_per_s"] * GB
         assert spec.rail_optimized is entry["rail_optimized"]
     assert "nvidia-smi reports 81559 MiB" in presets.PRESETS[1].provenance
-    # DGX H100: eight 400 Gb/s adapters, one per GPU; NVLink SHARP at the low end of 460-480 GB/s.
+    # DGX H100: eight 400 Gb/s adapters, one per GPU; NVLink SHARP at nccl-tests' 480 GB/s (NVIDIA GTC 2024/2025).
     h100 = presets.PRESETS[1].spec
-    assert h100.nic_share_bytes_per_second() == 50 * GB and h100.nvls_bandwidth_bytes_per_second == 460 * GB
+    assert h100.nic_share_bytes_per_second() == 50 * GB and h100.nvls_bandwidth_bytes_per_second == 480 * GB
 
 
 def test_the_gemm_table_rows_as_published():

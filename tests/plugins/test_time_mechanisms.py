@@ -30,7 +30,7 @@ def test_deepep_prices_all_to_all_at_its_published_link_efficiencies():
     rdma = 8 / 16 * 16e9 / (NIC * 43 / 50)
     nvlink = (7 / 16 + 8 / 16 * 7 / 8) * 16e9 / (NVLINK * 153 / 200)
     assert deepep_seconds(_call("all_to_all", 16e9, 16, 8, 2)) == pytest.approx(max(rdma, nvlink))
-    # Faster than NCCL's all-to-all at the Hopper entry's 0.5 bus efficiency within a node.
+    # Faster than NCCL's all-to-all at the Hopper entry's 0.711 bus efficiency within a node.
     assert deepep_seconds(_call("all_to_all", 8e9, 8, 8, 1)) < nccl_seconds(_call("all_to_all", 8e9, 8, 8, 1))
 
 
@@ -52,12 +52,12 @@ def test_ep_all_to_all_option_prices_the_expert_exchange_with_deepep(registry):
     nccl, deepep = _moe_step(registry, "nccl"), _moe_step(registry, "deepep")
     ep = {v: dict((g, t) for g, t, _ in s.stages[0].communication_by_group)["ep"] for v, s in (("nccl", nccl), ("deepep", deepep))}
     # Per micro-batch 48 MoE layers each dispatch and combine, forward and backward: 192 all-to-alls of 4096 tokens
-    # x top-8 x 2048 x 2 bytes within one node; NCCL at the Hopper entry's 0.5 of 450 GB/s plus 7 steps of latency,
+    # x top-8 x 2048 x 2 bytes within one node; NCCL at the Hopper entry's 0.711 of 450 GB/s plus 7 steps of latency,
     # DeepEP at 153/200 of it.
     h100 = registry.hardware_preset("h100-sxm").spec
     nbytes = 4096 * 8 * 2048 * 2
     assert ep["deepep"] == pytest.approx(192 * 7 / 8 * nbytes / (450e9 * 153 / 200), rel=1e-9)
-    assert ep["nccl"] == pytest.approx(192 * (7 / 8 * nbytes / (450e9 * 0.5) + 7 * h100.intra_node_latency_seconds), rel=1e-9)
+    assert ep["nccl"] == pytest.approx(192 * (7 / 8 * nbytes / (450e9 * 0.711) + 7 * h100.intra_node_latency_seconds), rel=1e-9)
     assert deepep.compute_seconds == nccl.compute_seconds
 
 
@@ -125,9 +125,9 @@ def test_async_tp_leaves_the_backward_input_gradient_reduce_scatters_exposed(reg
     (total, exposed), (total_all, exposed_all) = tp(fsdp2), tp(fused_all)
     assert total == pytest.approx(total_all)
     # Each of 32 layers reduce-scatters two input gradients of 8192 x 4096 bf16 in backward, within one node:
-    # 7/8 of the buffer at the Hopper entry's 0.6 of 450 GB/s plus 7 steps of latency (the head's one, a single
+    # 7/8 of the buffer at the Hopper entry's 0.805 of 450 GB/s plus 7 steps of latency (the head's one, a single
     # matmul's, stays fused).
-    rs = 7 / 8 * 8192 * 4096 * 2 / (450e9 * 0.6) + 7 * h100.intra_node_latency_seconds
+    rs = 7 / 8 * 8192 * 4096 * 2 / (450e9 * 0.805) + 7 * h100.intra_node_latency_seconds
     assert exposed >= 2 * 32 * rs * (1 - 1e-9)
     assert exposed - exposed_all == pytest.approx(2 * 32 * rs * (1 - 1 / 8), rel=1e-9)
     # Megatron's TE userbuffers hide them (tp_comm_bulk_wgrad): its schedule keeps the default.

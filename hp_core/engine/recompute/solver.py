@@ -66,7 +66,6 @@ import attrs
 from hp_core.engine.schedule import awaiting_weight_gradient, weight_gradient_moments
 from hp_core.engine.stage import PlacedLayer, StageInputs, plan_stage
 from hp_core.results import StageEstimate
-from hp_core.schedules import ScheduleLayout
 from hp_core.specs import Setting
 
 __all__ = ["LayerOption", "StageSolution", "VariableLayer", "pareto_front", "solve_stage"]
@@ -237,7 +236,7 @@ def solve_stage(
         The solution; its estimate is :func:`~hp_core.engine.stage.plan_stage`'s own.
     """
     in_flight = inputs.stage_plan(index)[1]
-    shape = ScheduleLayout(inputs.parallel.pp, inputs.parallel.vpp, inputs.micro_batches)
+    shape = inputs.layout
     awaiting = awaiting_weight_gradient(inputs.schedule, shape, index, in_flight)
     moments = weight_gradient_moments(inputs.schedule, shape, index, len(in_flight))
     variables = [layer for chunk in chunks for layer in chunk if isinstance(layer, VariableLayer)]

@@ -25,7 +25,7 @@ from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.specs.timing import TimingProfile
 from hp_core.costs import LayerCost
-from hp_core.schedules import ScheduleLayout, StagePasses
+from hp_core.schedules import StagePasses
 from hp_core.types import Optimizer
 
 __all__ = ["time_run"]
@@ -229,7 +229,7 @@ def time_run(
     chunks = parallel.chunks
     stages: list[StageTime] = []
     recomputed_flops_per_stage: list[float] = []
-    weight_seconds: list[float] = []
+    passes: list[StagePasses] = []  # each stage as the schedule prices its pipeline
     bounds = run.chunk_bounds
     schedule = run.schedule
     # A chunk sends to its neighbour chunks where they run on another stage (DualPipeV's
@@ -252,7 +252,7 @@ def time_run(
         if same is not None:
             stages.append(StageTime(stage, *same[0]))
             recomputed_flops_per_stage.append(same[1])
-            weight_seconds.append(same[2])
+            passes.append(same[2])
             continue
         fwd = bwd = rec = comm = flops = rflops = wgrad = 0.0
         held: dict[int, int] = {}
@@ -377,11 +377,10 @@ def time_run(
         stages.append(StageTime(stage, fwd, bwd, rec, comm, fwd + bwd + rec + comm, dp, opt, flops,
                                 tuple((g, t, e) for g, (t, e) in by_group.items())))
         recomputed_flops_per_stage.append(rflops)
-        weight_seconds.append(wgrad)
-        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, wgrad)
+        passes.append(StagePasses(stages[-1].micro_batch_seconds, wgrad, _forward_share(stages[-1])))
+        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, passes[-1])
 
-    passes = tuple(StagePasses(s.micro_batch_seconds, w, _forward_share(s)) for s, w in zip(stages, weight_seconds))
-    pipe = pipeline_seconds(schedule, ScheduleLayout(parallel.pp, parallel.vpp, micro_batches), passes)
+    pipe = pipeline_seconds(schedule, run.stage_inputs.layout, tuple(passes))
     slow = max(stages, key=lambda s: s.micro_batch_seconds)
     tail = max(stages, key=lambda s: s.data_parallel_seconds + s.optimizer_seconds)
     step = pipe + tail.data_parallel_seconds + tail.optimizer_seconds

@@ -1,0 +1,76 @@
+"""The Hopper and Ampere collective figures against the published nccl-tests bus bandwidths they come from.
+
+Each collective time is derived by hand from the figures (docs/time.md, "Collectives on the cluster"
+and "Every figure and its source"): the H100's NVLink 4 at 450 GB/s each way and 0.805 of it for
+ring collectives, 0.711 for all-to-all; one 400 Gb/s adapter per GPU (50 GB/s) at 0.96, 0.743 for an
+all-to-all's cross-node share; 1.27 us per NVLink ring step and 35 us per network step.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hp_core.engine.timing.rates import _links
+from hp_core.collectives import NCCL
+from hp_core.specs.parallel import ParallelSpec
+from hp_plugins.runtimes.timing_profiles import AMPERE, HOPPER, MEGATRON_TE
+
+GB = 1e9
+GIB = 2**30
+
+
+def _h100_links(registry, **degrees):
+    hardware = registry.hardware_preset("h100-sxm").spec
+    return _links(hardware, ParallelSpec(seq_len=4096, **degrees), HOPPER, MEGATRON_TE, NCCL)
+
+
+def test_the_hopper_figures_are_the_published_bus_bandwidths():
+    # NVIDIA GTC 2024 S62129 / GTC 2025 S72583 and nccl-tests on 8x H200: busbw over the link bandwidth.
+    assert HOPPER.intra_node_bus.value == pytest.approx((361.4 + 362.9) / 2 / 450, abs=5e-4)
+    assert HOPPER.all_to_all_bus.value == pytest.approx(320 / 450, abs=5e-4)
+    assert HOPPER.inter_node_bus.value == 48 / 50
+    assert HOPPER.inter_node_all_to_all_bus.value == pytest.approx(48 * 24 / 31 / 50, abs=5e-4)
+    assert AMPERE.intra_node_bus.value == pytest.approx(232 / 300, abs=5e-4)
+    assert AMPERE.all_to_all_bus.value == 210 / 300
+    assert AMPERE.inter_node_bus.value == 24 / 25
+    assert AMPERE.inter_node_all_to_all_bus.value == pytest.approx(24 * 24 / 31 / 25, abs=5e-4)
+
+
+def test_intra_node_tp8_collectives_on_h100(registry):
+    links = _h100_links(registry, tp=8)
+    nbytes = 64 * 2**20  # a 64 MiB reduce-scatter input: 7/8 of it at 0.805 x 450 GB/s, then 7 steps of 1.27 us
+    assert links.seconds("tp", "reduce_scatter", nbytes) == pytest.approx(7 / 8 * nbytes / 362.25e9 + 7 * 1.27e-6, rel=1e-12)
+    assert links.seconds("tp", "reduce_scatter", nbytes) * 1e6 == pytest.approx(170.99, abs=0.005)
+    # A 16 GiB all-gather reads back the 8x H200 measurement's busbw (361.4 GB/s) within 0.3%.
+    busbw = 7 / 8 * 16 * GIB / links.seconds("tp", "all_gather", 16 * GIB)
+    assert busbw / GB == pytest.approx(362.17, abs=0.01)  # 362.25 less 7 steps of latency
+    # The small-message floor: 32 KiB all-reduce, 14 steps, 17.9 us as nccl-tests measured on 8x H200.
+    assert links.seconds("tp", "all_reduce", 32768) * 1e6 == pytest.approx(2 * 7 / 8 * 32768 / 362.25e3 + 14 * 1.27, rel=1e-9)
+    assert links.seconds("tp", "all_reduce", 32768) * 1e6 == pytest.approx(17.94, abs=0.01)
+    # All-to-all within the node: 7/8 of the buffer at 0.711 x 450 = 319.95 GB/s, 7 steps.
+    assert links.seconds("tp", "all_to_all", nbytes) == pytest.approx(7 / 8 * nbytes / 319.95e9 + 7 * 1.27e-6, rel=1e-12)
+
+
+def test_multi_node_collectives_on_h100(registry):
+    # Megatron GPT 32B's layout: dp48 x tp8 on 384 GPUs. Its DP group has one member on each of 48 nodes, so its
+    # reduce-scatter runs on one adapter: 47/48 of the buffer at 0.96 x 50 = 48 GB/s and 48 network steps of 35 us.
+    links = _h100_links(registry, tp=8, dp=48)
+    assert links.groups["dp"].per_node == 1 and links.groups["dp"].nodes == 48
+    nbytes = 4 * 4e9  # 4 GB of fp32 gradients' worth
+    assert links.seconds("dp", "reduce_scatter", nbytes) == pytest.approx(47 / 48 * nbytes / 48e9 + 48 * 35e-6, rel=1e-12)
+    assert links.seconds("dp", "reduce_scatter", nbytes) == pytest.approx(0.32807, abs=1e-5)
+    # A DP group filling 4 whole nodes (32 GPUs, dp32): 8 adapters carry each ring pass, so a 16 GiB all-reduce's busbw
+    # is 8 x 48 = 384 GB/s less its latency (382.45), against the 380 (GTC 2024) and 370 (GTC 2025) NVIDIA measured for DGX H100.
+    whole = _h100_links(registry, dp=32)
+    assert (whole.groups["dp"].per_node, whole.groups["dp"].nodes) == (8, 4)
+    seconds = whole.seconds("dp", "all_reduce", 16 * GIB)
+    assert seconds == pytest.approx(2 * (31 / 32 * 16 * GIB / (8 * 48e9) + 28 * 1.27e-6 + 4 * 35e-6), rel=1e-12)
+    assert 2 * 31 / 32 * 16 * GIB / seconds / GB == pytest.approx(382.45, abs=0.01)
+    # An all-to-all over the same 32 GPUs (ep32): 7/32 of the buffer over NVLink at 319.95 GB/s, 24/32 over the adapter
+    # at 0.743 x 50 = 37.15 GB/s, concurrently; busbw (31/32 S / t) 48.0 GB/s before latency, as NVIDIA's GTC 2025 slide measured.
+    ep = _h100_links(registry, ep=32, dp=32)
+    assert (ep.groups["ep"].per_node, ep.groups["ep"].nodes) == (8, 4)
+    a2a = ep.seconds("ep", "all_to_all", 16 * GIB)
+    assert a2a == pytest.approx(max(7 / 32 * 16 * GIB / 319.95e9, 24 / 32 * 16 * GIB / 37.15e9) + 7 * 1.27e-6 + 24 * 35e-6,
+                                rel=1e-12)
+    assert 31 / 32 * 16 * GIB / a2a / GB == pytest.approx(47.87, abs=0.01)  # 48.0 less its 0.86 ms of latency
