@@ -26,22 +26,12 @@ from typing import Any
 
 import attrs
 
-from hp_core.errors import SpecError
-
-from hp_core.errors import ConfigError
+from hp_core.errors import ConfigError, SpecError
 from hp_core.precision_recipes import AUTOCAST, GEMM_KERNELS
 from hp_core.specs.overlap import HostOverhead, OverlapSchedule
 
-__all__ = [
-    "ALL_REDUCE_ALGORITHMS",
-    "CommOverlap",
-    "DeviceEfficiency",
-    "GEMM_PASSES",
-    "GemmTable",
-    "ROUTER_REFERENCE_ELEMENTS",
-    "Sourced",
-    "TimingProfile",
-]
+__all__ = ["ALL_REDUCE_ALGORITHMS", "CommOverlap", "DeviceEfficiency", "GEMM_PASSES", "GemmTable", "ROUTER_REFERENCE_ELEMENTS",
+           "Sourced", "TimingProfile"]
 
 # NCCL's all-reduce algorithms (hp_core.collectives): ``ring`` (bandwidth-optimal,
 # latency grows with n), ``tree`` (double binary tree, latency grows with log n),
@@ -447,9 +437,8 @@ class TimingProfile:
             re-runs its :attr:`~hp_core.costs.LayerWork.alternate_matmul_flops`.
         eager_elementwise: Each elementwise op is its own kernel (eager PyTorch): a layer that counts its own
             :attr:`~hp_core.costs.LayerWork.eager_accesses_per_flop` is priced at it, the rest at the profile's figure.
-        unlisted_reason: Why :attr:`devices` lists only some architectures and no ``"*"`` (a runtime option
-            whose figures exist for those alone); :meth:`device` names it when another is asked for.
-            ``None``: the plain message.
+        unlisted_reason: Why :attr:`devices` lists only some architectures and no ``"*"`` (a runtime option whose
+            figures exist for those alone), said by :meth:`device` when another is asked for; ``None``: not said.
     """
 
     name: str
@@ -497,8 +486,7 @@ class TimingProfile:
         if fallback is None:
             known = ", ".join(d.architecture for d in self.devices)
             why = f" ({self.unlisted_reason})" if self.unlisted_reason else ""
-            raise ConfigError(path, f"timing profile {self.name} has no efficiencies for architecture {architecture!r}{why}; "
-                                    f"it has {known}")
+            raise ConfigError(path, f"timing profile {self.name} has no efficiencies for architecture {architecture!r}{why}; it has {known}")
         return fallback
 
     def figures(self) -> dict[str, Sourced]:

@@ -66,7 +66,7 @@ from __future__ import annotations
 import attrs
 
 from hp_core.specs.overlap import OverlapSchedule
-from hp_core.specs.timing import CommOverlap, DeviceEfficiency, GemmTable, Sourced, TimingProfile
+from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
 from hp_plugins.hardware import gemm_b200
 
 __all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRON", "EAGER_ACCESSES", "FSDP2", "FSDP2_AMPERE", "FSDP2_HOPPER",
@@ -95,39 +95,8 @@ _STAS_H200 = ("stas00/ml-engineering@744d01e network/README.md, SHARP: nccl-test
               "NCCL 2.27.7, 16 GiB, 8 GPUs")
 
 
-def _simumax_gemm_table() -> GemmTable:
-    """SimuMax's B200 GEMM measurements (:mod:`hp_plugins.hardware.gemm_b200`) as a :class:`GemmTable`.
-
-    Transformer Engine runs a linear layer of ``fan_in`` inputs and ``fan_out``
-    outputs over ``T`` tokens as three cuBLAS GEMMs, which SimuMax keys by
-    cuBLAS's ``m, k, n`` and layout: the forward ``TN`` (``m = T, k = fan_in,
-    n = fan_out``), the input gradient ``NN`` (``m = T, k = fan_out, n = fan_in``)
-    and the weight gradient ``NT`` (``m = fan_out, k = T, n = fan_in``). Where a
-    weight gradient is measured both accumulating into an fp32 buffer and
-    writing bf16, the fp32 one is taken: Megatron-Core's default
-    ``--gradient-accumulation-fusion`` accumulates into the fp32 ``main_grad``;
-    likewise the grouped rows measured with an fp32 main gradient.
-    """
-    dense: dict[tuple, float] = {}
-    for m, k, n, layout, out_dtype, efficiency in gemm_b200.MATMUL:
-        key = {"TN": ("forward", m, n, k), "NN": ("input_gradient", m, k, n), "NT": ("weight_gradient", k, m, n)}[layout]
-        if key not in dense or out_dtype == "fp32":
-            dense[key] = efficiency
-    passes = {"fwd": "forward", "bwd_grad_act": "input_gradient", "bwd_grad_w": "weight_gradient"}
-    grouped: dict[tuple, float] = {}
-    for experts, rows, fan_out, fan_in, stage, main_grad, efficiency in gemm_b200.GROUPED_MATMUL:
-        key = (passes[stage], experts, rows, fan_out, fan_in)
-        if key not in grouped or main_grad == "fp32":
-            grouped[key] = efficiency
-    return GemmTable(
-        source=gemm_b200.SOURCE,
-        dense=tuple(key + (value,) for key, value in dense.items()),
-        grouped=tuple(key + (value,) for key, value in grouped.items()),
-    )
-
-
 # The B200 table: 144 dense and 20 grouped GEMM shapes, each measured in its three passes.
-B200_GEMMS = _simumax_gemm_table()
+B200_GEMMS = gemm_b200.gemm_table()
 
 # Transformer Engine's GEMM benchmark (benchmarks/gemm/benchmark_gemm.py) as its tutorial
 # docs/examples/gemm_profiling/gemm_profiling.rst publishes it (TransformerEngine@d0067d0, read 2026-11-30):
@@ -459,17 +428,10 @@ HOPPER_CUDNN = attrs.evolve(
     attention_backward=Sourced(518 / 989.4, f"{_FA3_FIGURES}: cuDNN backward 518 TFLOP/s of 989.4"),
 )
 
-# What a PyTorch trainer (eager PyTorch, cuBLAS through torch, FSDP) sustains on its GEMMs over a whole run against
-# the kernel figures above, and what llm-foundry's Triton FlashAttention runs at against FlashAttention-2: two factors
-# per device class, fitted together (least squares in relative error of the step time, everything else as stated)
-# to the calibration rows of llm-foundry's MPT benchmark tables (tests/plugins/data/scale_measured_mpt.json; the split
-# was fixed in the file before anything was priced). Held out and only checked: the other MPT rows of the device and
-# the torchtitan and NeMo AutoModel rows of scale_measured.json. benchmarks/fit_fsdp2_sustained.py refits them
-# (--write refreshes docs/time.md); tests/plugins/test_fsdp2_fit.py fails when these, rounded to 3 decimals, are
-# not what the data give. Stated as efficiencies (the kernel figure over the factor): the engine prices a GEMM as
-# FLOPs / (peak * matmul), so a factor m on every GEMM's time is exactly an efficiency of matmul / m, and every
-# place that prices a GEMM (FP8 GEMMs through their speedup over bf16, recomputed matmuls, eager attention's
-# matmuls) follows it without a second mechanism.
+# A PyTorch trainer's whole-run GEMM time over the kernel figure (m) and llm-foundry's Triton FlashAttention time
+# over FlashAttention-2's (a), per device class, fitted together to the calibration rows of llm-foundry's MPT tables,
+# the other rows held out (benchmarks/fit_fsdp2_sustained.py; tests/plugins/test_fsdp2_fit.py refits; docs/time.md
+# "The fsdp2 fit"). Stated as efficiencies: a GEMM takes FLOPs / (peak * matmul), so m is exactly matmul / m.
 FSDP2_MATMUL_FACTORS = {"hopper": 1.238, "ampere": 1.055}
 TRITON_FLASH_FACTORS = {"hopper": 1.882, "ampere": 2.180}
 _MPT_CALIBRATION = {
