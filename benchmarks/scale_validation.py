@@ -10,9 +10,11 @@ hidden on stage 0, then per class (multi-node FSDP, multi-node Megatron-Core,
 single-node FSDP, single-node MoE) the calibration and the held-out rows'
 errors apart. Then the same for llm-foundry's MPT benchmark rows of
 ``tests/plugins/data/scale_measured_mpt.json`` (Composer FSDP on H100, A100 80GB
-and A100 40GB; classes single- and multi-node FSDP per device). No figure is
-fitted to these rows. ``--write`` replaces the text between the
-``scale-validation`` and the ``mpt-validation`` markers of docs/time.md (atomically).
+and A100 40GB; classes single- and multi-node FSDP per device), then Megatron-Bridge's bf16
+Megatron-Core rows of ``tests/plugins/data/scale_measured_mbridge.json`` (GPT-OSS 120B on 64 H100 or
+B200, priced with the ``megatron`` runtime's defaults and as run). No figure is fitted to these
+rows. ``--write`` replaces the text between the ``scale-validation``, the ``mpt-validation`` and
+the ``mbridge-validation`` markers of docs/time.md (atomically).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "plugins"))
 
-from scale_cases import mpt_report, report  # noqa: E402
+from scale_cases import mbridge_report, mpt_report, report  # noqa: E402
 
 from hp_core.api import build_registry  # noqa: E402
 from hp_core.io.files import atomic_write  # noqa: E402
@@ -32,6 +34,7 @@ from hp_core.io.files import atomic_write  # noqa: E402
 PAGE = ROOT / "docs" / "time.md"
 START, END = "<!-- scale-validation:start -->", "<!-- scale-validation:end -->"
 MPT_START, MPT_END = "<!-- mpt-validation:start -->", "<!-- mpt-validation:end -->"
+MBRIDGE_START, MBRIDGE_END = "<!-- mbridge-validation:start -->", "<!-- mbridge-validation:end -->"
 
 
 def _replace(page: str, start: str, end: str, text: str) -> str:
@@ -45,13 +48,16 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="rewrite the table in docs/time.md")
     args = parser.parse_args()
     registry = build_registry(use_env=False)
-    text, mpt = report(registry), mpt_report(registry)
+    text, mpt, mbridge = report(registry), mpt_report(registry), mbridge_report(registry)
     print(text, end="")
     print()
     print(mpt, end="")
+    print()
+    print(mbridge, end="")
     if args.write:
         page = _replace(PAGE.read_text(encoding="utf-8"), START, END, text)
         page = _replace(page, MPT_START, MPT_END, mpt)
+        page = _replace(page, MBRIDGE_START, MBRIDGE_END, mbridge)
 
         def write(temporary: str) -> None:
             Path(temporary).write_text(page, encoding="utf-8")

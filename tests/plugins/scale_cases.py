@@ -16,12 +16,13 @@ from typing import Any
 import attrs
 
 from hp_core.api import step_time
+from hp_core.models import model_from_preset
 from hp_core.runtime_options import apply_options
 from hp_core.specs import LayerGroup, ModelSpec, ParallelSpec, RecomputeSpec, Setting
 from hp_plugins.kinds.dense import DenseConfig
 from hp_plugins.kinds.embedding import EmbeddingConfig
 from hp_plugins.kinds.output import OutputConfig
-from hp_plugins.models.hf import model_from_hf_config
+from hp_plugins.models.hf import MODEL_TYPES as HF_MODEL_TYPES, model_from_hf_config
 from hp_plugins.models.mpt import model_from_mpt_config
 
 SCALE_FILE = Path(__file__).resolve().parent / "data" / "scale_measured.json"
@@ -36,6 +37,11 @@ MPT_CLASSES = tuple(f"MPT {nodes}-node FSDP, {device}" for device in ("H100", "A
                     for nodes in ("single", "multi"))
 # The A100 40GB SXM: 40 GiB of HBM2 at 1,555 GB/s (NVIDIA A100 datasheet); the rest as the A100 80GB preset.
 A100_40GB_BANDWIDTH_BYTES_PER_SECOND = 1555e9
+# Megatron-Bridge's performance summaries: bf16 Megatron-Core rows, layouts from the release's performance configs.
+MBRIDGE_FILE = SCALE_FILE.with_name("scale_measured_mbridge.json")
+MBRIDGE_DATA = json.loads(MBRIDGE_FILE.read_text(encoding="utf-8"))
+MBRIDGE_ROWS: list[dict] = MBRIDGE_DATA["rows"]
+MBRIDGE_CLASSES = tuple(f"{nodes}-node Megatron-Core, {device}" for nodes in ("multi", "single") for device in ("H100", "B200"))
 
 
 def megatron_flops(gpt: dict, global_batch: int, seq_len: int) -> float:
@@ -50,6 +56,9 @@ def measured_seconds(row: dict) -> float:
     m, layout = row["measured"], row["layout"]
     if "step_seconds" in m:
         return m["step_seconds"]
+    if "tokens_per_second_per_gpu" in m:
+        # Megatron-Bridge's summaries: every token of a global step over the step time and the GPUs.
+        return layout["global_batch_size"] * layout["seq_len"] / (m["tokens_per_second_per_gpu"] * row["gpus"])
     if "tokens_per_second" in m:
         # llm-foundry: GlobalBatchSize (T) over Throughput (T/s).
         return m["global_batch_tokens"] / m["tokens_per_second"]
@@ -90,7 +99,9 @@ def model(row: dict, registry) -> ModelSpec:
 
 def _preset(name: str, registry) -> ModelSpec:
     preset = registry.model(name, "$.model")
-    return model_from_hf_config(dict(preset.hf_config), name=name, source=f"preset {name}")
+    if preset.hf_config.get("model_type") in HF_MODEL_TYPES:
+        return model_from_hf_config(dict(preset.hf_config), name=name, source=f"preset {name}")
+    return model_from_preset(name, registry)  # through its model format (e.g. gpt_oss)
 
 
 def layout(row: dict) -> ParallelSpec:
@@ -115,19 +126,22 @@ def recompute(row: dict, registry) -> RecomputeSpec | None:
         return None
     if setting in ("full", "selective", "none"):
         return RecomputeSpec(default=Setting.parse(setting))
-    switches = registry.runtime(row["runtime"]).recompute_modules[setting]
+    # One recompute-module name, or a list of them (Megatron's --recompute-modules): the union of their switches.
+    modules = registry.runtime(row["runtime"]).recompute_modules
+    switches = set().union(*(modules[name] for name in ([setting] if isinstance(setting, str) else setting)))
     return RecomputeSpec(default=Setting.parse(sorted(switches)))
 
 
-def runtime(row: dict, registry):
-    """The row's runtime with the trainer options it ran with (``runtime.options`` of a config file)."""
-    return apply_options(registry.runtime(row["runtime"]), row.get("options", {}))
+def runtime(row: dict, registry, as_run: bool = True):
+    """The row's runtime with the trainer options it ran with (``runtime.options`` of a config file),
+    or with the runtime's defaults when not *as_run*."""
+    return apply_options(registry.runtime(row["runtime"]), row.get("options", {}) if as_run else {})
 
 
-def estimated(row: dict, registry) -> Any:
+def estimated(row: dict, registry, as_run: bool = True) -> Any:
     """The row's step time as hp prices it (a :class:`~hp_core.engine.timing.StepTime`)."""
     return step_time(model(row, registry), layout(row), registry=registry, hardware=hardware(row, registry),
-                     runtime=runtime(row, registry), recompute=recompute(row, registry))
+                     runtime=runtime(row, registry, as_run), recompute=recompute(row, registry))
 
 
 def validated(rows=ROWS):
@@ -174,4 +188,39 @@ def _report(rows: list[tuple[dict, float, Any]], classes: tuple[str, ...]) -> st
             within = sum(abs(e) <= 10 for e in errors)
             lines.append(f"- {cls}, {split}: {len(errors)} rows, mean absolute error {sum(map(abs, errors)) / len(errors):.1f}%, "
                          f"largest {max(errors, key=abs):+.1f}%, {within} within 10%.")
+    return "\n".join(lines) + "\n"
+
+
+def mbridge_report(registry) -> str:
+    """Megatron-Bridge's bf16 rows priced with the ``megatron`` runtime's defaults and as run (the overlap options
+    the row's recipe set), per class the calibration and held-out rows apart (docs/time.md, the mbridge markers)."""
+    rows = [(row, measured_seconds(row), estimated(row, registry, as_run=False), estimated(row, registry))
+            for row in validated(MBRIDGE_ROWS)]
+    lines = ["| row | class | split | GPUs | layout | measured s | hp defaults s | error | hp as run s | error as run "
+             "| exposed comm s (as run) | hidden comm s (as run) |",
+             "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for row, measured, default, t in rows:
+        lay = row["layout"]
+        degrees = " ".join(f"{k}{lay[k]}" for k in ("dp", "tp", "cp", "ep", "pp") if lay.get(k, 1) > 1)
+        total = sum(tot for s in t.stages[:1] for _, tot, _ in s.communication_by_group)
+        exposed = sum(e for s in t.stages[:1] for _, _, e in s.communication_by_group)
+        lines.append(f"| {row['id']} | {row['class']} | {row['split']} | {row['gpus']} | {degrees}, mbs {lay['micro_batch_size']} | "
+                     f"{measured:.3f} | {default.step_seconds:.3f} | {100 * (default.step_seconds / measured - 1):+.1f}% | "
+                     f"{t.step_seconds:.3f} | {100 * (t.step_seconds / measured - 1):+.1f}% | {exposed:.3f} | {total - exposed:.3f} |")
+    lines.append("")
+    lines.append("(As run: `overlap_grad_reduce` and `overlap_param_gather` on, as every row's recipe sets them. Exposed and "
+                 "hidden communication: stage 0, per micro-batch for EP/PP plus the step-end DP once.)")
+    lines.append("")
+    for cls in MBRIDGE_CLASSES:
+        for split in ("calibration", "held-out"):
+            chosen = [(m, d, t) for r, m, d, t in rows if r["class"] == cls and r["split"] == split]
+            if not chosen:
+                lines.append(f"- {cls}, {split}: no rows.")
+                continue
+            parts = []
+            for name, errors in (("defaults", [100 * (d.step_seconds / m - 1) for m, d, _ in chosen]),
+                                 ("as run", [100 * (t.step_seconds / m - 1) for m, _, t in chosen])):
+                parts.append(f"{name} mean absolute error {sum(map(abs, errors)) / len(errors):.1f}%, "
+                             f"largest {max(errors, key=abs):+.1f}%, {sum(abs(e) <= 10 for e in errors)} within 10%")
+            lines.append(f"- {cls}, {split}: {len(chosen)} rows; " + "; ".join(parts) + ".")
     return "\n".join(lines) + "\n"

@@ -1,4 +1,5 @@
-"""Step time at scale against public measured runs (``data/scale_measured.json``, provenance in ``data/README.md``).
+"""Step time at scale against public measured runs (``data/scale_measured.json``, ``scale_measured_mpt.json`` and
+``scale_measured_mbridge.json``; provenance in ``data/README.md``).
 
 The rows' measured step times are derived from the published figures by
 hand here; the validation table in docs/time.md is what
@@ -13,6 +14,8 @@ from __future__ import annotations
 import pytest
 
 import scale_cases as sc
+from hp_core.api import estimate
+from hp_core.specs import ParallelSpec, Setting
 from scale_cases import DATA, ROWS, measured_seconds, report
 
 ROOT = sc.SCALE_FILE.parents[3]
@@ -101,3 +104,75 @@ def test_the_mpt_table_in_time_md_is_what_the_script_prints(registry):
     page = (ROOT / "docs" / "time.md").read_text(encoding="utf-8")
     shown = page.split("<!-- mpt-validation:start -->", 1)[1].split("<!-- mpt-validation:end -->", 1)[0]
     assert shown.strip() == sc.mpt_report(registry).strip(), "docs/time.md is stale: run python benchmarks/scale_validation.py --write"
+
+
+# Megatron-Bridge's bf16 rows (data/scale_measured_mbridge.json).
+MB_COLUMNS = ("System", "#-GPUs", "Precision", "GBS", "MBS", "Sequence Length", "FSDP", "TP", "PP", "CP", "VP", "EP",
+              "Tokens / sec / GPU", "Model TFLOP / sec / GPU")
+
+
+def _cells(row: dict) -> dict:
+    return dict(zip(MB_COLUMNS, (c.strip() for c in row["row"].strip(" |").split("|")), strict=True))
+
+
+def test_mbridge_rows_state_their_provenance_and_layout():
+    assert sc.MBRIDGE_DATA["split_rule"] and sc.MBRIDGE_DATA["skipped"]
+    for row in sc.MBRIDGE_ROWS:
+        source = sc.MBRIDGE_DATA["sources"][row["source"]]
+        assert source["url"].startswith("https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/067f987")
+        assert "067f987df03b8355b03192d88d70f1709fedf51a" in source["commit"] and source["config_files"]
+        assert source["step_seconds_from"] and row["config"] and row["recipe_settings"]
+        assert row["class"] in sc.MBRIDGE_CLASSES and row["split"] in ("calibration", "held-out")
+        cells, lay = _cells(row), row["layout"]
+        assert cells["Precision"] == "BF16" and cells["System"] == {"h100-sxm": "DGX-H100", "b200": "DGX-B200"}[row["hardware"]]
+        assert row["class"].endswith(cells["System"][4:]) and row["class"].startswith("multi" if row["gpus"] > 8 else "single")
+        # The layout is the row's: GPUs, batches, sequence, TP / PP / CP / EP (no FSDP, no interleaving).
+        assert (row["gpus"], lay["global_batch_size"], lay["micro_batch_size"], lay["seq_len"]) == \
+            (int(cells["#-GPUs"]), int(cells["GBS"]), int(cells["MBS"]), int(cells["Sequence Length"]))
+        assert (lay.get("tp", 1), lay.get("pp", 1), lay.get("cp", 1), lay["ep"]) == \
+            (int(cells["TP"]), int(cells["PP"]), int(cells["CP"]), int(cells["EP"]))
+        assert cells["FSDP"] == "0" and cells["VP"] == "n/a" and "vpp" not in lay
+        assert lay["dp"] * lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1) == row["gpus"]
+        assert (row["measured"]["tokens_per_second_per_gpu"], row["measured"]["model_tflops_per_gpu"]) == \
+            (int(cells["Tokens / sec / GPU"]), int(cells["Model TFLOP / sec / GPU"]))
+        assert row["recompute"] == ["layernorm", "moe_act"]
+        assert row["options"] == {"overlap_grad_reduce": True, "overlap_param_gather": True}
+
+
+def test_mbridge_step_times_as_derived_from_the_published_figures():
+    # GBS x sequence / (tokens per second per GPU x GPUs): GPT-OSS 120B on 64 H100s, 1,280 x 4,096 tokens at 5,993.
+    row = next(r for r in sc.MBRIDGE_ROWS if r["id"] == "mb26.02-h100-gpt-oss-120b")
+    assert measured_seconds(row) == pytest.approx(1280 * 4096 / (5993 * 64)) == pytest.approx(13.6693, abs=1e-4)
+    # Every row's two published figures come from one FLOP count per token (27.2 GFLOP, 3-digit TFLOP/s):
+    # a row whose ratio differs was transcribed wrong or measured another model.
+    for r in sc.MBRIDGE_ROWS:
+        m = r["measured"]
+        assert m["model_tflops_per_gpu"] * 1e12 / m["tokens_per_second_per_gpu"] == pytest.approx(27.2e9, rel=0.004)
+
+
+def test_the_mbridge_split_alternates_per_device_by_container():
+    order = ("26.02", "26.02.01", "26.04", "26.04.01")
+    for cls in {r["class"] for r in sc.MBRIDGE_ROWS}:
+        group = sorted((r for r in sc.MBRIDGE_ROWS if r["class"] == cls), key=lambda r: order.index(r["source"].split("-", 1)[1]))
+        assert [r["split"] for r in group] == [("calibration", "held-out")[i % 2] for i in range(len(group))]
+    assert sorted(r["id"] for r in sc.MBRIDGE_ROWS if r["split"] == "held-out") == [
+        "mb26.02.01-h100-gpt-oss-120b", "mb26.04-b200-gpt-oss-120b", "mb26.04.01-h100-gpt-oss-120b"]
+
+
+def test_mbridge_model_is_gpt_oss_120b_of_the_stated_size(registry):
+    # OpenAI's gpt-oss model card: 116.83B parameters in total (the preset's provenance; transformers counts 116,829,156,672).
+    row = sc.MBRIDGE_ROWS[0]
+    params = estimate(sc.model(row, registry), ParallelSpec(seq_len=4096), registry=registry).parameters
+    assert params.total == 116829156672
+
+
+def test_mbridge_recompute_is_the_union_of_the_modules(registry):
+    # recompute_modules [layernorm, moe_act]: Megatron's norms and the MoE activation, hp's normOp and ffAct switches.
+    spec = sc.recompute(sc.MBRIDGE_ROWS[0], registry)
+    assert spec.default == Setting.parse(["ffAct", "normOp"])
+
+
+def test_the_mbridge_table_in_time_md_is_what_the_script_prints(registry):
+    page = (ROOT / "docs" / "time.md").read_text(encoding="utf-8")
+    shown = page.split("<!-- mbridge-validation:start -->", 1)[1].split("<!-- mbridge-validation:end -->", 1)[0]
+    assert shown.strip() == sc.mbridge_report(registry).strip(), "docs/time.md is stale: run python benchmarks/scale_validation.py --write"
