@@ -157,9 +157,11 @@ def section(rows: list[Priced], others: list[Priced], megatron: list[Priced],
                          f"{max(own, key=abs) * 100:+.1f}% | {_mae(at_stated):.1f}% |")
     lines += ["", "The figures as `hp_plugins/runtimes/timing_profiles.py` states them:", ""]
     for entry, title in ((HOPPER, "**every profile, hopper** (`HOPPER`: every figure as the **hopper** kernel entry "
-                                  "`HOPPER_KERNELS` except)"),
-                         (FSDP2_AMPERE, "**fsdp2, ampere** (`FSDP2_AMPERE`: every figure as **ampere** except)")):
-        lines += [title, "", f"- `matmul` = {entry.matmul.value:.6g}: {entry.matmul.source}", ""]
+                                  "`HOPPER_KERNELS` except `matmul` and `matmul_whole_run_factor`)"),
+                         (FSDP2_AMPERE, "**fsdp2, ampere** (`FSDP2_AMPERE`: every figure as **ampere** except `matmul` and `matmul_whole_run_factor`)")):
+        factor = entry.matmul_whole_run_factor
+        lines += [title, "", f"- `matmul` = {entry.matmul.value:.6g}: {entry.matmul.source}",
+                  f"- `matmul_whole_run_factor` = {factor.value:.6g}: {factor.source}", ""]
     for arch, (forward, backward) in TRITON_FLASH.items():
         lines += [f"**fsdp2 `attention_kernel=triton_flash`, {arch}** (`TRITON_FLASH`)", "",
                   f"- `attention_forward` = {forward.value:.6g}: {forward.source}",

@@ -304,6 +304,8 @@ class DeviceEfficiency:
             (compute, communication, the step-end reduction and optimizer
             step; not offload's host-link copies). ``None``: 1, the kernels
             as measured alone.
+        matmul_whole_run_factor: A whole run's GEMM time over the kernel figure, already folded into
+            :attr:`matmul` (which is the kernel figure over it); stated so reports can say so. ``None``: 1.
         gemm_speedups: ``(kernel, Sourced)`` pairs: a low-precision GEMM
             kernel family's (:attr:`PrecisionRecipe.kernel
             <hp_core.precision_recipes.PrecisionRecipe.kernel>`) measured time
@@ -340,6 +342,7 @@ class DeviceEfficiency:
     moe_router_backward_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     gemm_table: GemmTable | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(GemmTable)))
     sustained_slowdown: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_at_least_one))
+    matmul_whole_run_factor: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_at_least_one))
     gemm_speedups: tuple[tuple[str, Sourced], ...] = attrs.field(default=(), converter=tuple, validator=_speedups)
 
     def figures(self) -> dict[str, Sourced]:

@@ -49,14 +49,19 @@ def _attention_kernel(runtime: Runtime, value: str) -> Runtime:
     """
     timing = runtime.timing
     current = {d.architecture: d for d in timing.devices}
+    reference = {d.architecture: d for d in FSDP2.devices}  # the kernels' own rates: a value set twice starts from them
+    # The profile's entries in its order (those an earlier triton_flash dropped come back), then any other entry
+    # the runtime states (a runtime derived from fsdp2 may add devices), kept with its own rates.
+    order = list(reference) + [a for a in current if a not in reference]
     devices = []
-    for base in FSDP2.devices:  # the profile's own entries, in its order: a value set twice starts from them
-        entry = current.get(base.architecture, base)
+    for architecture in order:
+        entry = current.get(architecture) or reference[architecture]
+        base = reference.get(architecture, entry)
         if value == "triton_flash":
-            if base.architecture not in TRITON_FLASH:
+            if architecture not in TRITON_FLASH:
                 continue
-            forward, backward = TRITON_FLASH[base.architecture]
-        elif value == "cudnn" and base.architecture == "hopper":
+            forward, backward = TRITON_FLASH[architecture]
+        elif value == "cudnn" and architecture == "hopper":
             forward, backward = HOPPER_CUDNN.attention_forward, HOPPER_CUDNN.attention_backward
         else:
             forward, backward = base.attention_forward, base.attention_backward

@@ -174,13 +174,13 @@ def test_hopper_s_factor_is_every_profile_s_and_ampere_s_fsdp2_s_alone():
     assert set(PROFILES.values()) == {GENERIC, MEGATRON_TE, MEGATRON_LM_2022, FSDP2}
     assert HOPPER_KERNELS.matmul.value == 0.70 and AMPERE.matmul.value == 0.7175
     assert HOPPER.matmul.value == 0.70 / WHOLE_RUN_MATMUL_FACTORS["hopper"] == pytest.approx(0.5654, abs=5e-5)
-    assert attrs.evolve(HOPPER, matmul=HOPPER_KERNELS.matmul) == HOPPER_KERNELS
+    assert attrs.evolve(HOPPER, matmul=HOPPER_KERNELS.matmul, matmul_whole_run_factor=None) == HOPPER_KERNELS
     assert HOPPER.attention_forward.value == 0.75 and HOPPER.attention_backward.value == 0.55
     assert FSDP2.device("hopper") is HOPPER_SDPA and HOPPER_SDPA.matmul is HOPPER.matmul
     assert "the 14 Megatron-Core H100 rows" in HOPPER.matmul.source
     # Ampere: fsdp2's alone (it worsens the Korthikanti rows, below); the others keep the kernel figure.
     assert FSDP2.device("ampere").matmul.value == 0.7175 / WHOLE_RUN_MATMUL_FACTORS["ampere"]
-    assert attrs.evolve(FSDP2.device("ampere"), matmul=AMPERE.matmul) == AMPERE
+    assert attrs.evolve(FSDP2.device("ampere"), matmul=AMPERE.matmul, matmul_whole_run_factor=None) == AMPERE
     # Blackwell: no factor anywhere.
     assert FSDP2.device("blackwell") is BLACKWELL and GENERIC.device("blackwell") is BLACKWELL
     assert MEGATRON_TE.device("blackwell") is BLACKWELL_MEGATRON and attrs.evolve(BLACKWELL_MEGATRON, sustained_slowdown=None) == BLACKWELL
@@ -208,3 +208,36 @@ def test_the_held_out_megatron_rows_decide_where_each_factor_applies(registry):
     first = hopper[0]
     assert first.row["id"] == "mlm-gpt-1.7b"
     assert scale_cases.estimated(first.row, registry).step_seconds == first.seconds(m, 1.0) != first.seconds(1.0, 1.0)
+
+
+def test_attention_kernel_keeps_a_derived_runtime_s_own_device_entries(registry):
+    # A runtime derived from fsdp2 that states one more device entry (a copy of Ampere's under another name):
+    # setting the attention kernel keeps it, with its own rates under sdpa and dropped under triton_flash.
+    fsdp2 = registry.runtime("fsdp2")
+    extra = attrs.evolve(AMPERE, architecture="ampere-like", attention_forward=attrs.evolve(AMPERE.attention_forward, value=0.5))
+    derived = _with_devices(fsdp2, fsdp2.timing.devices + (extra,))
+    sdpa = apply_options(derived, {"attention_kernel": "sdpa"})
+    assert sdpa.timing.device("ampere-like").attention_forward.value == 0.5
+    assert [d.architecture for d in sdpa.timing.devices] == [d.architecture for d in derived.timing.devices]
+    triton = apply_options(derived, {"attention_kernel": "triton_flash"})
+    assert sorted(d.architecture for d in triton.timing.devices) == sorted(TRITON_FLASH)
+    assert apply_options(triton, {"attention_kernel": "cudnn"}).timing.device("hopper").attention_forward == \
+        apply_options(fsdp2, {"attention_kernel": "cudnn"}).timing.device("hopper").attention_forward
+
+
+def test_the_summary_says_which_kernels_carry_a_whole_run_factor(registry):
+    from hp_core.io.report import time_summary
+
+    model, layout = _small_gpt(2048), ParallelSpec(dp=1, seq_len=2048, micro_batch_size=1, global_batch_size=1)
+    cases = {("generic", "h100-sxm"): (WHOLE_RUN_MATMUL_FACTORS["hopper"], 1.0,
+                                       "GEMMs at a fitted whole-run factor 1.238, other kernels as measured alone"),
+             ("generic", "a100-80gb"): (1.0, 1.0, "bf16, kernels as measured alone"),
+             ("fsdp2", "a100-80gb"): (WHOLE_RUN_MATMUL_FACTORS["ampere"], 1.0, "GEMMs at a fitted whole-run factor 1.055,"),
+             ("megatron", "b200"): (1.0, 1.0653, "whole-run slowdown 1.0653")}
+    for (runtime, preset), (factor, slowdown, text) in cases.items():
+        t = step_time(model, layout, registry=registry, hardware=registry.hardware_preset(preset).spec, runtime=runtime)
+        assert t.provenance["whole_run_matmul_factor"] == factor and t.provenance["sustained_slowdown"] == slowdown
+        assert text in time_summary(t), (runtime, preset)
+    assert HOPPER.matmul_whole_run_factor.value == WHOLE_RUN_MATMUL_FACTORS["hopper"]
+    assert HOPPER.matmul.value == pytest.approx(HOPPER_KERNELS.matmul.value / HOPPER.matmul_whole_run_factor.value)
+    assert HOPPER_KERNELS.matmul_whole_run_factor is None and BLACKWELL.matmul_whole_run_factor is None

@@ -400,6 +400,7 @@ def time_run(
         "all_reduce_algorithm": timing.all_reduce_algorithm,
         "cp_kind": cp_algorithm,
         "sustained_slowdown": rates.slowdown,
+        "whole_run_matmul_factor": dev.matmul_whole_run_factor.value if dev.matmul_whole_run_factor else 1.0,
         "precision_recipe": recipe.name,
         "gemm_dtype": recipe.gemm_dtype,
         "schedule": schedule.name,
