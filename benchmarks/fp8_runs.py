@@ -37,11 +37,12 @@ def layout(row: dict) -> ParallelSpec:
                         schedule="interleaved_1f1b" if row["vpp"] > 1 else None)
 
 
-def price(row: dict, registry, recipe: str | None = None, as_run: bool = False):
+def price(row: dict, registry, recipe: str | None = None, as_run: bool = False, runtime=None):
     """hp's step time of *row* under *recipe* (the row's when ``None``): with the ``megatron`` runtime's defaults,
-    or, *as_run*, with the runtime options the row states its trainer ran with (``runtime_options``)."""
+    or, *as_run*, with the runtime options the row states its trainer ran with (``runtime_options``); *runtime*
+    replaces the registry's ``megatron`` runtime (a trial of benchmarks/fit_fsdp2_sustained.py)."""
     model = api.model_from_preset(row["model"], registry=registry)
-    runtime = registry.runtime("megatron")
+    runtime = runtime or registry.runtime("megatron")
     if as_run and row.get("runtime_options"):
         runtime = api.apply_options(runtime, row["runtime_options"])
     precision = attrs.evolve(runtime.precision, recipe=recipe or row["recipe"])

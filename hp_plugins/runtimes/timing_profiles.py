@@ -36,8 +36,10 @@ Device efficiencies, per architecture (the hardware presets' ``architecture``):
 * ``hopper`` (H100, H200) -- kernel figures are starter values, not
   shape-calibrated: SimuMax's ``configs/system/h100_nvlink.json`` (commit
   160921c), whose own note says so, and the FlashAttention-3 paper for
-  attention; the MoE router figures are an H200 measurement
-  (``benchmarks/bench_moe_router.py``). Expect larger errors. The collective
+  attention (:data:`HOPPER_KERNELS`); the MoE router figures are an H200
+  measurement (``benchmarks/bench_moe_router.py``). Expect larger errors.
+  :data:`HOPPER`, the entry every profile uses, states ``matmul`` as the
+  starter over a whole-run GEMM factor (below). The collective
   figures are published nccl-tests bus bandwidths: NVIDIA's GTC 2024 and 2025
   NCCL talks (8x H100 NVLink 4, DGX H100 with 8x 400 Gb/s adapters) and an
   8x H200 nccl-tests run (stas00/ml-engineering).
@@ -52,13 +54,17 @@ slower than their sum: :data:`MEGATRON_TE` states, for Blackwell, a
 ``sustained_slowdown`` (:data:`BLACKWELL_MEGATRON`) fitted to 33 measured
 Megatron-LM step times on B200 that are not the public test cases, which are
 held out (``benchmarks/fit_sustained_slowdown.py``, ``docs/time.md``).
-:data:`FSDP2` states, for Hopper and Ampere, a ``matmul`` efficiency that is
-the kernel figure over a whole-run GEMM factor (:data:`FSDP2_MATMUL_FACTORS`)
-fitted to the calibration rows of llm-foundry's MPT benchmark, the other rows
-held out, and its ``attention_kernel=triton_flash`` option FlashAttention-2's
-rates over a fitted Triton factor (:data:`TRITON_FLASH`;
-``benchmarks/fit_fsdp2_sustained.py``). The other devices and profiles state
-none: no full-run measurement backs one.
+:data:`HOPPER` (every profile) and :data:`FSDP2_AMPERE` (``fsdp2`` only) state a
+``matmul`` efficiency that is the kernel figure over a whole-run GEMM factor
+(:data:`WHOLE_RUN_MATMUL_FACTORS`) fitted to the calibration rows of
+llm-foundry's MPT benchmark, the other rows held out, as are, for Hopper, the
+14 Megatron-Core H100 rows (a device figure: clocks under sustained load at
+the power limit, whatever the trainer); Ampere's stays ``fsdp2``'s because it
+worsens the held-out A100 Megatron-LM rows. :data:`FSDP2`'s
+``attention_kernel=triton_flash`` option states FlashAttention-2's rates over
+a fitted Triton factor (:data:`TRITON_FLASH`;
+``benchmarks/fit_fsdp2_sustained.py``). The other devices state none: no
+full-run measurement backs one.
 """
 
 from __future__ import annotations
@@ -68,10 +74,12 @@ import attrs
 from hp_core.specs.overlap import OverlapSchedule
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
 from hp_plugins.hardware import gemm_b200
+from hp_plugins.runtimes.whole_run import (FSDP2_MATMUL_FACTORS, MPT_CALIBRATION, MPT_FIT, TRITON_FLASH_FACTORS,
+                                           WHOLE_RUN_MATMUL_FACTORS, fitted_matmul)
 
 __all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRON", "EAGER_ACCESSES", "FSDP2", "FSDP2_AMPERE", "FSDP2_HOPPER",
-           "FSDP2_MATMUL_FACTORS", "FUSED_ACCESSES", "GENERIC", "HOPPER_CUDNN", "HOPPER_SDPA", "HOPPER", "MEGATRON_LM_2022", "MEGATRON_TE",
-           "PROFILES", "TRITON_FLASH", "TRITON_FLASH_FACTORS"]
+           "FSDP2_MATMUL_FACTORS", "FUSED_ACCESSES", "GENERIC", "HOPPER_CUDNN", "HOPPER_KERNELS", "HOPPER_SDPA", "HOPPER", "MEGATRON_LM_2022",
+           "MEGATRON_TE", "PROFILES", "TRITON_FLASH", "TRITON_FLASH_FACTORS", "WHOLE_RUN_MATMUL_FACTORS"]
 
 _SIMUMAX_B200 = "SimuMax v1.2 configs/system/b200_bf16_ceperm.json (MooreThreads/SimuMax@4dcaae5), measured on 8x B200 with TE 2.11"
 _SIMUMAX_H100 = "SimuMax configs/system/h100_nvlink.json (MooreThreads/SimuMax@160921c): spec-based starter value, 'NOT shape-calibrated' per its note"
@@ -182,7 +190,8 @@ BLACKWELL = DeviceEfficiency(
     gemm_speedups=_BLACKWELL_SPEEDUPS,
 )
 
-HOPPER = DeviceEfficiency(
+# Hopper's figures as the kernels measure alone; HOPPER, below, divides its matmul by the whole-run GEMM factor.
+HOPPER_KERNELS = DeviceEfficiency(
     architecture="hopper",
     matmul=Sourced(0.70, f"{_SIMUMAX_H100}: matmul efficient_factor"),
     attention_forward=Sourced(
@@ -249,6 +258,11 @@ AMPERE = DeviceEfficiency(
     ),
     collective_overhead_seconds=Sourced(0.0, "not measured on Ampere: no fixed time per call assumed"),
 )
+
+# Hopper as a whole run sustains it, in every profile.
+HOPPER = fitted_matmul(HOPPER_KERNELS)
+FSDP2_AMPERE = fitted_matmul(AMPERE)
+
 
 ANY_DEVICE = DeviceEfficiency(
     architecture="*",
@@ -428,33 +442,7 @@ HOPPER_CUDNN = attrs.evolve(
     attention_backward=Sourced(518 / 989.4, f"{_FA3_FIGURES}: cuDNN backward 518 TFLOP/s of 989.4"),
 )
 
-# A PyTorch trainer's whole-run GEMM time over the kernel figure (m) and llm-foundry's Triton FlashAttention time
-# over FlashAttention-2's (a), per device class, fitted together to the calibration rows of llm-foundry's MPT tables,
-# the other rows held out (benchmarks/fit_fsdp2_sustained.py; tests/plugins/test_fsdp2_fit.py refits; docs/time.md
-# "The fsdp2 fit"). Stated as efficiencies: a GEMM takes FLOPs / (peak * matmul), so m is exactly matmul / m.
-FSDP2_MATMUL_FACTORS = {"hopper": 1.238, "ampere": 1.055}
-TRITON_FLASH_FACTORS = {"hopper": 1.882, "ampere": 2.180}
-_MPT_CALIBRATION = {
-    "hopper": "the 39 calibration rows of llm-foundry's H100 80GB BF16 MPT tables",
-    "ampere": "the 74 calibration rows of llm-foundry's A100 80GB and A100 40GB MPT tables",
-}
-_MPT_FIT = ("(Composer FSDP, eager PyTorch, attn_impl triton; tests/plugins/data/scale_measured_mpt.json at "
-            "mosaicml/llm-foundry@8c8dd48, split fixed before pricing), jointly with the Triton FlashAttention factor; "
-            "held out: the device's other MPT rows and the torchtitan and NeMo AutoModel rows of scale_measured.json "
-            "(benchmarks/fit_fsdp2_sustained.py, docs/time.md 'The fsdp2 fit')")
-
-
-def _fitted_matmul(entry: DeviceEfficiency) -> DeviceEfficiency:
-    factor = FSDP2_MATMUL_FACTORS[entry.architecture]
-    return attrs.evolve(entry, matmul=Sourced(
-        entry.matmul.value / factor,
-        f"{entry.matmul.value:g} (the kernel figure: {entry.matmul.source}) / {factor:.3f}, the whole-run GEMM time factor "
-        f"fitted (least squares in relative error of the step time) to {_MPT_CALIBRATION[entry.architecture]} {_MPT_FIT}",
-    ))
-
-
-FSDP2_HOPPER = _fitted_matmul(HOPPER_SDPA)
-FSDP2_AMPERE = _fitted_matmul(AMPERE)
+FSDP2_HOPPER = HOPPER_SDPA
 
 
 def _triton_rate(entry: DeviceEfficiency, field: str) -> Sourced:
@@ -463,7 +451,8 @@ def _triton_rate(entry: DeviceEfficiency, field: str) -> Sourced:
     return Sourced(
         figure.value / factor,
         f"FlashAttention-2's {figure.value:.4g} ({figure.source}) / {factor:.3f}, the Triton FlashAttention time factor "
-        f"fitted (least squares in relative error of the step time) to {_MPT_CALIBRATION[entry.architecture]} {_MPT_FIT.replace('jointly with the Triton FlashAttention factor', 'jointly with the matmul factor')}; "
+        f"fitted (least squares in relative error of the step time) to {MPT_CALIBRATION[entry.architecture]} {MPT_FIT.replace('jointly with the Triton FlashAttention factor', 'jointly with the matmul factor')} "
+        "(benchmarks/fit_fsdp2_sustained.py, docs/time.md 'The fsdp2 fit'); "
         "Dao 2023 (arXiv:2307.08691) Section 4 measures FlashAttention-2 1.3-2.5x faster than FlashAttention in Triton "
         "on A100 (Section 4.1: 1.3-1.5x forward, about 2x backward)",
     )
@@ -481,7 +470,8 @@ FSDP2 = attrs.evolve(
     GENERIC,
     name="fsdp2",
     description=("PyTorch FSDP2 (torchtitan): GENERIC's kernel and NCCL figures with SDPA's FlashAttention-2 on Hopper, "
-                 "the whole-run GEMM factor fitted on Hopper and Ampere, FSDP's prefetch and reduce-scatter overlap"),
+                 "the whole-run GEMM factor fitted on Ampere (Hopper's is the device's), FSDP's prefetch and "
+                 "reduce-scatter overlap"),
     devices=(BLACKWELL, FSDP2_HOPPER, FSDP2_AMPERE, ANY_DEVICE),
     # Async TP (option async_tp) runs through torch's micro-pipeline TP pass: it fuses the forward's all-gathers
     # and reduce-scatters and the backward's all-gathers with their matmuls, not the backward's reduce-scatter of a

@@ -27,17 +27,22 @@ the stated figures, so the fitted and the tabled errors agree.
 
 from __future__ import annotations
 
+import json
+import importlib.util
+from pathlib import Path
 from typing import Callable
 
 import attrs
 
 from hp_core.api import step_time
 from hp_core.specs.timing import Sourced
-from hp_plugins.runtimes.timing_profiles import AMPERE, HOPPER_SDPA
-from scale_cases import MPT_ROWS, ROWS, hardware, layout, measured_seconds, model, recompute, runtime
+from hp_plugins.runtimes.timing_profiles import AMPERE, HOPPER_KERNELS, HOPPER_SDPA
+from scale_cases import MBRIDGE_ROWS, MPT_ROWS, ROWS, hardware, layout, measured_seconds, model, recompute, runtime, validated
 
-# The kernel figures the factors divide: fsdp2's own Hopper entry before the fit (SDPA's FlashAttention-2) and Ampere's.
-KERNEL_FIGURES = {"hopper": HOPPER_SDPA, "ampere": AMPERE}
+# The kernel figures the factors divide: fsdp2's own Hopper entry (SDPA's FlashAttention-2) with the kernel matmul
+# figure, as before the fit, and Ampere's.
+KERNEL_FIGURES = {"hopper": attrs.evolve(HOPPER_SDPA, matmul=HOPPER_KERNELS.matmul), "ampere": AMPERE}
+FP8_RUNS = Path(__file__).resolve().parents[2] / "benchmarks" / "fp8_runs.py"
 _TRIAL = "a trial value of the fsdp2 fit (tests/plugins/fsdp2_fit.py)"
 _STEP = 1e-4
 
@@ -95,6 +100,78 @@ def mpt_rows(registry) -> list[Priced]:
 def other_rows(registry) -> list[Priced]:
     """The rows of ``scale_measured.json`` priced on ``fsdp2`` (torchtitan, NeMo AutoModel): none is fitted to."""
     return [prepare(row, registry) for row in ROWS if row["runtime"] == "fsdp2" and row["split"] in ("calibration", "held-out")]
+
+
+def _with_matmul(rt, arch: str, value: float):
+    """*rt* with its profile's *arch* entry's ``matmul`` replaced by *value*."""
+    devices = tuple(attrs.evolve(d, matmul=Sourced(value, _TRIAL)) if d.architecture == arch else d for d in rt.timing.devices)
+    return attrs.evolve(rt, timing=attrs.evolve(rt.timing, devices=devices))
+
+
+def _fp8_runs():
+    spec = importlib.util.spec_from_file_location("fp8_runs", FP8_RUNS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def megatron_hopper_rows(registry) -> list[Priced]:
+    """The 14 Megatron-Core H100 rows, none fitted to, each as run where it states its trainer's runtime options:
+    ``scale_measured.json``'s validated ``mlm-gpt`` rows, ``scale_measured_mbridge.json``'s H100 GPT-OSS rows and
+    ``fp8_measured_runs.json``'s H100 rows (``benchmarks/fp8_runs.py`` prices them). ``seconds(m, a)`` prices the
+    row with the Hopper entry's ``matmul`` at the kernel figure over ``m`` (``a`` is unused: no Triton attention)."""
+    kernel = HOPPER_KERNELS.matmul.value
+    found = []
+    for row in validated(ROWS) + validated(MBRIDGE_ROWS):
+        if row["runtime"] != "megatron" or row["hardware"] != "h100-sxm":
+            continue
+        spec, lay, hw, rc, rt = model(row, registry), layout(row), hardware(row, registry), recompute(row, registry), runtime(row, registry)
+
+        def seconds(m: float, a: float, spec=spec, lay=lay, hw=hw, rc=rc, rt=rt) -> float:
+            return step_time(spec, lay, registry=registry, hardware=hw, runtime=_with_matmul(rt, "hopper", kernel / m),
+                             recompute=rc).step_seconds
+
+        found.append(Priced(row=row, measured=measured_seconds(row), architecture="hopper", seconds=seconds))
+    runs = _fp8_runs()
+    for row in json.loads(runs.DATA.read_text(encoding="utf-8"))["rows"]:
+        if row["hardware"] != "h100-sxm":
+            continue
+
+        def seconds(m: float, a: float, row=row) -> float:
+            trial = _with_matmul(registry.runtime("megatron"), "hopper", kernel / m)
+            return runs.price(row, registry, as_run=bool(row.get("runtime_options")), runtime=trial).step_seconds
+
+        found.append(Priced(row=row, measured=runs.measured_seconds(row), architecture="hopper", seconds=seconds))
+    return found
+
+
+def korthikanti_rows(registry) -> list[Priced]:
+    """The 8 A100 Megatron-LM rows of Korthikanti et al. 2022 (``data/korthikanti.json``), none fitted to, priced as
+    ``test_step_time_cases.py`` prices them (``megatron-lm-2022``, eager attention); ``seconds(m, a)`` prices the
+    row with the Ampere entry's ``matmul`` at the kernel figure over ``m``."""
+    import test_step_time_cases as cases  # the rows' models and layouts, as the golden test writes them down
+
+    from hp_core.specs import ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
+    from hp_plugins.runtimes.timing_profiles import MEGATRON_LM_2022
+
+    hw, found = registry.hardware_preset("a100-80gb").spec, []
+    for name, (pp, vpp, gbs) in cases.KORTHIKANTI_LAYOUTS.items():
+        for run, (sp, setting) in cases.KORTHIKANTI_RUNS.items():
+            spec, c = cases._gpt(name)
+            lay = ParallelSpec(tp=c["tensor_parallel"], pp=pp, vpp=vpp, dp=1, sp=sp, zero=0, micro_batch_size=c["micro_batch_size"],
+                               global_batch_size=gbs, seq_len=c["seq_length"])
+
+            def seconds(m: float, a: float, spec=spec, lay=lay, setting=setting) -> float:
+                devices = tuple(attrs.evolve(d, matmul=Sourced(AMPERE.matmul.value / m, _TRIAL)) if d.architecture == "ampere"
+                                else d for d in MEGATRON_LM_2022.devices)
+                return step_time(spec, lay, registry=registry, hardware=hw, profile=attrs.evolve(MEGATRON_LM_2022, devices=devices),
+                                 attention="eager", precision=PrecisionSpec(softmax_bytes=2),
+                                 recompute=RecomputeSpec(default=Setting.parse(setting))).step_seconds
+
+            row = {"id": f"korthikanti-{name}-{run.replace('_', '-')}"}
+            found.append(Priced(row=row, measured=cases.KORTHIKANTI["measured_step_seconds"][run][name], architecture="ampere",
+                                seconds=seconds))
+    return found
 
 
 def fit(rows: list[Priced], start: tuple[float, float] = (1.0, 1.0)) -> tuple[float, float]:
