@@ -22,16 +22,21 @@ class ConfigReader:
     *defaults* (the transformers config class's); a field without one is
     refused. Integers are non-negative and at most ``MAX_INT``
     (``num_hidden_layers`` at least 1 and at most ``MAX_LAYERS``), floats
-    finite, lists at most ``MAX_LAYERS`` long.
+    finite, lists at most ``MAX_LAYERS`` long. *prefix* is the path of a
+    nested mapping the reader reads (``attn_config.``), put before each key.
     """
 
     def __init__(self, cfg: Mapping[str, Any], defaults: Mapping[str, Any], where: str,
-                 aliases: Mapping[str, str] | None = None) -> None:
-        self.cfg, self.defaults, self.where, self.aliases = cfg, defaults, where, aliases or {}
+                 aliases: Mapping[str, str] | None = None, prefix: str = "") -> None:
+        self.cfg, self.defaults, self.where, self.aliases, self.prefix = cfg, defaults, where, aliases or {}, prefix
+
+    def path(self, key: str) -> str:
+        """The error path of field *key*."""
+        return f"{self.where} $.{self.prefix}{key}"
 
     def fail(self, key: str, what: str, value: Any) -> ConfigError:
         """The error for field *key*: it must be *what*."""
-        return ConfigError(f"{self.where} $.{key}", f"must be {what}, got {short_repr(value)}")
+        return ConfigError(self.path(key), f"must be {what}, got {short_repr(value)}")
 
     def get(self, key: str, kind: type = int, nullable: bool = False) -> Any:
         """Field *key* (or its legacy name in *aliases* where the file states that instead) as a *kind* (``int``,
@@ -42,7 +47,7 @@ class ConfigReader:
         if value is _ABSENT or (value is None and not nullable):
             if key in self.defaults:
                 return self.defaults[key]
-            raise ConfigError(f"{self.where} $.{key}", "is missing and the estimate needs it; add it to the config")
+            raise ConfigError(self.path(key), "is missing and the estimate needs it; add it to the config")
         if value is None:
             return None
         if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
@@ -74,7 +79,7 @@ class ConfigReader:
         if types is None:
             return default
         if len(types) != len(default) or any(t not in allowed for t in types):
-            raise ConfigError(f"{self.where} $.layer_types", f"must list one of {list(allowed)} for each of the "
+            raise ConfigError(self.path("layer_types"), f"must list one of {list(allowed)} for each of the "
                               f"{len(default)} layers, got {short_repr(types)}")
         return types
 

@@ -86,18 +86,34 @@ def test_mpt_rows_state_their_provenance_and_are_bf16():
 
 def test_mpt_step_times_as_derived_from_the_published_figures():
     # GlobalBatchSize (T) / Throughput (T/s): MPT-70B on 512 H100s, 8,388,608 tokens at 515,636 tokens/s.
-    row = next(r for r in sc.MPT_ROWS if r["id"] == "mpt-h100-large-70b-s2048-g512")
+    row = next(r for r in sc.MPT_ROWS if r["id"] == "mpt-h100-large-70b-s2048-g512-mb8")
     assert measured_seconds(row) == pytest.approx(8388608 / 515636)
     assert len(sc.MPT_ROWS) == 209
 
 
+def _mpt_size(row: dict) -> str:
+    return row["row"].strip(" |").split("|")[0].strip()  # the table's Model cell
+
+
 def test_the_mpt_split_alternates_per_model_sorted_by_gpus_and_sequence():
+    # A stable sort: rows tied on (GPUs, sequence length) keep the table's row order (split_rule).
     for table in {r["table"] for r in sc.MPT_ROWS}:
         rows = [r for r in sc.MPT_ROWS if r["table"] == table]
-        for size in {r["id"].rsplit("-", 3)[1] for r in rows}:
-            group = sorted((r for r in rows if r["id"].rsplit("-", 3)[1] == size),
+        for size in {_mpt_size(r) for r in rows}:
+            group = sorted((r for r in rows if _mpt_size(r) == size),
                            key=lambda r: (r["layout"]["dp"], r["layout"]["seq_len"]))
             assert [r["split"] for r in group] == [("calibration", "held-out")[i % 2] for i in range(len(group))]
+
+
+def test_the_one_mpt_tie_keeps_the_table_order():
+    # A100 80GB, MPT-125M, 8 GPUs, 2048 tokens: two rows (micro-batch 40, GBS 640; micro-batch 32, GBS 512), in
+    # that order in the table, so the first is calibration and the second held-out; each id names its micro-batch.
+    tied = [r for r in sc.MPT_ROWS if r["table"].startswith("A100 80GB") and _mpt_size(r) == "125m"
+            and r["layout"]["dp"] == 8 and r["layout"]["seq_len"] == 2048]
+    assert [(r["id"], r["layout"]["micro_batch_size"], r["layout"]["global_batch_size"], r["split"]) for r in tied] == [
+        ("mpt-a100-80gb-125m-s2048-g8-mb40", 40, 640, "calibration"),
+        ("mpt-a100-80gb-125m-s2048-g8-mb32", 32, 512, "held-out")]
+    assert all(r["id"].endswith(f"-mb{r['layout']['micro_batch_size']}") for r in sc.MPT_ROWS)
 
 
 def test_the_mpt_table_in_time_md_is_what_the_script_prints(registry):
