@@ -166,6 +166,34 @@ def test_mbridge_step_times_as_derived_from_the_published_figures():
         assert m["model_tflops_per_gpu"] * 1e12 / m["tokens_per_second_per_gpu"] == pytest.approx(27.2e9, rel=0.004)
 
 
+def test_the_published_flops_count_the_gpt_oss_experts_ungated_and_hp_counts_them_gated(registry):
+    # Per token, forward, GPT-OSS 120B at 4,096 tokens (docs/time.md, Megatron-Bridge's bf16 rows). Attention
+    # projections q 64 x 64, k and v 8 x 64 each, out 4,096 -> 2,880; an expert's up GEMM 2,880 -> 2 x 2,880 (gated),
+    # its down GEMM 2,880 -> 2,880; four routed; the head 2,880 -> 201,088.
+    proj = 2 * 2880 * (4096 + 512 + 512) + 2 * 4096 * 2880
+    experts_gated, experts_ungated = 4 * (2 * 2880 * 5760 + 2 * 2880 * 2880), 4 * 2 * (2 * 2880 * 2880)
+    head = 2 * 2880 * 201088
+    # Megatron-Bridge flop_utils.py (v0.3.0 to v0.4.2): the 3/2 gate multiplier only for activation_func F.silu (GPT-OSS
+    # runs quick_gelu), every layer full causal attention (4 x 4,096 x 4,096 / 2 a token), 3 x forward.
+    causal_core = 4 * 4096 * 4096 // 2
+    mbridge = 3 * (36 * (proj + causal_core + experts_ungated) + head)
+    assert mbridge == 27_164_491_776
+    for r in sc.MBRIDGE_ROWS:
+        published = r["measured"]["model_tflops_per_gpu"] * 1e12 / r["measured"]["tokens_per_second_per_gpu"]
+        assert published == pytest.approx(mbridge, rel=0.004)
+        assert published < 0.85 * 3 * (36 * (proj + causal_core + experts_gated) + head)  # 34.33 GFLOP with the gate
+    # hp: the gated experts and the 128-way router, 3 x the GEMMs; attention as the full 4,096^2 square on the 18 full
+    # layers and the square times the window's share of causal pairs on the 18 windowed ones (128 x 129 / 2 + 3,968 x 128
+    # of 4,096 x 4,097 / 2), 1 + 2.5 (flash backward) times.
+    router = 2 * 2880 * 128
+    square = 4 * 4096 * 4096
+    windowed = square * (128 * 129 // 2 + 3968 * 128) / (4096 * 4097 // 2)
+    hp_per_token = 3 * (36 * (proj + experts_gated + router) + head) + 3.5 * 18 * (square + windowed)
+    assert hp_per_token == pytest.approx(35.2745e9, rel=1e-5)
+    row = next(r for r in sc.MBRIDGE_ROWS if r["id"] == "mb26.04-h100-gpt-oss-120b")
+    assert sc.estimated(row, registry).model_flops / (1280 * 4096) == pytest.approx(hp_per_token, rel=1e-9)
+
+
 def test_the_mbridge_split_alternates_per_device_by_container():
     order = ("26.02", "26.02.01", "26.04", "26.04.01")
     for cls in {r["class"] for r in sc.MBRIDGE_ROWS}:
