@@ -90,7 +90,7 @@ def section(found: list[dict]) -> str:
     lines.append(f"Held-out rows: {len(errors)}; within 10%: {within}; mean absolute error {sum(errors) / len(errors):.1%}, "
                  f"largest {max(errors):.1%}.")
     ran = [abs(r["as_run_error"]) for r in found if r["as_run_error"] is not None]
-    lines.append(f"As run (the {len(ran)} rows stating their trainer's overlap options): within 10%: {sum(e <= 0.10 for e in ran)}; "
+    lines.append(f"As run (the {len(ran)} rows stating their trainer's options): within 10%: {sum(e <= 0.10 for e in ran)}; "
                  f"mean absolute error {sum(ran) / len(ran):.1%}, largest {max(ran):.1%}.")
     return "\n".join(lines) + "\n"
 

@@ -24,7 +24,8 @@ defaults fill what a job leaves out):
   TP (default: TP), sequence parallelism (on only with TP > 1), micro and
   global batch, sequence length; dp from the device count;
 * precision and optimizer: ``--bf16``/``--fp16`` (2-byte parameters),
-  ``--accumulate-allreduce-grads-in-fp32`` (fp32 gradients; on with bf16),
+  ``--accumulate-allreduce-grads-in-fp32`` (fp32 gradients; on with bf16;
+  ``--grad-reduce-in-bf16`` with ``--bf16``: the option ``grad_reduce_in_fp32: false``),
   ``--use-distributed-optimizer`` (ZeRO-1, else 0), ``--optimizer adam|sgd``;
 * recompute: ``--recompute-granularity full`` with ``uniform`` and 1 layer
   (every layer) or ``block`` and N (the first N layers of every chunk), or
@@ -78,7 +79,8 @@ exit-interval exit-duration-in-mins ckpt-format no-save-optim no-save-rng no-loa
 """.split())
 
 _BOOL_FLAGS = {"swiglu", "untie-embeddings-and-output-weights", "disable-bias-linear", "add-qkv-bias", "sequence-parallel",
-               "use-distributed-optimizer", "bf16", "fp16", "accumulate-allreduce-grads-in-fp32", "cross-entropy-loss-fusion",
+               "use-distributed-optimizer", "bf16", "fp16", "accumulate-allreduce-grads-in-fp32", "grad-reduce-in-bf16",
+               "cross-entropy-loss-fusion",
                "no-bias-swiglu-fusion", "moe-permute-fusion", "no-gradient-accumulation-fusion", "multi-latent-attention",
                "moe-pad-expert-input-to-capacity", "qk-layernorm"}
 _VAR = re.compile(r"\$\{(\w+)(\[@\])?(?::-([^}]*))?\}|\$(\w+)")
@@ -356,7 +358,7 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
     fp32_grads = a.flag("accumulate-allreduce-grads-in-fp32")
     if a.flag("fp16") and not fp32_grads:
         precision["grad_bytes"] = 2  # fp16 without fp32 accumulation keeps fp16 main gradients
-    a.flag("bf16")
+    bf16_grads = a.flag("bf16") and a.flag("grad-reduce-in-bf16")  # arguments.py: turns accumulation in fp32 off
     optimizer = a.value("optimizer", str, "adam")
     if optimizer == "sgd":
         precision["optimizer"] = "sgd_momentum"
@@ -368,6 +370,8 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
         "moe_permute_fusion": a.flag("moe-permute-fusion"),
         "gradient_accumulation_fusion": not a.flag("no-gradient-accumulation-fusion"),
     }
+    if bf16_grads:
+        options["grad_reduce_in_fp32"] = False
     impl = a.value("cross-entropy-fusion-impl", str, "native")
     if options["cross_entropy_fusion"] and impl != "te":
         unmapped.append(f"--cross-entropy-fusion-impl {impl}: priced as Transformer Engine's fused loss")

@@ -4,7 +4,10 @@ What it holds, and where that comes from (Megatron-LM at core 0.14, Transformer 
 
 * Precision: bf16 parameters and compute (``--bf16``); fp32 gradients in the
   DDP gradient buffer (``--accumulate-allreduce-grads-in-fp32``, on by default
-  with ``--bf16``: ``megatron/training/arguments.py``); fp32 master parameters
+  with ``--bf16``: ``megatron/training/arguments.py``), reduced in fp32; the
+  option ``grad_reduce_in_fp32: false`` (``--grad-reduce-in-bf16``,
+  Megatron-Core ``DistributedDataParallelConfig.grad_reduce_in_fp32``) makes
+  the buffer and its reduction bf16; fp32 master parameters
   and two fp32 Adam moments (``megatron/core/optimizer``).
 * Sharding: the distributed optimizer (``--use-distributed-optimizer``, ZeRO-1:
   master parameters and Adam states sharded over the data-parallel times
@@ -64,6 +67,21 @@ def _attention_backend(runtime: Runtime, value: str) -> Runtime:
     return attrs.evolve(runtime, attention="flash")
 
 
+@attrs.frozen
+class _GradReduceDtype:
+    """``grad_reduce_in_fp32``: the DDP gradient buffer's dtype, which is also the dtype of its data-parallel
+    reduce-scatter (all-reduce without the distributed optimizer). Megatron-Core at 23e00ed0,
+    ``megatron/core/distributed/distributed_data_parallel.py`` ``DistributedDataParallel.__init__``:
+    ``grad_dtype = torch.float if ddp_config.grad_reduce_in_fp32 else param.dtype``; the buffer
+    (``param_and_grad_buffer.py`` ``_ParamAndGradBuffer.__init__``: ``grad_data = torch.zeros(numel,
+    dtype=self.grad_dtype)``) is what ``start_grad_sync`` reduce-scatters (or all-reduces) in place. So
+    true: 4 bytes per element for both; false: the parameters' bytes (bf16: 2)."""
+
+    def __call__(self, runtime: Runtime, value: bool) -> Runtime:
+        grad_bytes = 4 if value else runtime.precision.param_bytes
+        return attrs.evolve(runtime, precision=attrs.evolve(runtime.precision, grad_bytes=grad_bytes))
+
+
 OPTIONS = (
     trait_option(
         "cross_entropy_fusion", "fused_cross_entropy", default=True,
@@ -102,6 +120,17 @@ OPTIONS = (
         "make_vocab_size_divisible_by", "vocab_pad_multiple", "int", default=128, minimum=1,
         description="--make-vocab-size-divisible-by: the vocabulary is padded to a multiple of this times tp",
         source=f"{_ARGS} --make-vocab-size-divisible-by; megatron/training/tokenizer/tokenizer.py _vocab_size_with_padding",
+    ),
+    RuntimeOption(
+        "grad_reduce_in_fp32", "bool", True,
+        "fp32 gradient buffer and data-parallel reduction (--accumulate-allreduce-grads-in-fp32, on with --bf16); "
+        "false (--grad-reduce-in-bf16; Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32 false): the "
+        "gradient buffer and its reduce-scatter (all-reduce at zero 0) in the parameters' dtype, bf16, half the "
+        "bytes; the optimizer's fp32 copy of the gradient shard at the step is not priced",
+        f"{_ARGS} --grad-reduce-in-bf16, --accumulate-allreduce-grads-in-fp32 (at 23e00ed0); megatron/core/distributed/"
+        "distributed_data_parallel_config.py grad_reduce_in_fp32; distributed_data_parallel.py (grad_dtype = fp32 if "
+        "grad_reduce_in_fp32 else param.dtype); param_and_grad_buffer.py (grad_data in grad_dtype, reduced in place)",
+        _GradReduceDtype(),
     ),
     schedule_option(
         "overlap_grad_reduce", "overlap_grad_reduce", default=False,

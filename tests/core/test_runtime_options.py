@@ -45,10 +45,37 @@ def test_every_option_at_its_default_leaves_the_profile_as_registered(registry, 
 def test_megatron_lists_its_options(registry):
     names = [option.name for option in registry.runtime("megatron").options]
     assert names == ["cross_entropy_fusion", "attention_backend", "swiglu_fusion", "moe_permute_fusion",
-                     "gradient_accumulation_fusion", "make_vocab_size_divisible_by", "overlap_grad_reduce",
+                     "gradient_accumulation_fusion", "make_vocab_size_divisible_by", "grad_reduce_in_fp32", "overlap_grad_reduce",
                      "overlap_param_gather", "tp_comm_overlap", "overlap_p2p_communication", "overlap_moe_expert_parallel_comm",
                      "ep_all_to_all"]
     assert all(option.source and option.description for option in registry.runtime("megatron").options)
+
+
+# Llama-3-8B's parameter elements on one rank at tp = 2: per layer q and o 4096 x 4096, k and v 4096 x 1024, gate,
+# up and down 4096 x 14336, each split over tp, and two replicated norms of 4096; the embedding and the head
+# split over the vocabulary; the final norm.
+LLAMA_RANK_ELEMENTS = (LAYERS * ((2 * H * H + 2 * H * G * D + 3 * H * FFN) // TP + 2 * H)
+                       + 2 * PADDED_VOCAB * H // TP + H)
+
+
+def test_grad_reduce_in_fp32_false_holds_a_bf16_gradient_buffer(registry, llama):
+    # Megatron-Core distributed_data_parallel.py: grad_dtype = fp32 if grad_reduce_in_fp32 else param.dtype (bf16);
+    # the buffer holds one element per parameter of the rank (dp = 1: the distributed optimizer shards nothing).
+    assert LLAMA_RANK_ELEMENTS == 4_015_263_744
+    megatron = registry.runtime("megatron")
+    fp32 = _stage(registry, llama, megatron)
+    bf16_runtime = apply_options(megatron, {"grad_reduce_in_fp32": False})
+    assert bf16_runtime.precision.grad_bytes == 2 and megatron.precision.grad_bytes == 4
+    bf16 = _stage(registry, llama, bf16_runtime)
+    assert fp32.memory.gradients_bytes == LLAMA_RANK_ELEMENTS * 4 == 16_061_054_976
+    assert bf16.memory.gradients_bytes == LLAMA_RANK_ELEMENTS * 2 == 8_030_527_488
+    # Only the buffer moves: parameters, fp32 master copy, moments and activations are the same.
+    assert fp32.memory.peak_bytes - bf16.memory.peak_bytes == LLAMA_RANK_ELEMENTS * 2
+    assert (bf16.memory.master_parameters_bytes, bf16.memory.optimizer_states_bytes, bf16.memory.activations_bytes) == \
+        (fp32.memory.master_parameters_bytes, fp32.memory.optimizer_states_bytes, fp32.memory.activations_bytes)
+    # true is the profile itself; a config's "false" string is read as the bool.
+    assert attrs.evolve(apply_options(megatron, {"grad_reduce_in_fp32": True}), option_values={}) == megatron
+    assert apply_options(megatron, {"grad_reduce_in_fp32": "false"}).precision == bf16_runtime.precision
 
 
 def test_unfused_cross_entropy_keeps_an_fp32_softmax_instead_of_the_bf16_logits(registry, llama):
@@ -178,6 +205,8 @@ def test_the_command_line_and_the_config_file_set_the_same_options(capsys, tmp_p
     ("{name: megatron, options: {cross_entropy_fusion: maybe}}",
      "$.runtime.options.cross_entropy_fusion: expected true or false, got 'maybe'"),
     ("{name: megatron, options: {nope: 1}}", "$.runtime.options.nope: runtime megatron has no option 'nope'"),
+    ("{name: megatron, options: {grad_reduce_in_fp32: bf16}}",
+     "$.runtime.options.grad_reduce_in_fp32: expected true or false, got 'bf16'"),
     ("{name: megatron, opts: {}}", "$.runtime: unknown keys ['opts']"),
     ("{name: megatron, options: [a]}", "$.runtime.options: expected a mapping of option names to values"),
 ])

@@ -255,6 +255,32 @@ def test_zero0_all_reduces_gradients(toy_registry):
     assert t.data_parallel_seconds == pytest.approx(8e6 / 5e10 + 2e-5)
 
 
+def test_megatron_grad_reduce_in_bf16_halves_the_data_parallel_reduction_by_hand(toy_registry):
+    # The megatron runtime's grad_reduce_in_fp32 option on the toy runtime: false reduces the gradient buffer in
+    # the parameters' dtype (bf16, Megatron-Core distributed_data_parallel.py grad_dtype = param.dtype).
+    from hp_core.api import apply_options
+
+    option = next(o for o in build_registry(use_env=False).runtime("megatron").options if o.name == "grad_reduce_in_fp32")
+    toy = attrs.evolve(toy_registry.runtime("toy-runtime"), options=(option,))
+
+    def timed(value, **layout):
+        runtime = apply_options(toy, {"grad_reduce_in_fp32": value})
+        return step_time(_model(2), ParallelSpec(seq_len=16, **layout), registry=toy_registry, hardware=TOY_DEVICE_SPEC,
+                         runtime=runtime)
+
+    zero1 = {"dp": 4, "zero": 1, "global_batch_size": 4}
+    # dp = 4, ZeRO-1, 2e6 elements: reduce-scatter 2e6 * 4 (true) or 2e6 * 2 (false) bytes, then the bf16
+    # all-gather of 4e6 bytes, at 100e9 * 0.5 B/s: 3/4 * S / 5e10 each, 6 * 10 us of latency.
+    assert timed(True, **zero1).data_parallel_seconds == pytest.approx(0.75 * 8e6 / 5e10 + 0.75 * 4e6 / 5e10 + 6e-5)
+    assert timed(False, **zero1).data_parallel_seconds == pytest.approx(0.75 * 4e6 / 5e10 + 0.75 * 4e6 / 5e10 + 6e-5)
+    # The optimizer reads the bf16 gradient: 2 bytes less per element than the fp32 one (34 -> 32) of a quarter.
+    assert timed(False, **zero1).optimizer_seconds == pytest.approx(2 * PARAMS / 4 * 32 / (MEMORY_BW * 0.5))
+    # ZeRO-0 all-reduces the buffer: ring over 2 ranks, 2 * 1/2 * 4e6 / 5e10 + 2 * 10 us (8e6 bytes in fp32).
+    zero0 = {"dp": 2, "zero": 0, "global_batch_size": 2}
+    assert timed(True, **zero0).data_parallel_seconds == pytest.approx(8e6 / 5e10 + 2e-5)
+    assert timed(False, **zero0).data_parallel_seconds == pytest.approx(4e6 / 5e10 + 2e-5)
+
+
 def test_tensor_parallel_all_reduces_by_hand(registry):
     # A dense layer, tp = 2 without SP: two all-reduces forward and two backward of the
     # T x h activation: T = 1024 tokens, h = 512, 2 bytes: 1 MiB each.

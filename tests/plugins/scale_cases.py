@@ -193,7 +193,7 @@ def _report(rows: list[tuple[dict, float, Any]], classes: tuple[str, ...]) -> st
 
 def mbridge_report(registry) -> str:
     """Megatron-Bridge's bf16 rows priced with the ``megatron`` runtime's defaults and as run (the overlap options
-    the row's recipe set), per class the calibration and held-out rows apart (docs/time.md, the mbridge markers)."""
+    and the bf16 gradient reduction the row's recipe set), per class the calibration and held-out rows apart (docs/time.md, the mbridge markers)."""
     rows = [(row, measured_seconds(row), estimated(row, registry, as_run=False), estimated(row, registry))
             for row in validated(MBRIDGE_ROWS)]
     lines = ["| row | class | split | GPUs | layout | measured s | hp defaults s | error | hp as run s | error as run "
@@ -208,7 +208,8 @@ def mbridge_report(registry) -> str:
                      f"{measured:.3f} | {default.step_seconds:.3f} | {100 * (default.step_seconds / measured - 1):+.1f}% | "
                      f"{t.step_seconds:.3f} | {100 * (t.step_seconds / measured - 1):+.1f}% | {exposed:.3f} | {total - exposed:.3f} |")
     lines.append("")
-    lines.append("(As run: `overlap_grad_reduce` and `overlap_param_gather` on, as every row's recipe sets them. Exposed and "
+    lines.append("(As run: `overlap_grad_reduce` and `overlap_param_gather` on and `grad_reduce_in_fp32` off, as every "
+                 "row's recipe sets them. Exposed and "
                  "hidden communication: stage 0, per micro-batch for EP/PP plus the step-end DP once.)")
     lines.append("")
     for cls in MBRIDGE_CLASSES:

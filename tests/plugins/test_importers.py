@@ -117,6 +117,13 @@ def test_megatron_args_text_with_devices_and_unmapped_flags(capsys):
     assert err == "hp estimate: warning: --fp8-format hybrid: not mapped\n"  # --lr changes nothing priced: quiet
 
 
+def test_grad_reduce_in_bf16_imports_as_the_runtime_option(registry):
+    # arguments.py: under --bf16, --grad-reduce-in-bf16 turns --accumulate-allreduce-grads-in-fp32 off.
+    job = import_megatron_args(shlex.split(SMALL + " --grad-reduce-in-bf16"), registry, devices=16)
+    assert job.document["runtime"]["options"]["grad_reduce_in_fp32"] is False and not job.unmapped
+    assert "grad_reduce_in_fp32" not in import_megatron_args(shlex.split(SMALL), registry, devices=16).document["runtime"]["options"]
+
+
 def test_flags_override_the_imported_job(capsys):
     status, out, _ = run(capsys, "estimate", "--from", "megatron-args", SMALL, "--dp", "1", "--tp", "1",
                          "--runtime-option", "cross_entropy_fusion=true", "--json")

@@ -152,7 +152,10 @@ def test_mbridge_rows_state_their_provenance_and_layout():
         assert (row["measured"]["tokens_per_second_per_gpu"], row["measured"]["model_tflops_per_gpu"]) == \
             (int(cells["Tokens / sec / GPU"]), int(cells["Model TFLOP / sec / GPU"]))
         assert row["recompute"] == ["layernorm", "moe_act"]
-        assert row["options"] == {"overlap_grad_reduce": True, "overlap_param_gather": True}
+        # The recipe's DDP settings, each stated as the runtime option it is (ddp.grad_reduce_in_fp32 false in
+        # set_gpt_oss_common_configs).
+        assert row["options"] == {"overlap_grad_reduce": True, "overlap_param_gather": True, "grad_reduce_in_fp32": False}
+        assert "ddp.grad_reduce_in_fp32 false" in row["recipe_settings"]
 
 
 def test_mbridge_step_times_as_derived_from_the_published_figures():
