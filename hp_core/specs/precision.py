@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from hp_core.validators import name_matching, non_negative_int, positive_int
+from hp_core.validators import name_matching, non_negative_int, optional, positive_int
 
 __all__ = ["PrecisionSpec"]
 
@@ -25,6 +25,11 @@ class PrecisionSpec:
     Attributes:
         param_bytes: The model parameters as the forward reads them.
         grad_bytes: The gradient (accumulation) buffer.
+        reduce_bytes: The dtype the data-parallel gradient reduction (all-reduce,
+            reduce-scatter) runs in, where it differs from ``grad_bytes``: FSDP's
+            ``reduce_dtype`` (``MixedPrecision`` / ``MixedPrecisionPolicy``), whose
+            reduce-scatter input is in that dtype while the sharded gradient is
+            cast back to ``grad_bytes``. ``None``: ``grad_bytes``.
         master_param_bytes: The optimizer's master copy; 0 when the optimizer
             updates the parameters in place (pure fp32 or pure bf16 training).
         optimizer: The optimizer's name: an :class:`~hp_core.types.Optimizer`
@@ -51,6 +56,7 @@ class PrecisionSpec:
 
     param_bytes: int = attrs.field(default=2, validator=positive_int)
     grad_bytes: int = attrs.field(default=4, validator=positive_int)
+    reduce_bytes: int | None = attrs.field(default=None, validator=optional(positive_int))
     master_param_bytes: int = attrs.field(default=4, validator=non_negative_int)
     optimizer: str = attrs.field(default="adamw", validator=_optimizer_name)
     moment_bytes: int = attrs.field(default=4, validator=positive_int)

@@ -5,7 +5,8 @@ PyTorch ``torch.distributed.fsdp.fully_shard``):
 
 * Sharded parameters are fp32 (the optimizer updates them in place: no separate
   master copy); ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``
-  all-gathers them to bf16 for compute and reduce-scatters fp32 gradients;
+  all-gathers them to bf16 for compute and reduce-scatters fp32 gradients
+  (the option ``reduce_dtype: bf16``: bf16 reduce-scatters, fp32 sharded gradients);
   AdamW keeps two fp32 moments, sharded like the parameters. So ``zero: 3``
   with 4-byte parameters, 4-byte gradients and no master copy.
 * Its peak points (:mod:`hp_plugins.runtimes.fsdp2_points`): the forward at the
@@ -126,6 +127,18 @@ class _Loss:
 
 
 @attrs.frozen
+class _ReduceDtype:
+    """``reduce_dtype``: ``MixedPrecisionPolicy.reduce_dtype``. torch ``_fsdp_collectives.py`` ``foreach_reduce``
+    allocates the reduce-scatter input in the reduce dtype, reduce-scatters it, and casts the output back to the
+    sharded parameter's dtype (fp32): so bf16 halves the reduce-scatter's bytes and its input buffer
+    (``PrecisionSpec.reduce_bytes``), and leaves the fp32 sharded gradients as they are (``grad_bytes``)."""
+
+    def __call__(self, runtime: Runtime, value: str) -> Runtime:
+        reduce_bytes = None if value == "fp32" else 2
+        return attrs.evolve(runtime, precision=attrs.evolve(runtime.precision, reduce_bytes=reduce_bytes))
+
+
+@attrs.frozen
 class _Points:
     """Sets one field of the runtime's :class:`Fsdp2Points`."""
 
@@ -195,6 +208,17 @@ _MEMORY_OPTIONS = (
         "step) or fused (torchtitan's default: none)",
         "torch/optim/adamw.py _multi_tensor_adamw; torchtitan/components/optimizer.py (implementation: fused)",
         _Points("foreach_optimizer", "foreach"), choices=("foreach", "fused"),
+    ),
+    RuntimeOption(
+        "reduce_dtype", "choice", "fp32",
+        "MixedPrecisionPolicy(reduce_dtype=...): the gradient reduce-scatter and its input buffer in fp32 (torchtitan's "
+        "mixed_precision_reduce default, Composer's MP mode DEFAULT) or bf16 (Composer's PURE: reduce_dtype the "
+        "parameters' bf16), half the bytes; the sharded gradients stay fp32 either way",
+        "torch/distributed/fsdp/_fully_shard/_fsdp_api.py MixedPrecisionPolicy.reduce_dtype; _fsdp_collectives.py "
+        "foreach_reduce (reduce_scatter_input in reduce_dtype, the output cast back to the parameter's dtype); "
+        "torchtitan training.mixed_precision_reduce (default float32); Composer composer/distributed/mosaic_parallelism.py "
+        "get_mixed_precision (mosaicml/composer@6405188)",
+        _ReduceDtype(), choices=("fp32", "bf16"),
     ),
     RuntimeOption(
         "zero_grad_set_to_none", "bool", True,

@@ -186,7 +186,8 @@ class Fsdp2Points:
 
         # Backward, from the top: the layers above the running one have freed what they kept and
         # reduce-scattered their gradients (a body layer) or left them unsharded in the root (the rest).
-        # The last body layer's reduce-scatter input (its whole gradient in the reduce dtype, fp32) stays until the
+        # The last body layer's reduce-scatter input (its whole gradient in the reduce dtype: fp32, or
+        # precision.reduce_bytes with reduce_dtype bf16; foreach_reduce allocates it in reduce_dtype) stays until the
         # next unit's post-backward waits on it (FSDP2 comm_ctx.reduce_scatter_state, _fsdp_param_group.post_backward).
         freed = finished = root_grads = reducing = 0
         best: MemoryBreakdown | None = None
@@ -213,7 +214,7 @@ class Fsdp2Points:
                         best = moment
             freed += its_kept
             if body_layer:
-                reducing = sum(layer.elements.values()) * view.precision.grad_bytes
+                reducing = sum(layer.elements.values()) * (view.precision.reduce_bytes or view.precision.grad_bytes)
                 finished += 0 if self.cpu_offload else _sharded(view, layer, view.precision.grad_bytes, self.replicate)
                 stay -= _gathered(view, layer) // keep_share if keep_share else 0
             else:

@@ -205,6 +205,8 @@ def test_the_command_line_and_the_config_file_set_the_same_options(capsys, tmp_p
     ("{name: megatron, options: {cross_entropy_fusion: maybe}}",
      "$.runtime.options.cross_entropy_fusion: expected true or false, got 'maybe'"),
     ("{name: megatron, options: {nope: 1}}", "$.runtime.options.nope: runtime megatron has no option 'nope'"),
+    ("{name: fsdp2, options: {reduce_dtype: fp16}}",
+     "$.runtime.options.reduce_dtype: expected one of fp32, bf16, got 'fp16'"),
     ("{name: megatron, options: {grad_reduce_in_fp32: bf16}}",
      "$.runtime.options.grad_reduce_in_fp32: expected true or false, got 'bf16'"),
     ("{name: megatron, opts: {}}", "$.runtime: unknown keys ['opts']"),

@@ -281,6 +281,29 @@ def test_megatron_grad_reduce_in_bf16_halves_the_data_parallel_reduction_by_hand
     assert timed(False, **zero0).data_parallel_seconds == pytest.approx(4e6 / 5e10 + 2e-5)
 
 
+@pytest.mark.parametrize("reduce_bytes", [None, 2])
+def test_a_reduce_dtype_prices_the_reduction_alone_by_hand(toy_registry, reduce_bytes):
+    # PrecisionSpec.reduce_bytes (FSDP's reduce_dtype): the reduction in that width, the gradients (and the optimizer,
+    # which reads them: 34 bytes per element) in grad_bytes, 4. None: the reduction in grad_bytes.
+    toy = toy_registry.runtime("toy-runtime")
+    runtime = attrs.evolve(toy, precision=attrs.evolve(toy.precision, reduce_bytes=reduce_bytes))
+    width = reduce_bytes or 4
+
+    def timed(zero):
+        return step_time(_model(2), ParallelSpec(dp=4, zero=zero, seq_len=16, global_batch_size=4), registry=toy_registry,
+                         hardware=TOY_DEVICE_SPEC, runtime=runtime)
+
+    # ZeRO-1, 2e6 elements: reduce-scatter 2e6 * width bytes, all-gather 2e6 * 2, 3/4 * S / 5e10 each, 6 * 10 us.
+    zero1 = timed(1)
+    assert zero1.data_parallel_seconds == pytest.approx(0.75 * 2e6 * width / 5e10 + 0.75 * 4e6 / 5e10 + 6e-5)
+    assert zero1.optimizer_seconds == pytest.approx(2 * PARAMS / 4 * OPTIMIZER_PER_PARAM)
+    # FSDP (ZeRO-3), per layer and micro-batch, nothing overlapped: the bf16 all-gather of 1e6 elements forward and
+    # again backward, 3/4 * 2e6 / 5e10 + 3 * 10 us each, and the reduce-scatter, 3/4 * 1e6 * width / 5e10 + 3 * 10 us.
+    ((group, total, exposed),) = timed(3).stages[0].communication_by_group
+    per_layer = 2 * (0.75 * 2e6 / 5e10 + 3e-5) + 0.75 * 1e6 * width / 5e10 + 3e-5
+    assert group == "fsdp" and total == pytest.approx(2 * per_layer) and exposed == pytest.approx(total)
+
+
 def test_tensor_parallel_all_reduces_by_hand(registry):
     # A dense layer, tp = 2 without SP: two all-reduces forward and two backward of the
     # T x h activation: T = 1024 tokens, h = 512, 2 bytes: 1 MiB each.

@@ -190,7 +190,8 @@ def test_hopper_s_factor_is_every_profile_s_and_ampere_s_fsdp2_s_alone():
 def test_the_held_out_megatron_rows_decide_where_each_factor_applies(registry):
     """Hopper's m lowers the 14 Megatron-Core H100 rows' mean absolute error (23.4% -> 15.9%, within 10%: 1 -> 6;
     23.0% -> 15.5% and 1 -> 7 before the Megatron-Bridge rows stated their bf16 gradient reduction);
-    Ampere's raises the 8 Korthikanti A100 rows' (3.7% -> 5.3%, 8 -> 6), so it is not applied to them."""
+    Ampere's raises the 8 Korthikanti A100 rows' (3.7% -> 5.4%, 8 -> 6; 5.3% at m 1.055, before the PURE MPT rows
+    stated their bf16 gradient reduction), so it is not applied to them."""
     def mae(priced, m):
         return sum(abs(p.error(m, 1.0)) for p in priced) / len(priced)
 
@@ -201,7 +202,7 @@ def test_the_held_out_megatron_rows_decide_where_each_factor_applies(registry):
     assert [sum(abs(p.error(x, 1.0)) <= 0.10 for p in hopper) for x in (1.0, m)] == [1, 6]
     ampere = fsdp2_fit.korthikanti_rows(registry)
     a = WHOLE_RUN_MATMUL_FACTORS["ampere"]
-    assert len(ampere) == 8 and mae(ampere, 1.0) == pytest.approx(0.037, abs=5e-4) and mae(ampere, a) == pytest.approx(0.053, abs=5e-4)
+    assert len(ampere) == 8 and mae(ampere, 1.0) == pytest.approx(0.037, abs=5e-4) and mae(ampere, a) == pytest.approx(0.054, abs=5e-4)
     assert mae(ampere, a) > mae(ampere, 1.0)
     # The megatron runtime as registered prices the H100 rows with m (the device entry), not the kernel figure.
     import scale_cases
@@ -233,7 +234,7 @@ def test_the_summary_says_which_kernels_carry_a_whole_run_factor(registry):
     cases = {("generic", "h100-sxm"): (WHOLE_RUN_MATMUL_FACTORS["hopper"], 1.0,
                                        "GEMMs at a fitted whole-run factor 1.238, other kernels as measured alone"),
              ("generic", "a100-80gb"): (1.0, 1.0, "bf16, kernels as measured alone"),
-             ("fsdp2", "a100-80gb"): (WHOLE_RUN_MATMUL_FACTORS["ampere"], 1.0, "GEMMs at a fitted whole-run factor 1.055,"),
+             ("fsdp2", "a100-80gb"): (WHOLE_RUN_MATMUL_FACTORS["ampere"], 1.0, "GEMMs at a fitted whole-run factor 1.056,"),
              ("megatron", "b200"): (1.0, 1.0653, "whole-run slowdown 1.0653")}
     for (runtime, preset), (factor, slowdown, text) in cases.items():
         t = step_time(model, layout, registry=registry, hardware=registry.hardware_preset(preset).spec, runtime=runtime)

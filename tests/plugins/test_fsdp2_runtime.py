@@ -287,3 +287,28 @@ def test_tp_plan_presets(registry):
     assert err.value.path == "$.runtime.options.tp_plan"
     # Without TP a plan has nothing to split: any sp.
     assert _llama(registry, runtime_options={"tp_plan": "torchtitan_llama3"}).stages[0].peak_bytes == _llama(registry).stages[0].peak_bytes
+
+
+def test_reduce_dtype_bf16_halves_the_reduce_scatter_input_by_hand(registry):
+    """MixedPrecisionPolicy(reduce_dtype=bf16), Composer's PURE: foreach_reduce allocates the reduce-scatter input in the
+    reduce dtype, so the layer above's input held at the backward point is 2 bytes per element of that layer instead
+    of 4; the reduced shard is cast back to fp32, so the sharded gradients at the step do not change."""
+    from hp_core.api import model_from_preset
+    from hp_core.runtime_options import apply_options
+    from hp_core.specs import RecomputeSpec, Setting
+
+    model = model_from_preset("llama3-8b", registry)
+    layer = 4096 * (4096 * 2 + 1024 * 2) + 3 * 4096 * 14336 + 2 * 4096  # one decoder layer's elements
+    assert layer == 218_112_000
+    found = {}
+    for dtype in ("fp32", "bf16"):
+        runtime = apply_options(registry.runtime("fsdp2"), {"loss_implementation": "fused", "reduce_dtype": dtype})
+        (found[dtype],) = estimate(model, ParallelSpec(seq_len=T, dp=8), runtime=runtime, registry=registry,
+                                   recompute=RecomputeSpec(default=Setting.parse("full"))).stages
+    fp32, bf16 = found["fp32"], found["bf16"]
+    # Full recompute with the fused loss binds below the top decoder layer, where the reduce-scatter input is held.
+    assert fp32.binding_point == bf16.binding_point == "backward"
+    assert fp32.memory.communication_buffers_bytes - bf16.memory.communication_buffers_bytes == layer * (4 - 2)
+    assert fp32.memory.peak_bytes - bf16.memory.peak_bytes == layer * (4 - 2) == 436_224_000
+    assert fp32.peak_points["optimizer"] == bf16.peak_points["optimizer"]
+    assert registry.runtime("fsdp2").precision.reduce_bytes is None  # the default: the reduction in grad_bytes, fp32

@@ -82,6 +82,9 @@ def test_mpt_rows_state_their_provenance_and_are_bf16():
         assert int(cells[9]) == int(cells[7]) * int(cells[8]) * int(cells[2])
         assert row["recompute"] == ("full" if cells[17] == "True" else "none")
         assert row["class"].startswith("MPT multi" if int(cells[2]) > 8 else "MPT single")
+        # MP Mode (the table's column) as its runtime option: PURE reduces in bf16 (Composer get_mixed_precision).
+        assert row["mp_mode"] == cells[15] in ("DEFAULT", "PURE")
+        assert row["options"].get("reduce_dtype", "fp32") == ("bf16" if cells[15] == "PURE" else "fp32")
 
 
 def test_mpt_step_times_as_derived_from_the_published_figures():

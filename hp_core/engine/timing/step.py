@@ -220,6 +220,9 @@ def time_run(
 
     # Per stage: per-micro-batch sums over its chunks, then DP and optimizer.
     grad_bytes, param_bytes = precision.grad_bytes, precision.param_bytes
+    # The data-parallel reduction runs in the reduce dtype where the precision states one (FSDP's reduce_dtype:
+    # the reduce-scatter input is cast to it, PrecisionSpec.reduce_bytes), else in the gradients' own.
+    reduce_bytes = precision.reduce_bytes or grad_bytes
     # FSDP gathers parameters in the compute dtype (FSDP2 MixedPrecisionPolicy.param_dtype: torch.distributed.fsdp
     # fully_shard casts the sharded parameters before the all-gather), at most the stored width.
     gather_bytes = min(param_bytes, precision.activation_bytes)
@@ -321,7 +324,8 @@ def time_run(
                 d, e = layer_elements(group, owners)
                 gather = (links.seconds("dp", "all_gather", d * gather_bytes * shares[0])
                           + links.seconds("edp", "all_gather", e * gather_bytes * shares[1]))
-                reduce = links.seconds("dp", "reduce_scatter", d * grad_bytes) + links.seconds("edp", "reduce_scatter", e * grad_bytes)
+                reduce = (links.seconds("dp", "reduce_scatter", d * reduce_bytes)
+                          + links.seconds("edp", "reduce_scatter", e * reduce_bytes))
                 per_layer.append((gather, reduce, t.forward_seconds / rates.slowdown,
                                   (t.backward_seconds + t.recompute_seconds) / rates.slowdown))
             total, exposed = fsdp_layers(per_layer, reshard=parallel.reshard_after_forward, prefetch=sched.fsdp_prefetch,
@@ -334,14 +338,14 @@ def time_run(
             reduce = gather = 0.0
             for n, q, group in ((dense, q_dense, "dp"), (experts, q_experts, "edp")):
                 if zero == 0:
-                    reduce += links.seconds(group, "all_reduce", n * grad_bytes)
+                    reduce += links.seconds(group, "all_reduce", n * reduce_bytes)
                 else:
-                    reduce += links.seconds(group, "reduce_scatter", n * grad_bytes)
+                    reduce += links.seconds(group, "reduce_scatter", n * reduce_bytes)
                     # Megatron-LM --fp8-param-gather gathers the parameters in FP8 ("stored").
                     sent = gathered_param_bytes(n, q, recipe, param_bytes) if recipe.param_gather == "stored" else n * param_bytes
                     gather += links.seconds(group, "all_gather", sent)
             bucket = sched.bucket(dense_group)
-            reduce_bucket = links.seconds("dp", "all_reduce" if zero == 0 else "reduce_scatter", min(bucket, dense + experts) * grad_bytes)
+            reduce_bucket = links.seconds("dp", "all_reduce" if zero == 0 else "reduce_scatter", min(bucket, dense + experts) * reduce_bytes)
             gather_bucket = links.seconds("dp", "all_gather", min(bucket, dense + experts) * param_bytes) if zero else 0.0
             exposed = (bucketed(reduce, reduce_bucket, (bwd + rec) / rates.slowdown, sched.overlap_grad_reduce)
                        + bucketed(gather, gather_bucket, fwd / rates.slowdown, sched.overlap_param_gather))
