@@ -37,7 +37,7 @@ from fsdp2_fit import (KERNEL_FIGURES, Priced, calibration, fit, korthikanti_row
                        other_rows, size)
 
 from hp_core.api import build_registry  # noqa: E402
-from hp_core.io.files import atomic_write  # noqa: E402
+from hp_core.io.files import replace_marked  # noqa: E402
 from hp_plugins.runtimes.timing_profiles import (  # noqa: E402
     FSDP2_AMPERE, HOPPER, TRITON_FLASH, TRITON_FLASH_FACTORS, WHOLE_RUN_MATMUL_FACTORS)
 
@@ -183,15 +183,7 @@ def main() -> None:
         if abs(m - stated[0]) > 5e-4 + 1e-9 or abs(a - stated[1]) > 5e-4 + 1e-9:  # not the fit to 3 decimals
             print(f"note: {arch} fits m {m:.4f}, a {a:.4f}; timing_profiles.py states {stated}: update it", file=sys.stderr)
     if args.write:
-        page = PAGE.read_text(encoding="utf-8")
-        if START not in page or END not in page:
-            raise SystemExit(f"{PAGE}: the {START} / {END} markers are missing")
-        page = page[: page.index(START)] + text + page[page.index(END) + len(END):]
-
-        def write(temporary: str) -> None:
-            Path(temporary).write_text(page, encoding="utf-8")
-
-        atomic_write(PAGE, write, ".md", flag=str(PAGE))
+        replace_marked(PAGE, START, END, text)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests" / "plugins"))
 from simumax_runs import fitted_slowdown, simumax_rows, unslowed  # noqa: E402
 
 from hp_core.api import build_registry  # noqa: E402
-from hp_core.io.files import atomic_write  # noqa: E402
+from hp_core.io.files import replace_marked  # noqa: E402
 from hp_core.api import step_time  # noqa: E402
 from hp_plugins.runtimes.timing_profiles import MEGATRON_TE  # noqa: E402
 
@@ -168,15 +168,7 @@ def main() -> None:
     _, text = section(priced_rows(build_registry(use_env=False)))
     print(text)
     if args.write:
-        page = PAGE.read_text(encoding="utf-8")
-        if START not in page or END not in page:
-            raise SystemExit(f"{PAGE}: the {START} / {END} markers are missing")
-        page = page[: page.index(START)] + text + page[page.index(END) + len(END):]
-
-        def write(temporary: str) -> None:
-            Path(temporary).write_text(page, encoding="utf-8")
-
-        atomic_write(PAGE, write, ".md", flag=str(PAGE))
+        replace_marked(PAGE, START, END, text)
 
 
 if __name__ == "__main__":

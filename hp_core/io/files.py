@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 
 from hp_core.errors import ConfigError
 
-__all__ = ["STDOUT_NAMES", "atomic_write", "check_png", "file_mode", "pyplot"]
+__all__ = ["STDOUT_NAMES", "atomic_write", "check_png", "file_mode", "pyplot", "replace_marked"]
 
 
 # Targets written as a stream, in place: standard output.
@@ -156,3 +156,21 @@ def pyplot(flag: str = "--plot") -> Any:
     except ImportError:
         raise ConfigError(flag, "a plot needs matplotlib: pip install 'hp-planner[plots]'") from None
     return plt
+
+
+def replace_marked(path: str | os.PathLike, start: str, end: str, block: str) -> None:
+    """Replace the text of *path* from the *start* marker to the *end* marker, both included, by *block*
+    (which carries the markers itself), atomically: how the benchmark scripts refresh a generated section of a page.
+
+    Raises:
+        ConfigError: Named ``--write``: a marker is missing from the page, or the page cannot be written.
+    """
+    page = Path(path).read_text(encoding="utf-8")
+    if start not in page or end not in page:
+        raise ConfigError("--write", f"{path}: the {start} / {end} markers are missing")
+    page = page[: page.index(start)] + block + page[page.index(end) + len(end):]
+
+    def write(temporary: str) -> None:
+        Path(temporary).write_text(page, encoding="utf-8")
+
+    atomic_write(path, write, Path(path).suffix, flag="--write")
