@@ -37,6 +37,7 @@ from fsdp2_fit import (KERNEL_FIGURES, Priced, calibration, fit, korthikanti_row
                        other_rows, size)
 
 from hp_core.api import build_registry  # noqa: E402
+from hp_core.errors import ConfigError  # noqa: E402
 from hp_core.io.files import replace_marked  # noqa: E402
 from hp_plugins.runtimes.timing_profiles import (  # noqa: E402
     FSDP2_AMPERE, HOPPER, TRITON_FLASH, TRITON_FLASH_FACTORS, WHOLE_RUN_MATMUL_FACTORS)
@@ -183,7 +184,10 @@ def main() -> None:
         if abs(m - stated[0]) > 5e-4 + 1e-9 or abs(a - stated[1]) > 5e-4 + 1e-9:  # not the fit to 3 decimals
             print(f"note: {arch} fits m {m:.4f}, a {a:.4f}; timing_profiles.py states {stated}: update it", file=sys.stderr)
     if args.write:
-        replace_marked(PAGE, START, END, text)
+        try:
+            replace_marked(PAGE, START, END, text)
+        except ConfigError as exc:
+            raise SystemExit(str(exc)) from None
 
 
 if __name__ == "__main__":

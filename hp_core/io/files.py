@@ -165,10 +165,15 @@ def replace_marked(path: str | os.PathLike, start: str, end: str, block: str) ->
     Raises:
         ConfigError: Named ``--write``: a marker is missing from the page, or the page cannot be written.
     """
-    page = Path(path).read_text(encoding="utf-8")
-    if start not in page or end not in page:
-        raise ConfigError("--write", f"{path}: the {start} / {end} markers are missing")
-    page = page[: page.index(start)] + block + page[page.index(end) + len(end):]
+    try:
+        page = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("--write", f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    first = page.find(start)
+    last = page.find(end, first + len(start)) if first >= 0 else -1
+    if last < 0:
+        raise ConfigError("--write", f"{path}: the {start} / {end} markers are missing (or the end comes first)")
+    page = page[:first] + block + page[last + len(end):]
 
     def write(temporary: str) -> None:
         Path(temporary).write_text(page, encoding="utf-8")

@@ -269,7 +269,7 @@ def time_summary(step) -> str:
     gemm_factor = prov.get("whole_run_matmul_factor", 1.0)
     whole_run = f", whole-run slowdown {slowdown:g}" if slowdown != 1.0 else ", kernels as measured alone"
     if gemm_factor != 1.0:  # folded into the matmul efficiency (DeviceEfficiency.matmul_whole_run_factor)
-        whole_run = f", GEMMs at a fitted whole-run factor {gemm_factor:g}" + (
+        whole_run = f", dense GEMMs at a fitted whole-run factor {gemm_factor:g}" + (
             f", whole-run slowdown {slowdown:g}" if slowdown != 1.0 else ", other kernels as measured alone")
     recipe = prov.get("precision_recipe", "bf16")
     mfu = f"MFU {step.mfu * 100:.1f}%"

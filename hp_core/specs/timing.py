@@ -305,7 +305,7 @@ class DeviceEfficiency:
             step; not offload's host-link copies). ``None``: 1, the kernels
             as measured alone.
         matmul_whole_run_factor: A whole run's GEMM time over the kernel figure, already folded into
-            :attr:`matmul` (which is the kernel figure over it); stated so reports can say so. ``None``: 1.
+            :attr:`matmul` (which is the kernel figure over it); report-only (the rates read :attr:`matmul`). ``None``: 1.
         gemm_speedups: ``(kernel, Sourced)`` pairs: a low-precision GEMM
             kernel family's (:attr:`PrecisionRecipe.kernel
             <hp_core.precision_recipes.PrecisionRecipe.kernel>`) measured time

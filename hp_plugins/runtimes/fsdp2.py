@@ -134,7 +134,9 @@ class _ReduceDtype:
     (``PrecisionSpec.reduce_bytes``), and leaves the fp32 sharded gradients as they are (``grad_bytes``)."""
 
     def __call__(self, runtime: Runtime, value: str) -> Runtime:
-        reduce_bytes = None if value == "fp32" else 2
+        # Stated either way: fp32 reduces in 4 bytes even where the parameters are bf16 (FSDP2 drops the reduce
+        # dtype only when it equals the parameters' compute dtype, _fsdp_param.py FSDPParam.init_dtype_attrs).
+        reduce_bytes = 4 if value == "fp32" else 2
         return attrs.evolve(runtime, precision=attrs.evolve(runtime.precision, reduce_bytes=reduce_bytes))
 
 
@@ -277,7 +279,7 @@ def hp_runtimes():
     yield Runtime(
         name="fsdp2",
         precision=PrecisionSpec(param_bytes=4, grad_bytes=4, master_param_bytes=0, optimizer="adamw", moment_bytes=4,
-                                activation_bytes=2, softmax_bytes=4, logits_bytes=4),
+                                activation_bytes=2, softmax_bytes=4, logits_bytes=4, reduce_bytes=4),
         attention="flash",
         zero=3,
         vocab_pad_multiple=1,

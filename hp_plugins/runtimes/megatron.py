@@ -126,7 +126,8 @@ OPTIONS = (
         "fp32 gradient buffer and data-parallel reduction (--accumulate-allreduce-grads-in-fp32, on with --bf16); "
         "false (--grad-reduce-in-bf16; Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32 false): the "
         "gradient buffer and its reduce-scatter (all-reduce at zero 0) in the parameters' dtype, bf16, half the "
-        "bytes; the optimizer's fp32 copy of the gradient shard at the step is not priced",
+        "bytes; not priced: the optimizer's fp32 copy of the gradients at the step (of the shard under the distributed "
+        "optimizer, of every gradient at zero 0: 4 bytes per element, which at zero 0 outweighs the 2 saved)",
         f"{_ARGS} --grad-reduce-in-bf16, --accumulate-allreduce-grads-in-fp32 (at 23e00ed0); megatron/core/distributed/"
         "distributed_data_parallel_config.py grad_reduce_in_fp32; distributed_data_parallel.py (grad_dtype = fp32 if "
         "grad_reduce_in_fp32 else param.dtype); param_and_grad_buffer.py (grad_data in grad_dtype, reduced in place)",

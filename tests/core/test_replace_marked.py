@@ -28,3 +28,21 @@ def test_a_missing_marker_is_refused_and_the_page_left_alone(tmp_path):
     assert refused.value.path == "--write" and END in str(refused.value) and "\n" not in str(refused.value)
     assert page.read_text(encoding="utf-8") == f"{START}\nold\n"
     assert [p.name for p in tmp_path.iterdir()] == ["page.md"]  # no temporary left behind
+
+
+def test_an_end_marker_before_the_start_is_refused_and_the_page_left_alone(tmp_path):
+    page = tmp_path / "page.md"
+    text = f"a\n{END}\nmid\n{START}\nold\n"
+    page.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match="end comes first"):
+        replace_marked(page, START, END, f"{START}\nnew\n{END}")
+    assert page.read_text(encoding="utf-8") == text
+    # With a later end marker too, the section from the start to the end after it is the one replaced.
+    page.write_text(text + f"{END}\nz\n", encoding="utf-8")
+    replace_marked(page, START, END, f"{START}\nnew\n{END}")
+    assert page.read_text(encoding="utf-8") == f"a\n{END}\nmid\n{START}\nnew\n{END}\nz\n"
+
+
+def test_an_unreadable_page_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        replace_marked(tmp_path / "missing.md", START, END, "x")

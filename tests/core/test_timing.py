@@ -302,6 +302,14 @@ def test_a_reduce_dtype_prices_the_reduction_alone_by_hand(toy_registry, reduce_
     ((group, total, exposed),) = timed(3).stages[0].communication_by_group
     per_layer = 2 * (0.75 * 2e6 / 5e10 + 3e-5) + 0.75 * 1e6 * width / 5e10 + 3e-5
     assert group == "fsdp" and total == pytest.approx(2 * per_layer) and exposed == pytest.approx(total)
+    # Memory follows the same width: ZeRO-3 holds one layer's reduce-scatter input (1e6 elements) in the reduce dtype.
+    from hp_core.api import estimate
+
+    (stage,) = estimate(_model(2), ParallelSpec(dp=4, zero=3, seq_len=16, global_batch_size=4), registry=toy_registry,
+                        runtime=runtime).stages
+    (fp32,) = estimate(_model(2), ParallelSpec(dp=4, zero=3, seq_len=16, global_batch_size=4), registry=toy_registry,
+                       runtime=attrs.evolve(toy, precision=attrs.evolve(toy.precision, reduce_bytes=4))).stages
+    assert fp32.memory.communication_buffers_bytes - stage.memory.communication_buffers_bytes == PARAMS * (4 - width)
 
 
 def test_tensor_parallel_all_reduces_by_hand(registry):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import attrs
+
 import json
 from pathlib import Path
 
@@ -311,4 +313,13 @@ def test_reduce_dtype_bf16_halves_the_reduce_scatter_input_by_hand(registry):
     assert fp32.memory.communication_buffers_bytes - bf16.memory.communication_buffers_bytes == layer * (4 - 2)
     assert fp32.memory.peak_bytes - bf16.memory.peak_bytes == layer * (4 - 2) == 436_224_000
     assert fp32.peak_points["optimizer"] == bf16.peak_points["optimizer"]
-    assert registry.runtime("fsdp2").precision.reduce_bytes is None  # the default: the reduction in grad_bytes, fp32
+    assert registry.runtime("fsdp2").precision.reduce_bytes == 4  # the default, fp32, stated in bytes
+    # Parameters and gradients in bf16 (torchtitan's training.dtype = "bfloat16"): reduce_dtype fp32 still reduces in
+    # fp32 (FSDP2 drops the reduce dtype only when it equals the compute dtype), bf16 in half: the same 2 bytes a
+    # layer element apart at the backward point.
+    for dtype in ("fp32", "bf16"):
+        runtime = apply_options(registry.runtime("fsdp2"), {"loss_implementation": "fused", "reduce_dtype": dtype})
+        runtime = attrs.evolve(runtime, precision=attrs.evolve(runtime.precision, param_bytes=2, grad_bytes=2))
+        (found[dtype],) = estimate(model, ParallelSpec(seq_len=T, dp=8), runtime=runtime, registry=registry,
+                                   recompute=RecomputeSpec(default=Setting.parse("full"))).stages
+    assert found["fp32"].memory.communication_buffers_bytes - found["bf16"].memory.communication_buffers_bytes == layer * 2
