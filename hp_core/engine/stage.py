@@ -199,7 +199,7 @@ def _zero3_buffers(per_layer_elements: Sequence[tuple[int, int]], inputs: StageI
         # Parameters gathered in the recipe's format (torchao's float8 all-gather): their quantized share.
         gathered = math.ceil(gathered_param_bytes(held, round(held * quantized / stage_elements), inputs.recipe,
                                                   p.activation_bytes))
-    return gathered + largest[0] * (p.reduce_bytes or p.grad_bytes)  # the reduce-scatter input, in the reduce dtype
+    return gathered + largest[0] * p.reduction_bytes  # the reduce-scatter input, in the reduce dtype
 
 
 def _with_recipe(static: tuple[int, int, int, int], quantized: int, inputs: StageInputs) -> tuple[int, int, int, int]:

@@ -66,3 +66,8 @@ class PrecisionSpec:
     lse_bytes: int = attrs.field(default=4, validator=positive_int)
     logits_bytes: int = attrs.field(default=4, validator=positive_int)
     recipe: str = attrs.field(default="bf16", validator=_recipe_name)
+
+    @property
+    def reduction_bytes(self) -> int:
+        """The width the data-parallel gradient reduction runs in: :attr:`reduce_bytes`, else :attr:`grad_bytes`."""
+        return self.grad_bytes if self.reduce_bytes is None else self.reduce_bytes

@@ -214,7 +214,7 @@ class Fsdp2Points:
                         best = moment
             freed += its_kept
             if body_layer:
-                reducing = sum(layer.elements.values()) * (view.precision.reduce_bytes or view.precision.grad_bytes)
+                reducing = sum(layer.elements.values()) * view.precision.reduction_bytes
                 finished += 0 if self.cpu_offload else _sharded(view, layer, view.precision.grad_bytes, self.replicate)
                 stay -= _gathered(view, layer) // keep_share if keep_share else 0
             else:

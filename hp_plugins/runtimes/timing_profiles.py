@@ -74,11 +74,11 @@ import attrs
 from hp_core.specs.overlap import OverlapSchedule
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
 from hp_plugins.hardware import gemm_b200
-from hp_plugins.runtimes.whole_run import (FSDP2_MATMUL_FACTORS, MPT_CALIBRATION, MPT_FIT, TRITON_FLASH_FACTORS,
-                                           WHOLE_RUN_MATMUL_FACTORS, fitted_matmul)
+from hp_plugins.runtimes.whole_run import (MPT_CALIBRATION, TRITON_FLASH_FACTORS,
+                                           WHOLE_RUN_MATMUL_FACTORS, fitted_matmul, mpt_fit)
 
-__all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRON", "EAGER_ACCESSES", "FSDP2", "FSDP2_AMPERE", "FSDP2_HOPPER",
-           "FSDP2_MATMUL_FACTORS", "FUSED_ACCESSES", "GENERIC", "HOPPER_CUDNN", "HOPPER_KERNELS", "HOPPER_SDPA", "HOPPER", "MEGATRON_LM_2022",
+__all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRON", "EAGER_ACCESSES", "FSDP2", "FSDP2_AMPERE",
+           "FUSED_ACCESSES", "GENERIC", "HOPPER_CUDNN", "HOPPER_KERNELS", "HOPPER_SDPA", "HOPPER", "MEGATRON_LM_2022",
            "MEGATRON_TE", "PROFILES", "TRITON_FLASH", "TRITON_FLASH_FACTORS", "WHOLE_RUN_MATMUL_FACTORS"]
 
 _SIMUMAX_B200 = "SimuMax v1.2 configs/system/b200_bf16_ceperm.json (MooreThreads/SimuMax@4dcaae5), measured on 8x B200 with TE 2.11"
@@ -442,16 +442,13 @@ HOPPER_CUDNN = attrs.evolve(
     attention_backward=Sourced(518 / 989.4, f"{_FA3_FIGURES}: cuDNN backward 518 TFLOP/s of 989.4"),
 )
 
-FSDP2_HOPPER = HOPPER_SDPA
-
-
 def _triton_rate(entry: DeviceEfficiency, field: str) -> Sourced:
     """FlashAttention-2's rate on *entry*'s device over the fitted Triton factor."""
     factor, figure = TRITON_FLASH_FACTORS[entry.architecture], getattr(entry, field)
     return Sourced(
         figure.value / factor,
         f"FlashAttention-2's {figure.value:.4g} ({figure.source}) / {factor:.3f}, the Triton FlashAttention time factor "
-        f"fitted (least squares in relative error of the step time) to {MPT_CALIBRATION[entry.architecture]} {MPT_FIT.replace('jointly with the Triton FlashAttention factor', 'jointly with the matmul factor')} "
+        f"fitted (least squares in relative error of the step time) to {MPT_CALIBRATION[entry.architecture]} {mpt_fit('the matmul factor')} "
         "(benchmarks/fit_fsdp2_sustained.py, docs/time.md 'The fsdp2 fit'); "
         "Dao 2023 (arXiv:2307.08691) Section 4 measures FlashAttention-2 1.3-2.5x faster than FlashAttention in Triton "
         "on A100 (Section 4.1: 1.3-1.5x forward, about 2x backward)",
@@ -472,7 +469,7 @@ FSDP2 = attrs.evolve(
     description=("PyTorch FSDP2 (torchtitan): GENERIC's kernel and NCCL figures with SDPA's FlashAttention-2 on Hopper, "
                  "the whole-run GEMM factor fitted on Ampere (Hopper's is the device's), FSDP's prefetch and "
                  "reduce-scatter overlap"),
-    devices=(BLACKWELL, FSDP2_HOPPER, FSDP2_AMPERE, ANY_DEVICE),
+    devices=(BLACKWELL, HOPPER_SDPA, FSDP2_AMPERE, ANY_DEVICE),
     # Async TP (option async_tp) runs through torch's micro-pipeline TP pass: it fuses the forward's all-gathers
     # and reduce-scatters and the backward's all-gathers with their matmuls, not the backward's reduce-scatter of a
     # block's input gradient, which sums the matmuls of wq, wk, wv (w1, w3): torch/_inductor/fx_passes/

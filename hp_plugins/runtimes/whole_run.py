@@ -11,7 +11,7 @@ import attrs
 
 from hp_core.specs.timing import DeviceEfficiency, Sourced
 
-__all__ = ["FSDP2_MATMUL_FACTORS", "MPT_CALIBRATION", "MPT_FIT", "TRITON_FLASH_FACTORS", "WHOLE_RUN_MATMUL_FACTORS", "fitted_matmul"]
+__all__ = ["MPT_CALIBRATION", "TRITON_FLASH_FACTORS", "WHOLE_RUN_MATMUL_FACTORS", "fitted_matmul", "mpt_fit"]
 
 # A whole training run's GEMM time over the kernel figure (m) and llm-foundry's Triton FlashAttention time over
 # FlashAttention-2's (a), per device class, fitted together to the calibration rows of llm-foundry's MPT tables, the
@@ -22,14 +22,17 @@ __all__ = ["FSDP2_MATMUL_FACTORS", "MPT_CALIBRATION", "MPT_FIT", "TRITON_FLASH_F
 # Ampere's m is the fsdp2 profile's alone (FSDP2_AMPERE): on the held-out A100 Megatron-LM rows of Korthikanti et al.
 # 2022 it raises the mean absolute error from 3.7% to 5.4% (docs/time.md "The fsdp2 fit").
 WHOLE_RUN_MATMUL_FACTORS = {"hopper": 1.238, "ampere": 1.056}
-FSDP2_MATMUL_FACTORS = WHOLE_RUN_MATMUL_FACTORS  # the name the fsdp2 fit first gave them
 TRITON_FLASH_FACTORS = {"hopper": 1.882, "ampere": 2.180}
 MPT_CALIBRATION = {
     "hopper": "the 39 calibration rows of llm-foundry's H100 80GB BF16 MPT tables",
     "ampere": "the 74 calibration rows of llm-foundry's A100 80GB and A100 40GB MPT tables",
 }
-MPT_FIT = ("(Composer FSDP, eager PyTorch, attn_impl triton; tests/plugins/data/scale_measured_mpt.json at "
-            "mosaicml/llm-foundry@8c8dd48, split fixed before pricing), jointly with the Triton FlashAttention factor; "
+
+
+def mpt_fit(jointly_with: str) -> str:
+    """What the MPT fit is, for a figure fitted jointly with *jointly_with* (the other factor)."""
+    return ("(Composer FSDP, eager PyTorch, attn_impl triton; tests/plugins/data/scale_measured_mpt.json at "
+            f"mosaicml/llm-foundry@8c8dd48, split fixed before pricing), jointly with {jointly_with}; "
             "held out: the device's other MPT rows and the torchtitan and NeMo AutoModel rows of scale_measured.json")
 _HELD_OUT = {
     "hopper": ("; a property of the device, not of the trainer: also held out, the 14 Megatron-Core H100 rows "
@@ -47,7 +50,7 @@ def fitted_matmul(entry: DeviceEfficiency) -> DeviceEfficiency:
     and the factor itself stated (``matmul_whole_run_factor``) so that reports say the GEMMs carry it."""
     factor = WHOLE_RUN_MATMUL_FACTORS[entry.architecture]
     fit = (f"the whole-run GEMM time factor fitted (least squares in relative error of the step time) to "
-           f"{MPT_CALIBRATION[entry.architecture]} {MPT_FIT}{_HELD_OUT[entry.architecture]}")
+           f"{MPT_CALIBRATION[entry.architecture]} {mpt_fit('the Triton FlashAttention factor')}{_HELD_OUT[entry.architecture]}")
     return attrs.evolve(
         entry,
         matmul=Sourced(entry.matmul.value / factor, f"{entry.matmul.value:g} (the kernel figure: {entry.matmul.source}) / {factor:.3f}, {fit}"),

@@ -11,7 +11,7 @@ from hp_core.collectives import CollectiveCall, Fabric, GroupPlacement, nccl_sec
 from hp_core.runtime_options import apply_options
 from hp_core.specs import ParallelSpec, RecomputeSpec, Setting
 from hp_plugins.collectives.deepep import NVLINK_EFFICIENCY, RDMA_EFFICIENCY, deepep_seconds
-from hp_plugins.runtimes.timing_profiles import FSDP2_MATMUL_FACTORS
+from hp_plugins.runtimes.timing_profiles import WHOLE_RUN_MATMUL_FACTORS
 
 NVLINK, NIC = 450e9, 50e9
 FABRIC = Fabric(intra_bandwidth=0.6 * NVLINK, intra_a2a_bandwidth=0.5 * NVLINK, intra_latency=8e-6, nic_bandwidth=0.7 * NIC,
@@ -105,7 +105,7 @@ def test_op_sac_re_runs_every_second_matmul_of_a_block(registry):
     # (the kernel figure 0.70 over the fitted whole-run GEMM factor).
     flops = 2 * 16384 * 4096 * (1024 + 4096 + 14336) * 32
     peak = h100.peak_flops["bf16"]
-    rate = 0.7 / FSDP2_MATMUL_FACTORS["hopper"]
+    rate = 0.7 / WHOLE_RUN_MATMUL_FACTORS["hopper"]
     assert with_alt.recompute_seconds - without.recompute_seconds == pytest.approx(flops / (peak * rate), rel=1e-9)
     assert with_alt.mfu == pytest.approx(without.mfu * without.step_seconds / with_alt.step_seconds, rel=1e-9)
 
@@ -177,7 +177,7 @@ def test_op_sac_prices_a_layer_without_its_matmul_order_at_half_its_matmuls_and_
     # 2 * 2048 * (4096 + 512 + 512 + 4096 + 128 + 8 * 3 * 768); half of them re-run, 48 layers, 4096 tokens.
     per_token = 2 * 2048 * (4096 + 512 + 512 + 4096 + 128 + 8 * 3 * 768)
     flops = 0.5 * per_token * 4096 * 48
-    rate = 0.7 / FSDP2_MATMUL_FACTORS["hopper"]  # fsdp2's Hopper matmul rate
+    rate = 0.7 / WHOLE_RUN_MATMUL_FACTORS["hopper"]  # fsdp2's Hopper matmul rate
     assert with_alt.recompute_seconds - without.recompute_seconds == pytest.approx(flops / (h100.peak_flops["bf16"] * rate), rel=1e-9)
     assert with_alt.provenance["alternate_matmul_default"].startswith("moe: the order of the matmuls")
     assert "alternate_matmul_default" not in without.provenance

@@ -222,7 +222,7 @@ def time_run(
     grad_bytes, param_bytes = precision.grad_bytes, precision.param_bytes
     # The data-parallel reduction runs in the reduce dtype where the precision states one (FSDP's reduce_dtype:
     # the reduce-scatter input is cast to it, PrecisionSpec.reduce_bytes), else in the gradients' own.
-    reduce_bytes = precision.reduce_bytes or grad_bytes
+    reduce_bytes = precision.reduction_bytes
     # FSDP gathers parameters in the compute dtype (FSDP2 MixedPrecisionPolicy.param_dtype: torch.distributed.fsdp
     # fully_shard casts the sharded parameters before the all-gather), at most the stored width.
     gather_bytes = min(param_bytes, precision.activation_bytes)
