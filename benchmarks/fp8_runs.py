@@ -24,7 +24,7 @@ from hp_core.specs import ParallelSpec
 DATA = Path(__file__).resolve().parents[1] / "tests" / "plugins" / "data" / "fp8_measured_runs.json"
 
 
-def layout(row: dict, decoder_layers: int | None = None) -> ParallelSpec:
+def layout(row: dict, decoder_layers: int) -> ParallelSpec:
     """The row's layout: Megatron-Core with sequence parallelism at tp > 1, the distributed optimizer.
 
     A row with ``layers_per_stage`` splits its decoder layers with the embedding and the loss counted as a
@@ -36,10 +36,9 @@ def layout(row: dict, decoder_layers: int | None = None) -> ParallelSpec:
     chunks = row["pp"] * row["vpp"]
     per_chunk = None
     if "layers_per_stage" in row:
-        layers = 126 if decoder_layers is None else decoder_layers  # Llama 3.1 405B's 126 unless stated
-        each, left = divmod(layers + 2, chunks)
+        each, left = divmod(decoder_layers + 2, chunks)
         if left:
-            raise ValueError(f"{row['id']}: {layers} decoder layers + 2 do not split evenly over {chunks} chunks")
+            raise ValueError(f"{row['id']}: {decoder_layers} decoder layers + 2 do not split evenly over {chunks} chunks")
         per_chunk = (each - 1,) + (each,) * (chunks - 2) + (each - 1,)
     return ParallelSpec(layers_per_stage=per_chunk, tp=row["tp"], pp=row["pp"], cp=row["cp"], dp=dp, vpp=row["vpp"], ep=row["ep"], sp=row["tp"] > 1,
                         micro_batch_size=row["micro_batch_size"], seq_len=row["seq_len"],
@@ -57,7 +56,8 @@ def price(row: dict, registry, recipe: str | None = None, as_run: bool = False, 
         runtime = api.apply_options(runtime, row["runtime_options"])
     precision = attrs.evolve(runtime.precision, recipe=recipe or row["recipe"])
     hardware = registry.hardware_preset(row["hardware"]).spec
-    return api.step_time(model, layout(row), registry=registry, runtime=runtime, precision=precision, hardware=hardware)
+    return api.step_time(model, layout(row, _decoder_layers(model)), registry=registry, runtime=runtime, precision=precision,
+                         hardware=hardware)
 
 
 def measured_seconds(row: dict) -> float:
