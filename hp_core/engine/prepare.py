@@ -438,8 +438,15 @@ def resolve_runtime(
     options applied: :func:`hp_core.runtime_options.apply_options`).
     """
     profile = registry.runtime(runtime)
-    return (profile, precision if precision is not None else profile.precision,
-            attention if attention is not None else profile.attention)
+    precision = precision if precision is not None else profile.precision
+    reduce_bytes = precision.reduce_bytes
+    if profile.reduce_width_setting is not None and reduce_bytes is not None and reduce_bytes != precision.grad_bytes:
+        # Absent is not zero, stated is not dropped: a width this trainer cannot reduce in is refused, not priced.
+        raise ConfigError("$.precision.reduce_bytes",
+                          f"runtime {profile.name} has no reduce dtype of its own: it reduces gradients in its gradient "
+                          f"buffer's dtype (grad_bytes {precision.grad_bytes}), so reduce_bytes {reduce_bytes} cannot be "
+                          f"priced; use {profile.reduce_width_setting} instead")
+    return profile, precision, attention if attention is not None else profile.attention
 
 
 def prepare(

@@ -229,7 +229,7 @@ _MEMORY_OPTIONS = (
         "foreach_reduce (reduce_scatter_input in reduce_dtype, the output cast back to the parameter's dtype); "
         "torchtitan training.mixed_precision_reduce (default float32); Composer composer/distributed/mosaic_parallelism.py "
         "get_mixed_precision (mosaicml/composer@6405188)",
-        _ReduceDtype(), choices=("fp32", "bf16"),
+        _ReduceDtype(), choices=("fp32", "bf16"), precision_fields=("reduce_bytes",),
     ),
     RuntimeOption(
         "zero_grad_set_to_none", "bool", True,
