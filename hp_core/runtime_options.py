@@ -48,6 +48,7 @@ __all__ = [
     "RuntimeOption",
     "apply_options",
     "check_precision_fields",
+    "check_reduce_width",
     "field_option",
     "format_option_value",
     "option_summary",
@@ -224,6 +225,22 @@ def check_precision_fields(runtime: Runtime, stated: Mapping[str, Any]) -> None:
                 raise ConfigError(f"$.precision.{field}",
                                   f"{stated[field]!r} disagrees with runtime option {option.name}={value}, which sets "
                                   f"{field} {getattr(runtime.precision, field)!r}; state one of them, or both alike")
+
+
+def check_reduce_width(runtime: Runtime, precision: Any) -> Any:
+    """*precision* where *runtime* can reduce in its ``reduce_bytes`` (:attr:`~hp_core.types.Runtime.reduce_width_setting`).
+
+    Raises:
+        ConfigError: At ``$.precision.reduce_bytes``: the runtime reduces in its gradient buffer's dtype and the
+            width differs from ``grad_bytes``; refused rather than priced in a width the trainer cannot run (one line).
+    """
+    reduce_bytes = precision.reduce_bytes
+    if runtime.reduce_width_setting is not None and reduce_bytes is not None and reduce_bytes != precision.grad_bytes:
+        raise ConfigError("$.precision.reduce_bytes",
+                          f"runtime {runtime.name} has no reduce dtype of its own: it reduces gradients in its gradient "
+                          f"buffer's dtype (grad_bytes {precision.grad_bytes}), so reduce_bytes {reduce_bytes} cannot be "
+                          f"priced; use {runtime.reduce_width_setting} instead")
+    return precision
 
 
 def parse_assignments(texts: Iterable[str], path: str = "$.runtime.options") -> dict[str, str]:

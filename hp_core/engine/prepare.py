@@ -28,6 +28,7 @@ from hp_core.engine.optimizer import resolve_optimizer
 from hp_core.engine.precision import resolve_recipe, with_recipe
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
+from hp_core.runtime_options import check_reduce_width
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.engine.stage import StageInputs
 from hp_core.costs import LayerContext, LayerCost
@@ -434,19 +435,11 @@ def resolve_runtime(
 ) -> tuple[Runtime, PrecisionSpec, str]:
     """The runtime profile and the precision and attention it gives where the run states none.
 
-    *runtime* is a profile's name, or a :class:`Runtime` (one with per-run
-    options applied: :func:`hp_core.runtime_options.apply_options`).
+    *runtime*: a profile's name, or a :class:`Runtime` with per-run options applied (:func:`~hp_core.runtime_options.apply_options`).
     """
-    profile = registry.runtime(runtime)
-    precision = precision if precision is not None else profile.precision
-    reduce_bytes = precision.reduce_bytes
-    if profile.reduce_width_setting is not None and reduce_bytes is not None and reduce_bytes != precision.grad_bytes:
-        # Absent is not zero, stated is not dropped: a width this trainer cannot reduce in is refused, not priced.
-        raise ConfigError("$.precision.reduce_bytes",
-                          f"runtime {profile.name} has no reduce dtype of its own: it reduces gradients in its gradient "
-                          f"buffer's dtype (grad_bytes {precision.grad_bytes}), so reduce_bytes {reduce_bytes} cannot be "
-                          f"priced; use {profile.reduce_width_setting} instead")
-    return profile, precision, attention if attention is not None else profile.attention
+    profile = registry.runtime(runtime)  # a reduce width it cannot run is refused (check_reduce_width)
+    return (profile, check_reduce_width(profile, precision if precision is not None else profile.precision),
+            attention if attention is not None else profile.attention)
 
 
 def prepare(
