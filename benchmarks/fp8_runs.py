@@ -7,7 +7,8 @@ the memory rows: measured and estimated peak GiB and the error). The step-time r
 with the ``megatron`` runtime, the memory rows with the torchtitan importer (``fsdp2`` runtime),
 each under the recipe its row names; then llm-foundry's MPT FP8 rows (``fsdp_rows``: Composer FSDP,
 Transformer Engine delayed scaling), priced with the ``fsdp2`` runtime as docs/time.md prices the
-MPT bf16 rows; nothing is fitted to them (docs/precision.md).
+MPT bf16 rows; then Megatron-Bridge's MoE rows (``moe_rows``: Qwen3 30B-A3B and 235B-A22B on H100 and B200), priced as
+run with the ``megatron`` runtime, per class the mean absolute error; nothing is fitted to them (docs/precision.md).
 """
 
 from __future__ import annotations
@@ -23,14 +24,22 @@ from hp_core.specs import ParallelSpec
 DATA = Path(__file__).resolve().parents[1] / "tests" / "plugins" / "data" / "fp8_measured_runs.json"
 
 
-def layout(row: dict) -> ParallelSpec:
-    """The row's layout: Megatron-Core with sequence parallelism at tp > 1, the distributed optimizer."""
+def layout(row: dict, decoder_layers: int) -> ParallelSpec:
+    """The row's layout: Megatron-Core with sequence parallelism at tp > 1, the distributed optimizer.
+
+    A row with ``layers_per_stage`` splits its decoder layers with the embedding and the loss counted as a
+    layer each (Megatron-Core account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split):
+    ``(decoder_layers + 2) / chunks`` per chunk, the first and the last chunk one fewer (126 layers over 64
+    chunks: 1, 2, ..., 2, 1)."""
     model_parallel = row["tp"] * row["pp"] * row["cp"]
     dp = row["gpus"] // model_parallel
     chunks = row["pp"] * row["vpp"]
     per_chunk = None
-    if "layers_per_stage" in row:  # the embedding and the loss count as a layer each in the split
-        per_chunk = (1,) + (2,) * (chunks - 2) + (1,)
+    if "layers_per_stage" in row:
+        each, left = divmod(decoder_layers + 2, chunks)
+        if left:
+            raise ValueError(f"{row['id']}: {decoder_layers} decoder layers + 2 do not split evenly over {chunks} chunks")
+        per_chunk = (each - 1,) + (each,) * (chunks - 2) + (each - 1,)
     return ParallelSpec(layers_per_stage=per_chunk, tp=row["tp"], pp=row["pp"], cp=row["cp"], dp=dp, vpp=row["vpp"], ep=row["ep"], sp=row["tp"] > 1,
                         micro_batch_size=row["micro_batch_size"], seq_len=row["seq_len"],
                         global_batch_size=row["global_batch_size"],
@@ -47,7 +56,8 @@ def price(row: dict, registry, recipe: str | None = None, as_run: bool = False, 
         runtime = api.apply_options(runtime, row["runtime_options"])
     precision = attrs.evolve(runtime.precision, recipe=recipe or row["recipe"])
     hardware = registry.hardware_preset(row["hardware"]).spec
-    return api.step_time(model, layout(row), registry=registry, runtime=runtime, precision=precision, hardware=hardware)
+    return api.step_time(model, layout(row, _decoder_layers(model)), registry=registry, runtime=runtime, precision=precision,
+                         hardware=hardware)
 
 
 def measured_seconds(row: dict) -> float:
@@ -196,12 +206,69 @@ def fsdp_section(found: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+MOE_CLASSES = ("multi-node Megatron-Core MoE, H100", "Megatron-Core MoE, B200")
+
+
+def _decoder_layers(model) -> int:
+    """The model's decoder layers: every layer group but the embedding and the output head."""
+    return sum(group.count for group in model.layers if group.kind not in ("embedding", "output"))
+
+
+def price_moe(row: dict, registry, recipe: str | None = None):
+    """hp's step time of a Megatron-Bridge MoE row under *recipe* (the row's when ``None``), as run: the
+    ``megatron`` runtime with the row's options, no activation recompute (the row's recipe sets none)."""
+    model = api.model_from_preset(row["model"], registry=registry)
+    runtime = api.apply_options(registry.runtime("megatron"), row["runtime_options"])
+    precision = attrs.evolve(runtime.precision, recipe=recipe or row["recipe"])
+    hardware = registry.hardware_preset(row["hardware"]).spec
+    return api.step_time(model, layout(row, _decoder_layers(model)), registry=registry, runtime=runtime,
+                         precision=precision, hardware=hardware)
+
+
+def moe_results(registry=None) -> list[dict]:
+    """Each MoE row priced under its recipe and in bf16: measured and estimated step time, the error."""
+    registry = registry or api.build_registry()
+    found = []
+    for row in json.loads(DATA.read_text())["moe_rows"]:
+        measured = measured_seconds(row)
+        estimated = price_moe(row, registry)
+        bf16 = price_moe(row, registry, "bf16")
+        found.append({"id": row["id"], "class": row["class"], "split": row["split"], "recipe": row["recipe"],
+                      "layout": row, "measured_seconds": measured, "estimated_seconds": estimated.step_seconds,
+                      "error": (estimated.step_seconds - measured) / measured, "bf16_seconds": bf16.step_seconds,
+                      "hybridep": any(n.startswith("HybridEP") for n in row["not_priced"])})
+    return found
+
+
+def moe_section(found: list[dict]) -> str:
+    """The MoE table docs/precision.md shows (tests/plugins/test_fp8_runs.py checks it is current)."""
+    lines = ["| run | class | recipe | layout | measured s | hp as run s | error | hp bf16 s | hp FP8 speedup |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in found:
+        row = r["layout"]
+        degrees = " ".join(f"{k}{row[k]}" for k in ("tp", "pp", "vpp", "ep") if row[k] > 1)
+        dispatch = " HybridEP*" if r["hybridep"] else (" DeepEP" if row["runtime_options"].get("ep_all_to_all") == "deepep" else "")
+        lines.append(f"| `{r['id']}` | {r['class']} | {r['recipe']} | {row['gpus']} GPUs {degrees} mbs {row['micro_batch_size']}"
+                     f"{dispatch} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} | {r['error']:+.1%} "
+                     f"| {r['bf16_seconds']:.3f} | {r['bf16_seconds'] / r['estimated_seconds']:.2f} |")
+    lines.append("")
+    lines.append("(HybridEP*: the run dispatched with HybridEP, priced as NCCL all-to-all.)")
+    lines.append("")
+    for cls in MOE_CLASSES:
+        errors = [r["error"] for r in found if r["class"] == cls]
+        lines.append(f"- {cls}: {len(errors)} held-out rows, mean absolute error {sum(map(abs, errors)) / len(errors):.1%}, "
+                     f"{min(errors):+.1%} to {max(errors):+.1%}, {sum(abs(e) <= 0.10 for e in errors)} within 10%.")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     print(section(results()), end="")
     print()
     print(memory_section(memory_results()), end="")
     print()
     print(fsdp_section(fsdp_results()), end="")
+    print()
+    print(moe_section(moe_results()), end="")
 
 
 if __name__ == "__main__":

@@ -118,3 +118,45 @@ def test_mpt_fsdp_rows_state_their_provenance_and_the_page_table_is_current():
     assert runs.fsdp_section(found) in page, "regenerate with: python benchmarks/fp8_runs.py"
     errors = [abs(r["error"]) for r in found]
     assert f"They are priced {100 * min(errors):.0f}-{100 * max(errors):.0f}% too fast" in _prose(page)
+
+
+def _cells(row: dict) -> list[str]:
+    """The summary row's cells after its first (the system, or the model in 25.11's per-system tables)."""
+    text = row["row"].split(": ", 1)[1] if row["row"].startswith("DGX-") else row["row"]
+    return [c.strip() for c in text.strip(" |").split("|")][1:]
+
+
+def test_moe_rows_state_their_summary_row_and_release():
+    data = json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
+    runs = _module()
+    assert len(data["moe_rows"]) == 16 and len(data["moe_rows_skipped"]) == 6
+    for row in data["moe_rows"]:
+        source = data["sources"][row["source"]]
+        assert "067f987df03b8355b03192d88d70f1709fedf51a" in source and row["source"] == row["runtime_options_source"], row["id"]
+        assert row["split"] == "held_out" and row["class"] in runs.MOE_CLASSES, row["id"]
+        # Cells: #-GPUs, precision, GBS, MBS, sequence length, [FSDP,] TP, PP, CP, VP, EP, [GA,] tokens/s/GPU, TFLOP/s/GPU.
+        cells = _cells(row)
+        assert int(cells[0]) == row["gpus"] and int(cells[2]) == row["global_batch_size"], row["id"]
+        assert int(cells[3]) == row["micro_batch_size"] and int(cells[4]) == row["seq_len"], row["id"]
+        assert ("MX" in cells[1]) == (row["recipe"] == "mxfp8") and (row["hardware"] == "b200") == (row["recipe"] == "mxfp8")
+        layout = cells[5:10] if len(cells) == 12 else cells[6:11]  # 26.06 states no FSDP column
+        tp, pp, cp, vp, ep = (1 if c == "n/a" else int(c) for c in layout)
+        assert (tp, pp, cp, vp, ep) == (row["tp"], row["pp"], row["cp"], row["vpp"], row["ep"]), row["id"]
+        assert int(cells[-2]) == row["tokens_per_second_per_gpu"], row["id"]
+        assert row["not_priced"], row["id"]  # at least the FP8 grouped GEMMs' dense speedup
+
+
+def test_precision_page_moe_table_is_current_and_its_prose_states_its_figures():
+    runs = _module()
+    found = runs.moe_results()
+    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
+    assert runs.moe_section(found) in page, "regenerate with: python benchmarks/fp8_runs.py"
+    prose = _prose(page)
+    by_id = {r["id"]: r for r in found}
+    for cls in runs.MOE_CLASSES:
+        errors = [abs(r["error"]) for r in found if r["class"] == cls]
+        assert f"{cls.rsplit(', ', 1)[1]} rows {sum(errors) / len(errors):.1%}" in prose, cls
+    slow = [by_id[k]["error"] for k in ("mb25.11-b200-qwen3-30b-a3b-mxfp8", "mb26.02-b200-qwen3-30b-a3b-mxfp8")]
+    assert f"micro-batch 1 are priced {-max(slow):.0%}-{-min(slow):.0%} too fast" in prose
+    speedups = [r["bf16_seconds"] / r["estimated_seconds"] for r in found]
+    assert f"FP8 speedup over bf16 on these rows is {min(speedups):.2f}-{max(speedups):.2f}" in prose
