@@ -47,6 +47,8 @@ __all__ = [
     "OPTION_TYPES",
     "RuntimeOption",
     "apply_options",
+    "check_precision_fields",
+    "check_reduce_width",
     "field_option",
     "format_option_value",
     "option_summary",
@@ -81,6 +83,11 @@ class RuntimeOption:
             unchanged. Picklable (module docstring).
         choices: The values of a ``choice`` option.
         minimum: The least value of an ``int`` or ``float`` option, if any.
+        precision_fields: The :class:`~hp_core.specs.PrecisionSpec` fields
+            *apply* sets (Megatron's ``grad_reduce_in_fp32``: ``grad_bytes``). A
+            run that sets the option and states one of them in ``precision``
+            must state the same width: :func:`check_precision_fields` refuses
+            a disagreement rather than letting either win silently.
     """
 
     name: str = attrs.field(validator=_option_name)
@@ -91,6 +98,7 @@ class RuntimeOption:
     apply: Callable[[Any, Any], Any]
     choices: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     minimum: float | None = None
+    precision_fields: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     def __attrs_post_init__(self) -> None:
         if (self.type == "choice") != bool(self.choices):
@@ -197,6 +205,42 @@ def apply_options(runtime: Runtime, values: Mapping[str, Any], path: str = "$.ru
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"{path}.{option.name}", describe(exc)) from None
     return attrs.evolve(changed, option_values={**runtime.option_values, **parsed})
+
+
+def check_precision_fields(runtime: Runtime, stated: Mapping[str, Any]) -> None:
+    """Refuse a ``precision`` field a run states (*stated*: field to value) that disagrees with what an option it set
+    makes of the same field (:attr:`RuntimeOption.precision_fields`); agreeing values are accepted.
+
+    *runtime* has the run's options applied (:func:`apply_options`), so its precision holds what they set.
+
+    Raises:
+        ConfigError: At ``$.precision.<field>``, naming the option and both widths (one line).
+    """
+    for option in runtime.options:
+        if option.name not in runtime.option_values:
+            continue
+        for field in option.precision_fields:
+            if field in stated and stated[field] != getattr(runtime.precision, field):
+                value = format_option_value(runtime.option_values[option.name])
+                raise ConfigError(f"$.precision.{field}",
+                                  f"{stated[field]!r} disagrees with runtime option {option.name}={value}, which sets "
+                                  f"{field} {getattr(runtime.precision, field)!r}; state one of them, or both alike")
+
+
+def check_reduce_width(runtime: Runtime, precision: Any) -> Any:
+    """*precision* where *runtime* can reduce in its ``reduce_bytes`` (:attr:`~hp_core.types.Runtime.reduce_width_setting`).
+
+    Raises:
+        ConfigError: At ``$.precision.reduce_bytes``: the runtime reduces in its gradient buffer's dtype and the
+            width differs from ``grad_bytes``; refused rather than priced in a width the trainer cannot run (one line).
+    """
+    reduce_bytes = precision.reduce_bytes
+    if runtime.reduce_width_setting is not None and reduce_bytes is not None and reduce_bytes != precision.grad_bytes:
+        raise ConfigError("$.precision.reduce_bytes",
+                          f"runtime {runtime.name} has no reduce dtype of its own: it reduces gradients in its gradient "
+                          f"buffer's dtype (grad_bytes {precision.grad_bytes}), so reduce_bytes {reduce_bytes} cannot be "
+                          f"priced; use {runtime.reduce_width_setting} instead")
+    return precision
 
 
 def parse_assignments(texts: Iterable[str], path: str = "$.runtime.options") -> dict[str, str]:

@@ -252,6 +252,13 @@ class Runtime:
         option_values: The options a run set (name to parsed value), as
             :func:`~hp_core.runtime_options.apply_options` records them;
             empty for the profile as registered.
+        reduce_width_setting: Where the trainer has no reduce dtype of its
+            own (it reduces gradients in place in its gradient buffer, so the
+            reduction runs in ``grad_bytes``), what sets that width instead
+            (a phrase: Megatron's ``grad_reduce_in_fp32`` option): a stated
+            ``precision.reduce_bytes`` other than ``grad_bytes`` is refused
+            naming it. ``None``: ``reduce_bytes`` is honoured (FSDP's
+            ``reduce_dtype``).
     """
 
     name: str = attrs.field(validator=plugin_name)
@@ -275,6 +282,7 @@ class Runtime:
     reserve_bytes: int = attrs.field(default=0, validator=_non_negative_int)
     options: tuple[RuntimeOption, ...] = attrs.field(default=(), converter=tuple)
     option_values: Mapping[str, Any] = attrs.field(factory=dict)
+    reduce_width_setting: str | None = None
 
     def __attrs_post_init__(self) -> None:
         names = [option.name for option in self.options]

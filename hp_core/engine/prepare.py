@@ -28,6 +28,7 @@ from hp_core.engine.optimizer import resolve_optimizer
 from hp_core.engine.precision import resolve_recipe, with_recipe
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
+from hp_core.runtime_options import check_reduce_width
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.engine.stage import StageInputs
 from hp_core.costs import LayerContext, LayerCost
@@ -434,11 +435,10 @@ def resolve_runtime(
 ) -> tuple[Runtime, PrecisionSpec, str]:
     """The runtime profile and the precision and attention it gives where the run states none.
 
-    *runtime* is a profile's name, or a :class:`Runtime` (one with per-run
-    options applied: :func:`hp_core.runtime_options.apply_options`).
+    *runtime*: a profile's name, or a :class:`Runtime` with per-run options applied (:func:`~hp_core.runtime_options.apply_options`).
     """
-    profile = registry.runtime(runtime)
-    return (profile, precision if precision is not None else profile.precision,
+    profile = registry.runtime(runtime)  # a reduce width it cannot run is refused (check_reduce_width)
+    return (profile, check_reduce_width(profile, precision if precision is not None else profile.precision),
             attention if attention is not None else profile.attention)
 
 

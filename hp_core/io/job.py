@@ -18,7 +18,7 @@ from hp_core.registry import Registry
 from hp_core.types import Runtime
 from hp_core.models import load_model_config, model_from_config, model_from_preset
 from hp_core.results import Estimate
-from hp_core.runtime_options import apply_options
+from hp_core.runtime_options import apply_options, check_precision_fields
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec
 
 __all__ = ["Job", "estimate_job", "prepare_job", "resolve_job", "resolve_model", "step_time_job"]
@@ -67,6 +67,7 @@ def resolve_job(config: ConfigFile, registry: Registry) -> Job:
         runtime = apply_options(runtime, config.runtime_options)
     precision = None
     if config.precision:
+        check_precision_fields(runtime, config.precision)
         try:
             precision = attrs.evolve(runtime.precision, **config.precision)
         except SpecError as exc:  # a field's validator: its path below $.precision

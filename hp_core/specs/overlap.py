@@ -7,7 +7,9 @@ from typing import Any
 
 import attrs
 
-__all__ = ["HostOverhead", "OverlapSchedule"]
+from hp_core.errors import ConfigError
+
+__all__ = ["HostOverhead", "OverlapSchedule", "check_fsdp_replicate"]
 
 
 @attrs.frozen(kw_only=True)
@@ -51,6 +53,14 @@ class OverlapSchedule:
             during another's compute (``--overlap-moe-expert-parallel-comm``,
             DeepEP's hook-based overlap): per layer and direction
             ``max(0, all-to-all - the layer's compute)`` is exposed.
+        fsdp_replicate: HSDP (FSDP over a 2-D ``(replicate, shard)`` mesh):
+            ZeRO-3's per-layer gathers and reduce-scatters run within shard
+            groups of ``dp * cp / fsdp_replicate`` ranks, and each layer's
+            reduce-scatter output (its gradient shard, in the reduce dtype) is
+            then all-reduced across the ``fsdp_replicate`` ranks holding the
+            same shard, behind that reduce-scatter on the reduce stream
+            (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``
+            ``foreach_reduce``); 1: plain FSDP.
         bucket_elements: Parameters per data-parallel bucket (Megatron-Core
             ``DistributedDataParallelConfig.bucket_size``: ``max(40e6, 1e6 * dp)``
             when ``None``).
@@ -65,12 +75,31 @@ class OverlapSchedule:
     tp_overlap_input_grad_reduce_scatter: bool = True
     overlap_p2p: bool = False
     ep_comm_overlap: bool = False
+    fsdp_replicate: int = attrs.field(default=1, validator=attrs.validators.ge(1))
     bucket_elements: int | None = None
     source: str = "nothing overlapped"
 
     def bucket(self, dp: int) -> int:
         """Parameters per data-parallel bucket (Megatron-Core ``training.py``: ``max(40000000, 1000000 * dp)``)."""
         return self.bucket_elements if self.bucket_elements is not None else max(40_000_000, 1_000_000 * dp)
+
+
+def check_fsdp_replicate(replicate: int, zero: int, p: Any) -> None:
+    """:attr:`OverlapSchedule.fsdp_replicate` (the fsdp2 runtime's ``hsdp_replicate``) checked against the layout *p*:
+    HSDP's ``(replicate, shard)`` mesh as torchtitan builds it (``dp_replicate * dp_shard`` the data-parallel
+    degree, ``parallel_dims.py``): *replicate* must divide ``dp`` (and, under expert parallelism, the expert
+    data-parallel degree) and the run must shard with FSDP (zero 3).
+
+    Raises:
+        ConfigError: At ``$.runtime.options.hsdp_replicate``, one line.
+    """
+    path = "$.runtime.options.hsdp_replicate"
+    if zero < 3:
+        raise ConfigError(path, f"HSDP shards with FSDP: {replicate} needs parallel.zero 3, got zero {zero} (leave it 1)")
+    if p.dp % replicate or (p.ep > 1 and p.expert_dp % replicate):
+        expert = f" and the expert data-parallel degree {p.expert_dp}" if p.ep > 1 else ""
+        raise ConfigError(path, f"{replicate} must divide parallel.dp {p.dp}{expert} (HSDP splits the data-parallel "
+                                f"ranks into replicate x shard groups)")
 
 
 def _non_negative(instance: Any, attribute: attrs.Attribute, value: Any) -> None:

@@ -114,10 +114,11 @@ def import_torchtitan(data: dict[str, Any], registry, *, file: str = "torchtitan
         shard = devices // (replicate * cp * tp * pp)
     elif shard < 1:
         raise f.error("parallelism.data_parallel_shard_degree", f"expected -1 or an integer >= 1, got {shard}")
-    if replicate > 1:
-        unmapped.append(f"parallelism.data_parallel_replicate_degree = {replicate}: "
-                        + (f"HSDP (shards over {shard}) priced as FSDP sharding over dp = {replicate * shard}"
-                           if shard > 1 else "DDP priced as FSDP sharding over dp"))
+    # torchtitan parallelize.py: FSDP (HSDP with a replicate degree: the mesh ("dp_replicate", "dp_shard_cp")) wherever
+    # dp_shard or cp is above 1 (parallel_dims.py fsdp_enabled), else DDP over the replicate degree alone.
+    hsdp = replicate > 1 and (shard > 1 or cp > 1)
+    if replicate > 1 and not hsdp:
+        unmapped.append(f"parallelism.data_parallel_replicate_degree = {replicate}: DDP priced as FSDP sharding over dp")
     dp = replicate * shard
     parallel: dict[str, Any] = {
         "dp": dp, "tp": tp, "pp": pp, "cp": cp, "sp": tp > 1,
@@ -169,6 +170,8 @@ def import_torchtitan(data: dict[str, Any], registry, *, file: str = "torchtitan
     document["parallel"] = parallel
     document["runtime"] = {"name": _RUNTIME, "options": {
         "async_tp": f.get("parallelism.enable_async_tensor_parallel", False, bool)}}
+    if hsdp:
+        document["runtime"]["options"]["hsdp_replicate"] = replicate
 
     precision: dict[str, Any] = {}
     if f.get("training.mixed_precision_param", "bfloat16", str) != "bfloat16":

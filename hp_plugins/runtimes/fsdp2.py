@@ -152,6 +152,15 @@ class _Points:
         return attrs.evolve(runtime, peak_points=attrs.evolve(runtime.peak_points, **{self.field: flag}))
 
 
+def _replicate(runtime: Runtime, value: int) -> Runtime:
+    """``hsdp_replicate``: the peak points shard over the shard group (:class:`Fsdp2Points` ``replicate``) and the
+    step time runs the per-layer collectives within it and all-reduces each reduce-scatter's output across the
+    replicate group (:attr:`~hp_core.specs.overlap.OverlapSchedule.fsdp_replicate`)."""
+    runtime = attrs.evolve(runtime, peak_points=attrs.evolve(runtime.peak_points, replicate=value))
+    timing = runtime.timing
+    return attrs.evolve(runtime, timing=attrs.evolve(timing, schedule=attrs.evolve(timing.schedule, fsdp_replicate=value)))
+
+
 def _head_plan(runtime: Runtime, value: str) -> Runtime:
     """``tp_head_plan``: ``replicated`` turns the ``replicated_vocab`` trait on."""
     traits = runtime.traits | {"replicated_vocab"} if value == "replicated" else runtime.traits - {"replicated_vocab"}
@@ -220,7 +229,7 @@ _MEMORY_OPTIONS = (
         "foreach_reduce (reduce_scatter_input in reduce_dtype, the output cast back to the parameter's dtype); "
         "torchtitan training.mixed_precision_reduce (default float32); Composer composer/distributed/mosaic_parallelism.py "
         "get_mixed_precision (mosaicml/composer@6405188)",
-        _ReduceDtype(), choices=("fp32", "bf16"),
+        _ReduceDtype(), choices=("fp32", "bf16"), precision_fields=("reduce_bytes",),
     ),
     RuntimeOption(
         "zero_grad_set_to_none", "bool", True,
@@ -230,10 +239,13 @@ _MEMORY_OPTIONS = (
     ),
     RuntimeOption(
         "hsdp_replicate", "int", 1,
-        "HSDP: fully_shard over a (replicate, shard) mesh; parameters, gradients and optimizer states are sharded over "
-        "dp / hsdp_replicate ranks (1: plain FSDP)",
-        "torch/distributed/fsdp/_fully_shard/_fully_shard.py fully_shard (2-D mesh); torchtitan data_parallel_replicate_degree",
-        _Points("replicate"), minimum=1,
+        "HSDP: fully_shard over a (replicate, shard) mesh (zero 3; dividing dp): parameters, gradients and optimizer "
+        "states are sharded over dp * cp / hsdp_replicate ranks, which run the per-layer gathers and reduce-scatters; "
+        "each layer's reduce-scatter output is then all-reduced across the hsdp_replicate ranks holding the same shard, "
+        "in the reduce dtype, on the reduce stream (time: group hsdp; 1: plain FSDP)",
+        "torch/distributed/fsdp/_fully_shard/_fully_shard.py fully_shard (2-D mesh); _fsdp_collectives.py foreach_reduce "
+        "(all_reduce of the reduce-scatter output on the replicate group); torchtitan data_parallel_replicate_degree",
+        _replicate, minimum=1,
     ),
     RuntimeOption(
         "cpu_offload", "bool", False,

@@ -54,6 +54,7 @@ import attrs
 from hp_core.errors import ConfigError
 from hp_core.peak_points import StageLayer, StageView
 from hp_core.results import MemoryBreakdown
+from hp_core.specs.overlap import check_fsdp_replicate
 from hp_plugins.runtimes.tp_plans import TP_PLANS
 
 __all__ = ["Fsdp2Points"]
@@ -145,13 +146,12 @@ class Fsdp2Points:
         if plan is not None and view.parallel.tp > 1 and view.parallel.sp != plan.sequence_parallel:
             raise ConfigError("$.parallel.sp", f"the TP plan {plan.name} runs {'' if plan.sequence_parallel else 'no '}"
                                                f"sequence parallelism: set sp: {str(plan.sequence_parallel).lower()}")
+        p = view.parallel
+        if self.replicate > 1:
+            check_fsdp_replicate(self.replicate, view.zero, p)
         if view.zero < 3:
             return dict(view.default_points)
         params, all_grads, master, states = view.static
-        p = view.parallel
-        if self.replicate > 1 and ((p.dp * p.cp) % self.replicate or (p.ep > 1 and p.expert_dp % self.replicate)):
-            raise ConfigError("$.runtime.options.hsdp_replicate",
-                              f"{self.replicate} must divide the data-parallel degree {p.dp * p.cp} (and expert dp {p.expert_dp})")
         sharded = sum(_sharded(view, layer, view.precision.param_bytes, self.replicate) for layer in view.layers)
         if sharded != params and params:
             # HSDP, or routed experts on FSDP2's own mesh: the shard the planner priced, rescaled (exact for an
@@ -215,6 +215,11 @@ class Fsdp2Points:
             freed += its_kept
             if body_layer:
                 reducing = sum(layer.elements.values()) * view.precision.reduction_bytes
+                if self.replicate > 1 and view.precision.reduction_bytes != view.precision.grad_bytes:
+                    # HSDP: the reduce-scatter output, all-reduced across the replicate group, is held in the reduce
+                    # dtype until the next unit's backward waits on it (_fsdp_param_group.py _all_reduce_state); in the
+                    # gradients' own dtype it is the sharded gradient itself (foreach_reduce views it out).
+                    reducing += _sharded(view, layer, view.precision.reduction_bytes, self.replicate)
                 finished += 0 if self.cpu_offload else _sharded(view, layer, view.precision.grad_bytes, self.replicate)
                 stay -= _gathered(view, layer) // keep_share if keep_share else 0
             else:

@@ -41,6 +41,8 @@ from __future__ import annotations
 import attrs
 
 from hp_core.markers import hookimpl
+from hp_core.peak_points import StageView
+from hp_core.results import MemoryBreakdown
 from hp_core.runtime_options import RuntimeOption, field_option, trait_option
 from hp_core.specs.overlap import schedule_option
 from hp_core.specs.precision import PrecisionSpec
@@ -49,7 +51,7 @@ from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
 from hp_plugins.runtimes.time_options import ep_all_to_all_option
 from hp_plugins.runtimes.timing_profiles import MEGATRON_TE
 
-__all__ = ["hp_runtimes"]
+__all__ = ["MegatronPoints", "hp_runtimes"]
 
 _TE_WORKSPACE_BYTES = 32 * 2**20 + 1024
 
@@ -80,6 +82,31 @@ class _GradReduceDtype:
     def __call__(self, runtime: Runtime, value: bool) -> Runtime:
         grad_bytes = 4 if value else runtime.precision.param_bytes
         return attrs.evolve(runtime, precision=attrs.evolve(runtime.precision, grad_bytes=grad_bytes))
+
+
+@attrs.frozen
+class MegatronPoints:
+    """The megatron runtime's peak points: the planner's (the end of warm-up, ...) and the optimizer step.
+
+    Megatron-LM at 23e00ed0, unchanged at core_v0.18.0 (ba7b5ebc). At the step (``megatron/core/optimizer/optimizer.py`` ``MixedPrecisionOptimizer.prepare_grads`` calling
+    ``_copy_model_grads_to_main_grads``) each fp32 main parameter gets an fp32 ``.grad`` from its gradient
+    buffer: ``.float()`` of the bf16 buffer's view (the distributed optimizer, ``distrib_optimizer.py``: of the
+    rank's shard, ``shard_main_param.grad = shard_model_grad.float()``; without it, ``optimizer.py``
+    ``Float16OptimizerWithFloat16Params``: of the whole gradient, ``main_param.grad = model_param.main_grad.float()``),
+    a new fp32 tensor where the buffer is not fp32 (``grad_reduce_in_fp32: false``) and the buffer itself where it
+    is. They are freed by the next step's ``optimizer.zero_grad()`` (``megatron/training/training.py`` ``train_step``,
+    before its forward), so they are held at the step alone, while the schedule holds no micro-batch: 4 bytes per
+    element of every master parameter the rank keeps (the master copy's own elements, sharded as it is).
+    """
+
+    def __call__(self, view: StageView) -> dict[str, MemoryBreakdown]:
+        params, grads, master, states = view.static
+        precision = view.precision
+        copies = master // precision.master_param_bytes * 4 if precision.master_param_bytes and precision.grad_bytes != 4 else 0
+        step = MemoryBreakdown(parameters_bytes=params, gradients_bytes=grads, master_parameters_bytes=master,
+                               optimizer_states_bytes=states, activations_bytes=0, communication_buffers_bytes=0,
+                               working_set_bytes=copies, runtime_overhead_bytes=view.overhead_bytes)
+        return {**view.default_points, "optimizer": step}
 
 
 OPTIONS = (
@@ -126,12 +153,15 @@ OPTIONS = (
         "fp32 gradient buffer and data-parallel reduction (--accumulate-allreduce-grads-in-fp32, on with --bf16); "
         "false (--grad-reduce-in-bf16; Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32 false): the "
         "gradient buffer and its reduce-scatter (all-reduce at zero 0) in the parameters' dtype, bf16, half the "
-        "bytes; not priced: the optimizer's fp32 copy of the gradients at the step (of the shard under the distributed "
-        "optimizer, of every gradient at zero 0: 4 bytes per element, which at zero 0 outweighs the 2 saved)",
+        "bytes; at the optimizer step the optimizer copies them to fp32 (.float()), 4 bytes per element of the shard "
+        "under the distributed optimizer, of every gradient at zero 0 (which there outweighs the 2 saved), held at "
+        "the step (peak point optimizer)",
         f"{_ARGS} --grad-reduce-in-bf16, --accumulate-allreduce-grads-in-fp32 (at 23e00ed0); megatron/core/distributed/"
         "distributed_data_parallel_config.py grad_reduce_in_fp32; distributed_data_parallel.py (grad_dtype = fp32 if "
-        "grad_reduce_in_fp32 else param.dtype); param_and_grad_buffer.py (grad_data in grad_dtype, reduced in place)",
-        _GradReduceDtype(),
+        "grad_reduce_in_fp32 else param.dtype); param_and_grad_buffer.py (grad_data in grad_dtype, reduced in place); "
+        "megatron/core/optimizer/distrib_optimizer.py and optimizer.py _copy_model_grads_to_main_grads (at 23e00ed0 and "
+        "core_v0.18.0)",
+        _GradReduceDtype(), precision_fields=("grad_bytes",),
     ),
     schedule_option(
         "overlap_grad_reduce", "overlap_grad_reduce", default=False,
@@ -207,4 +237,9 @@ def hp_runtimes():
         ),
         zero_levels=(0, 1),  # without and with --use-distributed-optimizer
         options=OPTIONS,
+        peak_points=MegatronPoints(),
+        # No reduce dtype of its own: start_grad_sync reduces the gradient buffer in place, in its grad_dtype
+        # (_GradReduceDtype), so precision.reduce_bytes other than grad_bytes is refused (docs/precision.md).
+        reduce_width_setting="the runtime option grad_reduce_in_fp32 (true: fp32, 4 bytes; false: the parameters' "
+                             "dtype, bf16) or precision.grad_bytes, the gradient buffer's width",
     )

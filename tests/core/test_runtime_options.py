@@ -201,6 +201,38 @@ def test_the_command_line_and_the_config_file_set_the_same_options(capsys, tmp_p
     assert "runtime megatron (cross_entropy_fusion=false, attention_backend=unfused)" in " ".join(out.split())
 
 
+def test_grad_reduce_in_fp32_false_prices_the_fp32_gradient_copy_at_the_optimizer_step(registry, llama):
+    # Megatron-Core (at 23e00ed0 and core_v0.18.0) _copy_model_grads_to_main_grads: each fp32 main parameter gets
+    # .grad = main_grad.float(), a new fp32 tensor of a bf16 buffer (of the rank's shard under the distributed
+    # optimizer, distrib_optimizer.py; of the whole gradient without it, optimizer.py), the buffer itself of an fp32
+    # one. The optimizer point holds the buffer, and that copy as working set: against grad_reduce_in_fp32 true, the
+    # buffer is 2 bytes per element lighter and the copy 4 bytes per element of the master shard heavier.
+    megatron = registry.runtime("megatron")
+    bf16 = apply_options(megatron, {"grad_reduce_in_fp32": False})
+    n = LLAMA_RANK_ELEMENTS
+
+    def optimizer_point(runtime, **layout):
+        parallel = ParallelSpec(tp=TP, sp=True, seq_len=T, **layout)
+        return [s.peak_points["optimizer"] for s in estimate(llama, parallel, registry=registry, runtime=runtime).stages]
+
+    # ZeRO-1 over dp = 4: the master shard is a quarter of the rank's elements: -2 n + 4 n / 4 = -n.
+    zero1 = {"dp": 4, "zero": 1, "global_batch_size": 4}
+    assert [b - a for a, b in zip(optimizer_point(megatron, **zero1), optimizer_point(bf16, **zero1))] == [-n]
+    assert n == 4_015_263_744
+    # ZeRO-0: every gradient copied: -2 n + 4 n = 2 n, which the bf16 buffer's saving does not cover.
+    zero0 = {"dp": 4, "zero": 0, "global_batch_size": 4}
+    assert [b - a for a, b in zip(optimizer_point(megatron, **zero0), optimizer_point(bf16, **zero0))] == [2 * n]
+    # With the fp32 buffer the step holds nothing the end of warm-up does not: that point still binds, as before.
+    (stage,) = estimate(llama, ParallelSpec(tp=TP, sp=True, seq_len=T, **zero0), registry=registry, runtime=megatron).stages
+    m = stage.memory
+    assert stage.binding_point == "warmup_end"
+    assert stage.peak_points["optimizer"] == (m.parameters_bytes + m.gradients_bytes + m.master_parameters_bytes
+                                              + m.optimizer_states_bytes + m.runtime_overhead_bytes)
+    # Where the activations are below the copy it binds: one 1024-token micro-batch at ZeRO-0.
+    (short,) = estimate(llama, ParallelSpec(tp=TP, sp=True, seq_len=1024, **zero0), registry=registry, runtime=bf16).stages
+    assert short.binding_point == "optimizer" and short.memory.working_set_bytes == 4 * n
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("{name: megatron, options: {cross_entropy_fusion: maybe}}",
      "$.runtime.options.cross_entropy_fusion: expected true or false, got 'maybe'"),
@@ -218,6 +250,47 @@ def test_bad_runtime_options_in_a_file_are_one_line_errors(capsys, tmp_path, tex
     status, out, err = run(capsys, "estimate", config)
     assert status == 2 and out == ""
     assert err.startswith(f"hp estimate: error: {message}") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("runtime", "precision", "message"), [
+    # Megatron-Core reduces the gradient buffer in place, in its own dtype: no reduce width apart from it.
+    ("{name: megatron}", "{reduce_bytes: 2}",
+     "$.precision.reduce_bytes: runtime megatron has no reduce dtype of its own: it reduces gradients in its gradient "
+     "buffer's dtype (grad_bytes 4), so reduce_bytes 2 cannot be priced; use the runtime option grad_reduce_in_fp32"),
+    ("{name: megatron, options: {grad_reduce_in_fp32: false}}", "{reduce_bytes: 4}",
+     "$.precision.reduce_bytes: runtime megatron has no reduce dtype of its own: it reduces gradients in its gradient "
+     "buffer's dtype (grad_bytes 2), so reduce_bytes 4 cannot be priced"),
+    # A stated width and an option setting the same field must agree: neither wins silently.
+    ("{name: megatron, options: {grad_reduce_in_fp32: false}}", "{grad_bytes: 4}",
+     "$.precision.grad_bytes: 4 disagrees with runtime option grad_reduce_in_fp32=false, which sets grad_bytes 2; "
+     "state one of them, or both alike"),
+    ("{name: megatron, options: {grad_reduce_in_fp32: true}}", "{grad_bytes: 2}",
+     "$.precision.grad_bytes: 2 disagrees with runtime option grad_reduce_in_fp32=true, which sets grad_bytes 4"),
+    ("{name: fsdp2, options: {reduce_dtype: bf16}}", "{reduce_bytes: 4}",
+     "$.precision.reduce_bytes: 4 disagrees with runtime option reduce_dtype=bf16, which sets reduce_bytes 2"),
+])
+def test_precision_a_runtime_cannot_run_is_a_one_line_error(capsys, tmp_path, runtime, precision, message):
+    config = tmp_path / "job.yaml"
+    config.write_text(f"model: llama3-8b\nnum_layers: 1\nparallel: {{dp: 1, seq_len: 1024}}\nruntime: {runtime}\n"
+                      f"precision: {precision}\n")
+    status, out, err = run(capsys, "estimate", config)
+    assert status == 2 and out == ""
+    assert err.startswith(f"hp estimate: error: {message}") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("runtime", "precision"), [
+    ("{name: megatron, options: {grad_reduce_in_fp32: false}}", "{grad_bytes: 2}"),
+    ("{name: megatron, options: {grad_reduce_in_fp32: true}}", "{grad_bytes: 4, reduce_bytes: 4}"),
+    ("{name: megatron}", "{grad_bytes: 2, reduce_bytes: 2}"),
+    ("{name: fsdp2, options: {reduce_dtype: bf16}}", "{reduce_bytes: 2}"),
+])
+def test_precision_that_agrees_with_the_runtime_options_is_accepted(capsys, tmp_path, runtime, precision):
+    config = tmp_path / "job.yaml"
+    config.write_text(f"model: llama3-8b\nnum_layers: 1\nparallel: {{dp: 1, seq_len: 1024}}\nruntime: {runtime}\n"
+                      f"precision: {precision}\n")
+    status, out, err = run(capsys, "estimate", config, "--json")
+    assert status == 0, err
+    assert json.loads(out)["stages"]
 
 
 def test_recompute_potentials_and_search_take_runtime_options(capsys):

@@ -312,6 +312,41 @@ def test_a_reduce_dtype_prices_the_reduction_alone_by_hand(toy_registry, reduce_
     assert fp32.memory.communication_buffers_bytes - stage.memory.communication_buffers_bytes == PARAMS * (4 - width)
 
 
+def test_hsdp_all_reduces_each_layer_shard_across_the_replicate_group_by_hand(toy_registry):
+    # HSDP (OverlapSchedule.fsdp_replicate, the fsdp2 runtime's hsdp_replicate): dp = 16 split into 2 replicas of
+    # 8-rank shard groups. torchtitan's mesh puts dp_replicate outside dp_shard, so with 8 devices per node a shard
+    # group is one node (ranks 0-7) and a replicate group one rank on each of 2 nodes (ranks 0 and 8).
+    from hp_core.specs.overlap import OverlapSchedule
+
+    toy = toy_registry.runtime("toy-runtime")
+    hsdp = attrs.evolve(toy, timing=attrs.evolve(TOY_PROFILE, schedule=OverlapSchedule(fsdp_replicate=2)))
+    layout = ParallelSpec(dp=16, zero=3, seq_len=16, global_batch_size=16)
+    t = step_time(_model(2), layout, registry=toy_registry, hardware=TOY_DEVICE_SPEC, runtime=hsdp)
+    groups = {g: (total, exposed) for g, total, exposed in t.stages[0].communication_by_group}
+    # Per layer and micro-batch, nothing overlapped, within the 8-rank shard group at 100e9 * 0.5 B/s: the bf16
+    # all-gather of 1e6 elements forward and again backward, 7/8 * 2e6 / 5e10 + 7 * 10 us each, and the fp32
+    # reduce-scatter, 7/8 * 4e6 / 5e10 + 7 * 10 us (not over all 16 ranks).
+    fsdp = 2 * (7 / 8 * 2e6 / 5e10 + 7e-5) + 7 / 8 * 4e6 / 5e10 + 7e-5
+    assert groups["fsdp"] == pytest.approx((2 * fsdp, 2 * fsdp))
+    # Then the reduce-scatter's output, 1e6 * 4 / 8 = 5e5 bytes, ring all-reduced over the 2 replicas, one per node:
+    # each ring pass 1/2 * 5e5 bytes over one adapter, 25e9 * 0.25 B/s (inter_node_bus), and 2 * 10 us of latency
+    # (hp_core/collectives.py _ring_pass); two passes.
+    replica = 2 * (0.5 * 5e5 / (25e9 * 0.25) + 2e-5)
+    assert groups["hsdp"] == pytest.approx((2 * replica, 2 * replica))
+    assert t.communication_seconds == pytest.approx(2 * fsdp + 2 * replica)
+    # The optimizer steps on the shard of the 8-rank group: an eighth of the 2e6 elements.
+    assert t.optimizer_seconds == pytest.approx(2 * PARAMS / 8 * OPTIMIZER_PER_PARAM)
+    # Plain FSDP over the same 16 ranks: gathers and reduce-scatters span both nodes, no replicate all-reduce.
+    plain = step_time(_model(2), layout, registry=toy_registry, hardware=TOY_DEVICE_SPEC, runtime=toy)
+    assert {g for g, _, _ in plain.stages[0].communication_by_group} == {"fsdp"}
+    # A replicate degree that does not divide dp, or a run that does not shard with FSDP, is refused in one line.
+    for bad, message in ((ParallelSpec(dp=9, zero=3, seq_len=16, global_batch_size=9), "must divide parallel.dp 9"),
+                         (ParallelSpec(dp=16, zero=1, seq_len=16, global_batch_size=16), "needs parallel.zero 3")):
+        with pytest.raises(ConfigError, match=message) as err:
+            step_time(_model(2), bad, registry=toy_registry, hardware=TOY_DEVICE_SPEC, runtime=hsdp)
+        assert err.value.path == "$.runtime.options.hsdp_replicate"
+
+
 def test_tensor_parallel_all_reduces_by_hand(registry):
     # A dense layer, tp = 2 without SP: two all-reduces forward and two backward of the
     # T x h activation: T = 1024 tokens, h = 512, 2 bytes: 1 MiB each.

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from hp_core.api import step_time
+from hp_core.engine.recompute.layout import plan_layout
 from hp_core.models import model_from_preset
 from hp_core.runtime_options import apply_options
 from hp_core.specs import LayerGroup, ModelSpec, ParallelSpec, RecomputeSpec, Setting
@@ -126,6 +127,15 @@ def recompute(row: dict, registry) -> RecomputeSpec | None:
         return None
     if setting in ("full", "selective", "none"):
         return RecomputeSpec(default=Setting.parse(setting))
+    if isinstance(setting, dict):
+        # torchtitan's selective layer checkpointing (selective_ac_option = k): a full checkpoint on every k-th block,
+        # counted from 1 over the blocks in order (torchtitan/parallelisms/parallelize_llama.py checkpoint_wrapper at
+        # 395a526: ``_count % every_x_layer == 0``), none on the others; one pipeline rank here.
+        if row["layout"].get("pp", 1) != 1:
+            raise ValueError(f"{row['id']}: selective_ac_option is priced here for one pipeline rank only")
+        every = setting["selective_ac_option"]
+        count = len(plan_layout(model(row, registry), layout(row), registry).kinds)
+        return RecomputeSpec(default=Setting(), layers=tuple((i, i, Setting("full")) for i in range(every - 1, count, every)))
     # One recompute-module name, or a list of them (Megatron's --recompute-modules): the union of their switches.
     modules = registry.runtime(row["runtime"]).recompute_modules
     switches = set().union(*(modules[name] for name in ([setting] if isinstance(setting, str) else setting)))

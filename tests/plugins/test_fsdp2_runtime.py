@@ -116,10 +116,54 @@ def test_hsdp_and_cpu_offload(registry):
     with pytest.raises(ConfigError) as err:
         estimate(model, parallel, runtime=apply_options(runtime, {"hsdp_replicate": 3}), registry=registry)
     assert err.value.path == "$.runtime.options.hsdp_replicate"
+    # HSDP needs FSDP's sharding (zero 3): at zero 1 it would shard nothing, and is refused rather than dropped.
+    with pytest.raises(ConfigError, match="needs parallel.zero 3") as err:
+        estimate(model, attrs.evolve(parallel, zero=1), runtime=apply_options(runtime, {"hsdp_replicate": 2}),
+                 registry=registry)
+    assert err.value.path == "$.runtime.options.hsdp_replicate"
     offload = estimate(model, parallel, runtime=apply_options(runtime, {"cpu_offload": True}), registry=registry).stages[0]
     m = offload.memory
     assert (m.parameters_bytes, m.gradients_bytes, m.optimizer_states_bytes) == (0, 0, 0)
     assert offload.peak_bytes == plain.peak_bytes - plain.memory.parameters_bytes - plain.memory.optimizer_states_bytes
+
+
+def test_hsdp_holds_the_bf16_all_reduce_buffer_and_times_the_replicate_all_reduce_by_hand(registry):
+    from hp_core.api import model_from_preset, step_time
+    from hp_core.runtime_options import apply_options
+
+    runtime = registry.runtime("fsdp2")
+    model = model_from_preset("llama3-8b", registry).with_body_layers(8, registry.kinds_placed("body"))
+    # A llama3-8b decoder layer: q, o 4096^2 each, k, v 4096 x 1024 each, w1, w2, w3 4096 x 14336 each, two norms.
+    layer = 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+    assert layer == 218_112_000
+
+    def backward(**options):
+        run = apply_options(runtime, {"hsdp_replicate": 2, **options})
+        return estimate(model, ParallelSpec(seq_len=512, dp=8), runtime=run, registry=registry).stages[0].peak_points["backward"]
+    # The backward peak holds the reduce-scatter input of the layer above (its whole gradient in the reduce dtype:
+    # 4 or 2 bytes per element) and, with a bf16 reduce dtype under HSDP, that layer's reduce-scatter output, its
+    # shard over the 4-rank shard group in bf16, held for the replicate all-reduce (_fsdp_param_group.py
+    # _all_reduce_state): 4 E - (2 E + 2 E / 4) = 1.5 E bytes less.
+    assert backward() - backward(reduce_dtype="bf16") == 1.5 * layer
+
+    # Time, on h100-sxm (8 GPUs and 8 x 50 GB/s adapters per node, 35 us inter-node step latency; the fsdp2 profile's
+    # Hopper inter-node bus efficiency 0.96, no sustained slowdown): dp = 16 with hsdp_replicate 2 puts each 8-rank
+    # shard group on one node and each replicate group on two ranks of two nodes. Every FSDP unit's fp32
+    # reduce-scatter output (its elements x 4 bytes / 8) is ring all-reduced over the 2 replicas: two ring passes
+    # of 1/2 of it over one adapter at 50e9 * 0.96 B/s, each with 2 x 35 us (hp_core/collectives.py _ring_pass).
+    hardware = registry.hardware_preset("h100-sxm").spec
+    small = model_from_preset("llama3-8b", registry).with_body_layers(2, registry.kinds_placed("body"))
+    t = step_time(small, ParallelSpec(seq_len=4096, dp=16), registry=registry, hardware=hardware,
+                  runtime=apply_options(runtime, {"hsdp_replicate": 2}))
+    assert t.provenance["sustained_slowdown"] == 1.0
+
+    def all_reduce(elements):
+        return 2 * (0.5 * elements * 4 / 8 / (50e9 * 0.96) + 2 * 35e-6)
+    vocabulary = 128256 * 4096  # the embedding, and the head beside the final norm (4096)
+    groups = {g: (total, exposed) for g, total, exposed in t.stages[0].communication_by_group}
+    assert groups["hsdp"][0] == pytest.approx(2 * all_reduce(layer) + all_reduce(vocabulary) + all_reduce(vocabulary + 4096))
+    # Issued behind each reduce-scatter on the reduce stream, it is partly hidden behind the backward, never more than whole.
+    assert 0 < groups["hsdp"][1] <= groups["hsdp"][0]
 
 
 def test_tp_head_plans(registry):

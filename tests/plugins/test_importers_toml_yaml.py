@@ -133,9 +133,9 @@ def test_torchtitan_from_the_command_line_with_warnings(capsys, tmp_path):
     assert status == 0, err
     doc = json.loads(out)
     assert (doc["world_size"], doc["layout"]["dp"], doc["layout"]["global_batch_size"]) == (8, 8, 8)
+    # HSDP: the fsdp2 runtime's hsdp_replicate (shards over 4, all-reduced across the 2 replicas), no warning.
+    assert doc["provenance"]["runtime_options"]["hsdp_replicate"] == 2
     assert err.splitlines() == [
-        "hp estimate: warning: parallelism.data_parallel_replicate_degree = 2: HSDP (shards over 4) priced as FSDP "
-        "sharding over dp = 8",
         "hp estimate: warning: compile.enable = true: priced as elementwise_kernels = fused where the model is "
         "compiled; torch.compile's other changes (what it saves for backward) are not priced",
         "hp estimate: warning: training.mystery_knob = 3: not mapped",

@@ -282,7 +282,10 @@ def solve_stage(
         last_backward = 0
     else:
         constant = base.peak_points["warmup_end"] - base_activations - _walk(base_layers[-1])
-        last_backward = base.peak_points.get("last_backward", 0)
+        # The points beside the warm-up end's that the settings do not move here (the end of the last backward; a
+        # runtime's optimizer step, which holds no activation): each must fit as it is.
+        last_backward = max((peak for name, peak in base.peak_points.items() if name not in ("warmup_end", "awaiting_w")),
+                            default=0)
     limit_bytes, true_limit = model_limit, limit_bytes
 
     # Markers: fixed layers of the last chunk and the topmost layer of each group there.

@@ -100,8 +100,19 @@ def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency
     order = tuple(p.rank_order.split("-"))
     dense = {"tp": p.tp, "cp": p.cp, "ep": 1, "dp": p.dp, "pp": p.pp}
     expert = {"tp": p.etp, "cp": 1, "ep": p.ep, "dp": p.expert_dp, "pp": p.pp}
+    replicate = timing.schedule.fsdp_replicate
+    if replicate > 1:
+        # HSDP: the data-parallel dimension is torchtitan's dp_replicate * dp_shard, the replicate part the slower
+        # (parallel_dims.py builds the mesh [pp, dp_replicate, dp_shard, cp, tp]): "dp" and "edp" are then the shard
+        # groups FSDP gathers and reduce-scatters over, "hsdp" and "ehsdp" the replicate groups its all-reduce spans.
+        at = order.index("dp") + 1
+        order = order[:at] + ("dp_replicate",) + order[at:]
+        dense = {**dense, "dp": p.dp // replicate, "dp_replicate": replicate}
+        expert = {**expert, "dp": p.expert_dp // replicate, "dp_replicate": replicate}
     wanted = {"tp": (dense, ("tp",)), "cp": (dense, ("cp",)), "dp": (dense, ("cp", "dp")), "ep": (expert, ("ep",)),
               "edp": (expert, ("dp",)), "pp": (dense, ("pp",))}
+    if replicate > 1:
+        wanted.update(hsdp=(dense, ("dp_replicate",)), ehsdp=(expert, ("dp_replicate",)))
     sizes = {name: math.prod(s[d] for d in dims) for name, (s, dims) in wanted.items()}
     node = hardware.devices_per_node
     if node is None:

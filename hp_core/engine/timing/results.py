@@ -29,8 +29,8 @@ class StageTime:
         flops: Model FLOPs per micro-batch on one rank (forward and backward,
             matmuls and attention as the layers count them; no recompute).
         communication_by_group: ``(group, seconds, exposed seconds)`` per
-            group: ``tp``, ``cp``, ``ep``, ``pp`` and (ZeRO-3) ``fsdp`` per
-            micro-batch, ``dp`` and ``mirror`` (a schedule's gradient sync) per step; the rest of the time is hidden
+            group: ``tp``, ``cp``, ``ep``, ``pp``, (ZeRO-3) ``fsdp`` and (HSDP's
+            replicate all-reduce) ``hsdp`` per micro-batch, ``dp`` and ``mirror`` (a schedule's gradient sync) per step; the rest of the time is hidden
             behind compute by the runtime's overlap schedule.
     """
 

@@ -23,6 +23,7 @@ from hp_core.engine.timing.results import StageTime, StepTime
 
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
+from hp_core.specs.overlap import check_fsdp_replicate
 from hp_core.specs.timing import TimingProfile
 from hp_core.costs import LayerCost
 from hp_core.schedules import StagePasses
@@ -152,6 +153,9 @@ def time_run(
         raise ConfigError("$.hardware", "a step time needs a device: name a hardware preset (--hardware, see 'hp plugins') or state one")
     model, parallel, precision, attention, zero = run.model, run.parallel, run.precision, run.attention, run.zero
     settings = run.settings(recompute)
+    replicate = timing.schedule.fsdp_replicate  # HSDP (OverlapSchedule.fsdp_replicate)
+    if replicate > 1:
+        check_fsdp_replicate(replicate, zero, parallel)
 
     recipe = run.stage_inputs.recipe
     collectives = run.registry.collective_model(timing.collective_model) if timing.collective_model else None
@@ -226,8 +230,9 @@ def time_run(
     # FSDP gathers parameters in the compute dtype (FSDP2 MixedPrecisionPolicy.param_dtype: torch.distributed.fsdp
     # fully_shard casts the sharded parameters before the all-gather), at most the stored width.
     gather_bytes = min(param_bytes, precision.activation_bytes)
-    dense_group = parallel.dp * parallel.cp
-    expert_group = parallel.expert_dp
+    # The groups ZeRO shards over; under HSDP the shard groups, dp * cp (expert dp) over the replicate degree.
+    dense_group = parallel.dp * parallel.cp // replicate
+    expert_group = parallel.expert_dp // replicate
     grad_passes = timing.optimizer_grad_passes.value
     chunks = parallel.chunks
     stages: list[StageTime] = []
@@ -319,7 +324,7 @@ def time_run(
             owners = frozenset(names[g] for g in held)
             shares = [gathered_param_bytes(n, q, recipe, gather_bytes) / (n * gather_bytes) if n else 1.0
                       for n, q in ((dense, q_dense), (experts, q_experts))]
-            per_layer = []
+            per_layer, replicated = [], []
             for t, group in zip(ordered, ordered_groups):
                 d, e = layer_elements(group, owners)
                 gather = (links.seconds("dp", "all_gather", d * gather_bytes * shares[0])
@@ -328,11 +333,26 @@ def time_run(
                           + links.seconds("edp", "reduce_scatter", e * reduce_bytes))
                 per_layer.append((gather, reduce, t.forward_seconds / rates.slowdown,
                                   (t.backward_seconds + t.recompute_seconds) / rates.slowdown))
-            total, exposed = fsdp_layers(per_layer, reshard=parallel.reshard_after_forward, prefetch=sched.fsdp_prefetch,
-                                         reduce_overlap=sched.fsdp_reduce_scatter_overlap)
-            exposed *= (1 - ov.data_parallel.value) * rates.slowdown
+                if replicate > 1:
+                    # HSDP: the reduce-scatter's output (the layer's gradient shard, in the reduce dtype) all-reduced
+                    # across the replicate group, issued behind it on the reduce stream (foreach_reduce).
+                    replicated.append(links.seconds("hsdp", "all_reduce", d * reduce_bytes / dense_group)
+                                      + links.seconds("ehsdp", "all_reduce", e * reduce_bytes / expert_group))
+
+            def streams(layers: list) -> tuple[float, float]:
+                total, exposed = fsdp_layers(layers, reshard=parallel.reshard_after_forward, prefetch=sched.fsdp_prefetch,
+                                             reduce_overlap=sched.fsdp_reduce_scatter_overlap)
+                return total * rates.slowdown, exposed * (1 - ov.data_parallel.value) * rates.slowdown
+
+            total, exposed = streams(per_layer)
+            by_group["fsdp"] = [total, exposed]
+            if replicated:
+                # The all-reduce follows its reduce-scatter on the same stream and network; what it adds to the
+                # exposed time is its share (docs/time.md, "Overlap and host time").
+                both = streams([(g, r + a, f, b) for (g, r, f, b), a in zip(per_layer, replicated)])
+                by_group["hsdp"] = [both[0] - total, both[1] - exposed]
+                exposed = both[1]
             comm += exposed
-            by_group["fsdp"] = [total * rates.slowdown, exposed]
             dp = 0.0
         else:
             reduce = gather = 0.0
@@ -369,7 +389,7 @@ def time_run(
         # Megatron-Core scales the dense and the expert gradient buffers alike by 1/(dp*cp)
         # before the reduction (distributed_data_parallel.py: expert_gradient_scaling_factor
         # = 1 / dp_cp size), whatever the expert data-parallel group's size.
-        reduced = (dense + experts) * (dense_group > 1)
+        reduced = (dense + experts) * (parallel.dp * parallel.cp > 1)
         buffer_passes = timing.grad_buffer_passes.value * (dense + experts) + timing.grad_scale_passes.value * reduced
         moved = _update_bytes(dense_load, expert_load, dense_group, expert_group, zero, grad_passes, grad_bytes)
         opt = (moved + buffer_passes * grad_bytes) / memory * rates.slowdown
