@@ -1,4 +1,4 @@
-"""Fit the whole-run Hopper and Ampere GEMM factor and Triton FlashAttention factor to llm-foundry's MPT rows.
+"""Fit the whole-run Hopper and Ampere GEMM factor, Triton FlashAttention factor and FSDP1 per-unit time to llm-foundry's MPT rows.
 
 Run: ``python benchmarks/fit_fsdp2_sustained.py [--write]``.
 
@@ -9,12 +9,18 @@ together, least squares in relative error of the step time, to the rows the file
 ``calibration`` (the split was fixed in the file before anything was priced): ``m`` on every
 GEMM's time (the ``matmul`` efficiency is the kernel figure over ``m``) and ``a`` on the Triton
 attention kernel's (its efficiencies are FlashAttention-2's over ``a``); every other figure as
-stated (``tests/plugins/fsdp2_fit.py`` says how). Printed: the fitted factors; the calibration
+stated (``tests/plugins/fsdp2_fit.py`` says how). Then, with ``m`` and ``a`` held at their stated
+values, ``u``: FSDP1's per-unit serial time (every MPT row ran torch FSDP1 and states
+``fsdp_implementation: fsdp1``), the seconds each body layer adds once per micro-batch, fitted to
+the same calibration rows. The joint fit of all three is printed beside it: it moves Hopper's
+``m``, which every profile's Hopper entry shares, so it is stated only if it does not raise the
+held-out Megatron-Core H100 rows' mean absolute error (it does; the section says by how much).
+Printed: the fitted factors; the calibration
 and held-out rows' errors apart, per device, with the kernel figures alone (``m = a = 1``) and
 with the factors as ``hp_plugins/runtimes/timing_profiles.py`` states them (rounded to 3
-decimals); the other ``fsdp2`` rows of ``scale_measured.json`` (torchtitan, NeMo AutoModel: none
+decimals), without and with ``u``; the other ``fsdp2`` rows of ``scale_measured.json`` (torchtitan, NeMo AutoModel: none
 runs Triton attention, so only ``m`` applies; all held out from this fit) before and after; and
-each MPT model size held out in turn (the factors fitted to the other sizes' calibration rows).
+each MPT model size held out in turn (the factors, and ``u``, fitted to the other sizes' calibration rows).
 Hopper's ``m`` is the device's: every profile's Hopper entry (``HOPPER``) states the kernel
 figure over it, so the script also prints the 14 Megatron-Core H100 rows (``megatron``
 runtime; none fitted to) at the kernel figure and with ``m``. Ampere's ``m`` stays the
@@ -33,14 +39,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "plugins"))
 
-from fsdp2_fit import (KERNEL_FIGURES, Priced, calibration, fit, korthikanti_rows, megatron_hopper_rows, mpt_rows,  # noqa: E402
-                       other_rows, size)
+from fsdp2_fit import (KERNEL_FIGURES, Priced, calibration, fit, fitted, joint, korthikanti_rows,  # noqa: E402
+                       megatron_hopper_rows, mpt_rows, other_rows, size)
 
 from hp_core.api import build_registry  # noqa: E402
 from hp_core.errors import ConfigError  # noqa: E402
 from hp_core.io.files import replace_marked  # noqa: E402
 from hp_plugins.runtimes.timing_profiles import (  # noqa: E402
-    FSDP2_AMPERE, HOPPER, TRITON_FLASH, TRITON_FLASH_FACTORS, WHOLE_RUN_MATMUL_FACTORS)
+    FSDP1_UNIT_SECONDS, FSDP2, FSDP2_AMPERE, HOPPER, TRITON_FLASH, TRITON_FLASH_FACTORS, WHOLE_RUN_MATMUL_FACTORS)
 
 PAGE = ROOT / "docs" / "time.md"
 START, END = "<!-- fsdp2-fit:start -->", "<!-- fsdp2-fit:end -->"
@@ -87,38 +93,50 @@ def _before_after(title: str, label: str, priced: list[Priced], factor: float, c
     return lines
 
 
+def _held(rows: list[Priced], arch: str) -> list[Priced]:
+    return [p for p in rows if p.architecture == arch and p.row["split"] == "held-out"]
+
+
 def section(rows: list[Priced], others: list[Priced], megatron: list[Priced],
-            korthikanti: list[Priced]) -> tuple[dict[str, tuple[float, float]], str]:
-    """The fitted factors (unrounded) and the markdown between the markers (errors at the stated, rounded factors)."""
-    fits = {arch: fit(calibration(rows, arch)) for arch in KERNEL_FIGURES}
-    stated = {arch: (WHOLE_RUN_MATMUL_FACTORS[arch], TRITON_FLASH_FACTORS[arch]) for arch in KERNEL_FIGURES}
+            korthikanti: list[Priced]) -> tuple[dict[str, tuple[float, float, float]], str]:
+    """The fitted figures (unrounded) and the markdown between the markers (errors at the stated, rounded figures)."""
+    stated_ma = {arch: (WHOLE_RUN_MATMUL_FACTORS[arch], TRITON_FLASH_FACTORS[arch]) for arch in KERNEL_FIGURES}
+    fits = fitted(None, rows, stated_ma)
+    stated = {arch: (*stated_ma[arch], FSDP1_UNIT_SECONDS[arch]) for arch in KERNEL_FIGURES}
+    no_unit = {arch: (*stated_ma[arch], 0.0) for arch in KERNEL_FIGURES}  # fsdp2 as priced before FSDP1's unit time
+    joints = {arch: joint(rows, arch) for arch in KERNEL_FIGURES}
     lines = [START, "", "| device class | calibration rows | GEMM factor m (fitted) | stated | `matmul` | Triton factor a (fitted) | "
-             "stated | `triton_flash` forward / backward |", "|---|---:|---:|---:|---:|---:|---:|---|"]
-    for arch, (m, a) in fits.items():
-        base, (ms, as_) = KERNEL_FIGURES[arch], stated[arch]
+             "stated | `triton_flash` forward / backward | FSDP1 unit time u (fitted, m and a as stated) | stated |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for arch, (m, a, u) in fits.items():
+        base, (ms, as_, us) = KERNEL_FIGURES[arch], stated[arch]
         lines.append(
             f"| {LABELS[arch]} | {len(calibration(rows, arch))} | {m:.4f} | {ms:.3f} | {base.matmul.value:g} / {ms:.3f} = "
             f"{base.matmul.value / ms:.4f} | {a:.4f} | {as_:.3f} | {base.attention_forward.value:.4f} / {as_:.3f} = "
             f"{base.attention_forward.value / as_:.4f}; {base.attention_backward.value:.4f} / {as_:.3f} = "
-            f"{base.attention_backward.value / as_:.4f} |")
-    lines += ["", "MPT rows: mean absolute error, largest error and rows within 10%, with the kernel figures alone (m = a = 1) "
-              "and with the stated factors:", "",
-              "| rows | split | kernels alone: mean | largest | within 10% | fitted: mean | largest | within 10% |",
-              "|---|---|---:|---:|---:|---:|---:|---:|"]
+            f"{base.attention_backward.value / as_:.4f} | {u * 1e3:.4f} ms | {us * 1e3:.3f} ms |")
+    lines += ["", "MPT rows: mean absolute error, largest error and rows within 10%, with the kernel figures alone (m = a = 1, "
+              "u = 0), with the stated m and a and no FSDP1 unit time (u = 0: the rows priced as FSDP2), and with the stated "
+              "m, a and u (the rows as run, `fsdp_implementation: fsdp1`):", "",
+              "| rows | split | kernels alone: mean | largest | within 10% | m, a: mean | largest | within 10% | "
+              "m, a, u: mean | largest | within 10% |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     groups = [(f"{LABELS[arch]}, all", [p for p in rows if p.architecture == arch]) for arch in KERNEL_FIGURES]
     groups += [(DEVICES[hw], [p for p in rows if p.row["hardware"] == hw]) for hw in DEVICES]
     for label, group in groups:
         for split in ("calibration", "held-out"):
             chosen = [p for p in group if p.row["split"] == split]
-            before = [p.error(1.0, 1.0) for p in chosen]
+            alone = [p.error(1.0, 1.0) for p in chosen]
+            without = [p.error(*no_unit[p.architecture]) for p in chosen]
             after = [p.error(*stated[p.architecture]) for p in chosen]
-            lines.append(f"| {label} | {split} | {_summary(before)} | {_summary(after)} |")
+            lines.append(f"| {label} | {split} | {_summary(alone)} | {_summary(without)} | {_summary(after)} |")
+    lines += _choice(rows, stated, joints, others, megatron, korthikanti)
     lines += ["", "The other `fsdp2` rows (`scale_measured.json`; none runs Triton attention, so only m applies; all held "
               "out from this fit, whatever their split in that file):", "",
               "| row | attention | measured s | kernels alone s | error | with m s | error |", "|---|---|---:|---:|---:|---:|---:|"]
     before, after = [], []
     for p in others:
-        ms, as_ = stated[p.architecture]
+        ms, as_, _ = stated[p.architecture]
         e0, e1 = p.error(1.0, 1.0), p.error(ms, as_)
         before.append(e0)
         after.append(e1)
@@ -143,19 +161,25 @@ def section(rows: list[Priced], others: list[Priced], megatron: list[Priced],
         "mean absolute error:",
         "with m", korthikanti, WHOLE_RUN_MATMUL_FACTORS["ampere"], lambda row: "Korthikanti et al. 2022, Table 5")
     lines += ["",
-              "Each MPT model size held out in turn (m and a fitted to the other sizes' calibration rows; the size's "
-              "own rows, calibration and held-out, priced with them):", "",
-              "| device class | size | rows | m | a | mean absolute error | largest | with the stated factors |",
-              "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for arch, (m, a) in fits.items():
+              "Each MPT model size held out in turn: m and a fitted to the other sizes' calibration rows (u = 0), then u "
+              "to them with m and a as stated; the size's own rows, calibration and held-out, priced with those (u = 0, "
+              "then m and a as stated with that u), and with the stated figures:", "",
+              "| device class | size | rows | m | a | mean absolute error | largest | with the stated m, a | u ms | "
+              "mean absolute error | largest | with the stated m, a, u |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for arch, (m, a, u) in fits.items():
         mine = [p for p in rows if p.architecture == arch]
         for name in sorted({size(p.row) for p in mine}, key=lambda s: float(s.split("-")[1][:-1]) * (1e3 if s.endswith("b") else 1)):
             rest = [p for p in calibration(mine, arch) if size(p.row) != name]
-            mo, ao = fit(rest, start=(m, a))
-            own = [p.error(mo, ao) for p in mine if size(p.row) == name]
-            at_stated = [p.error(*stated[arch]) for p in mine if size(p.row) == name]
+            own_rows = [p for p in mine if size(p.row) == name]
+            mo, ao, _ = fit(rest, start=(m, a, 0.0), fixed=("u",))
+            uo = fit(rest, start=(*stated[arch][:2], u), fixed=("m", "a"))[2]
+            own = [p.error(mo, ao) for p in own_rows]
+            own_u = [p.error(*stated[arch][:2], uo) for p in own_rows]
             lines.append(f"| {arch} | {name} | {len(own)} | {mo:.3f} | {ao:.3f} | {_mae(own):.1f}% | "
-                         f"{max(own, key=abs) * 100:+.1f}% | {_mae(at_stated):.1f}% |")
+                         f"{max(own, key=abs) * 100:+.1f}% | {_mae([p.error(*no_unit[arch]) for p in own_rows]):.1f}% | "
+                         f"{uo * 1e3:.3f} | {_mae(own_u):.1f}% | {max(own_u, key=abs) * 100:+.1f}% | "
+                         f"{_mae([p.error(*stated[arch]) for p in own_rows]):.1f}% |")
     lines += ["", "The figures as `hp_plugins/runtimes/timing_profiles.py` states them:", ""]
     for entry, title in ((HOPPER, "**every profile, hopper** (`HOPPER`: every figure as the **hopper** kernel entry "
                                   "`HOPPER_KERNELS` except `matmul` and `matmul_whole_run_factor`)"),
@@ -167,9 +191,45 @@ def section(rows: list[Priced], others: list[Priced], megatron: list[Priced],
         lines += [f"**fsdp2 `attention_kernel=triton_flash`, {arch}** (`TRITON_FLASH`)", "",
                   f"- `attention_forward` = {forward.value:.6g}: {forward.source}",
                   f"- `attention_backward` = {backward.value:.6g}: {backward.source}", ""]
+    for arch in KERNEL_FIGURES:
+        figure = FSDP2.device(arch).fsdp1_unit_seconds
+        lines += [f"**fsdp2 `fsdp_implementation=fsdp1`, {arch}** (`fsdp1_unit_seconds` of fsdp2's {arch} entry)", "",
+                  f"- `fsdp1_unit_seconds` = {figure.value:.6g}: {figure.source}", ""]
     lines.pop()
     lines += ["", END]
     return fits, "\n".join(lines)
+
+
+def _choice(rows: list[Priced], stated: dict, joints: dict, others: list[Priced], megatron: list[Priced],
+            korthikanti: list[Priced]) -> list[str]:
+    """The two ways of fitting u, side by side, and which is stated: (a) m, a and u together, (b) u alone with m and a
+    as stated. (a) moves Hopper's m, every profile's: it is stated only if the held-out Megatron-Core H100 rows'
+    mean absolute error does not rise."""
+    lines = ["", "Two ways of fitting u: (a) m, a and u together; (b) u alone, m and a as stated (no row other than "
+             "the MPT rows moves). Mean absolute error, largest error and rows within 10%:", "",
+             "| device class | fit | m | a | u ms | calibration: mean | largest | within 10% | held-out: mean | largest | "
+             "within 10% |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for arch in KERNEL_FIGURES:
+        for name, x in (("(a) joint", joints[arch]), ("(b) u alone", stated[arch])):
+            lines.append(f"| {LABELS[arch]} | {name} | {x[0]:.4f} | {x[1]:.4f} | {x[2] * 1e3:.3f} | "
+                         f"{_summary([p.error(*x) for p in calibration(rows, arch)])} | "
+                         f"{_summary([p.error(*x) for p in _held(rows, arch)])} |")
+    m_a, m_b = joints["hopper"][0], stated["hopper"][0]
+    mega_a, mega_b = _mae([p.error(m_a, 1.0) for p in megatron]), _mae([p.error(m_b, 1.0) for p in megatron])
+    pick = {arch: joints[arch] for arch in KERNEL_FIGURES}
+    other_a = _mae([p.error(*pick[p.architecture]) for p in others])
+    other_b = _mae([p.error(*stated[p.architecture]) for p in others])
+    kor_a = _mae([p.error(joints["ampere"][0], 1.0) for p in korthikanti])
+    kor_b = _mae([p.error(stated["ampere"][0], 1.0) for p in korthikanti])
+    chosen = "(a)" if mega_a <= mega_b else "(b)"
+    lines += ["", f"- Hopper's m is every profile's: the {len(megatron)} held-out Megatron-Core H100 rows (below) have a mean "
+              f"absolute error of {mega_b:.1f}% at (b)'s m {m_b:.3f} and {mega_a:.1f}% at (a)'s {m_a:.3f}; the "
+              f"{len(others)} other `fsdp2` rows (below; none runs FSDP1) {other_b:.1f}% and {other_a:.1f}%; Ampere's m, "
+              f"fsdp2's alone, on the Korthikanti A100 rows (below) {kor_b:.1f}% and {kor_a:.1f}%.",
+              f"- Stated: {chosen}, " + ("which does not raise the Megatron-Core H100 rows' error." if chosen == "(a)" else
+                                        "since (a) raises the Megatron-Core H100 rows' error: u is fitted with m and a "
+                                        "held, and no row but the MPT rows moves.")]
+    return lines
 
 
 def main() -> None:
@@ -179,10 +239,11 @@ def main() -> None:
     registry = build_registry(use_env=False)
     fits, text = section(mpt_rows(registry), other_rows(registry), megatron_hopper_rows(registry), korthikanti_rows(registry))
     print(text)
-    for arch, (m, a) in fits.items():
-        stated = (WHOLE_RUN_MATMUL_FACTORS[arch], TRITON_FLASH_FACTORS[arch])
-        if abs(m - stated[0]) > 5e-4 + 1e-9 or abs(a - stated[1]) > 5e-4 + 1e-9:  # not the fit to 3 decimals
-            print(f"note: {arch} fits m {m:.4f}, a {a:.4f}; timing_profiles.py states {stated}: update it", file=sys.stderr)
+    for arch, (m, a, u) in fits.items():
+        stated = (WHOLE_RUN_MATMUL_FACTORS[arch], TRITON_FLASH_FACTORS[arch], FSDP1_UNIT_SECONDS[arch])
+        # m and a to 3 decimals, u to the microsecond
+        if abs(m - stated[0]) > 5e-4 + 1e-9 or abs(a - stated[1]) > 5e-4 + 1e-9 or abs(u - stated[2]) > 5e-7 + 1e-12:
+            print(f"note: {arch} fits m {m:.4f}, a {a:.4f}, u {u:.7f}; whole_run.py states {stated}: update it", file=sys.stderr)
     if args.write:
         try:
             replace_marked(PAGE, START, END, text)

@@ -304,6 +304,13 @@ class DeviceEfficiency:
             (compute, communication, the step-end reduction and optimizer
             step; not offload's host-link copies). ``None``: 1, the kernels
             as measured alone.
+        fsdp1_unit_seconds: An empirical serial time per FSDP1 unit per micro-batch: what torch FSDP1
+            (``FullyShardedDataParallel`` as Composer runs it: FlatParameter units, the ``limit_all_gathers``
+            rate limiter, ``backward_prefetch``) adds to each body layer (one unit) beyond its kernels --
+            its hooks, the rate limiter's CPU-GPU synchronisation, the FlatParameter copies and the fp32
+            gradient cast and divide passes -- fitted to measured step times, not priced from sources.
+            Charged only where the profile runs FSDP1 (:attr:`TimingProfile.fsdp1_units`); ``None``: no
+            figure fitted for the device, and such a profile refuses it.
         matmul_whole_run_factor: A whole run's GEMM time over the kernel figure, already folded into
             :attr:`matmul` (which is the kernel figure over it); report-only (the rates read :attr:`matmul`). ``None``: 1.
         gemm_speedups: ``(kernel, Sourced)`` pairs: a low-precision GEMM
@@ -343,6 +350,7 @@ class DeviceEfficiency:
     gemm_table: GemmTable | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(GemmTable)))
     sustained_slowdown: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_at_least_one))
     matmul_whole_run_factor: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_at_least_one))
+    fsdp1_unit_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     gemm_speedups: tuple[tuple[str, Sourced], ...] = attrs.field(default=(), converter=tuple, validator=_speedups)
 
     def figures(self) -> dict[str, Sourced]:
@@ -440,6 +448,9 @@ class TimingProfile:
             re-runs its :attr:`~hp_core.costs.LayerWork.alternate_matmul_flops`.
         eager_elementwise: Each elementwise op is its own kernel (eager PyTorch): a layer that counts its own
             :attr:`~hp_core.costs.LayerWork.eager_accesses_per_flop` is priced at it, the rest at the profile's figure.
+        fsdp1_units: The trainer runs torch FSDP1 with each body layer its own unit: every body layer takes
+            the device's :attr:`DeviceEfficiency.fsdp1_unit_seconds` once per micro-batch (a device stating
+            none is refused); ``False``: not charged.
         unlisted_reason: Why :attr:`devices` lists only some architectures and no ``"*"`` (a runtime option whose
             figures exist for those alone), said by :meth:`device` when another is asked for; ``None``: not said.
     """
@@ -465,6 +476,7 @@ class TimingProfile:
     host: HostOverhead | None = None
     alternate_matmul_recompute: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     eager_elementwise: bool = False
+    fsdp1_units: bool = False
     unlisted_reason: str | None = None
 
     def __attrs_post_init__(self) -> None:

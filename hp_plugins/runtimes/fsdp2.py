@@ -71,6 +71,12 @@ def _attention_kernel(runtime: Runtime, value: str) -> Runtime:
     return attrs.evolve(runtime, timing=attrs.evolve(timing, devices=tuple(devices), unlisted_reason=reason))
 
 
+def _fsdp_implementation(runtime: Runtime, value: str) -> Runtime:
+    """``fsdp_implementation``: ``fsdp1`` turns the profile's :attr:`~hp_core.specs.timing.TimingProfile.fsdp1_units` on
+    (each body layer takes the device's fitted per-unit time once per micro-batch), ``fsdp2`` off."""
+    return attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, fsdp1_units=value == "fsdp1"))
+
+
 _FULLY_SHARD = "torch/distributed/fsdp/_fully_shard (FSDP2)"
 OPTIONS = (
     RuntimeOption(
@@ -84,6 +90,20 @@ OPTIONS = (
         "llm-foundry llmfoundry/models/layers/attention.py triton_flash_attn_fn and flash_attn_triton.py "
         "(mosaicml/llm-foundry@b2a43a14), rates fitted by benchmarks/fit_fsdp2_sustained.py",
         _attention_kernel, choices=("sdpa", "cudnn", "triton_flash"),
+    ),
+    RuntimeOption(
+        "fsdp_implementation", "choice", "fsdp2",
+        "fsdp2 (fully_shard, as torchtitan runs it) or fsdp1 (torch FullyShardedDataParallel as Composer runs it: "
+        "FlatParameter units, the limit_all_gathers rate limiter, backward_prefetch): each body layer (one FSDP unit) "
+        "takes an empirical per-unit time once per micro-batch, 1/3 in forward and 2/3 in backward, not again for a "
+        "recompute, fitted on Hopper and Ampere to llm-foundry's MPT rows (hooks, the rate limiter's CPU-GPU "
+        "synchronisation, FlatParameter copies, the fp32 gradient cast and divide; not priced from sources); refused "
+        "on other devices. Memory is priced as fsdp2's either way",
+        "torch/distributed/fsdp/fully_sharded_data_parallel.py (FSDP1: limit_all_gathers, backward_prefetch), "
+        "_runtime_utils.py (pre- and post-forward and -backward hooks); Composer FSDPConfig (composer/utils/parallelism.py: "
+        "limit_all_gathers True, backward_prefetch BACKWARD_POST); figure fitted by benchmarks/fit_fsdp2_sustained.py "
+        "(docs/time.md 'The fsdp2 fit')",
+        _fsdp_implementation, choices=("fsdp2", "fsdp1"),
     ),
     schedule_option(
         "fsdp_prefetch", "fsdp_prefetch", default=True,

@@ -74,10 +74,11 @@ import attrs
 from hp_core.specs.overlap import OverlapSchedule
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
 from hp_plugins.hardware import gemm_b200
-from hp_plugins.runtimes.whole_run import (MPT_CALIBRATION, TRITON_FLASH_FACTORS,
-                                           WHOLE_RUN_MATMUL_FACTORS, fitted_matmul, mpt_fit)
+from hp_plugins.runtimes.whole_run import (FSDP1_UNIT_SECONDS, MPT_CALIBRATION, TRITON_FLASH_FACTORS,
+                                           WHOLE_RUN_MATMUL_FACTORS, fitted_matmul, fsdp1_unit, mpt_fit)
 
-__all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRON", "EAGER_ACCESSES", "FSDP2", "FSDP2_AMPERE",
+__all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRON", "EAGER_ACCESSES", "FSDP1_UNIT_SECONDS", "FSDP2",
+           "FSDP2_AMPERE",
            "FUSED_ACCESSES", "GENERIC", "HOPPER_CUDNN", "HOPPER_KERNELS", "HOPPER_SDPA", "HOPPER", "MEGATRON_LM_2022",
            "MEGATRON_TE", "PROFILES", "TRITON_FLASH", "TRITON_FLASH_FACTORS", "WHOLE_RUN_MATMUL_FACTORS"]
 
@@ -261,7 +262,8 @@ AMPERE = DeviceEfficiency(
 
 # Hopper as a whole run sustains it, in every profile.
 HOPPER = fitted_matmul(HOPPER_KERNELS)
-FSDP2_AMPERE = fitted_matmul(AMPERE)
+# fsdp2's Ampere entry: the whole-run GEMM factor and FSDP1's fitted per-unit time (option fsdp_implementation=fsdp1).
+FSDP2_AMPERE = fsdp1_unit(fitted_matmul(AMPERE))
 
 
 ANY_DEVICE = DeviceEfficiency(
@@ -431,11 +433,12 @@ _FA3_FIGURES = ("Shah et al. 2024, FlashAttention-3 (arXiv:2407.08608), Figures 
                 "sequence 8k; forward causal, backward)")
 # PyTorch's scaled_dot_product_attention runs FlashAttention-2 on Hopper (its flash backend); Transformer
 # Engine's fused attention runs cuDNN's kernels. Their measured rates on H100 differ by 1.6x.
-HOPPER_SDPA = attrs.evolve(
+# fsdp2's Hopper entry also states FSDP1's fitted per-unit time (option fsdp_implementation=fsdp1).
+HOPPER_SDPA = fsdp1_unit(attrs.evolve(
     HOPPER,
     attention_forward=Sourced(333 / 989.4, f"{_FA3_FIGURES}: FlashAttention-2 forward 333 TFLOP/s of 989.4"),
     attention_backward=Sourced(318 / 989.4, f"{_FA3_FIGURES}: FlashAttention-2 backward 318 TFLOP/s of 989.4"),
-)
+))
 HOPPER_CUDNN = attrs.evolve(
     HOPPER,
     attention_forward=Sourced(529 / 989.4, f"{_FA3_FIGURES}: cuDNN forward 529 TFLOP/s of 989.4"),

@@ -11,7 +11,8 @@ import attrs
 
 from hp_core.specs.timing import DeviceEfficiency, Sourced
 
-__all__ = ["MPT_CALIBRATION", "TRITON_FLASH_FACTORS", "WHOLE_RUN_MATMUL_FACTORS", "fitted_matmul", "mpt_fit"]
+__all__ = ["FSDP1_UNIT_SECONDS", "MPT_CALIBRATION", "TRITON_FLASH_FACTORS", "WHOLE_RUN_MATMUL_FACTORS", "fitted_matmul",
+           "fsdp1_unit", "mpt_fit"]
 
 # A whole training run's GEMM time over the kernel figure (m) and llm-foundry's Triton FlashAttention time over
 # FlashAttention-2's (a), per device class, fitted together to the calibration rows of llm-foundry's MPT tables, the
@@ -23,16 +24,24 @@ __all__ = ["MPT_CALIBRATION", "TRITON_FLASH_FACTORS", "WHOLE_RUN_MATMUL_FACTORS"
 # 2022 it raises the mean absolute error from 3.7% to 5.4% (docs/time.md "The fsdp2 fit").
 WHOLE_RUN_MATMUL_FACTORS = {"hopper": 1.238, "ampere": 1.056}
 TRITON_FLASH_FACTORS = {"hopper": 1.882, "ampere": 2.180}
+# FSDP1's per-unit serial time (DeviceEfficiency.fsdp1_unit_seconds, fsdp2's option fsdp_implementation=fsdp1): the
+# seconds each body layer (one FSDP unit) adds once per micro-batch under torch FSDP1 as Composer runs it, per device
+# class, fitted to the same calibration rows (every MPT row states fsdp_implementation: fsdp1) with the factors above
+# held at their values (benchmarks/fit_fsdp2_sustained.py prints the joint three-figure fit too, and why it is not the
+# one stated). Empirical: what it holds -- FSDP1's pre/post-forward and -backward hooks, the limit_all_gathers rate
+# limiter's CPU-GPU synchronisation, the FlatParameter copies, the fp32 gradient cast and divide passes -- is not
+# priced from sources; FSDP2 (torchtitan) rows do not take it.
+FSDP1_UNIT_SECONDS = {"hopper": 0.001880, "ampere": 0.002352}
 MPT_CALIBRATION = {
     "hopper": "the 39 calibration rows of llm-foundry's H100 80GB BF16 MPT tables",
     "ampere": "the 74 calibration rows of llm-foundry's A100 80GB and A100 40GB MPT tables",
 }
 
 
-def mpt_fit(jointly_with: str) -> str:
-    """What the MPT fit is, for a figure fitted jointly with *jointly_with* (the other factor)."""
+def mpt_fit(jointly_with: str, *, how: str | None = None) -> str:
+    """What the MPT fit is, for a figure fitted jointly with *jointly_with* (the other factor), or as *how* says."""
     return ("(Composer FSDP, eager PyTorch, attn_impl triton; tests/plugins/data/scale_measured_mpt.json at "
-            f"mosaicml/llm-foundry@8c8dd48, split fixed before pricing), jointly with {jointly_with}; "
+            f"mosaicml/llm-foundry@8c8dd48, split fixed before pricing), {how or 'jointly with ' + jointly_with}; "
             "held out: the device's other MPT rows and the torchtitan and NeMo AutoModel rows of scale_measured.json")
 _HELD_OUT = {
     "hopper": ("; a property of the device, not of the trainer: also held out, the 14 Megatron-Core H100 rows "
@@ -56,3 +65,20 @@ def fitted_matmul(entry: DeviceEfficiency) -> DeviceEfficiency:
         matmul=Sourced(entry.matmul.value / factor, f"{entry.matmul.value:g} (the kernel figure: {entry.matmul.source}) / {factor:.3f}, {fit}"),
         matmul_whole_run_factor=Sourced(factor, fit),
     )
+
+
+def fsdp1_unit(entry: DeviceEfficiency) -> DeviceEfficiency:
+    """*entry* with its device class's fitted FSDP1 per-unit time (``fsdp1_unit_seconds``), sourced."""
+    arch = entry.architecture
+    value = FSDP1_UNIT_SECONDS[arch]
+    how = (f"the whole-run GEMM factor {WHOLE_RUN_MATMUL_FACTORS[arch]:.3f} and the Triton factor "
+           f"{TRITON_FLASH_FACTORS[arch]:.3f} held at their stated values (fitted: {value * 1e3:.3f} ms; fitting all "
+           "three together would move Hopper's GEMM factor, which every profile shares, and raises the held-out "
+           "Megatron-Core H100 rows' error)")
+    fit = (f"{value * 1e3:.3f} ms per FSDP unit (body layer) per micro-batch, 1/3 forward and 2/3 backward: an empirical "
+           "serial time of torch FSDP1 as Composer runs it (its hooks, the limit_all_gathers rate limiter's CPU-GPU "
+           "synchronisation, the FlatParameter copies, the fp32 gradient cast and divide passes), not priced from sources; "
+           f"fitted (least squares in relative error of the step time) to {MPT_CALIBRATION[arch]} "
+           f"{mpt_fit('', how=how)} (benchmarks/fit_fsdp2_sustained.py, docs/time.md 'The fsdp2 fit'); "
+           "FSDP2 (torchtitan) rows do not take it")
+    return attrs.evolve(entry, fsdp1_unit_seconds=Sourced(value, fit))

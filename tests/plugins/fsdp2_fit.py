@@ -2,7 +2,7 @@
 
 Shared by ``benchmarks/fit_fsdp2_sustained.py`` and ``tests/plugins/test_fsdp2_fit.py``.
 
-Two factors per device class (``hopper``: the H100 rows; ``ampere``: the A100
+Three figures per device class (``hopper``: the H100 rows; ``ampere``: the A100
 80GB and 40GB rows together), fitted to the calibration rows of llm-foundry's
 MPT tables (``data/scale_measured_mpt.json``; the split was fixed in the file
 before anything was priced):
@@ -12,16 +12,21 @@ before anything was priced):
   Ampere) over ``m``;
 * ``a``: the attention kernel's time on the rows that ran llm-foundry's Triton
   FlashAttention (``attention_kernel=triton_flash``): its forward and backward
-  efficiencies are FlashAttention-2's on the device over ``a``.
+  efficiencies are FlashAttention-2's on the device over ``a``;
+* ``u``: FSDP1's per-unit serial time (``DeviceEfficiency.fsdp1_unit_seconds``) on the rows
+  that ran torch FSDP1 (every MPT row: ``fsdp_implementation=fsdp1``): seconds each body layer
+  (one FSDP unit) adds once per micro-batch. Stated as fitted with ``m`` and ``a`` held at
+  their values (:func:`fitted`); the joint fit of all three (:func:`joint`) is printed beside
+  it (``benchmarks/fit_fsdp2_sustained.py`` says why it is not the one stated).
 
 Each row is priced by the engine as it runs (the row's runtime, options,
-hardware, recompute) with those two figures replaced, and ``(m, a)`` minimise
-the sum of squared relative errors of the step time: Gauss-Newton with the
-derivatives taken by re-pricing (the step time is linear in either factor
+hardware, recompute) with those figures replaced, and the figures fitted
+minimise the sum of squared relative errors of the step time: Gauss-Newton with
+the derivatives taken by re-pricing (the step time is linear in each figure
 between the kinks where an overlapped collective starts or stops being hidden,
-so a step of 1e-4 is exact but at a kink). This is the exact form of
-decomposing each row's step into matmul time M, attention time A and the rest
-R and solving ``measured ~ m M + a A + R``: it is what the code prices with
+so a step of 1e-4 in m and a, 1e-6 s in u, is exact but at a kink). This is the exact form of
+decomposing each row's step into matmul time M, attention time A, units times
+micro-batches N and the rest R and solving ``measured ~ m M + a A + u N + R``: it is what the code prices with
 the stated figures, so the fitted and the tabled errors agree.
 """
 
@@ -60,17 +65,23 @@ def triton(row: dict) -> bool:
     return row.get("options", {}).get("attention_kernel") == "triton_flash"
 
 
+def fsdp1(row: dict) -> bool:
+    """The row ran torch FSDP1 (Composer): it takes the per-unit time ``u``."""
+    return row.get("options", {}).get("fsdp_implementation") == "fsdp1"
+
+
 @attrs.frozen
 class Priced:
-    """One row ready to price at any ``(m, a)``: ``seconds(m, a)`` is its step time."""
+    """One row ready to price at any ``(m, a, u)``: ``seconds(m, a, u)`` is its step time (``u``: FSDP1's per-unit
+    seconds, ``0`` by default; a row that does not run FSDP1 ignores it, as it ignores ``a`` without Triton attention)."""
 
     row: dict
     measured: float
     architecture: str
-    seconds: Callable[[float, float], float]
+    seconds: Callable[..., float]
 
-    def error(self, m: float, a: float) -> float:
-        return self.seconds(m, a) / self.measured - 1
+    def error(self, m: float, a: float, u: float = 0.0) -> float:
+        return self.seconds(m, a, u) / self.measured - 1
 
 
 def prepare(row: dict, registry) -> Priced:
@@ -78,13 +89,15 @@ def prepare(row: dict, registry) -> Priced:
     arch = architecture(row, registry)
     spec, lay, hw, rc, rt = model(row, registry), layout(row), hardware(row, registry), recompute(row, registry), runtime(row, registry)
     base = KERNEL_FIGURES[arch]
-    with_attention = triton(row)
+    with_attention, with_units = triton(row), rt.timing.fsdp1_units
 
-    def seconds(m: float, a: float) -> float:
+    def seconds(m: float, a: float, u: float = 0.0) -> float:
         changes = {"matmul": Sourced(base.matmul.value / m, _TRIAL)}
         if with_attention:
             changes["attention_forward"] = Sourced(base.attention_forward.value / a, _TRIAL)
             changes["attention_backward"] = Sourced(base.attention_backward.value / a, _TRIAL)
+        if with_units:
+            changes["fsdp1_unit_seconds"] = Sourced(u, _TRIAL)
         devices = tuple(attrs.evolve(d, **changes) if d.architecture == arch else d for d in rt.timing.devices)
         trial = attrs.evolve(rt, timing=attrs.evolve(rt.timing, devices=devices))
         return step_time(spec, lay, registry=registry, hardware=hw, runtime=trial, recompute=rc).step_seconds
@@ -127,7 +140,7 @@ def megatron_hopper_rows(registry) -> list[Priced]:
             continue
         spec, lay, hw, rc, rt = model(row, registry), layout(row), hardware(row, registry), recompute(row, registry), runtime(row, registry)
 
-        def seconds(m: float, a: float, spec=spec, lay=lay, hw=hw, rc=rc, rt=rt) -> float:
+        def seconds(m: float, a: float, u: float = 0.0, spec=spec, lay=lay, hw=hw, rc=rc, rt=rt) -> float:
             return step_time(spec, lay, registry=registry, hardware=hw, runtime=_with_matmul(rt, "hopper", kernel / m),
                              recompute=rc).step_seconds
 
@@ -137,7 +150,7 @@ def megatron_hopper_rows(registry) -> list[Priced]:
         if row["hardware"] != "h100-sxm":
             continue
 
-        def seconds(m: float, a: float, row=row) -> float:
+        def seconds(m: float, a: float, u: float = 0.0, row=row) -> float:
             trial = _with_matmul(registry.runtime("megatron"), "hopper", kernel / m)
             return runs.price(row, registry, as_run=bool(row.get("runtime_options")), runtime=trial).step_seconds
 
@@ -161,7 +174,7 @@ def korthikanti_rows(registry) -> list[Priced]:
             lay = ParallelSpec(tp=c["tensor_parallel"], pp=pp, vpp=vpp, dp=1, sp=sp, zero=0, micro_batch_size=c["micro_batch_size"],
                                global_batch_size=gbs, seq_len=c["seq_length"])
 
-            def seconds(m: float, a: float, spec=spec, lay=lay, setting=setting) -> float:
+            def seconds(m: float, a: float, u: float = 0.0, spec=spec, lay=lay, setting=setting) -> float:
                 devices = tuple(attrs.evolve(d, matmul=Sourced(AMPERE.matmul.value / m, _TRIAL)) if d.architecture == "ampere"
                                 else d for d in MEGATRON_LM_2022.devices)
                 return step_time(spec, lay, registry=registry, hardware=hw, profile=attrs.evolve(MEGATRON_LM_2022, devices=devices),
@@ -174,35 +187,82 @@ def korthikanti_rows(registry) -> list[Priced]:
     return found
 
 
-def fit(rows: list[Priced], start: tuple[float, float] = (1.0, 1.0)) -> tuple[float, float]:
-    """``(m, a)`` minimising the sum of the rows' squared relative errors (Gauss-Newton, derivatives by re-pricing)."""
-    m, a = start
-    free_a = any(triton(p.row) for p in rows)
+# The finite-difference steps of the three figures: the step time is linear in each between kinks.
+_STEPS = (_STEP, _STEP, 1e-6)
+PARAMETERS = ("m", "a", "u")
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """*x* with ``a x = b`` (Gaussian elimination with partial pivoting; the normal equations of at most three figures)."""
+    n = len(b)
+    rows = [list(a[i]) + [b[i]] for i in range(n)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda i: abs(rows[i][col]))
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        for i in range(col + 1, n):
+            factor = rows[i][col] / rows[col][col]
+            rows[i] = [v - factor * w for v, w in zip(rows[i], rows[col])]
+    x = [0.0] * n
+    for i in reversed(range(n)):
+        x[i] = (rows[i][n] - sum(rows[i][j] * x[j] for j in range(i + 1, n))) / rows[i][i]
+    return x
+
+
+def fit(rows: list[Priced], start: tuple[float, float, float] = (1.0, 1.0, 0.0),
+        fixed: tuple[str, ...] = ()) -> tuple[float, float, float]:
+    """``(m, a, u)`` minimising the sum of the rows' squared relative errors (Gauss-Newton, derivatives by re-pricing).
+
+    The figures named in *fixed* (of ``"m"``, ``"a"``, ``"u"``) stay at *start*; ``a`` stays too where no row runs
+    Triton attention, ``u`` where no row runs FSDP1.
+    """
+    x = list(start)
+    free = [i for i, name in enumerate(PARAMETERS) if name not in fixed
+            and (name != "a" or any(triton(p.row) for p in rows)) and (name != "u" or any(fsdp1(p.row) for p in rows))]
+    if not free:
+        return tuple(x)
+    n = len(free)
     for _ in range(50):
-        s_mm = s_ma = s_aa = g_m = g_a = 0.0
+        jtj = [[0.0] * n for _ in range(n)]
+        jtr = [0.0] * n
         for p in rows:
-            base = p.seconds(m, a)
+            base = p.seconds(*x)
             r = base / p.measured - 1
-            jm = (p.seconds(m + _STEP, a) - base) / _STEP / p.measured
-            ja = (p.seconds(m, a + _STEP) - base) / _STEP / p.measured if free_a else 0.0
-            s_mm, s_ma, s_aa = s_mm + jm * jm, s_ma + jm * ja, s_aa + ja * ja
-            g_m, g_a = g_m + jm * r, g_a + ja * r
-        if free_a:
-            det = s_mm * s_aa - s_ma * s_ma
-            dm, da = -(s_aa * g_m - s_ma * g_a) / det, -(s_mm * g_a - s_ma * g_m) / det
-        else:
-            dm, da = -g_m / s_mm, 0.0
-        m, a = m + dm, a + da
-        if abs(dm) < 1e-9 and abs(da) < 1e-9:
-            return m, a
-    raise RuntimeError(f"the fsdp2 fit did not converge (m {m}, a {a})")
+            jac = []
+            for i in free:
+                moved = list(x)
+                moved[i] += _STEPS[i]
+                jac.append((p.seconds(*moved) - base) / _STEPS[i] / p.measured)
+            for k in range(n):
+                jtr[k] += jac[k] * r
+                for l in range(n):
+                    jtj[k][l] += jac[k] * jac[l]
+        delta = [-d for d in _solve(jtj, jtr)]
+        for i, d in zip(free, delta):
+            x[i] += d
+        if all(abs(d) < (1e-12 if free[k] == 2 else 1e-9) for k, d in enumerate(delta)):
+            return tuple(x)
+    raise RuntimeError(f"the fsdp2 fit did not converge (m, a, u = {x})")
 
 
 def calibration(rows: list[Priced], arch: str) -> list[Priced]:
     return [p for p in rows if p.architecture == arch and p.row["split"] == "calibration"]
 
 
-def fitted(registry, rows: list[Priced] | None = None) -> dict[str, tuple[float, float]]:
-    """``{architecture: (m, a)}`` fitted to the MPT calibration rows of each class."""
+def fitted(registry, rows: list[Priced] | None = None,
+           stated: dict[str, tuple[float, float]] | None = None) -> dict[str, tuple[float, float, float]]:
+    """``{architecture: (m, a, u)}`` fitted to the MPT calibration rows of each class, as the profiles state them:
+    ``m`` and ``a`` together with no per-unit time (``u = 0``: the fit before FSDP1 was priced), then ``u`` alone with
+    ``m`` and ``a`` held at *stated* (their stated, rounded values; default: those of the fit itself)."""
     rows = rows if rows is not None else mpt_rows(registry)
-    return {arch: fit(calibration(rows, arch)) for arch in KERNEL_FIGURES}
+    found = {}
+    for arch in KERNEL_FIGURES:
+        chosen = calibration(rows, arch)
+        m, a, _ = fit(chosen, fixed=("u",))
+        held = stated[arch] if stated is not None else (m, a)
+        found[arch] = (m, a, fit(chosen, start=(*held, 0.0), fixed=("m", "a"))[2])
+    return found
+
+
+def joint(rows: list[Priced], arch: str) -> tuple[float, float, float]:
+    """``(m, a, u)`` fitted together to the class's calibration rows: the alternative the profiles do not state."""
+    return fit(calibration(rows, arch))

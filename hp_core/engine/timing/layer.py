@@ -120,8 +120,15 @@ def _el_bytes_per_flop(work: LayerWork, r: _Rates) -> float:
     return r.el_bytes_per_flop
 
 
-def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozenset[str], r: _Rates) -> _LayerTime:
-    """One layer's per-micro-batch time under its recompute setting (:mod:`hp_core.engine.timing`)."""
+def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozenset[str], r: _Rates,
+                unit: bool = False) -> _LayerTime:
+    """One layer's per-micro-batch time under its recompute setting (:mod:`hp_core.engine.timing`).
+
+    *unit*: the layer is a body layer, one FSDP unit: under FSDP1 its forward and backward take the
+    per-unit time (``r.unit_fwd``, ``r.unit_bwd``) once, a full recompute not again (the checkpoint
+    wrapper recomputes inside the unit's backward; FSDP1's hooks do not run again). Added after the
+    sustained slowdown: a fitted wall-clock figure.
+    """
     f = cost.forward
     # Compute.
     grouped = min(work.grouped_flops, f.matmul_flops)
@@ -229,8 +236,9 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
             recompute += alternate / (r.peak * r.matmul) / r.gemm_speedup
             recomputed_flops += alternate
     k = r.slowdown  # a whole run's time over its kernels' measured alone (DeviceEfficiency.sustained_slowdown)
+    unit_fwd, unit_bwd = (r.unit_fwd, r.unit_bwd) if unit else (0.0, 0.0)  # FSDP1's per-unit time (rates._unit_seconds)
     return _LayerTime(
-        forward_seconds=k * forward, backward_seconds=k * backward, recompute_seconds=k * recompute,
+        forward_seconds=k * forward + unit_fwd, backward_seconds=k * backward + unit_bwd, recompute_seconds=k * recompute,
         communication_seconds=k * comm, flops=model_flops, recomputed_flops=recomputed_flops,
         weight_gradient_seconds=k * mm_bwd / 2,
         communication_by_group=_merge(tuple((g, k * t, k * e) for g, t, e in groups)),
@@ -437,14 +445,16 @@ class LayerPricer:
     def layer(self, cost: LayerCost, config: Any, kind: LayerKind, context: LayerContext) -> Any:
         """:meth:`price` for one layer, its shapes read once: ``seconds(full, recomputed, offloaded_bytes)``."""
         work = work_of(cost, kind.name)
+        unit = kind.placement == "body"  # a body layer is one FSDP unit, as time_run prices it
 
         def seconds(full: bool, recomputed: frozenset[str], offloaded_bytes: int = 0) -> LayerSeconds:
-            return self._seconds(cost, work, full, recomputed, offloaded_bytes)
+            return self._seconds(cost, work, full, recomputed, offloaded_bytes, unit)
 
         return seconds
 
-    def _seconds(self, cost: LayerCost, work: LayerWork, full: bool, recomputed: frozenset[str], offloaded_bytes: int) -> LayerSeconds:
-        t = _layer_time(cost, work, full, recomputed, self._rates)
+    def _seconds(self, cost: LayerCost, work: LayerWork, full: bool, recomputed: frozenset[str], offloaded_bytes: int,
+                 unit: bool) -> LayerSeconds:
+        t = _layer_time(cost, work, full, recomputed, self._rates, unit=unit)
         forward, backward, recompute, comm = t.forward_seconds, t.backward_seconds, t.recompute_seconds, t.communication_seconds
         moved = 0.0
         if offloaded_bytes:

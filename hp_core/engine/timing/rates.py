@@ -21,7 +21,7 @@ from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
 from hp_core.specs.overlap import HostOverhead
 from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS, DeviceEfficiency, GemmTable, TimingProfile
 
-__all__ = ["compute_dtype"]
+__all__ = ["FSDP1_UNIT_FORWARD_SHARE", "compute_dtype"]
 
 # The compute dtype by activation width; FP8 and FP4 GEMMs come from a precision recipe (docs/precision.md).
 _DTYPES = {2: ("bf16", "fp16"), 4: ("fp32", "tf32")}
@@ -194,6 +194,10 @@ class _Rates:
     host: HostOverhead | None = None
     alternate_mm_switches: frozenset[str] = frozenset()  # TimingProfile.alternate_matmul_recompute
     eager_elementwise: bool = False  # TimingProfile.eager_elementwise
+    # FSDP1's per-unit serial time (DeviceEfficiency.fsdp1_unit_seconds) in a body layer's forward and backward,
+    # once per micro-batch; 0 where the profile does not run FSDP1 (TimingProfile.fsdp1_units).
+    unit_fwd: float = 0.0
+    unit_bwd: float = 0.0
     # A low-precision recipe (hp_core.precision_recipes; docs/precision.md): its GEMM kernel's measured speedup
     # over bf16, the HBM bytes quantizing one element of an input or output gradient moves, forward and
     # backward, and of a weight per micro-batch (0 where the quantized copies are cached), and the share of
@@ -258,6 +262,32 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
     )
 
 
+# The share of FSDP1's per-unit time charged to the forward; the rest to the backward. Stated, not fitted (only the
+# sum is): a unit's forward runs its pre-forward hook (the rate limiter's wait, the unshard and its FlatParameter
+# copy) and the post-forward reshard, its backward those again (pre-backward unshard, post-backward reshard) and the
+# gradient hooks (the fp32 cast, the divide by the world size, the reduce-scatter's issue and FlatParameter copy):
+# about twice the forward's, as the GEMMs' backward is twice their forward (torch/distributed/fsdp/_runtime_utils.py
+# _pre_forward, _post_forward, _pre_backward_hook, _post_backward_hook).
+FSDP1_UNIT_FORWARD_SHARE = 1 / 3
+
+
+def _unit_seconds(timing: TimingProfile, dev: DeviceEfficiency) -> dict[str, float]:
+    """FSDP1's per-unit time, forward and backward (:attr:`TimingProfile.fsdp1_units`), ``{}`` where not run.
+
+    Raises:
+        ConfigError: The profile runs FSDP1 on a device whose entry states no fitted per-unit time.
+    """
+    if not timing.fsdp1_units:
+        return {}
+    figure = dev.fsdp1_unit_seconds
+    if figure is None:
+        raise ConfigError("$.runtime.options.fsdp_implementation",
+                          f"fsdp_implementation=fsdp1: timing profile {timing.name} states no fitted FSDP1 per-unit time for "
+                          f"{dev.architecture!r} devices (fitted on hopper and ampere only, docs/time.md 'The fsdp2 fit'); "
+                          "absent is not zero, so the step time is not priced")
+    return dict(unit_fwd=FSDP1_UNIT_FORWARD_SHARE * figure.value, unit_bwd=(1 - FSDP1_UNIT_FORWARD_SHARE) * figure.value)
+
+
 def _rates(
     parallel: ParallelSpec, hardware: HardwareSpec, timing: TimingProfile, precision: PrecisionSpec, attention: str,
     recipe: PrecisionRecipe | None = None,
@@ -303,4 +333,5 @@ def _rates(
         tp_overlap_bwd_rs=timing.schedule.tp_overlap_input_grad_reduce_scatter, ep_comm_overlap=timing.schedule.ep_comm_overlap,
         host=timing.host, alternate_mm_switches=timing.alternate_matmul_recompute, eager_elementwise=timing.eager_elementwise,
         **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes),
+        **_unit_seconds(timing, dev),
     )

@@ -170,7 +170,7 @@ def time_run(
     defaulted: set[str] = set()  # kinds whose op-SAC re-run matmuls are priced at the default (layer.alternate_matmul_flops)
 
     def price(group: int, setting: Setting, full: bool, switches: frozenset[str]) -> _LayerTime:
-        layer_time = _layer_time(costs[group], works[group], full, switches, rates)
+        layer_time = _layer_time(costs[group], works[group], full, switches, rates, unit=True)  # a body layer: one FSDP unit
         if (not full and works[group].alternate_matmul_flops is None and costs[group].forward.matmul_flops
                 and rates.alternate_mm_switches and rates.alternate_mm_switches <= switches):
             defaulted.add(kinds[group].name)
@@ -429,6 +429,12 @@ def time_run(
         "gemm_dtype": recipe.gemm_dtype,
         "schedule": schedule.name,
     }
+    if timing.fsdp1_units:
+        # FSDP1's per-unit time (DeviceEfficiency.fsdp1_unit_seconds): per unit and micro-batch, the slowest stage's units
+        # (its body layers; a mean over model copies), and what they add to the step's compute.
+        units = sum(bounds[c][1] - bounds[c][0] for c in run.stage_chunks(slow.index)) / copies
+        per_unit = rates.unit_fwd + rates.unit_bwd
+        provenance.update(fsdp1_unit_seconds=per_unit, fsdp1_units=units, fsdp1_unit_step_seconds=m * units * per_unit)
     if defaulted:
         provenance["alternate_matmul_default"] = (
             f"{', '.join(sorted(defaulted))}: the order of the matmuls op-level SAC re-runs is not stated; priced at "
