@@ -116,8 +116,8 @@ def test_mpt_fsdp_rows_state_their_provenance_and_the_page_table_is_current():
     page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
     found = runs.fsdp_results()
     assert runs.fsdp_section(found) in page, "regenerate with: python benchmarks/fp8_runs.py"
-    errors = [abs(r["error"]) for r in found]
-    assert f"They are priced {100 * min(errors):.0f}-{100 * max(errors):.0f}% too fast" in _prose(page)
+    errors = [r["error"] for r in found]
+    assert f"They are priced within {100 * min(errors):+.1f}% to {100 * max(errors):+.1f}%" in _prose(page)
 
 
 def _cells(row: dict) -> list[str]:
