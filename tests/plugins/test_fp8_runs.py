@@ -112,6 +112,7 @@ def test_mpt_fsdp_rows_state_their_provenance_and_the_page_table_is_current():
         assert row["source"] == "llm-foundry-benchmarks" and row["split"] == "held_out" and cells[14] == "amp_fp8"
         assert row["recipe"] == "fp8-delayed" and row["gpus"] == int(cells[2]) and row["seq_len"] == int(cells[1])
         assert row["global_batch_tokens"] == int(cells[13]) and row["tokens_per_second"] == int(cells[11])
+        assert row["runtime_options"]["fsdp_implementation"] == "fsdp1"  # Composer's FSDP1, as the bf16 MPT rows
     runs = _module()
     page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
     found = runs.fsdp_results()

@@ -148,6 +148,9 @@ def test_mpt_rows_state_their_provenance_and_are_bf16():
         # MP Mode (the table's column) as its runtime option: PURE reduces in bf16 (Composer get_mixed_precision).
         assert row["mp_mode"] == cells[15] in ("DEFAULT", "PURE")
         assert row["options"].get("reduce_dtype", "fp32") == ("bf16" if cells[15] == "PURE" else "fp32")
+        # Composer runs torch FSDP1: every row takes the fitted per-unit time (docs/time.md, "The fsdp2 fit").
+        assert row["options"]["fsdp_implementation"] == "fsdp1"
+    assert "FSDP1's per-unit time" in sc.MPT_DATA["split_rule"]
 
 
 def test_mpt_step_times_as_derived_from_the_published_figures():

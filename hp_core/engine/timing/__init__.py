@@ -55,6 +55,12 @@ The model, with its sources (figures come from the profile, each sourced there):
   MLA up-projections (``2 * kv_lora_rank`` FLOPs per rebuilt element);
   ``gather`` re-runs the SP all-gathers in backward; other switches rewrite
   what they drop (a read and a write of its bytes).
+* **FSDP1 units** (:attr:`TimingProfile.fsdp1_units <hp_core.specs.timing.TimingProfile.fsdp1_units>`,
+  the ``fsdp2`` option ``fsdp_implementation=fsdp1``): each body layer, one FSDP unit, adds the
+  device's ``fsdp1_unit_seconds`` once per micro-batch, ``FSDP1_UNIT_FORWARD_SHARE`` (1/3) to its
+  forward and the rest to its backward, not to a recompute (:func:`.layer._layer_time`): an
+  empirical figure fitted to llm-foundry's MPT rows (docs/time.md, "FSDP1's per-unit time"); a
+  device entry stating none is refused (:mod:`.rates`).
 * **Offload** (``Setting.offload``): the offloaded bytes go to the host over
   the device's host link during the layer's forward and come back during its
   backward; what the layer's own forward, respectively backward with
