@@ -286,31 +286,23 @@ class DeviceEfficiency:
         moe_permute_overhead_seconds: A fixed time per direction (forward or
             backward) of one MoE layer's permutation kernels (their launches);
             ``None``: none.
-        moe_router_forward_seconds: The MoE router's kernels other than its
-            gating GEMM (score function, group and expert top-k, capacity
-            top-k, auxiliary loss) in one layer's forward, measured at
-            :data:`ROUTER_REFERENCE_ELEMENTS` routed tokens times experts and
-            scaled by the layer's; ``None``: not priced.
+        moe_router_forward_seconds: The MoE router's kernels other than its gating GEMM (score function, group and
+            expert top-k, capacity top-k, auxiliary loss) in one layer's forward, measured at
+            :data:`ROUTER_REFERENCE_ELEMENTS` routed tokens times experts and scaled by the layer's; ``None``: not priced.
         moe_router_backward_seconds: Likewise in the backward.
-        gemm_table: Measured GEMM efficiencies by shape (:class:`GemmTable`):
-            a dense or grouped GEMM whose shape it holds takes its own
-            efficiency per pass; any other takes :attr:`matmul`, respectively
-            the grouped fit. ``None``: every GEMM takes the single figures.
-        sustained_slowdown: A whole training step's time over the sum of its
-            kernels' and collectives' times as the figures above price them
-            (each measured alone): what a full run adds -- clocks under
-            sustained load, caches other kernels have evicted, launch gaps and
-            host work between kernels. It multiplies every priced GPU time
-            (compute, communication, the step-end reduction and optimizer
-            step; not offload's host-link copies). ``None``: 1, the kernels
-            as measured alone.
-        fsdp1_unit_seconds: An empirical serial time per FSDP1 unit per micro-batch: what torch FSDP1
-            (``FullyShardedDataParallel`` as Composer runs it: FlatParameter units, the ``limit_all_gathers``
-            rate limiter, ``backward_prefetch``) adds to each body layer (one unit) beyond its kernels --
-            its hooks, the rate limiter's CPU-GPU synchronisation, the FlatParameter copies and the fp32
-            gradient cast and divide passes -- fitted to measured step times, not priced from sources.
-            Charged only where the profile runs FSDP1 (:attr:`TimingProfile.fsdp1_units`); ``None``: no
-            figure fitted for the device, and such a profile refuses it.
+        gemm_table: Measured GEMM efficiencies by shape (:class:`GemmTable`): a dense or grouped GEMM whose shape
+            it holds takes its own efficiency per pass; any other takes :attr:`matmul`, respectively the grouped fit.
+            ``None``: every GEMM takes the single figures.
+        sustained_slowdown: A whole training step's time over the sum of its kernels' and collectives' times as
+            the figures above price them (each measured alone): what a full run adds -- clocks under sustained load,
+            caches other kernels have evicted, launch gaps and host work between kernels. It multiplies every priced
+            GPU time (compute, communication, the step-end reduction and optimizer step; not offload's host-link
+            copies). ``None``: 1, the kernels as measured alone.
+        fsdp1_unit_seconds: An empirical serial time per FSDP1 unit per micro-batch: what torch FSDP1 as Composer
+            runs it (FlatParameter units, the ``limit_all_gathers`` rate limiter) adds to each body layer (one unit)
+            beyond its kernels -- its hooks, the rate limiter's CPU-GPU synchronisation, the FlatParameter copies, the
+            fp32 gradient cast and divide passes -- fitted to measured step times, not priced from sources. Charged only
+            under :attr:`TimingProfile.fsdp1_units`; ``None``: none fitted for the device, which such a profile refuses.
         matmul_whole_run_factor: A whole run's GEMM time over the kernel figure, already folded into
             :attr:`matmul` (which is the kernel figure over it); report-only (the rates read :attr:`matmul`). ``None``: 1.
         gemm_speedups: ``(kernel, Sourced)`` pairs: a low-precision GEMM
@@ -448,9 +440,8 @@ class TimingProfile:
             re-runs its :attr:`~hp_core.costs.LayerWork.alternate_matmul_flops`.
         eager_elementwise: Each elementwise op is its own kernel (eager PyTorch): a layer that counts its own
             :attr:`~hp_core.costs.LayerWork.eager_accesses_per_flop` is priced at it, the rest at the profile's figure.
-        fsdp1_units: The trainer runs torch FSDP1 with each body layer its own unit: every body layer takes
-            the device's :attr:`DeviceEfficiency.fsdp1_unit_seconds` once per micro-batch (a device stating
-            none is refused); ``False``: not charged.
+        fsdp1_units: The trainer runs torch FSDP1, each body layer a unit taking the device's
+            :attr:`DeviceEfficiency.fsdp1_unit_seconds` once per micro-batch (a device stating none is refused).
         unlisted_reason: Why :attr:`devices` lists only some architectures and no ``"*"`` (a runtime option whose
             figures exist for those alone), said by :meth:`device` when another is asked for; ``None``: not said.
     """

@@ -265,9 +265,11 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
 # The share of FSDP1's per-unit time charged to the forward; the rest to the backward. Stated, not fitted (only the
 # sum is): a unit's forward runs its pre-forward hook (the rate limiter's wait, the unshard and its FlatParameter
 # copy) and the post-forward reshard, its backward those again (pre-backward unshard, post-backward reshard) and the
-# gradient hooks (the fp32 cast, the divide by the world size, the reduce-scatter's issue and FlatParameter copy):
-# about twice the forward's, as the GEMMs' backward is twice their forward (torch/distributed/fsdp/_runtime_utils.py
-# _pre_forward, _post_forward, _pre_backward_hook, _post_backward_hook).
+# gradient hooks (the fp32 cast, the divide by the world size, the reduce-scatter's issue and FlatParameter copy)
+# (torch/distributed/fsdp/_runtime_utils.py _pre_forward, _post_forward, _pre_backward_hook, _post_backward_hook):
+# more than the forward, taken as twice it, the split of the GEMMs' work. A convention, not a measurement; it moves
+# only what depends on forward against backward: the windows the layer's collectives hide behind, a pipeline
+# schedule's passes.
 FSDP1_UNIT_FORWARD_SHARE = 1 / 3
 
 
