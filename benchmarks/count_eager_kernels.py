@@ -35,8 +35,10 @@ NO_KERNEL = frozenset({
     "detach", "alias", "as_strided", "split", "split_with_sizes", "unbind", "empty", "empty_like",
     "empty_strided", "_reshape_alias", "lift_fresh", "new_empty", "new_empty_strided", "sym_size", "sym_stride",
     "sym_numel", "is_same_size", "chunk", "reshape", "flatten", "narrow", "view_as", "unflatten", "movedim",
-    "_local_scalar_dense", "item", "is_nonzero", "equal", "resolve_conj", "resolve_neg", "set_",
+    "resolve_conj", "resolve_neg", "set_",
 })
+# Operators that read a device value on the host: on a GPU, a device-to-host copy the host waits for. Counted apart.
+HOST_SYNC = frozenset({"_local_scalar_dense", "item", "is_nonzero", "equal", "tolist"})
 
 
 def _counter():
@@ -46,18 +48,21 @@ def _counter():
         def __init__(self) -> None:
             super().__init__()
             self.ops: collections.Counter = collections.Counter()
+            self.syncs: collections.Counter = collections.Counter()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func.overloadpacket.__name__
-            if name not in NO_KERNEL:
+            if name in HOST_SYNC:
+                self.syncs[name] += 1
+            elif name not in NO_KERNEL:
                 self.ops[name] += 1
             return func(*args, **(kwargs or {}))
 
     return Count
 
 
-def _count(run_forward) -> tuple[collections.Counter, collections.Counter]:
-    """Forward and backward operator counts of the second of two steps."""
+def _count(run_forward) -> tuple[Any, Any]:
+    """Forward and backward counters (``ops``: kernels, ``syncs``: host reads of device values) of the second of two steps."""
     import torch
 
     count = _counter()
@@ -68,10 +73,10 @@ def _count(run_forward) -> tuple[collections.Counter, collections.Counter]:
         seed = torch.ones_like(out)
         with backward:
             out.backward(seed)
-    return forward.ops, backward.ops
+    return forward, backward
 
 
-def llama() -> tuple[collections.Counter, collections.Counter]:
+def llama() -> tuple[Any, Any]:
     import torch
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
@@ -101,7 +106,7 @@ class _Inert:
         return lambda *args, **kwargs: _Inert()
 
 
-def megatron_moe(experts: int, topk: int) -> tuple[collections.Counter, collections.Counter]:
+def megatron_moe(experts: int, topk: int) -> tuple[Any, Any]:
     import torch
 
     torch.cuda.Stream = _Inert
@@ -152,9 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as error:
         print(f"count_eager_kernels: {error.name or error} is not installed; see the module docstring", file=sys.stderr)
         return 2
-    for direction, ops in (("forward", forward), ("backward", backward)):
+    for direction, counted in (("forward", forward), ("backward", backward)):
+        ops, syncs = counted.ops, counted.syncs
         print(f"{direction}: {sum(ops.values())} kernels; GEMMs {ops['mm'] + ops['bmm'] + ops['addmm']}; "
-              + ", ".join(f"{name} {n}" for name, n in ops.most_common()))
+              f"host reads of device values {sum(syncs.values())}; "
+              + ", ".join(f"{name} {n}" for name, n in (ops + syncs).most_common()))
     return 0
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "format_option_value",
     "option_summary",
     "parse_assignments",
+    "rederive_precision_fields",
     "runtime_label",
     "runtime_name",
     "trait_option",
@@ -87,7 +88,9 @@ class RuntimeOption:
             *apply* sets (Megatron's ``grad_reduce_in_fp32``: ``grad_bytes``). A
             run that sets the option and states one of them in ``precision``
             must state the same width: :func:`check_precision_fields` refuses
-            a disagreement rather than letting either win silently.
+            a disagreement rather than letting either win silently; where it
+            states none of them, :func:`rederive_precision_fields` derives them
+            again from the stated precision.
     """
 
     name: str = attrs.field(validator=_option_name)
@@ -225,6 +228,22 @@ def check_precision_fields(runtime: Runtime, stated: Mapping[str, Any]) -> None:
                 raise ConfigError(f"$.precision.{field}",
                                   f"{stated[field]!r} disagrees with runtime option {option.name}={value}, which sets "
                                   f"{field} {getattr(runtime.precision, field)!r}; state one of them, or both alike")
+
+
+def rederive_precision_fields(runtime: Runtime, stated: Mapping[str, Any], precision: Any) -> Any:
+    """*precision* (the runtime's with the *stated* fields) with each set option's :attr:`RuntimeOption.precision_fields`
+    derived again from it, where the run states none of them: an option that derives a width from another field
+    (Megatron's ``grad_reduce_in_fp32: false``: the gradient buffer takes the parameters' dtype) follows a stated
+    ``param_bytes`` rather than the runtime's.
+    """
+    for option in runtime.options:
+        if option.name not in runtime.option_values or not option.precision_fields:
+            continue
+        if any(field in stated for field in option.precision_fields):
+            continue
+        again = option.apply(attrs.evolve(runtime, precision=precision), runtime.option_values[option.name])
+        precision = attrs.evolve(precision, **{field: getattr(again.precision, field) for field in option.precision_fields})
+    return precision
 
 
 def check_reduce_width(runtime: Runtime, precision: Any) -> Any:

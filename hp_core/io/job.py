@@ -18,7 +18,7 @@ from hp_core.registry import Registry
 from hp_core.types import Runtime
 from hp_core.models import load_model_config, model_from_config, model_from_preset
 from hp_core.results import Estimate
-from hp_core.runtime_options import apply_options, check_precision_fields
+from hp_core.runtime_options import apply_options, check_precision_fields, rederive_precision_fields
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec
 
 __all__ = ["Job", "estimate_job", "prepare_job", "resolve_job", "resolve_model", "step_time_job"]
@@ -74,6 +74,7 @@ def resolve_job(config: ConfigFile, registry: Registry) -> Job:
             raise ConfigError(f"$.precision.{exc.path}", exc.message) from None
         except (TypeError, ValueError) as exc:
             raise ConfigError("$.precision", describe(exc)) from None
+        precision = rederive_precision_fields(runtime, config.precision, precision)
     hardware = config.hardware
     if isinstance(hardware, str):
         hardware = registry.hardware_preset(hardware).spec

@@ -58,9 +58,10 @@ class OverlapSchedule:
             groups of ``dp * cp / fsdp_replicate`` ranks, and each layer's
             reduce-scatter output (its gradient shard, in the reduce dtype) is
             then all-reduced across the ``fsdp_replicate`` ranks holding the
-            same shard, behind that reduce-scatter on the reduce stream
-            (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``
-            ``foreach_reduce``); 1: plain FSDP.
+            same shard, on its own stream once that reduce-scatter is done
+            (torch 2.13 ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``
+            ``foreach_reduce``); hp serialises it behind the reduce-scatter
+            (docs/time.md); 1: plain FSDP. Refused with ``pp > 1``.
         bucket_elements: Parameters per data-parallel bucket (Megatron-Core
             ``DistributedDataParallelConfig.bucket_size``: ``max(40e6, 1e6 * dp)``
             when ``None``).
@@ -88,12 +89,18 @@ def check_fsdp_replicate(replicate: int, zero: int, p: Any) -> None:
     """:attr:`OverlapSchedule.fsdp_replicate` (the fsdp2 runtime's ``hsdp_replicate``) checked against the layout *p*:
     HSDP's ``(replicate, shard)`` mesh as torchtitan builds it (``dp_replicate * dp_shard`` the data-parallel
     degree, ``parallel_dims.py``): *replicate* must divide ``dp`` (and, under expert parallelism, the expert
-    data-parallel degree) and the run must shard with FSDP (zero 3).
+    data-parallel degree), the run must shard with FSDP (zero 3), and pp must be 1 (below).
 
     Raises:
         ConfigError: At ``$.runtime.options.hsdp_replicate``, one line.
     """
     path = "$.runtime.options.hsdp_replicate"
+    if p.pp > 1:
+        # torch.distributed.pipelining (torchtitan's PP) skips FSDP's gradient reduction on every micro-batch but the
+        # last (stage.py backward_maybe_with_nosync: set_requires_gradient_sync(False)), so the replicate
+        # all-reduce runs once per step there; hp prices FSDP's per-layer reductions per micro-batch.
+        raise ConfigError(path, f"HSDP under pipeline parallelism (pp {p.pp}) is not priced: torch's pipelining reduces "
+                                f"gradients once per step, which hp does not model; use pp 1")
     if zero < 3:
         raise ConfigError(path, f"HSDP shards with FSDP: {replicate} needs parallel.zero 3, got zero {zero} (leave it 1)")
     if p.dp % replicate or (p.ep > 1 and p.expert_dp % replicate):

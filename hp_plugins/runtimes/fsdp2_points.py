@@ -189,14 +189,14 @@ class Fsdp2Points:
         # The last body layer's reduce-scatter input (its whole gradient in the reduce dtype: fp32, or
         # precision.reduce_bytes with reduce_dtype bf16; foreach_reduce allocates it in reduce_dtype) stays until the
         # next unit's post-backward waits on it (FSDP2 comm_ctx.reduce_scatter_state, _fsdp_param_group.post_backward).
-        freed = finished = root_grads = reducing = 0
+        freed = finished = root_grads = reducing = held_all_reduce = 0
         best: MemoryBreakdown | None = None
         for index, layer, its_kept in zip(reversed(range(len(layers))), reversed(layers), reversed(kept)):
             body_layer = layer.placement == "body"
             running = _gathered(view, layer) - (_gathered(view, layer) // keep_share if keep_share else 0) if body_layer else 0
             gathered = stay + running
             grads = held_grads if held_grads else finished + root_grads
-            candidate = point(grads, root_gathered + gathered + all_gather + reducing, sum(kept) - freed,
+            candidate = point(grads, root_gathered + gathered + all_gather + reducing + held_all_reduce, sum(kept) - freed,
                               layer.backward_working_bytes)
             if best is None or candidate.peak_bytes > best.peak_bytes:
                 best = candidate
@@ -208,7 +208,7 @@ class Fsdp2Points:
                 below = sum(kept) - freed - its_kept
                 prefetched = all_gather if any(other.placement == "body" for other in layers[:index]) else 0
                 for alive, working in _weight_grad_moments(view, layer):
-                    moment = point(finished, root_gathered + gathered + prefetched + reducing,
+                    moment = point(finished, root_gathered + gathered + prefetched + reducing + held_all_reduce,
                                    below + min(alive, its_kept), max(alive - its_kept, 0) + working + root_grads)
                     if moment.peak_bytes > best.peak_bytes:
                         best = moment
@@ -216,10 +216,13 @@ class Fsdp2Points:
             if body_layer:
                 reducing = sum(layer.elements.values()) * view.precision.reduction_bytes
                 if self.replicate > 1 and view.precision.reduction_bytes != view.precision.grad_bytes:
-                    # HSDP: the reduce-scatter output, all-reduced across the replicate group, is held in the reduce
-                    # dtype until the next unit's backward waits on it (_fsdp_param_group.py _all_reduce_state); in the
-                    # gradients' own dtype it is the sharded gradient itself (foreach_reduce views it out).
-                    reducing += _sharded(view, layer, view.precision.reduction_bytes, self.replicate)
+                    # HSDP: each unit's reduce-scatter output, all-reduced across the replicate group in the reduce
+                    # dtype, stays allocated until the end of backward (torch 2.13 _fsdp_collectives.py foreach_reduce
+                    # hands it to FSDPParamGroup._all_reduce_state, which only the same group's next post_backward or
+                    # finalize_backward clears, so the caching allocator cannot hand the block to the next unit's
+                    # reduce-scatter while its all-reduce runs); in the gradients' own dtype it is the sharded
+                    # gradient itself (foreach_reduce views it out).
+                    held_all_reduce += _sharded(view, layer, view.precision.reduction_bytes, self.replicate)
                 finished += 0 if self.cpu_offload else _sharded(view, layer, view.precision.grad_bytes, self.replicate)
                 stay -= _gathered(view, layer) // keep_share if keep_share else 0
             else:

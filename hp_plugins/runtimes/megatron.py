@@ -152,8 +152,8 @@ OPTIONS = (
         "grad_reduce_in_fp32", "bool", True,
         "fp32 gradient buffer and data-parallel reduction (--accumulate-allreduce-grads-in-fp32, on with --bf16); "
         "false (--grad-reduce-in-bf16; Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32 false): the "
-        "gradient buffer and its reduce-scatter (all-reduce at zero 0) in the parameters' dtype, bf16, half the "
-        "bytes; at the optimizer step the optimizer copies them to fp32 (.float()), 4 bytes per element of the shard "
+        "gradient buffer and its reduce-scatter (all-reduce at zero 0) in the parameters' dtype (bf16, half the "
+        "bytes; a stated precision.param_bytes is followed); at the optimizer step the optimizer copies them to fp32 (.float()), 4 bytes per element of the shard "
         "under the distributed optimizer, of every gradient at zero 0 (which there outweighs the 2 saved), held at "
         "the step (peak point optimizer)",
         f"{_ARGS} --grad-reduce-in-bf16, --accumulate-allreduce-grads-in-fp32 (at 23e00ed0); megatron/core/distributed/"

@@ -313,3 +313,43 @@ def test_option_summary_names_what_was_set(registry):
     assert option_summary(registry.runtime("megatron")) == ""
     rt = apply_options(registry.runtime("megatron"), {"swiglu_fusion": False, "cross_entropy_fusion": "true"})
     assert option_summary(rt) == "swiglu_fusion=false, cross_entropy_fusion=true"
+
+
+def test_grad_reduce_in_fp32_false_follows_a_stated_param_bytes(capsys, tmp_path):
+    """Megatron-Core's gradient buffer takes param.dtype when grad_reduce_in_fp32 is false (distributed_data_parallel.py
+    grad_dtype), so fp32 parameters (param_bytes: 4) keep a 4-byte buffer: 2 bytes per gradient was priced before."""
+    def grads_bytes(precision: str) -> int:
+        config = tmp_path / "job.yaml"
+        config.write_text("model: llama3-8b\nnum_layers: 1\nparallel: {dp: 1, seq_len: 1024}\n"
+                          "runtime: {name: megatron, options: {grad_reduce_in_fp32: false}}\n"
+                          f"precision: {precision}\n")
+        status, out, err = run(capsys, "estimate", config, "--json")
+        assert status == 0, err
+        return json.loads(out)["stages"][0]["memory"]["gradients_bytes"]
+    # llama3-8b truncated to one decoder layer: the embedding 525,336,576, one layer 218,112,000, the head and final
+    # norm 525,340,672 parameters.
+    elements = 525_336_576 + 218_112_000 + 525_340_672
+    assert grads_bytes("{param_bytes: 4}") == 4 * elements
+    assert grads_bytes("{param_bytes: 2}") == 2 * elements
+
+
+def test_search_with_hsdp_rejects_layouts_it_cannot_split(capsys):
+    """hsdp_replicate 4 on 16 devices: layouts whose dp 4 does not divide (dp 1, 2) or that pipeline are rejected
+    under their own reason, only ZeRO 3 is searched, and every ranked layout has dp a multiple of 4."""
+    status, out, err = run(capsys, "search", "--model", "llama3-8b", "--num-layers", "4", "--devices", "16",
+                           "--hardware", "h100-sxm", "--runtime", "fsdp2", "--runtime-option", "hsdp_replicate=4",
+                           "--global-batch-size", "64", "--seq-len", "2048", "--json")
+    assert status == 0, err
+    found = json.loads(out)
+    assert found["top"] and all(r["layout"]["dp"] % 4 == 0 and r["layout"]["pp"] == 1 and r["layout"]["zero"] == 3
+                                   for r in found["top"])
+    reason = "the runtime's hsdp_replicate does not divide the (expert) data-parallel degree, or pp > 1"
+    assert found["rejected"][reason] > 0
+
+
+def test_hsdp_under_pipeline_parallelism_is_a_one_line_error(capsys):
+    status, _, err = run(capsys, "estimate", "--model", "llama3-8b", "--num-layers", "4", "--dp", "4", "--pp", "2",
+                         "--seq-len", "1024", "--runtime", "fsdp2", "--runtime-option", "hsdp_replicate=2",
+                         "--hardware", "h100-sxm")
+    assert status == 2 and err.count("\n") == 1
+    assert err.startswith("hp estimate: error: $.runtime.options.hsdp_replicate: HSDP under pipeline parallelism (pp 2)")

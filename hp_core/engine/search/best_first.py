@@ -243,6 +243,12 @@ def _search(model: ModelSpec, registry: Registry, devices: int, hardware: Hardwa
     if not 0 <= reserve_bytes < hardware.memory_bytes:
         raise ConfigError("$.reserve_bytes", "the reserve must be at least 0 and below the device memory")
     zeros = tuple(sorted(set(zero))) if zero is not None else zero_levels(rt)
+    if rt.timing is not None and rt.timing.schedule.fsdp_replicate > 1:
+        # HSDP shards with FSDP (check_fsdp_replicate): only ZeRO 3 is searched.
+        if 3 not in zeros:
+            raise ConfigError("$.runtime.options.hsdp_replicate",
+                              f"HSDP shards with FSDP: the search's ZeRO levels {list(zeros)} exclude 3 (fix zero 3 or drop the option)")
+        zeros = (3,)
     job = _Job(model, registry, hardware, runtime, precision, census, reserve_bytes, seq_len, global_batch_size, schedule)
     bounder = _Bounder(job)
     if bounder.body_count == 0:

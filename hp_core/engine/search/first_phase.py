@@ -21,6 +21,7 @@ from hp_core.engine.search.layouts import (
     R_BATCH,
     R_EXPERTS,
     R_FULL,
+    R_HSDP,
     R_LAYERS,
     R_SEQUENCE,
     R_STATIC,
@@ -212,6 +213,8 @@ def _first_phase(
     def reject(reason: str, count: int) -> None:
         counts[reason] = counts.get(reason, 0) + count
 
+    timing = bounder.rt.timing
+    replicate = timing.schedule.fsdp_replicate if timing is not None else 1
     if families is None:
         families = _families(devices, fixed)
     done = 0
@@ -251,6 +254,11 @@ def _first_phase(
                             continue
                         if seq_len % cp or (tp > 1 and (seq_len // cp) % tp):
                             reject(R_SEQUENCE, n)
+                            continue
+                        # HSDP splits the data-parallel ranks into replicate x shard groups (check_fsdp_replicate):
+                        # the replicate degree must divide dp and, under expert parallelism, the expert dp; pp 1 (HSDP under PP is refused).
+                        if replicate > 1 and (pp > 1 or dp % replicate or (ep > 1 and dp * cp * tp // (ep * etp) % replicate)):
+                            reject(R_HSDP, n)
                             continue
                         for reason in refused.values():
                             if reason is not None:

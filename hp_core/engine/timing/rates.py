@@ -101,6 +101,10 @@ def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency
     dense = {"tp": p.tp, "cp": p.cp, "ep": 1, "dp": p.dp, "pp": p.pp}
     expert = {"tp": p.etp, "cp": 1, "ep": p.ep, "dp": p.expert_dp, "pp": p.pp}
     replicate = timing.schedule.fsdp_replicate
+    if replicate > 1 and (p.dp % replicate or (p.ep > 1 and p.expert_dp % replicate)):
+        raise ConfigError("$.runtime.options.hsdp_replicate",
+                          f"{replicate} must divide parallel.dp {p.dp} (and, under expert parallelism, the expert "
+                          f"data-parallel degree {p.expert_dp})")
     if replicate > 1:
         # HSDP: the data-parallel dimension is torchtitan's dp_replicate * dp_shard, the replicate part the slower
         # (parallel_dims.py builds the mesh [pp, dp_replicate, dp_shard, cp, tp]): "dp" and "edp" are then the shard

@@ -335,7 +335,8 @@ def time_run(
                                   (t.backward_seconds + t.recompute_seconds) / rates.slowdown))
                 if replicate > 1:
                     # HSDP: the reduce-scatter's output (the layer's gradient shard, in the reduce dtype) all-reduced
-                    # across the replicate group, issued behind it on the reduce stream (foreach_reduce).
+                    # across the replicate group once it is done (torch 2.13 foreach_reduce: on all_reduce_stream,
+                    # which waits for the reduce-scatter stream).
                     replicated.append(links.seconds("hsdp", "all_reduce", d * reduce_bytes / dense_group)
                                       + links.seconds("ehsdp", "all_reduce", e * reduce_bytes / expert_group))
 
@@ -347,8 +348,10 @@ def time_run(
             total, exposed = streams(per_layer)
             by_group["fsdp"] = [total, exposed]
             if replicated:
-                # The all-reduce follows its reduce-scatter on the same stream and network; what it adds to the
-                # exposed time is its share (docs/time.md, "Overlap and host time").
+                # Serialised behind its reduce-scatter, a conservative reading: torch runs it on its own stream,
+                # which the next unit's reduce-scatter does not wait for, so where the shard and replicate groups
+                # use different links the two could overlap. What it adds to the exposed time is its share
+                # (docs/time.md, "Overlap and host time").
                 both = streams([(g, r + a, f, b) for (g, r, f, b), a in zip(per_layer, replicated)])
                 by_group["hsdp"] = [both[0] - total, both[1] - exposed]
                 exposed = both[1]
