@@ -110,10 +110,66 @@ def test_every_row_states_its_provenance_and_is_bf16():
 def test_the_split_is_the_one_fixed_before_fitting():
     calibration = sorted(r["id"] for r in ROWS if r["split"] == "calibration")
     assert calibration == ["mlm-gpt-1.7b", "mlm-gpt-16b", "tt-8b-fsdp128", "tt-8b-fsdp8", "tt-8b-fsdp8-tp8"]
-    assert sum(r["split"] == "held-out" for r in ROWS) == 18
+    assert sum(r["split"] == "held-out" for r in ROWS) == 20
     # torchtitan's 2024 performance page, added after the fsdp2 fit: every row held out (split_rule).
     assert [r["split"] for r in ROWS if r["id"].startswith("tt24-")] == ["held-out"] * 9
     assert "tt24-*" in DATA["split_rule"] and "held out" in DATA["split_rule"]
+
+
+# NeMo AutoModel's single-node MoE rows: the pre-training table's columns, as printed.
+AM_COLUMNS = ("Model", "#GPUs", "GBS", "MBS", "LBS", "GA", "Seq Length", "TP", "PP", "CP", "EP", "VP", "FSDP",
+              "Kernel Optimizations", "Time per Global Step (s)", "Model TFLOPs/sec/GPU", "Tokens/sec/GPU")
+AM_SINGLE_NODE = ("am-qwen3-30b-a3b-ep8", "am-gpt-oss-20b-ep8", "am-nemotron-3-nano-30b-a3b-ep8")
+
+
+def test_automodel_single_node_rows_are_their_table_rows_and_configs():
+    for name in AM_SINGLE_NODE:
+        row = _row(name)
+        cells = dict(zip(AM_COLUMNS, (c.strip() for c in row["row"].split("|")), strict=True))
+        lay = row["layout"]
+        assert row["class"] == "single-node MoE" and row["split"] == "held-out" and row["hardware"] == "h100-sxm"
+        # 8 GPUs, all FSDP; GBS = MBS x GA x GPUs; local batch = micro-batch; no TP / PP / CP.
+        assert (int(cells["#GPUs"]), int(cells["FSDP"]), lay["dp"]) == (8, 8, 8)
+        assert (lay["global_batch_size"], lay["micro_batch_size"], lay["seq_len"]) == \
+            (int(cells["GBS"]), int(cells["MBS"]), int(cells["Seq Length"]))
+        assert int(cells["GBS"]) == int(cells["MBS"]) * int(cells["GA"]) * 8 and cells["MBS"] == cells["LBS"]
+        assert (cells["TP"], cells["PP"], cells["CP"]) == ("1", "1", "1") and not {"tp", "pp", "cp"} & set(lay)
+        # Every config sets ep_size 8 and DeepEP; the GPT-OSS row prints EP '-' (its assumptions say so).
+        assert lay["ep"] == 8 and "DeepEP" in cells["Kernel Optimizations"] and row["options"]["ep_all_to_all"] == "deepep"
+        assert cells["EP"] == "8" or ("EP '-'" in row["assumptions"] and cells["EP"] == "-")
+        assert row["recompute"] == "full" and row["compile"] is False
+        # The step time as printed, and the printed tokens/s/GPU from it (GBS x sequence / (step x GPUs)).
+        step = float(cells["Time per Global Step (s)"])
+        assert measured_seconds(row) == step
+        assert lay["global_batch_size"] * lay["seq_len"] / (step * 8) == pytest.approx(
+            float(cells["Tokens/sec/GPU"].replace(",", "")), abs=4)
+    # Nemotron's attention is torch SDPA (the row's TorchSDPA) and its MoE parallelizer keeps the parameters
+    # gathered after forward (reshard_after_forward false at bb0c0bfb0); GPT-OSS's reshards (not pp_enabled at 89e3a9fdd).
+    nano, oss = _row("am-nemotron-3-nano-30b-a3b-ep8"), _row("am-gpt-oss-20b-ep8")
+    assert "TorchSDPA" in nano["row"] and nano["options"]["attention_kernel"] == "sdpa"
+    assert nano["layout"]["reshard_after_forward"] is False and "reshard_after_forward" not in oss["layout"]
+    assert "FlexAttn" in oss["row"] and "FlexAttention" in oss["assumptions"]
+    for row in (nano, oss):
+        assert row["split"] == "held-out" and row["id"] in DATA["split_rule"]
+        assert DATA["sources"][row["source"]]["url"].endswith("/docs/performance-summary.md")
+
+
+def test_automodel_single_node_models_are_the_published_sizes(registry):
+    # OpenAI's gpt-oss model card (20.91B) and NVIDIA's Nemotron 3 Nano model card (31.6B): the presets' totals.
+    totals = {name: estimate(sc.model(_row(name), registry), ParallelSpec(seq_len=4096), registry=registry).parameters.total
+              for name in ("am-gpt-oss-20b-ep8", "am-nemotron-3-nano-30b-a3b-ep8")}
+    assert totals == {"am-gpt-oss-20b-ep8": 20_914_757_184, "am-nemotron-3-nano-30b-a3b-ep8": 31_577_937_344}
+
+
+def test_single_node_sources_scanned_and_left_out_say_why():
+    skipped = {s["row"]: s["why"] for s in DATA["skipped"]}
+    assert len(skipped) == 10 and all(skipped.values())
+    # The superseded Qwen3 figure names the row kept in its place.
+    old = next(w for r, w in skipped.items() if "| 22.14 |" in r)
+    assert "am-qwen3-30b-a3b-ep8" in old and measured_seconds(_row("am-qwen3-30b-a3b-ep8")) == 21.773
+    # LoRA rows: TP is refused for LoRA; the GPT-OSS 120B row's config disagrees with its table row.
+    assert "refuses LoRA" in next(w for r, w in skipped.items() if "LoRA" in r)
+    assert "ep_size 16" in next(w for r, w in skipped.items() if "GPT-OSS 120B" in r)
 
 
 def test_the_validation_table_in_time_md_is_what_the_script_prints(registry):
