@@ -402,20 +402,19 @@ class TimingProfile:
         description: One line: the trainer and versions the figures describe.
         devices: Efficiencies per device architecture; ``"*"`` is the fallback.
         overlap: Communication hidden behind compute, per class.
-        matmul_backward_factor: Backward FLOPs of a matmul over its forward
-            (2: the input gradient and the weight gradient).
-        attention_backward_factor: Backward FLOPs of the fused attention core
-            over its forward (2.5: five matmuls against two, FlashAttention-2).
-        flash_causal_fraction: The share of the score matrix a fused attention
-            kernel computes under a causal mask (it skips blocks above the diagonal).
-        elementwise_accesses_per_flop: Elements an elementwise kernel reads or
-            writes per counted elementwise op (the FLOPs the kinds count).
+        matmul_backward_factor: Backward FLOPs of a matmul over its forward (2: input and weight gradients).
+        attention_backward_factor: Backward FLOPs of the fused attention core over its forward (2.5: five matmuls
+            against two, FlashAttention-2).
+        flash_causal_fraction: The share of the score matrix a fused attention kernel computes under a causal mask.
+        elementwise_accesses_per_flop: Elements an elementwise kernel reads or writes per counted elementwise op.
         elementwise_backward_factor: Memory traffic of an elementwise op's
             backward over its forward.
         moe_permute_passes: Passes over the dispatched tokens (each a read and
             a write) per direction of an MoE layer: permute, sort, unsort, unpermute.
         optimizer_grad_passes: Passes over the gradient shard beyond the
             optimizer's own read (the global-norm read, the clip's read and write).
+        optimizer_grad_bytes: The gradient width the step reads and clips (Megatron's fp32 main gradients), the shard
+            copied into it first where ``grad_bytes`` differs; ``None``: ``grad_bytes``.
         grad_buffer_passes: Accesses of the whole local gradient buffer per
             step besides the optimizer (zeroing it, a NaN check of it).
         grad_scale_passes: Accesses of the local gradient buffers when there
@@ -468,6 +467,7 @@ class TimingProfile:
     alternate_matmul_recompute: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     eager_elementwise: bool = False
     fsdp1_units: bool = False
+    optimizer_grad_bytes: Sourced | None = None
     unlisted_reason: str | None = None
 
     def __attrs_post_init__(self) -> None:

@@ -155,7 +155,7 @@ OPTIONS = (
         "gradient buffer and its reduce-scatter (all-reduce at zero 0) in the parameters' dtype (bf16, half the "
         "bytes; a stated precision.param_bytes is followed); at the optimizer step the optimizer copies them to fp32 (.float()), 4 bytes per element of the shard "
         "under the distributed optimizer, of every gradient at zero 0 (which there outweighs the 2 saved), held at "
-        "the step (peak point optimizer)",
+        "the step (peak point optimizer) and its read and write timed there",
         f"{_ARGS} --grad-reduce-in-bf16, --accumulate-allreduce-grads-in-fp32 (at 23e00ed0); megatron/core/distributed/"
         "distributed_data_parallel_config.py grad_reduce_in_fp32; distributed_data_parallel.py (grad_dtype = fp32 if "
         "grad_reduce_in_fp32 else param.dtype); param_and_grad_buffer.py (grad_data in grad_dtype, reduced in place); "

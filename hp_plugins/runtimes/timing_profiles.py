@@ -393,6 +393,12 @@ MEGATRON_TE = TimingProfile(
     optimizer_grad_passes=Sourced(
         3, "megatron/core/optimizer/clip_grads.py: the global norm reads the gradient shard, the clip reads and writes it"
     ),
+    optimizer_grad_bytes=Sourced(
+        4, "megatron/core/optimizer/distrib_optimizer.py _copy_model_grads_to_main_grads (shard_main_param.grad = "
+        "shard_model_grad.float(); optimizer.py the same without the distributed optimizer), at 23e00ed0 and core_v0.18.0: "
+        "the norm, the clip and Adam read fp32 main gradients; a bf16 buffer (grad_reduce_in_fp32 false) is copied "
+        "into them, an fp32 one is the same tensor (.float() returns it)"
+    ),
     grad_buffer_passes=Sourced(
         2, "megatron/core/distributed/param_and_grad_buffer.py: the fp32 gradient buffer is zeroed before each step "
         "(reset) and its norm checked for NaN before the reduction (check_for_nan_in_grad, on by default: "

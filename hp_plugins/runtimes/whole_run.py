@@ -19,7 +19,7 @@ __all__ = ["FSDP1_UNIT_SECONDS", "MPT_CALIBRATION", "TRITON_FLASH_FACTORS", "WHO
 # other rows held out (benchmarks/fit_fsdp2_sustained.py; tests/plugins/test_fsdp2_fit.py refits; docs/time.md
 # "The fsdp2 fit"). Stated as efficiencies: a GEMM takes FLOPs / (peak * matmul), so m is exactly matmul / m.
 # Hopper's m is the device's: every profile's Hopper entry (HOPPER) states the kernel figure over it, and the 14
-# Megatron-Core H100 rows of the repo, none fitted to, check it (held out: mean absolute error 23.4% -> 16.0%).
+# Megatron-Core H100 rows of the repo, none fitted to, check it (held out: mean absolute error 23.4% -> 15.9%).
 # Ampere's m is the fsdp2 profile's alone (FSDP2_AMPERE): on the held-out A100 Megatron-LM rows of Korthikanti et al.
 # 2022 it raises the mean absolute error from 3.7% to 5.4% (docs/time.md "The fsdp2 fit").
 WHOLE_RUN_MATMUL_FACTORS = {"hopper": 1.238, "ampere": 1.056}

@@ -281,6 +281,25 @@ def test_megatron_grad_reduce_in_bf16_halves_the_data_parallel_reduction_by_hand
     assert timed(False, **zero0).data_parallel_seconds == pytest.approx(4e6 / 5e10 + 2e-5)
 
 
+def test_fp32_main_gradients_copy_a_bf16_buffer_at_the_step_by_hand(toy_registry):
+    # TimingProfile.optimizer_grad_bytes 4 (Megatron's fp32 main gradients: distrib_optimizer.py
+    # shard_main_param.grad = shard_model_grad.float()): with a bf16 buffer (grad_reduce_in_fp32 false) the step first
+    # copies the buffer's shard into fp32 (2 read + 4 written per element) and its update reads the fp32 copy (34
+    # bytes per element, as with an fp32 buffer): 40 bytes per element of the ZeRO-1 shard, 2e6 / 4 elements.
+    from hp_core.api import apply_options
+
+    option = next(o for o in build_registry(use_env=False).runtime("megatron").options if o.name == "grad_reduce_in_fp32")
+    toy = toy_registry.runtime("toy-runtime")
+    toy = attrs.evolve(toy, options=(option,), timing=attrs.evolve(toy.timing, optimizer_grad_bytes=_figure(4)))
+
+    def optimizer(value):
+        return step_time(_model(2), ParallelSpec(seq_len=16, dp=4, zero=1, global_batch_size=4), registry=toy_registry,
+                         hardware=TOY_DEVICE_SPEC, runtime=apply_options(toy, {"grad_reduce_in_fp32": value})).optimizer_seconds
+    assert optimizer(False) == pytest.approx(2 * PARAMS / 4 * 40 / (MEMORY_BW * 0.5))
+    # An fp32 buffer is the main gradient itself (.float() returns it): no copy, 34 bytes per element.
+    assert optimizer(True) == pytest.approx(2 * PARAMS / 4 * OPTIMIZER_PER_PARAM)
+
+
 @pytest.mark.parametrize("reduce_bytes", [None, 2])
 def test_a_reduce_dtype_prices_the_reduction_alone_by_hand(toy_registry, reduce_bytes):
     # PrecisionSpec.reduce_bytes (FSDP's reduce_dtype): the reduction in that width, the gradients (and the optimizer,

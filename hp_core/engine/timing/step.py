@@ -224,6 +224,10 @@ def time_run(
 
     # Per stage: per-micro-batch sums over its chunks, then DP and optimizer.
     grad_bytes, param_bytes = precision.grad_bytes, precision.param_bytes
+    # The gradient the optimizer step reads and clips (TimingProfile.optimizer_grad_bytes: Megatron's fp32 main
+    # gradients), and the precision its update is priced in: a narrower buffer is first copied into it.
+    main_grad_bytes = grad_bytes if timing.optimizer_grad_bytes is None else timing.optimizer_grad_bytes.value
+    step_precision = precision if main_grad_bytes == grad_bytes else attrs.evolve(precision, grad_bytes=main_grad_bytes)
     # The data-parallel reduction runs in the reduce dtype where the precision states one (FSDP's reduce_dtype:
     # the reduce-scatter input is cast to it, PrecisionSpec.reduce_bytes), else in the gradients' own.
     reduce_bytes = precision.reduction_bytes
@@ -311,7 +315,7 @@ def time_run(
         found = stage_cache.get(composition)
         if found is None:
             found = stage_cache[composition] = _stage_elements(held, costs, names, parallel, elements_cache,
-                                                               run.optimizer, precision)
+                                                               run.optimizer, step_precision)
         dense, experts, dense_load, expert_load = found
         # Parameters a recipe gathers in its weights' format (docs/precision.md): the quantized GEMM weights.
         q_dense = q_experts = 0
@@ -394,7 +398,11 @@ def time_run(
         # = 1 / dp_cp size), whatever the expert data-parallel group's size.
         reduced = (dense + experts) * (parallel.dp * parallel.cp > 1)
         buffer_passes = timing.grad_buffer_passes.value * (dense + experts) + timing.grad_scale_passes.value * reduced
-        moved = _update_bytes(dense_load, expert_load, dense_group, expert_group, zero, grad_passes, grad_bytes)
+        moved = _update_bytes(dense_load, expert_load, dense_group, expert_group, zero, grad_passes, main_grad_bytes)
+        if main_grad_bytes != grad_bytes:
+            # The copy of the buffer's shard (all of it at ZeRO-0) into the main gradients: a read and a write.
+            shard = (dense / dense_group + experts / expert_group) if zero >= 1 else dense + experts
+            moved += shard * (grad_bytes + main_grad_bytes)
         opt = (moved + buffer_passes * grad_bytes) / memory * rates.slowdown
         matmul = dense_load.matmul_flops + expert_load.matmul_flops
         elementwise = dense_load.elementwise_flops + expert_load.elementwise_flops
