@@ -273,7 +273,8 @@ def time_summary(step) -> str:
             f", whole-run slowdown {slowdown:g}" if slowdown != 1.0 else ", other kernels as measured alone")
     if "fsdp1_unit_seconds" in prov:  # FSDP1's fitted per-unit time, inside the compute (DeviceEfficiency.fsdp1_unit_seconds)
         whole_run += (f"; FSDP1 per-unit time {prov['fsdp1_unit_seconds'] * 1e3:.2f} ms x {prov['fsdp1_units']:g} units x "
-                      f"{step.micro_batches} micro-batches = {prov['fsdp1_unit_step_seconds']:.3f} s of the compute")
+                      f"{step.micro_batches} micro-batch{'' if step.micro_batches == 1 else 'es'} = "
+                      f"{prov['fsdp1_unit_step_seconds']:.3f} s of the compute")
     recipe = prov.get("precision_recipe", "bf16")
     mfu = f"MFU {step.mfu * 100:.1f}%"
     if recipe != "bf16":

@@ -109,8 +109,8 @@ def _speedups(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
 
 
 def _sourced(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
-    if not isinstance(value, Sourced):
-        raise SpecError(attribute.name, f"{attribute.name} must be a Sourced figure")
+    if not isinstance(value, Sourced) or not 0 <= value.value < float("inf"):
+        raise SpecError(attribute.name, f"{attribute.name} must be a Sourced figure, finite and >= 0; got {value!r}")
 
 
 def _gemm_rows(instance: Any, attribute: attrs.Attribute, value: Any) -> None:

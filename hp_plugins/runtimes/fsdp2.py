@@ -98,7 +98,7 @@ OPTIONS = (
         "takes an empirical per-unit time once per micro-batch, 1/3 in forward and 2/3 in backward, not again for a "
         "recompute, fitted on Hopper and Ampere to llm-foundry's MPT rows (hooks, the rate limiter's CPU-GPU "
         "synchronisation, FlatParameter copies, the fp32 gradient cast and divide; not priced from sources); refused "
-        "on other devices. Memory is priced as fsdp2's either way",
+        "on other devices and below zero 3 (every row it is fitted to shards at zero 3). Memory is priced as fsdp2's either way",
         "torch/distributed/fsdp/fully_sharded_data_parallel.py (FSDP1: limit_all_gathers, backward_prefetch), "
         "_runtime_utils.py (pre- and post-forward and -backward hooks); Composer FSDPConfig (composer/utils/parallelism.py: "
         "limit_all_gathers True, backward_prefetch BACKWARD_POST); figure fitted by benchmarks/fit_fsdp2_sustained.py "

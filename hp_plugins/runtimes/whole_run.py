@@ -27,8 +27,9 @@ TRITON_FLASH_FACTORS = {"hopper": 1.882, "ampere": 2.180}
 # FSDP1's per-unit serial time (DeviceEfficiency.fsdp1_unit_seconds, fsdp2's option fsdp_implementation=fsdp1): the
 # seconds each body layer (one FSDP unit) adds once per micro-batch under torch FSDP1 as Composer runs it, per device
 # class, fitted to the same calibration rows (every MPT row states fsdp_implementation: fsdp1) with the factors above
-# held at their values (benchmarks/fit_fsdp2_sustained.py prints the joint three-figure fit too, and why it is not the
-# one stated). Empirical: what it holds -- FSDP1's pre/post-forward and -backward hooks, the limit_all_gathers rate
+# held at their values: a trainer-specific figure is fitted with the device-wide and profile-wide figures fitted before
+# it held, so adding it changes no figure any other row is priced with (a rule that consults no row's error;
+# benchmarks/fit_fsdp2_sustained.py prints the joint three-figure fit beside it, for information). Empirical: what it holds -- FSDP1's pre/post-forward and -backward hooks, the limit_all_gathers rate
 # limiter's CPU-GPU synchronisation, the FlatParameter copies, the fp32 gradient cast and divide passes -- is not
 # priced from sources; FSDP2 (torchtitan) rows do not take it.
 FSDP1_UNIT_SECONDS = {"hopper": 0.001880, "ampere": 0.002352}
@@ -54,6 +55,14 @@ _HELD_OUT = {
 }
 
 
+# What fitting m, a and u together would have moved, per class (a consequence, not the reason for holding m and a).
+_JOINT = {
+    "hopper": "fitting all three together would also move Hopper's GEMM factor, which every profile's Hopper entry shares",
+    "ampere": "fitting all three together would also move the fsdp2 profile's Ampere GEMM factor, which its torchtitan "
+              "A100 rows are priced with",
+}
+
+
 def fitted_matmul(entry: DeviceEfficiency) -> DeviceEfficiency:
     """*entry* with its ``matmul`` the kernel figure over its device class's whole-run GEMM factor, sourced,
     and the factor itself stated (``matmul_whole_run_factor``) so that reports say the GEMMs carry it."""
@@ -72,9 +81,9 @@ def fsdp1_unit(entry: DeviceEfficiency) -> DeviceEfficiency:
     arch = entry.architecture
     value = FSDP1_UNIT_SECONDS[arch]
     how = (f"the whole-run GEMM factor {WHOLE_RUN_MATMUL_FACTORS[arch]:.3f} and the Triton factor "
-           f"{TRITON_FLASH_FACTORS[arch]:.3f} held at their stated values (fitted: {value * 1e3:.3f} ms; fitting all "
-           "three together would move Hopper's GEMM factor, which every profile shares, and raises the held-out "
-           "Megatron-Core H100 rows' error)")
+           f"{TRITON_FLASH_FACTORS[arch]:.3f} held at their stated values (the rule, which consults no row's error: a "
+           "trainer-specific figure is fitted with the device-wide and profile-wide figures fitted before it held, so "
+           f"adding it changes no figure any other row is priced with; {_JOINT[arch]})")
     fit = (f"{value * 1e3:.3f} ms per FSDP unit (body layer) per micro-batch, 1/3 forward and 2/3 backward: an empirical "
            "serial time of torch FSDP1 as Composer runs it (its hooks, the limit_all_gathers rate limiter's CPU-GPU "
            "synchronisation, the FlatParameter copies, the fp32 gradient cast and divide passes), not priced from sources; "

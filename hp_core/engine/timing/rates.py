@@ -277,14 +277,19 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
 FSDP1_UNIT_FORWARD_SHARE = 1 / 3
 
 
-def _unit_seconds(timing: TimingProfile, dev: DeviceEfficiency) -> dict[str, float]:
+def _unit_seconds(timing: TimingProfile, dev: DeviceEfficiency, zero: int | None) -> dict[str, float]:
     """FSDP1's per-unit time, forward and backward (:attr:`TimingProfile.fsdp1_units`), ``{}`` where not run.
 
     Raises:
-        ConfigError: The profile runs FSDP1 on a device whose entry states no fitted per-unit time.
+        ConfigError: The profile runs FSDP1 on a device whose entry states no fitted per-unit time, or below zero 3.
     """
     if not timing.fsdp1_units:
         return {}
+    if zero is not None and zero < 3:  # every row the figure is fitted to shards at zero 3 (FULL_SHARD, SHARD_GRAD_OP)
+        raise ConfigError("$.runtime.options.fsdp_implementation",
+                          f"fsdp_implementation=fsdp1 needs zero 3 (got zero {zero}): the per-unit time is fitted to "
+                          "Composer FSDP1 runs that all shard at zero 3 (FULL_SHARD, or SHARD_GRAD_OP as "
+                          "reshard_after_forward false), so nothing fitted describes FSDP1 below it")
     figure = dev.fsdp1_unit_seconds
     if figure is None:
         raise ConfigError("$.runtime.options.fsdp_implementation",
@@ -339,5 +344,5 @@ def _rates(
         tp_overlap_bwd_rs=timing.schedule.tp_overlap_input_grad_reduce_scatter, ep_comm_overlap=timing.schedule.ep_comm_overlap,
         host=timing.host, alternate_mm_switches=timing.alternate_matmul_recompute, eager_elementwise=timing.eager_elementwise,
         **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes),
-        **_unit_seconds(timing, dev),
+        **_unit_seconds(timing, dev, parallel.zero),
     )
