@@ -16,8 +16,9 @@ before anything was priced):
 * ``u``: FSDP1's per-unit serial time (``DeviceEfficiency.fsdp1_unit_seconds``) on the rows
   that ran torch FSDP1 (every MPT row: ``fsdp_implementation=fsdp1``): seconds each body layer
   (one FSDP unit) adds once per micro-batch. Stated as fitted with ``m`` and ``a`` held at
-  their values (:func:`fitted`); the joint fit of all three (:func:`joint`) is printed beside
-  it (``benchmarks/fit_fsdp2_sustained.py`` says why it is not the one stated).
+  their values (:func:`fitted`): a trainer-specific figure is fitted with the device-wide and
+  profile-wide figures fitted before it held, a rule that reads no row's error; the joint fit of
+  all three (:func:`joint`) is printed beside it, for information.
 
 Each row is priced by the engine as it runs (the row's runtime, options,
 hardware, recompute) with those figures replaced, and the figures fitted
