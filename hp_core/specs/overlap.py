@@ -9,7 +9,7 @@ import attrs
 
 from hp_core.errors import ConfigError
 
-__all__ = ["HostOverhead", "OverlapSchedule", "check_fsdp_replicate"]
+__all__ = ["HostOverhead", "OverlapSchedule", "check_fsdp_replicate", "replicate_split_error"]
 
 
 @attrs.frozen(kw_only=True)
@@ -85,6 +85,17 @@ class OverlapSchedule:
         return self.bucket_elements if self.bucket_elements is not None else max(40_000_000, 1_000_000 * dp)
 
 
+def replicate_split_error(replicate: int, dp: int, ep: int, expert_dp: int) -> str | None:
+    """Why HSDP's *replicate* degree cannot split the data-parallel ranks into replicate x shard groups (it must divide
+    *dp* and, under expert parallelism, *expert_dp*), or ``None``: the layout part of :func:`check_fsdp_replicate`,
+    which the search applies to its candidates and the timing links to the layout they place."""
+    if dp % replicate or (ep > 1 and expert_dp % replicate):
+        expert = f" and the expert data-parallel degree {expert_dp}" if ep > 1 else ""
+        return (f"{replicate} must divide parallel.dp {dp}{expert} (HSDP splits the data-parallel ranks into "
+                f"replicate x shard groups)")
+    return None
+
+
 def check_fsdp_replicate(replicate: int, zero: int, p: Any) -> None:
     """:attr:`OverlapSchedule.fsdp_replicate` (the fsdp2 runtime's ``hsdp_replicate``) checked against the layout *p*:
     HSDP's ``(replicate, shard)`` mesh as torchtitan builds it (``dp_replicate * dp_shard`` the data-parallel
@@ -103,10 +114,9 @@ def check_fsdp_replicate(replicate: int, zero: int, p: Any) -> None:
                                 f"gradients once per step, which hp does not model; use pp 1")
     if zero < 3:
         raise ConfigError(path, f"HSDP shards with FSDP: {replicate} needs parallel.zero 3, got zero {zero} (leave it 1)")
-    if p.dp % replicate or (p.ep > 1 and p.expert_dp % replicate):
-        expert = f" and the expert data-parallel degree {p.expert_dp}" if p.ep > 1 else ""
-        raise ConfigError(path, f"{replicate} must divide parallel.dp {p.dp}{expert} (HSDP splits the data-parallel "
-                                f"ranks into replicate x shard groups)")
+    split = replicate_split_error(replicate, p.dp, p.ep, p.expert_dp)
+    if split is not None:
+        raise ConfigError(path, split)
 
 
 def _non_negative(instance: Any, attribute: attrs.Attribute, value: Any) -> None:

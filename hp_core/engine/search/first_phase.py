@@ -30,6 +30,7 @@ from hp_core.engine.search.layouts import (
     balanced_layers,
 )
 from hp_core.specs import ModelSpec
+from hp_core.specs.overlap import replicate_split_error
 
 
 def _factorize(n: int) -> list[tuple[int, int]]:
@@ -255,9 +256,9 @@ def _first_phase(
                         if seq_len % cp or (tp > 1 and (seq_len // cp) % tp):
                             reject(R_SEQUENCE, n)
                             continue
-                        # HSDP splits the data-parallel ranks into replicate x shard groups (check_fsdp_replicate):
-                        # the replicate degree must divide dp and, under expert parallelism, the expert dp; pp 1 (HSDP under PP is refused).
-                        if replicate > 1 and (pp > 1 or dp % replicate or (ep > 1 and dp * cp * tp // (ep * etp) % replicate)):
+                        # HSDP (check_fsdp_replicate): pp 1 (HSDP under PP is refused) and a replicate degree that
+                        # splits dp and, under expert parallelism, the expert dp (world / (pp * ep * etp)).
+                        if replicate > 1 and (pp > 1 or replicate_split_error(replicate, dp, ep, dp * cp * tp // (ep * etp))):
                             reject(R_HSDP, n)
                             continue
                         for reason in refused.values():

@@ -18,7 +18,7 @@ from hp_core.collectives import NCCL, CollectiveCall, CollectiveModel, Fabric, G
 from hp_core.errors import ConfigError
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
-from hp_core.specs.overlap import HostOverhead
+from hp_core.specs.overlap import HostOverhead, replicate_split_error
 from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS, DeviceEfficiency, GemmTable, TimingProfile
 
 __all__ = ["FSDP1_UNIT_FORWARD_SHARE", "compute_dtype"]
@@ -101,10 +101,9 @@ def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency
     dense = {"tp": p.tp, "cp": p.cp, "ep": 1, "dp": p.dp, "pp": p.pp}
     expert = {"tp": p.etp, "cp": 1, "ep": p.ep, "dp": p.expert_dp, "pp": p.pp}
     replicate = timing.schedule.fsdp_replicate
-    if replicate > 1 and (p.dp % replicate or (p.ep > 1 and p.expert_dp % replicate)):
-        raise ConfigError("$.runtime.options.hsdp_replicate",
-                          f"{replicate} must divide parallel.dp {p.dp} (and, under expert parallelism, the expert "
-                          f"data-parallel degree {p.expert_dp})")
+    split = replicate_split_error(replicate, p.dp, p.ep, p.expert_dp) if replicate > 1 else None
+    if split is not None:
+        raise ConfigError("$.runtime.options.hsdp_replicate", split)
     if replicate > 1:
         # HSDP: the data-parallel dimension is torchtitan's dp_replicate * dp_shard, the replicate part the slower
         # (parallel_dims.py builds the mesh [pp, dp_replicate, dp_shard, cp, tp]): "dp" and "edp" are then the shard
