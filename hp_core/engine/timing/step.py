@@ -91,7 +91,7 @@ def _quantized(held: dict[int, int], costs: tuple[LayerCost, ...], cache: dict) 
 
 
 def _update_bytes(dense: OptimizerLoad, experts: OptimizerLoad, dense_group: int, expert_group: int, zero: int,
-                  grad_passes: float, grad_bytes: int) -> float:
+                  grad_passes: float, grad_bytes: int, copy_bytes: int = 0) -> float:
     """HBM bytes one rank's optimizer update moves (:mod:`hp_core.engine.timing`).
 
     Per element of the rank's shard (all its elements under ZeRO-0): the
@@ -99,8 +99,10 @@ def _update_bytes(dense: OptimizerLoad, experts: OptimizerLoad, dense_group: int
     <hp_core.types.Optimizer.step_bytes>`: AdamW reads the gradient, reads and
     writes the master parameters and both moments, and casts the master copy
     into the parameters; Kingma and Ba 2015), plus the runtime's passes over
-    the gradient shard (clipping: ``optimizer_grad_passes``). Elements are
-    grouped by the bytes their update moves.
+    the gradient shard (clipping: ``optimizer_grad_passes``) and *copy_bytes*
+    (the copy of a narrower gradient buffer into the gradients the step reads:
+    ``TimingProfile.optimizer_grad_bytes``). Elements are grouped by the bytes
+    their update moves.
     """
     by_rate: dict[float, list[int]] = {}
     for index, load in enumerate((dense, experts)):
@@ -109,7 +111,7 @@ def _update_bytes(dense: OptimizerLoad, experts: OptimizerLoad, dense_group: int
     moved = 0.0
     for rate, (d, e) in sorted(by_rate.items()):
         shard = (d / dense_group + e / expert_group) if zero >= 1 else d + e
-        moved += shard * (rate + grad_passes * grad_bytes)
+        moved += shard * (rate + grad_passes * grad_bytes + copy_bytes)
     return moved
 
 
@@ -398,11 +400,9 @@ def time_run(
         # = 1 / dp_cp size), whatever the expert data-parallel group's size.
         reduced = (dense + experts) * (parallel.dp * parallel.cp > 1)
         buffer_passes = timing.grad_buffer_passes.value * (dense + experts) + timing.grad_scale_passes.value * reduced
-        moved = _update_bytes(dense_load, expert_load, dense_group, expert_group, zero, grad_passes, main_grad_bytes)
-        if main_grad_bytes != grad_bytes:
-            # The copy of the buffer's shard (all of it at ZeRO-0) into the main gradients: a read and a write.
-            shard = (dense / dense_group + experts / expert_group) if zero >= 1 else dense + experts
-            moved += shard * (grad_bytes + main_grad_bytes)
+        # A narrower buffer is copied into the main gradients first: its read and their write, per shard element.
+        copy = grad_bytes + main_grad_bytes if main_grad_bytes != grad_bytes else 0
+        moved = _update_bytes(dense_load, expert_load, dense_group, expert_group, zero, grad_passes, main_grad_bytes, copy)
         opt = (moved + buffer_passes * grad_bytes) / memory * rates.slowdown
         matmul = dense_load.matmul_flops + expert_load.matmul_flops
         elementwise = dense_load.elementwise_flops + expert_load.elementwise_flops
