@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import attrs
 
+from hp_core.collectives import Routing
 from hp_core.specs.precision import PrecisionSpec
 
 __all__ = [
@@ -321,6 +322,11 @@ class Collective:
             the compute dtype (a sequence-parallel all-gather), which a
             recipe that gathers in low precision moves quantized
             (:attr:`PrecisionRecipe.tp_gather <hp_core.precision_recipes.PrecisionRecipe.tp_gather>`).
+        routing: An ``ep`` all-to-all's token routing (experts, top-k;
+            :class:`hp_core.collectives.Routing`): *bytes* count a copy per
+            routed expert, and a collective model that sends a token once per
+            rank or node it reaches (DeepEP) de-duplicates from it; ``None``
+            for any other collective.
     """
 
     group: str = attrs.field(validator=attrs.validators.in_(COLLECTIVE_GROUPS))
@@ -331,6 +337,12 @@ class Collective:
     rerun_switch: str | None = attrs.field(default=None, validator=attrs.validators.optional(switch_name))
     overlappable: bool = True
     gemm_input: bool = False
+    routing: Routing | None = attrs.field(default=None)
+
+    @routing.validator
+    def _routing_on_all_to_all(self, attribute, value) -> None:
+        if value is not None and not (self.op == "all_to_all" and self.group == "ep"):
+            raise ValueError(f"routing is stated only on an ep all_to_all, not on a {self.group} {self.op}")
 
 
 @attrs.frozen
