@@ -151,7 +151,7 @@ def section(rows: list[Priced], others: list[Priced], megatron: list[Priced],
               f"{sum(abs(e) <= 0.10 for e in after)}."]
     lines += _before_after(
         f"Hopper's m on the `megatron` runtime: the {len(megatron)} Megatron-Core H100 rows (`scale_measured.json`'s "
-        "validated `mlm-gpt` rows, `scale_measured_mbridge.json`'s H100 rows, `fp8_measured_runs.json`'s H100 rows), "
+        "validated `mlm-gpt` rows, `scale_measured_mbridge.json`'s H100 GPT-OSS rows, `fp8_measured_runs.json`'s H100 rows), "
         "as run where the row states its trainer's options, else the runtime's defaults; none is fitted to. The "
         f"Hopper `matmul` at the kernel figure {KERNEL_FIGURES['hopper'].matmul.value:g} and at "
         f"{KERNEL_FIGURES['hopper'].matmul.value:g} / m = {HOPPER.matmul.value:.4f} (every profile's Hopper entry):",

@@ -38,7 +38,8 @@ MPT_CLASSES = tuple(f"MPT {nodes}-node FSDP, {device}" for device in ("H100", "A
                     for nodes in ("single", "multi"))
 # The A100 40GB SXM: 40 GiB of HBM2 at 1,555 GB/s (NVIDIA A100 datasheet); the rest as the A100 80GB preset.
 A100_40GB_BANDWIDTH_BYTES_PER_SECOND = 1555e9
-# Megatron-Bridge's performance summaries: bf16 Megatron-Core rows, layouts from the release's performance configs.
+# Megatron-Bridge's performance summaries: bf16 Megatron-Core rows, layouts from the release's performance configs;
+# and NVIDIA's DGX Cloud benchmarking recipes (sources dgxc-*): Llama 3.1 8B on one H100 node, layouts from the recipe.
 MBRIDGE_FILE = SCALE_FILE.with_name("scale_measured_mbridge.json")
 MBRIDGE_DATA = json.loads(MBRIDGE_FILE.read_text(encoding="utf-8"))
 MBRIDGE_ROWS: list[dict] = MBRIDGE_DATA["rows"]
@@ -255,7 +256,7 @@ def mbridge_report(registry) -> str:
     lines.append("")
     lines.append("(As run: `overlap_grad_reduce` and `overlap_param_gather` on and `grad_reduce_in_fp32` off, as every "
                  "row's recipe sets them. Exposed and "
-                 "hidden communication: stage 0, per micro-batch for EP/PP plus the step-end DP once.)")
+                 "hidden communication: stage 0, per micro-batch for CP/EP/PP plus the step-end DP once.)")
     lines.append("")
     for cls in MBRIDGE_CLASSES:
         for split in ("calibration", "held-out"):

@@ -252,13 +252,18 @@ MB_COLUMNS = ("System", "#-GPUs", "Precision", "GBS", "MBS", "Sequence Length", 
               "Tokens / sec / GPU", "Model TFLOP / sec / GPU")
 
 
+MB_ROWS = [r for r in sc.MBRIDGE_ROWS if r["source"].startswith("mbridge-")]
+DGXC_ROWS = [r for r in sc.MBRIDGE_ROWS if r["source"].startswith("dgxc-")]
+
+
 def _cells(row: dict) -> dict:
     return dict(zip(MB_COLUMNS, (c.strip() for c in row["row"].strip(" |").split("|")), strict=True))
 
 
 def test_mbridge_rows_state_their_provenance_and_layout():
     assert sc.MBRIDGE_DATA["split_rule"] and sc.MBRIDGE_DATA["skipped"]
-    for row in sc.MBRIDGE_ROWS:
+    assert len(MB_ROWS) + len(DGXC_ROWS) == len(sc.MBRIDGE_ROWS)
+    for row in MB_ROWS:
         source = sc.MBRIDGE_DATA["sources"][row["source"]]
         assert source["url"].startswith("https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/067f987")
         assert "067f987df03b8355b03192d88d70f1709fedf51a" in source["commit"] and source["config_files"]
@@ -289,7 +294,7 @@ def test_mbridge_step_times_as_derived_from_the_published_figures():
     assert measured_seconds(row) == pytest.approx(1280 * 4096 / (5993 * 64)) == pytest.approx(13.6693, abs=1e-4)
     # Every row's two published figures come from one FLOP count per token (27.2 GFLOP, 3-digit TFLOP/s):
     # a row whose ratio differs was transcribed wrong or measured another model.
-    for r in sc.MBRIDGE_ROWS:
+    for r in MB_ROWS:
         m = r["measured"]
         assert m["model_tflops_per_gpu"] * 1e12 / m["tokens_per_second_per_gpu"] == pytest.approx(27.2e9, rel=0.004)
 
@@ -306,7 +311,7 @@ def test_the_published_flops_count_the_gpt_oss_experts_ungated_and_hp_counts_the
     causal_core = 4 * 4096 * 4096 // 2
     mbridge = 3 * (36 * (proj + causal_core + experts_ungated) + head)
     assert mbridge == 27_164_491_776
-    for r in sc.MBRIDGE_ROWS:
+    for r in MB_ROWS:
         published = r["measured"]["model_tflops_per_gpu"] * 1e12 / r["measured"]["tokens_per_second_per_gpu"]
         assert published == pytest.approx(mbridge, rel=0.004)
         assert published < 0.85 * 3 * (36 * (proj + causal_core + experts_gated) + head)  # 34.33 GFLOP with the gate
@@ -322,13 +327,63 @@ def test_the_published_flops_count_the_gpt_oss_experts_ungated_and_hp_counts_the
     assert sc.estimated(row, registry).model_flops / (1280 * 4096) == pytest.approx(hp_per_token, rel=1e-9)
 
 
+def _container(row: dict) -> tuple[int, ...]:
+    # The NeMo container a row ran in: Megatron-Bridge's summary section, or the recipe's FW_VERSION ("24.09" ...).
+    name = row["source"].split("-", 1)[1] if row["source"].startswith("mbridge-") else row["id"][4:].split("-", 1)[0]
+    return tuple(int(part) for part in name.split("."))
+
+
 def test_the_mbridge_split_alternates_per_device_by_container():
-    order = ("26.02", "26.02.01", "26.04", "26.04.01")
     for cls in {r["class"] for r in sc.MBRIDGE_ROWS}:
-        group = sorted((r for r in sc.MBRIDGE_ROWS if r["class"] == cls), key=lambda r: order.index(r["source"].split("-", 1)[1]))
+        group = sorted((r for r in sc.MBRIDGE_ROWS if r["class"] == cls), key=_container)
         assert [r["split"] for r in group] == [("calibration", "held-out")[i % 2] for i in range(len(group))]
     assert sorted(r["id"] for r in sc.MBRIDGE_ROWS if r["split"] == "held-out") == [
-        "mb26.02.01-h100-gpt-oss-120b", "mb26.04-b200-gpt-oss-120b", "mb26.04.01-h100-gpt-oss-120b"]
+        "dgxc24.12-h100-llama3.1-8b", "mb26.02.01-h100-gpt-oss-120b", "mb26.04-b200-gpt-oss-120b",
+        "mb26.04.01-h100-gpt-oss-120b"]
+
+
+# NVIDIA's DGX Cloud benchmarking recipes: Llama 3.1 8B bf16 on one DGX-H100 (sources dgxc-*).
+def test_the_dgxc_rows_state_their_provenance_and_layout():
+    assert {r["id"] for r in DGXC_ROWS} == {"dgxc24.09-h100-llama3.1-8b", "dgxc24.12-h100-llama3.1-8b",
+                                            "dgxc25.02.01-h100-llama3.1-8b"}
+    for row in DGXC_ROWS:
+        source = sc.MBRIDGE_DATA["sources"][row["source"]]
+        assert source["url"].startswith("https://github.com/NVIDIA/dgxc-benchmarking/blob/")
+        assert source["url"].split("/")[6] in source["commit"] and source["config_files"] and source["step_seconds_from"]
+        assert f"nemo:{_container_name(row)}" in source["commit"]
+        assert row["class"] == "single-node Megatron-Core, H100" and row["gpus"] == 8 and row["hardware"] == "h100-sxm"
+        # The recipe's layout: TP 1, PP 1, CP 2 (DP 4), micro-batch 1, global batch 16 x GPUs, 8,192 tokens, no recompute.
+        assert row["layout"] == {"dp": 4, "cp": 2, "seq_len": 8192, "micro_batch_size": 1, "global_batch_size": 128}
+        assert row["recompute"] is None and row["model"] == {"preset": "llama3-8b"}
+        assert row["options"] == {"overlap_grad_reduce": True, "overlap_param_gather": True, "grad_reduce_in_fp32": False}
+        assert "no CUDA graphs" in row["recipe_settings"] and "no activation recompute" in row["recipe_settings"]
+        assert "BF16" in row["row"] and "Training step time (seconds per step)" in row["row"]
+
+
+def _container_name(row: dict) -> str:
+    return row["id"][4:].split("-", 1)[0]
+
+
+def test_dgxc_step_times_are_the_published_seconds():
+    # The table's first step-time cell (8 GPUs) is the step time itself: no conversion.
+    for row, published in zip(DGXC_ROWS, (12.91, 12.78, 12.27), strict=True):
+        first_cell = row["row"].split("Training step time (seconds per step) |", 1)[1].split("|")[0]
+        assert float(first_cell) == published == measured_seconds(row)
+    # The README's own check: 8,192 x 128 tokens over the step time is its 'Throughput in tokens per second' row
+    # (81,222 at 12.91 s; 82,028 at 12.78 s; 85,459 at 12.27 s), to the printed step time's rounding.
+    for seconds, tokens_per_second in ((12.91, 81222), (12.78, 82028), (12.27, 85459)):
+        assert 8192 * 128 / seconds == pytest.approx(tokens_per_second, rel=0.0005)
+    # Its MFU row: 128 x 4.74e14 model FLOPs per sample / seconds / 8 GPUs / 989 TFLOP/s (59.37%, 59.99%, 62.47%).
+    for seconds, mfu in ((12.91, 0.5937), (12.78, 0.5999), (12.27, 0.6247)):
+        assert 128 * 4.74e14 / seconds / 8 / 989e12 == pytest.approx(mfu, abs=0.0006)
+
+
+def test_dgxc_model_is_llama3_8b_of_the_recipe_shape(registry):
+    # llama3.1_8b.yaml: 32 layers, hidden 4,096, FFN 14,336, 32 heads, 8 query groups, untied output, the Llama 3
+    # tokenizer's 128,256 tokens (a multiple of 128: no padding); 8,030,261,248 parameters (the preset's provenance).
+    row = DGXC_ROWS[0]
+    params = estimate(sc.model(row, registry), ParallelSpec(seq_len=8192), registry=registry).parameters
+    assert params.total == 8030261248
 
 
 def test_mbridge_model_is_gpt_oss_120b_of_the_stated_size(registry):
