@@ -150,8 +150,13 @@ BLACKWELL = DeviceEfficiency(
     intra_node_bus=Sourced(
         0.6735, f"{_SIMUMAX_B200}: NCCL all_gather fit (reduce_scatter 0.6731, all_reduce 0.7424) of 900 GB/s NVLink 5"
     ),
-    inter_node_bus=Sourced(0.7, f"{_SIMUMAX_H100} (inter_node efficient_factor; no B200 inter-node measurement is published)"),
+    inter_node_bus=Sourced(0.96, f"{_GTC24}: one 400Gb RDMA (IB/RoCE) adapter 48 GB/s all-reduce busbw, of 50 GB/s: a "
+                           "figure of the adapter, and DGX B200 crosses nodes on the same 400 Gb/s ConnectX-7 adapters as "
+                           "DGX H100, one per GPU (hardware preset b200); no B200 inter-node measurement is published"),
     all_to_all_bus=Sourced(0.5968, f"{_SIMUMAX_B200}: NCCL all2all fit of 900 GB/s NVLink 5"),
+    inter_node_all_to_all_bus=Sourced(0.743, f"{_GTC25}: 8x 400Gb RDMA (DGX H100) alltoall 48 GB/s busbw at 32 GPUs (4 nodes), "
+                                      "48 x 24/31 = 37.2 GB/s across each GPU's adapter, of 50 (the Hopper entry's figure): "
+                                      "DGX B200 has the same 8x 400 Gb/s ConnectX-7, one per GPU; no B200 measurement is published"),
     collective_overhead_seconds=Sourced(
         23.6e-6, f"{_SIMUMAX_B200}: mean of the NCCL fits' fixed_latency_us of all_reduce (22.2), all_gather (23.1) and "
         "reduce_scatter (25.6); its all2all fit has 0-51 us by group size, priced the same"
