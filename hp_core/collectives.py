@@ -26,7 +26,7 @@ from typing import Callable
 import attrs
 
 __all__ = ["ALGORITHMS", "NCCL", "OPERATIONS", "CollectiveCall", "CollectiveModel", "Fabric", "GroupPlacement",
-           "RANK_DIMENSIONS", "nccl_seconds", "place_group"]
+           "RANK_DIMENSIONS", "Routing", "nccl_seconds", "place_group"]
 
 # Operations a layer or the step states (hp_core.costs.Collective.op) and all-reduce algorithms.
 OPERATIONS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
@@ -82,6 +82,55 @@ def _placed(sizes_items: tuple[tuple[str, int], ...], order: tuple[str, ...], di
     return GroupPlacement(len(ranks), max(counts.values()), len(counts))
 
 
+def _positive_int(instance, attribute, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+@attrs.frozen
+class Routing:
+    """How the tokens of an expert-parallel dispatch (or combine) all-to-all were routed.
+
+    Each token goes to ``top_k`` distinct experts of ``experts``, the experts
+    split evenly and in order over the group's ranks (Megatron-Core places
+    local experts ``rank * E/ep ...``) and so over its nodes. An all-to-all
+    that sends a permuted copy per expert (NCCL under Megatron-Core's
+    ``alltoall`` dispatcher) moves ``top_k`` copies of each token, which is
+    what the stated bytes count; a library that sends a token once to each
+    rank (or node) it reaches (DeepEP's ``is_token_in_rank``,
+    ``num_tokens_per_rdma_rank``) moves :meth:`distinct` copies.
+
+    Attributes:
+        experts: Routed experts of the layer.
+        top_k: Experts each token is routed to.
+    """
+
+    experts: int = attrs.field(validator=_positive_int)
+    top_k: int = attrs.field(validator=_positive_int)
+
+    def __attrs_post_init__(self) -> None:
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k ({self.top_k}) must not exceed experts ({self.experts})")
+
+    def distinct(self, groups: int) -> float:
+        """Expected number of the *groups* equal, consecutive expert groups one token reaches.
+
+        With the ``top_k`` experts drawn uniformly without replacement (balanced routing, the
+        assumption of DeepEP's own benchmark, ``tests/legacy/test_intranode.py``), a group of
+        ``m = experts / groups`` experts is missed with probability ``C(E - m, k) / C(E, k)``
+        (hypergeometric), so ``groups * (1 - C(E - m, k) / C(E, k))`` are reached on average.
+        A router limited to a few groups per token (DeepSeek-V3's ``topk_group``) reaches
+        fewer: this is then an upper bound.
+        """
+        if groups <= 1:
+            return float(groups)
+        m = self.experts / groups
+        missed = 1.0
+        for i in range(self.top_k):
+            missed *= max(self.experts - m - i, 0.0) / (self.experts - i)
+        return groups * (1.0 - missed)
+
+
 @attrs.frozen
 class Fabric:
     """The links a collective runs on, efficiencies applied (bytes per second per device and direction).
@@ -126,6 +175,8 @@ class CollectiveCall:
         group: Where its ranks sit (a send: its two ends).
         fabric: The links.
         algorithm: One of :data:`ALGORITHMS` (all-reduce; ``auto``: the fastest).
+        routing: An expert-parallel all-to-all's routing (:class:`Routing`), which a library
+            that de-duplicates tokens per destination prices from; ``None``: not stated.
     """
 
     op: str
@@ -133,6 +184,7 @@ class CollectiveCall:
     group: GroupPlacement
     fabric: Fabric
     algorithm: str = "ring"
+    routing: Routing | None = None
 
 
 @attrs.frozen

@@ -15,7 +15,9 @@ from typing import Any, Callable
 
 import attrs
 
+from hp_core.collectives import Routing
 from hp_core.specs.precision import PrecisionSpec
+from hp_core.traits import TRAITS
 
 __all__ = [
     "ATTENTION_IMPLS",
@@ -39,53 +41,6 @@ __all__ = [
 SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
 # Parameter groups, each sharded by its own degrees (docs/concepts.md).
 PARAM_GROUPS = ("dense", "routed_expert", "shared_expert")
-# How a trainer implements ops, where that changes what a layer keeps. A runtime
-# profile states the traits its trainer has; the built-in kinds read them.
-TRAITS = {
-    "fused_swiglu": (
-        "the gated MLP's activation keeps only its input, the FC1 output; its product is the FC2 input "
-        "(Megatron-LM bias_swiglu_impl / Transformer Engine)"
-    ),
-    "fused_cross_entropy": (
-        "the loss keeps the logits in the compute dtype, overwritten with their gradient in forward, "
-        "instead of an fp32 softmax (Transformer Engine parallel_cross_entropy; Megatron-LM --cross-entropy-loss-fusion)"
-    ),
-    "mla_contiguous_qkv": (
-        "MLA's up-projected q, k and v are made contiguous copies, so v keeps no k_nope alive "
-        "(Megatron-Core multi_latent_attention.py qkv_up_proj_and_rope_apply)"
-    ),
-    "moe_probs_in_activation": (
-        "routing probabilities are applied in the experts' SwiGLU, which keeps them (fp32 per dispatched token), "
-        "so the combine keeps no expert outputs (Megatron-Core WeightedSwiGLUFunction)"
-    ),
-    "fp32_norm_copy": (
-        "an RMSNorm upcasts its input to fp32 and keeps that copy and the fp32 inverse root per row, "
-        "4 w + 4 bytes per row of width w beyond a fused norm (transformers LlamaRMSNorm and its copies; "
-        "measured by the torch census)"
-    ),
-    "upcast_cross_entropy": (
-        "the loss upcasts the logits to fp32 before cross_entropy: its forward holds the logits in the compute "
-        "dtype and in fp32 beside the fp32 log-softmax it keeps, and it keeps the int64 targets "
-        "(transformers ForCausalLMLoss; torchtitan cross_entropy_loss)"
-    ),
-    "replicated_vocab": (
-        "the embedding and the head are whole on every TP rank (not vocabulary-parallel): a TP plan that leaves "
-        "them out (torchtitan-style plans without tok_embeddings/output entries)"
-    ),
-    "gathered_logits": (
-        "a vocabulary-parallel head's logits are all-gathered over TP before the loss (no loss parallelism: "
-        "torchtitan ColwiseParallel(output_layouts=Replicate()) on the output), so the loss sees the whole vocabulary"
-    ),
-    "moe_tp_without_sp": (
-        "a mixture-of-experts layer runs under TP without sequence parallelism: every TP rank routes all its tokens "
-        "through experts TP leaves whole (a PyTorch-native plan that parallelizes only the attention)"
-    ),
-    "torchtitan_op_sac": "a dense layer's normOp+ffAct keep what torchtitan's per-op SAC saves (hp_plugins/kit/op_sac.py)",
-    "moe_fused_permute": (
-        "the fused token permutation keeps an int32 row map of [tokens, 2 * experts + 1] "
-        "(Transformer Engine permutation.py moe_permute)"
-    ),
-}
 
 # Attention implementations a layer kind prices: ``eager`` keeps the score and
 # probability tensors; ``flash`` (also SDPA's flash/efficient kernels) keeps q,
@@ -321,6 +276,11 @@ class Collective:
             the compute dtype (a sequence-parallel all-gather), which a
             recipe that gathers in low precision moves quantized
             (:attr:`PrecisionRecipe.tp_gather <hp_core.precision_recipes.PrecisionRecipe.tp_gather>`).
+        routing: An ``ep`` all-to-all's token routing (experts, top-k;
+            :class:`hp_core.collectives.Routing`): *bytes* count a copy per
+            routed expert, and a collective model that sends a token once per
+            rank or node it reaches (DeepEP) de-duplicates from it; ``None``
+            for any other collective.
     """
 
     group: str = attrs.field(validator=attrs.validators.in_(COLLECTIVE_GROUPS))
@@ -331,6 +291,12 @@ class Collective:
     rerun_switch: str | None = attrs.field(default=None, validator=attrs.validators.optional(switch_name))
     overlappable: bool = True
     gemm_input: bool = False
+    routing: Routing | None = attrs.field(default=None)
+
+    @routing.validator
+    def _routing_on_all_to_all(self, attribute, value) -> None:
+        if value is not None and not (self.op == "all_to_all" and self.group == "ep"):
+            raise ValueError(f"routing is stated only on an ep all_to_all, not on a {self.group} {self.op}")
 
 
 @attrs.frozen

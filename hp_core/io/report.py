@@ -16,6 +16,9 @@ from rich.table import Table
 
 from hp_core.results import CATEGORIES, Estimate, StageEstimate
 
+# Communication groups priced once per step (StageTime.communication_by_group); the others per micro-batch.
+PER_STEP_GROUPS = ("dp", "mirror", "fsdp_step", "hsdp_step")
+
 __all__ = [
     "estimate_to_json",
     "estimate_table",
@@ -218,7 +221,7 @@ def time_to_json(step) -> dict[str, Any]:
                 "data_parallel_seconds": s.data_parallel_seconds,
                 "optimizer_seconds": s.optimizer_seconds,
                 "communication_by_group": [
-                    {"group": group, "per": "step" if group in ("dp", "mirror") else "micro-batch", "seconds": total,
+                    {"group": group, "per": "step" if group in PER_STEP_GROUPS else "micro-batch", "seconds": total,
                      "exposed_seconds": exposed, "hidden_seconds": total - exposed}
                     for group, total, exposed in s.communication_by_group
                 ],
@@ -256,7 +259,7 @@ def communication_table(step) -> Table:
     for s in step.stages:
         for group, total, exposed in s.communication_by_group:
             if total:
-                table.add_row(str(s.index), group, "step" if group in ("dp", "mirror") else "MB", _ms(total), _ms(exposed),
+                table.add_row(str(s.index), group, "step" if group in PER_STEP_GROUPS else "MB", _ms(total), _ms(exposed),
                               _ms(total - exposed))
     return table
 

@@ -61,7 +61,22 @@ class OverlapSchedule:
             same shard, on its own stream once that reduce-scatter is done
             (torch 2.13 ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``
             ``foreach_reduce``); hp serialises it behind the reduce-scatter
-            (docs/time.md); 1: plain FSDP. Refused with ``pp > 1``.
+            (docs/time.md); 1: plain FSDP. Refused with ``pp > 1`` unless
+            ``fsdp_pipeline_step_reduce`` (then the all-reduce runs once per
+            step, after the reduce-scatters).
+        fsdp_pipeline_step_reduce: ZeRO-3/FSDP under ``pp > 1`` as
+            ``torch.distributed.pipelining`` runs an FSDP2 stage (torch 2.13
+            ``pipelining/stage.py``: ``backward_maybe_with_nosync`` turns
+            gradient sync and resharding after backward off for every
+            backward; ``perform_reduce_grad``, the schedule's ``REDUCE_GRAD``
+            after the stage's last backward, reduce-scatters every unit once):
+            the gradients accumulate unsharded across micro-batches and are
+            reduce-scattered (and, under HSDP, all-reduced) once per step,
+            exposed whole; the parameters stay gathered after each backward, so
+            a stage gathers them once per step without
+            ``reshard_after_forward`` and ``m + 1`` times with it
+            (docs/time.md, "FSDP under pipeline parallelism"). ``False``: the
+            per-micro-batch pricing at any ``pp``.
         bucket_elements: Parameters per data-parallel bucket (Megatron-Core
             ``DistributedDataParallelConfig.bucket_size``: ``max(40e6, 1e6 * dp)``
             when ``None``).
@@ -77,6 +92,7 @@ class OverlapSchedule:
     overlap_p2p: bool = False
     ep_comm_overlap: bool = False
     fsdp_replicate: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    fsdp_pipeline_step_reduce: bool = False
     bucket_elements: int | None = None
     source: str = "nothing overlapped"
 
@@ -96,22 +112,24 @@ def replicate_split_error(replicate: int, dp: int, ep: int, expert_dp: int) -> s
     return None
 
 
-def check_fsdp_replicate(replicate: int, zero: int, p: Any) -> None:
+def check_fsdp_replicate(replicate: int, zero: int, p: Any, pipeline_step_reduce: bool = False) -> None:
     """:attr:`OverlapSchedule.fsdp_replicate` (the fsdp2 runtime's ``hsdp_replicate``) checked against the layout *p*:
     HSDP's ``(replicate, shard)`` mesh as torchtitan builds it (``dp_replicate * dp_shard`` the data-parallel
     degree, ``parallel_dims.py``): *replicate* must divide ``dp`` (and, under expert parallelism, the expert
-    data-parallel degree), the run must shard with FSDP (zero 3), and pp must be 1 (below).
+    data-parallel degree), the run must shard with FSDP (zero 3), and pp must be 1 unless the trainer reduces
+    once per step under PP as priced (*pipeline_step_reduce*, :attr:`OverlapSchedule.fsdp_pipeline_step_reduce`).
 
     Raises:
         ConfigError: At ``$.runtime.options.hsdp_replicate``, one line.
     """
     path = "$.runtime.options.hsdp_replicate"
-    if p.pp > 1:
-        # torch.distributed.pipelining (torchtitan's PP) skips FSDP's gradient reduction on every micro-batch but the
-        # last (stage.py backward_maybe_with_nosync: set_requires_gradient_sync(False)), so the replicate
-        # all-reduce runs once per step there; hp prices FSDP's per-layer reductions per micro-batch.
-        raise ConfigError(path, f"HSDP under pipeline parallelism (pp {p.pp}) is not priced: torch's pipelining reduces "
-                                f"gradients once per step, which hp does not model; use pp 1")
+    if p.pp > 1 and not pipeline_step_reduce:
+        # torch.distributed.pipelining (torchtitan's PP) skips FSDP's gradient reduction on every backward and
+        # reduces once per step (stage.py backward_maybe_with_nosync, perform_reduce_grad); a schedule that prices
+        # FSDP's reductions per micro-batch would over-count the replicate all-reduce m times.
+        raise ConfigError(path, f"HSDP under pipeline parallelism (pp {p.pp}) is not priced by this timing profile: "
+                                f"torch's pipelining reduces gradients once per step, which only a profile with "
+                                f"fsdp_pipeline_step_reduce models; use pp 1")
     if zero < 3:
         raise ConfigError(path, f"HSDP shards with FSDP: {replicate} needs parallel.zero 3, got zero {zero} (leave it 1)")
     split = replicate_split_error(replicate, p.dp, p.ep, p.expert_dp)

@@ -10,15 +10,29 @@ shape (4096 tokens, hidden 7168, top-8): within a node (EP 8) 153 GB/s
 dispatch and 158 GB/s combine over NVLink; across nodes 43 GB/s (EP 16),
 58 GB/s (EP 32), 51 GB/s (EP 64) dispatch over RDMA.
 
-Priced here as efficiencies of the links the hardware states, so they carry to
-another device (:data:`NVLINK_EFFICIENCY`, :data:`RDMA_EFFICIENCY`):
+Those figures are defined on de-duplicated bytes: DeepEP sends a token once
+to each rank it reaches (``is_token_in_rank``) and, across nodes, once to
+each node (``num_tokens_per_rdma_rank``), and its benchmarks divide exactly
+those bytes by the time: ``recv_x.numel() * 2`` over NVLink (every token a
+rank receives, its own included) and ``num_rdma_token_sent * hidden * 2``
+over RDMA (tokens times the distinct nodes they reach, the sender's own
+included; ``tests/legacy/test_intranode.py`` and ``test_internode.py`` at
+deepseek-ai/DeepEP@dd758ca). So they are priced here as efficiencies of the
+links the hardware states applied to the same bytes (:data:`NVLINK_EFFICIENCY`,
+:data:`RDMA_EFFICIENCY`), and carry to another device. With ``u`` the bytes
+of one copy of the rank's tokens (the stated send buffer over ``top_k``) and
+the layer's routing (:class:`hp_core.collectives.Routing`: each token to
+``top_k`` of ``E`` experts, balanced):
 
-* within a node: ``(n-1)/n S / (B_nvlink * e_nvl)``;
-* across nodes: the part for other nodes, ``(n-g)/n S``, crosses the member's
-  own adapter at ``e_rdma`` (no de-duplication of a token sent to several
-  experts of one node is assumed: an upper bound), and is then forwarded over
-  NVLink to the node's other members together with the ``(g-1)/n S`` for
-  the member's own node; the slower link sets the pace.
+* within a node: ``u D_rank / (B_nvlink * e_nvl)``, ``D_rank`` the distinct
+  ranks of the group a token reaches;
+* across nodes: ``u D_node / (B_nic * e_rdma)`` over the member's own adapter
+  and ``u D_rank / (B_nvlink * e_nvl)`` forwarded over NVLink; the slower link
+  sets the pace.
+
+An all-to-all that states no routing (Ulysses context parallelism's) is a
+plain exchange: every byte of its send buffer lands on one rank, so ``u
+D_rank`` is the buffer itself and ``u D_node`` is too.
 
 No fixed time per call is published for the normal kernels; none is priced.
 Every other collective (and an all-to-all on a fabric that does not state its
@@ -49,15 +63,16 @@ def deepep_seconds(call: CollectiveCall) -> float:
     f, n, g, k, nbytes = call.fabric, call.group.ranks, call.group.per_node, call.group.nodes, call.nbytes
     if call.op != "all_to_all" or n <= 1 or nbytes <= 0 or f.intra_link_bandwidth is None and g > 1:
         return nccl_seconds(call)
-    nvlink = None if f.intra_link_bandwidth is None else f.intra_link_bandwidth * NVLINK_EFFICIENCY.value
-    if k <= 1:
-        return (n - 1) / n * nbytes / nvlink
-    if f.nic_link_bandwidth is None:
+    if k > 1 and f.nic_link_bandwidth is None:
         return nccl_seconds(call)
-    inter = (n - g) / n * nbytes / (f.nic_link_bandwidth * RDMA_EFFICIENCY.value)
-    # What NVLink carries: the share for the node's other members, and what arrived over RDMA forwarded on to them.
-    forwarded = ((g - 1) / n + (n - g) / n * (g - 1) / g) * nbytes
-    intra = forwarded / nvlink if g > 1 else 0.0
+    routing = call.routing
+    # The bytes DeepEP's figures count: a copy per distinct rank (NVLink) and per distinct node (RDMA) reached.
+    per_rank = nbytes if routing is None else nbytes / routing.top_k * routing.distinct(n)
+    intra = per_rank / (f.intra_link_bandwidth * NVLINK_EFFICIENCY.value) if g > 1 else 0.0
+    if k <= 1:
+        return intra
+    per_node = nbytes if routing is None else nbytes / routing.top_k * routing.distinct(k)
+    inter = per_node / (f.nic_link_bandwidth * RDMA_EFFICIENCY.value)
     return max(inter, intra)
 
 

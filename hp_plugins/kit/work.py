@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import attrs
 
+from hp_core.collectives import Routing
 from hp_core.costs import Collective, LayerContext, LayerWork, Rerun
 
 __all__ = [
@@ -128,11 +129,12 @@ def attention_collectives(x: LayerContext, kv_bytes: float, qkvo_bytes: float) -
     return (Collective("cp", "all_to_all", qkvo_bytes, 1, 1, overlappable=False),)
 
 
-def expert_collectives(x: LayerContext, routed_bytes: float) -> tuple[Collective, ...]:
-    """Expert parallelism's dispatch and combine all-to-alls of *routed_bytes*, each way."""
+def expert_collectives(x: LayerContext, routed_bytes: float, routing: Routing | None = None) -> tuple[Collective, ...]:
+    """Expert parallelism's dispatch and combine all-to-alls of *routed_bytes* (a copy per routed expert), each
+    way, with the token *routing* a de-duplicating library prices from (:class:`hp_core.collectives.Routing`)."""
     if x.ep <= 1 or not routed_bytes:
         return ()
-    return (Collective("ep", "all_to_all", routed_bytes, 2, 2),)
+    return (Collective("ep", "all_to_all", routed_bytes, 2, 2, routing=routing),)
 
 
 def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hidden_size: int, blocks: int,
@@ -216,7 +218,7 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         expert_gemms = ((local, rows, fc1 * width, d), (local, rows, d, width))
         routed_shapes = {(fc1 * width, d), (d, width)}
         gemms.append((T // x.sp_degree, experts.experts, h))  # the router's gating GEMM (not a recorded weight)
-        collectives += expert_collectives(x, routed * d * act)
+        collectives += expert_collectives(x, routed * d * act, Routing(experts.experts, experts.top_k))
     # Every other linear runs over the micro-batch's tokens (SP-gathered under TP).
     gemms += [(T, fan_out, fan_in) for fan_out, fan_in in weight_shapes if (fan_out, fan_in) not in routed_shapes]
     return LayerWork(

@@ -263,7 +263,7 @@ _MEMORY_OPTIONS = (
         "states are sharded over dp * cp / hsdp_replicate ranks, which run the per-layer gathers and reduce-scatters; "
         "each layer's reduce-scatter output is then all-reduced across the hsdp_replicate ranks holding the same shard, "
         "in the reduce dtype, on its own stream after the reduce-scatter (time: group hsdp, serialised behind the "
-        "reduce-scatter; refused with pp > 1; 1: plain FSDP)",
+        "reduce-scatter; under pp > 1 once per step, group hsdp_step; 1: plain FSDP)",
         "torch/distributed/fsdp/_fully_shard/_fully_shard.py fully_shard (2-D mesh); _fsdp_collectives.py foreach_reduce "
         "(all_reduce of the reduce-scatter output on the replicate group); torchtitan data_parallel_replicate_degree",
         _replicate, minimum=1,

@@ -488,8 +488,10 @@ FSDP2 = attrs.evolve(
     # and reduce-scatters and the backward's all-gathers with their matmuls, not the backward's reduce-scatter of a
     # block's input gradient, which sums the matmuls of wq, wk, wv (w1, w3): torch/_inductor/fx_passes/
     # micro_pipeline_tp.py fuse_matmul_reduce_scatter requires a single matmul's output.
+    # Under PP torchtitan runs torch.distributed.pipelining, which reduces an FSDP2 stage's gradients once per step
+    # (torch 2.13 pipelining/stage.py backward_maybe_with_nosync, perform_reduce_grad): fsdp_pipeline_step_reduce.
     schedule=OverlapSchedule(fsdp_prefetch=True, fsdp_reduce_scatter_overlap=True, tp_overlap_input_grad_reduce_scatter=False,
-                             source=_FSDP2_DOCS),
+                             fsdp_pipeline_step_reduce=True, source=_FSDP2_DOCS),
     # torchtitan runs eager unless --compile (option elementwise_kernels), and its op-level SAC saves every
     # matmul's output but every second one's (torchtitan/distributed/activation_checkpoint.py _custom_policy:
     # "Saves output of all compute ops, except every second mm"): the runtime's op_sac switches.

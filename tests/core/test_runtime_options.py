@@ -334,22 +334,29 @@ def test_grad_reduce_in_fp32_false_follows_a_stated_param_bytes(capsys, tmp_path
 
 
 def test_search_with_hsdp_rejects_layouts_it_cannot_split(capsys):
-    """hsdp_replicate 4 on 16 devices: layouts whose dp 4 does not divide (dp 1, 2) or that pipeline are rejected
-    under their own reason, only ZeRO 3 is searched, and every ranked layout has dp a multiple of 4."""
+    """hsdp_replicate 4 on 16 devices: layouts whose dp 4 does not divide (dp 1, 2) are rejected under their own
+    reason, only ZeRO 3 is searched, and every ranked layout has dp a multiple of 4 (pipelined ones too: the fsdp2
+    profile prices HSDP's once-per-step reduction under PP)."""
     status, out, err = run(capsys, "search", "--model", "llama3-8b", "--num-layers", "4", "--devices", "16",
                            "--hardware", "h100-sxm", "--runtime", "fsdp2", "--runtime-option", "hsdp_replicate=4",
                            "--global-batch-size", "64", "--seq-len", "2048", "--json")
     assert status == 0, err
     found = json.loads(out)
-    assert found["top"] and all(r["layout"]["dp"] % 4 == 0 and r["layout"]["pp"] == 1 and r["layout"]["zero"] == 3
-                                   for r in found["top"])
-    reason = "the runtime's hsdp_replicate does not divide the (expert) data-parallel degree, or pp > 1"
+    assert found["top"] and all(r["layout"]["dp"] % 4 == 0 and r["layout"]["zero"] == 3 for r in found["top"])
+    reason = "the runtime's hsdp_replicate does not divide the (expert) data-parallel degree, or pp > 1 where its profile refuses it"
     assert found["rejected"][reason] > 0
 
 
-def test_hsdp_under_pipeline_parallelism_is_a_one_line_error(capsys):
-    status, _, err = run(capsys, "estimate", "--model", "llama3-8b", "--num-layers", "4", "--dp", "4", "--pp", "2",
-                         "--seq-len", "1024", "--runtime", "fsdp2", "--runtime-option", "hsdp_replicate=2",
-                         "--hardware", "h100-sxm")
-    assert status == 2 and err.count("\n") == 1
-    assert err.startswith("hp estimate: error: $.runtime.options.hsdp_replicate: HSDP under pipeline parallelism (pp 2)")
+def test_hsdp_under_pipeline_parallelism_is_refused_only_where_the_profile_prices_per_micro_batch(capsys):
+    """fsdp2 prices HSDP under PP (its all-reduce once per step); a profile without fsdp_pipeline_step_reduce refuses
+    it in one line."""
+    args = ["estimate", "--model", "llama3-8b", "--num-layers", "4", "--dp", "4", "--pp", "2", "--seq-len", "1024",
+            "--runtime", "fsdp2", "--runtime-option", "hsdp_replicate=2", "--hardware", "h100-sxm"]
+    status, _, err = run(capsys, *args)
+    assert status == 0, err
+    from types import SimpleNamespace
+    from hp_core.specs.overlap import check_fsdp_replicate
+    layout = SimpleNamespace(dp=4, pp=2, ep=1, expert_dp=4)
+    check_fsdp_replicate(2, 3, layout, pipeline_step_reduce=True)
+    with pytest.raises(ConfigError, match=r"HSDP under pipeline parallelism \(pp 2\) is not priced by this timing profile"):
+        check_fsdp_replicate(2, 3, layout)

@@ -369,3 +369,86 @@ def test_reduce_dtype_bf16_halves_the_reduce_scatter_input_by_hand(registry):
         (found[dtype],) = estimate(model, ParallelSpec(seq_len=T, dp=8), runtime=runtime, registry=registry,
                                    recompute=RecomputeSpec(default=Setting.parse("full"))).stages
     assert found["fp32"].memory.communication_buffers_bytes - found["bf16"].memory.communication_buffers_bytes == layer * 2
+
+
+def _pipelined_time(registry, micro_batches: int, reshard: bool, step_reduce: bool = True):
+    """llama3-8b, 4 layers, pp 2 x dp 8 on h100-sxm at micro-batch size 1: the step time, with the fsdp2 profile's
+    fsdp_pipeline_step_reduce as *step_reduce*."""
+    from hp_core.api import model_from_preset, step_time
+
+    runtime = registry.runtime("fsdp2")
+    timing = runtime.timing
+    runtime = attrs.evolve(runtime, timing=attrs.evolve(
+        timing, schedule=attrs.evolve(timing.schedule, fsdp_pipeline_step_reduce=step_reduce)))
+    model = model_from_preset("llama3-8b", registry).with_body_layers(4, registry.kinds_placed("body"))
+    parallel = ParallelSpec(seq_len=1024, dp=8, pp=2, micro_batch_size=1, global_batch_size=8 * micro_batches,
+                            reshard_after_forward=reshard)
+    return step_time(model, parallel, registry=registry, hardware=registry.hardware_preset("h100-sxm").spec,
+                     runtime=runtime)
+
+
+def test_pipelined_fsdp_reduce_scatters_once_per_step(registry):
+    """Under pp 2 (torch.distributed.pipelining: stage.py backward_maybe_with_nosync, perform_reduce_grad) a stage's
+    reduce-scatters run once per step after its last backward, exposed whole, whatever the micro-batch count; its
+    gathers once per step without reshard_after_forward, and one pass more per micro-batch with it."""
+    for stage in range(2):
+        def groups(t):
+            return {g: (total, exposed) for g, total, exposed in t.stages[stage].communication_by_group}
+        # The per-micro-batch pricing (the flag off) splits each stage's traffic into one gather pass G (the
+        # backward's re-gathers are the difference reshard_after_forward makes) and the reduce-scatters R.
+        kept, freed = groups(_pipelined_time(registry, 4, False, False))["fsdp"], groups(_pipelined_time(registry, 4, True, False))["fsdp"]
+        gathers = freed[0] - kept[0]
+        reduces = kept[0] - gathers
+        assert gathers > 0 and reduces > 0
+        for m in (2, 8):
+            once = _pipelined_time(registry, m, False)
+            assert once.stages[stage].data_parallel_seconds == pytest.approx(reduces, rel=1e-12)  # exposed whole
+            assert "fsdp" not in groups(once)  # nothing gathered or reduced per micro-batch
+            assert groups(once)["fsdp_step"][0] == pytest.approx(gathers + reduces, rel=1e-12)
+            again = _pipelined_time(registry, m, True)
+            assert groups(again)["fsdp"][0] == pytest.approx(gathers, rel=1e-12)  # m passes, the (m+1)-th per step
+            assert again.stages[stage].data_parallel_seconds == pytest.approx(reduces, rel=1e-12)
+
+
+def test_the_pipeline_step_reduce_flag_leaves_pp1_alone(registry):
+    """fsdp_pipeline_step_reduce acts under pp > 1 only: a pp 1 step is the same with it on or off."""
+    from hp_core.api import model_from_preset, step_time
+
+    runtime = registry.runtime("fsdp2")
+    model = model_from_preset("llama3-8b", registry).with_body_layers(4, registry.kinds_placed("body"))
+    hardware = registry.hardware_preset("h100-sxm").spec
+    for reshard in (True, False):
+        parallel = ParallelSpec(seq_len=1024, dp=8, micro_batch_size=1, global_batch_size=32, reshard_after_forward=reshard)
+        times = []
+        for flag in (True, False):
+            run = attrs.evolve(runtime, timing=attrs.evolve(
+                runtime.timing, schedule=attrs.evolve(runtime.timing.schedule, fsdp_pipeline_step_reduce=flag)))
+            times.append(step_time(model, parallel, registry=registry, hardware=hardware, runtime=run))
+        assert times[0] == times[1]
+
+
+def test_pipelined_fsdp_holds_the_unsharded_gradient_accumulators_by_hand(registry):
+    """pp 2, 4 micro-batches of llama3-8b's 4 layers over dp 8, reshard_after_forward false (torchtitan's default
+    under PP): stage 1 (two decoder layers, the final norm and the head) runs a forward after a backward, so every
+    layer's unsharded fp32 gradient accumulator is alive at its forward peak (FSDPParam.unsharded_accumulated_grad,
+    reduce_dtype fp32); no sharded gradient is held before the step's reduction."""
+    layer = 4096 * (4096 * 2 + 1024 * 2) + 3 * 4096 * 14336 + 2 * 4096
+    root = V * H + H  # the head and the final norm
+    stage_elements = 2 * layer + root
+    est = _llama(registry, pp=2, micro_batch_size=1, global_batch_size=32, reshard_after_forward=False)
+    last = est.stages[1]
+    params, states = stage_elements * 4 // 8, stage_elements * 8 // 8
+    accumulators = stage_elements * 4
+    kept_layer = 168064 + 2 * (4 * H + 4)
+    kept_output = 2 * 2 * H + (4 * H + 4) + 4 * V + 8
+    # Forward (at the loss): one micro-batch in flight; the root's and both layers' bf16 parameters and one
+    # all-gather output the size of a layer's; the upcast loss's logits in bf16 and fp32.
+    assert last.peak_points["forward"] == (params + states + accumulators + root * 2 + layer * 2 + 2 * layer * 2
+                                           + T * (2 * kept_layer + kept_output) + T * V * (2 + 4))
+    # The once-per-step reduction, at the root's unit (perform_reduce_grad): every accumulator, the root's fp32
+    # reduce-scatter input and both layers' parameters still gathered; nothing kept.
+    assert last.peak_points["reduce"] == params + states + accumulators + root * 4 + 2 * layer * 2
+    # The same layout at pp 1 holds no accumulator: its backward reduce-scatters every micro-batch (the sharded
+    # fp32 gradients of the earlier micro-batches held instead).
+    flat = _llama(registry, micro_batch_size=1, global_batch_size=32, reshard_after_forward=False).stages[0]
+    assert "reduce" not in flat.peak_points

@@ -3,11 +3,16 @@ and torchtitan's op-level SAC re-running every second matmul (docs/time.md, "Eag
 
 from __future__ import annotations
 
+import math
+
 import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hp_core.api import model_from_preset, step_time
-from hp_core.collectives import CollectiveCall, Fabric, GroupPlacement, nccl_seconds
+from hp_core.collectives import CollectiveCall, Fabric, GroupPlacement, Routing, nccl_seconds
+from hp_core.costs import Collective
 from hp_core.runtime_options import apply_options
 from hp_core.specs import ParallelSpec, RecomputeSpec, Setting
 from hp_plugins.collectives.deepep import NVLINK_EFFICIENCY, RDMA_EFFICIENCY, deepep_seconds
@@ -18,21 +23,64 @@ FABRIC = Fabric(intra_bandwidth=0.6 * NVLINK, intra_a2a_bandwidth=0.5 * NVLINK, 
                 inter_latency=30e-6, intra_link_bandwidth=NVLINK, nic_link_bandwidth=NIC)
 
 
-def _call(op, nbytes, ranks, per_node, nodes, fabric=FABRIC):
-    return CollectiveCall(op, nbytes, GroupPlacement(ranks, per_node, nodes), fabric)
+def _call(op, nbytes, ranks, per_node, nodes, fabric=FABRIC, routing=None):
+    return CollectiveCall(op, nbytes, GroupPlacement(ranks, per_node, nodes), fabric, routing=routing)
+
+
+def test_routing_reaches_the_expected_distinct_expert_groups():
+    # 4 experts in 2 groups of 2, top-2: a token misses a group only by drawing both experts of the other,
+    # 1 of C(4, 2) = 6 pairs, so 2 * (1 - 1/6) = 5/3 groups on average.
+    assert Routing(4, 2).distinct(2) == pytest.approx(5 / 3)
+    # 16 experts in 8 groups of 2, top-2: C(14, 2) / C(16, 2) = 91/120 missed, 8 * 29/120 reached.
+    assert Routing(16, 2).distinct(8) == pytest.approx(8 * 29 / 120)
+    assert Routing(8, 1).distinct(8) == pytest.approx(1.0)  # one expert, one rank
+    assert Routing(8, 8).distinct(4) == pytest.approx(4.0)  # every expert, every group
+    assert Routing(16, 2).distinct(16) == pytest.approx(2.0)  # one expert a rank: never a repeat
+    assert Routing(128, 8).distinct(1) == 1.0
+    with pytest.raises(ValueError, match="top_k"):
+        Routing(4, 8)
+
+
+@given(experts_per_group=st.integers(1, 16), groups=st.integers(1, 16), top_k=st.integers(1, 16))
+def test_routing_distinct_groups_lie_between_one_and_top_k_and_grow_with_top_k(experts_per_group, groups, top_k):
+    experts = experts_per_group * groups
+    top_k = min(top_k, experts)
+    reached = Routing(experts, top_k).distinct(groups)
+    assert 1.0 - 1e-9 <= reached <= min(top_k, groups) + 1e-9
+    if top_k < experts:
+        assert Routing(experts, top_k + 1).distinct(groups) >= reached - 1e-9
 
 
 def test_deepep_prices_all_to_all_at_its_published_link_efficiencies():
     assert NVLINK_EFFICIENCY.value == pytest.approx(153 / 200) and RDMA_EFFICIENCY.value == pytest.approx(43 / 50)
-    # Within a node: 7/8 of the buffer over NVLink at 153/200 of it, no per-step latency published.
-    assert deepep_seconds(_call("all_to_all", 8e9, 8, 8, 1)) == pytest.approx(7 / 8 * 8e9 / (NVLINK * 153 / 200))
-    # 16 ranks on 2 nodes: 8/16 of the buffer over the member's adapter at 43/50; NVLink carries 7/16 for its node
-    # plus 7/8 of what arrived over RDMA: (7/16 + 8/16 * 7/8) of the buffer.
-    rdma = 8 / 16 * 16e9 / (NIC * 43 / 50)
-    nvlink = (7 / 16 + 8 / 16 * 7 / 8) * 16e9 / (NVLINK * 153 / 200)
+    # Within a node, no routing stated (a plain exchange): every byte lands on a rank, the efficiency is of the
+    # bytes a rank receives (DeepEP's recv_x, its own share included), no per-step latency published.
+    assert deepep_seconds(_call("all_to_all", 8e9, 8, 8, 1)) == pytest.approx(8e9 / (NVLINK * 153 / 200))
+    # 16 ranks on 2 nodes: the buffer over the member's adapter at 43/50, and over NVLink at 153/200.
+    rdma, nvlink = 16e9 / (NIC * 43 / 50), 16e9 / (NVLINK * 153 / 200)
     assert deepep_seconds(_call("all_to_all", 16e9, 16, 8, 2)) == pytest.approx(max(rdma, nvlink))
     # Faster than NCCL's all-to-all at the Hopper entry's 0.711 bus efficiency within a node.
     assert deepep_seconds(_call("all_to_all", 8e9, 8, 8, 1)) < nccl_seconds(_call("all_to_all", 8e9, 8, 8, 1))
+
+
+def test_deepep_sends_a_token_once_per_rank_and_node_it_reaches():
+    # 16 experts, top-2, 8e9 bytes of routed copies: 4e9 bytes of tokens, each reaching 8 * 29/120 of 8 ranks.
+    routing = Routing(16, 2)
+    within = deepep_seconds(_call("all_to_all", 8e9, 8, 8, 1, routing=routing))
+    assert within == pytest.approx(4e9 * 8 * 29 / 120 / (NVLINK * 153 / 200))
+    # 16 ranks on 2 nodes of 8 experts each: a node missed with C(8, 2) / C(16, 2) = 28/120, so 2 * 92/120 nodes
+    # over RDMA; 16 groups of one expert, so 2 distinct ranks over NVLink.
+    rdma = 4e9 * 2 * 92 / 120 / (NIC * 43 / 50)
+    nvlink = 4e9 * 2 / (NVLINK * 153 / 200)
+    assert deepep_seconds(_call("all_to_all", 8e9, 16, 8, 2, routing=routing)) == pytest.approx(max(rdma, nvlink))
+    # NCCL's all-to-all moves the copies it is given: the routing does not change its price.
+    assert nccl_seconds(_call("all_to_all", 8e9, 8, 8, 1, routing=routing)) == nccl_seconds(_call("all_to_all", 8e9, 8, 8, 1))
+
+
+def test_routing_is_stated_only_on_an_expert_all_to_all():
+    Collective("ep", "all_to_all", 1.0, 1, 1, routing=Routing(8, 2))
+    with pytest.raises(ValueError, match="routing"):
+        Collective("tp", "all_gather", 1.0, 1, 1, routing=Routing(8, 2))
 
 
 def test_deepep_leaves_other_collectives_and_unknown_links_to_nccl():
@@ -54,10 +102,13 @@ def test_ep_all_to_all_option_prices_the_expert_exchange_with_deepep(registry):
     ep = {v: dict((g, t) for g, t, _ in s.stages[0].communication_by_group)["ep"] for v, s in (("nccl", nccl), ("deepep", deepep))}
     # Per micro-batch 48 MoE layers each dispatch and combine, forward and backward: 192 all-to-alls of 4096 tokens
     # x top-8 x 2048 x 2 bytes within one node; NCCL at the Hopper entry's 0.711 of 450 GB/s plus 7 steps of latency,
-    # DeepEP at 153/200 of it.
+    # DeepEP at 153/200 of it on the de-duplicated bytes.
     h100 = registry.hardware_preset("h100-sxm").spec
     nbytes = 4096 * 8 * 2048 * 2
-    assert ep["deepep"] == pytest.approx(192 * 7 / 8 * nbytes / (450e9 * 153 / 200), rel=1e-9)
+    # DeepEP sends a token once per rank it reaches: 128 experts, 16 a rank, top-8 -> 8 * (1 - C(112, 8) / C(128, 8)).
+    reached = 8 * (1 - math.comb(112, 8) / math.comb(128, 8))
+    assert reached == pytest.approx(5.34, abs=0.01)
+    assert ep["deepep"] == pytest.approx(192 * nbytes / 8 * reached / (450e9 * 153 / 200), rel=1e-9)
     assert ep["nccl"] == pytest.approx(192 * (7 / 8 * nbytes / (450e9 * 0.711) + 7 * h100.intra_node_latency_seconds), rel=1e-9)
     assert deepep.compute_seconds == nccl.compute_seconds
 

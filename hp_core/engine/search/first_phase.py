@@ -216,6 +216,7 @@ def _first_phase(
 
     timing = bounder.rt.timing
     replicate = timing.schedule.fsdp_replicate if timing is not None else 1
+    step_reduce = timing is not None and timing.schedule.fsdp_pipeline_step_reduce
     if families is None:
         families = _families(devices, fixed)
     done = 0
@@ -256,9 +257,10 @@ def _first_phase(
                         if seq_len % cp or (tp > 1 and (seq_len // cp) % tp):
                             reject(R_SEQUENCE, n)
                             continue
-                        # HSDP (check_fsdp_replicate): pp 1 (HSDP under PP is refused) and a replicate degree that
-                        # splits dp and, under expert parallelism, the expert dp (world / (pp * ep * etp)).
-                        if replicate > 1 and (pp > 1 or replicate_split_error(replicate, dp, ep, dp * cp * tp // (ep * etp))):
+                        # HSDP (check_fsdp_replicate): pp 1 unless the profile prices FSDP's once-per-step reduction
+                        # under PP, and a replicate degree that splits dp and, under expert parallelism, the expert dp
+                        # (world / (pp * ep * etp)).
+                        if replicate > 1 and ((pp > 1 and not step_reduce) or replicate_split_error(replicate, dp, ep, dp * cp * tp // (ep * etp))):
                             reject(R_HSDP, n)
                             continue
                         for reason in refused.values():

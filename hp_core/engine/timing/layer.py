@@ -177,7 +177,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     for c in work.collectives:
         if c.gemm_input and r.gather_share != 1.0:  # a recipe gathering GEMM inputs quantized
             c = attrs.evolve(c, bytes=c.bytes * r.gather_share)
-        seconds = r.links.seconds(c.group, c.op, c.bytes)
+        seconds = r.links.seconds(c.group, c.op, c.bytes, c.routing)
         key = c.group if c.overlappable else f"{c.group}!"
         sums = by_group.setdefault(key, [0.0, 0.0])
         sums[0] += c.forward_calls * seconds

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-__all__ = ["bucketed", "fsdp_layers", "hidden_send"]
+__all__ = ["bucketed", "fsdp_layers", "fsdp_layers_pipelined", "hidden_send"]
 
 
 def fsdp_layers(layers: Sequence[tuple[float, float, float, float]], *, reshard: bool, prefetch: bool,
@@ -53,6 +53,43 @@ def fsdp_layers(layers: Sequence[tuple[float, float, float, float]], *, reshard:
         exposed_back += max(0.0, behind - layers[i][3])
     exposed_back += reduces[0] if reduce_overlap else sum(reduces)
     return total, forward + exposed_back
+
+
+def fsdp_layers_pipelined(layers: Sequence[tuple[float, float, float, float]], all_reduces: Sequence[float], *,
+                          reshard: bool, prefetch: bool) -> tuple[tuple[float, float], tuple[float, float], float, float]:
+    """FSDP2's collectives on a pipeline stage as ``torch.distributed.pipelining`` runs it (torch 2.13).
+
+    *layers* as :func:`fsdp_layers` takes them, *all_reduces* HSDP's per-layer
+    replicate all-reduce seconds (empty without HSDP). Returns ``((total,
+    exposed)`` of one gather pass per micro-batch, ``(total, exposed)`` of the
+    stage's first-forward gathers once per step, the reduce-scatters' seconds
+    and the all-reduces' seconds, both once per step and exposed whole)``.
+
+    * Every backward runs with ``set_requires_gradient_sync(False)`` and
+      ``set_reshard_after_backward(False)`` (``pipelining/stage.py``
+      ``_PipelineStageBase.backward_maybe_with_nosync``): no reduce-scatter,
+      the gradients accumulate unsharded, the parameters stay gathered.
+    * ``perform_reduce_grad`` (the schedule's ``REDUCE_GRAD`` action after the
+      stage's last backward, ``schedules.py`` ``_add_reduce_grad``; the
+      single-stage schedules call it after their loop) runs every unit's
+      ``FSDPParamGroup.post_backward`` with sync on, one reduce-scatter each
+      (HSDP: its all-reduce after it), then
+      ``_root_post_backward_final_callback`` makes the compute stream wait on
+      them (``_fsdp_state.py``): nothing computes beside them.
+    * ``FSDPParamGroup.unshard`` is a no-op on gathered parameters
+      (``_fsdp_param_group.py``). Without ``reshard_after_forward`` a stage
+      gathers once per step, in its first forward; with it, the forward frees
+      them again, so the op after each forward gathers (a forward or a
+      backward) and the first op does: ``m + 1`` passes per step for ``m``
+      micro-batches on any schedule whose ops are whole forwards and backwards.
+      Each pass is priced as a forward's gathers (prefetched behind the previous
+      layer's forward, :func:`fsdp_layers`), the backward's longer compute not
+      credited.
+    """
+    gathers = [(g, 0.0, f, b) for g, _, f, b in layers]
+    one_pass = fsdp_layers(gathers, reshard=False, prefetch=prefetch, reduce_overlap=False)
+    per_micro_batch = one_pass if reshard else (0.0, 0.0)
+    return per_micro_batch, one_pass, sum(r for _, r, _, _ in layers), sum(all_reduces)
 
 
 def bucketed(total: float, bucket: float, window: float, overlapped: bool) -> float:

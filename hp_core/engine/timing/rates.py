@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from hp_core.collectives import NCCL, CollectiveCall, CollectiveModel, Fabric, GroupPlacement, place_group
+from hp_core.collectives import NCCL, CollectiveCall, CollectiveModel, Fabric, GroupPlacement, Routing, place_group
 from hp_core.errors import ConfigError
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
@@ -65,22 +65,23 @@ class _Links:
     # Prices already asked for in this call, by (group, op, bytes): a step asks the same ones of every stage
     # holding the same layers. The model is a function of the call alone (CollectiveModel), so a price kept
     # is the price it would give again.
-    _prices: dict[tuple[str, str, float], float] = attrs.field(factory=dict, init=False, eq=False, repr=False)
+    _prices: dict[tuple[str, str, float, Routing | None], float] = attrs.field(
+        factory=dict, init=False, eq=False, repr=False)
 
-    def seconds(self, group: str, op: str, nbytes: float) -> float:
-        key = (group, op, nbytes)
+    def seconds(self, group: str, op: str, nbytes: float, routing: Routing | None = None) -> float:
+        key = (group, op, nbytes, routing)
         found = self._prices.get(key)
         if found is None:
-            found = self._prices[key] = self._price(group, op, nbytes)
+            found = self._prices[key] = self._price(group, op, nbytes, routing)
         return found
 
-    def _price(self, group: str, op: str, nbytes: float) -> float:
+    def _price(self, group: str, op: str, nbytes: float, routing: Routing | None) -> float:
         placement = self.groups[group]
         if op == "p2p":
             placement = GroupPlacement(2, 2 if placement.per_node > 1 else 1, 1 if placement.per_node > 1 else 2)
         elif placement.ranks <= 1:
             return 0.0
-        return self.model.seconds(CollectiveCall(op, nbytes, placement, self.fabric, self.algorithm))
+        return self.model.seconds(CollectiveCall(op, nbytes, placement, self.fabric, self.algorithm, routing))
 
 
     def subgroup_seconds(self, group: str, op: str, ranks: int, nbytes: float) -> float:

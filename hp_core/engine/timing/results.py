@@ -30,7 +30,8 @@ class StageTime:
             matmuls and attention as the layers count them; no recompute).
         communication_by_group: ``(group, seconds, exposed seconds)`` per
             group: ``tp``, ``cp``, ``ep``, ``pp``, (ZeRO-3) ``fsdp`` and (HSDP's
-            replicate all-reduce) ``hsdp`` per micro-batch, ``dp`` and ``mirror`` (a schedule's gradient sync) per step; the rest of the time is hidden
+            replicate all-reduce) ``hsdp`` per micro-batch, ``dp``, ``mirror`` (a schedule's gradient sync),
+            ``fsdp_step`` and ``hsdp_step`` (FSDP under PP's once-per-step collectives) per step; the rest of the time is hidden
             behind compute by the runtime's overlap schedule.
     """
 

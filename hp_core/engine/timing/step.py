@@ -16,7 +16,7 @@ from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements
 from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.schedule import pipeline_seconds
-from hp_core.engine.timing.overlap import bucketed, fsdp_layers, hidden_send
+from hp_core.engine.timing.overlap import bucketed, fsdp_layers, fsdp_layers_pipelined, hidden_send
 from hp_core.engine.timing.layer import ALTERNATE_MATMUL_DEFAULT_FRACTION, _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
 from hp_core.engine.timing.results import StageTime, StepTime
@@ -157,7 +157,7 @@ def time_run(
     settings = run.settings(recompute)
     replicate = timing.schedule.fsdp_replicate  # HSDP (OverlapSchedule.fsdp_replicate)
     if replicate > 1:
-        check_fsdp_replicate(replicate, zero, parallel)
+        check_fsdp_replicate(replicate, zero, parallel, timing.schedule.fsdp_pipeline_step_reduce)
 
     recipe = run.stage_inputs.recipe
     collectives = run.registry.collective_model(timing.collective_model) if timing.collective_model else None
@@ -258,6 +258,10 @@ def time_run(
     # pipeline's middle stages), are priced once: every sum below runs in the same order, so each figure is the
     # one pricing them again would give; only the index differs. What depends on a stage's position enters the key.
     priced: dict = {}
+    # FSDP under PP (OverlapSchedule.fsdp_pipeline_step_reduce): each stage's gathers in its first forward, which
+    # micro-batch 0's forward meets stage after stage as the pipeline fills (exposed seconds per stage).
+    heads: list[float] = []
+    step_reduce = zero >= 3 and parallel.pp > 1 and sched.fsdp_pipeline_step_reduce
     for stage in range(parallel.pp):
         key = tuple((c == 0, c == chunks - 1, c != chunks - 1 and stage not in runs_on[c + 1], c != 0 and stage not in runs_on[c - 1],
                      run.body_group[bounds[c][0]:bounds[c][1]], tuple(map(id, body[bounds[c][0]:bounds[c][1]])))
@@ -267,8 +271,9 @@ def time_run(
             stages.append(StageTime(stage, *same[0]))
             recomputed_flops_per_stage.append(same[1])
             passes.append(same[2])
+            heads.append(same[3])
             continue
-        fwd = bwd = rec = comm = flops = rflops = wgrad = 0.0
+        fwd = bwd = rec = comm = flops = rflops = wgrad = head = 0.0
         held: dict[int, int] = {}
         by_group: dict[str, list[float]] = {}
         ordered: list[_LayerTime] = []
@@ -351,18 +356,34 @@ def time_run(
                                              reduce_overlap=sched.fsdp_reduce_scatter_overlap)
                 return total * rates.slowdown, exposed * (1 - ov.data_parallel.value) * rates.slowdown
 
-            total, exposed = streams(per_layer)
-            by_group["fsdp"] = [total, exposed]
-            if replicated:
-                # Serialised behind its reduce-scatter, a conservative reading: torch runs it on its own stream,
-                # which the next unit's reduce-scatter does not wait for, so where the shard and replicate groups
-                # use different links the two could overlap. What it adds to the exposed time is its share
-                # (docs/time.md, "Overlap and host time").
-                both = streams([(g, r + a, f, b) for (g, r, f, b), a in zip(per_layer, replicated)])
-                by_group["hsdp"] = [both[0] - total, both[1] - exposed]
-                exposed = both[1]
-            comm += exposed
-            dp = 0.0
+            if step_reduce:
+                # torch.distributed.pipelining with FSDP2 stages (fsdp_layers_pipelined): one gather pass per
+                # micro-batch only under reshard_after_forward, one more in the stage's first forward (on the fill:
+                # heads), and the reduce-scatters (HSDP: then the all-reduces) once per step after the last backward.
+                (mb_total, mb_exposed), (head_total, head_exposed), reduce, all_reduce = fsdp_layers_pipelined(
+                    per_layer, replicated, reshard=parallel.reshard_after_forward, prefetch=sched.fsdp_prefetch)
+                keep = (1 - ov.data_parallel.value) * rates.slowdown
+                if mb_total:
+                    by_group["fsdp"] = [mb_total * rates.slowdown, mb_exposed * keep]
+                comm += mb_exposed * keep
+                head = head_exposed * keep
+                dp = (reduce + all_reduce) * keep
+                by_group["fsdp_step"] = [(head_total + reduce) * rates.slowdown, head + reduce * keep]
+                if replicated:
+                    by_group["hsdp_step"] = [all_reduce * rates.slowdown, all_reduce * keep]
+            else:
+                total, exposed = streams(per_layer)
+                by_group["fsdp"] = [total, exposed]
+                if replicated:
+                    # Serialised behind its reduce-scatter, a conservative reading: torch runs it on its own stream,
+                    # which the next unit's reduce-scatter does not wait for, so where the shard and replicate groups
+                    # use different links the two could overlap. What it adds to the exposed time is its share
+                    # (docs/time.md, "Overlap and host time").
+                    both = streams([(g, r + a, f, b) for (g, r, f, b), a in zip(per_layer, replicated)])
+                    by_group["hsdp"] = [both[0] - total, both[1] - exposed]
+                    exposed = both[1]
+                comm += exposed
+                dp = 0.0
         else:
             reduce = gather = 0.0
             for n, q, group in ((dense, q_dense, "dp"), (experts, q_experts, "edp")):
@@ -413,9 +434,11 @@ def time_run(
                                 tuple((g, t, e) for g, (t, e) in by_group.items())))
         recomputed_flops_per_stage.append(rflops)
         passes.append(StagePasses(stages[-1].micro_batch_seconds, wgrad, _forward_share(stages[-1])))
-        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, passes[-1])
+        heads.append(head)
+        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, passes[-1], head)
 
-    pipe = pipeline_seconds(schedule, run.stage_inputs.layout, tuple(passes))
+    # Under FSDP x PP each stage's first forward gathers on the pipeline's fill: its exposed part delays it (bubble).
+    pipe = pipeline_seconds(schedule, run.stage_inputs.layout, tuple(passes)) + sum(heads)
     slow = max(stages, key=lambda s: s.micro_batch_seconds)
     tail = max(stages, key=lambda s: s.data_parallel_seconds + s.optimizer_seconds)
     step = pipe + tail.data_parallel_seconds + tail.optimizer_seconds

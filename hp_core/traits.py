@@ -1,0 +1,57 @@
+"""Runtime traits: how a trainer implements ops, where that changes what a layer keeps.
+
+A runtime profile states the traits its trainer has (:attr:`hp_core.types.Runtime.traits`); the
+built-in kinds read them from :attr:`hp_core.costs.LayerContext.traits`. Re-exported by :mod:`hp_core.costs`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["TRAITS"]
+
+# How a trainer implements ops, where that changes what a layer keeps. A runtime
+# profile states the traits its trainer has; the built-in kinds read them.
+TRAITS = {
+    "fused_swiglu": (
+        "the gated MLP's activation keeps only its input, the FC1 output; its product is the FC2 input "
+        "(Megatron-LM bias_swiglu_impl / Transformer Engine)"
+    ),
+    "fused_cross_entropy": (
+        "the loss keeps the logits in the compute dtype, overwritten with their gradient in forward, "
+        "instead of an fp32 softmax (Transformer Engine parallel_cross_entropy; Megatron-LM --cross-entropy-loss-fusion)"
+    ),
+    "mla_contiguous_qkv": (
+        "MLA's up-projected q, k and v are made contiguous copies, so v keeps no k_nope alive "
+        "(Megatron-Core multi_latent_attention.py qkv_up_proj_and_rope_apply)"
+    ),
+    "moe_probs_in_activation": (
+        "routing probabilities are applied in the experts' SwiGLU, which keeps them (fp32 per dispatched token), "
+        "so the combine keeps no expert outputs (Megatron-Core WeightedSwiGLUFunction)"
+    ),
+    "fp32_norm_copy": (
+        "an RMSNorm upcasts its input to fp32 and keeps that copy and the fp32 inverse root per row, "
+        "4 w + 4 bytes per row of width w beyond a fused norm (transformers LlamaRMSNorm and its copies; "
+        "measured by the torch census)"
+    ),
+    "upcast_cross_entropy": (
+        "the loss upcasts the logits to fp32 before cross_entropy: its forward holds the logits in the compute "
+        "dtype and in fp32 beside the fp32 log-softmax it keeps, and it keeps the int64 targets "
+        "(transformers ForCausalLMLoss; torchtitan cross_entropy_loss)"
+    ),
+    "replicated_vocab": (
+        "the embedding and the head are whole on every TP rank (not vocabulary-parallel): a TP plan that leaves "
+        "them out (torchtitan-style plans without tok_embeddings/output entries)"
+    ),
+    "gathered_logits": (
+        "a vocabulary-parallel head's logits are all-gathered over TP before the loss (no loss parallelism: "
+        "torchtitan ColwiseParallel(output_layouts=Replicate()) on the output), so the loss sees the whole vocabulary"
+    ),
+    "moe_tp_without_sp": (
+        "a mixture-of-experts layer runs under TP without sequence parallelism: every TP rank routes all its tokens "
+        "through experts TP leaves whole (a PyTorch-native plan that parallelizes only the attention)"
+    ),
+    "torchtitan_op_sac": "a dense layer's normOp+ffAct keep what torchtitan's per-op SAC saves (hp_plugins/kit/op_sac.py)",
+    "moe_fused_permute": (
+        "the fused token permutation keeps an int32 row map of [tokens, 2 * experts + 1] "
+        "(Transformer Engine permutation.py moe_permute)"
+    ),
+}
