@@ -8,12 +8,17 @@ with the ``megatron`` runtime, the memory rows with the torchtitan importer (``f
 each under the recipe its row names; then llm-foundry's MPT FP8 rows (``fsdp_rows``: Composer FSDP,
 Transformer Engine delayed scaling), priced with the ``fsdp2`` runtime as docs/time.md prices the
 MPT bf16 rows; then Megatron-Bridge's MoE rows (``moe_rows``: Qwen3 30B-A3B and 235B-A22B on H100 and B200), priced as
-run with the ``megatron`` runtime, per class the mean absolute error; nothing is fitted to them (docs/precision.md).
+run with the ``megatron`` runtime, per class the mean absolute error; then torchtitan's and torchao's Float8 rows
+(``torchtitan_rows``: Llama 3 8B / 70B / 405B under torchao float8 tensorwise on torchtitan's Grand Teton H100s),
+priced as tests/plugins/scale_cases.py prices those pages' bf16 rows (``fsdp2``, the Grand Teton case device), each
+beside its bf16 baseline of the same table, measured and priced, and both FP8 speedups; nothing is fitted to them
+(docs/precision.md).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import attrs
@@ -261,6 +266,105 @@ def moe_section(found: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+TORCHTITAN_CLASSES = ("single-node FSDP", "multi-node FSDP")
+
+
+def _scale_cases():
+    """tests/plugins/scale_cases.py: the Grand Teton case device, the torchtitan step-time formula, the rows' builders."""
+    plugins = str(Path(__file__).resolve().parents[1] / "tests" / "plugins")
+    if plugins not in sys.path:
+        sys.path.insert(0, plugins)
+    import scale_cases
+
+    return scale_cases
+
+
+def price_torchtitan(row: dict, registry, recipe: str | None = None, gathers_as_run: bool = False):
+    """hp's step time of a ``torchtitan_rows`` row under *recipe* (the row's when ``None``), built as
+    ``scale_cases`` builds its torchtitan rows (``fsdp2`` with the row's options, its recompute, the Grand Teton
+    device). *gathers_as_run*: the recipe with the row's ``gathers_as_run`` fields (how the run gathered its FSDP
+    parameters and sequence-parallel inputs, where hp's recipe says otherwise): a variant made here, not an hp recipe."""
+    sc = _scale_cases()
+    name = recipe or row["recipe"]
+    if gathers_as_run:
+        variant = attrs.evolve(registry.precision_recipe(name), name=f"{name}-gathers-as-run", **row["gathers_as_run"])
+        registry = attrs.evolve(registry, precision_recipes=registry.precision_recipes + (variant,))
+        name = variant.name
+    runtime = sc.runtime(row, registry)
+    return api.step_time(sc.model(row, registry), sc.layout(row), registry=registry, hardware=sc.hardware(row, registry),
+                         runtime=runtime, recompute=sc.recompute(row, registry),
+                         precision=attrs.evolve(runtime.precision, recipe=name))
+
+
+def torchtitan_baseline(row: dict, data: dict) -> tuple[dict, bool]:
+    """The row's bf16 baseline as a ``scale_cases`` row, and whether it is a row of scale_measured.json (priced as
+    that file prices it) or a memory row (the same layout as *row*, its measured TPS the memory row's)."""
+    sc = _scale_cases()
+    base = row["baseline"]
+    if base["in"] == "scale_measured.json":
+        return next(r for r in sc.ROWS if r["id"] == base["id"]), True
+    memory = next(r for r in data["memory_rows"] if r["id"] == base["id"])
+    return dict(row, id=memory["id"], recipe="bf16", measured={"tps_per_gpu": memory["tokens_per_second_per_gpu"]}), False
+
+
+def torchtitan_results(registry=None) -> list[dict]:
+    """Each ``torchtitan_rows`` row priced: measured and hp step time (hp's recipe; and with the run's gathers where
+    the row states them), its bf16 baseline measured and priced, and both FP8 speedups over that baseline."""
+    sc = _scale_cases()
+    registry = registry or api.build_registry()
+    data = json.loads(DATA.read_text())
+    found = []
+    for row in data["torchtitan_rows"]:
+        measured = sc.measured_seconds(row)
+        estimated = price_torchtitan(row, registry).step_seconds
+        as_run = price_torchtitan(row, registry, gathers_as_run=True).step_seconds if "gathers_as_run" in row else None
+        base, in_scale = torchtitan_baseline(row, data)
+        base_measured = sc.measured_seconds(base)
+        bf16 = (sc.estimated(base, registry) if in_scale else price_torchtitan(base, registry)).step_seconds
+        found.append({"id": row["id"], "class": row["class"], "split": row["split"], "layout": row["layout"],
+                      "options": row["options"], "baseline": base["id"], "measured_seconds": measured,
+                      "estimated_seconds": estimated, "error": estimated / measured - 1, "as_run_seconds": as_run,
+                      "as_run_error": None if as_run is None else as_run / measured - 1,
+                      "baseline_measured_seconds": base_measured, "bf16_seconds": bf16, "bf16_error": bf16 / base_measured - 1,
+                      "measured_speedup": base_measured / measured, "estimated_speedup": bf16 / estimated})
+    return found
+
+
+def torchtitan_section(found: list[dict]) -> str:
+    """The torchtitan / torchao Float8 table docs/precision.md shows (tests/plugins/test_fp8_runs.py checks it is current)."""
+    lines = ["| run | class | layout | measured s | hp s | error | hp, gathers as run s | error | bf16 baseline | measured s "
+             "| hp s | error | measured FP8 speedup | hp FP8 speedup |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for r in found:
+        lay = r["layout"]
+        degrees = " ".join(f"{k}{lay[k]}" for k in ("dp", "tp") if lay.get(k, 1) > 1)
+        extra = " async TP" if r["options"].get("async_tp") else ""
+        as_run = "| | " if r["as_run_seconds"] is None else f"| {r['as_run_seconds']:.3f} | {r['as_run_error']:+.1%} "
+        lines.append(f"| `{r['id']}` | {r['class']} | {degrees}{extra}, mbs {lay['micro_batch_size']} | {r['measured_seconds']:.3f} "
+                     f"| {r['estimated_seconds']:.3f} | {r['error']:+.1%} {as_run}| `{r['baseline']}` "
+                     f"| {r['baseline_measured_seconds']:.3f} | {r['bf16_seconds']:.3f} | {r['bf16_error']:+.1%} "
+                     f"| {r['measured_speedup']:.2f} | {r['estimated_speedup']:.2f} |")
+    lines.append("")
+    for cls in TORCHTITAN_CLASSES:
+        chosen = [r for r in found if r["class"] == cls]
+        errors = [r["error"] for r in chosen]
+        base = [r["bf16_error"] for r in chosen]
+        lines.append(f"- {cls}, Float8, held out: {len(errors)} rows, mean absolute error {sum(map(abs, errors)) / len(errors):.1%}, "
+                     f"{min(errors):+.1%} to {max(errors):+.1%}, {sum(abs(e) <= 0.10 for e in errors)} within 10% "
+                     f"(their bf16 baselines: mean absolute error {sum(map(abs, base)) / len(base):.1%}).")
+    errors = [abs(r["error"]) for r in found]
+    lines.append(f"- All: {len(errors)} held-out Float8 rows, mean absolute error {sum(errors) / len(errors):.1%}, "
+                 f"largest {max(errors):.1%}, {sum(e <= 0.10 for e in errors)} within 10%.")
+    ran = [r for r in found if r["as_run_error"] is not None]
+    lines.append(f"- Gathers as run (the {len(ran)} TP rows): mean absolute error "
+                 f"{sum(abs(r['as_run_error']) for r in ran) / len(ran):.1%} against {sum(abs(r['error']) for r in ran) / len(ran):.1%} "
+                 f"with hp's recipe.")
+    gaps = [r["estimated_speedup"] / r["measured_speedup"] - 1 for r in found]
+    lines.append(f"- FP8 speedup over the bf16 baseline: hp's over the measured {min(gaps):+.1%} to {max(gaps):+.1%}, "
+                 f"mean absolute {sum(map(abs, gaps)) / len(gaps):.1%}.")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     print(section(results()), end="")
     print()
@@ -269,6 +373,8 @@ def main() -> None:
     print(fsdp_section(fsdp_results()), end="")
     print()
     print(moe_section(moe_results()), end="")
+    print()
+    print(torchtitan_section(torchtitan_results()), end="")
 
 
 if __name__ == "__main__":

@@ -161,3 +161,101 @@ def test_precision_page_moe_table_is_current_and_its_prose_states_its_figures():
     assert f"micro-batch 1 are priced {-max(slow):.0%}-{-min(slow):.0%} too fast" in prose
     speedups = [r["bf16_seconds"] / r["estimated_seconds"] for r in found]
     assert f"FP8 speedup over bf16 on these rows is {min(speedups):.2f}-{max(speedups):.2f}" in prose
+
+
+# torchtitan's and torchao's Float8 rows (torchtitan_rows): each step time by hand from the figure its source prints,
+# tokens of one data-parallel rank per step over (TPS per GPU x the TP degree), torchtitan's TPS per GPU dividing a
+# rank's tokens by the time and the non-data-parallel degree; the figure as the source row prints it.
+TORCHTITAN_BY_HAND = {
+    "tt-fp8-8b-fsdp8-compile": ("8,532", 2 * 8192 / 8532),  # local batch 2, FSDP only: 1.9203 s
+    "tt-fp8-8b-fsdp128-compile": ("8,380", 2 * 8192 / 8380),  # 1.9551 s
+    "tt-fp8-8b-fsdp8-lb1-2501": ("tps: 7,186", 1 * 8192 / 7186),  # local batch 1: 1.1400 s
+    "ao-fp8-h100-8b-tensorwise": ("7689.5", 1 * 8192 / 7689.5),  # 1.0653 s
+    "tt-fp8-8b-fsdp8-tp8": ("5078.1", 12 * 8192 / (5078.1 * 8)),  # local batch 12, TP 8: 2.4198 s
+    "tt-fp8-8b-fsdp8-tp8-asynctp": ("5570.1", 12 * 8192 / (5570.1 * 8)),  # 2.2061 s
+    "tt-fp8-70b-fsdp32-tp8": ("809.8", 16 * 8192 / (809.8 * 8)),  # local batch 16, TP 8: 20.232 s
+    "tt-fp8-70b-fsdp32-tp8-asynctp": ("942.4", 16 * 8192 / (942.4 * 8)),  # 17.385 s
+    "tt-fp8-405b-fsdp16-tp8-asynctp": ("| 185 |", 2 * 8192 / (185 * 8)),  # local batch 2, TP 8: 11.070 s
+}
+
+
+def test_torchtitan_rows_step_seconds_by_hand():
+    import pytest
+
+    data = json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
+    runs = _module()
+    sc = runs._scale_cases()
+    rows = {row["id"]: row for row in data["torchtitan_rows"]}
+    assert set(rows) == set(TORCHTITAN_BY_HAND)
+    for name, (printed, seconds) in TORCHTITAN_BY_HAND.items():
+        row = rows[name]
+        assert printed in row["row"], name  # the figure priced is the one the source row prints
+        assert float(printed.strip("| ").removeprefix("tps: ").replace(",", "")) == row["measured"]["tps_per_gpu"], name
+        assert sc.measured_seconds(row) == pytest.approx(seconds, rel=1e-12), name
+    assert round(sc.measured_seconds(rows["tt-fp8-70b-fsdp32-tp8"]), 3) == 20.232
+    assert round(sc.measured_seconds(rows["tt-fp8-405b-fsdp16-tp8-asynctp"]), 3) == 11.070
+    # The bf16 baselines by the same formula: a memory row's TPS over the FP8 row's layout, or the scale row as priced.
+    base, in_scale = runs.torchtitan_baseline(rows["ao-fp8-h100-8b-tensorwise"], data)
+    assert not in_scale and sc.measured_seconds(base) == pytest.approx(8192 / 6150, rel=1e-12)
+    base, in_scale = runs.torchtitan_baseline(rows["tt-fp8-70b-fsdp32-tp8"], data)
+    assert in_scale and sc.measured_seconds(base) == pytest.approx(16 * 8192 / (597.3 * 8), rel=1e-12)
+
+
+def test_torchtitan_rows_state_their_provenance_device_and_baseline(registry):
+    import pytest
+
+    from hp_core.errors import ConfigError
+
+    data = json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
+    runs = _module()
+    sc = runs._scale_cases()
+    for row in data["torchtitan_rows"]:
+        assert row["source"] in data["sources"] and row["split"] == "held_out", row["id"]  # nothing is fitted to them
+        assert row["hardware"] == "h100-hbm2e" and row["recipe"] == "torchao-float8-tensorwise", row["id"]
+        assert row["class"] in runs.TORCHTITAN_CLASSES and row["compile"] and row["not_priced"], row["id"]
+        assert ("tp" in row["layout"]) == ("gathers_as_run" in row), row["id"]  # hp's recipe differs from the run in TP gathers
+        base, in_scale = runs.torchtitan_baseline(row, data)
+        if in_scale:  # the bf16 row of the same table: the same build but the options the row names
+            assert base["split"] in ("calibration", "held-out") and base["compile"], row["id"]
+            for key in ("model", "runtime", "hardware", "layout", "recompute"):
+                assert base[key] == row[key], (row["id"], key)
+            differ = set(row["baseline"].get("options_differ", []))
+            assert {k for k in base["options"].keys() | row["options"].keys()
+                    if base["options"].get(k) != row["options"].get(k)} == differ, row["id"]
+        else:
+            memory = next(r for r in data["memory_rows"] if r["id"] == row["baseline"]["id"])
+            assert memory["recipe"] == "bf16" and memory["compile"] and memory["source"] == row["source"], row["id"]
+            assert memory["local_batch_size"] == row["layout"]["micro_batch_size"] and memory["gpus"] == row["layout"]["dp"]
+    # The Grand Teton device, not the SXM preset: the fitted bf16 peak and its fp8 peak by the same ratio.
+    device = sc.hardware(data["torchtitan_rows"][0], registry)
+    assert device.peak_flops["bf16"] == 835.5e12 and device.peak_flops["fp8"] == pytest.approx(1978.9e12 * 835.5 / 989.4)
+    # Left out, each with its reason; the rowwise reason is hp's own refusal.
+    assert len(data["torchtitan_rows_left_out"]) == 5 and all(r["why"] for r in data["torchtitan_rows_left_out"])
+    rowwise = dict(data["torchtitan_rows"][0], id="rowwise", recipe="torchao-float8-rowwise")
+    with pytest.raises(ConfigError, match="no measured fp8_rowwise GEMM speedup"):
+        runs.price_torchtitan(rowwise, registry)
+
+
+def test_precision_page_torchtitan_table_is_current_and_its_prose_states_its_figures():
+    runs = _module()
+    found = runs.torchtitan_results()
+    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
+    assert runs.torchtitan_section(found) in page, "regenerate with: python benchmarks/fp8_runs.py"
+    prose = _prose(page)
+    by_id = {r["id"]: r for r in found}
+    assert len(found) == 9 and "all nine are held out" in prose
+    gaps = [r["estimated_speedup"] / r["measured_speedup"] - 1 for r in found]
+    assert f"within {min(gaps):+.1%} to {max(gaps):+.1%} of the measured one" in prose
+    tp8 = [by_id[k] for k in ("tt-fp8-8b-fsdp8-tp8", "tt-fp8-8b-fsdp8-tp8-asynctp")]
+    assert (f"are {tp8[0]['error']:+.1%} and {tp8[1]['error']:+.1%} with their bf16 baselines at "
+            f"{tp8[0]['bf16_error']:+.1%} and {tp8[1]['bf16_error']:+.1%}") in prose
+    lb1 = [by_id[k] for k in ("tt-fp8-8b-fsdp8-lb1-2501", "ao-fp8-h100-8b-tensorwise")]
+    assert (f"batch-1 single-node rows are {lb1[0]['error']:+.1%} and {lb1[1]['error']:+.1%}, their baselines "
+            f"{lb1[0]['bf16_error']:+.1%} and {lb1[1]['bf16_error']:+.1%}") in prose
+    assert f"differ by {6150 / 5760 - 1:.1%}" in prose
+    seventy = [abs(by_id[k]["as_run_error"]) for k in ("tt-fp8-70b-fsdp32-tp8", "tt-fp8-70b-fsdp32-tp8-asynctp")]
+    assert f"brings the 70B rows within {max(seventy):.1%}" in prose
+    ran = [r for r in found if r["as_run_error"] is not None]
+    assert (f"({tp8[0]['as_run_error']:+.1%} and {tp8[1]['as_run_error']:+.1%}); the mean absolute error of the five TP rows "
+            f"goes from {sum(abs(r['error']) for r in ran) / len(ran):.1%} to "
+            f"{sum(abs(r['as_run_error']) for r in ran) / len(ran):.1%}") in prose and len(ran) == 5
