@@ -127,3 +127,119 @@ def test_routing_groups_are_validated():
         Routing(8, 2, groups=1, groups_per_token=2)
     with pytest.raises(ValueError, match="positive"):
         Routing(8, 2, groups=0)
+
+
+# ----------------------------------------------------------------------------- plumbing: configs, readers, step time
+
+import copy
+import shlex
+
+import attrs
+
+from hp_core.api import model_from_preset, step_time
+from hp_core.errors import ConfigError
+from hp_core.runtime_options import apply_options
+from hp_core.specs import ParallelSpec
+from hp_plugins.importers.megatron import import_megatron_args
+from hp_plugins.models.hf import model_from_hf_config
+
+_V3_TINY = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 64,
+            "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 1000, "n_routed_experts": 16,
+            "num_experts_per_tok": 4, "n_shared_experts": 1, "first_k_dense_replace": 1, "kv_lora_rank": 32,
+            "q_lora_rank": 64, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16}
+
+
+def _groups(model):
+    (config,) = {g.config for g in model.layers if hasattr(g.config, "router_num_groups")}
+    return config.router_num_groups, config.router_group_topk
+
+
+def test_hf_deepseek_configs_state_their_router_groups(registry):
+    assert _groups(model_from_preset("deepseek-v3", registry)) == (8, 4)
+    assert _groups(model_from_preset("deepseek-v2", registry)) == (8, 3)  # topk_method group_limited_greedy
+    assert _groups(model_from_preset("nemotron-3-nano-30b-a3b", registry)) == (1, 1)
+    assert _groups(model_from_preset("qwen3-30b-a3b", registry)) == (1, None)
+    # DeepseekV3Config's defaults where the file omits them: 8 groups, 4 per token.
+    assert _groups(model_from_hf_config(_V3_TINY, name="t", source="t")) == (8, 4)
+    assert _groups(model_from_hf_config({**_V3_TINY, "n_group": 4, "topk_group": 2}, name="t", source="t")) == (4, 2)
+    # DeepSeek-V2's router limits groups only with group_limited_greedy (DeepseekV2TopkRouter); its default is greedy.
+    v2 = {**_V3_TINY, "model_type": "deepseek_v2"}
+    assert _groups(model_from_hf_config(v2, name="t", source="t")) == (1, None)
+    assert _groups(model_from_hf_config({**v2, "n_group": 4, "topk_group": 2}, name="t", source="t")) == (1, None)
+    limited = {**v2, "topk_method": "group_limited_greedy", "n_group": 4, "topk_group": 2}
+    assert _groups(model_from_hf_config(limited, name="t", source="t")) == (4, 2)
+
+
+@pytest.mark.parametrize("change, path, message", [
+    ({"model_type": "deepseek_v2", "topk_method": "group_limited_greedy"}, "$.n_group", "missing"),
+    ({"model_type": "deepseek_v2", "topk_method": "noaux_tc"}, "$.topk_method", "greedy"),
+    ({"n_group": 0}, "$.n_group", "positive"),
+    ({"topk_group": 0}, "$.topk_group", "positive"),
+    ({"n_group": 3}, "config.json", "router_num_groups=3 must divide num_experts=16"),
+    ({"n_group": 4, "topk_group": 5}, "config.json", "router_group_topk=5 must not exceed router_num_groups=4"),
+    ({"n_group": 8, "topk_group": 1}, "config.json", "num_experts_per_tok=4 must not exceed the 2 experts"),
+])
+def test_hf_router_groups_refused_with_their_path(change, path, message):
+    with pytest.raises(ConfigError) as info:
+        model_from_hf_config({**_V3_TINY, **change}, name="t", source="t")
+    assert path in info.value.path and message in info.value.message
+
+
+def test_megatron_router_group_flags_import_as_the_layers_router_groups(registry):
+    base = ("--num-layers 2 --hidden-size 1024 --num-attention-heads 8 --ffn-hidden-size 2048 --seq-length 512 "
+            "--vocab-size 1000 --swiglu --normalization RMSNorm --disable-bias-linear --micro-batch-size 1 "
+            "--global-batch-size 8 --bf16 --num-experts 16 --moe-router-topk 4 --expert-model-parallel-size 8")
+
+    def layers(extra):
+        job = import_megatron_args(shlex.split(base + extra), registry, devices=8)
+        return {(layer["config"]["router_num_groups"], layer["config"]["router_group_topk"])
+                for layer in job.document["model"]["layers"] if "router_num_groups" in layer["config"]}, job.unmapped
+
+    assert layers(" --moe-router-num-groups 4 --moe-router-group-topk 2") == ({(4, 2)}, ())
+    # Megatron-Core limits the groups only when --moe-router-group-topk is set.
+    assert layers(" --moe-router-num-groups 4") == ({(1, None)}, ())
+    for extra, flag in ((" --moe-router-group-topk 2", "--moe-router-num-groups"),
+                        (" --moe-router-num-groups 3 --moe-router-group-topk 2", "--moe-router-num-groups"),
+                        (" --moe-router-num-groups 4 --moe-router-group-topk 5", "--moe-router-group-topk"),
+                        (" --moe-router-num-groups 8 --moe-router-group-topk 1", "--moe-router-group-topk")):
+        with pytest.raises(ConfigError) as info:
+            layers(extra)
+        assert info.value.path == flag, extra
+
+
+def test_the_measured_deepseek_case_states_its_router_groups(registry):
+    import json
+    from pathlib import Path
+
+    from hp_plugins.cases.megatron_measured import read_megatron_case
+
+    cases = json.loads((Path(__file__).parent / "data" / "megatron_measured.json").read_text(encoding="utf-8"))["cases"]
+    (index,) = [i for i, c in enumerate(cases) if (c["training_config"].get("moe") or {}).get("router_group_topk")]
+    assert _groups(read_megatron_case(cases[index], index).model) == (8, 3)
+    broken = copy.deepcopy(cases[index])
+    del broken["training_config"]["moe"]["router_num_groups"]
+    with pytest.raises(ConfigError, match="router_num_groups"):
+        read_megatron_case(broken, index)
+
+
+def _ep_seconds(registry, model):
+    runtime = apply_options(registry.runtime("fsdp2"), {"ep_all_to_all": "deepep"})
+    layout = ParallelSpec(dp=8, ep=8, seq_len=4096, micro_batch_size=1, global_batch_size=8)
+    timed = step_time(model, layout, registry=registry, hardware=registry.hardware_preset("h100-sxm").spec, runtime=runtime)
+    return dict((g, t) for g, t, _ in timed.stages[0].communication_by_group)["ep"]
+
+
+def test_deepep_prices_a_group_limited_router_from_the_groups_a_token_reaches(registry):
+    # Qwen3-30B-A3B (128 experts, top-8) on one node of 8 ranks, as docs/time.md's DeepEP check, with its router
+    # limited to 2 of 8 groups of 16 experts: the groups are the ranks, so a token reaches
+    # 8 * 2/8 * (1 - C(16, 8) / C(32, 8)) ranks rather than 8 * (1 - C(112, 8) / C(128, 8)).
+    model = model_from_preset("qwen3-30b-a3b", registry)
+    grouped = attrs.evolve(model, layers=tuple(
+        attrs.evolve(g, config=attrs.evolve(g.config, router_num_groups=8, router_group_topk=2))
+        if hasattr(g.config, "router_num_groups") else g for g in model.layers))
+    limited = 2 * (1 - math.comb(16, 8) / math.comb(32, 8))
+    unlimited = 8 * (1 - math.comb(112, 8) / math.comb(128, 8))
+    assert limited == pytest.approx(1.9976, abs=1e-4) and unlimited == pytest.approx(5.34, abs=0.01)
+    # 192 all-to-alls of 4096 tokens x 2048 x 2 bytes, each token sent once per rank it reaches, at 153/200 of NVLink.
+    assert _ep_seconds(registry, grouped) == pytest.approx(192 * 4096 * 2048 * 2 * limited / (450e9 * 153 / 200), rel=1e-9)
+    assert _ep_seconds(registry, model) == pytest.approx(192 * 4096 * 2048 * 2 * unlimited / (450e9 * 153 / 200), rel=1e-9)
