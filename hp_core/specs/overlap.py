@@ -74,10 +74,12 @@ class OverlapSchedule:
             the gradients accumulate unsharded across micro-batches and are
             reduce-scattered (and, under HSDP, all-reduced) once per step,
             exposed whole; the parameters stay gathered after each backward, so
-            a stage gathers them once per step without
-            ``reshard_after_forward`` and ``m + 1`` times with it
-            (docs/time.md, "FSDP under pipeline parallelism"). ``False``: the
-            per-micro-batch pricing at any ``pp``.
+            a stage gathers every unit once per step without
+            ``reshard_after_forward`` and, with it, its body layers ``m``
+            times more (the root never reshards); torch's single-stage
+            schedules only (:func:`check_fsdp_pipeline`; docs/time.md, "FSDP
+            under pipeline parallelism"). ``False``: the per-micro-batch
+            pricing at any ``pp``.
         bucket_elements: Parameters per data-parallel bucket (Megatron-Core
             ``DistributedDataParallelConfig.bucket_size``: ``max(40e6, 1e6 * dp)``
             when ``None``).

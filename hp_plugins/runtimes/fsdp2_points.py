@@ -41,21 +41,25 @@ tracker (``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``) sees it
   element of the shard (``torch/optim/adamw.py`` ``_multi_tensor_adamw``:
   ``exp_avg_sq_sqrt``); the fused kernel none.
 
-**Under PP** (``pp > 1``, torch 2.13 ``torch.distributed.pipelining``): every
+**Under PP** (``pp > 1``, torch 2.13 ``torch.distributed.pipelining``, its
+single-stage schedules GPipe and 1F1B: ``check_fsdp_pipeline``): every
 backward runs with gradient sync and resharding after backward off
 (``pipelining/stage.py`` ``_PipelineStageBase.backward_maybe_with_nosync``) and
 ``perform_reduce_grad`` reduce-scatters each unit once after the stage's last
 backward. So each layer's unsharded gradient accumulates in the reduce dtype
 (``_fsdp_param.py`` ``FSDPParam.to_accumulated_grad_if_needed``,
 ``accumulate_unsharded_grad_if_needed``), alive at every point after the layer's
-first backward; a layer stays gathered after its backward; no sharded gradient
-or reduce-scatter input is held before the reduction; and a ``reduce`` point
-prices ``perform_reduce_grad`` itself (docs/runtimes.md, ``fsdp2``).
+first backward; a backward leaves every layer whole, a forward its share, and
+an all-gather (with its output buffer) runs only where a layer is not whole; a
+backward right after a backward (GPipe's later ones, 1F1B's cooldown) starts
+with every layer whole; no sharded gradient or reduce-scatter input is held
+before the reduction; and a ``reduce`` point prices ``perform_reduce_grad``
+itself (``Fsdp2Points._pipelined``; docs/runtimes.md, ``fsdp2``).
 
 The points it returns: ``forward`` (at the loss; under PP with
 ``reshard_after_forward`` also at each layer's forward after a backward),
-``backward`` (the largest over the walk), ``optimizer`` and, under PP,
-``reduce``; they replace the planner's defaults.
+``backward`` (the largest over the walk, under PP over the walks), ``optimizer``
+and, under PP, ``reduce``; they replace the planner's defaults.
 """
 
 from __future__ import annotations
