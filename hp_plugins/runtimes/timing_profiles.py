@@ -92,8 +92,7 @@ _ROUTER_H200 = (
     "MoEAuxLossAutoScaler) at 4096 tokens x 160 experts, kernel time summed by torch.profiler"
 )
 _SIMUMAX_A100 = "SimuMax configs/system/a100_pcie.json (MooreThreads/SimuMax@acdbb66), measured on A100 PCIe"
-# Published nccl-tests bus bandwidths (large messages) for the Hopper and Ampere collective figures.
-# NVIDIA's NCCL talks state them per fabric; the slides are reproduced in stas00/ml-engineering.
+# Published nccl-tests bus bandwidths (large messages), per fabric in NVIDIA's NCCL talks (slides in stas00/ml-engineering).
 _GTC24 = ("NVIDIA GTC 2024 session S62129 (https://www.nvidia.com/en-us/on-demand/session/gtc24-s62129/), slide 12 "
           "'NCCL Tests Allreduce Bus Bandwidth in GB/s' (stas00/ml-engineering@dbe5e8a "
           "network/benchmarks/images/all-reduce-multi-node-bandwidth.png)")
@@ -150,8 +149,11 @@ BLACKWELL = DeviceEfficiency(
     intra_node_bus=Sourced(
         0.6735, f"{_SIMUMAX_B200}: NCCL all_gather fit (reduce_scatter 0.6731, all_reduce 0.7424) of 900 GB/s NVLink 5"
     ),
-    inter_node_bus=Sourced(0.7, f"{_SIMUMAX_H100} (inter_node efficient_factor; no B200 inter-node measurement is published)"),
+    inter_node_bus=Sourced(0.96, f"{_GTC24}: one 400Gb adapter 48 GB/s all-reduce busbw of 50: a figure of the adapter, and DGX "
+                           "B200 has DGX H100's 400 Gb/s ConnectX-7, one per GPU; no B200 inter-node measurement is published"),
     all_to_all_bus=Sourced(0.5968, f"{_SIMUMAX_B200}: NCCL all2all fit of 900 GB/s NVLink 5"),
+    inter_node_all_to_all_bus=Sourced(0.743, f"{_GTC25}: DGX H100 alltoall 48 GB/s busbw at 32 GPUs, 48 x 24/31 = 37.2 of each "
+                                      "adapter's 50 (the Hopper entry's); DGX B200 has the same adapters; no B200 measurement"),
     collective_overhead_seconds=Sourced(
         23.6e-6, f"{_SIMUMAX_B200}: mean of the NCCL fits' fixed_latency_us of all_reduce (22.2), all_gather (23.1) and "
         "reduce_scatter (25.6); its all2all fit has 0-51 us by group size, priced the same"

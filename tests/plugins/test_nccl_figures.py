@@ -13,7 +13,7 @@ import pytest
 from hp_core.engine.timing.rates import _links
 from hp_core.collectives import NCCL
 from hp_core.specs.parallel import ParallelSpec
-from hp_plugins.runtimes.timing_profiles import AMPERE, HOPPER, MEGATRON_TE
+from hp_plugins.runtimes.timing_profiles import AMPERE, BLACKWELL, BLACKWELL_MEGATRON, HOPPER, MEGATRON_TE
 
 GB = 1e9
 GIB = 2**30
@@ -74,3 +74,34 @@ def test_multi_node_collectives_on_h100(registry):
     assert a2a == pytest.approx(max(7 / 32 * 16 * GIB / 319.95e9, 24 / 32 * 16 * GIB / 37.15e9) + 7 * 1.27e-6 + 24 * 35e-6,
                                 rel=1e-12)
     assert 31 / 32 * 16 * GIB / a2a / GB == pytest.approx(47.87, abs=0.01)  # 48.0 less its 0.86 ms of latency
+
+
+def test_the_blackwell_adapter_figures_are_the_400gb_adapter_measurements():
+    # DGX B200 crosses nodes on the same 400 Gb/s ConnectX-7 adapters as DGX H100, one per GPU (hardware preset b200):
+    # the one-adapter all-reduce busbw (48 of 50 GB/s, GTC 2024) and the DGX H100 all-to-all's adapter share
+    # (48 x 24/31 of 50, GTC 2025), as the Hopper entry states them; the whole-run entry keeps them.
+    assert BLACKWELL.inter_node_bus.value == 48 / 50 == HOPPER.inter_node_bus.value
+    assert BLACKWELL.inter_node_all_to_all_bus.value == HOPPER.inter_node_all_to_all_bus.value
+    assert BLACKWELL_MEGATRON.inter_node_bus is BLACKWELL.inter_node_bus
+    assert BLACKWELL_MEGATRON.inter_node_all_to_all_bus is BLACKWELL.inter_node_all_to_all_bus
+
+
+def test_multi_node_collectives_on_b200(registry):
+    # GPT-OSS 120B's Megatron-Bridge 26.02 layout on 64 B200: dp64 ep64, the expert group on 8 per node over 8 nodes.
+    hardware = registry.hardware_preset("b200").spec
+    links = _links(hardware, ParallelSpec(seq_len=4096, dp=64, ep=64), BLACKWELL, MEGATRON_TE, NCCL)
+    assert (links.groups["ep"].per_node, links.groups["ep"].nodes) == (8, 8)
+    # One layer's dispatch: 4 x 4096 tokens, each to its top-4 experts, 2880 bf16 values: 377,487,360 bytes. 7/64 of
+    # it over NVLink 5 at 0.5968 x 900 = 537.12 GB/s and 56/64 over the adapter at 0.743 x 50 = 37.15 GB/s,
+    # concurrently; 7 NVLink steps of 9.18 us, 56 network steps of 35 us and the 23.6 us fixed time per call.
+    nbytes = 4 * 4096 * 4 * 2880 * 2
+    assert nbytes == 377_487_360
+    a2a = links.seconds("ep", "all_to_all", nbytes)
+    assert a2a == pytest.approx(23.6e-6 + max(7 / 64 * nbytes / 537.12e9, 56 / 64 * nbytes / 37.15e9) + 7 * 9.18e-6
+                                + 56 * 35e-6, rel=1e-12)
+    assert a2a * 1e3 == pytest.approx(10.9389, abs=1e-4)  # 8.8910 ms over the adapters
+    # The dense DP group fills whole nodes (8 per node): a ring pass crosses each node on its 8 adapters at 48 GB/s,
+    # slower than the 7/8 of it on NVLink 5 at 0.6735 x 900 = 606.15 GB/s; 56 NVLink and 8 network steps.
+    grads = 2 * 4e9  # 4e9 bf16 gradients
+    assert links.seconds("dp", "reduce_scatter", grads) == pytest.approx(
+        23.6e-6 + 63 / 64 * grads * max(7 / (8 * 606.15e9), 1 / (8 * 48e9)) + 56 * 9.18e-6 + 8 * 35e-6, rel=1e-12)
