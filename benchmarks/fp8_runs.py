@@ -283,7 +283,8 @@ def price_torchtitan(row: dict, registry, recipe: str | None = None, gathers_as_
     """hp's step time of a ``torchtitan_rows`` row under *recipe* (the row's when ``None``), built as
     ``scale_cases`` builds its torchtitan rows (``fsdp2`` with the row's options, its recompute, the Grand Teton
     device). *gathers_as_run*: the recipe with the row's ``gathers_as_run`` fields (how the run gathered its FSDP
-    parameters and sequence-parallel inputs, where hp's recipe says otherwise): a variant made here, not an hp recipe."""
+    parameters where hp's recipe says otherwise: the June 2025 runs' bf16 FSDP all-gather): a variant made here, not an
+    hp recipe."""
     sc = _scale_cases()
     name = recipe or row["recipe"]
     if gathers_as_run:
@@ -308,8 +309,8 @@ def torchtitan_baseline(row: dict, data: dict) -> tuple[dict, bool]:
 
 
 def torchtitan_results(registry=None) -> list[dict]:
-    """Each ``torchtitan_rows`` row priced: measured and hp step time (hp's recipe; and with the run's gathers where
-    the row states them), its bf16 baseline measured and priced, and both FP8 speedups over that baseline."""
+    """Each ``torchtitan_rows`` row priced: measured and hp step time (hp's recipe; and with the run's FSDP gather where
+    the row states it), its bf16 baseline measured and priced, and both FP8 speedups over that baseline."""
     sc = _scale_cases()
     registry = registry or api.build_registry()
     data = json.loads(DATA.read_text())
@@ -332,7 +333,7 @@ def torchtitan_results(registry=None) -> list[dict]:
 
 def torchtitan_section(found: list[dict]) -> str:
     """The torchtitan / torchao Float8 table docs/precision.md shows (tests/plugins/test_fp8_runs.py checks it is current)."""
-    lines = ["| run | class | layout | measured s | hp s | error | hp, gathers as run s | error | bf16 baseline | measured s "
+    lines = ["| run | class | layout | measured s | hp s | error | hp, FSDP gather as run s | error | bf16 baseline | measured s "
              "| hp s | error | measured FP8 speedup | hp FP8 speedup |",
              "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for r in found:
@@ -356,7 +357,7 @@ def torchtitan_section(found: list[dict]) -> str:
     lines.append(f"- All: {len(errors)} held-out Float8 rows, mean absolute error {sum(errors) / len(errors):.1%}, "
                  f"largest {max(errors):.1%}, {sum(e <= 0.10 for e in errors)} within 10%.")
     ran = [r for r in found if r["as_run_error"] is not None]
-    lines.append(f"- Gathers as run (the {len(ran)} TP rows): mean absolute error "
+    lines.append(f"- FSDP gather as run (the {len(ran)} rows that gathered their parameters in bf16): mean absolute error "
                  f"{sum(abs(r['as_run_error']) for r in ran) / len(ran):.1%} against {sum(abs(r['error']) for r in ran) / len(ran):.1%} "
                  f"with hp's recipe.")
     gaps = [r["estimated_speedup"] / r["measured_speedup"] - 1 for r in found]

@@ -103,14 +103,24 @@ class Routing:
     Attributes:
         experts: Routed experts of the layer.
         top_k: Experts each token is routed to.
+        padding: The stated bytes over the routed copies' (a layer padding each expert's
+            input to capacity states its capacity factor; 1.0 unpadded): a library that sends
+            each token unpadded prices ``nbytes / (top_k * padding)`` per copy.
     """
 
     experts: int = attrs.field(validator=_positive_int)
     top_k: int = attrs.field(validator=_positive_int)
+    padding: float = 1.0
 
     def __attrs_post_init__(self) -> None:
         if self.top_k > self.experts:
             raise ValueError(f"top_k ({self.top_k}) must not exceed experts ({self.experts})")
+        if not (isinstance(self.padding, (int, float)) and self.padding > 0):
+            raise ValueError(f"padding must be a positive number, got {self.padding!r}")
+
+    def token_bytes(self, nbytes: float) -> float:
+        """Bytes of one unpadded copy of the tokens whose routed (and padded) copies make *nbytes*."""
+        return nbytes / (self.top_k * self.padding)
 
     def distinct(self, groups: int) -> float:
         """Expected number of the *groups* equal, consecutive expert groups one token reaches.

@@ -122,7 +122,10 @@ class PrecisionRecipe:
             gradient: ``quantized`` (one copy in the activations' format:
             Transformer Engine ``module/linear.py`` keeps only the column-wise
             usage of the quantized input) or ``compute`` (the compute-dtype
-            input, re-quantized in backward: torchao ``float8_linear.py``).
+            input, re-quantized in backward: torchao ``float8_linear.py``
+            without tensor parallelism; under torchtitan's float8 TP plan the
+            input arrives in float8 and torchao keeps that, which one value
+            per recipe cannot state: docs/precision.md).
         weight_copies: Low-precision copies of each GEMM weight held at once
             (row-wise and column-wise usage: 2 where the column-wise copy is a
             separate tensor, a transpose or its own block scales).
@@ -139,7 +142,9 @@ class PrecisionRecipe:
             ``enable_fsdp_float8_all_gather``).
         tp_gather: Sequence-parallel all-gathers of a linear layer's input
             (and output gradient) move the quantized tensor (TE
-            ``gather_along_first_dim`` with the input quantizer).
+            ``gather_along_first_dim`` with the input quantizer; torchao's
+            ``PrepareFloat8ModuleInput`` and ``Float8RowwiseParallel`` in
+            torchtitan's float8 TP plan).
         quantize_passes: Reads of a compute-dtype tensor per quantization:
             1 where the scale is known before the cast (delayed scaling's amax
             history, a block's own scale computed in the cast kernel), 2 where

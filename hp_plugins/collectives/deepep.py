@@ -20,7 +20,8 @@ included; ``tests/legacy/test_intranode.py`` and ``test_internode.py`` at
 deepseek-ai/DeepEP@dd758ca). So they are priced here as efficiencies of the
 links the hardware states applied to the same bytes (:data:`NVLINK_EFFICIENCY`,
 :data:`RDMA_EFFICIENCY`), and carry to another device. With ``u`` the bytes
-of one copy of the rank's tokens (the stated send buffer over ``top_k``) and
+of one copy of the rank's tokens (the stated send buffer over ``top_k``, and over
+the capacity factor where the layer pads to capacity: DeepEP sends no padding) and
 the layer's routing (:class:`hp_core.collectives.Routing`: each token to
 ``top_k`` of ``E`` experts, balanced):
 
@@ -67,11 +68,11 @@ def deepep_seconds(call: CollectiveCall) -> float:
         return nccl_seconds(call)
     routing = call.routing
     # The bytes DeepEP's figures count: a copy per distinct rank (NVLink) and per distinct node (RDMA) reached.
-    per_rank = nbytes if routing is None else nbytes / routing.top_k * routing.distinct(n)
+    per_rank = nbytes if routing is None else routing.token_bytes(nbytes) * routing.distinct(n)
     intra = per_rank / (f.intra_link_bandwidth * NVLINK_EFFICIENCY.value) if g > 1 else 0.0
     if k <= 1:
         return intra
-    per_node = nbytes if routing is None else nbytes / routing.top_k * routing.distinct(k)
+    per_node = nbytes if routing is None else routing.token_bytes(nbytes) * routing.distinct(k)
     inter = per_node / (f.nic_link_bandwidth * RDMA_EFFICIENCY.value)
     return max(inter, intra)
 

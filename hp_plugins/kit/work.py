@@ -218,7 +218,8 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         expert_gemms = ((local, rows, fc1 * width, d), (local, rows, d, width))
         routed_shapes = {(fc1 * width, d), (d, width)}
         gemms.append((T // x.sp_degree, experts.experts, h))  # the router's gating GEMM (not a recorded weight)
-        collectives += expert_collectives(x, routed * d * act, Routing(experts.experts, experts.top_k))
+        padded = experts.capacity_factor if experts.pad_to_capacity and experts.capacity_factor else 1.0
+        collectives += expert_collectives(x, routed * d * act, Routing(experts.experts, experts.top_k, padded))
     # Every other linear runs over the micro-batch's tokens (SP-gathered under TP).
     gemms += [(T, fan_out, fan_in) for fan_out, fan_in in weight_shapes if (fan_out, fan_in) not in routed_shapes]
     return LayerWork(

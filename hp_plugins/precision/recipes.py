@@ -31,6 +31,27 @@ Sources, read at the commits docs/precision.md names:
   ``docs/float8.md``: ``--model.converters quantize.linear.float8``, tensorwise with
   ``enable_fsdp_float8_all_gather`` (weights cast to float8 before the FSDP all-gather),
   ``recipe_name rowwise`` (no float8 all-gather).
+* Tensor parallelism under torchao float8 (pytorch/torchtitan
+  ``torchtitan/models/llama3/parallelize_llama.py`` at 820504e, ``parallelize_llama`` and
+  ``apply_tp``; pytorch/ao ``torchao/float8/float8_tensor_parallel.py`` at 6243040):
+  ``enable_float8_tensorwise_tp = enable_float8_linear and not float8_is_rowwise``, and then the
+  TP plan is ``PrepareFloat8ModuleInput`` for the attention and feed-forward inputs (the
+  sequence-sharded norm output cast to float8 e4m3 and then redistributed ``Shard(1)`` to
+  ``Replicate()``: the forward all-gather moves float8), ``Float8ColwiseParallel`` for wq, wk,
+  wv, w1, w3 and ``Float8RowwiseParallel`` for wo and w2, whose output is reduce-scattered in
+  bf16 and then passed through ``NoopFwToFloat8BwDynamic`` (a no-op forward; backward casts the
+  gradient to float8 e5m2 before the reduce-scatter's backward all-gather: the backward all-gather
+  moves float8). The input gradient's reduce-scatter stays bf16. Rowwise recipes get the plain
+  ``ColwiseParallel`` / ``RowwiseParallel`` plan: bf16 gathers. (``float8_ops.py``
+  ``allgather_fp8`` gathers a float8 tensor's data with its tensorwise scale.)
+* What torchao saves for backward under that TP plan: ``matmul_with_hp_or_float8_args`` saves its
+  input as it arrives (``ctx.save_for_backward(input_hp, weight_hp_t)``; backward uses a
+  float8 input as is, ``tensor_already_casted_to_fp8``). Under float8 TP every linear layer's
+  input arrives as a float8 tensor (gathered by ``PrepareFloat8ModuleInput``, cast by
+  ``Float8RowwiseParallel._prepare_input_fn``), so the float8 input is what is saved; without TP
+  (FSDP only) it arrives in bf16 and the bf16 input is saved. ``saved_input`` is one value per
+  recipe, so ``torchao-float8-tensorwise`` states ``compute``, true without TP (the FSDP-only
+  runs and their measured memory); under TP it over-states the saved inputs (docs/precision.md).
 """
 
 from __future__ import annotations
@@ -105,11 +126,16 @@ RECIPES = (
     ),
     PrecisionRecipe(
         name="torchao-float8-tensorwise",
-        description="torchao float8 tensorwise (torchtitan): E4M3 forward / E5M2 gradients, float8 FSDP all-gather",
-        source=("torchao float8/float8_linear.py and torchtitan docs/float8.md: --model.converters quantize.linear.float8 "
-                "--quantize.linear.float8.enable_fsdp_float8_all_gather"),
+        description="torchao float8 tensorwise (torchtitan): E4M3 forward / E5M2 gradients, float8 FSDP and TP all-gathers",
+        source=("torchao float8/float8_linear.py, float8/float8_tensor_parallel.py and torchtitan docs/float8.md, "
+                "models/llama3/parallelize_llama.py: --model.converters quantize.linear.float8 "
+                "--quantize.linear.float8.enable_fsdp_float8_all_gather; under TP the float8 TP plan"),
         weights=GemmOperand("e4m3", "tensor_current"), activations=GemmOperand("e4m3", "tensor_current"),
-        gradients=GemmOperand("e5m2", "tensor_current"), saved_input="compute", param_gather="cast", quantize_passes=2,
+        # tp_gather: torchtitan's float8 TP plan all-gathers the sequence-parallel inputs in e4m3 and the output
+        # gradients in e5m2 (module docstring). saved_input "compute": what torchao saves without TP; under TP it
+        # saves the float8 input, which one value per recipe cannot state (module docstring).
+        gradients=GemmOperand("e5m2", "tensor_current"), saved_input="compute", param_gather="cast", tp_gather=True,
+        quantize_passes=2,
         flags={"torchtitan": ("--model.converters", "quantize.linear.float8",
                               "--quantize.linear.float8.enable_fsdp_float8_all_gather",
                               "--quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp")},
@@ -117,6 +143,7 @@ RECIPES = (
     PrecisionRecipe(
         name="torchao-float8-rowwise",
         description="torchao float8 rowwise (torchtitan): E4M3 with one fp32 scale per row, no float8 all-gather",
+        # No float8 TP gather: torchtitan applies its plain TP plan to rowwise recipes (module docstring).
         source="torchao float8/float8_linear.py and torchtitan docs/float8.md: --quantize.linear.float8.recipe_name rowwise",
         **_same("e4m3", "rowwise"), saved_input="compute", quantize_passes=1,
         flags={"torchtitan": ("--model.converters", "quantize.linear.float8", "--quantize.linear.float8.recipe_name",

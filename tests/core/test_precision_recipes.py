@@ -10,6 +10,7 @@ value below is worked out by hand in its comment.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import attrs
 import pytest
@@ -318,6 +319,60 @@ def test_fp8_gathers_gemm_inputs_in_half_the_bytes(toy_registry):
     half = collective_seconds("all_gather", GATHER_BYTES / 2, 2, bus, 1e-5)
     # Two layers, the all-gather forward and backward; the reduce-scatter (an output) unchanged.
     assert bf16.stages[0].communication_seconds - fp8.stages[0].communication_seconds == pytest.approx(2 * 2 * (gather - half))
+
+
+def test_torchao_tensorwise_gathers_sequence_parallel_inputs_in_float8(toy_registry, registry):
+    """torchtitan's float8 TP plan (torchao float8_tensor_parallel.py; docs/precision.md): the recipe's
+    sequence-parallel all-gathers move e4m3 inputs forward and e5m2 output gradients backward, 1 byte per
+    element instead of 2; without TP there is no such gather and nothing moves."""
+    torchao = registry.precision_recipe("torchao-float8-tensorwise")
+    assert torchao.tp_gather and not registry.precision_recipe("torchao-float8-rowwise").tp_gather
+    bf16_gathers = attrs.evolve(torchao, name="torchao-bf16-gathers", tp_gather=False)  # the recipe as it stood before
+    toy = attrs.evolve(toy_registry, precision_recipes=toy_registry.precision_recipes + (torchao, bf16_gathers))
+    sp2 = ParallelSpec(tp=2, sp=True, dp=1, micro_batch_size=1, seq_len=ROWS, global_batch_size=1)
+    times = {name: step_time(MODEL, sp2, registry=toy, hardware=TOY_SPEC, runtime="toy-runtime",
+                             precision=None if name is None else _precision(name))
+             for name in (None, "torchao-float8-tensorwise", "torchao-bf16-gathers")}
+    bus = LINK * 0.5
+    # The toy layer's all-gather: 1e6 elements, 2e6 bytes in bf16 and 1e6 bytes in float8, over 2 ranks.
+    bf16 = collective_seconds("all_gather", 1e6 * 2, 2, bus, 1e-5)
+    float8 = collective_seconds("all_gather", 1e6 * 1, 2, bus, 1e-5)
+    assert float8 < bf16
+    comm = {name: t.stages[0].communication_seconds for name, t in times.items()}
+    # Two layers, the all-gather forward and backward; the reduce-scatter (an output) stays bf16.
+    assert comm[None] - comm["torchao-float8-tensorwise"] == pytest.approx(2 * 2 * (bf16 - float8))
+    assert comm["torchao-bf16-gathers"] == comm[None]
+    # FSDP only (tp 1): the recipe's step time and memory exactly as with bf16 gathers, on a real model.
+    model = model_from_preset("llama3-8b", registry)
+    fsdp = ParallelSpec(dp=8, seq_len=8192, micro_batch_size=2, global_batch_size=16)
+    real = attrs.evolve(registry, precision_recipes=registry.precision_recipes + (bf16_gathers,))
+    h100 = registry.hardware_preset("h100-sxm").spec
+    base = real.runtime("fsdp2").precision
+    a, b = (step_time(model, fsdp, registry=real, hardware=h100, runtime="fsdp2", precision=attrs.evolve(base, recipe=n))
+            for n in ("torchao-float8-tensorwise", "torchao-bf16-gathers"))
+    assert attrs.evolve(a, provenance={}) == attrs.evolve(b, provenance={})
+    a, b = (estimate(model, fsdp, registry=real, runtime="fsdp2", precision=attrs.evolve(base, recipe=n))
+            for n in ("torchao-float8-tensorwise", "torchao-bf16-gathers"))
+    assert a.stages == b.stages
+
+
+def test_torchao_under_tp_keeps_float8_inputs_hp_states_compute(registry):
+    """What docs/precision.md states of saved_input under TP: torchao keeps the float8 input there, hp's recipe
+    the bf16 one (true without TP); the gap for Llama 3 8B at FSDP 8 x TP 8, micro-batch 2, no recompute."""
+    torchao = registry.precision_recipe("torchao-float8-tensorwise")
+    assert torchao.saved_input == "compute"
+    as_under_tp = attrs.evolve(torchao, name="torchao-saved-float8", saved_input="quantized")
+    real = attrs.evolve(registry, precision_recipes=registry.precision_recipes + (as_under_tp,))
+    model = model_from_preset("llama3-8b", registry)
+    layout = ParallelSpec(dp=8, tp=8, sp=True, seq_len=8192, micro_batch_size=2, global_batch_size=16)
+    base = real.runtime("fsdp2").precision
+    gib = {n: estimate(model, layout, registry=real, runtime="fsdp2", precision=attrs.evolve(base, recipe=n))
+           .stages[0].memory.activations_bytes / 2**30 for n in ("bf16", "torchao-float8-tensorwise", "torchao-saved-float8")}
+    assert gib["torchao-float8-tensorwise"] == gib["bf16"]  # compute: the activations unchanged
+    page = " ".join((Path(__file__).resolve().parents[2] / "docs" / "precision.md").read_text(encoding="utf-8").split())
+    assert (f"by {gib['bf16'] - gib['torchao-saved-float8']:.1f} GiB of {gib['bf16']:.1f} GiB of activations for Llama 3 8B "
+            f"at FSDP 8 x TP 8, micro-batch 2, 8,192 tokens, no recompute ({gib['torchao-saved-float8']:.1f} GiB with "
+            "`quantized`)") in page
 
 
 def test_bf16_named_is_bit_identical_to_no_recipe(registry):

@@ -77,6 +77,16 @@ def test_deepep_sends_a_token_once_per_rank_and_node_it_reaches():
     assert nccl_seconds(_call("all_to_all", 8e9, 8, 8, 1, routing=routing)) == nccl_seconds(_call("all_to_all", 8e9, 8, 8, 1))
 
 
+def test_deepep_sends_no_capacity_padding():
+    # A layer padding each expert's input to capacity 1.25 states 1.25x the routed copies' bytes; DeepEP sends the
+    # tokens unpadded, so the price is the unpadded buffer's.
+    padded = _call("all_to_all", 1.25 * 8e9, 8, 8, 1, routing=Routing(16, 2, padding=1.25))
+    assert deepep_seconds(padded) == pytest.approx(deepep_seconds(_call("all_to_all", 8e9, 8, 8, 1, routing=Routing(16, 2))))
+    assert Routing(16, 2, padding=1.25).token_bytes(1.25 * 8e9) == pytest.approx(4e9)
+    with pytest.raises(ValueError, match="padding"):
+        Routing(16, 2, padding=0)
+
+
 def test_routing_is_stated_only_on_an_expert_all_to_all():
     Collective("ep", "all_to_all", 1.0, 1, 1, routing=Routing(8, 2))
     with pytest.raises(ValueError, match="routing"):
