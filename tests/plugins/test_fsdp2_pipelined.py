@@ -242,7 +242,7 @@ def test_pipelined_fsdp_holds_the_unsharded_gradient_accumulators_by_hand(regist
 def test_gpipe_backward_of_llama_does_not_depend_on_resharding(registry):
     """llama3-8b, 16 layers, pp 2 x dp 8, GPipe, 8 micro-batches of 1024 tokens: stage 0's backward binds after a
     backward, every layer whole and no all-gather in flight, so reshard_after_forward does not change it; it holds
-    the embedding's and the 8 layers' fp32 accumulators and their bf16 parameters, none sharded."""
+    the embedding's and the 8 layers' fp32 accumulators and their bf16 parameters, every one whole."""
     model = model_from_preset("llama3-8b", registry).with_body_layers(16, registry.kinds_placed("body"))
     found = []
     for reshard in (True, False):
