@@ -110,7 +110,7 @@ def test_every_row_states_its_provenance_and_is_bf16():
 def test_the_split_is_the_one_fixed_before_fitting():
     calibration = sorted(r["id"] for r in ROWS if r["split"] == "calibration")
     assert calibration == ["mlm-gpt-1.7b", "mlm-gpt-16b", "tt-8b-fsdp128", "tt-8b-fsdp8", "tt-8b-fsdp8-tp8"]
-    assert sum(r["split"] == "held-out" for r in ROWS) == 20
+    assert sum(r["split"] == "held-out" for r in ROWS) == 23
     # torchtitan's 2024 performance page, added after the fsdp2 fit: every row held out (split_rule).
     assert [r["split"] for r in ROWS if r["id"].startswith("tt24-")] == ["held-out"] * 9
     assert "tt24-*" in DATA["split_rule"] and "held out" in DATA["split_rule"]
@@ -161,9 +161,49 @@ def test_automodel_single_node_models_are_the_published_sizes(registry):
     assert totals == {"am-gpt-oss-20b-ep8": 20_914_757_184, "am-nemotron-3-nano-30b-a3b-ep8": 31_577_937_344}
 
 
+TT_DSV3 = ("tt-dsv3-16b-ep8-b4", "tt-dsv3-16b-ep4-b16-full", "tt-dsv3-16b-ep4-b16-full-minimalep")
+
+
+def test_torchtitan_dsv3_16b_step_times_as_derived_from_tps():
+    # torchtitan's tps is per GPU (the rank's tokens over time and tp x pp x cp = 1): local batch x 4096 / TPS.
+    issue, regular, minimal = (_row(name) for name in TT_DSV3)
+    # Issue #1789: the mean of the three steady log intervals (steps 11-20, 21-30, 31-40), 11,515 TPS.
+    assert (11758 + 11533 + 11254) / 3 == 11515 == issue["measured"]["tps_per_gpu"]
+    assert measured_seconds(issue) == pytest.approx(4 * 4096 / 11515) == pytest.approx(1.42284, abs=1e-5)
+    # The local batch the issue does not print is 4: its log stamps put steps 10 -> 40 at 20:24:06,144 -> 20:24:48,847,
+    # 42.703 s for 30 steps, and 1.42343 s x 11,515 TPS is 16,391 tokens a GPU a step = 4 x 4096 to 0.04%.
+    seconds_per_step = (48.847 - 6.144) / 30
+    assert seconds_per_step * 11515 == pytest.approx(4 * 4096, rel=5e-4)
+    # The printed lines are one run's: TFLOP/s over TPS is one FLOP count per token (17.43 GFLOP) at every step.
+    for tps, tflops in ((11758, 204.90), (11533, 200.98), (11254, 196.11), (11636, 202.78)):
+        assert f"tps: {tps:,}  tflops: {tflops:.2f}" in issue["row"]
+        assert tflops * 1e12 / tps == pytest.approx(17.43e9, rel=1e-3)
+    # The June 2026 page: Run 8 at step 10 (regular EP) and Runs 10' (MinimalAsyncEP, steps 20-50, profiler off).
+    assert measured_seconds(regular) == pytest.approx(16 * 4096 / 10160) == pytest.approx(6.4504, abs=1e-4)
+    assert measured_seconds(minimal) == pytest.approx(16 * 4096 / 12540) == pytest.approx(5.2262, abs=1e-4)
+    # ... which is the page's profiler-off eager step, "5.64 -> 5.20 s".
+    assert measured_seconds(minimal) == pytest.approx(5.20, abs=0.03)
+    assert "| 10,160 |" in regular["row"] and "**12,540**" in minimal["row"]
+    for row in (issue, regular, minimal):
+        lay = row["layout"]
+        assert row["class"] == "single-node MoE" and row["split"] == "held-out"
+        # No accumulation: global batch = local batch x 8 FSDP ranks; EP within them.
+        assert lay["global_batch_size"] == lay["micro_batch_size"] * lay["dp"] and lay["dp"] == 8 and lay["dp"] % lay["ep"] == 0
+        assert row["compile"] is False and row["options"]["elementwise_kernels"] == "eager"
+    assert (issue["hardware"], regular["hardware"], minimal["hardware"]) == ("h100-sxm", "h100-hbm2e", "h100-hbm2e")
+    assert (issue["recompute"], regular["recompute"], minimal["recompute"]) == ("op_sac", "full", "full")
+    assert "tt-dsv3-16b-*" in DATA["split_rule"] and "held out before any was priced" in DATA["split_rule"]
+
+
+def test_torchtitan_dsv3_16b_is_the_size_the_page_prints(registry):
+    # "deepseek_v3 16B - 15,706,484,224 total params" (dsv3_scaling_experiment_results.md, Run 1 setup).
+    for name in TT_DSV3:
+        assert estimate(sc.model(_row(name), registry), ParallelSpec(seq_len=4096), registry=registry).parameters.total == 15_706_484_224
+
+
 def test_single_node_sources_scanned_and_left_out_say_why():
     skipped = {s["row"]: s["why"] for s in DATA["skipped"]}
-    assert len(skipped) == 10 and all(skipped.values())
+    assert len(skipped) == 16 and all(skipped.values())
     # The superseded Qwen3 figure names the row kept in its place.
     old = next(w for r, w in skipped.items() if "| 22.14 |" in r)
     assert "am-qwen3-30b-a3b-ep8" in old and measured_seconds(_row("am-qwen3-30b-a3b-ep8")) == 21.773
