@@ -9,7 +9,8 @@ import attrs
 
 from hp_core.errors import ConfigError
 
-__all__ = ["HostOverhead", "OverlapSchedule", "check_fsdp_replicate", "replicate_split_error"]
+__all__ = ["FSDP_PIPELINE_SCHEDULES", "HostOverhead", "OverlapSchedule", "check_fsdp_pipeline", "check_fsdp_replicate",
+           "replicate_split_error"]
 
 
 @attrs.frozen(kw_only=True)
@@ -73,10 +74,12 @@ class OverlapSchedule:
             the gradients accumulate unsharded across micro-batches and are
             reduce-scattered (and, under HSDP, all-reduced) once per step,
             exposed whole; the parameters stay gathered after each backward, so
-            a stage gathers them once per step without
-            ``reshard_after_forward`` and ``m + 1`` times with it
-            (docs/time.md, "FSDP under pipeline parallelism"). ``False``: the
-            per-micro-batch pricing at any ``pp``.
+            a stage gathers every unit once per step without
+            ``reshard_after_forward`` and, with it, its body layers ``m``
+            times more (the root never reshards); torch's single-stage
+            schedules only (:func:`check_fsdp_pipeline`; docs/time.md, "FSDP
+            under pipeline parallelism"). ``False``: the per-micro-batch
+            pricing at any ``pp``.
         bucket_elements: Parameters per data-parallel bucket (Megatron-Core
             ``DistributedDataParallelConfig.bucket_size``: ``max(40e6, 1e6 * dp)``
             when ``None``).
@@ -135,6 +138,34 @@ def check_fsdp_replicate(replicate: int, zero: int, p: Any, pipeline_step_reduce
     split = replicate_split_error(replicate, p.dp, p.ep, p.expert_dp)
     if split is not None:
         raise ConfigError(path, split)
+
+
+# The schedules whose FSDP under PP hp prices (OverlapSchedule.fsdp_pipeline_step_reduce): torch 2.13's single-stage
+# ones, PipelineScheduleSingle subclasses (pipelining/schedules.py ScheduleGPipe, Schedule1F1B), whose every op is one
+# whole forward or backward of the rank's one stage and which call perform_reduce_grad once after their loop.
+FSDP_PIPELINE_SCHEDULES = ("gpipe", "1f1b")
+
+
+def check_fsdp_pipeline(zero: int, p: Any) -> None:
+    """FSDP (zero 3) under ``pp > 1`` as :attr:`OverlapSchedule.fsdp_pipeline_step_reduce` prices it: a single-stage
+    schedule (:data:`FSDP_PIPELINE_SCHEDULES`). torch's multi-stage schedules (``_PipelineScheduleRuntime``:
+    interleaved 1F1B, ZBV, DualPipeV) insert their own UNSHARD/RESHARD actions (``schedules.py``
+    ``_add_unshard_reshard(max_active_stages=3)``): up to three chunks gathered at once, chunks evicted and
+    gathered again several times per step, which hp does not model.
+
+    Raises:
+        ConfigError: At ``$.parallel.vpp`` (more than one chunk per stage) or ``$.parallel.schedule``, one line.
+    """
+    if zero < 3 or p.pp == 1:
+        return
+    if p.vpp > 1:
+        raise ConfigError("$.parallel.vpp", f"FSDP (zero 3) under pipeline parallelism is priced for one chunk per "
+                                            f"stage (torch's GPipe and 1F1B), got vpp={p.vpp}: torch's multi-stage "
+                                            f"schedules re-gather evicted chunks, which hp does not model; use vpp 1")
+    if p.resolved_schedule not in FSDP_PIPELINE_SCHEDULES:
+        raise ConfigError("$.parallel.schedule", f"FSDP (zero 3) under pipeline parallelism is priced for torch's "
+                                                 f"single-stage schedules ({', '.join(FSDP_PIPELINE_SCHEDULES)}), "
+                                                 f"got {p.resolved_schedule}")
 
 
 def _non_negative(instance: Any, attribute: attrs.Attribute, value: Any) -> None:

@@ -12,6 +12,9 @@ reader turns one into a :class:`~hp_core.io.validate.MeasuredCase` priced by the
   one EOD token to ``--vocab-size`` (``megatron/training/tokenizer/tokenizer.py``),
   before the runtime pads to ``128 * tp``;
 * MoE: ``moe.expert_capacity_factor`` and ``moe.pad_expert_input_to_capacity``;
+  group-limited routing from ``moe.router_num_groups`` and ``moe.router_group_topk``
+  (``--moe-router-num-groups``, ``--moe-router-group-topk``; limited only where the
+  latter is stated, as Megatron-Core);
 * the layout: the degrees, ``sequence_parallel_effective``, the micro-batch
   size, the global batch the memory was measured at, the sequence length;
 * ``distributed_optimizer`` -> ZeRO-1, else 0; a run with effective activation
@@ -94,6 +97,8 @@ class _OtherFlags:
 class _Moe:
     expert_capacity_factor: float | None = attrs.field(default=None, validator=optional(positive_number))
     pad_expert_input_to_capacity: bool = False
+    router_num_groups: int | None = attrs.field(default=None, validator=optional(positive_int))
+    router_group_topk: int | None = attrs.field(default=None, validator=optional(positive_int))
 
 
 @attrs.frozen(kw_only=True)
@@ -194,12 +199,19 @@ def read_megatron_case(case: Mapping[str, Any], index: int, registry: Any = None
     if moe is not None:
         capacity = moe.expert_capacity_factor
         pad = moe.pad_expert_input_to_capacity and capacity is not None
-        layers = tuple(
-            attrs.evolve(g, config=attrs.evolve(g.config, capacity_factor=float(capacity) if capacity else None,
-                                                pad_to_capacity=pad))
-            if g.kind in ("moe", "mla_moe") else g
-            for g in model.layers
-        )
+        changes: dict[str, Any] = {"capacity_factor": float(capacity) if capacity else None, "pad_to_capacity": pad}
+        if moe.router_group_topk:
+            # Megatron-Core limits the groups only when --moe-router-group-topk is set, and then requires the number.
+            if moe.router_num_groups is None:
+                raise ConfigError(f"{where}.training_config.moe.router_num_groups", "router_group_topk needs it; state it")
+            changes.update(router_num_groups=moe.router_num_groups, router_group_topk=moe.router_group_topk)
+        try:
+            layers = tuple(
+                attrs.evolve(g, config=attrs.evolve(g.config, **changes)) if g.kind in ("moe", "mla_moe") else g
+                for g in model.layers
+            )
+        except ValueError as exc:
+            raise ConfigError(f"{where}.training_config.moe", str(exc)) from None
         model = attrs.evolve(model, layers=layers)
     tp = par.tensor_model_parallel_size
     try:

@@ -23,7 +23,8 @@ links the hardware states applied to the same bytes (:data:`NVLINK_EFFICIENCY`,
 of one copy of the rank's tokens (the stated send buffer over ``top_k``, and over
 the capacity factor where the layer pads to capacity: DeepEP sends no padding) and
 the layer's routing (:class:`hp_core.collectives.Routing`: each token to
-``top_k`` of ``E`` experts, balanced):
+``top_k`` of ``E`` experts, balanced, within ``groups_per_token`` of ``groups`` expert
+groups where the router is group-limited):
 
 * within a node: ``u D_rank / (B_nvlink * e_nvl)``, ``D_rank`` the distinct
   ranks of the group a token reaches;

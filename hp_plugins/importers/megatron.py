@@ -19,7 +19,8 @@ defaults fill what a job leaves out):
   ``--untie-embeddings-and-output-weights``, the vocabulary (``--vocab-size``
   plus the NullTokenizer's EOD token, ``tokenizer.py``), MLA ranks and head
   sizes, experts, top-k, expert and shared-expert widths, ``--moe-layer-freq``
-  (leading dense layers, then every layer), capacity factor and padding, MTP;
+  (leading dense layers, then every layer), capacity factor and padding, MTP,
+  group-limited routing (``--moe-router-num-groups``, ``--moe-router-group-topk``);
 * the layout and batch: TP, PP, virtual stages, CP and its exchange, EP, expert
   TP (default: TP), sequence parallelism (on only with TP > 1), micro and
   global batch, sequence length; dp from the device count;
@@ -72,8 +73,8 @@ distributed-timeout-minutes use-mcore-models transformer-impl no-create-attentio
 rotary-base rotary-percent rotary-scaling-factor position-embedding-type no-position-embedding disable-tp-comm-bulk-wgrad
 disable-tp-comm-bulk-dgrad disable-tp-comm-overlap-rs disable-tp-comm-overlap-ag disable-tp-comm-split-ag
 disable-tp-comm-split-rs enable-experimental attention-softmax-in-fp32 no-masked-softmax-fusion no-bias-dropout-fusion
-tokenizer-model vocab-file merge-file moe-router-score-function moe-router-pre-softmax moe-router-num-groups
-moe-router-group-topk moe-router-load-balancing-type moe-router-topk-scaling-factor moe-aux-loss-coeff
+tokenizer-model vocab-file merge-file moe-router-score-function moe-router-pre-softmax
+moe-router-load-balancing-type moe-router-topk-scaling-factor moe-aux-loss-coeff
 moe-z-loss-coeff moe-grouped-gemm moe-token-dispatcher-type moe-router-dtype group-query-attention
 exit-interval exit-duration-in-mins ckpt-format no-save-optim no-save-rng no-load-optim no-load-rng
 """.split())
@@ -319,6 +320,27 @@ def _recompute(a: _Args, model, registry, counts: list[int], unmapped: list[str]
     return {"default": "none", "layers": ranges} if ranges else None
 
 
+def _router_groups(a: _Args) -> dict[str, int]:
+    """Group-limited routing: Megatron-Core limits a token to ``--moe-router-group-topk`` of
+    ``--moe-router-num-groups`` expert groups only when the former is set, and then requires the latter
+    (``transformer_config.py`` ``__post_init__``; ``moe_utils.topk_routing_with_score_function``)."""
+    groups, chosen = a.value("moe-router-num-groups", int), a.value("moe-router-group-topk", int)
+    if not chosen:
+        return {}
+    if not groups:
+        raise ConfigError("--moe-router-num-groups", "--moe-router-group-topk needs it (Megatron-Core requires both); state it")
+    experts, top_k = a.value("num-experts", int) or 0, a.value("moe-router-topk", int, 2)
+    if groups < 1 or experts % groups:
+        raise ConfigError("--moe-router-num-groups", f"must divide --num-experts {experts}, got {groups}")
+    if not 1 <= chosen <= groups:
+        raise ConfigError("--moe-router-group-topk", f"must be at least 1 and at most --moe-router-num-groups {groups}, "
+                                                     f"got {chosen}")
+    if top_k > chosen * experts // groups:
+        raise ConfigError("--moe-router-group-topk", f"its {chosen} groups hold {chosen * experts // groups} experts, "
+                                                     f"fewer than --moe-router-topk {top_k}")
+    return {"router_num_groups": groups, "router_group_topk": chosen}
+
+
 def import_megatron_args(tokens: list[str], registry, devices: int | None = None, name: str = "megatron-job") -> ImportedJob:
     """An ``hp`` config document from Megatron-LM's arguments (module docstring)."""
     a = _Args(parse_megatron_args(tokens))
@@ -330,6 +352,7 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
     changes = {"hidden_dropout": a.value("hidden-dropout", float, 0.1)}
     if capacity is not None:
         changes.update(capacity_factor=capacity, pad_to_capacity=a.flag("moe-pad-expert-input-to-capacity"))
+    changes.update(_router_groups(a))
     model = attrs.evolve(model, layers=tuple(
         attrs.evolve(g, config=attrs.evolve(g.config, **{k: v for k, v in changes.items() if hasattr(g.config, k)}))
         for g in model.layers))

@@ -66,6 +66,15 @@ class MoEFields:
             routed token) and fp32 scores. A fused trainer's fp32 router
             (Megatron-Core ``router_gating_linear``) keeps its bf16 input, the
             norm's output, already counted.
+        router_num_groups: Routing groups ``R`` of a group-limited router: the experts split into
+            ``R`` equal, consecutive groups (Megatron-Core ``--moe-router-num-groups``; DeepSeek-V2/V3
+            ``n_group``); 1: no groups.
+        router_group_topk: Groups ``g`` each token selects before choosing its top-k experts within
+            them (``--moe-router-group-topk``; ``topk_group``); ``None``: no limit, every group (as
+            Megatron-Core ``moe_utils.topk_routing_with_score_function`` limits only when it is set).
+            Memory and FLOPs do not change with it (balanced routing, ``k`` experts a token either way);
+            a library sending a token once per rank or node it reaches (DeepEP) sends fewer
+            (:meth:`hp_core.collectives.Routing.distinct`).
     """
 
     num_experts: int = attrs.field(validator=positive_int)
@@ -82,6 +91,8 @@ class MoEFields:
     expert_activation: str = attrs.field(default="swiglu", validator=one_of(EXPERT_ACTIVATIONS))
     moe_latent_size: int | None = attrs.field(default=None, validator=attrs.validators.optional(positive_int))
     router_fp32: bool = False
+    router_num_groups: int = attrs.field(default=1, validator=positive_int)
+    router_group_topk: int | None = attrs.field(default=None, validator=attrs.validators.optional(positive_int))
 
     def __attrs_post_init__(self) -> None:
         self.check_moe()
@@ -95,6 +106,19 @@ class MoEFields:
             )
         if self.pad_to_capacity and self.capacity_factor is None:
             raise ValueError("pad_to_capacity needs a capacity_factor")
+        groups, chosen = self.router_num_groups, self.router_group_topk
+        if self.num_experts % groups:
+            raise ValueError(f"router_num_groups={groups} must divide num_experts={self.num_experts}")
+        if chosen is not None and chosen > groups:
+            raise ValueError(f"router_group_topk={chosen} must not exceed router_num_groups={groups}")
+        if chosen is not None and self.num_experts_per_tok > chosen * self.num_experts // groups:
+            raise ValueError(f"num_experts_per_tok={self.num_experts_per_tok} must not exceed the "
+                             f"{chosen * self.num_experts // groups} experts of router_group_topk={chosen} groups")
+
+    @property
+    def router_groups_per_token(self) -> int:
+        """The routing groups a token selects: :attr:`router_group_topk`, every group when it is ``None``."""
+        return self.router_num_groups if self.router_group_topk is None else self.router_group_topk
 
 
 def moe_tokens(c: MoEFields, x: LayerContext) -> int:
@@ -198,7 +222,8 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     b.tp_blocks += 1
     b.expert_shape = ExpertShape(experts=E, top_k=c.num_experts_per_tok, width=c.moe_intermediate_size,
                                  pad_to_capacity=c.pad_to_capacity, capacity_factor=c.capacity_factor, gated=gated,
-                                 model_width=c.moe_latent_size)
+                                 model_width=c.moe_latent_size, routing_groups=c.router_num_groups,
+                                 routing_groups_per_token=c.router_groups_per_token)
 
 
 def validate_moe(c: MoEFields, x: LayerContext) -> None:

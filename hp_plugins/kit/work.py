@@ -83,7 +83,8 @@ class ExpertShape:
     """Routed SwiGLU experts: ``experts`` of ``width`` (``moe_intermediate_size``), ``top_k`` per token,
     padded to ``capacity_factor`` when ``pad_to_capacity``; ``gated`` false: ungated MLP experts (an up
     and a down projection); ``model_width``: the width the experts read and write (a latent width),
-    ``None``: the layer's."""
+    ``None``: the layer's; ``routing_groups`` and ``routing_groups_per_token``: a group-limited
+    router's groups and those a token selects (:class:`hp_core.collectives.Routing`), 1 and 1: none."""
 
     experts: int
     top_k: int
@@ -92,6 +93,8 @@ class ExpertShape:
     capacity_factor: float | None = None
     gated: bool = True
     model_width: int | None = None
+    routing_groups: int = 1
+    routing_groups_per_token: int = 1
 
 
 def tp_collectives(x: LayerContext, blocks: int, tp_bytes: float, vocab: str = "") -> tuple[Collective, ...]:
@@ -219,7 +222,8 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         routed_shapes = {(fc1 * width, d), (d, width)}
         gemms.append((T // x.sp_degree, experts.experts, h))  # the router's gating GEMM (not a recorded weight)
         padded = experts.capacity_factor if experts.pad_to_capacity and experts.capacity_factor else 1.0
-        collectives += expert_collectives(x, routed * d * act, Routing(experts.experts, experts.top_k, padded))
+        collectives += expert_collectives(x, routed * d * act, Routing(
+            experts.experts, experts.top_k, padded, experts.routing_groups, experts.routing_groups_per_token))
     # Every other linear runs over the micro-batch's tokens (SP-gathered under TP).
     gemms += [(T, fan_out, fan_in) for fan_out, fan_in in weight_shapes if (fan_out, fan_in) not in routed_shapes]
     return LayerWork(

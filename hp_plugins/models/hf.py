@@ -27,7 +27,12 @@ layer kinds they become:
   ``i % moe_layer_freq != 0``, else ``mla_moe`` with ``n_routed_experts`` of
   ``moe_intermediate_size`` and ``n_shared_experts * moe_intermediate_size`` of
   shared experts; ``num_nextn_predict_layers`` MTP modules (V3) of the last
-  layer's kind.
+  layer's kind. Group-limited routing (:attr:`~hp_plugins.kit.MoEFields.router_num_groups`,
+  ``router_group_topk``): V3 always routes within ``topk_group`` of ``n_group`` groups
+  (``DeepseekV3TopkRouter``; ``DeepseekV3Config``'s defaults 8 and 4); V2 only with
+  ``topk_method: group_limited_greedy`` (``DeepseekV2TopkRouter``; its default ``greedy``
+  routes over every expert), where ``n_group`` and ``topk_group`` have no default and must be
+  stated.
 
 ``mpt`` (llm-foundry's ``MPTConfig``) is the format of :mod:`hp_plugins.models.mpt`.
 
@@ -54,7 +59,7 @@ from hp_plugins.kinds.mtp import MTPConfig
 from hp_plugins.kinds.output import OutputConfig
 from hp_plugins.models.hf_local import local_formats
 from hp_plugins.models.mpt import mpt_formats
-from hp_plugins.models.stack import ConfigReader, grouped
+from hp_plugins.models.stack import ConfigReader, grouped, router_groups
 
 __all__ = ["DEFAULTS", "MODEL_TYPES", "hp_model_formats", "load_hf_config", "model_from_hf_config"]
 
@@ -73,9 +78,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen2_moe": {**_COMMON, "decoder_sparse_step": 1, "mlp_only_layers": [], "shared_expert_intermediate_size": 0},
     "qwen3_moe": {**_COMMON, "decoder_sparse_step": 1, "mlp_only_layers": [], "attention_bias": False},
     "deepseek_v2": {**_COMMON, "first_k_dense_replace": 0, "moe_layer_freq": 1, "n_shared_experts": None,
-                    "q_lora_rank": None, "attention_bias": False, "num_nextn_predict_layers": 0},
+                    "q_lora_rank": None, "attention_bias": False, "num_nextn_predict_layers": 0,
+                    "topk_method": "greedy"},
     "deepseek_v3": {**_COMMON, "first_k_dense_replace": 0, "moe_layer_freq": 1, "n_shared_experts": None,
-                    "q_lora_rank": None, "attention_bias": False, "num_nextn_predict_layers": 0},
+                    "q_lora_rank": None, "attention_bias": False, "num_nextn_predict_layers": 0,
+                    "n_group": 8, "topk_group": 4},
 }
 
 
@@ -162,6 +169,17 @@ def _layers_qwen_moe(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     return layers
 
 
+def _deepseek_groups(r: ConfigReader, model_type: str) -> dict[str, Any]:
+    if model_type == "deepseek_v3":
+        return router_groups(r)
+    method = r.get("topk_method", str)
+    if method == "group_limited_greedy":
+        return router_groups(r)
+    if method != "greedy":
+        raise r.fail("topk_method", "'greedy' or 'group_limited_greedy' (DeepseekV2TopkRouter)", method)
+    return {}
+
+
 def _layers_deepseek(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     attention = _mla(r)
     n_shared = r.get("n_shared_experts") or 0
@@ -170,7 +188,7 @@ def _layers_deepseek(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     # (hidden_states.type(torch.float32)); that copy and the fp32 scores are kept only where a runtime
     # states transformers' modules (the fp32_norm_copy trait), as for Nemotron-H's router.
     sparse = MLAMoEConfig(**attention, **_experts(r, "n_routed_experts", "moe_intermediate_size", n_shared * width),
-                          router_fp32=True)
+                          router_fp32=True, **_deepseek_groups(r, model_type))
     dense = MLAConfig(**attention, **_mlp(r))
     first, freq = r.get("first_k_dense_replace"), r.get("moe_layer_freq")
     return [

@@ -20,7 +20,9 @@ size the model must be stated.
   layer (``NemotronHMoE``: ``n_routed_experts`` (or ``num_local_experts``) ungated
   experts of ``moe_intermediate_size``, ``num_experts_per_tok`` per token, a shared
   expert of ``moe_shared_expert_intermediate_size``, ``mlp_hidden_act``, the latent
-  projections where ``moe_latent_size`` is stated, an fp32 router; refused with
+  projections where ``moe_latent_size`` is stated, an fp32 router routing within
+  ``topk_group`` of ``n_group`` expert groups (``NemotronHTopkRouter``; defaults 1 and 1,
+  no limit); refused with
   ``mlp_bias``, whose shared-expert and latent biases are not priced). Every norm
   is ``NemotronHRMSNorm`` (``rmsnorm_fp32_weight``).
 """
@@ -37,7 +39,7 @@ from hp_plugins.kinds.embedding import EmbeddingConfig
 from hp_plugins.kinds.hybrid import AttentionLayerConfig, MLPLayerConfig, MoELayerConfig
 from hp_plugins.kinds.mamba import Mamba2LayerConfig
 from hp_plugins.kinds.output import OutputConfig
-from hp_plugins.models.stack import ConfigReader, grouped
+from hp_plugins.models.stack import ConfigReader, grouped, router_groups
 
 __all__ = ["DEFAULTS", "grouped", "hp_model_formats", "model_from_body", "model_from_mamba2_config", "model_from_nemotron_h_config"]
 
@@ -49,7 +51,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                    "mlp_hidden_act": "relu2", "mlp_bias": False, "mamba_head_dim": 64, "ssm_state_size": 128,
                    "n_groups": 8, "conv_kernel": 4, "use_conv_bias": True, "chunk_size": 128, "use_bias": False,
                    "tie_word_embeddings": False, "hybrid_override_pattern": None, "layers_block_type": None,
-                   "layer_types": None, "moe_latent_size": None},
+                   "layer_types": None, "moe_latent_size": None, "n_group": 1, "topk_group": 1},
 }
 # NemotronHConfig.__post_init__: the legacy names it renames.
 _NEMOTRON_LEGACY = {"n_groups": "mamba_n_groups", "conv_kernel": "mamba_d_conv", "use_conv_bias": "mamba_conv_bias",
@@ -144,7 +146,8 @@ def model_from_nemotron_h_config(cfg: Mapping[str, Any], *, name: str, source: s
                         moe_intermediate_size=r.get("moe_intermediate_size"),
                         shared_expert_intermediate_size=r.get("moe_shared_expert_intermediate_size"),
                         hidden_act=r.get("mlp_hidden_act", str), expert_activation="mlp",
-                        moe_latent_size=r.get("moe_latent_size"), router_fp32=True, norm=_NEMOTRON_NORM))
+                        moe_latent_size=r.get("moe_latent_size"), router_fp32=True, norm=_NEMOTRON_NORM,
+                        **router_groups(r)))
                 elif layer_type == "full_attention":
                     heads, kv = r.get("num_attention_heads"), r.get("num_key_value_heads")  # None: MHA; 0 refused
                     built[layer_type] = ("attention", AttentionLayerConfig(

@@ -9,7 +9,7 @@ from hp_core.errors import ConfigError
 from hp_core.specs.model import LayerGroup
 from hp_core.validators import is_finite
 
-__all__ = ["ConfigReader", "grouped"]
+__all__ = ["ConfigReader", "grouped", "router_groups"]
 
 _ABSENT = object()
 
@@ -90,6 +90,18 @@ class ConfigReader:
         if value == 0:
             raise self.fail(key, "a positive number of tokens or null", value)
         return value
+
+
+def router_groups(r: ConfigReader) -> dict[str, Any]:
+    """A group-limited router's ``n_group`` and ``topk_group`` as :class:`~hp_plugins.kit.MoEFields` states them
+    (each at least 1; whether they divide the experts and hold the top-k, the layer's config checks)."""
+    found = {}
+    for key, field in (("n_group", "router_num_groups"), ("topk_group", "router_group_topk")):
+        value = r.get(key)
+        if value < 1:
+            raise r.fail(key, "a positive integer", value)
+        found[field] = value
+    return found
 
 
 def grouped(layers: list[tuple[str, Any]]) -> list[LayerGroup]:

@@ -41,21 +41,25 @@ tracker (``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``) sees it
   element of the shard (``torch/optim/adamw.py`` ``_multi_tensor_adamw``:
   ``exp_avg_sq_sqrt``); the fused kernel none.
 
-**Under PP** (``pp > 1``, torch 2.13 ``torch.distributed.pipelining``): every
+**Under PP** (``pp > 1``, torch 2.13 ``torch.distributed.pipelining``, its
+single-stage schedules GPipe and 1F1B: ``check_fsdp_pipeline``): every
 backward runs with gradient sync and resharding after backward off
 (``pipelining/stage.py`` ``_PipelineStageBase.backward_maybe_with_nosync``) and
 ``perform_reduce_grad`` reduce-scatters each unit once after the stage's last
 backward. So each layer's unsharded gradient accumulates in the reduce dtype
 (``_fsdp_param.py`` ``FSDPParam.to_accumulated_grad_if_needed``,
 ``accumulate_unsharded_grad_if_needed``), alive at every point after the layer's
-first backward; a layer stays gathered after its backward; no sharded gradient
-or reduce-scatter input is held before the reduction; and a ``reduce`` point
-prices ``perform_reduce_grad`` itself (docs/runtimes.md, ``fsdp2``).
+first backward; a backward leaves every layer whole, a forward its share, and
+an all-gather (with its output buffer) runs only where a layer is not whole; a
+backward right after a backward (GPipe's later ones, 1F1B's cooldown) starts
+with every layer whole; no sharded gradient or reduce-scatter input is held
+before the reduction; and a ``reduce`` point prices ``perform_reduce_grad``
+itself (``Fsdp2Points._pipelined``; docs/runtimes.md, ``fsdp2``).
 
 The points it returns: ``forward`` (at the loss; under PP with
 ``reshard_after_forward`` also at each layer's forward after a backward),
-``backward`` (the largest over the walk), ``optimizer`` and, under PP,
-``reduce``; they replace the planner's defaults.
+``backward`` (the largest over the walk, under PP over the walks), ``optimizer``
+and, under PP, ``reduce``; they replace the planner's defaults.
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ import attrs
 from hp_core.errors import ConfigError
 from hp_core.peak_points import StageLayer, StageView
 from hp_core.results import MemoryBreakdown
-from hp_core.specs.overlap import check_fsdp_replicate
+from hp_core.specs.overlap import check_fsdp_pipeline, check_fsdp_replicate
 from hp_plugins.runtimes.tp_plans import TP_PLANS
 
 __all__ = ["Fsdp2Points"]
@@ -165,6 +169,7 @@ class Fsdp2Points:
             check_fsdp_replicate(self.replicate, view.zero, p, pipeline_step_reduce=True)
         if view.zero < 3:
             return dict(view.default_points)
+        check_fsdp_pipeline(view.zero, p)  # one chunk per stage, a single-stage schedule
         params, all_grads, master, states = view.static
         sharded = sum(_sharded(view, layer, view.precision.param_bytes, self.replicate) for layer in view.layers)
         if sharded != params and params:
@@ -184,15 +189,6 @@ class Fsdp2Points:
         # Sharded gradients in a step's forward and backward: kept by zero_grad(set_to_none=False), or from the
         # earlier micro-batches' reduce-scatters; under PP nothing is reduce-scattered before the step's end.
         held_grads = all_grads if (not self.set_to_none or (view.micro_batches > 1 and not pipelined)) else 0
-        reduction = view.precision.reduction_bytes
-        # Under PP, each layer's unsharded gradient accumulator (its elements on the rank, in the reduce dtype:
-        # _fsdp_param.py FSDPParam.to_accumulated_grad_if_needed casts the first to reduce_dtype; where that is the
-        # parameters' compute dtype, init_dtype_attrs drops it and the gradient accumulates in param.grad).
-        accumulator = [sum(layer.elements.values()) * reduction if pipelined else 0 for layer in layers]
-        # A forward runs after a backward of the stage (1F1B's steady state) where fewer micro-batches are in flight
-        # at the end of warm-up than the step runs: every accumulator is alive at its peak.
-        after_backward = pipelined and max(max(layer.in_flight, 1) for layer in layers) < view.micro_batches
-        same_dtype = reduction == view.precision.activation_bytes  # gradients accumulate in param.grad itself
 
         def point(grads: int, buffers: int, activations: int, working: int) -> MemoryBreakdown:
             return MemoryBreakdown(parameters_bytes=params, gradients_bytes=grads, master_parameters_bytes=master,
@@ -206,134 +202,197 @@ class Fsdp2Points:
         if keep_share > 1 and (p.dp * p.cp) % (keep_share * self.replicate):
             raise ConfigError("$.runtime.options.reshard_after_forward_to",
                               f"{keep_share} must divide the FSDP shard group of {p.dp * p.cp // self.replicate} ranks")
-
-        def share(layer: StageLayer) -> int:
-            """What a body layer keeps gathered between its forward and its backward."""
-            return _gathered(view, layer) // keep_share if keep_share else 0
-
-        stay = sum(share(layer) for layer in body)
-        forward_grads = held_grads + (sum(accumulator) if after_backward else 0)
-        best_forward = point(forward_grads, root_gathered + all_gather + stay, sum(kept), layers[-1].forward_working_bytes)
-        if after_backward and keep_share != 1:
-            # Under PP a backward leaves every layer gathered (set_reshard_after_backward(False)); the next forward
-            # reshards each in its post-forward: at a body layer's forward, the layers from it up are still whole,
-            # their activations of this micro-batch not yet kept.
-            for i, layer in enumerate(layers):
-                if layer.placement != "body":
-                    continue
-                whole = sum(_gathered(view, above) for above in layers[i:] if above.placement == "body")
-                below = sum(share(under) for under in layers[:i] if under.placement == "body")
-                candidate = point(forward_grads, root_gathered + all_gather + whole + below,
-                                  sum(kept) - sum(above.kept_bytes for above in layers[i:]), layer.forward_working_bytes)
-                if candidate.peak_bytes > best_forward.peak_bytes:
-                    best_forward = candidate
-        points = {"forward": best_forward}
-
-        def walk(kept: list[int], accumulating: bool) -> MemoryBreakdown | None:
-            """The backward walked from the top with *kept* per layer; *accumulating*: under PP, every accumulator
-            alive (a later micro-batch's backward), else those of the layers whose backward already ran."""
-            # The layers above the running one have freed what they kept and reduce-scattered their gradients (a
-            # body layer) or left them unsharded in the root (the rest). The last body layer's reduce-scatter input
-            # (its whole gradient in the reduce dtype: fp32, or precision.reduce_bytes with reduce_dtype bf16;
-            # foreach_reduce allocates it in reduce_dtype) stays until the next unit's post-backward waits on it
-            # (FSDP2 comm_ctx.reduce_scatter_state, _fsdp_param_group.post_backward). Under PP nothing is
-            # reduce-scattered: the gradients go to the accumulators and the parameters stay gathered.
-            gathered_stay = stay
-            freed = finished = root_grads = reducing = held_all_reduce = 0
-            accumulated = sum(accumulator) if accumulating else 0
-            best: MemoryBreakdown | None = None
-            for index, layer, its_kept in zip(reversed(range(len(layers))), reversed(layers), reversed(kept)):
-                body_layer = layer.placement == "body"
-                running = _gathered(view, layer) - share(layer) if body_layer else 0
-                gathered = gathered_stay + running
-                grads = held_grads + accumulated + root_grads if pipelined else (held_grads if held_grads else finished + root_grads)
-                candidate = point(grads, root_gathered + gathered + all_gather + reducing + held_all_reduce,
-                                  sum(kept) - freed, layer.backward_working_bytes)
-                if best is None or candidate.peak_bytes > best.peak_bytes:
-                    best = candidate
-                if body_layer and (pipelined or not held_grads):
-                    # The moments holding the running layer's whole unsharded gradients (_weight_grad_moments). The
-                    # tracker files unsharded gradients, the root's too, as temporaries until their unit's
-                    # post-backward (fsdp2_mem_tracker.py _fsdp_param_group_post_backward): here they are working
-                    # set. Under PP its post-backward casts a first gradient to the reduce dtype beside it
-                    # (to_accumulated_grad_if_needed). The lowest body layer prefetches nothing (the root's
-                    # parameters stay gathered): no all-gather output.
-                    below = sum(kept) - freed - its_kept
-                    prefetched = all_gather if any(other.placement == "body" for other in layers[:index]) else 0
-                    cast = accumulator[index] if (pipelined and not accumulating and not same_dtype) else 0
-                    moment_grads = held_grads + accumulated + cast if pipelined else finished
-                    for alive, working in _weight_grad_moments(view, layer):
-                        moment = point(moment_grads, root_gathered + gathered + prefetched + reducing + held_all_reduce,
-                                       below + min(alive, its_kept), max(alive - its_kept, 0) + working + root_grads)
-                        if moment.peak_bytes > best.peak_bytes:
-                            best = moment
-                freed += its_kept
-                if pipelined:
-                    if body_layer:
-                        # Left gathered after its backward (stage.py backward_maybe_with_nosync).
-                        gathered_stay += running
-                        accumulated += 0 if accumulating else accumulator[index]
-                    elif not (accumulating and same_dtype):
-                        # The root's new gradients in the compute dtype until its post-backward at the end of the
-                        # stage's backward (in param.grad itself where the reduce dtype is the compute dtype).
-                        root_grads += _gathered(view, layer)
-                    continue
-                if body_layer:
-                    reducing = sum(layer.elements.values()) * view.precision.reduction_bytes
-                    if self.replicate > 1 and view.precision.reduction_bytes != view.precision.grad_bytes:
-                        # HSDP: each unit's reduce-scatter output, all-reduced across the replicate group in the
-                        # reduce dtype, stays allocated until the end of backward (torch 2.13 _fsdp_collectives.py
-                        # foreach_reduce hands it to FSDPParamGroup._all_reduce_state, which only the same group's
-                        # next post_backward or finalize_backward clears, so the caching allocator cannot hand the
-                        # block to the next unit's reduce-scatter while its all-reduce runs); in the gradients' own
-                        # dtype it is the sharded gradient itself (foreach_reduce views it out).
-                        held_all_reduce += _sharded(view, layer, view.precision.reduction_bytes, self.replicate)
-                    finished += 0 if self.cpu_offload else _sharded(view, layer, view.precision.grad_bytes, self.replicate)
-                    gathered_stay -= share(layer)
-                else:
-                    root_grads += _gathered(view, layer)
-            return best
-
-        best = walk(kept, after_backward)
-        if pipelined and not after_backward and view.micro_batches > 1:
-            # Every forward before the first backward (GPipe; 1F1B with no more micro-batches than its warm-up):
-            # the second backward has every accumulator and one micro-batch fewer in flight.
-            later = walk([layer.kept_bytes * (max(layer.in_flight, 1) - 1) for layer in layers], True)
-            if best is None or (later is not None and later.peak_bytes > best.peak_bytes):
-                best = later
-        if best is not None:
-            points["backward"] = best
         # The training loop still holds its batch (the input ids the embedding keeps; the loss shifts the same tensor
         # for its labels) while the optimizer steps: measured, the tracker's Inputs at the step (8 bytes per token).
         batch = sum(layer.kept_bytes for layer in layers if layer.placement == "first")
-        if pipelined:
-            points["reduce"] = self._reduce_point(view, point, layers, accumulator, held_grads, batch, root_gathered,
-                                                  stay + sum(_gathered(view, layer) - share(layer) for layer in body))
         temporary = params // view.precision.param_bytes * 4 if self.foreach_optimizer else 0
+        if pipelined:
+            points = self._pipelined(view, point, keep_share, held_grads, root_gathered, all_gather, batch)
+            points["optimizer"] = point(all_grads, 0, batch, temporary)
+            return points
+        stay = sum(_gathered(view, layer) for layer in body) // keep_share if keep_share else 0
+        points = {"forward": point(held_grads, root_gathered + all_gather + stay, sum(kept), layers[-1].forward_working_bytes)}
+
+        # Backward, from the top: the layers above the running one have freed what they kept and
+        # reduce-scattered their gradients (a body layer) or left them unsharded in the root (the rest).
+        # The last body layer's reduce-scatter input (its whole gradient in the reduce dtype: fp32, or
+        # precision.reduce_bytes with reduce_dtype bf16; foreach_reduce allocates it in reduce_dtype) stays until the
+        # next unit's post-backward waits on it (FSDP2 comm_ctx.reduce_scatter_state, _fsdp_param_group.post_backward).
+        freed = finished = root_grads = reducing = held_all_reduce = 0
+        best: MemoryBreakdown | None = None
+        for index, layer, its_kept in zip(reversed(range(len(layers))), reversed(layers), reversed(kept)):
+            body_layer = layer.placement == "body"
+            running = _gathered(view, layer) - (_gathered(view, layer) // keep_share if keep_share else 0) if body_layer else 0
+            gathered = stay + running
+            grads = held_grads if held_grads else finished + root_grads
+            candidate = point(grads, root_gathered + gathered + all_gather + reducing + held_all_reduce, sum(kept) - freed,
+                              layer.backward_working_bytes)
+            if best is None or candidate.peak_bytes > best.peak_bytes:
+                best = candidate
+            if body_layer and not held_grads:
+                # The moments holding the running layer's whole unsharded gradients (_weight_grad_moments). The tracker
+                # files unsharded gradients, the root's too, as temporaries until their unit's post-backward
+                # (fsdp2_mem_tracker.py _fsdp_param_group_post_backward): here they are working set.
+                # The lowest body layer prefetches nothing (the root's parameters stay gathered): no all-gather output.
+                below = sum(kept) - freed - its_kept
+                prefetched = all_gather if any(other.placement == "body" for other in layers[:index]) else 0
+                for alive, working in _weight_grad_moments(view, layer):
+                    moment = point(finished, root_gathered + gathered + prefetched + reducing + held_all_reduce,
+                                   below + min(alive, its_kept), max(alive - its_kept, 0) + working + root_grads)
+                    if moment.peak_bytes > best.peak_bytes:
+                        best = moment
+            freed += its_kept
+            if body_layer:
+                reducing = sum(layer.elements.values()) * view.precision.reduction_bytes
+                if self.replicate > 1 and view.precision.reduction_bytes != view.precision.grad_bytes:
+                    held_all_reduce += self._all_reduce_output(view, layer)
+                finished += 0 if self.cpu_offload else _sharded(view, layer, view.precision.grad_bytes, self.replicate)
+                stay -= _gathered(view, layer) // keep_share if keep_share else 0
+            else:
+                root_grads += _gathered(view, layer)
+        if best is not None:
+            points["backward"] = best
         points["optimizer"] = point(all_grads, 0, batch, temporary)
         return points
 
-    def _reduce_point(self, view: StageView, point, layers, accumulator: list[int], held_grads: int, batch: int,
-                      root_gathered: int, body_gathered: int) -> MemoryBreakdown:
-        """Under PP, the stage's once-per-step reduction (pipelining/stage.py ``perform_reduce_grad``): each unit's
-        ``FSDPParamGroup.post_backward`` in turn, the root's first, reshards it (``set_reshard_after_backward(True)``)
+    def _all_reduce_output(self, view: StageView, layer: StageLayer) -> int:
+        """HSDP with a reduce dtype other than the gradients': a unit's reduce-scatter output, all-reduced across the
+        replicate group in the reduce dtype, stays allocated until the end of backward (torch 2.13
+        ``_fsdp_collectives.py`` ``foreach_reduce`` hands it to ``FSDPParamGroup._all_reduce_state``, which only the
+        same group's next ``post_backward`` or ``finalize_backward`` clears, so the caching allocator cannot hand the
+        block to the next unit's reduce-scatter while its all-reduce runs); in the gradients' own dtype it is the
+        sharded gradient itself (``foreach_reduce`` views it out)."""
+        return _sharded(view, layer, view.precision.reduction_bytes, self.replicate)
+
+    def _pipelined(self, view: StageView, point, keep_share: int, held_grads: int, root_gathered: int,
+                   all_gather: int, batch: int) -> dict[str, MemoryBreakdown]:
+        """The ``forward``, ``backward`` and ``reduce`` points of a stage under PP (module docstring, "Under PP"), for
+        torch's single-stage schedules (``ScheduleGPipe``, ``Schedule1F1B``; ``check_fsdp_pipeline``): every op one
+        whole forward or backward of the stage. With ``w`` micro-batches in flight at the end of warm-up and ``m``
+        per step, a stage runs ``F^w (B F)^(m-w) B^w``: GPipe ``w = m``, 1F1B ``w = min(pp - stage, m)``.
+
+        What a layer holds gathered follows what ran last: a backward leaves it whole
+        (``set_reshard_after_backward(False)``), a forward keeps its share (none, ``1/n`` or all); an all-gather
+        runs, and its output buffer is alive, only where a layer is not whole (``FSDPParamGroup.unshard`` is a
+        no-op on gathered parameters). The root (embedding, final norm, head) is never resharded before
+        ``perform_reduce_grad`` (``_lazy_init`` clears its ``post_forward_mesh_info``)."""
+        layers = view.layers
+        reduction = view.precision.reduction_bytes
+        # Each layer's unsharded gradient accumulator: its elements on the rank in the reduce dtype
+        # (_fsdp_param.py FSDPParam.to_accumulated_grad_if_needed casts the first to reduce_dtype; where that is the
+        # compute dtype, init_dtype_attrs drops it and the gradient accumulates in param.grad itself).
+        accumulator = [sum(layer.elements.values()) * reduction for layer in layers]
+        every = sum(accumulator)
+        same_dtype = reduction == view.precision.activation_bytes
+        in_flight = max(max(layer.in_flight, 1) for layer in layers)
+        body = [i for i, layer in enumerate(layers) if layer.placement == "body"]
+        whole = {i: _gathered(view, layers[i]) for i in body}
+        share = {i: whole[i] // keep_share if keep_share else 0 for i in body}  # what a forward leaves gathered
+        stay = sum(share.values())
+        resharded = keep_share != 1
+        one = [layer.kept_bytes for layer in layers]
+        kept = [k * in_flight for k in one]
+        last = layers[-1].forward_working_bytes
+
+        # Forward, at the loss of the w-th forward (the end of warm-up, no accumulator yet): it gathers, one
+        # all-gather output alive, where the forward before it resharded or where it is the step's first; without
+        # resharding only the step's first forward gathers, one micro-batch kept.
+        gathers = resharded or in_flight == 1
+        forward = [point(held_grads, root_gathered + stay + (all_gather if gathers else 0), sum(kept), last)]
+        if not gathers:
+            forward.append(point(held_grads, root_gathered + stay + all_gather, sum(one), last))
+        if in_flight < view.micro_batches:
+            # 1F1B's steady state: a forward after a backward, every accumulator alive, nothing gathered (the
+            # backward left every layer whole). With resharding each layer frees its part in its post-forward: at
+            # a body layer's forward the layers from it up are still whole, their activations of it not yet kept.
+            grads = held_grads + every
+            forward.append(point(grads, root_gathered + stay, sum(kept), last))
+            if resharded:
+                for i in body:
+                    gathered = sum(whole[j] if j >= i else share[j] for j in body)
+                    forward.append(point(grads, root_gathered + gathered, sum(kept) - sum(one[i:]),
+                                         layers[i].forward_working_bytes))
+        points = {"forward": _largest(forward)}
+
+        def walk(kept: list[int], accumulating: bool, after_backward: bool) -> MemoryBreakdown:
+            """A backward walked from the top with *kept* per layer. *accumulating*: every accumulator alive (not the
+            step's first backward), else those of the layers already run; *after_backward*: it follows a backward,
+            so every layer is still whole and nothing is gathered (no all-gather output), else a forward left each
+            layer its share and each is gathered again (the next one prefetched) where that is not all of it."""
+            gathers = resharded and not after_backward
+            gathered_stay = sum(whole.values()) if after_backward else stay
+            accumulated = every if accumulating else 0
+            freed = root_grads = 0
+            found: list[MemoryBreakdown] = []
+            for index in reversed(range(len(layers))):
+                layer, its_kept = layers[index], kept[index]
+                running = whole[index] - share[index] if index in whole and gathers else 0
+                gathered = root_gathered + gathered_stay + running
+                found.append(point(held_grads + accumulated + root_grads, gathered + (all_gather if gathers else 0),
+                                   sum(kept) - freed, layer.backward_working_bytes))
+                if index in whole:
+                    # The moments holding the running layer's whole unsharded gradients (_weight_grad_moments), in
+                    # the compute dtype until its post-backward accumulates them; at that post-backward (the first
+                    # moment) a first backward casts them to the reduce dtype beside them
+                    # (to_accumulated_grad_if_needed): the fp32 accumulator does not exist before.
+                    below = sum(kept) - freed - its_kept
+                    prefetched = all_gather if gathers and index > body[0] else 0
+                    for moment, (alive, working) in enumerate(_weight_grad_moments(view, layer)):
+                        cast = accumulator[index] if moment == 0 and not accumulating and not same_dtype else 0
+                        found.append(point(held_grads + accumulated + cast, gathered + prefetched,
+                                           below + min(alive, its_kept), max(alive - its_kept, 0) + working + root_grads))
+                freed += its_kept
+                if index in whole:
+                    gathered_stay += running  # left gathered after its backward (stage.py backward_maybe_with_nosync)
+                    accumulated += 0 if accumulating else accumulator[index]
+                elif not (accumulating and same_dtype):
+                    # The root's new gradients in the compute dtype until its post-backward at the end of the
+                    # stage's backward (in param.grad itself where the reduce dtype is the compute dtype).
+                    root_grads += _gathered(view, layer)
+            return _largest(found)
+
+        # The step's first backward (after a forward, no accumulator yet); 1F1B's steady-state backwards (after a
+        # forward, every accumulator alive); a backward right after a backward (GPipe's second, 1F1B's second
+        # cooldown one: every layer whole, every accumulator alive, one micro-batch fewer in flight).
+        backward = [walk(kept, False, False)]
+        if in_flight < view.micro_batches:
+            backward.append(walk(kept, True, False))
+        if in_flight > 1:
+            backward.append(walk([k * (in_flight - 1) for k in one], True, True))
+        points["backward"] = _largest(backward)
+        points["reduce"] = self._reduce_point(view, point, accumulator, held_grads, batch,
+                                              root_gathered + sum(whole.values()))
+        return points
+
+    def _reduce_point(self, view: StageView, point, accumulator: list[int], held_grads: int, batch: int,
+                      gathered: int) -> MemoryBreakdown:
+        """Under PP, the stage's once-per-step reduction (pipelining/stage.py ``perform_reduce_grad``), every layer
+        gathered (*gathered*) after the stage's last backward: each unit's ``FSDPParamGroup.post_backward`` in turn,
+        the root's first (``_state_ctx.all_states``, in module order), reshards it (``set_reshard_after_backward(True)``)
         and reduce-scatters its accumulated gradients: at a unit's ``foreach_reduce`` its accumulators and those of
         the units after it are alive beside its reduce-scatter input (the previous unit's is waited on first, one
-        in flight: ``reduce_scatter_max_input_buffers`` 1), the sharded gradients of the units before it and the
-        gathered parameters of the units after it; no activation but the loop's batch."""
+        in flight: ``reduce_scatter_max_input_buffers`` 1), the sharded gradients of the units before it, under
+        HSDP with a reduce dtype other than the gradients' their all-reduce outputs (:meth:`_all_reduce_output`,
+        held until ``_root_post_backward_final_callback`` runs ``finalize_backward``), and the gathered parameters
+        of the units after it; no activation but the loop's batch."""
+        layers = view.layers
         units = [[i for i, layer in enumerate(layers) if layer.placement != "body"]]
         units += [[i] for i, layer in enumerate(layers) if layer.placement == "body"]
-        best: MemoryBreakdown | None = None
-        done_sharded = 0
-        gathered = root_gathered + body_gathered
-        for unit in units:
+        hsdp_held = self.replicate > 1 and view.precision.reduction_bytes != view.precision.grad_bytes
+        found: list[MemoryBreakdown] = []
+        done_sharded = held_all_reduce = 0
+        for k, unit in enumerate(units):
             gathered -= sum(_gathered(view, layers[i]) for i in unit)
-            alive = sum(accumulator[i] for other in units[units.index(unit):] for i in other)
+            alive = sum(accumulator[i] for other in units[k:] for i in other)
             rs_input = sum(sum(layers[i].elements.values()) for i in unit) * view.precision.reduction_bytes
-            grads = (held_grads or done_sharded) + alive
-            candidate = point(grads, gathered + rs_input, batch, 0)
-            if best is None or candidate.peak_bytes > best.peak_bytes:
-                best = candidate
+            found.append(point((held_grads or done_sharded) + alive, gathered + rs_input + held_all_reduce, batch, 0))
             if not self.cpu_offload:
                 done_sharded += sum(_sharded(view, layers[i], view.precision.grad_bytes, self.replicate) for i in unit)
-        return best
+            if hsdp_held:
+                held_all_reduce += sum(self._all_reduce_output(view, layers[i]) for i in unit)
+        return _largest(found)
+
+
+def _largest(points: list[MemoryBreakdown]) -> MemoryBreakdown:
+    """The first of *points* with the largest peak."""
+    return max(points, key=lambda found: found.peak_bytes)

@@ -47,6 +47,7 @@ def megatron_model(case: dict, registry) -> ModelSpec:
 def with_megatron_capacity(model: ModelSpec, moe: dict | None) -> ModelSpec:
     """*model* with its MoE layers padded to capacity where the run passed
     ``--moe-expert-capacity-factor F --moe-pad-expert-input-to-capacity`` (*moe*: the run's MoE flags)."""
+    model = with_megatron_router_groups(model, moe)
     if not (moe and moe.get("pad_expert_input_to_capacity")):
         return model
     groups = tuple(
@@ -54,6 +55,17 @@ def with_megatron_capacity(model: ModelSpec, moe: dict | None) -> ModelSpec:
         if hasattr(g.config, "capacity_factor") else g
         for g in model.layers
     )
+    return attrs.evolve(model, layers=groups)
+
+
+def with_megatron_router_groups(model: ModelSpec, moe: dict | None) -> ModelSpec:
+    """*model* with group-limited routing where the run passed ``--moe-router-num-groups R --moe-router-group-topk g``
+    (*moe*'s ``router_num_groups``, ``router_group_topk``; a number of groups stated per row is the caller's)."""
+    if not (moe and moe.get("router_group_topk") and isinstance(moe.get("router_num_groups"), int)):
+        return model
+    changes = {"router_num_groups": moe["router_num_groups"], "router_group_topk": moe["router_group_topk"]}
+    groups = tuple(attrs.evolve(g, config=attrs.evolve(g.config, **changes)) if hasattr(g.config, "router_num_groups")
+                   else g for g in model.layers)
     return attrs.evolve(model, layers=groups)
 
 

@@ -8,7 +8,7 @@ layouts are built as ``measured_cases.py`` builds the public cases: the config
 through :func:`~hp_plugins.models.hf.model_from_hf_config` (vocabulary
 ``--vocab-size + 1``, which the ``megatron`` runtime pads to ``128 * tp``),
 truncated to the layers run with ``ModelSpec.with_body_layers``, MoE capacity
-padding as the launcher passed it; degrees, micro-batch size, global batch and
+padding and group-limited routing as the launcher passed them; degrees, micro-batch size, global batch and
 sequence length from the row (``cp_kind`` as the row ran ``--cp-comm-type``).
 The 10 rows whose layout is in ``data/megatron_measured.json`` build
 the same model and layout as that file.
@@ -34,9 +34,14 @@ def load() -> dict:
     return json.loads(SIMUMAX_FILE.read_text(encoding="utf-8"))
 
 
-def simumax_model(key: str, entry: dict, layers: int, registry) -> ModelSpec:
-    """Model *key* as run: its config, truncated to *layers* body layers, MoE capacity as passed."""
-    model = model_from_hf_config(entry["hf_config"], name=key, source=f"SimuMax v1.2 B200 {key}",
+def simumax_model(key: str, entry: dict, layers: int, registry, router_groups: int | None = None) -> ModelSpec:
+    """Model *key* as run: its config, truncated to *layers* body layers, MoE capacity as passed; a group-limited
+    router (``topk_method: group_limited_greedy``) in the row's *router_groups* (``--moe-router-num-groups
+    $EP_SIZE``), ``router_group_topk`` of them per token."""
+    config = dict(entry["hf_config"])
+    if config.get("topk_method") == "group_limited_greedy":
+        config.update(n_group=router_groups, topk_group=entry["megatron_moe"]["router_group_topk"])
+    model = model_from_hf_config(config, name=key, source=f"SimuMax v1.2 B200 {key}",
                                  where=f"{SIMUMAX_FILE.name} $.models.{key}.hf_config")
     model = model.with_body_layers(layers, registry.kinds_placed("body"))
     moe = entry.get("megatron_moe")
@@ -66,7 +71,7 @@ def simumax_rows(registry) -> Iterator[tuple[dict, ModelSpec, ParallelSpec]]:
     models = data["models"]
     for row in data["rows"]:
         entry = models[row["model"]]
-        model = simumax_model(row["model"], entry, row["layers"], registry)
+        model = simumax_model(row["model"], entry, row["layers"], registry, row.get("moe_router_num_groups"))
         has_experts = any(hasattr(g.config, "capacity_factor") for g in model.layers)
         yield row, model, simumax_layout(row, has_experts)
 

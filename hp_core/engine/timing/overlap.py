@@ -55,12 +55,15 @@ def fsdp_layers(layers: Sequence[tuple[float, float, float, float]], *, reshard:
     return total, forward + exposed_back
 
 
-def fsdp_layers_pipelined(layers: Sequence[tuple[float, float, float, float]], all_reduces: Sequence[float], *,
-                          reshard: bool, prefetch: bool) -> tuple[tuple[float, float], tuple[float, float], float, float]:
+def fsdp_layers_pipelined(layers: Sequence[tuple[float, float, float, float]], all_reduces: Sequence[float],
+                          body: Sequence[bool], *, reshard: bool,
+                          prefetch: bool) -> tuple[tuple[float, float], tuple[float, float], float, float]:
     """FSDP2's collectives on a pipeline stage as ``torch.distributed.pipelining`` runs it (torch 2.13).
 
     *layers* as :func:`fsdp_layers` takes them, *all_reduces* HSDP's per-layer
-    replicate all-reduce seconds (empty without HSDP). Returns ``((total,
+    replicate all-reduce seconds (empty without HSDP), *body* whether each
+    layer is a body layer (its own FSDP unit) rather than one of the root's
+    (embedding, final norm, head). Returns ``((total,
     exposed)`` of one gather pass per micro-batch, ``(total, exposed)`` of the
     stage's first-forward gathers once per step, the reduce-scatters' seconds
     and the all-reduces' seconds, both once per step and exposed whole)``.
@@ -79,16 +82,23 @@ def fsdp_layers_pipelined(layers: Sequence[tuple[float, float, float, float]], a
     * ``FSDPParamGroup.unshard`` is a no-op on gathered parameters
       (``_fsdp_param_group.py``). Without ``reshard_after_forward`` a stage
       gathers once per step, in its first forward; with it, the forward frees
-      them again, so the op after each forward gathers (a forward or a
-      backward) and the first op does: ``m + 1`` passes per step for ``m``
-      micro-batches on any schedule whose ops are whole forwards and backwards.
-      Each pass is priced as a forward's gathers (prefetched behind the previous
-      layer's forward, :func:`fsdp_layers`), the backward's longer compute not
-      credited.
+      the body layers again, so the op after each forward gathers them (a
+      forward or a backward) and the first op gathers every unit: ``m``
+      passes of the body layers per step for ``m`` micro-batches on torch's
+      single-stage schedules (GPipe ``F^m B^m``, 1F1B ``F^w (B F)^(m-w) B^w``,
+      :func:`hp_core.specs.overlap.check_fsdp_pipeline`) and one of every
+      unit. The root is never resharded before ``perform_reduce_grad``
+      (``_fsdp_state.py`` ``_lazy_init`` clears its
+      ``post_forward_mesh_info``; the backward does not reshard): it is
+      gathered once per step. Each pass is priced as a forward's gathers
+      (prefetched behind the previous layer's forward, :func:`fsdp_layers`;
+      the root's forward, gathered, is a window too), the backward's longer
+      compute not credited.
     """
     gathers = [(g, 0.0, f, b) for g, _, f, b in layers]
     one_pass = fsdp_layers(gathers, reshard=False, prefetch=prefetch, reduce_overlap=False)
-    per_micro_batch = one_pass if reshard else (0.0, 0.0)
+    again = [(g if is_body else 0.0, 0.0, f, b) for (g, _, f, b), is_body in zip(layers, body)]
+    per_micro_batch = fsdp_layers(again, reshard=False, prefetch=prefetch, reduce_overlap=False) if reshard else (0.0, 0.0)
     return per_micro_batch, one_pass, sum(r for _, r, _, _ in layers), sum(all_reduces)
 
 

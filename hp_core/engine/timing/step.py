@@ -23,7 +23,7 @@ from hp_core.engine.timing.results import StageTime, StepTime
 
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
-from hp_core.specs.overlap import check_fsdp_replicate
+from hp_core.specs.overlap import check_fsdp_pipeline, check_fsdp_replicate
 from hp_core.specs.timing import TimingProfile
 from hp_core.costs import LayerCost
 from hp_core.schedules import StagePasses
@@ -262,6 +262,8 @@ def time_run(
     # micro-batch 0's forward meets stage after stage as the pipeline fills (exposed seconds per stage).
     heads: list[float] = []
     step_reduce = zero >= 3 and parallel.pp > 1 and sched.fsdp_pipeline_step_reduce
+    if step_reduce:
+        check_fsdp_pipeline(zero, parallel)  # one chunk per stage, a single-stage schedule
     for stage in range(parallel.pp):
         key = tuple((c == 0, c == chunks - 1, c != chunks - 1 and stage not in runs_on[c + 1], c != 0 and stage not in runs_on[c - 1],
                      run.body_group[bounds[c][0]:bounds[c][1]], tuple(map(id, body[bounds[c][0]:bounds[c][1]])))
@@ -357,11 +359,12 @@ def time_run(
                 return total * rates.slowdown, exposed * (1 - ov.data_parallel.value) * rates.slowdown
 
             if step_reduce:
-                # torch.distributed.pipelining with FSDP2 stages (fsdp_layers_pipelined): one gather pass per
-                # micro-batch only under reshard_after_forward, one more in the stage's first forward (on the fill:
-                # heads), and the reduce-scatters (HSDP: then the all-reduces) once per step after the last backward.
+                # torch.distributed.pipelining with FSDP2 stages (fsdp_layers_pipelined): a pass of the body layers per
+                # micro-batch only under reshard_after_forward, one of every unit in the stage's first forward (on the
+                # fill: heads), and the reduce-scatters (HSDP: then the all-reduces) once per step after the last backward.
                 (mb_total, mb_exposed), (head_total, head_exposed), reduce, all_reduce = fsdp_layers_pipelined(
-                    per_layer, replicated, reshard=parallel.reshard_after_forward, prefetch=sched.fsdp_prefetch)
+                    per_layer, replicated, [g in body_groups for g in ordered_groups],
+                    reshard=parallel.reshard_after_forward, prefetch=sched.fsdp_prefetch)
                 keep = (1 - ov.data_parallel.value) * rates.slowdown
                 if mb_total:
                     by_group["fsdp"] = [mb_total * rates.slowdown, mb_exposed * keep]
