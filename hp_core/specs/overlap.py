@@ -9,7 +9,7 @@ import attrs
 
 from hp_core.errors import ConfigError
 
-__all__ = ["FSDP_PIPELINE_SCHEDULES", "HostOverhead", "OverlapSchedule", "check_fsdp_pipeline", "check_fsdp_replicate",
+__all__ = ["FSDP_PIPELINE_SCHEDULES", "FsdpPipelineError", "HostOverhead", "OverlapSchedule", "check_fsdp_pipeline", "check_fsdp_replicate",
            "replicate_split_error"]
 
 
@@ -146,6 +146,10 @@ def check_fsdp_replicate(replicate: int, zero: int, p: Any, pipeline_step_reduce
 FSDP_PIPELINE_SCHEDULES = ("gpipe", "1f1b")
 
 
+class FsdpPipelineError(ConfigError):
+    """:func:`check_fsdp_pipeline`'s refusal (a search counts it under its own reason)."""
+
+
 def check_fsdp_pipeline(zero: int, p: Any) -> None:
     """FSDP (zero 3) under ``pp > 1`` as :attr:`OverlapSchedule.fsdp_pipeline_step_reduce` prices it: a single-stage
     schedule (:data:`FSDP_PIPELINE_SCHEDULES`). torch's multi-stage schedules (``_PipelineScheduleRuntime``:
@@ -153,17 +157,20 @@ def check_fsdp_pipeline(zero: int, p: Any) -> None:
     ``_add_unshard_reshard(max_active_stages=3)``): up to three chunks gathered at once, chunks evicted and
     gathered again several times per step, which hp does not model.
 
+    A layout with no data or context parallelism shards nothing (torchtitan applies FSDP only with
+    ``dp_shard`` or ``cp`` enabled): it is not refused.
+
     Raises:
-        ConfigError: At ``$.parallel.vpp`` (more than one chunk per stage) or ``$.parallel.schedule``, one line.
+        FsdpPipelineError: At ``$.parallel.vpp`` (more than one chunk per stage) or ``$.parallel.schedule``, one line.
     """
-    if zero < 3 or p.pp == 1:
+    if zero < 3 or p.pp == 1 or p.dp * p.cp == 1:
         return
     if p.vpp > 1:
-        raise ConfigError("$.parallel.vpp", f"FSDP (zero 3) under pipeline parallelism is priced for one chunk per "
+        raise FsdpPipelineError("$.parallel.vpp", f"FSDP (zero 3) under pipeline parallelism is priced for one chunk per "
                                             f"stage (torch's GPipe and 1F1B), got vpp={p.vpp}: torch's multi-stage "
                                             f"schedules re-gather evicted chunks, which hp does not model; use vpp 1")
     if p.resolved_schedule not in FSDP_PIPELINE_SCHEDULES:
-        raise ConfigError("$.parallel.schedule", f"FSDP (zero 3) under pipeline parallelism is priced for torch's "
+        raise FsdpPipelineError("$.parallel.schedule", f"FSDP (zero 3) under pipeline parallelism is priced for torch's "
                                                  f"single-stage schedules ({', '.join(FSDP_PIPELINE_SCHEDULES)}), "
                                                  f"got {p.resolved_schedule}")
 

@@ -170,11 +170,12 @@ def _layers_qwen_moe(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
 
 
 def _deepseek_groups(r: ConfigReader, model_type: str) -> dict[str, Any]:
+    experts = r.get("n_routed_experts")
     if model_type == "deepseek_v3":
-        return router_groups(r)
+        return router_groups(r, experts)
     method = r.get("topk_method", str)
     if method == "group_limited_greedy":
-        return router_groups(r)
+        return router_groups(r, experts)
     if method != "greedy":
         raise r.fail("topk_method", "'greedy' or 'group_limited_greedy' (DeepseekV2TopkRouter)", method)
     return {}

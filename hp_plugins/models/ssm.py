@@ -147,7 +147,7 @@ def model_from_nemotron_h_config(cfg: Mapping[str, Any], *, name: str, source: s
                         shared_expert_intermediate_size=r.get("moe_shared_expert_intermediate_size"),
                         hidden_act=r.get("mlp_hidden_act", str), expert_activation="mlp",
                         moe_latent_size=r.get("moe_latent_size"), router_fp32=True, norm=_NEMOTRON_NORM,
-                        **router_groups(r)))
+                        **router_groups(r, r.get("n_routed_experts"))))
                 elif layer_type == "full_attention":
                     heads, kv = r.get("num_attention_heads"), r.get("num_key_value_heads")  # None: MHA; 0 refused
                     built[layer_type] = ("attention", AttentionLayerConfig(

@@ -92,14 +92,21 @@ class ConfigReader:
         return value
 
 
-def router_groups(r: ConfigReader) -> dict[str, Any]:
-    """A group-limited router's ``n_group`` and ``topk_group`` as :class:`~hp_plugins.kit.MoEFields` states them
-    (each at least 1; whether they divide the experts and hold the top-k, the layer's config checks)."""
+def router_groups(r: ConfigReader, experts: int | None = None) -> dict[str, Any]:
+    """A group-limited router's ``n_group`` and ``topk_group`` as :class:`~hp_plugins.kit.MoEFields` states them:
+    each at least 1, ``n_group`` dividing the *experts* and ``topk_group`` at most ``n_group``, refused naming the
+    config's field and, where the file omits it, the default it took (whether they hold the top-k, the layer's
+    config checks)."""
     found = {}
     for key, field in (("n_group", "router_num_groups"), ("topk_group", "router_group_topk")):
         value = r.get(key)
+        absent = "" if r.cfg.get(key) is not None else f" (absent from the file: the config class's default {value})"
         if value < 1:
-            raise r.fail(key, "a positive integer", value)
+            raise r.fail(key, f"a positive integer{absent}", value)
+        if key == "n_group" and experts is not None and experts % value:
+            raise r.fail(key, f"a divisor of the {experts} routed experts{absent}", value)
+        if key == "topk_group" and value > found["router_num_groups"]:
+            raise r.fail(key, f"at most n_group ({found['router_num_groups']}){absent}", value)
         found[field] = value
     return found
 

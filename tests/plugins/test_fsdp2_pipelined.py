@@ -254,3 +254,16 @@ def test_gpipe_backward_of_llama_does_not_depend_on_resharding(registry):
     assert stage.binding_point == "backward"
     assert stage.memory.gradients_bytes == (V * H + 8 * LAYER) * 4
     assert stage.memory.communication_buffers_bytes == (V * H + 8 * LAYER) * 2
+
+
+def test_a_layout_that_shards_nothing_is_not_refused_and_the_search_names_the_fsdp_refusal(registry):
+    from hp_core.engine.search.layouts import R_FSDP_PP, R_SCHEDULE, _reason_of
+    from hp_core.specs.overlap import FsdpPipelineError, check_fsdp_pipeline
+
+    # dp * cp == 1: torchtitan applies no FSDP, so no chunk is gathered or evicted: nothing to refuse.
+    check_fsdp_pipeline(3, ParallelSpec(seq_len=1024, dp=1, pp=2, vpp=2, micro_batch_size=1, global_batch_size=4))
+    with pytest.raises(FsdpPipelineError) as err:
+        check_fsdp_pipeline(3, ParallelSpec(seq_len=1024, dp=2, pp=2, vpp=2, micro_batch_size=1, global_batch_size=4))
+    # A search counts it under its own reason, not the schedule's.
+    assert _reason_of(err.value) == R_FSDP_PP
+    assert _reason_of(ConfigError("$.parallel.vpp", "the interleaved_1f1b schedule needs vpp >= 2")) == R_SCHEDULE

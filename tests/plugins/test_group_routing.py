@@ -175,8 +175,10 @@ def test_hf_deepseek_configs_state_their_router_groups(registry):
     ({"model_type": "deepseek_v2", "topk_method": "noaux_tc"}, "$.topk_method", "greedy"),
     ({"n_group": 0}, "$.n_group", "positive"),
     ({"topk_group": 0}, "$.topk_group", "positive"),
-    ({"n_group": 3}, "config.json", "router_num_groups=3 must divide num_experts=16"),
-    ({"n_group": 4, "topk_group": 5}, "config.json", "router_group_topk=5 must not exceed router_num_groups=4"),
+    ({"n_group": 3}, "$.n_group", "a divisor of the 16 routed experts, got 3"),
+    ({"n_group": 4, "topk_group": 5}, "$.topk_group", "at most n_group (4), got 5"),
+    # An omitted field takes DeepseekV3Config's default, and the error says so.
+    ({"n_routed_experts": 12}, "$.n_group", "(absent from the file: the config class's default 8)"),
     ({"n_group": 8, "topk_group": 1}, "config.json", "num_experts_per_tok=4 must not exceed the 2 experts"),
 ])
 def test_hf_router_groups_refused_with_their_path(change, path, message):

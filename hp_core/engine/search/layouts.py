@@ -15,6 +15,7 @@ import attrs
 from hp_core.errors import ConfigError
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec
+from hp_core.specs.overlap import FsdpPipelineError
 from hp_core.types import Runtime
 
 # Why a candidate was not ranked; ``search`` counts every candidate under one.
@@ -28,8 +29,10 @@ R_FULL = "does not fit even fully recomputed"
 R_PLAN = "does not fit with the runtime's least-memory plan"
 R_SLOWER = "cannot enter the top K: slower with nothing recomputed than the K-th plan"
 R_SCHEDULE = "the pipeline schedule does not run this pp, vpp or micro-batch count"
+R_FSDP_PP = "the runtime prices FSDP (zero 3) under pp > 1 on single-stage schedules (gpipe, 1f1b, vpp 1) only"
 R_HSDP = "the runtime's hsdp_replicate does not divide the (expert) data-parallel degree, or pp > 1 where its profile refuses it"
-REASONS = (R_LAYERS, R_EXPERTS, R_MODEL, R_SEQUENCE, R_HSDP, R_BATCH, R_STATIC, R_FULL, R_PLAN, R_SLOWER, R_SCHEDULE)
+REASONS = (R_LAYERS, R_EXPERTS, R_MODEL, R_SEQUENCE, R_HSDP, R_BATCH, R_STATIC, R_FULL, R_PLAN, R_SLOWER, R_SCHEDULE,
+           R_FSDP_PP)
 
 # The names ``fixed`` accepts.
 FIXABLE = ("dp", "cp", "tp", "pp", "vpp", "ep", "etp", "zero", "micro_batch_size")
@@ -193,6 +196,8 @@ class _Job:
 
 
 def _reason_of(error: ConfigError) -> str:
+    if isinstance(error, FsdpPipelineError):
+        return R_FSDP_PP
     path = error.path
     if path in ("$.parallel.schedule", "$.parallel.vpp"):
         return R_SCHEDULE
