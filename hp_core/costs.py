@@ -215,6 +215,11 @@ class ActivationTerm:
             copy comes on top: the output projection's input, which a flash
             attention kernel keeps as its output); ``None``: not a GEMM input,
             kept as is by any recipe (:mod:`hp_core.precision_recipes`).
+        sp_gathered: The tensor is a linear layer's sequence-parallel-gathered
+            input, or its sequence shard (a block's pre-norm output and its
+            gathered copy, which the all-gather marked ``Collective.gemm_input``
+            makes): under TP > 1 with SP a recipe keeps it as its
+            :attr:`~hp_core.precision_recipes.PrecisionRecipe.saved_input_under_tp` says.
     """
 
     op: str
@@ -222,6 +227,7 @@ class ActivationTerm:
     switch: str | None = attrs.field(default=None, validator=attrs.validators.optional(switch_name))
     tp_split: bool = False
     gemm_input: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.in_(("owned", "shared"))))
+    sp_gathered: bool = False
 
 
 @attrs.frozen

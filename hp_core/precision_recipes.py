@@ -123,9 +123,15 @@ class PrecisionRecipe:
             Transformer Engine ``module/linear.py`` keeps only the column-wise
             usage of the quantized input) or ``compute`` (the compute-dtype
             input, re-quantized in backward: torchao ``float8_linear.py``
-            without tensor parallelism; under torchtitan's float8 TP plan the
-            input arrives in float8 and torchao keeps that, which one value
-            per recipe cannot state: docs/precision.md).
+            without tensor parallelism).
+        saved_input_under_tp: What a linear layer whose input is
+            sequence-parallel-gathered (TP > 1 with SP; the terms marked
+            :attr:`ActivationTerm.sp_gathered <hp_core.costs.ActivationTerm.sp_gathered>`)
+            keeps of it, where it differs from :attr:`saved_input`; ``None``:
+            the same. torchao under torchtitan's float8 TP plan: ``quantized``
+            (``PrepareFloat8ModuleInput`` casts the sequence shard to float8
+            before the all-gather and the linear layer saves the float8 input
+            it is handed, so backward casts it no more: docs/precision.md).
         weight_copies: Low-precision copies of each GEMM weight held at once
             (row-wise and column-wise usage: 2 where the column-wise copy is a
             separate tensor, a transpose or its own block scales).
@@ -173,6 +179,7 @@ class PrecisionRecipe:
     gradients: GemmOperand = _BF16
     amax_history: int = attrs.field(default=0, validator=non_negative_int)
     saved_input: str = attrs.field(default="quantized", validator=one_of(tuple(SAVED_INPUTS)))
+    saved_input_under_tp: str | None = attrs.field(default=None, validator=attrs.validators.optional(one_of(tuple(SAVED_INPUTS))))
     weight_copies: int = attrs.field(default=0, validator=non_negative_int)
     cache_weights: bool = False
     param_gather: str = attrs.field(default="none", validator=one_of(tuple(PARAM_GATHERS)))
@@ -234,6 +241,13 @@ class PrecisionRecipe:
         copies = min(self.weight_copies, self.usages(architecture))
         return self if copies == self.weight_copies else attrs.evolve(self, weight_copies=copies)
 
-    def saved_input_bytes(self, elements: float) -> float:
+    def saved_input_as(self, gathered_under_tp: bool) -> str:
+        """What a linear layer keeps of its input: :attr:`saved_input_under_tp` where the input is
+        sequence-parallel-gathered under TP > 1 (*gathered_under_tp*) and the recipe states one, else :attr:`saved_input`."""
+        if gathered_under_tp and self.saved_input_under_tp is not None:
+            return self.saved_input_under_tp
+        return self.saved_input
+
+    def saved_input_bytes(self, elements: float, gathered_under_tp: bool = False) -> float:
         """Bytes a linear layer keeps of an input of *elements* elements for its backward (0 at ``compute``: unchanged)."""
-        return elements * self.activations.bytes_per_element if self.saved_input == "quantized" else 0.0
+        return elements * self.activations.bytes_per_element if self.saved_input_as(gathered_under_tp) == "quantized" else 0.0

@@ -7,7 +7,11 @@ term becomes the recipe's quantized copy of it, a ``shared`` term keeps its
 compute-dtype bytes and gains the quantized copy (Transformer Engine
 ``module/linear.py``: the linear layer saves its quantized input for the
 weight gradient, one usage). A recipe that saves the compute-dtype input
-(torchao) or quantizes nothing returns the cost unchanged, the same object.
+(torchao) or quantizes nothing returns the cost unchanged, the same object,
+except under TP > 1 with SP for the sequence-parallel-gathered inputs
+(:attr:`ActivationTerm.sp_gathered <hp_core.costs.ActivationTerm.sp_gathered>`)
+where the recipe's ``saved_input_under_tp`` says ``quantized`` (torchao under
+torchtitan's float8 TP plan).
 
 :func:`quantized_weight_elements` counts the GEMM weights of a layer the recipe
 quantizes on one rank (its matrices less the embedding, the head and
@@ -49,22 +53,27 @@ def resolve_recipe(registry: Registry, precision: PrecisionSpec) -> PrecisionRec
     return registry.precision_recipe(precision.recipe, "$.precision.recipe")
 
 
-def _term(term: ActivationTerm, recipe: PrecisionRecipe, activation_bytes: int) -> ActivationTerm:
-    quantized = math.ceil(recipe.saved_input_bytes(term.bytes / activation_bytes))
+def _term(term: ActivationTerm, recipe: PrecisionRecipe, activation_bytes: int, gathered_under_tp: bool) -> ActivationTerm:
+    if recipe.saved_input_as(gathered_under_tp) != "quantized":
+        return term
+    quantized = math.ceil(recipe.saved_input_bytes(term.bytes / activation_bytes, gathered_under_tp))
     kept = quantized if term.gemm_input == "owned" else term.bytes + quantized
     return attrs.evolve(term, bytes=kept)
 
 
-def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int) -> LayerCost:
+def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int, tp_sp: bool = False) -> LayerCost:
     """*cost* with its linear layers' kept inputs as *recipe* keeps them (module docstring).
+
+    *tp_sp*: the layer runs under TP > 1 with sequence parallelism, so its
+    ``sp_gathered`` terms are kept as the recipe's ``saved_input_under_tp`` says.
 
     A recipe that quantizes its weights per micro-batch instead of caching them (TE called
     without ``is_first_microbatch``) also keeps each layer's quantized weights for its
     input-gradient GEMM, one copy per micro-batch in flight: a term ``quantized_weights``.
     """
-    if not recipe.low_precision or recipe.saved_input != "quantized":
+    if not recipe.low_precision or "quantized" not in (recipe.saved_input, recipe.saved_input_as(tp_sp)):
         return cost
-    terms = tuple(_term(t, recipe, activation_bytes) if t.gemm_input else t for t in cost.activations)
+    terms = tuple(_term(t, recipe, activation_bytes, tp_sp and t.sp_gathered) if t.gemm_input else t for t in cost.activations)
     if not recipe.cache_weights and recipe.weight_copies:
         weights = quantized_weight_elements([(cost, 1)])
         if weights:
@@ -75,17 +84,19 @@ def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int
 
 
 def with_recipe(costs: tuple[LayerCost, ...], registry: Registry, precision: PrecisionSpec,
-                formula: tuple[LayerCost, ...] | None = None) -> tuple[LayerCost, ...]:
+                formula: tuple[LayerCost, ...] | None = None, tp_sp: bool = False) -> tuple[LayerCost, ...]:
     """*costs* as the recipe *precision* names keeps them: :func:`apply_recipe` of each, or, where a
-    census measured a cost (it is not its *formula* cost), :func:`apply_recipe_measured`."""
+    census measured a cost (it is not its *formula* cost), :func:`apply_recipe_measured`; *tp_sp*: the
+    layers run under TP > 1 with sequence parallelism."""
     recipe = resolve_recipe(registry, precision)
     formula = formula if formula is not None else costs
-    return tuple(apply_recipe(cost, recipe, precision.activation_bytes) if cost is by_formula
-                 else apply_recipe_measured(cost, by_formula, recipe, precision.activation_bytes)
+    return tuple(apply_recipe(cost, recipe, precision.activation_bytes, tp_sp) if cost is by_formula
+                 else apply_recipe_measured(cost, by_formula, recipe, precision.activation_bytes, tp_sp)
                  for cost, by_formula in zip(costs, formula))
 
 
-def apply_recipe_measured(measured: LayerCost, formula: LayerCost, recipe: PrecisionRecipe, activation_bytes: int) -> LayerCost:
+def apply_recipe_measured(measured: LayerCost, formula: LayerCost, recipe: PrecisionRecipe, activation_bytes: int,
+                          tp_sp: bool = False) -> LayerCost:
     """A census-measured cost as *recipe* keeps it: the bytes the recipe changes in the *formula* cost's terms.
 
     A census measures what a layer keeps in the compute dtype; which of those
@@ -96,7 +107,7 @@ def apply_recipe_measured(measured: LayerCost, formula: LayerCost, recipe: Preci
     policy by the changes of the terms it keeps (those its switches do not
     gate); a ``quantized_weights`` term the recipe adds is added as is.
     """
-    changed = apply_recipe(formula, recipe, activation_bytes)
+    changed = apply_recipe(formula, recipe, activation_bytes, tp_sp)
     if changed is formula:
         return measured
     delta: dict[str | None, int] = {}

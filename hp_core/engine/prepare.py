@@ -309,7 +309,7 @@ def evaluate_layers(
     formula = tuple(evaluate_groups(kinds, model.layers, context))
     records = census_lib.request_records(census, model, kinds, parallel.seq_len, attention, registry=registry, tp=parallel.tp)
     costs = with_recipe(tuple(census_lib.apply_record(cost, records[kind.name], kind, context) if kind.name in records
-                              else cost for kind, cost in zip(kinds, formula)), registry, precision, formula)
+                              else cost for kind, cost in zip(kinds, formula)), registry, precision, formula, context.tp > 1 and context.sp)
     return EvaluatedLayers(tuple(kinds), body_groups, body_count, context, formula, costs, census, records)
 
 

@@ -40,9 +40,9 @@ SELECTIVE_SWITCHES = ("attBMM", "headCast", "dropout", "softmax")
 # records are frozen, so equal ones are shared instead of built (and validated) again.
 @functools.lru_cache(maxsize=1 << 16)
 def term(op: str, nbytes: int, switch: str | None = None, tp_split: bool = False,
-         gemm_input: str | None = None) -> ActivationTerm:
+         gemm_input: str | None = None, sp_gathered: bool = False) -> ActivationTerm:
     """An :class:`~hp_core.costs.ActivationTerm`, shared with every equal one asked for before."""
-    return ActivationTerm(op, nbytes, switch, tp_split, gemm_input)
+    return ActivationTerm(op, nbytes, switch, tp_split, gemm_input, sp_gathered)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -93,16 +93,18 @@ class LayerBuilder:
         self.expert_shape: ExpertShape | None = None
 
     def keep(self, op: str, nbytes: int, switch: str | None = None, tp_split: bool = False,
-             gemm_input: str | None = None) -> None:
+             gemm_input: str | None = None, sp_gathered: bool = False) -> None:
         """Record *nbytes* kept for backward by *op*, dropped by *switch*.
 
         Args:
             gemm_input: ``"owned"`` or ``"shared"`` where the tensor is a
                 linear layer's input kept for its weight gradient
                 (:attr:`ActivationTerm.gemm_input <hp_core.costs.ActivationTerm.gemm_input>`).
+            sp_gathered: It is a sequence-parallel-gathered linear input or its shard
+                (:attr:`ActivationTerm.sp_gathered <hp_core.costs.ActivationTerm.sp_gathered>`).
         """
         if nbytes:
-            self.terms.append(term(op, nbytes, switch, tp_split, gemm_input))
+            self.terms.append(term(op, nbytes, switch, tp_split, gemm_input, sp_gathered))
 
     def param(self, name: str, elements: int, tp_split: bool, group: str = "dense",
               matrices: tuple[tuple[int, int, int], ...] = (), high_precision: bool = False) -> None:
@@ -129,10 +131,11 @@ class LayerBuilder:
         router's gate, keeps it too).
         """
         self.keep(f"{prefix}_norm_in", self.hidden)
-        self.keep(f"{prefix}_norm_out", self.hidden, "normOp", gemm_input=gemm_input)
+        gathered = gemm_input is not None  # the input the block's all-gather (Collective.gemm_input) gathers under SP
+        self.keep(f"{prefix}_norm_out", self.hidden, "normOp", gemm_input=gemm_input, sp_gathered=gathered)
         # An unfused RMSNorm's fp32 copy and inverse root (fp32_norm_copy trait, kit.norms.fp32_norm_bytes).
         self.keep(f"{prefix}_norm_fp32", fp32_norm_bytes(self.x.tokens, self.h, norm, self.x.traits) // self.x.sp_degree, "normOp")
-        self.keep(f"{prefix}_gathered", self.gathered, "gather", gemm_input=gemm_input)
+        self.keep(f"{prefix}_gathered", self.gathered, "gather", gemm_input=gemm_input, sp_gathered=gathered)
         if hidden_dropout > 0:
             self.keep(f"{prefix}_hidden_dropout_mask", self.x.tokens * self.h * self.x.precision.dropout_mask_bytes // self.x.sp_degree)
         self.param(f"{prefix}_norm", norm_params(norm, self.h), False)

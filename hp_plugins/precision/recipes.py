@@ -132,9 +132,11 @@ RECIPES = (
                 "--quantize.linear.float8.enable_fsdp_float8_all_gather; under TP the float8 TP plan"),
         weights=GemmOperand("e4m3", "tensor_current"), activations=GemmOperand("e4m3", "tensor_current"),
         # tp_gather: torchtitan's float8 TP plan all-gathers the sequence-parallel inputs in e4m3 and the output
-        # gradients in e5m2 (module docstring). saved_input "compute": what torchao saves without TP; under TP it
-        # saves the float8 input, which one value per recipe cannot state (module docstring).
-        gradients=GemmOperand("e5m2", "tensor_current"), saved_input="compute", param_gather="cast", tp_gather=True,
+        # gradients in e5m2 (module docstring). saved_input "compute": what torchao saves without TP (float8_linear.py
+        # matmul_with_hp_or_float8_args saves its input as it arrives); under TP with SP PrepareFloat8ModuleInput
+        # hands the gathered linear layers a float8 input, which torchao keeps: saved_input_under_tp "quantized".
+        gradients=GemmOperand("e5m2", "tensor_current"), saved_input="compute", saved_input_under_tp="quantized",
+        param_gather="cast", tp_gather=True,
         quantize_passes=2,
         flags={"torchtitan": ("--model.converters", "quantize.linear.float8",
                               "--quantize.linear.float8.enable_fsdp_float8_all_gather",

@@ -216,7 +216,7 @@ class _Rates:
 
 
 def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing: TimingProfile, hardware: HardwareSpec,
-                  act_bytes: int) -> dict[str, Any]:
+                  act_bytes: int, tp_sp: bool = False) -> dict[str, Any]:
     """What a low-precision recipe changes in the rates (docs/precision.md), ``{}`` for none.
 
     GEMMs: the bf16 time divided by the device's measured speedup of the
@@ -226,7 +226,10 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
     element reads it ``quantize_passes`` times in the compute dtype and
     writes its row-wise and column-wise copies (TE quantizes both usages at
     once; one tensor where it serves both, :meth:`PrecisionRecipe.usages`); a recipe that saves the compute-dtype input (torchao) writes one
-    copy in forward and reads and casts the saved input again in backward.
+    copy in forward and reads and casts the saved input again in backward, unless under TP > 1 with SP
+    (*tp_sp*) it keeps the float8 input (``saved_input_under_tp`` ``quantized``: torchao's float8 TP plan casts
+    each TP linear layer's input in its ``_prepare_input_fn`` and ``matmul_with_hp_or_float8_args`` uses the
+    saved float8 input in backward as is): one copy in forward, none in backward.
 
     Raises:
         ConfigError: The device has no peak for the recipe's dtype, the
@@ -254,6 +257,8 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
     usages = recipe.usages(hardware.architecture)  # tensors one quantization writes (PrecisionRecipe.usages)
     if recipe.saved_input == "quantized":
         fwd, bwd, weights = read + usages * act, 0.0, read + usages * weight
+    elif recipe.saved_input_as(tp_sp) == "quantized":  # torchao under its float8 TP plan (docstring)
+        fwd, bwd, weights = read + act, 0.0, 2 * (read + weight)
     else:
         fwd, bwd, weights = read + act, read + act, 2 * (read + weight)
     grads = read + usages * grad
@@ -343,6 +348,6 @@ def _rates(
         tp_comm_overlap=timing.schedule.tp_comm_overlap,
         tp_overlap_bwd_rs=timing.schedule.tp_overlap_input_grad_reduce_scatter, ep_comm_overlap=timing.schedule.ep_comm_overlap,
         host=timing.host, alternate_mm_switches=timing.alternate_matmul_recompute, eager_elementwise=timing.eager_elementwise,
-        **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes),
+        **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes, parallel.tp > 1 and parallel.sp),
         **_unit_seconds(timing, dev, parallel.zero),
     )
