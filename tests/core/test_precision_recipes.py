@@ -356,23 +356,27 @@ def test_torchao_tensorwise_gathers_sequence_parallel_inputs_in_float8(toy_regis
     assert a.stages == b.stages
 
 
-def test_torchao_under_tp_keeps_float8_inputs_hp_states_compute(registry):
-    """What docs/precision.md states of saved_input under TP: torchao keeps the float8 input there, hp's recipe
-    the bf16 one (true without TP); the gap for Llama 3 8B at FSDP 8 x TP 8, micro-batch 2, no recompute."""
+def test_torchao_under_tp_keeps_its_gathered_inputs_in_float8(registry):
+    """saved_input_under_tp: torchao under torchtitan's float8 TP plan keeps the SP-gathered linear inputs in float8
+    (1 byte), bf16 without TP; Llama 3 8B at FSDP 8 x TP 8, micro-batch 2, 8,192 tokens, no recompute."""
     torchao = registry.precision_recipe("torchao-float8-tensorwise")
-    assert torchao.saved_input == "compute"
-    as_under_tp = attrs.evolve(torchao, name="torchao-saved-float8", saved_input="quantized")
-    real = attrs.evolve(registry, precision_recipes=registry.precision_recipes + (as_under_tp,))
+    assert (torchao.saved_input, torchao.saved_input_under_tp) == ("compute", "quantized")
     model = model_from_preset("llama3-8b", registry)
-    layout = ParallelSpec(dp=8, tp=8, sp=True, seq_len=8192, micro_batch_size=2, global_batch_size=16)
-    base = real.runtime("fsdp2").precision
-    gib = {n: estimate(model, layout, registry=real, runtime="fsdp2", precision=attrs.evolve(base, recipe=n))
-           .stages[0].memory.activations_bytes / 2**30 for n in ("bf16", "torchao-float8-tensorwise", "torchao-saved-float8")}
-    assert gib["torchao-float8-tensorwise"] == gib["bf16"]  # compute: the activations unchanged
+    base = registry.runtime("fsdp2").precision
+    act = {}
+    for tp in (1, 8):
+        layout = ParallelSpec(dp=8, tp=tp, sp=tp > 1, seq_len=8192, micro_batch_size=2, global_batch_size=16)
+        act[tp] = {n: estimate(model, layout, registry=registry, runtime="fsdp2", precision=attrs.evolve(base, recipe=n))
+                   .stages[0].memory.activations_bytes for n in ("bf16", "torchao-float8-tensorwise")}
+    assert act[1]["torchao-float8-tensorwise"] == act[1]["bf16"]  # TP 1: the bf16 input, unchanged
+    # Per block (attention, MLP) the gathered input is tokens x hidden = 2 * 8192 * 4096 elements (its shard, the
+    # norm output, and the gathered rest): 2 bytes each in bf16, 1 in float8; 2 blocks in each of 32 layers.
+    saved = 32 * 2 * (2 * 8192 * 4096) * (2 - 1)
+    assert saved == 4 * 2**30
+    assert act[8]["bf16"] - act[8]["torchao-float8-tensorwise"] == saved
     page = " ".join((Path(__file__).resolve().parents[2] / "docs" / "precision.md").read_text(encoding="utf-8").split())
-    assert (f"by {gib['bf16'] - gib['torchao-saved-float8']:.1f} GiB of {gib['bf16']:.1f} GiB of activations for Llama 3 8B "
-            f"at FSDP 8 x TP 8, micro-batch 2, 8,192 tokens, no recompute ({gib['torchao-saved-float8']:.1f} GiB with "
-            "`quantized`)") in page
+    assert (f"{act[8]['bf16'] / 2**30:.1f} GiB of activations in bf16, {act[8]['torchao-float8-tensorwise'] / 2**30:.1f} GiB "
+            "with `torchao-float8-tensorwise`") in page
 
 
 def test_bf16_named_is_bit_identical_to_no_recipe(registry):
@@ -424,6 +428,8 @@ def _docs_row(r: PrecisionRecipe) -> str:
 
     flags = "; ".join(f"{k}: `{' '.join(v)}`" for k, v in r.flags.items()) or "(none)"
     saved = r.saved_input if r.low_precision else "(unchanged)"
+    if r.low_precision and r.saved_input_under_tp not in (None, r.saved_input):
+        saved += f" ({r.saved_input_under_tp} gathered under TP)"
     return (f"| `{r.name}` | {operand(r.weights)} | {operand(r.activations)} | {operand(r.gradients)} | {saved} "
             f"| {r.weight_copies}{' cached' if r.cache_weights else ''}"
             f"{''.join(f' ({r.on(a).weight_copies} on {a})' for a in r.one_copy_architectures)} | {r.param_gather} | {'yes' if r.tp_gather else 'no'} "
