@@ -94,6 +94,22 @@ def test_quantized_writes_follow_the_usages(registry):
         assert rates["quant_grad"] == pytest.approx(fwd)
 
 
+def test_torchao_casts_no_input_in_backward_under_tp_with_sp(registry):
+    """torchao-float8-tensorwise per GEMM input element on Hopper: two bf16 reads (4 bytes) and one float8 write (1)
+    in forward; without TP the saved bf16 input is cast again in backward (5), under TP > 1 with SP the float8
+    input its TP plan handed the layer is kept (0). Weights (not cached): cast forward and backward, 2 x 5."""
+    timing = registry.runtime("fsdp2").timing
+    hardware = registry.hardware_preset("h100-sxm").spec
+    recipe = registry.precision_recipe("torchao-float8-tensorwise")
+    for tp_sp, bwd in ((False, 5.0), (True, 0.0)):
+        rates = _recipe_rates(recipe, timing.device("hopper"), timing, hardware, 2, tp_sp)
+        assert (rates["quant_input_fwd"], rates["quant_input_bwd"], rates["quant_weight"]) == (5.0, bwd, 10.0)
+    # A recipe that states no saved_input_under_tp is priced alike with and without TP.
+    fp8 = registry.precision_recipe("fp8-current")
+    assert (_recipe_rates(fp8, timing.device("hopper"), timing, hardware, 2, True)
+            == _recipe_rates(fp8, timing.device("hopper"), timing, hardware, 2, False))
+
+
 def test_blackwell_fp8_current_step_is_faster_by_its_quantized_writes_only(registry, monkeypatch):
     """On B200 fp8-current writes one FP8 tensor per quantization (PrecisionRecipe.usages 1): the step is priced as
     with usages forced to 1, faster than with Hopper's 2 by what one more write costs (the step is linear in the

@@ -307,8 +307,9 @@ def test_the_float8_tp_gathers_moved_only_the_tp_rows_as_the_page_states(registr
 
 
 def test_the_tp_rows_peak_is_the_same_with_float8_saved_inputs(registry):
-    """docs/precision.md: under TP torchao keeps float8 linear inputs, hp's recipe states compute (true without
-    TP); the five TP rows recompute those inputs (per-op SAC, full AC), so their peak is the same either way."""
+    """docs/precision.md: under TP torchao keeps float8 linear inputs (hp keeps the gathered ones so, not wo's and
+    w2's); the five TP rows recompute those inputs (per-op SAC, full AC), so their peak is the same with every
+    linear input kept quantized."""
     import attrs
 
     from hp_core import api
