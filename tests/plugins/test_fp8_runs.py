@@ -16,8 +16,23 @@ def _module():
     return module
 
 
+def _data() -> dict:
+    return json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
+
+
+def _page() -> str:
+    return (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
+
+
+def _current(section: str) -> str:
+    """docs/precision.md, checked to hold *section* (a table as ``benchmarks/fp8_runs.py`` prints it today)."""
+    page = _page()
+    assert section in page, "regenerate with: python benchmarks/fp8_runs.py"
+    return page
+
+
 def test_every_run_states_its_layout_and_provenance():
-    data = json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
+    data = _data()
     for row in data["rows"]:
         if "runtime_options" in row:
             assert row["runtime_options_source"] in data["sources"], row["id"]
@@ -36,8 +51,7 @@ def _prose(page: str) -> str:
 def test_precision_page_table_is_current():
     runs = _module()
     found = runs.results()
-    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
-    assert runs.section(found) in page, "regenerate with: python benchmarks/fp8_runs.py"
+    page = _current(runs.section(found))
     for r in found:
         assert (r["as_run_seconds"] is None) == r["id"].startswith("nemo"), r["id"]  # only NeMo 24.07 states no overlaps
 
@@ -47,7 +61,7 @@ def test_precision_page_prose_states_the_table_s_figures():
     bound the prose states is the rounded extreme of the rows it names, so a change that moves them fails here
     until the prose is rewritten."""
     found = _module().results()
-    prose = _prose((ROOT / "docs" / "precision.md").read_text(encoding="utf-8"))
+    prose = _prose(_page())
     speedups = [round(r["bf16_seconds"] / r["estimated_seconds"], 2) for r in found]
     assert f"is {min(speedups):.2f}-{max(speedups):.2f} (above 1.5 on five rows," in prose
     assert sum(s > 1.5 for s in speedups) == 5
@@ -64,7 +78,7 @@ def test_precision_page_prose_states_the_table_s_figures():
 
 
 def test_memory_rows_state_their_provenance_and_baselines():
-    data = json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
+    data = _data()
     ids = {row["id"]: row for row in data["memory_rows"]}
     for row in data["memory_rows"]:
         assert row["source"] in data["sources"], row["id"]
@@ -81,8 +95,7 @@ def test_memory_rows_state_their_provenance_and_baselines():
 def test_precision_page_memory_table_is_current():
     runs = _module()
     found = runs.memory_results()
-    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
-    assert runs.memory_section(found) in page, "regenerate with: python benchmarks/fp8_runs.py"
+    page = _current(runs.memory_section(found))
     by_id = {r["id"]: r for r in found}
     for name in ("tt2412-8b-8gpu-float8-compile", "tt2412-8b-128gpu-float8-compile", "tt-h100-llama3-8b-tensorwise"):
         assert by_id[name]["effect"] < 1.0, name  # the float8 all-gather lowers the peak (the page's prose)
@@ -91,7 +104,7 @@ def test_precision_page_memory_table_is_current():
 def test_precision_page_memory_prose_states_the_table_s_figures():
     """Pins of the memory section's prose to today's figures (the table is checked exactly above)."""
     found = {r["id"]: r for r in _module().memory_results()}
-    prose = _prose((ROOT / "docs" / "precision.md").read_text(encoding="utf-8"))
+    prose = _prose(_page())
     tensorwise = [r for r in found.values() if r["recipe"] == "torchao-float8-tensorwise"]
     assert len(tensorwise) == 6
     assert f"within {max(abs(r['error']) for r in tensorwise):.1%} on all six rows" in prose
@@ -104,7 +117,7 @@ def test_precision_page_memory_prose_states_the_table_s_figures():
 
 
 def test_mpt_fsdp_rows_state_their_provenance_and_the_page_table_is_current():
-    data = json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
+    data = _data()
     source = data["sources"]["llm-foundry-benchmarks"]
     assert "8c8dd48f72168c5d51e2f7b151595892a8fba43d" in source and "Format.HYBRID" in source
     for row in data["fsdp_rows"]:
@@ -114,9 +127,8 @@ def test_mpt_fsdp_rows_state_their_provenance_and_the_page_table_is_current():
         assert row["global_batch_tokens"] == int(cells[13]) and row["tokens_per_second"] == int(cells[11])
         assert row["runtime_options"]["fsdp_implementation"] == "fsdp1"  # Composer's FSDP1, as the bf16 MPT rows
     runs = _module()
-    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
     found = runs.fsdp_results()
-    assert runs.fsdp_section(found) in page, "regenerate with: python benchmarks/fp8_runs.py"
+    page = _current(runs.fsdp_section(found))
     errors = [r["error"] for r in found]
     assert f"They are priced within {100 * min(errors):+.1f}% to {100 * max(errors):+.1f}%" in _prose(page)
 
@@ -128,7 +140,7 @@ def _cells(row: dict) -> list[str]:
 
 
 def test_moe_rows_state_their_summary_row_and_release():
-    data = json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
+    data = _data()
     runs = _module()
     assert len(data["moe_rows"]) == 16 and len(data["moe_rows_skipped"]) == 6
     for row in data["moe_rows"]:
@@ -150,8 +162,7 @@ def test_moe_rows_state_their_summary_row_and_release():
 def test_precision_page_moe_table_is_current_and_its_prose_states_its_figures():
     runs = _module()
     found = runs.moe_results()
-    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
-    assert runs.moe_section(found) in page, "regenerate with: python benchmarks/fp8_runs.py"
+    page = _current(runs.moe_section(found))
     prose = _prose(page)
     by_id = {r["id"]: r for r in found}
     for cls in runs.MOE_CLASSES:
@@ -182,7 +193,7 @@ TORCHTITAN_BY_HAND = {
 def test_torchtitan_rows_step_seconds_by_hand():
     import pytest
 
-    data = json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
+    data = _data()
     runs = _module()
     sc = runs._scale_cases()
     rows = {row["id"]: row for row in data["torchtitan_rows"]}
@@ -206,7 +217,7 @@ def test_torchtitan_rows_state_their_provenance_device_and_baseline(registry):
 
     from hp_core.errors import ConfigError
 
-    data = json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
+    data = _data()
     runs = _module()
     sc = runs._scale_cases()
     for row in data["torchtitan_rows"]:
@@ -244,8 +255,7 @@ def test_torchtitan_rows_state_their_provenance_device_and_baseline(registry):
 def test_precision_page_torchtitan_table_is_current_and_its_prose_states_its_figures():
     runs = _module()
     found = runs.torchtitan_results()
-    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
-    assert runs.torchtitan_section(found) in page, "regenerate with: python benchmarks/fp8_runs.py"
+    page = _current(runs.torchtitan_section(found))
     prose = _prose(page)
     by_id = {r["id"]: r for r in found}
     assert len(found) == 9 and "all nine are held out" in prose
@@ -267,7 +277,7 @@ def test_precision_page_torchtitan_table_is_current_and_its_prose_states_its_fig
 def test_the_float8_tp_gathers_moved_only_the_tp_rows_as_the_page_states(registry):
     """torchao-float8-tensorwise gathers TP inputs in float8 (tp_gather): what that moved against the same recipe
     gathering them in bf16 (tp_gather false, as it stated before), row by row as docs/precision.md states it."""
-    data = json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
+    data = _data()
     runs = _module()
     assert registry.precision_recipe("torchao-float8-tensorwise").tp_gather
     found = {r["id"]: r for r in runs.torchtitan_results(registry)}
@@ -284,7 +294,7 @@ def test_the_float8_tp_gathers_moved_only_the_tp_rows_as_the_page_states(registr
         found[row["id"]]["step"] = step
         found[row["id"]]["gap_before"] = (found[row["id"]]["bf16_seconds"] / bf16_gathers.step_seconds
                                           / found[row["id"]]["measured_speedup"] - 1)
-    prose = _prose((ROOT / "docs" / "precision.md").read_text(encoding="utf-8"))
+    prose = _prose(_page())
     ids = ("tt-fp8-8b-fsdp8-tp8", "tt-fp8-8b-fsdp8-tp8-asynctp", "tt-fp8-70b-fsdp32-tp8", "tt-fp8-70b-fsdp32-tp8-asynctp",
            "tt-fp8-405b-fsdp16-tp8-asynctp")
     e8, a8, e70, a70, a405 = ids
@@ -314,7 +324,7 @@ def test_the_tp_rows_peak_is_the_same_with_float8_saved_inputs(registry):
 
     from hp_core import api
 
-    data = json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
+    data = _data()
     sc = _module()._scale_cases()
     torchao = registry.precision_recipe("torchao-float8-tensorwise")
     variant = attrs.evolve(torchao, name="torchao-saved-float8", saved_input="quantized")
