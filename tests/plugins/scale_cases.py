@@ -148,9 +148,7 @@ def grand_teton_peak_fit(registry, rows=ROWS, points: int = 33) -> tuple[float, 
         peak = low + (high - low) * i / (points - 1)
         errors = []
         for row in calibration:
-            priced = step_time(model(row, registry), layout(row), registry=registry,
-                               hardware=hardware(row, registry, peak), runtime=runtime(row, registry),
-                               recompute=recompute(row, registry))
+            priced = estimated(row, registry, device=hardware(row, registry, peak))
             errors.append(priced.step_seconds / measured_seconds(row) - 1)
         tried.append((peak, errors))
     best = min(tried, key=lambda t: sum(e * e for e in t[1]))
@@ -184,9 +182,11 @@ def runtime(row: dict, registry, as_run: bool = True):
     return apply_options(registry.runtime(row["runtime"]), row.get("options", {}) if as_run else {})
 
 
-def estimated(row: dict, registry, as_run: bool = True) -> Any:
-    """The row's step time as hp prices it (a :class:`~hp_core.engine.timing.StepTime`)."""
-    return step_time(model(row, registry), layout(row), registry=registry, hardware=hardware(row, registry),
+def estimated(row: dict, registry, as_run: bool = True, device=None) -> Any:
+    """The row's step time as hp prices it (a :class:`~hp_core.engine.timing.StepTime`), on *device* where given
+    (a :class:`~hp_core.specs.HardwareSpec`), else on the row's (:func:`hardware`)."""
+    return step_time(model(row, registry), layout(row), registry=registry,
+                     hardware=device if device is not None else hardware(row, registry),
                      runtime=runtime(row, registry, as_run), recompute=recompute(row, registry))
 
 
