@@ -164,24 +164,24 @@ class Routing:
         """
         if groups <= 1:
             return float(groups)
-        if self.groups_per_token == self.groups:
-            return groups * (1.0 - _missed(self.experts, self.experts / groups, self.top_k))
-        return _limited_distinct(self.experts, self.top_k, self.groups, self.groups_per_token, groups)
+        nested = groups % self.groups == 0 or self.groups % groups == 0
+        if self.groups_per_token != self.groups and nested:
+            return _limited_distinct(self.experts, self.top_k, self.groups, self.groups_per_token, groups)
+        return groups * (1.0 - _missed(self.experts, self.experts / groups, self.top_k))
 
 
 def _limited_distinct(E: int, k: int, R: int, g: int, G: int) -> float:
-    """:meth:`Routing.distinct` of a router choosing *g* of *R* routing groups, over *G* placement groups."""
+    """:meth:`Routing.distinct` of a router choosing *g* of *R* routing groups, over *G* placement groups, one of
+    *G* and *R* a multiple of the other."""
     pool = g * E // R
     if G % R == 0:
         return G * (g / R) * (1.0 - _missed(pool, E / G, k))
-    if R % G == 0:
-        held = R // G
-        missed = 0.0
-        for s in range(max(0, g - (R - held)), min(g, held) + 1):
-            chosen = math.comb(held, s) * math.comb(R - held, g - s) / math.comb(R, g)
-            missed += chosen * _missed(pool, s * E / R, k)
-        return G * (1.0 - missed)
-    return G * (1.0 - _missed(E, E / G, k))
+    held = R // G
+    missed = 0.0
+    for s in range(max(0, g - (R - held)), min(g, held) + 1):
+        chosen = math.comb(held, s) * math.comb(R - held, g - s) / math.comb(R, g)
+        missed += chosen * _missed(pool, s * E / R, k)
+    return G * (1.0 - missed)
 
 
 def _missed(pool: float, m: float, k: int) -> float:
