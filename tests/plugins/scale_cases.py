@@ -259,8 +259,9 @@ def _report(rows: list[tuple[dict, float, Any]], classes: tuple[str, ...]) -> st
 
 
 def mbridge_report(registry) -> str:
-    """Megatron-Bridge's bf16 rows priced with the ``megatron`` runtime's defaults and as run (the overlap options
-    and the bf16 gradient reduction the row's recipe set), per class the calibration and held-out rows apart (docs/time.md, the mbridge markers)."""
+    """The rows of ``scale_measured_mbridge.json`` (Megatron-Bridge's and the DGX Cloud recipes' bf16 rows) priced with
+    the ``megatron`` runtime's defaults and as run (the overlap options and the bf16 gradient reduction the row's recipe
+    set, its ``options``), per class the calibration and held-out rows apart (docs/time.md, the mbridge markers)."""
     rows = [(row, measured_seconds(row), estimated(row, registry, as_run=False), estimated(row, registry))
             for row in validated(MBRIDGE_ROWS)]
     lines = ["| row | class | split | GPUs | layout | measured s | hp defaults s | error | hp as run s | error as run "
@@ -275,10 +276,10 @@ def mbridge_report(registry) -> str:
                      f"{measured:.3f} | {default.step_seconds:.3f} | {100 * (default.step_seconds / measured - 1):+.1f}% | "
                      f"{t.step_seconds:.3f} | {100 * (t.step_seconds / measured - 1):+.1f}% | {exposed:.3f} | {total - exposed:.3f} |")
     lines.append("")
-    lines.append("(As run: the trainer options each row's recipe sets (its `options`): `overlap_grad_reduce` and "
-                 "`overlap_param_gather` on and `grad_reduce_in_fp32` off on every row with more than one data-parallel "
-                 "rank, and on the dense multi-node rows with TP or PP also `tp_comm_overlap` and "
-                 "`overlap_p2p_communication` where the recipe sets them. Exposed and "
+    lines.append("(As run: the trainer options each row's recipe sets, its `options`: `grad_reduce_in_fp32` off on every "
+                 "row; `overlap_grad_reduce` and `overlap_param_gather` on wherever there is more than one data-parallel "
+                 "rank (every row but the 405B proxy on 64 GPUs); on the dense multi-node rows `tp_comm_overlap` wherever "
+                 "TP > 1 and `overlap_p2p_communication` wherever PP > 1. Exposed and "
                  "hidden communication: stage 0, per micro-batch for TP/CP/EP/PP plus the step-end DP once.)")
     lines.append("")
     for cls in MBRIDGE_CLASSES:
