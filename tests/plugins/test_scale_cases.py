@@ -392,11 +392,13 @@ def test_the_mbridge_split_alternates_per_device_by_container():
     assert sorted(r["id"] for r in sc.MBRIDGE_ROWS if r["split"] == "held-out" and r["class"] != DENSE) == [
         "dgxc24.12-h100-llama3.1-8b", "mb26.02.01-h100-gpt-oss-120b", "mb26.04-b200-gpt-oss-120b",
         "mb26.04.01-h100-gpt-oss-120b"]
-    # The dense class: 57 rows, the first (GPT-3 175B on 128 GPUs, NeMo 24.05) calibration, then alternating.
+    # The dense class: 58 rows, the first (GPT-3 175B on 128 GPUs, NeMo 24.05) calibration, then alternating; the last,
+    # NeMo 25.04.01's 405B (added after the others were priced, its split fixed by the same order), held-out.
     dense = sorted(DGXC_MULTI, key=_dense_key)
-    assert len(dense) == 57 and dense[0]["id"] == "dgxc24.05-h100-gpt3-175b-128gpu" and dense[0]["split"] == "calibration"
-    assert [r["split"] for r in dense].count("held-out") == 28
-    assert dense[-1]["id"] == "dgxc25.02.01-h100-llama3.1-405b-2048gpu" and dense[-1]["split"] == "calibration"
+    assert len(dense) == 58 and dense[0]["id"] == "dgxc24.05-h100-gpt3-175b-128gpu" and dense[0]["split"] == "calibration"
+    assert [r["split"] for r in dense].count("held-out") == 29
+    assert dense[-2]["id"] == "dgxc25.02.01-h100-llama3.1-405b-2048gpu" and dense[-2]["split"] == "calibration"
+    assert dense[-1]["id"] == "dgxc25.04.01-h100-llama3.1-405b-512gpu" and dense[-1]["split"] == "held-out"
 
 
 # NVIDIA's DGX Cloud benchmarking recipes: Llama 3.1 8B bf16 on one DGX-H100 (sources dgxc-*).
@@ -452,10 +454,10 @@ def _cell(row: dict, label: str) -> str:
 def test_the_dense_class_holds_the_recipes_multi_node_rows():
     assert DENSE in sc.MBRIDGE_CLASSES and all(r["class"] == DENSE for r in DGXC_MULTI)
     # Per model: Llama 3.1 8B at 16-128 GPUs in three containers (12), 70B at 64-2,048 in three less the skipped 24.09
-    # 2,048 column (17), 405B at six scales in three (18), GPT-3 175B at five in two (10).
+    # 2,048 column (17), 405B at six scales in three and at 512 in 25.04.01 (19), GPT-3 175B at five in two (10).
     counts = {m: sum(f"-h100-{m}-" in r["id"] for r in DGXC_MULTI) for m in _MODEL_ORDER}
-    assert counts == {"llama3.1-8b": 12, "llama3.1-70b": 17, "gpt3-175b": 10, "llama3.1-405b": 18}
-    assert {_container_name(r) for r in DGXC_MULTI} == {"24.05", "24.09", "24.12", "25.02.01"}
+    assert counts == {"llama3.1-8b": 12, "llama3.1-70b": 17, "gpt3-175b": 10, "llama3.1-405b": 19}
+    assert {_container_name(r) for r in DGXC_MULTI} == {"24.05", "24.09", "24.12", "25.02.01", "25.04.01"}
     assert all(r["gpus"] > 8 and r["hardware"] == "h100-sxm" and r["runtime"] == "megatron" for r in DGXC_MULTI)
 
 
@@ -485,10 +487,17 @@ def test_the_dense_rows_read_gpus_batch_and_step_from_their_column():
             gbs = int(_cell(row, "GBS"))
         else:
             config = [c.strip() for c in row["row"].split("configuration table: ", 1)[1].strip(" |").split("|")]
-            assert int(config[2]) == gpus and int(config[3]) == lay["seq_len"]
-            assert (int(config[5]), int(config[6]), int(config[7]), int(config[9])) == \
+            # v25.04: Size | Precision | GPUs | SeqLen | Layers | TP | PP | CP | EP | DP | VP | MBS | GBS | GA;
+            # v25.05.01: GPUs | SeqLen | Layers | FSDP | TP | PP | CP | EP | ETP | DP | VP | MBS | GBS | GA.
+            names = (("GPUs", "SeqLen", "Layers", "FSDP", "TP", "PP", "CP", "EP", "ETP", "DP", "VP", "MBS", "GBS", "GA")
+                     if config[0].isdigit() else
+                     ("Size", "Precision", "GPUs", "SeqLen", "Layers", "TP", "PP", "CP", "EP", "DP", "VP", "MBS", "GBS", "GA"))
+            cells = dict(zip(names, config, strict=True))
+            assert int(cells["GPUs"]) == gpus and int(cells["SeqLen"]) == lay["seq_len"] and int(cells["MBS"]) == 1
+            assert (int(cells["TP"]), int(cells["PP"]), int(cells["CP"]), int(cells["DP"])) == \
                 (lay.get("tp", 1), lay.get("pp", 1), lay.get("cp", 1), lay["dp"])
-            gbs = int(config[12])
+            assert int(cells["Layers"]) == row["model"].get("overrides", {}).get("num_hidden_layers", 126 if "405b" in row["id"] else int(cells["Layers"]))
+            gbs = int(cells["GBS"])
         assert gbs == lay["global_batch_size"], row["id"]
         # The step time is the printed cell; the README's throughput is sequence x GBS over it (to its rounding).
         step = float(_cell(row, "Training step time (seconds per step)").replace(" ", ""))
@@ -515,6 +524,12 @@ def test_pinned_dense_rows():
     # NeMo 2.0's 405B on 64 GPUs: DP 1, so the callback turns both DDP overlaps off.
     r = rows["dgxc25.02.01-h100-llama3.1-405b-proxy30l-64gpu"]
     assert r["layout"]["dp"] == 1 and not r["options"]["overlap_grad_reduce"] and not r["options"]["overlap_param_gather"]
+    # NeMo 25.04.01's 405B (release v25.05.01): the mean of iterations 11-44; 8,192 x 256 / 19.81 = 105,863 tokens/s; 64
+    # micro-batches a rank (256 / DP 4), where that release's configuration table prints GA 32 (v25.05.05: 64).
+    r = rows["dgxc25.04.01-h100-llama3.1-405b-512gpu"]
+    assert r["measured"]["step_seconds"] == 19.81 and 8192 * 256 / 19.81 == pytest.approx(105863, abs=1)
+    assert r["layout"]["global_batch_size"] // r["layout"]["dp"] == 64 and r["row"].rstrip(" |").endswith("| 256 | 32")
+    assert "iterations 11 to 44" in sc.MBRIDGE_DATA["sources"][r["source"]]["step_seconds_from"]
     # GPT-3 175B: VP 12 in 24.05's yaml, 6 in 24.12's; GBS 16 x nodes; seq 2,048.
     assert rows["dgxc24.05-h100-gpt3-175b-1024gpu"]["layout"]["vpp"] == 12
     r = rows["dgxc24.12-h100-gpt3-175b-512gpu"]
@@ -543,7 +558,7 @@ def test_nemo2_405b_split_counts_the_embedding_and_the_loss_as_layers():
         if split is None:
             continue
         layers = row["model"].get("overrides", {}).get("num_hidden_layers", 126)
-        assert _container_name(row) == "25.02.01" and split == want[layers] and sum(split) == layers
+        assert _container_name(row) in ("25.02.01", "25.04.01") and split == want[layers] and sum(split) == layers
         assert len(split) == row["layout"]["pp"] * row["layout"]["vpp"]
         seen.add(layers)
     assert seen == {126, 62, 30}
