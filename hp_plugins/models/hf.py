@@ -13,6 +13,10 @@ layer kinds they become:
   (``Qwen2Attention`` builds them with ``bias=True``); with ``use_sliding_window``
   the layers from ``max_window_layers`` on attend within ``sliding_window``.
 * ``qwen3`` (``Qwen3Config``): ``dense`` with per-head q/k RMSNorm.
+* ``nemotron`` (``NemotronConfig``, Nemotron-4): ``dense`` with a plain (ungated) MLP,
+  ``up_proj`` then ``down_proj`` around ``hidden_act`` (default ``relu2``, squared ReLU),
+  GQA, and LayerNorms with biases (``NemotronLayerNorm1P``, a ``torch.nn.LayerNorm``)
+  in every layer and before the head.
 * ``mixtral`` (``MixtralConfig``): ``moe`` in every layer; the experts are
   ``intermediate_size`` wide (``num_local_experts``, ``num_experts_per_tok``);
   ``sliding_window`` (``null``: none) bounds every layer's attention.
@@ -74,6 +78,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # Qwen2Config: the window applies only with use_sliding_window, from layer max_window_layers on.
     "qwen2": {**_COMMON, "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28},
     "qwen3": {**_COMMON, "head_dim": 128, "attention_bias": False},
+    # NemotronConfig (transformers models/nemotron/configuration_nemotron.py): squared ReLU, no biases on the
+    # projections; head_dim None derives hidden_size / num_attention_heads as the others do.
+    "nemotron": {**_COMMON, "hidden_act": "relu2", "attention_bias": False, "mlp_bias": False},
     "mixtral": {**_COMMON, "sliding_window": None},  # MixtralConfig: no window unless stated
     "qwen2_moe": {**_COMMON, "decoder_sparse_step": 1, "mlp_only_layers": [], "shared_expert_intermediate_size": 0},
     "qwen3_moe": {**_COMMON, "decoder_sparse_step": 1, "mlp_only_layers": [], "attention_bias": False},
@@ -146,6 +153,13 @@ def _layers_llama(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     return [("dense", layer)] * count
 
 
+def _layers_nemotron(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
+    # NemotronMLP: down_proj(act_fn(up_proj(x))), no gate; NemotronLayerNorm1P is a LayerNorm with a bias.
+    layer = DenseConfig(**_gqa(r), intermediate_size=r.get("intermediate_size"), gated_mlp=False,
+                        hidden_act=r.get("hidden_act", str), mlp_bias=r.get("mlp_bias", bool), norm="layernorm")
+    return [("dense", layer)] * r.get("num_hidden_layers")
+
+
 def _layers_mixtral(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     layer = MoEConfig(**_gqa(r, qkv_bias=False), **_experts(r, "num_local_experts", "intermediate_size"),
                       sliding_window=r.window("sliding_window", nullable=False))
@@ -202,6 +216,7 @@ _BUILDERS: dict[str, Callable[[ConfigReader, str], list[tuple[str, Any]]]] = {
     "llama": _layers_llama,
     "qwen2": _layers_llama,
     "qwen3": _layers_llama,
+    "nemotron": _layers_nemotron,
     "mixtral": _layers_mixtral,
     "qwen2_moe": _layers_qwen_moe,
     "qwen3_moe": _layers_qwen_moe,
@@ -209,6 +224,8 @@ _BUILDERS: dict[str, Callable[[ConfigReader, str], list[tuple[str, Any]]]] = {
     "deepseek_v3": _layers_deepseek,
 }
 MODEL_TYPES = tuple(sorted(_BUILDERS))
+# The norm before the head where it is not RMSNorm (NemotronModel.norm: NemotronLayerNorm1P).
+_HEAD_NORMS = {"nemotron": "layernorm"}
 
 
 def model_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str, where: str = "config.json") -> ModelSpec:
@@ -234,7 +251,8 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str, wher
         hidden, vocab = r.get("hidden_size"), r.get("vocab_size")
         groups = [LayerGroup("embedding", EmbeddingConfig(vocab_size=vocab, hidden_size=hidden)), *body]
         groups.append(LayerGroup("output", OutputConfig(vocab_size=vocab, hidden_size=hidden,
-                                                        tie_word_embeddings=r.get("tie_word_embeddings", bool))))
+                                                        tie_word_embeddings=r.get("tie_word_embeddings", bool),
+                                                        norm=_HEAD_NORMS.get(model_type, "rmsnorm"))))
         depth = r.get("num_nextn_predict_layers") if model_type.startswith("deepseek") else 0
         if depth:
             last = body[-1]

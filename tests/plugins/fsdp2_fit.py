@@ -133,8 +133,8 @@ def megatron_hopper_rows(registry) -> list[Priced]:
     """The 14 Megatron-Core H100 rows, none fitted to, each as run where it states its trainer's runtime options:
     ``scale_measured.json``'s validated ``mlm-gpt`` rows, ``scale_measured_mbridge.json``'s H100 GPT-OSS rows and
     ``fp8_measured_runs.json``'s H100 rows (``benchmarks/fp8_runs.py`` prices them); the set fixed when Hopper's m was
-    stated, so the single-node Llama 3.1 8B rows added to ``scale_measured_mbridge.json`` later (NVIDIA's DGX Cloud
-    benchmarking recipes, sources ``dgxc-*``) are not in it (docs/time.md reports them). ``seconds(m, a)`` prices the
+    stated, so the rows of NVIDIA's DGX Cloud benchmarking recipes added to ``scale_measured_mbridge.json`` later
+    (sources ``dgxc-*``: Llama 3.1 8B on one node, and the dense multi-node class) are not in it (docs/time.md reports them). ``seconds(m, a)`` prices the
     row with the Hopper entry's ``matmul`` at the kernel figure over ``m`` (``a`` is unused: no Triton attention)."""
     kernel = HOPPER_KERNELS.matmul.value
     found = []

@@ -39,11 +39,13 @@ MPT_CLASSES = tuple(f"MPT {nodes}-node FSDP, {device}" for device in ("H100", "A
 # The A100 40GB SXM: 40 GiB of HBM2 at 1,555 GB/s (NVIDIA A100 datasheet); the rest as the A100 80GB preset.
 A100_40GB_BANDWIDTH_BYTES_PER_SECOND = 1555e9
 # Megatron-Bridge's performance summaries: bf16 Megatron-Core rows, layouts from the release's performance configs;
-# and NVIDIA's DGX Cloud benchmarking recipes (sources dgxc-*): Llama 3.1 8B on one H100 node, layouts from the recipe.
+# and NVIDIA's DGX Cloud benchmarking recipes (sources dgxc-*): Llama 3.1 8B on one H100 node, and Llama 3.1 8B, 70B
+# and 405B and GPT-3 175B on 16 to 2,304 H100s (the dense multi-node class), layouts from the recipe.
 MBRIDGE_FILE = SCALE_FILE.with_name("scale_measured_mbridge.json")
 MBRIDGE_DATA = json.loads(MBRIDGE_FILE.read_text(encoding="utf-8"))
 MBRIDGE_ROWS: list[dict] = MBRIDGE_DATA["rows"]
-MBRIDGE_CLASSES = tuple(f"{nodes}-node Megatron-Core, {device}" for nodes in ("multi", "single") for device in ("H100", "B200"))
+MBRIDGE_CLASSES = tuple(f"{nodes}-node Megatron-Core, {device}" for nodes in ("multi", "single") for device in ("H100", "B200")) + (
+    "multi-node Megatron-Core dense, H100",)
 
 
 def megatron_flops(gpt: dict, global_batch: int, seq_len: int) -> float:
@@ -74,14 +76,23 @@ def measured_seconds(row: dict) -> float:
 
 
 def _gpt(gpt: dict) -> ModelSpec:
-    """A GPT as Megatron-LM's defaults build it: LayerNorm, MHA, a GeLU MLP of 4h, tied embeddings."""
+    """A GPT as Megatron-LM's defaults build it: LayerNorm, MHA, a GeLU MLP of 4h, tied embeddings.
+
+    Optional keys state what a row's config sets beyond the shape: ``hidden_dropout`` (after the attention and MLP
+    output projections, and on the embedding output: Megatron-Core ``LanguageModelEmbedding`` takes
+    ``config.hidden_dropout``), ``attention_dropout`` and ``position_embeddings`` (the rows of a learned absolute
+    position table, ``max_position_embeddings``). Absent, each is none, as the Megatron-LM README rows are stated.
+    """
     h, vocab = gpt["hidden_size"], gpt["vocab_size"]
+    hidden_dropout, attention_dropout = gpt.get("hidden_dropout", 0.0), gpt.get("attention_dropout", 0.0)
     layer = DenseConfig(hidden_size=h, num_attention_heads=gpt["num_attention_heads"], num_key_value_heads=gpt["num_attention_heads"],
                         intermediate_size=4 * h, gated_mlp=False, hidden_act="gelu", norm="layernorm", attention_bias=True,
-                        attention_out_bias=True, mlp_bias=True)
+                        attention_out_bias=True, mlp_bias=True, hidden_dropout=hidden_dropout, attention_dropout=attention_dropout)
+    embedding = EmbeddingConfig(vocab_size=vocab, hidden_size=h, dropout=hidden_dropout,
+                                position_embeddings=gpt.get("position_embeddings", 0))
     return ModelSpec(
         name=f"gpt-h{h}-l{gpt['num_layers']}",
-        layers=(LayerGroup(kind="embedding", config=EmbeddingConfig(vocab_size=vocab, hidden_size=h)),
+        layers=(LayerGroup(kind="embedding", config=embedding),
                 LayerGroup(kind="dense", config=layer, count=gpt["num_layers"]),
                 LayerGroup(kind="output", config=OutputConfig(vocab_size=vocab, hidden_size=h, tie_word_embeddings=True, norm="layernorm"))),
         source="Megatron-LM README weak-scaling table (GPT, defaults of megatron/training/arguments.py)",
@@ -91,7 +102,7 @@ def _gpt(gpt: dict) -> ModelSpec:
 def model(row: dict, registry) -> ModelSpec:
     spec = row["model"]
     if "preset" in spec:
-        return _preset(spec["preset"], registry)
+        return _preset(spec["preset"], registry, spec.get("overrides", {}))
     if "hf" in spec:
         return model_from_hf_config(spec["hf"], name=row["id"], source=spec["source"])
     if "mpt" in spec:
@@ -99,8 +110,18 @@ def model(row: dict, registry) -> ModelSpec:
     return _gpt(spec["gpt"])
 
 
-def _preset(name: str, registry) -> ModelSpec:
+def _preset(name: str, registry, overrides: dict | None = None) -> ModelSpec:
+    """A preset, with *overrides* of its Hugging Face config's keys where a row's recipe changes them (a proxy's
+    layer count, the recipe's tokenizer's vocabulary, its query groups)."""
     preset = registry.model(name, "$.model")
+    if overrides:
+        if preset.hf_config.get("model_type") not in HF_MODEL_TYPES:
+            raise ValueError(f"preset {name}: overrides need a Hugging Face style config")
+        unknown = set(overrides) - set(preset.hf_config)
+        if unknown:
+            raise ValueError(f"preset {name}: overrides name keys its config does not have: {sorted(unknown)}")
+        changed = ", ".join(f"{k} {v}" for k, v in sorted(overrides.items()))
+        return model_from_hf_config({**preset.hf_config, **overrides}, name=f"{name} ({changed})", source=f"preset {name}, {changed}")
     if preset.hf_config.get("model_type") in HF_MODEL_TYPES:
         return model_from_hf_config(dict(preset.hf_config), name=name, source=f"preset {name}")
     return model_from_preset(name, registry)  # through its model format (e.g. gpt_oss)
@@ -238,8 +259,9 @@ def _report(rows: list[tuple[dict, float, Any]], classes: tuple[str, ...]) -> st
 
 
 def mbridge_report(registry) -> str:
-    """Megatron-Bridge's bf16 rows priced with the ``megatron`` runtime's defaults and as run (the overlap options
-    and the bf16 gradient reduction the row's recipe set), per class the calibration and held-out rows apart (docs/time.md, the mbridge markers)."""
+    """The rows of ``scale_measured_mbridge.json`` (Megatron-Bridge's and the DGX Cloud recipes' bf16 rows) priced with
+    the ``megatron`` runtime's defaults and as run (the overlap options and the bf16 gradient reduction the row's recipe
+    set, its ``options``), per class the calibration and held-out rows apart (docs/time.md, the mbridge markers)."""
     rows = [(row, measured_seconds(row), estimated(row, registry, as_run=False), estimated(row, registry))
             for row in validated(MBRIDGE_ROWS)]
     lines = ["| row | class | split | GPUs | layout | measured s | hp defaults s | error | hp as run s | error as run "
@@ -247,16 +269,18 @@ def mbridge_report(registry) -> str:
              "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for row, measured, default, t in rows:
         lay = row["layout"]
-        degrees = " ".join(f"{k}{lay[k]}" for k in ("dp", "tp", "cp", "ep", "pp") if lay.get(k, 1) > 1)
+        degrees = " ".join(f"{k}{lay[k]}" for k in ("dp", "tp", "cp", "ep", "pp", "vpp") if lay.get(k, 1) > 1)
         total = sum(tot for s in t.stages[:1] for _, tot, _ in s.communication_by_group)
         exposed = sum(e for s in t.stages[:1] for _, _, e in s.communication_by_group)
         lines.append(f"| {row['id']} | {row['class']} | {row['split']} | {row['gpus']} | {degrees}, mbs {lay['micro_batch_size']} | "
                      f"{measured:.3f} | {default.step_seconds:.3f} | {100 * (default.step_seconds / measured - 1):+.1f}% | "
                      f"{t.step_seconds:.3f} | {100 * (t.step_seconds / measured - 1):+.1f}% | {exposed:.3f} | {total - exposed:.3f} |")
     lines.append("")
-    lines.append("(As run: `overlap_grad_reduce` and `overlap_param_gather` on and `grad_reduce_in_fp32` off, as every "
-                 "row's recipe sets them. Exposed and "
-                 "hidden communication: stage 0, per micro-batch for CP/EP/PP plus the step-end DP once.)")
+    lines.append("(As run: the trainer options each row's recipe sets, its `options`: `grad_reduce_in_fp32` off on every "
+                 "row; `overlap_grad_reduce` and `overlap_param_gather` on wherever there is more than one data-parallel "
+                 "rank (every row but the 405B proxy on 64 GPUs); on the dense multi-node rows `tp_comm_overlap` wherever "
+                 "TP > 1 and `overlap_p2p_communication` wherever PP > 1. Exposed and "
+                 "hidden communication: stage 0, per micro-batch for TP/CP/EP/PP plus the step-end DP once.)")
     lines.append("")
     for cls in MBRIDGE_CLASSES:
         for split in ("calibration", "held-out"):

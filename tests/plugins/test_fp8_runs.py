@@ -338,3 +338,126 @@ def test_the_tp_rows_peak_is_the_same_with_float8_saved_inputs(registry):
                                                           precision=attrs.evolve(runtime.precision, recipe=name)).stages)
                  for name in (torchao.name, variant.name)]
         assert peaks[0] == peaks[1], row["id"]
+
+
+# NVIDIA/dgxc-benchmarking's FP8 rows (dgxc_rows, benchmarks/fp8_dgxc.py).
+
+def _dgxc():
+    spec = importlib.util.spec_from_file_location("fp8_dgxc", ROOT / "benchmarks" / "fp8_dgxc.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _step_cells(line: str) -> list[str]:
+    """A README table line's cells after its label."""
+    return [c.strip() for c in line.strip().strip("|").split("|")][1:]
+
+
+def test_dgxc_rows_state_their_printed_figure_provenance_and_split():
+    data = _data()
+    dgxc = _dgxc()
+    rows = data["dgxc_rows"]
+    assert len(rows) == 62 and len({(r["container"], r["model"], r["gpus"]) for r in rows}) == 62  # one measurement each
+    # The split rule, fixed before pricing: sorted by container, model, GPUs; alternately, the first calibration.
+    key = lambda r: (dgxc.CONTAINERS.index(r["container"]), list(dgxc.MODELS).index(r["model"]), r["gpus"])
+    assert sorted(rows, key=key) == rows and [r["split"] for r in rows] == ["calibration", "held_out"] * 31
+    tables = {}
+    for r in rows:
+        source = data["sources"][r["source"]]
+        sha = r["url"].removeprefix("https://github.com/NVIDIA/dgxc-benchmarking/blob/").split("/")[0]
+        assert len(sha) == 40 and sha in source["commit"] and sha in source["url"], r["id"]
+        assert r["runtime_options_source"] == r["source"] and r["recipe_source"] in data["sources"], r["id"]
+        assert r["recipe"] == "fp8-delayed" and "FP8 parameter all-gather" in r["not_priced"][0], r["id"]
+        assert f"{r['gpus']}x H100" in r["column"] and r["gpus"] % (r["tp"] * r["pp"] * r["cp"]) == 0, r["id"]
+        tables.setdefault((r["source"], r["table"]), []).append(r)
+    # Each figure is the printed cell of its table's row, the columns in ascending GPUs; the BF16 twin's too.
+    for chosen in tables.values():
+        for k, r in enumerate(sorted(chosen, key=lambda r: r["gpus"])):
+            for entry in (r, r["bf16"]):
+                assert _step_cells(entry["row"])[k] == entry["printed"], r["id"]
+                assert float(entry["printed"].replace(" ", "")) == entry["step_seconds"], r["id"]
+
+
+# Hand-checked: the printed step time, and the README's tokens per second of the next line, GBS x sequence / step.
+DGXC_BY_HAND = {
+    "dgxc24.05-h100-gpt3-175b-fp8-1024g": ("6.72", 2048 * 2048, 624152),
+    "dgxc24.09-h100-llama3.1-70b-fp8-64g": ("11.01", 128 * 8192, 95239),
+    "dgxc24.12-h100-llama3.1-405b-fp8-96g": ("5.63", 126 * 8192, 183337),
+    "dgxc25.02.01-h100-llama3.1-8b-fp8-8g": ("9.33", 128 * 8192, 112388),
+    "dgxc25.02.01-h100-llama3.1-405b-fp8-64g": ("6.32", 64 * 8192, 82957),
+    "dgxc25.04.01-h100-llama3.1-405b-fp8-512g": ("13.020", 256 * 8192, 161072),
+}
+
+
+def test_dgxc_rows_measured_seconds_by_hand():
+    rows = {r["id"]: r for r in _data()["dgxc_rows"]}
+    for name, (printed, tokens, tokens_per_second) in DGXC_BY_HAND.items():
+        row = rows[name]
+        assert row["printed"] == printed and row["step_seconds"] == float(printed), name
+        assert row["global_batch_size"] * row["seq_len"] == tokens, name
+        assert abs(tokens / row["step_seconds"] / tokens_per_second - 1) < 1e-4, name
+    assert rows["dgxc24.09-h100-llama3.1-405b-fp8-96g"]["bf16"]["printed"] == "8.7  5"  # as printed: 126 x 8192 / 8.75 = 117,965
+
+
+def test_dgxc_models_and_layer_splits(registry):
+    from hp_core import api
+
+    dgxc = _dgxc()
+    rows = {r["id"]: r for r in dgxc.rows()}
+    # GPT-3 175B by hand: 96 x (12 h^2 + 13 h) at h = 12,288, the 50,257 x h token and 2,048 x h position tables, the last LayerNorm.
+    h = 12288
+    gpt3 = api.count_parameters(dgxc.model(rows["dgxc24.12-h100-gpt3-175b-fp8-128g"], registry), registry)
+    assert gpt3.total == 96 * (12 * h * h + 13 * h) + (50257 + 2048) * h + 2 * h == 174_604_259_328
+    split = lambda name: dgxc.fp8_runs.layout(rows[name], dgxc.fp8_runs._decoder_layers(dgxc.model(rows[name], registry)))
+    # NeMo 2.0's 405B: the embedding and the loss counted as a layer each; the 30-layer proxy's end chunks hold none.
+    assert split("dgxc25.02.01-h100-llama3.1-405b-fp8-64g").layers_per_stage == (0,) + (1,) * 30 + (0,)
+    assert split("dgxc25.02.01-h100-llama3.1-405b-fp8-512g").layers_per_stage == (1,) + (2,) * 62 + (1,)
+    assert split("dgxc24.09-h100-llama3.1-405b-fp8-2304g").layers_per_stage is None  # NeMo 1.0: 126 over 63 chunks
+    proxy = dgxc.model(rows["dgxc24.09-h100-llama3.1-405b-fp8-32g"], registry)
+    assert dgxc.fp8_runs._decoder_layers(proxy) == 7 and proxy.layers[0].config.vocab_size == 50257
+
+
+def test_precision_page_dgxc_tables_are_current_and_the_prose_states_their_figures():
+    dgxc = _dgxc()
+    found = dgxc.results()
+    prose = _prose(_current(dgxc.section(found)))
+    by_id = {r["id"]: r for r in found}
+    assert all(r["gather_seconds"] <= r["estimated_seconds"] for r in found)  # the FP8 gather moves half the bytes
+    base = [abs(r["bf16_error"]) for r in found]
+    assert f"within {max(base):.1%} (mean absolute error {sum(base) / len(base):.1%})" in prose
+    within = sum(abs(r["error"]) <= 0.10 for r in found)
+    assert f"{within} of the 62 FP8 rows are within 10%; the other {62 - within} are all priced too fast" in prose
+    assert all(r["error"] < 0 for r in found if abs(r["error"]) > 0.10)
+    big = [r for r in found if r["model"] == "llama3-405b" or (r["model"] == "llama3-70b" and r["row"]["cp"] == 1)]
+    small = [r for r in found if r not in big]
+    span = lambda rs, key, fmt: f"{min(r[key] for r in rs):{fmt}}-{max(r[key] for r in rs):{fmt}}"
+    mae = lambda rs: sum(abs(r["error"]) for r in rs) / len(rs)
+    assert (f"speedups of {span(big, 'measured_speedup', '.2f')} where hp prices {span(big, 'estimated_speedup', '.2f')}, and "
+            f"their step times are within 10% on {sum(abs(r['error']) <= 0.1 for r in big)} of {len(big)} rows (mean absolute "
+            f"error {mae(big):.1%}, {min(r['error'] for r in big):+.1%} to {max(r['error'] for r in big):+.1%})") in prose
+    assert (f"measured {span(small, 'measured_speedup', '.2f')} where hp prices {span(small, 'estimated_speedup', '.2f')}: all "
+            f"{len(small)} are too fast ({min(r['error'] for r in small):+.1%} to {max(r['error'] for r in small):+.1%}, mean "
+            f"absolute error {mae(small):.1%}, {sum(abs(r['error']) <= 0.1 for r in small)} within 10%)") in prose
+    assert all(r["error"] < 0 for r in small)
+    # The largest GEMM of a rank (the MLP's first projection, 2 x tokens x h x width / tp), by hand, as the page states them.
+    assert round(2 * 4096 * 16384 * 2 * 53248 / 8 / 1e12, 2) == 1.79 and round(2 * 8192 * 8192 * 2 * 28672 / 4 / 1e12, 2) == 1.92
+    assert round(2 * 4096 * 4096 * 2 * 14336 / 1e12, 2) == 0.96 == round(2 * 4096 * 8192 * 2 * 28672 / 4 / 1e12, 2)
+    assert round(2 * 2048 * 12288 * 49152 / 4 / 1e12, 2) == 0.62 and round(2 * 15872 * 4096 * 16384 / 1e12, 1) == 2.1
+    cp1 = [r for r in found if r["model"] == "llama3-70b" and r["container"] == "nemo:25.02.01"]
+    cp2 = [r for r in found if r["model"] == "llama3-70b" and r["container"] == "nemo:24.12"]
+    assert (f"measured {span(cp1, 'measured_seconds', '.2f')} s against 24.12's {span(cp2, 'measured_seconds', '.2f')} s (speedups "
+            f"{span(cp1, 'measured_speedup', '.2f')} against {span(cp2, 'measured_speedup', '.2f')}), while hp prices CP 1 slower than "
+            f"CP 2 ({span(cp1, 'estimated_seconds', '.2f')} s against {span(cp2, 'estimated_seconds', '.2f')} s)") in prose
+    # hp prices each layout (one container, model and layer count) within 1% across its scales.
+    groups = {}
+    for r in found:
+        layers = r["row"].get("model_overrides", {}).get("num_hidden_layers")
+        groups.setdefault((r["container"], r["model"], r["row"]["pp"], layers), []).append(r)
+    assert all(max(r["estimated_seconds"] for r in g) / min(r["estimated_seconds"] for r in g) < 1.01 for g in groups.values())
+    worst = [by_id["dgxc24.05-h100-gpt3-175b-fp8-1024g"]["error"], by_id["dgxc24.09-h100-llama3.1-405b-fp8-2304g"]["error"]]
+    assert f"those rows carry the largest errors: {worst[0]:+.1%} and {worst[1]:+.1%}" in prose
+    moved = [r["gather_seconds"] / r["estimated_seconds"] - 1 for r in found]
+    gathered = sum(abs(r["gather_error"]) for r in found) / len(found)
+    assert (f"moves hp's figures by 0 to {min(moved):.1%}" in prose and max(moved) == 0
+            and f"mean absolute error goes from {mae(found):.1%} to {gathered:.1%}" in prose)

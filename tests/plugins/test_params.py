@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hp_core.api import estimate, layer_context
+from hp_core.errors import ConfigError
 from hp_core.specs import ParallelSpec, PrecisionSpec
 from hp_plugins.kinds.dense import evaluate_dense
 from hp_plugins.models.hf import model_from_hf_config
@@ -150,3 +151,29 @@ def test_tied_head_with_pipeline_keeps_a_copy_on_the_last_stage(registry, tp, pp
     # Middle stages hold body layers only.
     for middle in tied[1:-1]:
         assert middle == _hand_stage_bytes(per_stage, tp, embedding=False, head=False)
+
+
+# Nemotron-4 15B (tests/plugins/data/hf_preset_params.json measures the whole model in transformers): here the
+# layer by hand. q and o 6144 x 6144 each, k and v 6144 x (8 x 128) each, up and down 6144 x 24576 each, two
+# LayerNorms of weight and bias (2 x 2 x 6144).
+NEMOTRON = {"model_type": "nemotron", "vocab_size": 256000, "hidden_size": 6144, "intermediate_size": 24576,
+            "num_hidden_layers": 32, "num_attention_heads": 48, "num_key_value_heads": 8}
+
+
+def test_nemotron_layer_by_hand(registry):
+    model = model_from_hf_config(NEMOTRON, name="nemotron-4-15b", source="test")
+    (group,) = [g for g in model.layers if g.kind == "dense"]
+    c = group.config
+    assert (c.gated_mlp, c.hidden_act, c.norm, c.mlp_bias, c.attention_bias) == (False, "relu2", "layernorm", False, False)
+    cost = registry.layer_kind("dense").evaluate(c, layer_context(ParallelSpec(seq_len=8), PRECISION, "flash"))
+    attention = 2 * 6144 * 6144 + 2 * 6144 * 1024
+    mlp = 2 * 6144 * 24576
+    assert sum(p.elements for p in cost.params) == attention + mlp + 4 * 6144 == 390_094_848
+    (head,) = [g for g in model.layers if g.kind == "output"]
+    assert head.config.norm == "layernorm"
+
+
+def test_nemotron_missing_width_is_refused_with_its_path():
+    cfg = {k: v for k, v in NEMOTRON.items() if k != "intermediate_size"}
+    with pytest.raises(ConfigError, match=r"config\.json \$\.intermediate_size: is missing"):
+        model_from_hf_config(cfg, name="n", source="test")

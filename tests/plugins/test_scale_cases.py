@@ -294,6 +294,9 @@ MB_COLUMNS = ("System", "#-GPUs", "Precision", "GBS", "MBS", "Sequence Length", 
 
 MB_ROWS = [r for r in sc.MBRIDGE_ROWS if r["source"].startswith("mbridge-")]
 DGXC_ROWS = [r for r in sc.MBRIDGE_ROWS if r["source"].startswith("dgxc-")]
+DENSE = "multi-node Megatron-Core dense, H100"
+DGXC_SINGLE = [r for r in DGXC_ROWS if r["class"] != DENSE]
+DGXC_MULTI = [r for r in DGXC_ROWS if r["class"] == DENSE]
 
 
 def _cells(row: dict) -> dict:
@@ -373,20 +376,36 @@ def _container(row: dict) -> tuple[int, ...]:
     return tuple(int(part) for part in name.split("."))
 
 
+# The dense multi-node class's order (split_rule): container, then model by size, then GPUs.
+_MODEL_ORDER = ("llama3.1-8b", "llama3.1-70b", "gpt3-175b", "llama3.1-405b")
+
+
+def _dense_key(row: dict) -> tuple:
+    model = next(m for m in _MODEL_ORDER if f"-h100-{m}-" in row["id"])
+    return _container(row), _MODEL_ORDER.index(model), row["gpus"]
+
+
 def test_the_mbridge_split_alternates_per_device_by_container():
     for cls in {r["class"] for r in sc.MBRIDGE_ROWS}:
-        group = sorted((r for r in sc.MBRIDGE_ROWS if r["class"] == cls), key=_container)
+        group = sorted((r for r in sc.MBRIDGE_ROWS if r["class"] == cls), key=_dense_key if cls == DENSE else _container)
         assert [r["split"] for r in group] == [("calibration", "held-out")[i % 2] for i in range(len(group))]
-    assert sorted(r["id"] for r in sc.MBRIDGE_ROWS if r["split"] == "held-out") == [
+    assert sorted(r["id"] for r in sc.MBRIDGE_ROWS if r["split"] == "held-out" and r["class"] != DENSE) == [
         "dgxc24.12-h100-llama3.1-8b", "mb26.02.01-h100-gpt-oss-120b", "mb26.04-b200-gpt-oss-120b",
         "mb26.04.01-h100-gpt-oss-120b"]
+    # The dense class: 58 rows, the first (GPT-3 175B on 128 GPUs, NeMo 24.05) calibration, then alternating; the last,
+    # NeMo 25.04.01's 405B (added after the others were priced, its split fixed by the same order), held-out.
+    dense = sorted(DGXC_MULTI, key=_dense_key)
+    assert len(dense) == 58 and dense[0]["id"] == "dgxc24.05-h100-gpt3-175b-128gpu" and dense[0]["split"] == "calibration"
+    assert [r["split"] for r in dense].count("held-out") == 29
+    assert dense[-2]["id"] == "dgxc25.02.01-h100-llama3.1-405b-2048gpu" and dense[-2]["split"] == "calibration"
+    assert dense[-1]["id"] == "dgxc25.04.01-h100-llama3.1-405b-512gpu" and dense[-1]["split"] == "held-out"
 
 
 # NVIDIA's DGX Cloud benchmarking recipes: Llama 3.1 8B bf16 on one DGX-H100 (sources dgxc-*).
 def test_the_dgxc_rows_state_their_provenance_and_layout():
-    assert {r["id"] for r in DGXC_ROWS} == {"dgxc24.09-h100-llama3.1-8b", "dgxc24.12-h100-llama3.1-8b",
-                                            "dgxc25.02.01-h100-llama3.1-8b"}
-    for row in DGXC_ROWS:
+    assert {r["id"] for r in DGXC_SINGLE} == {"dgxc24.09-h100-llama3.1-8b", "dgxc24.12-h100-llama3.1-8b",
+                                              "dgxc25.02.01-h100-llama3.1-8b"}
+    for row in DGXC_SINGLE:
         source = sc.MBRIDGE_DATA["sources"][row["source"]]
         assert source["url"].startswith("https://github.com/NVIDIA/dgxc-benchmarking/blob/")
         assert source["url"].split("/")[6] in source["commit"] and source["config_files"] and source["step_seconds_from"]
@@ -406,7 +425,7 @@ def _container_name(row: dict) -> str:
 
 def test_dgxc_step_times_are_the_published_seconds():
     # The table's first step-time cell (8 GPUs) is the step time itself: no conversion.
-    for row, published in zip(DGXC_ROWS, (12.91, 12.78, 12.27), strict=True):
+    for row, published in zip(DGXC_SINGLE, (12.91, 12.78, 12.27), strict=True):
         first_cell = row["row"].split("Training step time (seconds per step) |", 1)[1].split("|")[0]
         assert float(first_cell) == published == measured_seconds(row)
     # The README's own check: 8,192 x 128 tokens over the step time is its 'Throughput in tokens per second' row
@@ -421,9 +440,175 @@ def test_dgxc_step_times_are_the_published_seconds():
 def test_dgxc_model_is_llama3_8b_of_the_recipe_shape(registry):
     # llama3.1_8b.yaml: 32 layers, hidden 4,096, FFN 14,336, 32 heads, 8 query groups, untied output, the Llama 3
     # tokenizer's 128,256 tokens (a multiple of 128: no padding); 8,030,261,248 parameters (the preset's provenance).
-    row = DGXC_ROWS[0]
+    row = DGXC_SINGLE[0]
     params = estimate(sc.model(row, registry), ParallelSpec(seq_len=8192), registry=registry).parameters
     assert params.total == 8030261248
+
+
+# The DGX Cloud recipes' multi-node bf16 rows (class "multi-node Megatron-Core dense, H100").
+def _cell(row: dict, label: str) -> str:
+    """The cell of a quoted README row (``label | cell``) in a row's ``row`` text."""
+    return row["row"].split(f"{label} | ", 1)[1].split(" |", 1)[0].strip()
+
+
+def test_the_dense_class_holds_the_recipes_multi_node_rows():
+    assert DENSE in sc.MBRIDGE_CLASSES and all(r["class"] == DENSE for r in DGXC_MULTI)
+    # Per model: Llama 3.1 8B at 16-128 GPUs in three containers (12), 70B at 64-2,048 in three less the skipped 24.09
+    # 2,048 column (17), 405B at six scales in three and at 512 in 25.04.01 (19), GPT-3 175B at five in two (10).
+    counts = {m: sum(f"-h100-{m}-" in r["id"] for r in DGXC_MULTI) for m in _MODEL_ORDER}
+    assert counts == {"llama3.1-8b": 12, "llama3.1-70b": 17, "gpt3-175b": 10, "llama3.1-405b": 19}
+    assert {_container_name(r) for r in DGXC_MULTI} == {"24.05", "24.09", "24.12", "25.02.01", "25.04.01"}
+    assert all(r["gpus"] > 8 and r["hardware"] == "h100-sxm" and r["runtime"] == "megatron" for r in DGXC_MULTI)
+
+
+def test_the_dense_rows_state_their_provenance():
+    for row in DGXC_MULTI:
+        source = sc.MBRIDGE_DATA["sources"][row["source"]]
+        sha = source["url"].split("/")[6]
+        assert source["url"].startswith("https://github.com/NVIDIA/dgxc-benchmarking/blob/") and len(sha) == 40
+        assert f"NVIDIA/dgxc-benchmarking {sha}" in source["commit"] and f"nemo:{_container_name(row)}" in source["commit"]
+        assert source["config_files"] and source["step_seconds_from"] and row["config"] and row["recipe_settings"]
+        assert row["not_priced"] and all(isinstance(n, str) and n for n in row["not_priced"])
+        assert row["recompute"] is None and "no activation recompute" in row["recipe_settings"]
+        assert "no CUDA graphs" in row["recipe_settings"] and "BF16" in row["row"]
+
+
+def test_the_dense_rows_read_gpus_batch_and_step_from_their_column():
+    for row in DGXC_MULTI:
+        lay = row["layout"]
+        column = row["row"].split(" ||| ", 1)[0]
+        gpus = int(column.rsplit("|", 1)[1].split("x H100")[0].split()[-1])
+        # The layout's GPU count is the column's.
+        assert gpus == row["gpus"] == lay["dp"] * lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1), row["id"]
+        # The global batch: the column header's (GBS=...), the 405B tables' GBS row, or v25.04's configuration table.
+        if "GBS=" in column:
+            gbs = int(column.split("GBS=")[1].split(")")[0])
+        elif "||| GBS | " in row["row"]:
+            gbs = int(_cell(row, "GBS"))
+        else:
+            config = [c.strip() for c in row["row"].split("configuration table: ", 1)[1].strip(" |").split("|")]
+            # v25.04: Size | Precision | GPUs | SeqLen | Layers | TP | PP | CP | EP | DP | VP | MBS | GBS | GA;
+            # v25.05.01: GPUs | SeqLen | Layers | FSDP | TP | PP | CP | EP | ETP | DP | VP | MBS | GBS | GA.
+            names = (("GPUs", "SeqLen", "Layers", "FSDP", "TP", "PP", "CP", "EP", "ETP", "DP", "VP", "MBS", "GBS", "GA")
+                     if config[0].isdigit() else
+                     ("Size", "Precision", "GPUs", "SeqLen", "Layers", "TP", "PP", "CP", "EP", "DP", "VP", "MBS", "GBS", "GA"))
+            cells = dict(zip(names, config, strict=True))
+            assert int(cells["GPUs"]) == gpus and int(cells["SeqLen"]) == lay["seq_len"] and int(cells["MBS"]) == 1
+            assert (int(cells["TP"]), int(cells["PP"]), int(cells["CP"]), int(cells["DP"])) == \
+                (lay.get("tp", 1), lay.get("pp", 1), lay.get("cp", 1), lay["dp"])
+            assert int(cells["Layers"]) == row["model"].get("overrides", {}).get("num_hidden_layers", 126 if "405b" in row["id"] else int(cells["Layers"]))
+            gbs = int(cells["GBS"])
+        assert gbs == lay["global_batch_size"], row["id"]
+        # The step time is the printed cell; the README's throughput is sequence x GBS over it (to its rounding).
+        step = float(_cell(row, "Training step time (seconds per step)").replace(" ", ""))
+        assert step == row["measured"]["step_seconds"] == measured_seconds(row)
+        tokens_per_second = int(_cell(row, "Throughput in tokens per second"))
+        assert lay["seq_len"] * gbs / step == pytest.approx(tokens_per_second, rel=0.002), row["id"]
+
+
+def test_pinned_dense_rows():
+    rows = {r["id"]: r for r in DGXC_MULTI}
+    # Llama 3.1 70B, NeMo 24.09, 128 GPUs: TP 4 x PP 4 (VP 5) x CP 2 x DP 4 = 128, GBS 256 (128 x 128 / 64), 14.73 s.
+    r = rows["dgxc24.09-h100-llama3.1-70b-128gpu"]
+    assert r["layout"] == {"dp": 4, "tp": 4, "pp": 4, "vpp": 5, "cp": 2, "sp": True, "seq_len": 8192, "micro_batch_size": 1,
+                           "global_batch_size": 256}
+    assert r["measured"]["step_seconds"] == 14.73 and r["source"] == "dgxc-24.11.1-70b"
+    assert r["options"] == {"overlap_grad_reduce": True, "overlap_param_gather": True, "grad_reduce_in_fp32": False,
+                            "tp_comm_overlap": True, "overlap_p2p_communication": True}
+    # The 405B proxy on 96 GPUs, NeMo 24.09: 21 layers, TP 8 x PP 3 (VP 7) x CP 2 x DP 2, GBS 126; printed '8.7  5'.
+    r = rows["dgxc24.09-h100-llama3.1-405b-proxy21l-96gpu"]
+    assert _cell(r, "Training step time (seconds per step)") == "8.7  5" and r["measured"]["step_seconds"] == 8.75
+    assert 8192 * 126 / 8.75 == pytest.approx(117965, abs=1)
+    assert (r["layout"]["pp"], r["layout"]["vpp"], r["layout"]["dp"], r["layout"]["global_batch_size"]) == (3, 7, 2, 126)
+    assert r["model"] == {"preset": "llama3-405b", "overrides": {"num_hidden_layers": 21, "num_key_value_heads": 16, "vocab_size": 50257}}
+    # NeMo 2.0's 405B on 64 GPUs: DP 1, so the callback turns both DDP overlaps off.
+    r = rows["dgxc25.02.01-h100-llama3.1-405b-proxy30l-64gpu"]
+    assert r["layout"]["dp"] == 1 and not r["options"]["overlap_grad_reduce"] and not r["options"]["overlap_param_gather"]
+    # NeMo 25.04.01's 405B (release v25.05.01): the mean of iterations 11-44; 8,192 x 256 / 19.81 = 105,863 tokens/s; 64
+    # micro-batches a rank (256 / DP 4), where that release's configuration table prints GA 32 (v25.05.05: 64).
+    r = rows["dgxc25.04.01-h100-llama3.1-405b-512gpu"]
+    assert r["measured"]["step_seconds"] == 19.81 and 8192 * 256 / 19.81 == pytest.approx(105863, abs=1)
+    assert r["layout"]["global_batch_size"] // r["layout"]["dp"] == 64 and r["row"].rstrip(" |").endswith("| 256 | 32")
+    assert "iterations 11 to 44" in sc.MBRIDGE_DATA["sources"][r["source"]]["step_seconds_from"]
+    # GPT-3 175B: VP 12 in 24.05's yaml, 6 in 24.12's; GBS 16 x nodes; seq 2,048.
+    assert rows["dgxc24.05-h100-gpt3-175b-1024gpu"]["layout"]["vpp"] == 12
+    r = rows["dgxc24.12-h100-gpt3-175b-512gpu"]
+    assert (r["layout"]["vpp"], r["layout"]["global_batch_size"], r["layout"]["seq_len"], r["measured"]["step_seconds"]) == \
+        (6, 1024, 2048, 8.42)
+
+
+def test_dense_options_follow_the_layout():
+    # Every recipe overlaps the DDP reduce and gather when there is more than one data-parallel rank, reduces in bf16,
+    # overlaps TP communication wherever TP > 1 (with sequence parallelism) and pipeline sends wherever PP > 1.
+    for row in DGXC_MULTI:
+        lay, o = row["layout"], row["options"]
+        assert o["overlap_grad_reduce"] is o["overlap_param_gather"] is (lay["dp"] > 1)
+        assert o["grad_reduce_in_fp32"] is False
+        assert o.get("tp_comm_overlap", False) is (lay.get("tp", 1) > 1) is lay.get("sp", False)
+        assert o.get("overlap_p2p_communication", False) is (lay.get("pp", 1) > 1)
+
+
+def test_nemo2_405b_split_counts_the_embedding_and_the_loss_as_layers():
+    # Megatron-Core get_num_layers_to_build with account_for_embedding/loss_in_pipeline_split: (L + 2) / (PP x VP) per
+    # chunk, one transformer layer fewer on the first chunk (embedding) and the last (loss).
+    want = {126: [1] + [2] * 62 + [1], 62: [1] + [2] * 30 + [1], 30: [0] + [1] * 30 + [0]}
+    seen = set()
+    for row in DGXC_MULTI:
+        split = row["layout"].get("layers_per_stage")
+        if split is None:
+            continue
+        layers = row["model"].get("overrides", {}).get("num_hidden_layers", 126)
+        assert _container_name(row) in ("25.02.01", "25.04.01") and split == want[layers] and sum(split) == layers
+        assert len(split) == row["layout"]["pp"] * row["layout"]["vpp"]
+        seen.add(layers)
+    assert seen == {126, 62, 30}
+    # NeMo 1.0 splits evenly: 126 layers over PP 9 x VP 7 = 63 chunks of 2, no stated split.
+    r = next(r for r in DGXC_MULTI if r["id"] == "dgxc24.12-h100-llama3.1-405b-576gpu")
+    assert "layers_per_stage" not in r["layout"] and 126 % (r["layout"]["pp"] * r["layout"]["vpp"]) == 0
+
+
+def test_dense_models_of_the_recipes_shape(registry):
+    rows = {r["id"]: r for r in DGXC_MULTI}
+    # GPT-3 175B as NeMo builds it: per layer QKV 3h^2 + 3h, projection h^2 + h, FC1 4h^2 + 4h, FC2 4h^2 + h, two
+    # LayerNorms 4h; tied embeddings of the GPT-2 tokenizer's 50,257 rows, 2,048 learned positions, a final LayerNorm.
+    h = 12288
+    gpt = 96 * (12 * h * h + 13 * h) + 50257 * h + 2048 * h + 2 * h
+    assert gpt == 174_604_259_328
+    row = rows["dgxc24.05-h100-gpt3-175b-128gpu"]
+    assert estimate(sc.model(row, registry), ParallelSpec(seq_len=2048), registry=registry).parameters.total == gpt
+    # NeMo 1.0's 405B: 16 query groups (Llama 3.1 has 8) and the GPT-2 vocabulary: the preset's 405,853,388,800, plus
+    # 8 more key and value heads of 128 on 126 layers, less 128,256 - 50,257 rows of the embedding and of the output.
+    preset = 405_853_388_800
+    nemo1 = preset + 2 * 8 * 128 * 16384 * 126 - 2 * (128256 - 50257) * 16384
+    row = rows["dgxc24.09-h100-llama3.1-405b-576gpu"]
+    assert estimate(sc.model(row, registry), ParallelSpec(seq_len=8192), registry=registry).parameters.total == nemo1 == 407_525_376_000
+    row = rows["dgxc25.02.01-h100-llama3.1-405b-512gpu"]
+    assert estimate(sc.model(row, registry), ParallelSpec(seq_len=8192), registry=registry).parameters.total == preset
+
+
+def test_gpt_options_default_to_none_and_state_dropout_and_positions():
+    # Absent, the Megatron-LM README rows are built as before: no dropout, no position table.
+    plain = sc._gpt({"hidden_size": 2048, "num_attention_heads": 16, "num_layers": 24, "vocab_size": 131072})
+    embedding, layers = plain.layers[0].config, plain.layers[1].config
+    assert (embedding.dropout, embedding.position_embeddings, layers.hidden_dropout, layers.attention_dropout) == (0, 0, 0, 0)
+    stated = sc._gpt({"hidden_size": 2048, "num_attention_heads": 16, "num_layers": 24, "vocab_size": 131072,
+                      "hidden_dropout": 0.1, "attention_dropout": 0.1, "position_embeddings": 2048})
+    embedding, layers = stated.layers[0].config, stated.layers[1].config
+    assert (embedding.dropout, embedding.position_embeddings, layers.hidden_dropout, layers.attention_dropout) == (0.1, 2048, 0.1, 0.1)
+
+
+def test_preset_overrides_name_only_the_presets_keys(registry):
+    with pytest.raises(ValueError, match="num_layers"):
+        sc.model({"model": {"preset": "llama3-405b", "overrides": {"num_layers": 7}}}, registry)
+
+
+def test_the_inconsistent_70b_column_is_skipped():
+    # 24.09's 2,048-GPU column prints 14.98 s, but its tokens/s, MFU and days follow from 14.92 s.
+    entry = next(s for s in sc.MBRIDGE_DATA["skipped"] if "Throughput on 2048x H100 GPUs (GBS=4096)" in s["row"])
+    assert "14.98" in entry["row"] and "2248957" in entry["row"]
+    assert 8192 * 4096 / 14.92 == pytest.approx(2248957, abs=1) and 8192 * 4096 / 14.98 == pytest.approx(2239949, abs=1)
+    assert 1e12 / (8192 * 4096 / 14.92) / 86400 == pytest.approx(5.15, abs=0.005)
+    assert not any(r["id"] == "dgxc24.09-h100-llama3.1-70b-2048gpu" for r in sc.MBRIDGE_ROWS)
 
 
 def test_mbridge_model_is_gpt_oss_120b_of_the_stated_size(registry):

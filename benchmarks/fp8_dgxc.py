@@ -1,0 +1,152 @@
+"""hp's step time against NVIDIA's DGX Cloud benchmarking FP8 runs (``dgxc_rows`` of tests/plugins/data/fp8_measured_runs.json).
+
+Run: ``python benchmarks/fp8_dgxc.py`` (``python benchmarks/fp8_runs.py`` prints it last). One row per run: the measured
+FP8 step time, hp's under ``fp8-delayed`` (the runs' scaling: Transformer Engine delayed scaling, HYBRID, amax history
+1024) and under a variant of it that all-gathers the parameters in FP8 as every run did (``fp8_params``; hp ships no such
+recipe, so the variant is made here, not registered), the same release's BF16 figure measured and priced, and both FP8
+speedups; then per container and model, and per split. Every row is priced as run: the ``megatron`` runtime with the
+row's ``runtime_options``, the H100 SXM preset. Nothing is fitted to these rows (``dgxc_split_rule``; docs/precision.md).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import attrs
+
+from hp_core import api
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+import fp8_runs  # noqa: E402  (the data file, layout() and _decoder_layers() of the other FP8 rows)
+
+CONTAINERS = ("nemo:24.05", "nemo:24.09", "nemo:24.12", "nemo:25.02.01", "nemo:25.04.01")
+MODELS = {"llama3-8b": "Llama 3.1 8B", "llama3-70b": "Llama 3.1 70B", "gpt3-175b": "GPT-3 175B", "llama3-405b": "Llama 3.1 405B"}
+SPLITS = ("calibration", "held_out")
+
+
+def rows() -> list[dict]:
+    return json.loads(fp8_runs.DATA.read_text(encoding="utf-8"))["dgxc_rows"]
+
+
+def _gpt3(config: dict):
+    """GPT-3 175B as NeMo 1.0 builds it from gpt3_175b_hydra.yaml (the row's ``model_config`` says where each field comes
+    from): LayerNorm, multi-head attention and a GeLU MLP with biases, a learned position table, tied embeddings,
+    dropout on the embedding output, the attention probabilities and each block's output."""
+    from hp_core.specs import LayerGroup, ModelSpec
+    from hp_plugins.kinds.dense import DenseConfig
+    from hp_plugins.kinds.embedding import EmbeddingConfig
+    from hp_plugins.kinds.output import OutputConfig
+
+    h, vocab, heads = config["hidden_size"], config["vocab_size"], config["num_attention_heads"]
+    layer = DenseConfig(hidden_size=h, num_attention_heads=heads, num_key_value_heads=heads,
+                        intermediate_size=config["ffn_hidden_size"], gated_mlp=False, hidden_act="gelu", norm="layernorm",
+                        attention_bias=True, attention_out_bias=True, mlp_bias=True,
+                        hidden_dropout=config["hidden_dropout"], attention_dropout=config["attention_dropout"])
+    return ModelSpec(
+        name="gpt3-175b",
+        layers=(LayerGroup(kind="embedding", config=EmbeddingConfig(vocab_size=vocab, hidden_size=h, dropout=config["hidden_dropout"],
+                                                                    position_embeddings=config["max_position_embeddings"])),
+                LayerGroup(kind="dense", config=layer, count=config["num_layers"]),
+                LayerGroup(kind="output", config=OutputConfig(vocab_size=vocab, hidden_size=h, tie_word_embeddings=True,
+                                                              norm="layernorm"))),
+        source="NVIDIA/dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml (fp8_measured_runs.json dgxc_rows model_config)",
+    )
+
+
+def model(row: dict, registry):
+    """The row's model: GPT-3 from its ``model_config``; a Llama preset, with the row's ``model_overrides`` of its
+    config.json fields where the run changed them (the 405B proxies' layer count, the NeMo 1.0 405B runs' GPT-2 vocabulary)."""
+    if "model_config" in row:
+        return _gpt3(row["model_config"])
+    if "model_overrides" not in row:
+        return api.model_from_preset(row["model"], registry=registry)
+    from hp_plugins.models.hf import model_from_hf_config
+
+    config = dict(registry.model(row["model"], "$.model").hf_config, **row["model_overrides"])
+    return model_from_hf_config(config, name=f"{row['model']} ({row['id']})", source=f"preset {row['model']}, {row['model_overrides']}")
+
+
+def price(row: dict, registry, bf16: bool = False, fp8_gather: bool = False):
+    """hp's step time of *row* as run: its recipe, or ``bf16`` on the BF16 table's layout (*bf16*); *fp8_gather*: the
+    recipe with ``param_gather`` ``stored`` (the parameter all-gather in FP8, as the run's ``fp8_params`` did)."""
+    name = "bf16" if bf16 else row["recipe"]
+    if fp8_gather:
+        variant = attrs.evolve(registry.precision_recipe(name), name=f"{name}-fp8-gather-as-run", param_gather="stored")
+        registry = attrs.evolve(registry, precision_recipes=registry.precision_recipes + (variant,))
+        name = variant.name
+    runtime = api.apply_options(registry.runtime("megatron"), row["runtime_options"])
+    built = model(row, registry)
+    shaped = dict(row, **row["bf16"].get("layout", {})) if bf16 else row
+    return api.step_time(built, fp8_runs.layout(shaped, fp8_runs._decoder_layers(built)), registry=registry, runtime=runtime,
+                         precision=attrs.evolve(runtime.precision, recipe=name),
+                         hardware=registry.hardware_preset(row["hardware"]).spec)
+
+
+def results(registry=None) -> list[dict]:
+    """Each dgxc row priced: FP8 under its recipe and the FP8-gather variant, its BF16 twin, both speedups."""
+    registry = registry or api.build_registry()
+    found = []
+    for row in rows():
+        fp8 = price(row, registry).step_seconds
+        gathered = price(row, registry, fp8_gather=True).step_seconds
+        bf16 = price(row, registry, bf16=True).step_seconds
+        measured, base = row["step_seconds"], row["bf16"]["step_seconds"]
+        found.append({"id": row["id"], "container": row["container"], "model": row["model"], "split": row["split"], "row": row,
+                      "measured_seconds": measured, "estimated_seconds": fp8, "error": fp8 / measured - 1,
+                      "gather_seconds": gathered, "gather_error": gathered / measured - 1,
+                      "bf16_measured_seconds": base, "bf16_seconds": bf16, "bf16_error": bf16 / base - 1,
+                      "measured_speedup": base / measured, "estimated_speedup": bf16 / fp8,
+                      "speedup_gap": (bf16 / fp8) / (base / measured) - 1})
+    return found
+
+
+def _layout(row: dict) -> str:
+    degrees = " ".join(f"{k}{row[k]}" for k in ("tp", "pp", "cp", "vpp") if row[k] > 1)
+    layers = row.get("model_overrides", {}).get("num_hidden_layers")
+    return f"{row['gpus']} GPUs {degrees}, gbs {row['global_batch_size']}" + (f", {layers} layers" if layers else "")
+
+
+def _mae(values) -> float:
+    values = list(values)
+    return sum(map(abs, values)) / len(values)
+
+
+def section(found: list[dict]) -> str:
+    """The tables docs/precision.md shows (tests/plugins/test_fp8_runs.py checks they are current)."""
+    lines = ["| run | split | layout | measured s | hp s | error | hp, FP8 gather s | error | bf16 measured s | hp bf16 s "
+             "| bf16 error | measured FP8 speedup | hp FP8 speedup |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in found:
+        lines.append(f"| `{r['id']}` | {r['split']} | {_layout(r['row'])} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} "
+                     f"| {r['error']:+.1%} | {r['gather_seconds']:.3f} | {r['gather_error']:+.1%} | {r['bf16_measured_seconds']:.3f} "
+                     f"| {r['bf16_seconds']:.3f} | {r['bf16_error']:+.1%} | {r['measured_speedup']:.2f} | {r['estimated_speedup']:.2f} |")
+    lines += ["", "| container | model | rows | error | mean absolute error | within 10% | bf16 error | measured FP8 speedup "
+              "| hp FP8 speedup |", "|---|---|---:|---|---:|---:|---|---|---|"]
+    for container in CONTAINERS:
+        for name, label in MODELS.items():
+            chosen = [r for r in found if r["container"] == container and r["model"] == name]
+            if not chosen:
+                continue
+            span = lambda key, fmt: " to ".join(dict.fromkeys(f"{f(r[key] for r in chosen):{fmt}}" for f in (min, max)))
+            lines.append(f"| {container} | {label} | {len(chosen)} | {span('error', '+.1%')} | {_mae(r['error'] for r in chosen):.1%} "
+                         f"| {sum(abs(r['error']) <= 0.10 for r in chosen)} | {span('bf16_error', '+.1%')} "
+                         f"| {span('measured_speedup', '.2f')} | {span('estimated_speedup', '.2f')} |")
+    lines.append("")
+    for split in SPLITS + (None,):
+        chosen = [r for r in found if split in (None, r["split"])]
+        largest = max(chosen, key=lambda r: abs(r["error"]))
+        lines.append(f"- {split or 'All'}: {len(chosen)} rows, mean absolute error {_mae(r['error'] for r in chosen):.1%} "
+                     f"(with the FP8 gather {_mae(r['gather_error'] for r in chosen):.1%}), largest {largest['error']:+.1%} "
+                     f"(`{largest['id']}`), {sum(abs(r['error']) <= 0.10 for r in chosen)} within 10%; bf16 twins "
+                     f"{_mae(r['bf16_error'] for r in chosen):.1%}; hp's FP8 speedup over the measured one "
+                     f"{min(r['speedup_gap'] for r in chosen):+.1%} to {max(r['speedup_gap'] for r in chosen):+.1%}, "
+                     f"mean absolute {_mae(r['speedup_gap'] for r in chosen):.1%}.")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(section(results()), end="")
