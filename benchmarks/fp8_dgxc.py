@@ -5,7 +5,8 @@ FP8 step time, hp's under ``fp8-delayed`` (the runs' scaling: Transformer Engine
 1024) and under a variant of it that all-gathers the parameters in FP8 as every run did (``fp8_params``; hp ships no such
 recipe, so the variant is made here, not registered), the same release's BF16 figure measured and priced, and both FP8
 speedups; then per container and model, and per split. Every row is priced as run: the ``megatron`` runtime with the
-row's ``runtime_options``, the H100 SXM preset. Nothing is fitted to these rows (``dgxc_split_rule``; docs/precision.md).
+row's ``runtime_options``, its activation ``recompute`` where its config sets one (absent: none), the H100 SXM preset.
+Nothing is fitted to these rows (``dgxc_split_rule``; docs/precision.md).
 """
 
 from __future__ import annotations
@@ -17,14 +18,18 @@ from pathlib import Path
 import attrs
 
 from hp_core import api
+from hp_core.specs import RecomputeSpec, Setting
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 import fp8_runs  # noqa: E402  (the data file, layout() and _decoder_layers() of the other FP8 rows)
 
-CONTAINERS = ("nemo:24.05", "nemo:24.09", "nemo:24.12", "nemo:25.02.01", "nemo:25.04.01")
-MODELS = {"llama3-8b": "Llama 3.1 8B", "llama3-70b": "Llama 3.1 70B", "gpt3-175b": "GPT-3 175B", "llama3-405b": "Llama 3.1 405B"}
+CONTAINERS = ("nemo:24.05", "nemo:24.09", "nemo:24.12", "nemo:25.02.01", "nemo:25.04.00", "nemo:25.04.01")
+MODELS = {"llama3-8b": "Llama 3.1 8B", "llama3-70b": "Llama 3.1 70B", "gpt3-175b": "GPT-3 175B", "llama3-405b": "Llama 3.1 405B",
+          "nemotron-4-15b": "Nemotron-4 15B", "nemotron-4-340b": "Nemotron-4 340B"}
+# The Nemotron-4 rows, added after the others and split among themselves (dgxc_split_rule).
+NEMOTRON = ("nemotron-4-15b", "nemotron-4-340b")
 SPLITS = ("calibration", "held_out")
 
 
@@ -81,8 +86,11 @@ def price(row: dict, registry, bf16: bool = False, fp8_gather: bool = False):
     runtime = api.apply_options(registry.runtime("megatron"), row["runtime_options"])
     built = model(row, registry)
     shaped = dict(row, **row["bf16"].get("layout", {})) if bf16 else row
+    # A row states ``recompute`` only where its config recomputes (NeMo 1.0's activations_checkpoint_granularity:
+    # "selective" is Megatron-Core's core-attention recompute, hp's selective set); the BF16 twin ran the same.
+    recompute = RecomputeSpec(default=Setting.parse(row["recompute"])) if "recompute" in row else None
     return api.step_time(built, fp8_runs.layout(shaped, fp8_runs._decoder_layers(built)), registry=registry, runtime=runtime,
-                         precision=attrs.evolve(runtime.precision, recipe=name),
+                         precision=attrs.evolve(runtime.precision, recipe=name), recompute=recompute,
                          hardware=registry.hardware_preset(row["hardware"]).spec)
 
 
@@ -107,7 +115,8 @@ def results(registry=None) -> list[dict]:
 def _layout(row: dict) -> str:
     degrees = " ".join(f"{k}{row[k]}" for k in ("tp", "pp", "cp", "vpp") if row[k] > 1)
     layers = row.get("model_overrides", {}).get("num_hidden_layers")
-    return f"{row['gpus']} GPUs {degrees}, gbs {row['global_batch_size']}" + (f", {layers} layers" if layers else "")
+    return (f"{row['gpus']} GPUs {degrees}, gbs {row['global_batch_size']}" + (f", {layers} layers" if layers else "")
+            + (f", {row['recompute']} recompute" if "recompute" in row else ""))
 
 
 def _mae(values) -> float:
@@ -137,15 +146,23 @@ def section(found: list[dict]) -> str:
                          f"| {span('measured_speedup', '.2f')} | {span('estimated_speedup', '.2f')} |")
     lines.append("")
     for split in SPLITS + (None,):
-        chosen = [r for r in found if split in (None, r["split"])]
-        largest = max(chosen, key=lambda r: abs(r["error"]))
-        lines.append(f"- {split or 'All'}: {len(chosen)} rows, mean absolute error {_mae(r['error'] for r in chosen):.1%} "
-                     f"(with the FP8 gather {_mae(r['gather_error'] for r in chosen):.1%}), largest {largest['error']:+.1%} "
-                     f"(`{largest['id']}`), {sum(abs(r['error']) <= 0.10 for r in chosen)} within 10%; bf16 twins "
-                     f"{_mae(r['bf16_error'] for r in chosen):.1%}; hp's FP8 speedup over the measured one "
-                     f"{min(r['speedup_gap'] for r in chosen):+.1%} to {max(r['speedup_gap'] for r in chosen):+.1%}, "
-                     f"mean absolute {_mae(r['speedup_gap'] for r in chosen):.1%}.")
+        lines.append(_summary(split or "All", [r for r in found if split in (None, r["split"])]))
+    # The two collections apart: the Nemotron-4 rows were added later and split among themselves (dgxc_split_rule).
+    nemotron = [r for r in found if r["model"] in NEMOTRON]
+    if nemotron:
+        lines.append(_summary("Llama 3.1 and GPT-3 175B", [r for r in found if r["model"] not in NEMOTRON]))
+        lines.append(_summary("Nemotron-4", nemotron))
     return "\n".join(lines) + "\n"
+
+
+def _summary(label: str, chosen: list[dict]) -> str:
+    largest = max(chosen, key=lambda r: abs(r["error"]))
+    return (f"- {label}: {len(chosen)} rows, mean absolute error {_mae(r['error'] for r in chosen):.1%} "
+            f"(with the FP8 gather {_mae(r['gather_error'] for r in chosen):.1%}), largest {largest['error']:+.1%} "
+            f"(`{largest['id']}`), {sum(abs(r['error']) <= 0.10 for r in chosen)} within 10%; bf16 twins "
+            f"{_mae(r['bf16_error'] for r in chosen):.1%}; hp's FP8 speedup over the measured one "
+            f"{min(r['speedup_gap'] for r in chosen):+.1%} to {max(r['speedup_gap'] for r in chosen):+.1%}, "
+            f"mean absolute {_mae(r['speedup_gap'] for r in chosen):.1%}.")
 
 
 if __name__ == "__main__":

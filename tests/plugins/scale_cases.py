@@ -40,7 +40,8 @@ MPT_CLASSES = tuple(f"MPT {nodes}-node FSDP, {device}" for device in ("H100", "A
 A100_40GB_BANDWIDTH_BYTES_PER_SECOND = 1555e9
 # Megatron-Bridge's performance summaries: bf16 Megatron-Core rows, layouts from the release's performance configs;
 # and NVIDIA's DGX Cloud benchmarking recipes (sources dgxc-*): Llama 3.1 8B on one H100 node, and Llama 3.1 8B, 70B
-# and 405B and GPT-3 175B on 16 to 2,304 H100s (the dense multi-node class), layouts from the recipe.
+# and 405B, GPT-3 175B and Nemotron-4 15B and 340B on 16 to 2,304 H100s (the dense multi-node class), layouts from the
+# recipe.
 MBRIDGE_FILE = SCALE_FILE.with_name("scale_measured_mbridge.json")
 MBRIDGE_DATA = json.loads(MBRIDGE_FILE.read_text(encoding="utf-8"))
 MBRIDGE_ROWS: list[dict] = MBRIDGE_DATA["rows"]
@@ -260,8 +261,8 @@ def _report(rows: list[tuple[dict, float, Any]], classes: tuple[str, ...]) -> st
 
 def mbridge_report(registry) -> str:
     """The rows of ``scale_measured_mbridge.json`` (Megatron-Bridge's and the DGX Cloud recipes' bf16 rows) priced with
-    the ``megatron`` runtime's defaults and as run (the overlap options and the bf16 gradient reduction the row's recipe
-    set, its ``options``), per class the calibration and held-out rows apart (docs/time.md, the mbridge markers)."""
+    the ``megatron`` runtime's defaults and as run (the overlap options and the gradient reduction the row's recipe
+    set, its ``options``; its ``recompute`` either way), per class the calibration and held-out rows apart (docs/time.md, the mbridge markers)."""
     rows = [(row, measured_seconds(row), estimated(row, registry, as_run=False), estimated(row, registry))
             for row in validated(MBRIDGE_ROWS)]
     lines = ["| row | class | split | GPUs | layout | measured s | hp defaults s | error | hp as run s | error as run "
@@ -277,9 +278,11 @@ def mbridge_report(registry) -> str:
                      f"{t.step_seconds:.3f} | {100 * (t.step_seconds / measured - 1):+.1f}% | {exposed:.3f} | {total - exposed:.3f} |")
     lines.append("")
     lines.append("(As run: the trainer options each row's recipe sets, its `options`: `grad_reduce_in_fp32` off on every "
-                 "row; `overlap_grad_reduce` and `overlap_param_gather` on wherever there is more than one data-parallel "
+                 "row but NeMo 24.12's Nemotron-4 15B (Megatron-Core's distributed optimizer with no `grad_sync_dtype`: "
+                 "fp32); `overlap_grad_reduce` and `overlap_param_gather` on wherever there is more than one data-parallel "
                  "rank (every row but the 405B proxy on 64 GPUs); on the dense multi-node rows `tp_comm_overlap` wherever "
-                 "TP > 1 and `overlap_p2p_communication` wherever PP > 1. Exposed and "
+                 "TP > 1 and `overlap_p2p_communication` wherever PP > 1; each row's `recompute` too (of the dense rows, "
+                 "NeMo 24.09's Nemotron-4 340B: selective, core attention). Exposed and "
                  "hidden communication: stage 0, per micro-batch for TP/CP/EP/PP plus the step-end DP once.)")
     lines.append("")
     for cls in MBRIDGE_CLASSES:

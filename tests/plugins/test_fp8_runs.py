@@ -358,10 +358,14 @@ def test_dgxc_rows_state_their_printed_figure_provenance_and_split():
     data = _data()
     dgxc = _dgxc()
     rows = data["dgxc_rows"]
-    assert len(rows) == 62 and len({(r["container"], r["model"], r["gpus"]) for r in rows}) == 62  # one measurement each
-    # The split rule, fixed before pricing: sorted by container, model, GPUs; alternately, the first calibration.
+    assert len(rows) == 97 and len({(r["container"], r["model"], r["gpus"]) for r in rows}) == 97  # one measurement each
+    # The split rule, fixed before pricing: sorted by container, model, GPUs; alternately, the first calibration. The
+    # Nemotron-4 rows, added later, follow it among themselves (62 Llama 3.1 and GPT-3 rows, then 35 of Nemotron-4).
     key = lambda r: (dgxc.CONTAINERS.index(r["container"]), list(dgxc.MODELS).index(r["model"]), r["gpus"])
-    assert sorted(rows, key=key) == rows and [r["split"] for r in rows] == ["calibration", "held_out"] * 31
+    first, nemotron = rows[:62], rows[62:]
+    assert not any(r["model"] in dgxc.NEMOTRON for r in first) and all(r["model"] in dgxc.NEMOTRON for r in nemotron)
+    assert sorted(first, key=key) == first and [r["split"] for r in first] == ["calibration", "held_out"] * 31
+    assert sorted(nemotron, key=key) == nemotron and [r["split"] for r in nemotron] == ["calibration", "held_out"] * 17 + ["calibration"]
     tables = {}
     for r in rows:
         source = data["sources"][r["source"]]
@@ -387,6 +391,12 @@ DGXC_BY_HAND = {
     "dgxc25.02.01-h100-llama3.1-8b-fp8-8g": ("9.33", 128 * 8192, 112388),
     "dgxc25.02.01-h100-llama3.1-405b-fp8-64g": ("6.32", 64 * 8192, 82957),
     "dgxc25.04.01-h100-llama3.1-405b-fp8-512g": ("13.020", 256 * 8192, 161072),
+    # Nemotron-4: GBS 4 x GPUs (15B) or GPUs / 4 (340B) of 4,096 tokens; 24.12's 2.12 s at 512 GPUs as 24.09's.
+    "dgxc24.09-h100-nemotron4-15b-fp8-16g": ("2.08", 64 * 4096, 126031),
+    "dgxc24.09-h100-nemotron4-340b-fp8-2048g": ("3.49", 512 * 4096, 600903),
+    "dgxc24.12-h100-nemotron4-15b-fp8-512g": ("2.12", 2048 * 4096, 3956891),
+    "dgxc25.02.01-h100-nemotron4-340b-fp8-256g": ("2.93", 64 * 4096, 89469),
+    "dgxc25.04.00-h100-nemotron4-15b-fp8-16g": ("1.988", 64 * 4096, 131863),
 }
 
 
@@ -420,8 +430,11 @@ def test_dgxc_models_and_layer_splits(registry):
 
 def test_precision_page_dgxc_tables_are_current_and_the_prose_states_their_figures():
     dgxc = _dgxc()
-    found = dgxc.results()
-    prose = _prose(_current(dgxc.section(found)))
+    everything = dgxc.results()
+    prose = _prose(_current(dgxc.section(everything)))
+    # The prose's first list is of the 62 Llama 3.1 and GPT-3 rows; the Nemotron-4 rows have their own (below).
+    found = [r for r in everything if r["model"] not in dgxc.NEMOTRON]
+    _nemotron_prose(prose, [r for r in everything if r["model"] in dgxc.NEMOTRON], found)
     by_id = {r["id"]: r for r in found}
     assert all(r["gather_seconds"] <= r["estimated_seconds"] for r in found)  # the FP8 gather moves half the bytes
     base = [abs(r["bf16_error"]) for r in found]
@@ -461,3 +474,72 @@ def test_precision_page_dgxc_tables_are_current_and_the_prose_states_their_figur
     gathered = sum(abs(r["gather_error"]) for r in found) / len(found)
     assert (f"moves hp's figures by 0 to {min(moved):.1%}" in prose and max(moved) == 0
             and f"mean absolute error goes from {mae(found):.1%} to {gathered:.1%}" in prose)
+
+
+def _nemotron_prose(prose: str, rows: list[dict], others: list[dict]) -> None:
+    """Pins of the Nemotron-4 list of docs/precision.md to the 35 rows' figures."""
+    mae = lambda rs, key="error": sum(abs(r[key]) for r in rs) / len(rs)
+    span = lambda rs, key, fmt: f"{min(r[key] for r in rs):{fmt}}-{max(r[key] for r in rs):{fmt}}"
+    assert len(rows) == 35
+    within = sum(abs(r["error"]) <= 0.10 for r in rows)
+    assert (f"{within} of the 35 are within 10%** (mean absolute error {mae(rows):.1%}, {min(r['error'] for r in rows):+.1%} to "
+            f"{max(r['error'] for r in rows):+.1%}) and the BF16 twins within {max(abs(r['bf16_error']) for r in rows):.1%} "
+            f"(mean absolute error {mae(rows, 'bf16_error'):.1%})") in prose
+    # Too fast everywhere but NeMo 25.02.01's four 340B rows; hp's FP8 speedup above the measured one on every row.
+    slow = sorted(r["id"] for r in rows if r["error"] > 0)
+    assert slow == sorted(f"dgxc25.02.01-h100-nemotron4-340b-fp8-{g}g" for g in (256, 512, 1024, 2048))
+    assert all(r["speedup_gap"] > 0 for r in rows)
+    assert (f"({span(rows, 'estimated_speedup', '.2f')} against {span(rows, 'measured_speedup', '.2f')})") in prose
+    # The per-rank first MLP GEMM (ungated: h to FFN / TP), by hand; the error between the other rows' two groups.
+    assert round(2 * (4 * 4096) * 6144 * (24576 // 4) / 1e12, 2) == 1.24 == round(2 * (2 * 4096) * 6144 * (24576 // 2) / 1e12, 2)
+    assert round(2 * 4096 * 18432 * (73728 // 8) / 1e12, 2) == 1.39
+    big = [r for r in others if r["model"] == "llama3-405b" or (r["model"] == "llama3-70b" and r["row"]["cp"] == 1)]
+    small = [r for r in others if r not in big]
+    assert mae(big) < mae(rows) < mae(small)
+    assert f"their mean absolute error, {mae(rows):.1%}, is between the larger GEMMs' {mae(big):.1%} and the smaller GEMMs' {mae(small):.1%}" in prose
+    # NeMo 24.09's 340B: slower with scale than hp prices it; the largest error at 2,048 GPUs.
+    by_gpus = {r["row"]["gpus"]: r for r in rows if r["container"] == "nemo:24.09" and r["model"] == "nemotron-4-340b"}
+    a, b = by_gpus[128], by_gpus[2048]
+    assert (f"{a['measured_seconds']:.2f} s at 128 GPUs to {b['measured_seconds']:.2f} s at 2,048 (BF16 {a['bf16_measured_seconds']:.2f} s to "
+            f"{b['bf16_measured_seconds']:.2f} s), where hp prices {a['estimated_seconds']:.2f} s to {b['estimated_seconds']:.2f} s (BF16 "
+            f"{a['bf16_seconds']:.2f} s to {b['bf16_seconds']:.2f} s); its largest error is there, {b['error']:+.1%} at 2,048 GPUs") in prose
+    assert b is max(rows, key=lambda r: abs(r["error"]))
+    nemo2 = [r for r in rows if r["container"] == "nemo:25.02.01" and r["model"] == "nemotron-4-340b"]
+    assert (f"340B BF16 runs are priced {span(nemo2, 'bf16_error', '.1%').replace('%-', '-')} slow** and its FP8 runs "
+            f"{min(r['error'] for r in nemo2):+.1%} to {max(r['error'] for r in nemo2):+.1%}") in prose
+    near = [r for r in rows if r["model"] == "nemotron-4-340b" and r["container"] in ("nemo:25.02.01", "nemo:25.04.00")]
+    rest = [r for r in rows if r not in near]
+    assert max(r["speedup_gap"] for r in near) < min(r["speedup_gap"] for r in rest)
+    assert (f"(hp's {min(r['speedup_gap'] for r in near):.1%} to {max(r['speedup_gap'] for r in near):.1%} above them, against "
+            f"{min(r['speedup_gap'] for r in rest):.1%} to {max(r['speedup_gap'] for r in rest):.1%} on every other Nemotron-4 row)") in prose
+    moved = {m: [r["gather_seconds"] / r["estimated_seconds"] - 1 for r in rows if r["model"] == m] for m in ("nemotron-4-15b", "nemotron-4-340b")}
+    assert max(map(abs, moved["nemotron-4-15b"])) < 1e-9
+    assert (f"moves the 340B figures by up to {min(moved['nemotron-4-340b']):.1%} and the 15B ones not at all" in prose
+            and f"with it the mean absolute error is {mae(rows, 'gather_error'):.1%}" in prose)
+
+
+def test_dgxc_nemotron_rows_recompute_and_reduce_as_their_configs(registry):
+    from hp_core import api
+
+    dgxc = _dgxc()
+    rows = {r["id"]: r for r in dgxc.rows() if r["model"] in dgxc.NEMOTRON}
+    # Only NeMo 24.09's 340B recomputes (activations_checkpoint_granularity selective); only NeMo 24.12's 15B reduces
+    # gradients in fp32 (mcore_distributed_optim with no grad_sync_dtype).
+    assert {i for i, r in rows.items() if "recompute" in r} == {i for i in rows if i.startswith("dgxc24.09-h100-nemotron4-340b")}
+    assert {i for i, r in rows.items() if r["runtime_options"]["grad_reduce_in_fp32"]} == {
+        i for i in rows if i.startswith("dgxc24.12-h100-nemotron4-15b")}
+    # The recompute is priced: core attention again in backward makes the step longer than without it.
+    row = rows["dgxc24.09-h100-nemotron4-340b-fp8-128g"]
+    bare = {k: v for k, v in row.items() if k != "recompute"}
+    assert dgxc.price(row, registry).step_seconds > dgxc.price(bare, registry).step_seconds
+    # 96 layers over PP 8 x VP 12: one a chunk, Megatron-Core's even split (no account_for_* split in NeMo's nemotron trainer).
+    built = dgxc.model(row, registry)
+    assert dgxc.fp8_runs._decoder_layers(built) == 96 and dgxc.fp8_runs.layout(row, 96).layers_per_stage is None
+    # The presets' sizes: untied 256,000-token embeddings and output, GQA with 8 of 48 (15B) or 96 (340B) heads.
+    for name, (h, ffn, layers, heads) in {"dgxc24.09-h100-nemotron4-15b-fp8-16g": (6144, 24576, 32, 48),
+                                          "dgxc24.09-h100-nemotron4-340b-fp8-128g": (18432, 73728, 96, 96)}.items():
+        kv = 8 * h // heads
+        per_layer = h * h + 2 * h * kv + h * h + 2 * h * ffn + 4 * h  # QKV, output, ungated MLP, two LayerNorms
+        total = layers * per_layer + 2 * 256000 * h + 2 * h
+        assert api.count_parameters(dgxc.model(rows[name], registry), registry).total == total, name
+

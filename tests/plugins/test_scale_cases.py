@@ -296,7 +296,9 @@ MB_ROWS = [r for r in sc.MBRIDGE_ROWS if r["source"].startswith("mbridge-")]
 DGXC_ROWS = [r for r in sc.MBRIDGE_ROWS if r["source"].startswith("dgxc-")]
 DENSE = "multi-node Megatron-Core dense, H100"
 DGXC_SINGLE = [r for r in DGXC_ROWS if r["class"] != DENSE]
-DGXC_MULTI = [r for r in DGXC_ROWS if r["class"] == DENSE]
+# The dense class holds the Llama 3.1 and GPT-3 rows and, added later and split among themselves, Nemotron-4's.
+DGXC_MULTI = [r for r in DGXC_ROWS if r["class"] == DENSE and "-nemotron4-" not in r["id"]]
+DGXC_NEMOTRON = [r for r in DGXC_ROWS if r["class"] == DENSE and "-nemotron4-" in r["id"]]
 
 
 def _cells(row: dict) -> dict:
@@ -378,17 +380,23 @@ def _container(row: dict) -> tuple[int, ...]:
 
 # The dense multi-node class's order (split_rule): container, then model by size, then GPUs.
 _MODEL_ORDER = ("llama3.1-8b", "llama3.1-70b", "gpt3-175b", "llama3.1-405b")
+# The Nemotron-4 rows' order among themselves: container, then 15B before 340B, then GPUs.
+_NEMOTRON_ORDER = ("nemotron4-15b", "nemotron4-340b")
 
 
 def _dense_key(row: dict) -> tuple:
-    model = next(m for m in _MODEL_ORDER if f"-h100-{m}-" in row["id"])
-    return _container(row), _MODEL_ORDER.index(model), row["gpus"]
+    order = _NEMOTRON_ORDER if "-nemotron4-" in row["id"] else _MODEL_ORDER
+    model = next(m for m in order if f"-h100-{m}-" in row["id"])
+    return _container(row), order.index(model), row["gpus"]
 
 
 def test_the_mbridge_split_alternates_per_device_by_container():
     for cls in {r["class"] for r in sc.MBRIDGE_ROWS}:
-        group = sorted((r for r in sc.MBRIDGE_ROWS if r["class"] == cls), key=_dense_key if cls == DENSE else _container)
-        assert [r["split"] for r in group] == [("calibration", "held-out")[i % 2] for i in range(len(group))]
+        # The dense class: its Llama 3.1 and GPT-3 rows, and its Nemotron-4 rows among themselves (split_rule).
+        for group in ((DGXC_MULTI, DGXC_NEMOTRON) if cls == DENSE else ([r for r in sc.MBRIDGE_ROWS if r["class"] == cls],)):
+            group = sorted(group, key=_dense_key if cls == DENSE else _container)
+            assert [r["split"] for r in group] == [("calibration", "held-out")[i % 2] for i in range(len(group))]
+    assert len(DGXC_MULTI) + len(DGXC_NEMOTRON) == sum(r["class"] == DENSE for r in sc.MBRIDGE_ROWS)
     assert sorted(r["id"] for r in sc.MBRIDGE_ROWS if r["split"] == "held-out" and r["class"] != DENSE) == [
         "dgxc24.12-h100-llama3.1-8b", "mb26.02.01-h100-gpt-oss-120b", "mb26.04-b200-gpt-oss-120b",
         "mb26.04.01-h100-gpt-oss-120b"]
@@ -474,7 +482,7 @@ def test_the_dense_rows_state_their_provenance():
 
 
 def test_the_dense_rows_read_gpus_batch_and_step_from_their_column():
-    for row in DGXC_MULTI:
+    for row in DGXC_MULTI + DGXC_NEMOTRON:
         lay = row["layout"]
         column = row["row"].split(" ||| ", 1)[0]
         gpus = int(column.rsplit("|", 1)[1].split("x H100")[0].split()[-1])
@@ -493,7 +501,8 @@ def test_the_dense_rows_read_gpus_batch_and_step_from_their_column():
                      if config[0].isdigit() else
                      ("Size", "Precision", "GPUs", "SeqLen", "Layers", "TP", "PP", "CP", "EP", "DP", "VP", "MBS", "GBS", "GA"))
             cells = dict(zip(names, config, strict=True))
-            assert int(cells["GPUs"]) == gpus and int(cells["SeqLen"]) == lay["seq_len"] and int(cells["MBS"]) == 1
+            assert int(cells["GPUs"]) == gpus and int(cells["SeqLen"]) == lay["seq_len"]
+            assert int(cells["MBS"]) == lay["micro_batch_size"]
             assert (int(cells["TP"]), int(cells["PP"]), int(cells["CP"]), int(cells["DP"])) == \
                 (lay.get("tp", 1), lay.get("pp", 1), lay.get("cp", 1), lay["dp"])
             assert int(cells["Layers"]) == row["model"].get("overrides", {}).get("num_hidden_layers", 126 if "405b" in row["id"] else int(cells["Layers"]))
@@ -584,6 +593,104 @@ def test_dense_models_of_the_recipes_shape(registry):
     assert estimate(sc.model(row, registry), ParallelSpec(seq_len=8192), registry=registry).parameters.total == nemo1 == 407_525_376_000
     row = rows["dgxc25.02.01-h100-llama3.1-405b-512gpu"]
     assert estimate(sc.model(row, registry), ParallelSpec(seq_len=8192), registry=registry).parameters.total == preset
+
+
+# The dense class's Nemotron-4 rows (NVIDIA/dgxc-benchmarking nemotron/, sources dgxc-*-nemotron4).
+def test_the_nemotron_rows_hold_every_printed_bf16_column():
+    # 15B at 16-2,048 GPUs in NeMo 24.09, 24.12 and 25.02.01 (8 each) and at 16 in 25.04.00; 340B at 128-2,048 in 24.09
+    # (v24.11.1; v25.02 reprints it), 256-2,048 in 25.02.01 and 256 in 25.04.00.
+    by = {}
+    for r in DGXC_NEMOTRON:
+        by.setdefault((_container_name(r), r["model"]["preset"]), []).append(r["gpus"])
+    assert by == {("24.09", "nemotron-4-15b"): [16, 32, 64, 128, 256, 512, 1024, 2048],
+                  ("24.09", "nemotron-4-340b"): [128, 256, 512, 1024, 2048],
+                  ("24.12", "nemotron-4-15b"): [16, 32, 64, 128, 256, 512, 1024, 2048],
+                  ("25.02.01", "nemotron-4-15b"): [16, 32, 64, 128, 256, 512, 1024, 2048],
+                  ("25.02.01", "nemotron-4-340b"): [256, 512, 1024, 2048],
+                  ("25.04.00", "nemotron-4-15b"): [16], ("25.04.00", "nemotron-4-340b"): [256]}
+    assert all(r["class"] == DENSE and r["hardware"] == "h100-sxm" and r["runtime"] == "megatron" for r in DGXC_NEMOTRON)
+    # Split among themselves by container, model, GPUs: 18 calibration (the first, 15B on 16 GPUs in 24.09) and 17 held-out.
+    ordered = sorted(DGXC_NEMOTRON, key=_dense_key)
+    assert ordered[0]["id"] == "dgxc24.09-h100-nemotron4-15b-16gpu" and ordered[0]["split"] == "calibration"
+    assert [r["split"] for r in ordered].count("held-out") == 17 and ordered[-1]["split"] == "calibration"
+    # No Nemotron-4 table is left in the skipped list.
+    assert not any("nemotron/README_15b" in s["row"] for s in sc.MBRIDGE_DATA["skipped"])
+
+
+def test_the_nemotron_rows_state_their_provenance_recompute_and_options():
+    for row in DGXC_NEMOTRON:
+        source = sc.MBRIDGE_DATA["sources"][row["source"]]
+        sha = source["url"].split("/")[6]
+        assert row["source"].endswith("-nemotron4") and len(sha) == 40 and f"NVIDIA/dgxc-benchmarking {sha}" in source["commit"]
+        assert f"nemo:{_container_name(row)}" in source["commit"] and source["config_files"] and source["step_seconds_from"]
+        assert row["config"] and row["not_priced"] and "no CUDA graphs" in row["recipe_settings"] and "BF16" in row["row"]
+        lay, o = row["layout"], row["options"]
+        # NeMo 24.09's 340B recomputes core attention (activations_checkpoint_granularity selective); nothing else does.
+        if _container_name(row) == "24.09" and "340b" in row["id"]:
+            assert row["recompute"] == "selective" and "selective recompute of core attention" in row["recipe_settings"]
+        else:
+            assert row["recompute"] is None and "no activation recompute" in row["recipe_settings"]
+        # More than one data-parallel rank everywhere: both DDP overlaps; TP > 1 with sequence parallelism and userbuffers
+        # overlap everywhere; pipeline-send overlap at PP > 1 (340B); fp32 gradient reduction only in NeMo 24.12
+        # (mcore_distributed_optim with no grad_sync_dtype).
+        assert lay["dp"] > 1 and o["overlap_grad_reduce"] and o["overlap_param_gather"] and o["tp_comm_overlap"] and lay["sp"]
+        assert o.get("overlap_p2p_communication", False) is (lay.get("pp", 1) > 1) is ("340b" in row["id"])
+        assert o["grad_reduce_in_fp32"] is (_container_name(row) == "24.12")
+
+
+def test_pinned_nemotron_rows(registry):
+    rows = {r["id"]: r for r in DGXC_NEMOTRON}
+    # 15B, NeMo 24.09, 16 GPUs: TP 4 x DP 4, micro-batch 4, GBS 4 x 16 = 64 (the header's GA=4: 64 / (4 x 4)), 2.83 s.
+    r = rows["dgxc24.09-h100-nemotron4-15b-16gpu"]
+    assert r["layout"] == {"dp": 4, "tp": 4, "sp": True, "seq_len": 4096, "micro_batch_size": 4, "global_batch_size": 64}
+    assert r["measured"]["step_seconds"] == 2.83 and "GA=4" in r["row"] and 64 // (4 * 4) == 4
+    assert 4096 * 64 / 2.83 == pytest.approx(92630, abs=1)
+    # 340B, NeMo 24.09, 128 GPUs: TP 8 x PP 8 (VP 12: 96 layers, one a chunk) x DP 2, GBS 2 x 16 nodes = 32 (GA=16), 4.61 s.
+    r = rows["dgxc24.09-h100-nemotron4-340b-128gpu"]
+    assert r["layout"] == {"dp": 2, "tp": 8, "pp": 8, "vpp": 12, "sp": True, "seq_len": 4096, "micro_batch_size": 1,
+                           "global_batch_size": 32}
+    assert r["measured"]["step_seconds"] == 4.61 and "GA=16" in r["row"] and 32 // 2 == 16 and 96 == 8 * 12
+    # Its recompute is priced: core attention recomputed in backward makes the step longer.
+    assert sc.estimated(r, registry).step_seconds > sc.estimated(dict(r, recompute=None), registry).step_seconds
+    # 15B, NeMo 24.12, 512 GPUs: fp32 gradient reduction, priced slower than the same row reducing in bf16.
+    r = rows["dgxc24.12-h100-nemotron4-15b-512gpu"]
+    assert r["measured"]["step_seconds"] == 2.875 and r["options"]["grad_reduce_in_fp32"]
+    bf16_reduce = dict(r, options=dict(r["options"], grad_reduce_in_fp32=False))
+    assert sc.estimated(r, registry).step_seconds > sc.estimated(bf16_reduce, registry).step_seconds
+    assert "buffer_size 5" in sc.MBRIDGE_DATA["sources"][r["source"]]["step_seconds_from"]
+    # 15B, NeMo 25.02.01, 2,048 GPUs: TP 2 x DP 1,024, micro-batch 2, GBS 8,192 (the configuration table), 2.78 s.
+    r = rows["dgxc25.02.01-h100-nemotron4-15b-2048gpu"]
+    assert (r["layout"]["tp"], r["layout"]["dp"], r["layout"]["micro_batch_size"], r["layout"]["global_batch_size"]) == (2, 1024, 2, 8192)
+    assert r["measured"]["step_seconds"] == 2.78 and r["row"].rstrip(" |").endswith("| 2   | 8192 | 4")
+    # 340B, NeMo 25.04.00 (release v25.05), 256 GPUs: the mean of iterations 11-44, 4.606 s; no recompute.
+    r = rows["dgxc25.04.00-h100-nemotron4-340b-256gpu"]
+    assert r["measured"]["step_seconds"] == 4.606 and r["recompute"] is None and r["layout"]["global_batch_size"] == 64
+    assert "iterations 11 to 44" in sc.MBRIDGE_DATA["sources"][r["source"]]["step_seconds_from"]
+
+
+def test_time_md_states_the_nemotron_rows_figures(registry):
+    """Pins of docs/time.md's Nemotron-4 paragraph to the rows as priced (the table itself is checked exactly)."""
+    prose = " ".join(" ".join(line for line in (ROOT / "docs" / "time.md").read_text(encoding="utf-8").splitlines()
+                              if not line.startswith("|")).split())
+    errors = {r["id"]: sc.estimated(r, registry).step_seconds / measured_seconds(r) - 1 for r in DGXC_NEMOTRON}
+    defaults = [sc.estimated(r, registry, as_run=False).step_seconds / measured_seconds(r) - 1 for r in DGXC_NEMOTRON]
+    parts = []
+    for split in ("calibration", "held-out"):
+        chosen = [errors[r["id"]] for r in DGXC_NEMOTRON if r["split"] == split]
+        parts.append((len(chosen), sum(map(abs, chosen)) / len(chosen), max(chosen, key=abs)))
+    assert all(abs(e) <= 0.10 for e in errors.values())
+    assert (f"all 35 are within 10%: the {parts[0][0]} calibration rows with a mean absolute error of {parts[0][1]:.1%} "
+            f"(largest {parts[0][2]:+.1%}), the {parts[1][0]} held-out rows {parts[1][1]:.1%} (largest {parts[1][2]:+.1%}); "
+            f"{sum(abs(e) <= 0.05 for e in errors.values())} within 5%, {sum(e > 0 for e in errors.values())} priced slow") in prose
+    assert f"they are {min(defaults):.1%} to {max(defaults):.1%} slow" in prose and min(defaults) > 0
+    span = lambda prefix: (min(e for i, e in errors.items() if i.startswith(prefix)), max(e for i, e in errors.items() if i.startswith(prefix)))
+    for text, prefix in (("15B {} to {} in 24.09", "dgxc24.09-h100-nemotron4-15b"), ("{} to {} in 24.12", "dgxc24.12-h100-nemotron4-15b"),
+                         ("{} to {} in 25.02.01 and", "dgxc25.02.01-h100-nemotron4-15b"),
+                         ("340B {} to {} in 24.09", "dgxc24.09-h100-nemotron4-340b"), ("{} to {} in 25.02.01 and", "dgxc25.02.01-h100-nemotron4-340b")):
+        low, high = span(prefix)
+        assert text.format(f"{low:+.1%}", f"{high:+.1%}") in prose, prefix
+    assert f"{errors['dgxc25.04.00-h100-nemotron4-15b-16gpu']:+.1%} in 25.04.00; 340B" in prose
+    assert f"and {errors['dgxc25.04.00-h100-nemotron4-340b-256gpu']:+.1%} in 25.04.00." in prose
 
 
 def test_gpt_options_default_to_none_and_state_dropout_and_positions():
