@@ -125,6 +125,19 @@ RECIPES = (
         flags={"megatron": ("--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--fp8-param-gather")},
     ),
     PrecisionRecipe(
+        name="fp8-delayed-param-gather",
+        description="fp8-delayed with FP8 parameters: the parameter all-gather and the compute weights in FP8",
+        # NeMo's fp8_params (NeMo 1.0 and 2.0 under Megatron-Core's distributed optimizer) sets Megatron-Core's
+        # fp8_param_gather with TE's DelayedScaling, as NVIDIA's DGX Cloud recipes ran (docs/precision.md).
+        source=f"{_TE}: DelayedScaling(fp8_format=HYBRID, amax_history_len=1024); --fp8-format hybrid --fp8-recipe delayed "
+               "--fp8-param-gather",
+        weights=GemmOperand("e4m3", "tensor_delayed"), activations=GemmOperand("e4m3", "tensor_delayed"),
+        gradients=GemmOperand("e5m2", "tensor_delayed"), amax_history=1024, param_gather="stored", quantize_passes=1,
+        **_TE_PER_TENSOR,
+        flags={"megatron": ("--fp8-format", "hybrid", "--fp8-recipe", "delayed", "--fp8-amax-history-len", "1024",
+                            "--fp8-amax-compute-algo", "max", "--fp8-param-gather")},
+    ),
+    PrecisionRecipe(
         name="torchao-float8-tensorwise",
         description="torchao float8 tensorwise (torchtitan): E4M3 forward / E5M2 gradients, float8 FSDP and TP all-gathers",
         source=("torchao float8/float8_linear.py, float8/float8_tensor_parallel.py and torchtitan docs/float8.md, "

@@ -260,6 +260,31 @@ def test_fp8_param_gather_stores_the_weights_in_fp8(registry):
     assert stored.master_parameters_bytes == bf16.master_parameters_bytes
 
 
+def test_delayed_param_gather_is_fp8_delayed_with_the_weights_stored_in_fp8(registry):
+    # fp8-delayed-param-gather (NeMo's fp8_params under delayed scaling) differs from fp8-delayed only where
+    # --fp8-param-gather acts: parameters stored in FP8, one cached copy left; activations, optimizer states and
+    # master weights as fp8-delayed; the trainer flags are fp8-delayed's and --fp8-param-gather.
+    model = model_from_preset("llama3-8b", registry)
+    layout = ParallelSpec(tp=2, sp=True, dp=4, seq_len=4096)
+    runtime = registry.runtime("megatron").precision
+
+    def memory(recipe):
+        return estimate(model, layout, registry=registry, runtime="megatron",
+                        precision=attrs.evolve(runtime, recipe=recipe)).stages[0].memory
+
+    bf16, delayed, stored = memory("bf16"), memory("fp8-delayed"), memory("fp8-delayed-param-gather")
+    run = prepare(model, layout, registry=registry, runtime="megatron")
+    quantized = quantized_weight_elements([(cost, group.count) for cost, group in zip(run.costs, model.layers)])
+    assert delayed.parameters_bytes - bf16.parameters_bytes == 2 * quantized
+    assert stored.parameters_bytes == bf16.parameters_bytes  # 1-byte parameter plus one 1-byte copy = 2 bytes
+    assert (stored.activations_bytes, stored.optimizer_states_bytes, stored.master_parameters_bytes) == (
+        delayed.activations_bytes, delayed.optimizer_states_bytes, delayed.master_parameters_bytes)
+    base, recipe = registry.precision_recipe("fp8-delayed"), registry.precision_recipe("fp8-delayed-param-gather")
+    assert recipe.flags["megatron"] == base.flags["megatron"] + ("--fp8-param-gather",)
+    assert attrs.evolve(recipe, name=base.name, description=base.description, source=base.source,
+                        flags=base.flags, param_gather=base.param_gather) == base
+
+
 def test_fp8_changes_exactly_the_marked_terms_of_llama(registry):
     model = model_from_preset("llama3-8b", registry)
     layout = ParallelSpec(tp=2, sp=True, dp=4, seq_len=4096)
