@@ -595,3 +595,28 @@ def test_dgxc_grok_rows_state_their_layout_model_and_skipped_cell(registry):
     assert full == 316_454_737_920
     assert dgxc.fp8_runs._decoder_layers(dgxc.model(rows["dgxcdev-h100-grok1-314b-fp8-8g"], registry)) == 2
     assert rows["dgxc25.04.00-h100-grok1-314b-fp8-512g"]["hf"]["hidden_act"] == "silu"
+
+
+def _grok_prose(prose: str, rows: list[dict]) -> None:
+    """Pins of the Grok-1 list of docs/precision.md to the 18 rows' figures."""
+    mae = lambda rs, key="error": sum(abs(r[key]) for r in rs) / len(rs)
+    assert len(rows) == 18 and all(r["error"] < 0 for r in rows)
+    beyond = sum(abs(r["error"]) > 0.10 for r in rows)
+    assert (f"Every one of the 18 is priced too fast, and {beyond} by more than 10%** (mean absolute error {mae(rows):.1%}, "
+            f"{min(r['error'] for r in rows):+.1%} to {max(r['error'] for r in rows):+.1%})") in prose
+    nemo1 = [r for r in rows if r["container"] != "nemo:25.04.00"]
+    span = lambda rs, key, fmt: f"{min(r[key] for r in rs):{fmt}}-{max(r[key] for r in rs):{fmt}}"
+    assert (f"BF16 twins of the NeMo 1.0 rows are within {min(r['bf16_error'] for r in nemo1):+.1%} to "
+            f"{max(r['bf16_error'] for r in nemo1):+.1%}") in prose
+    assert (f"hp's FP8 speedup is {span(nemo1, 'estimated_speedup', '.2f')} on the NeMo 1.0 rows, the measured one "
+            f"{span(nemo1, 'measured_speedup', '.2f')} (hp's {min(r['speedup_gap'] for r in nemo1):.1%} to "
+            f"{max(r['speedup_gap'] for r in nemo1):.1%} above it)") in prose
+    worst = sorted(rows, key=lambda r: r["error"])[:2]
+    assert {r["id"] for r in worst} == {"dgxcdev-h100-grok1-314b-fp8-8g", "dgxc24.12-h100-grok1-314b-fp8-8g"}
+    assert f"carry the largest errors: {worst[0]['error']:+.1%} and {worst[1]['error']:+.1%}" in prose
+    nemo2 = next(r for r in rows if r["container"] == "nemo:25.04.00")
+    assert (f"NeMo 2.0 on 512 GPUs: {nemo2['error']:+.1%} for FP8, {nemo2['bf16_error']:+.1%} for its BF16 twin.** Its measured "
+            f"FP8 speedup is {nemo2['measured_speedup']:.2f} where hp prices {nemo2['estimated_speedup']:.2f} "
+            f"({nemo2['speedup_gap']:.1%} above it)") in prose
+    moved = [r["gather_seconds"] / r["estimated_seconds"] - 1 for r in rows]
+    assert max(moved) <= 0 and f"moves these figures by 0 to {min(moved):.1%}; with it the mean absolute error is {mae(rows, 'gather_error'):.1%}" in prose

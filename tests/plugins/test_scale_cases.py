@@ -891,3 +891,37 @@ def test_grok_model_is_nemos_mixtral_shaped_grok1(registry):
     # Balanced routing at capacity factor 1.0 gives each expert its even share: padding prices no extra time here.
     bare = {k: v for k, v in row.items() if k != "moe"}
     assert sc.estimated(row, registry).step_seconds == pytest.approx(sc.estimated(bare, registry).step_seconds, rel=1e-12)
+
+
+def test_time_md_states_the_grok_rows_figures(registry):
+    """Pins of docs/time.md's Grok-1 paragraphs to the rows as priced (the table itself is checked exactly)."""
+    prose = " ".join(" ".join(line for line in (ROOT / "docs" / "time.md").read_text(encoding="utf-8").splitlines()
+                              if not line.startswith("|")).split())
+    priced = {r["id"]: sc.estimated(r, registry) for r in DGXC_GROK}
+    errors = {i: t.step_seconds / measured_seconds(r) - 1 for r in DGXC_GROK for i, t in [(r["id"], priced[r["id"]])]}
+    defaults = {r["id"]: sc.estimated(r, registry, as_run=False).step_seconds / measured_seconds(r) - 1 for r in DGXC_GROK}
+    nemo1 = {i: e for i, e in errors.items() if not i.startswith("dgxc25.04.00")}
+    assert all(abs(e) <= 0.10 for e in nemo1.values())
+    assert (f"the 18 NeMo 1.0 rows are all within 10%, {min(nemo1.values()):+.1%} to {max(nemo1.values()):+.1%} "
+            f"({sum(e < 0 for e in nemo1.values())} priced fast), and NeMo 2.0's 512-GPU row is "
+            f"{errors['dgxc25.04.00-h100-grok1-314b-512gpu']:+.1%}") in prose
+    parts, base = [], []
+    for split in ("calibration", "held-out"):
+        chosen = [errors[r["id"]] for r in DGXC_GROK if r["split"] == split]
+        parts.append((len(chosen), sum(map(abs, chosen)) / len(chosen), max(chosen, key=abs)))
+        chosen = [defaults[r["id"]] for r in DGXC_GROK if r["split"] == split]
+        base.append(sum(map(abs, chosen)) / len(chosen))
+    assert (f"the {parts[0][0]} calibration rows have a mean absolute error of {parts[0][1]:.1%} (largest {parts[0][2]:+.1%}), "
+            f"the {parts[1][0]} held-out rows {parts[1][1]:.1%} (largest {parts[1][2]:+.1%})") in prose
+    assert (f"they read {base[0]:.1%} and {base[1]:.1%} (largest {max(defaults.values(), key=abs):+.1%})") in prose
+    # Where the step goes on 512 GPUs (the dev image): compute, exposed communication, the all-to-all's share.
+    t = priced["dgxcdev-h100-grok1-314b-512gpu"]
+    a2a = next(exposed for name, _, exposed in t.stages[0].communication_by_group if name == "ep")
+    assert (f"{t.step_seconds:.2f} s = {t.compute_seconds:.2f} s of compute, {t.communication_seconds:.2f} s of exposed "
+            f"communication, a {t.bubble_seconds:.2f} s bubble") in prose
+    assert f"{a2a * t.micro_batches:.2f} s is the expert all-to-all ({a2a * 1e3:.1f} ms a micro-batch, {t.micro_batches} micro-batches" in prose
+    assert f"It is {a2a * t.micro_batches / t.step_seconds:.0%} of hp's step" in prose
+    # NeMo 2.0 on 512 GPUs: hp's compute alone exceeds the measured step.
+    t2 = priced["dgxc25.04.00-h100-grok1-314b-512gpu"]
+    assert t2.compute_seconds > 15.933 and f"hp's compute alone, {t2.compute_seconds:.2f} s, exceeds the measured step" in prose
+    assert f"hp prices {t2.step_seconds:.2f} s against {t.step_seconds:.2f} s ({1 - t2.step_seconds / t.step_seconds:.1%} faster" in prose
