@@ -14,7 +14,12 @@ costs); NCCL's bus-bandwidth convention (nccl-tests ``doc/PERFORMANCE.md``);
 NCCL's multi-rail rings, one channel per network adapter, and PXN (NCCL 2.12
 release notes; Jeaugey, "Doubling all2all performance with NVIDIA Collective
 Communication Library 2.12", NVIDIA technical blog 2022); NVLink SHARP
-all-reduce (NCCL 2.17 release notes, ``NCCL_ALGO=NVLS``).
+all-reduce (NCCL 2.17 release notes, ``NCCL_ALGO=NVLS``); an all-to-all's
+peers progressed concurrently, one round per call (NVIDIA/nccl v2.26.2-1 and
+5067397: ``src/include/device.h`` ``NCCL_MAX_DEV_WORK_P2P_PER_BATCH`` 8 sends
+or receives run together on a channel, ``src/include/channel.h`` puts the peers
+of different nodes on different channels, ``src/graph/paths.cc`` sizes the
+channels per peer so every peer fits one round; docs/time.md).
 """
 
 from __future__ import annotations
@@ -211,6 +216,11 @@ class Fabric:
             efficiency applied; ``None``: not known or not needed.
         nic_a2a_bandwidth: What an all-to-all's cross-node share reaches of the device's adapters;
             ``None``: :attr:`nic_bandwidth`.
+        inter_a2a_latency: Seconds of one all-to-all call spanning nodes, its peers progressed
+            concurrently (one round), its fixed time per call included, so :attr:`overhead` is not
+            added to it; ``None``: not stated, and such a call is charged :attr:`overhead`, an
+            :attr:`intra_latency` per peer on its node and an :attr:`inter_latency` per peer
+            across nodes (the per-peer series, an upper bound NCCL's concurrent peers do not reach).
     """
 
     intra_bandwidth: float
@@ -223,6 +233,7 @@ class Fabric:
     intra_link_bandwidth: float | None = None
     nic_link_bandwidth: float | None = None
     nic_a2a_bandwidth: float | None = None
+    inter_a2a_latency: float | None = None
 
 
 @attrs.frozen
@@ -315,7 +326,9 @@ def nccl_seconds(call: CollectiveCall) -> float:
     tree's ``2 log2 n`` steps); across nodes see :func:`_ring_pass`. An
     all-to-all sends ``(g-1)/n`` of its buffer over NVLink and ``(n-g)/n``
     over the member's own adapter (at :attr:`Fabric.nic_a2a_bandwidth` where
-    stated), concurrently. A send crosses NVLink within a node, else one adapter.
+    stated), concurrently, and across nodes takes one round's latency
+    (:attr:`Fabric.inter_a2a_latency`: NCCL progresses all its peers at once).
+    A send crosses NVLink within a node, else one adapter.
     """
     f, n, g, k, nbytes = call.fabric, call.group.ranks, call.group.per_node, call.group.nodes, call.nbytes
     if nbytes <= 0:
@@ -335,6 +348,8 @@ def nccl_seconds(call: CollectiveCall) -> float:
             return f.overhead + (n - 1) / n * nbytes / f.intra_a2a_bandwidth + (n - 1) * f.intra_latency
         intra = (g - 1) / n * nbytes / f.intra_a2a_bandwidth
         inter = (n - g) / n * nbytes / (f.nic_bandwidth if f.nic_a2a_bandwidth is None else f.nic_a2a_bandwidth)
+        if f.inter_a2a_latency is not None:
+            return max(intra, inter) + f.inter_a2a_latency
         return f.overhead + max(intra, inter) + (g - 1) * f.intra_latency + (n - g) * f.inter_latency
     raise ValueError(f"unknown collective {call.op!r}")
 

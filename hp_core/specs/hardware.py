@@ -45,6 +45,10 @@ class HardwareSpec:
         memory_bandwidth_bytes_per_second: Device memory (HBM) bandwidth.
         intra_node_latency_seconds: Latency of one step of a collective within a node.
         inter_node_latency_seconds: Latency of one step of a collective across nodes.
+        inter_node_all_to_all_latency_seconds: Latency of one all-to-all call spanning nodes,
+            its peers progressed concurrently (one round), fixed time per call included
+            (``None``: not stated; such a call is then charged :attr:`inter_node_latency_seconds`
+            per peer across nodes, see :class:`hp_core.collectives.Fabric`).
         nics_per_node: Network adapters per node (``None``: one per device,
             each at :attr:`inter_node_bandwidth_bytes_per_second`).
         nic_bandwidth_bytes_per_second: One adapter's unidirectional bandwidth
@@ -69,6 +73,7 @@ class HardwareSpec:
     memory_bandwidth_bytes_per_second: float | None = attrs.field(default=None, validator=optional(positive_number))
     intra_node_latency_seconds: float | None = attrs.field(default=None, validator=optional(positive_number))
     inter_node_latency_seconds: float | None = attrs.field(default=None, validator=optional(positive_number))
+    inter_node_all_to_all_latency_seconds: float | None = attrs.field(default=None, validator=optional(positive_number))
     nics_per_node: int | None = attrs.field(default=None, validator=optional(positive_int))
     nic_bandwidth_bytes_per_second: float | None = attrs.field(default=None, validator=optional(positive_number))
     rail_optimized: bool | None = attrs.field(default=None, validator=optional(attrs.validators.instance_of(bool)))

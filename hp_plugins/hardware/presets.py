@@ -57,6 +57,8 @@ def _preset(entry: Mapping[str, Any]) -> HardwarePreset:
             host_link_bandwidth_bytes_per_second=entry["host_link_bandwidth_gb_per_s"] * _GB,
             intra_node_latency_seconds=entry["intra_node_latency_us"] * _US,
             inter_node_latency_seconds=entry["inter_node_latency_us"] * _US,
+            inter_node_all_to_all_latency_seconds=None if entry["inter_node_all_to_all_latency_us"] is None
+            else entry["inter_node_all_to_all_latency_us"] * _US,
             nics_per_node=entry["nics_per_node"],
             nic_bandwidth_bytes_per_second=entry["nic_bandwidth_gb_per_s"] * _GB,
             rail_optimized=entry["rail_optimized"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import attrs
 import pytest
 
 from hp_core.collectives import CollectiveCall, Fabric, GroupPlacement, nccl_seconds, place_group
@@ -60,8 +61,17 @@ def test_all_reduce_algorithms_across_nodes():
 
 
 def test_all_to_all_and_sends_across_nodes():
-    # 16 ranks, 8 per node: 7/16 of the buffer over NVLink, 8/16 over the member's adapter, concurrently.
+    # 16 ranks, 8 per node: 7/16 of the buffer over NVLink, 8/16 over the member's adapter, concurrently; a fabric
+    # stating no all-to-all call latency is charged a step per peer (7 on the node, 8 across).
     assert _call("all_to_all", 16e9, 16, 8, 2) == pytest.approx(max(7 / 16 * 16e9 / (NVLINK / 2), 8 / 16 * 16e9 / NIC) + 7 * A_IN + 8 * A_OUT)
+    # One stating it (one round for every peer, its fixed time included) is charged it once, whatever the peers and
+    # without the fixed time per call; within a node the steps stay.
+    stated = attrs.evolve(FABRIC, inter_a2a_latency=25e-6, overhead=5e-6)
+    for ranks, nodes in ((16, 2), (64, 8)):
+        seconds = nccl_seconds(CollectiveCall("all_to_all", 16e9, GroupPlacement(ranks, 8, nodes), stated))
+        assert seconds == pytest.approx(max(7 / ranks * 16e9 / (NVLINK / 2), (ranks - 8) / ranks * 16e9 / NIC) + 25e-6)
+    inside = nccl_seconds(CollectiveCall("all_to_all", 8e9, GroupPlacement(8, 8, 1), stated))
+    assert inside == pytest.approx(5e-6 + 7 / 8 * 8e9 / (NVLINK / 2) + 7 * A_IN)
     assert _call("p2p", 1e9, 2, 1, 2) == pytest.approx(1e9 / NIC + A_OUT)
     assert _call("all_gather", 0, 16, 8, 2) == 0.0 and _call("all_gather", 1e9, 1, 1, 1) == 0.0
 

@@ -493,8 +493,8 @@ def test_scatter_gather_shrinks_pipeline_sends(registry):
     plain = step_time(model, parallel, registry=registry, hardware=spec, profile=MEGATRON_TE)
     split = step_time(model, parallel, registry=registry, hardware=spec, profile=MEGATRON_LM_2022)
     assert split.communication_seconds < plain.communication_seconds
-    send = collective_seconds("p2p", 2048 * 1024 * 2, 2, 25e9 * 0.96, 35e-6)
-    split_send = collective_seconds("p2p", 2048 * 1024 * 2 / 8, 2, 25e9 * 0.96, 35e-6) + collective_seconds(
+    send = collective_seconds("p2p", 2048 * 1024 * 2, 2, 25e9 * 0.96, 3.58e-6)
+    split_send = collective_seconds("p2p", 2048 * 1024 * 2 / 8, 2, 25e9 * 0.96, 3.58e-6) + collective_seconds(
         "all_gather", 2048 * 1024 * 2, 8, 300e9 * 0.773, 8e-6
     )
     # Each stage sends once per micro-batch (forward or backward), 2 micro-batches.

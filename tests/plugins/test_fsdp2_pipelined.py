@@ -168,9 +168,9 @@ def test_hsdp_all_reduces_once_per_step_under_pp_by_hand(registry):
     """pp 2 x dp 16 with hsdp_replicate 2: each 8-rank shard group on one node, each replicate pair on two nodes.
     Once per step each unit's fp32 reduce-scatter output (its elements x 4 / 8) is ring all-reduced over the 2
     replicas: two passes of half of it over one 50 GB/s adapter at the profile's Hopper inter-node bus efficiency
-    0.96, each with 2 x 35 us; exposed whole after the reduce-scatters (group hsdp_step, the stage's DP time)."""
+    0.96, each with 2 x 3.58 us; exposed whole after the reduce-scatters (group hsdp_step, the stage's DP time)."""
     def all_reduce(elements):
-        return 2 * (0.5 * elements * 4 / 8 / (50e9 * 0.96) + 2 * 35e-6)
+        return 2 * (0.5 * elements * 4 / 8 / (50e9 * 0.96) + 2 * 3.58e-6)
     t = _timed(registry, 4, False, dp=16, hsdp_replicate=2)
     for stage, root in enumerate(ROOTS):
         groups = _groups(t, stage)

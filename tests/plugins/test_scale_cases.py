@@ -925,3 +925,25 @@ def test_time_md_states_the_grok_rows_figures(registry):
     t2 = priced["dgxc25.04.00-h100-grok1-314b-512gpu"]
     assert t2.compute_seconds > 15.933 and f"hp's compute alone, {t2.compute_seconds:.2f} s, exceeds the measured step" in prose
     assert f"hp prices {t2.step_seconds:.2f} s against {t.step_seconds:.2f} s ({1 - t2.step_seconds / t.step_seconds:.1%} faster" in prose
+
+
+def test_time_md_sizes_the_unpriced_dispatcher_tp_traffic_at_hps_own_rate(registry):
+    # NeMo 1.0's experts split over TP: the alltoall dispatcher all-gathers the dispatched tokens over TP (two copies of
+    # each of the micro-batch's 4,096 tokens, 2 x 4,096 x 6,144 x 2 bytes) and reduce-scatters the experts' output back,
+    # forward and backward: four collectives a layer and micro-batch, which the rows do not price (their not_priced).
+    # Sized here at hp's own TP rate, on 512 GPUs (8 layers a stage, 128 micro-batches).
+    from hp_core.collectives import NCCL
+    from hp_core.engine.timing.rates import _links
+
+    row = next(r for r in DGXC_GROK if r["id"] == "dgxcdev-h100-grok1-314b-512gpu")
+    hw, lay, rt = sc.hardware(row, registry), sc.layout(row), sc.runtime(row, registry)
+    links = _links(hw, lay, rt.timing.device(hw.architecture), rt.timing, NCCL)
+    two_copies = 2 * 4096 * 6144 * 2
+    gather, scatter = links.seconds("tp", "all_gather", two_copies), links.seconds("tp", "reduce_scatter", two_copies)
+    step = 2 * (gather + scatter) * 8 * 128
+    t = sc.estimated(row, registry)
+    prose = " ".join(" ".join(line for line in (ROOT / "docs" / "time.md").read_text(encoding="utf-8").splitlines()
+                              if not line.startswith("|")).split())
+    assert (f"({gather * 1e3:.3f} ms an all-gather or reduce-scatter of 2 x 4,096 tokens) the four come to {step:.2f} s a step "
+            f"on 512 GPUs, {step / t.step_seconds:.1%} of hp's step") in prose
+    assert round(gather, 6) == round(scatter, 6)

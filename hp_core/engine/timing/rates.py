@@ -130,7 +130,7 @@ def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency
     inter = any(g.nodes > 1 for g in groups.values())
     intra_bw = _require(hardware, "intra_node_bandwidth_bytes_per_second", "intra-node communication") if intra else 1.0
     intra_lat = _require(hardware, "intra_node_latency_seconds", "intra-node communication") if intra else 0.0
-    nic = inter_lat = nic_raw = nic_a2a = None
+    nic = inter_lat = nic_raw = nic_a2a = inter_a2a_lat = None
     if inter:
         _require(hardware, "inter_node_bandwidth_bytes_per_second" if hardware.nic_bandwidth_bytes_per_second is None
                  else "nic_bandwidth_bytes_per_second", "inter-node communication")
@@ -139,12 +139,14 @@ def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency
         if dev.inter_node_all_to_all_bus is not None:
             nic_a2a = nic_raw * dev.inter_node_all_to_all_bus.value
         inter_lat = _require(hardware, "inter_node_latency_seconds", "inter-node communication")
+        inter_a2a_lat = hardware.inter_node_all_to_all_latency_seconds
     nvls = hardware.nvls_bandwidth_bytes_per_second
     fabric = Fabric(
         intra_bandwidth=intra_bw * dev.intra_node_bus.value, intra_a2a_bandwidth=intra_bw * dev.all_to_all_bus.value,
         intra_latency=intra_lat, nic_bandwidth=nic, inter_latency=inter_lat, nvls_bandwidth=nvls,
         overhead=dev.collective_overhead_seconds.value,
         intra_link_bandwidth=intra_bw if intra else None, nic_link_bandwidth=nic_raw, nic_a2a_bandwidth=nic_a2a,
+        inter_a2a_latency=inter_a2a_lat,
     )
     return _Links(fabric, groups, model, timing.all_reduce_algorithm)
 
