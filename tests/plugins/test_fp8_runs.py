@@ -485,6 +485,17 @@ def test_precision_page_dgxc_tables_are_current_and_the_prose_states_their_figur
     gathered = sum(abs(r["gather_error"]) for r in found) / len(found)
     assert (f"moves hp's figures by 0 to {min(moved):.1%}" in prose and max(moved) == 0
             and f"mean absolute error goes from {mae(found):.1%} to {gathered:.1%}" in prose)
+    # The published GEMM measurements the page names, by hand. Transformer Engine's H200 NVL figure read off its
+    # pixels: the attention output projection's bars are 46 + 23 (BF16) and 25 + 11 (FP8) pixels high, each edge
+    # within half a pixel. TileLang's H800 sweeps (tile-ai/tilelang@b2acfc3): FP16 and FP8 TFLOP/s at M = N = 8,192.
+    assert f"1.92x over its three passes (2.67 ms BF16, 1.39 ms FP8; {67 / 38:.2f}-{71 / 34:.2f}" in prose
+    assert round((46 + 23) / (25 + 11), 2) == 1.92
+    fp16, fp8 = (386, 520, 628, 705, 736, 758, 766), (569, 858, 1129, 1343, 1467, 1507, 1541)
+    ratios = [b / a for a, b in zip(fp16, fp8)]
+    assert (f"FP8 over FP16 {ratios[0]:.2f}, {ratios[1]:.2f}, {ratios[2]:.2f}, {ratios[3]:.2f} and "
+            f"{min(ratios[4:]):.2f}-{max(ratios[4:]):.2f} at K = 256") in prose
+    eight = [r["error"] for r in found if r["model"] == "llama3-8b"]
+    assert f"the 8B rows', all 4,096 or more, miss by {min(eight):+.1%} to {max(eight):+.1%}" in prose
 
 
 def _nemotron_prose(prose: str, rows: list[dict], others: list[dict]) -> None:
