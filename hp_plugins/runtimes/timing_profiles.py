@@ -203,7 +203,7 @@ HOPPER_KERNELS = DeviceEfficiency(
     attention_backward=Sourced(0.55, f"{_SIMUMAX_H100}: sdp_bwd efficient_factor"),
     attention_forward_overhead_seconds=Sourced(0.0, "not measured on Hopper: no fixed time assumed"),
     attention_backward_overhead_seconds=Sourced(0.0, "not measured on Hopper: no fixed time assumed"),
-    grouped_matmul=Sourced(0.60, f"{_SIMUMAX_H100}: group_matmul efficient_factor"),
+    grouped_matmul=Sourced(0.60, f"{_SIMUMAX_H100}: group_matmul efficient_factor; no published Hopper bf16 grouped-GEMM sweep was found to fit it to (docs/time.md, Hopper grouped GEMMs)"),
     grouped_half_rows=Sourced(
         208, "roofline ridge point 989 TFLOP/s * 0.60 / (3.35 TB/s * 0.85 HBM efficiency) = 208 rows on H100 "
         "(145 on H200's 4.8 TB/s): a derived figure, not a measurement"
