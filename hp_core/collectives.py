@@ -218,7 +218,8 @@ class Fabric:
             ``None``: :attr:`nic_bandwidth`.
         inter_a2a_latency: Seconds of one all-to-all call spanning nodes, its peers progressed
             concurrently (one round), its fixed time per call included, so :attr:`overhead` is not
-            added to it; ``None``: not stated, and such a call is charged :attr:`overhead`, an
+            added to it (the call is charged at least :attr:`overhead` plus an :attr:`intra_latency` per
+            local peer, what the same call costs within one node); ``None``: not stated, and such a call is charged :attr:`overhead`, an
             :attr:`intra_latency` per peer on its node and an :attr:`inter_latency` per peer
             across nodes (the per-peer series, an upper bound NCCL's concurrent peers do not reach).
     """
@@ -349,7 +350,9 @@ def nccl_seconds(call: CollectiveCall) -> float:
         intra = (g - 1) / n * nbytes / f.intra_a2a_bandwidth
         inter = (n - g) / n * nbytes / (f.nic_bandwidth if f.nic_a2a_bandwidth is None else f.nic_a2a_bandwidth)
         if f.inter_a2a_latency is not None:
-            return max(intra, inter) + f.inter_a2a_latency
+            # One round per call; never less than the same call's latency within one node (the fixed overhead and the
+            # NVLink steps to the g-1 local peers), so spanning nodes cannot price below staying within one.
+            return max(intra, inter) + max(f.inter_a2a_latency, f.overhead + (g - 1) * f.intra_latency)
         return f.overhead + max(intra, inter) + (g - 1) * f.intra_latency + (n - g) * f.inter_latency
     raise ValueError(f"unknown collective {call.op!r}")
 

@@ -14,7 +14,13 @@ node SimuMax's NCCL fit on 8x B200 for the B200, nccl-tests' small-message
 all-reduce time on 8x H200 for the H100 and H200, and SimuMax's H100 starter
 config, an unsourced guess, for the A100 and the Ascend (no public A100
 small-message figure, nor any HCCS or RoCE one, was found); across nodes
-SimuMax's InfiniBand/RoCE figure, an unsourced guess on every preset.
+3.58 us per network step on the NVIDIA presets, from nccl-tests' small-message
+all-reduce on 2 x 8 H100 (NVIDIA/nccl-tests issue 309; borrowed by the B200 and
+A100), and 35 us, SimuMax's unsourced guess, on the Ascend. A cross-node
+all-to-all is one round per call where a preset states
+``inter_node_all_to_all_latency_us`` (30 us on the NVIDIA presets: DeepEP issue 3,
+nccl-tests alltoall on 2 DGX H100 nodes); each entry's ``latency_source`` gives
+the arithmetic.
 The cluster topology (``topology_source``): network adapters per node and their
 bandwidth, whether the fabric is rail-optimised, and the NVLink SHARP all-reduce
 bandwidth where the NVSwitch has it (docs/time.md, "Collectives on the cluster").

@@ -143,6 +143,8 @@ def _experts(r: ConfigReader, count_key: str, width_key: str, shared: int = 0, g
 def _layers_llama(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     mlp_bias = r.get("mlp_bias", bool) if model_type == "llama" else False
     attention = _gqa(r, qkv_bias=True if model_type == "qwen2" else None, qk_norm=model_type == "qwen3")
+    # o_proj: LlamaAttention and Qwen3Attention build it with bias=config.attention_bias; Qwen2Attention without one.
+    attention["attention_out_bias"] = attention["attention_bias"] and model_type != "qwen2"
     layer = DenseConfig(**attention, **_mlp(r), mlp_bias=mlp_bias)
     count = r.get("num_hidden_layers")
     if model_type == "qwen2" and r.get("use_sliding_window", bool):
@@ -154,8 +156,10 @@ def _layers_llama(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
 
 
 def _layers_nemotron(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
-    # NemotronMLP: down_proj(act_fn(up_proj(x))), no gate; NemotronLayerNorm1P is a LayerNorm with a bias.
-    layer = DenseConfig(**_gqa(r), intermediate_size=r.get("intermediate_size"), gated_mlp=False,
+    # NemotronMLP: down_proj(act_fn(up_proj(x))), no gate; NemotronLayerNorm1P is a LayerNorm with a bias;
+    # NemotronAttention's o_proj carries a bias with attention_bias, as q, k and v do.
+    attention = _gqa(r)
+    layer = DenseConfig(**attention, attention_out_bias=attention["attention_bias"], intermediate_size=r.get("intermediate_size"), gated_mlp=False,
                         hidden_act=r.get("hidden_act", str), mlp_bias=r.get("mlp_bias", bool), norm="layernorm")
     return [("dense", layer)] * r.get("num_hidden_layers")
 

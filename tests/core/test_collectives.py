@@ -65,11 +65,15 @@ def test_all_to_all_and_sends_across_nodes():
     # stating no all-to-all call latency is charged a step per peer (7 on the node, 8 across).
     assert _call("all_to_all", 16e9, 16, 8, 2) == pytest.approx(max(7 / 16 * 16e9 / (NVLINK / 2), 8 / 16 * 16e9 / NIC) + 7 * A_IN + 8 * A_OUT)
     # One stating it (one round for every peer, its fixed time included) is charged it once, whatever the peers and
-    # without the fixed time per call; within a node the steps stay.
+    # without the fixed time per call, but never less than the same call's latency within one node: here 5 + 7 x 8 =
+    # 61 us of fixed time and NVLink steps against a 25 us round, so 61 us; with a 100 us round, 100 us.
     stated = attrs.evolve(FABRIC, inter_a2a_latency=25e-6, overhead=5e-6)
     for ranks, nodes in ((16, 2), (64, 8)):
         seconds = nccl_seconds(CollectiveCall("all_to_all", 16e9, GroupPlacement(ranks, 8, nodes), stated))
-        assert seconds == pytest.approx(max(7 / ranks * 16e9 / (NVLINK / 2), (ranks - 8) / ranks * 16e9 / NIC) + 25e-6)
+        assert seconds == pytest.approx(max(7 / ranks * 16e9 / (NVLINK / 2), (ranks - 8) / ranks * 16e9 / NIC) + 61e-6)
+        slow = nccl_seconds(CollectiveCall("all_to_all", 16e9, GroupPlacement(ranks, 8, nodes),
+                                           attrs.evolve(stated, inter_a2a_latency=100e-6)))
+        assert slow == pytest.approx(max(7 / ranks * 16e9 / (NVLINK / 2), (ranks - 8) / ranks * 16e9 / NIC) + 100e-6)
     inside = nccl_seconds(CollectiveCall("all_to_all", 8e9, GroupPlacement(8, 8, 1), stated))
     assert inside == pytest.approx(5e-6 + 7 / 8 * 8e9 / (NVLINK / 2) + 7 * A_IN)
     assert _call("p2p", 1e9, 2, 1, 2) == pytest.approx(1e9 / NIC + A_OUT)

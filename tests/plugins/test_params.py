@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import attrs
 import pytest
 
 from hp_core.api import estimate, layer_context
@@ -177,3 +178,20 @@ def test_nemotron_missing_width_is_refused_with_its_path():
     cfg = {k: v for k, v in NEMOTRON.items() if k != "intermediate_size"}
     with pytest.raises(ConfigError, match=r"config\.json \$\.intermediate_size: is missing"):
         model_from_hf_config(cfg, name="n", source="test")
+
+
+@pytest.mark.parametrize("model_type, out_bias", [("llama", True), ("qwen3", True), ("nemotron", True), ("qwen2", False)])
+def test_attention_bias_reaches_o_proj_as_transformers_builds_it(registry, model_type, out_bias):
+    # transformers 5.24.0: LlamaAttention, Qwen3Attention and NemotronAttention build o_proj with
+    # bias=config.attention_bias; Qwen2Attention always without. Biases by hand at hidden 6144, 48 heads of 128,
+    # 8 KV heads: q 6144, k and v 1024 each, o 6144.
+    cfg = {**NEMOTRON, "model_type": model_type, "attention_bias": True}
+    if model_type != "nemotron":
+        cfg.update(hidden_act="silu")
+    model = model_from_hf_config(cfg, name=model_type, source="test")
+    (group,) = [g for g in model.layers if g.kind == "dense"]
+    ctx = layer_context(ParallelSpec(seq_len=8), PRECISION, "flash")
+    with_bias = sum(p.elements for p in registry.layer_kind("dense").evaluate(group.config, ctx).params)
+    bare = attrs.evolve(group.config, attention_bias=False, attention_out_bias=False)
+    without = sum(p.elements for p in registry.layer_kind("dense").evaluate(bare, ctx).params)
+    assert with_bias - without == 6144 + 2 * 1024 + (6144 if out_bias else 0)

@@ -72,7 +72,8 @@ The model, with its sources (figures come from the profile, each sourced there):
   bus efficiency) and per-step latency ``a``: ring all-reduce
   ``2 (n-1)/n S/B + 2 (n-1) a``; tree all-reduce ``2 (n-1)/n S/B + 2 log2(n) a``;
   all-gather, reduce-scatter and all-to-all ``(n-1)/n S/B + (n-1) a``;
-  point-to-point ``S/B + a``; each collective call (not a send) also costs
+  point-to-point ``S/B + a``; each collective call (not a send, nor a
+  cross-node all-to-all whose hardware states its per-call latency) also costs
   the device's fixed ``collective_overhead_seconds`` (launch and
   synchronisation, fitted by SimuMax on B200). Every group is placed on the
   cluster by the layout's rank order (Megatron-Core's tp, cp, ep, dp, pp by
