@@ -25,11 +25,16 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 import fp8_runs  # noqa: E402  (the data file, layout() and _decoder_layers() of the other FP8 rows)
 
-CONTAINERS = ("nemo:24.05", "nemo:24.09", "nemo:24.12", "nemo:25.02.01", "nemo:25.04.00", "nemo:25.04.01")
+# The NeMo containers in the split's order; nemo:dev is the development image release v24.11.1 ran Grok-1 in (its
+# launch.sh names FW_VERSION 24.09; the next release moved to 24.12).
+CONTAINERS = ("nemo:24.05", "nemo:24.09", "nemo:dev", "nemo:24.12", "nemo:25.02.01", "nemo:25.04.00", "nemo:25.04.01")
 MODELS = {"llama3-8b": "Llama 3.1 8B", "llama3-70b": "Llama 3.1 70B", "gpt3-175b": "GPT-3 175B", "llama3-405b": "Llama 3.1 405B",
-          "nemotron-4-15b": "Nemotron-4 15B", "nemotron-4-340b": "Nemotron-4 340B"}
-# The Nemotron-4 rows, added after the others and split among themselves (dgxc_split_rule).
+          "nemotron-4-15b": "Nemotron-4 15B", "nemotron-4-340b": "Nemotron-4 340B", "grok1-314b": "Grok-1 314B"}
+# The Nemotron-4 rows, added after the others and split among themselves (dgxc_split_rule); the Grok-1 rows likewise.
 NEMOTRON = ("nemotron-4-15b", "nemotron-4-340b")
+GROK = ("grok1-314b",)
+# The rows added later, each collection split among itself: not in the first 62.
+LATER = NEMOTRON + GROK
 SPLITS = ("calibration", "held_out")
 
 
@@ -62,11 +67,29 @@ def _gpt3(config: dict):
     )
 
 
+def _with_capacity(built, moe: dict | None):
+    """*built* with its MoE layers dropping and padding tokens at a capacity factor where the run passed
+    ``moe_expert_capacity_factor`` with ``moe_pad_expert_input_to_capacity`` (the row's ``moe``; Megatron-Core
+    ``moe_utils.get_capacity``: every expert processes its capacity, padded)."""
+    if not (moe and moe.get("pad_expert_input_to_capacity")):
+        return built
+    changes = {"capacity_factor": float(moe["expert_capacity_factor"]), "pad_to_capacity": True}
+    groups = tuple(attrs.evolve(g, config=attrs.evolve(g.config, **changes)) if hasattr(g.config, "capacity_factor") else g
+                   for g in built.layers)
+    return attrs.evolve(built, layers=groups)
+
+
 def model(row: dict, registry):
-    """The row's model: GPT-3 from its ``model_config``; a Llama preset, with the row's ``model_overrides`` of its
-    config.json fields where the run changed them (the 405B proxies' layer count, the NeMo 1.0 405B runs' GPT-2 vocabulary)."""
+    """The row's model: GPT-3 from its ``model_config``; a Hugging Face style config (``hf``: NeMo's Grok-1, a Mixtral-shaped
+    MoE) with the row's ``moe`` capacity; a Llama preset, with the row's ``model_overrides`` of its config.json fields where
+    the run changed them (the 405B proxies' layer count, the NeMo 1.0 405B runs' GPT-2 vocabulary)."""
     if "model_config" in row:
         return _gpt3(row["model_config"])
+    if "hf" in row:
+        from hp_plugins.models.hf import model_from_hf_config
+
+        built = model_from_hf_config(row["hf"], name=f"{row['model']} ({row['id']})", source=f"fp8_measured_runs.json dgxc_rows {row['id']}")
+        return _with_capacity(built, row.get("moe"))
     if "model_overrides" not in row:
         return api.model_from_preset(row["model"], registry=registry)
     from hp_plugins.models.hf import model_from_hf_config
@@ -113,8 +136,10 @@ def results(registry=None) -> list[dict]:
 
 
 def _layout(row: dict) -> str:
-    degrees = " ".join(f"{k}{row[k]}" for k in ("tp", "pp", "cp", "vpp") if row[k] > 1)
+    degrees = " ".join(f"{k}{row.get(k, 1)}" for k in ("tp", "pp", "cp", "vpp", "ep", "etp") if row.get(k, 1) > 1)
     layers = row.get("model_overrides", {}).get("num_hidden_layers")
+    if "hf" in row and row["hf"]["num_hidden_layers"] < 64:  # a Grok-1 proxy
+        layers = row["hf"]["num_hidden_layers"]
     return (f"{row['gpus']} GPUs {degrees}, gbs {row['global_batch_size']}" + (f", {layers} layers" if layers else "")
             + (f", {row['recompute']} recompute" if "recompute" in row else ""))
 
@@ -147,11 +172,16 @@ def section(found: list[dict]) -> str:
     lines.append("")
     for split in SPLITS + (None,):
         lines.append(_summary(split or "All", [r for r in found if split in (None, r["split"])]))
-    # The two collections apart: the Nemotron-4 rows were added later and split among themselves (dgxc_split_rule).
+    # The collections apart: the Nemotron-4 and the Grok-1 rows were added later, each split among itself (dgxc_split_rule).
     nemotron = [r for r in found if r["model"] in NEMOTRON]
+    grok = [r for r in found if r["model"] in GROK]
+    if nemotron or grok:
+        lines.append(_summary("Llama 3.1 and GPT-3 175B", [r for r in found if r["model"] not in LATER]))
     if nemotron:
-        lines.append(_summary("Llama 3.1 and GPT-3 175B", [r for r in found if r["model"] not in NEMOTRON]))
         lines.append(_summary("Nemotron-4", nemotron))
+    if grok:
+        for split in SPLITS + (None,):
+            lines.append(_summary(f"Grok-1{', ' + split if split else ''}", [r for r in grok if split in (None, r["split"])]))
     return "\n".join(lines) + "\n"
 
 

@@ -31,7 +31,8 @@ DATA = Path(__file__).resolve().parents[1] / "tests" / "plugins" / "data" / "fp8
 
 
 def layout(row: dict, decoder_layers: int) -> ParallelSpec:
-    """The row's layout: Megatron-Core with sequence parallelism at tp > 1, the distributed optimizer.
+    """The row's layout: Megatron-Core with sequence parallelism at tp > 1, the distributed optimizer; the experts split
+    over ``etp`` where the row states it (else 1).
 
     A row with ``layers_per_stage`` splits its decoder layers with the embedding and the loss counted as a
     layer each (Megatron-Core account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split):
@@ -46,7 +47,8 @@ def layout(row: dict, decoder_layers: int) -> ParallelSpec:
         if left:
             raise ValueError(f"{row['id']}: {decoder_layers} decoder layers + 2 do not split evenly over {chunks} chunks")
         per_chunk = (each - 1,) + (each,) * (chunks - 2) + (each - 1,)
-    return ParallelSpec(layers_per_stage=per_chunk, tp=row["tp"], pp=row["pp"], cp=row["cp"], dp=dp, vpp=row["vpp"], ep=row["ep"], sp=row["tp"] > 1,
+    return ParallelSpec(layers_per_stage=per_chunk, tp=row["tp"], pp=row["pp"], cp=row["cp"], dp=dp, vpp=row["vpp"], ep=row["ep"],
+                        etp=row.get("etp", 1), sp=row["tp"] > 1,
                         micro_batch_size=row["micro_batch_size"], seq_len=row["seq_len"],
                         global_batch_size=row["global_batch_size"],
                         schedule="interleaved_1f1b" if row["vpp"] > 1 else None)

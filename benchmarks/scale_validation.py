@@ -13,7 +13,9 @@ errors apart. Then the same for llm-foundry's MPT benchmark rows of
 and A100 40GB; classes single- and multi-node FSDP per device), then Megatron-Bridge's bf16
 Megatron-Core rows of ``tests/plugins/data/scale_measured_mbridge.json`` (GPT-OSS 120B on 64 H100 or
 B200; NVIDIA's DGX Cloud NeMo recipes: Llama 3.1 8B on 8 to 128 H100s, Llama 3.1 70B and 405B and
-GPT-3 175B on 32 to 2,304, Nemotron-4 15B and 340B on 16 to 2,048), priced with the ``megatron`` runtime's defaults and as run. No figure is
+GPT-3 175B on 32 to 2,304, Nemotron-4 15B and 340B on 16 to 2,048, and NeMo's Grok-1 314B on 8 to 2,048, an
+MoE class with the GPT-OSS H100 rows, whose two collections are also reported apart), priced with the ``megatron``
+runtime's defaults and as run. No figure is
 fitted to these rows. ``--write`` replaces the text between the ``scale-validation``, the ``mpt-validation`` and
 the ``mbridge-validation`` markers of docs/time.md (atomically).
 """

@@ -26,6 +26,8 @@ from hp_plugins.kinds.output import OutputConfig
 from hp_plugins.models.hf import MODEL_TYPES as HF_MODEL_TYPES, model_from_hf_config
 from hp_plugins.models.mpt import model_from_mpt_config
 
+from measured_cases import with_megatron_capacity  # the same directory: capacity padding as Megatron-LM's flags state it
+
 SCALE_FILE = Path(__file__).resolve().parent / "data" / "scale_measured.json"
 DATA = json.loads(SCALE_FILE.read_text(encoding="utf-8"))
 ROWS: list[dict] = DATA["rows"]
@@ -38,15 +40,19 @@ MPT_CLASSES = tuple(f"MPT {nodes}-node FSDP, {device}" for device in ("H100", "A
                     for nodes in ("single", "multi"))
 # The A100 40GB SXM: 40 GiB of HBM2 at 1,555 GB/s (NVIDIA A100 datasheet); the rest as the A100 80GB preset.
 A100_40GB_BANDWIDTH_BYTES_PER_SECOND = 1555e9
-# Megatron-Bridge's performance summaries: bf16 Megatron-Core rows, layouts from the release's performance configs;
-# and NVIDIA's DGX Cloud benchmarking recipes (sources dgxc-*): Llama 3.1 8B on one H100 node, and Llama 3.1 8B, 70B
-# and 405B, GPT-3 175B and Nemotron-4 15B and 340B on 16 to 2,304 H100s (the dense multi-node class), layouts from the
-# recipe.
+# Megatron-Bridge's performance summaries: bf16 Megatron-Core rows (GPT-OSS 120B, the MoE classes), layouts from the
+# release's performance configs; and NVIDIA's DGX Cloud benchmarking recipes (sources dgxc-*): Llama 3.1 8B on one H100
+# node, Llama 3.1 8B, 70B and 405B, GPT-3 175B and Nemotron-4 15B and 340B on 16 to 2,304 H100s (the dense multi-node
+# class), and Grok-1 314B on 8 to 2,048 H100s (the H100 MoE class), layouts from the recipe.
 MBRIDGE_FILE = SCALE_FILE.with_name("scale_measured_mbridge.json")
 MBRIDGE_DATA = json.loads(MBRIDGE_FILE.read_text(encoding="utf-8"))
 MBRIDGE_ROWS: list[dict] = MBRIDGE_DATA["rows"]
-MBRIDGE_CLASSES = tuple(f"{nodes}-node Megatron-Core, {device}" for nodes in ("multi", "single") for device in ("H100", "B200")) + (
-    "multi-node Megatron-Core dense, H100",)
+MBRIDGE_CLASSES = ("multi-node Megatron-Core MoE, H100", "multi-node Megatron-Core MoE, B200", "single-node Megatron-Core, H100",
+                   "single-node Megatron-Core, B200", "multi-node Megatron-Core dense, H100")
+# Collections of a class reported apart as well (split among themselves: the data file's split_rule): the H100 MoE
+# class's Grok-1 rows (NVIDIA's DGX Cloud recipes) and its GPT-OSS 120B rows (Megatron-Bridge).
+MBRIDGE_COLLECTIONS = (("multi-node Megatron-Core MoE, H100", "Grok-1 rows alone", "-grok1-"),
+                       ("multi-node Megatron-Core MoE, H100", "GPT-OSS 120B rows alone", "-gpt-oss-"))
 
 
 def megatron_flops(gpt: dict, global_batch: int, seq_len: int) -> float:
@@ -101,11 +107,14 @@ def _gpt(gpt: dict) -> ModelSpec:
 
 
 def model(row: dict, registry) -> ModelSpec:
+    """The row's model: a preset (with ``overrides`` of its config's keys), a Hugging Face style config (``hf``), an MPT
+    config or a Megatron-LM GPT; a row's ``moe`` states the Megatron-Core MoE flags its run passed that a config file
+    does not hold (``expert_capacity_factor`` with ``pad_expert_input_to_capacity``: drop-and-pad routing)."""
     spec = row["model"]
     if "preset" in spec:
         return _preset(spec["preset"], registry, spec.get("overrides", {}))
     if "hf" in spec:
-        return model_from_hf_config(spec["hf"], name=row["id"], source=spec["source"])
+        return with_megatron_capacity(model_from_hf_config(spec["hf"], name=row["id"], source=spec["source"]), row.get("moe"))
     if "mpt" in spec:
         return model_from_mpt_config(spec["mpt"], name=row["id"], source=f"llm-foundry {spec['yaml']}")
     return _gpt(spec["gpt"])
@@ -270,7 +279,7 @@ def mbridge_report(registry) -> str:
              "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for row, measured, default, t in rows:
         lay = row["layout"]
-        degrees = " ".join(f"{k}{lay[k]}" for k in ("dp", "tp", "cp", "ep", "pp", "vpp") if lay.get(k, 1) > 1)
+        degrees = " ".join(f"{k}{lay[k]}" for k in ("dp", "tp", "cp", "ep", "etp", "pp", "vpp") if lay.get(k, 1) > 1)
         total = sum(tot for s in t.stages[:1] for _, tot, _ in s.communication_by_group)
         exposed = sum(e for s in t.stages[:1] for _, _, e in s.communication_by_group)
         lines.append(f"| {row['id']} | {row['class']} | {row['split']} | {row['gpus']} | {degrees}, mbs {lay['micro_batch_size']} | "
@@ -280,21 +289,23 @@ def mbridge_report(registry) -> str:
     lines.append("(As run: the trainer options each row's recipe sets, its `options`: `grad_reduce_in_fp32` off on every "
                  "row but NeMo 24.12's Nemotron-4 15B (Megatron-Core's distributed optimizer with no `grad_sync_dtype`: "
                  "fp32); `overlap_grad_reduce` and `overlap_param_gather` on wherever there is more than one data-parallel "
-                 "rank (every row but the 405B proxy on 64 GPUs); on the dense multi-node rows `tp_comm_overlap` wherever "
+                 "rank (every row but the 405B proxy on 64 GPUs); on the dense multi-node rows and the Grok-1 rows `tp_comm_overlap` wherever "
                  "TP > 1 and `overlap_p2p_communication` wherever PP > 1; each row's `recompute` too (of the dense rows, "
-                 "NeMo 24.09's Nemotron-4 340B: selective, core attention). Exposed and "
+                 "NeMo 24.09's Nemotron-4 340B: selective, core attention; the GPT-OSS rows: `layernorm` and `moe_act`). The "
+                 "Grok-1 rows' experts drop tokens at capacity factor 1.0 and pad to it (their `moe`), either way. Exposed and "
                  "hidden communication: stage 0, per micro-batch for TP/CP/EP/PP plus the step-end DP once.)")
     lines.append("")
-    for cls in MBRIDGE_CLASSES:
+    groups = [(cls, cls, "") for cls in MBRIDGE_CLASSES] + [(cls, f"{cls}, {label}", part) for cls, label, part in MBRIDGE_COLLECTIONS]
+    for cls, label, part in groups:
         for split in ("calibration", "held-out"):
-            chosen = [(m, d, t) for r, m, d, t in rows if r["class"] == cls and r["split"] == split]
+            chosen = [(m, d, t) for r, m, d, t in rows if r["class"] == cls and r["split"] == split and part in r["id"]]
             if not chosen:
-                lines.append(f"- {cls}, {split}: no rows.")
+                lines.append(f"- {label}, {split}: no rows.")
                 continue
             parts = []
             for name, errors in (("defaults", [100 * (d.step_seconds / m - 1) for m, d, _ in chosen]),
                                  ("as run", [100 * (t.step_seconds / m - 1) for m, _, t in chosen])):
                 parts.append(f"{name} mean absolute error {sum(map(abs, errors)) / len(errors):.1f}%, "
                              f"largest {max(errors, key=abs):+.1f}%, {sum(abs(e) <= 10 for e in errors)} within 10%")
-            lines.append(f"- {cls}, {split}: {len(chosen)} rows; " + "; ".join(parts) + ".")
+            lines.append(f"- {label}, {split}: {len(chosen)} rows; " + "; ".join(parts) + ".")
     return "\n".join(lines) + "\n"

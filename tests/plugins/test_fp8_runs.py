@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -358,14 +360,17 @@ def test_dgxc_rows_state_their_printed_figure_provenance_and_split():
     data = _data()
     dgxc = _dgxc()
     rows = data["dgxc_rows"]
-    assert len(rows) == 97 and len({(r["container"], r["model"], r["gpus"]) for r in rows}) == 97  # one measurement each
+    assert len(rows) == 115 and len({(r["container"], r["model"], r["gpus"]) for r in rows}) == 115  # one measurement each
     # The split rule, fixed before pricing: sorted by container, model, GPUs; alternately, the first calibration. The
-    # Nemotron-4 rows, added later, follow it among themselves (62 Llama 3.1 and GPT-3 rows, then 35 of Nemotron-4).
+    # Nemotron-4 rows and the Grok-1 rows, added later, follow it each among themselves (62 Llama 3.1 and GPT-3 rows,
+    # then 35 of Nemotron-4, then 18 of Grok-1).
     key = lambda r: (dgxc.CONTAINERS.index(r["container"]), list(dgxc.MODELS).index(r["model"]), r["gpus"])
-    first, nemotron = rows[:62], rows[62:]
-    assert not any(r["model"] in dgxc.NEMOTRON for r in first) and all(r["model"] in dgxc.NEMOTRON for r in nemotron)
+    first, nemotron, grok = rows[:62], rows[62:97], rows[97:]
+    assert not any(r["model"] in dgxc.LATER for r in first) and all(r["model"] in dgxc.NEMOTRON for r in nemotron)
+    assert all(r["model"] in dgxc.GROK for r in grok)
     assert sorted(first, key=key) == first and [r["split"] for r in first] == ["calibration", "held_out"] * 31
     assert sorted(nemotron, key=key) == nemotron and [r["split"] for r in nemotron] == ["calibration", "held_out"] * 17 + ["calibration"]
+    assert sorted(grok, key=key) == grok and [r["split"] for r in grok] == ["calibration", "held_out"] * 9
     tables = {}
     for r in rows:
         source = data["sources"][r["source"]]
@@ -373,13 +378,18 @@ def test_dgxc_rows_state_their_printed_figure_provenance_and_split():
         assert len(sha) == 40 and sha in source["commit"] and sha in source["url"], r["id"]
         assert r["runtime_options_source"] == r["source"] and r["recipe_source"] in data["sources"], r["id"]
         assert r["recipe"] == "fp8-delayed" and "FP8 parameter all-gather" in r["not_priced"][0], r["id"]
-        assert f"{r['gpus']}x H100" in r["column"] and r["gpus"] % (r["tp"] * r["pp"] * r["cp"]) == 0, r["id"]
+        # The column's GPUs ('256x H100' or, in the Grok-1 tables from 256 GPUs, '256 H100').
+        assert f"{r['gpus']}x H100" in r["column"] or f" {r['gpus']} H100" in r["column"], r["id"]
+        assert r["gpus"] % (r["tp"] * r["pp"] * r["cp"]) == 0, r["id"]
         tables.setdefault((r["source"], r["table"]), []).append(r)
-    # Each figure is the printed cell of its table's row, the columns in ascending GPUs; the BF16 twin's too.
-    for chosen in tables.values():
+    # Each figure is the printed cell of its table's row, the columns in ascending GPUs; the BF16 twin's too. One FP8
+    # column is skipped (v25.02's Grok-1 FP8 on 1,024 GPUs, dgxc_rows_skipped): its row's later cells sit one further on.
+    gap = {("dgxc-v25.02-grok1", "Grok 1 314b FP8"): 7}
+    for name, chosen in tables.items():
         for k, r in enumerate(sorted(chosen, key=lambda r: r["gpus"])):
+            column = k + (k >= gap[name] if name in gap else 0)
             for entry in (r, r["bf16"]):
-                assert _step_cells(entry["row"])[k] == entry["printed"], r["id"]
+                assert _step_cells(entry["row"])[column] == entry["printed"], r["id"]
                 assert float(entry["printed"].replace(" ", "")) == entry["step_seconds"], r["id"]
 
 
@@ -432,8 +442,9 @@ def test_precision_page_dgxc_tables_are_current_and_the_prose_states_their_figur
     dgxc = _dgxc()
     everything = dgxc.results()
     prose = _prose(_current(dgxc.section(everything)))
-    # The prose's first list is of the 62 Llama 3.1 and GPT-3 rows; the Nemotron-4 rows have their own (below).
-    found = [r for r in everything if r["model"] not in dgxc.NEMOTRON]
+    # The prose's first list is of the 62 Llama 3.1 and GPT-3 rows; the Nemotron-4 and Grok-1 rows have their own (below).
+    found = [r for r in everything if r["model"] not in dgxc.LATER]
+    _grok_prose(prose, [r for r in everything if r["model"] in dgxc.GROK])
     _nemotron_prose(prose, [r for r in everything if r["model"] in dgxc.NEMOTRON], found)
     by_id = {r["id"]: r for r in found}
     assert all(r["gather_seconds"] <= r["estimated_seconds"] for r in found)  # the FP8 gather moves half the bytes
@@ -554,3 +565,86 @@ def test_dgxc_nemotron_rows_recompute_and_reduce_as_their_configs(registry):
         total = layers * per_layer + 2 * 256000 * h + 2 * h
         assert api.count_parameters(dgxc.model(rows[name], registry), registry).total == total, name
 
+
+
+def test_dgxc_grok_rows_state_their_layout_model_and_skipped_cell(registry):
+    from hp_core import api
+
+    dgxc = _dgxc()
+    data = _data()
+    rows = {r["id"]: r for r in dgxc.rows() if r["model"] in dgxc.GROK}
+    # Nine columns of the nemo:dev image (v24.11.1), eight of 24.12 (v25.02; its 1,024-GPU FP8 cell skipped) and the
+    # 512-GPU H100 column of 25.04.00 (v25.05.02).
+    assert len(rows) == 18 and sum(r["container"] == "nemo:24.12" for r in rows.values()) == 8
+    assert "dgxc24.12-h100-grok1-314b-fp8-1024g" not in rows
+    skipped = next(s for s in data["dgxc_rows_skipped"] if "Throughput on 1024 H100 GPUs" in s["row"])
+    # 17.01 s is printed, but the printed 981,295 tokens/s and 25.24% MFU both follow from 17.10 s.
+    assert "17.01" in skipped["row"] and "981295" in skipped["row"]
+    assert 8192 * 2048 / 17.01 == pytest.approx(986315, abs=1) and 8192 * 2048 / 981295 == pytest.approx(17.097, abs=1e-3)
+    assert 2048 * 4.27e15 / 17.097 / 1024 / 1979e12 == pytest.approx(0.2524, abs=5e-5)
+    for r in rows.values():
+        # GPUs = TP x PP x CP x DP; the printed figure and its tokens per second (sequence x GBS / step, to the rounding).
+        dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
+        assert dp * r["tp"] * r["pp"] * r["cp"] == r["gpus"] and dp % r["ep"] == 0, r["id"]
+        assert r["recipe_source"] == ("dgxc-nemo2-fp8" if r["container"] == "nemo:25.04.00" else "dgxc-nemo1-fp8")
+        assert r["moe"] == {"expert_capacity_factor": 1.0, "pad_expert_input_to_capacity": True}
+        assert r["etp"] == (1 if r["container"] == "nemo:25.04.00" else r["tp"]) and r["tp"] == 4  # NeMo 1.0: experts split over TP
+        built = dgxc.model(r, registry)
+        moe = next(g.config for g in built.layers if g.kind == "moe")
+        assert (moe.capacity_factor, moe.pad_to_capacity) == (1.0, True)
+        assert dgxc.fp8_runs.layout(r, dgxc.fp8_runs._decoder_layers(built)).etp == r["etp"]
+    # Hand-checked: the printed step time and the README's tokens per second, sequence x GBS / step.
+    for name, (printed, tokens, tokens_per_second) in {"dgxcdev-h100-grok1-314b-fp8-8g": ("19.89", 4096 * 1024, 210875),
+                                                        "dgxc24.12-h100-grok1-314b-fp8-2048g": ("17.30", 8192 * 4096, 1939562),
+                                                        "dgxc25.04.00-h100-grok1-314b-fp8-512g": ("13.433", 8192 * 1024, 624478)}.items():
+        r = rows[name]
+        assert r["printed"] == printed and r["global_batch_size"] * r["seq_len"] == tokens
+        assert tokens / r["step_seconds"] == pytest.approx(tokens_per_second, rel=2e-4), name
+    # The model as run: 64 layers of NeMo's Grok-1 (316,454,737,920 parameters, by hand in test_scale_cases.py), its
+    # 2-layer proxy on 8 GPUs; SwiGLU experts under NeMo 2.0.
+    full = api.count_parameters(dgxc.model(rows["dgxcdev-h100-grok1-314b-fp8-512g"], registry), registry).total
+    assert full == 316_454_737_920
+    assert dgxc.fp8_runs._decoder_layers(dgxc.model(rows["dgxcdev-h100-grok1-314b-fp8-8g"], registry)) == 2
+    assert rows["dgxc25.04.00-h100-grok1-314b-fp8-512g"]["hf"]["hidden_act"] == "silu"
+
+
+def _grok_prose(prose: str, rows: list[dict]) -> None:
+    """Pins of the Grok-1 list of docs/precision.md to the 18 rows' figures."""
+    mae = lambda rs, key="error": sum(abs(r[key]) for r in rs) / len(rs)
+    assert len(rows) == 18 and all(r["error"] < -0.10 for r in rows)
+    assert (f"All 18 are priced too fast, by more than 10%** (mean absolute error {mae(rows):.1%}, "
+            f"{min(r['error'] for r in rows):+.1%} to {max(r['error'] for r in rows):+.1%})") in prose
+    nemo1 = [r for r in rows if r["container"] != "nemo:25.04.00"]
+    span = lambda rs, key, fmt: f"{min(r[key] for r in rs):{fmt}}-{max(r[key] for r in rs):{fmt}}"
+    assert (f"BF16 twins of the NeMo 1.0 rows are {min(r['bf16_error'] for r in nemo1):+.1%} to "
+            f"{max(r['bf16_error'] for r in nemo1):+.1%}") in prose
+    assert (f"hp's FP8 speedup is {span(nemo1, 'estimated_speedup', '.2f')} on the NeMo 1.0 rows, the measured one "
+            f"{span(nemo1, 'measured_speedup', '.2f')} (hp's {min(r['speedup_gap'] for r in nemo1):.1%} to "
+            f"{max(r['speedup_gap'] for r in nemo1):.1%} above it)") in prose
+    worst = sorted(rows, key=lambda r: r["error"])[:2]
+    assert [r["id"] for r in worst] == ["dgxc24.12-h100-grok1-314b-fp8-64g", "dgxc24.12-h100-grok1-314b-fp8-2048g"]
+    assert (f"The largest errors, {worst[0]['error']:+.1%} and {worst[1]['error']:+.1%} (24.12 on 64 and 2,048 GPUs), are on rows "
+            f"whose BF16 twins are among the furthest too fast ({worst[0]['bf16_error']:+.1%} and {worst[1]['bf16_error']:+.1%})") in prose
+    # Those twins are the most negative and one of the two next most negative of the 17 NeMo 1.0 twins.
+    assert all(r["bf16_error"] in sorted(x["bf16_error"] for x in nemo1)[:3] for r in worst)
+    nemo2 = next(r for r in rows if r["container"] == "nemo:25.04.00")
+    assert (f"NeMo 2.0 on 512 GPUs: {nemo2['error']:+.1%} for FP8, {nemo2['bf16_error']:+.1%} for its BF16 twin.** Its measured "
+            f"FP8 speedup is {nemo2['measured_speedup']:.2f} where hp prices {nemo2['estimated_speedup']:.2f} "
+            f"({nemo2['speedup_gap']:.1%} above it)") in prose
+    moved = [r["gather_seconds"] / r["estimated_seconds"] - 1 for r in rows]
+    assert max(moved) <= 0 and f"moves these figures by 0 to {min(moved):.1%}; with it the mean absolute error is {mae(rows, 'gather_error'):.1%}" in prose
+
+
+def test_dgxc_grok_speedups_are_the_lowest_and_the_prose_states_the_compute(registry):
+    dgxc = _dgxc()
+    found = dgxc.results(registry)
+    grok = [r for r in found if r["model"] in dgxc.GROK and r["container"] != "nemo:25.04.00"]
+    others = [r for r in found if r["model"] not in dgxc.GROK]
+    assert max(r["measured_speedup"] for r in grok) < min(r["measured_speedup"] for r in others)
+    # On 512 GPUs (the dev image): hp's compute in bf16 and in FP8, and the expert all-to-all it leaves exposed.
+    row = next(r for r in dgxc.rows() if r["id"] == "dgxcdev-h100-grok1-314b-fp8-512g")
+    fp8, bf16 = dgxc.price(row, registry), dgxc.price(row, registry, bf16=True)
+    a2a = next(exposed for name, _, exposed in fp8.stages[0].communication_by_group if name == "ep")
+    prose = _prose(_page())
+    assert (f"on 512 GPUs hp's compute goes from {bf16.compute_seconds:.2f} s to {fp8.compute_seconds:.2f} s); the expert "
+            f"all-to-all ({a2a * fp8.micro_batches:.2f} s a step exposed, unchanged)") in prose

@@ -295,10 +295,13 @@ MB_COLUMNS = ("System", "#-GPUs", "Precision", "GBS", "MBS", "Sequence Length", 
 MB_ROWS = [r for r in sc.MBRIDGE_ROWS if r["source"].startswith("mbridge-")]
 DGXC_ROWS = [r for r in sc.MBRIDGE_ROWS if r["source"].startswith("dgxc-")]
 DENSE = "multi-node Megatron-Core dense, H100"
-DGXC_SINGLE = [r for r in DGXC_ROWS if r["class"] != DENSE]
+MOE_H100 = "multi-node Megatron-Core MoE, H100"
+DGXC_SINGLE = [r for r in DGXC_ROWS if r["class"].startswith("single-node")]
 # The dense class holds the Llama 3.1 and GPT-3 rows and, added later and split among themselves, Nemotron-4's.
 DGXC_MULTI = [r for r in DGXC_ROWS if r["class"] == DENSE and "-nemotron4-" not in r["id"]]
 DGXC_NEMOTRON = [r for r in DGXC_ROWS if r["class"] == DENSE and "-nemotron4-" in r["id"]]
+# The H100 MoE class holds Megatron-Bridge's GPT-OSS 120B rows and the recipes' Grok-1 rows, each split among itself.
+DGXC_GROK = [r for r in DGXC_ROWS if "-grok1-" in r["id"]]
 
 
 def _cells(row: dict) -> dict:
@@ -373,8 +376,11 @@ def test_the_published_flops_count_the_gpt_oss_experts_ungated_and_hp_counts_the
 
 
 def _container(row: dict) -> tuple[int, ...]:
-    # The NeMo container a row ran in: Megatron-Bridge's summary section, or the recipe's FW_VERSION ("24.09" ...).
+    # The NeMo container a row ran in: Megatron-Bridge's summary section, or the recipe's FW_VERSION ("24.09" ...); "dev",
+    # the development image release v24.11.1 ran Grok-1 in (launch.sh FW_VERSION 24.09), after 24.09 and before 24.12.
     name = row["source"].split("-", 1)[1] if row["source"].startswith("mbridge-") else row["id"][4:].split("-", 1)[0]
+    if name == "dev":
+        return (24, 9, 1)
     return tuple(int(part) for part in name.split("."))
 
 
@@ -390,14 +396,26 @@ def _dense_key(row: dict) -> tuple:
     return _container(row), order.index(model), row["gpus"]
 
 
+def _grok_key(row: dict) -> tuple:
+    return _container(row), row["gpus"]
+
+
 def test_the_mbridge_split_alternates_per_device_by_container():
     for cls in {r["class"] for r in sc.MBRIDGE_ROWS}:
-        # The dense class: its Llama 3.1 and GPT-3 rows, and its Nemotron-4 rows among themselves (split_rule).
-        for group in ((DGXC_MULTI, DGXC_NEMOTRON) if cls == DENSE else ([r for r in sc.MBRIDGE_ROWS if r["class"] == cls],)):
-            group = sorted(group, key=_dense_key if cls == DENSE else _container)
+        # The dense class: its Llama 3.1 and GPT-3 rows, and its Nemotron-4 rows among themselves (split_rule); the H100
+        # MoE class: its GPT-OSS rows by container, and its Grok-1 rows among themselves by container, then GPUs.
+        if cls == DENSE:
+            groups, key = (DGXC_MULTI, DGXC_NEMOTRON), _dense_key
+        elif cls == MOE_H100:
+            groups, key = ([r for r in MB_ROWS if r["class"] == cls], DGXC_GROK), _grok_key
+        else:
+            groups, key = ([r for r in sc.MBRIDGE_ROWS if r["class"] == cls],), _container
+        for group in groups:
+            group = sorted(group, key=key)
             assert [r["split"] for r in group] == [("calibration", "held-out")[i % 2] for i in range(len(group))]
     assert len(DGXC_MULTI) + len(DGXC_NEMOTRON) == sum(r["class"] == DENSE for r in sc.MBRIDGE_ROWS)
-    assert sorted(r["id"] for r in sc.MBRIDGE_ROWS if r["split"] == "held-out" and r["class"] != DENSE) == [
+    assert len(DGXC_GROK) + 4 == sum(r["class"] == MOE_H100 for r in sc.MBRIDGE_ROWS)
+    assert sorted(r["id"] for r in sc.MBRIDGE_ROWS if r["split"] == "held-out" and r["class"] != DENSE and r not in DGXC_GROK) == [
         "dgxc24.12-h100-llama3.1-8b", "mb26.02.01-h100-gpt-oss-120b", "mb26.04-b200-gpt-oss-120b",
         "mb26.04.01-h100-gpt-oss-120b"]
     # The dense class: 58 rows, the first (GPT-3 175B on 128 GPUs, NeMo 24.05) calibration, then alternating; the last,
@@ -752,3 +770,180 @@ def test_grand_teton_peak_is_what_the_calibration_rows_pick_within_the_stated_in
     assert device.peak_flops["bf16"] == 835.5e12
     assert device.peak_flops["fp8"] == pytest.approx(1978.9e12 * 835.5 / 989.4)
     assert device.memory_bandwidth_bytes_per_second == 2.4e12
+
+
+# The H100 MoE class's Grok-1 rows (NVIDIA/dgxc-benchmarking grok1/, sources dgxc-*-grok1).
+# The README's configuration tables: NeMo 1.0 (v24.11.1 to v25.04.02) prints DP as the data-parallel ranks over EP;
+# NeMo 2.0 (v25.05.02) adds ETP and prints the data-parallel ranks themselves.
+_GROK_NEMO1 = ("GPUs", "SeqLen", "Layers", "TP", "PP", "CP", "EP", "DP", "VP", "MBS", "GBS", "GA")
+_GROK_NEMO2 = ("GPUs", "SeqLen", "Layers", "TP", "PP", "CP", "EP", "ETP", "DP", "VP", "MBS", "GBS", "GA")
+
+
+def _grok_config(row: dict) -> dict:
+    cells = [c.strip() for c in row["row"].split("configuration table: ", 1)[1].strip(" |").split("|")]
+    return dict(zip(_GROK_NEMO2 if _container_name(row) == "25.04.00" else _GROK_NEMO1, cells, strict=True))
+
+
+def test_the_grok_rows_hold_every_printed_bf16_column():
+    # Nine columns in the nemo:dev image (v24.11.1) and nine in 24.12 (v25.02), the 512-GPU H100 column in 25.04.00
+    # (v25.05.02; v25.05.01's 16.930 s in that cell superseded); split among themselves by container, then GPUs.
+    by = {}
+    for r in DGXC_GROK:
+        by.setdefault(_container_name(r), []).append(r["gpus"])
+    scales = [8, 16, 32, 64, 128, 256, 512, 1024, 2048]
+    assert by == {"dev": scales, "24.12": scales, "25.04.00": [512]}
+    assert all(r["class"] == MOE_H100 and r["hardware"] == "h100-sxm" and r["runtime"] == "megatron" for r in DGXC_GROK)
+    ordered = sorted(DGXC_GROK, key=_grok_key)
+    assert ordered[0]["id"] == "dgxcdev-h100-grok1-314b-proxy2l-8gpu" and ordered[0]["split"] == "calibration"
+    assert [r["split"] for r in ordered].count("held-out") == 9 and ordered[-1]["split"] == "calibration"
+    skipped = [s for s in sc.MBRIDGE_DATA["skipped"] if "grok1/README" in s["row"]]
+    assert any("16.930" in s["row"] and s["why"].startswith("superseded") for s in skipped)
+    assert not any("no Grok-1 preset" in s["why"] for s in sc.MBRIDGE_DATA["skipped"])
+
+
+def test_the_grok_rows_read_layout_batch_and_step_from_their_column():
+    for row in DGXC_GROK:
+        source = sc.MBRIDGE_DATA["sources"][row["source"]]
+        sha = source["url"].split("/")[6]
+        assert len(sha) == 40 and f"NVIDIA/dgxc-benchmarking {sha}" in source["commit"], row["id"]
+        assert f"nemo:{_container_name(row)}" in source["commit"] and source["config_files"] and source["step_seconds_from"]
+        assert row["config"] and row["not_priced"] and "no CUDA graphs" in row["recipe_settings"] and "BF16" in row["row"]
+        assert row["recompute"] is None and "no activation recompute" in row["recipe_settings"]
+        lay, cells, hf = row["layout"], _grok_config(row), row["model"]["hf"]
+        column = row["row"].split(" ||| ", 1)[0]
+        assert f"{row['gpus']}x H100" in column or f"{row['gpus']} H100" in column, row["id"]
+        # The layout's GPU count is the column's and the configuration table's: TP x PP x CP x DP.
+        assert int(cells["GPUs"]) == row["gpus"] == lay["dp"] * lay["tp"] * lay.get("pp", 1) * lay.get("cp", 1), row["id"]
+        assert (int(cells["TP"]), int(cells["PP"]), int(cells["CP"]), int(cells["EP"])) == \
+            (lay["tp"], lay.get("pp", 1), lay.get("cp", 1), lay["ep"]), row["id"]
+        assert (int(cells["SeqLen"]), int(cells["MBS"]), int(cells["GBS"]), int(cells["Layers"])) == \
+            (lay["seq_len"], lay["micro_batch_size"], lay["global_batch_size"], hf["num_hidden_layers"]), row["id"]
+        assert cells["VP"] == ("NA" if "vpp" not in lay else "8") and lay.get("vpp", 8) == 8, row["id"]
+        if "ETP" in cells:  # NeMo 2.0: ETP 1 and the data-parallel ranks themselves; GA = GBS / DP
+            assert (int(cells["ETP"]), int(cells["DP"]), int(cells["GA"])) == (lay["etp"], lay["dp"], lay["global_batch_size"] // lay["dp"])
+        else:
+            # NeMo 1.0: the experts split over TP (etp = TP); DP printed as the data-parallel ranks over EP; GA printed
+            # 128 on every column, which is GBS / DP from 32 GPUs on, and not at 8 and 16 (DP 2 and 4: 512 and 256).
+            assert lay["etp"] == lay["tp"] == 4 and int(cells["DP"]) == lay["dp"] // lay["ep"], row["id"]
+            assert cells["GA"] == "128" and lay["global_batch_size"] // lay["dp"] == {8: 512, 16: 256}.get(row["gpus"], 128)
+        # Sequence parallelism at TP 4; the capacity padding every run passed.
+        assert lay["sp"] and row["moe"] == {"expert_capacity_factor": 1.0, "pad_expert_input_to_capacity": True}
+        # The step time is the printed cell; the README's throughput is sequence x GBS over it, to its rounding.
+        step = float(_cell(row, "Training step time (seconds per step)"))
+        assert step == row["measured"]["step_seconds"] == measured_seconds(row)
+        tokens_per_second = float(_cell(row, "Throughput in tokens per second"))
+        assert lay["seq_len"] * lay["global_batch_size"] / step == pytest.approx(tokens_per_second, rel=0.0003), row["id"]
+
+
+def test_grok_options_follow_the_layout():
+    # Both DDP overlaps (more than one data-parallel rank everywhere), bf16 reduction, userbuffers TP overlap at TP 4,
+    # pipeline-send overlap wherever PP > 1 (always with VP 8), no TE fused permute (Megatron-Core's default then).
+    for row in DGXC_GROK:
+        lay, o = row["layout"], row["options"]
+        assert lay["dp"] > 1 and o["overlap_grad_reduce"] and o["overlap_param_gather"] and o["tp_comm_overlap"]
+        assert o["grad_reduce_in_fp32"] is False and o["moe_permute_fusion"] is False
+        assert o.get("overlap_p2p_communication", False) is (lay.get("pp", 1) > 1) is (lay.get("vpp", 1) == 8)
+
+
+def test_pinned_grok_rows(registry):
+    rows = {r["id"]: r for r in DGXC_GROK}
+    # The nemo:dev image's 8-layer proxy on 64 GPUs: TP 4 x CP 2 x DP 8, EP 8 over TP-split experts, GBS 1,024 of
+    # 8,192 tokens (128 micro-batches a rank), 20.64 s; 8,192 x 1,024 / 20.64 = 406,425 tokens/s as printed.
+    r = rows["dgxcdev-h100-grok1-314b-proxy8l-64gpu"]
+    assert r["layout"] == {"dp": 8, "tp": 4, "cp": 2, "ep": 8, "etp": 4, "sp": True, "seq_len": 8192, "micro_batch_size": 1,
+                           "global_batch_size": 1024}
+    assert r["measured"]["step_seconds"] == 20.64 and 8192 * 1024 / 20.64 == pytest.approx(406425, abs=1)
+    # The two-layer proxy on one node: EP 2 (four local experts a rank), 4,096 tokens, 512 micro-batches a rank.
+    r = rows["dgxcdev-h100-grok1-314b-proxy2l-8gpu"]
+    assert (r["layout"]["dp"], r["layout"]["ep"], r["layout"]["seq_len"], r["model"]["hf"]["num_hidden_layers"]) == (2, 2, 4096, 2)
+    assert r["measured"]["step_seconds"] == 24.03 and 4096 * 1024 / 24.03 == pytest.approx(174544, abs=1)
+    # 24.12 on 2,048 GPUs: PP 8 x VP 8 (64 layers, one a chunk), DP 32, GBS 4,096 (GBS 16 x nodes), 21.29 s.
+    r = rows["dgxc24.12-h100-grok1-314b-2048gpu"]
+    assert (r["layout"]["pp"], r["layout"]["vpp"], r["layout"]["dp"], r["layout"]["global_batch_size"]) == (8, 8, 32, 4096)
+    assert r["measured"]["step_seconds"] == 21.29 and 64 == 8 * 8
+    # NeMo 2.0 (25.04.00) on 512 GPUs: the same degrees with ETP 1 (whole experts), SwiGLU experts, 15.933 s, the mean of
+    # iterations 11 to 44.
+    r = rows["dgxc25.04.00-h100-grok1-314b-512gpu"]
+    assert (r["layout"]["etp"], r["model"]["hf"]["hidden_act"], r["measured"]["step_seconds"]) == (1, "silu", 15.933)
+    assert "iterations 11 to 44" in sc.MBRIDGE_DATA["sources"][r["source"]]["step_seconds_from"]
+    assert 8192 * 1024 / 15.933 == pytest.approx(526493, abs=1)
+
+
+def test_grok_model_is_nemos_mixtral_shaped_grok1(registry):
+    # Per layer: q and o 6,144^2 each, k and v 6,144 x 8 x 128 each, a 8 x 6,144 router, 8 gated experts of 3 x 6,144 x
+    # 32,768, two RMSNorms; untied embedding and output of the Llama 3 tokenizer's 128,256 rows; the final RMSNorm.
+    h, ffn, vocab = 6144, 32768, 128256
+    layer = 2 * h * h + 2 * h * 8 * 128 + 8 * h + 8 * 3 * h * ffn + 2 * h
+    total = 64 * layer + 2 * vocab * h + h
+    # transformers 5.24.0's MixtralForCausalLM of this config on the meta device counts the same.
+    assert layer == 4_919_980_032 and total == 316_454_737_920
+    for name, layers in (("dgxc24.12-h100-grok1-314b-512gpu", 64), ("dgxcdev-h100-grok1-314b-proxy8l-64gpu", 8)):
+        row = next(r for r in DGXC_GROK if r["id"] == name)
+        built = sc.model(row, registry)
+        assert estimate(built, ParallelSpec(seq_len=8192), registry=registry).parameters.total == layers * layer + 2 * vocab * h + h
+        # The experts: gated (gate and up), GeLU in the tanh form (Megatron-Core's fused GeGLU), padded to capacity 1.0.
+        moe = next(g.config for g in built.layers if g.kind == "moe")
+        assert (moe.expert_activation, moe.hidden_act, moe.capacity_factor, moe.pad_to_capacity) == ("swiglu", "gelu_pytorch_tanh", 1.0, True)
+    # The tanh-form GeLU costs hp what the erf form does (8 elementwise operations each): the step time is the same.
+    row = next(r for r in DGXC_GROK if r["id"] == "dgxc24.12-h100-grok1-314b-proxy4l-32gpu")
+    erf = dict(row, model=dict(row["model"], hf=dict(row["model"]["hf"], hidden_act="gelu")))
+    assert sc.estimated(row, registry).step_seconds == sc.estimated(erf, registry).step_seconds
+    # Balanced routing at capacity factor 1.0 gives each expert its even share: padding prices no extra time here.
+    bare = {k: v for k, v in row.items() if k != "moe"}
+    assert sc.estimated(row, registry).step_seconds == pytest.approx(sc.estimated(bare, registry).step_seconds, rel=1e-12)
+
+
+def test_time_md_states_the_grok_rows_figures(registry):
+    """Pins of docs/time.md's Grok-1 paragraphs to the rows as priced (the table itself is checked exactly)."""
+    prose = " ".join(" ".join(line for line in (ROOT / "docs" / "time.md").read_text(encoding="utf-8").splitlines()
+                              if not line.startswith("|")).split())
+    priced = {r["id"]: sc.estimated(r, registry) for r in DGXC_GROK}
+    errors = {i: t.step_seconds / measured_seconds(r) - 1 for r in DGXC_GROK for i, t in [(r["id"], priced[r["id"]])]}
+    defaults = {r["id"]: sc.estimated(r, registry, as_run=False).step_seconds / measured_seconds(r) - 1 for r in DGXC_GROK}
+    nemo1 = {i: e for i, e in errors.items() if not i.startswith("dgxc25.04.00")}
+    assert all(abs(e) <= 0.10 for e in nemo1.values())
+    assert (f"the 18 NeMo 1.0 rows are all within 10%, {min(nemo1.values()):+.1%} to {max(nemo1.values()):+.1%} "
+            f"({sum(e < 0 for e in nemo1.values())} priced fast), and NeMo 2.0's 512-GPU row is "
+            f"{errors['dgxc25.04.00-h100-grok1-314b-512gpu']:+.1%}") in prose
+    parts, base = [], []
+    for split in ("calibration", "held-out"):
+        chosen = [errors[r["id"]] for r in DGXC_GROK if r["split"] == split]
+        parts.append((len(chosen), sum(map(abs, chosen)) / len(chosen), max(chosen, key=abs)))
+        chosen = [defaults[r["id"]] for r in DGXC_GROK if r["split"] == split]
+        base.append(sum(map(abs, chosen)) / len(chosen))
+    assert (f"the {parts[0][0]} calibration rows have a mean absolute error of {parts[0][1]:.1%} (largest {parts[0][2]:+.1%}), "
+            f"the {parts[1][0]} held-out rows {parts[1][1]:.1%} (largest {parts[1][2]:+.1%})") in prose
+    assert (f"they read {base[0]:.1%} and {base[1]:.1%} (largest {max(defaults.values(), key=abs):+.1%})") in prose
+    # Where the step goes on 512 GPUs (the dev image): compute, exposed communication, the all-to-all's share.
+    t = priced["dgxcdev-h100-grok1-314b-512gpu"]
+    a2a = next(exposed for name, _, exposed in t.stages[0].communication_by_group if name == "ep")
+    assert (f"{t.step_seconds:.2f} s = {t.compute_seconds:.2f} s of compute, {t.communication_seconds:.2f} s of exposed "
+            f"communication, a {t.bubble_seconds:.2f} s bubble") in prose
+    assert f"{a2a * t.micro_batches:.2f} s is the expert all-to-all ({a2a * 1e3:.1f} ms a micro-batch, {t.micro_batches} micro-batches" in prose
+    assert f"It is {a2a * t.micro_batches / t.step_seconds:.0%} of hp's step" in prose
+    # NeMo 2.0 on 512 GPUs: hp's compute alone exceeds the measured step.
+    t2 = priced["dgxc25.04.00-h100-grok1-314b-512gpu"]
+    assert t2.compute_seconds > 15.933 and f"hp's compute alone, {t2.compute_seconds:.2f} s, exceeds the measured step" in prose
+    assert f"hp prices {t2.step_seconds:.2f} s against {t.step_seconds:.2f} s ({1 - t2.step_seconds / t.step_seconds:.1%} faster" in prose
+
+
+def test_time_md_sizes_the_unpriced_dispatcher_tp_traffic_at_hps_own_rate(registry):
+    # NeMo 1.0's experts split over TP: the alltoall dispatcher all-gathers the dispatched tokens over TP (two copies of
+    # each of the micro-batch's 4,096 tokens, 2 x 4,096 x 6,144 x 2 bytes) and reduce-scatters the experts' output back,
+    # forward and backward: four collectives a layer and micro-batch, which the rows do not price (their not_priced).
+    # Sized here at hp's own TP rate, on 512 GPUs (8 layers a stage, 128 micro-batches).
+    from hp_core.collectives import NCCL
+    from hp_core.engine.timing.rates import _links
+
+    row = next(r for r in DGXC_GROK if r["id"] == "dgxcdev-h100-grok1-314b-512gpu")
+    hw, lay, rt = sc.hardware(row, registry), sc.layout(row), sc.runtime(row, registry)
+    links = _links(hw, lay, rt.timing.device(hw.architecture), rt.timing, NCCL)
+    two_copies = 2 * 4096 * 6144 * 2
+    gather, scatter = links.seconds("tp", "all_gather", two_copies), links.seconds("tp", "reduce_scatter", two_copies)
+    step = 2 * (gather + scatter) * 8 * 128
+    t = sc.estimated(row, registry)
+    prose = " ".join(" ".join(line for line in (ROOT / "docs" / "time.md").read_text(encoding="utf-8").splitlines()
+                              if not line.startswith("|")).split())
+    assert (f"({gather * 1e3:.3f} ms an all-gather or reduce-scatter of 2 x 4,096 tokens) the four come to {step:.2f} s a step "
+            f"on 512 GPUs, {step / t.step_seconds:.1%} of hp's step") in prose
+    assert round(gather, 6) == round(scatter, 6)
