@@ -1,11 +1,11 @@
 """hp's step time against NVIDIA's DGX Cloud benchmarking FP8 runs (``dgxc_rows`` of tests/plugins/data/fp8_measured_runs.json).
 
 Run: ``python benchmarks/fp8_dgxc.py`` (``python benchmarks/fp8_runs.py`` prints it last). One row per run: the measured
-FP8 step time, hp's under ``fp8-delayed`` (the runs' scaling: Transformer Engine delayed scaling, HYBRID, amax history
-1024) and under a variant of it that all-gathers the parameters in FP8 as every run did (``fp8_params``; hp ships no such
-recipe, so the variant is made here, not registered), the same release's BF16 figure measured and priced, and both FP8
-speedups; then per container and model, and per split. Every row is priced as run: the ``megatron`` runtime with the
-row's ``runtime_options``, its activation ``recompute`` where its config sets one (absent: none), the H100 SXM preset.
+FP8 step time, hp's under the row's recipe, ``fp8-delayed-param-gather`` (the runs' scaling: Transformer Engine delayed
+scaling, HYBRID, amax history 1024, with the parameter all-gather in FP8 as every run's ``fp8_params`` made it) and under
+``fp8-delayed`` (the same scaling with a bf16 parameter all-gather), the same release's BF16 figure measured and priced,
+and both FP8 speedups; then per container and model, and per split. Every row is priced as run: the ``megatron`` runtime
+with the row's ``runtime_options``, its activation ``recompute`` where its config sets one (absent: none), the H100 SXM preset.
 Nothing is fitted to these rows (``dgxc_split_rule``; docs/precision.md).
 """
 
@@ -36,6 +36,8 @@ GROK = ("grok1-314b",)
 # The rows added later, each collection split among itself: not in the first 62.
 LATER = NEMOTRON + GROK
 SPLITS = ("calibration", "held_out")
+# The second FP8 column's recipe: the rows' scaling with the parameter all-gather in bf16 (hp's fp8-delayed).
+BF16_GATHER = "fp8-delayed"
 
 
 def rows() -> list[dict]:
@@ -82,7 +84,8 @@ def _with_capacity(built, moe: dict | None):
 def model(row: dict, registry):
     """The row's model: GPT-3 from its ``model_config``; a Hugging Face style config (``hf``: NeMo's Grok-1, a Mixtral-shaped
     MoE) with the row's ``moe`` capacity; a Llama preset, with the row's ``model_overrides`` of its config.json fields where
-    the run changed them (the 405B proxies' layer count, the NeMo 1.0 405B runs' GPT-2 vocabulary)."""
+    the run changed them (the 405B proxies' layer count, the NeMo 1.0 405B runs' GPT-2 vocabulary); a key the preset's
+    config lacks is refused (ValueError)."""
     if "model_config" in row:
         return _gpt3(row["model_config"])
     if "hf" in row:
@@ -92,20 +95,14 @@ def model(row: dict, registry):
         return _with_capacity(built, row.get("moe"))
     if "model_overrides" not in row:
         return api.model_from_preset(row["model"], registry=registry)
-    from hp_plugins.models.hf import model_from_hf_config
-
-    config = dict(registry.model(row["model"], "$.model").hf_config, **row["model_overrides"])
-    return model_from_hf_config(config, name=f"{row['model']} ({row['id']})", source=f"preset {row['model']}, {row['model_overrides']}")
+    # tests/plugins/scale_cases.py's preset builder: it refuses an override naming a key the preset's config lacks.
+    return fp8_runs._scale_cases()._preset(row["model"], registry, row["model_overrides"])
 
 
-def price(row: dict, registry, bf16: bool = False, fp8_gather: bool = False):
-    """hp's step time of *row* as run: its recipe, or ``bf16`` on the BF16 table's layout (*bf16*); *fp8_gather*: the
-    recipe with ``param_gather`` ``stored`` (the parameter all-gather in FP8, as the run's ``fp8_params`` did)."""
-    name = "bf16" if bf16 else row["recipe"]
-    if fp8_gather:
-        variant = attrs.evolve(registry.precision_recipe(name), name=f"{name}-fp8-gather-as-run", param_gather="stored")
-        registry = attrs.evolve(registry, precision_recipes=registry.precision_recipes + (variant,))
-        name = variant.name
+def price(row: dict, registry, bf16: bool = False, recipe: str | None = None):
+    """hp's step time of *row* as run: its recipe, or ``bf16`` on the BF16 table's layout (*bf16*), or the registered
+    *recipe* named in its place (the second FP8 column's ``fp8-delayed``)."""
+    name = "bf16" if bf16 else (recipe or row["recipe"])
     runtime = api.apply_options(registry.runtime("megatron"), row["runtime_options"])
     built = model(row, registry)
     shaped = dict(row, **row["bf16"].get("layout", {})) if bf16 else row
@@ -118,17 +115,17 @@ def price(row: dict, registry, bf16: bool = False, fp8_gather: bool = False):
 
 
 def results(registry=None) -> list[dict]:
-    """Each dgxc row priced: FP8 under its recipe and the FP8-gather variant, its BF16 twin, both speedups."""
+    """Each dgxc row priced: FP8 under its recipe and under ``fp8-delayed`` (a bf16 gather), its BF16 twin, both speedups."""
     registry = registry or api.build_registry()
     found = []
     for row in rows():
         fp8 = price(row, registry).step_seconds
-        gathered = price(row, registry, fp8_gather=True).step_seconds
+        bf16_gather = price(row, registry, recipe=BF16_GATHER).step_seconds
         bf16 = price(row, registry, bf16=True).step_seconds
         measured, base = row["step_seconds"], row["bf16"]["step_seconds"]
         found.append({"id": row["id"], "container": row["container"], "model": row["model"], "split": row["split"], "row": row,
                       "measured_seconds": measured, "estimated_seconds": fp8, "error": fp8 / measured - 1,
-                      "gather_seconds": gathered, "gather_error": gathered / measured - 1,
+                      "bf16_gather_seconds": bf16_gather, "bf16_gather_error": bf16_gather / measured - 1,
                       "bf16_measured_seconds": base, "bf16_seconds": bf16, "bf16_error": bf16 / base - 1,
                       "measured_speedup": base / measured, "estimated_speedup": bf16 / fp8,
                       "speedup_gap": (bf16 / fp8) / (base / measured) - 1})
@@ -151,12 +148,12 @@ def _mae(values) -> float:
 
 def section(found: list[dict]) -> str:
     """The tables docs/precision.md shows (tests/plugins/test_fp8_runs.py checks they are current)."""
-    lines = ["| run | split | layout | measured s | hp s | error | hp, FP8 gather s | error | bf16 measured s | hp bf16 s "
+    lines = ["| run | split | layout | measured s | hp s | error | hp, bf16 gather s | error | bf16 measured s | hp bf16 s "
              "| bf16 error | measured FP8 speedup | hp FP8 speedup |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in found:
         lines.append(f"| `{r['id']}` | {r['split']} | {_layout(r['row'])} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} "
-                     f"| {r['error']:+.1%} | {r['gather_seconds']:.3f} | {r['gather_error']:+.1%} | {r['bf16_measured_seconds']:.3f} "
+                     f"| {r['error']:+.1%} | {r['bf16_gather_seconds']:.3f} | {r['bf16_gather_error']:+.1%} | {r['bf16_measured_seconds']:.3f} "
                      f"| {r['bf16_seconds']:.3f} | {r['bf16_error']:+.1%} | {r['measured_speedup']:.2f} | {r['estimated_speedup']:.2f} |")
     lines += ["", "| container | model | rows | error | mean absolute error | within 10% | bf16 error | measured FP8 speedup "
               "| hp FP8 speedup |", "|---|---|---:|---|---:|---:|---|---|---|"]
@@ -188,7 +185,7 @@ def section(found: list[dict]) -> str:
 def _summary(label: str, chosen: list[dict]) -> str:
     largest = max(chosen, key=lambda r: abs(r["error"]))
     return (f"- {label}: {len(chosen)} rows, mean absolute error {_mae(r['error'] for r in chosen):.1%} "
-            f"(with the FP8 gather {_mae(r['gather_error'] for r in chosen):.1%}), largest {largest['error']:+.1%} "
+            f"(with the bf16 gather {_mae(r['bf16_gather_error'] for r in chosen):.1%}), largest {largest['error']:+.1%} "
             f"(`{largest['id']}`), {sum(abs(r['error']) <= 0.10 for r in chosen)} within 10%; bf16 twins "
             f"{_mae(r['bf16_error'] for r in chosen):.1%}; hp's FP8 speedup over the measured one "
             f"{min(r['speedup_gap'] for r in chosen):+.1%} to {max(r['speedup_gap'] for r in chosen):+.1%}, "
