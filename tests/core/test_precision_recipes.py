@@ -240,18 +240,20 @@ def test_weight_copies_by_storage_and_zero():
     assert weight_copy_bytes(1000, attrs.evolve(fp8, cache_weights=False), zero=1) == 0  # per micro-batch instead
 
 
-def test_fp8_param_gather_stores_the_weights_in_fp8(registry):
+def _llama_stage_memory(registry, *recipes):
+    """Stage 0's memory of Llama-3-8B on TP 2 (SP) x DP 4 under the megatron runtime, per recipe, and the number of
+    weight elements a recipe quantizes."""
     model = model_from_preset("llama3-8b", registry)
     layout = ParallelSpec(tp=2, sp=True, dp=4, seq_len=4096)
     runtime = registry.runtime("megatron").precision
-
-    def memory(recipe):
-        return estimate(model, layout, registry=registry, runtime="megatron",
-                        precision=attrs.evolve(runtime, recipe=recipe)).stages[0].memory
-
-    bf16, current, stored = memory("bf16"), memory("fp8-current"), memory("fp8-megatron-param-gather")
+    found = [estimate(model, layout, registry=registry, runtime="megatron",
+                      precision=attrs.evolve(runtime, recipe=recipe)).stages[0].memory for recipe in recipes]
     run = prepare(model, layout, registry=registry, runtime="megatron")
-    quantized = quantized_weight_elements([(cost, group.count) for cost, group in zip(run.costs, model.layers)])
+    return (*found, quantized_weight_elements([(cost, group.count) for cost, group in zip(run.costs, model.layers)]))
+
+
+def test_fp8_param_gather_stores_the_weights_in_fp8(registry):
+    bf16, current, stored, quantized = _llama_stage_memory(registry, "bf16", "fp8-current", "fp8-megatron-param-gather")
     assert current.parameters_bytes - bf16.parameters_bytes == 2 * quantized  # weight and transpose, 1 byte each
     # Stored in FP8 (1 byte instead of 2), and the parameter is the row-wise copy: one cached copy left.
     assert stored.parameters_bytes - bf16.parameters_bytes == -quantized + quantized
@@ -264,17 +266,7 @@ def test_delayed_param_gather_is_fp8_delayed_with_the_weights_stored_in_fp8(regi
     # fp8-delayed-param-gather (NeMo's fp8_params under delayed scaling) differs from fp8-delayed only where
     # --fp8-param-gather acts: parameters stored in FP8, one cached copy left; activations, optimizer states and
     # master weights as fp8-delayed; the trainer flags are fp8-delayed's and --fp8-param-gather.
-    model = model_from_preset("llama3-8b", registry)
-    layout = ParallelSpec(tp=2, sp=True, dp=4, seq_len=4096)
-    runtime = registry.runtime("megatron").precision
-
-    def memory(recipe):
-        return estimate(model, layout, registry=registry, runtime="megatron",
-                        precision=attrs.evolve(runtime, recipe=recipe)).stages[0].memory
-
-    bf16, delayed, stored = memory("bf16"), memory("fp8-delayed"), memory("fp8-delayed-param-gather")
-    run = prepare(model, layout, registry=registry, runtime="megatron")
-    quantized = quantized_weight_elements([(cost, group.count) for cost, group in zip(run.costs, model.layers)])
+    bf16, delayed, stored, quantized = _llama_stage_memory(registry, "bf16", "fp8-delayed", "fp8-delayed-param-gather")
     assert delayed.parameters_bytes - bf16.parameters_bytes == 2 * quantized
     assert stored.parameters_bytes == bf16.parameters_bytes  # 1-byte parameter plus one 1-byte copy = 2 bytes
     assert (stored.activations_bytes, stored.optimizer_states_bytes, stored.master_parameters_bytes) == (

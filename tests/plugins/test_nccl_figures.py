@@ -118,7 +118,10 @@ def test_the_network_step_is_the_two_node_small_all_reduce(registry):
     # place. NCCL runs its tree (LL) there, which hp prices 2 ((g-1) a_intra + log2(k) a_inter): the network step is
     # 24.945 / 2 - 7 x 1.27 = 3.5825 us, the preset's 3.58.
     measured_2 = (24.96 + 24.93) / 2
-    assert measured_2 / 2 - 7 * 1.27 == pytest.approx(3.5825, abs=1e-9)
+    preset = registry.hardware_preset("h100-sxm")
+    # The preset states the arithmetic, with its own intra-node step: 24.945 / 2 - 7 x 1.27 = 3.58 us.
+    intra_us = preset.spec.intra_node_latency_seconds * 1e6
+    assert f"{measured_2:.3f} / 2 - 7 x {intra_us:.2f} = {measured_2 / 2 - 7 * intra_us:.2f} us" in _latency_source("h100-sxm")
     assert registry.hardware_preset("h100-sxm").spec.inter_node_latency_seconds == pytest.approx(3.58e-6, rel=1e-12)
     two = _h100_links(registry, dp=16)
     assert (two.groups["dp"].per_node, two.groups["dp"].nodes) == (8, 2)
@@ -156,3 +159,11 @@ def test_a_cross_node_all_to_all_is_one_round_per_call(registry):
         seconds = links.seconds("ep", "all_to_all", nbytes)
         assert seconds == pytest.approx((ep - 8) / ep * nbytes / 37.15e9 + 30e-6, rel=1e-12)
         assert 0.5 <= seconds * 1e6 / us <= 1.0, ep
+
+
+def _latency_source(name: str) -> str:
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).resolve().parents[2] / "hp_plugins" / "hardware" / "data" / "hardware.json").read_text())
+    return next(p for p in data["presets"] if p["name"] == name)["latency_source"]
