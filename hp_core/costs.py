@@ -250,7 +250,7 @@ class Flops:
 
 
 # The groups a layer's own collectives run over, and the collective operations.
-COLLECTIVE_GROUPS = ("tp", "cp", "ep")
+COLLECTIVE_GROUPS = ("tp", "cp", "ep", "etp")
 COLLECTIVE_OPS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p")
 
 
@@ -263,8 +263,9 @@ class Collective:
     the runtime's overlap of that group unless the trainer cannot overlap it.
 
     Attributes:
-        group: ``tp``, ``cp`` or ``ep`` (:data:`COLLECTIVE_GROUPS`): the
-            layout's group it runs over.
+        group: ``tp``, ``cp``, ``ep`` or ``etp`` (:data:`COLLECTIVE_GROUPS`):
+            the layout's group it runs over; ``etp`` is the routed experts'
+            tensor-parallel group (the expert dims' ``tp`` axis, ``etp`` ranks).
         op: ``all_gather``, ``reduce_scatter``, ``all_reduce``, ``all_to_all``
             or ``p2p`` (a send to one neighbour and a receive from the other).
         bytes: The buffer, NCCL's convention: all-gather's gathered output,

@@ -18,7 +18,9 @@ of other blocks states its own the same way:
   gradients backward (Liu et al. 2023); all-to-all CP exchanges q, k, v and
   the output each way, on attention's critical path (Jacobs et al. 2023).
 * :func:`expert_collectives`: expert parallelism dispatches and combines the
-  routed tokens with an all-to-all each, each way.
+  routed tokens with an all-to-all each, each way; expert tensor parallelism
+  (``etp > 1``) all-gathers the dispatched tokens over its ``etp`` ranks and
+  reduce-scatters the experts' output back, each way.
 * :func:`decoder_work`: the whole work of a decoder layer built from the
   kit's attention (GQA or MLA) and feed-forward (MLP or routed experts)
   blocks, with the layer's recorded weight shapes as its GEMMs.
@@ -134,10 +136,27 @@ def attention_collectives(x: LayerContext, kv_bytes: float, qkvo_bytes: float) -
 
 def expert_collectives(x: LayerContext, routed_bytes: float, routing: Routing | None = None) -> tuple[Collective, ...]:
     """Expert parallelism's dispatch and combine all-to-alls of *routed_bytes* (a copy per routed expert), each
-    way, with the token *routing* a de-duplicating library prices from (:class:`hp_core.collectives.Routing`)."""
-    if x.ep <= 1 or not routed_bytes:
+    way, with the token *routing* a de-duplicating library prices from (:class:`hp_core.collectives.Routing`),
+    and expert tensor parallelism's gather and reduce-scatter of the tokens its ``etp`` ranks process.
+
+    Megatron-Core ``MoEAlltoAllTokenDispatcher`` (megatron/core/transformer/moe/token_dispatcher.py) with
+    ``tp_size = |expt_tp| > 1``: after the all-to-all, ``dispatch_postprocess`` gathers the dispatched tokens
+    over the expert-TP group (``gather_from_sequence_parallel_region``: an all-gather forward, a reduce-scatter
+    backward) and ``combine_preprocess`` reduce-scatters the experts' output back (``reduce_scatter_to_sequence_
+    parallel_region``: a reduce-scatter forward, an all-gather backward). Both move the ``etp`` ranks' routed
+    tokens, ``etp * routed_bytes`` (NCCL's convention: the all-gather's gathered output, the reduce-scatter's
+    input), priced in the activation dtype; the probabilities gathered beside them (one value per routed copy)
+    are left out (``1 / width`` of the tokens' bytes).
+    """
+    if not routed_bytes:
         return ()
-    return (Collective("ep", "all_to_all", routed_bytes, 2, 2, routing=routing),)
+    found: list[Collective] = []
+    if x.ep > 1:
+        found.append(Collective("ep", "all_to_all", routed_bytes, 2, 2, routing=routing))
+    if x.etp > 1:
+        gathered = routed_bytes * x.etp
+        found += [Collective("etp", "all_gather", gathered, 1, 1), Collective("etp", "reduce_scatter", gathered, 1, 1)]
+    return tuple(found)
 
 
 def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hidden_size: int, blocks: int,

@@ -82,8 +82,8 @@ def _exposed(key: str, seconds: float, gemm_seconds: float, compute_seconds: flo
 
     TP with ``tp_comm_overlap``: the collectives are split into ``tp`` chunks
     pipelined with the GEMMs they feed (TE userbuffers; async TP), so
-    ``max(comm - GEMMs, comm / tp)``; EP with ``ep_comm_overlap``: one
-    micro-batch's all-to-alls run behind another's compute, ``max(0, comm -
+    ``max(comm - GEMMs, comm / tp)``; EP (and the expert-TP collectives,
+    ``etp``) with ``ep_comm_overlap``: one micro-batch's all-to-alls run behind another's compute, ``max(0, comm -
     compute)``; otherwise the profile's fraction (``1 - CommOverlap``).
     """
     if not seconds:
@@ -92,13 +92,16 @@ def _exposed(key: str, seconds: float, gemm_seconds: float, compute_seconds: flo
         return seconds
     if key == "tp" and r.tp_comm_overlap:
         return max(seconds - gemm_seconds, seconds / r.tp)
-    if key == "ep" and r.ep_comm_overlap:
+    if key in ("ep", "etp") and r.ep_comm_overlap:
         return max(0.0, seconds - compute_seconds)
     return seconds * _GROUP_EXPOSED[key](r)
 
 
 # Per group: the share of its time the runtime leaves exposed.
-_GROUP_EXPOSED = {"tp": lambda r: r.expose_tp, "cp": lambda r: r.expose_cp, "ep": lambda r: r.expose_ep}
+# The expert-TP gather and reduce-scatter run inside the token dispatcher with the all-to-alls, so they take
+# expert parallelism's overlap (Megatron-Core MoEAlltoAllTokenDispatcher; docs/time.md).
+_GROUP_EXPOSED = {"tp": lambda r: r.expose_tp, "cp": lambda r: r.expose_cp, "ep": lambda r: r.expose_ep,
+                  "etp": lambda r: r.expose_ep}
 
 
 # What an op-level SAC that re-runs "every second mm" (torchtitan/distributed/activation_checkpoint.py, _custom_policy)

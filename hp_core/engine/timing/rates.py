@@ -114,7 +114,7 @@ def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency
         dense = {**dense, "dp": p.dp // replicate, "dp_replicate": replicate}
         expert = {**expert, "dp": p.expert_dp // replicate, "dp_replicate": replicate}
     wanted = {"tp": (dense, ("tp",)), "cp": (dense, ("cp",)), "dp": (dense, ("cp", "dp")), "ep": (expert, ("ep",)),
-              "edp": (expert, ("dp",)), "pp": (dense, ("pp",))}
+              "etp": (expert, ("tp",)), "edp": (expert, ("dp",)), "pp": (dense, ("pp",))}
     if replicate > 1:
         wanted.update(hsdp=(dense, ("dp_replicate",)), ehsdp=(expert, ("dp_replicate",)))
     sizes = {name: math.prod(s[d] for d in dims) for name, (s, dims) in wanted.items()}
