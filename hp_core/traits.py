@@ -50,6 +50,11 @@ TRAITS = {
         "through experts TP leaves whole (a PyTorch-native plan that parallelizes only the attention)"
     ),
     "torchtitan_op_sac": "a dense layer's normOp+ffAct keep what torchtitan's per-op SAC saves (hp_plugins/kit/op_sac.py)",
+    "moe_expert_tp_dispatch": (
+        "the token dispatcher all-gathers the dispatched tokens over the expert-TP group and reduce-scatters the "
+        "experts' output back, and the routed experts have no dense-MLP TP gather of their own: the MoE layer "
+        "routes its sequence-parallel shard (Megatron-Core MoEAlltoAllTokenDispatcher, moe_layer.py)"
+    ),
     "moe_fused_permute": (
         "the fused token permutation keeps an int32 row map of [tokens, 2 * experts + 1] "
         "(Transformer Engine permutation.py moe_permute)"

@@ -219,7 +219,12 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
         b.linear(T, h, fc1 * I // t)
         b.linear(T, I // t, h)
     b.block_grads.append(grads)
-    b.tp_blocks += 1
+    if c.shared_expert_intermediate_size or "moe_expert_tp_dispatch" not in x.traits:
+        # A block gathering its input and reducing its output over TP like a dense MLP. Megatron-Core's MoE layer
+        # routes its sequence-parallel shard instead (moe_layer.py; MoE under TP requires sequence parallelism) and
+        # its dispatcher moves the tokens over the expert-TP group (kit.work.expert_collectives): only shared
+        # experts (shared_experts.py, an MLP with sequence-parallel linears) gather over TP there.
+        b.tp_blocks += 1
     b.expert_shape = ExpertShape(experts=E, top_k=c.num_experts_per_tok, width=c.moe_intermediate_size,
                                  pad_to_capacity=c.pad_to_capacity, capacity_factor=c.capacity_factor, gated=gated,
                                  model_width=c.moe_latent_size, routing_groups=c.router_num_groups,

@@ -146,14 +146,15 @@ def expert_collectives(x: LayerContext, routed_bytes: float, routing: Routing | 
     parallel_region``: a reduce-scatter forward, an all-gather backward). Both move the ``etp`` ranks' routed
     tokens, ``etp * routed_bytes`` (NCCL's convention: the all-gather's gathered output, the reduce-scatter's
     input), priced in the activation dtype; the probabilities gathered beside them (one value per routed copy)
-    are left out (``1 / width`` of the tokens' bytes).
+    are left out (``1 / width`` of the tokens' bytes). Stated under the runtime trait ``moe_expert_tp_dispatch``;
+    a trainer without it gathers the MoE block's input over TP like a dense MLP's (the layer's TP block).
     """
     if not routed_bytes:
         return ()
     found: list[Collective] = []
     if x.ep > 1:
         found.append(Collective("ep", "all_to_all", routed_bytes, 2, 2, routing=routing))
-    if x.etp > 1:
+    if x.etp > 1 and "moe_expert_tp_dispatch" in x.traits:
         gathered = routed_bytes * x.etp
         found += [Collective("etp", "all_gather", gathered, 1, 1), Collective("etp", "reduce_scatter", gathered, 1, 1)]
     return tuple(found)

@@ -649,8 +649,9 @@ def test_dgxc_grok_rows_state_their_layout_model_and_skipped_cell(registry):
 def _grok_prose(prose: str, rows: list[dict]) -> None:
     """Pins of the Grok-1 list of docs/precision.md to the 18 rows' figures."""
     mae = lambda rs, key="error": sum(abs(r[key]) for r in rs) / len(rs)
-    assert len(rows) == 18 and all(r["error"] < -0.10 for r in rows)
-    assert (f"All 18 are priced too fast, by more than 10%** (mean absolute error {mae(rows):.1%}, "
+    assert len(rows) == 18 and all(r["error"] < 0 for r in rows)
+    assert (f"All 18 are priced too fast, {sum(r['error'] < -0.10 for r in rows)} of them by more than 10%** (mean absolute "
+            f"error {mae(rows):.1%}, "
             f"{min(r['error'] for r in rows):+.1%} to {max(r['error'] for r in rows):+.1%})") in prose
     nemo1 = [r for r in rows if r["container"] != "nemo:25.04.00"]
     span = lambda rs, key, fmt: f"{min(r[key] for r in rs):{fmt}}-{max(r[key] for r in rs):{fmt}}"
@@ -660,9 +661,10 @@ def _grok_prose(prose: str, rows: list[dict]) -> None:
             f"{span(nemo1, 'measured_speedup', '.2f')} (hp's {min(r['speedup_gap'] for r in nemo1):.1%} to "
             f"{max(r['speedup_gap'] for r in nemo1):.1%} above it)") in prose
     worst = sorted(rows, key=lambda r: r["error"])[:2]
-    assert [r["id"] for r in worst] == ["dgxc24.12-h100-grok1-314b-fp8-64g", "dgxc24.12-h100-grok1-314b-fp8-2048g"]
-    assert (f"The largest errors, {worst[0]['error']:+.1%} and {worst[1]['error']:+.1%} (24.12 on 64 and 2,048 GPUs), are on rows "
-            f"whose BF16 twins are among the furthest too fast ({worst[0]['bf16_error']:+.1%} and {worst[1]['bf16_error']:+.1%})") in prose
+    assert [r["id"] for r in worst] == ["dgxc24.12-h100-grok1-314b-fp8-64g", "dgxcdev-h100-grok1-314b-fp8-8g"]
+    assert (f"The largest errors, {worst[0]['error']:+.1%} and {worst[1]['error']:+.1%} (24.12 on 64 GPUs and the dev image's "
+            f"2-layer proxy on 8), are on rows whose BF16 twins are among the furthest too fast ({worst[0]['bf16_error']:+.1%} "
+            f"and {worst[1]['bf16_error']:+.1%})") in prose
     # Those twins are the most negative and one of the two next most negative of the 17 NeMo 1.0 twins.
     assert all(r["bf16_error"] in sorted(x["bf16_error"] for x in nemo1)[:3] for r in worst)
     nemo2 = next(r for r in rows if r["container"] == "nemo:25.04.00")

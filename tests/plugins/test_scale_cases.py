@@ -935,11 +935,12 @@ def test_time_md_states_the_grok_rows_figures(registry):
     assert f"hp prices {t2.step_seconds:.2f} s against {t.step_seconds:.2f} s ({1 - t2.step_seconds / t.step_seconds:.1%} faster" in prose
 
 
-def test_time_md_sizes_the_unpriced_dispatcher_tp_traffic_at_hps_own_rate(registry):
-    # NeMo 1.0's experts split over TP: the alltoall dispatcher all-gathers the dispatched tokens over TP (two copies of
-    # each of the micro-batch's 4,096 tokens, 2 x 4,096 x 6,144 x 2 bytes) and reduce-scatters the experts' output back,
-    # forward and backward: four collectives a layer and micro-batch, which the rows do not price (their not_priced).
-    # Sized here at hp's own TP rate, on 512 GPUs (8 layers a stage, 128 micro-batches).
+def test_grok_rows_price_the_dispatchers_expert_tp_collectives(registry, monkeypatch):
+    # NeMo 1.0's experts split over TP (ETP 4): the alltoall dispatcher all-gathers the dispatched tokens over the
+    # expert-TP group (two copies of each of the micro-batch's 4,096 tokens, 2 x 4,096 x 6,144 x 2 bytes) and
+    # reduce-scatters the experts' output back, forward and backward: four collectives a layer and micro-batch
+    # (hp_plugins/kit/work.py expert_collectives), exposed whole (the recipe has no expert-parallel overlap).
+    # On 512 GPUs: 8 layers a stage, 128 micro-batches.
     from hp_core.collectives import NCCL
     from hp_core.engine.timing.rates import _links
 
@@ -947,11 +948,31 @@ def test_time_md_sizes_the_unpriced_dispatcher_tp_traffic_at_hps_own_rate(regist
     hw, lay, rt = sc.hardware(row, registry), sc.layout(row), sc.runtime(row, registry)
     links = _links(hw, lay, rt.timing.device(hw.architecture), rt.timing, NCCL)
     two_copies = 2 * 4096 * 6144 * 2
-    gather, scatter = links.seconds("tp", "all_gather", two_copies), links.seconds("tp", "reduce_scatter", two_copies)
+    gather, scatter = links.seconds("etp", "all_gather", two_copies), links.seconds("etp", "reduce_scatter", two_copies)
     step = 2 * (gather + scatter) * 8 * 128
     t = sc.estimated(row, registry)
+    etp = next((total, exposed) for name, total, exposed in t.stages[0].communication_by_group if name == "etp")
+    stated_slowdown = rt.timing.device(hw.architecture).sustained_slowdown  # none stated for Hopper here: 1
+    slowdown = 1.0 if stated_slowdown is None else stated_slowdown.value
+    assert etp[0] == etp[1] == pytest.approx(slowdown * 2 * (gather + scatter) * 8, rel=1e-9)
     prose = " ".join(" ".join(line for line in (ROOT / "docs" / "time.md").read_text(encoding="utf-8").splitlines()
                               if not line.startswith("|")).split())
     assert (f"({gather * 1e3:.3f} ms an all-gather or reduce-scatter of 2 x 4,096 tokens) the four come to {step:.2f} s a step "
             f"on 512 GPUs, {step / t.step_seconds:.1%} of hp's step") in prose
     assert round(gather, 6) == round(scatter, 6)
+    # On the 4-layer proxy on 32 GPUs (no pipeline): the step is longer than without the expert-TP collectives by
+    # exactly their time, 4 layers x 2 x (gather + scatter) a micro-batch, exposed whole.
+    import hp_plugins.kit.work as work
+
+    proxy = next(r for r in DGXC_GROK if r["id"] == "dgxcdev-h100-grok1-314b-proxy4l-32gpu")
+    hw, lay = sc.hardware(proxy, registry), sc.layout(proxy)
+    links = _links(hw, lay, rt.timing.device(hw.architecture), rt.timing, NCCL)
+    per_micro_batch = 4 * 2 * (links.seconds("etp", "all_gather", two_copies) + links.seconds("etp", "reduce_scatter", two_copies))
+    priced = sc.estimated(proxy, registry)
+    stated = work.expert_collectives
+    monkeypatch.setattr(work, "expert_collectives", lambda *a, **k: tuple(c for c in stated(*a, **k) if c.group != "etp"))
+    from hp_core.api import build_registry
+
+    without = sc.estimated(proxy, build_registry(use_env=False))  # a registry of its own: a registry keeps its layers' costs
+    assert priced.step_seconds - without.step_seconds == pytest.approx(
+        slowdown * per_micro_batch * priced.micro_batches, rel=1e-6)
