@@ -46,39 +46,14 @@ def rows() -> list[dict]:
 
 def _gpt3(config: dict):
     """GPT-3 175B as NeMo 1.0 builds it from gpt3_175b_hydra.yaml (the row's ``model_config`` says where each field comes
-    from): LayerNorm, multi-head attention and a GeLU MLP with biases, a learned position table, tied embeddings,
-    dropout on the embedding output, the attention probabilities and each block's output."""
-    from hp_core.specs import LayerGroup, ModelSpec
-    from hp_plugins.kinds.dense import DenseConfig
-    from hp_plugins.kinds.embedding import EmbeddingConfig
-    from hp_plugins.kinds.output import OutputConfig
-
-    h, vocab, heads = config["hidden_size"], config["vocab_size"], config["num_attention_heads"]
-    layer = DenseConfig(hidden_size=h, num_attention_heads=heads, num_key_value_heads=heads,
-                        intermediate_size=config["ffn_hidden_size"], gated_mlp=False, hidden_act="gelu", norm="layernorm",
-                        attention_bias=True, attention_out_bias=True, mlp_bias=True,
-                        hidden_dropout=config["hidden_dropout"], attention_dropout=config["attention_dropout"])
-    return ModelSpec(
-        name="gpt3-175b",
-        layers=(LayerGroup(kind="embedding", config=EmbeddingConfig(vocab_size=vocab, hidden_size=h, dropout=config["hidden_dropout"],
-                                                                    position_embeddings=config["max_position_embeddings"])),
-                LayerGroup(kind="dense", config=layer, count=config["num_layers"]),
-                LayerGroup(kind="output", config=OutputConfig(vocab_size=vocab, hidden_size=h, tie_word_embeddings=True,
-                                                              norm="layernorm"))),
-        source="NVIDIA/dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml (fp8_measured_runs.json dgxc_rows model_config)",
-    )
-
-
-def _with_capacity(built, moe: dict | None):
-    """*built* with its MoE layers dropping and padding tokens at a capacity factor where the run passed
-    ``moe_expert_capacity_factor`` with ``moe_pad_expert_input_to_capacity`` (the row's ``moe``; Megatron-Core
-    ``moe_utils.get_capacity``: every expert processes its capacity, padded)."""
-    if not (moe and moe.get("pad_expert_input_to_capacity")):
-        return built
-    changes = {"capacity_factor": float(moe["expert_capacity_factor"]), "pad_to_capacity": True}
-    groups = tuple(attrs.evolve(g, config=attrs.evolve(g.config, **changes)) if hasattr(g.config, "capacity_factor") else g
-                   for g in built.layers)
-    return attrs.evolve(built, layers=groups)
+    from): Megatron's default GPT, tests/plugins/scale_cases.py ``_gpt`` (LayerNorm, multi-head attention, a GeLU MLP of
+    4h with biases, tied embeddings), with the yaml's learned position table and its dropout on the embedding output,
+    the attention probabilities and each block's output."""
+    if config["ffn_hidden_size"] != 4 * config["hidden_size"]:
+        raise ValueError(f"GPT-3 model_config: ffn_hidden_size {config['ffn_hidden_size']} is not 4 x hidden_size, "
+                         "which Megatron's default GPT builds")
+    keys = ("hidden_size", "num_attention_heads", "num_layers", "vocab_size", "hidden_dropout", "attention_dropout")
+    return fp8_runs._scale_cases()._gpt({**{k: config[k] for k in keys}, "position_embeddings": config["max_position_embeddings"]})
 
 
 def model(row: dict, registry):
@@ -92,7 +67,8 @@ def model(row: dict, registry):
         from hp_plugins.models.hf import model_from_hf_config
 
         built = model_from_hf_config(row["hf"], name=f"{row['model']} ({row['id']})", source=f"fp8_measured_runs.json dgxc_rows {row['id']}")
-        return _with_capacity(built, row.get("moe"))
+        # Megatron-Core's drop-and-pad routing where the run passed it (tests/plugins/measured_cases.py, as the bf16 rows).
+        return fp8_runs._scale_cases().with_megatron_capacity(built, row.get("moe"))
     if "model_overrides" not in row:
         return api.model_from_preset(row["model"], registry=registry)
     # tests/plugins/scale_cases.py's preset builder: it refuses an override naming a key the preset's config lacks.
