@@ -98,14 +98,18 @@ def load_hf_config(path: str | Path) -> tuple[dict[str, Any], str]:
     return load_model_config(path)
 
 
-def _gqa(r: ConfigReader, qkv_bias: bool | None = None, qk_norm: bool = False) -> dict[str, Any]:
+def _gqa(r: ConfigReader, qkv_bias: bool | None = None, qk_norm: bool = False, out_bias: bool = False) -> dict[str, Any]:
+    """Grouped-query attention's fields; *out_bias*: o_proj carries a bias whenever q, k and v do (transformers'
+    LlamaAttention, Qwen3Attention and NemotronAttention build it with ``bias=config.attention_bias``)."""
     heads = r.get("num_attention_heads")
+    bias = r.get("attention_bias", bool) if qkv_bias is None else qkv_bias
     return {
         "hidden_size": r.get("hidden_size"),
         "num_attention_heads": heads,
         "num_key_value_heads": heads if r.get("num_key_value_heads") is None else r.get("num_key_value_heads"),
         "head_dim": r.get("head_dim"),
-        "attention_bias": r.get("attention_bias", bool) if qkv_bias is None else qkv_bias,
+        "attention_bias": bias,
+        "attention_out_bias": out_bias and bias,
         "qk_norm": qk_norm,
         "attention_dropout": float(r.get("attention_dropout", float)),
     }
@@ -142,9 +146,9 @@ def _experts(r: ConfigReader, count_key: str, width_key: str, shared: int = 0, g
 
 def _layers_llama(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
     mlp_bias = r.get("mlp_bias", bool) if model_type == "llama" else False
-    attention = _gqa(r, qkv_bias=True if model_type == "qwen2" else None, qk_norm=model_type == "qwen3")
-    # o_proj: LlamaAttention and Qwen3Attention build it with bias=config.attention_bias; Qwen2Attention without one.
-    attention["attention_out_bias"] = attention["attention_bias"] and model_type != "qwen2"
+    # Qwen2Attention biases q, k and v but never o_proj.
+    attention = _gqa(r, qkv_bias=True if model_type == "qwen2" else None, qk_norm=model_type == "qwen3",
+                     out_bias=model_type != "qwen2")
     layer = DenseConfig(**attention, **_mlp(r), mlp_bias=mlp_bias)
     count = r.get("num_hidden_layers")
     if model_type == "qwen2" and r.get("use_sliding_window", bool):
@@ -156,10 +160,8 @@ def _layers_llama(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
 
 
 def _layers_nemotron(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
-    # NemotronMLP: down_proj(act_fn(up_proj(x))), no gate; NemotronLayerNorm1P is a LayerNorm with a bias;
-    # NemotronAttention's o_proj carries a bias with attention_bias, as q, k and v do.
-    attention = _gqa(r)
-    layer = DenseConfig(**attention, attention_out_bias=attention["attention_bias"], intermediate_size=r.get("intermediate_size"), gated_mlp=False,
+    # NemotronMLP: down_proj(act_fn(up_proj(x))), no gate; NemotronLayerNorm1P is a LayerNorm with a bias.
+    layer = DenseConfig(**_gqa(r, out_bias=True), intermediate_size=r.get("intermediate_size"), gated_mlp=False,
                         hidden_act=r.get("hidden_act", str), mlp_bias=r.get("mlp_bias", bool), norm="layernorm")
     return [("dense", layer)] * r.get("num_hidden_layers")
 
