@@ -47,6 +47,11 @@ _GB = 1e9
 _US = 1e-6
 
 
+def _scaled(value: float | None, unit: float) -> float | None:
+    """An optional figure in its stated unit, scaled (``null`` in the file: not stated, ``None``)."""
+    return None if value is None else value * unit
+
+
 def _preset(entry: Mapping[str, Any]) -> HardwarePreset:
     """One entry of ``data/hardware.json`` as a preset, scaled from its stated units."""
     return HardwarePreset(
@@ -63,12 +68,11 @@ def _preset(entry: Mapping[str, Any]) -> HardwarePreset:
             host_link_bandwidth_bytes_per_second=entry["host_link_bandwidth_gb_per_s"] * _GB,
             intra_node_latency_seconds=entry["intra_node_latency_us"] * _US,
             inter_node_latency_seconds=entry["inter_node_latency_us"] * _US,
-            inter_node_all_to_all_latency_seconds=None if entry["inter_node_all_to_all_latency_us"] is None
-            else entry["inter_node_all_to_all_latency_us"] * _US,
+            inter_node_all_to_all_latency_seconds=_scaled(entry["inter_node_all_to_all_latency_us"], _US),
             nics_per_node=entry["nics_per_node"],
             nic_bandwidth_bytes_per_second=entry["nic_bandwidth_gb_per_s"] * _GB,
             rail_optimized=entry["rail_optimized"],
-            nvls_bandwidth_bytes_per_second=None if entry["nvls_bandwidth_gb_per_s"] is None else entry["nvls_bandwidth_gb_per_s"] * _GB,
+            nvls_bandwidth_bytes_per_second=_scaled(entry["nvls_bandwidth_gb_per_s"], _GB),
         ),
         provenance=f"{entry['provenance']}; topology: {entry['topology_source']}",
     )
