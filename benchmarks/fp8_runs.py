@@ -12,8 +12,8 @@ run with the ``megatron`` runtime, per class the mean absolute error; then torch
 (``torchtitan_rows``: Llama 3 8B / 70B / 405B under torchao float8 tensorwise on torchtitan's Grand Teton H100s),
 priced as tests/plugins/scale_cases.py prices those pages' bf16 rows (``fsdp2``, the Grand Teton case device), each
 beside its bf16 baseline of the same table, measured and priced, and both FP8 speedups; nothing is fitted to them
-(docs/precision.md); last, NVIDIA's DGX Cloud benchmarking rows (``dgxc_rows``: Llama 3.1, GPT-3 175B and Nemotron-4 on
-H100 under NeMo 24.05 to 25.04.01), priced by benchmarks/fp8_dgxc.py.
+(docs/precision.md); last, NVIDIA's DGX Cloud benchmarking rows (``dgxc_rows``: Llama 3.1, GPT-3 175B, Nemotron-4 and
+NeMo's Grok-1 on H100 under NeMo 24.05 to 25.04.01), priced by benchmarks/fp8_dgxc.py.
 """
 
 from __future__ import annotations
