@@ -23,11 +23,16 @@ defaults fill what a job leaves out):
   group-limited routing (``--moe-router-num-groups``, ``--moe-router-group-topk``);
 * the layout and batch: TP, PP, virtual stages, CP and its exchange, EP, expert
   TP (default: TP), sequence parallelism (on only with TP > 1), micro and
-  global batch, sequence length; dp from the device count;
+  global batch, sequence length; dp from the device count; uneven pipeline
+  chunks (``--pipeline-model-parallel-layout``, ``--decoder-first/last-pipeline-num-layers``,
+  ``--account-for-embedding/loss-in-pipeline-split``) as ``layers_per_stage``
+  (:mod:`hp_plugins.importers.megatron_options`);
 * precision and optimizer: ``--bf16``/``--fp16`` (2-byte parameters),
   ``--accumulate-allreduce-grads-in-fp32`` (fp32 gradients; on with bf16;
   ``--grad-reduce-in-bf16`` with ``--bf16``: the option ``grad_reduce_in_fp32: false``),
   ``--use-distributed-optimizer`` (ZeRO-1, else 0), ``--optimizer adam|sgd``;
+  ``--fp8-format``/``--fp8-recipe``/``--fp8-param-gather`` and ``--fp4-format``/``--fp4-recipe`` as the
+  registered precision recipe stating those Megatron flags;
 * recompute: ``--recompute-granularity full`` with ``uniform`` and 1 layer
   (every layer) or ``block`` and N (the first N layers of every chunk), or
   ``selective`` with ``--recompute-modules`` (default ``core_attn``), each
@@ -35,7 +40,11 @@ defaults fill what a job leaves out):
 * the runtime ``megatron`` and its options (docs/runtimes.md):
   ``--cross-entropy-loss-fusion`` (off unless passed), ``--attention-backend``,
   ``--no-bias-swiglu-fusion``, ``--moe-permute-fusion`` (off unless passed),
-  ``--no-gradient-accumulation-fusion``, ``--make-vocab-size-divisible-by``.
+  ``--no-gradient-accumulation-fusion``, ``--make-vocab-size-divisible-by``; the overlaps
+  ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap``,
+  ``--overlap-moe-expert-parallel-comm`` and the pipeline sends (on under the interleaved schedule
+  unless ``--no-overlap-p2p-communication``); the flex dispatcher's DeepEP backend
+  (``ep_all_to_all: deepep``).
 
 Flags with no effect on memory or step time in this model (learning rate,
 logging, data, checkpoints, seeds, ...: :data:`IGNORED`) are dropped quietly;
@@ -55,6 +64,7 @@ from hp_core.errors import ConfigError
 from hp_core.importers import ImportedJob, Importer
 from hp_core.markers import hookimpl
 from hp_core.models import model_from_config
+from hp_plugins.importers.megatron_options import pipeline_split, precision_recipe, trainer_options
 
 __all__ = ["IGNORED", "hp_importers", "import_megatron_args", "parse_megatron_args", "read_megatron_script"]
 
@@ -75,15 +85,10 @@ disable-tp-comm-bulk-dgrad disable-tp-comm-overlap-rs disable-tp-comm-overlap-ag
 disable-tp-comm-split-rs enable-experimental attention-softmax-in-fp32 no-masked-softmax-fusion no-bias-dropout-fusion
 tokenizer-model vocab-file merge-file moe-router-score-function moe-router-pre-softmax
 moe-router-load-balancing-type moe-router-topk-scaling-factor moe-aux-loss-coeff
-moe-z-loss-coeff moe-grouped-gemm moe-token-dispatcher-type moe-router-dtype group-query-attention
+moe-z-loss-coeff moe-grouped-gemm moe-router-dtype group-query-attention fp8-margin fp8-interval
 exit-interval exit-duration-in-mins ckpt-format no-save-optim no-save-rng no-load-optim no-load-rng
 """.split())
 
-_BOOL_FLAGS = {"swiglu", "untie-embeddings-and-output-weights", "disable-bias-linear", "add-qkv-bias", "sequence-parallel",
-               "use-distributed-optimizer", "bf16", "fp16", "accumulate-allreduce-grads-in-fp32", "grad-reduce-in-bf16",
-               "cross-entropy-loss-fusion",
-               "no-bias-swiglu-fusion", "moe-permute-fusion", "no-gradient-accumulation-fusion", "multi-latent-attention",
-               "moe-pad-expert-input-to-capacity", "qk-layernorm"}
 _VAR = re.compile(r"\$\{(\w+)(\[@\])?(?::-([^}]*))?\}|\$(\w+)")
 
 
@@ -358,9 +363,7 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
         for g in model.layers))
     tp = a.value("tensor-model-parallel-size", int, 1)
     pp = a.value("pipeline-model-parallel-size", int, 1)
-    layers_per_chunk = a.value("num-layers-per-virtual-pipeline-stage", int)
-    vpp = a.value("virtual-pipeline-model-parallel-size", int) or (
-        hf["num_hidden_layers"] // (pp * layers_per_chunk) if layers_per_chunk else 1)
+    vpp, counts = pipeline_split(a, hf["num_hidden_layers"], hf.get("num_nextn_predict_layers", 0), pp, unmapped)
     experts = a.value("num-experts", int)
     parallel: dict[str, Any] = {
         "tp": tp, "pp": pp, "vpp": vpp, "cp": a.value("context-parallel-size", int, 1),
@@ -374,9 +377,8 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
         parallel["global_batch_size"] = a.value("global-batch-size", int)
     if parallel["seq_len"] is None:
         raise ConfigError("--seq-length", "required; state it")
-    for flag in ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers"):
-        if a.value(flag) is not None:
-            unmapped.append(f"--{flag} {a.value(flag)}: uneven stages not mapped (state layers_per_stage)")
+    if len(set(counts)) > 1:
+        parallel["layers_per_stage"] = counts
     precision: dict[str, Any] = {}
     fp32_grads = a.flag("accumulate-allreduce-grads-in-fp32")
     if a.flag("fp16") and not fp32_grads:
@@ -402,7 +404,10 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
         options["attention_backend"] = a.value("attention-backend")
     if a.value("make-vocab-size-divisible-by") is not None:
         options["make_vocab_size_divisible_by"] = a.value("make-vocab-size-divisible-by", int)
-    counts = [hf["num_hidden_layers"] // (pp * vpp)] * (pp * vpp)
+    options.update(trainer_options(a, pp, vpp, parallel["ep"], unmapped))
+    recipe = precision_recipe(a, registry, unmapped)
+    if recipe is not None:
+        precision["recipe"] = recipe
     document: dict[str, Any] = {
         "model": {"name": name, "layers": [{"kind": g.kind, "count": g.count, "config": attrs.asdict(g.config)}
                                            for g in model.layers]},

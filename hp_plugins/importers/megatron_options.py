@@ -1,0 +1,239 @@
+"""What the ``megatron`` importer reads beyond the model: the pipeline split, the overlaps and the
+expert dispatcher as the ``megatron`` runtime's options, and the low-precision recipe.
+
+Each reads Megatron-LM's arguments as ``megatron/training/arguments.py`` (Megatron-Core 0.14,
+``validate_args``) and the modules it names define them; ``a`` is the importer's argument reader
+(``flag``, ``value``), ``unmapped`` the list of warning lines.
+
+* **Pipeline split** (:func:`pipeline_split`): body layers per pipeline chunk in hp's chunk order
+  (chunk ``c`` on rank ``c % pp``, ``ParallelSpec.layers_per_stage``), from exactly one of
+  ``--pipeline-model-parallel-layout``, ``--decoder-first/last-pipeline-num-layers`` (with
+  ``--num-virtual-stages-per-pipeline-rank``) or an even split, where
+  ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split`` count the
+  embedding and the loss as one layer each (``transformer_block.py`` ``get_num_layers_to_build``).
+* **Overlaps** (:func:`trainer_options`): ``--overlap-grad-reduce``, ``--overlap-param-gather``,
+  ``--tp-comm-overlap``, ``--overlap-moe-expert-parallel-comm``, and the pipeline sends, which
+  Megatron overlaps by default under the interleaved schedule (``--no-overlap-p2p-communication``,
+  ``dest='overlap_p2p_comm'``, default on, turned off without virtual stages); the flex dispatcher's
+  DeepEP backend as ``ep_all_to_all: deepep``.
+* **Recipe** (:func:`precision_recipe`): ``--fp8-format``/``--fp8-recipe``/``--fp8-param-gather``
+  or ``--fp4-format``/``--fp4-recipe``, matched against the Megatron flags every registered recipe
+  states (``PrecisionRecipe.flags['megatron']``), so a plugin's recipe imports too.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hp_core.errors import ConfigError
+
+__all__ = ["parse_layout", "pipeline_split", "precision_recipe", "trainer_options"]
+
+# Megatron-LM's layout characters (megatron/core/transformer/pipeline_parallel_layer_layout.py,
+# parse_str_to_list): embedding, decoder layer, MTP layer, loss; '|' ends a chunk; ',' is cosmetic.
+_LAYOUT_CHARS = frozenset("EtmL")
+
+
+def parse_layout(text: str) -> list[str]:
+    """A ``--pipeline-model-parallel-layout`` string as one string of layer characters per chunk.
+
+    ``(…)*n`` repeats a group and ``x*n`` a character, as Megatron-LM unrolls them (groups first):
+    ``"Et*2|(t*2|)*2L"`` is ``["Ett", "tt", "ttL"]``.
+    """
+    flat = text.replace(",", "").replace(" ", "")
+    flat = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
+    flat = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
+    bad = sorted(set(flat) - _LAYOUT_CHARS - {"|"})
+    if bad:
+        raise ConfigError("--pipeline-model-parallel-layout",
+                          f"{text!r}: unknown layer characters {''.join(bad)!r} (E, t, m, L and '|' only)")
+    return flat.split("|")
+
+
+def _layout_counts(text: str, pp: int, layers: int, mtp_layers: int, unmapped: list[str]) -> tuple[int, list[int]]:
+    chunks = parse_layout(text)
+    where = "--pipeline-model-parallel-layout"
+    if len(chunks) % pp:
+        raise ConfigError(where, f"{len(chunks)} chunks do not divide over --pipeline-model-parallel-size {pp}")
+    # pipeline_parallel_layer_layout.py validate_layer_layout: the embedding first, the loss last, once each,
+    # every decoder layer and every MTP layer named.
+    flat = "".join(chunks)
+    if not flat.startswith("E") or flat.count("E") != 1:
+        raise ConfigError(where, f"{text!r}: the embedding 'E' must come first, once")
+    if not flat.endswith("L") or flat.count("L") != 1:
+        raise ConfigError(where, f"{text!r}: the loss 'L' must come last, once")
+    if flat.count("t") != layers:
+        raise ConfigError(where, f"{text!r} places {flat.count('t')} decoder layers 't'; --num-layers is {layers}")
+    if flat.count("m") != mtp_layers:
+        raise ConfigError(where, f"{text!r} places {flat.count('m')} MTP layers 'm'; --mtp-num-layers is {mtp_layers}")
+    if mtp_layers and chunks[-1].count("m") != mtp_layers:
+        unmapped.append(f"{where} {text}: its MTP layers are not in the last chunk, where hp places them "
+                        "with the output head; priced there")
+    return len(chunks) // pp, [chunk.count("t") for chunk in chunks]
+
+
+def pipeline_split(a: Any, layers: int, mtp_layers: int, pp: int, unmapped: list[str]) -> tuple[int, list[int]]:
+    """``(vpp, body layers per chunk)`` as Megatron-LM builds them (module docstring)."""
+    layout = a.value("pipeline-model-parallel-layout")
+    per_chunk = a.value("num-layers-per-virtual-pipeline-stage", int)
+    stages = a.value("num-virtual-stages-per-pipeline-rank", int) or a.value("virtual-pipeline-model-parallel-size", int)
+    first = a.value("decoder-first-pipeline-num-layers", int)
+    last = a.value("decoder-last-pipeline-num-layers", int)
+    embedding = a.flag("account-for-embedding-in-pipeline-split")
+    loss = a.flag("account-for-loss-in-pipeline-split")
+    given = [name for name, value in (("--num-layers-per-virtual-pipeline-stage", per_chunk),
+                                      ("--num-virtual-stages-per-pipeline-rank", stages),
+                                      ("--pipeline-model-parallel-layout", layout)) if value is not None]
+    if len(given) > 1:  # arguments.py: no more than one of them
+        raise ConfigError(given[1], f"Megatron-LM takes at most one of {', '.join(given)}; state one")
+    if layout is not None:
+        for name, value in (("decoder-first-pipeline-num-layers", first), ("decoder-last-pipeline-num-layers", last),
+                            ("account-for-embedding-in-pipeline-split", embedding or None),
+                            ("account-for-loss-in-pipeline-split", loss or None)):
+            if value is not None:  # transformer_block.py: a layout decides every chunk's layers first
+                unmapped.append(f"--{name}: unused beside --pipeline-model-parallel-layout, which places every layer")
+        return _layout_counts(layout, pp, layers, mtp_layers, unmapped)
+    if first is not None or last is not None:
+        if embedding or loss:  # transformer_block.py get_num_layers_to_build asserts it
+            raise ConfigError("--decoder-first-pipeline-num-layers", "Megatron-LM does not take it with "
+                              "--account-for-embedding/loss-in-pipeline-split; drop one")
+        if per_chunk is not None:  # arguments.py asserts it
+            raise ConfigError("--num-layers-per-virtual-pipeline-stage", "uneven stages need "
+                              "--num-virtual-stages-per-pipeline-rank instead; state that")
+        vpp = stages or 1
+        rest, ranks_left = layers - (first or 0) - (last or 0), pp - (first is not None) - (last is not None)
+        if rest < 0 or (ranks_left > 0 and rest % ranks_left) or (ranks_left == 0 and rest):
+            raise ConfigError("--decoder-first-pipeline-num-layers",
+                              f"the {max(rest, 0)} layers left do not split evenly over the {ranks_left} middle ranks")
+        totals = [rest // ranks_left if ranks_left else 0] * pp
+        if first is not None:
+            totals[0] = first
+        if last is not None:
+            totals[-1] = last
+        if any(total % vpp for total in totals):
+            raise ConfigError("--num-virtual-stages-per-pipeline-rank",
+                              f"ranks hold {totals} layers, not divisible by {vpp} virtual stages each")
+        return vpp, [totals[c % pp] // vpp for c in range(pp * vpp)]
+    counted = layers + embedding + loss
+    if counted % pp:
+        raise ConfigError("--pipeline-model-parallel-size", f"{counted} layers (embedding and loss as counted) do not "
+                          f"split evenly over {pp} ranks; state --decoder-first/last-pipeline-num-layers or a layout")
+    per_rank = counted // pp
+    vpp = stages or (per_rank // per_chunk if per_chunk else 1)
+    if vpp < 1 or per_rank % vpp or (per_chunk and per_rank % per_chunk):
+        raise ConfigError("--num-layers-per-virtual-pipeline-stage" if per_chunk else "--num-virtual-stages-per-pipeline-rank",
+                          f"{per_rank} layers per rank do not split evenly into virtual stages")
+    counts = [per_rank // vpp] * (pp * vpp)
+    counts[0] -= embedding
+    counts[-1] -= loss
+    if min(counts) < 0:
+        raise ConfigError("--account-for-embedding-in-pipeline-split", "a chunk has no layer left for the embedding or the "
+                          "loss to take the place of")
+    return vpp, counts
+
+
+def trainer_options(a: Any, pp: int, vpp: int, ep: int, unmapped: list[str]) -> dict[str, Any]:
+    """The ``megatron`` runtime's overlap and dispatcher options the arguments set (module docstring)."""
+    options: dict[str, Any] = {}
+    for flag, option in (("overlap-grad-reduce", "overlap_grad_reduce"), ("overlap-param-gather", "overlap_param_gather"),
+                         ("tp-comm-overlap", "tp_comm_overlap"),
+                         ("overlap-moe-expert-parallel-comm", "overlap_moe_expert_parallel_comm")):
+        if a.flag(flag):
+            options[option] = True
+    if not a.flag("no-overlap-p2p-communication") and pp > 1 and vpp > 1:
+        options["overlap_p2p_communication"] = True  # Megatron's default under the interleaved schedule
+    dispatcher = a.value("moe-token-dispatcher-type", str, "allgather")
+    deepep = a.flag("moe-enable-deepep")
+    backend = a.value("moe-flex-dispatcher-backend", str, "deepep")
+    if dispatcher == "flex":
+        if backend == "deepep" or deepep:
+            options["ep_all_to_all"] = "deepep"
+        else:
+            unmapped.append(f"--moe-flex-dispatcher-backend {backend}: no model in hp; priced as NCCL all-to-all")
+    elif dispatcher == "allgather" and ep > 1:
+        unmapped.append("--moe-token-dispatcher-type allgather (Megatron's default): priced as the all-to-all "
+                        "dispatcher's traffic")
+    return options
+
+
+# The flags that choose a recipe; the others a recipe states (amax history, its reduction) are its settings.
+_CHOOSING = ("fp8-format", "fp8-recipe", "fp8-param-gather", "fp4-format", "fp4-recipe", "fp4-param-gather")
+
+
+def _flag_map(tokens: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    name = None
+    for token in tokens:
+        if token.startswith("--"):
+            name = token[2:]
+            found[name] = True
+        elif name is not None:
+            found[name] = token
+    return found
+
+
+def precision_recipe(a: Any, registry: Any, unmapped: list[str]) -> str | None:
+    """The registered recipe whose Megatron flags the arguments state (module docstring), or ``None``.
+
+    Raises:
+        ConfigError: both FP8 and FP4 are stated (arguments.py refuses it), or no registered recipe
+            states the arguments' choice.
+    """
+    fp8, fp4 = a.value("fp8-format"), a.value("fp4-format")
+    if fp8 is None and fp4 is None:
+        return None
+    if fp8 is not None and fp4 is not None:
+        raise ConfigError("--fp4-format", "Megatron-LM takes --fp4-format or --fp8-format, not both; state one")
+    # Megatron-Core's defaults (transformer_config.py at core_v0.18.0, arguments.py at core_v0.14.0).
+    job: dict[str, Any] = {}
+    if fp8 is not None:
+        job.update({"fp8-format": fp8, "fp8-recipe": a.value("fp8-recipe", str, "delayed"),
+                    "fp8-amax-history-len": a.value("fp8-amax-history-len", str, "1"),
+                    "fp8-amax-compute-algo": a.value("fp8-amax-compute-algo", str, "most_recent")})
+        if a.flag("fp8-param-gather"):
+            job["fp8-param-gather"] = True
+    else:
+        job.update({"fp4-format": fp4, "fp4-recipe": a.value("fp4-recipe", str, "nvfp4")})
+        if a.flag("fp4-param-gather"):
+            job["fp4-param-gather"] = True
+    recipes = [(r, _flag_map(r.flags["megatron"])) for r in registry.precision_recipes if "megatron" in r.flags]
+
+    def matching(ignore: tuple[str, ...]) -> list:
+        return [(r, flags) for r, flags in recipes
+                if all(flags.get(k) == job.get(k) for k in _CHOOSING if k not in ignore)]
+
+    stated = " ".join(f"--{k}" if v is True else f"--{k} {v}" for k, v in job.items() if k in _CHOOSING)
+    # Relaxed in turn: the FP8 format (E4M3 gradients for E5M2 ones or the reverse: the same byte an element and
+    # the same FP8 GEMM rate), then the low-precision parameter gather.
+    attempts: list[tuple[str, ...]] = [()]
+    if fp8 is not None:
+        attempts.append(("fp8-format",))
+    if job.get("fp8-param-gather") or job.get("fp4-param-gather"):
+        attempts.append(attempts[-1] + ("fp8-param-gather", "fp4-param-gather"))
+    found, ignored = [], ()
+    for ignored in attempts:
+        found = matching(ignored)
+        if found:
+            break
+    if not found:
+        raise ConfigError("--fp8-recipe" if fp8 is not None else "--fp4-recipe",
+                          f"no registered precision recipe states {stated} (docs/precision.md lists them; "
+                          "hp plugins shows each recipe's flags); state a recipe a plugin registers")
+    if len(found) > 1:
+        raise ConfigError("--fp8-recipe" if fp8 is not None else "--fp4-recipe",
+                          f"{stated} is stated by more than one registered recipe "
+                          f"({', '.join(r.name for r, _ in found)}); a plugin's recipe must state flags of its own")
+    recipe, flags = found[0]
+    if "fp8-format" in ignored and flags.get("fp8-format") != fp8:
+        unmapped.append(f"--fp8-format {fp8}: priced as {recipe.name} (--fp8-format {flags.get('fp8-format')}): "
+                        "E4M3 and E5M2 take one byte an element and the same FP8 GEMM rate")
+    if "fp8-param-gather" in ignored:
+        unmapped.append(f"--{'fp8' if fp8 else 'fp4'}-param-gather: no registered recipe gathers {recipe.name}'s "
+                        "parameters in their low-precision format; priced with bf16 parameters and gathers")
+    for key, value in flags.items():
+        # The amax reduction (most_recent or max) changes nothing hp prices; the history's length, the
+        # delayed-scaling state's bytes (hp_core/engine/precision.py scaling_state_bytes).
+        if key not in _CHOOSING and key != "fp8-amax-compute-algo" and job.get(key) != value:
+            unmapped.append(f"--{key} {job.get(key)}: priced as {recipe.name}'s {value}")
+    return recipe.name

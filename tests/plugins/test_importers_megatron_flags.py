@@ -1,0 +1,191 @@
+"""The megatron importer's pipeline split, overlap options and precision recipe, each against what
+Megatron-LM builds from the same arguments (hp_plugins/importers/megatron_options.py)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from hp_core.cli import main
+from hp_core.errors import ConfigError
+from hp_plugins.importers.megatron import import_megatron_args
+from hp_plugins.importers.megatron_options import parse_layout
+
+SMALL = ("--num-layers 8 --hidden-size 1024 --num-attention-heads 8 --group-query-attention --num-query-groups 4 "
+         "--ffn-hidden-size 2048 --seq-length 512 --vocab-size 1000 --swiglu --normalization RMSNorm "
+         "--disable-bias-linear --untie-embeddings-and-output-weights --micro-batch-size 1 --global-batch-size 32 "
+         "--bf16 --use-distributed-optimizer --attention-dropout 0.0 --hidden-dropout 0.0")
+
+# A DeepSeek-V2-shaped model (MLA, routed and shared experts, one leading dense layer) with one MTP layer:
+# the measured deepseekv2 case's model arguments (tests/plugins/data/megatron_measured.json) at 8 layers.
+_CASE = json.loads((Path(__file__).parent / "data" / "megatron_measured.json").read_text(encoding="utf-8"))["cases"][2]
+MLA = [t.replace("<TRAIN_ITERS>", "10").replace("<WARMUP_ITERS>", "1").replace("<TB_PATH>", "tb")
+       for t in _CASE["megatron_argv"]]
+MLA[MLA.index("--num-layers") + 1] = "8"
+
+
+def _imported(registry, argv: str | list[str], devices: int = 64):
+    tokens = shlex.split(argv) if isinstance(argv, str) else argv
+    return import_megatron_args(tokens, registry, devices=devices)
+
+
+def _split(job) -> tuple[int, list[int] | None]:
+    return job.document["parallel"]["vpp"], job.document["parallel"].get("layers_per_stage")
+
+
+def test_layout_strings_unroll_as_megatron_parses_them():
+    # pipeline_parallel_layer_layout.py parse_str_to_list's own example: "Ettt|(tt|)*29,m|L".
+    assert parse_layout("Ettt|(tt|)*29,m|L") == ["Ettt"] + ["tt"] * 29 + ["m", "L"]
+    # Megatron-Bridge's DeepSeek-V3 layout for 16 chunks (61 layers, one MTP layer).
+    chunks = parse_layout("Et*4|(t*4|)*14tmL")
+    assert chunks == ["Etttt"] + ["tttt"] * 14 + ["tmL"] and "".join(chunks).count("t") == 61
+    with pytest.raises(ConfigError, match="unknown layer characters 'x'"):
+        parse_layout("Etx|L")
+
+
+def test_a_layout_places_the_layers_of_each_chunk(registry, capsys):
+    # 8 layers over pp 4: chunk c on rank c % pp; the MTP layer with the loss on the last chunk, where hp places it.
+    job = _imported(registry, MLA + ["--mtp-num-layers", "1", "--pipeline-model-parallel-size", "4",
+                                     "--pipeline-model-parallel-layout", "Et|(tt|)*2,t*3mL"])
+    assert _split(job) == (1, [1, 2, 2, 3]) and not job.unmapped
+    # Interleaved: "E|tt|tt|tt|t|L" over pp 3 is two chunks a rank; rank 0 holds chunks 0 and 3.
+    job = _imported(registry, SMALL.replace("--num-layers 8", "--num-layers 7")
+                    + " --pipeline-model-parallel-size 3 --pipeline-model-parallel-layout 'E|tt|tt|tt|t|L'", devices=6)
+    assert _split(job) == (2, [0, 2, 2, 2, 1, 0])
+    status = main(["estimate", "--from", "megatron-args", SMALL.replace("--num-layers 8", "--num-layers 7")
+                   + " --pipeline-model-parallel-size 3 --pipeline-model-parallel-layout 'E|tt|tt|tt|t|L'",
+                   "--devices", "6", "--global-batch-size", "24", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert status == 0 and [s["layers"] for s in out["stages"]] == [[4, 5], [0, 1, 6], [2, 3]]
+
+
+def test_embedding_and_loss_counted_as_layers(registry):
+    # transformer_block.py get_num_layers_to_build: (8 + 1 + 1) / pp 2 = 5 a rank, 1 a chunk over 5 virtual stages;
+    # the first chunk builds one fewer for the embedding, the last one fewer for the loss.
+    job = _imported(registry, SMALL + " --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 5 "
+                    "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split")
+    assert _split(job) == (5, [0] + [1] * 8 + [0])
+    # Only the embedding: 9 does not divide over pp 2, as Megatron-LM asserts.
+    with pytest.raises(ConfigError, match="9 layers .* do not split evenly over 2 ranks"):
+        _imported(registry, SMALL + " --pipeline-model-parallel-size 2 --account-for-embedding-in-pipeline-split")
+    # --num-layers-per-virtual-pipeline-stage counts the embedding and the loss too: 10 / 2 / 1 = 5 chunks a rank.
+    job = _imported(registry, SMALL + " --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 "
+                    "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split")
+    assert _split(job) == (5, [0] + [1] * 8 + [0])
+
+
+def test_uneven_first_and_last_ranks(registry):
+    # 8 layers, pp 4: first 1, last 3, the 4 left over the 2 middle ranks; 2 virtual stages split each rank's count.
+    job = _imported(registry, SMALL.replace("--num-layers 8", "--num-layers 16") + " --pipeline-model-parallel-size 4 "
+                    "--decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 6 "
+                    "--num-virtual-stages-per-pipeline-rank 2")
+    assert _split(job) == (2, [1, 2, 2, 3, 1, 2, 2, 3])
+    job = _imported(registry, SMALL + " --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3")
+    assert _split(job) == (1, [3, 5])
+
+
+def test_uneven_stages_the_exporter_writes_import_back(registry):
+    from hp_core.io.convert import ConfigFile, structure
+    from hp_core.io.job import resolve_job
+    from hp_plugins.exporters.megatron import export_megatron
+    from hp_core.specs import RecomputeSpec
+
+    base = SMALL.replace("--num-layers 8", "--num-layers 16") + " --pipeline-model-parallel-size 4"
+    for split in ([3, 4, 4, 5], [1, 2, 2, 3, 1, 2, 2, 3], [2, 5, 5, 4]):
+        document = json.loads(json.dumps(_imported(registry, base).document))
+        document["parallel"].update(dp=2, vpp=len(split) // 4, layers_per_stage=split)
+        job = resolve_job(structure(document, ConfigFile, registry), registry)
+        flags = export_megatron(RecomputeSpec.uniform("none"), job.model, job.parallel, registry=registry)
+        assert _split(_imported(registry, base + " " + flags)) == (len(split) // 4, split), flags
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Etttt|tttt'", "the loss 'L' must come last"),
+    ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'tE|tttt|ttt|L'", "the embedding 'E' must come first"),
+    ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'E|tttt|tttL'", "3 chunks do not divide"),
+    ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Etttt|tttL'", "places 7 decoder layers"),
+    ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Etttt|ttttmL'", "places 1 MTP layers"),
+    ("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+     "--num-virtual-stages-per-pipeline-rank 2", "at most one of"),
+    ("--pipeline-model-parallel-size 3 --decoder-first-pipeline-num-layers 1", "do not split evenly over the 2 middle"),
+    ("--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3 --account-for-loss-in-pipeline-split",
+     "does not take it with"),
+])
+def test_pipeline_splits_megatron_refuses_are_one_line_errors(registry, extra, message):
+    with pytest.raises(ConfigError, match=message):
+        _imported(registry, SMALL + " " + extra)
+
+
+def _options(job) -> dict:
+    return job.document["runtime"]["options"]
+
+
+def test_overlap_flags_and_the_dispatcher_are_the_runtime_options(registry):
+    job = _imported(registry, SMALL + " --tensor-model-parallel-size 2 --sequence-parallel --overlap-grad-reduce "
+                    "--overlap-param-gather --tp-comm-overlap --pipeline-model-parallel-size 2 "
+                    "--num-virtual-stages-per-pipeline-rank 2")
+    assert {k: _options(job)[k] for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+                                          "overlap_p2p_communication")} == dict.fromkeys(
+        ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "overlap_p2p_communication"), True)
+    # arguments.py: pipeline sends overlap by default (dest overlap_p2p_comm) and only under the interleaved schedule.
+    off = _imported(registry, SMALL + " --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+                    "--no-overlap-p2p-communication")
+    assert "overlap_p2p_communication" not in _options(off) and not off.unmapped
+    assert "overlap_p2p_communication" not in _options(_imported(registry, SMALL + " --pipeline-model-parallel-size 2"))
+    moe = MLA + ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep", "--overlap-moe-expert-parallel-comm"]
+    job = _imported(registry, moe)
+    assert _options(job)["ep_all_to_all"] == "deepep" and _options(job)["overlap_moe_expert_parallel_comm"] is True
+    hybrid = _imported(registry, MLA + ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep"])
+    assert "ep_all_to_all" not in _options(hybrid)
+    assert hybrid.unmapped == ("--moe-flex-dispatcher-backend hybridep: no model in hp; priced as NCCL all-to-all",)
+    gathered = _imported(registry, [t for t in MLA if t != "alltoall" and t != "--moe-token-dispatcher-type"])
+    assert gathered.unmapped[0].startswith("--moe-token-dispatcher-type allgather (Megatron's default)")
+
+
+def _recipe(job) -> str | None:
+    return job.document.get("precision", {}).get("recipe")
+
+
+def test_every_recipe_stating_megatron_flags_imports_from_them(registry):
+    stated = [r for r in registry.precision_recipes if "megatron" in r.flags]
+    assert {r.name for r in stated} >= {"fp8-delayed", "fp8-current", "fp8-blockwise", "mxfp8", "nvfp4",
+                                        "fp8-megatron-param-gather", "fp8-delayed-param-gather"}
+    for recipe in stated:
+        job = _imported(registry, shlex.split(SMALL) + list(recipe.flags["megatron"]))
+        assert _recipe(job) == recipe.name and not job.unmapped, recipe.name
+    assert _recipe(_imported(registry, SMALL)) is None
+
+
+def test_recipe_flags_megatron_defaults_and_near_matches(registry):
+    # --fp8-recipe defaults to delayed, with a history of 1 and the most recent amax (arguments.py).
+    job = _imported(registry, SMALL + " --fp8-format hybrid")
+    assert _recipe(job) == "fp8-delayed"
+    assert job.unmapped == ("--fp8-amax-history-len 1: priced as fp8-delayed's 1024",)
+    job = _imported(registry, SMALL + " --fp8-format e4m3 --fp8-recipe tensorwise")
+    assert _recipe(job) == "fp8-current" and job.unmapped[0].startswith("--fp8-format e4m3: priced as fp8-current")
+    job = _imported(registry, SMALL + " --fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather")
+    assert _recipe(job) == "mxfp8" and job.unmapped == (
+        "--fp8-param-gather: no registered recipe gathers mxfp8's parameters in their low-precision format; "
+        "priced with bf16 parameters and gathers",)
+    with pytest.raises(ConfigError, match="--fp8-recipe: no registered precision recipe states --fp8-format hybrid "
+                                          "--fp8-recipe custom"):
+        _imported(registry, SMALL + " --fp8-format hybrid --fp8-recipe custom")
+    with pytest.raises(ConfigError, match="--fp4-format: Megatron-LM takes --fp4-format or --fp8-format, not both"):
+        _imported(registry, SMALL + " --fp8-format hybrid --fp4-format e2m1")
+
+
+def test_an_imported_recipe_prices_as_the_named_one(registry, capsys):
+    argv = SMALL + " --fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather"
+    assert main(["estimate", "--from", "megatron-args", argv, "--devices", "8", "--hardware", "h100-sxm", "--json"]) == 0
+    imported = json.loads(capsys.readouterr().out)
+    assert main(["estimate", "--from", "megatron-args", SMALL, "--devices", "8", "--hardware", "h100-sxm",
+                 "--precision", "fp8-megatron-param-gather", "--json"]) == 0
+    named = json.loads(capsys.readouterr().out)
+    assert imported["time"]["step_seconds"] == named["time"]["step_seconds"]
+    assert [s["memory"]["peak_bytes"] for s in imported["stages"]] == [s["memory"]["peak_bytes"] for s in named["stages"]]
+    assert main(["estimate", "--from", "megatron-args", SMALL, "--devices", "8", "--hardware", "h100-sxm", "--json"]) == 0
+    bf16 = json.loads(capsys.readouterr().out)
+    assert bf16["time"]["step_seconds"] > imported["time"]["step_seconds"]
