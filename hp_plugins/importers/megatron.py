@@ -64,9 +64,13 @@ from hp_core.errors import ConfigError
 from hp_core.importers import ImportedJob, Importer
 from hp_core.markers import hookimpl
 from hp_core.models import model_from_config
-from hp_plugins.importers.megatron_options import pipeline_split, precision_recipe, trainer_options
+from hp_plugins.importers.megatron_options import megatron_model, pipeline_split, precision_recipe, trainer_options
 
-__all__ = ["IGNORED", "hp_importers", "import_megatron_args", "parse_megatron_args", "read_megatron_script"]
+# GPT-2's BPE vocabulary (Radford et al. 2019, "Language Models are Unsupervised Multitask Learners": 50,257
+# tokens), what Megatron-LM's GPT2BPETokenizer reads from gpt2-vocab.json (megatron/training/tokenizer/tokenizer.py).
+GPT2_VOCAB = 50257
+
+__all__ = ["GPT2_VOCAB", "IGNORED", "hp_importers", "import_megatron_args", "parse_megatron_args", "read_megatron_script"]
 
 # No effect on what hp prices (memory, step time): optimisation hyper-parameters, data, logging,
 # checkpoints, initialisation, routing-loss details, TP-overlap switches left at the profile's
@@ -80,7 +84,7 @@ log-memory-to-tensorboard log-params-norm log-num-zeros-in-grad log-validation-p
 tensorboard-dir tensorboard-log-interval wandb-project wandb-exp-name wandb-save-dir save load save-interval
 eval-interval eval-iters data-path split mock-data data-cache-path num-workers dataloader-type distributed-backend
 distributed-timeout-minutes use-mcore-models transformer-impl no-create-attention-mask-in-dataloader use-flash-attn
-rotary-base rotary-percent rotary-scaling-factor position-embedding-type no-position-embedding disable-tp-comm-bulk-wgrad
+rotary-base rotary-percent rotary-scaling-factor apply-layernorm-1p disable-tp-comm-bulk-wgrad
 disable-tp-comm-bulk-dgrad disable-tp-comm-overlap-rs disable-tp-comm-overlap-ag disable-tp-comm-split-ag
 disable-tp-comm-split-rs enable-experimental attention-softmax-in-fp32 no-masked-softmax-fusion no-bias-dropout-fusion
 tokenizer-model vocab-file merge-file moe-router-score-function moe-router-pre-softmax
@@ -229,19 +233,21 @@ def _hf_config(a: _Args, unmapped: list[str]) -> dict[str, Any]:
         if given is None:
             raise ConfigError(f"--{name}", "required to build the model; state it")
     vocab = a.value("vocab-size", int)
+    tokenizer = a.value("tokenizer-type")
+    if vocab is None and tokenizer == "GPT2BPETokenizer":
+        vocab = GPT2_VOCAB
+        unmapped.append(f"--tokenizer-type GPT2BPETokenizer: read as GPT-2's {GPT2_VOCAB:,}-token vocabulary "
+                        "(gpt2-vocab.json); state --vocab-size if its --vocab-file differs")
     if vocab is None:
         raise ConfigError("--vocab-size", "the tokenizer's vocabulary is not in the arguments; state --vocab-size")
-    tokenizer = a.value("tokenizer-type")
     if tokenizer == "NullTokenizer":
         vocab += 1  # its EOD token (megatron/training/tokenizer/tokenizer.py _NullTokenizer)
-    if not a.flag("swiglu"):
-        raise ConfigError("--swiglu", "a non-gated MLP (no --swiglu) is not mapped: the built-in formats are gated")
-    if (a.value("normalization") or "LayerNorm") != "RMSNorm":
-        unmapped.append(f"--normalization {a.value('normalization') or 'LayerNorm'}: priced as RMSNorm")
+    # arguments.py validate_args: an unstated --ffn-hidden-size is 4h, or int(8h / 3 / 64) * 64 with --swiglu.
+    ffn_default = int(4 * hidden * 2 / 3 / 64) * 64 if a.flag("swiglu") else 4 * hidden
     bias = not a.flag("disable-bias-linear")
     config: dict[str, Any] = {
         "hidden_size": hidden, "num_attention_heads": heads, "num_hidden_layers": layers, "vocab_size": vocab,
-        "intermediate_size": a.value("ffn-hidden-size", int, 4 * hidden), "hidden_act": "silu",
+        "intermediate_size": a.value("ffn-hidden-size", int, ffn_default), "hidden_act": "silu",
         "tie_word_embeddings": not a.flag("untie-embeddings-and-output-weights"),
         "rms_norm_eps": a.value("norm-epsilon", float, 1e-5),
         "max_position_embeddings": a.value("max-position-embeddings", int, a.value("seq-length", int)),
@@ -358,6 +364,7 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
     if capacity is not None:
         changes.update(capacity_factor=capacity, pad_to_capacity=a.flag("moe-pad-expert-input-to-capacity"))
     changes.update(_router_groups(a))
+    model = megatron_model(a, model, unmapped)
     model = attrs.evolve(model, layers=tuple(
         attrs.evolve(g, config=attrs.evolve(g.config, **{k: v for k, v in changes.items() if hasattr(g.config, k)}))
         for g in model.layers))

@@ -16,6 +16,11 @@ Each reads Megatron-LM's arguments as ``megatron/training/arguments.py`` (Megatr
   Megatron overlaps by default under the interleaved schedule (``--no-overlap-p2p-communication``,
   ``dest='overlap_p2p_comm'``, default on, turned off without virtual stages); the flex dispatcher's
   DeepEP backend as ``ep_all_to_all: deepep``.
+* **Model** (:func:`megatron_model`): what Megatron-LM's GPT builds by default beside what the
+  Hugging Face format builds: LayerNorm (``--normalization``, default ``LayerNorm``), a GeLU MLP
+  unless ``--swiglu`` (``--squared-relu``: squared ReLU), experts of the same activation, and a
+  learned position table of ``--max-position-embeddings`` rows (``--position-embedding-type``,
+  default ``learned_absolute``).
 * **Recipe** (:func:`precision_recipe`): ``--fp8-format``/``--fp8-recipe``/``--fp8-param-gather``
   or ``--fp4-format``/``--fp4-recipe``, matched against the Megatron flags every registered recipe
   states (``PrecisionRecipe.flags['megatron']``), so a plugin's recipe imports too.
@@ -26,9 +31,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import attrs
+
 from hp_core.errors import ConfigError
 
-__all__ = ["parse_layout", "pipeline_split", "precision_recipe", "trainer_options"]
+__all__ = ["megatron_model", "parse_layout", "pipeline_split", "precision_recipe", "trainer_options"]
 
 # Megatron-LM's layout characters (megatron/core/transformer/pipeline_parallel_layer_layout.py,
 # parse_str_to_list): embedding, decoder layer, MTP layer, loss; '|' ends a chunk; ',' is cosmetic.
@@ -237,3 +244,42 @@ def precision_recipe(a: Any, registry: Any, unmapped: list[str]) -> str | None:
         if key not in _CHOOSING and key != "fp8-amax-compute-algo" and job.get(key) != value:
             unmapped.append(f"--{key} {job.get(key)}: priced as {recipe.name}'s {value}")
     return recipe.name
+
+
+# arguments.py: --normalization choices and default (LayerNorm), as hp's norm names.
+_NORMS = {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}
+
+
+def megatron_model(a: Any, model: Any, unmapped: list[str]) -> Any:
+    """*model* (built from the Hugging Face style config) with Megatron-LM's norm, MLP activation and
+    position table (module docstring): ``arguments.py`` ``--normalization``, ``--swiglu``,
+    ``--squared-relu``, ``--position-embedding-type``, ``--max-position-embeddings``; Megatron-Core
+    ``models/gpt/gpt_model.py`` adds the learned table only for ``learned_absolute``."""
+    name = a.value("normalization", str, "LayerNorm")
+    if name not in _NORMS:
+        raise ConfigError("--normalization", f"expected LayerNorm or RMSNorm, got {name!r}")
+    gated, squared = a.flag("swiglu"), a.flag("squared-relu")
+    act = "silu" if gated else ("relu2" if squared else "gelu")
+    position = a.value("position-embedding-type", str, "learned_absolute")
+    a.flag("no-position-embedding")  # the legacy model's switch; Megatron-Core reads the type alone
+    rows = 0
+    if position == "learned_absolute":
+        rows = a.value("max-position-embeddings", int)
+        if rows is None:  # arguments.py validate_args requires it
+            raise ConfigError("--max-position-embeddings", "Megatron-LM requires it (the learned position table's "
+                                                           "rows); state it")
+
+    def change(config: Any) -> Any:
+        names = {f.name for f in attrs.fields(type(config))}
+        updates: dict[str, Any] = {}
+        if "norm" in names:
+            updates["norm"] = _NORMS[name]
+        if "gated_mlp" in names:
+            updates.update(gated_mlp=gated, hidden_act=act)
+        if "expert_activation" in names:
+            updates.update(expert_activation="swiglu" if gated else "mlp", hidden_act=act)
+        if "position_embeddings" in names:
+            updates["position_embeddings"] = rows
+        return attrs.evolve(config, **updates)
+
+    return attrs.evolve(model, layers=tuple(attrs.evolve(g, config=change(g.config)) for g in model.layers))

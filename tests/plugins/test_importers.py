@@ -36,7 +36,7 @@ SMALL = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --group-quer
          "--ffn-hidden-size 2048 --seq-length 512 --vocab-size 1000 --swiglu --normalization RMSNorm "
          "--disable-bias-linear --untie-embeddings-and-output-weights --tensor-model-parallel-size 2 "
          "--pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 8 --bf16 --use-distributed-optimizer "
-         "--attention-dropout 0.0 --hidden-dropout 0.0")
+         "--attention-dropout 0.0 --hidden-dropout 0.0 --max-position-embeddings 512")
 
 
 def _script(case) -> str:
@@ -134,7 +134,8 @@ def test_flags_override_the_imported_job(capsys):
 
 @pytest.mark.parametrize(("argv", "message"), [
     (SMALL.replace("--vocab-size 1000", ""), "--vocab-size: the tokenizer's vocabulary is not in the arguments"),
-    (SMALL.replace("--swiglu", ""), "--swiglu: a non-gated MLP"),
+    (SMALL.replace("RMSNorm", "ScaleNorm"), "--normalization: expected LayerNorm or RMSNorm, got 'ScaleNorm'"),
+    (SMALL.replace("--max-position-embeddings 512", ""), "--max-position-embeddings: Megatron-LM requires it"),
     (SMALL.replace("--num-layers 4", "--num-layers four"), "--num-layers: expected int, got 'four'"),
     ("--num-layers 4 'unclosed", "--from megatron-args: the arguments do not parse"),
     (SMALL + " --recompute-granularity full --recompute-method block",

@@ -7,6 +7,7 @@ import json
 import shlex
 from pathlib import Path
 
+import attrs
 import pytest
 
 from hp_core.cli import main
@@ -17,7 +18,7 @@ from hp_plugins.importers.megatron_options import parse_layout
 SMALL = ("--num-layers 8 --hidden-size 1024 --num-attention-heads 8 --group-query-attention --num-query-groups 4 "
          "--ffn-hidden-size 2048 --seq-length 512 --vocab-size 1000 --swiglu --normalization RMSNorm "
          "--disable-bias-linear --untie-embeddings-and-output-weights --micro-batch-size 1 --global-batch-size 32 "
-         "--bf16 --use-distributed-optimizer --attention-dropout 0.0 --hidden-dropout 0.0")
+         "--bf16 --use-distributed-optimizer --attention-dropout 0.0 --hidden-dropout 0.0 --max-position-embeddings 512")
 
 # A DeepSeek-V2-shaped model (MLA, routed and shared experts, one leading dense layer) with one MTP layer:
 # the measured deepseekv2 case's model arguments (tests/plugins/data/megatron_measured.json) at 8 layers.
@@ -189,3 +190,36 @@ def test_an_imported_recipe_prices_as_the_named_one(registry, capsys):
     assert main(["estimate", "--from", "megatron-args", SMALL, "--devices", "8", "--hardware", "h100-sxm", "--json"]) == 0
     bf16 = json.loads(capsys.readouterr().out)
     assert bf16["time"]["step_seconds"] > imported["time"]["step_seconds"]
+
+
+def test_megatron_gpt_defaults_build_the_gpt_megatron_runs(registry):
+    # No --swiglu, --normalization or --position-embedding-type: Megatron-LM's GPT (arguments.py defaults): LayerNorm,
+    # a GeLU MLP of 4h, biases, tied embeddings, a learned position table; GPT2BPETokenizer's 50,257 tokens.
+    import scale_cases
+    from hp_core.api import count_parameters
+
+    argv = ("--num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 "
+            "--max-position-embeddings 2048 --micro-batch-size 1 --tensor-model-parallel-size 8 "
+            "--pipeline-model-parallel-size 16 --tokenizer-type GPT2BPETokenizer --vocab-file gpt2-vocab.json "
+            "--attention-dropout 0.0 --hidden-dropout 0.0 --fp16")
+    job = _imported(registry, argv, devices=128)
+    assert job.unmapped[0].startswith("--tokenizer-type GPT2BPETokenizer: read as GPT-2's 50,257-token vocabulary")
+    from hp_core.io.convert import ConfigFile, structure
+    from hp_core.io.job import resolve_job
+    document = dict(job.document, parallel=dict(job.document["parallel"], dp=1))
+    imported = resolve_job(structure(document, ConfigFile, registry), registry).model
+    reference = scale_cases._gpt({"hidden_size": 12288, "num_layers": 96, "num_attention_heads": 96, "vocab_size": 50257,
+                                  "position_embeddings": 2048})
+    # The same layers (the imported one states Megatron's kv-channels, h / heads = 128; the reference derives it).
+    plain = [(g.kind, g.count, attrs.evolve(g.config, head_dim=None) if g.kind == "dense" else g.config) for g in imported.layers]
+    assert imported.layers[1].config.head_dim == 128
+    assert plain == [(g.kind, g.count, g.config) for g in reference.layers]
+    # GPT-3 175B (Brown et al. 2020): 96 x (12 h^2 + 13 h) + (50,257 + 2,048) h + 2 h = 174,604,259,328.
+    h = 12288
+    assert count_parameters(imported, registry).total == 96 * (12 * h * h + 13 * h) + (50257 + 2048) * h + 2 * h
+    # --swiglu's unstated width is int(8h / 3 / 64) * 64 (arguments.py), --squared-relu an ungated squared ReLU.
+    swiglu = _imported(registry, SMALL.replace("--ffn-hidden-size 2048 ", ""))
+    assert swiglu.document["model"]["layers"][1]["config"]["intermediate_size"] == 2688
+    relu2 = _imported(registry, SMALL.replace("--swiglu", "--squared-relu"))
+    assert {k: relu2.document["model"]["layers"][1]["config"][k] for k in ("gated_mlp", "hidden_act")} == {
+        "gated_mlp": False, "hidden_act": "relu2"}
