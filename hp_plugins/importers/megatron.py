@@ -1,11 +1,9 @@
 """The ``megatron`` and ``megatron-args`` importers: a Megatron-LM job as its arguments state it.
 
-``hp estimate --from megatron train.sh`` reads a launch script: backslash
-continuations joined, comments dropped, ``NAME=value`` and ``NAME=( ... )``
-assignments expanded where ``$NAME``, ``${NAME}``, ``${NAME:-default}`` or
-``${NAME[@]}`` use them, the arguments after the ``*.py`` entry point read as
-Megatron-LM's, and torchrun's ``--nproc_per_node`` times ``--nnodes`` as the
-device count. ``--from megatron-args "--num-layers 32 ..."`` reads the
+``hp estimate --from megatron train.sh`` reads a launch script as
+:mod:`hp_plugins.importers.shell` expands it (variables, arrays, ``$(( ... ))``), the
+arguments after the launched ``*.py`` entry point read as Megatron-LM's, and torchrun's
+``--nproc_per_node`` times ``--nnodes`` as the device count. ``--from megatron-args "--num-layers 32 ..."`` reads the
 arguments alone (state ``--devices`` or ``--dp``).
 
 What is mapped (Megatron-Core 0.14 ``megatron/training/arguments.py``, whose
@@ -65,12 +63,15 @@ from hp_core.importers import ImportedJob, Importer
 from hp_core.markers import hookimpl
 from hp_core.models import model_from_config
 from hp_plugins.importers.megatron_options import megatron_model, pipeline_split, precision_recipe, trainer_options
+from hp_plugins.importers.shell import parse_megatron_args, read_megatron_script
 
-# GPT-2's BPE vocabulary (Radford et al. 2019, "Language Models are Unsupervised Multitask Learners": 50,257
-# tokens), what Megatron-LM's GPT2BPETokenizer reads from gpt2-vocab.json (megatron/training/tokenizer/tokenizer.py).
-GPT2_VOCAB = 50257
+# The vocabularies of tokenizers Megatron-LM names by type alone (megatron/training/tokenizer/tokenizer.py):
+# GPT2BPETokenizer reads GPT-2's BPE files, 50,257 tokens (Radford et al. 2019, "Language Models are Unsupervised
+# Multitask Learners"); Llama2Tokenizer Llama 2's SentencePiece model, 32,000 tokens (Touvron et al. 2023,
+# arXiv:2307.09288, Section 2.1: "The total vocabulary size is 32k tokens"; the model file holds 32,000).
+TOKENIZER_VOCABS = {"GPT2BPETokenizer": (50257, "GPT-2's"), "Llama2Tokenizer": (32000, "Llama 2's")}
 
-__all__ = ["GPT2_VOCAB", "IGNORED", "hp_importers", "import_megatron_args", "parse_megatron_args", "read_megatron_script"]
+__all__ = ["IGNORED", "TOKENIZER_VOCABS", "hp_importers", "import_megatron_args", "parse_megatron_args", "read_megatron_script"]
 
 # No effect on what hp prices (memory, step time): optimisation hyper-parameters, data, logging,
 # checkpoints, initialisation, routing-loss details, TP-overlap switches left at the profile's
@@ -91,91 +92,10 @@ tokenizer-model vocab-file merge-file moe-router-score-function moe-router-pre-s
 moe-router-load-balancing-type moe-router-topk-scaling-factor moe-aux-loss-coeff
 moe-z-loss-coeff moe-grouped-gemm moe-router-dtype group-query-attention fp8-margin fp8-interval
 exit-interval exit-duration-in-mins ckpt-format no-save-optim no-save-rng no-load-optim no-load-rng
+decoupled-lr decoupled-min-lr manual-gc calculate-per-token-loss profile profile-step-start profile-step-end profile-ranks
+record-memory-history tiktoken-pattern no-mmap-bin-files logging-level no-check-for-nan-in-loss-and-grad
+init-model-with-meta-device data-cache-path train-samples lr-decay-samples lr-warmup-samples rerun-mode
 """.split())
-
-_VAR = re.compile(r"\$\{(\w+)(\[@\])?(?::-([^}]*))?\}|\$(\w+)")
-
-
-def parse_megatron_args(tokens: list[str]) -> dict[str, list[str]]:
-    """Megatron-LM arguments as ``{flag without dashes: [values]}`` (a flag's last occurrence wins)."""
-    args: dict[str, list[str]] = {}
-    flag = None
-    for token in tokens:
-        if token.startswith("--"):
-            name, sep, value = token[2:].partition("=")
-            flag = name.replace("_", "-")
-            args[flag] = [value] if sep else []
-        elif flag is not None:
-            args[flag].append(token)
-    return args
-
-
-def _expand(token: str, env: dict[str, Any]) -> list[str]:
-    whole = _VAR.fullmatch(token)
-    if whole and whole.group(2) and isinstance(env.get(whole.group(1)), list):
-        return list(env[whole.group(1)])
-
-    def value(match: re.Match) -> str:
-        name = match.group(1) or match.group(4)
-        found = env.get(name)
-        if found is None:
-            return match.group(3) if match.group(3) is not None else match.group(0)
-        return " ".join(found) if isinstance(found, list) else found
-
-    return [_VAR.sub(value, token)]
-
-
-def _array_tokens(text: str) -> list[str]:
-    """Shell words of *text*, an unquoted ``(`` or ``)`` a word of its own, comments dropped."""
-    lexer = shlex.shlex(text, posix=True, punctuation_chars="()")
-    lexer.whitespace_split, lexer.commenters = True, "#"
-    return list(lexer)
-
-
-def read_megatron_script(text: str) -> tuple[list[str], int | None]:
-    """A launch script's Megatron-LM arguments and its device count (torchrun's, where stated)."""
-    text = re.sub(r"\\\r?\n", " ", text)
-    env: dict[str, Any] = {}
-    lines = iter(text.splitlines())
-    for line in lines:
-        try:
-            tokens = shlex.split(line, comments=True)
-        except ValueError:
-            continue
-        if tokens and tokens[0] == "export":
-            tokens = tokens[1:]
-        array = re.match(r"^\s*(?:export\s+)?(\w+)=\(\s*(.*)$", line)
-        if array:
-            body, items = array.group(2), None
-            while items is None:
-                try:
-                    parts = _array_tokens(body)
-                except ValueError:  # a quote spans lines
-                    parts = []
-                if ")" in parts:
-                    items = parts[:parts.index(")")]
-                else:
-                    following = next(lines, None)
-                    if following is None:
-                        raise ConfigError("--from megatron", f"the array {array.group(1)}=( ... has no closing ')'")
-                    body += "\n" + following
-            env[array.group(1)] = [t for item in items for t in _expand(item, env)]
-            continue
-        if len(tokens) == 1 and re.match(r"^\w+=", tokens[0]):
-            name, _, value = tokens[0].partition("=")
-            env[name] = _expand(value, env)[0]
-            continue
-        expanded = [t for token in tokens for t in _expand(token, env)]
-        entry = next((i for i, t in enumerate(expanded) if t.endswith(".py")), None)
-        if entry is None:
-            continue
-        launcher = parse_megatron_args(expanded[:entry])
-        per_node = (launcher.get("nproc-per-node") or [None])[0]
-        nodes = (launcher.get("nnodes") or ["1"])[0]
-        devices = int(per_node) * int(nodes) if per_node and per_node.isdigit() and nodes.isdigit() else None
-        return expanded[entry + 1:], devices
-    raise ConfigError("--from megatron", "found no line running a *.py entry point (pretrain_gpt.py ...) in the script")
-
 
 class _Args:
     """The parsed arguments, each read once; what is left unread is reported."""
@@ -234,10 +154,10 @@ def _hf_config(a: _Args, unmapped: list[str]) -> dict[str, Any]:
             raise ConfigError(f"--{name}", "required to build the model; state it")
     vocab = a.value("vocab-size", int)
     tokenizer = a.value("tokenizer-type")
-    if vocab is None and tokenizer == "GPT2BPETokenizer":
-        vocab = GPT2_VOCAB
-        unmapped.append(f"--tokenizer-type GPT2BPETokenizer: read as GPT-2's {GPT2_VOCAB:,}-token vocabulary "
-                        "(gpt2-vocab.json); state --vocab-size if its --vocab-file differs")
+    if vocab is None and tokenizer in TOKENIZER_VOCABS:
+        vocab, what = TOKENIZER_VOCABS[tokenizer]
+        unmapped.append(f"--tokenizer-type {tokenizer}: read as {what} {vocab:,}-token vocabulary; state --vocab-size "
+                        "if its tokenizer file differs")
     if vocab is None:
         raise ConfigError("--vocab-size", "the tokenizer's vocabulary is not in the arguments; state --vocab-size")
     if tokenizer == "NullTokenizer":
@@ -331,6 +251,23 @@ def _recompute(a: _Args, model, registry, counts: list[int], unmapped: list[str]
     return {"default": "none", "layers": ranges} if ranges else None
 
 
+# Megatron-FSDP's sharding strategies (arguments.py --data-parallel-sharding-strategy, default no_shard) as ZeRO levels.
+_FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+
+
+def _zero(a: _Args, unmapped: list[str]) -> int:
+    """ZeRO level: the distributed optimizer's 1, else 0; under ``--use-megatron-fsdp`` its strategy's level."""
+    strategy = a.value("data-parallel-sharding-strategy", str, "no_shard")
+    distributed = a.flag("use-distributed-optimizer")
+    if not a.flag("use-megatron-fsdp"):
+        return 1 if distributed else 0
+    if strategy not in _FSDP_ZERO:
+        raise ConfigError("--data-parallel-sharding-strategy", f"expected one of {', '.join(_FSDP_ZERO)}, got {strategy!r}")
+    unmapped.append(f"--use-megatron-fsdp --data-parallel-sharding-strategy {strategy}: priced as ZeRO-{_FSDP_ZERO[strategy]} "
+                    "by hp's per-layer sharding model, not Megatron-FSDP's own buffers")
+    return _FSDP_ZERO[strategy]
+
+
 def _router_groups(a: _Args) -> dict[str, int]:
     """Group-limited routing: Megatron-Core limits a token to ``--moe-router-group-topk`` of
     ``--moe-router-num-groups`` expert groups only when the former is set, and then requires the latter
@@ -377,7 +314,7 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
         "cp_kind": "a2a" if a.value("cp-comm-type") == "a2a" else "p2p",
         "ep": a.value("expert-model-parallel-size", int, 1),
         "etp": a.value("expert-tensor-parallel-size", int, tp) if experts else 1,
-        "sp": a.flag("sequence-parallel") and tp > 1, "zero": 1 if a.flag("use-distributed-optimizer") else 0,
+        "sp": a.flag("sequence-parallel") and tp > 1, "zero": _zero(a, unmapped),
         "micro_batch_size": a.value("micro-batch-size", int, 1), "seq_len": a.value("seq-length", int),
     }
     if a.value("global-batch-size", int) is not None:

@@ -223,3 +223,36 @@ def test_megatron_gpt_defaults_build_the_gpt_megatron_runs(registry):
     relu2 = _imported(registry, SMALL.replace("--swiglu", "--squared-relu"))
     assert {k: relu2.document["model"]["layers"][1]["config"][k] for k in ("gated_mlp", "hidden_act")} == {
         "gated_mlp": False, "hidden_act": "relu2"}
+
+
+def test_a_launch_script_as_megatron_lm_examples_write_them():
+    # The shapes of Megatron-LM's own example launchers (examples/llama/train_llama3_8b_h100_fp8.sh): a test of the
+    # entry point's path before the launch, arithmetic, arrays appended to, multi-word elements split by ${A[@]}.
+    from hp_plugins.importers.megatron import read_megatron_script
+
+    text = "\n".join([
+        "GPUS_PER_NODE=8", "NUM_NODES=2", "WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))", "PP=$(( (WORLD_SIZE / 8) ))",
+        'PRETRAIN_SCRIPT_PATH="pretrain_gpt.py"',
+        "DISTRIBUTED_ARGS=(", "    --nproc_per_node $GPUS_PER_NODE", "    --nnodes $NUM_NODES", ")",
+        "TRAINING_ARGS=(", "    --micro-batch-size 1  # a comment", ")",
+        "DDP_ARGS=(", "    --overlap-grad-reduce", ")",
+        'TRAINING_ARGS+=("${DDP_ARGS[@]}")',
+        'DTYPE_ARGS=("--fp8-format hybrid" "--fp8-amax-history-len 1024")',
+        'if [ ! -f "$PRETRAIN_SCRIPT_PATH" ]; then', '    echo "not found: $PRETRAIN_SCRIPT_PATH"', "fi",
+        'torchrun ${DISTRIBUTED_ARGS[@]} "$PRETRAIN_SCRIPT_PATH" ${TRAINING_ARGS[@]} ${DTYPE_ARGS[@]} '
+        "--pipeline-model-parallel-size $PP --world $WORLD_SIZE",
+    ])
+    tokens, devices = read_megatron_script(text)
+    assert devices == 16
+    assert tokens == ["--micro-batch-size", "1", "--overlap-grad-reduce", "--fp8-format", "hybrid",
+                      "--fp8-amax-history-len", "1024", "--pipeline-model-parallel-size", "2", "--world", "16"]
+
+
+def test_megatron_fsdp_and_named_tokenizers(registry):
+    job = _imported(registry, SMALL.replace("--use-distributed-optimizer", "--use-megatron-fsdp "
+                                            "--data-parallel-sharding-strategy optim_grads_params --use-distributed-optimizer"))
+    assert job.document["parallel"]["zero"] == 3 and job.unmapped[0].startswith(
+        "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params: priced as ZeRO-3")
+    assert _imported(registry, SMALL + " --use-megatron-fsdp").document["parallel"]["zero"] == 0  # no_shard, the default
+    llama2 = _imported(registry, SMALL.replace("--vocab-size 1000", "--tokenizer-type Llama2Tokenizer"))
+    assert llama2.document["model"]["layers"][0]["config"]["vocab_size"] == 32000
