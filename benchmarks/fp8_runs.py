@@ -7,8 +7,8 @@ the memory rows: measured and estimated peak GiB and the error). The step-time r
 with the ``megatron`` runtime, the memory rows with the torchtitan importer (``fsdp2`` runtime),
 each under the recipe its row names; then llm-foundry's MPT FP8 rows (``fsdp_rows``: Composer FSDP,
 Transformer Engine delayed scaling), priced with the ``fsdp2`` runtime as docs/time.md prices the
-MPT bf16 rows; then Megatron-Bridge's MoE rows (``moe_rows``: Qwen3 30B-A3B and 235B-A22B on H100 and B200), priced as
-run with the ``megatron`` runtime, per class the mean absolute error; then torchtitan's and torchao's Float8 rows
+MPT bf16 rows; then Megatron-Bridge's MoE rows (``moe_rows``: Qwen3 30B-A3B and 235B-A22B on H100 and B200, DeepSeek-V3 on
+B200), priced as run with the ``megatron`` runtime and the recompute modules each row states, per class the mean absolute error; then torchtitan's and torchao's Float8 rows
 (``torchtitan_rows``: Llama 3 8B / 70B / 405B under torchao float8 tensorwise on torchtitan's Grand Teton H100s),
 priced as tests/plugins/scale_cases.py prices those pages' bf16 rows (``fsdp2``, the Grand Teton case device), each
 beside its bf16 baseline of the same table, measured and priced, and both FP8 speedups; nothing is fitted to them
@@ -34,15 +34,19 @@ def layout(row: dict, decoder_layers: int) -> ParallelSpec:
     """The row's layout: Megatron-Core with sequence parallelism at tp > 1, the distributed optimizer; the experts split
     over ``etp`` where the row states it (else 1).
 
-    A row with ``layers_per_stage`` splits its decoder layers with the embedding and the loss counted as a
-    layer each (Megatron-Core account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split):
-    ``(decoder_layers + 2) / chunks`` per chunk, the first and the last chunk one fewer (126 layers over 64
-    chunks: 1, 2, ..., 2, 1)."""
+    A row whose ``layers_per_stage`` is a list states its decoder layers per chunk, in chunk order (a row
+    placing its layers by a pipeline layout, ``pipeline_layout``: the embedding on the first chunk, the MTP
+    module and the loss on the last, where hp places them). A row whose ``layers_per_stage`` is text splits its
+    decoder layers with the embedding and the loss counted as a layer each (Megatron-Core
+    account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split): ``(decoder_layers + 2) /
+    chunks`` per chunk, the first and the last chunk one fewer (126 layers over 64 chunks: 1, 2, ..., 2, 1)."""
     model_parallel = row["tp"] * row["pp"] * row["cp"]
     dp = row["gpus"] // model_parallel
     chunks = row["pp"] * row["vpp"]
     per_chunk = None
-    if "layers_per_stage" in row:
+    if isinstance(row.get("layers_per_stage"), list):
+        per_chunk = tuple(row["layers_per_stage"])
+    elif "layers_per_stage" in row:
         each, left = divmod(decoder_layers + 2, chunks)
         if left:
             raise ValueError(f"{row['id']}: {decoder_layers} decoder layers + 2 do not split evenly over {chunks} chunks")
@@ -218,19 +222,48 @@ MOE_CLASSES = ("multi-node Megatron-Core MoE, H100", "Megatron-Core MoE, B200")
 
 
 def _decoder_layers(model) -> int:
-    """The model's decoder layers: every layer group but the embedding and the output head."""
-    return sum(group.count for group in model.layers if group.kind not in ("embedding", "output"))
+    """The model's decoder layers: every layer group but the embedding, the output head and DeepSeek-V3's MTP module
+    (the kinds hp places first and last, not in the body)."""
+    return sum(group.count for group in model.layers if group.kind not in ("embedding", "output", "mtp"))
+
+
+def moe_recompute(row: dict, model, registry, runtime):
+    """The row's ``recompute_modules`` (Megatron-Core ``--recompute-modules``) as a recompute plan: each body layer
+    recomputes the switches of every module the runtime states that acts on its kind; ``None`` where the row
+    recomputes nothing (the Qwen3 rows). A module the runtime does not state is refused, not dropped."""
+    from hp_core.specs import RecomputeSpec, Setting
+
+    modules = row.get("recompute_modules") or []
+    known = runtime.recompute_modules or {}
+    unknown = [m for m in modules if m not in known]
+    if unknown:
+        raise ValueError(f"{row['id']}: recompute modules {unknown} are not among the megatron runtime's ({sorted(known)})")
+    if not modules:
+        return None
+    ranges, first = [], 0
+    for group in model.layers:
+        kind = registry.layer_kind(group.kind)
+        if kind.placement != "body":
+            continue
+        switches = set()
+        for module in modules:
+            if module not in runtime.module_kinds or kind.name in runtime.module_kinds[module]:
+                switches |= set(known[module]) & set(kind.switches)
+        if switches:
+            ranges.append((first, first + group.count - 1, Setting.parse(sorted(switches))))
+        first += group.count
+    return RecomputeSpec(layers=tuple(ranges))
 
 
 def price_moe(row: dict, registry, recipe: str | None = None):
     """hp's step time of a Megatron-Bridge MoE row under *recipe* (the row's when ``None``), as run: the
-    ``megatron`` runtime with the row's options, no activation recompute (the row's recipe sets none)."""
+    ``megatron`` runtime with the row's options and the recompute modules it states (:func:`moe_recompute`)."""
     model = api.model_from_preset(row["model"], registry=registry)
     runtime = api.apply_options(registry.runtime("megatron"), row["runtime_options"])
     precision = attrs.evolve(runtime.precision, recipe=recipe or row["recipe"])
     hardware = registry.hardware_preset(row["hardware"]).spec
     return api.step_time(model, layout(row, _decoder_layers(model)), registry=registry, runtime=runtime,
-                         precision=precision, hardware=hardware)
+                         precision=precision, hardware=hardware, recompute=moe_recompute(row, model, registry, runtime))
 
 
 def moe_results(registry=None) -> list[dict]:
@@ -256,6 +289,7 @@ def moe_section(found: list[dict]) -> str:
         row = r["layout"]
         degrees = " ".join(f"{k}{row[k]}" for k in ("tp", "pp", "vpp", "ep") if row[k] > 1)
         dispatch = " HybridEP*" if r["hybridep"] else (" DeepEP" if row["runtime_options"].get("ep_all_to_all") == "deepep" else "")
+        dispatch += "".join(f" recompute {m}" for m in row.get("recompute_modules", ()))
         lines.append(f"| `{r['id']}` | {r['class']} | {r['recipe']} | {row['gpus']} GPUs {degrees} mbs {row['micro_batch_size']}"
                      f"{dispatch} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} | {r['error']:+.1%} "
                      f"| {r['bf16_seconds']:.3f} | {r['bf16_seconds'] / r['estimated_seconds']:.2f} |")

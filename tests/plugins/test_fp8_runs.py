@@ -144,7 +144,7 @@ def _cells(row: dict) -> list[str]:
 def test_moe_rows_state_their_summary_row_and_release():
     data = _data()
     runs = _module()
-    assert len(data["moe_rows"]) == 16 and len(data["moe_rows_skipped"]) == 6
+    assert len(data["moe_rows"]) == 20 and len(data["moe_rows_skipped"]) == 6
     for row in data["moe_rows"]:
         source = data["sources"][row["source"]]
         assert "067f987df03b8355b03192d88d70f1709fedf51a" in source and row["source"] == row["runtime_options_source"], row["id"]
@@ -174,6 +174,69 @@ def test_precision_page_moe_table_is_current_and_its_prose_states_its_figures():
     assert f"micro-batch 1 are priced {-max(slow):.0%}-{-min(slow):.0%} too fast" in prose
     speedups = [r["bf16_seconds"] / r["estimated_seconds"] for r in found]
     assert f"FP8 speedup over bf16 on these rows is {min(speedups):.2f}-{max(speedups):.2f}" in prose
+    hybrid = [by_id[f"mb{c}-b200-deepseek-v3-mxfp8"]["error"] for c in ("26.02", "26.02.01", "26.04")]
+    assert f"26.02 to 26.04 (GBS 4,096, HybridEP) {min(hybrid):+.1%} to {max(hybrid):+.1%}" in prose
+    assert f"DeepSeek-V3's three at EP 8 {min(hybrid):+.1%} to {max(hybrid):+.1%}" in prose
+    assert f"25.11's row (GBS 2,048, NCCL all-to-all, the shared expert overlapped with it, `moe_shared_expert_overlap`) is " \
+           f"{by_id['mb25.11-b200-deepseek-v3-mxfp8']['error']:+.1%}" in prose
+    # hp's time per sequence, 25.11's row (GBS 2,048) over 26.02's (GBS 4,096): 1.06 as the prose states
+    ratio = (by_id["mb25.11-b200-deepseek-v3-mxfp8"]["estimated_seconds"] / 2048) / (by_id["mb26.02-b200-deepseek-v3-mxfp8"]["estimated_seconds"] / 4096)
+    assert f"hp prices it {ratio:.2f} times slower per sequence" in prose
+
+
+def _chunks(layout: str) -> list[str]:
+    """A Megatron-Core pipeline layout string expanded into its chunks: ``(x)*n`` and ``c*n`` repeat, ``|`` separates
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py's notation)."""
+    import re
+
+    while "(" in layout:
+        layout = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), layout)
+    layout = re.sub(r"([EtmL])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), layout)
+    return layout.split("|")
+
+
+def test_deepseek_v3_rows_state_their_pipeline_layout_as_layers_per_stage():
+    """Each DeepSeek-V3 row's layout string, expanded by hand: 'Et*4|(t*4|)*14tmL' is 'Etttt', fourteen 'tttt', then
+    'tmL': 16 chunks of 4, ..., 4, 1 decoder layers, the embedding only in the first, the MTP layer and the loss only in
+    the last (where hp places them), 61 decoder layers in all, the preset's."""
+    from hp_core import api
+
+    data = _data()
+    runs = _module()
+    registry = api.build_registry()
+    model = api.model_from_preset("deepseek-v3", registry=registry)
+    rows = [r for r in data["moe_rows"] if r["model"] == "deepseek-v3"]
+    assert [r["id"] for r in rows] == [f"mb{c}-b200-deepseek-v3-mxfp8" for c in ("25.11", "26.02", "26.02.01", "26.04")]
+    assert _chunks("Et*4|(t*4|)*14tmL") == ["Etttt"] + ["tttt"] * 14 + ["tmL"]
+    for row in rows:
+        chunks = _chunks(row["pipeline_layout"])
+        assert len(chunks) == row["pp"] * row["vpp"] == 16, row["id"]
+        assert row["layers_per_stage"] == [c.count("t") for c in chunks] == [4] * 15 + [1], row["id"]
+        assert [i for i, c in enumerate(chunks) if "E" in c] == [0], row["id"]
+        assert [i for i, c in enumerate(chunks) if "m" in c or "L" in c] == [15] and chunks[15].count("m") == 1, row["id"]
+        assert sum(row["layers_per_stage"]) == runs._decoder_layers(model) == 61, row["id"]
+        assert runs.layout(row, 61).layers_per_stage == (4,) * 15 + (1,), row["id"]
+        # Step time by hand: 25.11 GBS 2,048 at 2,139 tokens/s/GPU: 2048 * 4096 / (2139 * 256) = 15.319 s
+        expected = {"25.11": 15.319, "26.02": 24.372, "26.02.01": 23.490, "26.04": 23.281}[row["id"][2:].split("-")[0]]
+        assert runs.measured_seconds(row) == pytest.approx(expected, abs=5e-4), row["id"]
+
+
+def test_moe_recompute_maps_the_rows_modules_to_switches_and_refuses_an_unstated_one():
+    """mla_up_proj is the megatron runtime's attUp on every MLA body layer (3 mla, then 58 mla_moe: layers 0-2 and 3-60);
+    the Qwen3 rows recompute nothing; 'mlp' (DeepSeek-V3's 26.04.01 config) is not among the runtime's modules."""
+    from hp_core import api
+
+    runs = _module()
+    registry = api.build_registry()
+    runtime = registry.runtime("megatron")
+    model = api.model_from_preset("deepseek-v3", registry=registry)
+    plan = runs.moe_recompute({"id": "x", "recompute_modules": ["mla_up_proj"]}, model, registry, runtime)
+    assert [(a, b, sorted(s.switches)) for a, b, s in plan.layers] == [(0, 2, ["attUp"]), (3, 60, ["attUp"])]
+    assert runs.moe_recompute({"id": "x"}, model, registry, runtime) is None
+    with pytest.raises(ValueError, match="mlp"):
+        runs.moe_recompute({"id": "x", "recompute_modules": ["mla_up_proj", "mlp"]}, model, registry, runtime)
+    skipped = next(s for s in _data()["moe_rows_skipped"] if s["row"].startswith("26.04.01 NeMo Container, DeepSeekV3"))
+    assert "'mlp'" in skipped["why"] and "mlp" not in runtime.recompute_modules
 
 
 # torchtitan's and torchao's Float8 rows (torchtitan_rows): each step time by hand from the figure its source prints,
