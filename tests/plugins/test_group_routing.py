@@ -190,7 +190,8 @@ def test_hf_router_groups_refused_with_their_path(change, path, message):
 def test_megatron_router_group_flags_import_as_the_layers_router_groups(registry):
     base = ("--num-layers 2 --hidden-size 1024 --num-attention-heads 8 --ffn-hidden-size 2048 --seq-length 512 "
             "--vocab-size 1000 --swiglu --normalization RMSNorm --disable-bias-linear --micro-batch-size 1 "
-            "--global-batch-size 8 --bf16 --num-experts 16 --moe-router-topk 4 --expert-model-parallel-size 8")
+            "--global-batch-size 8 --bf16 --num-experts 16 --moe-router-topk 4 --expert-model-parallel-size 8 "
+            "--position-embedding-type rope --moe-token-dispatcher-type alltoall")
 
     def layers(extra):
         job = import_megatron_args(shlex.split(base + extra), registry, devices=8)
