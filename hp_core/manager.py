@@ -64,6 +64,7 @@ DEFAULT_PLUGINS = (
     "hp_plugins.importers.accelerate",
     "hp_plugins.kinds.lora",
     "hp_plugins.collectives.deepep",
+    "hp_plugins.collectives.hybridep",
 )
 
 # Third-party plugins advertise themselves under this entry-point group.

@@ -50,7 +50,7 @@ from hp_core.collectives import CollectiveCall, CollectiveModel, nccl_seconds
 from hp_core.markers import hookimpl
 from hp_core.specs.timing import Sourced
 
-__all__ = ["DEEPEP", "NVLINK_EFFICIENCY", "RDMA_EFFICIENCY", "deepep_seconds", "hp_collective_models"]
+__all__ = ["DEEPEP", "NVLINK_EFFICIENCY", "RDMA_EFFICIENCY", "deepep_seconds", "forwarded_seconds", "hp_collective_models"]
 
 _LEGACY = "DeepEP docs/legacy.md, 'Normal kernels with NVLink and RDMA forwarding' (deepseek-ai/DeepEP@0297fc8)"
 # 153 GB/s (intranode dispatch, EP 8; combine 158 GB/s, the lower is taken) over the H800's NVLink: 400 GB/s
@@ -62,6 +62,13 @@ RDMA_EFFICIENCY = Sourced(43 / 50, f"{_LEGACY}: 43 GB/s internode dispatch and c
 
 def deepep_seconds(call: CollectiveCall) -> float:
     """An all-to-all on DeepEP's normal kernels; any other call as NCCL's (:mod:`hp_plugins.collectives.deepep`)."""
+    return forwarded_seconds(call, NVLINK_EFFICIENCY.value, RDMA_EFFICIENCY.value)
+
+
+def forwarded_seconds(call: CollectiveCall, nvlink_efficiency: float, rdma_efficiency: float) -> float:
+    """An all-to-all forwarding tokens from the network into the NVLink domain, a token sent once per rank and per
+    node it reaches, at these efficiencies of the links the fabric states; any other call, or one on a fabric that
+    does not state the links it needs, as NCCL's (the model of this module's docstring; HybridEP's shares it)."""
     f, n, g, k, nbytes = call.fabric, call.group.ranks, call.group.per_node, call.group.nodes, call.nbytes
     if call.op != "all_to_all" or n <= 1 or nbytes <= 0 or f.intra_link_bandwidth is None and g > 1:
         return nccl_seconds(call)
@@ -70,11 +77,11 @@ def deepep_seconds(call: CollectiveCall) -> float:
     routing = call.routing
     # The bytes DeepEP's figures count: a copy per distinct rank (NVLink) and per distinct node (RDMA) reached.
     per_rank = nbytes if routing is None else routing.token_bytes(nbytes) * routing.distinct(n)
-    intra = per_rank / (f.intra_link_bandwidth * NVLINK_EFFICIENCY.value) if g > 1 else 0.0
+    intra = per_rank / (f.intra_link_bandwidth * nvlink_efficiency) if g > 1 else 0.0
     if k <= 1:
         return intra
     per_node = nbytes if routing is None else routing.token_bytes(nbytes) * routing.distinct(k)
-    inter = per_node / (f.nic_link_bandwidth * RDMA_EFFICIENCY.value)
+    inter = per_node / (f.nic_link_bandwidth * rdma_efficiency)
     return max(inter, intra)
 
 

@@ -130,8 +130,9 @@ OPTIONS = (
         "block); torch/_inductor fuses pointwise ops into one kernel; NeMo AutoModel's TE backend uses Transformer "
         "Engine's fused RMSNorm"),
     ep_all_to_all_option(
-        "NeMo AutoModel moe dispatcher 'deepep' (examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml); DeepEP "
-        "docs/legacy.md (deepseek-ai/DeepEP@0297fc8)"),
+        "NeMo AutoModel moe dispatcher 'deepep' (examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml) or "
+        "'hybridep' (nemo_automodel/components/moe/megatron/token_dispatcher.py, NVIDIA-NeMo/Automodel@3746a1a); DeepEP "
+        "docs/legacy.md (deepseek-ai/DeepEP@0297fc8); DeepEP docs/README_Hybrid-EP.md (deepseek-ai/DeepEP@41cad94)"),
 )
 
 __all__ = ["hp_runtimes"]

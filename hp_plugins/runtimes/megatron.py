@@ -195,8 +195,9 @@ OPTIONS = (
                     "compute; exposed max(0, all-to-all - the layer's compute)",
         source=f"{_ARGS} --overlap-moe-expert-parallel-comm; megatron/core/pipeline_parallel/combined_1f1b.py",
     ),
-    ep_all_to_all_option(f"{_ARGS} --moe-token-dispatcher-type flex --moe-enable-deepep (megatron/core/transformer/moe/"
-                         "fused_a2a.py); DeepEP docs/legacy.md (deepseek-ai/DeepEP@0297fc8)"),
+    ep_all_to_all_option(f"{_ARGS} --moe-token-dispatcher-type flex --moe-enable-deepep, or --moe-flex-dispatcher-backend "
+                         "hybridep (megatron/core/transformer/moe/fused_a2a.py); DeepEP docs/legacy.md "
+                         "(deepseek-ai/DeepEP@0297fc8); DeepEP docs/README_Hybrid-EP.md (deepseek-ai/DeepEP@41cad94)"),
 )
 
 

@@ -1,5 +1,5 @@
 """Runtime options that change how a step is timed, shared by the built-in runtimes: how elementwise ops run
-(eager kernels or fused) and which library runs the expert-parallel all-to-all (NCCL or DeepEP).
+(eager kernels or fused) and which library runs the expert-parallel all-to-all (NCCL, DeepEP or HybridEP).
 
 Each is a :class:`~hp_core.runtime_options.RuntimeOption` whose ``apply`` changes the runtime's timing
 profile (docs/time.md, "Eager kernels, torch.compile and DeepEP").
@@ -37,25 +37,31 @@ def elementwise_kernels_option(default: str, source: str) -> RuntimeOption:
     )
 
 
+# The ep_all_to_all choices that name a collective model of their own (hp_plugins/collectives).
+_LIBRARY_MODELS = ("deepep", "hybridep")
+
+
 @attrs.frozen
 class _AllToAll:
-    """``ep_all_to_all``: ``deepep`` names the ``deepep`` collective model; ``nccl`` (the default) keeps the
-    collective model the timing profile states (a third party's, or the built-in NCCL one where it states none),
-    and only drops ``deepep`` where the profile named it."""
+    """``ep_all_to_all``: ``deepep`` and ``hybridep`` name the collective model of that name; ``nccl`` (the
+    default) keeps the collective model the timing profile states (a third party's, or the built-in NCCL one where
+    it states none), and only drops ``deepep`` or ``hybridep`` where the profile named it."""
 
     def __call__(self, runtime: Runtime, value: str) -> Runtime:
         stated = runtime.timing.collective_model
-        model = "deepep" if value == "deepep" else (None if stated == "deepep" else stated)
+        model = value if value in _LIBRARY_MODELS else (None if stated in _LIBRARY_MODELS else stated)
         if model == stated:
             return runtime
         return attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, collective_model=model))
 
 
 def ep_all_to_all_option(source: str) -> RuntimeOption:
-    """``ep_all_to_all``: ``nccl`` (the default) or ``deepep`` (the ``deepep`` collective model)."""
+    """``ep_all_to_all``: ``nccl`` (the default), ``deepep`` or ``hybridep`` (the collective model of that name)."""
     return RuntimeOption(
         "ep_all_to_all", "choice", "nccl",
-        "the library of the expert-parallel dispatch and combine: nccl (all_to_all_single) or deepep (DeepEP's normal "
-        "kernels at their published NVLink and RDMA bandwidths, collective model deepep; every all-to-all of the run)",
-        source, _AllToAll(), choices=("nccl", "deepep"),
+        "the library of the expert-parallel dispatch and combine: nccl (all_to_all_single), deepep (DeepEP's normal "
+        "kernels at their published NVLink and RDMA bandwidths, collective model deepep) or hybridep (NVIDIA's "
+        "HybridEP at its published Torch API bandwidths, collective model hybridep); deepep and hybridep price every "
+        "all-to-all of the run",
+        source, _AllToAll(), choices=("nccl", "deepep", "hybridep"),
     )

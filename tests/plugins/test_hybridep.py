@@ -1,0 +1,127 @@
+"""The ``hybridep`` collective model by hand: NVIDIA HybridEP's published Torch API bandwidths
+(deepseek-ai/DeepEP@41cad94 docs/README_Hybrid-EP.md) as efficiencies on the bytes its benchmark counts,
+and the ``ep_all_to_all: hybridep`` option (docs/time.md, "Eager kernels, op-level SAC and DeepEP")."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import pytest
+
+from hp_core.api import model_from_preset, step_time
+from hp_core.collectives import CollectiveCall, Fabric, GroupPlacement, Routing, nccl_seconds
+from hp_core.runtime_options import apply_options
+from hp_core.specs import ParallelSpec
+from hp_plugins.collectives.deepep import deepep_seconds
+from hp_plugins.collectives.hybridep import NVLINK_EFFICIENCY, RDMA_EFFICIENCY, hybridep_seconds, rdma_efficiency
+
+H100_NVLINK, B200_NVLINK, NIC = 450e9, 900e9, 50e9
+H100 = Fabric(intra_bandwidth=0.6 * H100_NVLINK, intra_a2a_bandwidth=0.5 * H100_NVLINK, intra_latency=8e-6,
+              nic_bandwidth=0.7 * NIC, inter_latency=30e-6, intra_link_bandwidth=H100_NVLINK, nic_link_bandwidth=NIC)
+B200 = attrs.evolve(H100, intra_link_bandwidth=B200_NVLINK)
+# Qwen3-30B-A3B's dispatch of one micro-batch: 4096 tokens x top-8 copies x hidden 2048 x 2 bytes (bf16).
+QWEN3_BYTES = 4096 * 8 * 2048 * 2
+
+
+def _call(op, nbytes, ranks, per_node, nodes, fabric=H100, routing=None):
+    return CollectiveCall(op, nbytes, GroupPlacement(ranks, per_node, nodes), fabric, routing=routing)
+
+
+def test_the_efficiencies_are_the_published_torch_api_figures_over_the_links():
+    # B200, 8 ranks, 16 SMs: dispatch (BF16) 535.94 GB/s, combine 530.86; the lower over 900 GB/s NVLink.
+    assert NVLINK_EFFICIENCY.value == pytest.approx(530.86 / 900)
+    # H100 IB at 16 SMs, the lower of dispatch (BF16) and combine: 53.35 (16 ranks), 47.36 (32), 41.24 (64), over 50 GB/s.
+    assert {r: e.value for r, e in RDMA_EFFICIENCY.items()} == pytest.approx({16: 1.067, 32: 0.9472, 64: 0.8248})
+    assert "41cad94" in NVLINK_EFFICIENCY.source and all("41cad94" in e.source for e in RDMA_EFFICIENCY.values())
+
+
+def test_the_network_figure_is_the_published_rank_count_nearest_the_group():
+    assert rdma_efficiency(16).value == pytest.approx(53.35 / 50)
+    assert rdma_efficiency(8).value == pytest.approx(53.35 / 50)  # below the table: its smallest count
+    assert rdma_efficiency(24).value == pytest.approx(47.36 / 50)  # 32/24 = 1.33 nearer than 24/16 = 1.5
+    assert rdma_efficiency(45).value == pytest.approx(47.36 / 50)  # 45/32 = 1.41 < 64/45 = 1.42
+    assert rdma_efficiency(46).value == pytest.approx(41.24 / 50)
+    assert rdma_efficiency(256).value == pytest.approx(41.24 / 50)
+
+
+def test_within_a_node_a_plain_exchange_runs_at_the_published_b200_bandwidth():
+    # No routing stated: every byte lands on one rank. On the B200 the efficiency returns exactly 530.86 GB/s.
+    assert hybridep_seconds(_call("all_to_all", 8e9, 8, 8, 1, B200)) == pytest.approx(8e9 / 530.86e9)
+    # Carried to the H100's 450 GB/s NVLink at the same 0.590.
+    assert hybridep_seconds(_call("all_to_all", 8e9, 8, 8, 1)) == pytest.approx(8e9 / (450e9 * 530.86 / 900))
+
+
+def test_across_two_h100_nodes_the_counted_node_copies_run_at_the_16_rank_ib_figure():
+    # Qwen3-30B-A3B EP 16 on 2 nodes: u = 4096 x 2048 x 2 bytes of tokens; 128 experts, top-8.
+    u = QWEN3_BYTES / 8
+    nodes = 2 * (1 - math.comb(64, 8) / math.comb(128, 8))  # 1.994 of 2 nodes, the own node counted
+    ranks = 16 * (1 - math.comb(120, 8) / math.comb(128, 8))  # 6.60 of 16 ranks
+    assert nodes == pytest.approx(1.9938, abs=1e-4) and ranks == pytest.approx(6.5965, abs=1e-4)
+    inter = u * nodes / 53.35e9  # 0.627 ms: the network leg sets the pace
+    intra = u * ranks / (450e9 * 530.86 / 900)  # 0.417 ms forwarded over NVLink
+    got = hybridep_seconds(_call("all_to_all", QWEN3_BYTES, 16, 8, 2, routing=Routing(128, 8)))
+    assert got == pytest.approx(max(inter, intra)) and got == pytest.approx(0.6270e-3, rel=1e-4)
+    # NCCL's all-to-all of every copy at the fabric's 0.7 network efficiency takes 3.5 times as long.
+    assert nccl_seconds(_call("all_to_all", QWEN3_BYTES, 16, 8, 2)) == pytest.approx(2.2134e-3, rel=1e-4)
+
+
+def test_64_ranks_price_at_the_64_rank_figure():
+    # A plain exchange over 8 nodes: the buffer over the adapter at 41.24/50, over NVLink at 0.590 of 450 GB/s.
+    got = hybridep_seconds(_call("all_to_all", 16e9, 64, 8, 8))
+    assert got == pytest.approx(max(16e9 / 41.24e9, 16e9 / (450e9 * 530.86 / 900)))
+
+
+def test_other_collectives_and_unknown_links_fall_back_to_nccl_as_deepep_does():
+    for op in ("all_gather", "reduce_scatter", "all_reduce"):
+        assert hybridep_seconds(_call(op, 8e9, 16, 8, 2)) == nccl_seconds(_call(op, 8e9, 16, 8, 2))
+    bare = attrs.evolve(H100, intra_link_bandwidth=None, nic_link_bandwidth=None)
+    for shape in ((8, 8, 1), (16, 8, 2)):
+        call = _call("all_to_all", 8e9, *shape, bare)
+        assert hybridep_seconds(call) == nccl_seconds(call) == deepep_seconds(call)
+    no_nic = attrs.evolve(H100, nic_link_bandwidth=None)
+    assert hybridep_seconds(_call("all_to_all", 8e9, 16, 8, 2, no_nic)) == nccl_seconds(_call("all_to_all", 8e9, 16, 8, 2, no_nic))
+
+
+def test_the_model_is_registered(registry):
+    model = registry.collective_model("hybridep")
+    assert model.seconds is hybridep_seconds and "README_Hybrid-EP.md" in model.source
+
+
+def _ep_seconds(registry, runtime_name, value, hardware):
+    runtime = apply_options(registry.runtime(runtime_name), {"ep_all_to_all": value})
+    model = model_from_preset("qwen3-30b-a3b", registry)
+    layout = ParallelSpec(dp=8, ep=8, seq_len=4096, micro_batch_size=1, global_batch_size=8)
+    step = step_time(model, layout, registry=registry, hardware=registry.hardware_preset(hardware).spec, runtime=runtime)
+    return dict((g, t) for g, t, _ in step.stages[0].communication_by_group)["ep"], step
+
+
+def test_ep_all_to_all_hybridep_prices_the_expert_exchange_on_b200(registry):
+    ep, step = _ep_seconds(registry, "fsdp2", "hybridep", "b200")
+    _, nccl = _ep_seconds(registry, "fsdp2", "nccl", "b200")
+    # 48 MoE layers x dispatch and combine x forward and backward = 192 calls; a token once per rank it reaches
+    # (5.34 of 8) at 530.86 GB/s.
+    reached = 8 * (1 - math.comb(112, 8) / math.comb(128, 8))
+    assert ep == pytest.approx(192 * QWEN3_BYTES / 8 * reached / 530.86e9, rel=1e-9)
+    assert step.compute_seconds == nccl.compute_seconds
+
+
+def test_megatron_selects_hybridep_too(registry):
+    # The same bytes as DeepEP's model prices, at 530.86 GB/s rather than DeepEP's 153/200 of the B200's 900.
+    hybridep, _ = _ep_seconds(registry, "megatron", "hybridep", "b200")
+    deepep, _ = _ep_seconds(registry, "megatron", "deepep", "b200")
+    assert hybridep == pytest.approx(deepep * (900 * 153 / 200) / 530.86, rel=1e-9)
+
+
+def test_the_option_switches_the_collective_model(registry):
+    fsdp2 = registry.runtime("fsdp2")
+    assert apply_options(fsdp2, {"ep_all_to_all": "hybridep"}).timing.collective_model == "hybridep"
+    stated = attrs.evolve(fsdp2, timing=attrs.evolve(fsdp2.timing, collective_model="vendor-ccl"))
+    assert apply_options(stated, {"ep_all_to_all": "hybridep"}).timing.collective_model == "hybridep"
+    assert apply_options(stated, {"ep_all_to_all": "nccl"}).timing.collective_model == "vendor-ccl"
+    hybrid = attrs.evolve(fsdp2, timing=attrs.evolve(fsdp2.timing, collective_model="hybridep"))
+    assert apply_options(hybrid, {"ep_all_to_all": "nccl"}).timing.collective_model is None
+    assert apply_options(hybrid, {"ep_all_to_all": "deepep"}).timing.collective_model == "deepep"
+    for name in ("fsdp2", "megatron"):
+        option = next(o for o in registry.runtime(name).options if o.name == "ep_all_to_all")
+        assert option.choices == ("nccl", "deepep", "hybridep") and "README_Hybrid-EP.md" in option.source
