@@ -277,7 +277,7 @@ def moe_results(registry=None) -> list[dict]:
         found.append({"id": row["id"], "class": row["class"], "split": row["split"], "recipe": row["recipe"],
                       "layout": row, "measured_seconds": measured, "estimated_seconds": estimated.step_seconds,
                       "error": (estimated.step_seconds - measured) / measured, "bf16_seconds": bf16.step_seconds,
-                      "hybridep": any(n.startswith("HybridEP") for n in row["not_priced"])})
+                      "dispatch": row["runtime_options"].get("ep_all_to_all", "nccl")})
     return found
 
 
@@ -288,13 +288,11 @@ def moe_section(found: list[dict]) -> str:
     for r in found:
         row = r["layout"]
         degrees = " ".join(f"{k}{row[k]}" for k in ("tp", "pp", "vpp", "ep") if row[k] > 1)
-        dispatch = " HybridEP*" if r["hybridep"] else (" DeepEP" if row["runtime_options"].get("ep_all_to_all") == "deepep" else "")
+        dispatch = {"nccl": "", "deepep": " DeepEP", "hybridep": " HybridEP"}[r["dispatch"]]
         dispatch += "".join(f" recompute {m}" for m in row.get("recompute_modules", ()))
         lines.append(f"| `{r['id']}` | {r['class']} | {r['recipe']} | {row['gpus']} GPUs {degrees} mbs {row['micro_batch_size']}"
                      f"{dispatch} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} | {r['error']:+.1%} "
                      f"| {r['bf16_seconds']:.3f} | {r['bf16_seconds'] / r['estimated_seconds']:.2f} |")
-    lines.append("")
-    lines.append("(HybridEP*: the run dispatched with HybridEP, priced as NCCL all-to-all.)")
     lines.append("")
     for cls in MOE_CLASSES:
         errors = [r["error"] for r in found if r["class"] == cls]
