@@ -331,8 +331,11 @@ def test_mbridge_rows_state_their_provenance_and_layout():
             (int(cells["Tokens / sec / GPU"]), int(cells["Model TFLOP / sec / GPU"]))
         assert row["recompute"] == ["layernorm", "moe_act"]
         # The recipe's DDP settings, each stated as the runtime option it is (ddp.grad_reduce_in_fp32 false in
-        # set_gpt_oss_common_configs).
-        assert row["options"] == {"overlap_grad_reduce": True, "overlap_param_gather": True, "grad_reduce_in_fp32": False}
+        # set_gpt_oss_common_configs), and the dispatcher where the config sets the flex one with HybridEP.
+        hybridep = "moe_flex_dispatcher_backend hybridep" in row["recipe_settings"]
+        assert hybridep == (row["id"] == "mb26.04-b200-gpt-oss-120b")
+        assert row["options"] == {"overlap_grad_reduce": True, "overlap_param_gather": True, "grad_reduce_in_fp32": False,
+                                  **({"ep_all_to_all": "hybridep"} if hybridep else {})}
         assert "ddp.grad_reduce_in_fp32 false" in row["recipe_settings"]
 
 
