@@ -94,7 +94,7 @@ moe-z-loss-coeff moe-grouped-gemm moe-router-dtype group-query-attention fp8-mar
 exit-interval exit-duration-in-mins ckpt-format no-save-optim no-save-rng no-load-optim no-load-rng
 decoupled-lr decoupled-min-lr manual-gc calculate-per-token-loss profile profile-step-start profile-step-end profile-ranks
 record-memory-history tiktoken-pattern no-mmap-bin-files logging-level no-check-for-nan-in-loss-and-grad
-init-model-with-meta-device data-cache-path train-samples lr-decay-samples lr-warmup-samples rerun-mode
+init-model-with-meta-device train-samples lr-decay-samples lr-warmup-samples rerun-mode
 """.split())
 
 class _Args:

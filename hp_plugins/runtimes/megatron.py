@@ -13,7 +13,10 @@ What it holds, and where that comes from (Megatron-LM at core 0.14, Transformer 
   master parameters and Adam states sharded over the data-parallel times
   context-parallel group, expert parameters' over the expert data-parallel
   group) is this profile's default ``zero: 1``; ``--zero 0`` prices Megatron
-  without it. Megatron has no ZeRO-2/3 of its own (use the ``fsdp2`` runtime).
+  without it. Megatron-FSDP (``--use-megatron-fsdp``, ZeRO 2/3 by its
+  ``--data-parallel-sharding-strategy``) is priced by hp's generic per-layer
+  sharding at ``zero: 2`` or ``3``, not by its own buffer layout (the importer
+  says so in a warning line).
 * Vocabulary padded to a multiple of ``128 * tp`` (``--make-vocab-size-divisible-by``
   default 128; ``megatron/training/tokenizer/tokenizer.py`` ``_vocab_size_with_padding``).
   A tokenizer that adds tokens (the NullTokenizer's EOD) is stated in the
