@@ -205,18 +205,20 @@ class HostOverhead:
 class _SetSchedule:
     """``apply`` of :func:`schedule_option`: sets one field of the runtime's timing profile's schedule (picklable)."""
 
-    field: str
+    field: str | tuple[str, ...]
 
     def __call__(self, runtime: Any, value: Any) -> Any:
         timing = runtime.timing
         if timing is None:
             raise ValueError(f"runtime {runtime.name} states no timing profile, so it has no overlap schedule to set")
-        schedule = attrs.evolve(timing.schedule, **{self.field: value})
+        fields = (self.field,) if isinstance(self.field, str) else self.field
+        schedule = attrs.evolve(timing.schedule, **dict.fromkeys(fields, value))
         return attrs.evolve(runtime, timing=attrs.evolve(timing, schedule=schedule))
 
 
-def schedule_option(name: str, field: str, *, default: bool, description: str, source: str) -> Any:
-    """A ``bool`` runtime option that sets :class:`OverlapSchedule` field *field* of the runtime's timing profile."""
+def schedule_option(name: str, field: str | tuple[str, ...], *, default: bool, description: str, source: str) -> Any:
+    """A ``bool`` runtime option that sets :class:`OverlapSchedule` field *field* (or each of several) of the
+    runtime's timing profile."""
     from hp_core.runtime_options import RuntimeOption
 
     return RuntimeOption(name, "bool", default, description, source, _SetSchedule(field))

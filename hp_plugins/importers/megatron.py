@@ -74,8 +74,7 @@ TOKENIZER_VOCABS = {"GPT2BPETokenizer": (50257, "GPT-2's"), "Llama2Tokenizer": (
 __all__ = ["IGNORED", "TOKENIZER_VOCABS", "hp_importers", "import_megatron_args", "parse_megatron_args", "read_megatron_script"]
 
 # No effect on what hp prices (memory, step time): optimisation hyper-parameters, data, logging,
-# checkpoints, initialisation, routing-loss details, TP-overlap switches left at the profile's
-# "off", flags Megatron-Core ignores for mcore models (--use-flash-attn), attention-mask and
+# checkpoints, initialisation, routing-loss details, flags Megatron-Core ignores for mcore models (--use-flash-attn), attention-mask and
 # softmax flags that act only on the unfused path priced by --attention-backend.
 IGNORED = frozenset("""
 lr min-lr lr-decay-style lr-warmup-iters lr-warmup-fraction lr-decay-iters lr-decay-samples lr-warmup-samples
@@ -85,16 +84,14 @@ log-memory-to-tensorboard log-params-norm log-num-zeros-in-grad log-validation-p
 tensorboard-dir tensorboard-log-interval wandb-project wandb-exp-name wandb-save-dir save load save-interval
 eval-interval eval-iters data-path split mock-data data-cache-path num-workers dataloader-type distributed-backend
 distributed-timeout-minutes use-mcore-models transformer-impl no-create-attention-mask-in-dataloader use-flash-attn
-rotary-base rotary-percent rotary-scaling-factor apply-layernorm-1p disable-tp-comm-bulk-wgrad
-disable-tp-comm-bulk-dgrad disable-tp-comm-overlap-rs disable-tp-comm-overlap-ag disable-tp-comm-split-ag
-disable-tp-comm-split-rs enable-experimental attention-softmax-in-fp32 no-masked-softmax-fusion no-bias-dropout-fusion
+rotary-base rotary-percent rotary-scaling-factor apply-layernorm-1p enable-experimental attention-softmax-in-fp32 no-masked-softmax-fusion no-bias-dropout-fusion
 tokenizer-model vocab-file merge-file moe-router-score-function moe-router-pre-softmax
 moe-router-load-balancing-type moe-router-topk-scaling-factor moe-aux-loss-coeff
 moe-z-loss-coeff moe-grouped-gemm moe-router-dtype group-query-attention fp8-margin fp8-interval
 exit-interval exit-duration-in-mins ckpt-format no-save-optim no-save-rng no-load-optim no-load-rng
 decoupled-lr decoupled-min-lr manual-gc calculate-per-token-loss profile profile-step-start profile-step-end profile-ranks
 record-memory-history tiktoken-pattern no-mmap-bin-files logging-level no-check-for-nan-in-loss-and-grad
-init-model-with-meta-device train-samples lr-decay-samples lr-warmup-samples rerun-mode
+init-model-with-meta-device lr-decay-samples lr-warmup-samples rerun-mode
 """.split())
 
 class _Args:
@@ -154,10 +151,12 @@ def _hf_config(a: _Args, unmapped: list[str]) -> dict[str, Any]:
             raise ConfigError(f"--{name}", "required to build the model; state it")
     vocab = a.value("vocab-size", int)
     tokenizer = a.value("tokenizer-type")
-    if vocab is None and tokenizer in TOKENIZER_VOCABS:
-        vocab, what = TOKENIZER_VOCABS[tokenizer]
-        unmapped.append(f"--tokenizer-type {tokenizer}: read as {what} {vocab:,}-token vocabulary; state --vocab-size "
-                        "if its tokenizer file differs")
+    if tokenizer in TOKENIZER_VOCABS:  # tokenizer.py: these size the vocabulary from their files, not --vocab-size
+        known, what = TOKENIZER_VOCABS[tokenizer]
+        unmapped.append(f"--tokenizer-type {tokenizer}: read as {what} {known:,}-token vocabulary"
+                        + (f", not --vocab-size {vocab:,}, which it does not read" if vocab not in (None, known) else "")
+                        + "; a different tokenizer file is not priced")
+        vocab = known
     if vocab is None:
         raise ConfigError("--vocab-size", "the tokenizer's vocabulary is not in the arguments; state --vocab-size")
     if tokenizer == "NullTokenizer":
@@ -251,16 +250,19 @@ def _recompute(a: _Args, model, registry, counts: list[int], unmapped: list[str]
     return {"default": "none", "layers": ranges} if ranges else None
 
 
-# Megatron-FSDP's sharding strategies (arguments.py --data-parallel-sharding-strategy, default no_shard) as ZeRO levels.
+# Megatron-FSDP's sharding strategies (arguments.py --data-parallel-sharding-strategy) as ZeRO levels.
 _FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 
 
 def _zero(a: _Args, unmapped: list[str]) -> int:
     """ZeRO level: the distributed optimizer's 1, else 0; under ``--use-megatron-fsdp`` its strategy's level."""
-    strategy = a.value("data-parallel-sharding-strategy", str, "no_shard")
+    strategy = a.value("data-parallel-sharding-strategy", str)
     distributed = a.flag("use-distributed-optimizer")
     if not a.flag("use-megatron-fsdp"):
         return 1 if distributed else 0
+    if strategy is None:  # arguments.py default: no_shard up to core_v0.17, optim_grads_params from core_v0.18
+        raise ConfigError("--data-parallel-sharding-strategy", "its default changed between Megatron-Core releases "
+                                                               "(no_shard, then optim_grads_params); state it")
     if strategy not in _FSDP_ZERO:
         raise ConfigError("--data-parallel-sharding-strategy", f"expected one of {', '.join(_FSDP_ZERO)}, got {strategy!r}")
     unmapped.append(f"--use-megatron-fsdp --data-parallel-sharding-strategy {strategy}: priced as ZeRO-{_FSDP_ZERO[strategy]} "
@@ -307,7 +309,12 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
         for g in model.layers))
     tp = a.value("tensor-model-parallel-size", int, 1)
     pp = a.value("pipeline-model-parallel-size", int, 1)
-    vpp, counts = pipeline_split(a, hf["num_hidden_layers"], hf.get("num_nextn_predict_layers", 0), pp, unmapped)
+    mtp = hf.get("num_nextn_predict_layers", 0)
+    if not mtp and a.value("mtp-num-layers", int):
+        mtp = a.value("mtp-num-layers", int)
+        unmapped.append(f"--mtp-num-layers {mtp}: MTP layers are mapped only with --multi-latent-attention; "
+                        "priced without them")
+    vpp, counts = pipeline_split(a, hf["num_hidden_layers"], mtp, pp, unmapped)
     experts = a.value("num-experts", int)
     parallel: dict[str, Any] = {
         "tp": tp, "pp": pp, "vpp": vpp, "cp": a.value("context-parallel-size", int, 1),

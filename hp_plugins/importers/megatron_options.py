@@ -15,7 +15,7 @@ Each reads Megatron-LM's arguments as ``megatron/training/arguments.py`` (Megatr
   ``--tp-comm-overlap``, ``--overlap-moe-expert-parallel-comm``, and the pipeline sends, which
   Megatron overlaps by default under the interleaved schedule (``--no-overlap-p2p-communication``,
   ``dest='overlap_p2p_comm'``, default on, turned off without virtual stages); the flex dispatcher's
-  DeepEP backend as ``ep_all_to_all: deepep``.
+  backend (DeepEP or HybridEP) as ``ep_all_to_all``.
 * **Model** (:func:`megatron_model`): what Megatron-LM's GPT builds by default beside what the
   Hugging Face format builds: LayerNorm (``--normalization``, default ``LayerNorm``), a GeLU MLP
   unless ``--swiglu`` (``--squared-relu``: squared ReLU), experts of the same activation, and a
@@ -98,21 +98,28 @@ def pipeline_split(a: Any, layers: int, mtp_layers: int, pp: int, unmapped: list
         for name, value in (("decoder-first-pipeline-num-layers", first), ("decoder-last-pipeline-num-layers", last),
                             ("account-for-embedding-in-pipeline-split", embedding or None),
                             ("account-for-loss-in-pipeline-split", loss or None)):
-            if value is not None:  # transformer_block.py: a layout decides every chunk's layers first
-                unmapped.append(f"--{name}: unused beside --pipeline-model-parallel-layout, which places every layer")
+            if value is not None:  # transformer_config.py __post_init__ raises ValueError for the pair
+                raise ConfigError(f"--{name}", "Megatron-LM does not take it with --pipeline-model-parallel-layout, "
+                                               "which places every layer; drop one")
         return _layout_counts(layout, pp, layers, mtp_layers, unmapped)
     if first is not None or last is not None:
+        named = "--decoder-first-pipeline-num-layers" if first is not None else "--decoder-last-pipeline-num-layers"
+        for flag, value in (("--decoder-first-pipeline-num-layers", first), ("--decoder-last-pipeline-num-layers", last)):
+            if value is not None and value <= 0:  # transformer_config.py: "must be larger than 0"
+                raise ConfigError(flag, f"must be larger than 0, got {value}")
         if embedding or loss:  # transformer_block.py get_num_layers_to_build asserts it
-            raise ConfigError("--decoder-first-pipeline-num-layers", "Megatron-LM does not take it with "
-                              "--account-for-embedding/loss-in-pipeline-split; drop one")
+            raise ConfigError(named, "Megatron-LM does not take it with --account-for-embedding/loss-in-pipeline-split; "
+                                     "drop one")
         if per_chunk is not None:  # arguments.py asserts it
             raise ConfigError("--num-layers-per-virtual-pipeline-stage", "uneven stages need "
                               "--num-virtual-stages-per-pipeline-rank instead; state that")
         vpp = stages or 1
         rest, ranks_left = layers - (first or 0) - (last or 0), pp - (first is not None) - (last is not None)
+        if ranks_left < 0:
+            raise ConfigError(named, f"--pipeline-model-parallel-size {pp} has no rank for both the first and the last "
+                                     "stage's counts; state one")
         if rest < 0 or (ranks_left > 0 and rest % ranks_left) or (ranks_left == 0 and rest):
-            raise ConfigError("--decoder-first-pipeline-num-layers",
-                              f"the {max(rest, 0)} layers left do not split evenly over the {ranks_left} middle ranks")
+            raise ConfigError(named, f"the {max(rest, 0)} layers left do not split evenly over the {ranks_left} middle ranks")
         totals = [rest // ranks_left if ranks_left else 0] * pp
         if first is not None:
             totals[0] = first
@@ -140,6 +147,10 @@ def pipeline_split(a: Any, layers: int, mtp_layers: int, pp: int, unmapped: list
     return vpp, counts
 
 
+_TP_OVERLAP_SWITCHES = ("disable-tp-comm-overlap-ag", "disable-tp-comm-overlap-rs", "disable-tp-comm-bulk-wgrad",
+                        "disable-tp-comm-bulk-dgrad", "disable-tp-comm-split-ag", "disable-tp-comm-split-rs")
+
+
 def trainer_options(a: Any, pp: int, vpp: int, ep: int, unmapped: list[str]) -> dict[str, Any]:
     """The ``megatron`` runtime's overlap and dispatcher options the arguments set (module docstring)."""
     options: dict[str, Any] = {}
@@ -148,16 +159,22 @@ def trainer_options(a: Any, pp: int, vpp: int, ep: int, unmapped: list[str]) -> 
                          ("overlap-moe-expert-parallel-comm", "overlap_moe_expert_parallel_comm")):
         if a.flag(flag):
             options[option] = True
+    # TE userbuffers' per-collective switches (arguments.py --disable-tp-comm-*): priced as every TP collective
+    # overlapped, so a switch turning one off is named; without --tp-comm-overlap they change nothing.
+    disabled = [f"--{flag}" for flag in _TP_OVERLAP_SWITCHES if a.flag(flag)]
+    if disabled and options.get("tp_comm_overlap"):
+        unmapped.append(f"{' '.join(disabled)}: priced with every TP collective overlapped (--tp-comm-overlap)")
     if not a.flag("no-overlap-p2p-communication") and pp > 1 and vpp > 1:
         options["overlap_p2p_communication"] = True  # Megatron's default under the interleaved schedule
     dispatcher = a.value("moe-token-dispatcher-type", str, "allgather")
     deepep = a.flag("moe-enable-deepep")
     backend = a.value("moe-flex-dispatcher-backend", str, "deepep")
+    if deepep and dispatcher != "flex":  # transformer_config.py raises it
+        raise ConfigError("--moe-enable-deepep", "Megatron-LM takes it only with --moe-token-dispatcher-type flex")
     if dispatcher == "flex":
-        if backend == "deepep" or deepep:
-            options["ep_all_to_all"] = "deepep"
-        else:
-            unmapped.append(f"--moe-flex-dispatcher-backend {backend}: no model in hp; priced as NCCL all-to-all")
+        if backend not in ("deepep", "hybridep"):
+            raise ConfigError("--moe-flex-dispatcher-backend", f"expected deepep or hybridep, got {backend!r}")
+        options["ep_all_to_all"] = "deepep" if deepep else backend
     elif dispatcher == "allgather" and ep > 1:
         unmapped.append("--moe-token-dispatcher-type allgather (Megatron's default): priced as the all-to-all "
                         "dispatcher's traffic")
@@ -188,6 +205,10 @@ def precision_recipe(a: Any, registry: Any, unmapped: list[str]) -> str | None:
             states the arguments' choice.
     """
     fp8, fp4 = a.value("fp8-format"), a.value("fp4-format")
+    for flag in ("fp8-recipe", "fp8-amax-history-len", "fp8-amax-compute-algo", "fp4-recipe"):
+        a.value(flag)  # without --fp8-format / --fp4-format Megatron-LM reads none of them
+    if fp8 is not None and fp8 not in ("e4m3", "hybrid"):  # arguments.py choices
+        raise ConfigError("--fp8-format", f"expected e4m3 or hybrid, got {fp8!r}")
     if fp8 is None and fp4 is None:
         return None
     if fp8 is not None and fp4 is not None:
@@ -246,6 +267,8 @@ def precision_recipe(a: Any, registry: Any, unmapped: list[str]) -> str | None:
     return recipe.name
 
 
+# arguments.py: --position-embedding-type choices (learned_absolute, the default, keeps a table).
+_POSITIONS = ("learned_absolute", "rope", "mrope", "relative", "none")
 # arguments.py: --normalization choices and default (LayerNorm), as hp's norm names.
 _NORMS = {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}
 
@@ -261,7 +284,13 @@ def megatron_model(a: Any, model: Any, unmapped: list[str]) -> Any:
     gated, squared = a.flag("swiglu"), a.flag("squared-relu")
     act = "silu" if gated else ("relu2" if squared else "gelu")
     position = a.value("position-embedding-type", str, "learned_absolute")
-    a.flag("no-position-embedding")  # the legacy model's switch; Megatron-Core reads the type alone
+    if a.flag("use-rotary-position-embeddings"):  # arguments.py: the legacy RoPE flag sets the type to rope
+        position = "rope"
+    if position not in _POSITIONS:
+        raise ConfigError("--position-embedding-type", f"expected one of {', '.join(_POSITIONS)}, got {position!r}")
+    if a.flag("no-position-embedding") and position != "rope":  # arguments.py raises RuntimeError for it
+        raise ConfigError("--no-position-embedding", "Megatron-LM takes it only with rope positions; state "
+                                                     "--position-embedding-type instead")
     rows = 0
     if position == "learned_absolute":
         rows = a.value("max-position-embeddings", int)

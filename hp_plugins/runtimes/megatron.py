@@ -13,10 +13,11 @@ What it holds, and where that comes from (Megatron-LM at core 0.14, Transformer 
   master parameters and Adam states sharded over the data-parallel times
   context-parallel group, expert parameters' over the expert data-parallel
   group) is this profile's default ``zero: 1``; ``--zero 0`` prices Megatron
-  without it. Megatron-FSDP (``--use-megatron-fsdp``, ZeRO 2/3 by its
+  without it. Megatron-FSDP (``--use-megatron-fsdp``, ZeRO 0 to 3 by its
   ``--data-parallel-sharding-strategy``) is priced by hp's generic per-layer
-  sharding at ``zero: 2`` or ``3``, not by its own buffer layout (the importer
-  says so in a warning line).
+  sharding at that level, not by its own buffer layout (the importer says so in
+  a warning line); at ``zero: 3`` the overlap options set its prefetch and
+  reduce-scatter overlap.
 * Vocabulary padded to a multiple of ``128 * tp`` (``--make-vocab-size-divisible-by``
   default 128; ``megatron/training/tokenizer/tokenizer.py`` ``_vocab_size_with_padding``).
   A tokenizer that adds tokens (the NullTokenizer's EOD) is stated in the
@@ -167,17 +168,21 @@ OPTIONS = (
         _GradReduceDtype(), precision_fields=("grad_bytes",),
     ),
     schedule_option(
-        "overlap_grad_reduce", "overlap_grad_reduce", default=False,
+        "overlap_grad_reduce", ("overlap_grad_reduce", "fsdp_reduce_scatter_overlap"), default=False,
         description="--overlap-grad-reduce: the data-parallel gradient reduction runs in buckets during the last "
-                    "micro-batch's backward; exposed max(last bucket, reduction - backward)",
+                    "micro-batch's backward; exposed max(last bucket, reduction - backward); under Megatron-FSDP "
+                    "(zero 3) each layer's reduce-scatter during the next layer's backward",
         source=f"{_ARGS} --overlap-grad-reduce; megatron/core/distributed/param_and_grad_buffer.py (buckets of "
                "max(40e6, 1e6 * dp) parameters, megatron/training/training.py get_model)",
     ),
     schedule_option(
-        "overlap_param_gather", "overlap_param_gather", default=False,
+        "overlap_param_gather", ("overlap_param_gather", "fsdp_prefetch"), default=False,
         description="--overlap-param-gather: the distributed optimizer's parameter all-gather runs in buckets during "
-                    "the next step's first forward; exposed max(first bucket, gather - forward)",
-        source=f"{_ARGS} --overlap-param-gather; megatron/core/distributed/distributed_data_parallel.py",
+                    "the next step's first forward; exposed max(first bucket, gather - forward); under Megatron-FSDP "
+                    "(zero 3) each layer's all-gather prefetched behind the previous layer's compute",
+        source=f"{_ARGS} --overlap-param-gather; megatron/core/distributed/distributed_data_parallel.py; "
+               "megatron/core/distributed/fsdp/src/README.md (Megatron-FSDP: the two overlap flags prefetch its "
+               "all-gathers and overlap its reduce-scatters)",
     ),
     schedule_option(
         "tp_comm_overlap", "tp_comm_overlap", default=False,

@@ -79,7 +79,7 @@ def test_embedding_and_loss_counted_as_layers(registry):
 
 
 def test_uneven_first_and_last_ranks(registry):
-    # 8 layers, pp 4: first 1, last 3, the 4 left over the 2 middle ranks; 2 virtual stages split each rank's count.
+    # 16 layers, pp 4: first 2, last 6, the 8 left over the 2 middle ranks; 2 virtual stages split each rank's count.
     job = _imported(registry, SMALL.replace("--num-layers 8", "--num-layers 16") + " --pipeline-model-parallel-size 4 "
                     "--decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 6 "
                     "--num-virtual-stages-per-pipeline-rank 2")
@@ -140,8 +140,16 @@ def test_overlap_flags_and_the_dispatcher_are_the_runtime_options(registry):
     job = _imported(registry, moe)
     assert _options(job)["ep_all_to_all"] == "deepep" and _options(job)["overlap_moe_expert_parallel_comm"] is True
     hybrid = _imported(registry, MLA + ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep"])
-    assert "ep_all_to_all" not in _options(hybrid)
-    assert hybrid.unmapped == ("--moe-flex-dispatcher-backend hybridep: no model in hp; priced as NCCL all-to-all",)
+    assert _options(hybrid)["ep_all_to_all"] == "hybridep" and not hybrid.unmapped
+    # Megatron-Core 0.18's flex dispatcher defaults to the DeepEP backend; --moe-enable-deepep needs flex.
+    assert _options(_imported(registry, MLA + ["--moe-token-dispatcher-type", "flex"]))["ep_all_to_all"] == "deepep"
+    with pytest.raises(ConfigError, match="--moe-enable-deepep: Megatron-LM takes it only with --moe-token-dispatcher"):
+        _imported(registry, MLA + ["--moe-enable-deepep"])
+    # TE userbuffers' per-collective switches are named when they turn an overlap off.
+    tp = _imported(registry, SMALL + " --tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap "
+                   "--disable-tp-comm-overlap-rs", devices=8)
+    assert tp.unmapped == ("--disable-tp-comm-overlap-rs: priced with every TP collective overlapped (--tp-comm-overlap)",)
+    assert not _imported(registry, SMALL + " --disable-tp-comm-overlap-rs").unmapped  # no overlap: nothing to turn off
     gathered = _imported(registry, [t for t in MLA if t != "alltoall" and t != "--moe-token-dispatcher-type"])
     assert gathered.unmapped[0].startswith("--moe-token-dispatcher-type allgather (Megatron's default)")
 
@@ -253,6 +261,57 @@ def test_megatron_fsdp_and_named_tokenizers(registry):
                                             "--data-parallel-sharding-strategy optim_grads_params --use-distributed-optimizer"))
     assert job.document["parallel"]["zero"] == 3 and job.unmapped[0].startswith(
         "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params: priced as ZeRO-3")
-    assert _imported(registry, SMALL + " --use-megatron-fsdp").document["parallel"]["zero"] == 0  # no_shard, the default
+    # The default strategy changed between releases (no_shard to core_v0.17, optim_grads_params from core_v0.18).
+    with pytest.raises(ConfigError, match="--data-parallel-sharding-strategy: its default changed"):
+        _imported(registry, SMALL + " --use-megatron-fsdp")
+    # Under Megatron-FSDP the overlap flags prefetch its gathers and overlap its reduce-scatters.
+    runtime = registry.runtime("megatron")
+    for option, fields in (("overlap_param_gather", ("overlap_param_gather", "fsdp_prefetch")),
+                           ("overlap_grad_reduce", ("overlap_grad_reduce", "fsdp_reduce_scatter_overlap"))):
+        applied = next(o for o in runtime.options if o.name == option).apply(runtime, True)
+        assert all(getattr(applied.timing.schedule, f) for f in fields), option
     llama2 = _imported(registry, SMALL.replace("--vocab-size 1000", "--tokenizer-type Llama2Tokenizer"))
     assert llama2.document["model"]["layers"][0]["config"]["vocab_size"] == 32000
+    # tokenizer.py sizes these from their files: a stated --vocab-size is not read, and the line says so.
+    stated = _imported(registry, SMALL + " --tokenizer-type GPT2BPETokenizer")
+    assert stated.document["model"]["layers"][0]["config"]["vocab_size"] == 50257
+    assert "not --vocab-size 1,000, which it does not read" in stated.unmapped[0]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ("--position-embedding-type alibi", "--position-embedding-type: expected one of learned_absolute, rope"),
+    ("--no-position-embedding", "--no-position-embedding: Megatron-LM takes it only with rope positions"),
+    ("--fp8-format e5m2", "--fp8-format: expected e4m3 or hybrid, got 'e5m2'"),
+    ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Etttt|ttttL' --account-for-loss-in-pipeline-split",
+     "--account-for-loss-in-pipeline-split: Megatron-LM does not take it with --pipeline-model-parallel-layout"),
+    ("--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 0", "must be larger than 0, got 0"),
+    ("--decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 6", "has no rank for both"),
+])
+def test_arguments_megatron_refuses_are_refused(registry, extra, message):
+    with pytest.raises(ConfigError, match=message):
+        _imported(registry, SMALL + " " + extra)
+    # The legacy RoPE flag is rope positions: no learned table.
+    rope = _imported(registry, SMALL + " --use-rotary-position-embeddings")
+    assert rope.document["model"]["layers"][0]["config"]["position_embeddings"] == 0
+
+
+@pytest.mark.parametrize(("text", "tokens", "devices"), [
+    # $(( )) inside an array, with spaces, with **; a string appended to; declare/local arrays.
+    ("NNODES=2\ndeclare -a ARGS=(\n  --global-batch-size $((NNODES*64))\n)\nlocal B=(--seq-length $(( 2**12 )))\n"
+     'A="--micro-batch-size 1"\nA+=" --fp8-format hybrid"\n'
+     "torchrun --nproc_per_node 8 --nnodes $NNODES pretrain_gpt.py ${ARGS[@]} ${B[@]} $A --num-layers $(( NNODES * 8 ))",
+     ["--global-batch-size", "128", "--seq-length", "4096", "--micro-batch-size", "1", "--fp8-format", "hybrid",
+      "--num-layers", "16"], 16),
+    # A double-quoted assignment over several lines (the older Megatron-LM examples' GPT_ARGS="...").
+    ('GPT_ARGS="\n    --num-layers 24\n    --hidden-size 1024\n"\npython pretrain_gpt.py $GPT_ARGS',
+     ["--num-layers", "24", "--hidden-size", "1024"], None),
+    # No launcher word: the entry point run directly, or through a variable the environment sets.
+    ("./pretrain_gpt.py --num-layers 2", ["--num-layers", "2"], None),
+    ("$PYTHON pretrain_gpt.py --num-layers 2", ["--num-layers", "2"], None),
+    # A preprocessing step launched first: the training entry point is preferred.
+    ("python tools/preprocess_data.py --input x.json\npython pretrain_gpt.py --num-layers 2", ["--num-layers", "2"], None),
+])
+def test_shell_forms_launch_scripts_use(text, tokens, devices):
+    from hp_plugins.importers.megatron import read_megatron_script
+
+    assert read_megatron_script(text) == (tokens, devices)
