@@ -18,7 +18,7 @@ fill what a file leaves out:
   ``torchtitan/distributed/pipeline_parallel.py`` ``generate_llm_fqn_per_model_part`` splits them
   (the first and last stage ``*_stage_less_layers`` lighter; ``pipeline_parallel_layers_per_stage``,
   else one stage per rank, two for looped schedules); ``enable_async_tensor_parallel`` (option
-  ``async_tp``);
+  ``async_tp``); ``expert_parallel_comm_backend`` ``deepep`` (option ``ep_all_to_all: deepep``);
 * ``[training]``: ``local_batch_size`` (the micro-batch without PP; with PP the micro-batch is
   ``pipeline_parallel_microbatch_size``), ``global_batch_size`` (-1: local * dp), ``seq_len``,
   ``mixed_precision_param`` / ``mixed_precision_reduce`` (bf16 / fp32: the ``fsdp2`` runtime's),
@@ -172,6 +172,10 @@ def import_torchtitan(data: dict[str, Any], registry, *, file: str = "torchtitan
         "async_tp": f.get("parallelism.enable_async_tensor_parallel", False, bool)}}
     if hsdp:
         document["runtime"]["options"]["hsdp_replicate"] = replicate
+    # job_config.py Parallelism.expert_parallel_comm_backend: "standard" (torch all-to-all) or "deepep".
+    backend = f.get("parallelism.expert_parallel_comm_backend", "standard", str, ("standard", "deepep"))
+    if backend == "deepep":
+        document["runtime"]["options"]["ep_all_to_all"] = "deepep"
 
     precision: dict[str, Any] = {}
     if f.get("training.mixed_precision_param", "bfloat16", str) != "bfloat16":

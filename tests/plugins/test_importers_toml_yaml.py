@@ -66,6 +66,16 @@ def test_a_torchtitan_job_maps_to_a_hand_derived_document(registry):
     assert job.unmapped == ()
 
 
+def test_torchtitans_deepep_backend_is_the_runtime_option(registry):
+    # job_config.py Parallelism.expert_parallel_comm_backend: "standard" (the default) or "deepep".
+    deepep = dict(BASE, parallelism=dict(BASE["parallelism"], expert_parallel_comm_backend="deepep"))
+    assert import_torchtitan(deepep, registry, devices=16).document["runtime"]["options"]["ep_all_to_all"] == "deepep"
+    assert "ep_all_to_all" not in import_torchtitan(BASE, registry, devices=16).document["runtime"]["options"]
+    other = dict(BASE, parallelism=dict(BASE["parallelism"], expert_parallel_comm_backend="nvshmem"))
+    with pytest.raises(Exception, match="parallelism.expert_parallel_comm_backend"):
+        import_torchtitan(other, registry, devices=16)
+
+
 @pytest.mark.parametrize(("schedule", "vpp", "hp_schedule"), [("1F1B", 1, "1f1b"), ("Interleaved1F1B", 2, "interleaved_1f1b")])
 def test_pipeline_stages_split_as_torchtitan_splits_them(registry, schedule, vpp, hp_schedule):
     # 32 layers + 1 (embedding) + 1 (output) = 34 over 4 stages: 9, 9, 8, 8, less one on the first and last.
