@@ -274,17 +274,24 @@ def moe_results(registry=None) -> list[dict]:
         measured = measured_seconds(row)
         estimated = price_moe(row, registry)
         bf16 = price_moe(row, registry, "bf16")
+        # The shortfall per decoder layer and micro-batch: over the micro-batches a stage runs (and its pipeline
+        # bubble, (pp - 1) / vpp of them) times the decoder layers a stage holds. A diagnostic, not a figure of hp.
+        decoder = _decoder_layers(api.model_from_preset(row["model"], registry=registry))
+        spec = layout(row, decoder)
+        slots = spec.global_batch_size // (spec.dp * spec.micro_batch_size) + (spec.pp - 1) / spec.vpp
         found.append({"id": row["id"], "class": row["class"], "split": row["split"], "recipe": row["recipe"],
                       "layout": row, "measured_seconds": measured, "estimated_seconds": estimated.step_seconds,
                       "error": (estimated.step_seconds - measured) / measured, "bf16_seconds": bf16.step_seconds,
-                      "dispatch": row["runtime_options"].get("ep_all_to_all", "nccl")})
+                      "dispatch": row["runtime_options"].get("ep_all_to_all", "nccl"),
+                      "shortfall_per_layer_seconds": (measured - estimated.step_seconds) / (slots * decoder / spec.pp)})
     return found
 
 
 def moe_section(found: list[dict]) -> str:
     """The MoE table docs/precision.md shows (tests/plugins/test_fp8_runs.py checks it is current)."""
-    lines = ["| run | class | recipe | layout | measured s | hp as run s | error | hp bf16 s | hp FP8 speedup |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| run | class | recipe | layout | measured s | hp as run s | error | hp bf16 s | hp FP8 speedup "
+             "| unpriced ms per layer and micro-batch |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in found:
         row = r["layout"]
         degrees = " ".join(f"{k}{row[k]}" for k in ("tp", "pp", "vpp", "ep") if row[k] > 1)
@@ -292,7 +299,8 @@ def moe_section(found: list[dict]) -> str:
         dispatch += "".join(f" recompute {m}" for m in row.get("recompute_modules", ()))
         lines.append(f"| `{r['id']}` | {r['class']} | {r['recipe']} | {row['gpus']} GPUs {degrees} mbs {row['micro_batch_size']}"
                      f"{dispatch} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} | {r['error']:+.1%} "
-                     f"| {r['bf16_seconds']:.3f} | {r['bf16_seconds'] / r['estimated_seconds']:.2f} |")
+                     f"| {r['bf16_seconds']:.3f} | {r['bf16_seconds'] / r['estimated_seconds']:.2f} "
+                     f"| {r['shortfall_per_layer_seconds'] * 1e3:+.2f} |")
     lines.append("")
     for cls in MOE_CLASSES:
         errors = [r["error"] for r in found if r["class"] == cls]

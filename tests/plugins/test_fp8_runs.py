@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from hp_plugins.importers.megatron_options import parse_layout
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -179,20 +181,16 @@ def test_precision_page_moe_table_is_current_and_its_prose_states_its_figures():
     assert f"DeepSeek-V3's three at EP 8 {min(hybrid):+.1%} to {max(hybrid):+.1%}" in prose
     assert f"25.11's row (GBS 2,048, NCCL all-to-all, the shared expert overlapped with it, `moe_shared_expert_overlap`) is " \
            f"{by_id['mb25.11-b200-deepseek-v3-mxfp8']['error']:+.1%}" in prose
+    # The shortfall per layer and micro-batch: micro-batch 1 (less the PP 2 VP 12 DeepEP row, stated apart) and 4.
+    one = [r["shortfall_per_layer_seconds"] * 1e3 for r in found
+           if r["layout"]["micro_batch_size"] == 1 and r["id"] != "mb26.02-h100-qwen3-30b-a3b-fp8cs"]
+    four = [r["shortfall_per_layer_seconds"] * 1e3 for r in found if r["layout"]["micro_batch_size"] == 4]
+    assert f"At micro-batch 1 it is {min(one):+.2f} to {max(one):+.2f} ms on {len(one)} rows (" \
+           f"{by_id['mb26.02-h100-qwen3-30b-a3b-fp8cs']['shortfall_per_layer_seconds'] * 1e3:+.2f} ms" in prose
+    assert f"at micro-batch 4, {max(four):+.2f} to {min(four):+.2f} ms" in prose and min(one) > 0 > max(four)
     # hp's time per sequence, 25.11's row (GBS 2,048) over 26.02's (GBS 4,096): 1.06 as the prose states
     ratio = (by_id["mb25.11-b200-deepseek-v3-mxfp8"]["estimated_seconds"] / 2048) / (by_id["mb26.02-b200-deepseek-v3-mxfp8"]["estimated_seconds"] / 4096)
     assert f"hp prices it {ratio:.2f} times slower per sequence" in prose
-
-
-def _chunks(layout: str) -> list[str]:
-    """A Megatron-Core pipeline layout string expanded into its chunks: ``(x)*n`` and ``c*n`` repeat, ``|`` separates
-    (megatron/core/transformer/pipeline_parallel_layer_layout.py's notation)."""
-    import re
-
-    while "(" in layout:
-        layout = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), layout)
-    layout = re.sub(r"([EtmL])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), layout)
-    return layout.split("|")
 
 
 def test_deepseek_v3_rows_state_their_pipeline_layout_as_layers_per_stage():
@@ -207,9 +205,9 @@ def test_deepseek_v3_rows_state_their_pipeline_layout_as_layers_per_stage():
     model = api.model_from_preset("deepseek-v3", registry=registry)
     rows = [r for r in data["moe_rows"] if r["model"] == "deepseek-v3"]
     assert [r["id"] for r in rows] == [f"mb{c}-b200-deepseek-v3-mxfp8" for c in ("25.11", "26.02", "26.02.01", "26.04")]
-    assert _chunks("Et*4|(t*4|)*14tmL") == ["Etttt"] + ["tttt"] * 14 + ["tmL"]
+    assert parse_layout("Et*4|(t*4|)*14tmL") == ["Etttt"] + ["tttt"] * 14 + ["tmL"]
     for row in rows:
-        chunks = _chunks(row["pipeline_layout"])
+        chunks = parse_layout(row["pipeline_layout"])
         assert len(chunks) == row["pp"] * row["vpp"] == 16, row["id"]
         assert row["layers_per_stage"] == [c.count("t") for c in chunks] == [4] * 15 + [1], row["id"]
         assert [i for i, c in enumerate(chunks) if "E" in c] == [0], row["id"]
