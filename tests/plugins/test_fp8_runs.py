@@ -194,7 +194,7 @@ def test_precision_page_moe_table_is_current_and_its_prose_states_its_figures():
 
 
 def test_deepseek_v3_rows_state_their_pipeline_layout_as_layers_per_stage():
-    """Each DeepSeek-V3 row's layout string, expanded by hand: 'Et*4|(t*4|)*14tmL' is 'Etttt', fourteen 'tttt', then
+    """Each DeepSeek-V3 row's layout string, expanded as Megatron-LM parses it (the importer's parse_layout): 'Et*4|(t*4|)*14tmL' is 'Etttt', fourteen 'tttt', then
     'tmL': 16 chunks of 4, ..., 4, 1 decoder layers, the embedding only in the first, the MTP layer and the loss only in
     the last (where hp places them), 61 decoder layers in all, the preset's."""
     from hp_core import api
