@@ -64,7 +64,7 @@ def test_precision_page_prose_states_the_table_s_figures():
     """Pins of the page's prose to today's figures (the table itself is checked exactly above): each range or
     bound the prose states is the rounded extreme of the rows it names, so a change that moves them fails here
     until the prose is rewritten."""
-    found = _module().results()
+    found = [r for r in _module().results() if r["hardware"] != "gb200"]  # the GB200 rows: their own test below
     prose = _prose(_page())
     speedups = [round(r["bf16_seconds"] / r["estimated_seconds"], 2) for r in found]
     assert f"is {min(speedups):.2f}-{max(speedups):.2f} (above 1.5 on five rows," in prose
@@ -79,6 +79,32 @@ def test_precision_page_prose_states_the_table_s_figures():
     assert (f"same H100 rows come out {min(h100_as_run):+.1%} to {max(h100_as_run):+.1%} and the B200 rows "
             f"{min(slow):.1%}-{max(slow):.1%} slow").replace("%-", "-") in prose
     assert all(r["as_run_seconds"] < r["estimated_seconds"] for r in b200 + h100)  # "hide": overlaps only lower a step
+
+
+def test_gb200_rows_state_their_release_config_and_the_page_states_their_figures():
+    """The DGX-GB200 Llama rows: each the exact summary row of the archive line it names, the layout its V2 config
+    sets, held out; the page's GB200 bullet pinned to today's figures."""
+    data = _data()
+    rows = [r for r in data["rows"] if r["hardware"] == "gb200"]
+    assert len(rows) == 12 and all(r["split"] == "held_out" and r["source"] in data["sources"] for r in rows)
+    for row in rows:
+        cells = [c.strip() for c in row["row"].split(": ", 1)[1].strip("|").split("|")]
+        # System, #-GPUs, Precision, GBS, MBS, Sequence Length, FSDP, TP, PP, CP, VP, EP, tokens/s/GPU, TFLOP/s/GPU
+        assert cells[0] == "DGX-GB200" and int(cells[1]) == row["gpus"] and int(cells[3]) == row["global_batch_size"]
+        assert int(cells[4]) == row["micro_batch_size"] and int(cells[5]) == row["seq_len"] and cells[6] == "0"
+        assert [int(c) for c in cells[7:11]] == [row["tp"], row["pp"], row["cp"], row["vpp"]], row["id"]
+        assert int(cells[12]) == row["tokens_per_second_per_gpu"]
+        assert cells[2] == {"mxfp8": "MXFP8", "fp8-megatron-param-gather": "FP8"}[row["recipe"]]
+        assert row["config"].split(" ")[0] in data["sources"][row["source"]] and row["not_priced"]
+    by_id = {r["id"]: r for r in rows}
+    # GBS * seq / (tokens/s/GPU * GPUs): 1,536 x 8,192 / (864 x 256) = 56.889 s.
+    assert _module().measured_seconds(by_id["mb26.04.01-gb200-llama31-405b-fp8"]) == 1536 * 8192 / (864 * 256)
+    assert len(data["rows_skipped_gb200"]) == 7 and all(r["why"] for r in data["rows_skipped_gb200"])
+    found = [r for r in _module().results() if r["hardware"] == "gb200"]
+    ran = [r["as_run_error"] for r in found]
+    prose = _prose(_page())
+    assert f"**GB200 (as run {min(ran):+.1%} to {max(ran):+.1%}, {len(found)} rows, held out).**" in prose
+    assert all(r["as_run_seconds"] < r["estimated_seconds"] for r in found)
 
 
 def test_memory_rows_state_their_provenance_and_baselines():
