@@ -48,7 +48,9 @@ MBRIDGE_FILE = SCALE_FILE.with_name("scale_measured_mbridge.json")
 MBRIDGE_DATA = json.loads(MBRIDGE_FILE.read_text(encoding="utf-8"))
 MBRIDGE_ROWS: list[dict] = MBRIDGE_DATA["rows"]
 MBRIDGE_CLASSES = ("multi-node Megatron-Core MoE, H100", "multi-node Megatron-Core MoE, B200", "single-node Megatron-Core, H100",
-                   "single-node Megatron-Core, B200", "multi-node Megatron-Core dense, H100")
+                   "single-node Megatron-Core, B200", "multi-node Megatron-Core dense, H100",
+                   # GPT-OSS 120B on 64 GB200 GPUs (one NVLink domain), every row held out.
+                   "multi-node Megatron-Core MoE, GB200")
 # Collections of a class reported apart as well (split among themselves: the data file's split_rule): the H100 MoE
 # class's Grok-1 rows (NVIDIA's DGX Cloud recipes) and its GPT-OSS 120B rows (Megatron-Bridge).
 MBRIDGE_COLLECTIONS = (("multi-node Megatron-Core MoE, H100", "Grok-1 rows alone", "-grok1-"),

@@ -296,6 +296,7 @@ MB_ROWS = [r for r in sc.MBRIDGE_ROWS if r["source"].startswith("mbridge-")]
 DGXC_ROWS = [r for r in sc.MBRIDGE_ROWS if r["source"].startswith("dgxc-")]
 DENSE = "multi-node Megatron-Core dense, H100"
 MOE_H100 = "multi-node Megatron-Core MoE, H100"
+MOE_GB200 = "multi-node Megatron-Core MoE, GB200"
 DGXC_SINGLE = [r for r in DGXC_ROWS if r["class"].startswith("single-node")]
 # The dense class holds the Llama 3.1 and GPT-3 rows and, added later and split among themselves, Nemotron-4's.
 DGXC_MULTI = [r for r in DGXC_ROWS if r["class"] == DENSE and "-nemotron4-" not in r["id"]]
@@ -318,7 +319,7 @@ def test_mbridge_rows_state_their_provenance_and_layout():
         assert source["step_seconds_from"] and row["config"] and row["recipe_settings"]
         assert row["class"] in sc.MBRIDGE_CLASSES and row["split"] in ("calibration", "held-out")
         cells, lay = _cells(row), row["layout"]
-        assert cells["Precision"] == "BF16" and cells["System"] == {"h100-sxm": "DGX-H100", "b200": "DGX-B200"}[row["hardware"]]
+        assert cells["Precision"] == "BF16" and cells["System"] == {"h100-sxm": "DGX-H100", "b200": "DGX-B200", "gb200": "DGX-GB200"}[row["hardware"]]
         assert row["class"].endswith(cells["System"][4:]) and row["class"].startswith("multi" if row["gpus"] > 8 else "single")
         # The layout is the row's: GPUs, batches, sequence, TP / PP / CP / EP (no FSDP, no interleaving).
         assert (row["gpus"], lay["global_batch_size"], lay["micro_batch_size"], lay["seq_len"]) == \
@@ -333,9 +334,14 @@ def test_mbridge_rows_state_their_provenance_and_layout():
         # The recipe's DDP settings, each stated as the runtime option it is (ddp.grad_reduce_in_fp32 false in
         # set_gpt_oss_common_configs), and the dispatcher where the config sets the flex one with HybridEP.
         hybridep = "moe_flex_dispatcher_backend hybridep" in row["recipe_settings"]
-        assert hybridep == (row["id"] == "mb26.04-b200-gpt-oss-120b")
+        assert hybridep == (row["id"] in ("mb26.04-b200-gpt-oss-120b", "mb26.04-gb200-gpt-oss-120b"))
+        # The GB200 V2 configs of v0.4.0 and v0.4.2 set moe_a2a_overlap: the expert all-to-all overlap.
+        a2a_overlap = "overlap_moe_expert_parallel_comm and delay_wgrad_compute true" in row["recipe_settings"]
+        assert a2a_overlap == (row["id"] in ("mb26.04-gb200-gpt-oss-120b", "mb26.04.01-gb200-gpt-oss-120b"))
         assert row["options"] == {"overlap_grad_reduce": True, "overlap_param_gather": True, "grad_reduce_in_fp32": False,
-                                  **({"ep_all_to_all": "hybridep"} if hybridep else {})}
+                                  **({"ep_all_to_all": "hybridep"} if hybridep else {}),
+                                  **({"overlap_moe_expert_parallel_comm": True} if a2a_overlap else {})}
+        assert ("not_priced" in row) == a2a_overlap
         assert "ddp.grad_reduce_in_fp32 false" in row["recipe_settings"]
 
 
@@ -411,6 +417,9 @@ def test_the_mbridge_split_alternates_per_device_by_container():
             groups, key = (DGXC_MULTI, DGXC_NEMOTRON), _dense_key
         elif cls == MOE_H100:
             groups, key = ([r for r in MB_ROWS if r["class"] == cls], DGXC_GROK), _grok_key
+        elif cls == MOE_GB200:
+            assert all(r["split"] == "held-out" for r in sc.MBRIDGE_ROWS if r["class"] == cls)  # every GB200 row held out
+            continue
         else:
             groups, key = ([r for r in sc.MBRIDGE_ROWS if r["class"] == cls],), _container
         for group in groups:
@@ -418,7 +427,7 @@ def test_the_mbridge_split_alternates_per_device_by_container():
             assert [r["split"] for r in group] == [("calibration", "held-out")[i % 2] for i in range(len(group))]
     assert len(DGXC_MULTI) + len(DGXC_NEMOTRON) == sum(r["class"] == DENSE for r in sc.MBRIDGE_ROWS)
     assert len(DGXC_GROK) + 4 == sum(r["class"] == MOE_H100 for r in sc.MBRIDGE_ROWS)
-    assert sorted(r["id"] for r in sc.MBRIDGE_ROWS if r["split"] == "held-out" and r["class"] != DENSE and r not in DGXC_GROK) == [
+    assert sorted(r["id"] for r in sc.MBRIDGE_ROWS if r["split"] == "held-out" and r["class"] not in (DENSE, MOE_GB200) and r not in DGXC_GROK) == [
         "dgxc24.12-h100-llama3.1-8b", "mb26.02.01-h100-gpt-oss-120b", "mb26.04-b200-gpt-oss-120b",
         "mb26.04.01-h100-gpt-oss-120b"]
     # The dense class: 58 rows, the first (GPT-3 175B on 128 GPUs, NeMo 24.05) calibration, then alternating; the last,
@@ -979,3 +988,26 @@ def test_grok_rows_price_the_dispatchers_expert_tp_collectives(registry, monkeyp
     without = sc.estimated(proxy, build_registry(use_env=False))  # a registry of its own: a registry keeps its layers' costs
     assert priced.step_seconds - without.step_seconds == pytest.approx(
         slowdown * per_micro_batch * priced.micro_batches, rel=1e-6)
+
+
+def test_the_gb200_rows_are_held_out_and_time_md_states_their_figures(registry):
+    """Megatron-Bridge's GPT-OSS 120B bf16 rows on 64 GB200 GPUs: one NVLink domain on the gb200 preset, every row
+    held out; docs/time.md's paragraph pinned to today's figures."""
+    rows = [r for r in sc.MBRIDGE_ROWS if r["class"] == MOE_GB200]
+    assert [r["id"] for r in rows] == [f"mb{c}-gb200-gpt-oss-120b" for c in ("26.02", "26.02.01", "26.04", "26.04.01")]
+    assert all(r["split"] == "held-out" and r["hardware"] == "gb200" and r["layout"]["ep"] == 64 for r in rows)
+    # 1,280 x 4,096 / (15,784 x 64) = 5.190 s.
+    assert measured_seconds(rows[0]) == pytest.approx(1280 * 4096 / (15784 * 64)) == pytest.approx(5.190, abs=5e-4)
+    page = " ".join((ROOT / "docs" / "time.md").read_text(encoding="utf-8").split())
+    measured = [measured_seconds(r) for r in rows]
+    default = [sc.estimated(r, registry, as_run=False).step_seconds for r in rows]
+    as_run = [sc.estimated(r, registry) for r in rows]
+    assert len({round(d, 3) for d in default}) == 1
+    assert (f"with the runtime's defaults {default[0]:.3f} s against {measured[0]:.3f}, {measured[1]:.3f}, {measured[2]:.3f} "
+            f"and {measured[3]:.3f} s measured ({min(d / m - 1 for d, m in zip(default, measured)):+.1%} to "
+            f"{max(d / m - 1 for d, m in zip(default, measured)):+.1%})") in page
+    errors = [t.step_seconds / m - 1 for t, m in zip(as_run, measured)]
+    assert (f"as run {as_run[0].step_seconds:.3f} s for 26.02 and 26.02.01 ({errors[1]:+.1%}, {errors[0]:+.1%}) and "
+            f"{as_run[2].step_seconds:.3f} s for 26.04 and 26.04.01 ({errors[2]:+.1%}, {errors[3]:+.1%})") in page
+    assert as_run[2].communication_seconds == 0 and f"hp's {as_run[0].communication_seconds:.2f} s of all-to-all" in page
+    assert f"behind compute ({as_run[2].compute_seconds:.2f} s)" in page
