@@ -315,3 +315,18 @@ def test_shell_forms_launch_scripts_use(text, tokens, devices):
     from hp_plugins.importers.megatron import read_megatron_script
 
     assert read_megatron_script(text) == (tokens, devices)
+
+
+def test_the_precision_aware_optimizer_states_the_optimizers_widths(registry):
+    # DeepSeek-V3's recipe (NVIDIA/Megatron-LM docs/discussions/deepseek-v3-gb200-optimization): bf16 moments.
+    bf16 = "--use-precision-aware-optimizer --main-grads-dtype fp32 --main-params-dtype fp32 --exp-avg-dtype bf16 " \
+           "--exp-avg-sq-dtype bf16"
+    job = _imported(registry, SMALL + " " + bf16)
+    assert job.document["precision"] == {"moment_bytes": 2} and not job.unmapped
+    mixed = _imported(registry, SMALL + " --use-precision-aware-optimizer --main-params-dtype fp16 --exp-avg-dtype fp8")
+    assert mixed.document["precision"] == {"master_param_bytes": 2, "moment_bytes": 3}  # 1 + 4 bytes: 2.5, priced 3
+    assert mixed.unmapped == ("--exp-avg-dtype fp8 --exp-avg-sq-dtype fp32: 5 bytes for the two moments, priced as 3 each",)
+    # Without the flag Megatron-LM reads none of them.
+    assert "precision" not in _imported(registry, SMALL + " --exp-avg-dtype bf16").document
+    with pytest.raises(ConfigError, match="--exp-avg-dtype: expected one of fp32, fp16, bf16, fp8, got 'int4'"):
+        _imported(registry, SMALL + " --use-precision-aware-optimizer --exp-avg-dtype int4")
