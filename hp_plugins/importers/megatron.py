@@ -28,7 +28,8 @@ defaults fill what a job leaves out):
 * precision and optimizer: ``--bf16``/``--fp16`` (2-byte parameters),
   ``--accumulate-allreduce-grads-in-fp32`` (fp32 gradients; on with bf16;
   ``--grad-reduce-in-bf16`` with ``--bf16``: the option ``grad_reduce_in_fp32: false``),
-  ``--use-distributed-optimizer`` (ZeRO-1, else 0), ``--optimizer adam|sgd``;
+  ``--use-distributed-optimizer`` (ZeRO-1, else 0), ``--optimizer adam|sgd``; under
+  ``--use-precision-aware-optimizer`` the master parameters' and Adam moments' dtypes;
   ``--fp8-format``/``--fp8-recipe``/``--fp8-param-gather`` and ``--fp4-format``/``--fp4-recipe`` as the
   registered precision recipe stating those Megatron flags;
 * recompute: ``--recompute-granularity full`` with ``uniform`` and 1 layer
@@ -250,6 +251,37 @@ def _recompute(a: _Args, model, registry, counts: list[int], unmapped: list[str]
     return {"default": "none", "layers": ranges} if ranges else None
 
 
+# Bytes per element of the precision-aware optimizer's dtypes (arguments.py --main-params-dtype, --exp-avg-dtype,
+# --exp-avg-sq-dtype choices; TE's FusedAdam keeps fp8 states as one byte with a scale per tensor).
+_WIDTHS = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+
+def _optimizer_widths(a: _Args, unmapped: list[str]) -> dict[str, int]:
+    """``--use-precision-aware-optimizer`` (Transformer Engine's FusedAdam): the master parameters' and the two
+    moments' widths as ``master_param_bytes`` and ``moment_bytes`` (their mean: hp states one width for both
+    moments, exact when it is whole); without the flag Megatron-LM reads none of them."""
+    flags = {name: a.value(name, str, "fp32") for name in ("main-params-dtype", "exp-avg-dtype", "exp-avg-sq-dtype",
+                                                            "main-grads-dtype")}
+    if not a.flag("use-precision-aware-optimizer"):
+        return {}
+    for name, value in flags.items():
+        if value not in _WIDTHS:
+            raise ConfigError(f"--{name}", f"expected one of {', '.join(_WIDTHS)}, got {value!r}")
+    found: dict[str, int] = {}
+    if flags["main-params-dtype"] != "fp32":
+        found["master_param_bytes"] = _WIDTHS[flags["main-params-dtype"]]
+    pair = _WIDTHS[flags["exp-avg-dtype"]] + _WIDTHS[flags["exp-avg-sq-dtype"]]
+    if pair != 8:
+        found["moment_bytes"] = -(-pair // 2)
+        if pair % 2:
+            unmapped.append(f"--exp-avg-dtype {flags['exp-avg-dtype']} --exp-avg-sq-dtype {flags['exp-avg-sq-dtype']}: "
+                            f"{pair} bytes for the two moments, priced as {found['moment_bytes']} each")
+    if flags["main-grads-dtype"] != "fp32":
+        unmapped.append(f"--main-grads-dtype {flags['main-grads-dtype']}: not mapped; the gradient buffer priced as "
+                        "--grad-reduce-in-bf16 / --accumulate-allreduce-grads-in-fp32 state it")
+    return found
+
+
 # Megatron-FSDP's sharding strategies (arguments.py --data-parallel-sharding-strategy) as ZeRO levels.
 _FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 
@@ -340,6 +372,7 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
         precision["optimizer"] = "sgd_momentum"
     elif optimizer != "adam":
         unmapped.append(f"--optimizer {optimizer}: not mapped; priced as Adam")
+    precision.update(_optimizer_widths(a, unmapped))
     options: dict[str, Any] = {
         "cross_entropy_fusion": a.flag("cross-entropy-loss-fusion"),
         "swiglu_fusion": not a.flag("no-bias-swiglu-fusion"),

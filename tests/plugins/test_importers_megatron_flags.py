@@ -9,6 +9,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from hp_core.cli import main
 from hp_core.errors import ConfigError
@@ -315,3 +316,52 @@ def test_shell_forms_launch_scripts_use(text, tokens, devices):
     from hp_plugins.importers.megatron import read_megatron_script
 
     assert read_megatron_script(text) == (tokens, devices)
+
+
+def test_the_precision_aware_optimizer_states_the_optimizers_widths(registry):
+    # DeepSeek-V3's recipe (NVIDIA/Megatron-LM docs/discussions/deepseek-v3-gb200-optimization): bf16 moments.
+    bf16 = "--use-precision-aware-optimizer --main-grads-dtype fp32 --main-params-dtype fp32 --exp-avg-dtype bf16 " \
+           "--exp-avg-sq-dtype bf16"
+    job = _imported(registry, SMALL + " " + bf16)
+    assert job.document["precision"] == {"moment_bytes": 2} and not job.unmapped
+    mixed = _imported(registry, SMALL + " --use-precision-aware-optimizer --main-params-dtype fp16 --exp-avg-dtype fp8")
+    assert mixed.document["precision"] == {"master_param_bytes": 2, "moment_bytes": 3}  # 1 + 4 bytes: 2.5, priced 3
+    assert mixed.unmapped == ("--exp-avg-dtype fp8 --exp-avg-sq-dtype fp32: 5 bytes for the two moments, priced as 3 each",)
+    # Without the flag Megatron-LM reads none of them.
+    assert "precision" not in _imported(registry, SMALL + " --exp-avg-dtype bf16").document
+    with pytest.raises(ConfigError, match="--exp-avg-dtype: expected one of fp32, fp16, bf16, fp8, got 'int4'"):
+        _imported(registry, SMALL + " --use-precision-aware-optimizer --exp-avg-dtype int4")
+
+
+class _Given:
+    """The importer's argument reader over a plain mapping (flags present as True, values as text)."""
+
+    def __init__(self, values: dict):
+        self.values = values
+
+    def flag(self, name):
+        return bool(self.values.get(name))
+
+    def value(self, name, kind=str, default=None):
+        found = self.values.get(name)
+        return default if found is None else kind(found)
+
+
+@settings(max_examples=200, deadline=None)
+@given(layers=st.integers(1, 96), pp=st.integers(1, 8), vpp=st.integers(1, 4), first=st.one_of(st.none(), st.integers(1, 12)),
+       last=st.one_of(st.none(), st.integers(1, 12)), embedding=st.booleans(), loss=st.booleans())
+def test_every_split_megatron_accepts_places_every_layer_once(layers, pp, vpp, first, last, embedding, loss):
+    from hp_plugins.importers.megatron_options import pipeline_split
+
+    values = {"num-virtual-stages-per-pipeline-rank": vpp if vpp > 1 else None, "decoder-first-pipeline-num-layers": first,
+              "decoder-last-pipeline-num-layers": last, "account-for-embedding-in-pipeline-split": embedding,
+              "account-for-loss-in-pipeline-split": loss}
+    try:
+        got_vpp, counts = pipeline_split(_Given(values), layers, 0, pp, [])
+    except ConfigError:
+        return  # a split Megatron-LM refuses is refused
+    assert got_vpp == vpp and len(counts) == pp * vpp and sum(counts) == layers and min(counts) >= 0
+    if first is not None:  # the first rank holds exactly its stated layers, split over its virtual stages
+        assert sum(counts[0::pp]) == first
+    if last is not None and pp > 1:
+        assert sum(counts[pp - 1::pp]) == last
