@@ -25,6 +25,9 @@ The cluster topology (``topology_source``): network adapters per node and their
 bandwidth, whether the fabric is rail-optimised, and the NVLink SHARP all-reduce
 bandwidth where the NVSwitch has it (docs/time.md, "Collectives on the cluster").
 
+The ``gb200`` preset's node is the GB200 NVL72's NVLink domain (72 GPUs), its peaks the
+B200's at 1,200 W, its latencies the B200's (no GB200 small-message figure was found).
+
 The ``architecture`` names the device family whose achieved efficiencies a
 timing profile states (:mod:`hp_plugins.runtimes.timing_profiles`).
 """

@@ -15,6 +15,8 @@ import sys
 from importlib.resources import files
 from pathlib import Path
 
+import pytest
+
 from hp_core.api import build_registry
 from hp_plugins.hardware import gemm_b200, presets
 from hp_plugins.runtimes.timing_profiles import B200_GEMMS
@@ -33,7 +35,7 @@ def _data(name: str) -> dict:
 
 
 def test_the_hardware_presets_in_order():
-    assert [p.name for p in presets.PRESETS] == ["a100-80gb", "h100-sxm", "h200", "b200", "ascend-910b"]
+    assert [p.name for p in presets.PRESETS] == ["a100-80gb", "h100-sxm", "h200", "b200", "gb200", "ascend-910b"]
     registry = build_registry(use_env=False)
     for preset in presets.PRESETS:
         assert registry.hardware_preset(preset.name) == preset
@@ -52,7 +54,7 @@ def test_hardware_values_are_the_stated_figures():
     assert (h100.intra_node_latency_seconds, h100.inter_node_latency_seconds) == (1.27 * US, 3.58 * US)
     # The network figures measured on H100 nodes (nccl-tests issue 309, DeepEP issue 3) serve the H200, B200 and A100,
     # which cross nodes on 400 or 200 Gb/s ConnectX adapters as NCCL drives them; not the Ascend, whose HCCL is not NCCL.
-    for name in ("a100-80gb", "h100-sxm", "h200", "b200"):
+    for name in ("a100-80gb", "h100-sxm", "h200", "b200", "gb200"):
         spec = by_name[name]
         assert (spec.inter_node_latency_seconds, spec.inter_node_all_to_all_latency_seconds) == (3.58 * US, 30 * US), name
     assert (by_name["ascend-910b"].inter_node_latency_seconds, by_name["ascend-910b"].inter_node_all_to_all_latency_seconds) \
@@ -83,6 +85,44 @@ def test_every_hardware_preset_states_its_sources():
     # DGX H100: eight 400 Gb/s adapters, one per GPU; NVLink SHARP at nccl-tests' 480 GB/s (NVIDIA GTC 2024/2025).
     h100 = presets.PRESETS[1].spec
     assert h100.nic_share_bytes_per_second() == 50 * GB and h100.nvls_bandwidth_bytes_per_second == 480 * GB
+
+
+def test_the_gb200_preset_is_the_1200_watt_b200_in_a_72_gpu_nvlink_domain():
+    gb200 = {p.name: p for p in presets.PRESETS}["gb200"]
+    spec = gb200.spec
+    # 1,200 W B200 peaks (glennklockwood.com/garden/processors/B200): 2,500 dense BF16/FP16, 5,000 FP8 TFLOP/s.
+    assert spec.architecture == "blackwell" and dict(spec.peak_flops) == {"bf16": 2500 * TERA, "fp16": 2500 * TERA, "fp8": 5000 * TERA}
+    # NVIDIA's NVL72 rack figures over 72 GPUs: 576 TB/s HBM3e -> 8 TB/s, 130 TB/s NVLink -> 1.8 TB/s, 900 GB/s each way.
+    assert spec.memory_bandwidth_bytes_per_second == 576e12 / 72 == 8000 * GB
+    assert round(130e12 / 72 / 2 / GB, -2) == 900 and spec.intra_node_bandwidth_bytes_per_second == 900 * GB
+    # nvidia-smi's 189471 MiB for an "NVIDIA GB200": 185.03 GiB, the "186 GB" of MLCommons' system descriptions.
+    assert spec.memory_bytes == 189471 * MIB and round(spec.memory_bytes / GIB, 2) == 185.03
+    # hp's node is the NVLink domain: 72 GPUs, each with its own 400 Gb/s ConnectX-7 (50 GB/s) across racks.
+    assert (spec.devices_per_node, spec.nics_per_node, spec.nic_bandwidth_bytes_per_second) == (72, 72, 50 * GB)
+    assert spec.nic_share_bytes_per_second() == 50 * GB and spec.inter_node_bandwidth_bytes_per_second == 50 * GB
+    # Latencies borrowed from b200 (stated so); no NVLink SHARP figure, no rail layout stated.
+    assert spec.intra_node_latency_seconds == 9.18 * US and spec.nvls_bandwidth_bytes_per_second is None and spec.rail_optimized is None
+    # NVLink-C2C: 900 GB/s bidirectional per Grace, shared by two GPUs -> 225 GB/s each way.
+    assert spec.host_link_bandwidth_bytes_per_second == 900 * GB / 2 / 2
+    assert "measured on 8x B200 at 1,000 W" in gb200.provenance and "as fractions" in gb200.provenance
+
+
+def test_a_step_on_gb200_prices_the_b200_efficiencies_at_its_peaks():
+    """One 8-GPU data-parallel step of Llama 3 8B: the same blackwell efficiencies on both presets, so the compute
+    (every GEMM and attention kernel a fraction of peak) runs 2,250 / 2,500 = 0.9 as long on gb200; the step as a whole
+    (memory-bound and latency parts unchanged, the NVLink ring the same: 8 GPUs in one NVLink domain) between 0.9 and 1."""
+    from hp_core import api
+    from hp_core.specs import ParallelSpec
+
+    registry = build_registry(use_env=False)
+    model = api.model_from_preset("llama3-8b", registry=registry)
+    layout = ParallelSpec(dp=8, micro_batch_size=1, seq_len=8192, global_batch_size=64)
+    times = {name: api.step_time(model, layout, registry=registry, hardware=registry.hardware_preset(name).spec,
+                                 runtime=registry.runtime("megatron"))
+             for name in ("b200", "gb200")}
+    ratio = times["gb200"].step_seconds / times["b200"].step_seconds
+    assert 0.9 < ratio < 0.95, ratio
+    assert times["gb200"].mfu * 2500 / 2250 == pytest.approx(times["b200"].mfu / ratio)
 
 
 def test_the_gemm_table_rows_as_published():
