@@ -284,15 +284,18 @@ def moe_results(registry=None) -> list[dict]:
         estimated = price_moe(row, registry)
         bf16 = price_moe(row, registry, "bf16")
         # The shortfall per decoder layer and micro-batch: over the micro-batches a stage runs (and its pipeline
-        # bubble, (pp - 1) / vpp of them) times the decoder layers a stage holds. A diagnostic, not a figure of hp.
+        # bubble, (pp - 1) / vpp of them) times the decoder layers of the busiest stage, which paces the pipeline.
+        # A diagnostic, not a figure of hp.
         decoder = _decoder_layers(api.model_from_preset(row["model"], registry=registry))
         spec = layout(row, decoder)
         slots = spec.global_batch_size // (spec.dp * spec.micro_batch_size) + (spec.pp - 1) / spec.vpp
+        chunks = spec.layers_per_stage or [decoder // (spec.pp * spec.vpp)] * (spec.pp * spec.vpp)
+        busiest = max(sum(chunks[rank::spec.pp]) for rank in range(spec.pp))
         found.append({"id": row["id"], "class": row["class"], "split": row["split"], "recipe": row["recipe"],
                       "layout": row, "measured_seconds": measured, "estimated_seconds": estimated.step_seconds,
                       "error": (estimated.step_seconds - measured) / measured, "bf16_seconds": bf16.step_seconds,
                       "dispatch": row["runtime_options"].get("ep_all_to_all", "nccl"),
-                      "shortfall_per_layer_seconds": (measured - estimated.step_seconds) / (slots * decoder / spec.pp)})
+                      "shortfall_per_layer_seconds": (measured - estimated.step_seconds) / (slots * busiest)})
     return found
 
 

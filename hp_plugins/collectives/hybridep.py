@@ -11,9 +11,12 @@ What its figures count
 ``docs/README_Hybrid-EP.md`` (deepseek-ai/DeepEP@41cad94, read 2026-12-01)
 publishes "algorithm bandwidth" at 4096 tokens a rank, hidden 7168, top-8 of 8
 local experts a rank, uniform random routing. The benchmark that prints them,
-``tests/test_hybrid_ep.py`` (the H100 table entered the README with
-deepseek-ai/DeepEP@1dddd19, "Add RDMA support for hybrid-EP", whose test and
-``tests/utils.py`` define the bytes as 41cad94's still do), divides by the
+``tests/test_hybrid_ep.py`` (the H100 table entered the repository with
+deepseek-ai/DeepEP@1dddd19, "Add RDMA support for hybrid-EP", in the root
+``Hybrid-EP_Implementation.md`` that 7febc6e renamed to ``docs/README_Hybrid-EP.md``;
+the B200 figures came with 6ad6896's ``tests/test_mnnvlink_hybridep.py``, on the
+same bytes; the test and ``tests/utils.py`` define the bytes as 41cad94's still do,
+41cad94 averaging the time over ranks where 1dddd19 printed each rank's), divides by the
 call's time:
 
 * NVLink ("NVL"): ``dispatched_hidden.numel() * 2``, the tokens a rank
@@ -30,9 +33,9 @@ These are DeepEP's own definitions (:mod:`hp_plugins.collectives.deepep`), so
 the figures carry to other links as efficiencies on the same de-duplicated
 bytes, priced by :func:`~hp_plugins.collectives.deepep.forwarded_seconds`.
 Counting the sender's own node is why H100 figures exceed one 400 Gb/s
-adapter's 50 GB/s (76.80 GB/s kernel-only at 16 ranks): across 2 nodes about
-half the counted copies never leave the node, so the "efficiency" on counted
-bytes can exceed 1.
+adapter's 50 GB/s (54.47 and 53.35 GB/s through the Torch API at 16 ranks and
+16 SMs): across 2 nodes about half the counted copies never leave the node, so
+the "efficiency" on counted bytes can exceed 1.
 
 Which entries
 -------------
@@ -45,28 +48,32 @@ Which entries
   dtype.
 * **The lower of BF16 dispatch and combine**, one figure for both directions,
   as the ``deepep`` model takes.
-* **16 SMs**: the published SM count nearest what the trainers configure:
-  Megatron-Bridge's performance recipes set ``moe_hybridep_num_sms = 32`` for
-  every HybridEP config (``scripts/performance/utils/overrides.py``
-  ``_set_common_perf_overrides``, NVIDIA-NeMo/Megatron-Bridge v0.3.0 to
-  v0.5.0, e.g. @0fbfe7d v0.4.0), NeMo AutoModel defaults to 24
+* **The SM count nearest what the trainers configure**: Megatron-Bridge's
+  performance recipes set ``moe_hybridep_num_sms = 32`` (``scripts/performance/utils/overrides.py``
+  ``_set_common_perf_overrides``, NVIDIA-NeMo/Megatron-Bridge v0.3.0 to v0.4.0, e.g. @0fbfe7d;
+  a few model configs set their own), NeMo AutoModel defaults to 24
   (``nemo_automodel/components/moe/megatron/token_dispatcher.py``
-  ``MoEConfig.moe_hybridep_num_sms``, NVIDIA-NeMo/Automodel@3746a1a); the H100
-  table stops at 16 and the B200 table has only 16.
-* **NVLink**: the B200 table (8 ranks, one node): 530.86 GB/s combine (dispatch
-  BF16 535.94) over the B200's 900 GB/s NVLink per direction (NVLink 5's 1.8 TB/s
-  per GPU both ways, NVIDIA Blackwell datasheet; hp's ``b200`` preset): **0.590**. The
-  GB200 table's 8-rank, 16-SM entry (538.44 GB/s combine, 550.10 dispatch)
-  agrees. It prices the NVLink leg on every device, the forwarding leg of a
-  cross-node exchange included (the H100 table states no NVLink figure).
-* **Network**: the H100 table at the group's rank count, or the published
-  count (16, 32, 64) nearest it by ratio (the larger on a tie): 53.35 GB/s
-  (16 ranks, combine; dispatch 54.47), 47.36 (32, dispatch; combine 52.53),
-  41.24 (64, dispatch; combine 46.57), over one 400 Gb/s adapter per GPU
-  (50 GB/s). The README states no adapter; one 400 Gb/s ConnectX-7 per GPU is
-  the DGX H100's compute fabric (NVIDIA DGX H100 datasheet) and the adapter
-  DeepEP's own H800 figures state. The figures fall a fifth from 16 to 64 ranks,
-  so one figure for every size would misprice the others.
+  ``MoEConfig.moe_hybridep_num_sms``, NVIDIA-NeMo/Automodel@3746a1a): 32 SMs
+  where a table publishes it (GB200), 16 where it stops there (H100).
+* **NVLink**, by the ranks of the group within one NVLink domain: the GB200 table at 32 SMs,
+  the lower of BF16 dispatch and combine over NVLink 5's 900 GB/s per direction (NVIDIA Blackwell
+  datasheet: 1.8 TB/s per GPU both ways): 545.71 GB/s at 8 ranks (**0.606**; the B200 table's only
+  entry, 8 ranks at 16 SMs, 530.86, is within 3%), 521.55 at 16, 483.76 at 24, 464.54 at 32, 447.89
+  at 36; a domain of fewer ranks takes the 8-rank figure, one of more than 36 (which the README does
+  not publish) the 36-rank figure, stated as an extrapolation. It prices the NVLink leg on every
+  device, the forwarding leg of a cross-node exchange included (the H100 table states no NVLink
+  figure).
+* **Network**, by the nodes the group spans: the H100 table ran 8 ranks a node, so its 16, 32 and 64
+  ranks are 2, 4 and 8 nodes, and the share of counted copies that stay on the sender's node (about
+  one over the nodes) is what changes with it: 53.35 GB/s at 2 nodes (16 ranks, combine; dispatch
+  54.47), 47.36 at 4 (32 ranks, dispatch; combine 52.53), 41.24 at 8 (64 ranks, dispatch; combine
+  46.57), over one 400 Gb/s adapter per GPU (50 GB/s). The README states no adapter; one 400 Gb/s
+  ConnectX-7 per GPU is the DGX H100's compute fabric (NVIDIA DGX H100 datasheet) and the adapter
+  DeepEP's own H800 figures state. A group spanning more than 8 nodes takes the 8-node figure (an
+  extrapolation: its own-node share, 1/8 there, only shrinks); the nearest published node count by
+  ratio otherwise (the larger on a tie). Keyed by ranks instead, an EP-32 group of 4 ranks a node
+  over 8 nodes would take the 4-node figure and run 15% faster on the wire than the 8-node
+  measurement.
 
 No fixed time per call is published; none is priced. Every other collective,
 an all-to-all on a fabric that does not state its raw link bandwidths (as
@@ -82,37 +89,55 @@ from hp_core.specs.timing import Sourced
 from hp_plugins.collectives.deepep import forwarded_seconds
 
 __all__ = ["HYBRIDEP", "NVLINK_EFFICIENCY", "RDMA_EFFICIENCY", "hybridep_seconds", "hp_collective_models",
-           "rdma_efficiency"]
+           "nvlink_efficiency", "rdma_efficiency"]
 
-_README = "DeepEP docs/README_Hybrid-EP.md (deepseek-ai/DeepEP@41cad94), Torch API, 16 SMs, BF16"
-# B200, 8 ranks: dispatch (BF16) 535.94 GB/s, combine 530.86 GB/s; the lower over 900 GB/s NVLink per direction.
-NVLINK_EFFICIENCY = Sourced(530.86 / 900, f"{_README}, B200 8 ranks: 530.86 GB/s combine (dispatch 535.94) over "
-                                          "the B200's 900 GB/s NVLink per direction (NVIDIA Blackwell datasheet: NVLink 5, 1.8 TB/s both ways)")
-# H100 "IB Bandwidth", the lower of dispatch (BF16) and combine at each published rank count, over 50 GB/s.
-_H100_IB_GB_PER_S = {16: min(54.47, 53.35), 32: min(47.36, 52.53), 64: min(41.24, 46.57)}
+_README = "DeepEP docs/README_Hybrid-EP.md (deepseek-ai/DeepEP@41cad94), Torch API, BF16"
+# GB200 table, 32 SMs: the lower of dispatch (BF16) and combine at each published domain size, over 900 GB/s.
+_GB200_NVL_GB_PER_S = {8: min(545.71, 568.94), 16: min(523.48, 521.55), 24: min(507.32, 483.76),
+                       32: min(484.22, 464.54), 36: min(479.02, 447.89)}
+NVLINK_EFFICIENCY = {
+    ranks: Sourced(gb / 900, f"{_README}, GB200 {ranks} ranks, 32 SMs: {gb} GB/s (the lower of dispatch and combine) "
+                             "over NVLink 5's 900 GB/s per direction (NVIDIA Blackwell datasheet: 1.8 TB/s both ways)")
+    for ranks, gb in _GB200_NVL_GB_PER_S.items()
+}
+# H100 "IB Bandwidth", 16 SMs, the lower of dispatch (BF16) and combine, at 8 ranks a node: 16, 32, 64 ranks are
+# 2, 4, 8 nodes; over 50 GB/s.
+_H100_IB_GB_PER_S = {2: min(54.47, 53.35), 4: min(47.36, 52.53), 8: min(41.24, 46.57)}
 RDMA_EFFICIENCY = {
-    ranks: Sourced(gb / 50, f"{_README}, H100 {ranks} ranks, IB: {gb} GB/s (the lower of dispatch and combine) over "
-                            "one 400 Gb/s adapter per GPU (50 GB/s; DGX H100's ConnectX-7, not stated by the README)")
-    for ranks, gb in _H100_IB_GB_PER_S.items()
+    nodes: Sourced(gb / 50, f"{_README}, H100 {8 * nodes} ranks over {nodes} nodes, 16 SMs, IB: {gb} GB/s (the lower of "
+                            "dispatch and combine) over one 400 Gb/s adapter per GPU (50 GB/s; DGX H100's ConnectX-7, "
+                            "not stated by the README)")
+    for nodes, gb in _H100_IB_GB_PER_S.items()
 }
 
 
-def rdma_efficiency(ranks: int) -> Sourced:
-    """The network efficiency at the published rank count nearest *ranks* by ratio (the larger on a tie)."""
-    return min(RDMA_EFFICIENCY.items(), key=lambda kv: (max(kv[0] / ranks, ranks / kv[0]), -kv[0]))[1]
+def _nearest(table: dict[int, Sourced], size: int) -> Sourced:
+    """The entry at the published size nearest *size* by ratio (the larger on a tie)."""
+    return min(table.items(), key=lambda kv: (max(kv[0] / size, size / kv[0]), -kv[0]))[1]
+
+
+def nvlink_efficiency(ranks: int) -> Sourced:
+    """The NVLink efficiency for a group of *ranks* within one NVLink domain: the GB200 table's entry at that
+    size, the 8-rank entry below 8, the 36-rank entry above 36 (an extrapolation), else the nearest size."""
+    return NVLINK_EFFICIENCY[8] if ranks <= 8 else NVLINK_EFFICIENCY[36] if ranks >= 36 else _nearest(NVLINK_EFFICIENCY, ranks)
+
+
+def rdma_efficiency(nodes: int) -> Sourced:
+    """The network efficiency for a group spanning *nodes*: the published node count nearest it (8 above 8)."""
+    return RDMA_EFFICIENCY[8] if nodes >= 8 else _nearest(RDMA_EFFICIENCY, max(nodes, 2))
 
 
 def hybridep_seconds(call: CollectiveCall) -> float:
     """An all-to-all on HybridEP's kernels; any other call as NCCL's (:mod:`hp_plugins.collectives.hybridep`)."""
-    return forwarded_seconds(call, NVLINK_EFFICIENCY.value, rdma_efficiency(call.group.ranks).value)
+    return forwarded_seconds(call, nvlink_efficiency(call.group.per_node).value, rdma_efficiency(call.group.nodes).value)
 
 
 HYBRIDEP = CollectiveModel(
     name="hybridep",
     seconds=hybridep_seconds,
     description="NVIDIA HybridEP's dispatch/combine kernels for all-to-alls (RDMA then NVLink forwarding, Torch API, "
-                "16 SMs); other collectives as nccl",
-    source=f"{NVLINK_EFFICIENCY.source}; " + "; ".join(e.source for e in RDMA_EFFICIENCY.values()),
+                "published bandwidths by NVLink-domain size and node count); other collectives as nccl",
+    source="; ".join(e.source for e in (*NVLINK_EFFICIENCY.values(), *RDMA_EFFICIENCY.values())),
 )
 
 

@@ -2,7 +2,7 @@
 (eager kernels or fused) and which library runs the expert-parallel all-to-all (NCCL, DeepEP or HybridEP).
 
 Each is a :class:`~hp_core.runtime_options.RuntimeOption` whose ``apply`` changes the runtime's timing
-profile (docs/time.md, "Eager kernels, torch.compile and DeepEP").
+profile (docs/time.md, "Eager kernels, op-level SAC and DeepEP").
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from hp_core.collectives import CollectiveCall, Fabric, GroupPlacement, Routing,
 from hp_core.runtime_options import apply_options
 from hp_core.specs import ParallelSpec
 from hp_plugins.collectives.deepep import deepep_seconds
-from hp_plugins.collectives.hybridep import NVLINK_EFFICIENCY, RDMA_EFFICIENCY, hybridep_seconds, rdma_efficiency
+from hp_plugins.collectives.hybridep import (NVLINK_EFFICIENCY, RDMA_EFFICIENCY, hybridep_seconds, nvlink_efficiency,
+                                             rdma_efficiency)
 
 H100_NVLINK, B200_NVLINK, NIC = 450e9, 900e9, 50e9
 H100 = Fabric(intra_bandwidth=0.6 * H100_NVLINK, intra_a2a_bandwidth=0.5 * H100_NVLINK, intra_latency=8e-6,
@@ -28,48 +29,61 @@ def _call(op, nbytes, ranks, per_node, nodes, fabric=H100, routing=None):
     return CollectiveCall(op, nbytes, GroupPlacement(ranks, per_node, nodes), fabric, routing=routing)
 
 
+B200_8 = 545.71  # GB200 table, 8 ranks, 32 SMs: dispatch (BF16) 545.71, combine 568.94 GB/s: the lower
+
+
 def test_the_efficiencies_are_the_published_torch_api_figures_over_the_links():
-    # B200, 8 ranks, 16 SMs: dispatch (BF16) 535.94 GB/s, combine 530.86; the lower over 900 GB/s NVLink.
-    assert NVLINK_EFFICIENCY.value == pytest.approx(530.86 / 900)
-    # H100 IB at 16 SMs, the lower of dispatch (BF16) and combine: 53.35 (16 ranks), 47.36 (32), 41.24 (64), over 50 GB/s.
-    assert {r: e.value for r, e in RDMA_EFFICIENCY.items()} == pytest.approx({16: 1.067, 32: 0.9472, 64: 0.8248})
-    assert "41cad94" in NVLINK_EFFICIENCY.source and all("41cad94" in e.source for e in RDMA_EFFICIENCY.values())
+    # GB200 at 32 SMs, the lower of BF16 dispatch and combine, over 900 GB/s NVLink, by ranks in the domain.
+    assert {r: e.value for r, e in NVLINK_EFFICIENCY.items()} == pytest.approx(
+        {8: 545.71 / 900, 16: 521.55 / 900, 24: 483.76 / 900, 32: 464.54 / 900, 36: 447.89 / 900})
+    # H100 IB at 16 SMs and 8 ranks a node: 53.35 (2 nodes), 47.36 (4), 41.24 (8), over 50 GB/s.
+    assert {n: e.value for n, e in RDMA_EFFICIENCY.items()} == pytest.approx({2: 1.067, 4: 0.9472, 8: 0.8248})
+    assert all("41cad94" in e.source for e in (*NVLINK_EFFICIENCY.values(), *RDMA_EFFICIENCY.values()))
 
 
-def test_the_network_figure_is_the_published_rank_count_nearest_the_group():
-    assert rdma_efficiency(16).value == pytest.approx(53.35 / 50)
-    assert rdma_efficiency(8).value == pytest.approx(53.35 / 50)  # below the table: its smallest count
-    assert rdma_efficiency(24).value == pytest.approx(47.36 / 50)  # 32/24 = 1.33 nearer than 24/16 = 1.5
-    assert rdma_efficiency(45).value == pytest.approx(47.36 / 50)  # 45/32 = 1.41 < 64/45 = 1.42
-    assert rdma_efficiency(46).value == pytest.approx(41.24 / 50)
-    assert rdma_efficiency(256).value == pytest.approx(41.24 / 50)
+def test_the_network_figure_goes_by_nodes_and_the_nvlink_figure_by_ranks_in_the_domain():
+    assert rdma_efficiency(2).value == pytest.approx(53.35 / 50)
+    assert rdma_efficiency(1).value == pytest.approx(53.35 / 50)  # below the table: its smallest count
+    assert rdma_efficiency(3).value == pytest.approx(47.36 / 50)  # 4/3 = 1.33 nearer than 3/2 = 1.5
+    assert rdma_efficiency(5).value == pytest.approx(47.36 / 50)  # 5/4 = 1.25 < 8/5 = 1.6
+    assert rdma_efficiency(6).value == pytest.approx(41.24 / 50)  # 8/6 = 1.33 < 6/4 = 1.5
+    assert rdma_efficiency(32).value == pytest.approx(41.24 / 50)  # beyond 8 nodes: the 8-node figure
+    assert nvlink_efficiency(4).value == nvlink_efficiency(8).value == pytest.approx(545.71 / 900)
+    assert nvlink_efficiency(20).value == pytest.approx(483.76 / 900)  # 24/20 = 1.2 < 20/16 = 1.25
+    assert nvlink_efficiency(72).value == pytest.approx(447.89 / 900)  # beyond 36: the 36-rank figure
 
 
-def test_within_a_node_a_plain_exchange_runs_at_the_published_b200_bandwidth():
-    # No routing stated: every byte lands on one rank. On the B200 the efficiency returns exactly 530.86 GB/s.
-    assert hybridep_seconds(_call("all_to_all", 8e9, 8, 8, 1, B200)) == pytest.approx(8e9 / 530.86e9)
-    # Carried to the H100's 450 GB/s NVLink at the same 0.590.
-    assert hybridep_seconds(_call("all_to_all", 8e9, 8, 8, 1)) == pytest.approx(8e9 / (450e9 * 530.86 / 900))
+def test_ep_32_at_4_ranks_a_node_takes_the_8_node_figure():
+    # EP 32 laid out 4 ranks a node over 8 nodes (TP 2 in Megatron's tp-cp-ep-dp-pp order): the 8-node figure.
+    got = hybridep_seconds(_call("all_to_all", 16e9, 32, 4, 8))
+    assert got == pytest.approx(max(16e9 / 41.24e9, 16e9 / (450e9 * B200_8 / 900)))
 
 
-def test_across_two_h100_nodes_the_counted_node_copies_run_at_the_16_rank_ib_figure():
+def test_within_a_node_a_plain_exchange_runs_at_the_published_bandwidth():
+    # No routing stated: every byte lands on one rank. On NVLink 5 the efficiency returns exactly 545.71 GB/s.
+    assert hybridep_seconds(_call("all_to_all", 8e9, 8, 8, 1, B200)) == pytest.approx(8e9 / 545.71e9)
+    # Carried to the H100's 450 GB/s NVLink at the same 0.606.
+    assert hybridep_seconds(_call("all_to_all", 8e9, 8, 8, 1)) == pytest.approx(8e9 / (450e9 * B200_8 / 900))
+
+
+def test_across_two_h100_nodes_the_counted_node_copies_run_at_the_2_node_ib_figure():
     # Qwen3-30B-A3B EP 16 on 2 nodes: u = 4096 x 2048 x 2 bytes of tokens; 128 experts, top-8.
     u = QWEN3_BYTES / 8
     nodes = 2 * (1 - math.comb(64, 8) / math.comb(128, 8))  # 1.994 of 2 nodes, the own node counted
     ranks = 16 * (1 - math.comb(120, 8) / math.comb(128, 8))  # 6.60 of 16 ranks
     assert nodes == pytest.approx(1.9938, abs=1e-4) and ranks == pytest.approx(6.5965, abs=1e-4)
     inter = u * nodes / 53.35e9  # 0.627 ms: the network leg sets the pace
-    intra = u * ranks / (450e9 * 530.86 / 900)  # 0.417 ms forwarded over NVLink
+    intra = u * ranks / (450e9 * B200_8 / 900)  # 0.406 ms forwarded over NVLink
     got = hybridep_seconds(_call("all_to_all", QWEN3_BYTES, 16, 8, 2, routing=Routing(128, 8)))
     assert got == pytest.approx(max(inter, intra)) and got == pytest.approx(0.6270e-3, rel=1e-4)
     # NCCL's all-to-all of every copy at the fabric's 0.7 network efficiency takes 3.5 times as long.
     assert nccl_seconds(_call("all_to_all", QWEN3_BYTES, 16, 8, 2)) == pytest.approx(2.2134e-3, rel=1e-4)
 
 
-def test_64_ranks_price_at_the_64_rank_figure():
-    # A plain exchange over 8 nodes: the buffer over the adapter at 41.24/50, over NVLink at 0.590 of 450 GB/s.
+def test_64_ranks_price_at_the_8_node_figure():
+    # A plain exchange over 8 nodes: the buffer over the adapter at 41.24/50, over NVLink at 0.606 of 450 GB/s.
     got = hybridep_seconds(_call("all_to_all", 16e9, 64, 8, 8))
-    assert got == pytest.approx(max(16e9 / 41.24e9, 16e9 / (450e9 * 530.86 / 900)))
+    assert got == pytest.approx(max(16e9 / 41.24e9, 16e9 / (450e9 * B200_8 / 900)))
 
 
 def test_other_collectives_and_unknown_links_fall_back_to_nccl_as_deepep_does():
@@ -100,17 +114,18 @@ def test_ep_all_to_all_hybridep_prices_the_expert_exchange_on_b200(registry):
     ep, step = _ep_seconds(registry, "fsdp2", "hybridep", "b200")
     _, nccl = _ep_seconds(registry, "fsdp2", "nccl", "b200")
     # 48 MoE layers x dispatch and combine x forward and backward = 192 calls; a token once per rank it reaches
-    # (5.34 of 8) at 530.86 GB/s.
+    # (5.34 of 8) at 545.71 GB/s.
     reached = 8 * (1 - math.comb(112, 8) / math.comb(128, 8))
-    assert ep == pytest.approx(192 * QWEN3_BYTES / 8 * reached / 530.86e9, rel=1e-9)
+    assert ep == pytest.approx(192 * QWEN3_BYTES / 8 * reached / 545.71e9, rel=1e-9)
     assert step.compute_seconds == nccl.compute_seconds
 
 
 def test_megatron_selects_hybridep_too(registry):
-    # The same bytes as DeepEP's model prices, at 530.86 GB/s rather than DeepEP's 153/200 of the B200's 900.
+    # The same bytes as DeepEP's model prices, at 545.71 GB/s rather than DeepEP's 153/200 of the B200's 900 (DeepEP's
+    # H800 figure carried to NVLink 5; the README's own B200 DeepEP rows are slower, docs/time.md says so).
     hybridep, _ = _ep_seconds(registry, "megatron", "hybridep", "b200")
     deepep, _ = _ep_seconds(registry, "megatron", "deepep", "b200")
-    assert hybridep == pytest.approx(deepep * (900 * 153 / 200) / 530.86, rel=1e-9)
+    assert hybridep == pytest.approx(deepep * (900 * 153 / 200) / 545.71, rel=1e-9)
 
 
 def test_the_option_switches_the_collective_model(registry):
