@@ -30,7 +30,7 @@ from typing import Callable
 
 import attrs
 
-__all__ = ["ALGORITHMS", "NCCL", "OPERATIONS", "CollectiveCall", "CollectiveModel", "Fabric", "GroupPlacement",
+__all__ = ["A2A_NVLINK_STEPS", "ALGORITHMS", "NCCL", "OPERATIONS", "CollectiveCall", "CollectiveModel", "Fabric", "GroupPlacement",
            "RANK_DIMENSIONS", "Routing", "nccl_seconds", "place_group"]
 
 # Operations a layer or the step states (hp_core.costs.Collective.op) and all-reduce algorithms.
@@ -345,16 +345,27 @@ def nccl_seconds(call: CollectiveCall) -> float:
     if call.op in ("all_gather", "reduce_scatter"):
         return f.overhead + _ring_pass(n, nbytes, g, k, f)
     if call.op == "all_to_all":
+        # NVLink steps of an all-to-all's latency: one per local peer, at most A2A_NVLINK_STEPS (below).
+        steps = min(g - 1, A2A_NVLINK_STEPS)
         if k <= 1:
-            return f.overhead + (n - 1) / n * nbytes / f.intra_a2a_bandwidth + (n - 1) * f.intra_latency
+            return f.overhead + (n - 1) / n * nbytes / f.intra_a2a_bandwidth + steps * f.intra_latency
         intra = (g - 1) / n * nbytes / f.intra_a2a_bandwidth
         inter = (n - g) / n * nbytes / (f.nic_bandwidth if f.nic_a2a_bandwidth is None else f.nic_a2a_bandwidth)
         if f.inter_a2a_latency is not None:
             # One round per call; never less than the same call's latency within one node (the fixed overhead and the
-            # NVLink steps to the g-1 local peers), so spanning nodes cannot price below staying within one.
-            return max(intra, inter) + max(f.inter_a2a_latency, f.overhead + (g - 1) * f.intra_latency)
-        return f.overhead + max(intra, inter) + (g - 1) * f.intra_latency + (n - g) * f.inter_latency
+            # NVLink steps to the local peers), so spanning nodes cannot price below staying within one.
+            return max(intra, inter) + max(f.inter_a2a_latency, f.overhead + steps * f.intra_latency)
+        return f.overhead + max(intra, inter) + steps * f.intra_latency + (n - g) * f.inter_latency
     raise ValueError(f"unknown collective {call.op!r}")
+
+
+# An all-to-all's NVLink latency steps are counted per local peer up to 7, the 8-GPU node the per-step figures
+# were fitted on (SimuMax's NCCL fit on 8x B200; nccl-tests on 8x H100), and no further: NCCL progresses an
+# all-to-all's peers together, up to 8 sends and receives per channel in one batch over several channels
+# (NVIDIA/nccl src/include/device.h NCCL_MAX_DEV_WORK_P2P_PER_BATCH, docs/time.md "Latency across nodes"), so a
+# larger NVLink domain (a 72-GPU NVL72 rack) is not charged one step per peer in series; what it does cost is
+# unmeasured here, so the 8-GPU call's latency is taken.
+A2A_NVLINK_STEPS = 7
 
 
 NCCL = CollectiveModel(

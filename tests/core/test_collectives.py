@@ -80,6 +80,17 @@ def test_all_to_all_and_sends_across_nodes():
     assert _call("all_gather", 0, 16, 8, 2) == 0.0 and _call("all_gather", 1e9, 1, 1, 1) == 0.0
 
 
+def test_an_all_to_all_within_a_large_nvlink_domain_takes_the_8_gpu_calls_latency():
+    # 64 ranks in one 72-GPU NVLink domain: the buffer's 63/64 over NVLink, and 7 NVLink steps of latency (the 8-GPU
+    # node the per-step figures were fitted on), not 63 in series; 8 or fewer ranks keep one step per peer.
+    assert _call("all_to_all", 16e9, 64, 64, 1) == pytest.approx(63 / 64 * 16e9 / (NVLINK / 2) + 7 * A_IN)
+    assert _call("all_to_all", 16e9, 4, 4, 1) == pytest.approx(3 / 4 * 16e9 / (NVLINK / 2) + 3 * A_IN)
+    # Spanning two such domains, the within-domain floor under a stated round is the same 7 steps.
+    stated = attrs.evolve(FABRIC, inter_a2a_latency=25e-6, overhead=5e-6)
+    seconds = nccl_seconds(CollectiveCall("all_to_all", 16e9, GroupPlacement(128, 64, 2), stated))
+    assert seconds == pytest.approx(max(63 / 128 * 16e9 / (NVLINK / 2), 64 / 128 * 16e9 / NIC) + 5e-6 + 7 * A_IN)
+
+
 def test_a_rank_order_names_each_dimension_once():
     from hp_core.specs import ParallelSpec
 

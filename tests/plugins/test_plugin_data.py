@@ -94,7 +94,7 @@ def test_the_gb200_preset_is_the_1200_watt_b200_in_a_72_gpu_nvlink_domain():
     assert spec.architecture == "blackwell" and dict(spec.peak_flops) == {"bf16": 2500 * TERA, "fp16": 2500 * TERA, "fp8": 5000 * TERA}
     # NVIDIA's NVL72 rack figures over 72 GPUs: 576 TB/s HBM3e -> 8 TB/s, 130 TB/s NVLink -> 1.8 TB/s, 900 GB/s each way.
     assert spec.memory_bandwidth_bytes_per_second == 576e12 / 72 == 8000 * GB
-    assert round(130e12 / 72 / 2 / GB, -2) == 900 and spec.intra_node_bandwidth_bytes_per_second == 900 * GB
+    assert spec.intra_node_bandwidth_bytes_per_second == 900 * GB  # 130 TB/s / 72 = 1.8 TB/s, 900 GB/s each way
     # nvidia-smi's 189471 MiB for an "NVIDIA GB200": 185.03 GiB, the "186 GB" of MLCommons' system descriptions.
     assert spec.memory_bytes == 189471 * MIB and round(spec.memory_bytes / GIB, 2) == 185.03
     # hp's node is the NVLink domain: 72 GPUs, each with its own 400 Gb/s ConnectX-7 (50 GB/s) across racks.
@@ -122,7 +122,9 @@ def test_a_step_on_gb200_prices_the_b200_efficiencies_at_its_peaks():
              for name in ("b200", "gb200")}
     ratio = times["gb200"].step_seconds / times["b200"].step_seconds
     assert 0.9 < ratio < 0.95, ratio
-    assert times["gb200"].mfu * 2500 / 2250 == pytest.approx(times["b200"].mfu / ratio)
+    # The compute alone: the GEMMs and attention at 2,250 / 2,500 = 0.9 of their b200 time, the memory-bound kernels
+    # alike on both (the same 8 TB/s HBM): 0.906 for this step.
+    assert times["gb200"].compute_seconds / times["b200"].compute_seconds == pytest.approx(0.9062, abs=5e-4)
 
 
 def test_the_gemm_table_rows_as_published():
