@@ -75,7 +75,9 @@ TOKENIZER_VOCABS = {"GPT2BPETokenizer": (50257, "GPT-2's"), "Llama2Tokenizer": (
 __all__ = ["IGNORED", "TOKENIZER_VOCABS", "hp_importers", "import_megatron_args", "parse_megatron_args", "read_megatron_script"]
 
 # No effect on what hp prices (memory, step time): optimisation hyper-parameters, data, logging,
-# checkpoints, initialisation, routing-loss details, flags Megatron-Core ignores for mcore models (--use-flash-attn), attention-mask and
+# checkpoints, initialisation, routing-loss details and the expert-bias update rate, RoPE scaling details,
+# the forced balanced routing of benchmarks (hp prices every expert its share of tokens anyway), flags
+# Megatron-Core ignores for mcore models (--use-flash-attn), attention-mask and
 # softmax flags that act only on the unfused path priced by --attention-backend.
 IGNORED = frozenset("""
 lr min-lr lr-decay-style lr-warmup-iters lr-warmup-fraction lr-decay-iters lr-decay-samples lr-warmup-samples
@@ -92,7 +94,8 @@ moe-z-loss-coeff moe-grouped-gemm moe-router-dtype group-query-attention fp8-mar
 exit-interval exit-duration-in-mins ckpt-format no-save-optim no-save-rng no-load-optim no-load-rng
 decoupled-lr decoupled-min-lr manual-gc calculate-per-token-loss profile profile-step-start profile-step-end profile-ranks
 record-memory-history tiktoken-pattern no-mmap-bin-files logging-level no-check-for-nan-in-loss-and-grad
-init-model-with-meta-device lr-decay-samples lr-warmup-samples rerun-mode
+init-model-with-meta-device lr-decay-samples lr-warmup-samples rerun-mode manual-gc-interval mscale mscale-all-dim
+moe-router-bias-update-rate te-rng-tracker moe-router-force-load-balancing
 """.split())
 
 class _Args:
@@ -177,6 +180,7 @@ def _hf_config(a: _Args, unmapped: list[str]) -> dict[str, Any]:
     experts = a.value("num-experts", int)
     if a.flag("multi-latent-attention"):
         a.flag("qk-layernorm")  # MLA's q and kv LoRA norms, which the deepseek format always has
+        a.value("kv-channels")  # MLA's head sizes are --qk-head-dim, --qk-pos-emb-head-dim and --v-head-dim
         config.update(model_type="deepseek_v2", num_key_value_heads=heads, q_lora_rank=a.value("q-lora-rank", int),
                       kv_lora_rank=a.value("kv-lora-rank", int, 32), qk_nope_head_dim=a.value("qk-head-dim", int, 128),
                       qk_rope_head_dim=a.value("qk-pos-emb-head-dim", int, 64), v_head_dim=a.value("v-head-dim", int, 128),

@@ -175,6 +175,10 @@ def trainer_options(a: Any, pp: int, vpp: int, ep: int, unmapped: list[str]) -> 
         if backend not in ("deepep", "hybridep"):
             raise ConfigError("--moe-flex-dispatcher-backend", f"expected deepep or hybridep, got {backend!r}")
         options["ep_all_to_all"] = "deepep" if deepep else backend
+        sms = a.value("moe-hybridep-num-sms", int)
+        if options["ep_all_to_all"] == "hybridep" and sms not in (None, 32):  # hp_plugins/collectives/hybridep.py
+            unmapped.append(f"--moe-hybridep-num-sms {sms}: priced at HybridEP's published figures for 32 SMs over "
+                            "NVLink and 16 across nodes")
     elif dispatcher == "allgather" and ep > 1:
         unmapped.append("--moe-token-dispatcher-type allgather (Megatron's default): priced as the all-to-all "
                         "dispatcher's traffic")

@@ -142,6 +142,11 @@ def test_overlap_flags_and_the_dispatcher_are_the_runtime_options(registry):
     assert _options(job)["ep_all_to_all"] == "deepep" and _options(job)["overlap_moe_expert_parallel_comm"] is True
     hybrid = _imported(registry, MLA + ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep"])
     assert _options(hybrid)["ep_all_to_all"] == "hybridep" and not hybrid.unmapped
+    # The SM count the hybridep model's figures were published at (32 over NVLink) is read quietly; another is named.
+    for sms, named in (("32", False), ("16", True)):
+        job = _imported(registry, MLA + ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep",
+                                         "--moe-hybridep-num-sms", sms])
+        assert bool(job.unmapped) == named and all(line.startswith("--moe-hybridep-num-sms 16") for line in job.unmapped)
     # Megatron-Core 0.18's flex dispatcher defaults to the DeepEP backend; --moe-enable-deepep needs flex.
     assert _options(_imported(registry, MLA + ["--moe-token-dispatcher-type", "flex"]))["ep_all_to_all"] == "deepep"
     with pytest.raises(ConfigError, match="--moe-enable-deepep: Megatron-LM takes it only with --moe-token-dispatcher"):
