@@ -216,6 +216,8 @@ class Fabric:
             efficiency applied; ``None``: not known or not needed.
         nic_a2a_bandwidth: What an all-to-all's cross-node share reaches of the device's adapters;
             ``None``: :attr:`nic_bandwidth`.
+        architecture: The device's architecture (:attr:`hp_core.specs.HardwareSpec.architecture`), so a
+            collective library can state its measured figures per architecture; ``None``: not known.
         inter_a2a_latency: Seconds of one all-to-all call spanning nodes, its peers progressed
             concurrently (one round), its fixed time per call included, so :attr:`overhead` is not
             added to it (the call is charged at least :attr:`overhead` plus an :attr:`intra_latency` per
@@ -235,6 +237,7 @@ class Fabric:
     nic_link_bandwidth: float | None = None
     nic_a2a_bandwidth: float | None = None
     inter_a2a_latency: float | None = None
+    architecture: str | None = None
 
 
 @attrs.frozen

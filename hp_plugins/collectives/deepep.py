@@ -19,7 +19,9 @@ over RDMA (tokens times the distinct nodes they reach, the sender's own
 included; ``tests/legacy/test_intranode.py`` and ``test_internode.py`` at
 deepseek-ai/DeepEP@dd758ca). So they are priced here as efficiencies of the
 links the hardware states applied to the same bytes (:data:`NVLINK_EFFICIENCY`,
-:data:`RDMA_EFFICIENCY`), and carry to another device. With ``u`` the bytes
+:data:`RDMA_EFFICIENCY`), and carry to another device; on Blackwell the NVLink
+figure is DeepEP's own on B200 (:data:`NVLINK_EFFICIENCY_BLACKWELL`, the HybridEP
+README's DeepEP rows), the device's architecture being the fabric's. With ``u`` the bytes
 of one copy of the rank's tokens (the stated send buffer over ``top_k``, and over
 the capacity factor where the layer pads to capacity: DeepEP sends no padding) and
 the layer's routing (:class:`hp_core.collectives.Routing`: each token to
@@ -50,7 +52,8 @@ from hp_core.collectives import CollectiveCall, CollectiveModel, nccl_seconds
 from hp_core.markers import hookimpl
 from hp_core.specs.timing import Sourced
 
-__all__ = ["DEEPEP", "NVLINK_EFFICIENCY", "RDMA_EFFICIENCY", "deepep_seconds", "forwarded_seconds", "hp_collective_models"]
+__all__ = ["DEEPEP", "NVLINK_EFFICIENCY", "NVLINK_EFFICIENCY_BLACKWELL", "RDMA_EFFICIENCY", "deepep_seconds",
+           "forwarded_seconds", "hp_collective_models", "nvlink_efficiency"]
 
 _LEGACY = "DeepEP docs/legacy.md, 'Normal kernels with NVLink and RDMA forwarding' (deepseek-ai/DeepEP@0297fc8)"
 # 153 GB/s (intranode dispatch, EP 8; combine 158 GB/s, the lower is taken) over the H800's NVLink: 400 GB/s
@@ -60,9 +63,27 @@ NVLINK_EFFICIENCY = Sourced(153 / 200, f"{_LEGACY}: 153 GB/s intranode dispatch 
 RDMA_EFFICIENCY = Sourced(43 / 50, f"{_LEGACY}: 43 GB/s internode dispatch and combine (EP 16; 58 and 51 GB/s at EP 32 and 64) over a 400 Gb/s CX7 adapter (50 GB/s)")
 
 
+# Blackwell: the HybridEP README's DeepEP rows on 8 B200s (deepseek-ai/DeepEP@41cad94 docs/README_Hybrid-EP.md, B200
+# platform, DeepEP, Torch API, same shape and byte definition): BF16 dispatch 348 and combine 302 GB/s at 16 SMs, 494
+# and 420 at 24; at Megatron-Core's default --moe-deepep-num-sms 20 (megatron/training/arguments.py, core_v0.14.0)
+# linearly between them, the lower (combine) 361 GB/s, over NVLink 5's 900 GB/s per direction. DeepEP's H800 figure
+# carried to NVLink 5 would price it above HybridEP's measured 530.86 on the same B200s, the README's ordering reversed.
+NVLINK_EFFICIENCY_BLACKWELL = Sourced(
+    (302 + 420) / 2 / 900,
+    "DeepEP docs/README_Hybrid-EP.md (deepseek-ai/DeepEP@41cad94), B200, DeepEP Torch API: combine 302 GB/s at 16 SMs and "
+    "420 at 24 (dispatch 348 and 494), linear at Megatron-Core's default 20 SMs (--moe-deepep-num-sms, arguments.py "
+    "core_v0.14.0): 361 GB/s over NVLink 5's 900 GB/s per direction",
+)
+
+
+def nvlink_efficiency(architecture: str | None) -> Sourced:
+    """DeepEP's NVLink efficiency on a device of *architecture*: measured on B200 for ``blackwell``, else the H800's."""
+    return NVLINK_EFFICIENCY_BLACKWELL if architecture == "blackwell" else NVLINK_EFFICIENCY
+
+
 def deepep_seconds(call: CollectiveCall) -> float:
     """An all-to-all on DeepEP's normal kernels; any other call as NCCL's (:mod:`hp_plugins.collectives.deepep`)."""
-    return forwarded_seconds(call, NVLINK_EFFICIENCY.value, RDMA_EFFICIENCY.value)
+    return forwarded_seconds(call, nvlink_efficiency(call.fabric.architecture).value, RDMA_EFFICIENCY.value)
 
 
 def forwarded_seconds(call: CollectiveCall, nvlink_efficiency: float, rdma_efficiency: float) -> float:
@@ -89,7 +110,7 @@ DEEPEP = CollectiveModel(
     name="deepep",
     seconds=deepep_seconds,
     description="DeepEP's normal dispatch/combine kernels for all-to-alls (NVLink and RDMA forwarding); other collectives as nccl",
-    source=f"{NVLINK_EFFICIENCY.source}; {RDMA_EFFICIENCY.source}",
+    source=f"{NVLINK_EFFICIENCY.source}; Blackwell: {NVLINK_EFFICIENCY_BLACKWELL.source}; {RDMA_EFFICIENCY.source}",
 )
 
 

@@ -146,7 +146,7 @@ def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency
         intra_latency=intra_lat, nic_bandwidth=nic, inter_latency=inter_lat, nvls_bandwidth=nvls,
         overhead=dev.collective_overhead_seconds.value,
         intra_link_bandwidth=intra_bw if intra else None, nic_link_bandwidth=nic_raw, nic_a2a_bandwidth=nic_a2a,
-        inter_a2a_latency=inter_a2a_lat,
+        inter_a2a_latency=inter_a2a_lat, architecture=hardware.architecture,
     )
     return _Links(fabric, groups, model, timing.all_reduce_algorithm)
 
