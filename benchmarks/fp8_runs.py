@@ -227,7 +227,7 @@ def fsdp_section(found: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-MOE_CLASSES = ("multi-node Megatron-Core MoE, H100", "Megatron-Core MoE, B200")
+MOE_CLASSES = ("multi-node Megatron-Core MoE, H100", "Megatron-Core MoE, B200", "Megatron-Core MoE, GB200")
 
 
 def _decoder_layers(model) -> int:
