@@ -172,7 +172,7 @@ def _cells(row: dict) -> list[str]:
 def test_moe_rows_state_their_summary_row_and_release():
     data = _data()
     runs = _module()
-    assert len(data["moe_rows"]) == 20 and len(data["moe_rows_skipped"]) == 6
+    assert len(data["moe_rows"]) == 22 and len(data["moe_rows_skipped"]) == 6
     for row in data["moe_rows"]:
         source = data["sources"][row["source"]]
         assert "067f987df03b8355b03192d88d70f1709fedf51a" in source and row["source"] == row["runtime_options_source"], row["id"]
@@ -181,7 +181,8 @@ def test_moe_rows_state_their_summary_row_and_release():
         cells = _cells(row)
         assert int(cells[0]) == row["gpus"] and int(cells[2]) == row["global_batch_size"], row["id"]
         assert int(cells[3]) == row["micro_batch_size"] and int(cells[4]) == row["seq_len"], row["id"]
-        assert ("MX" in cells[1]) == (row["recipe"] == "mxfp8") and (row["hardware"] == "b200") == (row["recipe"] == "mxfp8")
+        assert ("MX" in cells[1]) == (row["recipe"] == "mxfp8") and (row["hardware"] in ("b200", "gb200")) == (row["recipe"] == "mxfp8")
+        assert (row["hardware"] == "gb200") == (row["class"] == "Megatron-Core MoE, GB200"), row["id"]
         layout = cells[5:10] if len(cells) == 12 else cells[6:11]  # 26.06 states no FSDP column
         tp, pp, cp, vp, ep = (1 if c == "n/a" else int(c) for c in layout)
         assert (tp, pp, cp, vp, ep) == (row["tp"], row["pp"], row["cp"], row["vpp"], row["ep"]), row["id"]
@@ -207,13 +208,30 @@ def test_precision_page_moe_table_is_current_and_its_prose_states_its_figures():
     assert f"DeepSeek-V3's three at EP 8 {min(hybrid):+.1%} to {max(hybrid):+.1%}" in prose
     assert f"25.11's row (GBS 2,048, NCCL all-to-all, the shared expert overlapped with it, `moe_shared_expert_overlap`) is " \
            f"{by_id['mb25.11-b200-deepseek-v3-mxfp8']['error']:+.1%}" in prose
-    # The shortfall per layer and micro-batch: micro-batch 1 (less the PP 2 VP 12 DeepEP row, stated apart) and 4.
-    one = [r["shortfall_per_layer_seconds"] * 1e3 for r in found
-           if r["layout"]["micro_batch_size"] == 1 and r["id"] != "mb26.02-h100-qwen3-30b-a3b-fp8cs"]
+    # The shortfall per layer and micro-batch: micro-batch 1 on H100 and B200 (less the PP 2 VP 12 DeepEP row, stated
+    # apart; the GB200 rows, priced slow, stated apart too) and 4.
+    one = [r["shortfall_per_layer_seconds"] * 1e3 for r in found if r["layout"]["micro_batch_size"] == 1
+           and r["id"] != "mb26.02-h100-qwen3-30b-a3b-fp8cs" and r["layout"]["hardware"] != "gb200"]
     four = [r["shortfall_per_layer_seconds"] * 1e3 for r in found if r["layout"]["micro_batch_size"] == 4]
-    assert f"At micro-batch 1 it is {min(one):+.2f} to {max(one):+.2f} ms on {len(one)} rows (" \
+    assert f"At micro-batch 1 it is {min(one):+.2f} to {max(one):+.2f} ms on {len(one)} H100 and B200 rows (" \
            f"{by_id['mb26.02-h100-qwen3-30b-a3b-fp8cs']['shortfall_per_layer_seconds'] * 1e3:+.2f} ms" in prose
     assert f"at micro-batch 4, {max(four):+.2f} to {min(four):+.2f} ms" in prose and min(one) > 0 > max(four)
+    gb200 = [by_id[f"mb{c}-gb200-deepseek-v3-mxfp8"] for c in ("26.02", "26.02.01")]
+    short = sorted(r["shortfall_per_layer_seconds"] * 1e3 for r in gb200)
+    assert f"the two GB200 rows, priced slow, {short[0]:+.2f} and {short[1]:+.2f} ms" in prose and short[1] < 0
+    assert (f"its two GB200 rows at EP 64 within one NVLink domain (the GB200 table's 36-rank figure, extrapolated) "
+            f"{gb200[0]['error']:+.1%} to {gb200[1]['error']:+.1%}") in prose
+    assert f"only DeepSeek-V3 rows priced slow, {gb200[0]['error']:+.1%} and {gb200[1]['error']:+.1%}" in prose
+    # A 1F1B slot of the run: the step over 64 micro-batches (4,096 / 64 data-parallel ranks) and the interleaved
+    # bubble's (4 - 1) / 4: 16.570 / 64.75 = 0.256 s. hp's FP8 speedup 24.687 / 19.672 = 1.25.
+    slots = [runs.measured_seconds(r["layout"]) / (64 + 3 / 4) for r in gb200]
+    assert f"the runs take {slots[0]:.3f} and {slots[1]:.3f} s a 1F1B slot" in prose
+    assert f"hp's FP8 speedup on them is {gb200[0]['bf16_seconds'] / gb200[0]['estimated_seconds']:.2f}" in prose
+    b200 = [by_id[f"mb{c}-b200-deepseek-v3-mxfp8"] for c in ("26.02", "26.02.01")]
+    ran = [b["measured_seconds"] / g["measured_seconds"] for b, g in zip(b200, gb200)]
+    priced = b200[0]["estimated_seconds"] / gb200[0]["estimated_seconds"]
+    assert (f"they ran {ran[0]:.2f} and {ran[1]:.2f} times faster than the B200 rows of the same containers, where hp "
+            f"prices them {priced:.2f} times faster") in prose
     # hp's time per sequence, 25.11's row (GBS 2,048) over 26.02's (GBS 4,096): 1.06 as the prose states
     ratio = (by_id["mb25.11-b200-deepseek-v3-mxfp8"]["estimated_seconds"] / 2048) / (by_id["mb26.02-b200-deepseek-v3-mxfp8"]["estimated_seconds"] / 4096)
     assert f"hp prices it {ratio:.2f} times slower per sequence" in prose
@@ -230,7 +248,8 @@ def test_deepseek_v3_rows_state_their_pipeline_layout_as_layers_per_stage():
     registry = api.build_registry()
     model = api.model_from_preset("deepseek-v3", registry=registry)
     rows = [r for r in data["moe_rows"] if r["model"] == "deepseek-v3"]
-    assert [r["id"] for r in rows] == [f"mb{c}-b200-deepseek-v3-mxfp8" for c in ("25.11", "26.02", "26.02.01", "26.04")]
+    assert [r["id"] for r in rows] == ([f"mb{c}-b200-deepseek-v3-mxfp8" for c in ("25.11", "26.02", "26.02.01", "26.04")]
+                                       + [f"mb{c}-gb200-deepseek-v3-mxfp8" for c in ("26.02", "26.02.01")])
     assert parse_layout("Et*4|(t*4|)*14tmL") == ["Etttt"] + ["tttt"] * 14 + ["tmL"]
     for row in rows:
         chunks = parse_layout(row["pipeline_layout"])
@@ -241,8 +260,14 @@ def test_deepseek_v3_rows_state_their_pipeline_layout_as_layers_per_stage():
         assert sum(row["layers_per_stage"]) == runs._decoder_layers(model) == 61, row["id"]
         assert runs.layout(row, 61).layers_per_stage == (4,) * 15 + (1,), row["id"]
         # Step time by hand: 25.11 GBS 2,048 at 2,139 tokens/s/GPU: 2048 * 4096 / (2139 * 256) = 15.319 s
-        expected = {"25.11": 15.319, "26.02": 24.372, "26.02.01": 23.490, "26.04": 23.281}[row["id"][2:].split("-")[0]]
+        # GB200 26.02: 4096 * 4096 / (3955 * 256) = 16.570 s
+        expected = {"mb25.11-b200": 15.319, "mb26.02-b200": 24.372, "mb26.02.01-b200": 23.490, "mb26.04-b200": 23.281,
+                    "mb26.02-gb200": 16.570, "mb26.02.01-gb200": 16.298}[row["id"].rsplit("-deepseek", 1)[0]]
         assert runs.measured_seconds(row) == pytest.approx(expected, abs=5e-4), row["id"]
+        # The GB200 rows' PP 4, VP 4: chunk i on rank i % 4 (Megatron-Core's layout), the last rank 4+4+4+1 = 13 layers.
+        spec = runs.layout(row, 61)
+        per_rank = [sum(spec.layers_per_stage[rank::spec.pp]) for rank in range(spec.pp)]
+        assert per_rank == ([16, 16, 16, 13] if row["hardware"] == "gb200" else [4] * 15 + [1]), row["id"]
 
 
 def test_moe_recompute_maps_the_rows_modules_to_switches_and_refuses_an_unstated_one():
