@@ -26,6 +26,7 @@ from pathlib import Path
 import attrs
 
 from hp_core import api
+from hp_core.engine.prepare import split_layers
 from hp_core.specs import ParallelSpec
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "plugins" / "data" / "fp8_measured_runs.json"
@@ -289,7 +290,7 @@ def moe_results(registry=None) -> list[dict]:
         decoder = _decoder_layers(api.model_from_preset(row["model"], registry=registry))
         spec = layout(row, decoder)
         slots = spec.global_batch_size // (spec.dp * spec.micro_batch_size) + (spec.pp - 1) / spec.vpp
-        chunks = spec.layers_per_stage or [decoder // (spec.pp * spec.vpp)] * (spec.pp * spec.vpp)
+        chunks = split_layers(decoder, spec)
         busiest = max(sum(chunks[rank::spec.pp]) for rank in range(spec.pp))
         found.append({"id": row["id"], "class": row["class"], "split": row["split"], "recipe": row["recipe"],
                       "layout": row, "measured_seconds": measured, "estimated_seconds": estimated.step_seconds,

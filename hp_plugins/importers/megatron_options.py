@@ -34,6 +34,7 @@ from typing import Any
 import attrs
 
 from hp_core.errors import ConfigError
+from hp_plugins.importers.shell import parse_megatron_args
 
 __all__ = ["megatron_model", "parse_layout", "pipeline_split", "precision_recipe", "trainer_options"]
 
@@ -189,16 +190,9 @@ def trainer_options(a: Any, pp: int, vpp: int, ep: int, unmapped: list[str]) -> 
 _CHOOSING = ("fp8-format", "fp8-recipe", "fp8-param-gather", "fp4-format", "fp4-recipe", "fp4-param-gather")
 
 
-def _flag_map(tokens: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    name = None
-    for token in tokens:
-        if token.startswith("--"):
-            name = token[2:]
-            found[name] = True
-        elif name is not None:
-            found[name] = token
-    return found
+def _flag_map(tokens: tuple[str, ...]) -> dict[str, Any]:
+    """A recipe's Megatron flags as ``{flag: its value, or True for a bare flag}``."""
+    return {name: values[0] if values else True for name, values in parse_megatron_args(list(tokens)).items()}
 
 
 def precision_recipe(a: Any, registry: Any, unmapped: list[str]) -> str | None:
