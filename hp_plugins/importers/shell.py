@@ -142,7 +142,7 @@ def read_megatron_script(text: str) -> tuple[list[str], int | None]:
     """A launch script's Megatron-LM arguments and its device count (torchrun's, where stated): the first line
     launching ``pretrain*.py``/``train*.py``, else the first launching any ``*.py``, else the first naming one."""
     env: dict[str, Any] = {}
-    launched: list[tuple[int, int, list[str]]] = []  # (preference, line number, expanded words)
+    launched: list[tuple[int, int, int, list[str]]] = []  # (preference, line number, entry's index, expanded words)
     for number, (line, lines) in enumerate(_logical_lines(text)):
         line = _arithmetic(line, env)  # $(( ... )) as bash evaluates it before splitting words
         array = re.match(_PREFIX + r"(\w+)(\+?)=\(\s*(.*)$", line, re.S)
@@ -182,16 +182,15 @@ def read_megatron_script(text: str) -> tuple[list[str], int | None]:
                 continue
             name = word.rsplit("/", 1)[-1]
             if any(_LAUNCHERS.match(w.rsplit("/", 1)[-1]) for w in expanded[:i]):
-                launched.append((0 if re.match(r"(pre)?train", name) else 1, number, expanded))
+                launched.append((0 if re.match(r"(pre)?train", name) else 1, number, i, expanded))
             elif tokens[0] not in _NOT_LAUNCHES and expanded[i + 1:i + 2] not in (["]"], ["]]"]):
-                launched.append((2, number, expanded))
+                launched.append((2, number, i, expanded))
             else:
                 continue
             break
     if not launched:
         raise ConfigError("--from megatron", "found no line running a *.py entry point (pretrain_gpt.py ...) in the script")
-    expanded = min(launched)[2]
-    entry = next(i for i, w in enumerate(expanded) if w.endswith(".py"))
+    _, _, entry, expanded = min(launched)
     launcher = parse_megatron_args(expanded[:entry])
     per_node = (launcher.get("nproc-per-node") or [None])[0]
     nodes = (launcher.get("nnodes") or ["1"])[0]

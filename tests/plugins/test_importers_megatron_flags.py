@@ -314,6 +314,8 @@ def test_arguments_megatron_refuses_are_refused(registry, extra, message):
     # No launcher word: the entry point run directly, or through a variable the environment sets.
     ("./pretrain_gpt.py --num-layers 2", ["--num-layers", "2"], None),
     ("$PYTHON pretrain_gpt.py --num-layers 2", ["--num-layers", "2"], None),
+    # A line copying a *.py file before it launches one: the launched entry point, not the first *.py word.
+    ("cp ./configs/hooks.py /tmp && torchrun --nproc_per_node 2 pretrain_gpt.py --num-layers 2", ["--num-layers", "2"], 2),
     # A preprocessing step launched first: the training entry point is preferred.
     ("python tools/preprocess_data.py --input x.json\npython pretrain_gpt.py --num-layers 2", ["--num-layers", "2"], None),
 ])
