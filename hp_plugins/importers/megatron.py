@@ -42,8 +42,8 @@ defaults fill what a job leaves out):
   ``--no-gradient-accumulation-fusion``, ``--make-vocab-size-divisible-by``; the overlaps
   ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap``,
   ``--overlap-moe-expert-parallel-comm`` and the pipeline sends (on under the interleaved schedule
-  unless ``--no-overlap-p2p-communication``); the flex dispatcher's DeepEP backend
-  (``ep_all_to_all: deepep``).
+  unless ``--no-overlap-p2p-communication``); the flex dispatcher's backend, DeepEP or HybridEP
+  (``ep_all_to_all: deepep`` / ``hybridep``).
 
 Flags with no effect on memory or step time in this model (learning rate,
 logging, data, checkpoints, seeds, ...: :data:`IGNORED`) are dropped quietly;
