@@ -86,9 +86,9 @@ def deepep_seconds(call: CollectiveCall) -> float:
     return forwarded_seconds(call, nvlink_efficiency(call.fabric.architecture).value, RDMA_EFFICIENCY.value)
 
 
-def forwarded_seconds(call: CollectiveCall, nvlink_efficiency: float, rdma_efficiency: float) -> float:
+def forwarded_seconds(call: CollectiveCall, e_nvlink: float, e_rdma: float) -> float:
     """An all-to-all forwarding tokens from the network into the NVLink domain, a token sent once per rank and per
-    node it reaches, at these efficiencies of the links the fabric states; any other call, or one on a fabric that
+    node it reaches, at efficiencies *e_nvlink* and *e_rdma* of the links the fabric states; any other call, or one on a fabric that
     does not state the links it needs, as NCCL's (the model of this module's docstring; HybridEP's shares it)."""
     f, n, g, k, nbytes = call.fabric, call.group.ranks, call.group.per_node, call.group.nodes, call.nbytes
     if call.op != "all_to_all" or n <= 1 or nbytes <= 0 or f.intra_link_bandwidth is None and g > 1:
@@ -98,11 +98,11 @@ def forwarded_seconds(call: CollectiveCall, nvlink_efficiency: float, rdma_effic
     routing = call.routing
     # The bytes DeepEP's figures count: a copy per distinct rank (NVLink) and per distinct node (RDMA) reached.
     per_rank = nbytes if routing is None else routing.token_bytes(nbytes) * routing.distinct(n)
-    intra = per_rank / (f.intra_link_bandwidth * nvlink_efficiency) if g > 1 else 0.0
+    intra = per_rank / (f.intra_link_bandwidth * e_nvlink) if g > 1 else 0.0
     if k <= 1:
         return intra
     per_node = nbytes if routing is None else routing.token_bytes(nbytes) * routing.distinct(k)
-    inter = per_node / (f.nic_link_bandwidth * rdma_efficiency)
+    inter = per_node / (f.nic_link_bandwidth * e_rdma)
     return max(inter, intra)
 
 
