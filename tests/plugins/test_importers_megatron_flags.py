@@ -340,31 +340,21 @@ def test_the_precision_aware_optimizer_states_the_optimizers_widths(registry):
         _imported(registry, SMALL + " --use-precision-aware-optimizer --exp-avg-dtype int4")
 
 
-class _Given:
-    """The importer's argument reader over a plain mapping (flags present as True, values as text)."""
-
-    def __init__(self, values: dict):
-        self.values = values
-
-    def flag(self, name):
-        return bool(self.values.get(name))
-
-    def value(self, name, kind=str, default=None):
-        found = self.values.get(name)
-        return default if found is None else kind(found)
-
-
 @settings(max_examples=200, deadline=None)
 @given(layers=st.integers(1, 96), pp=st.integers(1, 8), vpp=st.integers(1, 4), first=st.one_of(st.none(), st.integers(1, 12)),
        last=st.one_of(st.none(), st.integers(1, 12)), embedding=st.booleans(), loss=st.booleans())
 def test_every_split_megatron_accepts_places_every_layer_once(layers, pp, vpp, first, last, embedding, loss):
+    from hp_plugins.importers.megatron import _Args
     from hp_plugins.importers.megatron_options import pipeline_split
+    from hp_plugins.importers.shell import parse_megatron_args
 
     values = {"num-virtual-stages-per-pipeline-rank": vpp if vpp > 1 else None, "decoder-first-pipeline-num-layers": first,
               "decoder-last-pipeline-num-layers": last, "account-for-embedding-in-pipeline-split": embedding,
               "account-for-loss-in-pipeline-split": loss}
     try:
-        got_vpp, counts = pipeline_split(_Given(values), layers, 0, pp, [])
+        tokens = [t for name, value in values.items() if value not in (None, False)
+                  for t in ([f"--{name}"] if value is True else [f"--{name}", str(value)])]
+        got_vpp, counts = pipeline_split(_Args(parse_megatron_args(tokens)), layers, 0, pp, [])
     except ConfigError:
         return  # a split Megatron-LM refuses is refused
     assert got_vpp == vpp and len(counts) == pp * vpp and sum(counts) == layers and min(counts) >= 0
