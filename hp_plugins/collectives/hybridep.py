@@ -112,19 +112,21 @@ RDMA_EFFICIENCY = {
 
 
 def _nearest(table: dict[int, Sourced], size: int) -> Sourced:
-    """The entry at the published size nearest *size* by ratio (the larger on a tie)."""
+    """The entry at the published size nearest *size* by ratio (the larger on a tie): below the table its smallest
+    size, above it its largest (an extrapolation)."""
     return min(table.items(), key=lambda kv: (max(kv[0] / size, size / kv[0]), -kv[0]))[1]
 
 
 def nvlink_efficiency(ranks: int) -> Sourced:
-    """The NVLink efficiency for a group of *ranks* within one NVLink domain: the GB200 table's entry at that
-    size, the 8-rank entry below 8, the 36-rank entry above 36 (an extrapolation), else the nearest size."""
-    return NVLINK_EFFICIENCY[8] if ranks <= 8 else NVLINK_EFFICIENCY[36] if ranks >= 36 else _nearest(NVLINK_EFFICIENCY, ranks)
+    """The NVLink efficiency for a group of *ranks* within one NVLink domain: the GB200 table's entry nearest that
+    size (8 ranks for fewer, 36 for more)."""
+    return _nearest(NVLINK_EFFICIENCY, ranks)
 
 
 def rdma_efficiency(nodes: int) -> Sourced:
-    """The network efficiency for a group spanning *nodes*: the published node count nearest it (8 above 8)."""
-    return RDMA_EFFICIENCY[8] if nodes >= 8 else _nearest(RDMA_EFFICIENCY, max(nodes, 2))
+    """The network efficiency for a group spanning *nodes*: the published node count nearest it (2 for one, 8 for
+    more than 8)."""
+    return _nearest(RDMA_EFFICIENCY, nodes)
 
 
 def hybridep_seconds(call: CollectiveCall) -> float:
