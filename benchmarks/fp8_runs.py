@@ -302,23 +302,25 @@ def moe_results(registry=None) -> list[dict]:
 
 def moe_section(found: list[dict]) -> str:
     """The MoE table docs/precision.md shows (tests/plugins/test_fp8_runs.py checks it is current)."""
-    lines = ["| run | class | recipe | layout | measured s | hp as run s | error | hp bf16 s | hp FP8 speedup "
+    lines = ["| run | class | split | recipe | layout | measured s | hp as run s | error | hp bf16 s | hp FP8 speedup "
              "| unpriced ms per layer and micro-batch |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+             "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in found:
         row = r["layout"]
         degrees = " ".join(f"{k}{row[k]}" for k in ("tp", "pp", "vpp", "ep") if row[k] > 1)
         dispatch = {"nccl": "", "deepep": " DeepEP", "hybridep": " HybridEP"}[r["dispatch"]]
         dispatch += "".join(f" recompute {m}" for m in row.get("recompute_modules", ()))
-        lines.append(f"| `{r['id']}` | {r['class']} | {r['recipe']} | {row['gpus']} GPUs {degrees} mbs {row['micro_batch_size']}"
+        lines.append(f"| `{r['id']}` | {r['class']} | {r['split']} | {r['recipe']} | {row['gpus']} GPUs {degrees} mbs {row['micro_batch_size']}"
                      f"{dispatch} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} | {r['error']:+.1%} "
                      f"| {r['bf16_seconds']:.3f} | {r['bf16_seconds'] / r['estimated_seconds']:.2f} "
                      f"| {r['shortfall_per_layer_seconds'] * 1e3:+.2f} |")
     lines.append("")
     for cls in MOE_CLASSES:
-        errors = [r["error"] for r in found if r["class"] == cls]
-        lines.append(f"- {cls}: {len(errors)} held-out rows, mean absolute error {sum(map(abs, errors)) / len(errors):.1%}, "
-                     f"{min(errors):+.1%} to {max(errors):+.1%}, {sum(abs(e) <= 0.10 for e in errors)} within 10%.")
+        for split, name in (("held_out", "held-out"), ("calibration", "calibration")):
+            errors = [r["error"] for r in found if r["class"] == cls and r["split"] == split]
+            if errors:
+                lines.append(f"- {cls}: {len(errors)} {name} rows, mean absolute error {sum(map(abs, errors)) / len(errors):.1%}, "
+                             f"{min(errors):+.1%} to {max(errors):+.1%}, {sum(abs(e) <= 0.10 for e in errors)} within 10%.")
     return "\n".join(lines) + "\n"
 
 

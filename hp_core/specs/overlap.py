@@ -187,18 +187,33 @@ class HostOverhead:
     A layer's GPU time is at least its host time: per layer and direction
     ``kernels * seconds_per_kernel``, the kernels counted from the work the
     layer states (GEMMs, attention calls, collectives) times
-    ``kernels_per_gemm`` for the elementwise kernels around each GEMM.
+    ``kernels_per_gemm`` for the elementwise kernels around each GEMM, plus
+    a mixture-of-experts layer's router and token-permutation kernels.
 
     Attributes:
         seconds_per_kernel: Host time per launched kernel.
         kernels_per_gemm: Kernels issued per GEMM (the GEMM and the
             elementwise kernels between it and the next).
         source: Where the figures come from.
+        router_kernels: ``(forward, backward)`` kernels of a router (a layer
+            that states ``router_elements``): its top-k, scores and
+            load-balancing loss, beside its gating GEMM.
+        permute_kernels: Kernels per direction of a layer's token
+            permutation (a layer that states ``permute_bytes``).
     """
 
     seconds_per_kernel: float = attrs.field(validator=_non_negative)
     kernels_per_gemm: float = attrs.field(validator=_non_negative)
     source: str
+    router_kernels: tuple[float, float] = attrs.field(converter=tuple)
+    permute_kernels: float = attrs.field(validator=_non_negative)
+
+    @router_kernels.validator
+    def _check_router(self, attribute: attrs.Attribute, value: tuple) -> None:
+        if len(value) != 2:
+            raise ValueError(f"router_kernels must be (forward, backward), got {value!r}")
+        for v in value:
+            _non_negative(self, attribute, v)
 
 
 @attrs.frozen

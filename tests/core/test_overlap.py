@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from hp_core.api import build_registry
@@ -52,8 +53,17 @@ def test_host_time_is_a_floor_under_each_direction():
 
     work = LayerWork(gemms=((16, 32, 32), (16, 64, 32)), attention_calls=1,
                      collectives=(Collective("tp", "all_gather", 1e6, 2, 3),))
-    rates = types.SimpleNamespace(host=HostOverhead(seconds_per_kernel=1e-5, kernels_per_gemm=4, source="round numbers"))
+    rates = types.SimpleNamespace(host=HostOverhead(seconds_per_kernel=1e-5, kernels_per_gemm=4, source="round numbers",
+                                                    router_kernels=(7, 5), permute_kernels=3))
     # Forward: 2 GEMMs x 4 kernels + 1 attention + 2 collective calls = 11 kernels; backward 2 x 8 + 1 + 3 = 20.
     assert _host_floor(work, 1e-6, 1e-6, rates) == pytest.approx((11e-5, 20e-5))
     # A layer whose GPU time is longer keeps it.
     assert _host_floor(work, 1.0, 2.0, rates) == (1.0, 2.0)
+    # A mixture-of-experts layer adds its router's and its permutation's kernels: a grouped GEMM counts as one GEMM,
+    # so forward 3 x 4 + 1 + 2 + 7 + 3 = 25 kernels, backward 2 x 12 + 1 + 3 + 5 + 3 = 36.
+    moe = attrs.evolve(work, grouped_flops=1e9, router_elements=4096 * 128, permute_bytes=1e6)
+    assert _host_floor(moe, 1e-6, 1e-6, rates) == pytest.approx((25e-5, 36e-5))
+    # Neither a router nor a permutation without the work stating them.
+    assert _host_floor(attrs.evolve(moe, router_elements=0), 1e-6, 1e-6, rates) == pytest.approx((18e-5, 31e-5))
+    with pytest.raises(ValueError, match="router_kernels"):
+        HostOverhead(seconds_per_kernel=1e-5, kernels_per_gemm=4, source="x", router_kernels=(1,), permute_kernels=0)

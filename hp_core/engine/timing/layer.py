@@ -254,15 +254,19 @@ def _host_floor(work: LayerWork, forward: float, backward: float, r: _Rates) -> 
     Kernels per direction, counted from the work the layer states: each GEMM
     (its weights', the experts' grouped GEMMs as one) with the elementwise
     kernels around it (``kernels_per_gemm``), twice in backward (input and
-    weight gradients), one attention kernel per call each way, and each
-    collective call.
+    weight gradients), one attention kernel per call each way, each
+    collective call, and a router's and a token permutation's own kernels
+    where the layer states a router (``router_elements``) and a
+    permutation (``permute_bytes``).
     """
+    host = r.host
     gemms = len(work.gemms) + (1 if work.grouped_flops else 0)
-    per_gemm, seconds = r.host.kernels_per_gemm, r.host.seconds_per_kernel
     calls_fwd = sum(c.forward_calls for c in work.collectives)
     calls_bwd = sum(c.backward_calls for c in work.collectives)
-    host_fwd = (gemms * per_gemm + work.attention_calls + calls_fwd) * seconds
-    host_bwd = (2 * gemms * per_gemm + work.attention_calls + calls_bwd) * seconds
+    router_fwd, router_bwd = host.router_kernels if work.router_elements else (0, 0)
+    permute = host.permute_kernels if work.permute_bytes else 0
+    host_fwd = (gemms * host.kernels_per_gemm + work.attention_calls + calls_fwd + router_fwd + permute) * host.seconds_per_kernel
+    host_bwd = (2 * gemms * host.kernels_per_gemm + work.attention_calls + calls_bwd + router_bwd + permute) * host.seconds_per_kernel
     return max(forward, host_fwd), max(backward, host_bwd)
 
 
