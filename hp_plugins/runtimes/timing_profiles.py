@@ -71,9 +71,10 @@ from __future__ import annotations
 
 import attrs
 
-from hp_core.specs.overlap import HostOverhead, OverlapSchedule
+from hp_core.specs.overlap import OverlapSchedule
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
 from hp_plugins.hardware import gemm_b200
+from hp_plugins.runtimes.host import MEGATRON_HOST, ROUTER_H200
 from hp_plugins.runtimes.whole_run import (FSDP1_UNIT_SECONDS, MPT_CALIBRATION, TRITON_FLASH_FACTORS,
                                            WHOLE_RUN_MATMUL_FACTORS, fitted_matmul, fsdp1_unit, mpt_fit)
 
@@ -84,13 +85,7 @@ __all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRO
 
 _SIMUMAX_B200 = "SimuMax v1.2 configs/system/b200_bf16_ceperm.json (MooreThreads/SimuMax@4dcaae5), measured on 8x B200 with TE 2.11"
 _SIMUMAX_H100 = "SimuMax configs/system/h100_nvlink.json (MooreThreads/SimuMax@160921c): spec-based starter value, 'NOT shape-calibrated' per its note"
-_ROUTER_H200 = (
-    "benchmarks/bench_moe_router.py on one H200 (torch 2.11, CUDA 13.0): Megatron-Core 0.14's router path "
-    "(megatron/core/transformer/moe/moe_utils.py at 23e00ed0: topk_routing_with_score_function with pre-softmax, "
-    "8 groups, group top-3, top-6, scaling 16; apply_router_token_dropping with capacity 1 and padding; "
-    "compute_routing_scores_for_aux_loss and switch_load_balancing_loss_func for seq_aux_loss; "
-    "MoEAuxLossAutoScaler) at 4096 tokens x 160 experts, kernel time summed by torch.profiler"
-)
+_ROUTER_H200 = ROUTER_H200
 _SIMUMAX_A100 = "SimuMax configs/system/a100_pcie.json (MooreThreads/SimuMax@acdbb66), measured on A100 PCIe"
 # Published nccl-tests bus bandwidths (large messages), per fabric in NVIDIA's NCCL talks (slides in stas00/ml-engineering).
 _GTC24 = ("NVIDIA GTC 2024 session S62129 (https://www.nvidia.com/en-us/on-demand/session/gtc24-s62129/), slide 12 "
@@ -362,28 +357,6 @@ GENERIC = TimingProfile(
 )
 
 _MEGATRON_ARGS = "Megatron-LM megatron/training/arguments.py at core 0.14 (commit 23e00ed0)"
-
-# The host time of an eager Megatron-Core step (docs/time.md, "Overlap and host time"): a floor under each layer's
-# forward and backward. The kernel counts are counted or measured; the seconds per kernel is fitted
-# (benchmarks/fit_host_seconds.py) to the three Megatron-Bridge Qwen3-30B-A3B FP8 rows on 16 H100s at micro-batch 1
-# (the `calibration` rows of fp8_measured_runs.json's moe_rows); every other row is held out.
-MEGATRON_HOST = HostOverhead(
-    seconds_per_kernel=42.0e-6,
-    kernels_per_gemm=5.5,
-    router_kernels=(53, 26),
-    permute_kernels=4,
-    source=(
-        "seconds_per_kernel: fit (least squares in relative error) to the three Megatron-Bridge Qwen3-30B-A3B FP8 rows on "
-        "16 H100s at micro-batch 1 (benchmarks/fit_host_seconds.py): an effective figure per counted kernel, above the "
-        "11.3-17.7 us per bare launch of NVIDIA's CPU-overhead microbenchmark (NVIDIA/dgxc-benchmarking "
-        "microbenchmarks/cpu_overhead at 841f546) since it carries the Python and Transformer Engine work of kernels the "
-        "count leaves out (quantization, allocations); kernels_per_gemm: benchmarks/count_eager_kernels.py on transformers' "
-        "LlamaDecoderLayer, 37 kernels beside its attention over 7 GEMMs forward (5.29) and 80 over 14 backward (5.71), "
-        "their mean; router_kernels: " + _ROUTER_H200 + ", 53 forward and 26 backward kernels; permute_kernels: "
-        "SimuMax v1.2 (MooreThreads/SimuMax@4dcaae5) configs/system/b200_bf16_ceperm.json permute_fwd/permute_bwd, "
-        "4 kernel launches per direction"
-    ),
-)
 
 MEGATRON_TE = TimingProfile(
     name="megatron-te",

@@ -211,8 +211,8 @@ def test_hopper_s_factor_is_every_profile_s_and_ampere_s_fsdp2_s_alone():
 
 
 def test_the_held_out_megatron_rows_decide_where_each_factor_applies(registry):
-    """Hopper's m lowers the 14 Megatron-Core H100 rows' mean absolute error (23.5% -> 16.0%, within 10%: 0 -> 6;
-    23.4% -> 15.9% and 1 -> 6 before the network step latency was sourced (35 us -> 3.58 us, docs/time.md), 23.0% ->
+    """Hopper's m lowers the 14 Megatron-Core H100 rows' mean absolute error (22.2% -> 15.1%, within 10%: 0 -> 6;
+    23.5% -> 16.0% before the megatron runtime's host floor (docs/time.md, "Overlap and host time"); 23.4% -> 15.9% and 1 -> 6 before the network step latency was sourced (35 us -> 3.58 us, docs/time.md), 23.0% ->
     15.5% and 1 -> 7 before the Megatron-Bridge rows stated their bf16 gradient reduction, -> 15.9% before the FP8-CS
     rows stated fp8_param_gather);
     Ampere's raises the 8 Korthikanti A100 rows' (3.7% -> 5.4%, 8 -> 6; 5.3% at m 1.055, before the PURE MPT rows
@@ -223,7 +223,7 @@ def test_the_held_out_megatron_rows_decide_where_each_factor_applies(registry):
     hopper = fsdp2_fit.megatron_hopper_rows(registry)
     assert len(hopper) == 14 and all(p.architecture == "hopper" for p in hopper)
     m = WHOLE_RUN_MATMUL_FACTORS["hopper"]
-    assert mae(hopper, 1.0) == pytest.approx(0.235, abs=5e-4) and mae(hopper, m) == pytest.approx(0.160, abs=5e-4)
+    assert mae(hopper, 1.0) == pytest.approx(0.222, abs=5e-4) and mae(hopper, m) == pytest.approx(0.151, abs=5e-4)
     assert [sum(abs(p.error(x, 1.0)) <= 0.10 for p in hopper) for x in (1.0, m)] == [0, 6]
     ampere = fsdp2_fit.korthikanti_rows(registry)
     a = WHOLE_RUN_MATMUL_FACTORS["ampere"]
@@ -260,7 +260,7 @@ def test_the_summary_says_which_kernels_carry_a_whole_run_factor(registry):
                                        "GEMMs at a fitted whole-run factor 1.24, other kernels as measured alone"),
              ("generic", "a100-80gb"): (1.0, 1.0, "bf16, kernels as measured alone"),
              ("fsdp2", "a100-80gb"): (WHOLE_RUN_MATMUL_FACTORS["ampere"], 1.0, "GEMMs at a fitted whole-run factor 1.057,"),
-             ("megatron", "b200"): (1.0, 1.0653, "whole-run slowdown 1.0653")}
+             ("megatron", "b200"): (1.0, 1.055, "whole-run slowdown 1.055")}
     for (runtime, preset), (factor, slowdown, text) in cases.items():
         t = step_time(model, layout, registry=registry, hardware=registry.hardware_preset(preset).spec, runtime=runtime)
         assert t.provenance["whole_run_matmul_factor"] == factor and t.provenance["sustained_slowdown"] == slowdown
@@ -368,8 +368,8 @@ def test_u_is_fitted_with_m_and_a_held_by_a_rule_that_reads_no_row_s_error(regis
     def mae(priced, m):
         return sum(abs(p.error(m, 1.0)) for p in priced) / len(priced)
 
-    assert mae(megatron, WHOLE_RUN_MATMUL_FACTORS["hopper"]) == pytest.approx(0.160, abs=5e-4)
-    assert mae(megatron, hopper[0]) == pytest.approx(0.197, abs=5e-4)
+    assert mae(megatron, WHOLE_RUN_MATMUL_FACTORS["hopper"]) == pytest.approx(0.151, abs=5e-4)
+    assert mae(megatron, hopper[0]) == pytest.approx(0.186, abs=5e-4)
     assert len(tt24) == 8 and mae(tt24, WHOLE_RUN_MATMUL_FACTORS["ampere"]) == pytest.approx(0.059, abs=5e-4)
     assert mae(tt24, ampere[0]) == pytest.approx(0.130, abs=5e-4)
 
