@@ -38,7 +38,8 @@ __all__ = [
 
 # The built-in kinds' recompute switches (docs/recompute.md), in the order settings are listed; a
 # kind declares the ones it has and may declare its own names (switch_name checks their form).
-SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
+# HyperParallel's eight, then ``ffFc1`` (a dense MLP's FC1 outputs: hp_plugins/kit/feedforward.py).
+SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp", "ffFc1")
 # Parameter groups, each sharded by its own degrees (docs/concepts.md).
 PARAM_GROUPS = ("dense", "routed_expert", "shared_expert")
 

@@ -162,7 +162,8 @@ def expert_collectives(x: LayerContext, routed_bytes: float, routing: Routing | 
 
 def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hidden_size: int, blocks: int,
                  attention: AttentionShape | None = None, experts: ExpertShape | None = None,
-                 alternate_matmul_flops: float | None = None, eager_accesses_per_flop: float | None = None) -> LayerWork:
+                 alternate_matmul_flops: float | None = None, eager_accesses_per_flop: float | None = None,
+                 reruns: tuple[tuple[str, Rerun], ...] = ()) -> LayerWork:
     """The work of a layer made of the kit's blocks (module docstring), per micro-batch on one rank.
 
     Args:
@@ -178,12 +179,14 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
             (:attr:`LayerWork.alternate_matmul_flops <hp_core.costs.LayerWork.alternate_matmul_flops>`).
         eager_accesses_per_flop: bf16 accesses per elementwise op run eager, ``None`` not counted
             (:attr:`LayerWork.eager_accesses_per_flop <hp_core.costs.LayerWork.eager_accesses_per_flop>`).
+        reruns: What recomputing the blocks' switches re-runs, as the blocks state it (the dense MLP's
+            ``ffFc1``: :func:`hp_plugins.kit.feedforward.mlp`); MLA's ``attUp`` is added here.
     """
     act = x.precision.activation_bytes
     T, tp, h = x.tokens, x.tp, hidden_size
     collectives: list[Collective] = []
     kv_bytes = qkvo_bytes = scores = copy = 0.0
-    reruns: tuple[tuple[str, Rerun], ...] = ()
+    reruns = tuple(reruns)
     wide = False
     if attention is not None:
         heads = attention.heads
@@ -209,7 +212,7 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
             copy = T * heads / tp * per_head * act
             # Recomputing the up-projections (attUp) rebuilds each element with a
             # 2 * kv_lora_rank FLOP dot product and re-assembles q and k.
-            reruns = (("attUp", Rerun(2 * attention.kv_lora_rank / act, copy)),)
+            reruns += (("attUp", Rerun(2 * attention.kv_lora_rank / act, copy)),)
         else:
             groups = attention.kv_heads or heads
             d = attention.head_dim or h // heads
