@@ -225,9 +225,9 @@ def test_precision_page_moe_table_is_current_and_its_prose_states_its_figures():
     # The three rows recomputing mlp: their errors and step times as the prose states them.
     mlp_gb200 = [by_id[f"mb{c}-gb200-deepseek-v3-mxfp8"] for c in ("26.04", "26.04.01")]
     assert (f"+{b200_mlp['error']:.1%} ({b200_mlp['measured_seconds']:.3f} s measured, {b200_mlp['estimated_seconds']:.3f} s hp), "
-            f"the GB200 rows of 26.04 and 26.04.01\n+{mlp_gb200[0]['error']:.1%} and +{mlp_gb200[1]['error']:.1%} "
+            f"the GB200 rows of 26.04 and 26.04.01 +{mlp_gb200[0]['error']:.1%} and +{mlp_gb200[1]['error']:.1%} "
             f"({mlp_gb200[0]['measured_seconds']:.3f} and {mlp_gb200[1]['measured_seconds']:.3f} s measured, "
-            f"{mlp_gb200[0]['estimated_seconds']:.3f} s hp") in page
+            f"{mlp_gb200[0]['estimated_seconds']:.3f} s hp") in prose
     assert f"and the two of 26.04 and 26.04.01, which joined later, {mlp_gb200[0]['error']:+.1%} and {mlp_gb200[1]['error']:+.1%}" in prose
     gb200 = [by_id[f"mb{c}-gb200-deepseek-v3-mxfp8"] for c in ("26.02", "26.02.01")]
     assert (f"its two GB200 rows at EP 64 within one NVLink domain (the GB200 table's 36-rank figure, extrapolated) "
