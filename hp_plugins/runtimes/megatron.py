@@ -226,7 +226,7 @@ def hp_runtimes():
         expert_overhead_bytes=4 * _TE_WORKSPACE_BYTES,
         traits=frozenset({
             "fused_swiglu", "fused_cross_entropy", "mla_contiguous_qkv", "moe_probs_in_activation", "moe_fused_permute",
-            "moe_expert_tp_dispatch",
+            "moe_expert_tp_dispatch", "moe_eager_expert_bias",
         }),
         dummy_weight_gradients=True,
         implicit_recompute=frozenset({"gather"}),
