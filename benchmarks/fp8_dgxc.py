@@ -4,9 +4,10 @@ Run: ``python benchmarks/fp8_dgxc.py`` (``python benchmarks/fp8_runs.py`` prints
 FP8 step time, hp's under the row's recipe, ``fp8-delayed-param-gather`` (the runs' scaling: Transformer Engine delayed
 scaling, HYBRID, amax history 1024, with the parameter all-gather in FP8 as every run's ``fp8_params`` made it) and under
 ``fp8-delayed`` (the same scaling with a bf16 parameter all-gather), the same release's BF16 figure measured and priced,
-and both FP8 speedups; then per container and model, and per split. Every row is priced as run: the ``megatron`` runtime
-with the row's ``runtime_options``, its activation ``recompute`` where its config sets one (absent: none), the H100 SXM preset.
-Nothing is fitted to these rows (``dgxc_split_rule``; docs/precision.md).
+and both FP8 speedups; then per container and model, and per split; the DGX-GB200 rows (added after the ``gb200`` preset, all held out) apart. Every row is priced as run: the
+``megatron`` runtime with the row's ``runtime_options``, its activation ``recompute`` where its config sets one (absent: none),
+the row's hardware preset (``h100-sxm``; ``gb200`` for the DGX-GB200 rows). Nothing is fitted to these rows
+(``dgxc_split_rule``; docs/precision.md).
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ GROK = ("grok1-314b",)
 # The rows added later, each collection split among itself: not in the first 62.
 LATER = NEMOTRON + GROK
 SPLITS = ("calibration", "held_out")
+# The DGX-GB200 rows (Llama 3.1 405B and Grok-1 of releases v25.05 to v25.05.05, priced on the gb200 preset): held out, apart.
+GB200 = "gb200"
+HARDWARE = ("h100-sxm", GB200)
 # The second FP8 column's recipe: the rows' scaling with the parameter all-gather in bf16 (hp's fp8-delayed).
 BF16_GATHER = "fp8-delayed"
 
@@ -100,6 +104,7 @@ def results(registry=None) -> list[dict]:
         bf16 = price(row, registry, bf16=True).step_seconds
         measured, base = row["step_seconds"], row["bf16"]["step_seconds"]
         found.append({"id": row["id"], "container": row["container"], "model": row["model"], "split": row["split"], "row": row,
+                      "hardware": row["hardware"],
                       "measured_seconds": measured, "estimated_seconds": fp8, "error": fp8 / measured - 1,
                       "bf16_gather_seconds": bf16_gather, "bf16_gather_error": bf16_gather / measured - 1,
                       "bf16_measured_seconds": base, "bf16_seconds": bf16, "bf16_error": bf16 / base - 1,
@@ -133,29 +138,43 @@ def section(found: list[dict]) -> str:
                      f"| {r['bf16_seconds']:.3f} | {r['bf16_error']:+.1%} | {r['measured_speedup']:.2f} | {r['estimated_speedup']:.2f} |")
     lines += ["", "| container | model | rows | error | mean absolute error | within 10% | bf16 error | measured FP8 speedup "
               "| hp FP8 speedup |", "|---|---|---:|---|---:|---:|---|---|---|"]
-    for container in CONTAINERS:
-        for name, label in MODELS.items():
-            chosen = [r for r in found if r["container"] == container and r["model"] == name]
-            if not chosen:
-                continue
-            span = lambda key, fmt: " to ".join(dict.fromkeys(f"{f(r[key] for r in chosen):{fmt}}" for f in (min, max)))
-            lines.append(f"| {container} | {label} | {len(chosen)} | {span('error', '+.1%')} | {_mae(r['error'] for r in chosen):.1%} "
-                         f"| {sum(abs(r['error']) <= 0.10 for r in chosen)} | {span('bf16_error', '+.1%')} "
-                         f"| {span('measured_speedup', '.2f')} | {span('estimated_speedup', '.2f')} |")
+    for hardware in HARDWARE:
+        for container in CONTAINERS:
+            for name, label in MODELS.items():
+                chosen = [r for r in found if r["container"] == container and r["model"] == name and r["hardware"] == hardware]
+                if chosen:
+                    lines.append(_class_line(container, label + (", GB200" if hardware == GB200 else ""), chosen))
     lines.append("")
+    # The H100 rows: per split, then each collection (the Nemotron-4 and the Grok-1 rows were added later, each split among
+    # itself, dgxc_split_rule); then the GB200 rows, all held out.
+    h100 = [r for r in found if r["hardware"] != GB200]
     for split in SPLITS + (None,):
-        lines.append(_summary(split or "All", [r for r in found if split in (None, r["split"])]))
-    # The collections apart: the Nemotron-4 and the Grok-1 rows were added later, each split among itself (dgxc_split_rule).
-    nemotron = [r for r in found if r["model"] in NEMOTRON]
-    grok = [r for r in found if r["model"] in GROK]
+        lines.append(_summary(f"H100, {split or 'all'}", [r for r in h100 if split in (None, r["split"])]))
+    nemotron = [r for r in h100 if r["model"] in NEMOTRON]
+    grok = [r for r in h100 if r["model"] in GROK]
     if nemotron or grok:
-        lines.append(_summary("Llama 3.1 and GPT-3 175B", [r for r in found if r["model"] not in LATER]))
+        lines.append(_summary("Llama 3.1 and GPT-3 175B", [r for r in h100 if r["model"] not in LATER]))
     if nemotron:
         lines.append(_summary("Nemotron-4", nemotron))
     if grok:
         for split in SPLITS + (None,):
             lines.append(_summary(f"Grok-1{', ' + split if split else ''}", [r for r in grok if split in (None, r["split"])]))
+    gb200 = [r for r in found if r["hardware"] == GB200]
+    if gb200:
+        for name, label in MODELS.items():
+            chosen = [r for r in gb200 if r["model"] == name]
+            if chosen:
+                lines.append(_summary(f"GB200, {label}", chosen))
+        lines.append(_summary("GB200, all (held out)", gb200))
     return "\n".join(lines) + "\n"
+
+
+def _class_line(container: str, label: str, chosen: list[dict]) -> str:
+    """One line of the per-container table: the rows of one container, model and device."""
+    span = lambda key, fmt: " to ".join(dict.fromkeys(f"{f(r[key] for r in chosen):{fmt}}" for f in (min, max)))
+    return (f"| {container} | {label} | {len(chosen)} | {span('error', '+.1%')} | {_mae(r['error'] for r in chosen):.1%} "
+            f"| {sum(abs(r['error']) <= 0.10 for r in chosen)} | {span('bf16_error', '+.1%')} "
+            f"| {span('measured_speedup', '.2f')} | {span('estimated_speedup', '.2f')} |")
 
 
 def _summary(label: str, chosen: list[dict]) -> str:

@@ -14,7 +14,7 @@ B200 and GB200, the GB200 rows a class of their own), priced as run with the ``m
 priced as tests/plugins/scale_cases.py prices those pages' bf16 rows (``fsdp2``, the Grand Teton case device), each
 beside its bf16 baseline of the same table, measured and priced, and both FP8 speedups; nothing is fitted to them
 (docs/precision.md); last, NVIDIA's DGX Cloud benchmarking rows (``dgxc_rows``: Llama 3.1, GPT-3 175B, Nemotron-4 and
-NeMo's Grok-1 on H100 under NeMo 24.05 to 25.04.01), priced by benchmarks/fp8_dgxc.py.
+NeMo's Grok-1 on H100 under NeMo 24.05 to 25.04.01; Llama 3.1 405B and Grok-1 on GB200), priced by benchmarks/fp8_dgxc.py.
 """
 
 from __future__ import annotations

@@ -472,17 +472,20 @@ def test_dgxc_rows_state_their_printed_figure_provenance_and_split():
     data = _data()
     dgxc = _dgxc()
     rows = data["dgxc_rows"]
-    assert len(rows) == 115 and len({(r["container"], r["model"], r["gpus"]) for r in rows}) == 115  # one measurement each
+    # One measurement each (a container, model and scale on one device).
+    assert len(rows) == 121 and len({(r["container"], r["model"], r["gpus"], r["hardware"]) for r in rows}) == 121
     # The split rule, fixed before pricing: sorted by container, model, GPUs; alternately, the first calibration. The
     # Nemotron-4 rows and the Grok-1 rows, added later, follow it each among themselves (62 Llama 3.1 and GPT-3 rows,
-    # then 35 of Nemotron-4, then 18 of Grok-1).
+    # then 35 of Nemotron-4, then 18 of Grok-1); the six DGX-GB200 rows, added last, are all held out.
     key = lambda r: (dgxc.CONTAINERS.index(r["container"]), list(dgxc.MODELS).index(r["model"]), r["gpus"])
-    first, nemotron, grok = rows[:62], rows[62:97], rows[97:]
+    first, nemotron, grok, gb200 = rows[:62], rows[62:97], rows[97:115], rows[115:]
+    assert all(r["hardware"] == "h100-sxm" for r in rows[:115]) and all(r["hardware"] == dgxc.GB200 for r in gb200)
     assert not any(r["model"] in dgxc.LATER for r in first) and all(r["model"] in dgxc.NEMOTRON for r in nemotron)
     assert all(r["model"] in dgxc.GROK for r in grok)
     assert sorted(first, key=key) == first and [r["split"] for r in first] == ["calibration", "held_out"] * 31
     assert sorted(nemotron, key=key) == nemotron and [r["split"] for r in nemotron] == ["calibration", "held_out"] * 17 + ["calibration"]
     assert sorted(grok, key=key) == grok and [r["split"] for r in grok] == ["calibration", "held_out"] * 9
+    assert sorted(gb200, key=key) == gb200 and {r["split"] for r in gb200} == {"held_out"}
     tables = {}
     for r in rows:
         source = data["sources"][r["source"]]
@@ -495,8 +498,9 @@ def test_dgxc_rows_state_their_printed_figure_provenance_and_split():
                 or "FP8 parameters gathered in FP8" in settings), r["id"]
         assert r["recipe"] == "fp8-delayed-param-gather" and "fp8-delayed-param-gather" in r["not_priced"][0], r["id"]
         assert not any("has no delayed-scaling recipe" in entry for entry in r["not_priced"]), r["id"]
-        # The column's GPUs ('256x H100' or, in the Grok-1 tables from 256 GPUs, '256 H100').
-        assert f"{r['gpus']}x H100" in r["column"] or f" {r['gpus']} H100" in r["column"], r["id"]
+        # The column's GPUs ('256x H100' or, in the Grok-1 tables from 256 GPUs, '256 H100'; '256x GB200 GPUs').
+        device = "GB200" if r["hardware"] == dgxc.GB200 else "H100"
+        assert f"{r['gpus']}x {device}" in r["column"] or f" {r['gpus']} {device}" in r["column"], r["id"]
         assert r["gpus"] % (r["tp"] * r["pp"] * r["cp"]) == 0, r["id"]
         tables.setdefault((r["source"], r["table"]), []).append(r)
     # Each figure is the printed cell of its table's row, the columns in ascending GPUs; the BF16 twin's too. One FP8
@@ -580,9 +584,11 @@ def test_precision_page_dgxc_tables_are_current_and_the_prose_states_their_figur
     dgxc = _dgxc()
     everything = dgxc.results(registry)
     prose = _prose(_current(dgxc.section(everything)))
-    # The prose's first list is of the 62 Llama 3.1 and GPT-3 rows; the Nemotron-4 and Grok-1 rows have their own (below).
-    found = [r for r in everything if r["model"] not in dgxc.LATER]
-    _grok_prose(prose, [r for r in everything if r["model"] in dgxc.GROK])
+    # The prose's first list is of the 62 Llama 3.1 and GPT-3 rows on H100; the Nemotron-4 and Grok-1 rows have their own
+    # (below), and so have the DGX-GB200 rows (test_dgxc_gb200_rows_...).
+    h100 = [r for r in everything if r["hardware"] != dgxc.GB200]
+    found = [r for r in h100 if r["model"] not in dgxc.LATER]
+    _grok_prose(prose, [r for r in h100 if r["model"] in dgxc.GROK])
     _nemotron_prose(prose, [r for r in everything if r["model"] in dgxc.NEMOTRON], found, dgxc, registry)
     by_id = {r["id"]: r for r in found}
     assert all(r["estimated_seconds"] <= r["bf16_gather_seconds"] for r in found)  # the FP8 gather moves half the bytes
@@ -722,7 +728,7 @@ def test_dgxc_grok_rows_state_their_layout_model_and_skipped_cell(registry):
 
     dgxc = _dgxc()
     data = _data()
-    rows = {r["id"]: r for r in dgxc.rows() if r["model"] in dgxc.GROK}
+    rows = {r["id"]: r for r in dgxc.rows() if r["model"] in dgxc.GROK and r["hardware"] != dgxc.GB200}
     # Nine columns of the nemo:dev image (v24.11.1), eight of 24.12 (v25.02; its 1,024-GPU FP8 cell skipped) and the
     # 512-GPU H100 column of 25.04.00 (v25.05.02).
     assert len(rows) == 18 and sum(r["container"] == "nemo:24.12" for r in rows.values()) == 8
@@ -801,3 +807,107 @@ def test_dgxc_grok_speedups_are_the_lowest_and_the_prose_states_the_compute(regi
     prose = _prose(_page())
     assert (f"on 512 GPUs hp's compute goes from {bf16.compute_seconds:.2f} s to {fp8.compute_seconds:.2f} s); the expert "
             f"all-to-all ({a2a * fp8.micro_batches:.2f} s a step exposed, unchanged)") in prose
+
+
+def test_dgxc_gb200_rows_state_their_release_layout_and_the_page_states_their_figures(registry):
+    """The DGX-GB200 rows (Llama 3.1 405B of v25.05, Grok-1 of v25.05.01): the printed cells, the layouts the README tables
+    and launch.sh state, held out, priced on the gb200 preset; the page's GB200 list pinned to today's figures."""
+    from unittest import mock
+
+    import attrs
+
+    from hp_core import api
+
+    dgxc = _dgxc()
+    data = _data()
+    rows = {r["id"]: r for r in dgxc.rows() if r["hardware"] == dgxc.GB200}
+    assert sorted(rows) == sorted([f"dgxc25.04.00-gb200-grok1-314b-fp8-{g}g" for g in (128, 256, 512)]
+                                  + [f"dgxc25.04.01-gb200-llama3.1-405b-fp8-{g}g" for g in (128, 256, 512)])
+    assert all(r["split"] == "held_out" for r in rows.values())
+    # The skip entries the collection resolved are gone; none of the remaining ones names a GB200 table.
+    assert not any("GB200" in s["row"] for s in data["dgxc_rows_skipped"])
+    # Hand-checked against the README: the printed step time and, on the next line, tokens per second = GBS x 8,192 / step
+    # (64, 128 and 256 sequences for the 405B; 256 and 512 for Grok-1 on 128 and 256 GPUs).
+    by_hand = {"dgxc25.04.01-gb200-llama3.1-405b-fp8-128g": ("6.131", 64, 85514),
+               "dgxc25.04.01-gb200-llama3.1-405b-fp8-256g": ("6.183", 128, 169590),
+               "dgxc25.04.01-gb200-llama3.1-405b-fp8-512g": ("6.244", 256, 335867),
+               "dgxc25.04.00-gb200-grok1-314b-fp8-128g": ("5.298", 256, 395838.43),
+               "dgxc25.04.00-gb200-grok1-314b-fp8-256g": ("5.224", 512, 802891.27)}
+    for name, (printed, gbs, tokens_per_second) in by_hand.items():
+        r = rows[name]
+        assert r["printed"] == printed and r["global_batch_size"] == gbs and r["seq_len"] == 8192, name
+        assert gbs * 8192 / r["step_seconds"] == pytest.approx(tokens_per_second, rel=1e-5), name
+    # Grok-1 on 512 GPUs: the printed 807,684 tokens/s is 512 sequences over the step, the 33.6% MFU 1,024 (the README's GBS).
+    big = rows["dgxc25.04.00-gb200-grok1-314b-fp8-512g"]
+    assert big["global_batch_size"] == 1024 and 512 * 8192 / 5.193 == pytest.approx(807684, abs=1)
+    assert round(1024 * 4.27e15 / 5.193 / 512 / 4.9e15, 3) == 0.336 and "807,684" in data["sources"][big["source"]]["commit"]
+    h100_grok = next(r for r in dgxc.rows() if r["id"] == "dgxc25.04.00-h100-grok1-314b-fp8-512g")
+    for r in rows.values():
+        dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
+        if r["model"] == "llama3-405b":
+            assert (r["tp"], r["pp"], r["cp"], r["vpp"], dp, r["global_batch_size"]) == (4, 8, 2, 8, r["gpus"] // 64, r["gpus"] // 2)
+            assert "model_overrides" not in r  # the whole 126 layers at every scale
+            split = dgxc.fp8_runs.layout(r, dgxc.fp8_runs._decoder_layers(dgxc.model(r, registry)))
+            assert split.layers_per_stage == (1,) + (2,) * 62 + (1,)
+        else:
+            assert (r["tp"], r["pp"], r["cp"], r["vpp"], r["ep"], r["etp"]) == (4, 1, 1, 1, 8, 4) and dp % r["ep"] == 0
+            assert r["global_batch_size"] == 2 * r["gpus"] and r["hf"] == h100_grok["hf"] and r["moe"] == h100_grok["moe"]
+            assert "overlap_p2p_communication" not in r["runtime_options"]  # PP 1
+            assert any("CUDA graphs" in entry for entry in r["not_priced"])
+            # launch.sh ET: 8 at v25.05, 4 (the README's ETP) from v25.05.01, the row's source.
+            assert "v25.05.01" in data["sources"][r["source"]]["commit"] and "ET=8" in data["sources"][r["source"]]["commit"]
+    found = [r for r in dgxc.results(registry) if r["hardware"] == dgxc.GB200]
+    # At the runs' 64 GPUs an NVLink domain (sbatch --segment 16) hp's figures are the preset's (72 a domain) to 0.001%.
+    registry_class = type(registry)
+    preset = registry_class.hardware_preset
+
+    def segment(self, name):
+        p = preset(self, name)
+        return attrs.evolve(p, spec=attrs.evolve(p.spec, devices_per_node=64))
+
+    with mock.patch.object(registry_class, "hardware_preset", segment):
+        for r in found:
+            assert dgxc.price(r["row"], registry).step_seconds == pytest.approx(r["estimated_seconds"], rel=1e-5), r["id"]
+    prose = _prose(_page())
+    llama = [r for r in found if r["model"] == "llama3-405b"]
+    grok = [r for r in found if r["model"] == "grok1-314b"]
+    span = lambda rs, key, fmt: f"{min(r[key] for r in rs):{fmt}} to {max(r[key] for r in rs):{fmt}}"
+    assert (f"Llama 3.1 405B: {span(llama, 'error', '+.1%')} ({sum(abs(r['error']) <= 0.10 for r in llama)} within 10%), its BF16 "
+            f"twins {span(llama, 'bf16_error', '+.1%')}.**") in prose
+    assert (f"hp prices each scale at {min(r['estimated_seconds'] for r in llama):.2f}-{max(r['estimated_seconds'] for r in llama):.2f} s "
+            f"against {min(r['measured_seconds'] for r in llama):.2f}-{max(r['measured_seconds'] for r in llama):.2f} s measured, and an FP8 "
+            f"speedup of {llama[0]['estimated_speedup']:.2f} where the runs measured "
+            f"{min(r['measured_speedup'] for r in llama):.2f}-{max(r['measured_speedup'] for r in llama):.2f} (hp's "
+            f"{min(r['speedup_gap'] for r in llama):.1%} to {max(r['speedup_gap'] for r in llama):.1%} above it)") in prose
+    assert len({round(r["estimated_speedup"], 2) for r in llama}) == 1 and len({round(r["estimated_speedup"], 2) for r in grok}) == 1
+    assert (f"Grok-1: {span(grok, 'error', '+.1%')} (none within 10%), its BF16 twins {span(grok, 'bf16_error', '+.1%')}.**" in prose
+            and all(r["error"] > 0.10 for r in grok))
+    assert (f"hp's FP8 speedup is {grok[0]['estimated_speedup']:.2f} where the runs measured "
+            f"{min(r['measured_speedup'] for r in grok):.2f}-{max(r['measured_speedup'] for r in grok):.2f} "
+            f"({min(r['speedup_gap'] for r in grok):.1%} to {max(r['speedup_gap'] for r in grok):.1%} above it)") in prose
+    # The same containers' H100 rows the page compares with.
+    h100 = {r["id"]: r for r in dgxc.results(registry) if r["id"] in ("dgxc25.04.01-h100-llama3.1-405b-fp8-512g",
+                                                                        "dgxc25.04.00-h100-grok1-314b-fp8-512g")}
+    l_h100 = h100["dgxc25.04.01-h100-llama3.1-405b-fp8-512g"]
+    assert f"25.04.01: {l_h100['error']:+.1%}, its BF16 twin {l_h100['bf16_error']:+.1%})" in prose
+    assert f"H100 row's BF16 twin is ({h100['dgxc25.04.00-h100-grok1-314b-fp8-512g']['bf16_error']:+.1%})" in prose
+    # On 128 GPUs: hp's compute alone and the communication it exposes, by group, as the page states them.
+    for name, key in (("dgxc25.04.01-gb200-llama3.1-405b-fp8-128g", "405b"), ("dgxc25.04.00-gb200-grok1-314b-fp8-128g", "grok")):
+        row = rows[name]
+        fp8, bf16 = dgxc.price(row, registry), dgxc.price(row, registry, bf16=True)
+        if key == "405b":
+            assert (f"hp's bf16 compute alone is {bf16.compute_seconds:.2f} s against a measured {row['bf16']['step_seconds']:.2f} s step "
+                    f"(its FP8 compute {fp8.compute_seconds:.2f} s against {row['step_seconds']:.2f} s)") in prose
+            assert bf16.compute_seconds > row["bf16"]["step_seconds"]
+        else:
+            exposed = {g: e * fp8.micro_batches for g, _, e in fp8.stages[0].communication_by_group}
+            assert (f"compute alone is {fp8.compute_seconds:.2f} s (FP8) and {bf16.compute_seconds:.2f} s (BF16) against measured steps of "
+                    f"{row['step_seconds']:.2f} s and {row['bf16']['step_seconds']:.2f} s, and it exposes "
+                    f"{fp8.breakdown_seconds['communication']:.2f} s of communication") in prose
+            assert (f"reduce-scatters ({exposed['etp']:.2f} s), the expert all-to-all ({exposed['ep']:.2f} s) and what the TP overlap "
+                    f"leaves of the TP collectives ({exposed['tp']:.2f} s)") in prose
+    moved = lambda rs: max(r["estimated_seconds"] for r in rs) / min(r["estimated_seconds"] for r in rs) - 1
+    measured = lambda rs: max(r["measured_seconds"] for r in rs) / min(r["measured_seconds"] for r in rs) - 1
+    assert (f"hp's figures move by {moved(llama):.1%} (405B) and {moved(grok):.1%} (Grok-1) from 128 to 512 GPUs, the measured ones by "
+            f"{measured(llama):.1%} and {measured(grok):.1%}") in prose
+    assert all(r["estimated_seconds"] == r["bf16_gather_seconds"] for r in found)  # the FP8 gather hidden on every row
