@@ -228,7 +228,7 @@ def hp_runtimes():
         expert_overhead_bytes=4 * _TE_WORKSPACE_BYTES,
         traits=frozenset({
             "fused_swiglu", "fused_cross_entropy", "mla_contiguous_qkv", "moe_probs_in_activation", "moe_fused_permute",
-            "moe_expert_tp_dispatch", "dense_mlp_checkpoint",
+            "moe_expert_tp_dispatch", "moe_eager_expert_bias", "dense_mlp_checkpoint",
         }),
         dummy_weight_gradients=True,
         implicit_recompute=frozenset({"gather"}),
