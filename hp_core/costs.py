@@ -38,7 +38,8 @@ __all__ = [
 
 # The built-in kinds' recompute switches (docs/recompute.md), in the order settings are listed; a
 # kind declares the ones it has and may declare its own names (switch_name checks their form).
-SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
+# HyperParallel's eight, then ``ffFc1`` (a dense MLP's FC1 outputs: hp_plugins/kit/feedforward.py).
+SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp", "ffFc1")
 # Parameter groups, each sharded by its own degrees (docs/concepts.md).
 PARAM_GROUPS = ("dense", "routed_expert", "shared_expert")
 
@@ -344,6 +345,8 @@ class LayerWork:
         fused_softmax_flops: Elementwise FLOPs a fused attention kernel runs on
             chip (the softmax over the scores): no HBM traffic under flash.
         copy_bytes: Bytes memory-bound copies move each way (MLA's query/key assembly).
+        backward_copy_bytes: Bytes those copies move in backward where that differs
+            from forward (an eager op's gradient kernels); ``None``: ``copy_bytes``.
         permute_bytes: Dispatched tokens' bytes an MoE layer's permutation passes move.
         permute_input_bytes: The layer's own tokens' bytes (the first pass
             reads them, the last writes them).
@@ -385,6 +388,7 @@ class LayerWork:
     wide_qk_attention: bool = False
     fused_softmax_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
     copy_bytes: float = attrs.field(default=0.0, validator=_non_negative_number)
+    backward_copy_bytes: float | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_number))
     permute_bytes: float = attrs.field(default=0.0, validator=_non_negative_number)
     permute_input_bytes: float = attrs.field(default=0.0, validator=_non_negative_number)
     router_elements: float = attrs.field(default=0.0, validator=_non_negative_number)

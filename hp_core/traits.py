@@ -55,6 +55,16 @@ TRAITS = {
         "experts' output back, and the routed experts have no dense-MLP TP gather of their own: the MoE layer "
         "routes its sequence-parallel shard (Megatron-Core MoEAlltoAllTokenDispatcher, moe_layer.py)"
     ),
+    "dense_mlp_checkpoint": (
+        "a dense MLP's recompute checkpoints the MLP as a unit: recomputing its FC1 outputs (ffFc1) re-runs its whole "
+        "forward, FC2 included (Megatron-Core transformer_layer.py: the mlp recompute module's tensor_parallel.checkpoint)"
+    ),
+    "moe_eager_expert_bias": (
+        "the routed experts' FC2 bias is added outside the grouped GEMM, weighted by each token's routing "
+        "probability, one expert at a time in eager PyTorch and concatenated (Megatron-Core TEGroupedMLP._apply_bias: "
+        "torch.cat of t + b * p over torch.split by tokens per expert): memory-bound passes over the experts' output "
+        "in forward and backward"
+    ),
     "moe_fused_permute": (
         "the fused token permutation keeps an int32 row map of [tokens, 2 * experts + 1] "
         "(Transformer Engine permutation.py moe_permute)"

@@ -18,9 +18,10 @@ validates the combinations, ``transformer_block.py`` ``_checkpointed_forward`` r
   recomputes the modules ``M`` (the default is ``core_attn``); the runtime
   profile ``megatron`` states the switches each module recomputes
   (``hp_plugins/runtimes/megatron.py``). ``moe_act`` acts only on layers with
-  routed experts (a layer config with ``num_experts > 0``), so a dense layer's
-  ``ffAct`` has no module. ``recompute_num_layers`` must then be unset, and
-  full and selective recompute never mix.
+  routed experts (a layer config with ``num_experts > 0``), ``mlp`` only on
+  layers without (their dense MLP's ``ffFc1`` and ``ffAct`` together), so a
+  dense layer's ``ffAct`` alone has no module. ``recompute_num_layers`` must
+  then be unset, and full and selective recompute never mix.
 
 A plan outside these is refused (:class:`~hp_core.errors.PlanNotExecutable`)
 with the closest plan Megatron runs: the one recomputing, in every chunk, at
@@ -74,8 +75,14 @@ def _block_plan(layout: PlanLayout, count: int) -> RecomputeSpec:
 
 def _applies(module: str, config: object) -> bool:
     """Whether Megatron's *module* acts on a layer: ``moe_act`` only on one with routed experts
-    (Megatron-Core ``moe/experts.py``; ``transformer_config.py`` also requires ``--moe-grouped-gemm``)."""
-    return module != "moe_act" or (getattr(config, "num_experts", 0) or 0) > 0
+    (Megatron-Core ``moe/experts.py``; ``transformer_config.py`` also requires ``--moe-grouped-gemm``),
+    ``mlp`` only on one without (``transformer_layer.py``: ``recompute_mlp`` where ``not self.is_moe_layer``)."""
+    experts = (getattr(config, "num_experts", 0) or 0) > 0
+    if module == "moe_act":
+        return experts
+    if module == "mlp":
+        return not experts
+    return True
 
 
 def _layer_modules(model: ModelSpec, layout: PlanLayout, registry: Registry, modules) -> list[dict[str, frozenset[str]]]:

@@ -28,7 +28,7 @@ attn_out            2 T a d / t           --         output projection input 2sb
 attn_lse            4 T a / t             --         (flash only)
 hidden masks        1 T h / sp each       --         dropout masks sbh
 mlp_norm_in/out     as attention's        --/normOp  LayerNorm input, FC1 input
-fc1 / gate, up      2 T I / t each        --         GeLU input 8sbh
+fc1 / gate, up      2 T I / t each        ffFc1      GeLU input 8sbh
 act_out (, mul)     2 T I / t each        ffAct      FC2 input 8sbh
 ==================  ====================  =========  ========================
 
@@ -51,15 +51,17 @@ from hp_core.markers import hookimpl
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.types import LayerKind
 from hp_plugins.kit import (
-    DECODER_SWITCHES, SELECTIVE_SWITCHES, GQAFields, LayerBuilder, MLPFields, gqa_attention, mlp, post_norm, validate_gqa,
-    validate_mlp,
+    DECODER_SWITCHES, DENSE_MLP_SWITCHES, FC1_SWITCH, SELECTIVE_SWITCHES, GQAFields, LayerBuilder, MLPFields, gqa_attention, mlp,
+    post_norm, validate_gqa, validate_mlp,
 )
 from hp_plugins.kit.op_sac import OP_SAC_SWITCHES, op_sac_kept_bytes
 
-__all__ = ["DENSE_SWITCHES", "DenseConfig", "SELECTIVE", "evaluate_dense", "hp_layer_kinds", "validate_dense"]
+__all__ = ["DENSE_SWITCHES", "MOE_SWITCHES", "DenseConfig", "SELECTIVE", "evaluate_dense", "hp_layer_kinds", "validate_dense"]
 
-# The kit's switch sets of an attention-and-MLP layer (hp_plugins.kit.builder), under this module's names.
-DENSE_SWITCHES = DECODER_SWITCHES
+# The kit's switch sets of an attention-and-MLP layer (hp_plugins.kit.builder), under this module's names:
+# the dense layer's (its MLP's FC1 outputs under ffFc1) and those of a layer with experts instead (kinds.moe).
+DENSE_SWITCHES = DENSE_MLP_SWITCHES
+MOE_SWITCHES = DECODER_SWITCHES
 SELECTIVE = SELECTIVE_SWITCHES
 
 
@@ -91,7 +93,7 @@ def evaluate_dense(c: DenseConfig, x: LayerContext) -> LayerCost:
     gqa_attention(b, c)
     if c.post_block_norms:
         post_norm(b, "attn", c.norm)
-    mlp(b, c, c.norm, c.hidden_dropout)
+    mlp(b, c, c.norm, c.hidden_dropout, FC1_SWITCH)
     if c.post_block_norms:
         post_norm(b, "mlp", c.norm)
     cost = b.build()

@@ -37,14 +37,16 @@ from hp_core.types import LayerKind
 from hp_core.validators import positive_int, probability
 from hp_plugins.kit import (
     SELECTIVE_SWITCHES as SELECTIVE,
-    GQAFields, LayerBuilder, MLPFields, MoEFields, NORMS, gqa_attention, mlp, moe, validate_gqa, validate_mlp, validate_moe,
+    FC1_SWITCH, GQAFields, LayerBuilder, MLPFields, MoEFields, NORMS, gqa_attention, mlp, moe, validate_gqa, validate_mlp, validate_moe,
 )
 
 __all__ = ["AttentionLayerConfig", "MLPLayerConfig", "MoELayerConfig", "evaluate_attention_layer", "evaluate_mlp_layer",
            "evaluate_moe_layer", "hp_layer_kinds"]
 
 ATTENTION_SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather")
-MLP_SWITCHES = ("normOp", "gather", "ffAct")
+# The MLP-only layer's (its MLP's FC1 outputs under ffFc1, hp_plugins.kit.builder.FC1_SWITCH) and the MoE-only layer's.
+MLP_SWITCHES = ("normOp", "gather", "ffAct", FC1_SWITCH)
+MOE_ONLY_SWITCHES = ("normOp", "gather", "ffAct")
 
 
 @attrs.frozen(kw_only=True, slots=False)
@@ -97,7 +99,7 @@ def evaluate_attention_layer(c: AttentionLayerConfig, x: LayerContext) -> LayerC
 def evaluate_mlp_layer(c: MLPLayerConfig, x: LayerContext) -> LayerCost:
     """One MLP-only layer's cost on one rank."""
     b = LayerBuilder(x, c.hidden_size)
-    mlp(b, c, c.norm, c.hidden_dropout)
+    mlp(b, c, c.norm, c.hidden_dropout, FC1_SWITCH)
     return b.build()
 
 
@@ -127,7 +129,7 @@ def hp_layer_kinds():
         config_type=MoELayerConfig,
         evaluate=evaluate_moe_layer,
         placement="body",
-        switches=MLP_SWITCHES,
+        switches=MOE_ONLY_SWITCHES,
         validate=validate_moe,
         description="mixture-of-experts-only layer: pre-norm, router, routed and shared experts (Nemotron-H E)",
     )

@@ -201,7 +201,7 @@ def validate_lora(c: LoRAConfig, x: LayerContext) -> None:
 
 def _kind(name: str, placement: str, what: str) -> LayerKind:
     return LayerKind(name=name, config_type=LoRAConfig, evaluate=evaluate_lora, placement=placement,
-                     switches=("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp"),
+                     switches=("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp", "ffFc1"),
                      validate=validate_lora, description=what)
 
 

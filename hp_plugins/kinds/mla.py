@@ -4,8 +4,8 @@ Two kinds: ``mla`` (MLA + dense SwiGLU MLP: DeepSeek's ``first_k_dense_replace``
 layers) and ``mla_moe`` (MLA + routed and shared experts). Parameters equal
 Hugging Face transformers' ``DeepseekV3DecoderLayer`` / ``DeepseekV2DecoderLayer``.
 Attention terms: :func:`hp_plugins.kit.mla_attention`, whose up-projected
-heads are gated by the ``attUp`` switch, so each kind prices 256 settings of its
-eight switches.
+heads are gated by the ``attUp`` switch, so ``mla_moe`` prices 256 settings of its
+eight switches; ``mla`` adds ``ffFc1`` (its dense MLP's FC1 outputs), 512 settings.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from hp_core.markers import hookimpl
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.types import LayerKind
 from hp_plugins.kit import (
+    FC1_SWITCH,
     LayerBuilder,
     MLAFields,
     MLPFields,
@@ -29,9 +30,11 @@ from hp_plugins.kit import (
 )
 from hp_plugins.kinds.dense import SELECTIVE
 
-__all__ = ["MLAConfig", "MLAMoEConfig", "MLA_SWITCHES", "evaluate_mla", "evaluate_mla_moe", "hp_layer_kinds"]
+__all__ = ["MLAConfig", "MLAMoEConfig", "MLA_DENSE_SWITCHES", "MLA_SWITCHES", "evaluate_mla", "evaluate_mla_moe", "hp_layer_kinds"]
 
 MLA_SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
+# The mla kind's: its dense MLP's FC1 outputs under ffFc1 (hp_plugins.kit.builder.FC1_SWITCH) too.
+MLA_DENSE_SWITCHES = (*MLA_SWITCHES, FC1_SWITCH)
 
 
 @attrs.frozen(kw_only=True, slots=False)
@@ -63,7 +66,7 @@ def evaluate_mla(c: MLAConfig, x: LayerContext) -> LayerCost:
     """An MLA layer with a dense MLP, on one rank."""
     b = LayerBuilder(x, c.hidden_size)
     mla_attention(b, c)
-    mlp(b, c, c.norm, c.hidden_dropout)
+    mlp(b, c, c.norm, c.hidden_dropout, FC1_SWITCH)
     return b.build()
 
 
@@ -81,7 +84,7 @@ def hp_layer_kinds():
         name="mla",
         config_type=MLAConfig,
         evaluate=evaluate_mla,
-        switches=MLA_SWITCHES,
+        switches=MLA_DENSE_SWITCHES,
         selective=SELECTIVE,
         validate=_validate_mla,
         description="multi-head latent attention (DeepSeek) with a dense SwiGLU MLP",

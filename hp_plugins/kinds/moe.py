@@ -20,7 +20,7 @@ from hp_core.markers import hookimpl
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.types import LayerKind
 from hp_plugins.kit import GQAFields, LayerBuilder, MoEFields, gqa_attention, moe, validate_gqa, validate_moe
-from hp_plugins.kinds.dense import DENSE_SWITCHES, SELECTIVE
+from hp_plugins.kinds.dense import MOE_SWITCHES, SELECTIVE
 
 __all__ = ["MoEConfig", "evaluate_moe", "hp_layer_kinds", "validate_moe_layer"]
 
@@ -55,7 +55,7 @@ def hp_layer_kinds():
         config_type=MoEConfig,
         evaluate=evaluate_moe,
         placement="body",
-        switches=DENSE_SWITCHES,
+        switches=MOE_SWITCHES,
         selective=SELECTIVE,
         validate=validate_moe_layer,
         description="MoE decoder layer: GQA attention, top-k routed SwiGLU experts, optional shared experts",

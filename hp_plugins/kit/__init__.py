@@ -13,11 +13,12 @@ module                             what it holds
                                    ``attention_core``, ``linear``, ``build``); the shared
                                    records :func:`term` and :func:`param_count`;
                                    :data:`SOFTMAX_OPS`, :data:`RESIDUAL_OPS`,
-                                   :data:`DECODER_SWITCHES`, :data:`SELECTIVE_SWITCHES`
+                                   :data:`DECODER_SWITCHES`, :data:`SELECTIVE_SWITCHES`,
+                                   :data:`DENSE_MLP_SWITCHES`
 :mod:`~hp_plugins.kit.attention`   :class:`GQAFields`, :func:`gqa_attention`, :func:`validate_gqa`
 :mod:`~hp_plugins.kit.mla`         :class:`MLAFields`, :func:`mla_attention`, :func:`validate_mla`
 :mod:`~hp_plugins.kit.feedforward` :class:`MLPFields`, :func:`mlp`, :func:`swiglu`,
-                                   :func:`validate_mlp`, :data:`ACT_OPS`
+                                   :func:`validate_mlp`, :data:`ACT_OPS`, :data:`FC1_SWITCH`
 :mod:`~hp_plugins.kit.experts`     :class:`MoEFields`, :func:`moe`, :func:`moe_tokens`,
                                    :func:`validate_moe`
 :mod:`~hp_plugins.kit.norms`       :data:`NORMS`, :data:`NORM_OPS_PER_ELEMENT`, :func:`norm_params`,
@@ -57,11 +58,11 @@ from __future__ import annotations
 from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, NORMS, fp32_norm_bytes, head_norm, norm_params, post_norm
 from hp_plugins.kit.shapes import check_divides, padded_vocab
 from hp_plugins.kit.builder import (
-    DECODER_SWITCHES, RESIDUAL_OPS, SELECTIVE_SWITCHES, SOFTMAX_OPS, LayerBuilder, param_count, term,
+    DECODER_SWITCHES, DENSE_MLP_SWITCHES, RESIDUAL_OPS, SELECTIVE_SWITCHES, SOFTMAX_OPS, LayerBuilder, param_count, term,
 )
 from hp_plugins.kit.attention import GQAFields, gqa_attention, validate_gqa
 from hp_plugins.kit.mla import MLAFields, mla_attention, validate_mla
-from hp_plugins.kit.feedforward import ACT_OPS, MLPFields, mlp, swiglu, validate_mlp
+from hp_plugins.kit.feedforward import ACT_OPS, FC1_SWITCH, MLPFields, mlp, swiglu, validate_mlp
 from hp_plugins.kit.experts import EXPERT_ACTIVATIONS, MoEFields, moe, moe_tokens, validate_moe
 from hp_plugins.kit.clamped_glu import CLAMPED_SWIGLU_OPS, clamped_swiglu
 from hp_plugins.kit.local_attention import (
@@ -80,6 +81,8 @@ from hp_plugins.kit.gated_attention import gated_gqa_attention
 __all__ = [
     "ACT_OPS",
     "DECODER_SWITCHES",
+    "DENSE_MLP_SWITCHES",
+    "FC1_SWITCH",
     "SELECTIVE_SWITCHES",
     "CLAMPED_SWIGLU_OPS",
     "EXPERT_ACTIVATIONS",

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import functools
 
-from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount
+from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount, Rerun
 from hp_plugins.kit.eager import EAGER_NORM_BYTES, RESIDUAL_BYTES
 from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, fp32_norm_bytes, norm_params
 from hp_plugins.kit.work import AttentionShape, ExpertShape, decoder_work
 
-__all__ = ["DECODER_SWITCHES", "LayerBuilder", "RESIDUAL_OPS", "SELECTIVE_SWITCHES", "SOFTMAX_OPS", "param_count", "term"]
+__all__ = ["DECODER_SWITCHES", "DENSE_MLP_SWITCHES", "FC1_SWITCH", "LayerBuilder", "RESIDUAL_OPS", "SELECTIVE_SWITCHES", "SOFTMAX_OPS", "param_count",
+           "term"]
 
 # Elementwise operations per element (forward), counted from the definitions:
 # softmax max, subtract, exp, sum, divide (5); residual add 1.
@@ -34,6 +35,14 @@ RESIDUAL_OPS = 1
 # (core_attn) and Korthikanti et al. 2022 Section 4.2 recompute it.
 DECODER_SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct")
 SELECTIVE_SWITCHES = ("attBMM", "headCast", "dropout", "softmax")
+# The switch of a dense MLP's FC1 outputs (the gate and up projections' outputs, the activation's input):
+# recomputing it re-runs FC1 from the kept MLP input. With ``ffAct`` it drops every tensor the MLP keeps
+# inside itself, what checkpointing the MLP as a unit keeps no more of (Megatron-Core's ``mlp`` recompute
+# module: hp_plugins/runtimes/megatron.py). Only the dense MLP (hp_plugins.kit.feedforward.mlp) states it,
+# where a kind asks; routed and shared experts keep their FC1 outputs under no switch.
+FC1_SWITCH = "ffFc1"
+# The switches of a layer whose feed-forward block is a dense MLP with FC1_SWITCH.
+DENSE_MLP_SWITCHES = (*DECODER_SWITCHES, FC1_SWITCH)
 
 
 # Evaluators build the same terms and parameter counts again for every layout a search tries; the
@@ -91,6 +100,8 @@ class LayerBuilder:
         self.tp_blocks = 0
         self.attention_shape: AttentionShape | None = None
         self.expert_shape: ExpertShape | None = None
+        # What recomputing a switch re-runs, as the blocks state it (LayerWork.reruns): the dense MLP's FC1.
+        self.reruns: list[tuple[str, Rerun]] = []
 
     def keep(self, op: str, nbytes: int, switch: str | None = None, tp_split: bool = False,
              gemm_input: str | None = None, sp_gathered: bool = False) -> None:
@@ -239,6 +250,7 @@ class LayerBuilder:
             forward=Flops(matmul_flops=self.matmul, attention_flops=self.attention, elementwise_flops=self.elementwise),
             weight_shapes=shapes,
             work=decoder_work(self.x, shapes, self.h, self.tp_blocks, self.attention_shape, self.expert_shape,
-                              alternate_matmul_flops=self._alternate(), eager_accesses_per_flop=self._eager_accesses()),
+                              alternate_matmul_flops=self._alternate(), eager_accesses_per_flop=self._eager_accesses(),
+                              reruns=tuple(self.reruns)),
             weight_gradient_bytes=self.weight_gradient,
         )

@@ -228,7 +228,7 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     b.expert_shape = ExpertShape(experts=E, top_k=c.num_experts_per_tok, width=c.moe_intermediate_size,
                                  pad_to_capacity=c.pad_to_capacity, capacity_factor=c.capacity_factor, gated=gated,
                                  model_width=c.moe_latent_size, routing_groups=c.router_num_groups,
-                                 routing_groups_per_token=c.router_groups_per_token)
+                                 routing_groups_per_token=c.router_groups_per_token, fc2_bias=c.expert_bias)
 
 
 def validate_moe(c: MoEFields, x: LayerContext) -> None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import attrs
 
-from hp_core.costs import LayerContext
+from hp_core.costs import LayerContext, Rerun
 from hp_core.validators import one_of, positive_int
-from hp_plugins.kit.builder import LayerBuilder
+from hp_plugins.kit.builder import FC1_SWITCH, LayerBuilder
 from hp_plugins.kit.eager import EAGER_ACT_BYTES, GATE_PRODUCT_BYTES
 from hp_plugins.kit.shapes import check_divides
 
-__all__ = ["ACT_OPS", "MLPFields", "mlp", "swiglu", "validate_mlp"]
+__all__ = ["ACT_OPS", "FC1_SWITCH", "MLPFields", "mlp", "swiglu", "validate_mlp"]
 
 # Elementwise operations per element (forward), counted from the definitions:
 # SiLU x*sigmoid(x) = negate, exp, add, divide, multiply (5); the gated product 1;
@@ -35,7 +35,8 @@ class MLPFields:
     mlp_bias: bool = False
 
 
-def swiglu(b: LayerBuilder, prefix: str, tokens: int, width: int, gated: bool, act_name: str, tp_split: bool = True) -> int:
+def swiglu(b: LayerBuilder, prefix: str, tokens: int, width: int, gated: bool, act_name: str, tp_split: bool = True,
+           fc1_switch: str | None = None) -> int:
     """Keep a (gated) MLP's FC1 outputs and activation outputs; return the bytes of one width-wide tensor.
 
     Unfused SwiGLU (Hugging Face ``act_fn(gate_proj(x)) * up_proj(x)``) keeps
@@ -43,19 +44,21 @@ def swiglu(b: LayerBuilder, prefix: str, tokens: int, width: int, gated: bool, a
     the product (the FC2 input). A fused SwiGLU (the ``fused_swiglu`` trait:
     Megatron-LM ``bias_swiglu_impl``) keeps only its input, the FC1 output, and
     its product, which FC2 keeps. The product (the activation's output
-    without a gate) is FC2's input (``gemm_input`` ``owned``).
+    without a gate) is FC2's input (``gemm_input`` ``owned``). The FC1
+    outputs are gated by *fc1_switch* (``None``: kept unless the layer is
+    recomputed fully); the activation outputs by ``ffAct``.
     """
     wide = tokens * width * b.act
     if gated and "fused_swiglu" in b.x.traits:
-        b.keep(f"{prefix}fc1_out", 2 * wide, None, tp_split)
+        b.keep(f"{prefix}fc1_out", 2 * wide, fc1_switch, tp_split)
         b.keep(f"{prefix}mul_out", wide, "ffAct", tp_split, "owned")
     elif gated:
-        b.keep(f"{prefix}gate_out", wide, None, tp_split)
-        b.keep(f"{prefix}up_out", wide, None, tp_split)
+        b.keep(f"{prefix}gate_out", wide, fc1_switch, tp_split)
+        b.keep(f"{prefix}up_out", wide, fc1_switch, tp_split)
         b.keep(f"{prefix}act_out", wide, "ffAct", tp_split)
         b.keep(f"{prefix}mul_out", wide, "ffAct", tp_split, "owned")
     else:
-        b.keep(f"{prefix}fc1_out", wide, None, tp_split)
+        b.keep(f"{prefix}fc1_out", wide, fc1_switch, tp_split)
         b.keep(f"{prefix}act_out", wide, "ffAct", tp_split, "owned")
     ops = (ACT_OPS[act_name] + (1 if gated else 0)) * tokens * width
     b.elementwise += ops
@@ -64,11 +67,26 @@ def swiglu(b: LayerBuilder, prefix: str, tokens: int, width: int, gated: bool, a
     return wide
 
 
-def mlp(b: LayerBuilder, c: MLPFields, norm: str, hidden_dropout: float) -> None:
+def mlp(b: LayerBuilder, c: MLPFields, norm: str, hidden_dropout: float, fc1_switch: str | None = None) -> None:
     """A dense MLP (Korthikanti et al. 2022 Section 4.1: FC1 input 2sbh, GeLU input 8sbh, FC2 input 8sbh).
 
     SwiGLU keeps the gate and up outputs (the activation's and product's
     inputs) and the activation and product outputs (``ffAct``).
+
+    *fc1_switch* gates the FC1 outputs: the built-in kinds pass
+    :data:`~hp_plugins.kit.builder.FC1_SWITCH` (and declare it); ``None``, the default, keeps them
+    unless the layer is recomputed fully, so a kind declaring no such switch
+    is priced as before. Recomputing it re-runs FC1 (``LayerWork.reruns``): each
+    element of its ``T x fc1 / t`` output a ``2 h`` FLOP dot product over the
+    kept MLP input, so ``2 h / activation_bytes`` GEMM FLOPs per byte dropped,
+    as MLA's ``attUp`` states its up-projections' re-run (the GEMM writes
+    what it rebuilds; the activation's re-run is ``ffAct``'s rewrite). Under
+    the runtime trait ``dense_mlp_checkpoint`` (a trainer checkpointing the
+    MLP as a unit: Megatron-Core's ``mlp`` module re-runs the MLP's whole
+    forward, ``tensor_parallel.checkpoint`` in ``transformer_layer.py``) the
+    re-run includes FC2's GEMM too: ``2 I h / t`` more FLOPs per token, whose
+    FC1 output is ``fc1 / t`` elements, so ``2 h (fc1 + I) / fc1`` FLOPs per
+    element in all (``3 h`` gated, ``4 h`` plain).
     """
     x, t = b.x, b.x.tp
     T, h, I = x.tokens, b.h, c.intermediate_size
@@ -77,7 +95,11 @@ def mlp(b: LayerBuilder, c: MLPFields, norm: str, hidden_dropout: float) -> None
     b.param("mlp_in_proj", h * fc1 + fc1 * c.mlp_bias, True, matrices=((1, fc1 // t, h),))
     b.param("mlp_out_proj", I * h, True, matrices=((1, h, I // t),))
     b.param("mlp_out_bias", h * c.mlp_bias, False)
-    wide = swiglu(b, "", T, I // t, c.gated_mlp, c.hidden_act)
+    wide = swiglu(b, "", T, I // t, c.gated_mlp, c.hidden_act, fc1_switch=fc1_switch)
+    if fc1_switch is not None:
+        # FC1's re-run (and FC2's where the trainer re-runs the whole MLP) per byte of the FC1 outputs dropped.
+        flops_per_element = 2 * h * (fc1 + I) / fc1 if "dense_mlp_checkpoint" in x.traits else 2 * h
+        b.reruns.append((fc1_switch, Rerun(matmul_flops_per_byte=flops_per_element / b.act)))
     # Backward: the gradients of the FC2 input and of the FC1 outputs, alive together.
     b.block_grads.append((3 if c.gated_mlp else 2) * wide)
     b.linear(T, h, fc1 // t)

@@ -36,6 +36,8 @@ from hp_core.costs import Collective, LayerContext, LayerWork, Rerun
 __all__ = [
     "ATTENTION_CORE_SWITCHES",
     "AttentionShape",
+    "EXPERT_BIAS_BACKWARD_ACCESSES",
+    "EXPERT_BIAS_FORWARD_ACCESSES",
     "ExpertShape",
     "SOFTMAX_OPS_PER_SCORE",
     "attention_collectives",
@@ -86,7 +88,8 @@ class ExpertShape:
     padded to ``capacity_factor`` when ``pad_to_capacity``; ``gated`` false: ungated MLP experts (an up
     and a down projection); ``model_width``: the width the experts read and write (a latent width),
     ``None``: the layer's; ``routing_groups`` and ``routing_groups_per_token``: a group-limited
-    router's groups and those a token selects (:class:`hp_core.collectives.Routing`), 1 and 1: none."""
+    router's groups and those a token selects (:class:`hp_core.collectives.Routing`), 1 and 1: none;
+    ``fc2_bias``: each expert's down projection carries a bias (GPT-OSS)."""
 
     experts: int
     top_k: int
@@ -97,6 +100,22 @@ class ExpertShape:
     model_width: int | None = None
     routing_groups: int = 1
     routing_groups_per_token: int = 1
+    fc2_bias: bool = False
+
+
+# The routed experts' FC2 bias under the ``moe_eager_expert_bias`` trait (Megatron-Core
+# ``TEGroupedMLP._apply_bias``, megatron/core/transformer/moe/experts.py, the same at core_r0.16.0
+# b0cc2706 and 55ac7082 and at d7288711 and 2edffadb, the Megatron-LM commits Megatron-Bridge v0.3.0,
+# v0.3.1, v0.4.0 and v0.4.2 pin): FC2 is built with skip_bias_add, and its output is split by tokens
+# per expert, each slice t becomes t + b * p (b the expert's bias, p the tokens' routing
+# probabilities, in the router's dtype, the compute dtype unless moe_router_dtype says otherwise)
+# and the slices are concatenated. Accesses per element of the experts' output, counted from those
+# ops in the compute dtype: forward b * p writes 1, the add reads 2 and writes 1, torch.cat reads 1
+# and writes 1 (6); backward the split's gradient concatenates the slices' (reads 1, writes 1), b's
+# gradient is (grad * p) summed over rows (reads 1, writes 1, reads 1) and p's (grad * b) summed over
+# the width (the same 3): 8. The bias and probability reads (a width and a row each) are left out.
+EXPERT_BIAS_FORWARD_ACCESSES = 6
+EXPERT_BIAS_BACKWARD_ACCESSES = 8
 
 
 def tp_collectives(x: LayerContext, blocks: int, tp_bytes: float, vocab: str = "") -> tuple[Collective, ...]:
@@ -162,7 +181,8 @@ def expert_collectives(x: LayerContext, routed_bytes: float, routing: Routing | 
 
 def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hidden_size: int, blocks: int,
                  attention: AttentionShape | None = None, experts: ExpertShape | None = None,
-                 alternate_matmul_flops: float | None = None, eager_accesses_per_flop: float | None = None) -> LayerWork:
+                 alternate_matmul_flops: float | None = None, eager_accesses_per_flop: float | None = None,
+                 reruns: tuple[tuple[str, Rerun], ...] = ()) -> LayerWork:
     """The work of a layer made of the kit's blocks (module docstring), per micro-batch on one rank.
 
     Args:
@@ -178,12 +198,14 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
             (:attr:`LayerWork.alternate_matmul_flops <hp_core.costs.LayerWork.alternate_matmul_flops>`).
         eager_accesses_per_flop: bf16 accesses per elementwise op run eager, ``None`` not counted
             (:attr:`LayerWork.eager_accesses_per_flop <hp_core.costs.LayerWork.eager_accesses_per_flop>`).
+        reruns: What recomputing the blocks' switches re-runs, as the blocks state it (the dense MLP's
+            ``ffFc1``: :func:`hp_plugins.kit.feedforward.mlp`); MLA's ``attUp`` is added here.
     """
     act = x.precision.activation_bytes
     T, tp, h = x.tokens, x.tp, hidden_size
     collectives: list[Collective] = []
     kv_bytes = qkvo_bytes = scores = copy = 0.0
-    reruns: tuple[tuple[str, Rerun], ...] = ()
+    reruns = tuple(reruns)
     wide = False
     if attention is not None:
         heads = attention.heads
@@ -209,7 +231,7 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
             copy = T * heads / tp * per_head * act
             # Recomputing the up-projections (attUp) rebuilds each element with a
             # 2 * kv_lora_rank FLOP dot product and re-assembles q and k.
-            reruns = (("attUp", Rerun(2 * attention.kv_lora_rank / act, copy)),)
+            reruns += (("attUp", Rerun(2 * attention.kv_lora_rank / act, copy)),)
         else:
             groups = attention.kv_heads or heads
             d = attention.head_dim or h // heads
@@ -220,6 +242,7 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
     if attention is not None:
         collectives += attention_collectives(x, kv_bytes, qkvo_bytes)
     grouped = rows = permute = permute_input = router = 0.0
+    copy_backward = copy
     routed_shapes: set[tuple[int, int]] = set()
     gemms: list[tuple[int, int, int]] = []
     expert_gemms: tuple[tuple[int, float, int, int], ...] = ()
@@ -236,6 +259,9 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         local = max(experts.experts // x.ep, 1)
         rows = processed / local
         permute = processed * d * act
+        if experts.fc2_bias and "moe_eager_expert_bias" in x.traits:
+            copy += EXPERT_BIAS_FORWARD_ACCESSES * processed * d * act
+            copy_backward += EXPERT_BIAS_BACKWARD_ACCESSES * processed * d * act
         permute_input = T / x.sp_degree * d * act
         router = T / x.sp_degree * experts.experts
         expert_gemms = ((local, rows, fc1 * width, d), (local, rows, d, width))
@@ -249,7 +275,8 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
     return LayerWork(
         collectives=tuple(collectives), gemms=tuple(gemms), grouped_flops=grouped, expert_rows=rows,
         expert_gemms=expert_gemms, attention_calls=1 if attention is not None else 0, wide_qk_attention=wide,
-        fused_softmax_flops=scores, copy_bytes=copy, permute_bytes=permute, permute_input_bytes=permute_input,
+        fused_softmax_flops=scores, copy_bytes=copy,
+        backward_copy_bytes=copy_backward if copy_backward != copy else None, permute_bytes=permute, permute_input_bytes=permute_input,
         router_elements=router, boundary_bytes=T * h * act, reruns=reruns,
         high_precision_gemms=gemms[:1] if experts is not None else (),
         attention_core_switches=ATTENTION_CORE_SWITCHES if attention is not None else frozenset(),

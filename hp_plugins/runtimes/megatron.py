@@ -33,7 +33,9 @@ What it holds, and where that comes from (Megatron-LM at core 0.14, Transformer 
   Megatron's output layer); MLA makes its up-projected q, k, v contiguous
   (``multi_latent_attention.py``); MoE applies the routing probabilities in the
   experts' weighted SwiGLU and permutes tokens with TE's fused ``moe_permute``
-  (an int32 row map), as ``--moe-permute-fusion`` runs.
+  (an int32 row map), as ``--moe-permute-fusion`` runs; the ``mlp`` recompute
+  module checkpoints a dense MLP as a unit, so its recompute re-runs FC2 too
+  (``transformer_layer.py``).
 * Workspaces: TE's cuBLAS workspace (32 MiB + 1 KiB on sm >= 9.0), four more on a
   rank with grouped-GEMM experts (one per compute stream).
 * Pipeline: a stage holds the output gradient it received through its backward
@@ -226,21 +228,32 @@ def hp_runtimes():
         expert_overhead_bytes=4 * _TE_WORKSPACE_BYTES,
         traits=frozenset({
             "fused_swiglu", "fused_cross_entropy", "mla_contiguous_qkv", "moe_probs_in_activation", "moe_fused_permute",
-            "moe_expert_tp_dispatch",
+            "moe_expert_tp_dispatch", "moe_eager_expert_bias", "dense_mlp_checkpoint",
         }),
         dummy_weight_gradients=True,
         implicit_recompute=frozenset({"gather"}),
         timing=MEGATRON_TE,
         # --recompute-granularity selective --recompute-modules (megatron/training/arguments.py,
         # core 0.14): each module recomputes these switches' tensors; any union of them runs.
+        # mlp (NVIDIA/Megatron-LM megatron/core/transformer/transformer_layer.py and transformer_config.py at
+        # 2edffadb528ea07e261b0c02cdc42a7bb9c3197a, unchanged at d98e8a64ddf34856e74b24714e3bedb2f5a39553):
+        # TransformerLayer.__init__ sets recompute_mlp only where the layer is not an MoE layer, and
+        # _forward_mlp then checkpoints the whole MLP
+        # (tensor_parallel.checkpoint, te_checkpoint under fp8/fp4), keeping its input (the pre-MLP norm's
+        # output) and re-running FC1, the activation and FC2 in backward: the MLP's FC1 outputs (ffFc1) and
+        # activation outputs (ffAct), the whole forward re-run (trait dense_mlp_checkpoint).
         recompute_modules={
             "core_attn": frozenset({"attBMM", "headCast", "dropout", "softmax"}),
             "layernorm": frozenset({"normOp"}),
             "moe_act": frozenset({"ffAct"}),
             "mla_up_proj": frozenset({"attUp"}),
+            "mlp": frozenset({"ffFc1", "ffAct"}),
         },
-        # moe_act recomputes the routed experts' activation only (megatron/core/transformer/moe/experts.py).
-        module_kinds={"moe_act": frozenset({"moe", "mla_moe"})},
+        # moe_act recomputes the routed experts' activation only (megatron/core/transformer/moe/experts.py);
+        # mlp acts only on layers with a dense MLP (an MoE layer's shared experts have their own module,
+        # shared_experts: moe/moe_layer.py shared_experts_compute, not stated here).
+        module_kinds={"moe_act": frozenset({"moe", "mla_moe"}),
+                      "mlp": frozenset({"dense", "mla", "mlp", "gdn", "gated_attention"})},
         description=(
             "Megatron-Core + Transformer Engine: bf16, fp32 grad buffer, distributed optimizer, TE fused "
             "attention/SwiGLU/cross-entropy, vocab padded to 128*tp"

@@ -139,12 +139,32 @@ def test_megatron_moe_act_acts_only_on_routed_experts(registry: Registry):
     assert _export(registry, "megatron", RecomputeSpec.uniform(["ffAct"]), moe, ParallelSpec(seq_len=4096)) == (
         "--recompute-granularity selective --recompute-modules moe_act"
     )
-    # DeepSeek-V3's first three layers are dense: moe_act does not recompute their MLP activation.
+    # DeepSeek-V3's first three layers are dense: moe_act does not recompute their MLP activation, and mlp
+    # recomputes it only with the FC1 outputs (ffFc1).
     deepseek = model_from_preset("deepseek-v3", registry).with_body_layers(4, body)
     with pytest.raises(PlanNotExecutable, match="layer 0 recomputes ffAct, which no union of --recompute-modules"):
         _export(registry, "megatron", RecomputeSpec.uniform(["ffAct"]), deepseek, ParallelSpec(seq_len=4096))
     with pytest.raises(PlanNotExecutable, match="layer 0 recomputes ffAct"):
         _export(registry, "megatron", RecomputeSpec.uniform(["ffAct"]), _toy(2), ParallelSpec(seq_len=128))
+
+
+def test_megatron_mlp_acts_only_on_dense_mlp_layers(registry: Registry):
+    from hp_core.api import model_from_preset
+
+    body = registry.kinds_placed("body")
+    deepseek = model_from_preset("deepseek-v3", registry).with_body_layers(4, body)  # 3 dense (mla) + 1 mla_moe
+    dense_mlp = RecomputeSpec(layers=((0, 2, Setting.parse(["ffAct", "ffFc1"])),))
+    assert _export(registry, "megatron", dense_mlp, deepseek, ParallelSpec(seq_len=4096)) == (
+        "--recompute-granularity selective --recompute-modules mlp"
+    )
+    # With moe_act beside it the MoE layer recomputes its experts' activation; mlp leaves that layer alone.
+    both = RecomputeSpec(layers=((0, 2, Setting.parse(["ffAct", "ffFc1"])), (3, 3, Setting.parse(["ffAct"]))))
+    assert _export(registry, "megatron", both, deepseek, ParallelSpec(seq_len=4096)) == (
+        "--recompute-granularity selective --recompute-modules moe_act mlp"
+    )
+    # An MoE layer has no ffFc1 (its experts keep their FC1 outputs under no switch).
+    with pytest.raises(ConfigError, match=r"layer kind mla_moe has no recompute switch \['ffFc1'\]"):
+        _export(registry, "megatron", RecomputeSpec.uniform(["ffAct", "ffFc1"]), deepseek, ParallelSpec(seq_len=4096))
 
 
 def test_megatron_refuses_full_layers_not_at_the_start_of_each_stage(registry: Registry, llama8b: ModelSpec):

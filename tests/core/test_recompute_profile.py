@@ -58,7 +58,8 @@ def test_every_setting_prices_as_the_layer_evaluated_directly(kind_name, tp, sp,
     profile = switch_profile(kind, cost, config, context, pricer, implicit=rt.implicit_recompute)
     implicit = rt.implicit_recompute & frozenset(kind.switches)
     subsets = _subsets(kind.switches)
-    assert len(subsets) == (256 if "attUp" in kind.switches else 128)
+    # Seven switches (moe), eight (dense: ffFc1; mla_moe: attUp), nine (mla: both).
+    assert len(subsets) == 2 ** (7 + ("attUp" in kind.switches) + ("ffFc1" in kind.switches))
     for switches in subsets + ["full"]:
         setting = Setting(mode="full") if switches == "full" else Setting(mode="switches", switches=switches)
         setting = attrs.evolve(setting, offload=share)
@@ -106,7 +107,7 @@ def test_candidates_follow_what_the_runtime_executes():
     megatron = REGISTRY.runtime("megatron")
     restricted = candidate_settings(dense, megatron)
     everything = candidate_settings(dense, megatron, unrestricted=True)
-    assert len(everything) == 129
+    assert len(everything) == 257  # the 2**8 subsets of the dense kind's eight switches (ffFc1 included), and full
     assert all(s.mode == "full" or megatron.executes(s.switches) for s in restricted)
     assert len(restricted) < len(everything)
     with_offload = candidate_settings(dense, megatron, offload=(0.5,))

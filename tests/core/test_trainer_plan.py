@@ -21,8 +21,8 @@ def test_megatron_candidates_are_what_its_flags_express(registry):
     model, parallel = _job(registry)
     plans = megatron_candidates(model, parallel, registry=registry)
     # none; block 1..4 (4 layers per chunk); the distinct selective plans of the module unions on a
-    # dense model: core_attn, layernorm (moe_act and mla_up_proj act on nothing here) -> 3 distinct.
-    assert len(plans) == 1 + 4 + 3
+    # dense model: core_attn, layernorm, mlp (moe_act and mla_up_proj act on nothing here) -> 7 distinct.
+    assert len(plans) == 1 + 4 + 7
     for plan in plans:
         registry.exporter("megatron").export(plan, model, parallel, registry=registry)  # never refused
 

@@ -172,7 +172,7 @@ def _cells(row: dict) -> list[str]:
 def test_moe_rows_state_their_summary_row_and_release():
     data = _data()
     runs = _module()
-    assert len(data["moe_rows"]) == 22 and len(data["moe_rows_skipped"]) == 6
+    assert len(data["moe_rows"]) == 25 and len(data["moe_rows_skipped"]) == 5
     for row in data["moe_rows"]:
         source = data["sources"][row["source"]]
         assert "067f987df03b8355b03192d88d70f1709fedf51a" in source and row["source"] == row["runtime_options_source"], row["id"]
@@ -212,17 +212,28 @@ def test_precision_page_moe_table_is_current_and_its_prose_states_its_figures():
     assert f"DeepSeek-V3's three at EP 8 {min(hybrid):+.1%} to {max(hybrid):+.1%}" in prose
     assert f"25.11's row (GBS 2,048, NCCL all-to-all, the shared expert overlapped with it, `moe_shared_expert_overlap`) is " \
            f"{by_id['mb25.11-b200-deepseek-v3-mxfp8']['error']:+.1%}" in prose
-    # The shortfall per layer and micro-batch: micro-batch 1 on H100 and B200 (less the PP 2 VP 12 DeepEP row, stated
-    # apart; the GB200 rows, priced slow, stated apart too) and 4.
+    # The shortfall per layer and micro-batch: micro-batch 1 on H100 and B200 (less the PP 2 VP 12 DeepEP row and
+    # DeepSeek-V3's PP 8 VP 2 DeepEP row, stated apart; the GB200 rows, priced slow, stated apart too) and 4.
+    apart = ("mb26.02-h100-qwen3-30b-a3b-fp8cs", "mb26.04.01-b200-deepseek-v3-mxfp8")
     one = [r["shortfall_per_layer_seconds"] * 1e3 for r in found if r["layout"]["micro_batch_size"] == 1
-           and r["split"] == "held_out" and r["id"] != "mb26.02-h100-qwen3-30b-a3b-fp8cs" and r["layout"]["hardware"] != "gb200"]
+           and r["split"] == "held_out" and r["id"] not in apart and r["layout"]["hardware"] != "gb200"]
     four = [r["shortfall_per_layer_seconds"] * 1e3 for r in found if r["layout"]["micro_batch_size"] == 4]
     assert f"At micro-batch 1 it is {min(one):+.2f} to {max(one):+.2f} ms on {len(one)} held-out H100 and B200 rows (" \
            f"{by_id['mb26.02-h100-qwen3-30b-a3b-fp8cs']['shortfall_per_layer_seconds'] * 1e3:+.2f} ms" in prose
     assert f"at micro-batch 4, {max(four):+.2f} to {min(four):+.2f} ms" in prose and min(one) > 0 > max(four)
+    b200_mlp = by_id["mb26.04.01-b200-deepseek-v3-mxfp8"]
+    assert f"{b200_mlp['shortfall_per_layer_seconds'] * 1e3:+.2f} ms DeepSeek-V3's B200 row of 26.04.01 at PP 8 VP 2" in prose
+    every_gb200 = [r for r in found if r["class"] == "Megatron-Core MoE, GB200"]
+    short = sorted(r["shortfall_per_layer_seconds"] * 1e3 for r in every_gb200)
+    assert len(short) == 4 and f"the four GB200 rows, priced slow, {short[0]:+.2f} to {short[-1]:+.2f} ms" in prose and short[-1] < 0
+    # The three rows recomputing mlp: their errors and step times as the prose states them.
+    mlp_gb200 = [by_id[f"mb{c}-gb200-deepseek-v3-mxfp8"] for c in ("26.04", "26.04.01")]
+    assert (f"+{b200_mlp['error']:.1%} ({b200_mlp['measured_seconds']:.3f} s measured, {b200_mlp['estimated_seconds']:.3f} s hp), "
+            f"the GB200 rows of 26.04 and 26.04.01 +{mlp_gb200[0]['error']:.1%} and +{mlp_gb200[1]['error']:.1%} "
+            f"({mlp_gb200[0]['measured_seconds']:.3f} and {mlp_gb200[1]['measured_seconds']:.3f} s measured, "
+            f"{mlp_gb200[0]['estimated_seconds']:.3f} s hp") in prose
+    assert f"and the two of 26.04 and 26.04.01, which joined later, {mlp_gb200[0]['error']:+.1%} and {mlp_gb200[1]['error']:+.1%}" in prose
     gb200 = [by_id[f"mb{c}-gb200-deepseek-v3-mxfp8"] for c in ("26.02", "26.02.01")]
-    short = sorted(r["shortfall_per_layer_seconds"] * 1e3 for r in gb200)
-    assert f"the two GB200 rows, priced slow, {short[0]:+.2f} and {short[1]:+.2f} ms" in prose and short[1] < 0
     assert (f"its two GB200 rows at EP 64 within one NVLink domain (the GB200 table's 36-rank figure, extrapolated) "
             f"{gb200[0]['error']:+.1%} to {gb200[1]['error']:+.1%}") in prose
     assert f"only DeepSeek-V3 rows priced slow, {gb200[0]['error']:+.1%} and {gb200[1]['error']:+.1%}" in prose
@@ -252,8 +263,8 @@ def test_deepseek_v3_rows_state_their_pipeline_layout_as_layers_per_stage():
     registry = api.build_registry()
     model = api.model_from_preset("deepseek-v3", registry=registry)
     rows = [r for r in data["moe_rows"] if r["model"] == "deepseek-v3"]
-    assert [r["id"] for r in rows] == ([f"mb{c}-b200-deepseek-v3-mxfp8" for c in ("25.11", "26.02", "26.02.01", "26.04")]
-                                       + [f"mb{c}-gb200-deepseek-v3-mxfp8" for c in ("26.02", "26.02.01")])
+    assert [r["id"] for r in rows] == ([f"mb{c}-b200-deepseek-v3-mxfp8" for c in ("25.11", "26.02", "26.02.01", "26.04", "26.04.01")]
+                                       + [f"mb{c}-gb200-deepseek-v3-mxfp8" for c in ("26.02", "26.02.01", "26.04", "26.04.01")])
     assert parse_layout("Et*4|(t*4|)*14tmL") == ["Etttt"] + ["tttt"] * 14 + ["tmL"]
     for row in rows:
         chunks = parse_layout(row["pipeline_layout"])
@@ -264,19 +275,24 @@ def test_deepseek_v3_rows_state_their_pipeline_layout_as_layers_per_stage():
         assert sum(row["layers_per_stage"]) == runs._decoder_layers(model) == 61, row["id"]
         assert runs.layout(row, 61).layers_per_stage == (4,) * 15 + (1,), row["id"]
         # Step time by hand: 25.11 GBS 2,048 at 2,139 tokens/s/GPU: 2048 * 4096 / (2139 * 256) = 15.319 s
-        # GB200 26.02: 4096 * 4096 / (3955 * 256) = 16.570 s
+        # GB200 26.02: 4096 * 4096 / (3955 * 256) = 16.570 s; B200 26.04.01: 4096 * 4096 / (3328 * 256) = 19.692 s;
+        # GB200 26.04 and 26.04.01: 4096 * 4096 / (4193 * 256) = 15.630 s and / (4256 * 256) = 15.398 s
         expected = {"mb25.11-b200": 15.319, "mb26.02-b200": 24.372, "mb26.02.01-b200": 23.490, "mb26.04-b200": 23.281,
-                    "mb26.02-gb200": 16.570, "mb26.02.01-gb200": 16.298}[row["id"].rsplit("-deepseek", 1)[0]]
+                    "mb26.04.01-b200": 19.692, "mb26.02-gb200": 16.570, "mb26.02.01-gb200": 16.298,
+                    "mb26.04-gb200": 15.630, "mb26.04.01-gb200": 15.398}[row["id"].rsplit("-deepseek", 1)[0]]
         assert runs.measured_seconds(row) == pytest.approx(expected, abs=5e-4), row["id"]
-        # The GB200 rows' PP 4, VP 4: chunk i on rank i % 4 (Megatron-Core's layout), the last rank 4+4+4+1 = 13 layers.
+        # The GB200 rows' PP 4, VP 4: chunk i on rank i % 4 (Megatron-Core's layout), the last rank 4+4+4+1 = 13 layers;
+        # B200 26.04.01's PP 8, VP 2: the last rank holds chunks 7 and 15, 4+1 = 5 layers, the others 8.
         spec = runs.layout(row, 61)
         per_rank = [sum(spec.layers_per_stage[rank::spec.pp]) for rank in range(spec.pp)]
-        assert per_rank == ([16, 16, 16, 13] if row["hardware"] == "gb200" else [4] * 15 + [1]), row["id"]
+        expected_ranks = {(4, 4): [16, 16, 16, 13], (8, 2): [8] * 7 + [5], (16, 1): [4] * 15 + [1]}[(row["pp"], row["vpp"])]
+        assert per_rank == expected_ranks, row["id"]
 
 
 def test_moe_recompute_maps_the_rows_modules_to_switches_and_refuses_an_unstated_one():
     """mla_up_proj is the megatron runtime's attUp on every MLA body layer (3 mla, then 58 mla_moe: layers 0-2 and 3-60);
-    the Qwen3 rows recompute nothing; 'mlp' (DeepSeek-V3's 26.04.01 config) is not among the runtime's modules."""
+    'mlp' (DeepSeek-V3's 26.04 and 26.04.01 configs) is ffFc1 and ffAct on the 3 dense layers only; the Qwen3 rows
+    recompute nothing; a module the runtime does not state ('moe', 'shared_experts') is refused."""
     from hp_core import api
 
     runs = _module()
@@ -286,10 +302,13 @@ def test_moe_recompute_maps_the_rows_modules_to_switches_and_refuses_an_unstated
     plan = runs.moe_recompute({"id": "x", "recompute_modules": ["mla_up_proj"]}, model, registry, runtime)
     assert [(a, b, sorted(s.switches)) for a, b, s in plan.layers] == [(0, 2, ["attUp"]), (3, 60, ["attUp"])]
     assert runs.moe_recompute({"id": "x"}, model, registry, runtime) is None
-    with pytest.raises(ValueError, match="mlp"):
-        runs.moe_recompute({"id": "x", "recompute_modules": ["mla_up_proj", "mlp"]}, model, registry, runtime)
-    skipped = next(s for s in _data()["moe_rows_skipped"] if s["row"].startswith("26.04.01 NeMo Container, DeepSeekV3"))
-    assert "'mlp'" in skipped["why"] and "mlp" not in runtime.recompute_modules
+    plan = runs.moe_recompute({"id": "x", "recompute_modules": ["mla_up_proj", "mlp"]}, model, registry, runtime)
+    assert [(a, b, sorted(s.switches)) for a, b, s in plan.layers] == [(0, 2, ["attUp", "ffAct", "ffFc1"]), (3, 60, ["attUp"])]
+    plan = runs.moe_recompute({"id": "x", "recompute_modules": ["mlp"]}, model, registry, runtime)
+    assert [(a, b, sorted(s.switches)) for a, b, s in plan.layers] == [(0, 2, ["ffAct", "ffFc1"])]
+    with pytest.raises(ValueError, match="shared_experts"):
+        runs.moe_recompute({"id": "x", "recompute_modules": ["mlp", "shared_experts"]}, model, registry, runtime)
+    assert not any(s["row"].startswith("26.04.01 NeMo Container, DeepSeekV3") for s in _data()["moe_rows_skipped"])
 
 
 # torchtitan's and torchao's Float8 rows (torchtitan_rows): each step time by hand from the figure its source prints,

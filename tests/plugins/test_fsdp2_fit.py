@@ -211,8 +211,9 @@ def test_hopper_s_factor_is_every_profile_s_and_ampere_s_fsdp2_s_alone():
 
 
 def test_the_held_out_megatron_rows_decide_where_each_factor_applies(registry):
-    """Hopper's m lowers the 14 Megatron-Core H100 rows' mean absolute error (22.2% -> 15.1%, within 10%: 0 -> 6;
-    23.5% -> 16.0% before the megatron runtime's host floor (docs/time.md, "Overlap and host time"); 23.4% -> 15.9% and 1 -> 6 before the network step latency was sourced (35 us -> 3.58 us, docs/time.md), 23.0% ->
+    """Hopper's m lowers the 14 Megatron-Core H100 rows' mean absolute error (22.8% -> 15.3%, within 10%: 0 -> 6;
+    23.5% -> 16.0% before the GPT-OSS experts' FC2 bias passes were priced (trait moe_eager_expert_bias),
+    23.4% -> 15.9% and 1 -> 6 before the network step latency was sourced (35 us -> 3.58 us, docs/time.md), 23.0% ->
     15.5% and 1 -> 7 before the Megatron-Bridge rows stated their bf16 gradient reduction, -> 15.9% before the FP8-CS
     rows stated fp8_param_gather);
     Ampere's raises the 8 Korthikanti A100 rows' (3.7% -> 5.4%, 8 -> 6; 5.3% at m 1.055, before the PURE MPT rows
@@ -223,7 +224,7 @@ def test_the_held_out_megatron_rows_decide_where_each_factor_applies(registry):
     hopper = fsdp2_fit.megatron_hopper_rows(registry)
     assert len(hopper) == 14 and all(p.architecture == "hopper" for p in hopper)
     m = WHOLE_RUN_MATMUL_FACTORS["hopper"]
-    assert mae(hopper, 1.0) == pytest.approx(0.222, abs=5e-4) and mae(hopper, m) == pytest.approx(0.151, abs=5e-4)
+    assert mae(hopper, 1.0) == pytest.approx(0.228, abs=5e-4) and mae(hopper, m) == pytest.approx(0.153, abs=5e-4)
     assert [sum(abs(p.error(x, 1.0)) <= 0.10 for p in hopper) for x in (1.0, m)] == [0, 6]
     ampere = fsdp2_fit.korthikanti_rows(registry)
     a = WHOLE_RUN_MATMUL_FACTORS["ampere"]
@@ -348,7 +349,8 @@ def test_u_is_fitted_with_m_and_a_held_by_a_rule_that_reads_no_row_s_error(regis
     """The rule: a trainer-specific figure (u) is fitted with the device-wide and profile-wide figures fitted before it
     (m, a) held, so both classes state (b), whatever any row's error. The joint fit (a) is printed as information:
     Hopper's m 1.240 -> 1.105 (u 1.908 -> 4.235 ms), Ampere's 1.057 -> 0.955 (u 2.348 -> 5.037 ms); as consequences,
-    not reasons, it would take the 14 Megatron-Core H100 rows' mean absolute error from 16.0% to 19.7% and torchtitan's
+    not reasons, it would take the 14 Megatron-Core H100 rows' mean absolute error from 15.3% to 19.0% (16.0% to 19.7%
+    before the GPT-OSS experts' FC2 bias passes were priced) and torchtitan's
     eight A100 rows' (tt24-*) from 5.9% to 13.0%."""
     hopper, ampere = fsdp2_fit.joint(rows, "hopper"), fsdp2_fit.joint(rows, "ampere")
     assert hopper[0] == pytest.approx(1.105, abs=5e-4) and hopper[2] == pytest.approx(4.235e-3, abs=5e-7)
@@ -368,8 +370,8 @@ def test_u_is_fitted_with_m_and_a_held_by_a_rule_that_reads_no_row_s_error(regis
     def mae(priced, m):
         return sum(abs(p.error(m, 1.0)) for p in priced) / len(priced)
 
-    assert mae(megatron, WHOLE_RUN_MATMUL_FACTORS["hopper"]) == pytest.approx(0.151, abs=5e-4)
-    assert mae(megatron, hopper[0]) == pytest.approx(0.186, abs=5e-4)
+    assert mae(megatron, WHOLE_RUN_MATMUL_FACTORS["hopper"]) == pytest.approx(0.153, abs=5e-4)
+    assert mae(megatron, hopper[0]) == pytest.approx(0.190, abs=5e-4)
     assert len(tt24) == 8 and mae(tt24, WHOLE_RUN_MATMUL_FACTORS["ampere"]) == pytest.approx(0.059, abs=5e-4)
     assert mae(tt24, ampere[0]) == pytest.approx(0.130, abs=5e-4)
 

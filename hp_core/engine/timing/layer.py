@@ -158,6 +158,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     elementwise = f.elementwise_flops - (min(work.fused_softmax_flops, f.elementwise_flops) if r.flash else 0.0)
     el_fwd = elementwise * _el_bytes_per_flop(work, r) / r.memory
     mla_copy = work.copy_bytes / r.memory
+    copy_bwd = (work.copy_bytes if work.backward_copy_bytes is None else work.backward_copy_bytes) / r.memory
     permute = 0.0
     if work.permute_bytes and r.permute_passes:
         # Each pass reads and writes the dispatched tokens, except that the first
@@ -166,7 +167,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         permute = traffic / r.permute_memory + r.permute_overhead
     router_fwd = work.router_elements * r.router_fwd
     forward = mm_fwd + att_fwd + el_fwd + permute + mla_copy + router_fwd + quant_fwd
-    backward = mm_bwd + att_bwd + r.el_backward * el_fwd + permute + mla_copy + work.router_elements * r.router_bwd + quant_bwd
+    backward = mm_bwd + att_bwd + r.el_backward * el_fwd + permute + copy_bwd + work.router_elements * r.router_bwd + quant_bwd
     if work.table_elements:
         # A lookup table's backward writes a dense gradient of the rank's shard and reads it
         # into the gradient buffer (PyTorch embedding_dense_backward, then main_grad +=).
