@@ -211,7 +211,8 @@ def test_hopper_s_factor_is_every_profile_s_and_ampere_s_fsdp2_s_alone():
 
 
 def test_the_held_out_megatron_rows_decide_where_each_factor_applies(registry):
-    """Hopper's m lowers the 14 Megatron-Core H100 rows' mean absolute error (22.8% -> 15.3%, within 10%: 0 -> 6;
+    """Hopper's m lowers the 14 Megatron-Core H100 rows' mean absolute error (21.8% -> 14.7%, within 10%: 0 -> 6;
+    22.8% -> 15.3% before the megatron runtime's host floor (docs/time.md, "Overlap and host time"),
     23.5% -> 16.0% before the GPT-OSS experts' FC2 bias passes were priced (trait moe_eager_expert_bias),
     23.4% -> 15.9% and 1 -> 6 before the network step latency was sourced (35 us -> 3.58 us, docs/time.md), 23.0% ->
     15.5% and 1 -> 7 before the Megatron-Bridge rows stated their bf16 gradient reduction, -> 15.9% before the FP8-CS
@@ -224,7 +225,7 @@ def test_the_held_out_megatron_rows_decide_where_each_factor_applies(registry):
     hopper = fsdp2_fit.megatron_hopper_rows(registry)
     assert len(hopper) == 14 and all(p.architecture == "hopper" for p in hopper)
     m = WHOLE_RUN_MATMUL_FACTORS["hopper"]
-    assert mae(hopper, 1.0) == pytest.approx(0.228, abs=5e-4) and mae(hopper, m) == pytest.approx(0.153, abs=5e-4)
+    assert mae(hopper, 1.0) == pytest.approx(0.218, abs=5e-4) and mae(hopper, m) == pytest.approx(0.147, abs=5e-4)
     assert [sum(abs(p.error(x, 1.0)) <= 0.10 for p in hopper) for x in (1.0, m)] == [0, 6]
     ampere = fsdp2_fit.korthikanti_rows(registry)
     a = WHOLE_RUN_MATMUL_FACTORS["ampere"]
@@ -370,8 +371,8 @@ def test_u_is_fitted_with_m_and_a_held_by_a_rule_that_reads_no_row_s_error(regis
     def mae(priced, m):
         return sum(abs(p.error(m, 1.0)) for p in priced) / len(priced)
 
-    assert mae(megatron, WHOLE_RUN_MATMUL_FACTORS["hopper"]) == pytest.approx(0.153, abs=5e-4)
-    assert mae(megatron, hopper[0]) == pytest.approx(0.190, abs=5e-4)
+    assert mae(megatron, WHOLE_RUN_MATMUL_FACTORS["hopper"]) == pytest.approx(0.147, abs=5e-4)
+    assert mae(megatron, hopper[0]) == pytest.approx(0.182, abs=5e-4)
     assert len(tt24) == 8 and mae(tt24, WHOLE_RUN_MATMUL_FACTORS["ampere"]) == pytest.approx(0.059, abs=5e-4)
     assert mae(tt24, ampere[0]) == pytest.approx(0.130, abs=5e-4)
 
