@@ -59,7 +59,7 @@ from typing import Any
 
 import attrs
 
-from hp_core.costs import Flops, LayerContext, LayerCost, ParamCount
+from hp_core.costs import SWITCHES, Flops, LayerContext, LayerCost, ParamCount
 from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.specs.model import LayerGroup
@@ -200,8 +200,8 @@ def validate_lora(c: LoRAConfig, x: LayerContext) -> None:
 
 
 def _kind(name: str, placement: str, what: str) -> LayerKind:
-    return LayerKind(name=name, config_type=LoRAConfig, evaluate=evaluate_lora, placement=placement,
-                     switches=("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp", "ffFc1"),
+    # Every built-in switch: which of them a layer has is its wrapped kind's.
+    return LayerKind(name=name, config_type=LoRAConfig, evaluate=evaluate_lora, placement=placement, switches=SWITCHES,
                      validate=validate_lora, description=what)
 
 
