@@ -41,17 +41,11 @@ def relative_errors(seconds_per_kernel: float, rows: list[dict], registry) -> li
     """Each row's ``(hp - measured) / measured`` with the megatron runtime's host seconds per kernel set to *seconds_per_kernel*."""
     runtime = registry.runtime("megatron")
     host = attrs.evolve(runtime.timing.host, seconds_per_kernel=seconds_per_kernel)
+    varied = attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, host=host))
     errors = []
     for row in rows:
-        model = api.model_from_preset(row["model"], registry=registry)
-        run = api.apply_options(attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, host=host)), row["runtime_options"])
-        precision = attrs.evolve(run.precision, recipe=row["recipe"])
-        hardware = registry.hardware_preset(row["hardware"]).spec
-        t = api.step_time(model, fp8_runs.layout(row, fp8_runs._decoder_layers(model)), registry=registry, runtime=run,
-                          precision=precision, hardware=hardware,
-                          recompute=fp8_runs.moe_recompute(row, model, registry, run))
         measured = fp8_runs.measured_seconds(row)
-        errors.append((t.step_seconds - measured) / measured)
+        errors.append((fp8_runs.price_moe(row, registry, base_runtime=varied).step_seconds - measured) / measured)
     return errors
 
 

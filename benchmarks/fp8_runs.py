@@ -265,11 +265,12 @@ def moe_recompute(row: dict, model, registry, runtime):
     return RecomputeSpec(layers=tuple(ranges))
 
 
-def price_moe(row: dict, registry, recipe: str | None = None):
+def price_moe(row: dict, registry, recipe: str | None = None, base_runtime=None):
     """hp's step time of a Megatron-Bridge MoE row under *recipe* (the row's when ``None``), as run: the
-    ``megatron`` runtime with the row's options and the recompute modules it states (:func:`moe_recompute`)."""
+    ``megatron`` runtime (or *base_runtime*, a variant of it) with the row's options and the recompute modules it
+    states (:func:`moe_recompute`)."""
     model = api.model_from_preset(row["model"], registry=registry)
-    runtime = api.apply_options(registry.runtime("megatron"), row["runtime_options"])
+    runtime = api.apply_options(base_runtime or registry.runtime("megatron"), row["runtime_options"])
     precision = attrs.evolve(runtime.precision, recipe=recipe or row["recipe"])
     hardware = registry.hardware_preset(row["hardware"]).spec
     return api.step_time(model, layout(row, _decoder_layers(model)), registry=registry, runtime=runtime,
