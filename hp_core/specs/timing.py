@@ -20,17 +20,16 @@ The profile has three parts:
 
 from __future__ import annotations
 
-import itertools
-import math
 from typing import Any
 
 import attrs
 
 from hp_core.errors import ConfigError, SpecError
 from hp_core.precision_recipes import AUTOCAST, GEMM_KERNELS
+from hp_core.specs.gemms import GEMM_PASSES, GemmShapeScale, GemmTable
 from hp_core.specs.overlap import HostOverhead, OverlapSchedule
 
-__all__ = ["ALL_REDUCE_ALGORITHMS", "CommOverlap", "DeviceEfficiency", "GEMM_PASSES", "GemmTable", "ROUTER_REFERENCE_ELEMENTS",
+__all__ = ["ALL_REDUCE_ALGORITHMS", "CommOverlap", "DeviceEfficiency", "GEMM_PASSES", "GemmShapeScale", "GemmTable", "ROUTER_REFERENCE_ELEMENTS",
            "Sourced", "TimingProfile"]
 
 # NCCL's all-reduce algorithms (hp_core.collectives): ``ring`` (bandwidth-optimal,
@@ -38,8 +37,6 @@ __all__ = ["ALL_REDUCE_ALGORITHMS", "CommOverlap", "DeviceEfficiency", "GEMM_PAS
 # ``hierarchical`` (within the node, across nodes, within again), ``nvls`` (NVLink SHARP
 # where the hardware states it) and ``auto`` (the fastest of them, as NCCL's tuner picks).
 ALL_REDUCE_ALGORITHMS = ("ring", "tree", "hierarchical", "nvls", "auto")
-# The three GEMMs of a linear layer: the forward, the input gradient and the weight gradient.
-GEMM_PASSES = ("forward", "input_gradient", "weight_gradient")
 # The routed tokens times experts of one micro-batch at which the router figures are
 # measured (DeepSeek-V2: 4096 tokens, 160 experts); a layer's router time scales with its own.
 ROUTER_REFERENCE_ELEMENTS = 4096 * 160
@@ -113,134 +110,6 @@ def _sourced(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
         raise SpecError(attribute.name, f"{attribute.name} must be a Sourced figure, finite and >= 0; got {value!r}")
 
 
-def _gemm_rows(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    width = 6 if attribute.name == "grouped" else 5
-    for row in value:
-        if (
-            len(row) != width
-            or row[0] not in GEMM_PASSES
-            or any(not isinstance(d, int) or isinstance(d, bool) or d <= 0 for d in row[1:-1])
-            or not 0 < row[-1] <= 1
-        ):
-            raise SpecError(attribute.name, f"{attribute.name}: a row must be (pass, {'experts, ' if width == 6 else ''}rows, fan_out, fan_in, efficiency) "
-                             f"with pass one of {GEMM_PASSES}, positive integer sizes and an efficiency in (0, 1]; got {row!r}")
-
-
-@attrs.frozen(kw_only=True, cache_hash=True)
-class GemmTable:
-    """Measured GEMM efficiencies of one device by shape, for the shapes a benchmark timed.
-
-    A linear layer with ``fan_in`` inputs and ``fan_out`` outputs over ``rows``
-    tokens runs three GEMMs (:data:`GEMM_PASSES`), each of ``2 * rows * fan_in *
-    fan_out`` FLOPs: the forward, the input gradient and the weight gradient.
-    A GEMM takes the efficiency measured for the table's shape nearest to it
-    (the largest ratio over its dimensions, in log space) when every dimension
-    is within :attr:`tolerance` of it, else ``None``: the caller falls back to
-    the device's single figure. Grouped (expert) GEMMs are keyed by the experts
-    on the rank as well.
-
-    Attributes:
-        source: Where the measurements come from.
-        dense: ``(pass, rows, fan_out, fan_in, efficiency)`` rows.
-        grouped: ``(pass, experts, rows per expert, fan_out, fan_in, efficiency)`` rows.
-        tolerance: The largest ratio between a GEMM's dimension and the
-            measured shape's for the measurement to stand for it.
-        dtype: The compute dtype measured; other dtypes are not looked up.
-    """
-
-    source: str = attrs.field(validator=_text)
-    dense: tuple[tuple[Any, ...], ...] = attrs.field(converter=tuple, validator=_gemm_rows, repr=False)
-    grouped: tuple[tuple[Any, ...], ...] = attrs.field(default=(), converter=tuple, validator=_gemm_rows, repr=False)
-    tolerance: float = attrs.field(default=1.05)
-    dtype: str = "bf16"
-    _index: dict = attrs.field(init=False, factory=dict, eq=False, hash=False, repr=False)
-    _found: dict = attrs.field(init=False, factory=dict, eq=False, hash=False, repr=False)
-
-    @tolerance.validator
-    def _check_tolerance(self, attribute: attrs.Attribute, value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
-            raise SpecError("tolerance", f"tolerance must be a ratio of at least 1, got {value!r}")
-
-    def _near(self, key: tuple, point: tuple[float, ...], width: float) -> list[tuple[int, tuple[float, ...], float]]:
-        """The rows of *key* whose every log-dimension lies in *point*'s bucket or a neighbouring one, in table order.
-
-        Rows are bucketed by ``floor(log(d) / width)`` per dimension with
-        ``width`` the largest log-distance a match may have, so a row within
-        it of *point* is in the same or a neighbouring bucket in every dimension.
-        """
-        if not self._index:
-            for rows, grouped in ((self.dense, False), (self.grouped, True)):
-                for n, row in enumerate(rows):
-                    logs = tuple(math.log(d) for d in row[1:-1])
-                    cell = tuple(math.floor(v / width) for v in logs)
-                    self._index.setdefault((grouped, row[0], cell), []).append((n, logs, row[-1]))
-            self._index[None] = []  # built, even for an empty table
-        found = []
-        for offsets in itertools.product((-1, 0, 1), repeat=len(point)):
-            cell = tuple(math.floor(v / width) + o for v, o in zip(point, offsets))
-            found.extend(self._index.get(key + (cell,), ()))
-        found.sort()
-        return found
-
-    def efficiency(self, gemm_pass: str, rows: float, fan_out: int, fan_in: int, experts: int = 0) -> float | None:
-        """The measured efficiency for the nearest shape within :attr:`tolerance`, else ``None``.
-
-        Ties go to the later row of the table.
-
-        Args:
-            gemm_pass: One of :data:`GEMM_PASSES`.
-            rows: Tokens (per expert, for a grouped GEMM).
-            fan_out: The layer's outputs (per expert).
-            fan_in: The layer's inputs (per expert).
-            experts: Experts on the rank for a grouped GEMM; 0 for a dense one.
-        """
-        key = (gemm_pass, experts, rows, fan_out, fan_in)
-        if key in self._found:
-            return self._found[key]
-        point = tuple(math.log(max(d, 1)) for d in ((experts,) if experts else ()) + (rows, fan_out, fan_in))
-        limit = math.log(self.tolerance) + 1e-12
-        best, found = limit, None
-        for _, logs, value in self._near((bool(experts), gemm_pass), point, limit):
-            distance = max(abs(a - b) for a, b in zip(logs, point))
-            if distance <= best:
-                best, found = distance, value
-        self._found[key] = found
-        return found
-
-    def price(self, gemms: tuple[tuple[Any, ...], ...], grouped: bool = False) -> tuple[float, float, float, float]:
-        """FLOPs of *gemms* and their FLOPs over efficiency, per pass, for the shapes the table holds (cached).
-
-        Args:
-            gemms: Dense ``(rows, fan_out, fan_in)`` or, with *grouped*,
-                ``(experts, rows per expert, fan_out, fan_in)`` GEMMs, each the
-                forward of a linear layer (``2 * rows * fan_out * fan_in`` FLOPs
-                per expert).
-            grouped: The GEMMs are grouped expert GEMMs.
-
-        Returns:
-            ``(listed, covered, forward, backward)``: the forward FLOPs of all of
-            *gemms*, of those whose three passes the table holds, and for
-            those the forward's and the two backward GEMMs' FLOPs divided by
-            their efficiencies (times ``1 / peak`` is seconds).
-        """
-        key = (grouped, gemms)
-        if key in self._found:
-            return self._found[key]
-        listed = covered = forward = backward = 0.0
-        for gemm in gemms:
-            experts, shape = (gemm[0], gemm[1:]) if grouped else (0, gemm)
-            flops = 2.0 * max(experts, 1) * shape[0] * shape[1] * shape[2]
-            listed += flops
-            e_fwd, e_dgrad, e_wgrad = (self.efficiency(p, *shape, experts=experts) for p in GEMM_PASSES)
-            if e_fwd is None or e_dgrad is None or e_wgrad is None:
-                continue
-            covered += flops
-            forward += flops / e_fwd
-            backward += flops / e_dgrad + flops / e_wgrad
-        self._found[key] = result = (listed, covered, forward, backward)
-        return result
-
-
 @attrs.frozen(kw_only=True)
 class DeviceEfficiency:
     """Achieved fractions of one device architecture's peaks, under one trainer's kernels.
@@ -293,6 +162,9 @@ class DeviceEfficiency:
         gemm_table: Measured GEMM efficiencies by shape (:class:`GemmTable`): a dense or grouped GEMM whose shape
             it holds takes its own efficiency per pass; any other takes :attr:`matmul`, respectively the grouped fit.
             ``None``: every GEMM takes the single figures.
+        gemm_shape: The device's dense GEMM efficiency by shape relative to its largest measured shape
+            (:class:`~hp_core.specs.gemms.GemmShapeScale`): where no :attr:`gemm_table` is stated, a dense GEMM of known
+            shape takes :attr:`matmul` times its factor per pass. ``None``: no shape dependence.
         sustained_slowdown: A whole training step's time over the sum of its kernels' and collectives' times as
             the figures above price them (each measured alone): what a full run adds -- clocks under sustained load,
             caches other kernels have evicted, launch gaps and host work between kernels. It multiplies every priced
@@ -340,6 +212,7 @@ class DeviceEfficiency:
     moe_router_forward_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     moe_router_backward_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     gemm_table: GemmTable | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(GemmTable)))
+    gemm_shape: GemmShapeScale | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(GemmShapeScale)))
     sustained_slowdown: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_at_least_one))
     matmul_whole_run_factor: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_at_least_one))
     fsdp1_unit_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))

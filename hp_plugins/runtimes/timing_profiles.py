@@ -73,14 +73,14 @@ import attrs
 
 from hp_core.specs.overlap import OverlapSchedule
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
-from hp_plugins.hardware import gemm_b200
+from hp_plugins.hardware import gemm_b200, gemm_h100
 from hp_plugins.runtimes.host import MEGATRON_HOST, ROUTER_H200
 from hp_plugins.runtimes.whole_run import (FSDP1_UNIT_SECONDS, MPT_CALIBRATION, TRITON_FLASH_FACTORS,
                                            WHOLE_RUN_MATMUL_FACTORS, fitted_matmul, fsdp1_unit, mpt_fit)
 
 __all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRON", "EAGER_ACCESSES", "FSDP1_UNIT_SECONDS", "FSDP2",
            "FSDP2_AMPERE",
-           "FUSED_ACCESSES", "GENERIC", "HOPPER_CUDNN", "HOPPER_KERNELS", "HOPPER_SDPA", "HOPPER", "MEGATRON_LM_2022",
+           "FUSED_ACCESSES", "GENERIC", "H100_GEMM_SHAPE", "HOPPER_CUDNN", "HOPPER_KERNELS", "HOPPER_SDPA", "HOPPER", "MEGATRON_LM_2022",
            "MEGATRON_TE", "PROFILES", "TRITON_FLASH", "TRITON_FLASH_FACTORS", "WHOLE_RUN_MATMUL_FACTORS"]
 
 _SIMUMAX_B200 = "SimuMax v1.2 configs/system/b200_bf16_ceperm.json (MooreThreads/SimuMax@4dcaae5), measured on 8x B200 with TE 2.11"
@@ -100,6 +100,8 @@ _STAS_H200 = ("stas00/ml-engineering@744d01e network/README.md, SHARP: nccl-test
 
 # The B200 table: 144 dense and 20 grouped GEMM shapes, each measured in its three passes.
 B200_GEMMS = gemm_b200.gemm_table()
+# Hopper's dense GEMMs by shape, relative to the largest measured (OpenXLA's sm_90 table; docs/time.md).
+H100_GEMM_SHAPE = gemm_h100.shape_scale()
 
 # Transformer Engine's GEMM benchmark (benchmarks/gemm/benchmark_gemm.py) as its tutorial
 # docs/examples/gemm_profiling/gemm_profiling.rst publishes it (TransformerEngine@d0067d0, read 2026-11-30):
@@ -227,6 +229,7 @@ HOPPER_KERNELS = DeviceEfficiency(
         52.3e-6, f"{_ROUTER_H200}: 26 backward kernels, 122.0 us, less the gating GEMM's two gradient GEMMs (39.1 us) "
         "and the benchmark's own accumulation into its input's .grad (30.6 us)"
     ),
+    gemm_shape=H100_GEMM_SHAPE,
     gemm_speedups=_HOPPER_SPEEDUPS,
 )
 

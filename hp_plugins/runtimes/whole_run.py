@@ -22,8 +22,8 @@ __all__ = ["FSDP1_UNIT_SECONDS", "MPT_CALIBRATION", "TRITON_FLASH_FACTORS", "WHO
 # Megatron-Core H100 rows of the repo, none fitted to, check it (held out: mean absolute error 23.5% -> 16.0%).
 # Ampere's m is the fsdp2 profile's alone (FSDP2_AMPERE): on the held-out A100 Megatron-LM rows of Korthikanti et al.
 # 2022 it raises the mean absolute error from 3.7% to 5.4% (docs/time.md "The fsdp2 fit").
-WHOLE_RUN_MATMUL_FACTORS = {"hopper": 1.240, "ampere": 1.057}
-TRITON_FLASH_FACTORS = {"hopper": 1.882, "ampere": 2.180}
+WHOLE_RUN_MATMUL_FACTORS = {"hopper": 1.235, "ampere": 1.057}
+TRITON_FLASH_FACTORS = {"hopper": 1.869, "ampere": 2.180}
 # FSDP1's per-unit serial time (DeviceEfficiency.fsdp1_unit_seconds, fsdp2's option fsdp_implementation=fsdp1): the
 # seconds each body layer (one FSDP unit) adds once per micro-batch under torch FSDP1 as Composer runs it, per device
 # class, fitted to the same calibration rows (every MPT row states fsdp_implementation: fsdp1) with the factors above
@@ -32,7 +32,7 @@ TRITON_FLASH_FACTORS = {"hopper": 1.882, "ampere": 2.180}
 # benchmarks/fit_fsdp2_sustained.py prints the joint three-figure fit beside it, for information). Empirical: what it holds -- FSDP1's pre/post-forward and -backward hooks, the limit_all_gathers rate
 # limiter's CPU-GPU synchronisation, the FlatParameter copies, the fp32 gradient cast and divide passes -- is not
 # priced from sources; FSDP2 (torchtitan) rows do not take it.
-FSDP1_UNIT_SECONDS = {"hopper": 0.001908, "ampere": 0.002348}
+FSDP1_UNIT_SECONDS = {"hopper": 0.001761, "ampere": 0.002348}
 MPT_CALIBRATION = {
     "hopper": "the 39 calibration rows of llm-foundry's H100 80GB BF16 MPT tables",
     "ampere": "the 74 calibration rows of llm-foundry's A100 80GB and A100 40GB MPT tables",

@@ -19,6 +19,7 @@ from hp_core.errors import ConfigError
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
 from hp_core.specs.overlap import HostOverhead, replicate_split_error
+from hp_core.specs.gemms import ShapedGemms
 from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS, DeviceEfficiency, GemmTable, TimingProfile
 
 __all__ = ["FSDP1_UNIT_FORWARD_SHARE", "compute_dtype"]
@@ -158,7 +159,7 @@ class _Rates:
     dtype: str
     peak: float
     matmul: float
-    gemm_table: GemmTable | None
+    gemm_table: GemmTable | ShapedGemms | None  # per-shape GEMM pricing (_gemm_table)
     grouped: float
     half_rows: float
     attn_fwd: float
@@ -306,6 +307,15 @@ def _unit_seconds(timing: TimingProfile, dev: DeviceEfficiency, zero: int | None
     return dict(unit_fwd=FSDP1_UNIT_FORWARD_SHARE * figure.value, unit_bwd=(1 - FSDP1_UNIT_FORWARD_SHARE) * figure.value)
 
 
+def _gemm_table(dev: DeviceEfficiency, dtype: str) -> GemmTable | ShapedGemms | None:
+    """The device's per-shape GEMM pricing for *dtype*: its measured table, else its shape scale at its ``matmul``."""
+    if dev.gemm_table is not None:
+        return dev.gemm_table if dev.gemm_table.dtype == dtype else None
+    if dev.gemm_shape is not None and dev.gemm_shape.dtype == dtype:
+        return dev.gemm_shape.bind(dev.matmul.value)
+    return None
+
+
 def _rates(
     parallel: ParallelSpec, hardware: HardwareSpec, timing: TimingProfile, precision: PrecisionSpec, attention: str,
     recipe: PrecisionRecipe | None = None,
@@ -326,7 +336,7 @@ def _rates(
 
     return _Rates(
         dtype=dtype, peak=peak, matmul=dev.matmul.value,
-        gemm_table=dev.gemm_table if dev.gemm_table is not None and dev.gemm_table.dtype == dtype else None,
+        gemm_table=_gemm_table(dev, dtype),
         grouped=dev.grouped_matmul.value, half_rows=dev.grouped_half_rows.value,
         attn_fwd=dev.attention_forward.value, attn_bwd=dev.attention_backward.value,
         attn_fwd_overhead=dev.attention_forward_overhead_seconds.value,
