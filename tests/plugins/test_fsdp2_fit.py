@@ -22,7 +22,8 @@ from hp_plugins.kinds.dense import DenseConfig  # noqa: E402
 from hp_plugins.kinds.embedding import EmbeddingConfig  # noqa: E402
 from hp_plugins.kinds.output import OutputConfig  # noqa: E402
 from hp_plugins.runtimes.timing_profiles import (  # noqa: E402
-    FSDP1_UNIT_SECONDS, AMPERE, ANY_DEVICE, BLACKWELL, BLACKWELL_MEGATRON, FSDP2, GENERIC, HOPPER, HOPPER_KERNELS, HOPPER_SDPA,
+    FSDP1_UNIT_SECONDS, AMPERE, ANY_DEVICE, BLACKWELL, BLACKWELL_MEGATRON, FSDP2, GENERIC, H100_GEMM_SHAPE, HOPPER, HOPPER_KERNELS,
+    HOPPER_SDPA,
     MEGATRON_LM_2022, MEGATRON_TE, PROFILES, TRITON_FLASH, TRITON_FLASH_FACTORS, WHOLE_RUN_MATMUL_FACTORS)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,8 +55,8 @@ def test_the_stated_factors_are_the_fit_of_the_calibration_rows(registry, rows):
             f"{arch}: the data fit m {m:.4f}, a {a:.4f}: update timing_profiles.py and run "
             "python benchmarks/fit_fsdp2_sustained.py --write")
         assert abs(u - FSDP1_UNIT_SECONDS[arch]) <= 5e-7 + 1e-12, f"{arch}: the data fit u {u:.7f} s: update whole_run.py"
-    # The fitted per-unit times: 1.908 ms on Hopper, 2.348 ms on Ampere, stated in fsdp2's entries alone.
-    assert FSDP1_UNIT_SECONDS == {"hopper": 0.001908, "ampere": 0.002348}
+    # The fitted per-unit times: 1.761 ms on Hopper, 2.348 ms on Ampere, stated in fsdp2's entries alone.
+    assert FSDP1_UNIT_SECONDS == {"hopper": 0.001761, "ampere": 0.002348}
     for arch in ("hopper", "ampere"):
         figure = FSDP2.device(arch).fsdp1_unit_seconds
         assert figure.value == FSDP1_UNIT_SECONDS[arch] and "calibration rows" in figure.source
@@ -123,15 +124,26 @@ def test_the_gemm_factor_scales_exactly_the_matmul_time_on_h100_and_nothing_on_b
     model, layout = _small_gpt(seq), ParallelSpec(dp=1, seq_len=seq, micro_batch_size=1, global_batch_size=1)
     fsdp2 = registry.runtime("fsdp2")
     kernels_alone = _with_devices(fsdp2, (BLACKWELL, attrs.evolve(HOPPER_SDPA, matmul=HOPPER_KERNELS.matmul), AMPERE, ANY_DEVICE))
+    # Without Hopper's GEMM shape scale every GEMM runs at matmul itself (with it, below, at matmul times its factor).
+    flat, flat_alone = (_with_devices(rt, tuple(attrs.evolve(d, gemm_shape=None) for d in rt.timing.devices))
+                        for rt in (fsdp2, kernels_alone))
     # Forward GEMM FLOPs of one sequence: per layer q, k, v, o (4 h^2) and the MLP (8 h^2), 2 FLOPs a weight a
     # token; the head 2 h V a token. Backward twice the forward (input and weight gradients); no recompute.
     gemm_flops = 3 * (layers * 2 * 12 * h * h * seq + 2 * h * vocab * seq)
     h100 = registry.hardware_preset("h100-sxm").spec
-    fitted = step_time(model, layout, registry=registry, hardware=h100, runtime=fsdp2)
-    alone = step_time(model, layout, registry=registry, hardware=h100, runtime=kernels_alone)
+    fitted = step_time(model, layout, registry=registry, hardware=h100, runtime=flat)
+    alone = step_time(model, layout, registry=registry, hardware=h100, runtime=flat_alone)
     m = WHOLE_RUN_MATMUL_FACTORS["hopper"]
     # matmul 0.70 / m: every GEMM takes m times as long, (m - 1) * FLOPs / (989.4 TFLOP/s * 0.70) more in all.
     assert fitted.step_seconds - alone.step_seconds == pytest.approx(gemm_flops * (m - 1) / (989.4e12 * 0.70), rel=1e-9)
+    # With the shape scale each GEMM pass's FLOPs are over its factor: m still scales exactly that time.
+    _, fwd, bwd = H100_GEMM_SHAPE.price(((seq, 3 * h, h), (seq, h, h), (seq, 4 * h, h), (seq, h, 4 * h)))
+    _, head_fwd, head_bwd = H100_GEMM_SHAPE.price(((seq, vocab, h),))
+    shaped = layers * (fwd + bwd) + head_fwd + head_bwd
+    assert shaped > gemm_flops
+    difference = (step_time(model, layout, registry=registry, hardware=h100, runtime=fsdp2).step_seconds
+                  - step_time(model, layout, registry=registry, hardware=h100, runtime=kernels_alone).step_seconds)
+    assert difference == pytest.approx(shaped * (m - 1) / (989.4e12 * 0.70), rel=1e-9)
     b200 = registry.hardware_preset("b200").spec
     assert FSDP2.device("blackwell") is BLACKWELL
     assert step_time(model, layout, registry=registry, hardware=b200, runtime=fsdp2).step_seconds == \
@@ -195,7 +207,7 @@ def test_hopper_s_factor_is_every_profile_s_and_ampere_s_fsdp2_s_alone():
         assert profile.device("hopper") is HOPPER and profile.device("ampere") is AMPERE
     assert set(PROFILES.values()) == {GENERIC, MEGATRON_TE, MEGATRON_LM_2022, FSDP2}
     assert HOPPER_KERNELS.matmul.value == 0.70 and AMPERE.matmul.value == 0.7175
-    assert HOPPER.matmul.value == 0.70 / WHOLE_RUN_MATMUL_FACTORS["hopper"] == pytest.approx(0.5645, abs=5e-5)
+    assert HOPPER.matmul.value == 0.70 / WHOLE_RUN_MATMUL_FACTORS["hopper"] == pytest.approx(0.5668, abs=5e-5)
     assert attrs.evolve(HOPPER, matmul=HOPPER_KERNELS.matmul, matmul_whole_run_factor=None) == HOPPER_KERNELS
     assert HOPPER.attention_forward.value == 0.75 and HOPPER.attention_backward.value == 0.55
     assert FSDP2.device("hopper") is HOPPER_SDPA and HOPPER_SDPA.matmul is HOPPER.matmul
@@ -211,7 +223,8 @@ def test_hopper_s_factor_is_every_profile_s_and_ampere_s_fsdp2_s_alone():
 
 
 def test_the_held_out_megatron_rows_decide_where_each_factor_applies(registry):
-    """Hopper's m lowers the 14 Megatron-Core H100 rows' mean absolute error (21.8% -> 14.7%, within 10%: 0 -> 6;
+    """Hopper's m lowers the 14 Megatron-Core H100 rows' mean absolute error (21.6% -> 14.2%, within 10%: 1 -> 6;
+    21.8% -> 14.7% and 0 -> 6 before Hopper's GEMMs were priced by shape (docs/time.md, "Hopper GEMMs by shape");
     22.8% -> 15.3% before the megatron runtime's host floor (docs/time.md, "Overlap and host time"),
     23.5% -> 16.0% before the GPT-OSS experts' FC2 bias passes were priced (trait moe_eager_expert_bias),
     23.4% -> 15.9% and 1 -> 6 before the network step latency was sourced (35 us -> 3.58 us, docs/time.md), 23.0% ->
@@ -225,8 +238,8 @@ def test_the_held_out_megatron_rows_decide_where_each_factor_applies(registry):
     hopper = fsdp2_fit.megatron_hopper_rows(registry)
     assert len(hopper) == 14 and all(p.architecture == "hopper" for p in hopper)
     m = WHOLE_RUN_MATMUL_FACTORS["hopper"]
-    assert mae(hopper, 1.0) == pytest.approx(0.218, abs=5e-4) and mae(hopper, m) == pytest.approx(0.147, abs=5e-4)
-    assert [sum(abs(p.error(x, 1.0)) <= 0.10 for p in hopper) for x in (1.0, m)] == [0, 6]
+    assert mae(hopper, 1.0) == pytest.approx(0.216, abs=5e-4) and mae(hopper, m) == pytest.approx(0.142, abs=5e-4)
+    assert [sum(abs(p.error(x, 1.0)) <= 0.10 for p in hopper) for x in (1.0, m)] == [1, 6]
     ampere = fsdp2_fit.korthikanti_rows(registry)
     a = WHOLE_RUN_MATMUL_FACTORS["ampere"]
     assert len(ampere) == 8 and mae(ampere, 1.0) == pytest.approx(0.037, abs=5e-4) and mae(ampere, a) == pytest.approx(0.054, abs=5e-4)
@@ -259,7 +272,7 @@ def test_the_summary_says_which_kernels_carry_a_whole_run_factor(registry):
 
     model, layout = _small_gpt(2048), ParallelSpec(dp=1, seq_len=2048, micro_batch_size=1, global_batch_size=1)
     cases = {("generic", "h100-sxm"): (WHOLE_RUN_MATMUL_FACTORS["hopper"], 1.0,
-                                       "GEMMs at a fitted whole-run factor 1.24, other kernels as measured alone"),
+                                       "GEMMs at a fitted whole-run factor 1.235, other kernels as measured alone"),
              ("generic", "a100-80gb"): (1.0, 1.0, "bf16, kernels as measured alone"),
              ("fsdp2", "a100-80gb"): (WHOLE_RUN_MATMUL_FACTORS["ampere"], 1.0, "GEMMs at a fitted whole-run factor 1.057,"),
              ("megatron", "b200"): (1.0, 1.055, "whole-run slowdown 1.055")}
@@ -274,7 +287,7 @@ def test_the_summary_says_which_kernels_carry_a_whole_run_factor(registry):
 
 def test_fsdp1_adds_the_unit_time_once_per_body_layer_and_micro_batch(registry):
     """A 4-layer GPT, 3 micro-batches of 2,048 tokens on one H100 (dp 1: no FSDP collective): fsdp_implementation=fsdp1
-    adds 3 micro-batches x 4 body layers x 1.908 ms = 22.896 ms, whatever the recompute (a full recompute re-runs the
+    adds 3 micro-batches x 4 body layers x 1.761 ms = 21.132 ms, whatever the recompute (a full recompute re-runs the
     forward's kernels, not FSDP1's hooks); the embedding and the head take none."""
     model = _small_gpt(2048)
     layout = ParallelSpec(dp=1, seq_len=2048, micro_batch_size=1, global_batch_size=3)
@@ -286,14 +299,14 @@ def test_fsdp1_adds_the_unit_time_once_per_body_layer_and_micro_batch(registry):
         two = step_time(model, layout, registry=registry, hardware=h100, runtime=fsdp2, recompute=recompute)
         one = step_time(model, layout, registry=registry, hardware=h100, runtime=fsdp1, recompute=recompute)
         assert one.micro_batches == 3
-        assert one.step_seconds - two.step_seconds == pytest.approx(3 * 4 * 0.001908, rel=1e-9)
-        assert one.step_seconds - two.step_seconds == pytest.approx(0.022896, rel=1e-9)
+        assert one.step_seconds - two.step_seconds == pytest.approx(3 * 4 * 0.001761, rel=1e-9)
+        assert one.step_seconds - two.step_seconds == pytest.approx(0.021132, rel=1e-9)
         # 1/3 of it in the forward, 2/3 in the backward; none in the recompute.
         stage1, stage2 = one.stages[0], two.stages[0]
-        assert stage1.forward_seconds - stage2.forward_seconds == pytest.approx(4 * 0.001908 / 3, rel=1e-9)
-        assert stage1.backward_seconds - stage2.backward_seconds == pytest.approx(4 * 0.001908 * 2 / 3, rel=1e-9)
+        assert stage1.forward_seconds - stage2.forward_seconds == pytest.approx(4 * 0.001761 / 3, rel=1e-9)
+        assert stage1.backward_seconds - stage2.backward_seconds == pytest.approx(4 * 0.001761 * 2 / 3, rel=1e-9)
         assert stage1.recompute_seconds == stage2.recompute_seconds
-        assert one.provenance["fsdp1_unit_step_seconds"] == pytest.approx(0.022896, rel=1e-9)
+        assert one.provenance["fsdp1_unit_step_seconds"] == pytest.approx(0.021132, rel=1e-9)
         assert "fsdp1_unit_seconds" not in two.provenance
     # Ampere: 3 x 4 x 2.348 ms.
     a100 = registry.hardware_preset("a100-80gb").spec
@@ -338,28 +351,29 @@ def test_fsdp1_is_refused_where_no_unit_time_is_fitted(registry, tmp_path, capsy
     assert doc["time"] is None and doc["time_unavailable"].startswith("$.runtime.options.fsdp_implementation:")
     config.write_text(json.dumps({**job, "hardware": "h100-sxm"}))
     assert main(["estimate", str(config)]) == 0
-    # llama3-8b: 32 body layers, 2 micro-batches per rank (16 sequences over dp 8): 2 x 32 x 1.908 ms = 0.122 s.
-    assert "FSDP1 per-unit time 1.91 ms x 32 units x 2 micro-batches = 0.122 s of the compute" in capsys.readouterr().out
-    # One micro-batch (8 sequences over dp 8): 1 x 32 x 1.908 ms = 0.061 s, "micro-batch" in the singular.
+    # llama3-8b: 32 body layers, 2 micro-batches per rank (16 sequences over dp 8): 2 x 32 x 1.761 ms = 0.113 s.
+    assert "FSDP1 per-unit time 1.76 ms x 32 units x 2 micro-batches = 0.113 s of the compute" in capsys.readouterr().out
+    # One micro-batch (8 sequences over dp 8): 1 x 32 x 1.761 ms = 0.056 s, "micro-batch" in the singular.
     config.write_text(json.dumps({**job, "hardware": "h100-sxm", "parallel": {**job["parallel"], "global_batch_size": 8}}))
     assert main(["estimate", str(config)]) == 0
-    assert "FSDP1 per-unit time 1.91 ms x 32 units x 1 micro-batch = 0.061 s of the compute" in capsys.readouterr().out
+    assert "FSDP1 per-unit time 1.76 ms x 32 units x 1 micro-batch = 0.056 s of the compute" in capsys.readouterr().out
 
 
 def test_u_is_fitted_with_m_and_a_held_by_a_rule_that_reads_no_row_s_error(registry, rows):
     """The rule: a trainer-specific figure (u) is fitted with the device-wide and profile-wide figures fitted before it
     (m, a) held, so both classes state (b), whatever any row's error. The joint fit (a) is printed as information:
-    Hopper's m 1.240 -> 1.105 (u 1.908 -> 4.235 ms), Ampere's 1.057 -> 0.955 (u 2.348 -> 5.037 ms); as consequences,
-    not reasons, it would take the 14 Megatron-Core H100 rows' mean absolute error from 15.3% to 19.0% (16.0% to 19.7%
-    before the GPT-OSS experts' FC2 bias passes were priced) and torchtitan's
+    Hopper's m 1.235 -> 1.108 (u 1.761 -> 3.967 ms), Ampere's 1.057 -> 0.955 (u 2.348 -> 5.037 ms); as consequences,
+    not reasons, it would take the 14 Megatron-Core H100 rows' mean absolute error from 14.2% to 17.7% (14.7% to 18.2%
+    before Hopper's GEMMs were priced by shape, 16.0% to 19.7% before the GPT-OSS experts' FC2 bias passes were
+    priced) and torchtitan's
     eight A100 rows' (tt24-*) from 5.9% to 13.0%."""
     hopper, ampere = fsdp2_fit.joint(rows, "hopper"), fsdp2_fit.joint(rows, "ampere")
-    assert hopper[0] == pytest.approx(1.105, abs=5e-4) and hopper[2] == pytest.approx(4.235e-3, abs=5e-7)
+    assert hopper[0] == pytest.approx(1.108, abs=5e-4) and hopper[2] == pytest.approx(3.967e-3, abs=5e-7)
     assert ampere[0] == pytest.approx(0.955, abs=5e-4) and ampere[2] == pytest.approx(5.037e-3, abs=5e-7)
-    # (b) for both: the stated m are the u = 0 fit's, not the joint fit's, and every profile's Hopper matmul is 0.70 / 1.240.
+    # (b) for both: the stated m are the u = 0 fit's, not the joint fit's, and every profile's Hopper matmul is 0.70 / 1.235.
     for arch, x in (("hopper", hopper), ("ampere", ampere)):
         assert abs(x[0] - WHOLE_RUN_MATMUL_FACTORS[arch]) > 0.1 and FSDP2.device(arch).fsdp1_unit_seconds.value < x[2] / 2
-    assert HOPPER.matmul.value == pytest.approx(0.70 / 1.240)
+    assert HOPPER.matmul.value == pytest.approx(0.70 / 1.235)
     # The source strings state the rule; neither leans on a held-out row, and Ampere's says nothing of Hopper.
     for arch in ("hopper", "ampere"):
         source = FSDP2.device(arch).fsdp1_unit_seconds.source
@@ -371,8 +385,8 @@ def test_u_is_fitted_with_m_and_a_held_by_a_rule_that_reads_no_row_s_error(regis
     def mae(priced, m):
         return sum(abs(p.error(m, 1.0)) for p in priced) / len(priced)
 
-    assert mae(megatron, WHOLE_RUN_MATMUL_FACTORS["hopper"]) == pytest.approx(0.147, abs=5e-4)
-    assert mae(megatron, hopper[0]) == pytest.approx(0.182, abs=5e-4)
+    assert mae(megatron, WHOLE_RUN_MATMUL_FACTORS["hopper"]) == pytest.approx(0.142, abs=5e-4)
+    assert mae(megatron, hopper[0]) == pytest.approx(0.177, abs=5e-4)
     assert len(tt24) == 8 and mae(tt24, WHOLE_RUN_MATMUL_FACTORS["ampere"]) == pytest.approx(0.059, abs=5e-4)
     assert mae(tt24, ampere[0]) == pytest.approx(0.130, abs=5e-4)
 
