@@ -682,8 +682,10 @@ def _nemotron_prose(prose: str, rows: list[dict], others: list[dict], dgxc, regi
     assert (f"{within} of the 35 are within 10%** (mean absolute error {mae(rows):.1%}, {min(r['error'] for r in rows):+.1%} to "
             f"{max(r['error'] for r in rows):+.1%}) and the BF16 twins within {max(abs(r['bf16_error']) for r in rows):.1%} "
             f"(mean absolute error {mae(rows, 'bf16_error'):.1%})") in prose
-    # Too fast on every row; hp's FP8 speedup above the measured one on every row.
-    assert all(r["error"] < 0 for r in rows)
+    # Too fast on every row but one, NeMo 25.02.01's 340B on 256 GPUs, at +0.0% (under 0.05%; it was -0.6% before Hopper's
+    # GEMMs were priced by shape, docs/time.md "Hopper GEMMs by shape"); hp's FP8 speedup above the measured one on every row.
+    slow = [r for r in rows if r["error"] >= 0]
+    assert [r["id"] for r in slow] == ["dgxc25.02.01-h100-nemotron4-340b-fp8-256g"] and slow[0]["error"] < 0.0005
     assert all(r["speedup_gap"] > 0 for r in rows)
     assert (f"({span(rows, 'estimated_speedup', '.2f')} against {span(rows, 'measured_speedup', '.2f')})") in prose
     # The per-rank first MLP GEMM (ungated: h to FFN / TP) from each model and layout, as the page states it (15B the same
