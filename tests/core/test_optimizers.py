@@ -29,6 +29,7 @@ from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingP
 from hp_core.types import LayerKind, Optimizer, ParamSlice, Runtime
 from hp_plugins.optimizers.muon import NS_STEPS, newton_schulz_flops
 from hp_plugins.optimizers.update import update_bytes
+from hp_plugins.runtimes.timing_profiles import H100_GEMM_SHAPE
 
 H, LAYERS, VOCAB = 4096, 32, 128256
 LAYER_MATRICES = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
@@ -72,9 +73,10 @@ def test_adamw_is_what_it_was_before_optimizers_were_plugins(registry, llama):
     # for the Hopper collective figures taken from published nccl-tests since (docs/time.md): the step-end reduce-scatter
     # of the 16.06 GB fp32 gradient and all-gather of the 8.03 GB bf16 parameters over 4 ranks of a node move 3/4 of each
     # (40.15 ms at 450 GB/s, 66.92 ms at 0.6 of it before), now at 0.805 of it, plus 2 x 3 steps of 1.27 us (8 us before);
-    # and for Hopper's whole-run GEMM factor since (every GEMM at 0.70 / 1.240 of peak, docs/time.md "The fsdp2 fit"):
+    # and for Hopper's whole-run GEMM factor since (every GEMM at 0.70 / 1.235 of peak, docs/time.md "The fsdp2 fit"):
     # a rank's GEMMs do 6 x 7,504,658,432 matmul weights (32 x (2 h^2 + 2 h kv + 3 h I) + h V) x 131,072 tokens / tp 2
-    # FLOPs, which took 4.2608 s at 0.70 of 989.4 TFLOP/s and now take 1.240 times that: 1.0226 s more.
+    # FLOPs, which took 4.2608 s at 0.70 of 989.4 TFLOP/s and take 1.235 times that: 1.0013 s more; and for Hopper's
+    # GEMMs by shape since (docs/time.md "Hopper GEMMs by shape"): each pass's FLOPs over its shape's factor.
     h100 = registry.hardware_preset("h100-sxm").spec
     layout = ParallelSpec(dp=4, tp=2, sp=True, seq_len=8192, global_batch_size=64)
     stage = estimate(llama, layout, registry=registry, hardware=h100).stages[0]
@@ -82,9 +84,21 @@ def test_adamw_is_what_it_was_before_optimizers_were_plugins(registry, llama):
     assert stage.memory.master_parameters_bytes == 4_015_263_744
     assert stage.peak_bytes == 63_666_753_536
     t = step_time(llama, layout, registry=registry, hardware=h100)
+    generic = registry.runtime("generic")
+    flat = attrs.evolve(generic, timing=attrs.evolve(generic.timing, devices=tuple(
+        attrs.evolve(d, gemm_shape=None) for d in generic.timing.devices)))
+    t_flat = step_time(llama, layout, registry=registry, hardware=h100, runtime=flat)
     gemm_seconds = 6 * 7_504_658_432 * 131_072 / 2 / (989.4e12 * 0.70)
-    assert t.step_seconds - 5.902052169796209 == pytest.approx((1.240 - 1) * gemm_seconds, rel=1e-9)
-    assert (t.step_seconds, t.optimizer_seconds) == (6.924646562933977, 0.01198586192238806)
+    assert t_flat.step_seconds - 5.902052169796209 == pytest.approx((1.235 - 1) * gemm_seconds, rel=1e-9)
+    # By shape: 16 micro-batches of 8,192 tokens; per layer q, k, v (3,072 per rank), o (from 2,048), gate and up
+    # (14,336), down (from 7,168); the head (64,128 of the 128,256 vocabulary). Each pass at 0.70 / 1.235 times its factor.
+    h, tokens = 4096, 8192
+    _, fwd, bwd = H100_GEMM_SHAPE.price(((tokens, 3072, h), (tokens, h, 2048), (tokens, 14336, h), (tokens, h, 7168)))
+    _, head_fwd, head_bwd = H100_GEMM_SHAPE.price(((tokens, 64128, h),))
+    shaped = 16 * (32 * (fwd + bwd) + head_fwd + head_bwd) / (989.4e12 * 0.70 / 1.235)
+    flat_gemms = 6 * 7_504_658_432 * 131_072 / 2 / (989.4e12 * 0.70 / 1.235)
+    assert t.step_seconds - t_flat.step_seconds == pytest.approx(shaped - flat_gemms, rel=1e-9)
+    assert (t.step_seconds, t.optimizer_seconds) == (6.8714976271278605, 0.01198586192238806)
     assert t.data_parallel_seconds == pytest.approx(0.04015263744 / 0.805 + 6 * 1.27e-6, rel=1e-12)
 
 
