@@ -16,7 +16,10 @@ The model, with its sources (figures come from the profile, each sourced there):
   holds (a recorded weight over the micro-batch's tokens, a router's gating
   GEMM, the routed experts' grouped GEMMs) takes the efficiency measured for
   its forward, input-gradient and weight-gradient passes instead, the backward
-  being the two gradient GEMMs (:func:`.layer._matmul_seconds`). Grouped (expert) GEMMs --
+  being the two gradient GEMMs (:func:`.layer._matmul_seconds`). Where it
+  states none but a :class:`~hp_core.specs.gemms.GemmShapeScale` (Hopper), each
+  dense GEMM's pass takes ``matmul`` times the scale's factor for its shape
+  (docs/time.md "Hopper GEMMs by shape"). Grouped (expert) GEMMs --
   the routed experts' FLOPs over the tokens a rank's experts process -- run at
   ``grouped_matmul * rows / (rows + grouped_half_rows)`` with ``rows`` the
   tokens per local expert (a roofline: reading an expert's weights costs
