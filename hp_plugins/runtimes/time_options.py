@@ -75,6 +75,8 @@ class _CudaGraphs:
 
     def __call__(self, runtime: Runtime, value: str) -> Runtime:
         host = runtime.timing.host
+        if host is None and value == "none":
+            return runtime  # nothing graphed, nothing floored: unchanged
         if host is None:
             raise ValueError(f"runtime {runtime.name}'s timing profile states no host time for cuda_graphs to change")
         return attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, host=attrs.evolve(host, cuda_graphs=value)))

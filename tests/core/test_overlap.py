@@ -95,6 +95,13 @@ def test_cuda_graphs_lift_the_host_floor_of_the_layers_they_capture():
     graphed = apply_options(megatron, {"cuda_graphs": "layers"})
     assert graphed.timing.host == attrs.evolve(megatron.timing.host, cuda_graphs="layers")
     assert graphed.option_values == {"cuda_graphs": "layers"}
+    # A profile stating no host time: nothing to lift; the default leaves it as it is, a graphed scope is refused.
+    from hp_core.errors import ConfigError
+
+    bare = attrs.evolve(megatron, timing=attrs.evolve(megatron.timing, host=None))
+    assert apply_options(bare, {"cuda_graphs": "none"}).timing.host is None
+    with pytest.raises(ConfigError, match="cuda_graphs"):
+        apply_options(bare, {"cuda_graphs": "layers"})
 
 
 def test_a_graphed_moe_layer_at_micro_batch_1_is_priced_at_its_kernels():
