@@ -128,7 +128,9 @@ def section(found: list[dict]) -> str:
 
 
 def _torchtitan_peak_gib(row: dict, recipe: str, registry) -> float:
-    """hp's peak GiB of a torchtitan memory row's layout (Llama 3 8B, FSDP over the row's GPUs, per-op SAC) under *recipe*."""
+    """hp's reserved GiB of a torchtitan memory row's layout (Llama 3 8B, FSDP over the row's GPUs, per-op SAC) under
+    *recipe*: the peak and what the caching allocator keeps beside it (``StageEstimate.reserved_bytes``), as every row
+    is torchtitan's logged max reserved memory."""
     from hp_core.io.convert import ConfigFile, structure
     from hp_core.io.job import estimate_job, resolve_job
     from hp_plugins.importers.torchtitan import import_torchtitan
@@ -145,7 +147,7 @@ def _torchtitan_peak_gib(row: dict, recipe: str, registry) -> float:
     imported = import_torchtitan(data, registry, devices=row["gpus"])
     job = resolve_job(structure(imported.document, ConfigFile, registry), registry)
     assert job.precision.recipe == recipe, (row["id"], job.precision.recipe)
-    return max(stage.peak_bytes for stage in estimate_job(job, registry).stages) / 2**30
+    return max(stage.reserved_bytes for stage in estimate_job(job, registry).stages) / 2**30
 
 
 def memory_results(registry=None) -> list[dict]:
