@@ -269,7 +269,32 @@ class Fsdp2Points:
         in_flight = max(body, default=0) if name in ("forward", "backward") else 0
         last = view.layers[-1]
         hole = loss_hole_bytes(view) if name == "backward" and point.working_set_bytes == last.backward_working_bytes else 0
-        return max(reduce_pool - point.gradients_bytes, 0) + max(gather_pool - in_flight, 0) + hole
+        return max(reduce_pool - self._sharded_grads_held(view, name, point), 0) + max(gather_pool - in_flight, 0) + hole
+
+    def _sharded_grads_held(self, view: StageView, name: str, point: MemoryBreakdown) -> int:
+        """The sharded gradients *point* holds (in the reduce-scatter pool). A backward point of the plain walk holds
+        the sharded gradients of the body layers above the running one and, in its gradients, the root's unsharded
+        ones in the compute dtype (default stream): the walk position is the one whose sum is the point's. Under
+        PP nothing is reduce-scattered before the step's end; elsewhere (forward, optimizer, reduce) all the
+        point's gradients are counted (an upper bound at ``reduce``, whose accumulators are unsharded)."""
+        held = point.gradients_bytes
+        if name not in ("forward", "backward"):
+            return held
+        if view.parallel.pp > 1:  # the points' gradients there are the unsharded accumulators, beside any kept ones
+            kept = 0 if self.cpu_offload else sum(_sharded(view, layer, view.precision.grad_bytes, self.replicate)
+                                                  for layer in view.layers)
+            return 0 if self.set_to_none else min(held, kept)
+        if name == "forward" or not self.set_to_none or view.micro_batches > 1:
+            return held  # every sharded gradient kept (or none): the points hold exactly those
+        finished = root = 0
+        for layer in reversed(view.layers):
+            if held in (finished, finished + root):
+                return finished
+            if layer.placement == "body":
+                finished += 0 if self.cpu_offload else _sharded(view, layer, view.precision.grad_bytes, self.replicate)
+            else:
+                root += _gathered(view, layer)
+        return min(held, finished)
 
     def _all_reduce_output(self, view: StageView, layer: StageLayer) -> int:
         """HSDP with a reduce dtype other than the gradients': a unit's reduce-scatter output, all-reduced across the
