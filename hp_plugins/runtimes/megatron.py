@@ -249,10 +249,13 @@ def hp_runtimes():
             "mla_up_proj": frozenset({"attUp"}),
             "mlp": frozenset({"ffFc1", "ffAct"}),
         },
-        # moe_act recomputes the routed experts' activation only (megatron/core/transformer/moe/experts.py);
-        # mlp acts only on layers with a dense MLP (an MoE layer's shared experts have their own module,
-        # shared_experts: moe/moe_layer.py shared_experts_compute, not stated here).
-        module_kinds={"moe_act": frozenset({"moe", "mla_moe"}),
+        # moe_act recomputes the routed experts' activation only (megatron/core/transformer/moe/experts.py), so it
+        # acts on every built-in kind with routed experts; mlp acts only on layers with a dense MLP
+        # (transformer_layer.py: recompute_mlp where not is_moe_layer; an MoE layer's shared experts have their
+        # own module, shared_experts: moe/moe_layer.py shared_experts_compute, not stated here). The megatron
+        # exporter reads the same statement (tests/plugins/test_megatron_module_kinds.py checks it against the
+        # presets' configs).
+        module_kinds={"moe_act": frozenset({"moe", "mla_moe", "gdn_moe", "gated_attention_moe", "moe_only"}),
                       "mlp": frozenset({"dense", "mla", "mlp", "gdn", "gated_attention"})},
         description=(
             "Megatron-Core + Transformer Engine: bf16, fp32 grad buffer, distributed optimizer, TE fused "
