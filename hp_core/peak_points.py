@@ -11,7 +11,10 @@ asked once per stage with a :class:`StageView` of the stage's layers in
 forward order; the points it returns replace the default ones, and the stage
 binds at the largest. It must be picklable and compare equal by value (a
 module-level function or a frozen attrs class with ``__call__``), as runtime
-options are.
+options are. It may also define ``cached_bytes(view, name, point) -> int``:
+what the caching allocator keeps reserved beside the binding point *name*
+(its :class:`MemoryBreakdown` *point*) in pools that point's allocations
+cannot use (``StageEstimate.cached_bytes``).
 """
 
 from __future__ import annotations

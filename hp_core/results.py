@@ -84,6 +84,12 @@ class StageEstimate:
             (after TP/EP splitting, before ZeRO sharding).
         peak_points: The peak of every point priced, by name (``warmup_end``;
             ``last_backward`` where the runtime defers gradient reduction).
+        cached_bytes: Memory the caching allocator keeps reserved at the binding
+            point in pools the peak's allocations cannot use (idle blocks of
+            another CUDA stream's pool), as the runtime states it (0 where it
+            states none). In ``torch.cuda.max_memory_reserved``, not in
+            ``max_memory_allocated``, which ``peak_bytes`` is; an allocation that
+            fails frees it and retries, so ``fits`` leaves it out.
     """
 
     index: int
@@ -97,10 +103,16 @@ class StageEstimate:
     activations_by_kind: Mapping[str, int] = attrs.field(factory=dict)
     parameters_by_kind: Mapping[str, int] = attrs.field(factory=dict)
     peak_points: Mapping[str, int] = attrs.field(factory=dict)
+    cached_bytes: int = 0
 
     @property
     def peak_bytes(self) -> int:
         return self.memory.peak_bytes
+
+    @property
+    def reserved_bytes(self) -> int:
+        """The peak plus :attr:`cached_bytes`: what ``max_memory_reserved`` reads, as far as hp states it."""
+        return self.memory.peak_bytes + self.cached_bytes
 
 
 @attrs.frozen

@@ -297,6 +297,10 @@ class Runtime:
         if stray:
             raise ValueError(f"runtime {self.name}: {stray} are not switch names")
 
+    def module_acts_on(self, module: str, kind: str) -> bool:
+        """Whether the recompute *module* acts on a layer of *kind* (``module_kinds``; a module absent there acts on every kind)."""
+        return module not in self.module_kinds or kind in self.module_kinds[module]
+
     def executes(self, switches: frozenset[str], kind: str | None = None) -> bool:
         """Whether its trainer can run a selective setting recomputing exactly *switches*
         (beyond those it always recomputes) on a layer of *kind* (any kind when ``None``)."""
@@ -306,7 +310,7 @@ class Runtime:
         acting = [
             switches_of
             for module, switches_of in self.recompute_modules.items()
-            if kind is None or module not in self.module_kinds or kind in self.module_kinds[module]
+            if kind is None or self.module_acts_on(module, kind)
         ]
         covered = frozenset().union(*(m for m in acting if m <= wanted | self.implicit_recompute))
         return wanted <= covered

@@ -449,8 +449,10 @@ def plan_stage(
             working_set_bytes=found.first_working,
             runtime_overhead_bytes=found.overhead,
         )
+    view = pools = None
     if inputs.peak_points is not None:
-        points = dict(inputs.peak_points(_stage_view(index, chunk_layers, in_flight, found, points, inputs)))
+        view = _stage_view(index, chunk_layers, in_flight, found, points, inputs)
+        points, pools = dict(inputs.peak_points(view)), getattr(inputs.peak_points, "cached_bytes", None)
     peaks = {name: point.peak_bytes for name, point in points.items()}
     binding = max(peaks, key=peaks.__getitem__)
     if binding == "awaiting_w" and waits:
@@ -469,6 +471,7 @@ def plan_stage(
         activations_by_kind=activations_by_kind,
         parameters_by_kind=dict(found.elements_by_kind),
         peak_points=peaks,
+        cached_bytes=pools(view, binding, points[binding]) if pools is not None else 0,  # hp_core.peak_points
     )
 
 

@@ -2,7 +2,7 @@
 
 The JSON (DESIGN section 9) is stable: byte quantities end in ``_bytes``;
 per stage ``index``, ``layers``, ``micro_batches_in_flight``, ``memory`` (one
-``*_bytes`` per category and ``peak_bytes``), ``binding_point``; top level
+``*_bytes`` per category and ``peak_bytes``), ``binding_point``, ``cached_bytes``; top level
 ``peak_bytes``, ``parameters``, ``provenance``.
 """
 
@@ -54,6 +54,7 @@ def stage_to_json(stage: StageEstimate) -> dict[str, Any]:
         "recompute": list(stage.settings),
         "activations_by_kind_bytes": dict(stage.activations_by_kind),
         "peak_points_bytes": dict(stage.peak_points),
+        "cached_bytes": stage.cached_bytes,
         "parameters_by_kind": dict(stage.parameters_by_kind),
     }
 

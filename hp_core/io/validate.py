@@ -98,7 +98,8 @@ class StageCheck:
 
     ``quantity`` is what was measured: ``allocated`` (``max_memory_allocated``)
     or, in ``hp-cases/2``, ``reserved`` (the caching allocator's
-    ``max_memory_reserved``, compared with the same estimated peak).
+    ``max_memory_reserved``, compared with the estimated peak plus what the
+    runtime states the allocator keeps beside it, ``StageEstimate.reserved_bytes``).
     """
 
     stage: int

@@ -9,7 +9,7 @@ import attrs
 
 from hp_core.errors import ConfigError
 
-__all__ = ["FSDP_PIPELINE_SCHEDULES", "FsdpPipelineError", "HostOverhead", "OverlapSchedule", "check_fsdp_pipeline", "check_fsdp_replicate",
+__all__ = ["CUDA_GRAPH_SCOPES", "FSDP_PIPELINE_SCHEDULES", "FsdpPipelineError", "HostOverhead", "OverlapSchedule", "check_fsdp_pipeline", "check_fsdp_replicate",
            "replicate_split_error"]
 
 
@@ -180,6 +180,10 @@ def _non_negative(instance: Any, attribute: attrs.Attribute, value: Any) -> None
         raise ValueError(f"{attribute.name} must be a non-negative number, got {value!r}")
 
 
+# HostOverhead.cuda_graphs: what a trainer replays from CUDA graphs (the megatron runtime option cuda_graphs).
+CUDA_GRAPH_SCOPES = ("none", "layers", "full_iteration")
+
+
 @attrs.frozen(kw_only=True)
 class HostOverhead:
     """The CPU time a trainer spends issuing one layer's kernels, which the GPU cannot run ahead of.
@@ -200,6 +204,11 @@ class HostOverhead:
             load-balancing loss, beside its gating GEMM.
         permute_kernels: Kernels per direction of a layer's token
             permutation (a layer that states ``permute_bytes``).
+        cuda_graphs: What the trainer captures in CUDA graphs (:data:`CUDA_GRAPH_SCOPES`):
+            ``none``, every kernel launched eagerly; ``layers``, each body
+            layer's forward and backward replayed as one graph each, so the
+            host issues no kernel of theirs one by one (Megatron-Core's
+            ``enable_cuda_graph``); ``full_iteration``, every layer's.
     """
 
     seconds_per_kernel: float = attrs.field(validator=_non_negative)
@@ -207,6 +216,12 @@ class HostOverhead:
     source: str
     router_kernels: tuple[float, float] = attrs.field(converter=tuple)
     permute_kernels: float = attrs.field(validator=_non_negative)
+    cuda_graphs: str = attrs.field(default="none", validator=attrs.validators.in_(CUDA_GRAPH_SCOPES))
+
+    def floors(self, body: bool) -> bool:
+        """Whether the floor applies to a layer: not to one its trainer replays from a CUDA graph (*body*: a body
+        layer, which ``layers`` captures; ``full_iteration`` captures every layer)."""
+        return self.cuda_graphs == "none" or (self.cuda_graphs == "layers" and not body)
 
     @router_kernels.validator
     def _check_router(self, attribute: attrs.Attribute, value: tuple) -> None:

@@ -18,8 +18,8 @@ validates the combinations, ``transformer_block.py`` ``_checkpointed_forward`` r
   recomputes the modules ``M`` (the default is ``core_attn``); the runtime
   profile ``megatron`` states the switches each module recomputes
   (``hp_plugins/runtimes/megatron.py``). ``moe_act`` acts only on layers with
-  routed experts (a layer config with ``num_experts > 0``), ``mlp`` only on
-  layers without (their dense MLP's ``ffFc1`` and ``ffAct`` together), so a
+  routed experts, ``mlp`` only on layers with a dense MLP (their ``ffFc1`` and
+  ``ffAct`` together): the layer kinds the runtime's ``module_kinds`` names, so a
   dense layer's ``ffAct`` alone has no module. ``recompute_num_layers`` must
   then be unset, and full and selective recompute never mix.
 
@@ -40,7 +40,7 @@ from hp_core.markers import hookimpl
 from hp_core.engine.recompute.layout import PlanLayout, plan_layout
 from hp_core.registry import Registry
 from hp_core.specs import ModelSpec, ParallelSpec, RecomputeSpec, Setting
-from hp_core.types import Exporter
+from hp_core.types import Exporter, Runtime
 from hp_plugins.exporters._common import LayerPlan, offloaded, per_layer, read_plan, refuse, refuse_offload, trainer_schedule
 
 __all__ = ["export_megatron", "hp_exporters", "megatron_candidates"]
@@ -73,29 +73,13 @@ def _block_plan(layout: PlanLayout, count: int) -> RecomputeSpec:
     return per_layer(settings)
 
 
-def _applies(module: str, config: object) -> bool:
-    """Whether Megatron's *module* acts on a layer: ``moe_act`` only on one with routed experts
-    (Megatron-Core ``moe/experts.py``; ``transformer_config.py`` also requires ``--moe-grouped-gemm``),
-    ``mlp`` only on one without (``transformer_layer.py``: ``recompute_mlp`` where ``not self.is_moe_layer``)."""
-    experts = (getattr(config, "num_experts", 0) or 0) > 0
-    if module == "moe_act":
-        return experts
-    if module == "mlp":
-        return not experts
-    return True
-
-
-def _layer_modules(model: ModelSpec, layout: PlanLayout, registry: Registry, modules) -> list[dict[str, frozenset[str]]]:
-    """Per body layer, the switches each module recomputes on it (empty where it does not act)."""
-    configs = [
-        group.config
-        for group in model.layers
-        if registry.layer_kind(group.kind).placement == "body"
-        for _ in range(group.count)
-    ]
+def _layer_modules(layout: PlanLayout, runtime: Runtime, modules) -> list[dict[str, frozenset[str]]]:
+    """Per body layer, the switches each module recomputes on it (empty where it does not act: the runtime's
+    ``module_kinds``, ``moe_act`` only on kinds with routed experts, ``mlp`` only on kinds with a dense MLP)."""
     return [
-        {m: (sw & frozenset(kind.switches)) if _applies(m, config) else frozenset() for m, sw in modules.items()}
-        for kind, config in zip(layout.kinds, configs)
+        {m: (sw & frozenset(kind.switches)) if runtime.module_acts_on(m, kind.name) else frozenset()
+         for m, sw in modules.items()}
+        for kind in layout.kinds
     ]
 
 
@@ -205,7 +189,7 @@ def _recompute_flags(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSp
     layers = read_plan(plan, layout, implicit)
     if not any(layers.active):
         return ""
-    acting = _layer_modules(model, layout, registry, modules)
+    acting = _layer_modules(layout, runtime, modules)
     closest = _closest(layout, layers, acting, modules)
     if any(layers.full):
         if not all(f or not a for f, a in zip(layers.full, layers.active)):
@@ -258,7 +242,7 @@ def megatron_candidates(model: ModelSpec, parallel: ParallelSpec, *, registry: R
     runtime = registry.runtime(_RUNTIME)
     modules = dict(runtime.recompute_modules or {})
     layout = plan_layout(model, parallel, registry)
-    acting = _layer_modules(model, layout, registry, modules)
+    acting = _layer_modules(layout, runtime, modules)
     found: dict[tuple, RecomputeSpec] = {(): RecomputeSpec()}
     longest = max(hi - lo for lo, hi in layout.chunk_bounds)
     for count in range(1, longest + 1):

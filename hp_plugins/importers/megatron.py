@@ -243,7 +243,7 @@ def _recompute(a: _Args, model, registry, counts: list[int], unmapped: list[str]
     for kind in body:
         switches = set()
         for module in chosen:
-            acts = module in known and (module not in runtime.module_kinds or kind.name in runtime.module_kinds[module])
+            acts = module in known and runtime.module_acts_on(module, kind.name)
             switches |= set(known.get(module, ())) & set(kind.switches) if acts else set()
         per_layer.append(sorted(switches))
     ranges, start = {}, 0

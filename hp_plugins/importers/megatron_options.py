@@ -15,7 +15,8 @@ Each reads Megatron-LM's arguments as ``megatron/training/arguments.py`` (Megatr
   ``--tp-comm-overlap``, ``--overlap-moe-expert-parallel-comm``, and the pipeline sends, which
   Megatron overlaps by default under the interleaved schedule (``--no-overlap-p2p-communication``,
   ``dest='overlap_p2p_comm'``, default on, turned off without virtual stages); the flex dispatcher's
-  backend (DeepEP or HybridEP) as ``ep_all_to_all``.
+  backend (DeepEP or HybridEP) as ``ep_all_to_all``; the CUDA-graph flags as ``cuda_graphs``
+  (:func:`cuda_graphs`).
 * **Model** (:func:`megatron_model`): what Megatron-LM's GPT builds by default beside what the
   Hugging Face format builds: LayerNorm (``--normalization``, default ``LayerNorm``), a GeLU MLP
   unless ``--swiglu`` (``--squared-relu``: squared ReLU), experts of the same activation, and a
@@ -36,7 +37,7 @@ import attrs
 from hp_core.errors import ConfigError
 from hp_plugins.importers.shell import parse_megatron_args
 
-__all__ = ["megatron_model", "parse_layout", "pipeline_split", "precision_recipe", "trainer_options"]
+__all__ = ["cuda_graphs", "megatron_model", "parse_layout", "pipeline_split", "precision_recipe", "trainer_options"]
 
 # Megatron-LM's layout characters (megatron/core/transformer/pipeline_parallel_layer_layout.py,
 # parse_str_to_list): embedding, decoder layer, MTP layer, loss; '|' ends a chunk; ',' is cosmetic.
@@ -183,7 +184,48 @@ def trainer_options(a: Any, pp: int, vpp: int, ep: int, unmapped: list[str]) -> 
     elif dispatcher == "allgather" and ep > 1:
         unmapped.append("--moe-token-dispatcher-type allgather (Megatron's default): priced as the all-to-all "
                         "dispatcher's traffic")
+    graphs = cuda_graphs(a, unmapped)
+    if graphs is not None:
+        options["cuda_graphs"] = graphs
     return options
+
+
+# Megatron-LM's --cuda-graph-scope values that capture part of a layer (megatron/core/transformer/enums.py
+# CudaGraphScope at 2edffadb: attn, mlp, moe, moe_router, moe_preprocess, mamba); full_iteration and
+# full_iteration_inference capture a whole iteration.
+_PARTIAL_SCOPES = frozenset({"attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"})
+
+
+def cuda_graphs(a: Any, unmapped: list[str]) -> str | None:
+    """The ``megatron`` runtime's ``cuda_graphs`` option from Megatron-LM's CUDA-graph flags, or ``None`` (eager).
+
+    ``megatron/training/arguments.py`` (NVIDIA/Megatron-LM@2edffadb): ``--enable-cuda-graph`` and
+    ``--external-cuda-graph`` are the deprecated spellings of ``--cuda-graph-impl local`` and
+    ``transformer_engine``; ``--cuda-graph-scope`` left empty (or ``full``) captures each whole transformer layer
+    (``layers``), ``full_iteration`` (``local`` only) the whole training iteration (``full_iteration``), and the
+    other scopes part of a layer, which hp does not price: those runs are priced eager, and said so.
+    """
+    impl = a.value("cuda-graph-impl", str, "none")
+    if a.flag("enable-cuda-graph"):
+        impl = "local"
+    if a.flag("external-cuda-graph"):
+        impl = "transformer_engine"
+    scopes = [s for s in (a.values("cuda-graph-scope") or []) if s != "full"]
+    if impl == "none":
+        return None
+    if impl not in ("local", "transformer_engine"):
+        raise ConfigError("--cuda-graph-impl", f"expected none, local or transformer_engine, got {impl!r}")
+    unknown = [s for s in scopes if s not in _PARTIAL_SCOPES | {"full_iteration", "full_iteration_inference"}]
+    if unknown:
+        raise ConfigError("--cuda-graph-scope", f"unknown scope {unknown[0]!r}; Megatron-LM takes full, "
+                          f"{', '.join(sorted(_PARTIAL_SCOPES))}, full_iteration or full_iteration_inference")
+    if not scopes:
+        return "layers"
+    if "full_iteration" in scopes:
+        return "full_iteration"
+    unmapped.append(f"--cuda-graph-impl {impl} --cuda-graph-scope {' '.join(scopes)}: part of each layer captured; "
+                    "priced with every kernel launched eagerly (the host floor of docs/time.md)")
+    return None
 
 
 # The flags that choose a recipe; the others a recipe states (amax history, its reduction) are its settings.

@@ -14,6 +14,9 @@ PyTorch ``torch.distributed.fsdp.fully_shard``):
   parameters unit by unit in execution order (the root's held through the step,
   the running layer's and one all-gather output), gradients only where the
   trainer keeps them.
+* Beside the peak (``StageEstimate.cached_bytes``, ``Fsdp2Points.cached_bytes``): the
+  caching allocator's reduce-scatter and all-gather stream pools and an upcast
+  loss's freed compute-dtype logits block, in reserved memory only.
 * Kernels: SDPA flash attention; an unfused SwiGLU (``F.silu(w1(x)) * w3(x)``);
   by default the modules of transformers (``norm_implementation: transformers``:
   RMSNorm upcasts to fp32 and keeps that copy) and a loss that upcasts the logits

@@ -74,7 +74,7 @@ from hp_core.results import MemoryBreakdown
 from hp_core.specs.overlap import check_fsdp_pipeline, check_fsdp_replicate
 from hp_plugins.runtimes.tp_plans import TP_PLANS
 
-__all__ = ["Fsdp2Points"]
+__all__ = ["Fsdp2Points", "loss_hole_bytes", "stream_pool_bytes"]
 
 
 def _shard(view: StageView, group: str, replicate: int = 1) -> int:
@@ -255,6 +255,47 @@ class Fsdp2Points:
         points["optimizer"] = point(all_grads, 0, batch, temporary)
         return points
 
+    def cached_bytes(self, view: StageView, name: str, point: MemoryBreakdown) -> int:
+        """What FSDP2's stream pools (:func:`stream_pool_bytes`) keep reserved beside the binding point *name* and
+        not allocated there (``StageEstimate.cached_bytes``): the reduce-scatter pool less the gradients the point
+        holds (a step's forward and backward after ``zero_grad(set_to_none=True)``: the previous step's sharded
+        gradients, freed into that pool), the all-gather pool less the one all-gather output a forward or backward
+        point holds (none at the optimizer step); and where the point is the backward of an upcast loss
+        (:func:`loss_hole_bytes`), the block of the logits in the compute dtype, free and too small for it."""
+        if view.zero < 3:
+            return 0
+        reduce_pool, gather_pool = stream_pool_bytes(view, self)
+        body = [_gathered(view, layer) for layer in view.layers if layer.placement == "body"]
+        in_flight = max(body, default=0) if name in ("forward", "backward") else 0
+        last = view.layers[-1]
+        hole = loss_hole_bytes(view) if name == "backward" and point.working_set_bytes == last.backward_working_bytes else 0
+        return max(reduce_pool - self._sharded_grads_held(view, name, point), 0) + max(gather_pool - in_flight, 0) + hole
+
+    def _sharded_grads_held(self, view: StageView, name: str, point: MemoryBreakdown) -> int:
+        """The sharded gradients *point* holds (in the reduce-scatter pool). A backward point of the plain walk holds
+        the sharded gradients of the body layers above the running one and, in its gradients, the root's unsharded
+        ones in the compute dtype (default stream): the walk position is the one whose sum is the point's. Under
+        PP nothing is reduce-scattered before the step's end; elsewhere (forward, optimizer, reduce) all the
+        point's gradients are counted (an upper bound at ``reduce``, whose accumulators are unsharded)."""
+        held = point.gradients_bytes
+        if name not in ("forward", "backward"):
+            return held
+        if view.parallel.pp > 1:  # the points' gradients there are the unsharded accumulators, beside any kept ones
+            kept = 0 if self.cpu_offload else sum(_sharded(view, layer, view.precision.grad_bytes, self.replicate)
+                                                  for layer in view.layers)
+            return 0 if self.set_to_none else min(held, kept)
+        if name == "forward" or not self.set_to_none or view.micro_batches > 1:
+            return held  # every sharded gradient kept (or none): the points hold exactly those
+        finished = root = 0
+        for layer in reversed(view.layers):
+            if held in (finished, finished + root):
+                return finished
+            if layer.placement == "body":
+                finished += 0 if self.cpu_offload else _sharded(view, layer, view.precision.grad_bytes, self.replicate)
+            else:
+                root += _gathered(view, layer)
+        return min(held, finished)
+
     def _all_reduce_output(self, view: StageView, layer: StageLayer) -> int:
         """HSDP with a reduce dtype other than the gradients': a unit's reduce-scatter output, all-reduced across the
         replicate group in the reduce dtype, stays allocated until the end of backward (torch 2.13
@@ -391,6 +432,58 @@ class Fsdp2Points:
             if hsdp_held:
                 held_all_reduce += sum(self._all_reduce_output(view, layers[i]) for i in unit)
         return _largest(found)
+
+
+def stream_pool_bytes(view: StageView, points: Fsdp2Points) -> tuple[int, int]:
+    """``(reduce-scatter pool, all-gather pool)``: the most FSDP2 allocates at once on its two streams that allocate,
+    each a pool of PyTorch's caching allocator of its own (a block is reused only by allocations on the stream it
+    was allocated on: ``c10/cuda/CUDACachingAllocator.cpp``, blocks keyed by stream).
+
+    * The reduce-scatter stream allocates each unit's reduce-scatter output, viewed out as its sharded gradients
+      (torch ``_fsdp_collectives.py`` ``foreach_reduce``: ``reduce_output`` under ``reduce_scatter_stream``; the input
+      is allocated in the default stream since pytorch/pytorch#129721, whose description states the outputs stay in
+      the reduce-scatter stream and are freed "altogether after optimizer"): every unit's sharded gradient (one unit's
+      at a time with ``cpu_offload``, each copied to the host), and with a reduce dtype other than the gradients' one
+      unit's output in the reduce dtype beside it until its cast.
+    * The all-gather copy-in stream allocates each all-gather output (``foreach_all_gather``); in forward a unit's is
+      freed at the next unit's copy-out (``FSDPParamGroup.wait_for_unshard``), after that unit's all-gather output is
+      allocated: two consecutive units' at once, the root's (embedding, final norm, head) and the first layer's.
+    """
+    p = view.parallel
+    replicate = points.replicate
+    root = [layer for layer in view.layers if layer.placement != "body"]
+    units = ([root] if root else []) + [[layer] for layer in view.layers if layer.placement == "body"]
+
+    def sharded(unit: list[StageLayer], nbytes: int) -> int:
+        return sum(_sharded(view, layer, nbytes, replicate) for layer in unit)
+
+    precision = view.precision
+    grads = [sharded(unit, precision.grad_bytes) for unit in units]
+    outputs = [sharded(unit, precision.reduction_bytes) if precision.reduction_bytes != precision.grad_bytes else 0
+               for unit in units]
+    if points.cpu_offload:
+        reduce_pool = max((g + o for g, o in zip(grads, outputs)), default=0)
+    else:
+        reduce_pool = sum(grads) + max(outputs, default=0)
+    gathers = [sum(_gathered(view, layer) for layer in unit) for unit in units] if (p.dp * p.cp) // replicate > 1 else []
+    gather_pool = max((a + b for a, b in zip(gathers, gathers[1:])), default=max(gathers, default=0))
+    return reduce_pool, gather_pool
+
+
+def loss_hole_bytes(view: StageView) -> int:
+    """The free block an upcast loss (``logits.float()`` then ``cross_entropy``: the output kind's ``loss_softmax`` and
+    ``loss_targets`` terms) leaves at its backward, where that backward binds: the logits in the compute dtype, freed
+    before backward (torchtitan ``train.py`` ``del pred`` at 9dec370; the output object of ``model(batch).loss``), are
+    smaller than the fp32 gradients that backward allocates (ATen ``nll_loss_backward`` a zeroed gradient of the fp32
+    logits, ``_log_softmax_backward_data`` another, beside the kept log-softmax output). The caching allocator neither
+    moves a block nor serves a request from a smaller one (``CUDACachingAllocator.cpp``), and the fp32 logits' freed
+    block takes the first gradient, so the pool grows for the second and the compute-dtype block stays free beside
+    it: reserved memory keeps it from the first step on (nothing returns it to the device without ``empty_cache``)."""
+    terms = {term.op: term for term in view.layers[-1].terms}
+    if "loss_softmax" not in terms or "loss_targets" not in terms:
+        return 0
+    precision = view.precision
+    return terms["loss_softmax"].bytes // precision.logits_bytes * precision.activation_bytes
 
 
 def _largest(points: list[MemoryBreakdown]) -> MemoryBreakdown:

@@ -54,7 +54,7 @@ from hp_core.specs.overlap import schedule_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
-from hp_plugins.runtimes.time_options import ep_all_to_all_option
+from hp_plugins.runtimes.time_options import cuda_graphs_option, ep_all_to_all_option
 from hp_plugins.runtimes.timing_profiles import MEGATRON_TE
 
 __all__ = ["MegatronPoints", "hp_runtimes"]
@@ -208,6 +208,13 @@ OPTIONS = (
     ep_all_to_all_option(f"{_ARGS} --moe-token-dispatcher-type flex --moe-enable-deepep, or --moe-flex-dispatcher-backend "
                          "hybridep (megatron/core/transformer/moe/fused_a2a.py); DeepEP docs/legacy.md "
                          "(deepseek-ai/DeepEP@0297fc8); DeepEP docs/README_Hybrid-EP.md (deepseek-ai/DeepEP@41cad94)"),
+    cuda_graphs_option(
+        "Megatron-Core core_v0.12.0 (NVIDIA/Megatron-LM@d580efc): TransformerConfig.enable_cuda_graph makes "
+        "TransformerLayer.__call__ run through CudaGraphManager (transformer/transformer_layer.py), which captures the "
+        "layer's forward and backward once and replays them (transformer/cuda_graphs.py, _CudagraphReplayNode: "
+        "fwd_graph.replay(), bwd_graph.replay()); --cuda-graph-scope full_iteration (megatron/training/arguments.py at "
+        "core_v0.14.0) captures the whole forward and backward; a replayed graph's kernels are launched by one "
+        "cudaGraphLaunch (CUDA C++ Programming Guide, 'CUDA Graphs')"),
 )
 
 
@@ -249,10 +256,13 @@ def hp_runtimes():
             "mla_up_proj": frozenset({"attUp"}),
             "mlp": frozenset({"ffFc1", "ffAct"}),
         },
-        # moe_act recomputes the routed experts' activation only (megatron/core/transformer/moe/experts.py);
-        # mlp acts only on layers with a dense MLP (an MoE layer's shared experts have their own module,
-        # shared_experts: moe/moe_layer.py shared_experts_compute, not stated here).
-        module_kinds={"moe_act": frozenset({"moe", "mla_moe"}),
+        # moe_act recomputes the routed experts' activation only (megatron/core/transformer/moe/experts.py), so it
+        # acts on every built-in kind with routed experts; mlp acts only on layers with a dense MLP
+        # (transformer_layer.py: recompute_mlp where not is_moe_layer; an MoE layer's shared experts have their
+        # own module, shared_experts: moe/moe_layer.py shared_experts_compute, not stated here). The megatron
+        # exporter reads the same statement (tests/plugins/test_megatron_module_kinds.py checks it against the
+        # presets' configs).
+        module_kinds={"moe_act": frozenset({"moe", "mla_moe", "gdn_moe", "gated_attention_moe", "moe_only"}),
                       "mlp": frozenset({"dense", "mla", "mlp", "gdn", "gated_attention"})},
         description=(
             "Megatron-Core + Transformer Engine: bf16, fp32 grad buffer, distributed optimizer, TE fused "

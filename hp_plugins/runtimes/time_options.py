@@ -1,5 +1,6 @@
 """Runtime options that change how a step is timed, shared by the built-in runtimes: how elementwise ops run
-(eager kernels or fused) and which library runs the expert-parallel all-to-all (NCCL, DeepEP or HybridEP).
+(eager kernels or fused), which library runs the expert-parallel all-to-all (NCCL, DeepEP or HybridEP) and what
+the trainer replays from CUDA graphs (the host floor's scope).
 
 Each is a :class:`~hp_core.runtime_options.RuntimeOption` whose ``apply`` changes the runtime's timing
 profile (docs/time.md, "Eager kernels, op-level SAC and DeepEP").
@@ -10,10 +11,11 @@ from __future__ import annotations
 import attrs
 
 from hp_core.runtime_options import RuntimeOption
+from hp_core.specs.overlap import CUDA_GRAPH_SCOPES
 from hp_core.types import Runtime
 from hp_plugins.runtimes.timing_profiles import EAGER_ACCESSES, FUSED_ACCESSES
 
-__all__ = ["ep_all_to_all_option", "elementwise_kernels_option"]
+__all__ = ["cuda_graphs_option", "ep_all_to_all_option", "elementwise_kernels_option"]
 
 @attrs.frozen
 class _Elementwise:
@@ -64,4 +66,29 @@ def ep_all_to_all_option(source: str) -> RuntimeOption:
         "HybridEP at its published Torch API bandwidths, collective model hybridep); deepep and hybridep price every "
         "all-to-all of the run",
         source, _AllToAll(), choices=("nccl", "deepep", "hybridep"),
+    )
+
+
+@attrs.frozen
+class _CudaGraphs:
+    """``cuda_graphs``: sets the scope of the timing profile's host floor (``HostOverhead.cuda_graphs``)."""
+
+    def __call__(self, runtime: Runtime, value: str) -> Runtime:
+        host = runtime.timing.host
+        if host is None and value == "none":
+            return runtime  # nothing graphed, nothing floored: unchanged
+        if host is None:
+            raise ValueError(f"runtime {runtime.name}'s timing profile states no host time for cuda_graphs to change")
+        return attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, host=attrs.evolve(host, cuda_graphs=value)))
+
+
+def cuda_graphs_option(source: str) -> RuntimeOption:
+    """``cuda_graphs``: ``none`` (every kernel launched eagerly, the default), ``layers`` or ``full_iteration``."""
+    return RuntimeOption(
+        "cuda_graphs", "choice", "none",
+        "what the trainer replays from CUDA graphs, which lifts the host floor (one graph launch in place of each "
+        "kernel's): none; layers (each transformer layer's forward and backward, Megatron-Core's enable_cuda_graph: "
+        "the embedding and output layers stay eager); full_iteration (the whole forward and backward); Transformer "
+        "Engine's partial scopes (attn, mlp, moe_router, moe_preprocess) are priced as none",
+        source, _CudaGraphs(), choices=CUDA_GRAPH_SCOPES,
     )

@@ -67,3 +67,74 @@ def test_host_time_is_a_floor_under_each_direction():
     assert _host_floor(attrs.evolve(moe, router_elements=0), 1e-6, 1e-6, rates) == pytest.approx((18e-5, 31e-5))
     with pytest.raises(ValueError, match="router_kernels"):
         HostOverhead(seconds_per_kernel=1e-5, kernels_per_gemm=4, source="x", router_kernels=(1,), permute_kernels=0)
+
+
+def test_cuda_graphs_lift_the_host_floor_of_the_layers_they_capture():
+    """``HostOverhead.cuda_graphs`` (the megatron option ``cuda_graphs``): a layer replayed from a CUDA graph takes no
+    floor; ``layers`` captures the body (decoder) layers only, ``full_iteration`` every layer."""
+    from hp_core.costs import LayerWork
+    from hp_core.engine.timing.layer import _host_floor
+    from hp_core.specs.overlap import HostOverhead
+
+    host = HostOverhead(seconds_per_kernel=1e-5, kernels_per_gemm=4, source="round numbers", router_kernels=(7, 5),
+                        permute_kernels=3)
+    assert host.cuda_graphs == "none" and host.floors(True) and host.floors(False)
+    layers = attrs.evolve(host, cuda_graphs="layers")
+    assert not layers.floors(True) and layers.floors(False)  # the embedding and the output layer stay eager
+    whole = attrs.evolve(host, cuda_graphs="full_iteration")
+    assert not whole.floors(True) and not whole.floors(False)
+    with pytest.raises(ValueError, match="cuda_graphs"):
+        attrs.evolve(host, cuda_graphs="attn")
+    # The floor itself is unchanged where it applies: 1 GEMM x 4 + 1 attention kernel forward, 2 x 4 + 1 backward.
+    work = LayerWork(gemms=((16, 32, 32),), attention_calls=1)
+    assert _host_floor(work, 1e-6, 1e-6, types_namespace(host=layers)) == pytest.approx((5e-5, 9e-5))
+
+    registry = build_registry()
+    megatron = registry.runtime("megatron")
+    assert megatron.timing.host.cuda_graphs == "none"
+    graphed = apply_options(megatron, {"cuda_graphs": "layers"})
+    assert graphed.timing.host == attrs.evolve(megatron.timing.host, cuda_graphs="layers")
+    assert graphed.option_values == {"cuda_graphs": "layers"}
+    # A profile stating no host time: nothing to lift; the default leaves it as it is, a graphed scope is refused.
+    from hp_core.errors import ConfigError
+
+    bare = attrs.evolve(megatron, timing=attrs.evolve(megatron.timing, host=None))
+    assert apply_options(bare, {"cuda_graphs": "none"}).timing.host is None
+    with pytest.raises(ConfigError, match="cuda_graphs"):
+        apply_options(bare, {"cuda_graphs": "layers"})
+
+
+def test_a_graphed_moe_layer_at_micro_batch_1_is_priced_at_its_kernels():
+    """A 4-layer Mixtral-shaped MoE at micro-batch 1 on a B200, EP 8: its body layers' forward is host-bound eager
+    (the floor binds) and at its kernels under ``cuda_graphs: layers``, which leaves the embedding and output layers
+    floored; ``full_iteration`` prices every layer as a profile without host time does."""
+    from hp_core import api
+    from hp_plugins.models.hf import model_from_hf_config
+
+    registry = build_registry()
+    config = {"model_type": "mixtral", "vocab_size": 32000, "hidden_size": 1024, "intermediate_size": 2048,
+              "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8, "num_local_experts": 8,
+              "num_experts_per_tok": 2, "hidden_act": "silu", "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+              "rope_theta": 1e6, "sliding_window": None, "tie_word_embeddings": False}
+    model = model_from_hf_config(config, name="small mixtral", source="test")
+    layout = {"dp": 8, "ep": 8, "micro_batch_size": 1, "global_batch_size": 8, "seq_len": 1024}
+    megatron = registry.runtime("megatron")
+
+    def step(runtime):
+        return api.step_time(model, layout, registry=registry, runtime=runtime, hardware="b200")
+
+    eager = step(megatron)
+    graphed = step(apply_options(megatron, {"cuda_graphs": "layers"}))
+    whole = step(apply_options(megatron, {"cuda_graphs": "full_iteration"}))
+    bare = step(attrs.evolve(megatron, timing=attrs.evolve(megatron.timing, host=None)))
+    assert eager.step_seconds > graphed.step_seconds >= whole.step_seconds
+    assert whole.step_seconds == pytest.approx(bare.step_seconds, rel=1e-12)
+    # The floor binds on the body layers here: 4 layers of at least the eager floor's forward each.
+    host = megatron.timing.host
+    assert eager.stages[0].forward_seconds > 4 * 53 * host.seconds_per_kernel  # the router's 53 kernels alone
+
+
+def types_namespace(**fields):
+    import types
+
+    return types.SimpleNamespace(**fields)

@@ -160,6 +160,43 @@ def test_overlap_flags_and_the_dispatcher_are_the_runtime_options(registry):
     assert gathered.unmapped[0].startswith("--moe-token-dispatcher-type allgather (Megatron's default)")
 
 
+@pytest.mark.parametrize("flags, expected", [
+    ("", None),
+    ("--enable-cuda-graph", "layers"),  # arguments.py at 2edffadb: the deprecated --cuda-graph-impl local
+    ("--external-cuda-graph", "layers"),  # ... and transformer_engine, the whole layer by default
+    ("--cuda-graph-impl local", "layers"),
+    ("--cuda-graph-impl transformer_engine --cuda-graph-scope full", "layers"),  # "full": the old spelling of none
+    ("--cuda-graph-impl local --cuda-graph-scope full_iteration", "full_iteration"),
+    ("--cuda-graph-scope attn", None),  # a scope without an implementation builds no graph
+])
+def test_cuda_graph_flags_are_the_runtime_option(registry, flags, expected):
+    job = _imported(registry, f"{SMALL} {flags}", devices=8)
+    assert _options(job).get("cuda_graphs") == expected and not job.unmapped
+
+
+def test_partial_cuda_graph_scopes_are_priced_eager_and_named(registry, capsys):
+    job = _imported(registry, MLA + ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "attn",
+                                     "moe_router", "moe_preprocess"])
+    assert "cuda_graphs" not in _options(job)
+    assert job.unmapped == ("--cuda-graph-impl transformer_engine --cuda-graph-scope attn moe_router moe_preprocess: part "
+                            "of each layer captured; priced with every kernel launched eagerly (the host floor of "
+                            "docs/time.md)",)
+    with pytest.raises(ConfigError, match="--cuda-graph-impl: expected none, local or transformer_engine, got 'cudnn'"):
+        _imported(registry, SMALL + " --cuda-graph-impl cudnn")
+    with pytest.raises(ConfigError, match="--cuda-graph-scope: unknown scope 'layer'"):
+        _imported(registry, SMALL + " --cuda-graph-impl local --cuda-graph-scope layer")
+    # The option reaches the step time: this small job's layers are host-bound eager (512 tokens a micro-batch),
+    # and graphed they are priced at their kernels' time; memory does not move.
+    def priced(extra: str) -> dict:
+        assert main(["estimate", "--from", "megatron-args", SMALL + extra, "--devices", "8", "--hardware", "h100-sxm",
+                     "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    eager, graphed = priced(""), priced(" --enable-cuda-graph")
+    assert graphed["time"]["step_seconds"] < eager["time"]["step_seconds"]
+    assert eager["peak_bytes"] == graphed["peak_bytes"]
+
+
 def _recipe(job) -> str | None:
     return job.document.get("precision", {}).get("recipe")
 

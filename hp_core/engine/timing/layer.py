@@ -172,7 +172,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         # A lookup table's backward writes a dense gradient of the rank's shard and reads it
         # into the gradient buffer (PyTorch embedding_dense_backward, then main_grad +=).
         backward += work.table_elements * 2 * (r.act_bytes + r.grad_bytes) / r.memory
-    if r.host is not None:
+    if r.host is not None and r.host.floors(unit):  # a layer replayed from a CUDA graph launches no kernel one by one
         forward, backward = _host_floor(work, forward, backward, r)
 
     # Communication: every collective the layer states (LayerWork.collectives), by group, then what the

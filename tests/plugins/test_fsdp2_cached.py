@@ -1,0 +1,111 @@
+"""The fsdp2 runtime's cached bytes (docs/runtimes.md, Cached): FSDP2's stream pools and an upcast loss's logits block
+beside the allocated peak, derived by hand from Llama-3-8B's shapes; and a measured ``reserved`` figure compared with
+the peak plus them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from hp_core.api import estimate, model_from_preset
+from hp_core.cli import main
+from hp_core.runtime_options import apply_options
+from hp_core.specs import ParallelSpec
+
+T, V, H = 4096, 128256, 4096
+LAYER = 4096 * (4096 * 2 + 1024 * 2) + 3 * 4096 * 14336 + 2 * 4096  # one decoder layer's elements
+ROOT = 2 * V * H + H  # the root unit: embedding, head, final norm
+TOTAL = ROOT + 4 * LAYER
+
+
+def run(capsys, *argv):
+    """``hp`` in-process: ``(status, stdout, stderr)``."""
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as exc:
+        status = exc.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def _stage(registry, options=None, dp=8):
+    model = model_from_preset("llama3-8b", registry).with_body_layers(4, registry.kinds_placed("body"))
+    runtime = apply_options(registry.runtime("fsdp2"), options) if options else "fsdp2"
+    (stage,) = estimate(model, ParallelSpec(seq_len=T, dp=dp), runtime=runtime, registry=registry).stages
+    return stage
+
+
+def test_cached_bytes_by_hand(registry):
+    """Binding at the loss's backward, 8 ranks: the previous step's sharded fp32 gradients in the reduce-scatter
+    pool, the all-gather pool's root output (it held the root's and the first layer's, the point holds one layer's),
+    and the bf16 logits' freed block."""
+    stage = _stage(registry)
+    assert stage.binding_point == "backward" and stage.memory.working_set_bytes == 2 * T * V * 4  # the loss's backward
+    reduce_pool = TOTAL * 4 // 8
+    gather_idle = (ROOT + LAYER) * 2 - LAYER * 2
+    assert stage.cached_bytes == reduce_pool + gather_idle + T * V * 2
+    assert stage.reserved_bytes == stage.peak_bytes + stage.cached_bytes
+
+
+def test_cached_bytes_follow_the_options(registry):
+    base = _stage(registry)
+    # A fused loss keeps its bf16 logits (overwritten by their gradient): no freed block. It binds in a layer's
+    # backward below the head, whose point holds the root's unsharded bf16 gradients (default stream) and no sharded
+    # one yet beside the binding layer's: the reduce-scatter pool is idle but for those.
+    fused = _stage(registry, {"loss_implementation": "fused"})
+    root_grads = (V * H + H) * 2  # the head's and the final norm's, whose backward ran (the embedding's runs last)
+    assert fused.binding_point == "backward" and fused.memory.gradients_bytes >= root_grads
+    held = fused.memory.gradients_bytes - root_grads  # the body layers' sharded gradients above the binding one
+    assert held in (0, LAYER * 4 // 8, 2 * LAYER * 4 // 8, 3 * LAYER * 4 // 8)
+    assert fused.cached_bytes == TOTAL * 4 // 8 - held + ROOT * 2
+    # bf16 reduce dtype: one unit's reduce-scatter output in bf16 beside the fp32 gradients, the root's the largest.
+    bf16 = _stage(registry, {"reduce_dtype": "bf16"})
+    assert bf16.cached_bytes - base.cached_bytes == ROOT * 2 // 8
+    # CPU offload: each unit's sharded gradient goes to the host, so the pool holds the largest one at a time.
+    offload = _stage(registry, {"cpu_offload": True})
+    assert offload.cached_bytes - base.cached_bytes == ROOT * 4 // 8 - TOTAL * 4 // 8
+    # Gradients held through the step (set_to_none false) are allocated, not cached.
+    kept = _stage(registry, {"zero_grad_set_to_none": False})
+    assert kept.memory.gradients_bytes == TOTAL * 4 // 8 and kept.cached_bytes == base.cached_bytes - TOTAL * 4 // 8
+
+
+def test_one_rank_binds_at_the_step(registry):
+    """dp 1: no all-gather output (FSDP2 copies the parameters), and the optimizer step binds (AdamW's temporary
+    beside the whole fp32 state), where the gradients are allocated: nothing cached."""
+    stage = _stage(registry, dp=1)
+    assert stage.binding_point == "optimizer" and stage.memory.gradients_bytes == TOTAL * 4
+    assert stage.cached_bytes == 0
+
+
+def test_runtimes_without_pools_cache_nothing(registry):
+    model = model_from_preset("llama3-8b", registry).with_body_layers(4, registry.kinds_placed("body"))
+    for runtime in ("megatron", "generic"):
+        assert all(s.cached_bytes == 0 for s in estimate(model, ParallelSpec(seq_len=T, dp=8), runtime=runtime,
+                                                          registry=registry).stages)
+
+
+def test_a_reserved_figure_is_compared_with_the_peak_plus_cached(capsys, tmp_path, registry):
+    stage = _stage(registry)
+    config = {"model": "llama3-8b", "num_layers": 4, "runtime": "fsdp2", "parallel": {"dp": 8, "seq_len": T}}
+    measured = {"source": "a test", "stages": [{"stage": 0, "allocated_bytes": stage.peak_bytes,
+                                                "reserved_bytes": 2 * stage.reserved_bytes}]}
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"format": "hp-cases/2", "cases": [{"name": "c", "config": config, "measured": measured}]}))
+    status, out, err = run(capsys, "validate", path, "--json")
+    assert status == 0, err
+    (case,) = json.loads(out)["cases"]
+    assert [(s["quantity"], s["estimated_peak_bytes"]) for s in case["stages"]] == [
+        ("allocated", stage.peak_bytes), ("reserved", stage.peak_bytes + stage.cached_bytes)]
+    assert [s["error"] for s in case["stages"]] == pytest.approx([0.0, -0.5])
+
+
+def test_the_estimate_json_states_cached_bytes(capsys):
+    status, out, err = run(capsys, "estimate", "--model", "llama3-8b", "--runtime", "fsdp2", "--dp", "8",
+                           "--seq-len", str(T), "--json")
+    assert status == 0, err
+    (stage,) = json.loads(out)["stages"]
+    # 32 layers, 8 ranks: the sharded fp32 gradients, the root's all-gather output, the bf16 logits block.
+    total = ROOT + 32 * LAYER
+    assert stage["cached_bytes"] == total * 4 // 8 + ROOT * 2 + T * V * 2
