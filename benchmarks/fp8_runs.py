@@ -8,7 +8,7 @@ the memory rows: measured and estimated peak GiB and the error). The step-time r
 with the ``megatron`` runtime, the memory rows with the torchtitan importer (``fsdp2`` runtime),
 each under the recipe its row names; then llm-foundry's MPT FP8 rows (``fsdp_rows``: Composer FSDP,
 Transformer Engine delayed scaling), priced with the ``fsdp2`` runtime as docs/time.md prices the
-MPT bf16 rows; then Megatron-Bridge's MoE rows (``moe_rows``: Qwen3 30B-A3B and 235B-A22B on H100 and B200, DeepSeek-V3 on
+MPT bf16 rows; then Megatron-Bridge's MoE rows (``moe_rows``: Qwen3 30B-A3B and 235B-A22B on H100, B200 and GB200, DeepSeek-V3 on
 B200 and GB200, the GB200 rows a class of their own), priced as run with the ``megatron`` runtime and the recompute modules each row states, per class the mean absolute error; then torchtitan's and torchao's Float8 rows
 (``torchtitan_rows``: Llama 3 8B / 70B / 405B under torchao float8 tensorwise on torchtitan's Grand Teton H100s),
 priced as tests/plugins/scale_cases.py prices those pages' bf16 rows (``fsdp2``, the Grand Teton case device), each

@@ -99,7 +99,7 @@ def test_gb200_rows_state_their_release_config_and_the_page_states_their_figures
     by_id = {r["id"]: r for r in rows}
     # GBS * seq / (tokens/s/GPU * GPUs): 1,536 x 8,192 / (864 x 256) = 56.889 s.
     assert _module().measured_seconds(by_id["mb26.04.01-gb200-llama31-405b-fp8"]) == pytest.approx(56.889, abs=5e-4)
-    assert len(data["rows_skipped_gb200"]) == 8 and all(r["why"] for r in data["rows_skipped_gb200"])
+    assert len(data["rows_skipped_gb200"]) == 10 and all(r["why"] for r in data["rows_skipped_gb200"])
     found = [r for r in _module().results() if r["hardware"] == "gb200"]
     ran = [r["as_run_error"] for r in found]
     prose = _prose(_page())
@@ -172,7 +172,7 @@ def _cells(row: dict) -> list[str]:
 def test_moe_rows_state_their_summary_row_and_release():
     data = _data()
     runs = _module()
-    assert len(data["moe_rows"]) == 25 and len(data["moe_rows_skipped"]) == 5
+    assert len(data["moe_rows"]) == 34 and len(data["moe_rows_skipped"]) == 5
     for row in data["moe_rows"]:
         source = data["sources"][row["source"]]
         assert "067f987df03b8355b03192d88d70f1709fedf51a" in source and row["source"] == row["runtime_options_source"], row["id"]
@@ -217,15 +217,21 @@ def test_precision_page_moe_table_is_current_and_its_prose_states_its_figures():
     apart = ("mb26.02-h100-qwen3-30b-a3b-fp8cs", "mb26.04.01-b200-deepseek-v3-mxfp8")
     one = [r["shortfall_per_layer_seconds"] * 1e3 for r in found if r["layout"]["micro_batch_size"] == 1
            and r["split"] == "held_out" and r["id"] not in apart and r["layout"]["hardware"] != "gb200"]
-    four = [r["shortfall_per_layer_seconds"] * 1e3 for r in found if r["layout"]["micro_batch_size"] == 4]
+    four = [r["shortfall_per_layer_seconds"] * 1e3 for r in found if r["layout"]["micro_batch_size"] == 4
+            and r["layout"]["hardware"] != "gb200"]
     assert f"At micro-batch 1 it is {min(one):+.2f} to {max(one):+.2f} ms on {len(one)} held-out H100 and B200 rows (" \
            f"{by_id['mb26.02-h100-qwen3-30b-a3b-fp8cs']['shortfall_per_layer_seconds'] * 1e3:+.2f} ms" in prose
     assert f"at micro-batch 4, {max(four):+.2f} to {min(four):+.2f} ms" in prose and min(one) > 0 > max(four)
     b200_mlp = by_id["mb26.04.01-b200-deepseek-v3-mxfp8"]
     assert f"{b200_mlp['shortfall_per_layer_seconds'] * 1e3:+.2f} ms DeepSeek-V3's B200 row of 26.04.01 at PP 8 VP 2" in prose
     every_gb200 = [r for r in found if r["class"] == "Megatron-Core MoE, GB200"]
-    short = sorted(r["shortfall_per_layer_seconds"] * 1e3 for r in every_gb200)
-    assert len(short) == 4 and f"the four GB200 rows, priced slow, {short[0]:+.2f} to {short[-1]:+.2f} ms" in prose and short[-1] < 0
+    short = sorted(r["shortfall_per_layer_seconds"] * 1e3 for r in every_gb200 if r["layout"]["model"] == "deepseek-v3")
+    assert len(short) == 4 and f"the four GB200 DeepSeek-V3 rows, priced slow, {short[0]:+.2f} to {short[-1]:+.2f} ms" in prose
+    assert short[-1] < 0
+    q235 = sorted(r["shortfall_per_layer_seconds"] * 1e3 for r in every_gb200 if r["layout"]["model"] == "qwen3-235b-a22b")
+    q30 = sorted(r["shortfall_per_layer_seconds"] * 1e3 for r in every_gb200 if r["layout"]["model"] == "qwen3-30b-a3b")
+    assert len(q235) == 4 and f"Qwen3-235B-A22B rows {q235[0]:+.2f} to {q235[-1]:+.2f} ms" in prose and q235[-1] < 0
+    assert len(q30) == 5 and f"the five GB200 Qwen3-30B-A3B rows {q30[0]:+.2f} to {q30[-1]:+.2f} ms" in prose
     # The three rows recomputing mlp: their errors and step times as the prose states them.
     mlp_gb200 = [by_id[f"mb{c}-gb200-deepseek-v3-mxfp8"] for c in ("26.04", "26.04.01")]
     assert (f"+{b200_mlp['error']:.1%} ({b200_mlp['measured_seconds']:.3f} s measured, {b200_mlp['estimated_seconds']:.3f} s hp), "
@@ -287,6 +293,70 @@ def test_deepseek_v3_rows_state_their_pipeline_layout_as_layers_per_stage():
         per_rank = [sum(spec.layers_per_stage[rank::spec.pp]) for rank in range(spec.pp)]
         expected_ranks = {(4, 4): [16, 16, 16, 13], (8, 2): [8] * 7 + [5], (16, 1): [4] * 15 + [1]}[(row["pp"], row["vpp"])]
         assert per_rank == expected_ranks, row["id"]
+
+
+def test_qwen3_gb200_rows_state_their_layout_and_the_page_states_their_figures():
+    """The DGX-GB200 Qwen3 rows: the GB200 config of their release (HybridEP, TE CUDA graphs named as not priced),
+    held out; step times by hand; 235B-A22B's embedding and loss counted in the pipeline split; the 26.06 to 26.08
+    rows left out for their FP8 attention; the page's paragraph pinned to today's figures."""
+    data = _data()
+    runs = _module()
+    rows = {r["id"]: r for r in data["moe_rows"] if r["hardware"] == "gb200" and r["model"].startswith("qwen3")}
+    assert sorted(rows) == sorted([f"mb{c}-gb200-qwen3-30b-a3b-mxfp8" for c in ("25.11", "26.02", "26.02.01", "26.04", "26.04.01")]
+                                  + [f"mb{c}-gb200-qwen3-235b-a22b-mxfp8" for c in ("26.02", "26.02.01", "26.04", "26.04.01")])
+    for row in rows.values():
+        assert row["split"] == "held_out" and row["recipe"] == "mxfp8" and row["runtime_options"]["ep_all_to_all"] == "hybridep"
+        assert "GB200_FP8_MX" in row["config"] and any("CUDA graphs" in item for item in row["not_priced"]), row["id"]
+        assert "recompute_modules" not in row, row["id"]
+        # overlap_p2p_comm where PP > 1 and VP > 1 (comm_overlap.py): the 235B rows of 26.04 and 26.04.01, VP 3.
+        assert row["runtime_options"].get("overlap_p2p_communication", False) == (row["pp"] > 1 and row["vpp"] > 1), row["id"]
+    # 512 x 4,096 / (26,084 x 8) = 10.050 s; 8,192 x 4,096 / (5,448 x 256) = 24.059 s; / (5,680 x 256) = 23.076 s.
+    assert runs.measured_seconds(rows["mb26.02-gb200-qwen3-30b-a3b-mxfp8"]) == pytest.approx(10.050, abs=5e-4)
+    assert runs.measured_seconds(rows["mb26.02-gb200-qwen3-235b-a22b-mxfp8"]) == pytest.approx(24.059, abs=5e-4)
+    assert runs.measured_seconds(rows["mb26.04.01-gb200-qwen3-235b-a22b-mxfp8"]) == pytest.approx(23.076, abs=5e-4)
+    # (94 + 2) / 8 = 12 a stage at PP 8 (11 first and last); (94 + 2) / 24 = 4 a chunk at VP 3 (3 first and last).
+    assert runs.layout(rows["mb26.02-gb200-qwen3-235b-a22b-mxfp8"], 94).layers_per_stage == (11,) + (12,) * 6 + (11,)
+    assert runs.layout(rows["mb26.04-gb200-qwen3-235b-a22b-mxfp8"], 94).layers_per_stage == (3,) + (4,) * 22 + (3,)
+    skipped = [s for s in data["rows_skipped_gb200"] if "Qwen3" in s["row"]]
+    assert len(skipped) == 1 and "fp8_dot_product_attention" in skipped[0]["why"]
+    found = {r["id"]: r for r in runs.moe_results()}
+    prose = _prose(_page())
+    q30 = [found[k]["error"] for k in rows if "30b" in k]
+    later = [found[k]["error"] for k in rows if "30b" in k and not k.startswith("mb25.11")]
+    assert f"The five 30B-A3B rows on 8 GPUs (one NVLink domain, EP 8, micro-batch 4, HybridEP) are {min(q30):+.1%} to {max(q30):+.1%}" in prose
+    assert f"26.02 to 26.04.01 {min(later):+.1%} to {max(later):+.1%}" in prose
+    assert f"25.11's row {found['mb25.11-gb200-qwen3-30b-a3b-mxfp8']['error']:+.1%}" in prose
+    q235 = [found[k] for k in rows if "235b" in k]
+    assert f"are priced slow, {min(r['error'] for r in q235):+.1%} to {max(r['error'] for r in q235):+.1%}, as DeepSeek-V3's" in prose
+    gb = found["mb26.04.01-gb200-qwen3-235b-a22b-mxfp8"]
+    assert len({round(r["estimated_seconds"], 6) for r in q235}) == 2  # one price per layout (VP 1, VP 3)
+    from hp_core import api
+
+    registry = api.build_registry()
+    compute = runs.price_moe(rows["mb26.04.01-gb200-qwen3-235b-a22b-mxfp8"], registry).compute_seconds
+    assert f"hp's compute alone, {compute:.3f} s, is more than the measured steps" in prose
+    assert compute > max(r["measured_seconds"] for r in q235)
+    # The host floor's share: the same rows with no floor at all (cuda_graphs full_iteration lifts it from every layer).
+    eager = api.apply_options(registry.runtime("megatron"), {"cuda_graphs": "full_iteration"})
+    floorless = {k: runs.price_moe(rows[k], registry, base_runtime=eager) for k in rows if "235b" in k}
+    floor = compute - floorless["mb26.04.01-gb200-qwen3-235b-a22b-mxfp8"].compute_seconds
+    assert f"3.836 s of it the host floor" in prose and floor == pytest.approx(3.836, abs=5e-4)
+    bare = [floorless[k].step_seconds / found[k]["measured_seconds"] - 1 for k in floorless]
+    assert f"with no floor at all they would be {min(bare):+.1%} to {max(bare):+.1%}" in prose
+    assert f"3.836 s of their {min(r['estimated_seconds'] for r in q235):.3f}-{max(r['estimated_seconds'] for r in q235):.3f} s price" \
+           in " ".join((ROOT / "docs" / "time.md").read_text(encoding="utf-8").split())
+    b200 = [found[f"mb{c}-b200-qwen3-235b-a22b-mxfp8"] for c in ("26.02", "26.04.01")]
+    gb200 = [found[f"mb{c}-gb200-qwen3-235b-a22b-mxfp8"] for c in ("26.02", "26.04.01")]
+    ran = [b["measured_seconds"] / g["measured_seconds"] for b, g in zip(b200, gb200)]
+    priced = [b["estimated_seconds"] / g["estimated_seconds"] for b, g in zip(b200, gb200)]
+    assert f"They ran {ran[0]:.2f} and {ran[1]:.2f} times faster" in prose
+    assert f"where hp prices them {priced[0]:.2f} and {priced[1]:.2f} times faster" in prose
+    b30, g30 = found["mb26.02.01-b200-qwen3-30b-a3b-mxfp8"], found["mb26.02.01-gb200-qwen3-30b-a3b-mxfp8"]
+    assert (f"({g30['measured_seconds']:.3f} s against {b30['measured_seconds']:.3f} s in 26.02.01), where hp prices the GB200 "
+            f"{b30['estimated_seconds'] / g30['estimated_seconds']:.2f} times faster") in prose
+    speedups = {round(found[k]["bf16_seconds"] / found[k]["estimated_seconds"], 2) for k in rows}
+    assert speedups == {1.11} and "hp's FP8 speedup on the nine is 1.11" in prose
+    assert gb["error"] > 0
 
 
 def test_moe_recompute_maps_the_rows_modules_to_switches_and_refuses_an_unstated_one():
