@@ -86,25 +86,76 @@ def test_gb200_rows_state_their_release_config_and_the_page_states_their_figures
     sets, held out; the page's GB200 bullet pinned to today's figures."""
     data = _data()
     rows = [r for r in data["rows"] if r["hardware"] == "gb200"]
-    assert len(rows) == 12 and all(r["split"] == "held_out" and r["source"] in data["sources"] for r in rows)
+    assert len(rows) == 16 and all(r["split"] == "held_out" and r["source"] in data["sources"] for r in rows)
+    tflops = []  # each row's reported model TFLOP/s per GPU
     for row in rows:
-        cells = [c.strip() for c in row["row"].split(": ", 1)[1].strip("|").split("|")]
-        # System, #-GPUs, Precision, GBS, MBS, Sequence Length, FSDP, TP, PP, CP, VP, EP, tokens/s/GPU, TFLOP/s/GPU
-        assert cells[0] == "DGX-GB200" and int(cells[1]) == row["gpus"] and int(cells[3]) == row["global_batch_size"]
-        assert int(cells[4]) == row["micro_batch_size"] and int(cells[5]) == row["seq_len"] and cells[6] == "0"
-        assert [int(c) for c in cells[7:11]] == [row["tp"], row["pp"], row["cp"], row["vpp"]], row["id"]
-        assert int(cells[12]) == row["tokens_per_second_per_gpu"]
-        assert cells[2] == {"mxfp8": "MXFP8", "fp8-megatron-param-gather": "FP8"}[row["recipe"]]
+        head, table = row["row"].split(": ", 1)
+        cells = [c.strip() for c in table.strip("|").split("|")]
+        if row["id"].startswith("mb25.11-"):
+            # 25.11's per-system table: Model, #-GPUs, Precision, GBS, MBS, Sequence Length, FSDP, TP, PP, CP, VP, EP, GA,
+            # tokens/s/GPU, TFLOP/s/GPU; FP8-CS with the FP8-MX figure in parentheses.
+            assert "DGX-GB200" in head and cells[0] == "LLAMA3_8B" and len(cells) == 15 and cells[2] == "FP8-CS (FP8-MX)"
+            cs, mx = (int(c) for c in cells[13].replace("(", "").replace(")", "").split())
+            tokens = mx if row["recipe"] == "mxfp8" else cs
+            assert row["runtime_options"]["cuda_graphs"] == "full_iteration", row["id"]
+            cells = cells[:12] + cells[13:]
+        else:
+            # System, #-GPUs, Precision, GBS, MBS, Sequence Length, FSDP, TP, PP, CP, VP, EP, tokens/s/GPU, TFLOP/s/GPU;
+            # 26.06's section states no FSDP column.
+            assert len(cells) == (13 if row["id"].startswith("mb26.06-") else 14), row["id"]
+            assert cells[0] == "DGX-GB200" and cells[2] == {"mxfp8": "MXFP8", "fp8-megatron-param-gather": "FP8"}[row["recipe"]]
+            tokens = int(cells[-2])
+        assert int(cells[1]) == row["gpus"] and int(cells[3]) == row["global_batch_size"]
+        assert int(cells[4]) == row["micro_batch_size"] and int(cells[5]) == row["seq_len"]
+        assert len(cells) == 13 or cells[6] == "0", row["id"]
+        layout = [1 if c == "n/a" else int(c) for c in cells[-7:-3]]
+        assert layout == [row["tp"], row["pp"], row["cp"], row["vpp"]], row["id"]
+        assert tokens == row["tokens_per_second_per_gpu"], row["id"]
+        tflops.append(int(cells[-1].split()[1].strip("()")) if row["recipe"] == "mxfp8" and "(" in cells[-1] else int(cells[-1].split()[0]))
         assert row["config"].split(" ")[0] in data["sources"][row["source"]] and row["not_priced"]
     by_id = {r["id"]: r for r in rows}
     # GBS * seq / (tokens/s/GPU * GPUs): 1,536 x 8,192 / (864 x 256) = 56.889 s.
     assert _module().measured_seconds(by_id["mb26.04.01-gb200-llama31-405b-fp8"]) == pytest.approx(56.889, abs=5e-4)
-    assert len(data["rows_skipped_gb200"]) == 10 and all(r["why"] for r in data["rows_skipped_gb200"])
+    # 26.06: 1,536 x 8,192 / (843 x 256) = 58.306 s and / (783 x 256) = 62.774 s.
+    assert _module().measured_seconds(by_id["mb26.06-gb200-llama31-405b-fp8"]) == pytest.approx(58.306, abs=5e-4)
+    assert _module().measured_seconds(by_id["mb26.06-gb200-llama31-405b-mxfp8"]) == pytest.approx(62.774, abs=5e-4)
+    # 25.11's 8B: 128 x 8,192 / (31,508 x 8) = 4.160 s and / (29,789 x 8) = 4.400 s.
+    assert _module().measured_seconds(by_id["mb25.11-gb200-llama3-8b-fp8cs"]) == pytest.approx(4.160, abs=5e-4)
+    assert _module().measured_seconds(by_id["mb25.11-gb200-llama3-8b-mxfp8"]) == pytest.approx(4.400, abs=5e-4)
+    assert by_id["mb26.06-gb200-llama31-405b-fp8"]["config"].endswith(" at v0.5.0")
+    assert not any(s["row"].startswith("26.06 NeMo Container, LLAMA3.1_405B") for s in data["rows_skipped_gb200"])
+    page = _prose(_page())
+    assert (f"the rows report {min(tflops):,}-{max(tflops):,} model TFLOP/s per GPU, {100 * min(tflops) / 2500:.0f}-{100 * max(tflops) / 2500:.0f}% "
+            "of the 2,500 TFLOP/s bf16 dense peak") in page
+    # 25.11's 8B rows state their full-iteration CUDA graphs; the floor does not bind, so the option moves nothing.
+    from hp_core import api
+
+    registry = api.build_registry()
+    eight = [by_id[f"mb25.11-gb200-llama3-8b-{r}"] for r in ("fp8cs", "mxfp8")]
+    graphed = [_module().price(r, registry, as_run=True).step_seconds for r in eight]
+    eager = [_module().price(dict(r, runtime_options={k: v for k, v in r["runtime_options"].items() if k != "cuda_graphs"}),
+                             registry, as_run=True).step_seconds for r in eight]
+    assert graphed == pytest.approx(eager, rel=1e-9)
+    assert f"state it from their config ({graphed[0]:.3f} s and {graphed[1]:.3f} s as run either way)" in \
+        " ".join((ROOT / "docs" / "time.md").read_text(encoding="utf-8").split())
+    assert len(data["rows_skipped_gb200"]) == 9 and all(r["why"] for r in data["rows_skipped_gb200"])
     found = [r for r in _module().results() if r["hardware"] == "gb200"]
     ran = [r["as_run_error"] for r in found]
     prose = _prose(_page())
     assert f"**GB200 (as run {min(ran):+.1%} to {max(ran):+.1%}, {len(found)} rows, held out).**" in prose
     assert all(r["as_run_seconds"] < r["estimated_seconds"] for r in found)
+    new = {r["id"]: r["as_run_error"] for r in found if r["id"].startswith(("mb26.06-", "mb25.11-"))}
+    assert (f"held out like the rest: {new['mb26.06-gb200-llama31-405b-fp8']:+.1%} and "
+            f"{new['mb26.06-gb200-llama31-405b-mxfp8']:+.1%} as run") in prose
+    before = [r for r in found if not r["id"].startswith(("mb26.06-", "mb25.11-"))]
+    mae = lambda rows, key: sum(abs(r[key]) for r in rows) / len(rows)  # noqa: E731
+    assert (f"the class moved from {len(before)} rows, defaults {mae(before, 'error'):.1%}, as run {mae(before, 'as_run_error'):.1%} "
+            f"mean absolute error, to {len(found)} rows, {mae(found, 'error'):.1%} and {mae(found, 'as_run_error'):.1%})") in prose
+    assert (f"held out: {new['mb25.11-gb200-llama3-8b-fp8cs']:+.1%} and {new['mb25.11-gb200-llama3-8b-mxfp8']:+.1%} as run; "
+            f"with those four the class moved") in prose
+    fp8 = [r["as_run_error"] for r in found if "405b-fp8" in r["id"] and not r["id"].startswith("mb26.06-")]
+    assert f"its error as run grows with the container ({min(fp8):+.1%} to {max(fp8):+.1%}), and is 58.31 s " \
+           f"({new['mb26.06-gb200-llama31-405b-fp8']:+.1%}) in 26.06" in prose
 
 
 def test_memory_rows_state_their_provenance_and_baselines():
