@@ -10,24 +10,14 @@ import pytest
 import yaml
 
 from hp_core.api import estimate, model_from_preset
-from hp_core.cli import main
 from hp_core.runtime_options import apply_options
 from hp_core.specs import ParallelSpec
+from cli_run import run  # tests/cli_run.py
 
 T, V, H = 4096, 128256, 4096
 LAYER = 4096 * (4096 * 2 + 1024 * 2) + 3 * 4096 * 14336 + 2 * 4096  # one decoder layer's elements
 ROOT = 2 * V * H + H  # the root unit: embedding, head, final norm
 TOTAL = ROOT + 4 * LAYER
-
-
-def run(capsys, *argv):
-    """``hp`` in-process: ``(status, stdout, stderr)``."""
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as exc:
-        status = exc.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def _stage(registry, options=None, dp=8):

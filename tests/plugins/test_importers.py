@@ -17,17 +17,8 @@ from hp_plugins.cases.megatron_measured import read_megatron_case
 from hp_plugins.exporters.megatron import export_megatron, megatron_candidates
 from hp_plugins.importers.megatron import import_megatron_args, parse_megatron_args, read_megatron_script
 
-from hp_core.cli import main
+from cli_run import run  # tests/cli_run.py
 
-
-def run(capsys, *argv):
-    """``hp ARGV`` in-process: ``(status, stdout, stderr)``."""
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as exc:
-        status = exc.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 DATA = Path(__file__).parent / "data" / "megatron_measured.json"
 CASES = json.loads(DATA.read_text(encoding="utf-8"))["cases"]

@@ -8,22 +8,13 @@ import json
 import pytest
 
 from hp_core.api import estimate, prepare
-from hp_core.cli import main
 from hp_core.documents import parse_document
 from hp_core.io.convert import ConfigFile, structure
 from hp_core.io.job import resolve_job
 from hp_plugins.exporters.torchtitan import export_torchtitan, torchtitan_candidates
 from hp_plugins.importers.accelerate import import_accelerate_fsdp
 from hp_plugins.importers.torchtitan import import_torchtitan
-
-
-def run(capsys, *argv):
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as exc:
-        status = exc.code
-    out, err = capsys.readouterr()
-    return status, out, err
+from cli_run import run  # tests/cli_run.py
 
 
 def toml(data: dict) -> str:

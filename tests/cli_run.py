@@ -1,4 +1,4 @@
-"""``run(capsys, *argv)``: the ``hp`` command line in-process, for the CLI tests."""
+"""``run(capsys, *argv)``: the ``hp`` command line in-process, for the CLI tests (tests/ is on the path: conftest.py)."""
 
 from __future__ import annotations
 
