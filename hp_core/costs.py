@@ -221,6 +221,11 @@ class ActivationTerm:
             gathered copy, which the all-gather marked ``Collective.gemm_input``
             makes): under TP > 1 with SP a recipe keeps it as its
             :attr:`~hp_core.precision_recipes.PrecisionRecipe.saved_input_under_tp` says.
+        attention_saved: The tensor is one a fused (flash) attention kernel
+            keeps for its backward: ``"qkv"`` (its q, k or v input) or
+            ``"out"`` (its output); a recipe running FP8 attention keeps it as
+            :attr:`~hp_core.precision_recipes.PrecisionRecipe.attention_format`
+            says (:func:`hp_core.engine.precision.apply_recipe`). ``None``: not one.
     """
 
     op: str
@@ -229,6 +234,7 @@ class ActivationTerm:
     tp_split: bool = False
     gemm_input: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.in_(("owned", "shared"))))
     sp_gathered: bool = False
+    attention_saved: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.in_(("qkv", "out"))))
 
 
 @attrs.frozen

@@ -61,6 +61,12 @@ SCALINGS: dict[str, tuple[int, int]] = {
 }
 
 SAVED_INPUTS = ("quantized", "compute")
+# FP8 attention (PrecisionRecipe.attention_format): the activations' scaling each format runs with. Transformer
+# Engine's DotProductAttention quantizes q, k, v, its output and their gradients with quantizers of the recipe's
+# kind (pytorch/attention/dot_product_attention/utils.py get_attention_quantizers at d0067d0): e4m3 per tensor
+# under delayed or current scaling, MXFP8 under MXFP8BlockScaling.
+_ATTENTION_FORMATS = {"tensor_delayed": "e4m3", "tensor_current": "e4m3", "mx_32": "mxfp8"}
+_ATTENTION_SCALINGS = {"e4m3": "per-tensor FP8 scaling (tensor_delayed or tensor_current)", "mxfp8": "mxfp8/mx_32"}
 # The GEMM kernel families (PrecisionRecipe.kernel): what a device's measured speedups are keyed by.
 GEMM_KERNELS = ("bf16", "fp8_tensorwise", "fp8_rowwise", "fp8_blockwise", "mxfp8", "nvfp4")
 # Suffix of a measured speedup whose timed region includes the quantization of the GEMM inputs (Transformer
@@ -157,8 +163,12 @@ class PrecisionRecipe:
             a separate pass computes the tensor's amax first (current scaling,
             NVFP4's global scale); TE docs/examples/gemm_profiling: "the extra
             memory pass for per-tensor amax computation".
-        attention_format: The attention core's format (``bf16`` unless the
-            trainer runs FP8 attention: TE ``fp8_dpa``).
+        attention_format: The attention core's format: ``bf16`` (the default),
+            or FP8 attention (Transformer Engine ``fp8_dpa``: Megatron-LM
+            ``--fp8-dot-product-attention``): ``e4m3`` on a per-tensor recipe
+            (delayed or current scaling), ``mxfp8`` on the MXFP8 recipe, the
+            format TE's attention quantizers take from the recipe
+            (:meth:`attention_qkv_bytes_per_element`, :attr:`attention_out_fp8`).
         one_copy_architectures: Device families (``HardwareSpec.architecture``)
             on which one quantized tensor serves both GEMM usages, so the
             trainer keeps one weight copy and a quantization writes one
@@ -193,6 +203,11 @@ class PrecisionRecipe:
         if not self.low_precision and (self.weight_copies or self.param_gather != "none" or self.tp_gather or self.amax_history):
             raise ValueError(f"precision recipe {self.name}: quantizes no GEMM operand, so it keeps no weight copies, "
                              "gathers nothing in low precision and has no amax history")
+        if self.attention_format != "bf16" and self.attention_format != _ATTENTION_FORMATS.get(self.activations.scaling):
+            needs = _ATTENTION_SCALINGS.get(self.attention_format, "none: FP8 attention runs in e4m3 or mxfp8")
+            raise ValueError(f"precision recipe {self.name}: attention_format {self.attention_format!r} needs activations of "
+                             f"{needs} (Transformer Engine's attention quantizers follow the recipe's), not "
+                             f"{self.activations.format}/{self.activations.scaling}")
         dtypes = {o.peak_dtype for o in (self.weights, self.activations, self.gradients) if o.low_precision}
         if len(dtypes) > 1:
             raise ValueError(f"precision recipe {self.name}: its operands run at different peaks {sorted(dtypes)}")
@@ -240,6 +255,32 @@ class PrecisionRecipe:
         """
         copies = min(self.weight_copies, self.usages(architecture))
         return self if copies == self.weight_copies else attrs.evolve(self, weight_copies=copies)
+
+    def attention_qkv_bytes_per_element(self, activation_bytes: int) -> float:
+        """Bytes a fused attention kernel keeps per element of q, k and v for its backward.
+
+        Transformer Engine at d0067d0 (``pytorch/attention/dot_product_attention/backends.py``
+        ``FusedAttnFunc.forward``): with FP8 attention it saves ``q_fp8, k_fp8, v_fp8``, quantized by
+        ``combine_and_quantize`` with the QKV quantizer, which ``utils.py`` ``get_attention_quantizers``
+        sets row-wise only for per-tensor scaling (1 byte an element; the scale per tensor not counted)
+        and row-wise and column-wise for MXFP8 (two E4M3 copies, each with an E8M0 byte per 32
+        elements). bf16 attention: the compute-dtype tensors (*activation_bytes*).
+        """
+        if self.attention_format == "bf16":
+            return float(activation_bytes)
+        if self.attention_format == "mxfp8":
+            return 2 * GemmOperand("mxfp8", "mx_32").bytes_per_element
+        return 1.0
+
+    @property
+    def attention_out_fp8(self) -> bool:
+        """The fused attention kernel keeps its output in FP8 (1 byte an element) instead of the compute dtype.
+
+        Transformer Engine at d0067d0, ``FusedAttnFunc.forward``: ``out_fp8`` is saved under delayed
+        scaling; under current scaling (``NVTE_DPA_FP8CS_O_in_F16`` defaults to 1) and MXFP8 the
+        compute-dtype ``out_f16``.
+        """
+        return self.attention_format == "e4m3" and self.activations.scaling == "tensor_delayed"
 
     def saved_input_as(self, gathered_under_tp: bool) -> str:
         """What a linear layer keeps of its input: :attr:`saved_input_under_tp` where the input is

@@ -61,6 +61,39 @@ def _term(term: ActivationTerm, recipe: PrecisionRecipe, activation_bytes: int, 
     return attrs.evolve(term, bytes=kept)
 
 
+def _attention_term(term: ActivationTerm, recipe: PrecisionRecipe, activation_bytes: int, tp_sp: bool) -> ActivationTerm:
+    """A tensor a fused attention kernel keeps, as an FP8-attention recipe keeps it (:func:`apply_recipe`)."""
+    elements = term.bytes / activation_bytes
+    if term.attention_saved == "qkv":
+        return attrs.evolve(term, bytes=math.ceil(elements * recipe.attention_qkv_bytes_per_element(activation_bytes)))
+    if not recipe.attention_out_fp8:  # the kernel keeps its compute-dtype output: as any recipe keeps it
+        return _term(term, recipe, activation_bytes, tp_sp and term.sp_gathered) if term.gemm_input else term
+    # The kernel keeps its FP8 output (1 byte an element), the output projection its own quantized input.
+    linear = recipe.saved_input_bytes(elements, tp_sp and term.sp_gathered) if term.gemm_input else 0.0
+    return attrs.evolve(term, bytes=math.ceil(elements) + math.ceil(linear))
+
+
+def _fp8_attention(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int, tp_sp: bool) -> LayerCost:
+    """*cost* with its attention kernel's kept tensors and its linear layers' inputs as an FP8-attention recipe keeps them.
+
+    Raises:
+        ConfigError: The layer runs an attention core but marks no tensor a fused kernel keeps
+            (eager attention, or a layer kind that does not state them): FP8 attention is not priced there.
+    """
+    if cost.forward.attention_flops and not any(t.attention_saved == "qkv" for t in cost.activations):
+        raise ConfigError("$.precision.recipe", f"precision recipe {recipe.name} runs attention in {recipe.attention_format}: "
+                          "needs the fused (flash) attention kernel and a layer kind that marks the q, k, v its kernel keeps "
+                          "(ActivationTerm.attention_saved; docs/precision.md 'FP8 attention')")
+    terms = tuple(_attention_term(t, recipe, activation_bytes, tp_sp) if t.attention_saved
+                  else _term(t, recipe, activation_bytes, tp_sp and t.sp_gathered) if t.gemm_input else t
+                  for t in cost.activations)
+    if not recipe.cache_weights and recipe.weight_copies:
+        weights = quantized_weight_elements([(cost, 1)])
+        if weights:
+            terms += (ActivationTerm("quantized_weights", math.ceil(weights * recipe.weights.bytes_per_element)),)
+    return cost if terms == cost.activations else attrs.evolve(cost, activations=terms)
+
+
 def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int, tp_sp: bool = False) -> LayerCost:
     """*cost* with its linear layers' kept inputs as *recipe* keeps them (module docstring).
 
@@ -70,7 +103,16 @@ def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int
     A recipe that quantizes its weights per micro-batch instead of caching them (TE called
     without ``is_first_microbatch``) also keeps each layer's quantized weights for its
     input-gradient GEMM, one copy per micro-batch in flight: a term ``quantized_weights``.
+
+    A recipe running FP8 attention (:attr:`PrecisionRecipe.attention_format`) also keeps the
+    tensors a fused attention kernel keeps (``ActivationTerm.attention_saved``) as
+    Transformer Engine's ``FusedAttnFunc`` saves them: q, k and v quantized
+    (:meth:`PrecisionRecipe.attention_qkv_bytes_per_element`), the output in FP8 under delayed
+    scaling (:attr:`PrecisionRecipe.attention_out_fp8`) and in the compute dtype otherwise; the
+    softmax statistics (fp32) as in bf16.
     """
+    if recipe.attention_format != "bf16":
+        return _fp8_attention(cost, recipe, activation_bytes, tp_sp)
     if not recipe.low_precision or "quantized" not in (recipe.saved_input, recipe.saved_input_as(tp_sp)):
         return cost
     terms = tuple(_term(t, recipe, activation_bytes, tp_sp and t.sp_gathered) if t.gemm_input else t for t in cost.activations)
@@ -151,6 +193,7 @@ def quantized_weight_elements(costs: Iterable[tuple[LayerCost, int]], by_group: 
 # gradient, input gradient; pytorch/quantization.py DelayedScalingRecipeState: an fp32 scale each
 # and an fp32 amax history of amax_history_len rows).
 _QUANTIZERS_PER_GEMM = 5
+_ATTENTION_GEMMS = 3
 
 
 def scaling_state_bytes(costs: Iterable[tuple[LayerCost, int]], recipe: PrecisionRecipe) -> int:
@@ -159,12 +202,19 @@ def scaling_state_bytes(costs: Iterable[tuple[LayerCost, int]], recipe: Precisio
     Per quantized GEMM weight matrix (a family's matrices, counted by their
     ``count``, less the embedding, the head and ``high_precision`` families):
     ``5 * (amax_history + 1)`` fp32 values. Current and block scalings keep a
-    few bytes per quantizer, not counted.
+    few bytes per quantizer, not counted. FP8 attention under delayed scaling adds
+    the state of 3 GEMMs per attention layer (Transformer Engine's ``DotProductAttention``).
     """
     if not recipe.low_precision or not recipe.amax_history:
         return 0
+    costs = list(costs)
     gemms = sum(n * sum(count for count, _, _ in p.matrices) for cost, n in costs for p in cost.params
                 if not p.embedding_or_output and not p.high_precision)
+    if recipe.attention_format != "bf16":
+        # FP8 attention: TE's DotProductAttention holds the state of 3 GEMMs (dot_product_attention.py at
+        # d0067d0: init_fp8_metadata(num_gemms=3); module/base.py: 3 quantizers forward, 2 backward a GEMM),
+        # one per layer whose fused kernel keeps q, k, v.
+        gemms += sum(n * _ATTENTION_GEMMS for cost, n in costs if any(t.attention_saved == "qkv" for t in cost.activations))
     return gemms * _QUANTIZERS_PER_GEMM * (recipe.amax_history + 1) * 4
 
 

@@ -116,6 +116,11 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     qkv = (a + 2 * g) * d
     # The key/value heads the attention's matmuls save: repeated to all a under eager.
     kv = a if x.attention == "eager" else g
+    # What a fused kernel keeps of q, k, v and its output, which an FP8-attention recipe keeps in FP8
+    # (ActivationTerm.attention_saved); under all-to-all CP the kernel's output is attn_out_a2a, so the
+    # output projection's input is not the kernel's and stays unmarked.
+    fused = "qkv" if x.attention != "eager" else None
+    kernel_out = "out" if fused and not (x.cp > 1 and x.cp_kind == "a2a") else None
     b.pre_norm("attn", c.norm, c.hidden_dropout)
     b.param("qkv_proj", h * qkv + qkv * c.attention_bias, True, matrices=((1, qkv // t, h),))
     b.param("o_proj", a * d * h, True, matrices=((1, h, a * d // t),))
@@ -127,10 +132,10 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
         # Per-head RMSNorms over d: (a + g) / t rows per token (fp32_norm_copy trait).
         b.keep("qk_norm_fp32", fp32_norm_bytes(T * (a + g) // t, d, head_norm(c.norm), x.traits,
                                                      c.qk_norm_weight), "normOp", True)
-        b.keep("q_k", T * (a + kv) * d * act // t, "normOp", True)
+        b.keep("q_k", T * (a + kv) * d * act // t, "normOp", True, attention_saved=fused)
     else:
-        b.keep("q_k", T * (a + kv) * d * act // t, None, True)
-    b.keep("v", T * kv * d * act // t, None, True)
+        b.keep("q_k", T * (a + kv) * d * act // t, None, True, attention_saved=fused)
+    b.keep("v", T * kv * d * act // t, None, True, attention_saved=fused)
     if c.fused_qkv and not (x.attention == "eager" and g < a):
         # v is a view of the fused projection's output, so the tensor that keeps v keeps q's and k's
         # slices too (the roped q and k are new tensors): eager keeps it when no head is repeated
@@ -149,7 +154,8 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     else:
         b.attention_core(a, d, d, c.attention_dropout, softmax)
     # The output projection's input; a flash kernel keeps it too, as its output.
-    b.keep("attn_out", T * a * d * act // t, None, True, "shared" if x.attention != "eager" else "owned")
+    b.keep("attn_out", T * a * d * act // t, None, True, "shared" if x.attention != "eager" else "owned",
+           attention_saved=kernel_out)
     if x.attention != "eager":
         # Flash backward: dq, dk, dv and its fp32 row statistics.
         b.block_grads.append(T * qkv * act // t + T * (a // t) * x.precision.lse_bytes)

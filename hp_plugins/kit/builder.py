@@ -49,9 +49,9 @@ DENSE_MLP_SWITCHES = (*DECODER_SWITCHES, FC1_SWITCH)
 # records are frozen, so equal ones are shared instead of built (and validated) again.
 @functools.lru_cache(maxsize=1 << 16)
 def term(op: str, nbytes: int, switch: str | None = None, tp_split: bool = False,
-         gemm_input: str | None = None, sp_gathered: bool = False) -> ActivationTerm:
+         gemm_input: str | None = None, sp_gathered: bool = False, attention_saved: str | None = None) -> ActivationTerm:
     """An :class:`~hp_core.costs.ActivationTerm`, shared with every equal one asked for before."""
-    return ActivationTerm(op, nbytes, switch, tp_split, gemm_input, sp_gathered)
+    return ActivationTerm(op, nbytes, switch, tp_split, gemm_input, sp_gathered, attention_saved)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -104,7 +104,7 @@ class LayerBuilder:
         self.reruns: list[tuple[str, Rerun]] = []
 
     def keep(self, op: str, nbytes: int, switch: str | None = None, tp_split: bool = False,
-             gemm_input: str | None = None, sp_gathered: bool = False) -> None:
+             gemm_input: str | None = None, sp_gathered: bool = False, attention_saved: str | None = None) -> None:
         """Record *nbytes* kept for backward by *op*, dropped by *switch*.
 
         Args:
@@ -113,9 +113,11 @@ class LayerBuilder:
                 (:attr:`ActivationTerm.gemm_input <hp_core.costs.ActivationTerm.gemm_input>`).
             sp_gathered: It is a sequence-parallel-gathered linear input or its shard
                 (:attr:`ActivationTerm.sp_gathered <hp_core.costs.ActivationTerm.sp_gathered>`).
+            attention_saved: ``"qkv"`` or ``"out"`` where a fused attention kernel keeps it
+                (:attr:`ActivationTerm.attention_saved <hp_core.costs.ActivationTerm.attention_saved>`).
         """
         if nbytes:
-            self.terms.append(term(op, nbytes, switch, tp_split, gemm_input, sp_gathered))
+            self.terms.append(term(op, nbytes, switch, tp_split, gemm_input, sp_gathered, attention_saved))
 
     def param(self, name: str, elements: int, tp_split: bool, group: str = "dense",
               matrices: tuple[tuple[int, int, int], ...] = (), high_precision: bool = False) -> None:

@@ -56,6 +56,8 @@ Sources, read at the commits docs/precision.md names:
 
 from __future__ import annotations
 
+import attrs
+
 from hp_core.markers import hookimpl
 from hp_core.precision_recipes import GemmOperand, PrecisionRecipe
 
@@ -165,6 +167,25 @@ RECIPES = (
                               "rowwise")},
     ),
 )
+
+
+# FP8 attention on top of the TE recipes that run it (Megatron-Core TransformerConfig.fp8_dot_product_attention, passed to
+# TE as the recipe's fp8_dpa: megatron/core/fp8_utils.py at NVIDIA/Megatron-LM d98e8a6; Megatron-Bridge
+# mixed_precision.fp8_dot_product_attention). Megatron-LM's command line has no flag for it (arguments.py at d98e8a6 leaves
+# the field out of its TransformerConfig arguments; core_v0.14.0 and core_v0.15.0 have none), so these state no flags.
+_FP8_DPA_SOURCE = ("; with fp8_dpa (Megatron-Core TransformerConfig.fp8_dot_product_attention, Megatron-Bridge "
+                   "mixed_precision.fp8_dot_product_attention: no Megatron-LM command-line flag)")
+
+
+def _with_fp8_attention(base: PrecisionRecipe, fmt: str) -> PrecisionRecipe:
+    return attrs.evolve(base, name=f"{base.name}-fp8-attention", attention_format=fmt, flags={},
+                        description=f"{base.name} with FP8 attention ({fmt}): q, k, v kept in {fmt} by the fused kernel",
+                        source=base.source + _FP8_DPA_SOURCE)
+
+
+_BY_NAME = {r.name: r for r in RECIPES}
+RECIPES += tuple(_with_fp8_attention(_BY_NAME[name], fmt)
+                 for name, fmt in (("fp8-delayed", "e4m3"), ("fp8-current", "e4m3"), ("mxfp8", "mxfp8")))
 
 
 @hookimpl
