@@ -12,14 +12,15 @@ forward order; the points it returns replace the default ones, and the stage
 binds at the largest. It must be picklable and compare equal by value (a
 module-level function or a frozen attrs class with ``__call__``), as runtime
 options are. It may also define ``cached_bytes(view, name, point) -> int``:
-what the caching allocator keeps reserved beside the binding point *name*
-(its :class:`MemoryBreakdown` *point*) in pools that point's allocations
-cannot use (``StageEstimate.cached_bytes``).
+what the caching allocator keeps reserved beside the point *name* (its
+:class:`MemoryBreakdown` *point*) in pools that point's allocations cannot
+use; it is asked for every point, and reserved memory is their high-water
+(:func:`reserved_over_peak`, ``StageEstimate.cached_bytes``).
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import attrs
 
@@ -28,7 +29,7 @@ from hp_core.results import MemoryBreakdown
 from hp_core.specs.parallel import ParallelSpec
 from hp_core.specs.precision import PrecisionSpec
 
-__all__ = ["StageLayer", "StageView"]
+__all__ = ["StageLayer", "StageView", "reserved_over_peak"]
 
 
 @attrs.frozen
@@ -87,3 +88,16 @@ class StageView:
     zero: int
     micro_batches: int
     overhead_bytes: int
+
+
+def reserved_over_peak(pools: Any, view: StageView, points: Mapping[str, MemoryBreakdown], peak: int) -> int:
+    """How far reserved memory's high-water exceeds *peak* (``StageEstimate.cached_bytes``), *pools* a peak points'
+    ``cached_bytes``: the most, over the points, of a point's peak and what the
+    runtime states is cached beside it (``max_memory_reserved`` is a high-water over the whole step)."""
+    reserved = peak
+    for name, point in points.items():
+        cached = pools(view, name, point)
+        if isinstance(cached, bool) or not isinstance(cached, int) or cached < 0:
+            raise ValueError(f"peak points' cached_bytes({name!r}) must be a non-negative int of bytes, got {cached!r}")
+        reserved = max(reserved, point.peak_bytes + cached)
+    return reserved - peak

@@ -84,10 +84,11 @@ class StageEstimate:
             (after TP/EP splitting, before ZeRO sharding).
         peak_points: The peak of every point priced, by name (``warmup_end``;
             ``last_backward`` where the runtime defers gradient reduction).
-        cached_bytes: Memory the caching allocator keeps reserved at the binding
-            point in pools the peak's allocations cannot use (idle blocks of
-            another CUDA stream's pool), as the runtime states it (0 where it
-            states none). In ``torch.cuda.max_memory_reserved``, not in
+        cached_bytes: How far reserved memory's high-water exceeds the peak:
+            over the points, the most of a point's peak plus what the caching
+            allocator keeps reserved beside it in pools that point's
+            allocations cannot use (idle blocks of another CUDA stream's pool),
+            as the runtime states it (0 where it states none). In ``torch.cuda.max_memory_reserved``, not in
             ``max_memory_allocated``, which ``peak_bytes`` is; an allocation that
             fails frees it and retries, so ``fits`` leaves it out.
     """

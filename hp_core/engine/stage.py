@@ -38,7 +38,7 @@ from hp_core.schedules import Schedule, ScheduleLayout
 from hp_core.specs.parallel import ParallelSpec
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.costs import LayerCost
-from hp_core.peak_points import StageLayer, StageView
+from hp_core.peak_points import StageLayer, StageView, reserved_over_peak
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.types import Optimizer
 
@@ -471,7 +471,7 @@ def plan_stage(
         activations_by_kind=activations_by_kind,
         parameters_by_kind=dict(found.elements_by_kind),
         peak_points=peaks,
-        cached_bytes=pools(view, binding, points[binding]) if pools is not None else 0,  # hp_core.peak_points
+        cached_bytes=reserved_over_peak(pools, view, points, peaks[binding]) if pools is not None else 0,
     )
 
 

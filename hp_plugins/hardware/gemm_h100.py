@@ -13,7 +13,7 @@ The table names no GPU; it reads as an H100 SXM (the package data file,
 
 :func:`shape_scale` makes a :class:`~hp_core.specs.gemms.GemmShapeScale` of it:
 a batched dot of ``b`` products of ``m`` rows is read as one GEMM of ``b * m``
-rows (the table's rates at equal ``b * m`` agree within 4%, median 1%), so
+rows (the table's rates at equal ``b * m`` agree to a median 1%, up to 13%), so
 the rows axis runs 256 to 16,384; each grid point takes the row of the smallest
 ``b`` (``b = 1`` up to 4,096 rows); the values are each rate over the rate at
 the largest shape (16,384 x 4,096 x 4,096).

@@ -222,7 +222,14 @@ def cuda_graphs(a: Any, unmapped: list[str]) -> str | None:
     if not scopes:
         return "layers"
     if "full_iteration" in scopes:
+        if impl != "local":  # training.py wraps FullCudaGraphWrapper under local only; TECudaGraphHelper refuses it
+            raise ConfigError("--cuda-graph-scope", "full_iteration needs --cuda-graph-impl local; Megatron-LM refuses "
+                              "it under transformer_engine")
         return "full_iteration"
+    if scopes == ["full_iteration_inference"]:
+        unmapped.append(f"--cuda-graph-impl {impl} --cuda-graph-scope full_iteration_inference: an inference scope, no "
+                        "training graph; priced with every kernel launched eagerly")
+        return None
     unmapped.append(f"--cuda-graph-impl {impl} --cuda-graph-scope {' '.join(scopes)}: part of each layer captured; "
                     "priced with every kernel launched eagerly (the host floor of docs/time.md)")
     return None

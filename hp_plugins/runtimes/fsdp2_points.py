@@ -444,7 +444,9 @@ def stream_pool_bytes(view: StageView, points: Fsdp2Points) -> tuple[int, int]:
       is allocated in the default stream since pytorch/pytorch#129721, whose description states the outputs stay in
       the reduce-scatter stream and are freed "altogether after optimizer"): every unit's sharded gradient (one unit's
       at a time with ``cpu_offload``, each copied to the host), and with a reduce dtype other than the gradients' one
-      unit's output in the reduce dtype beside it until its cast.
+      unit's output in the reduce dtype beside it until its cast; where a unit's ``.grad`` already exists at its
+      reduce (gradient accumulation without PP, or ``zero_grad(set_to_none=False)``), ``foreach_reduce`` still
+      allocates a new ``reduce_output`` there and adds it into ``.grad``: one unit's output beside every gradient.
     * The all-gather copy-in stream allocates each all-gather output (``foreach_all_gather``); in forward a unit's is
       freed at the next unit's copy-out (``FSDPParamGroup.wait_for_unshard``), after that unit's all-gather output is
       allocated: two consecutive units' at once, the root's (embedding, final norm, head) and the first layer's.
@@ -461,6 +463,9 @@ def stream_pool_bytes(view: StageView, points: Fsdp2Points) -> tuple[int, int]:
     grads = [sharded(unit, precision.grad_bytes) for unit in units]
     outputs = [sharded(unit, precision.reduction_bytes) if precision.reduction_bytes != precision.grad_bytes else 0
                for unit in units]
+    accumulated = not points.set_to_none or (view.micro_batches > 1 and p.pp == 1)
+    if accumulated and precision.reduction_bytes == precision.grad_bytes:
+        outputs = grads  # a new reduce-scatter output in the gradients' dtype, added into the existing .grad
     if points.cpu_offload:
         reduce_pool = max((g + o for g, o in zip(grads, outputs)), default=0)
     else:
@@ -480,9 +485,9 @@ def loss_hole_bytes(view: StageView) -> int:
     block takes the first gradient, so the pool grows for the second and the compute-dtype block stays free beside
     it: reserved memory keeps it from the first step on (nothing returns it to the device without ``empty_cache``)."""
     terms = {term.op: term for term in view.layers[-1].terms}
-    if "loss_softmax" not in terms or "loss_targets" not in terms:
-        return 0
     precision = view.precision
+    if "loss_softmax" not in terms or "loss_targets" not in terms or precision.activation_bytes >= precision.logits_bytes:
+        return 0  # no upcast loss, or logits already in the loss's dtype (.float() returns them: no block freed)
     return terms["loss_softmax"].bytes // precision.logits_bytes * precision.activation_bytes
 
 

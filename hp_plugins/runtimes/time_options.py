@@ -89,6 +89,7 @@ def cuda_graphs_option(source: str) -> RuntimeOption:
         "what the trainer replays from CUDA graphs, which lifts the host floor (one graph launch in place of each "
         "kernel's): none; layers (each transformer layer's forward and backward, Megatron-Core's enable_cuda_graph: "
         "the embedding and output layers stay eager); full_iteration (the whole forward and backward); Transformer "
-        "Engine's partial scopes (attn, mlp, moe_router, moe_preprocess) are priced as none",
+        "Engine's partial scopes (attn, mlp, moe_router, moe_preprocess) are priced as none; the graphs' memory (static "
+        "buffers, private pools) is not priced",
         source, _CudaGraphs(), choices=CUDA_GRAPH_SCOPES,
     )

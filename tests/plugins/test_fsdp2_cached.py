@@ -56,17 +56,45 @@ def test_cached_bytes_follow_the_options(registry):
     # CPU offload: each unit's sharded gradient goes to the host, so the pool holds the largest one at a time.
     offload = _stage(registry, {"cpu_offload": True})
     assert offload.cached_bytes - base.cached_bytes == ROOT * 4 // 8 - TOTAL * 4 // 8
-    # Gradients held through the step (set_to_none false) are allocated, not cached.
+    # Gradients held through the step (set_to_none false) are allocated, not cached; but each unit's reduce allocates a
+    # new output in the reduce-scatter stream and adds it into the existing .grad: the largest (the root's) idles there.
     kept = _stage(registry, {"zero_grad_set_to_none": False})
-    assert kept.memory.gradients_bytes == TOTAL * 4 // 8 and kept.cached_bytes == base.cached_bytes - TOTAL * 4 // 8
+    assert kept.memory.gradients_bytes == TOTAL * 4 // 8
+    assert kept.cached_bytes == base.cached_bytes - TOTAL * 4 // 8 + ROOT * 4 // 8
+
+
+def test_no_loss_hole_when_the_logits_are_already_fp32(registry, monkeypatch):
+    """fp32 activations: the loss's .float() returns the logits themselves, so no compute-dtype block is freed beside
+    the fp32 gradients (0 bytes); bf16 activations: the hole is the bf16 logits, T * V * 2 bytes."""
+    from hp_core.specs import PrecisionSpec
+    from hp_plugins.runtimes import fsdp2_points
+
+    views = []
+    asked = fsdp2_points.Fsdp2Points.cached_bytes
+    monkeypatch.setattr(fsdp2_points.Fsdp2Points, "cached_bytes",
+                        lambda self, view, name, point: views.append(view) or asked(self, view, name, point))
+    model = model_from_preset("llama3-8b", registry).with_body_layers(4, registry.kinds_placed("body"))
+    holes = []
+    for activation_bytes in (2, 4):
+        precision = PrecisionSpec(param_bytes=2, grad_bytes=4, master_param_bytes=4, moment_bytes=4,
+                                  activation_bytes=activation_bytes)
+        estimate(model, ParallelSpec(seq_len=T, dp=8), runtime="fsdp2", precision=precision, registry=registry)
+        holes.append(fsdp2_points.loss_hole_bytes(views[-1]))
+    assert holes == [T * V * 2, 0]
 
 
 def test_one_rank_binds_at_the_step(registry):
     """dp 1: no all-gather output (FSDP2 copies the parameters), and the optimizer step binds (AdamW's temporary
-    beside the whole fp32 state), where the gradients are allocated: nothing cached."""
+    beside the whole fp32 state), where the gradients are allocated and nothing is cached. Reserved memory is a
+    high-water over the step: at the loss's backward the previous step's fp32 gradients idle in the reduce-scatter
+    stream's pool (torch 2.13 ``foreach_reduce`` allocates the output there at world size 1 too, copying the input)
+    beside the bf16 logits' freed block, and that sum passes the optimizer's peak."""
     stage = _stage(registry, dp=1)
     assert stage.binding_point == "optimizer" and stage.memory.gradients_bytes == TOTAL * 4
-    assert stage.cached_bytes == 0
+    backward_reserved = stage.peak_points["backward"] + TOTAL * 4 + T * V * 2
+    assert backward_reserved > stage.peak_bytes
+    assert stage.cached_bytes == backward_reserved - stage.peak_bytes
+    assert stage.reserved_bytes == backward_reserved
 
 
 def test_runtimes_without_pools_cache_nothing(registry):

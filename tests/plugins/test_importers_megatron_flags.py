@@ -165,7 +165,7 @@ def test_overlap_flags_and_the_dispatcher_are_the_runtime_options(registry):
     ("--enable-cuda-graph", "layers"),  # arguments.py at 2edffadb: the deprecated --cuda-graph-impl local
     ("--external-cuda-graph", "layers"),  # ... and transformer_engine, the whole layer by default
     ("--cuda-graph-impl local", "layers"),
-    ("--cuda-graph-impl transformer_engine --cuda-graph-scope full", "layers"),  # "full": the old spelling of none
+    ("--cuda-graph-impl transformer_engine --cuda-graph-scope full", "layers"),  # "full": the old name of the whole layer
     ("--cuda-graph-impl local --cuda-graph-scope full_iteration", "full_iteration"),
     ("--cuda-graph-scope attn", None),  # a scope without an implementation builds no graph
 ])
@@ -185,6 +185,12 @@ def test_partial_cuda_graph_scopes_are_priced_eager_and_named(registry, capsys):
         _imported(registry, SMALL + " --cuda-graph-impl cudnn")
     with pytest.raises(ConfigError, match="--cuda-graph-scope: unknown scope 'layer'"):
         _imported(registry, SMALL + " --cuda-graph-impl local --cuda-graph-scope layer")
+    with pytest.raises(ConfigError, match="--cuda-graph-scope: full_iteration needs --cuda-graph-impl local"):
+        _imported(registry, SMALL + " --cuda-graph-impl transformer_engine --cuda-graph-scope full_iteration")
+    inference = _imported(registry, SMALL + " --cuda-graph-impl local --cuda-graph-scope full_iteration_inference")
+    assert "cuda_graphs" not in _options(inference)
+    assert inference.unmapped == ("--cuda-graph-impl local --cuda-graph-scope full_iteration_inference: an inference "
+                                  "scope, no training graph; priced with every kernel launched eagerly",)
     # The option reaches the step time: this small job's layers are host-bound eager (512 tokens a micro-batch),
     # and graphed they are priced at their kernels' time; memory does not move.
     def priced(extra: str) -> dict:
