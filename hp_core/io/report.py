@@ -279,6 +279,9 @@ def time_summary(step) -> str:
         whole_run += (f"; FSDP1 per-unit time {prov['fsdp1_unit_seconds'] * 1e3:.2f} ms x {prov['fsdp1_units']:g} units x "
                       f"{step.micro_batches} micro-batch{'' if step.micro_batches == 1 else 'es'} = "
                       f"{prov['fsdp1_unit_step_seconds']:.3f} s of the compute")
+    if prov.get("attention_format", "bf16") != "bf16":  # a stated default, not a measured rate (docs/precision.md)
+        whole_run += (f"; {prov['attention_format']} attention priced at the {prov['dtype']} attention rates "
+                      "(no sourced FP8 attention figure)")
     recipe = prov.get("precision_recipe", "bf16")
     mfu = f"MFU {step.mfu * 100:.1f}%"
     if recipe != "bf16":

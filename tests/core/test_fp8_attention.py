@@ -108,6 +108,20 @@ def test_step_time_prices_the_core_at_the_bf16_rate(registry):
     assert times[0] == times[1] > 0
 
 
+def test_the_step_says_its_attention_rate_is_a_stated_default(registry):
+    from hp_core.io.report import time_summary
+
+    model = model_from_preset("llama3-8b", registry)
+    hardware = registry.hardware_preset("h100-sxm").spec
+    base = registry.runtime("megatron").precision
+    steps = {r: step_time(model, LAYOUT, registry=registry, runtime="megatron", hardware=hardware,
+                          precision=attrs.evolve(base, recipe=r)) for r in ("fp8-current", "fp8-current-fp8-attention")}
+    assert steps["fp8-current"].provenance["attention_format"] == "bf16"
+    assert steps["fp8-current-fp8-attention"].provenance["attention_format"] == "e4m3"
+    note = "e4m3 attention priced at the bf16 attention rates (no sourced FP8 attention figure)"
+    assert note in time_summary(steps["fp8-current-fp8-attention"]) and note not in time_summary(steps["fp8-current"])
+
+
 def test_layers_that_mark_no_kernel_tensors_are_refused(registry):
     base = registry.runtime("megatron").precision
     precision = attrs.evolve(base, recipe="fp8-current-fp8-attention")
