@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
 
 from hp_core.cli import build_parser
+from repo_script import load_script  # tests/repo_script.py
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "cli.md"
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("gen_cli", ROOT / "docs" / "_tools" / "gen_cli.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs/_tools/gen_cli.py")
 
 
 def test_docs_cli_is_what_the_parser_generates():

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+from repo_script import load_script  # tests/repo_script.py
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "schedules.md"
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("gen_schedules", ROOT / "docs" / "_tools" / "gen_schedules.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs/_tools/gen_schedules.py")
 
 
 def test_the_deepseek_comparison_is_what_the_planner_generates():

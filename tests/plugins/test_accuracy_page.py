@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from hp_core.io.validate import load_cases, validate_case
 from measured_cases import MEGATRON_FILE
+from repo_script import load_script  # tests/repo_script.py
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _accuracy_module():
-    spec = importlib.util.spec_from_file_location("accuracy_page", ROOT / "benchmarks" / "accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/accuracy.py")
 
 
 def test_accuracy_page_tables_are_current(megatron_registry):

@@ -11,7 +11,6 @@ eager setting prices transformers' reference PyTorch path. The rows are
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -23,15 +22,12 @@ from hp_core.api import model_from_preset  # noqa: E402
 from hp_core.costs import LayerContext  # noqa: E402
 from hp_core.engine.census import formulas_precision  # noqa: E402
 from hp_plugins.kit import fp32_norm_bytes  # noqa: E402
+from repo_script import load_script  # tests/repo_script.py
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _page_module():
-    spec = importlib.util.spec_from_file_location("census_hf_norms", ROOT / "benchmarks" / "census_hf_norms.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/census_hf_norms.py")
 
 
 PAGE = _page_module()

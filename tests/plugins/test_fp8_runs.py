@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from hp_plugins.importers.megatron_options import parse_layout
+from repo_script import load_script  # tests/repo_script.py
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("fp8_runs", ROOT / "benchmarks" / "fp8_runs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/fp8_runs.py")
 
 
 def _data() -> dict:
@@ -601,10 +598,7 @@ def test_the_tp_rows_peak_is_the_same_with_float8_saved_inputs(registry):
 # NVIDIA/dgxc-benchmarking's FP8 rows (dgxc_rows, benchmarks/fp8_dgxc.py).
 
 def _dgxc():
-    spec = importlib.util.spec_from_file_location("fp8_dgxc", ROOT / "benchmarks" / "fp8_dgxc.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/fp8_dgxc.py")
 
 
 def _step_cells(line: str) -> list[str]:

@@ -3,7 +3,6 @@ what they say and nothing else, and ``attention_kernel=triton_flash`` is refused
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from hp_core.specs import LayerGroup, ModelSpec, ParallelSpec, RecomputeSpec, Se
 from hp_plugins.kinds.dense import DenseConfig  # noqa: E402
 from hp_plugins.kinds.embedding import EmbeddingConfig  # noqa: E402
 from hp_plugins.kinds.output import OutputConfig  # noqa: E402
+from repo_script import load_script  # noqa: E402  (tests/repo_script.py)
 from hp_plugins.runtimes.timing_profiles import (  # noqa: E402
     FSDP1_UNIT_SECONDS, AMPERE, ANY_DEVICE, BLACKWELL, BLACKWELL_MEGATRON, FSDP2, GENERIC, H100_GEMM_SHAPE, HOPPER, HOPPER_KERNELS,
     HOPPER_SDPA,
@@ -40,10 +40,7 @@ def rows(registry):
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("fit_fsdp2_sustained", ROOT / "benchmarks" / "fit_fsdp2_sustained.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/fit_fsdp2_sustained.py")
 
 
 def test_the_stated_factors_are_the_fit_of_the_calibration_rows(registry, rows):

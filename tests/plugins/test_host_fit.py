@@ -3,22 +3,19 @@ benchmarks/fit_host_seconds.py fits to the calibration rows today, and the floor
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from hp_core.api import build_registry
+from repo_script import load_script  # tests/repo_script.py
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _fit_module():
-    spec = importlib.util.spec_from_file_location("fit_host_seconds", ROOT / "benchmarks" / "fit_host_seconds.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/fit_host_seconds.py")
 
 
 @pytest.fixture(scope="module")

@@ -3,21 +3,18 @@ recording run that stops part-way keeps the cases it had not reached yet."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
+from repo_script import load_script  # tests/repo_script.py
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("record_fsdp2_cases", ROOT / "benchmarks" / "record_fsdp2_cases.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/record_fsdp2_cases.py")
 
 
 def test_the_runtimes_page_table_is_the_recorded_cases():

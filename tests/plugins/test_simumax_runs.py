@@ -107,15 +107,11 @@ def test_rows_of_the_case_file_build_as_the_case_file_does(megatron_registry, ru
 
 
 def test_time_page_shows_the_fit_as_the_script_prints_it(megatron_registry):
-    import importlib.util
-    from pathlib import Path
+    from repo_script import ROOT, load_script  # tests/repo_script.py
 
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("fit_sustained_slowdown", root / "benchmarks" / "fit_sustained_slowdown.py")
-    fit = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fit)
+    fit = load_script("benchmarks/fit_sustained_slowdown.py")
     k, text = fit.section(fit.priced_rows(megatron_registry))
     assert round(k, 4) == BLACKWELL_MEGATRON.sustained_slowdown.value
-    assert text in (root / "docs" / "time.md").read_text(encoding="utf-8"), (
+    assert text in (ROOT / "docs" / "time.md").read_text(encoding="utf-8"), (
         "regenerate with: python benchmarks/fit_sustained_slowdown.py --write"
     )
