@@ -494,10 +494,8 @@ FSDP2 = attrs.evolve(
     elementwise_accesses_per_flop=EAGER_ACCESSES,
     eager_elementwise=True,
     alternate_matmul_recompute=frozenset({"normOp", "ffAct"}),
-    # That policy's save list (torchtitan/models/llama3/infra/parallelize.py _op_sac_save_list: mm, the SDPA
-    # kernels, _c10d_functional.reduce_scatter_tensor, max) holds no all_gather_into_tensor, so under TP with SP
-    # each block's gathered input (the first linear layer's, wgrad's operand) is recomputed: the all-gather is
-    # issued again in backward (the per-op kept bytes, hp_plugins/kit/op_sac.py, keep no gathered input either).
+    # Its save list (torchtitan/models/llama3/infra/parallelize.py _op_sac_save_list) holds no all-gather: under
+    # TP with SP each block re-gathers its input in backward (docs/time.md, "Op-level SAC").
     alternate_policy_recomputes=frozenset({"gather"}),
 )
 
