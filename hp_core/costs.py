@@ -383,6 +383,10 @@ class LayerWork:
             re-runs; ``None``: not stated, priced at half the layer's matmul FLOPs and named in the provenance.
         eager_accesses_per_flop: bf16-element accesses per counted elementwise op when each op is its own eager
             kernel, counted from the layer's own ops and widths; ``None``: not counted, the profile's figure prices it.
+        rotary_flops: The part of the forward elementwise FLOPs that is a rotary position embedding: its backward
+            is the inverse rotation, the forward's traffic once, not ``elementwise_backward_factor`` times it.
+        rotary_eager_bytes: ``(forward, backward)`` bytes that embedding moves as eager kernels, counted with
+            :attr:`eager_accesses_per_flop` (its forward is part of that figure).
     """
 
     collectives: tuple[Collective, ...] = attrs.field(default=(), converter=tuple)
@@ -407,6 +411,8 @@ class LayerWork:
     high_precision_gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=tuple)
     alternate_matmul_flops: float | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_number))
     eager_accesses_per_flop: float | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_number))
+    rotary_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
+    rotary_eager_bytes: tuple[float, float] = attrs.field(default=(0.0, 0.0), converter=tuple)
 
     def rerun(self, switch: str) -> Rerun | None:
         """What recomputing *switch* re-runs, ``None`` when the layer names nothing for it."""

@@ -87,7 +87,7 @@ log-memory-to-tensorboard log-params-norm log-num-zeros-in-grad log-validation-p
 tensorboard-dir tensorboard-log-interval wandb-project wandb-exp-name wandb-save-dir save load save-interval
 eval-interval eval-iters data-path split mock-data data-cache-path num-workers dataloader-type distributed-backend
 distributed-timeout-minutes use-mcore-models transformer-impl no-create-attention-mask-in-dataloader use-flash-attn
-rotary-base rotary-percent rotary-scaling-factor apply-layernorm-1p enable-experimental attention-softmax-in-fp32 no-masked-softmax-fusion no-bias-dropout-fusion
+rotary-base rotary-scaling-factor apply-layernorm-1p enable-experimental attention-softmax-in-fp32 no-masked-softmax-fusion no-bias-dropout-fusion
 tokenizer-model vocab-file merge-file moe-router-score-function moe-router-pre-softmax
 moe-router-load-balancing-type moe-router-topk-scaling-factor moe-aux-loss-coeff
 moe-z-loss-coeff moe-grouped-gemm moe-router-dtype group-query-attention fp8-margin fp8-interval

@@ -21,7 +21,8 @@ Each reads Megatron-LM's arguments as ``megatron/training/arguments.py`` (Megatr
   Hugging Face format builds: LayerNorm (``--normalization``, default ``LayerNorm``), a GeLU MLP
   unless ``--swiglu`` (``--squared-relu``: squared ReLU), experts of the same activation, and a
   learned position table of ``--max-position-embeddings`` rows (``--position-embedding-type``,
-  default ``learned_absolute``).
+  default ``learned_absolute``), or under ``rope`` (``mrope``) a rotary embedding of
+  ``--rotary-percent`` of each query and key head's channels.
 * **Recipe** (:func:`precision_recipe`): ``--fp8-format``/``--fp8-recipe``/``--fp8-param-gather``
   or ``--fp4-format``/``--fp4-recipe``, matched against the Megatron flags every registered recipe
   states (``PrecisionRecipe.flags['megatron']``), so a plugin's recipe imports too.
@@ -322,8 +323,8 @@ _NORMS = {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}
 
 def megatron_model(a: Any, model: Any, unmapped: list[str]) -> Any:
     """*model* (built from the Hugging Face style config) with Megatron-LM's norm, MLP activation and
-    position table (module docstring): ``arguments.py`` ``--normalization``, ``--swiglu``,
-    ``--squared-relu``, ``--position-embedding-type``, ``--max-position-embeddings``; Megatron-Core
+    position table and rotary share (module docstring): ``arguments.py`` ``--normalization``, ``--swiglu``,
+    ``--squared-relu``, ``--position-embedding-type``, ``--max-position-embeddings``, ``--rotary-percent``; Megatron-Core
     ``models/gpt/gpt_model.py`` adds the learned table only for ``learned_absolute``."""
     name = a.value("normalization", str, "LayerNorm")
     if name not in _NORMS:
@@ -338,6 +339,13 @@ def megatron_model(a: Any, model: Any, unmapped: list[str]) -> Any:
     if a.flag("no-position-embedding") and position != "rope":  # arguments.py raises RuntimeError for it
         raise ConfigError("--no-position-embedding", "Megatron-LM takes it only with rope positions; state "
                                                      "--position-embedding-type instead")
+    # Megatron-Core rotates int(kv_channels * rotary_percent) channels of each q and k head under rope and mrope
+    # (models/common/embeddings/rotary_pos_embedding.py RotaryEmbedding; arguments.py --rotary-percent, default 1.0);
+    # the other position types rotate none.
+    percent = a.value("rotary-percent", float, 1.0)
+    if not 0 < percent <= 1:
+        raise ConfigError("--rotary-percent", f"expected a number in (0, 1], got {percent}")
+    rotary = percent if position in ("rope", "mrope") else 0.0
     rows = 0
     if position == "learned_absolute":
         rows = a.value("max-position-embeddings", int)
@@ -356,6 +364,8 @@ def megatron_model(a: Any, model: Any, unmapped: list[str]) -> Any:
             updates.update(expert_activation="swiglu" if gated else "mlp", hidden_act=act)
         if "position_embeddings" in names:
             updates["position_embeddings"] = rows
+        if "partial_rotary_factor" in names:
+            updates["partial_rotary_factor"] = rotary
         return attrs.evolve(config, **updates)
 
     return attrs.evolve(model, layers=tuple(attrs.evolve(g, config=change(g.config)) for g in model.layers))

@@ -35,6 +35,7 @@ from hp_core.costs import LayerContext, LayerCost
 from hp_core.markers import hookimpl
 from hp_core.types import LayerKind
 from hp_core.validators import positive_int, probability
+from hp_plugins.kit.attention import rotary_fraction
 from hp_plugins.kit import (
     SELECTIVE_SWITCHES as SELECTIVE,
     FC1_SWITCH, GQAFields, LayerBuilder, MLPFields, MoEFields, NORMS, gqa_attention, mlp, moe, validate_gqa, validate_mlp, validate_moe,
@@ -51,7 +52,10 @@ MOE_ONLY_SWITCHES = ("normOp", "gather", "ffAct")
 
 @attrs.frozen(kw_only=True, slots=False)
 class AttentionLayerConfig(GQAFields):
-    """An attention-only layer: the fields of :class:`~hp_plugins.kit.GQAFields`."""
+    """An attention-only layer: the fields of :class:`~hp_plugins.kit.GQAFields`, with no rotary embedding unless
+    ``partial_rotary_factor`` says so (``NemotronHAttention`` applies none)."""
+
+    partial_rotary_factor: float = attrs.field(default=0.0, validator=rotary_fraction)
 
 
 @attrs.frozen(kw_only=True, slots=False)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import attrs
 
+from hp_core.bounds import short_repr
 from hp_core.costs import LayerContext
+from hp_core.errors import SpecError
 from hp_core.validators import one_of, positive_int, positive_number, probability
 from hp_plugins.kit.work import AttentionShape
 from hp_plugins.kit.builder import SOFTMAX_OPS, LayerBuilder
@@ -12,7 +14,14 @@ from hp_plugins.kit.local_attention import SOFTCAP_OPS, local_attention_core
 from hp_plugins.kit.norms import NORMS, fp32_norm_bytes, head_norm
 from hp_plugins.kit.shapes import check_divides
 
-__all__ = ["GQAFields", "gqa_attention", "validate_gqa"]
+__all__ = ["GQAFields", "gqa_attention", "rotary_fraction", "validate_gqa"]
+
+
+def rotary_fraction(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    """A number in ``[0, 1]``: the share of a head's channels a rotary embedding rotates."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise SpecError(attribute.name, f"{attribute.name} must be a number in [0, 1] (0: no rotary embedding), "
+                                        f"got {short_repr(value)}")
 
 
 @attrs.frozen(kw_only=True, slots=False)
@@ -47,6 +56,13 @@ class GQAFields:
             dtype whatever the precision's ``softmax_bytes`` (Llama 4's
             ``eager_attention_forward`` does not upcast), keeping no fp32 copy
             and no cast.
+        partial_rotary_factor: The share of each query and key head's channels a
+            rotary position embedding rotates (transformers' ``partial_rotary_factor``,
+            ``int(head_dim * factor)`` channels; Megatron-LM's ``--rotary-percent``);
+            1.0, the default: every channel (Llama, Qwen, Mistral, Gemma, GPT-OSS's
+            YaRN); 0: no rotary embedding (learned absolute positions, ALiBi, a
+            NoPE layer). Time only (:meth:`LayerBuilder.rotary_embedding
+            <hp_plugins.kit.builder.LayerBuilder.rotary_embedding>`).
     """
 
     hidden_size: int = attrs.field(validator=positive_int)
@@ -66,6 +82,7 @@ class GQAFields:
     attention_sinks: bool = False
     fused_qkv: bool = False
     softmax_in_compute_dtype: bool = False
+    partial_rotary_factor: float = attrs.field(default=1.0, validator=rotary_fraction)
 
     def __attrs_post_init__(self) -> None:
         self.check_gqa()
@@ -93,6 +110,11 @@ class GQAFields:
     def head_width(self) -> int:
         return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_attention_heads
 
+    @property
+    def rotary_width(self) -> int:
+        """The channels of each query and key head the rotary embedding rotates (transformers: ``int(head_dim * factor)``)."""
+        return int(self.head_width * self.partial_rotary_factor)
+
 
 def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     """Grouped-query attention (Korthikanti et al. 2022 Section 4.1, with ``g`` KV heads).
@@ -110,6 +132,14 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     A sliding window, chunks, soft-capping or sinks price the core with
     :func:`~hp_plugins.kit.local_attention.local_attention_core`; sinks add
     ``a`` parameters (one logit per head, split over TP with the heads).
+
+    q and k are rotated before the core where the layer has a rotary position
+    embedding (:attr:`GQAFields.partial_rotary_factor`): ``a + g`` heads per
+    token over TP, before eager attention repeats k (torchtitan
+    ``apply_rotary_emb``; transformers ``apply_rotary_pos_emb``; Megatron-Core
+    ``SelfAttention.forward``), priced as elementwise work
+    (:meth:`LayerBuilder.rotary_embedding
+    <hp_plugins.kit.builder.LayerBuilder.rotary_embedding>`).
     """
     x, act, t = b.x, b.act, b.x.tp
     T, h, d, a, g = x.tokens, c.hidden_size, c.head_width, c.num_attention_heads, c.num_key_value_heads
@@ -159,6 +189,8 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     if x.attention != "eager":
         # Flash backward: dq, dk, dv and its fp32 row statistics.
         b.block_grads.append(T * qkv * act // t + T * (a // t) * x.precision.lse_bytes)
+    if c.rotary_width:  # q and k rotated before the core: torchtitan apply_rotary_emb, transformers apply_rotary_pos_emb
+        b.rotary_embedding((a + g) // t, c.rotary_width, d)
     b.linear(T, h, qkv // t)
     b.linear(T, a * d // t, h)
     # torchtitan's Attention.forward: wq, wk, wv, then wo (torchtitan/models/llama3/model.py).

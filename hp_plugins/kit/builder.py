@@ -18,17 +18,20 @@ from __future__ import annotations
 import functools
 
 from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount, Rerun
-from hp_plugins.kit.eager import EAGER_NORM_BYTES, RESIDUAL_BYTES
+from hp_plugins.kit.eager import EAGER_NORM_BYTES, EAGER_ROPE_BYTES, RESIDUAL_BYTES
 from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, fp32_norm_bytes, norm_params
 from hp_plugins.kit.work import AttentionShape, ExpertShape, decoder_work
 
-__all__ = ["DECODER_SWITCHES", "DENSE_MLP_SWITCHES", "FC1_SWITCH", "LayerBuilder", "RESIDUAL_OPS", "SELECTIVE_SWITCHES", "SOFTMAX_OPS", "param_count",
-           "term"]
+__all__ = ["DECODER_SWITCHES", "DENSE_MLP_SWITCHES", "FC1_SWITCH", "LayerBuilder", "RESIDUAL_OPS", "ROPE_OPS", "SELECTIVE_SWITCHES", "SOFTMAX_OPS",
+           "param_count", "term"]
 
 # Elementwise operations per element (forward), counted from the definitions:
-# softmax max, subtract, exp, sum, divide (5); residual add 1.
+# softmax max, subtract, exp, sum, divide (5); residual add 1; a rotary position embedding's
+# x cos + rotate_half(x) sin (Su et al. 2021, RoFormer, Section 3.4.2): two multiplies, the add and
+# rotate_half's sign flip, 4 per rotated element of q and k.
 SOFTMAX_OPS = 5
 RESIDUAL_OPS = 1
+ROPE_OPS = 4
 # The recompute switches of a layer built of an attention block and an MLP or experts (the terms the
 # blocks record them under), and the selective set among them: the attention core (score, softmax,
 # dropout and the casts between them), as Megatron-LM's ``--recompute-granularity selective``
@@ -87,6 +90,9 @@ class LayerBuilder:
         self.elementwise = 0
         # Elementwise ops whose eager bytes are counted (hp_plugins.kit.eager), their bytes, and the attention softmax's.
         self.eager_ops, self.eager_bytes, self.softmax_ops = 0, 0.0, 0
+        # A rotary embedding's elementwise ops, its eager (forward, backward) bytes, and the bytes copied each way
+        # past it (a partially rotated head's other channels): LayerWork.rotary_flops, rotary_eager_bytes, copy_bytes.
+        self.rotary_ops, self.rotary_eager, self.copies = 0, (0.0, 0.0), 0.0
         self.buffers_once = 0
         self.shapes: list[tuple[int, int]] = []
         # What the deferred weight-gradient passes read (LayerCost.weight_gradient_bytes): per linear, its input and
@@ -222,6 +228,26 @@ class LayerBuilder:
             self.shapes.append((fan_out, fan_in))
             self.weight_gradient += tokens * (fan_out + (0 if shares_input else fan_in)) * self.act
 
+    def rotary_embedding(self, heads: int, rotated: int, width: int) -> None:
+        """A rotary position embedding of *heads* query and key heads per token on this rank, *rotated* channels of
+        each head of *width* (docs/time.md, "Rotary position embedding").
+
+        Elementwise work: :data:`ROPE_OPS` per rotated element, which eager kernels move as
+        :data:`~hp_plugins.kit.eager.EAGER_ROPE_BYTES` counts (transformers' ``rotate_half`` form under the
+        ``rope_rotate_half`` trait, else torchtitan's complex multiply) and fused ones at the profile's figure
+        (read and write: 2 accesses an element). A head rotated in part has its other channels copied into
+        the output, read and written each way (Transformer Engine's fused kernel "copies the rest",
+        ``fused_rope.cu`` at v2.11; transformers and Megatron-Core concatenate them back).
+        """
+        elements = self.x.tokens * heads * rotated
+        ops = ROPE_OPS * elements
+        forward, backward = EAGER_ROPE_BYTES["rotate_half" if "rope_rotate_half" in self.x.traits else "complex"]
+        self.elementwise += ops
+        self.count_eager(ops, forward / ROPE_OPS)
+        self.rotary_ops += ops
+        self.rotary_eager = (self.rotary_eager[0] + forward * elements, self.rotary_eager[1] + backward * elements)
+        self.copies += 2 * self.x.tokens * heads * (width - rotated) * self.act
+
     def count_eager(self, ops: int, bytes_per_op: float) -> None:
         """Record *ops* elementwise ops (already added to :attr:`elementwise`) moving *bytes_per_op* eager."""
         self.eager_ops += ops
@@ -257,6 +283,7 @@ class LayerBuilder:
             weight_shapes=shapes,
             work=decoder_work(self.x, shapes, self.h, self.tp_blocks, self.attention_shape, self.expert_shape,
                               alternate_matmul_flops=self._alternate(), eager_accesses_per_flop=self._eager_accesses(),
-                              reruns=tuple(self.reruns)),
+                              reruns=tuple(self.reruns), rotary_flops=self.rotary_ops, rotary_eager_bytes=self.rotary_eager,
+                              copy_bytes=self.copies),
             weight_gradient_bytes=self.weight_gradient,
         )

@@ -10,6 +10,16 @@ Counted per element, bf16 activations (2 bytes), fp32 where torch upcasts:
 * An activation that is one aten kernel (SiLU, GeLU, ReLU): read and write, 4 bytes; squared ReLU as Hugging Face's
   ``ReLUSquaredActivation`` runs it (``relu`` then ``torch.square``): two kernels, 8 bytes.
 * A gate product (``act(gate) * up``): two reads and a write, 6 bytes.
+* Rotary position embedding, per rotated element of q and k (:data:`EAGER_ROPE_BYTES`, forward and backward):
+  torchtitan's complex multiply (``torchtitan/models/llama3/model/model.py`` ``apply_rotary_emb`` at 0cfbd0b3:
+  ``xq.float()`` 2+4, the complex product with ``freqs_cis`` 4+4, ``type_as`` back 4+2: 20 bytes; its backward casts
+  the gradient up 2+4, multiplies it by the conjugate 4+4 and casts it down 4+2: 20 bytes); transformers'
+  ``rotate_half`` form (``models/llama/modeling_llama.py`` ``apply_rotary_pos_emb`` at 5.24.0: ``q * cos`` 2+2,
+  ``-x2`` on half the width 1+1, ``cat((-x2, x1))`` 2+2, ``* sin`` 2+2, the add 2+2+2: 20 bytes; its backward
+  multiplies the gradient by ``cos`` 2+2 and by ``sin`` 2+2, negates half 1+1, runs two ``slice_backward``, each
+  a zero fill of the whole width 2 and a copy of its half 1+1, and adds the three gradients of q into one, two
+  adds of 2+2+2: 30 bytes). The position tables (cos and sin, ``freqs_cis``) are read per token, not per q/k
+  element, and are left out. Measured: ``python benchmarks/count_eager_rope_bytes.py``.
 
 Not counted (the layer then states none and the profile's figure prices it): LayerNorm, ``rmsnorm_fp32_weight``,
 a softcap, attention sinks, gated attention, DeltaNet, SSM and clamped SwiGLU ops. The attention-core softmax, full
@@ -18,9 +28,12 @@ or windowed, is left out of the count (flash attention fuses it; under eager att
 
 from __future__ import annotations
 
-__all__ = ["EAGER_ACT_BYTES", "EAGER_NORM_BYTES", "GATE_PRODUCT_BYTES", "RESIDUAL_BYTES"]
+__all__ = ["EAGER_ACT_BYTES", "EAGER_NORM_BYTES", "EAGER_ROPE_BYTES", "GATE_PRODUCT_BYTES", "RESIDUAL_BYTES"]
 
 EAGER_NORM_BYTES = {"rmsnorm": 36}
 RESIDUAL_BYTES = 6
 EAGER_ACT_BYTES = {"silu": 4, "swish": 4, "gelu": 4, "gelu_new": 4, "gelu_pytorch_tanh": 4, "relu": 4, "relu2": 8}
 GATE_PRODUCT_BYTES = 6
+# (forward, backward) bytes per rotated element of q and k, by the trainer's form (the ``rope_rotate_half`` trait:
+# transformers'; else torchtitan's complex multiply).
+EAGER_ROPE_BYTES = {"complex": (20, 20), "rotate_half": (20, 30)}

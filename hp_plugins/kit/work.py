@@ -186,7 +186,8 @@ def expert_collectives(x: LayerContext, routed_bytes: float, routing: Routing | 
 def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hidden_size: int, blocks: int,
                  attention: AttentionShape | None = None, experts: ExpertShape | None = None,
                  alternate_matmul_flops: float | None = None, eager_accesses_per_flop: float | None = None,
-                 reruns: tuple[tuple[str, Rerun], ...] = ()) -> LayerWork:
+                 reruns: tuple[tuple[str, Rerun], ...] = (), rotary_flops: float = 0.0,
+                 rotary_eager_bytes: tuple[float, float] = (0.0, 0.0), copy_bytes: float = 0.0) -> LayerWork:
     """The work of a layer made of the kit's blocks (module docstring), per micro-batch on one rank.
 
     Args:
@@ -204,11 +205,15 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
             (:attr:`LayerWork.eager_accesses_per_flop <hp_core.costs.LayerWork.eager_accesses_per_flop>`).
         reruns: What recomputing the blocks' switches re-runs, as the blocks state it (the dense MLP's
             ``ffFc1``: :func:`hp_plugins.kit.feedforward.mlp`); MLA's ``attUp`` is added here.
+        rotary_flops, rotary_eager_bytes: A rotary embedding's elementwise FLOPs and eager bytes
+            (:meth:`LayerBuilder.rotary_embedding <hp_plugins.kit.builder.LayerBuilder.rotary_embedding>`).
+        copy_bytes: Bytes the blocks copy each way besides MLA's (a partially rotated head's other channels).
     """
     act = x.precision.activation_bytes
     T, tp, h = x.tokens, x.tp, hidden_size
     collectives: list[Collective] = []
-    kv_bytes = qkvo_bytes = scores = copy = 0.0
+    kv_bytes = qkvo_bytes = scores = 0.0
+    copy = copy_bytes
     reruns = tuple(reruns)
     wide = False
     if attention is not None:
@@ -232,10 +237,11 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
             per_head = 2 * attention.qk_rope + 2 * qk + attention.qk_nope + qk
             if "mla_contiguous_qkv" in x.traits:
                 per_head += 2 * attention.v_head
-            copy = T * heads / tp * per_head * act
+            assembly = T * heads / tp * per_head * act
+            copy += assembly
             # Recomputing the up-projections (attUp) rebuilds each element with a
             # 2 * kv_lora_rank FLOP dot product and re-assembles q and k.
-            reruns += (("attUp", Rerun(2 * attention.kv_lora_rank / act, copy)),)
+            reruns += (("attUp", Rerun(2 * attention.kv_lora_rank / act, assembly)),)
         else:
             groups = attention.kv_heads or heads
             d = attention.head_dim or h // heads
@@ -288,5 +294,5 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         high_precision_gemms=gemms[:1] if experts is not None and experts.learned_gate else (),
         attention_core_switches=ATTENTION_CORE_SWITCHES if attention is not None else frozenset(),
         routed_experts=experts.experts if experts is not None else 0, alternate_matmul_flops=alternate_matmul_flops,
-        eager_accesses_per_flop=eager_accesses_per_flop,
+        eager_accesses_per_flop=eager_accesses_per_flop, rotary_flops=rotary_flops, rotary_eager_bytes=rotary_eager_bytes,
     )

@@ -16,7 +16,7 @@ layer kinds they become:
 * ``nemotron`` (``NemotronConfig``, Nemotron-4): ``dense`` with a plain (ungated) MLP,
   ``up_proj`` then ``down_proj`` around ``hidden_act`` (default ``relu2``, squared ReLU),
   GQA, and LayerNorms with biases (``NemotronLayerNorm1P``, a ``torch.nn.LayerNorm``)
-  in every layer and before the head.
+  in every layer and before the head; RoPE on half of each head (``partial_rotary_factor``, default 0.5).
 * ``mixtral`` (``MixtralConfig``): ``moe`` in every layer; the experts are
   ``intermediate_size`` wide (``num_local_experts``, ``num_experts_per_tok``);
   ``sliding_window`` (``null``: none) bounds every layer's attention.
@@ -37,6 +37,9 @@ layer kinds they become:
   ``topk_method: group_limited_greedy`` (``DeepseekV2TopkRouter``; its default ``greedy``
   routes over every expert), where ``n_group`` and ``topk_group`` have no default and must be
   stated.
+
+Every GQA family applies rotary position embeddings to ``partial_rotary_factor`` of each query and key
+head (:func:`~hp_plugins.models.stack.rotary_factor`; 1.0 unless stated or defaulted otherwise).
 
 ``mpt`` (llm-foundry's ``MPTConfig``) is the format of :mod:`hp_plugins.models.mpt`.
 
@@ -63,7 +66,7 @@ from hp_plugins.kinds.mtp import MTPConfig
 from hp_plugins.kinds.output import OutputConfig
 from hp_plugins.models.hf_local import local_formats
 from hp_plugins.models.mpt import mpt_formats
-from hp_plugins.models.stack import ConfigReader, grouped, router_groups
+from hp_plugins.models.stack import ConfigReader, grouped, rotary_factor, router_groups
 
 __all__ = ["DEFAULTS", "MODEL_TYPES", "hp_model_formats", "load_hf_config", "model_from_hf_config"]
 
@@ -72,15 +75,16 @@ __all__ = ["DEFAULTS", "MODEL_TYPES", "hp_model_formats", "load_hf_config", "mod
 # num_key_value_heads / head_dim means "derived": num_attention_heads and
 # hidden_size / num_attention_heads.
 _COMMON = {"num_key_value_heads": None, "head_dim": None, "hidden_act": "silu", "tie_word_embeddings": False,
-           "attention_dropout": 0.0}
+           "attention_dropout": 0.0, "partial_rotary_factor": 1.0}
 DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": {**_COMMON, "attention_bias": False, "mlp_bias": False},
     # Qwen2Config: the window applies only with use_sliding_window, from layer max_window_layers on.
     "qwen2": {**_COMMON, "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28},
     "qwen3": {**_COMMON, "head_dim": 128, "attention_bias": False},
     # NemotronConfig (transformers models/nemotron/configuration_nemotron.py): squared ReLU, no biases on the
-    # projections; head_dim None derives hidden_size / num_attention_heads as the others do.
-    "nemotron": {**_COMMON, "hidden_act": "relu2", "attention_bias": False, "mlp_bias": False},
+    # projections; head_dim None derives hidden_size / num_attention_heads as the others do; half of each head rotated
+    # (NemotronConfig.__post_init__ partial_rotary_factor 0.5).
+    "nemotron": {**_COMMON, "hidden_act": "relu2", "attention_bias": False, "mlp_bias": False, "partial_rotary_factor": 0.5},
     "mixtral": {**_COMMON, "sliding_window": None},  # MixtralConfig: no window unless stated
     "qwen2_moe": {**_COMMON, "decoder_sparse_step": 1, "mlp_only_layers": [], "shared_expert_intermediate_size": 0},
     "qwen3_moe": {**_COMMON, "decoder_sparse_step": 1, "mlp_only_layers": [], "attention_bias": False},
@@ -112,6 +116,7 @@ def _gqa(r: ConfigReader, qkv_bias: bool | None = None, qk_norm: bool = False, o
         "attention_out_bias": out_bias and bias,
         "qk_norm": qk_norm,
         "attention_dropout": float(r.get("attention_dropout", float)),
+        "partial_rotary_factor": rotary_factor(r),
     }
 
 

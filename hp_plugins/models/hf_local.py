@@ -36,7 +36,7 @@ field stated as ``null`` means what transformers reads it as (no window).
   ``intermediate_size_mlp``; layers using RoPE (``no_rope_layers[i] == 1``,
   by default all but every fourth) attend within chunks of
   ``attention_chunk_size`` and, with ``use_qk_norm``, L2-normalise q and k
-  (no weights); the others attend globally. Its eager softmax runs in the
+  (no weights); the others attend globally and rotate nothing (NoPE). Its eager softmax runs in the
   compute dtype (``softmax_in_compute_dtype``: ``Llama4`` ``eager_attention_forward``).
 """
 
@@ -52,7 +52,7 @@ from hp_plugins.kinds.dense import DenseConfig
 from hp_plugins.kinds.embedding import EmbeddingConfig
 from hp_plugins.kinds.moe import MoEConfig
 from hp_plugins.kinds.output import OutputConfig
-from hp_plugins.models.stack import ConfigReader, grouped
+from hp_plugins.models.stack import ConfigReader, grouped, rotary_factor
 
 __all__ = ["DEFAULTS", "MODEL_TYPES", "local_formats", "model_from_local_config"]
 
@@ -61,7 +61,7 @@ __all__ = ["DEFAULTS", "MODEL_TYPES", "local_formats", "model_from_local_config"
 # ``(self.weight * hidden_states)`` on the fp32 tensor; hp_plugins.kit.norms.fp32_norm_bytes).
 FP32_WEIGHT_NORM = "rmsnorm_fp32_weight"
 _FP32_WEIGHT_TYPES = ("gemma2", "gemma3_text", "gpt_oss")
-_COMMON = {"num_key_value_heads": None, "head_dim": None, "attention_dropout": 0.0}
+_COMMON = {"num_key_value_heads": None, "head_dim": None, "attention_dropout": 0.0, "partial_rotary_factor": 1.0}
 _GEMMA = {**_COMMON, "head_dim": 256, "attention_bias": False, "hidden_activation": "gelu_pytorch_tanh",
           "tie_word_embeddings": True, "sliding_window": 4096, "layer_types": None}
 # Defaults of the transformers 5.24.0 config classes for the fields read here (absent: no default).
@@ -91,6 +91,7 @@ def _gqa(r: ConfigReader, bias: bool = False, **extra: Any) -> dict[str, Any]:
         "attention_bias": bias,
         "attention_out_bias": bias,
         "attention_dropout": float(r.get("attention_dropout", float)),
+        "partial_rotary_factor": rotary_factor(r),
         **extra,
     }
 
@@ -161,8 +162,9 @@ def _layers_llama4(r: ConfigReader, model_type: str) -> list[tuple[str, Any]]:
                "hidden_act": r.get("hidden_act", str)}
     layers = []
     for i in range(count):
+        # A NoPE layer (no_rope_layers[i] == 0) rotates nothing: Llama4TextAttention applies RoPE only where use_rope.
         attention = _gqa(r, bias=r.get("attention_bias", bool), qk_norm=bool(qk_norm and rope[i]), qk_norm_weight=False,
-                         softmax_in_compute_dtype=True,
+                         softmax_in_compute_dtype=True, **({} if rope[i] else {"partial_rotary_factor": 0.0}),
                          attention_chunk_size=chunk if types[i] == "chunked_attention" else None)
         if i in moe_layers:
             layers.append(("moe", MoEConfig(**attention, **experts)))

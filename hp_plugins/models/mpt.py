@@ -227,10 +227,11 @@ def model_from_mpt_config(cfg: Mapping[str, Any], *, name: str, source: str, whe
     norm = _NORMS[r.get("norm_type", str)]
     tied = r.get("tie_word_embeddings", bool)
     try:
+        # Positions from the learned table (wpe) alone: no rotary embedding (rope and ALiBi are refused above).
         layer = DenseConfig(hidden_size=h, num_attention_heads=heads, num_key_value_heads=heads,
                             intermediate_size=width, gated_mlp=False, hidden_act="gelu", norm=norm,
                             attention_bias=True, attention_out_bias=True, mlp_bias=True, fused_qkv=fused,
-                            attention_dropout=attn_p, hidden_dropout=resid_p)
+                            attention_dropout=attn_p, hidden_dropout=resid_p, partial_rotary_factor=0.0)
         groups = (
             # MPT's position ids are per token: MPTModel.forward shifts them by the attention mask Composer passes.
             LayerGroup("embedding", EmbeddingConfig(vocab_size=vocab, hidden_size=h, dropout=emb_p,

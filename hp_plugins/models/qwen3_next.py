@@ -14,7 +14,8 @@ them (``configuration_qwen3_next.py``, ``modeling_qwen3_next.py``):
 Linear-attention layers become ``gdn_moe`` (``gdn`` with a dense MLP); full-attention
 layers ``gated_attention_moe`` (``gated_attention``): grouped-query attention of
 ``head_dim`` with per-head q/k RMSNorm, biases on q, k, v and o where
-``attention_bias``, and the output gate. Around them the built-in ``embedding`` and
+``attention_bias``, the output gate, and RoPE on ``partial_rotary_factor`` (default 0.25)
+of each query and key head. Around them the built-in ``embedding`` and
 ``output``. A field the file omits takes ``Qwen3NextConfig``'s default where it is a
 structural flag (:data:`DEFAULTS`); the fields that size the model must be stated.
 transformers builds no multi-token-prediction module (its ``mtp.*`` weights are
@@ -31,7 +32,7 @@ from hp_core.specs.model import ModelSpec
 from hp_core.types import ModelFormat
 from hp_plugins.kinds.qwen3_next import GDNConfig, GDNMoEConfig, GatedAttentionConfig, GatedAttentionMoEConfig
 from hp_plugins.models.ssm import model_from_body
-from hp_plugins.models.stack import ConfigReader
+from hp_plugins.models.stack import ConfigReader, rotary_factor
 
 __all__ = ["DEFAULTS", "hp_model_formats", "model_from_qwen3_next_config"]
 
@@ -40,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "head_dim": 256, "hidden_act": "silu", "tie_word_embeddings": False, "attention_bias": False,
     "attention_dropout": 0.0, "linear_conv_kernel_dim": 4, "decoder_sparse_step": 1, "mlp_only_layers": [],
     "full_attention_interval": 4, "layer_types": None, "num_key_value_heads": None,
+    "partial_rotary_factor": 0.25,  # Qwen3NextConfig.__post_init__: RoPE on a quarter of each head
 }
 _LINEAR, _FULL = "linear_attention", "full_attention"
 # Qwen3NextRMSNorm is zero-centred: it scales by ``1.0 + self.weight.float()`` in fp32 before casting back
@@ -83,7 +85,8 @@ def model_from_qwen3_next_config(cfg: Mapping[str, Any], *, name: str, source: s
         attention = {"hidden_size": h, "num_attention_heads": heads,
                      "num_key_value_heads": heads if kv is None else kv, "head_dim": r.get("head_dim"),  # 0 refused
                      "attention_bias": bias, "attention_out_bias": bias, "qk_norm": True, "norm": _NORM,
-                     "attention_dropout": float(r.get("attention_dropout", float))}
+                     "attention_dropout": float(r.get("attention_dropout", float)),
+                     "partial_rotary_factor": rotary_factor(r)}
         body: list[tuple[str, Any]] = []
         for i, mixer_type in enumerate(types):
             sparse = i not in only and experts > 0 and step > 0 and (i + 1) % step == 0

@@ -9,7 +9,7 @@ from hp_core.errors import ConfigError
 from hp_core.specs.model import LayerGroup
 from hp_core.validators import is_finite
 
-__all__ = ["ConfigReader", "grouped", "router_groups"]
+__all__ = ["ConfigReader", "grouped", "rotary_factor", "router_groups"]
 
 _ABSENT = object()
 
@@ -109,6 +109,23 @@ def router_groups(r: ConfigReader, experts: int | None = None) -> dict[str, Any]
             raise r.fail(key, f"at most n_group ({found['router_num_groups']}){absent}", value)
         found[field] = value
     return found
+
+
+def rotary_factor(r: ConfigReader) -> float:
+    """``partial_rotary_factor``, the share of each head's channels RoPE rotates, read as transformers 5.24 reads it
+    (``modeling_rope_utils.py`` ``RotaryEmbeddingConfigMixin.convert_rope_params_to_dict``): from ``rope_parameters``
+    (or the legacy ``rope_scaling`` it replaces) first, then the top-level field, then the model type's default;
+    refused outside ``(0, 1]``."""
+    for key in ("rope_parameters", "rope_scaling"):
+        nested = r.cfg.get(key)
+        if isinstance(nested, Mapping) and nested.get("partial_rotary_factor") is not None:
+            value, path = nested["partial_rotary_factor"], f"{key}.partial_rotary_factor"
+            break
+    else:
+        value, path = r.get("partial_rotary_factor", float), "partial_rotary_factor"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise r.fail(path, "a number in (0, 1]", value)
+    return float(value)
 
 
 def grouped(layers: list[tuple[str, Any]]) -> list[LayerGroup]:

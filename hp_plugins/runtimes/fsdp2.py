@@ -35,7 +35,7 @@ from hp_core.types import Runtime
 from hp_plugins.kit.op_sac import OP_SAC_SWITCHES
 from hp_plugins.runtimes.fsdp2_points import Fsdp2Points
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
-from hp_plugins.runtimes.time_options import elementwise_kernels_option, ep_all_to_all_option
+from hp_plugins.runtimes.time_options import elementwise_kernels_option, ep_all_to_all_option, rope_implementation_option
 from hp_plugins.runtimes.tp_plans import TP_PLANS
 from hp_plugins.runtimes.timing_profiles import FSDP2, HOPPER_CUDNN, TRITON_FLASH
 
@@ -138,6 +138,9 @@ OPTIONS = (
         "eager", "torchtitan --compile (training.compile, off by default; torchtitan/train.py applies torch.compile per "
         "block); torch/_inductor fuses pointwise ops into one kernel; NeMo AutoModel's TE backend uses Transformer "
         "Engine's fused RMSNorm"),
+    rope_implementation_option(
+        "torchtitan/models/llama3/model/model.py apply_rotary_emb (pytorch/torchtitan@0cfbd0b3); transformers "
+        "models/llama/modeling_llama.py apply_rotary_pos_emb and rotate_half (5.24.0); counted in hp_plugins/kit/eager.py"),
     RuntimeOption(
         "moe_gate", "choice", "learned",
         "the MoE router: learned (the model's gate: its gating GEMM and router kernels, tokens taken as routed "

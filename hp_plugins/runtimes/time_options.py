@@ -1,9 +1,9 @@
 """Runtime options that change how a step is timed, shared by the built-in runtimes: how elementwise ops run
-(eager kernels or fused), which library runs the expert-parallel all-to-all (NCCL, DeepEP or HybridEP) and what
-the trainer replays from CUDA graphs (the host floor's scope).
+(eager kernels or fused) and which eager form the rotary embedding takes, which library runs the expert-parallel
+all-to-all (NCCL, DeepEP or HybridEP) and what the trainer replays from CUDA graphs (the host floor's scope).
 
 Each is a :class:`~hp_core.runtime_options.RuntimeOption` whose ``apply`` changes the runtime's timing
-profile (docs/time.md, "Eager kernels, op-level SAC and DeepEP").
+profile or its traits (docs/time.md, "Eager kernels, op-level SAC and DeepEP").
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from hp_core.specs.overlap import CUDA_GRAPH_SCOPES
 from hp_core.types import Runtime
 from hp_plugins.runtimes.timing_profiles import EAGER_ACCESSES, FUSED_ACCESSES
 
-__all__ = ["cuda_graphs_option", "ep_all_to_all_option", "elementwise_kernels_option"]
+__all__ = ["cuda_graphs_option", "ep_all_to_all_option", "elementwise_kernels_option", "rope_implementation_option"]
 
 @attrs.frozen
 class _Elementwise:
@@ -31,11 +31,29 @@ def elementwise_kernels_option(default: str, source: str) -> RuntimeOption:
     """``elementwise_kernels``: ``eager`` (one kernel per op) or ``fused`` (torch.compile, fused modules)."""
     return RuntimeOption(
         "elementwise_kernels", "choice", default,
-        "eager: every elementwise op (norm steps, residual adds, activation, gate product) its own kernel reading and "
-        "writing HBM, accesses per counted op counted per layer from its widths (1.919 at a Llama block's I = 3.5 h; "
-        "1.92 where a layer counts none) (torchtitan without torch.compile); fused: each chain one kernel, "
+        "eager: every elementwise op (norm steps, residual adds, activation, gate product, rotary embedding) its own "
+        "kernel reading and writing HBM, accesses per counted op counted per layer from its widths (2.0 for Llama 3 8B's "
+        "block; 1.92 where a layer counts none) (torchtitan without torch.compile); fused: each chain one kernel, "
         "0.5 (torch.compile's inductor fuses pointwise chains; Transformer Engine's or Liger's fused modules)",
         source, _Elementwise(), choices=("eager", "fused"),
+    )
+
+
+def _rope(runtime: Runtime, value: str) -> Runtime:
+    """``rope_implementation``: ``rotate_half`` turns the ``rope_rotate_half`` trait on, ``complex`` off."""
+    traits = runtime.traits - {"rope_rotate_half"}
+    return attrs.evolve(runtime, traits=traits | {"rope_rotate_half"} if value == "rotate_half" else traits)
+
+
+def rope_implementation_option(source: str) -> RuntimeOption:
+    """``rope_implementation``: the eager form of the rotary embedding, ``complex`` (the default) or ``rotate_half``."""
+    return RuntimeOption(
+        "rope_implementation", "choice", "complex",
+        "the rotary embedding's eager kernels (elementwise_kernels=eager; fused kernels read and write each rotated "
+        "q/k element once each way whichever): complex (torchtitan's apply_rotary_emb, an fp32 complex multiply: 20 "
+        "bytes per rotated element forward, 20 backward) or rotate_half (transformers' apply_rotary_pos_emb: 20 "
+        "forward, 30 backward: the slices' gradients are zero-filled and the three gradients of q and k added)",
+        source, _rope, choices=("complex", "rotate_half"),
     )
 
 

@@ -98,7 +98,8 @@ def _gpt(gpt: dict) -> ModelSpec:
     hidden_dropout, attention_dropout = gpt.get("hidden_dropout", 0.0), gpt.get("attention_dropout", 0.0)
     layer = DenseConfig(hidden_size=h, num_attention_heads=gpt["num_attention_heads"], num_key_value_heads=gpt["num_attention_heads"],
                         intermediate_size=4 * h, gated_mlp=False, hidden_act="gelu", norm="layernorm", attention_bias=True,
-                        attention_out_bias=True, mlp_bias=True, hidden_dropout=hidden_dropout, attention_dropout=attention_dropout)
+                        attention_out_bias=True, mlp_bias=True, hidden_dropout=hidden_dropout, attention_dropout=attention_dropout,
+                        partial_rotary_factor=0.0)  # Megatron-LM's default learned_absolute positions: no rotary embedding
     embedding = EmbeddingConfig(vocab_size=vocab, hidden_size=h, dropout=hidden_dropout,
                                 position_embeddings=gpt.get("position_embeddings", 0))
     return ModelSpec(

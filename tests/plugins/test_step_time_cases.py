@@ -112,13 +112,14 @@ KORTHIKANTI_RUNS = {
 
 
 def _gpt(name: str) -> tuple[ModelSpec, dict]:
-    """The paper's GPT: MHA, GeLU MLP of width 4h, LayerNorm, biases, dropout 0.1, tied 51200-token vocabulary."""
+    """The paper's GPT: MHA, GeLU MLP of width 4h, LayerNorm, biases, dropout 0.1, tied 51200-token vocabulary, no rotary embedding."""
     c = KORTHIKANTI["models"][name]["config"]
     h = c["hidden_size"]
     layer = DenseConfig(
         hidden_size=h, num_attention_heads=c["num_attention_heads"], num_key_value_heads=c["num_attention_heads"],
         intermediate_size=4 * h, gated_mlp=False, hidden_act="gelu", norm="layernorm", attention_bias=True,
         attention_out_bias=True, mlp_bias=True, attention_dropout=0.1, hidden_dropout=0.1,
+        partial_rotary_factor=0.0,  # Megatron-LM's GPT of 2022: learned absolute positions, no rotary embedding
     )
     model = ModelSpec(
         name=f"gpt-{name}",

@@ -135,7 +135,7 @@ def test_ep_all_to_all_nccl_keeps_the_collective_model_a_profile_states(registry
     assert apply_options(deepep, {"ep_all_to_all": "nccl"}).timing.collective_model is None
 
 
-def test_eager_elementwise_kernels_move_3_84_times_the_fused_bytes(registry):
+def test_eager_elementwise_kernels_move_their_counted_bytes_over_the_fused(registry):
     model = model_from_preset("llama3-8b", registry)
     layout = ParallelSpec(dp=8, seq_len=8192, micro_batch_size=2, global_batch_size=16)
     h100 = registry.hardware_preset("h100-sxm").spec
@@ -143,12 +143,14 @@ def test_eager_elementwise_kernels_move_3_84_times_the_fused_bytes(registry):
                           runtime=apply_options(registry.runtime("fsdp2"), {"elementwise_kernels": v})) for v in ("eager", "fused")}
     # Llama 3 8B per token: each of 32 layers 2 RMSNorms and residual adds (5 ops each over h = 4096) and the
     # SiLU-gated product (6 ops over I = 14336), counted eager at (84 h + 10 I) bytes, (84 + 35) / (10 + 21) / 2
-    # = 119/62 bf16 accesses per op at I = 3.5 h; the head's final RMSNorm (4 over h) and its loss (6 per logit of
-    # 128,256), which count none, at the profile's 1.92. Forward, and twice that backward, at that minus the fused
-    # 0.5 more accesses per op, HBM at 3.35 TB/s x 0.85.
-    layers = 32 * (2 * 5 * 4096 + 6 * 14336) * (119 / 62 - 0.5)
-    head = (4 * 4096 + 6 * 128256) * (1.92 - 0.5)
-    extra = 3 * (layers + head) * 2 * 8192 * 2 / (3.35e12 * 0.85)
+    # = 119/62 bf16 accesses per op at I = 3.5 h, forward and twice that backward, against the fused 0.5; and RoPE on
+    # (32 + 8) x 128 = 5,120 elements of q and k, torchtitan's complex multiply moving 20 bytes an element eager
+    # against the fused kernel's 4 (4 ops at 0.5 accesses), forward and once more backward (the inverse rotation).
+    # The head's final RMSNorm (4 over h) and its loss (6 per logit of 128,256), which count none, at the profile's
+    # 1.92, forward and twice backward. HBM at 3.35 TB/s x 0.85, 2 x 8,192 tokens.
+    layers = 32 * (3 * (2 * 5 * 4096 + 6 * 14336) * (119 / 62 - 0.5) * 2 + 2 * (20 - 4) * 5120)
+    head = 3 * (4 * 4096 + 6 * 128256) * (1.92 - 0.5) * 2
+    extra = (layers + head) * 2 * 8192 / (3.35e12 * 0.85)
     assert times["eager"].compute_seconds - times["fused"].compute_seconds == pytest.approx(extra, rel=1e-9)
 
 
@@ -163,11 +165,13 @@ def test_op_sac_re_runs_every_second_matmul_of_a_block(registry):
                         runtime=attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, alternate_matmul_recompute=frozenset())))
     # torchtitan's Llama block runs wq, wk, wv, wo, w1, w3, w2; every second one (wk 1024, wo 4096, w3 14336 outputs
     # over h = 4096 inputs) is re-run: 2 * 16,384 tokens * 4096 * 19,456 FLOPs a layer, at fsdp2's Hopper matmul rate
-    # (the kernel figure 0.70 over the fitted whole-run GEMM factor).
+    # (the kernel figure 0.70 over the fitted whole-run GEMM factor). Its save list holds no rotary op, so the rotated
+    # q and k are rebuilt too: (32 + 8) x 128 elements a token at torchtitan's eager 20 bytes, HBM at 3.35 TB/s x 0.85.
     flops = 2 * 16384 * 4096 * (1024 + 4096 + 14336) * 32
     peak = h100.peak_flops["bf16"]
     rate = 0.7 / WHOLE_RUN_MATMUL_FACTORS["hopper"]
-    assert with_alt.recompute_seconds - without.recompute_seconds == pytest.approx(flops / (peak * rate), rel=1e-9)
+    rope = 32 * 16384 * 40 * 128 * 20 / (3.35e12 * 0.85)
+    assert with_alt.recompute_seconds - without.recompute_seconds == pytest.approx(flops / (peak * rate) + rope, rel=1e-9)
     assert with_alt.mfu == pytest.approx(without.mfu * without.step_seconds / with_alt.step_seconds, rel=1e-9)
 
 
@@ -271,13 +275,18 @@ def test_eager_elementwise_accesses_are_counted_per_layer_from_its_widths(regist
         group = next(g for g in model_from_preset(preset, registry).layers if g.kind == kind)
         return registry.layer_kind(kind).evaluate(group.config, context).work.eager_accesses_per_flop
 
-    # (84 h + 10 I) bytes over (10 h + 6 I) ops, halved: Llama 3 (I = 3.5 h) 119/62, the old constant 1.92 rounded.
-    assert accesses("llama3-8b", "dense") == pytest.approx(119 / 62, rel=1e-12)
-    # Qwen2.5-7B: h = 3584, I = 18944.
-    assert accesses("qwen2.5-7b", "dense") == pytest.approx((84 * 3584 + 10 * 18944) / (10 * 3584 + 6 * 18944) / 2, rel=1e-12)
-    # Mixtral 8x7B: the SiLU-gated product over the top-2 experts' I = 14336 each per token, h = 4096.
-    assert accesses("mixtral-8x7b", "moe") == pytest.approx((84 * 4096 + 10 * 2 * 14336) / (10 * 4096 + 6 * 2 * 14336) / 2, rel=1e-12)
-    # Qwen3-30B-A3B: 8 experts of 768, h = 2048.
-    assert accesses("qwen3-30b-a3b", "moe") == pytest.approx((84 * 2048 + 10 * 8 * 768) / (10 * 2048 + 6 * 8 * 768) / 2, rel=1e-12)
+    # (84 h + 10 I + 20 r) bytes over (10 h + 6 I + 4 r) ops, halved, r = (a + g) x head_dim the rotated elements of q
+    # and k (torchtitan's complex multiply, 20 bytes, against RoPE's 4 ops). Llama 3 8B (I = 3.5 h, r = 40 x 128):
+    # 589,824 / 147,456 / 2 = 2 exactly (119/62 = 1.919, the old constant 1.92 rounded, without RoPE).
+    assert accesses("llama3-8b", "dense") == pytest.approx(2.0, rel=1e-12)
+    # Qwen2.5-7B: h = 3584, I = 18944, 28 + 4 heads of 128.
+    assert accesses("qwen2.5-7b", "dense") == pytest.approx(
+        (84 * 3584 + 10 * 18944 + 20 * 4096) / (10 * 3584 + 6 * 18944 + 4 * 4096) / 2, rel=1e-12)
+    # Mixtral 8x7B: the SiLU-gated product over the top-2 experts' I = 14336 each per token, h = 4096, 32 + 8 heads of 128.
+    assert accesses("mixtral-8x7b", "moe") == pytest.approx(
+        (84 * 4096 + 10 * 2 * 14336 + 20 * 5120) / (10 * 4096 + 6 * 2 * 14336 + 4 * 5120) / 2, rel=1e-12)
+    # Qwen3-30B-A3B: 8 experts of 768, h = 2048, 32 + 4 heads of 128.
+    assert accesses("qwen3-30b-a3b", "moe") == pytest.approx(
+        (84 * 2048 + 10 * 8 * 768 + 20 * 4608) / (10 * 2048 + 6 * 8 * 768 + 4 * 4608) / 2, rel=1e-12)
     # Nemotron-H's MLP layer: its squared ReLU is counted, its fp32-weight RMSNorm is not: none stated, 1.92 prices it.
     assert accesses("nemotron-h-8b", "mlp") is None

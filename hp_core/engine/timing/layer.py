@@ -14,6 +14,7 @@ import attrs
 
 
 from hp_core.collectives import CollectiveModel
+from hp_core.engine.timing.elementwise import el_bytes_per_flop, rotary_seconds
 from hp_core.engine.timing.rates import _Rates, _rates
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
@@ -116,13 +117,6 @@ def alternate_matmul_flops(work: LayerWork, matmul_flops: float) -> float:
     return ALTERNATE_MATMUL_DEFAULT_FRACTION * matmul_flops if stated is None else stated
 
 
-def _el_bytes_per_flop(work: LayerWork, r: _Rates) -> float:
-    """Bytes per elementwise op: eager kernels at the layer's own count where it states one (LayerWork.eager_accesses_per_flop)."""
-    if r.eager_elementwise and work.eager_accesses_per_flop is not None:
-        return work.eager_accesses_per_flop * r.act_bytes
-    return r.el_bytes_per_flop
-
-
 def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozenset[str], r: _Rates,
                 unit: bool = False) -> _LayerTime:
     """One layer's per-micro-batch time under its recompute setting (:mod:`hp_core.engine.timing`).
@@ -156,7 +150,9 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         att_fwd = f.attention_flops / (r.peak * r.matmul)
         att_bwd = r.mm_backward * att_fwd
     elementwise = f.elementwise_flops - (min(work.fused_softmax_flops, f.elementwise_flops) if r.flash else 0.0)
-    el_fwd = elementwise * _el_bytes_per_flop(work, r) / r.memory
+    el_bytes = el_bytes_per_flop(work, r)
+    el_fwd = elementwise * el_bytes / r.memory
+    rot_fwd, rot_bwd = rotary_seconds(work, r, el_bytes)  # a rotary embedding's share: its backward moves the forward's bytes
     mla_copy = work.copy_bytes / r.memory
     copy_bwd = (work.copy_bytes if work.backward_copy_bytes is None else work.backward_copy_bytes) / r.memory
     permute = 0.0
@@ -167,7 +163,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         permute = traffic / r.permute_memory + r.permute_overhead
     router_fwd = work.router_elements * r.router_fwd
     forward = mm_fwd + att_fwd + el_fwd + permute + mla_copy + router_fwd + quant_fwd
-    backward = mm_bwd + att_bwd + r.el_backward * el_fwd + permute + copy_bwd + work.router_elements * r.router_bwd + quant_bwd
+    backward = mm_bwd + att_bwd + r.el_backward * (el_fwd - rot_fwd) + rot_bwd + permute + copy_bwd + work.router_elements * r.router_bwd + quant_bwd
     if work.table_elements:
         # A lookup table's backward writes a dense gradient of the rank's shard and reads it
         # into the gradient buffer (PyTorch embedding_dense_backward, then main_grad +=).
@@ -241,6 +237,8 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
             # An op-level policy re-running every second matmul of the block (TimingProfile.alternate_matmul_recompute).
             recompute += alternate / (r.peak * r.matmul) / r.gemm_speedup
             recomputed_flops += alternate
+        if policy:  # its save list holds no rotary op: the rotated q and k, the attention's inputs, are rebuilt
+            recompute += rot_fwd
     k = r.slowdown  # a whole run's time over its kernels' measured alone (DeviceEfficiency.sustained_slowdown)
     unit_fwd, unit_bwd = (r.unit_fwd, r.unit_bwd) if unit else (0.0, 0.0)  # FSDP1's per-unit time (rates._unit_seconds)
     return _LayerTime(
