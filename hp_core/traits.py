@@ -1,4 +1,4 @@
-"""Runtime traits: how a trainer implements ops, where that changes what a layer keeps.
+"""Runtime traits: how a trainer implements ops, where that changes what a layer keeps or moves.
 
 A runtime profile states the traits its trainer has (:attr:`hp_core.types.Runtime.traits`); the
 built-in kinds read them from :attr:`hp_core.costs.LayerContext.traits`. Re-exported by :mod:`hp_core.costs`.
@@ -68,6 +68,11 @@ TRAITS = {
     "moe_fused_permute": (
         "the fused token permutation keeps an int32 row map of [tokens, 2 * experts + 1] "
         "(Transformer Engine permutation.py moe_permute)"
+    ),
+    "rope_rotate_half": (
+        "the rotary embedding runs as transformers' rotate_half form (models/llama/modeling_llama.py "
+        "apply_rotary_pos_emb: q * cos + rotate_half(q) * sin), not torchtitan's complex multiply: as eager kernels "
+        "its backward moves 30 bytes per rotated element to the complex form's 20 (hp_plugins/kit/eager.py)"
     ),
     "moe_fake_balanced_gate": (
         "no learned router runs: each token's k routing weights are 1/k and its experts the k consecutive ones "

@@ -1,0 +1,147 @@
+"""Measure the HBM bytes eager PyTorch moves per rotated element of q and k for the rotary embedding.
+
+Run: ``python benchmarks/count_eager_rope_bytes.py`` (needs ``torch`` and ``transformers``, the census extra; no GPU).
+
+The counts :data:`hp_plugins.kit.eager.EAGER_ROPE_BYTES` states are read off the source; this script checks them
+on the real operators. It records every ATen operator one rotary embedding's forward and backward dispatch
+(``TorchDispatchMode``, the second of two steps) and adds, per operator that launches a kernel on a GPU, the
+bytes of the elements its tensor arguments address (a broadcast dimension, stride 0, counted once) and of its
+outputs. ``slice_backward`` is counted as CUDA runs it (``aten/src/ATen/native/TensorShape.cpp``: a zero-filled
+gradient of the whole input, then a copy of the slice's gradient into it): a fill writing the output and a
+copy reading and writing the slice. Reported per rotated element of q and k, and apart, the position tables'
+reads (cos and sin, ``freqs_cis``), which scale with tokens, not with heads.
+
+Two forms, on a bf16 q of ``A`` heads and k of ``G`` heads:
+
+- transformers' ``apply_rotary_pos_emb`` (``models/llama/modeling_llama.py``, imported from the installed
+  package: measured with 5.24.0), with the bf16 cos and sin ``LlamaRotaryEmbedding`` returns;
+- torchtitan's complex multiply (``torchtitan/models/llama3/model/model.py`` ``apply_rotary_emb`` at
+  pytorch/torchtitan@0cfbd0b3, not a dependency of hp, so restated here op for op: q and k cast to fp32,
+  viewed as complex pairs, multiplied by the complex64 ``freqs_cis`` of each position, viewed back as real
+  and cast to q's dtype).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+# Operators that launch no kernel on a GPU (views, reshapes, metadata; a conjugate view resolved later).
+NO_KERNEL = frozenset({
+    "view", "_unsafe_view", "transpose", "t", "expand", "slice", "select", "unsqueeze", "squeeze", "permute", "detach",
+    "alias", "as_strided", "split", "split_with_sizes", "unbind", "empty", "empty_like", "empty_strided",
+    "_reshape_alias", "lift_fresh", "new_empty", "new_empty_strided", "chunk", "reshape", "flatten", "narrow", "view_as",
+    "unflatten", "movedim", "view_as_real", "view_as_complex", "conj", "_conj", "_neg_view", "resolve_neg",
+})
+BATCH, SEQ, HEADS, KV_HEADS, HEAD_DIM = 2, 64, 8, 2, 32
+
+
+def _addressed(t: Any) -> int:
+    """Bytes of the elements a tensor addresses: a stride-0 (broadcast) dimension counted once."""
+    n = 1
+    for size, stride in zip(t.shape, t.stride()):
+        if stride:
+            n *= size
+    return n * t.element_size()
+
+
+def _recorder(table_ids: set[int]):
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class Record(TorchDispatchMode):
+        """Bytes per operator: ``elements`` those of q and k's data, ``tables`` the position tables' reads."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.elements, self.tables = 0, 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = func.overloadpacket.__name__
+            if name in NO_KERNEL:
+                return out
+            inputs = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+            outputs = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor)]
+            if name == "slice_backward":  # a fill of the whole output, then a copy of the slice into it
+                self.elements += sum(_addressed(o) for o in outputs) + 2 * sum(_addressed(a) for a in inputs)
+                return out
+            tables = [a for a in inputs if a.untyped_storage().data_ptr() in table_ids]
+            self.tables += sum(_addressed(a) for a in tables)
+            self.elements += sum(_addressed(a) for a in inputs if a.untyped_storage().data_ptr() not in table_ids)
+            if inputs and len(tables) == len(inputs):  # computed from the tables alone (a conjugate made real): a table
+                table_ids.update(o.untyped_storage().data_ptr() for o in outputs)
+                self.tables += sum(_addressed(o) for o in outputs)
+            else:
+                self.elements += sum(_addressed(o) for o in outputs)
+            return out
+
+    return Record
+
+
+def _measure(rotate, q, k, tables) -> tuple[float, float, float, float]:
+    """(forward, backward) bytes per rotated element, then the tables' (forward, backward), of the second of two steps."""
+    import torch
+
+    ids = {t.untyped_storage().data_ptr() for t in tables}
+    record = _recorder(ids)
+    elements = q.numel() + k.numel()
+    for _ in range(2):
+        qq, kk = q.detach().requires_grad_(True), k.detach().requires_grad_(True)
+        forward, backward = record(), record()
+        with forward:
+            out_q, out_k = rotate(qq, kk)
+        seeds = (torch.ones_like(out_q), torch.ones_like(out_k))
+        with backward:
+            torch.autograd.backward((out_q, out_k), seeds)
+    return (forward.elements / elements, backward.elements / elements, forward.tables / elements,
+            backward.tables / elements)
+
+
+def transformers_rotate_half() -> tuple[float, float, float, float]:
+    import torch
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    config = LlamaConfig(hidden_size=HEADS * HEAD_DIM, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS)
+    x = torch.zeros(BATCH, SEQ, HEADS * HEAD_DIM, dtype=torch.bfloat16)
+    cos, sin = (t.detach() for t in LlamaRotaryEmbedding(config)(x, torch.arange(SEQ)[None].expand(BATCH, SEQ)))
+    q = torch.randn(BATCH, HEADS, SEQ, HEAD_DIM, dtype=torch.bfloat16)
+    k = torch.randn(BATCH, KV_HEADS, SEQ, HEAD_DIM, dtype=torch.bfloat16)
+    return _measure(lambda a, b: apply_rotary_pos_emb(a, b, cos, sin), q, k, (cos, sin))
+
+
+def torchtitan_complex() -> tuple[float, float, float, float]:
+    import torch
+
+    angles = torch.outer(torch.arange(SEQ).float(), 1.0 / 10000 ** (torch.arange(0, HEAD_DIM, 2).float() / HEAD_DIM))
+    freqs_cis = torch.polar(torch.ones_like(angles), angles)  # complex64, one row per position
+    broadcast = freqs_cis.view(1, SEQ, 1, HEAD_DIM // 2)
+
+    def rotate(a, b):
+        pairs_a = torch.view_as_complex(a.float().reshape(*a.shape[:-1], -1, 2))
+        pairs_b = torch.view_as_complex(b.float().reshape(*b.shape[:-1], -1, 2))
+        out_a = torch.view_as_real(pairs_a * broadcast).flatten(3)
+        out_b = torch.view_as_real(pairs_b * broadcast).flatten(3)
+        return out_a.type_as(a), out_b.type_as(b)
+
+    q = torch.randn(BATCH, SEQ, HEADS, HEAD_DIM, dtype=torch.bfloat16)
+    k = torch.randn(BATCH, SEQ, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16)
+    return _measure(rotate, q, k, (freqs_cis,))
+
+
+def main() -> int:
+    try:
+        found = {"rotate_half": transformers_rotate_half(), "complex": torchtitan_complex()}
+    except ImportError as error:
+        print(f"count_eager_rope_bytes: {error.name or error} is not installed; see the module docstring", file=sys.stderr)
+        return 2
+    for form, (fwd, bwd, table_fwd, table_bwd) in found.items():
+        print(f"{form}: forward {fwd:g} bytes per rotated element, backward {bwd:g}; position tables besides: "
+              f"forward {table_fwd:g}, backward {table_bwd:g} ({HEADS} + {KV_HEADS} heads of {HEAD_DIM}, batch {BATCH})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
