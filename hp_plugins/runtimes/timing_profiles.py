@@ -311,7 +311,7 @@ _CAUSAL = Sourced(
 _ACCESSES = Sourced(
     0.5,
     "counted from the kinds' op definitions (hp_plugins/kit/builder.py, feedforward.py, norms.py): a fused kernel reads its input and "
-    "writes its output, 2 accesses per element, over 4-8 counted ops (RMSNorm+residual 5, SiLU-gated 6, softmax 5, GeLU 8); "
+    "writes its output, 2 accesses per element, over 4-8 counted ops (RMSNorm+residual 5, SiLU-gated 6, softmax 5, GeLU 8, RoPE 4); "
     "gated and dropout kernels move a third tensor",
 )
 # Eager PyTorch launches one kernel per op, each reading its operands from HBM and writing its result. Counted
@@ -322,7 +322,8 @@ _ACCESSES = Sourced(
 # 2 (4 + 1) h + 6 I counted ops, 3.84 bytes (1.92 bf16 accesses) per op at I = 3.5 h (Llama 3 8B and 70B): exactly
 # 119 / 62 = 1.9194, rounded to 1.92. A kit layer counts its own figure from its widths (hp_plugins/kit/eager.py,
 # LayerWork.eager_accesses_per_flop); this one prices what counts none (the head's norm and loss, uncounted blocks).
-# The fused figure moves 2 accesses per element of 4-8 ops (0.5); rotary embedding is counted in neither.
+# The fused figure moves 2 accesses per element of 4-8 ops (0.5). A kit layer's own count includes its rotary embedding
+# (20 bytes per rotated q/k element, 4 ops: Llama 3 8B's block 2.0); this figure, a block without it, does not.
 EAGER_ACCESSES = Sourced(
     1.92,
     "counted: eager PyTorch runs one kernel per op, each reading its operands and writing its result; a Llama block's "

@@ -388,10 +388,10 @@ def test_qwen3_gb200_rows_state_their_layout_and_the_page_states_their_figures()
     eager = api.apply_options(registry.runtime("megatron"), {"cuda_graphs": "full_iteration"})
     floorless = {k: runs.price_moe(rows[k], registry, base_runtime=eager) for k in rows if "235b" in k}
     floor = compute - floorless["mb26.04.01-gb200-qwen3-235b-a22b-mxfp8"].compute_seconds
-    assert f"3.836 s of it the host floor" in prose and floor == pytest.approx(3.836, abs=5e-4)
+    assert f"3.754 s of it the host floor" in prose and floor == pytest.approx(3.754, abs=5e-4)
     bare = [floorless[k].step_seconds / found[k]["measured_seconds"] - 1 for k in floorless]
     assert f"with no floor at all they would be {min(bare):+.1%} to {max(bare):+.1%}" in prose
-    assert f"3.836 s of their {min(r['estimated_seconds'] for r in q235):.3f}-{max(r['estimated_seconds'] for r in q235):.3f} s price" \
+    assert f"3.754 s of their {min(r['estimated_seconds'] for r in q235):.3f}-{max(r['estimated_seconds'] for r in q235):.3f} s price" \
            in " ".join((ROOT / "docs" / "time.md").read_text(encoding="utf-8").split())
     b200 = [found[f"mb{c}-b200-qwen3-235b-a22b-mxfp8"] for c in ("26.02", "26.04.01")]
     gb200 = [found[f"mb{c}-gb200-qwen3-235b-a22b-mxfp8"] for c in ("26.02", "26.04.01")]
@@ -797,10 +797,12 @@ def _nemotron_prose(prose: str, rows: list[dict], others: list[dict], dgxc, regi
     assert (f"{within} of the 35 are within 10%** (mean absolute error {mae(rows):.1%}, {min(r['error'] for r in rows):+.1%} to "
             f"{max(r['error'] for r in rows):+.1%}) and the BF16 twins within {max(abs(r['bf16_error']) for r in rows):.1%} "
             f"(mean absolute error {mae(rows, 'bf16_error'):.1%})") in prose
-    # Too fast on every row but one, NeMo 25.02.01's 340B on 256 GPUs, at +0.0% (under 0.05%; it was -0.6% before Hopper's
-    # GEMMs were priced by shape, docs/time.md "Hopper GEMMs by shape"); hp's FP8 speedup above the measured one on every row.
+    # Too fast on every row but one, NeMo 25.02.01's 340B on 256 GPUs, at +0.2% (+0.0% before rotary embeddings were
+    # priced, docs/time.md "Rotary position embedding"; -0.6% before Hopper's GEMMs were priced by shape, docs/time.md
+    # "Hopper GEMMs by shape"); hp's FP8 speedup above the measured one on every row.
     slow = [r for r in rows if r["error"] >= 0]
-    assert [r["id"] for r in slow] == ["dgxc25.02.01-h100-nemotron4-340b-fp8-256g"] and slow[0]["error"] < 0.0005
+    assert [r["id"] for r in slow] == ["dgxc25.02.01-h100-nemotron4-340b-fp8-256g"] and slow[0]["error"] < 0.0025
+    assert f"on 256 GPUs, {slow[0]['error']:+.1%};" in prose
     assert all(r["speedup_gap"] > 0 for r in rows)
     assert (f"({span(rows, 'estimated_speedup', '.2f')} against {span(rows, 'measured_speedup', '.2f')})") in prose
     # The per-rank first MLP GEMM (ungated: h to FFN / TP) from each model and layout, as the page states it (15B the same

