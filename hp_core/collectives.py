@@ -31,13 +31,15 @@ from typing import Callable
 import attrs
 
 __all__ = ["A2A_NVLINK_STEPS", "ALGORITHMS", "NCCL", "OPERATIONS", "CollectiveCall", "CollectiveModel", "Fabric", "GroupPlacement",
-           "RANK_DIMENSIONS", "Routing", "nccl_seconds", "place_group"]
+           "RANK_DIMENSIONS", "ROUTING_ASSIGNMENTS", "Routing", "nccl_seconds", "place_group"]
 
 # Operations a layer or the step states (hp_core.costs.Collective.op) and all-reduce algorithms.
 OPERATIONS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 ALGORITHMS = ("ring", "tree", "hierarchical", "nvls", "auto")
 # The dimensions of Megatron-Core's rank order (megatron/core/parallel_state.py RankGenerator, order "tp-cp-ep-dp-pp").
 RANK_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
+# How a router assigns a token's experts (Routing.assignment): a learned router taken as uniform, or round-robin.
+ROUTING_ASSIGNMENTS = ("uniform", "round_robin")
 
 
 @attrs.frozen
@@ -117,6 +119,12 @@ class Routing:
         groups_per_token: Groups ``g`` each token selects before its ``top_k`` experts within
             them (``--moe-router-group-topk``, ``topk_group``); ``g == R`` is no limit (with
             ``R == 1``, the default 1 is).
+        assignment: How a token's experts are chosen: ``uniform`` (a learned router, taken as
+            balanced: each token draws its ``top_k`` uniformly), or ``round_robin`` (NeMo
+            AutoModel's ``FakeBalancedGate``: the ``t``-th token of a rank's micro-batch goes to the
+            consecutive experts ``(t k + j) mod E``, ``j < k``; ``nemo_automodel/components/moe/layers.py``
+            at NVIDIA-NeMo/Automodel 89e3a9f, bb0c0bf and e458120), which :meth:`distinct` counts
+            exactly. Round-robin routing has no routing groups (``groups`` and ``groups_per_token`` 1).
     """
 
     experts: int = attrs.field(validator=_positive_int)
@@ -124,6 +132,7 @@ class Routing:
     padding: float = 1.0
     groups: int = attrs.field(default=1, validator=_positive_int)
     groups_per_token: int = attrs.field(default=1, validator=_positive_int)
+    assignment: str = attrs.field(default="uniform", validator=attrs.validators.in_(ROUTING_ASSIGNMENTS))
 
     def __attrs_post_init__(self) -> None:
         if self.top_k > self.experts:
@@ -137,6 +146,8 @@ class Routing:
         if self.top_k > self.groups_per_token * self.experts // self.groups:
             raise ValueError(f"top_k ({self.top_k}) must not exceed the {self.groups_per_token * self.experts // self.groups} "
                              f"experts of groups_per_token ({self.groups_per_token}) groups")
+        if self.assignment == "round_robin" and self.groups != 1:
+            raise ValueError(f"round_robin routing has no routing groups (groups {self.groups}): the gate ignores them")
 
     def token_bytes(self, nbytes: float) -> float:
         """Bytes of one unpadded copy of the tokens whose routed (and padded) copies make *nbytes*."""
@@ -166,13 +177,29 @@ class Routing:
 
         DeepSeek-V3 (``E`` 256, ``R`` 8, ``g`` 4, ``k`` 8) over 8 nodes reaches 3.63 nodes a token
         rather than the unlimited 5.29 (its report's node-limited routing: at most 4).
+
+        Round-robin (``assignment``): token ``t`` reaches the groups of experts ``(t k + j) mod E``,
+        expert ``e`` in group ``floor(e G / E)``; the pattern repeats every ``E / gcd(k, E)`` tokens,
+        whose mean is the count (exact for a micro-batch of whole periods). Qwen3-30B-A3B (``E`` 128,
+        ``k`` 8) over 8 ranks: every token's 8 experts are consecutive and start at a multiple of 8,
+        inside one rank's 16, so 1 rank a token rather than the uniform 5.32.
         """
         if groups <= 1:
             return float(groups)
+        if self.assignment == "round_robin":
+            return _round_robin_distinct(self.experts, self.top_k, groups)
         nested = groups % self.groups == 0 or self.groups % groups == 0
         if self.groups_per_token != self.groups and nested:
             return _limited_distinct(self.experts, self.top_k, self.groups, self.groups_per_token, groups)
         return groups * (1.0 - _missed(self.experts, self.experts / groups, self.top_k))
+
+
+@functools.lru_cache(maxsize=256)
+def _round_robin_distinct(E: int, k: int, G: int) -> float:
+    """:meth:`Routing.distinct` of round-robin routing: the mean over one period of tokens of the groups reached."""
+    period = E // math.gcd(k, E)
+    reached = sum(len({((t * k + j) % E) * G // E for j in range(k)}) for t in range(period))
+    return reached / period
 
 
 def _limited_distinct(E: int, k: int, R: int, g: int, G: int) -> float:

@@ -69,4 +69,10 @@ TRAITS = {
         "the fused token permutation keeps an int32 row map of [tokens, 2 * experts + 1] "
         "(Transformer Engine permutation.py moe_permute)"
     ),
+    "moe_fake_balanced_gate": (
+        "no learned router runs: each token's k routing weights are 1/k and its experts the k consecutive ones "
+        "(t k + j) mod E after the t-th token's, so no gating GEMM, no router kernels, no router parameter, and an "
+        "all-to-all that sends a token once per rank reaches the ranks of consecutive experts only (NeMo AutoModel "
+        "FakeBalancedGate, nemo_automodel/components/moe/layers.py; BackendConfig.fake_balanced_gate)"
+    ),
 }

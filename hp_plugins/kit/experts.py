@@ -157,9 +157,14 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     T, h, E = x.tokens, b.h, c.num_experts
     routed = T // x.sp_degree
     processed = moe_tokens(c, x)
+    # No learned router under the moe_fake_balanced_gate trait (NeMo AutoModel's FakeBalancedGate,
+    # nemo_automodel/components/moe/layers.py at 89e3a9f, bb0c0bf and e458120: no parameter; its forward
+    # builds the weights 1/k with torch.ones and the indices (t k + j) mod E with torch.arange).
+    learned = "moe_fake_balanced_gate" not in x.traits
     # The norm's output is also the router's input, which keeps it in the compute dtype.
     b.pre_norm("moe", norm, hidden_dropout, gemm_input=None)
-    b.param("router", E * h + E * c.router_bias, False, matrices=((1, E, h),), high_precision=True)
+    if learned:
+        b.param("router", E * h + E * c.router_bias, False, matrices=((1, E, h),), high_precision=True)
     # Each of a rank's E / ep experts: the fused gate and up projection (the up projection of an ungated
     # ``mlp`` expert) and the down projection, split over etp; they read the latent width where there is one.
     width = c.moe_intermediate_size // x.etp
@@ -182,9 +187,10 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
         # FC1's bias is split with its output over etp; FC2's (h per expert) is whole on each etp rank.
         b.param("expert_fc1_bias", E * 2 * c.moe_intermediate_size, True, "routed_expert")
         b.param("expert_fc2_bias", E * h, False, "routed_expert")
-    upcast = c.router_fp32 and "fp32_norm_copy" in x.traits
+    upcast = learned and c.router_fp32 and "fp32_norm_copy" in x.traits
     scores = 4 if upcast else act
-    b.keep("router_probs", routed * (c.num_experts_per_tok if c.router_topk_softmax else E) * scores)
+    # The router's probabilities; the fake gate's k weights per token (type_as: the compute dtype).
+    b.keep("router_probs", routed * (c.num_experts_per_tok if c.router_topk_softmax or not learned else E) * scores)
     if upcast:
         b.keep("router_fp32_input", routed * h * 4)
     b.keep("dispatched_tokens", processed * d * act, gemm_input="owned")  # the experts' FC1 input
@@ -203,7 +209,8 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     # The dispatch and combine all-to-all buffers of the running layer.
     b.buffers_once = max(b.buffers_once, 2 * processed * d * act)
     grads = (fc1 + 1) * expert_wide + processed * d * act
-    b.linear(routed, h, E, weight=False)
+    if learned:
+        b.linear(routed, h, E, weight=False)
     b.linear(processed, d, fc1 * c.moe_intermediate_size // x.etp)
     b.linear(processed, c.moe_intermediate_size // x.etp, d)
     if c.shared_expert_intermediate_size:
@@ -228,7 +235,8 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     b.expert_shape = ExpertShape(experts=E, top_k=c.num_experts_per_tok, width=c.moe_intermediate_size,
                                  pad_to_capacity=c.pad_to_capacity, capacity_factor=c.capacity_factor, gated=gated,
                                  model_width=c.moe_latent_size, routing_groups=c.router_num_groups,
-                                 routing_groups_per_token=c.router_groups_per_token, fc2_bias=c.expert_bias)
+                                 routing_groups_per_token=c.router_groups_per_token, fc2_bias=c.expert_bias,
+                                 learned_gate=learned)
 
 
 def validate_moe(c: MoEFields, x: LayerContext) -> None:

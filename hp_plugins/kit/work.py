@@ -89,7 +89,10 @@ class ExpertShape:
     and a down projection); ``model_width``: the width the experts read and write (a latent width),
     ``None``: the layer's; ``routing_groups`` and ``routing_groups_per_token``: a group-limited
     router's groups and those a token selects (:class:`hp_core.collectives.Routing`), 1 and 1: none;
-    ``fc2_bias``: each expert's down projection carries a bias (GPT-OSS)."""
+    ``fc2_bias``: each expert's down projection carries a bias (GPT-OSS); ``learned_gate`` false: no
+    router runs (NeMo AutoModel's ``FakeBalancedGate``, the ``moe_fake_balanced_gate`` trait): no
+    gating GEMM and no router kernels, and the tokens go round-robin to consecutive experts
+    (:class:`hp_core.collectives.Routing` ``assignment``)."""
 
     experts: int
     top_k: int
@@ -101,6 +104,7 @@ class ExpertShape:
     routing_groups: int = 1
     routing_groups_per_token: int = 1
     fc2_bias: bool = False
+    learned_gate: bool = True
 
 
 # The routed experts' FC2 bias under the ``moe_eager_expert_bias`` trait (Megatron-Core
@@ -263,13 +267,16 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
             copy += EXPERT_BIAS_FORWARD_ACCESSES * processed * d * act
             copy_backward += EXPERT_BIAS_BACKWARD_ACCESSES * processed * d * act
         permute_input = T / x.sp_degree * d * act
-        router = T / x.sp_degree * experts.experts
         expert_gemms = ((local, rows, fc1 * width, d), (local, rows, d, width))
         routed_shapes = {(fc1 * width, d), (d, width)}
-        gemms.append((T // x.sp_degree, experts.experts, h))  # the router's gating GEMM (not a recorded weight)
         padded = experts.capacity_factor if experts.pad_to_capacity and experts.capacity_factor else 1.0
-        collectives += expert_collectives(x, routed * d * act, Routing(
-            experts.experts, experts.top_k, padded, experts.routing_groups, experts.routing_groups_per_token))
+        if experts.learned_gate:
+            router = T / x.sp_degree * experts.experts
+            gemms.append((T // x.sp_degree, experts.experts, h))  # the router's gating GEMM (not a recorded weight)
+            routing = Routing(experts.experts, experts.top_k, padded, experts.routing_groups, experts.routing_groups_per_token)
+        else:  # no router: no gating GEMM, no router kernels, round-robin routing (ExpertShape.learned_gate)
+            routing = Routing(experts.experts, experts.top_k, padded, assignment="round_robin")
+        collectives += expert_collectives(x, routed * d * act, routing)
     # Every other linear runs over the micro-batch's tokens (SP-gathered under TP).
     gemms += [(T, fan_out, fan_in) for fan_out, fan_in in weight_shapes if (fan_out, fan_in) not in routed_shapes]
     return LayerWork(
@@ -278,7 +285,7 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         fused_softmax_flops=scores, copy_bytes=copy,
         backward_copy_bytes=copy_backward if copy_backward != copy else None, permute_bytes=permute, permute_input_bytes=permute_input,
         router_elements=router, boundary_bytes=T * h * act, reruns=reruns,
-        high_precision_gemms=gemms[:1] if experts is not None else (),
+        high_precision_gemms=gemms[:1] if experts is not None and experts.learned_gate else (),
         attention_core_switches=ATTENTION_CORE_SWITCHES if attention is not None else frozenset(),
         routed_experts=experts.experts if experts is not None else 0, alternate_matmul_flops=alternate_matmul_flops,
         eager_accesses_per_flop=eager_accesses_per_flop,

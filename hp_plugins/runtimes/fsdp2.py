@@ -74,6 +74,12 @@ def _attention_kernel(runtime: Runtime, value: str) -> Runtime:
     return attrs.evolve(runtime, timing=attrs.evolve(timing, devices=tuple(devices), unlisted_reason=reason))
 
 
+def _moe_gate(runtime: Runtime, value: str) -> Runtime:
+    """``moe_gate``: ``fake_balanced`` turns the ``moe_fake_balanced_gate`` trait on, ``learned`` off."""
+    traits = runtime.traits - {"moe_fake_balanced_gate"}
+    return attrs.evolve(runtime, traits=traits | {"moe_fake_balanced_gate"} if value == "fake_balanced" else traits)
+
+
 def _fsdp_implementation(runtime: Runtime, value: str) -> Runtime:
     """``fsdp_implementation``: ``fsdp1`` turns the profile's :attr:`~hp_core.specs.timing.TimingProfile.fsdp1_units` on
     (each body layer takes the device's fitted per-unit time once per micro-batch), ``fsdp2`` off."""
@@ -132,6 +138,17 @@ OPTIONS = (
         "eager", "torchtitan --compile (training.compile, off by default; torchtitan/train.py applies torch.compile per "
         "block); torch/_inductor fuses pointwise ops into one kernel; NeMo AutoModel's TE backend uses Transformer "
         "Engine's fused RMSNorm"),
+    RuntimeOption(
+        "moe_gate", "choice", "learned",
+        "the MoE router: learned (the model's gate: its gating GEMM and router kernels, tokens taken as routed "
+        "uniformly) or fake_balanced (NeMo AutoModel's FakeBalancedGate, a benchmarking stand-in: no router parameter, "
+        "GEMM or kernels; the t-th token of a rank's micro-batch goes to the consecutive experts (t k + j) mod E, so a "
+        "dispatch sending a token once per rank (DeepEP) reaches only their ranks: Qwen3-30B-A3B over EP 8 one, not the "
+        "uniform router's 5.3)",
+        "NeMo AutoModel BackendConfig.fake_balanced_gate (nemo_automodel/components/models/common/utils.py) and "
+        "FakeBalancedGate (nemo_automodel/components/moe/layers.py; NVIDIA-NeMo/Automodel@89e3a9f, @bb0c0bf, @e458120)",
+        _moe_gate, choices=("learned", "fake_balanced"),
+    ),
     ep_all_to_all_option(
         "NeMo AutoModel moe dispatcher 'deepep' (examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml) or "
         "'hybridep' (nemo_automodel/components/moe/megatron/token_dispatcher.py, NVIDIA-NeMo/Automodel@3746a1a); DeepEP "
