@@ -90,7 +90,9 @@ def _gpt(gpt: dict) -> ModelSpec:
     Optional keys state what a row's config sets beyond the shape: ``hidden_dropout`` (after the attention and MLP
     output projections, and on the embedding output: Megatron-Core ``LanguageModelEmbedding`` takes
     ``config.hidden_dropout``), ``attention_dropout`` and ``position_embeddings`` (the rows of a learned absolute
-    position table, ``max_position_embeddings``). Absent, each is none, as the Megatron-LM README rows are stated.
+    position table, ``max_position_embeddings``); absent, each is none, as the Megatron-LM README rows are stated.
+    ``untie_embeddings_and_output_weights`` (Megatron-LM's flag of that name): true gives the output layer its own
+    vocab x h weight; absent, the output is tied to the embedding (the flag's default).
     """
     h, vocab = gpt["hidden_size"], gpt["vocab_size"]
     hidden_dropout, attention_dropout = gpt.get("hidden_dropout", 0.0), gpt.get("attention_dropout", 0.0)
@@ -103,7 +105,8 @@ def _gpt(gpt: dict) -> ModelSpec:
         name=f"gpt-h{h}-l{gpt['num_layers']}",
         layers=(LayerGroup(kind="embedding", config=embedding),
                 LayerGroup(kind="dense", config=layer, count=gpt["num_layers"]),
-                LayerGroup(kind="output", config=OutputConfig(vocab_size=vocab, hidden_size=h, tie_word_embeddings=True, norm="layernorm"))),
+                LayerGroup(kind="output", config=OutputConfig(vocab_size=vocab, hidden_size=h, norm="layernorm",
+                                                              tie_word_embeddings=not gpt.get("untie_embeddings_and_output_weights", False)))),
         source="Megatron-LM README weak-scaling table (GPT, defaults of megatron/training/arguments.py)",
     )
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 import scale_cases as sc
-from hp_core.api import estimate
+from hp_core.api import count_parameters, estimate
 from hp_core.specs import ParallelSpec, Setting
 from scale_cases import DATA, ROWS, measured_seconds, report
 
@@ -199,6 +199,61 @@ def test_torchtitan_dsv3_16b_is_the_size_the_page_prints(registry):
     # "deepseek_v3 16B - 15,706,484,224 total params" (dsv3_scaling_experiment_results.md, Run 1 setup).
     for name in TT_DSV3:
         assert estimate(sc.model(_row(name), registry), ParallelSpec(seq_len=4096), registry=registry).parameters.total == 15_706_484_224
+
+
+MLM_ROWS = [r for r in ROWS if r["source"] == "megatron-readme"]
+
+
+def _megatron_billions(gpt: dict, untied: bool) -> float:
+    # megatron/training/theoretical_memory_usage.py compute_weight_and_optimizer_memory at f2e5db4 (MHA, ffn 4h, no
+    # SwiGLU): 2 L h^2 (2 + 4 + 2/h + 1/(L h)) + V h, the embedding twice when untied.
+    h, layers, vocab = gpt["hidden_size"], gpt["num_layers"], gpt["vocab_size"]
+    body = 2 * layers * h * h * (2 + 4 + 2 / h + 1 / (layers * h))
+    return (body + vocab * h * (2 if untied else 1)) / 1e9
+
+
+def test_the_megatron_readme_rows_are_untied_as_their_printed_sizes_say(registry):
+    assert len(MLM_ROWS) == 9 and all(r["model"]["gpt"]["untie_embeddings_and_output_weights"] is True for r in MLM_ROWS)
+    for row in MLM_ROWS:
+        gpt, printed = row["model"]["gpt"], float(row["row"].split("|")[0].strip().rstrip("B")) * 1e9
+        h, layers, vocab = gpt["hidden_size"], gpt["num_layers"], gpt["vocab_size"]
+        # By hand: per layer 12 h^2 + 13 h (QKV, projection, MLP 4h with biases, two LayerNorms), the final LayerNorm,
+        # and the embedding plus the output layer's own V x h weight.
+        assert count_parameters(sc.model(row, registry), registry).total == layers * (12 * h * h + 13 * h) + 2 * h + 2 * vocab * h
+        # Megatron-LM's own count: untied within 3% of the printed size; tied 4% to 13% short on the validated rows.
+        assert abs(_megatron_billions(gpt, True) * 1e9 / printed - 1) < 0.03
+        if row["split"] != "not validated":
+            assert -0.14 < _megatron_billions(gpt, False) * 1e9 / printed - 1 < -0.04
+    # The figures docs/time.md quotes, as Megatron-LM prints them (two decimals, in billions).
+    quoted = {"1.7B": (1.75, 1.48), "7.1B": (7.11, 6.58), "16B": (16.11, 15.30), "32B": (31.48, 30.54), "70B": (69.80, 68.72),
+              "462B": (461.45, 459.03)}
+    for row in MLM_ROWS:
+        size = row["row"].split("|")[0].strip()
+        if size in quoted:
+            assert tuple(round(_megatron_billions(row["model"]["gpt"], u), 2) for u in (True, False)) == quoted[size]
+    # Absent, a gpt row is tied (the flag's default): one V x h weight fewer.
+    plain = sc._gpt({k: v for k, v in MLM_ROWS[0]["model"]["gpt"].items() if k != "untie_embeddings_and_output_weights"})
+    assert count_parameters(plain, registry).total == 1_745_473_536 - 131072 * 2048
+
+
+def test_time_md_states_the_megatron_readme_rows_as_priced(registry):
+    text = (ROOT / "docs" / "time.md").read_text(encoding="utf-8")
+    prose = " ".join(" ".join(line for line in text.splitlines() if not line.startswith("|")).split())
+    errors = {r["id"]: sc.estimated(r, registry).step_seconds / measured_seconds(r) - 1 for r in MLM_ROWS}
+    assert f"the 16B and 7.1B rows are within 10% ({errors['mlm-gpt-16b']:+.1%}, {errors['mlm-gpt-7.1b']:+.1%})" in prose
+    assert f"the 32B row {errors['mlm-gpt-32b']:+.0%}" in prose
+    # "What moved" in "The Megatron-LM README rows: untied embeddings": tied (before) and untied (after).
+    before = {"mlm-gpt-1.7b": "-16.3%", "mlm-gpt-7.1b": "-7.2%", "mlm-gpt-16b": "+1.8%", "mlm-gpt-32b": "+23.3%"}
+    for name, tied in before.items():
+        assert f"| {name} | {tied} | {errors[name]:+.1%} |" in text
+    # The micro-batch size the README does not state: priced at 2 and 4 instead of 1.
+    def at(name, mbs):
+        row = _row(name)
+        row = {**row, "layout": {**row["layout"], "micro_batch_size": mbs}}
+        return sc.estimated(row, registry).step_seconds / measured_seconds(row) - 1
+    assert (f"Priced at micro-batch 2 the 32B row would read {at('mlm-gpt-32b', 2):+.0%}, at 4 {at('mlm-gpt-32b', 4):+.0%} "
+            f"(the 16B row {at('mlm-gpt-16b', 2):+.0%} at either)") in prose
+    assert f"{at('mlm-gpt-16b', 4):+.0%}" == f"{at('mlm-gpt-16b', 2):+.0%}"
 
 
 def test_single_node_sources_scanned_and_left_out_say_why():
