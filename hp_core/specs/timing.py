@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from hp_core.costs import is_switch_name
 from hp_core.errors import ConfigError, SpecError
 from hp_core.precision_recipes import AUTOCAST, GEMM_KERNELS
 from hp_core.specs.gemms import GEMM_PASSES, GemmShapeScale, GemmTable
@@ -266,6 +267,13 @@ class CommOverlap:
         return {a.name: getattr(self, a.name) for a in attrs.fields(type(self))}
 
 
+def _switch_names(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    stray = sorted(str(v) for v in value if not is_switch_name(v))
+    if stray:
+        raise SpecError(attribute.name, f"{attribute.name}: {stray} are not recompute switch names (letters, digits, "
+                                        "'_', '-' or '.', starting with a letter)")
+
+
 @attrs.frozen(kw_only=True)
 class TimingProfile:
     """How fast one trainer runs: efficiencies, overlaps, algorithms, each figure sourced.
@@ -310,6 +318,11 @@ class TimingProfile:
             trainer's op-level checkpointing also re-runs every second matmul
             of a block (torchtitan's op SAC): a layer recomputing all of them
             re-runs its :attr:`~hp_core.costs.LayerWork.alternate_matmul_flops`.
+        alternate_policy_recomputes: Switches that same op-level policy recomputes
+            besides them, tensors no op of its save list outputs (torchtitan's
+            keeps no all-gather's): a layer's collectives re-issued under one of
+            these (:attr:`~hp_core.costs.Collective.rerun_switch`) are issued again
+            in its backward whenever the policy runs.
         eager_elementwise: Each elementwise op is its own kernel (eager PyTorch): a layer that counts its own
             :attr:`~hp_core.costs.LayerWork.eager_accesses_per_flop` is priced at it, the rest at the profile's figure.
         fsdp1_units: The trainer runs torch FSDP1, each body layer a unit taking the device's
@@ -337,7 +350,8 @@ class TimingProfile:
     collective_model: str | None = None
     schedule: OverlapSchedule = attrs.field(factory=OverlapSchedule)
     host: HostOverhead | None = None
-    alternate_matmul_recompute: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    alternate_matmul_recompute: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset, validator=_switch_names)
+    alternate_policy_recomputes: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset, validator=_switch_names)
     eager_elementwise: bool = False
     fsdp1_units: bool = False
     optimizer_grad_bytes: Sourced | None = None

@@ -95,6 +95,10 @@ class LayerBuilder:
         # Forward FLOPs of each unfused matmul in forward order (q, k, v, o, w1, w3, w2): torchtitan's op-level
         # SAC re-runs every second one (LayerWork.alternate_matmul_flops).
         self.matmuls_in_order: list[float] = []
+        # Forward FLOPs of matmuls that policy re-runs wherever they fall: torchtitan's save lists hold no
+        # aten._grouped_mm (torchtitan/models/*/infra/parallelize.py _op_sac_save_list), so the routed experts'
+        # grouped GEMMs are all re-run.
+        self.rerun_always = 0.0
         # What the step time prices (hp_plugins.kit.work): the blocks whose GEMMs TP splits (each
         # gathers its input and reduces its output over TP), the attention core and the routed experts.
         self.tp_blocks = 0
@@ -231,9 +235,9 @@ class LayerBuilder:
 
     def _alternate(self) -> float | None:
         """Every second matmul's forward FLOPs, ``None`` when some matmul's place in the order is not recorded."""
-        if sum(self.matmuls_in_order) < self.matmul:  # experts, routers, MLA: not stated (LayerWork.alternate_matmul_flops)
+        if sum(self.matmuls_in_order) + self.rerun_always < self.matmul:  # some matmul not placed: not stated
             return None
-        return float(sum(self.matmuls_in_order[1::2]))
+        return float(sum(self.matmuls_in_order[1::2]) + self.rerun_always)
 
     def build(self) -> LayerCost:
         """The layer: working set = the output gradient + the SP re-gather + the larger block's transients.

@@ -213,6 +213,14 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
         b.linear(routed, h, E, weight=False)
     b.linear(processed, d, fc1 * c.moe_intermediate_size // x.etp)
     b.linear(processed, c.moe_intermediate_size // x.etp, d)
+    # For torchtitan's op-level SAC (LayerWork.alternate_matmul_flops), in the order torchtitan's MoE.forward
+    # calls them (torchtitan/models/moe.py at 0cfbd0b3): the router's gate (an aten.mm), the routed experts'
+    # grouped GEMMs (aten._grouped_mm, in no save list: all re-run), then the shared experts' w1, w3, w2. A
+    # latent MoE (no torchtitan model) leaves its order unstated.
+    placed = bool(b.matmuls_in_order) and not c.moe_latent_size
+    if placed:
+        b.matmuls_in_order.append(2 * routed * h * E)
+        b.rerun_always += 2 * processed * d * fc1 * c.moe_intermediate_size // x.etp + 2 * processed * c.moe_intermediate_size // x.etp * d
     if c.shared_expert_intermediate_size:
         I = c.shared_expert_intermediate_size
         b.param("shared_experts", (fc1 + 1) * h * I, True, "shared_expert",
@@ -225,6 +233,8 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
         grads = max(grads, (fc1 + 1) * shared_wide)
         b.linear(T, h, fc1 * I // t)
         b.linear(T, I // t, h)
+        if placed:
+            b.matmuls_in_order += [2 * T * h * I // t] * fc1 + [2 * T * I // t * h]
     b.block_grads.append(grads)
     if c.shared_expert_intermediate_size or "moe_expert_tp_dispatch" not in x.traits:
         # A block gathering its input and reducing its output over TP like a dense MLP. Megatron-Core's MoE layer

@@ -98,6 +98,11 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
     b.linear(T, h, kv_a, shares_input=True)  # the attention norm's output, as q's projection
     b.linear(T, c.kv_lora_rank, a * (c.qk_nope_head_dim + c.v_head_dim) // t)
     b.linear(T, a * c.v_head_dim // t, h)
+    # Forward order as torchtitan's DeepSeek-V3 Attention calls them (torchtitan/models/deepseek_v3/model/model.py
+    # at 0cfbd0b3: wq or wq_a, wq_b; wkv_a; wkv_b; wo), for its op-level SAC (LayerWork.alternate_matmul_flops).
+    q_path = [2 * T * h * c.q_lora_rank, 2 * T * c.q_lora_rank * a * qk // t] if c.q_lora_rank is not None else [2 * T * h * a * qk // t]
+    b.matmuls_in_order += q_path + [2 * T * h * kv_a, 2 * T * c.kv_lora_rank * a * (c.qk_nope_head_dim + c.v_head_dim) // t,
+                                    2 * T * a * c.v_head_dim // t * h]
     b.tp_blocks += 1
     b.attention_shape = AttentionShape(heads=a, qk_nope=c.qk_nope_head_dim, qk_rope=c.qk_rope_head_dim,
                                        v_head=c.v_head_dim, kv_lora_rank=c.kv_lora_rank)

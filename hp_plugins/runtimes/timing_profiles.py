@@ -488,12 +488,11 @@ FSDP2 = attrs.evolve(
     # (torch 2.13 pipelining/stage.py backward_maybe_with_nosync, perform_reduce_grad): fsdp_pipeline_step_reduce.
     schedule=OverlapSchedule(fsdp_prefetch=True, fsdp_reduce_scatter_overlap=True, tp_overlap_input_grad_reduce_scatter=False,
                              fsdp_pipeline_step_reduce=True, source=_FSDP2_DOCS),
-    # torchtitan runs eager unless --compile (option elementwise_kernels), and its op-level SAC saves every
-    # matmul's output but every second one's (torchtitan/distributed/activation_checkpoint.py _custom_policy:
-    # "Saves output of all compute ops, except every second mm"): the runtime's op_sac switches.
-    elementwise_accesses_per_flop=EAGER_ACCESSES,
-    eager_elementwise=True,
-    alternate_matmul_recompute=frozenset({"normOp", "ffAct"}),
+    # torchtitan runs eager unless --compile (option elementwise_kernels). Its op-level SAC (the op_sac switches)
+    # saves every op of its save list but every second mm (torchtitan/distributed/activation_checkpoint.py
+    # _custom_policy), and that list holds no all-gather: under TP with SP a block re-gathers its input in backward.
+    elementwise_accesses_per_flop=EAGER_ACCESSES, eager_elementwise=True,
+    alternate_matmul_recompute=frozenset({"normOp", "ffAct"}), alternate_policy_recomputes=frozenset({"gather"}),
 )
 
 PROFILES = {profile.name: profile for profile in (GENERIC, MEGATRON_TE, MEGATRON_LM_2022, FSDP2)}

@@ -384,6 +384,29 @@ def test_tensor_parallel_all_reduces_by_hand(registry):
     assert regather.communication_seconds == pytest.approx(10 * ag)
 
 
+def test_op_level_policy_re_gathers_what_its_save_list_drops(registry):
+    # torchtitan's op SAC (the profile's alternate_matmul_recompute) saves no all-gather output
+    # (alternate_policy_recomputes {gather}): recomputing normOp and ffAct under it issues each block's
+    # all-gather again in backward, 8 -> 10 all-gathers of the dense layer above; one switch alone runs
+    # no policy, and a profile stating nothing the policy drops besides re-gathers nothing.
+    layer = DenseConfig(hidden_size=512, num_attention_heads=8, num_key_value_heads=8, intermediate_size=1024)
+    model = ModelSpec(name="one", layers=(LayerGroup(kind="dense", config=layer),), source="test")
+    layout = ParallelSpec(tp=2, sp=True, seq_len=1024)
+    ag = collective_seconds("all_gather", 1024 * 512 * 2, 2, LINK * 0.5, LATENCY)
+    policy = attrs.evolve(TOY_PROFILE, alternate_matmul_recompute={"normOp", "ffAct"}, alternate_policy_recomputes={"gather"})
+    silent = attrs.evolve(policy, alternate_policy_recomputes=frozenset())
+
+    def comm(profile, switches):
+        return step_time(model, layout, registry=registry, hardware=TOY_DEVICE_SPEC, profile=profile,
+                         recompute=RecomputeSpec(default=Setting.parse(switches))).communication_seconds
+
+    assert comm(policy, ["normOp", "ffAct"]) == pytest.approx(10 * ag)
+    assert comm(policy, ["normOp"]) == pytest.approx(8 * ag)
+    assert comm(silent, ["normOp", "ffAct"]) == pytest.approx(8 * ag)
+    with pytest.raises(Exception, match="alternate_policy_recomputes"):
+        attrs.evolve(policy, alternate_policy_recomputes={"not a switch"})
+
+
 def test_groups_spanning_whole_nodes_use_every_members_adapter(toy_registry):
     # dp = 16 over two 8-device nodes: NCCL's rings cross the node boundary on all 8 adapters at once, so each
     # member sends 1/8 of its ring traffic over its own adapter (25e9 * 0.25 B/s) and 7/8 over NVLink (100e9 * 0.5):

@@ -205,27 +205,40 @@ def test_each_kind_states_the_matmuls_an_every_second_mm_policy_re_runs(registry
     context = layer_context(ParallelSpec(seq_len=4096, tp=2, sp=True), PrecisionSpec(), "flash")
     T = 4096
 
-    def alternate(preset, kind):
+    def alternate(preset, kind, at=context):
         group = next(g for g in model_from_preset(preset, registry).layers if g.kind == kind)
-        return registry.layer_kind(kind).evaluate(group.config, context).work.alternate_matmul_flops
+        return registry.layer_kind(kind).evaluate(group.config, at).work.alternate_matmul_flops
 
     # Llama 3 8B at TP 2: wk (1024 outputs), wo (4096) and w3 (14336) over h = 4096, each split over 2 ranks.
     assert alternate("llama3-8b", "dense") == 2 * T * 4096 * (1024 + 4096 + 14336) / 2
-    # Qwen3-30B-A3B: the router's and experts' order is not modelled, so the layer states none (None, not 0).
-    assert alternate("qwen3-30b-a3b", "moe") is None
-    # DeepSeek-V3's MLA layers: none stated.
-    assert alternate("deepseek-v3", "mla") is None
+    # MoE layers without TP, in torchtitan's order (models/moe.py): the attention's matmuls, the router's gate, the
+    # routed experts' grouped GEMMs (aten._grouped_mm, in no save list: all re-run), the shared experts' w1, w3, w2.
+    one = layer_context(ParallelSpec(seq_len=4096), PrecisionSpec(), "flash")
+    # Qwen3-30B-A3B (h 2048; 32 query and 4 key/value heads of 128; 128 experts, 8 routed of 768): wq, wk, wv, wo,
+    # the gate: wk and wo re-run; and 8 experts' gate, up and down projections of every token.
+    assert alternate("qwen3-30b-a3b", "moe", one) == 2 * T * 2048 * (512 + 4096) + 2 * T * 8 * 3 * 2048 * 768
+    # DeepSeek-V3's MoE layer (h 7168; 128 heads; q_lora 1536, qk 128 + 64, kv_lora 512, v 128; 256 experts, 8 routed
+    # and 1 shared of 2048): wq_a, wq_b, wkv_a, wkv_b, wo, the gate, w1, w3, w2 -- wq_b, wkv_b, the gate and w3 re-run.
+    assert alternate("deepseek-v3", "mla_moe", one) == (
+        2 * T * (1536 * 128 * 192 + 512 * 128 * 256 + 7168 * 256 + 7168 * 2048) + 2 * T * 8 * 3 * 7168 * 2048)
+    # A kind that does not record its order states none (None, not 0): Mamba-2.
+    assert alternate("mamba-codestral-7b", "mamba2", one) is None
 
 
 def test_op_sac_prices_a_layer_without_its_matmul_order_at_half_its_matmuls_and_says_so(registry):
-    # Absent is not zero: Qwen3-30B-A3B's MoE layer does not state the order of its router's and experts' matmuls,
-    # so torchtitan's every-second-mm policy re-runs the documented default, half its forward matmul FLOPs.
+    # Absent is not zero: Nemotron 3 Nano's MoE-only layer (no attention before its router, an order torchtitan's
+    # MoE.forward does not run) does not state its matmuls' order, so torchtitan's every-second-mm policy re-runs
+    # the documented default, half its forward matmul FLOPs.
     from hp_core.engine.timing.layer import alternate_matmul_flops
     from hp_core.costs import LayerWork
 
     assert alternate_matmul_flops(LayerWork(), 6e12) == 3e12
     assert alternate_matmul_flops(LayerWork(alternate_matmul_flops=0.0), 6e12) == 0.0  # a stated zero stays zero
-    model = model_from_preset("qwen3-30b-a3b", registry)
+    from hp_core.specs import LayerGroup, ModelSpec
+
+    nano = model_from_preset("nemotron-3-nano-30b-a3b", registry)
+    config = next(g.config for g in nano.layers if g.kind == "moe_only")
+    model = ModelSpec(name="moe-only", layers=(LayerGroup(kind="moe_only", config=config, count=4),), source="test")
     layout = ParallelSpec(dp=8, seq_len=4096, micro_batch_size=1, global_batch_size=8)
     h100 = registry.hardware_preset("h100-sxm").spec
     runtime = registry.runtime("fsdp2")
@@ -233,14 +246,14 @@ def test_op_sac_prices_a_layer_without_its_matmul_order_at_half_its_matmuls_and_
     with_alt = step_time(model, layout, registry=registry, hardware=h100, runtime=runtime, recompute=op_sac)
     without = step_time(model, layout, registry=registry, hardware=h100, recompute=op_sac,
                         runtime=attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, alternate_matmul_recompute=frozenset())))
-    # Per token of a layer (h = 2048): wq, wk, wv, wo over 32 query and 4 key/value heads of 128, the router's gate
-    # over 128 experts, and 8 routed experts' gate, up and down projections of 768: forward FLOPs
-    # 2 * 2048 * (4096 + 512 + 512 + 4096 + 128 + 8 * 3 * 768); half of them re-run, 48 layers, 4096 tokens.
-    per_token = 2 * 2048 * (4096 + 512 + 512 + 4096 + 128 + 8 * 3 * 768)
-    flops = 0.5 * per_token * 4096 * 48
+    # Per token of a layer (h = 2688): the router's gate over 128 experts, 6 routed experts' up and down
+    # projections of 1856 (relu2, ungated) and the shared expert's of 3712: forward FLOPs
+    # 2 * 2688 * (128 + 6 * 2 * 1856 + 2 * 3712); half of them re-run, 4 layers, 4096 tokens.
+    per_token = 2 * 2688 * (128 + 6 * 2 * 1856 + 2 * 3712)
+    flops = 0.5 * per_token * 4096 * 4
     rate = 0.7 / WHOLE_RUN_MATMUL_FACTORS["hopper"]  # fsdp2's Hopper matmul rate
     assert with_alt.recompute_seconds - without.recompute_seconds == pytest.approx(flops / (h100.peak_flops["bf16"] * rate), rel=1e-9)
-    assert with_alt.provenance["alternate_matmul_default"].startswith("moe: the order of the matmuls")
+    assert with_alt.provenance["alternate_matmul_default"].startswith("moe_only: the order of the matmuls")
     assert "alternate_matmul_default" not in without.provenance
     # A kind that states its order (Llama's dense layer) gets no note.
     llama = step_time(model_from_preset("llama3-8b", registry), layout, registry=registry, hardware=h100,

@@ -178,6 +178,8 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     # Communication: every collective the layer states (LayerWork.collectives), by group, then what the
     # runtime's schedule leaves exposed (:func:`_exposed`).
     by_group: dict[str, list[float]] = {}
+    policy = bool(r.alternate_mm_switches) and r.alternate_mm_switches <= recomputed  # op-level SAC runs
+    reissued = recomputed | r.alternate_also if policy else recomputed  # what that policy drops besides (its save list's gaps)
     for c in work.collectives:
         if c.gemm_input and r.gather_share != 1.0:  # a recipe gathering GEMM inputs quantized
             c = attrs.evolve(c, bytes=c.bytes * r.gather_share)
@@ -191,7 +193,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
             by_group.setdefault("tp!", [0.0, 0.0])[1] += c.backward_calls * seconds
         else:
             sums[1] += c.backward_calls * seconds
-        if c.rerun_switch is not None and c.rerun_switch in recomputed and not full:
+        if c.rerun_switch is not None and c.rerun_switch in reissued and not full:
             sums[1] += c.forward_calls * seconds  # issued again for the recomputed tensors
         if full:
             sums[1] += c.forward_calls * seconds  # the recomputed forward's
@@ -235,7 +237,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
             else:
                 recompute += 2 * nbytes / r.memory
         alternate = alternate_matmul_flops(work, f.matmul_flops)
-        if alternate and r.alternate_mm_switches and r.alternate_mm_switches <= recomputed:
+        if alternate and policy:
             # An op-level policy re-running every second matmul of the block (TimingProfile.alternate_matmul_recompute).
             recompute += alternate / (r.peak * r.matmul) / r.gemm_speedup
             recomputed_flops += alternate

@@ -200,6 +200,7 @@ class _Rates:
     ep_comm_overlap: bool = False
     host: HostOverhead | None = None
     alternate_mm_switches: frozenset[str] = frozenset()  # TimingProfile.alternate_matmul_recompute
+    alternate_also: frozenset[str] = frozenset()  # TimingProfile.alternate_policy_recomputes
     eager_elementwise: bool = False  # TimingProfile.eager_elementwise
     # FSDP1's per-unit serial time (DeviceEfficiency.fsdp1_unit_seconds) in a body layer's forward and backward,
     # once per micro-batch; 0 where the profile does not run FSDP1 (TimingProfile.fsdp1_units).
@@ -358,7 +359,8 @@ def _rates(
         slowdown=_or(dev.sustained_slowdown, 1.0),
         tp_comm_overlap=timing.schedule.tp_comm_overlap,
         tp_overlap_bwd_rs=timing.schedule.tp_overlap_input_grad_reduce_scatter, ep_comm_overlap=timing.schedule.ep_comm_overlap,
-        host=timing.host, alternate_mm_switches=timing.alternate_matmul_recompute, eager_elementwise=timing.eager_elementwise,
+        host=timing.host, alternate_mm_switches=timing.alternate_matmul_recompute,
+        alternate_also=timing.alternate_policy_recomputes, eager_elementwise=timing.eager_elementwise,
         **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes, parallel.tp > 1 and parallel.sp),
         **_unit_seconds(timing, dev, parallel.zero),
     )
