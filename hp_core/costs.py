@@ -16,6 +16,7 @@ from typing import Any, Callable
 import attrs
 
 from hp_core.collectives import Routing
+from hp_core.score_masks import LocalMask
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.traits import TRAITS
 
@@ -383,6 +384,9 @@ class LayerWork:
             re-runs; ``None``: not stated, priced at half the layer's matmul FLOPs and named in the provenance.
         eager_accesses_per_flop: bf16-element accesses per counted elementwise op when each op is its own eager
             kernel, counted from the layer's own ops and widths; ``None``: not counted, the profile's figure prices it.
+        local_mask: The attention core's sliding window or chunks (:class:`~hp_core.score_masks.LocalMask`), its
+            FLOPs the exact pairs they keep; a block-sparse kernel runs whole blocks of it instead
+            (:attr:`~hp_core.specs.timing.TimingProfile.attention_block_tokens`); ``None``: full causal.
     """
 
     collectives: tuple[Collective, ...] = attrs.field(default=(), converter=tuple)
@@ -407,6 +411,7 @@ class LayerWork:
     high_precision_gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=tuple)
     alternate_matmul_flops: float | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_number))
     eager_accesses_per_flop: float | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_number))
+    local_mask: LocalMask | None = None
 
     def rerun(self, switch: str) -> Rerun | None:
         """What recomputing *switch* re-runs, ``None`` when the layer names nothing for it."""
