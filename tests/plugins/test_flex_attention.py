@@ -9,7 +9,6 @@ brute force over the mask.
 
 from __future__ import annotations
 
-import json
 
 import attrs
 import pytest
@@ -150,13 +149,11 @@ def test_flex_is_refused_where_no_rate_is_published(registry, tmp_path, capsys):
         step_time(_one_layer(), layout, registry=registry, hardware=bare, runtime=runtime)
     # ... and setting the option back to sdpa restores every entry and drops the block size.
     assert apply_options(runtime, {"attention_kernel": "sdpa"}).timing == registry.runtime("fsdp2").timing
-    from hp_core.cli import main
+    from cli_run import estimate_json  # tests/cli_run.py
 
-    config = tmp_path / "job.json"
-    config.write_text(json.dumps({"model": "llama3-8b", "hardware": "b200", "parallel": {"dp": 8, "seq_len": 4096},
-                                  "runtime": {"name": "fsdp2", "options": {"attention_kernel": "flex"}}}))
-    status = main(["estimate", str(config), "--json"])
-    doc = json.loads(capsys.readouterr().out)
+    status, doc = estimate_json(tmp_path, capsys, {"model": "llama3-8b", "hardware": "b200",
+                                                   "parallel": {"dp": 8, "seq_len": 4096},
+                                                   "runtime": {"name": "fsdp2", "options": {"attention_kernel": "flex"}}})
     assert status == 0 and doc["time"] is None
     assert doc["time_unavailable"].startswith("$.hardware.architecture: timing profile fsdp2 has no efficiencies for "
                                               "architecture 'blackwell' (attention_kernel=flex: FlexAttention has a "
