@@ -9,7 +9,6 @@ brute force over the mask.
 
 from __future__ import annotations
 
-
 import attrs
 import pytest
 from hypothesis import given, settings
