@@ -25,6 +25,7 @@ dimension, the group and expert top-k, the auxiliary loss's top-k) and ``bitonic
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -95,4 +96,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                            epilog="Set MEGATRON_MOE_UTILS to the path of Megatron-LM's moe_utils.py; needs a CUDA GPU.").parse_args()
+    if "MEGATRON_MOE_UTILS" not in os.environ:
+        sys.exit("bench_moe_router.py: set MEGATRON_MOE_UTILS to the path of Megatron-LM's megatron/core/transformer/moe/moe_utils.py")
     main()

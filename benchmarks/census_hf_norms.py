@@ -16,6 +16,7 @@ through every expert; :func:`llama4_rows`). The text between the
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import json
@@ -136,4 +137,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help, and no stray arguments
     main()

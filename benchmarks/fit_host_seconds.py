@@ -17,6 +17,7 @@ the B200 ``sustained_slowdown`` (fitted after this, with the floor in place:
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -88,4 +89,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help, and no stray arguments
     main()

@@ -82,7 +82,7 @@ def _model(model: Any, registry: Registry) -> ModelSpec:
     if isinstance(model, (str, PathLike)):
         if any(preset.name == str(model) for preset in registry.models):
             return model_from_preset(str(model), registry, path="model")
-        data, where = load_model_config(model)
+        data, where = load_model_config(model, "model")
         return model_from_config(data, registry, name=data.get("_name_or_path") or str(model), source=where, where=where)
     raise ConfigError("model", f"expected a ModelSpec, a model preset's name or a config.json path, got {type(model).__name__}")
 

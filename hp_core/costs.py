@@ -16,6 +16,7 @@ from typing import Any, Callable
 import attrs
 
 from hp_core.collectives import Routing
+from hp_core.score_masks import LocalMask
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.traits import TRAITS
 
@@ -387,6 +388,9 @@ class LayerWork:
             is the inverse rotation, the forward's traffic once, not ``elementwise_backward_factor`` times it.
         rotary_eager_bytes: ``(forward, backward)`` bytes that embedding moves as eager kernels, counted with
             :attr:`eager_accesses_per_flop` (its forward is part of that figure).
+        local_mask: The attention core's sliding window or chunks (:class:`~hp_core.score_masks.LocalMask`), its
+            FLOPs the exact pairs they keep; a block-sparse kernel runs whole blocks of it instead
+            (:attr:`~hp_core.specs.timing.TimingProfile.attention_block_tokens`); ``None``: full causal.
     """
 
     collectives: tuple[Collective, ...] = attrs.field(default=(), converter=tuple)
@@ -413,6 +417,7 @@ class LayerWork:
     eager_accesses_per_flop: float | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_number))
     rotary_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
     rotary_eager_bytes: tuple[float, float] = attrs.field(default=(0.0, 0.0), converter=tuple)
+    local_mask: LocalMask | None = None
 
     def rerun(self, switch: str) -> Rerun | None:
         """What recomputing *switch* re-runs, ``None`` when the layer names nothing for it."""

@@ -19,8 +19,11 @@ from hp_core.specs import ModelSpec
 __all__ = ["load_model_config", "model_from_config", "model_from_preset", "preset_config"]
 
 
-def load_model_config(path: str | Path) -> tuple[dict[str, Any], str]:
+def load_model_config(path: str | Path, field: str = "--model") -> tuple[dict[str, Any], str]:
     """Read a ``config.json`` (or the one in a folder); returns the mapping and the file's path.
+
+    *field* is what an error names when there is no such file: the flag, or the config file's
+    ``$.model`` when the name came from one.
 
     Raises:
         ConfigError: No such file, or not a JSON object.
@@ -29,7 +32,7 @@ def load_model_config(path: str | Path) -> tuple[dict[str, Any], str]:
     if target.is_dir():
         target = target / "config.json"
     if not target.is_file():
-        raise ConfigError("--model", f"no such preset or config file: {path}; run 'hp models' for presets")
+        raise ConfigError(field, f"no such preset or config file: {path}; run 'hp models' for presets")
     data = read_document(target)  # bounded: size, nesting (hp_core.documents)
     if not isinstance(data, dict):
         raise ConfigError(str(target), "must hold a JSON object")

@@ -363,7 +363,7 @@ def _add_search_parser(sub: Any) -> None:
                         help="processes bounding, refining and planning candidates (default 1: in this process; at most the "
                              "CPUs there are); "
                              "with --executor dask, the local cluster's worker processes")
-    search.add_argument("--executor", type=_executor, default=("process", None), metavar="KIND",
+    search.add_argument("--executor", type=_executor, default="process", metavar="KIND",
                         help="where the tasks run: process (a process pool of --workers; the default), dask (a local "
                              "Dask cluster of --workers processes) or dask=SCHEDULER_ADDRESS (a running Dask "
                              "cluster, e.g. dask=tcp://10.0.0.1:8786); dask needs the extra 'dask'")

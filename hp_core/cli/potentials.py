@@ -25,12 +25,14 @@ def potentials_command(args: argparse.Namespace, registry: Registry, console: Co
     from hp_core.errors import PlanNotExecutable
     from hp_core.engine.recompute.layout import compact, describe_plan, plan_layout, setting_value, settings_of
     from hp_core.engine.recompute.potential import recompute_potentials
+    from hp_core.io.files import check_png, pyplot
     from hp_core.io.potentials_output import plot_potentials, potential_rows, write_potentials_csv
 
     if args.steps is not None and args.steps < 0:
         raise ConfigError("--steps", f"expected a non-negative number of steps, got {args.steps}")
-    if args.plot is not None and not args.plot.lower().endswith(".png"):
-        raise ConfigError("--plot", f"the plot is a PNG file ending in .png, got {args.plot}")
+    if args.plot is not None:
+        check_png(args.plot)  # a PNG path and matplotlib, before the work and the CSV
+        pyplot()
     exporter = registry.exporter(args.export) if args.export is not None else None
     config = config_from_args(args, registry)
     job = resolve_job(config, registry)

@@ -113,7 +113,7 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
     if args.plot is not None:
         check_plot(args.plot)  # before a search that may take minutes
     base = structure(DEFAULT_CONFIG, ConfigFile, registry)
-    model = resolve_model(attrs.evolve(base, model=args.model, num_layers=args.num_layers), registry)
+    model = resolve_model(attrs.evolve(base, model=args.model, num_layers=args.num_layers), registry, "--model")
     hardware = registry.hardware_preset(args.hardware, "--hardware").spec
     runtime = registry.runtime(args.runtime, "--runtime")
     runtime = apply_options(runtime, parse_assignments(args.runtime_option))

@@ -303,6 +303,9 @@ def structure(data: Any, cls: type, registry: Registry, root: str = "$", *, forb
         return converter.structure(data, cls)
     except cattrs.BaseValidationError as exc:
         messages = cattrs.transform_error(exc, path=root, format_exception=_format)
+        # An unknown key first: a misspelt field (``seq_lenn``, ``paralel``) also leaves the field it
+        # meant missing, and the misspelling is what the user has to see.
+        messages.sort(key=lambda text: not text.startswith("unknown keys "))
         message, _, path = messages[0].rpartition(" @ ")
         match = _FIELD_FIRST.match(message)
         if match and not path.endswith(f".{match.group(1)}"):

@@ -42,14 +42,17 @@ class Job:
     attention: str | None = None
 
 
-def resolve_model(config: ConfigFile, registry: Registry) -> ModelSpec:
-    """The model a config names: a preset, a Hugging Face ``config.json`` (file or folder), or inline."""
+def resolve_model(config: ConfigFile, registry: Registry, field: str = "$.model") -> ModelSpec:
+    """The model a config names: a preset, a Hugging Face ``config.json`` (file or folder), or inline.
+
+    *field* is what an error about the model names (``--model`` where no config file is read).
+    """
     if isinstance(config.model, InlineModel):
         model = inline_model(config.model, source="config file")
     elif any(m.name == config.model for m in registry.models):
         model = model_from_preset(config.model, registry)
     else:
-        data, where = load_model_config(config.model)
+        data, where = load_model_config(config.model, field)
         model = model_from_config(data, registry, name=data.get("_name_or_path") or config.model, source=where, where=where)
     if config.num_layers is not None:
         body = registry.kinds_placed("body")

@@ -329,6 +329,10 @@ class TimingProfile:
             :attr:`DeviceEfficiency.fsdp1_unit_seconds` once per micro-batch (a device stating none is refused).
         unlisted_reason: Why :attr:`devices` lists only some architectures and no ``"*"`` (a runtime option whose
             figures exist for those alone), said by :meth:`device` when another is asked for; ``None``: not said.
+        attention_block_tokens: The fused attention kernel computes the score matrix in square blocks of this
+            many tokens a side, skipping only the blocks its mask leaves wholly empty (a block-sparse kernel,
+            FlexAttention): a local layer's attention is priced on the blocks it runs
+            (:class:`~hp_core.score_masks.LocalMask`); ``None``: on the exact pairs its mask keeps.
     """
 
     name: str
@@ -356,6 +360,7 @@ class TimingProfile:
     fsdp1_units: bool = False
     optimizer_grad_bytes: Sourced | None = None
     unlisted_reason: str | None = None
+    attention_block_tokens: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_at_least_one))
 
     def __attrs_post_init__(self) -> None:
         if not self.devices:

@@ -5,8 +5,10 @@ last before torchtitan replaced its TOML job files with Python config classes), 
 fill what a file leaves out:
 
 * ``[model] name, flavor``: a preset where torchtitan's flavor is the same model
-  (:data:`PRESETS`: ``llama3`` ``8B``/``70B``/``405B``, ``torchtitan/models/llama3/__init__.py``);
-  any other is refused unless ``--model`` names one (then one warning line);
+  (:data:`PRESETS`: ``llama3`` ``8B``/``8B_flex``/``70B``/``405B``, ``torchtitan/models/llama3/__init__.py``);
+  any other is refused unless ``--model`` names one (then one warning line); a flavor whose model
+  args set ``attn_type = "flex"`` (:data:`FLEX_FLAVORS`) runs FlexAttention (option
+  ``attention_kernel: flex``), its ``block_causal`` document mask not priced (one warning line);
 * ``[parallelism]``: ``tensor_parallel_degree`` (with sequence parallelism, which torchtitan's
   TP plan always applies to the norms), ``pipeline_parallel_degree``, ``context_parallel_degree``,
   ``expert_parallel_degree``, ``expert_tensor_parallel_degree``; dp is
@@ -44,11 +46,20 @@ from hp_core.markers import hookimpl
 from hp_core.specs import Setting
 from hp_plugins.importers._common import Fields, layout_of, plan_document, read_mapping
 
-__all__ = ["PRESETS", "QUIET", "hp_importers", "import_torchtitan"]
+__all__ = ["FLEX_FLAVORS", "PRESETS", "QUIET", "hp_importers", "import_torchtitan"]
 
 # torchtitan model flavors that are an hp preset (torchtitan/models/llama3/__init__.py llama3_args:
 # 8B dim 4096 x 32 layers, 70B 8192 x 80, 405B 16384 x 126, GQA 8 kv heads, vocab 128256).
-PRESETS = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b", ("llama3", "405B"): "llama3-405b"}
+PRESETS = {("llama3", "8B"): "llama3-8b", ("llama3", "8B_flex"): "llama3-8b", ("llama3", "70B"): "llama3-70b",
+           ("llama3", "405B"): "llama3-405b"}
+# Flavors whose model args set attn_type "flex" (FlexAttention), with their attn_mask_type, at e347b1e5e:
+# torchtitan/models/{llama3,llama4,deepseek_v3}/__init__.py; gpt_oss/model/args.py GptOssModelArgs defaults to flex.
+FLEX_FLAVORS = {
+    **{("llama3", f): "block_causal" for f in ("debugmodel_flex_attn", "8B_flex")},
+    **{("llama4", f): "block_causal" for f in ("debugmodel_irope", "17bx16e_irope", "17bx128e_irope")},
+    **{("deepseek_v3", f): "block_causal" for f in ("debugmodel_flex_attn", "16B", "236B", "671B")},
+    **{("gpt_oss", f): "causal" for f in ("debugmodel", "20b", "120b")},
+}
 
 # Sections and keys with no effect on memory or step time as hp prices them.
 QUIET_SECTIONS = ("job.", "profiling.", "metrics.", "checkpoint.", "lr_scheduler.", "comm.", "validation.",
@@ -176,6 +187,12 @@ def import_torchtitan(data: dict[str, Any], registry, *, file: str = "torchtitan
     backend = f.get("parallelism.expert_parallel_comm_backend", "standard", str, ("standard", "deepep"))
     if backend == "deepep":
         document["runtime"]["options"]["ep_all_to_all"] = "deepep"
+    mask = FLEX_FLAVORS.get((name, str(flavor)))
+    if mask is not None:
+        document["runtime"]["options"]["attention_kernel"] = "flex"
+        if mask == "block_causal":
+            unmapped.append(f"model {name} {flavor}: FlexAttention's block_causal (per-document) mask is not priced; "
+                            "priced as one causal sequence")
 
     precision: dict[str, Any] = {}
     if f.get("training.mixed_precision_param", "bfloat16", str) != "bfloat16":

@@ -7,6 +7,7 @@ import attrs
 from hp_core.bounds import short_repr
 from hp_core.costs import LayerContext
 from hp_core.errors import SpecError
+from hp_core.score_masks import local_mask
 from hp_core.validators import one_of, positive_int, positive_number, probability
 from hp_plugins.kit.work import AttentionShape
 from hp_plugins.kit.builder import SOFTMAX_OPS, LayerBuilder
@@ -196,7 +197,8 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     # torchtitan's Attention.forward: wq, wk, wv, then wo (torchtitan/models/llama3/model.py).
     b.matmuls_in_order += [2 * T * h * a * d // t, 2 * T * h * g * d // t, 2 * T * h * g * d // t, 2 * T * a * d * h // t]
     b.tp_blocks += 1
-    b.attention_shape = AttentionShape(heads=a, kv_heads=g, head_dim=d, score_share=share, score_ops=ops)
+    mask = local_mask(x.seq_len, c.sliding_window, c.attention_chunk_size) if x.attention != "eager" else None
+    b.attention_shape = AttentionShape(heads=a, kv_heads=g, head_dim=d, score_share=share, score_ops=ops, local_mask=mask)
 
 
 def validate_gqa(c: GQAFields, x: LayerContext) -> None:

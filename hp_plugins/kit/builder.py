@@ -261,7 +261,8 @@ class LayerBuilder:
 
     def _alternate(self) -> float | None:
         """Every second matmul's forward FLOPs, ``None`` when some matmul's place in the order is not recorded."""
-        if sum(self.matmuls_in_order) + self.rerun_always < self.matmul:  # some matmul not placed: not stated
+        placed = sum(self.matmuls_in_order) + self.rerun_always
+        if abs(placed - self.matmul) > 1e-9 * self.matmul:  # some matmul not placed (or one placed twice): not stated
             return None
         return float(sum(self.matmuls_in_order[1::2]) + self.rerun_always)
 

@@ -219,7 +219,8 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     # latent MoE (no torchtitan model) leaves its order unstated.
     placed = bool(b.matmuls_in_order) and not c.moe_latent_size
     if placed:
-        b.matmuls_in_order.append(2 * routed * h * E)
+        if learned:
+            b.matmuls_in_order.append(2 * routed * h * E)
         b.rerun_always += 2 * processed * d * fc1 * c.moe_intermediate_size // x.etp + 2 * processed * c.moe_intermediate_size // x.etp * d
     if c.shared_expert_intermediate_size:
         I = c.shared_expert_intermediate_size

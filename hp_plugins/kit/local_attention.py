@@ -28,7 +28,12 @@ Memory and FLOPs:
   (``TimingProfile.flash_causal_fraction``); a local layer states the square
   times :func:`score_share`, the share of the causal pairs its mask keeps
   (:func:`causal_score_pairs` over ``s (s + 1) / 2``), so a window ``w >= s``
-  prices exactly as full attention.
+  prices exactly as full attention. Those are the model's FLOPs; a kernel
+  that computes whole blocks of the score matrix (FlexAttention) runs more:
+  the layer states its mask (:class:`hp_core.score_masks.LocalMask`, on
+  :class:`~hp_plugins.kit.work.AttentionShape`) and the step time prices the
+  blocks where the runtime states the kernel's block size
+  (``TimingProfile.attention_block_tokens``).
 * ``eager`` (Hugging Face ``eager_attention_forward``) computes and keeps the
   whole ``s x s`` score matrix and adds the window as a mask after ``q k^T``:
   a window saves neither memory nor FLOPs there. Soft-capping keeps the
@@ -43,6 +48,7 @@ Memory and FLOPs:
 
 from __future__ import annotations
 
+from hp_core.score_masks import causal_score_pairs
 from hp_plugins.kit.builder import SOFTMAX_OPS, LayerBuilder
 
 __all__ = ["SINK_OPS_PER_ROW", "SOFTCAP_OPS", "causal_score_pairs", "local_attention_core", "score_share"]
@@ -55,24 +61,6 @@ SINK_OPS_PER_ROW = SOFTMAX_OPS
 # Bytes of the int64 row-maximum index Hugging Face's GPT-OSS eager path keeps per softmax row
 # (``combined_logits.max(dim=-1)`` saves its indices for backward).
 _ROW_INDEX_BYTES = 8
-
-
-def causal_score_pairs(seq_len: int, window: int | None = None, chunk: int | None = None) -> int:
-    """The (query, key) pairs a causal mask keeps in one sequence of *seq_len* tokens.
-
-    Full causal: ``s (s + 1) / 2``. A sliding window ``w``: the sum over rows of
-    ``min(i + 1, w)``, i.e. ``w (w + 1) / 2 + (s - w) w`` when ``w < s``. Chunks of
-    ``C``: each full chunk ``C (C + 1) / 2``, the last partial one ``r (r + 1) / 2``.
-    """
-    s = seq_len
-    if window is not None and chunk is not None:
-        raise ValueError("a layer has a sliding window or attention chunks, not both")
-    if window is not None and window < s:
-        return window * (window + 1) // 2 + (s - window) * window
-    if chunk is not None and chunk < s:
-        full, rest = divmod(s, chunk)
-        return full * chunk * (chunk + 1) // 2 + rest * (rest + 1) // 2
-    return s * (s + 1) // 2
 
 
 def score_share(seq_len: int, window: int | None = None, chunk: int | None = None) -> float:

@@ -32,6 +32,7 @@ import attrs
 
 from hp_core.collectives import Routing
 from hp_core.costs import Collective, LayerContext, LayerWork, Rerun
+from hp_core.score_masks import LocalMask
 
 __all__ = [
     "ATTENTION_CORE_SWITCHES",
@@ -64,7 +65,9 @@ class AttentionShape:
     ``score_share``: the share of the score square a fused kernel's on-chip
     elementwise work covers (a sliding window or chunks under flash:
     :func:`hp_plugins.kit.local_attention.score_share`); ``score_ops``: its
-    elementwise operations per score (the softmax's, plus a soft-cap's).
+    elementwise operations per score (the softmax's, plus a soft-cap's);
+    ``local_mask``: that window or those chunks (``None``: full causal), which
+    a block-sparse kernel runs block by block (:class:`hp_core.score_masks.LocalMask`).
     """
 
     heads: int
@@ -76,6 +79,7 @@ class AttentionShape:
     kv_lora_rank: int | None = None
     score_share: float = 1.0
     score_ops: int = SOFTMAX_OPS_PER_SCORE
+    local_mask: LocalMask | None = None
 
     @property
     def mla(self) -> bool:
@@ -295,4 +299,5 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         attention_core_switches=ATTENTION_CORE_SWITCHES if attention is not None else frozenset(),
         routed_experts=experts.experts if experts is not None else 0, alternate_matmul_flops=alternate_matmul_flops,
         eager_accesses_per_flop=eager_accesses_per_flop, rotary_flops=rotary_flops, rotary_eager_bytes=rotary_eager_bytes,
+        local_mask=attention.local_mask if attention is not None else None,
     )

@@ -17,7 +17,7 @@ PyTorch ``torch.distributed.fsdp.fully_shard``):
 * Beside the peak (``StageEstimate.cached_bytes``, ``Fsdp2Points.cached_bytes``): the
   caching allocator's reduce-scatter and all-gather stream pools and an upcast
   loss's freed compute-dtype logits block, in reserved memory only.
-* Kernels: SDPA flash attention; an unfused SwiGLU (``F.silu(w1(x)) * w3(x)``);
+* Kernels: SDPA flash attention (option ``attention_kernel``); an unfused SwiGLU (``F.silu(w1(x)) * w3(x)``);
   by default the modules of transformers (``norm_implementation: transformers``:
   RMSNorm upcasts to fp32 and keeps that copy) and a loss that upcasts the logits
   to fp32 before ``cross_entropy`` (``loss_implementation: upcast``).
@@ -33,6 +33,7 @@ from hp_core.specs.overlap import schedule_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
 from hp_plugins.kit.op_sac import OP_SAC_SWITCHES
+from hp_plugins.runtimes.flex_attention import FLEX, FLEX_BLOCK_TOKENS
 from hp_plugins.runtimes.fsdp2_points import Fsdp2Points
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
 from hp_plugins.runtimes.time_options import elementwise_kernels_option, ep_all_to_all_option, rope_implementation_option
@@ -42,14 +43,20 @@ from hp_plugins.runtimes.timing_profiles import FSDP2, HOPPER_CUDNN, TRITON_FLAS
 
 _TRITON_UNLISTED = (f"attention_kernel=triton_flash: FlashAttention in Triton has a rate fitted on "
                     f"{' and '.join(TRITON_FLASH)} devices only (docs/time.md, 'The fsdp2 fit')")
+_FLEX_UNLISTED = (f"attention_kernel=flex: FlexAttention has a published rate on {' and '.join(FLEX)} devices only "
+                  f"(docs/time.md, 'FlexAttention'); absent is not zero")
+# The kernels priced on some devices only: their (forward, backward) rates per architecture, why another is refused.
+_KERNELS = {"triton_flash": (TRITON_FLASH, _TRITON_UNLISTED), "flex": (FLEX, _FLEX_UNLISTED)}
 
 
 def _attention_kernel(runtime: Runtime, value: str) -> Runtime:
     """The runtime's device entries with the attention kernel's rates; every other figure of each entry kept.
 
     ``sdpa``: FlashAttention-2 (each device's own entry of :data:`FSDP2`); ``cudnn``: cuDNN's measured rates on
-    Hopper, the others as ``sdpa``; ``triton_flash``: :data:`TRITON_FLASH` on the devices it states, the others
-    dropped so that pricing on them is refused (``TimingProfile.unlisted_reason``).
+    Hopper, the others as ``sdpa``; ``triton_flash``: :data:`TRITON_FLASH` on the devices it states, ``flex``:
+    :data:`~hp_plugins.runtimes.flex_attention.FLEX` likewise, the others dropped so that pricing on them is refused
+    (``TimingProfile.unlisted_reason``). ``flex`` also states FlexAttention's block size
+    (``TimingProfile.attention_block_tokens``): a local layer runs whole blocks of its mask.
     """
     timing = runtime.timing
     current = {d.architecture: d for d in timing.devices}
@@ -61,17 +68,19 @@ def _attention_kernel(runtime: Runtime, value: str) -> Runtime:
     for architecture in order:
         entry = current.get(architecture) or reference[architecture]
         base = reference.get(architecture, entry)
-        if value == "triton_flash":
-            if architecture not in TRITON_FLASH:
+        if value in _KERNELS:
+            if architecture not in _KERNELS[value][0]:
                 continue
-            forward, backward = TRITON_FLASH[architecture]
+            forward, backward = _KERNELS[value][0][architecture]
         elif value == "cudnn" and architecture == "hopper":
             forward, backward = HOPPER_CUDNN.attention_forward, HOPPER_CUDNN.attention_backward
         else:
             forward, backward = base.attention_forward, base.attention_backward
         devices.append(attrs.evolve(entry, attention_forward=forward, attention_backward=backward))
-    reason = _TRITON_UNLISTED if value == "triton_flash" else None
-    return attrs.evolve(runtime, timing=attrs.evolve(timing, devices=tuple(devices), unlisted_reason=reason))
+    reason = _KERNELS[value][1] if value in _KERNELS else None
+    block = FLEX_BLOCK_TOKENS if value == "flex" else None
+    return attrs.evolve(runtime, timing=attrs.evolve(timing, devices=tuple(devices), unlisted_reason=reason,
+                                                     attention_block_tokens=block))
 
 
 def _moe_gate(runtime: Runtime, value: str) -> Runtime:
@@ -91,14 +100,19 @@ OPTIONS = (
     RuntimeOption(
         "attention_kernel", "choice", "sdpa",
         "the fused attention kernel: sdpa (PyTorch scaled_dot_product_attention, FlashAttention-2 on Hopper, as "
-        "torchtitan runs it), cudnn (Transformer Engine's fused attention on cuDNN, as NeMo AutoModel's TE backend) "
-        "or triton_flash (FlashAttention in Triton, llm-foundry's attn_impl: triton: FlashAttention-2's rates over "
-        "a factor fitted on Hopper and Ampere; refused on other devices)",
-        "torchtitan torchtitan/models/attention.py (F.scaled_dot_product_attention); Transformer Engine "
-        "DotProductAttention (FusedAttention, cuDNN); rates: Shah et al. 2024, FlashAttention-3, Figures 5-6; "
-        "llm-foundry llmfoundry/models/layers/attention.py triton_flash_attn_fn and flash_attn_triton.py "
-        "(mosaicml/llm-foundry@b2a43a14), rates fitted by benchmarks/fit_fsdp2_sustained.py",
-        _attention_kernel, choices=("sdpa", "cudnn", "triton_flash"),
+        "torchtitan runs it), cudnn (Transformer Engine's fused attention on cuDNN, as NeMo AutoModel's TE backend), "
+        "triton_flash (FlashAttention in Triton, llm-foundry's attn_impl: triton: FlashAttention-2's rates over "
+        "a factor fitted on Hopper and Ampere; refused on other devices) or flex (PyTorch FlexAttention, compiled: "
+        "FlashAttention-2's rates times PyTorch's published FlexAttention over FlashAttention-2 throughput, Hopper 1.25 "
+        "forward and 1.03 backward, Ampere 0.90 and 0.85; a sliding-window or chunked layer runs every 128 x 128 "
+        "block its mask does not wholly empty; refused on other devices)",
+        "torchtitan torchtitan/models/attention.py (F.scaled_dot_product_attention; attn_type flex: flex_attention); "
+        "Transformer Engine DotProductAttention (FusedAttention, cuDNN); rates: Shah et al. 2024, FlashAttention-3, "
+        "Figures 5-6; llm-foundry llmfoundry/models/layers/attention.py triton_flash_attn_fn and flash_attn_triton.py "
+        "(mosaicml/llm-foundry@b2a43a14), rates fitted by benchmarks/fit_fsdp2_sustained.py; FlexAttention: PyTorch "
+        "blogs of 2024-08-07 (flexattention, A100) and 2025-03-16 (pytorch-at-gtc, H100) and torch "
+        "nn/attention/flex_attention.py _DEFAULT_SPARSE_BLOCK_SIZE (hp_plugins/runtimes/flex_attention.py)",
+        _attention_kernel, choices=("sdpa", "cudnn", "triton_flash", "flex"),
     ),
     RuntimeOption(
         "fsdp_implementation", "choice", "fsdp2",

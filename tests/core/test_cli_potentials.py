@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 
 import pytest
 
@@ -64,6 +65,17 @@ def test_potentials_errors_are_one_line(capsys, argv, message):
     assert status == 2
     assert message in err
     assert err.count("\n") == 1
+
+
+def test_potentials_refuses_a_plot_without_matplotlib_before_writing_the_csv(capsys, monkeypatch, tmp_path):
+    # As hp search does: a --plot that cannot be drawn is refused before any work, and the CSV asked
+    # for beside it is not left behind by a command that exits 2.
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the 'plots' extra were not installed
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run(capsys, "potentials", *LAYOUT, "--steps", "1", "--csv", "p.csv", "--plot", "p.png")
+    assert status == 2
+    assert err == "hp potentials: error: --plot: a plot needs matplotlib: pip install 'hp-planner[plots]'\n"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_estimate_export_writes_the_plan(capsys):

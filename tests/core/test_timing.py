@@ -618,9 +618,13 @@ def test_docs_list_every_built_in_figure_with_its_source():
     for device in devices:
         for name, figure in device.figures().items():
             assert f"- `{name}` = {figure.value:.6g}: {figure.source}" in text, (device.architecture, name)
-    for architecture, (forward, backward) in TRITON_FLASH.items():  # fsdp2's attention_kernel=triton_flash
-        for name, figure in (("attention_forward", forward), ("attention_backward", backward)):
-            assert f"- `{name}` = {figure.value:.6g}: {figure.source}" in text, (architecture, name)
+    from hp_plugins.runtimes.flex_attention import FLEX, FLEX_BLOCK_TOKENS
+
+    for kernel in (TRITON_FLASH, FLEX):  # fsdp2's attention_kernel=triton_flash and =flex
+        for architecture, (forward, backward) in kernel.items():
+            for name, figure in (("attention_forward", forward), ("attention_backward", backward)):
+                assert f"- `{name}` = {figure.value:.6g}: {figure.source}" in text, (architecture, name)
+    assert f"- `attention_block_tokens` = {FLEX_BLOCK_TOKENS.value:.6g}: {FLEX_BLOCK_TOKENS.source}" in text
     for profile in (GENERIC, MEGATRON_TE):
         for name, figure in {**profile.figures(), **profile.overlap.figures()}.items():
             assert f"`{name}` = {figure.value:.4g}: {figure.source}" in text, (profile.name, name)

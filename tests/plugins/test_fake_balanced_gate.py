@@ -105,6 +105,29 @@ def test_no_router_parameter_gemm_or_kernels_under_the_fake_gate():
     (ep_fake,) = [c for c in fake.work.collectives if c.group == "ep"]
     assert ep_fake.bytes == ep_learned.bytes == tokens * 8 * 2048 * 2
     assert ep_learned.routing.assignment == "uniform" and ep_fake.routing == Routing(128, 8, assignment="round_robin")
+    # torchtitan's op-level SAC re-runs wk, wo, then the gate (5th, saved) and every grouped GEMM: without the
+    # gate the same, its place left empty (q, k, v, o over 32 query and 4 key/value heads of 128).
+    grouped = 2 * tokens * 8 * 3 * 2048 * 768
+    assert fake.work.alternate_matmul_flops == learned.work.alternate_matmul_flops == 2 * tokens * 2048 * (512 + 4096) + grouped
+
+
+def test_the_fake_gate_leaves_no_place_in_the_op_sac_matmul_order():
+    # DeepSeek-V3's MoE layer (h 7168; q_lora 1536, 128 heads of 128 + 64, kv_lora 512, v 128; 8 of 256 experts and
+    # one shared of 2048): learned, torchtitan's order wq_a, wq_b, wkv_a, wkv_b, wo, gate, w1, w3, w2 re-runs wq_b,
+    # wkv_b, the gate and w3; with no gate, wq_b, wkv_b, w1 and w2. Every grouped GEMM either way.
+    registry = build_registry(use_env=False)
+    group = next(g for g in sc._preset("deepseek-v3", registry).layers if g.kind == "mla_moe")
+    kind = registry.layer_kind("mla_moe")
+    T = 4096
+
+    def alternate(traits):
+        context = layer_context(ParallelSpec(seq_len=T), PrecisionSpec(), "flash", traits=traits)
+        return kind.evaluate(group.config, context).work.alternate_matmul_flops
+
+    grouped = 2 * T * 8 * 3 * 7168 * 2048
+    attention = 1536 * 128 * 192 + 512 * 128 * 256  # wq_b, wkv_b
+    assert alternate(frozenset()) == 2 * T * (attention + 7168 * 256 + 7168 * 2048) + grouped
+    assert alternate(TRAIT) == 2 * T * (attention + 2 * 7168 * 2048) + grouped
 
 
 def test_the_option_sets_the_trait_and_the_automodel_rows_state_it():

@@ -186,13 +186,11 @@ def test_triton_flash_is_refused_where_no_factor_is_fitted(registry, tmp_path, c
     # ... and setting the option back to sdpa restores every entry.
     assert apply_options(runtime, {"attention_kernel": "sdpa"}).timing == registry.runtime("fsdp2").timing
     # The command line: memory priced, the step time refused in one line naming the option.
-    from hp_core.cli import main
+    from cli_run import estimate_json  # tests/cli_run.py
 
-    config = tmp_path / "job.json"
-    config.write_text(json.dumps({"model": "llama3-8b", "hardware": "b200", "parallel": {"dp": 8, "seq_len": 4096},
-                                  "runtime": {"name": "fsdp2", "options": {"attention_kernel": "triton_flash"}}}))
-    status = main(["estimate", str(config), "--json"])
-    doc = json.loads(capsys.readouterr().out)
+    status, doc = estimate_json(tmp_path, capsys, {"model": "llama3-8b", "hardware": "b200",
+                                                   "parallel": {"dp": 8, "seq_len": 4096},
+                                                   "runtime": {"name": "fsdp2", "options": {"attention_kernel": "triton_flash"}}})
     assert status == 0 and doc["time"] is None
     assert doc["time_unavailable"].startswith("$.hardware.architecture: timing profile fsdp2 has no efficiencies for "
                                               "architecture 'blackwell' (attention_kernel=triton_flash")

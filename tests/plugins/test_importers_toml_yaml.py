@@ -237,3 +237,23 @@ def test_hybrid_shard_is_a_warning(capsys, tmp_path):
     assert status == 0
     assert err == ("hp estimate: warning: fsdp_config.fsdp_sharding_strategy = HYBRID_SHARD: shards within each of 2 "
                    "machines only; priced as sharding over all 16 devices (memory under-estimated)\n")
+
+
+def test_torchtitans_flex_attention_flavors_set_the_attention_kernel(registry):
+    # llama3 8B_flex is the 8B model with attn_type "flex", attn_mask_type "block_causal" (torchtitan
+    # models/llama3/__init__.py at e347b1e5e): the same preset, FlexAttention, the document mask a warning.
+    flex = import_torchtitan(dict(BASE, model=dict(BASE["model"], flavor="8B_flex")), registry, devices=16)
+    assert flex.document["model"] == "llama3-8b"
+    assert flex.document["runtime"] == {"name": "fsdp2", "options": {"async_tp": False, "attention_kernel": "flex"}}
+    assert flex.unmapped == ("model llama3 8B_flex: FlexAttention's block_causal (per-document) mask is not priced; "
+                             "priced as one causal sequence",)
+    # deepseek_v3 16B (attn_type flex, block_causal) through --model; gpt_oss 20b (flex by default, causal: no warning
+    # beyond the model's own).
+    dsv3 = import_torchtitan(dict(BASE, model={"name": "deepseek_v3", "flavor": "16B"}), registry, devices=16,
+                             model="deepseek-v3")
+    assert dsv3.document["runtime"]["options"]["attention_kernel"] == "flex" and len(dsv3.unmapped) == 2
+    oss = import_torchtitan(dict(BASE, model={"name": "gpt_oss", "flavor": "20b"}), registry, devices=16, model="gpt-oss-20b")
+    assert oss.document["runtime"]["options"]["attention_kernel"] == "flex"
+    assert oss.unmapped == ("model gpt_oss 20b: no hp preset; priced as --model gpt-oss-20b",)
+    # The 8B flavor (attn_type's default "sdpa") states no kernel: the runtime's default, sdpa.
+    assert "attention_kernel" not in import_torchtitan(BASE, registry, devices=16).document["runtime"]["options"]

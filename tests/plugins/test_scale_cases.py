@@ -149,6 +149,8 @@ def test_automodel_single_node_rows_are_their_table_rows_and_configs():
     assert "TorchSDPA" in nano["row"] and nano["options"]["attention_kernel"] == "sdpa"
     assert nano["layout"]["reshard_after_forward"] is False and "reshard_after_forward" not in oss["layout"]
     assert "FlexAttn" in oss["row"] and "FlexAttention" in oss["assumptions"]
+    # ... which its config runs (backend attn flex): priced with attention_kernel flex.
+    assert oss["options"]["attention_kernel"] == "flex" and "backend attn flex" in DATA["sources"][oss["source"]]["config_note"]
     for row in (nano, oss):
         assert row["split"] == "held-out" and row["id"] in DATA["split_rule"]
         assert DATA["sources"][row["source"]]["url"].endswith("/docs/performance-summary.md")
@@ -192,6 +194,10 @@ def test_torchtitan_dsv3_16b_step_times_as_derived_from_tps():
         assert row["compile"] is False and row["options"]["elementwise_kernels"] == "eager"
     assert (issue["hardware"], regular["hardware"], minimal["hardware"]) == ("h100-sxm", "h100-hbm2e", "h100-hbm2e")
     assert (issue["recompute"], regular["recompute"], minimal["recompute"]) == ("op_sac", "full", "full")
+    # FlexAttention, as the flavor and the page's config registry state it: priced with attention_kernel flex.
+    assert all(row["options"]["attention_kernel"] == "flex" for row in (issue, regular, minimal))
+    assert "use_flex_attn true" in DATA["sources"][issue["source"]]["config_note"]
+    assert "attention backend flex" in DATA["sources"][regular["source"]]["config_note"]
     assert "tt-dsv3-16b-*" in DATA["split_rule"] and "held out before any was priced" in DATA["split_rule"]
 
 

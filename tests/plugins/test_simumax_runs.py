@@ -116,3 +116,42 @@ def test_time_page_shows_the_fit_as_the_script_prints_it(megatron_registry):
     assert text in (ROOT / "docs" / "time.md").read_text(encoding="utf-8"), (
         "regenerate with: python benchmarks/fit_sustained_slowdown.py --write"
     )
+
+
+def test_the_prose_about_the_kernels_alone_is_what_the_script_prices(megatron_registry):
+    """docs/time.md and docs/accuracy.md quote the kernels-alone errors of the 43 runs and of the ten held out."""
+    from repo_script import ROOT, load_script  # tests/repo_script.py
+
+    fit = load_script("benchmarks/fit_sustained_slowdown.py")
+    alone = {r["id"] if "id" in r else i: ((e * 1e3 - r["real_ms"]) / r["real_ms"], r["in_public_case_file"])
+             for i, (r, e, _) in enumerate(fit.priced_rows(megatron_registry))}
+    errors = [e for e, _ in alone.values()]
+    short = [e for e in errors if e < 0]
+    time_md = " ".join((ROOT / "docs" / "time.md").read_text(encoding="utf-8").split())
+    assert (f"{len(short)} of the {len(errors)} Megatron-LM runs SimuMax measured on 8x B200") in time_md
+    assert f"come out short, by up to {-min(errors):.1%}, and the {len(errors)} are off by " \
+           f"{sum(map(abs, errors)) / len(errors):.1%} on average" in time_md
+    held = sorted(-e for e, out in alone.values() if out)
+    assert all(e > 0 for e in held)
+    accuracy_md = " ".join((ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8").split())
+    assert f"alone come out {held[0]:.1%} to {held[-1]:.1%} short of these runs" in accuracy_md
+
+
+def test_the_prose_comparing_the_factor_forms_is_what_the_script_fits(megatron_registry):
+    """docs/time.md's 'Why one factor' quotes each form's root-mean-square error with a family held out."""
+    import re
+
+    from repo_script import ROOT, load_script  # tests/repo_script.py
+
+    fit = load_script("benchmarks/fit_sustained_slowdown.py")
+    lines = fit.alternatives(fit.priced_rows(megatron_registry))
+    rms = {line.split(":")[0][2:]: re.search(r"root-mean-square error ([0-9.]+)%", line).group(1) for line in lines}
+    held = {line.split(":")[0][2:]: re.search(r"held-out ten mean absolute error ([0-9.]+)%", line).group(1) for line in lines}
+    whole, compute = "a factor on the whole step (the one stated)", "a factor on compute alone"
+    both, slot, layer = ("a factor on compute and one on communication", "a fixed time per micro-batch slot",
+                         "a fixed time per layer and micro-batch slot")
+    time_md = " ".join((ROOT / "docs" / "time.md").read_text(encoding="utf-8").split())
+    assert (f"(root-mean-square {rms[whole]}% on the whole step, {rms[compute]}% on compute alone, {rms[both]}% on "
+            f"compute plus one on communication)") in time_md
+    assert f"ten held-out rows ({held[compute]}% against {held[whole]}% mean)" in time_md
+    assert f"does clearly worse ({rms[slot]}%, {rms[layer]}%)" in time_md

@@ -26,7 +26,9 @@ The model, with its sources (figures come from the profile, each sourced there):
   ``half_rows`` rows of FLOPs). The fused attention core executes
   ``flash_causal_fraction`` (1/2) of its FLOPs under the causal mask (Dao
   2023, Section 3.1.1) and takes ``overhead + flops / (peak * efficiency)``
-  per kernel call, its backward ``attention_backward_factor`` (2.5) times the
+  per kernel call (a sliding-window or chunked layer's FLOPs are its exact
+  pairs; under a block-sparse kernel, ``attention_block_tokens``, it runs the
+  blocks its mask leaves not wholly empty: :mod:`hp_core.score_masks`), its backward ``attention_backward_factor`` (2.5) times the
   forward FLOPs (Dao 2023, Section 4.1); a core whose query/key head dim
   exceeds its value head dim (MLA) takes the device's ``mla_attention_*``
   figures where stated, and MLA's query/key assembly (rotary part, query and

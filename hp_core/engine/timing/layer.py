@@ -21,6 +21,7 @@ from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
 from hp_core.specs.timing import TimingProfile
 from hp_core.costs import LayerContext, LayerCost, LayerWork
 from hp_core.precision_recipes import PrecisionRecipe
+from hp_core.score_masks import block_factor
 from hp_core.types import LayerKind
 
 __all__ = ["ALTERNATE_MATMUL_DEFAULT_FRACTION", "LayerPricer", "alternate_matmul_flops", "LayerSeconds", "layer_pricer", "offload_seconds", "work_of"]
@@ -138,7 +139,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         mm_bwd -= r.mm_backward / 2 * min(work.frozen_matmul_flops, f.matmul_flops) / r.matmul / r.peak
     if f.attention_flops and r.flash:
         calls = work.attention_calls * (r.cp if r.cp_algorithm == "p2p" else 1)
-        executed = f.attention_flops * r.causal
+        executed = f.attention_flops * r.causal * block_factor(work.local_mask, r.block_tokens)  # hp_core.score_masks
         if work.wide_qk_attention:  # q/k head dim wider than v's: measured apart (MLA)
             fwd_eff, bwd_eff, fwd_fixed, bwd_fixed = r.mla_attn_fwd, r.mla_attn_bwd, r.mla_attn_fwd_overhead, r.mla_attn_bwd_overhead
         else:
