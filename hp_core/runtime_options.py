@@ -21,7 +21,7 @@ which the provenance shows. docs/runtimes.md has each built-in runtime's
 options, generated from these records.
 
 A plugin states its own runtime's options with :func:`trait_option` (a
-:data:`~hp_core.costs.TRAITS` trait on or off), :func:`field_option` (one
+:data:`~hp_core.costs.TRAITS` trait on or off; :func:`trait_setter` for a choice that turns one on), :func:`field_option` (one
 ``Runtime`` field, or ``precision.<field>``) or a ``RuntimeOption`` with its
 own ``apply``; ``apply`` must be picklable and compare equal by value (a
 module-level function, or a frozen attrs class with ``__call__`` as these
@@ -57,6 +57,7 @@ __all__ = [
     "runtime_label",
     "runtime_name",
     "trait_option",
+    "trait_setter",
 ]
 
 OPTION_TYPES = ("bool", "int", "float", "choice")
@@ -147,13 +148,21 @@ class RuntimeOption:
 
 @attrs.frozen
 class _SetTrait:
-    """``apply`` of :func:`trait_option`: equal by value and picklable, so registries built twice compare equal."""
+    """``apply`` of :func:`trait_option` and :func:`trait_setter`: equal by value and picklable, so registries built
+    twice compare equal. The option's value *when* turns the trait on, any other off."""
 
     trait: str
+    when: Any = True
 
-    def __call__(self, runtime: Runtime, value: bool) -> Runtime:
-        traits = runtime.traits | {self.trait} if value else runtime.traits - {self.trait}
+    def __call__(self, runtime: Runtime, value: Any) -> Runtime:
+        traits = runtime.traits | {self.trait} if value == self.when else runtime.traits - {self.trait}
         return attrs.evolve(runtime, traits=traits)
+
+
+def trait_setter(trait: str, when: Any = True) -> Callable[[Runtime, Any], Runtime]:
+    """An option's ``apply`` that turns *trait* on where the option's value is *when* (a choice, or ``False`` for a
+    ``bool`` option whose false turns it on) and off for any other value."""
+    return _SetTrait(trait, when)
 
 
 @attrs.frozen

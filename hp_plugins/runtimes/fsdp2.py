@@ -28,7 +28,7 @@ from __future__ import annotations
 import attrs
 
 from hp_core.markers import hookimpl
-from hp_core.runtime_options import RuntimeOption
+from hp_core.runtime_options import RuntimeOption, trait_setter
 from hp_core.specs.overlap import schedule_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
@@ -81,12 +81,6 @@ def _attention_kernel(runtime: Runtime, value: str) -> Runtime:
     block = FLEX_BLOCK_TOKENS if value == "flex" else None
     return attrs.evolve(runtime, timing=attrs.evolve(timing, devices=tuple(devices), unlisted_reason=reason,
                                                      attention_block_tokens=block))
-
-
-def _moe_gate(runtime: Runtime, value: str) -> Runtime:
-    """``moe_gate``: ``fake_balanced`` turns the ``moe_fake_balanced_gate`` trait on, ``learned`` off."""
-    traits = runtime.traits - {"moe_fake_balanced_gate"}
-    return attrs.evolve(runtime, traits=traits | {"moe_fake_balanced_gate"} if value == "fake_balanced" else traits)
 
 
 def _fsdp_implementation(runtime: Runtime, value: str) -> Runtime:
@@ -164,7 +158,7 @@ OPTIONS = (
         "uniform router's 5.3)",
         "NeMo AutoModel BackendConfig.fake_balanced_gate (nemo_automodel/components/models/common/utils.py) and "
         "FakeBalancedGate (nemo_automodel/components/moe/layers.py; NVIDIA-NeMo/Automodel@89e3a9f, @bb0c0bf, @e458120)",
-        _moe_gate, choices=("learned", "fake_balanced"),
+        trait_setter("moe_fake_balanced_gate", "fake_balanced"), choices=("learned", "fake_balanced"),
     ),
     ep_all_to_all_option(
         "NeMo AutoModel moe dispatcher 'deepep' (examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml) or "
@@ -219,24 +213,6 @@ def _replicate(runtime: Runtime, value: int) -> Runtime:
     return attrs.evolve(runtime, timing=attrs.evolve(timing, schedule=attrs.evolve(timing.schedule, fsdp_replicate=value)))
 
 
-def _head_plan(runtime: Runtime, value: str) -> Runtime:
-    """``tp_head_plan``: ``replicated`` turns the ``replicated_vocab`` trait on."""
-    traits = runtime.traits | {"replicated_vocab"} if value == "replicated" else runtime.traits - {"replicated_vocab"}
-    return attrs.evolve(runtime, traits=traits)
-
-
-def _loss_parallel(runtime: Runtime, value: bool) -> Runtime:
-    """``loss_parallel``: false turns the ``gathered_logits`` trait on."""
-    traits = runtime.traits - {"gathered_logits"} if value else runtime.traits | {"gathered_logits"}
-    return attrs.evolve(runtime, traits=traits)
-
-
-def _norm(runtime: Runtime, value: str) -> Runtime:
-    """``norm_implementation``: ``transformers`` turns the ``fp32_norm_copy`` trait on, ``fused`` off."""
-    traits = runtime.traits | {"fp32_norm_copy"} if value == "transformers" else runtime.traits - {"fp32_norm_copy"}
-    return attrs.evolve(runtime, traits=traits)
-
-
 def _tp_plan(runtime: Runtime, value: str) -> Runtime:
     """``tp_plan``: a named plan (:data:`~hp_plugins.runtimes.tp_plans.TP_PLANS`) sets the head's and the loss's traits
     and, through the peak points, which ``parallel.sp`` it runs; ``custom``: as ``tp_head_plan`` and ``loss_parallel`` say."""
@@ -261,7 +237,7 @@ _MEMORY_OPTIONS = (
         "and output",
         "transformers models/llama/modeling_llama.py LlamaRMSNorm.forward (measured: torch census); "
         f"torch.nn.RMSNorm fused kernel ({_TT})",
-        _norm,
+        trait_setter("fp32_norm_copy", "transformers"),
         choices=("transformers", "fused"),
     ),
     RuntimeOption(
@@ -325,14 +301,14 @@ _MEMORY_OPTIONS = (
         "under TP, the embedding (RowwiseParallel) and the head (ColwiseParallel) split over the vocabulary; replicated: "
         "a plan without them, both whole on every TP rank",
         "torchtitan/models/llama3/infra/parallelize.py apply_tp (tok_embeddings, output)",
-        _head_plan, choices=("vocab_parallel", "replicated"),
+        trait_setter("replicated_vocab", "replicated"), choices=("vocab_parallel", "replicated"),
     ),
     RuntimeOption(
         "loss_parallel", "bool", True,
         "under TP with a vocabulary-parallel head, the loss runs on each rank's vocabulary shard (loss_parallel()); false: "
         "the logits are all-gathered first (ColwiseParallel(output_layouts=Replicate())) and the loss sees the whole vocabulary",
         "torchtitan parallelize.py apply_tp (enable_loss_parallel); torch/distributed/tensor/parallel/loss.py loss_parallel",
-        _loss_parallel,
+        trait_setter("gathered_logits", when=False),  # false: the logits gathered whole
     ),
     RuntimeOption(
         "tp_plan", "choice", "custom",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import attrs
 
-from hp_core.runtime_options import RuntimeOption
+from hp_core.runtime_options import RuntimeOption, trait_setter
 from hp_core.specs.overlap import CUDA_GRAPH_SCOPES
 from hp_core.types import Runtime
 from hp_plugins.runtimes.timing_profiles import EAGER_ACCESSES, FUSED_ACCESSES
@@ -39,12 +39,6 @@ def elementwise_kernels_option(default: str, source: str) -> RuntimeOption:
     )
 
 
-def _rope(runtime: Runtime, value: str) -> Runtime:
-    """``rope_implementation``: ``rotate_half`` turns the ``rope_rotate_half`` trait on, ``complex`` off."""
-    traits = runtime.traits - {"rope_rotate_half"}
-    return attrs.evolve(runtime, traits=traits | {"rope_rotate_half"} if value == "rotate_half" else traits)
-
-
 def rope_implementation_option(source: str) -> RuntimeOption:
     """``rope_implementation``: the eager form of the rotary embedding, ``complex`` (the default) or ``rotate_half``."""
     return RuntimeOption(
@@ -53,7 +47,7 @@ def rope_implementation_option(source: str) -> RuntimeOption:
         "q/k element once each way whichever): complex (torchtitan's apply_rotary_emb, an fp32 complex multiply: 20 "
         "bytes per rotated element forward, 20 backward) or rotate_half (transformers' apply_rotary_pos_emb: 20 "
         "forward, 30 backward: the slices' gradients are zero-filled and the three gradients of q and k added)",
-        source, _rope, choices=("complex", "rotate_half"),
+        source, trait_setter("rope_rotate_half", "rotate_half"), choices=("complex", "rotate_half"),
     )
 
 

@@ -180,6 +180,19 @@ def test_option_records_check_themselves():
     assert pickle.loads(pickle.dumps(option)).name == "fused"  # a search ships it to worker processes
 
 
+def test_a_trait_setter_turns_its_trait_on_for_its_value_only(registry):
+    from hp_core.runtime_options import trait_setter
+
+    fsdp2 = registry.runtime("fsdp2")
+    gate = trait_setter("moe_fake_balanced_gate", "fake_balanced")
+    on = gate(fsdp2, "fake_balanced")
+    assert on.traits == fsdp2.traits | {"moe_fake_balanced_gate"}
+    assert gate(on, "learned").traits == fsdp2.traits - {"moe_fake_balanced_gate"}
+    gathered = trait_setter("gathered_logits", when=False)  # a bool option whose false turns the trait on
+    assert "gathered_logits" in gathered(fsdp2, False).traits and "gathered_logits" not in gathered(fsdp2, True).traits
+    assert gate == trait_setter("moe_fake_balanced_gate", "fake_balanced") and pickle.loads(pickle.dumps(gate)) == gate
+
+
 def test_the_command_line_and_the_config_file_set_the_same_options(capsys, tmp_path):
     argv = ["--model", "llama3-8b", "--tp", "2", "--sp", "--dp", "1", "--seq-len", "4096", "--runtime", "megatron"]
     status, out, _ = run(capsys, "estimate", *argv, "--runtime-option", "cross_entropy_fusion=false",

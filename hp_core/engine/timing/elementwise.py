@@ -17,9 +17,14 @@ from hp_core.engine.timing.rates import _Rates
 __all__ = ["el_bytes_per_flop", "rotary_seconds"]
 
 
+def _counted_eager(work: LayerWork, r: _Rates) -> bool:
+    """Eager kernels, priced at the layer's own count (it states one: LayerWork.eager_accesses_per_flop)."""
+    return r.eager_elementwise and work.eager_accesses_per_flop is not None
+
+
 def el_bytes_per_flop(work: LayerWork, r: _Rates) -> float:
     """Bytes per elementwise op: eager kernels at the layer's own count where it states one (LayerWork.eager_accesses_per_flop)."""
-    if r.eager_elementwise and work.eager_accesses_per_flop is not None:
+    if _counted_eager(work, r):
         return work.eager_accesses_per_flop * r.act_bytes
     return r.el_bytes_per_flop
 
@@ -32,7 +37,7 @@ def rotary_seconds(work: LayerWork, r: _Rates, bytes_per_flop: float) -> tuple[f
     """
     if not work.rotary_flops:
         return 0.0, 0.0
-    if r.eager_elementwise and work.eager_accesses_per_flop is not None:
+    if _counted_eager(work, r):
         forward, backward = work.rotary_eager_bytes
     else:
         forward = backward = work.rotary_flops * bytes_per_flop
