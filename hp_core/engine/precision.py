@@ -61,20 +61,25 @@ def _term(term: ActivationTerm, recipe: PrecisionRecipe, activation_bytes: int, 
     return attrs.evolve(term, bytes=kept)
 
 
+def _kept(term: ActivationTerm, recipe: PrecisionRecipe, activation_bytes: int, tp_sp: bool) -> ActivationTerm:
+    """*term* as *recipe* keeps it: a linear layer's input (:func:`_term`), else as it is."""
+    return _term(term, recipe, activation_bytes, tp_sp and term.sp_gathered) if term.gemm_input else term
+
+
 def _attention_term(term: ActivationTerm, recipe: PrecisionRecipe, activation_bytes: int, tp_sp: bool) -> ActivationTerm:
     """A tensor a fused attention kernel keeps, as an FP8-attention recipe keeps it (:func:`apply_recipe`)."""
     elements = term.bytes / activation_bytes
     if term.attention_saved == "qkv":
         return attrs.evolve(term, bytes=math.ceil(elements * recipe.attention_qkv_bytes_per_element(activation_bytes)))
     if not recipe.attention_out_fp8:  # the kernel keeps its compute-dtype output: as any recipe keeps it
-        return _term(term, recipe, activation_bytes, tp_sp and term.sp_gathered) if term.gemm_input else term
+        return _kept(term, recipe, activation_bytes, tp_sp)
     # The kernel keeps its FP8 output (1 byte an element), the output projection its own quantized input.
     linear = recipe.saved_input_bytes(elements, tp_sp and term.sp_gathered) if term.gemm_input else 0.0
     return attrs.evolve(term, bytes=math.ceil(elements) + math.ceil(linear))
 
 
-def _fp8_attention(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int, tp_sp: bool) -> LayerCost:
-    """*cost* with its attention kernel's kept tensors and its linear layers' inputs as an FP8-attention recipe keeps them.
+def _fp8_attention(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int, tp_sp: bool) -> tuple[ActivationTerm, ...]:
+    """*cost*'s kept tensors with its attention kernel's and its linear layers' inputs as an FP8-attention recipe keeps them.
 
     Raises:
         ConfigError: The layer runs an attention core but marks no tensor a fused kernel keeps
@@ -84,14 +89,8 @@ def _fp8_attention(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: i
         raise ConfigError("$.precision.recipe", f"precision recipe {recipe.name} runs attention in {recipe.attention_format}: "
                           "needs the fused (flash) attention kernel and a layer kind that marks the q, k, v its kernel keeps "
                           "(ActivationTerm.attention_saved; docs/precision.md 'FP8 attention')")
-    terms = tuple(_attention_term(t, recipe, activation_bytes, tp_sp) if t.attention_saved
-                  else _term(t, recipe, activation_bytes, tp_sp and t.sp_gathered) if t.gemm_input else t
-                  for t in cost.activations)
-    if not recipe.cache_weights and recipe.weight_copies:
-        weights = quantized_weight_elements([(cost, 1)])
-        if weights:
-            terms += (ActivationTerm("quantized_weights", math.ceil(weights * recipe.weights.bytes_per_element)),)
-    return cost if terms == cost.activations else attrs.evolve(cost, activations=terms)
+    return tuple(_attention_term(t, recipe, activation_bytes, tp_sp) if t.attention_saved
+                 else _kept(t, recipe, activation_bytes, tp_sp) for t in cost.activations)
 
 
 def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int, tp_sp: bool = False) -> LayerCost:
@@ -112,10 +111,11 @@ def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int
     softmax statistics (fp32) as in bf16.
     """
     if recipe.attention_format != "bf16":
-        return _fp8_attention(cost, recipe, activation_bytes, tp_sp)
-    if not recipe.low_precision or "quantized" not in (recipe.saved_input, recipe.saved_input_as(tp_sp)):
+        terms = _fp8_attention(cost, recipe, activation_bytes, tp_sp)
+    elif not recipe.low_precision or "quantized" not in (recipe.saved_input, recipe.saved_input_as(tp_sp)):
         return cost
-    terms = tuple(_term(t, recipe, activation_bytes, tp_sp and t.sp_gathered) if t.gemm_input else t for t in cost.activations)
+    else:
+        terms = tuple(_kept(t, recipe, activation_bytes, tp_sp) for t in cost.activations)
     if not recipe.cache_weights and recipe.weight_copies:
         weights = quantized_weight_elements([(cost, 1)])
         if weights:
