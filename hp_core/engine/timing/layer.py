@@ -156,15 +156,22 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     rot_fwd, rot_bwd = rotary_seconds(work, r, el_bytes)  # a rotary embedding's share: its backward moves the forward's bytes
     mla_copy = work.copy_bytes / r.memory
     copy_bwd = (work.copy_bytes if work.backward_copy_bytes is None else work.backward_copy_bytes) / r.memory
-    permute = 0.0
-    if work.permute_bytes and r.permute_passes:
+    permute_fwd = permute_bwd = 0.0
+    if work.permute_bytes and r.permute_counted is not None:
+        # Counted op by op (TimingProfile.moe_permutation): accesses per element per routed row and per token, each
+        # way, at the device's memory bandwidth.
+        row_fwd, token_fwd, row_bwd, token_bwd = r.permute_counted
+        permute_fwd = (row_fwd * work.permute_bytes + token_fwd * work.permute_input_bytes) / r.memory
+        permute_bwd = (row_bwd * work.permute_bytes + token_bwd * work.permute_input_bytes) / r.memory
+    elif work.permute_bytes and r.permute_passes:
         # Each pass reads and writes the dispatched tokens, except that the first
         # (permute) reads and the last (unpermute) writes the layer's own tokens.
         traffic = r.permute_passes * 2 * work.permute_bytes + min(r.permute_passes, 2) * (work.permute_input_bytes - work.permute_bytes)
-        permute = traffic / r.permute_memory + r.permute_overhead
+        permute_fwd = permute_bwd = traffic / r.permute_memory + r.permute_overhead
     router_fwd = work.router_elements * r.router_fwd
-    forward = mm_fwd + att_fwd + el_fwd + permute + mla_copy + router_fwd + quant_fwd
-    backward = mm_bwd + att_bwd + r.el_backward * (el_fwd - rot_fwd) + rot_bwd + permute + copy_bwd + work.router_elements * r.router_bwd + quant_bwd
+    forward = mm_fwd + att_fwd + el_fwd + permute_fwd + mla_copy + router_fwd + quant_fwd
+    backward = (mm_bwd + att_bwd + r.el_backward * (el_fwd - rot_fwd) + rot_bwd + permute_bwd + copy_bwd
+                + work.router_elements * r.router_bwd + quant_bwd)
     if work.table_elements:
         # A lookup table's backward writes a dense gradient of the rank's shard and reads it
         # into the gradient buffer (PyTorch embedding_dense_backward, then main_grad +=).
@@ -239,7 +246,9 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
             recompute += alternate / (r.peak * r.matmul) / r.gemm_speedup
             recomputed_flops += alternate
         if policy:  # its save list holds no rotary op: the rotated q and k, the attention's inputs, are rebuilt
-            recompute += rot_fwd
+            # Nor any op of an MoE layer's token permutation (gathers, index puts, the score multiply,
+            # scatter_add): its forward runs again, as the grouped GEMMs between them do (docs/time.md).
+            recompute += rot_fwd + permute_fwd
     k = r.slowdown  # a whole run's time over its kernels' measured alone (DeviceEfficiency.sustained_slowdown)
     unit_fwd, unit_bwd = (r.unit_fwd, r.unit_bwd) if unit else (0.0, 0.0)  # FSDP1's per-unit time (rates._unit_seconds)
     return _LayerTime(
