@@ -329,7 +329,7 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
     The GEMMs the layer keeps in the compute dtype (:attr:`LayerWork.high_precision_gemms
     <hp_core.costs.LayerWork.high_precision_gemms>`: a router's gate, the output head) take
     their bf16 time; the others the bf16 time divided by the device's measured speedup of the
-    recipe's kernel. Quantizing is memory-bound: per element of each quantized GEMM's input
+    recipe's kernel, the forward's and the backward's (:func:`~hp_core.engine.timing.rates._recipe_rates`). Quantizing is memory-bound: per element of each quantized GEMM's input
     and output gradient (and weight, where the copies are not cached) the HBM bytes the
     rates state, over the known shapes scaled to the layer's quantized FLOPs.
 
@@ -341,7 +341,7 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
     hp_fwd, hp_bwd = (_matmul_seconds(high_flops, 0.0, attrs.evolve(work, gemms=high, expert_gemms=()), r)
                       if high_flops else (0.0, 0.0))
     fwd = hp_fwd + (mm_fwd - hp_fwd) / r.gemm_speedup
-    bwd = hp_bwd + (mm_bwd - hp_bwd) / r.gemm_speedup
+    bwd = hp_bwd + (mm_bwd - hp_bwd) / r.gemm_speedup_backward
     # Elements quantized: inputs, output gradients and weights of the known low-precision shapes.
     remaining = list(high)
     low: list[tuple[float, float, float, float]] = []  # (count, rows, fan_out, fan_in)
