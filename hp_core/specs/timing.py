@@ -350,6 +350,9 @@ class TimingProfile:
             in its backward whenever the policy runs.
         eager_elementwise: Each elementwise op is its own kernel (eager PyTorch): a layer that counts its own
             :attr:`~hp_core.costs.LayerWork.eager_accesses_per_flop` is priced at it, the rest at the profile's figure.
+        eager_rotary: The rotary position embedding runs as eager kernels whatever the other elementwise ops do (a
+            trainer whose other elementwise ops are fused applies RoPE with eager PyTorch ops): every layer's
+            rotation is priced at its counted :attr:`~hp_core.costs.LayerWork.rotary_eager_bytes`.
         fsdp1_units: The trainer runs torch FSDP1, each body layer a unit taking the device's
             :attr:`DeviceEfficiency.fsdp1_unit_seconds` once per micro-batch (a device stating none is refused).
         unlisted_reason: Why :attr:`devices` lists only some architectures and no ``"*"`` (a runtime option whose
@@ -382,6 +385,7 @@ class TimingProfile:
     alternate_matmul_recompute: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset, validator=_switch_names)
     alternate_policy_recomputes: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset, validator=_switch_names)
     eager_elementwise: bool = False
+    eager_rotary: bool = False
     fsdp1_units: bool = False
     optimizer_grad_bytes: Sourced | None = None
     unlisted_reason: str | None = None

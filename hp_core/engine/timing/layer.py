@@ -14,7 +14,7 @@ import attrs
 
 
 from hp_core.collectives import CollectiveModel
-from hp_core.engine.timing.elementwise import el_bytes_per_flop, rotary_seconds
+from hp_core.engine.timing.elementwise import elementwise_seconds
 from hp_core.engine.timing.rates import _Rates, _rates
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
@@ -151,9 +151,8 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         att_fwd = f.attention_flops / (r.peak * r.matmul)
         att_bwd = r.mm_backward * att_fwd
     elementwise = f.elementwise_flops - (min(work.fused_softmax_flops, f.elementwise_flops) if r.flash else 0.0)
-    el_bytes = el_bytes_per_flop(work, r)
-    el_fwd = elementwise * el_bytes / r.memory
-    rot_fwd, rot_bwd = rotary_seconds(work, r, el_bytes)  # a rotary embedding's share: its backward moves the forward's bytes
+    # A rotary embedding's share (rot_fwd, part of el_fwd): its backward moves the forward's bytes, or its eager kernels'.
+    el_fwd, rot_fwd, rot_bwd = elementwise_seconds(work, r, elementwise)
     mla_copy = work.copy_bytes / r.memory
     copy_bwd = (work.copy_bytes if work.backward_copy_bytes is None else work.backward_copy_bytes) / r.memory
     permute = 0.0

@@ -202,6 +202,7 @@ class _Rates:
     alternate_mm_switches: frozenset[str] = frozenset()  # TimingProfile.alternate_matmul_recompute
     alternate_also: frozenset[str] = frozenset()  # TimingProfile.alternate_policy_recomputes
     eager_elementwise: bool = False  # TimingProfile.eager_elementwise
+    eager_rotary: bool = False  # TimingProfile.eager_rotary
     block_tokens: int | None = None  # TimingProfile.attention_block_tokens: a block-sparse attention kernel's block
     # FSDP1's per-unit serial time (DeviceEfficiency.fsdp1_unit_seconds) in a body layer's forward and backward,
     # once per micro-batch; 0 where the profile does not run FSDP1 (TimingProfile.fsdp1_units).
@@ -368,6 +369,7 @@ def _rates(
         tp_overlap_bwd_rs=timing.schedule.tp_overlap_input_grad_reduce_scatter, ep_comm_overlap=timing.schedule.ep_comm_overlap,
         host=timing.host, alternate_mm_switches=timing.alternate_matmul_recompute,
         alternate_also=timing.alternate_policy_recomputes, eager_elementwise=timing.eager_elementwise,
+        eager_rotary=timing.eager_rotary,
         block_tokens=None if timing.attention_block_tokens is None else int(timing.attention_block_tokens.value),
         **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes, parallel.tp > 1 and parallel.sp),
         **_unit_seconds(timing, dev, parallel.zero),
