@@ -9,16 +9,23 @@ bytes of the elements its tensor arguments address (a broadcast dimension, strid
 outputs. ``slice_backward`` is counted as CUDA runs it (``aten/src/ATen/native/TensorShape.cpp``: a zero-filled
 gradient of the whole input, then a copy of the slice's gradient into it): a fill writing the output and a
 copy reading and writing the slice. Reported per rotated element of q and k, and apart, the position tables'
-reads (cos and sin, ``freqs_cis``), which scale with tokens, not with heads.
+reads (cos and sin, ``freqs_cis``), which scale with tokens, not with heads. A tensor computed from the tables
+alone (a cast, a conjugate made real) is a table too, and is kept alive until the measurement ends, so that no
+later tensor reusing its freed address is taken for one.
 
-Two forms, on a bf16 q of ``A`` heads and k of ``G`` heads:
+Three forms, on a bf16 q of ``A`` heads and k of ``G`` heads:
 
 - transformers' ``apply_rotary_pos_emb`` (``models/llama/modeling_llama.py``, imported from the installed
   package: measured with 5.24.0), with the bf16 cos and sin ``LlamaRotaryEmbedding`` returns;
 - torchtitan's complex multiply (``torchtitan/models/llama3/model/model.py`` ``apply_rotary_emb`` at
   pytorch/torchtitan@0cfbd0b3, not a dependency of hp, so restated here op for op: q and k cast to fp32,
   viewed as complex pairs, multiplied by the complex64 ``freqs_cis`` of each position, viewed back as real
-  and cast to q's dtype).
+  and cast to q's dtype);
+- NeMo AutoModel's chunk-and-concatenate form (``nemo_automodel/components/models/gpt_oss/layers.py``
+  ``_apply_rotary_emb`` at NVIDIA-NeMo/Automodel@8d9bfb90e, which its Qwen3 MoE model imports; not a dependency
+  of hp, so restated here op for op: the fp32 cos and sin halves of ``freqs_cis`` cast to q's dtype, q chunked
+  into its two halves ``x1`` and ``x2``, ``x1 cos - x2 sin`` and ``x2 cos + x1 sin``, each of two multiplies and
+  an add, concatenated back).
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ def _addressed(t: Any) -> int:
     return n * t.element_size()
 
 
-def _recorder(table_ids: set[int]):
+def _recorder(table_ids: set[int], kept: list):
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
@@ -72,6 +79,7 @@ def _recorder(table_ids: set[int]):
             self.elements += sum(_addressed(a) for a in inputs if a.untyped_storage().data_ptr() not in table_ids)
             if inputs and len(tables) == len(inputs):  # computed from the tables alone (a conjugate made real): a table
                 table_ids.update(o.untyped_storage().data_ptr() for o in outputs)
+                kept.extend(outputs)  # alive until the measurement ends: no later tensor takes its address
                 self.tables += sum(_addressed(o) for o in outputs)
             else:
                 self.elements += sum(_addressed(o) for o in outputs)
@@ -85,7 +93,8 @@ def _measure(rotate, q, k, tables) -> tuple[float, float, float, float]:
     import torch
 
     ids = {t.untyped_storage().data_ptr() for t in tables}
-    record = _recorder(ids)
+    kept: list = []
+    record = _recorder(ids, kept)
     elements = q.numel() + k.numel()
     for _ in range(2):
         qq, kk = q.detach().requires_grad_(True), k.detach().requires_grad_(True)
@@ -131,9 +140,28 @@ def torchtitan_complex() -> tuple[float, float, float, float]:
     return _measure(rotate, q, k, (freqs_cis,))
 
 
+def automodel_chunk_cat() -> tuple[float, float, float, float]:
+    import torch
+
+    angles = torch.outer(torch.arange(SEQ).float(), 1.0 / 10000 ** (torch.arange(0, HEAD_DIM, 2).float() / HEAD_DIM))
+    # The model's table: fp32 [cos, sin] per position, (batch, sequence, head_dim), split into its halves per layer.
+    freqs_cis = torch.cat([angles.cos(), angles.sin()], dim=-1)[None].expand(BATCH, SEQ, HEAD_DIM).contiguous()
+    cos, sin = freqs_cis.split(HEAD_DIM // 2, dim=-1)
+
+    def rotate_one(x):
+        c, s = cos.unsqueeze(-2).to(x.dtype), sin.unsqueeze(-2).to(x.dtype)
+        x1, x2 = torch.chunk(x, 2, dim=-1)
+        return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+
+    q = torch.randn(BATCH, SEQ, HEADS, HEAD_DIM, dtype=torch.bfloat16)
+    k = torch.randn(BATCH, SEQ, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16)
+    return _measure(lambda a, b: (rotate_one(a), rotate_one(b)), q, k, (freqs_cis,))
+
+
 def main() -> int:
     try:
-        found = {"rotate_half": transformers_rotate_half(), "complex": torchtitan_complex()}
+        found = {"rotate_half": transformers_rotate_half(), "complex": torchtitan_complex(),
+                 "chunk_cat": automodel_chunk_cat()}
     except ImportError as error:
         print(f"count_eager_rope_bytes: {error.name or error} is not installed; see the module docstring", file=sys.stderr)
         return 2

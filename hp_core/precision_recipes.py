@@ -28,7 +28,8 @@ import attrs
 
 from hp_core.validators import non_empty_text, non_negative_int, one_of
 
-__all__ = ["AUTOCAST", "FORMATS", "GEMM_KERNELS", "GemmOperand", "PrecisionRecipe", "SCALINGS"]
+__all__ = ["AUTOCAST", "FORMATS", "GEMM_KERNELS", "GEMM_PASS_NAMES", "GemmOperand", "PrecisionRecipe", "SCALINGS",
+           "SPLIT_ACCUMULATOR"]
 
 # Element formats: (bits per element, the HardwareSpec.peak_flops key a GEMM of them runs at).
 # e4m3 / e5m2: OCP FP8 (Micikevicius et al. 2022, "FP8 Formats for Deep Learning"); mxfp8: FP8
@@ -72,6 +73,12 @@ GEMM_KERNELS = ("bf16", "fp8_tensorwise", "fp8_rowwise", "fp8_blockwise", "mxfp8
 # Suffix of a measured speedup whose timed region includes the quantization of the GEMM inputs (Transformer
 # Engine's gemm_profiling "Autocast (includes quantization overhead)" mode), as opposed to the kernel alone.
 AUTOCAST = ":autocast"
+# Suffix of a measured speedup of FP8 GEMMs that promote their partial sums to FP32 at intervals (cuBLASLt
+# CUBLASLT_MATMUL_DESC_FAST_ACCUM off: Transformer Engine's use_split_accumulator, torch._scaled_mm's
+# use_fast_accum=False), the precise and slower mode on Hopper; the plain kernel name is the fast-accumulation rate.
+SPLIT_ACCUMULATOR = ":split_accumulator"
+# A linear layer's three GEMMs: the forward (fprop), the input gradient (dgrad) and the weight gradient (wgrad).
+GEMM_PASS_NAMES = ("fprop", "dgrad", "wgrad")
 PARAM_GATHERS = ("none", "stored", "cast")
 
 
@@ -177,6 +184,16 @@ class PrecisionRecipe:
             ``nvte_is_non_tn_fp8_gemm_supported`` holds and ``csrc/quantizer.cpp``
             allocates no transpose; elsewhere, and for block scalings (their
             own scales per direction), two.
+        split_accumulator: The GEMM passes (:data:`GEMM_PASS_NAMES`) the trainer runs
+            with FP8 split accumulation (partial sums promoted to FP32 at
+            intervals; fast accumulation in the others), which a device prices at
+            its ``<kernel>:split_accumulator`` speedup where it states one
+            (:meth:`DeviceEfficiency.pass_speedups
+            <hp_core.specs.timing.DeviceEfficiency.pass_speedups>`). Transformer
+            Engine: ``dgrad`` and ``wgrad`` (``pytorch/module/base.py``
+            ``_2X_ACC_DGRAD``/``_2X_ACC_WGRAD``; ``Float8CurrentScaling``'s
+            ``MMParams``), all three for ``Float8BlockScaling``; torchao:
+            ``dgrad`` and ``wgrad`` (``Float8LinearConfig``'s GEMM configs).
         flags: The trainer flags that select the recipe, per exporter name
             (``{"megatron": ("--fp8-format", "hybrid", ...)}``).
     """
@@ -197,6 +214,7 @@ class PrecisionRecipe:
     quantize_passes: int = attrs.field(default=1, validator=non_negative_int)
     attention_format: str = attrs.field(default="bf16", validator=one_of(tuple(FORMATS)))
     one_copy_architectures: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    split_accumulator: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     flags: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, converter=lambda v: {k: tuple(f) for k, f in dict(v).items()})
 
     def __attrs_post_init__(self) -> None:
@@ -208,6 +226,13 @@ class PrecisionRecipe:
             raise ValueError(f"precision recipe {self.name}: attention_format {self.attention_format!r} needs activations of "
                              f"{needs} (Transformer Engine's attention quantizers follow the recipe's), not "
                              f"{self.activations.format}/{self.activations.scaling}")
+        unknown = [p for p in self.split_accumulator if p not in GEMM_PASS_NAMES]
+        if unknown or len(set(self.split_accumulator)) != len(self.split_accumulator):
+            raise ValueError(f"precision recipe {self.name}: split_accumulator names GEMM passes of {GEMM_PASS_NAMES}, "
+                             f"each once; got {self.split_accumulator!r}")
+        if self.split_accumulator and not self.low_precision:
+            raise ValueError(f"precision recipe {self.name}: quantizes no GEMM operand, so no GEMM accumulates FP8 "
+                             "partial sums (leave split_accumulator empty)")
         dtypes = {o.peak_dtype for o in (self.weights, self.activations, self.gradients) if o.low_precision}
         if len(dtypes) > 1:
             raise ValueError(f"precision recipe {self.name}: its operands run at different peaks {sorted(dtypes)}")

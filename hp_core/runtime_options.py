@@ -21,7 +21,8 @@ which the provenance shows. docs/runtimes.md has each built-in runtime's
 options, generated from these records.
 
 A plugin states its own runtime's options with :func:`trait_option` (a
-:data:`~hp_core.costs.TRAITS` trait on or off; :func:`trait_setter` for a choice that turns one on), :func:`field_option` (one
+:data:`~hp_core.costs.TRAITS` trait on or off; :func:`trait_setter` for a choice that turns one on,
+:func:`trait_chooser` for one whose values each turn on a trait of their own), :func:`field_option` (one
 ``Runtime`` field, or ``precision.<field>``) or a ``RuntimeOption`` with its
 own ``apply``; ``apply`` must be picklable and compare equal by value (a
 module-level function, or a frozen attrs class with ``__call__`` as these
@@ -56,6 +57,7 @@ __all__ = [
     "rederive_precision_fields",
     "runtime_label",
     "runtime_name",
+    "trait_chooser",
     "trait_option",
     "trait_setter",
 ]
@@ -163,6 +165,25 @@ def trait_setter(trait: str, when: Any = True) -> Callable[[Runtime, Any], Runti
     """An option's ``apply`` that turns *trait* on where the option's value is *when* (a choice, or ``False`` for a
     ``bool`` option whose false turns it on) and off for any other value."""
     return _SetTrait(trait, when)
+
+
+@attrs.frozen
+class _ChooseTrait:
+    """``apply`` of :func:`trait_chooser`: equal by value and picklable. The trait the option's value names is turned
+    on, every other trait it names off."""
+
+    traits: tuple[tuple[Any, str], ...]
+
+    def __call__(self, runtime: Runtime, value: Any) -> Runtime:
+        named = {trait for _, trait in self.traits}
+        chosen = {trait for when, trait in self.traits if when == value}
+        return attrs.evolve(runtime, traits=(runtime.traits - named) | chosen)
+
+
+def trait_chooser(traits: Mapping[Any, str]) -> Callable[[Runtime, Any], Runtime]:
+    """An option's ``apply`` for a choice whose values name traits (*traits*: value -> trait): the trait of the
+    value set is turned on and the others named off; a value *traits* does not name turns them all off."""
+    return _ChooseTrait(tuple(traits.items()))
 
 
 @attrs.frozen

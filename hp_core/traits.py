@@ -74,6 +74,12 @@ TRAITS = {
         "apply_rotary_pos_emb: q * cos + rotate_half(q) * sin), not torchtitan's complex multiply: as eager kernels "
         "its backward moves 30 bytes per rotated element to the complex form's 20 (hp_plugins/kit/eager.py)"
     ),
+    "rope_chunk_cat": (
+        "the rotary embedding runs as NeMo AutoModel's chunk-and-concatenate form (nemo_automodel/components/models/"
+        "gpt_oss/layers.py _apply_rotary_emb: q split into halves x1, x2, then cat(x1 cos - x2 sin, x2 cos + x1 sin)), "
+        "not torchtitan's complex multiply: as eager kernels 18 bytes per rotated element forward and 20 backward "
+        "(hp_plugins/kit/eager.py)"
+    ),
     "moe_fake_balanced_gate": (
         "no learned router runs: each token's k routing weights are 1/k and its experts the k consecutive ones "
         "(t k + j) mod E after the t-th token's, so no gating GEMM, no router kernels, no router parameter, and an "

@@ -26,7 +26,7 @@ import attrs
 
 from hp_core.costs import is_switch_name
 from hp_core.errors import ConfigError, SpecError
-from hp_core.precision_recipes import AUTOCAST, GEMM_KERNELS
+from hp_core.precision_recipes import AUTOCAST, GEMM_KERNELS, GEMM_PASS_NAMES, SPLIT_ACCUMULATOR
 from hp_core.specs.gemms import GEMM_PASSES, GemmShapeScale, GemmTable
 from hp_core.specs.overlap import HostOverhead, OverlapSchedule
 
@@ -96,14 +96,19 @@ def _at_least_one(instance: Any, attribute: attrs.Attribute, value: Sourced) -> 
 
 def _speedups(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     for row in value:
-        kernel = row[0].removesuffix(AUTOCAST) if len(row) == 2 and isinstance(row[0], str) else None
+        name = row[0] if len(row) == 2 and isinstance(row[0], str) else None
+        kernel = name.removesuffix(AUTOCAST).removesuffix(SPLIT_ACCUMULATOR) if name is not None else None
         if (len(row) != 2 or kernel not in GEMM_KERNELS or kernel == "bf16" or not isinstance(row[1], Sourced)
                 or not row[1].value > 0):
             raise ValueError(f"{attribute.name}: a row must be (kernel, Sourced speedup > 0) with a kernel of "
-                             f"{GEMM_KERNELS[1:]} (or one with '{AUTOCAST}'); got {row!r}")
+                             f"{GEMM_KERNELS[1:]} (or one with '{AUTOCAST}' or '{SPLIT_ACCUMULATOR}'); got {row!r}")
     kernels = [row[0] for row in value]
     if len(set(kernels)) != len(kernels):
         raise ValueError(f"{attribute.name}: a kernel appears twice")
+    for name in kernels:  # the split-accumulator rate prices the backward passes beside the kernel's own in forward
+        if name.endswith(SPLIT_ACCUMULATOR) and name.removesuffix(SPLIT_ACCUMULATOR) not in kernels:
+            raise ValueError(f"{attribute.name}: {name} needs the kernel's own (fast-accumulation) figure "
+                             f"{name.removesuffix(SPLIT_ACCUMULATOR)!r} beside it")
 
 
 def _sourced(instance: Any, attribute: attrs.Attribute, value: Sourced) -> None:
@@ -187,7 +192,11 @@ class DeviceEfficiency:
             a kernel not listed cannot be priced on the device. A kernel
             named ``<kernel>:autocast`` was measured with its inputs quantized
             in the timed region (quantization included, so none is priced
-            apart), used only where the kernel alone was not measured.
+            apart), used only where the kernel alone was not measured. A kernel
+            named ``<kernel>:split_accumulator`` is its rate with FP8 split
+            accumulation (:data:`~hp_core.precision_recipes.SPLIT_ACCUMULATOR`),
+            which the passes a recipe runs so take (:meth:`pass_speedups`); it
+            needs the kernel's own figure beside it.
     """
 
     architecture: str
@@ -242,6 +251,22 @@ class DeviceEfficiency:
     def autocast_speedup(self, kernel: str) -> float | None:
         """The speedup of *kernel* measured with its quantization included (``<kernel>:autocast``), ``None`` if not stated."""
         return self.gemm_speedup(kernel + AUTOCAST)
+
+    def pass_speedups(self, kernel: str, split_passes: tuple[str, ...] = ()) -> tuple[float, float, float] | None:
+        """*kernel*'s speedup in each GEMM pass (:data:`~hp_core.precision_recipes.GEMM_PASS_NAMES`: fprop, dgrad,
+        wgrad), ``None`` where the entry states no figure of the kernel alone.
+
+        A pass in *split_passes* (:attr:`PrecisionRecipe.split_accumulator
+        <hp_core.precision_recipes.PrecisionRecipe.split_accumulator>`) takes the
+        ``<kernel>:split_accumulator`` figure where the entry states one, the
+        kernel's own (fast-accumulation) figure otherwise: an entry with no
+        separate figure prices the two modes alike (docs/precision.md, "Time").
+        """
+        fast = self.gemm_speedup(kernel)
+        if fast is None:
+            return None
+        split = self.gemm_speedup(kernel + SPLIT_ACCUMULATOR) or fast
+        return tuple(split if name in split_passes else fast for name in GEMM_PASS_NAMES)
 
 
 @attrs.frozen(kw_only=True)
@@ -355,6 +380,9 @@ class TimingProfile:
             in its backward whenever the policy runs.
         eager_elementwise: Each elementwise op is its own kernel (eager PyTorch): a layer that counts its own
             :attr:`~hp_core.costs.LayerWork.eager_accesses_per_flop` is priced at it, the rest at the profile's figure.
+        eager_rotary: The rotary position embedding runs as eager kernels whatever the other elementwise ops do (a
+            trainer whose other elementwise ops are fused applies RoPE with eager PyTorch ops): every layer's
+            rotation is priced at its counted :attr:`~hp_core.costs.LayerWork.rotary_eager_bytes`.
         fsdp1_units: The trainer runs torch FSDP1, each body layer a unit taking the device's
             :attr:`DeviceEfficiency.fsdp1_unit_seconds` once per micro-batch (a device stating none is refused).
         unlisted_reason: Why :attr:`devices` lists only some architectures and no ``"*"`` (a runtime option whose
@@ -387,6 +415,7 @@ class TimingProfile:
     alternate_matmul_recompute: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset, validator=_switch_names)
     alternate_policy_recomputes: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset, validator=_switch_names)
     eager_elementwise: bool = False
+    eager_rotary: bool = False
     fsdp1_units: bool = False
     optimizer_grad_bytes: Sourced | None = None
     unlisted_reason: str | None = None

@@ -234,14 +234,16 @@ class LayerBuilder:
 
         Elementwise work: :data:`ROPE_OPS` per rotated element, which eager kernels move as
         :data:`~hp_plugins.kit.eager.EAGER_ROPE_BYTES` counts (transformers' ``rotate_half`` form under the
-        ``rope_rotate_half`` trait, else torchtitan's complex multiply) and fused ones at the profile's figure
+        ``rope_rotate_half`` trait, NeMo AutoModel's ``chunk_cat`` under ``rope_chunk_cat``, else torchtitan's
+        complex multiply) and fused ones at the profile's figure
         (read and write: 2 accesses an element). A head rotated in part has its other channels copied into
         the output, read and written each way (Transformer Engine's fused kernel "copies the rest",
         ``fused_rope.cu`` at v2.11; transformers and Megatron-Core concatenate them back).
         """
         elements = self.x.tokens * heads * rotated
         ops = ROPE_OPS * elements
-        forward, backward = EAGER_ROPE_BYTES["rotate_half" if "rope_rotate_half" in self.x.traits else "complex"]
+        form = next((f for f in ("rotate_half", "chunk_cat") if f"rope_{f}" in self.x.traits), "complex")
+        forward, backward = EAGER_ROPE_BYTES[form]
         self.elementwise += ops
         self.count_eager(ops, forward / ROPE_OPS)
         self.rotary_ops += ops

@@ -18,8 +18,15 @@ Counted per element, bf16 activations (2 bytes), fp32 where torch upcasts:
   ``-x2`` on half the width 1+1, ``cat((-x2, x1))`` 2+2, ``* sin`` 2+2, the add 2+2+2: 20 bytes; its backward
   multiplies the gradient by ``cos`` 2+2 and by ``sin`` 2+2, negates half 1+1, runs two ``slice_backward``, each
   a zero fill of the whole width 2 and a copy of its half 1+1, and adds the three gradients of q into one, two
-  adds of 2+2+2: 30 bytes). The position tables (cos and sin, ``freqs_cis``) are read per token, not per q/k
-  element, and are left out. Measured: ``python benchmarks/count_eager_rope_bytes.py``.
+  adds of 2+2+2: 30 bytes); NeMo AutoModel's chunk-and-concatenate form (``nemo_automodel/components/models/
+  gpt_oss/layers.py`` ``_apply_rotary_emb`` at NVIDIA-NeMo/Automodel@8d9bfb90e, its Qwen3 MoE and GPT-OSS models':
+  ``torch.chunk`` into halves ``x1``, ``x2`` launches nothing, then on half the width ``x1 * cos`` 1+1,
+  ``x2 * sin`` 1+1, their difference 1+1+1, ``x2 * cos`` 1+1, ``x1 * sin`` 1+1, their sum 1+1+1, and ``cat`` of
+  the two halves 1+1+2: 18 bytes; its backward negates the first half's gradient for the difference 1+1,
+  multiplies the two halves' gradients by ``cos`` and ``sin`` four times 4 x (1+1), adds the two gradients of
+  each half 2 x (1+1+1) and concatenates them (the chunk's backward) 1+1+2: 20 bytes). The position tables (cos
+  and sin, ``freqs_cis``, and their casts) are read per token, not per q/k element, and are left out. Measured:
+  ``python benchmarks/count_eager_rope_bytes.py``.
 
 Not counted (the layer then states none and the profile's figure prices it): LayerNorm, ``rmsnorm_fp32_weight``,
 a softcap, attention sinks, gated attention, DeltaNet, SSM and clamped SwiGLU ops. The attention-core softmax, full
@@ -35,5 +42,5 @@ RESIDUAL_BYTES = 6
 EAGER_ACT_BYTES = {"silu": 4, "swish": 4, "gelu": 4, "gelu_new": 4, "gelu_pytorch_tanh": 4, "relu": 4, "relu2": 8}
 GATE_PRODUCT_BYTES = 6
 # (forward, backward) bytes per rotated element of q and k, by the trainer's form (the ``rope_rotate_half`` trait:
-# transformers'; else torchtitan's complex multiply).
-EAGER_ROPE_BYTES = {"complex": (20, 20), "rotate_half": (20, 30)}
+# transformers'; ``rope_chunk_cat``: NeMo AutoModel's; else torchtitan's complex multiply).
+EAGER_ROPE_BYTES = {"complex": (20, 20), "rotate_half": (20, 30), "chunk_cat": (18, 20)}

@@ -64,7 +64,15 @@ from hp_core.precision_recipes import GemmOperand, PrecisionRecipe
 __all__ = ["RECIPES", "hp_precision_recipes"]
 
 _TE = "Transformer Engine 2.x (common/recipe/__init__.py, pytorch/module/linear.py) under Megatron-LM"
-_TE_MEMORY = dict(saved_input="quantized", weight_copies=2, cache_weights=True, tp_gather=True)
+# Transformer Engine's GEMMs accumulate FP8 partial sums with split accumulation in the input- and weight-gradient
+# GEMMs, fast in the forward: pytorch/module/base.py _2X_ACC_FPROP = False, _2X_ACC_DGRAD = _2X_ACC_WGRAD = True (since
+# 2022), which module/linear.py overrides only by a recipe's fp8_gemm_* MMParams (Float8CurrentScaling: False, True,
+# True; Float8BlockScaling: True in all three, asserted). torchao's Float8LinearConfig likewise for both recipes
+# (torchao/float8/config.py: gemm_config_output use_fast_accum=True, gemm_config_grad_input and gemm_config_grad_weight
+# the default False).
+_BACKWARD_SPLIT = ("dgrad", "wgrad")
+_TE_MEMORY = dict(saved_input="quantized", weight_copies=2, cache_weights=True, tp_gather=True,
+                  split_accumulator=_BACKWARD_SPLIT)
 # Per-tensor FP8 under TE: one tensor serves both usages where FP8 GEMMs run in any layout (module docstring).
 _TE_PER_TENSOR = dict(_TE_MEMORY, one_copy_architectures=("blackwell",))
 
@@ -101,7 +109,8 @@ RECIPES = (
         description="FP8 blockwise scaling (DeepSeek-V3): 1x128 activations and gradients, 128x128 weights, fp32 scales",
         source=f"{_TE}: Float8BlockScaling(fp8_format=E4M3); --fp8-format e4m3 --fp8-recipe blockwise",
         weights=GemmOperand("e4m3", "block_128x128"), activations=GemmOperand("e4m3", "block_1x128"),
-        gradients=GemmOperand("e4m3", "block_1x128"), quantize_passes=1, **_TE_MEMORY,
+        gradients=GemmOperand("e4m3", "block_1x128"), quantize_passes=1,
+        **dict(_TE_MEMORY, split_accumulator=("fprop", "dgrad", "wgrad")),
         flags={"megatron": ("--fp8-format", "e4m3", "--fp8-recipe", "blockwise")},
     ),
     PrecisionRecipe(
@@ -152,7 +161,7 @@ RECIPES = (
         # hands the gathered linear layers a float8 input, which torchao keeps: saved_input_under_tp "quantized".
         gradients=GemmOperand("e5m2", "tensor_current"), saved_input="compute", saved_input_under_tp="quantized",
         param_gather="cast", tp_gather=True,
-        quantize_passes=2,
+        quantize_passes=2, split_accumulator=_BACKWARD_SPLIT,
         flags={"torchtitan": ("--model.converters", "quantize.linear.float8",
                               "--quantize.linear.float8.enable_fsdp_float8_all_gather",
                               "--quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp")},
@@ -162,7 +171,7 @@ RECIPES = (
         description="torchao float8 rowwise (torchtitan): E4M3 with one fp32 scale per row, no float8 all-gather",
         # No float8 TP gather: torchtitan applies its plain TP plan to rowwise recipes (module docstring).
         source="torchao float8/float8_linear.py and torchtitan docs/float8.md: --quantize.linear.float8.recipe_name rowwise",
-        **_same("e4m3", "rowwise"), saved_input="compute", quantize_passes=1,
+        **_same("e4m3", "rowwise"), saved_input="compute", quantize_passes=1, split_accumulator=_BACKWARD_SPLIT,
         flags={"torchtitan": ("--model.converters", "quantize.linear.float8", "--quantize.linear.float8.recipe_name",
                               "rowwise")},
     ),

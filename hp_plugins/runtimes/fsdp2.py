@@ -36,7 +36,12 @@ from hp_plugins.kit.op_sac import OP_SAC_SWITCHES
 from hp_plugins.runtimes.flex_attention import FLEX, FLEX_BLOCK_TOKENS
 from hp_plugins.runtimes.fsdp2_points import Fsdp2Points
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
-from hp_plugins.runtimes.time_options import elementwise_kernels_option, ep_all_to_all_option, rope_implementation_option
+from hp_plugins.runtimes.time_options import (
+    elementwise_kernels_option,
+    ep_all_to_all_option,
+    rope_implementation_option,
+    rope_kernels_option,
+)
 from hp_plugins.runtimes.torchtitan_moe import moe_permutation_option
 from hp_plugins.runtimes.tp_plans import TP_PLANS
 from hp_plugins.runtimes.timing_profiles import FSDP2, HOPPER_CUDNN, TRITON_FLASH
@@ -149,7 +154,14 @@ OPTIONS = (
         "Engine's fused RMSNorm"),
     rope_implementation_option(
         "torchtitan/models/llama3/model/model.py apply_rotary_emb (pytorch/torchtitan@0cfbd0b3); transformers "
-        "models/llama/modeling_llama.py apply_rotary_pos_emb and rotate_half (5.24.0); counted in hp_plugins/kit/eager.py"),
+        "models/llama/modeling_llama.py apply_rotary_pos_emb and rotate_half (5.24.0); NeMo AutoModel "
+        "nemo_automodel/components/models/gpt_oss/layers.py _apply_rotary_emb (NVIDIA-NeMo/Automodel@8d9bfb90e); "
+        "counted in hp_plugins/kit/eager.py"),
+    rope_kernels_option(
+        "NeMo AutoModel at NVIDIA-NeMo/Automodel@8d9bfb90e: nemo_automodel/components/models/qwen3_moe/layers.py and "
+        "gpt_oss/layers.py apply RoPE with _apply_rotary_emb (eager torch ops; BackendConfig in "
+        "nemo_automodel/components/moe/utils.py has no RoPE fusion; BackendConfig.rope_fusion, Transformer Engine's "
+        "fused RoPE, came with 3e2390474)"),
     RuntimeOption(
         "moe_gate", "choice", "learned",
         "the MoE router: learned (the model's gate: its gating GEMM and router kernels, tokens taken as routed "

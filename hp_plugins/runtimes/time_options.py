@@ -1,6 +1,7 @@
 """Runtime options that change how a step is timed, shared by the built-in runtimes: how elementwise ops run
-(eager kernels or fused) and which eager form the rotary embedding takes, which library runs the expert-parallel
-all-to-all (NCCL, DeepEP or HybridEP) and what the trainer replays from CUDA graphs (the host floor's scope).
+(eager kernels or fused), which eager form the rotary embedding takes and whether it runs eager where the rest is
+fused, which library runs the expert-parallel all-to-all (NCCL, DeepEP or HybridEP) and what the trainer replays
+from CUDA graphs (the host floor's scope).
 
 Each is a :class:`~hp_core.runtime_options.RuntimeOption` whose ``apply`` changes the runtime's timing
 profile or its traits (docs/time.md, "Eager kernels, op-level SAC and DeepEP").
@@ -10,12 +11,13 @@ from __future__ import annotations
 
 import attrs
 
-from hp_core.runtime_options import RuntimeOption, trait_setter
+from hp_core.runtime_options import RuntimeOption, trait_chooser
 from hp_core.specs.overlap import CUDA_GRAPH_SCOPES
 from hp_core.types import Runtime
 from hp_plugins.runtimes.timing_profiles import EAGER_ACCESSES, FUSED_ACCESSES
 
-__all__ = ["cuda_graphs_option", "ep_all_to_all_option", "elementwise_kernels_option", "rope_implementation_option"]
+__all__ = ["cuda_graphs_option", "ep_all_to_all_option", "elementwise_kernels_option", "rope_implementation_option",
+           "rope_kernels_option"]
 
 @attrs.frozen
 class _Elementwise:
@@ -40,14 +42,38 @@ def elementwise_kernels_option(default: str, source: str) -> RuntimeOption:
 
 
 def rope_implementation_option(source: str) -> RuntimeOption:
-    """``rope_implementation``: the eager form of the rotary embedding, ``complex`` (the default) or ``rotate_half``."""
+    """``rope_implementation``: the eager form of the rotary embedding, ``complex`` (the default), ``rotate_half`` or
+    ``chunk_cat``."""
     return RuntimeOption(
         "rope_implementation", "choice", "complex",
-        "the rotary embedding's eager kernels (elementwise_kernels=eager; fused kernels read and write each rotated "
-        "q/k element once each way whichever): complex (torchtitan's apply_rotary_emb, an fp32 complex multiply: 20 "
-        "bytes per rotated element forward, 20 backward) or rotate_half (transformers' apply_rotary_pos_emb: 20 "
-        "forward, 30 backward: the slices' gradients are zero-filled and the three gradients of q and k added)",
-        source, trait_setter("rope_rotate_half", "rotate_half"), choices=("complex", "rotate_half"),
+        "the rotary embedding's eager kernels (elementwise_kernels=eager or rope_kernels=eager; fused kernels read and "
+        "write each rotated q/k element once each way whichever): complex (torchtitan's apply_rotary_emb, an fp32 "
+        "complex multiply: 20 bytes per rotated element forward, 20 backward), rotate_half (transformers' "
+        "apply_rotary_pos_emb: 20 forward, 30 backward: the slices' gradients are zero-filled and the three gradients "
+        "of q and k added) or chunk_cat (NeMo AutoModel's _apply_rotary_emb: halves multiplied, added and "
+        "concatenated back in bf16: 18 forward, 20 backward)",
+        source, trait_chooser({"rotate_half": "rope_rotate_half", "chunk_cat": "rope_chunk_cat"}),
+        choices=("complex", "rotate_half", "chunk_cat"),
+    )
+
+
+@attrs.frozen
+class _RopeKernels:
+    """``rope_kernels``: sets the timing profile's ``eager_rotary``."""
+
+    def __call__(self, runtime: Runtime, value: str) -> Runtime:
+        return attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, eager_rotary=value == "eager"))
+
+
+def rope_kernels_option(source: str) -> RuntimeOption:
+    """``rope_kernels``: ``as_elementwise`` (the default: as elementwise_kernels says) or ``eager``."""
+    return RuntimeOption(
+        "rope_kernels", "choice", "as_elementwise",
+        "how the rotary embedding runs: as_elementwise (eager or fused as elementwise_kernels says) or eager (its own "
+        "eager kernels in rope_implementation's form, the bytes that form counts each way, even where "
+        "elementwise_kernels=fused: a trainer whose norms and other elementwise ops are fused but whose model applies "
+        "RoPE with eager PyTorch ops, as NeMo AutoModel's MoE models did before its rope_fusion)",
+        source, _RopeKernels(), choices=("as_elementwise", "eager"),
     )
 
 

@@ -74,6 +74,7 @@ import attrs
 from hp_core.specs.overlap import OverlapSchedule
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
 from hp_plugins.hardware import gemm_b200, gemm_h100
+from hp_plugins.runtimes.gemm_speedups import BLACKWELL_SPEEDUPS, HOPPER_SPEEDUPS
 from hp_plugins.runtimes.host import MEGATRON_HOST, ROUTER_H200
 from hp_plugins.runtimes.whole_run import (FSDP1_UNIT_SECONDS, MPT_CALIBRATION, TRITON_FLASH_FACTORS,
                                            WHOLE_RUN_MATMUL_FACTORS, fitted_matmul, fsdp1_unit, mpt_fit)
@@ -102,24 +103,6 @@ _STAS_H200 = ("stas00/ml-engineering@744d01e network/README.md, SHARP: nccl-test
 B200_GEMMS = gemm_b200.gemm_table()
 # Hopper's dense GEMMs by shape, relative to the largest measured (OpenXLA's sm_90 table; docs/time.md).
 H100_GEMM_SHAPE = gemm_h100.shape_scale()
-
-# Transformer Engine's GEMM benchmark (benchmarks/gemm/benchmark_gemm.py) as its tutorial
-# docs/examples/gemm_profiling/gemm_profiling.rst publishes it (TransformerEngine@d0067d0, read 2026-11-30):
-# a 5B model (hidden 4096, intermediate 16384, 15,872 tokens), per-layer time of its 12 GEMMs
-# (4 Fprop + 4 Dgrad + 4 Wgrad), "--pre-quantize": the kernels alone, inputs already quantized.
-_TE_GEMMS = "Transformer Engine docs/examples/gemm_profiling/gemm_profiling.rst (TransformerEngine@d0067d0), pre-quantized"
-_BLACKWELL_SPEEDUPS = (
-    ("fp8_tensorwise", Sourced(1.923, f"{_TE_GEMMS} on B300: BF16 13.102 ms / FP8CurrentScaling 6.812 ms per layer "
-                                       "(B300, the B200's FP8:BF16 dense peak ratio of 2)")),
-    ("mxfp8", Sourced(1.830, f"{_TE_GEMMS} on B300: BF16 13.102 ms / MXFP8 7.161 ms per layer")),
-)
-_HOPPER_SPEEDUPS = (
-    ("fp8_tensorwise", Sourced(1.905, f"{_TE_GEMMS} on H200 NVL: BF16 31.968 ms / FP8CurrentScaling 16.785 ms per layer")),
-    # Blockwise FP8 has no pre-quantized Hopper figure ("Hopper's cuBLAS does not support" the pre-quantized
-    # 2D-by-2D block-scaled inputs); the autocast run times the quantization with the GEMMs.
-    ("fp8_blockwise:autocast", Sourced(1.399, f"{_TE_GEMMS.replace(', pre-quantized', '')} on H200 NVL, autocast mode "
-                                              "(quantization included): BF16 32.014 ms / FP8Block 22.882 ms per layer")),
-)
 
 BLACKWELL = DeviceEfficiency(
     architecture="blackwell",
@@ -187,7 +170,7 @@ BLACKWELL = DeviceEfficiency(
         "and the benchmark's own accumulation into its input's .grad (30.6 us)"
     ),
     gemm_table=B200_GEMMS,
-    gemm_speedups=_BLACKWELL_SPEEDUPS,
+    gemm_speedups=BLACKWELL_SPEEDUPS,
 )
 
 # Hopper's figures as the kernels measure alone; HOPPER, below, divides its matmul by the whole-run GEMM factor.
@@ -230,7 +213,7 @@ HOPPER_KERNELS = DeviceEfficiency(
         "and the benchmark's own accumulation into its input's .grad (30.6 us)"
     ),
     gemm_shape=H100_GEMM_SHAPE,
-    gemm_speedups=_HOPPER_SPEEDUPS,
+    gemm_speedups=HOPPER_SPEEDUPS,
 )
 
 AMPERE = DeviceEfficiency(

@@ -196,3 +196,66 @@ def test_an_autocast_speedup_names_a_known_kernel():
     assert ok.autocast_speedup("mxfp8") == 1.5 and ok.gemm_speedup("mxfp8") is None
     with pytest.raises(ValueError, match="or one with ':autocast'"):
         DeviceEfficiency(architecture="x", gemm_speedups=(("int8:autocast", Sourced(1.5, "test")),), **fields)
+
+
+# ----------------------------------------------------------------------------- split accumulation
+
+def test_the_backward_gemms_take_hoppers_split_accumulator_rate(registry):
+    """TE runs dgrad and wgrad with FP8 split accumulation and the forward fast (module/base.py _2X_ACC_*); Hopper's
+    entry states the fast rate (TE's benchmark, 1.905) and the split one (1402.6 / 794.5 TFLOP/s on one H100 SXM, MAMF):
+    the forward GEMMs take the first, the backward ones the second. Blackwell states no split figure: one rate."""
+    timing = registry.runtime("megatron").timing
+    hopper, blackwell = timing.device("hopper"), timing.device("blackwell")
+    h100, b200 = registry.hardware_preset("h100-sxm").spec, registry.hardware_preset("b200").spec
+    current = registry.precision_recipe("fp8-current")
+    assert current.split_accumulator == ("dgrad", "wgrad")
+    assert hopper.pass_speedups("fp8_tensorwise", current.split_accumulator) == (1.905, 1.7654, 1.7654)
+    assert round(1402.6 / 794.5, 4) == 1.7654
+    rates = _recipe_rates(current, hopper, timing, h100, 2)
+    assert (rates["gemm_speedup"], rates["gemm_speedup_backward"]) == (1.905, pytest.approx(1.7654))
+    rates = _recipe_rates(current, blackwell, timing, b200, 2)
+    assert (rates["gemm_speedup"], rates["gemm_speedup_backward"]) == (1.923, pytest.approx(1.923))
+    # One backward pass split, the other fast: the backward's two halves at their own rates.
+    wgrad_only = attrs.evolve(current, name="wgrad-only", split_accumulator=("wgrad",))
+    rates = _recipe_rates(wgrad_only, hopper, timing, h100, 2)
+    assert rates["gemm_speedup_backward"] == pytest.approx(2 / (1 / 1.905 + 1 / 1.7654))
+    # torchao: the output GEMM fast, the two gradient GEMMs not (Float8LinearConfig's gemm configs).
+    assert registry.precision_recipe("torchao-float8-tensorwise").split_accumulator == ("dgrad", "wgrad")
+    assert registry.precision_recipe("fp8-blockwise").split_accumulator == ("fprop", "dgrad", "wgrad")
+
+
+def test_a_layer_s_fp8_gemms_by_pass_by_hand():
+    """A layer with no compute-dtype GEMM: forward matmul seconds over the forward speedup, backward over the backward's."""
+    import types
+
+    from hp_core.costs import LayerWork
+    from hp_core.engine.timing.layer import _low_precision_seconds
+
+    rates = types.SimpleNamespace(gemm_speedup=1.905, gemm_speedup_backward=1.7654, quant_input_fwd=0.0,
+                                  quant_input_bwd=0.0, quant_grad=0.0, quant_weight=0.0, memory=1.0)
+    work = LayerWork(gemms=((4096, 4096, 4096),))
+    dense = 2.0 * 4096 ** 3
+    fwd, bwd, q_fwd, q_bwd = _low_precision_seconds(dense, 0.0, work, rates, 0.3, 0.6)
+    assert fwd == pytest.approx(0.3 / 1.905) and bwd == pytest.approx(0.6 / 1.7654)
+    assert q_fwd == q_bwd == 0.0
+
+
+def test_split_accumulator_statements_are_checked():
+    from hp_core.precision_recipes import GemmOperand, PrecisionRecipe
+    from hp_core.specs.timing import DeviceEfficiency, Sourced
+
+    e4m3 = GemmOperand("e4m3", "tensor_current")
+    with pytest.raises(ValueError, match="split_accumulator names GEMM passes"):
+        PrecisionRecipe(name="x", description="x", source="x", weights=e4m3, activations=e4m3, gradients=e4m3,
+                        split_accumulator=("backward",))
+    with pytest.raises(ValueError, match="quantizes no GEMM operand"):
+        PrecisionRecipe(name="x", description="x", source="x", split_accumulator=("dgrad",))
+    fields = {f.name: Sourced(0.5, "test") for f in attrs.fields(DeviceEfficiency)
+              if f.name not in ("architecture",) and f.default is attrs.NOTHING}
+    fields["grouped_half_rows"] = Sourced(100, "test")
+    with pytest.raises(ValueError, match="needs the kernel's own"):
+        DeviceEfficiency(architecture="x", gemm_speedups=(("mxfp8:split_accumulator", Sourced(1.5, "test")),), **fields)
+    both = DeviceEfficiency(architecture="x", gemm_speedups=(("mxfp8", Sourced(1.8, "test")),
+                                                             ("mxfp8:split_accumulator", Sourced(1.5, "test"))), **fields)
+    assert both.pass_speedups("mxfp8", ("fprop",)) == (1.5, 1.8, 1.8)
+    assert both.pass_speedups("nvfp4") is None

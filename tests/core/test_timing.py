@@ -734,6 +734,31 @@ def test_moe_router_kernels_scale_with_routed_tokens_times_experts():
     assert forward == pytest.approx(6e-4) and backward == pytest.approx(1e-4)
 
 
+def test_a_rotary_embedding_run_eager_alone_moves_its_counted_bytes_in_place_of_the_fused_figure():
+    """TimingProfile.eager_rotary (fsdp2's rope_kernels=eager): the rest of the layer's elementwise ops as before."""
+    from hp_core.costs import Flops, LayerCost, LayerWork
+    from hp_core.engine.timing.layer import _layer_time
+
+    # 10 M elementwise ops, 4 M of them a rotary embedding (1 M rotated elements, 4 ops each) whose eager kernels move
+    # 18 MB forward and 20 MB backward. The toy profile: 0.5 accesses of 2 bytes per op, a backward factor of 2,
+    # HBM at 1e12 x 0.5 = 5e11 B/s.
+    cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0, forward=Flops(elementwise_flops=10e6))
+    work = LayerWork(rotary_flops=4e6, rotary_eager_bytes=(18e6, 20e6))
+    fused = _layer_time(cost, work, False, frozenset(), _toy_rates())
+    # Fused: 10 MB forward; backward 2 x 6 MB for the other ops and the inverse rotation's 4 MB once.
+    assert fused.forward_seconds == pytest.approx(10e6 / 5e11) and fused.backward_seconds == pytest.approx(16e6 / 5e11)
+    eager = _layer_time(cost, work, False, frozenset(), attrs.evolve(_toy_rates(), eager_rotary=True))
+    # The rotation alone eager: 6 MB + 18 MB forward; 2 x 6 MB + 20 MB backward.
+    assert eager.forward_seconds == pytest.approx(24e6 / 5e11) and eager.backward_seconds == pytest.approx(32e6 / 5e11)
+    # A layer with no rotation is priced alike either way.
+    plain = LayerWork()
+    assert _layer_time(cost, plain, False, frozenset(), attrs.evolve(_toy_rates(), eager_rotary=True)) == \
+        _layer_time(cost, plain, False, frozenset(), _toy_rates())
+    # A layer stating the rotation's ops but not its eager bytes cannot be priced eager: refused, not priced at zero.
+    with pytest.raises(ConfigError, match=r"\$\.runtime\.options\.rope_kernels: .*rotary_eager_bytes"):
+        _layer_time(cost, LayerWork(rotary_flops=4e6), False, frozenset(), attrs.evolve(_toy_rates(), eager_rotary=True))
+
+
 # ----------------------------------------------------------------------------- GEMM efficiency by shape
 
 

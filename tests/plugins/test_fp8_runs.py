@@ -64,8 +64,8 @@ def test_precision_page_prose_states_the_table_s_figures():
     found = [r for r in _module().results() if r["hardware"] != "gb200"]  # the GB200 rows: their own test below
     prose = _prose(_page())
     speedups = [round(r["bf16_seconds"] / r["estimated_seconds"], 2) for r in found]
-    assert f"is {min(speedups):.2f}-{max(speedups):.2f} (above 1.5 on five rows," in prose
-    assert sum(s > 1.5 for s in speedups) == 5
+    assert f"is {min(speedups):.2f}-{max(speedups):.2f} (above 1.5 on four rows," in prose
+    assert sum(s > 1.5 for s in speedups) == 4
     h100 = [r for r in found if r["id"].startswith("mb") and r["hardware"] == "h100-sxm"]
     b200 = [r for r in found if r["hardware"] == "b200"]
     nemo70 = next(r for r in found if r["id"] == "nemo24.07-h100-llama3-70b-fp8")
@@ -769,7 +769,9 @@ def test_precision_page_dgxc_tables_are_current_and_the_prose_states_their_figur
         groups.setdefault((r["container"], r["model"], r["row"]["pp"], layers), []).append(r)
     assert all(max(r["estimated_seconds"] for r in g) / min(r["estimated_seconds"] for r in g) < 1.01 for g in groups.values())
     worst = [by_id["dgxc24.05-h100-gpt3-175b-fp8-1024g"]["error"], by_id["dgxc24.09-h100-llama3.1-405b-fp8-2304g"]["error"]]
-    assert f"those rows carry the largest errors: {worst[0]:+.1%} and {worst[1]:+.1%}" in prose
+    assert worst[0] == min(r["error"] for r in found)
+    assert worst[1] == min(r["error"] for r in found if r["model"] == "llama3-405b")
+    assert f"those rows carry the largest errors of their models: {worst[0]:+.1%} and {worst[1]:+.1%}" in prose
     # What the FP8 gather moves: hp's figures as run against fp8-delayed's bf16 gather.
     moved = [r["estimated_seconds"] / r["bf16_gather_seconds"] - 1 for r in found]
     bf16_gathered = sum(abs(r["bf16_gather_error"]) for r in found) / len(found)
@@ -797,12 +799,18 @@ def _nemotron_prose(prose: str, rows: list[dict], others: list[dict], dgxc, regi
     assert (f"{within} of the 35 are within 10%** (mean absolute error {mae(rows):.1%}, {min(r['error'] for r in rows):+.1%} to "
             f"{max(r['error'] for r in rows):+.1%}) and the BF16 twins within {max(abs(r['bf16_error']) for r in rows):.1%} "
             f"(mean absolute error {mae(rows, 'bf16_error'):.1%})") in prose
-    # Too fast on every row but one, NeMo 25.02.01's 340B on 256 GPUs, at +0.2% (+0.0% before rotary embeddings were
-    # priced, docs/time.md "Rotary position embedding"; -0.6% before Hopper's GEMMs were priced by shape, docs/time.md
-    # "Hopper GEMMs by shape"); hp's FP8 speedup above the measured one on every row.
+    # Priced slow: NeMo 25.02.01's four 340B rows, whose BF16 twins are slow too, and NeMo 24.12's 15B on 16 GPUs (only
+    # NeMo 25.02.01's 340B on 256 GPUs, at +0.2%, before the backward GEMMs took Hopper's split-accumulator rate,
+    # docs/precision.md "Time"); hp's FP8 speedup above the measured one on every row.
     slow = [r for r in rows if r["error"] >= 0]
-    assert [r["id"] for r in slow] == ["dgxc25.02.01-h100-nemotron4-340b-fp8-256g"] and slow[0]["error"] < 0.0025
-    assert f"on 256 GPUs, {slow[0]['error']:+.1%};" in prose
+    fifteen_16 = "dgxc24.12-h100-nemotron4-15b-fp8-16g"
+    nemo2_340 = [r for r in slow if r["id"] != fifteen_16]
+    assert {r["id"] for r in slow} - {r["id"] for r in nemo2_340} == {fifteen_16}
+    assert len(nemo2_340) == 4 and all(r["id"].startswith("dgxc25.02.01-h100-nemotron4-340b") for r in nemo2_340)
+    assert (f"30 rows are priced too fast and five slow: NeMo 25.02.01's four 340B rows "
+            f"({min(r['error'] for r in nemo2_340):+.1%} to {max(r['error'] for r in nemo2_340):+.1%}, their BF16 twins "
+            f"{min(r['bf16_error'] for r in nemo2_340):+.1%} to {max(r['bf16_error'] for r in nemo2_340):+.1%}) and NeMo 24.12's "
+            f"15B on 16 GPUs, {next(r for r in slow if r['id'] == fifteen_16)['error']:+.1%};") in prose
     assert all(r["speedup_gap"] > 0 for r in rows)
     assert (f"({span(rows, 'estimated_speedup', '.2f')} against {span(rows, 'measured_speedup', '.2f')})") in prose
     # The per-rank first MLP GEMM (ungated: h to FFN / TP) from each model and layout, as the page states it (15B the same
@@ -921,9 +929,9 @@ def _grok_prose(prose: str, rows: list[dict]) -> None:
             f"{span(nemo1, 'measured_speedup', '.2f')} (hp's {min(r['speedup_gap'] for r in nemo1):.1%} to "
             f"{max(r['speedup_gap'] for r in nemo1):.1%} above it)") in prose
     worst = sorted(rows, key=lambda r: r["error"])[:2]
-    assert [r["id"] for r in worst] == ["dgxc24.12-h100-grok1-314b-fp8-64g", "dgxcdev-h100-grok1-314b-fp8-8g"]
-    assert (f"The largest errors, {worst[0]['error']:+.1%} and {worst[1]['error']:+.1%} (24.12 on 64 GPUs and the dev image's "
-            f"2-layer proxy on 8), are on rows whose BF16 twins are among the furthest too fast ({worst[0]['bf16_error']:+.1%} "
+    assert [r["id"] for r in worst] == ["dgxcdev-h100-grok1-314b-fp8-8g", "dgxc24.12-h100-grok1-314b-fp8-64g"]
+    assert (f"The largest errors, {worst[0]['error']:+.1%} and {worst[1]['error']:+.1%} (the dev image's 2-layer proxy on 8 "
+            f"and 24.12 on 64 GPUs), are on rows whose BF16 twins are among the furthest too fast ({worst[0]['bf16_error']:+.1%} "
             f"and {worst[1]['bf16_error']:+.1%})") in prose
     # Those twins are the most negative and one of the two next most negative of the 17 NeMo 1.0 twins.
     assert all(r["bf16_error"] in sorted(x["bf16_error"] for x in nemo1)[:3] for r in worst)

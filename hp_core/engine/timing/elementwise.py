@@ -6,15 +6,17 @@ backward ``elementwise_backward_factor`` times that, except a rotary position em
 rotation: Transformer Engine's fused kernel reads the output gradient and writes the input gradient as its
 forward reads the input and writes the output (``transformer_engine/common/fused_rope/fused_rope.cu``
 ``fused_rope_block_forward`` and ``fused_rope_block_backward`` at v2.11), and eager kernels move what
-:mod:`hp_plugins.kit.eager` counts each way.
+:mod:`hp_plugins.kit.eager` counts each way: with the layer's other elementwise ops (eager kernels counted by
+the layer) or on their own (``TimingProfile.eager_rotary``: RoPE run eager where the rest is fused).
 """
 
 from __future__ import annotations
 
 from hp_core.costs import LayerWork
 from hp_core.engine.timing.rates import _Rates
+from hp_core.errors import ConfigError
 
-__all__ = ["el_bytes_per_flop", "rotary_seconds"]
+__all__ = ["el_bytes_per_flop", "elementwise_seconds"]
 
 
 def _counted_eager(work: LayerWork, r: _Rates) -> bool:
@@ -29,16 +31,33 @@ def el_bytes_per_flop(work: LayerWork, r: _Rates) -> float:
     return r.el_bytes_per_flop
 
 
-def rotary_seconds(work: LayerWork, r: _Rates, bytes_per_flop: float) -> tuple[float, float]:
-    """Forward and backward seconds of the layer's rotary embedding, part of its elementwise time.
+def elementwise_seconds(work: LayerWork, r: _Rates, flops: float) -> tuple[float, float, float]:
+    """Forward seconds of the layer's *flops* elementwise ops, then of its rotary embedding's share of them, forward
+    and backward.
 
-    Eager kernels counted by the layer move its ``rotary_eager_bytes``; otherwise (fused kernels, or an eager
-    layer that counts none) its ops move *bytes_per_flop* each, the same forward and backward.
+    Eager kernels counted by the layer move its ``rotary_eager_bytes``, whose forward is part of the layer's
+    counted figure; the rotation alone run eager (``TimingProfile.eager_rotary``) moves them in place of the
+    profile's figure for its ops; otherwise (fused kernels, or an eager layer that counts none) its ops move the
+    layer's bytes per op, the same forward and backward.
+
+    Raises:
+        ConfigError: The rotation alone is to run eager and the layer states its ops but not its eager bytes.
     """
+    bytes_per_flop = el_bytes_per_flop(work, r)
+    forward = flops * bytes_per_flop / r.memory
     if not work.rotary_flops:
-        return 0.0, 0.0
+        return forward, 0.0, 0.0
     if _counted_eager(work, r):
-        forward, backward = work.rotary_eager_bytes
+        rot_fwd, rot_bwd = work.rotary_eager_bytes
+    elif r.eager_rotary:
+        rot_fwd, rot_bwd = work.rotary_eager_bytes
+        if not rot_fwd or not rot_bwd:
+            raise ConfigError(
+                "$.runtime.options.rope_kernels",
+                "a layer states a rotary embedding (LayerWork.rotary_flops) but not the bytes its eager kernels move "
+                "(LayerWork.rotary_eager_bytes), so its eager rotation cannot be priced; its plugin must state them",
+            )
+        forward += (rot_fwd - work.rotary_flops * bytes_per_flop) / r.memory
     else:
-        forward = backward = work.rotary_flops * bytes_per_flop
-    return forward / r.memory, backward / r.memory
+        rot_fwd = rot_bwd = work.rotary_flops * bytes_per_flop
+    return forward, rot_fwd / r.memory, rot_bwd / r.memory

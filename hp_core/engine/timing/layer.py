@@ -14,7 +14,7 @@ import attrs
 
 
 from hp_core.collectives import CollectiveModel
-from hp_core.engine.timing.elementwise import el_bytes_per_flop, rotary_seconds
+from hp_core.engine.timing.elementwise import elementwise_seconds
 from hp_core.engine.timing.rates import _Rates, _rates
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
@@ -151,9 +151,8 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         att_fwd = f.attention_flops / (r.peak * r.matmul)
         att_bwd = r.mm_backward * att_fwd
     elementwise = f.elementwise_flops - (min(work.fused_softmax_flops, f.elementwise_flops) if r.flash else 0.0)
-    el_bytes = el_bytes_per_flop(work, r)
-    el_fwd = elementwise * el_bytes / r.memory
-    rot_fwd, rot_bwd = rotary_seconds(work, r, el_bytes)  # a rotary embedding's share: its backward moves the forward's bytes
+    # A rotary embedding's share (rot_fwd, part of el_fwd): its backward moves the forward's bytes, or its eager kernels'.
+    el_fwd, rot_fwd, rot_bwd = elementwise_seconds(work, r, elementwise)
     mla_copy = work.copy_bytes / r.memory
     copy_bwd = (work.copy_bytes if work.backward_copy_bytes is None else work.backward_copy_bytes) / r.memory
     permute_fwd = permute_bwd = 0.0
@@ -338,7 +337,7 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
     The GEMMs the layer keeps in the compute dtype (:attr:`LayerWork.high_precision_gemms
     <hp_core.costs.LayerWork.high_precision_gemms>`: a router's gate, the output head) take
     their bf16 time; the others the bf16 time divided by the device's measured speedup of the
-    recipe's kernel. Quantizing is memory-bound: per element of each quantized GEMM's input
+    recipe's kernel, the forward's and the backward's (:func:`~hp_core.engine.timing.rates._recipe_rates`). Quantizing is memory-bound: per element of each quantized GEMM's input
     and output gradient (and weight, where the copies are not cached) the HBM bytes the
     rates state, over the known shapes scaled to the layer's quantized FLOPs.
 
@@ -350,7 +349,7 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
     hp_fwd, hp_bwd = (_matmul_seconds(high_flops, 0.0, attrs.evolve(work, gemms=high, expert_gemms=()), r)
                       if high_flops else (0.0, 0.0))
     fwd = hp_fwd + (mm_fwd - hp_fwd) / r.gemm_speedup
-    bwd = hp_bwd + (mm_bwd - hp_bwd) / r.gemm_speedup
+    bwd = hp_bwd + (mm_bwd - hp_bwd) / r.gemm_speedup_backward
     # Elements quantized: inputs, output gradients and weights of the known low-precision shapes.
     remaining = list(high)
     low: list[tuple[float, float, float, float]] = []  # (count, rows, fan_out, fan_in)

@@ -202,6 +202,7 @@ class _Rates:
     alternate_mm_switches: frozenset[str] = frozenset()  # TimingProfile.alternate_matmul_recompute
     alternate_also: frozenset[str] = frozenset()  # TimingProfile.alternate_policy_recomputes
     eager_elementwise: bool = False  # TimingProfile.eager_elementwise
+    eager_rotary: bool = False  # TimingProfile.eager_rotary
     block_tokens: int | None = None  # TimingProfile.attention_block_tokens: a block-sparse attention kernel's block
     # TimingProfile.moe_permutation: (forward per row, forward per token, backward per row, backward per token)
     # accesses per element of the dispatched width, in place of permute_passes; None: the passes.
@@ -215,7 +216,8 @@ class _Rates:
     # backward, and of a weight per micro-batch (0 where the quantized copies are cached), and the share of
     # a compute-dtype GEMM input's bytes a sequence-parallel gather moves.
     low_precision: bool = False
-    gemm_speedup: float = 1.0
+    gemm_speedup: float = 1.0  # the forward GEMMs' (fprop)
+    gemm_speedup_backward: float = 1.0  # the backward GEMMs' (dgrad and wgrad, half the backward FLOPs each)
     quant_input_fwd: float = 0.0
     quant_input_bwd: float = 0.0
     quant_grad: float = 0.0
@@ -228,7 +230,10 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
     """What a low-precision recipe changes in the rates (docs/precision.md), ``{}`` for none.
 
     GEMMs: the bf16 time divided by the device's measured speedup of the
-    recipe's kernel (:attr:`DeviceEfficiency.gemm_speedups`); where only a figure
+    recipe's kernel (:attr:`DeviceEfficiency.gemm_speedups`), per pass: the
+    backward's input- and weight-gradient GEMMs (each half its FLOPs) at the
+    split-accumulator figure where the recipe runs them so and the device
+    states one (:meth:`DeviceEfficiency.pass_speedups`); where only a figure
     with the quantization in its timed region is stated (``<kernel>:autocast``),
     that one, and no quantization is priced apart. Otherwise quantizing an
     element reads it ``quantize_passes`` times in the compute dtype and
@@ -249,10 +254,11 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
         raise ConfigError("$.precision.recipe",
                           f"precision recipe {recipe.name} runs its GEMMs in {recipe.gemm_dtype}, for which {hardware.name} states "
                           f"no peak FLOP/s (it has {sorted(hardware.peak_flops)}); choose a recipe the device runs")
-    speedup, quantized_in_figure = dev.gemm_speedup(recipe.kernel), False
-    if speedup is None:  # only measured with the quantization in its timed region: none priced apart
-        speedup, quantized_in_figure = dev.autocast_speedup(recipe.kernel), True
-    if speedup is None:
+    passes, quantized_in_figure = dev.pass_speedups(recipe.kernel, recipe.split_accumulator), False
+    if passes is None:  # only measured with the quantization in its timed region: none priced apart
+        autocast, quantized_in_figure = dev.autocast_speedup(recipe.kernel), True
+        passes = None if autocast is None else (autocast,) * 3
+    if passes is None:
         raise ConfigError("$.precision.recipe",
                           f"timing profile {timing.name} states no measured {recipe.kernel} GEMM speedup for {dev.architecture} "
                           f"devices, so recipe {recipe.name} cannot be priced there (docs/precision.md lists the measured ones)")
@@ -272,7 +278,8 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
     if quantized_in_figure:
         fwd = bwd = weights = grads = 0.0
     return dict(
-        low_precision=True, gemm_speedup=speedup, quant_input_fwd=fwd, quant_input_bwd=bwd, quant_grad=grads,
+        low_precision=True, gemm_speedup=passes[0], gemm_speedup_backward=2 / (1 / passes[1] + 1 / passes[2]),
+        quant_input_fwd=fwd, quant_input_bwd=bwd, quant_grad=grads,
         quant_weight=0.0 if recipe.cache_weights else weights,
         gather_share=act / act_bytes if recipe.tp_gather else 1.0,
     )
@@ -382,6 +389,7 @@ def _rates(
         tp_overlap_bwd_rs=timing.schedule.tp_overlap_input_grad_reduce_scatter, ep_comm_overlap=timing.schedule.ep_comm_overlap,
         host=timing.host, alternate_mm_switches=timing.alternate_matmul_recompute,
         alternate_also=timing.alternate_policy_recomputes, eager_elementwise=timing.eager_elementwise,
+        eager_rotary=timing.eager_rotary,
         block_tokens=None if timing.attention_block_tokens is None else int(timing.attention_block_tokens.value),
         permute_counted=_permute_counted(timing),
         **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes, parallel.tp > 1 and parallel.sp),

@@ -1,0 +1,47 @@
+"""Low-precision GEMM speedups over bf16, per device family (``DeviceEfficiency.gemm_speedups``; docs/precision.md, "Time").
+
+Two measurements, each of the kernels alone (inputs already quantized):
+
+* Transformer Engine's GEMM benchmark (``benchmarks/gemm/benchmark_gemm.py``) as its tutorial
+  ``docs/examples/gemm_profiling/gemm_profiling.rst`` publishes it (TransformerEngine@d0067d0, read 2026-11-30):
+  a 5B model (hidden 4096, intermediate 16384, 15,872 tokens), per-layer time of its 12 GEMMs (4 Fprop + 4 Dgrad +
+  4 Wgrad), ``--pre-quantize``. Its pre-quantized FP8 path (``benchmark_fp8_current_prequantized``) calls
+  ``tex.generic_gemm`` with ``use_split_accumulator=False`` for every one of the twelve, so on Hopper it times FP8
+  *fast accumulation* (``common/gemm/cublaslt_gemm.cu``: ``CUBLASLT_MATMUL_DESC_FAST_ACCUM`` on), which training runs
+  in the forward GEMM only.
+* The split-accumulator rate (``:split_accumulator``), which training runs in the backward GEMMs: Transformer Engine
+  promotes their partial sums (``pytorch/module/base.py`` ``_2X_ACC_DGRAD = _2X_ACC_WGRAD = True``,
+  ``_2X_ACC_FPROP = False``; ``Float8CurrentScaling``'s ``fp8_gemm_dgrad`` / ``fp8_gemm_wgrad`` ``MMParams(True)``),
+  as torchao's ``Float8LinearConfig`` does (``gemm_config_output`` fast, ``gemm_config_grad_input`` /
+  ``gemm_config_grad_weight`` not). Hopper's figure is the ratio of the maximum achievable matmul rates on one H100
+  SXM with one torch build, FP8 through ``torch._scaled_mm`` at its default ``use_fast_accum=False`` (stas00's
+  ``mamf-finder.py``) and BF16 through ``torch.mm``.
+"""
+
+from __future__ import annotations
+
+from hp_core.specs.timing import Sourced
+
+__all__ = ["BLACKWELL_SPEEDUPS", "HOPPER_SPEEDUPS"]
+
+_TE_GEMMS = "Transformer Engine docs/examples/gemm_profiling/gemm_profiling.rst (TransformerEngine@d0067d0), pre-quantized"
+# stas00/ml-engineering compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table" (at 744d01e).
+_MAMF = ("stas00/ml-engineering@744d01e compute/accelerator/README.md 'Maximum Achievable Matmul FLOPS comparison table', "
+         "NVIDIA H100 SXM, torch 2.7.0+cu126 in both rows: FP8 (float8_e4m3fn, torch._scaled_mm at its default "
+         "use_fast_accum=False, compute/accelerator/benchmarks/mamf-finder.py) 1402.6 TFLOP/s at 1024x9216x14336 over BF16 "
+         "794.5 at 2048x2048x13312, the best of each sweep")
+
+BLACKWELL_SPEEDUPS = (
+    ("fp8_tensorwise", Sourced(1.923, f"{_TE_GEMMS} on B300: BF16 13.102 ms / FP8CurrentScaling 6.812 ms per layer "
+                                       "(B300, the B200's FP8:BF16 dense peak ratio of 2)")),
+    ("mxfp8", Sourced(1.830, f"{_TE_GEMMS} on B300: BF16 13.102 ms / MXFP8 7.161 ms per layer")),
+)
+HOPPER_SPEEDUPS = (
+    ("fp8_tensorwise", Sourced(1.905, f"{_TE_GEMMS} on H200 NVL: BF16 31.968 ms / FP8CurrentScaling 16.785 ms per layer "
+                                       "(fast accumulation: tex.generic_gemm with use_split_accumulator=False)")),
+    ("fp8_tensorwise:split_accumulator", Sourced(round(1402.6 / 794.5, 4), _MAMF)),
+    # Blockwise FP8 has no pre-quantized Hopper figure ("Hopper's cuBLAS does not support" the pre-quantized
+    # 2D-by-2D block-scaled inputs); the autocast run times the quantization with the GEMMs.
+    ("fp8_blockwise:autocast", Sourced(1.399, f"{_TE_GEMMS.replace(', pre-quantized', '')} on H200 NVL, autocast mode "
+                                              "(quantization included): BF16 32.014 ms / FP8Block 22.882 ms per layer")),
+)
