@@ -14,7 +14,7 @@ import attrs
 
 
 from hp_core.collectives import CollectiveModel
-from hp_core.engine.timing.elementwise import elementwise_seconds
+from hp_core.engine.timing.elementwise import elementwise_seconds, permute_seconds
 from hp_core.engine.timing.rates import _Rates, _rates
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
@@ -155,18 +155,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     el_fwd, rot_fwd, rot_bwd = elementwise_seconds(work, r, elementwise)
     mla_copy = work.copy_bytes / r.memory
     copy_bwd = (work.copy_bytes if work.backward_copy_bytes is None else work.backward_copy_bytes) / r.memory
-    permute_fwd = permute_bwd = 0.0
-    if work.permute_bytes and r.permute_counted is not None:
-        # Counted op by op (TimingProfile.moe_permutation): accesses per element per routed row and per token, each
-        # way, at the device's memory bandwidth.
-        row_fwd, token_fwd, row_bwd, token_bwd = r.permute_counted
-        permute_fwd = (row_fwd * work.permute_bytes + token_fwd * work.permute_input_bytes) / r.memory
-        permute_bwd = (row_bwd * work.permute_bytes + token_bwd * work.permute_input_bytes) / r.memory
-    elif work.permute_bytes and r.permute_passes:
-        # Each pass reads and writes the dispatched tokens, except that the first
-        # (permute) reads and the last (unpermute) writes the layer's own tokens.
-        traffic = r.permute_passes * 2 * work.permute_bytes + min(r.permute_passes, 2) * (work.permute_input_bytes - work.permute_bytes)
-        permute_fwd = permute_bwd = traffic / r.permute_memory + r.permute_overhead
+    permute_fwd, permute_bwd = permute_seconds(work, r)  # an MoE layer's token permutation, each way
     router_fwd = work.router_elements * r.router_fwd
     forward = mm_fwd + att_fwd + el_fwd + permute_fwd + mla_copy + router_fwd + quant_fwd
     backward = (mm_bwd + att_bwd + r.el_backward * (el_fwd - rot_fwd) + rot_bwd + permute_bwd + copy_bwd
