@@ -284,6 +284,10 @@ def time_summary(step) -> str:
                       "(no sourced FP8 attention figure)")
     recipe = prov.get("precision_recipe", "bf16")
     mfu = f"MFU {step.mfu * 100:.1f}%"
+    speedups = prov.get("gemm_speedup_forward", 1.0), prov.get("gemm_speedup_backward", 1.0)  # rates._recipe_rates
+    if speedups != (1.0, 1.0):
+        whole_run += (f"; {prov.get('gemm_dtype', '?')} GEMMs {speedups[0]:.4g}x the {prov['dtype']} speed forward, "
+                      f"{speedups[1]:.4g}x backward")
     if recipe != "bf16":
         mfu = (f"MFU {step.mfu * 100:.1f}% of the {prov['dtype']} peak, {step.mfu_recipe_peak * 100:.1f}% of the "
                f"{prov.get('gemm_dtype', '?')} peak ({recipe})")

@@ -259,3 +259,18 @@ def test_split_accumulator_statements_are_checked():
                                                              ("mxfp8:split_accumulator", Sourced(1.5, "test"))), **fields)
     assert both.pass_speedups("mxfp8", ("fprop",)) == (1.5, 1.8, 1.8)
     assert both.pass_speedups("nvfp4") is None
+
+
+def test_the_step_names_the_gemm_speedups_it_priced(registry):
+    """The provenance and the report line state the forward and backward GEMM speedups (1.905 fast, 1.7654 split on
+    Hopper for fp8-current); a bf16 run states 1 and prints nothing of them."""
+    from hp_core.io.report import time_summary
+
+    model = model_from_preset("llama3-8b", registry)
+    fp8 = step_time(model, LAYOUT, registry=registry, runtime="megatron", hardware="h100-sxm",
+                    precision=_precision(registry, "megatron", "fp8-current"))
+    assert (fp8.provenance["gemm_speedup_forward"], fp8.provenance["gemm_speedup_backward"]) == (1.905, pytest.approx(1.7654))
+    assert "fp8 GEMMs 1.905x the bf16 speed forward, 1.765x backward" in time_summary(fp8)
+    bf16 = step_time(model, LAYOUT, registry=registry, runtime="megatron", hardware="h100-sxm")
+    assert (bf16.provenance["gemm_speedup_forward"], bf16.provenance["gemm_speedup_backward"]) == (1.0, 1.0)
+    assert "GEMMs 1" not in time_summary(bf16)

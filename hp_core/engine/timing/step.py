@@ -463,7 +463,7 @@ def time_run(
         "sustained_slowdown": rates.slowdown,
         "whole_run_matmul_factor": dev.matmul_whole_run_factor.value if dev.matmul_whole_run_factor else 1.0,
         "precision_recipe": recipe.name,
-        "gemm_dtype": recipe.gemm_dtype,
+        "gemm_dtype": recipe.gemm_dtype, "gemm_speedup_forward": rates.gemm_speedup, "gemm_speedup_backward": rates.gemm_speedup_backward,
         "attention_format": recipe.attention_format,  # other than bf16: priced at the bf16 attention rates (rates.py)
         "schedule": schedule.name,
     }
