@@ -1103,6 +1103,14 @@ def test_nemo_rows_state_their_printed_row_provenance_and_model(registry):
     # The 164b0097f8 figures of LLAMA3-8B and 70B are rows' nemo24.07-h100-llama3-*-fp8, not repeated here.
     kept = {(r["gpus"], r["tokens_per_second_per_gpu"]) for r in data["rows"] if r["source"] == "nemo-24.07"}
     assert kept == {(8, 12036), (64, 1533)} and not kept & {(r["gpus"], r["tokens_per_second_per_gpu"]) for r in summary}
+    # NeMo's count gives their printed 697 and 738 TFLOP/s too (Llama 3 8B and 70B: 32 and 80 layers, GQA of 8 groups).
+    shapes = {8: (32, 4096, 14336, 32, 697), 64: (80, 8192, 28672, 64, 738)}
+    for row in (r for r in data["rows"] if r["source"] == "nemo-24.07"):
+        layers, hs, ffn, heads, printed = shapes[row["gpus"]]
+        counted = dict(row, nemo_flops={"formula": "llama3", "layers": layers, "hs": hs, "ffn_hs": ffn, "attention_heads": heads,
+                                        "query_groups": 8})
+        per_token = runs.nemo_model_flops(counted) / (row["global_batch_size"] * row["seq_len"])
+        assert abs(row["tokens_per_second_per_gpu"] * per_token / 1e12 - printed) < 1.0, row["id"]
     # One measurement a row: no two rows of a layout print the same figure.
     assert len({(r["model"], r["gpus"], r["tokens_per_second_per_gpu"]) for r in summary}) == 31
     for row in long:
