@@ -21,7 +21,8 @@ Printed: the fitted factors; the calibration
 and held-out rows' errors apart, per device, with the kernel figures alone (``m = a = 1``) and
 with the factors as ``hp_plugins/runtimes/timing_profiles.py`` states them (rounded to 3
 decimals), without and with ``u``; the other ``fsdp2`` rows of ``scale_measured.json`` (torchtitan, NeMo AutoModel: none
-runs Triton attention, so only ``m`` applies; all held out from this fit) before and after; and
+runs Triton attention, so only ``m`` applies; all held out from this fit; the multi-node MoE class, added after this
+report was stated, is not among them: ``fsdp2_fit.LATER_CLASSES``) before and after; and
 each MPT model size held out in turn (``m`` and ``a``, then ``u`` with those held, fitted to the other sizes'
 calibration rows).
 Hopper's ``m`` is the device's: every profile's Hopper entry (``HOPPER``) states the kernel

@@ -13,7 +13,10 @@ B200 and GB200, the GB200 rows a class of their own), priced as run with the ``m
 (``torchtitan_rows``: Llama 3 8B / 70B / 405B under torchao float8 tensorwise on torchtitan's Grand Teton H100s),
 priced as tests/plugins/scale_cases.py prices those pages' bf16 rows (``fsdp2``, the Grand Teton case device), each
 beside its bf16 baseline of the same table, measured and priced, and both FP8 speedups; nothing is fitted to them
-(docs/precision.md); last, NVIDIA's DGX Cloud benchmarking rows (``dgxc_rows``: Llama 3.1, GPT-3 175B, Nemotron-4 and
+(docs/precision.md); then NeMo's own performance pages (``nemo_rows``: the 24.07 summary's FP8 pre-training rows on
+H100 as three commits of the table print them, and the 25.04 long-sequence Llama 3 8B rows with CP on B200, whose
+model TFLOP/s per GPU NeMo's FLOPs count turns into a step time), priced as the NeMo 24.07 rows of ``rows``, all held
+out; last, NVIDIA's DGX Cloud benchmarking rows (``dgxc_rows``: Llama 3.1, GPT-3 175B, Nemotron-4 and
 NeMo's Grok-1 on H100 under NeMo 24.05 to 25.04.01; Llama 3.1 405B and Grok-1 on GB200), priced by benchmarks/fp8_dgxc.py.
 """
 
@@ -60,11 +63,30 @@ def layout(row: dict, decoder_layers: int) -> ParallelSpec:
                         schedule="interleaved_1f1b" if row["vpp"] > 1 else None)
 
 
+def row_model(row: dict, registry):
+    """The row's model: a Hugging Face style config (``hf``, with its ``model_source``), a GPT as NeMo 1.0 builds it
+    from its launcher yaml (``model_config``: tests/plugins/scale_cases.py ``_gpt``, Megatron's default GPT, with the
+    yaml's learned position table and dropout, as benchmarks/fp8_dgxc.py builds GPT-3 175B), else the preset ``model``
+    names."""
+    if "hf" in row:
+        from hp_plugins.models.hf import model_from_hf_config
+
+        return model_from_hf_config(row["hf"], name=f"{row['model']} ({row['id']})", source=row["model_source"])
+    if "model_config" in row:
+        config = row["model_config"]
+        if config["ffn_hidden_size"] != 4 * config["hidden_size"]:
+            raise ValueError(f"{row['id']}: model_config ffn_hidden_size {config['ffn_hidden_size']} is not 4 x hidden_size, "
+                             "which Megatron's default GPT builds")
+        keys = ("hidden_size", "num_attention_heads", "num_layers", "vocab_size", "hidden_dropout", "attention_dropout")
+        return _scale_cases()._gpt({**{k: config[k] for k in keys}, "position_embeddings": config["max_position_embeddings"]})
+    return api.model_from_preset(row["model"], registry=registry)
+
+
 def price(row: dict, registry, recipe: str | None = None, as_run: bool = False, runtime=None):
     """hp's step time of *row* under *recipe* (the row's when ``None``): with the ``megatron`` runtime's defaults,
     or, *as_run*, with the runtime options the row states its trainer ran with (``runtime_options``); *runtime*
     replaces the registry's ``megatron`` runtime (a trial of benchmarks/fit_fsdp2_sustained.py)."""
-    model = api.model_from_preset(row["model"], registry=registry)
+    model = row_model(row, registry)
     runtime = runtime or registry.runtime("megatron")
     if as_run and row.get("runtime_options"):
         runtime = api.apply_options(runtime, row["runtime_options"])
@@ -433,6 +455,98 @@ def torchtitan_section(found: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# NeMo's model-FLOPs count, by which its performance pages print "Model TFLOP / sec / GPU" (the 24.07 summary) and
+# "TFLOPS / GPU" (the 25.04 long-sequence table): NVIDIA/NeMo nemo/collections/common/metrics/perf_metrics.py
+# FLOPsMeasurementCallback (_gpt3, _llama2, _llama3, _nemotron) at 9c5c5e9709 (NeMo 24.07's figures) and
+# nemo/utils/flops_formulas.py (gpt3, llama2, llama3, nemotron) at 14d427f575 (the long-sequence table's commit; the
+# same expressions at v2.3.0rc2 and v2.3.0, NeMo 25.04), which nemo/lightning/pytorch/callbacks/flops_callback.py
+# divides by the world size and the mean step time. Every formula counts full (not causal) attention. The
+# vocabulary is NeMo's per family (perf_metrics_utils.py LLM_VOCAB_SIZE_MAP), not the model's.
+NEMO_FLOPS_VOCAB = {"gpt3": 51200, "llama2": 32000, "llama3": 128256, "nemotron": 256000}
+
+
+def nemo_model_flops(row: dict) -> float:
+    """NeMo's model FLOPs of one step of *row* (its ``nemo_flops``: the formula and the FLOPSConfig fields ``layers``,
+    ``hs``, ``ffn_hs``, ``attention_heads``, ``query_groups``; the row's global batch and sequence length).
+
+    GPT-3: (24 B s h^2 + 4 B s^2 h) x 3 L + 6 B s h V. Llama 2 and 3: B s L h^2 (12 + 12 g / a + 18 f / h + 12 s / h
+    + 6 V / (L h)) (a gated MLP: three f x h matrices); Nemotron: the same with 12 f / h (an ungated MLP)."""
+    c = row["nemo_flops"]
+    b, s, layers, h = row["global_batch_size"], row["seq_len"], c["layers"], c["hs"]
+    vocab = NEMO_FLOPS_VOCAB[c["formula"]]
+    if c["formula"] == "gpt3":
+        return (24 * b * s * h * h + 4 * b * s * s * h) * 3 * layers + 6 * b * s * h * vocab
+    mlp = {"llama2": 18, "llama3": 18, "nemotron": 12}[c["formula"]]
+    return b * s * layers * h * h * (12 + 12 * c["query_groups"] / c["attention_heads"] + mlp * c["ffn_hs"] / h
+                                     + 12 * s / h + 6 * vocab / (layers * h))
+
+
+def nemo_measured_seconds(row: dict) -> float:
+    """A ``nemo_rows`` row's measured step time: from its tokens per second per GPU where the table prints them (the
+    24.07 summary), else from its model TFLOP/s per GPU through NeMo's FLOPs count of the same step
+    (:func:`nemo_model_flops` over TFLOP/s x 1e12 x GPUs: the long-sequence table)."""
+    if "tokens_per_second_per_gpu" in row:
+        return measured_seconds(row)
+    return nemo_model_flops(row) / (row["model_tflops_per_gpu"] * 1e12 * row["gpus"])
+
+
+NEMO_COLLECTIONS = {"nemo-24.07-summary": "NeMo 24.07 performance summary, DGX-H100",
+                    "nemo-25.04-long-sequence": "NeMo 25.04 long-sequence Llama 3 8B with CP, DGX-B200"}
+
+
+def nemo_results(registry=None) -> list[dict]:
+    """Each ``nemo_rows`` row priced as :func:`results` prices the NeMo 24.07 rows of ``rows`` (the ``megatron``
+    runtime's defaults, the row's recipe; no row states runtime options): measured and hp step time, the error, hp's
+    bf16 time of the same layout."""
+    registry = registry or api.build_registry()
+    found = []
+    for row in json.loads(DATA.read_text(encoding="utf-8"))["nemo_rows"]:
+        measured = nemo_measured_seconds(row)
+        estimated = price(row, registry)
+        bf16 = price(row, registry, "bf16")
+        found.append({"id": row["id"], "collection": row["collection"], "split": row["split"], "recipe": row["recipe"],
+                      "layout": row, "commit": row["url"].split("/blob/")[1][:7], "measured_seconds": measured,
+                      "estimated_seconds": estimated.step_seconds, "error": (estimated.step_seconds - measured) / measured,
+                      "bf16_seconds": bf16.step_seconds, "mfu": estimated.mfu, "mfu_recipe_peak": estimated.mfu_recipe_peak})
+    return found
+
+
+def _summary(errors: list[float]) -> str:
+    return (f"{len(errors)} rows, mean absolute error {sum(map(abs, errors)) / len(errors):.1%}, {min(errors):+.1%} to "
+            f"{max(errors):+.1%}, {sum(abs(e) <= 0.10 for e in errors)} within 10%")
+
+
+def nemo_section(found: list[dict]) -> str:
+    """The NeMo rows' table docs/precision.md shows (tests/plugins/test_fp8_runs.py checks it is current)."""
+    lines = ["| run | table at | recipe | layout | measured s | hp s | error | hp bf16 s | hp FP8 speedup "
+             "| hp MFU (bf16 peak / recipe peak) |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in found:
+        row = r["layout"]
+        degrees = "".join(f" {k}{row[k]}" for k in ("tp", "pp", "vpp", "cp") if row[k] > 1)
+        lines.append(f"| `{r['id']}` | {r['commit']} | {r['recipe']} | {row['gpus']} GPUs{degrees}, mbs {row['micro_batch_size']}, "
+                     f"gbs {row['global_batch_size']}, seq {row['seq_len']} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} "
+                     f"| {r['error']:+.1%} | {r['bf16_seconds']:.3f} | {r['bf16_seconds'] / r['estimated_seconds']:.2f} "
+                     f"| {r['mfu']:.1%} / {r['mfu_recipe_peak']:.1%} |")
+    lines.append("")
+    for key, name in NEMO_COLLECTIONS.items():
+        chosen = [r for r in found if r["collection"] == key]
+        lines.append(f"- {name}, held out: {_summary([r['error'] for r in chosen])}.")
+        commits = sorted({r["commit"] for r in chosen}, key=lambda c: [r["commit"] for r in chosen].index(c))
+        if len(commits) > 1:
+            for commit in commits:
+                lines.append(f"  - first printed at {commit}: {_summary([r['error'] for r in chosen if r['commit'] == commit])}.")
+            # The same layout measured at more than one commit: how far apart its measured step times are.
+            groups: dict = {}
+            for r in chosen:
+                groups.setdefault((r["layout"]["model"], r["layout"]["gpus"]), []).append(r["measured_seconds"])
+            spread = {key: max(v) / min(v) - 1 for key, v in groups.items() if len(v) > 1}
+            widest = max(spread, key=spread.get)
+            lines.append(f"  - the same layout printed with another figure at a later commit: {len(spread)} layouts, measured step "
+                         f"times up to {spread[widest]:.1%} apart ({widest[0]} on {widest[1]} GPUs).")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     print(section(results()), end="")
     print()
@@ -443,6 +557,8 @@ def main() -> None:
     print(moe_section(moe_results()), end="")
     print()
     print(torchtitan_section(torchtitan_results()), end="")
+    print()
+    print(nemo_section(nemo_results()), end="")
     print()
     import fp8_dgxc  # this file's folder is on sys.path when it runs as a script
 

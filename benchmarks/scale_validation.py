@@ -7,7 +7,7 @@ file: the split was fixed before anything was fitted) with the runtime and the
 trainer options it ran with, on the hardware it ran on, and prints per row the
 measured and estimated step time, the error and the communication exposed and
 hidden on stage 0, then per class (multi-node FSDP, multi-node Megatron-Core,
-single-node FSDP, single-node MoE) the calibration and the held-out rows'
+single-node FSDP, single-node MoE, multi-node MoE) the calibration and the held-out rows'
 errors apart. Then the same for llm-foundry's MPT benchmark rows of
 ``tests/plugins/data/scale_measured_mpt.json`` (Composer FSDP on H100, A100 80GB
 and A100 40GB; classes single- and multi-node FSDP per device), then Megatron-Bridge's bf16

@@ -111,9 +111,16 @@ def mpt_rows(registry) -> list[Priced]:
     return [prepare(row, registry) for row in MPT_ROWS]
 
 
+# The classes of scale_measured.json added after the fit's report was stated (docs/time.md reports them beside the others).
+LATER_CLASSES = ("multi-node MoE",)
+
+
 def other_rows(registry) -> list[Priced]:
-    """The rows of ``scale_measured.json`` priced on ``fsdp2`` (torchtitan, NeMo AutoModel): none is fitted to."""
-    return [prepare(row, registry) for row in ROWS if row["runtime"] == "fsdp2" and row["split"] in ("calibration", "held-out")]
+    """The rows of ``scale_measured.json`` priced on ``fsdp2`` (torchtitan, NeMo AutoModel): none is fitted to. The set
+    fixed when the fit's report was stated: the classes added later (:data:`LATER_CLASSES`, NeMo AutoModel's multi-node
+    MoE rows) are not in it; docs/time.md reports them (benchmarks/scale_validation.py)."""
+    return [prepare(row, registry) for row in ROWS if row["runtime"] == "fsdp2" and row["split"] in ("calibration", "held-out")
+            and row["class"] not in LATER_CLASSES]
 
 
 def _with_matmul(rt, arch: str, value: float):

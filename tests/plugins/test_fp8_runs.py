@@ -1061,3 +1061,162 @@ def test_dgxc_gb200_rows_state_their_release_layout_and_the_page_states_their_fi
     assert (f"hp's figures move by {moved(llama):.1%} (405B) and {moved(grok):.1%} (Grok-1) from 128 to 512 GPUs, the measured ones by "
             f"{measured(llama):.1%} and {measured(grok):.1%}") in prose
     assert all(r["estimated_seconds"] == r["bf16_gather_seconds"] for r in found)  # the FP8 gather hidden on every row
+
+
+# NeMo's own performance pages (nemo_rows): the 24.07 summary on H100 and the 25.04 long-sequence rows on B200.
+NEMO_SUMMARY_COMMITS = {"nemo-24.07-164b009": "164b0097f83a187ccfea1513ea5ef76679569dd9",
+                        "nemo-24.07-ccef6aa": "ccef6aab5a09eef240cbb7f3c276753b8952079a",
+                        "nemo-24.07-9c5c5e9": "9c5c5e9709407d3511005fc966e45374998bb478"}
+
+
+def _nemo_cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def test_nemo_rows_state_their_printed_row_provenance_and_model(registry):
+    """Each row is its commit's printed row (layout and figure), held out, its model the one NeMo's FLOPs count counted:
+    that count with the row's shape turns the printed tokens/s/GPU into the printed model TFLOP/s/GPU."""
+    runs = _module()
+    data = _data()
+    rows = data["nemo_rows"]
+    assert len(rows) == 39 and all(r["split"] == "held_out" and r["source"] in data["sources"] for r in rows)
+    assert all(r["recipe_source"] in data["sources"] and r["assumptions"] and r["not_priced"] for r in rows)
+    summary = [r for r in rows if r["collection"] == "nemo-24.07-summary"]
+    long = [r for r in rows if r["collection"] == "nemo-25.04-long-sequence"]
+    assert len(summary) == 31 and len(long) == 8
+    assert [sum(r["source"] == s for r in summary) for s in NEMO_SUMMARY_COMMITS] == [10, 12, 9]
+    for row in summary:
+        commit = NEMO_SUMMARY_COMMITS[row["source"]]
+        assert row["url"] == f"https://github.com/NVIDIA/NeMo/blob/{commit}/docs/source/performance/performance_summary.md"
+        # Model, #-GPUs, GBS, MBS, Sequence Length, TP, PP, CP, VP, Tokens / sec / GPU, Model TFLOP / sec / GPU, days
+        cells = _nemo_cells(row["row"])
+        assert len(cells) == 12 and cells[0].lower().replace("-", "") in row["model"].replace("-", "").replace("nemotron4", "nemotron")
+        layout = [int(c) for c in cells[1:10]]
+        assert layout == [row[k] for k in ("gpus", "global_batch_size", "micro_batch_size", "seq_len", "tp", "pp", "cp", "vpp",
+                                           "tokens_per_second_per_gpu")], row["id"]
+        assert int(cells[10].split("]")[0].strip("[")) == row["model_tflops_per_gpu"], row["id"]
+        assert row["hardware"] == "h100-sxm" and row["recipe"] == "fp8-delayed" and row["recipe_source"] == "nemo-24.07"
+        # NeMo's count: tokens/s/GPU x FLOPs per token = the printed TFLOP/s/GPU (within 1: both are rounded).
+        per_token = runs.nemo_model_flops(row) / (row["global_batch_size"] * row["seq_len"])
+        assert abs(row["tokens_per_second_per_gpu"] * per_token / 1e12 - row["model_tflops_per_gpu"]) < 1.0, row["id"]
+        assert all(c in NEMO_SUMMARY_COMMITS.values() and c != commit for c in row.get("printed_again_at", [])), row["id"]
+    # The 164b0097f8 figures of LLAMA3-8B and 70B are rows' nemo24.07-h100-llama3-*-fp8, not repeated here.
+    kept = {(r["gpus"], r["tokens_per_second_per_gpu"]) for r in data["rows"] if r["source"] == "nemo-24.07"}
+    assert kept == {(8, 12036), (64, 1533)} and not kept & {(r["gpus"], r["tokens_per_second_per_gpu"]) for r in summary}
+    # NeMo's count gives their printed 697 and 738 TFLOP/s too (Llama 3 8B and 70B: 32 and 80 layers, GQA of 8 groups).
+    shapes = {8: (32, 4096, 14336, 32, 697), 64: (80, 8192, 28672, 64, 738)}
+    for row in (r for r in data["rows"] if r["source"] == "nemo-24.07"):
+        layers, hs, ffn, heads, printed = shapes[row["gpus"]]
+        counted = dict(row, nemo_flops={"formula": "llama3", "layers": layers, "hs": hs, "ffn_hs": ffn, "attention_heads": heads,
+                                        "query_groups": 8})
+        per_token = runs.nemo_model_flops(counted) / (row["global_batch_size"] * row["seq_len"])
+        assert abs(row["tokens_per_second_per_gpu"] * per_token / 1e12 - printed) < 1.0, row["id"]
+    # One measurement a row: no two rows of a layout print the same figure.
+    assert len({(r["model"], r["gpus"], r["tokens_per_second_per_gpu"]) for r in summary}) == 31
+    for row in long:
+        assert row["url"].startswith("https://github.com/NVIDIA/NeMo/blob/14d427f575ee0c3be2719ef7f7c4ecad1b6b45e5/")
+        # SeqLen (K), # of GPUs, Batch Size, TP, CP, DP, TFLOPS / GPU at 14d427f575: the GPUs are TP x CP x DP.
+        k, gpus, batch, tp, cp, dp, tflops = _nemo_cells(row["row"])
+        assert [int(k) * 1024, int(gpus), int(batch), int(tp), int(cp)] == [row[x] for x in ("seq_len", "gpus", "global_batch_size", "tp", "cp")]
+        assert int(gpus) == int(tp) * int(cp) * int(dp) and row["pp"] == 1 and int(tflops.replace(",", "")) == row["model_tflops_per_gpu"]
+        # The later HTML row: the same layout and figure, four times the GPUs.
+        later = row["row_later"].split(": ", 1)[1].split(" | ")
+        assert later[0] == k and int(later[1]) == 4 * int(gpus) and later[2] == batch and later[4:8] == [tp, "1", dp, cp]
+        assert later[8] == tflops and row["hardware"] == "b200" and row["recipe"] == "fp8-delayed-param-gather"
+    for row in rows:
+        # nemo_flops states the model hp prices: its decoder layers' count and shape.
+        model = runs.row_model(row, registry)
+        body = [g for g in model.layers if g.kind == "dense"]
+        config, flops = body[0].config, row["nemo_flops"]
+        assert [sum(g.count for g in body), config.hidden_size, config.intermediate_size, config.num_attention_heads,
+                config.num_key_value_heads] == [flops[k] for k in ("layers", "hs", "ffn_hs", "attention_heads", "query_groups")], row["id"]
+    assert len(data["nemo_rows_skipped"]) == 4 and all(s["why"] for s in data["nemo_rows_skipped"])
+
+
+def test_nemo_measured_seconds_by_hand():
+    runs = _module()
+    rows = {r["id"]: r for r in _data()["nemo_rows"]}
+    # GBS x sequence / (tokens/s/GPU x GPUs): 2,048 x 2,048 / (22,521 x 64) = 2.9100 s.
+    assert runs.nemo_measured_seconds(rows["nemo24.07-164b009-h100-gpt3-5b-fp8"]) == pytest.approx(2.9100, abs=5e-5)
+    # GPT-3 175B on 512 GPUs at ccef6aab5a: 2,048 x 2,048 / (832 x 512) = 9.8462 s; NeMo's count (24 B s h^2 + 4 B s^2 h)
+    # x 3 L + 6 B s h V = (24 x 2048 x 2048 x 12288^2 + 4 x 2048 x 2048^2 x 12288) x 288 + 6 x 2048 x 2048 x 12288 x 51200
+    # = 4.5146e18 FLOPs, / 9.8462 s / 512 = 895.5 TFLOP/s a GPU (printed 895).
+    row = rows["nemo24.07-ccef6aa-h100-gpt3-175b-fp8-512g"]
+    assert runs.nemo_measured_seconds(row) == pytest.approx(9.8462, abs=5e-5)
+    assert runs.nemo_model_flops(row) == (24 * 2048 * 2048 * 12288**2 + 4 * 2048 * 2048**2 * 12288) * 288 + 6 * 2048 * 2048 * 12288 * 51200
+    assert runs.nemo_model_flops(row) / 9.8462 / 512 / 1e12 == pytest.approx(895.5, abs=0.1)
+    # Llama 3 8B at 8K on 2 B200s: B s L h^2 = 512 x 8192 x 32 x 4096^2 = 2.2518e15, times 12 + 12 x 8 / 32 + 18 x 14336
+    # / 4096 + 12 x 8192 / 4096 + 6 x 128256 / (32 x 4096) = 107.8711: 2.4290e17 FLOPs / (1,671e12 x 2) = 72.682 s.
+    eight = rows["nemo25.04-long-b200-llama3-8b-fp8-8k"]
+    assert runs.nemo_model_flops(eight) == pytest.approx(512 * 8192 * 32 * 4096**2 * 107.87109375, rel=1e-12)
+    assert runs.nemo_measured_seconds(eight) == pytest.approx(72.682, abs=5e-4)
+    # At 1,024K the attention term is 12 x 1,048,576 / 4,096 = 3,072 of the bracket's 3,155.9 (NeMo counts it unmasked).
+    top = rows["nemo25.04-long-b200-llama3-8b-fp8-1024k"]
+    assert runs.nemo_model_flops(top) == pytest.approx(4 * 1048576 * 32 * 4096**2 * (12 + 3 + 63 + 3072 + 6 * 128256 / (32 * 4096)), rel=1e-12)
+
+
+# The page's groups of the 24.07 rows (docs/precision.md, "What they show").
+NEMO_NEAR = ("gpt3-5b", "llama2-7b", "llama2-13b", "nemotron-8b", "nemotron-22b", "llama3-70b")
+NEMO_SLOW = ("gpt3-20b", "gpt3-175b", "llama2-70b", "nemotron-4-340b")
+
+
+def test_precision_page_nemo_table_is_current_and_its_prose_states_its_figures(registry):
+    import attrs
+
+    from hp_core import api
+
+    runs = _module()
+    found = runs.nemo_results(registry)
+    page = _current(runs.nemo_section(found))
+    prose = _prose(page)
+    summary = [r for r in found if r["collection"] == "nemo-24.07-summary"]
+    long = [r for r in found if r["collection"] == "nemo-25.04-long-sequence"]
+    assert {r["layout"]["model"] for r in summary} == set(NEMO_NEAR + NEMO_SLOW + ("llama3-8b",))
+    near = [r["error"] for r in summary if r["layout"]["model"] in NEMO_NEAR]
+    slow = [r["error"] for r in summary if r["layout"]["model"] in NEMO_SLOW]
+    assert (f"come out {min(near):+.1%} to {max(near):+.1%}; GPT3-20B, GPT3-175B, LLAMA2-70B and Nemotron-340B "
+            f"{min(slow):+.1%} to {max(slow):+.1%} slow") in prose
+    assert max(map(abs, near)) <= 0.10 < min(slow)
+    # The data-parallel overlaps alone (a diagnostic): GPT3-20B comes within them, the TP >= 4 rows stay slow.
+    rows = {r["id"]: r for r in _data()["nemo_rows"]}
+
+    def overlapped(r):
+        row = dict(rows[r["id"]], runtime_options={"overlap_grad_reduce": True, "overlap_param_gather": True})
+        return runs.price(row, registry, as_run=True).step_seconds / r["measured_seconds"] - 1
+
+    twenty = [overlapped(r) for r in summary if r["layout"]["model"] == "gpt3-20b"]
+    big = [overlapped(r) for r in summary if r["layout"]["model"] in NEMO_SLOW[1:]]
+    assert (f"GPT3-20B (DP 32, no pipeline) comes to {min(twenty):+.1%} to {max(twenty):+.1%}, while GPT3-175B, LLAMA2-70B and "
+            f"Nemotron-340B (TP 4 to 8 with pipelines) stay {min(big):+.1%} to {max(big):+.1%} slow") in prose
+    eight = [r["error"] for r in summary if r["layout"]["model"] == "llama3-8b"]
+    first = next(r for r in _data()["rows"] if r["id"] == "nemo24.07-h100-llama3-8b-fp8")
+    first_error = runs.price(first, registry).step_seconds / runs.measured_seconds(first) - 1
+    assert (f"LLAMA3-8B figures of the later commits ({eight[0]:+.1%} and {eight[1]:+.1%}) as under the first "
+            f"({first_error:+.1%}, the first table)") in prose
+    groups = {}
+    for r in summary:
+        groups.setdefault((r["layout"]["model"], r["layout"]["gpus"]), []).append(r["measured_seconds"])
+    spread = {k: max(v) / min(v) - 1 for k, v in groups.items()}
+    assert max(spread, key=spread.get) == ("gpt3-175b", 512)
+    assert f"The versions of one layout differ by up to {max(spread.values()):.1%} (GPT3-175B on 512 GPUs)" in prose
+    errors = [r["error"] for r in long]
+    speedups = [r["bf16_seconds"] / r["estimated_seconds"] for r in long]
+    assert (f"long-sequence rows are all within 10% ({min(errors):+.1%} to {max(errors):+.1%})" in prose
+            and max(map(abs, errors)) <= 0.10)
+    assert speedups == sorted(speedups, reverse=True)  # falls with the sequence
+    assert f"falls from {speedups[0]:.2f} to {speedups[-1]:.2f}" in prose
+    # The no-recompute assumption fits: hp's peak of each long-sequence layout is within the b200 preset's memory.
+    peaks = []
+    for r in long:
+        row = rows[r["id"]]
+        model = runs.row_model(row, registry)
+        runtime = registry.runtime("megatron")
+        estimate = api.estimate(model, runs.layout(row, runs._decoder_layers(model)), registry=registry, runtime=runtime,
+                                precision=attrs.evolve(runtime.precision, recipe=row["recipe"]), hardware=row["hardware"])
+        assert estimate.fits, r["id"]
+        peaks.append(max(s.peak_bytes for s in estimate.stages) / 2**30)
+    assert f"hp's peak of each layout without recompute is {min(peaks):.0f}-{max(peaks):.0f} GiB" in prose
+    # The counts the page states.
+    assert "39 rows in two collections" in prose and "The 24.07 summary on DGX-H100 (31 rows)." in prose
+    assert "That is 10 rows first printed at 164b0097f8 (its Llama 3 rows are the two above), 12 at ccef6aab5a and 9 at 9c5c5e9709." in prose
+    assert "on all 36 pre-training rows of the three versions" in prose and "on DGX-B200 (8 rows)." in prose

@@ -110,7 +110,7 @@ def test_every_row_states_its_provenance_and_is_bf16():
 def test_the_split_is_the_one_fixed_before_fitting():
     calibration = sorted(r["id"] for r in ROWS if r["split"] == "calibration")
     assert calibration == ["mlm-gpt-1.7b", "mlm-gpt-16b", "tt-8b-fsdp128", "tt-8b-fsdp8", "tt-8b-fsdp8-tp8"]
-    assert sum(r["split"] == "held-out" for r in ROWS) == 23
+    assert sum(r["split"] == "held-out" for r in ROWS) == 24
     # torchtitan's 2024 performance page, added after the fsdp2 fit: every row held out (split_rule).
     assert [r["split"] for r in ROWS if r["id"].startswith("tt24-")] == ["held-out"] * 9
     assert "tt24-*" in DATA["split_rule"] and "held out" in DATA["split_rule"]
@@ -161,6 +161,127 @@ def test_automodel_single_node_models_are_the_published_sizes(registry):
     totals = {name: estimate(sc.model(_row(name), registry), ParallelSpec(seq_len=4096), registry=registry).parameters.total
               for name in ("am-gpt-oss-20b-ep8", "am-nemotron-3-nano-30b-a3b-ep8")}
     assert totals == {"am-gpt-oss-20b-ep8": 20_914_757_184, "am-nemotron-3-nano-30b-a3b-ep8": 31_577_937_344}
+
+
+# NeMo AutoModel's multi-node MoE rows (class multi-node MoE): the priced Nemotron 3 Super row and the pipelined rows
+# kept but not validated, each the table's row as printed.
+AM_SUPER = "am-nemotron-3-super-120b-a12b-ep64"
+AM_PIPELINED = ("am-deepseek-v3-pp4-vp8-ep64-1024g", "am-deepseek-v3-pp4-vp8-ep64-256g", "am-kimi-k2-pp8-vp4-ep32-256g")
+
+
+def test_automodel_multi_node_rows_are_their_table_rows_and_configs():
+    rows = [r for r in ROWS if r["class"] == "multi-node MoE"]
+    assert [r["id"] for r in rows] == [AM_SUPER, *AM_PIPELINED]
+    for row in rows:
+        cells = dict(zip(AM_COLUMNS, (c.strip() for c in row["row"].split("|")), strict=True))
+        lay = row["layout"]
+        gpus, pp = int(cells["#GPUs"]), int(cells["PP"])
+        # Every GPU a data-parallel (FSDP) rank of one pipeline stage: GPUs = FSDP x PP; no TP, no CP.
+        assert (lay["dp"], lay.get("pp", 1)) == (int(cells["FSDP"]), pp) and gpus == lay["dp"] * pp
+        assert (cells["TP"], cells["CP"]) == ("1", "1") and not {"tp", "cp"} & set(lay)
+        # GBS = local batch x FSDP ranks x GA; the micro-batch is the pipeline's (the local batch without PP).
+        assert int(cells["GBS"]) == int(cells["LBS"]) * lay["dp"] * int(cells["GA"]) == lay["global_batch_size"]
+        assert (lay["micro_batch_size"], lay["seq_len"], lay["ep"]) == (int(cells["MBS"]), int(cells["Seq Length"]), int(cells["EP"]))
+        assert lay.get("vpp", 1) == (1 if cells["VP"] == "-" else int(cells["VP"]))
+        assert row["hardware"] == "h100-sxm" and row["runtime"] == "fsdp2" and row["recompute"] == "full" and row["compile"] is False
+        assert "DeepEP" in cells["Kernel Optimizations"] and row["options"]["ep_all_to_all"] == "deepep"
+        assert row["options"]["moe_gate"] == "fake_balanced"
+        # The step time as printed, and the printed tokens/s/GPU from it (GBS x sequence / (step x GPUs)) within both
+        # figures' rounding (the step to its last printed digit, the tokens to the unit).
+        step = float(cells["Time per Global Step (s)"])
+        assert measured_seconds(row) == step
+        half = 0.5 * 10.0 ** -len(cells["Time per Global Step (s)"].split(".")[1])
+        tokens = [lay["global_batch_size"] * lay["seq_len"] / (s * gpus) for s in (step + half, step - half)]
+        printed = float(cells["Tokens/sec/GPU"].replace(",", ""))
+        assert tokens[0] - 0.5 <= printed <= tokens[1] + 0.5, (row["id"], tokens, printed)
+    # By hand: 512 x 4096 / (7.286 x 64) = 4,497.3; 8192 x 4096 / (37.87 x 1024) = 865.3; 512 x 4096 / (8.18 x 256) = 1,001.5;
+    # 512 x 4096 / (8.86 x 256) = 924.6.
+    assert [measured_seconds(_row(n)) for n in (AM_SUPER, *AM_PIPELINED)] == [7.286, 37.87, 8.18, 8.86]
+    super_ = _row(AM_SUPER)
+    assert super_["split"] == "held-out" and super_["source"] == "automodel-perf-2603"
+    assert super_["options"] == {"attention_kernel": "sdpa", "elementwise_kernels": "fused", "ep_all_to_all": "deepep",
+                                 "moe_gate": "fake_balanced"}
+    assert "reshard_after_forward" not in super_["layout"]  # distributed.moe.reshard_after_forward true: hp's default
+    note = DATA["sources"]["automodel-perf-2603"]["config_note"]
+    for fact in ("ep_size 64", "global batch 512, local batch 2", "activation_checkpointing true", "reshard_after_forward true",
+                 "dispatcher deepep", "fake_balanced_gate true", "F.scaled_dot_product_attention", "no MTP module",
+                 "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16 from aef0b4b7d"):
+        assert fact in note, fact
+    assert "c0e4fe1bc35a885b710599e12dbe7a27a8ae992d" in DATA["sources"]["automodel-perf-2603"]["url"]
+    # The pipelined rows: interleaved 1F1B with FSDP2, which hp refuses (vpp > 1 under zero 3), so not validated; the
+    # layers split as AutoModel splits 61 over 32 stages (2 each over the first 29, 1 over the last 3).
+    for name in AM_PIPELINED:
+        row = _row(name)
+        assert row["split"] == "not validated" and row["source"] == "automodel-perf-2510-pp"
+        assert "refuses vpp > 1" in row["why_not_validated"] and row["layout"]["schedule"] == "interleaved_1f1b"
+        assert row["layout"]["layers_per_stage"] == [2] * 29 + [1] * 3 and row["layout"]["reshard_after_forward"] is False
+    assert "89e3a9fdd604bc3e70240f2fe4c6a9e1ce76cbd0" in DATA["sources"]["automodel-perf-2510-pp"]["url"]
+    assert "2 accumulation steps" in _row("am-kimi-k2-pp8-vp4-ep32-256g")["why_not_validated"]
+    assert "VP 4" in _row("am-deepseek-v3-pp4-vp8-ep64-1024g")["why_not_validated"]
+    assert "multi-node MoE" in DATA["split_rule"] and AM_SUPER in DATA["split_rule"]
+
+
+def test_automodel_pipelined_rows_are_refused_as_the_why_says(registry):
+    from hp_core.errors import HPError
+    for name in AM_PIPELINED:
+        with pytest.raises(HPError, match=r"vpp"):
+            sc.estimated(_row(name), registry)
+
+
+def test_automodel_multi_node_rows_left_out_say_why():
+    skipped = {s["row"].split(": ", 1)[1].split(" | ")[0]: s["why"] for s in DATA["skipped"] if s["row"].startswith("NeMo AutoModel")
+               and ": " in s["row"]}
+    ultra = skipped["Nemotron V3 Ultra 550B (26.04)"]
+    assert "num_nextn_predict_layers 2" in ultra and "could not be checked" in ultra
+    oss = skipped["GPT-OSS 120B"]
+    # Re-checked at every commit printing the figure: the first-commit config disagrees, 2c236e081's matches all but EP.
+    assert "global batch 256, pp 2 and ep_size 16" in oss and "2c236e081" in oss and "ep_size 64" in oss
+    assert not any(r["row"].startswith("GPT-OSS 120B") or r["row"].startswith("Nemotron V3 Ultra") for r in ROWS)
+
+
+def test_nemotron_super_is_the_checkpoint_s_element_count(registry):
+    """Nemotron 3 Super 120B-A12B as the row states it, counted by hand; with the checkpoint's MTP depth and the 41
+    routers' correction biases it is the 123,611,033,088 elements Megatron-Bridge's verification card prints for
+    nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16 (NVIDIA-NeMo/Megatron-Bridge examples/model_verification_cards/
+    nemotron-3-super-120b-a12b/card.yaml at 067f987df)."""
+    h, vocab = 4096, 131072
+    # Mamba-2: in_proj h -> 2 x 8,192 + 2 x 8 groups x 128 state + 128 heads; conv1d over 8,192 + 2,048 channels
+    # (kernel 4 and a bias); dt_bias, A_log, D per head; the gated norm; out_proj; the pre-norm.
+    mamba = h * (2 * 8192 + 2 * 8 * 128 + 128) + (8192 + 2 * 8 * 128) * (4 + 1) + 3 * 128 + 8192 + 8192 * h + h
+    # Attention: 32 query heads and 2 key/value heads of 128, the pre-norm.
+    attention = h + h * 32 * 128 + 2 * h * 2 * 128 + 32 * 128 * h
+    # Latent MoE: router 512 x h, the latent projections h <-> 1,024, 512 ungated experts 1,024 -> 2,688 -> 1,024, the
+    # shared expert h -> 5,376 -> h, the pre-norm.
+    moe = h + 512 * h + 2 * h * 1024 + 512 * 2 * 1024 * 2688 + 2 * h * 5376
+    assert (mamba, attention, moe) == (109_640_064, 35_655_680, 2_873_102_336)
+    total = 2 * vocab * h + 40 * mamba + 8 * attention + 40 * moe + h
+    params = estimate(sc.model(_row(AM_SUPER), registry), ParallelSpec(seq_len=4096), registry=registry).parameters
+    assert params.total == total == 120_668_687_360
+    mtp = 2 * h + 2 * h * h + h + attention + moe  # enorm, hnorm, eh_proj, final norm, one [attention, MoE] depth
+    assert total + 41 * 512 + mtp == 123_611_033_088
+    assert "123,611,033,088" in _row(AM_SUPER)["model"]["source"]
+
+
+def test_time_md_states_the_automodel_multi_node_figures(registry):
+    """Pins of docs/time.md's multi-node MoE paragraph to the row as priced (the table itself is checked exactly)."""
+    prose = " ".join(" ".join(line for line in (ROOT / "docs" / "time.md").read_text(encoding="utf-8").splitlines()
+                              if not line.startswith("|")).split())
+    row = _row(AM_SUPER)
+    t = sc.estimated(row, registry)
+    stage = t.stages[0]
+    groups = {name: (total, exposed) for name, total, exposed in stage.communication_by_group}
+    assert set(groups) == {"ep", "fsdp"}
+    assert (f"Measured 7.286 s, priced {t.step_seconds:.3f} s, **{t.step_seconds / 7.286 - 1:+.1%}**: a micro-batch's forward "
+            f"{stage.forward_seconds:.3f} s, backward {stage.backward_seconds:.3f} s and recompute {stage.recompute_seconds:.3f} s, "
+            f"the EP all-to-all {groups['ep'][0]:.3f} s (all exposed), FSDP {groups['fsdp'][0]:.3f} s ({groups['fsdp'][1]:.3f} s "
+            f"exposed); the optimizer {stage.optimizer_seconds:.3f} s.") in prose
+    assert groups["ep"][0] == groups["ep"][1]
+    tokens = row["layout"]["global_batch_size"] * row["layout"]["seq_len"]
+    assert (f"hp counts {t.model_flops / tokens / 1e9:.1f} GFLOP of model FLOPs a token against the {334e12 / 4497 / 1e9:.1f} of "
+            f"AutoModel's counter (334 TFLOP/s at 4,497 tokens/s a GPU, as printed)") in prose
+    assert "DeepSeek V3 671B on 256 and 1,024 GPUs (8.18 s and 37.87 s) and Kimi K2 on 256 (8.86 s)" in prose
+    assert "Nemotron 3 Ultra 550B on 128 GPUs (10.05 s)" in prose and "GPT-OSS 120B on 64 GPUs (4.30 s)" in prose
+    assert "holds 37 public bf16 step times at scale" in prose and len(ROWS) == 37
 
 
 TT_DSV3 = ("tt-dsv3-16b-ep8-b4", "tt-dsv3-16b-ep4-b16-full", "tt-dsv3-16b-ep4-b16-full-minimalep")
