@@ -49,6 +49,12 @@ TRAITS = {
         "dtype and in fp32 beside the fp32 log-softmax it keeps, and it keeps the int64 targets "
         "(transformers ForCausalLMLoss; torchtitan cross_entropy_loss)"
     ),
+    "chunked_cross_entropy": (
+        "the head and the loss run chunk by chunk along the sequence, each chunk's backward at once (torchtitan "
+        "ChunkedCELoss, torchtitan/components/loss.py at 6b9602339, num_chunks 8): no logits are kept for backward, "
+        "only the hidden states' gradient in the compute dtype; the forward holds one chunk's logits in bf16 and its "
+        "fp32 log-softmax and gradients, an fp32 buffer of the hidden states' gradient and the head's whole gradient"
+    ),
     "replicated_vocab": (
         "the embedding and the head are whole on every TP rank (not vocabulary-parallel): a TP plan that leaves "
         "them out (torchtitan-style plans without tok_embeddings/output entries)"

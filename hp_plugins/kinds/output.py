@@ -26,11 +26,14 @@ from hp_plugins.kit import (
     NORM_OPS_PER_ELEMENT, NORMS, SOFTCAP_OPS, fp32_norm_bytes, norm_params, padded_vocab, param_count, tp_collectives,
 )
 
-__all__ = ["OutputConfig", "evaluate_output", "hp_layer_kinds"]
+__all__ = ["CHUNKED_LOSS_CHUNKS", "OutputConfig", "evaluate_output", "hp_layer_kinds"]
 
 # Cross-entropy over the vocabulary: max, subtract, exp, sum, divide, log (6 per
 # logit), counted from the definition.
 _LOSS_OPS_PER_LOGIT = 6
+# torchtitan's ChunkedCELoss splits the sequence into this many chunks: ChunkedCELoss.Config.num_chunks's default
+# (torchtitan/components/loss.py at pytorch/torchtitan@6b9602339), which deepseek_v3_16b's ChunkedCELoss.Config() keeps.
+CHUNKED_LOSS_CHUNKS = 8
 
 
 
@@ -94,14 +97,15 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
             # The head's own shard of the logits, alive until they are gathered (measured: FSDPMemTracker).
             forward_working += T * head_out * p.activation_bytes
         working = 2 * T * vocab_shard * p.logits_bytes
+    elif "chunked_cross_entropy" in x.traits:
+        return _chunked(c, x, params, hidden, head_out, vocab_shard)
     else:
         loss = ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, loss_split)
         working = T * vocab_shard * p.activation_bytes + T * h * p.activation_bytes
-    norm_fp32 = fp32_norm_bytes(T, h, c.norm, x.traits) // x.sp_degree
     terms = (
         ActivationTerm("final_norm_in", hidden),
         ActivationTerm("final_norm_out", hidden),
-        *((ActivationTerm("final_norm_fp32", norm_fp32),) if norm_fp32 else ()),
+        *_norm_fp32(c, x),
         loss,
         *extra,
     )
@@ -116,17 +120,95 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
         forward_working_bytes=forward_working,
         buffers_once_bytes=T * h * p.activation_bytes if x.sp and x.tp > 1 else 0,
         weight_shapes=((head_out, h),),
-        # A vocabulary-parallel head: its input gathered over TP, one GEMM to the rank's vocabulary shard.
-        work=LayerWork(collectives=tp_collectives(x, 0, T * h * p.activation_bytes, "head") if split > 1 else (),
-                       gemms=((T, head_out, h),), boundary_bytes=T * h * p.activation_bytes,
-                       high_precision_gemms=((T, head_out, h),)),  # the head stays in the compute dtype
+        work=_work(x, head_out, h),
         # Its deferred wgrad reads the norm's output as the forward keeps it (re-gathered under SP) and the
         # gradient of the rank's logits in the compute dtype.
         weight_gradient_bytes=hidden + T * head_out * p.activation_bytes,
-        forward=Flops(
-            matmul_flops=2 * T * h * head_out,
-            elementwise_flops=NORM_OPS_PER_ELEMENT[c.norm] * T * h // x.sp_degree + (_LOSS_OPS_PER_LOGIT + SOFTCAP_OPS * capped) * T * vocab_shard,
-        ),
+        forward=_flops(c, x, head_out, vocab_shard),
+    )
+
+
+def _norm_fp32(c: OutputConfig, x: LayerContext) -> tuple[ActivationTerm, ...]:
+    """The final norm's fp32 copy and inverse root where the runtime's norm keeps them (``fp32_norm_copy``)."""
+    norm_fp32 = fp32_norm_bytes(x.tokens, c.hidden_size, c.norm, x.traits) // x.sp_degree
+    return (ActivationTerm("final_norm_fp32", norm_fp32),) if norm_fp32 else ()
+
+
+def _work(x: LayerContext, head_out: int, h: int, copy_bytes: float = 0.0) -> LayerWork:
+    """A vocabulary-parallel head: its input gathered over TP, one GEMM to the rank's vocabulary shard (in the
+    compute dtype); *copy_bytes*: memory-bound copies its forward moves besides (a chunked loss's)."""
+    T, act = x.tokens, x.precision.activation_bytes
+    split = x.tp if "replicated_vocab" not in x.traits else 1
+    return LayerWork(collectives=tp_collectives(x, 0, T * h * act, "head") if split > 1 else (),
+                     gemms=((T, head_out, h),), boundary_bytes=T * h * act,
+                     high_precision_gemms=((T, head_out, h),), copy_bytes=copy_bytes,
+                     backward_copy_bytes=0.0 if copy_bytes else None)  # the chunked loss's copies: forward only
+
+
+def _flops(c: OutputConfig, x: LayerContext, head_out: int, vocab_shard: int) -> Flops:
+    """The head's GEMM, the final norm's and the loss's elementwise operations (per logit, the softcap's too)."""
+    T, h = x.tokens, c.hidden_size
+    capped = c.final_logit_softcapping is not None
+    return Flops(
+        matmul_flops=2 * T * h * head_out,
+        elementwise_flops=NORM_OPS_PER_ELEMENT[c.norm] * T * h // x.sp_degree + (_LOSS_OPS_PER_LOGIT + SOFTCAP_OPS * capped) * T * vocab_shard,
+    )
+
+
+def _chunked(c: OutputConfig, x: LayerContext, params: list, hidden: int, head_out: int, vocab_shard: int) -> LayerCost:
+    """The head and loss as torchtitan's ``ChunkedCELoss`` runs them (``chunked_cross_entropy``; docs/kinds.md).
+
+    torchtitan ``torchtitan/components/loss.py`` ``ChunkedCELoss.__call__`` (pytorch/torchtitan@6b9602339): the model
+    stops at the final norm (``_skip_lm_head``); the norm's output, made whole over TP, is split along the sequence
+    into ``num_chunks`` contiguous copies (``torch.chunk``: ``ceil(L / n)`` positions a chunk, every sequence of the
+    micro-batch); for each chunk in turn, the head's GEMM, ``cross_entropy_loss`` (``.float()`` then
+    ``cross_entropy``) and that chunk's backward at once, its input gradient copied into one fp32 buffer of the whole
+    hidden states (``GradAccumulator``); the buffer cast to the compute dtype is all ``_DecoderOutputGradientBackProp``
+    saves for the decoder's backward. So nothing of the logits survives the forward, and no GEMM is recomputed.
+
+    Forward peak, a chunk's backward as ATen runs it (eager): its logits in the compute dtype (the loop's ``logits``
+    still bound), the fp32 log-softmax ``log_softmax`` saved, and the two fp32 gradients ``nll_loss_backward`` and
+    ``_log_softmax_backward_data`` allocate, beside the chunk copies, the fp32 buffer, the norm's output and the head's
+    whole gradient that FSDP2 accumulates over the chunks in the reduce dtype (torchtitan turns the head's gradient sync
+    off for every chunk but the last; torch ``_fully_shard/_fsdp_param.py`` ``to_accumulated_grad_if_needed``).
+    """
+    p, T, h = x.precision, x.tokens, c.hidden_size
+    act = p.activation_bytes
+    chunk_tokens = x.micro_batch_size * -(-(x.seq_len // x.cp) // CHUNKED_LOSS_CHUNKS)
+    whole = T * h * act  # the hidden states whole over TP (ChunkedCELoss redistributes them to Replicate)
+    # The head's unsharded gradient: accumulated in the reduce dtype where it differs from the compute dtype (the
+    # compute-dtype gradient of the running chunk beside it), else accumulated in place in the compute dtype.
+    head = head_out * h
+    accumulated = p.reduction_bytes if p.reduction_bytes != act else 0
+    chunk_logits = chunk_tokens * vocab_shard
+    capped = c.final_logit_softcapping is not None  # its tanh output, a chunk's, kept until that chunk's backward
+    chunk = (chunk_logits * (act + 3 * p.logits_bytes + act * capped)
+             + (chunk_tokens * head_out * act if head_out != vocab_shard else 0))  # the head's own shard, gathered
+    forward_working = (whole + T * h * 4  # the chunk copies; GradAccumulator's fp32 buffer
+                       + (hidden if x.sp_degree > 1 else 0)  # the norm's sequence shard beside its whole copy
+                       + chunk + head * accumulated)
+    # Memory-bound copies of the loop (each read and written): the chunks (h act each way), the buffer's zero fill
+    # (4), each chunk gradient cast to fp32 (act + 4) and copied into the buffer (4 + 4), the buffer cast back
+    # (4 + act); and the head's gradient added into its accumulator for every chunk after the first.
+    acc = accumulated or act
+    copies = T * h * (4 * act + 20) + (CHUNKED_LOSS_CHUNKS - 1) * head * (2 * acc + act)
+    terms = (
+        ActivationTerm("final_norm_in", hidden),
+        *_norm_fp32(c, x),
+        # The hidden states' gradient in the compute dtype (_DecoderOutputGradientBackProp.forward save_for_backward).
+        ActivationTerm("loss_hidden_grad", whole),
+    )
+    return LayerCost(
+        params=tuple(params),
+        activations=terms,
+        input_bytes=hidden,
+        working_bytes=hidden,  # the final norm's input gradient: the head's backward ran in forward
+        forward_working_bytes=forward_working,
+        buffers_once_bytes=T * h * act if x.sp and x.tp > 1 else 0,
+        weight_shapes=((head_out, h),),
+        work=_work(x, head_out, h, copies),
+        weight_gradient_bytes=hidden + T * head_out * act,
+        forward=_flops(c, x, head_out, vocab_shard),
     )
 
 

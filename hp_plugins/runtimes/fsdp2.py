@@ -32,6 +32,7 @@ from hp_core.runtime_options import RuntimeOption, trait_setter
 from hp_core.specs.overlap import schedule_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
+from hp_plugins.kinds.output import CHUNKED_LOSS_CHUNKS
 from hp_plugins.kit.op_sac import OP_SAC_SWITCHES
 from hp_plugins.runtimes.flex_attention import FLEX, FLEX_BLOCK_TOKENS
 from hp_plugins.runtimes.fsdp2_points import Fsdp2Points
@@ -183,13 +184,18 @@ OPTIONS = (
 __all__ = ["hp_runtimes"]
 
 
+_LOSS_TRAITS = {"upcast": "upcast_cross_entropy", "fused": "fused_cross_entropy", "chunked": "chunked_cross_entropy"}
+
+
 @attrs.frozen
 class _Loss:
-    """``loss_implementation``: ``upcast`` (logits.float() then cross_entropy) or ``fused`` (one kernel keeping bf16 logits)."""
+    """``loss_implementation``: ``upcast`` (logits.float() then cross_entropy), ``fused`` (one kernel keeping bf16
+    logits) or ``chunked`` (torchtitan's ChunkedCELoss: the head and the loss chunk by chunk, each chunk's backward at
+    once): the trait of that name, the others dropped."""
 
     def __call__(self, runtime: Runtime, value: str) -> Runtime:
-        traits = runtime.traits - {"upcast_cross_entropy", "fused_cross_entropy"}
-        return attrs.evolve(runtime, traits=traits | {"upcast_cross_entropy" if value == "upcast" else "fused_cross_entropy"})
+        traits = runtime.traits - set(_LOSS_TRAITS.values())
+        return attrs.evolve(runtime, traits=traits | {_LOSS_TRAITS[value]})
 
 
 @attrs.frozen
@@ -257,9 +263,17 @@ _MEMORY_OPTIONS = (
     RuntimeOption(
         "loss_implementation", "choice", "upcast",
         "upcast: logits.float() then cross_entropy (forward holds bf16 and fp32 logits beside the fp32 log-softmax); "
-        "fused: a fused cross-entropy keeping the bf16 logits overwritten by their gradient",
-        f"transformers loss/loss_utils.py ForCausalLMLoss; {_TT} cross_entropy_loss",
-        _Loss(), choices=("upcast", "fused"),
+        "fused: a fused cross-entropy keeping the bf16 logits overwritten by their gradient; chunked: torchtitan's "
+        f"ChunkedCELoss with its default num_chunks {CHUNKED_LOSS_CHUNKS}: the head's GEMM and the upcast loss run "
+        "chunk by chunk along the sequence, each chunk's backward at once in the forward (no GEMM recomputed): nothing "
+        "of the logits kept, only the hidden states' gradient in the compute dtype; the forward holds one chunk's "
+        "bf16 logits, fp32 log-softmax and two fp32 gradients, an fp32 buffer of the hidden states' gradient and the "
+        "head's whole gradient in the reduce dtype; time as upcast plus the loop's copies. Other num_chunks: not "
+        "stated; the compiled loss (compile components ['loss']) is priced as eager",
+        f"transformers loss/loss_utils.py ForCausalLMLoss; {_TT} cross_entropy_loss, ChunkedCELoss and "
+        "GradAccumulator (pytorch/torchtitan@6b9602339); torch/distributed/fsdp/_fully_shard/_fsdp_param.py "
+        "to_accumulated_grad_if_needed",
+        _Loss(), choices=("upcast", "fused", "chunked"),
     ),
     RuntimeOption(
         "optimizer_implementation", "choice", "foreach",
