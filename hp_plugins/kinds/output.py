@@ -207,7 +207,7 @@ def _chunked(c: OutputConfig, x: LayerContext, params: list, hidden: int, head_o
         buffers_once_bytes=T * h * act if x.sp and x.tp > 1 else 0,
         weight_shapes=((head_out, h),),
         work=_work(x, head_out, h, copies),
-        weight_gradient_bytes=hidden + T * head_out * act,
+        weight_gradient_bytes=0,  # the head's weight gradient is made in the loop, each chunk's: none left for a W pass
         forward=_flops(c, x, head_out, vocab_shard),
     )
 

@@ -47,6 +47,7 @@ def test_chunked_keeps_the_hidden_gradient_and_holds_one_chunk(registry):
     # 10 bytes an element (fp32 read and written, bf16 read).
     assert cost.work.copy_bytes == 80 * 64 * 28 + 7 * 64_000 * 10 == 4_623_360
     assert cost.work.backward_copy_bytes == 0
+    assert cost.weight_gradient_bytes == 0  # the head's weight gradient is made in the forward's loop
 
 
 def test_upcast_for_comparison_and_the_same_flops(registry):
