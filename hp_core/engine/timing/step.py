@@ -15,8 +15,8 @@ from hp_core.engine.optimizer import OptimizerLoad, add_loads, layer_load
 from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements
 from hp_core.engine.stage import offloaded_bytes
-from hp_core.engine.schedule import pipeline_seconds
-from hp_core.engine.timing.overlap import bucketed, fsdp_layers, fsdp_layers_pipelined, hidden_send
+from hp_core.engine.schedule import pipeline_seconds, rank_order
+from hp_core.engine.timing.overlap import bucketed, fsdp_layers, fsdp_layers_pipelined, fsdp_multi_stage, hidden_send
 from hp_core.engine.timing.layer import ALTERNATE_MATMUL_DEFAULT_FRACTION, _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
 from hp_core.engine.timing.results import StageTime, StepTime
@@ -262,8 +262,13 @@ def time_run(
     # micro-batch 0's forward meets stage after stage as the pipeline fills (exposed seconds per stage).
     heads: list[float] = []
     step_reduce = zero >= 3 and parallel.pp > 1 and sched.fsdp_pipeline_step_reduce
+    # Under a multi-stage schedule (vpp > 1) the runtime's UNSHARD actions gather whole chunks (fsdp_multi_stage):
+    # per stage, the exposed wait of its first action for its first chunk's gather and that chunk's forward, from
+    # which the pipeline's fill delay is priced after the loop.
+    multi_stage = step_reduce and parallel.vpp > 1
+    firsts: list[tuple[float, float]] = []
     if step_reduce:
-        check_fsdp_pipeline(zero, parallel)  # one chunk per stage, a single-stage schedule
+        check_fsdp_pipeline(zero, parallel, multi_stage=True)  # a schedule whose FSDP under PP hp prices (with an order)
     for stage in range(parallel.pp):
         key = tuple((c == 0, c == chunks - 1, c != chunks - 1 and stage not in runs_on[c + 1], c != 0 and stage not in runs_on[c - 1],
                      run.body_group[bounds[c][0]:bounds[c][1]], tuple(map(id, body[bounds[c][0]:bounds[c][1]])))
@@ -274,12 +279,15 @@ def time_run(
             recomputed_flops_per_stage.append(same[1])
             passes.append(same[2])
             heads.append(same[3])
+            firsts.append(same[4])
             continue
         fwd = bwd = rec = comm = flops = rflops = wgrad = head = 0.0
+        first = (0.0, 0.0)
         held: dict[int, int] = {}
         by_group: dict[str, list[float]] = {}
         ordered: list[_LayerTime] = []
         ordered_groups: list[int] = []
+        chunk_sizes: list[int] = []  # layers of each chunk in ordered
         sends = 0
         for c in run.stage_chunks(stage):
             lo, hi = bounds[c]
@@ -296,6 +304,7 @@ def time_run(
             if zero >= 3:
                 ordered += layers
                 ordered_groups += groups
+                chunk_sizes.append(len(layers))
             # Runs of the same layer (one _LayerTime per group and setting) added once, times their length.
             for t, n in _runs(layers):
                 fwd += n * t.forward_seconds
@@ -358,7 +367,37 @@ def time_run(
                                              reduce_overlap=sched.fsdp_reduce_scatter_overlap)
                 return total * rates.slowdown, exposed * (1 - ov.data_parallel.value) * rates.slowdown
 
-            if step_reduce:
+            if multi_stage:
+                # torch's multi-stage runtime (fsdp_multi_stage): whole-chunk gathers where its UNSHARD actions put
+                # them, hidden behind the actions between issue and use; under reshard_after_forward a pass of a
+                # chunk's body layers after each forward it still counts gathered; the reduce-scatters (HSDP: then
+                # the all-reduces) once per step after the stage's last backward on each chunk, exposed whole.
+                keep = (1 - ov.data_parallel.value) * rates.slowdown
+                is_body = [g in body_groups for g in ordered_groups]
+                cut = [sum(chunk_sizes[:k]) for k in range(len(chunk_sizes) + 1)]
+                spans = [range(cut[k], cut[k + 1]) for k in range(len(chunk_sizes))]
+                c_gather = [sum(per_layer[i][0] for i in span) for span in spans]
+                c_forward = [sum(per_layer[i][2] for i in span) for span in spans]
+                c_backward = [sum(per_layer[i][3] for i in span) for span in spans]
+                regather = None
+                if parallel.reshard_after_forward:
+                    regather = [fsdp_layers([(per_layer[i][0] if is_body[i] else 0.0, 0.0, per_layer[i][2], per_layer[i][3])
+                                             for i in span], reshard=False, prefetch=sched.fsdp_prefetch, reduce_overlap=False)
+                                for span in spans]
+                order = rank_order(schedule, run.stage_inputs.layout, stage, len(spans))
+                waited, stalls, gathered = fsdp_multi_stage([(kind, c) for kind, c, _ in order], c_forward, c_backward,
+                                                            c_gather, regather)
+                reduce = sum(r for _, r, _, _ in per_layer)
+                all_reduce = sum(replicated)
+                m_step = micro_batches
+                by_group["fsdp"] = [gathered / m_step * rates.slowdown, stalls / m_step * keep]
+                comm += stalls / m_step * keep
+                first = (waited * keep, c_forward[order[0][1]] * rates.slowdown)
+                dp = (reduce + all_reduce) * keep
+                by_group["fsdp_step"] = [reduce * rates.slowdown, reduce * keep]
+                if replicated:
+                    by_group["hsdp_step"] = [all_reduce * rates.slowdown, all_reduce * keep]
+            elif step_reduce:
                 # torch.distributed.pipelining with FSDP2 stages (fsdp_layers_pipelined): a pass of the body layers per
                 # micro-batch only under reshard_after_forward, one of every unit in the stage's first forward (on the
                 # fill: heads), and the reduce-scatters (HSDP: then the all-reduces) once per step after the last backward.
@@ -438,10 +477,26 @@ def time_run(
         recomputed_flops_per_stage.append(rflops)
         passes.append(StagePasses(stages[-1].micro_batch_seconds, wgrad, _forward_share(stages[-1])))
         heads.append(head)
-        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, passes[-1], head)
+        firsts.append(first)
+        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, passes[-1], head, first)
 
     # Under FSDP x PP each stage's first forward gathers on the pipeline's fill: its exposed part delays it (bubble).
     pipe = pipeline_seconds(schedule, run.stage_inputs.layout, tuple(passes)) + sum(heads)
+    if multi_stage:
+        # The multi-stage runtime issues every rank's first UNSHARD at the step's start, so a stage's first gather
+        # runs while the stages before it run micro-batch 0's first forward: stage i's first action starts at
+        # max(its gather, the earlier stages' first forwards), and the fill is delayed by the largest excess.
+        fill = delay = 0.0
+        for stage, (waited, forward) in enumerate(firsts):
+            late = max(0.0, waited - fill)
+            if late:
+                by_group_step = dict((g, [t, e]) for g, t, e in stages[stage].communication_by_group)
+                by_group_step["fsdp_step"][1] += late
+                stages[stage] = attrs.evolve(stages[stage], communication_by_group=tuple(
+                    (g, t, e) for g, (t, e) in by_group_step.items()))
+            delay = max(delay, late)
+            fill += forward
+        pipe += delay
     slow = max(stages, key=lambda s: s.micro_batch_seconds)
     tail = max(stages, key=lambda s: s.data_parallel_seconds + s.optimizer_seconds)
     step = pipe + tail.data_parallel_seconds + tail.optimizer_seconds
