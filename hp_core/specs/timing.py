@@ -30,8 +30,8 @@ from hp_core.precision_recipes import AUTOCAST, GEMM_KERNELS, GEMM_PASS_NAMES, S
 from hp_core.specs.gemms import GEMM_PASSES, GemmShapeScale, GemmTable
 from hp_core.specs.overlap import HostOverhead, OverlapSchedule
 
-__all__ = ["ALL_REDUCE_ALGORITHMS", "CommOverlap", "DeviceEfficiency", "GEMM_PASSES", "GemmShapeScale", "GemmTable", "ROUTER_REFERENCE_ELEMENTS",
-           "Sourced", "TimingProfile"]
+__all__ = ["ALL_REDUCE_ALGORITHMS", "CommOverlap", "DeviceEfficiency", "GEMM_PASSES", "GemmShapeScale", "GemmTable",
+           "MoePermutation", "ROUTER_REFERENCE_ELEMENTS", "Sourced", "TimingProfile"]
 
 # NCCL's all-reduce algorithms (hp_core.collectives): ``ring`` (bandwidth-optimal,
 # latency grows with n), ``tree`` (double binary tree, latency grows with log n),
@@ -292,6 +292,34 @@ class CommOverlap:
         return {a.name: getattr(self, a.name) for a in attrs.fields(type(self))}
 
 
+@attrs.frozen(kw_only=True)
+class MoePermutation:
+    """An MoE layer's token permutation and combine as a trainer's kernels move them, counted op by op.
+
+    In place of :attr:`TimingProfile.moe_permute_passes`: accesses of one element of the dispatched width (the
+    layer's ``permute_bytes`` per routed row over the rows, ``permute_input_bytes`` per token over the tokens), at
+    the activation's size, an fp32 temporary of a bf16 activation counting two; per routed row (a token's copy for
+    one of its experts, sent and received alike under balanced routing) and per token of the layer, each way. Priced
+    at the device's ``memory_bandwidth``, with no fixed time (docs/time.md, "torchtitan's MoE token routing").
+
+    Attributes:
+        name: The trainer's dispatcher it counts (``"torchtitan_all_to_all"``).
+        forward_per_row, forward_per_token: Forward accesses per element per routed row and per token.
+        backward_per_row, backward_per_token: The same in backward.
+        eager: Counted for eager kernels (one kernel per ATen op): a profile fusing its elementwise ops
+            (``eager_elementwise`` false) refuses it, its traffic unstated.
+        source: The code counted (repository, commit, file, function) and how.
+    """
+
+    name: str = attrs.field(validator=_text)
+    forward_per_row: float = attrs.field(validator=_number)
+    forward_per_token: float = attrs.field(validator=_number)
+    backward_per_row: float = attrs.field(validator=_number)
+    backward_per_token: float = attrs.field(validator=_number)
+    eager: bool = True
+    source: str = attrs.field(validator=_text)
+
+
 def _switch_names(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     stray = sorted(str(v) for v in value if not is_switch_name(v))
     if stray:
@@ -317,6 +345,8 @@ class TimingProfile:
             backward over its forward.
         moe_permute_passes: Passes over the dispatched tokens (each a read and
             a write) per direction of an MoE layer: permute, sort, unsort, unpermute.
+        moe_permutation: The MoE layer's permutation counted op by op (:class:`MoePermutation`), in place of
+            ``moe_permute_passes``; ``None``: the passes price it.
         optimizer_grad_passes: Passes over the gradient shard beyond the
             optimizer's own read (the global-norm read, the clip's read and write).
         optimizer_grad_bytes: The gradient width the step reads and clips (Megatron's fp32 main gradients), the shard
@@ -390,6 +420,8 @@ class TimingProfile:
     optimizer_grad_bytes: Sourced | None = None
     unlisted_reason: str | None = None
     attention_block_tokens: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_at_least_one))
+    moe_permutation: MoePermutation | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(MoePermutation)))
 
     def __attrs_post_init__(self) -> None:
         if not self.devices:

@@ -42,6 +42,7 @@ from hp_plugins.runtimes.time_options import (
     rope_implementation_option,
     rope_kernels_option,
 )
+from hp_plugins.runtimes.torchtitan_moe import moe_permutation_option
 from hp_plugins.runtimes.tp_plans import TP_PLANS
 from hp_plugins.runtimes.timing_profiles import FSDP2, HOPPER_CUDNN, TRITON_FLASH
 
@@ -176,6 +177,7 @@ OPTIONS = (
         "NeMo AutoModel moe dispatcher 'deepep' (examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml) or "
         "'hybridep' (nemo_automodel/components/moe/megatron/token_dispatcher.py, NVIDIA-NeMo/Automodel@3746a1a); DeepEP "
         "docs/legacy.md (deepseek-ai/DeepEP@0297fc8); DeepEP docs/README_Hybrid-EP.md (deepseek-ai/DeepEP@41cad94)"),
+    moe_permutation_option(),
 )
 
 __all__ = ["hp_runtimes"]

@@ -679,6 +679,45 @@ def test_moe_permutation_traffic_reads_and_writes_the_layers_own_tokens_at_the_e
     assert timed.forward_seconds == pytest.approx(1e-4 + 38e6 / (MEMORY_BW * 0.25))
 
 
+def test_a_counted_moe_permutation_prices_each_direction_at_the_memory_bandwidth():
+    from hp_core.costs import LayerCost, LayerWork
+    from hp_core.engine.timing.layer import _layer_time
+    from hp_core.engine.timing.rates import _rates
+    from hp_core.errors import SpecError
+    from hp_core.specs.timing import MoePermutation
+
+    counted = MoePermutation(name="toy", forward_per_row=3, forward_per_token=2, backward_per_row=5, backward_per_token=1,
+                             source="a hand-worked test")
+    # A device stating a permute bandwidth and fixed time: the counted ops take the memory bandwidth and no fixed time.
+    measured = attrs.evolve(TOY_DEVICE, moe_permute_bandwidth=_figure(0.25), moe_permute_overhead_seconds=_figure(1e-4))
+    profile = attrs.evolve(TOY_PROFILE, devices=(measured,), moe_permute_passes=_figure(4), moe_permutation=counted,
+                           eager_elementwise=True, alternate_matmul_recompute=frozenset({"ffAct"}))
+    layout = ParallelSpec(dp=1, seq_len=1024, micro_batch_size=1)
+    rates = _rates(layout, TOY_DEVICE_SPEC, profile, PrecisionSpec(), "flash")
+    cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0)
+    shape = LayerWork(permute_bytes=6e6, permute_input_bytes=1e6)  # 6 MB of routed rows, 1 MB of the layer's tokens
+    memory = MEMORY_BW * 0.5
+    layer = _layer_time(cost, shape, False, frozenset(), rates)
+    assert layer.forward_seconds == pytest.approx((3 * 6e6 + 2 * 1e6) / memory)  # 20 MB
+    assert layer.backward_seconds == pytest.approx((5 * 6e6 + 1 * 1e6) / memory)  # 31 MB
+    assert layer.recompute_seconds == 0.0
+    # The op-level policy (every switch of alternate_matmul_recompute recomputed) re-runs the forward's ops.
+    policy = _layer_time(cost, shape, False, frozenset({"ffAct"}), rates)
+    assert policy.recompute_seconds == pytest.approx(20e6 / memory)
+    # A full recompute re-runs the forward, as before.
+    assert _layer_time(cost, shape, True, frozenset(), rates).recompute_seconds == pytest.approx(20e6 / memory)
+    # Counted for eager kernels: a profile fusing its elementwise ops refuses it, naming the option.
+    with pytest.raises(ConfigError, match="moe_permutation"):
+        _rates(layout, TOY_DEVICE_SPEC, attrs.evolve(profile, eager_elementwise=False), PrecisionSpec(), "flash")
+    # Unset, the profile's passes price it (four: 38 MB at the permute bandwidth plus its fixed time), re-run too.
+    passes = _rates(layout, TOY_DEVICE_SPEC, attrs.evolve(profile, moe_permutation=None), PrecisionSpec(), "flash")
+    four = 1e-4 + 38e6 / (MEMORY_BW * 0.25)
+    assert _layer_time(cost, shape, False, frozenset({"ffAct"}), passes).recompute_seconds == pytest.approx(four)
+    with pytest.raises(SpecError):
+        MoePermutation(name="toy", forward_per_row=-1, forward_per_token=0, backward_per_row=0, backward_per_token=0,
+                       source="negative")
+
+
 def test_moe_router_kernels_scale_with_routed_tokens_times_experts():
     from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS
     from hp_core.engine.timing.layer import _layer_time

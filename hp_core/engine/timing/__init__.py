@@ -42,7 +42,11 @@ The model, with its sources (figures come from the profile, each sourced there):
   an MoE layer also makes ``moe_permute_passes`` passes over its dispatched
   tokens each way (read and write; the first reads and the last writes the
   layer's own tokens), at the device's ``moe_permute_bandwidth`` plus
-  ``moe_permute_overhead_seconds`` where stated, and its router's kernels
+  ``moe_permute_overhead_seconds`` where stated, or, where the profile states
+  its permutation counted op by op (``moe_permutation``: torchtitan's eager
+  dispatchers), those accesses per routed row and per token, forward and
+  backward apart, at the memory efficiency (re-run by an op-level SAC policy),
+  and its router's kernels
   besides the gating GEMM take the device's ``moe_router_*_seconds`` (measured
   at 4096 tokens x 160 experts) scaled by its routed tokens times experts.
 * **Precision recipes** (:mod:`hp_core.precision_recipes`, docs/precision.md): the linear

@@ -8,6 +8,7 @@ forward reads the input and writes the output (``transformer_engine/common/fused
 ``fused_rope_block_forward`` and ``fused_rope_block_backward`` at v2.11), and eager kernels move what
 :mod:`hp_plugins.kit.eager` counts each way: with the layer's other elementwise ops (eager kernels counted by
 the layer) or on their own (``TimingProfile.eager_rotary``: RoPE run eager where the rest is fused).
+An MoE layer's token permutation is memory-bound too (:func:`permute_seconds`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from hp_core.costs import LayerWork
 from hp_core.engine.timing.rates import _Rates
 from hp_core.errors import ConfigError
 
-__all__ = ["el_bytes_per_flop", "elementwise_seconds"]
+__all__ = ["el_bytes_per_flop", "elementwise_seconds", "permute_seconds"]
 
 
 def _counted_eager(work: LayerWork, r: _Rates) -> bool:
@@ -61,3 +62,25 @@ def elementwise_seconds(work: LayerWork, r: _Rates, flops: float) -> tuple[float
     else:
         rot_fwd = rot_bwd = work.rotary_flops * bytes_per_flop
     return forward, rot_fwd / r.memory, rot_bwd / r.memory
+
+
+def permute_seconds(work: LayerWork, r: _Rates) -> tuple[float, float]:
+    """Forward and backward seconds of an MoE layer's token permutation (docs/time.md, "The model").
+
+    Counted op by op where the profile states it (``TimingProfile.moe_permutation``): accesses per element per
+    routed row (``permute_bytes``) and per token (``permute_input_bytes``), each way, at the memory bandwidth.
+    Else ``moe_permute_passes`` passes each way, each reading and writing the dispatched tokens except that the first
+    (permute) reads and the last (unpermute) writes the layer's own tokens, at the device's permute bandwidth plus
+    its fixed time.
+    """
+    if not work.permute_bytes:
+        return 0.0, 0.0
+    if r.permute_counted is not None:
+        row_fwd, token_fwd, row_bwd, token_bwd = r.permute_counted
+        return ((row_fwd * work.permute_bytes + token_fwd * work.permute_input_bytes) / r.memory,
+                (row_bwd * work.permute_bytes + token_bwd * work.permute_input_bytes) / r.memory)
+    if not r.permute_passes:
+        return 0.0, 0.0
+    traffic = r.permute_passes * 2 * work.permute_bytes + min(r.permute_passes, 2) * (work.permute_input_bytes - work.permute_bytes)
+    seconds = traffic / r.permute_memory + r.permute_overhead
+    return seconds, seconds

@@ -14,7 +14,7 @@ import attrs
 
 
 from hp_core.collectives import CollectiveModel
-from hp_core.engine.timing.elementwise import elementwise_seconds
+from hp_core.engine.timing.elementwise import elementwise_seconds, permute_seconds
 from hp_core.engine.timing.rates import _Rates, _rates
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
@@ -155,15 +155,11 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     el_fwd, rot_fwd, rot_bwd = elementwise_seconds(work, r, elementwise)
     mla_copy = work.copy_bytes / r.memory
     copy_bwd = (work.copy_bytes if work.backward_copy_bytes is None else work.backward_copy_bytes) / r.memory
-    permute = 0.0
-    if work.permute_bytes and r.permute_passes:
-        # Each pass reads and writes the dispatched tokens, except that the first
-        # (permute) reads and the last (unpermute) writes the layer's own tokens.
-        traffic = r.permute_passes * 2 * work.permute_bytes + min(r.permute_passes, 2) * (work.permute_input_bytes - work.permute_bytes)
-        permute = traffic / r.permute_memory + r.permute_overhead
+    permute_fwd, permute_bwd = permute_seconds(work, r)  # an MoE layer's token permutation, each way
     router_fwd = work.router_elements * r.router_fwd
-    forward = mm_fwd + att_fwd + el_fwd + permute + mla_copy + router_fwd + quant_fwd
-    backward = mm_bwd + att_bwd + r.el_backward * (el_fwd - rot_fwd) + rot_bwd + permute + copy_bwd + work.router_elements * r.router_bwd + quant_bwd
+    forward = mm_fwd + att_fwd + el_fwd + permute_fwd + mla_copy + router_fwd + quant_fwd
+    backward = (mm_bwd + att_bwd + r.el_backward * (el_fwd - rot_fwd) + rot_bwd + permute_bwd + copy_bwd
+                + work.router_elements * r.router_bwd + quant_bwd)
     if work.table_elements:
         # A lookup table's backward writes a dense gradient of the rank's shard and reads it
         # into the gradient buffer (PyTorch embedding_dense_backward, then main_grad +=).
@@ -238,7 +234,9 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
             recompute += alternate / (r.peak * r.matmul) / r.gemm_speedup
             recomputed_flops += alternate
         if policy:  # its save list holds no rotary op: the rotated q and k, the attention's inputs, are rebuilt
-            recompute += rot_fwd
+            # Nor any op of an MoE layer's token permutation (gathers, index puts, the score multiply,
+            # scatter_add): its forward runs again, as the grouped GEMMs between them do (docs/time.md).
+            recompute += rot_fwd + permute_fwd
     k = r.slowdown  # a whole run's time over its kernels' measured alone (DeviceEfficiency.sustained_slowdown)
     unit_fwd, unit_bwd = (r.unit_fwd, r.unit_bwd) if unit else (0.0, 0.0)  # FSDP1's per-unit time (rates._unit_seconds)
     return _LayerTime(
