@@ -273,6 +273,9 @@ def time_run(
         key = tuple((c == 0, c == chunks - 1, c != chunks - 1 and stage not in runs_on[c + 1], c != 0 and stage not in runs_on[c - 1],
                      run.body_group[bounds[c][0]:bounds[c][1]], tuple(map(id, body[bounds[c][0]:bounds[c][1]])))
                     for c in run.stage_chunks(stage))
+        order = rank_order(schedule, run.stage_inputs.layout, stage, len(run.stage_chunks(stage))) if multi_stage else None
+        if order is not None:
+            key += (tuple((kind, c) for kind, c, _ in order),)  # a rank's gathers follow its own order (warm-up)
         same = priced.get(key)
         if same is not None:
             stages.append(StageTime(stage, *same[0]))
@@ -384,7 +387,6 @@ def time_run(
                     regather = [fsdp_layers([(per_layer[i][0] if is_body[i] else 0.0, 0.0, per_layer[i][2], per_layer[i][3])
                                              for i in span], reshard=False, prefetch=sched.fsdp_prefetch, reduce_overlap=False)
                                 for span in spans]
-                order = rank_order(schedule, run.stage_inputs.layout, stage, len(spans))
                 waited, stalls, gathered = fsdp_multi_stage([(kind, c) for kind, c, _ in order], c_forward, c_backward,
                                                             c_gather, regather)
                 reduce = sum(r for _, r, _, _ in per_layer)
