@@ -16,7 +16,8 @@ from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements
 from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.schedule import pipeline_seconds, rank_order
-from hp_core.engine.timing.overlap import bucketed, fsdp_layers, fsdp_layers_pipelined, fsdp_multi_stage, hidden_send
+from hp_core.engine.timing.fsdp_pipeline import fill_delay, stage_fsdp
+from hp_core.engine.timing.overlap import bucketed, fsdp_layers, hidden_send
 from hp_core.engine.timing.layer import ALTERNATE_MATMUL_DEFAULT_FRACTION, _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
 from hp_core.engine.timing.results import StageTime, StepTime
@@ -258,15 +259,11 @@ def time_run(
     # pipeline's middle stages), are priced once: every sum below runs in the same order, so each figure is the
     # one pricing them again would give; only the index differs. What depends on a stage's position enters the key.
     priced: dict = {}
-    # FSDP under PP (OverlapSchedule.fsdp_pipeline_step_reduce): each stage's gathers in its first forward, which
-    # micro-batch 0's forward meets stage after stage as the pipeline fills (exposed seconds per stage).
-    heads: list[float] = []
+    # FSDP under PP (OverlapSchedule.fsdp_pipeline_step_reduce): each stage's exposed gathers on the pipeline's fill,
+    # its first forward's (head) or under a multi-stage schedule (vpp > 1) its first UNSHARD's (first; fsdp_pipeline).
+    heads: list[tuple[float, tuple[float, float]]] = []  # per stage (head, first)
     step_reduce = zero >= 3 and parallel.pp > 1 and sched.fsdp_pipeline_step_reduce
-    # Under a multi-stage schedule (vpp > 1) the runtime's UNSHARD actions gather whole chunks (fsdp_multi_stage):
-    # per stage, the exposed wait of its first action for its first chunk's gather and that chunk's forward, from
-    # which the pipeline's fill delay is priced after the loop.
     multi_stage = step_reduce and parallel.vpp > 1
-    firsts: list[tuple[float, float]] = []
     if step_reduce:
         check_fsdp_pipeline(zero, parallel, multi_stage=True)  # a schedule whose FSDP under PP hp prices (with an order)
     for stage in range(parallel.pp):
@@ -274,18 +271,16 @@ def time_run(
                      run.body_group[bounds[c][0]:bounds[c][1]], tuple(map(id, body[bounds[c][0]:bounds[c][1]])))
                     for c in run.stage_chunks(stage))
         order = rank_order(schedule, run.stage_inputs.layout, stage, len(run.stage_chunks(stage))) if multi_stage else None
-        if order is not None:
-            key += (tuple((kind, c) for kind, c, _ in order),)  # a rank's gathers follow its own order (warm-up)
+        key += (order and tuple((kind, c) for kind, c, _ in order),)  # a rank's gathers follow its own order (warm-up)
         same = priced.get(key)
         if same is not None:
             stages.append(StageTime(stage, *same[0]))
             recomputed_flops_per_stage.append(same[1])
             passes.append(same[2])
             heads.append(same[3])
-            firsts.append(same[4])
             continue
         fwd = bwd = rec = comm = flops = rflops = wgrad = head = 0.0
-        first = (0.0, 0.0)
+        first = (0.0, 0.0)  # under a multi-stage schedule: stage_fsdp
         held: dict[int, int] = {}
         by_group: dict[str, list[float]] = {}
         ordered: list[_LayerTime] = []
@@ -370,51 +365,13 @@ def time_run(
                                              reduce_overlap=sched.fsdp_reduce_scatter_overlap)
                 return total * rates.slowdown, exposed * (1 - ov.data_parallel.value) * rates.slowdown
 
-            if multi_stage:
-                # torch's multi-stage runtime (fsdp_multi_stage): whole-chunk gathers where its UNSHARD actions put
-                # them, hidden behind the actions between issue and use; under reshard_after_forward a pass of a
-                # chunk's body layers after each forward it still counts gathered; the reduce-scatters (HSDP: then
-                # the all-reduces) once per step after the stage's last backward on each chunk, exposed whole.
-                keep = (1 - ov.data_parallel.value) * rates.slowdown
-                is_body = [g in body_groups for g in ordered_groups]
-                cut = [sum(chunk_sizes[:k]) for k in range(len(chunk_sizes) + 1)]
-                spans = [range(cut[k], cut[k + 1]) for k in range(len(chunk_sizes))]
-                c_gather = [sum(per_layer[i][0] for i in span) for span in spans]
-                c_forward = [sum(per_layer[i][2] for i in span) for span in spans]
-                c_backward = [sum(per_layer[i][3] for i in span) for span in spans]
-                regather = None
-                if parallel.reshard_after_forward:
-                    regather = [fsdp_layers([(per_layer[i][0] if is_body[i] else 0.0, 0.0, per_layer[i][2], per_layer[i][3])
-                                             for i in span], reshard=False, prefetch=sched.fsdp_prefetch, reduce_overlap=False)
-                                for span in spans]
-                waited, stalls, gathered = fsdp_multi_stage([(kind, c) for kind, c, _ in order], c_forward, c_backward,
-                                                            c_gather, regather)
-                reduce = sum(r for _, r, _, _ in per_layer)
-                all_reduce = sum(replicated)
-                m_step = micro_batches
-                by_group["fsdp"] = [gathered / m_step * rates.slowdown, stalls / m_step * keep]
-                comm += stalls / m_step * keep
-                first = (waited * keep, c_forward[order[0][1]] * rates.slowdown)
-                dp = (reduce + all_reduce) * keep
-                by_group["fsdp_step"] = [reduce * rates.slowdown, reduce * keep]
-                if replicated:
-                    by_group["hsdp_step"] = [all_reduce * rates.slowdown, all_reduce * keep]
-            elif step_reduce:
-                # torch.distributed.pipelining with FSDP2 stages (fsdp_layers_pipelined): a pass of the body layers per
-                # micro-batch only under reshard_after_forward, one of every unit in the stage's first forward (on the
-                # fill: heads), and the reduce-scatters (HSDP: then the all-reduces) once per step after the last backward.
-                (mb_total, mb_exposed), (head_total, head_exposed), reduce, all_reduce = fsdp_layers_pipelined(
-                    per_layer, replicated, [g in body_groups for g in ordered_groups],
-                    reshard=parallel.reshard_after_forward, prefetch=sched.fsdp_prefetch)
-                keep = (1 - ov.data_parallel.value) * rates.slowdown
-                if mb_total:
-                    by_group["fsdp"] = [mb_total * rates.slowdown, mb_exposed * keep]
-                comm += mb_exposed * keep
-                head = head_exposed * keep
-                dp = (reduce + all_reduce) * keep
-                by_group["fsdp_step"] = [(head_total + reduce) * rates.slowdown, head + reduce * keep]
-                if replicated:
-                    by_group["hsdp_step"] = [all_reduce * rates.slowdown, all_reduce * keep]
+            if step_reduce:  # fsdp_pipeline.stage_fsdp: single-stage schedules (order None) or the rank's order
+                priced_fsdp = stage_fsdp(per_layer, replicated, [g in body_groups for g in ordered_groups], chunk_sizes,
+                                         order, reshard=parallel.reshard_after_forward, prefetch=sched.fsdp_prefetch,
+                                         keep=(1 - ov.data_parallel.value) * rates.slowdown, slowdown=rates.slowdown,
+                                         micro_batches=micro_batches)
+                by_group.update(priced_fsdp.groups)
+                comm, head, dp, first = comm + priced_fsdp.comm, priced_fsdp.head, priced_fsdp.dp, priced_fsdp.first
             else:
                 total, exposed = streams(per_layer)
                 by_group["fsdp"] = [total, exposed]
@@ -478,27 +435,13 @@ def time_run(
                                 tuple((g, t, e) for g, (t, e) in by_group.items())))
         recomputed_flops_per_stage.append(rflops)
         passes.append(StagePasses(stages[-1].micro_batch_seconds, wgrad, _forward_share(stages[-1])))
-        heads.append(head)
-        firsts.append(first)
-        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, passes[-1], head, first)
+        heads.append((head, first))
+        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, passes[-1], heads[-1])
 
     # Under FSDP x PP each stage's first forward gathers on the pipeline's fill: its exposed part delays it (bubble).
-    pipe = pipeline_seconds(schedule, run.stage_inputs.layout, tuple(passes)) + sum(heads)
+    pipe = pipeline_seconds(schedule, run.stage_inputs.layout, tuple(passes)) + sum(head for head, _ in heads)
     if multi_stage:
-        # The multi-stage runtime issues every rank's first UNSHARD at the step's start, so a stage's first gather
-        # runs while the stages before it run micro-batch 0's first forward: stage i's first action starts at
-        # max(its gather, the earlier stages' first forwards), and the fill is delayed by the largest excess.
-        fill = delay = 0.0
-        for stage, (waited, forward) in enumerate(firsts):
-            late = max(0.0, waited - fill)
-            if late:
-                by_group_step = dict((g, [t, e]) for g, t, e in stages[stage].communication_by_group)
-                by_group_step["fsdp_step"][1] += late
-                stages[stage] = attrs.evolve(stages[stage], communication_by_group=tuple(
-                    (g, t, e) for g, (t, e) in by_group_step.items()))
-            delay = max(delay, late)
-            fill += forward
-        pipe += delay
+        pipe += fill_delay(stages, [first for _, first in heads])  # a multi-stage schedule's first gathers on the fill
     slow = max(stages, key=lambda s: s.micro_batch_seconds)
     tail = max(stages, key=lambda s: s.data_parallel_seconds + s.optimizer_seconds)
     step = pipe + tail.data_parallel_seconds + tail.optimizer_seconds
