@@ -31,25 +31,18 @@ Three forms, on a bf16 q of ``A`` heads and k of ``G`` heads:
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
-# Operators that launch no kernel on a GPU (views, reshapes, metadata; a conjugate view resolved later).
-NO_KERNEL = frozenset({
-    "view", "_unsafe_view", "transpose", "t", "expand", "slice", "select", "unsqueeze", "squeeze", "permute", "detach",
-    "alias", "as_strided", "split", "split_with_sizes", "unbind", "empty", "empty_like", "empty_strided",
-    "_reshape_alias", "lift_fresh", "new_empty", "new_empty_strided", "chunk", "reshape", "flatten", "narrow", "view_as",
-    "unflatten", "movedim", "view_as_real", "view_as_complex", "conj", "_conj", "_neg_view", "resolve_neg",
-})
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # the shared counter helpers (aten_bytes.py), also when a test loads this file
+    sys.path.insert(0, str(HERE))
+
+from aten_bytes import NO_KERNEL as _VIEWS, addressed as _addressed  # noqa: E402
+
+# Operators that launch no kernel on a GPU (aten_bytes.NO_KERNEL; a conjugate view resolved later).
+NO_KERNEL = _VIEWS | {"view_as_real", "view_as_complex", "conj", "_conj", "_neg_view", "resolve_neg"}
 BATCH, SEQ, HEADS, KV_HEADS, HEAD_DIM = 2, 64, 8, 2, 32
-
-
-def _addressed(t: Any) -> int:
-    """Bytes of the elements a tensor addresses: a stride-0 (broadcast) dimension counted once."""
-    n = 1
-    for size, stride in zip(t.shape, t.stride()):
-        if stride:
-            n *= size
-    return n * t.element_size()
 
 
 def _recorder(table_ids: set[int], kept: list):

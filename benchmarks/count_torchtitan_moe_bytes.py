@@ -49,15 +49,15 @@ scores, the routing map: a few hundred bytes per routed row, not per element of 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
-# Operators that launch no kernel on a GPU (views, metadata, allocations without a fill).
-NO_KERNEL = frozenset({
-    "view", "_unsafe_view", "transpose", "t", "expand", "slice", "select", "unsqueeze", "squeeze", "permute", "detach",
-    "alias", "as_strided", "split", "split_with_sizes", "unbind", "empty", "empty_like", "empty_strided",
-    "_reshape_alias", "lift_fresh", "new_empty", "new_empty_strided", "chunk", "reshape", "flatten", "narrow", "view_as",
-    "unflatten", "movedim",
-})
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # the shared counter helpers (aten_bytes.py), also when a test loads this file
+    sys.path.insert(0, str(HERE))
+
+from aten_bytes import NO_KERNEL, addressed as _addressed  # noqa: E402
+
 # Operators that only write their output.
 FILLS = frozenset({"zeros", "zeros_like", "new_zeros", "full", "full_like", "new_full", "ones", "ones_like", "arange",
                    "fill_", "zero_"})
@@ -67,15 +67,6 @@ ALIGN = 8  # TOKEN_GROUP_ALIGN_SIZE_M at 82a9530f6 (bf16)
 POINTS = ((64, 2), (128, 2), (128, 4))
 
 _state = {"skip": False, "deterministic": False}
-
-
-def _addressed(t: Any) -> int:
-    """Bytes of the elements a tensor addresses: a stride-0 (broadcast) dimension counted once."""
-    n = 1
-    for size, stride in zip(t.shape, t.stride()):
-        if stride:
-            n *= size
-    return n * t.element_size()
 
 
 def _row_bytes(t: Any) -> int:
