@@ -16,8 +16,9 @@ B200; NVIDIA's DGX Cloud NeMo recipes: Llama 3.1 8B on 8 to 128 H100s, Llama 3.1
 GPT-3 175B on 32 to 2,304, Nemotron-4 15B and 340B on 16 to 2,048, and NeMo's Grok-1 314B on 8 to 2,048, an
 MoE class with the GPT-OSS H100 rows, whose two collections are also reported apart), priced with the ``megatron``
 runtime's defaults and as run. No figure is
-fitted to these rows. ``--write`` replaces the text between the ``scale-validation``, the ``mpt-validation`` and
-the ``mbridge-validation`` markers of docs/time.md (atomically).
+fitted to these rows. Last, the rows stating torchtitan's logged memory (``measured.memory_gib``, its max reserved)
+against hp's reserved bytes. ``--write`` replaces the text between the ``scale-validation``, the ``mpt-validation``,
+the ``mbridge-validation`` and the ``scale-memory`` markers of docs/time.md (atomically).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "plugins"))
 
-from scale_cases import mbridge_report, mpt_report, report  # noqa: E402
+from scale_cases import mbridge_report, memory_report, mpt_report, report  # noqa: E402
 
 from hp_core.api import build_registry  # noqa: E402
 from hp_core.io.files import atomic_write  # noqa: E402
@@ -38,6 +39,7 @@ PAGE = ROOT / "docs" / "time.md"
 START, END = "<!-- scale-validation:start -->", "<!-- scale-validation:end -->"
 MPT_START, MPT_END = "<!-- mpt-validation:start -->", "<!-- mpt-validation:end -->"
 MBRIDGE_START, MBRIDGE_END = "<!-- mbridge-validation:start -->", "<!-- mbridge-validation:end -->"
+MEMORY_START, MEMORY_END = "<!-- scale-memory:start -->", "<!-- scale-memory:end -->"
 
 
 def _replace(page: str, start: str, end: str, text: str) -> str:
@@ -51,16 +53,19 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="rewrite the table in docs/time.md")
     args = parser.parse_args()
     registry = build_registry(use_env=False)
-    text, mpt, mbridge = report(registry), mpt_report(registry), mbridge_report(registry)
+    text, mpt, mbridge, memory = report(registry), mpt_report(registry), mbridge_report(registry), memory_report(registry)
     print(text, end="")
     print()
     print(mpt, end="")
     print()
     print(mbridge, end="")
+    print()
+    print(memory, end="")
     if args.write:
         page = _replace(PAGE.read_text(encoding="utf-8"), START, END, text)
         page = _replace(page, MPT_START, MPT_END, mpt)
         page = _replace(page, MBRIDGE_START, MBRIDGE_END, mbridge)
+        page = _replace(page, MEMORY_START, MEMORY_END, memory)
 
         def write(temporary: str) -> None:
             Path(temporary).write_text(page, encoding="utf-8")

@@ -27,6 +27,18 @@ TRAITS = {
         "routing probabilities are applied in the experts' SwiGLU, which keeps them (fp32 per dispatched token), "
         "so the combine keeps no expert outputs (Megatron-Core WeightedSwiGLUFunction)"
     ),
+    "torchtitan_moe_expert_parallel": (
+        "torchtitan's eager MoE of 2025-10 (torchtitan/models/moe.py MoE.forward, ExpertParallel at 82a9530f6): "
+        "the router's gate runs in the compute dtype (no fp32 input copy), the combine's fp32 score multiply keeps "
+        "the routed output in fp32 (4 h a routed row) and 32 bytes of indices and scores a routed row; under "
+        "torchtitan's op-level SAC an MLA MoE layer keeps what its deepseek_v3 save list saves"
+    ),
+    "torchtitan_moe_all_to_all": (
+        "torchtitan's eager MoE of 2026-06 (torchtitan/models/common/moe.py, AllToAllTokenDispatcher at 6b9602339): "
+        "the router's gate runs under fp32 autocast (its fp32 input kept), the combine's fp32 score multiply keeps "
+        "the routed output in fp32 (4 h a routed row) and 36 bytes of indices and scores a routed row (its op-level "
+        "SAC, a different save list, is not stated)"
+    ),
     "fp32_norm_copy": (
         "an RMSNorm upcasts its input to fp32 and keeps that copy and the fp32 inverse root per row, "
         "4 w + 4 bytes per row of width w beyond a fused norm (transformers LlamaRMSNorm and its copies; "

@@ -29,6 +29,8 @@ from hp_plugins.kit import (
     validate_moe,
 )
 from hp_plugins.kinds.dense import SELECTIVE
+from hp_plugins.kit.experts import moe_tokens
+from hp_plugins.kit.op_sac import OP_SAC_SWITCHES, torchtitan_mla_moe_op_sac_kept_bytes
 
 __all__ = ["MLAConfig", "MLAMoEConfig", "MLA_DENSE_SWITCHES", "MLA_SWITCHES", "evaluate_mla", "evaluate_mla_moe", "hp_layer_kinds"]
 
@@ -75,7 +77,13 @@ def evaluate_mla_moe(c: MLAMoEConfig, x: LayerContext) -> LayerCost:
     b = LayerBuilder(x, c.hidden_size)
     mla_attention(b, c)
     moe(b, c, c.norm, c.hidden_dropout)
-    return b.build()
+    cost = b.build()
+    if {"torchtitan_op_sac", "torchtitan_moe_expert_parallel"} <= x.traits:
+        # The op_sac switches run torchtitan's per-op policy with its 2025-10 MoE (kit.op_sac).
+        kept = torchtitan_mla_moe_op_sac_kept_bytes(c, x, x.tokens // x.sp_degree * c.num_experts_per_tok, moe_tokens(c, x))
+        if kept is not None:
+            cost = attrs.evolve(cost, measured=cost.measured + ((OP_SAC_SWITCHES, kept),))
+    return cost
 
 
 @hookimpl

@@ -15,7 +15,7 @@ from hp_plugins.kit.feedforward import ACT_OPS, swiglu
 from hp_plugins.kit.shapes import check_divides
 from hp_plugins.kit.work import ExpertShape
 
-__all__ = ["EXPERT_ACTIVATIONS", "MoEFields", "moe", "moe_tokens", "validate_moe"]
+__all__ = ["EXPERT_ACTIVATIONS", "MoEFields", "TORCHTITAN_KEPT", "moe", "moe_tokens", "torchtitan_kept_bytes", "validate_moe"]
 
 # The routed experts' activations: SwiGLU (hp_plugins.kit.feedforward.swiglu), GPT-OSS's clamped
 # one (hp_plugins.kit.clamped_glu), and a plain MLP of ``hidden_act`` (up, activation, down: Nemotron-H's
@@ -121,6 +121,31 @@ class MoEFields:
         return self.router_num_groups if self.router_group_topk is None else self.router_group_topk
 
 
+# What torchtitan's eager MoE keeps beyond the kit's default, by the trait the fsdp2 option moe_permutation sets
+# (hp_plugins/runtimes/torchtitan_moe.py KEPT_TRAITS): (the router keeps an fp32 copy of its input, bytes of routing
+# indices and scores a routed row). Per routed row, besides the permuted input of the grouped GEMMs (2 h) and the four
+# SwiGLU intermediates (2 I each), both keep the fp32 routed output of the combine's score multiply (4 h, where the
+# kit's default keeps 2 h); torch.gather's or x[indices]'s output (the gathered rows), the all-to-alls' outputs and the
+# grouped GEMMs' output are not kept (all_to_all_single's, cat's and index_put's backward need no input).
+# pytorch/torchtitan@82a9530f6, torchtitan/models/moe.py TokenChoiceTopKRouter, TokenReorderer and MoE.forward,
+# torchtitan/experiments/kernels/moe/indices.py generate_permute_indices: the gate's bf16 mm, softmax of its output
+# .to(float32) (fp32 scores kept, 4 E a token, the kit's router_probs); per routed row topk's (or the biased gather's)
+# int64 indices 8, argsort's int64 output kept by the scores' index 8, its // top_k kept by gather and scatter_add 8,
+# the sorted fp32 scores kept by the multiply 4, the int32 permuted_indices kept by x[permuted_indices] and the index
+# put 4: 32 bytes. pytorch/torchtitan@6b9602339, torchtitan/models/common/moe.py TokenChoiceTopKRouter.forward (the
+# gate under torch.autocast(dtype=float32): the mm keeps its fp32 input, 4 h a token) and token_dispatcher.py
+# _local_reorder, _permute, combine, torchtitan/ops/scatter_add.py (keeps the index): the gather's int64 index 8,
+# argsort's 8, // top_k's 8, the scores 4, _permute's int64 permuted_indices 8: 36 bytes. Padding rows (8 per local
+# expert at 82a9530f6) are left out.
+TORCHTITAN_KEPT = {"torchtitan_moe_expert_parallel": (False, 32), "torchtitan_moe_all_to_all": (True, 36)}
+
+
+def torchtitan_kept_bytes(traits) -> tuple[bool, int] | None:
+    """``(fp32 router input kept, index and score bytes a routed row)`` of the torchtitan MoE trait in *traits*."""
+    found = [TORCHTITAN_KEPT[t] for t in TORCHTITAN_KEPT if t in traits]
+    return found[0] if found else None
+
+
 def moe_tokens(c: MoEFields, x: LayerContext) -> int:
     """Tokens one rank's experts process per micro-batch after dispatch.
 
@@ -187,8 +212,15 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
         # FC1's bias is split with its output over etp; FC2's (h per expert) is whole on each etp rank.
         b.param("expert_fc1_bias", E * 2 * c.moe_intermediate_size, True, "routed_expert")
         b.param("expert_fc2_bias", E * h, False, "routed_expert")
-    upcast = learned and c.router_fp32 and "fp32_norm_copy" in x.traits
-    scores = 4 if upcast else act
+    kept_tt = torchtitan_kept_bytes(x.traits)
+    # torchtitan's router (the traits of the fsdp2 option moe_permutation): 2025-10's gate runs in bf16 and upcasts its
+    # output (no fp32 input kept), 2026-06's runs under fp32 autocast (its fp32 input kept); both keep fp32 scores.
+    if kept_tt is not None:
+        upcast = learned and kept_tt[0]
+        scores = 4
+    else:
+        upcast = learned and c.router_fp32 and "fp32_norm_copy" in x.traits
+        scores = 4 if upcast else act
     # The router's probabilities; the fake gate's k weights per token (type_as: the compute dtype).
     b.keep("router_probs", routed * (c.num_experts_per_tok if c.router_topk_softmax or not learned else E) * scores)
     if upcast:
@@ -201,6 +233,11 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     if "moe_probs_in_activation" in x.traits:
         # The weighted SwiGLU keeps the fp32 probability of each dispatched token.
         b.keep("expert_probs", processed * 4)
+    elif kept_tt is not None:
+        # torchtitan's combine multiplies the routed output by its score in fp32 (routed_output.to(float32) * scores):
+        # the product keeps that fp32 copy for the scores' gradient, and the scores; then the routing indices.
+        b.keep("expert_out_fp32", processed // x.etp * d * 4)
+        b.keep("routing_indices", processed // x.etp * kept_tt[1])
     else:
         b.keep("expert_out", processed // x.etp * d * act)
     if "moe_fused_permute" in x.traits:

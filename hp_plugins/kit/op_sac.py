@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["OP_SAC_SWITCHES", "op_sac_kept_bytes"]
+__all__ = ["OP_SAC_SWITCHES", "op_sac_kept_bytes", "torchtitan_mla_moe_op_sac_kept_bytes"]
 
 # The recompute switches whose setting the fsdp2 runtime executes as torchtitan's per-op policy
 # (its recompute_modules "op_sac"; the torchtitan importer and exporter map selective_ac_option "op" to it).
@@ -60,4 +60,36 @@ def op_sac_kept_bytes(c: Any, x: Any) -> int:
         kept += T * a * d * act // t + T * (a // t) * x.precision.lse_bytes
     if x.sp and t > 1:  # the attention's and the MLP's reduce-scatter outputs
         kept += 2 * T * h * act // t
+    return kept
+
+
+def torchtitan_mla_moe_op_sac_kept_bytes(c: Any, x: Any, routed_rows: int, processed_rows: int) -> int | None:
+    """Bytes one micro-batch of an MLA MoE layer keeps under torchtitan's per-op policy with its 2025-10 MoE
+    (the ``torchtitan_moe_expert_parallel`` trait); ``None`` under TP (not stated).
+
+    pytorch/torchtitan@82a9530f6, torchtitan/models/deepseek_v3/infra/parallelize.py ``_op_sac_save_list``: the
+    outputs of ``aten.mm`` (the odd ones of the block's forward), the SDPA kernels, ``flex_attention``,
+    ``_c10d_functional.reduce_scatter_tensor``, ``_c10d_functional.all_to_all_single`` and ``aten.max``. In the
+    block's call order (torchtitan/models/deepseek_v3/model/model.py Attention.forward, torchtitan/models/moe.py
+    MoE.forward): wq (or wq_a, wq_b), wkv_a, wkv_b, wo, the router's gate, the shared experts' w1, w3, w2 (the
+    routed experts' ``_grouped_mm`` is never saved); the attention kernel's output and fp32 log-sum-exp; under EP the
+    two ``all_to_all_single`` outputs (ExpertParallel's dispatch of the *processed_rows* a rank's experts take, its
+    combine of the rank's *routed_rows*), 2 h each; the block's input. Everything else of the routed path (indices,
+    the permuted input, the SwiGLU intermediates, the fp32 routed output) is re-run in backward. The split sizes'
+    all-to-all (``E`` int64 a layer, under no_grad) is left out.
+    """
+    if x.tp > 1:
+        return None
+    act, T, h, a = x.precision.activation_bytes, x.tokens, c.hidden_size, c.num_attention_heads
+    qk = c.qk_nope_head_dim + c.qk_rope_head_dim
+    q_path = [T * c.q_lora_rank, T * a * qk] if c.q_lora_rank is not None else [T * a * qk]
+    outputs = q_path + [T * (c.kv_lora_rank + c.qk_rope_head_dim), T * a * (c.qk_nope_head_dim + c.v_head_dim), T * h,
+                        T * c.num_experts]
+    if c.shared_expert_intermediate_size:
+        outputs += [T * c.shared_expert_intermediate_size] * 2 + [T * h]
+    kept = T * h * act + sum(outputs[0::2]) * act
+    if x.attention != "eager":
+        kept += T * a * c.v_head_dim * act + T * a * x.precision.lse_bytes
+    if x.ep > 1:
+        kept += (routed_rows + processed_rows) * h * act
     return kept

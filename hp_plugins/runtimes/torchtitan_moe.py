@@ -19,7 +19,7 @@ from hp_core.runtime_options import RuntimeOption
 from hp_core.specs.timing import MoePermutation
 from hp_core.types import Runtime
 
-__all__ = ["MOE_PERMUTATIONS", "moe_permutation_option"]
+__all__ = ["KEPT_TRAITS", "MOE_PERMUTATIONS", "moe_permutation_option"]
 
 _TT_2510 = "pytorch/torchtitan@82a9530f6"
 _TT_2606 = "pytorch/torchtitan@6b9602339"
@@ -93,6 +93,12 @@ TORCHTITAN_MINIMAL_ASYNC_EP = MoePermutation(
 )
 
 MOE_PERMUTATIONS = {p.name: p for p in (TORCHTITAN_EXPERT_PARALLEL, TORCHTITAN_ALL_TO_ALL, TORCHTITAN_MINIMAL_ASYNC_EP)}
+# What the choice also selects for memory: torchtitan's eager MoE code of that date, whose kept bytes the kit states
+# under these traits (hp_plugins/kit/experts.py, torchtitan_kept_bytes: the fp32 routed output of the score multiply,
+# the routing indices and scores, the router's input). MinimalAsyncEP's combine keeps the routed output in bf16, as the
+# kit's default does (minimal_async_ep.py combine_setup_context at 6b9602339); its receive buffers are not stated.
+KEPT_TRAITS = {TORCHTITAN_EXPERT_PARALLEL.name: "torchtitan_moe_expert_parallel",
+               TORCHTITAN_ALL_TO_ALL.name: "torchtitan_moe_all_to_all"}
 _DEFAULT = "gather_scatter"
 
 
@@ -103,7 +109,8 @@ class _Permutation:
 
     def __call__(self, runtime: Runtime, value: str) -> Runtime:
         counted = MOE_PERMUTATIONS.get(value)
-        return attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, moe_permutation=counted))
+        traits = (runtime.traits - set(KEPT_TRAITS.values())) | ({KEPT_TRAITS[value]} if value in KEPT_TRAITS else set())
+        return attrs.evolve(runtime, traits=traits, timing=attrs.evolve(runtime.timing, moe_permutation=counted))
 
 
 def moe_permutation_option() -> RuntimeOption:
@@ -118,7 +125,10 @@ def moe_permutation_option() -> RuntimeOption:
         "(AllToAllTokenDispatcher with deterministic_scatter_add, as of 2026-06: 34 and 16, 54 and 6) or "
         "torchtitan_minimal_async_ep (MinimalAsyncEP's fused Triton kernels: 2 and 8, 10 and 2; its all-to-alls "
         "priced as ep_all_to_all says); torchtitan's op-level SAC re-runs the forward's; the torchtitan choices need "
-        "elementwise_kernels=eager",
+        "elementwise_kernels=eager. The two eager choices also price what that code keeps for backward: the score "
+        "multiply's fp32 copy of the routed output (4 bytes an element, not 2), the routing indices and scores (32 "
+        "and 36 bytes a routed row), the router's fp32 input only as of 2026-06 (fp32 autocast), and under "
+        "op-level SAC (2025-10's deepseek_v3 save list) an MLA MoE layer's saved outputs",
         f"{_TT_2510} torchtitan/models/moe.py, torchtitan/distributed/expert_parallel.py; {_TT_2606} "
         "torchtitan/models/common/token_dispatcher.py, torchtitan/ops/scatter_add.py, "
         "torchtitan/distributed/minimal_async_ep.py and minimal_async_ep_kernels.py; "

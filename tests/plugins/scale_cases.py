@@ -320,3 +320,32 @@ def mbridge_report(registry) -> str:
                              f"largest {max(errors, key=abs):+.1f}%, {sum(abs(e) <= 10 for e in errors)} within 10%")
             lines.append(f"- {label}, {split}: {len(chosen)} rows; " + "; ".join(parts) + ".")
     return "\n".join(lines) + "\n"
+
+
+def memory_rows(rows=ROWS) -> list[dict]:
+    """Rows stating torchtitan's logged memory (``measured.memory_gib``: ``torch.cuda.max_memory_reserved``, torchtitan
+    components/metrics.py ``reserved_bytes.all.peak`` at 82a9530f6 and 6b9602339), held out like their step times."""
+    return [r for r in validated(rows) if "memory_gib" in r.get("measured", {})]
+
+
+def memory_estimated(row: dict, registry) -> Any:
+    """The row's stage 0 as hp's memory estimate prices it, run as the row ran (options, recompute, hardware)."""
+    from hp_core.api import estimate
+
+    return estimate(model(row, registry), layout(row), registry=registry, runtime=runtime(row, registry),
+                    hardware=hardware(row, registry), recompute=recompute(row, registry)).stages[0]
+
+
+def memory_report(registry) -> str:
+    """The logged-memory table (markdown) docs/time.md shows between the scale-memory markers: the measured max
+    reserved against hp's ``reserved_bytes`` (the allocated peak plus ``cached_bytes``) and the allocated peak."""
+    lines = ["| row | split | measured GiB | hp reserved GiB | error | hp peak GiB | cached GiB | activations GiB | "
+             "working GiB |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in memory_rows():
+        s = memory_estimated(row, registry)
+        measured = row["measured"]["memory_gib"]
+        reserved = s.reserved_bytes / 2**30
+        lines.append(f"| {row['id']} | {row['split']} | {measured:.2f} | {reserved:.2f} | {100 * (reserved / measured - 1):+.1f}% | "
+                     f"{s.peak_bytes / 2**30:.2f} | {s.cached_bytes / 2**30:.2f} | {s.memory.activations_bytes / 2**30:.2f} | "
+                     f"{s.memory.working_set_bytes / 2**30:.2f} |")
+    return "\n".join(lines) + "\n"
