@@ -16,7 +16,9 @@ A :class:`Schedule` states, for a layout (:class:`ScheduleLayout`: ``pp``,
 * a collective it adds once per step over a rank's gradients
   (:attr:`Schedule.gradient_sync`: DualPipe's sum of the two model copies);
 * how long the pipeline takes for given per-stage times
-  (:attr:`Schedule.pipeline_seconds`), which prices its bubble.
+  (:attr:`Schedule.pipeline_seconds`), which prices its bubble;
+* where stated, the compute order each rank issues (:attr:`Schedule.order`),
+  from which FSDP under a multi-stage schedule is priced.
 
 The built-ins are in ``hp_plugins/schedules`` (docs/schedules.md); a third
 party yields its own through the same hook.
@@ -30,7 +32,11 @@ import attrs
 
 from hp_core.validators import name_matching, non_negative_number, one_of, positive_int
 
-__all__ = ["PASS_NAMES", "GradientSync", "Pass", "Schedule", "ScheduleLayout", "StagePasses", "interleaved_chunks"]
+__all__ = ["PASS_NAMES", "GradientSync", "Pass", "RankAction", "Schedule", "ScheduleLayout", "StagePasses", "interleaved_chunks"]
+
+# One compute action of a rank's order (Schedule.order): the pass ("F" a forward, "B" a whole backward), the chunk's
+# position in the rank's stage_chunks, and the micro-batch.
+RankAction = tuple[str, int, int]
 
 # The passes a schedule may run per micro-batch and chunk: a forward, a whole
 # backward, or the backward split into its input-gradient (B) and weight-gradient (W) passes.
@@ -165,6 +171,12 @@ class Schedule:
             t_max + s (sum t - t_max)`` for every per-stage time, which the
             layout search's lower bounds use; ``None``: 0 (the slowest stage's
             micro-batches alone, always a lower bound).
+        order: ``order(layout, stage) -> tuple[RankAction, ...]``: the compute
+            actions the stage's rank issues in one step, in the trainer's
+            order (idle slots left out), each ``(pass, chunk position in
+            stage_chunks, micro-batch)``; FSDP (zero 3) under ``vpp > 1`` is
+            priced from it (docs/time.md, "FSDP under pipeline parallelism");
+            ``None``: not stated.
         source: Where its memory and bubble formulas come from.
         description: One line for ``hp plugins``.
     """
@@ -182,6 +194,7 @@ class Schedule:
     awaiting_weight_gradient: Callable[[ScheduleLayout, int], tuple[int, ...]] | None = None
     gradient_sync: GradientSync | None = None
     weight_gradient_moments: Callable[[ScheduleLayout, int], tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]] | None = None
+    order: Callable[[ScheduleLayout, int], tuple[RankAction, ...]] | None = None
     source: str = ""
     description: str = ""
 

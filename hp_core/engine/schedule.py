@@ -15,8 +15,8 @@ from hp_core.errors import HPError, PluginError, describe
 from hp_core.schedules import Schedule, ScheduleLayout, StagePasses
 from hp_core.specs.parallel import ParallelSpec
 
-__all__ = ["awaiting_weight_gradient", "check_layout", "default_global_batch_size", "pipeline_seconds", "run_check",
-           "stage_plan", "weight_gradient_moments"]
+__all__ = ["awaiting_weight_gradient", "check_layout", "default_global_batch_size", "pipeline_seconds", "rank_order",
+           "run_check", "stage_plan", "weight_gradient_moments"]
 
 
 def _call(schedule: Schedule, what: str, function: Callable[..., Any], *args: Any) -> Any:
@@ -83,6 +83,23 @@ def weight_gradient_moments(schedule: Schedule, layout: ScheduleLayout, stage: i
                                              f"a kept count and an awaiting count from 0 to it, got {moment!r}")
         found.append((kept, waiting))
     return tuple(found)
+
+
+def rank_order(schedule: Schedule, layout: ScheduleLayout, stage: int, chunks: int) -> tuple[tuple[str, int, int], ...] | None:
+    """The compute actions *stage*'s rank issues in a step (:attr:`Schedule.order`), or ``None`` where not stated.
+
+    Raises:
+        PluginError: The schedule raised, or gave an order that does not run, on each of the stage's *chunks*, one
+            forward and one backward (``"F"``, ``"B"``) of every micro-batch.
+    """
+    if schedule.order is None:
+        return None
+    found = tuple(tuple(a) for a in _call(schedule, "order", schedule.order, layout, stage))
+    expected = {(kind, c, j) for kind in "FB" for c in range(chunks) for j in range(layout.micro_batches)}
+    if len(found) != len(expected) or set(found) != expected:
+        raise PluginError(schedule.name, f"order of stage {stage} must run a forward and a backward (\"F\", \"B\") of "
+                                         f"each of {layout.micro_batches} micro-batches on each of its {chunks} chunks once")
+    return found
 
 
 def run_check(schedule: Schedule, layout: ScheduleLayout) -> None:

@@ -18,6 +18,17 @@ Per stage ``i`` of ``p`` with ``m`` micro-batches (docs/schedules.md):
   first stage that is ``L * (1 + (p - 1) / (p * v))`` layers' worth
   (Korthikanti et al. 2022, Section 4.2.3). Bubble ``(p - 1)(F + B) / v``.
 
+The interleaved order each rank issues (``interleaved_order``, the
+``order`` field): ``w = min((p - i - 1) * 2 + (v - 1) * p, m v)`` warm-up
+forwards, then ``m v - w`` steps of one forward and one backward, then ``w``
+backwards; forward ``k`` runs chunk ``(k // p) % v`` and backward ``k`` chunk
+``v - 1 - (k // p) % v``, each chunk's micro-batches in order. It is
+Megatron-LM's ``forward_backward_pipelining_with_interleaving`` and torch 2.13's
+``ScheduleInterleaved1F1B._calculate_single_rank_operations``
+(``torch/distributed/pipelining/schedules.py``, ``_get_1f1b_rank_ops`` with
+``microbatches_per_round = p`` where ``m`` is a multiple of ``p``, as this
+schedule requires); a test builds torch's and compares them.
+
 Uneven first and last stages (Megatron-LM ``--decoder-first-pipeline-num-layers``
 / ``--decoder-last-pipeline-num-layers``) are the layout's ``layers_per_stage``:
 the schedule is the same, each stage priced with its own layers.
@@ -61,6 +72,29 @@ def interleaved_in_flight(layout: ScheduleLayout, stage: int) -> tuple[int, ...]
     for k in range(forwards):
         counts[(k // p) % v] += 1
     return tuple(counts)
+
+
+def interleaved_order(layout: ScheduleLayout, stage: int) -> tuple[tuple[str, int, int], ...]:
+    """The compute actions of *stage*'s rank, in order (module docstring): ``(pass, chunk position, micro-batch)``."""
+    p, v, m = layout.pp, layout.vpp, layout.micro_batches
+    total = m * v
+    warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
+    done = {"F": [0] * v, "B": [0] * v}
+    order: list[tuple[str, int, int]] = []
+
+    def issue(kind: str, k: int) -> None:
+        c = (k // p) % v if kind == "F" else v - 1 - (k // p) % v
+        order.append((kind, c, done[kind][c]))
+        done[kind][c] += 1
+
+    for k in range(warmup):
+        issue("F", k)
+    for k in range(total - warmup):
+        issue("F", warmup + k)
+        issue("B", k)
+    for k in range(total - warmup, total):
+        issue("B", k)
+    return tuple(order)
 
 
 def one_f_one_b_seconds(layout: ScheduleLayout, stages: tuple[StagePasses, ...]) -> float:
@@ -121,7 +155,7 @@ ONE_F_ONE_B = Schedule(
 INTERLEAVED_1F1B = Schedule(
     name="interleaved_1f1b", in_flight=interleaved_in_flight, pipeline_seconds=interleaved_seconds,
     default_micro_batches=twice_pp_micro_batches, check=check_interleaved, fill_share=interleaved_fill,
-    trainer_names={"megatron": "interleaved_1f1b", "torchtitan": "Interleaved1F1B", "hyperparallel": "interleaved_1f1b"},
+    order=interleaved_order, trainer_names={"megatron": "interleaved_1f1b", "torchtitan": "Interleaved1F1B", "hyperparallel": "interleaved_1f1b"},
     source=_NARAYANAN + "; Megatron-LM schedules.py get_num_warmup_microbatches",
     description="virtual pipeline stages (vpp chunks per stage): bubble (p-1)(F+B)/v",
 )

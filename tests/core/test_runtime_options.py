@@ -376,10 +376,11 @@ def test_hsdp_under_pipeline_parallelism_is_refused_only_where_the_profile_price
 
 
 def test_fsdp_under_interleaved_pipelining_is_a_one_line_error(capsys):
-    """fsdp2 prices FSDP under PP for torch's single-stage schedules only (GPipe, 1F1B): interleaved 1F1B's
-    _add_unshard_reshard re-gathers evicted chunks, which hp does not model."""
+    """fsdp2's memory estimate prices FSDP under PP for torch's single-stage schedules only (GPipe, 1F1B): under
+    interleaved 1F1B up to three chunks stay gathered at once (_add_unshard_reshard), which it does not model (the
+    step time prices those gathers: tests/core/test_fsdp_multi_stage.py)."""
     status, _, err = run(capsys, "estimate", "--model", "llama3-8b", "--num-layers", "4", "--dp", "4", "--pp", "2",
                          "--vpp", "2", "--seq-len", "1024", "--runtime", "fsdp2", "--hardware", "h100-sxm")
     assert status == 2 and err.count("\n") == 1
-    assert err.startswith("hp estimate: error: $.parallel.vpp: FSDP (zero 3) under pipeline parallelism is priced for "
-                          "one chunk per stage")
+    assert err.startswith("hp estimate: error: $.parallel.vpp: the memory of FSDP (zero 3) under pipeline parallelism "
+                          "is priced for one chunk per stage")

@@ -256,7 +256,7 @@ def _report(rows: list[tuple[dict, float, Any]], classes: tuple[str, ...]) -> st
              "|---|---|---|---:|---|---:|---:|---:|---:|---:|"]
     for row, measured, t in rows:
         lay = row["layout"]
-        degrees = " ".join(f"{k}{lay[k]}" for k in ("dp", "tp", "cp", "ep", "pp") if lay.get(k, 1) > 1) or "dp1"
+        degrees = " ".join(f"{k}{lay[k]}" for k in ("dp", "tp", "cp", "ep", "pp", "vpp") if lay.get(k, 1) > 1) or "dp1"
         gpus = lay.get("dp", 1) * lay.get("tp", 1) * lay.get("cp", 1) * lay.get("pp", 1)
         total = sum(tot for s in t.stages[:1] for _, tot, _ in s.communication_by_group)
         exposed = sum(e for s in t.stages[:1] for _, _, e in s.communication_by_group)

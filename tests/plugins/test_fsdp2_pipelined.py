@@ -196,16 +196,47 @@ def test_the_pipeline_step_reduce_flag_leaves_pp1_alone(registry):
         assert times[0] == times[1]
 
 
-def test_interleaved_fsdp_time_is_refused(registry):
+def test_interleaved_fsdp_memory_is_refused_and_its_time_priced(registry):
+    """Interleaved 1F1B under FSDP: the memory estimate refuses vpp > 1 (three chunks gathered at once are not
+    modelled); the step time prices torch's UNSHARD actions. llama3-8b's 4 layers over pp 2 x vpp 2: each stage holds
+    two one-layer chunks (stage 0: layers 0 and 2 and the embedding), which fit torch's window of three, so every
+    chunk is gathered once a step: the same units' bytes as pp 2 with one chunk a stage (layers 0 and 1 and the
+    embedding, identical layers), whose stage gathers every unit once in its first forward; the reduce-scatters are
+    the same too. With reshard_after_forward every forward frees the chunk's body layer and the next action on it
+    gathers it again, m passes a chunk a step, as the single-stage schedule's m passes of the stage's body layers."""
     model = model_from_preset("llama3-8b", registry).with_body_layers(4, registry.kinds_placed("body"))
-    parallel = ParallelSpec(seq_len=1024, dp=8, pp=2, vpp=2, micro_batch_size=1, global_batch_size=32)
-    for call in (estimate, step_time):
+    hardware = registry.hardware_preset("h100-sxm").spec
+    m = 32 // 8
+    for reshard in (False, True):
+        parallel = ParallelSpec(seq_len=1024, dp=8, pp=2, vpp=2, micro_batch_size=1, global_batch_size=32,
+                                reshard_after_forward=reshard)
         with pytest.raises(ConfigError) as err:
-            call(model, parallel, runtime="fsdp2", registry=registry, hardware=registry.hardware_preset("h100-sxm").spec)
+            estimate(model, parallel, runtime="fsdp2", registry=registry, hardware=hardware)
         assert err.value.path == "$.parallel.vpp"
+        multi = step_time(model, parallel, runtime="fsdp2", registry=registry, hardware=hardware)
+        single = step_time(model, attrs.evolve(parallel, vpp=1, schedule="1f1b"), runtime="fsdp2", registry=registry,
+                           hardware=hardware)
+        g_multi = {g: (t, e) for g, t, e in multi.stages[0].communication_by_group}
+        g_single = {g: (t, e) for g, t, e in single.stages[0].communication_by_group}
+        reduce = multi.stages[0].data_parallel_seconds
+        assert reduce == pytest.approx(single.stages[0].data_parallel_seconds) and g_multi["fsdp_step"][0] == pytest.approx(reduce)
+        once = g_single["fsdp_step"][0] - reduce  # the single-stage stage's first-forward gather of every unit
+        passes = m * g_single["fsdp"][0] if reshard else 0.0
+        assert m * g_multi["fsdp"][0] == pytest.approx(once + passes)
     # ZeRO below 3 (no FSDP sharding) is not FSDP under PP: priced as before.
-    step_time(model, attrs.evolve(parallel, zero=1), runtime="fsdp2", registry=registry,
-              hardware=registry.hardware_preset("h100-sxm").spec)
+    step_time(model, attrs.evolve(parallel, zero=1), runtime="fsdp2", registry=registry, hardware=hardware)
+
+
+def test_interleaved_fsdp_gathers_follow_each_rank_s_order(registry):
+    """pp 4 x vpp 8 over llama3-8b's 32 identical layers (one a chunk), 8 micro-batches, reshard_after_forward false:
+    ranks 1 and 2 run the same layers in the same roles, but their warm-ups differ, and torch's UNSHARD rule gathers
+    their 8 chunks 27 and 25 times a step (tests/core/test_fsdp_multi_stage.py): their FSDP traffic is in that ratio."""
+    model = model_from_preset("llama3-8b", registry)
+    parallel = ParallelSpec(seq_len=1024, dp=8, pp=4, vpp=8, micro_batch_size=1, global_batch_size=64,
+                            reshard_after_forward=False)
+    t = step_time(model, parallel, runtime="fsdp2", registry=registry, hardware=registry.hardware_preset("h100-sxm").spec)
+    fsdp = [{g: total for g, total, _ in s.communication_by_group}["fsdp"] for s in t.stages]
+    assert fsdp[1] / fsdp[2] == pytest.approx(27 / 25)
 
 
 def _llama(registry, **parallel):

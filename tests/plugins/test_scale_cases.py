@@ -110,7 +110,7 @@ def test_every_row_states_its_provenance_and_is_bf16():
 def test_the_split_is_the_one_fixed_before_fitting():
     calibration = sorted(r["id"] for r in ROWS if r["split"] == "calibration")
     assert calibration == ["mlm-gpt-1.7b", "mlm-gpt-16b", "tt-8b-fsdp128", "tt-8b-fsdp8", "tt-8b-fsdp8-tp8"]
-    assert sum(r["split"] == "held-out" for r in ROWS) == 24
+    assert sum(r["split"] == "held-out" for r in ROWS) == 25  # 24, and the 256-GPU DeepSeek V3 row (split_rule)
     # torchtitan's 2024 performance page, added after the fsdp2 fit: every row held out (split_rule).
     assert [r["split"] for r in ROWS if r["id"].startswith("tt24-")] == ["held-out"] * 9
     assert "tt24-*" in DATA["split_rule"] and "held out" in DATA["split_rule"]
@@ -167,6 +167,7 @@ def test_automodel_single_node_models_are_the_published_sizes(registry):
 # kept but not validated, each the table's row as printed.
 AM_SUPER = "am-nemotron-3-super-120b-a12b-ep64"
 AM_PIPELINED = ("am-deepseek-v3-pp4-vp8-ep64-1024g", "am-deepseek-v3-pp4-vp8-ep64-256g", "am-kimi-k2-pp8-vp4-ep32-256g")
+AM_DSV3_256 = "am-deepseek-v3-pp4-vp8-ep64-256g"
 
 
 def test_automodel_multi_node_rows_are_their_table_rows_and_configs():
@@ -208,24 +209,52 @@ def test_automodel_multi_node_rows_are_their_table_rows_and_configs():
                  "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16 from aef0b4b7d"):
         assert fact in note, fact
     assert "c0e4fe1bc35a885b710599e12dbe7a27a8ae992d" in DATA["sources"]["automodel-perf-2603"]["url"]
-    # The pipelined rows: interleaved 1F1B with FSDP2, which hp refuses (vpp > 1 under zero 3), so not validated; the
-    # layers split as AutoModel splits 61 over 32 stages (2 each over the first 29, 1 over the last 3).
+    # The pipelined rows: interleaved 1F1B with FSDP2 (torch's ScheduleInterleaved1F1B); the layers split as AutoModel
+    # splits 61 over 32 stages (2 each over the first 29, 1 over the last 3). The 256-GPU DeepSeek V3 row runs one
+    # schedule a step (GA 1) and is held out; the two others run one schedule per accumulation step (or have no
+    # config stating the printed run), which hp's layout cannot state: not validated.
     for name in AM_PIPELINED:
         row = _row(name)
-        assert row["split"] == "not validated" and row["source"] == "automodel-perf-2510-pp"
-        assert "refuses vpp > 1" in row["why_not_validated"] and row["layout"]["schedule"] == "interleaved_1f1b"
+        assert row["split"] == ("held-out" if name == AM_DSV3_256 else "not validated")
+        assert row["source"] == "automodel-perf-2510-pp" and row["layout"]["schedule"] == "interleaved_1f1b"
         assert row["layout"]["layers_per_stage"] == [2] * 29 + [1] * 3 and row["layout"]["reshard_after_forward"] is False
+        assert "refuses vpp > 1" not in row.get("why_not_validated", "")
+    assert "pp_schedule interleaved1f1b" in DATA["sources"]["automodel-perf-2510-pp"]["config_note"]
     assert "89e3a9fdd604bc3e70240f2fe4c6a9e1ce76cbd0" in DATA["sources"]["automodel-perf-2510-pp"]["url"]
     assert "2 accumulation steps" in _row("am-kimi-k2-pp8-vp4-ep32-256g")["why_not_validated"]
     assert "VP 4" in _row("am-deepseek-v3-pp4-vp8-ep64-1024g")["why_not_validated"]
     assert "multi-node MoE" in DATA["split_rule"] and AM_SUPER in DATA["split_rule"]
 
 
-def test_automodel_pipelined_rows_are_refused_as_the_why_says(registry):
-    from hp_core.errors import HPError
+def test_automodel_dsv3_256_is_priced_with_multi_stage_fsdp(registry):
+    """The 256-GPU DeepSeek V3 row under torch's interleaved 1F1B with FSDP2 (docs/time.md, "FSDP under pipeline
+    parallelism"): pp 4, vpp 8, 512 / 64 = 8 micro-batches. By the UNSHARD rule each rank gathers its 8 chunks 27
+    times a step (tests/core/test_fsdp_multi_stage.py cross-checks the counts with torch): stage 0's FSDP traffic a
+    micro-batch is 27 chunk gathers over 8 micro-batches, and the reduce-scatters run once a step."""
+    from hp_core.engine.timing.overlap import unshards
+    from hp_core.schedules import ScheduleLayout
+    from hp_plugins.schedules.classic import interleaved_order
+    chunks = [c for _, c, _ in interleaved_order(ScheduleLayout(4, 8, 8), 0)]
+    assert len(unshards(chunks)) == 27
+    t = sc.estimated(_row(AM_DSV3_256), registry)
+    assert t.micro_batches == 8
+    groups = {name: (total, exposed) for name, total, exposed in t.stages[0].communication_by_group}
+    assert set(groups) == {"ep", "pp", "fsdp", "fsdp_step"}
+    assert groups["fsdp_step"][0] == pytest.approx(t.stages[0].data_parallel_seconds)
+    counts = [len(unshards([c for _, c, _ in interleaved_order(ScheduleLayout(4, 8, 8), r)])) for r in range(4)]
+    assert counts == [27, 27, 25, 25]
+    # docs/time.md's prose states the row as priced.
+    prose = " ".join(" ".join(line for line in (ROOT / "docs" / "time.md").read_text(encoding="utf-8").splitlines()
+                              if not line.startswith("|")).split())
+    head = groups["fsdp_step"][1] - groups["fsdp_step"][0]
+    assert (f"measured 8.18 s, priced {t.step_seconds:.3f} s, {t.step_seconds / 8.18 - 1:+.1%}. Its ranks gather their 8 "
+            f"chunks 27 or 25 times a step, {groups['fsdp'][0]:.3f} s a micro-batch on stage 0, all hidden behind the "
+            f"actions between issue and use, and {head:.3f} s on the fill") in prose
+    assert groups["fsdp"][1] == 0.0
+    assert "gathers 27 chunks a step on ranks 0 and 1 and 25 on ranks 2 and 3" in prose
+    # Not validated rows stay priceable: their reasons are the schedules per accumulation step and the config.
     for name in AM_PIPELINED:
-        with pytest.raises(HPError, match=r"vpp"):
-            sc.estimated(_row(name), registry)
+        assert sc.estimated(_row(name), registry).step_seconds > 0
 
 
 def test_automodel_multi_node_rows_left_out_say_why():

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-__all__ = ["bucketed", "fsdp_layers", "fsdp_layers_pipelined", "hidden_send"]
+__all__ = ["UNSHARD_WINDOW_STAGES", "bucketed", "fsdp_layers", "fsdp_layers_pipelined", "fsdp_multi_stage", "hidden_send",
+           "unshards"]
+
+# torch 2.13 torch/distributed/pipelining/schedules.py _add_unshard_reshard(max_active_stages=3), as
+# _PipelineScheduleRuntime._prepare_schedule_with_comms calls it: at most three stages (chunks) gathered at once.
+UNSHARD_WINDOW_STAGES = 3
 
 
 def fsdp_layers(layers: Sequence[tuple[float, float, float, float]], *, reshard: bool, prefetch: bool,
@@ -100,6 +105,87 @@ def fsdp_layers_pipelined(layers: Sequence[tuple[float, float, float, float]], a
     again = [(g if is_body else 0.0, 0.0, f, b) for (g, _, f, b), is_body in zip(layers, body)]
     per_micro_batch = fsdp_layers(again, reshard=False, prefetch=prefetch, reduce_overlap=False) if reshard else (0.0, 0.0)
     return per_micro_batch, one_pass, sum(r for _, r, _, _ in layers), sum(all_reduces)
+
+
+def unshards(chunks: Sequence[int], window: int = UNSHARD_WINDOW_STAGES) -> tuple[tuple[int, int, int], ...]:
+    """The UNSHARD actions torch's multi-stage runtime inserts in a rank's compute order: ``(chunk, issued, used)``.
+
+    *chunks*: the chunk of each compute action of the rank, in order (idle slots left out). The rule of torch 2.13
+    ``torch/distributed/pipelining/schedules.py`` ``_add_unshard_reshard``: before action ``i``, the next *window*
+    distinct chunks from action ``i`` on are wanted; every gathered chunk not wanted is resharded (no
+    communication) and every wanted chunk not gathered is unsharded, in the order first needed. An UNSHARD issued
+    before action ``i`` is *used* at the first action ``>= i`` on its chunk (``_assert_unsharded`` waits on it).
+    """
+    n = len(chunks)
+    found: list[tuple[int, int, int]] = []
+    active: set[int] = set()
+    for i in range(n):
+        wanted: list[int] = []
+        first: dict[int, int] = {}
+        for j in range(i, n):
+            c = chunks[j]
+            if c not in first:
+                first[c] = j
+                wanted.append(c)
+                if len(wanted) == window:
+                    break
+        active &= set(wanted)
+        for c in wanted:
+            if c not in active:
+                active.add(c)
+                found.append((c, i, first[c]))
+    return tuple(found)
+
+
+def fsdp_multi_stage(order: Sequence[tuple[str, int]], forward: Sequence[float], backward: Sequence[float],
+                     gather: Sequence[float], regather: Sequence[tuple[float, float]] | None = None
+                     ) -> tuple[float, float, float]:
+    """A rank's FSDP2 gathers under a multi-stage schedule as torch 2.13's ``_PipelineScheduleRuntime`` runs them:
+    ``(first, stalls, total)`` seconds.
+
+    *order*: the rank's compute actions ``(pass, chunk)`` (``"F"`` or ``"B"``), in the schedule's order;
+    *forward*, *backward*: per chunk one micro-batch's compute seconds (backward with recompute); *gather*: per
+    chunk its whole gather (every FSDP unit of the chunk: UNSHARD calls ``unshard(async_op=True)`` on each
+    ``FSDPModule`` of the stage's module); *regather*: under ``reshard_after_forward``, per chunk ``(total,
+    exposed)`` of one prefetched pass over its body layers' gathers, which an action runs where the previous
+    action on its chunk since its UNSHARD was a forward (the forward resharded them, the schedule still counts the
+    chunk gathered, so each layer's pre-hook gathers it again); ``None``: no reshard after forward.
+
+    Each UNSHARD (:func:`unshards`) is issued on the compute stream just before its action (its copy-in follows
+    the compute enqueued before it) and runs on the process group's one communication stream, after the gathers
+    issued before it; the action using it waits for it. The actions run back to back (the idle slots of the
+    pipeline, which would hide more, are not credited). *first*: the first action's wait for its chunk's gather,
+    the whole of it (on the pipeline's fill, :func:`hp_core.engine.timing.step` credits the wait for the previous
+    stages' first forward); *stalls*: the later actions' waits and the exposed re-gathers; *total*: every gather's
+    seconds.
+    """
+    chunks = [c for _, c in order]
+    issued: dict[int, list[int]] = {}
+    for c, i, _ in unshards(chunks):
+        issued.setdefault(i, []).append(c)
+    ready: dict[int, float] = {}
+    last: dict[int, str] = {}
+    stream = now = first = stalls = total = 0.0
+    for i, (kind, c) in enumerate(order):
+        for x in issued.get(i, ()):
+            start = max(now, stream)
+            stream = start + gather[x]
+            ready[x] = stream
+            total += gather[x]
+            last.pop(x, None)
+        start = max(now, ready[c])
+        if i == 0:
+            first = start
+        else:
+            stalls += start - now
+        seconds = forward[c] if kind == "F" else backward[c]
+        if regather is not None and last.get(c) == "F":
+            total += regather[c][0]
+            stalls += regather[c][1]
+            seconds += regather[c][1]
+        last[c] = kind
+        now = start + seconds
+    return first, stalls, total
 
 
 def bucketed(total: float, bucket: float, window: float, overlapped: bool) -> float:

@@ -15,8 +15,9 @@ from hp_core.engine.optimizer import OptimizerLoad, add_loads, layer_load
 from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements
 from hp_core.engine.stage import offloaded_bytes
-from hp_core.engine.schedule import pipeline_seconds
-from hp_core.engine.timing.overlap import bucketed, fsdp_layers, fsdp_layers_pipelined, hidden_send
+from hp_core.engine.schedule import pipeline_seconds, rank_order
+from hp_core.engine.timing.fsdp_pipeline import fill_delay, stage_fsdp
+from hp_core.engine.timing.overlap import bucketed, fsdp_layers, hidden_send
 from hp_core.engine.timing.layer import ALTERNATE_MATMUL_DEFAULT_FRACTION, _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
 from hp_core.engine.timing.results import StageTime, StepTime
@@ -258,16 +259,19 @@ def time_run(
     # pipeline's middle stages), are priced once: every sum below runs in the same order, so each figure is the
     # one pricing them again would give; only the index differs. What depends on a stage's position enters the key.
     priced: dict = {}
-    # FSDP under PP (OverlapSchedule.fsdp_pipeline_step_reduce): each stage's gathers in its first forward, which
-    # micro-batch 0's forward meets stage after stage as the pipeline fills (exposed seconds per stage).
-    heads: list[float] = []
+    # FSDP under PP (OverlapSchedule.fsdp_pipeline_step_reduce): each stage's exposed gathers on the pipeline's fill,
+    # its first forward's (head) or under a multi-stage schedule (vpp > 1) its first UNSHARD's (first; fsdp_pipeline).
+    heads: list[tuple[float, tuple[float, float]]] = []  # per stage (head, first)
     step_reduce = zero >= 3 and parallel.pp > 1 and sched.fsdp_pipeline_step_reduce
+    multi_stage = step_reduce and parallel.vpp > 1
     if step_reduce:
-        check_fsdp_pipeline(zero, parallel)  # one chunk per stage, a single-stage schedule
+        check_fsdp_pipeline(zero, parallel, multi_stage=True)  # a schedule whose FSDP under PP hp prices (with an order)
     for stage in range(parallel.pp):
         key = tuple((c == 0, c == chunks - 1, c != chunks - 1 and stage not in runs_on[c + 1], c != 0 and stage not in runs_on[c - 1],
                      run.body_group[bounds[c][0]:bounds[c][1]], tuple(map(id, body[bounds[c][0]:bounds[c][1]])))
                     for c in run.stage_chunks(stage))
+        order = rank_order(schedule, run.stage_inputs.layout, stage, len(run.stage_chunks(stage))) if multi_stage else None
+        key += (order and tuple((kind, c) for kind, c, _ in order),)  # a rank's gathers follow its own order (warm-up)
         same = priced.get(key)
         if same is not None:
             stages.append(StageTime(stage, *same[0]))
@@ -276,10 +280,12 @@ def time_run(
             heads.append(same[3])
             continue
         fwd = bwd = rec = comm = flops = rflops = wgrad = head = 0.0
+        first = (0.0, 0.0)  # under a multi-stage schedule: stage_fsdp
         held: dict[int, int] = {}
         by_group: dict[str, list[float]] = {}
         ordered: list[_LayerTime] = []
         ordered_groups: list[int] = []
+        chunk_sizes: list[int] = []  # layers of each chunk in ordered
         sends = 0
         for c in run.stage_chunks(stage):
             lo, hi = bounds[c]
@@ -296,6 +302,7 @@ def time_run(
             if zero >= 3:
                 ordered += layers
                 ordered_groups += groups
+                chunk_sizes.append(len(layers))
             # Runs of the same layer (one _LayerTime per group and setting) added once, times their length.
             for t, n in _runs(layers):
                 fwd += n * t.forward_seconds
@@ -358,22 +365,13 @@ def time_run(
                                              reduce_overlap=sched.fsdp_reduce_scatter_overlap)
                 return total * rates.slowdown, exposed * (1 - ov.data_parallel.value) * rates.slowdown
 
-            if step_reduce:
-                # torch.distributed.pipelining with FSDP2 stages (fsdp_layers_pipelined): a pass of the body layers per
-                # micro-batch only under reshard_after_forward, one of every unit in the stage's first forward (on the
-                # fill: heads), and the reduce-scatters (HSDP: then the all-reduces) once per step after the last backward.
-                (mb_total, mb_exposed), (head_total, head_exposed), reduce, all_reduce = fsdp_layers_pipelined(
-                    per_layer, replicated, [g in body_groups for g in ordered_groups],
-                    reshard=parallel.reshard_after_forward, prefetch=sched.fsdp_prefetch)
-                keep = (1 - ov.data_parallel.value) * rates.slowdown
-                if mb_total:
-                    by_group["fsdp"] = [mb_total * rates.slowdown, mb_exposed * keep]
-                comm += mb_exposed * keep
-                head = head_exposed * keep
-                dp = (reduce + all_reduce) * keep
-                by_group["fsdp_step"] = [(head_total + reduce) * rates.slowdown, head + reduce * keep]
-                if replicated:
-                    by_group["hsdp_step"] = [all_reduce * rates.slowdown, all_reduce * keep]
+            if step_reduce:  # fsdp_pipeline.stage_fsdp: single-stage schedules (order None) or the rank's order
+                priced_fsdp = stage_fsdp(per_layer, replicated, [g in body_groups for g in ordered_groups], chunk_sizes,
+                                         order, reshard=parallel.reshard_after_forward, prefetch=sched.fsdp_prefetch,
+                                         keep=(1 - ov.data_parallel.value) * rates.slowdown, slowdown=rates.slowdown,
+                                         micro_batches=micro_batches)
+                by_group.update(priced_fsdp.groups)
+                comm, head, dp, first = comm + priced_fsdp.comm, priced_fsdp.head, priced_fsdp.dp, priced_fsdp.first
             else:
                 total, exposed = streams(per_layer)
                 by_group["fsdp"] = [total, exposed]
@@ -437,11 +435,13 @@ def time_run(
                                 tuple((g, t, e) for g, (t, e) in by_group.items())))
         recomputed_flops_per_stage.append(rflops)
         passes.append(StagePasses(stages[-1].micro_batch_seconds, wgrad, _forward_share(stages[-1])))
-        heads.append(head)
-        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, passes[-1], head)
+        heads.append((head, first))
+        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, passes[-1], heads[-1])
 
     # Under FSDP x PP each stage's first forward gathers on the pipeline's fill: its exposed part delays it (bubble).
-    pipe = pipeline_seconds(schedule, run.stage_inputs.layout, tuple(passes)) + sum(heads)
+    pipe = pipeline_seconds(schedule, run.stage_inputs.layout, tuple(passes)) + sum(head for head, _ in heads)
+    if multi_stage:
+        pipe += fill_delay(stages, [first for _, first in heads])  # a multi-stage schedule's first gathers on the fill
     slow = max(stages, key=lambda s: s.micro_batch_seconds)
     tail = max(stages, key=lambda s: s.data_parallel_seconds + s.optimizer_seconds)
     step = pipe + tail.data_parallel_seconds + tail.optimizer_seconds
