@@ -176,10 +176,13 @@ def _chunked(c: OutputConfig, x: LayerContext, params: list, hidden: int, head_o
     act = p.activation_bytes
     chunk_tokens = x.micro_batch_size * -(-(x.seq_len // x.cp) // CHUNKED_LOSS_CHUNKS)
     whole = T * h * act  # the hidden states whole over TP (ChunkedCELoss redistributes them to Replicate)
-    # The head's unsharded gradient: accumulated in the reduce dtype where it differs from the compute dtype (the
-    # compute-dtype gradient of the running chunk beside it), else accumulated in place in the compute dtype.
+    # The head's unsharded gradient, held through the loop in the reduce dtype: where it differs from the compute
+    # dtype, FSDP2's fp32 accumulator (the compute-dtype gradient of the running chunk beside it at another moment);
+    # else the parameter's own gradient in the compute dtype, which each chunk's backward adds into in place (FSDP2
+    # drops a reduce dtype equal to the compute dtype, _fsdp_param.py FSDPParam.init_dtype_attrs, and
+    # to_accumulated_grad_if_needed then leaves the gradient where it is).
     head = head_out * h
-    accumulated = p.reduction_bytes if p.reduction_bytes != act else 0
+    accumulated = p.reduction_bytes
     chunk_logits = chunk_tokens * vocab_shard
     capped = c.final_logit_softcapping is not None  # its tanh output, a chunk's, kept until that chunk's backward
     chunk = (chunk_logits * (act + 3 * p.logits_bytes + act * capped)
@@ -190,8 +193,7 @@ def _chunked(c: OutputConfig, x: LayerContext, params: list, hidden: int, head_o
     # Memory-bound copies of the loop (each read and written): the chunks (h act each way), the buffer's zero fill
     # (4), each chunk gradient cast to fp32 (act + 4) and copied into the buffer (4 + 4), the buffer cast back
     # (4 + act); and the head's gradient added into its accumulator for every chunk after the first.
-    acc = accumulated or act
-    copies = T * h * (4 * act + 20) + (CHUNKED_LOSS_CHUNKS - 1) * head * (2 * acc + act)
+    copies = T * h * (4 * act + 20) + (CHUNKED_LOSS_CHUNKS - 1) * head * (2 * accumulated + act)
     terms = (
         ActivationTerm("final_norm_in", hidden),
         *_norm_fp32(c, x),

@@ -16,8 +16,9 @@ from hp_plugins.kinds.output import CHUNKED_LOSS_CHUNKS, OutputConfig, evaluate_
 ROWS = {r["id"]: r for r in sc.ROWS}
 
 
-def _cost(registry, loss: str, seq_len: int = 40, tp: int = 1, sp: bool = False):
-    runtime = apply_options(registry.runtime("fsdp2"), {"loss_implementation": loss, "norm_implementation": "fused"})
+def _cost(registry, loss: str, seq_len: int = 40, tp: int = 1, sp: bool = False, reduce_dtype: str = "fp32"):
+    runtime = apply_options(registry.runtime("fsdp2"), {"loss_implementation": loss, "norm_implementation": "fused",
+                                                        "reduce_dtype": reduce_dtype})
     x = LayerContext(tp=tp, cp=1, sp=sp, ep=1, etp=1, micro_batch_size=2, seq_len=seq_len,
                      precision=runtime.precision, attention="flash", traits=runtime.traits)
     return evaluate_output(OutputConfig(vocab_size=1000, hidden_size=64), x)
@@ -48,6 +49,17 @@ def test_chunked_keeps_the_hidden_gradient_and_holds_one_chunk(registry):
     assert cost.work.copy_bytes == 80 * 64 * 28 + 7 * 64_000 * 10 == 4_623_360
     assert cost.work.backward_copy_bytes == 0
     assert cost.weight_gradient_bytes == 0  # the head's weight gradient is made in the forward's loop
+
+
+def test_bf16_reduce_keeps_the_head_gradient_in_bf16(registry):
+    # reduce_dtype bf16 equals the compute dtype: FSDP2 drops it (FSDPParam.init_dtype_attrs), so
+    # to_accumulated_grad_if_needed leaves the head's unsharded gradient on the parameter in bf16, and each chunk's
+    # backward adds into it in place: 1000 x 64 x 2 bytes held through the loop (the fp32 case's 1000 x 64 x 4).
+    cost = _cost(registry, "chunked", reduce_dtype="bf16")
+    chunk = 10 * 1000 * (2 + 4 + 4 + 4)
+    assert cost.forward_working_bytes == 10_240 + 20_480 + chunk + 1000 * 64 * 2 == 298_720
+    # Time unchanged: the 7 in-place accumulations read and write the bf16 gradient and read the chunk's (2 + 2 + 2).
+    assert cost.work.copy_bytes == 80 * 64 * 28 + 7 * 64_000 * 6
 
 
 def test_upcast_for_comparison_and_the_same_flops(registry):
