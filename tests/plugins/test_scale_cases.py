@@ -429,6 +429,17 @@ def test_the_validation_table_in_time_md_is_what_the_script_prints(registry):
     assert shown.strip() == report(registry).strip(), "docs/time.md is stale: run python benchmarks/scale_validation.py --write"
 
 
+def test_the_readme_counts_the_step_times_time_md_prices():
+    # The rows of the three step-time tables of docs/time.md (each checked against the script above and below).
+    page = (ROOT / "docs" / "time.md").read_text(encoding="utf-8")
+    count = 0
+    for marker in ("scale-validation", "mpt-validation", "mbridge-validation"):
+        shown = page.split(f"<!-- {marker}:start -->", 1)[1].split(f"<!-- {marker}:end -->", 1)[0]
+        count += sum(line.startswith("| ") and not line.startswith("| row |") for line in shown.splitlines())
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"{count} public measured step times" in readme
+
+
 def test_multi_node_fsdp_groups_use_every_adapter(registry):
     # Llama 3.1 70B on 64 H100s, FSDP over dp 32 x cp 2: each layer's gather and reduce-scatter cross the nodes on
     # all eight adapters, so the step's communication is a few seconds rather than the ~95 s priced at one adapter.
