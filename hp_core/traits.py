@@ -67,7 +67,10 @@ TRAITS = {
         "a mixture-of-experts layer runs under TP without sequence parallelism: every TP rank routes all its tokens "
         "through experts TP leaves whole (a PyTorch-native plan that parallelizes only the attention)"
     ),
-    "torchtitan_op_sac": "a dense layer's normOp+ffAct keep what torchtitan's per-op SAC saves (hp_plugins/kit/op_sac.py)",
+    "torchtitan_op_sac": (
+        "a dense layer's normOp+ffAct keep what torchtitan's per-op SAC saves, and with torchtitan_moe_expert_parallel "
+        "an MLA MoE layer's what its deepseek_v3 save list saves (hp_plugins/kit/op_sac.py)"
+    ),
     "moe_expert_tp_dispatch": (
         "the token dispatcher all-gathers the dispatched tokens over the expert-TP group and reduce-scatters the "
         "experts' output back, and the routed experts have no dense-MLP TP gather of their own: the MoE layer "

@@ -51,6 +51,14 @@ def test_the_readme_links_every_docs_page():
     assert not missing, f"README.md's Documentation list lacks {missing}"
 
 
+def test_every_trait_has_a_row_in_the_runtimes_page():
+    from hp_core.traits import TRAITS
+
+    page = (ROOT / "docs" / "runtimes.md").read_text(encoding="utf-8")
+    missing = [trait for trait in TRAITS if f"| `{trait}` |" not in page]
+    assert not missing, f"docs/runtimes.md's traits table lacks {missing}"
+
+
 @pytest.mark.parametrize("hook", sorted(HOOKS))
 def test_every_hook_has_its_own_page(hook):
     assert (ROOT / "docs" / "hooks" / f"{hook}.md").is_file()
