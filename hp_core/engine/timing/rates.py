@@ -338,7 +338,7 @@ def _permute_counted(timing: TimingProfile) -> tuple[float, float, float, float]
         return None
     if counted.eager and not timing.eager_elementwise:
         raise ConfigError("$.runtime.options.moe_permutation",
-                          f"moe_permutation={counted.name}: counted for eager kernels (one per ATen op), and timing "
+                          f"moe_permutation={counted.name}: counted for the kernels torchtitan's eager model runs, and timing "
                           f"profile {timing.name} fuses its elementwise ops (elementwise_kernels=fused: torch.compile "
                           "would fuse some of them); what they move then is not stated, so the step time is not priced")
     return (counted.forward_per_row, counted.forward_per_token, counted.backward_per_row, counted.backward_per_token)
