@@ -147,7 +147,7 @@ def test_the_option_sets_the_statement_and_refuses_fused_kernels():
         assert apply_options(runtime, {"moe_permutation": "gather_scatter"}).timing.moe_permutation is None
     row = _row("tt-dsv3-16b-ep8-b4")
     runtime = apply_options(sc.runtime(row, registry), {"elementwise_kernels": "fused"})
-    with pytest.raises(ConfigError, match=r"moe_permutation=torchtitan_expert_parallel: counted for eager kernels"):
+    with pytest.raises(ConfigError, match=r"moe_permutation=torchtitan_expert_parallel: counted for the kernels torchtitan's eager model runs"):
         step_time(sc.model(row, registry), sc.layout(row), registry=registry, hardware=sc.hardware(row, registry),
                   runtime=runtime, recompute=sc.recompute(row, registry))
     # The default leaves every other fsdp2 row as it was: the AutoModel MoE rows state no choice.
