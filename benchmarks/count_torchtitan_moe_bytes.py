@@ -166,22 +166,21 @@ def _stand_ins():
     """The all-to-all and the experts: a copy each way whose ops are not counted (priced elsewhere)."""
     import torch
 
+    def uncounted_clone(t):
+        _state["skip"] = True
+        try:
+            return t.clone()
+        finally:
+            _state["skip"] = False
+
     class Uncounted(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
-            _state["skip"] = True
-            try:
-                return x.clone()
-            finally:
-                _state["skip"] = False
+            return uncounted_clone(x)
 
         @staticmethod
         def backward(ctx, grad):
-            _state["skip"] = True
-            try:
-                return grad.clone()
-            finally:
-                _state["skip"] = False
+            return uncounted_clone(grad)
 
     class DeterministicScatterAdd(torch.autograd.Function):
         """torchtitan/ops/scatter_add.py at 6b9602339: scatter_add under deterministic algorithms; backward
