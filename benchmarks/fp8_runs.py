@@ -162,7 +162,10 @@ def _torchtitan_peak_gib(row: dict, recipe: str, registry) -> float:
             "training": {"local_batch_size": row["local_batch_size"], "seq_len": 8192},
             "parallelism": {"data_parallel_shard_degree": -1},
             "activation_checkpoint": {"mode": "selective", "selective_ac_option": "op"}}
-    if recipe != "bf16":
+    if recipe == "torchao-mxfp8":  # torchao's llama3.sh with MX_RECIPE at e4e681be6: --model.converters=mx --mx.recipe_name
+        model["converters"] = ["mx"]
+        data["mx"] = {"recipe_name": row["mx_recipe_name"]}
+    elif recipe != "bf16":
         model["converters"] = ["float8"]
         data["float8"] = ({"enable_fsdp_float8_all_gather": True, "precompute_float8_dynamic_scale_for_fsdp": True}
                           if recipe == "torchao-float8-tensorwise" else {"recipe_name": "rowwise"})

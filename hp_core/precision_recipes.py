@@ -26,6 +26,7 @@ from typing import Mapping
 
 import attrs
 
+from hp_core.errors import ConfigError
 from hp_core.validators import non_empty_text, non_negative_int, one_of
 
 __all__ = ["AUTOCAST", "FORMATS", "GEMM_KERNELS", "GEMM_PASS_NAMES", "GemmOperand", "PrecisionRecipe", "SCALINGS",
@@ -194,6 +195,20 @@ class PrecisionRecipe:
             ``_2X_ACC_DGRAD``/``_2X_ACC_WGRAD``; ``Float8CurrentScaling``'s
             ``MMParams``), all three for ``Float8BlockScaling``; torchao:
             ``dgrad`` and ``wgrad`` (``Float8LinearConfig``'s GEMM configs).
+        cast_per_usage: Each GEMM usage of a quantized tensor (the row-wise
+            one of one GEMM, the column-wise one of another) is its own cast
+            kernel that reads the compute-dtype tensor again, where ``False``
+            has one kernel read it once and write both usages (Transformer
+            Engine's quantizers). torchao's MX linear (``mx_formats/mx_linear.py``
+            ``mx_mm``): ``MXTensor.to_mx`` along dim0 and a separate dim1 cast
+            kernel (``mxfp8_quantize_cuda``) for the output gradient, one
+            read each.
+        architectures: The device families (``HardwareSpec.architecture``)
+            the trainer runs the recipe on; an estimate on another device is
+            refused (:meth:`check_architecture`). Empty: any device (its peak
+            and measured speedups permitting). torchtitan's MX converter
+            asserts compute capability 10.0 ("MXFP8 is only supported on
+            SM100"): ``blackwell``.
         flags: The trainer flags that select the recipe, per exporter name
             (``{"megatron": ("--fp8-format", "hybrid", ...)}``).
     """
@@ -215,6 +230,8 @@ class PrecisionRecipe:
     attention_format: str = attrs.field(default="bf16", validator=one_of(tuple(FORMATS)))
     one_copy_architectures: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     split_accumulator: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    cast_per_usage: bool = False
+    architectures: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     flags: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, converter=lambda v: {k: tuple(f) for k, f in dict(v).items()})
 
     def __attrs_post_init__(self) -> None:
@@ -272,6 +289,18 @@ class PrecisionRecipe:
         """Tensors a quantization of one GEMM operand writes on *architecture*: its row-wise and column-wise
         usages (2), or 1 where one tensor serves both (:attr:`one_copy_architectures`; ``None``: 2)."""
         return 1 if architecture is not None and architecture in self.one_copy_architectures else 2
+
+    def check_architecture(self, architecture: str | None, device: str) -> None:
+        """Refuse a device of *architecture* (named *device*) the recipe does not run on (:attr:`architectures`).
+
+        Raises:
+            ConfigError: One line at ``$.precision.recipe``; nothing where :attr:`architectures` is empty or the
+                device's family is unstated (``None``: an estimate without a device is not refused).
+        """
+        if self.architectures and architecture is not None and architecture not in self.architectures:
+            raise ConfigError("$.precision.recipe",
+                              f"precision recipe {self.name} runs on {' or '.join(self.architectures)} devices only "
+                              f"(docs/precision.md); {device} is a {architecture} device: choose another recipe or device")
 
     def on(self, architecture: str | None) -> "PrecisionRecipe":
         """The recipe as a device of *architecture* runs it: at most :meth:`usages` cached weight copies.

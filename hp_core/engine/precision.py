@@ -259,10 +259,15 @@ def on_device(run: Any, hardware: Any) -> Any:
 
     The same run where nothing changes (no device, no recipe, or the same
     copies); the changed run is made once per device family and kept on *run*.
+
+    Raises:
+        ConfigError: The recipe does not run on *hardware*'s family (:meth:`PrecisionRecipe.check_architecture
+            <hp_core.precision_recipes.PrecisionRecipe.check_architecture>`).
     """
     recipe = run.stage_inputs.recipe
     if hardware is None or recipe is None:
         return run
+    recipe.check_architecture(hardware.architecture, hardware.name)
     changed = recipe.on(hardware.architecture)
     if changed is recipe:
         return run

@@ -30,7 +30,10 @@ fill what a file leaves out:
   each pipeline rank), as the ``torchtitan`` exporter writes them (torchtitan's default:
   selective, ``"2"``);
 * ``[optimizer] name`` ``AdamW``/``Adam``; ``[model] converters`` with ``quantize.linear.float8``
-  (or the older ``float8``) and ``recipe_name`` as the ``torchao-float8-*`` precision recipes.
+  (or the older ``float8``) and ``recipe_name`` as the ``torchao-float8-*`` precision recipes;
+  ``quantize.linear.mx`` (or the older ``mx``) with ``recipe_name`` ``mxfp8_cublas`` or
+  ``mxfp8_cublas_rceil`` as ``torchao-mxfp8`` (another MX recipe is refused; a ``filter_fqns``
+  other than ``["output"]`` one warning line).
 
 Settings that change nothing hp prices (data, logging, checkpoints, learning rate, ...:
 :data:`QUIET`) are dropped quietly; any other is one warning line.
@@ -226,13 +229,40 @@ def import_torchtitan(data: dict[str, Any], registry, *, file: str = "torchtitan
     return ImportedJob(document, tuple(unmapped + f.unread()), None)
 
 
+# torchtitan's MX linear converter: its e347b1e5e name and section, and the older one (6fc499f, the build of torchao's
+# B200 table: --model.converters mx, [mx]); MXConverter swaps every nn.Linear whose name matches no filter_fqns entry
+# (default ["output"], the head hp keeps in bf16 anyway).
+_MX = {"quantize.linear.mx": "quantize.linear.mx", "mx": "mx"}
+# MXLinearConfig.from_recipe_name's recipes with the cuBLAS MXFP8 GEMM (torchao mx_formats/config.py): the recipe
+# torchao-mxfp8; they differ only in the E8M0 scale's rounding, which hp does not price.
+_MX_RECIPES = ("mxfp8_cublas", "mxfp8_cublas_rceil")
+
+
+def _mx_recipe(f: Fields, base: str, unmapped: list[str]) -> str:
+    name = f.get(f"{base}.recipe_name", "mxfp8_cublas", str)
+    if name not in _MX_RECIPES:
+        raise f.error(f"{base}.recipe_name", f"{name!r}: hp prices torchao's MX training with the cuBLAS MXFP8 GEMM only "
+                      f"({', '.join(_MX_RECIPES)}: recipe torchao-mxfp8)")
+    f.get(f"{base}.mxfp8_dim1_cast_kernel_choice", "triton", str, ("triton", "cuda", "torch"))
+    skipped = f.get(f"{base}.filter_fqns", ["output"], list)
+    if skipped != ["output"]:
+        unmapped.append(f"{base}.filter_fqns = {skipped!r}: priced with every linear layer but the output head in MXFP8")
+    return "torchao-mxfp8"
+
+
 def _recipe(f: Fields, unmapped: list[str]) -> str | None:
     converters = f.get("model.converters", [], list)
     base = next((p for c, p in (("quantize.linear.float8", "quantize.linear.float8"), ("float8", "float8"))
                  if c in converters), None)
+    mx = next((_MX[c] for c in converters if c in _MX), None)
     for other in converters:
-        if other not in ("quantize.linear.float8", "float8"):
+        if other not in ("quantize.linear.float8", "float8", *_MX):
             unmapped.append(f"model.converters {other!r}: not mapped")
+    if mx is not None:
+        if base is not None:
+            raise f.error("model.converters", "a float8 and an MX linear converter together: each swaps the same "
+                          "nn.Linear layers; name one")
+        return _mx_recipe(f, mx, unmapped)
     if base is None:
         return None
     name = f.get(f"{base}.recipe_name", None, str)

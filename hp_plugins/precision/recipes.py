@@ -52,6 +52,22 @@ Sources, read at the commits docs/precision.md names:
   (FSDP only) it arrives in bf16 and the bf16 input is saved. ``saved_input`` is one value per
   recipe, so ``torchao-float8-tensorwise`` states ``compute``, true without TP (the FSDP-only
   runs and their measured memory); under TP it over-states the saved inputs (docs/precision.md).
+* torchao's MX training, read at pytorch/ao e4e681be6 (the build of torchao's B200 table, docs/precision.md):
+  ``torchao/prototype/mx_formats/config.py`` ``MXLinearConfig.from_recipe_name``: ``mxfp8_cublas`` and
+  ``mxfp8_cublas_rceil`` are E4M3 elements for the input, the weight and the output gradient alike, 32-element
+  blocks, the cuBLAS GEMM and the CUDA dim1 cast kernel; they differ only in how a block's E8M0 scale is rounded
+  (``ScaleCalculationMode`` FLOOR or RCEIL), which hp does not price. ``mx_formats/mx_linear.py`` ``mx_mm``: forward
+  saves the compute-dtype input and weight (``ctx.save_for_backward(input_hp, weight_hp)``) and casts both along
+  dim0 (``MXTensor.to_mx``); backward casts the output gradient along dim0 and, with a separate kernel
+  (``mxfp8_quantize_cuda(..., rowwise=False, colwise=True)``), along dim1, and the weight and the saved input along
+  dim1: six casts per linear layer and step, each its own read of the compute-dtype tensor, the weight's two made
+  per forward and backward (nothing cached). ``mx_ops.py``: the GEMMs are ``torch._scaled_mm`` with
+  ``float8_e8m0fnu`` block scales, cuBLAS's MXFP8 block-scaled GEMM (what Transformer Engine's MXFP8 GEMMs run).
+  torchtitan ``torchtitan/components/quantization/mx.py`` at 6fc499f (the table's build): the ``mx`` converter
+  asserts compute capability 10.0 ("MXFP8 is only supported on SM100"), swaps every ``nn.Linear`` whose dimensions
+  are multiples of 16 and whose name matches no ``filter_fqns`` entry (``config/job_config.py`` ``MX.filter_fqns``
+  default ``["output"]``: the output head stays bf16, as hp keeps it); FSDP2 gathers the bf16 weights (no MX
+  all-gather).
 """
 
 from __future__ import annotations
@@ -174,6 +190,21 @@ RECIPES = (
         **_same("e4m3", "rowwise"), saved_input="compute", quantize_passes=1, split_accumulator=_BACKWARD_SPLIT,
         flags={"torchtitan": ("--model.converters", "quantize.linear.float8", "--quantize.linear.float8.recipe_name",
                               "rowwise")},
+    ),
+    PrecisionRecipe(
+        name="torchao-mxfp8",
+        description="torchao MXFP8 linear training (torchtitan, Blackwell): E4M3 in 32-element blocks with E8M0 scales, "
+                    "every operand, cast per GEMM",
+        source=("torchao prototype/mx_formats (config.py mxfp8_cublas / mxfp8_cublas_rceil, mx_linear.py mx_mm, "
+                "mx_ops.py) and torchtitan components/quantization/mx.py: --model.converters quantize.linear.mx "
+                "--quantize.linear.mx.recipe_name mxfp8_cublas (at 6fc499f: --model.converters mx --mx.recipe_name)"),
+        # saved_input "compute": mx_mm saves the bf16 input and weight; each usage its own cast (dim0 to_mx, dim1 CUDA
+        # kernel); a block's scale computed in its cast kernel: one read per cast. cuBLAS's MX GEMM has no fast-
+        # accumulation mode and torchao sets none: no split_accumulator passes (module docstring).
+        **_same("mxfp8", "mx_32"), saved_input="compute", quantize_passes=1, cast_per_usage=True,
+        architectures=("blackwell",),
+        flags={"torchtitan": ("--model.converters", "quantize.linear.mx", "--quantize.linear.mx.recipe_name",
+                              "mxfp8_cublas")},
     ),
 )
 

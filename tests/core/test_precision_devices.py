@@ -274,3 +274,40 @@ def test_the_step_names_the_gemm_speedups_it_priced(registry):
     bf16 = step_time(model, LAYOUT, registry=registry, runtime="megatron", hardware="h100-sxm")
     assert (bf16.provenance["gemm_speedup_forward"], bf16.provenance["gemm_speedup_backward"]) == (1.0, 1.0)
     assert "GEMMs 1" not in time_summary(bf16)
+
+
+def test_torchao_mxfp8_casts_each_usage_with_its_own_read(registry):
+    """torchao-mxfp8 on B200 per GEMM input element (torchao mx_formats/mx_linear.py mx_mm; docs/precision.md): every
+    cast reads the bf16 tensor once (2 bytes) and writes E4M3 with an E8M0 byte per 32 elements (1 + 1/32). Forward:
+    the input along dim0 (3.03125); backward: the saved bf16 input along dim1 (3.03125); the output gradient along
+    dim0 and, by a separate kernel, dim1 (2 x 3.03125 = 6.0625, where TE's one kernel reads once: 2 + 2 x 1.03125 =
+    4.0625); the weight dim0 in forward and dim1 in backward, every micro-batch (6.0625)."""
+    timing = registry.runtime("fsdp2").timing
+    hardware = registry.hardware_preset("b200").spec
+    recipe = registry.precision_recipe("torchao-mxfp8")
+    assert recipe.cast_per_usage and recipe.saved_input == "compute" and not recipe.cache_weights
+    rates = _recipe_rates(recipe, timing.device("blackwell"), timing, hardware, 2)
+    assert (rates["quant_input_fwd"], rates["quant_input_bwd"], rates["quant_grad"], rates["quant_weight"]) == (
+        3.03125, 3.03125, 6.0625, 6.0625)
+    te = _recipe_rates(registry.precision_recipe("mxfp8"), timing.device("blackwell"), timing, hardware, 2)
+    assert te["quant_grad"] == 4.0625
+    # The same cuBLAS MXFP8 GEMM as Transformer Engine's: the device's mxfp8 figure, in every pass.
+    assert rates["gemm_speedup"] == te["gemm_speedup"] == 1.830
+    assert rates["gemm_speedup_backward"] == pytest.approx(1.830, rel=1e-12)
+
+
+def test_torchao_mxfp8_is_refused_off_blackwell(registry):
+    """torchtitan's MX converter asserts compute capability 10.0 (components/quantization/mx.py at 6fc499f): memory and
+    step time on a Hopper device are refused in one line naming the field; without a device the memory estimates."""
+    from hp_core.errors import ConfigError
+
+    model = model_from_preset("llama3-8b", registry)
+    layout = ParallelSpec(dp=8, seq_len=8192)
+    precision = _precision(registry, "fsdp2", "torchao-mxfp8")
+    words = r"^\$\.precision\.recipe: precision recipe torchao-mxfp8 runs on blackwell devices only .* is a hopper device"
+    with pytest.raises(ConfigError, match=words):
+        step_time(model, layout, registry=registry, runtime="fsdp2", hardware="h100-sxm", precision=precision)
+    with pytest.raises(ConfigError, match=words):
+        estimate(model, layout, registry=registry, runtime="fsdp2", hardware="h100-sxm", precision=precision)
+    assert estimate(model, layout, registry=registry, runtime="fsdp2", precision=precision).stages
+    assert step_time(model, layout, registry=registry, runtime="fsdp2", hardware="b200", precision=precision).step_seconds > 0

@@ -194,6 +194,27 @@ def test_precision_page_memory_prose_states_the_table_s_figures():
     assert f"bf16, 8 and 128 GPUs ({eight:.1%}, {many:.1%})" in prose
 
 
+def test_torchao_mxfp8_memory_rows_move_nothing_and_the_page_states_them():
+    """torchao's B200 MX rows (mxfp8_cublas, mxfp8_cublas_rceil): mx_mm saves the bf16 input and weight and FSDP2
+    gathers bf16, so hp's peak is its bf16 peak (effect exactly 1) and the estimate the measured bf16 row's 33.71 GiB,
+    against the measured 33.88: -0.5%. Both are held out, priced through torchtitan's MX converter, and their step
+    times left out with the power limit's reason."""
+    data = _data()
+    rows = {row["id"]: row for row in data["memory_rows"]}
+    found = {r["id"]: r for r in _module().memory_results()}
+    for name, recipe in (("ao-b200-llama3-8b-mxfp8-cublas", "mxfp8_cublas"),
+                         ("ao-b200-llama3-8b-mxfp8-cublas-rceil", "mxfp8_cublas_rceil")):
+        row = rows[name]
+        assert (row["recipe"], row["mx_recipe_name"], row["baseline"], row["split"]) == (
+            "torchao-mxfp8", recipe, "ao-b200-llama3-8b-bf16", "held_out")
+        assert f"|  {recipe} " in row["row"] and f"| {recipe} " in row["also_printed"]
+        assert found[name]["effect"] == 1.0 and found[name]["estimated_gib"] == 33.71
+        assert round(found[name]["error"], 4) == round(33.71 / 33.88 - 1, 4) == -0.005
+    assert "mxfp8" not in data["memory_rows_left_out"]
+    assert any("torchao-mxfp8" in e["why"] and "power limit" in e["why"] for e in data["torchtitan_rows_left_out"])
+    assert "-0.5% on both rows. hp moves nothing (1.0000)" in _prose(_page())
+
+
 def test_mpt_fsdp_rows_state_their_provenance_and_the_page_table_is_current():
     data = _data()
     source = data["sources"]["llm-foundry-benchmarks"]

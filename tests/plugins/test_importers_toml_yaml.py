@@ -57,6 +57,30 @@ def test_a_torchtitan_job_maps_to_a_hand_derived_document(registry):
     assert job.unmapped == ()
 
 
+def test_torchtitans_mx_converter_is_torchao_mxfp8(registry):
+    """torchtitan's MX linear converter (components/quantization/mx.py; --model.converters mx at 6fc499f,
+    quantize.linear.mx at e347b1e5e): both cuBLAS MXFP8 recipes are torchao-mxfp8; the default filter_fqns
+    ["output"] is what hp prices quietly, another one warning line; other MX recipes and a float8 converter beside it
+    are refused naming the field."""
+    for converter, section in (("mx", {"mx": {"recipe_name": "mxfp8_cublas_rceil"}}),
+                               ("quantize.linear.mx", {"quantize": {"linear": {"mx": {"filter_fqns": ["output"]}}}})):
+        data = dict(BASE, model=dict(BASE["model"], converters=[converter]), **section)
+        job = import_torchtitan(data, registry, devices=16)
+        assert job.document["precision"] == {"optimizer": "adamw", "recipe": "torchao-mxfp8"}
+        assert job.unmapped == ()
+    wider = dict(BASE, model=dict(BASE["model"], converters=["mx"]),
+                 mx={"filter_fqns": ["output", "attention.wk"], "moe_fqns_prototype": ["experts"]})
+    assert import_torchtitan(wider, registry, devices=16).unmapped == (
+        "mx.filter_fqns = ['output', 'attention.wk']: priced with every linear layer but the output head in MXFP8",
+        "mx.moe_fqns_prototype = ['experts']: not mapped")
+    emulated = dict(BASE, model=dict(BASE["model"], converters=["mx"]), mx={"recipe_name": "mxfp8_emulated"})
+    with pytest.raises(Exception, match=r"mx\.recipe_name.*'mxfp8_emulated'.*torchao-mxfp8"):
+        import_torchtitan(emulated, registry, devices=16)
+    both = dict(BASE, model=dict(BASE["model"], converters=["float8", "mx"]))
+    with pytest.raises(Exception, match="model.converters.*a float8 and an MX linear converter"):
+        import_torchtitan(both, registry, devices=16)
+
+
 def test_torchtitans_deepep_backend_is_the_runtime_option(registry):
     # job_config.py Parallelism.expert_parallel_comm_backend: "standard" (the default) or "deepep".
     deepep = dict(BASE, parallelism=dict(BASE["parallelism"], expert_parallel_comm_backend="deepep"))

@@ -238,18 +238,22 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
     that one, and no quantization is priced apart. Otherwise quantizing an
     element reads it ``quantize_passes`` times in the compute dtype and
     writes its row-wise and column-wise copies (TE quantizes both usages at
-    once; one tensor where it serves both, :meth:`PrecisionRecipe.usages`); a recipe that saves the compute-dtype input (torchao) writes one
+    once; one tensor where it serves both, :meth:`PrecisionRecipe.usages`; a read per usage where each is its
+    own cast kernel, :attr:`PrecisionRecipe.cast_per_usage`); a recipe that saves the compute-dtype input (torchao) writes one
     copy in forward and reads and casts the saved input again in backward, unless under TP > 1 with SP
     (*tp_sp*) it keeps the float8 input (``saved_input_under_tp`` ``quantized``: torchao's float8 TP plan casts
     each TP linear layer's input in its ``_prepare_input_fn`` and ``matmul_with_hp_or_float8_args`` uses the
     saved float8 input in backward as is): one copy in forward, none in backward.
 
     Raises:
-        ConfigError: The device has no peak for the recipe's dtype, the
-            profile no measured speedup for its kernel.
+        ConfigError: The recipe does not run on the device's family
+            (:meth:`PrecisionRecipe.check_architecture`), the device has no
+            peak for the recipe's dtype, the profile no measured speedup for
+            its kernel.
     """
     if recipe is None or not recipe.low_precision:
         return {}
+    recipe.check_architecture(hardware.architecture, hardware.name)
     if recipe.gemm_dtype not in hardware.peak_flops:
         raise ConfigError("$.precision.recipe",
                           f"precision recipe {recipe.name} runs its GEMMs in {recipe.gemm_dtype}, for which {hardware.name} states "
@@ -268,13 +272,16 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
     read = recipe.quantize_passes * act_bytes
     act, grad, weight = (o.bytes_per_element for o in (recipe.activations, recipe.gradients, recipe.weights))
     usages = recipe.usages(hardware.architecture)  # tensors one quantization writes (PrecisionRecipe.usages)
+    # Reads of the compute-dtype tensor by a quantization writing both usages: once, or once per usage where each usage
+    # is its own cast kernel (PrecisionRecipe.cast_per_usage: torchao MX's dim0 and dim1 casts).
+    reads = usages * read if recipe.cast_per_usage else read
     if recipe.saved_input == "quantized":
-        fwd, bwd, weights = read + usages * act, 0.0, read + usages * weight
+        fwd, bwd, weights = reads + usages * act, 0.0, reads + usages * weight
     elif recipe.saved_input_as(tp_sp) == "quantized":  # torchao under its float8 TP plan (docstring)
         fwd, bwd, weights = read + act, 0.0, 2 * (read + weight)
     else:
         fwd, bwd, weights = read + act, read + act, 2 * (read + weight)
-    grads = read + usages * grad
+    grads = reads + usages * grad
     if quantized_in_figure:
         fwd = bwd = weights = grads = 0.0
     return dict(
