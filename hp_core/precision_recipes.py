@@ -29,7 +29,7 @@ import attrs
 from hp_core.errors import ConfigError
 from hp_core.validators import non_empty_text, non_negative_int, one_of
 
-__all__ = ["AUTOCAST", "FORMATS", "GEMM_KERNELS", "GEMM_PASS_NAMES", "GemmOperand", "PrecisionRecipe", "SCALINGS",
+__all__ = ["AUTOCAST", "FORMATS", "GEMM_KERNELS", "GEMM_PASS_NAMES", "GEMM_SCOPES", "GemmOperand", "PrecisionRecipe", "SCALINGS",
            "SPLIT_ACCUMULATOR"]
 
 # Element formats: (bits per element, the HardwareSpec.peak_flops key a GEMM of them runs at).
@@ -81,6 +81,10 @@ SPLIT_ACCUMULATOR = ":split_accumulator"
 # A linear layer's three GEMMs: the forward (fprop), the input gradient (dgrad) and the weight gradient (wgrad).
 GEMM_PASS_NAMES = ("fprop", "dgrad", "wgrad")
 PARAM_GATHERS = ("none", "stored", "cast")
+# Which GEMMs a recipe quantizes (PrecisionRecipe.gemms): every one a layer does not keep in the compute dtype, the
+# linear layers' only (torchtitan's quantize.linear converters swap nn.Linear modules; a routed expert's grouped GEMM is
+# no nn.Linear), or the routed experts' grouped GEMMs only (torchtitan's quantize.grouped_mm converters).
+GEMM_SCOPES = ("all", "linears", "experts")
 
 
 @attrs.frozen
@@ -203,6 +207,17 @@ class PrecisionRecipe:
             ``mx_mm``): ``MXTensor.to_mx`` along dim0 and a separate dim1 cast
             kernel (``mxfp8_quantize_cuda``) for the output gradient, one
             read each.
+        gemms: Which GEMMs it quantizes (:data:`GEMM_SCOPES`): ``all`` (every
+            GEMM a layer does not keep in the compute dtype: Transformer
+            Engine quantizes the linear layers and the routed experts alike),
+            ``linears`` (the dense linear layers', the routed experts' grouped
+            GEMMs left in the compute dtype: torchtitan's
+            ``quantize.linear.mx`` swaps ``nn.Linear`` modules only) or
+            ``experts`` (the routed experts' grouped GEMMs only: torchtitan's
+            ``quantize.grouped_mm.mx``). A scope other than ``all`` is priced
+            in time only, so it needs a recipe that moves no memory
+            (``saved_input`` ``compute``, no weight copies, no quantized
+            gathers: torchao's).
         architectures: The device families (``HardwareSpec.architecture``)
             the trainer runs the recipe on; an estimate on another device is
             refused (:meth:`check_architecture`). Empty: any device (its peak
@@ -231,6 +246,7 @@ class PrecisionRecipe:
     one_copy_architectures: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     split_accumulator: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     cast_per_usage: bool = False
+    gemms: str = attrs.field(default="all", validator=one_of(GEMM_SCOPES))
     architectures: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     flags: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, converter=lambda v: {k: tuple(f) for k, f in dict(v).items()})
 
@@ -250,6 +266,12 @@ class PrecisionRecipe:
         if self.split_accumulator and not self.low_precision:
             raise ValueError(f"precision recipe {self.name}: quantizes no GEMM operand, so no GEMM accumulates FP8 "
                              "partial sums (leave split_accumulator empty)")
+        if self.gemms != "all" and (self.saved_input != "compute" or self.saved_input_under_tp not in (None, "compute")
+                                    or self.weight_copies or self.param_gather != "none" or self.tp_gather
+                                    or self.attention_format != "bf16"):
+            raise ValueError(f"precision recipe {self.name}: gemms {self.gemms!r} is priced in time only, so it needs a "
+                             "recipe that moves no memory (saved_input 'compute', no weight copies, param_gather 'none', "
+                             "no tp_gather, bf16 attention)")
         dtypes = {o.peak_dtype for o in (self.weights, self.activations, self.gradients) if o.low_precision}
         if len(dtypes) > 1:
             raise ValueError(f"precision recipe {self.name}: its operands run at different peaks {sorted(dtypes)}")

@@ -33,7 +33,9 @@ fill what a file leaves out:
   (or the older ``float8``) and ``recipe_name`` as the ``torchao-float8-*`` precision recipes;
   ``quantize.linear.mx`` (or the older ``mx``) with ``recipe_name`` ``mxfp8_cublas`` or
   ``mxfp8_cublas_rceil`` as ``torchao-mxfp8`` (another MX recipe is refused; a ``filter_fqns``
-  other than ``["output"]`` one warning line).
+  other than ``["output"]`` or ``["output", "router.gate"]`` one warning line), and
+  ``quantize.grouped_mm.mx`` with ``fqns = ["experts"]`` (at 6fc499f ``mx.moe_fqns_prototype``) as
+  ``torchao-mxfp8-experts``, both as ``torchao-mxfp8-linears-experts``.
 
 Settings that change nothing hp prices (data, logging, checkpoints, learning rate, ...:
 :data:`QUIET`) are dropped quietly; any other is one warning line.
@@ -238,16 +240,34 @@ _MX = {"quantize.linear.mx": "quantize.linear.mx", "mx": "mx"}
 _MX_RECIPES = ("mxfp8_cublas", "mxfp8_cublas_rceil")
 
 
-def _mx_recipe(f: Fields, base: str, unmapped: list[str]) -> str:
+def _mx_linear(f: Fields, base: str, unmapped: list[str]) -> None:
     name = f.get(f"{base}.recipe_name", "mxfp8_cublas", str)
     if name not in _MX_RECIPES:
         raise f.error(f"{base}.recipe_name", f"{name!r}: hp prices torchao's MX training with the cuBLAS MXFP8 GEMM only "
                       f"({', '.join(_MX_RECIPES)}: recipe torchao-mxfp8)")
     f.get(f"{base}.mxfp8_dim1_cast_kernel_choice", "triton", str, ("triton", "cuda", "torch"))
     skipped = f.get(f"{base}.filter_fqns", ["output"], list)
-    if skipped != ["output"]:
-        unmapped.append(f"{base}.filter_fqns = {skipped!r}: priced with every linear layer but the output head in MXFP8")
-    return "torchao-mxfp8"
+    # hp keeps the output head and a router's gate in bf16 whatever the recipe (the llama4 and deepseek_v3 tomls filter
+    # both); another filter is not priced.
+    if sorted(skipped) not in (["output"], ["output", "router.gate"]):
+        unmapped.append(f"{base}.filter_fqns = {skipped!r}: priced with every linear layer but the output head and a "
+                        "router's gate in MXFP8")
+
+
+def _mx_experts(f: Fields, key: str, unmapped: list[str]) -> bool:
+    """Whether torchtitan's MX grouped-GEMM converter converts the routed experts: its fqns (*key*) name them."""
+    fqns = f.get(key, [], (list, str))
+    fqns = [x for x in (fqns.split(",") if isinstance(fqns, str) else fqns) if x]
+    if not fqns:
+        unmapped.append(f"{key} = []: the MX grouped-GEMM converter converts no module (its default); priced so")
+        return False
+    if fqns != ["experts"]:
+        raise f.error(key, f"{fqns!r}: hp prices MXFP8 grouped GEMMs on the routed experts (['experts']) only")
+    return True
+
+
+# (linear layers in MX, routed experts in MX) -> the torchao MX recipe.
+_MX_SCOPES = {(True, False): "torchao-mxfp8", (False, True): "torchao-mxfp8-experts", (True, True): "torchao-mxfp8-linears-experts"}
 
 
 def _recipe(f: Fields, unmapped: list[str]) -> str | None:
@@ -255,14 +275,22 @@ def _recipe(f: Fields, unmapped: list[str]) -> str | None:
     base = next((p for c, p in (("quantize.linear.float8", "quantize.linear.float8"), ("float8", "float8"))
                  if c in converters), None)
     mx = next((_MX[c] for c in converters if c in _MX), None)
+    grouped_mx = "quantize.grouped_mm.mx" in converters
     for other in converters:
-        if other not in ("quantize.linear.float8", "float8", *_MX):
+        if other not in ("quantize.linear.float8", "float8", "quantize.grouped_mm.mx", *_MX):
             unmapped.append(f"model.converters {other!r}: not mapped")
-    if mx is not None:
+    if mx is not None or grouped_mx:
         if base is not None:
-            raise f.error("model.converters", "a float8 and an MX linear converter together: each swaps the same "
-                          "nn.Linear layers; name one")
-        return _mx_recipe(f, mx, unmapped)
+            raise f.error("model.converters", "a float8 and an MX converter together: hp prices one recipe; name one")
+        if mx is not None:
+            _mx_linear(f, mx, unmapped)
+        experts = False
+        if grouped_mx:
+            f.get("quantize.grouped_mm.mx.recipe_name", "mxfp8", str, ("mxfp8",))
+            experts = _mx_experts(f, "quantize.grouped_mm.mx.fqns", unmapped)
+        elif mx == "mx" and f.get("mx.moe_fqns_prototype", [], (list, str)):  # 6fc499f: one converter for both
+            experts = _mx_experts(f, "mx.moe_fqns_prototype", unmapped)
+        return _MX_SCOPES.get((mx is not None, experts))
     if base is None:
         return None
     name = f.get(f"{base}.recipe_name", None, str)

@@ -67,7 +67,19 @@ Sources, read at the commits docs/precision.md names:
   asserts compute capability 10.0 ("MXFP8 is only supported on SM100"), swaps every ``nn.Linear`` whose dimensions
   are multiples of 16 and whose name matches no ``filter_fqns`` entry (``config/job_config.py`` ``MX.filter_fqns``
   default ``["output"]``: the output head stays bf16, as hp keeps it); FSDP2 gathers the bf16 weights (no MX
-  all-gather).
+  all-gather). The linear converter swaps ``nn.Linear`` modules only, so a routed expert's grouped GEMM stays bf16
+  under it (``gemms`` ``linears``).
+* torchao's MXFP8 grouped GEMM for MoE experts, read at pytorch/ao 838dceb (the commit whose
+  ``prototype/moe_training/README.md`` printed the Llama4 rows, docs/precision.md):
+  ``moe_training/scaled_grouped_mm.py`` ``_MXFP8GroupedMM`` saves the bf16 token rows and expert weights
+  (``ctx.save_for_backward(A, B_t, offs, ...)``) and runs the same six casts as ``mx_mm``: forward the rows and
+  the weights along the contraction dim (``to_mx``), backward the output gradient along dim0 (``to_mx``) and dim1
+  (the CUDA dim1 kernel), the weights along the other dim (``mxfp8_quantize_cuda_3d``) and the saved rows along
+  dim1; its GEMMs are ``torch._scaled_grouped_mm`` with E8M0 scales. torchtitan ``components/quantization/mx.py``
+  at 248aca2 (2025-10-13): ``MXGroupedMMConverter`` (``quantize.grouped_mm.mx``) converts the expert parameters
+  whose names match ``quantize.grouped_mm.mx.fqns`` (default none; the llama4 and deepseek_v3 ``debug_model.toml``
+  state ``["experts"]``), aligns each expert's token group to 32 rows (``set_token_group_alignment_size_m``) and
+  asserts compute capability 10.0 too.
 """
 
 from __future__ import annotations
@@ -201,11 +213,26 @@ RECIPES = (
         # saved_input "compute": mx_mm saves the bf16 input and weight; each usage its own cast (dim0 to_mx, dim1 CUDA
         # kernel); a block's scale computed in its cast kernel: one read per cast. cuBLAS's MX GEMM has no fast-
         # accumulation mode and torchao sets none: no split_accumulator passes (module docstring).
-        **_same("mxfp8", "mx_32"), saved_input="compute", quantize_passes=1, cast_per_usage=True,
+        **_same("mxfp8", "mx_32"), saved_input="compute", quantize_passes=1, cast_per_usage=True, gemms="linears",
         architectures=("blackwell",),
         flags={"torchtitan": ("--model.converters", "quantize.linear.mx", "--quantize.linear.mx.recipe_name",
                               "mxfp8_cublas")},
     ),
+)
+# torchao's MXFP8 grouped GEMMs for the routed experts (torchtitan quantize.grouped_mm.mx), alone and with the linears'.
+_MX_GROUPED = ("torchao prototype/moe_training/scaled_grouped_mm.py _MXFP8GroupedMM (torch._scaled_grouped_mm) and "
+               "torchtitan components/quantization/mx.py MXGroupedMMConverter: --model.converters quantize.grouped_mm.mx "
+               "--quantize.grouped_mm.mx.fqns experts")
+_TORCHAO_MX = next(r for r in RECIPES if r.name == "torchao-mxfp8")
+RECIPES += (
+    attrs.evolve(_TORCHAO_MX, name="torchao-mxfp8-experts", gemms="experts", source=_MX_GROUPED,
+                 description="torchao MXFP8 grouped GEMMs for the routed experts only (torchtitan, Blackwell), cast per GEMM",
+                 flags={"torchtitan": ("--model.converters", "quantize.grouped_mm.mx", "--quantize.grouped_mm.mx.fqns",
+                                       "experts")}),
+    attrs.evolve(_TORCHAO_MX, name="torchao-mxfp8-linears-experts", gemms="all", source=f"{_TORCHAO_MX.source}; {_MX_GROUPED}",
+                 description="torchao MXFP8 for the linear layers and the routed experts' grouped GEMMs (torchtitan, Blackwell)",
+                 flags={"torchtitan": ("--model.converters", "quantize.linear.mx,quantize.grouped_mm.mx",
+                                       "--quantize.grouped_mm.mx.fqns", "experts")}),
 )
 
 

@@ -232,7 +232,7 @@ def test_a_layer_s_fp8_gemms_by_pass_by_hand():
     from hp_core.engine.timing.layer import _low_precision_seconds
 
     rates = types.SimpleNamespace(gemm_speedup=1.905, gemm_speedup_backward=1.7654, quant_input_fwd=0.0,
-                                  quant_input_bwd=0.0, quant_grad=0.0, quant_weight=0.0, memory=1.0)
+                                  quant_input_bwd=0.0, quant_grad=0.0, quant_weight=0.0, memory=1.0, gemm_scope="all")
     work = LayerWork(gemms=((4096, 4096, 4096),))
     dense = 2.0 * 4096 ** 3
     fwd, bwd, q_fwd, q_bwd = _low_precision_seconds(dense, 0.0, work, rates, 0.3, 0.6)
@@ -311,3 +311,37 @@ def test_torchao_mxfp8_is_refused_off_blackwell(registry):
         estimate(model, layout, registry=registry, runtime="fsdp2", hardware="h100-sxm", precision=precision)
     assert estimate(model, layout, registry=registry, runtime="fsdp2", precision=precision).stages
     assert step_time(model, layout, registry=registry, runtime="fsdp2", hardware="b200", precision=precision).step_seconds > 0
+
+
+def test_torchao_mx_recipes_quantize_the_gemms_their_converter_swaps(registry):
+    """PrecisionRecipe.gemms: torchtitan's quantize.linear.mx swaps nn.Linear modules (torchao-mxfp8, 'linears': a routed
+    expert's grouped GEMM stays bf16), quantize.grouped_mm.mx the experts' grouped GEMMs (torchao-mxfp8-experts), both
+    together torchao-mxfp8-linears-experts ('all'). On a dense model the linears' recipe is the whole one and the experts'
+    is bf16 to the last bit; on an MoE model the two savings add up to the whole recipe's (each GEMM and its casts
+    priced once, in one scope or the other)."""
+    runtime = registry.runtime("fsdp2")
+
+    def compute(model, layout, recipe):
+        return step_time(model, layout, registry=registry, runtime="fsdp2", hardware="b200",
+                         precision=attrs.evolve(runtime.precision, recipe=recipe)).compute_seconds
+
+    names = ("bf16", "torchao-mxfp8", "torchao-mxfp8-experts", "torchao-mxfp8-linears-experts")
+    dense = {n: compute(model_from_preset("llama3-8b", registry), ParallelSpec(dp=8, seq_len=8192), n) for n in names}
+    assert dense["torchao-mxfp8-experts"] == dense["bf16"]
+    assert dense["torchao-mxfp8"] == dense["torchao-mxfp8-linears-experts"] < dense["bf16"]
+    moe = {n: compute(model_from_preset("qwen3-30b-a3b", registry), ParallelSpec(dp=8, ep=8, seq_len=4096), n) for n in names}
+    linears, experts = (moe[n] - moe["bf16"] for n in ("torchao-mxfp8", "torchao-mxfp8-experts"))
+    assert linears < 0 and experts < 0
+    assert linears + experts == pytest.approx(moe["torchao-mxfp8-linears-experts"] - moe["bf16"], rel=1e-12)
+
+
+def test_a_partial_gemm_scope_needs_a_recipe_that_moves_no_memory():
+    """gemms other than 'all' is priced in time only, so a recipe keeping a quantized input (or weight copies, gathers)
+    with it is refused where it is made."""
+    from hp_core.precision_recipes import GemmOperand, PrecisionRecipe
+
+    mx = GemmOperand("mxfp8", "mx_32")
+    with pytest.raises(ValueError, match="gemms 'linears' is priced in time only"):
+        PrecisionRecipe(name="x", description="d", source="s", weights=mx, activations=mx, gradients=mx, gemms="linears")
+    assert PrecisionRecipe(name="x", description="d", source="s", weights=mx, activations=mx, gradients=mx,
+                           gemms="experts", saved_input="compute").gemms == "experts"

@@ -57,28 +57,41 @@ def test_a_torchtitan_job_maps_to_a_hand_derived_document(registry):
     assert job.unmapped == ()
 
 
-def test_torchtitans_mx_converter_is_torchao_mxfp8(registry):
-    """torchtitan's MX linear converter (components/quantization/mx.py; --model.converters mx at 6fc499f,
-    quantize.linear.mx at e347b1e5e): both cuBLAS MXFP8 recipes are torchao-mxfp8; the default filter_fqns
-    ["output"] is what hp prices quietly, another one warning line; other MX recipes and a float8 converter beside it
-    are refused naming the field."""
-    for converter, section in (("mx", {"mx": {"recipe_name": "mxfp8_cublas_rceil"}}),
-                               ("quantize.linear.mx", {"quantize": {"linear": {"mx": {"filter_fqns": ["output"]}}}})):
-        data = dict(BASE, model=dict(BASE["model"], converters=[converter]), **section)
-        job = import_torchtitan(data, registry, devices=16)
-        assert job.document["precision"] == {"optimizer": "adamw", "recipe": "torchao-mxfp8"}
-        assert job.unmapped == ()
-    wider = dict(BASE, model=dict(BASE["model"], converters=["mx"]),
-                 mx={"filter_fqns": ["output", "attention.wk"], "moe_fqns_prototype": ["experts"]})
-    assert import_torchtitan(wider, registry, devices=16).unmapped == (
-        "mx.filter_fqns = ['output', 'attention.wk']: priced with every linear layer but the output head in MXFP8",
-        "mx.moe_fqns_prototype = ['experts']: not mapped")
-    emulated = dict(BASE, model=dict(BASE["model"], converters=["mx"]), mx={"recipe_name": "mxfp8_emulated"})
+def test_torchtitans_mx_converters_are_the_torchao_mx_recipes(registry):
+    """torchtitan's MX converters (components/quantization/mx.py; --model.converters mx at 6fc499f, quantize.linear.mx
+    and quantize.grouped_mm.mx at 248aca2): both cuBLAS MXFP8 linear recipes are torchao-mxfp8, the grouped GEMMs of
+    fqns ["experts"] torchao-mxfp8-experts, both converters torchao-mxfp8-linears-experts; the filters hp keeps anyway
+    (["output"], the llama4 toml's ["output", "router.gate"]) are quiet, another one warning line, as is a grouped
+    converter with no fqns (it converts nothing); other MX recipes, other fqns and a float8 converter beside them are
+    refused naming the field."""
+    def imported(converters, **sections):
+        return import_torchtitan(dict(BASE, model=dict(BASE["model"], converters=converters), **sections), registry, devices=16)
+
+    cases = (
+        (["mx"], {"mx": {"recipe_name": "mxfp8_cublas_rceil"}}, "torchao-mxfp8"),
+        (["quantize.linear.mx"], {"quantize": {"linear": {"mx": {"filter_fqns": ["output", "router.gate"]}}}}, "torchao-mxfp8"),
+        (["quantize.grouped_mm.mx"], {"quantize": {"grouped_mm": {"mx": {"fqns": ["experts"]}}}}, "torchao-mxfp8-experts"),
+        (["quantize.grouped_mm.mx", "quantize.linear.mx"], {"quantize": {"grouped_mm": {"mx": {"fqns": "experts"}}}},
+         "torchao-mxfp8-linears-experts"),
+        (["mx"], {"mx": {"moe_fqns_prototype": ["experts"]}}, "torchao-mxfp8-linears-experts"),
+    )
+    for converters, sections, recipe in cases:
+        job = imported(converters, **sections)
+        assert job.document["precision"] == {"optimizer": "adamw", "recipe": recipe}, converters
+        assert job.unmapped == (), converters
+    assert imported(["mx"], mx={"filter_fqns": ["output", "attention.wk"]}).unmapped == (
+        "mx.filter_fqns = ['output', 'attention.wk']: priced with every linear layer but the output head and a router's "
+        "gate in MXFP8",)
+    empty = imported(["quantize.grouped_mm.mx"])
+    assert "recipe" not in empty.document.get("precision", {})
+    assert empty.unmapped == ("quantize.grouped_mm.mx.fqns = []: the MX grouped-GEMM converter converts no module "
+                              "(its default); priced so",)
     with pytest.raises(Exception, match=r"mx\.recipe_name.*'mxfp8_emulated'.*torchao-mxfp8"):
-        import_torchtitan(emulated, registry, devices=16)
-    both = dict(BASE, model=dict(BASE["model"], converters=["float8", "mx"]))
-    with pytest.raises(Exception, match="model.converters.*a float8 and an MX linear converter"):
-        import_torchtitan(both, registry, devices=16)
+        imported(["mx"], mx={"recipe_name": "mxfp8_emulated"})
+    with pytest.raises(Exception, match=r"quantize\.grouped_mm\.mx\.fqns.*\['moe'\]"):
+        imported(["quantize.grouped_mm.mx"], quantize={"grouped_mm": {"mx": {"fqns": ["moe"]}}})
+    with pytest.raises(Exception, match="model.converters.*a float8 and an MX converter"):
+        imported(["float8", "mx"])
 
 
 def test_torchtitans_deepep_backend_is_the_runtime_option(registry):

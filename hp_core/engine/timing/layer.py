@@ -231,7 +231,8 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         alternate = alternate_matmul_flops(work, f.matmul_flops)
         if alternate and policy:
             # An op-level policy re-running every second matmul of the block (TimingProfile.alternate_matmul_recompute).
-            recompute += alternate / (r.peak * r.matmul) / r.gemm_speedup
+            # The dense matmuls: in bf16 where the recipe quantizes the experts' grouped GEMMs only.
+            recompute += alternate / (r.peak * r.matmul) / (1.0 if r.gemm_scope == "experts" else r.gemm_speedup)
             recomputed_flops += alternate
         if policy:  # its save list holds no rotary op: the rotated q and k, the attention's inputs, are rebuilt
             # Nor any op of an MoE layer's token permutation (gathers, index puts, the score multiply,
@@ -324,8 +325,10 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
     """A layer's GEMM seconds under a low-precision recipe, and its quantization's (docs/precision.md).
 
     The GEMMs the layer keeps in the compute dtype (:attr:`LayerWork.high_precision_gemms
-    <hp_core.costs.LayerWork.high_precision_gemms>`: a router's gate, the output head) take
-    their bf16 time; the others the bf16 time divided by the device's measured speedup of the
+    <hp_core.costs.LayerWork.high_precision_gemms>`: a router's gate, the output head), and
+    those outside the recipe's scope (:attr:`PrecisionRecipe.gemms
+    <hp_core.precision_recipes.PrecisionRecipe.gemms>`: the grouped expert GEMMs under
+    ``linears``, the dense ones under ``experts``) take their bf16 time and quantize nothing; the others the bf16 time divided by the device's measured speedup of the
     recipe's kernel, the forward's and the backward's (:func:`~hp_core.engine.timing.rates._recipe_rates`). Quantizing is memory-bound: per element of each quantized GEMM's input
     and output gradient (and weight, where the copies are not cached) the HBM bytes the
     rates state, over the known shapes scaled to the layer's quantized FLOPs.
@@ -337,8 +340,17 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
     high_flops = min(sum(2.0 * rows * out * inp for rows, out, inp in high), dense)
     hp_fwd, hp_bwd = (_matmul_seconds(high_flops, 0.0, attrs.evolve(work, gemms=high, expert_gemms=()), r)
                       if high_flops else (0.0, 0.0))
-    fwd = hp_fwd + (mm_fwd - hp_fwd) / r.gemm_speedup
-    bwd = hp_bwd + (mm_bwd - hp_bwd) / r.gemm_speedup_backward
+    if r.gemm_scope == "all":
+        fwd = hp_fwd + (mm_fwd - hp_fwd) / r.gemm_speedup
+        bwd = hp_bwd + (mm_bwd - hp_bwd) / r.gemm_speedup_backward
+    else:  # PrecisionRecipe.gemms: the dense GEMMs' seconds and the grouped ones' apart (_matmul_seconds adds them)
+        g_fwd, g_bwd = _matmul_seconds(0.0, grouped, work, r) if grouped else (0.0, 0.0)
+        d_fwd, d_bwd = mm_fwd - g_fwd, mm_bwd - g_bwd
+        if r.gemm_scope == "linears":
+            fwd = hp_fwd + (d_fwd - hp_fwd) / r.gemm_speedup + g_fwd
+            bwd = hp_bwd + (d_bwd - hp_bwd) / r.gemm_speedup_backward + g_bwd
+        else:  # experts
+            fwd, bwd = d_fwd + g_fwd / r.gemm_speedup, d_bwd + g_bwd / r.gemm_speedup_backward
     # Elements quantized: inputs, output gradients and weights of the known low-precision shapes.
     remaining = list(high)
     low: list[tuple[float, float, float, float]] = []  # (count, rows, fan_out, fan_in)
@@ -348,7 +360,10 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
         else:
             low.append((1.0, *gemm))
     inputs = grads = weights = 0.0
-    for parts, flops in ((low, dense - high_flops), ([tuple(g) for g in work.expert_gemms], grouped)):
+    scoped = {"all": (True, True), "linears": (True, False), "experts": (False, True)}[r.gemm_scope]
+    for quantized, (parts, flops) in zip(scoped, ((low, dense - high_flops), ([tuple(g) for g in work.expert_gemms], grouped))):
+        if not quantized:
+            continue
         listed = sum(2.0 * n * rows * out * inp for n, rows, out, inp in parts)
         if not listed or not flops:
             continue

@@ -223,6 +223,7 @@ class _Rates:
     quant_grad: float = 0.0
     quant_weight: float = 0.0
     gather_share: float = 1.0
+    gemm_scope: str = "all"  # PrecisionRecipe.gemms: the GEMMs the recipe quantizes
 
 
 def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing: TimingProfile, hardware: HardwareSpec,
@@ -288,7 +289,7 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
         low_precision=True, gemm_speedup=passes[0], gemm_speedup_backward=2 / (1 / passes[1] + 1 / passes[2]),
         quant_input_fwd=fwd, quant_input_bwd=bwd, quant_grad=grads,
         quant_weight=0.0 if recipe.cache_weights else weights,
-        gather_share=act / act_bytes if recipe.tp_gather else 1.0,
+        gather_share=act / act_bytes if recipe.tp_gather else 1.0, gemm_scope=recipe.gemms,
     )
 
 
