@@ -4,7 +4,9 @@ Run: ``python benchmarks/fp8_runs.py`` (prints one row per run (Megatron-Bridge'
 NeMo 24.07's on H100; the GB200 rows summarised apart): measured and estimated step
 time and the relative error, with the ``megatron`` runtime's defaults and as run (the overlap
 options the row's trainer set), and hp's bf16 time of the same layout for the estimated speedup; then
-the memory rows: measured and estimated peak GiB and the error). The step-time runs are priced
+the memory rows: measured and estimated peak GiB and the error; then torchao's Llama4 MXFP8 rows, ``torchao_moe_rows``: a
+2-layer Llama4 17Bx16E on 4 B200s under torchao's MXFP8 linears, grouped GEMMs or both, step time and memory against
+the table's bf16 row). The step-time runs are priced
 with the ``megatron`` runtime, the memory rows with the torchtitan importer (``fsdp2`` runtime),
 each under the recipe its row names; then llm-foundry's MPT FP8 rows (``fsdp_rows``: Composer FSDP,
 Transformer Engine delayed scaling), priced with the ``fsdp2`` runtime as docs/time.md prices the
@@ -214,6 +216,61 @@ def memory_section(found: list[dict]) -> str:
         # A row whose run held what hp's layout cannot state (its not_priced says what), reported apart.
         lines.append(f"Without the {len(errors) - len(priced)} whose run held what hp does not price (not_priced): "
                      f"within 3%: {sum(e <= 0.03 for e in priced)} of {len(priced)}; largest {max(priced):.1%}.")
+    return "\n".join(lines) + "\n"
+
+
+def _torchao_moe_priced(row: dict, registry, recipe: str):
+    """hp's step time and stage-0 memory estimate of a ``torchao_moe_rows`` row under *recipe*, built as
+    tests/plugins/scale_cases.py builds torchtitan's MoE rows (its model, layout, ``fsdp2`` options, recompute, device)."""
+    sc = _scale_cases()
+    runtime = sc.runtime(row, registry)
+    kwargs = dict(registry=registry, hardware=sc.hardware(row, registry), runtime=runtime,
+                  recompute=sc.recompute(row, registry), precision=attrs.evolve(runtime.precision, recipe=recipe))
+    model, layout = sc.model(row, registry), sc.layout(row)
+    return api.step_time(model, layout, **kwargs), api.estimate(model, layout, **kwargs).stages[0]
+
+
+def torchao_moe_results(registry=None) -> list[dict]:
+    """Each ``torchao_moe_rows`` row priced: measured and hp step time and the error; the speedup over the table's bf16
+    row, measured and hp's; the max reserved memory, the bf16 row's absolute (hp's ``reserved_bytes``), an MX row's
+    through the recipe's effect (hp's MX reserved over its bf16 one, times the measured bf16 row: the rows are compiled)."""
+    sc = _scale_cases()
+    registry = registry or api.build_registry()
+    rows = json.loads(DATA.read_text(encoding="utf-8"))["torchao_moe_rows"]
+    by_id = {row["id"]: row for row in rows}
+    found = []
+    for row in rows:
+        step, stage = _torchao_moe_priced(row, registry, row["recipe"])
+        base = by_id.get(row.get("baseline"), row)
+        base_step, base_stage = _torchao_moe_priced(base, registry, "bf16")
+        measured, base_measured = sc.measured_seconds(row), sc.measured_seconds(base)
+        measured_gib = row["measured"]["memory_gib"]
+        effect = stage.reserved_bytes / base_stage.reserved_bytes
+        estimated_gib = (stage.reserved_bytes / 2**30 if row["check"] == "baseline"
+                         else base["measured"]["memory_gib"] * effect)
+        found.append({"id": row["id"], "recipe": row["recipe"], "check": row["check"], "measured_seconds": measured,
+                      "estimated_seconds": step.step_seconds, "error": step.step_seconds / measured - 1,
+                      "measured_speedup": base_measured / measured, "estimated_speedup": base_step.step_seconds / step.step_seconds,
+                      "measured_gib": measured_gib, "estimated_gib": estimated_gib, "effect": effect,
+                      "memory_error": estimated_gib / measured_gib - 1})
+    return found
+
+
+def torchao_moe_section(found: list[dict]) -> str:
+    """The torchao Llama4 MXFP8 table docs/precision.md shows (tests/plugins/test_fp8_runs.py checks it is current)."""
+    lines = ["| run | recipe | measured s | hp s | error | measured speedup | hp speedup | memory check | measured GiB "
+             "| hp GiB | hp MX / bf16 | error |", "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+    for r in found:
+        lines.append(f"| `{r['id']}` | {r['recipe']} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} | {r['error']:+.1%} "
+                     f"| {r['measured_speedup']:.3f} | {r['estimated_speedup']:.3f} | {r['check']} | {r['measured_gib']:.2f} "
+                     f"| {r['estimated_gib']:.2f} | {r['effect']:.4f} | {r['memory_error']:+.1%} |")
+    mx = [r for r in found if r["check"] != "baseline"]
+    gaps = [r["estimated_speedup"] / r["measured_speedup"] - 1 for r in mx]
+    lines.append("")
+    lines.append(f"Held out: {len(found)} rows, step time mean absolute error {sum(abs(r['error']) for r in found) / len(found):.1%} "
+                 f"(the bf16 row {found[0]['error']:+.1%}); the MX speedup over bf16, hp's over the measured {min(gaps):+.1%} to "
+                 f"{max(gaps):+.1%}; memory within {max(abs(r['memory_error']) for r in mx):.1%} on the MX rows "
+                 f"(the bf16 row {found[0]['memory_error']:+.1%}).")
     return "\n".join(lines) + "\n"
 
 
@@ -563,6 +620,8 @@ def main() -> None:
     print(section(results()), end="")
     print()
     print(memory_section(memory_results()), end="")
+    print()
+    print(torchao_moe_section(torchao_moe_results()), end="")
     print()
     print(fsdp_section(fsdp_results()), end="")
     print()

@@ -247,7 +247,7 @@ def _mx_linear(f: Fields, base: str, unmapped: list[str]) -> None:
                       f"({', '.join(_MX_RECIPES)}: recipe torchao-mxfp8)")
     f.get(f"{base}.mxfp8_dim1_cast_kernel_choice", "triton", str, ("triton", "cuda", "torch"))
     skipped = f.get(f"{base}.filter_fqns", ["output"], list)
-    # hp keeps the output head and a router's gate in bf16 whatever the recipe (the llama4 and deepseek_v3 tomls filter
+    # hp keeps the output head and a router's gate in bf16 whatever the recipe (the llama4 tomls filter
     # both); another filter is not priced.
     if sorted(skipped) not in (["output"], ["output", "router.gate"]):
         unmapped.append(f"{base}.filter_fqns = {skipped!r}: priced with every linear layer but the output head and a "

@@ -76,9 +76,9 @@ Sources, read at the commits docs/precision.md names:
   the weights along the contraction dim (``to_mx``), backward the output gradient along dim0 (``to_mx``) and dim1
   (the CUDA dim1 kernel), the weights along the other dim (``mxfp8_quantize_cuda_3d``) and the saved rows along
   dim1; its GEMMs are ``torch._scaled_grouped_mm`` with E8M0 scales. torchtitan ``components/quantization/mx.py``
-  at 248aca2 (2025-10-13): ``MXGroupedMMConverter`` (``quantize.grouped_mm.mx``) converts the expert parameters
-  whose names match ``quantize.grouped_mm.mx.fqns`` (default none; the llama4 and deepseek_v3 ``debug_model.toml``
-  state ``["experts"]``), aligns each expert's token group to 32 rows (``set_token_group_alignment_size_m``) and
+  at d880de2 (2025-10-12): ``MXGroupedMMConverter`` (``quantize.grouped_mm.mx``) converts the expert parameters
+  whose names match ``quantize.grouped_mm.mx.fqns`` (default none; the llama4 ``debug_model.toml``
+  states ``["experts"]``), aligns each expert's token group to 32 rows (``set_token_group_alignment_size_m``) and
   asserts compute capability 10.0 too.
 """
 

@@ -215,6 +215,38 @@ def test_torchao_mxfp8_memory_rows_move_nothing_and_the_page_states_them():
     assert "-0.5% on both rows. hp moves nothing (1.0000)" in _prose(_page())
 
 
+def test_torchao_moe_rows_state_their_provenance_and_the_page_table_is_current():
+    """torchao's Llama4 MXFP8 rows (torchao_moe_rows): every row held out with its printed row and source; the measured
+    step time is a rank's 8 x 8,192 tokens over the printed per-GPU rate (bf16: 65,536 / 49,381 = 1.3272 s); the model
+    is torchtitan's 17bx16e with 2 layers (5,120 wide, 16 experts of 8,192, top-1, 202,048 entries); the MX rows'
+    memory is the measured bf16 row's (hp moves nothing: effect 1); the page's table is today's and its prose pins."""
+    data = _data()
+    rows = data["torchao_moe_rows"]
+    assert [r["recipe"] for r in rows] == ["bf16", "torchao-mxfp8", "torchao-mxfp8-experts", "torchao-mxfp8-linears-experts"]
+    for row in rows:
+        assert row["source"] in data["sources"] and row["split"] == "held_out" and row["hardware"] == "b200", row["id"]
+        assert f"{row['measured']['tps_per_gpu']:.1f}" in row["row"] and f"{row['measured']['memory_gib']:.2f}" in row["row"]
+        assert row["layout"] == {"dp": 4, "ep": 4, "seq_len": 8192, "micro_batch_size": 8, "global_batch_size": 32}
+        hf = row["model"]["hf"]
+        assert (hf["num_hidden_layers"], hf["hidden_size"], hf["num_local_experts"], hf["intermediate_size"],
+                hf["num_experts_per_tok"], hf["vocab_size"], hf["attention_chunk_size"]) == (2, 5120, 16, 8192, 1, 202048, None)
+    runs = _module()
+    found = runs.torchao_moe_results()
+    page = _current(runs.torchao_moe_section(found))
+    by_id = {r["id"]: r for r in found}
+    assert by_id["ao-moe-b200-llama4-2l-bf16"]["measured_seconds"] == pytest.approx(8 * 8192 / 49381.0, rel=1e-12)
+    for row in found[1:]:
+        assert row["effect"] == 1.0 and row["estimated_gib"] == 145.55, row["id"]
+    linears = by_id["ao-moe-b200-llama4-2l-mxfp8-linears"]
+    assert linears["measured_speedup"] == pytest.approx(52038.0 / 49381.0)
+    prose = _prose(page)
+    assert (f"the linears' speedup hp prices within {linears['estimated_speedup'] / linears['measured_speedup'] - 1:.1%} "
+            f"({linears['estimated_speedup']:.3f} against {linears['measured_speedup']:.3f}") in prose
+    bf16 = by_id["ao-moe-b200-llama4-2l-bf16"]
+    assert f"The bf16 row is where hp misses**: {bf16['error']:+.1%} in step time, {bf16['memory_error']:+.1%} in memory" in prose
+    assert len(data["torchao_moe_rows_left_out"]) == 1 and "512" in data["torchao_moe_rows_left_out"][0]["row"]
+
+
 def test_mpt_fsdp_rows_state_their_provenance_and_the_page_table_is_current():
     data = _data()
     source = data["sources"]["llm-foundry-benchmarks"]

@@ -59,7 +59,7 @@ def test_a_torchtitan_job_maps_to_a_hand_derived_document(registry):
 
 def test_torchtitans_mx_converters_are_the_torchao_mx_recipes(registry):
     """torchtitan's MX converters (components/quantization/mx.py; --model.converters mx at 6fc499f, quantize.linear.mx
-    and quantize.grouped_mm.mx at 248aca2): both cuBLAS MXFP8 linear recipes are torchao-mxfp8, the grouped GEMMs of
+    and quantize.grouped_mm.mx at d880de2): both cuBLAS MXFP8 linear recipes are torchao-mxfp8, the grouped GEMMs of
     fqns ["experts"] torchao-mxfp8-experts, both converters torchao-mxfp8-linears-experts; the filters hp keeps anyway
     (["output"], the llama4 toml's ["output", "router.gate"]) are quiet, another one warning line, as is a grouped
     converter with no fqns (it converts nothing); other MX recipes, other fqns and a float8 converter beside them are
