@@ -340,17 +340,12 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
     high_flops = min(sum(2.0 * rows * out * inp for rows, out, inp in high), dense)
     hp_fwd, hp_bwd = (_matmul_seconds(high_flops, 0.0, attrs.evolve(work, gemms=high, expert_gemms=()), r)
                       if high_flops else (0.0, 0.0))
-    if r.gemm_scope == "all":
-        fwd = hp_fwd + (mm_fwd - hp_fwd) / r.gemm_speedup
-        bwd = hp_bwd + (mm_bwd - hp_bwd) / r.gemm_speedup_backward
-    else:  # PrecisionRecipe.gemms: the dense GEMMs' seconds and the grouped ones' apart (_matmul_seconds adds them)
-        g_fwd, g_bwd = _matmul_seconds(0.0, grouped, work, r) if grouped else (0.0, 0.0)
-        d_fwd, d_bwd = mm_fwd - g_fwd, mm_bwd - g_bwd
-        if r.gemm_scope == "linears":
-            fwd = hp_fwd + (d_fwd - hp_fwd) / r.gemm_speedup + g_fwd
-            bwd = hp_bwd + (d_bwd - hp_bwd) / r.gemm_speedup_backward + g_bwd
-        else:  # experts
-            fwd, bwd = d_fwd + g_fwd / r.gemm_speedup, d_bwd + g_bwd / r.gemm_speedup_backward
+    # The seconds kept in bf16: PrecisionRecipe.gemms leaves the grouped GEMMs' (linears) or the dense ones' (experts) too.
+    g_fwd, g_bwd = _matmul_seconds(0.0, grouped, work, r) if grouped and r.gemm_scope != "all" else (0.0, 0.0)
+    keep_fwd, keep_bwd = {"all": (hp_fwd, hp_bwd), "linears": (hp_fwd + g_fwd, hp_bwd + g_bwd),
+                          "experts": (mm_fwd - g_fwd, mm_bwd - g_bwd)}[r.gemm_scope]
+    fwd = keep_fwd + (mm_fwd - keep_fwd) / r.gemm_speedup
+    bwd = keep_bwd + (mm_bwd - keep_bwd) / r.gemm_speedup_backward
     # Elements quantized: inputs, output gradients and weights of the known low-precision shapes.
     remaining = list(high)
     low: list[tuple[float, float, float, float]] = []  # (count, rows, fan_out, fan_in)
@@ -360,10 +355,8 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
         else:
             low.append((1.0, *gemm))
     inputs = grads = weights = 0.0
-    scoped = {"all": (True, True), "linears": (True, False), "experts": (False, True)}[r.gemm_scope]
-    for quantized, (parts, flops) in zip(scoped, ((low, dense - high_flops), ([tuple(g) for g in work.expert_gemms], grouped))):
-        if not quantized:
-            continue
+    scoped = {"all": (1, 1), "linears": (1, 0), "experts": (0, 1)}[r.gemm_scope]  # the parts the recipe quantizes
+    for parts, flops in ((low, scoped[0] * (dense - high_flops)), ([tuple(g) for g in work.expert_gemms], scoped[1] * grouped)):
         listed = sum(2.0 * n * rows * out * inp for n, rows, out, inp in parts)
         if not listed or not flops:
             continue
