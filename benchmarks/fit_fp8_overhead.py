@@ -24,6 +24,8 @@ held-out rows improve and no other collection's mean absolute error rises by mor
 The form is priced by wrapping the engine's per-layer low-precision GEMM time
 (``hp_core.engine.timing.layer._low_precision_seconds``) for the duration of a trial (:func:`trial`): the model
 itself states no such time. Rows on devices other than the H100 are not judged (every fit row is an H100's).
+Printed: per collection the rows' mean absolute (and mean signed) error, hp as stated and under each form at its
+fitted value, whether each form passes the rule, and the held-out rows by model under the per-call form.
 ``--write`` replaces the text between the ``fp8-overhead-fit`` markers of docs/precision.md (atomically).
 """
 
@@ -216,8 +218,24 @@ def section(registry) -> tuple[dict[str, float], str]:
             f"{n} {_mae(e for e, _ in before[n]):.1f}% to {_mae(e for e, _ in results[form][n]):.1f}%" for n in broken)
         lines.append(f"- {FORMS[form]}, {_value(form, values[form])}: the rule (held-out rows better, no other collection "
                      f"more than {NOISE} points worse) {verdict}.")
+    lines += ["", f"The held-out rows by model, hp as stated and with {FORMS['call']}:", ""]
+    lines += _by_model(found["dgxc held_out"], before["dgxc held_out"], results["call"]["dgxc held_out"])
     lines += ["", END]
     return values, "\n".join(lines)
+
+
+def _by_model(rows, before, after) -> list[str]:
+    """One line per model of the dgxc rows (25.02.01's 70B, at CP 1 with twice the tokens per GEMM, apart)."""
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        model = r["id"].split("-h100-")[1].rsplit("-fp8", 1)[0]
+        groups.setdefault(model + (" (25.02.01, CP 1)" if "25.02.01" in r["id"] and "70b" in model else ""), []).append(i)
+    lines = []
+    for model, at in groups.items():
+        lines.append(f"- {model}: {len(at)} rows, mean absolute error {_mae(before[i][0] for i in at):.1f}% to "
+                     f"{_mae(after[i][0] for i in at):.1f}%, FP8 speedup gap {_mae(before[i][1] for i in at):.1f}% to "
+                     f"{_mae(after[i][1] for i in at):.1f}%.")
+    return lines
 
 
 def main() -> None:

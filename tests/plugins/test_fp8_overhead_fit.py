@@ -94,5 +94,9 @@ def test_no_form_passes_and_the_prose_states_the_printed_figures(printed):
     for collection in ("dgxc held_out", "torchtitan Float8", "MPT FP8", "NeMo 24.07", "NeMo 24.07, launcher options"):
         assert f"from {mae(collection, 2)} to {mae(collection, 3)}" in prose, collection
     assert f"({mae('dgxc held_out', 5)})" in prose
+    by_model = dict(re.findall(r"^- ([\w.-]+(?: \([^)]*\))?): \d+ rows, mean absolute error ([\d.]+% to [\d.]+%)", text, re.M))
+    for model, said in (("llama3.1-405b", "the 405B rows go from"), ("llama3.1-70b (25.02.01, CP 1)", "at CP 1 from"),
+                        ("gpt3-175b", "GPT-3 goes from"), ("llama3.1-70b", "at CP 2 from")):
+        assert f"{said} {by_model[model]}" in prose, model
     host = "Megatron-Bridge MoE (the host fit's rows)"
     assert f"({mae(host, 2)} to {mae(host, 4)})" in prose
