@@ -51,6 +51,12 @@ class _LayerTime:
             zero-bubble schedule's W pass runs.
         communication_by_group: ``(group, seconds, exposed seconds)`` of its
             TP/CP/EP collectives, the recomputed ones included.
+        unpaired_seconds: Under ``ep_comm_overlap``, what one forward and one
+            backward of the layer take beyond its overlapped time when no other
+            micro-batch's pass runs beside them (the pipeline's warm-up and
+            cool-down passes, :func:`hp_core.engine.timing.step.unpaired_passes`): the expert all-to-all
+            time the overlap hides, per direction ``min(all-to-all, compute)``, less, with
+            ``delay_wgrad``, what the backward hides behind the experts' weight gradients.
     """
 
     forward_seconds: float
@@ -61,6 +67,7 @@ class _LayerTime:
     recomputed_flops: float
     weight_gradient_seconds: float = 0.0
     communication_by_group: tuple[tuple[str, float, float], ...] = ()
+    unpaired_seconds: float = 0.0
 
 
 def work_of(cost: LayerCost, kind: str) -> LayerWork:
@@ -191,11 +198,21 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
             sums[1] += c.forward_calls * seconds  # the recomputed forward's
     # What each direction's collectives may hide behind: its GEMMs and its whole compute (a full recompute's included).
     gemm_bwd, compute_bwd = mm_bwd + (mm_fwd if full else 0.0), backward + (forward if full else 0.0)
-    groups, comm = [], 0.0
+    groups, comm, unpaired, lone_bwd = [], 0.0, 0.0, 0.0
     for key, (fwd_s, bwd_s) in by_group.items():
         exposed = _exposed(key, fwd_s, mm_fwd, forward, r) + _exposed(key, bwd_s, gemm_bwd, compute_bwd, r)
         comm += exposed
         groups.append((key.rstrip("!"), fwd_s + bwd_s, exposed))
+        if key in ("ep", "etp") and r.ep_comm_overlap:
+            # A pass with no other micro-batch's beside it runs its all-to-alls in its own dependency chain
+            # (attention, dispatch, experts, combine): the part the overlap hides is exposed there.
+            unpaired += fwd_s + bwd_s - exposed
+            lone_bwd += bwd_s
+    if lone_bwd and r.delay_wgrad and grouped:
+        # --delay-wgrad-compute: a lone backward runs the dispatch's backward all-to-all (half the backward's: the
+        # combine's moves the same tokens) beside the experts' weight-gradient GEMMs (half their backward).
+        expert_bwd = _matmul_seconds(0.0, grouped, work, r)[1] / (r.gemm_speedup_backward if r.low_precision else 1.0)
+        unpaired = max(0.0, unpaired - min(lone_bwd / 2, expert_bwd / 2))
 
     # Recompute.
     model_flops = ((1 + r.mm_backward) * f.matmul_flops - r.mm_backward / 2 * min(work.frozen_matmul_flops, f.matmul_flops)
@@ -244,6 +261,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         communication_seconds=k * comm, flops=model_flops, recomputed_flops=recomputed_flops,
         weight_gradient_seconds=k * mm_bwd / 2,
         communication_by_group=_merge(tuple((g, k * t, k * e) for g, t, e in groups)),
+        unpaired_seconds=k * unpaired,
     )
 
 

@@ -30,7 +30,7 @@ from hp_core.costs import LayerCost
 from hp_core.schedules import StagePasses
 from hp_core.types import Optimizer
 
-__all__ = ["time_run"]
+__all__ = ["time_run", "unpaired_passes"]
 
 
 def _runs(layers: list) -> list[tuple[object, int]]:
@@ -114,6 +114,28 @@ def _update_bytes(dense: OptimizerLoad, experts: OptimizerLoad, dense_group: int
         shard = (d / dense_group + e / expert_group) if zero >= 1 else d + e
         moved += shard * (rate + grad_passes * grad_bytes + copy_bytes)
     return moved
+
+
+def unpaired_passes(schedule: str, pp: int, vpp: int, stage: int, micro_batches: int) -> int:
+    """Chunk passes a stage runs forward alone, and as many backward alone, under Megatron-Core's expert all-to-all
+    overlap (``--overlap-moe-expert-parallel-comm``), which pairs one micro-batch's forward with another's backward.
+
+    Megatron-Core core_v0.16.0 (NVIDIA/Megatron-LM): without a pipeline,
+    ``pipeline_parallel/combined_1f1b.py`` ``combined_1f1b_schedule_for_no_pipelining`` runs the first
+    forward and the last backward alone (1); with one, the interleaved schedule
+    (``pipeline_parallel/schedules.py``, ``get_pp_rank_microbatches``) runs its
+    ``(pp - stage - 1) * 2 + (vpp - 1) * pp + 1`` warm-up forwards (the group of micro-batches per virtual
+    stage at its default, ``pp``; one more with the overlap) alone and as many cool-down backwards, at most
+    every pass (``micro_batches * vpp``). A lone pass runs its layers as
+    ``models/common/model_chunk_schedule_plan.py`` ``TransformerLayerSchedulePlan.run`` with one side
+    ``None``: each layer's all-to-alls wait on its own compute. Megatron-Core refuses the overlap under a pipeline
+    without a virtual pipeline (``transformer/transformer_config.py``), so any other schedule at ``pp > 1`` gets 0.
+    """
+    if pp == 1:
+        return 1
+    if schedule != "interleaved_1f1b":
+        return 0
+    return min(micro_batches * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1)
 
 
 def _forward_share(stage: StageTime) -> float:
@@ -244,6 +266,7 @@ def time_run(
     chunks = parallel.chunks
     stages: list[StageTime] = []
     recomputed_flops_per_stage: list[float] = []
+    unpaired_per_stage: list[float] = []  # per stage, the expert all-to-alls a lone pass of each chunk exposes (mean chunk)
     passes: list[StagePasses] = []  # each stage as the schedule prices its pipeline
     bounds = run.chunk_bounds
     schedule = run.schedule
@@ -278,8 +301,9 @@ def time_run(
             recomputed_flops_per_stage.append(same[1])
             passes.append(same[2])
             heads.append(same[3])
+            unpaired_per_stage.append(same[4])
             continue
-        fwd = bwd = rec = comm = flops = rflops = wgrad = head = 0.0
+        fwd = bwd = rec = comm = flops = rflops = wgrad = head = unpaired = 0.0
         first = (0.0, 0.0)  # under a multi-stage schedule: stage_fsdp
         held: dict[int, int] = {}
         by_group: dict[str, list[float]] = {}
@@ -312,6 +336,7 @@ def time_run(
                 flops += n * t.flops
                 rflops += n * t.recomputed_flops
                 wgrad += n * t.weight_gradient_seconds
+                unpaired += n * t.unpaired_seconds
                 for g, total, exposed in t.communication_by_group:
                     sums = by_group.setdefault(g, [0.0, 0.0])
                     sums[0] += n * total
@@ -324,7 +349,7 @@ def time_run(
             comm += sends * exposed
             by_group["pp"] = [sends * send, sends * exposed]
         if copies > 1:
-            fwd, bwd, rec, comm, flops, rflops, wgrad = (x / copies for x in (fwd, bwd, rec, comm, flops, rflops, wgrad))
+            fwd, bwd, rec, comm, flops, rflops, wgrad, unpaired = (x / copies for x in (fwd, bwd, rec, comm, flops, rflops, wgrad, unpaired))
             by_group = {g: [t / copies, e / copies] for g, (t, e) in by_group.items()}
         # Stages holding the same layers (the middle stages of a pipeline) count them once.
         composition = tuple(sorted(held.items()))
@@ -436,12 +461,19 @@ def time_run(
         recomputed_flops_per_stage.append(rflops)
         passes.append(StagePasses(stages[-1].micro_batch_seconds, wgrad, _forward_share(stages[-1])))
         heads.append((head, first))
-        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, passes[-1], heads[-1])
+        unpaired_per_stage.append(unpaired / len(run.stage_chunks(stage)))
+        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, passes[-1], heads[-1], unpaired_per_stage[-1])
 
     # Under FSDP x PP each stage's first forward gathers on the pipeline's fill: its exposed part delays it (bubble).
     pipe = pipeline_seconds(schedule, run.stage_inputs.layout, tuple(passes)) + sum(head for head, _ in heads)
     if multi_stage:
         pipe += fill_delay(stages, [first for _, first in heads])  # a multi-stage schedule's first gathers on the fill
+    # Under the expert all-to-all overlap the warm-up forwards and cool-down backwards run alone (unpaired_passes):
+    # each exposes the all-to-alls the overlap hides in the steady state. The largest over the stages, once (the
+    # first stage's warm-up is the longest); part of the fill and drain (bubble_seconds).
+    lone = max((unpaired_passes(schedule.name, parallel.pp, parallel.vpp, i, micro_batches) * u
+                for i, u in enumerate(unpaired_per_stage)), default=0.0)
+    pipe += lone
     slow = max(stages, key=lambda s: s.micro_batch_seconds)
     tail = max(stages, key=lambda s: s.data_parallel_seconds + s.optimizer_seconds)
     step = pipe + tail.data_parallel_seconds + tail.optimizer_seconds
@@ -467,6 +499,8 @@ def time_run(
         "attention_format": recipe.attention_format,  # other than bf16: priced at the bf16 attention rates (rates.py)
         "schedule": schedule.name,
     }
+    if lone:
+        provenance["ep_overlap_unpaired_seconds"] = lone
     if timing.fsdp1_units:
         # FSDP1's per-unit time (DeviceEfficiency.fsdp1_unit_seconds): per unit and micro-batch, the slowest stage's units
         # (its body layers; a mean over model copies), and what they add to the step's compute.
