@@ -297,7 +297,7 @@ def test_eager_elementwise_accesses_are_counted_per_layer_from_its_widths(regist
 
 
 def test_unpaired_passes_are_megatron_cores_warm_up_under_the_expert_all_to_all_overlap():
-    from hp_core.engine.timing.step import unpaired_passes
+    from hp_core.engine.timing.overlap import unpaired_passes
 
     # No pipeline: the first forward and the last backward alone (combined_1f1b_schedule_for_no_pipelining).
     assert unpaired_passes("1f1b", 1, 1, 0, 64) == 1

@@ -51,12 +51,8 @@ class _LayerTime:
             zero-bubble schedule's W pass runs.
         communication_by_group: ``(group, seconds, exposed seconds)`` of its
             TP/CP/EP collectives, the recomputed ones included.
-        unpaired_seconds: Under ``ep_comm_overlap``, what one forward and one
-            backward of the layer take beyond its overlapped time when no other
-            micro-batch's pass runs beside them (the pipeline's warm-up and
-            cool-down passes, :func:`hp_core.engine.timing.step.unpaired_passes`): the expert all-to-all
-            time the overlap hides, per direction ``min(all-to-all, compute)``, less, with
-            ``delay_wgrad``, what the backward hides behind the experts' weight gradients.
+        unpaired_seconds: Under ``ep_comm_overlap``, what a lone forward and backward (:func:`~hp_core.engine.timing.overlap.unpaired_passes`)
+            add: the all-to-all the overlap hides, ``min(all-to-all, compute)`` each way, less ``delay_wgrad``'s (docs/time.md).
     """
 
     forward_seconds: float
@@ -203,16 +199,11 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         exposed = _exposed(key, fwd_s, mm_fwd, forward, r) + _exposed(key, bwd_s, gemm_bwd, compute_bwd, r)
         comm += exposed
         groups.append((key.rstrip("!"), fwd_s + bwd_s, exposed))
-        if key in ("ep", "etp") and r.ep_comm_overlap:
-            # A pass with no other micro-batch's beside it runs its all-to-alls in its own dependency chain
-            # (attention, dispatch, experts, combine): the part the overlap hides is exposed there.
-            unpaired += fwd_s + bwd_s - exposed
-            lone_bwd += bwd_s
-    if lone_bwd and r.delay_wgrad and grouped:
-        # --delay-wgrad-compute: a lone backward runs the dispatch's backward all-to-all (half the backward's: the
-        # combine's moves the same tokens) beside the experts' weight-gradient GEMMs (half their backward).
+        if key in ("ep", "etp") and r.ep_comm_overlap:  # a lone pass waits on its own all-to-alls: what is hidden shows
+            unpaired, lone_bwd = unpaired + fwd_s + bwd_s - exposed, lone_bwd + bwd_s
+    if lone_bwd and r.delay_wgrad and grouped:  # the dispatch's backward (half) beside the experts' wgrad (half their bwd)
         expert_bwd = _matmul_seconds(0.0, grouped, work, r)[1] / (r.gemm_speedup_backward if r.low_precision else 1.0)
-        unpaired = max(0.0, unpaired - min(lone_bwd / 2, expert_bwd / 2))
+        unpaired = max(0.0, unpaired - min(lone_bwd, expert_bwd) / 2)
 
     # Recompute.
     model_flops = ((1 + r.mm_backward) * f.matmul_flops - r.mm_backward / 2 * min(work.frozen_matmul_flops, f.matmul_flops)
@@ -259,9 +250,8 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     return _LayerTime(
         forward_seconds=k * forward + unit_fwd, backward_seconds=k * backward + unit_bwd, recompute_seconds=k * recompute,
         communication_seconds=k * comm, flops=model_flops, recomputed_flops=recomputed_flops,
-        weight_gradient_seconds=k * mm_bwd / 2,
+        weight_gradient_seconds=k * mm_bwd / 2, unpaired_seconds=k * unpaired,
         communication_by_group=_merge(tuple((g, k * t, k * e) for g, t, e in groups)),
-        unpaired_seconds=k * unpaired,
     )
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import attrs
 
-from hp_core.engine.optimizer import OptimizerLoad, add_loads, layer_load
+from hp_core.engine.optimizer import OptimizerLoad, add_loads, layer_load, shard_update_bytes
 from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements
 from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.schedule import pipeline_seconds, rank_order
 from hp_core.engine.timing.fsdp_pipeline import fill_delay, stage_fsdp
-from hp_core.engine.timing.overlap import bucketed, fsdp_layers, hidden_send
+from hp_core.engine.timing.overlap import bucketed, fsdp_layers, hidden_send, lone_seconds
 from hp_core.engine.timing.layer import ALTERNATE_MATMUL_DEFAULT_FRACTION, _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
 from hp_core.engine.timing.results import StageTime, StepTime
@@ -30,7 +30,7 @@ from hp_core.costs import LayerCost
 from hp_core.schedules import StagePasses
 from hp_core.types import Optimizer
 
-__all__ = ["time_run", "unpaired_passes"]
+__all__ = ["time_run"]
 
 
 def _runs(layers: list) -> list[tuple[object, int]]:
@@ -89,53 +89,6 @@ def _quantized(held: dict[int, int], costs: tuple[LayerCost, ...], cache: dict) 
         experts += count * found.get("routed_expert", 0)
         dense += count * sum(n for g, n in found.items() if g != "routed_expert")
     return dense, experts
-
-
-def _update_bytes(dense: OptimizerLoad, experts: OptimizerLoad, dense_group: int, expert_group: int, zero: int,
-                  grad_passes: float, grad_bytes: int, copy_bytes: int = 0) -> float:
-    """HBM bytes one rank's optimizer update moves (:mod:`hp_core.engine.timing`).
-
-    Per element of the rank's shard (all its elements under ZeRO-0): the
-    bytes the optimizer states its update moves (:attr:`Optimizer.step_bytes
-    <hp_core.types.Optimizer.step_bytes>`: AdamW reads the gradient, reads and
-    writes the master parameters and both moments, and casts the master copy
-    into the parameters; Kingma and Ba 2015), plus the runtime's passes over
-    the gradient shard (clipping: ``optimizer_grad_passes``) and *copy_bytes*
-    (the copy of a narrower gradient buffer into the gradients the step reads:
-    ``TimingProfile.optimizer_grad_bytes``). Elements are grouped by the bytes
-    their update moves.
-    """
-    by_rate: dict[float, list[int]] = {}
-    for index, load in enumerate((dense, experts)):
-        for rate, n in load.step_elements:
-            by_rate.setdefault(rate, [0, 0])[index] += n
-    moved = 0.0
-    for rate, (d, e) in sorted(by_rate.items()):
-        shard = (d / dense_group + e / expert_group) if zero >= 1 else d + e
-        moved += shard * (rate + grad_passes * grad_bytes + copy_bytes)
-    return moved
-
-
-def unpaired_passes(schedule: str, pp: int, vpp: int, stage: int, micro_batches: int) -> int:
-    """Chunk passes a stage runs forward alone, and as many backward alone, under Megatron-Core's expert all-to-all
-    overlap (``--overlap-moe-expert-parallel-comm``), which pairs one micro-batch's forward with another's backward.
-
-    Megatron-Core core_v0.16.0 (NVIDIA/Megatron-LM): without a pipeline,
-    ``pipeline_parallel/combined_1f1b.py`` ``combined_1f1b_schedule_for_no_pipelining`` runs the first
-    forward and the last backward alone (1); with one, the interleaved schedule
-    (``pipeline_parallel/schedules.py``, ``get_pp_rank_microbatches``) runs its
-    ``(pp - stage - 1) * 2 + (vpp - 1) * pp + 1`` warm-up forwards (the group of micro-batches per virtual
-    stage at its default, ``pp``; one more with the overlap) alone and as many cool-down backwards, at most
-    every pass (``micro_batches * vpp``). A lone pass runs its layers as
-    ``models/common/model_chunk_schedule_plan.py`` ``TransformerLayerSchedulePlan.run`` with one side
-    ``None``: each layer's all-to-alls wait on its own compute. Megatron-Core refuses the overlap under a pipeline
-    without a virtual pipeline (``transformer/transformer_config.py``), so any other schedule at ``pp > 1`` gets 0.
-    """
-    if pp == 1:
-        return 1
-    if schedule != "interleaved_1f1b":
-        return 0
-    return min(micro_batches * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1)
 
 
 def _forward_share(stage: StageTime) -> float:
@@ -449,7 +402,7 @@ def time_run(
         buffer_passes = timing.grad_buffer_passes.value * (dense + experts) + timing.grad_scale_passes.value * reduced
         # A narrower buffer is copied into the main gradients first: its read and their write, per shard element.
         copy = grad_bytes + main_grad_bytes if main_grad_bytes != grad_bytes else 0
-        moved = _update_bytes(dense_load, expert_load, dense_group, expert_group, zero, grad_passes, main_grad_bytes, copy)
+        moved = shard_update_bytes(dense_load, expert_load, dense_group, expert_group, zero, grad_passes, main_grad_bytes, copy)
         opt = (moved + buffer_passes * grad_bytes) / memory * rates.slowdown
         matmul = dense_load.matmul_flops + expert_load.matmul_flops
         elementwise = dense_load.elementwise_flops + expert_load.elementwise_flops
@@ -468,12 +421,7 @@ def time_run(
     pipe = pipeline_seconds(schedule, run.stage_inputs.layout, tuple(passes)) + sum(head for head, _ in heads)
     if multi_stage:
         pipe += fill_delay(stages, [first for _, first in heads])  # a multi-stage schedule's first gathers on the fill
-    # Under the expert all-to-all overlap the warm-up forwards and cool-down backwards run alone (unpaired_passes):
-    # each exposes the all-to-alls the overlap hides in the steady state. The largest over the stages, once (the
-    # first stage's warm-up is the longest); part of the fill and drain (bubble_seconds).
-    lone = max((unpaired_passes(schedule.name, parallel.pp, parallel.vpp, i, micro_batches) * u
-                for i, u in enumerate(unpaired_per_stage)), default=0.0)
-    pipe += lone
+    pipe += (lone := lone_seconds(schedule.name, parallel.pp, parallel.vpp, micro_batches, unpaired_per_stage))
     slow = max(stages, key=lambda s: s.micro_batch_seconds)
     tail = max(stages, key=lambda s: s.data_parallel_seconds + s.optimizer_seconds)
     step = pipe + tail.data_parallel_seconds + tail.optimizer_seconds
@@ -497,10 +445,8 @@ def time_run(
         "precision_recipe": recipe.name,
         "gemm_dtype": recipe.gemm_dtype, "gemm_speedup_forward": rates.gemm_speedup, "gemm_speedup_backward": rates.gemm_speedup_backward,
         "attention_format": recipe.attention_format,  # other than bf16: priced at the bf16 attention rates (rates.py)
-        "schedule": schedule.name,
+        "schedule": schedule.name, **({"ep_overlap_unpaired_seconds": lone} if lone else {}),
     }
-    if lone:
-        provenance["ep_overlap_unpaired_seconds"] = lone
     if timing.fsdp1_units:
         # FSDP1's per-unit time (DeviceEfficiency.fsdp1_unit_seconds): per unit and micro-batch, the slowest stage's units
         # (its body layers; a mean over model copies), and what they add to the step's compute.
