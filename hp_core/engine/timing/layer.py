@@ -239,8 +239,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         alternate = alternate_matmul_flops(work, f.matmul_flops)
         if alternate and policy:
             # An op-level policy re-running every second matmul of the block (TimingProfile.alternate_matmul_recompute).
-            # The dense matmuls: in bf16 where the recipe quantizes the experts' grouped GEMMs only.
-            recompute += alternate / (r.peak * r.matmul) / (1.0 if r.gemm_scope == "experts" else r.gemm_speedup)
+            recompute += alternate / (r.peak * r.matmul) / (1.0 if r.gemm_scope == "experts" else r.gemm_speedup)  # dense
             recomputed_flops += alternate
         if policy:  # its save list holds no rotary op: the rotated q and k, the attention's inputs, are rebuilt
             # Nor any op of an MoE layer's token permutation (gathers, index puts, the score multiply,
@@ -333,10 +332,8 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
     """A layer's GEMM seconds under a low-precision recipe, and its quantization's (docs/precision.md).
 
     The GEMMs the layer keeps in the compute dtype (:attr:`LayerWork.high_precision_gemms
-    <hp_core.costs.LayerWork.high_precision_gemms>`: a router's gate, the output head), and
-    those outside the recipe's scope (:attr:`PrecisionRecipe.gemms
-    <hp_core.precision_recipes.PrecisionRecipe.gemms>`: the grouped expert GEMMs under
-    ``linears``, the dense ones under ``experts``) take their bf16 time and quantize nothing; the others the bf16 time divided by the device's measured speedup of the
+    <hp_core.costs.LayerWork.high_precision_gemms>`: a router's gate, the output head), and those outside the recipe's
+    ``gemms`` (the grouped GEMMs under ``linears``, the dense ones under ``experts``) take their bf16 time and quantize nothing; the others the bf16 time divided by the device's measured speedup of the
     recipe's kernel, the forward's and the backward's (:func:`~hp_core.engine.timing.rates._recipe_rates`). Quantizing is memory-bound: per element of each quantized GEMM's input
     and output gradient (and weight, where the copies are not cached) the HBM bytes the
     rates state, over the known shapes scaled to the layer's quantized FLOPs.
@@ -346,14 +343,10 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
     """
     high = tuple(g for g in work.high_precision_gemms)
     high_flops = min(sum(2.0 * rows * out * inp for rows, out, inp in high), dense)
-    hp_fwd, hp_bwd = (_matmul_seconds(high_flops, 0.0, attrs.evolve(work, gemms=high, expert_gemms=()), r)
-                      if high_flops else (0.0, 0.0))
-    # The seconds kept in bf16: PrecisionRecipe.gemms leaves the grouped GEMMs' (linears) or the dense ones' (experts) too.
-    g_fwd, g_bwd = _matmul_seconds(0.0, grouped, work, r) if grouped and r.gemm_scope != "all" else (0.0, 0.0)
-    keep_fwd, keep_bwd = {"all": (hp_fwd, hp_bwd), "linears": (hp_fwd + g_fwd, hp_bwd + g_bwd),
-                          "experts": (mm_fwd - g_fwd, mm_bwd - g_bwd)}[r.gemm_scope]
-    fwd = keep_fwd + (mm_fwd - keep_fwd) / r.gemm_speedup
-    bwd = keep_bwd + (mm_bwd - keep_bwd) / r.gemm_speedup_backward
+    hp_fwd, hp_bwd = _matmul_seconds(high_flops, 0.0, attrs.evolve(work, gemms=high, expert_gemms=()), r) if high_flops else (0.0, 0.0)
+    grp = _matmul_seconds(0.0, grouped, work, r) if grouped and r.gemm_scope != "all" else (0.0, 0.0)  # kept bf16 per gemms:
+    keep = {"all": (hp_fwd, hp_bwd), "linears": (hp_fwd + grp[0], hp_bwd + grp[1]), "experts": (mm_fwd - grp[0], mm_bwd - grp[1])}[r.gemm_scope]
+    fwd, bwd = keep[0] + (mm_fwd - keep[0]) / r.gemm_speedup, keep[1] + (mm_bwd - keep[1]) / r.gemm_speedup_backward
     # Elements quantized: inputs, output gradients and weights of the known low-precision shapes.
     remaining = list(high)
     low: list[tuple[float, float, float, float]] = []  # (count, rows, fan_out, fan_in)
@@ -363,8 +356,7 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
         else:
             low.append((1.0, *gemm))
     inputs = grads = weights = 0.0
-    scoped = {"all": (1, 1), "linears": (1, 0), "experts": (0, 1)}[r.gemm_scope]  # the parts the recipe quantizes
-    for parts, flops in ((low, scoped[0] * (dense - high_flops)), ([tuple(g) for g in work.expert_gemms], scoped[1] * grouped)):
+    for parts, flops in ((low, (r.gemm_scope != "experts") * (dense - high_flops)), ([tuple(g) for g in work.expert_gemms], (r.gemm_scope != "linears") * grouped)):
         listed = sum(2.0 * n * rows * out * inp for n, rows, out, inp in parts)
         if not listed or not flops:
             continue
