@@ -2,17 +2,55 @@
 
 :func:`~hp_core.engine.prepare.prepare` runs them before it places the layers: :func:`validate_layout` refuses a
 layout whose degrees do not divide what they split (and the schedule's own checks), :func:`split_layers` gives each
-pipeline chunk its body layers.
+pipeline chunk its body layers; :func:`check_pipeline_traits` refuses a runtime trait whose behaviour under pipeline
+parallelism is not priced.
 """
 
 from __future__ import annotations
+
+from typing import Iterable
 
 from hp_core.engine import schedule as schedule_lib
 from hp_core.errors import ConfigError
 from hp_core.schedules import Schedule, ScheduleLayout
 from hp_core.specs import ParallelSpec
 
-__all__ = ["split_layers", "validate_layout"]
+__all__ = ["PIPELINE_UNPRICED_TRAITS", "PipelineTraitError", "check_pipeline_traits", "split_layers", "validate_layout"]
+
+# The traits (hp_core.traits.TRAITS) whose behaviour under pipeline parallelism (pp > 1) is not priced, each with why.
+# chunked_cross_entropy: torchtitan runs its ChunkedCELoss under PP (torchtitan/trainer.py passes the loss to the
+# pipelining function and sets the last stage's lm_head on it, _skip_lm_head; pytorch/torchtitan@6b9602339), and the
+# loss's call, which the pipeline schedule makes in the last stage's forward, runs every chunk's backward there: the
+# head's input and weight gradients (components/loss.py ChunkedCELoss.__call__) and, under FSDP, the head's gradient
+# reduce-scatter on the last chunk of every micro-batch (set_requires_gradient_sync(True) on lm_head, where torch's
+# pipelining defers the reduction to once per step: pipelining/stage.py backward_maybe_with_nosync,
+# perform_reduce_grad). hp's schedules time the head's GEMM backward in the stage's backward (half of it in a
+# zero-bubble schedule's W pass) and FSDP's reduce-scatter once per step, so the last stage's passes would be wrong.
+PIPELINE_UNPRICED_TRAITS = {
+    "chunked_cross_entropy": (
+        "the chunked loss (loss_implementation=chunked, torchtitan's ChunkedCELoss) is not priced under pipeline "
+        "parallelism: torchtitan runs the head's input and weight gradients inside the loss, in the last stage's "
+        "forward, and reduce-scatters the head's FSDP gradient every micro-batch, where hp's schedules price the "
+        "head's backward in the backward (a zero-bubble schedule's W pass) and one reduction a step; use pp 1, or "
+        "loss_implementation upcast or fused"
+    ),
+}
+
+
+class PipelineTraitError(ConfigError):
+    """:func:`check_pipeline_traits`'s refusal (a search counts it under its own reason)."""
+
+
+def check_pipeline_traits(parallel: ParallelSpec, traits: Iterable[str]) -> None:
+    """Refuse ``pp > 1`` where the runtime has a trait of :data:`PIPELINE_UNPRICED_TRAITS`.
+
+    Raises:
+        PipelineTraitError: At ``$.parallel.pp``, one line saying why.
+    """
+    if parallel.pp == 1:
+        return
+    for trait in sorted(set(traits) & PIPELINE_UNPRICED_TRAITS.keys()):
+        raise PipelineTraitError("$.parallel.pp", f"pp={parallel.pp}: {PIPELINE_UNPRICED_TRAITS[trait]}")
 
 
 def validate_layout(parallel: ParallelSpec, body_layers: int, schedule: Schedule | None = None) -> int:

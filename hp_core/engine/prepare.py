@@ -30,7 +30,7 @@ from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
 from hp_core.runtime_options import check_reduce_width
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
-from hp_core.engine.layout_checks import split_layers, validate_layout
+from hp_core.engine.layout_checks import check_pipeline_traits, split_layers, validate_layout
 from hp_core.engine.stage import StageInputs
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.schedules import Schedule, ScheduleLayout
@@ -417,10 +417,12 @@ def prepare(
 
     Raises:
         ConfigError: An invalid layout or name, an optimizer the registry does
-            not have included (one line, with the field path).
+            not have included, a runtime trait not priced under its ``pp``
+            (one line, with the field path).
         PluginError: A plugin's evaluator or census source failed.
     """
     profile, precision, attention = resolve_runtime(registry, runtime, precision, attention)
+    check_pipeline_traits(parallel, profile.traits)  # a trait not priced under pp > 1 (layout_checks)
     optimizer = resolve_optimizer(registry, precision)
     zero = parallel.zero if parallel.zero is not None else profile.zero
     if layers is None:
