@@ -125,7 +125,8 @@ def moe_permutation_option() -> RuntimeOption:
         "(AllToAllTokenDispatcher with deterministic_scatter_add, as of 2026-06: 34 and 16, 54 and 6) or "
         "torchtitan_minimal_async_ep (MinimalAsyncEP's fused Triton kernels: 2 and 8, 10 and 2; its all-to-alls "
         "priced as ep_all_to_all says); torchtitan's op-level SAC re-runs the forward's; the torchtitan choices need "
-        "elementwise_kernels=eager. The two eager choices also price what that code keeps for backward: the score "
+        "elementwise_kernels=eager in a model with MoE layers (a dense model has no permutation: the option is inert "
+        "there, whatever the kernels). The two eager choices also price what that code keeps for backward: the score "
         "multiply's fp32 copy of the routed output (4 bytes an element, not 2), the routing indices and scores (32 "
         "and 36 bytes a routed row), the router's fp32 input only as of 2026-06 (fp32 autocast), and under "
         "op-level SAC (2025-10's deepseek_v3 save list) an MLA MoE layer's saved outputs",
