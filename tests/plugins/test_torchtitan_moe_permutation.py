@@ -30,8 +30,10 @@ GATHER = 2 + 2  # read the gathered rows, write them (gather, index, a non-accum
 
 def _bytes(permutation) -> tuple[float, float, float, float]:
     """The statement in bytes per element (bf16 accesses x 2)."""
-    return tuple(2 * v for v in (permutation.forward_per_row, permutation.forward_per_token,
-                                 permutation.backward_per_row, permutation.backward_per_token))
+    return tuple(2 * v for v in (permutation.forward_accesses_per_row_element,
+                                 permutation.forward_accesses_per_token_element,
+                                 permutation.backward_accesses_per_row_element,
+                                 permutation.backward_accesses_per_token_element))
 
 
 def test_the_statements_are_the_ops_summed():
@@ -172,9 +174,11 @@ def test_a_dense_model_is_not_priced_differently():
 def test_docs_state_every_statement_with_its_source():
     text = (Path(__file__).resolve().parents[2] / "docs" / "time.md").read_text(encoding="utf-8")
     for name, m in MOE_PERMUTATIONS.items():
-        line = (f"- `moe_permutation` = `{name}` (option `moe_permutation`): {m.forward_per_row:g} and "
-                f"{m.forward_per_token:g} bf16 accesses per element per routed row and per token forward, "
-                f"{m.backward_per_row:g} and {m.backward_per_token:g} backward: {m.source}")
+        forward = (m.forward_accesses_per_row_element, m.forward_accesses_per_token_element)
+        backward = (m.backward_accesses_per_row_element, m.backward_accesses_per_token_element)
+        line = (f"- `moe_permutation` = `{name}` (option `moe_permutation`): {forward[0]:g} and "
+                f"{forward[1]:g} bf16 accesses per element per routed row and per token forward, "
+                f"{backward[0]:g} and {backward[1]:g} backward: {m.source}")
         assert line in text, name
     assert "### torchtitan's MoE token routing" in text
 

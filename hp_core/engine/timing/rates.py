@@ -344,8 +344,9 @@ def _permute_counted(timing: TimingProfile) -> dict[str, Any]:
         refusal = (f"moe_permutation={counted.name}: counted for the kernels torchtitan's eager model runs, and timing "
                    f"profile {timing.name} fuses its elementwise ops (elementwise_kernels=fused: torch.compile would fuse "
                    "some of them); what they move then is not stated, so the step time is not priced")
-    return dict(permute_counted=(counted.forward_per_row, counted.forward_per_token, counted.backward_per_row,
-                                 counted.backward_per_token), permute_refusal=refusal)
+    forward = (counted.forward_accesses_per_row_element, counted.forward_accesses_per_token_element)
+    backward = (counted.backward_accesses_per_row_element, counted.backward_accesses_per_token_element)
+    return dict(permute_counted=forward + backward, permute_refusal=refusal)
 
 
 def _rates(
