@@ -497,14 +497,19 @@ NEMO_COLLECTIONS = {"nemo-24.07-summary": "NeMo 24.07 performance summary, DGX-H
 def nemo_results(registry=None) -> list[dict]:
     """Each ``nemo_rows`` row priced as :func:`results` prices the NeMo 24.07 rows of ``rows`` (the ``megatron``
     runtime's defaults, the row's recipe; no row states runtime options): measured and hp step time, the error, hp's
-    bf16 time of the same layout."""
+    bf16 time of the same layout; and, where the row carries ``launcher_options`` (the options NeMo-Framework-Launcher
+    24.07's yaml for the model states, an assumption: source nemo-24.07-launcher-options), hp's time with them."""
     registry = registry or api.build_registry()
     found = []
     for row in json.loads(DATA.read_text(encoding="utf-8"))["nemo_rows"]:
         measured = nemo_measured_seconds(row)
         estimated = price(row, registry)
         bf16 = price(row, registry, "bf16")
-        found.append({"id": row["id"], "collection": row["collection"], "split": row["split"], "recipe": row["recipe"],
+        launcher = (price(dict(row, runtime_options=row["launcher_options"]), registry, as_run=True).step_seconds
+                    if "launcher_options" in row else None)
+        found.append({"launcher_seconds": launcher,
+                      "launcher_error": None if launcher is None else (launcher - measured) / measured,
+                      "id": row["id"], "collection": row["collection"], "split": row["split"], "recipe": row["recipe"],
                       "layout": row, "commit": row["url"].split("/blob/")[1][:7], "measured_seconds": measured,
                       "estimated_seconds": estimated.step_seconds, "error": (estimated.step_seconds - measured) / measured,
                       "bf16_seconds": bf16.step_seconds, "mfu": estimated.mfu, "mfu_recipe_peak": estimated.mfu_recipe_peak})
@@ -518,20 +523,24 @@ def _summary(errors: list[float]) -> str:
 
 def nemo_section(found: list[dict]) -> str:
     """The NeMo rows' table docs/precision.md shows (tests/plugins/test_fp8_runs.py checks it is current)."""
-    lines = ["| run | table at | recipe | layout | measured s | hp s | error | hp bf16 s | hp FP8 speedup "
-             "| hp MFU (bf16 peak / recipe peak) |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| run | table at | recipe | layout | measured s | hp s | error | hp, launcher options s | error "
+             "| hp bf16 s | hp FP8 speedup | hp MFU (bf16 peak / recipe peak) |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in found:
         row = r["layout"]
         degrees = "".join(f" {k}{row[k]}" for k in ("tp", "pp", "vpp", "cp") if row[k] > 1)
+        launcher = "| |" if r["launcher_seconds"] is None else f"| {r['launcher_seconds']:.3f} | {r['launcher_error']:+.1%} |"
         lines.append(f"| `{r['id']}` | {r['commit']} | {r['recipe']} | {row['gpus']} GPUs{degrees}, mbs {row['micro_batch_size']}, "
                      f"gbs {row['global_batch_size']}, seq {row['seq_len']} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} "
-                     f"| {r['error']:+.1%} | {r['bf16_seconds']:.3f} | {r['bf16_seconds'] / r['estimated_seconds']:.2f} "
+                     f"| {r['error']:+.1%} {launcher} {r['bf16_seconds']:.3f} | {r['bf16_seconds'] / r['estimated_seconds']:.2f} "
                      f"| {r['mfu']:.1%} / {r['mfu_recipe_peak']:.1%} |")
     lines.append("")
     for key, name in NEMO_COLLECTIONS.items():
         chosen = [r for r in found if r["collection"] == key]
         lines.append(f"- {name}, held out: {_summary([r['error'] for r in chosen])}.")
+        if any(r["launcher_seconds"] is not None for r in chosen):
+            lines.append(f"  - with the options of NeMo-Framework-Launcher 24.07's yaml for each model (launcher_options, an "
+                         f"assumption): {_summary([r['launcher_error'] for r in chosen])}.")
         commits = sorted({r["commit"] for r in chosen}, key=lambda c: [r["commit"] for r in chosen].index(c))
         if len(commits) > 1:
             for commit in commits:
