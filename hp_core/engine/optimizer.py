@@ -27,7 +27,8 @@ from hp_core.registry import Registry
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Optimizer, ParamSlice
 
-__all__ = ["OptimizerLoad", "add_loads", "group_states", "layer_load", "master_bytes", "rank_params", "resolve_optimizer"]
+__all__ = ["OptimizerLoad", "add_loads", "group_states", "layer_load", "master_bytes", "rank_params", "resolve_optimizer",
+           "shard_update_bytes"]
 
 
 def resolve_optimizer(registry: Registry, precision: PrecisionSpec) -> Optimizer:
@@ -255,3 +256,28 @@ def group_states(parts: Mapping[str, list[tuple[float, int]]]) -> dict[str, "int
         total = sum((Fraction(state) * count for state, count in pairs), Fraction(0))
         found[group] = total.numerator if total.denominator == 1 else total
     return found
+
+
+def shard_update_bytes(dense: OptimizerLoad, experts: OptimizerLoad, dense_group: int, expert_group: int, zero: int,
+                       grad_passes: float, grad_bytes: int, copy_bytes: int = 0) -> float:
+    """HBM bytes one rank's optimizer update moves (:mod:`hp_core.engine.timing` prices them).
+
+    Per element of the rank's shard (all its elements under ZeRO-0): the
+    bytes the optimizer states its update moves (:attr:`Optimizer.step_bytes
+    <hp_core.types.Optimizer.step_bytes>`: AdamW reads the gradient, reads and
+    writes the master parameters and both moments, and casts the master copy
+    into the parameters; Kingma and Ba 2015), plus the runtime's passes over
+    the gradient shard (clipping: ``optimizer_grad_passes``) and *copy_bytes*
+    (the copy of a narrower gradient buffer into the gradients the step reads:
+    ``TimingProfile.optimizer_grad_bytes``). Elements are grouped by the bytes
+    their update moves.
+    """
+    by_rate: dict[float, list[int]] = {}
+    for index, load in enumerate((dense, experts)):
+        for rate, n in load.step_elements:
+            by_rate.setdefault(rate, [0, 0])[index] += n
+    moved = 0.0
+    for rate, (d, e) in sorted(by_rate.items()):
+        shard = (d / dense_group + e / expert_group) if zero >= 1 else d + e
+        moved += shard * (rate + grad_passes * grad_bytes + copy_bytes)
+    return moved

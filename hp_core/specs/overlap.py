@@ -54,6 +54,13 @@ class OverlapSchedule:
             during another's compute (``--overlap-moe-expert-parallel-comm``,
             DeepEP's hook-based overlap): per layer and direction
             ``max(0, all-to-all - the layer's compute)`` is exposed.
+        delay_wgrad: With ``ep_comm_overlap``, the experts' weight-gradient
+            GEMMs are split from their input-gradient ones and run beside the
+            dispatch's backward all-to-all (``--delay-wgrad-compute``): in a
+            backward pass no other micro-batch's forward pairs with (the
+            pipeline's cool-down), ``min(half the backward all-to-all, expert
+            weight gradients)`` is hidden. Megatron-Core refuses it without
+            ``ep_comm_overlap``, and so does hp.
         fsdp_replicate: HSDP (FSDP over a 2-D ``(replicate, shard)`` mesh):
             ZeRO-3's per-layer gathers and reduce-scatters run within shard
             groups of ``dp * cp / fsdp_replicate`` ranks, and each layer's
@@ -95,6 +102,7 @@ class OverlapSchedule:
     tp_overlap_input_grad_reduce_scatter: bool = True
     overlap_p2p: bool = False
     ep_comm_overlap: bool = False
+    delay_wgrad: bool = False
     fsdp_replicate: int = attrs.field(default=1, validator=attrs.validators.ge(1))
     fsdp_pipeline_step_reduce: bool = False
     bucket_elements: int | None = None

@@ -12,7 +12,7 @@ Each reads Megatron-LM's arguments as ``megatron/training/arguments.py`` (Megatr
   ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split`` count the
   embedding and the loss as one layer each (``transformer_block.py`` ``get_num_layers_to_build``).
 * **Overlaps** (:func:`trainer_options`): ``--overlap-grad-reduce``, ``--overlap-param-gather``,
-  ``--tp-comm-overlap``, ``--overlap-moe-expert-parallel-comm``, and the pipeline sends, which
+  ``--tp-comm-overlap``, ``--overlap-moe-expert-parallel-comm``, ``--delay-wgrad-compute``, and the pipeline sends, which
   Megatron overlaps by default under the interleaved schedule (``--no-overlap-p2p-communication``,
   ``dest='overlap_p2p_comm'``, default on, turned off without virtual stages); the flex dispatcher's
   backend (DeepEP or HybridEP) as ``ep_all_to_all``; the CUDA-graph flags as ``cuda_graphs``
@@ -159,7 +159,8 @@ def trainer_options(a: Any, pp: int, vpp: int, ep: int, unmapped: list[str]) -> 
     options: dict[str, Any] = {}
     for flag, option in (("overlap-grad-reduce", "overlap_grad_reduce"), ("overlap-param-gather", "overlap_param_gather"),
                          ("tp-comm-overlap", "tp_comm_overlap"),
-                         ("overlap-moe-expert-parallel-comm", "overlap_moe_expert_parallel_comm")):
+                         ("overlap-moe-expert-parallel-comm", "overlap_moe_expert_parallel_comm"),
+                         ("delay-wgrad-compute", "delay_wgrad_compute")):
         if a.flag(flag):
             options[option] = True
     # TE userbuffers' per-collective switches (arguments.py --disable-tp-comm-*): priced as every TP collective

@@ -202,8 +202,19 @@ OPTIONS = (
     schedule_option(
         "overlap_moe_expert_parallel_comm", "ep_comm_overlap", default=False,
         description="--overlap-moe-expert-parallel-comm: one micro-batch's expert all-to-alls run beside another's "
-                    "compute; exposed max(0, all-to-all - the layer's compute)",
-        source=f"{_ARGS} --overlap-moe-expert-parallel-comm; megatron/core/pipeline_parallel/combined_1f1b.py",
+                    "compute; exposed max(0, all-to-all - the layer's compute); the pipeline's warm-up forwards and "
+                    "cool-down backwards, which run alone, expose what it hides",
+        source=f"{_ARGS} --overlap-moe-expert-parallel-comm; megatron/core/pipeline_parallel/combined_1f1b.py and "
+               "schedules.py (get_pp_rank_microbatches), megatron/core/models/common/model_chunk_schedule_plan.py "
+               "(TransformerLayerSchedulePlan.run) at core_v0.16.0",
+    ),
+    schedule_option(
+        "delay_wgrad_compute", "delay_wgrad", default=False,
+        description="--delay-wgrad-compute (needs overlap_moe_expert_parallel_comm): the experts' weight-gradient "
+                    "GEMMs run beside the dispatch's backward all-to-all; in a lone backward pass (the cool-down) "
+                    "min(half the backward all-to-all, expert weight gradients) is hidden",
+        source="megatron/core/models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run (mlp.backward_dw "
+               "beside moe_dispatch.backward) and transformer/transformer_config.py at core_v0.16.0",
     ),
     ep_all_to_all_option(f"{_ARGS} --moe-token-dispatcher-type flex --moe-enable-deepep, or --moe-flex-dispatcher-backend "
                          "hybridep (megatron/core/transformer/moe/fused_a2a.py); DeepEP docs/legacy.md "

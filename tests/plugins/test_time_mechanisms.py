@@ -294,3 +294,69 @@ def test_eager_elementwise_accesses_are_counted_per_layer_from_its_widths(regist
         (84 * 2048 + 10 * 8 * 768 + 20 * 4608) / (10 * 2048 + 6 * 8 * 768 + 4 * 4608) / 2, rel=1e-12)
     # Nemotron-H's MLP layer: its squared ReLU is counted, its fp32-weight RMSNorm is not: none stated, 1.92 prices it.
     assert accesses("nemotron-h-8b", "mlp") is None
+
+
+def test_unpaired_passes_are_megatron_cores_warm_up_under_the_expert_all_to_all_overlap():
+    from hp_core.engine.timing.overlap import unpaired_passes
+
+    # No pipeline: the first forward and the last backward alone (combined_1f1b_schedule_for_no_pipelining).
+    assert unpaired_passes("1f1b", 1, 1, 0, 64) == 1
+    # Interleaved, PP 8, VP 4, 512 micro-batches: (8 - stage - 1) * 2 + (4 - 1) * 8 + 1 chunk passes.
+    assert [unpaired_passes("interleaved_1f1b", 8, 4, s, 512) for s in (0, 1, 7)] == [39, 37, 25]
+    # PP 2, VP 12 (26.02's Qwen3-30B-A3B H100 row): 2 + 22 + 1 on the first stage, 23 on the last.
+    assert [unpaired_passes("interleaved_1f1b", 2, 12, s, 128) for s in (0, 1)] == [25, 23]
+    # At most every pass: PP 2, VP 2, one micro-batch runs 2 chunk passes each way.
+    assert unpaired_passes("interleaved_1f1b", 2, 2, 0, 1) == 2
+    # Megatron-Core refuses the overlap under a pipeline without virtual stages: nothing added there.
+    assert unpaired_passes("1f1b", 4, 1, 0, 64) == 0
+
+
+def _overlap_step(registry, layout, **options):
+    runtime = apply_options(registry.runtime("megatron"), {"overlap_moe_expert_parallel_comm": True, **options})
+    return step_time(model_from_preset("qwen3-30b-a3b", registry), layout, registry=registry,
+                     hardware=registry.hardware_preset("h100-sxm").spec, runtime=runtime)
+
+
+def _ep(stage):
+    return next((total, exposed) for g, total, exposed in stage.communication_by_group if g == "ep")
+
+
+def test_the_overlaps_lone_passes_expose_the_all_to_all_it_hides(registry):
+    # No pipeline, 4 micro-batches: one lone forward and one lone backward of the whole model, which expose what the
+    # overlap hides of each layer's all-to-alls (the ep group's time less its exposed time, per micro-batch).
+    flat = _overlap_step(registry, ParallelSpec(dp=8, ep=8, seq_len=4096, micro_batch_size=1, global_batch_size=32))
+    total, exposed = _ep(flat.stages[0])
+    assert total > exposed >= 0
+    assert flat.provenance["ep_overlap_unpaired_seconds"] == pytest.approx(total - exposed, rel=1e-9)
+    assert flat.bubble_seconds == pytest.approx(total - exposed, rel=1e-9)
+    # Interleaved, PP 2, VP 2, 4 micro-batches (8 chunk passes a stage): the first stage runs 2 + 2 + 1 = 5 lone
+    # chunk passes each way, the second 3; each chunk half its stage's layers; the larger figure once.
+    piped = _overlap_step(registry, ParallelSpec(dp=8, ep=8, pp=2, vpp=2, seq_len=4096, micro_batch_size=1,
+                                                 global_batch_size=32, schedule="interleaved_1f1b"))
+    hidden = [t - e for t, e in map(_ep, piped.stages)]
+    assert piped.provenance["ep_overlap_unpaired_seconds"] == pytest.approx(max(5 * hidden[0] / 2, 3 * hidden[1] / 2), rel=1e-9)
+    # Without the overlap nothing is lone.
+    plain = step_time(model_from_preset("qwen3-30b-a3b", registry), ParallelSpec(dp=8, ep=8, seq_len=4096, micro_batch_size=1,
+                      global_batch_size=32), registry=registry, hardware=registry.hardware_preset("h100-sxm").spec,
+                      runtime=registry.runtime("megatron"))
+    assert "ep_overlap_unpaired_seconds" not in plain.provenance and plain.bubble_seconds == 0
+
+
+def test_delay_wgrad_compute_hides_part_of_a_lone_backwards_dispatch(registry):
+    layout = ParallelSpec(dp=8, ep=8, seq_len=4096, micro_batch_size=1, global_batch_size=32)
+    lone = _overlap_step(registry, layout).provenance["ep_overlap_unpaired_seconds"]
+    delayed = _overlap_step(registry, layout, delay_wgrad_compute=True)
+    total, _ = _ep(delayed.stages[0])
+    # The dispatch's backward is a quarter of a layer's four equal all-to-alls (no recompute); at most that hides.
+    assert 0 < lone - delayed.provenance["ep_overlap_unpaired_seconds"] <= total / 4 * (1 + 1e-9)
+    assert delayed.compute_seconds == _overlap_step(registry, layout).compute_seconds
+
+
+def test_delay_wgrad_compute_without_the_overlap_is_refused(registry):
+    from hp_core.errors import ConfigError
+
+    runtime = apply_options(registry.runtime("megatron"), {"delay_wgrad_compute": True})
+    with pytest.raises(ConfigError, match="overlap_moe_expert_parallel_comm") as raised:
+        step_time(model_from_preset("qwen3-30b-a3b", registry), ParallelSpec(dp=8, ep=8, seq_len=4096, micro_batch_size=1),
+                  registry=registry, hardware=registry.hardware_preset("h100-sxm").spec, runtime=runtime)
+    assert raised.value.path == "$.runtime.options.delay_wgrad_compute"

@@ -51,6 +51,8 @@ class _LayerTime:
             zero-bubble schedule's W pass runs.
         communication_by_group: ``(group, seconds, exposed seconds)`` of its
             TP/CP/EP collectives, the recomputed ones included.
+        unpaired_seconds: Under ``ep_comm_overlap``, what a lone forward and backward (:func:`~hp_core.engine.timing.overlap.unpaired_passes`)
+            add: the all-to-all the overlap hides, ``min(all-to-all, compute)`` each way, less ``delay_wgrad``'s (docs/time.md).
     """
 
     forward_seconds: float
@@ -61,6 +63,7 @@ class _LayerTime:
     recomputed_flops: float
     weight_gradient_seconds: float = 0.0
     communication_by_group: tuple[tuple[str, float, float], ...] = ()
+    unpaired_seconds: float = 0.0
 
 
 def work_of(cost: LayerCost, kind: str) -> LayerWork:
@@ -191,11 +194,16 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
             sums[1] += c.forward_calls * seconds  # the recomputed forward's
     # What each direction's collectives may hide behind: its GEMMs and its whole compute (a full recompute's included).
     gemm_bwd, compute_bwd = mm_bwd + (mm_fwd if full else 0.0), backward + (forward if full else 0.0)
-    groups, comm = [], 0.0
+    groups, comm, unpaired, lone_bwd = [], 0.0, 0.0, 0.0
     for key, (fwd_s, bwd_s) in by_group.items():
         exposed = _exposed(key, fwd_s, mm_fwd, forward, r) + _exposed(key, bwd_s, gemm_bwd, compute_bwd, r)
         comm += exposed
         groups.append((key.rstrip("!"), fwd_s + bwd_s, exposed))
+        if key in ("ep", "etp") and r.ep_comm_overlap:  # a lone pass waits on its own all-to-alls: what is hidden shows
+            unpaired, lone_bwd = unpaired + fwd_s + bwd_s - exposed, lone_bwd + bwd_s
+    if lone_bwd and r.delay_wgrad and grouped:  # the dispatch's backward (half) beside the experts' wgrad (half their bwd)
+        expert_bwd = _matmul_seconds(0.0, grouped, work, r)[1] / (r.gemm_speedup_backward if r.low_precision else 1.0)
+        unpaired = max(0.0, unpaired - min(lone_bwd, expert_bwd) / 2)
 
     # Recompute.
     model_flops = ((1 + r.mm_backward) * f.matmul_flops - r.mm_backward / 2 * min(work.frozen_matmul_flops, f.matmul_flops)
@@ -242,7 +250,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     return _LayerTime(
         forward_seconds=k * forward + unit_fwd, backward_seconds=k * backward + unit_bwd, recompute_seconds=k * recompute,
         communication_seconds=k * comm, flops=model_flops, recomputed_flops=recomputed_flops,
-        weight_gradient_seconds=k * mm_bwd / 2,
+        weight_gradient_seconds=k * mm_bwd / 2, unpaired_seconds=k * unpaired,
         communication_by_group=_merge(tuple((g, k * t, k * e) for g, t, e in groups)),
     )
 

@@ -1,5 +1,6 @@
 """What a stream hides behind which compute: the exposed part of FSDP's per-layer gathers and reduce-scatters,
-of bucketed data-parallel reductions and of pipeline sends (docs/time.md, "Overlap and host time").
+of bucketed data-parallel reductions and of pipeline sends, and what the expert all-to-all overlap's lone passes
+expose (docs/time.md, "Overlap and host time").
 
 Each function takes the communication and the compute it may run beside, both
 in seconds, and returns ``(total, exposed)``; which overlap a trainer runs is
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 __all__ = ["UNSHARD_WINDOW_STAGES", "bucketed", "fsdp_layers", "fsdp_layers_pipelined", "fsdp_multi_stage", "hidden_send",
-           "unshards"]
+           "lone_seconds", "unpaired_passes", "unshards"]
 
 # torch 2.13 torch/distributed/pipelining/schedules.py _add_unshard_reshard(max_active_stages=3), as
 # _PipelineScheduleRuntime._prepare_schedule_with_comms calls it: at most three stages (chunks) gathered at once.
@@ -204,3 +205,33 @@ def bucketed(total: float, bucket: float, window: float, overlapped: bool) -> fl
 def hidden_send(send: float, window: float, overlapped: bool) -> float:
     """A pipeline send's exposed seconds: ``max(0, send - window)`` when it runs beside a chunk's compute."""
     return max(0.0, send - window) if overlapped else send
+
+
+def unpaired_passes(schedule: str, pp: int, vpp: int, stage: int, micro_batches: int) -> int:
+    """Chunk passes a stage runs forward alone, and as many backward alone, under Megatron-Core's expert all-to-all
+    overlap (``--overlap-moe-expert-parallel-comm``), which pairs one micro-batch's forward with another's backward.
+
+    Megatron-Core core_v0.16.0 (NVIDIA/Megatron-LM): without a pipeline,
+    ``pipeline_parallel/combined_1f1b.py`` ``combined_1f1b_schedule_for_no_pipelining`` runs the first
+    forward and the last backward alone (1); with one, the interleaved schedule
+    (``pipeline_parallel/schedules.py``, ``get_pp_rank_microbatches``) runs its
+    ``(pp - stage - 1) * 2 + (vpp - 1) * pp + 1`` warm-up forwards (the group of micro-batches per virtual
+    stage at its default, ``pp``; one more with the overlap) alone and as many cool-down backwards, at most
+    every pass (``micro_batches * vpp``). A lone pass runs its layers as
+    ``models/common/model_chunk_schedule_plan.py`` ``TransformerLayerSchedulePlan.run`` with one side
+    ``None``: each layer's all-to-alls wait on its own compute. Megatron-Core refuses the overlap under a pipeline
+    without a virtual pipeline (``transformer/transformer_config.py``), so any other schedule at ``pp > 1`` gets 0.
+    """
+    if pp == 1:
+        return 1
+    if schedule != "interleaved_1f1b":
+        return 0
+    return min(micro_batches * vpp, (pp - stage - 1) * 2 + (vpp - 1) * pp + 1)
+
+
+def lone_seconds(schedule: str, pp: int, vpp: int, micro_batches: int, per_chunk: list[float]) -> float:
+    """What the expert all-to-all overlap's lone passes add to a step: per stage its :func:`unpaired_passes` times
+    *per_chunk* (its mean chunk's lone forward and backward beyond their overlapped time,
+    ``_LayerTime.unpaired_seconds`` summed), the largest over the stages, once (the first stage's warm-up is the
+    longest; docs/time.md, "The expert all-to-all overlap's lone passes"). Part of the pipeline's fill and drain."""
+    return max((unpaired_passes(schedule, pp, vpp, i, micro_batches) * u for i, u in enumerate(per_chunk)), default=0.0)

@@ -198,6 +198,7 @@ class _Rates:
     tp_comm_overlap: bool = False
     tp_overlap_bwd_rs: bool = True  # OverlapSchedule.tp_overlap_input_grad_reduce_scatter
     ep_comm_overlap: bool = False
+    delay_wgrad: bool = False  # OverlapSchedule.delay_wgrad
     host: HostOverhead | None = None
     alternate_mm_switches: frozenset[str] = frozenset()  # TimingProfile.alternate_matmul_recompute
     alternate_also: frozenset[str] = frozenset()  # TimingProfile.alternate_policy_recomputes
@@ -321,6 +322,21 @@ def _unit_seconds(timing: TimingProfile, dev: DeviceEfficiency, zero: int | None
     return dict(unit_fwd=FSDP1_UNIT_FORWARD_SHARE * figure.value, unit_bwd=(1 - FSDP1_UNIT_FORWARD_SHARE) * figure.value)
 
 
+def _delay_wgrad(timing: TimingProfile) -> bool:
+    """The schedule's ``delay_wgrad`` (:class:`~hp_core.specs.overlap.OverlapSchedule`).
+
+    Raises:
+        ConfigError: It is set without ``ep_comm_overlap``, which Megatron-Core refuses (core_v0.16.0
+            ``transformer/transformer_config.py``: 'overlap_moe_expert_parallel_comm must be enabled when enabling
+            delay_wgrad_compute').
+    """
+    if timing.schedule.delay_wgrad and not timing.schedule.ep_comm_overlap:
+        raise ConfigError("$.runtime.options.delay_wgrad_compute",
+                          "delay_wgrad_compute needs overlap_moe_expert_parallel_comm (Megatron-Core refuses it without: "
+                          "transformer_config.py); set both or neither")
+    return timing.schedule.delay_wgrad
+
+
 def _gemm_table(dev: DeviceEfficiency, dtype: str) -> GemmTable | ShapedGemms | None:
     """The device's per-shape GEMM pricing for *dtype*: its measured table, else its shape scale at its ``matmul``."""
     if dev.gemm_table is not None:
@@ -392,7 +408,7 @@ def _rates(
         slowdown=_or(dev.sustained_slowdown, 1.0),
         tp_comm_overlap=timing.schedule.tp_comm_overlap,
         tp_overlap_bwd_rs=timing.schedule.tp_overlap_input_grad_reduce_scatter, ep_comm_overlap=timing.schedule.ep_comm_overlap,
-        host=timing.host, alternate_mm_switches=timing.alternate_matmul_recompute,
+        delay_wgrad=_delay_wgrad(timing), host=timing.host, alternate_mm_switches=timing.alternate_matmul_recompute,
         alternate_also=timing.alternate_policy_recomputes, eager_elementwise=timing.eager_elementwise,
         eager_rotary=timing.eager_rotary,
         block_tokens=None if timing.attention_block_tokens is None else int(timing.attention_block_tokens.value),

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import attrs
 
-from hp_core.engine.optimizer import OptimizerLoad, add_loads, layer_load
+from hp_core.engine.optimizer import OptimizerLoad, add_loads, layer_load, shard_update_bytes
 from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements
 from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.schedule import pipeline_seconds, rank_order
 from hp_core.engine.timing.fsdp_pipeline import fill_delay, stage_fsdp
-from hp_core.engine.timing.overlap import bucketed, fsdp_layers, hidden_send
+from hp_core.engine.timing.overlap import bucketed, fsdp_layers, hidden_send, lone_seconds
 from hp_core.engine.timing.layer import ALTERNATE_MATMUL_DEFAULT_FRACTION, _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
 from hp_core.engine.timing.results import StageTime, StepTime
@@ -89,31 +89,6 @@ def _quantized(held: dict[int, int], costs: tuple[LayerCost, ...], cache: dict) 
         experts += count * found.get("routed_expert", 0)
         dense += count * sum(n for g, n in found.items() if g != "routed_expert")
     return dense, experts
-
-
-def _update_bytes(dense: OptimizerLoad, experts: OptimizerLoad, dense_group: int, expert_group: int, zero: int,
-                  grad_passes: float, grad_bytes: int, copy_bytes: int = 0) -> float:
-    """HBM bytes one rank's optimizer update moves (:mod:`hp_core.engine.timing`).
-
-    Per element of the rank's shard (all its elements under ZeRO-0): the
-    bytes the optimizer states its update moves (:attr:`Optimizer.step_bytes
-    <hp_core.types.Optimizer.step_bytes>`: AdamW reads the gradient, reads and
-    writes the master parameters and both moments, and casts the master copy
-    into the parameters; Kingma and Ba 2015), plus the runtime's passes over
-    the gradient shard (clipping: ``optimizer_grad_passes``) and *copy_bytes*
-    (the copy of a narrower gradient buffer into the gradients the step reads:
-    ``TimingProfile.optimizer_grad_bytes``). Elements are grouped by the bytes
-    their update moves.
-    """
-    by_rate: dict[float, list[int]] = {}
-    for index, load in enumerate((dense, experts)):
-        for rate, n in load.step_elements:
-            by_rate.setdefault(rate, [0, 0])[index] += n
-    moved = 0.0
-    for rate, (d, e) in sorted(by_rate.items()):
-        shard = (d / dense_group + e / expert_group) if zero >= 1 else d + e
-        moved += shard * (rate + grad_passes * grad_bytes + copy_bytes)
-    return moved
 
 
 def _forward_share(stage: StageTime) -> float:
@@ -244,6 +219,7 @@ def time_run(
     chunks = parallel.chunks
     stages: list[StageTime] = []
     recomputed_flops_per_stage: list[float] = []
+    unpaired_per_stage: list[float] = []  # per stage, the expert all-to-alls a lone pass of each chunk exposes (mean chunk)
     passes: list[StagePasses] = []  # each stage as the schedule prices its pipeline
     bounds = run.chunk_bounds
     schedule = run.schedule
@@ -278,8 +254,9 @@ def time_run(
             recomputed_flops_per_stage.append(same[1])
             passes.append(same[2])
             heads.append(same[3])
+            unpaired_per_stage.append(same[4])
             continue
-        fwd = bwd = rec = comm = flops = rflops = wgrad = head = 0.0
+        fwd = bwd = rec = comm = flops = rflops = wgrad = head = unpaired = 0.0
         first = (0.0, 0.0)  # under a multi-stage schedule: stage_fsdp
         held: dict[int, int] = {}
         by_group: dict[str, list[float]] = {}
@@ -312,6 +289,7 @@ def time_run(
                 flops += n * t.flops
                 rflops += n * t.recomputed_flops
                 wgrad += n * t.weight_gradient_seconds
+                unpaired += n * t.unpaired_seconds
                 for g, total, exposed in t.communication_by_group:
                     sums = by_group.setdefault(g, [0.0, 0.0])
                     sums[0] += n * total
@@ -324,7 +302,7 @@ def time_run(
             comm += sends * exposed
             by_group["pp"] = [sends * send, sends * exposed]
         if copies > 1:
-            fwd, bwd, rec, comm, flops, rflops, wgrad = (x / copies for x in (fwd, bwd, rec, comm, flops, rflops, wgrad))
+            fwd, bwd, rec, comm, flops, rflops, wgrad, unpaired = (x / copies for x in (fwd, bwd, rec, comm, flops, rflops, wgrad, unpaired))
             by_group = {g: [t / copies, e / copies] for g, (t, e) in by_group.items()}
         # Stages holding the same layers (the middle stages of a pipeline) count them once.
         composition = tuple(sorted(held.items()))
@@ -424,7 +402,7 @@ def time_run(
         buffer_passes = timing.grad_buffer_passes.value * (dense + experts) + timing.grad_scale_passes.value * reduced
         # A narrower buffer is copied into the main gradients first: its read and their write, per shard element.
         copy = grad_bytes + main_grad_bytes if main_grad_bytes != grad_bytes else 0
-        moved = _update_bytes(dense_load, expert_load, dense_group, expert_group, zero, grad_passes, main_grad_bytes, copy)
+        moved = shard_update_bytes(dense_load, expert_load, dense_group, expert_group, zero, grad_passes, main_grad_bytes, copy)
         opt = (moved + buffer_passes * grad_bytes) / memory * rates.slowdown
         matmul = dense_load.matmul_flops + expert_load.matmul_flops
         elementwise = dense_load.elementwise_flops + expert_load.elementwise_flops
@@ -436,12 +414,14 @@ def time_run(
         recomputed_flops_per_stage.append(rflops)
         passes.append(StagePasses(stages[-1].micro_batch_seconds, wgrad, _forward_share(stages[-1])))
         heads.append((head, first))
-        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, passes[-1], heads[-1])
+        unpaired_per_stage.append(unpaired / len(run.stage_chunks(stage)))
+        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, passes[-1], heads[-1], unpaired_per_stage[-1])
 
     # Under FSDP x PP each stage's first forward gathers on the pipeline's fill: its exposed part delays it (bubble).
     pipe = pipeline_seconds(schedule, run.stage_inputs.layout, tuple(passes)) + sum(head for head, _ in heads)
     if multi_stage:
         pipe += fill_delay(stages, [first for _, first in heads])  # a multi-stage schedule's first gathers on the fill
+    pipe += (lone := lone_seconds(schedule.name, parallel.pp, parallel.vpp, micro_batches, unpaired_per_stage))
     slow = max(stages, key=lambda s: s.micro_batch_seconds)
     tail = max(stages, key=lambda s: s.data_parallel_seconds + s.optimizer_seconds)
     step = pipe + tail.data_parallel_seconds + tail.optimizer_seconds
@@ -465,7 +445,7 @@ def time_run(
         "precision_recipe": recipe.name,
         "gemm_dtype": recipe.gemm_dtype, "gemm_speedup_forward": rates.gemm_speedup, "gemm_speedup_backward": rates.gemm_speedup_backward,
         "attention_format": recipe.attention_format,  # other than bf16: priced at the bf16 attention rates (rates.py)
-        "schedule": schedule.name,
+        "schedule": schedule.name, **({"ep_overlap_unpaired_seconds": lone} if lone else {}),
     }
     if timing.fsdp1_units:
         # FSDP1's per-unit time (DeviceEfficiency.fsdp1_unit_seconds): per unit and micro-batch, the slowest stage's units
