@@ -43,10 +43,9 @@ if str(HERE) not in sys.path:
 
 import fp8_dgxc  # noqa: E402
 import fp8_runs  # noqa: E402
+from marked_section import write_section  # noqa: E402
 
 from hp_core.api import build_registry  # noqa: E402
-from hp_core.errors import ConfigError  # noqa: E402
-from hp_core.io.files import replace_marked  # noqa: E402
 from hp_core.engine.timing import layer as _layer  # noqa: E402
 
 ROOT = HERE.parent
@@ -245,10 +244,7 @@ def main() -> None:
     _, text = section(build_registry(use_env=False))
     print(text)
     if args.write:
-        try:
-            replace_marked(PAGE, START, END, text)
-        except ConfigError as exc:
-            raise SystemExit(str(exc)) from None
+        write_section(PAGE, START, END, text)
 
 
 if __name__ == "__main__":

@@ -42,13 +42,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "plugins"))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # marked_section
 
 from fsdp2_fit import (KERNEL_FIGURES, Priced, calibration, fit, fitted, joint, korthikanti_rows,  # noqa: E402
                        megatron_hopper_rows, mpt_rows, other_rows, size)
 
 from hp_core.api import build_registry  # noqa: E402
-from hp_core.errors import ConfigError  # noqa: E402
-from hp_core.io.files import replace_marked  # noqa: E402
+from marked_section import write_section  # noqa: E402
 from hp_plugins.runtimes.timing_profiles import (  # noqa: E402
     FSDP1_UNIT_SECONDS, FSDP2, FSDP2_AMPERE, HOPPER, TRITON_FLASH, TRITON_FLASH_FACTORS, WHOLE_RUN_MATMUL_FACTORS)
 
@@ -254,10 +254,7 @@ def main() -> None:
         if abs(m - stated[0]) > 5e-4 + 1e-9 or abs(a - stated[1]) > 5e-4 + 1e-9 or abs(u - stated[2]) > 5e-7 + 1e-12:
             print(f"note: {arch} fits m {m:.4f}, a {a:.4f}, u {u:.7f}; whole_run.py states {stated}: update it", file=sys.stderr)
     if args.write:
-        try:
-            replace_marked(PAGE, START, END, text)
-        except ConfigError as exc:
-            raise SystemExit(str(exc)) from None
+        write_section(PAGE, START, END, text)
 
 
 if __name__ == "__main__":

@@ -23,12 +23,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "plugins"))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # marked_section
 
 from simumax_runs import fitted_slowdown, simumax_rows, unslowed  # noqa: E402
 
 from hp_core.api import build_registry  # noqa: E402
-from hp_core.errors import ConfigError  # noqa: E402
-from hp_core.io.files import replace_marked  # noqa: E402
+from marked_section import write_section  # noqa: E402
 from hp_core.api import step_time  # noqa: E402
 from hp_plugins.runtimes.timing_profiles import MEGATRON_TE  # noqa: E402
 
@@ -169,10 +169,7 @@ def main() -> None:
     _, text = section(priced_rows(build_registry(use_env=False)))
     print(text)
     if args.write:
-        try:
-            replace_marked(PAGE, START, END, text)
-        except ConfigError as exc:
-            raise SystemExit(str(exc)) from None
+        write_section(PAGE, START, END, text)
 
 
 if __name__ == "__main__":

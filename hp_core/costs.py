@@ -458,6 +458,9 @@ class LayerCost:
         weight_gradient_bytes: What one micro-batch keeps between its input-gradient pass and its deferred weight-
             gradient pass (zero bubble): each trained linear's input, as the forward keeps it, and its output gradient
             (``dW = dY^T X``; docs/schedules.md); ``None``: not stated, priced as a whole micro-batch.
+        assumed: Selective settings it prices from the switches' terms where the trainer runs a policy whose kept
+            bytes it does not state, each ``(recomputed switches, why)``; unless :attr:`measured` states the setting,
+            an estimate under it says so (provenance ``recompute_assumptions``) rather than fall back silently.
     """
 
     params: tuple[ParamCount, ...]
@@ -472,6 +475,7 @@ class LayerCost:
     work: LayerWork | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(LayerWork)))
     forward_working_bytes: int = attrs.field(default=0, validator=_non_negative_int)
     weight_gradient_bytes: int | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_int))
+    assumed: tuple[tuple[frozenset[str], str], ...] = ()
 
     @property
     def kept_bytes(self) -> int:

@@ -69,7 +69,8 @@ TRAITS = {
     ),
     "torchtitan_op_sac": (
         "a dense layer's normOp+ffAct keep what torchtitan's per-op SAC saves, and with torchtitan_moe_expert_parallel "
-        "an MLA MoE layer's what its deepseek_v3 save list saves (hp_plugins/kit/op_sac.py)"
+        "an MLA MoE layer's what its deepseek_v3 save list saves at TP 1 (hp_plugins/kit/op_sac.py; elsewhere the "
+        "switches' terms, named by the estimate: LayerCost.assumed)"
     ),
     "moe_expert_tp_dispatch": (
         "the token dispatcher all-gathers the dispatched tokens over the expert-TP group and reduce-scatters the "

@@ -54,6 +54,9 @@ def estimate_command(args: argparse.Namespace, registry: Registry, console: Cons
         verdict = "fits" if result.fits else "does NOT fit"
         line += f"; device {gib(result.device_memory_bytes)} GiB: {verdict}"
     console.print(line)
+    if "recompute_assumptions" in result.provenance:  # a setting priced by a stated assumption: say so
+        console.print(f"Note (recompute): {result.provenance['recompute_assumptions']}", markup=False, highlight=False,
+                      soft_wrap=True)
     if step is not None:
         console.print(time_table(step))
         if any(total for s in step.stages for _, total, _ in s.communication_by_group):

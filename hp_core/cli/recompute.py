@@ -78,6 +78,9 @@ def recompute_command(args: argparse.Namespace, registry: Registry, console: Con
         console.print(f"Step time {result.step_seconds:.4f} s; peak {gib(result.peak_bytes)} GiB; {verdict}")
         spec = result.recompute
         console.print(f"Plan: {describe_ranges(spec.layers, spec.default)}", markup=False, highlight=False)
+        if "recompute_assumptions" in result.estimate.provenance:  # a chosen setting priced by a stated assumption
+            console.print(f"Note (recompute): {result.estimate.provenance['recompute_assumptions']}", markup=False,
+                          highlight=False, soft_wrap=True)
         for stage in result.stages:
             console.print(f"  stage {stage.index}: {stage.reason}", markup=False, highlight=False)
     if trainer is not None:

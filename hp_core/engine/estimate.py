@@ -19,7 +19,7 @@ from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, 
 from hp_core.costs import LayerCost
 from hp_core.types import LayerKind
 
-__all__ = ["count_parameters", "estimate_run", "placed_body", "summarise"]
+__all__ = ["count_parameters", "estimate_run", "placed_body", "recompute_assumptions", "summarise"]
 
 
 def summarise(kinds: tuple[LayerKind, ...] | list[LayerKind], costs: tuple[LayerCost, ...] | list[LayerCost],
@@ -51,6 +51,19 @@ def placed_body(run: PreparedRun, settings: tuple[Setting, ...]) -> list[PlacedL
         return PlacedLayer.make(kinds[group].name, costs[group], full, switches, setting.describe(), setting.offload)
 
     return run.per_body_layer(settings, place)
+
+
+def recompute_assumptions(body: list[PlacedLayer]) -> str:
+    """What the body layers' settings price by an assumption their kinds state (:attr:`LayerCost.assumed
+    <hp_core.costs.LayerCost.assumed>`) and no measured setting overrides: ``kind: why``, once each, joined by
+    ``; ``; ``""`` for none."""
+    found: dict[tuple[str, str], None] = {}
+    for layer in {id(layer): layer for layer in body}.values():
+        measured = {switches for switches, _ in layer.cost.measured}
+        for switches, why in layer.cost.assumed:
+            if not layer.full and layer.recomputed == switches and switches not in measured:
+                found[(layer.kind, why)] = None
+    return "; ".join(f"{kind}: {why}" for kind, why in sorted(found))
 
 
 def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardware: HardwareSpec | None = None,
@@ -105,6 +118,9 @@ def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardw
         "kinds": census_lib.kind_provenance(run.layers.census, kinds, run.layers.records),
         "model_source": run.model.source,
     }
+    assumed = recompute_assumptions(body)
+    if assumed:
+        provenance["recompute_assumptions"] = assumed
     return Estimate(
         model=run.model.name,
         world_size=parallel.world_size,

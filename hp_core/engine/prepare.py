@@ -30,6 +30,7 @@ from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
 from hp_core.runtime_options import check_reduce_width
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
+from hp_core.engine.layout_checks import check_pipeline_traits, split_layers, validate_layout
 from hp_core.engine.stage import StageInputs
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.schedules import Schedule, ScheduleLayout
@@ -85,59 +86,6 @@ def resolve_setting(setting: Setting, kind: LayerKind, path: str) -> tuple[bool,
     if unknown:
         raise ConfigError(path, f"layer kind {kind.name} has no recompute switch {unknown}; it has {list(kind.switches)}")
     return False, setting.switches
-
-
-def validate_layout(parallel: ParallelSpec, body_layers: int, schedule: Schedule | None = None) -> int:
-    """Cross-field checks of the layout, the schedule's own included; returns micro-batches per step.
-
-    Args:
-        schedule: The run's schedule; without one the schedule checks are left out
-            and the default global batch size is the layout's own
-            (:attr:`ParallelSpec.resolved_global_batch_size`).
-    """
-    p = parallel
-    if p.seq_len % p.cp:
-        raise ConfigError("$.parallel.cp", f"cp={p.cp} must divide seq_len={p.seq_len}")
-    if p.sp and (p.seq_len // p.cp) % p.tp:
-        raise ConfigError("$.parallel.sp", f"sequence parallelism needs tp={p.tp} to divide seq_len/cp={p.seq_len // p.cp}")
-    if (p.dp * p.cp * p.tp) % (p.ep * p.etp):
-        raise ConfigError("$.parallel.ep", f"ep*etp={p.ep * p.etp} must divide dp*cp*tp={p.dp * p.cp * p.tp}")
-    if p.pp > body_layers:
-        raise ConfigError("$.parallel.pp", f"pp={p.pp} is larger than the model's {body_layers} layers; use pp <= {body_layers}")
-    per_step = p.micro_batch_size * p.dp
-    gbs = schedule_lib.default_global_batch_size(p, schedule)
-    if gbs % per_step:
-        raise ConfigError(
-            "$.parallel.global_batch_size",
-            f"global_batch_size={gbs} must be a multiple of micro_batch_size*dp={per_step}",
-        )
-    m = gbs // per_step
-    if schedule is not None:
-        schedule_lib.run_check(schedule, ScheduleLayout(p.pp, p.vpp, m))
-    return m
-
-
-def split_layers(body_layers: int, parallel: ParallelSpec) -> list[int]:
-    """Body layers per pipeline chunk: the layout's ``layers_per_stage``, or an even split."""
-    chunks = parallel.chunks
-    if parallel.layers_per_stage is not None:
-        counts = list(parallel.layers_per_stage)
-        if len(counts) != chunks:
-            raise ConfigError(
-                "$.parallel.layers_per_stage", f"needs one count per pipeline chunk (pp*vpp={chunks}), got {len(counts)}"
-            )
-        if sum(counts) != body_layers:
-            raise ConfigError(
-                "$.parallel.layers_per_stage", f"counts add up to {sum(counts)}, the model has {body_layers} layers"
-            )
-        return counts
-    if body_layers % chunks:
-        raise ConfigError(
-            "$.parallel.pp",
-            f"{body_layers} layers do not split evenly over pp*vpp={chunks} chunks; "
-            "choose pp*vpp dividing the layer count or set parallel.layers_per_stage",
-        )
-    return [body_layers // chunks] * chunks
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -469,10 +417,12 @@ def prepare(
 
     Raises:
         ConfigError: An invalid layout or name, an optimizer the registry does
-            not have included (one line, with the field path).
+            not have included, a runtime trait not priced under its ``pp``
+            (one line, with the field path).
         PluginError: A plugin's evaluator or census source failed.
     """
     profile, precision, attention = resolve_runtime(registry, runtime, precision, attention)
+    check_pipeline_traits(parallel, profile.traits)  # a trait not priced under pp > 1 (layout_checks)
     optimizer = resolve_optimizer(registry, precision)
     zero = parallel.zero if parallel.zero is not None else profile.zero
     if layers is None:

@@ -304,18 +304,20 @@ class MoePermutation:
 
     Attributes:
         name: The trainer's dispatcher it counts (``"torchtitan_all_to_all"``).
-        forward_per_row, forward_per_token: Forward accesses per element per routed row and per token.
-        backward_per_row, backward_per_token: The same in backward.
+        forward_accesses_per_row_element, forward_accesses_per_token_element: Forward accesses (each of one
+            element at the activation's size) per element of the width, per routed row and per token: a count, not
+            bytes (times the activation's bytes per element, bytes).
+        backward_accesses_per_row_element, backward_accesses_per_token_element: The same in backward.
         eager: Counted for eager kernels (one kernel per ATen op): a profile fusing its elementwise ops
-            (``eager_elementwise`` false) refuses it, its traffic unstated.
+            (``eager_elementwise`` false) refuses it for a layer with a token permutation, its traffic unstated.
         source: The code counted (repository, commit, file, function) and how.
     """
 
     name: str = attrs.field(validator=_text)
-    forward_per_row: float = attrs.field(validator=_number)
-    forward_per_token: float = attrs.field(validator=_number)
-    backward_per_row: float = attrs.field(validator=_number)
-    backward_per_token: float = attrs.field(validator=_number)
+    forward_accesses_per_row_element: float = attrs.field(validator=_number)
+    forward_accesses_per_token_element: float = attrs.field(validator=_number)
+    backward_accesses_per_row_element: float = attrs.field(validator=_number)
+    backward_accesses_per_token_element: float = attrs.field(validator=_number)
     eager: bool = True
     source: str = attrs.field(validator=_text)
 

@@ -30,7 +30,8 @@ from hp_plugins.kit import (
 )
 from hp_plugins.kinds.dense import SELECTIVE
 from hp_plugins.kit.experts import moe_tokens
-from hp_plugins.kit.op_sac import OP_SAC_SWITCHES, torchtitan_mla_moe_op_sac_kept_bytes
+from hp_plugins.kit.op_sac import (OP_SAC_SWITCHES, TORCHTITAN_MLA_OP_SAC_UNSTATED, torchtitan_mla_moe_op_sac_kept_bytes,
+                                   torchtitan_mla_moe_op_sac_unstated)
 
 __all__ = ["MLAConfig", "MLAMoEConfig", "MLA_DENSE_SWITCHES", "MLA_SWITCHES", "evaluate_mla", "evaluate_mla_moe", "hp_layer_kinds"]
 
@@ -69,7 +70,11 @@ def evaluate_mla(c: MLAConfig, x: LayerContext) -> LayerCost:
     b = LayerBuilder(x, c.hidden_size)
     mla_attention(b, c)
     mlp(b, c, c.norm, c.hidden_dropout, FC1_SWITCH)
-    return b.build()
+    cost = b.build()
+    if "torchtitan_op_sac" not in x.traits:
+        return cost
+    # torchtitan's per-op policy on a dense MLA layer is not stated: the switches' terms, named (LayerCost.assumed).
+    return attrs.evolve(cost, assumed=cost.assumed + ((OP_SAC_SWITCHES, TORCHTITAN_MLA_OP_SAC_UNSTATED),))
 
 
 def evaluate_mla_moe(c: MLAMoEConfig, x: LayerContext) -> LayerCost:
@@ -78,12 +83,16 @@ def evaluate_mla_moe(c: MLAMoEConfig, x: LayerContext) -> LayerCost:
     mla_attention(b, c)
     moe(b, c, c.norm, c.hidden_dropout)
     cost = b.build()
-    if {"torchtitan_op_sac", "torchtitan_moe_expert_parallel"} <= x.traits:
+    if "torchtitan_op_sac" not in x.traits:
+        return cost
+    kept = None
+    if "torchtitan_moe_expert_parallel" in x.traits:
         # The op_sac switches run torchtitan's per-op policy with its 2025-10 MoE (kit.op_sac).
         kept = torchtitan_mla_moe_op_sac_kept_bytes(c, x, x.tokens // x.sp_degree * c.num_experts_per_tok, moe_tokens(c, x))
-        if kept is not None:
-            cost = attrs.evolve(cost, measured=cost.measured + ((OP_SAC_SWITCHES, kept),))
-    return cost
+    if kept is not None:
+        return attrs.evolve(cost, measured=cost.measured + ((OP_SAC_SWITCHES, kept),))
+    # The save list is not stated here: priced from the switches' terms, which an estimate names (LayerCost.assumed).
+    return attrs.evolve(cost, assumed=cost.assumed + ((OP_SAC_SWITCHES, torchtitan_mla_moe_op_sac_unstated(x)),))
 
 
 @hookimpl

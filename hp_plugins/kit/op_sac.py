@@ -31,7 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["OP_SAC_SWITCHES", "op_sac_kept_bytes", "torchtitan_mla_moe_op_sac_kept_bytes"]
+__all__ = ["OP_SAC_SWITCHES", "TORCHTITAN_MLA_OP_SAC_UNSTATED", "op_sac_kept_bytes", "torchtitan_mla_moe_op_sac_kept_bytes",
+           "torchtitan_mla_moe_op_sac_unstated"]
 
 # The recompute switches whose setting the fsdp2 runtime executes as torchtitan's per-op policy
 # (its recompute_modules "op_sac"; the torchtitan importer and exporter map selective_ac_option "op" to it).
@@ -93,3 +94,27 @@ def torchtitan_mla_moe_op_sac_kept_bytes(c: Any, x: Any, routed_rows: int, proce
     if x.ep > 1:
         kept += (routed_rows + processed_rows) * h * act
     return kept
+
+
+# Why a dense MLA layer's (DeepSeek's first layers') op-level SAC is priced from the op_sac switches' terms: what
+# torchtitan's per-op policy keeps of it is counted nowhere here.
+TORCHTITAN_MLA_OP_SAC_UNSTATED = (
+    "op-level SAC (normOp, ffAct) is priced as those switches drop the layer's terms, not as torchtitan's per-op "
+    "policy saves: a dense MLA layer's save list is not stated (an MLA MoE layer's is, at tp 1); docs/time.md")
+
+
+def torchtitan_mla_moe_op_sac_unstated(x: Any) -> str:
+    """Why an MLA MoE layer's op-level SAC is priced from the ``op_sac`` switches' terms in context *x*: where
+    :func:`torchtitan_mla_moe_op_sac_kept_bytes` states nothing (TP > 1, or MoE code other than 2025-10's, whose
+    ``_op_sac_save_list`` it follows). 6b9602339's policy saves ``linear`` and ``topk`` too
+    (torchtitan/distributed/activation_checkpoint.py ``_get_save_ops``), a list not stated here."""
+    here = []
+    if x.tp > 1:
+        here.append(f"tp {x.tp}")
+    if "torchtitan_moe_all_to_all" in x.traits:
+        here.append("moe_permutation torchtitan_all_to_all, whose 2026-06 policy also saves linear and topk")
+    elif "torchtitan_moe_expert_parallel" not in x.traits:
+        here.append("another moe_permutation")
+    return ("op-level SAC (normOp, ffAct) is priced as those switches drop the layer's terms, not as torchtitan's "
+            "per-op policy saves: its deepseek_v3 save list is stated at tp 1 with moe_permutation "
+            f"torchtitan_expert_parallel only (here {' and '.join(here)}); docs/time.md")

@@ -269,7 +269,8 @@ _MEMORY_OPTIONS = (
         "of the logits kept, only the hidden states' gradient in the compute dtype; the forward holds one chunk's "
         "bf16 logits, fp32 log-softmax and two fp32 gradients, an fp32 buffer of the hidden states' gradient and the "
         "head's whole gradient in the reduce dtype; time as upcast plus the loop's copies. Other num_chunks: not "
-        "stated; the compiled loss (compile components ['loss']) is priced as eager",
+        "stated; the compiled loss (compile components ['loss']) is priced as eager; chunked is refused under pp > 1 "
+        "(the head's backward runs in the last stage's forward there, which hp's schedules do not price)",
         f"transformers loss/loss_utils.py ForCausalLMLoss; {_TT} cross_entropy_loss, ChunkedCELoss and "
         "GradAccumulator (pytorch/torchtitan@6b9602339); torch/distributed/fsdp/_fully_shard/_fsdp_param.py "
         "to_accumulated_grad_if_needed",

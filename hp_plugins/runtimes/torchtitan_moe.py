@@ -39,8 +39,8 @@ _TT_2606 = "pytorch/torchtitan@6b9602339"
 # 2+2+2: 64 bytes, 32 accesses. Per token: that gradient's zero fill 2: 1 access. Left out: the padding rows
 # (8 per local expert a layer), the indices and scores (about 110 and 130 bytes a routed row, not per element of h).
 TORCHTITAN_EXPERT_PARALLEL = MoePermutation(
-    name="torchtitan_expert_parallel", forward_per_row=21, forward_per_token=2, backward_per_row=32,
-    backward_per_token=1,
+    name="torchtitan_expert_parallel", forward_accesses_per_row_element=21, forward_accesses_per_token_element=2,
+    backward_accesses_per_row_element=32, backward_accesses_per_token_element=1,
     source=f"{_TT_2510} torchtitan/models/moe.py MoE.forward, TokenReorderer; torchtitan/distributed/"
            "expert_parallel.py ExpertParallel._token_dispatch/_token_combine and expert_parallel (vstack, "
            "x[permuted_indices], out_unpermuted[permuted_indices] = out): per element of h forward 42 bytes a routed "
@@ -62,7 +62,8 @@ TORCHTITAN_EXPERT_PARALLEL = MoePermutation(
 # 2+2+2+2; x_TD[token_indices]'s reading its source rows 2: 54 bytes, 27 accesses. Per token: that gradient's zero
 # fill 2 and its rows read and written once 2+2: 6 bytes, 3 accesses.
 TORCHTITAN_ALL_TO_ALL = MoePermutation(
-    name="torchtitan_all_to_all", forward_per_row=17, forward_per_token=8, backward_per_row=27, backward_per_token=3,
+    name="torchtitan_all_to_all", forward_accesses_per_row_element=17, forward_accesses_per_token_element=8,
+    backward_accesses_per_row_element=27, backward_accesses_per_token_element=3,
     source=f"{_TT_2606} torchtitan/models/common/token_dispatcher.py AllToAllTokenDispatcher (_local_reorder, "
            "_permute, _unpermute, combine), torchtitan/ops/scatter_add.py deterministic_scatter_add, "
            "torchtitan/models/common/moe.py MoE.forward: per element of h forward 34 bytes a routed row (three "
@@ -83,8 +84,8 @@ TORCHTITAN_ALL_TO_ALL = MoePermutation(
 # kernels' loads and stores (not measured). Its fused active_swiglu (silu(gate) * up in one kernel) is not priced:
 # the routed experts keep the eager SiLU and product.
 TORCHTITAN_MINIMAL_ASYNC_EP = MoePermutation(
-    name="torchtitan_minimal_async_ep", forward_per_row=1, forward_per_token=4, backward_per_row=5,
-    backward_per_token=1,
+    name="torchtitan_minimal_async_ep", forward_accesses_per_row_element=1, forward_accesses_per_token_element=4,
+    backward_accesses_per_row_element=5, backward_accesses_per_token_element=1,
     source=f"{_TT_2606} torchtitan/distributed/minimal_async_ep.py (dispatch_op, combine_op and their backward ops) "
            "and minimal_async_ep_kernels.py: the copies into the peers' expert-ordered buffers are the all-to-alls; "
            "per element of h forward _reduce_topk_slots_kernel 2 bytes a routed row and 2 a token, the shared "
@@ -125,7 +126,8 @@ def moe_permutation_option() -> RuntimeOption:
         "(AllToAllTokenDispatcher with deterministic_scatter_add, as of 2026-06: 34 and 16, 54 and 6) or "
         "torchtitan_minimal_async_ep (MinimalAsyncEP's fused Triton kernels: 2 and 8, 10 and 2; its all-to-alls "
         "priced as ep_all_to_all says); torchtitan's op-level SAC re-runs the forward's; the torchtitan choices need "
-        "elementwise_kernels=eager. The two eager choices also price what that code keeps for backward: the score "
+        "elementwise_kernels=eager in a model with MoE layers (a dense model has no permutation: the option is inert "
+        "there, whatever the kernels). The two eager choices also price what that code keeps for backward: the score "
         "multiply's fp32 copy of the routed output (4 bytes an element, not 2), the routing indices and scores (32 "
         "and 36 bytes a routed row), the router's fp32 input only as of 2026-06 (fp32 autocast), and under "
         "op-level SAC (2025-10's deepseek_v3 save list) an MLA MoE layer's saved outputs",

@@ -686,7 +686,8 @@ def test_a_counted_moe_permutation_prices_each_direction_at_the_memory_bandwidth
     from hp_core.errors import SpecError
     from hp_core.specs.timing import MoePermutation
 
-    counted = MoePermutation(name="toy", forward_per_row=3, forward_per_token=2, backward_per_row=5, backward_per_token=1,
+    counted = MoePermutation(name="toy", forward_accesses_per_row_element=3, forward_accesses_per_token_element=2,
+                             backward_accesses_per_row_element=5, backward_accesses_per_token_element=1,
                              source="a hand-worked test")
     # A device stating a permute bandwidth and fixed time: the counted ops take the memory bandwidth and no fixed time.
     measured = attrs.evolve(TOY_DEVICE, moe_permute_bandwidth=_figure(0.25), moe_permute_overhead_seconds=_figure(1e-4))
@@ -706,15 +707,23 @@ def test_a_counted_moe_permutation_prices_each_direction_at_the_memory_bandwidth
     assert policy.recompute_seconds == pytest.approx(20e6 / memory)
     # A full recompute re-runs the forward, as before.
     assert _layer_time(cost, shape, True, frozenset(), rates).recompute_seconds == pytest.approx(20e6 / memory)
-    # Counted for eager kernels: a profile fusing its elementwise ops refuses it, naming the option.
-    with pytest.raises(ConfigError, match="moe_permutation"):
-        _rates(layout, TOY_DEVICE_SPEC, attrs.evolve(profile, eager_elementwise=False), PrecisionSpec(), "flash")
+    # Counted for eager kernels: a profile fusing its elementwise ops refuses it for a layer with a permutation,
+    # naming the option; a layer without one (a dense layer) is priced, as without the statement.
+    fused = _rates(layout, TOY_DEVICE_SPEC, attrs.evolve(profile, eager_elementwise=False), PrecisionSpec(), "flash")
+    with pytest.raises(ConfigError, match="moe_permutation=toy: counted for the kernels") as refused:
+        _layer_time(cost, shape, False, frozenset(), fused)
+    assert refused.value.path == "$.runtime.options.moe_permutation"
+    dense = LayerWork(gemms=((1024, 64, 64),))
+    unstated = _rates(layout, TOY_DEVICE_SPEC, attrs.evolve(profile, eager_elementwise=False, moe_permutation=None),
+                      PrecisionSpec(), "flash")
+    assert _layer_time(cost, dense, False, frozenset(), fused) == _layer_time(cost, dense, False, frozenset(), unstated)
     # Unset, the profile's passes price it (four: 38 MB at the permute bandwidth plus its fixed time), re-run too.
     passes = _rates(layout, TOY_DEVICE_SPEC, attrs.evolve(profile, moe_permutation=None), PrecisionSpec(), "flash")
     four = 1e-4 + 38e6 / (MEMORY_BW * 0.25)
     assert _layer_time(cost, shape, False, frozenset({"ffAct"}), passes).recompute_seconds == pytest.approx(four)
     with pytest.raises(SpecError):
-        MoePermutation(name="toy", forward_per_row=-1, forward_per_token=0, backward_per_row=0, backward_per_token=0,
+        MoePermutation(name="toy", forward_accesses_per_row_element=-1, forward_accesses_per_token_element=0,
+                       backward_accesses_per_row_element=0, backward_accesses_per_token_element=0,
                        source="negative")
 
 

@@ -121,3 +121,47 @@ def test_rows_memory_chunked(registry):
     assert upcast.peak_points["forward"] - full.peak_points["forward"] == removed - added
     assert round(full.reserved_bytes / G, 2) == 51.69 and round(full.peak_bytes / G, 2) == 50.57
     assert full.binding_point == "backward"
+
+
+_CHUNKED_PP = ("pp={pp}: the chunked loss (loss_implementation=chunked, torchtitan's ChunkedCELoss) is not priced under "
+               "pipeline parallelism: torchtitan runs the head's input and weight gradients inside the loss, in the last "
+               "stage's forward, and reduce-scatters the head's FSDP gradient every micro-batch, where hp's schedules "
+               "price the head's backward in the backward (a zero-bubble schedule's W pass) and one reduction a step; "
+               "use pp 1, or loss_implementation upcast or fused")
+
+
+@pytest.mark.parametrize("layout", [
+    ("--dp", 2, "--pp", 2),  # FSDP over dp 2, 1F1B
+    ("--dp", 1, "--pp", 2, "--schedule", "zb_h1"),  # no FSDP (dp 1): a zero-bubble schedule splitting the W pass
+    ("--dp", 1, "--pp", 4, "--schedule", "zb_v", "--vpp", 2),
+])
+def test_chunked_loss_under_pipeline_parallelism_is_refused_in_one_line(capsys, layout):
+    from cli_run import run
+
+    pp = layout[layout.index("--pp") + 1]
+    status, out, err = run(capsys, "estimate", "--model", "llama3-8b", "--num-layers", 8, "--seq-len", 2048,
+                           *layout, "--runtime", "fsdp2", "--runtime-option", "loss_implementation=chunked",
+                           "--hardware", "h100-sxm")
+    assert (status, out) == (2, "")
+    assert err == f"hp estimate: error: $.parallel.pp: {_CHUNKED_PP.format(pp=pp)}\n"
+    # The same layout with the default loss is priced (the refusal is the chunked loss's alone).
+    status, _, err = run(capsys, "estimate", "--model", "llama3-8b", "--num-layers", 8, "--seq-len", 2048, *layout,
+                         "--runtime", "fsdp2", "--hardware", "h100-sxm")
+    assert (status, err) == (0, "")
+
+
+def test_chunked_loss_at_pp_1_is_priced_and_a_search_names_its_refusal(capsys):
+    from cli_run import run
+    from hp_core.engine.layout_checks import PipelineTraitError, check_pipeline_traits
+    from hp_core.engine.search.layouts import R_PIPELINE_TRAIT, _reason_of
+    from hp_core.specs import ParallelSpec
+
+    status, _, err = run(capsys, "estimate", "--model", "llama3-8b", "--num-layers", 8, "--seq-len", 2048, "--dp", 2,
+                         "--runtime", "fsdp2", "--runtime-option", "loss_implementation=chunked", "--hardware", "h100-sxm")
+    assert (status, err) == (0, "")
+    check_pipeline_traits(ParallelSpec(seq_len=1024, dp=2, pp=1), {"chunked_cross_entropy"})
+    check_pipeline_traits(ParallelSpec(seq_len=1024, dp=1, pp=2), {"upcast_cross_entropy", "torchtitan_op_sac"})
+    with pytest.raises(PipelineTraitError) as refused:
+        check_pipeline_traits(ParallelSpec(seq_len=1024, dp=1, pp=2), {"chunked_cross_entropy"})
+    assert refused.value.path == "$.parallel.pp"
+    assert _reason_of(refused.value) == R_PIPELINE_TRAIT

@@ -78,3 +78,93 @@ def test_memory_table_is_current(registry):
     page = (Path(__file__).resolve().parents[2] / "docs" / "time.md").read_text(encoding="utf-8")
     shown = page.split("<!-- scale-memory:start -->", 1)[1].split("<!-- scale-memory:end -->", 1)[0]
     assert shown.strip() == sc.memory_report(registry).strip()
+
+
+_OP_SAC = frozenset({"normOp", "ffAct"})
+_UNSTATED = ("op-level SAC (normOp, ffAct) is priced as those switches drop the layer's terms, not as torchtitan's "
+             "per-op policy saves: its deepseek_v3 save list is stated at tp 1 with moe_permutation "
+             "torchtitan_expert_parallel only (here {here}); docs/time.md")
+_ALL_TO_ALL = "moe_permutation torchtitan_all_to_all, whose 2026-06 policy also saves linear and topk"
+
+
+def _cost_at(registry, options: dict, tp: int):
+    row = dict(ROWS["tt-dsv3-16b-ep8-b4"], options=options)
+    run = prepare(sc.model(row, registry), attrs.evolve(sc.layout(row), tp=tp), registry=registry,
+                  runtime=sc.runtime(row, registry))
+    return next(c for k, c in zip(run.layers.kinds, run.layers.costs) if k.name == "mla_moe")
+
+
+def test_op_sac_where_the_save_list_is_not_stated_is_an_assumption_the_layer_names(registry):
+    eager = {"elementwise_kernels": "eager"}
+    # Stated (TP 1, 2025-10's MoE): measured whole, nothing assumed.
+    stated = _cost_at(registry, dict(eager, moe_permutation="torchtitan_expert_parallel"), 1)
+    assert [switches for switches, _ in stated.measured] == [_OP_SAC] and stated.assumed == ()
+    # Not stated: TP > 1 (the same MoE code), 2026-06's MoE code (a save list with linear and topk), the kit's own.
+    for options, tp, here in ((dict(eager, moe_permutation="torchtitan_expert_parallel"), 2, "tp 2"),
+                              (dict(eager, moe_permutation="torchtitan_all_to_all"), 1, _ALL_TO_ALL),
+                              (dict(eager, moe_permutation="torchtitan_all_to_all"), 2, f"tp 2 and {_ALL_TO_ALL}"),
+                              (dict(eager, moe_permutation="torchtitan_minimal_async_ep"), 1, "another moe_permutation"),
+                              (eager, 1, "another moe_permutation")):
+        cost = _cost_at(registry, options, tp)
+        assert cost.measured == (), (options, tp)
+        assert cost.assumed == ((_OP_SAC, _UNSTATED.format(here=here)),), (options, tp)
+    # Outside the fsdp2 runtime (no torchtitan_op_sac trait) nothing is assumed: its switches are what it runs.
+    row = ROWS["tt-dsv3-16b-ep8-b4"]
+    run = prepare(sc.model(row, registry), sc.layout(row), registry=registry, runtime="megatron")
+    assert all(c.assumed == () for c in run.layers.costs)
+
+
+def _estimate(capsys, tp: int, recompute: str, *options: str, json_doc: bool = True):
+    import json
+
+    from cli_run import run
+
+    argv = ["estimate", "--model", "deepseek-v2", "--num-layers", 2, "--dp", 8, "--tp", tp, "--ep", 8,
+            "--seq-len", 2048, "--runtime", "fsdp2", "--recompute", recompute]
+    for option in options:
+        argv += ["--runtime-option", option]
+    status, out, err = run(capsys, *argv, *(["--json"] if json_doc else []))
+    assert (status, err) == (0, ""), err
+    return json.loads(out) if json_doc else out
+
+
+def test_the_estimate_names_the_assumption_where_the_setting_runs(capsys):
+    # deepseek-v2's first two layers: a dense MLA layer (its op-level SAC never stated) and an MLA MoE layer.
+    dense = f"mla: {_DENSE_MLA}"
+    tp2 = _estimate(capsys, 2, "normOp+ffAct", "moe_permutation=torchtitan_expert_parallel")
+    assert tp2["provenance"]["recompute_assumptions"] == f"{dense}; mla_moe: " + _UNSTATED.format(here="tp 2")
+    default = _estimate(capsys, 1, "normOp+ffAct")
+    assert default["provenance"]["recompute_assumptions"] == f"{dense}; mla_moe: " + _UNSTATED.format(
+        here="another moe_permutation")
+    # Stated (TP 1, torchtitan_expert_parallel): only the dense MLA layer is named.
+    stated = _estimate(capsys, 1, "normOp+ffAct", "moe_permutation=torchtitan_expert_parallel")
+    assert stated["provenance"]["recompute_assumptions"] == dense
+    # A setting that is not op-level SAC: no note.
+    for setting in ("none", "full", "normOp"):
+        assert "recompute_assumptions" not in _estimate(capsys, 2, setting)["provenance"], setting
+    # The table says it in one line.
+    text = _estimate(capsys, 2, "normOp+ffAct", "moe_permutation=torchtitan_expert_parallel", json_doc=False)
+    note = f"Note (recompute): {dense}; mla_moe: " + _UNSTATED.format(here="tp 2")
+    assert note in text.splitlines()
+
+
+_DENSE_MLA = ("op-level SAC (normOp, ffAct) is priced as those switches drop the layer's terms, not as torchtitan's "
+              "per-op policy saves: a dense MLA layer's save list is not stated (an MLA MoE layer's is, at tp 1); "
+              "docs/time.md")
+
+
+def test_a_dense_mla_layer_under_op_sac_is_named_too_and_a_plan_choosing_it_says_so(capsys, registry):
+    from cli_run import run
+
+    row = ROWS["tt-dsv3-16b-ep8-b4"]
+    run_ = prepare(sc.model(row, registry), sc.layout(row), registry=registry, runtime=sc.runtime(row, registry))
+    dense = next(c for k, c in zip(run_.layers.kinds, run_.layers.costs) if k.name == "mla")
+    assert dense.measured == () and dense.assumed == ((_OP_SAC, _DENSE_MLA),)
+    # The recompute planner picks op-level SAC for the dense MLA layer 0 of four at 52 GiB: its plan says so.
+    status, out, err = run(capsys, "recompute", "--model", "deepseek-v2", "--num-layers", 4, "--dp", 8, "--tp", 2,
+                           "--ep", 8, "--seq-len", 4096, "--micro-batch-size", 8, "--runtime", "fsdp2",
+                           "--hardware", "h100-sxm", "--memory", "52GiB")
+    assert (status, err) == (0, "")
+    lines = out.splitlines()
+    assert "Plan: default full; 0 ffAct+normOp, 3 none" in lines
+    assert f"Note (recompute): mla: {_DENSE_MLA}" in lines

@@ -6,6 +6,7 @@ token routing"; hp_plugins/runtimes/torchtitan_moe.py says which op each comes f
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -29,8 +30,10 @@ GATHER = 2 + 2  # read the gathered rows, write them (gather, index, a non-accum
 
 def _bytes(permutation) -> tuple[float, float, float, float]:
     """The statement in bytes per element (bf16 accesses x 2)."""
-    return tuple(2 * v for v in (permutation.forward_per_row, permutation.forward_per_token,
-                                 permutation.backward_per_row, permutation.backward_per_token))
+    return tuple(2 * v for v in (permutation.forward_accesses_per_row_element,
+                                 permutation.forward_accesses_per_token_element,
+                                 permutation.backward_accesses_per_row_element,
+                                 permutation.backward_accesses_per_token_element))
 
 
 def test_the_statements_are_the_ops_summed():
@@ -171,8 +174,45 @@ def test_a_dense_model_is_not_priced_differently():
 def test_docs_state_every_statement_with_its_source():
     text = (Path(__file__).resolve().parents[2] / "docs" / "time.md").read_text(encoding="utf-8")
     for name, m in MOE_PERMUTATIONS.items():
-        line = (f"- `moe_permutation` = `{name}` (option `moe_permutation`): {m.forward_per_row:g} and "
-                f"{m.forward_per_token:g} bf16 accesses per element per routed row and per token forward, "
-                f"{m.backward_per_row:g} and {m.backward_per_token:g} backward: {m.source}")
+        forward = (m.forward_accesses_per_row_element, m.forward_accesses_per_token_element)
+        backward = (m.backward_accesses_per_row_element, m.backward_accesses_per_token_element)
+        line = (f"- `moe_permutation` = `{name}` (option `moe_permutation`): {forward[0]:g} and "
+                f"{forward[1]:g} bf16 accesses per element per routed row and per token forward, "
+                f"{backward[0]:g} and {backward[1]:g} backward: {m.source}")
         assert line in text, name
     assert "### torchtitan's MoE token routing" in text
+
+
+_FUSED_REFUSAL = ("$.runtime.options.moe_permutation: moe_permutation=torchtitan_all_to_all: counted for the kernels "
+                  "torchtitan's eager model runs, and timing profile fsdp2 fuses its elementwise ops "
+                  "(elementwise_kernels=fused: torch.compile would fuse some of them); what they move then is not "
+                  "stated, so the step time is not priced")
+
+
+def _estimate(capsys, model: str, *options: str) -> dict:
+    from cli_run import run
+
+    argv = ["estimate", "--model", model, "--num-layers", 2, "--dp", 8, "--ep", 8, "--seq-len", 2048,
+            "--runtime", "fsdp2", "--hardware", "h100-sxm", "--json"]
+    for option in options:
+        argv += ["--runtime-option", option]
+    status, out, err = run(capsys, *argv)
+    assert (status, err) == (0, ""), err
+    return json.loads(out)
+
+
+def test_fused_kernels_refuse_the_counted_permutation_of_an_moe_model_only(capsys):
+    counted = ("moe_permutation=torchtitan_all_to_all", "elementwise_kernels=fused")
+    # An MoE model (Mixtral's layers route tokens): its step time is refused, the memory estimate stands.
+    moe = _estimate(capsys, "mixtral-8x7b", *counted)
+    assert moe["time"] is None and moe["time_unavailable"] == _FUSED_REFUSAL
+    assert moe["stages"]
+    # A dense model has no token permutation: the option is inert, its step time priced as without it, to the byte.
+    dense = _estimate(capsys, "llama3-8b", *counted)
+    plain = _estimate(capsys, "llama3-8b", "elementwise_kernels=fused")
+    assert "time_unavailable" not in dense and dense["time"] is not None
+    assert dense["time"]["step_seconds"] == plain["time"]["step_seconds"]
+    assert dense["time"]["stages"] == plain["time"]["stages"]
+    # And with eager kernels the MoE model's permutation is priced.
+    assert _estimate(capsys, "mixtral-8x7b", "moe_permutation=torchtitan_all_to_all",
+                     "elementwise_kernels=eager")["time"]["step_seconds"] > 0

@@ -16,6 +16,7 @@ from hp_core.errors import ConfigError
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec
 from hp_core.specs.overlap import FsdpPipelineError
+from hp_core.engine.layout_checks import PipelineTraitError
 from hp_core.types import Runtime
 
 # Why a candidate was not ranked; ``search`` counts every candidate under one.
@@ -30,9 +31,10 @@ R_PLAN = "does not fit with the runtime's least-memory plan"
 R_SLOWER = "cannot enter the top K: slower with nothing recomputed than the K-th plan"
 R_SCHEDULE = "the pipeline schedule does not run this pp, vpp or micro-batch count"
 R_FSDP_PP = "the runtime prices FSDP (zero 3) memory under pp > 1 on single-stage schedules (gpipe, 1f1b, vpp 1) only"
+R_PIPELINE_TRAIT = "the runtime's options are not priced under pp > 1 (a chunked loss)"
 R_HSDP = "the runtime's hsdp_replicate does not divide the (expert) data-parallel degree, or pp > 1 where its profile refuses it"
 REASONS = (R_LAYERS, R_EXPERTS, R_MODEL, R_SEQUENCE, R_HSDP, R_BATCH, R_STATIC, R_FULL, R_PLAN, R_SLOWER, R_SCHEDULE,
-           R_FSDP_PP)
+           R_FSDP_PP, R_PIPELINE_TRAIT)
 
 # The names ``fixed`` accepts.
 FIXABLE = ("dp", "cp", "tp", "pp", "vpp", "ep", "etp", "zero", "micro_batch_size")
@@ -198,6 +200,8 @@ class _Job:
 def _reason_of(error: ConfigError) -> str:
     if isinstance(error, FsdpPipelineError):
         return R_FSDP_PP
+    if isinstance(error, PipelineTraitError):
+        return R_PIPELINE_TRAIT
     path = error.path
     if path in ("$.parallel.schedule", "$.parallel.vpp"):
         return R_SCHEDULE

@@ -72,9 +72,16 @@ def permute_seconds(work: LayerWork, r: _Rates) -> tuple[float, float]:
     Else ``moe_permute_passes`` passes each way, each reading and writing the dispatched tokens except that the first
     (permute) reads and the last (unpermute) writes the layer's own tokens, at the device's permute bandwidth plus
     its fixed time.
+
+    Raises:
+        ConfigError: The counted statement cannot be priced under the profile (``_Rates.permute_refusal``: counted
+            for eager kernels, the profile fusing its elementwise ops), at ``$.runtime.options.moe_permutation``; a
+            layer without a permutation (a dense model's) prices nothing and is not refused.
     """
     if not work.permute_bytes:
         return 0.0, 0.0
+    if r.permute_refusal is not None:  # counted for eager kernels the profile fuses: refused for an MoE layer only
+        raise ConfigError("$.runtime.options.moe_permutation", r.permute_refusal)
     if r.permute_counted is not None:
         row_fwd, token_fwd, row_bwd, token_bwd = r.permute_counted
         return ((row_fwd * work.permute_bytes + token_fwd * work.permute_input_bytes) / r.memory,

@@ -208,6 +208,9 @@ class _Rates:
     # TimingProfile.moe_permutation: (forward per row, forward per token, backward per row, backward per token)
     # accesses per element of the dispatched width, in place of permute_passes; None: the passes.
     permute_counted: tuple[float, float, float, float] | None = None
+    # Why that counted permutation cannot be priced here (its kernels fused away); raised by an MoE layer's pricing
+    # only (elementwise.permute_seconds), so a model without one is priced. None: it can be.
+    permute_refusal: str | None = None
     # FSDP1's per-unit serial time (DeviceEfficiency.fsdp1_unit_seconds) in a body layer's forward and backward,
     # once per micro-batch; 0 where the profile does not run FSDP1 (TimingProfile.fsdp1_units).
     unit_fwd: float = 0.0
@@ -351,21 +354,23 @@ def _gemm_table(dev: DeviceEfficiency, dtype: str) -> GemmTable | ShapedGemms | 
     return None
 
 
-def _permute_counted(timing: TimingProfile) -> tuple[float, float, float, float] | None:
-    """The profile's counted MoE permutation (:class:`~hp_core.specs.timing.MoePermutation`) as accesses per element.
-
-    Raises:
-        ConfigError: It is counted for eager kernels and the profile fuses its elementwise ops.
+def _permute_counted(timing: TimingProfile) -> dict[str, Any]:
+    """The profile's counted MoE permutation (:class:`~hp_core.specs.timing.MoePermutation`) as accesses per element
+    (``permute_counted``), and, where it is counted for eager kernels and the profile fuses its elementwise ops, why
+    it cannot be priced (``permute_refusal``: an MoE layer's pricing refuses it, a model without one is unaffected);
+    ``{}`` where none is counted.
     """
     counted = timing.moe_permutation
     if counted is None:
-        return None
+        return {}
+    refusal = None
     if counted.eager and not timing.eager_elementwise:
-        raise ConfigError("$.runtime.options.moe_permutation",
-                          f"moe_permutation={counted.name}: counted for the kernels torchtitan's eager model runs, and timing "
-                          f"profile {timing.name} fuses its elementwise ops (elementwise_kernels=fused: torch.compile "
-                          "would fuse some of them); what they move then is not stated, so the step time is not priced")
-    return (counted.forward_per_row, counted.forward_per_token, counted.backward_per_row, counted.backward_per_token)
+        refusal = (f"moe_permutation={counted.name}: counted for the kernels torchtitan's eager model runs, and timing "
+                   f"profile {timing.name} fuses its elementwise ops (elementwise_kernels=fused: torch.compile would fuse "
+                   "some of them); what they move then is not stated, so the step time is not priced")
+    forward = (counted.forward_accesses_per_row_element, counted.forward_accesses_per_token_element)
+    backward = (counted.backward_accesses_per_row_element, counted.backward_accesses_per_token_element)
+    return dict(permute_counted=forward + backward, permute_refusal=refusal)
 
 
 def _rates(
@@ -415,7 +420,7 @@ def _rates(
         alternate_also=timing.alternate_policy_recomputes, eager_elementwise=timing.eager_elementwise,
         eager_rotary=timing.eager_rotary,
         block_tokens=None if timing.attention_block_tokens is None else int(timing.attention_block_tokens.value),
-        permute_counted=_permute_counted(timing),
+        **_permute_counted(timing),
         **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes, parallel.tp > 1 and parallel.sp),
         **_unit_seconds(timing, dev, parallel.zero),
     )
