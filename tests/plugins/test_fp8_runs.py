@@ -247,6 +247,39 @@ def test_torchao_moe_rows_state_their_provenance_and_the_page_table_is_current()
     assert len(data["torchao_moe_rows_left_out"]) == 1 and "512" in data["torchao_moe_rows_left_out"][0]["row"]
 
 
+def test_torchao_moe_prose_states_hp_s_bf16_gemm_seconds_and_memory(registry, monkeypatch):
+    """The page's account of the Llama4 bf16 row: the seconds hp gives the GEMMs in each MX recipe's scope (the bf16
+    step less the step with those GEMMs infinitely fast and their casts free: 0.092 s the routed experts', 0.135 s the
+    linears'), the measured saving under MXFP8 grouped GEMMs (1.3272 - 0.9450 = 0.382 s, over four times the former),
+    and hp's peak's saved activations and working set (83.4 and 98.7 GiB)."""
+    from hp_core.engine.timing import rates
+
+    runs = _module()
+    rows = _data()["torchao_moe_rows"]
+    bf16, stage = runs._torchao_moe_priced(rows[0], registry, "bf16")
+    original = rates._recipe_rates
+
+    def free(*args, **kwargs):
+        found = original(*args, **kwargs)
+        found.update(gemm_speedup=1e30, gemm_speedup_backward=1e30, quant_input_fwd=0.0, quant_input_bwd=0.0,
+                     quant_grad=0.0, quant_weight=0.0)
+        return found
+
+    monkeypatch.setattr(rates, "_recipe_rates", free)
+    seconds = {r: bf16.step_seconds - runs._torchao_moe_priced(rows[0], registry, r)[0].step_seconds
+               for r in ("torchao-mxfp8-experts", "torchao-mxfp8")}
+    monkeypatch.undo()
+    prose = _prose(_page())
+    saving = 8 * 8192 / 49381.0 - 8 * 8192 / 69350.0
+    assert f"{saving:.3f}" == "0.382" and saving > 4 * seconds["torchao-mxfp8-experts"]
+    assert (f"hp prices the routed experts' bf16 grouped GEMMs at {seconds['torchao-mxfp8-experts']:.3f} s a step" in prose
+            and f"the measured step fell by {saving:.3f} s" in prose)
+    assert f"hp prices their bf16 GEMMs at {seconds['torchao-mxfp8']:.3f} s a step" in prose
+    memory = stage.memory
+    assert (f"holds {memory.activations_bytes / 2**30:.1f} GiB of saved activations and a "
+            f"{memory.working_set_bytes / 2**30:.1f} GiB working set") in prose
+
+
 def test_mpt_fsdp_rows_state_their_provenance_and_the_page_table_is_current():
     data = _data()
     source = data["sources"]["llm-foundry-benchmarks"]
