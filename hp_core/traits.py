@@ -49,6 +49,12 @@ TRAITS = {
         "dtype and in fp32 beside the fp32 log-softmax it keeps, and it keeps the int64 targets "
         "(transformers ForCausalLMLoss; torchtitan cross_entropy_loss)"
     ),
+    "compiled_cross_entropy": (
+        "the loss is torch.compile'd (logits.float() then cross_entropy through Inductor): it keeps the logits in the "
+        "compute dtype (the head's output itself), two fp32 per-row statistics and the int64 targets, no fp32 copy; "
+        "its backward writes the logits' gradient in the compute dtype beside them (measured: "
+        "benchmarks/count_compiled_loss.py, torch 2.13 AOTAutograd and Inductor)"
+    ),
     "chunked_cross_entropy": (
         "the head and the loss run chunk by chunk along the sequence, each chunk's backward at once (torchtitan "
         "ChunkedCELoss, torchtitan/components/loss.py at 6b9602339, num_chunks 8): no logits are kept for backward, "

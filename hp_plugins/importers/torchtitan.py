@@ -221,8 +221,11 @@ def import_torchtitan(data: dict[str, Any], registry, *, file: str = "torchtitan
     if f.get("compile.enable", False, bool):
         if "model" in components:  # inductor fuses each pointwise chain of the compiled blocks (runtime option)
             document["runtime"]["options"]["elementwise_kernels"] = "fused"
-        unmapped.append("compile.enable = true: priced as elementwise_kernels = fused where the model is compiled; "
-                        "torch.compile's other changes (what it saves for backward) are not priced")
+        if "loss" in components:  # components/loss.py build_cross_entropy_loss: torch.compile(cross_entropy_loss)
+            document["runtime"]["options"]["loss_implementation"] = "compiled"
+        unmapped.append("compile.enable = true: priced as elementwise_kernels = fused where the model is compiled and "
+                        "loss_implementation = compiled where the loss is; torch.compile's other changes (what the "
+                        "model's blocks save for backward) are not priced")
     if precision:
         document["precision"] = precision
     recompute = _recompute(f, document, registry, unmapped)

@@ -97,6 +97,17 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
             # The head's own shard of the logits, alive until they are gathered (measured: FSDPMemTracker).
             forward_working += T * head_out * p.activation_bytes
         working = 2 * T * vocab_shard * p.logits_bytes
+    elif "compiled_cross_entropy" in x.traits:
+        # torch.compile of logits.float() then cross_entropy (torchtitan's loss with compile's 'loss' component):
+        # Inductor fuses the upcast into the log-softmax, whose forward allocates only the per-row fp32 max and
+        # log-sum-exp; AOTAutograd saves those, the targets and the bf16 logits themselves (no fp32 copy), and the
+        # backward writes the logits' gradient in the compute dtype as a new buffer (measured:
+        # benchmarks/count_compiled_loss.py, torch 2.13).
+        loss = ActivationTerm("loss_logits", T * vocab_shard * p.activation_bytes, None, loss_split)
+        extra = (ActivationTerm("loss_row_stats", T * 8), ActivationTerm("loss_targets", T * 8))
+        if head_out != vocab_shard:
+            forward_working = T * head_out * p.activation_bytes  # the head's shard, alive until gathered (as upcast)
+        working = T * vocab_shard * p.activation_bytes + T * h * p.activation_bytes
     elif "chunked_cross_entropy" in x.traits:
         return _chunked(c, x, params, hidden, head_out, vocab_shard)
     else:

@@ -184,14 +184,15 @@ OPTIONS = (
 __all__ = ["hp_runtimes"]
 
 
-_LOSS_TRAITS = {"upcast": "upcast_cross_entropy", "fused": "fused_cross_entropy", "chunked": "chunked_cross_entropy"}
+_LOSS_TRAITS = {"upcast": "upcast_cross_entropy", "fused": "fused_cross_entropy", "chunked": "chunked_cross_entropy",
+                "compiled": "compiled_cross_entropy"}
 
 
 @attrs.frozen
 class _Loss:
     """``loss_implementation``: ``upcast`` (logits.float() then cross_entropy), ``fused`` (one kernel keeping bf16
-    logits) or ``chunked`` (torchtitan's ChunkedCELoss: the head and the loss chunk by chunk, each chunk's backward at
-    once): the trait of that name, the others dropped."""
+    logits), ``chunked`` (torchtitan's ChunkedCELoss: the head and the loss chunk by chunk, each chunk's backward at
+    once) or ``compiled`` (upcast under torch.compile): the trait of that name, the others dropped."""
 
     def __call__(self, runtime: Runtime, value: str) -> Runtime:
         traits = runtime.traits - set(_LOSS_TRAITS.values())
@@ -269,12 +270,16 @@ _MEMORY_OPTIONS = (
         "of the logits kept, only the hidden states' gradient in the compute dtype; the forward holds one chunk's "
         "bf16 logits, fp32 log-softmax and two fp32 gradients, an fp32 buffer of the hidden states' gradient and the "
         "head's whole gradient in the reduce dtype; time as upcast plus the loop's copies. Other num_chunks: not "
-        "stated; the compiled loss (compile components ['loss']) is priced as eager; chunked is refused under pp > 1 "
+        "stated; compiled: upcast under torch.compile (compile.components ['loss'], torchtitan's default from "
+        "08b8b244f; training.compile from bbb1b616e): keeps the bf16 logits, two fp32 per-row statistics and the "
+        "targets, no fp32 copy, its backward the logits' bf16 gradient beside them (measured: "
+        "benchmarks/count_compiled_loss.py); chunked under compile is priced as eager; chunked is refused under pp > 1 "
         "(the head's backward runs in the last stage's forward there, which hp's schedules do not price)",
         f"transformers loss/loss_utils.py ForCausalLMLoss; {_TT} cross_entropy_loss, ChunkedCELoss and "
         "GradAccumulator (pytorch/torchtitan@6b9602339); torch/distributed/fsdp/_fully_shard/_fsdp_param.py "
-        "to_accumulated_grad_if_needed",
-        _Loss(), choices=("upcast", "fused", "chunked"),
+        "to_accumulated_grad_if_needed; torchtitan/components/loss.py build_cross_entropy_loss (torch.compile of the "
+        "loss, at 08b8b244f); torch/_functorch/partitioners.py (what the compiled graph saves)",
+        _Loss(), choices=("upcast", "fused", "chunked", "compiled"),
     ),
     RuntimeOption(
         "optimizer_implementation", "choice", "foreach",

@@ -175,23 +175,26 @@ def test_torchtitan_from_the_command_line_with_warnings(capsys, tmp_path):
     assert doc["provenance"]["runtime_options"]["hsdp_replicate"] == 2
     assert err.splitlines() == [
         "hp estimate: warning: compile.enable = true: priced as elementwise_kernels = fused where the model is "
-        "compiled; torch.compile's other changes (what it saves for backward) are not priced",
+        "compiled and loss_implementation = compiled where the loss is; torch.compile's other changes (what the "
+        "model's blocks save for backward) are not priced",
         "hp estimate: warning: training.mystery_knob = 3: not mapped",
     ]
 
 
-@pytest.mark.parametrize(("compile_", "kernels"), [
-    (None, "eager"), ({"enable": False}, "eager"), ({"enable": True}, "fused"),
-    ({"enable": True, "components": ["model", "loss"]}, "fused"), ({"enable": True, "components": ["loss"]}, "eager"),
+@pytest.mark.parametrize(("compile_", "kernels", "loss"), [
+    (None, "eager", "upcast"), ({"enable": False}, "eager", "upcast"), ({"enable": True}, "fused", "compiled"),
+    ({"enable": True, "components": ["model", "loss"]}, "fused", "compiled"),
+    ({"enable": True, "components": ["loss"]}, "eager", "compiled"), ({"enable": True, "components": ["model"]}, "fused", "upcast"),
 ])
-def test_torchtitan_compile_fuses_the_elementwise_kernels(registry, compile_, kernels):
+def test_torchtitan_compile_fuses_the_elementwise_kernels(registry, compile_, kernels, loss):
     from hp_plugins.importers.torchtitan import import_torchtitan
 
     data = dict(BASE, compile=compile_) if compile_ is not None else dict(BASE)
     imported = import_torchtitan(data, registry, devices=8)
     options = imported.document["runtime"]["options"]
-    default = next(o.default for o in registry.runtime("fsdp2").options if o.name == "elementwise_kernels")
-    assert options.get("elementwise_kernels", default) == kernels
+    defaults = {o.name: o.default for o in registry.runtime("fsdp2").options}
+    assert options.get("elementwise_kernels", defaults["elementwise_kernels"]) == kernels
+    assert options.get("loss_implementation", defaults["loss_implementation"]) == loss
 
 
 @pytest.mark.parametrize(("text", "flags", "message"), [
