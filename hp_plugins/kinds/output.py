@@ -80,6 +80,9 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
         # The logits all-gathered over TP: the loss runs on the whole (padded) vocabulary.
         vocab_shard = vocab_shard * split
     forward_working = 0
+    # Where the logits are gathered over TP, the head's own shard of them stays alive until gathered (measured:
+    # FSDPMemTracker): in the forward working set of a loss that does not already hold it (upcast, compiled).
+    head_shard = T * head_out * p.activation_bytes if head_out != vocab_shard else 0
     extra: tuple[ActivationTerm, ...] = ()
     if "fused_cross_entropy" in x.traits:
         # The fused loss overwrites the logits with their gradient in forward and keeps them.
@@ -92,10 +95,7 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
         # gradients of the log-softmax output and of the fp32 logits (measured: torch census, FSDPMemTracker).
         loss = ActivationTerm("loss_softmax", T * vocab_shard * p.logits_bytes, None, loss_split)
         extra = (ActivationTerm("loss_targets", T * 8),)
-        forward_working = T * vocab_shard * (p.activation_bytes + p.logits_bytes)
-        if head_out != vocab_shard:
-            # The head's own shard of the logits, alive until they are gathered (measured: FSDPMemTracker).
-            forward_working += T * head_out * p.activation_bytes
+        forward_working = T * vocab_shard * (p.activation_bytes + p.logits_bytes) + head_shard
         working = 2 * T * vocab_shard * p.logits_bytes
     elif "compiled_cross_entropy" in x.traits:
         # torch.compile of logits.float() then cross_entropy (torchtitan's loss with compile's 'loss' component):
@@ -105,8 +105,7 @@ def evaluate_output(c: OutputConfig, x: LayerContext) -> LayerCost:
         # benchmarks/count_compiled_loss.py, torch 2.13).
         loss = ActivationTerm("loss_logits", T * vocab_shard * p.activation_bytes, None, loss_split)
         extra = (ActivationTerm("loss_row_stats", T * 8), ActivationTerm("loss_targets", T * 8))
-        if head_out != vocab_shard:
-            forward_working = T * head_out * p.activation_bytes  # the head's shard, alive until gathered (as upcast)
+        forward_working = head_shard
         working = T * vocab_shard * p.activation_bytes + T * h * p.activation_bytes
     elif "chunked_cross_entropy" in x.traits:
         return _chunked(c, x, params, hidden, head_out, vocab_shard)
