@@ -9,19 +9,11 @@ from __future__ import annotations
 import pytest
 
 import scale_cases as sc
-from hp_core.costs import LayerContext
 from hp_core.runtime_options import apply_options
-from hp_plugins.kinds.output import CHUNKED_LOSS_CHUNKS, OutputConfig, evaluate_output
+from hp_plugins.kinds.output import CHUNKED_LOSS_CHUNKS
+from loss_cases import loss_cost as _cost
 
 ROWS = {r["id"]: r for r in sc.ROWS}
-
-
-def _cost(registry, loss: str, seq_len: int = 40, tp: int = 1, sp: bool = False, reduce_dtype: str = "fp32"):
-    runtime = apply_options(registry.runtime("fsdp2"), {"loss_implementation": loss, "norm_implementation": "fused",
-                                                        "reduce_dtype": reduce_dtype})
-    x = LayerContext(tp=tp, cp=1, sp=sp, ep=1, etp=1, micro_batch_size=2, seq_len=seq_len,
-                     precision=runtime.precision, attention="flash", traits=runtime.traits)
-    return evaluate_output(OutputConfig(vocab_size=1000, hidden_size=64), x)
 
 
 def test_option_sets_its_trait_alone(registry):

@@ -7,17 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from hp_core.costs import LayerContext
 from hp_core.runtime_options import apply_options
-from hp_plugins.kinds.output import OutputConfig, evaluate_output
+from loss_cases import loss_cost as _cost
 from repo_script import load_script
-
-
-def _cost(registry, loss: str):
-    runtime = apply_options(registry.runtime("fsdp2"), {"loss_implementation": loss, "norm_implementation": "fused"})
-    x = LayerContext(tp=1, cp=1, sp=False, ep=1, etp=1, micro_batch_size=2, seq_len=40,
-                     precision=runtime.precision, attention="flash", traits=runtime.traits)
-    return evaluate_output(OutputConfig(vocab_size=1000, hidden_size=64), x)
 
 
 def test_option_sets_its_trait_alone(registry):
