@@ -51,6 +51,8 @@ class StageLayer:
             returns them: in the compute dtype, its GEMM weights in a precision
             recipe's format where the recipe gathers them so
             (``PrecisionRecipe.param_gather``); ``None``: no recipe stated.
+        chunk: The position of its chunk in the stage's chunks (the schedule's
+            ``stage_chunks`` order, as :attr:`StageView.order` names them).
     """
 
     kind: str
@@ -63,6 +65,7 @@ class StageLayer:
     gathered_bytes: int | None = attrs.field(default=None, kw_only=True)
     terms: tuple[ActivationTerm, ...] = attrs.field(default=(), kw_only=True)
     input_bytes: int = attrs.field(default=0, kw_only=True)
+    chunk: int = attrs.field(default=0, kw_only=True)
 
 
 @attrs.frozen
@@ -77,6 +80,10 @@ class StageView:
         default_points: The points the planner priced (``warmup_end``, ...).
         parallel, precision, zero, micro_batches: The run's.
         overhead_bytes: The runtime's bytes beyond the model math on this stage.
+        order: Under ZeRO 3, where the stage runs more than one chunk and its
+            schedule states one (:attr:`hp_core.schedules.Schedule.order`), the compute actions
+            its rank issues in a step, ``(pass, chunk position, micro-batch)``;
+            else ``None``.
     """
 
     index: int
@@ -88,6 +95,7 @@ class StageView:
     zero: int
     micro_batches: int
     overhead_bytes: int
+    order: tuple[tuple[str, int, int], ...] | None = attrs.field(default=None, kw_only=True)
 
 
 def reserved_over_peak(pools: Any, view: StageView, points: Mapping[str, MemoryBreakdown], peak: int) -> int:

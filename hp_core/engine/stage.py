@@ -32,7 +32,7 @@ import attrs
 from hp_core.results import ChunkEstimate, MemoryBreakdown, StageEstimate
 from hp_core.engine.optimizer import group_states, layer_load, master_bytes
 from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements, scaling_state_bytes, weight_copy_bytes
-from hp_core.engine.schedule import awaiting_weight_gradient, stage_plan, weight_gradient_moments
+from hp_core.engine.schedule import awaiting_weight_gradient, rank_order, stage_plan, weight_gradient_moments
 from hp_core.engine.static import layer_elements, static_bytes
 from hp_core.schedules import Schedule, ScheduleLayout
 from hp_core.specs.parallel import ParallelSpec
@@ -480,14 +480,18 @@ def _stage_view(index: int, chunk_layers: Sequence[Sequence[PlacedLayer]], in_fl
     """The stage as ``Runtime.peak_points`` sees it (:mod:`hp_core.peak_points`)."""
     p = inputs.parallel
     owners = frozenset(layer.kind for layers in chunk_layers for layer in layers)
-    def made(layer: PlacedLayer, count: int) -> StageLayer:
+    def made(layer: PlacedLayer, count: int, chunk: int) -> StageLayer:
         elements = layer_elements(layer.cost, p.tp, p.ep, p.etp, owners)
         # Gathered as the recipe gathers them (torchao's float8 all-gather: its GEMM weights in FP8).
         gathered = math.ceil(gathered_param_bytes(sum(elements.values()), quantized_weight_elements([(layer.cost, 1)]),
                                                   inputs.recipe, inputs.precision.activation_bytes)) if inputs.recipe else None
         return StageLayer(layer.kind, layer.placement, layer.kept_bytes, layer.backward_working_bytes,
                           layer.cost.forward_working_bytes, elements, count, gathered_bytes=gathered,
-                          terms=layer.cost.activations, input_bytes=layer.cost.input_bytes)
-    layers = tuple(made(layer, count) for layers_of_chunk, count in zip(chunk_layers, in_flight) for layer in layers_of_chunk)
+                          terms=layer.cost.activations, input_bytes=layer.cost.input_bytes, chunk=chunk)
+    layers = tuple(made(layer, count, chunk) for chunk, (layers_of_chunk, count) in enumerate(zip(chunk_layers, in_flight))
+                   for layer in layers_of_chunk)
+    # The rank's order, from which ZeRO 3 under a multi-stage schedule is priced (asked only there).
+    multi = inputs.zero >= 3 and len(chunk_layers) > 1
+    order = rank_order(inputs.schedule, inputs.layout, index, len(chunk_layers)) if multi else None
     return StageView(index, layers, found.static, dict(points), p, inputs.precision, inputs.zero, inputs.micro_batches,
-                     found.overhead)
+                     found.overhead, order=order)

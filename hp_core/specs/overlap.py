@@ -84,8 +84,9 @@ class OverlapSchedule:
             a stage gathers every unit once per step without
             ``reshard_after_forward`` and, with it, its body layers ``m``
             times more (the root never reshards); torch's single-stage
-            schedules, and for the step time interleaved 1F1B, whose UNSHARD
-            actions gather whole chunks (:func:`check_fsdp_pipeline`;
+            schedules, and interleaved 1F1B, whose UNSHARD actions gather
+            whole chunks (its memory without ``reshard_after_forward``:
+            :func:`check_fsdp_pipeline`;
             docs/time.md, "FSDP under pipeline parallelism"). ``False``: the per-micro-batch
             pricing at any ``pp``.
         bucket_elements: Parameters per data-parallel bucket (Megatron-Core
@@ -151,9 +152,10 @@ def check_fsdp_replicate(replicate: int, zero: int, p: Any, pipeline_step_reduce
 
 # The schedules whose FSDP under PP hp prices (OverlapSchedule.fsdp_pipeline_step_reduce): torch 2.13's single-stage
 # ones, PipelineScheduleSingle subclasses (pipelining/schedules.py ScheduleGPipe, Schedule1F1B), whose every op is one
-# whole forward or backward of the rank's one stage and which call perform_reduce_grad once after their loop; and, for
-# the step time only, interleaved 1F1B (ScheduleInterleaved1F1B, a _PipelineScheduleRuntime whose FSDP traffic follows
-# its UNSHARD, RESHARD and REDUCE_GRAD actions: hp_core.engine.timing.overlap.fsdp_multi_stage).
+# whole forward or backward of the rank's one stage and which call perform_reduce_grad once after their loop; and
+# interleaved 1F1B (ScheduleInterleaved1F1B, a _PipelineScheduleRuntime whose FSDP traffic and memory follow its
+# UNSHARD, RESHARD and REDUCE_GRAD actions: hp_core.engine.timing.overlap.fsdp_multi_stage for the step time,
+# hp_plugins.runtimes.fsdp2_points for the memory, the latter without reshard_after_forward).
 FSDP_PIPELINE_SCHEDULES = ("gpipe", "1f1b")
 FSDP_MULTI_STAGE_SCHEDULES = ("interleaved_1f1b",)
 
@@ -164,33 +166,35 @@ class FsdpPipelineError(ConfigError):
 
 def check_fsdp_pipeline(zero: int, p: Any, multi_stage: bool = False) -> None:
     """FSDP (zero 3) under ``pp > 1`` as :attr:`OverlapSchedule.fsdp_pipeline_step_reduce` prices it: a single-stage
-    schedule (:data:`FSDP_PIPELINE_SCHEDULES`) and, where *multi_stage* (the step time), interleaved 1F1B with
-    ``vpp > 1`` (:data:`FSDP_MULTI_STAGE_SCHEDULES`): torch's multi-stage runtime (``_PipelineScheduleRuntime``)
-    inserts its own UNSHARD/RESHARD actions (``schedules.py`` ``_add_unshard_reshard(max_active_stages=3)``), up to
-    three chunks gathered at once and chunks evicted and gathered again, which the step time prices from the
-    schedule's order; the memory estimate prices one chunk per stage only (what three gathered chunks and the
-    accumulated gradients of every chunk hold at once is not modelled).
+    schedule (:data:`FSDP_PIPELINE_SCHEDULES`) and, with ``vpp > 1``, interleaved 1F1B
+    (:data:`FSDP_MULTI_STAGE_SCHEDULES`), whose torch runtime (``_PipelineScheduleRuntime``) inserts its own
+    UNSHARD/RESHARD actions (``schedules.py`` ``_add_unshard_reshard(max_active_stages=3)``): whole chunks gathered,
+    up to three at once, evicted and gathered again, which the step time and the memory estimate follow through the
+    rank's order. *multi_stage* (the step time) also accepts ``reshard_after_forward`` there; the memory estimate
+    refuses it (each layer's forward then frees what the chunk's UNSHARD gathered and the next action gathers it
+    again layer by layer, which its walk does not follow; torchtitan's default under PP keeps the parameters,
+    ``fsdp_reshard_after_forward: default``).
 
     A layout with no data or context parallelism shards nothing (torchtitan applies FSDP only with
     ``dp_shard`` or ``cp`` enabled): it is not refused.
 
     Raises:
-        FsdpPipelineError: At ``$.parallel.vpp`` (more than one chunk per stage, for the memory estimate) or
-            ``$.parallel.schedule``, one line.
+        FsdpPipelineError: At ``$.parallel.schedule`` or (``vpp > 1`` with ``reshard_after_forward``, for the
+            memory estimate) ``$.parallel.reshard_after_forward``, one line.
     """
     if zero < 3 or p.pp == 1 or p.dp * p.cp == 1:
         return
-    if p.vpp > 1 and not multi_stage:
-        raise FsdpPipelineError("$.parallel.vpp", f"the memory of FSDP (zero 3) under pipeline parallelism is priced for "
-                                            f"one chunk per stage (torch's GPipe and 1F1B), got vpp={p.vpp}: under "
-                                            f"torch's multi-stage schedules up to three chunks stay gathered at once, "
-                                            f"which hp's memory estimate does not model (the step time prices it); "
-                                            f"use vpp 1")
     allowed = FSDP_MULTI_STAGE_SCHEDULES if p.vpp > 1 else FSDP_PIPELINE_SCHEDULES
     if p.resolved_schedule not in allowed:
         raise FsdpPipelineError("$.parallel.schedule", f"FSDP (zero 3) under pipeline parallelism is priced for torch's "
                                                  f"{'multi' if p.vpp > 1 else 'single'}-stage schedules "
                                                  f"({', '.join(allowed)}), got {p.resolved_schedule}")
+    if p.vpp > 1 and p.reshard_after_forward and not multi_stage:
+        raise FsdpPipelineError("$.parallel.reshard_after_forward",
+                                f"the memory of FSDP (zero 3) under interleaved pipeline stages (vpp={p.vpp}) is priced "
+                                f"without reshard_after_forward (torchtitan's default under PP): with it each layer "
+                                f"frees what its chunk's UNSHARD gathered and is gathered again, which hp's memory "
+                                f"estimate does not follow; set reshard_after_forward: false or use vpp 1")
 
 
 def _non_negative(instance: Any, attribute: attrs.Attribute, value: Any) -> None:

@@ -85,11 +85,15 @@ def test_gathered_seconds_at_least_one_gather_per_chunk():
             assert total == sum(gather[c] for c, _, _ in unshards([c for _, c in order]))
 
 
-def test_check_fsdp_pipeline_multi_stage_for_the_step_time_only():
+def test_check_fsdp_pipeline_multi_stage_reshard_after_forward_for_the_step_time_only():
     spec = ParallelSpec(dp=2, pp=2, vpp=2, zero=3, seq_len=1024, schedule="interleaved_1f1b")
     check_fsdp_pipeline(3, spec, multi_stage=True)
-    with pytest.raises(FsdpPipelineError, match=r"the memory of FSDP \(zero 3\) under pipeline parallelism"):
+    with pytest.raises(FsdpPipelineError, match=r"interleaved pipeline stages \(vpp=2\) is priced without reshard_after_forward") as err:
         check_fsdp_pipeline(3, spec)
+    assert err.value.path == "$.parallel.reshard_after_forward"
+    # Without it, the memory estimate prices it too.
+    check_fsdp_pipeline(3, ParallelSpec(dp=2, pp=2, vpp=2, zero=3, seq_len=1024, schedule="interleaved_1f1b",
+                                        reshard_after_forward=False))
     # A multi-stage schedule whose order the runtime lowering is not stated for: refused at the schedule.
     with pytest.raises(FsdpPipelineError, match=r"\$.parallel.schedule"):
         check_fsdp_pipeline(3, ParallelSpec(dp=2, pp=2, vpp=2, zero=3, seq_len=1024, schedule="zb_v"), multi_stage=True)

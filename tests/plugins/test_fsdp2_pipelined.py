@@ -107,9 +107,11 @@ def test_the_hsdp_reduction_holds_the_all_reduce_outputs_by_hand():
     assert points["reduce"].peak_bytes == 6020 + 12_040 + 6020 + 5010 + 1
 
 
-@pytest.mark.parametrize("vpp, schedule, path", [(2, "interleaved_1f1b", "$.parallel.vpp"),
+@pytest.mark.parametrize("vpp, schedule, path", [(2, "interleaved_1f1b", "$.parallel.reshard_after_forward"),
                                                  (1, "zb_h1", "$.parallel.schedule")])
 def test_multi_stage_schedules_are_refused(vpp, schedule, path):
+    """Interleaved 1F1B's memory with reshard_after_forward (the stage here reshards) and a schedule hp does not
+    price FSDP under: refused, one line each."""
     with pytest.raises(ConfigError) as err:
         Fsdp2Points()(_stage(_dense_stage(2), micro_batches=4, schedule=schedule, vpp=vpp))
     assert err.value.path == path and "\n" not in str(err.value)
@@ -196,9 +198,10 @@ def test_the_pipeline_step_reduce_flag_leaves_pp1_alone(registry):
         assert times[0] == times[1]
 
 
-def test_interleaved_fsdp_memory_is_refused_and_its_time_priced(registry):
-    """Interleaved 1F1B under FSDP: the memory estimate refuses vpp > 1 (three chunks gathered at once are not
-    modelled); the step time prices torch's UNSHARD actions. llama3-8b's 4 layers over pp 2 x vpp 2: each stage holds
+def test_interleaved_fsdp_time_priced_and_its_memory_without_reshard_after_forward(registry):
+    """Interleaved 1F1B under FSDP: the memory estimate prices vpp > 1 without reshard_after_forward (torchtitan's
+    default under PP) and refuses it with; the step time prices torch's UNSHARD actions either way. llama3-8b's 4
+    layers over pp 2 x vpp 2: each stage holds
     two one-layer chunks (stage 0: layers 0 and 2 and the embedding), which fit torch's window of three, so every
     chunk is gathered once a step: the same units' bytes as pp 2 with one chunk a stage (layers 0 and 1 and the
     embedding, identical layers), whose stage gathers every unit once in its first forward; the reduce-scatters are
@@ -210,9 +213,16 @@ def test_interleaved_fsdp_memory_is_refused_and_its_time_priced(registry):
     for reshard in (False, True):
         parallel = ParallelSpec(seq_len=1024, dp=8, pp=2, vpp=2, micro_batch_size=1, global_batch_size=32,
                                 reshard_after_forward=reshard)
-        with pytest.raises(ConfigError) as err:
-            estimate(model, parallel, runtime="fsdp2", registry=registry, hardware=hardware)
-        assert err.value.path == "$.parallel.vpp"
+        if reshard:
+            with pytest.raises(ConfigError) as err:
+                estimate(model, parallel, runtime="fsdp2", registry=registry, hardware=hardware)
+            assert err.value.path == "$.parallel.reshard_after_forward"
+        else:
+            # Both chunks of a stage gathered from the first UNSHARD to the last backward: stage 0's binding point
+            # holds the embedding's and its two layers' parameters in bf16 and their fp32 accumulators.
+            stage = estimate(model, parallel, runtime="fsdp2", registry=registry, hardware=hardware).stages[0]
+            assert stage.memory.communication_buffers_bytes == (V * H + 2 * LAYER) * 2
+            assert stage.memory.gradients_bytes == (V * H + 2 * LAYER) * 4
         multi = step_time(model, parallel, runtime="fsdp2", registry=registry, hardware=hardware)
         single = step_time(model, attrs.evolve(parallel, vpp=1, schedule="1f1b"), runtime="fsdp2", registry=registry,
                            hardware=hardware)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-__all__ = ["UNSHARD_WINDOW_STAGES", "bucketed", "fsdp_layers", "fsdp_layers_pipelined", "fsdp_multi_stage", "hidden_send",
-           "lone_seconds", "unpaired_passes", "unshards"]
+__all__ = ["UNSHARD_WINDOW_STAGES", "bucketed", "fsdp_layers", "fsdp_layers_pipelined", "fsdp_multi_stage", "gathered_chunks",
+           "hidden_send", "lone_seconds", "unpaired_passes", "unshards"]
 
 # torch 2.13 torch/distributed/pipelining/schedules.py _add_unshard_reshard(max_active_stages=3), as
 # _PipelineScheduleRuntime._prepare_schedule_with_comms calls it: at most three stages (chunks) gathered at once.
@@ -117,8 +117,21 @@ def unshards(chunks: Sequence[int], window: int = UNSHARD_WINDOW_STAGES) -> tupl
     communication) and every wanted chunk not gathered is unsharded, in the order first needed. An UNSHARD issued
     before action ``i`` is *used* at the first action ``>= i`` on its chunk (``_assert_unsharded`` waits on it).
     """
+    return tuple((c, i, used) for i, (_, fetched) in enumerate(_unshard_windows(chunks, window)) for c, used in fetched)
+
+
+def gathered_chunks(chunks: Sequence[int], window: int = UNSHARD_WINDOW_STAGES) -> tuple[frozenset[int], ...]:
+    """Per compute action of *chunks* (as :func:`unshards` takes them), the chunks the schedule counts gathered while
+    it runs: those UNSHARDed and not RESHARDed after the RESHARD and UNSHARD actions inserted before it (the same
+    rule, ``_add_unshard_reshard``), at most *window*."""
+    return tuple(active for active, _ in _unshard_windows(chunks, window))
+
+
+def _unshard_windows(chunks: Sequence[int], window: int) -> list[tuple[frozenset[int], list[tuple[int, int]]]]:
+    """``_add_unshard_reshard``'s rule (:func:`unshards`), per compute action: ``(the chunks gathered once its RESHARD
+    and UNSHARD actions ran, the chunks it UNSHARDs as (chunk, the action that first uses it))``."""
     n = len(chunks)
-    found: list[tuple[int, int, int]] = []
+    found: list[tuple[frozenset[int], list[tuple[int, int]]]] = []
     active: set[int] = set()
     for i in range(n):
         wanted: list[int] = []
@@ -131,11 +144,10 @@ def unshards(chunks: Sequence[int], window: int = UNSHARD_WINDOW_STAGES) -> tupl
                 if len(wanted) == window:
                     break
         active &= set(wanted)
-        for c in wanted:
-            if c not in active:
-                active.add(c)
-                found.append((c, i, first[c]))
-    return tuple(found)
+        fetched = [(c, first[c]) for c in wanted if c not in active]
+        active.update(c for c, _ in fetched)
+        found.append((frozenset(active), fetched))
+    return found
 
 
 def fsdp_multi_stage(order: Sequence[tuple[str, int]], forward: Sequence[float], backward: Sequence[float],
