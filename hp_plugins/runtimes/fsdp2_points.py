@@ -54,7 +54,9 @@ an all-gather (with its output buffer) runs only where a layer is not whole; a
 backward right after a backward (GPipe's later ones, 1F1B's cooldown) starts
 with every layer whole; no sharded gradient or reduce-scatter input is held
 before the reduction; and a ``reduce`` point prices ``perform_reduce_grad``
-itself (``Fsdp2Points._pipelined``; docs/runtimes.md, ``fsdp2``).
+itself (``Fsdp2Points._pipelined``; docs/runtimes.md, ``fsdp2``). Under interleaved 1F1B (``vpp > 1``, torch's
+multi-stage runtime, without ``reshard_after_forward``) the same points are walked through the rank's order with
+the UNSHARD, RESHARD and REDUCE_GRAD actions torch inserts in it (``Fsdp2Points._multi_stage``).
 
 The points it returns: ``forward`` (at the loss; under PP with
 ``reshard_after_forward`` also at each layer's forward after a backward),
@@ -229,7 +231,7 @@ class Fsdp2Points:
             check_fsdp_replicate(self.replicate, view.zero, p, pipeline_step_reduce=True)
         if view.zero < 3:
             return dict(view.default_points)
-        check_fsdp_pipeline(view.zero, p)  # one chunk per stage, a single-stage schedule
+        check_fsdp_pipeline(view.zero, p)  # a single-stage schedule, or interleaved 1F1B without reshard_after_forward
         params, all_grads, master, states = view.static
         sharded = sum(_sharded(view, layer, view.precision.param_bytes, self.replicate) for layer in view.layers)
         if sharded != params and params:

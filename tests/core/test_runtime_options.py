@@ -375,12 +375,23 @@ def test_hsdp_under_pipeline_parallelism_is_refused_only_where_the_profile_price
         check_fsdp_replicate(2, 3, layout)
 
 
-def test_fsdp_under_interleaved_pipelining_is_a_one_line_error(capsys):
-    """fsdp2's memory estimate prices FSDP under PP for torch's single-stage schedules only (GPipe, 1F1B): under
-    interleaved 1F1B up to three chunks stay gathered at once (_add_unshard_reshard), which it does not model (the
-    step time prices those gathers: tests/core/test_fsdp_multi_stage.py)."""
+def test_fsdp_under_interleaved_pipelining_with_reshard_after_forward_is_a_one_line_error(capsys, tmp_path):
+    """fsdp2's memory estimate prices FSDP under interleaved 1F1B without reshard_after_forward (torchtitan's default
+    under PP) and refuses it with (each forward frees what the chunk's UNSHARD gathered: not followed) in one line;
+    the step time prices both (tests/core/test_fsdp_multi_stage.py)."""
     status, _, err = run(capsys, "estimate", "--model", "llama3-8b", "--num-layers", "4", "--dp", "4", "--pp", "2",
                          "--vpp", "2", "--seq-len", "1024", "--runtime", "fsdp2", "--hardware", "h100-sxm")
     assert status == 2 and err.count("\n") == 1
-    assert err.startswith("hp estimate: error: $.parallel.vpp: the memory of FSDP (zero 3) under pipeline parallelism "
-                          "is priced for one chunk per stage")
+    assert err.startswith("hp estimate: error: $.parallel.reshard_after_forward: the memory of FSDP (zero 3) under "
+                          "interleaved pipeline stages (vpp=2) is priced without reshard_after_forward")
+    config = tmp_path / "job.yaml"
+    config.write_text("model: llama3-8b\nparallel: {dp: 4, pp: 2, vpp: 2, seq_len: 1024, reshard_after_forward: false}\n"
+                      "runtime: fsdp2\nhardware: h100-sxm\n")
+    status, out, err = run(capsys, "estimate", config, "--num-layers", "4", "--json")
+    assert status == 0, err
+    # Stage 0 (the embedding, 128,256 x 4,096 elements, and two 218,112,000-element layers in two chunks) binds in
+    # backward with both chunks gathered in bf16 and both accumulators in fp32.
+    stage = json.loads(out)["stages"][0]
+    elements = 128_256 * 4096 + 2 * 218_112_000
+    assert stage["binding_point"] == "backward"
+    assert (stage["memory"]["communication_buffers_bytes"], stage["memory"]["gradients_bytes"]) == (2 * elements, 4 * elements)

@@ -30,7 +30,8 @@ R_FULL = "does not fit even fully recomputed"
 R_PLAN = "does not fit with the runtime's least-memory plan"
 R_SLOWER = "cannot enter the top K: slower with nothing recomputed than the K-th plan"
 R_SCHEDULE = "the pipeline schedule does not run this pp, vpp or micro-batch count"
-R_FSDP_PP = "the runtime prices FSDP (zero 3) memory under pp > 1 on single-stage schedules (gpipe, 1f1b, vpp 1) only"
+R_FSDP_PP = ("the runtime prices FSDP (zero 3) memory under pp > 1 on gpipe and 1f1b, and on interleaved_1f1b (vpp > 1) "
+             "without reshard_after_forward, only")
 R_PIPELINE_TRAIT = "the runtime's options are not priced under pp > 1 (a chunked loss)"
 R_HSDP = "the runtime's hsdp_replicate does not divide the (expert) data-parallel degree, or pp > 1 where its profile refuses it"
 REASONS = (R_LAYERS, R_EXPERTS, R_MODEL, R_SEQUENCE, R_HSDP, R_BATCH, R_STATIC, R_FULL, R_PLAN, R_SLOWER, R_SCHEDULE,
