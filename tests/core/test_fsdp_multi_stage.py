@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from hp_core.engine.timing.overlap import fsdp_multi_stage, unshards
+from hp_core.engine.timing.overlap import fsdp_multi_stage, gathered_chunks, unshards
 from hp_core.schedules import ScheduleLayout
 from hp_core.specs.overlap import FsdpPipelineError, check_fsdp_pipeline
 from hp_core.specs.parallel import ParallelSpec
@@ -121,5 +121,22 @@ def test_hp_order_and_unshards_equal_torchs():
                 lowered = schedules._add_unshard_reshard(list(actions))
                 theirs = [(a.stage_index - rank) // p for a in lowered if a.computation_type == schedules.UNSHARD]
                 assert theirs == [c for c, _, _ in unshards([c for _, c, _ in compute])], (p, v, m, rank)
+                # The chunks torch's lowered list counts gathered at each compute action (UNSHARDed, not yet
+                # RESHARDed), which the memory estimate holds, and its REDUCE_GRAD right after each chunk's m-th
+                # backward, which ends that chunk's accumulators.
+                held: set[int] = set()
+                active: list[frozenset[int]] = []
+                for a in schedules._add_reduce_grad(lowered, m):
+                    c = (a.stage_index - rank) // p
+                    if a.computation_type == schedules.UNSHARD:
+                        held.add(c)
+                    elif a.computation_type == schedules.RESHARD:
+                        held.remove(c)
+                    elif a.computation_type == schedules.REDUCE_GRAD:
+                        assert compute[len(active) - 1][:2] == ("B", c) and active[-1] >= {c}
+                        assert [k for _, k, _ in compute[:len(active)]].count(c) == 2 * m
+                    else:
+                        active.append(frozenset(held))
+                assert tuple(active) == gathered_chunks([c for _, c, _ in compute]), (p, v, m, rank)
                 checked += 1
     assert checked == 5 * 3 * (2 + 3 + 4 + 8)
