@@ -71,10 +71,10 @@ from typing import Sequence
 
 import attrs
 
+from hp_core.engine.timing.overlap import gathered_chunks, unshards
 from hp_core.errors import ConfigError
 from hp_core.peak_points import StageLayer, StageView
 from hp_core.results import MemoryBreakdown
-from hp_core.engine.timing.overlap import gathered_chunks, unshards
 from hp_core.specs.overlap import check_fsdp_pipeline, check_fsdp_replicate
 from hp_plugins.runtimes.tp_plans import TP_PLANS
 
@@ -390,7 +390,6 @@ class Fsdp2Points:
         # compute dtype, init_dtype_attrs drops it and the gradient accumulates in param.grad itself).
         accumulator = [sum(layer.elements.values()) * reduction for layer in layers]
         every = sum(accumulator)
-        same_dtype = reduction == view.precision.activation_bytes
         in_flight = max(max(layer.in_flight, 1) for layer in layers)
         body = [i for i, layer in enumerate(layers) if layer.placement == "body"]
         whole = {i: _gathered(view, layers[i]) for i in body}
@@ -450,8 +449,8 @@ class Fsdp2Points:
         (``_PipelineScheduleRuntime``, interleaved 1F1B with ``vpp > 1``, without ``reshard_after_forward``:
         :func:`~hp_core.specs.overlap.check_fsdp_pipeline`), walked through the rank's compute order
         (:attr:`StageView.order`) with the actions torch 2.13 inserts in it (``pipelining/schedules.py``
-        ``_PipelineScheduleRuntime._prepare_schedule_with_comms``; docs/memory.md, "FSDP under interleaved
-        pipeline stages"). At each action:
+        ``_PipelineScheduleRuntime._prepare_schedule_with_comms``; docs/runtimes.md, ``fsdp2``, "FSDP under
+        interleaved pipeline stages"). At each action:
 
         * gathered: every chunk the schedule counts gathered (``_add_unshard_reshard(max_active_stages=3)``,
           :func:`~hp_core.engine.timing.overlap.gathered_chunks`: UNSHARDed, not yet RESHARDed, at most three),
@@ -568,6 +567,7 @@ def stream_pool_bytes(view: StageView, points: Fsdp2Points) -> tuple[int, int]:
     * The all-gather copy-in stream allocates each all-gather output (``foreach_all_gather``); in forward a unit's is
       freed at the next unit's copy-out (``FSDPParamGroup.wait_for_unshard``), after that unit's all-gather output is
       allocated: two consecutive units' at once, the root's (embedding, final norm, head) and the first layer's.
+      Under a multi-stage schedule none: its UNSHARD actions gather on the current stream (``async_op=True``).
     """
     p = view.parallel
     replicate = points.replicate
@@ -588,7 +588,12 @@ def stream_pool_bytes(view: StageView, points: Fsdp2Points) -> tuple[int, int]:
         reduce_pool = max((g + o for g, o in zip(grads, outputs)), default=0)
     else:
         reduce_pool = sum(grads) + max(outputs, default=0)
-    gathers = [sum(_gathered(view, layer) for layer in unit) for unit in units] if (p.dp * p.cp) // replicate > 1 else []
+    # Under a multi-stage schedule (StageView.order) every gather is an UNSHARD action's unshard(async_op=True), which
+    # FSDPCommContext.get_all_gather_streams runs on the current stream: none allocates in the all-gather pool (a
+    # unit's own pre-forward unshard is a no-op on the gathered chunk).
+    multi_stage = view.order is not None and p.pp > 1
+    gathers = ([sum(_gathered(view, layer) for layer in unit) for unit in units]
+               if (p.dp * p.cp) // replicate > 1 and not multi_stage else [])
     gather_pool = max((a + b for a, b in zip(gathers, gathers[1:])), default=max(gathers, default=0))
     return reduce_pool, gather_pool
 

@@ -61,7 +61,8 @@ def test_two_chunks_four_micro_batches_by_hand():
       chunk 0's 2 micro-batches in flight (202).
     * Optimizer: the sharded fp32 gradients (10,000), the loop's batch (1), foreach AdamW's temporary (10,000).
     """
-    points = Fsdp2Points()(_view(TWO_CHUNKS, pp=2, vpp=2, micro_batches=4))
+    view = _view(TWO_CHUNKS, pp=2, vpp=2, micro_batches=4)
+    points = Fsdp2Points()(view)
     assert _parts(points["forward"]) == (12_000 + 8000, 6000 + 4000, 3 * 101 + 2 * 100, 0)
     assert points["forward"].peak_bytes == STATIC + 20_000 + 10_000 + 503 == 60_503
     assert _parts(points["backward"]) == (12_000 + 8000, 6000 + 4000, 2 * 100 + 3 * 1, 4000 + 1000)
@@ -71,6 +72,9 @@ def test_two_chunks_four_micro_batches_by_hand():
     assert _parts(points["optimizer"]) == (10_000, 0, 1, 10_000)
     # The stage binds in backward, above each of the others.
     assert max(points.values(), key=lambda p: p.peak_bytes) is points["backward"]
+    # Reserved beside it: the reduce-scatter pool, every unit's fp32 sharded gradient (2,000 + 4,000 + 4,000), freed
+    # there by zero_grad; no all-gather pool (UNSHARD's gathers run on the current stream).
+    assert Fsdp2Points().cached_bytes(view, "backward", points["backward"]) == 2000 + 4000 + 4000
 
 
 def test_a_chunk_evicted_by_the_window_of_three_is_not_held():
