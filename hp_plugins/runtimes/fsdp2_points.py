@@ -35,7 +35,7 @@ tracker (``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``) sees it
   from the top, what the layers below keep and the running layer's working set,
   and the moments a body layer holds its whole unsharded gradients (its
   post-backward entry; a MoE layer's routed-expert FC1 weight-gradient GEMM:
-  ``_weight_grad_moments``), the largest of all binding;
+  ``weight_grad_moments``), the largest of all binding;
 * **the optimizer step**: the batch the loop holds (the input ids, on the
   first stage); ``foreach`` AdamW makes one fp32 temporary per
   element of the shard (``torch/optim/adamw.py`` ``_multi_tensor_adamw``:
@@ -54,9 +54,9 @@ an all-gather (with its output buffer) runs only where a layer is not whole; a
 backward right after a backward (GPipe's later ones, 1F1B's cooldown) starts
 with every layer whole; no sharded gradient or reduce-scatter input is held
 before the reduction; and a ``reduce`` point prices ``perform_reduce_grad``
-itself (``Fsdp2Points._pipelined``; docs/runtimes.md, ``fsdp2``). Under interleaved 1F1B (``vpp > 1``, torch's
+itself (``fsdp2_pipeline.pipelined_points``; docs/runtimes.md, ``fsdp2``). Under interleaved 1F1B (``vpp > 1``, torch's
 multi-stage runtime, without ``reshard_after_forward``) the same points are walked through the rank's order with
-the UNSHARD, RESHARD and REDUCE_GRAD actions torch inserts in it (``Fsdp2Points._multi_stage``).
+the UNSHARD, RESHARD and REDUCE_GRAD actions torch inserts in it (``fsdp2_pipeline.multi_stage_points``).
 
 The points it returns: ``forward`` (at the loss; under PP with
 ``reshard_after_forward`` also at each layer's forward after a backward),
@@ -66,124 +66,18 @@ and, under PP, ``reduce``; they replace the planner's defaults.
 
 from __future__ import annotations
 
-import math
-from typing import Sequence
-
 import attrs
 
-from hp_core.engine.timing.overlap import gathered_chunks, unshards
 from hp_core.errors import ConfigError
 from hp_core.peak_points import StageLayer, StageView
 from hp_core.results import MemoryBreakdown
 from hp_core.specs.overlap import check_fsdp_pipeline, check_fsdp_replicate
+from hp_plugins.runtimes.fsdp2_layers import (all_reduce_output_bytes, gathered_bytes, largest_point, sharded_bytes,
+                                              weight_grad_moments)
+from hp_plugins.runtimes.fsdp2_pipeline import multi_stage_points, pipelined_points
 from hp_plugins.runtimes.tp_plans import TP_PLANS
 
 __all__ = ["Fsdp2Points", "loss_hole_bytes", "stream_pool_bytes"]
-
-
-def _shard(view: StageView, group: str, replicate: int = 1) -> int:
-    """What FSDP2 shards a group over: its mesh, dp * cp; routed experts over the expert data-parallel
-    group only under expert parallelism (without it, a TP plan leaves them whole and FSDP shards them
-    over the same mesh as the rest)."""
-    p = view.parallel
-    return (p.expert_dp if group == "routed_expert" and p.ep > 1 else p.dp * p.cp) // replicate
-
-
-def _sharded(view: StageView, layer: StageLayer, nbytes: int, replicate: int = 1) -> int:
-    return sum(math.ceil(n * nbytes / _shard(view, group, replicate)) for group, n in layer.elements.items())
-
-
-def _gathered(view: StageView, layer: StageLayer) -> int:
-    """A layer's gathered parameters: the compute dtype, or as a precision recipe gathers them (torchao's
-    ``enable_fsdp_float8_all_gather``: the GEMM weights cast to float8 before the all-gather)."""
-    if layer.gathered_bytes is not None:
-        return layer.gathered_bytes
-    return sum(layer.elements.values()) * view.precision.activation_bytes
-
-
-def _weight_grad_moments(view: StageView, layer: StageLayer) -> list[tuple[int, int]]:
-    """``(what the running layer's activations hold, working set)`` at the moments of a body layer's backward that
-    hold its whole weight gradients, unsharded in the compute dtype (FSDP2 computes them on the bf16 unsharded
-    parameters and reduce-scatters them once, at the unit's post-backward).
-
-    * At the unit's ``post_backward`` (``_fsdp_param_group.py`` ``FSDPParamGroup.post_backward``, before
-      ``foreach_reduce`` copies them into the fp32 reduce-scatter input): all its gradients and the gradient of its
-      input; what it kept is freed, its parameters still gathered, and the reduce-scatter input of the unit above
-      still held (post_backward pops ``comm_ctx.reduce_scatter_states`` only after resharding).
-    * A MoE layer (a ``dispatched_tokens`` term: the routed experts' FC1 input, :mod:`hp_plugins.kit.experts`), at
-      its routed experts' FC1 weight-gradient GEMM, the last expert GEMM of its backward: every routed expert's
-      gradient, beside what the layer's ops up to the dispatch keep (kept or recomputed, their backward still to
-      run), the gradient the layer received, and that GEMM's output and input gradients (the FC1 output's and the
-      dispatched tokens' sizes). Measured: FSDPMemTracker's temporaries at Qwen3-30B-A3B's peak (docs/runtimes.md).
-    """
-    act = view.precision.activation_bytes
-    moments = [(0, sum(layer.elements.values()) * act + layer.input_bytes)]
-    ops = [term.op for term in layer.terms]
-    if "dispatched_tokens" in ops:
-        upto = ops.index("dispatched_tokens") + 1
-        alive = sum(term.bytes for term in layer.terms[:upto])
-        flowing = layer.input_bytes + layer.terms[upto - 1].bytes + sum(
-            term.bytes for term in layer.terms[upto:] if term.op in ("expert_gate_out", "expert_up_out"))
-        moments.append((alive, layer.elements.get("routed_expert", 0) * act + flowing))
-    return moments
-
-
-class _BackwardWalk:
-    """A backward under PP (module docstring, "Under PP") walked from the top over some of a stage's layers: all of
-    them on a single-stage schedule, one chunk's under a multi-stage one. *point* builds a point from ``(gradients,
-    buffers, activations, working)``; *accumulator* per layer its unsharded gradient accumulator; *whole* per body
-    layer its gathered parameters; *held_grads* the sharded gradients always held; *all_gather* one all-gather
-    output."""
-
-    def __init__(self, view: StageView, point, accumulator: list[int], whole: dict[int, int], held_grads: int,
-                 all_gather: int) -> None:
-        self.view, self.point, self.accumulator, self.whole = view, point, accumulator, whole
-        self.held_grads, self.all_gather = held_grads, all_gather
-
-    def walk(self, indices: Sequence[int], kept: Sequence[int], accumulating: bool, running: dict[int, int],
-             gathered: int, gathers: bool, grads: int = 0, activations: int = 0) -> MemoryBreakdown:
-        """The largest point of a backward over the layers *indices* (forward order) with *kept* per layer of the view.
-
-        *accumulating*: every accumulator of *indices* alive (not their first backward), else those of the layers
-        already run; *running*: per body layer what it gathers again as it runs (a forward left it its share);
-        *gathered*: what is gathered as the walk starts; *gathers*: an all-gather runs, its output alive, the next
-        layer prefetched; *grads*, *activations*: what else the rank holds (other chunks' gradients, and their
-        micro-batches in flight).
-        """
-        view, point, whole = self.view, self.point, self.whole
-        layers = view.layers
-        same_dtype = view.precision.reduction_bytes == view.precision.activation_bytes
-        accumulated = sum(self.accumulator[i] for i in indices) if accumulating else 0
-        total_kept = activations + sum(kept[i] for i in indices)
-        first_body = min((i for i in indices if i in whole), default=None)
-        freed = root_grads = 0
-        found: list[MemoryBreakdown] = []
-        for index in reversed(indices):
-            layer, its_kept = layers[index], kept[index]
-            again = running.get(index, 0)
-            found.append(point(self.held_grads + grads + accumulated + root_grads,
-                               gathered + again + (self.all_gather if gathers else 0), total_kept - freed,
-                               layer.backward_working_bytes))
-            if index in whole:
-                # The moments holding the running layer's whole unsharded gradients (_weight_grad_moments), in
-                # the compute dtype until its post-backward accumulates them; at that post-backward (the first
-                # moment) a first backward casts them to the reduce dtype beside them
-                # (to_accumulated_grad_if_needed): the fp32 accumulator does not exist before.
-                below = total_kept - freed - its_kept
-                prefetched = self.all_gather if gathers and index > first_body else 0
-                for moment, (alive, working) in enumerate(_weight_grad_moments(view, layer)):
-                    cast = self.accumulator[index] if moment == 0 and not accumulating and not same_dtype else 0
-                    found.append(point(self.held_grads + grads + accumulated + cast, gathered + again + prefetched,
-                                       below + min(alive, its_kept), max(alive - its_kept, 0) + working + root_grads))
-            freed += its_kept
-            if index in whole:
-                gathered += again  # left gathered after its backward (stage.py backward_maybe_with_nosync)
-                accumulated += 0 if accumulating else self.accumulator[index]
-            elif not (accumulating and same_dtype):
-                # The root's new gradients in the compute dtype until its post-backward at the end of the
-                # stage's backward (in param.grad itself where the reduce dtype is the compute dtype).
-                root_grads += _gathered(view, layer)
-        return _largest(found)
 
 
 @attrs.frozen
@@ -233,19 +127,19 @@ class Fsdp2Points:
             return dict(view.default_points)
         check_fsdp_pipeline(view.zero, p)  # a single-stage schedule, or interleaved 1F1B without reshard_after_forward
         params, all_grads, master, states = view.static
-        sharded = sum(_sharded(view, layer, view.precision.param_bytes, self.replicate) for layer in view.layers)
+        sharded = sum(sharded_bytes(view, layer, view.precision.param_bytes, self.replicate) for layer in view.layers)
         if sharded != params and params:
             # HSDP, or routed experts on FSDP2's own mesh: the shard the planner priced, rescaled (exact for an
             # optimizer that keeps the same bytes per element of every group, AdamW's two moments).
-            all_grads = sum(_sharded(view, layer, view.precision.grad_bytes, self.replicate) for layer in view.layers)
+            all_grads = sum(sharded_bytes(view, layer, view.precision.grad_bytes, self.replicate) for layer in view.layers)
             states, master = states * sharded // params, master * sharded // params
             params = sharded
         if self.cpu_offload:
             params = all_grads = master = states = 0
         layers = view.layers
         body = [layer for layer in layers if layer.placement == "body"]
-        root_gathered = sum(_gathered(view, layer) for layer in layers if layer.placement != "body")
-        all_gather = max((_gathered(view, layer) for layer in body), default=0)
+        root_gathered = sum(gathered_bytes(view, layer) for layer in layers if layer.placement != "body")
+        all_gather = max((gathered_bytes(view, layer) for layer in body), default=0)
         reshard = view.parallel.reshard_after_forward
         kept = [layer.kept_bytes * max(layer.in_flight, 1) for layer in layers]
         # Sharded gradients in a step's forward and backward: kept by zero_grad(set_to_none=False), or from the
@@ -269,14 +163,16 @@ class Fsdp2Points:
         batch = sum(layer.kept_bytes for layer in layers if layer.placement == "first")
         temporary = params // view.precision.param_bytes * 4 if self.foreach_optimizer else 0
         if pipelined and view.order is not None and p.dp * p.cp > 1:
-            points = self._multi_stage(view, point, held_grads, batch)
+            points = multi_stage_points(view, point, held_grads, batch, replicate=self.replicate,
+                                        cpu_offload=self.cpu_offload)
             points["optimizer"] = point(all_grads, 0, batch, temporary)
             return points
         if pipelined:
-            points = self._pipelined(view, point, keep_share, held_grads, root_gathered, all_gather, batch)
+            points = pipelined_points(view, point, keep_share, held_grads, root_gathered, all_gather, batch,
+                                      replicate=self.replicate, cpu_offload=self.cpu_offload)
             points["optimizer"] = point(all_grads, 0, batch, temporary)
             return points
-        stay = sum(_gathered(view, layer) for layer in body) // keep_share if keep_share else 0
+        stay = sum(gathered_bytes(view, layer) for layer in body) // keep_share if keep_share else 0
         points = {"forward": point(held_grads, root_gathered + all_gather + stay, sum(kept), layers[-1].forward_working_bytes)}
 
         # Backward, from the top: the layers above the running one have freed what they kept and
@@ -288,7 +184,7 @@ class Fsdp2Points:
         best: MemoryBreakdown | None = None
         for index, layer, its_kept in zip(reversed(range(len(layers))), reversed(layers), reversed(kept)):
             body_layer = layer.placement == "body"
-            running = _gathered(view, layer) - (_gathered(view, layer) // keep_share if keep_share else 0) if body_layer else 0
+            running = gathered_bytes(view, layer) - (gathered_bytes(view, layer) // keep_share if keep_share else 0) if body_layer else 0
             gathered = stay + running
             grads = held_grads if held_grads else finished + root_grads
             candidate = point(grads, root_gathered + gathered + all_gather + reducing + held_all_reduce, sum(kept) - freed,
@@ -296,13 +192,13 @@ class Fsdp2Points:
             if best is None or candidate.peak_bytes > best.peak_bytes:
                 best = candidate
             if body_layer and not held_grads:
-                # The moments holding the running layer's whole unsharded gradients (_weight_grad_moments). The tracker
+                # The moments holding the running layer's whole unsharded gradients (weight_grad_moments). The tracker
                 # files unsharded gradients, the root's too, as temporaries until their unit's post-backward
                 # (fsdp2_mem_tracker.py _fsdp_param_group_post_backward): here they are working set.
                 # The lowest body layer prefetches nothing (the root's parameters stay gathered): no all-gather output.
                 below = sum(kept) - freed - its_kept
                 prefetched = all_gather if any(other.placement == "body" for other in layers[:index]) else 0
-                for alive, working in _weight_grad_moments(view, layer):
+                for alive, working in weight_grad_moments(view, layer):
                     moment = point(finished, root_gathered + gathered + prefetched + reducing + held_all_reduce,
                                    below + min(alive, its_kept), max(alive - its_kept, 0) + working + root_grads)
                     if moment.peak_bytes > best.peak_bytes:
@@ -311,11 +207,11 @@ class Fsdp2Points:
             if body_layer:
                 reducing = sum(layer.elements.values()) * view.precision.reduction_bytes
                 if self.replicate > 1 and view.precision.reduction_bytes != view.precision.grad_bytes:
-                    held_all_reduce += self._all_reduce_output(view, layer)
-                finished += 0 if self.cpu_offload else _sharded(view, layer, view.precision.grad_bytes, self.replicate)
-                stay -= _gathered(view, layer) // keep_share if keep_share else 0
+                    held_all_reduce += all_reduce_output_bytes(view, layer, self.replicate)
+                finished += 0 if self.cpu_offload else sharded_bytes(view, layer, view.precision.grad_bytes, self.replicate)
+                stay -= gathered_bytes(view, layer) // keep_share if keep_share else 0
             else:
-                root_grads += _gathered(view, layer)
+                root_grads += gathered_bytes(view, layer)
         if best is not None:
             points["backward"] = best
         points["optimizer"] = point(all_grads, 0, batch, temporary)
@@ -331,7 +227,7 @@ class Fsdp2Points:
         if view.zero < 3:
             return 0
         reduce_pool, gather_pool = stream_pool_bytes(view, self)
-        body = [_gathered(view, layer) for layer in view.layers if layer.placement == "body"]
+        body = [gathered_bytes(view, layer) for layer in view.layers if layer.placement == "body"]
         in_flight = max(body, default=0) if name in ("forward", "backward") else 0
         last = view.layers[-1]
         hole = loss_hole_bytes(view) if name == "backward" and point.working_set_bytes == last.backward_working_bytes else 0
@@ -347,7 +243,7 @@ class Fsdp2Points:
         if name not in ("forward", "backward"):
             return held
         if view.parallel.pp > 1:  # the points' gradients there are the unsharded accumulators, beside any kept ones
-            kept = 0 if self.cpu_offload else sum(_sharded(view, layer, view.precision.grad_bytes, self.replicate)
+            kept = 0 if self.cpu_offload else sum(sharded_bytes(view, layer, view.precision.grad_bytes, self.replicate)
                                                   for layer in view.layers)
             return 0 if self.set_to_none else min(held, kept)
         if name == "forward" or not self.set_to_none or view.micro_batches > 1:
@@ -357,199 +253,10 @@ class Fsdp2Points:
             if held in (finished, finished + root):
                 return finished
             if layer.placement == "body":
-                finished += 0 if self.cpu_offload else _sharded(view, layer, view.precision.grad_bytes, self.replicate)
+                finished += 0 if self.cpu_offload else sharded_bytes(view, layer, view.precision.grad_bytes, self.replicate)
             else:
-                root += _gathered(view, layer)
+                root += gathered_bytes(view, layer)
         return min(held, finished)
-
-    def _all_reduce_output(self, view: StageView, layer: StageLayer) -> int:
-        """HSDP with a reduce dtype other than the gradients': a unit's reduce-scatter output, all-reduced across the
-        replicate group in the reduce dtype, stays allocated until the end of backward (torch 2.13
-        ``_fsdp_collectives.py`` ``foreach_reduce`` hands it to ``FSDPParamGroup._all_reduce_state``, which only the
-        same group's next ``post_backward`` or ``finalize_backward`` clears, so the caching allocator cannot hand the
-        block to the next unit's reduce-scatter while its all-reduce runs); in the gradients' own dtype it is the
-        sharded gradient itself (``foreach_reduce`` views it out)."""
-        return _sharded(view, layer, view.precision.reduction_bytes, self.replicate)
-
-    def _pipelined(self, view: StageView, point, keep_share: int, held_grads: int, root_gathered: int,
-                   all_gather: int, batch: int) -> dict[str, MemoryBreakdown]:
-        """The ``forward``, ``backward`` and ``reduce`` points of a stage under PP (module docstring, "Under PP"), for
-        torch's single-stage schedules (``ScheduleGPipe``, ``Schedule1F1B``; ``check_fsdp_pipeline``): every op one
-        whole forward or backward of the stage. With ``w`` micro-batches in flight at the end of warm-up and ``m``
-        per step, a stage runs ``F^w (B F)^(m-w) B^w``: GPipe ``w = m``, 1F1B ``w = min(pp - stage, m)``.
-
-        What a layer holds gathered follows what ran last: a backward leaves it whole
-        (``set_reshard_after_backward(False)``), a forward keeps its share (none, ``1/n`` or all); an all-gather
-        runs, and its output buffer is alive, only where a layer is not whole (``FSDPParamGroup.unshard`` is a
-        no-op on gathered parameters). The root (embedding, final norm, head) is never resharded before
-        ``perform_reduce_grad`` (``_lazy_init`` clears its ``post_forward_mesh_info``)."""
-        layers = view.layers
-        reduction = view.precision.reduction_bytes
-        # Each layer's unsharded gradient accumulator: its elements on the rank in the reduce dtype
-        # (_fsdp_param.py FSDPParam.to_accumulated_grad_if_needed casts the first to reduce_dtype; where that is the
-        # compute dtype, init_dtype_attrs drops it and the gradient accumulates in param.grad itself).
-        accumulator = [sum(layer.elements.values()) * reduction for layer in layers]
-        every = sum(accumulator)
-        in_flight = max(max(layer.in_flight, 1) for layer in layers)
-        body = [i for i, layer in enumerate(layers) if layer.placement == "body"]
-        whole = {i: _gathered(view, layers[i]) for i in body}
-        share = {i: whole[i] // keep_share if keep_share else 0 for i in body}  # what a forward leaves gathered
-        stay = sum(share.values())
-        resharded = keep_share != 1
-        one = [layer.kept_bytes for layer in layers]
-        kept = [k * in_flight for k in one]
-        last = layers[-1].forward_working_bytes
-
-        # Forward, at the loss of the w-th forward (the end of warm-up, no accumulator yet): it gathers, one
-        # all-gather output alive, where the forward before it resharded or where it is the step's first; without
-        # resharding only the step's first forward gathers, one micro-batch kept.
-        gathers = resharded or in_flight == 1
-        forward = [point(held_grads, root_gathered + stay + (all_gather if gathers else 0), sum(kept), last)]
-        if not gathers:
-            forward.append(point(held_grads, root_gathered + stay + all_gather, sum(one), last))
-        if in_flight < view.micro_batches:
-            # 1F1B's steady state: a forward after a backward, every accumulator alive, nothing gathered (the
-            # backward left every layer whole). With resharding each layer frees its part in its post-forward: at
-            # a body layer's forward the layers from it up are still whole, their activations of it not yet kept.
-            grads = held_grads + every
-            forward.append(point(grads, root_gathered + stay, sum(kept), last))
-            if resharded:
-                for i in body:
-                    gathered = sum(whole[j] if j >= i else share[j] for j in body)
-                    forward.append(point(grads, root_gathered + gathered, sum(kept) - sum(one[i:]),
-                                         layers[i].forward_working_bytes))
-        points = {"forward": _largest(forward)}
-
-        walker = _BackwardWalk(view, point, accumulator, whole, held_grads, all_gather)
-
-        def walk(kept: list[int], accumulating: bool, after_backward: bool) -> MemoryBreakdown:
-            """A backward of the stage (:meth:`_BackwardWalk.walk`); *after_backward*: it follows a backward, so every
-            layer is still whole and nothing is gathered (no all-gather output), else a forward left each layer its
-            share and each is gathered again (the next one prefetched) where that is not all of it."""
-            gathers = resharded and not after_backward
-            running = {i: whole[i] - share[i] for i in body} if gathers else {}
-            return walker.walk(range(len(layers)), kept, accumulating, running, root_gathered
-                               + (sum(whole.values()) if after_backward else stay), gathers)
-
-        # The step's first backward (after a forward, no accumulator yet); 1F1B's steady-state backwards (after a
-        # forward, every accumulator alive); a backward right after a backward (GPipe's second, 1F1B's second
-        # cooldown one: every layer whole, every accumulator alive, one micro-batch fewer in flight).
-        backward = [walk(kept, False, False)]
-        if in_flight < view.micro_batches:
-            backward.append(walk(kept, True, False))
-        if in_flight > 1:
-            backward.append(walk([k * (in_flight - 1) for k in one], True, True))
-        points["backward"] = _largest(backward)
-        points["reduce"] = self._reduce_point(view, point, accumulator, held_grads, batch,
-                                              root_gathered + sum(whole.values()), range(len(layers)))
-        return points
-
-    def _multi_stage(self, view: StageView, point, held_grads: int, batch: int) -> dict[str, MemoryBreakdown]:
-        """The ``forward``, ``backward`` and ``reduce`` points of a rank under torch's multi-stage runtime
-        (``_PipelineScheduleRuntime``, interleaved 1F1B with ``vpp > 1``, without ``reshard_after_forward``:
-        :func:`~hp_core.specs.overlap.check_fsdp_pipeline`), walked through the rank's compute order
-        (:attr:`StageView.order`) with the actions torch 2.13 inserts in it (``pipelining/schedules.py``
-        ``_PipelineScheduleRuntime._prepare_schedule_with_comms``; docs/runtimes.md, ``fsdp2``, "FSDP under
-        interleaved pipeline stages"). At each action:
-
-        * gathered: every chunk the schedule counts gathered (``_add_unshard_reshard(max_active_stages=3)``,
-          :func:`~hp_core.engine.timing.overlap.gathered_chunks`: UNSHARDed, not yet RESHARDed, at most three),
-          each whole, root included (UNSHARD calls ``unshard(async_op=True)`` on every ``FSDPModule`` of the
-          chunk; without ``reshard_after_forward`` neither a forward nor a backward frees them: ``stage.py``
-          ``backward_maybe_with_nosync``). A chunk issued and not yet used holds the all-gather outputs; the
-          action that uses it waits (``_assert_unsharded``), and each unit's copy-out allocates its parameters
-          before its output is freed (``FSDPParamGroup.wait_for_unshard`` outside forward): the chunk and its
-          largest unit at once, before the action computes;
-        * gradients: the unsharded accumulators (reduce dtype) of every chunk whose first backward ran and whose
-          ``REDUCE_GRAD`` (``_add_reduce_grad``: right after its ``m``-th backward) has not; the sharded
-          gradients of the chunks already reduced (``perform_reduce_grad``, held to the optimizer step);
-        * activations: each chunk's micro-batches in flight (forwards run less backwards, the schedule's own
-          order; at the first backward they are the schedule's ``in_flight``); the loop's batch where the chunk
-          that keeps it has none;
-        * a forward binds at its chunk's last layer (as on a single-stage schedule); a backward is walked over
-          its chunk's layers (:class:`_BackwardWalk`), the other chunks' bytes beside; ``REDUCE_GRAD`` of a
-          chunk reshards and reduce-scatters its units in turn (:meth:`_reduce_point`).
-        """
-        layers, order = view.layers, view.order
-        chunks = max(layer.chunk for layer in layers) + 1
-        members = [[i for i, layer in enumerate(layers) if layer.chunk == c] for c in range(chunks)]
-        accumulator = [sum(layer.elements.values()) * view.precision.reduction_bytes for layer in layers]
-        whole = {i: _gathered(view, layer) for i, layer in enumerate(layers) if layer.placement == "body"}
-        gathered = [sum(_gathered(view, layers[i]) for i in m) for m in members]
-        roots = [sum(_gathered(view, layers[i]) for i in m if i not in whole) for m in members]
-        largest_unit = [max([roots[c]] + [whole[i] for i in m if i in whole]) for c, m in enumerate(members)]
-        accumulators = [sum(accumulator[i] for i in m) for m in members]
-        sharded_grads = [0 if self.cpu_offload else sum(_sharded(view, layers[i], view.precision.grad_bytes, self.replicate)
-                                                        for i in m) for m in members]
-        one = [sum(layers[i].kept_bytes for i in m) for m in members]
-        keeper = next((layer.chunk for layer in layers if layer.placement == "first"), None)
-        walker = _BackwardWalk(view, point, accumulator, whole, held_grads, 0)
-        computed = [c for _, c, _ in order]
-        windows = gathered_chunks(computed)
-        waits = {used: c for c, _, used in unshards(computed)}
-        in_flight, backwards, done = [0] * chunks, [0] * chunks, 0
-        found: dict[str, list[MemoryBreakdown]] = {"forward": [], "backward": [], "reduce": []}
-        for i, (kind, c, _) in enumerate(order):
-            on = sum(gathered[k] for k in windows[i])
-            alive = [k for k in range(chunks) if 0 < backwards[k] < view.micro_batches]
-            sharded = 0 if held_grads else done
-            grads = held_grads + sharded + sum(accumulators[k] for k in alive)
-            kept = sum(n * b for n, b in zip(in_flight, one))
-            loose = batch if keeper is not None and in_flight[keeper] == 0 else 0  # the loop's batch, no micro-batch
-            name = "forward" if kind == "F" else "backward"
-            if waits.get(i) == c:
-                found[name].append(point(grads, on + largest_unit[c], kept + loose, 0))
-            if kind == "F":
-                in_flight[c] += 1
-                loose = 0 if c == keeper else loose
-                found["forward"].append(point(grads, on, kept + one[c] + loose, layers[members[c][-1]].forward_working_bytes))
-                continue
-            others = grads - held_grads - (accumulators[c] if c in alive else 0)
-            per_layer = [layers[j].kept_bytes * in_flight[c] if layers[j].chunk == c else 0 for j in range(len(layers))]
-            found["backward"].append(walker.walk(members[c], per_layer, backwards[c] > 0, {}, on, False, others,
-                                                 kept - in_flight[c] * one[c] + loose))
-            in_flight[c] -= 1
-            backwards[c] += 1
-            if backwards[c] == view.micro_batches:  # REDUCE_GRAD, right after the chunk's last backward
-                kept = sum(n * b for n, b in zip(in_flight, one))
-                loose = batch if keeper is not None and in_flight[keeper] == 0 else 0
-                others = sum(accumulators[k] for k in alive if k != c)
-                found["reduce"].append(self._reduce_point(view, point, accumulator, held_grads, kept + loose, on,
-                                                          members[c], sharded, others))
-                done += sharded_grads[c]
-        return {name: _largest(points) for name, points in found.items()}
-
-    def _reduce_point(self, view: StageView, point, accumulator: list[int], held_grads: int, activations: int,
-                      gathered: int, indices: Sequence[int], done_sharded: int = 0, other_grads: int = 0) -> MemoryBreakdown:
-        """Under PP, the once-per-step reduction (pipelining/stage.py ``perform_reduce_grad``) of the layers *indices*
-        (the stage's, or one chunk's under a multi-stage schedule), every layer gathered (*gathered*, with whatever
-        else is) after their last backward: each unit's ``FSDPParamGroup.post_backward`` in turn, the root's first
-        (``_state_ctx.all_states``, in module order), reshards it (``set_reshard_after_backward(True)``) and
-        reduce-scatters its accumulated gradients: at a unit's ``foreach_reduce`` its accumulators and those of the
-        units after it are alive beside its reduce-scatter input (the previous unit's is waited on first, one in
-        flight: ``reduce_scatter_max_input_buffers`` 1), the sharded gradients of the units before it (and
-        *done_sharded*, those reduced before), under HSDP with a reduce dtype other than the gradients' their
-        all-reduce outputs (:meth:`_all_reduce_output`, held until ``_root_post_backward_final_callback`` runs
-        ``finalize_backward``), and the gathered parameters of the units after it; *activations* (no activation
-        but the loop's batch, on a single-stage schedule) and *other_grads* (other chunks' accumulators) beside."""
-        layers = view.layers
-        units = [[i for i in indices if layers[i].placement != "body"]]
-        units += [[i] for i in indices if layers[i].placement == "body"]
-        hsdp_held = self.replicate > 1 and view.precision.reduction_bytes != view.precision.grad_bytes
-        found: list[MemoryBreakdown] = []
-        held_all_reduce = 0
-        for k, unit in enumerate(units):
-            gathered -= sum(_gathered(view, layers[i]) for i in unit)
-            alive = sum(accumulator[i] for other in units[k:] for i in other)
-            rs_input = sum(sum(layers[i].elements.values()) for i in unit) * view.precision.reduction_bytes
-            found.append(point((held_grads or done_sharded) + other_grads + alive, gathered + rs_input + held_all_reduce,
-                               activations, 0))
-            if not self.cpu_offload:
-                done_sharded += sum(_sharded(view, layers[i], view.precision.grad_bytes, self.replicate) for i in unit)
-            if hsdp_held:
-                held_all_reduce += sum(self._all_reduce_output(view, layers[i]) for i in unit)
-        return _largest(found)
-
 
 def stream_pool_bytes(view: StageView, points: Fsdp2Points) -> tuple[int, int]:
     """``(reduce-scatter pool, all-gather pool)``: the most FSDP2 allocates at once on its two streams that allocate,
@@ -575,7 +282,7 @@ def stream_pool_bytes(view: StageView, points: Fsdp2Points) -> tuple[int, int]:
     units = ([root] if root else []) + [[layer] for layer in view.layers if layer.placement == "body"]
 
     def sharded(unit: list[StageLayer], nbytes: int) -> int:
-        return sum(_sharded(view, layer, nbytes, replicate) for layer in unit)
+        return sum(sharded_bytes(view, layer, nbytes, replicate) for layer in unit)
 
     precision = view.precision
     grads = [sharded(unit, precision.grad_bytes) for unit in units]
@@ -592,7 +299,7 @@ def stream_pool_bytes(view: StageView, points: Fsdp2Points) -> tuple[int, int]:
     # FSDPCommContext.get_all_gather_streams runs on the current stream: none allocates in the all-gather pool (a
     # unit's own pre-forward unshard is a no-op on the gathered chunk).
     multi_stage = view.order is not None and p.pp > 1
-    gathers = ([sum(_gathered(view, layer) for layer in unit) for unit in units]
+    gathers = ([sum(gathered_bytes(view, layer) for layer in unit) for unit in units]
                if (p.dp * p.cp) // replicate > 1 and not multi_stage else [])
     gather_pool = max((a + b for a, b in zip(gathers, gathers[1:])), default=max(gathers, default=0))
     return reduce_pool, gather_pool
@@ -612,8 +319,3 @@ def loss_hole_bytes(view: StageView) -> int:
     if "loss_softmax" not in terms or "loss_targets" not in terms or precision.activation_bytes >= precision.logits_bytes:
         return 0  # no upcast loss, or logits already in the loss's dtype (.float() returns them: no block freed)
     return terms["loss_softmax"].bytes // precision.logits_bytes * precision.activation_bytes
-
-
-def _largest(points: list[MemoryBreakdown]) -> MemoryBreakdown:
-    """The first of *points* with the largest peak."""
-    return max(points, key=lambda found: found.peak_bytes)
