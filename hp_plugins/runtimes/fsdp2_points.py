@@ -21,7 +21,9 @@ tracker (``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``) sees it
   whole gradient in fp32, the reduce dtype), held until the next unit's
   post-backward waits on it (``comm_ctx.reduce_scatter_state``). With
   ``reshard_after_forward: false`` every layer's gathered parameters stay from
-  its forward to its backward;
+  its forward to its backward; with ``reshard_last_layer`` False the last
+  layer's do (torchtitan's ``apply_fsdp`` until July 2025), and above it in
+  backward no all-gather output is alive (nothing is gathered for it);
 * **gradients**: none in the forward of a step's only micro-batch
   (``zero_grad(set_to_none=True)`` freed them; with gradient accumulation the
   sharded fp32 gradients of the earlier micro-batches are held); in backward, the
@@ -74,7 +76,10 @@ from hp_core.results import MemoryBreakdown
 from hp_core.specs.overlap import check_fsdp_pipeline, check_fsdp_replicate
 from hp_plugins.runtimes.tp_plans import TP_PLANS
 
-__all__ = ["Fsdp2Points", "loss_hole_bytes", "stream_pool_bytes"]
+__all__ = ["Fsdp2Points", "best_fit_reserved_bytes", "loss_hole_bytes", "stream_pool_bytes"]
+
+_SMALL_BYTES = 1 << 20  # CUDACachingAllocator.cpp kSmallSize: the largest request of the small pool
+_MIN_BLOCK_BYTES = 512  # kMinBlockSize
 
 
 def _shard(view: StageView, group: str, replicate: int = 1) -> int:
@@ -149,6 +154,16 @@ class Fsdp2Points:
         tp_plan: The named TP plan (``tp_plan`` option,
             :mod:`hp_plugins.runtimes.tp_plans`): under TP, ``parallel.sp`` must be
             what it runs; ``custom``: any.
+        reshard_last_layer: False: the last decoder layer is wrapped with
+            ``fully_shard(reshard_after_forward=False)`` while the others reshard
+            (torchtitan's ``apply_fsdp`` from c22d1a8, April 2024, to 83e6941, July
+            2025: "do not reshard after forward for the last transformer block
+            since FSDP would prefetch it immediately"): its gathered parameters stay
+            from its forward to the end of its backward, which gathers nothing for
+            it (``FSDPParamGroup.unshard`` returns on gathered parameters), so above
+            it in backward (the head's and the loss's) no all-gather output is
+            alive; True: it reshards as the others (``parallel.reshard_after_forward``
+            and ``reshard_to`` say). Refused under PP (torchtitan then reshards no layer).
     """
 
     set_to_none: bool = True
@@ -157,6 +172,7 @@ class Fsdp2Points:
     cpu_offload: bool = False
     reshard_to: int = 0
     tp_plan: str = "custom"
+    reshard_last_layer: bool = True
 
     def __call__(self, view: StageView) -> dict[str, MemoryBreakdown]:
         plan = TP_PLANS.get(self.tp_plan)
@@ -184,7 +200,6 @@ class Fsdp2Points:
         body = [layer for layer in layers if layer.placement == "body"]
         root_gathered = sum(_gathered(view, layer) for layer in layers if layer.placement != "body")
         all_gather = max((_gathered(view, layer) for layer in body), default=0)
-        reshard = view.parallel.reshard_after_forward
         kept = [layer.kept_bytes * max(layer.in_flight, 1) for layer in layers]
         # Sharded gradients in a step's forward and backward: kept by zero_grad(set_to_none=False), or from the
         # earlier micro-batches' reduce-scatters; under PP nothing is reduce-scattered before the step's end.
@@ -198,7 +213,7 @@ class Fsdp2Points:
 
         # Without resharding after forward, every layer's gathered parameters stay until its backward is over;
         # resharding to n ranks, an n-th of them.
-        keep_share = self.reshard_to if (reshard and self.reshard_to > 1) else (0 if reshard else 1)
+        keep_share = self._keep_share(view)
         if keep_share > 1 and (p.dp * p.cp) % (keep_share * self.replicate):
             raise ConfigError("$.runtime.options.reshard_after_forward_to",
                               f"{keep_share} must divide the FSDP shard group of {p.dp * p.cp // self.replicate} ranks")
@@ -207,11 +222,16 @@ class Fsdp2Points:
         batch = sum(layer.kept_bytes for layer in layers if layer.placement == "first")
         temporary = params // view.precision.param_bytes * 4 if self.foreach_optimizer else 0
         if pipelined:
+            if not self.reshard_last_layer:
+                raise ConfigError("$.runtime.options.reshard_last_layer_after_forward",
+                                  "false is not priced under pp > 1 (torchtitan then reshards no layer after forward)")
             points = self._pipelined(view, point, keep_share, held_grads, root_gathered, all_gather, batch)
             points["optimizer"] = point(all_grads, 0, batch, temporary)
             return points
         stay = sum(_gathered(view, layer) for layer in body) // keep_share if keep_share else 0
-        points = {"forward": point(held_grads, root_gathered + all_gather + stay, sum(kept), layers[-1].forward_working_bytes)}
+        kept_last = self._kept_last(view, keep_share)
+        points = {"forward": point(held_grads, root_gathered + all_gather + stay + kept_last, sum(kept),
+                                   layers[-1].forward_working_bytes)}
 
         # Backward, from the top: the layers above the running one have freed what they kept and
         # reduce-scattered their gradients (a body layer) or left them unsharded in the root (the rest).
@@ -220,13 +240,15 @@ class Fsdp2Points:
         # next unit's post-backward waits on it (FSDP2 comm_ctx.reduce_scatter_state, _fsdp_param_group.post_backward).
         freed = finished = root_grads = reducing = held_all_reduce = 0
         best: MemoryBreakdown | None = None
+        above_last = bool(kept_last)  # above a last body layer kept gathered: it stays, nothing is prefetched
         for index, layer, its_kept in zip(reversed(range(len(layers))), reversed(layers), reversed(kept)):
             body_layer = layer.placement == "body"
+            above_last = above_last and not body_layer
             running = _gathered(view, layer) - (_gathered(view, layer) // keep_share if keep_share else 0) if body_layer else 0
-            gathered = stay + running
+            gathered = stay + running + (kept_last if above_last else 0)
             grads = held_grads if held_grads else finished + root_grads
-            candidate = point(grads, root_gathered + gathered + all_gather + reducing + held_all_reduce, sum(kept) - freed,
-                              layer.backward_working_bytes)
+            candidate = point(grads, root_gathered + gathered + (0 if above_last else all_gather) + reducing
+                              + held_all_reduce, sum(kept) - freed, layer.backward_working_bytes)
             if best is None or candidate.peak_bytes > best.peak_bytes:
                 best = candidate
             if body_layer and not held_grads:
@@ -255,21 +277,57 @@ class Fsdp2Points:
         points["optimizer"] = point(all_grads, 0, batch, temporary)
         return points
 
+    def _kept_last(self, view: StageView, keep_share: int) -> int:
+        """What the last body layer keeps gathered after its forward beyond the share the others keep
+        (``reshard_last_layer`` False; 0 where every layer keeps all of it or it reshards)."""
+        body = [layer for layer in view.layers if layer.placement == "body"]
+        if self.reshard_last_layer or not body or keep_share == 1:
+            return 0
+        whole = _gathered(view, body[-1])
+        return whole - (whole // keep_share if keep_share else 0)
+
+    def _keep_share(self, view: StageView) -> int:
+        """What a layer keeps gathered after forward: 0 none, 1 all, ``n`` an n-th (``__call__``'s ``keep_share``)."""
+        reshard = view.parallel.reshard_after_forward
+        return self.reshard_to if (reshard and self.reshard_to > 1) else (0 if reshard else 1)
+
     def cached_bytes(self, view: StageView, name: str, point: MemoryBreakdown) -> int:
         """What FSDP2's stream pools (:func:`stream_pool_bytes`) keep reserved beside the binding point *name* and
         not allocated there (``StageEstimate.cached_bytes``): the reduce-scatter pool less the gradients the point
         holds (a step's forward and backward after ``zero_grad(set_to_none=True)``: the previous step's sharded
         gradients, freed into that pool), the all-gather pool less the one all-gather output a forward or backward
-        point holds (none at the optimizer step); and where the point is the backward of an upcast loss
+        point holds (none at the optimizer step, nor in backward above a last body layer kept gathered,
+        ``reshard_last_layer``); and where the point is the backward of an upcast loss
         (:func:`loss_hole_bytes`), the block of the logits in the compute dtype, free and too small for it."""
         if view.zero < 3:
             return 0
         reduce_pool, gather_pool = stream_pool_bytes(view, self)
         body = [_gathered(view, layer) for layer in view.layers if layer.placement == "body"]
         in_flight = max(body, default=0) if name in ("forward", "backward") else 0
+        if name == "backward" and self._above_kept_last(view, point):
+            in_flight = 0
         last = view.layers[-1]
         hole = loss_hole_bytes(view) if name == "backward" and point.working_set_bytes == last.backward_working_bytes else 0
         return max(reduce_pool - self._sharded_grads_held(view, name, point), 0) + max(gather_pool - in_flight, 0) + hole
+
+    def _above_kept_last(self, view: StageView, point: MemoryBreakdown) -> bool:
+        """Whether the backward *point* is one of the walk's above a last body layer kept gathered
+        (``reshard_last_layer`` False, not under PP): its buffers are the root's and that layer's gathered parameters
+        alone (no all-gather output, reduce-scatter input or all-reduce output yet) and its working set a layer's
+        above it."""
+        if view.parallel.pp > 1:
+            return False
+        kept_last = self._kept_last(view, self._keep_share(view))
+        placements = [layer.placement for layer in view.layers]
+        if not kept_last or "body" not in placements:
+            return False
+        top = view.layers[len(placements) - placements[::-1].index("body"):]
+        root_gathered = sum(_gathered(view, layer) for layer in view.layers if layer.placement != "body")
+        stay = sum(_gathered(view, layer) for layer in view.layers if layer.placement == "body")
+        keep_share = self._keep_share(view)
+        stay = stay // keep_share if keep_share else 0
+        return (point.communication_buffers_bytes == root_gathered + stay + kept_last
+                and any(point.working_set_bytes == layer.backward_working_bytes for layer in top))
 
     def _sharded_grads_held(self, view: StageView, name: str, point: MemoryBreakdown) -> int:
         """The sharded gradients *point* holds (in the reduce-scatter pool). A backward point of the plain walk holds
@@ -447,9 +505,17 @@ def stream_pool_bytes(view: StageView, points: Fsdp2Points) -> tuple[int, int]:
       unit's output in the reduce dtype beside it until its cast; where a unit's ``.grad`` already exists at its
       reduce (gradient accumulation without PP, or ``zero_grad(set_to_none=False)``), ``foreach_reduce`` still
       allocates a new ``reduce_output`` there and adds it into ``.grad``: one unit's output beside every gradient.
-    * The all-gather copy-in stream allocates each all-gather output (``foreach_all_gather``); in forward a unit's is
-      freed at the next unit's copy-out (``FSDPParamGroup.wait_for_unshard``), after that unit's all-gather output is
-      allocated: two consecutive units' at once, the root's (embedding, final norm, head) and the first layer's.
+    * The all-gather copy-in stream allocates each unit's all-gather input (its shard cast to the gathered format:
+      ``_get_param_all_gather_inputs``' ``flat_foreach_copy_input``, or a recipe's ``fsdp_pre_all_gather`` output),
+      then its output (``foreach_all_gather``), and frees the input once copied in; in forward a unit's output is
+      freed at the next unit's copy-out (``FSDPParamGroup.wait_for_unshard``), after that unit's input and output are
+      allocated, the last one at the root's post-forward (``_fsdp_state.py`` ``_post_forward``); in backward each
+      output right after its copy-out, the root (never resharded after forward) and a last layer kept gathered
+      (``reshard_last_layer`` False) gathering nothing. The pool is what the caching allocator reserves over two
+      steps of that sequence (:func:`best_fit_reserved_bytes`): for a root larger than a layer, the root's input and
+      output and, where a layer's output does not fit beside its input in the root input's block, a layer's output.
+      torch 2.6.0 (branched in December 2024) and torch 2.13 allocate these the same way. With ``cpu_offload`` the
+      input is priced the same (the per-parameter host-to-device copy before the cast is not).
     """
     p = view.parallel
     replicate = points.replicate
@@ -470,9 +536,82 @@ def stream_pool_bytes(view: StageView, points: Fsdp2Points) -> tuple[int, int]:
         reduce_pool = max((g + o for g, o in zip(grads, outputs)), default=0)
     else:
         reduce_pool = sum(grads) + max(outputs, default=0)
-    gathers = [sum(_gathered(view, layer) for layer in unit) for unit in units] if (p.dp * p.cp) // replicate > 1 else []
-    gather_pool = max((a + b for a, b in zip(gathers, gathers[1:])), default=max(gathers, default=0))
-    return reduce_pool, gather_pool
+    if (p.dp * p.cp) // replicate <= 1:
+        return reduce_pool, 0
+    gathers = [sum(_gathered(view, layer) for layer in unit) for unit in units]
+    # Each unit's all-gather input: its shard in the gathered format, made in the same stream before the output is
+    # allocated (_get_param_all_gather_inputs' flat_foreach_copy_input, or a recipe's fsdp_pre_all_gather output).
+    inputs = [sum(math.ceil(_gathered(view, layer) * _sharded(view, layer, 1, replicate) / max(sum(layer.elements.values()), 1))
+                  for layer in unit) for unit in units]
+    first = 1 if root else 0  # the root is gathered once a step, before the decoder layers (never resharded after forward)
+    regathered = [k for k in range(first, len(units))]
+    if not points.reshard_last_layer and regathered:
+        regathered = regathered[:-1]  # kept gathered after its forward: its backward gathers nothing
+    events: list[tuple[str, str, int]] = []
+    for _step in range(2):  # a second step starts from the first one's blocks: the pool's steady state
+        for k in range(len(units)):  # forward: unit k's input and output, its input freed, then unit k-1's output
+            events += [("alloc", f"in{k}", inputs[k]), ("alloc", f"out{k}", gathers[k]), ("free", f"in{k}", 0)]
+            if k:
+                events.append(("free", f"out{k - 1}", 0))
+        events.append(("free", f"out{len(units) - 1}", 0))  # the root's post-forward frees the last one
+        for k in reversed(regathered):  # backward: each output freed right after its copy-out
+            events += [("alloc", f"in{k}", inputs[k]), ("alloc", f"out{k}", gathers[k]), ("free", f"in{k}", 0),
+                       ("free", f"out{k}", 0)]
+    return reduce_pool, best_fit_reserved_bytes(events)
+
+
+def best_fit_reserved_bytes(events: list[tuple[str, str, int]]) -> int:
+    """The bytes one stream's pool of PyTorch's caching allocator reserves over *events* (``("alloc", key, nbytes)``,
+    ``("free", key, 0)``), as ``c10/cuda/CUDACachingAllocator.cpp`` serves them without expandable segments: a request
+    takes the smallest free block at least its size (blocks ordered by size, then address), split where the rest
+    exceeds 1 MiB (``kSmallSize``; requests of at most 1 MiB use a pool of their own, split down to 512 bytes); none:
+    a new segment; a freed block merges with its free neighbours in its segment, and no block moves or joins another
+    segment. Sizes as requested: the 512-byte and 2 MiB roundings (``round_size``, ``get_allocation_size``) are not
+    priced (a few MiB against GiB-sized outputs)."""
+    segments: list[list[list]] = []  # each segment's blocks in address order: [bytes, key or None], None free
+    small_pool: list[bool] = []
+    where: dict[str, list] = {}
+    for op, key, nbytes in events:
+        if op == "free":
+            block = where.pop(key, None)
+            if block is None:
+                continue
+            block[1] = None
+            for blocks in segments:  # merge free neighbours
+                merged: list[list] = []
+                for b in blocks:
+                    if merged and merged[-1][1] is None and b[1] is None:
+                        merged[-1][0] += b[0]
+                    else:
+                        merged.append(b)
+                blocks[:] = merged
+            continue
+        if nbytes <= 0:
+            continue
+        small = nbytes <= _SMALL_BYTES
+        best = None
+        for s, blocks in enumerate(segments):
+            if small_pool[s] != small:
+                continue
+            offset = 0
+            for i, b in enumerate(blocks):
+                if b[1] is None and b[0] >= nbytes and (best is None or (b[0], s, offset) < best[0]):
+                    best = ((b[0], s, offset), s, i)
+                offset += b[0]
+        if best is None:
+            segments.append([[nbytes, key]])
+            small_pool.append(small)
+            where[key] = segments[-1][0]
+            continue
+        _, s, i = best
+        block = segments[s][i]
+        rest = block[0] - nbytes
+        if rest >= (_MIN_BLOCK_BYTES if small else _SMALL_BYTES + 1):
+            block[0] = nbytes
+            segments[s].insert(i + 1, [rest, None])
+        block[1] = key
+        where[key] = block
+    return sum(b[0] for blocks in segments for b in blocks)
 
 
 def loss_hole_bytes(view: StageView) -> int:
