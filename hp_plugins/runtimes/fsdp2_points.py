@@ -544,9 +544,10 @@ def stream_pool_bytes(view: StageView, points: Fsdp2Points) -> tuple[int, int]:
     inputs = [sum(math.ceil(_gathered(view, layer) * _sharded(view, layer, 1, replicate) / max(sum(layer.elements.values()), 1))
                   for layer in unit) for unit in units]
     first = 1 if root else 0  # the root is gathered once a step, before the decoder layers (never resharded after forward)
-    regathered = [k for k in range(first, len(units))]
+    # The layers a backward gathers again: none without resharding after forward; a last layer kept gathered not.
+    regathered = list(range(first, len(units))) if p.reshard_after_forward else []
     if not points.reshard_last_layer and regathered:
-        regathered = regathered[:-1]  # kept gathered after its forward: its backward gathers nothing
+        regathered = regathered[:-1]
     events: list[tuple[str, str, int]] = []
     for _step in range(2):  # a second step starts from the first one's blocks: the pool's steady state
         for k in range(len(units)):  # forward: unit k's input and output, its input freed, then unit k-1's output
