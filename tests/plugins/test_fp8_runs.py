@@ -280,6 +280,58 @@ def test_torchao_moe_prose_states_hp_s_bf16_gemm_seconds_and_memory(registry, mo
             f"{memory.working_set_bytes / 2**30:.1f} GiB working set") in prose
 
 
+def test_torchao_moe_kernel_rows_bound_the_bf16_experts_and_the_page_states_them(registry):
+    """The README's own kernel rows (torchao_moe_kernels): bf16 torch._grouped_mm at 4 groups runs 6 x 128,000 x 8,192 x
+    5,120 FLOPs forward and backward in 38,879.3 us, 828.5 TFLOP/s (0.368 of the B200's 2,250); at that rate the Llama4
+    row's routed GEMMs (2 layers x 3 GEMMs x 6 x 65,536 x 5,120 x 8,192 FLOPs a rank) take 0.119 s and MXFP8 (24,508.5 us)
+    saves 0.044 s of them, 0.177 s were all 4 ranks' tokens on one rank: each below the measured 0.382 s. The MoE layer
+    row saved 82.85 ms where the 8-group kernel row gives 3 x 9,777 us x 131,072 / 128,000 = 30.0 ms."""
+    from hp_plugins.runtimes.timing_profiles import BLACKWELL
+
+    data = _data()
+    kernels = data["torchao_moe_kernels"]
+    assert "838dcebb13be7cd7b7ae5d1d8c4e674c89a5d7b8" in kernels["source"] and "2.10.0a0+gitf6de195" in kernels["source"]
+    rows = {r["G"]: r for r in kernels["grouped_mm_rows"]}
+    for row in rows.values():
+        cells = [c.strip() for c in row["row"].strip(" |").split("|")]
+        assert cells[0] == f"({row['M']}, {row['N']}, {row['K']}, {row['G']})"
+        assert float(cells[1]) == row["bf16_fwd_bwd_us"] and float(cells[2]) == row["mxfp8_fwd_bwd_us"]
+    four = rows[4]
+    flops = 6 * four["M"] * four["N"] * four["K"]
+    rate = flops / (four["bf16_fwd_bwd_us"] * 1e-6)
+    assert rate == pytest.approx(828.5194e12, rel=1e-6)
+    peak = registry.hardware_preset("b200").spec.peak_flops["bf16"]
+    assert peak == 2250e12 and rate / peak == pytest.approx(0.3682, abs=5e-5)
+    routed = 2 * 3 * 6 * 65536 * 5120 * 8192
+    bf16_seconds = routed / rate
+    saving = bf16_seconds - routed / (flops / (four["mxfp8_fwd_bwd_us"] * 1e-6))
+    measured = 8 * 8192 / 49381.0 - 8 * 8192 / 69350.0
+    assert (round(bf16_seconds, 3), round(saving, 3), round(4 * saving, 3), round(measured, 3)) == (0.119, 0.044, 0.177, 0.382)
+    one = rows[1]
+    g1_rate = 6 * one["M"] * one["N"] * one["K"] / (one["bf16_fwd_bwd_us"] * 1e-6)
+    assert BLACKWELL.matmul.value == 0.4878  # the b200 preset's dense GEMM efficiency the page quotes
+    cublas_ms = 6 * one["M"] * one["N"] * one["K"] / (BLACKWELL.matmul.value * peak) * 1e3
+    assert f"{g1_rate / 1e12:.1f}" == "796.1" and f"{cublas_ms:.1f}" == "29.3" and cublas_ms < one["bf16_fwd_bwd_us"] / 1e3
+    layer = kernels["moe_layer_row"]
+    assert f"{layer['bf16_ms']:.3f}" in layer["row"] and f"{layer['mxfp8_ms']:.3f}" in layer["row"]
+    layer_saving = layer["bf16_ms"] - layer["mxfp8_ms"]
+    eight = rows[8]
+    kernel_saving_ms = 3 * (eight["bf16_fwd_bwd_us"] - eight["mxfp8_fwd_bwd_us"]) / 1e3 * layer["tokens"] / eight["M"]
+    assert f"{layer_saving:.2f}" == "82.85" and f"{kernel_saving_ms:.1f}" == "30.0"
+    prose = _prose(_page())
+    for stated in (f"in {four['bf16_fwd_bwd_us']:,.1f} us", f"= {rate / 1e12:.1f} TFLOP/s, {rate / peak:.3f} of the 2,250 peak",
+                   f"G = 1: {g1_rate / 1e12:.1f} TFLOP/s", f"would take {cublas_ms:.1f} ms, not {one['bf16_fwd_bwd_us'] / 1e3:.1f}",
+                   f"= {routed / 1e13:.2f}e13 FLOPs a rank) take {bf16_seconds:.3f} s",
+                   f"(its TE grouped fit, {BLACKWELL.grouped_matmul.value * 16384 / (16384 + BLACKWELL.grouped_half_rows.value):.3f} "
+                   "of peak at 16,384 rows an expert)",
+                   f"MXFP8 time ({four['mxfp8_fwd_bwd_us']:,.1f} us, {four['bf16_fwd_bwd_us'] / four['mxfp8_fwd_bwd_us']:.3f}x) saves "
+                   f"{saving:.3f} s", f"not the measured {measured:.3f} s", f"still {4 * saving:.3f} s",
+                   f"saved {layer_saving:.2f} ms under MXFP8", f"G = 8 row gives {kernel_saving_ms:.1f} ms",
+                   "at most 32 (128) rows over a rank's 65,536 a layer, 0.05% (0.20%)"):
+        assert stated in prose, stated
+    assert f"{4 * 8 / 65536:.2%}" == "0.05%" and f"{4 * 32 / 65536:.2%}" == "0.20%"
+
+
 def test_mpt_fsdp_rows_state_their_provenance_and_the_page_table_is_current():
     data = _data()
     source = data["sources"]["llm-foundry-benchmarks"]
