@@ -151,6 +151,14 @@ def section(found: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The memory rows whose torchtitan kept the last decoder layer gathered after forward (apply_fsdp's default from
+# c22d1a8, April 2024, until 83e6941, 2025-07-28: runtime option reshard_last_layer_after_forward false): torchtitan
+# 9dec370 (torchtitan-202412), the January 2025 build of 7a04053 and torchtitan 0.0.2 (the version torchtitan's
+# assets/version.txt states from December 2024 to June 2025; torchao's H100 rows). torchao's MI300x and B200 rows ran
+# 2c8b594 and 6fc499f, both after 83e6941.
+_KEEPS_LAST_LAYER = ("tt2412-", "tt-h100-", "ao-h100-")
+
+
 def _torchtitan_peak_gib(row: dict, recipe: str, registry) -> float:
     """hp's reserved GiB of a torchtitan memory row's layout (Llama 3 8B, FSDP over the row's GPUs, per-op SAC) under
     *recipe*: the peak and what the caching allocator keeps beside it (``StageEstimate.reserved_bytes``), as every row
@@ -172,6 +180,8 @@ def _torchtitan_peak_gib(row: dict, recipe: str, registry) -> float:
         data["float8"] = ({"enable_fsdp_float8_all_gather": True, "precompute_float8_dynamic_scale_for_fsdp": True}
                           if recipe == "torchao-float8-tensorwise" else {"recipe_name": "rowwise"})
     imported = import_torchtitan(data, registry, devices=row["gpus"])
+    if row["id"].startswith(_KEEPS_LAST_LAYER):
+        imported.document["runtime"].setdefault("options", {})["reshard_last_layer_after_forward"] = False
     job = resolve_job(structure(imported.document, ConfigFile, registry), registry)
     assert job.precision.recipe == recipe, (row["id"], job.precision.recipe)
     return max(stage.reserved_bytes for stage in estimate_job(job, registry).stages) / 2**30

@@ -15,8 +15,12 @@ PyTorch ``torch.distributed.fsdp.fully_shard``):
   the running layer's and one all-gather output), gradients only where the
   trainer keeps them.
 * Beside the peak (``StageEstimate.cached_bytes``, ``Fsdp2Points.cached_bytes``): the
-  caching allocator's reduce-scatter and all-gather stream pools and an upcast
-  loss's freed compute-dtype logits block, in reserved memory only.
+  caching allocator's reduce-scatter and all-gather stream pools (the latter's
+  all-gather inputs and outputs placed as the allocator's best fit places them)
+  and an upcast loss's freed compute-dtype logits block, in reserved memory only.
+* ``reshard_last_layer_after_forward: false``: the last decoder layer kept
+  gathered from its forward to its backward (torchtitan's ``apply_fsdp`` until
+  July 2025).
 * Kernels: SDPA flash attention (option ``attention_kernel``); an unfused SwiGLU (``F.silu(w1(x)) * w3(x)``);
   by default the modules of transformers (``norm_implementation: transformers``:
   RMSNorm upcasts to fp32 and keeps that copy) and a loss that upcasts the logits
@@ -329,6 +333,17 @@ _MEMORY_OPTIONS = (
         "until its backward (0: parallel.reshard_after_forward says, all freed or all kept)",
         "torch/distributed/fsdp/_fully_shard/_fully_shard.py fully_shard (reshard_after_forward: bool | int)",
         _Points("reshard_to"), minimum=0,
+    ),
+    RuntimeOption(
+        "reshard_last_layer_after_forward", "bool", True,
+        "false: the last decoder layer keeps its gathered parameters from its forward to the end of its backward, the "
+        "others resharding (torchtitan's default from April 2024 to July 2025, 'since FSDP would prefetch it "
+        "immediately'); above it in backward (the head's and the loss's) no all-gather output is alive; refused under "
+        "pp > 1; true: it reshards as parallel.reshard_after_forward and reshard_after_forward_to say",
+        "torchtitan torchtitan/parallelisms/parallelize_llama.py apply_fsdp at 9dec370 (reshard_after_forward = "
+        "int(layer_id) < len(model.layers) - 1; from c22d1a8, removed by 83e6941); torch/distributed/fsdp/_fully_shard/"
+        "_fsdp_param_group.py FSDPParamGroup.unshard (nothing gathered for gathered parameters)",
+        _Points("reshard_last_layer"),
     ),
     RuntimeOption(
         "tp_head_plan", "choice", "vocab_parallel",

@@ -1,39 +1,15 @@
-"""The bytes of an FSDP2 unit's layers that the ``fsdp2`` runtime's peak points count
-(:mod:`hp_plugins.runtimes.fsdp2_points`, :mod:`hp_plugins.runtimes.fsdp2_pipeline`): a layer's shard, its gathered
-parameters, the moments of its backward that hold its whole gradients, HSDP's held all-reduce output; and the largest
-of several points."""
+"""What the ``fsdp2`` runtime's peak points count of a layer beyond its shard and gathered bytes
+(:mod:`hp_plugins.runtimes.fsdp2_pools`), at pp 1 (:mod:`hp_plugins.runtimes.fsdp2_points`) and under PP
+(:mod:`hp_plugins.runtimes.fsdp2_pipeline`): the moments of its backward that hold its whole gradients, HSDP's held
+all-reduce output; and the largest of several points."""
 
 from __future__ import annotations
 
-import math
-
 from hp_core.peak_points import StageLayer, StageView
 from hp_core.results import MemoryBreakdown
+from hp_plugins.runtimes.fsdp2_pools import sharded_bytes
 
-__all__ = ["all_reduce_output_bytes", "gathered_bytes", "largest_point", "shard_ranks", "sharded_bytes",
-           "weight_grad_moments"]
-
-
-def shard_ranks(view: StageView, group: str, replicate: int = 1) -> int:
-    """What FSDP2 shards a group over: its mesh, dp * cp; routed experts over the expert data-parallel
-    group only under expert parallelism (without it, a TP plan leaves them whole and FSDP shards them
-    over the same mesh as the rest)."""
-    p = view.parallel
-    return (p.expert_dp if group == "routed_expert" and p.ep > 1 else p.dp * p.cp) // replicate
-
-
-def sharded_bytes(view: StageView, layer: StageLayer, nbytes: int, replicate: int = 1) -> int:
-    """A layer's shard at *nbytes* an element: each group's elements over its ranks (:func:`shard_ranks`), rounded
-    up."""
-    return sum(math.ceil(n * nbytes / shard_ranks(view, group, replicate)) for group, n in layer.elements.items())
-
-
-def gathered_bytes(view: StageView, layer: StageLayer) -> int:
-    """A layer's gathered parameters: the compute dtype, or as a precision recipe gathers them (torchao's
-    ``enable_fsdp_float8_all_gather``: the GEMM weights cast to float8 before the all-gather)."""
-    if layer.gathered_bytes is not None:
-        return layer.gathered_bytes
-    return sum(layer.elements.values()) * view.precision.activation_bytes
+__all__ = ["all_reduce_output_bytes", "largest_point", "weight_grad_moments"]
 
 
 def weight_grad_moments(view: StageView, layer: StageLayer) -> list[tuple[int, int]]:

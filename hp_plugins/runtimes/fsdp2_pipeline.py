@@ -10,8 +10,8 @@ from typing import Sequence
 from hp_core.engine.timing.overlap import gathered_chunks, unshards
 from hp_core.peak_points import StageView
 from hp_core.results import MemoryBreakdown
-from hp_plugins.runtimes.fsdp2_layers import (all_reduce_output_bytes, gathered_bytes, largest_point, sharded_bytes,
-                                              weight_grad_moments)
+from hp_plugins.runtimes.fsdp2_layers import all_reduce_output_bytes, largest_point, weight_grad_moments
+from hp_plugins.runtimes.fsdp2_pools import gathered_bytes, sharded_bytes
 
 __all__ = ["BackwardWalk", "multi_stage_points", "pipelined_points", "reduce_point"]
 

@@ -21,7 +21,9 @@ tracker (``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``) sees it
   whole gradient in fp32, the reduce dtype), held until the next unit's
   post-backward waits on it (``comm_ctx.reduce_scatter_state``). With
   ``reshard_after_forward: false`` every layer's gathered parameters stay from
-  its forward to its backward;
+  its forward to its backward; with ``reshard_last_layer`` False the last
+  layer's do (torchtitan's ``apply_fsdp`` until July 2025), and above it in
+  backward no all-gather output is alive (nothing is gathered for it);
 * **gradients**: none in the forward of a step's only micro-batch
   (``zero_grad(set_to_none=True)`` freed them; with gradient accumulation the
   sharded fp32 gradients of the earlier micro-batches are held); in backward, the
@@ -54,9 +56,9 @@ an all-gather (with its output buffer) runs only where a layer is not whole; a
 backward right after a backward (GPipe's later ones, 1F1B's cooldown) starts
 with every layer whole; no sharded gradient or reduce-scatter input is held
 before the reduction; and a ``reduce`` point prices ``perform_reduce_grad``
-itself (``fsdp2_pipeline.pipelined_points``; docs/runtimes.md, ``fsdp2``). Under interleaved 1F1B (``vpp > 1``, torch's
-multi-stage runtime, without ``reshard_after_forward``) the same points are walked through the rank's order with
-the UNSHARD, RESHARD and REDUCE_GRAD actions torch inserts in it (``fsdp2_pipeline.multi_stage_points``).
+itself (``fsdp2_pipeline.pipelined_points``; docs/runtimes.md, ``fsdp2``). Under interleaved 1F1B (``vpp > 1``,
+torch's multi-stage runtime, without ``reshard_after_forward``) the same points are walked through the rank's order
+with the UNSHARD, RESHARD and REDUCE_GRAD actions torch inserts in it (``fsdp2_pipeline.multi_stage_points``).
 
 The points it returns: ``forward`` (at the loss; under PP with
 ``reshard_after_forward`` also at each layer's forward after a backward),
@@ -69,15 +71,17 @@ from __future__ import annotations
 import attrs
 
 from hp_core.errors import ConfigError
-from hp_core.peak_points import StageLayer, StageView
+from hp_core.peak_points import StageView
 from hp_core.results import MemoryBreakdown
 from hp_core.specs.overlap import check_fsdp_pipeline, check_fsdp_replicate
-from hp_plugins.runtimes.fsdp2_layers import (all_reduce_output_bytes, gathered_bytes, largest_point, sharded_bytes,
-                                              weight_grad_moments)
+from hp_plugins.runtimes.fsdp2_layers import all_reduce_output_bytes, weight_grad_moments
 from hp_plugins.runtimes.fsdp2_pipeline import multi_stage_points, pipelined_points
+from hp_plugins.runtimes.fsdp2_pools import best_fit_reserved_bytes, loss_hole_bytes, stream_pool_bytes
+from hp_plugins.runtimes.fsdp2_pools import gathered_bytes as _gathered
+from hp_plugins.runtimes.fsdp2_pools import sharded_bytes as _sharded
 from hp_plugins.runtimes.tp_plans import TP_PLANS
 
-__all__ = ["Fsdp2Points", "loss_hole_bytes", "stream_pool_bytes"]
+__all__ = ["Fsdp2Points", "best_fit_reserved_bytes", "loss_hole_bytes", "stream_pool_bytes"]
 
 
 @attrs.frozen
@@ -105,6 +109,16 @@ class Fsdp2Points:
         tp_plan: The named TP plan (``tp_plan`` option,
             :mod:`hp_plugins.runtimes.tp_plans`): under TP, ``parallel.sp`` must be
             what it runs; ``custom``: any.
+        reshard_last_layer: False: the last decoder layer is wrapped with
+            ``fully_shard(reshard_after_forward=False)`` while the others reshard
+            (torchtitan's ``apply_fsdp`` from c22d1a8, April 2024, to 83e6941, July
+            2025: "do not reshard after forward for the last transformer block
+            since FSDP would prefetch it immediately"): its gathered parameters stay
+            from its forward to the end of its backward, which gathers nothing for
+            it (``FSDPParamGroup.unshard`` returns on gathered parameters), so above
+            it in backward (the head's and the loss's) no all-gather output is
+            alive; True: it reshards as the others (``parallel.reshard_after_forward``
+            and ``reshard_to`` say). Refused under PP (torchtitan then reshards no layer).
     """
 
     set_to_none: bool = True
@@ -113,6 +127,7 @@ class Fsdp2Points:
     cpu_offload: bool = False
     reshard_to: int = 0
     tp_plan: str = "custom"
+    reshard_last_layer: bool = True
 
     def __call__(self, view: StageView) -> dict[str, MemoryBreakdown]:
         plan = TP_PLANS.get(self.tp_plan)
@@ -127,20 +142,19 @@ class Fsdp2Points:
             return dict(view.default_points)
         check_fsdp_pipeline(view.zero, p)  # a single-stage schedule, or interleaved 1F1B without reshard_after_forward
         params, all_grads, master, states = view.static
-        sharded = sum(sharded_bytes(view, layer, view.precision.param_bytes, self.replicate) for layer in view.layers)
+        sharded = sum(_sharded(view, layer, view.precision.param_bytes, self.replicate) for layer in view.layers)
         if sharded != params and params:
             # HSDP, or routed experts on FSDP2's own mesh: the shard the planner priced, rescaled (exact for an
             # optimizer that keeps the same bytes per element of every group, AdamW's two moments).
-            all_grads = sum(sharded_bytes(view, layer, view.precision.grad_bytes, self.replicate) for layer in view.layers)
+            all_grads = sum(_sharded(view, layer, view.precision.grad_bytes, self.replicate) for layer in view.layers)
             states, master = states * sharded // params, master * sharded // params
             params = sharded
         if self.cpu_offload:
             params = all_grads = master = states = 0
         layers = view.layers
         body = [layer for layer in layers if layer.placement == "body"]
-        root_gathered = sum(gathered_bytes(view, layer) for layer in layers if layer.placement != "body")
-        all_gather = max((gathered_bytes(view, layer) for layer in body), default=0)
-        reshard = view.parallel.reshard_after_forward
+        root_gathered = sum(_gathered(view, layer) for layer in layers if layer.placement != "body")
+        all_gather = max((_gathered(view, layer) for layer in body), default=0)
         kept = [layer.kept_bytes * max(layer.in_flight, 1) for layer in layers]
         # Sharded gradients in a step's forward and backward: kept by zero_grad(set_to_none=False), or from the
         # earlier micro-batches' reduce-scatters; under PP nothing is reduce-scattered before the step's end.
@@ -154,7 +168,7 @@ class Fsdp2Points:
 
         # Without resharding after forward, every layer's gathered parameters stay until its backward is over;
         # resharding to n ranks, an n-th of them.
-        keep_share = self.reshard_to if (reshard and self.reshard_to > 1) else (0 if reshard else 1)
+        keep_share = self._keep_share(view)
         if keep_share > 1 and (p.dp * p.cp) % (keep_share * self.replicate):
             raise ConfigError("$.runtime.options.reshard_after_forward_to",
                               f"{keep_share} must divide the FSDP shard group of {p.dp * p.cp // self.replicate} ranks")
@@ -162,18 +176,22 @@ class Fsdp2Points:
         # for its labels) while the optimizer steps: measured, the tracker's Inputs at the step (8 bytes per token).
         batch = sum(layer.kept_bytes for layer in layers if layer.placement == "first")
         temporary = params // view.precision.param_bytes * 4 if self.foreach_optimizer else 0
-        if pipelined and view.order is not None and p.dp * p.cp > 1:
-            points = multi_stage_points(view, point, held_grads, batch, replicate=self.replicate,
-                                        cpu_offload=self.cpu_offload)
-            points["optimizer"] = point(all_grads, 0, batch, temporary)
-            return points
         if pipelined:
-            points = pipelined_points(view, point, keep_share, held_grads, root_gathered, all_gather, batch,
-                                      replicate=self.replicate, cpu_offload=self.cpu_offload)
+            if not self.reshard_last_layer:
+                raise ConfigError("$.runtime.options.reshard_last_layer_after_forward",
+                                  "false is not priced under pp > 1 (torchtitan then reshards no layer after forward)")
+            if view.order is not None and p.dp * p.cp > 1:
+                points = multi_stage_points(view, point, held_grads, batch, replicate=self.replicate,
+                                            cpu_offload=self.cpu_offload)
+            else:
+                points = pipelined_points(view, point, keep_share, held_grads, root_gathered, all_gather, batch,
+                                          replicate=self.replicate, cpu_offload=self.cpu_offload)
             points["optimizer"] = point(all_grads, 0, batch, temporary)
             return points
-        stay = sum(gathered_bytes(view, layer) for layer in body) // keep_share if keep_share else 0
-        points = {"forward": point(held_grads, root_gathered + all_gather + stay, sum(kept), layers[-1].forward_working_bytes)}
+        stay = sum(_gathered(view, layer) for layer in body) // keep_share if keep_share else 0
+        kept_last = self._kept_last(view, keep_share)
+        points = {"forward": point(held_grads, root_gathered + all_gather + stay + kept_last, sum(kept),
+                                   layers[-1].forward_working_bytes)}
 
         # Backward, from the top: the layers above the running one have freed what they kept and
         # reduce-scattered their gradients (a body layer) or left them unsharded in the root (the rest).
@@ -182,13 +200,15 @@ class Fsdp2Points:
         # next unit's post-backward waits on it (FSDP2 comm_ctx.reduce_scatter_state, _fsdp_param_group.post_backward).
         freed = finished = root_grads = reducing = held_all_reduce = 0
         best: MemoryBreakdown | None = None
+        above_last = bool(kept_last)  # above a last body layer kept gathered: it stays, nothing is prefetched
         for index, layer, its_kept in zip(reversed(range(len(layers))), reversed(layers), reversed(kept)):
             body_layer = layer.placement == "body"
-            running = gathered_bytes(view, layer) - (gathered_bytes(view, layer) // keep_share if keep_share else 0) if body_layer else 0
-            gathered = stay + running
+            above_last = above_last and not body_layer
+            running = _gathered(view, layer) - (_gathered(view, layer) // keep_share if keep_share else 0) if body_layer else 0
+            gathered = stay + running + (kept_last if above_last else 0)
             grads = held_grads if held_grads else finished + root_grads
-            candidate = point(grads, root_gathered + gathered + all_gather + reducing + held_all_reduce, sum(kept) - freed,
-                              layer.backward_working_bytes)
+            candidate = point(grads, root_gathered + gathered + (0 if above_last else all_gather) + reducing
+                              + held_all_reduce, sum(kept) - freed, layer.backward_working_bytes)
             if best is None or candidate.peak_bytes > best.peak_bytes:
                 best = candidate
             if body_layer and not held_grads:
@@ -208,30 +228,66 @@ class Fsdp2Points:
                 reducing = sum(layer.elements.values()) * view.precision.reduction_bytes
                 if self.replicate > 1 and view.precision.reduction_bytes != view.precision.grad_bytes:
                     held_all_reduce += all_reduce_output_bytes(view, layer, self.replicate)
-                finished += 0 if self.cpu_offload else sharded_bytes(view, layer, view.precision.grad_bytes, self.replicate)
-                stay -= gathered_bytes(view, layer) // keep_share if keep_share else 0
+                finished += 0 if self.cpu_offload else _sharded(view, layer, view.precision.grad_bytes, self.replicate)
+                stay -= _gathered(view, layer) // keep_share if keep_share else 0
             else:
-                root_grads += gathered_bytes(view, layer)
+                root_grads += _gathered(view, layer)
         if best is not None:
             points["backward"] = best
         points["optimizer"] = point(all_grads, 0, batch, temporary)
         return points
+
+    def _kept_last(self, view: StageView, keep_share: int) -> int:
+        """What the last body layer keeps gathered after its forward beyond the share the others keep
+        (``reshard_last_layer`` False; 0 where every layer keeps all of it or it reshards)."""
+        body = [layer for layer in view.layers if layer.placement == "body"]
+        if self.reshard_last_layer or not body or keep_share == 1:
+            return 0
+        whole = _gathered(view, body[-1])
+        return whole - (whole // keep_share if keep_share else 0)
+
+    def _keep_share(self, view: StageView) -> int:
+        """What a layer keeps gathered after forward: 0 none, 1 all, ``n`` an n-th (``__call__``'s ``keep_share``)."""
+        reshard = view.parallel.reshard_after_forward
+        return self.reshard_to if (reshard and self.reshard_to > 1) else (0 if reshard else 1)
 
     def cached_bytes(self, view: StageView, name: str, point: MemoryBreakdown) -> int:
         """What FSDP2's stream pools (:func:`stream_pool_bytes`) keep reserved beside the binding point *name* and
         not allocated there (``StageEstimate.cached_bytes``): the reduce-scatter pool less the gradients the point
         holds (a step's forward and backward after ``zero_grad(set_to_none=True)``: the previous step's sharded
         gradients, freed into that pool), the all-gather pool less the one all-gather output a forward or backward
-        point holds (none at the optimizer step); and where the point is the backward of an upcast loss
+        point holds (none at the optimizer step, nor in backward above a last body layer kept gathered,
+        ``reshard_last_layer``); and where the point is the backward of an upcast loss
         (:func:`loss_hole_bytes`), the block of the logits in the compute dtype, free and too small for it."""
         if view.zero < 3:
             return 0
         reduce_pool, gather_pool = stream_pool_bytes(view, self)
-        body = [gathered_bytes(view, layer) for layer in view.layers if layer.placement == "body"]
+        body = [_gathered(view, layer) for layer in view.layers if layer.placement == "body"]
         in_flight = max(body, default=0) if name in ("forward", "backward") else 0
+        if name == "backward" and self._above_kept_last(view, point):
+            in_flight = 0
         last = view.layers[-1]
         hole = loss_hole_bytes(view) if name == "backward" and point.working_set_bytes == last.backward_working_bytes else 0
         return max(reduce_pool - self._sharded_grads_held(view, name, point), 0) + max(gather_pool - in_flight, 0) + hole
+
+    def _above_kept_last(self, view: StageView, point: MemoryBreakdown) -> bool:
+        """Whether the backward *point* is one of the walk's above a last body layer kept gathered
+        (``reshard_last_layer`` False, not under PP): its buffers are the root's and that layer's gathered parameters
+        alone (no all-gather output, reduce-scatter input or all-reduce output yet) and its working set a layer's
+        above it."""
+        if view.parallel.pp > 1:
+            return False
+        kept_last = self._kept_last(view, self._keep_share(view))
+        placements = [layer.placement for layer in view.layers]
+        if not kept_last or "body" not in placements:
+            return False
+        top = view.layers[len(placements) - placements[::-1].index("body"):]
+        root_gathered = sum(_gathered(view, layer) for layer in view.layers if layer.placement != "body")
+        stay = sum(_gathered(view, layer) for layer in view.layers if layer.placement == "body")
+        keep_share = self._keep_share(view)
+        stay = stay // keep_share if keep_share else 0
+        return (point.communication_buffers_bytes == root_gathered + stay + kept_last
+                and any(point.working_set_bytes == layer.backward_working_bytes for layer in top))
 
     def _sharded_grads_held(self, view: StageView, name: str, point: MemoryBreakdown) -> int:
         """The sharded gradients *point* holds (in the reduce-scatter pool). A backward point of the plain walk holds
@@ -243,7 +299,7 @@ class Fsdp2Points:
         if name not in ("forward", "backward"):
             return held
         if view.parallel.pp > 1:  # the points' gradients there are the unsharded accumulators, beside any kept ones
-            kept = 0 if self.cpu_offload else sum(sharded_bytes(view, layer, view.precision.grad_bytes, self.replicate)
+            kept = 0 if self.cpu_offload else sum(_sharded(view, layer, view.precision.grad_bytes, self.replicate)
                                                   for layer in view.layers)
             return 0 if self.set_to_none else min(held, kept)
         if name == "forward" or not self.set_to_none or view.micro_batches > 1:
@@ -253,69 +309,7 @@ class Fsdp2Points:
             if held in (finished, finished + root):
                 return finished
             if layer.placement == "body":
-                finished += 0 if self.cpu_offload else sharded_bytes(view, layer, view.precision.grad_bytes, self.replicate)
+                finished += 0 if self.cpu_offload else _sharded(view, layer, view.precision.grad_bytes, self.replicate)
             else:
-                root += gathered_bytes(view, layer)
+                root += _gathered(view, layer)
         return min(held, finished)
-
-def stream_pool_bytes(view: StageView, points: Fsdp2Points) -> tuple[int, int]:
-    """``(reduce-scatter pool, all-gather pool)``: the most FSDP2 allocates at once on its two streams that allocate,
-    each a pool of PyTorch's caching allocator of its own (a block is reused only by allocations on the stream it
-    was allocated on: ``c10/cuda/CUDACachingAllocator.cpp``, blocks keyed by stream).
-
-    * The reduce-scatter stream allocates each unit's reduce-scatter output, viewed out as its sharded gradients
-      (torch ``_fsdp_collectives.py`` ``foreach_reduce``: ``reduce_output`` under ``reduce_scatter_stream``; the input
-      is allocated in the default stream since pytorch/pytorch#129721, whose description states the outputs stay in
-      the reduce-scatter stream and are freed "altogether after optimizer"): every unit's sharded gradient (one unit's
-      at a time with ``cpu_offload``, each copied to the host), and with a reduce dtype other than the gradients' one
-      unit's output in the reduce dtype beside it until its cast; where a unit's ``.grad`` already exists at its
-      reduce (gradient accumulation without PP, or ``zero_grad(set_to_none=False)``), ``foreach_reduce`` still
-      allocates a new ``reduce_output`` there and adds it into ``.grad``: one unit's output beside every gradient.
-    * The all-gather copy-in stream allocates each all-gather output (``foreach_all_gather``); in forward a unit's is
-      freed at the next unit's copy-out (``FSDPParamGroup.wait_for_unshard``), after that unit's all-gather output is
-      allocated: two consecutive units' at once, the root's (embedding, final norm, head) and the first layer's.
-      Under a multi-stage schedule none: its UNSHARD actions gather on the current stream (``async_op=True``).
-    """
-    p = view.parallel
-    replicate = points.replicate
-    root = [layer for layer in view.layers if layer.placement != "body"]
-    units = ([root] if root else []) + [[layer] for layer in view.layers if layer.placement == "body"]
-
-    def sharded(unit: list[StageLayer], nbytes: int) -> int:
-        return sum(sharded_bytes(view, layer, nbytes, replicate) for layer in unit)
-
-    precision = view.precision
-    grads = [sharded(unit, precision.grad_bytes) for unit in units]
-    outputs = [sharded(unit, precision.reduction_bytes) if precision.reduction_bytes != precision.grad_bytes else 0
-               for unit in units]
-    accumulated = not points.set_to_none or (view.micro_batches > 1 and p.pp == 1)
-    if accumulated and precision.reduction_bytes == precision.grad_bytes:
-        outputs = grads  # a new reduce-scatter output in the gradients' dtype, added into the existing .grad
-    if points.cpu_offload:
-        reduce_pool = max((g + o for g, o in zip(grads, outputs)), default=0)
-    else:
-        reduce_pool = sum(grads) + max(outputs, default=0)
-    # Under a multi-stage schedule (StageView.order) every gather is an UNSHARD action's unshard(async_op=True), which
-    # FSDPCommContext.get_all_gather_streams runs on the current stream: none allocates in the all-gather pool (a
-    # unit's own pre-forward unshard is a no-op on the gathered chunk).
-    multi_stage = view.order is not None and p.pp > 1
-    gathers = ([sum(gathered_bytes(view, layer) for layer in unit) for unit in units]
-               if (p.dp * p.cp) // replicate > 1 and not multi_stage else [])
-    gather_pool = max((a + b for a, b in zip(gathers, gathers[1:])), default=max(gathers, default=0))
-    return reduce_pool, gather_pool
-
-
-def loss_hole_bytes(view: StageView) -> int:
-    """The free block an upcast loss (``logits.float()`` then ``cross_entropy``: the output kind's ``loss_softmax`` and
-    ``loss_targets`` terms) leaves at its backward, where that backward binds: the logits in the compute dtype, freed
-    before backward (torchtitan ``train.py`` ``del pred`` at 9dec370; the output object of ``model(batch).loss``), are
-    smaller than the fp32 gradients that backward allocates (ATen ``nll_loss_backward`` a zeroed gradient of the fp32
-    logits, ``_log_softmax_backward_data`` another, beside the kept log-softmax output). The caching allocator neither
-    moves a block nor serves a request from a smaller one (``CUDACachingAllocator.cpp``), and the fp32 logits' freed
-    block takes the first gradient, so the pool grows for the second and the compute-dtype block stays free beside
-    it: reserved memory keeps it from the first step on (nothing returns it to the device without ``empty_cache``)."""
-    terms = {term.op: term for term in view.layers[-1].terms}
-    precision = view.precision
-    if "loss_softmax" not in terms or "loss_targets" not in terms or precision.activation_bytes >= precision.logits_bytes:
-        return 0  # no upcast loss, or logits already in the loss's dtype (.float() returns them: no block freed)
-    return terms["loss_softmax"].bytes // precision.logits_bytes * precision.activation_bytes

@@ -111,7 +111,7 @@ def test_rows_memory_chunked(registry):
     removed = T * V * 4 + T * 8 + T * V * 6 + T * h * 2
     added = T * h * 2 + 8192 * V * 14 + T * h * 6 + V * h * 4
     assert upcast.peak_points["forward"] - full.peak_points["forward"] == removed - added
-    assert round(full.reserved_bytes / G, 2) == 51.69 and round(full.peak_bytes / G, 2) == 50.57
+    assert round(full.reserved_bytes / G, 2) == 51.79 and round(full.peak_bytes / G, 2) == 50.57  # docs/time.md
     assert full.binding_point == "backward"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 import yaml
 
@@ -29,12 +30,15 @@ def _stage(registry, options=None, dp=8):
 
 def test_cached_bytes_by_hand(registry):
     """Binding at the loss's backward, 8 ranks: the previous step's sharded fp32 gradients in the reduce-scatter
-    pool, the all-gather pool's root output (it held the root's and the first layer's, the point holds one layer's),
-    and the bf16 logits' freed block."""
+    pool, the all-gather pool less the one layer's output the point holds, and the bf16 logits' freed block. The
+    all-gather pool: the root's input (its shard cast to bf16, ROOT * 2 / 8) gets a segment, then its output; the first
+    layer's input takes the root input's freed block, and its output (LAYER * 2) exceeds that block's rest
+    (ROOT * 2 / 8 - LAYER * 2 / 8): a third segment. Later units reuse those three blocks."""
     stage = _stage(registry)
     assert stage.binding_point == "backward" and stage.memory.working_set_bytes == 2 * T * V * 4  # the loss's backward
     reduce_pool = TOTAL * 4 // 8
-    gather_idle = (ROOT + LAYER) * 2 - LAYER * 2
+    assert LAYER * 2 > (ROOT - LAYER) * 2 // 8
+    gather_idle = ROOT * 2 // 8 + (ROOT + LAYER) * 2 - LAYER * 2
     assert stage.cached_bytes == reduce_pool + gather_idle + T * V * 2
     assert stage.reserved_bytes == stage.peak_bytes + stage.cached_bytes
 
@@ -49,7 +53,7 @@ def test_cached_bytes_follow_the_options(registry):
     assert fused.binding_point == "backward" and fused.memory.gradients_bytes >= root_grads
     held = fused.memory.gradients_bytes - root_grads  # the body layers' sharded gradients above the binding one
     assert held in (0, LAYER * 4 // 8, 2 * LAYER * 4 // 8, 3 * LAYER * 4 // 8)
-    assert fused.cached_bytes == TOTAL * 4 // 8 - held + ROOT * 2
+    assert fused.cached_bytes == TOTAL * 4 // 8 - held + ROOT * 2 // 8 + ROOT * 2
     # bf16 reduce dtype: one unit's reduce-scatter output in bf16 beside the fp32 gradients, the root's the largest.
     bf16 = _stage(registry, {"reduce_dtype": "bf16"})
     assert bf16.cached_bytes - base.cached_bytes == ROOT * 2 // 8
@@ -124,6 +128,67 @@ def test_the_estimate_json_states_cached_bytes(capsys):
                            "--seq-len", str(T), "--json")
     assert status == 0, err
     (stage,) = json.loads(out)["stages"]
-    # 32 layers, 8 ranks: the sharded fp32 gradients, the root's all-gather output, the bf16 logits block.
+    # 32 layers, 8 ranks: the sharded fp32 gradients, the root's all-gather input and output, the bf16 logits block.
     total = ROOT + 32 * LAYER
-    assert stage["cached_bytes"] == total * 4 // 8 + ROOT * 2 + T * V * 2
+    assert stage["cached_bytes"] == total * 4 // 8 + ROOT * 2 // 8 + ROOT * 2 + T * V * 2
+
+
+def test_the_last_layer_kept_gathered(registry):
+    """reshard_last_layer_after_forward false (torchtitan's apply_fsdp at 9dec370): at the loss's backward the last
+    layer's bf16 parameters (LAYER * 2) stand where the prefetched layer's all-gather output stood, so the peak is the
+    same, and the all-gather pool is wholly idle there: LAYER * 2 more cached. At the loss's forward they stand beside
+    the all-gather output: LAYER * 2 more allocated. Under PP: refused."""
+    from hp_core.errors import ConfigError
+
+    base, kept = _stage(registry), _stage(registry, {"reshard_last_layer_after_forward": False})
+    assert kept.binding_point == base.binding_point == "backward"
+    assert kept.memory == base.memory
+    assert kept.cached_bytes - base.cached_bytes == LAYER * 2
+    assert kept.peak_points["forward"] - base.peak_points["forward"] == LAYER * 2
+    model = model_from_preset("llama3-8b", registry).with_body_layers(4, registry.kinds_placed("body"))
+    runtime = apply_options(registry.runtime("fsdp2"), {"reshard_last_layer_after_forward": False})
+    with pytest.raises(ConfigError, match="reshard_last_layer_after_forward"):
+        estimate(model, ParallelSpec(seq_len=T, dp=4, pp=2, micro_batch_size=1, global_batch_size=8), runtime=runtime,
+                 registry=registry)
+
+
+def test_best_fit_blocks_by_hand():
+    """The caching allocator's best fit (CUDACachingAllocator.cpp): the smallest free block at least the request, split
+    where more than 1 MiB stays; a freed block merges with its free neighbours; none fits: a new segment."""
+    from hp_plugins.runtimes.fsdp2_points import best_fit_reserved_bytes
+
+    mib = 1 << 20
+    # 100 MiB freed, then 30 and 60: both split it (30 + 60 <= 100): nothing new.
+    assert best_fit_reserved_bytes([("alloc", "a", 100 * mib), ("free", "a", 0), ("alloc", "b", 30 * mib),
+                                    ("alloc", "c", 60 * mib)]) == 100 * mib
+    # 30 then 80: 80 exceeds the 70 left: a second segment.
+    assert best_fit_reserved_bytes([("alloc", "a", 100 * mib), ("free", "a", 0), ("alloc", "b", 30 * mib),
+                                    ("alloc", "c", 80 * mib)]) == 180 * mib
+    # Two free blocks of 50 and 200 MiB: 40 takes the 50 (best fit), so 150 still fits in the 200.
+    assert best_fit_reserved_bytes([("alloc", "a", 50 * mib), ("alloc", "b", 200 * mib), ("free", "a", 0),
+                                    ("free", "b", 0), ("alloc", "c", 40 * mib), ("alloc", "d", 150 * mib)]) == 250 * mib
+    # Freed neighbours merge: 30 and 70 in one segment, both freed, then 100 fits.
+    assert best_fit_reserved_bytes([("alloc", "a", 100 * mib), ("free", "a", 0), ("alloc", "b", 30 * mib),
+                                    ("alloc", "c", 70 * mib), ("free", "b", 0), ("free", "c", 0),
+                                    ("alloc", "d", 100 * mib)]) == 100 * mib
+    # A request of at most 1 MiB never takes a block of the large pool.
+    assert best_fit_reserved_bytes([("alloc", "a", 100 * mib), ("free", "a", 0), ("alloc", "b", mib)]) == 101 * mib
+
+
+def test_a_float8_layer_output_fits_the_root_input_s_block(registry, monkeypatch):
+    """torchao's float8 all-gather gathers a layer's GEMM weights in 1 byte: its input (LAYER_F8 / 8) and output
+    (LAYER_F8) fit in the root input's block (ROOT * 2 / 8), so the all-gather pool is the root's input and output
+    alone, against bf16's three blocks (the root's input and output and a layer's output)."""
+    from hp_plugins.runtimes import fsdp2_points
+
+    norms = 2 * 4096
+    layer_f8 = LAYER - norms + norms * 2  # GEMM weights in 1 byte, the two norms' weights in bf16
+    assert layer_f8 // 8 + layer_f8 <= ROOT * 2 // 8
+    pools = []
+    asked = fsdp2_points.stream_pool_bytes
+    monkeypatch.setattr(fsdp2_points, "stream_pool_bytes", lambda view, points: pools.append(asked(view, points)) or pools[-1])
+    model = model_from_preset("llama3-8b", registry).with_body_layers(4, registry.kinds_placed("body"))
+    runtime = registry.runtime("fsdp2")
+    estimate(model, ParallelSpec(seq_len=T, dp=8), runtime=runtime, registry=registry,
+             precision=attrs.evolve(runtime.precision, recipe="torchao-float8-tensorwise"))
+    assert pools[-1][1] == ROOT * 2 // 8 + ROOT * 2
