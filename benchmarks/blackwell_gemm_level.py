@@ -146,6 +146,29 @@ def evaluate(record: dict) -> dict:
     return result
 
 
+# The B200 preset's large-GEMM rule (hp_plugins/hardware/data/hardware.json, b200 and gb200): from 1 TFLOP a GEMM
+# (2 m n k), every independent B200 record runs faster than the family's figures price it; below, they straddle them.
+LARGE_GEMM_FLOPS = 1e12
+
+
+def large_gemm_speedup() -> tuple[float, list[dict]]:
+    """The median over the independent B200 bf16/fp16 dense records of at least :data:`LARGE_GEMM_FLOPS` of measured
+    over hp's family figure (SimuMax's table, else ``matmul``): the ``b200`` preset's ``large_gemm_speedup``; and
+    those records' evaluations."""
+    chosen = [x for x in (evaluate(r) for r in load()["records"])
+              if x["record"]["hp_preset"] == "b200" and not x["record"].get("grouped") and not x["record"].get("kernel")
+              and gemm_flops(x["record"]) >= LARGE_GEMM_FLOPS]
+    return statistics.median(x["ratio"] for x in chosen), chosen
+
+
+def gb200_rate_scale() -> float:
+    """GB200's GEMM rate against the B200's in fractions of their peaks: MAMF's best bf16 rates (one script, one author)
+    over the peaks' ratio, ``(1822.0 / 1745.0) / (2500 / 2250)``: the ``gb200`` preset's ``gemm_rate_scale``."""
+    found = {r["hp_preset"]: measured_flops_per_second(r) for r in load()["records"]
+             if r["source"] == "mamf" and r["dtype"] == "bf16"}
+    return (found["gb200"] / found["b200"]) / (_preset("gb200").peak_flops["bf16"] / _preset("b200").peak_flops["bf16"])
+
+
 def _shape(record: dict) -> str:
     if record.get("grouped"):
         return f"{record['groups']}x({record['tokens'] // record['groups']}x{record['fan_out']}x{record['fan_in']}) {record['gemm_pass']}"
@@ -206,14 +229,23 @@ def main() -> None:
     # independent B200 bf16/fp16 dense records, as fractions of the 2250 TFLOP/s peak. Sizes, not shapes: for reading.
     table = _gemm_table(PROFILE.device("blackwell"), "bf16")
     print("\n## B200 bf16 efficiency by GEMM size (fraction of 2250 TFLOP/s; median (min-max, n))\n")
-    print("| GEMM TFLOP | SimuMax table (hp's figures) | independent records | independent / SimuMax (medians) |")
-    print("|---|---|---|---:|")
+    print("| GEMM TFLOP | SimuMax table (hp's figures) | independent records | independent / SimuMax (medians) | independent sources |")
+    print("|---|---|---|---:|---|")
     independent = [x for x in blackwell_dense if x["record"]["hp_preset"] == "b200"]
     for low, high in BINS_TERAFLOP:
         simumax = [row[-1] for row in table.dense if low <= 2 * row[1] * row[2] * row[3] / 1e12 < high]
-        others = [x["measured_fraction_of_peak"] for x in independent if low <= gemm_flops(x["record"]) / 1e12 < high]
+        in_bin = [x for x in independent if low <= gemm_flops(x["record"]) / 1e12 < high]
+        others = [x["measured_fraction_of_peak"] for x in in_bin]
         both = f"{statistics.median(others) / statistics.median(simumax):.3f}" if simumax and others else "-"
-        print(f"| {low:g}-{high:g} | {_spread(simumax)} | {_spread(others)} | {both} |")
+        sources = sorted({x["record"]["source"] for x in in_bin})
+        named = f"{len(sources)}: " + ", ".join(sources) if sources else "-"
+        print(f"| {low:g}-{high:g} | {_spread(simumax)} | {_spread(others)} | {both} | {named} |")
+
+    speedup, chosen = large_gemm_speedup()
+    print(f"\n## The presets' figures\n\n- b200 and gb200 `large_gemm_speedup`: {speedup:.3f}, the median of measured/hp over "
+          f"the {len(chosen)} independent B200 dense records of at least {LARGE_GEMM_FLOPS / 1e12:g} TFLOP ("
+          + ", ".join(f"{x['record']['id']} {x['ratio']:.3f}" for x in sorted(chosen, key=lambda x: x["ratio"])) + ")")
+    print(f"- gb200 `gemm_rate_scale`: {gb200_rate_scale():.4f}, MAMF's GB200 over B200 bf16 rate over the peaks' ratio")
 
     # Hopper cross-check: OpenXLA's sm_90 rates (the package data hp's Hopper shape scale is made of) at the shapes of
     # the sm_100 records, b = 1, and the B200/H100 ratio at equal shapes against the ratio of the bf16 peaks.

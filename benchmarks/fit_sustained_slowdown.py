@@ -44,7 +44,7 @@ def priced_rows(registry) -> list[tuple[dict, float, dict[str, float]]]:
     over the step, the pipeline's micro-batch slots ``m + pp - 1`` and those
     times the layers per stage.
     """
-    hardware = registry.hardware_preset("b200").spec
+    hardware = registry.hardware_preset("b200-simumax").spec
     profile = unslowed(MEGATRON_TE)
     priced = []
     for row, model, parallel in simumax_rows(registry):

@@ -279,6 +279,10 @@ def time_summary(step) -> str:
         whole_run += (f"; FSDP1 per-unit time {prov['fsdp1_unit_seconds'] * 1e3:.2f} ms x {prov['fsdp1_units']:g} units x "
                       f"{step.micro_batches} micro-batch{'' if step.micro_batches == 1 else 'es'} = "
                       f"{prov['fsdp1_unit_step_seconds']:.3f} s of the compute")
+    if "gemm_rate_scale" in prov or "large_gemm_speedup" in prov:  # the machine's GEMMs (HardwareSpec, rates._gemm_table)
+        whole_run += "; this machine's GEMMs at" + (f" {prov['gemm_rate_scale']:g}x" if "gemm_rate_scale" in prov else "") + (
+            f"{',' if 'gemm_rate_scale' in prov else ''} {prov['large_gemm_speedup']:g}x from {prov['large_gemm_flops'] / 1e12:g} TFLOP"
+            if "large_gemm_speedup" in prov else "") + " of its family's figures"
     if prov.get("attention_format", "bf16") != "bf16":  # a stated default, not a measured rate (docs/precision.md)
         whole_run += (f"; {prov['attention_format']} attention priced at the {prov['dtype']} attention rates "
                       "(no sourced FP8 attention figure)")

@@ -20,7 +20,7 @@ import attrs
 
 from hp_core.errors import SpecError
 
-__all__ = ["GEMM_PASSES", "GemmShapeScale", "GemmTable", "ShapedGemms"]
+__all__ = ["GEMM_PASSES", "GemmShapeScale", "GemmTable", "MachineGemms", "ShapedGemms"]
 
 # The three GEMMs of a linear layer: the forward, the input gradient and the weight gradient.
 GEMM_PASSES = ("forward", "input_gradient", "weight_gradient")
@@ -261,3 +261,58 @@ class ShapedGemms:
             return sum(2.0 * e * r * o * i for e, r, o, i in gemms), 0.0, 0.0, 0.0
         listed, forward, backward = self.scale.price(gemms)
         return listed, listed, forward / self.matmul, backward / self.matmul
+
+
+@attrs.frozen
+class MachineGemms:
+    """A device's GEMM pricing (a :class:`GemmTable`, a :class:`ShapedGemms` or its single ``matmul``) on one machine
+    of the family whose GEMMs run at another rate (:class:`~hp_core.specs.hardware.HardwareSpec`'s
+    ``gemm_rate_scale``, ``large_gemm_speedup`` and ``large_gemm_flops``): :meth:`price` answers as
+    :meth:`GemmTable.price`, every dense GEMM covered.
+
+    A dense GEMM takes the base's efficiency for each pass (the table's within its tolerance, else ``matmul``) times
+    ``rate``, and times ``large_speedup`` where its ``2 * rows * fan_out * fan_in`` FLOPs reach ``large_flops``;
+    grouped GEMMs keep the base's pricing times ``rate`` (the caller scales its fitted grouped figure alike).
+    """
+
+    base: GemmTable | ShapedGemms | None
+    matmul: float
+    rate: float = 1.0
+    large_speedup: float = 1.0
+    large_flops: float = math.inf
+    _found: dict = attrs.field(init=False, factory=dict, eq=False, hash=False, repr=False)
+
+    def _efficiencies(self, shape: tuple[Any, ...]) -> tuple[float, float, float]:
+        rows, fan_out, fan_in = shape
+        if isinstance(self.base, GemmTable):
+            found = tuple(self.base.efficiency(p, rows, fan_out, fan_in) for p in GEMM_PASSES)
+            base = found if None not in found else (self.matmul,) * 3
+        elif isinstance(self.base, ShapedGemms):
+            scale = self.base.scale
+            base = tuple(self.matmul * f for f in (scale.factor(rows, fan_out, fan_in), scale.factor(rows, fan_in, fan_out),
+                                                    scale.factor(fan_out, fan_in, rows)))
+        else:
+            base = (self.matmul,) * 3
+        k = self.rate * (self.large_speedup if 2.0 * rows * fan_out * fan_in >= self.large_flops else 1.0)
+        return tuple(min(1.0, e * k) for e in base)
+
+    def price(self, gemms: tuple[tuple[Any, ...], ...], grouped: bool = False) -> tuple[float, float, float, float]:
+        """``(listed, covered, forward, backward)`` as :meth:`GemmTable.price` (cached)."""
+        key = (grouped, gemms)
+        if key in self._found:
+            return self._found[key]
+        if grouped:
+            listed, covered, forward, backward = (self.base.price(gemms, grouped=True) if self.base is not None
+                                                  else (sum(2.0 * e * r * o * i for e, r, o, i in gemms), 0.0, 0.0, 0.0))
+            result = (listed, covered, forward / self.rate, backward / self.rate)
+        else:
+            listed = forward = backward = 0.0
+            for shape in gemms:
+                flops = 2.0 * shape[0] * shape[1] * shape[2]
+                e_fwd, e_dgrad, e_wgrad = self._efficiencies(tuple(shape))
+                listed += flops
+                forward += flops / e_fwd
+                backward += flops / e_dgrad + flops / e_wgrad
+            result = (listed, listed, forward, backward)
+        self._found[key] = result
+        return result

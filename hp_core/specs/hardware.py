@@ -60,6 +60,15 @@ class HardwareSpec:
         nvls_bandwidth_bytes_per_second: In-switch (NVLink SHARP) all-reduce
             bus bandwidth within a node, per device; ``None``: the fabric has
             none, and all-reduce runs as a ring or tree.
+        gemm_rate_scale: This machine's GEMM rate over what its architecture's
+            efficiencies give at its peak (a part whose peak grows with a power
+            limit its GEMMs do not follow); ``None``: 1, the efficiencies as stated.
+        large_gemm_speedup: How much faster this machine runs a dense GEMM of
+            at least :attr:`large_gemm_flops` FLOPs than its architecture's
+            efficiencies price it (they were measured on another machine of the
+            family); ``None``: 1, the efficiencies as stated.
+        large_gemm_flops: The FLOPs (``2 m n k``) from which a GEMM takes
+            :attr:`large_gemm_speedup`; stated with it or not at all.
     """
 
     name: str
@@ -78,6 +87,15 @@ class HardwareSpec:
     nic_bandwidth_bytes_per_second: float | None = attrs.field(default=None, validator=optional(positive_number))
     rail_optimized: bool | None = attrs.field(default=None, validator=optional(attrs.validators.instance_of(bool)))
     nvls_bandwidth_bytes_per_second: float | None = attrs.field(default=None, validator=optional(positive_number))
+    gemm_rate_scale: float | None = attrs.field(default=None, validator=optional(positive_number))
+    large_gemm_speedup: float | None = attrs.field(default=None, validator=optional(positive_number))
+    large_gemm_flops: float | None = attrs.field(default=None, validator=optional(positive_number))
+
+    @large_gemm_flops.validator
+    def _check_large_gemm(self, attribute: attrs.Attribute, value: Any) -> None:
+        if (value is None) != (self.large_gemm_speedup is None):
+            raise SpecError("large_gemm_flops", "large_gemm_flops and large_gemm_speedup go together (the GEMM size, "
+                                                "2 m n k FLOPs, from which the speedup holds): state both or neither")
 
     def nic_share_bytes_per_second(self) -> float | None:
         """One device's share of its node's network bandwidth: ``nics * nic_bandwidth / devices_per_node``.

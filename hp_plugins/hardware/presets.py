@@ -29,7 +29,13 @@ The ``gb200`` preset's node is the GB200 NVL72's NVLink domain (72 GPUs), its pe
 B200's at 1,200 W, its latencies the B200's (no GB200 small-message figure was found).
 
 The ``architecture`` names the device family whose achieved efficiencies a
-timing profile states (:mod:`hp_plugins.runtimes.timing_profiles`).
+timing profile states (:mod:`hp_plugins.runtimes.timing_profiles`). The Blackwell
+efficiencies were measured on SimuMax's 8x B200 (the ``b200-simumax`` preset), whose
+largest GEMMs run slower than other B200s': the ``b200`` and ``gb200`` presets state
+``large_gemm_speedup`` (1.223 from 1 TFLOP a GEMM, the median of 8 independent
+measurements over those figures) and ``gb200`` its ``gemm_rate_scale`` (0.9397: MAMF's
+GB200 over B200 rate against the peaks' ratio); ``gemm_source`` gives the arithmetic
+(``benchmarks/blackwell_gemm_level.py``, docs/time.md).
 """
 
 from __future__ import annotations
@@ -76,8 +82,12 @@ def _preset(entry: Mapping[str, Any]) -> HardwarePreset:
             nic_bandwidth_bytes_per_second=entry["nic_bandwidth_gb_per_s"] * _GB,
             rail_optimized=entry["rail_optimized"],
             nvls_bandwidth_bytes_per_second=_scaled(entry["nvls_bandwidth_gb_per_s"], _GB),
+            gemm_rate_scale=entry["gemm_rate_scale"],
+            large_gemm_speedup=entry["large_gemm_speedup"],
+            large_gemm_flops=_scaled(entry["large_gemm_tflop"], _TERA),
         ),
-        provenance=f"{entry['provenance']}; topology: {entry['topology_source']}",
+        provenance=f"{entry['provenance']}; topology: {entry['topology_source']}"
+                   + (f"; GEMM rates: {entry['gemm_source']}" if entry["gemm_source"] else ""),
     )
 
 

@@ -37,3 +37,29 @@ def test_a_grouped_mxfp8_record_takes_the_grouped_fit_times_the_speedup():
     assert x["measured_flops_per_second"] / 1e12 == pytest.approx(2302.71, abs=0.01)
     assert x["hp_flops_per_second"] / 1e12 == pytest.approx(1977.52, abs=0.01)
     assert x["ratio"] == pytest.approx(1.16444, abs=2e-5)
+
+
+def test_a_time_only_record_is_priced_from_its_shape_and_time():
+    # Liger-Kernel #1380's cuBLAS column, B200 bf16, M=128256 N=4096 K=2048 in 1.336 ms: 2 * 128256 * 4096 * 2048 =
+    # 2151778615296 FLOPs, 1610.613 TFLOP/s, 0.7158 of 2250; off the table, hp prices 0.4878 * 2250 = 1097.55, ratio 1.46746.
+    x = LEVEL.evaluate(RECORDS["liger1380-b200-bf16-128256x4096x2048"])
+    assert x["where"] == "off-table: matmul"
+    assert x["measured_flops_per_second"] / 1e12 == pytest.approx(1610.613, abs=1e-3)
+    assert x["measured_fraction_of_peak"] == pytest.approx(0.71583, abs=1e-5)
+    assert x["ratio"] == pytest.approx(1.46746, abs=2e-5)
+
+
+def test_the_presets_state_the_script_s_figures():
+    # b200's and gb200's large_gemm_speedup: the median of measured/hp over the 8 independent B200 dense records of at
+    # least 1 TFLOP, (1.152 + 1.294) / 2 = 1.223 (Tilus 10240-cubed and torchao 8192-cubed, the middle two);
+    # gb200's gemm_rate_scale: (1822.0 / 1745.0) / (2500 / 2250) = 0.93971.
+    from hp_plugins.hardware.presets import PRESETS
+
+    speedup, chosen = LEVEL.large_gemm_speedup()
+    assert len(chosen) == 8 and len({x["record"]["source"] for x in chosen}) == 4
+    assert all(x["ratio"] > 1.1 for x in chosen) and speedup == pytest.approx(1.2231, abs=5e-5)
+    assert LEVEL.gb200_rate_scale() == pytest.approx(1822.0 / 1745.0 * 2250 / 2500, rel=1e-12) == pytest.approx(0.93971, abs=5e-6)
+    by_name = {p.name: p.spec for p in PRESETS}
+    for name in ("b200", "gb200"):
+        assert by_name[name].large_gemm_speedup == round(speedup, 3) and by_name[name].large_gemm_flops == LEVEL.LARGE_GEMM_FLOPS
+    assert by_name["gb200"].gemm_rate_scale == round(LEVEL.gb200_rate_scale(), 4)

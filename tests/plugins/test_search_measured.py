@@ -80,7 +80,7 @@ def test_measured_layouts_rank_in_measured_order(group, megatron_registry):
 
     top = FIRST_TOP
     while True:
-        result = search(model, registry=registry, devices=devices, hardware=registry.hardware_preset("b200").spec,
+        result = search(model, registry=registry, devices=devices, hardware=registry.hardware_preset("b200-simumax").spec,
                         global_batch_size=global_batch, seq_len=seq_len, runtime="megatron", top=top)
         ranked = {c.layout.key: (rank, c) for rank, c in enumerate(result.top, 1)}
         if all(key in ranked for key in keys) or len(result.top) < top:

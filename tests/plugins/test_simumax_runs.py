@@ -30,7 +30,7 @@ def runs(megatron_registry):
 
 
 def _seconds(registry, model, parallel, profile=MEGATRON_TE) -> float:
-    hardware = registry.hardware_preset("b200").spec
+    hardware = registry.hardware_preset("b200-simumax").spec
     return step_time(model, parallel, registry=registry, hardware=hardware, runtime="megatron", profile=profile).step_seconds
 
 

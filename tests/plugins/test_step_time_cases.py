@@ -54,7 +54,7 @@ def _megatron_seconds(case: dict, row: dict, registry) -> float:
         _megatron_model(case, registry),
         _megatron_layout(case, row),
         registry=registry,
-        hardware=registry.hardware_preset("b200").spec,
+        hardware=registry.hardware_preset("b200-simumax").spec,
         runtime="megatron",
         profile=MEGATRON_TE,
     )

@@ -9,6 +9,7 @@ ep, dp, pp).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Mapping
 
@@ -19,7 +20,7 @@ from hp_core.errors import ConfigError
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
 from hp_core.specs.overlap import HostOverhead, replicate_split_error
-from hp_core.specs.gemms import ShapedGemms
+from hp_core.specs.gemms import MachineGemms, ShapedGemms
 from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS, DeviceEfficiency, GemmTable, TimingProfile
 
 __all__ = ["FSDP1_UNIT_FORWARD_SHARE", "compute_dtype"]
@@ -159,7 +160,7 @@ class _Rates:
     dtype: str
     peak: float
     matmul: float
-    gemm_table: GemmTable | ShapedGemms | None  # per-shape GEMM pricing (_gemm_table)
+    gemm_table: GemmTable | ShapedGemms | MachineGemms | None  # per-shape GEMM pricing (_gemm_table)
     grouped: float
     half_rows: float
     attn_fwd: float
@@ -345,13 +346,27 @@ def _delay_wgrad(timing: TimingProfile) -> bool:
     return timing.schedule.delay_wgrad
 
 
-def _gemm_table(dev: DeviceEfficiency, dtype: str) -> GemmTable | ShapedGemms | None:
-    """The device's per-shape GEMM pricing for *dtype*: its measured table, else its shape scale at its ``matmul``."""
+def _gemm_table(dev: DeviceEfficiency, dtype: str, hardware: HardwareSpec | None = None
+                ) -> GemmTable | ShapedGemms | MachineGemms | None:
+    """The device's per-shape GEMM pricing for *dtype*: its measured table, else its shape scale at its ``matmul``;
+    on a machine whose GEMMs run at another rate than the family's figures (*hardware*'s ``gemm_rate_scale``,
+    ``large_gemm_speedup``), those scaled (:class:`~hp_core.specs.gemms.MachineGemms`)."""
+    base = None
     if dev.gemm_table is not None:
-        return dev.gemm_table if dev.gemm_table.dtype == dtype else None
-    if dev.gemm_shape is not None and dev.gemm_shape.dtype == dtype:
-        return dev.gemm_shape.bind(dev.matmul.value)
-    return None
+        base = dev.gemm_table if dev.gemm_table.dtype == dtype else None
+    elif dev.gemm_shape is not None and dev.gemm_shape.dtype == dtype:
+        base = dev.gemm_shape.bind(dev.matmul.value)
+    if hardware is None or (hardware.gemm_rate_scale is None and hardware.large_gemm_speedup is None):
+        return base
+    return _machine_gemms(base, dev.matmul.value, hardware.gemm_rate_scale or 1.0, hardware.large_gemm_speedup or 1.0,
+                          hardware.large_gemm_flops or math.inf)
+
+
+@functools.lru_cache(maxsize=256)
+def _machine_gemms(base: GemmTable | ShapedGemms | None, matmul: float, rate: float, speedup: float,
+                   flops: float) -> MachineGemms:
+    """One :class:`~hp_core.specs.gemms.MachineGemms` per machine and device entry, kept (its prices are cached)."""
+    return MachineGemms(base, matmul, rate=rate, large_speedup=speedup, large_flops=flops)
 
 
 def _permute_counted(timing: TimingProfile) -> dict[str, Any]:
@@ -391,10 +406,11 @@ def _rates(
     def _or(figure: Any, fallback: float) -> float:
         return fallback if figure is None else figure.value
 
+    rate = hardware.gemm_rate_scale or 1.0  # the machine's GEMMs against the family's figures (None: as stated)
     return _Rates(
-        dtype=dtype, peak=peak, matmul=dev.matmul.value,
-        gemm_table=_gemm_table(dev, dtype),
-        grouped=dev.grouped_matmul.value, half_rows=dev.grouped_half_rows.value,
+        dtype=dtype, peak=peak, matmul=min(1.0, dev.matmul.value * rate),
+        gemm_table=_gemm_table(dev, dtype, hardware),
+        grouped=min(1.0, dev.grouped_matmul.value * rate), half_rows=dev.grouped_half_rows.value,
         attn_fwd=dev.attention_forward.value, attn_bwd=dev.attention_backward.value,
         attn_fwd_overhead=dev.attention_forward_overhead_seconds.value,
         attn_bwd_overhead=dev.attention_backward_overhead_seconds.value,

@@ -446,6 +446,9 @@ def time_run(
         "gemm_dtype": recipe.gemm_dtype, "gemm_speedup_forward": rates.gemm_speedup, "gemm_speedup_backward": rates.gemm_speedup_backward,
         "attention_format": recipe.attention_format,  # other than bf16: priced at the bf16 attention rates (rates.py)
         "schedule": schedule.name, **({"ep_overlap_unpaired_seconds": lone} if lone else {}),
+        **({"gemm_rate_scale": hardware.gemm_rate_scale} if hardware.gemm_rate_scale else {}),
+        **({"large_gemm_speedup": hardware.large_gemm_speedup, "large_gemm_flops": hardware.large_gemm_flops}
+           if hardware.large_gemm_speedup else {}),  # the machine's GEMMs against its family's figures (rates._gemm_table)
     }
     if timing.fsdp1_units:
         # FSDP1's per-unit time (DeviceEfficiency.fsdp1_unit_seconds): per unit and micro-batch, the slowest stage's units
