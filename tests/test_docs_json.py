@@ -57,7 +57,8 @@ def _commands(tmp_path: Path) -> dict[str, list[list[str]]]:
     cases = tmp_path / "cases.yaml"
     cases.write_text(_CASES, encoding="utf-8")
     return {
-        "estimate": [["estimate", *_SMALL, "--export", "megatron"]],
+        # gb200 states its GEMM rates, which add their provenance keys (docs/time.md, Blackwell GEMMs).
+        "estimate": [["estimate", *_SMALL, "--export", "megatron"], ["estimate", *_SMALL[:-1], "gb200"]],
         "recompute": [["recompute", *_SMALL, "--sp", "--memory", "3GiB", "--unrestricted", "--export", "megatron"]],
         "potentials": [["potentials", *_SMALL, "--steps", "1", "--export", "megatron"]],
         "validate": [["validate", str(cases)]],

@@ -271,8 +271,10 @@ class MachineGemms:
     :meth:`GemmTable.price`, every dense GEMM covered.
 
     A dense GEMM takes the base's efficiency for each pass (the table's within its tolerance, else ``matmul``) times
-    ``rate``, and times ``large_speedup`` where its ``2 * rows * fan_out * fan_in`` FLOPs reach ``large_flops``;
-    grouped GEMMs keep the base's pricing times ``rate`` (the caller scales its fitted grouped figure alike).
+    ``rate``, and times ``large_speedup`` where its ``2 * rows * fan_out * fan_in`` FLOPs reach ``large_flops``. A
+    grouped GEMM likewise, per expert: the table's grouped row, else the device's fitted ``grouped * rows / (rows +
+    half_rows)``, times ``rate``, and times ``large_speedup`` where one expert's GEMM reaches ``large_flops``
+    (Transformer Engine runs each local expert's GEMM as its own cuBLAS call).
     """
 
     base: GemmTable | ShapedGemms | None
@@ -280,11 +282,19 @@ class MachineGemms:
     rate: float = 1.0
     large_speedup: float = 1.0
     large_flops: float = math.inf
+    grouped: float = 0.0
+    half_rows: float = 0.0
     _found: dict = attrs.field(init=False, factory=dict, eq=False, hash=False, repr=False)
 
-    def _efficiencies(self, shape: tuple[Any, ...]) -> tuple[float, float, float]:
+    def _efficiencies(self, shape: tuple[Any, ...], experts: int = 0) -> tuple[float, float, float]:
         rows, fan_out, fan_in = shape
-        if isinstance(self.base, GemmTable):
+        if experts:
+            found = (tuple(self.base.efficiency(p, rows, fan_out, fan_in, experts=experts) for p in GEMM_PASSES)
+                     if isinstance(self.base, GemmTable) else (None,))
+            if None in found and not self.grouped > 0:
+                raise ValueError("MachineGemms: a grouped GEMM off the table needs the device's fitted grouped efficiency")
+            base = found if None not in found else (self.grouped * rows / (rows + self.half_rows),) * 3
+        elif isinstance(self.base, GemmTable):
             found = tuple(self.base.efficiency(p, rows, fan_out, fan_in) for p in GEMM_PASSES)
             base = found if None not in found else (self.matmul,) * 3
         elif isinstance(self.base, ShapedGemms):
@@ -301,18 +311,14 @@ class MachineGemms:
         key = (grouped, gemms)
         if key in self._found:
             return self._found[key]
-        if grouped:
-            listed, covered, forward, backward = (self.base.price(gemms, grouped=True) if self.base is not None
-                                                  else (sum(2.0 * e * r * o * i for e, r, o, i in gemms), 0.0, 0.0, 0.0))
-            result = (listed, covered, forward / self.rate, backward / self.rate)
-        else:
-            listed = forward = backward = 0.0
-            for shape in gemms:
-                flops = 2.0 * shape[0] * shape[1] * shape[2]
-                e_fwd, e_dgrad, e_wgrad = self._efficiencies(tuple(shape))
-                listed += flops
-                forward += flops / e_fwd
-                backward += flops / e_dgrad + flops / e_wgrad
-            result = (listed, listed, forward, backward)
+        listed = forward = backward = 0.0
+        for gemm in gemms:
+            experts, shape = (gemm[0], tuple(gemm[1:])) if grouped else (0, tuple(gemm))
+            flops = 2.0 * max(experts, 1) * shape[0] * shape[1] * shape[2]
+            e_fwd, e_dgrad, e_wgrad = self._efficiencies(shape, experts)
+            listed += flops
+            forward += flops / e_fwd
+            backward += flops / e_dgrad + flops / e_wgrad
+        result = (listed, listed, forward, backward)
         self._found[key] = result
         return result

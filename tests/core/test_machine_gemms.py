@@ -72,3 +72,19 @@ def test_a_step_whose_gemms_are_all_small_is_the_same_on_b200_and_the_simumax_ma
                                 hardware=registry.hardware_preset(name).spec).compute_seconds for name in ("b200", "b200-simumax")]
     assert times[512][0] == times[512][1]
     assert times[8192][0] < times[8192][1] / 1.05
+
+
+def test_a_grouped_gemm_takes_the_rule_per_expert():
+    # Off any table, an expert GEMM of r rows runs at the fitted grouped * r / (r + half_rows) = 0.5 * r / (r + 250),
+    # times the rate, and times the speedup where one expert's 2 r n k reaches the threshold: 8 experts of 16384 rows,
+    # 6144 -> 16384 (3.30 TFLOP each) at 0.5 * 16384 / 16634 * 0.9 * 1.2; 8 experts of 512 rows (0.10 TFLOP each) at
+    # 0.5 * 512 / 762 * 0.9.
+    machine = MachineGemms(None, 0.5, rate=0.9, large_speedup=1.2, large_flops=1e12, grouped=0.5, half_rows=250)
+    big, small = (8, 16384, 16384, 6144), (8, 512, 16384, 6144)
+    for gemm, efficiency in ((big, 0.5 * 16384 / 16634 * 0.9 * 1.2), (small, 0.5 * 512 / 762 * 0.9)):
+        flops = 2.0 * 8 * gemm[1] * 16384 * 6144
+        listed, covered, forward, backward = machine.price((gemm,), grouped=True)
+        assert listed == covered == flops
+        assert forward == pytest.approx(flops / efficiency, rel=1e-12) and backward == pytest.approx(2 * flops / efficiency, rel=1e-12)
+    with pytest.raises(ValueError, match="fitted grouped efficiency"):
+        MachineGemms(None, 0.5).price((small,), grouped=True)

@@ -359,14 +359,15 @@ def _gemm_table(dev: DeviceEfficiency, dtype: str, hardware: HardwareSpec | None
     if hardware is None or (hardware.gemm_rate_scale is None and hardware.large_gemm_speedup is None):
         return base
     return _machine_gemms(base, dev.matmul.value, hardware.gemm_rate_scale or 1.0, hardware.large_gemm_speedup or 1.0,
-                          hardware.large_gemm_flops or math.inf)
+                          hardware.large_gemm_flops or math.inf, dev.grouped_matmul.value, dev.grouped_half_rows.value)
 
 
 @functools.lru_cache(maxsize=256)
 def _machine_gemms(base: GemmTable | ShapedGemms | None, matmul: float, rate: float, speedup: float,
-                   flops: float) -> MachineGemms:
+                   flops: float, grouped: float, half_rows: float) -> MachineGemms:
     """One :class:`~hp_core.specs.gemms.MachineGemms` per machine and device entry, kept (its prices are cached)."""
-    return MachineGemms(base, matmul, rate=rate, large_speedup=speedup, large_flops=flops)
+    return MachineGemms(base, matmul, rate=rate, large_speedup=speedup, large_flops=flops, grouped=grouped,
+                        half_rows=half_rows)
 
 
 def _permute_counted(timing: TimingProfile) -> dict[str, Any]:
