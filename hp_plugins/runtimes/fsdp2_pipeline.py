@@ -148,8 +148,8 @@ def pipelined_points(view: StageView, point, keep_share: int, held_grads: int, r
     return points
 
 
-def multi_stage_points(view: StageView, point, held_grads: int, batch: int, *, replicate: int,
-                       cpu_offload: bool) -> dict[str, MemoryBreakdown]:
+def multi_stage_points(view: StageView, point, held_grads: int, batch: int, *, replicate: int, cpu_offload: bool,
+                       sharded_held: dict[str, int] | None = None) -> dict[str, MemoryBreakdown]:
     """The ``forward``, ``backward`` and ``reduce`` points of a rank under torch's multi-stage runtime
     (``_PipelineScheduleRuntime``, interleaved 1F1B with ``vpp > 1``, without ``reshard_after_forward``:
     :func:`~hp_core.specs.overlap.check_fsdp_pipeline`), walked through the rank's compute order
@@ -174,6 +174,9 @@ def multi_stage_points(view: StageView, point, held_grads: int, batch: int, *, r
     * a forward binds at its chunk's last layer (as on a single-stage schedule); a backward is walked over
       its chunk's layers (:class:`BackwardWalk`), the other chunks' bytes beside; ``REDUCE_GRAD`` of a
       chunk reshards and reduce-scatters its units in turn (:func:`reduce_point`).
+
+    *sharded_held*, where given, is filled with the sharded gradients of the chunks reduced before the returned
+    ``forward`` and ``backward`` points (held there, in the reduce-scatter pool: ``Fsdp2Points.cached_bytes``).
     """
     layers, order = view.layers, view.order
     chunks = max(layer.chunk for layer in layers) + 1
@@ -194,6 +197,7 @@ def multi_stage_points(view: StageView, point, held_grads: int, batch: int, *, r
     waits = {used: c for c, _, used in unshards(computed)}
     in_flight, backwards, done = [0] * chunks, [0] * chunks, 0
     found: dict[str, list[MemoryBreakdown]] = {"forward": [], "backward": [], "reduce": []}
+    reduced_before: dict[int, int] = {}  # id of a forward or backward point -> the sharded gradients held there
     for i, (kind, c, _) in enumerate(order):
         on = sum(gathered[k] for k in windows[i])
         alive = [k for k in range(chunks) if 0 < backwards[k] < view.micro_batches]
@@ -204,16 +208,19 @@ def multi_stage_points(view: StageView, point, held_grads: int, batch: int, *, r
         name = "forward" if kind == "F" else "backward"
         if waits.get(i) == c:
             found[name].append(point(grads, on + largest_unit[c], kept + loose, 0))
+            reduced_before[id(found[name][-1])] = sharded
         if kind == "F":
             in_flight[c] += 1
             loose = 0 if c == keeper else loose
             last = layers[members[c][-1]].forward_working_bytes
             found["forward"].append(point(grads, on, kept + one[c] + loose, last))
+            reduced_before[id(found["forward"][-1])] = sharded
             continue
         others = grads - held_grads - (accumulators[c] if c in alive else 0)
         per_layer = [layers[j].kept_bytes * in_flight[c] if layers[j].chunk == c else 0 for j in range(len(layers))]
         found["backward"].append(walker.walk(members[c], per_layer, backwards[c] > 0, {}, on, False, others,
                                              kept - in_flight[c] * one[c] + loose))
+        reduced_before[id(found["backward"][-1])] = sharded
         in_flight[c] -= 1
         backwards[c] += 1
         if backwards[c] == view.micro_batches:  # REDUCE_GRAD, right after the chunk's last backward
@@ -223,7 +230,10 @@ def multi_stage_points(view: StageView, point, held_grads: int, batch: int, *, r
             found["reduce"].append(reduce_point(view, point, accumulator, held_grads, kept + loose, on, members[c],
                                                 sharded, others, replicate=replicate, cpu_offload=cpu_offload))
             done += sharded_grads[c]
-    return {name: largest_point(points) for name, points in found.items()}
+    chosen = {name: largest_point(points) for name, points in found.items()}
+    if sharded_held is not None:
+        sharded_held.update({name: reduced_before[id(chosen[name])] for name in ("forward", "backward")})
+    return chosen
 
 
 def reduce_point(view: StageView, point, accumulator: list[int], held_grads: int, activations: int, gathered: int,

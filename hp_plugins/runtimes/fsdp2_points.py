@@ -130,6 +130,11 @@ class Fsdp2Points:
     reshard_last_layer: bool = True
 
     def __call__(self, view: StageView) -> dict[str, MemoryBreakdown]:
+        return self._points(view)
+
+    def _points(self, view: StageView, sharded_held: dict[str, int] | None = None) -> dict[str, MemoryBreakdown]:
+        """The points (``__call__``); under a multi-stage schedule *sharded_held*, where given, is filled with the
+        sharded gradients the ``forward`` and ``backward`` points hold (:func:`multi_stage_points`)."""
         plan = TP_PLANS.get(self.tp_plan)
         if plan is not None and view.parallel.tp > 1 and view.parallel.sp != plan.sequence_parallel:
             raise ConfigError("$.parallel.sp", f"the TP plan {plan.name} runs {'' if plan.sequence_parallel else 'no '}"
@@ -182,7 +187,7 @@ class Fsdp2Points:
                                   "false is not priced under pp > 1 (torchtitan then reshards no layer after forward)")
             if view.order is not None and p.dp * p.cp > 1:
                 points = multi_stage_points(view, point, held_grads, batch, replicate=self.replicate,
-                                            cpu_offload=self.cpu_offload)
+                                            cpu_offload=self.cpu_offload, sharded_held=sharded_held)
             else:
                 points = pipelined_points(view, point, keep_share, held_grads, root_gathered, all_gather, batch,
                                           replicate=self.replicate, cpu_offload=self.cpu_offload)
@@ -293,12 +298,19 @@ class Fsdp2Points:
         """The sharded gradients *point* holds (in the reduce-scatter pool). A backward point of the plain walk holds
         the sharded gradients of the body layers above the running one and, in its gradients, the root's unsharded
         ones in the compute dtype (default stream): the walk position is the one whose sum is the point's. Under
-        PP nothing is reduce-scattered before the step's end; elsewhere (forward, optimizer, reduce) all the
-        point's gradients are counted (an upper bound at ``reduce``, whose accumulators are unsharded)."""
+        a single-stage PP schedule nothing is reduce-scattered before the step's end; under a multi-stage one
+        (``StageView.order``) the chunks whose ``REDUCE_GRAD`` ran before the point hold their sharded gradients
+        there (:func:`multi_stage_points`, the walk's reduced shards); elsewhere (forward, optimizer, reduce) all
+        the point's gradients are counted (an upper bound at ``reduce``, whose accumulators are unsharded)."""
         held = point.gradients_bytes
         if name not in ("forward", "backward"):
             return held
-        if view.parallel.pp > 1:  # the points' gradients there are the unsharded accumulators, beside any kept ones
+        p = view.parallel
+        if p.pp > 1 and self.set_to_none and view.order is not None and p.dp * p.cp > 1:
+            sharded_held: dict[str, int] = {}
+            points = self._points(view, sharded_held)
+            return sharded_held.get(name, 0) if points.get(name) == point else 0
+        if p.pp > 1:  # the points' gradients there are the unsharded accumulators, beside any kept ones
             kept = 0 if self.cpu_offload else sum(_sharded(view, layer, view.precision.grad_bytes, self.replicate)
                                                   for layer in view.layers)
             return 0 if self.set_to_none else min(held, kept)

@@ -59,7 +59,9 @@ def stream_pool_bytes(view: StageView, points: "Fsdp2Points") -> tuple[int, int]
       freed at the next unit's copy-out (``FSDPParamGroup.wait_for_unshard``), after that unit's input and output are
       allocated, the last one at the root's post-forward (``_fsdp_state.py`` ``_post_forward``); in backward each
       output right after its copy-out, the root (never resharded after forward) and a last layer kept gathered
-      (``reshard_last_layer`` False) gathering nothing. The pool is what the caching allocator reserves over two
+      (``reshard_last_layer`` False) gathering nothing; resharded to ``n`` ranks after forward
+      (``reshard_after_forward=n``) a backward's input is the post-forward shard, an ``n``-th of the gathered
+      parameters (``_fsdp_param.py`` ``to_sharded_post_forward``). The pool is what the caching allocator reserves over two
       steps of that sequence (:func:`best_fit_reserved_bytes`): for a root larger than a layer, the root's input and
       output and, where a layer's output does not fit beside its input in the root input's block, a layer's output.
       torch 2.6.0 (branched in December 2024) and torch 2.13 allocate these the same way. With ``cpu_offload`` the
@@ -95,6 +97,15 @@ def stream_pool_bytes(view: StageView, points: "Fsdp2Points") -> tuple[int, int]
     # allocated (_get_param_all_gather_inputs' flat_foreach_copy_input, or a recipe's fsdp_pre_all_gather output).
     inputs = [sum(math.ceil(_gathered(view, layer) * _sharded(view, layer, 1, replicate) / max(sum(layer.elements.values()), 1))
                   for layer in unit) for unit in units]
+    # A backward's all-gather input after resharding to n ranks (reshard_after_forward=n): the post-forward shard, an
+    # n-th of the gathered parameters in the compute dtype (_fsdp_param.py to_sharded_post_forward keeps
+    # _sharded_post_forward_param_data, all_gather_output.numel() // n, which _get_param_all_gather_inputs copies in
+    # while the parameter is SHARDED_POST_FORWARD), not the full shard the forward's gather copies in.
+    keep_share = points._keep_share(view)
+    if keep_share > 1:
+        backward_inputs = [sum(_gathered(view, layer) // keep_share for layer in unit) for unit in units]
+    else:
+        backward_inputs = inputs
     first = 1 if root else 0  # the root is gathered once a step, before the decoder layers (never resharded after forward)
     # The layers a backward gathers again: none without resharding after forward; a last layer kept gathered not.
     regathered = list(range(first, len(units))) if p.reshard_after_forward else []
@@ -108,7 +119,7 @@ def stream_pool_bytes(view: StageView, points: "Fsdp2Points") -> tuple[int, int]
                 events.append(("free", f"out{k - 1}", 0))
         events.append(("free", f"out{len(units) - 1}", 0))  # the root's post-forward frees the last one
         for k in reversed(regathered):  # backward: each output freed right after its copy-out
-            events += [("alloc", f"in{k}", inputs[k]), ("alloc", f"out{k}", gathers[k]), ("free", f"in{k}", 0),
+            events += [("alloc", f"in{k}", backward_inputs[k]), ("alloc", f"out{k}", gathers[k]), ("free", f"in{k}", 0),
                        ("free", f"out{k}", 0)]
     return reduce_pool, best_fit_reserved_bytes(events)
 

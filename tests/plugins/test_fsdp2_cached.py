@@ -192,3 +192,26 @@ def test_a_float8_layer_output_fits_the_root_input_s_block(registry, monkeypatch
     estimate(model, ParallelSpec(seq_len=T, dp=8), runtime=runtime, registry=registry,
              precision=attrs.evolve(runtime.precision, recipe="torchao-float8-tensorwise"))
     assert pools[-1][1] == ROOT * 2 // 8 + ROOT * 2
+
+
+def test_a_backward_gather_after_resharding_to_n_copies_in_the_post_forward_shard():
+    """reshard_after_forward=2 on 8 ranks, one decoder layer of 32 Mi elements (64 MiB gathered in bf16), no root.
+    Forward: its input, the full shard cast to bf16 (64 / 8 = 8 MiB), a segment; its output (64 MiB) a second; both
+    freed (the input after its copy-in, the output at the post-forward). Backward: the layer was left its post-forward
+    shard (torch _fsdp_param.py to_sharded_post_forward: 64 / 2 = 32 MiB), which the all-gather copies in: too large
+    for the 8 MiB block, it splits the 64 MiB one, so the output (64 MiB) needs a third segment. The second step fits
+    in those three blocks: 8 + 64 + 64 MiB. (Copying in the full shard, 8 MiB, the pool would stay 8 + 64 MiB.)"""
+    from hp_core.peak_points import StageLayer, StageView
+    from hp_core.specs import PrecisionSpec
+    from hp_plugins.runtimes.fsdp2_points import Fsdp2Points, stream_pool_bytes
+
+    mib, elements = 1 << 20, 32 << 20
+    layer = StageLayer("k", "body", 0, 0, 0, {"dense": elements}, 0)
+    precision = PrecisionSpec(param_bytes=4, grad_bytes=4, master_param_bytes=0)
+    params = elements * 4 // 8
+    view = StageView(0, (layer,), (params, params, 0, 2 * params), {}, ParallelSpec(seq_len=16, dp=8), precision, 3,
+                     1, 0)
+    assert precision.activation_bytes == 2 and view.parallel.reshard_after_forward
+    assert stream_pool_bytes(view, Fsdp2Points(reshard_to=2)) == (params, (8 + 64 + 64) * mib)
+    # Resharding to all 8 ranks (reshard_to 0, reshard_after_forward true): the backward copies in the 8 MiB shard.
+    assert stream_pool_bytes(view, Fsdp2Points()) == (params, (8 + 64) * mib)

@@ -77,6 +77,33 @@ def test_two_chunks_four_micro_batches_by_hand():
     assert Fsdp2Points().cached_bytes(view, "backward", points["backward"]) == 2000 + 4000 + 4000
 
 
+def test_a_chunk_reduced_before_the_binding_backward_holds_its_part_of_the_reduce_scatter_pool():
+    """pp 2, vpp 2, 2 micro-batches, stage 0: 4 warm-up forwards (every one), so the rank runs F0 F0 F1 F1 B1 B1 B0 B0.
+    Chunk 1's REDUCE_GRAD, right after its second backward, reshards it and reduce-scatters its layer: its sharded fp32
+    gradients (2,000 x 4 / 2 = 4,000) are allocated in the reduce-scatter stream from there to the optimizer step.
+
+    * Backward: binds at chunk 0's second backward (the last action), in its layer's post-backward moment: chunk 0's
+      accumulator (12,000) and chunk 1's sharded gradients (4,000), chunk 0 gathered (6,000; chunk 1 no longer), the
+      embedding of the one micro-batch in flight below the layer (1), the layer's bf16 gradients and input gradient
+      (4,000 + 1,000): 30,000 + 16,000 + 6,000 + 1 + 5,000 = 57,001.
+    * Cached beside it: the reduce-scatter pool (every unit's fp32 sharded gradient, 2,000 + 4,000 + 4,000, freed into
+      it by the previous step's zero_grad) less chunk 1's 4,000 the point holds: 6,000. The forward (chunk 1's UNSHARD
+      wait: both chunks gathered and its unit again, 6,000 + 4,000 + 4,000; two micro-batches of chunk 0 kept, 202)
+      holds no sharded gradient: 44,202 + 10,000 = 54,202, below the backward's 57,001 + 6,000.
+    """
+    from hp_core.peak_points import reserved_over_peak
+
+    view = _view(TWO_CHUNKS, pp=2, vpp=2, micro_batches=2)
+    runtime = Fsdp2Points()
+    points = runtime(view)
+    assert _parts(points["backward"]) == (12_000 + 4000, 6000, 1, 4000 + 1000)
+    assert points["backward"].peak_bytes == 57_001
+    assert runtime.cached_bytes(view, "backward", points["backward"]) == 10_000 - 4000
+    assert _parts(points["forward"]) == (0, 6000 + 4000 + 4000, 202, 0)
+    assert runtime.cached_bytes(view, "forward", points["forward"]) == 10_000
+    assert reserved_over_peak(runtime.cached_bytes, view, points, 57_001) == 6000
+
+
 def test_a_chunk_evicted_by_the_window_of_three_is_not_held():
     """pp 2, vpp 4, 2 micro-batches, stage 0: 8 warm-up forwards (every one), then every backward: F0 F0 F1 F1 F2 F2
     F3 F3 B3 B3 B2 B2 B1 B1 B0 B0. Torch's window of three evicts chunk 0 before chunk 1's first forward (chunks 1, 2,
