@@ -330,8 +330,10 @@ _MEMORY_OPTIONS = (
     RuntimeOption(
         "reshard_after_forward_to", "int", 0,
         "fully_shard(reshard_after_forward=n): after forward each layer keeps its bf16 parameters sharded over n ranks "
-        "until its backward (0: parallel.reshard_after_forward says, all freed or all kept)",
-        "torch/distributed/fsdp/_fully_shard/_fully_shard.py fully_shard (reshard_after_forward: bool | int)",
+        "until its backward (0: parallel.reshard_after_forward says, all freed or all kept); refused with tp or ep > 1 "
+        "and with a recipe that casts the all-gather, which torch cannot reshard so",
+        "torch/distributed/fsdp/_fully_shard/_fully_shard.py fully_shard (reshard_after_forward: bool | int); "
+        "_fsdp_param.py to_sharded_post_forward, all_gather_inputs (NotImplementedError, torch 2.13)",
         _Points("reshard_to"), minimum=0,
     ),
     RuntimeOption(

@@ -177,6 +177,21 @@ class Fsdp2Points:
         if keep_share > 1 and (p.dp * p.cp) % (keep_share * self.replicate):
             raise ConfigError("$.runtime.options.reshard_after_forward_to",
                               f"{keep_share} must divide the FSDP shard group of {p.dp * p.cp // self.replicate} ranks")
+        # What torch 2.13 refuses to reshard to a smaller mesh (_fully_shard/_fsdp_param.py, cf30153): a DTensor
+        # parameter (FSDP over TP or EP: to_sharded_post_forward raises NotImplementedError), and a parameter whose
+        # all-gather a recipe casts (fsdp_pre_all_gather: all_gather_inputs raises NotImplementedError when
+        # SHARDED_POST_FORWARD).
+        if keep_share > 1 and (p.tp > 1 or p.ep > 1):
+            raise ConfigError("$.runtime.options.reshard_after_forward_to",
+                              "torch's FSDP2 cannot reshard TP- or EP-sharded (DTensor) parameters to a smaller mesh "
+                              "after forward (_fsdp_param.py to_sharded_post_forward); use 0 or 1 with tp = ep = 1")
+        cast = [layer for layer in layers if layer.gathered_bytes is not None
+                and layer.gathered_bytes != sum(layer.elements.values()) * view.precision.activation_bytes]
+        if keep_share > 1 and cast:
+            raise ConfigError("$.runtime.options.reshard_after_forward_to",
+                              f"torch's FSDP2 cannot gather a {view.precision.recipe}-cast parameter from "
+                              "its post-forward shard (_fsdp_param.py all_gather_inputs with fsdp_pre_all_gather); "
+                              "use 0 or 1, or a recipe that gathers in the compute dtype")
         # The training loop still holds its batch (the input ids the embedding keeps; the loss shifts the same tensor
         # for its labels) while the optimizer steps: measured, the tracker's Inputs at the step (8 bytes per token).
         batch = sum(layer.kept_bytes for layer in layers if layer.placement == "first")

@@ -246,6 +246,29 @@ def test_resharding_to_fewer_ranks_keeps_a_share(registry):
     assert err.value.path == "$.runtime.options.reshard_after_forward_to"
 
 
+def test_what_torch_cannot_reshard_to_fewer_ranks_is_refused(registry):
+    # torch 2.13 raises NotImplementedError for a DTensor (TP-sharded) parameter's to_sharded_post_forward, and for an
+    # all_gather_inputs from the post-forward shard where a recipe casts the all-gather (fsdp_pre_all_gather).
+    from hp_core.errors import ConfigError
+    from hp_core.specs import PrecisionSpec
+
+    with pytest.raises(ConfigError, match="DTensor") as err:
+        _llama(registry, runtime_options={"reshard_after_forward_to": 2}, dp=4, tp=2)
+    assert err.value.path == "$.runtime.options.reshard_after_forward_to"
+    from hp_core.api import model_from_preset
+    from hp_core.runtime_options import apply_options
+
+    model = model_from_preset("llama3-8b", registry).with_body_layers(4, registry.kinds_placed("body"))
+    runtime = apply_options(registry.runtime("fsdp2"), {"reshard_after_forward_to": 2})
+    precision = PrecisionSpec(recipe="torchao-float8-tensorwise")
+    with pytest.raises(ConfigError, match="post-forward shard") as err:
+        estimate(model, ParallelSpec(seq_len=T, dp=8), runtime=runtime, registry=registry, precision=precision)
+    assert err.value.path == "$.runtime.options.reshard_after_forward_to"
+    # Gathered in the compute dtype (rowwise: no float8 all-gather) it is priced.
+    rowwise = PrecisionSpec(recipe="torchao-float8-rowwise")
+    assert estimate(model, ParallelSpec(seq_len=T, dp=8), runtime=runtime, registry=registry, precision=rowwise).stages
+
+
 def test_recompute_planner_checks_the_runtime_points(registry):
     """hp recompute under fsdp2 (its own peak points, no warm-up point): every plan it calls fitting fits them."""
     import attrs
