@@ -125,6 +125,12 @@ class GemmTable:
         self._found[key] = found
         return found
 
+    def pass_efficiencies(self, rows: float, fan_out: int, fan_in: int, experts: int = 0) -> tuple[float, float, float] | None:
+        """The efficiencies of a linear layer's three passes (:data:`GEMM_PASSES`) where the table holds all three,
+        else ``None``."""
+        found = tuple(self.efficiency(p, rows, fan_out, fan_in, experts=experts) for p in GEMM_PASSES)
+        return None if None in found else found
+
     def price(self, gemms: tuple[tuple[Any, ...], ...], grouped: bool = False) -> tuple[float, float, float, float]:
         """FLOPs of *gemms* and their FLOPs over efficiency, per pass, for the shapes the table holds (cached).
 
@@ -149,9 +155,10 @@ class GemmTable:
             experts, shape = (gemm[0], gemm[1:]) if grouped else (0, gemm)
             flops = 2.0 * max(experts, 1) * shape[0] * shape[1] * shape[2]
             listed += flops
-            e_fwd, e_dgrad, e_wgrad = (self.efficiency(p, *shape, experts=experts) for p in GEMM_PASSES)
-            if e_fwd is None or e_dgrad is None or e_wgrad is None:
+            found = self.pass_efficiencies(*shape, experts=experts)
+            if found is None:
                 continue
+            e_fwd, e_dgrad, e_wgrad = found
             covered += flops
             forward += flops / e_fwd
             backward += flops / e_dgrad + flops / e_wgrad
@@ -228,6 +235,10 @@ class GemmShapeScale:
                 result += weight * self.values[index]
         return result
 
+    def pass_factors(self, rows: float, fan_out: int, fan_in: int) -> tuple[float, float, float]:
+        """:meth:`factor` of a linear layer's three passes as cuBLAS runs them (the class docstring's keys)."""
+        return (self.factor(rows, fan_out, fan_in), self.factor(rows, fan_in, fan_out), self.factor(fan_out, fan_in, rows))
+
     def price(self, gemms: tuple[tuple[Any, ...], ...]) -> tuple[float, float, float]:
         """``(FLOPs, forward, backward)``: the forward FLOPs of dense ``(rows, fan_out, fan_in)`` *gemms*, and their
         forward's and two backward GEMMs' FLOPs each over its :meth:`factor` (cached)."""
@@ -237,8 +248,9 @@ class GemmShapeScale:
         for rows, fan_out, fan_in in gemms:
             flops = 2.0 * rows * fan_out * fan_in
             listed += flops
-            forward += flops / self.factor(rows, fan_out, fan_in)
-            backward += flops / self.factor(rows, fan_in, fan_out) + flops / self.factor(fan_out, fan_in, rows)
+            f_fwd, f_dgrad, f_wgrad = self.pass_factors(rows, fan_out, fan_in)
+            forward += flops / f_fwd
+            backward += flops / f_dgrad + flops / f_wgrad
         self._found[gemms] = result = (listed, forward, backward)
         return result
 
@@ -288,21 +300,15 @@ class MachineGemms:
 
     def _efficiencies(self, shape: tuple[Any, ...], experts: int = 0) -> tuple[float, float, float]:
         rows, fan_out, fan_in = shape
+        found = self.base.pass_efficiencies(rows, fan_out, fan_in, experts) if isinstance(self.base, GemmTable) else None
         if experts:
-            found = (tuple(self.base.efficiency(p, rows, fan_out, fan_in, experts=experts) for p in GEMM_PASSES)
-                     if isinstance(self.base, GemmTable) else (None,))
-            if None in found and not self.grouped > 0:
+            if found is None and not self.grouped > 0:
                 raise ValueError("MachineGemms: a grouped GEMM off the table needs the device's fitted grouped efficiency")
-            base = found if None not in found else (self.grouped * rows / (rows + self.half_rows),) * 3
-        elif isinstance(self.base, GemmTable):
-            found = tuple(self.base.efficiency(p, rows, fan_out, fan_in) for p in GEMM_PASSES)
-            base = found if None not in found else (self.matmul,) * 3
+            base = found or (self.grouped * rows / (rows + self.half_rows),) * 3
         elif isinstance(self.base, ShapedGemms):
-            scale = self.base.scale
-            base = tuple(self.matmul * f for f in (scale.factor(rows, fan_out, fan_in), scale.factor(rows, fan_in, fan_out),
-                                                    scale.factor(fan_out, fan_in, rows)))
+            base = tuple(self.matmul * f for f in self.base.scale.pass_factors(rows, fan_out, fan_in))
         else:
-            base = (self.matmul,) * 3
+            base = found or (self.matmul,) * 3
         k = self.rate * (self.large_speedup if 2.0 * rows * fan_out * fan_in >= self.large_flops else 1.0)
         return tuple(min(1.0, e * k) for e in base)
 
