@@ -1,7 +1,7 @@
 """hp's step time against the public FP8 / MXFP8 runs of tests/plugins/data/fp8_measured_runs.json.
 
-Run: ``python benchmarks/fp8_runs.py`` (prints one row per run (Megatron-Bridge's Llama rows on H100, B200 and GB200,
-NeMo 24.07's on H100; the GB200 rows summarised apart): measured and estimated step
+Run: ``python benchmarks/fp8_runs.py`` (prints one row per run (Megatron-Bridge's Llama rows on H100, B200, GB200 and
+GB300, NeMo 24.07's on H100; the GB200 and GB300 rows summarised apart, GB300's also per recipe): measured and estimated step
 time and the relative error, with the ``megatron`` runtime's defaults and as run (the overlap
 options the row's trainer set), and hp's bf16 time of the same layout for the estimated speedup; then
 the memory rows: measured and estimated peak GiB and the error; then torchao's Llama4 MXFP8 rows, ``torchao_moe_rows``: a
@@ -10,8 +10,8 @@ the table's bf16 row). The step-time runs are priced
 with the ``megatron`` runtime, the memory rows with the torchtitan importer (``fsdp2`` runtime),
 each under the recipe its row names; then llm-foundry's MPT FP8 rows (``fsdp_rows``: Composer FSDP,
 Transformer Engine delayed scaling), priced with the ``fsdp2`` runtime as docs/time.md prices the
-MPT bf16 rows; then Megatron-Bridge's MoE rows (``moe_rows``: Qwen3 30B-A3B and 235B-A22B on H100, B200 and GB200, DeepSeek-V3 on
-B200 and GB200, the GB200 rows a class of their own), priced as run with the ``megatron`` runtime and the recompute modules each row states, per class the mean absolute error; then torchtitan's and torchao's Float8 rows
+MPT bf16 rows; then Megatron-Bridge's MoE rows (``moe_rows``: Qwen3 30B-A3B and 235B-A22B on H100, B200, GB200, GB300 and
+B300, DeepSeek-V3 on B200, GB200, GB300 and B300, each of the GB200, GB300 and B300 rows a class of their own), priced as run with the ``megatron`` runtime and the recompute modules each row states, per class the mean absolute error; then torchtitan's and torchao's Float8 rows
 (``torchtitan_rows``: Llama 3 8B / 70B / 405B under torchao float8 tensorwise on torchtitan's Grand Teton H100s),
 priced as tests/plugins/scale_cases.py prices those pages' bf16 rows (``fsdp2``, the Grand Teton case device), each
 beside its bf16 baseline of the same table, measured and priced, and both FP8 speedups; nothing is fitted to them
@@ -132,8 +132,9 @@ def section(found: list[dict]) -> str:
         lines.append(f"| `{r['id']}` | {r['split']} | {r['recipe']} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} "
                      f"| {r['error']:+.1%} {as_run}| {r['bf16_seconds']:.3f} | {r['bf16_seconds'] / r['estimated_seconds']:.2f} "
                      f"| {r['mfu']:.1%} / {r['mfu_recipe_peak']:.1%} |")
-    # The H100 / B200 rows and the GB200 rows (added with the gb200 preset) summarised apart, every one held out.
-    before = [r for r in found if r["hardware"] != "gb200"]
+    # The H100 / B200 rows, the GB200 rows (added with the gb200 preset) and the GB300 rows (added with the gb300 preset,
+    # also per recipe) summarised apart, every one held out.
+    before = [r for r in found if r["hardware"] not in ("gb200", "gb300")]
     errors = [abs(r["error"]) for r in before]
     within = sum(e <= 0.10 for e in errors)
     lines.append("")
@@ -142,12 +143,17 @@ def section(found: list[dict]) -> str:
     ran = [abs(r["as_run_error"]) for r in before if r["as_run_error"] is not None]
     lines.append(f"As run (the {len(ran)} rows stating their trainer's options): within 10%: {sum(e <= 0.10 for e in ran)}; "
                  f"mean absolute error {sum(ran) / len(ran):.1%}, largest {max(ran):.1%}.")
-    gb200 = [r for r in found if r["hardware"] == "gb200"]
-    if gb200:
-        base, run = [abs(r["error"]) for r in gb200], [abs(r["as_run_error"]) for r in gb200]
-        lines.append(f"Held-out rows on GB200: {len(gb200)}; with the defaults mean absolute error {sum(base) / len(base):.1%}, "
-                     f"largest {max(base):.1%}; as run within 10%: {sum(e <= 0.10 for e in run)}, mean absolute error "
-                     f"{sum(run) / len(run):.1%}, largest {max(run):.1%}.")
+    for name, rows in (("GB200", [r for r in found if r["hardware"] == "gb200"]),
+                       ("GB300", [r for r in found if r["hardware"] == "gb300"])):
+        if rows:
+            base, run = [abs(r["error"]) for r in rows], [abs(r["as_run_error"]) for r in rows]
+            lines.append(f"Held-out rows on {name}: {len(rows)}; with the defaults mean absolute error {sum(base) / len(base):.1%}, "
+                         f"largest {max(base):.1%}; as run within 10%: {sum(e <= 0.10 for e in run)}, mean absolute error "
+                         f"{sum(run) / len(run):.1%}, largest {max(run):.1%}.")
+    for recipe in dict.fromkeys(r["recipe"] for r in found if r["hardware"] == "gb300"):
+        run = [r["as_run_error"] for r in found if r["hardware"] == "gb300" and r["recipe"] == recipe]
+        lines.append(f"- GB300, {recipe}: {len(run)} rows, as run mean absolute error {sum(map(abs, run)) / len(run):.1%}, "
+                     f"{min(run):+.1%} to {max(run):+.1%}.")
     return "\n".join(lines) + "\n"
 
 
@@ -328,7 +334,8 @@ def fsdp_section(found: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-MOE_CLASSES = ("multi-node Megatron-Core MoE, H100", "Megatron-Core MoE, B200", "Megatron-Core MoE, GB200")
+MOE_CLASSES = ("multi-node Megatron-Core MoE, H100", "Megatron-Core MoE, B200", "Megatron-Core MoE, GB200",
+               "Megatron-Core MoE, GB300", "Megatron-Core MoE, B300")
 
 
 def _decoder_layers(model) -> int:

@@ -52,7 +52,9 @@ MBRIDGE_ROWS: list[dict] = MBRIDGE_DATA["rows"]
 MBRIDGE_CLASSES = ("multi-node Megatron-Core MoE, H100", "multi-node Megatron-Core MoE, B200", "single-node Megatron-Core, H100",
                    "single-node Megatron-Core, B200", "multi-node Megatron-Core dense, H100",
                    # GPT-OSS 120B on 64 GB200 GPUs (one NVLink domain), every row held out.
-                   "multi-node Megatron-Core MoE, GB200")
+                   "multi-node Megatron-Core MoE, GB200",
+                   # GPT-OSS 120B on 64 GB300 GPUs (one NVLink domain) and on 8 DGX B300 nodes, every row held out.
+                   "multi-node Megatron-Core MoE, GB300", "multi-node Megatron-Core MoE, B300")
 # Collections of a class reported apart as well (split among themselves: the data file's split_rule): the H100 MoE
 # class's Grok-1 rows (NVIDIA's DGX Cloud recipes) and its GPT-OSS 120B rows (Megatron-Bridge).
 MBRIDGE_COLLECTIONS = (("multi-node Megatron-Core MoE, H100", "Grok-1 rows alone", "-grok1-"),

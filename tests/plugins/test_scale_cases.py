@@ -519,6 +519,8 @@ DGXC_ROWS = [r for r in sc.MBRIDGE_ROWS if r["source"].startswith("dgxc-")]
 DENSE = "multi-node Megatron-Core dense, H100"
 MOE_H100 = "multi-node Megatron-Core MoE, H100"
 MOE_GB200 = "multi-node Megatron-Core MoE, GB200"
+# The GB300 and B300 GPT-OSS rows (added with the gb300 and b300 presets), every row held out.
+MOE_GB300, MOE_B300 = "multi-node Megatron-Core MoE, GB300", "multi-node Megatron-Core MoE, B300"
 DGXC_SINGLE = [r for r in DGXC_ROWS if r["class"].startswith("single-node")]
 # The dense class holds the Llama 3.1 and GPT-3 rows and, added later and split among themselves, Nemotron-4's.
 DGXC_MULTI = [r for r in DGXC_ROWS if r["class"] == DENSE and "-nemotron4-" not in r["id"]]
@@ -541,7 +543,8 @@ def test_mbridge_rows_state_their_provenance_and_layout():
         assert source["step_seconds_from"] and row["config"] and row["recipe_settings"]
         assert row["class"] in sc.MBRIDGE_CLASSES and row["split"] in ("calibration", "held-out")
         cells, lay = _cells(row), row["layout"]
-        assert cells["Precision"] == "BF16" and cells["System"] == {"h100-sxm": "DGX-H100", "b200": "DGX-B200", "gb200": "DGX-GB200"}[row["hardware"]]
+        assert cells["Precision"] == "BF16" and cells["System"] == {"h100-sxm": "DGX-H100", "b200": "DGX-B200", "gb200": "DGX-GB200",
+                                                                     "gb300": "DGX-GB300", "b300": "DGX-B300"}[row["hardware"]]
         assert row["class"].endswith(cells["System"][4:]) and row["class"].startswith("multi" if row["gpus"] > 8 else "single")
         # The layout is the row's: GPUs, batches, sequence, TP / PP / CP / EP (no FSDP, no interleaving).
         assert (row["gpus"], lay["global_batch_size"], lay["micro_batch_size"], lay["seq_len"]) == \
@@ -552,18 +555,22 @@ def test_mbridge_rows_state_their_provenance_and_layout():
         assert lay["dp"] * lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1) == row["gpus"]
         assert (row["measured"]["tokens_per_second_per_gpu"], row["measured"]["model_tflops_per_gpu"]) == \
             (int(cells["Tokens / sec / GPU"]), int(cells["Model TFLOP / sec / GPU"]))
-        assert row["recompute"] == ["layernorm", "moe_act"]
+        # The GB300 and B300 configs set no recompute_modules (and graph attention, the router and preprocessing).
+        graphed = row["hardware"] in ("gb300", "b300")
+        assert row["recompute"] == (None if graphed else ["layernorm", "moe_act"])
+        assert graphed == ("TE CUDA graphs (cuda_graph_impl transformer_engine" in row["recipe_settings"])
         # The recipe's DDP settings, each stated as the runtime option it is (ddp.grad_reduce_in_fp32 false in
         # set_gpt_oss_common_configs), and the dispatcher where the config sets the flex one with HybridEP.
         hybridep = "moe_flex_dispatcher_backend hybridep" in row["recipe_settings"]
-        assert hybridep == (row["id"] in ("mb26.04-b200-gpt-oss-120b", "mb26.04-gb200-gpt-oss-120b"))
+        assert hybridep == (row["id"] in ("mb26.04-b200-gpt-oss-120b", "mb26.04-gb200-gpt-oss-120b", "mb26.04-b300-gpt-oss-120b",
+                                          "mb26.04.01-b300-gpt-oss-120b"))
         # The GB200 V2 configs of v0.4.0 and v0.4.2 set moe_a2a_overlap: the expert all-to-all overlap.
         a2a_overlap = "overlap_moe_expert_parallel_comm and delay_wgrad_compute true" in row["recipe_settings"]
         assert a2a_overlap == (row["id"] in ("mb26.04-gb200-gpt-oss-120b", "mb26.04.01-gb200-gpt-oss-120b"))
         assert row["options"] == {"overlap_grad_reduce": True, "overlap_param_gather": True, "grad_reduce_in_fp32": False,
                                   **({"ep_all_to_all": "hybridep"} if hybridep else {}),
                                   **({"overlap_moe_expert_parallel_comm": True, "delay_wgrad_compute": True} if a2a_overlap else {})}
-        assert ("not_priced" in row) == a2a_overlap
+        assert ("not_priced" in row) == (a2a_overlap or graphed)
         assert "ddp.grad_reduce_in_fp32 false" in row["recipe_settings"]
 
 
@@ -639,8 +646,8 @@ def test_the_mbridge_split_alternates_per_device_by_container():
             groups, key = (DGXC_MULTI, DGXC_NEMOTRON), _dense_key
         elif cls == MOE_H100:
             groups, key = ([r for r in MB_ROWS if r["class"] == cls], DGXC_GROK), _grok_key
-        elif cls == MOE_GB200:
-            assert all(r["split"] == "held-out" for r in sc.MBRIDGE_ROWS if r["class"] == cls)  # every GB200 row held out
+        elif cls in (MOE_GB200, MOE_GB300, MOE_B300):
+            assert all(r["split"] == "held-out" for r in sc.MBRIDGE_ROWS if r["class"] == cls)  # every such row held out
             continue
         else:
             groups, key = ([r for r in sc.MBRIDGE_ROWS if r["class"] == cls],), _container
@@ -649,7 +656,8 @@ def test_the_mbridge_split_alternates_per_device_by_container():
             assert [r["split"] for r in group] == [("calibration", "held-out")[i % 2] for i in range(len(group))]
     assert len(DGXC_MULTI) + len(DGXC_NEMOTRON) == sum(r["class"] == DENSE for r in sc.MBRIDGE_ROWS)
     assert len(DGXC_GROK) + 4 == sum(r["class"] == MOE_H100 for r in sc.MBRIDGE_ROWS)
-    assert sorted(r["id"] for r in sc.MBRIDGE_ROWS if r["split"] == "held-out" and r["class"] not in (DENSE, MOE_GB200) and r not in DGXC_GROK) == [
+    assert sorted(r["id"] for r in sc.MBRIDGE_ROWS if r["split"] == "held-out" and r["class"] not in (DENSE, MOE_GB200, MOE_GB300, MOE_B300)
+                  and r not in DGXC_GROK) == [
         "dgxc24.12-h100-llama3.1-8b", "mb26.02.01-h100-gpt-oss-120b", "mb26.04-b200-gpt-oss-120b",
         "mb26.04.01-h100-gpt-oss-120b"]
     # The dense class: 58 rows, the first (GPT-3 175B on 128 GPUs, NeMo 24.05) calibration, then alternating; the last,

@@ -1,0 +1,174 @@
+"""The DGX-GB300 and DGX-B300 rows of tests/plugins/data/fp8_measured_runs.json (Megatron-Bridge's performance
+summaries): each the exact summary row of the archive line it names, the layout the release's config sets, held out;
+the rows left out each with a reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hp_plugins.importers.megatron_options import parse_layout
+from repo_script import load_script  # tests/repo_script.py
+
+ROOT = Path(__file__).resolve().parents[2]
+ARCHIVE = "067f987df03b8355b03192d88d70f1709fedf51a"
+CONTAINERS = ("26.02", "26.02.01", "26.04", "26.04.01", "26.06")
+
+
+def _module():
+    return load_script("benchmarks/fp8_runs.py")
+
+
+def _data() -> dict:
+    return json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
+
+
+def _cells(text: str) -> list[str]:
+    return [c.strip() for c in text.strip().strip("|").split("|")]
+
+
+def test_the_gb300_llama_rows_state_their_release_config():
+    data = _data()
+    rows = {r["id"]: r for r in data["rows"] if r["hardware"] in ("gb300", "b300")}
+    # No summary section prints a DGX-B300 Llama pre-training row; 26.02.01's 70B rows and FP8 405B row disagree
+    # with the release (rows_skipped_gb300), the 70B FP8 rows run Megatron-FSDP with CPU offloading.
+    kept = {"26.02": ("70b-mxfp8", "70b-nvfp4", "405b-fp8", "405b-mxfp8", "405b-nvfp4"),
+            "26.02.01": ("405b-mxfp8", "405b-nvfp4"),
+            "26.04": ("70b-mxfp8", "70b-nvfp4", "405b-fp8", "405b-mxfp8", "405b-nvfp4"),
+            "26.04.01": ("70b-mxfp8", "70b-nvfp4", "405b-fp8", "405b-mxfp8", "405b-nvfp4"),
+            "26.06": ("405b-fp8", "405b-mxfp8", "405b-nvfp4")}
+    assert sorted(rows) == sorted(f"mb{c}-gb300-{'llama3-70b' if s.startswith('70b') else 'llama31-405b'}-{s.split('-')[1]}"
+                                  for c, kinds in kept.items() for s in kinds)
+    label = {"fp8-megatron-param-gather": "FP8", "mxfp8": "MXFP8", "nvfp4": "NVFP4"}
+    for row in rows.values():
+        container = row["id"][2:].split("-", 1)[0]
+        assert row["split"] == "held_out" and row["hardware"] == "gb300" and ARCHIVE in data["sources"][row["source"]]
+        assert row["source"] == row["runtime_options_source"] == f"megatron-bridge-gb300-{container}"
+        head, table = row["row"].split(": ", 1)
+        assert head == f"{container} NeMo Container, {'LLAMA3_70B' if row['model'] == 'llama3-70b' else 'LLAMA3.1_405B'}"
+        cells = _cells(table)
+        # System, #-GPUs, Precision, GBS, MBS, Sequence Length, FSDP (not in 26.06), TP, PP, CP, VP, EP, tokens/s, TFLOP/s.
+        assert len(cells) == (13 if container == "26.06" else 14) and (len(cells) == 13 or cells[6] == "0"), row["id"]
+        assert cells[0] == "DGX-GB300" and cells[2] == label[row["recipe"]], row["id"]
+        assert (int(cells[1]), int(cells[3]), int(cells[4]), int(cells[5])) == \
+            (row["gpus"], row["global_batch_size"], row["micro_batch_size"], row["seq_len"]), row["id"]
+        assert [1 if c == "n/a" else int(c) for c in cells[-7:-3]] == [row["tp"], row["pp"], row["cp"], row["vpp"]], row["id"]
+        assert int(cells[-2]) == row["tokens_per_second_per_gpu"] and row["ep"] == 1, row["id"]
+        # The V2 configs: 70B TP 1, PP 4, VP 5 on 64 GPUs; 405B TP 4, PP 8, VP 4 (MXFP8 TP 2, CP 2) on 256.
+        expected = ((64, 1, 4, 1, 5) if row["model"] == "llama3-70b" else
+                    (256, 2, 8, 2, 4) if row["recipe"] == "mxfp8" else (256, 4, 8, 1, 4))
+        assert (row["gpus"], row["tp"], row["pp"], row["cp"], row["vpp"]) == expected, row["id"]
+        config = row["config"].split(" ")[0]
+        assert config in data["sources"][row["source"]] and "_GB300_" in config and config.endswith("_V2"), row["id"]
+        assert row["config"].endswith(" at " + {"26.02": "v0.3.0", "26.02.01": "v0.3.1", "26.04": "v0.4.0",
+                                                 "26.04.01": "v0.4.2", "26.06": "v0.5.0"}[container]), row["id"]
+        # The runtime options as the config sets them: TP overlap where TP > 1, off for NVFP4 (llama31_405b_pretrain_config_gb300);
+        # overlapped pipeline sends at PP > 1 with VP > 1; bf16 gradient reduction.
+        options = row["runtime_options"]
+        assert ("tp_comm_overlap" in options) == (row["tp"] > 1) and options.get("tp_comm_overlap", False) == \
+            (row["tp"] > 1 and row["recipe"] != "nvfp4"), row["id"]
+        assert options["overlap_p2p_communication"] and not options["grad_reduce_in_fp32"], row["id"]
+        assert options["overlap_grad_reduce"] and options["overlap_param_gather"], row["id"]
+        joined = " ".join(row["not_priced"])
+        if row["recipe"] == "nvfp4":
+            assert "NVFP4BlockScaling" in row["recipe_source"] and "Hadamard" in joined and "stochastic rounding" in joined
+            assert "2D block scaling" in joined and "NVTE_USE_FAST_MATH" in joined
+            # bf16_with_nvfp4_mixed sets fp4_param_gather from v0.4.2 (26.04.01) on.
+            assert ("NVFP4 parameters" in joined) == (container in ("26.04.01", "26.06")), row["id"]
+        if row["recipe"] == "fp8-megatron-param-gather":
+            assert "overlap_param_gather_with_optimizer_step" in joined and "fp8_param_gather" in joined
+        if row["recipe"] == "mxfp8":
+            assert "MXFP8 parameter all-gather" in joined
+    runs = _module()
+    # GBS * seq / (tokens/s/GPU * GPUs): 256 x 8,192 / (6,798 x 64) = 4.820 s; 1,536 x 8,192 / (1,048 x 256) = 46.901 s
+    # and / (1,413 x 256) = 34.786 s.
+    assert runs.measured_seconds(rows["mb26.02-gb300-llama3-70b-nvfp4"]) == pytest.approx(4.820, abs=5e-4)
+    assert runs.measured_seconds(rows["mb26.06-gb300-llama31-405b-fp8"]) == pytest.approx(46.901, abs=5e-4)
+    assert runs.measured_seconds(rows["mb26.06-gb300-llama31-405b-nvfp4"]) == pytest.approx(34.786, abs=5e-4)
+    # 405B's 126 layers with the embedding and the loss counted over 32 chunks: (126 + 2) / 32 = 4 a chunk, 3 first and
+    # last; 70B's 80 over 20 chunks, 4 each, no split stated.
+    assert runs.layout(rows["mb26.04-gb300-llama31-405b-nvfp4"], 126).layers_per_stage == (3,) + (4,) * 30 + (3,)
+    assert "layers_per_stage" not in rows["mb26.04-gb300-llama3-70b-nvfp4"]
+
+
+def test_the_gb300_and_b300_moe_rows_state_their_layout():
+    data = _data()
+    runs = _module()
+    rows = {r["id"]: r for r in data["moe_rows"] if r["hardware"] in ("gb300", "b300")}
+    expected = ([f"mb{c}-{h}-qwen3-30b-a3b-mxfp8" for h in ("gb300", "b300") for c in CONTAINERS[:4]]
+                + [f"mb{c}-gb300-qwen3-235b-a22b-mxfp8" for c in CONTAINERS[:4]]
+                + [f"mb{c}-b300-qwen3-235b-a22b-mxfp8" for c in ("26.02", "26.04", "26.04.01")]
+                + [f"mb{c}-gb300-deepseek-v3-mxfp8" for c in CONTAINERS[:4]]
+                + [f"mb{c}-b300-deepseek-v3-mxfp8" for c in CONTAINERS])
+    assert list(rows) == expected
+    for row in rows.values():
+        assert row["split"] == "held_out" and row["recipe"] == "mxfp8", row["id"]
+        assert row["class"] == {"gb300": "Megatron-Core MoE, GB300", "b300": "Megatron-Core MoE, B300"}[row["hardware"]]
+        assert _cells(row["row"])[0] == {"gb300": "DGX-GB300", "b300": "DGX-B300"}[row["hardware"]]
+        assert row["config"].split(" ")[0].startswith(("QWEN3_30B_A3B_PRETRAIN_CONFIG_" + row["hardware"].upper(),
+                                                        "QWEN3_235B_A22B_PRETRAIN_CONFIG_" + row["hardware"].upper(),
+                                                        "DEEPSEEK_V3_PRETRAIN_CONFIG_" + row["hardware"].upper()))
+        assert row["runtime_options"].get("overlap_p2p_communication", False) == (row["pp"] > 1 and row["vpp"] > 1), row["id"]
+    # Qwen3 30B-A3B: one node (8 GPUs, EP 8, micro-batch 8), HybridEP, TE graphs of the router and preprocessing.
+    for key in (k for k in rows if "30b" in k):
+        row = rows[key]
+        assert (row["gpus"], row["ep"], row["micro_batch_size"]) == (8, 8, 8) and row["runtime_options"]["ep_all_to_all"] == "hybridep"
+    # 512 x 4,096 / (30,376 x 8) = 8.630 s; 8,192 x 4,096 / (6,583 x 256) = 19.911 s and / (2,691 x 256) = 48.708 s.
+    assert runs.measured_seconds(rows["mb26.02-gb300-qwen3-30b-a3b-mxfp8"]) == pytest.approx(8.630, abs=5e-4)
+    assert runs.measured_seconds(rows["mb26.02-gb300-qwen3-235b-a22b-mxfp8"]) == pytest.approx(19.911, abs=5e-4)
+    assert runs.measured_seconds(rows["mb26.02-b300-qwen3-235b-a22b-mxfp8"]) == pytest.approx(48.708, abs=5e-4)
+    # Qwen3 235B-A22B's (94 + 2) layers over the chunks, one fewer first and last: PP 4 (24 a stage), PP 4 VP 12 (2 a
+    # chunk), PP 8 VP 4 (3), PP 8 (12).
+    split = {("gb300", 4, 1): (23,) + (24,) * 2 + (23,), ("gb300", 4, 12): (1,) + (2,) * 46 + (1,),
+             ("b300", 8, 4): (2,) + (3,) * 30 + (2,), ("b300", 8, 1): (11,) + (12,) * 6 + (11,)}
+    for key in (k for k in rows if "235b" in k):
+        row = rows[key]
+        assert runs.layout(row, 94).layers_per_stage == split[(row["hardware"], row["pp"], row["vpp"])], key
+    # B300 26.02: v0.3.0's config overlaps the expert all-to-all (moe_a2a_overlap), NCCL all-to-all; 26.04.01 HybridEP.
+    assert rows["mb26.02-b300-qwen3-235b-a22b-mxfp8"]["runtime_options"] == {
+        "overlap_grad_reduce": True, "overlap_param_gather": True, "grad_reduce_in_fp32": False,
+        "overlap_moe_expert_parallel_comm": True, "delay_wgrad_compute": True, "overlap_p2p_communication": True}
+    assert "ep_all_to_all" not in rows["mb26.04-b300-qwen3-235b-a22b-mxfp8"]["runtime_options"]
+    assert rows["mb26.04.01-b300-qwen3-235b-a22b-mxfp8"]["runtime_options"]["ep_all_to_all"] == "hybridep"
+
+
+def test_the_gb300_and_b300_deepseek_v3_rows_state_their_pipeline_layout():
+    """GB300: the config's pp_layout 'Et*4|(t*4|)*14tmL' at PP 2, VP 8 (chunk i on rank i % 2: 32 and 29 decoder
+    layers); B300: layout_map[(16, 1)] at PP 16 (26.02 to 26.04) and layout_map[(8, 1)], 'Et*8|(t*8|)*6t*5mL', at PP 8
+    (26.04.01, 26.06)."""
+    data = _data()
+    runs = _module()
+    rows = [r for r in data["moe_rows"] if r["model"] == "deepseek-v3" and r["hardware"] in ("gb300", "b300")]
+    assert len(rows) == 9
+    ranks = {(2, 8): [32, 29], (16, 1): [4] * 15 + [1], (8, 1): [8] * 7 + [5]}
+    for row in rows:
+        chunks = parse_layout(row["pipeline_layout"])
+        assert len(chunks) == row["pp"] * row["vpp"] and row["layers_per_stage"] == [c.count("t") for c in chunks], row["id"]
+        assert [i for i, c in enumerate(chunks) if "E" in c] == [0], row["id"]
+        assert [i for i, c in enumerate(chunks) if "m" in c or "L" in c] == [len(chunks) - 1], row["id"]
+        assert sum(row["layers_per_stage"]) == 61 and row["recompute_modules"] == ["mla_up_proj"], row["id"]
+        spec = runs.layout(row, 61)
+        assert [sum(spec.layers_per_stage[rank::spec.pp]) for rank in range(spec.pp)] == ranks[(row["pp"], row["vpp"])], row["id"]
+        assert row["runtime_options"]["ep_all_to_all"] == "hybridep" and row["etp"] == 1, row["id"]
+        graphed = any("TE CUDA graphs" in item for item in row["not_priced"])
+        assert graphed == (row["hardware"] == "b300" and row["pp"] == 8), row["id"]
+    # 4,096 x 4,096 / (4,612 x 256) = 14.210 s; / (3,541 x 256) = 18.508 s; / (2,983 x 256) = 21.970 s.
+    by_id = {r["id"]: r for r in rows}
+    assert runs.measured_seconds(by_id["mb26.02-gb300-deepseek-v3-mxfp8"]) == pytest.approx(14.210, abs=5e-4)
+    assert runs.measured_seconds(by_id["mb26.06-b300-deepseek-v3-mxfp8"]) == pytest.approx(18.508, abs=5e-4)
+    assert runs.measured_seconds(by_id["mb26.02-b300-deepseek-v3-mxfp8"]) == pytest.approx(21.970, abs=5e-4)
+
+
+def test_the_rows_left_out_state_why():
+    data = _data()
+    skipped = data["rows_skipped_gb300"]
+    assert len(skipped) == 13 and all(s["row"] and s["why"] for s in skipped)
+    assert "rows_skipped_gb300" in data["rows_note_gb300"] and "held out" in data["rows_note_gb300"]
+    why = " ".join(s["why"] for s in skipped)
+    for reason in ("cpu_offloading_num_layers 20", "fp8_dot_product_attention true", "fine-tuning",
+                   "the row and the release disagree", "set_full_iter_cg_configs"):
+        assert reason in why, reason
+    # The GB200 list no longer says GB300 / B300 lack a preset.
+    assert not any("no GB300" in s["why"] for s in data["rows_skipped_gb200"])
