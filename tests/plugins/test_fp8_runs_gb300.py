@@ -172,3 +172,85 @@ def test_the_rows_left_out_state_why():
         assert reason in why, reason
     # The GB200 list no longer says GB300 / B300 lack a preset.
     assert not any("no GB300" in s["why"] for s in data["rows_skipped_gb200"])
+
+
+def _prose() -> str:
+    """docs/precision.md's prose (its tables taken out) as one line."""
+    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
+    return " ".join(" ".join(line for line in page.splitlines() if not line.startswith("|")).split())
+
+
+def test_the_page_states_the_gb300_llama_rows_figures():
+    """The page's GB300 bullet pinned to today's figures: each range the rounded extreme of the rows it names."""
+    runs = _module()
+    found = {r["id"]: r for r in runs.results()}
+    gb300 = [r for r in found.values() if r["hardware"] == "gb300"]
+    ran = [r["as_run_error"] for r in gb300]
+    prose = _prose()
+    assert f"**GB300 (as run {min(ran):+.1%} to {max(ran):+.1%}, {len(gb300)} rows, held out).**" in prose
+    assert all(r["as_run_seconds"] < r["estimated_seconds"] for r in gb300)  # the overlaps only lower a step
+    parts = []
+    for recipe, name in (("mxfp8", "MXFP8"), ("nvfp4", "NVFP4"), ("fp8-megatron-param-gather", "FP8-CS")):
+        errors = [r["as_run_error"] for r in gb300 if r["recipe"] == recipe]
+        mae = sum(map(abs, errors)) / len(errors)
+        parts.append((name, f"{min(errors):+.1%} to {max(errors):+.1%}", len(errors), f"{mae:.1%}"))
+    (mx, mx_range, mx_n, mx_mae), (nv, nv_range, nv_n, nv_mae), (cs, cs_range, cs_n, cs_mae) = parts
+    assert (f"MXFP8 {mx_range} as run ({mx_n} rows, {mx_mae} mean absolute error), NVFP4 {nv_range} ({nv_n} rows, {nv_mae}), "
+            f"FP8-CS {cs_range} ({cs_n} rows, {cs_mae})") in prose
+    defaults = sum(abs(r["error"]) for r in gb300) / len(gb300)
+    assert f"{defaults:.1%} with the defaults" in prose
+    # Against the GB200 row of the same container, model and recipe: measured and priced speed ratios.
+    pairs = [(found[r["id"].replace("-gb300-", "-gb200-")], r) for r in gb300 if r["id"].replace("-gb300-", "-gb200-") in found]
+    measured = [g["measured_seconds"] / r["measured_seconds"] for g, r in pairs]
+    priced = [g["as_run_seconds"] / r["as_run_seconds"] for g, r in pairs]
+    assert (f"The runs were {min(measured):.2f} to {max(measured):.2f} times faster than the GB200 rows of the same container, "
+            f"model and recipe (each at its own layout: {len(pairs)} pairs), where hp prices them {min(priced):.2f} to "
+            f"{max(priced):.2f} times faster") in prose
+    # NVFP4 against MXFP8 in the same container and model.
+    nv = [(found[r["id"].replace("-nvfp4", "-mxfp8")], r) for r in gb300 if r["recipe"] == "nvfp4"]
+    ran_ratio = [m["measured_seconds"] / n["measured_seconds"] for m, n in nv]
+    hp_ratio = [m["as_run_seconds"] / n["as_run_seconds"] for m, n in nv]
+    assert (f"the runs were {min(ran_ratio):.2f} to {max(ran_ratio):.2f} times faster, hp {min(hp_ratio):.2f} to "
+            f"{max(hp_ratio):.2f}") in prose
+    speedup = {r["id"].split("-gb300-")[1].split("-")[1]: r["bf16_seconds"] / r["estimated_seconds"]
+               for r in gb300 if r["recipe"] == "nvfp4" and r["id"].startswith("mb26.02-")}
+    assert f"is {speedup['70b']:.2f} for 70B and {speedup['405b']:.2f} for 405B" in prose
+
+
+def test_the_page_states_the_gb300_and_b300_moe_rows_figures():
+    runs = _module()
+    found = {r["id"]: r for r in runs.moe_results()}
+    prose = _prose()
+
+    def span(cls, model, where=lambda r: True):
+        errors = [r["error"] for r in found.values() if r["class"] == cls and r["layout"]["model"] == model and where(r)]
+        return f"{min(errors):+.1%} to {max(errors):+.1%}"
+
+    gb300, b300 = "Megatron-Core MoE, GB300", "Megatron-Core MoE, B300"
+    assert (f"Qwen3 30B-A3B {span(gb300, 'qwen3-30b-a3b')}, 235B-A22B {span(gb300, 'qwen3-235b-a22b')}, DeepSeek-V3 "
+            f"{span(gb300, 'deepseek-v3')}") in prose
+    assert all(r["error"] > 0 for r in found.values() if r["class"] == gb300)  # every GB300 row priced slow
+    pp16 = span(b300, "deepseek-v3", lambda r: r["layout"]["pp"] == 16)
+    pp8 = [found[f"mb{c}-b300-deepseek-v3-mxfp8"]["error"] for c in ("26.04.01", "26.06")]
+    assert (f"On B300: Qwen3 30B-A3B {span(b300, 'qwen3-30b-a3b')}; DeepSeek-V3 {pp16} at PP 16 (26.02 to 26.04) and "
+            f"{pp8[0]:+.1%} and {pp8[1]:+.1%} at PP 8") in prose
+    q235 = {c: found[f"mb{c}-b300-qwen3-235b-a22b-mxfp8"] for c in ("26.02", "26.04", "26.04.01")}
+    assert (f"Qwen3 235B-A22B {q235['26.04']['error']:+.1%} (26.04), {q235['26.04.01']['error']:+.1%} (26.04.01, HybridEP) "
+            f"and {q235['26.02']['error']:+.1%} (26.02: {q235['26.02']['measured_seconds']:.3f} s measured, 2,691 tokens/s/GPU, "
+            f"against {q235['26.04']['measured_seconds']:.3f} and {q235['26.04.01']['measured_seconds']:.3f} s at micro-batch 2 "
+            f"in the next two containers; hp {q235['26.02']['estimated_seconds']:.3f} s)") in prose
+    # GB300 against GB200 in 26.02 (other layouts), B300 against B200 on the same layout (26.02 to 26.04).
+    pair = {k: (found[f"mb26.02-gb200-{k}-mxfp8"], found[f"mb26.02-gb300-{k}-mxfp8"]) for k in ("qwen3-30b-a3b", "deepseek-v3")}
+    ran = {k: g["measured_seconds"] / n["measured_seconds"] for k, (g, n) in pair.items()}
+    priced = {k: g["estimated_seconds"] / n["estimated_seconds"] for k, (g, n) in pair.items()}
+    assert (f"The runs were {ran['qwen3-30b-a3b']:.2f} and {ran['deepseek-v3']:.2f} times faster than the GB200 rows of 26.02 (Qwen3 30B-A3B, "
+            f"{pair['qwen3-30b-a3b'][1]['measured_seconds']:.3f} s against {pair['qwen3-30b-a3b'][0]['measured_seconds']:.3f} s") in prose
+    assert f"where hp prices them {priced['qwen3-30b-a3b']:.2f} and {priced['deepseek-v3']:.2f} times faster" in prose
+    twins = [(found[f"mb{c}-b200-deepseek-v3-mxfp8"], found[f"mb{c}-b300-deepseek-v3-mxfp8"]) for c in ("26.02", "26.02.01", "26.04")]
+    assert all((b["layout"]["pp"], b["layout"]["ep"], b["layout"]["micro_batch_size"]) == (16, 8, 1) for _, b in twins)
+    ran_twins = {round(a["measured_seconds"] / b["measured_seconds"], 2) for a, b in twins}
+    priced_twins = {round(a["estimated_seconds"] / b["estimated_seconds"], 2) for a, b in twins}
+    assert len(ran_twins) == len(priced_twins) == 1
+    assert f"{ran_twins.pop():.2f} times faster measured, {priced_twins.pop():.2f} times priced" in prose
+    speedups = [r["bf16_seconds"] / r["estimated_seconds"] for r in found.values() if r["class"] in (gb300, b300)]
+    assert f"hp's FP8 speedup over bf16 on these rows is {min(speedups):.2f} to {max(speedups):.2f}" in prose
