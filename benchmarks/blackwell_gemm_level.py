@@ -5,7 +5,7 @@ Run: ``python benchmarks/blackwell_gemm_level.py``. It prints a markdown table, 
 
 hp's figure for a record is looked up as the ``megatron-te`` profile prices a GEMM
 (:func:`hp_core.engine.timing.rates._gemm_table`, :meth:`hp_core.specs.gemms.GemmTable.efficiency`,
-``hp_core/engine/timing/layer.py`` ``_matmul_seconds``):
+``hp_core/engine/timing/gemm_seconds.py`` ``_matmul_seconds``):
 
 * Blackwell (``b200``, ``gb200``): SimuMax's per-shape B200 table (``hp_plugins/hardware/gemm_b200.py``) for the
   nearest measured shape with every dimension within the table's tolerance (1.05); off the table, the device's
