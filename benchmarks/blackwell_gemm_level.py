@@ -169,6 +169,26 @@ def gb200_rate_scale() -> float:
     return (found["gb200"] / found["b200"]) / (_preset("gb200").peak_flops["bf16"] / _preset("b200").peak_flops["bf16"])
 
 
+def b300_rate_scale() -> float:
+    """The B300's GEMM rate against the B200's in fractions of their peaks, MAMF's best bf16 rates over the peaks'
+    ratio, ``(1769.0 / 1745.0) / (2250 / 2250)``: the ``b300`` preset's ``gemm_rate_scale``."""
+    found = _mamf_bf16()
+    return (found["b300"] / found["b200"]) / (_preset("b300").peak_flops["bf16"] / _preset("b200").peak_flops["bf16"])
+
+
+def gb300_rate_scale() -> float:
+    """The ``gb300`` preset's ``gemm_rate_scale``, an assumption (no GB300 matmul rate at a stated shape with its method
+    was found): the GB300 runs the B300's MAMF rate times the GB200's over the B200's, ``1769.0 / 1745.0 * 1822.0 /
+    1745.0`` of the B200, against the peaks' ``2500 / 2250``."""
+    found = _mamf_bf16()
+    relative = found["b300"] / found["b200"] * found["gb200"] / found["b200"]
+    return relative / (_preset("gb300").peak_flops["bf16"] / _preset("b200").peak_flops["bf16"])
+
+
+def _mamf_bf16() -> dict[str, float]:
+    return {r["hp_preset"]: measured_flops_per_second(r) for r in load()["records"] if r["source"] == "mamf" and r["dtype"] == "bf16"}
+
+
 def _shape(record: dict) -> str:
     if record.get("grouped"):
         return f"{record['groups']}x({record['tokens'] // record['groups']}x{record['fan_out']}x{record['fan_in']}) {record['gemm_pass']}"
@@ -242,10 +262,13 @@ def main() -> None:
         print(f"| {low:g}-{high:g} | {_spread(simumax)} | {_spread(others)} | {both} | {named} |")
 
     speedup, chosen = large_gemm_speedup()
-    print(f"\n## The presets' figures\n\n- b200 and gb200 `large_gemm_speedup`: {speedup:.3f}, the median of measured/hp over "
+    print(f"\n## The presets' figures\n\n- b200, gb200, b300 and gb300 `large_gemm_speedup`: {speedup:.3f}, the median of measured/hp over "
           f"the {len(chosen)} independent B200 dense records of at least {LARGE_GEMM_FLOPS / 1e12:g} TFLOP ("
           + ", ".join(f"{x['record']['id']} {x['ratio']:.3f}" for x in sorted(chosen, key=lambda x: x["ratio"])) + ")")
     print(f"- gb200 `gemm_rate_scale`: {gb200_rate_scale():.4f}, MAMF's GB200 over B200 bf16 rate over the peaks' ratio")
+    print(f"- b300 `gemm_rate_scale`: {b300_rate_scale():.4f}, MAMF's B300 over B200 bf16 rate over the peaks' ratio")
+    print(f"- gb300 `gemm_rate_scale`: {gb300_rate_scale():.4f} (an assumption): the B300's MAMF rate times the GB200's "
+          "over the B200's, over the peaks' ratio")
 
     # Hopper cross-check: OpenXLA's sm_90 rates (the package data hp's Hopper shape scale is made of) at the shapes of
     # the sm_100 records, b = 1, and the B200/H100 ratio at equal shapes against the ratio of the bf16 peaks.

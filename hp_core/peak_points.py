@@ -15,7 +15,10 @@ options are. It may also define ``cached_bytes(view, name, point) -> int``:
 what the caching allocator keeps reserved beside the point *name* (its
 :class:`MemoryBreakdown` *point*) in pools that point's allocations cannot
 use; it is asked for every point, and reserved memory is their high-water
-(:func:`reserved_over_peak`, ``StageEstimate.cached_bytes``).
+(:func:`reserved_over_peak`, ``StageEstimate.cached_bytes``). The planner asks it
+with the very :class:`StageView` object it gave ``peak_points``: what the points'
+walk learned and ``cached_bytes`` needs again may be kept in the view's
+:attr:`StageView.memo` (a fresh, empty dict per view) rather than walked twice.
 """
 
 from __future__ import annotations
@@ -68,6 +71,12 @@ class StageLayer:
     chunk: int = attrs.field(default=0, kw_only=True)
 
 
+def _resolved(instance: Any, attribute: attrs.Attribute, parallel: ParallelSpec) -> None:
+    if parallel.reshard_after_forward is None:
+        raise ValueError("StageView.parallel must be the layout as the run resolves it (reshard_after_forward "
+                         "stated: Runtime.reshards_after_forward), got None")
+
+
 @attrs.frozen
 class StageView:
     """One stage of a run, for ``Runtime.peak_points``.
@@ -78,24 +87,33 @@ class StageView:
         static: The planner's ``(parameters, gradients, master parameters,
             optimizer states)`` bytes of the stage under its ZeRO level.
         default_points: The points the planner priced (``warmup_end``, ...).
-        parallel, precision, zero, micro_batches: The run's.
+        parallel, precision, zero, micro_batches: The run's (``parallel`` as the
+            run resolves it: its ``reshard_after_forward`` stated, the runtime's
+            default where the config left it out).
         overhead_bytes: The runtime's bytes beyond the model math on this stage.
         order: Under ZeRO 3, where the stage runs more than one chunk and its
             schedule states one (:attr:`hp_core.schedules.Schedule.order`), the compute actions
             its rank issues in a step, ``(pass, chunk position, micro-batch)``;
             else ``None``.
+        memo: Scratch space for the runtime's peak points on this view: what
+            ``peak_points(view)`` found that its ``cached_bytes(view, ...)``
+            needs again (the planner asks both with this one object), keyed by
+            something of the runtime's own (the ``fsdp2`` runtime: its points
+            object). Empty when the planner makes the view; no part of its
+            equality.
     """
 
     index: int
     layers: tuple[StageLayer, ...]
     static: tuple[int, int, int, int]
     default_points: Mapping[str, MemoryBreakdown]
-    parallel: ParallelSpec
+    parallel: ParallelSpec = attrs.field(validator=_resolved)
     precision: PrecisionSpec
     zero: int
     micro_batches: int
     overhead_bytes: int
     order: tuple[tuple[str, int, int], ...] | None = attrs.field(default=None, kw_only=True)
+    memo: dict[Any, Any] = attrs.field(factory=dict, kw_only=True, eq=False, repr=False)
 
 
 def reserved_over_peak(pools: Any, view: StageView, points: Mapping[str, MemoryBreakdown], peak: int) -> int:

@@ -259,6 +259,12 @@ class Runtime:
             ``precision.reduce_bytes`` other than ``grad_bytes`` is refused
             naming it. ``None``: ``reduce_bytes`` is honoured (FSDP's
             ``reduce_dtype``).
+        reshard_after_forward: Under ZeRO 3 at ``pp == 1``, whether its trainer
+            frees a layer's gathered parameters after forward where the layout
+            states nothing (``ParallelSpec.reshard_after_forward`` ``None``):
+            FSDP2's ``fully_shard(reshard_after_forward=True)`` default.
+        pipeline_reshard_after_forward: The same under ``pp > 1`` (torchtitan:
+            off, ``fsdp_reshard_after_forward: default`` is ``not pp_enabled``).
     """
 
     name: str = attrs.field(validator=plugin_name)
@@ -283,6 +289,8 @@ class Runtime:
     options: tuple[RuntimeOption, ...] = attrs.field(default=(), converter=tuple)
     option_values: Mapping[str, Any] = attrs.field(factory=dict)
     reduce_width_setting: str | None = None
+    reshard_after_forward: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    pipeline_reshard_after_forward: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
 
     def __attrs_post_init__(self) -> None:
         names = [option.name for option in self.options]
@@ -296,6 +304,13 @@ class Runtime:
             stray += sorted(s for s in switches if not is_switch_name(s))
         if stray:
             raise ValueError(f"runtime {self.name}: {stray} are not switch names")
+
+    def reshards_after_forward(self, stated: bool | None, pp: int) -> bool:
+        """A layout's ``reshard_after_forward``: *stated* where it states one, else this trainer's default at *pp*
+        stages (:attr:`reshard_after_forward`, :attr:`pipeline_reshard_after_forward`)."""
+        if stated is not None:
+            return stated
+        return self.pipeline_reshard_after_forward if pp > 1 else self.reshard_after_forward
 
     def module_acts_on(self, module: str, kind: str) -> bool:
         """Whether the recompute *module* acts on a layer of *kind* (``module_kinds``; a module absent there acts on every kind)."""

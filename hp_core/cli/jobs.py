@@ -29,8 +29,8 @@ __all__ = ["config_from_args", "export_of", "export_text", "print_export"]
 # The command-line flags that describe the job itself (model, layout, batch): with none of them and
 # no config file, ``hp estimate`` runs the demo job (DEFAULT_CONFIG); with any, the flags describe
 # the job and what they leave unstated takes FLAG_DEFAULTS, then a config file's own defaults.
-_PARALLEL_FLAGS = ("dp", "tp", "pp", "vpp", "cp", "cp_kind", "ep", "etp", "sp", "zero", "micro_batch_size",
-                   "global_batch_size", "seq_len", "schedule", "layers_per_stage")
+_PARALLEL_FLAGS = ("dp", "tp", "pp", "vpp", "cp", "cp_kind", "ep", "etp", "sp", "zero", "reshard_after_forward",
+                   "micro_batch_size", "global_batch_size", "seq_len", "schedule", "layers_per_stage")
 _JOB_FLAGS = ("model", "num_layers", "devices", *_PARALLEL_FLAGS)
 
 

@@ -185,6 +185,9 @@ def _add_job_arguments(parser: argparse.ArgumentParser, hardware_help: str) -> N
     parser.add_argument("--cp-kind", choices=("p2p", "a2a"), help="context-parallel exchange: ring (p2p, default) or all-to-all")
     parser.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None, help="sequence parallelism over the TP group")
     parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="sharding level over DP*CP (default: the runtime's)")
+    parser.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=None,
+                        help="under zero 3, free each layer's gathered parameters after forward; left out, the "
+                             "runtime's default: fsdp2 on at pp 1 and off under pp > 1, as torchtitan; the others on")
     parser.add_argument("--micro-batch-size", type=_batch, help="sequences per micro-batch")
     parser.add_argument("--global-batch-size", type=_batch,
                         help="default: micro-batch size * dp * the schedule's default micro-batches (pp for 1f1b, "

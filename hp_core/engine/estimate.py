@@ -104,6 +104,7 @@ def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardw
     layout = {
         "dp": parallel.dp, "tp": parallel.tp, "pp": parallel.pp, "vpp": parallel.vpp, "cp": parallel.cp,
         "ep": parallel.ep, "etp": parallel.etp, "sp": parallel.sp, "zero": run.zero,
+        "reshard_after_forward": parallel.reshard_after_forward,  # resolved by prepare (the runtime's default)
         "micro_batch_size": parallel.micro_batch_size,
         "global_batch_size": parallel.resolved_global_batch_size,
         "seq_len": parallel.seq_len, "schedule": parallel.resolved_schedule,

@@ -1,7 +1,7 @@
 """One run, prepared once: defaults resolved, layers evaluated and censused, placed on chunks.
 
 :func:`prepare` is the one road into the engine. It resolves the runtime's
-defaults (precision, attention, ZeRO level) and the optimizer the precision
+defaults (precision, attention, ZeRO level, resharding after forward) and the optimizer the precision
 names (against the registry), validates the layout, evaluates
 every layer group once in the layout's context (a kind and config once, an
 MTP module's nested layer included), applies the census once, and splits the
@@ -270,7 +270,8 @@ class PreparedRun:
 
     Attributes:
         model: The layer stack.
-        parallel: The layout.
+        parallel: The layout, resolved: its schedule, global batch size and
+            ``reshard_after_forward`` (the runtime's default where none was stated) stated.
         registry: Where its kinds and runtime come from.
         runtime: The runtime profile.
         precision: Byte widths (the runtime's unless stated).
@@ -431,9 +432,11 @@ def prepare(
                                  registry=registry, census=source)
     schedule = registry.schedule(parallel.resolved_schedule)
     micro_batches = validate_layout(parallel, layers.body_count, schedule)
-    # The layout as the run resolves it: its schedule and global batch size stated.
+    # The layout as the run resolves it: its schedule, global batch size and resharding after forward stated (the
+    # last the runtime's default where the layout states none: Runtime.reshards_after_forward).
     parallel = attrs.evolve(parallel, schedule=schedule.name,
-                            global_batch_size=micro_batches * parallel.micro_batch_size * parallel.dp)
+                            global_batch_size=micro_batches * parallel.micro_batch_size * parallel.dp,
+                            reshard_after_forward=profile.reshards_after_forward(parallel.reshard_after_forward, parallel.pp))
     bounds, start = [], 0
     for count in split_layers(layers.body_count, parallel):
         bounds.append((start, start + count))

@@ -173,7 +173,9 @@ def check_fsdp_pipeline(zero: int, p: Any, multi_stage: bool = False) -> None:
     rank's order. *multi_stage* (the step time) also accepts ``reshard_after_forward`` there; the memory estimate
     refuses it (each layer's forward then frees what the chunk's UNSHARD gathered and the next action gathers it
     again layer by layer, which its walk does not follow; torchtitan's default under PP keeps the parameters,
-    ``fsdp_reshard_after_forward: default``).
+    ``fsdp_reshard_after_forward: default``, and so does the ``fsdp2`` runtime where the layout states none).
+    *p* is the layout as the run resolves it (:func:`hp_core.engine.prepare.prepare`: ``reshard_after_forward``
+    stated, the runtime's default where the config left it out).
 
     A layout with no data or context parallelism shards nothing (torchtitan applies FSDP only with
     ``dp_shard`` or ``cp`` enabled): it is not refused.
@@ -194,7 +196,8 @@ def check_fsdp_pipeline(zero: int, p: Any, multi_stage: bool = False) -> None:
                                 f"the memory of FSDP (zero 3) under interleaved pipeline stages (vpp={p.vpp}) is priced "
                                 f"without reshard_after_forward (torchtitan's default under PP): with it each layer "
                                 f"frees what its chunk's UNSHARD gathered and is gathered again, which hp's memory "
-                                f"estimate does not follow; set reshard_after_forward: false or use vpp 1")
+                                f"estimate does not follow; set reshard_after_forward: false (or leave it out where "
+                                f"the runtime's default under PP is false, as fsdp2's) or use vpp 1")
 
 
 def _non_negative(instance: Any, attribute: attrs.Attribute, value: Any) -> None:

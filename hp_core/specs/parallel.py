@@ -79,7 +79,10 @@ class ParallelSpec:
             ``None`` takes the runtime profile's default.
         reshard_after_forward: Under ``zero=3``, whether parameters are
             freed after forward and gathered again for backward (FSDP's
-            ``reshard_after_forward``).
+            ``reshard_after_forward``). ``None`` takes the runtime profile's
+            default for the layout (:meth:`hp_core.types.Runtime.reshards_after_forward`:
+            on unless the runtime states otherwise; ``fsdp2`` off under
+            ``pp > 1``, as torchtitan), resolved where the run is prepared.
         micro_batch_size: Sequences per micro-batch.
         global_batch_size: Sequences per optimizer step. ``None`` means the
             fewest micro-batches per data-parallel rank with which every stage
@@ -111,7 +114,7 @@ class ParallelSpec:
     etp: int = attrs.field(default=1, validator=_degree)
     sp: bool = attrs.field(default=False, validator=_boolean)
     zero: int | None = attrs.field(default=None, validator=optional(one_of((0, 1, 2, 3))))
-    reshard_after_forward: bool = attrs.field(default=True, validator=_boolean)
+    reshard_after_forward: bool | None = attrs.field(default=None, validator=optional(_boolean))
     micro_batch_size: int = attrs.field(default=1, validator=_batch)
     global_batch_size: int | None = attrs.field(default=None, validator=optional(_batch))
     seq_len: int = attrs.field(validator=bounded_int(MAX_SEQ_LEN, what="the sequence bound MAX_SEQ_LEN"))

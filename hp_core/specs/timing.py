@@ -197,6 +197,11 @@ class DeviceEfficiency:
             accumulation (:data:`~hp_core.precision_recipes.SPLIT_ACCUMULATOR`),
             which the passes a recipe runs so take (:meth:`pass_speedups`); it
             needs the kernel's own figure beside it.
+        gemm_speedup_peak_ratios: ``(kernel, low, high)`` rows: the range of the ratio of the kernel's dtype dense
+            peak to the bf16 dense peak on the device (or devices) its :attr:`gemm_speedups` figure may have been
+            measured on. A speedup over bf16 carries to another device only where that ratio is the same (a device
+            whose FP4 runs 4 times its BF16 cannot take a speedup measured where it runs 6 times), so a recipe of that
+            kernel is refused on hardware whose ratio lies outside the range. A kernel with no row is not checked.
     """
 
     architecture: str
@@ -227,6 +232,18 @@ class DeviceEfficiency:
     matmul_whole_run_factor: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_at_least_one))
     fsdp1_unit_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     gemm_speedups: tuple[tuple[str, Sourced], ...] = attrs.field(default=(), converter=tuple, validator=_speedups)
+    gemm_speedup_peak_ratios: tuple[tuple[str, float, float], ...] = attrs.field(default=(), converter=tuple)
+
+    @gemm_speedup_peak_ratios.validator
+    def _check_peak_ratios(self, attribute: attrs.Attribute, value: tuple) -> None:
+        stated = {row[0] for row in self.gemm_speedups}
+        for row in value:
+            if (len(row) != 3 or row[0] not in stated or not all(isinstance(x, (int, float)) for x in row[1:])
+                    or not 0 < row[1] <= row[2] < float("inf")):
+                raise ValueError(f"{attribute.name}: a row must be (kernel of gemm_speedups, low, high) with "
+                                 f"0 < low <= high; got {row!r}")
+        if len({row[0] for row in value}) != len(value):
+            raise ValueError(f"{attribute.name}: a kernel appears twice")
 
     def figures(self) -> dict[str, Sourced]:
         """Every figure the entry states, by field name (optional figures left unstated and the GEMM table are
@@ -246,6 +263,14 @@ class DeviceEfficiency:
         for name, figure in self.gemm_speedups:
             if name == kernel:
                 return figure.value
+        return None
+
+    def speedup_peak_ratio(self, kernel: str) -> tuple[float, float] | None:
+        """The ``(low, high)`` range of peak ratios *kernel*'s speedup was measured at (:attr:`gemm_speedup_peak_ratios`),
+        ``None`` where the entry states none."""
+        for name, low, high in self.gemm_speedup_peak_ratios:
+            if name == kernel:
+                return low, high
         return None
 
     def autocast_speedup(self, kernel: str) -> float | None:

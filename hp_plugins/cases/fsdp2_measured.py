@@ -19,7 +19,7 @@ one JSON file per request and torch/transformers versions, written atomically).
 
 What a config maps to: the world size ``dp * tp``, the TP degree, the body
 layers of the (truncated) model, the sequence length and micro-batch size,
-``reshard_after_forward``, and activation checkpointing from ``recompute``,
+``reshard_after_forward`` (the runtime's default where the config states none), and activation checkpointing from ``recompute``,
 per body layer: nothing, ``full`` (``checkpoint_wrapper``; on every k-th layer
 it is torchtitan's ``selective_ac_option = k``) or the switches of the fsdp2
 runtime's ``op_sac`` module (torchtitan's per-op policy). A layout with pp, cp
@@ -120,7 +120,7 @@ def request_of(config: Mapping[str, Any], registry: Any, where: str = "$", measu
         "tp": p.tp,
         "head_plan": "replicated" if replicated else "vocab",
         "activation_checkpointing": ac,
-        "reshard_after_forward": p.reshard_after_forward,
+        "reshard_after_forward": registry.runtime(job.runtime).reshards_after_forward(p.reshard_after_forward, p.pp),
         "optimizer": extra.get("optimizer", options.get("optimizer_implementation", "foreach")),
     }
 

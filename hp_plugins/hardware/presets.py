@@ -27,14 +27,18 @@ bandwidth where the NVSwitch has it (docs/time.md, "Collectives on the cluster")
 
 The ``gb200`` preset's node is the GB200 NVL72's NVLink domain (72 GPUs), its peaks the
 B200's at 1,200 W, its latencies the B200's (no GB200 small-message figure was found).
+The ``b300`` (DGX B300) and ``gb300`` (GB300 NVL72, 72 GPUs a node) presets are Blackwell Ultra,
+their figures NVIDIA's as ai-dynamo/aiconfigurator states them (FP4 peaks included, which bound
+where the NVFP4 GEMM speedup carries), their latencies the B200's.
 
 The ``architecture`` names the device family whose achieved efficiencies a
 timing profile states (:mod:`hp_plugins.runtimes.timing_profiles`). The Blackwell
 efficiencies were measured on SimuMax's 8x B200 (the ``b200-simumax`` preset), whose
-largest GEMMs run slower than other B200s': the ``b200`` and ``gb200`` presets state
+largest GEMMs run slower than other B200s': the ``b200``, ``gb200``, ``b300`` and ``gb300`` presets state
 ``large_gemm_speedup`` (1.223 from 1 TFLOP a GEMM, the median of 8 independent
 measurements over those figures) and ``gb200`` its ``gemm_rate_scale`` (0.9397: MAMF's
-GB200 over B200 rate against the peaks' ratio); ``gemm_source`` gives the arithmetic
+GB200 over B200 rate against the peaks' ratio; ``b300`` MAMF's B300 over B200, ``gb300`` an assumption
+from the two); ``gemm_source`` gives the arithmetic
 (``benchmarks/blackwell_gemm_level.py``, docs/time.md).
 """
 

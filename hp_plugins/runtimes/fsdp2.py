@@ -330,8 +330,9 @@ _MEMORY_OPTIONS = (
     RuntimeOption(
         "reshard_after_forward_to", "int", 0,
         "fully_shard(reshard_after_forward=n): after forward each layer keeps its bf16 parameters sharded over n ranks "
-        "until its backward (0: parallel.reshard_after_forward says, all freed or all kept); refused with tp or ep > 1 "
-        "and with a recipe that casts the all-gather, which torch cannot reshard so",
+        "until its backward (0: parallel.reshard_after_forward says, all freed or all kept; left out, freed at pp 1 and kept "
+        "under pp > 1, torchtitan's default); refused with tp or ep > 1, with a recipe that casts the all-gather, which "
+        "torch cannot reshard so, and where the layout does not reshard after forward",
         "torch/distributed/fsdp/_fully_shard/_fully_shard.py fully_shard (reshard_after_forward: bool | int); "
         "_fsdp_param.py to_sharded_post_forward, all_gather_inputs (NotImplementedError, torch 2.13)",
         _Points("reshard_to"), minimum=0,
@@ -392,6 +393,12 @@ def hp_runtimes():
         description="PyTorch FSDP2 / torchtitan: fp32 sharded params, bf16 gathered compute, fp32 reduce, AdamW; "
                     "peak points at the loss's forward, in backward and at the step",
         zero_levels=(3,),  # fully_shard: parameters, gradients and optimizer states sharded
+        # Where the layout states no parallel.reshard_after_forward: torchtitan's fsdp_reshard_after_forward
+        # "default", reshard_after_forward = not pp_enabled ("for PP, by default do not reshard after forward to avoid
+        # per-microbatch all-gathers": torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy at
+        # b5bcd76c6; inline in torchtitan/parallelisms/parallelize_llama.py apply_fsdp at 9dec370).
+        reshard_after_forward=True,
+        pipeline_reshard_after_forward=False,
         peak_points=Fsdp2Points(),
         options=OPTIONS + _MEMORY_OPTIONS,
     )

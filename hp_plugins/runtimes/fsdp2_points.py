@@ -130,7 +130,17 @@ class Fsdp2Points:
     reshard_last_layer: bool = True
 
     def __call__(self, view: StageView) -> dict[str, MemoryBreakdown]:
-        return self._points(view)
+        return dict(self._walked(view)[0])
+
+    def _walked(self, view: StageView) -> tuple[dict[str, MemoryBreakdown], dict[str, int]]:
+        """The points of *view* and, under a multi-stage schedule, the sharded gradients its ``forward`` and
+        ``backward`` points hold (:meth:`_points`' *sharded_held*), walked once per view: kept in
+        :attr:`StageView.memo` under this object, where :meth:`cached_bytes` finds them."""
+        found = view.memo.get(self)
+        if found is None:
+            sharded_held: dict[str, int] = {}
+            found = view.memo[self] = (self._points(view, sharded_held), sharded_held)
+        return found
 
     def _points(self, view: StageView, sharded_held: dict[str, int] | None = None) -> dict[str, MemoryBreakdown]:
         """The points (``__call__``); under a multi-stage schedule *sharded_held*, where given, is filled with the
@@ -174,6 +184,11 @@ class Fsdp2Points:
         # Without resharding after forward, every layer's gathered parameters stay until its backward is over;
         # resharding to n ranks, an n-th of them.
         keep_share = self._keep_share(view)
+        if self.reshard_to > 1 and not p.reshard_after_forward:  # fully_shard(reshard_after_forward=n) reshards
+            raise ConfigError("$.runtime.options.reshard_after_forward_to",
+                              f"{self.reshard_to} reshards each layer after forward, which the layout does not "
+                              "(parallel.reshard_after_forward false: stated, or the runtime's default under pp > 1); "
+                              "state parallel.reshard_after_forward: true, or use 0")
         if keep_share > 1 and (p.dp * p.cp) % (keep_share * self.replicate):
             raise ConfigError("$.runtime.options.reshard_after_forward_to",
                               f"{keep_share} must divide the FSDP shard group of {p.dp * p.cp // self.replicate} ranks")
@@ -322,8 +337,7 @@ class Fsdp2Points:
             return held
         p = view.parallel
         if p.pp > 1 and self.set_to_none and view.order is not None and p.dp * p.cp > 1:
-            sharded_held: dict[str, int] = {}
-            points = self._points(view, sharded_held)
+            points, sharded_held = self._walked(view)  # the walk that found the points, not a second one
             return sharded_held.get(name, 0) if points.get(name) == point else 0
         if p.pp > 1:  # the points' gradients there are the unsharded accumulators, beside any kept ones
             kept = 0 if self.cpu_offload else sum(_sharded(view, layer, view.precision.grad_bytes, self.replicate)

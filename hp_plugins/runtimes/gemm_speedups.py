@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from hp_core.specs.timing import Sourced
 
-__all__ = ["BLACKWELL_SPEEDUPS", "HOPPER_SPEEDUPS"]
+__all__ = ["BLACKWELL_PEAK_RATIOS", "BLACKWELL_SPEEDUPS", "HOPPER_SPEEDUPS"]
 
 _TE_GEMMS = "Transformer Engine docs/examples/gemm_profiling/gemm_profiling.rst (TransformerEngine@d0067d0), pre-quantized"
 # stas00/ml-engineering compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table" (at 744d01e).
@@ -35,7 +35,17 @@ BLACKWELL_SPEEDUPS = (
     ("fp8_tensorwise", Sourced(1.923, f"{_TE_GEMMS} on B300: BF16 13.102 ms / FP8CurrentScaling 6.812 ms per layer "
                                        "(B300, the B200's FP8:BF16 dense peak ratio of 2)")),
     ("mxfp8", Sourced(1.830, f"{_TE_GEMMS} on B300: BF16 13.102 ms / MXFP8 7.161 ms per layer")),
+    ("nvfp4", Sourced(round(13.102 / 3.764, 4), f"{_TE_GEMMS} on B300: BF16 13.102 ms / NVFP4 3.764 ms per layer "
+                                                 "(Blackwell Ultra only: BLACKWELL_PEAK_RATIOS)")),
 )
+# Where each figure carries (DeviceEfficiency.gemm_speedup_peak_ratios): the ratio of the kernel's dtype dense peak to
+# the bf16 one on the device it was measured on. The tutorial names a "B300" and not its system: an HGX B300 states
+# 12,600 (DGX B300 datasheet, as stas00/ml-engineering@744d01e compute/accelerator/README.md tabulates it) or 14,000
+# (NVIDIA's Blackwell Ultra datasheet, as ai-dynamo/aiconfigurator@095f58a aic-core/src/aiconfigurator_core/systems/
+# b300_sxm.yaml states it) dense FP4 TFLOP/s over 2,250 BF16, 5.60-6.22; a GB300 15,000 over 2,500, 6.00 (both
+# sources). A B200 or GB200 runs FP4 at 4.0 times its BF16 (9,000 / 2,250, 10,000 / 2,500), so the B300's NVFP4
+# speedup does not carry there and the recipe is refused on them. FP8 (2.0 on every Blackwell part) is not checked.
+BLACKWELL_PEAK_RATIOS = (("nvfp4", 12600 / 2250, 14000 / 2250),)
 HOPPER_SPEEDUPS = (
     ("fp8_tensorwise", Sourced(1.905, f"{_TE_GEMMS} on H200 NVL: BF16 31.968 ms / FP8CurrentScaling 16.785 ms per layer "
                                        "(fast accumulation: tex.generic_gemm with use_split_accumulator=False)")),

@@ -110,6 +110,21 @@ def test_yaml_json_and_toml_load_equal(tmp_path: Path, reg: Registry):
     assert from_yaml == from_json == from_toml == from_yml
 
 
+@pytest.mark.parametrize("stated", [True, False, None])
+def test_reshard_after_forward_loads_as_stated_from_every_format(tmp_path: Path, reg: Registry, stated):
+    """true and false load as stated from YAML, JSON and TOML; left out (or null) it is None, the runtime's default
+    (resolved where the run is prepared: tests/plugins/test_reshard_default.py)."""
+    parallel = {"seq_len": 2048, "pp": 2} | ({} if stated is None else {"reshard_after_forward": stated})
+    toml = "model = \"llama3-8b\"\n[parallel]\nseq_len = 2048\npp = 2\n" + (
+        "" if stated is None else f"reshard_after_forward = {str(stated).lower()}\n")
+    found = {load_config(_write(tmp_path, "run.yaml", yaml.safe_dump({"model": "llama3-8b", "parallel": parallel})), reg),
+             load_config(_write(tmp_path, "run.json", json.dumps({"model": "llama3-8b", "parallel": parallel})), reg),
+             load_config(_write(tmp_path, "run.toml", toml), reg)}
+    assert len(found) == 1 and found.pop().parallel.reshard_after_forward is stated
+    if stated is None:
+        assert structure(_with("parallel", reshard_after_forward=None), ConfigFile, reg).parallel.reshard_after_forward is None
+
+
 def test_loaded_values(tmp_path: Path, reg: Registry):
     config = load_config(_write(tmp_path, "run.toml", TOML_DOC), reg)
     assert isinstance(config, ConfigFile)
@@ -199,6 +214,9 @@ def test_unknown_layer_group_key(reg: Registry):
         ("sp", 1),
         ("sp", "true"),
         ("global_batch_size", "64"),
+        ("reshard_after_forward", "yes"),
+        ("reshard_after_forward", 1),
+        ("reshard_after_forward", "false"),
     ],
 )
 def test_loose_types_refused(reg: Registry, field: str, value: object):

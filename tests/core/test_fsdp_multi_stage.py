@@ -86,7 +86,7 @@ def test_gathered_seconds_at_least_one_gather_per_chunk():
 
 
 def test_check_fsdp_pipeline_multi_stage_reshard_after_forward_for_the_step_time_only():
-    spec = ParallelSpec(dp=2, pp=2, vpp=2, zero=3, seq_len=1024, schedule="interleaved_1f1b")
+    spec = ParallelSpec(dp=2, pp=2, vpp=2, zero=3, seq_len=1024, schedule="interleaved_1f1b", reshard_after_forward=True)
     check_fsdp_pipeline(3, spec, multi_stage=True)
     with pytest.raises(FsdpPipelineError, match=r"interleaved pipeline stages \(vpp=2\) is priced without reshard_after_forward") as err:
         check_fsdp_pipeline(3, spec)

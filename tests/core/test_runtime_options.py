@@ -377,18 +377,33 @@ def test_hsdp_under_pipeline_parallelism_is_refused_only_where_the_profile_price
 
 def test_fsdp_under_interleaved_pipelining_with_reshard_after_forward_is_a_one_line_error(capsys, tmp_path):
     """fsdp2's memory estimate prices FSDP under interleaved 1F1B without reshard_after_forward (torchtitan's default
-    under PP) and refuses it with (each forward frees what the chunk's UNSHARD gathered: not followed) in one line;
-    the step time prices both (tests/core/test_fsdp_multi_stage.py)."""
-    status, _, err = run(capsys, "estimate", "--model", "llama3-8b", "--num-layers", "4", "--dp", "4", "--pp", "2",
-                         "--vpp", "2", "--seq-len", "1024", "--runtime", "fsdp2", "--hardware", "h100-sxm")
+    under PP, and fsdp2's where the config states none) and refuses it where a config states it (each forward frees
+    what the chunk's UNSHARD gathered: not followed) in one line; the step time prices both
+    (tests/core/test_fsdp_multi_stage.py)."""
+    config = tmp_path / "job.yaml"
+    config.write_text("model: llama3-8b\nparallel: {dp: 4, pp: 2, vpp: 2, seq_len: 1024, reshard_after_forward: true}\n"
+                      "runtime: fsdp2\nhardware: h100-sxm\n")
+    status, _, err = run(capsys, "estimate", config, "--num-layers", "4")
     assert status == 2 and err.count("\n") == 1
     assert err.startswith("hp estimate: error: $.parallel.reshard_after_forward: the memory of FSDP (zero 3) under "
                           "interleaved pipeline stages (vpp=2) is priced without reshard_after_forward")
-    config = tmp_path / "job.yaml"
     config.write_text("model: llama3-8b\nparallel: {dp: 4, pp: 2, vpp: 2, seq_len: 1024, reshard_after_forward: false}\n"
                       "runtime: fsdp2\nhardware: h100-sxm\n")
     status, out, err = run(capsys, "estimate", config, "--num-layers", "4", "--json")
     assert status == 0, err
+    assert json.loads(out)["layout"]["reshard_after_forward"] is False
+    # Left out, fsdp2's default under PP (torchtitan's fsdp_reshard_after_forward: default): the same estimate.
+    status, left_out, err = run(capsys, "estimate", "--model", "llama3-8b", "--num-layers", "4", "--dp", "4", "--pp",
+                                "2", "--vpp", "2", "--seq-len", "1024", "--runtime", "fsdp2", "--hardware", "h100-sxm",
+                                "--json")
+    assert status == 0, err
+    assert json.loads(left_out)["stages"] == json.loads(out)["stages"]
+    assert json.loads(left_out)["layout"]["reshard_after_forward"] is False
+    # The flags state it over the file: --reshard-after-forward is refused as the file's true was, --no-... priced.
+    status, _, err = run(capsys, "estimate", config, "--num-layers", "4", "--reshard-after-forward")
+    assert status == 2 and err.count("\n") == 1 and "$.parallel.reshard_after_forward: the memory of FSDP" in err
+    status, flagged, err = run(capsys, "estimate", config, "--num-layers", "4", "--no-reshard-after-forward", "--json")
+    assert status == 0 and json.loads(flagged)["stages"] == json.loads(out)["stages"], err
     # Stage 0 (the embedding, 128,256 x 4,096 elements, and two 218,112,000-element layers in two chunks) binds in
     # backward with both chunks gathered in bf16 and both accumulators in fp32.
     stage = json.loads(out)["stages"][0]

@@ -63,3 +63,12 @@ def test_the_presets_state_the_script_s_figures():
     for name in ("b200", "gb200"):
         assert by_name[name].large_gemm_speedup == round(speedup, 3) and by_name[name].large_gemm_flops == LEVEL.LARGE_GEMM_FLOPS
     assert by_name["gb200"].gemm_rate_scale == round(LEVEL.gb200_rate_scale(), 4)
+    # b300: MAMF's B300 over B200 at one peak, 1769.0 / 1745.0 = 1.01375; gb300 (an assumption): that times the GB200's
+    # over the B200's, over 2500 / 2250: 1.01375 * 1.04413 / 1.11111 = 0.95264.
+    assert LEVEL.b300_rate_scale() == pytest.approx(1769.0 / 1745.0, rel=1e-12) == pytest.approx(1.01375, abs=5e-6)
+    assert LEVEL.gb300_rate_scale() == pytest.approx(1769.0 / 1745.0 * 1822.0 / 1745.0 * 2250 / 2500, rel=1e-12)
+    assert LEVEL.gb300_rate_scale() == pytest.approx(0.95264, abs=5e-6)
+    assert by_name["b300"].gemm_rate_scale == round(LEVEL.b300_rate_scale(), 4)
+    assert by_name["gb300"].gemm_rate_scale == round(LEVEL.gb300_rate_scale(), 4)
+    for name in ("b300", "gb300"):
+        assert by_name[name].large_gemm_speedup == round(speedup, 3) and by_name[name].large_gemm_flops == LEVEL.LARGE_GEMM_FLOPS

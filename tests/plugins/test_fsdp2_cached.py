@@ -209,7 +209,7 @@ def test_a_backward_gather_after_resharding_to_n_copies_in_the_post_forward_shar
     layer = StageLayer("k", "body", 0, 0, 0, {"dense": elements}, 0)
     precision = PrecisionSpec(param_bytes=4, grad_bytes=4, master_param_bytes=0)
     params = elements * 4 // 8
-    view = StageView(0, (layer,), (params, params, 0, 2 * params), {}, ParallelSpec(seq_len=16, dp=8), precision, 3,
+    view = StageView(0, (layer,), (params, params, 0, 2 * params), {}, ParallelSpec(seq_len=16, dp=8, reshard_after_forward=True), precision, 3,
                      1, 0)
     assert precision.activation_bytes == 2 and view.parallel.reshard_after_forward
     assert stream_pool_bytes(view, Fsdp2Points(reshard_to=2)) == (params, (8 + 64 + 64) * mib)

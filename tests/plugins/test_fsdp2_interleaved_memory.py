@@ -104,6 +104,40 @@ def test_a_chunk_reduced_before_the_binding_backward_holds_its_part_of_the_reduc
     assert reserved_over_peak(runtime.cached_bytes, view, points, 57_001) == 6000
 
 
+def test_the_multi_stage_walk_runs_once_per_stage(registry, monkeypatch):
+    """The points' walk through the rank's order (multi_stage_points) runs once per stage and view: cached_bytes,
+    asked at every point, reads what that walk found (which reduced chunks' sharded gradients the chosen forward and
+    backward points hold) from StageView.memo instead of walking again, whichever is asked first. Before, each
+    cached_bytes of a forward or backward point walked again: three walks a stage."""
+    from hp_core.api import estimate, model_from_preset
+    from hp_core.peak_points import reserved_over_peak
+    from hp_plugins.runtimes import fsdp2_points
+
+    walks: list[int] = []
+    walk = fsdp2_points.multi_stage_points
+    monkeypatch.setattr(fsdp2_points, "multi_stage_points",
+                        lambda view, *args, **kwargs: walks.append(view.index) or walk(view, *args, **kwargs))
+    # By hand (the stage of the test above): the figures as before, one walk for the points and both cached asks.
+    view = _view(TWO_CHUNKS, pp=2, vpp=2, micro_batches=2)
+    runtime = Fsdp2Points()
+    points = runtime(view)
+    assert (runtime.cached_bytes(view, "backward", points["backward"]),
+            runtime.cached_bytes(view, "forward", points["forward"])) == (10_000 - 4000, 10_000)
+    assert reserved_over_peak(runtime.cached_bytes, view, points, 57_001) == 6000
+    assert walks == [0]
+    # cached_bytes asked first (on another view of the same stage): it walks, and the points then reuse that walk.
+    other = _view(TWO_CHUNKS, pp=2, vpp=2, micro_batches=2)
+    backward = Fsdp2Points()(_view(TWO_CHUNKS, pp=2, vpp=2, micro_batches=2))["backward"]
+    assert runtime.cached_bytes(other, "backward", backward) == 6000 and runtime(other)["backward"] == backward
+    assert walks == [0, 0, 0]  # one for the view asked for points only, one for `other`
+    # An estimate: llama3-8b's 4 layers over pp 2 x vpp 2 x dp 4 (fsdp2's default under PP: no resharding), one walk
+    # for each of its two stages, where each stage's reserved memory needed three.
+    walks.clear()
+    model = model_from_preset("llama3-8b", registry).with_body_layers(4, registry.kinds_placed("body"))
+    stages = estimate(model, ParallelSpec(seq_len=1024, dp=4, pp=2, vpp=2), runtime="fsdp2", registry=registry).stages
+    assert sorted(walks) == [0, 1] and all(stage.cached_bytes > 0 for stage in stages)
+
+
 def test_a_chunk_evicted_by_the_window_of_three_is_not_held():
     """pp 2, vpp 4, 2 micro-batches, stage 0: 8 warm-up forwards (every one), then every backward: F0 F0 F1 F1 F2 F2
     F3 F3 B3 B3 B2 B2 B1 B1 B0 B0. Torch's window of three evicts chunk 0 before chunk 1's first forward (chunks 1, 2,

@@ -304,7 +304,8 @@ def test_a_layout_that_shards_nothing_is_not_refused_and_the_search_names_the_fs
     # dp * cp == 1: torchtitan applies no FSDP, so no chunk is gathered or evicted: nothing to refuse.
     check_fsdp_pipeline(3, ParallelSpec(seq_len=1024, dp=1, pp=2, vpp=2, micro_batch_size=1, global_batch_size=4))
     with pytest.raises(FsdpPipelineError) as err:
-        check_fsdp_pipeline(3, ParallelSpec(seq_len=1024, dp=2, pp=2, vpp=2, micro_batch_size=1, global_batch_size=4))
+        check_fsdp_pipeline(3, ParallelSpec(seq_len=1024, dp=2, pp=2, vpp=2, micro_batch_size=1, global_batch_size=4,
+                                            reshard_after_forward=True))
     # A search counts it under its own reason, not the schedule's.
     assert _reason_of(err.value) == R_FSDP_PP
     assert _reason_of(ConfigError("$.parallel.vpp", "the interleaved_1f1b schedule needs vpp >= 2")) == R_SCHEDULE

@@ -244,6 +244,12 @@ def test_resharding_to_fewer_ranks_keeps_a_share(registry):
     with pytest.raises(ConfigError) as err:
         _llama(registry, runtime_options={"reshard_after_forward_to": 3})
     assert err.value.path == "$.runtime.options.reshard_after_forward_to"
+    # fully_shard(reshard_after_forward=n) reshards: a layout that does not (stated false, or fsdp2's default under
+    # pp > 1) is refused in one line rather than the option left unpriced.
+    for layout in ({"reshard_after_forward": False}, {"pp": 2}):
+        with pytest.raises(ConfigError, match="which the layout does not") as err:
+            _llama(registry, runtime_options={"reshard_after_forward_to": 2}, **layout)
+        assert err.value.path == "$.runtime.options.reshard_after_forward_to" and "\n" not in str(err.value)
 
 
 def test_what_torch_cannot_reshard_to_fewer_ranks_is_refused(registry):

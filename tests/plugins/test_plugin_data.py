@@ -36,7 +36,7 @@ def _data(name: str) -> dict:
 
 
 def test_the_hardware_presets_in_order():
-    assert [p.name for p in presets.PRESETS] == ["a100-80gb", "h100-sxm", "h200", "b200", "b200-simumax", "gb200", "ascend-910b"]
+    assert [p.name for p in presets.PRESETS] == ["a100-80gb", "h100-sxm", "h200", "b200", "b200-simumax", "gb200", "b300", "gb300", "ascend-910b"]
     registry = build_registry(use_env=False)
     for preset in presets.PRESETS:
         assert registry.hardware_preset(preset.name) == preset
@@ -55,7 +55,7 @@ def test_hardware_values_are_the_stated_figures():
     assert (h100.intra_node_latency_seconds, h100.inter_node_latency_seconds) == (1.27 * US, 3.58 * US)
     # The network figures measured on H100 nodes (nccl-tests issue 309, DeepEP issue 3) serve the H200, B200 and A100,
     # which cross nodes on 400 or 200 Gb/s ConnectX adapters as NCCL drives them; not the Ascend, whose HCCL is not NCCL.
-    for name in ("a100-80gb", "h100-sxm", "h200", "b200", "gb200"):
+    for name in ("a100-80gb", "h100-sxm", "h200", "b200", "gb200", "b300", "gb300"):
         spec = by_name[name]
         assert (spec.inter_node_latency_seconds, spec.inter_node_all_to_all_latency_seconds) == (3.58 * US, 30 * US), name
     assert (by_name["ascend-910b"].inter_node_latency_seconds, by_name["ascend-910b"].inter_node_all_to_all_latency_seconds) \
