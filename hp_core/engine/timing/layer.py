@@ -211,7 +211,9 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         if key in ("ep", "etp") and r.ep_comm_overlap:  # a lone pass waits on its own all-to-alls: what is hidden shows
             unpaired, lone_bwd = unpaired + fwd_s + bwd_s - exposed, lone_bwd + bwd_s
     if lone_bwd and r.delay_wgrad and grouped:  # the dispatch's backward (half) beside the trained experts' wgrad (half their bwd)
-        expert_bwd = _matmul_seconds(0.0, grouped - frozen_grouped, work, r)[1] / (r.gemm_speedup_backward if r.low_precision else 1.0)
+        # The experts' GEMMs at the recipe's backward speedup where it quantizes them (not under gemms "linears").
+        quantized = r.low_precision and r.gemm_scope != "linears"
+        expert_bwd = _matmul_seconds(0.0, grouped - frozen_grouped, work, r)[1] / (r.gemm_speedup_backward if quantized else 1.0)
         unpaired = max(0.0, unpaired - min(lone_bwd, expert_bwd) / 2)
 
     # Recompute.
