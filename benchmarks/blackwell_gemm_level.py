@@ -5,7 +5,7 @@ Run: ``python benchmarks/blackwell_gemm_level.py``. It prints a markdown table, 
 
 hp's figure for a record is looked up as the ``megatron-te`` profile prices a GEMM
 (:func:`hp_core.engine.timing.rates._gemm_table`, :meth:`hp_core.specs.gemms.GemmTable.efficiency`,
-``hp_core/engine/timing/layer.py`` ``_matmul_seconds``):
+``hp_core/engine/timing/gemm_seconds.py`` ``_matmul_seconds``):
 
 * Blackwell (``b200``, ``gb200``): SimuMax's per-shape B200 table (``hp_plugins/hardware/gemm_b200.py``) for the
   nearest measured shape with every dimension within the table's tolerance (1.05); off the table, the device's
@@ -99,12 +99,19 @@ def hp_bf16_efficiency(dev, record: dict) -> tuple[float, str]:
     return dev.matmul.value, "matmul"
 
 
+def _kernel_dtype(kernel: str) -> str:
+    """The ``peak_flops`` key a low-precision kernel runs at (hp_core.precision_recipes.FORMATS)."""
+    return "fp4" if kernel == "nvfp4" else "fp8"
+
+
 def speedup(dev, record: dict) -> float:
     kernel = record.get("kernel")
     if kernel is None:
         return 1.0
     split = ("fprop", "dgrad", "wgrad") if record["source"] in SPLIT_ACCUMULATOR_SOURCES else ()
-    passes = dev.pass_speedups(kernel, split)
+    peaks = _preset(record["hp_preset"]).peak_flops
+    dtype = _kernel_dtype(kernel)  # the peak a banded figure is keyed by (DeviceEfficiency.banded_gemm_speedups)
+    passes = dev.pass_speedups(kernel, split, peaks[dtype] / peaks["bf16"] if dtype in peaks else None)
     if passes is None:
         raise ValueError(f"{record['id']}: profile {PROFILE.name} states no {kernel} speedup for {dev.architecture}")
     return passes[PASS_INDEX[record.get("gemm_pass", "forward")]]
@@ -135,7 +142,7 @@ def evaluate(record: dict) -> dict:
     measured = measured_flops_per_second(record)
     result = dict(record=record, architecture=spec.architecture, hp_efficiency=efficiency, where=where, speedup=factor,
                   hp_flops_per_second=hp, measured_flops_per_second=measured, ratio=measured / hp,
-                  measured_fraction_of_peak=measured / spec.peak_flops["fp8" if record.get("kernel") else "bf16"])
+                  measured_fraction_of_peak=measured / spec.peak_flops[_kernel_dtype(record["kernel"]) if record.get("kernel") else "bf16"])
     if spec.architecture == "hopper":
         kernel = HOPPER_KERNELS.matmul.value * _gemm_table(dev, "bf16").scale.factor(record["m"], record["n"], record["k"])
         result["ratio_to_kernel_figure"] = measured / (kernel * spec.peak_flops["bf16"] * factor)
@@ -167,6 +174,23 @@ def gb200_rate_scale() -> float:
     found = {r["hp_preset"]: measured_flops_per_second(r) for r in load()["records"]
              if r["source"] == "mamf" and r["dtype"] == "bf16"}
     return (found["gb200"] / found["b200"]) / (_preset("gb200").peak_flops["bf16"] / _preset("b200").peak_flops["bf16"])
+
+
+# The sizes of Transformer Engine's per-layer GEMMs in its gemm_profiling tutorial (a 5B model, hidden 4096,
+# intermediate 16384, 15,872 tokens): from the output projection, 2 * 15872 * 4096 * 4096 FLOPs, to the first MLP
+# GEMM, 2 * 15872 * 4096 * 16384: the sizes its speedups (hp_plugins/runtimes/gemm_speedups.py) were measured at.
+TE_TUTORIAL_GEMM_FLOPS = (2.0 * 15872 * 4096 * 4096, 2.0 * 15872 * 4096 * 16384)
+
+
+def b200_nvfp4_speedup() -> tuple[float, list[str]]:
+    """The B200's NVFP4 GEMM speedup over bf16 (the ``blackwell`` entry's banded ``nvfp4`` figure at a 4.0 FP4:BF16
+    peak ratio): pytorch/ao#2427's bf16 over NVFP4 time, the median over its cubes within
+    :data:`TE_TUTORIAL_GEMM_FLOPS`, and those cubes' record ids."""
+    records = [r for r in load()["records"] if r["source"] == "torchao_2427"]
+    bf16 = {r["m"]: r for r in records if r["dtype"] == "bf16"}
+    low, high = TE_TUTORIAL_GEMM_FLOPS
+    chosen = [r for r in records if r.get("kernel") == "nvfp4" and low <= gemm_flops(r) <= high]
+    return statistics.median(bf16[r["m"]]["time_seconds"] / r["time_seconds"] for r in chosen), [r["id"] for r in chosen]
 
 
 def b300_rate_scale() -> float:
@@ -267,6 +291,9 @@ def main() -> None:
           + ", ".join(f"{x['record']['id']} {x['ratio']:.3f}" for x in sorted(chosen, key=lambda x: x["ratio"])) + ")")
     print(f"- gb200 `gemm_rate_scale`: {gb200_rate_scale():.4f}, MAMF's GB200 over B200 bf16 rate over the peaks' ratio")
     print(f"- b300 `gemm_rate_scale`: {b300_rate_scale():.4f}, MAMF's B300 over B200 bf16 rate over the peaks' ratio")
+    nvfp4, cubes = b200_nvfp4_speedup()
+    print(f"- blackwell `nvfp4` speedup at a 4.0 FP4:BF16 peak ratio (B200, GB200): {nvfp4:.4f}, pytorch/ao#2427's bf16 "
+          f"over NVFP4 time at the cubes within TE's tutorial GEMM sizes ({', '.join(cubes)})")
     print(f"- gb300 `gemm_rate_scale`: {gb300_rate_scale():.4f} (an assumption): the B300's MAMF rate times the GB200's "
           "over the B200's, over the peaks' ratio")
 

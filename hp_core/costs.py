@@ -370,9 +370,10 @@ class LayerWork:
         routed_experts: The experts the layer routes tokens over, which expert
             parallelism must divide (0: none); a layout search rejects an
             ``ep`` that does not divide them before evaluating anything.
-        frozen_matmul_flops: The part of the forward matmul FLOPs whose weights
-            are frozen (``ParamCount.trainable`` false): their backward computes
-            the input gradient only, half of a trained GEMM's backward.
+        frozen_matmul_flops: The part of the forward matmul FLOPs whose weights are frozen (``ParamCount.trainable``
+            false): their backward computes the input gradient only (:mod:`hp_core.engine.timing.gemm_seconds`).
+        frozen_gemms: Those of :attr:`gemms` whose weights are frozen; frozen FLOPs beyond theirs are FLOPs the layer
+            lists no shape for (grouped, unlisted dense), in proportion (:func:`~hp_core.engine.timing.gemm_seconds.frozen_share`).
         reruns: ``(switch, Rerun)`` pairs: what recomputing each switch re-runs
             (:class:`Rerun`); a switch not named re-runs nothing beyond
             rewriting what it drops.
@@ -411,6 +412,7 @@ class LayerWork:
     attention_core_switches: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     routed_experts: int = attrs.field(default=0, validator=_non_negative_int)
     frozen_matmul_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
+    frozen_gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=tuple)
     reruns: tuple[tuple[str, Rerun], ...] = attrs.field(default=(), converter=tuple)
     high_precision_gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=tuple)
     alternate_matmul_flops: float | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_number))

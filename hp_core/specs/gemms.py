@@ -147,10 +147,18 @@ class GemmTable:
             those the forward's and the two backward GEMMs' FLOPs divided by
             their efficiencies (times ``1 / peak`` is seconds).
         """
+        return self._passes(gemms, grouped)[:4]
+
+    def weight_gradient(self, gemms: tuple[tuple[Any, ...], ...], grouped: bool = False) -> float:
+        """The weight-gradient GEMMs' part of :meth:`price`'s ``backward``: their FLOPs over efficiency (cached)."""
+        return self._passes(gemms, grouped)[4]
+
+    def _passes(self, gemms: tuple[tuple[Any, ...], ...], grouped: bool) -> tuple[float, float, float, float, float]:
+        """:meth:`price`'s four figures and :meth:`weight_gradient`'s, computed once per *gemms*."""
         key = (grouped, gemms)
         if key in self._found:
             return self._found[key]
-        listed = covered = forward = backward = 0.0
+        listed = covered = forward = backward = wgrad = 0.0
         for gemm in gemms:
             experts, shape = (gemm[0], gemm[1:]) if grouped else (0, gemm)
             flops = 2.0 * max(experts, 1) * shape[0] * shape[1] * shape[2]
@@ -162,7 +170,8 @@ class GemmTable:
             covered += flops
             forward += flops / e_fwd
             backward += flops / e_dgrad + flops / e_wgrad
-        self._found[key] = result = (listed, covered, forward, backward)
+            wgrad += flops / e_wgrad
+        self._found[key] = result = (listed, covered, forward, backward, wgrad)
         return result
 
 
@@ -242,16 +251,21 @@ class GemmShapeScale:
     def price(self, gemms: tuple[tuple[Any, ...], ...]) -> tuple[float, float, float]:
         """``(FLOPs, forward, backward)``: the forward FLOPs of dense ``(rows, fan_out, fan_in)`` *gemms*, and their
         forward's and two backward GEMMs' FLOPs each over its :meth:`factor` (cached)."""
+        return self.passes(gemms)[:3]
+
+    def passes(self, gemms: tuple[tuple[Any, ...], ...]) -> tuple[float, float, float, float]:
+        """:meth:`price`'s three figures and the weight-gradient GEMMs' part of its ``backward`` (cached)."""
         if gemms in self._found:
             return self._found[gemms]
-        listed = forward = backward = 0.0
+        listed = forward = backward = wgrad = 0.0
         for rows, fan_out, fan_in in gemms:
             flops = 2.0 * rows * fan_out * fan_in
             listed += flops
             f_fwd, f_dgrad, f_wgrad = self.pass_factors(rows, fan_out, fan_in)
             forward += flops / f_fwd
             backward += flops / f_dgrad + flops / f_wgrad
-        self._found[gemms] = result = (listed, forward, backward)
+            wgrad += flops / f_wgrad
+        self._found[gemms] = result = (listed, forward, backward, wgrad)
         return result
 
     def bind(self, matmul: float) -> ShapedGemms:
@@ -273,6 +287,10 @@ class ShapedGemms:
             return sum(2.0 * e * r * o * i for e, r, o, i in gemms), 0.0, 0.0, 0.0
         listed, forward, backward = self.scale.price(gemms)
         return listed, listed, forward / self.matmul, backward / self.matmul
+
+    def weight_gradient(self, gemms: tuple[tuple[Any, ...], ...], grouped: bool = False) -> float:
+        """The weight-gradient GEMMs' part of :meth:`price`'s ``backward`` (none for grouped GEMMs: not covered)."""
+        return 0.0 if grouped else self.scale.passes(gemms)[3] / self.matmul
 
 
 @attrs.frozen
@@ -314,10 +332,17 @@ class MachineGemms:
 
     def price(self, gemms: tuple[tuple[Any, ...], ...], grouped: bool = False) -> tuple[float, float, float, float]:
         """``(listed, covered, forward, backward)`` as :meth:`GemmTable.price` (cached)."""
+        return self._passes(gemms, grouped)[:4]
+
+    def weight_gradient(self, gemms: tuple[tuple[Any, ...], ...], grouped: bool = False) -> float:
+        """As :meth:`GemmTable.weight_gradient`: the weight-gradient GEMMs' part of :meth:`price`'s ``backward``."""
+        return self._passes(gemms, grouped)[4]
+
+    def _passes(self, gemms: tuple[tuple[Any, ...], ...], grouped: bool) -> tuple[float, float, float, float, float]:
         key = (grouped, gemms)
         if key in self._found:
             return self._found[key]
-        listed = forward = backward = 0.0
+        listed = forward = backward = wgrad = 0.0
         for gemm in gemms:
             experts, shape = (gemm[0], tuple(gemm[1:])) if grouped else (0, tuple(gemm))
             flops = 2.0 * max(experts, 1) * shape[0] * shape[1] * shape[2]
@@ -325,6 +350,7 @@ class MachineGemms:
             listed += flops
             forward += flops / e_fwd
             backward += flops / e_dgrad + flops / e_wgrad
-        result = (listed, listed, forward, backward)
+            wgrad += flops / e_wgrad
+        result = (listed, listed, forward, backward, wgrad)
         self._found[key] = result
         return result

@@ -197,11 +197,12 @@ class DeviceEfficiency:
             accumulation (:data:`~hp_core.precision_recipes.SPLIT_ACCUMULATOR`),
             which the passes a recipe runs so take (:meth:`pass_speedups`); it
             needs the kernel's own figure beside it.
-        gemm_speedup_peak_ratios: ``(kernel, low, high)`` rows: the range of the ratio of the kernel's dtype dense
-            peak to the bf16 dense peak on the device (or devices) its :attr:`gemm_speedups` figure may have been
-            measured on. A speedup over bf16 carries to another device only where that ratio is the same (a device
-            whose FP4 runs 4 times its BF16 cannot take a speedup measured where it runs 6 times), so a recipe of that
-            kernel is refused on hardware whose ratio lies outside the range. A kernel with no row is not checked.
+        banded_gemm_speedups: ``(kernel, low, high, Sourced)`` rows: a kernel's speedup over bf16 measured on a
+            device whose dense peak in the kernel's dtype is ``low``-``high`` times its bf16 one. A speedup over bf16
+            carries only to a device whose peaks stand in the same ratio (FP4 runs 4 times BF16 on a B200, about 6
+            times on a B300), so a kernel stated here (and not in :attr:`gemm_speedups`) takes the row whose range
+            holds the hardware's ratio, and a recipe of it is refused on hardware no row holds. Ranges of one kernel
+            do not overlap.
     """
 
     architecture: str
@@ -232,18 +233,21 @@ class DeviceEfficiency:
     matmul_whole_run_factor: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_at_least_one))
     fsdp1_unit_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     gemm_speedups: tuple[tuple[str, Sourced], ...] = attrs.field(default=(), converter=tuple, validator=_speedups)
-    gemm_speedup_peak_ratios: tuple[tuple[str, float, float], ...] = attrs.field(default=(), converter=tuple)
+    banded_gemm_speedups: tuple[tuple[str, float, float, Sourced], ...] = attrs.field(default=(), converter=tuple)
 
-    @gemm_speedup_peak_ratios.validator
-    def _check_peak_ratios(self, attribute: attrs.Attribute, value: tuple) -> None:
-        stated = {row[0] for row in self.gemm_speedups}
+    @banded_gemm_speedups.validator
+    def _check_bands(self, attribute: attrs.Attribute, value: tuple) -> None:
+        plain = {row[0] for row in self.gemm_speedups}
         for row in value:
-            if (len(row) != 3 or row[0] not in stated or not all(isinstance(x, (int, float)) for x in row[1:])
-                    or not 0 < row[1] <= row[2] < float("inf")):
-                raise ValueError(f"{attribute.name}: a row must be (kernel of gemm_speedups, low, high) with "
-                                 f"0 < low <= high; got {row!r}")
-        if len({row[0] for row in value}) != len(value):
-            raise ValueError(f"{attribute.name}: a kernel appears twice")
+            if (len(row) != 4 or row[0] not in GEMM_KERNELS or row[0] in ("bf16", *plain)
+                    or not all(isinstance(x, (int, float)) for x in row[1:3]) or not 0 < row[1] <= row[2] < float("inf")
+                    or not isinstance(row[3], Sourced) or not row[3].value > 0):
+                raise ValueError(f"{attribute.name}: a row must be (kernel of {GEMM_KERNELS[1:]} not in gemm_speedups, "
+                                 f"low, high, Sourced speedup > 0) with 0 < low <= high; got {row!r}")
+        for kernel in {row[0] for row in value}:
+            bands = sorted((row[1], row[2]) for row in value if row[0] == kernel)
+            if any(later[0] <= earlier[1] for earlier, later in zip(bands, bands[1:])):
+                raise ValueError(f"{attribute.name}: {kernel}'s peak-ratio ranges overlap: {bands}")
 
     def figures(self) -> dict[str, Sourced]:
         """Every figure the entry states, by field name (optional figures left unstated and the GEMM table are
@@ -254,30 +258,34 @@ class DeviceEfficiency:
             if isinstance(getattr(self, a.name), Sourced)
         }
         found.update({f"gemm_speedup_{kernel}": figure for kernel, figure in self.gemm_speedups})
+        found.update({f"gemm_speedup_{kernel}@{low:.2f}-{high:.2f}": figure for kernel, low, high, figure in self.banded_gemm_speedups})
         return found
 
-    def gemm_speedup(self, kernel: str) -> float | None:
-        """The measured speedup of *kernel* over bf16 (1 for ``bf16``), ``None`` where the entry states none."""
+    def gemm_speedup(self, kernel: str, peak_ratio: float | None = None) -> float | None:
+        """The measured speedup of *kernel* over bf16 (1 for ``bf16``), ``None`` where the entry states none; a
+        kernel of :attr:`banded_gemm_speedups` takes the row whose range holds *peak_ratio* (the hardware's dense peak
+        in the kernel's dtype over its bf16 one), ``None`` where none does or no ratio is given."""
         if kernel == "bf16":
             return 1.0
         for name, figure in self.gemm_speedups:
             if name == kernel:
                 return figure.value
+        if peak_ratio is not None:
+            for name, low, high, figure in self.banded_gemm_speedups:
+                if name == kernel and low * (1 - 1e-9) <= peak_ratio <= high * (1 + 1e-9):
+                    return figure.value
         return None
 
-    def speedup_peak_ratio(self, kernel: str) -> tuple[float, float] | None:
-        """The ``(low, high)`` range of peak ratios *kernel*'s speedup was measured at (:attr:`gemm_speedup_peak_ratios`),
-        ``None`` where the entry states none."""
-        for name, low, high in self.gemm_speedup_peak_ratios:
-            if name == kernel:
-                return low, high
-        return None
+    def speedup_bands(self, kernel: str) -> tuple[tuple[float, float], ...]:
+        """The peak-ratio ranges :attr:`banded_gemm_speedups` states *kernel*'s speedup at, lowest first (empty: none)."""
+        return tuple(sorted((low, high) for name, low, high, _ in self.banded_gemm_speedups if name == kernel))
 
     def autocast_speedup(self, kernel: str) -> float | None:
         """The speedup of *kernel* measured with its quantization included (``<kernel>:autocast``), ``None`` if not stated."""
         return self.gemm_speedup(kernel + AUTOCAST)
 
-    def pass_speedups(self, kernel: str, split_passes: tuple[str, ...] = ()) -> tuple[float, float, float] | None:
+    def pass_speedups(self, kernel: str, split_passes: tuple[str, ...] = (),
+                      peak_ratio: float | None = None) -> tuple[float, float, float] | None:
         """*kernel*'s speedup in each GEMM pass (:data:`~hp_core.precision_recipes.GEMM_PASS_NAMES`: fprop, dgrad,
         wgrad), ``None`` where the entry states no figure of the kernel alone.
 
@@ -286,8 +294,9 @@ class DeviceEfficiency:
         ``<kernel>:split_accumulator`` figure where the entry states one, the
         kernel's own (fast-accumulation) figure otherwise: an entry with no
         separate figure prices the two modes alike (docs/precision.md, "Time").
+        *peak_ratio* picks a banded figure (:meth:`gemm_speedup`).
         """
-        fast = self.gemm_speedup(kernel)
+        fast = self.gemm_speedup(kernel, peak_ratio)
         if fast is None:
             return None
         split = self.gemm_speedup(kernel + SPLIT_ACCUMULATOR) or fast

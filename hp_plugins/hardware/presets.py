@@ -28,8 +28,9 @@ bandwidth where the NVSwitch has it (docs/time.md, "Collectives on the cluster")
 The ``gb200`` preset's node is the GB200 NVL72's NVLink domain (72 GPUs), its peaks the
 B200's at 1,200 W, its latencies the B200's (no GB200 small-message figure was found).
 The ``b300`` (DGX B300) and ``gb300`` (GB300 NVL72, 72 GPUs a node) presets are Blackwell Ultra,
-their figures NVIDIA's as ai-dynamo/aiconfigurator states them (FP4 peaks included, which bound
-where the NVFP4 GEMM speedup carries), their latencies the B200's.
+their figures NVIDIA's as ai-dynamo/aiconfigurator states them, their latencies the B200's. Every
+Blackwell preset states its FP4 peak: its ratio to the BF16 one picks which measured NVFP4 GEMM
+speedup carries to it (docs/precision.md, "Time").
 
 The ``architecture`` names the device family whose achieved efficiencies a
 timing profile states (:mod:`hp_plugins.runtimes.timing_profiles`). The Blackwell

@@ -40,8 +40,9 @@ tied to the embedding is shared with ``lora_first``). Per layer:
   which ``B`` keeps) and, with ``dropout > 0``, the dropout's mask and output
   (``in`` wide, which ``A`` keeps; without dropout ``A`` keeps the base's own input).
 * **FLOPs**: the base's forward, whose backward computes input gradients only
-  (``LayerWork.frozen_matmul_flops``), and the adapters' ``2 T r (in + out)``
-  per target, trained in full.
+  (``LayerWork.frozen_matmul_flops``, its GEMMs ``LayerWork.frozen_gemms``: the
+  step time drops their weight-gradient GEMMs at the time it priced them), and
+  the adapters' ``2 T r (in + out)`` per target, trained in full.
 
 Targets are PEFT's module names of a Llama-style layer: ``q_proj``, ``k_proj``,
 ``v_proj``, ``o_proj`` (a layer with grouped-query attention fields) and
@@ -177,7 +178,8 @@ def evaluate_lora(c: LoRAConfig, x: LayerContext) -> LayerCost:
     forward = base.forward
     work = base.work
     if work is not None:
-        work = attrs.evolve(work, gemms=(*work.gemms, *gemms), frozen_matmul_flops=forward.matmul_flops)
+        work = attrs.evolve(work, gemms=(*work.gemms, *gemms), frozen_matmul_flops=forward.matmul_flops,
+                            frozen_gemms=work.gemms)
     return attrs.evolve(
         base, params=tuple(params), activations=tuple(terms),
         forward=Flops(forward.matmul_flops + flops, forward.attention_flops, forward.elementwise_flops),

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from hp_core.specs.timing import Sourced
 
-__all__ = ["BLACKWELL_PEAK_RATIOS", "BLACKWELL_SPEEDUPS", "HOPPER_SPEEDUPS"]
+__all__ = ["BLACKWELL_BANDED_SPEEDUPS", "BLACKWELL_SPEEDUPS", "HOPPER_SPEEDUPS"]
 
 _TE_GEMMS = "Transformer Engine docs/examples/gemm_profiling/gemm_profiling.rst (TransformerEngine@d0067d0), pre-quantized"
 # stas00/ml-engineering compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table" (at 744d01e).
@@ -35,17 +35,27 @@ BLACKWELL_SPEEDUPS = (
     ("fp8_tensorwise", Sourced(1.923, f"{_TE_GEMMS} on B300: BF16 13.102 ms / FP8CurrentScaling 6.812 ms per layer "
                                        "(B300, the B200's FP8:BF16 dense peak ratio of 2)")),
     ("mxfp8", Sourced(1.830, f"{_TE_GEMMS} on B300: BF16 13.102 ms / MXFP8 7.161 ms per layer")),
-    ("nvfp4", Sourced(round(13.102 / 3.764, 4), f"{_TE_GEMMS} on B300: BF16 13.102 ms / NVFP4 3.764 ms per layer "
-                                                 "(Blackwell Ultra only: BLACKWELL_PEAK_RATIOS)")),
 )
-# Where each figure carries (DeviceEfficiency.gemm_speedup_peak_ratios): the ratio of the kernel's dtype dense peak to
-# the bf16 one on the device it was measured on. The tutorial names a "B300" and not its system: an HGX B300 states
-# 12,600 (DGX B300 datasheet, as stas00/ml-engineering@744d01e compute/accelerator/README.md tabulates it) or 14,000
-# (NVIDIA's Blackwell Ultra datasheet, as ai-dynamo/aiconfigurator@095f58a aic-core/src/aiconfigurator_core/systems/
-# b300_sxm.yaml states it) dense FP4 TFLOP/s over 2,250 BF16, 5.60-6.22; a GB300 15,000 over 2,500, 6.00 (both
-# sources). A B200 or GB200 runs FP4 at 4.0 times its BF16 (9,000 / 2,250, 10,000 / 2,500), so the B300's NVFP4
-# speedup does not carry there and the recipe is refused on them. FP8 (2.0 on every Blackwell part) is not checked.
-BLACKWELL_PEAK_RATIOS = (("nvfp4", 12600 / 2250, 14000 / 2250),)
+# NVFP4's speedup carries only between devices whose FP4 and BF16 dense peaks stand in one ratio
+# (DeviceEfficiency.banded_gemm_speedups). Blackwell Ultra: TE's tutorial names a "B300" and not its system; an HGX B300
+# states 12,600 (the DGX B300 datasheet, as stas00/ml-engineering@744d01e compute/accelerator/README.md tabulates it) or
+# 14,000 (NVIDIA's Blackwell Ultra datasheet, as ai-dynamo/aiconfigurator@095f58a aic-core/src/aiconfigurator_core/
+# systems/b300_sxm.yaml states it) dense FP4 TFLOP/s over 2,250 BF16, 5.60-6.22; a GB300 15,000 over 2,500, 6.00. The
+# B200 and GB200 run FP4 at 4.0 times BF16 (9,000 / 2,250, 10,000 / 2,500; the same files' b200_sxm.yaml and gb200.yaml,
+# and torchao's printout below): pytorch/ao#2427 (2025-06-23) prints torch._scaled_mm on NVFP4 operands against torch.mm in
+# bf16 on a B200 at cubes of 1,024 to 8,192 (tests/plugins/data/blackwell_gemm_measurements.json, torchao2427-b200-*);
+# the figure is its bf16 over NVFP4 time at the cubes within the sizes of TE's per-layer GEMMs (the tutorial's 5B layer,
+# 15,872 tokens: 0.53 to 2.1 TFLOP a GEMM), 8,192 alone: 7.74e-4 / 2.05e-4 s (benchmarks/blackwell_gemm_level.py
+# b200_nvfp4_speedup()). FP8 (2.0 on every Blackwell part) is not banded.
+_TORCHAO_2427 = ("pytorch/ao#2427 'add-to-benchmarks' (2025-06-23), benchmarks/float8/bench_matmul.py --recipe nvfp4 on an "
+                 "NVIDIA B200: torch.mm bf16 7.74e-4 s / torch._scaled_mm NVFP4 2.05e-4 s at 8192 x 8192 x 8192, the cube "
+                 "within the sizes of TE's tutorial GEMMs (0.53-2.1 TFLOP)")
+BLACKWELL_BANDED_SPEEDUPS = (
+    ("nvfp4", 4.0, 4.0, Sourced(round(7.74e-4 / 2.05e-4, 4), _TORCHAO_2427 + " (FP4:BF16 dense peak 4.0: B200, GB200)")),
+    ("nvfp4", 12600 / 2250, 14000 / 2250,
+     Sourced(round(13.102 / 3.764, 4), f"{_TE_GEMMS} on B300: BF16 13.102 ms / NVFP4 3.764 ms per layer "
+                                       "(FP4:BF16 dense peak 5.60-6.22: Blackwell Ultra, B300 and GB300)")),
+)
 HOPPER_SPEEDUPS = (
     ("fp8_tensorwise", Sourced(1.905, f"{_TE_GEMMS} on H200 NVL: BF16 31.968 ms / FP8CurrentScaling 16.785 ms per layer "
                                        "(fast accumulation: tex.generic_gemm with use_split_accumulator=False)")),

@@ -74,7 +74,7 @@ import attrs
 from hp_core.specs.overlap import OverlapSchedule
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
 from hp_plugins.hardware import gemm_b200, gemm_h100
-from hp_plugins.runtimes.gemm_speedups import BLACKWELL_PEAK_RATIOS, BLACKWELL_SPEEDUPS, HOPPER_SPEEDUPS
+from hp_plugins.runtimes.gemm_speedups import BLACKWELL_BANDED_SPEEDUPS, BLACKWELL_SPEEDUPS, HOPPER_SPEEDUPS
 from hp_plugins.runtimes.host import MEGATRON_HOST, ROUTER_H200
 from hp_plugins.runtimes.whole_run import (FSDP1_UNIT_SECONDS, MPT_CALIBRATION, TRITON_FLASH_FACTORS,
                                            WHOLE_RUN_MATMUL_FACTORS, fitted_matmul, fsdp1_unit, mpt_fit)
@@ -171,7 +171,7 @@ BLACKWELL = DeviceEfficiency(
     ),
     gemm_table=B200_GEMMS,
     gemm_speedups=BLACKWELL_SPEEDUPS,
-    gemm_speedup_peak_ratios=BLACKWELL_PEAK_RATIOS,
+    banded_gemm_speedups=BLACKWELL_BANDED_SPEEDUPS,
 )
 
 # Hopper's figures as the kernels measure alone; HOPPER, below, divides its matmul by the whole-run GEMM factor.

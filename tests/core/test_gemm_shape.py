@@ -60,6 +60,9 @@ def test_the_three_passes_are_keyed_as_cublas_runs_them():
     assert shaped == ShapedGemms(scale=scale, matmul=0.5)
     assert shaped.price(((1024, 256, 1024),)) == pytest.approx((flops, flops, flops / 0.6 / 0.5, (flops / 0.7 + flops / 0.4) / 0.5))
     assert shaped.price(((8, 100.0, 256, 1024),), grouped=True) == (2.0 * 8 * 100 * 256 * 1024, 0.0, 0.0, 0.0)
+    # The weight-gradient GEMMs' part of that backward apart (a frozen weight's backward skips it): factor 0.4.
+    assert shaped.weight_gradient(((1024, 256, 1024),)) == pytest.approx(flops / 0.4 / 0.5, rel=1e-12)
+    assert shaped.weight_gradient(((8, 100.0, 256, 1024),), grouped=True) == 0.0
 
 
 def test_a_malformed_grid_is_refused():

@@ -39,6 +39,9 @@ def test_a_table_shape_takes_its_measured_passes_and_an_efficiency_never_passes_
     assert machine.price((SMALL,))[2] == pytest.approx(2.0 * 4096 ** 3 / 0.4)
     # With nothing stated the base table prices as it always has (the same covered FLOPs and seconds).
     assert MachineGemms(table, 0.4).price((LARGE,)) == (flops, flops, flops / 0.7, flops / 0.6 + flops / 0.5)
+    # The weight-gradient GEMMs' part of the backward apart: 0.5 x 1.5 on the machine, 0.5 on the table alone.
+    assert machine.weight_gradient((LARGE,)) == pytest.approx(flops / 0.75, rel=1e-12)
+    assert table.weight_gradient((LARGE,)) == flops / 0.5 and table.weight_gradient((SMALL,)) == 0.0  # off the table: not covered
 
 
 def test_the_speedup_and_its_threshold_are_stated_together():

@@ -57,6 +57,8 @@ def test_host_time_is_a_floor_under_each_direction():
                                                     router_kernels=(7, 5), permute_kernels=3))
     # Forward: 2 GEMMs x 4 kernels + 1 attention + 2 collective calls = 11 kernels; backward 2 x 8 + 1 + 3 = 20.
     assert _host_floor(work, 1e-6, 1e-6, rates) == pytest.approx((11e-5, 20e-5))
+    # A frozen GEMM launches no weight-gradient GEMM (nor its kernels around it): backward (2 x 2 - 1) x 4 + 1 + 3 = 16.
+    assert _host_floor(work, 1e-6, 1e-6, rates, frozen=1) == pytest.approx((11e-5, 16e-5))
     # A layer whose GPU time is longer keeps it.
     assert _host_floor(work, 1.0, 2.0, rates) == (1.0, 2.0)
     # A mixture-of-experts layer adds its router's and its permutation's kernels: a grouped GEMM counts as one GEMM,

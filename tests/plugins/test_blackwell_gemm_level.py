@@ -72,3 +72,14 @@ def test_the_presets_state_the_script_s_figures():
     assert by_name["gb300"].gemm_rate_scale == round(LEVEL.gb300_rate_scale(), 4)
     for name in ("b300", "gb300"):
         assert by_name[name].large_gemm_speedup == round(speedup, 3) and by_name[name].large_gemm_flops == LEVEL.LARGE_GEMM_FLOPS
+
+
+def test_the_b200_nvfp4_speedup_is_the_script_s_figure():
+    # pytorch/ao#2427 on a B200: of its cubes only 8192 (1.0995 TFLOP) lies within TE's tutorial GEMM sizes,
+    # 2 * 15872 * 4096 * 4096 = 0.533 to 2 * 15872 * 4096 * 16384 = 2.130 TFLOP; bf16 7.74e-4 s / NVFP4 2.05e-4 s = 3.77561.
+    from hp_plugins.runtimes.gemm_speedups import BLACKWELL_BANDED_SPEEDUPS
+
+    figure, cubes = LEVEL.b200_nvfp4_speedup()
+    assert cubes == ["torchao2427-b200-nvfp4-8192"] and figure == pytest.approx(3.77561, abs=5e-6)
+    by_band = {(low, high): sourced.value for kernel, low, high, sourced in BLACKWELL_BANDED_SPEEDUPS if kernel == "nvfp4"}
+    assert by_band[(4.0, 4.0)] == round(figure, 4)

@@ -51,17 +51,28 @@ def test_nvfp4_takes_the_b300_speedup_on_blackwell_ultra(registry):
         assert priced.step_seconds < _time(registry, hardware, "mxfp8").step_seconds < _time(registry, hardware, "bf16").step_seconds
 
 
-@pytest.mark.parametrize("fp4_tflops", [9000, 10000])
-def test_nvfp4_is_refused_where_fp4_does_not_run_as_on_the_b300(registry, fp4_tflops):
-    # A B200 runs FP4 at 9,000 (or 10,000, its NVFP4 figure) TFLOP/s against 2,250 BF16: 4.0 or 4.4 times, outside the
-    # B300's 5.60-6.22, so the speedup measured there does not carry.
+def test_nvfp4_on_b200_and_gb200_takes_the_b200_figure(registry):
+    # FP4 runs 4.0 times BF16 on both (9,000 / 2,250, 10,000 / 2,500): pytorch/ao#2427's B200 figure, bf16 7.74e-4 s over
+    # NVFP4 2.05e-4 s at 8192 cubed = 3.7756, not the B300's 3.4809.
+    for hardware in ("b200", "gb200"):
+        priced = _time(registry, hardware, "nvfp4")
+        assert priced.provenance["gemm_speedup_forward"] == pytest.approx(7.74e-4 / 2.05e-4, abs=1e-4)
+        assert priced.step_seconds < _time(registry, hardware, "mxfp8").step_seconds
+
+
+@pytest.mark.parametrize("fp4_tflops", [10000, 11250])
+def test_nvfp4_is_refused_where_no_measured_ratio_holds_the_device(registry, fp4_tflops):
+    # A B200 stating 10,000 (its NVFP4 column in some tables) or 11,250 TFLOP/s of FP4: 4.44 or 5.00 times its BF16, held
+    # by neither measured range (4.00; 5.60-6.22), so no speedup carries.
     b200 = registry.hardware_preset("b200").spec
     with_fp4 = attrs.evolve(b200, peak_flops={**b200.peak_flops, "fp4": fp4_tflops * 1e12})
-    with pytest.raises(ConfigError, match=r"5\.60-6\.22 times the bf16 one; NVIDIA B200 180GB states 4\.(00|44) times"):
+    with pytest.raises(ConfigError, match=r"fp4 dense peak is 4\.00, 5\.60-6\.22 times the bf16 one; "
+                                          r"NVIDIA B200 180GB states (4\.44|5\.00) times, so none carries"):
         _time(registry, with_fp4, "nvfp4")
     # Stating no FP4 peak at all is refused before any ratio is read.
+    no_fp4 = attrs.evolve(b200, peak_flops={k: v for k, v in b200.peak_flops.items() if k != "fp4"})
     with pytest.raises(ConfigError, match="states no peak FLOP/s"):
-        _time(registry, "b200", "nvfp4")
+        _time(registry, no_fp4, "nvfp4")
 
 
 def test_nvfp4_on_hopper_stays_refused(registry):
@@ -84,14 +95,22 @@ def _entry(**changes):
         attention_forward_overhead_seconds=Sourced(0.0, "s"), attention_backward_overhead_seconds=Sourced(0.0, "s"),
         grouped_matmul=Sourced(0.5, "s"), grouped_half_rows=Sourced(100, "s"), memory_bandwidth=Sourced(0.8, "s"),
         intra_node_bus=Sourced(0.8, "s"), inter_node_bus=Sourced(0.8, "s"), all_to_all_bus=Sourced(0.7, "s"),
-        collective_overhead_seconds=Sourced(0.0, "s"), gemm_speedups=(("nvfp4", Sourced(3.0, "s")),),
+        collective_overhead_seconds=Sourced(0.0, "s"),
     )
     return DeviceEfficiency(**{**base, **changes})
 
 
-def test_a_peak_ratio_row_must_name_a_stated_speedup_and_an_ordered_range():
-    assert _entry(gemm_speedup_peak_ratios=(("nvfp4", 5.6, 6.2),)).speedup_peak_ratio("nvfp4") == (5.6, 6.2)
-    assert _entry().speedup_peak_ratio("nvfp4") is None
-    for rows in ((("mxfp8", 1.0, 2.0),), (("nvfp4", 6.2, 5.6),), (("nvfp4", 0, 1.0),), (("nvfp4", 5.6, 6.2), ("nvfp4", 5.0, 6.0))):
-        with pytest.raises(ValueError, match="gemm_speedup_peak_ratios"):
-            _entry(gemm_speedup_peak_ratios=rows)
+def test_a_banded_speedup_is_picked_by_the_device_ratio_and_bands_do_not_overlap():
+    entry = _entry(banded_gemm_speedups=(("nvfp4", 4.0, 4.0, Sourced(3.7, "s")), ("nvfp4", 5.6, 6.2, Sourced(3.4, "s"))))
+    assert entry.gemm_speedup("nvfp4", 4.0) == 3.7 and entry.gemm_speedup("nvfp4", 6.0) == 3.4
+    assert entry.gemm_speedup("nvfp4", 5.0) is None and entry.gemm_speedup("nvfp4") is None
+    assert entry.speedup_bands("nvfp4") == ((4.0, 4.0), (5.6, 6.2)) and entry.speedup_bands("mxfp8") == ()
+    assert entry.pass_speedups("nvfp4", ("dgrad",), 6.0) == (3.4, 3.4, 3.4)
+    assert set(entry.figures()) >= {"gemm_speedup_nvfp4@4.00-4.00", "gemm_speedup_nvfp4@5.60-6.20"}
+    for rows in ((("nvfp4", 4.0, 5.0, Sourced(3.0, "s")), ("nvfp4", 4.5, 6.0, Sourced(3.0, "s"))),  # overlapping
+                 (("nvfp4", 6.2, 5.6, Sourced(3.0, "s")),), (("nvfp4", 0, 1.0, Sourced(3.0, "s")),),
+                 (("bf16", 1.0, 1.0, Sourced(1.0, "s")),), (("nvfp4", 4.0, 4.0, 3.7),)):
+        with pytest.raises(ValueError, match="banded_gemm_speedups"):
+            _entry(banded_gemm_speedups=rows)
+    with pytest.raises(ValueError, match="banded_gemm_speedups"):  # a kernel stated both plain and banded
+        _entry(gemm_speedups=(("nvfp4", Sourced(3.0, "s")),), banded_gemm_speedups=(("nvfp4", 4.0, 4.0, Sourced(3.7, "s")),))

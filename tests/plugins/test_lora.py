@@ -96,6 +96,8 @@ def test_the_adapters_and_the_frozen_base_in_the_layer_cost():
     plain = _REGISTRY.layer_kind("dense").evaluate(layer.config, context)
     assert cost.forward.matmul_flops == plain.forward.matmul_flops + 2 * 256 * 8 * (H + 64)
     assert cost.work.frozen_matmul_flops == plain.forward.matmul_flops
+    # Its frozen GEMMs are the base's, whose weight-gradient GEMMs the step time drops; the adapters' are trained.
+    assert cost.work.frozen_gemms == plain.work.gemms and cost.work.gemms == (*plain.work.gemms, (256, 8, H), (256, 64, 8))
     with pytest.raises(ConfigError, match=r"\$\.parallel\.tp: tp=2: LoRA adapters under tensor parallelism"):
         kind.validate(LoRAConfig(layer=layer), layer_context(ParallelSpec(tp=2, seq_len=256), PrecisionSpec(), "flash"))
 

@@ -104,8 +104,9 @@ def test_every_hardware_preset_states_its_sources():
 def test_the_gb200_preset_is_the_1200_watt_b200_in_a_72_gpu_nvlink_domain():
     gb200 = {p.name: p for p in presets.PRESETS}["gb200"]
     spec = gb200.spec
-    # 1,200 W B200 peaks (glennklockwood.com/garden/processors/B200): 2,500 dense BF16/FP16, 5,000 FP8 TFLOP/s.
-    assert spec.architecture == "blackwell" and dict(spec.peak_flops) == {"bf16": 2500 * TERA, "fp16": 2500 * TERA, "fp8": 5000 * TERA}
+    # 1,200 W B200 peaks (glennklockwood.com/garden/processors/B200): 2,500 dense BF16/FP16, 5,000 FP8 TFLOP/s; 10,000 FP4
+    # (ai-dynamo/aiconfigurator gb200.yaml, NVIDIA's Blackwell datasheet).
+    assert spec.architecture == "blackwell" and dict(spec.peak_flops) == {"bf16": 2500 * TERA, "fp16": 2500 * TERA, "fp8": 5000 * TERA, "fp4": 10000 * TERA}
     # NVIDIA's NVL72 rack figures over 72 GPUs: 576 TB/s HBM3e -> 8 TB/s, 130 TB/s NVLink -> 1.8 TB/s, 900 GB/s each way.
     assert spec.memory_bandwidth_bytes_per_second == 576e12 / 72 == 8000 * GB
     assert spec.intra_node_bandwidth_bytes_per_second == 900 * GB  # 130 TB/s / 72 = 1.8 TB/s, 900 GB/s each way

@@ -16,7 +16,7 @@ The model, with its sources (figures come from the profile, each sourced there):
   holds (a recorded weight over the micro-batch's tokens, a router's gating
   GEMM, the routed experts' grouped GEMMs) takes the efficiency measured for
   its forward, input-gradient and weight-gradient passes instead, the backward
-  being the two gradient GEMMs (:func:`.layer._matmul_seconds`). Where it
+  being the two gradient GEMMs (:func:`.gemm_seconds._matmul_seconds`). Where it
   states none but a :class:`~hp_core.specs.gemms.GemmShapeScale` (Hopper), each
   dense GEMM's pass takes ``matmul`` times the scale's factor for its shape
   (docs/time.md "Hopper GEMMs by shape"). Grouped (expert) GEMMs --
@@ -55,7 +55,11 @@ The model, with its sources (figures come from the profile, each sourced there):
   speedup (``DeviceEfficiency.gemm_speedups``: Transformer Engine's pre-quantized GEMM
   benchmark); quantizing their inputs and output gradients is memory-bound; SP all-gathers of
   GEMM inputs and parameter gathers move the recipe's bytes where it gathers quantized
-  (:func:`.layer._low_precision_seconds`, :mod:`.rates`).
+  (:func:`.gemm_seconds._low_precision_seconds`, :mod:`.rates`).
+* **Frozen weights** (``LayerWork.frozen_matmul_flops``, ``frozen_gemms``: a LoRA base) run no
+  weight-gradient GEMM (autograd computes a gradient only for an input that requires one): the
+  backward loses those GEMMs' time as the two items above priced it
+  (:func:`.gemm_seconds.frozen_seconds`).
 * **Recompute**: full recompute re-runs the layer's forward, its
   communication included (Korthikanti et al. 2022, Section 5). A selective
   setting re-runs what its switches drop: any attention-core switch re-runs

@@ -15,6 +15,7 @@ import attrs
 
 from hp_core.collectives import CollectiveModel
 from hp_core.engine.timing.elementwise import elementwise_seconds, permute_seconds
+from hp_core.engine.timing.gemm_seconds import _low_precision_seconds, _matmul_seconds, frozen_seconds
 from hp_core.engine.timing.rates import _Rates, _rates
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
@@ -47,8 +48,9 @@ class _LayerTime:
         weight_gradient_seconds: The part of ``backward_seconds`` that is
             weight-gradient GEMMs, half the GEMM backward (a matmul's
             weight-gradient GEMM has the FLOPs of its input-gradient one; Qi et
-            al. 2023, "Zero Bubble Pipeline Parallelism", Section 2): what a
-            zero-bubble schedule's W pass runs.
+            al. 2023, "Zero Bubble Pipeline Parallelism", Section 2) of the
+            trained weights (frozen ones run none): what a zero-bubble
+            schedule's W pass runs.
         communication_by_group: ``(group, seconds, exposed seconds)`` of its
             TP/CP/EP collectives, the recomputed ones included.
         unpaired_seconds: Under ``ep_comm_overlap``, what a lone forward and backward (:func:`~hp_core.engine.timing.overlap.unpaired_passes`)
@@ -133,13 +135,20 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     f = cost.forward
     # Compute.
     grouped = min(work.grouped_flops, f.matmul_flops)
-    mm_fwd, mm_bwd = _matmul_seconds(f.matmul_flops - grouped, grouped, work, r)
+    mm_fwd, mm_bwd, _ = _matmul_seconds(f.matmul_flops - grouped, grouped, work, r)
     quant_fwd = quant_bwd = 0.0
     if r.low_precision:
         mm_fwd, mm_bwd, quant_fwd, quant_bwd = _low_precision_seconds(f.matmul_flops - grouped, grouped, work, r, mm_fwd, mm_bwd)
+    # Frozen weights (LayerWork.frozen_matmul_flops) run no weight-gradient GEMM (autograd skips it where the weight
+    # does not require grad): their share of it comes off at the rate it was priced (gemm_seconds.frozen_seconds);
+    # a zero-bubble W pass runs the trained GEMMs' half of their backward alone.
+    frozen_wgrad = frozen_bwd = frozen_grouped = 0.0
+    frozen_kernels = 0  # weight-gradient GEMMs not launched: the frozen ones, the grouped as one where all frozen
     if work.frozen_matmul_flops:
-        # A frozen weight's backward computes the input gradient alone: half its matmul backward.
-        mm_bwd -= r.mm_backward / 2 * min(work.frozen_matmul_flops, f.matmul_flops) / r.matmul / r.peak
+        frozen_wgrad, frozen_bwd, frozen_grouped = frozen_seconds(f.matmul_flops, grouped, work, r)
+        frozen_kernels = len(work.frozen_gemms) + (1 if grouped and frozen_grouped >= grouped * (1 - 1e-9) else 0)
+    wgrad = (mm_bwd - frozen_bwd) / 2
+    mm_bwd -= frozen_wgrad
     if f.attention_flops and r.flash:
         calls = work.attention_calls * (r.cp if r.cp_algorithm == "p2p" else 1)
         executed = f.attention_flops * r.causal * block_factor(work.local_mask, r.block_tokens)  # hp_core.score_masks
@@ -168,7 +177,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         # into the gradient buffer (PyTorch embedding_dense_backward, then main_grad +=).
         backward += work.table_elements * 2 * (r.act_bytes + r.grad_bytes) / r.memory
     if r.host is not None and r.host.floors(unit):  # a layer replayed from a CUDA graph launches no kernel one by one
-        forward, backward = _host_floor(work, forward, backward, r)
+        forward, backward = _host_floor(work, forward, backward, r, frozen_kernels)
 
     # Communication: every collective the layer states (LayerWork.collectives), by group, then what the
     # runtime's schedule leaves exposed (:func:`_exposed`).
@@ -201,11 +210,14 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         groups.append((key.rstrip("!"), fwd_s + bwd_s, exposed))
         if key in ("ep", "etp") and r.ep_comm_overlap:  # a lone pass waits on its own all-to-alls: what is hidden shows
             unpaired, lone_bwd = unpaired + fwd_s + bwd_s - exposed, lone_bwd + bwd_s
-    if lone_bwd and r.delay_wgrad and grouped:  # the dispatch's backward (half) beside the experts' wgrad (half their bwd)
-        expert_bwd = _matmul_seconds(0.0, grouped, work, r)[1] / (r.gemm_speedup_backward if r.low_precision else 1.0)
+    if lone_bwd and r.delay_wgrad and grouped:  # the dispatch's backward (half) beside the trained experts' wgrad (half their bwd)
+        # The experts' GEMMs at the recipe's backward speedup where it quantizes them (not under gemms "linears").
+        quantized = r.low_precision and r.gemm_scope != "linears"
+        expert_bwd = _matmul_seconds(0.0, grouped - frozen_grouped, work, r)[1] / (r.gemm_speedup_backward if quantized else 1.0)
         unpaired = max(0.0, unpaired - min(lone_bwd, expert_bwd) / 2)
 
     # Recompute.
+    # FLOPs, rate-free: a frozen weight's backward counts its input-gradient GEMM's alone (half its backward FLOPs).
     model_flops = ((1 + r.mm_backward) * f.matmul_flops - r.mm_backward / 2 * min(work.frozen_matmul_flops, f.matmul_flops)
                    + (1 + r.attn_backward) * f.attention_flops)
     if full:
@@ -250,18 +262,19 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     return _LayerTime(
         forward_seconds=k * forward + unit_fwd, backward_seconds=k * backward + unit_bwd, recompute_seconds=k * recompute,
         communication_seconds=k * comm, flops=model_flops, recomputed_flops=recomputed_flops,
-        weight_gradient_seconds=k * mm_bwd / 2, unpaired_seconds=k * unpaired,
+        weight_gradient_seconds=k * wgrad, unpaired_seconds=k * unpaired,
         communication_by_group=_merge(tuple((g, k * t, k * e) for g, t, e in groups)),
     )
 
 
-def _host_floor(work: LayerWork, forward: float, backward: float, r: _Rates) -> tuple[float, float]:
+def _host_floor(work: LayerWork, forward: float, backward: float, r: _Rates, frozen: int = 0) -> tuple[float, float]:
     """Forward and backward no shorter than the host time issuing their kernels (:class:`~hp_core.specs.overlap.HostOverhead`).
 
     Kernels per direction, counted from the work the layer states: each GEMM
     (its weights', the experts' grouped GEMMs as one) with the elementwise
     kernels around it (``kernels_per_gemm``), twice in backward (input and
-    weight gradients), one attention kernel per call each way, each
+    weight gradients; once for the *frozen* ones, which run no weight-gradient
+    GEMM: :func:`~hp_core.engine.timing.gemm_seconds.frozen_seconds`), one attention kernel per call each way, each
     collective call, and a router's and a token permutation's own kernels
     where the layer states a router (``router_elements``) and a
     permutation (``permute_bytes``).
@@ -273,7 +286,7 @@ def _host_floor(work: LayerWork, forward: float, backward: float, r: _Rates) -> 
     router_fwd, router_bwd = host.router_kernels if work.router_elements else (0, 0)
     permute = host.permute_kernels if work.permute_bytes else 0
     host_fwd = (gemms * host.kernels_per_gemm + work.attention_calls + calls_fwd + router_fwd + permute) * host.seconds_per_kernel
-    host_bwd = (2 * gemms * host.kernels_per_gemm + work.attention_calls + calls_bwd + router_bwd + permute) * host.seconds_per_kernel
+    host_bwd = ((2 * gemms - frozen) * host.kernels_per_gemm + work.attention_calls + calls_bwd + router_bwd + permute) * host.seconds_per_kernel
     return max(forward, host_fwd), max(backward, host_bwd)
 
 
@@ -285,88 +298,6 @@ def _merge(groups: tuple[tuple[str, float, float], ...]) -> tuple[tuple[str, flo
         sums[0] += total
         sums[1] += exposed
     return tuple((g, t, e) for g, (t, e) in merged.items())
-
-
-def _matmul_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates) -> tuple[float, float]:
-    """Forward and backward seconds of a layer's dense and grouped GEMMs (:mod:`hp_core.engine.timing`).
-
-    Without a measured table every dense GEMM runs at ``matmul`` and the
-    grouped ones at the fitted ``grouped * rows / (rows + half_rows)``; the
-    backward is ``matmul_backward_factor`` times the forward. A GEMM whose
-    shape the device's :class:`~hp_core.specs.timing.GemmTable` holds takes the
-    efficiency measured for each of its three passes, its backward being the
-    input-gradient and weight-gradient GEMMs (scaled by
-    ``matmul_backward_factor / 2``). Dense FLOPs the known shapes do not
-    account for (a weight shape shared by two layers, a kind recording none)
-    run at ``matmul``; if the known shapes claim more FLOPs than the layer
-    counts, their token counts are not the layer's and the table is not used.
-    """
-    table = r.gemm_table
-    fwd = bwd = 0.0  # FLOPs over efficiency
-    rest = dense
-    if table is not None and work.gemms:
-        listed, covered, f_eff, b_eff = table.price(work.gemms)
-        if listed <= dense * (1 + 1e-9):
-            rest -= covered
-            fwd += f_eff
-            bwd += r.mm_backward / 2 * b_eff
-    fwd += rest / r.matmul
-    bwd += r.mm_backward * rest / r.matmul
-    if grouped:
-        rows = work.expert_rows
-        fitted = r.grouped * rows / (rows + r.half_rows)
-        left = grouped
-        if table is not None and work.expert_gemms:
-            listed, covered, f_eff, b_eff = table.price(work.expert_gemms, grouped=True)
-            scale = grouped / listed  # the layer's count of the routed FLOPs rules
-            left -= covered * scale
-            fwd += f_eff * scale
-            bwd += r.mm_backward / 2 * b_eff * scale
-        fwd += left / fitted
-        bwd += r.mm_backward * left / fitted
-    return fwd / r.peak, bwd / r.peak
-
-
-def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates, mm_fwd: float,
-                           mm_bwd: float) -> tuple[float, float, float, float]:
-    """A layer's GEMM seconds under a low-precision recipe, and its quantization's (docs/precision.md).
-
-    The GEMMs the layer keeps in the compute dtype (:attr:`LayerWork.high_precision_gemms
-    <hp_core.costs.LayerWork.high_precision_gemms>`: a router's gate, the output head), and those outside the recipe's
-    ``gemms`` (the grouped GEMMs under ``linears``, the dense ones under ``experts``) take their bf16 time and quantize nothing; the others the bf16 time divided by the device's measured speedup of the
-    recipe's kernel, the forward's and the backward's (:func:`~hp_core.engine.timing.rates._recipe_rates`). Quantizing is memory-bound: per element of each quantized GEMM's input
-    and output gradient (and weight, where the copies are not cached) the HBM bytes the
-    rates state, over the known shapes scaled to the layer's quantized FLOPs.
-
-    Returns:
-        ``(matmul forward, matmul backward, quantize forward, quantize backward)`` seconds.
-    """
-    high = tuple(g for g in work.high_precision_gemms)
-    high_flops = min(sum(2.0 * rows * out * inp for rows, out, inp in high), dense)
-    hp_fwd, hp_bwd = _matmul_seconds(high_flops, 0.0, attrs.evolve(work, gemms=high, expert_gemms=()), r) if high_flops else (0.0, 0.0)
-    grp = _matmul_seconds(0.0, grouped, work, r) if grouped and r.gemm_scope != "all" else (0.0, 0.0)  # kept bf16 per gemms:
-    keep = {"all": (hp_fwd, hp_bwd), "linears": (hp_fwd + grp[0], hp_bwd + grp[1]), "experts": (mm_fwd - grp[0], mm_bwd - grp[1])}[r.gemm_scope]
-    fwd, bwd = keep[0] + (mm_fwd - keep[0]) / r.gemm_speedup, keep[1] + (mm_bwd - keep[1]) / r.gemm_speedup_backward
-    # Elements quantized: inputs, output gradients and weights of the known low-precision shapes.
-    remaining = list(high)
-    low: list[tuple[float, float, float, float]] = []  # (count, rows, fan_out, fan_in)
-    for gemm in work.gemms:
-        if gemm in remaining:
-            remaining.remove(gemm)
-        else:
-            low.append((1.0, *gemm))
-    inputs = grads = weights = 0.0
-    for parts, flops in ((low, (r.gemm_scope != "experts") * (dense - high_flops)), ([tuple(g) for g in work.expert_gemms], (r.gemm_scope != "linears") * grouped)):
-        listed = sum(2.0 * n * rows * out * inp for n, rows, out, inp in parts)
-        if not listed or not flops:
-            continue
-        scale = flops / listed  # the layer's count of the FLOPs rules
-        inputs += scale * sum(n * rows * inp for n, rows, out, inp in parts)
-        grads += scale * sum(n * rows * out for n, rows, out, inp in parts)
-        weights += sum(n * out * inp for n, rows, out, inp in parts)
-    q_fwd = (inputs * r.quant_input_fwd + weights * r.quant_weight / 2) / r.memory
-    q_bwd = (inputs * r.quant_input_bwd + grads * r.quant_grad + weights * r.quant_weight / 2) / r.memory
-    return fwd, bwd, q_fwd, q_bwd
 
 
 @attrs.frozen

@@ -257,7 +257,7 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
             peak for the recipe's dtype, the profile no measured speedup for
             its kernel, or the device's peak ratio (the recipe's dtype over
             bf16) lies outside the one the speedup was measured at
-            (:meth:`DeviceEfficiency.speedup_peak_ratio`).
+            (:attr:`DeviceEfficiency.banded_gemm_speedups`).
     """
     if recipe is None or not recipe.low_precision:
         return {}
@@ -266,19 +266,21 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
         raise ConfigError("$.precision.recipe",
                           f"precision recipe {recipe.name} runs its GEMMs in {recipe.gemm_dtype}, for which {hardware.name} states "
                           f"no peak FLOP/s (it has {sorted(hardware.peak_flops)}); choose a recipe the device runs")
-    band = dev.speedup_peak_ratio(recipe.kernel)
-    if band is not None and "bf16" in hardware.peak_flops:
-        # A speedup over bf16 is a ratio of two rates: it carries only to a device whose peaks stand in the same ratio.
-        ratio = hardware.peak_flops[recipe.gemm_dtype] / hardware.peak_flops["bf16"]
-        if not band[0] * (1 - 1e-9) <= ratio <= band[1] * (1 + 1e-9):
-            raise ConfigError("$.precision.recipe",
-                              f"precision recipe {recipe.name}'s {recipe.kernel} GEMM speedup was measured where the "
-                              f"{recipe.gemm_dtype} dense peak is {band[0]:.2f}-{band[1]:.2f} times the bf16 one; "
-                              f"{hardware.name} states {ratio:.2f} times, so it does not carry there (docs/precision.md)")
-    passes, quantized_in_figure = dev.pass_speedups(recipe.kernel, recipe.split_accumulator), False
+    # A speedup over bf16 is a ratio of two rates: a banded figure carries only to a device whose peaks stand in the
+    # ratio it was measured at (DeviceEfficiency.banded_gemm_speedups).
+    ratio = hardware.peak_flops[recipe.gemm_dtype] / hardware.peak_flops["bf16"] if "bf16" in hardware.peak_flops else None
+    passes, quantized_in_figure = dev.pass_speedups(recipe.kernel, recipe.split_accumulator, ratio), False
     if passes is None:  # only measured with the quantization in its timed region: none priced apart
         autocast, quantized_in_figure = dev.autocast_speedup(recipe.kernel), True
         passes = None if autocast is None else (autocast,) * 3
+    bands = dev.speedup_bands(recipe.kernel)
+    if passes is None and bands:
+        measured = ", ".join(f"{low:.2f}-{high:.2f}" if high > low else f"{low:.2f}" for low, high in bands)
+        shown = "no bf16 peak" if ratio is None else f"{ratio:.2f} times"
+        raise ConfigError("$.precision.recipe",
+                          f"precision recipe {recipe.name}'s {recipe.kernel} GEMM speedup was measured where the "
+                          f"{recipe.gemm_dtype} dense peak is {measured} times the bf16 one; {hardware.name} states "
+                          f"{shown}, so none carries there (docs/precision.md)")
     if passes is None:
         raise ConfigError("$.precision.recipe",
                           f"timing profile {timing.name} states no measured {recipe.kernel} GEMM speedup for {dev.architecture} "

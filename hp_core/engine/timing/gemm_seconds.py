@@ -1,0 +1,194 @@
+"""A layer's GEMM seconds: its dense and grouped GEMMs, under a low-precision recipe, and its frozen share's backward.
+
+:func:`_matmul_seconds` prices a layer's GEMMs as :mod:`hp_core.engine.timing` says (a device's measured
+:class:`~hp_core.specs.timing.GemmTable` or shape scale, the machine's GEMM rates, the grouped GEMMs' figures), the
+weight-gradient GEMMs' part of the backward apart; :func:`_low_precision_seconds` their time under a low-precision
+recipe (docs/precision.md); :func:`frozen_seconds` the weight-gradient GEMMs a layer's frozen weights do not run
+(:attr:`LayerWork.frozen_matmul_flops <hp_core.costs.LayerWork.frozen_matmul_flops>`), priced through those two as
+the layer's own GEMMs are.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from hp_core.costs import LayerWork
+from hp_core.engine.timing.rates import _Rates
+from hp_core.errors import ConfigError
+
+__all__ = ["frozen_seconds", "frozen_share"]
+
+
+def _flops(gemms: tuple[tuple[int, int, int], ...]) -> float:
+    return sum(2.0 * rows * out * inp for rows, out, inp in gemms)
+
+
+def _matmul_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates) -> tuple[float, float, float]:
+    """Forward and backward seconds of a layer's dense and grouped GEMMs, and the weight-gradient GEMMs' part of
+    that backward (:mod:`hp_core.engine.timing`).
+
+    Without a measured table every dense GEMM runs at ``matmul`` and the
+    grouped ones at the fitted ``grouped * rows / (rows + half_rows)``; the
+    backward is ``matmul_backward_factor`` times the forward, half of it the
+    weight gradient. A GEMM whose
+    shape the device's :class:`~hp_core.specs.timing.GemmTable` holds takes the
+    efficiency measured for each of its three passes, its backward being the
+    input-gradient and weight-gradient GEMMs (scaled by
+    ``matmul_backward_factor / 2``). Dense FLOPs the known shapes do not
+    account for (a weight shape shared by two layers, a kind recording none)
+    run at ``matmul``; if the known shapes claim more FLOPs than the layer
+    counts, their token counts are not the layer's and the table is not used.
+    """
+    table = r.gemm_table
+    fwd = bwd = wgrad = 0.0  # FLOPs over efficiency
+    rest = dense
+    half = r.mm_backward / 2
+    if table is not None and work.gemms:
+        listed, covered, f_eff, b_eff = table.price(work.gemms)
+        if listed <= dense * (1 + 1e-9):
+            rest -= covered
+            fwd += f_eff
+            bwd += half * b_eff
+            wgrad += half * table.weight_gradient(work.gemms)
+    fwd += rest / r.matmul
+    bwd += r.mm_backward * rest / r.matmul
+    wgrad += half * rest / r.matmul
+    if grouped:
+        rows = work.expert_rows
+        fitted = r.grouped * rows / (rows + r.half_rows)
+        left = grouped
+        if table is not None and work.expert_gemms:
+            listed, covered, f_eff, b_eff = table.price(work.expert_gemms, grouped=True)
+            scale = grouped / listed  # the layer's count of the routed FLOPs rules
+            left -= covered * scale
+            fwd += f_eff * scale
+            bwd += half * b_eff * scale
+            wgrad += half * table.weight_gradient(work.expert_gemms, grouped=True) * scale
+        fwd += left / fitted
+        bwd += r.mm_backward * left / fitted
+        wgrad += half * left / fitted
+    return fwd / r.peak, bwd / r.peak, wgrad / r.peak
+
+
+def _kept_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates,
+                  total: tuple[float, ...]) -> tuple[float, ...]:
+    """The part of *total* (:func:`_matmul_seconds`'s seconds of these GEMMs, any passes) a low-precision recipe leaves
+    in the compute dtype: the GEMMs the layer keeps there (:attr:`LayerWork.high_precision_gemms
+    <hp_core.costs.LayerWork.high_precision_gemms>`) and those outside the recipe's ``gemms`` (the grouped ones under
+    ``linears``, the dense ones under ``experts``)."""
+    n = len(total)
+    high = tuple(work.high_precision_gemms)
+    high_flops = min(_flops(high), dense)
+    hp = _matmul_seconds(high_flops, 0.0, attrs.evolve(work, gemms=high, expert_gemms=()), r)[:n] if high_flops else (0.0,) * n
+    grp = _matmul_seconds(0.0, grouped, work, r)[:n] if grouped and r.gemm_scope != "all" else (0.0,) * n
+    if r.gemm_scope == "all":
+        return hp
+    if r.gemm_scope == "linears":
+        return tuple(a + b for a, b in zip(hp, grp))
+    return tuple(t - g for t, g in zip(total, grp))  # "experts": the dense GEMMs stay in the compute dtype
+
+
+def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates, mm_fwd: float,
+                           mm_bwd: float) -> tuple[float, float, float, float]:
+    """A layer's GEMM seconds under a low-precision recipe, and its quantization's (docs/precision.md).
+
+    The GEMMs the layer keeps in the compute dtype (:attr:`LayerWork.high_precision_gemms
+    <hp_core.costs.LayerWork.high_precision_gemms>`: a router's gate, the output head), and those outside the recipe's
+    ``gemms`` (the grouped GEMMs under ``linears``, the dense ones under ``experts``) take their bf16 time and quantize nothing; the others the bf16 time divided by the device's measured speedup of the
+    recipe's kernel, the forward's and the backward's (:func:`~hp_core.engine.timing.rates._recipe_rates`). Quantizing is memory-bound: per element of each quantized GEMM's input
+    and output gradient (and weight, where the copies are not cached) the HBM bytes the
+    rates state, over the known shapes scaled to the layer's quantized FLOPs.
+
+    Returns:
+        ``(matmul forward, matmul backward, quantize forward, quantize backward)`` seconds.
+    """
+    high = tuple(work.high_precision_gemms)
+    high_flops = min(_flops(high), dense)
+    keep = _kept_seconds(dense, grouped, work, r, (mm_fwd, mm_bwd))
+    fwd, bwd = keep[0] + (mm_fwd - keep[0]) / r.gemm_speedup, keep[1] + (mm_bwd - keep[1]) / r.gemm_speedup_backward
+    # Elements quantized: inputs, output gradients and weights of the known low-precision shapes.
+    remaining = list(high)
+    low: list[tuple[float, float, float, float]] = []  # (count, rows, fan_out, fan_in)
+    for gemm in work.gemms:
+        if gemm in remaining:
+            remaining.remove(gemm)
+        else:
+            low.append((1.0, *gemm))
+    inputs = grads = weights = 0.0
+    for parts, flops in ((low, (r.gemm_scope != "experts") * (dense - high_flops)), ([tuple(g) for g in work.expert_gemms], (r.gemm_scope != "linears") * grouped)):
+        listed = sum(2.0 * n * rows * out * inp for n, rows, out, inp in parts)
+        if not listed or not flops:
+            continue
+        scale = flops / listed  # the layer's count of the FLOPs rules
+        inputs += scale * sum(n * rows * inp for n, rows, out, inp in parts)
+        grads += scale * sum(n * rows * out for n, rows, out, inp in parts)
+        weights += sum(n * out * inp for n, rows, out, inp in parts)
+    q_fwd = (inputs * r.quant_input_fwd + weights * r.quant_weight / 2) / r.memory
+    q_bwd = (inputs * r.quant_input_bwd + grads * r.quant_grad + weights * r.quant_weight / 2) / r.memory
+    return fwd, bwd, q_fwd, q_bwd
+
+
+def _common(gemms: tuple[tuple[int, int, int], ...], among: tuple[tuple[int, int, int], ...]) -> tuple[tuple[int, int, int], ...]:
+    """Those of *gemms* that *among* also holds, each as often as both hold it."""
+    left = list(among)
+    found = []
+    for gemm in gemms:
+        if gemm in left:
+            left.remove(gemm)
+            found.append(gemm)
+    return tuple(found)
+
+
+def frozen_share(matmul_flops: float, grouped: float, work: LayerWork) -> tuple[float, float, LayerWork]:
+    """``(dense, grouped, work)``: the forward FLOPs of a layer's frozen weights, dense and grouped, and its work
+    with only their known shapes (:attr:`LayerWork.frozen_gemms <hp_core.costs.LayerWork.frozen_gemms>`).
+
+    The frozen FLOPs (:attr:`~hp_core.costs.LayerWork.frozen_matmul_flops`) beyond those of the frozen GEMMs the
+    layer lists are FLOPs it lists no shape for: its grouped (expert) GEMMs' and its dense FLOPs no listed GEMM
+    accounts for, taken in proportion to each (all of both for a LoRA base, the one user).
+
+    Raises:
+        ConfigError: The frozen GEMMs are not among the layer's :attr:`~hp_core.costs.LayerWork.gemms`, or list more
+            FLOPs than the frozen ones, or fewer than the frozen FLOPs less those the layer lists no shape for: which
+            of its GEMMs are frozen is then not stated, and the weight-gradient time it skips cannot be priced.
+    """
+    frozen = min(work.frozen_matmul_flops, matmul_flops)
+    dense = matmul_flops - grouped
+    listed, stated = _flops(tuple(work.gemms)), _flops(tuple(work.frozen_gemms))
+    unlisted = max(0.0, dense - listed)  # dense FLOPs no listed GEMM accounts for
+    beyond = frozen - stated
+    slack = 1e-9 * matmul_flops
+    if len(_common(work.frozen_gemms, work.gemms)) != len(work.frozen_gemms) or not -slack <= beyond <= unlisted + grouped + slack:
+        raise ConfigError(
+            "$.model.layers",
+            f"a layer states {frozen:.6g} frozen matmul FLOPs (LayerWork.frozen_matmul_flops) but its frozen GEMMs "
+            f"(LayerWork.frozen_gemms, {stated:.6g} FLOPs) are not among its gemms or do not account for them beyond its "
+            f"{unlisted + grouped:.6g} FLOPs of no listed shape; its plugin must state which of its GEMMs are frozen",
+        )
+    beyond = max(0.0, beyond)
+    frozen_grouped = min(grouped, beyond * grouped / (unlisted + grouped)) if grouped else 0.0
+    share = attrs.evolve(work, gemms=tuple(work.frozen_gemms),
+                         high_precision_gemms=_common(work.high_precision_gemms, work.frozen_gemms))
+    return frozen - frozen_grouped, frozen_grouped, share
+
+
+def frozen_seconds(matmul_flops: float, grouped: float, work: LayerWork, r: _Rates) -> tuple[float, float, float]:
+    """``(weight-gradient seconds, backward seconds, grouped FLOPs)`` of a layer's frozen share (:func:`frozen_share`),
+    priced as the layer's GEMMs are: :func:`_matmul_seconds` (the table's per-shape efficiency, the machine's GEMM
+    rates, the grouped figures), then under a low-precision recipe the backward's speedup for what it quantizes.
+
+    A frozen weight's backward computes the input gradient only: PyTorch autograd runs an input's derivative formula
+    only where that input requires grad (``tools/autograd/derivatives.yaml``, ``mm``: ``self``'s and ``mat2``'s
+    formulas apart; on torch 2.13.0 a frozen ``nn.Linear``'s backward dispatches one ``aten.mm``, a trained one's two),
+    and Transformer Engine's ``_Linear`` and ``_LayerNormLinear`` run their wgrad GEMM only under ``ctx.requires_wgrad
+    = weight.requires_grad`` (``transformer_engine/pytorch/module/linear.py``, ``layernorm_linear.py``). The layer's
+    backward so loses exactly these weight-gradient seconds, the time its pricing gave them.
+    """
+    dense, frozen_grouped, share = frozen_share(matmul_flops, grouped, work)
+    seconds = _matmul_seconds(dense, frozen_grouped, share, r)
+    _, bwd, wgrad = seconds
+    if r.low_precision:  # the backward's speedup, on what the recipe quantizes (_low_precision_seconds)
+        _, keep_bwd, keep_wgrad = _kept_seconds(dense, frozen_grouped, share, r, seconds)
+        bwd = keep_bwd + (bwd - keep_bwd) / r.gemm_speedup_backward
+        wgrad = keep_wgrad + (wgrad - keep_wgrad) / r.gemm_speedup_backward
+    return wgrad, bwd, frozen_grouped
