@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from hp_core.api import build_registry
 from hp_core.costs import Flops, LayerCost, LayerWork
+from hp_core.engine.timing.gemm_seconds import frozen_share
 from hp_core.engine.timing.layer import _layer_time
 from hp_core.engine.timing.rates import _rates
 from hp_core.errors import ConfigError
@@ -139,6 +140,54 @@ def test_the_host_floor_counts_no_frozen_weight_gradient():
     assert _backward(frozen, _rates_of(recipe="fp8-delayed"), flops).backward_seconds < lora.backward_seconds
     assert _backward(trained, r, flops).backward_seconds > SLOWDOWN * 8 * 5.5 * 42e-6  # trained: compute-bound
 
+
+
+def test_frozen_experts_launch_no_grouped_weight_gradient_under_the_host_floor():
+    """A MoE layer of small experts (8 of 256 rows, 1024 x 2048: 8.59 GFLOP, off the grouped table) beside two trained
+    adapters, under Megatron-LM's host floor in bf16 on B200: launch-bound (its backward GEMMs take 0.19 ms; the floor
+    2.4-2.6 ms). Backward kernels: 5.5 for each of its 3 GEMMs (the experts' grouped GEMMs as one) twice, the router's
+    26, the permutation's 4. All experts frozen, the grouped weight-gradient GEMM is not launched: one GEMM fewer;
+    half of them frozen, it still runs (for the trained half)."""
+    small = (8, 256, 1024, 2048)
+    grouped = 2.0 * small[0] * small[1] * small[2] * small[3]
+    work = LayerWork(gemms=ADAPTERS, grouped_flops=grouped, expert_rows=small[1], expert_gemms=(small,),
+                     router_elements=4096 * 8, permute_bytes=4096 * 2 * 1024 * 2)
+    flops = grouped + _flops(*ADAPTERS)
+    r = _rates_of(host=True)
+    assert r.host.router_kernels == (53, 26) and r.host.permute_kernels == 4
+
+    def backward(frozen_flops: float) -> float:
+        return _backward(attrs.evolve(work, frozen_matmul_flops=frozen_flops), r, flops).backward_seconds
+
+    # Trained: (2 x 3) x 5.5 + 26 + 4 = 63 kernels x 42 us = 2.646 ms, times the slowdown 1.0542: 2.7894 ms.
+    assert backward(0.0) == pytest.approx(SLOWDOWN * 63 * 42e-6, rel=1e-12)
+    assert SLOWDOWN * 63 * 42e-6 == pytest.approx(2.7894e-3, rel=1e-4)
+    assert backward(grouped / 2) == pytest.approx(SLOWDOWN * 63 * 42e-6, rel=1e-12)
+    # Every expert frozen: (2 x 3 - 1) x 5.5 + 26 + 4 = 57.5 kernels: 2.5459 ms.
+    assert backward(grouped) == pytest.approx(SLOWDOWN * 57.5 * 42e-6, rel=1e-12)
+    assert SLOWDOWN * 57.5 * 42e-6 == pytest.approx(2.5459e-3, rel=1e-4)
+    # Launch-bound: without the floor the trained backward is under a tenth of it.
+    assert _backward(attrs.evolve(work, frozen_matmul_flops=0.0), _rates_of(), flops).backward_seconds < 2e-4
+
+
+def test_frozen_flops_of_no_listed_shape_split_between_grouped_and_unlisted_dense_in_proportion():
+    """A layer of the big GEMM and the adapters (listed), 137.4 GFLOP of dense FLOPs no listed GEMM accounts for (a
+    4096 x 4096 x 4096 projection) and DeepSeek-V2's 775.1 GFLOP of experts, stating the big GEMM frozen and half of
+    the 912.5 GFLOP of no listed shape: that half is split in proportion (frozen_share, an assumption), half the
+    unlisted dense (68.7 GFLOP at ``matmul``'s 0.4878) and half the grouped (387.6 GFLOP at the grouped table's
+    weight-gradient 0.093652)."""
+    unlisted = 2.0 * 4096 * 4096 * 4096
+    grouped = 2.0 * EXPERTS[0] * EXPERTS[1] * EXPERTS[2] * EXPERTS[3]
+    flops = _flops(BIG, *ADAPTERS) + unlisted + grouped
+    trained = LayerWork(gemms=(BIG, *ADAPTERS), grouped_flops=grouped, expert_rows=EXPERTS[1], expert_gemms=(EXPERTS,))
+    frozen = attrs.evolve(trained, frozen_matmul_flops=_flops(BIG) + (unlisted + grouped) / 2, frozen_gemms=(BIG,))
+    assert frozen_share(flops, grouped, frozen)[:2] == pytest.approx((_flops(BIG) + unlisted / 2, grouped / 2), rel=1e-15)
+    r = _rates_of()
+    full, lora = _backward(trained, r, flops), _backward(frozen, r, flops)
+    big = _flops(BIG) / (0.45333675604530027 * LARGE)
+    skipped = SLOWDOWN * (big + unlisted / 2 / 0.4878 + grouped / 2 / 0.09365228280672189) / PEAK
+    assert skipped == pytest.approx(2.9341e-3, rel=1e-4)  # 0.9292 ms + 0.0660 ms + 1.9389 ms
+    assert full.backward_seconds - lora.backward_seconds == pytest.approx(skipped, rel=1e-12)
 
 _SHAPES = (BIG, HEAD, (4096, 4096, 4096), (4096, 28672, 4096), *ADAPTERS)
 

@@ -145,7 +145,9 @@ def frozen_share(matmul_flops: float, grouped: float, work: LayerWork) -> tuple[
 
     The frozen FLOPs (:attr:`~hp_core.costs.LayerWork.frozen_matmul_flops`) beyond those of the frozen GEMMs the
     layer lists are FLOPs it lists no shape for: its grouped (expert) GEMMs' and its dense FLOPs no listed GEMM
-    accounts for, taken in proportion to each (all of both for a LoRA base, the one user).
+    accounts for. Assumption (no source): where they are fewer than both, they are split between the two in
+    proportion to each's FLOPs, since the layer does not say which are frozen. The one user, a LoRA base, freezes
+    all of both, where the split is exact.
 
     Raises:
         ConfigError: The frozen GEMMs are not among the layer's :attr:`~hp_core.costs.LayerWork.gemms`, or list more
