@@ -12,16 +12,52 @@ from hp_core.specs import ParallelSpec
 from hp_core.specs.timing import DeviceEfficiency, Sourced
 
 LAYOUT = ParallelSpec(tp=2, sp=True, dp=4, seq_len=4096)
+# GEMM-bound: at LAYOUT (4,096 tokens a micro-batch) Megatron-LM's host floor binds and every recipe's compute is the
+# same; at 32,768 tokens a micro-batch the GEMMs take three quarters of it (bf16, b200: 0.6095 of 0.7990 s).
+GEMM_BOUND = ParallelSpec(tp=2, sp=True, dp=4, seq_len=8192, micro_batch_size=4)
+FASTER = 1.1  # a GEMM rate 10% above the machine's: what it removes from a compute time is 1/11 of its GEMM seconds
+B300_NVFP4 = 3.4809  # Transformer Engine's B300 NVFP4 GEMM speedup, 13.102 / 3.764
+B200_NVFP4 = 3.7756  # pytorch/ao#2427's B200 figure, 7.74e-4 / 2.05e-4
+MXFP8 = 1.83  # the blackwell entry's mxfp8 GEMM speedup
 
 
 def _precision(registry, recipe):
     return attrs.evolve(registry.runtime("megatron").precision, recipe=recipe)
 
 
-def _time(registry, hardware, recipe):
+def _time(registry, hardware, recipe, layout=LAYOUT):
     model = model_from_preset("llama3-8b", registry)
-    return step_time(model, LAYOUT, registry=registry, runtime="megatron", hardware=hardware,
+    return step_time(model, layout, registry=registry, runtime="megatron", hardware=hardware,
                      precision=_precision(registry, recipe))
+
+
+def _spec(registry, hardware, **changes):
+    return attrs.evolve(registry.hardware_preset(hardware).spec, **changes)
+
+
+def _compute(registry, spec, recipe):
+    return _time(registry, spec, recipe, GEMM_BOUND).compute_seconds
+
+
+def _gemm_seconds(registry, spec, recipe):
+    """The GEMM seconds of the GEMM-bound step's compute on *spec* under *recipe*: the GEMMs (and they alone) run at the
+    machine's ``gemm_rate_scale`` (:class:`~hp_core.specs.gemms.MachineGemms`, ``_Rates.matmul``), and a recipe's
+    GEMMs at their bf16 time over its speedup, so a rate ``FASTER`` times the machine's takes ``1 - 1/FASTER`` of
+    them off and leaves attention, elementwise and quantization as they were (no GEMM's efficiency reaches the cap
+    of 1: Blackwell's largest here is the table's 0.6 times the 1.223 large-GEMM speedup)."""
+    faster = attrs.evolve(spec, gemm_rate_scale=(spec.gemm_rate_scale or 1.0) * FASTER)
+    return (_compute(registry, spec, recipe) - _compute(registry, faster, recipe)) / (1 - 1 / FASTER)
+
+
+def _check_recipe_gemms(registry, spec, nvfp4):
+    """The GEMM seconds under bf16, mxfp8 and nvfp4 are ``kept + quantized / speedup`` (the output head kept in
+    bf16): bf16 and mxfp8 give the two parts, from which nvfp4's follows by hand."""
+    bf16, mxfp8, fp4 = (_gemm_seconds(registry, spec, r) for r in ("bf16", "mxfp8", "nvfp4"))
+    quantized = (bf16 - mxfp8) / (1 - 1 / MXFP8)
+    kept = bf16 - quantized
+    assert fp4 == pytest.approx(kept + quantized / nvfp4, rel=1e-9)
+    assert 0 < kept < 0.1 * bf16  # the head: 6.7% of the bf16 GEMM seconds
+    return bf16, quantized, kept
 
 
 def test_the_presets_state_their_sources_figures(registry):
@@ -48,7 +84,13 @@ def test_nvfp4_takes_the_b300_speedup_on_blackwell_ultra(registry):
         # MFU against the recipe's own (FP4) peak, labelled apart from the bf16 one: the ratio of the two peaks.
         peaks = registry.hardware_preset(hardware).spec.peak_flops
         assert priced.mfu / priced.mfu_recipe_peak == pytest.approx(peaks["fp4"] / peaks["bf16"])
-        assert priced.step_seconds < _time(registry, hardware, "mxfp8").step_seconds < _time(registry, hardware, "bf16").step_seconds
+        _check_recipe_gemms(registry, _spec(registry, hardware), B300_NVFP4)
+    # GEMM-bound (Llama 3 8B, 32,768 tokens a micro-batch): every GEMM but the head's runs 3.4809 times faster under
+    # nvfp4, 1.83 under mxfp8; on the B300 0.6012 s of bf16 GEMMs, 0.5612 s of them quantized and the head's 0.0400 s.
+    bf16, quantized, kept = _check_recipe_gemms(registry, _spec(registry, "b300"), B300_NVFP4)
+    assert (bf16, quantized, kept) == pytest.approx((0.6012, 0.5612, 0.04001), rel=2e-4)
+    fp4, mx, bf = (_compute(registry, _spec(registry, "b300"), r) for r in ("nvfp4", "mxfp8", "bf16"))
+    assert fp4 < mx < bf and (fp4, mx, bf) == pytest.approx((0.4396, 0.5752, 0.7924), rel=2e-4)
 
 
 def test_nvfp4_on_b200_and_gb200_takes_the_b200_figure(registry):
@@ -57,7 +99,12 @@ def test_nvfp4_on_b200_and_gb200_takes_the_b200_figure(registry):
     for hardware in ("b200", "gb200"):
         priced = _time(registry, hardware, "nvfp4")
         assert priced.provenance["gemm_speedup_forward"] == pytest.approx(7.74e-4 / 2.05e-4, abs=1e-4)
-        assert priced.step_seconds < _time(registry, hardware, "mxfp8").step_seconds
+    # GEMM-bound on the B200: the B300's GEMMs but for its rate (the B300's 0.6012 s at 1.0138 are 0.6095 s at 1), the
+    # quantized ones 3.7756 times faster under nvfp4.
+    bf16, quantized, kept = _check_recipe_gemms(registry, _spec(registry, "b200"), B200_NVFP4)
+    assert bf16 == pytest.approx(1.0138 * _gemm_seconds(registry, _spec(registry, "b300"), "bf16"), rel=1e-9)
+    assert bf16 == pytest.approx(0.6095, rel=2e-4)
+    assert _compute(registry, _spec(registry, "b200"), "nvfp4") < _compute(registry, _spec(registry, "b200"), "mxfp8")
 
 
 @pytest.mark.parametrize("fp4_tflops", [10000, 11250])
@@ -80,13 +127,23 @@ def test_nvfp4_on_hopper_stays_refused(registry):
         _time(registry, "h100-sxm", "nvfp4")
 
 
-def test_the_fp8_recipes_price_b300_as_b200_but_for_its_gemm_rate(registry):
-    # Same peaks, the same blackwell fractions: what differs is the B300's gemm_rate_scale (1.0138, MAMF) and its HBM
-    # (7.75 against 8 TB/s), so the B300 is a little faster in GEMMs and a little slower in memory-bound work.
-    b200, b300 = _time(registry, "b200", "mxfp8"), _time(registry, "b300", "mxfp8")
-    assert b300.provenance["gemm_rate_scale"] == 1.0138
-    assert b300.step_seconds != b200.step_seconds
-    assert abs(b300.step_seconds / b200.step_seconds - 1) < 0.02
+def test_the_b300_prices_as_the_b200_but_for_its_gemm_rate_and_its_hbm(registry):
+    # Same peaks, the same blackwell fractions: what differs in compute is the B300's gemm_rate_scale (1.0138, MAMF)
+    # and its HBM (7.75 against 8 TB/s). Given the B200's HBM, the B300 prices as a B200 with GEMMs 1.0138 times as fast.
+    assert _time(registry, "b300", "mxfp8").provenance["gemm_rate_scale"] == 1.0138
+    b200, b200_faster = _spec(registry, "b200"), _spec(registry, "b200", gemm_rate_scale=1.0138)
+    b300, b300_hbm = _spec(registry, "b300"), _spec(registry, "b300", memory_bandwidth_bytes_per_second=8000e9)
+    for recipe in ("bf16", "mxfp8"):
+        assert _compute(registry, b300_hbm, recipe) == pytest.approx(_compute(registry, b200_faster, recipe), rel=1e-12)
+        # Its GEMMs take 1 - 1/1.0138 = 1.361% less: 0.1497 of what 1 - 1/1.1 (9.09%) takes off the B200's.
+        gained = _compute(registry, b200, recipe) - _compute(registry, b300_hbm, recipe)
+        assert gained / (_gemm_seconds(registry, b200, recipe) * (1 - 1 / FASTER)) == pytest.approx(
+            (1 - 1 / 1.0138) / (1 - 1 / FASTER), rel=1e-9)
+    # bf16: a little faster in GEMMs (8.30 ms of 0.6095 s), a little slower in memory-bound work (8 / 7.75: 1.68 ms).
+    gemms = _gemm_seconds(registry, b200, "bf16") * (1 - 1 / 1.0138)
+    memory = _compute(registry, b300, "bf16") - _compute(registry, b300_hbm, "bf16")
+    assert (gemms, memory) == pytest.approx((8.298e-3, 1.678e-3), rel=1e-3)
+    assert _compute(registry, b300, "bf16") == pytest.approx(_compute(registry, b200, "bf16") - gemms + memory, rel=1e-12)
 
 
 def _entry(**changes):
