@@ -275,8 +275,11 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
         passes = None if autocast is None else (autocast,) * 3
     bands = dev.speedup_bands(recipe.kernel)
     if passes is None and bands:
-        measured = ", ".join(f"{low:.2f}-{high:.2f}" if high > low else f"{low:.2f}" for low, high in bands)
-        shown = "no bf16 peak" if ratio is None else f"{ratio:.2f} times"
+        # Four significant figures, and the device's two peaks: a ratio just outside a band reads apart from it.
+        measured = ", ".join(f"{low:#.4g}-{high:#.4g}" if high > low else f"{low:#.4g}" for low, high in bands)
+        peaks = hardware.peak_flops
+        shown = "no bf16 peak" if ratio is None else (
+            f"{peaks[recipe.gemm_dtype] / 1e12:.12g} / {peaks['bf16'] / 1e12:.12g} TFLOP/s, {ratio:#.4g} times")
         raise ConfigError("$.precision.recipe",
                           f"precision recipe {recipe.name}'s {recipe.kernel} GEMM speedup was measured where the "
                           f"{recipe.gemm_dtype} dense peak is {measured} times the bf16 one; {hardware.name} states "
