@@ -202,7 +202,9 @@ class DeviceEfficiency:
             carries only to a device whose peaks stand in the same ratio (FP4 runs 4 times BF16 on a B200, about 6
             times on a B300), so a kernel stated here (and not in :attr:`gemm_speedups`) takes the row whose range
             holds the hardware's ratio, and a recipe of it is refused on hardware no row holds. Ranges of one kernel
-            do not overlap.
+            do not overlap. A banded kernel states no ``<kernel>:autocast`` figure in :attr:`gemm_speedups` (unbanded,
+            it would price every device outside the bands) and so none with ``:split_accumulator`` (which needs the
+            kernel's own figure there).
     """
 
     architecture: str
@@ -239,11 +241,16 @@ class DeviceEfficiency:
     def _check_bands(self, attribute: attrs.Attribute, value: tuple) -> None:
         plain = {row[0] for row in self.gemm_speedups}
         for row in value:
-            if (len(row) != 4 or row[0] not in GEMM_KERNELS or row[0] in ("bf16", *plain)
-                    or not all(isinstance(x, (int, float)) for x in row[1:3]) or not 0 < row[1] <= row[2] < float("inf")
-                    or not isinstance(row[3], Sourced) or not row[3].value > 0):
+            if (not isinstance(row, (tuple, list)) or len(row) != 4 or not isinstance(row[0], str)
+                    or row[0] not in GEMM_KERNELS or row[0] in ("bf16", *plain)
+                    or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in row[1:3])
+                    or not 0 < row[1] <= row[2] < float("inf") or not isinstance(row[3], Sourced) or not row[3].value > 0):
                 raise ValueError(f"{attribute.name}: a row must be (kernel of {GEMM_KERNELS[1:]} not in gemm_speedups, "
                                  f"low, high, Sourced speedup > 0) with 0 < low <= high; got {row!r}")
+            if row[0] + AUTOCAST in plain:  # it would price any device outside every band (autocast_speedup)
+                raise ValueError(f"{attribute.name}: {row[0]} is banded, so gemm_speedups may not state "
+                                 f"{row[0] + AUTOCAST!r}: a speedup over bf16 carries only at the peak ratio it was "
+                                 f"measured at; state it as a banded row or not at all")
         for kernel in {row[0] for row in value}:
             bands = sorted((row[1], row[2]) for row in value if row[0] == kernel)
             if any(later[0] <= earlier[1] for earlier, later in zip(bands, bands[1:])):

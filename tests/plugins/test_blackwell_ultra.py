@@ -174,3 +174,25 @@ def test_a_banded_speedup_is_picked_by_the_device_ratio_and_bands_do_not_overlap
             _entry(banded_gemm_speedups=rows)
     with pytest.raises(ValueError, match="banded_gemm_speedups"):  # a kernel stated both plain and banded
         _entry(gemm_speedups=(("nvfp4", Sourced(3.0, "s")),), banded_gemm_speedups=(("nvfp4", 4.0, 4.0, Sourced(3.7, "s")),))
+
+
+@pytest.mark.parametrize("row", [("nvfp4", True, 4.0, Sourced(3.7, "s")), ("nvfp4", 4.0, True, Sourced(3.7, "s")),
+                                 ("nvfp4", False, True, Sourced(3.7, "s")), 4.0, None, Sourced(3.7, "s"),
+                                 (["nvfp4"], 4.0, 4.0, Sourced(3.7, "s"))])
+def test_a_banded_row_of_booleans_or_no_sequence_is_a_value_error(row):
+    # True is an int to isinstance: as a peak ratio it would read 1.0; a row that is no sequence has no len().
+    with pytest.raises(ValueError, match="banded_gemm_speedups: a row must be"):
+        _entry(banded_gemm_speedups=(row,))
+
+
+def test_a_banded_kernel_states_no_autocast_figure():
+    # nvfp4:autocast in gemm_speedups would price nvfp4 on any device outside every band (autocast_speedup is read
+    # where no banded row holds the device's ratio), defeating the banding.
+    with pytest.raises(ValueError, match=r"banded_gemm_speedups: nvfp4 is banded, so gemm_speedups may not state "
+                                         r"'nvfp4:autocast'"):
+        _entry(gemm_speedups=(("nvfp4:autocast", Sourced(3.0, "s")),),
+               banded_gemm_speedups=(("nvfp4", 4.0, 4.0, Sourced(3.7, "s")),))
+    # Another kernel's autocast figure beside a banded one stands.
+    entry = _entry(gemm_speedups=(("mxfp8:autocast", Sourced(1.5, "s")),),
+                   banded_gemm_speedups=(("nvfp4", 4.0, 4.0, Sourced(3.7, "s")),))
+    assert entry.autocast_speedup("mxfp8") == 1.5 and entry.autocast_speedup("nvfp4") is None
