@@ -183,9 +183,13 @@ def check_fsdp_pipeline(zero: int, p: Any, multi_stage: bool = False) -> None:
     Raises:
         FsdpPipelineError: At ``$.parallel.schedule`` or (``vpp > 1`` with ``reshard_after_forward``, for the
             memory estimate) ``$.parallel.reshard_after_forward``, one line.
+        ValueError: *p* is not resolved (``reshard_after_forward`` ``None``) where FSDP under PP applies.
     """
     if zero < 3 or p.pp == 1 or p.dp * p.cp == 1:
         return
+    if p.reshard_after_forward is None:  # unresolved: None is no answer to whether each forward reshards
+        raise ValueError("check_fsdp_pipeline needs the layout as the run resolves it (reshard_after_forward stated: "
+                         "Runtime.reshards_after_forward), got reshard_after_forward None")
     allowed = FSDP_MULTI_STAGE_SCHEDULES if p.vpp > 1 else FSDP_PIPELINE_SCHEDULES
     if p.resolved_schedule not in allowed:
         raise FsdpPipelineError("$.parallel.schedule", f"FSDP (zero 3) under pipeline parallelism is priced for torch's "

@@ -96,7 +96,25 @@ def test_check_fsdp_pipeline_multi_stage_reshard_after_forward_for_the_step_time
                                         reshard_after_forward=False))
     # A multi-stage schedule whose order the runtime lowering is not stated for: refused at the schedule.
     with pytest.raises(FsdpPipelineError, match=r"\$.parallel.schedule"):
-        check_fsdp_pipeline(3, ParallelSpec(dp=2, pp=2, vpp=2, zero=3, seq_len=1024, schedule="zb_v"), multi_stage=True)
+        check_fsdp_pipeline(3, ParallelSpec(dp=2, pp=2, vpp=2, zero=3, seq_len=1024, schedule="zb_v",
+                                            reshard_after_forward=False), multi_stage=True)
+
+
+def test_check_fsdp_pipeline_needs_a_resolved_layout():
+    # reshard_after_forward None (the config left it out; prepare resolves it to the runtime's default) is no answer:
+    # read as false, an interleaved layout whose runtime default reshards would pass. Refused, as StageView refuses it.
+    unresolved = ParallelSpec(dp=2, pp=2, vpp=2, zero=3, seq_len=1024, schedule="interleaved_1f1b")
+    assert unresolved.reshard_after_forward is None
+    for multi_stage in (False, True):
+        with pytest.raises(ValueError, match=r"check_fsdp_pipeline needs the layout as the run resolves it "
+                                             r"\(reshard_after_forward stated.*got reshard_after_forward None"):
+            check_fsdp_pipeline(3, unresolved, multi_stage=multi_stage)
+    with pytest.raises(ValueError, match="got reshard_after_forward None"):  # a single-stage schedule too
+        check_fsdp_pipeline(3, ParallelSpec(dp=2, pp=2, zero=3, seq_len=1024, schedule="1f1b"))
+    # Where FSDP under PP does not apply there is nothing to resolve: ZeRO < 3, one stage, nothing sharded.
+    check_fsdp_pipeline(2, unresolved)
+    check_fsdp_pipeline(3, ParallelSpec(dp=2, zero=3, seq_len=1024))
+    check_fsdp_pipeline(3, ParallelSpec(dp=1, pp=2, vpp=2, zero=3, seq_len=1024, schedule="interleaved_1f1b"))
 
 
 def test_hp_order_and_unshards_equal_torchs():
