@@ -200,13 +200,12 @@ def b300_rate_scale() -> float:
     return (found["b300"] / found["b200"]) / (_preset("b300").peak_flops["bf16"] / _preset("b200").peak_flops["bf16"])
 
 
-def gb300_rate_scale() -> float:
-    """The ``gb300`` preset's ``gemm_rate_scale``, an assumption (no GB300 matmul rate at a stated shape with its method
-    was found): the GB300 runs the B300's MAMF rate times the GB200's over the B200's, ``1769.0 / 1745.0 * 1822.0 /
-    1745.0`` of the B200, against the peaks' ``2500 / 2250``."""
-    found = _mamf_bf16()
-    relative = found["b300"] / found["b200"] * found["gb200"] / found["b200"]
-    return relative / (_preset("gb300").peak_flops["bf16"] / _preset("b200").peak_flops["bf16"])
+def gb300_rate_scale() -> tuple[float, list[dict]]:
+    """The ``gb300`` preset's ``gemm_rate_scale``: the median of measured over hp's blackwell figure at the GB300's peak
+    over facebookexperimental/triton#740's six GB300 matmuls (8192 x 8192 x 512 to 16384; 1.31-1.49, no step with size,
+    so the preset states no ``large_gemm_speedup``), and those records' evaluations."""
+    chosen = [evaluate(r) for r in load()["records"] if r["hp_preset"] == "gb300" and r["source"] == "meta_tlx_740"]
+    return statistics.median(x["ratio"] for x in chosen), chosen
 
 
 def _mamf_bf16() -> dict[str, float]:
@@ -250,11 +249,12 @@ def main() -> None:
         print(f"| {source} | {preset} | {dtype} | {_spread([x['ratio'] for x in xs])} | "
               f"{_spread([x['measured_fraction_of_peak'] for x in xs])} |")
 
-    blackwell_dense = [x for x in results if x["architecture"] == "blackwell" and not x["record"].get("grouped")
+    # The B200 and GB200 records (the B300's and GB300's have their own lines under "The presets' figures").
+    blackwell_dense = [x for x in results if x["record"]["hp_preset"] in ("b200", "gb200") and not x["record"].get("grouped")
                        and not x["record"].get("kernel")]
     on_table = [x for x in blackwell_dense if x["where"] == "table"]
     off_table = [x for x in blackwell_dense if x["where"] != "table"]
-    print("\n## Blackwell bf16/fp16 dense records\n")
+    print("\n## Blackwell bf16/fp16 dense records (B200 and GB200)\n")
     print(f"- all: measured/hp {_spread([x['ratio'] for x in blackwell_dense])}")
     print(f"- shapes the B200 table holds (within its 1.05 tolerance; SimuMax's own measurement is hp's figure): "
           f"{_spread([x['ratio'] for x in on_table])}: " + ", ".join(f"{x['record']['id']} {x['ratio']:.3f}" for x in on_table))
@@ -286,7 +286,7 @@ def main() -> None:
         print(f"| {low:g}-{high:g} | {_spread(simumax)} | {_spread(others)} | {both} | {named} |")
 
     speedup, chosen = large_gemm_speedup()
-    print(f"\n## The presets' figures\n\n- b200, gb200, b300 and gb300 `large_gemm_speedup`: {speedup:.3f}, the median of measured/hp over "
+    print(f"\n## The presets' figures\n\n- b200, gb200 and b300 `large_gemm_speedup`: {speedup:.3f}, the median of measured/hp over "
           f"the {len(chosen)} independent B200 dense records of at least {LARGE_GEMM_FLOPS / 1e12:g} TFLOP ("
           + ", ".join(f"{x['record']['id']} {x['ratio']:.3f}" for x in sorted(chosen, key=lambda x: x["ratio"])) + ")")
     print(f"- gb200 `gemm_rate_scale`: {gb200_rate_scale():.4f}, MAMF's GB200 over B200 bf16 rate over the peaks' ratio")
@@ -294,8 +294,9 @@ def main() -> None:
     nvfp4, cubes = b200_nvfp4_speedup()
     print(f"- blackwell `nvfp4` speedup at a 4.0 FP4:BF16 peak ratio (B200, GB200): {nvfp4:.4f}, pytorch/ao#2427's bf16 "
           f"over NVFP4 time at the cubes within TE's tutorial GEMM sizes ({', '.join(cubes)})")
-    print(f"- gb300 `gemm_rate_scale`: {gb300_rate_scale():.4f} (an assumption): the B300's MAMF rate times the GB200's "
-          "over the B200's, over the peaks' ratio")
+    gb300, records = gb300_rate_scale()
+    print(f"- gb300 `gemm_rate_scale`: {gb300:.4f}, the median of measured over hp's blackwell figure over the "
+          f"{len(records)} GB300 matmuls of facebookexperimental/triton#740 ({_spread([x['ratio'] for x in records])})")
 
     # Hopper cross-check: OpenXLA's sm_90 rates (the package data hp's Hopper shape scale is made of) at the shapes of
     # the sm_100 records, b = 1, and the B200/H100 ratio at equal shapes against the ratio of the bf16 peaks.

@@ -35,11 +35,12 @@ speedup carries to it (docs/precision.md, "Time").
 The ``architecture`` names the device family whose achieved efficiencies a
 timing profile states (:mod:`hp_plugins.runtimes.timing_profiles`). The Blackwell
 efficiencies were measured on SimuMax's 8x B200 (the ``b200-simumax`` preset), whose
-largest GEMMs run slower than other B200s': the ``b200``, ``gb200``, ``b300`` and ``gb300`` presets state
+largest GEMMs run slower than other B200s': the ``b200``, ``gb200`` and ``b300`` presets state
 ``large_gemm_speedup`` (1.223 from 1 TFLOP a GEMM, the median of 8 independent
 measurements over those figures) and ``gb200`` its ``gemm_rate_scale`` (0.9397: MAMF's
-GB200 over B200 rate against the peaks' ratio; ``b300`` MAMF's B300 over B200, ``gb300`` an assumption
-from the two); ``gemm_source`` gives the arithmetic
+GB200 over B200 rate against the peaks' ratio; ``b300`` MAMF's B300 over B200), and ``gb300`` its
+``gemm_rate_scale`` alone (1.4199: six GB300 matmuls measured over those figures, no step with size);
+``gemm_source`` gives the arithmetic
 (``benchmarks/blackwell_gemm_level.py``, docs/time.md).
 """
 
