@@ -1,7 +1,8 @@
-"""hp's step time against the public FP8 / MXFP8 runs of tests/plugins/data/fp8_measured_runs.json.
+"""hp's step time against the public FP8 / MXFP8 / NVFP4 runs of tests/plugins/data/fp8_measured_runs.json.
 
 Run: ``python benchmarks/fp8_runs.py`` (prints one row per run (Megatron-Bridge's Llama rows on H100, B200, GB200 and
-GB300, NeMo 24.07's on H100; the GB200 and GB300 rows summarised apart, GB300's also per recipe): measured and estimated step
+GB300, NeMo 24.07's on H100; the GB200 and GB300 rows summarised apart, also per recipe and NVFP4 against MXFP8 on the
+same layout): measured and estimated step
 time and the relative error, with the ``megatron`` runtime's defaults and as run (the overlap
 options the row's trainer set), and hp's bf16 time of the same layout for the estimated speedup; then
 the memory rows: measured and estimated peak GiB and the error; then torchao's Llama4 MXFP8 rows, ``torchao_moe_rows``: a
@@ -20,6 +21,7 @@ H100 as three commits of the table print them, and the 25.04 long-sequence Llama
 model TFLOP/s per GPU NeMo's FLOPs count turns into a step time), priced as the NeMo 24.07 rows of ``rows``, all held
 out; last, NVIDIA's DGX Cloud benchmarking rows (``dgxc_rows``: Llama 3.1, GPT-3 175B, Nemotron-4 and
 NeMo's Grok-1 on H100 under NeMo 24.05 to 25.04.01; Llama 3.1 405B and Grok-1 on GB200), priced by benchmarks/fp8_dgxc.py.
+The memory, torchao Llama4 and torchtitan rows are priced in benchmarks/fp8_torchtitan.py.
 """
 
 from __future__ import annotations
@@ -33,6 +35,25 @@ import attrs
 from hp_core import api
 from hp_core.engine.prepare import split_layers
 from hp_core.specs import ParallelSpec
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+# The torchtitan / torchao rows (memory, Llama4 MXFP8, Float8 step times) are priced in benchmarks/fp8_torchtitan.py; their
+# names are this module's too, as before they moved there.
+from fp8_torchtitan import (  # noqa: E402,F401
+    TORCHTITAN_CLASSES,
+    _scale_cases,
+    _torchao_moe_priced,
+    memory_results,
+    memory_section,
+    price_torchtitan,
+    torchao_moe_results,
+    torchao_moe_section,
+    torchtitan_baseline,
+    torchtitan_results,
+    torchtitan_section,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "plugins" / "data" / "fp8_measured_runs.json"
 
@@ -113,10 +134,20 @@ def results(registry=None) -> list[dict]:
         bf16 = price(row, registry, "bf16")
         as_run = price(row, registry, as_run=True).step_seconds if row.get("runtime_options") else None
         found.append({"as_run_seconds": as_run, "as_run_error": None if as_run is None else (as_run - measured) / measured,"id": row["id"], "split": row["split"], "hardware": row["hardware"], "recipe": row["recipe"],
+                      "model": row["model"], "container": row["id"].split("-", 1)[0],
+                      "layout": tuple(row[k] for k in ("gpus", "tp", "pp", "cp", "vpp", "global_batch_size", "micro_batch_size")),
                       "measured_seconds": measured, "estimated_seconds": estimated.step_seconds,
                       "error": (estimated.step_seconds - measured) / measured, "bf16_seconds": bf16.step_seconds,
                       "mfu": estimated.mfu, "mfu_recipe_peak": estimated.mfu_recipe_peak})
     return found
+
+
+def nvfp4_pairs(found: list[dict]) -> list[tuple[dict, dict]]:
+    """(MXFP8, NVFP4) pairs of :func:`results` rows: the same hardware, container, model and layout (GPUs, degrees,
+    global and micro-batch), each priced as run with its own options."""
+    key = lambda r: (r["hardware"], r["container"], r["model"], r["layout"])  # noqa: E731
+    mx = {key(r): r for r in found if r["recipe"] == "mxfp8"}
+    return [(mx[key(r)], r) for r in found if r["recipe"] == "nvfp4" and key(r) in mx]
 
 
 def section(found: list[dict]) -> str:
@@ -132,8 +163,8 @@ def section(found: list[dict]) -> str:
         lines.append(f"| `{r['id']}` | {r['split']} | {r['recipe']} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} "
                      f"| {r['error']:+.1%} {as_run}| {r['bf16_seconds']:.3f} | {r['bf16_seconds'] / r['estimated_seconds']:.2f} "
                      f"| {r['mfu']:.1%} / {r['mfu_recipe_peak']:.1%} |")
-    # The H100 / B200 rows, the GB200 rows (added with the gb200 preset) and the GB300 rows (added with the gb300 preset,
-    # also per recipe) summarised apart, every one held out.
+    # The H100 / B200 rows, the GB200 rows (added with the gb200 preset) and the GB300 rows (added with the gb300 preset)
+    # summarised apart, every one held out.
     before = [r for r in found if r["hardware"] not in ("gb200", "gb300")]
     errors = [abs(r["error"]) for r in before]
     within = sum(e <= 0.10 for e in errors)
@@ -143,150 +174,24 @@ def section(found: list[dict]) -> str:
     ran = [abs(r["as_run_error"]) for r in before if r["as_run_error"] is not None]
     lines.append(f"As run (the {len(ran)} rows stating their trainer's options): within 10%: {sum(e <= 0.10 for e in ran)}; "
                  f"mean absolute error {sum(ran) / len(ran):.1%}, largest {max(ran):.1%}.")
-    for name, rows in (("GB200", [r for r in found if r["hardware"] == "gb200"]),
-                       ("GB300", [r for r in found if r["hardware"] == "gb300"])):
-        if rows:
-            base, run = [abs(r["error"]) for r in rows], [abs(r["as_run_error"]) for r in rows]
-            lines.append(f"Held-out rows on {name}: {len(rows)}; with the defaults mean absolute error {sum(base) / len(base):.1%}, "
-                         f"largest {max(base):.1%}; as run within 10%: {sum(e <= 0.10 for e in run)}, mean absolute error "
-                         f"{sum(run) / len(run):.1%}, largest {max(run):.1%}.")
-    for recipe in dict.fromkeys(r["recipe"] for r in found if r["hardware"] == "gb300"):
-        run = [r["as_run_error"] for r in found if r["hardware"] == "gb300" and r["recipe"] == recipe]
-        lines.append(f"- GB300, {recipe}: {len(run)} rows, as run mean absolute error {sum(map(abs, run)) / len(run):.1%}, "
-                     f"{min(run):+.1%} to {max(run):+.1%}.")
-    return "\n".join(lines) + "\n"
-
-
-# The memory rows whose torchtitan kept the last decoder layer gathered after forward (apply_fsdp's default from
-# c22d1a8, April 2024, until 83e6941, 2025-07-28: runtime option reshard_last_layer_after_forward false): torchtitan
-# 9dec370 (torchtitan-202412), the January 2025 build of 7a04053 and torchtitan 0.0.2 (the version torchtitan's
-# assets/version.txt states from December 2024 to June 2025; torchao's H100 rows). torchao's MI300x and B200 rows ran
-# 2c8b594 and 6fc499f, both after 83e6941.
-_KEEPS_LAST_LAYER = ("tt2412-", "tt-h100-", "ao-h100-")
-
-
-def _torchtitan_peak_gib(row: dict, recipe: str, registry) -> float:
-    """hp's reserved GiB of a torchtitan memory row's layout (Llama 3 8B, FSDP over the row's GPUs, per-op SAC) under
-    *recipe*: the peak and what the caching allocator keeps beside it (``StageEstimate.reserved_bytes``), as every row
-    is torchtitan's logged max reserved memory."""
-    from hp_core.io.convert import ConfigFile, structure
-    from hp_core.io.job import estimate_job, resolve_job
-    from hp_plugins.importers.torchtitan import import_torchtitan
-
-    model = {"name": "llama3", "flavor": "8B"}
-    data = {"model": model, "optimizer": {"name": "AdamW"},
-            "training": {"local_batch_size": row["local_batch_size"], "seq_len": 8192},
-            "parallelism": {"data_parallel_shard_degree": -1},
-            "activation_checkpoint": {"mode": "selective", "selective_ac_option": "op"}}
-    if recipe == "torchao-mxfp8":  # torchao's llama3.sh with MX_RECIPE at e4e681be6: --model.converters=mx --mx.recipe_name
-        model["converters"] = ["mx"]
-        data["mx"] = {"recipe_name": row["mx_recipe_name"]}
-    elif recipe != "bf16":
-        model["converters"] = ["float8"]
-        data["float8"] = ({"enable_fsdp_float8_all_gather": True, "precompute_float8_dynamic_scale_for_fsdp": True}
-                          if recipe == "torchao-float8-tensorwise" else {"recipe_name": "rowwise"})
-    imported = import_torchtitan(data, registry, devices=row["gpus"])
-    if row["id"].startswith(_KEEPS_LAST_LAYER):
-        imported.document["runtime"].setdefault("options", {})["reshard_last_layer_after_forward"] = False
-    job = resolve_job(structure(imported.document, ConfigFile, registry), registry)
-    assert job.precision.recipe == recipe, (row["id"], job.precision.recipe)
-    return max(stage.reserved_bytes for stage in estimate_job(job, registry).stages) / 2**30
-
-
-def memory_results(registry=None) -> list[dict]:
-    """Each memory row priced: an ``absolute`` row's peak, a ``recipe_effect`` row's measured baseline times
-    hp's FP8 peak over its bf16 peak (torch.compile is not priced, so compiled rows are compared so)."""
-    registry = registry or api.build_registry()
-    rows = json.loads(DATA.read_text())["memory_rows"]
-    by_id = {row["id"]: row for row in rows}
-    found = []
-    for row in rows:
-        if row["check"] == "baseline":
-            continue
-        hp = _torchtitan_peak_gib(row, row["recipe"], registry)
-        if row["check"] == "recipe_effect":
-            base = by_id[row["baseline"]]
-            effect = hp / _torchtitan_peak_gib(row, "bf16", registry)
-            estimated = base["memory_gib"] * effect
-        else:
-            effect, estimated = None, hp
-        found.append({"id": row["id"], "split": row["split"], "recipe": row["recipe"], "check": row["check"],
-                      "measured_gib": row["memory_gib"], "estimated_gib": estimated, "effect": effect,
-                      "not_priced": bool(row.get("not_priced")),
-                      "error": (estimated - row["memory_gib"]) / row["memory_gib"]})
-    return found
-
-
-def memory_section(found: list[dict]) -> str:
-    """The memory table docs/precision.md shows (tests/plugins/test_fp8_runs.py checks it is current)."""
-    lines = ["| run | split | recipe | check | measured GiB | hp GiB | hp FP8 / bf16 | error |", "|---|---|---|---|---:|---:|---:|---:|"]
-    for r in found:
-        effect = "" if r["effect"] is None else f"{r['effect']:.4f}"
-        lines.append(f"| `{r['id']}` | {r['split']} | {r['recipe']} | {r['check']} | {r['measured_gib']:.2f} | {r['estimated_gib']:.2f} "
-                     f"| {effect} | {r['error']:+.1%} |")
-    errors = [abs(r["error"]) for r in found]
-    lines.append("")
-    lines.append(f"Held-out memory rows: {len(errors)}; within 3%: {sum(e <= 0.03 for e in errors)}; largest {max(errors):.1%}.")
-    priced = [abs(r["error"]) for r in found if not r["not_priced"]]
-    if len(priced) < len(errors):
-        # A row whose run held what hp's layout cannot state (its not_priced says what), reported apart.
-        lines.append(f"Without the {len(errors) - len(priced)} whose run held what hp does not price (not_priced): "
-                     f"within 3%: {sum(e <= 0.03 for e in priced)} of {len(priced)}; largest {max(priced):.1%}.")
-    return "\n".join(lines) + "\n"
-
-
-def _torchao_moe_priced(row: dict, registry, recipe: str):
-    """hp's step time and stage-0 memory estimate of a ``torchao_moe_rows`` row under *recipe*, built as
-    tests/plugins/scale_cases.py builds torchtitan's MoE rows (its model, layout, ``fsdp2`` options, recompute, device)."""
-    sc = _scale_cases()
-    runtime = sc.runtime(row, registry)
-    kwargs = dict(registry=registry, hardware=sc.hardware(row, registry), runtime=runtime,
-                  recompute=sc.recompute(row, registry), precision=attrs.evolve(runtime.precision, recipe=recipe))
-    model, layout = sc.model(row, registry), sc.layout(row)
-    return api.step_time(model, layout, **kwargs), api.estimate(model, layout, **kwargs).stages[0]
-
-
-def torchao_moe_results(registry=None) -> list[dict]:
-    """Each ``torchao_moe_rows`` row priced: measured and hp step time and the error; the speedup over the table's bf16
-    row, measured and hp's; the max reserved memory, the bf16 row's absolute (hp's ``reserved_bytes``), an MX row's
-    through the recipe's effect (hp's MX reserved over its bf16 one, times the measured bf16 row: the rows are compiled)."""
-    sc = _scale_cases()
-    registry = registry or api.build_registry()
-    rows = json.loads(DATA.read_text(encoding="utf-8"))["torchao_moe_rows"]
-    by_id = {row["id"]: row for row in rows}
-    found = []
-    for row in rows:
-        step, stage = _torchao_moe_priced(row, registry, row["recipe"])
-        base = by_id.get(row.get("baseline"), row)
-        base_step, base_stage = _torchao_moe_priced(base, registry, "bf16")
-        measured, base_measured = sc.measured_seconds(row), sc.measured_seconds(base)
-        measured_gib = row["measured"]["memory_gib"]
-        effect = stage.reserved_bytes / base_stage.reserved_bytes
-        estimated_gib = (stage.reserved_bytes / 2**30 if row["check"] == "baseline"
-                         else base["measured"]["memory_gib"] * effect)
-        found.append({"id": row["id"], "recipe": row["recipe"], "check": row["check"], "measured_seconds": measured,
-                      "estimated_seconds": step.step_seconds, "error": step.step_seconds / measured - 1,
-                      "measured_speedup": base_measured / measured, "estimated_speedup": base_step.step_seconds / step.step_seconds,
-                      "measured_gib": measured_gib, "estimated_gib": estimated_gib, "effect": effect,
-                      "memory_error": estimated_gib / measured_gib - 1})
-    return found
-
-
-def torchao_moe_section(found: list[dict]) -> str:
-    """The torchao Llama4 MXFP8 table docs/precision.md shows (tests/plugins/test_fp8_runs.py checks it is current)."""
-    lines = ["| run | recipe | measured s | hp s | error | measured speedup | hp speedup | memory check | measured GiB "
-             "| hp GiB | hp MX / bf16 | error |", "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
-    for r in found:
-        lines.append(f"| `{r['id']}` | {r['recipe']} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} | {r['error']:+.1%} "
-                     f"| {r['measured_speedup']:.3f} | {r['estimated_speedup']:.3f} | {r['check']} | {r['measured_gib']:.2f} "
-                     f"| {r['estimated_gib']:.2f} | {r['effect']:.4f} | {r['memory_error']:+.1%} |")
-    mx = [r for r in found if r["check"] != "baseline"]
-    gaps = [r["estimated_speedup"] / r["measured_speedup"] - 1 for r in mx]
-    lines.append("")
-    lines.append(f"Held out: {len(found)} rows, step time mean absolute error {sum(abs(r['error']) for r in found) / len(found):.1%} "
-                 f"(the bf16 row {found[0]['error']:+.1%}); the MX speedup over bf16, hp's over the measured {min(gaps):+.1%} to "
-                 f"{max(gaps):+.1%}; memory within {max(abs(r['memory_error']) for r in mx):.1%} on the MX rows "
-                 f"(the bf16 row {found[0]['memory_error']:+.1%}).")
+    # The GB200 and GB300 rows: all of a device's, then per recipe (the GB200 NVFP4 rows, added once hp priced nvfp4 on
+    # the gb200 preset, are the GB200 nvfp4 line), then NVFP4 against MXFP8 where both ran the same layout.
+    for name in ("GB200", "GB300"):
+        rows = [r for r in found if r["hardware"] == name.lower()]
+        base, run = [abs(r["error"]) for r in rows], [abs(r["as_run_error"]) for r in rows]
+        lines.append(f"Held-out rows on {name}: {len(rows)}; with the defaults mean absolute error {sum(base) / len(base):.1%}, "
+                     f"largest {max(base):.1%}; as run within 10%: {sum(e <= 0.10 for e in run)}, mean absolute error "
+                     f"{sum(run) / len(run):.1%}, largest {max(run):.1%}.")
+        for recipe in dict.fromkeys(r["recipe"] for r in rows):
+            run = [r["as_run_error"] for r in rows if r["recipe"] == recipe]
+            lines.append(f"- {name}, {recipe}: {len(run)} rows, as run mean absolute error {sum(map(abs, run)) / len(run):.1%}, "
+                         f"{min(run):+.1%} to {max(run):+.1%}.")
+        pairs = nvfp4_pairs(rows)
+        if pairs:
+            ran = [m["measured_seconds"] / n["measured_seconds"] for m, n in pairs]
+            priced = [m["as_run_seconds"] / n["as_run_seconds"] for m, n in pairs]
+            lines.append(f"- {name}, NVFP4 over MXFP8 on the same layout (container, model and degrees): {len(pairs)} pairs, "
+                         f"measured {min(ran):.2f} to {max(ran):.2f} times faster, hp as run {min(priced):.2f} to {max(priced):.2f}.")
     return "\n".join(lines) + "\n"
 
 
@@ -432,106 +337,6 @@ def moe_section(found: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-TORCHTITAN_CLASSES = ("single-node FSDP", "multi-node FSDP")
-
-
-def _scale_cases():
-    """tests/plugins/scale_cases.py: the Grand Teton case device, the torchtitan step-time formula, the rows' builders."""
-    plugins = str(Path(__file__).resolve().parents[1] / "tests" / "plugins")
-    if plugins not in sys.path:
-        sys.path.insert(0, plugins)
-    import scale_cases
-
-    return scale_cases
-
-
-def price_torchtitan(row: dict, registry, recipe: str | None = None, gathers_as_run: bool = False):
-    """hp's step time of a ``torchtitan_rows`` row under *recipe* (the row's when ``None``), built as
-    ``scale_cases`` builds its torchtitan rows (``fsdp2`` with the row's options, its recompute, the Grand Teton
-    device). *gathers_as_run*: the recipe with the row's ``gathers_as_run`` fields (how the run gathered its FSDP
-    parameters where hp's recipe says otherwise: the June 2025 runs' bf16 FSDP all-gather): a variant made here, not an
-    hp recipe."""
-    sc = _scale_cases()
-    name = recipe or row["recipe"]
-    if gathers_as_run:
-        variant = attrs.evolve(registry.precision_recipe(name), name=f"{name}-gathers-as-run", **row["gathers_as_run"])
-        registry = attrs.evolve(registry, precision_recipes=registry.precision_recipes + (variant,))
-        name = variant.name
-    runtime = sc.runtime(row, registry)
-    return api.step_time(sc.model(row, registry), sc.layout(row), registry=registry, hardware=sc.hardware(row, registry),
-                         runtime=runtime, recompute=sc.recompute(row, registry),
-                         precision=attrs.evolve(runtime.precision, recipe=name))
-
-
-def torchtitan_baseline(row: dict, data: dict) -> tuple[dict, bool]:
-    """The row's bf16 baseline as a ``scale_cases`` row, and whether it is a row of scale_measured.json (priced as
-    that file prices it) or a memory row (the same layout as *row*, its measured TPS the memory row's)."""
-    sc = _scale_cases()
-    base = row["baseline"]
-    if base["in"] == "scale_measured.json":
-        return next(r for r in sc.ROWS if r["id"] == base["id"]), True
-    memory = next(r for r in data["memory_rows"] if r["id"] == base["id"])
-    return dict(row, id=memory["id"], recipe="bf16", measured={"tps_per_gpu": memory["tokens_per_second_per_gpu"]}), False
-
-
-def torchtitan_results(registry=None) -> list[dict]:
-    """Each ``torchtitan_rows`` row priced: measured and hp step time (hp's recipe; and with the run's FSDP gather where
-    the row states it), its bf16 baseline measured and priced, and both FP8 speedups over that baseline."""
-    sc = _scale_cases()
-    registry = registry or api.build_registry()
-    data = json.loads(DATA.read_text())
-    found = []
-    for row in data["torchtitan_rows"]:
-        measured = sc.measured_seconds(row)
-        estimated = price_torchtitan(row, registry).step_seconds
-        as_run = price_torchtitan(row, registry, gathers_as_run=True).step_seconds if "gathers_as_run" in row else None
-        base, in_scale = torchtitan_baseline(row, data)
-        base_measured = sc.measured_seconds(base)
-        bf16 = (sc.estimated(base, registry) if in_scale else price_torchtitan(base, registry)).step_seconds
-        found.append({"id": row["id"], "class": row["class"], "split": row["split"], "layout": row["layout"],
-                      "options": row["options"], "baseline": base["id"], "measured_seconds": measured,
-                      "estimated_seconds": estimated, "error": estimated / measured - 1, "as_run_seconds": as_run,
-                      "as_run_error": None if as_run is None else as_run / measured - 1,
-                      "baseline_measured_seconds": base_measured, "bf16_seconds": bf16, "bf16_error": bf16 / base_measured - 1,
-                      "measured_speedup": base_measured / measured, "estimated_speedup": bf16 / estimated})
-    return found
-
-
-def torchtitan_section(found: list[dict]) -> str:
-    """The torchtitan / torchao Float8 table docs/precision.md shows (tests/plugins/test_fp8_runs.py checks it is current)."""
-    lines = ["| run | class | layout | measured s | hp s | error | hp, FSDP gather as run s | error | bf16 baseline | measured s "
-             "| hp s | error | measured FP8 speedup | hp FP8 speedup |",
-             "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
-    for r in found:
-        lay = r["layout"]
-        degrees = " ".join(f"{k}{lay[k]}" for k in ("dp", "tp") if lay.get(k, 1) > 1)
-        extra = " async TP" if r["options"].get("async_tp") else ""
-        as_run = "| | " if r["as_run_seconds"] is None else f"| {r['as_run_seconds']:.3f} | {r['as_run_error']:+.1%} "
-        lines.append(f"| `{r['id']}` | {r['class']} | {degrees}{extra}, mbs {lay['micro_batch_size']} | {r['measured_seconds']:.3f} "
-                     f"| {r['estimated_seconds']:.3f} | {r['error']:+.1%} {as_run}| `{r['baseline']}` "
-                     f"| {r['baseline_measured_seconds']:.3f} | {r['bf16_seconds']:.3f} | {r['bf16_error']:+.1%} "
-                     f"| {r['measured_speedup']:.2f} | {r['estimated_speedup']:.2f} |")
-    lines.append("")
-    for cls in TORCHTITAN_CLASSES:
-        chosen = [r for r in found if r["class"] == cls]
-        errors = [r["error"] for r in chosen]
-        base = [r["bf16_error"] for r in chosen]
-        lines.append(f"- {cls}, Float8, held out: {len(errors)} rows, mean absolute error {sum(map(abs, errors)) / len(errors):.1%}, "
-                     f"{min(errors):+.1%} to {max(errors):+.1%}, {sum(abs(e) <= 0.10 for e in errors)} within 10% "
-                     f"(their bf16 baselines: mean absolute error {sum(map(abs, base)) / len(base):.1%}).")
-    errors = [abs(r["error"]) for r in found]
-    lines.append(f"- All: {len(errors)} held-out Float8 rows, mean absolute error {sum(errors) / len(errors):.1%}, "
-                 f"largest {max(errors):.1%}, {sum(e <= 0.10 for e in errors)} within 10%.")
-    ran = [r for r in found if r["as_run_error"] is not None]
-    lines.append(f"- FSDP gather as run (the {len(ran)} rows that gathered their parameters in bf16): mean absolute error "
-                 f"{sum(abs(r['as_run_error']) for r in ran) / len(ran):.1%} against {sum(abs(r['error']) for r in ran) / len(ran):.1%} "
-                 f"with hp's recipe.")
-    gaps = [r["estimated_speedup"] / r["measured_speedup"] - 1 for r in found]
-    lines.append(f"- FP8 speedup over the bf16 baseline: hp's over the measured {min(gaps):+.1%} to {max(gaps):+.1%}, "
-                 f"mean absolute {sum(map(abs, gaps)) / len(gaps):.1%}.")
-    return "\n".join(lines) + "\n"
-
-
 # NeMo's model-FLOPs count, by which its performance pages print "Model TFLOP / sec / GPU" (the 24.07 summary) and
 # "TFLOPS / GPU" (the 25.04 long-sequence table): NVIDIA/NeMo nemo/collections/common/metrics/perf_metrics.py
 # FLOPsMeasurementCallback (_gpt3, _llama2, _llama3, _nemotron) at 9c5c5e9709 (NeMo 24.07's figures) and
@@ -648,7 +453,7 @@ def main() -> None:
     print()
     print(nemo_section(nemo_results()), end="")
     print()
-    import fp8_dgxc  # this file's folder is on sys.path when it runs as a script
+    import fp8_dgxc  # this file's folder is on sys.path (above)
 
     print(fp8_dgxc.section(fp8_dgxc.results()), end="")
 

@@ -16,8 +16,8 @@ from typing import Any, Callable
 import attrs
 
 from hp_core.collectives import Routing
+from hp_core.layer_context import LayerContext
 from hp_core.score_masks import LocalMask
-from hp_core.specs.precision import PrecisionSpec
 from hp_core.traits import TRAITS
 
 __all__ = [
@@ -80,55 +80,6 @@ def _non_negative_number(instance: Any, attribute: attrs.Attribute, value: Any) 
 
 
 # --------------------------------------------------------------------------- costs
-
-
-@attrs.frozen
-class LayerContext:
-    """What one layer's evaluator may know of the run: degrees, shapes and dtypes.
-
-    Attributes:
-        tp: Tensor-parallel degree.
-        cp: Context-parallel degree; a rank holds ``seq_len / cp`` tokens of each sequence.
-        cp_kind: ``p2p`` (ring) or ``a2a`` (all-to-all over heads).
-        sp: Whether sequence parallelism splits the non-TP regions over ``tp``.
-        ep: Expert-parallel degree.
-        etp: Expert tensor-parallel degree.
-        micro_batch_size: Sequences per micro-batch.
-        seq_len: Tokens per sequence.
-        precision: Byte widths of parameters, gradients, activations, ...
-        attention: ``"eager"`` or ``"flash"`` (see :data:`ATTENTION_IMPLS`).
-        vocab_pad_multiple: The vocabulary is padded to a multiple of
-            ``vocab_pad_multiple * tp`` where the runtime does so (1: no padding).
-        traits: How the trainer implements ops, where that changes what a
-            layer keeps (names from :data:`TRAITS`).
-        sublayer: Evaluates another layer group in this context, for a kind
-            made of other kinds' layers (the MTP module's transformer layer);
-            set by the planner, ignored by equality.
-    """
-
-    tp: int
-    cp: int
-    sp: bool
-    ep: int
-    etp: int
-    micro_batch_size: int
-    seq_len: int
-    precision: PrecisionSpec
-    attention: str
-    vocab_pad_multiple: int = 1
-    cp_kind: str = "p2p"
-    traits: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
-    sublayer: Callable[[Any], "LayerCost"] | None = attrs.field(default=None, eq=False, repr=False)
-
-    @property
-    def tokens(self) -> int:
-        """Tokens of one micro-batch on one context-parallel rank (before any SP split)."""
-        return self.micro_batch_size * self.seq_len // self.cp
-
-    @property
-    def sp_degree(self) -> int:
-        """The divisor sequence parallelism applies to the non-TP regions."""
-        return self.tp if self.sp else 1
 
 
 def _matrices(value: Any) -> tuple[tuple[int, ...], ...]:
@@ -392,6 +343,10 @@ class LayerWork:
         local_mask: The attention core's sliding window or chunks (:class:`~hp_core.score_masks.LocalMask`), its
             FLOPs the exact pairs they keep; a block-sparse kernel runs whole blocks of it instead
             (:attr:`~hp_core.specs.timing.TimingProfile.attention_block_tokens`); ``None``: full causal.
+        quantized: ``False`` for a layer whose GEMMs all stay in the compute dtype under any recipe (the first or
+            last layers a run keeps in bf16, :attr:`PrecisionSpec.high_precision_layers_at_start
+            <hp_core.specs.precision.PrecisionSpec.high_precision_layers_at_start>`): it takes no GEMM speedup,
+            quantizes nothing and gathers its inputs in the compute dtype. Set by the engine, not by a kind.
     """
 
     collectives: tuple[Collective, ...] = attrs.field(default=(), converter=tuple)
@@ -420,6 +375,7 @@ class LayerWork:
     rotary_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
     rotary_eager_bytes: tuple[float, float] = attrs.field(default=(0.0, 0.0), converter=tuple)
     local_mask: LocalMask | None = None
+    quantized: bool = True
 
     def rerun(self, switch: str) -> Rerun | None:
         """What recomputing *switch* re-runs, ``None`` when the layer names nothing for it."""

@@ -137,6 +137,15 @@ def export_of(trainer: str | None, job, registry: Registry) -> dict[str, Any] | 
     if recipe.low_precision:
         # The trainer's flags that select the recipe (PrecisionRecipe.flags; docs/precision.md), where it states them.
         flags = recipe.flags.get(exporter.name)
+        start, end = precision.high_precision_layers_at_start, precision.high_precision_layers_at_end
+        if flags is not None and (start or end) and exporter.name == "megatron":
+            # Megatron-LM's layers kept in bf16 (megatron/core/fp8_utils.py is_first_last_bf16_layer at
+            # NVIDIA/Megatron-LM@d98e8a6; PrecisionSpec.high_precision_layers_at_start / _at_end).
+            flags = (*flags, "--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(start),
+                     "--num-layers-at-end-in-bf16", str(end))
+        elif start or end:  # another trainer states no flag that keeps layers in bf16 (docs/precision.md)
+            exported["precision_note"] = (f"{exporter.name} has no flag keeping the first {start} and last {end} "
+                                          "body layers in bf16; the flags below quantize every layer")
         exported["precision_flags"] = " ".join(flags) if flags is not None else None
     return exported
 
@@ -155,6 +164,8 @@ def print_export(exported: dict[str, Any], runtime: str, console: Console) -> No
     console.print(export_text(exported["plan"]), markup=False, highlight=False, soft_wrap=True)
     if "precision_flags" in exported:
         flags = exported["precision_flags"]
+        if exported.get("precision_note"):
+            console.print(f"Note: {exported['precision_note']}", markup=False, highlight=False, soft_wrap=True)
         console.print("Precision recipe flags:" if flags is not None else
                       f"Precision recipe: {exported['trainer']} has no flags for it (docs/precision.md lists each recipe's trainer)")
         if flags is not None:

@@ -31,10 +31,11 @@ from hp_core.costs import ActivationTerm, LayerCost
 from hp_core.errors import ConfigError
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.registry import Registry
+from hp_core.specs.model import ModelSpec
 from hp_core.specs.precision import PrecisionSpec
 
 __all__ = [
-    "apply_recipe", "apply_recipe_measured", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
+    "apply_recipe", "in_compute_dtype", "split_high_precision_layers", "apply_recipe_measured", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
     "on_device", "weight_copy_bytes",
 ]
 
@@ -110,7 +111,7 @@ def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int
     scaling (:attr:`PrecisionRecipe.attention_out_fp8`) and in the compute dtype otherwise; the
     softmax statistics (fp32) as in bf16.
     """
-    if recipe.attention_format != "bf16":
+    if recipe.attention_format != "bf16":  # a layer kept in the compute dtype (in_compute_dtype) holds no attention state
         terms = _fp8_attention(cost, recipe, activation_bytes, tp_sp)
     elif not recipe.low_precision or "quantized" not in (recipe.saved_input, recipe.saved_input_as(tp_sp)):
         return cost
@@ -210,11 +211,12 @@ def scaling_state_bytes(costs: Iterable[tuple[LayerCost, int]], recipe: Precisio
     costs = list(costs)
     gemms = sum(n * sum(count for count, _, _ in p.matrices) for cost, n in costs for p in cost.params
                 if not p.embedding_or_output and not p.high_precision)
-    if recipe.attention_format != "bf16":
+    if recipe.attention_format != "bf16":  # a layer kept in the compute dtype (in_compute_dtype) holds no attention state
         # FP8 attention: TE's DotProductAttention holds the state of 3 GEMMs (dot_product_attention.py at
         # d0067d0: init_fp8_metadata(num_gemms=3); module/base.py: 3 quantizers forward, 2 backward a GEMM),
         # one per layer whose fused kernel keeps q, k, v.
-        gemms += sum(n * _ATTENTION_GEMMS for cost, n in costs if any(t.attention_saved == "qkv" for t in cost.activations))
+        gemms += sum(n * _ATTENTION_GEMMS for cost, n in costs if any(t.attention_saved == "qkv" for t in cost.activations)
+                     and (cost.work is None or cost.work.quantized))
     return gemms * _QUANTIZERS_PER_GEMM * (recipe.amax_history + 1) * 4
 
 
@@ -276,3 +278,55 @@ def on_device(run: Any, hardware: Any) -> Any:
     if found is None:
         found = run._resolved[key] = attrs.evolve(run, stage_inputs=attrs.evolve(run.stage_inputs, recipe=changed))
     return found
+
+
+def in_compute_dtype(cost: LayerCost) -> LayerCost:
+    """*cost* as a layer that keeps every GEMM in the compute dtype under a recipe keeps it (Megatron-LM
+    ``--first-last-layers-bf16``: such a layer runs outside the FP8/FP4 context, NVIDIA/Megatron-LM@d98e8a6
+    ``megatron/core/fp8_utils.py`` ``is_first_last_bf16_layer`` and ``fp4_utils.py``): its
+    parameter families ``high_precision`` (no quantized weight copy, gather or scaling state), its work
+    ``quantized`` false (no GEMM speedup, quantization or quantized gather). Its activations are the cost's as the
+    recipe leaves them untouched (the caller passes the cost before :func:`with_recipe`)."""
+    params = tuple(p if p.high_precision else attrs.evolve(p, high_precision=True) for p in cost.params)
+    work = None if cost.work is None else attrs.evolve(cost.work, quantized=False)
+    return attrs.evolve(cost, params=params, work=work)
+
+
+def split_high_precision_layers(model: ModelSpec, body: list[bool], precision: PrecisionSpec,
+                                recipe: PrecisionRecipe, pp: int = 1) -> tuple[ModelSpec, frozenset[int]]:
+    """*model* with its layer groups split so that the first ``high_precision_layers_at_start`` and the last
+    ``high_precision_layers_at_end`` body layers (``body[i]``: group ``i`` is placed in the body) form groups of
+    their own, and the indices of those groups: the layers :func:`in_compute_dtype` prices. The model unchanged
+    and no index where the recipe quantizes nothing or no layer is named.
+
+    Raises:
+        ConfigError: A count above the body layers of a pipeline stage (``body // pp``; Megatron-Core refuses it,
+            ``TransformerConfig.__post_init__`` at NVIDIA/Megatron-LM@d98e8a6), or a recipe with delayed scaling
+            (an amax history), which Megatron-Core refuses with these layers ("Delayed scaling does not support
+            first / last layer in BF16": the per-layer exit of the FP8 context breaks its amax reduction).
+    """
+    start, end = precision.high_precision_layers_at_start, precision.high_precision_layers_at_end
+    if not recipe.low_precision or not (start or end):
+        return model, frozenset()
+    field = "high_precision_layers_at_start" if start else "high_precision_layers_at_end"
+    if recipe.amax_history:
+        raise ConfigError(f"$.precision.{field}", f"precision recipe {recipe.name} scales with an amax history (delayed "
+                          "scaling), which Megatron-Core cannot run with layers kept in bf16; use a current-scaling "
+                          "recipe or set the high-precision layer counts to 0")
+    total = sum(group.count for group, placed in zip(model.layers, body) if placed)
+    for name, count in (("high_precision_layers_at_start", start), ("high_precision_layers_at_end", end)):
+        if count > total // pp:
+            raise ConfigError(f"$.precision.{name}", f"{name} is {count}, more than the {total // pp} body layers of a "
+                              f"pipeline stage ({total} over pp {pp}); name at most {total // pp}")
+    groups, exempt, first = [], set(), 0
+    for group, placed in zip(model.layers, body):
+        if not placed:
+            groups.append(group)
+            continue
+        cuts = sorted({first, first + group.count, *(c for c in (start, total - end) if first < c < first + group.count)})
+        for lo, hi in zip(cuts, cuts[1:]):
+            if lo < start or lo >= total - end:
+                exempt.add(len(groups))
+            groups.append(attrs.evolve(group, count=hi - lo))
+        first += group.count
+    return attrs.evolve(model, layers=tuple(groups)), frozenset(exempt)

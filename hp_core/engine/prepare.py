@@ -25,7 +25,7 @@ import attrs
 from hp_core.engine import census as census_lib
 from hp_core.engine import schedule as schedule_lib
 from hp_core.engine.optimizer import resolve_optimizer
-from hp_core.engine.precision import resolve_recipe, with_recipe
+from hp_core.engine.precision import in_compute_dtype, resolve_recipe, split_high_precision_layers, with_recipe
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
 from hp_core.runtime_options import check_reduce_width
@@ -236,12 +236,15 @@ def evaluate_layers(
     registry: Registry,
     census: CensusSource,
     kinds: list[LayerKind] | None = None,
+    exempt: frozenset[int] = frozenset(),
 ) -> EvaluatedLayers:
     """Resolve each group's kind, evaluate every group once and apply the census once.
 
     Only the layer context of *parallel* matters (``tp cp sp ep etp``, the
     micro-batch size, the sequence length and ``cp_kind``), so a search
     shares one evaluation between every layout with the same context.
+    The groups in *exempt* keep every GEMM in the compute dtype
+    (:func:`~hp_core.engine.precision.in_compute_dtype`): the recipe leaves them as the census has them.
 
     Raises:
         ConfigError: An unknown kind, no body layers, or a census record
@@ -256,8 +259,11 @@ def evaluate_layers(
     context = with_sublayers(layer_context(parallel, precision, attention, runtime.vocab_pad_multiple, runtime.traits), registry)
     formula = tuple(evaluate_groups(kinds, model.layers, context))
     records = census_lib.request_records(census, model, kinds, parallel.seq_len, attention, registry=registry, tp=parallel.tp)
-    costs = with_recipe(tuple(census_lib.apply_record(cost, records[kind.name], kind, context) if kind.name in records
-                              else cost for kind, cost in zip(kinds, formula)), registry, precision, formula, context.tp > 1 and context.sp)
+    measured = tuple(census_lib.apply_record(cost, records[kind.name], kind, context) if kind.name in records else cost
+                     for kind, cost in zip(kinds, formula))
+    costs = with_recipe(measured, registry, precision, formula, context.tp > 1 and context.sp)
+    if exempt:
+        costs = tuple(in_compute_dtype(measured[i]) if i in exempt else cost for i, cost in enumerate(costs))
     return EvaluatedLayers(tuple(kinds), body_groups, body_count, context, formula, costs, census, records)
 
 
@@ -269,7 +275,8 @@ class PreparedRun:
     """One model on one layout under one runtime, ready to estimate, time and plan.
 
     Attributes:
-        model: The layer stack.
+        model: The layer stack (its body groups split where the precision keeps layers in the compute dtype:
+            :func:`~hp_core.engine.precision.split_high_precision_layers`).
         parallel: The layout, resolved: its schedule, global batch size and
             ``reshard_after_forward`` (the runtime's default where none was stated) stated.
         registry: Where its kinds and runtime come from.
@@ -426,10 +433,19 @@ def prepare(
     check_pipeline_traits(parallel, profile.traits)  # a trait not priced under pp > 1 (layout_checks)
     optimizer = resolve_optimizer(registry, precision)
     zero = parallel.zero if parallel.zero is not None else profile.zero
+    if precision.high_precision_layers_at_start or precision.high_precision_layers_at_end:
+        if layers is not None:
+            raise ConfigError("$.precision.high_precision_layers_at_start", "layers kept in the compute dtype need the "
+                              "model's groups split before they are evaluated; a shared evaluation cannot hold them")
+        kinds = model_kinds(model, registry)
+        model, exempt = split_high_precision_layers(model, [k.placement == "body" for k in kinds], precision,
+                                                    resolve_recipe(registry, precision), parallel.pp)
+    else:
+        exempt = frozenset()
     if layers is None:
         source = census if isinstance(census, CensusSource) else census_lib.resolve_source(registry, census)
         layers = evaluate_layers(model, parallel, precision=precision, attention=attention, runtime=profile,
-                                 registry=registry, census=source)
+                                 registry=registry, census=source, exempt=exempt)
     schedule = registry.schedule(parallel.resolved_schedule)
     micro_batches = validate_layout(parallel, layers.body_count, schedule)
     # The layout as the run resolves it: its schedule, global batch size and resharding after forward stated (the

@@ -52,6 +52,11 @@ class PrecisionSpec:
             which linear-layer GEMM operands run in FP8/FP4 and what that keeps
             and moves. ``bf16`` quantizes nothing. Checked where a run is
             prepared; the widths above stay those of the compute dtype.
+        high_precision_layers_at_start: Under a low-precision recipe, how many of the model's first body
+            (decoder) layers keep every GEMM in the compute dtype: no quantized weights, inputs or gathers
+            (Megatron-LM ``--first-last-layers-bf16`` with ``--num-layers-at-start-in-bf16``; Megatron-Bridge's
+            ``first_last_layers_bf16`` and ``num_layers_at_start_in_bf16``). 0: none. Ignored without a recipe.
+        high_precision_layers_at_end: The same for the model's last body layers (``--num-layers-at-end-in-bf16``).
     """
 
     param_bytes: int = attrs.field(default=2, validator=positive_int)
@@ -66,6 +71,8 @@ class PrecisionSpec:
     lse_bytes: int = attrs.field(default=4, validator=positive_int)
     logits_bytes: int = attrs.field(default=4, validator=positive_int)
     recipe: str = attrs.field(default="bf16", validator=_recipe_name)
+    high_precision_layers_at_start: int = attrs.field(default=0, validator=non_negative_int)
+    high_precision_layers_at_end: int = attrs.field(default=0, validator=non_negative_int)
 
     @property
     def reduction_bytes(self) -> int:

@@ -63,7 +63,7 @@ from hp_core.errors import ConfigError
 from hp_core.importers import ImportedJob, Importer
 from hp_core.markers import hookimpl
 from hp_core.models import model_from_config
-from hp_plugins.importers.megatron_options import megatron_model, pipeline_split, precision_recipe, trainer_options
+from hp_plugins.importers.megatron_options import bf16_layers, megatron_model, pipeline_split, precision_recipe, trainer_options
 from hp_plugins.importers.shell import parse_megatron_args, read_megatron_script
 
 # The vocabularies of tokenizers Megatron-LM names by type alone (megatron/training/tokenizer/tokenizer.py):
@@ -396,6 +396,7 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
     recipe = precision_recipe(a, registry, unmapped)
     if recipe is not None:
         precision["recipe"] = recipe
+    precision.update(bf16_layers(a, recipe, unmapped))
     document: dict[str, Any] = {
         "model": {"name": name, "layers": [{"kind": g.kind, "count": g.count, "config": attrs.asdict(g.config)}
                                            for g in model.layers]},

@@ -316,6 +316,20 @@ def precision_recipe(a: Any, registry: Any, unmapped: list[str]) -> str | None:
     return recipe.name
 
 
+def bf16_layers(a: Any, recipe: str | None, unmapped: list[str]) -> dict[str, int]:
+    """``--first-last-layers-bf16`` with ``--num-layers-at-start-in-bf16`` / ``--num-layers-at-end-in-bf16`` (each 1
+    by default: Megatron-Core ``TransformerConfig`` at NVIDIA/Megatron-LM@d98e8a6) as the precision's
+    ``high_precision_layers_at_start`` / ``_at_end``; nothing where the flag is absent (the counts are then not read
+    by Megatron-Core) or no low-precision recipe is stated (nothing is quantized to keep in bf16)."""
+    start, end = a.value("num-layers-at-start-in-bf16", int, 1), a.value("num-layers-at-end-in-bf16", int, 1)
+    if not a.flag("first-last-layers-bf16"):
+        return {}
+    if recipe is None:
+        unmapped.append("--first-last-layers-bf16: no --fp8-format or --fp4-format, so no layer is quantized; ignored")
+        return {}
+    return {"high_precision_layers_at_start": start, "high_precision_layers_at_end": end}
+
+
 # arguments.py: --position-embedding-type choices (learned_absolute, the default, keeps a table).
 _POSITIONS = ("learned_absolute", "rope", "mrope", "relative", "none")
 # arguments.py: --normalization choices and default (LayerNorm), as hp's norm names.

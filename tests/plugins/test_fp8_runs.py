@@ -81,11 +81,12 @@ def test_precision_page_prose_states_the_table_s_figures():
 
 def test_gb200_rows_state_their_release_config_and_the_page_states_their_figures():
     """The DGX-GB200 Llama rows: each the exact summary row of the archive line it names, the layout its V2 config
-    sets, held out; the page's GB200 bullet pinned to today's figures."""
+    sets, held out; the page's GB200 bullet pinned to today's figures. The NVFP4 rows (added later) have their own
+    test below."""
     data = _data()
     rows = [r for r in data["rows"] if r["hardware"] == "gb200"]
-    assert len(rows) == 16 and all(r["split"] == "held_out" and r["source"] in data["sources"] for r in rows)
-    tflops = []  # each row's reported model TFLOP/s per GPU
+    assert len(rows) == 24 and all(r["split"] == "held_out" and r["source"] in data["sources"] for r in rows)
+    tflops = []  # each FP8-CS and MXFP8 row's reported model TFLOP/s per GPU
     for row in rows:
         head, table = row["row"].split(": ", 1)
         cells = [c.strip() for c in table.strip("|").split("|")]
@@ -101,7 +102,8 @@ def test_gb200_rows_state_their_release_config_and_the_page_states_their_figures
             # System, #-GPUs, Precision, GBS, MBS, Sequence Length, FSDP, TP, PP, CP, VP, EP, tokens/s/GPU, TFLOP/s/GPU;
             # 26.06's section states no FSDP column.
             assert len(cells) == (13 if row["id"].startswith("mb26.06-") else 14), row["id"]
-            assert cells[0] == "DGX-GB200" and cells[2] == {"mxfp8": "MXFP8", "fp8-megatron-param-gather": "FP8"}[row["recipe"]]
+            assert cells[0] == "DGX-GB200" and cells[2] == {"mxfp8": "MXFP8", "fp8-megatron-param-gather": "FP8",
+                                                             "nvfp4": "NVFP4"}[row["recipe"]]
             tokens = int(cells[-2])
         assert int(cells[1]) == row["gpus"] and int(cells[3]) == row["global_batch_size"]
         assert int(cells[4]) == row["micro_batch_size"] and int(cells[5]) == row["seq_len"]
@@ -109,7 +111,8 @@ def test_gb200_rows_state_their_release_config_and_the_page_states_their_figures
         layout = [1 if c == "n/a" else int(c) for c in cells[-7:-3]]
         assert layout == [row["tp"], row["pp"], row["cp"], row["vpp"]], row["id"]
         assert tokens == row["tokens_per_second_per_gpu"], row["id"]
-        tflops.append(int(cells[-1].split()[1].strip("()")) if row["recipe"] == "mxfp8" and "(" in cells[-1] else int(cells[-1].split()[0]))
+        if row["recipe"] != "nvfp4":
+            tflops.append(int(cells[-1].split()[1].strip("()")) if row["recipe"] == "mxfp8" and "(" in cells[-1] else int(cells[-1].split()[0]))
         assert row["config"].split(" ")[0] in data["sources"][row["source"]] and row["not_priced"]
     by_id = {r["id"]: r for r in rows}
     # GBS * seq / (tokens/s/GPU * GPUs): 1,536 x 8,192 / (864 x 256) = 56.889 s.
@@ -136,7 +139,7 @@ def test_gb200_rows_state_their_release_config_and_the_page_states_their_figures
     assert graphed == pytest.approx(eager, rel=1e-9)
     assert f"state it from their config ({graphed[0]:.3f} s and {graphed[1]:.3f} s as run either way)" in \
         " ".join((ROOT / "docs" / "time.md").read_text(encoding="utf-8").split())
-    assert len(data["rows_skipped_gb200"]) == 9 and all(r["why"] for r in data["rows_skipped_gb200"])
+    assert len(data["rows_skipped_gb200"]) == 10 and all(r["why"] for r in data["rows_skipped_gb200"])
     found = [r for r in _module().results() if r["hardware"] == "gb200"]
     ran = [r["as_run_error"] for r in found]
     prose = _prose(_page())
@@ -145,10 +148,14 @@ def test_gb200_rows_state_their_release_config_and_the_page_states_their_figures
     new = {r["id"]: r["as_run_error"] for r in found if r["id"].startswith(("mb26.06-", "mb25.11-"))}
     assert (f"held out like the rest: {new['mb26.06-gb200-llama31-405b-fp8']:+.1%} and "
             f"{new['mb26.06-gb200-llama31-405b-mxfp8']:+.1%} as run") in prose
-    before = [r for r in found if not r["id"].startswith(("mb26.06-", "mb25.11-"))]
+    # The class as it grew: 12 rows, then 16 with 26.06's and 25.11's FP8-CS and MXFP8 rows, then 24 with the NVFP4 rows.
+    sixteen = [r for r in found if r["recipe"] != "nvfp4"]
+    before = [r for r in sixteen if not r["id"].startswith(("mb26.06-", "mb25.11-"))]
     mae = lambda rows, key: sum(abs(r[key]) for r in rows) / len(rows)  # noqa: E731
+    assert len(before) == 12 and len(sixteen) == 16 and len(found) == 24
     assert (f"the class moved from {len(before)} rows, defaults {mae(before, 'error'):.1%}, as run {mae(before, 'as_run_error'):.1%} "
-            f"mean absolute error, to {len(found)} rows, {mae(found, 'error'):.1%} and {mae(found, 'as_run_error'):.1%})") in prose
+            f"mean absolute error, to {len(sixteen)} rows, {mae(sixteen, 'error'):.1%} and {mae(sixteen, 'as_run_error'):.1%}; "
+            f"with the eight NVFP4 rows below, to {len(found)} rows, {mae(found, 'error'):.1%} and {mae(found, 'as_run_error'):.1%})") in prose
     assert (f"held out: {new['mb25.11-gb200-llama3-8b-fp8cs']:+.1%} and {new['mb25.11-gb200-llama3-8b-mxfp8']:+.1%} as run; "
             f"with those four the class moved") in prose
     fp8 = [r["as_run_error"] for r in found if "405b-fp8" in r["id"] and not r["id"].startswith("mb26.06-")]

@@ -206,6 +206,20 @@ def test_the_page_states_the_gb300_llama_rows_figures():
     assert (f"The runs were {min(measured):.2f} to {max(measured):.2f} times faster than the GB200 rows of the same container, "
             f"model and recipe (each at its own layout: {len(pairs)} pairs), where hp prices them {min(priced):.2f} to "
             f"{max(priced):.2f} times faster") in prose
+    # Those pairs before the GB200 NVFP4 rows joined, and the NVFP4 pairs by model.
+    old = [(g, r) for g, r in pairs if r["recipe"] != "nvfp4"]
+    ratio = lambda chosen, key: [g[key] / r[key] for g, r in chosen]  # noqa: E731
+    assert (f"(Before the GB200 NVFP4 rows joined, {len(old)} pairs: {min(ratio(old, 'measured_seconds')):.2f} to "
+            f"{max(ratio(old, 'measured_seconds')):.2f} measured, {min(ratio(old, 'as_run_seconds')):.2f} to "
+            f"{max(ratio(old, 'as_run_seconds')):.2f} priced.") in prose
+    nv = {size: [(g, r) for g, r in pairs if r["recipe"] == "nvfp4" and size in r["id"]] for size in ("-70b-", "-405b-")}
+    assert len(nv["-70b-"]) + len(nv["-405b-"]) == len(pairs) - len(old) == 7
+    span = lambda chosen, key: f"{min(ratio(chosen, key)):.2f} to {max(ratio(chosen, key)):.2f}"  # noqa: E731
+    single = lambda chosen: {f"{x:.2f}" for x in ratio(chosen, "as_run_seconds")}  # noqa: E731
+    assert len(single(nv["-70b-"])) == len(single(nv["-405b-"])) == 1
+    assert (f"Their seven pairs are the 70B ones, {span(nv['-70b-'], 'measured_seconds')} times faster measured against "
+            f"{single(nv['-70b-']).pop()} priced, and the 405B ones, {span(nv['-405b-'], 'measured_seconds')} against "
+            f"{single(nv['-405b-']).pop()}") in prose
     # NVFP4 against MXFP8 in the same container and model.
     nv = [(found[r["id"].replace("-nvfp4", "-mxfp8")], r) for r in gb300 if r["recipe"] == "nvfp4"]
     ran_ratio = [m["measured_seconds"] / n["measured_seconds"] for m, n in nv]

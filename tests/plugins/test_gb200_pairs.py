@@ -144,3 +144,8 @@ def test_what_remains_states_the_ranges(scripts, data, section, reg):
             f"{max(q235):+.1%} (Qwen3-235B-A22B;") in section
     assert f"and {min(grok):+.1%} to {max(grok):+.1%} (Grok-1's FP8)" in section
     assert f"Megatron-Bridge's dense GB200 rows {min(dense):+.1%} to {max(dense):+.1%} as run" in section
+    fp8 = [r["as_run_error"] for r in runs.results(reg) if r["hardware"] == "gb200" and r["recipe"] != "nvfp4"]
+    assert f"(its FP8-CS and MXFP8 rows {min(fp8):+.1%} to {max(fp8):+.1%};" in section
+    nvfp4 = [r["as_run_error"] for r in runs.results(reg) if r["hardware"] == "gb200" and r["recipe"] == "nvfp4"]
+    assert max(map(abs, fp8)) <= 0.10 and "FP8-CS and MXFP8 rows are now within 10% as run" in section
+    assert f"(the NVFP4 rows added since, {sum(abs(e) <= 0.10 for e in nvfp4)} of {len(nvfp4)}:" in section

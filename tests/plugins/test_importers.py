@@ -99,13 +99,13 @@ def test_every_plan_the_exporter_writes_imports_back_as_the_same_plan(registry, 
 
 
 def test_megatron_args_text_with_devices_and_unmapped_flags(capsys):
-    status, out, err = run(capsys, "estimate", "--from", "megatron-args", SMALL + " --first-last-layers-bf16 --lr 1e-4",
+    status, out, err = run(capsys, "estimate", "--from", "megatron-args", SMALL + " --fp8-wgrad --lr 1e-4",
                            "--devices", "16", "--json")
     assert status == 0
     doc = json.loads(out)
     assert (doc["layout"]["dp"], doc["layout"]["tp"], doc["layout"]["pp"]) == (4, 2, 2)
     assert doc["provenance"]["runtime_options"]["cross_entropy_fusion"] is False  # Megatron's default: unfused
-    assert err == "hp estimate: warning: --first-last-layers-bf16: not mapped\n"  # --lr changes nothing priced: quiet
+    assert err == "hp estimate: warning: --fp8-wgrad: not mapped\n"  # --lr changes nothing priced: quiet
 
 
 def test_grad_reduce_in_bf16_imports_as_the_runtime_option(registry):

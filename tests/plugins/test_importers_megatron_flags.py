@@ -405,3 +405,28 @@ def test_every_split_megatron_accepts_places_every_layer_once(layers, pp, vpp, f
         assert sum(counts[0::pp]) == first
     if last is not None and pp > 1:
         assert sum(counts[pp - 1::pp]) == last
+
+
+def test_first_last_layers_bf16_imports_as_the_high_precision_layer_counts(registry):
+    # Megatron-Core's defaults: one layer at each end (TransformerConfig at NVIDIA/Megatron-LM@d98e8a6).
+    job = _imported(registry, SMALL + " --fp8-format hybrid --fp8-recipe tensorwise --first-last-layers-bf16")
+    precision = job.document["precision"]
+    assert (precision["high_precision_layers_at_start"], precision["high_precision_layers_at_end"]) == (1, 1)
+    job = _imported(registry, SMALL + " --fp8-format e4m3 --fp8-recipe mxfp8 --first-last-layers-bf16 "
+                                      "--num-layers-at-start-in-bf16 0 --num-layers-at-end-in-bf16 2")
+    precision = job.document["precision"]
+    assert (precision["high_precision_layers_at_start"], precision["high_precision_layers_at_end"]) == (0, 2)
+    # The counts alone are not read by Megatron-Core; the flag without a recipe keeps nothing, said in a line.
+    job = _imported(registry, SMALL + " --fp8-format hybrid --fp8-recipe tensorwise --num-layers-at-end-in-bf16 2")
+    assert "high_precision_layers_at_end" not in job.document["precision"] and not job.unmapped
+    job = _imported(registry, SMALL + " --first-last-layers-bf16")
+    assert "high_precision_layers_at_start" not in job.document.get("precision", {})
+    assert job.unmapped == ("--first-last-layers-bf16: no --fp8-format or --fp4-format, so no layer is quantized; ignored",)
+
+
+def test_the_megatron_export_states_the_bf16_layers(registry, capsys):
+    argv = SMALL + " --fp8-format e4m3 --fp8-recipe mxfp8 --first-last-layers-bf16 --num-layers-at-end-in-bf16 2"
+    assert main(["estimate", "--from", "megatron-args", argv, "--devices", "8", "--hardware", "b200", "--export", "megatron"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("--fp8-format e4m3 --fp8-recipe mxfp8 --first-last-layers-bf16 --num-layers-at-start-in-bf16 1 "
+            "--num-layers-at-end-in-bf16 2") in out

@@ -196,9 +196,14 @@ def search(
             ``interleaved_1f1b`` when ``vpp > 1``.
 
     Raises:
-        ConfigError: An unknown fixed name, a non-positive count, or a runtime
-            without a timing profile.
+        ConfigError: An unknown fixed name, a non-positive count, a runtime
+            without a timing profile, or a precision keeping layers in the
+            compute dtype (not searched: its bounds assume every layer quantized).
     """
+    if precision is not None and (precision.high_precision_layers_at_start or precision.high_precision_layers_at_end):
+        field = "high_precision_layers_at_start" if precision.high_precision_layers_at_start else "high_precision_layers_at_end"
+        raise ConfigError(f"$.precision.{field}", "hp search does not price layers kept in the compute dtype (its bounds "
+                          "take every layer as the recipe quantizes it); estimate such a layout with hp estimate")
     if schedules is not None:
         names = list(dict.fromkeys(schedules))
         if not names:
