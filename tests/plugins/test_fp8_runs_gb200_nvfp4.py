@@ -5,31 +5,17 @@ not_priced list for the same release, held out; the rows left out each with a re
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from repo_script import load_script  # tests/repo_script.py
+from mbridge_rows import ARCHIVE, ROOT  # tests/plugins/mbridge_rows.py
+from mbridge_rows import cells as _cells
+from mbridge_rows import fp8_data as _data
+from mbridge_rows import fp8_runs as _module
 
-ROOT = Path(__file__).resolve().parents[2]
-ARCHIVE = "067f987df03b8355b03192d88d70f1709fedf51a"
 RELEASE = {"26.02": "v0.3.0", "26.02.01": "v0.3.1", "26.04": "v0.4.0", "26.04.01": "v0.4.2", "26.06": "v0.5.0"}
 KEPT = ["mb26.02-gb200-llama3-70b-nvfp4", "mb26.02-gb200-llama31-405b-nvfp4", "mb26.02.01-gb200-llama3-70b-nvfp4",
         "mb26.04-gb200-llama3-70b-nvfp4", "mb26.04-gb200-llama31-405b-nvfp4", "mb26.04.01-gb200-llama3-70b-nvfp4",
         "mb26.04.01-gb200-llama31-405b-nvfp4", "mb26.06-gb200-llama31-405b-nvfp4"]
-
-
-def _module():
-    return load_script("benchmarks/fp8_runs.py")
-
-
-def _data() -> dict:
-    return json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
-
-
-def _cells(text: str) -> list[str]:
-    return [c.strip() for c in text.strip().strip("|").split("|")]
 
 
 def _container(row: dict) -> str:

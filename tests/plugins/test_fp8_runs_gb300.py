@@ -4,29 +4,16 @@ the rows left out each with a reason."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from hp_plugins.importers.megatron_options import parse_layout
-from repo_script import load_script  # tests/repo_script.py
 
-ROOT = Path(__file__).resolve().parents[2]
-ARCHIVE = "067f987df03b8355b03192d88d70f1709fedf51a"
+from mbridge_rows import ARCHIVE, ROOT  # tests/plugins/mbridge_rows.py
+from mbridge_rows import cells as _cells
+from mbridge_rows import fp8_data as _data
+from mbridge_rows import fp8_runs as _module
+
 CONTAINERS = ("26.02", "26.02.01", "26.04", "26.04.01", "26.06")
-
-
-def _module():
-    return load_script("benchmarks/fp8_runs.py")
-
-
-def _data() -> dict:
-    return json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
-
-
-def _cells(text: str) -> list[str]:
-    return [c.strip() for c in text.strip().strip("|").split("|")]
 
 
 def test_the_gb300_llama_rows_state_their_release_config():
