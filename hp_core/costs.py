@@ -324,7 +324,8 @@ class LayerWork:
         frozen_matmul_flops: The part of the forward matmul FLOPs whose weights are frozen (``ParamCount.trainable``
             false): their backward computes the input gradient only (:mod:`hp_core.engine.timing.gemm_seconds`).
         frozen_gemms: Those of :attr:`gemms` whose weights are frozen; frozen FLOPs beyond theirs are FLOPs the layer
-            lists no shape for (grouped, unlisted dense), in proportion (:func:`~hp_core.engine.timing.gemm_seconds.frozen_share`).
+            lists no shape for (grouped, unlisted dense), in proportion, an assumption (not sourced;
+            :func:`~hp_core.engine.timing.gemm_seconds.frozen_share`).
         reruns: ``(switch, Rerun)`` pairs: what recomputing each switch re-runs
             (:class:`Rerun`); a switch not named re-runs nothing beyond
             rewriting what it drops.
