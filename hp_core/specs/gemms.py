@@ -158,21 +158,30 @@ class GemmTable:
         key = (grouped, gemms)
         if key in self._found:
             return self._found[key]
-        listed = covered = forward = backward = wgrad = 0.0
+        terms = []
         for gemm in gemms:
             experts, shape = (gemm[0], gemm[1:]) if grouped else (0, gemm)
-            flops = 2.0 * max(experts, 1) * shape[0] * shape[1] * shape[2]
-            listed += flops
-            found = self.pass_efficiencies(*shape, experts=experts)
-            if found is None:
-                continue
-            e_fwd, e_dgrad, e_wgrad = found
-            covered += flops
-            forward += flops / e_fwd
-            backward += flops / e_dgrad + flops / e_wgrad
-            wgrad += flops / e_wgrad
-        self._found[key] = result = (listed, covered, forward, backward, wgrad)
+            terms.append((2.0 * max(experts, 1) * shape[0] * shape[1] * shape[2],
+                          self.pass_efficiencies(*shape, experts=experts)))
+        self._found[key] = result = _sum_passes(terms)
         return result
+
+
+def _sum_passes(terms: Any) -> tuple[float, float, float, float, float]:
+    """``(listed, covered, forward, backward, weight-gradient)`` over ``(forward FLOPs, pass efficiencies)`` pairs:
+    every GEMM's FLOPs listed, those with ``(fprop, dgrad, wgrad)`` efficiencies (not ``None``) covered, each pass's
+    FLOPs over its efficiency summed (times ``1 / peak`` is seconds); the backward is dgrad plus wgrad."""
+    listed = covered = forward = backward = wgrad = 0.0
+    for flops, passes in terms:
+        listed += flops
+        if passes is None:
+            continue
+        e_fwd, e_dgrad, e_wgrad = passes
+        covered += flops
+        forward += flops / e_fwd
+        backward += flops / e_dgrad + flops / e_wgrad
+        wgrad += flops / e_wgrad
+    return listed, covered, forward, backward, wgrad
 
 
 def _axis(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -257,14 +266,8 @@ class GemmShapeScale:
         """:meth:`price`'s three figures and the weight-gradient GEMMs' part of its ``backward`` (cached)."""
         if gemms in self._found:
             return self._found[gemms]
-        listed = forward = backward = wgrad = 0.0
-        for rows, fan_out, fan_in in gemms:
-            flops = 2.0 * rows * fan_out * fan_in
-            listed += flops
-            f_fwd, f_dgrad, f_wgrad = self.pass_factors(rows, fan_out, fan_in)
-            forward += flops / f_fwd
-            backward += flops / f_dgrad + flops / f_wgrad
-            wgrad += flops / f_wgrad
+        listed, _, forward, backward, wgrad = _sum_passes(
+            (2.0 * rows * fan_out * fan_in, self.pass_factors(rows, fan_out, fan_in)) for rows, fan_out, fan_in in gemms)
         self._found[gemms] = result = (listed, forward, backward, wgrad)
         return result
 
@@ -342,15 +345,9 @@ class MachineGemms:
         key = (grouped, gemms)
         if key in self._found:
             return self._found[key]
-        listed = forward = backward = wgrad = 0.0
+        terms = []
         for gemm in gemms:
             experts, shape = (gemm[0], tuple(gemm[1:])) if grouped else (0, tuple(gemm))
-            flops = 2.0 * max(experts, 1) * shape[0] * shape[1] * shape[2]
-            e_fwd, e_dgrad, e_wgrad = self._efficiencies(shape, experts)
-            listed += flops
-            forward += flops / e_fwd
-            backward += flops / e_dgrad + flops / e_wgrad
-            wgrad += flops / e_wgrad
-        result = (listed, listed, forward, backward, wgrad)
-        self._found[key] = result
+            terms.append((2.0 * max(experts, 1) * shape[0] * shape[1] * shape[2], self._efficiencies(shape, experts)))
+        self._found[key] = result = _sum_passes(terms)  # every GEMM priced: covered is listed
         return result
