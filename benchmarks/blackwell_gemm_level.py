@@ -171,9 +171,14 @@ def large_gemm_speedup() -> tuple[float, list[dict]]:
 def gb200_rate_scale() -> float:
     """GB200's GEMM rate against the B200's in fractions of their peaks: MAMF's best bf16 rates (one script, one author)
     over the peaks' ratio, ``(1822.0 / 1745.0) / (2500 / 2250)``: the ``gb200`` preset's ``gemm_rate_scale``."""
+    return _mamf_rate_scale("gb200")
+
+
+def _mamf_rate_scale(name: str) -> float:
+    """Preset *name*'s MAMF bf16 rate over the B200's, over their bf16 peaks' ratio."""
     found = {r["hp_preset"]: measured_flops_per_second(r) for r in load()["records"]
              if r["source"] == "mamf" and r["dtype"] == "bf16"}
-    return (found["gb200"] / found["b200"]) / (_preset("gb200").peak_flops["bf16"] / _preset("b200").peak_flops["bf16"])
+    return (found[name] / found["b200"]) / (_preset(name).peak_flops["bf16"] / _preset("b200").peak_flops["bf16"])
 
 
 # The sizes of Transformer Engine's per-layer GEMMs in its gemm_profiling tutorial (a 5B model, hidden 4096,
@@ -196,8 +201,7 @@ def b200_nvfp4_speedup() -> tuple[float, list[str]]:
 def b300_rate_scale() -> float:
     """The B300's GEMM rate against the B200's in fractions of their peaks, MAMF's best bf16 rates over the peaks'
     ratio, ``(1769.0 / 1745.0) / (2250 / 2250)``: the ``b300`` preset's ``gemm_rate_scale``."""
-    found = _mamf_bf16()
-    return (found["b300"] / found["b200"]) / (_preset("b300").peak_flops["bf16"] / _preset("b200").peak_flops["bf16"])
+    return _mamf_rate_scale("b300")
 
 
 def gb300_rate_scale() -> tuple[float, list[dict]]:
@@ -206,10 +210,6 @@ def gb300_rate_scale() -> tuple[float, list[dict]]:
     so the preset states no ``large_gemm_speedup``), and those records' evaluations."""
     chosen = [evaluate(r) for r in load()["records"] if r["hp_preset"] == "gb300" and r["source"] == "meta_tlx_740"]
     return statistics.median(x["ratio"] for x in chosen), chosen
-
-
-def _mamf_bf16() -> dict[str, float]:
-    return {r["hp_preset"]: measured_flops_per_second(r) for r in load()["records"] if r["source"] == "mamf" and r["dtype"] == "bf16"}
 
 
 def _shape(record: dict) -> str:
