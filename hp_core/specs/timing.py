@@ -31,13 +31,15 @@ from hp_core.specs.gemms import GEMM_PASSES, GemmShapeScale, GemmTable
 from hp_core.specs.overlap import HostOverhead, OverlapSchedule
 
 __all__ = ["ALL_REDUCE_ALGORITHMS", "CommOverlap", "DeviceEfficiency", "GEMM_PASSES", "GemmShapeScale", "GemmTable",
-           "MoePermutation", "ROUTER_REFERENCE_ELEMENTS", "Sourced", "TimingProfile"]
+           "MOE_PERMUTE_TOKENS", "MoePermutation", "ROUTER_REFERENCE_ELEMENTS", "Sourced", "TimingProfile"]
 
 # NCCL's all-reduce algorithms (hp_core.collectives): ``ring`` (bandwidth-optimal,
 # latency grows with n), ``tree`` (double binary tree, latency grows with log n),
 # ``hierarchical`` (within the node, across nodes, within again), ``nvls`` (NVLink SHARP
 # where the hardware states it) and ``auto`` (the fastest of them, as NCCL's tuner picks).
 ALL_REDUCE_ALGORITHMS = ("ring", "tree", "hierarchical", "nvls", "auto")
+# TimingProfile.moe_permute_tokens: the layer's own tokens, or those a de-duplicating dispatch delivers.
+MOE_PERMUTE_TOKENS = ("own", "received")
 # The routed tokens times experts of one micro-batch at which the router figures are
 # measured (DeepSeek-V2: 4096 tokens, 160 experts); a layer's router time scales with its own.
 ROUTER_REFERENCE_ELEMENTS = 4096 * 160
@@ -390,6 +392,7 @@ class TimingProfile:
             a write) per direction of an MoE layer: permute, sort, unsort, unpermute.
         moe_permutation: The MoE layer's permutation counted op by op (:class:`MoePermutation`), in place of
             ``moe_permute_passes``; ``None``: the passes price it.
+        moe_permute_tokens: The passes' token side: ``own`` or ``received`` (``elementwise.received_copies``).
         optimizer_grad_passes: Passes over the gradient shard beyond the
             optimizer's own read (the global-norm read, the clip's read and write).
         optimizer_grad_bytes: The gradient width the step reads and clips (Megatron's fp32 main gradients), the shard
@@ -465,6 +468,7 @@ class TimingProfile:
     attention_block_tokens: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_at_least_one))
     moe_permutation: MoePermutation | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(MoePermutation)))
+    moe_permute_tokens: str = attrs.field(default="own", validator=attrs.validators.in_(MOE_PERMUTE_TOKENS))
 
     def __attrs_post_init__(self) -> None:
         if not self.devices:

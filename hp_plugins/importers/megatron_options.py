@@ -183,6 +183,11 @@ def trainer_options(a: Any, pp: int, vpp: int, ep: int, unmapped: list[str]) -> 
         if options["ep_all_to_all"] == "hybridep" and sms not in (None, 32):  # hp_plugins/collectives/hybridep.py
             unmapped.append(f"--moe-hybridep-num-sms {sms}: priced at HybridEP's published figures for 32 SMs over "
                             "NVLink and 16 across nodes")
+        if options["ep_all_to_all"] == "hybridep" and a.flag("moe-permute-fusion-into-hybridep"):
+            # transformer_config.py moe_permute_fusion_into_hybridep (NVIDIA/Megatron-LM 8c5cf05): the permute
+            # runs inside HybridEP's dispatch kernel; hp prices the flex dispatcher's separate pass each way.
+            unmapped.append("--moe-permute-fusion-into-hybridep: priced with HybridEP's permute as its own pass each "
+                            "way (the flex dispatcher's unfused default)")
     elif dispatcher == "allgather" and ep > 1:
         unmapped.append("--moe-token-dispatcher-type allgather (Megatron's default): priced as the all-to-all "
                         "dispatcher's traffic")

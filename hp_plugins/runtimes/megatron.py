@@ -52,6 +52,7 @@ from hp_core.results import MemoryBreakdown
 from hp_core.runtime_options import RuntimeOption, field_option, trait_option
 from hp_core.specs.overlap import schedule_option
 from hp_core.specs.precision import PrecisionSpec
+from hp_core.specs.timing import Sourced
 from hp_core.types import Runtime
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
 from hp_plugins.runtimes.time_options import cuda_graphs_option, ep_all_to_all_option
@@ -63,6 +64,20 @@ _TE_WORKSPACE_BYTES = 32 * 2**20 + 1024
 
 
 _ARGS = "Megatron-LM megatron/training/arguments.py"
+# Megatron-Core's flex dispatcher permutes after the de-duplicating dispatch and unpermutes before the combine, one
+# pass each way over the tokens the rank received (docs/time.md, "The model"): in place of the alltoall dispatcher's
+# four passes (the profile's moe_permute_passes).
+_FLEX_PERMUTATION = (
+    "megatron/core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher (NVIDIA/Megatron-LM core_v0.16.0 to "
+    "d98e8a6): under DeepEP _DeepepManager.get_permuted_hidden_states_by_experts permutes the received tokens into "
+    "expert order (permute, one pass) and get_restored_hidden_states_by_experts unpermutes them (one pass); under "
+    "HybridEP (_HybridEPManager, since 3df2009, 2025-11-18) fused_a2a.py HybridEPDispatch runs "
+    "HybridEPBuffer.dispatch_with_permute and combine_with_unpermute, the permute HybridEP's own pass over the "
+    "received buffer (fused into the dispatch kernel only under --moe-permute-fusion-into-hybridep, 8c5cf05, "
+    "2026-04-28, off by default, not priced); no sort_chunks_by_idxs pass on either"
+)
+_FLEX_PASSES = Sourced(2, "the flex dispatcher's permute and unpermute, one pass each over the tokens the rank "
+                          "receives: " + _FLEX_PERMUTATION)
 
 
 def _attention_backend(runtime: Runtime, value: str) -> Runtime:
@@ -218,7 +233,11 @@ OPTIONS = (
     ),
     ep_all_to_all_option(f"{_ARGS} --moe-token-dispatcher-type flex --moe-enable-deepep, or --moe-flex-dispatcher-backend "
                          "hybridep (megatron/core/transformer/moe/fused_a2a.py); DeepEP docs/legacy.md "
-                         "(deepseek-ai/DeepEP@0297fc8); DeepEP docs/README_Hybrid-EP.md (deepseek-ai/DeepEP@41cad94)"),
+                         "(deepseek-ai/DeepEP@0297fc8); DeepEP docs/README_Hybrid-EP.md (deepseek-ai/DeepEP@41cad94); "
+                         + _FLEX_PERMUTATION,
+                         library_permutation=(("deepep", _FLEX_PASSES, "received"), ("hybridep", _FLEX_PASSES, "received")),
+                         permutation_note="under deepep or hybridep the flex dispatcher permutes the tokens a rank "
+                                          "receives once each way (2 passes; the alltoall dispatcher's 4 under nccl)"),
     cuda_graphs_option(
         "Megatron-Core core_v0.12.0 (NVIDIA/Megatron-LM@d580efc): TransformerConfig.enable_cuda_graph makes "
         "TransformerLayer.__call__ run through CudaGraphManager (transformer/transformer_layer.py), which captures the "

@@ -13,6 +13,7 @@ import attrs
 
 from hp_core.runtime_options import RuntimeOption, trait_chooser
 from hp_core.specs.overlap import CUDA_GRAPH_SCOPES
+from hp_core.specs.timing import Sourced
 from hp_core.types import Runtime
 from hp_plugins.runtimes.timing_profiles import EAGER_ACCESSES, FUSED_ACCESSES
 
@@ -85,25 +86,38 @@ _LIBRARY_MODELS = ("deepep", "hybridep")
 class _AllToAll:
     """``ep_all_to_all``: ``deepep`` and ``hybridep`` name the collective model of that name; ``nccl`` (the
     default) keeps the collective model the timing profile states (a third party's, or the built-in NCCL one where
-    it states none), and only drops ``deepep`` or ``hybridep`` where the profile named it."""
+    it states none), and only drops ``deepep`` or ``hybridep`` where the profile named it.
+
+    *library_permutation*: where the trainer permutes tokens otherwise under a library's dispatch, the passes that
+    library's dispatcher makes and their token side (``TimingProfile.moe_permute_passes`` and
+    ``moe_permute_tokens``); a library it does not name keeps the profile's."""
+
+    library_permutation: tuple[tuple[str, Sourced, str], ...] = ()
 
     def __call__(self, runtime: Runtime, value: str) -> Runtime:
         stated = runtime.timing.collective_model
         model = value if value in _LIBRARY_MODELS else (None if stated in _LIBRARY_MODELS else stated)
-        if model == stated:
-            return runtime
-        return attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, collective_model=model))
+        timing = runtime.timing
+        if model != stated:
+            timing = attrs.evolve(timing, collective_model=model)
+        for library, passes, tokens in self.library_permutation:
+            if library == value:
+                timing = attrs.evolve(timing, moe_permute_passes=passes, moe_permute_tokens=tokens)
+        return runtime if timing is runtime.timing else attrs.evolve(runtime, timing=timing)
 
 
-def ep_all_to_all_option(source: str) -> RuntimeOption:
-    """``ep_all_to_all``: ``nccl`` (the default), ``deepep`` or ``hybridep`` (the collective model of that name)."""
+def ep_all_to_all_option(source: str, library_permutation: tuple[tuple[str, Sourced, str], ...] = (),
+                         permutation_note: str = "") -> RuntimeOption:
+    """``ep_all_to_all``: ``nccl`` (the default), ``deepep`` or ``hybridep`` (the collective model of that name);
+    *library_permutation* ``(library, passes, token side)``: the trainer's token permutation under that library
+    (:class:`_AllToAll`), *permutation_note* what the option's description says of it."""
     return RuntimeOption(
         "ep_all_to_all", "choice", "nccl",
         "the library of the expert-parallel dispatch and combine: nccl (all_to_all_single), deepep (DeepEP's normal "
         "kernels at their published NVLink and RDMA bandwidths, collective model deepep) or hybridep (NVIDIA's "
         "HybridEP at its published Torch API bandwidths, collective model hybridep); deepep and hybridep price every "
-        "all-to-all of the run",
-        source, _AllToAll(), choices=("nccl", "deepep", "hybridep"),
+        "all-to-all of the run" + (f"; {permutation_note}" if permutation_note else ""),
+        source, _AllToAll(tuple(library_permutation)), choices=("nccl", "deepep", "hybridep"),
     )
 
 

@@ -679,6 +679,42 @@ def test_moe_permutation_traffic_reads_and_writes_the_layers_own_tokens_at_the_e
     assert timed.forward_seconds == pytest.approx(1e-4 + 38e6 / (MEMORY_BW * 0.25))
 
 
+def test_a_received_token_side_reads_and_writes_the_tokens_a_de_duplicating_dispatch_delivers():
+    from hp_core.collectives import Routing
+    from hp_core.costs import Collective, LayerCost, LayerWork
+    from hp_core.engine.timing.elementwise import received_copies
+    from hp_core.engine.timing.rates import _rates
+    from hp_core.errors import ConfigError
+
+    cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0)
+    routing = Routing(experts=16, top_k=2)
+    a2a = Collective("ep", "all_to_all", 2e6, 2, 2, routing=routing)
+    shape = LayerWork(permute_bytes=2e6, permute_input_bytes=1e6, collectives=(a2a,))
+    profile = attrs.evolve(TOY_PROFILE, moe_permute_passes=_figure(2), moe_permute_tokens="received")
+    rates = _rates(ParallelSpec(dp=4, ep=4, seq_len=1024, micro_batch_size=1), TOY_DEVICE_SPEC, profile, PrecisionSpec(), "flash")
+    # 16 experts over 4 ranks, top-2: a rank's 4 experts both missed with probability C(12,2)/C(16,2) = 66/120, so a
+    # token reaches 4 * 54/120 = 1.8 ranks; the rank receives 1.8 MB of tokens.
+    assert received_copies(shape, rates) == pytest.approx(1.8)
+    memory = MEMORY_BW * 0.5
+    from hp_core.engine.timing.layer import _layer_time
+    # Permute: read the 1.8 MB received, write the 2 MB of routed rows; unpermute: read 2, write 1.8 = 7.6 MB.
+    flex = _layer_time(cost, shape, False, frozenset(), rates)
+    assert flex.forward_seconds == pytest.approx(7.6e6 / memory) and flex.backward_seconds == pytest.approx(flex.forward_seconds)
+    # The layer's own tokens (the default token side): 1 + 2 + 2 + 1 = 6 MB.
+    own = _rates(ParallelSpec(dp=4, ep=4, seq_len=1024, micro_batch_size=1), TOY_DEVICE_SPEC,
+                 attrs.evolve(profile, moe_permute_tokens="own"), PrecisionSpec(), "flash")
+    assert _layer_time(cost, shape, False, frozenset(), own).forward_seconds == pytest.approx(6e6 / memory)
+    # Without expert parallelism a rank receives its own tokens.
+    alone = _rates(ParallelSpec(dp=4, seq_len=1024, micro_batch_size=1), TOY_DEVICE_SPEC, profile, PrecisionSpec(), "flash")
+    assert received_copies(shape, alone) == 1.0
+    # An expert all-to-all stating no routing: the copies are unknown, refused rather than taken as one.
+    blind = attrs.evolve(shape, collectives=(attrs.evolve(a2a, routing=None),))
+    with pytest.raises(ConfigError, match="states no token routing"):
+        received_copies(blind, rates)
+    with pytest.raises(ValueError):
+        attrs.evolve(profile, moe_permute_tokens="sent")
+
+
 def test_a_counted_moe_permutation_prices_each_direction_at_the_memory_bandwidth():
     from hp_core.costs import LayerCost, LayerWork
     from hp_core.engine.timing.layer import _layer_time

@@ -418,7 +418,8 @@ def test_precision_page_moe_table_is_current_and_its_prose_states_its_figures():
             and r["layout"]["hardware"] in ("h100-sxm", "b200")]
     assert f"At micro-batch 1 it is {min(one):+.2f} to {max(one):+.2f} ms on {len(one)} held-out H100 and B200 rows (" \
            f"{by_id['mb26.02-h100-qwen3-30b-a3b-fp8cs']['shortfall_per_layer_seconds'] * 1e3:+.2f} ms" in prose
-    assert f"at micro-batch 4, {max(four):+.2f} to {min(four):+.2f} ms" in prose and min(one) > 0 > max(four)
+    # Micro-batch 4 straddles zero since the flex dispatcher's permutation (-0.69 to -0.90 ms before).
+    assert f"at micro-batch 4, {min(four):+.2f} to {max(four):+.2f} ms" in prose and min(one) > 0 and min(four) < 0 < max(four)
     b200_mlp = by_id["mb26.04.01-b200-deepseek-v3-mxfp8"]
     assert f"{b200_mlp['shortfall_per_layer_seconds'] * 1e3:+.2f} ms DeepSeek-V3's B200 row of 26.04.01 at PP 8 VP 2" in prose
     every_gb200 = [r for r in found if r["class"] == "Megatron-Core MoE, GB200"]
@@ -531,13 +532,14 @@ def test_qwen3_gb200_rows_state_their_layout_and_the_page_states_their_figures()
 
     registry = api.build_registry()
     compute = runs.price_moe(rows["mb26.04.01-gb200-qwen3-235b-a22b-mxfp8"], registry).compute_seconds
-    assert f"hp's compute alone, {compute:.3f} s, is more than the measured steps" in prose
-    assert compute > max(r["measured_seconds"] for r in q235)
+    # More than every measured step until the flex dispatcher's permutation (2026-12-02); now among them.
+    assert f"hp's compute alone, {compute:.3f} s, is as long as the measured steps" in prose
+    assert min(r["measured_seconds"] for r in q235) < compute < max(r["measured_seconds"] for r in q235)
     # The host floor's share: the same rows with no floor at all (cuda_graphs full_iteration lifts it from every layer).
     eager = api.apply_options(registry.runtime("megatron"), {"cuda_graphs": "full_iteration"})
     floorless = {k: runs.price_moe(rows[k], registry, base_runtime=eager) for k in rows if "235b" in k}
     floor = compute - floorless["mb26.04.01-gb200-qwen3-235b-a22b-mxfp8"].compute_seconds
-    assert f"{floor:.3f} s of it the host floor" in prose and floor == pytest.approx(3.595, abs=5e-4)
+    assert f"{floor:.3f} s of it the host floor" in prose and floor == pytest.approx(4.037, abs=5e-4)
     bare = [floorless[k].step_seconds / found[k]["measured_seconds"] - 1 for k in floorless]
     assert f"with no floor at all they would be {min(bare):+.1%} to {max(bare):+.1%}" in prose
     assert f"{floor:.3f} s of their {min(r['estimated_seconds'] for r in q235):.3f}-{max(r['estimated_seconds'] for r in q235):.3f} s price" \

@@ -230,7 +230,9 @@ def test_the_page_states_the_gb300_and_b300_moe_rows_figures():
     gb300, b300 = "Megatron-Core MoE, GB300", "Megatron-Core MoE, B300"
     assert (f"Qwen3 30B-A3B {span(gb300, 'qwen3-30b-a3b')}, 235B-A22B {span(gb300, 'qwen3-235b-a22b')}, DeepSeek-V3 "
             f"{span(gb300, 'deepseek-v3')}") in prose
-    assert all(r["error"] > 0 for r in found.values() if r["class"] == gb300)  # every GB300 row priced slow
+    # Every GB300 235B-A22B and DeepSeek-V3 row priced slow (the 30B-A3B rows too before the flex dispatcher's
+    # permutation, 2026-12-02: +5.5% to +10.2%).
+    assert all(r["error"] > 0 for r in found.values() if r["class"] == gb300 and r["layout"]["model"] != "qwen3-30b-a3b")
     pp16 = span(b300, "deepseek-v3", lambda r: r["layout"]["pp"] == 16)
     pp8 = [found[f"mb{c}-b300-deepseek-v3-mxfp8"]["error"] for c in ("26.04.01", "26.06")]
     assert (f"On B300: Qwen3 30B-A3B {span(b300, 'qwen3-30b-a3b')}; DeepSeek-V3 {pp16} at PP 16 (26.02 to 26.04) and "

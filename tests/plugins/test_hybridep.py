@@ -144,3 +144,40 @@ def test_the_option_switches_the_collective_model(registry):
     for name in ("fsdp2", "megatron"):
         option = next(o for o in registry.runtime(name).options if o.name == "ep_all_to_all")
         assert option.choices == ("nccl", "deepep", "hybridep") and "README_Hybrid-EP.md" in option.source
+
+
+def test_megatrons_flex_dispatcher_permutes_the_received_tokens_once_each_way(registry):
+    from hp_core.engine.timing.rates import _rates
+
+    megatron = registry.runtime("megatron")
+    assert megatron.timing.moe_permute_passes.value == 4 and megatron.timing.moe_permute_tokens == "own"
+    for library in ("deepep", "hybridep"):
+        flex = apply_options(megatron, {"ep_all_to_all": library}).timing
+        assert (flex.moe_permute_passes.value, flex.moe_permute_tokens) == (2, "received")
+        assert "dispatch_with_permute" in flex.moe_permute_passes.source
+    assert apply_options(megatron, {"ep_all_to_all": "nccl"}).timing == megatron.timing
+    # fsdp2 states no library permutation: its own passes (torchtitan's gather and scatter) stay.
+    fsdp2 = registry.runtime("fsdp2")
+    assert apply_options(fsdp2, {"ep_all_to_all": "hybridep"}).timing.moe_permute_passes == fsdp2.timing.moe_permute_passes
+    # Qwen3-30B-A3B at EP 8 on b200, one layer: the permutation over the received tokens, 2 passes, by hand.
+    model = model_from_preset("qwen3-30b-a3b", registry)
+    layout = ParallelSpec(dp=8, ep=8, seq_len=4096, micro_batch_size=1, global_batch_size=8)
+    hardware = registry.hardware_preset("b200").spec
+    flex_runtime = apply_options(megatron, {"ep_all_to_all": "hybridep"})
+    from hp_core.engine.timing.elementwise import permute_seconds, received_copies
+    from hp_core.costs import Collective, LayerWork
+    rates = _rates(layout, hardware, flex_runtime.timing, flex_runtime.precision, "flash")
+    tokens, rows = 4096 * 2048 * 2, 4096 * 8 * 2048 * 2  # a rank's tokens and its routed rows, bf16
+    work = LayerWork(permute_bytes=rows, permute_input_bytes=tokens,
+                     collectives=(Collective("ep", "all_to_all", rows, 2, 2, routing=Routing(128, 8)),))
+    reached = 8 * (1 - math.comb(112, 8) / math.comb(128, 8))
+    assert received_copies(work, rates) == pytest.approx(reached)
+    forward, backward = permute_seconds(work, rates)
+    assert forward == pytest.approx(2 * (tokens * reached + rows) / rates.permute_memory + rates.permute_overhead)
+    assert backward == pytest.approx(forward)
+    # The whole model at 8 sequences a micro-batch (GPU-bound: at one the host floor hides the permutation): the
+    # flex run's compute is the shorter, by what its two passes over the received tokens save on the four.
+    busy = attrs.evolve(layout, micro_batch_size=8, global_batch_size=64)
+    nccl = step_time(model, busy, registry=registry, hardware=hardware, runtime=megatron)
+    hybrid = step_time(model, busy, registry=registry, hardware=hardware, runtime=flex_runtime)
+    assert hybrid.compute_seconds < nccl.compute_seconds

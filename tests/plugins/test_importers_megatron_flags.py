@@ -147,6 +147,11 @@ def test_overlap_flags_and_the_dispatcher_are_the_runtime_options(registry):
         job = _imported(registry, MLA + ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep",
                                          "--moe-hybridep-num-sms", sms])
         assert bool(job.unmapped) == named and all(line.startswith("--moe-hybridep-num-sms 16") for line in job.unmapped)
+    # HybridEP's permute fused into its dispatch kernel is not priced (the flex dispatcher's separate pass is): named.
+    fused = _imported(registry, MLA + ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep",
+                                       "--moe-permute-fusion-into-hybridep"])
+    assert fused.unmapped == ("--moe-permute-fusion-into-hybridep: priced with HybridEP's permute as its own pass each "
+                              "way (the flex dispatcher's unfused default)",)
     # Megatron-Core 0.18's flex dispatcher defaults to the DeepEP backend; --moe-enable-deepep needs flex.
     assert _options(_imported(registry, MLA + ["--moe-token-dispatcher-type", "flex"]))["ep_all_to_all"] == "deepep"
     with pytest.raises(ConfigError, match="--moe-enable-deepep: Megatron-LM takes it only with --moe-token-dispatcher"):

@@ -17,7 +17,7 @@ from hp_core.costs import LayerWork
 from hp_core.engine.timing.rates import _Rates
 from hp_core.errors import ConfigError
 
-__all__ = ["el_bytes_per_flop", "elementwise_seconds", "permute_seconds"]
+__all__ = ["el_bytes_per_flop", "elementwise_seconds", "permute_seconds", "received_copies"]
 
 
 def _counted_eager(work: LayerWork, r: _Rates) -> bool:
@@ -70,8 +70,9 @@ def permute_seconds(work: LayerWork, r: _Rates) -> tuple[float, float]:
     Counted op by op where the profile states it (``TimingProfile.moe_permutation``): accesses per element per
     routed row (``permute_bytes``) and per token (``permute_input_bytes``), each way, at the memory bandwidth.
     Else ``moe_permute_passes`` passes each way, each reading and writing the dispatched tokens except that the first
-    (permute) reads and the last (unpermute) writes the layer's own tokens, at the device's permute bandwidth plus
-    its fixed time.
+    (permute) reads and the last (unpermute) writes the layer's own tokens (``moe_permute_tokens: own``) or the
+    tokens the rank receives from a de-duplicating dispatch (``received``: :func:`received_copies` copies of them),
+    at the device's permute bandwidth plus its fixed time.
 
     Raises:
         ConfigError: The counted statement cannot be priced under the profile (``_Rates.permute_refusal``: counted
@@ -88,6 +89,28 @@ def permute_seconds(work: LayerWork, r: _Rates) -> tuple[float, float]:
                 (row_bwd * work.permute_bytes + token_bwd * work.permute_input_bytes) / r.memory)
     if not r.permute_passes:
         return 0.0, 0.0
-    traffic = r.permute_passes * 2 * work.permute_bytes + min(r.permute_passes, 2) * (work.permute_input_bytes - work.permute_bytes)
+    tokens = work.permute_input_bytes * received_copies(work, r)
+    traffic = r.permute_passes * 2 * work.permute_bytes + min(r.permute_passes, 2) * (tokens - work.permute_bytes)
     seconds = traffic / r.permute_memory + r.permute_overhead
     return seconds, seconds
+
+
+def received_copies(work: LayerWork, r: _Rates) -> float:
+    """The tokens a rank's permutation reads (and its unpermutation writes) over the layer's own: 1 where the
+    permutation takes the layer's own tokens (``moe_permute_tokens: own``); under ``received`` the expected
+    distinct ranks of the EP group a token reaches (:meth:`hp_core.collectives.Routing.distinct` of the routing the
+    layer's EP all-to-all states), since with balanced routing a rank receives each token of every member once per
+    member it reaches (Megatron-Core's flex dispatcher: DeepEP's ``is_token_in_rank``, HybridEP's
+    ``routing_map[:, local experts].any(dim=1)``; hp_plugins/collectives/deepep.py, hybridep.py). Without an EP
+    all-to-all (``ep`` 1) a rank receives its own tokens: 1. An EP all-to-all stating no routing is refused (its
+    copies are unknown; absent is not zero)."""
+    if r.permute_tokens == "own" or r.ep <= 1:
+        return 1.0
+    for c in work.collectives:
+        if c.group == "ep" and c.op == "all_to_all":
+            if c.routing is None:
+                raise ConfigError("$.runtime.options.ep_all_to_all", "the layer's expert all-to-all states no token "
+                                  "routing, so the tokens a de-duplicating dispatch delivers to its permutation are "
+                                  "unknown; its layer kind must state Collective.routing")
+            return c.routing.distinct(r.ep)
+    return 1.0

@@ -212,6 +212,7 @@ class _Rates:
     # Why that counted permutation cannot be priced here (its kernels fused away); raised by an MoE layer's pricing
     # only (elementwise.permute_seconds), so a model without one is priced. None: it can be.
     permute_refusal: str | None = None
+    permute_tokens: str = "own"  # TimingProfile.moe_permute_tokens: the passes' token side, own or received
     # FSDP1's per-unit serial time (DeviceEfficiency.fsdp1_unit_seconds) in a body layer's forward and backward,
     # once per micro-batch; 0 where the profile does not run FSDP1 (TimingProfile.fsdp1_units).
     unit_fwd: float = 0.0
@@ -441,7 +442,7 @@ def _rates(
         router_bwd=_or(dev.moe_router_backward_seconds, 0.0) / ROUTER_REFERENCE_ELEMENTS, flash=attention == "flash", causal=timing.flash_causal_fraction.value,
         attn_backward=timing.attention_backward_factor.value, mm_backward=timing.matmul_backward_factor.value,
         el_bytes_per_flop=timing.elementwise_accesses_per_flop.value * precision.activation_bytes,
-        el_backward=timing.elementwise_backward_factor.value, permute_passes=timing.moe_permute_passes.value,
+        el_backward=timing.elementwise_backward_factor.value, permute_passes=timing.moe_permute_passes.value, permute_tokens=timing.moe_permute_tokens,
         act_bytes=precision.activation_bytes, grad_bytes=precision.grad_bytes, cp=parallel.cp, cp_algorithm=cp_algorithm, tp=parallel.tp,
         sp=parallel.sp, ep=parallel.ep, algorithm=timing.all_reduce_algorithm, links=links,
         expose_tp=1 - ov.tensor_parallel.value, expose_cp=1 - ov.context_parallel.value,
