@@ -181,7 +181,13 @@ OPTIONS = (
     ep_all_to_all_option(
         "NeMo AutoModel moe dispatcher 'deepep' (examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml) or "
         "'hybridep' (nemo_automodel/components/moe/megatron/token_dispatcher.py, NVIDIA-NeMo/Automodel@3746a1a); DeepEP "
-        "docs/legacy.md (deepseek-ai/DeepEP@0297fc8); DeepEP docs/README_Hybrid-EP.md (deepseek-ai/DeepEP@41cad94)"),
+        "docs/legacy.md (deepseek-ai/DeepEP@0297fc8); DeepEP docs/README_Hybrid-EP.md (deepseek-ai/DeepEP@41cad94); the "
+        "permutation's token side under either: AutoModel's token_dispatcher.py (Megatron-Core's MoEFlexTokenDispatcher, "
+        "copied) and torchtitan's torchtitan/distributed/deepep (its _DeepepManager and MoEFlexTokenDispatcher, after "
+        "Megatron-LM's) permute the tokens the rank receives after the de-duplicating dispatch",
+        library_permutation=(("deepep", None, "received"), ("hybridep", None, "received")),
+        permutation_note="under deepep or hybridep the permutation's passes read and write the tokens a rank receives "
+                         "(each once per rank it reaches), not its own"),
     moe_permutation_option(),
 )
 

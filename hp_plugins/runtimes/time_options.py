@@ -89,10 +89,10 @@ class _AllToAll:
     it states none), and only drops ``deepep`` or ``hybridep`` where the profile named it.
 
     *library_permutation*: where the trainer permutes tokens otherwise under a library's dispatch, the passes that
-    library's dispatcher makes and their token side (``TimingProfile.moe_permute_passes`` and
-    ``moe_permute_tokens``); a library it does not name keeps the profile's."""
+    library's dispatcher makes (``None``: the profile's) and their token side (``TimingProfile.moe_permute_passes``
+    and ``moe_permute_tokens``); a library it does not name keeps the profile's."""
 
-    library_permutation: tuple[tuple[str, Sourced, str], ...] = ()
+    library_permutation: tuple[tuple[str, Sourced | None, str], ...] = ()
 
     def __call__(self, runtime: Runtime, value: str) -> Runtime:
         stated = runtime.timing.collective_model
@@ -102,11 +102,12 @@ class _AllToAll:
             timing = attrs.evolve(timing, collective_model=model)
         for library, passes, tokens in self.library_permutation:
             if library == value:
-                timing = attrs.evolve(timing, moe_permute_passes=passes, moe_permute_tokens=tokens)
+                timing = attrs.evolve(timing, moe_permute_passes=passes or timing.moe_permute_passes,
+                                      moe_permute_tokens=tokens)
         return runtime if timing is runtime.timing else attrs.evolve(runtime, timing=timing)
 
 
-def ep_all_to_all_option(source: str, library_permutation: tuple[tuple[str, Sourced, str], ...] = (),
+def ep_all_to_all_option(source: str, library_permutation: tuple[tuple[str, Sourced | None, str], ...] = (),
                          permutation_note: str = "") -> RuntimeOption:
     """``ep_all_to_all``: ``nccl`` (the default), ``deepep`` or ``hybridep`` (the collective model of that name);
     *library_permutation* ``(library, passes, token side)``: the trainer's token permutation under that library
