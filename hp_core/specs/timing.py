@@ -386,10 +386,9 @@ class TimingProfile:
             against two, FlashAttention-2).
         flash_causal_fraction: The share of the score matrix a fused attention kernel computes under a causal mask.
         elementwise_accesses_per_flop: Elements an elementwise kernel reads or writes per counted elementwise op.
-        elementwise_backward_factor: Memory traffic of an elementwise op's
-            backward over its forward.
-        moe_permute_passes: Passes over the dispatched tokens (each a read and
-            a write) per direction of an MoE layer: permute, sort, unsort, unpermute.
+        elementwise_backward_factor: Memory traffic of an elementwise op's backward over its forward.
+        moe_permute_passes: Passes over the dispatched tokens (each a read and a write) per direction of an MoE layer.
+        moe_local_sort_passes: Of those, the ones run only with more than one local expert (None: none).
         moe_permutation: The MoE layer's permutation counted op by op (:class:`MoePermutation`), in place of
             ``moe_permute_passes``; ``None``: the passes price it.
         moe_permute_tokens: The passes' token side: ``own`` or ``received`` (``elementwise.received_copies``).
@@ -469,6 +468,7 @@ class TimingProfile:
     moe_permutation: MoePermutation | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(MoePermutation)))
     moe_permute_tokens: str = attrs.field(default="own", validator=attrs.validators.in_(MOE_PERMUTE_TOKENS))
+    moe_local_sort_passes: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
 
     def __attrs_post_init__(self) -> None:
         if not self.devices:

@@ -375,6 +375,10 @@ MEGATRON_TE = TimingProfile(
         "unsort, unpermute, each reading and writing the dispatched tokens (permute reads, unpermute writes the "
         "layer's own tokens instead)"
     ),
+    moe_local_sort_passes=Sourced(
+        2, "MoEAlltoAllTokenDispatcher.dispatch_postprocess and combine_preprocess (megatron/core/transformer/moe/"
+        "token_dispatcher.py at core_v0.16.0): sort_chunks_by_idxs and its unsort run only if num_local_experts > 1"
+    ),
     optimizer_grad_passes=Sourced(
         3, "megatron/core/optimizer/clip_grads.py: the global norm reads the gradient shard, the clip reads and writes it"
     ),

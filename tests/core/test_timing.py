@@ -715,6 +715,28 @@ def test_a_received_token_side_reads_and_writes_the_tokens_a_de_duplicating_disp
         attrs.evolve(profile, moe_permute_tokens="sent")
 
 
+def test_the_local_sort_passes_run_only_with_more_than_one_local_expert():
+    from hp_core.costs import LayerCost, LayerWork
+    from hp_core.engine.timing.layer import _layer_time
+    from hp_core.engine.timing.rates import _rates
+    from hp_core.errors import ConfigError
+
+    cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0)
+    profile = attrs.evolve(TOY_PROFILE, moe_permute_passes=_figure(4), moe_local_sort_passes=_figure(2))
+    rates = _rates(ParallelSpec(dp=8, ep=8, seq_len=1024, micro_batch_size=1), TOY_DEVICE_SPEC, profile, PrecisionSpec(), "flash")
+    memory = MEMORY_BW * 0.5
+    # 16 experts over EP 8, two a rank: all four passes, 1 + 6 + 6 + 6 + 6 + 6 + 6 + 1 = 38 MB.
+    two = LayerWork(permute_bytes=6e6, permute_input_bytes=1e6, routed_experts=16)
+    assert _layer_time(cost, two, False, frozenset(), rates).forward_seconds == pytest.approx(38e6 / memory)
+    # 8 experts over EP 8, one a rank: no sort, permute and unpermute alone, 1 + 6 + 6 + 1 = 14 MB.
+    one = attrs.evolve(two, routed_experts=8)
+    assert _layer_time(cost, one, False, frozenset(), rates).forward_seconds == pytest.approx(14e6 / memory)
+    # More local-sort passes than passes: refused, naming the field.
+    with pytest.raises(ConfigError, match="moe_local_sort_passes"):
+        _rates(ParallelSpec(dp=8, ep=8, seq_len=1024, micro_batch_size=1), TOY_DEVICE_SPEC,
+               attrs.evolve(profile, moe_local_sort_passes=_figure(6)), PrecisionSpec(), "flash")
+
+
 def test_a_counted_moe_permutation_prices_each_direction_at_the_memory_bandwidth():
     from hp_core.costs import LayerCost, LayerWork
     from hp_core.engine.timing.layer import _layer_time

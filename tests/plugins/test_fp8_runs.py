@@ -1080,12 +1080,13 @@ def _grok_prose(prose: str, rows: list[dict]) -> None:
             f"{span(nemo1, 'measured_speedup', '.2f')} (hp's {min(r['speedup_gap'] for r in nemo1):.1%} to "
             f"{max(r['speedup_gap'] for r in nemo1):.1%} above it)") in prose
     worst = sorted(rows, key=lambda r: r["error"])[:2]
-    assert [r["id"] for r in worst] == ["dgxcdev-h100-grok1-314b-fp8-8g", "dgxc24.12-h100-grok1-314b-fp8-64g"]
-    assert (f"The largest errors, {worst[0]['error']:+.1%} and {worst[1]['error']:+.1%} (the dev image's 2-layer proxy on 8 "
-            f"and 24.12 on 64 GPUs), are on rows whose BF16 twins are among the furthest too fast ({worst[0]['bf16_error']:+.1%} "
+    # (The other way round before one local expert's permutation skipped its sort, 2026-12-02.)
+    assert [r["id"] for r in worst] == ["dgxc24.12-h100-grok1-314b-fp8-64g", "dgxcdev-h100-grok1-314b-fp8-8g"]
+    assert (f"The largest errors, {worst[0]['error']:+.1%} and {worst[1]['error']:+.1%} (24.12 on 64 GPUs and the dev "
+            f"image's 2-layer proxy on 8), are on rows whose BF16 twins are among the furthest too fast ({worst[0]['bf16_error']:+.1%} "
             f"and {worst[1]['bf16_error']:+.1%})") in prose
-    # Those twins are the most negative and one of the two next most negative of the 17 NeMo 1.0 twins.
-    assert all(r["bf16_error"] in sorted(x["bf16_error"] for x in nemo1)[:3] for r in worst)
+    # Those twins are among the four most negative of the 17 NeMo 1.0 twins (the first and the fourth).
+    assert all(r["bf16_error"] in sorted(x["bf16_error"] for x in nemo1)[:4] for r in worst)
     nemo2 = next(r for r in rows if r["container"] == "nemo:25.04.00")
     assert (f"NeMo 2.0 on 512 GPUs: {nemo2['error']:+.1%} for FP8, {nemo2['bf16_error']:+.1%} for its BF16 twin.** Its measured "
             f"FP8 speedup is {nemo2['measured_speedup']:.2f} where hp prices {nemo2['estimated_speedup']:.2f} "
@@ -1181,8 +1182,9 @@ def test_dgxc_gb200_rows_state_their_release_layout_and_the_page_states_their_fi
             f"{min(r['measured_speedup'] for r in llama):.2f}-{max(r['measured_speedup'] for r in llama):.2f} (hp's "
             f"{min(r['speedup_gap'] for r in llama):.1%} to {max(r['speedup_gap'] for r in llama):.1%} above it)") in prose
     assert len({round(r["estimated_speedup"], 2) for r in llama}) == 1 and len({round(r["estimated_speedup"], 2) for r in grok}) == 1
-    assert (f"Grok-1: {span(grok, 'error', '+.1%')} (none within 10%), its BF16 twins {span(grok, 'bf16_error', '+.1%')}.**" in prose
-            and all(r["error"] > 0.10 for r in grok))
+    # All within 10% since one local expert's permutation skips its sort (2026-12-02; +11.2% to +13.1% before).
+    assert (f"Grok-1: {span(grok, 'error', '+.1%')} (all within 10%), its BF16 twins {span(grok, 'bf16_error', '+.1%')}.**" in prose
+            and all(0 < r["error"] < 0.10 for r in grok))
     assert (f"hp's FP8 speedup is {grok[0]['estimated_speedup']:.2f} where the runs measured "
             f"{min(r['measured_speedup'] for r in grok):.2f}-{max(r['measured_speedup'] for r in grok):.2f} "
             f"({min(r['speedup_gap'] for r in grok):.1%} to {max(r['speedup_gap'] for r in grok):.1%} above it)") in prose

@@ -155,6 +155,7 @@ def test_megatrons_flex_dispatcher_permutes_the_received_tokens_once_each_way(re
     for library in ("deepep", "hybridep"):
         flex = apply_options(megatron, {"ep_all_to_all": library}).timing
         assert (flex.moe_permute_passes.value, flex.moe_permute_tokens) == (2, "received")
+        assert flex.moe_local_sort_passes is None and megatron.timing.moe_local_sort_passes.value == 2  # no sort pass
         assert "dispatch_with_permute" in flex.moe_permute_passes.source
     assert apply_options(megatron, {"ep_all_to_all": "nccl"}).timing == megatron.timing
     # fsdp2 (torchtitan's and NeMo AutoModel's DeepEP/HybridEP dispatchers, after Megatron-Core's flex one) keeps its

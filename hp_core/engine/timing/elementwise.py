@@ -72,7 +72,8 @@ def permute_seconds(work: LayerWork, r: _Rates) -> tuple[float, float]:
     Else ``moe_permute_passes`` passes each way, each reading and writing the dispatched tokens except that the first
     (permute) reads and the last (unpermute) writes the layer's own tokens (``moe_permute_tokens: own``) or the
     tokens the rank receives from a de-duplicating dispatch (``received``: :func:`received_copies` copies of them),
-    at the device's permute bandwidth plus its fixed time.
+    at the device's permute bandwidth plus its fixed time; ``moe_local_sort_passes`` of the passes run only where a
+    rank holds more than one of the layer's ``routed_experts`` (``experts // ep``).
 
     Raises:
         ConfigError: The counted statement cannot be priced under the profile (``_Rates.permute_refusal``: counted
@@ -87,10 +88,13 @@ def permute_seconds(work: LayerWork, r: _Rates) -> tuple[float, float]:
         row_fwd, token_fwd, row_bwd, token_bwd = r.permute_counted
         return ((row_fwd * work.permute_bytes + token_fwd * work.permute_input_bytes) / r.memory,
                 (row_bwd * work.permute_bytes + token_bwd * work.permute_input_bytes) / r.memory)
-    if not r.permute_passes:
+    passes = r.permute_passes
+    if r.permute_sort_passes and work.routed_experts and work.routed_experts // max(r.ep, 1) <= 1:
+        passes -= r.permute_sort_passes  # one local expert: its tokens arrive in expert order, nothing to sort
+    if not passes:
         return 0.0, 0.0
     tokens = work.permute_input_bytes * received_copies(work, r)
-    traffic = r.permute_passes * 2 * work.permute_bytes + min(r.permute_passes, 2) * (tokens - work.permute_bytes)
+    traffic = passes * 2 * work.permute_bytes + min(passes, 2) * (tokens - work.permute_bytes)
     seconds = traffic / r.permute_memory + r.permute_overhead
     return seconds, seconds
 

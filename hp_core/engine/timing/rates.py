@@ -213,6 +213,7 @@ class _Rates:
     # only (elementwise.permute_seconds), so a model without one is priced. None: it can be.
     permute_refusal: str | None = None
     permute_tokens: str = "own"  # TimingProfile.moe_permute_tokens: the passes' token side, own or received
+    permute_sort_passes: float = 0.0  # TimingProfile.moe_local_sort_passes: passes only with > 1 local expert
     # FSDP1's per-unit serial time (DeviceEfficiency.fsdp1_unit_seconds) in a body layer's forward and backward,
     # once per micro-batch; 0 where the profile does not run FSDP1 (TimingProfile.fsdp1_units).
     unit_fwd: float = 0.0
@@ -406,6 +407,18 @@ def _permute_counted(timing: TimingProfile) -> dict[str, Any]:
     return dict(permute_counted=forward + backward, permute_refusal=refusal)
 
 
+def _local_sort_passes(timing: TimingProfile) -> float:
+    """The profile's ``moe_local_sort_passes`` (0 where it states none), refused above its ``moe_permute_passes``."""
+    sort = timing.moe_local_sort_passes
+    if sort is None:
+        return 0.0
+    if sort.value > timing.moe_permute_passes.value:
+        raise ConfigError("$.runtime.timing.moe_local_sort_passes", f"timing profile {timing.name}: "
+                          f"{sort.value:g} passes run only with more than one local expert, more than its "
+                          f"{timing.moe_permute_passes.value:g} moe_permute_passes")
+    return sort.value
+
+
 def _rates(
     parallel: ParallelSpec, hardware: HardwareSpec, timing: TimingProfile, precision: PrecisionSpec, attention: str,
     recipe: PrecisionRecipe | None = None,
@@ -443,6 +456,7 @@ def _rates(
         attn_backward=timing.attention_backward_factor.value, mm_backward=timing.matmul_backward_factor.value,
         el_bytes_per_flop=timing.elementwise_accesses_per_flop.value * precision.activation_bytes,
         el_backward=timing.elementwise_backward_factor.value, permute_passes=timing.moe_permute_passes.value, permute_tokens=timing.moe_permute_tokens,
+        permute_sort_passes=_local_sort_passes(timing),
         act_bytes=precision.activation_bytes, grad_bytes=precision.grad_bytes, cp=parallel.cp, cp_algorithm=cp_algorithm, tp=parallel.tp,
         sp=parallel.sp, ep=parallel.ep, algorithm=timing.all_reduce_algorithm, links=links,
         expose_tp=1 - ov.tensor_parallel.value, expose_cp=1 - ov.context_parallel.value,
