@@ -493,6 +493,29 @@ def test_deepseek_v3_rows_state_their_pipeline_layout_as_layers_per_stage():
         assert per_rank == expected_ranks, row["id"]
 
 
+def test_no_row_is_left_out_for_its_fp8_attention_alone():
+    """hp states FP8 attention (the ``*-fp8-attention`` recipes), so a Megatron-Bridge row whose config sets
+    fp8_dot_product_attention is left out only for what else its config does: every such config of 26.06 to 26.08
+    pads the dropless experts to a per-rank token budget and pages their activations (set_full_iter_cg_configs at
+    v0.5.0 / v0.5.1, the perf_recipes helpers at v0.6.0), which hp does not state. Each skip entry says so."""
+    data = _data()
+    entries = [s for key in ("rows_skipped_gb200", "rows_skipped_gb300", "moe_rows_skipped")
+               for s in data[key] if "fp8_dot_product_attention" in s["why"]]
+    # GB200 Qwen3, GB200 GPT-OSS, GB300/B300 Qwen3 + DeepSeek-V3, GB300 GPT-OSS (GB200 DeepSeek-V3 names fp8_output_proj).
+    assert len(entries) == 4
+    for s in entries:
+        why = s["why"]
+        assert "moe_expert_rank_capacity_factor 1.5" in why and "moe_paged_stash" in why, s["row"]
+        assert "prices only at the bf16 attention rate" not in why, s["row"]
+    gb200_qwen3 = next(s for s in entries if "DGX-GB200 Qwen3" in s["row"])
+    # v0.5.0 and v0.5.1 pad the GB200 Qwen3 experts too (qwen3_llm_pretrain.py), not only v0.6.0.
+    assert "qwen3_30b_a3b_pretrain_config_gb200" in gb200_qwen3["why"]
+    assert "qwen3_235b_a22b_pretrain_config_gb200" in gb200_qwen3["why"]
+    # No held-out row is priced under an FP8-attention recipe yet: none qualified.
+    priced = [r for key in ("rows", "moe_rows") for r in data[key]]
+    assert not [r["id"] for r in priced if r["recipe"].endswith("-fp8-attention")]
+
+
 def test_qwen3_gb200_rows_state_their_layout_and_the_page_states_their_figures():
     """The DGX-GB200 Qwen3 rows: the GB200 config of their release (HybridEP, TE CUDA graphs named as not priced),
     held out; step times by hand; 235B-A22B's embedding and loss counted in the pipeline split; the 26.06 to 26.08
