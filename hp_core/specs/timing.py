@@ -27,6 +27,7 @@ import attrs
 from hp_core.costs import is_switch_name
 from hp_core.errors import ConfigError, SpecError
 from hp_core.precision_recipes import AUTOCAST, GEMM_KERNELS, GEMM_PASS_NAMES, SPLIT_ACCUMULATOR
+from hp_core.specs.attention_speedups import AttentionSpeedup
 from hp_core.specs.gemms import GEMM_PASSES, GemmShapeScale, GemmTable
 from hp_core.specs.overlap import HostOverhead, OverlapSchedule
 
@@ -125,17 +126,14 @@ class DeviceEfficiency:
     Time of an op class is ``work / (peak * fraction)``; see :mod:`hp_core.engine.timing`.
 
     Attributes:
-        architecture: The :attr:`HardwareSpec.architecture
-            <hp_core.specs.hardware.HardwareSpec.architecture>` this entry is
-            for (``"blackwell"``, ``"hopper"``, ...); ``"*"`` matches any.
+        architecture: The :attr:`HardwareSpec.architecture <hp_core.specs.hardware.HardwareSpec.architecture>`
+            this entry is for (``"blackwell"``, ``"hopper"``, ...); ``"*"`` matches any.
         matmul: Dense GEMMs, of the dense peak in the compute dtype.
-        attention_forward: The fused attention kernel's forward, of the dense
-            peak, on the FLOPs it executes (half the score matrix under a
-            causal mask; see :attr:`TimingProfile.flash_causal_fraction`).
+        attention_forward: The fused attention kernel's forward, of the dense peak, on the FLOPs it executes (half
+            the score matrix under a causal mask; see :attr:`TimingProfile.flash_causal_fraction`).
         attention_backward: Its backward, likewise.
-        attention_forward_overhead_seconds: A fixed time per forward attention
-            kernel call (launch, the tail of the last wave, the causal
-            triangle's uneven work): it takes ``overhead + flops / (peak * fraction)``.
+        attention_forward_overhead_seconds: A fixed time per forward attention kernel call (launch, the tail of the
+            last wave, the causal triangle's uneven work): it takes ``overhead + flops / (peak * fraction)``.
         attention_backward_overhead_seconds: Likewise for the backward kernel.
         grouped_matmul: Grouped (expert) GEMMs with many rows per expert, of the dense peak.
         grouped_half_rows: Rows (tokens) per expert at which a grouped GEMM
@@ -207,6 +205,7 @@ class DeviceEfficiency:
             do not overlap. A banded kernel states no ``<kernel>:autocast`` figure in :attr:`gemm_speedups` (unbanded,
             it would price every device outside the bands) and so none with ``:split_accumulator`` (which needs the
             kernel's own figure there).
+        attention_speedups: FP8 attention kernels' measured speedups over bf16 (:mod:`hp_core.specs.attention_speedups`).
     """
 
     architecture: str
@@ -238,6 +237,7 @@ class DeviceEfficiency:
     fsdp1_unit_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     gemm_speedups: tuple[tuple[str, Sourced], ...] = attrs.field(default=(), converter=tuple, validator=_speedups)
     banded_gemm_speedups: tuple[tuple[str, float, float, Sourced], ...] = attrs.field(default=(), converter=tuple)
+    attention_speedups: tuple[AttentionSpeedup, ...] = attrs.field(default=(), converter=tuple)
 
     @banded_gemm_speedups.validator
     def _check_bands(self, attribute: attrs.Attribute, value: tuple) -> None:

@@ -74,6 +74,7 @@ import attrs
 from hp_core.specs.overlap import OverlapSchedule
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
 from hp_plugins.hardware import gemm_b200, gemm_h100
+from hp_plugins.runtimes.attention_speedups import BLACKWELL_ATTENTION_SPEEDUPS, HOPPER_ATTENTION_SPEEDUPS
 from hp_plugins.runtimes.gemm_speedups import BLACKWELL_BANDED_SPEEDUPS, BLACKWELL_SPEEDUPS, HOPPER_SPEEDUPS
 from hp_plugins.runtimes.host import MEGATRON_HOST, ROUTER_H200
 from hp_plugins.runtimes.whole_run import (FSDP1_UNIT_SECONDS, MPT_CALIBRATION, TRITON_FLASH_FACTORS,
@@ -172,6 +173,7 @@ BLACKWELL = DeviceEfficiency(
     gemm_table=B200_GEMMS,
     gemm_speedups=BLACKWELL_SPEEDUPS,
     banded_gemm_speedups=BLACKWELL_BANDED_SPEEDUPS,
+    attention_speedups=BLACKWELL_ATTENTION_SPEEDUPS,
 )
 
 # Hopper's figures as the kernels measure alone; HOPPER, below, divides its matmul by the whole-run GEMM factor.
@@ -215,6 +217,7 @@ HOPPER_KERNELS = DeviceEfficiency(
     ),
     gemm_shape=H100_GEMM_SHAPE,
     gemm_speedups=HOPPER_SPEEDUPS,
+    attention_speedups=HOPPER_ATTENTION_SPEEDUPS,
 )
 
 AMPERE = DeviceEfficiency(

@@ -135,7 +135,8 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     f = cost.forward
     if r.low_precision and not work.quantized:  # a layer kept in the compute dtype under the recipe (LayerWork.quantized)
         r = attrs.evolve(r, low_precision=False, gemm_speedup=1.0, gemm_speedup_backward=1.0, quant_input_fwd=0.0,
-                         quant_input_bwd=0.0, quant_grad=0.0, quant_weight=0.0, gather_share=1.0, gemm_scope="all")
+                         quant_input_bwd=0.0, quant_grad=0.0, quant_weight=0.0, gather_share=1.0, gemm_scope="all",
+                         attn_speedup=(1.0, 1.0), mla_attn_speedup=(1.0, 1.0))
     # Compute.
     grouped = min(work.grouped_flops, f.matmul_flops)
     mm_fwd, mm_bwd, _ = _matmul_seconds(f.matmul_flops - grouped, grouped, work, r)
@@ -161,6 +162,9 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
             fwd_eff, bwd_eff, fwd_fixed, bwd_fixed = r.attn_fwd, r.attn_bwd, r.attn_fwd_overhead, r.attn_bwd_overhead
         att_fwd = executed / (r.peak * fwd_eff) + calls * fwd_fixed
         att_bwd = r.attn_backward * executed / (r.peak * bwd_eff) + calls * bwd_fixed
+        if work.local_mask is None:  # FP8 attention at its measured speedup (none measured for a windowed kernel)
+            speedup = r.mla_attn_speedup if work.wide_qk_attention else r.attn_speedup
+            att_fwd, att_bwd = att_fwd / speedup[0], att_bwd / speedup[1]
     else:
         # Eager: batched GEMMs over the whole score matrix; masking happens after QK^T.
         att_fwd = f.attention_flops / (r.peak * r.matmul)

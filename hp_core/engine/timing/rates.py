@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import attrs
 
 from hp_core.collectives import NCCL, CollectiveCall, CollectiveModel, Fabric, GroupPlacement, Routing, place_group
+from hp_core.engine.timing.attention_speedup import attention_speedups as _attention_speedups
 from hp_core.errors import ConfigError
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
@@ -231,6 +232,10 @@ class _Rates:
     quant_weight: float = 0.0
     gather_share: float = 1.0
     gemm_scope: str = "all"  # PrecisionRecipe.gemms: the GEMMs the recipe quantizes
+    # FP8 attention (PrecisionRecipe.attention_format): the measured (forward, backward) speedups over bf16 of the
+    # full-width and the MLA attention kernel at the call's sequence length (_attention_speedups); 1.0 where none.
+    attn_speedup: tuple[float, float] = (1.0, 1.0)
+    mla_attn_speedup: tuple[float, float] = (1.0, 1.0)
 
 
 def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing: TimingProfile, hardware: HardwareSpec,
@@ -290,9 +295,9 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
         raise ConfigError("$.precision.recipe",
                           f"timing profile {timing.name} states no measured {recipe.kernel} GEMM speedup for {dev.architecture} "
                           f"devices, so recipe {recipe.name} cannot be priced there (docs/precision.md lists the measured ones)")
-    # FP8 attention (recipe.attention_format) is priced at the device's bf16 attention rates, forward and backward,
-    # and its quantization of q, k, v, the output and its gradient not at all: a stated assumption, no FP8 attention
-    # figure of the kernel Transformer Engine runs being sourced in hp's convention (docs/precision.md 'FP8 attention').
+    # FP8 attention (recipe.attention_format): the attention core at the device's measured FP8 attention speedups
+    # (_attention_speedups), its quantization of q, k, v, the output and its gradient not priced (docs/precision.md
+    # 'FP8 attention').
     read = recipe.quantize_passes * act_bytes
     act, grad, weight = (o.bytes_per_element for o in (recipe.activations, recipe.gradients, recipe.weights))
     usages = recipe.usages(hardware.architecture)  # tensors one quantization writes (PrecisionRecipe.usages)
@@ -470,5 +475,6 @@ def _rates(
         block_tokens=None if timing.attention_block_tokens is None else int(timing.attention_block_tokens.value),
         **_permute_counted(timing),
         **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes, parallel.tp > 1 and parallel.sp),
+        **_attention_speedups(recipe, dev, hardware, parallel),
         **_unit_seconds(timing, dev, parallel.zero),
     )

@@ -444,7 +444,9 @@ def time_run(
         "whole_run_matmul_factor": dev.matmul_whole_run_factor.value if dev.matmul_whole_run_factor else 1.0,
         "precision_recipe": recipe.name,
         "gemm_dtype": recipe.gemm_dtype, "gemm_speedup_forward": rates.gemm_speedup, "gemm_speedup_backward": rates.gemm_speedup_backward,
-        "attention_format": recipe.attention_format,  # other than bf16: priced at the bf16 attention rates (rates.py)
+        "attention_format": recipe.attention_format,  # other than bf16: at the measured speedups (rates._attention_speedups)
+        **({"attention_speedup": rates.attn_speedup, "mla_attention_speedup": rates.mla_attn_speedup}
+           if recipe.attention_format != "bf16" else {}),
         "schedule": schedule.name, **({"ep_overlap_unpaired_seconds": lone} if lone else {}),
         **({"gemm_rate_scale": hardware.gemm_rate_scale} if hardware.gemm_rate_scale else {}),
         **({"large_gemm_speedup": hardware.large_gemm_speedup, "large_gemm_flops": hardware.large_gemm_flops}

@@ -1,0 +1,38 @@
+"""The FP8 attention speedups a layout's rates take (:attr:`_Rates.attn_speedup <hp_core.engine.timing.rates._Rates>`;
+docs/precision.md, "FP8 attention")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hp_core.precision_recipes import PrecisionRecipe
+from hp_core.specs import HardwareSpec, ParallelSpec
+from hp_core.specs.attention_speedups import pick_attention_speedup
+from hp_core.specs.timing import DeviceEfficiency
+
+__all__ = ["attention_call_tokens", "attention_speedups"]
+
+
+def attention_call_tokens(parallel: ParallelSpec) -> int:
+    """The sequence length one attention call covers: a CP rank's share under ring (p2p) CP, where each call
+    attends ``seq / cp`` queries to ``seq / cp`` keys; the whole sequence otherwise (Ulysses gathers it)."""
+    return max(parallel.seq_len // parallel.cp, 1) if parallel.cp > 1 and parallel.cp_kind == "p2p" else parallel.seq_len
+
+
+def attention_speedups(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, hardware: HardwareSpec,
+                       parallel: ParallelSpec) -> dict[str, Any]:
+    """The FP8 attention speedups of a recipe running the attention core in FP8, per kind (full-width, MLA): the
+    device entry's measured figure for the format at the FP4:BF16 peak ratio and the call's sequence length
+    (:func:`hp_core.specs.attention_speedups.pick_attention_speedup`); ``{}`` for a bf16 core, and a kind the entry
+    states no figure for keeps the bf16 rates (the documented default, named in the step's provenance)."""
+    if recipe is None or recipe.attention_format == "bf16":
+        return {}
+    peaks = hardware.peak_flops
+    ratio = peaks["fp4"] / peaks["bf16"] if "fp4" in peaks and peaks.get("bf16") else None
+    found = {}
+    for kind, field in (("full", "attn_speedup"), ("mla", "mla_attn_speedup")):
+        entry = pick_attention_speedup(dev.attention_speedups, recipe.attention_format, kind,
+                                       attention_call_tokens(parallel), ratio)
+        if entry is not None:
+            found[field] = (entry.forward, entry.backward)
+    return found
