@@ -35,7 +35,7 @@ from hp_core.specs.model import ModelSpec
 from hp_core.specs.precision import PrecisionSpec
 
 __all__ = [
-    "apply_recipe", "in_compute_dtype", "split_high_precision_layers", "apply_recipe_measured", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
+    "apply_recipe", "check_high_precision_layers", "in_compute_dtype", "kept_layer_counts", "recipe_changes_costs", "recipe_cost", "split_high_precision_layers", "apply_recipe_measured", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
     "on_device", "weight_copy_bytes",
 ]
 
@@ -133,9 +133,24 @@ def with_recipe(costs: tuple[LayerCost, ...], registry: Registry, precision: Pre
     layers run under TP > 1 with sequence parallelism."""
     recipe = resolve_recipe(registry, precision)
     formula = formula if formula is not None else costs
-    return tuple(apply_recipe(cost, recipe, precision.activation_bytes, tp_sp) if cost is by_formula
-                 else apply_recipe_measured(cost, by_formula, recipe, precision.activation_bytes, tp_sp)
+    return tuple(recipe_cost(cost, by_formula, recipe, precision.activation_bytes, tp_sp)
                  for cost, by_formula in zip(costs, formula))
+
+
+def recipe_cost(cost: LayerCost, formula: LayerCost, recipe: PrecisionRecipe, activation_bytes: int,
+                tp_sp: bool = False) -> LayerCost:
+    """One cost of :func:`with_recipe`: :func:`apply_recipe` of *cost* where it is its *formula* cost (the same
+    object), else (a census measured it) :func:`apply_recipe_measured`. *cost* itself where the recipe changes
+    nothing in it."""
+    if cost is formula:
+        return apply_recipe(cost, recipe, activation_bytes, tp_sp)
+    return apply_recipe_measured(cost, formula, recipe, activation_bytes, tp_sp)
+
+
+def recipe_changes_costs(recipe: PrecisionRecipe) -> bool:
+    """Whether :func:`apply_recipe` can change a cost under *recipe*: it quantizes something or runs FP8
+    attention (it returns every cost unchanged otherwise)."""
+    return recipe.low_precision or recipe.attention_format != "bf16"
 
 
 def apply_recipe_measured(measured: LayerCost, formula: LayerCost, recipe: PrecisionRecipe, activation_bytes: int,
@@ -292,32 +307,53 @@ def in_compute_dtype(cost: LayerCost) -> LayerCost:
     return attrs.evolve(cost, params=params, work=work)
 
 
-def split_high_precision_layers(model: ModelSpec, body: list[bool], precision: PrecisionSpec,
-                                recipe: PrecisionRecipe, pp: int = 1) -> tuple[ModelSpec, frozenset[int]]:
-    """*model* with its layer groups split so that the first ``high_precision_layers_at_start`` and the last
-    ``high_precision_layers_at_end`` body layers (``body[i]``: group ``i`` is placed in the body) form groups of
-    their own, and the indices of those groups: the layers :func:`in_compute_dtype` prices. The model unchanged
-    and no index where the recipe quantizes nothing or no layer is named.
+def kept_layer_counts(precision: PrecisionSpec, recipe: PrecisionRecipe) -> tuple[int, int]:
+    """``(at start, at end)``: the body layers *precision* keeps in the compute dtype under *recipe*; ``(0, 0)``
+    where the recipe quantizes nothing (the counts then change nothing)."""
+    if not recipe.low_precision:
+        return 0, 0
+    return precision.high_precision_layers_at_start, precision.high_precision_layers_at_end
+
+
+def check_high_precision_layers(precision: PrecisionSpec, recipe: PrecisionRecipe, body_layers: int, pp: int = 1) -> None:
+    """Refuse layers kept in the compute dtype where Megatron-Core refuses them (nothing where none are kept).
 
     Raises:
-        ConfigError: A count above the body layers of a pipeline stage (``body // pp``; Megatron-Core refuses it,
-            ``TransformerConfig.__post_init__`` at NVIDIA/Megatron-LM@d98e8a6), or a recipe with delayed scaling
-            (an amax history), which Megatron-Core refuses with these layers ("Delayed scaling does not support
-            first / last layer in BF16": the per-layer exit of the FP8 context breaks its amax reduction).
+        ConfigError: A recipe with delayed scaling (an amax history), which Megatron-Core refuses with these
+            layers ("Delayed scaling does not support first / last layer in BF16": the per-layer exit of the FP8
+            context breaks its amax reduction), or a count above the body layers of a pipeline stage
+            (``body_layers // pp``; ``TransformerConfig.__post_init__`` at NVIDIA/Megatron-LM@d98e8a6).
     """
-    start, end = precision.high_precision_layers_at_start, precision.high_precision_layers_at_end
-    if not recipe.low_precision or not (start or end):
-        return model, frozenset()
+    start, end = kept_layer_counts(precision, recipe)
+    if not (start or end):
+        return
     field = "high_precision_layers_at_start" if start else "high_precision_layers_at_end"
     if recipe.amax_history:
         raise ConfigError(f"$.precision.{field}", f"precision recipe {recipe.name} scales with an amax history (delayed "
                           "scaling), which Megatron-Core cannot run with layers kept in bf16; use a current-scaling "
                           "recipe or set the high-precision layer counts to 0")
-    total = sum(group.count for group, placed in zip(model.layers, body) if placed)
     for name, count in (("high_precision_layers_at_start", start), ("high_precision_layers_at_end", end)):
-        if count > total // pp:
-            raise ConfigError(f"$.precision.{name}", f"{name} is {count}, more than the {total // pp} body layers of a "
-                              f"pipeline stage ({total} over pp {pp}); name at most {total // pp}")
+        if count > body_layers // pp:
+            raise ConfigError(f"$.precision.{name}", f"{name} is {count}, more than the {body_layers // pp} body layers "
+                              f"of a pipeline stage ({body_layers} over pp {pp}); name at most {body_layers // pp}")
+
+
+def split_high_precision_layers(model: ModelSpec, body: list[bool], precision: PrecisionSpec,
+                                recipe: PrecisionRecipe, pp: int = 1) -> tuple[ModelSpec, frozenset[int]]:
+    """*model* with its layer groups split so that the first ``high_precision_layers_at_start`` and the last
+    ``high_precision_layers_at_end`` body layers (``body[i]``: group ``i`` is placed in the body) form groups of
+    their own, and the indices of those groups: the layers :func:`in_compute_dtype` prices. The model unchanged
+    and no index where the recipe quantizes nothing or no layer is named. The split does not depend on *pp*,
+    which only the refusal reads.
+
+    Raises:
+        ConfigError: What :func:`check_high_precision_layers` refuses.
+    """
+    start, end = kept_layer_counts(precision, recipe)
+    if not (start or end):
+        return model, frozenset()
+    total = sum(group.count for group, placed in zip(model.layers, body) if placed)
+    check_high_precision_layers(precision, recipe, total, pp)
     groups, exempt, first = [], set(), 0
     for group, placed in zip(model.layers, body):
         if not placed:

@@ -214,6 +214,8 @@ class EvaluatedLayers:
             (else the evaluator's), as the precision recipe keeps them (:mod:`hp_core.engine.precision`).
         census: The census source.
         records: The census's records, by kind name.
+        exempt: The groups that keep every GEMM in the compute dtype under the recipe
+            (:func:`~hp_core.engine.precision.split_high_precision_layers`); none unless the precision keeps layers so.
     """
 
     kinds: tuple[LayerKind, ...]
@@ -224,6 +226,7 @@ class EvaluatedLayers:
     costs: tuple[LayerCost, ...]
     census: CensusSource
     records: Mapping[str, CensusRecord]
+    exempt: frozenset[int] = frozenset()
 
 
 def evaluate_layers(
@@ -264,7 +267,8 @@ def evaluate_layers(
     costs = with_recipe(measured, registry, precision, formula, context.tp > 1 and context.sp)
     if exempt:
         costs = tuple(in_compute_dtype(measured[i]) if i in exempt else cost for i, cost in enumerate(costs))
-    return EvaluatedLayers(tuple(kinds), body_groups, body_count, context, formula, costs, census, records)
+    return EvaluatedLayers(tuple(kinds), body_groups, body_count, context, formula, costs, census, records,
+                           frozenset(exempt))
 
 
 # ----------------------------------------------------------------------------- the prepared run
@@ -421,7 +425,9 @@ def prepare(
         census: The census source's name (or a census file's path), or the source itself.
         attention: ``"flash"`` or ``"eager"``; the runtime's when ``None``.
         layers: The groups already evaluated in this layout's layer context
-            (:func:`evaluate_layers`, as a search shares them); evaluated here when ``None``.
+            (:func:`evaluate_layers`, as a search shares them); evaluated here when ``None``. Where the precision
+            keeps layers in the compute dtype, of the model as
+            :func:`~hp_core.engine.precision.split_high_precision_layers` splits it, with its ``exempt`` groups.
 
     Raises:
         ConfigError: An invalid layout or name, an optimizer the registry does
@@ -434,12 +440,14 @@ def prepare(
     optimizer = resolve_optimizer(registry, precision)
     zero = parallel.zero if parallel.zero is not None else profile.zero
     if precision.high_precision_layers_at_start or precision.high_precision_layers_at_end:
-        if layers is not None:
-            raise ConfigError("$.precision.high_precision_layers_at_start", "layers kept in the compute dtype need the "
-                              "model's groups split before they are evaluated; a shared evaluation cannot hold them")
         kinds = model_kinds(model, registry)
         model, exempt = split_high_precision_layers(model, [k.placement == "body" for k in kinds], precision,
                                                     resolve_recipe(registry, precision), parallel.pp)
+        if layers is not None and (layers.exempt != exempt or len(layers.costs) != len(model.layers)):
+            # A shared evaluation (a search's) must be of the split model: evaluate_layers(split model, exempt=...).
+            raise ConfigError("$.precision.high_precision_layers_at_start", "layers kept in the compute dtype need the "
+                              "model's groups split before they are evaluated; this shared evaluation is not of the "
+                              "split model")
     else:
         exempt = frozenset()
     if layers is None:

@@ -195,15 +195,18 @@ def search(
             together (counts added up); ``None``: ``1f1b``, or
             ``interleaved_1f1b`` when ``vpp > 1``.
 
+    A precision keeping layers in the compute dtype under its recipe
+    (``high_precision_layers_at_start`` / ``_at_end``) holds them fixed, not
+    searched: every candidate is priced with them (as ``prepare`` splits the
+    model), and a pipeline whose stages hold fewer body layers than either
+    count is rejected by that reason (:data:`~hp_core.engine.search.layouts.R_KEPT`).
+
     Raises:
         ConfigError: An unknown fixed name, a non-positive count, a runtime
-            without a timing profile, or a precision keeping layers in the
-            compute dtype (not searched: its bounds assume every layer quantized).
+            without a timing profile, or layers kept in the compute dtype that
+            no layout can run (a delayed-scaling recipe, more than the body's
+            layers: :func:`~hp_core.engine.precision.check_high_precision_layers`).
     """
-    if precision is not None and (precision.high_precision_layers_at_start or precision.high_precision_layers_at_end):
-        field = "high_precision_layers_at_start" if precision.high_precision_layers_at_start else "high_precision_layers_at_end"
-        raise ConfigError(f"$.precision.{field}", "hp search does not price layers kept in the compute dtype (its bounds "
-                          "take every layer as the recipe quantizes it); estimate such a layout with hp estimate")
     if schedules is not None:
         names = list(dict.fromkeys(schedules))
         if not names:
@@ -346,6 +349,7 @@ def _search(model: ModelSpec, registry: Registry, devices: int, hardware: Hardwa
         model=model.name, runtime=rt.name, hardware=hardware.name, devices=devices, global_batch_size=global_batch_size,
         seq_len=seq_len, considered=considered, planned=planned, fitting=len(fitting), top=tuple(fitting[:top]),
         rejected={reason: counts[reason] for reason in REASONS if counts.get(reason)},
+        high_precision_layers=bounder.kept_layers,
     )
 
 

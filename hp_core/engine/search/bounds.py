@@ -22,11 +22,19 @@ import attrs
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.engine import census as census_lib
 from hp_core.engine.optimizer import OptimizerLoad, group_states, layer_load, master_bytes, resolve_optimizer
-from hp_core.engine.precision import resolve_recipe
+from hp_core.engine.precision import (
+    check_high_precision_layers,
+    in_compute_dtype,
+    kept_layer_counts,
+    recipe_changes_costs,
+    recipe_cost,
+    resolve_recipe,
+    split_high_precision_layers,
+)
 from hp_core.engine.prepare import EvaluatedLayers, evaluate_layers, layer_context, model_kinds, resolve_runtime
 from hp_core.engine.schedule import _call, awaiting_weight_gradient, stage_plan
 from hp_core.engine.search.layouts import Layout, _Job, _reason_of
-from hp_core.engine.search.memo import Memo, memo_costs
+from hp_core.engine.search.memo import Memo, memo_formula_costs
 from hp_core.engine.stage import PlacedLayer, static_bytes
 from hp_core.engine.timing import LayerPricer, layer_pricer
 from hp_core.errors import ConfigError
@@ -91,13 +99,33 @@ class _Bounder:
     """
 
     def __init__(self, job: _Job) -> None:
-        model, registry = job.model, job.registry
+        registry = job.registry
         self.job = job
         self.rt, self.precision, self.attention = resolve_runtime(registry, job.runtime, job.precision, None)
         self.optimizer = resolve_optimizer(registry, self.precision)
         self.recipe = resolve_recipe(registry, self.precision)
+        # Layers kept in the compute dtype under the recipe (PrecisionSpec.high_precision_layers_at_start / _at_end):
+        # the model's body groups split at them as prepare splits them, the same split at every pp (only the refusal
+        # of a count above a stage's layers reads pp: kept_refusal); refused here, for every layout, what pp 1
+        # refuses (delayed scaling, more than the body). The split-off groups (exempt) are priced as prepare prices
+        # them (in_compute_dtype), so every bound below is of the layers as the estimate has them.
+        kinds = model_kinds(job.model, registry)
+        body = [k.placement == "body" for k in kinds]
+        if any(placed and group.count for placed, group in zip(body, job.model.layers)):
+            self.model, self.exempt = split_high_precision_layers(job.model, body, self.precision, self.recipe)
+        else:  # no body layers: search refuses the model, by that reason
+            self.model, self.exempt = job.model, frozenset()
+        self.kept_layers = kept_layer_counts(self.precision, self.recipe)
+        # The first phase's costs are evaluate_layers' (the recipe applied, the exempt groups in the compute dtype:
+        # _as_prepared), so its memory bounds see what a recipe changes in the activations: a quantized kept input
+        # is smaller than the compute dtype's, and the working set fully recomputed with it.
+        self.recipe_changes = recipe_changes_costs(self.recipe)
+        self._prepared: dict[tuple[int, int, bool, bool], tuple[LayerCost, LayerCost, LayerCost]] = {}
+        model = self.model
         # A recipe storing the parameters in its format holds under param_bytes of them: bound them at 1 byte
-        # (the weight copies it adds are not counted here, so the static bound stays below plan_stage's).
+        # (the weight copies it adds are not counted here, so the static bound stays below plan_stage's). A layer
+        # kept in the compute dtype (exempt) holds no weight copy and its weights at param_bytes (plan_stage's
+        # quantized elements leave it out): at least what this bound counts of it, so the bound holds with them.
         self.static_precision = (attrs.evolve(self.precision, param_bytes=1) if self.recipe.param_gather == "stored"
                                  else self.precision)
         self.master_bytes = master_bytes(self.optimizer, self.precision)
@@ -165,6 +193,15 @@ class _Bounder:
             self._refusals[key] = reason
         return self._refusals[key]
 
+    def kept_refusal(self, pp: int) -> str | None:
+        """Why *pp* stages cannot keep the precision's layers in the compute dtype (more than a stage's body layers,
+        :func:`~hp_core.engine.precision.check_high_precision_layers`, as prepare refuses it), or ``None``."""
+        try:
+            check_high_precision_layers(self.precision, self.recipe, self.body_count, pp)
+        except ConfigError as error:
+            return _reason_of(error)
+        return None
+
     # ------------------------------------------------------------------ evaluations
 
     def evaluated(self, layout: Layout, micro_batch_size: int | None = None) -> EvaluatedLayers:
@@ -177,9 +214,9 @@ class _Bounder:
         if micro_batch_size is not None and micro_batch_size != layout.micro_batch_size:
             layout = attrs.evolve(layout, micro_batch_size=micro_batch_size)
         job = self.job
-        return evaluate_layers(job.model, layout.parallel(job.seq_len, job.global_batch_size), precision=self.precision,
+        return evaluate_layers(self.model, layout.parallel(job.seq_len, job.global_batch_size), precision=self.precision,
                                attention=self.attention, runtime=self.rt, registry=job.registry, census=self.census,
-                               kinds=self.kinds)
+                               kinds=self.kinds, exempt=self.exempt)
 
     def pricer(self, layout: Layout) -> LayerPricer:
         """The layer pricer of the layout's ``(tp, cp, ep, etp)``: a layer's time reads no other degree."""
@@ -203,7 +240,7 @@ class _Bounder:
         costs = tuple(costs)
         seconds = [0.0] * len(self.kinds)
         for i in range(len(self.kinds)) if groups is None else groups:
-            seconds[i] = pricer.price(costs[i], self.job.model.layers[i].config, self.kinds[i], context,
+            seconds[i] = pricer.price(costs[i], self.model.layers[i].config, self.kinds[i], context,
                                       full=False, recomputed=self.implicit[i]).micro_batch_seconds
         return seconds
 
@@ -248,11 +285,14 @@ class _Bounder:
                     self.rt.vocab_pad_multiple, self.rt.traits)
             try:
                 # layer_context of the layout at this size: the layout's ep, etp and size in the (tp, cp) template.
-                costs, context = memo_costs(self.memo, job.model, self.kinds, template, self.census, self.attention,
-                                            ep=layout.ep, etp=layout.etp, micro_batch_size=micro_batch_size)
+                formula, costs, context = memo_formula_costs(self.memo, self.model, self.kinds, template, self.census,
+                                                             self.attention, ep=layout.ep, etp=layout.etp,
+                                                             micro_batch_size=micro_batch_size)
             except ConfigError as exc:
                 found = _reason_of(exc)
             else:
+                if self.recipe_changes or self.exempt:
+                    costs = self._as_prepared(formula, costs, context.tp > 1 and context.sp)
                 full = []
                 for i, cost in enumerate(costs):
                     # The costs are held by the memo and the contexts as long as this entry (both go in
@@ -262,16 +302,35 @@ class _Bounder:
                         placed = self._placed[(i, id(cost))] = self._placed_full(i, cost)
                     full.append(placed)
                 priced = self.priced
-                seconds = self.pricer(layout).price(costs[priced], job.model.layers[priced].config, self.kinds[priced],
+                seconds = self.pricer(layout).price(costs[priced], self.model.layers[priced].config, self.kinds[priced],
                                                     context, full=False, recomputed=self.implicit[priced])
                 found = _Context(costs, tuple(kept for kept, _ in full), tuple(working for _, working in full),
                                  seconds.micro_batch_seconds)
             self._contexts[key] = found
         return found
 
+    def _as_prepared(self, formula: tuple[LayerCost, ...], measured: tuple[LayerCost, ...],
+                     tp_sp: bool) -> tuple[LayerCost, ...]:
+        """The memo's census-applied costs as :func:`~hp_core.engine.prepare.evaluate_layers` answers them: as the
+        recipe keeps them (:func:`~hp_core.engine.precision.recipe_cost`, what ``with_recipe`` does to each), the
+        :attr:`exempt` groups' in the compute dtype (:func:`~hp_core.engine.precision.in_compute_dtype` of the
+        census-applied cost). One object per memoized pair, so that what is kept by cost identity is shared."""
+        changed = []
+        for i, (cost, by_formula) in enumerate(zip(measured, formula)):
+            exempt = i in self.exempt
+            key = (id(cost), id(by_formula), tp_sp, exempt)
+            found = self._prepared.get(key)
+            if found is None or found[0] is not cost or found[1] is not by_formula:
+                made = (in_compute_dtype(cost) if exempt else
+                        recipe_cost(cost, by_formula, self.recipe, self.precision.activation_bytes, tp_sp))
+                found = self._prepared[key] = (cost, by_formula, made)  # the pair held: its ids are not reused
+            changed.append(found[2])
+        return tuple(changed)
+
     def forget(self) -> None:
         """Drop the contexts, evaluations and pricers kept (the first phase, between two ``(cp, tp)``)."""
         self._contexts.clear()
+        self._prepared.clear()
         self._templates.clear()
         self._placed.clear()
         self._pricers.clear()

@@ -214,6 +214,7 @@ def _first_phase(
     def reject(reason: str, count: int) -> None:
         counts[reason] = counts.get(reason, 0) + count
 
+    kept = bounder.kept_layers != (0, 0)
     timing = bounder.rt.timing
     replicate = timing.schedule.fsdp_replicate if timing is not None else 1
     step_reduce = timing is not None and timing.schedule.fsdp_pipeline_step_reduce
@@ -227,6 +228,8 @@ def _first_phase(
             if progress is not None:
                 progress(done, len(families))
             for pp in allowed("pp", [devices // (dp * cp * tp)]):
+                # Layers kept in the compute dtype, more than a stage holds (Megatron-Core refuses them; prepare too).
+                kept_refused = bounder.kept_refusal(pp) if kept else None
                 vpps = allowed("vpp", _divisors(max(1, body_layers // pp)) if pp > 1 else [1])
                 expert_pairs = [(ep, etp) for ep in allowed("ep", _divisors(dp * cp * tp) if experts else [1])
                                 for etp in allowed("etp", _divisors(dp * cp * tp // ep) if experts else [1])]
@@ -250,6 +253,9 @@ def _first_phase(
                             continue
                         if pp > body_layers:
                             reject(R_LAYERS, n)
+                            continue
+                        if kept_refused is not None:
+                            reject(kept_refused, n)
                             continue
                         if experts is not None and experts % ep:
                             reject(R_EXPERTS, n)

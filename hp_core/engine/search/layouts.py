@@ -34,8 +34,10 @@ R_FSDP_PP = ("the runtime prices FSDP (zero 3) memory under pp > 1 on gpipe and 
              "without reshard_after_forward, only")
 R_PIPELINE_TRAIT = "the runtime's options are not priced under pp > 1 (a chunked loss)"
 R_HSDP = "the runtime's hsdp_replicate does not divide the (expert) data-parallel degree, or pp > 1 where its profile refuses it"
-REASONS = (R_LAYERS, R_EXPERTS, R_MODEL, R_SEQUENCE, R_HSDP, R_BATCH, R_STATIC, R_FULL, R_PLAN, R_SLOWER, R_SCHEDULE,
-           R_FSDP_PP, R_PIPELINE_TRAIT)
+R_KEPT = ("more layers kept in the compute dtype (high_precision_layers_at_start or _at_end) than a pipeline stage's "
+          "body layers")
+REASONS = (R_LAYERS, R_KEPT, R_EXPERTS, R_MODEL, R_SEQUENCE, R_HSDP, R_BATCH, R_STATIC, R_FULL, R_PLAN, R_SLOWER,
+           R_SCHEDULE, R_FSDP_PP, R_PIPELINE_TRAIT)
 
 # The names ``fixed`` accepts.
 FIXABLE = ("dp", "cp", "tp", "pp", "vpp", "ep", "etp", "zero", "micro_batch_size")
@@ -162,6 +164,9 @@ class SearchResult:
         fitting: Candidates planned whose plan fits.
         top: The fastest fitting candidates, fastest first (ties by layout key).
         rejected: Candidates not ranked, by reason (:data:`REASONS`; only those with a count).
+        high_precision_layers: ``(at start, at end)``: the first and last body layers every candidate keeps in the
+            compute dtype under the precision recipe (``PrecisionSpec.high_precision_layers_at_start`` / ``_at_end``,
+            fixed, not searched); ``(0, 0)`` where none are or the recipe quantizes nothing.
     """
 
     model: str
@@ -175,6 +180,7 @@ class SearchResult:
     fitting: int
     top: tuple[Candidate, ...]
     rejected: Mapping[str, int]
+    high_precision_layers: tuple[int, int] = (0, 0)
 
     @property
     def best(self) -> Candidate | None:
@@ -204,6 +210,8 @@ def _reason_of(error: ConfigError) -> str:
     if isinstance(error, PipelineTraitError):
         return R_PIPELINE_TRAIT
     path = error.path
+    if path.startswith("$.precision.high_precision_layers_at_"):  # check_high_precision_layers, per pp
+        return R_KEPT
     if path in ("$.parallel.schedule", "$.parallel.vpp"):
         return R_SCHEDULE
     if path in ("$.parallel.cp", "$.parallel.sp"):
