@@ -52,7 +52,8 @@ MAX_NODES = 100_000
 # Name, bound, what it bounds: the table docs/cli.md shows (checked by tests/test_docs_cli.py).
 BOUNDS: tuple[tuple[str, int, str], ...] = (
     ("MAX_DEVICES", MAX_DEVICES, "every parallel degree, their product, `hp search --devices` and `--fix` values, pipeline chunks"),
-    ("MAX_LAYERS", MAX_LAYERS, "layers in one model stack (all groups, `count`, `num_hidden_layers`, `--num-layers`), `--steps`"),
+    ("MAX_LAYERS", MAX_LAYERS, "layers in one model stack (all groups, `count`, `num_hidden_layers`, `--num-layers`), `--steps`, "
+                               "`hp search --high-precision-layers-at-start` and `--high-precision-layers-at-end`"),
     ("MAX_VOCAB", MAX_VOCAB, "vocabulary entries (`vocab_size`)"),
     ("MAX_SEQ_LEN", MAX_SEQ_LEN, "tokens per sequence (`--seq-len`, `seq_len`)"),
     ("MAX_BATCH", MAX_BATCH, "sequences per micro-batch and per step (`--micro-batch-size`, `--global-batch-size`)"),

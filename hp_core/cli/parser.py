@@ -71,6 +71,7 @@ _batch = _bounded(MAX_BATCH, "MAX_BATCH")
 _seq_len = _bounded(MAX_SEQ_LEN, "MAX_SEQ_LEN")
 _layers = _bounded(MAX_LAYERS, "MAX_LAYERS")
 _workers = _bounded(MAX_WORKERS, "MAX_WORKERS")
+_kept_layers = _bounded(MAX_LAYERS, "MAX_LAYERS", low=0)
 _steps_bound = _bounded(MAX_LAYERS, "MAX_LAYERS", low=-MAX_INT)  # a negative count is refused by the command, by name
 
 
@@ -355,6 +356,12 @@ def _add_search_parser(sub: Any) -> None:
                         help="low-precision GEMM recipe (see docs/precision.md); several, comma-separated, make the "
                              "recipe a search dimension: each is searched and the best layouts of all are ranked together; "
                              "default: the runtime's (bf16)")
+    for where, flag in (("first", "start"), ("last", "end")):
+        search.add_argument(f"--high-precision-layers-at-{flag}", type=_kept_layers, default=None, metavar="N",
+                            help=f"under a low-precision recipe, keep the {where} N body layers' GEMMs in the compute "
+                                 f"dtype (precision.high_precision_layers_at_{flag}; Megatron-LM --first-last-layers-bf16 "
+                                 f"--num-layers-at-{flag}-in-bf16 N): fixed in every layout, not searched; a pipeline "
+                                 "whose stages hold fewer body layers is rejected (docs/precision.md); default 0")
     search.add_argument("--top", type=_positive, default=10, help="how many of the fastest layouts to show (default 10)")
     search.add_argument("--fix", type=_fix, action="append", default=[], metavar="NAME=N",
                         help="hold a degree fixed: dp, cp, tp, pp, vpp, ep, etp, zero, mbs (repeatable)")

@@ -100,8 +100,15 @@ def _print_recipes(results: dict, args: argparse.Namespace, console: Console) ->
                       c.plan_summary)
     console.print(table)
     for recipe, r in results.items():
-        console.print(f"{recipe}: considered {r.considered:,} candidates; planned {r.planned:,}; {r.fitting:,} fit.")
+        console.print(f"{recipe}: considered {r.considered:,} candidates; planned {r.planned:,}; {r.fitting:,} fit"
+                      + (f"; kept layers: {_kept_text(r)}" if r.high_precision_layers != (0, 0) else "") + ".")
     return 0
+
+
+def _kept_text(result) -> str:
+    """The layers every layout of *result* keeps in the compute dtype, in words."""
+    start, end = result.high_precision_layers
+    return f"the first {start} and the last {end} body layers in the compute dtype in every layout (fixed, not searched)"
 
 
 def search_command(args: argparse.Namespace, registry: Registry, console: Console) -> int:
@@ -122,6 +129,11 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
     if args.optimizer is not None:
         registry.optimizer(args.optimizer, "--optimizer")
         precision = attrs.evolve(runtime.precision, optimizer=args.optimizer)
+    kept = {f"high_precision_layers_at_{flag}": value for flag, value in (("start", args.high_precision_layers_at_start),
+                                                                          ("end", args.high_precision_layers_at_end))
+            if value is not None}
+    if kept:  # fixed in every layout, not searched (docs/search.md)
+        precision = attrs.evolve(precision or runtime.precision, **kept)
     recipes = _recipes(args, registry)
     if len(recipes) > 1 and (args.csv is not None or args.plot is not None):
         raise ConfigError("--precision", "--csv and --plot take one recipe; search several recipes without them")
@@ -164,6 +176,8 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
                       f"{c.step_seconds:.3f}", f"{c.mfu:.1%}", c.plan_summary)
     console.print(table)
     console.print(f"Considered {result.considered:,} candidates; planned {result.planned:,}; {result.fitting:,} fit.")
+    if result.high_precision_layers != (0, 0):
+        console.print(f"Kept layers: {_kept_text(result)}.")
     rejected = Table(title="Rejected", title_justify="left")
     rejected.add_column("Reason")
     rejected.add_column("Candidates", justify="right")

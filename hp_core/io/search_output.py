@@ -51,6 +51,8 @@ def search_to_json(result: SearchResult) -> dict[str, Any]:
         "planned": result.planned,
         "fitting": result.fitting,
         "rejected": dict(result.rejected),
+        "high_precision_layers": {"at_start": result.high_precision_layers[0],
+                                  "at_end": result.high_precision_layers[1]},
         "top": [
             {
                 "rank": rank,
