@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hp_core.api import estimate, model_from_preset, search, step_time
+from hp_core.api import estimate, model_from_preset, step_time
 from hp_core.engine.precision import split_high_precision_layers
 from hp_core.engine.prepare import prepare
 from hp_core.errors import ConfigError
@@ -88,12 +88,6 @@ def test_megatron_refuses_what_hp_refuses(registry):
     assert _run(registry, "mxfp8", 8, 8, layout=piped)[1].step_seconds > 0
 
 
-def test_the_search_refuses_the_layers_it_cannot_bound(registry):
-    with pytest.raises(ConfigError, match=r"^\$\.precision\.high_precision_layers_at_start: hp search does not price"):
-        search(model_from_preset("llama3-8b", registry), registry=registry, devices=8, hardware="b200",
-               global_batch_size=32, seq_len=4096, runtime="megatron", precision=_precision(registry, "mxfp8", 1, 1))
-
-
 def test_split_keeps_counts_and_marks_groups_across_a_boundary():
     from hp_core.precision_recipes import GemmOperand, PrecisionRecipe
     from hp_core.specs import LayerGroup, ModelSpec, PrecisionSpec
@@ -108,3 +102,30 @@ def test_split_keeps_counts_and_marks_groups_across_a_boundary():
     # Body a a a b b: the first four (a a a b) and the last (b) kept: a3 | b1 | b1, every body group kept.
     assert [(g.kind, g.count) for g in split.layers] == [("embedding", 1), ("a", 3), ("b", 1), ("b", 1), ("output", 1)]
     assert exempt == {1, 2, 3}
+
+
+def test_a_shared_evaluation_must_be_of_the_split_model(registry):
+    # A search evaluates a context's groups once and shares them (prepare's layers): with layers kept in bf16 the
+    # evaluation must be of the split model with its exempt groups, and gives the run prepare evaluates itself.
+    from hp_core.engine.estimate import estimate_run
+    from hp_core.engine.precision import resolve_recipe
+    from hp_core.engine.prepare import evaluate_layers, model_kinds
+
+    model = model_from_preset("llama3-8b", registry)
+    precision = _precision(registry, "mxfp8", 1, 2)
+    runtime = registry.runtime("megatron")
+    census = registry.census_source("formulas")
+
+    def evaluated(m, exempt=frozenset()):
+        return evaluate_layers(m, LAYOUT, precision=precision, attention=runtime.attention, runtime=runtime,
+                               registry=registry, census=census, exempt=exempt)
+
+    with pytest.raises(ConfigError, match=r"^\$\.precision\.high_precision_layers_at_start: .* not of the split model"):
+        prepare(model, LAYOUT, registry=registry, runtime="megatron", precision=precision, layers=evaluated(model))
+    body = [k.placement == "body" for k in model_kinds(model, registry)]
+    split, exempt = split_high_precision_layers(model, body, precision, resolve_recipe(registry, precision))
+    assert exempt == {1, 3}
+    shared = prepare(model, LAYOUT, registry=registry, runtime="megatron", precision=precision,
+                     layers=evaluated(split, exempt))
+    own = prepare(model, LAYOUT, registry=registry, runtime="megatron", precision=precision)
+    assert shared.costs == own.costs and estimate_run(shared, None) == estimate_run(own, None)
