@@ -55,6 +55,12 @@ rank in the top K):
    which so also holds candidates whose full-recompute bound was never
    checked). ``planned`` and ``fitting`` count what was planned.
 
+Layers the precision keeps in the compute dtype (``high_precision_layers_at_start``
+/ ``_at_end``) are held fixed in every candidate, not searched: the model is
+split at them as ``prepare`` splits it and every bound is of the split groups;
+a ``pp`` whose stages hold fewer body layers than a count is rejected
+(:data:`~hp_core.engine.search.layouts.R_KEPT`).
+
 Answers are merged in submission order and the waves have a fixed size, so
 nothing depends on the executor or its number of workers.
 
@@ -70,6 +76,9 @@ The package, one module per responsibility:
   evaluations shared between layouts;
 - :mod:`~hp_core.engine.search.memo`: layer evaluations shared between the
   first phase's contexts;
+- :mod:`~hp_core.engine.search.prepared_costs`: those evaluations as
+  ``prepare`` has them (the precision recipe applied, the layers kept in the
+  compute dtype split off and priced so);
 - :mod:`~hp_core.engine.search.best_first`: the second phase and
   :func:`search`.
 

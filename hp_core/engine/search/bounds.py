@@ -22,19 +22,12 @@ import attrs
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.engine import census as census_lib
 from hp_core.engine.optimizer import OptimizerLoad, group_states, layer_load, master_bytes, resolve_optimizer
-from hp_core.engine.precision import (
-    check_high_precision_layers,
-    in_compute_dtype,
-    kept_layer_counts,
-    recipe_changes_costs,
-    recipe_cost,
-    resolve_recipe,
-    split_high_precision_layers,
-)
+from hp_core.engine.precision import resolve_recipe
 from hp_core.engine.prepare import EvaluatedLayers, evaluate_layers, layer_context, model_kinds, resolve_runtime
 from hp_core.engine.schedule import _call, awaiting_weight_gradient, stage_plan
 from hp_core.engine.search.layouts import Layout, _Job, _reason_of
 from hp_core.engine.search.memo import Memo, memo_formula_costs
+from hp_core.engine.search.prepared_costs import PreparedCosts
 from hp_core.engine.stage import PlacedLayer, static_bytes
 from hp_core.engine.timing import LayerPricer, layer_pricer
 from hp_core.errors import ConfigError
@@ -104,24 +97,12 @@ class _Bounder:
         self.rt, self.precision, self.attention = resolve_runtime(registry, job.runtime, job.precision, None)
         self.optimizer = resolve_optimizer(registry, self.precision)
         self.recipe = resolve_recipe(registry, self.precision)
-        # Layers kept in the compute dtype under the recipe (PrecisionSpec.high_precision_layers_at_start / _at_end):
-        # the model's body groups split at them as prepare splits them, the same split at every pp (only the refusal
-        # of a count above a stage's layers reads pp: kept_refusal); refused here, for every layout, what pp 1
-        # refuses (delayed scaling, more than the body). The split-off groups (exempt) are priced as prepare prices
-        # them (in_compute_dtype), so every bound below is of the layers as the estimate has them.
-        kinds = model_kinds(job.model, registry)
-        body = [k.placement == "body" for k in kinds]
-        if any(placed and group.count for placed, group in zip(body, job.model.layers)):
-            self.model, self.exempt = split_high_precision_layers(job.model, body, self.precision, self.recipe)
-        else:  # no body layers: search refuses the model, by that reason
-            self.model, self.exempt = job.model, frozenset()
-        self.kept_layers = kept_layer_counts(self.precision, self.recipe)
-        # The first phase's costs are evaluate_layers' (the recipe applied, the exempt groups in the compute dtype:
-        # _as_prepared), so its memory bounds see what a recipe changes in the activations: a quantized kept input
-        # is smaller than the compute dtype's, and the working set fully recomputed with it.
-        self.recipe_changes = recipe_changes_costs(self.recipe)
-        self._prepared: dict[tuple[int, int, bool, bool], tuple[LayerCost, LayerCost, LayerCost]] = {}
-        model = self.model
+        # The model as prepare splits it at the layers kept in the compute dtype, and the memo's costs as prepare
+        # evaluates them (the recipe applied, the split-off groups in the compute dtype): every bound below is of the
+        # layers as the estimate has them. What no layout runs is refused here (PreparedCosts).
+        self.prepared = PreparedCosts(job.model, model_kinds(job.model, registry), self.precision, self.recipe)
+        model = self.model = self.prepared.model
+        self.exempt, self.kept_layers = self.prepared.exempt, self.prepared.kept_layers
         # A recipe storing the parameters in its format holds under param_bytes of them: bound them at 1 byte
         # (the weight copies it adds are not counted here, so the static bound stays below plan_stage's). A layer
         # kept in the compute dtype (exempt) holds no weight copy and its weights at param_bytes (plan_stage's
@@ -192,15 +173,6 @@ class _Bounder:
                     reason = _reason_of(error)
             self._refusals[key] = reason
         return self._refusals[key]
-
-    def kept_refusal(self, pp: int) -> str | None:
-        """Why *pp* stages cannot keep the precision's layers in the compute dtype (more than a stage's body layers,
-        :func:`~hp_core.engine.precision.check_high_precision_layers`, as prepare refuses it), or ``None``."""
-        try:
-            check_high_precision_layers(self.precision, self.recipe, self.body_count, pp)
-        except ConfigError as error:
-            return _reason_of(error)
-        return None
 
     # ------------------------------------------------------------------ evaluations
 
@@ -291,8 +263,7 @@ class _Bounder:
             except ConfigError as exc:
                 found = _reason_of(exc)
             else:
-                if self.recipe_changes or self.exempt:
-                    costs = self._as_prepared(formula, costs, context.tp > 1 and context.sp)
+                costs = self.prepared.costs(formula, costs, context.tp > 1 and context.sp)
                 full = []
                 for i, cost in enumerate(costs):
                     # The costs are held by the memo and the contexts as long as this entry (both go in
@@ -309,28 +280,10 @@ class _Bounder:
             self._contexts[key] = found
         return found
 
-    def _as_prepared(self, formula: tuple[LayerCost, ...], measured: tuple[LayerCost, ...],
-                     tp_sp: bool) -> tuple[LayerCost, ...]:
-        """The memo's census-applied costs as :func:`~hp_core.engine.prepare.evaluate_layers` answers them: as the
-        recipe keeps them (:func:`~hp_core.engine.precision.recipe_cost`, what ``with_recipe`` does to each), the
-        :attr:`exempt` groups' in the compute dtype (:func:`~hp_core.engine.precision.in_compute_dtype` of the
-        census-applied cost). One object per memoized pair, so that what is kept by cost identity is shared."""
-        changed = []
-        for i, (cost, by_formula) in enumerate(zip(measured, formula)):
-            exempt = i in self.exempt
-            key = (id(cost), id(by_formula), tp_sp, exempt)
-            found = self._prepared.get(key)
-            if found is None or found[0] is not cost or found[1] is not by_formula:
-                made = (in_compute_dtype(cost) if exempt else
-                        recipe_cost(cost, by_formula, self.recipe, self.precision.activation_bytes, tp_sp))
-                found = self._prepared[key] = (cost, by_formula, made)  # the pair held: its ids are not reused
-            changed.append(found[2])
-        return tuple(changed)
-
     def forget(self) -> None:
         """Drop the contexts, evaluations and pricers kept (the first phase, between two ``(cp, tp)``)."""
         self._contexts.clear()
-        self._prepared.clear()
+        self.prepared.forget()
         self._templates.clear()
         self._placed.clear()
         self._pricers.clear()

@@ -214,7 +214,6 @@ def _first_phase(
     def reject(reason: str, count: int) -> None:
         counts[reason] = counts.get(reason, 0) + count
 
-    kept = bounder.kept_layers != (0, 0)
     timing = bounder.rt.timing
     replicate = timing.schedule.fsdp_replicate if timing is not None else 1
     step_reduce = timing is not None and timing.schedule.fsdp_pipeline_step_reduce
@@ -229,7 +228,7 @@ def _first_phase(
                 progress(done, len(families))
             for pp in allowed("pp", [devices // (dp * cp * tp)]):
                 # Layers kept in the compute dtype, more than a stage holds (Megatron-Core refuses them; prepare too).
-                kept_refused = bounder.kept_refusal(pp) if kept else None
+                kept_refused = bounder.prepared.kept_refusal(pp)
                 vpps = allowed("vpp", _divisors(max(1, body_layers // pp)) if pp > 1 else [1])
                 expert_pairs = [(ep, etp) for ep in allowed("ep", _divisors(dp * cp * tp) if experts else [1])
                                 for etp in allowed("etp", _divisors(dp * cp * tp // ep) if experts else [1])]
