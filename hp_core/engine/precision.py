@@ -22,12 +22,13 @@ gathered in the recipe's format.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Iterable
 
 import attrs
 
-from hp_core.costs import ActivationTerm, LayerCost
+from hp_core.costs import ActivationTerm, LayerCost, ParamCount
 from hp_core.errors import ConfigError
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.registry import Registry
@@ -302,9 +303,19 @@ def in_compute_dtype(cost: LayerCost) -> LayerCost:
     parameter families ``high_precision`` (no quantized weight copy, gather or scaling state), its work
     ``quantized`` false (no GEMM speedup, quantization or quantized gather). Its activations are the cost's as the
     recipe leaves them untouched (the caller passes the cost before :func:`with_recipe`)."""
-    params = tuple(p if p.high_precision else attrs.evolve(p, high_precision=True) for p in cost.params)
+    try:
+        params = _high_precision_params(cost.params)
+    except TypeError:  # a family that does not hash (a plugin's element_bytes): made anew
+        params = _high_precision_params.__wrapped__(cost.params)
     work = None if cost.work is None else attrs.evolve(cost.work, quantized=False)
     return attrs.evolve(cost, params=params, work=work)
+
+
+@functools.lru_cache(maxsize=1024)
+def _high_precision_params(params: tuple[ParamCount, ...]) -> tuple[ParamCount, ...]:
+    """*params* with every family ``high_precision`` (:func:`in_compute_dtype`); kept by value, as a search asks
+    for the same families in many layer contexts (each made anew by attrs.evolve, its validators run)."""
+    return tuple(p if p.high_precision else attrs.evolve(p, high_precision=True) for p in params)
 
 
 def kept_layer_counts(precision: PrecisionSpec, recipe: PrecisionRecipe) -> tuple[int, int]:
