@@ -263,6 +263,9 @@ class _Bounder:
             except ConfigError as exc:
                 found = _reason_of(exc)
             else:
+                # As prepare evaluates them: a quantized kept input keeps less than the compute dtype (so does the
+                # working set fully recomputed with it), and a layer kept in bf16 keeps the compute dtype and runs
+                # its GEMMs at the bf16 rate; bounds taken from the memo's costs alone could exceed the estimate's.
                 costs = self.prepared.costs(formula, costs, context.tp > 1 and context.sp)
                 full = []
                 for i, cost in enumerate(costs):
