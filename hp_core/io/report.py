@@ -284,12 +284,14 @@ def time_summary(step) -> str:
             f"{',' if 'gemm_rate_scale' in prov else ''} {prov['large_gemm_speedup']:g}x from {prov['large_gemm_flops'] / 1e12:g} TFLOP"
             if "large_gemm_speedup" in prov else "") + " of its family's figures"
     if prov.get("attention_format", "bf16") != "bf16":  # measured speedups, or the bf16 rates where none (docs/precision.md)
-        parts = []
+        kinds = []  # the kinds of attention the model runs (step.py states a speedup per kind present)
         for label, key in (("attention", "attention_speedup"), ("MLA attention", "mla_attention_speedup")):
-            fwd, bwd = prov.get(key, (1.0, 1.0))
-            parts.append(f"{label} at the {prov['dtype']} rates (no measured {prov['attention_format']} figure here)"
-                         if (fwd, bwd) == (1.0, 1.0) else f"{label} {fwd:.2f}x forward, {bwd:.2f}x backward")
-        whole_run += f"; {prov['attention_format']} " + ", ".join(parts) + " of bf16 (windowed attention at bf16 rates)"
+            if key in prov:
+                fwd, bwd = prov[key]
+                kinds.append(f"{label} at the {prov['dtype']} rates (no measured {prov['attention_format']} figure here)"
+                             if (fwd, bwd) == (1.0, 1.0) else f"{label} {fwd:.2f}x forward, {bwd:.2f}x backward")
+        if kinds:
+            whole_run += f"; {prov['attention_format']} " + ", ".join(kinds) + " of bf16 (windowed attention at bf16 rates)"
     recipe = prov.get("precision_recipe", "bf16")
     mfu = f"MFU {step.mfu * 100:.1f}%"
     speedups = prov.get("gemm_speedup_forward", 1.0), prov.get("gemm_speedup_backward", 1.0)  # rates._recipe_rates

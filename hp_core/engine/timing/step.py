@@ -445,8 +445,10 @@ def time_run(
         "precision_recipe": recipe.name,
         "gemm_dtype": recipe.gemm_dtype, "gemm_speedup_forward": rates.gemm_speedup, "gemm_speedup_backward": rates.gemm_speedup_backward,
         "attention_format": recipe.attention_format,  # other than bf16: at the measured speedups (rates._attention_speedups)
-        **({"attention_speedup": rates.attn_speedup, "mla_attention_speedup": rates.mla_attn_speedup}
-           if recipe.attention_format != "bf16" else {}),
+        **({"attention_speedup": rates.attn_speedup} if recipe.attention_format != "bf16" and any(
+            w.attention_calls and not w.wide_qk_attention for w in works) else {}),
+        **({"mla_attention_speedup": rates.mla_attn_speedup} if recipe.attention_format != "bf16" and any(
+            w.attention_calls and w.wide_qk_attention for w in works) else {}),
         "schedule": schedule.name, **({"ep_overlap_unpaired_seconds": lone} if lone else {}),
         **({"gemm_rate_scale": hardware.gemm_rate_scale} if hardware.gemm_rate_scale else {}),
         **({"large_gemm_speedup": hardware.large_gemm_speedup, "large_gemm_flops": hardware.large_gemm_flops}
