@@ -283,6 +283,9 @@ def time_summary(step) -> str:
         whole_run += "; this machine's GEMMs at" + (f" {prov['gemm_rate_scale']:g}x" if "gemm_rate_scale" in prov else "") + (
             f"{',' if 'gemm_rate_scale' in prov else ''} {prov['large_gemm_speedup']:g}x from {prov['large_gemm_flops'] / 1e12:g} TFLOP"
             if "large_gemm_speedup" in prov else "") + " of its family's figures"
+    if "attention_rate_scale" in prov:  # the machine's fused attention (HardwareSpec.attention_rate_scale)
+        fwd, bwd = prov["attention_rate_scale"]
+        whole_run += f"; this machine's attention at {fwd:g}x forward, {bwd:g}x backward of its family's figures"
     if prov.get("attention_format", "bf16") != "bf16":  # measured speedups, or the bf16 rates where none (docs/precision.md)
         kinds = []  # the kinds of attention the model runs (step.py states a speedup per kind present)
         for label, key in (("attention", "attention_speedup"), ("MLA attention", "mla_attention_speedup")):

@@ -24,6 +24,14 @@ def _peak_flops(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
             raise SpecError(f"peak_flops.{key}", f"peak_flops.{key} must be a positive finite number of FLOP/s, got {short_repr(rate)}")
 
 
+def _pair(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """A ``(forward, backward)`` pair of positive numbers."""
+    if not isinstance(value, tuple) or len(value) != 2:
+        raise SpecError(attribute.name, f"{attribute.name} must be (forward, backward), got {value!r}")
+    for v in value:
+        positive_number(instance, attribute, v)
+
+
 @attrs.frozen(kw_only=True)
 class HardwareSpec:
     """One accelerator type and the links around it.
@@ -69,6 +77,10 @@ class HardwareSpec:
             family); ``None``: 1, the efficiencies as stated.
         large_gemm_flops: The FLOPs (``2 m n k``) from which a GEMM takes
             :attr:`large_gemm_speedup`; stated with it or not at all.
+        attention_rate_scale: ``(forward, backward)``: this machine's fused attention rate over what its
+            architecture's attention efficiencies give at its peak, for attention whose q/k and v head dims are
+            equal; ``None``: 1, as stated (benchmarks/attention_rate_level.py).
+        mla_attention_rate_scale: The same for wider q/k than v (MLA); ``None``: 1.
     """
 
     name: str
@@ -90,6 +102,8 @@ class HardwareSpec:
     gemm_rate_scale: float | None = attrs.field(default=None, validator=optional(positive_number))
     large_gemm_speedup: float | None = attrs.field(default=None, validator=optional(positive_number))
     large_gemm_flops: float | None = attrs.field(default=None, validator=optional(positive_number))
+    attention_rate_scale: tuple[float, float] | None = attrs.field(default=None, validator=optional(_pair))
+    mla_attention_rate_scale: tuple[float, float] | None = attrs.field(default=None, validator=optional(_pair))
 
     @large_gemm_flops.validator
     def _check_large_gemm(self, attribute: attrs.Attribute, value: Any) -> None:

@@ -91,10 +91,18 @@ def _preset(entry: Mapping[str, Any]) -> HardwarePreset:
             gemm_rate_scale=entry["gemm_rate_scale"],
             large_gemm_speedup=entry["large_gemm_speedup"],
             large_gemm_flops=_scaled(entry["large_gemm_tflop"], _TERA),
+            attention_rate_scale=_pair(entry.get("attention_rate_scale")),
+            mla_attention_rate_scale=_pair(entry.get("mla_attention_rate_scale")),
         ),
         provenance=f"{entry['provenance']}; topology: {entry['topology_source']}"
-                   + (f"; GEMM rates: {entry['gemm_source']}" if entry["gemm_source"] else ""),
+                   + (f"; GEMM rates: {entry['gemm_source']}" if entry["gemm_source"] else "")
+                   + (f"; attention rates: {entry['attention_source']}" if entry.get("attention_source") else ""),
     )
+
+
+def _pair(value):
+    """A JSON ``[forward, backward]`` as a tuple; absent or null: ``None``."""
+    return None if value is None else tuple(value)
 
 
 _DATA = json.loads((files("hp_plugins.hardware") / "data" / "hardware.json").read_text(encoding="utf-8"))

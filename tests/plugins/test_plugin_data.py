@@ -87,7 +87,10 @@ def test_every_hardware_preset_states_its_sources():
     assert len(entries) == len(presets.PRESETS)
     for entry, preset in zip(entries, presets.PRESETS):
         gemms = f"; GEMM rates: {entry['gemm_source']}" if entry["gemm_source"] else ""
-        assert preset.provenance == f"{entry['provenance']}; topology: {entry['topology_source']}{gemms}" and entry["provenance"]
+        attention = f"; attention rates: {entry['attention_source']}" if entry.get("attention_source") else ""
+        assert preset.provenance == f"{entry['provenance']}; topology: {entry['topology_source']}{gemms}{attention}" and entry["provenance"]
+        # A machine whose fused attention runs at another rate than its family's says where that comes from.
+        assert bool(entry.get("attention_source")) == (entry.get("attention_rate_scale") is not None), entry["name"]
         # A machine whose GEMMs run at another rate than its family's figures says where that comes from.
         stated = (entry["gemm_rate_scale"], entry["large_gemm_speedup"])
         assert bool(entry["gemm_source"]) == (stated != (None, None)) or entry["name"] == "b200-simumax", entry["name"]

@@ -443,15 +443,17 @@ def _rates(
         return fallback if figure is None else figure.value
 
     rate = hardware.gemm_rate_scale or 1.0  # the machine's GEMMs against the family's figures (None: as stated)
+    # The machine's fused attention against the family's figures, forward and backward (None: as stated).
+    attn_scale, mla_scale = hardware.attention_rate_scale or (1.0, 1.0), hardware.mla_attention_rate_scale or (1.0, 1.0)
     return _Rates(
         dtype=dtype, peak=peak, matmul=min(1.0, dev.matmul.value * rate),
         gemm_table=_gemm_table(dev, dtype, hardware),
         grouped=min(1.0, dev.grouped_matmul.value * rate), half_rows=dev.grouped_half_rows.value,
-        attn_fwd=dev.attention_forward.value, attn_bwd=dev.attention_backward.value,
+        attn_fwd=min(1.0, dev.attention_forward.value * attn_scale[0]), attn_bwd=min(1.0, dev.attention_backward.value * attn_scale[1]),
         attn_fwd_overhead=dev.attention_forward_overhead_seconds.value,
         attn_bwd_overhead=dev.attention_backward_overhead_seconds.value,
-        mla_attn_fwd=_or(dev.mla_attention_forward, dev.attention_forward.value),
-        mla_attn_bwd=_or(dev.mla_attention_backward, dev.attention_backward.value),
+        mla_attn_fwd=min(1.0, _or(dev.mla_attention_forward, dev.attention_forward.value) * mla_scale[0]),
+        mla_attn_bwd=min(1.0, _or(dev.mla_attention_backward, dev.attention_backward.value) * mla_scale[1]),
         mla_attn_fwd_overhead=_or(dev.mla_attention_forward_overhead_seconds, dev.attention_forward_overhead_seconds.value),
         mla_attn_bwd_overhead=_or(dev.mla_attention_backward_overhead_seconds, dev.attention_backward_overhead_seconds.value),
         memory=memory, permute_memory=bandwidth * _or(dev.moe_permute_bandwidth, dev.memory_bandwidth.value),

@@ -451,6 +451,8 @@ def time_run(
             w.attention_calls and w.wide_qk_attention for w in works) else {}),
         "schedule": schedule.name, **({"ep_overlap_unpaired_seconds": lone} if lone else {}),
         **({"gemm_rate_scale": hardware.gemm_rate_scale} if hardware.gemm_rate_scale else {}),
+        **({"attention_rate_scale": hardware.attention_rate_scale} if hardware.attention_rate_scale else {}),
+        **({"mla_attention_rate_scale": hardware.mla_attention_rate_scale} if hardware.mla_attention_rate_scale else {}),
         **({"large_gemm_speedup": hardware.large_gemm_speedup, "large_gemm_flops": hardware.large_gemm_flops}
            if hardware.large_gemm_speedup else {}),  # the machine's GEMMs against its family's figures (rates._gemm_table)
     }
