@@ -294,7 +294,9 @@ def time_summary(step) -> str:
                 kinds.append(f"{label} at the {prov['dtype']} rates (no measured {prov['attention_format']} figure here)"
                              if (fwd, bwd) == (1.0, 1.0) else f"{label} {fwd:.2f}x forward, {bwd:.2f}x backward")
         if kinds:
-            whole_run += f"; {prov['attention_format']} " + ", ".join(kinds) + " of bf16 (windowed attention at bf16 rates)"
+            whole_run += f"; {prov['attention_format']} " + ", ".join(kinds) + " of bf16"
+        if prov.get("windowed_attention_bf16"):
+            whole_run += f"; windowed {prov['attention_format']} attention at the {prov['dtype']} rates (no measured figure)"
     recipe = prov.get("precision_recipe", "bf16")
     mfu = f"MFU {step.mfu * 100:.1f}%"
     speedups = prov.get("gemm_speedup_forward", 1.0), prov.get("gemm_speedup_backward", 1.0)  # rates._recipe_rates

@@ -55,7 +55,7 @@ class AttentionSpeedup:
 
     format: str = attrs.field(validator=attrs.validators.in_(("e4m3", "mxfp8")))
     kind: str = attrs.field(validator=attrs.validators.in_(ATTENTION_KINDS))
-    seq_len: int = attrs.field(validator=_positive)
+    seq_len: int = attrs.field(validator=[attrs.validators.instance_of(int), _positive])
     forward: float = attrs.field(validator=_positive)
     backward: float = attrs.field(validator=_positive)
     peak_ratio: tuple[float, float] | None = attrs.field(default=None, validator=_band)

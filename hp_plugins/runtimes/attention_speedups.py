@@ -14,8 +14,9 @@ Each speedup is the bf16 kernel time over the FP8 one at the same shape. The GB2
 whose FP4:BF16 dense peak ratio is 4.0 (B200, GB200) and the GB300 ones to Blackwell Ultra (5.6-6.22: B300,
 GB300), as :data:`hp_plugins.runtimes.gemm_speedups.BLACKWELL_BANDED_SPEEDUPS` bands NVFP4: Blackwell Ultra
 doubles the exponential throughput attention's softmax runs on (NVIDIA's Blackwell Ultra datasheet), so its
-FP8 gain differs (1.49 against 1.28 forward at 4,096). H200's carry to every Hopper part (no MXFP8 there, and its
-DeepSeek-V3 runs did not finish: out of memory).
+FP8 gain differs (1.49 against 1.28 forward at 4,096). H200's carry to every Hopper part (no MXFP8 there; no MLA
+either: cuDNN refuses FP8 attention at DeepSeek-V3's head dims on Hopper, every such row failing with
+cudnnGraphNotSupportedError, "hidden_dim shoud be equal to 128").
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ import json
 from importlib.resources import files
 
 from hp_core.specs.attention_speedups import AttentionSpeedup
+from hp_plugins.runtimes.gemm_speedups import BLACKWELL_FP4_BAND, BLACKWELL_ULTRA_FP4_BAND
 
 __all__ = ["BLACKWELL_ATTENTION_SPEEDUPS", "HOPPER_ATTENTION_SPEEDUPS", "attention_speedups", "load"]
 
 _FORMATS = {"fp8": "e4m3", "mxfp8": "mxfp8"}
 _KINDS = {"llama3.1": "full", "dsv3": "mla"}
 # The FP4:BF16 dense peak ratio band of the parts a measured device's figures carry to (module docstring).
-_BANDS = {"NVIDIA GB200": (4.0, 4.0), "NVIDIA GB300": (12600 / 2250, 14000 / 2250), "NVIDIA H200": None}
+_BANDS = {"NVIDIA GB200": BLACKWELL_FP4_BAND, "NVIDIA GB300": BLACKWELL_ULTRA_FP4_BAND, "NVIDIA H200": None}
 
 
 def load() -> dict:

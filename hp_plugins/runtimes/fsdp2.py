@@ -47,6 +47,7 @@ from hp_plugins.runtimes.time_options import (
     rope_implementation_option,
     rope_kernels_option,
 )
+from hp_plugins.runtimes.attention_speedups import BLACKWELL_ATTENTION_SPEEDUPS, HOPPER_ATTENTION_SPEEDUPS
 from hp_plugins.runtimes.torchtitan_moe import moe_permutation_option
 from hp_plugins.runtimes.tp_plans import TP_PLANS
 from hp_plugins.runtimes.timing_profiles import FSDP2, HOPPER_CUDNN, TRITON_FLASH
@@ -57,6 +58,8 @@ _TRITON_UNLISTED = (f"attention_kernel=triton_flash: FlashAttention in Triton ha
 _FLEX_UNLISTED = (f"attention_kernel=flex: FlexAttention has a published rate on {' and '.join(FLEX)} devices only "
                   f"(docs/time.md, 'FlexAttention'); absent is not zero")
 # The kernels priced on some devices only: their (forward, backward) rates per architecture, why another is refused.
+# cuDNN's measured FP8 attention speedups per architecture (hp_plugins/runtimes/attention_speedups.py).
+CUDNN_ATTENTION_SPEEDUPS = {"blackwell": BLACKWELL_ATTENTION_SPEEDUPS, "hopper": HOPPER_ATTENTION_SPEEDUPS}
 _KERNELS = {"triton_flash": (TRITON_FLASH, _TRITON_UNLISTED), "flex": (FLEX, _FLEX_UNLISTED)}
 
 
@@ -87,7 +90,10 @@ def _attention_kernel(runtime: Runtime, value: str) -> Runtime:
             forward, backward = HOPPER_CUDNN.attention_forward, HOPPER_CUDNN.attention_backward
         else:
             forward, backward = base.attention_forward, base.attention_backward
-        devices.append(attrs.evolve(entry, attention_forward=forward, attention_backward=backward))
+        # Only cuDNN's fused attention runs FP8 (Transformer Engine's FP8 attention calls it): its measured FP8
+        # speedups under cudnn, none under SDPA's FlashAttention-2, Triton or FlexAttention (docs/precision.md).
+        speedups = CUDNN_ATTENTION_SPEEDUPS.get(architecture, ()) if value == "cudnn" else ()
+        devices.append(attrs.evolve(entry, attention_forward=forward, attention_backward=backward, attention_speedups=speedups))
     reason = _KERNELS[value][1] if value in _KERNELS else None
     block = FLEX_BLOCK_TOKENS if value == "flex" else None
     return attrs.evolve(runtime, timing=attrs.evolve(timing, devices=tuple(devices), unlisted_reason=reason,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from hp_core.specs.timing import Sourced
 
-__all__ = ["BLACKWELL_BANDED_SPEEDUPS", "BLACKWELL_SPEEDUPS", "HOPPER_SPEEDUPS"]
+__all__ = ["BLACKWELL_BANDED_SPEEDUPS", "BLACKWELL_FP4_BAND", "BLACKWELL_SPEEDUPS", "BLACKWELL_ULTRA_FP4_BAND", "HOPPER_SPEEDUPS"]
 
 _TE_GEMMS = "Transformer Engine docs/examples/gemm_profiling/gemm_profiling.rst (TransformerEngine@d0067d0), pre-quantized"
 # stas00/ml-engineering compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table" (at 744d01e).
@@ -50,9 +50,12 @@ BLACKWELL_SPEEDUPS = (
 _TORCHAO_2427 = ("pytorch/ao#2427 'add-to-benchmarks' (2025-06-23), benchmarks/float8/bench_matmul.py --recipe nvfp4 on an "
                  "NVIDIA B200: torch.mm bf16 7.74e-4 s / torch._scaled_mm NVFP4 2.05e-4 s at 8192 x 8192 x 8192, the cube "
                  "within the sizes of TE's tutorial GEMMs (0.53-2.1 TFLOP)")
+# The FP4:BF16 dense peak ratio bands of Blackwell (B200, GB200) and Blackwell Ultra (B300, GB300), comment above.
+BLACKWELL_FP4_BAND = (4.0, 4.0)
+BLACKWELL_ULTRA_FP4_BAND = (12600 / 2250, 14000 / 2250)
 BLACKWELL_BANDED_SPEEDUPS = (
-    ("nvfp4", 4.0, 4.0, Sourced(round(7.74e-4 / 2.05e-4, 4), _TORCHAO_2427 + " (FP4:BF16 dense peak 4.0: B200, GB200)")),
-    ("nvfp4", 12600 / 2250, 14000 / 2250,
+    ("nvfp4", *BLACKWELL_FP4_BAND, Sourced(round(7.74e-4 / 2.05e-4, 4), _TORCHAO_2427 + " (FP4:BF16 dense peak 4.0: B200, GB200)")),
+    ("nvfp4", *BLACKWELL_ULTRA_FP4_BAND,
      Sourced(round(13.102 / 3.764, 4), f"{_TE_GEMMS} on B300: BF16 13.102 ms / NVFP4 3.764 ms per layer "
                                        "(FP4:BF16 dense peak 5.60-6.22: Blackwell Ultra, B300 and GB300)")),
 )

@@ -433,8 +433,11 @@ _FA3_FIGURES = ("Shah et al. 2024, FlashAttention-3 (arXiv:2407.08608), Figures 
 # PyTorch's scaled_dot_product_attention runs FlashAttention-2 on Hopper (its flash backend); Transformer
 # Engine's fused attention runs cuDNN's kernels. Their measured rates on H100 differ by 1.6x.
 # fsdp2's Hopper entry also states FSDP1's fitted per-unit time (option fsdp_implementation=fsdp1).
+# SDPA's FlashAttention-2 (fsdp2's default attention_kernel) runs no FP8 attention: its entries state no FP8 attention
+# speedup (attention_kernel=cudnn restores cuDNN's, hp_plugins/runtimes/fsdp2.py).
+FSDP2_BLACKWELL = attrs.evolve(BLACKWELL, attention_speedups=())
 HOPPER_SDPA = fsdp1_unit(attrs.evolve(
-    HOPPER,
+    HOPPER, attention_speedups=(),
     attention_forward=Sourced(333 / 989.4, f"{_FA3_FIGURES}: FlashAttention-2 forward 333 TFLOP/s of 989.4"),
     attention_backward=Sourced(318 / 989.4, f"{_FA3_FIGURES}: FlashAttention-2 backward 318 TFLOP/s of 989.4"),
 ))
@@ -471,7 +474,7 @@ FSDP2 = attrs.evolve(
     description=("PyTorch FSDP2 (torchtitan): GENERIC's kernel and NCCL figures with SDPA's FlashAttention-2 on Hopper, "
                  "the whole-run GEMM factor fitted on Ampere (Hopper's is the device's), FSDP's prefetch and "
                  "reduce-scatter overlap"),
-    devices=(BLACKWELL, HOPPER_SDPA, FSDP2_AMPERE, ANY_DEVICE),
+    devices=(FSDP2_BLACKWELL, HOPPER_SDPA, FSDP2_AMPERE, ANY_DEVICE),
     # Async TP (option async_tp) runs through torch's micro-pipeline TP pass: it fuses the forward's all-gathers
     # and reduce-scatters and the backward's all-gathers with their matmuls, not the backward's reduce-scatter of a
     # block's input gradient, which sums the matmuls of wq, wk, wv (w1, w3): torch/_inductor/fx_passes/

@@ -151,7 +151,7 @@ def test_frozen_experts_launch_no_grouped_weight_gradient_under_the_host_floor()
     small = (8, 256, 1024, 2048)
     grouped = 2.0 * small[0] * small[1] * small[2] * small[3]
     work = LayerWork(gemms=ADAPTERS, grouped_flops=grouped, expert_rows=small[1], expert_gemms=(small,),
-                     router_elements=4096 * 8, permute_bytes=4096 * 2 * 1024 * 2)
+                     router_elements=4096 * 8, permute_bytes=4096 * 2 * 1024 * 2, routed_experts=64)
     flops = grouped + _flops(*ADAPTERS)
     r = _rates_of(host=True)
     assert r.host.router_kernels == (53, 26) and r.host.permute_kernels == 4

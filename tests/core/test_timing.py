@@ -609,9 +609,9 @@ def test_docs_list_every_built_in_figure_with_its_source():
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "time.md").read_text(encoding="utf-8")
     devices = {device for profile in PROFILES.values() for device in profile.devices}
-    # blackwell (and megatron-te's, with its sustained slowdown), hopper and ampere (and fsdp2's, with their fitted
-    # matmul and SDPA's attention on Hopper), *
-    assert len(devices) == 7
+    # blackwell (and megatron-te's, with its sustained slowdown, and fsdp2's, without FP8 attention speedups), hopper and
+    # ampere (and fsdp2's, with their fitted matmul and SDPA's attention on Hopper), *
+    assert len(devices) == 8
     from hp_plugins.runtimes.timing_profiles import HOPPER_CUDNN, TRITON_FLASH
 
     devices.add(HOPPER_CUDNN)  # fsdp2's attention_kernel=cudnn
@@ -713,6 +713,44 @@ def test_a_received_token_side_reads_and_writes_the_tokens_a_de_duplicating_disp
         received_copies(blind, rates)
     with pytest.raises(ValueError):
         attrs.evolve(profile, moe_permute_tokens="sent")
+
+
+def test_received_tokens_count_the_expert_tp_group_and_refuse_what_is_unstated():
+    from hp_core.collectives import Routing
+    from hp_core.costs import Collective, LayerCost, LayerWork
+    from hp_core.engine.timing.elementwise import permute_seconds, received_bytes
+    from hp_core.engine.timing.rates import _rates
+    from hp_core.errors import ConfigError
+    from hp_core.specs.timing import MoePermutation
+
+    profile = attrs.evolve(TOY_PROFILE, moe_permute_passes=_figure(2), moe_permute_tokens="received")
+    rates = _rates(ParallelSpec(dp=4, ep=4, seq_len=1024, micro_batch_size=1), TOY_DEVICE_SPEC, profile, PrecisionSpec(), "flash")
+    routing = Routing(experts=16, top_k=2)
+    # Expert TP 2: the rank's experts process the expert-TP group's rows, 2 x (1 MB x top-2) = 4 MB, so it receives
+    # one copy of the group's tokens, 2 MB, per EP rank a token reaches (1.8): 3.6 MB, not the own 1 MB x 1.8.
+    a2a = Collective("ep", "all_to_all", 2e6, 2, 2, routing=routing)
+    etp2 = LayerWork(permute_bytes=4e6, permute_input_bytes=1e6, collectives=(a2a,), routed_experts=16)
+    assert received_bytes(etp2, rates) == pytest.approx(3.6e6)
+    # Capacity padding is not received: a padded layer's rows over top-k and its padding.
+    padded = attrs.evolve(etp2, permute_bytes=4e6 * 1.25,
+                          collectives=(attrs.evolve(a2a, routing=Routing(experts=16, top_k=2, padding=1.25)),))
+    assert received_bytes(padded, rates) == pytest.approx(3.6e6)
+    # Under EP a layer stating no expert all-to-all: refused, not taken as its own tokens.
+    with pytest.raises(ConfigError, match="states no expert all-to-all"):
+        permute_seconds(attrs.evolve(etp2, collectives=()), rates)
+    # A counted permutation (the trainer's own dispatcher) under a de-duplicating dispatch: refused.
+    counted = MoePermutation(name="toy", forward_accesses_per_row_element=3, forward_accesses_per_token_element=2,
+                             backward_accesses_per_row_element=5, backward_accesses_per_token_element=1, source="toy")
+    both = _rates(ParallelSpec(dp=4, ep=4, seq_len=1024, micro_batch_size=1), TOY_DEVICE_SPEC,
+                  attrs.evolve(profile, moe_permutation=counted, eager_elementwise=True), PrecisionSpec(), "flash")
+    with pytest.raises(ConfigError, match="moe_permutation gather_scatter"):
+        permute_seconds(etp2, both)
+    # Sort passes stated and the layer's routed experts not: refused.
+    sorted_profile = attrs.evolve(TOY_PROFILE, moe_permute_passes=_figure(4), moe_local_sort_passes=_figure(2))
+    sort_rates = _rates(ParallelSpec(dp=4, ep=4, seq_len=1024, micro_batch_size=1), TOY_DEVICE_SPEC, sorted_profile,
+                        PrecisionSpec(), "flash")
+    with pytest.raises(ConfigError, match="routed experts"):
+        permute_seconds(attrs.evolve(etp2, routed_experts=0), sort_rates)
 
 
 def test_the_local_sort_passes_run_only_with_more_than_one_local_expert():

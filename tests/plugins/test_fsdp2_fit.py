@@ -142,7 +142,7 @@ def test_the_gemm_factor_scales_exactly_the_matmul_time_on_h100_and_nothing_on_b
                   - step_time(model, layout, registry=registry, hardware=h100, runtime=kernels_alone).step_seconds)
     assert difference == pytest.approx(shaped * (m - 1) / (989.4e12 * 0.70), rel=1e-9)
     b200 = registry.hardware_preset("b200").spec
-    assert FSDP2.device("blackwell") is BLACKWELL
+    assert FSDP2.device("blackwell") == attrs.evolve(BLACKWELL, attention_speedups=())  # no FP8 attention under SDPA
     assert step_time(model, layout, registry=registry, hardware=b200, runtime=fsdp2).step_seconds == \
         step_time(model, layout, registry=registry, hardware=b200, runtime=kernels_alone).step_seconds
 
@@ -212,7 +212,8 @@ def test_hopper_s_factor_is_every_profile_s_and_ampere_s_fsdp2_s_alone():
     assert attrs.evolve(FSDP2.device("ampere"), matmul=AMPERE.matmul, matmul_whole_run_factor=None,
                         fsdp1_unit_seconds=None) == AMPERE
     # Blackwell: no factor anywhere.
-    assert FSDP2.device("blackwell") is BLACKWELL and GENERIC.device("blackwell") is BLACKWELL
+    # fsdp2's is the blackwell entry without cuDNN's FP8 attention speedups (SDPA runs no FP8 attention).
+    assert FSDP2.device("blackwell") == attrs.evolve(BLACKWELL, attention_speedups=()) and GENERIC.device("blackwell") is BLACKWELL
     assert MEGATRON_TE.device("blackwell") is BLACKWELL_MEGATRON and attrs.evolve(BLACKWELL_MEGATRON, sustained_slowdown=None) == BLACKWELL
     assert FSDP2.device("tpu") is ANY_DEVICE
 

@@ -10,7 +10,7 @@ from hp_core.specs import HardwareSpec, ParallelSpec
 from hp_core.specs.attention_speedups import pick_attention_speedup
 from hp_core.specs.timing import DeviceEfficiency
 
-__all__ = ["attention_call_tokens", "attention_speedups"]
+__all__ = ["attention_call_tokens", "attention_speedups", "fp8_attention_provenance"]
 
 
 def attention_call_tokens(parallel: ParallelSpec) -> int:
@@ -35,4 +35,20 @@ def attention_speedups(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, ha
                                        attention_call_tokens(parallel), ratio)
         if entry is not None:
             found[field] = (entry.forward, entry.backward)
+    return found
+
+
+def fp8_attention_provenance(recipe: PrecisionRecipe, rates: Any, works: Any) -> dict[str, Any]:
+    """Under an FP8-attention recipe: the speedup each kind of attention core the model runs in FP8 took (full-width,
+    MLA; layers kept in the compute dtype and windowed cores take none), and whether a windowed core kept the bf16 rates."""
+    if recipe.attention_format == "bf16":
+        return {}
+    fp8 = [w for w in works if w.attention_calls and w.quantized and w.local_mask is None]
+    found = {}
+    if any(not w.wide_qk_attention for w in fp8):
+        found["attention_speedup"] = rates.attn_speedup
+    if any(w.wide_qk_attention for w in fp8):
+        found["mla_attention_speedup"] = rates.mla_attn_speedup
+    if any(w.attention_calls and w.quantized and w.local_mask is not None for w in works):
+        found["windowed_attention_bf16"] = True
     return found

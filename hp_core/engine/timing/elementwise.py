@@ -17,7 +17,7 @@ from hp_core.costs import LayerWork
 from hp_core.engine.timing.rates import _Rates
 from hp_core.errors import ConfigError
 
-__all__ = ["el_bytes_per_flop", "elementwise_seconds", "permute_seconds", "received_copies"]
+__all__ = ["el_bytes_per_flop", "elementwise_seconds", "permute_seconds", "received_bytes", "received_copies"]
 
 
 def _counted_eager(work: LayerWork, r: _Rates) -> bool:
@@ -85,18 +85,40 @@ def permute_seconds(work: LayerWork, r: _Rates) -> tuple[float, float]:
     if r.permute_refusal is not None:  # counted for eager kernels the profile fuses: refused for an MoE layer only
         raise ConfigError("$.runtime.options.moe_permutation", r.permute_refusal)
     if r.permute_counted is not None:
+        if r.permute_tokens == "received":  # counted for a dispatcher that permutes the layer's own tokens
+            raise ConfigError("$.runtime.options.moe_permutation", "a counted token permutation prices the trainer's "
+                              "own dispatcher, which permutes the layer's own tokens; under ep_all_to_all deepep or "
+                              "hybridep the dispatch permutes the tokens each rank receives: use moe_permutation "
+                              "gather_scatter")
         row_fwd, token_fwd, row_bwd, token_bwd = r.permute_counted
         return ((row_fwd * work.permute_bytes + token_fwd * work.permute_input_bytes) / r.memory,
                 (row_bwd * work.permute_bytes + token_bwd * work.permute_input_bytes) / r.memory)
     passes = r.permute_passes
-    if r.permute_sort_passes and work.routed_experts and work.routed_experts // max(r.ep, 1) <= 1:
-        passes -= r.permute_sort_passes  # one local expert: its tokens arrive in expert order, nothing to sort
+    if r.permute_sort_passes:
+        if not work.routed_experts:  # absent is not zero: the local experts decide the sort
+            raise ConfigError("$.model.layers", "the layer states a token permutation but not its routed experts "
+                              "(LayerWork.routed_experts), which decide whether the trainer's sort passes run; its "
+                              "layer kind must state them")
+        if work.routed_experts // max(r.ep, 1) <= 1:
+            passes -= r.permute_sort_passes  # one local expert: its tokens arrive in expert order, nothing to sort
     if not passes:
         return 0.0, 0.0
-    tokens = work.permute_input_bytes * received_copies(work, r)
+    tokens = received_bytes(work, r)
     traffic = passes * 2 * work.permute_bytes + min(passes, 2) * (tokens - work.permute_bytes)
     seconds = traffic / r.permute_memory + r.permute_overhead
     return seconds, seconds
+
+
+def received_bytes(work: LayerWork, r: _Rates) -> float:
+    """The token side of the permutation passes: the layer's own tokens (``permute_input_bytes``) under
+    ``moe_permute_tokens: own``; under ``received``, one unpadded copy of the rows the rank's experts process
+    (``Routing.token_bytes`` of ``permute_bytes``: the expert-TP group's tokens where ``etp > 1``, each rank of it
+    receiving the dispatch of all of them) times the distinct EP ranks a token reaches (:func:`received_copies`)."""
+    if r.permute_tokens == "own" or r.ep <= 1:
+        return work.permute_input_bytes
+    copies = received_copies(work, r)
+    routing = next(c.routing for c in work.collectives if c.group == "ep" and c.op == "all_to_all")
+    return routing.token_bytes(work.permute_bytes) * copies
 
 
 def received_copies(work: LayerWork, r: _Rates) -> float:
@@ -105,9 +127,9 @@ def received_copies(work: LayerWork, r: _Rates) -> float:
     distinct ranks of the EP group a token reaches (:meth:`hp_core.collectives.Routing.distinct` of the routing the
     layer's EP all-to-all states), since with balanced routing a rank receives each token of every member once per
     member it reaches (Megatron-Core's flex dispatcher: DeepEP's ``is_token_in_rank``, HybridEP's
-    ``routing_map[:, local experts].any(dim=1)``; hp_plugins/collectives/deepep.py, hybridep.py). Without an EP
-    all-to-all (``ep`` 1) a rank receives its own tokens: 1. An EP all-to-all stating no routing is refused (its
-    copies are unknown; absent is not zero)."""
+    ``routing_map[:, local experts].any(dim=1)``; hp_plugins/collectives/deepep.py, hybridep.py). With ``ep`` 1 a
+    rank receives its own tokens: 1. A layer under EP stating no EP all-to-all, or one stating no routing, is
+    refused (its copies are unknown; absent is not zero)."""
     if r.permute_tokens == "own" or r.ep <= 1:
         return 1.0
     for c in work.collectives:
@@ -117,4 +139,6 @@ def received_copies(work: LayerWork, r: _Rates) -> float:
                                   "routing, so the tokens a de-duplicating dispatch delivers to its permutation are "
                                   "unknown; its layer kind must state Collective.routing")
             return c.routing.distinct(r.ep)
-    return 1.0
+    raise ConfigError("$.model.layers", "the layer permutes tokens under expert parallelism but states no expert "
+                      "all-to-all (LayerWork.collectives), so the tokens its dispatch delivers are unknown; its layer "
+                      "kind must state it")

@@ -18,6 +18,7 @@ from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.schedule import pipeline_seconds, rank_order
 from hp_core.engine.timing.fsdp_pipeline import fill_delay, stage_fsdp
 from hp_core.engine.timing.overlap import bucketed, fsdp_layers, hidden_send, lone_seconds
+from hp_core.engine.timing.attention_speedup import fp8_attention_provenance
 from hp_core.engine.timing.layer import ALTERNATE_MATMUL_DEFAULT_FRACTION, _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
 from hp_core.engine.timing.results import StageTime, StepTime
@@ -445,10 +446,7 @@ def time_run(
         "precision_recipe": recipe.name,
         "gemm_dtype": recipe.gemm_dtype, "gemm_speedup_forward": rates.gemm_speedup, "gemm_speedup_backward": rates.gemm_speedup_backward,
         "attention_format": recipe.attention_format,  # other than bf16: at the measured speedups (rates._attention_speedups)
-        **({"attention_speedup": rates.attn_speedup} if recipe.attention_format != "bf16" and any(
-            w.attention_calls and not w.wide_qk_attention for w in works) else {}),
-        **({"mla_attention_speedup": rates.mla_attn_speedup} if recipe.attention_format != "bf16" and any(
-            w.attention_calls and w.wide_qk_attention for w in works) else {}),
+        **fp8_attention_provenance(recipe, rates, works),
         "schedule": schedule.name, **({"ep_overlap_unpaired_seconds": lone} if lone else {}),
         **({"gemm_rate_scale": hardware.gemm_rate_scale} if hardware.gemm_rate_scale else {}),
         **({"attention_rate_scale": hardware.attention_rate_scale} if hardware.attention_rate_scale else {}),
