@@ -186,4 +186,10 @@ def test_megatrons_flex_dispatcher_permutes_the_received_tokens_once_each_way(re
     busy = attrs.evolve(layout, micro_batch_size=8, global_batch_size=64)
     nccl = step_time(model, busy, registry=registry, hardware=hardware, runtime=megatron)
     hybrid = step_time(model, busy, registry=registry, hardware=hardware, runtime=flex_runtime)
-    assert hybrid.compute_seconds < nccl.compute_seconds
+    # Per layer and direction, at 8 sequences (rows and tokens x 8): the alltoall dispatcher's four passes over the
+    # layer's own tokens, 8 rows + 2 (tokens - rows), against the flex one's two over the received ones,
+    # 4 rows + 2 (reached x tokens - rows); 48 layers, both directions, one micro-batch, the sustained slowdown.
+    four = 8 * rows * 8 + 2 * (tokens * 8 - rows * 8)
+    two = 4 * rows * 8 + 2 * (tokens * 8 * reached - rows * 8)
+    saved = 48 * 2 * (four - two) / rates.permute_memory * rates.slowdown
+    assert nccl.compute_seconds - hybrid.compute_seconds == pytest.approx(saved, rel=1e-9)
