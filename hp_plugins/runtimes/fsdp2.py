@@ -57,9 +57,9 @@ _TRITON_UNLISTED = (f"attention_kernel=triton_flash: FlashAttention in Triton ha
                     f"{' and '.join(TRITON_FLASH)} devices only (docs/time.md, 'The fsdp2 fit')")
 _FLEX_UNLISTED = (f"attention_kernel=flex: FlexAttention has a published rate on {' and '.join(FLEX)} devices only "
                   f"(docs/time.md, 'FlexAttention'); absent is not zero")
-# The kernels priced on some devices only: their (forward, backward) rates per architecture, why another is refused.
 # cuDNN's measured FP8 attention speedups per architecture (hp_plugins/runtimes/attention_speedups.py).
 CUDNN_ATTENTION_SPEEDUPS = {"blackwell": BLACKWELL_ATTENTION_SPEEDUPS, "hopper": HOPPER_ATTENTION_SPEEDUPS}
+# The kernels priced on some devices only: their (forward, backward) rates per architecture, why another is refused.
 _KERNELS = {"triton_flash": (TRITON_FLASH, _TRITON_UNLISTED), "flex": (FLEX, _FLEX_UNLISTED)}
 
 

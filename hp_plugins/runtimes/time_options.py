@@ -101,11 +101,9 @@ class _AllToAll:
         if model != stated:
             timing = attrs.evolve(timing, collective_model=model)
         for library, passes, tokens in self.library_permutation:
-            if library == value and passes is not None:  # the library's dispatcher's own passes, no local sort
-                timing = attrs.evolve(timing, moe_permute_passes=passes, moe_local_sort_passes=None,
-                                      moe_permute_tokens=tokens)
-            elif library == value:
-                timing = attrs.evolve(timing, moe_permute_tokens=tokens)
+            if library == value:  # stated passes: the library's dispatcher's own, with no local sort
+                own = {} if passes is None else {"moe_permute_passes": passes, "moe_local_sort_passes": None}
+                timing = attrs.evolve(timing, moe_permute_tokens=tokens, **own)
         return runtime if timing is runtime.timing else attrs.evolve(runtime, timing=timing)
 
 

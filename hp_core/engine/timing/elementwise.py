@@ -13,6 +13,7 @@ An MoE layer's token permutation is memory-bound too (:func:`permute_seconds`).
 
 from __future__ import annotations
 
+from hp_core.collectives import Routing
 from hp_core.costs import LayerWork
 from hp_core.engine.timing.rates import _Rates
 from hp_core.errors import ConfigError
@@ -116,9 +117,8 @@ def received_bytes(work: LayerWork, r: _Rates) -> float:
     receiving the dispatch of all of them) times the distinct EP ranks a token reaches (:func:`received_copies`)."""
     if r.permute_tokens == "own" or r.ep <= 1:
         return work.permute_input_bytes
-    copies = received_copies(work, r)
-    routing = next(c.routing for c in work.collectives if c.group == "ep" and c.op == "all_to_all")
-    return routing.token_bytes(work.permute_bytes) * copies
+    routing = _ep_routing(work)
+    return routing.token_bytes(work.permute_bytes) * routing.distinct(r.ep)
 
 
 def received_copies(work: LayerWork, r: _Rates) -> float:
@@ -132,13 +132,18 @@ def received_copies(work: LayerWork, r: _Rates) -> float:
     refused (its copies are unknown; absent is not zero)."""
     if r.permute_tokens == "own" or r.ep <= 1:
         return 1.0
+    return _ep_routing(work).distinct(r.ep)
+
+
+def _ep_routing(work: LayerWork) -> Routing:
+    """The routing the layer's expert all-to-all states (:func:`received_copies` says why each refusal)."""
     for c in work.collectives:
         if c.group == "ep" and c.op == "all_to_all":
             if c.routing is None:
                 raise ConfigError("$.runtime.options.ep_all_to_all", "the layer's expert all-to-all states no token "
                                   "routing, so the tokens a de-duplicating dispatch delivers to its permutation are "
                                   "unknown; its layer kind must state Collective.routing")
-            return c.routing.distinct(r.ep)
+            return c.routing
     raise ConfigError("$.model.layers", "the layer permutes tokens under expert parallelism but states no expert "
                       "all-to-all (LayerWork.collectives), so the tokens its dispatch delivers are unknown; its layer "
                       "kind must state it")
