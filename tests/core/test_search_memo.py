@@ -23,7 +23,7 @@ from hp_core.engine.search import balanced_layers, search
 from hp_core.engine.search.bounds import _Bounder, _time_bound
 from hp_core.engine.search.first_phase import _first_phase, _key_bits, _routed_experts, _unpack
 from hp_core.engine.search.layouts import Layout, _Job
-from hp_core.engine.search.memo import Memo, memo_costs
+from hp_core.engine.search.memo import Memo, memo_formula_costs
 from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.specs import LayerGroup, ModelSpec, ParallelSpec
@@ -123,7 +123,7 @@ def test_the_memo_answers_as_prepare_and_shares_what_an_evaluator_did_not_read()
         context = layer_context(parallel, runtime.precision, runtime.attention, runtime.vocab_pad_multiple, runtime.traits)
         CALLS.clear()
         try:
-            got = memo_costs(memo, TOY, kinds, context, source, runtime.attention)[0]
+            got = memo_formula_costs(memo, TOY, kinds, context, source, runtime.attention)[1]
         except ConfigError as exc:
             got = exc.path
         for name, calls in CALLS.items():
@@ -149,7 +149,8 @@ def test_a_kind_that_never_shares_is_evaluated_directly():
     for mbs in range(1, memo_module._TRIES + 5):
         parallel = ParallelSpec(micro_batch_size=mbs, seq_len=64, global_batch_size=1000)
         context = layer_context(parallel, runtime.precision, runtime.attention, runtime.vocab_pad_multiple, runtime.traits)
-        costs, _ = memo_costs(memo, model, kinds, context, REGISTRY.census_source("formulas"), runtime.attention)
+        _, costs, _ = memo_formula_costs(memo, model, kinds, context, REGISTRY.census_source("formulas"),
+                                          runtime.attention)
         assert costs == evaluate_layers(model, parallel, precision=runtime.precision, attention=runtime.attention,
                                         runtime=runtime, registry=REGISTRY, census=REGISTRY.census_source("formulas")).costs
     (entry,) = memo._entries.values()

@@ -279,24 +279,17 @@ def _checked(kind: LayerKind, answer: Any) -> LayerCost | ConfigError:
     return answer
 
 
-def memo_costs(memo: Memo, model: ModelSpec, kinds: list[LayerKind], context: LayerContext, census: CensusSource,
-               attention: str, **changes: Any) -> tuple[tuple[LayerCost, ...], LayerContext]:
-    """Each group's cost in *context* (with *changes*) with the census applied, as
-    :func:`~hp_core.engine.prepare.evaluate_layers` answers them before the precision recipe, and the context
-    they were evaluated in.
+def memo_formula_costs(memo: Memo, model: ModelSpec, kinds: list[LayerKind], context: LayerContext, census: CensusSource,
+                       attention: str, **changes: Any) -> tuple[tuple[LayerCost, ...], tuple[LayerCost, ...], LayerContext]:
+    """``(formula, costs, context)``: each group's cost in *context* (with *changes*) as its evaluator states it,
+    the same with the census applied (the formula cost itself where the census has no record) as
+    :func:`~hp_core.engine.prepare.evaluate_layers` answers them before the precision recipe, and the context they
+    were evaluated in.
 
     Raises:
         ConfigError: A group refuses the context, or a census record names a switch its kind lacks.
         PluginError: An evaluator or the census source failed.
     """
-    formula, costs, context = memo_formula_costs(memo, model, kinds, context, census, attention, **changes)
-    return costs, context
-
-
-def memo_formula_costs(memo: Memo, model: ModelSpec, kinds: list[LayerKind], context: LayerContext, census: CensusSource,
-                       attention: str, **changes: Any) -> tuple[tuple[LayerCost, ...], tuple[LayerCost, ...], LayerContext]:
-    """``(formula, costs, context)``: each group's cost as its evaluator states it, the same with the census
-    applied (:func:`memo_costs`; the formula cost itself where the census has no record), and the context."""
     formula, context = memo.groups(kinds, model.layers, context, **changes)
     records = census_lib.request_records(census, model, kinds, context.seq_len, attention, registry=memo.registry,
                                          tp=context.tp)
