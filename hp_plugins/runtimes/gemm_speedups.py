@@ -37,7 +37,10 @@ BLACKWELL_SPEEDUPS = (
     ("mxfp8", Sourced(1.830, f"{_TE_GEMMS} on B300: BF16 13.102 ms / MXFP8 7.161 ms per layer")),
 )
 # NVFP4's speedup carries only between devices whose FP4 and BF16 dense peaks stand in one ratio
-# (DeviceEfficiency.banded_gemm_speedups). Blackwell Ultra: TE's tutorial names a "B300" and not its system; an HGX B300
+# (DeviceEfficiency.banded_gemm_speedups). Blackwell Ultra: TE's tutorial names its device once, in the header of its
+# autocast printout (gemm_profiling.rst line 64 at d0067d0): "NVIDIA B300 SXM6 AC", the name an HGX / DGX B300 reports
+# (the b300 preset, 1,000-1,100 W), not a GB300 (1,400 W); it states no power limit or clocks, and no NVFP4 or MXFP8 GEMM
+# measurement on a GB300 was found, so the GB300 takes this figure by its peak ratio (docs/precision.md). An HGX B300
 # states 12,600 (the DGX B300 datasheet, as stas00/ml-engineering@744d01e compute/accelerator/README.md tabulates it) or
 # 14,000 (NVIDIA's Blackwell Ultra datasheet, as ai-dynamo/aiconfigurator@095f58a aic-core/src/aiconfigurator_core/
 # systems/b300_sxm.yaml states it) dense FP4 TFLOP/s over 2,250 BF16, 5.60-6.22; a GB300 15,000 over 2,500, 6.00. The
