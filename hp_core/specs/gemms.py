@@ -19,16 +19,12 @@ from typing import Any
 import attrs
 
 from hp_core.errors import SpecError
+from hp_core.specs.sourced import _text
 
 __all__ = ["GEMM_PASSES", "GemmShapeScale", "GemmTable", "MachineGemms", "ShapedGemms"]
 
 # The three GEMMs of a linear layer: the forward, the input gradient and the weight gradient.
 GEMM_PASSES = ("forward", "input_gradient", "weight_gradient")
-
-
-def _text(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise SpecError(attribute.name, f"{attribute.name} must state where the figure comes from (a non-empty string)")
 
 
 def _gemm_rows(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
