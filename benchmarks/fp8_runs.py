@@ -7,7 +7,9 @@ time and the relative error, with the ``megatron`` runtime's defaults and as run
 options the row's trainer set), and hp's bf16 time of the same layout for the estimated speedup; then
 the memory rows: measured and estimated peak GiB and the error; then torchao's Llama4 MXFP8 rows, ``torchao_moe_rows``: a
 2-layer Llama4 17Bx16E on 4 B200s under torchao's MXFP8 linears, grouped GEMMs or both, step time and memory against
-the table's bf16 row). The step-time runs are priced
+the table's bf16 row; then the PyTorch / Nebius DeepSeek-V3 671B rows, ``torchtitan_dsv3_rows``: torchtitan on 256 B200s,
+bf16 with the standard all-to-all, bf16 with DeepEP and torchao's MXFP8 grouped GEMMs with DeepEP, each against the bf16
+standard-EP row). The step-time runs are priced
 with the ``megatron`` runtime, the memory rows with the torchtitan importer (``fsdp2`` runtime),
 each under the recipe its row names; then llm-foundry's MPT FP8 rows (``fsdp_rows``: Composer FSDP,
 Transformer Engine delayed scaling), priced with the ``fsdp2`` runtime as docs/time.md prices the
@@ -21,7 +23,7 @@ H100 as three commits of the table print them, and the 25.04 long-sequence Llama
 model TFLOP/s per GPU NeMo's FLOPs count turns into a step time), priced as the NeMo 24.07 rows of ``rows``, all held
 out; last, NVIDIA's DGX Cloud benchmarking rows (``dgxc_rows``: Llama 3.1, GPT-3 175B, Nemotron-4 and
 NeMo's Grok-1 on H100 under NeMo 24.05 to 25.04.01; Llama 3.1 405B and Grok-1 on GB200), priced by benchmarks/fp8_dgxc.py.
-The memory, torchao Llama4 and torchtitan rows are priced in benchmarks/fp8_torchtitan.py.
+The memory, torchao Llama4, torchtitan and torchtitan DeepSeek-V3 rows are priced in benchmarks/fp8_torchtitan.py.
 """
 
 from __future__ import annotations
@@ -45,12 +47,15 @@ from fp8_torchtitan import (  # noqa: E402,F401
     TORCHTITAN_CLASSES,
     _scale_cases,
     _torchao_moe_priced,
+    _torchtitan_dsv3_priced,
     memory_results,
     memory_section,
     price_torchtitan,
     torchao_moe_results,
     torchao_moe_section,
     torchtitan_baseline,
+    torchtitan_dsv3_results,
+    torchtitan_dsv3_section,
     torchtitan_results,
     torchtitan_section,
 )
@@ -444,6 +449,8 @@ def main() -> None:
     print(memory_section(memory_results()), end="")
     print()
     print(torchao_moe_section(torchao_moe_results()), end="")
+    print()
+    print(torchtitan_dsv3_section(torchtitan_dsv3_results()), end="")
     print()
     print(fsdp_section(fsdp_results()), end="")
     print()

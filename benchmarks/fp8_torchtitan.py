@@ -1,7 +1,8 @@
 """The torchtitan and torchao rows of tests/plugins/data/fp8_measured_runs.json, priced for ``benchmarks/fp8_runs.py``
 (which prints their tables and re-exports these names): the memory rows (``memory_rows``: torchtitan's and torchao's
 Llama 3 8B peak memory under torchao's float8 and MX converters, priced through the torchtitan importer), torchao's Llama4
-MXFP8 rows (``torchao_moe_rows``) and the torchtitan / torchao Float8 step-time rows (``torchtitan_rows``), each built as
+MXFP8 rows (``torchao_moe_rows``), the torchtitan / torchao Float8 step-time rows (``torchtitan_rows``) and the PyTorch /
+Nebius DeepSeek-V3 671B rows on 256 B200s (``torchtitan_dsv3_rows``: bf16, DeepEP, MXFP8 grouped GEMMs), each built as
 tests/plugins/scale_cases.py builds those pages' bf16 rows. Nothing is fitted to them (docs/precision.md)."""
 
 from __future__ import annotations
@@ -246,4 +247,70 @@ def torchtitan_section(found: list[dict]) -> str:
     gaps = [r["estimated_speedup"] / r["measured_speedup"] - 1 for r in found]
     lines.append(f"- FP8 speedup over the bf16 baseline: hp's over the measured {min(gaps):+.1%} to {max(gaps):+.1%}, "
                  f"mean absolute {sum(map(abs, gaps)) / len(gaps):.1%}.")
+    return "\n".join(lines) + "\n"
+
+
+def _torchtitan_dsv3_priced(row: dict, registry, recipe: str, **options):
+    """hp's step time of a ``torchtitan_dsv3_rows`` row under *recipe*, built as ``scale_cases`` builds torchtitan's MoE
+    rows, with the row's ``substitutions`` in place of the options they name (each states what ran, what hp prices and
+    why) and *options* over both (a variant made here, e.g. ``moe_gate="learned"``)."""
+    sc = _scale_cases()
+    for name, sub in row.get("substitutions", {}).items():
+        if row["options"].get(name) != sub["ran"]:
+            raise ValueError(f"{row['id']}: substitutions.{name}.ran {sub['ran']!r} is not the row's option {row['options'].get(name)!r}")
+    priced = dict(row, options={**row["options"], **{k: s["priced"] for k, s in row.get("substitutions", {}).items()}, **options})
+    runtime = sc.runtime(priced, registry)
+    return api.step_time(sc.model(priced, registry), sc.layout(priced), registry=registry, hardware=sc.hardware(priced, registry),
+                         runtime=runtime, recompute=sc.recompute(priced, registry),
+                         precision=attrs.evolve(runtime.precision, recipe=recipe))
+
+
+def torchtitan_dsv3_results(registry=None) -> list[dict]:
+    """Each ``torchtitan_dsv3_rows`` row priced: measured and hp step time and the error; the speedup over the bf16
+    standard-EP row, measured and hp's; and hp's time with a uniform router's reach (``moe_gate`` learned: each token
+    reaching the ranks a uniform top-8 choice would, where the run's round robin reaches one), the routing the run
+    did not have, to show what the forced balance moves in hp."""
+    sc = _scale_cases()
+    registry = registry or api.build_registry()
+    rows = json.loads(DATA.read_text(encoding="utf-8"))["torchtitan_dsv3_rows"]
+    by_id = {row["id"]: row for row in rows}
+    found, priced = [], {}
+    for row in rows:
+        priced[row["id"]] = step = _torchtitan_dsv3_priced(row, registry, row["recipe"])
+        uniform = _torchtitan_dsv3_priced(row, registry, row["recipe"], moe_gate="learned").step_seconds
+        base = by_id.get(row.get("baseline"), row)
+        base_step = priced[base["id"]]
+        measured, base_measured = sc.measured_seconds(row), sc.measured_seconds(base)
+        found.append({"id": row["id"], "recipe": row["recipe"], "dispatch": row["options"]["ep_all_to_all"],
+                      "measured_seconds": measured, "estimated_seconds": step.step_seconds,
+                      "error": step.step_seconds / measured - 1, "mfu": step.mfu,
+                      "communication_seconds": step.communication_seconds, "compute_seconds": step.compute_seconds,
+                      "recompute_seconds": step.recompute_seconds,
+                      "measured_speedup": base_measured / measured, "estimated_speedup": base_step.step_seconds / step.step_seconds,
+                      "uniform_seconds": uniform, "uniform_error": uniform / measured - 1})
+    return found
+
+
+def torchtitan_dsv3_section(found: list[dict]) -> str:
+    """The PyTorch / Nebius DeepSeek-V3 671B table docs/precision.md shows (tests/plugins/test_fp8_runs_tt_dsv3.py checks
+    it is current)."""
+    lines = ["| run | recipe | EP dispatch | measured s | hp s | error | measured speedup | hp speedup | hp MFU "
+             "| hp communication s | hp, uniform router reach s | error |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in found:
+        dispatch = {"nccl": "standard (all_to_all_single)", "deepep": "DeepEP"}[r["dispatch"]]
+        lines.append(f"| `{r['id']}` | {r['recipe']} | {dispatch} | {r['measured_seconds']:.2f} | {r['estimated_seconds']:.2f} "
+                     f"| {r['error']:+.1%} | {r['measured_speedup']:.3f} | {r['estimated_speedup']:.3f} | {r['mfu']:.1%} "
+                     f"| {r['communication_seconds']:.2f} | {r['uniform_seconds']:.2f} | {r['uniform_error']:+.1%} |")
+    errors = [r["error"] for r in found]
+    lines.append("")
+    lines.append(f"Held out: {len(found)} rows, step time mean absolute error {sum(map(abs, errors)) / len(errors):.1%}, "
+                 f"{min(errors):+.1%} to {max(errors):+.1%}; the speedup over the bf16 standard-EP row, hp's over the measured "
+                 + ", ".join(f"{r['estimated_speedup'] / r['measured_speedup'] - 1:+.1%}" for r in found[1:]) + ".")
+    # MXFP8's own step, both rows with DeepEP (the pages measured no MXFP8 row with the standard all-to-all).
+    by = {(r["recipe"], r["dispatch"]): r for r in found}
+    bf16, mx = by.get(("bf16", "deepep")), by.get(("torchao-mxfp8-experts", "deepep"))
+    if bf16 and mx:
+        lines.append(f"MXFP8 on the grouped GEMMs over bf16, both with DeepEP: measured "
+                     f"{bf16['measured_seconds'] / mx['measured_seconds']:.3f}, hp {bf16['estimated_seconds'] / mx['estimated_seconds']:.3f}.")
     return "\n".join(lines) + "\n"
