@@ -174,10 +174,19 @@ class ActivationTerm:
             makes): under TP > 1 with SP a recipe keeps it as its
             :attr:`~hp_core.precision_recipes.PrecisionRecipe.saved_input_under_tp` says.
         attention_saved: The tensor is one a fused (flash) attention kernel
-            keeps for its backward: ``"qkv"`` (its q, k or v input) or
-            ``"out"`` (its output); a recipe running FP8 attention keeps it as
+            keeps for its backward: ``"qkv"`` (its q, k or v input),
+            ``"out"`` (its output) or ``"qkv_view"`` (a wider tensor the
+            kernel keeps whole only because one of its inputs is a view of
+            it, read in place: MLA's ``kv_b_proj`` output, whose v slice is
+            the kernel's v; the view's compute-dtype bytes are
+            :attr:`attention_view_bytes`, and nothing else may keep the
+            tensor); a recipe running FP8 attention keeps it as
             :attr:`~hp_core.precision_recipes.PrecisionRecipe.attention_format`
-            says (:func:`hp_core.engine.precision.apply_recipe`). ``None``: not one.
+            says (:func:`hp_core.engine.precision.apply_recipe`): a
+            ``qkv_view`` tensor is then freed, and only the kernel's quantized
+            copy of the view is kept. ``None``: not one.
+        attention_view_bytes: Of a ``"qkv_view"`` term, the compute-dtype bytes
+            of the view the kernel reads (at most :attr:`bytes`); 0 otherwise.
     """
 
     op: str
@@ -186,7 +195,14 @@ class ActivationTerm:
     tp_split: bool = False
     gemm_input: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.in_(("owned", "shared"))))
     sp_gathered: bool = False
-    attention_saved: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.in_(("qkv", "out"))))
+    attention_saved: str | None = attrs.field(default=None, validator=attrs.validators.optional(
+        attrs.validators.in_(("qkv", "out", "qkv_view"))))
+    attention_view_bytes: int = attrs.field(default=0, validator=_non_negative_int)
+
+    def __attrs_post_init__(self) -> None:
+        if (self.attention_saved == "qkv_view") != (self.attention_view_bytes > 0) or self.attention_view_bytes > self.bytes:
+            raise ValueError(f"ActivationTerm {self.op}: attention_view_bytes ({self.attention_view_bytes}) must be positive "
+                             f"and at most bytes ({self.bytes}) exactly where attention_saved is 'qkv_view'")
 
 
 @attrs.frozen

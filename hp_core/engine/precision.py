@@ -69,10 +69,21 @@ def _kept(term: ActivationTerm, recipe: PrecisionRecipe, activation_bytes: int, 
 
 
 def _attention_term(term: ActivationTerm, recipe: PrecisionRecipe, activation_bytes: int, tp_sp: bool) -> ActivationTerm:
-    """A tensor a fused attention kernel keeps, as an FP8-attention recipe keeps it (:func:`apply_recipe`)."""
+    """A tensor a fused attention kernel keeps, as an FP8-attention recipe keeps it (:func:`apply_recipe`).
+
+    q, k and v (``qkv``): the kernel's quantized copies, new tensors (Transformer Engine ``combine_and_quantize``),
+    so a recompute switch that drops the compute-dtype tensor drops nothing of them: kept unless the layer is
+    recomputed fully (MLA's ``attUp``: Megatron-Core's ``CheckpointWithoutOutput`` frees the storage of the up
+    projections' outputs after the core, not the kernel's copies; ``multi_latent_attention.py`` at
+    NVIDIA/Megatron-LM ``core_v0.16.0`` lines 344-347 and 838-843, ``tensor_parallel/random.py``
+    ``discard_output_and_register_recompute``). A ``qkv_view`` tensor, kept whole in bf16 only as the base of the kernel's input view,
+    is freed, and the kernel's quantized copy of the view (``attention_view_bytes``) kept as a ``qkv`` one.
+    """
+    if term.attention_saved in ("qkv", "qkv_view"):
+        kernel = term.bytes if term.attention_saved == "qkv" else term.attention_view_bytes
+        quantized = math.ceil(kernel / activation_bytes * recipe.attention_qkv_bytes_per_element(activation_bytes))
+        return attrs.evolve(term, bytes=quantized, switch=None, attention_saved="qkv", attention_view_bytes=0)
     elements = term.bytes / activation_bytes
-    if term.attention_saved == "qkv":
-        return attrs.evolve(term, bytes=math.ceil(elements * recipe.attention_qkv_bytes_per_element(activation_bytes)))
     if not recipe.attention_out_fp8:  # the kernel keeps its compute-dtype output: as any recipe keeps it
         return _kept(term, recipe, activation_bytes, tp_sp)
     # The kernel keeps its FP8 output (1 byte an element), the output projection its own quantized input.
@@ -108,9 +119,10 @@ def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int
     A recipe running FP8 attention (:attr:`PrecisionRecipe.attention_format`) also keeps the
     tensors a fused attention kernel keeps (``ActivationTerm.attention_saved``) as
     Transformer Engine's ``FusedAttnFunc`` saves them: q, k and v quantized
-    (:meth:`PrecisionRecipe.attention_qkv_bytes_per_element`), the output in FP8 under delayed
-    scaling (:attr:`PrecisionRecipe.attention_out_fp8`) and in the compute dtype otherwise; the
-    softmax statistics (fp32) as in bf16.
+    (:meth:`PrecisionRecipe.attention_qkv_bytes_per_element`), under no recompute switch, a tensor
+    kept only as the base of the kernel's input view (``qkv_view``) as that view's quantized copy;
+    the output in FP8 under delayed scaling (:attr:`PrecisionRecipe.attention_out_fp8`) and in the
+    compute dtype otherwise; the softmax statistics (fp32) as in bf16 (:func:`_attention_term`).
     """
     if recipe.attention_format != "bf16":  # a layer kept in the compute dtype (in_compute_dtype) holds no attention state
         terms = _fp8_attention(cost, recipe, activation_bytes, tp_sp)
@@ -162,7 +174,9 @@ def apply_recipe_measured(measured: LayerCost, formula: LayerCost, recipe: Preci
     tensors are linear layers' inputs only the formula knows. Each formula
     term the recipe changes (:func:`apply_recipe`) moves the census term of
     its recompute switch by the same bytes (``census.saved`` where the census
-    splits off no term for the switch), never below zero, and each measured
+    splits off no term for the switch; a term the recipe moves to another
+    switch, FP8 attention's q, k and v to none, takes its bytes from the old
+    switch's and adds them to the new one's), never below zero, and each measured
     policy by the changes of the terms it keeps (those its switches do not
     gate); a ``quantized_weights`` term the recipe adds is added as is.
     """
@@ -171,8 +185,10 @@ def apply_recipe_measured(measured: LayerCost, formula: LayerCost, recipe: Preci
         return measured
     delta: dict[str | None, int] = {}
     for before, after in zip(formula.activations, changed.activations):
-        if after.bytes != before.bytes:
-            delta[before.switch] = delta.get(before.switch, 0) + after.bytes - before.bytes
+        if after.bytes != before.bytes or after.switch != before.switch:
+            # A term FP8 attention moves off its switch (_attention_term) leaves that switch's bytes for the kept ones.
+            delta[before.switch] = delta.get(before.switch, 0) - before.bytes
+            delta[after.switch] = delta.get(after.switch, 0) + after.bytes
     present = {t.switch for t in measured.activations}
     moved: dict[str | None, int] = {}
     for switch, change in delta.items():

@@ -292,9 +292,9 @@ def time_summary(step) -> str:
             if key in prov:
                 fwd, bwd = prov[key]
                 kinds.append(f"{label} at the {prov['dtype']} rates (no measured {prov['attention_format']} figure here)"
-                             if (fwd, bwd) == (1.0, 1.0) else f"{label} {fwd:.2f}x forward, {bwd:.2f}x backward")
+                             if (fwd, bwd) == (1.0, 1.0) else f"{label} {fwd:.2f}x forward, {bwd:.2f}x backward of bf16")
         if kinds:
-            whole_run += f"; {prov['attention_format']} " + ", ".join(kinds) + " of bf16"
+            whole_run += f"; {prov['attention_format']} " + ", ".join(kinds)
         if prov.get("windowed_attention_bf16"):
             whole_run += f"; windowed {prov['attention_format']} attention at the {prov['dtype']} rates (no measured figure)"
     recipe = prov.get("precision_recipe", "bf16")

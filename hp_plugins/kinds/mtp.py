@@ -83,8 +83,14 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
         ActivationTerm("head_norm_out", hidden),
         ActivationTerm("mtp_loss_softmax", T * shard * (act if "fused_cross_entropy" in x.traits else p.logits_bytes), None, True),
     )
-    # The layer's terms, renamed and without switches: the mtp kind (placed last) declares none.
-    layer_terms = tuple(term(f"layer.{t.op}", t.bytes, None, t.tp_split) for t in inner.activations)
+    # The layer's terms, renamed and without switches: the mtp kind (placed last) declares none. The q, k and v
+    # its attention kernel keeps stay marked (ActivationTerm.attention_saved), so an FP8-attention recipe keeps
+    # them quantized (Megatron-Core runs the module's layer in the run's FP8 context: multi_token_prediction.py at
+    # NVIDIA/Megatron-LM core_v0.16.0 lines 773-790); the kernel's output does not, as the module marks none of its
+    # layer's linear inputs (gemm_input), so the output projection's input stays in the compute dtype.
+    layer_terms = tuple(term(f"layer.{t.op}", t.bytes, None, t.tp_split, None, False,
+                             t.attention_saved if t.attention_saved in ("qkv", "qkv_view") else None,
+                             t.attention_view_bytes) for t in inner.activations)
     params = (
         param_count("mtp_norms", "dense", 3 * norm_params(c.norm, h), False),
         param_count("eh_proj", "dense", 2 * h * h, True, matrices=((1, h // x.tp, 2 * h),)),

@@ -52,9 +52,10 @@ DENSE_MLP_SWITCHES = (*DECODER_SWITCHES, FC1_SWITCH)
 # records are frozen, so equal ones are shared instead of built (and validated) again.
 @functools.lru_cache(maxsize=1 << 16)
 def term(op: str, nbytes: int, switch: str | None = None, tp_split: bool = False,
-         gemm_input: str | None = None, sp_gathered: bool = False, attention_saved: str | None = None) -> ActivationTerm:
+         gemm_input: str | None = None, sp_gathered: bool = False, attention_saved: str | None = None,
+         attention_view_bytes: int = 0) -> ActivationTerm:
     """An :class:`~hp_core.costs.ActivationTerm`, shared with every equal one asked for before."""
-    return ActivationTerm(op, nbytes, switch, tp_split, gemm_input, sp_gathered, attention_saved)
+    return ActivationTerm(op, nbytes, switch, tp_split, gemm_input, sp_gathered, attention_saved, attention_view_bytes)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -114,7 +115,8 @@ class LayerBuilder:
         self.reruns: list[tuple[str, Rerun]] = []
 
     def keep(self, op: str, nbytes: int, switch: str | None = None, tp_split: bool = False,
-             gemm_input: str | None = None, sp_gathered: bool = False, attention_saved: str | None = None) -> None:
+             gemm_input: str | None = None, sp_gathered: bool = False, attention_saved: str | None = None,
+             attention_view_bytes: int = 0) -> None:
         """Record *nbytes* kept for backward by *op*, dropped by *switch*.
 
         Args:
@@ -123,11 +125,14 @@ class LayerBuilder:
                 (:attr:`ActivationTerm.gemm_input <hp_core.costs.ActivationTerm.gemm_input>`).
             sp_gathered: It is a sequence-parallel-gathered linear input or its shard
                 (:attr:`ActivationTerm.sp_gathered <hp_core.costs.ActivationTerm.sp_gathered>`).
-            attention_saved: ``"qkv"`` or ``"out"`` where a fused attention kernel keeps it
+            attention_saved: ``"qkv"``, ``"out"`` or ``"qkv_view"`` where a fused attention kernel keeps it
                 (:attr:`ActivationTerm.attention_saved <hp_core.costs.ActivationTerm.attention_saved>`).
+            attention_view_bytes: Of a ``"qkv_view"`` tensor, the bytes of the view the kernel reads
+                (:attr:`ActivationTerm.attention_view_bytes <hp_core.costs.ActivationTerm.attention_view_bytes>`).
         """
         if nbytes:
-            self.terms.append(term(op, nbytes, switch, tp_split, gemm_input, sp_gathered, attention_saved))
+            self.terms.append(term(op, nbytes, switch, tp_split, gemm_input, sp_gathered, attention_saved,
+                                   attention_view_bytes))
 
     def param(self, name: str, elements: int, tp_split: bool, group: str = "dense",
               matrices: tuple[tuple[int, int, int], ...] = (), high_precision: bool = False) -> None:

@@ -56,6 +56,12 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
     the decoupled rotary key, and the up-projected per-head query, key and value
     (``attUp``: rebuilt from the kept latents by running the up projections
     again), the attention core and its output.
+
+    Under flash attention the fused kernel's q, k, v and output are marked
+    (:attr:`ActivationTerm.attention_saved <hp_core.costs.ActivationTerm.attention_saved>`),
+    so an FP8-attention recipe prices them (docs/precision.md, "FP8 attention"):
+    without the ``mla_contiguous_qkv`` trait v is a view of ``kv_b_proj``'s output,
+    kept whole in bf16 and freed under FP8 attention for the kernel's quantized v.
     """
     x, act, t = b.x, b.act, b.x.tp
     T, h, a = x.tokens, c.hidden_size, c.num_attention_heads
@@ -83,16 +89,32 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
     b.keep("kv_latent", T * kv_a * act)
     b.keep("kv_latent_norm_out", T * c.kv_lora_rank * act, "normOp", gemm_input="owned")
     b.keep("kv_latent_norm_fp32", fp32_norm_bytes(T, c.kv_lora_rank, head_norm(c.norm), x.traits), "normOp")
-    b.keep("q_heads", T * a * qk * act // t, "attUp", True)
-    b.keep("k_heads", T * a * qk * act // t, "attUp", True)
-    if "mla_contiguous_qkv" in x.traits:
-        b.keep("v_heads", T * a * c.v_head_dim * act // t, "attUp", True)
+    # What a fused kernel keeps of q, k, v and its output, which an FP8-attention recipe keeps in FP8
+    # (ActivationTerm.attention_saved), marked as the GQA kit marks them (hp_plugins/kit/attention.py; under
+    # all-to-all CP the kernel's output is attn_out_a2a and the output projection's input stays unmarked).
+    # q and k are new tensors, the no-rope and rotary parts concatenated (Megatron-Core multi_latent_attention.py
+    # at NVIDIA/Megatron-LM core_v0.16.0 lines 822-834, or fused_apply_mla_rope_for_kv's own outputs; torchtitan
+    # deepseek_v3/model/model.py at 0cfbd0b3 lines 211 and 226-228).
+    fused = "qkv" if x.attention != "eager" else None
+    kernel_out = "out" if fused and not (x.cp > 1 and x.cp_kind == "a2a") else None
+    b.keep("q_heads", T * a * qk * act // t, "attUp", True, attention_saved=fused)
+    b.keep("k_heads", T * a * qk * act // t, "attUp", True, attention_saved=fused)
+    v_bytes = T * a * c.v_head_dim * act // t
+    if "mla_contiguous_qkv" in x.traits:  # Megatron-Core: value.contiguous() (line 834), a tensor of its own
+        b.keep("v_heads", v_bytes, "attUp", True, attention_saved=fused)
     else:
-        # v is a view of kv_b_proj's output, whose storage (k_nope and v) it keeps alive.
-        b.keep("kv_up_out", T * a * (c.qk_nope_head_dim + c.v_head_dim) * act // t, "attUp", True)
+        # v is a view of kv_b_proj's output (torchtitan line 225, transformers DeepseekV3Attention), whose storage
+        # (k_nope and v) it keeps alive. Under FP8 attention Transformer Engine's FusedAttnFunc saves its quantized
+        # copies of q, k and v instead (pytorch/attention/dot_product_attention/backends.py at NVIDIA/TransformerEngine
+        # d0067d0 lines 1579-1591; utils.py combine_and_quantize makes new tensors), and nothing else keeps this one
+        # (kv_b_proj keeps its input for its weight gradient, the split and the concatenation no tensor): it is freed
+        # and v kept quantized ("qkv_view", the view's bytes v_bytes).
+        b.keep("kv_up_out", T * a * (c.qk_nope_head_dim + c.v_head_dim) * act // t, "attUp", True,
+               attention_saved="qkv_view" if fused else None, attention_view_bytes=v_bytes if fused else 0)
     b.attention_core(a, qk, c.v_head_dim, c.attention_dropout)
     # The output projection's input; a flash kernel keeps it too, as its output.
-    b.keep("attn_out", T * a * c.v_head_dim * act // t, None, True, "shared" if x.attention != "eager" else "owned")
+    b.keep("attn_out", T * a * c.v_head_dim * act // t, None, True, "shared" if x.attention != "eager" else "owned",
+           attention_saved=kernel_out)
     if x.attention != "eager":
         b.block_grads.append(T * a * (2 * qk + c.v_head_dim) * act // t + T * (a // t) * x.precision.lse_bytes)
     b.linear(T, h, kv_a, shares_input=True)  # the attention norm's output, as q's projection
