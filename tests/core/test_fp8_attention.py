@@ -190,8 +190,8 @@ def test_layers_that_mark_no_kernel_tensors_are_refused(registry):
     with pytest.raises(ConfigError, match=words):  # eager attention keeps no fused kernel's tensors
         estimate(model_from_preset("llama3-8b", registry), LAYOUT, registry=registry, runtime="megatron",
                  precision=precision, attention="eager")
-    with pytest.raises(ConfigError, match=words):  # MLA's kit does not mark them
-        estimate(model_from_preset("deepseek-v2", registry), ParallelSpec(dp=8, seq_len=4096), registry=registry,
+    with pytest.raises(ConfigError, match=words):  # Mamba-2's SSD core is no fused softmax attention kernel
+        estimate(model_from_preset("mamba-codestral-7b", registry), ParallelSpec(dp=8, seq_len=4096), registry=registry,
                  runtime="megatron", precision=precision)
 
 
@@ -208,3 +208,150 @@ def test_only_cudnns_attention_takes_the_fp8_speedup_under_fsdp2(registry):
                          precision=attrs.evolve(runtime.precision, recipe="fp8-current-fp8-attention"))
         assert step.provenance["attention_speedup"] == pytest.approx(speedup), kernel
     assert all(not d.attention_speedups for d in registry.runtime("fsdp2").timing.devices)
+
+
+# MLA (docs/precision.md 'FP8 attention'): a small layer, hidden 256, 4 heads, q/k head dim 16 + 8 = 24, v 16,
+# kv_lora_rank 32, no q compression; one sequence of 128 tokens, flash. Per rank at TP t, in bf16: q and k
+# 128 * 4 * 24 * 2 / t = 24,576 / t bytes each, v (its own copy) 128 * 4 * 16 * 2 / t = 16,384 / t, kv_b_proj's output
+# (k_nope and v) 128 * 4 * (16 + 16) * 2 / t = 32,768 / t, the attention output 16,384 / t (8,192 / t elements).
+_MLA = dict(hidden_size=256, num_attention_heads=4, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+            v_head_dim=16, intermediate_size=128)
+_MLA_OPS = ("q_heads", "k_heads", "v_heads", "kv_up_out", "attn_out")
+
+
+def _mla_cost(tp: int = 1, contiguous: bool = False, attention: str = "flash", cp: int = 1, cp_kind: str = "p2p"):
+    from hp_core.engine.prepare import layer_context
+    from hp_core.specs import PrecisionSpec
+    from hp_plugins.kinds.mla import MLAConfig, evaluate_mla
+
+    traits = frozenset({"mla_contiguous_qkv"}) if contiguous else frozenset()
+    layout = ParallelSpec(tp=tp, cp=cp, cp_kind=cp_kind, dp=1, seq_len=128 * cp)
+    return evaluate_mla(MLAConfig(**_MLA), layer_context(layout, PrecisionSpec(), attention, traits=traits))
+
+
+def _mla_terms(registry, recipe: str, **layout) -> dict[str, tuple[int, str | None]]:
+    from hp_core.engine.precision import apply_recipe
+
+    cost = apply_recipe(_mla_cost(**layout), registry.precision_recipe(recipe), 2)
+    return {t.op: (t.bytes, t.switch) for t in cost.activations if t.op in _MLA_OPS}
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("contiguous", [False, True])
+def test_mla_kernel_tensors_by_hand(registry, tp, contiguous):
+    from hp_core.engine.precision import apply_recipe
+
+    up = "attUp"
+    v_op, v_bf16 = ("v_heads", 16_384 // tp) if contiguous else ("kv_up_out", 32_768 // tp)
+    # bf16 and a recipe without FP8 attention: as before the kit marked them (the up-projected heads under attUp).
+    assert _mla_terms(registry, "bf16", tp=tp, contiguous=contiguous) == {
+        "q_heads": (24_576 // tp, up), "k_heads": (24_576 // tp, up), v_op: (v_bf16, up), "attn_out": (16_384 // tp, None)}
+    # fp8-current: the output projection's quantized input (8,192 / t bytes) on top of the kernel's bf16 output.
+    assert _mla_terms(registry, "fp8-current", tp=tp, contiguous=contiguous) == {
+        "q_heads": (24_576 // tp, up), "k_heads": (24_576 // tp, up), v_op: (v_bf16, up), "attn_out": (24_576 // tp, None)}
+    # FP8 attention: q and k 1 byte an element (12,288 / t), under no switch (the kernel's own copies). v: its
+    # quantized copy, 8,192 / t, whether it was its own tensor or a view of kv_b_proj's output, which is freed (its
+    # k_nope share, 8,192 / t bf16 bytes, kept by nothing).
+    fp8 = {"q_heads": (12_288 // tp, None), "k_heads": (12_288 // tp, None), v_op: (8_192 // tp, None)}
+    # Current scaling: the kernel keeps its bf16 output, the projection its FP8 input on top (24,576 / t).
+    assert _mla_terms(registry, "fp8-current-fp8-attention", tp=tp, contiguous=contiguous) == {
+        **fp8, "attn_out": (24_576 // tp, None)}
+    # Delayed scaling: the kernel's FP8 output (8,192 / t) and the projection's FP8 input (8,192 / t).
+    assert _mla_terms(registry, "fp8-delayed-fp8-attention", tp=tp, contiguous=contiguous) == {
+        **fp8, "attn_out": (16_384 // tp, None)}
+    # MXFP8 attention: 2.0625 bytes an element of q, k (12,288 / t elements: 25,344 / t) and v (8,192 / t: 16,896 / t).
+    assert _mla_terms(registry, "mxfp8-fp8-attention", tp=tp, contiguous=contiguous) == {
+        "q_heads": (25_344 // tp, None), "k_heads": (25_344 // tp, None), v_op: (16_896 // tp, None),
+        "attn_out": (16_384 // tp + 8_448 // tp, None)}
+    # Every other term as the recipe without FP8 attention keeps it; attUp recomputes nothing of the kernel's copies.
+    cost = _mla_cost(tp=tp, contiguous=contiguous)
+    plain = apply_recipe(cost, registry.precision_recipe("fp8-current"), 2)
+    with_attention = apply_recipe(cost, registry.precision_recipe("fp8-current-fp8-attention"), 2)
+    assert ([t for t in with_attention.activations if t.op not in _MLA_OPS]
+            == [t for t in plain.activations if t.op not in _MLA_OPS])
+    assert plain.kept_bytes - plain.kept_under(frozenset({up})) == 2 * 24_576 // tp + v_bf16
+    assert with_attention.kept_bytes == with_attention.kept_under(frozenset({up}))
+
+
+def test_mla_under_all_to_all_cp_leaves_the_projections_input_unmarked(registry):
+    # Ulysses CP 2: the kernel's output is attn_out_a2a (bf16, 16,384 bytes), the projection's input attn_out as
+    # fp8-current keeps it (16,384 + 8,192), both recipes alike; q, k and v still quantized.
+    terms = _mla_terms(registry, "fp8-delayed-fp8-attention", cp=2, cp_kind="a2a")
+    assert terms == {"q_heads": (12_288, None), "k_heads": (12_288, None), "kv_up_out": (8_192, None),
+                     "attn_out": (24_576, None)}
+
+
+def test_eager_mla_is_refused(registry):
+    from hp_core.engine.precision import apply_recipe
+
+    with pytest.raises(ConfigError, match="needs the fused"):
+        apply_recipe(_mla_cost(attention="eager"), registry.precision_recipe("fp8-current-fp8-attention"), 2)
+
+
+def test_a_census_measured_mla_cost_moves_the_kernels_copies_off_attup(registry):
+    from hp_core.costs import ActivationTerm
+    from hp_core.engine.precision import apply_recipe_measured
+
+    formula = _mla_cost()
+    measured = attrs.evolve(formula, activations=(ActivationTerm("census.saved", 1_000_000),
+                                                  ActivationTerm("census.attUp", 100_000, "attUp")),
+                            measured=((frozenset({"attUp"}), 900_000),))
+    plain, fp8 = (apply_recipe_measured(measured, formula, registry.precision_recipe(r), 2)
+                  for r in ("fp8-current", "fp8-current-fp8-attention"))
+    # attUp loses its bf16 q, k and kv_b_proj output (2 * 24,576 + 32,768 = 81,920 bytes); the kept terms gain the
+    # kernel's FP8 q, k and v (2 * 12,288 + 8,192 = 32,768), also under a policy recomputing attUp.
+    assert [t.bytes for t in plain.activations[:2]] == [fp8.activations[0].bytes - 32_768, 100_000]
+    assert fp8.activations[1].bytes == 100_000 - 81_920
+    assert fp8.measured[0][1] - plain.measured[0][1] == 32_768
+
+
+def test_delayed_scaling_adds_the_mla_attention_state(registry):
+    costs = [(_mla_cost(), 5)]
+    added = (scaling_state_bytes(costs, registry.precision_recipe("fp8-delayed-fp8-attention"))
+             - scaling_state_bytes(costs, registry.precision_recipe("fp8-delayed")))
+    # 5 layers * 3 GEMMs * 5 quantizers * (1024 + 1) fp32 values * 4 bytes.
+    assert added == 307_500
+
+
+def test_deepseek_v3_and_its_mtp_layer_under_fp8_attention(registry):
+    # DeepSeek-V3 under Megatron-Core (mla_contiguous_qkv), one 4,096-token sequence, EP 32: the MTP module's layer
+    # keeps its q and k (4096 * 128 * 192 * 2 = 201,326,592 bytes each) and v (4096 * 128 * 128 * 2 = 134,217,728)
+    # as the body's MLA layers, halved by FP8 attention; its output projection's input stays in bf16.
+    model = model_from_preset("deepseek-v3", registry)
+    layout = ParallelSpec(dp=32, ep=32, seq_len=4096)
+    terms = {}
+    for recipe in ("fp8-current", "fp8-current-fp8-attention"):
+        precision = attrs.evolve(registry.runtime("megatron").precision, recipe=recipe)
+        run = prepare(model, layout, registry=registry, runtime="megatron", precision=precision)
+        mtp = next(i for i, group in enumerate(model.layers) if group.kind == "mtp")
+        body = next(i for i, group in enumerate(model.layers) if group.kind == "mla_moe")
+        terms[recipe] = ({t.op: t.bytes for t in run.costs[mtp].activations},
+                         {t.op: t.bytes for t in run.costs[body].activations})
+    (mtp_plain, body_plain), (mtp_fp8, body_fp8) = terms["fp8-current"], terms["fp8-current-fp8-attention"]
+    for op, bf16 in (("q_heads", 201_326_592), ("k_heads", 201_326_592), ("v_heads", 134_217_728)):
+        assert (mtp_plain[f"layer.{op}"], body_plain[op]) == (bf16, bf16)
+        assert (mtp_fp8[f"layer.{op}"], body_fp8[op]) == (bf16 // 2, bf16 // 2)
+    assert mtp_fp8["layer.attn_out"] == mtp_plain["layer.attn_out"] == 134_217_728
+
+
+def test_the_step_takes_the_mla_fp8_speedup(registry):
+    from hp_core.io.report import time_summary
+
+    # DeepSeek-V2 (MLA layers only: q/k head dim 192, v 128) at 4,096 tokens. GB200: DeepSeek-V3's shape measured at
+    # 4,096 tokens, bf16 0.977 / FP8 0.656 ms forward, 3.383 / 2.112 ms backward; H200: none (cuDNN refuses FP8
+    # attention at MLA's head dims on Hopper), the bf16 rates, the step's time unchanged.
+    model = model_from_preset("deepseek-v2", registry)
+    layout = ParallelSpec(dp=32, ep=32, seq_len=4096)
+    base = registry.runtime("megatron").precision
+    steps = {(hw, r): step_time(model, layout, registry=registry, runtime="megatron",
+                                hardware=registry.hardware_preset(hw).spec, precision=attrs.evolve(base, recipe=r))
+             for hw in ("gb200", "h100-sxm") for r in ("fp8-current", "fp8-current-fp8-attention")}
+    gb200 = steps["gb200", "fp8-current-fp8-attention"]
+    assert gb200.provenance["mla_attention_speedup"] == (round(0.977 / 0.656, 4), round(3.383 / 2.112, 4)) == (1.4893, 1.6018)
+    assert "attention_speedup" not in gb200.provenance and "mla_attention_speedup" not in steps["gb200", "fp8-current"].provenance
+    assert "e4m3 MLA attention 1.49x forward, 1.60x backward of bf16;" in time_summary(gb200)
+    assert gb200.step_seconds < steps["gb200", "fp8-current"].step_seconds
+    hopper = steps["h100-sxm", "fp8-current-fp8-attention"]
+    assert hopper.provenance["mla_attention_speedup"] == (1.0, 1.0)
+    assert "e4m3 MLA attention at the bf16 rates (no measured e4m3 figure here);" in time_summary(hopper)
+    assert hopper.step_seconds == steps["h100-sxm", "fp8-current"].step_seconds
