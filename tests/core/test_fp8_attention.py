@@ -355,3 +355,12 @@ def test_the_step_takes_the_mla_fp8_speedup(registry):
     assert hopper.provenance["mla_attention_speedup"] == (1.0, 1.0)
     assert "e4m3 MLA attention at the bf16 rates (no measured e4m3 figure here);" in time_summary(hopper)
     assert hopper.step_seconds == steps["h100-sxm", "fp8-current"].step_seconds
+
+
+@pytest.mark.parametrize("saved, view", [("qkv_view", 0), ("qkv_view", 11), ("qkv", 5), (None, 5)])
+def test_a_view_term_states_its_views_bytes_and_only_it(saved, view):
+    from hp_core.costs import ActivationTerm
+
+    with pytest.raises(ValueError, match="attention_view_bytes"):
+        ActivationTerm("t", 10, attention_saved=saved, attention_view_bytes=view)
+    assert ActivationTerm("t", 10, attention_saved="qkv_view", attention_view_bytes=10).attention_view_bytes == 10
