@@ -9,7 +9,8 @@ the memory rows: measured and estimated peak GiB and the error; then torchao's L
 2-layer Llama4 17Bx16E on 4 B200s under torchao's MXFP8 linears, grouped GEMMs or both, step time and memory against
 the table's bf16 row; then the PyTorch / Nebius DeepSeek-V3 671B rows, ``torchtitan_dsv3_rows``: torchtitan on 256 B200s,
 bf16 with the standard all-to-all, bf16 with DeepEP and torchao's MXFP8 grouped GEMMs with DeepEP, each against the bf16
-standard-EP row). The step-time runs are priced
+standard-EP row; then DeepSeek-V3 671B on 64 GB300s, ``torchtitan_gb300_rows``: the bf16 control of torchtitan's NVFP4
+page, step time and peak reserved memory). The step-time runs are priced
 with the ``megatron`` runtime, the memory rows with the torchtitan importer (``fsdp2`` runtime),
 each under the recipe its row names; then llm-foundry's MPT FP8 rows (``fsdp_rows``: Composer FSDP,
 Transformer Engine delayed scaling), priced with the ``fsdp2`` runtime as docs/time.md prices the
@@ -23,7 +24,8 @@ H100 as three commits of the table print them, and the 25.04 long-sequence Llama
 model TFLOP/s per GPU NeMo's FLOPs count turns into a step time), priced as the NeMo 24.07 rows of ``rows``, all held
 out; last, NVIDIA's DGX Cloud benchmarking rows (``dgxc_rows``: Llama 3.1, GPT-3 175B, Nemotron-4 and
 NeMo's Grok-1 on H100 under NeMo 24.05 to 25.04.01; Llama 3.1 405B and Grok-1 on GB200), priced by benchmarks/fp8_dgxc.py.
-The memory, torchao Llama4, torchtitan and torchtitan DeepSeek-V3 rows are priced in benchmarks/fp8_torchtitan.py.
+The memory, torchao Llama4, torchtitan and torchtitan DeepSeek-V3 (B200 and GB300) rows are priced in
+benchmarks/fp8_torchtitan.py.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ if str(HERE) not in sys.path:
 from fp8_torchtitan import (  # noqa: E402,F401
     TORCHTITAN_CLASSES,
     _scale_cases,
+    _substituted,
     _torchao_moe_priced,
     _torchtitan_dsv3_priced,
     memory_results,
@@ -56,6 +59,8 @@ from fp8_torchtitan import (  # noqa: E402,F401
     torchtitan_baseline,
     torchtitan_dsv3_results,
     torchtitan_dsv3_section,
+    torchtitan_gb300_results,
+    torchtitan_gb300_section,
     torchtitan_results,
     torchtitan_section,
 )
@@ -451,6 +456,8 @@ def main() -> None:
     print(torchao_moe_section(torchao_moe_results()), end="")
     print()
     print(torchtitan_dsv3_section(torchtitan_dsv3_results()), end="")
+    print()
+    print(torchtitan_gb300_section(torchtitan_gb300_results()), end="")
     print()
     print(fsdp_section(fsdp_results()), end="")
     print()

@@ -2,8 +2,9 @@
 (which prints their tables and re-exports these names): the memory rows (``memory_rows``: torchtitan's and torchao's
 Llama 3 8B peak memory under torchao's float8 and MX converters, priced through the torchtitan importer), torchao's Llama4
 MXFP8 rows (``torchao_moe_rows``), the torchtitan / torchao Float8 step-time rows (``torchtitan_rows``) and the PyTorch /
-Nebius DeepSeek-V3 671B rows on 256 B200s (``torchtitan_dsv3_rows``: bf16, DeepEP, MXFP8 grouped GEMMs), each built as
-tests/plugins/scale_cases.py builds those pages' bf16 rows. Nothing is fitted to them (docs/precision.md)."""
+Nebius DeepSeek-V3 671B rows on 256 B200s (``torchtitan_dsv3_rows``: bf16, DeepEP, MXFP8 grouped GEMMs) and DeepSeek-V3
+671B on 64 GB300s (``torchtitan_gb300_rows``: the bf16 control of torchtitan's NVFP4 page, step time and memory), each
+built as tests/plugins/scale_cases.py builds those pages' bf16 rows. Nothing is fitted to them (docs/precision.md)."""
 
 from __future__ import annotations
 
@@ -250,19 +251,31 @@ def torchtitan_section(found: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _torchtitan_dsv3_priced(row: dict, registry, recipe: str, **options):
-    """hp's step time of a ``torchtitan_dsv3_rows`` row under *recipe*, built as ``scale_cases`` builds torchtitan's MoE
-    rows, with the row's ``substitutions`` in place of the options they name (each states what ran, what hp prices and
-    why) and *options* over both (a variant made here, e.g. ``moe_gate="learned"``)."""
-    sc = _scale_cases()
+def _substituted(row: dict, **options) -> dict:
+    """*row* as hp prices it: its ``substitutions`` in place of the options they name (each states what ran, what hp
+    prices and why; one whose ``ran`` is not the row's option is refused) and *options* over both (a variant made
+    here, e.g. ``moe_gate="learned"``)."""
     for name, sub in row.get("substitutions", {}).items():
         if row["options"].get(name) != sub["ran"]:
             raise ValueError(f"{row['id']}: substitutions.{name}.ran {sub['ran']!r} is not the row's option {row['options'].get(name)!r}")
-    priced = dict(row, options={**row["options"], **{k: s["priced"] for k, s in row.get("substitutions", {}).items()}, **options})
+    return dict(row, options={**row["options"], **{k: s["priced"] for k, s in row.get("substitutions", {}).items()}, **options})
+
+
+def _torchtitan_moe_kwargs(priced: dict, registry, recipe: str) -> dict:
+    """The pricing arguments of a substituted torchtitan MoE row (:func:`_substituted`): ``scale_cases``' device,
+    runtime with the row's options and recompute, and *recipe*."""
+    sc = _scale_cases()
     runtime = sc.runtime(priced, registry)
-    return api.step_time(sc.model(priced, registry), sc.layout(priced), registry=registry, hardware=sc.hardware(priced, registry),
-                         runtime=runtime, recompute=sc.recompute(priced, registry),
-                         precision=attrs.evolve(runtime.precision, recipe=recipe))
+    return dict(registry=registry, hardware=sc.hardware(priced, registry), runtime=runtime,
+                recompute=sc.recompute(priced, registry), precision=attrs.evolve(runtime.precision, recipe=recipe))
+
+
+def _torchtitan_dsv3_priced(row: dict, registry, recipe: str, **options):
+    """hp's step time of a ``torchtitan_dsv3_rows`` (or ``torchtitan_gb300_rows``) row under *recipe*, built as
+    ``scale_cases`` builds torchtitan's MoE rows, with the row's ``substitutions`` and *options* (:func:`_substituted`)."""
+    sc = _scale_cases()
+    priced = _substituted(row, **options)
+    return api.step_time(sc.model(priced, registry), sc.layout(priced), **_torchtitan_moe_kwargs(priced, registry, recipe))
 
 
 def torchtitan_dsv3_results(registry=None) -> list[dict]:
@@ -313,4 +326,45 @@ def torchtitan_dsv3_section(found: list[dict]) -> str:
     if bf16 and mx:
         lines.append(f"MXFP8 on the grouped GEMMs over bf16, both with DeepEP: measured "
                      f"{bf16['measured_seconds'] / mx['measured_seconds']:.3f}, hp {bf16['estimated_seconds'] / mx['estimated_seconds']:.3f}.")
+    return "\n".join(lines) + "\n"
+
+
+def torchtitan_gb300_results(registry=None) -> list[dict]:
+    """Each ``torchtitan_gb300_rows`` row priced as :func:`_torchtitan_dsv3_priced` prices the B200 rows: measured and
+    hp step time and the error, hp's MFU and communication; and its memory, the measured peak reserved (torchtitan's
+    max reserved) against hp's ``reserved_bytes`` of the stage with the most, absolute (the rows are compiled, as
+    every row priced so; nothing scaled by a baseline)."""
+    sc = _scale_cases()
+    registry = registry or api.build_registry()
+    found = []
+    for row in json.loads(DATA.read_text(encoding="utf-8"))["torchtitan_gb300_rows"]:
+        step = _torchtitan_dsv3_priced(row, registry, row["recipe"])
+        priced = _substituted(row)
+        stages = api.estimate(sc.model(priced, registry), sc.layout(priced),
+                              **_torchtitan_moe_kwargs(priced, registry, row["recipe"])).stages
+        measured, measured_gib = sc.measured_seconds(row), row["measured"]["memory_gib"]
+        estimated_gib = max(stage.reserved_bytes for stage in stages) / 2**30
+        found.append({"id": row["id"], "recipe": row["recipe"], "dispatch": row["options"]["ep_all_to_all"], "gpus": row["gpus"],
+                      "measured_seconds": measured, "estimated_seconds": step.step_seconds,
+                      "error": step.step_seconds / measured - 1, "mfu": step.mfu,
+                      "communication_seconds": step.communication_seconds, "compute_seconds": step.compute_seconds,
+                      "recompute_seconds": step.recompute_seconds, "measured_gib": measured_gib,
+                      "estimated_gib": estimated_gib, "memory_error": estimated_gib / measured_gib - 1})
+    return found
+
+
+def torchtitan_gb300_section(found: list[dict]) -> str:
+    """The DeepSeek-V3 671B on GB300 table docs/precision.md shows (tests/plugins/test_fp8_runs_tt_gb300.py checks it is
+    current)."""
+    lines = ["| run | recipe | GPUs | EP dispatch | measured s | hp s | error | hp MFU | hp communication s "
+             "| measured GiB | hp GiB | error |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in found:
+        dispatch = {"nccl": "standard (all_to_all_single)", "deepep": "DeepEP", "hybridep": "HybridEP"}[r["dispatch"]]
+        lines.append(f"| `{r['id']}` | {r['recipe']} | {r['gpus']} | {dispatch} | {r['measured_seconds']:.2f} "
+                     f"| {r['estimated_seconds']:.2f} | {r['error']:+.1%} | {r['mfu']:.1%} | {r['communication_seconds']:.2f} "
+                     f"| {r['measured_gib']:.2f} | {r['estimated_gib']:.2f} | {r['memory_error']:+.1%} |")
+    lines.append("")
+    lines.append(f"Held out: {len(found)} row{'s' if len(found) != 1 else ''}, step time "
+                 + ", ".join(f"{r['error']:+.1%}" for r in found) + ", memory "
+                 + ", ".join(f"{r['memory_error']:+.1%}" for r in found) + ".")
     return "\n".join(lines) + "\n"
