@@ -39,9 +39,33 @@ the "efficiency" on counted bytes can exceed 1.
 
 Which entries
 -------------
-* **Torch API**, not "Kernel Only": a trainer calls the Torch API
-  (``buffer.dispatch``/``combine``: the kernel, a device-to-device copy and
-  synchronisation, as the test prints).
+* **NVLink: "Kernel Only"**, not "Torch API". The Torch API rows time
+  ``buffer.dispatch``/``combine``: the kernel, then a device-to-device copy of the
+  received tokens out of HybridEP's registered NVLink buffer (into it, for combine), and
+  synchronisation (``Executor::dispatch_postprocess`` / ``combine_preprocess`` in
+  ``csrc/hybrid_ep/executor/executor.cu``, deepseek-ai/DeepEP@9aff4c1, the commit that
+  added the GB200 table, and 41cad94). The trainers call ``dispatch_with_permute`` /
+  ``combine_with_unpermute`` instead (``megatron/core/transformer/moe/fused_a2a.py``,
+  NVIDIA/Megatron-LM core_v0.16.0 to d98e8a6; ``nemo_automodel/components/moe/megatron/fused_a2a.py``,
+  NVIDIA-NeMo/Automodel@3746a1a), whose permute kernel reads the NVLink buffer directly in
+  place of that copy (the same ``dispatch_postprocess``, its ``enable_permute`` branch) and whose
+  unpermute writes into it (``combine_preprocess``); hp prices that permute as its own passes over the tokens the rank
+  receives (``TimingProfile.moe_permute_tokens: received``), so the Torch API figure would count
+  the copy twice. NVIDIA's DeepSeek-V3 GB200 write-up puts the copy at 10-20% of the
+  communication time and states it fused into the permute
+  (``docs/discussions/deepseek-v3-gb200-optimization/deepseek-v3-gb200-optimization.md``
+  section 2.5, NVIDIA/Megatron-LM@1d9edcf); its figure ``images/image6.png`` ("GB200 NVL36",
+  top-8, 32 CUDA blocks) shows 714.66 GB/s dispatch and 657.72 GB/s combine "algorithm
+  bandwidth (uni-direction)", above even the Kernel Only row at 36 ranks (632.31, 596.99), where
+  the Torch API row reads 479.02 and 447.89. Left unpriced, as no published figure times them
+  alone: the routing-map all-gather and metadata preprocessing a forward dispatch runs (its
+  handle is built there; every other call reuses it) and a blocking dispatch's host
+  synchronisation.
+* **Network: "Torch API"**. Across nodes HybridEP also copies the rank's tokens into its
+  registered RDMA buffer and the combined tokens out of it (``dispatch_preprocess`` /
+  ``combine_postprocess`` with ``num_of_nodes > 1``, the same file), which the trainers' calls
+  run too; the published rows do not separate those copies from the one the permute replaces,
+  so the network figure stays the Torch API's (at most that one copy slow).
 * **BF16 dispatch**: Megatron-Core's HybridEP path refuses FP8 dispatch
   (``megatron/core/transformer/moe/fused_a2a.py``, ``assert not fp8_dispatch``,
   NVIDIA/Megatron-LM@d98e8a6), and hp states the exchange in the activation
@@ -55,12 +79,13 @@ Which entries
   (``nemo_automodel/components/moe/megatron/token_dispatcher.py``
   ``MoEConfig.moe_hybridep_num_sms``, NVIDIA-NeMo/Automodel@3746a1a): 32 SMs
   where a table publishes it (GB200), 16 where it stops there (H100).
-* **NVLink**, by the ranks of the group within one NVLink domain: the GB200 table at 32 SMs,
-  the lower of BF16 dispatch and combine over NVLink 5's 900 GB/s per direction (NVIDIA Blackwell
-  datasheet: 1.8 TB/s per GPU both ways): 545.71 GB/s at 8 ranks (**0.606**; the B200 table's only
-  entry, 8 ranks at 16 SMs, 530.86, is within 3%), 521.55 at 16, 483.76 at 24, 464.54 at 32, 447.89
-  at 36; a domain of fewer ranks takes the 8-rank figure, one of more than 36 (which the README does
-  not publish) the 36-rank figure, stated as an extrapolation. It prices the NVLink leg on every
+* **NVLink**, by the ranks of the group within one NVLink domain: the GB200 table's Kernel Only
+  columns at 32 SMs, the lower of BF16 dispatch and combine (combine at every size) over NVLink 5's
+  900 GB/s per direction (NVIDIA Blackwell datasheet: 1.8 TB/s per GPU both ways): 737.13 GB/s at 8
+  ranks (**0.819**; the B200 table's only Kernel Only entry, 8 ranks at 16 SMs, combine 673.84, is
+  within 2% of the GB200 table's 684.27 at 8 ranks and 16 SMs), 666.26 at 16, 639.80 at 24, 605.15 at
+  32, 596.99 at 36; a domain of fewer ranks takes the 8-rank figure, one of more than 36 (which the
+  README does not publish) the 36-rank figure, stated as an extrapolation. It prices the NVLink leg on every
   device, the forwarding leg of a cross-node exchange included (the H100 table states no NVLink
   figure).
 * **Network**, by the nodes the group spans: the H100 table ran 8 ranks a node, so its 16, 32 and 64
@@ -91,20 +116,25 @@ from hp_plugins.collectives.deepep import forwarded_seconds
 __all__ = ["HYBRIDEP", "NVLINK_EFFICIENCY", "RDMA_EFFICIENCY", "hybridep_seconds", "hp_collective_models",
            "nvlink_efficiency", "rdma_efficiency"]
 
-_README = "DeepEP docs/README_Hybrid-EP.md (deepseek-ai/DeepEP@41cad94), Torch API, BF16"
-# GB200 table, 32 SMs: the lower of dispatch (BF16) and combine at each published domain size, over 900 GB/s.
-_GB200_NVL_GB_PER_S = {8: min(545.71, 568.94), 16: min(523.48, 521.55), 24: min(507.32, 483.76),
-                       32: min(484.22, 464.54), 36: min(479.02, 447.89)}
+_README = "DeepEP docs/README_Hybrid-EP.md (deepseek-ai/DeepEP@41cad94), BF16"
+# GB200 table, 32 SMs, Kernel Only (the trainers' dispatch_with_permute/combine_with_unpermute make no D2D copy out of
+# the NVLink buffer; hp prices their permute on its own: the module docstring): the lower of dispatch (BF16) and
+# combine at each published domain size, over 900 GB/s.
+_GB200_NVL_GB_PER_S = {8: min(764.03, 737.13), 16: min(706.95, 666.26), 24: min(665.97, 639.80),
+                       32: min(642.23, 605.15), 36: min(632.31, 596.99)}
 NVLINK_EFFICIENCY = {
-    ranks: Sourced(gb / 900, f"{_README}, GB200 {ranks} ranks, 32 SMs: {gb} GB/s (the lower of dispatch and combine) "
-                             "over NVLink 5's 900 GB/s per direction (NVIDIA Blackwell datasheet: 1.8 TB/s both ways)")
+    ranks: Sourced(gb / 900, f"{_README}, GB200 {ranks} ranks, 32 SMs, Kernel Only: {gb} GB/s (the lower of dispatch "
+                             "and combine) over NVLink 5's 900 GB/s per direction (NVIDIA Blackwell datasheet: 1.8 TB/s "
+                             "both ways); Kernel Only as the trainers' dispatch_with_permute permutes straight from "
+                             "HybridEP's buffer, no D2D copy (csrc/hybrid_ep/executor/executor.cu dispatch_postprocess, "
+                             "deepseek-ai/DeepEP@9aff4c1), its permute priced by hp apart")
     for ranks, gb in _GB200_NVL_GB_PER_S.items()
 }
 # H100 "IB Bandwidth", 16 SMs, the lower of dispatch (BF16) and combine, at 8 ranks a node: 16, 32, 64 ranks are
 # 2, 4, 8 nodes; over 50 GB/s.
 _H100_IB_GB_PER_S = {2: min(54.47, 53.35), 4: min(47.36, 52.53), 8: min(41.24, 46.57)}
 RDMA_EFFICIENCY = {
-    nodes: Sourced(gb / 50, f"{_README}, H100 {8 * nodes} ranks over {nodes} nodes, 16 SMs, IB: {gb} GB/s (the lower of "
+    nodes: Sourced(gb / 50, f"{_README}, H100 {8 * nodes} ranks over {nodes} nodes, 16 SMs, Torch API, IB: {gb} GB/s (the lower of "
                             "dispatch and combine) over one 400 Gb/s adapter per GPU (50 GB/s; DGX H100's ConnectX-7, "
                             "not stated by the README)")
     for nodes, gb in _H100_IB_GB_PER_S.items()
@@ -137,8 +167,8 @@ def hybridep_seconds(call: CollectiveCall) -> float:
 HYBRIDEP = CollectiveModel(
     name="hybridep",
     seconds=hybridep_seconds,
-    description="NVIDIA HybridEP's dispatch/combine kernels for all-to-alls (RDMA then NVLink forwarding, Torch API, "
-                "published bandwidths by NVLink-domain size and node count); other collectives as nccl",
+    description="NVIDIA HybridEP's dispatch/combine kernels for all-to-alls (RDMA then NVLink forwarding; published "
+                "bandwidths by NVLink-domain size (kernel only) and node count (Torch API)); other collectives as nccl",
     source="; ".join(e.source for e in (*NVLINK_EFFICIENCY.values(), *RDMA_EFFICIENCY.values())),
 )
 

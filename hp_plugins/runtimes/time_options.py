@@ -116,7 +116,7 @@ def ep_all_to_all_option(source: str, library_permutation: tuple[tuple[str, Sour
         "ep_all_to_all", "choice", "nccl",
         "the library of the expert-parallel dispatch and combine: nccl (all_to_all_single), deepep (DeepEP's normal "
         "kernels at their published NVLink and RDMA bandwidths, collective model deepep) or hybridep (NVIDIA's "
-        "HybridEP at its published Torch API bandwidths, collective model hybridep); deepep and hybridep price every "
+        "HybridEP at its published bandwidths: kernel-only over NVLink, Torch API across nodes; collective model hybridep); deepep and hybridep price every "
         "all-to-all of the run" + (f"; {permutation_note}" if permutation_note else ""),
         source, _AllToAll(tuple(library_permutation)), choices=("nccl", "deepep", "hybridep"),
     )

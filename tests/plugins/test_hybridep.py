@@ -1,5 +1,6 @@
-"""The ``hybridep`` collective model by hand: NVIDIA HybridEP's published Torch API bandwidths
-(deepseek-ai/DeepEP@41cad94 docs/README_Hybrid-EP.md) as efficiencies on the bytes its benchmark counts,
+"""The ``hybridep`` collective model by hand: NVIDIA HybridEP's published bandwidths (deepseek-ai/DeepEP@41cad94
+docs/README_Hybrid-EP.md; NVLink the GB200 Kernel Only rows, the network the H100 Torch API rows) as efficiencies on
+the bytes its benchmark counts,
 and the ``ep_all_to_all: hybridep`` option (docs/time.md, "Eager kernels, op-level SAC and DeepEP")."""
 
 from __future__ import annotations
@@ -29,13 +30,18 @@ def _call(op, nbytes, ranks, per_node, nodes, fabric=H100, routing=None):
     return CollectiveCall(op, nbytes, GroupPlacement(ranks, per_node, nodes), fabric, routing=routing)
 
 
-B200_8 = 545.71  # GB200 table, 8 ranks, 32 SMs: dispatch (BF16) 545.71, combine 568.94 GB/s: the lower
+B200_8 = 737.13  # GB200 table, 8 ranks, 32 SMs, Kernel Only: dispatch (BF16) 764.03, combine 737.13 GB/s: the lower
 
 
-def test_the_efficiencies_are_the_published_torch_api_figures_over_the_links():
-    # GB200 at 32 SMs, the lower of BF16 dispatch and combine, over 900 GB/s NVLink, by ranks in the domain.
+def test_the_efficiencies_are_the_published_figures_over_the_links():
+    # GB200 at 32 SMs, Kernel Only, the lower of BF16 dispatch and combine (combine at every size), over 900 GB/s
+    # NVLink, by ranks in the domain (the Torch API rows, 545.71 ... 447.89, also time a D2D copy out of HybridEP's
+    # buffer that the trainers' dispatch_with_permute does not make: its permute, priced apart, reads the buffer).
     assert {r: e.value for r, e in NVLINK_EFFICIENCY.items()} == pytest.approx(
-        {8: 545.71 / 900, 16: 521.55 / 900, 24: 483.76 / 900, 32: 464.54 / 900, 36: 447.89 / 900})
+        {8: 737.13 / 900, 16: 666.26 / 900, 24: 639.80 / 900, 32: 605.15 / 900, 36: 596.99 / 900})
+    assert NVLINK_EFFICIENCY[8].value == pytest.approx(0.8190, abs=1e-4)
+    assert all("Kernel Only" in e.source and "9aff4c1" in e.source for e in NVLINK_EFFICIENCY.values())
+    assert all("Torch API" in e.source for e in RDMA_EFFICIENCY.values())
     # H100 IB at 16 SMs and 8 ranks a node: 53.35 (2 nodes), 47.36 (4), 41.24 (8), over 50 GB/s.
     assert {n: e.value for n, e in RDMA_EFFICIENCY.items()} == pytest.approx({2: 1.067, 4: 0.9472, 8: 0.8248})
     assert all("41cad94" in e.source for e in (*NVLINK_EFFICIENCY.values(), *RDMA_EFFICIENCY.values()))
@@ -48,9 +54,22 @@ def test_the_network_figure_goes_by_nodes_and_the_nvlink_figure_by_ranks_in_the_
     assert rdma_efficiency(5).value == pytest.approx(47.36 / 50)  # 5/4 = 1.25 < 8/5 = 1.6
     assert rdma_efficiency(6).value == pytest.approx(41.24 / 50)  # 8/6 = 1.33 < 6/4 = 1.5
     assert rdma_efficiency(32).value == pytest.approx(41.24 / 50)  # beyond 8 nodes: the 8-node figure
-    assert nvlink_efficiency(4).value == nvlink_efficiency(8).value == pytest.approx(545.71 / 900)
-    assert nvlink_efficiency(20).value == pytest.approx(483.76 / 900)  # 24/20 = 1.2 < 20/16 = 1.25
-    assert nvlink_efficiency(72).value == pytest.approx(447.89 / 900)  # beyond 36: the 36-rank figure
+    assert nvlink_efficiency(4).value == nvlink_efficiency(8).value == pytest.approx(737.13 / 900)
+    assert nvlink_efficiency(20).value == pytest.approx(639.80 / 900)  # 24/20 = 1.2 < 20/16 = 1.25
+    assert nvlink_efficiency(72).value == pytest.approx(596.99 / 900)  # beyond 36: the 36-rank figure
+
+
+def test_qwen3_235b_dispatch_over_ep_32_in_one_nvlink_domain():
+    # GB200 NVL72, EP 32 within the domain: 4096 tokens x hidden 4096 x 2 bytes a copy; 128 experts, top-8, 4 a rank:
+    # a token reaches 32 (1 - C(124, 8) / C(128, 8)) = 7.359 ranks, each copy at the 32-rank Kernel Only 605.15 GB/s.
+    u = 4096 * 4096 * 2
+    reached = 32 * (1 - math.comb(124, 8) / math.comb(128, 8))
+    assert reached == pytest.approx(7.3594, abs=1e-4)
+    gb200 = attrs.evolve(B200, intra_link_bandwidth=900e9)
+    got = hybridep_seconds(_call("all_to_all", u * 8, 32, 32, 1, gb200, routing=Routing(128, 8)))
+    assert got == pytest.approx(u * reached / 605.15e9, rel=1e-9) and got == pytest.approx(0.4081e-3, rel=1e-3)
+    # At the Torch API row (464.54 GB/s) it was 0.5316 ms.
+    assert u * reached / 464.54e9 == pytest.approx(0.5316e-3, rel=1e-3)
 
 
 def test_ep_32_at_4_ranks_a_node_takes_the_8_node_figure():
@@ -60,9 +79,9 @@ def test_ep_32_at_4_ranks_a_node_takes_the_8_node_figure():
 
 
 def test_within_a_node_a_plain_exchange_runs_at_the_published_bandwidth():
-    # No routing stated: every byte lands on one rank. On NVLink 5 the efficiency returns exactly 545.71 GB/s.
-    assert hybridep_seconds(_call("all_to_all", 8e9, 8, 8, 1, B200)) == pytest.approx(8e9 / 545.71e9)
-    # Carried to the H100's 450 GB/s NVLink at the same 0.606.
+    # No routing stated: every byte lands on one rank. On NVLink 5 the efficiency returns exactly 737.13 GB/s.
+    assert hybridep_seconds(_call("all_to_all", 8e9, 8, 8, 1, B200)) == pytest.approx(8e9 / 737.13e9)
+    # Carried to the H100's 450 GB/s NVLink at the same 0.819.
     assert hybridep_seconds(_call("all_to_all", 8e9, 8, 8, 1)) == pytest.approx(8e9 / (450e9 * B200_8 / 900))
 
 
@@ -73,7 +92,8 @@ def test_across_two_h100_nodes_the_counted_node_copies_run_at_the_2_node_ib_figu
     ranks = 16 * (1 - math.comb(120, 8) / math.comb(128, 8))  # 6.60 of 16 ranks
     assert nodes == pytest.approx(1.9938, abs=1e-4) and ranks == pytest.approx(6.5965, abs=1e-4)
     inter = u * nodes / 53.35e9  # 0.627 ms: the network leg sets the pace
-    intra = u * ranks / (450e9 * B200_8 / 900)  # 0.406 ms forwarded over NVLink
+    intra = u * ranks / (450e9 * B200_8 / 900)  # 0.300 ms forwarded over NVLink
+    assert intra == pytest.approx(0.3003e-3, rel=1e-3)
     got = hybridep_seconds(_call("all_to_all", QWEN3_BYTES, 16, 8, 2, routing=Routing(128, 8)))
     assert got == pytest.approx(max(inter, intra)) and got == pytest.approx(0.6270e-3, rel=1e-4)
     # NCCL's all-to-all of every copy at the fabric's 0.7 network efficiency takes 3.5 times as long.
@@ -81,7 +101,7 @@ def test_across_two_h100_nodes_the_counted_node_copies_run_at_the_2_node_ib_figu
 
 
 def test_64_ranks_price_at_the_8_node_figure():
-    # A plain exchange over 8 nodes: the buffer over the adapter at 41.24/50, over NVLink at 0.606 of 450 GB/s.
+    # A plain exchange over 8 nodes: the buffer over the adapter at 41.24/50, over NVLink at 0.819 of 450 GB/s.
     got = hybridep_seconds(_call("all_to_all", 16e9, 64, 8, 8))
     assert got == pytest.approx(max(16e9 / 41.24e9, 16e9 / (450e9 * B200_8 / 900)))
 
@@ -114,19 +134,19 @@ def test_ep_all_to_all_hybridep_prices_the_expert_exchange_on_b200(registry):
     ep, step = _ep_seconds(registry, "fsdp2", "hybridep", "b200")
     _, nccl = _ep_seconds(registry, "fsdp2", "nccl", "b200")
     # 48 MoE layers x dispatch and combine x forward and backward = 192 calls; a token once per rank it reaches
-    # (5.34 of 8) at 545.71 GB/s.
+    # (5.34 of 8) at 737.13 GB/s.
     reached = 8 * (1 - math.comb(112, 8) / math.comb(128, 8))
-    assert ep == pytest.approx(192 * QWEN3_BYTES / 8 * reached / 545.71e9, rel=1e-9)
+    assert ep == pytest.approx(192 * QWEN3_BYTES / 8 * reached / 737.13e9, rel=1e-9)
     # Its permutation reads and writes the received tokens, 5.34 copies of the rank's own: the compute is longer.
     assert step.compute_seconds > nccl.compute_seconds
 
 
 def test_megatron_selects_hybridep_too(registry):
-    # The same bytes as DeepEP's model prices, at 545.71 GB/s rather than DeepEP's own 361 GB/s on B200 (the README's
+    # The same bytes as DeepEP's model prices, at 737.13 GB/s rather than DeepEP's own 361 GB/s on B200 (the README's
     # DeepEP rows, combine 302 at 16 SMs and 420 at 24, at Megatron-Core's default 20 SMs): HybridEP the faster, as measured.
     hybridep, _ = _ep_seconds(registry, "megatron", "hybridep", "b200")
     deepep, _ = _ep_seconds(registry, "megatron", "deepep", "b200")
-    assert hybridep == pytest.approx(deepep * 361 / 545.71, rel=1e-9) and hybridep < deepep
+    assert hybridep == pytest.approx(deepep * 361 / 737.13, rel=1e-9) and hybridep < deepep
     # On Hopper DeepEP keeps its H800 figure, 153 of 200 GB/s.
     from hp_plugins.collectives.deepep import nvlink_efficiency
     assert nvlink_efficiency("hopper").value == pytest.approx(153 / 200)
