@@ -68,8 +68,7 @@ def test_qwen3_235b_dispatch_over_ep_32_in_one_nvlink_domain():
     gb200 = attrs.evolve(B200, intra_link_bandwidth=900e9)
     got = hybridep_seconds(_call("all_to_all", u * 8, 32, 32, 1, gb200, routing=Routing(128, 8)))
     assert got == pytest.approx(u * reached / 605.15e9, rel=1e-9) and got == pytest.approx(0.4081e-3, rel=1e-3)
-    # At the Torch API row (464.54 GB/s) it was 0.5316 ms.
-    assert u * reached / 464.54e9 == pytest.approx(0.5316e-3, rel=1e-3)
+    # (At the Torch API row, 464.54 GB/s, the same call was 0.5316 ms.)
 
 
 def test_ep_32_at_4_ranks_a_node_takes_the_8_node_figure():
@@ -143,7 +142,9 @@ def test_ep_all_to_all_hybridep_prices_the_expert_exchange_on_b200(registry):
 
 def test_megatron_selects_hybridep_too(registry):
     # The same bytes as DeepEP's model prices, at 737.13 GB/s rather than DeepEP's own 361 GB/s on B200 (the README's
-    # DeepEP rows, combine 302 at 16 SMs and 420 at 24, at Megatron-Core's default 20 SMs): HybridEP the faster, as measured.
+    # DeepEP rows, combine 302 at 16 SMs and 420 at 24, at Megatron-Core's default 20 SMs): HybridEP the faster. The 2.04x
+    # is not a measured ratio: HybridEP's figure is its Kernel Only row (no buffer copy, no synchronisation), DeepEP's a
+    # Torch API one; the README's like-for-like Torch API rows put HybridEP 1.47x ahead (530.86 / 361).
     hybridep, _ = _ep_seconds(registry, "megatron", "hybridep", "b200")
     deepep, _ = _ep_seconds(registry, "megatron", "deepep", "b200")
     assert hybridep == pytest.approx(deepep * 361 / 737.13, rel=1e-9) and hybridep < deepep
