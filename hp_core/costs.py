@@ -187,6 +187,14 @@ class ActivationTerm:
             copy of the view is kept. ``None``: not one.
         attention_view_bytes: Of a ``"qkv_view"`` term, the compute-dtype bytes
             of the view the kernel reads (at most :attr:`bytes`); 0 otherwise.
+        original_input: Of a :attr:`gemm_input` term, the trainer sets its linear
+            layer to keep this compute-dtype tensor for the weight gradient instead of
+            a quantized copy, and to quantize it again in backward, where the recipe
+            can (:attr:`PrecisionRecipe.requantizes_original_input
+            <hp_core.precision_recipes.PrecisionRecipe.requantizes_original_input>`):
+            such a recipe keeps the term as it is; one that cannot (delayed scaling)
+            as :attr:`gemm_input` says. Megatron-Core's attention output projection
+            (``set_save_original_input``; the ``linear_proj_original_input`` trait).
     """
 
     op: str
@@ -198,11 +206,14 @@ class ActivationTerm:
     attention_saved: str | None = attrs.field(default=None, validator=attrs.validators.optional(
         attrs.validators.in_(("qkv", "out", "qkv_view"))))
     attention_view_bytes: int = attrs.field(default=0, validator=_non_negative_int)
+    original_input: bool = False
 
     def __attrs_post_init__(self) -> None:
         if (self.attention_saved == "qkv_view") != (self.attention_view_bytes > 0) or self.attention_view_bytes > self.bytes:
             raise ValueError(f"ActivationTerm {self.op}: attention_view_bytes ({self.attention_view_bytes}) must be positive "
                              f"and at most bytes ({self.bytes}) exactly where attention_saved is 'qkv_view'")
+        if self.original_input and self.gemm_input is None:
+            raise ValueError(f"ActivationTerm {self.op}: original_input marks a linear layer's input; set gemm_input too")
 
 
 @attrs.frozen
@@ -349,6 +360,10 @@ class LayerWork:
             dtype under a low-precision recipe (a router's gate, the output
             head); the rest of the matmul FLOPs, grouped ones included, run in
             the recipe's format (:mod:`hp_core.precision_recipes`).
+        original_input_gemms: Those of :attr:`gemms` whose input the trainer keeps in
+            the compute dtype and quantizes again in backward where the recipe can
+            (the GEMM of an :attr:`ActivationTerm.original_input` term: Megatron-Core's
+            attention output projection), priced so (:mod:`hp_core.engine.timing.gemm_seconds`).
         alternate_matmul_flops: Forward FLOPs of every second matmul in forward order, what torchtitan's op-level SAC
             re-runs; ``None``: not stated, priced at half the layer's matmul FLOPs and named in the provenance.
         eager_accesses_per_flop: bf16-element accesses per counted elementwise op when each op is its own eager
@@ -387,6 +402,7 @@ class LayerWork:
     frozen_gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=tuple)
     reruns: tuple[tuple[str, Rerun], ...] = attrs.field(default=(), converter=tuple)
     high_precision_gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=tuple)
+    original_input_gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=tuple)
     alternate_matmul_flops: float | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_number))
     eager_accesses_per_flop: float | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_number))
     rotary_flops: float = attrs.field(default=0.0, validator=_non_negative_number)

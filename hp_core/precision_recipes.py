@@ -358,6 +358,22 @@ class PrecisionRecipe:
         """
         return self.attention_format == "e4m3" and self.activations.scaling == "tensor_delayed"
 
+    @property
+    def requantizes_original_input(self) -> bool:
+        """A linear layer its trainer sets to keep its compute-dtype input (:attr:`ActivationTerm.original_input
+        <hp_core.costs.ActivationTerm.original_input>`) does so under this recipe, quantizing it again in backward.
+
+        Every quantizing recipe but delayed scaling. Transformer Engine ``pytorch/module/linear.py`` (``Linear``'s
+        ``save_original_input``, since v2.6, 07afda9): forward quantizes the input row-wise only and saves the
+        compute-dtype tensor; backward quantizes it again column-wise for the weight gradient; a delayed-scaling
+        quantizer (``Float8Quantizer``) is refused ("DelayedScaling recipe is not supported with
+        save_original_input"; at d0067d0 lines 310-334 also any quantizer that cannot quantize the same input
+        again to the same values, ``_common.py`` ``can_reconstruct_wgrad_input_from_original``: current
+        scaling, 1x128 blocks, MXFP8 and NVFP4 without stochastic rounding can). Megatron-Core asks for it only
+        where the recipe is not delayed (``attention.py`` at NVIDIA/Megatron-LM core_v0.16.0 lines 363-379).
+        """
+        return self.low_precision and self.activations.scaling != "tensor_delayed"
+
     def saved_input_as(self, gathered_under_tp: bool) -> str:
         """What a linear layer keeps of its input: :attr:`saved_input_under_tp` where the input is
         sequence-parallel-gathered under TP > 1 (*gathered_under_tp*) and the recipe states one, else :attr:`saved_input`."""

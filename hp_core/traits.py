@@ -93,6 +93,13 @@ TRAITS = {
         "torch.cat of t + b * p over torch.split by tokens per expert): memory-bound passes over the experts' output "
         "in forward and backward"
     ),
+    "linear_proj_original_input": (
+        "the attention output projection (Megatron-Core linear_proj) keeps its compute-dtype input for its weight "
+        "gradient, not a quantized copy, under a recipe that can quantize it again in backward (all but delayed "
+        "scaling), and its backward quantizes it again: Megatron-Core attention.py and multi_latent_attention.py call "
+        "set_save_original_input(linear_proj) under fp8 with fp8_recipe other than delayed (TE >= 2.6) or under fp4 "
+        "(TE >= 2.7), since core_v0.14.0 (NVIDIA/Megatron-LM 781e765); Transformer Engine Linear save_original_input"
+    ),
     "moe_fused_permute": (
         "the fused token permutation keeps an int32 row map of [tokens, 2 * experts + 1] "
         "(Transformer Engine permutation.py moe_permute)"

@@ -58,6 +58,9 @@ def resolve_recipe(registry: Registry, precision: PrecisionSpec) -> PrecisionRec
 def _term(term: ActivationTerm, recipe: PrecisionRecipe, activation_bytes: int, gathered_under_tp: bool) -> ActivationTerm:
     if recipe.saved_input_as(gathered_under_tp) != "quantized":
         return term
+    if term.original_input and recipe.requantizes_original_input:
+        # The linear layer keeps the compute-dtype tensor itself and no quantized copy (ActivationTerm.original_input).
+        return term
     quantized = math.ceil(recipe.saved_input_bytes(term.bytes / activation_bytes, gathered_under_tp))
     kept = quantized if term.gemm_input == "owned" else term.bytes + quantized
     return attrs.evolve(term, bytes=kept)

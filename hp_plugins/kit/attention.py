@@ -152,6 +152,8 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     # output projection's input is not the kernel's and stays unmarked.
     fused = "qkv" if x.attention != "eager" else None
     kernel_out = "out" if fused and not (x.cp > 1 and x.cp_kind == "a2a") else None
+    # Megatron-Core's output projection keeps its bf16 input under a non-delayed recipe (the trait's source).
+    proj_original = "linear_proj_original_input" in x.traits
     b.pre_norm("attn", c.norm, c.hidden_dropout)
     b.param("qkv_proj", h * qkv + qkv * c.attention_bias, True, matrices=((1, qkv // t, h),))
     b.param("o_proj", a * d * h, True, matrices=((1, h, a * d // t),))
@@ -186,14 +188,14 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
         b.attention_core(a, d, d, c.attention_dropout, softmax)
     # The output projection's input; a flash kernel keeps it too, as its output.
     b.keep("attn_out", T * a * d * act // t, None, True, "shared" if x.attention != "eager" else "owned",
-           attention_saved=kernel_out)
+           attention_saved=kernel_out, original_input=proj_original)
     if x.attention != "eager":
         # Flash backward: dq, dk, dv and its fp32 row statistics.
         b.block_grads.append(T * qkv * act // t + T * (a // t) * x.precision.lse_bytes)
     if c.rotary_width:  # q and k rotated before the core: torchtitan apply_rotary_emb, transformers apply_rotary_pos_emb
         b.rotary_embedding((a + g) // t, c.rotary_width, d)
     b.linear(T, h, qkv // t)
-    b.linear(T, a * d // t, h)
+    b.linear(T, a * d // t, h, original_input=proj_original)
     # torchtitan's Attention.forward: wq, wk, wv, then wo (torchtitan/models/llama3/model.py).
     b.matmuls_in_order += [2 * T * h * a * d // t, 2 * T * h * g * d // t, 2 * T * h * g * d // t, 2 * T * a * d * h // t]
     b.tp_blocks += 1

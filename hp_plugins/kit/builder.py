@@ -53,9 +53,10 @@ DENSE_MLP_SWITCHES = (*DECODER_SWITCHES, FC1_SWITCH)
 @functools.lru_cache(maxsize=1 << 16)
 def term(op: str, nbytes: int, switch: str | None = None, tp_split: bool = False,
          gemm_input: str | None = None, sp_gathered: bool = False, attention_saved: str | None = None,
-         attention_view_bytes: int = 0) -> ActivationTerm:
+         attention_view_bytes: int = 0, original_input: bool = False) -> ActivationTerm:
     """An :class:`~hp_core.costs.ActivationTerm`, shared with every equal one asked for before."""
-    return ActivationTerm(op, nbytes, switch, tp_split, gemm_input, sp_gathered, attention_saved, attention_view_bytes)
+    return ActivationTerm(op, nbytes, switch, tp_split, gemm_input, sp_gathered, attention_saved, attention_view_bytes,
+                          original_input)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -96,6 +97,8 @@ class LayerBuilder:
         self.rotary_ops, self.rotary_eager, self.copies = 0, (0.0, 0.0), 0.0
         self.buffers_once = 0
         self.shapes: list[tuple[int, int]] = []
+        # The (fan_out, fan_in) of the linears whose trainer keeps their compute-dtype input (LayerWork.original_input_gemms).
+        self.original_input_shapes: list[tuple[int, int]] = []
         # What the deferred weight-gradient passes read (LayerCost.weight_gradient_bytes): per linear, its input and
         # its output gradient (sail-sg/zero-bubble-pipeline-parallelism WeightGradStore.put(total_input, grad_output, ...)).
         self.weight_gradient = 0
@@ -116,7 +119,7 @@ class LayerBuilder:
 
     def keep(self, op: str, nbytes: int, switch: str | None = None, tp_split: bool = False,
              gemm_input: str | None = None, sp_gathered: bool = False, attention_saved: str | None = None,
-             attention_view_bytes: int = 0) -> None:
+             attention_view_bytes: int = 0, original_input: bool = False) -> None:
         """Record *nbytes* kept for backward by *op*, dropped by *switch*.
 
         Args:
@@ -129,10 +132,12 @@ class LayerBuilder:
                 (:attr:`ActivationTerm.attention_saved <hp_core.costs.ActivationTerm.attention_saved>`).
             attention_view_bytes: Of a ``"qkv_view"`` tensor, the bytes of the view the kernel reads
                 (:attr:`ActivationTerm.attention_view_bytes <hp_core.costs.ActivationTerm.attention_view_bytes>`).
+            original_input: Its linear layer keeps it in the compute dtype where the recipe can quantize it
+                again in backward (:attr:`ActivationTerm.original_input <hp_core.costs.ActivationTerm.original_input>`).
         """
         if nbytes:
             self.terms.append(term(op, nbytes, switch, tp_split, gemm_input, sp_gathered, attention_saved,
-                                   attention_view_bytes))
+                                   attention_view_bytes, original_input))
 
     def param(self, name: str, elements: int, tp_split: bool, group: str = "dense",
               matrices: tuple[tuple[int, int, int], ...] = (), high_precision: bool = False) -> None:
@@ -212,7 +217,8 @@ class LayerBuilder:
         self.elementwise += SOFTMAX_OPS * score_elements
         self.softmax_ops += SOFTMAX_OPS * score_elements
 
-    def linear(self, tokens: int, fan_in: int, fan_out: int, weight: bool = True, shares_input: bool = False) -> None:
+    def linear(self, tokens: int, fan_in: int, fan_out: int, weight: bool = True, shares_input: bool = False,
+               original_input: bool = False) -> None:
         """A matmul's forward FLOPs on this rank (fan_out already per rank).
 
         A linear layer's weight gradient ``dY^T X`` reads its input ``X``
@@ -227,10 +233,15 @@ class LayerBuilder:
                 linear, and its gradient is computed in the input-gradient pass.
             shares_input: Its input is an earlier linear's (MLA's ``q_a`` and
                 ``kv_a`` read the same norm output): counted once.
+            original_input: Its trainer keeps its input in the compute dtype and quantizes it again in
+                backward where the recipe can (:attr:`LayerWork.original_input_gemms
+                <hp_core.costs.LayerWork.original_input_gemms>`; the term marked ``original_input``).
         """
         self.matmul += 2 * tokens * fan_in * fan_out
         if weight:
             self.shapes.append((fan_out, fan_in))
+            if original_input:
+                self.original_input_shapes.append((fan_out, fan_in))
             self.weight_gradient += tokens * (fan_out + (0 if shares_input else fan_in)) * self.act
 
     def rotary_embedding(self, heads: int, rotated: int, width: int) -> None:
@@ -292,6 +303,6 @@ class LayerBuilder:
             work=decoder_work(self.x, shapes, self.h, self.tp_blocks, self.attention_shape, self.expert_shape,
                               alternate_matmul_flops=self._alternate(), eager_accesses_per_flop=self._eager_accesses(),
                               reruns=tuple(self.reruns), rotary_flops=self.rotary_ops, rotary_eager_bytes=self.rotary_eager,
-                              copy_bytes=self.copies),
+                              copy_bytes=self.copies, original_input_shapes=tuple(dict.fromkeys(self.original_input_shapes))),
             weight_gradient_bytes=self.weight_gradient,
         )

@@ -97,6 +97,8 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
     # deepseek_v3/model/model.py at 0cfbd0b3 lines 211 and 226-228).
     fused = "qkv" if x.attention != "eager" else None
     kernel_out = "out" if fused and not (x.cp > 1 and x.cp_kind == "a2a") else None
+    # Megatron-Core's output projection keeps its bf16 input under a non-delayed recipe (the trait's source).
+    proj_original = "linear_proj_original_input" in x.traits
     b.keep("q_heads", T * a * qk * act // t, "attUp", True, attention_saved=fused)
     b.keep("k_heads", T * a * qk * act // t, "attUp", True, attention_saved=fused)
     v_bytes = T * a * c.v_head_dim * act // t
@@ -114,12 +116,12 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
     b.attention_core(a, qk, c.v_head_dim, c.attention_dropout)
     # The output projection's input; a flash kernel keeps it too, as its output.
     b.keep("attn_out", T * a * c.v_head_dim * act // t, None, True, "shared" if x.attention != "eager" else "owned",
-           attention_saved=kernel_out)
+           attention_saved=kernel_out, original_input=proj_original)
     if x.attention != "eager":
         b.block_grads.append(T * a * (2 * qk + c.v_head_dim) * act // t + T * (a // t) * x.precision.lse_bytes)
     b.linear(T, h, kv_a, shares_input=True)  # the attention norm's output, as q's projection
     b.linear(T, c.kv_lora_rank, a * (c.qk_nope_head_dim + c.v_head_dim) // t)
-    b.linear(T, a * c.v_head_dim // t, h)
+    b.linear(T, a * c.v_head_dim // t, h, original_input=proj_original)
     # Forward order as torchtitan's DeepSeek-V3 Attention calls them (torchtitan/models/deepseek_v3/model/model.py
     # at 0cfbd0b3: wq or wq_a, wq_b; wkv_a; wkv_b; wo), for its op-level SAC (LayerWork.alternate_matmul_flops).
     q_path = [2 * T * h * c.q_lora_rank, 2 * T * c.q_lora_rank * a * qk // t] if c.q_lora_rank is not None else [2 * T * h * a * qk // t]

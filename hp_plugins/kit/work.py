@@ -191,7 +191,8 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
                  attention: AttentionShape | None = None, experts: ExpertShape | None = None,
                  alternate_matmul_flops: float | None = None, eager_accesses_per_flop: float | None = None,
                  reruns: tuple[tuple[str, Rerun], ...] = (), rotary_flops: float = 0.0,
-                 rotary_eager_bytes: tuple[float, float] = (0.0, 0.0), copy_bytes: float = 0.0) -> LayerWork:
+                 rotary_eager_bytes: tuple[float, float] = (0.0, 0.0), copy_bytes: float = 0.0,
+                 original_input_shapes: tuple[tuple[int, int], ...] = ()) -> LayerWork:
     """The work of a layer made of the kit's blocks (module docstring), per micro-batch on one rank.
 
     Args:
@@ -212,6 +213,8 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         rotary_flops, rotary_eager_bytes: A rotary embedding's elementwise FLOPs and eager bytes
             (:meth:`LayerBuilder.rotary_embedding <hp_plugins.kit.builder.LayerBuilder.rotary_embedding>`).
         copy_bytes: Bytes the blocks copy each way besides MLA's (a partially rotated head's other channels).
+        original_input_shapes: The ``(fan_out, fan_in)`` of the linears whose trainer keeps their compute-dtype
+            input (:attr:`LayerWork.original_input_gemms <hp_core.costs.LayerWork.original_input_gemms>`).
     """
     act = x.precision.activation_bytes
     T, tp, h = x.tokens, x.tp, hidden_size
@@ -296,6 +299,8 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         backward_copy_bytes=copy_backward if copy_backward != copy else None, permute_bytes=permute, permute_input_bytes=permute_input,
         router_elements=router, boundary_bytes=T * h * act, reruns=reruns,
         high_precision_gemms=gemms[:1] if experts is not None and experts.learned_gate else (),
+        original_input_gemms=tuple((T, fan_out, fan_in) for fan_out, fan_in in original_input_shapes
+                                   if (fan_out, fan_in) not in routed_shapes),
         attention_core_switches=ATTENTION_CORE_SWITCHES if attention is not None else frozenset(),
         routed_experts=experts.experts if experts is not None else 0, alternate_matmul_flops=alternate_matmul_flops,
         eager_accesses_per_flop=eager_accesses_per_flop, rotary_flops=rotary_flops, rotary_eager_bytes=rotary_eager_bytes,

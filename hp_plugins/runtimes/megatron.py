@@ -35,7 +35,11 @@ What it holds, and where that comes from (Megatron-LM at core 0.14, Transformer 
   experts' weighted SwiGLU and permutes tokens with TE's fused ``moe_permute``
   (an int32 row map), as ``--moe-permute-fusion`` runs; the ``mlp`` recompute
   module checkpoints a dense MLP as a unit, so its recompute re-runs FC2 too
-  (``transformer_layer.py``).
+  (``transformer_layer.py``); under a low-precision recipe other than delayed
+  scaling the attention output projection keeps its bf16 input, which the
+  fused kernel keeps as its output, and no quantized copy, quantizing it again
+  in backward (``set_save_original_input``, core_v0.14.0 on; the option
+  ``linear_proj_save_original_input``).
 * Workspaces: TE's cuBLAS workspace (32 MiB + 1 KiB on sm >= 9.0), four more on a
   rank with grouped-GEMM experts (one per compute stream).
 * Pipeline: a stage holds the output gradient it received through its backward
@@ -153,6 +157,19 @@ OPTIONS = (
         source=f"{_ARGS} --no-bias-swiglu-fusion; megatron/core/fusions/fused_bias_swiglu.py",
     ),
     trait_option(
+        "linear_proj_save_original_input", "linear_proj_original_input", default=True,
+        description="Megatron-Core from core_v0.14.0 with Transformer Engine 2.6 (FP8) / 2.7 (FP4): under a recipe "
+                    "other than delayed scaling the attention output projection keeps its bf16 input (the fused "
+                    "kernel's output, which the kernel keeps anyway) and no quantized copy, and its backward quantizes "
+                    "that input again; no command-line flag (set where the recipe is not delayed); false: an older "
+                    "Megatron-Core, which keeps the quantized copy",
+        source="megatron/core/transformer/attention.py lines 363-379 and multi_latent_attention.py lines 183-199 at "
+               "core_v0.16.0 (set_save_original_input(self.linear_proj) where fp8 and fp8_recipe != 'delayed', or fp4; "
+               "NVIDIA/Megatron-LM 781e765, 2025-08-19, first in core_v0.14.0); megatron/core/extensions/"
+               "transformer_engine.py set_save_original_input; transformer_engine/pytorch/module/linear.py "
+               "save_original_input (NVIDIA/TransformerEngine 07afda9, v2.6)",
+    ),
+    trait_option(
         "moe_permute_fusion", "moe_fused_permute", default=True,
         description="--moe-permute-fusion: TE's fused moe_permute keeps an int32 row map of [tokens, 2 * experts + 1]; "
                     "false: Megatron's unfused permute, priced as keeping no row map",
@@ -265,7 +282,7 @@ def hp_runtimes():
         expert_overhead_bytes=4 * _TE_WORKSPACE_BYTES,
         traits=frozenset({
             "fused_swiglu", "fused_cross_entropy", "mla_contiguous_qkv", "moe_probs_in_activation", "moe_fused_permute",
-            "moe_expert_tp_dispatch", "moe_eager_expert_bias", "dense_mlp_checkpoint",
+            "moe_expert_tp_dispatch", "moe_eager_expert_bias", "dense_mlp_checkpoint", "linear_proj_original_input",
         }),
         dummy_weight_gradients=True,
         implicit_recompute=frozenset({"gather"}),

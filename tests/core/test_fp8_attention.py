@@ -65,13 +65,14 @@ def test_attention_formats_the_recipe_does_not_run_are_refused(activations, atte
 
 
 @pytest.mark.parametrize("recipe, base, q_k, v, out", [
-    # 1 byte an element of q, k and v; the output in bf16 (current scaling) plus the projection's FP8 input.
-    ("fp8-current-fp8-attention", "fp8-current", Q_K // 2, V // 2, OUT + OUT // 2),
-    # The output in FP8 (8,388,608 bytes) plus the projection's FP8 input (8,388,608).
+    # 1 byte an element of q, k and v; the output in bf16 (current scaling), which Megatron-Core's output projection
+    # keeps as its own input (set_save_original_input): no FP8 copy.
+    ("fp8-current-fp8-attention", "fp8-current", Q_K // 2, V // 2, OUT),
+    # The output in FP8 (8,388,608 bytes) plus the projection's FP8 input (8,388,608): delayed scaling, no original input.
     ("fp8-delayed-fp8-attention", "fp8-delayed", Q_K // 2, V // 2, 16_777_216),
     # MXFP8: 10,485,760 q/k elements * 2.0625 = 21,626,880; 2,097,152 v elements * 2.0625 = 4,325,376; the output
-    # in bf16 plus the projection's MXFP8 input, 8,388,608 * 1.03125 = 8,650,752.
-    ("mxfp8-fp8-attention", "mxfp8", 21_626_880, 4_325_376, OUT + 8_650_752),
+    # in bf16, the projection's input itself.
+    ("mxfp8-fp8-attention", "mxfp8", 21_626_880, 4_325_376, OUT),
 ])
 def test_the_kernels_kept_tensors_by_hand(registry, recipe, base, q_k, v, out):
     bf16, fp8, fp8_attention = (_dense_terms(registry, r) for r in ("bf16", base, recipe))

@@ -21,6 +21,7 @@ from hp_core.engine.precision import apply_recipe, quantized_weight_elements, we
 from hp_core.engine.prepare import layer_context, prepare
 from hp_core.engine.timing import collective_seconds
 from hp_core.errors import ConfigError
+from hp_core.runtime_options import apply_options
 from hp_core.markers import hookimpl
 from hp_core.precision_recipes import GemmOperand, PrecisionRecipe
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec
@@ -282,7 +283,7 @@ def test_fp8_changes_exactly_the_marked_terms_of_llama(registry):
     layout = ParallelSpec(tp=2, sp=True, dp=4, seq_len=4096)
     runtime = registry.runtime("megatron").precision
     plain = prepare(model, layout, registry=registry, runtime="megatron")
-    fp8 = prepare(model, layout, registry=registry, runtime="megatron", precision=attrs.evolve(runtime, recipe="fp8-current"))
+    fp8 = prepare(model, layout, registry=registry, runtime="megatron", precision=attrs.evolve(runtime, recipe="fp8-delayed"))
     dense = next(i for i, group in enumerate(model.layers) if isinstance(group.config, DenseConfig))
     before = {t.op: t.bytes for t in plain.costs[dense].activations}
     after = {t.op: t.bytes for t in fp8.costs[dense].activations}
@@ -291,10 +292,85 @@ def test_fp8_changes_exactly_the_marked_terms_of_llama(registry):
     for op in changed - {"attn_out"}:
         assert after[op] == before[op] // 2  # owned: 1 FP8 byte per bf16 element
     assert after["attn_out"] == before["attn_out"] * 3 // 2  # shared: the flash kernel's bf16 output plus FP8
+    # Under current scaling Megatron-Core's output projection keeps its bf16 input (set_save_original_input): attn_out
+    # as in bf16, the other marked terms as under delayed scaling.
+    current = prepare(model, layout, registry=registry, runtime="megatron",
+                      precision=attrs.evolve(runtime, recipe="fp8-current"))
+    kept = {t.op: t.bytes for t in current.costs[dense].activations}
+    assert kept == {**after, "attn_out": before["attn_out"]}
     # The embedding and the head (their GEMMs stay in bf16) keep every term.
     for i in range(len(model.layers)):
         if i != dense:
             assert plain.costs[i].activations == fp8.costs[i].activations, model.layers[i].kind
+
+
+@pytest.mark.parametrize("recipe, option, attn_out", [
+    # Llama 3 8B, TP 2, 4,096 tokens: the output projection's input is 4096 x 32 heads x 128 / 2 bf16 elements,
+    # 8,388,608 elements, 16,777,216 bytes, which the flash kernel keeps as its output.
+    ("fp8-current", True, 16_777_216),  # set_save_original_input: the bf16 tensor alone
+    ("mxfp8", True, 16_777_216),
+    ("nvfp4", True, 16_777_216),
+    ("fp8-blockwise", True, 16_777_216),
+    ("fp8-delayed", True, 16_777_216 + 8_388_608),  # delayed scaling: Megatron-Core does not ask; + 1 byte an element
+    ("fp8-current", False, 16_777_216 + 8_388_608),  # before core_v0.14.0: the quantized copy too
+    ("mxfp8", False, 16_777_216 + 8_650_752),  # 8,388,608 x (1 + 1/32)
+    ("nvfp4", False, 16_777_216 + 4_718_592),  # 8,388,608 x (1/2 + 1/16)
+])
+def test_megatron_output_projection_keeps_its_bf16_input(registry, recipe, option, attn_out):
+    """Megatron-Core's attention.py (core_v0.16.0 lines 363-379) sets linear_proj to save its original input under fp8
+    with a recipe other than delayed, or fp4: the runtime option linear_proj_save_original_input (default on)."""
+    model = model_from_preset("llama3-8b", registry)
+    layout = ParallelSpec(tp=2, sp=True, dp=4, seq_len=4096)
+    runtime = apply_options(registry.runtime("megatron"), {"linear_proj_save_original_input": option})
+    run = prepare(model, layout, registry=registry, runtime=runtime,
+                  precision=attrs.evolve(runtime.precision, recipe=recipe))
+    dense = next(i for i, group in enumerate(model.layers) if isinstance(group.config, DenseConfig))
+    terms = {t.op: t for t in run.costs[dense].activations}
+    assert terms["attn_out"].bytes == attn_out
+    assert terms["attn_out"].original_input is option
+    assert run.costs[dense].work.original_input_gemms == (((4096, 4096, 2048),) if option else ())
+    # The other runtimes run no such setting: fsdp2 (torchtitan, TE used directly) keeps the quantized copy.
+    fsdp = prepare(model, ParallelSpec(dp=8, seq_len=4096), registry=registry, runtime="fsdp2",
+                   precision=attrs.evolve(registry.runtime("fsdp2").precision, recipe="fp8-current"))
+    assert not any(t.original_input for c in fsdp.costs for t in c.activations)
+
+
+def _toy_original(c: ToyConfig, x: LayerContext) -> LayerCost:
+    """The toy layer with its linear set to keep its bf16 input (ActivationTerm.original_input)."""
+    cost = _toy(c, x)
+    terms = tuple(attrs.evolve(t, original_input=True) if t.op == "linear_in" else t for t in cost.activations)
+    return attrs.evolve(cost, activations=terms, work=attrs.evolve(cost.work, original_input_gemms=(LINEAR,)))
+
+
+def test_a_linear_keeping_its_original_input_by_hand(toy_registry):
+    """Memory: the linear's 1e6-element input stays 2e6 bf16 bytes (no FP8 copy) under current scaling, 1e6 FP8 bytes
+    under delayed. Time (Transformer Engine linear.py save_original_input): forward quantizes the input row-wise only
+    (2 amax+cast reads of 2 bytes, one 1-byte write: 5 bytes an element, against 6 writing both usages), backward quantizes
+    it again, row-wise and column-wise for per-tensor current scaling on a device without one-copy FP8 (4 + 2 = 6 bytes)."""
+    toy = attrs.evolve(toy_registry, layer_kinds=toy_registry.layer_kinds + (
+        LayerKind(name="toy-original", config_type=ToyConfig, evaluate=_toy_original, switches=("normOp",)),),
+        precision_recipes=toy_registry.precision_recipes + (attrs.evolve(TOY_FP8, name="toy-fp8-delayed", weights=GemmOperand(
+            "e4m3", "tensor_delayed"), activations=GemmOperand("e4m3", "tensor_delayed"), gradients=GemmOperand(
+            "e5m2", "tensor_delayed"), quantize_passes=1, amax_history=16),))
+    original = ModelSpec(name="toy", layers=(LayerGroup(kind="toy-original", config=ToyConfig(), count=2),), source="test")
+    layout = ParallelSpec(dp=1, micro_batch_size=1, seq_len=ROWS, global_batch_size=1)
+    context = layer_context(layout, PrecisionSpec(), "flash")
+    cost = _toy_original(ToyConfig(), context)
+    kept = {t.op: t.bytes for t in apply_recipe(cost, TOY_FP8, 2).activations}
+    assert kept == {"residual": 1000, "linear_in": 2_000_000, "proj_in": 2000 + 1000}
+    delayed = toy.precision_recipe("toy-fp8-delayed")
+    assert {t.op: t.bytes for t in apply_recipe(cost, delayed, 2).activations}["linear_in"] == 1_000_000
+    plain, kept_whole = (step_time(m, layout, registry=toy, hardware=TOY_SPEC, runtime="toy-runtime",
+                                   precision=_precision("toy-fp8")) for m in (MODEL, original))
+    memory = MEMORY_BW * 0.5
+    # Two layers: forward 1 byte an element less, backward 6 bytes an element more, over the 1e6-element input.
+    assert plain.stages[0].forward_seconds - kept_whole.stages[0].forward_seconds == pytest.approx(2 * 1e6 * 1 / memory)
+    assert kept_whole.stages[0].backward_seconds - plain.stages[0].backward_seconds == pytest.approx(2 * 1e6 * 6 / memory)
+    # Delayed scaling cannot: the step as the plain layer's.
+    a, b = (step_time(m, layout, registry=toy, hardware=TOY_SPEC, runtime="toy-runtime",
+                      precision=_precision("toy-fp8-delayed")) for m in (MODEL, original))
+    assert (a.stages[0].forward_seconds, a.stages[0].backward_seconds) == (b.stages[0].forward_seconds,
+                                                                           b.stages[0].backward_seconds)
 
 
 # ----------------------------------------------------------------------------- time

@@ -90,7 +90,11 @@ def test_nvfp4_takes_the_b300_speedup_on_blackwell_ultra(registry):
     bf16, quantized, kept = _check_recipe_gemms(registry, _spec(registry, "b300"), B300_NVFP4)
     assert (bf16, quantized, kept) == pytest.approx((0.6012, 0.5612, 0.04001), rel=2e-4)
     fp4, mx, bf = (_compute(registry, _spec(registry, "b300"), r) for r in ("nvfp4", "mxfp8", "bf16"))
-    assert fp4 < mx < bf and (fp4, mx, bf) == pytest.approx((0.4396, 0.5752, 0.7924), rel=2e-4)
+    # The output projection keeps its bf16 input under both (Megatron-Core's set_save_original_input) and quantizes it
+    # again in backward: over its 32,768 x 2,048 elements a layer, 32 layers, 4 bytes more an element under nvfp4 (two
+    # reads of 2 bytes and a 0.5625-byte write again, one write fewer forward) and 2 under mxfp8 (one read, one
+    # 1.03125-byte write): 8.6 and 4.3 GB, 1.74 and 0.87 ms.
+    assert fp4 < mx < bf and (fp4, mx, bf) == pytest.approx((0.4413, 0.5761, 0.7924), rel=2e-4)
 
 
 def test_nvfp4_on_b200_and_gb200_takes_the_b200_figure(registry):

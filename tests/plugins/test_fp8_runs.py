@@ -563,7 +563,7 @@ def test_qwen3_gb200_rows_state_their_layout_and_the_page_states_their_figures()
     eager = api.apply_options(registry.runtime("megatron"), {"cuda_graphs": "full_iteration"})
     floorless = {k: runs.price_moe(rows[k], registry, base_runtime=eager) for k in rows if "235b" in k}
     floor = compute - floorless["mb26.04.01-gb200-qwen3-235b-a22b-mxfp8"].compute_seconds
-    assert f"{floor:.3f} s of it the host floor" in prose and floor == pytest.approx(4.037, abs=5e-4)
+    assert f"{floor:.3f} s of it the host floor" in prose and floor == pytest.approx(4.056, abs=5e-4)
     bare = [floorless[k].step_seconds / found[k]["measured_seconds"] - 1 for k in floorless]
     assert f"with no floor at all they would be {min(bare):+.1%} to {max(bare):+.1%}" in prose
     assert f"{floor:.3f} s of their {min(r['estimated_seconds'] for r in q235):.3f}-{max(r['estimated_seconds'] for r in q235):.3f} s price" \

@@ -97,7 +97,9 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
     ``gemms`` (the grouped GEMMs under ``linears``, the dense ones under ``experts``) take their bf16 time and quantize nothing; the others the bf16 time divided by the device's measured speedup of the
     recipe's kernel, the forward's and the backward's (:func:`~hp_core.engine.timing.rates._recipe_rates`). Quantizing is memory-bound: per element of each quantized GEMM's input
     and output gradient (and weight, where the copies are not cached) the HBM bytes the
-    rates state, over the known shapes scaled to the layer's quantized FLOPs.
+    rates state, over the known shapes scaled to the layer's quantized FLOPs; the input of a GEMM its trainer keeps in
+    the compute dtype (:attr:`LayerWork.original_input_gemms <hp_core.costs.LayerWork.original_input_gemms>`) at the
+    rates' ``quant_original_*`` bytes, forward and backward.
 
     Returns:
         ``(matmul forward, matmul backward, quantize forward, quantize backward)`` seconds.
@@ -106,25 +108,34 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
     high_flops = min(_flops(high), dense)
     keep = _kept_seconds(dense, grouped, work, r, (mm_fwd, mm_bwd))
     fwd, bwd = keep[0] + (mm_fwd - keep[0]) / r.gemm_speedup, keep[1] + (mm_bwd - keep[1]) / r.gemm_speedup_backward
-    # Elements quantized: inputs, output gradients and weights of the known low-precision shapes.
-    remaining = list(high)
+    # Elements quantized: inputs, output gradients and weights of the known low-precision shapes; the inputs of
+    # those the trainer keeps in the compute dtype (LayerWork.original_input_gemms) apart, at their own bytes.
+    remaining, kept_whole = list(high), list(work.original_input_gemms)
     low: list[tuple[float, float, float, float]] = []  # (count, rows, fan_out, fan_in)
+    whole: list[tuple[float, float, float, float]] = []
     for gemm in work.gemms:
         if gemm in remaining:
             remaining.remove(gemm)
         else:
             low.append((1.0, *gemm))
-    inputs = grads = weights = 0.0
+            if gemm in kept_whole:
+                kept_whole.remove(gemm)
+                whole.append((1.0, *gemm))
+    inputs = originals = grads = weights = 0.0
     for parts, flops in ((low, (r.gemm_scope != "experts") * (dense - high_flops)), ([tuple(g) for g in work.expert_gemms], (r.gemm_scope != "linears") * grouped)):
         listed = sum(2.0 * n * rows * out * inp for n, rows, out, inp in parts)
         if not listed or not flops:
             continue
         scale = flops / listed  # the layer's count of the FLOPs rules
+        if parts is low:
+            originals = scale * sum(n * rows * inp for n, rows, out, inp in whole)
         inputs += scale * sum(n * rows * inp for n, rows, out, inp in parts)
         grads += scale * sum(n * rows * out for n, rows, out, inp in parts)
         weights += sum(n * out * inp for n, rows, out, inp in parts)
-    q_fwd = (inputs * r.quant_input_fwd + weights * r.quant_weight / 2) / r.memory
-    q_bwd = (inputs * r.quant_input_bwd + grads * r.quant_grad + weights * r.quant_weight / 2) / r.memory
+    inputs -= originals
+    kept_fwd, kept_bwd = (originals * r.quant_original_fwd, originals * r.quant_original_bwd) if originals else (0.0, 0.0)
+    q_fwd = (inputs * r.quant_input_fwd + kept_fwd + weights * r.quant_weight / 2) / r.memory
+    q_bwd = (inputs * r.quant_input_bwd + kept_bwd + grads * r.quant_grad + weights * r.quant_weight / 2) / r.memory
     return fwd, bwd, q_fwd, q_bwd
 
 

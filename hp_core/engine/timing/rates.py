@@ -230,6 +230,10 @@ class _Rates:
     quant_input_bwd: float = 0.0
     quant_grad: float = 0.0
     quant_weight: float = 0.0
+    # The same, forward and backward, for the input of a GEMM its trainer keeps in the compute dtype and quantizes again
+    # in backward (LayerWork.original_input_gemms) where the recipe can (PrecisionRecipe.requantizes_original_input).
+    quant_original_fwd: float = 0.0
+    quant_original_bwd: float = 0.0
     gather_share: float = 1.0
     gemm_scope: str = "all"  # PrecisionRecipe.gemms: the GEMMs the recipe quantizes
     # FP8 attention (PrecisionRecipe.attention_format): the measured (forward, backward) speedups over bf16 of the
@@ -311,11 +315,23 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
     else:
         fwd, bwd, weights = read + act, read + act, 2 * (read + weight)
     grads = reads + usages * grad
+    # A linear layer set to keep its compute-dtype input (LayerWork.original_input_gemms) under a recipe that lets it
+    # (PrecisionRecipe.requantizes_original_input): Transformer Engine pytorch/module/linear.py at d0067d0 quantizes the
+    # input row-wise only in forward (lines 425-436: no column-wise usage under save_original_input) and quantizes the
+    # saved input again in backward (lines 962-973): column-wise only, or row-wise and column-wise for per-tensor
+    # scaling (Float8CurrentScalingQuantizer.supports_only_rowwise_all_gather, tensor/float8_tensor.py line 396: its
+    # usages, PrecisionRecipe.usages). Elsewhere as the recipe's other inputs.
+    if recipe.saved_input == "quantized" and recipe.requantizes_original_input:
+        per_tensor = recipe.activations.scaling == "tensor_current"
+        original_fwd, original_bwd = read + act, read + (usages if per_tensor else 1) * act
+    else:
+        original_fwd, original_bwd = fwd, bwd
     if quantized_in_figure:
-        fwd = bwd = weights = grads = 0.0
+        fwd = bwd = weights = grads = original_fwd = original_bwd = 0.0
     return dict(
         low_precision=True, gemm_speedup=passes[0], gemm_speedup_backward=2 / (1 / passes[1] + 1 / passes[2]),
         quant_input_fwd=fwd, quant_input_bwd=bwd, quant_grad=grads,
+        quant_original_fwd=original_fwd, quant_original_bwd=original_bwd,
         quant_weight=0.0 if recipe.cache_weights else weights,
         gather_share=act / act_bytes if recipe.tp_gather else 1.0, gemm_scope=recipe.gemms,
     )
