@@ -19,6 +19,20 @@ Kept per module: the next tokens' ids, the two norms' inputs (the embedding
 output; the previous hidden state is the output head's norm input, already
 kept) and outputs, the concatenation, the layer's own terms, and the head's
 norm input and output and its fp32 loss softmax over the vocabulary shard.
+
+Under a low-precision recipe the module runs as Megatron-Core runs it
+(``multi_token_prediction.py`` at NVIDIA/Megatron-LM core_v0.16.0 lines 773-803,
+``_proj_and_transformer_layer``): under ``fp8`` the concatenation's projection
+(``eh_proj``, a Transformer Engine column-parallel linear: ``get_mtp_layer_spec_for_backend``
+lines 432-440) and the transformer layer run in the run's FP8 context, so ``eh_proj``
+keeps its quantized input (``eh_proj_in`` is an ``owned`` linear input) and the layer
+keeps every mark its kind states (linear inputs, attention kernel tensors, the output
+projection's original input); the norms are no GEMMs, and the shared head runs after
+the module in ``GPTModel`` outside any FP8 context (``output_layer``), so its GEMM
+stays in the compute dtype (``LayerWork.high_precision_gemms``) as the main head's.
+Under ``fp4`` Megatron-Core runs the module in bf16 ("currently ignoring FP4 in MTP
+layers", line 781), which hp does not state: an NVFP4 recipe prices it as the body's
+(docs/precision.md).
 """
 
 from __future__ import annotations
@@ -76,26 +90,24 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
         ActivationTerm("enorm_in", hidden),
         ActivationTerm("enorm_out", hidden),
         ActivationTerm("hnorm_out", hidden),
-        ActivationTerm("eh_proj_in", 2 * hidden),
+        ActivationTerm("eh_proj_in", 2 * hidden, gemm_input="owned"),  # torch.cat keeps nothing; eh_proj keeps it
     )
     head = (
         ActivationTerm("head_norm_in", hidden),
         ActivationTerm("head_norm_out", hidden),
         ActivationTerm("mtp_loss_softmax", T * shard * (act if "fused_cross_entropy" in x.traits else p.logits_bytes), None, True),
     )
-    # The layer's terms, renamed and without switches: the mtp kind (placed last) declares none. The q, k and v
-    # its attention kernel keeps stay marked (ActivationTerm.attention_saved), so an FP8-attention recipe keeps
-    # them quantized (Megatron-Core runs the module's layer in the run's FP8 context: multi_token_prediction.py at
-    # NVIDIA/Megatron-LM core_v0.16.0 lines 773-790); the kernel's output does not, as the module marks none of its
-    # layer's linear inputs (gemm_input), so the output projection's input stays in the compute dtype.
-    layer_terms = tuple(term(f"layer.{t.op}", t.bytes, None, t.tp_split, None, False,
-                             t.attention_saved if t.attention_saved in ("qkv", "qkv_view") else None,
-                             t.attention_view_bytes) for t in inner.activations)
+    # The layer's terms, renamed and without switches: the mtp kind (placed last) declares none. Every mark stays
+    # (linear inputs, the tensors its attention kernel keeps, the output projection's original input): Megatron-Core
+    # runs the module's layer in the run's FP8 context (multi_token_prediction.py at NVIDIA/Megatron-LM core_v0.16.0
+    # lines 773-803; module docstring).
+    layer_terms = tuple(term(f"layer.{t.op}", t.bytes, None, t.tp_split, t.gemm_input, t.sp_gathered, t.attention_saved,
+                             t.attention_view_bytes, t.original_input) for t in inner.activations)
     params = (
         param_count("mtp_norms", "dense", 3 * norm_params(c.norm, h), False),
         param_count("eh_proj", "dense", 2 * h * h, True, matrices=((1, h // x.tp, 2 * h),)),
         *(param_count(f"layer.{q.name}", q.group, q.elements, q.tp_split, q.stored_elements, q.shared_with, q.matrices,
-                      q.embedding_or_output) for q in inner.params),
+                      q.embedding_or_output, q.high_precision) for q in inner.params),
         param_count("embed_tokens", "dense", c.vocab_size * h, True, vocab * h, "embedding",
                     matrices=((1, shard, h),), embedding_or_output=True),
         param_count("lm_head", "dense", c.vocab_size * h, True, vocab * h, "output",
@@ -108,9 +120,12 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
     routed = {(fan_out, fan_in) for _, _, fan_out, fan_in in inner.work.expert_gemms} if inner.work else set()
     own_gemms = tuple((T, fan_out, fan_in) for fan_out, fan_in in weight_shapes[len(inner.weight_shapes):]
                       if (fan_out, fan_in) not in routed)
+    # The shared head's GEMM stays in the compute dtype under a recipe, as the main head's (module docstring).
+    head_gemm = tuple(g for g in own_gemms if g == (T, shard, h))
     work = None if inner.work is None else attrs.evolve(
         inner.work, collectives=inner.work.collectives + tp_collectives(x, 0, T * h * act, "head"),
-        gemms=inner.work.gemms + own_gemms, table_elements=0.0)
+        gemms=inner.work.gemms + own_gemms, table_elements=0.0,
+        high_precision_gemms=inner.work.high_precision_gemms + head_gemm)
     return LayerCost(
         params=params,
         activations=own + layer_terms + head,

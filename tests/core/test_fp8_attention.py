@@ -317,7 +317,8 @@ def test_delayed_scaling_adds_the_mla_attention_state(registry):
 def test_deepseek_v3_and_its_mtp_layer_under_fp8_attention(registry):
     # DeepSeek-V3 under Megatron-Core (mla_contiguous_qkv), one 4,096-token sequence, EP 32: the MTP module's layer
     # keeps its q and k (4096 * 128 * 192 * 2 = 201,326,592 bytes each) and v (4096 * 128 * 128 * 2 = 134,217,728)
-    # as the body's MLA layers, halved by FP8 attention; its output projection's input stays in bf16.
+    # as the body's MLA layers, halved by FP8 attention; its output projection keeps its bf16 input, the kernel's output
+    # (Megatron-Core set_save_original_input under current scaling).
     model = model_from_preset("deepseek-v3", registry)
     layout = ParallelSpec(dp=32, ep=32, seq_len=4096)
     terms = {}

@@ -234,3 +234,37 @@ def test_expert_sharding_conserves_totals(experts_per_rank, ep, etp, dp_extra, z
     states = stage.memory.optimizer_states_bytes
     expected = math.ceil(per_rank * 8 / (expert_dp if zero else 1)) + math.ceil(non_expert * 8 / (dp if zero else 1))
     assert states == expected
+
+
+@pytest.mark.parametrize("recipe, eh_proj_in, norm_out, dispatched, attn_out", [
+    # DeepSeek-V3, one 4,096-token sequence, EP 32, TP 1: eh_proj's input 4096 x 2 x 7168 bf16 elements (117,440,512
+    # bytes), the layer's attention norm output 4096 x 7168 (58,720,256), its experts' FC1 input 4096 x 8 x 7168
+    # (469,762,048), its output projection's input 4096 x 128 x 128 (134,217,728).
+    ("bf16", 117_440_512, 58_720_256, 469_762_048, 134_217_728),
+    # FP8: 1 byte an element; the output projection keeps its bf16 input (Megatron-Core set_save_original_input).
+    ("fp8-current", 58_720_256, 29_360_128, 234_881_024, 134_217_728),
+    ("mxfp8", 60_555_264, 30_277_632, 242_221_056, 134_217_728),  # 1 + 1/32 bytes an element
+    ("fp8-delayed", 58_720_256, 29_360_128, 234_881_024, 134_217_728 + 67_108_864),  # and its FP8 copy
+])
+def test_the_mtp_module_runs_in_the_fp8_context_as_megatron_runs_it(registry, recipe, eh_proj_in, norm_out, dispatched,
+                                                                     attn_out):
+    """Megatron-Core multi_token_prediction.py (core_v0.16.0 lines 773-803) runs eh_proj and the module's layer in the
+    run's FP8 context: their linear inputs are kept quantized as the body's; the norms' tensors and the shared head
+    (GPTModel's output_layer, outside the context) stay bf16."""
+    import attrs
+
+    from hp_core.engine.prepare import prepare
+    from hp_core.specs import ParallelSpec
+
+    model = model_from_preset("deepseek-v3", registry)
+    run = prepare(model, ParallelSpec(dp=32, ep=32, seq_len=4096), registry=registry, runtime="megatron",
+                  precision=attrs.evolve(registry.runtime("megatron").precision, recipe=recipe))
+    mtp = run.costs[next(i for i, group in enumerate(model.layers) if group.kind == "mtp")]
+    terms = {t.op: t.bytes for t in mtp.activations}
+    assert (terms["eh_proj_in"], terms["layer.attn_norm_out"], terms["layer.dispatched_tokens"],
+            terms["layer.attn_out"]) == (eh_proj_in, norm_out, dispatched, attn_out)
+    assert terms["enorm_out"] == terms["hnorm_out"] == terms["head_norm_out"] == 58_720_256
+    # The layer's router gate and the shared head's GEMM (4096 tokens x 129,280 vocabulary x 7168) stay bf16.
+    assert [p.name for p in mtp.params if p.high_precision] == ["layer.router"]
+    assert mtp.work.high_precision_gemms == ((4096, 256, 7168), (4096, 129_280, 7168))
+    assert mtp.work.original_input_gemms == ((4096, 7168, 16_384),)  # the output projection, 128 x 128 -> 7168
