@@ -52,7 +52,8 @@ class GQAFields:
         attention_sinks: A learned sink logit per head joins each softmax row (GPT-OSS).
         fused_qkv: q, k and v are slices of one projection's output (Phi-3's
             ``qkv_proj``): where the attention keeps v as that slice, the whole
-            output stays alive (:func:`gqa_attention`).
+            output stays alive (:func:`gqa_attention`), which an FP8-attention
+            kernel frees (``qkv_view``).
         softmax_in_compute_dtype: The eager path's softmax runs in the compute
             dtype whatever the precision's ``softmax_bytes`` (Llama 4's
             ``eager_attention_forward`` does not upcast), keeping no fp32 copy
@@ -168,14 +169,23 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
         b.keep("q_k", T * (a + kv) * d * act // t, "normOp", True, attention_saved=fused)
     else:
         b.keep("q_k", T * (a + kv) * d * act // t, None, True, attention_saved=fused)
-    b.keep("v", T * kv * d * act // t, None, True, attention_saved=fused)
-    if c.fused_qkv and not (x.attention == "eager" and g < a):
-        # v is a view of the fused projection's output, so the tensor that keeps v keeps q's and k's
-        # slices too (the roped q and k are new tensors): eager keeps it when no head is repeated
-        # (repeat_kv returns v itself; with g < a it copies), a flash kernel always (it reads v in
-        # place: measured with the CPU sdpa flash kernel; flash-attn's save_for_backward keeps its v
-        # argument). transformers Phi3Attention.forward slices qkv_proj's output; measured by the torch
-        # census (tests/plugins/test_census_local.py, test_phi3_fused_projections).
+    if c.fused_qkv and fused:
+        # v is a view of the fused projection's output, which a flash kernel keeps whole (it reads v in place:
+        # measured with the CPU sdpa flash kernel; flash-attn's save_for_backward keeps its v argument): q's and
+        # k's slices besides v (the roped q and k are new tensors). transformers Phi3Attention.forward slices
+        # qkv_proj's output. Under FP8 attention Transformer Engine's FusedAttnFunc keeps its quantized q, k and v
+        # instead (backends.py at NVIDIA/TransformerEngine d0067d0 lines 1579-1591; utils.py combine_and_quantize,
+        # line 3014, makes new tensors) and nothing else keeps this output (qkv_proj keeps its input, the rotary
+        # embedding its cos and sin, the slices and views nothing), so it is freed and v kept quantized: as MLA's
+        # kv_up_out, "qkv_view" with v's bytes (hp_plugins/kit/mla.py).
+        b.keep("qkv_fused_out", T * (a + g + kv) * d * act // t, None, True, attention_saved="qkv_view",
+               attention_view_bytes=T * kv * d * act // t)
+    else:
+        b.keep("v", T * kv * d * act // t, None, True, attention_saved=fused)
+    if c.fused_qkv and x.attention == "eager" and g == a:
+        # Eager attention keeps v itself when no head is repeated (repeat_kv returns v; with g < a it copies), so
+        # q's and k's slices of the fused output stay alive with it; measured by the torch census
+        # (tests/plugins/test_census_local.py, test_phi3_fused_projections).
         b.keep("qkv_fused_slices", T * (a + g) * d * act // t, None, True)
     share, ops = 1.0, SOFTMAX_OPS
     softmax = act if c.softmax_in_compute_dtype else None

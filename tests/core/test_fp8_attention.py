@@ -366,3 +366,25 @@ def test_a_view_term_states_its_views_bytes_and_only_it(saved, view):
     with pytest.raises(ValueError, match="attention_view_bytes"):
         ActivationTerm("t", 10, attention_saved=saved, attention_view_bytes=view)
     assert ActivationTerm("t", 10, attention_saved="qkv_view", attention_view_bytes=10).attention_view_bytes == 10
+
+
+@pytest.mark.parametrize("recipe, q_k, fused_out", [
+    # Phi-3-mini (32 heads, 32 KV heads, head dim 96), one 4,096-token sequence, TP 1: the roped q and k, 4096 x 64 x 96
+    # bf16 elements (50,331,648 bytes), and qkv_proj's whole output, 4096 x 96 x 96 (75,497,472), kept because v
+    # (4096 x 32 x 96, 12,582,912 elements) is a view of it.
+    ("bf16", 50_331_648, 75_497_472),
+    # FP8 attention: q, k and v quantized (1 byte an element), the fused output freed but for v's FP8 copy.
+    ("fp8-current-fp8-attention", 25_165_824, 12_582_912),
+    ("mxfp8-fp8-attention", 51_904_512, 25_952_256),  # 2 x (1 + 1/32) bytes an element
+])
+def test_phi3_fused_qkv_output_is_freed_under_fp8_attention(registry, recipe, q_k, fused_out):
+    model = model_from_preset("phi-3-mini", registry)
+    precision = attrs.evolve(registry.runtime("megatron").precision, recipe=recipe)
+    run = prepare(model, ParallelSpec(dp=8, seq_len=4096), registry=registry, runtime="megatron", precision=precision)
+    terms = {t.op: t for t in run.costs[1].activations}
+    assert (terms["q_k"].bytes, terms["qkv_fused_out"].bytes) == (q_k, fused_out)
+    assert "v" not in terms and "qkv_fused_slices" not in terms
+    # Without FP8 attention the fused output is kept whole, v's view and q's and k's slices: the bf16 figure.
+    plain = prepare(model, ParallelSpec(dp=8, seq_len=4096), registry=registry, runtime="megatron",
+                    precision=attrs.evolve(precision, recipe="fp8-current"))
+    assert {t.op: t.bytes for t in plain.costs[1].activations}["qkv_fused_out"] == 75_497_472
