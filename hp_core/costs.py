@@ -195,6 +195,10 @@ class ActivationTerm:
             such a recipe keeps the term as it is; one that cannot (delayed scaling)
             as :attr:`gemm_input` says. Megatron-Core's attention output projection
             (``set_save_original_input``; the ``linear_proj_original_input`` trait).
+        rerun_switch: A switch a recipe moved this term off that still regenerates its compute-dtype
+            source (FP8 attention's q, k, v: Megatron-Core's ``mla_up_proj`` re-runs the up projections
+            whatever Transformer Engine saved): recomputing it saves none of these bytes but costs the
+            re-run of :attr:`rerun_bytes`, the bytes it dropped before (:mod:`hp_core.engine.timing`).
     """
 
     op: str
@@ -207,8 +211,13 @@ class ActivationTerm:
         attrs.validators.in_(("qkv", "out", "qkv_view"))))
     attention_view_bytes: int = attrs.field(default=0, validator=_non_negative_int)
     original_input: bool = False
+    rerun_switch: str | None = attrs.field(default=None, validator=attrs.validators.optional(switch_name))
+    rerun_bytes: int = attrs.field(default=0, validator=_non_negative_int)
 
     def __attrs_post_init__(self) -> None:
+        if (self.rerun_switch is None) != (self.rerun_bytes == 0) or (self.rerun_switch and self.switch):
+            raise ValueError(f"ActivationTerm {self.op}: rerun_bytes ({self.rerun_bytes}) must be positive exactly where "
+                             f"rerun_switch is set ({self.rerun_switch}), and only on a term under no switch ({self.switch})")
         if (self.attention_saved == "qkv_view") != (self.attention_view_bytes > 0) or self.attention_view_bytes > self.bytes:
             raise ValueError(f"ActivationTerm {self.op}: attention_view_bytes ({self.attention_view_bytes}) must be positive "
                              f"and at most bytes ({self.bytes}) exactly where attention_saved is 'qkv_view'")
@@ -297,7 +306,8 @@ class Rerun:
     """What recomputing one switch re-runs beyond rewriting the bytes it drops.
 
     Attributes:
-        matmul_flops_per_byte: GEMM FLOPs per byte the switch drops (MLA's
+        matmul_flops_per_byte: GEMM FLOPs per byte the switch drops or regenerates
+            without dropping (:attr:`ActivationTerm.rerun_bytes`) (MLA's
             up-projections rebuild their output: ``2 * kv_lora_rank`` FLOPs per
             element rebuilt).
         copy_bytes: Bytes moved through HBM each way besides.

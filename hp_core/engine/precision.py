@@ -79,13 +79,19 @@ def _attention_term(term: ActivationTerm, recipe: PrecisionRecipe, activation_by
     recomputed fully (MLA's ``attUp``: Megatron-Core's ``CheckpointWithoutOutput`` frees the storage of the up
     projections' outputs after the core, not the kernel's copies; ``multi_latent_attention.py`` at
     NVIDIA/Megatron-LM ``core_v0.16.0`` lines 344-347 and 838-843, ``tensor_parallel/random.py``
-    ``discard_output_and_register_recompute``). A ``qkv_view`` tensor, kept whole in bf16 only as the base of the kernel's input view,
+    ``discard_output_and_register_recompute``), yet that switch's recompute still re-runs the GEMMs that made the
+    compute-dtype tensor: the moved term names the switch and the bytes it regenerates (``rerun_switch``,
+    ``rerun_bytes``), a cost without a saving. A ``qkv_view`` tensor, kept whole in bf16 only as the base of the kernel's input view,
     is freed, and the kernel's quantized copy of the view (``attention_view_bytes``) kept as a ``qkv`` one.
     """
     if term.attention_saved in ("qkv", "qkv_view"):
         kernel = term.bytes if term.attention_saved == "qkv" else term.attention_view_bytes
         quantized = math.ceil(kernel / activation_bytes * recipe.attention_qkv_bytes_per_element(activation_bytes))
-        return attrs.evolve(term, bytes=quantized, switch=None, attention_saved="qkv", attention_view_bytes=0)
+        # The switch's recompute still re-runs what made the compute-dtype tensor (it saves none of the kernel's
+        # copies): the term keeps the bytes it regenerates, for the recompute's time (ActivationTerm.rerun_bytes).
+        rerun = (term.switch, term.bytes) if term.switch is not None else (term.rerun_switch, term.rerun_bytes)
+        return attrs.evolve(term, bytes=quantized, switch=None, attention_saved="qkv", attention_view_bytes=0,
+                            rerun_switch=rerun[0], rerun_bytes=rerun[1])
     elements = term.bytes / activation_bytes
     if not recipe.attention_out_fp8:  # the kernel keeps its compute-dtype output: as any recipe keeps it
         return _kept(term, recipe, activation_bytes, tp_sp)
@@ -181,7 +187,9 @@ def apply_recipe_measured(measured: LayerCost, formula: LayerCost, recipe: Preci
     switch, FP8 attention's q, k and v to none, takes its bytes from the old
     switch's and adds them to the new one's), never below zero, and each measured
     policy by the changes of the terms it keeps (those its switches do not
-    gate); a ``quantized_weights`` term the recipe adds is added as is.
+    gate); a ``quantized_weights`` term the recipe adds is added as is, and a byte-free term for each
+    formula term moved off its switch, naming the switch and the bytes its recompute still regenerates
+    (``rerun_switch``, ``rerun_bytes``).
     """
     changed = apply_recipe(formula, recipe, activation_bytes, tp_sp)
     if changed is formula:
@@ -197,8 +205,13 @@ def apply_recipe_measured(measured: LayerCost, formula: LayerCost, recipe: Preci
     for switch, change in delta.items():
         key = switch if switch in present else None
         moved[key] = moved.get(key, 0) + change
+    # A term moved off its switch still costs that switch's recompute its re-run (ActivationTerm.rerun_bytes): a
+    # byte-free term carries it, the census's switch term having given up the formula's bytes.
+    reruns = tuple(ActivationTerm(after.op, 0, rerun_switch=after.rerun_switch, rerun_bytes=after.rerun_bytes)
+                   for before, after in zip(formula.activations, changed.activations)
+                   if after.rerun_switch is not None and before.rerun_switch is None)
     terms = tuple(attrs.evolve(t, bytes=max(0, t.bytes + moved[t.switch])) if t.switch in moved else t
-                  for t in measured.activations) + changed.activations[len(formula.activations):]
+                  for t in measured.activations) + changed.activations[len(formula.activations):] + reruns
     policies = tuple((switches, max(0, kept + sum(c for s, c in delta.items() if s is None or s not in switches)))
                      for switches, kept in measured.measured)
     return attrs.evolve(measured, activations=terms, measured=policies)

@@ -388,3 +388,86 @@ def test_phi3_fused_qkv_output_is_freed_under_fp8_attention(registry, recipe, q_
     plain = prepare(model, ParallelSpec(dp=8, seq_len=4096), registry=registry, runtime="megatron",
                     precision=attrs.evolve(precision, recipe="fp8-current"))
     assert {t.op: t.bytes for t in plain.costs[1].activations}["qkv_fused_out"] == 75_497_472
+
+
+@pytest.mark.parametrize("contiguous", [False, True])
+def test_attup_still_reruns_the_up_projections_under_fp8_attention(registry, contiguous):
+    # Megatron-Core's mla_up_proj recompute (CheckpointWithoutOutput, multi_latent_attention.py core_v0.16.0 lines
+    # 344-347, 838-843) re-runs the up projections in backward whatever Transformer Engine saved: under FP8 attention
+    # attUp saves nothing but costs what it cost in bf16. The small MLA layer above, TP 1: attUp regenerates q and k
+    # (24,576 bytes each) and kv_b_proj's output (32,768) or, contiguous, v (16,384): 81,920 or 65,536 bytes, 40,960
+    # or 32,768 elements, each a 2 * kv_lora_rank = 64 FLOP dot product: 2,621,440 or 2,097,152 FLOPs. Besides it
+    # re-assembles q and k (LayerWork.reruns): 128 tokens * 4 heads * (2 * 8 + 2 * 24 + 16 + 24 [+ 2 * 16]) * 2 bytes.
+    from hp_core.engine.precision import apply_recipe
+    from hp_core.engine.timing.layer import _layer_time
+    from hp_core.engine.timing.rates import _rates
+
+    flops, assembly = (2_097_152, 128 * 4 * 136 * 2) if contiguous else (2_621_440, 128 * 4 * 104 * 2)
+    regenerated = {"q_heads": 24_576, "k_heads": 24_576, "v_heads" if contiguous else "kv_up_out": (16_384 if contiguous else 32_768)}
+    runtime = registry.runtime("megatron")
+    spec = registry.hardware_preset("gb200").spec
+    cost = _mla_cost(contiguous=contiguous)
+    times = {}
+    for recipe in ("fp8-current", "fp8-current-fp8-attention", "mxfp8-fp8-attention"):
+        kept = apply_recipe(cost, registry.precision_recipe(recipe), 2)
+        if recipe != "fp8-current":  # the moved terms name the switch and the bf16 bytes it rebuilds
+            assert {t.op: (t.switch, t.rerun_switch, t.rerun_bytes) for t in kept.activations if t.rerun_switch} == {
+                op: (None, "attUp", n) for op, n in regenerated.items()}
+            assert kept.kept_bytes == kept.kept_under(frozenset({"attUp"}))  # and saves none of them
+        rates = _rates(ParallelSpec(seq_len=128), spec, runtime.timing, attrs.evolve(runtime.precision, recipe=recipe),
+                       "flash", recipe=registry.precision_recipe(recipe))
+        rates = attrs.evolve(rates, host=None, slowdown=1.0)
+        t = _layer_time(kept, kept.work, False, frozenset({"attUp"}), rates)
+        assert t.recomputed_flops == flops, recipe
+        assert t.recompute_seconds == pytest.approx(flops / (rates.peak * rates.matmul) + assembly / rates.memory), recipe
+        times[recipe] = t.recompute_seconds
+    assert times["fp8-current"] == times["fp8-current-fp8-attention"] == times["mxfp8-fp8-attention"] > 0
+
+
+def test_a_census_measured_mla_cost_keeps_attups_rerun(registry):
+    from hp_core.costs import ActivationTerm
+    from hp_core.engine.precision import apply_recipe_measured
+
+    formula = _mla_cost()
+    measured = attrs.evolve(formula, activations=(ActivationTerm("census.saved", 1_000_000),
+                                                  ActivationTerm("census.attUp", 100_000, "attUp")))
+    fp8 = apply_recipe_measured(measured, formula, registry.precision_recipe("fp8-current-fp8-attention"), 2)
+    # The census's attUp term gives up the formula's 81,920 bytes; byte-free terms carry what attUp still rebuilds.
+    assert [(t.op, t.bytes, t.switch, t.rerun_switch, t.rerun_bytes) for t in fp8.activations[-3:]] == [
+        ("q_heads", 0, None, "attUp", 24_576), ("k_heads", 0, None, "attUp", 24_576),
+        ("kv_up_out", 0, None, "attUp", 32_768)]
+    assert fp8.activations[1].bytes == 100_000 - 81_920
+
+
+@pytest.mark.parametrize("rerun, nbytes, switch", [("attUp", 0, None), (None, 5, None), ("attUp", 5, "normOp")])
+def test_a_rerun_term_states_its_switch_and_bytes_and_no_switch_of_its_own(rerun, nbytes, switch):
+    from hp_core.costs import ActivationTerm
+
+    with pytest.raises(ValueError, match="rerun_bytes"):
+        ActivationTerm("t", 10, switch, rerun_switch=rerun, rerun_bytes=nbytes)
+    assert ActivationTerm("t", 10, rerun_switch="attUp", rerun_bytes=5).rerun_bytes == 5
+
+
+def test_the_planner_never_picks_attup_under_fp8_attention(registry):
+    # attUp saves nothing under FP8 attention and costs its re-run: a pure cost, which no plan takes, where without FP8
+    # attention the same limit has the plan recompute it (DeepSeek-V2, PP 4, EP 8 on 64 GB200s, 150 GiB usable).
+    from hp_core.api import plan_recompute
+
+    model = model_from_preset("deepseek-v2", registry)
+    layout = ParallelSpec(dp=16, ep=8, pp=4, seq_len=4096, global_batch_size=256)
+    base = registry.runtime("megatron").precision
+    gb200 = registry.hardware_preset("gb200").spec
+    uses = {}
+    for recipe in ("mxfp8", "mxfp8-fp8-attention"):
+        plan = plan_recompute(model, layout, registry=registry, hardware=gb200, runtime="megatron",
+                              precision=attrs.evolve(base, recipe=recipe), reserve_bytes=gb200.memory_bytes - 150 * 2**30)
+        assert all(stage.fits for stage in plan.plan.stages)
+        uses[recipe] = any("attUp" in s.switches for stage in plan.plan.stages for s in stage.settings)
+    assert uses == {"mxfp8": True, "mxfp8-fp8-attention": False}
+    # Recomputing attUp everywhere: the same peak, a longer step (the up projections' GEMMs again).
+    precision = attrs.evolve(base, recipe="mxfp8-fp8-attention")
+    runs = [(estimate(model, layout, registry=registry, runtime="megatron", precision=precision, recompute=r),
+                step_time(model, layout, registry=registry, runtime="megatron", hardware=gb200, precision=precision,
+                          recompute=r)) for r in ("none", ["attUp"])]
+    assert [s.peak_bytes for s in runs[1][0].stages] == [s.peak_bytes for s in runs[0][0].stages]
+    assert runs[1][1].step_seconds > runs[0][1].step_seconds

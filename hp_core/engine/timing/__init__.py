@@ -65,7 +65,9 @@ The model, with its sources (figures come from the profile, each sourced there):
   setting re-runs what its switches drop: any attention-core switch re-runs
   the attention core forward (Megatron-LM checkpoints ``core_attention`` as a
   unit), plus rewriting the dropped score-sized tensors; ``attUp`` re-runs the
-  MLA up-projections (``2 * kv_lora_rank`` FLOPs per rebuilt element);
+  MLA up-projections (``2 * kv_lora_rank`` FLOPs per rebuilt element), those whose
+  output FP8 attention keeps as the kernel's copies too (``ActivationTerm.rerun_bytes``:
+  rebuilt, nothing saved);
   ``gather`` re-runs the SP all-gathers in backward; other switches rewrite
   what they drop (a read and a write of its bytes).
 * **FSDP1 units** (:attr:`TimingProfile.fsdp1_units <hp_core.specs.timing.TimingProfile.fsdp1_units>`,

@@ -233,10 +233,14 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     else:
         recompute = 0.0
         recomputed_flops = 0.0
+        # The compute-dtype bytes each recomputed switch regenerates: those it drops, and those of a term a recipe
+        # moved off it (ActivationTerm.rerun_bytes: FP8 attention's q, k, v), which it still rebuilds, saving nothing.
         dropped: dict[str, int] = {}
         for term in cost.activations:
             if term.switch is not None and term.switch in recomputed:
                 dropped[term.switch] = dropped.get(term.switch, 0) + term.bytes
+            if term.rerun_switch is not None and term.rerun_switch in recomputed:
+                dropped[term.rerun_switch] = dropped.get(term.rerun_switch, 0) + term.rerun_bytes
         # What the layer states: the switches whose recompute re-runs its attention core, and those a
         # collective restores (sequence parallelism's re-gather) instead of a rewrite.
         core_switches = work.attention_core_switches
