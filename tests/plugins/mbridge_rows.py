@@ -1,5 +1,6 @@
-"""What the tests of Megatron-Bridge's measured rows share (tests/plugins/test_fp8_runs_gb300.py,
-test_fp8_runs_gb200_nvfp4.py): the data file, the benchmark that prices it and a summary row's cells."""
+"""What the tests of the measured FP8 rows share (tests/plugins/test_fp8_runs_gb300.py, test_fp8_runs_gb200_nvfp4.py,
+test_fp8_runs_tt_dsv3.py, test_fp8_runs_tt_gb300.py): the data file, the benchmark that prices it, a summary row's
+cells and the prose of docs/precision.md, whose figures they pin."""
 
 from __future__ import annotations
 
@@ -26,3 +27,9 @@ def fp8_data() -> dict:
 def cells(text: str) -> list[str]:
     """A markdown table row's cells, stripped."""
     return [c.strip() for c in text.strip().strip("|").split("|")]
+
+
+def precision_prose() -> str:
+    """docs/precision.md's prose (its table rows taken out) as one line, so a figure is found across a line break."""
+    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
+    return " ".join(" ".join(line for line in page.splitlines() if not line.startswith("|")).split())

@@ -11,6 +11,7 @@ from mbridge_rows import ARCHIVE, ROOT  # tests/plugins/mbridge_rows.py
 from mbridge_rows import cells as _cells
 from mbridge_rows import fp8_data as _data
 from mbridge_rows import fp8_runs as _module
+from mbridge_rows import precision_prose as _prose
 
 RELEASE = {"26.02": "v0.3.0", "26.02.01": "v0.3.1", "26.04": "v0.4.0", "26.04.01": "v0.4.2", "26.06": "v0.5.0"}
 KEPT = ["mb26.02-gb200-llama3-70b-nvfp4", "mb26.02-gb200-llama31-405b-nvfp4", "mb26.02.01-gb200-llama3-70b-nvfp4",
@@ -89,11 +90,6 @@ def test_the_gb200_nvfp4_rows_left_out_state_why():
     assert not any("nemotron-3-super" in model.name for model in api.build_registry().models)
     note = data["rows_note_gb200"]
     assert "NVFP4 rows" in note and "nothing was fitted to them" in note and "rows_skipped_gb200" in note
-
-
-def _prose() -> str:
-    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
-    return " ".join(" ".join(line for line in page.splitlines() if not line.startswith("|")).split())
 
 
 def test_the_page_states_the_gb200_nvfp4_rows_figures():

@@ -12,6 +12,7 @@ from mbridge_rows import ARCHIVE, ROOT  # tests/plugins/mbridge_rows.py
 from mbridge_rows import cells as _cells
 from mbridge_rows import fp8_data as _data
 from mbridge_rows import fp8_runs as _module
+from mbridge_rows import precision_prose as _prose
 
 CONTAINERS = ("26.02", "26.02.01", "26.04", "26.04.01", "26.06")
 
@@ -159,12 +160,6 @@ def test_the_rows_left_out_state_why():
         assert reason in why, reason
     # The GB200 list no longer says GB300 / B300 lack a preset.
     assert not any("no GB300" in s["why"] for s in data["rows_skipped_gb200"])
-
-
-def _prose() -> str:
-    """docs/precision.md's prose (its tables taken out) as one line."""
-    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
-    return " ".join(" ".join(line for line in page.splitlines() if not line.startswith("|")).split())
 
 
 def test_the_page_states_the_gb300_llama_rows_figures():

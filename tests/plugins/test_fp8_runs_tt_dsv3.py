@@ -5,29 +5,16 @@ prose as benchmarks/fp8_runs.py prints them today."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 import pytest
 
 from hp_core.errors import ConfigError
-from repo_script import load_script  # tests/repo_script.py
+from mbridge_rows import ROOT  # tests/plugins/mbridge_rows.py
+from mbridge_rows import fp8_data as _data
+from mbridge_rows import fp8_runs as _module
+from mbridge_rows import precision_prose as _prose
 
-ROOT = Path(__file__).resolve().parents[2]
 IDS = ("tt-dsv3-671b-b200-bf16", "tt-dsv3-671b-b200-bf16-deepep", "tt-dsv3-671b-b200-mxfp8-experts-deepep")
-
-
-def _data() -> dict:
-    return json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
-
-
-def _module():
-    return load_script("benchmarks/fp8_runs.py")
-
-
-def _prose() -> str:
-    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
-    return " ".join(" ".join(line for line in page.splitlines() if not line.startswith("|")).split())
 
 
 def test_rows_state_the_layout_torchtitan_derives_and_their_provenance():

@@ -5,29 +5,16 @@ docs/precision.md's table and prose as benchmarks/fp8_runs.py prints them today.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 import pytest
 
 from hp_core.errors import ConfigError
-from repo_script import load_script  # tests/repo_script.py
+from mbridge_rows import ROOT  # tests/plugins/mbridge_rows.py
+from mbridge_rows import fp8_data as _data
+from mbridge_rows import fp8_runs as _module
+from mbridge_rows import precision_prose as _prose
 
-ROOT = Path(__file__).resolve().parents[2]
 ROW_ID = "tt-dsv3-671b-gb300-bf16-mlperf"
-
-
-def _data() -> dict:
-    return json.loads((ROOT / "tests" / "plugins" / "data" / "fp8_measured_runs.json").read_text(encoding="utf-8"))
-
-
-def _module():
-    return load_script("benchmarks/fp8_runs.py")
-
-
-def _prose() -> str:
-    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
-    return " ".join(" ".join(line for line in page.splitlines() if not line.startswith("|")).split())
 
 
 def test_the_row_states_the_page_s_layout_and_its_provenance():
