@@ -265,6 +265,11 @@ class Runtime:
             FSDP2's ``fully_shard(reshard_after_forward=True)`` default.
         pipeline_reshard_after_forward: The same under ``pp > 1`` (torchtitan:
             off, ``fsdp_reshard_after_forward: default`` is ``not pp_enabled``).
+        fp8_attention_refusal: Where the trainer's attention kernel runs no FP8
+            attention (fsdp2's ``attention_kernel`` sdpa, flex, triton_flash):
+            ``(field path, why and what to do)``, and a recipe running FP8
+            attention is refused with it (:func:`hp_core.engine.precision.check_fp8_attention`).
+            ``None``: the kernel can (Transformer Engine's cuDNN fused attention).
     """
 
     name: str = attrs.field(validator=plugin_name)
@@ -291,6 +296,7 @@ class Runtime:
     reduce_width_setting: str | None = None
     reshard_after_forward: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     pipeline_reshard_after_forward: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    fp8_attention_refusal: tuple[str, str] | None = attrs.field(default=None, converter=attrs.converters.optional(tuple))
 
     def __attrs_post_init__(self) -> None:
         names = [option.name for option in self.options]

@@ -25,7 +25,7 @@ import attrs
 from hp_core.engine import census as census_lib
 from hp_core.engine import schedule as schedule_lib
 from hp_core.engine.optimizer import resolve_optimizer
-from hp_core.engine.precision import in_compute_dtype, resolve_recipe, split_high_precision_layers, with_recipe
+from hp_core.engine.precision import check_fp8_attention, in_compute_dtype, resolve_recipe, split_high_precision_layers, with_recipe
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
 from hp_core.runtime_options import check_reduce_width
@@ -431,12 +431,14 @@ def prepare(
 
     Raises:
         ConfigError: An invalid layout or name, an optimizer the registry does
-            not have included, a runtime trait not priced under its ``pp``
-            (one line, with the field path).
+            not have included, a runtime trait not priced under its ``pp``, a recipe
+            running FP8 attention under a runtime whose attention kernel runs none
+            (``Runtime.fp8_attention_refusal``) (one line, with the field path).
         PluginError: A plugin's evaluator or census source failed.
     """
     profile, precision, attention = resolve_runtime(registry, runtime, precision, attention)
     check_pipeline_traits(parallel, profile.traits)  # a trait not priced under pp > 1 (layout_checks)
+    check_fp8_attention(resolve_recipe(registry, precision), profile)  # FP8 attention the runtime's kernel does not run
     optimizer = resolve_optimizer(registry, precision)
     zero = parallel.zero if parallel.zero is not None else profile.zero
     if precision.high_precision_layers_at_start or precision.high_precision_layers_at_end:

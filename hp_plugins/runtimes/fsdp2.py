@@ -97,7 +97,19 @@ def _attention_kernel(runtime: Runtime, value: str) -> Runtime:
     reason = _KERNELS[value][1] if value in _KERNELS else None
     block = FLEX_BLOCK_TOKENS if value == "flex" else None
     return attrs.evolve(runtime, timing=attrs.evolve(timing, devices=tuple(devices), unlisted_reason=reason,
-                                                     attention_block_tokens=block))
+                                                     attention_block_tokens=block),
+                        fp8_attention_refusal=fp8_attention_refusal(value))
+
+
+def fp8_attention_refusal(kernel: str) -> tuple[str, str] | None:
+    """``Runtime.fp8_attention_refusal`` under ``attention_kernel`` *kernel*: only cuDNN's fused attention runs FP8
+    (Transformer Engine's FP8 attention calls it); SDPA's FlashAttention-2, FlexAttention and Triton run none, so an
+    FP8-attention recipe is refused rather than priced with q, k, v the kernel does not quantize (docs/precision.md)."""
+    if kernel == "cudnn":
+        return None
+    return ("$.runtime.options.attention_kernel",
+            f"the fsdp2 runtime's attention_kernel={kernel} runs no FP8 attention (only cudnn, Transformer Engine's "
+            "cuDNN fused attention, does); set attention_kernel=cudnn or choose a recipe without FP8 attention")
 
 
 def _fsdp_implementation(runtime: Runtime, value: str) -> Runtime:
@@ -116,7 +128,8 @@ OPTIONS = (
         "a factor fitted on Hopper and Ampere; refused on other devices) or flex (PyTorch FlexAttention, compiled: "
         "FlashAttention-2's rates times PyTorch's published FlexAttention over FlashAttention-2 throughput, Hopper 1.25 "
         "forward and 1.03 backward, Ampere 0.90 and 0.85; a sliding-window or chunked layer runs every 128 x 128 "
-        "block its mask does not wholly empty; refused on other devices)",
+        "block its mask does not wholly empty; refused on other devices). Only cudnn runs FP8 attention: a recipe "
+        "running it is refused under the others",
         "torchtitan torchtitan/models/attention.py (F.scaled_dot_product_attention; attn_type flex: flex_attention); "
         "Transformer Engine DotProductAttention (FusedAttention, cuDNN); rates: Shah et al. 2024, FlashAttention-3, "
         "Figures 5-6; llm-foundry llmfoundry/models/layers/attention.py triton_flash_attn_fn and flash_attn_triton.py "
@@ -413,4 +426,5 @@ def hp_runtimes():
         pipeline_reshard_after_forward=False,
         peak_points=Fsdp2Points(),
         options=OPTIONS + _MEMORY_OPTIONS,
+        fp8_attention_refusal=fp8_attention_refusal("sdpa"),  # the attention_kernel option's default
     )

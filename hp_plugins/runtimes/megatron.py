@@ -90,8 +90,19 @@ def _attention_backend(runtime: Runtime, value: str) -> Runtime:
     scores' softmax in the compute dtype (bf16) and repeats the key and value heads to every query head
     (``eager`` with 2-byte probabilities)."""
     if value == "unfused":
-        return attrs.evolve(runtime, attention="eager", precision=attrs.evolve(runtime.precision, softmax_bytes=2))
-    return attrs.evolve(runtime, attention="flash")
+        return attrs.evolve(runtime, attention="eager", precision=attrs.evolve(runtime.precision, softmax_bytes=2),
+                            fp8_attention_refusal=None)  # eager: the layers' own refusal (no fused kernel's tensors)
+    return attrs.evolve(runtime, attention="flash", fp8_attention_refusal=_FLASH_FP8 if value == "flash" else None)
+
+
+# --attention-backend flash sets NVTE_FUSED_ATTN=0 (Megatron-Core megatron/core/models/common/language_module/
+# language_module.py LanguageModule._set_attention_backend), turning cuDNN's fused attention off, and Transformer
+# Engine runs FP8 attention in training on no other backend (transformer_engine/pytorch/attention/dot_product_attention/
+# utils.py get_attention_backend, 'Filter: Execution type', NVIDIA/TransformerEngine@a0b36d0: FlashAttention 2 and
+# unfused disabled for FP8 attention, FlashAttention 3 for FP8 training).
+_FLASH_FP8 = ("$.runtime.options.attention_backend",
+              "megatron's --attention-backend flash turns Transformer Engine's fused (cuDNN) attention off, the only "
+              "backend it runs FP8 attention on in training; set attention_backend=auto or fused")
 
 
 @attrs.frozen
@@ -145,7 +156,8 @@ OPTIONS = (
     RuntimeOption(
         "attention_backend", "choice", "auto",
         "--attention-backend: auto, flash and fused keep q, k, v, the output and fp32 softmax statistics; unfused keeps "
-        "the bf16 probabilities of every head (key and value heads repeated to the query heads)",
+        "the bf16 probabilities of every head (key and value heads repeated to the query heads); FP8 attention runs "
+        "under auto and fused only (flash turns cuDNN's fused attention off: refused)",
         f"{_ARGS} --attention-backend (megatron/core/transformer/enums.py AttnBackend); Transformer Engine "
         "attention/dot_product_attention/backends.py UnfusedDotProductAttention.forward",
         _attention_backend, choices=("auto", "flash", "fused", "unfused"),

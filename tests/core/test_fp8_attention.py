@@ -197,18 +197,89 @@ def test_layers_that_mark_no_kernel_tensors_are_refused(registry):
 
 
 def test_only_cudnns_attention_takes_the_fp8_speedup_under_fsdp2(registry):
-    # fsdp2's default SDPA (FlashAttention-2), FlexAttention and Triton run no FP8 attention; cudnn does.
+    # fsdp2's default SDPA (FlashAttention-2), FlexAttention and Triton run no FP8 attention: refused, naming the
+    # option; cudnn runs it at cuDNN's measured speedup (Llama's shape at 4,096 tokens on H100).
     from hp_core.runtime_options import apply_options
 
     model = model_from_preset("llama3-8b", registry)
     hardware = registry.hardware_preset("h100-sxm").spec
     layout = ParallelSpec(dp=8, seq_len=4096)
-    for kernel, speedup in (("sdpa", (1.0, 1.0)), ("cudnn", (1.4441, 0.9938))):
-        runtime = apply_options(registry.runtime("fsdp2"), {"attention_kernel": kernel})
-        step = step_time(model, layout, registry=registry, runtime=runtime, hardware=hardware,
-                         precision=attrs.evolve(runtime.precision, recipe="fp8-current-fp8-attention"))
-        assert step.provenance["attention_speedup"] == pytest.approx(speedup), kernel
+    runtime = apply_options(registry.runtime("fsdp2"), {"attention_kernel": "cudnn"})
+    step = step_time(model, layout, registry=registry, runtime=runtime, hardware=hardware,
+                     precision=attrs.evolve(runtime.precision, recipe="fp8-current-fp8-attention"))
+    assert step.provenance["attention_speedup"] == pytest.approx((1.4441, 0.9938))
     assert all(not d.attention_speedups for d in registry.runtime("fsdp2").timing.devices)
+    for kernel in ("sdpa", "flex", "triton_flash", None):  # None: the option's default, sdpa
+        runtime = registry.runtime("fsdp2") if kernel is None else apply_options(registry.runtime("fsdp2"), {"attention_kernel": kernel})
+        precision = attrs.evolve(runtime.precision, recipe="fp8-current-fp8-attention")
+        words = (rf"^\$\.runtime\.options\.attention_kernel: precision recipe fp8-current-fp8-attention runs attention in "
+                 rf"e4m3, but the fsdp2 runtime's attention_kernel={kernel or 'sdpa'} runs no FP8 attention \(only cudnn, "
+                 r"Transformer Engine's cuDNN fused attention, does\); set attention_kernel=cudnn or choose a recipe "
+                 r"without FP8 attention$")
+        with pytest.raises(ConfigError, match=words):
+            estimate(model, layout, registry=registry, runtime=runtime, precision=precision)
+        # A recipe without FP8 attention runs under every kernel.
+        estimate(model, layout, registry=registry, runtime=runtime, precision=attrs.evolve(precision, recipe="fp8-current"))
+
+
+def test_megatrons_flash_backend_runs_no_fp8_attention(registry):
+    # --attention-backend flash sets NVTE_FUSED_ATTN=0, and Transformer Engine trains FP8 attention on cuDNN's fused
+    # attention only: refused, naming the option; auto and fused price it, unfused is refused by the layers (eager).
+    from hp_core.runtime_options import apply_options
+
+    model = model_from_preset("llama3-8b", registry)
+    for backend, words in (("flash", r"^\$\.runtime\.options\.attention_backend: precision recipe fp8-current-fp8-attention "
+                                     r"runs attention in e4m3, but megatron's --attention-backend flash turns Transformer "
+                                     r"Engine's fused \(cuDNN\) attention off, the only backend it runs FP8 attention on in "
+                                     r"training; set attention_backend=auto or fused$"),
+                           ("unfused", r"^\$\.precision\.recipe: .* needs the fused \(flash\) attention kernel")):
+        runtime = apply_options(registry.runtime("megatron"), {"attention_backend": backend})
+        with pytest.raises(ConfigError, match=words):
+            estimate(model, LAYOUT, registry=registry, runtime=runtime,
+                     precision=attrs.evolve(runtime.precision, recipe="fp8-current-fp8-attention"))
+    kept = {}
+    for backend in ("auto", "fused"):
+        runtime = apply_options(registry.runtime("megatron"), {"attention_backend": backend})
+        kept[backend] = estimate(model, LAYOUT, registry=registry, runtime=runtime,
+                                 precision=attrs.evolve(runtime.precision, recipe="fp8-current-fp8-attention")).stages[0].peak_bytes
+    assert kept["auto"] == kept["fused"]
+    # Back to auto after flash: the refusal goes with the option's value.
+    runtime = apply_options(apply_options(registry.runtime("megatron"), {"attention_backend": "flash"}), {"attention_backend": "auto"})
+    assert runtime.fp8_attention_refusal is None
+
+
+def test_the_cli_refuses_fp8_attention_the_runtime_or_device_does_not_run(capsys):
+    from hp_core.cli import main
+
+    fsdp2 = ["estimate", "--model", "deepseek-v2", "--devices", "64", "--ep", "8", "--runtime", "fsdp2",
+             "--hardware", "gb200", "--precision", "fp8-current-fp8-attention"]
+    assert main(fsdp2) == 2  # a user error's exit status
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith("hp estimate: error: $.runtime.options.attention_kernel: precision recipe "
+                          "fp8-current-fp8-attention runs attention in e4m3, but the fsdp2 runtime's attention_kernel=sdpa")
+    assert main(fsdp2 + ["--runtime-option", "attention_kernel=cudnn"]) == 0
+    capsys.readouterr()
+    hopper = ["estimate", "--model", "deepseek-v3", "--devices", "256", "--ep", "8", "--pp", "16", "--layers-per-stage",
+              "4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,1", "--runtime", "megatron", "--hardware", "h100-sxm",
+              "--precision", "fp8-current-fp8-attention"]
+    assert main(hopper) == 2  # a user error's exit status
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err == ("hp estimate: error: $.precision.recipe: precision recipe fp8-current-fp8-attention runs attention in "
+                   "e4m3 on NVIDIA H100 SXM 80GB, but cuDNN runs no FP8 attention at MLA's head dims (q/k 192, v 128) on "
+                   "Hopper (cudnn-frontend's H200 DeepSeek-V3 benchmark: every FP8 row failed, cudnnGraphNotSupportedError, "
+                   "head dim must be 128; docs/precision.md 'FP8 attention'); choose a recipe without FP8 attention "
+                   "(fp8-current) or a Blackwell device")
+    assert main(hopper[:-1] + ["fp8-current"]) == 0  # without FP8 attention it prices
+    capsys.readouterr()
+    # A search refuses them too (no layout runs them), rather than rejecting every layout as not fitting.
+    for args, path in ((["--model", "llama3-8b", "--runtime", "fsdp2", "--hardware", "h100-sxm"],
+                        "$.runtime.options.attention_kernel"),
+                       (["--model", "deepseek-v2", "--runtime", "megatron", "--hardware", "h100-sxm"], "$.precision.recipe")):
+        assert main(["search", "--devices", "8", *args, "--precision", "fp8-current-fp8-attention"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith(f"hp search: error: {path}: precision recipe fp8-current-fp8-attention")
 
 
 # MLA (docs/precision.md 'FP8 attention'): a small layer, hidden 256, 4 heads, q/k head dim 16 + 8 = 24, v 16,
@@ -340,23 +411,31 @@ def test_the_step_takes_the_mla_fp8_speedup(registry):
     from hp_core.io.report import time_summary
 
     # DeepSeek-V2 (MLA layers only: q/k head dim 192, v 128) at 4,096 tokens. GB200: DeepSeek-V3's shape measured at
-    # 4,096 tokens, bf16 0.977 / FP8 0.656 ms forward, 3.383 / 2.112 ms backward; H200: none (cuDNN refuses FP8
-    # attention at MLA's head dims on Hopper), the bf16 rates, the step's time unchanged.
+    # 4,096 tokens, bf16 0.977 / FP8 0.656 ms forward, 3.383 / 2.112 ms backward; H200: refused (cuDNN runs no FP8
+    # attention at MLA's head dims on Hopper).
     model = model_from_preset("deepseek-v2", registry)
     layout = ParallelSpec(dp=32, ep=32, seq_len=4096)
     base = registry.runtime("megatron").precision
     steps = {(hw, r): step_time(model, layout, registry=registry, runtime="megatron",
                                 hardware=registry.hardware_preset(hw).spec, precision=attrs.evolve(base, recipe=r))
-             for hw in ("gb200", "h100-sxm") for r in ("fp8-current", "fp8-current-fp8-attention")}
+             for hw in ("gb200",) for r in ("fp8-current", "fp8-current-fp8-attention")}
     gb200 = steps["gb200", "fp8-current-fp8-attention"]
     assert gb200.provenance["mla_attention_speedup"] == (round(0.977 / 0.656, 4), round(3.383 / 2.112, 4)) == (1.4893, 1.6018)
     assert "attention_speedup" not in gb200.provenance and "mla_attention_speedup" not in steps["gb200", "fp8-current"].provenance
     assert "e4m3 MLA attention 1.49x forward, 1.60x backward of bf16;" in time_summary(gb200)
     assert gb200.step_seconds < steps["gb200", "fp8-current"].step_seconds
-    hopper = steps["h100-sxm", "fp8-current-fp8-attention"]
-    assert hopper.provenance["mla_attention_speedup"] == (1.0, 1.0)
-    assert "e4m3 MLA attention at the bf16 rates (no measured e4m3 figure here);" in time_summary(hopper)
-    assert hopper.step_seconds == steps["h100-sxm", "fp8-current"].step_seconds
+    # Hopper: cuDNN runs no FP8 attention at MLA's head dims, so both the step and the estimate are refused.
+    for price in (lambda **kw: step_time(model, layout, **kw), lambda **kw: estimate(model, layout, **kw)):
+        with pytest.raises(ConfigError, match=r"^\$\.precision\.recipe: .* on NVIDIA H100 SXM 80GB, but cuDNN runs no FP8 "
+                                              r"attention at MLA's head dims"):
+            price(registry=registry, runtime="megatron", hardware=registry.hardware_preset("h100-sxm").spec,
+                  precision=attrs.evolve(base, recipe="fp8-current-fp8-attention"))
+    # GQA on Hopper keeps cuDNN's measured speedup (Llama's shape), and a model without a device is not refused.
+    llama = step_time(model_from_preset("llama3-8b", registry), ParallelSpec(dp=8, seq_len=4096), registry=registry,
+                      runtime="megatron", hardware=registry.hardware_preset("h100-sxm").spec,
+                      precision=attrs.evolve(base, recipe="fp8-current-fp8-attention"))
+    assert llama.provenance["attention_speedup"] == pytest.approx((1.4441, 0.9938))
+    estimate(model, layout, registry=registry, runtime="megatron", precision=attrs.evolve(base, recipe="fp8-current-fp8-attention"))
 
 
 @pytest.mark.parametrize("saved, view", [("qkv_view", 0), ("qkv_view", 11), ("qkv", 5), (None, 5)])

@@ -22,7 +22,7 @@ import attrs
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.engine import census as census_lib
 from hp_core.engine.optimizer import OptimizerLoad, group_states, layer_load, master_bytes, resolve_optimizer
-from hp_core.engine.precision import resolve_recipe
+from hp_core.engine.precision import check_fp8_attention, check_fp8_attention_device, resolve_recipe
 from hp_core.engine.prepare import EvaluatedLayers, evaluate_layers, layer_context, model_kinds, resolve_runtime
 from hp_core.engine.schedule import _call, awaiting_weight_gradient, stage_plan
 from hp_core.engine.search.layouts import Layout, _Job, _reason_of
@@ -97,6 +97,7 @@ class _Bounder:
         self.rt, self.precision, self.attention = resolve_runtime(registry, job.runtime, job.precision, None)
         self.optimizer = resolve_optimizer(registry, self.precision)
         self.recipe = resolve_recipe(registry, self.precision)
+        check_fp8_attention(self.recipe, self.rt)  # FP8 attention the runtime's kernel runs none of: no layout runs it
         # The model as prepare splits it at the layers kept in the compute dtype, and the memo's costs as prepare
         # evaluates them (the recipe applied, the split-off groups in the compute dtype): every bound below is of the
         # layers as the estimate has them. What no layout runs is refused here (PreparedCosts).
@@ -267,6 +268,8 @@ class _Bounder:
                 # working set fully recomputed with it), and a layer kept in bf16 keeps the compute dtype and runs
                 # its GEMMs at the bf16 rate; bounds taken from the memo's costs alone could exceed the estimate's.
                 costs = self.prepared.costs(formula, costs, context.tp > 1 and context.sp)
+                # An FP8 attention core the device runs no kernel for (MLA on Hopper) is the recipe's, no layout's.
+                check_fp8_attention_device(self.recipe, (c.work for c in costs), job.hardware.architecture, job.hardware.name)
                 full = []
                 for i, cost in enumerate(costs):
                     # The costs are held by the memo and the contexts as long as this entry (both go in

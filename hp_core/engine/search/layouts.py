@@ -210,6 +210,8 @@ def _reason_of(error: ConfigError) -> str:
     if isinstance(error, PipelineTraitError):
         return R_PIPELINE_TRAIT
     path = error.path
+    if path == "$.precision.recipe" or path.startswith("$.runtime.options."):
+        raise error  # the recipe or the runtime, not the layout: no layout runs it (FP8 attention refused), said as is
     if path.startswith("$.precision.high_precision_layers_at_"):  # check_high_precision_layers, per pp
         return R_KEPT
     if path in ("$.parallel.schedule", "$.parallel.vpp"):

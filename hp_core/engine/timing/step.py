@@ -18,6 +18,7 @@ from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.schedule import pipeline_seconds, rank_order
 from hp_core.engine.timing.fsdp_pipeline import fill_delay, stage_fsdp
 from hp_core.engine.timing.overlap import bucketed, fsdp_layers, hidden_send, lone_seconds
+from hp_core.engine.precision import check_fp8_attention_device
 from hp_core.engine.timing.attention_speedup import fp8_attention_provenance
 from hp_core.engine.timing.layer import ALTERNATE_MATMUL_DEFAULT_FRACTION, _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
@@ -122,7 +123,8 @@ def time_run(
     Raises:
         ConfigError: No hardware, a runtime without a timing profile, a
             hardware field the step needs left unstated, or a recompute
-            setting its kind cannot run (one line, with the field path).
+            setting its kind cannot run, or an FP8-attention recipe on a device whose family runs no FP8 kernel
+            for a core of the model (MLA on Hopper; one line, with the field path).
     """
     rt = run.runtime
     timing = profile if profile is not None else rt.timing
@@ -139,6 +141,8 @@ def time_run(
     recipe = run.stage_inputs.recipe
     collectives = run.registry.collective_model(timing.collective_model) if timing.collective_model else None
     rates = _rates(parallel, hardware, timing, precision, attention, recipe, collectives)
+    # An FP8 attention core the device's family runs no kernel for (MLA on Hopper) is refused, as the estimate refuses it.
+    check_fp8_attention_device(recipe, (cost.work for cost in run.costs), hardware.architecture, hardware.name)
     dtype, peak, links, memory, ov = rates.dtype, rates.peak, rates.links, rates.memory, timing.overlap
     dev = timing.device(hardware.architecture)
     cp_algorithm = parallel.cp_kind  # the layout states it (``--cp-kind``)
