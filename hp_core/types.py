@@ -270,6 +270,9 @@ class Runtime:
             ``(field path, why and what to do)``, and a recipe running FP8
             attention is refused with it (:func:`hp_core.engine.precision.check_fp8_attention`).
             ``None``: the kernel can (Transformer Engine's cuDNN fused attention).
+        compute_dtype_kinds: Per GEMM dtype of a recipe (``"fp4"``), the layer kinds the trainer runs
+            wholly in the compute dtype under it (Megatron-Core: the MTP module under FP4), priced as
+            :func:`hp_core.engine.precision.in_compute_dtype` prices a layer kept in bf16.
     """
 
     name: str = attrs.field(validator=plugin_name)
@@ -297,6 +300,7 @@ class Runtime:
     reshard_after_forward: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     pipeline_reshard_after_forward: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     fp8_attention_refusal: tuple[str, str] | None = attrs.field(default=None, converter=attrs.converters.optional(tuple))
+    compute_dtype_kinds: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         names = [option.name for option in self.options]

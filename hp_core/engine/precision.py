@@ -36,7 +36,7 @@ from hp_core.specs.model import ModelSpec
 from hp_core.specs.precision import PrecisionSpec
 
 __all__ = [
-    "apply_recipe", "check_fp8_attention", "check_fp8_attention_device", "check_high_precision_layers", "in_compute_dtype", "kept_layer_counts", "recipe_changes_costs", "recipe_cost", "split_high_precision_layers", "apply_recipe_measured", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
+    "apply_recipe", "check_fp8_attention", "compute_dtype_groups", "check_fp8_attention_device", "check_high_precision_layers", "in_compute_dtype", "kept_layer_counts", "recipe_changes_costs", "recipe_cost", "split_high_precision_layers", "apply_recipe_measured", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
     "on_device", "weight_copy_bytes",
 ]
 
@@ -389,6 +389,14 @@ def _high_precision_params(params: tuple[ParamCount, ...]) -> tuple[ParamCount, 
     """*params* with every family ``high_precision`` (:func:`in_compute_dtype`); kept by value, as a search asks
     for the same families in many layer contexts (each made anew by attrs.evolve, its validators run)."""
     return tuple(p if p.high_precision else attrs.evolve(p, high_precision=True) for p in params)
+
+
+def compute_dtype_groups(model: ModelSpec, recipe: PrecisionRecipe, runtime: Any) -> frozenset[int]:
+    """The indices of *model*'s groups whose kind *runtime* runs wholly in the compute dtype under *recipe*
+    (:attr:`Runtime.compute_dtype_kinds <hp_core.types.Runtime.compute_dtype_kinds>` of the recipe's GEMM
+    dtype): priced as :func:`in_compute_dtype` prices them. None where the recipe quantizes nothing."""
+    kinds = getattr(runtime, "compute_dtype_kinds", {}).get(recipe.gemm_dtype, ()) if recipe.low_precision else ()
+    return frozenset(i for i, group in enumerate(model.layers) if group.kind in kinds)
 
 
 def kept_layer_counts(precision: PrecisionSpec, recipe: PrecisionRecipe) -> tuple[int, int]:

@@ -25,7 +25,7 @@ import attrs
 from hp_core.engine import census as census_lib
 from hp_core.engine import schedule as schedule_lib
 from hp_core.engine.optimizer import resolve_optimizer
-from hp_core.engine.precision import check_fp8_attention, in_compute_dtype, resolve_recipe, split_high_precision_layers, with_recipe
+from hp_core.engine.precision import check_fp8_attention, compute_dtype_groups, in_compute_dtype, resolve_recipe, split_high_precision_layers, with_recipe
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
 from hp_core.runtime_options import check_reduce_width
@@ -452,6 +452,13 @@ def prepare(
                               "split model")
     else:
         exempt = frozenset()
+    # Kinds the runtime runs wholly in the compute dtype under the recipe (Megatron-Core's MTP module under FP4).
+    kept = compute_dtype_groups(model, resolve_recipe(registry, precision), profile)
+    if kept - exempt:
+        if layers is not None and layers.exempt != exempt | kept:
+            raise ConfigError("$.precision.recipe", "a shared evaluation must keep the runtime's compute-dtype kinds "
+                              "(Runtime.compute_dtype_kinds) as prepare does; this one does not")
+        exempt = exempt | kept
     if layers is None:
         source = census if isinstance(census, CensusSource) else census_lib.resolve_source(registry, census)
         layers = evaluate_layers(model, parallel, precision=precision, attention=attention, runtime=profile,

@@ -31,7 +31,8 @@ projection's original input); the norms are no GEMMs, and the shared head runs a
 the module in ``GPTModel`` outside any FP8 context (``output_layer``), so its GEMM
 stays in the compute dtype (``LayerWork.high_precision_gemms``) as the main head's.
 Under ``fp4`` Megatron-Core runs the module in bf16 ("currently ignoring FP4 in MTP
-layers", line 781), which hp does not state: an NVFP4 recipe prices it as the body's
+layers", line 781), which the ``megatron`` runtime states (``Runtime.compute_dtype_kinds``):
+an NVFP4 recipe prices the module as a layer kept in bf16 there, as the body's elsewhere
 (docs/precision.md).
 """
 

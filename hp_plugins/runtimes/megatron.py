@@ -330,6 +330,10 @@ def hp_runtimes():
         zero_levels=(0, 1),  # without and with --use-distributed-optimizer
         options=OPTIONS,
         peak_points=MegatronPoints(),
+        # The MTP module runs in bf16 under FP4 ("currently ignoring FP4 in MTP layers": _proj_and_transformer_layer
+        # enters get_fp8_context only where config.fp8, multi_token_prediction.py at NVIDIA/Megatron-LM core_v0.16.0
+        # lines 773-803): its GEMMs at the bf16 rate, its inputs kept in bf16, no FP4 weight copy (docs/precision.md).
+        compute_dtype_kinds={"fp4": frozenset({"mtp"})},
         # No reduce dtype of its own: start_grad_sync reduces the gradient buffer in place, in its grad_dtype
         # (_GradReduceDtype), so precision.reduce_bytes other than grad_bytes is refused (docs/precision.md).
         reduce_width_setting="the runtime option grad_reduce_in_fp32 (true: fp32, 4 bytes; false: the parameters' "

@@ -101,7 +101,7 @@ class _Bounder:
         # The model as prepare splits it at the layers kept in the compute dtype, and the memo's costs as prepare
         # evaluates them (the recipe applied, the split-off groups in the compute dtype): every bound below is of the
         # layers as the estimate has them. What no layout runs is refused here (PreparedCosts).
-        self.prepared = PreparedCosts(job.model, model_kinds(job.model, registry), self.precision, self.recipe)
+        self.prepared = PreparedCosts(job.model, model_kinds(job.model, registry), self.precision, self.recipe, self.rt)
         model = self.model = self.prepared.model
         self.exempt, self.kept_layers = self.prepared.exempt, self.prepared.kept_layers
         # A recipe storing the parameters in its format holds under param_bytes of them: bound them at 1 byte

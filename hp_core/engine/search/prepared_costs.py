@@ -15,9 +15,12 @@ copy and runs its GEMMs at the bf16 rate. See docs/search.md.
 
 from __future__ import annotations
 
+from typing import Any
+
 from hp_core.costs import LayerCost
 from hp_core.engine.precision import (
     check_high_precision_layers,
+    compute_dtype_groups,
     in_compute_dtype,
     kept_layer_counts,
     recipe_changes_costs,
@@ -39,7 +42,8 @@ class PreparedCosts:
             (:func:`~hp_core.engine.precision.split_high_precision_layers`), as ``prepare`` splits it; the split
             is the same at every ``pp`` (only the refusal of a count above a stage's layers reads it:
             :meth:`kept_refusal`). The model itself where none are kept.
-        exempt: The indices of the split-off groups.
+        exempt: The indices of the split-off groups, and of the groups whose kind *runtime* runs in the compute
+            dtype under the recipe (:func:`~hp_core.engine.precision.compute_dtype_groups`).
         kept_layers: ``(at start, at end)``: the body layers kept; ``(0, 0)`` where none are or the recipe
             quantizes nothing.
 
@@ -48,13 +52,16 @@ class PreparedCosts:
             delayed-scaling recipe, a count above the body's layers).
     """
 
-    def __init__(self, model: ModelSpec, kinds: list[LayerKind], precision: PrecisionSpec, recipe: PrecisionRecipe) -> None:
+    def __init__(self, model: ModelSpec, kinds: list[LayerKind], precision: PrecisionSpec, recipe: PrecisionRecipe,
+                 runtime: Any = None) -> None:
         self.precision, self.recipe = precision, recipe
         body = [k.placement == "body" for k in kinds]
         if any(placed and group.count for placed, group in zip(body, model.layers)):
             self.model, self.exempt = split_high_precision_layers(model, body, precision, recipe)
         else:  # no body layers: the search refuses the model, by that reason
             self.model, self.exempt = model, frozenset()
+        # And the groups of kinds the runtime runs in the compute dtype under the recipe (compute_dtype_groups).
+        self.exempt = self.exempt | compute_dtype_groups(self.model, recipe, runtime)
         self.body_count = sum(group.count for placed, group in zip(body, model.layers) if placed)
         self.kept_layers = kept_layer_counts(precision, recipe)
         self.changes = recipe_changes_costs(recipe) or bool(self.exempt)
