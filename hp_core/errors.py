@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BLOCK_HINT", "ConfigError", "HPError", "PlanNotExecutable", "PluginError", "SpecError", "call_plugin", "describe"]
+__all__ = ["BLOCK_HINT", "ConfigError", "HPError", "PlanNotExecutable", "PluginError", "RunRefusal", "SpecError", "call_plugin",
+           "describe"]
 
 
 class HPError(Exception):
-    """A problem with the user's input or environment, stated on one line."""
+    """A problem with the user's input or environment, stated on one line.
+
+    Every subclass pickles (``__reduce__`` rebuilds it from its own constructor's arguments, plus any attribute
+    set on it afterwards): ``hp search --workers N`` raises them in worker processes and the parent re-raises them.
+    """
 
     def __str__(self) -> str:
         return " ".join(str(self.args[0]).split()) if self.args else ""
@@ -31,6 +36,18 @@ class ConfigError(HPError):
         super().__init__(f"{path}: {message}")
         self.path = path
         self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exception's own reduce calls cls(*self.args) with the one formatted string: a TypeError in the process
+        # that unpickles it (a search worker's parent then sees a BrokenProcessPool).
+        return (type(self), (self.path, self.message), dict(self.__dict__))
+
+
+class RunRefusal(ConfigError):
+    """A refusal of the run as a whole, whatever its layout (FP8 attention the runtime's kernel or the device runs
+    none of, at ``$.runtime.options.<option>`` or ``$.precision.recipe``): ``hp search`` reports it on one line
+    rather than rejecting every layout under it, where a plain :class:`ConfigError` at a runtime option (one that
+    depends on the layout, ``reshard_after_forward_to``) rejects only the layouts it refuses."""
 
 
 class SpecError(ConfigError, ValueError, TypeError):
@@ -69,6 +86,9 @@ class PlanNotExecutable(ConfigError):
         self.trainer = trainer
         self.suggestion = suggestion
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.trainer, self.message, self.suggestion), dict(self.__dict__))
+
 
 # How a message about a broken plugin tells the user to go on without it.
 BLOCK_HINT = "HP_BLOCK_PLUGINS={name} (or --block-plugin {name}) runs without it"
@@ -90,6 +110,9 @@ class PluginError(HPError):
         super().__init__(f"plugin {plugin}: {message}{hint}")
         self.plugin = plugin
         self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.plugin, self.message), dict(self.__dict__))
 
 
 def describe(exc: BaseException) -> str:

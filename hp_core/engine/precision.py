@@ -29,7 +29,7 @@ from typing import Any, Iterable
 import attrs
 
 from hp_core.costs import ActivationTerm, LayerCost, ParamCount
-from hp_core.errors import ConfigError
+from hp_core.errors import ConfigError, RunRefusal
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.registry import Registry
 from hp_core.specs.model import ModelSpec
@@ -108,7 +108,7 @@ def _fp8_attention(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: i
             (eager attention, or a layer kind that does not state them): FP8 attention is not priced there.
     """
     if cost.forward.attention_flops and not any(t.attention_saved == "qkv" for t in cost.activations):
-        raise ConfigError("$.precision.recipe", f"precision recipe {recipe.name} runs attention in {recipe.attention_format}: "
+        raise RunRefusal("$.precision.recipe", f"precision recipe {recipe.name} runs attention in {recipe.attention_format}: "
                           "needs the fused (flash) attention kernel and a layer kind that marks the q, k, v its kernel keeps "
                           "(ActivationTerm.attention_saved; docs/precision.md 'FP8 attention')")
     return tuple(_attention_term(t, recipe, activation_bytes, tp_sp) if t.attention_saved
@@ -310,7 +310,7 @@ def check_fp8_attention(recipe: PrecisionRecipe, runtime: Any) -> None:
     refusal = getattr(runtime, "fp8_attention_refusal", None)
     if recipe.attention_format != "bf16" and refusal is not None:
         path, why = refusal
-        raise ConfigError(path, f"precision recipe {recipe.name} runs attention in {recipe.attention_format}, but {why}")
+        raise RunRefusal(path, f"precision recipe {recipe.name} runs attention in {recipe.attention_format}, but {why}")
 
 
 # Attention cores whose FP8 kernel the device's family does not run, per (architecture, LayerWork.wide_qk_attention):
@@ -337,7 +337,7 @@ def check_fp8_attention_device(recipe: PrecisionRecipe | None, works: Iterable[A
         why = _FP8_ATTENTION_UNSUPPORTED.get((architecture, work.wide_qk_attention))
         if why is not None:
             plain = f" ({recipe.name.removesuffix('-fp8-attention')})" if recipe.name.endswith("-fp8-attention") else ""
-            raise ConfigError("$.precision.recipe", f"precision recipe {recipe.name} runs attention in {recipe.attention_format} "
+            raise RunRefusal("$.precision.recipe", f"precision recipe {recipe.name} runs attention in {recipe.attention_format} "
                               f"on {device}, but {why}; choose a recipe without FP8 attention{plain} or a Blackwell device")
 
 

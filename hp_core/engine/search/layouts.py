@@ -12,7 +12,7 @@ from typing import Mapping
 
 import attrs
 
-from hp_core.errors import ConfigError
+from hp_core.errors import ConfigError, RunRefusal
 from hp_core.registry import Registry
 from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec
 from hp_core.specs.overlap import FsdpPipelineError
@@ -204,13 +204,25 @@ class _Job:
     schedule: str | None = None  # the schedule searched; None: by vpp (Layout.schedule)
 
 
+# Field paths whose every refusal holds for the run as a whole, whatever the layout: the recipe's (its device,
+# its dtype peaks, FP8 attention on a layer that marks no kernel tensors). A refusal at a runtime option is run-wide
+# only where it is a RunRefusal (Runtime.fp8_attention_refusal); others (reshard_after_forward_to) depend on the layout.
+RUN_WIDE_PATHS = ("$.precision.recipe",)
+
+
 def _reason_of(error: ConfigError) -> str:
+    """The rejection reason of a layout refused with *error*.
+
+    Raises:
+        ConfigError: *error* itself where it refuses the run whatever the layout (:class:`~hp_core.errors.RunRefusal`,
+            or at one of :data:`RUN_WIDE_PATHS`): the search says it on one line rather than rejecting every layout.
+    """
     if isinstance(error, FsdpPipelineError):
         return R_FSDP_PP
     if isinstance(error, PipelineTraitError):
         return R_PIPELINE_TRAIT
     path = error.path
-    if path == "$.precision.recipe" or path.startswith("$.runtime.options."):
+    if isinstance(error, RunRefusal) or path in RUN_WIDE_PATHS:
         raise error  # the recipe or the runtime, not the layout: no layout runs it (FP8 attention refused), said as is
     if path.startswith("$.precision.high_precision_layers_at_"):  # check_high_precision_layers, per pp
         return R_KEPT
