@@ -197,7 +197,8 @@ class ActivationTerm:
             (``set_save_original_input``; the ``linear_proj_original_input`` trait).
         rerun_switch: A switch a recipe moved this term off that still regenerates its compute-dtype
             source (FP8 attention's q, k, v: Megatron-Core's ``mla_up_proj`` re-runs the up projections
-            whatever Transformer Engine saved): recomputing it saves none of these bytes but costs the
+            whatever Transformer Engine saved; set only where the layer's :attr:`LayerWork.reruns` names the
+            switch): recomputing it saves none of these bytes but costs the
             re-run of :attr:`rerun_bytes`, the bytes it dropped before (:mod:`hp_core.engine.timing`).
     """
 

@@ -71,7 +71,8 @@ def _kept(term: ActivationTerm, recipe: PrecisionRecipe, activation_bytes: int, 
     return _term(term, recipe, activation_bytes, tp_sp and term.sp_gathered) if term.gemm_input else term
 
 
-def _attention_term(term: ActivationTerm, recipe: PrecisionRecipe, activation_bytes: int, tp_sp: bool) -> ActivationTerm:
+def _attention_term(term: ActivationTerm, recipe: PrecisionRecipe, activation_bytes: int, tp_sp: bool,
+                    work: Any = None) -> ActivationTerm:
     """A tensor a fused attention kernel keeps, as an FP8-attention recipe keeps it (:func:`apply_recipe`).
 
     q, k and v (``qkv``): the kernel's quantized copies, new tensors (Transformer Engine ``combine_and_quantize``),
@@ -81,7 +82,10 @@ def _attention_term(term: ActivationTerm, recipe: PrecisionRecipe, activation_by
     NVIDIA/Megatron-LM ``core_v0.16.0`` lines 344-347 and 838-843, ``tensor_parallel/random.py``
     ``discard_output_and_register_recompute``), yet that switch's recompute still re-runs the GEMMs that made the
     compute-dtype tensor: the moved term names the switch and the bytes it regenerates (``rerun_switch``,
-    ``rerun_bytes``), a cost without a saving. A ``qkv_view`` tensor, kept whole in bf16 only as the base of the kernel's input view,
+    ``rerun_bytes``), a cost without a saving, only where the layer (*work*, its :class:`~hp_core.costs.LayerWork`)
+    states what that switch's recompute re-runs (:meth:`LayerWork.rerun <hp_core.costs.LayerWork.rerun>`: MLA's
+    ``attUp``); a switch stating none (the qk-norm's ``normOp`` over ``q_k``) rebuilds nothing the kernel reads and
+    is charged nothing for the moved term. A ``qkv_view`` tensor, kept whole in bf16 only as the base of the kernel's input view,
     is freed, and the kernel's quantized copy of the view (``attention_view_bytes``) kept as a ``qkv`` one.
     """
     if term.attention_saved in ("qkv", "qkv_view"):
@@ -89,7 +93,8 @@ def _attention_term(term: ActivationTerm, recipe: PrecisionRecipe, activation_by
         quantized = math.ceil(kernel / activation_bytes * recipe.attention_qkv_bytes_per_element(activation_bytes))
         # The switch's recompute still re-runs what made the compute-dtype tensor (it saves none of the kernel's
         # copies): the term keeps the bytes it regenerates, for the recompute's time (ActivationTerm.rerun_bytes).
-        rerun = (term.switch, term.bytes) if term.switch is not None else (term.rerun_switch, term.rerun_bytes)
+        stated = term.switch is not None and work is not None and work.rerun(term.switch) is not None
+        rerun = (term.switch, term.bytes) if stated else (term.rerun_switch, term.rerun_bytes)
         return attrs.evolve(term, bytes=quantized, switch=None, attention_saved="qkv", attention_view_bytes=0,
                             rerun_switch=rerun[0], rerun_bytes=rerun[1])
     elements = term.bytes / activation_bytes
@@ -111,7 +116,7 @@ def _fp8_attention(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: i
         raise RunRefusal("$.precision.recipe", f"precision recipe {recipe.name} runs attention in {recipe.attention_format}: "
                           "needs the fused (flash) attention kernel and a layer kind that marks the q, k, v its kernel keeps "
                           "(ActivationTerm.attention_saved; docs/precision.md 'FP8 attention')")
-    return tuple(_attention_term(t, recipe, activation_bytes, tp_sp) if t.attention_saved
+    return tuple(_attention_term(t, recipe, activation_bytes, tp_sp, cost.work) if t.attention_saved
                  else _kept(t, recipe, activation_bytes, tp_sp) for t in cost.activations)
 
 

@@ -550,3 +550,35 @@ def test_the_planner_never_picks_attup_under_fp8_attention(registry):
                           recompute=r)) for r in ("none", ["attUp"])]
     assert [s.peak_bytes for s in runs[1][0].stages] == [s.peak_bytes for s in runs[0][0].stages]
     assert runs[1][1].step_seconds > runs[0][1].step_seconds
+
+
+def test_a_qk_norm_switch_states_no_rerun_and_is_charged_nothing_for_q_k(registry):
+    # A qk-norm layer (GQA kit: q_k under normOp), hidden 256, 4 heads, 2 KV heads, head dim 64, one sequence of
+    # 128 tokens, TP 1: q_k 128 * (4 + 2) * 64 * 2 = 98,304 bytes. The layer states no re-run for normOp
+    # (LayerWork.reruns names ffFc1 only), so FP8 attention moves q_k off it with no rerun_switch: recomputing
+    # normOp rewrites the two pre-norm outputs only, each 128 * 256 elements kept as MXFP8 (1 + 1/32 bytes an
+    # element): 2 * 33,792 bytes, written once (2 * bytes / memory), nothing for q_k's bf16 bytes.
+    from hp_core.engine.precision import apply_recipe
+    from hp_core.engine.prepare import layer_context
+    from hp_core.engine.timing.layer import _layer_time
+    from hp_core.engine.timing.rates import _rates
+    from hp_core.specs import PrecisionSpec
+    from hp_plugins.kinds.dense import evaluate_dense
+
+    config = DenseConfig(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                         intermediate_size=128, qk_norm=True)
+    layout = ParallelSpec(tp=1, dp=1, seq_len=128)
+    cost = evaluate_dense(config, layer_context(layout, PrecisionSpec(), "flash"))
+    assert {t.op: (t.bytes, t.switch) for t in cost.activations if t.op == "q_k"} == {"q_k": (98_304, "normOp")}
+    assert cost.work.rerun("normOp") is None
+    recipe = registry.precision_recipe("mxfp8-fp8-attention")
+    kept = apply_recipe(cost, recipe, 2)
+    assert [t.op for t in kept.activations if t.rerun_switch] == []
+    q_k = next(t for t in kept.activations if t.op == "q_k")
+    assert (q_k.switch, q_k.rerun_bytes, q_k.bytes) == (None, 0, 101_376)  # 49,152 elements * 2.0625
+    runtime = registry.runtime("megatron")
+    rates = _rates(layout, registry.hardware_preset("gb200").spec, runtime.timing,
+                   attrs.evolve(runtime.precision, recipe=recipe.name), "flash", recipe=recipe)
+    rates = attrs.evolve(rates, host=None, slowdown=1.0)
+    t = _layer_time(kept, kept.work, False, frozenset({"normOp"}), rates)
+    assert t.recompute_seconds == pytest.approx(2 * (2 * 33_792) / rates.memory)
