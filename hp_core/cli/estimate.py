@@ -11,8 +11,8 @@ from rich.console import Console
 from hp_core.cli.jobs import config_from_args, export_of, print_export
 from hp_core.errors import ConfigError
 from hp_core.io.job import estimate_job, prepare_job, resolve_job, step_time_job
-from hp_core.io.report import (communication_table, estimate_table, estimate_to_json, gib, kinds_table, time_summary,
-                               time_table, time_to_json)
+from hp_core.io.report import (communication_table, compute_dtype_kinds_text, estimate_table, estimate_to_json, gib,
+                               kinds_table, time_summary, time_table, time_to_json)
 from hp_core.registry import Registry
 from hp_core.runtime_options import option_summary, runtime_name
 from hp_core.specs import HardwareSpec
@@ -72,6 +72,8 @@ def estimate_command(args: argparse.Namespace, registry: Registry, console: Cons
     precision = f", precision {recipe}" if recipe != "bf16" else ""
     console.print(f"Provenance: runtime {runtime}, census {prov['census']}, attention {prov['attention']}{precision}, "
                   f"model {prov['model_source']}")
+    if step is None and compute_dtype_kinds_text(prov, recipe):  # with a step time its summary says it
+        console.print(compute_dtype_kinds_text(prov, recipe), markup=False, highlight=False)
     if exported is not None:
         print_export(exported, runtime_name(job.runtime), console)
     return 0

@@ -101,8 +101,15 @@ def _print_recipes(results: dict, args: argparse.Namespace, console: Console) ->
     console.print(table)
     for recipe, r in results.items():
         console.print(f"{recipe}: considered {r.considered:,} candidates; planned {r.planned:,}; {r.fitting:,} fit"
-                      + (f"; kept layers: {_kept_text(r)}" if r.high_precision_layers != (0, 0) else "") + ".")
+                      + (f"; kept layers: {_kept_text(r)}" if r.high_precision_layers != (0, 0) else "")
+                      + (f"; {_kinds_text(r)}" if r.compute_dtype_kinds else "") + ".")
     return 0
+
+
+def _kinds_text(result) -> str:
+    """The kinds every layout of *result* runs wholly in the compute dtype (``Runtime.compute_dtype_kinds``), in words."""
+    return (f"{', '.join(result.compute_dtype_kinds)} layers wholly in the compute dtype in every layout (the runtime's "
+            "trainer quantizes none of them under this recipe)")
 
 
 def _kept_text(result) -> str:
@@ -176,8 +183,10 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
                       f"{c.step_seconds:.3f}", f"{c.mfu:.1%}", c.plan_summary)
     console.print(table)
     console.print(f"Considered {result.considered:,} candidates; planned {result.planned:,}; {result.fitting:,} fit.")
-    if result.high_precision_layers != (0, 0):
-        console.print(f"Kept layers: {_kept_text(result)}.")
+    if result.high_precision_layers != (0, 0) or result.compute_dtype_kinds:
+        console.print("Kept layers: " + "; ".join(
+            ([_kept_text(result)] if result.high_precision_layers != (0, 0) else [])
+            + ([_kinds_text(result)] if result.compute_dtype_kinds else [])) + ".")
     rejected = Table(title="Rejected", title_justify="left")
     rejected.add_column("Reason")
     rejected.add_column("Candidates", justify="right")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from hp_core.distributions import planner_version
 from hp_core.engine import census as census_lib
 from hp_core.engine.prepare import PreparedRun, evaluate_groups, layer_context, model_kinds, with_sublayers
-from hp_core.engine.precision import on_device
+from hp_core.engine.precision import compute_dtype_kinds, on_device
 from hp_core.engine.stage import PlacedLayer, plan_stage
 from hp_core.registry import Registry
 from hp_core.results import Estimate, ParameterSummary
@@ -119,6 +119,10 @@ def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardw
         "kinds": census_lib.kind_provenance(run.layers.census, kinds, run.layers.records),
         "model_source": run.model.source,
     }
+    # Kinds the runtime runs wholly in the compute dtype under the recipe (Megatron-Core's MTP module under FP4).
+    kept_kinds = compute_dtype_kinds(run.model, run.stage_inputs.recipe, run.runtime)
+    if kept_kinds:
+        provenance["compute_dtype_kinds"] = kept_kinds
     assumed = recompute_assumptions(body)
     if assumed:
         provenance["recompute_assumptions"] = assumed

@@ -36,7 +36,7 @@ from hp_core.specs.model import ModelSpec
 from hp_core.specs.precision import PrecisionSpec
 
 __all__ = [
-    "apply_recipe", "check_fp8_attention", "compute_dtype_groups", "check_fp8_attention_device", "check_high_precision_layers", "in_compute_dtype", "kept_layer_counts", "recipe_changes_costs", "recipe_cost", "split_high_precision_layers", "apply_recipe_measured", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
+    "apply_recipe", "check_fp8_attention", "compute_dtype_groups", "compute_dtype_kinds", "check_fp8_attention_device", "check_high_precision_layers", "in_compute_dtype", "kept_layer_counts", "recipe_changes_costs", "recipe_cost", "split_high_precision_layers", "apply_recipe_measured", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
     "on_device", "weight_copy_bytes",
 ]
 
@@ -402,6 +402,12 @@ def compute_dtype_groups(model: ModelSpec, recipe: PrecisionRecipe, runtime: Any
     dtype): priced as :func:`in_compute_dtype` prices them. None where the recipe quantizes nothing."""
     kinds = getattr(runtime, "compute_dtype_kinds", {}).get(recipe.gemm_dtype, ()) if recipe.low_precision else ()
     return frozenset(i for i, group in enumerate(model.layers) if group.kind in kinds)
+
+
+def compute_dtype_kinds(model: ModelSpec, recipe: PrecisionRecipe, runtime: Any) -> list[str]:
+    """The kinds of :func:`compute_dtype_groups`, sorted (``["mtp"]``: Megatron-Core's MTP module under FP4), which
+    the provenance states (``compute_dtype_kinds``) and the text says: empty where the model has none."""
+    return sorted({model.layers[i].kind for i in compute_dtype_groups(model, recipe, runtime)})
 
 
 def kept_layer_counts(precision: PrecisionSpec, recipe: PrecisionRecipe) -> tuple[int, int]:

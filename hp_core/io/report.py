@@ -8,7 +8,7 @@ per stage ``index``, ``layers``, ``micro_batches_in_flight``, ``memory`` (one
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import attrs
 from rich import box
@@ -306,8 +306,20 @@ def time_summary(step) -> str:
     if recipe != "bf16":
         mfu = (f"MFU {step.mfu * 100:.1f}% of the {prov['dtype']} peak, {step.mfu_recipe_peak * 100:.1f}% of the "
                f"{prov.get('gemm_dtype', '?')} peak ({recipe})")
+    kept = compute_dtype_kinds_text(prov, recipe)
     return (
         f"Step time: {step.step_seconds:.3f} s, {step.tokens_per_second:,.0f} tokens/s, {mfu}\n"
         f"  seconds: {parts}\n"
         f"  timing profile {prov['timing_profile']}, {prov['device_efficiency']} efficiencies, {prov['dtype']}{whole_run}"
+        + (f"\n  {kept}" if kept else "")
     )
+
+
+def compute_dtype_kinds_text(provenance: Mapping[str, Any], recipe: str) -> str:
+    """One short line naming the layer kinds the runtime keeps wholly in the compute dtype under *recipe*
+    (``provenance["compute_dtype_kinds"]``, Megatron-Core's MTP module under FP4), or ``""`` where none."""
+    kinds = provenance.get("compute_dtype_kinds")
+    if not kinds:
+        return ""
+    return (f"Kept layers: {', '.join(kinds)} layers wholly in the compute dtype under {recipe} (the runtime's trainer "
+            f"quantizes none of them; docs/precision.md)")

@@ -53,6 +53,7 @@ def search_to_json(result: SearchResult) -> dict[str, Any]:
         "rejected": dict(result.rejected),
         "high_precision_layers": {"at_start": result.high_precision_layers[0],
                                   "at_end": result.high_precision_layers[1]},
+        "compute_dtype_kinds": list(result.compute_dtype_kinds),
         "top": [
             {
                 "rank": rank,

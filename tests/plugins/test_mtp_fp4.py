@@ -70,3 +70,33 @@ def test_the_search_prices_the_module_as_prepare_does(registry):
         prepared = PreparedCosts(model, model_kinds(model, registry), attrs.evolve(precision, recipe=recipe),
                                  registry.precision_recipe(recipe), runtime)
         assert prepared.exempt == frozenset(exempt), recipe
+
+
+def test_estimate_step_and_search_say_the_mtp_module_runs_in_the_compute_dtype(capsys):
+    # hp says what it priced: the module's kind in the provenance (compute_dtype_kinds), a Kept layers line in the
+    # text, and in the search's header and JSON; nothing under an FP8 recipe, where Megatron-Core quantizes it.
+    import json
+
+    from cli_run import run
+
+    argv = ["--model", "deepseek-v3", "--num-layers", "4", "--devices", "64", "--ep", "8", "--hardware", "b200",
+            "--runtime", "megatron"]
+    status, out, _ = run(capsys, "estimate", *argv, "--precision", "nvfp4", "--json")
+    doc = json.loads(out)
+    assert status == 0
+    assert doc["provenance"]["compute_dtype_kinds"] == ["mtp"] and doc["time"]["provenance"]["compute_dtype_kinds"] == ["mtp"]
+    status, out, _ = run(capsys, "estimate", *argv, "--precision", "nvfp4")
+    assert status == 0
+    assert ("Kept layers: mtp layers wholly in the compute dtype under nvfp4 (the runtime's trainer quantizes none of "
+            "them; docs/precision.md)") in " ".join(out.split())
+    status, out, _ = run(capsys, "estimate", *argv, "--precision", "mxfp8", "--json")
+    doc = json.loads(out)
+    assert "compute_dtype_kinds" not in doc["provenance"] and "compute_dtype_kinds" not in doc["time"]["provenance"]
+    search = ["search", *(a for a in argv if a not in ("--ep", "8")), "--precision", "nvfp4", "--top", "1"]
+    status, out, _ = run(capsys, *search, "--json")
+    assert status == 0 and json.loads(out)["compute_dtype_kinds"] == ["mtp"]
+    status, out, _ = run(capsys, *search)
+    assert status == 0
+    assert "Kept layers: mtp layers wholly in the compute dtype in every layout" in " ".join(out.split())
+    status, out, _ = run(capsys, *search[:-4], "--precision", "mxfp8", "--top", "1", "--json")
+    assert status == 0 and json.loads(out)["compute_dtype_kinds"] == []

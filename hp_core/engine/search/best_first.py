@@ -349,7 +349,7 @@ def _search(model: ModelSpec, registry: Registry, devices: int, hardware: Hardwa
         model=model.name, runtime=rt.name, hardware=hardware.name, devices=devices, global_batch_size=global_batch_size,
         seq_len=seq_len, considered=considered, planned=planned, fitting=len(fitting), top=tuple(fitting[:top]),
         rejected={reason: counts[reason] for reason in REASONS if counts.get(reason)},
-        high_precision_layers=bounder.kept_layers,
+        high_precision_layers=bounder.kept_layers, compute_dtype_kinds=bounder.prepared.compute_dtype_kinds,
     )
 
 

@@ -167,6 +167,9 @@ class SearchResult:
         high_precision_layers: ``(at start, at end)``: the first and last body layers every candidate keeps in the
             compute dtype under the precision recipe (``PrecisionSpec.high_precision_layers_at_start`` / ``_at_end``,
             fixed, not searched); ``(0, 0)`` where none are or the recipe quantizes nothing.
+        compute_dtype_kinds: The layer kinds the runtime runs wholly in the compute dtype under the recipe in every
+            candidate (``Runtime.compute_dtype_kinds``: ``("mtp",)``, Megatron-Core's MTP module under FP4), sorted;
+            empty where the model has none.
     """
 
     model: str
@@ -181,6 +184,7 @@ class SearchResult:
     top: tuple[Candidate, ...]
     rejected: Mapping[str, int]
     high_precision_layers: tuple[int, int] = (0, 0)
+    compute_dtype_kinds: tuple[str, ...] = ()
 
     @property
     def best(self) -> Candidate | None:

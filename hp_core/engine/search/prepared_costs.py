@@ -21,6 +21,7 @@ from hp_core.costs import LayerCost
 from hp_core.engine.precision import (
     check_high_precision_layers,
     compute_dtype_groups,
+    compute_dtype_kinds,
     in_compute_dtype,
     kept_layer_counts,
     recipe_changes_costs,
@@ -44,6 +45,8 @@ class PreparedCosts:
             :meth:`kept_refusal`). The model itself where none are kept.
         exempt: The indices of the split-off groups, and of the groups whose kind *runtime* runs in the compute
             dtype under the recipe (:func:`~hp_core.engine.precision.compute_dtype_groups`).
+        compute_dtype_kinds: The kinds of those the runtime runs in the compute dtype, sorted
+            (:func:`~hp_core.engine.precision.compute_dtype_kinds`).
         kept_layers: ``(at start, at end)``: the body layers kept; ``(0, 0)`` where none are or the recipe
             quantizes nothing.
 
@@ -62,6 +65,7 @@ class PreparedCosts:
             self.model, self.exempt = model, frozenset()
         # And the groups of kinds the runtime runs in the compute dtype under the recipe (compute_dtype_groups).
         self.exempt = self.exempt | compute_dtype_groups(self.model, recipe, runtime)
+        self.compute_dtype_kinds = tuple(compute_dtype_kinds(self.model, recipe, runtime))
         self.body_count = sum(group.count for placed, group in zip(body, model.layers) if placed)
         self.kept_layers = kept_layer_counts(precision, recipe)
         self.changes = recipe_changes_costs(recipe) or bool(self.exempt)

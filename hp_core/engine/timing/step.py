@@ -18,7 +18,7 @@ from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.schedule import pipeline_seconds, rank_order
 from hp_core.engine.timing.fsdp_pipeline import fill_delay, stage_fsdp
 from hp_core.engine.timing.overlap import bucketed, fsdp_layers, hidden_send, lone_seconds
-from hp_core.engine.precision import check_fp8_attention_device
+from hp_core.engine.precision import check_fp8_attention_device, compute_dtype_kinds
 from hp_core.engine.timing.attention_speedup import fp8_attention_provenance
 from hp_core.engine.timing.layer import ALTERNATE_MATMUL_DEFAULT_FRACTION, _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
@@ -458,6 +458,9 @@ def time_run(
         **({"large_gemm_speedup": hardware.large_gemm_speedup, "large_gemm_flops": hardware.large_gemm_flops}
            if hardware.large_gemm_speedup else {}),  # the machine's GEMMs against its family's figures (rates._gemm_table)
     }
+    kept_kinds = compute_dtype_kinds(model, recipe, rt)  # run wholly at the compute dtype's rates (MTP under FP4)
+    if kept_kinds:
+        provenance["compute_dtype_kinds"] = kept_kinds
     if timing.fsdp1_units:
         # FSDP1's per-unit time (DeviceEfficiency.fsdp1_unit_seconds): per unit and micro-batch, the slowest stage's units
         # (its body layers; a mean over model copies), and what they add to the step's compute.
