@@ -74,6 +74,11 @@ def _positive_number(instance: Any, attribute: attrs.Attribute, value: Any) -> N
         raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a positive number, got {value!r}")
 
 
+def _head_dims(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if len(value) != 2 or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in value):
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be two positive ints, got {value!r}")
+
+
 def _non_negative_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a non-negative number, got {value!r}")
@@ -322,55 +327,47 @@ class Rerun:
 class LayerWork:
     """The kernels and collectives of one layer per micro-batch on one rank: what its step time prices.
 
-    A kind states it (:attr:`LayerCost.work`); the step time reads nothing
-    else of the layer's architecture. FLOPs by class are in
-    :attr:`LayerCost.forward`; this record gives their shapes and what runs
-    besides.
+    A kind states it (:attr:`LayerCost.work`); the step time reads nothing else of the layer's architecture. FLOPs by
+    class are in :attr:`LayerCost.forward`; this record gives their shapes and what runs besides.
 
     Attributes:
         collectives: Every collective the layer issues (:class:`Collective`).
-        gemms: Dense GEMMs whose shapes are known, ``(rows, fan_out, fan_in)``;
-            a device's measured GEMM table prices them, the rest of the matmul
-            FLOPs runs at the fitted efficiency.
+        gemms: Dense GEMMs whose shapes are known, ``(rows, fan_out, fan_in)``; a device's measured GEMM table prices
+            them, the rest of the matmul FLOPs runs at the fitted efficiency.
         grouped_flops: Forward FLOPs of grouped (expert) GEMMs, part of the matmul FLOPs.
         expert_rows: Tokens per local expert (the grouped GEMMs' rows).
         expert_gemms: The grouped GEMMs, ``(experts on the rank, rows per expert, fan_out, fan_in)``.
         attention_calls: Fused attention kernel calls (0: no attention core).
         wide_qk_attention: The attention core's query/key head dim exceeds its
             value head dim (MLA), priced with the device's figures for it.
+        attention_head_dims: ``(query/key, value)`` head dims of the attention core (cuDNN runs FP8 attention on
+            Hopper at 128 and 128 only); ``None``: not stated, FP8 attention refused there rather than priced.
         fused_softmax_flops: Elementwise FLOPs a fused attention kernel runs on
             chip (the softmax over the scores): no HBM traffic under flash.
         copy_bytes: Bytes memory-bound copies move each way (MLA's query/key assembly).
         backward_copy_bytes: Bytes those copies move in backward where that differs
             from forward (an eager op's gradient kernels); ``None``: ``copy_bytes``.
         permute_bytes: Dispatched tokens' bytes an MoE layer's permutation passes move.
-        permute_input_bytes: The layer's own tokens' bytes (the first pass
-            reads them, the last writes them).
-        router_elements: Routed tokens times experts (a router's top-k and
-            auxiliary-loss kernels scale with them).
-        table_elements: Elements of a lookup table's shard (its backward
-            writes a dense gradient).
-        boundary_bytes: The activation the layer hands to the next, unsplit
-            (a pipeline send carries it, split where the layout splits it).
-        attention_core_switches: The switches whose recompute re-runs the
-            attention core's forward (any of them: a trainer checkpoints the
-            core as a unit, Megatron-LM ``CoreAttention``; Korthikanti et al.
-            2022, Section 4.2), rewriting the score-sized tensors they drop.
-        routed_experts: The experts the layer routes tokens over, which expert
-            parallelism must divide (0: none); a layout search rejects an
-            ``ep`` that does not divide them before evaluating anything.
+        permute_input_bytes: The layer's own tokens' bytes (the first pass reads them, the last writes them).
+        router_elements: Routed tokens times experts (a router's top-k and auxiliary-loss kernels scale with them).
+        table_elements: Elements of a lookup table's shard (its backward writes a dense gradient).
+        boundary_bytes: The activation the layer hands to the next, unsplit (a pipeline send carries it, split where
+            the layout splits it).
+        attention_core_switches: The switches whose recompute re-runs the attention core's forward (any of them: a
+            trainer checkpoints the core as a unit, Megatron-LM ``CoreAttention``; Korthikanti et al. 2022, Section
+            4.2), rewriting the score-sized tensors they drop.
+        routed_experts: The experts the layer routes tokens over, which expert parallelism must divide (0: none); a
+            layout search rejects an ``ep`` that does not divide them before evaluating anything.
         frozen_matmul_flops: The part of the forward matmul FLOPs whose weights are frozen (``ParamCount.trainable``
             false): their backward computes the input gradient only (:mod:`hp_core.engine.timing.gemm_seconds`).
         frozen_gemms: Those of :attr:`gemms` whose weights are frozen; frozen FLOPs beyond theirs are FLOPs the layer
             lists no shape for (grouped, unlisted dense), in proportion, an assumption (not sourced;
             :func:`~hp_core.engine.timing.gemm_seconds.frozen_share`).
-        reruns: ``(switch, Rerun)`` pairs: what recomputing each switch re-runs
-            (:class:`Rerun`); a switch not named re-runs nothing beyond
-            rewriting what it drops.
-        high_precision_gemms: Those of :attr:`gemms` that stay in the compute
-            dtype under a low-precision recipe (a router's gate, the output
-            head); the rest of the matmul FLOPs, grouped ones included, run in
-            the recipe's format (:mod:`hp_core.precision_recipes`).
+        reruns: ``(switch, Rerun)`` pairs: what recomputing each switch re-runs (:class:`Rerun`); a switch not named
+            re-runs nothing beyond rewriting what it drops.
+        high_precision_gemms: Those of :attr:`gemms` that stay in the compute dtype under a low-precision recipe (a
+            router's gate, the output head); the rest of the matmul FLOPs, grouped ones included, run in the recipe's
+            format (:mod:`hp_core.precision_recipes`).
         original_input_gemms: Those of :attr:`gemms` whose input the trainer keeps in
             the compute dtype and quantizes again in backward where the recipe can
             (the GEMM of an :attr:`ActivationTerm.original_input` term: Megatron-Core's
@@ -399,6 +396,8 @@ class LayerWork:
     expert_gemms: tuple[tuple[int, float, int, int], ...] = attrs.field(default=(), converter=tuple)
     attention_calls: int = attrs.field(default=0, validator=_non_negative_int)
     wide_qk_attention: bool = False
+    attention_head_dims: tuple[int, int] | None = attrs.field(default=None, converter=attrs.converters.optional(tuple),
+                                                             validator=attrs.validators.optional(_head_dims))
     fused_softmax_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
     copy_bytes: float = attrs.field(default=0.0, validator=_non_negative_number)
     backward_copy_bytes: float | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_number))

@@ -29,6 +29,7 @@ from typing import Any, Iterable
 import attrs
 
 from hp_core.costs import ActivationTerm, LayerCost, ParamCount
+from hp_core.engine.fp8_attention_checks import check_fp8_attention, check_fp8_attention_device
 from hp_core.errors import ConfigError, RunRefusal
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.registry import Registry
@@ -307,45 +308,6 @@ def check_hardware_dtype(recipe: PrecisionRecipe, peaks: dict, name: str) -> Non
                           f"FLOP/s (it has {sorted(peaks) or 'none'}); choose another recipe or a device that runs {recipe.gemm_dtype}")
 
 
-def check_fp8_attention(recipe: PrecisionRecipe, runtime: Any) -> None:
-    """Refuse a recipe running FP8 attention under a runtime whose attention kernel runs none
-    (:attr:`Runtime.fp8_attention_refusal <hp_core.types.Runtime.fp8_attention_refusal>`: fsdp2's SDPA,
-    FlexAttention and Triton kernels), one line at the path the runtime names; its memory and time would
-    price a kernel the trainer does not run."""
-    refusal = getattr(runtime, "fp8_attention_refusal", None)
-    if recipe.attention_format != "bf16" and refusal is not None:
-        path, why = refusal
-        raise RunRefusal(path, f"precision recipe {recipe.name} runs attention in {recipe.attention_format}, but {why}")
-
-
-# Attention cores whose FP8 kernel the device's family does not run, per (architecture, LayerWork.wide_qk_attention):
-# cuDNN runs no FP8 attention at MLA's head dims (q/k 192, v 128) on Hopper. Source: NVIDIA/cudnn-frontend@3929da2
-# benchmark/sdpa_benchmark_training's H200 DeepSeek-V3 results, every FP8 row failed with cudnnGraphNotSupportedError
-# ("hidden_dim shoud be equal to 128"; hp_plugins/hardware/data/cudnn_sdpa.json 'left_out', docs/precision.md).
-_FP8_ATTENTION_UNSUPPORTED = {
-    ("hopper", True): "cuDNN runs no FP8 attention at MLA's head dims (q/k 192, v 128) on Hopper (cudnn-frontend's "
-                      "H200 DeepSeek-V3 benchmark: every FP8 row failed, cudnnGraphNotSupportedError, head dim must be "
-                      "128; docs/precision.md 'FP8 attention')",
-}
-
-
-def check_fp8_attention_device(recipe: PrecisionRecipe | None, works: Iterable[Any], architecture: str | None,
-                               device: str) -> None:
-    """Refuse a recipe running FP8 attention on a device whose family runs no FP8 kernel for a core the model runs
-    in FP8 (*works*: the layers' :class:`~hp_core.costs.LayerWork`; a layer kept in the compute dtype, ``quantized``
-    false, runs its core in bf16): MLA on Hopper. One line at ``$.precision.recipe``; nothing without a device family."""
-    if recipe is None or recipe.attention_format == "bf16" or architecture is None:
-        return
-    for work in works:
-        if work is None or not work.attention_calls or not work.quantized:
-            continue
-        why = _FP8_ATTENTION_UNSUPPORTED.get((architecture, work.wide_qk_attention))
-        if why is not None:
-            plain = f" ({recipe.name.removesuffix('-fp8-attention')})" if recipe.name.endswith("-fp8-attention") else ""
-            raise RunRefusal("$.precision.recipe", f"precision recipe {recipe.name} runs attention in {recipe.attention_format} "
-                              f"on {device}, but {why}; choose a recipe without FP8 attention{plain} or a Blackwell device")
-
-
 def on_device(run: Any, hardware: Any) -> Any:
     """The prepared run *run* with its recipe as *hardware* runs it (:meth:`PrecisionRecipe.on
     <hp_core.precision_recipes.PrecisionRecipe.on>`: one cached weight copy where one tensor serves
@@ -357,7 +319,8 @@ def on_device(run: Any, hardware: Any) -> Any:
     Raises:
         ConfigError: The recipe does not run on *hardware*'s family (:meth:`PrecisionRecipe.check_architecture
             <hp_core.precision_recipes.PrecisionRecipe.check_architecture>`), or runs FP8 attention where the
-            family's kernel runs none for a core of the model (:func:`check_fp8_attention_device`: MLA on Hopper).
+            family's kernel runs none for a core of the model (:func:`check_fp8_attention_device`: on Hopper, a head dim other than
+            128).
     """
     recipe = run.stage_inputs.recipe
     if hardware is None or recipe is None:

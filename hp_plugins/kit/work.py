@@ -222,7 +222,7 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
     kv_bytes = qkvo_bytes = scores = 0.0
     copy = copy_bytes
     reruns = tuple(reruns)
-    wide = False
+    wide, head_dims = False, None
     if attention is not None:
         heads = attention.heads
         scores = attention.score_ops * x.micro_batch_size * (heads // tp) * (x.seq_len // x.cp) * x.seq_len
@@ -234,6 +234,7 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
             kv_bytes = T * heads / tp * (qk + attention.v_head) * act
             qkvo_bytes = T * heads / tp * (2 * qk + 2 * attention.v_head) * act
             wide = qk > attention.v_head
+            head_dims = (qk, attention.v_head)
             # Megatron-Core MLASelfAttention.get_query_key_value_tensors (and HF
             # DeepseekV2Attention likewise): q_pos_emb rotated (read + write), query =
             # cat(q_no_pe, q_pos_emb) (read + write), key = cat(k_no_pe, expanded
@@ -252,6 +253,7 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         else:
             groups = attention.kv_heads or heads
             d = attention.head_dim or h // heads
+            head_dims = (d, d)
             kv_heads = max(groups / tp, 1)  # KV heads are replicated when tp > groups
             kv_bytes = T * kv_heads * 2 * d * act
             qkvo_bytes = T * (2 * heads / tp + 2 * kv_heads) * d * act
@@ -295,6 +297,7 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
     return LayerWork(
         collectives=tuple(collectives), gemms=tuple(gemms), grouped_flops=grouped, expert_rows=rows,
         expert_gemms=expert_gemms, attention_calls=1 if attention is not None else 0, wide_qk_attention=wide,
+        attention_head_dims=head_dims,
         fused_softmax_flops=scores, copy_bytes=copy,
         backward_copy_bytes=copy_backward if copy_backward != copy else None, permute_bytes=permute, permute_input_bytes=permute_input,
         router_elements=router, boundary_bytes=T * h * act, reruns=reruns,

@@ -267,8 +267,9 @@ def test_the_cli_refuses_fp8_attention_the_runtime_or_device_does_not_run(capsys
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert err == ("hp estimate: error: $.precision.recipe: precision recipe fp8-current-fp8-attention runs attention in "
-                   "e4m3 on NVIDIA H100 SXM 80GB, but cuDNN runs no FP8 attention at MLA's head dims (q/k 192, v 128) on "
-                   "Hopper (cudnn-frontend's H200 DeepSeek-V3 benchmark: every FP8 row failed, cudnnGraphNotSupportedError, "
+                   "e4m3 on NVIDIA H100 SXM 80GB, but cuDNN runs FP8 attention on Hopper only at q/k and v head dims 128 "
+                   "and 128, and a layer's are 192 and 128 (cudnn-frontend's H200 benchmarks: every FP8 row at "
+                   "DeepSeek-V3's MLA dims (q/k 192, v 128) and GPT-OSS's head dim 64 failed, cudnnGraphNotSupportedError, "
                    "head dim must be 128; docs/precision.md 'FP8 attention'); choose a recipe without FP8 attention "
                    "(fp8-current) or a Blackwell device")
     assert main(hopper[:-1] + ["fp8-current"]) == 0  # without FP8 attention it prices
@@ -426,8 +427,9 @@ def test_the_step_takes_the_mla_fp8_speedup(registry):
     assert gb200.step_seconds < steps["gb200", "fp8-current"].step_seconds
     # Hopper: cuDNN runs no FP8 attention at MLA's head dims, so both the step and the estimate are refused.
     for price in (lambda **kw: step_time(model, layout, **kw), lambda **kw: estimate(model, layout, **kw)):
-        with pytest.raises(ConfigError, match=r"^\$\.precision\.recipe: .* on NVIDIA H100 SXM 80GB, but cuDNN runs no FP8 "
-                                              r"attention at MLA's head dims"):
+        with pytest.raises(ConfigError, match=r"^\$\.precision\.recipe: .* on NVIDIA H100 SXM 80GB, but cuDNN runs FP8 "
+                                              r"attention on Hopper only at q/k and v head dims 128 and 128, and a "
+                                              r"layer's are 192 and 128"):
             price(registry=registry, runtime="megatron", hardware=registry.hardware_preset("h100-sxm").spec,
                   precision=attrs.evolve(base, recipe="fp8-current-fp8-attention"))
     # GQA on Hopper keeps cuDNN's measured speedup (Llama's shape), and a model without a device is not refused.
@@ -582,3 +584,57 @@ def test_a_qk_norm_switch_states_no_rerun_and_is_charged_nothing_for_q_k(registr
     rates = attrs.evolve(rates, host=None, slowdown=1.0)
     t = _layer_time(kept, kept.work, False, frozenset({"normOp"}), rates)
     assert t.recompute_seconds == pytest.approx(2 * (2 * 33_792) / rates.memory)
+
+
+@pytest.mark.parametrize("dims, refused", [((128, 128), False), ((64, 64), True), ((192, 128), True),
+                                           ((128, 64), True), (None, True)])
+def test_hopper_runs_fp8_attention_only_at_head_dim_128(registry, dims, refused):
+    # cudnn-frontend's H200 CSVs: FP8 rows at head dim 128 ran (llama3.1), at MLA's (192, 128) and GPT-OSS's 64 all
+    # failed ("hidden_dim shoud be equal to 128"); a layer stating no head dims is refused (absent is not zero).
+    from hp_core.costs import LayerWork
+    from hp_core.engine.precision import check_fp8_attention_device
+    from hp_core.errors import RunRefusal
+
+    recipe = registry.precision_recipe("fp8-current-fp8-attention")
+    works = [LayerWork(attention_calls=1, attention_head_dims=dims)]
+    if refused:
+        with pytest.raises(RunRefusal, match="only at q/k and v head dims 128 and 128"):
+            check_fp8_attention_device(recipe, works, "hopper", "NVIDIA H100 SXM 80GB")
+    else:
+        check_fp8_attention_device(recipe, works, "hopper", "NVIDIA H100 SXM 80GB")
+    check_fp8_attention_device(recipe, works, "blackwell", "NVIDIA B200")  # Blackwell: measured at these dims
+    # A layer kept in the compute dtype runs its core in bf16, and so does every layer under a bf16-attention recipe.
+    check_fp8_attention_device(recipe, [LayerWork(attention_calls=1, attention_head_dims=dims, quantized=False)],
+                               "hopper", "NVIDIA H100 SXM 80GB")
+    check_fp8_attention_device(registry.precision_recipe("fp8-current"), works, "hopper", "NVIDIA H100 SXM 80GB")
+
+
+def test_the_kits_state_their_head_dims(registry):
+    # GQA: head_dim (or hidden / heads: 256 / 4 = 64); MLA (the small layer above): q/k 16 + 8, v 16.
+    from hp_core.engine.prepare import layer_context
+    from hp_core.specs import PrecisionSpec
+    from hp_plugins.kinds.dense import evaluate_dense
+
+    context = layer_context(ParallelSpec(dp=1, seq_len=128), PrecisionSpec(), "flash")
+    dense = evaluate_dense(DenseConfig(hidden_size=256, num_attention_heads=4, num_key_value_heads=2,
+                                       intermediate_size=128), context)
+    assert dense.work.attention_head_dims == (64, 64)
+    assert _mla_cost().work.attention_head_dims == (24, 16)
+    assert dense.work.attention_head_dims and not attrs.evolve(dense.work, attention_head_dims=None).attention_head_dims
+    with pytest.raises(ValueError, match="attention_head_dims"):
+        attrs.evolve(dense.work, attention_head_dims=(64, 0))
+
+
+def test_the_cli_refuses_gqa_at_head_dim_64_on_hopper(capsys):
+    from cli_run import run
+
+    argv = ["estimate", "--model", "gpt-oss-20b", "--num-layers", "4", "--devices", "8", "--hardware", "h100-sxm",
+            "--runtime", "megatron"]
+    status, _, err = run(capsys, *argv, "--precision", "fp8-current-fp8-attention")
+    assert status == 2 and len(err.strip().splitlines()) == 1
+    assert ("but cuDNN runs FP8 attention on Hopper only at q/k and v head dims 128 and 128, and a layer's are 64 and 64"
+            in err)
+    assert run(capsys, *argv, "--precision", "fp8-current")[0] == 0
+    assert run(capsys, *argv[:-4], "--hardware", "b200", "--runtime", "megatron",
+               "--precision", "fp8-current-fp8-attention")[0] == 0
+

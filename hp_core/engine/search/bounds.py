@@ -268,7 +268,8 @@ class _Bounder:
                 # working set fully recomputed with it), and a layer kept in bf16 keeps the compute dtype and runs
                 # its GEMMs at the bf16 rate; bounds taken from the memo's costs alone could exceed the estimate's.
                 costs = self.prepared.costs(formula, costs, context.tp > 1 and context.sp)
-                # An FP8 attention core the device runs no kernel for (MLA on Hopper) is the recipe's, no layout's.
+                # An FP8 attention core the device runs no kernel for (on Hopper a head dim other than 128) is the
+                # recipe's, no layout's.
                 check_fp8_attention_device(self.recipe, (c.work for c in costs), job.hardware.architecture, job.hardware.name)
                 full = []
                 for i, cost in enumerate(costs):

@@ -124,7 +124,7 @@ def time_run(
         ConfigError: No hardware, a runtime without a timing profile, a
             hardware field the step needs left unstated, or a recompute
             setting its kind cannot run, or an FP8-attention recipe on a device whose family runs no FP8 kernel
-            for a core of the model (MLA on Hopper; one line, with the field path).
+            for a core of the model (on Hopper, a head dim other than 128; one line, with the field path).
     """
     rt = run.runtime
     timing = profile if profile is not None else rt.timing
@@ -141,7 +141,8 @@ def time_run(
     recipe = run.stage_inputs.recipe
     collectives = run.registry.collective_model(timing.collective_model) if timing.collective_model else None
     rates = _rates(parallel, hardware, timing, precision, attention, recipe, collectives)
-    # An FP8 attention core the device's family runs no kernel for (MLA on Hopper) is refused, as the estimate refuses it.
+    # An FP8 attention core the device's family runs no kernel for (on Hopper, a head dim other than 128) is refused,
+    # as the estimate refuses it.
     check_fp8_attention_device(recipe, (cost.work for cost in run.costs), hardware.architecture, hardware.name)
     dtype, peak, links, memory, ov = rates.dtype, rates.peak, rates.links, rates.memory, timing.overlap
     dev = timing.device(hardware.architecture)
