@@ -4,12 +4,12 @@ runs none at a layer's head dims (cuDNN on Hopper: 128 and 128 only). docs/preci
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
-from hp_core.errors import RunRefusal
+from hp_core.errors import ConfigError, RunRefusal
 from hp_core.precision_recipes import PrecisionRecipe
 
-__all__ = ["check_fp8_attention", "check_fp8_attention_device"]
+__all__ = ["check_fp8_attention", "check_fp8_attention_device", "recipe_prices_on"]
 
 
 def check_fp8_attention(recipe: PrecisionRecipe, runtime: Any) -> None:
@@ -35,14 +35,35 @@ _FP8_ATTENTION_EVIDENCE = ("cudnn-frontend's H200 benchmarks: every FP8 row at D
                            "docs/precision.md 'FP8 attention'")
 
 
+def recipe_prices_on(registry: Any, hardware: Any, timing: Any = None) -> Callable[[str], bool]:
+    """Whether the recipe of a name prices on *hardware*: registered, run on its family
+    (:meth:`PrecisionRecipe.check_architecture`) and, with a timing profile, priced by it there (a measured GEMM
+    speedup its ``_recipe_rates`` takes, as the step time prices it)."""
+    def prices(name: str) -> bool:
+        # The step's own check, imported here: the timing package imports precision, which imports this module.
+        from hp_core.engine.timing.rates import _recipe_rates
+
+        try:
+            recipe = registry.precision_recipe(name)
+            recipe.check_architecture(hardware.architecture, hardware.name)
+            if timing is not None:
+                _recipe_rates(recipe, timing.device(hardware.architecture), timing, hardware, 2)
+        except ConfigError:
+            return False
+        return True
+    return prices
+
+
 def check_fp8_attention_device(recipe: PrecisionRecipe | None, works: Iterable[Any], architecture: str | None,
-                               device: str) -> None:
+                               device: str, prices: Callable[[str], bool] | None = None) -> None:
     """Refuse a recipe running FP8 attention on a device whose family runs no FP8 kernel for a core the model runs
     in FP8 (*works*: the layers' :class:`~hp_core.costs.LayerWork`; a layer kept in the compute dtype, ``quantized``
     false, runs its core in bf16): on Hopper, a core whose query/key or value head dim is not 128
     (:data:`_FP8_ATTENTION_HEAD_DIMS`: MLA, GQA at head dim 64), or whose layer states no head dims
     (``LayerWork.attention_head_dims`` ``None``: absent is not zero). One line at ``$.precision.recipe``; nothing
-    without a device family."""
+    without a device family. The line suggests the recipe without FP8 attention only where *prices* says it prices
+    on the device (:func:`recipe_prices_on`: ``mxfp8`` has no measured Hopper GEMM speedup), else a Blackwell device
+    alone."""
     if recipe is None or recipe.attention_format == "bf16" or architecture is None:
         return
     runs = _FP8_ATTENTION_HEAD_DIMS.get(architecture)
@@ -61,6 +82,8 @@ def check_fp8_attention_device(recipe: PrecisionRecipe | None, works: Iterable[A
             why = (f"cuDNN runs FP8 attention on {architecture.capitalize()} only at q/k and v head dims {runs[0]} and "
                    f"{runs[1]}, and a layer's are {dims[0]} and {dims[1]} ({_FP8_ATTENTION_EVIDENCE})")
         if why is not None:
-            plain = f" ({recipe.name.removesuffix('-fp8-attention')})" if recipe.name.endswith("-fp8-attention") else ""
+            plain = recipe.name.removesuffix("-fp8-attention") if recipe.name.endswith("-fp8-attention") else None
+            choose = (f"choose a recipe without FP8 attention ({plain}) or a Blackwell device"
+                      if plain is not None and prices is not None and prices(plain) else "choose a Blackwell device")
             raise RunRefusal("$.precision.recipe", f"precision recipe {recipe.name} runs attention in {recipe.attention_format} "
-                              f"on {device}, but {why}; choose a recipe without FP8 attention{plain} or a Blackwell device")
+                              f"on {device}, but {why}; {choose}")

@@ -29,7 +29,7 @@ from typing import Any, Iterable
 import attrs
 
 from hp_core.costs import ActivationTerm, LayerCost, ParamCount
-from hp_core.engine.fp8_attention_checks import check_fp8_attention, check_fp8_attention_device
+from hp_core.engine.fp8_attention_checks import check_fp8_attention, check_fp8_attention_device, recipe_prices_on
 from hp_core.errors import ConfigError, RunRefusal
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.registry import Registry
@@ -37,7 +37,7 @@ from hp_core.specs.model import ModelSpec
 from hp_core.specs.precision import PrecisionSpec
 
 __all__ = [
-    "apply_recipe", "check_fp8_attention", "compute_dtype_groups", "compute_dtype_kinds", "check_fp8_attention_device", "check_high_precision_layers", "in_compute_dtype", "kept_layer_counts", "recipe_changes_costs", "recipe_cost", "split_high_precision_layers", "apply_recipe_measured", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
+    "apply_recipe", "check_fp8_attention", "compute_dtype_groups", "compute_dtype_kinds", "check_fp8_attention_device", "recipe_prices_on", "check_high_precision_layers", "in_compute_dtype", "kept_layer_counts", "recipe_changes_costs", "recipe_cost", "split_high_precision_layers", "apply_recipe_measured", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
     "on_device", "weight_copy_bytes",
 ]
 
@@ -326,7 +326,8 @@ def on_device(run: Any, hardware: Any) -> Any:
     if hardware is None or recipe is None:
         return run
     recipe.check_architecture(hardware.architecture, hardware.name)
-    check_fp8_attention_device(recipe, (cost.work for cost in run.costs), hardware.architecture, hardware.name)
+    check_fp8_attention_device(recipe, (cost.work for cost in run.costs), hardware.architecture, hardware.name,
+                               recipe_prices_on(run.registry, hardware, getattr(run.runtime, "timing", None)))
     changed = recipe.on(hardware.architecture)
     if changed is recipe:
         return run

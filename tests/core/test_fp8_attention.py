@@ -638,3 +638,19 @@ def test_the_cli_refuses_gqa_at_head_dim_64_on_hopper(capsys):
     assert run(capsys, *argv[:-4], "--hardware", "b200", "--runtime", "megatron",
                "--precision", "fp8-current-fp8-attention")[0] == 0
 
+
+def test_the_hopper_refusal_suggests_the_plain_recipe_only_where_it_prices(capsys):
+    # fp8-current prices on Hopper (megatron-te measures its GEMM speedup there), mxfp8 does not ("states no measured
+    # mxfp8 GEMM speedup for hopper devices"): the refusal names the former, and only a Blackwell device for the latter.
+    from cli_run import run
+
+    argv = ["--model", "gpt-oss-20b", "--num-layers", "4", "--devices", "8", "--hardware", "h100-sxm", "--runtime", "megatron"]
+    for recipe, choose in (("fp8-current-fp8-attention", "choose a recipe without FP8 attention (fp8-current) or a "
+                                                         "Blackwell device"),
+                           ("mxfp8-fp8-attention", "choose a Blackwell device")):
+        for command in ("estimate", "search"):
+            status, _, err = run(capsys, command, *argv, "--precision", recipe)
+            assert status == 2 and len(err.strip().splitlines()) == 1
+            assert err.strip().endswith(f"head dim must be 128; docs/precision.md 'FP8 attention'); {choose}"), err
+    status, out, _ = run(capsys, "estimate", *argv, "--precision", "mxfp8")
+    assert status == 0 and "no measured mxfp8 GEMM speedup for hopper devices" in " ".join(out.split())

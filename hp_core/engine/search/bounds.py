@@ -22,7 +22,7 @@ import attrs
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.engine import census as census_lib
 from hp_core.engine.optimizer import OptimizerLoad, group_states, layer_load, master_bytes, resolve_optimizer
-from hp_core.engine.precision import check_fp8_attention, check_fp8_attention_device, resolve_recipe
+from hp_core.engine.precision import check_fp8_attention, check_fp8_attention_device, recipe_prices_on, resolve_recipe
 from hp_core.engine.prepare import EvaluatedLayers, evaluate_layers, layer_context, model_kinds, resolve_runtime
 from hp_core.engine.schedule import _call, awaiting_weight_gradient, stage_plan
 from hp_core.engine.search.layouts import Layout, _Job, _reason_of
@@ -270,7 +270,8 @@ class _Bounder:
                 costs = self.prepared.costs(formula, costs, context.tp > 1 and context.sp)
                 # An FP8 attention core the device runs no kernel for (on Hopper a head dim other than 128) is the
                 # recipe's, no layout's.
-                check_fp8_attention_device(self.recipe, (c.work for c in costs), job.hardware.architecture, job.hardware.name)
+                check_fp8_attention_device(self.recipe, (c.work for c in costs), job.hardware.architecture, job.hardware.name,
+                                           recipe_prices_on(job.registry, job.hardware, self.rt.timing))
                 full = []
                 for i, cost in enumerate(costs):
                     # The costs are held by the memo and the contexts as long as this entry (both go in

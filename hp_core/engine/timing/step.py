@@ -18,7 +18,7 @@ from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.schedule import pipeline_seconds, rank_order
 from hp_core.engine.timing.fsdp_pipeline import fill_delay, stage_fsdp
 from hp_core.engine.timing.overlap import bucketed, fsdp_layers, hidden_send, lone_seconds
-from hp_core.engine.precision import check_fp8_attention_device, compute_dtype_kinds
+from hp_core.engine.precision import check_fp8_attention_device, compute_dtype_kinds, recipe_prices_on
 from hp_core.engine.timing.attention_speedup import fp8_attention_provenance
 from hp_core.engine.timing.layer import ALTERNATE_MATMUL_DEFAULT_FRACTION, _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
@@ -143,7 +143,8 @@ def time_run(
     rates = _rates(parallel, hardware, timing, precision, attention, recipe, collectives)
     # An FP8 attention core the device's family runs no kernel for (on Hopper, a head dim other than 128) is refused,
     # as the estimate refuses it.
-    check_fp8_attention_device(recipe, (cost.work for cost in run.costs), hardware.architecture, hardware.name)
+    check_fp8_attention_device(recipe, (cost.work for cost in run.costs), hardware.architecture, hardware.name,
+                               recipe_prices_on(run.registry, hardware, timing))
     dtype, peak, links, memory, ov = rates.dtype, rates.peak, rates.links, rates.memory, timing.overlap
     dev = timing.device(hardware.architecture)
     cp_algorithm = parallel.cp_kind  # the layout states it (``--cp-kind``)
