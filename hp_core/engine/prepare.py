@@ -438,13 +438,14 @@ def prepare(
     """
     profile, precision, attention = resolve_runtime(registry, runtime, precision, attention)
     check_pipeline_traits(parallel, profile.traits)  # a trait not priced under pp > 1 (layout_checks)
-    check_fp8_attention(resolve_recipe(registry, precision), profile)  # FP8 attention the runtime's kernel does not run
+    recipe = resolve_recipe(registry, precision)
+    check_fp8_attention(recipe, profile)  # FP8 attention the runtime's kernel does not run
     optimizer = resolve_optimizer(registry, precision)
     zero = parallel.zero if parallel.zero is not None else profile.zero
     if precision.high_precision_layers_at_start or precision.high_precision_layers_at_end:
         kinds = model_kinds(model, registry)
         model, exempt = split_high_precision_layers(model, [k.placement == "body" for k in kinds], precision,
-                                                    resolve_recipe(registry, precision), parallel.pp)
+                                                    recipe, parallel.pp)
         if layers is not None and (layers.exempt != exempt or len(layers.costs) != len(model.layers)):
             # A shared evaluation (a search's) must be of the split model: evaluate_layers(split model, exempt=...).
             raise ConfigError("$.precision.high_precision_layers_at_start", "layers kept in the compute dtype need the "
@@ -453,7 +454,7 @@ def prepare(
     else:
         exempt = frozenset()
     # Kinds the runtime runs wholly in the compute dtype under the recipe (Megatron-Core's MTP module under FP4).
-    kept = compute_dtype_groups(model, resolve_recipe(registry, precision), profile)
+    kept = compute_dtype_groups(model, recipe, profile)
     if kept - exempt:
         if layers is not None and layers.exempt != exempt | kept:
             raise ConfigError("$.precision.recipe", "a shared evaluation must keep the runtime's compute-dtype kinds "
@@ -479,7 +480,7 @@ def prepare(
     inputs = StageInputs(
         parallel, zero, precision, micro_batches, schedule, profile.overhead_bytes,
         profile.deferred_grad_reduction, profile.expert_overhead_bytes, profile.dummy_weight_gradients,
-        optimizer=optimizer, recipe=resolve_recipe(registry, precision), peak_points=profile.peak_points,
+        optimizer=optimizer, recipe=recipe, peak_points=profile.peak_points,
     )
     inputs.keep_plans(shape, plans)  # the stages are not asked again
     return PreparedRun(model, parallel, registry, profile, precision, attention, zero, layers, micro_batches,

@@ -102,6 +102,7 @@ class _Bounder:
         # evaluates them (the recipe applied, the split-off groups in the compute dtype): every bound below is of the
         # layers as the estimate has them. What no layout runs is refused here (PreparedCosts).
         self.prepared = PreparedCosts(job.model, model_kinds(job.model, registry), self.precision, self.recipe, self.rt)
+        self._device_checked = False  # check_fp8_attention_device, asked of the first layout's costs (_context)
         model = self.model = self.prepared.model
         self.exempt, self.kept_layers = self.prepared.exempt, self.prepared.kept_layers
         # A recipe storing the parameters in its format holds under param_bytes of them: bound them at 1 byte
@@ -269,9 +270,11 @@ class _Bounder:
                 # its GEMMs at the bf16 rate; bounds taken from the memo's costs alone could exceed the estimate's.
                 costs = self.prepared.costs(formula, costs, context.tp > 1 and context.sp)
                 # An FP8 attention core the device runs no kernel for (on Hopper a head dim other than 128) is the
-                # recipe's, no layout's.
-                check_fp8_attention_device(self.recipe, (c.work for c in costs), job.hardware.architecture, job.hardware.name,
-                                           recipe_prices_on(job.registry, job.hardware, self.rt.timing))
+                # recipe's, no layout's: the layers' head dims are the same in every layout, so asked once.
+                if not self._device_checked:
+                    check_fp8_attention_device(self.recipe, (c.work for c in costs), job.hardware.architecture,
+                                               job.hardware.name, recipe_prices_on(job.registry, job.hardware, self.rt.timing))
+                    self._device_checked = True
                 full = []
                 for i, cost in enumerate(costs):
                     # The costs are held by the memo and the contexts as long as this entry (both go in
