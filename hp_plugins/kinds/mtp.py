@@ -47,7 +47,7 @@ from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost
 from hp_core.types import LayerKind
 from hp_core.bounds import MAX_VOCAB
 from hp_core.validators import bounded_int, one_of, positive_int
-from hp_plugins.kit import NORMS, norm_params, padded_vocab, param_count, term, tp_collectives
+from hp_plugins.kit import NORMS, norm_params, padded_vocab, param_count, tp_collectives
 from hp_plugins.kinds.embedding import TOKEN_ID_BYTES
 
 __all__ = ["MTPConfig", "evaluate_mtp", "hp_layer_kinds"]
@@ -98,17 +98,15 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
         ActivationTerm("head_norm_out", hidden),
         ActivationTerm("mtp_loss_softmax", T * shard * (act if "fused_cross_entropy" in x.traits else p.logits_bytes), None, True),
     )
-    # The layer's terms, renamed and without switches: the mtp kind (placed last) declares none. Every mark stays
-    # (linear inputs, the tensors its attention kernel keeps, the output projection's original input): Megatron-Core
-    # runs the module's layer in the run's FP8 context (multi_token_prediction.py at NVIDIA/Megatron-LM core_v0.16.0
-    # lines 773-803; module docstring).
-    layer_terms = tuple(term(f"layer.{t.op}", t.bytes, None, t.tp_split, t.gemm_input, t.sp_gathered, t.attention_saved,
-                             t.attention_view_bytes, t.original_input) for t in inner.activations)
+    # The layer's terms, renamed and without switches: the mtp kind (placed last) declares none. Every other field
+    # stays (linear inputs, the tensors its attention kernel keeps, the output projection's original input):
+    # Megatron-Core runs the module's layer in the run's FP8 context (multi_token_prediction.py at NVIDIA/Megatron-LM
+    # core_v0.16.0 lines 773-803; module docstring).
+    layer_terms = tuple(attrs.evolve(t, op=f"layer.{t.op}", switch=None) for t in inner.activations)
     params = (
         param_count("mtp_norms", "dense", 3 * norm_params(c.norm, h), False),
         param_count("eh_proj", "dense", 2 * h * h, True, matrices=((1, h // x.tp, 2 * h),)),
-        *(param_count(f"layer.{q.name}", q.group, q.elements, q.tp_split, q.stored_elements, q.shared_with, q.matrices,
-                      q.embedding_or_output, q.high_precision) for q in inner.params),
+        *(attrs.evolve(q, name=f"layer.{q.name}") for q in inner.params),
         param_count("embed_tokens", "dense", c.vocab_size * h, True, vocab * h, "embedding",
                     matrices=((1, shard, h),), embedding_or_output=True),
         param_count("lm_head", "dense", c.vocab_size * h, True, vocab * h, "output",
