@@ -1,0 +1,73 @@
+"""Read MLPerf Training result logs (``:::MLLOG`` lines) into the facts hp's measured rows keep.
+
+Run: ``python benchmarks/mlperf_logs.py RESULT.txt [RESULT.txt ...]`` prints each log's facts as JSON.
+
+An MLPerf Training result log (mlcommons/training_results_v*, ``<submitter>/results/<system>/<benchmark>/result_*.txt``)
+is one JSON record per line after the ``:::MLLOG`` prefix (the mlperf-logging format,
+mlcommons/logging ``mlperf_logging/mllog``). NVIDIA's NeMo implementations log every optimizer step's wall time as
+a ``tracked_stats`` record whose value holds ``train_step_time`` (seconds) and whose metadata holds the ``step`` and
+``samples_count`` (``custom_callbacks.py`` of each implementation); the run's ``global_batch_size``,
+``max_sequence_length`` and ``submission_platform`` are their own records. The step time hp compares with is the
+median of the logged steps after the first :data:`SKIPPED_STEPS` (the first steps include the CUDA graphs' capture and
+allocator warm-up), so a few evaluation-adjacent or straggling steps do not move it. The logs are read from a
+checkout of the results repository; the repository keeps only the facts this prints, with the log's path and commit.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Iterator
+
+__all__ = ["SKIPPED_STEPS", "records", "run_facts"]
+
+PREFIX = ":::MLLOG "
+# Steps left out at the start of a run before the median: the first optimizer steps carry one-off work (CUDA graph
+# capture, allocator growth, first NCCL connections); 5 is above the one or two steps that visibly stand out in the
+# NVIDIA v5.1 Llama 3.1 405B logs (13.36 s then 13.10-13.13 s on 512 GB200s).
+SKIPPED_STEPS = 5
+
+
+def records(text: str) -> Iterator[dict]:
+    """Every ``:::MLLOG`` record of a result log, in order (other lines are skipped)."""
+    for line in text.splitlines():
+        at = line.find(PREFIX)
+        if at >= 0:
+            yield json.loads(line[at + len(PREFIX):])
+
+
+def run_facts(text: str) -> dict:
+    """The facts of one result log: platform, global batch, sequence length, the logged step times' count, median
+    (after :data:`SKIPPED_STEPS`), minimum and maximum, and the run's status.
+
+    Raises:
+        ValueError: the log states no ``train_step_time`` beyond the skipped steps (not a NeMo-style log).
+    """
+    facts: dict = {}
+    steps: list[float] = []
+    for rec in records(text):
+        key, value = rec.get("key"), rec.get("value")
+        if key in ("submission_platform", "global_batch_size", "max_sequence_length", "gradient_accumulation_steps",
+                   "submission_benchmark", "submission_org"):
+            facts[key] = value
+        elif key == "run_stop":
+            facts["status"] = (rec.get("metadata") or {}).get("status")
+        elif key == "tracked_stats" and isinstance(value, dict) and "train_step_time" in value:
+            steps.append(float(value["train_step_time"]))
+    kept = steps[SKIPPED_STEPS:]
+    if not kept:
+        raise ValueError(f"the log states {len(steps)} train_step_time records, none past the first {SKIPPED_STEPS}")
+    facts.update(logged_steps=len(steps), median_step_seconds=statistics.median(kept),
+                 min_step_seconds=min(kept), max_step_seconds=max(kept))
+    return facts
+
+
+def main(argv: list[str]) -> None:
+    for name in argv:
+        print(json.dumps({"log": name, **run_facts(Path(name).read_text(encoding="utf-8"))}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,43 @@
+"""benchmarks/mlperf_logs.py reads an MLPerf Training result log's step times and run facts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from repo_script import load_script  # tests/repo_script.py
+
+
+def _line(key: str, value, **metadata) -> str:
+    return ":::MLLOG " + json.dumps({"namespace": "", "time_ms": 0, "event_type": "POINT_IN_TIME", "key": key,
+                                     "value": value, "metadata": metadata})
+
+
+def test_run_facts_median_after_the_skipped_steps():
+    logs = load_script("benchmarks/mlperf_logs.py")
+    # Seven logged steps: the first five (one-off capture and warm-up) are skipped, the median of 13.0 and 14.0 is 13.5.
+    times = [20.0, 13.4, 13.2, 13.3, 13.1, 13.0, 14.0]
+    text = "\n".join([
+        "noise before the records",
+        _line("submission_platform", "128xNVIDIA GB200"),
+        _line("global_batch_size", 1152),
+        _line("max_sequence_length", 8192),
+        _line("tracked_stats", {"warmup_time": 272.9}, step=0),
+        *(_line("tracked_stats", {"train_step_time": t, "reduced_train_loss": 7.7}, step=float(i)) for i, t in enumerate(times)),
+        _line("run_stop", None, status="success"),
+    ])
+    facts = logs.run_facts(text)
+    assert logs.SKIPPED_STEPS == 5
+    assert facts["logged_steps"] == 7
+    assert facts["median_step_seconds"] == pytest.approx(13.5)
+    assert (facts["min_step_seconds"], facts["max_step_seconds"]) == (13.0, 14.0)
+    assert (facts["submission_platform"], facts["global_batch_size"], facts["max_sequence_length"]) == ("128xNVIDIA GB200", 1152, 8192)
+    assert facts["status"] == "success"
+
+
+def test_run_facts_refuses_a_log_without_step_times():
+    logs = load_script("benchmarks/mlperf_logs.py")
+    text = "\n".join(_line("tracked_stats", {"train_step_time": 1.0}, step=float(i)) for i in range(5))
+    with pytest.raises(ValueError, match="none past the first 5"):
+        logs.run_facts(text)
