@@ -226,6 +226,12 @@ class PrecisionRecipe:
             SM100"): ``blackwell``.
         flags: The trainer flags that select the recipe, per exporter name
             (``{"megatron": ("--fp8-format", "hybrid", ...)}``).
+        bf16_attention_recipe: For a recipe running FP8 attention, the
+            registered recipe that quantizes the same GEMMs with the attention
+            core in the compute dtype (what a refusal of FP8 attention on a
+            device suggests instead); ``None``: not stated, and nothing is
+            suggested. Only a recipe whose ``attention_format`` is not
+            ``bf16`` states one.
     """
 
     name: str = attrs.field(validator=non_empty_text)
@@ -249,8 +255,12 @@ class PrecisionRecipe:
     gemms: str = attrs.field(default="all", validator=one_of(GEMM_SCOPES))
     architectures: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     flags: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, converter=lambda v: {k: tuple(f) for k, f in dict(v).items()})
+    bf16_attention_recipe: str | None = attrs.field(default=None, validator=attrs.validators.optional(non_empty_text))
 
     def __attrs_post_init__(self) -> None:
+        if self.bf16_attention_recipe is not None and self.attention_format == "bf16":
+            raise ValueError(f"precision recipe {self.name}: runs attention in bf16 already, so it names no "
+                             f"bf16_attention_recipe (got {self.bf16_attention_recipe!r})")
         if not self.low_precision and (self.weight_copies or self.param_gather != "none" or self.tp_gather or self.amax_history):
             raise ValueError(f"precision recipe {self.name}: quantizes no GEMM operand, so it keeps no weight copies, "
                              "gathers nothing in low precision and has no amax history")

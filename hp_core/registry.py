@@ -215,6 +215,12 @@ class Registry:
                 if model_type in claimed:
                     raise PluginError(fmt.name, f"model_type {model_type!r} is also read by model format {claimed[model_type]!r}")
                 claimed[model_type] = fmt.name
+        recipes = {r.name: r for r in fields["precision_recipes"]}
+        for recipe in fields["precision_recipes"]:
+            plain = recipe.bf16_attention_recipe
+            if plain is not None and (plain not in recipes or recipes[plain].attention_format != "bf16"):
+                raise PluginError(recipe.name, f"bf16_attention_recipe {plain!r} is not a registered precision recipe "
+                                               "running attention in bf16")
         return cls(
             layer_kinds=_with_aspects(fields["layer_kinds"], fields["layer_aspects"]),
             census_sources=fields["census_sources"],

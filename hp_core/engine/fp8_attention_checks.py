@@ -82,7 +82,7 @@ def check_fp8_attention_device(recipe: PrecisionRecipe | None, works: Iterable[A
             why = (f"cuDNN runs FP8 attention on {architecture.capitalize()} only at q/k and v head dims {runs[0]} and "
                    f"{runs[1]}, and a layer's are {dims[0]} and {dims[1]} ({_FP8_ATTENTION_EVIDENCE})")
         if why is not None:
-            plain = recipe.name.removesuffix("-fp8-attention") if recipe.name.endswith("-fp8-attention") else None
+            plain = recipe.bf16_attention_recipe
             choose = (f"choose a recipe without FP8 attention ({plain}) or a Blackwell device"
                       if plain is not None and prices is not None and prices(plain) else "choose a Blackwell device")
             raise RunRefusal("$.precision.recipe", f"precision recipe {recipe.name} runs attention in {recipe.attention_format} "

@@ -245,7 +245,7 @@ _FP8_DPA_SOURCE = ("; with fp8_dpa (Megatron-Core TransformerConfig.fp8_dot_prod
 
 
 def _with_fp8_attention(base: PrecisionRecipe, fmt: str) -> PrecisionRecipe:
-    return attrs.evolve(base, name=f"{base.name}-fp8-attention", attention_format=fmt, flags={},
+    return attrs.evolve(base, name=f"{base.name}-fp8-attention", attention_format=fmt, flags={}, bf16_attention_recipe=base.name,
                         description=f"{base.name} with FP8 attention ({fmt}): q, k, v kept in {fmt} by the fused kernel",
                         source=base.source + _FP8_DPA_SOURCE)
 
