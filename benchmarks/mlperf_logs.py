@@ -6,7 +6,8 @@ An MLPerf Training result log (mlcommons/training_results_v*, ``<submitter>/resu
 is one JSON record per line after the ``:::MLLOG`` prefix (the mlperf-logging format,
 mlcommons/logging ``mlperf_logging/mllog``). NVIDIA's NeMo implementations log every optimizer step's wall time as
 a ``tracked_stats`` record whose value holds ``train_step_time`` (seconds) and whose metadata holds the ``step`` and
-``samples_count`` (``custom_callbacks.py`` of each implementation); the run's ``global_batch_size``,
+``samples_count`` (``custom_callbacks.py`` of each implementation; the v4.0 and v4.1 GPT-3 logs name it
+``train_step_timing in s``, :data:`STEP_TIME_KEYS`); the run's ``global_batch_size``,
 ``max_sequence_length`` and ``submission_platform`` are their own records. The step time hp compares with is the
 median of the logged steps after the first :data:`SKIPPED_STEPS` (the first steps include the CUDA graphs' capture and
 allocator warm-up), so a few evaluation-adjacent or straggling steps do not move it. The logs are read from a
@@ -21,9 +22,12 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["SKIPPED_STEPS", "records", "run_facts"]
+__all__ = ["SKIPPED_STEPS", "STEP_TIME_KEYS", "records", "run_facts"]
 
 PREFIX = ":::MLLOG "
+# The tracked_stats value keys holding one optimizer step's seconds: NeMo 2 implementations (v5.0, v5.1) and the
+# NeMo 1 GPT-3 ones of v4.0 and v4.1 (e.g. NVIDIA/results/eos_n64_ngc24.09_nemo/gpt3/result_0.txt).
+STEP_TIME_KEYS = ("train_step_time", "train_step_timing in s")
 # Steps left out at the start of a run before the median: the first optimizer steps carry one-off work (CUDA graph
 # capture, allocator growth, first NCCL connections); 5 is above the one or two steps that visibly stand out in the
 # NVIDIA v5.1 Llama 3.1 405B logs (13.36 s then 13.10-13.13 s on 512 GB200s).
@@ -54,11 +58,12 @@ def run_facts(text: str) -> dict:
             facts[key] = value
         elif key == "run_stop":
             facts["status"] = (rec.get("metadata") or {}).get("status")
-        elif key == "tracked_stats" and isinstance(value, dict) and "train_step_time" in value:
-            steps.append(float(value["train_step_time"]))
+        elif key == "tracked_stats" and isinstance(value, dict):
+            steps += [float(value[k]) for k in STEP_TIME_KEYS if k in value]
     kept = steps[SKIPPED_STEPS:]
     if not kept:
-        raise ValueError(f"the log states {len(steps)} train_step_time records, none past the first {SKIPPED_STEPS}")
+        raise ValueError(f"the log states {len(steps)} step-time records ({' or '.join(STEP_TIME_KEYS)}), none past "
+                         f"the first {SKIPPED_STEPS}")
     facts.update(logged_steps=len(steps), median_step_seconds=statistics.median(kept),
                  min_step_seconds=min(kept), max_step_seconds=max(kept))
     return facts

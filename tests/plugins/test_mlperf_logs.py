@@ -41,3 +41,11 @@ def test_run_facts_refuses_a_log_without_step_times():
     text = "\n".join(_line("tracked_stats", {"train_step_time": 1.0}, step=float(i)) for i in range(5))
     with pytest.raises(ValueError, match="none past the first 5"):
         logs.run_facts(text)
+
+
+def test_run_facts_reads_the_v4_gpt3_step_key():
+    # NeMo 1's GPT-3 logs (v4.0, v4.1) name the step time "train_step_timing in s": six steps, the sixth kept.
+    logs = load_script("benchmarks/mlperf_logs.py")
+    text = "\n".join(_line("tracked_stats", {"train_step_timing in s": 9.0 + i}, step=float(i)) for i in range(6))
+    facts = logs.run_facts(text)
+    assert (facts["logged_steps"], facts["median_step_seconds"]) == (6, 14.0)
