@@ -1,0 +1,100 @@
+"""hp's step time against MLPerf Training's measured Llama 3.1 pretraining runs (tests/plugins/data/mlperf_measured.json).
+
+Run: ``python benchmarks/mlperf_runs.py`` prints the table docs/precision.md shows ("MLPerf Training v5.0 and v5.1:
+Llama 3.1 405B"): per result directory its round, device, recipe and layout, the measured step time (the median over
+the directory's logs of each log's median ``train_step_time``), hp's step time as run, the error and the
+difference in seconds, hp's bf16 time
+of the same layout, hp's MFU (against the bf16 peak and the recipe's peak); then per class (device x recipe) the
+held-out rows' mean absolute error, range and count within 10%.
+
+Each row is priced as benchmarks/fp8_runs.py prices the Megatron-Bridge rows as run (:func:`fp8_runs.price` with
+``as_run=True``): the ``megatron`` runtime with the row's ``runtime_options``, the row's recipe, its hardware preset,
+and :func:`fp8_runs.layout` (the embedding and the loss counted in the pipeline split where ``layers_per_stage`` is
+text: ASYM_PP_EMBED / ASYM_PP_LOSS). Nothing is fitted to these rows. :func:`price_row`, :func:`results` and
+:func:`section` take any list of rows of the same shape (``llama31_8b_rows`` of the same file too).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+import fp8_runs  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / "tests" / "plugins" / "data" / "mlperf_measured.json"
+DEVICES = {"h100-sxm": "H100", "b200": "B200", "gb200": "GB200", "gb300": "GB300"}
+
+
+def load(key: str = "llama31_405b_rows") -> list[dict]:
+    """The rows of the data file under *key*."""
+    return json.loads(DATA.read_text(encoding="utf-8"))[key]
+
+
+def measured_seconds(row: dict) -> float:
+    """The row's measured step time: the median of its logs' medians (``log_median_step_seconds``)."""
+    return statistics.median(row["log_median_step_seconds"])
+
+
+def row_class(row: dict) -> str:
+    """The class a row is summarised in: its device and recipe."""
+    return f"{DEVICES.get(row['hardware'], row['hardware'])}, {row['recipe']}"
+
+
+def price_row(row: dict, registry, recipe: str | None = None):
+    """hp's step estimate of *row* as run (its runtime options) under *recipe* (the row's when ``None``)."""
+    return fp8_runs.price(row, registry, recipe, as_run=True)
+
+
+def results(rows: list[dict] | None = None, registry=None) -> list[dict]:
+    """Each row priced as run, and in bf16 on the same layout and options: measured and hp step time, the error."""
+    from hp_core import api
+
+    registry = registry or api.build_registry()
+    found = []
+    for row in load() if rows is None else rows:
+        measured = measured_seconds(row)
+        estimated = price_row(row, registry)
+        bf16 = price_row(row, registry, "bf16")
+        found.append({"id": row["id"], "round": row["round"], "class": row_class(row), "row": row,
+                      "measured_seconds": measured, "estimated_seconds": estimated.step_seconds,
+                      "error": (estimated.step_seconds - measured) / measured, "bf16_seconds": bf16.step_seconds,
+                      "mfu": estimated.mfu, "mfu_recipe_peak": estimated.mfu_recipe_peak})
+    return found
+
+
+def _layout(row: dict) -> str:
+    degrees = " ".join(f"{k}{row[k]}" for k in ("tp", "pp", "vpp", "cp") if row[k] > 1)
+    micro_batches = row["global_batch_size"] // (row["dp"] * row["micro_batch_size"])
+    return (f"{row['gpus']} GPUs {degrees} dp{row['dp']}, mbs {row['micro_batch_size']}, gbs {row['global_batch_size']} "
+            f"({micro_batches} micro-batches a step)")
+
+
+def section(found: list[dict]) -> str:
+    """The table and per-class summary docs/precision.md shows (tests/plugins/test_mlperf_runs.py checks it is current)."""
+    lines = ["| run | round | class | layout | measured s | hp as run s | error | measured - hp s | hp bf16 s "
+             "| hp speedup over bf16 | hp MFU (bf16 peak / recipe peak) |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in found:
+        lines.append(f"| `{r['id']}` | {r['round']} | {r['class']} | {_layout(r['row'])} | {r['measured_seconds']:.3f} "
+                     f"| {r['estimated_seconds']:.3f} | {r['error']:+.1%} | {r['measured_seconds'] - r['estimated_seconds']:+.3f} "
+                     f"| {r['bf16_seconds']:.3f} "
+                     f"| {r['bf16_seconds'] / r['estimated_seconds']:.2f} | {r['mfu']:.1%} / {r['mfu_recipe_peak']:.1%} |")
+    lines.append("")
+    for cls in dict.fromkeys(r["class"] for r in found):
+        errors = [r["error"] for r in found if r["class"] == cls]
+        lines.append(f"- {cls}: {fp8_runs._summary(errors)}.")
+    lines.append(f"- all rows, held out: {fp8_runs._summary([r['error'] for r in found])}.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    print(section(results()), end="")
+
+
+if __name__ == "__main__":
+    main()
