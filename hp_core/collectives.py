@@ -280,6 +280,10 @@ class CollectiveCall:
         algorithm: One of :data:`ALGORITHMS` (all-reduce; ``auto``: the fastest).
         routing: An expert-parallel all-to-all's routing (:class:`Routing`), which a library
             that de-duplicates tokens per destination prices from; ``None``: not stated.
+        sms: The streaming multiprocessors the trainer gives this collective library's kernels
+            (:meth:`hp_core.specs.timing.TimingProfile.collective_kernel_sms` under the model's name; HybridEP's
+            ``num_sms_dispatch_api`` and ``num_sms_combine_api``, the runtime option ``hybridep_num_sms``), which a
+            library whose published figures depend on it prices from; ``None``: the run states none.
     """
 
     op: str
@@ -288,6 +292,7 @@ class CollectiveCall:
     fabric: Fabric
     algorithm: str = "ring"
     routing: Routing | None = None
+    sms: int | None = None
 
 
 @attrs.frozen

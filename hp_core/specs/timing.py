@@ -65,6 +65,10 @@ class CommOverlap:
     data_parallel: Sourced = attrs.field(validator=_overlap)
     pipeline: Sourced = attrs.field(validator=_overlap)
 
+    def collective_kernel_sms(self, model: str) -> Sourced | None:
+        """The SMs stated for collective model *model*'s kernels (:attr:`collective_sms`), ``None`` where none is."""
+        return dict(self.collective_sms).get(model)
+
     def figures(self) -> dict[str, Sourced]:
         return {a.name: getattr(self, a.name) for a in attrs.fields(type(self))}
 
@@ -97,6 +101,17 @@ class MoePermutation:
     backward_accesses_per_token_element: float = attrs.field(validator=_number)
     eager: bool = True
     source: str = attrs.field(validator=_text)
+
+
+def _named_sms(value: Any) -> tuple[tuple[str, Sourced], ...]:
+    """:attr:`TimingProfile.collective_sms` as sorted ``(model, Sourced)`` pairs, each a whole number of SMs, at least 1."""
+    pairs = tuple(sorted((value.items() if isinstance(value, dict) else value), key=lambda kv: kv[0]))
+    for name, sms in pairs:
+        if not isinstance(name, str) or not isinstance(sms, Sourced):
+            raise SpecError("collective_sms", f"collective_sms maps a collective model's name to a Sourced SM count, got {name!r}: {sms!r}")
+        if sms.value < 1 or sms.value != int(sms.value):
+            raise SpecError("collective_sms", f"collective_sms[{name!r}] must be a whole number of SMs, at least 1, got {sms.value!r}")
+    return pairs
 
 
 def _switch_names(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -148,6 +163,11 @@ class TimingProfile:
             GPU time (:class:`~hp_core.specs.overlap.HostOverhead`); ``None``: not priced.
         collective_model: The collective library's pricing, by name in the registry (hook
             ``hp_collective_models``); ``None``: the built-in ``nccl`` (:data:`hp_core.collectives.NCCL`).
+        collective_sms: The streaming multiprocessors the trainer gives a collective library's kernels, by the
+            collective model's name (``{"hybridep": Sourced(32, ...)}``; a mapping, kept as sorted pairs): the step
+            passes the entry of the model it prices with to every call (:attr:`hp_core.collectives.CollectiveCall.sms`),
+            none where the profile states none for it. Set per run by the runtime options that mirror the trainer's
+            setting (``hybridep_num_sms``).
         alternate_matmul_recompute: The selective switches under which the
             trainer's op-level checkpointing also re-runs every second matmul
             of a block (torchtitan's op SAC): a layer recomputing all of them
@@ -189,6 +209,7 @@ class TimingProfile:
     pp_scatter_gather: bool = False
     algorithm_source: str = attrs.field(default="", validator=_text)
     collective_model: str | None = None
+    collective_sms: tuple[tuple[str, Sourced], ...] = attrs.field(default=(), converter=_named_sms)
     schedule: OverlapSchedule = attrs.field(factory=OverlapSchedule)
     host: HostOverhead | None = None
     alternate_matmul_recompute: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset, validator=_switch_names)
@@ -228,6 +249,10 @@ class TimingProfile:
             why = f" ({self.unlisted_reason})" if self.unlisted_reason else ""
             raise ConfigError(path, f"timing profile {self.name} has no efficiencies for architecture {architecture!r}{why}; it has {known}")
         return fallback
+
+    def collective_kernel_sms(self, model: str) -> Sourced | None:
+        """The SMs stated for collective model *model*'s kernels (:attr:`collective_sms`), ``None`` where none is."""
+        return dict(self.collective_sms).get(model)
 
     def figures(self) -> dict[str, Sourced]:
         """Every trainer-level figure by field name (device and overlap figures excluded)."""

@@ -72,27 +72,33 @@ Which entries
   dtype.
 * **The lower of BF16 dispatch and combine**, one figure for both directions,
   as the ``deepep`` model takes.
-* **The SM count nearest what the trainers configure**: Megatron-Bridge's
-  performance recipes set ``moe_hybridep_num_sms = 32`` (``scripts/performance/utils/overrides.py``
-  ``_set_common_perf_overrides``, NVIDIA-NeMo/Megatron-Bridge v0.3.0 to v0.4.0, e.g. @0fbfe7d;
-  a few model configs set their own), NeMo AutoModel defaults to 24
-  (``nemo_automodel/components/moe/megatron/token_dispatcher.py``
-  ``MoEConfig.moe_hybridep_num_sms``, NVIDIA-NeMo/Automodel@3746a1a): 32 SMs
-  where a table publishes it (GB200), 16 where it stops there (H100).
+* **The SMs the trainer gives the kernels** (:attr:`hp_core.collectives.CollectiveCall.sms`, from the
+  timing profile's ``collective_sms["hybridep"]``, set per run by the runtime option ``hybridep_num_sms``):
+  the README publishes the GB200 table at 16 and 32 SMs and the H100 one at 4, 8 and 16, and each leg takes
+  its table's published count nearest the call's by ratio, the larger on a tie (24 SMs: the 32-SM figures,
+  32/24 = 1.33 against 24/16 = 1.5); beyond a table's counts its nearest end (an extrapolation), the chosen
+  count named in the efficiency's source. What the trainers set: Megatron-Bridge's performance recipes
+  ``moe_hybridep_num_sms = 32`` (``scripts/performance/utils/overrides.py`` ``_set_common_perf_overrides``,
+  NVIDIA-NeMo/Megatron-Bridge v0.3.0 to v0.4.0, e.g. @0fbfe7d; a few model configs set their own); torchtitan
+  16 for dispatch and combine (``torchtitan/distributed/deepep/hybridep.py`` ``_NUM_SMS_DISPATCH`` and
+  ``_NUM_SMS_COMBINE``, passed to ``HybridEPBuffer`` in ``get_buffer``, pytorch/torchtitan@b5bcd76, since
+  156db2e); NeMo AutoModel 24 by default (``nemo_automodel/components/moe/megatron/token_dispatcher.py``
+  ``MoEConfig.moe_hybridep_num_sms``, NVIDIA-NeMo/Automodel@3746a1a). A run stating no SM count is refused.
 * **NVLink**, by the ranks of the group within one NVLink domain: the GB200 table's Kernel Only
-  columns at 32 SMs, the lower of BF16 dispatch and combine (combine at every size) over NVLink 5's
-  900 GB/s per direction (NVIDIA Blackwell datasheet: 1.8 TB/s per GPU both ways): 737.13 GB/s at 8
-  ranks (**0.819**; the B200 table's only Kernel Only entry, 8 ranks at 16 SMs, combine 673.84, is
-  within 2% of the GB200 table's 684.27 at 8 ranks and 16 SMs), 666.26 at 16, 639.80 at 24, 605.15 at
-  32, 596.99 at 36; a domain of fewer ranks takes the 8-rank figure, one of more than 36 (which the
-  README does not publish) the 36-rank figure, stated as an extrapolation. It prices the NVLink leg on every
-  device, the forwarding leg of a cross-node exchange included (the H100 table states no NVLink
-  figure).
+  columns, the lower of BF16 dispatch and combine (combine at every size and SM count) over NVLink 5's
+  900 GB/s per direction (NVIDIA Blackwell datasheet: 1.8 TB/s per GPU both ways). At 32 SMs 737.13 GB/s
+  at 8 ranks (**0.819**), 666.26 at 16, 639.80 at 24, 605.15 at 32, 596.99 at 36; at 16 SMs 684.27 at 8
+  (**0.760**; the B200 table's only Kernel Only entry, 8 ranks at 16 SMs, combine 673.84, is within 2% of
+  it), 600.75 at 16, 565.53 at 24, 547.25 at 32, 543.27 at 36. A domain of fewer ranks takes the 8-rank
+  figure, one of more than 36 (which the README does not publish) the 36-rank figure, stated as an
+  extrapolation. It prices the NVLink leg on every device, the forwarding leg of a cross-node exchange
+  included (the H100 table states no NVLink figure).
 * **Network**, by the nodes the group spans: the H100 table ran 8 ranks a node, so its 16, 32 and 64
   ranks are 2, 4 and 8 nodes, and the share of counted copies that stay on the sender's node (about
-  one over the nodes) is what changes with it: 53.35 GB/s at 2 nodes (16 ranks, combine; dispatch
-  54.47), 47.36 at 4 (32 ranks, dispatch; combine 52.53), 41.24 at 8 (64 ranks, dispatch; combine
-  46.57), over one 400 Gb/s adapter per GPU (50 GB/s). The README states no adapter; one 400 Gb/s
+  one over the nodes) is what changes with it. At 16 SMs: 53.35 GB/s at 2 nodes (16 ranks, combine;
+  dispatch 54.47), 47.36 at 4 (32 ranks, dispatch; combine 52.53), 41.24 at 8 (64 ranks, dispatch;
+  combine 46.57); at 8 SMs 56.96, 46.54 and 41.46; at 4 SMs 37.08, 43.60 and 40.63 (each the lower of
+  BF16 dispatch and combine); over one 400 Gb/s adapter per GPU (50 GB/s). The README states no adapter; one 400 Gb/s
   ConnectX-7 per GPU is the DGX H100's compute fabric (NVIDIA DGX H100 datasheet) and the adapter
   DeepEP's own H800 figures state. A group spanning more than 8 nodes takes the 8-node figure (an
   extrapolation: its own-node share, 1/8 there, only shrinks); the nearest published node count by
@@ -108,7 +114,8 @@ too) follow the ``deepep`` model's conventions with these efficiencies.
 
 from __future__ import annotations
 
-from hp_core.collectives import CollectiveCall, CollectiveModel
+from hp_core.collectives import CollectiveCall, CollectiveModel, nccl_seconds
+from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.specs.timing import Sourced
 from hp_plugins.collectives.deepep import forwarded_seconds
@@ -117,59 +124,100 @@ __all__ = ["HYBRIDEP", "NVLINK_EFFICIENCY", "RDMA_EFFICIENCY", "hybridep_seconds
            "nvlink_efficiency", "rdma_efficiency"]
 
 _README = "DeepEP docs/README_Hybrid-EP.md (deepseek-ai/DeepEP@41cad94), BF16"
-# GB200 table, 32 SMs, Kernel Only (the trainers' dispatch_with_permute/combine_with_unpermute make no D2D copy out of
-# the NVLink buffer; hp prices their permute on its own: the module docstring): the lower of dispatch (BF16) and
-# combine at each published domain size, over 900 GB/s.
-_GB200_NVL_GB_PER_S = {8: min(764.03, 737.13), 16: min(706.95, 666.26), 24: min(665.97, 639.80),
-                       32: min(642.23, 605.15), 36: min(632.31, 596.99)}
+# GB200 table, Kernel Only (the trainers' dispatch_with_permute/combine_with_unpermute make no D2D copy out of the
+# NVLink buffer; hp prices their permute on its own: the module docstring), by SMs and then ranks: the lower of
+# dispatch (BF16) and combine at each published domain size, over 900 GB/s.
+_GB200_NVL_GB_PER_S = {
+    16: {8: min(750.15, 684.27), 16: min(661.93, 600.75), 24: min(637.80, 565.53), 32: min(629.79, 547.25),
+         36: min(612.85, 543.27)},
+    32: {8: min(764.03, 737.13), 16: min(706.95, 666.26), 24: min(665.97, 639.80), 32: min(642.23, 605.15),
+         36: min(632.31, 596.99)},
+}
 NVLINK_EFFICIENCY = {
-    ranks: Sourced(gb / 900, f"{_README}, GB200 {ranks} ranks, 32 SMs, Kernel Only: {gb} GB/s (the lower of dispatch "
-                             "and combine) over NVLink 5's 900 GB/s per direction (NVIDIA Blackwell datasheet: 1.8 TB/s "
-                             "both ways); Kernel Only as the trainers' dispatch_with_permute permutes straight from "
-                             "HybridEP's buffer, no D2D copy (csrc/hybrid_ep/executor/executor.cu dispatch_postprocess, "
-                             "deepseek-ai/DeepEP@9aff4c1), its permute priced by hp apart")
-    for ranks, gb in _GB200_NVL_GB_PER_S.items()
+    sms: {ranks: Sourced(gb / 900, f"{_README}, GB200 {ranks} ranks, {sms} SMs, Kernel Only: {gb} GB/s (the lower of "
+                                   "dispatch and combine) over NVLink 5's 900 GB/s per direction (NVIDIA Blackwell "
+                                   "datasheet: 1.8 TB/s both ways); Kernel Only as the trainers' dispatch_with_permute "
+                                   "permutes straight from HybridEP's buffer, no D2D copy (csrc/hybrid_ep/executor/"
+                                   "executor.cu dispatch_postprocess, deepseek-ai/DeepEP@9aff4c1), its permute priced "
+                                   "by hp apart")
+          for ranks, gb in table.items()}
+    for sms, table in _GB200_NVL_GB_PER_S.items()
 }
-# H100 "IB Bandwidth", 16 SMs, the lower of dispatch (BF16) and combine, at 8 ranks a node: 16, 32, 64 ranks are
-# 2, 4, 8 nodes; over 50 GB/s.
-_H100_IB_GB_PER_S = {2: min(54.47, 53.35), 4: min(47.36, 52.53), 8: min(41.24, 46.57)}
+# H100 "IB Bandwidth", Torch API, by SMs and then nodes: the lower of dispatch (BF16) and combine, at 8 ranks a node
+# (16, 32, 64 ranks are 2, 4, 8 nodes); over 50 GB/s.
+_H100_IB_GB_PER_S = {
+    4: {2: min(37.08, 42.47), 4: min(44.88, 43.60), 8: min(40.63, 41.00)},
+    8: {2: min(57.74, 56.96), 4: min(46.54, 50.68), 8: min(41.46, 47.68)},
+    16: {2: min(54.47, 53.35), 4: min(47.36, 52.53), 8: min(41.24, 46.57)},
+}
 RDMA_EFFICIENCY = {
-    nodes: Sourced(gb / 50, f"{_README}, H100 {8 * nodes} ranks over {nodes} nodes, 16 SMs, Torch API, IB: {gb} GB/s (the lower of "
-                            "dispatch and combine) over one 400 Gb/s adapter per GPU (50 GB/s; DGX H100's ConnectX-7, "
-                            "not stated by the README)")
-    for nodes, gb in _H100_IB_GB_PER_S.items()
+    sms: {nodes: Sourced(gb / 50, f"{_README}, H100 {8 * nodes} ranks over {nodes} nodes, {sms} SMs, Torch API, IB: {gb} "
+                                  "GB/s (the lower of dispatch and combine) over one 400 Gb/s adapter per GPU (50 GB/s; "
+                                  "DGX H100's ConnectX-7, not stated by the README)")
+          for nodes, gb in table.items()}
+    for sms, table in _H100_IB_GB_PER_S.items()
 }
 
 
-def _nearest(table: dict[int, Sourced], size: int) -> Sourced:
-    """The entry at the published size nearest *size* by ratio (the larger on a tie): below the table its smallest
-    size, above it its largest (an extrapolation)."""
-    return min(table.items(), key=lambda kv: (max(kv[0] / size, size / kv[0]), -kv[0]))[1]
+def _nearest_key(sizes, size: int) -> int:
+    """The published size nearest *size* by ratio (the larger on a tie): below the sizes their smallest, above
+    them their largest (an extrapolation)."""
+    return min(sizes, key=lambda s: (max(s / size, size / s), -s))
 
 
-def nvlink_efficiency(ranks: int) -> Sourced:
-    """The NVLink efficiency for a group of *ranks* within one NVLink domain: the GB200 table's entry nearest that
-    size (8 ranks for fewer, 36 for more)."""
-    return _nearest(NVLINK_EFFICIENCY, ranks)
+def _at_sms(tables: dict[int, dict[int, Sourced]], sms: int, size: int, leg: str) -> Sourced:
+    """The entry for *size* of the table at the published SM count nearest *sms*, its source naming that count
+    where it is not *sms* itself."""
+    published = _nearest_key(tables, sms)
+    entry = tables[published][_nearest_key(tables[published], size)]
+    if published == sms:
+        return entry
+    counts = " and ".join(str(c) for c in sorted(tables))
+    how = "beyond the published counts, an extrapolation" if not min(tables) < sms < max(tables) else \
+        "the published count nearest by ratio"
+    return Sourced(entry.value, f"{entry.source}; {sms} SMs priced at the {published}-SM {leg} figure ({how}; the "
+                                f"README publishes {counts})")
 
 
-def rdma_efficiency(nodes: int) -> Sourced:
-    """The network efficiency for a group spanning *nodes*: the published node count nearest it (2 for one, 8 for
-    more than 8)."""
-    return _nearest(RDMA_EFFICIENCY, nodes)
+def nvlink_efficiency(ranks: int, sms: int) -> Sourced:
+    """The NVLink efficiency for a group of *ranks* within one NVLink domain whose kernels run on *sms* SMs: the
+    GB200 table at the published SM count nearest *sms*, its entry nearest that size (8 ranks for fewer, 36 for
+    more)."""
+    return _at_sms(NVLINK_EFFICIENCY, sms, ranks, "NVLink")
+
+
+def rdma_efficiency(nodes: int, sms: int) -> Sourced:
+    """The network efficiency for a group spanning *nodes* whose kernels run on *sms* SMs: the H100 table at the
+    published SM count nearest *sms*, its node count nearest *nodes* (2 for one, 8 for more than 8)."""
+    return _at_sms(RDMA_EFFICIENCY, sms, nodes, "network")
 
 
 def hybridep_seconds(call: CollectiveCall) -> float:
-    """An all-to-all on HybridEP's kernels; any other call as NCCL's (:mod:`hp_plugins.collectives.hybridep`)."""
-    return forwarded_seconds(call, nvlink_efficiency(call.group.per_node).value, rdma_efficiency(call.group.nodes).value)
+    """An all-to-all on HybridEP's kernels at the call's SMs; any other call as NCCL's
+    (:mod:`hp_plugins.collectives.hybridep`).
+
+    Raises:
+        ConfigError: An all-to-all whose call states no SM count (:attr:`~hp_core.collectives.CollectiveCall.sms`).
+    """
+    if call.op != "all_to_all":
+        return nccl_seconds(call)
+    if call.sms is None:
+        raise ConfigError("$.runtime.options.hybridep_num_sms",
+                          "the hybridep collective model prices HybridEP's published bandwidths at the SMs its kernels "
+                          "run on, and the run states none: set the runtime option hybridep_num_sms (the megatron and "
+                          "fsdp2 runtimes state a default) or the timing profile's collective_sms['hybridep']")
+    return forwarded_seconds(call, nvlink_efficiency(call.group.per_node, call.sms).value,
+                             rdma_efficiency(call.group.nodes, call.sms).value)
 
 
 HYBRIDEP = CollectiveModel(
     name="hybridep",
     seconds=hybridep_seconds,
     description="NVIDIA HybridEP's dispatch/combine kernels for all-to-alls (RDMA then NVLink forwarding; published "
-                "bandwidths by NVLink-domain size (kernel only) and node count (Torch API)); other collectives as nccl",
-    source="; ".join(e.source for e in (*NVLINK_EFFICIENCY.values(), *RDMA_EFFICIENCY.values())),
+                "bandwidths by SM count, NVLink-domain size (kernel only) and node count (Torch API)); other "
+                "collectives as nccl",
+    source="; ".join(e.source for table in (*NVLINK_EFFICIENCY.values(), *RDMA_EFFICIENCY.values())
+                     for e in table.values()),
 )
 
 

@@ -44,6 +44,7 @@ from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
 from hp_plugins.runtimes.time_options import (
     elementwise_kernels_option,
     ep_all_to_all_option,
+    hybridep_num_sms_option,
     rope_implementation_option,
     rope_kernels_option,
 )
@@ -207,6 +208,10 @@ OPTIONS = (
         library_permutation=(("deepep", None, "received"), ("hybridep", None, "received")),
         permutation_note="under deepep or hybridep the permutation's passes read and write the tokens a rank receives "
                          "(each once per rank it reaches), not its own"),
+    # torchtitan's setting (FSDP2's collective_sms); NeMo AutoModel's MoEConfig default is 24: such a run states it.
+    hybridep_num_sms_option(FSDP2.collective_kernel_sms("hybridep"),
+                            "torchtitan: 16, _NUM_SMS_DISPATCH and _NUM_SMS_COMBINE; NeMo AutoModel: "
+                            "MoEConfig.moe_hybridep_num_sms"),
     moe_permutation_option(),
 )
 

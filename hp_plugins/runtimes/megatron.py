@@ -59,7 +59,7 @@ from hp_core.specs.precision import PrecisionSpec
 from hp_core.specs.timing import Sourced
 from hp_core.types import Runtime
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
-from hp_plugins.runtimes.time_options import cuda_graphs_option, ep_all_to_all_option
+from hp_plugins.runtimes.time_options import cuda_graphs_option, ep_all_to_all_option, hybridep_num_sms_option
 from hp_plugins.runtimes.timing_profiles import MEGATRON_TE
 
 __all__ = ["MegatronPoints", "hp_runtimes"]
@@ -267,6 +267,9 @@ OPTIONS = (
                          library_permutation=(("deepep", _FLEX_PASSES, "received"), ("hybridep", _FLEX_PASSES, "received")),
                          permutation_note="under deepep or hybridep the flex dispatcher permutes the tokens a rank "
                                           "receives once each way (2 passes; the alltoall dispatcher's 4 under nccl)"),
+    hybridep_num_sms_option(MEGATRON_TE.collective_kernel_sms("hybridep"),
+                            "--moe-hybridep-num-sms; 32: Megatron-Bridge's performance recipes; Megatron-Core's own "
+                            "default 16 at core_v0.16.0 and core_v0.17.0"),
     cuda_graphs_option(
         "Megatron-Core core_v0.12.0 (NVIDIA/Megatron-LM@d580efc): TransformerConfig.enable_cuda_graph makes "
         "TransformerLayer.__call__ run through CudaGraphManager (transformer/transformer_layer.py), which captures the "

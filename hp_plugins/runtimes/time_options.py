@@ -17,8 +17,8 @@ from hp_core.specs.timing import Sourced
 from hp_core.types import Runtime
 from hp_plugins.runtimes.timing_profiles import EAGER_ACCESSES, FUSED_ACCESSES
 
-__all__ = ["cuda_graphs_option", "ep_all_to_all_option", "elementwise_kernels_option", "rope_implementation_option",
-           "rope_kernels_option"]
+__all__ = ["cuda_graphs_option", "ep_all_to_all_option", "elementwise_kernels_option", "hybridep_num_sms_option",
+           "rope_implementation_option", "rope_kernels_option"]
 
 @attrs.frozen
 class _Elementwise:
@@ -119,6 +119,36 @@ def ep_all_to_all_option(source: str, library_permutation: tuple[tuple[str, Sour
         "HybridEP at its published bandwidths: kernel-only over NVLink, Torch API across nodes; collective model hybridep); deepep and hybridep price every "
         "all-to-all of the run" + (f"; {permutation_note}" if permutation_note else ""),
         source, _AllToAll(tuple(library_permutation)), choices=("nccl", "deepep", "hybridep"),
+    )
+
+
+@attrs.frozen
+class _HybridepSms:
+    """``hybridep_num_sms``: sets the timing profile's ``collective_sms["hybridep"]`` (the profile's own entry kept
+    where the value is the one it states)."""
+
+    def __call__(self, runtime: Runtime, value: int) -> Runtime:
+        timing = runtime.timing
+        stated = timing.collective_kernel_sms("hybridep")
+        if stated is not None and stated.value == value:
+            return runtime
+        sms = Sourced(value, f"the run's hybridep_num_sms {value} (the trainer's HybridEP num_sms_dispatch_api and "
+                             "num_sms_combine_api)")
+        return attrs.evolve(runtime, timing=attrs.evolve(timing, collective_sms={**dict(timing.collective_sms),
+                                                                                 "hybridep": sms}))
+
+
+def hybridep_num_sms_option(default: Sourced, trainer: str) -> RuntimeOption:
+    """``hybridep_num_sms``: the SMs HybridEP's dispatch and combine kernels run on, *default* the runtime's timing
+    profile's (its source the option's), *trainer* the trainer setting it mirrors."""
+    return RuntimeOption(
+        "hybridep_num_sms", "int", int(default.value),
+        f"the SMs HybridEP's dispatch and combine kernels run on ({trainer}), which the hybridep collective model "
+        "(ep_all_to_all=hybridep) prices at: DeepEP's docs/README_Hybrid-EP.md publishes the GB200 NVLink figures at "
+        "16 and 32 SMs and the H100 network ones at 4, 8 and 16, and each leg takes the published count nearest by "
+        "ratio, the larger on a tie (24: the 32-SM figures), beyond them the nearest end (an extrapolation), the "
+        "count priced named in the figure's source; NeMo AutoModel's default is 24; nothing else changes",
+        f"{default.source}; DeepEP docs/README_Hybrid-EP.md (deepseek-ai/DeepEP@41cad94)", _HybridepSms(), minimum=1,
     )
 
 

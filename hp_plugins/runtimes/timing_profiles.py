@@ -77,6 +77,7 @@ from hp_plugins.hardware import gemm_b200, gemm_h100
 from hp_plugins.runtimes.attention_speedups import BLACKWELL_ATTENTION_SPEEDUPS, HOPPER_ATTENTION_SPEEDUPS
 from hp_plugins.runtimes.gemm_speedups import BLACKWELL_BANDED_SPEEDUPS, BLACKWELL_SPEEDUPS, HOPPER_SPEEDUPS
 from hp_plugins.runtimes.host import MEGATRON_HOST, ROUTER_H200
+from hp_plugins.runtimes.hybridep_sms import MEGATRON_HYBRIDEP_SMS, TORCHTITAN_HYBRIDEP_SMS
 from hp_plugins.runtimes.whole_run import (FSDP1_UNIT_SECONDS, MPT_CALIBRATION, TRITON_FLASH_FACTORS,
                                            WHOLE_RUN_MATMUL_FACTORS, fitted_matmul, fsdp1_unit, mpt_fit)
 
@@ -405,6 +406,7 @@ MEGATRON_TE = TimingProfile(
     all_reduce_algorithm="ring",
     algorithm_source="NCCL picks ring for large messages within a node (NCCL_ALGO, NCCL docs)",
     host=MEGATRON_HOST,
+    collective_sms={"hybridep": MEGATRON_HYBRIDEP_SMS},
 )
 
 MEGATRON_LM_2022 = attrs.evolve(
@@ -488,6 +490,7 @@ FSDP2 = attrs.evolve(
     # _custom_policy), and that list holds no all-gather: under TP with SP a block re-gathers its input in backward.
     elementwise_accesses_per_flop=EAGER_ACCESSES, eager_elementwise=True,
     alternate_matmul_recompute=frozenset({"normOp", "ffAct"}), alternate_policy_recomputes=frozenset({"gather"}),
+    collective_sms={"hybridep": TORCHTITAN_HYBRIDEP_SMS},
 )
 
 PROFILES = {profile.name: profile for profile in (GENERIC, MEGATRON_TE, MEGATRON_LM_2022, FSDP2)}

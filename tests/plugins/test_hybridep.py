@@ -12,6 +12,7 @@ import pytest
 
 from hp_core.api import model_from_preset, step_time
 from hp_core.collectives import CollectiveCall, Fabric, GroupPlacement, Routing, nccl_seconds
+from hp_core.errors import ConfigError
 from hp_core.runtime_options import apply_options
 from hp_core.specs import ParallelSpec
 from hp_plugins.collectives.deepep import deepep_seconds
@@ -26,37 +27,86 @@ B200 = attrs.evolve(H100, intra_link_bandwidth=B200_NVLINK)
 QWEN3_BYTES = 4096 * 8 * 2048 * 2
 
 
-def _call(op, nbytes, ranks, per_node, nodes, fabric=H100, routing=None):
-    return CollectiveCall(op, nbytes, GroupPlacement(ranks, per_node, nodes), fabric, routing=routing)
+def _call(op, nbytes, ranks, per_node, nodes, fabric=H100, routing=None, sms=32):
+    return CollectiveCall(op, nbytes, GroupPlacement(ranks, per_node, nodes), fabric, routing=routing, sms=sms)
 
 
 B200_8 = 737.13  # GB200 table, 8 ranks, 32 SMs, Kernel Only: dispatch (BF16) 764.03, combine 737.13 GB/s: the lower
 
 
 def test_the_efficiencies_are_the_published_figures_over_the_links():
-    # GB200 at 32 SMs, Kernel Only, the lower of BF16 dispatch and combine (combine at every size), over 900 GB/s
-    # NVLink, by ranks in the domain (the Torch API rows, 545.71 ... 447.89, also time a D2D copy out of HybridEP's
-    # buffer that the trainers' dispatch_with_permute does not make: its permute, priced apart, reads the buffer).
-    assert {r: e.value for r, e in NVLINK_EFFICIENCY.items()} == pytest.approx(
+    # GB200 Kernel Only, the lower of BF16 dispatch and combine (combine at every size and SM count), over 900 GB/s
+    # NVLink, by SMs and ranks in the domain (the Torch API rows, 545.71 ... 447.89 at 32 SMs, also time a D2D copy
+    # out of HybridEP's buffer that the trainers' dispatch_with_permute does not make: its permute, priced apart,
+    # reads the buffer).
+    assert sorted(NVLINK_EFFICIENCY) == [16, 32] and sorted(RDMA_EFFICIENCY) == [4, 8, 16]
+    assert {r: e.value for r, e in NVLINK_EFFICIENCY[32].items()} == pytest.approx(
         {8: 737.13 / 900, 16: 666.26 / 900, 24: 639.80 / 900, 32: 605.15 / 900, 36: 596.99 / 900})
-    assert NVLINK_EFFICIENCY[8].value == pytest.approx(0.8190, abs=1e-4)
-    assert all("Kernel Only" in e.source and "9aff4c1" in e.source for e in NVLINK_EFFICIENCY.values())
-    assert all("Torch API" in e.source for e in RDMA_EFFICIENCY.values())
-    # H100 IB at 16 SMs and 8 ranks a node: 53.35 (2 nodes), 47.36 (4), 41.24 (8), over 50 GB/s.
-    assert {n: e.value for n, e in RDMA_EFFICIENCY.items()} == pytest.approx({2: 1.067, 4: 0.9472, 8: 0.8248})
-    assert all("41cad94" in e.source for e in (*NVLINK_EFFICIENCY.values(), *RDMA_EFFICIENCY.values()))
+    # 16 SMs (torchtitan's): dispatch 750.15, 661.93, 637.80, 629.79, 612.85 against combine 684.27, 600.75, 565.53,
+    # 547.25, 543.27.
+    assert {r: e.value for r, e in NVLINK_EFFICIENCY[16].items()} == pytest.approx(
+        {8: 684.27 / 900, 16: 600.75 / 900, 24: 565.53 / 900, 32: 547.25 / 900, 36: 543.27 / 900})
+    assert NVLINK_EFFICIENCY[32][8].value == pytest.approx(0.8190, abs=1e-4)
+    assert NVLINK_EFFICIENCY[16][8].value == pytest.approx(0.7603, abs=1e-4)
+    assert NVLINK_EFFICIENCY[16][32].value == pytest.approx(0.6081, abs=1e-4)
+    nvlink = [e for table in NVLINK_EFFICIENCY.values() for e in table.values()]
+    rdma = [e for table in RDMA_EFFICIENCY.values() for e in table.values()]
+    assert all("Kernel Only" in e.source and "9aff4c1" in e.source for e in nvlink)
+    assert "16 SMs" in NVLINK_EFFICIENCY[16][8].source and "32 SMs" in NVLINK_EFFICIENCY[32][8].source
+    assert all("Torch API" in e.source for e in rdma)
+    # H100 IB, 8 ranks a node, the lower of BF16 dispatch and combine, over 50 GB/s: at 16 SMs 53.35 (2 nodes),
+    # 47.36 (4), 41.24 (8); at 8 SMs 56.96, 46.54, 41.46; at 4 SMs 37.08, 43.60, 40.63.
+    assert {n: e.value for n, e in RDMA_EFFICIENCY[16].items()} == pytest.approx({2: 1.067, 4: 0.9472, 8: 0.8248})
+    assert {n: e.value for n, e in RDMA_EFFICIENCY[8].items()} == pytest.approx({2: 1.1392, 4: 0.9308, 8: 0.8292})
+    assert {n: e.value for n, e in RDMA_EFFICIENCY[4].items()} == pytest.approx({2: 0.7416, 4: 0.872, 8: 0.8126})
+    assert all("41cad94" in e.source for e in (*nvlink, *rdma))
 
 
 def test_the_network_figure_goes_by_nodes_and_the_nvlink_figure_by_ranks_in_the_domain():
-    assert rdma_efficiency(2).value == pytest.approx(53.35 / 50)
-    assert rdma_efficiency(1).value == pytest.approx(53.35 / 50)  # below the table: its smallest count
-    assert rdma_efficiency(3).value == pytest.approx(47.36 / 50)  # 4/3 = 1.33 nearer than 3/2 = 1.5
-    assert rdma_efficiency(5).value == pytest.approx(47.36 / 50)  # 5/4 = 1.25 < 8/5 = 1.6
-    assert rdma_efficiency(6).value == pytest.approx(41.24 / 50)  # 8/6 = 1.33 < 6/4 = 1.5
-    assert rdma_efficiency(32).value == pytest.approx(41.24 / 50)  # beyond 8 nodes: the 8-node figure
-    assert nvlink_efficiency(4).value == nvlink_efficiency(8).value == pytest.approx(737.13 / 900)
-    assert nvlink_efficiency(20).value == pytest.approx(639.80 / 900)  # 24/20 = 1.2 < 20/16 = 1.25
-    assert nvlink_efficiency(72).value == pytest.approx(596.99 / 900)  # beyond 36: the 36-rank figure
+    assert rdma_efficiency(2, 16).value == pytest.approx(53.35 / 50)
+    assert rdma_efficiency(1, 16).value == pytest.approx(53.35 / 50)  # below the table: its smallest count
+    assert rdma_efficiency(3, 16).value == pytest.approx(47.36 / 50)  # 4/3 = 1.33 nearer than 3/2 = 1.5
+    assert rdma_efficiency(5, 16).value == pytest.approx(47.36 / 50)  # 5/4 = 1.25 < 8/5 = 1.6
+    assert rdma_efficiency(6, 16).value == pytest.approx(41.24 / 50)  # 8/6 = 1.33 < 6/4 = 1.5
+    assert rdma_efficiency(32, 16).value == pytest.approx(41.24 / 50)  # beyond 8 nodes: the 8-node figure
+    assert nvlink_efficiency(4, 32).value == nvlink_efficiency(8, 32).value == pytest.approx(737.13 / 900)
+    assert nvlink_efficiency(20, 32).value == pytest.approx(639.80 / 900)  # 24/20 = 1.2 < 20/16 = 1.25
+    assert nvlink_efficiency(72, 32).value == pytest.approx(596.99 / 900)  # beyond 36: the 36-rank figure
+
+
+def test_the_sm_count_picks_the_table_nearest_by_ratio_and_says_so():
+    # Published: 16 and 32 SMs over NVLink (GB200), 4, 8 and 16 over the network (H100).
+    assert nvlink_efficiency(32, 16) is NVLINK_EFFICIENCY[16][32]  # published: the entry itself
+    assert rdma_efficiency(2, 8) is RDMA_EFFICIENCY[8][2]
+    # NeMo AutoModel's 24: 32/24 = 1.33 nearer than 24/16 = 1.5, so the 32-SM figures, the count named.
+    at_24 = nvlink_efficiency(8, 24)
+    assert at_24.value == pytest.approx(737.13 / 900)
+    assert "24 SMs priced at the 32-SM NVLink figure (the published count nearest by ratio; the README publishes 16 and 32)" in at_24.source
+    assert nvlink_efficiency(8, 20).value == pytest.approx(684.27 / 900)  # 20/16 = 1.25 < 32/20 = 1.6
+    # Beyond the published counts: the nearest end, named an extrapolation.
+    assert nvlink_efficiency(8, 64).value == pytest.approx(737.13 / 900) and "extrapolation" in nvlink_efficiency(8, 64).source
+    assert nvlink_efficiency(8, 8).value == pytest.approx(684.27 / 900) and "extrapolation" in nvlink_efficiency(8, 8).source
+    # Megatron-Bridge's 32 and AutoModel's 24 over the network: the 16-SM figures, the H100 table's largest count.
+    assert rdma_efficiency(2, 32).value == rdma_efficiency(2, 24).value == pytest.approx(53.35 / 50)
+    assert "32 SMs priced at the 16-SM network figure (beyond the published counts, an extrapolation" in rdma_efficiency(2, 32).source
+    assert rdma_efficiency(2, 6).value == pytest.approx(56.96 / 50)  # 8/6 = 1.33 < 6/4 = 1.5
+    assert rdma_efficiency(2, 12).value == pytest.approx(53.35 / 50)  # 16/12 = 1.33 < 12/8 = 1.5
+
+
+def test_an_all_to_all_without_a_stated_sm_count_is_refused():
+    with pytest.raises(ConfigError, match="hybridep_num_sms"):
+        hybridep_seconds(_call("all_to_all", 8e9, 8, 8, 1, B200, sms=None))
+    # Other collectives are NCCL's and need none.
+    assert hybridep_seconds(_call("all_gather", 8e9, 8, 8, 1, B200, sms=None)) == nccl_seconds(_call("all_gather", 8e9, 8, 8, 1, B200))
+
+
+def test_torchtitans_16_sms_over_ep_32_in_one_nvlink_domain():
+    # A plain exchange over EP 32 inside a GB300 NVL72 domain at torchtitan's 16 SMs: the 32-rank Kernel Only combine,
+    # 547.25 GB/s, 0.608 of 900 (605.15 at 32 SMs: 10.6% faster).
+    gb = attrs.evolve(B200, intra_link_bandwidth=900e9)
+    at_16 = hybridep_seconds(_call("all_to_all", 8e9, 32, 32, 1, gb, sms=16))
+    assert at_16 == pytest.approx(8e9 / 547.25e9, rel=1e-9)
+    assert at_16 / hybridep_seconds(_call("all_to_all", 8e9, 32, 32, 1, gb, sms=32)) == pytest.approx(605.15 / 547.25)
 
 
 def test_qwen3_235b_dispatch_over_ep_32_in_one_nvlink_domain():
@@ -121,8 +171,8 @@ def test_the_model_is_registered(registry):
     assert model.seconds is hybridep_seconds and "README_Hybrid-EP.md" in model.source
 
 
-def _ep_seconds(registry, runtime_name, value, hardware):
-    runtime = apply_options(registry.runtime(runtime_name), {"ep_all_to_all": value})
+def _ep_seconds(registry, runtime_name, value, hardware, **options):
+    runtime = apply_options(registry.runtime(runtime_name), {"ep_all_to_all": value, **options})
     model = model_from_preset("qwen3-30b-a3b", registry)
     layout = ParallelSpec(dp=8, ep=8, seq_len=4096, micro_batch_size=1, global_batch_size=8)
     step = step_time(model, layout, registry=registry, hardware=registry.hardware_preset(hardware).spec, runtime=runtime)
@@ -133,9 +183,13 @@ def test_ep_all_to_all_hybridep_prices_the_expert_exchange_on_b200(registry):
     ep, step = _ep_seconds(registry, "fsdp2", "hybridep", "b200")
     _, nccl = _ep_seconds(registry, "fsdp2", "nccl", "b200")
     # 48 MoE layers x dispatch and combine x forward and backward = 192 calls; a token once per rank it reaches
-    # (5.34 of 8) at 737.13 GB/s.
+    # (5.34 of 8) at 684.27 GB/s, the 8-rank Kernel Only combine at torchtitan's 16 SMs (fsdp2's hybridep_num_sms).
     reached = 8 * (1 - math.comb(112, 8) / math.comb(128, 8))
-    assert ep == pytest.approx(192 * QWEN3_BYTES / 8 * reached / 737.13e9, rel=1e-9)
+    assert ep == pytest.approx(192 * QWEN3_BYTES / 8 * reached / 684.27e9, rel=1e-9)
+    # At 32 SMs (Megatron-Bridge's), 737.13 GB/s; at AutoModel's 24, the nearest published count by ratio, 32.
+    for sms in (32, 24):
+        at, _ = _ep_seconds(registry, "fsdp2", "hybridep", "b200", hybridep_num_sms=sms)
+        assert at == pytest.approx(192 * QWEN3_BYTES / 8 * reached / 737.13e9, rel=1e-9)
     # Its permutation reads and writes the received tokens, 5.34 copies of the rank's own: the compute is longer.
     assert step.compute_seconds > nccl.compute_seconds
 
@@ -166,6 +220,24 @@ def test_the_option_switches_the_collective_model(registry):
     for name in ("fsdp2", "megatron"):
         option = next(o for o in registry.runtime(name).options if o.name == "ep_all_to_all")
         assert option.choices == ("nccl", "deepep", "hybridep") and "README_Hybrid-EP.md" in option.source
+
+
+def test_hybridep_num_sms_is_each_runtimes_stated_setting(registry):
+    # megatron: Megatron-Bridge's 32; fsdp2: torchtitan's 16; each the timing profile's collective_sms["hybridep"].
+    for name, sms, source in (("megatron", 32, "_set_common_perf_overrides"), ("fsdp2", 16, "_NUM_SMS_DISPATCH")):
+        runtime = registry.runtime(name)
+        option = next(o for o in runtime.options if o.name == "hybridep_num_sms")
+        stated = runtime.timing.collective_kernel_sms("hybridep")
+        assert option.default == sms == stated.value and source in stated.source and source in option.source
+        assert option.type == "int" and option.minimum == 1
+        assert apply_options(runtime, {"hybridep_num_sms": sms}).timing == runtime.timing  # the default: unchanged
+        set_24 = apply_options(runtime, {"hybridep_num_sms": "24"}).timing
+        assert set_24.collective_kernel_sms("hybridep").value == 24 and set_24.collective_kernel_sms("deepep") is None
+        assert "hybridep_num_sms 24" in set_24.collective_kernel_sms("hybridep").source
+    with pytest.raises(ConfigError, match="at least 1"):
+        apply_options(registry.runtime("fsdp2"), {"hybridep_num_sms": 0})
+    # The generic runtime's profile states none.
+    assert registry.runtime("generic").timing.collective_sms == ()
 
 
 def test_megatrons_flex_dispatcher_permutes_the_received_tokens_once_each_way(registry):
@@ -214,3 +286,25 @@ def test_megatrons_flex_dispatcher_permutes_the_received_tokens_once_each_way(re
     two = 4 * rows * 8 + 2 * (tokens * 8 * reached - rows * 8)
     saved = 48 * 2 * (four - two) / rates.permute_memory * rates.slowdown
     assert nccl.compute_seconds - hybrid.compute_seconds == pytest.approx(saved, rel=1e-9)
+
+
+def _probe_seconds(call):
+    """A third party's collective model that prices an all-to-all at a millisecond per SM it is given."""
+    return call.sms * 1e-3 if call.op == "all_to_all" else nccl_seconds(call)
+
+
+def test_a_third_party_model_gets_its_stated_sms_on_every_call(registry):
+    # The contract: the profile's collective_sms entry under the model's own name reaches every call it prices.
+    from hp_core.collectives import CollectiveModel
+    from hp_core.engine.timing.rates import _links
+    from hp_core.specs.timing import Sourced
+
+    probe = CollectiveModel(name="probe", seconds=_probe_seconds)
+    fsdp2 = registry.runtime("fsdp2").timing
+    b200 = registry.hardware_preset("b200").spec
+    layout = ParallelSpec(dp=8, ep=8, seq_len=4096)
+    stated = attrs.evolve(fsdp2, collective_model="probe", collective_sms={"probe": Sourced(20, "a vendor's setting")})
+    links = _links(b200, layout, stated.device("blackwell"), stated, probe)
+    assert links.sms == 20 and links.seconds("ep", "all_to_all", 1e6) == pytest.approx(20e-3)
+    # Under another model's name only (fsdp2's hybridep entry), the probe is told none.
+    assert _links(b200, layout, fsdp2.device("blackwell"), fsdp2, probe).sms is None

@@ -65,6 +65,7 @@ class _Links:
     groups: Mapping[str, GroupPlacement]
     model: CollectiveModel
     algorithm: str
+    sms: int | None = None  # the SMs of the model's kernels (TimingProfile.collective_kernel_sms), on every call
     # Prices already asked for in this call, by (group, op, bytes): a step asks the same ones of every stage
     # holding the same layers. The model is a function of the call alone (CollectiveModel), so a price kept
     # is the price it would give again.
@@ -84,16 +85,14 @@ class _Links:
             placement = GroupPlacement(2, 2 if placement.per_node > 1 else 1, 1 if placement.per_node > 1 else 2)
         elif placement.ranks <= 1:
             return 0.0
-        return self.model.seconds(CollectiveCall(op, nbytes, placement, self.fabric, self.algorithm, routing))
-
+        return self.model.seconds(CollectiveCall(op, nbytes, placement, self.fabric, self.algorithm, routing, self.sms))
 
     def subgroup_seconds(self, group: str, op: str, ranks: int, nbytes: float) -> float:
         """One call over *ranks* members of *group* (a schedule's gradient sync between mirrored pipeline
         ranks): on one node where the whole group is, else one member per node (the conservative case)."""
-        whole = self.groups[group]
-        inside = whole.intra_node
+        inside = self.groups[group].intra_node
         placement = GroupPlacement(ranks, ranks if inside else 1, 1 if inside else ranks)
-        return self.model.seconds(CollectiveCall(op, nbytes, placement, self.fabric, self.algorithm))
+        return self.model.seconds(CollectiveCall(op, nbytes, placement, self.fabric, self.algorithm, sms=self.sms))
 
 
 def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency, timing: TimingProfile,
@@ -151,7 +150,8 @@ def _links(hardware: HardwareSpec, parallel: ParallelSpec, dev: DeviceEfficiency
         intra_link_bandwidth=intra_bw if intra else None, nic_link_bandwidth=nic_raw, nic_a2a_bandwidth=nic_a2a,
         inter_a2a_latency=inter_a2a_lat, architecture=hardware.architecture,
     )
-    return _Links(fabric, groups, model, timing.all_reduce_algorithm)
+    sms = timing.collective_kernel_sms(model.name)
+    return _Links(fabric, groups, model, timing.all_reduce_algorithm, None if sms is None else int(sms.value))
 
 
 @attrs.frozen
