@@ -93,7 +93,8 @@ def layout(row: dict, decoder_layers: int) -> ParallelSpec:
                         etp=row.get("etp", 1), sp=row["tp"] > 1,
                         micro_batch_size=row["micro_batch_size"], seq_len=row["seq_len"],
                         global_batch_size=row["global_batch_size"],
-                        schedule="interleaved_1f1b" if row["vpp"] > 1 else None)
+                        schedule="interleaved_1f1b" if row["vpp"] > 1 else None,
+                        rank_order=row.get("rank_order", ParallelSpec.__attrs_attrs__.rank_order.default))
 
 
 def row_model(row: dict, registry):

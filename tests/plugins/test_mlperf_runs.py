@@ -127,3 +127,23 @@ def test_the_pipeline_split_counts_the_embedding_and_the_loss():
     row = _data()["llama31_405b_rows"][0]
     spec = fp8_runs.layout(row, 126)
     assert spec.layers_per_stage == (1,) + (2,) * 62 + (1,)
+
+
+def test_the_tp_pp_dp_mapping_rows_are_priced_in_that_rank_order():
+    # Every config but NVIDIA's v5.0 H100 ones and its 256-GPU GB200 one sets TP_PP_DP_MAPPING=True (read by hand from
+    # config_common.sh / config_common_cg.sh of each folder), for which NeMo orders ranks tp-cp-ep-pp-dp
+    # (nemo/lightning/_strategy_lib.py at NVIDIA/NeMo@8cfedd7); fp8_runs.layout hands the row's order to the layout.
+    import fp8_runs  # benchmarks/ is on sys.path once mlperf_runs is loaded
+
+    _module()
+    default = {"v5.0-tyche_ngpu256_ngc25.04_nemo"} | {f"v5.0-eos-dfw_n{n}_ngc25.01_nemo" for n in (64, 256, 304, 320, 1024)}
+    rows = _data()["llama31_405b_rows"]
+    for row in rows:
+        spec = fp8_runs.layout(row, 126)
+        expected = "tp-cp-ep-dp-pp" if row["id"] in default else "tp-cp-ep-pp-dp"
+        assert spec.rank_order == expected, row["id"]
+        assert not any("TP_PP_DP" in s for s in row["not_priced"]), row["id"]
+    # At TP 4, PP 8, CP 2 the data-parallel peers are then TP x CP x PP = 64 ranks apart: a DP group of 8 spans
+    # 512 ranks, more than one NVL72 domain of 72 GPUs, where the default order (TP x CP = 8 apart) keeps it in 64.
+    row = next(r for r in rows if r["id"] == "v5.1-tyche_ngpu512_ngc25.09_nemo")
+    assert (row["tp"] * row["cp"] * row["pp"], row["tp"] * row["cp"]) == (64, 8)
