@@ -20,6 +20,9 @@ output; the previous hidden state is the output head's norm input, already
 kept) and outputs, the concatenation, the layer's own terms, and the head's
 norm input and output and its fp32 loss softmax over the vocabulary shard.
 
+Its collectives under tensor parallelism beside its layer's and the shared head's are ``eh_proj``'s, as
+Megatron-Core runs it (:func:`eh_proj_collectives`).
+
 Under a low-precision recipe the module runs as Megatron-Core runs it
 (``multi_token_prediction.py`` at NVIDIA/Megatron-LM core_v0.16.0 lines 773-803,
 ``_proj_and_transformer_layer``): under ``fp8`` the concatenation's projection
@@ -43,14 +46,14 @@ import attrs
 from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.specs.model import LayerGroup
-from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost
+from hp_core.costs import ActivationTerm, Collective, Flops, LayerContext, LayerCost
 from hp_core.types import LayerKind
 from hp_core.bounds import MAX_VOCAB
 from hp_core.validators import bounded_int, one_of, positive_int
 from hp_plugins.kit import NORMS, norm_params, padded_vocab, param_count, tp_collectives
 from hp_plugins.kinds.embedding import TOKEN_ID_BYTES
 
-__all__ = ["MTPConfig", "evaluate_mtp", "hp_layer_kinds"]
+__all__ = ["MTPConfig", "eh_proj_collectives", "evaluate_mtp", "hp_layer_kinds"]
 
 
 
@@ -74,6 +77,38 @@ class MTPConfig:
     hidden_size: int = attrs.field(validator=positive_int)
     layer: LayerGroup = attrs.field(validator=_one_layer)
     norm: str = attrs.field(default="rmsnorm", validator=one_of(NORMS))
+
+
+def eh_proj_collectives(x: LayerContext, h: int) -> tuple[Collective, ...]:
+    """The tensor-parallel collectives of one module's ``eh_proj``, per micro-batch (none at ``tp`` 1).
+
+    Megatron-Core (``megatron/core/transformer/multi_token_prediction.py`` at NVIDIA/Megatron-LM core_v0.16.0,
+    3bec9aa) builds ``eh_proj`` as the backend's column-parallel linear ``2h -> h/tp`` with ``gather_output=False``
+    (``MultiTokenPredictionLayer.__init__``; Transformer Engine's under the TE spec) and, in ``_concat_embeddings``,
+    runs it on ``torch.cat((enorm(embedding), hnorm(hidden)), -1)``, then ``gather_from_tensor_model_parallel_region``
+    (forward an all-gather along the last dim, ``h/tp -> h``; backward a split, no communication) and, under
+    sequence parallelism, ``scatter_to_sequence_parallel_region`` (forward a split along the sequence, no
+    communication; backward an all-gather along it; ``megatron/core/tensor_parallel/mappings.py``
+    ``_GatherFromModelParallelRegion``, ``_ScatterToSequenceParallelRegion``). With ``T`` tokens and ``b`` activation
+    bytes, NCCL's convention (the gathered output, the reduce-scatter's input, the all-reduce's buffer):
+
+    * sequence parallel: the column-parallel linear all-gathers its sequence-sharded input, ``2 h T b``, forward
+      (re-gathered in backward for its weight gradient where ``gather`` is recomputed, as every column-parallel
+      input: :func:`hp_plugins.kit.tp_collectives`), and reduce-scatters its input gradient, ``2 h T b``, backward;
+      the output's last-dim all-gather, ``h T b``, forward, and the scatter's all-gather of its gradient, ``h T b``,
+      backward;
+    * without: the input is whole on every rank (``copy_to_tensor_model_parallel_region``: the identity forward, an
+      all-reduce of the input gradient, ``2 h T b``, backward) and the output's last-dim all-gather, ``h T b``,
+      forward.
+    """
+    if x.tp <= 1:
+        return ()
+    out_bytes = x.tokens * h * x.precision.activation_bytes  # the gathered output: T tokens x h
+    if x.sp:
+        return (Collective("tp", "all_gather", 2 * out_bytes, 1, 0, rerun_switch="gather", gemm_input=True),
+                Collective("tp", "reduce_scatter", 2 * out_bytes, 0, 1),
+                Collective("tp", "all_gather", out_bytes, 1, 1))
+    return (Collective("tp", "all_reduce", 2 * out_bytes, 0, 1), Collective("tp", "all_gather", out_bytes, 1, 0))
 
 
 def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
@@ -114,15 +149,15 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
     )
     logits_grad = T * shard * act + T * h * act
     weight_shapes = tuple(dict.fromkeys((*inner.weight_shapes, (h // x.tp, 2 * h), (shard, h))))
-    # Its layer's work, with the module's projection and the shared head's GEMMs and the
-    # head's vocabulary-parallel collectives added.
+    # Its layer's work, with the module's projection and the shared head's GEMMs, eh_proj's collectives and the
+    # head's vocabulary-parallel ones added.
     routed = {(fan_out, fan_in) for _, _, fan_out, fan_in in inner.work.expert_gemms} if inner.work else set()
     own_gemms = tuple((T, fan_out, fan_in) for fan_out, fan_in in weight_shapes[len(inner.weight_shapes):]
                       if (fan_out, fan_in) not in routed)
     # The shared head's GEMM stays in the compute dtype under a recipe, as the main head's (module docstring).
     head_gemm = tuple(g for g in own_gemms if g == (T, shard, h))
     work = None if inner.work is None else attrs.evolve(
-        inner.work, collectives=inner.work.collectives + tp_collectives(x, 0, T * h * act, "head"),
+        inner.work, collectives=inner.work.collectives + eh_proj_collectives(x, h) + tp_collectives(x, 0, T * h * act, "head"),
         gemms=inner.work.gemms + own_gemms, table_elements=0.0,
         high_precision_gemms=inner.work.high_precision_gemms + head_gemm)
     return LayerCost(
