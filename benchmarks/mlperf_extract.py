@@ -6,7 +6,7 @@ where each SNAPSHOT is a git checkout (bare or not) of an mlcommons/training_res
 submitter and system, each ``result_*.txt``'s facts (:func:`mlperf_logs.run_facts`: platform, global batch,
 gradient accumulation steps, sequence length, the median ``train_step_time`` after the first steps), the median of
 those per-log medians, the system description (``<submitter>/systems/<system>.json``: nodes, accelerators per node,
-the accelerator's name, the framework) and the launch config the submission's README names
+the accelerator's name, the framework; a log that states no step time gives its error and no median) and the launch config the submission's README names
 (``<submitter>/benchmarks/<benchmark>/implementations/<system>/README-<system>.md``: "source config_....sh") with
 the ``export NAME=VALUE`` settings of it and of the files it sources, in sourcing order (a later export wins; a
 sourced file the submission does not hold is listed under ``missing``).
@@ -81,11 +81,21 @@ def result_dirs(snapshot: str, benchmark: str, submitters: list[str] | None) -> 
     return {key: sorted(paths) for key, paths in sorted(found.items())}
 
 
+def _log_facts(snapshot: str, log: str) -> dict:
+    """One log's :func:`run_facts`, or, where it states no step time (a run that logged none, e.g. MLPerf v4.0's
+    GPT-3 logs), its error."""
+    try:
+        return dict(run_facts(_show(snapshot, log)), log=log)
+    except ValueError as error:
+        return {"log": log, "error": str(error)}
+
+
 def extract(snapshot: str, benchmark: str, submitters: list[str] | None = None):
     """One dict per result directory of *benchmark* in *snapshot* (module docstring)."""
     commit = _git(snapshot, "rev-parse", "HEAD").strip()
     for (submitter, system), logs in result_dirs(snapshot, benchmark, submitters).items():
-        facts = [dict(run_facts(_show(snapshot, log)), log=log) for log in logs]
+        facts = [_log_facts(snapshot, log) for log in logs]
+        medians = [f["median_step_seconds"] for f in facts if "median_step_seconds" in f]
         folder = f"{submitter}/benchmarks/{benchmark}/implementations/{system}"
         readme = _show(snapshot, f"{folder}/README-{system}.md") or ""
         named = _README_CONFIG.findall(readme)
@@ -94,7 +104,7 @@ def extract(snapshot: str, benchmark: str, submitters: list[str] | None = None):
             "commit": commit, "submitter": submitter, "system": system,
             "system_description": {k: system_json.get(k) for k in ("system_name", "number_of_nodes", "accelerators_per_node",
                                                                    "accelerator_model_name", "framework")},
-            "logs": facts, "median_of_log_medians_seconds": statistics.median(f["median_step_seconds"] for f in facts),
+            "logs": facts, "median_of_log_medians_seconds": statistics.median(medians) if medians else None,
             "readme_config": named, "config_folder": folder,
             "config": config_settings(snapshot, folder, named[0]) if len(named) == 1 else None,
         }

@@ -7,7 +7,7 @@ is one JSON record per line after the ``:::MLLOG`` prefix (the mlperf-logging fo
 mlcommons/logging ``mlperf_logging/mllog``). NVIDIA's NeMo implementations log every optimizer step's wall time as
 a ``tracked_stats`` record whose value holds ``train_step_time`` (seconds) and whose metadata holds the ``step`` and
 ``samples_count`` (``custom_callbacks.py`` of each implementation; the v4.0 and v4.1 GPT-3 logs name it
-``train_step_timing in s``, :data:`STEP_TIME_KEYS`); the run's ``global_batch_size``,
+``train_step_timing in s``, the v3.1 ones ``train_step_timing``, :data:`STEP_TIME_KEYS`); the run's ``global_batch_size``,
 ``max_sequence_length`` and ``submission_platform`` are their own records. The step time hp compares with is the
 median of the logged steps after the first :data:`SKIPPED_STEPS` (the first steps include the CUDA graphs' capture and
 allocator warm-up), so a few evaluation-adjacent or straggling steps do not move it. The logs are read from a
@@ -26,8 +26,13 @@ __all__ = ["SKIPPED_STEPS", "STEP_TIME_KEYS", "records", "run_facts"]
 
 PREFIX = ":::MLLOG "
 # The tracked_stats value keys holding one optimizer step's seconds: NeMo 2 implementations (v5.0, v5.1) and the
-# NeMo 1 GPT-3 ones of v4.0 and v4.1 (e.g. NVIDIA/results/eos_n64_ngc24.09_nemo/gpt3/result_0.txt).
-STEP_TIME_KEYS = ("train_step_time", "train_step_timing in s")
+# NeMo 1 GPT-3 ones of v4.0 and v4.1 (e.g. NVIDIA/results/eos_n64_ngc24.09_nemo/gpt3/result_0.txt), and of v3.1
+# (NeMo 23.09, whose TimingCallback logged the metric without the ' in s' suffix: training_results_v3.1
+# NVIDIA/results/eos_n64_ngc23.09_nemo/gpt3/result_0.txt). In both GPT-3 implementations the value is NeMo's
+# exp_manager TimingCallback timer from on_train_batch_start to on_train_batch_end, one optimizer step
+# (custom_callbacks.py EpochTimingCallback keeps that timer; MetricsLogger._log_throughputs logs it as tracked_stats).
+# A record holding more than one of them counts once (the first).
+STEP_TIME_KEYS = ("train_step_time", "train_step_timing in s", "train_step_timing")
 # Steps left out at the start of a run before the median: the first optimizer steps carry one-off work (CUDA graph
 # capture, allocator growth, first NCCL connections); 5 is above the one or two steps that visibly stand out in the
 # NVIDIA v5.1 Llama 3.1 405B logs (13.36 s then 13.10-13.13 s on 512 GB200s).
@@ -44,13 +49,16 @@ def records(text: str) -> Iterator[dict]:
 
 def run_facts(text: str) -> dict:
     """The facts of one result log: platform, global batch, sequence length, the logged step times' count, median
-    (after :data:`SKIPPED_STEPS`), minimum and maximum, and the run's status.
+    (after :data:`SKIPPED_STEPS`), minimum and maximum, the median spacing of the kept step records' ``time_ms``
+    (seconds: the wall time from one logged step to the next, which also holds what runs outside the step timer),
+    and the run's status.
 
     Raises:
         ValueError: the log states no ``train_step_time`` beyond the skipped steps (not a NeMo-style log).
     """
     facts: dict = {}
     steps: list[float] = []
+    stamps_ms: list[float] = []
     for rec in records(text):
         key, value = rec.get("key"), rec.get("value")
         if key in ("submission_platform", "global_batch_size", "max_sequence_length", "gradient_accumulation_steps",
@@ -59,13 +67,19 @@ def run_facts(text: str) -> dict:
         elif key == "run_stop":
             facts["status"] = (rec.get("metadata") or {}).get("status")
         elif key == "tracked_stats" and isinstance(value, dict):
-            steps += [float(value[k]) for k in STEP_TIME_KEYS if k in value]
+            stated = [k for k in STEP_TIME_KEYS if k in value]
+            if stated:
+                steps.append(float(value[stated[0]]))
+                stamps_ms.append(float(rec.get("time_ms", 0)))
     kept = steps[SKIPPED_STEPS:]
     if not kept:
         raise ValueError(f"the log states {len(steps)} step-time records ({' or '.join(STEP_TIME_KEYS)}), none past "
                          f"the first {SKIPPED_STEPS}")
     facts.update(logged_steps=len(steps), median_step_seconds=statistics.median(kept),
                  min_step_seconds=min(kept), max_step_seconds=max(kept))
+    stamps = stamps_ms[SKIPPED_STEPS:]
+    if len(stamps) > 1:
+        facts["median_record_spacing_seconds"] = statistics.median((b - a) / 1e3 for a, b in zip(stamps, stamps[1:]))
     return facts
 
 

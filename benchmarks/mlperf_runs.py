@@ -7,6 +7,11 @@ difference in seconds, hp's bf16 time
 of the same layout, hp's MFU (against the bf16 peak and the recipe's peak); then per class (device x recipe) the
 held-out rows' mean absolute error, range and count within 10%.
 
+Then the GPT-3 175B table ("MLPerf Training v3.1 and v4.1: GPT-3 175B", ``gpt3_175b_rows``: NeMo 1 runs of NVIDIA,
+Oracle and Azure+NVIDIA on H100 and NVIDIA's B200 preview; the step time NeMo's ``train_step_timing``), its summary per
+class and per device, the B200 preview apart (:func:`gpt3_totals`); each GPT-3 row's model is its ``model_config``
+(:func:`fp8_runs.row_model`, as the DGX Cloud GPT-3 rows).
+
 Each row is priced as benchmarks/fp8_runs.py prices the Megatron-Bridge rows as run (:func:`fp8_runs.price` with
 ``as_run=True``): the ``megatron`` runtime with the row's ``runtime_options``, the row's recipe, its hardware preset,
 and :func:`fp8_runs.layout` (the embedding and the loss counted in the pipeline split where ``layers_per_stage`` is
@@ -28,6 +33,10 @@ import fp8_runs  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "plugins" / "data" / "mlperf_measured.json"
 DEVICES = {"h100-sxm": "H100", "b200": "B200", "gb200": "GB200", "gb300": "GB300"}
+GPT3_KEY = "gpt3_175b_rows"
+# The GPT-3 rows summarised per device, each apart: the H100 rows of both rounds and NVIDIA's v4.1 B200 preview (8 nodes,
+# a preview submission).
+GPT3_DEVICES = (("h100-sxm", "H100 (v3.1 and v4.1)"), ("b200", "B200 preview (v4.1, 64 GPUs; summarised apart)"))
 
 
 def load(key: str = "llama31_405b_rows") -> list[dict]:
@@ -74,8 +83,19 @@ def _layout(row: dict) -> str:
             f"({micro_batches} micro-batches a step)")
 
 
-def section(found: list[dict]) -> str:
-    """The table and per-class summary docs/precision.md shows (tests/plugins/test_mlperf_runs.py checks it is current)."""
+def gpt3_totals(found: list[dict]) -> list[str]:
+    """The GPT-3 rows' summary lines per device (:data:`GPT3_DEVICES`), in place of one line over every row."""
+    lines = []
+    for hardware, label in GPT3_DEVICES:
+        errors = [r["error"] for r in found if r["row"]["hardware"] == hardware]
+        if errors:
+            lines.append(f"- {label}, held out: {fp8_runs._summary(errors)}.")
+    return lines
+
+
+def section(found: list[dict], totals=None) -> str:
+    """The table and per-class summary docs/precision.md shows (tests/plugins/test_mlperf_runs.py checks it is current);
+    *totals* (found -> lines) replaces the closing line over all rows (:func:`gpt3_totals`)."""
     lines = ["| run | round | class | layout | measured s | hp as run s | error | measured - hp s | hp bf16 s "
              "| hp speedup over bf16 | hp MFU (bf16 peak / recipe peak) |",
              "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -88,12 +108,22 @@ def section(found: list[dict]) -> str:
     for cls in dict.fromkeys(r["class"] for r in found):
         errors = [r["error"] for r in found if r["class"] == cls]
         lines.append(f"- {cls}: {fp8_runs._summary(errors)}.")
-    lines.append(f"- all rows, held out: {fp8_runs._summary([r['error'] for r in found])}.")
+    if totals is None:
+        lines.append(f"- all rows, held out: {fp8_runs._summary([r['error'] for r in found])}.")
+    else:
+        lines += totals(found)
     return "\n".join(lines) + "\n"
+
+
+def gpt3_section(registry=None) -> str:
+    """The GPT-3 175B table docs/precision.md shows."""
+    return section(results(load(GPT3_KEY), registry), gpt3_totals)
 
 
 def main() -> None:
     print(section(results()), end="")
+    print()
+    print(gpt3_section(), end="")
 
 
 if __name__ == "__main__":
