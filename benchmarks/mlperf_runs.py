@@ -5,7 +5,8 @@ Llama 3.1 405B"): per result directory its round, device, recipe and layout, the
 the directory's logs of each log's median ``train_step_time``), hp's step time as run, the error and the
 difference in seconds, hp's bf16 time
 of the same layout, hp's MFU (against the bf16 peak and the recipe's peak); then per class (device x recipe) the
-held-out rows' mean absolute error, range and count within 10%.
+held-out rows' mean absolute error, range and count within 10%; then the same table of the v5.1 Llama 3.1 8B rows
+(``llama31_8b_rows``; the page's "MLPerf Training v5.1: Llama 3.1 8B").
 
 Then the GPT-3 175B table ("MLPerf Training v3.1 and v4.1: GPT-3 175B", ``gpt3_175b_rows``: NeMo 1 runs of NVIDIA,
 Oracle and Azure+NVIDIA on H100 and NVIDIA's B200 preview; the step time NeMo's ``train_step_timing``), its summary per
@@ -32,7 +33,7 @@ if str(HERE) not in sys.path:
 import fp8_runs  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "plugins" / "data" / "mlperf_measured.json"
-DEVICES = {"h100-sxm": "H100", "b200": "B200", "gb200": "GB200", "gb300": "GB300"}
+DEVICES = {"h100-sxm": "H100", "h200": "H200", "b200": "B200", "b300": "B300", "gb200": "GB200", "gb300": "GB300"}
 GPT3_KEY = "gpt3_175b_rows"
 # The GPT-3 rows summarised per device, each apart: the H100 rows of both rounds and NVIDIA's v4.1 B200 preview (8 nodes,
 # a preview submission).
@@ -79,7 +80,7 @@ def results(rows: list[dict] | None = None, registry=None) -> list[dict]:
 def _layout(row: dict) -> str:
     degrees = " ".join(f"{k}{row[k]}" for k in ("tp", "pp", "vpp", "cp") if row[k] > 1)
     micro_batches = row["global_batch_size"] // (row["dp"] * row["micro_batch_size"])
-    return (f"{row['gpus']} GPUs {degrees} dp{row['dp']}, mbs {row['micro_batch_size']}, gbs {row['global_batch_size']} "
+    return (f"{row['gpus']} GPUs {degrees + ' ' if degrees else ''}dp{row['dp']}, mbs {row['micro_batch_size']}, gbs {row['global_batch_size']} "
             f"({micro_batches} micro-batches a step)")
 
 
@@ -122,6 +123,8 @@ def gpt3_section(registry=None) -> str:
 
 def main() -> None:
     print(section(results()), end="")
+    print()
+    print(section(results(load("llama31_8b_rows"))), end="")
     print()
     print(gpt3_section(), end="")
 

@@ -1,6 +1,6 @@
-"""MLPerf Training's Llama 3.1 405B rows (tests/plugins/data/mlperf_measured.json): docs/precision.md's table is what
-``benchmarks/mlperf_runs.py`` prints today, every result directory of the two rounds is a row or a skipped entry, and
-the rows' measured step times and batch arithmetic are what their logs and configs state."""
+"""MLPerf Training's Llama 3.1 405B rows and v5.1 Llama 3.1 8B rows (tests/plugins/data/mlperf_measured.json):
+docs/precision.md's tables are what ``benchmarks/mlperf_runs.py`` prints today, every result directory collected is a
+row or a skipped entry, and the rows' measured step times and batch arithmetic are what their logs and configs state."""
 
 from __future__ import annotations
 
@@ -147,3 +147,115 @@ def test_the_tp_pp_dp_mapping_rows_are_priced_in_that_rank_order():
     # 512 ranks, more than one NVL72 domain of 72 GPUs, where the default order (TP x CP = 8 apart) keeps it in 64.
     row = next(r for r in rows if r["id"] == "v5.1-tyche_ngpu512_ngc25.09_nemo")
     assert (row["tp"] * row["cp"] * row["pp"], row["tp"] * row["cp"]) == (64, 8)
+
+
+# Every llama31_8b result directory of mlcommons/training_results_v5.1@441d65f (git ls-tree of <submitter>/results/):
+# 29 rows and 10 skipped (the six AMD Instinct directories, Lambda's, Nebius's n2 and n4, Oracle's 1-node).
+EXPECTED_8B_DIRS = {
+    ("NVIDIA", f"{name}_ngpu{gpus}_ngc25.09_nemo") for name in ("theia", "tyche") for gpus in (8, 72, 512)
+} | {("University-of-Florida", f"hpg.dgxb200x8.n{n}") for n in (1, 2, 4, 8, 16, 32)} | {
+    ("AMD", "MI350X_EPYC_9575F_pytorch"), ("AMD", "MI355X_EPYC_9575F_pytorch"),
+    ("Cisco", "1xC885A_M8-8xMI350X-OAM-288GB"), ("Cisco", "hpf_n16"), ("Cisco", "hpf_n8"),
+    ("Dell", "1xXE9680Lx8B200-SXM-180GB"), ("Dell", "1xXE9780x8B300-SXM-270GB"), ("Dell", "2xXE9680Lx8B200-SXM-180GB"),
+    ("Dell", "2xXE9685Lx8B200-SXM-180GB"), ("Dell", "XE9785L_8xMI355X"), ("GigaComputing", "G893-ZX1-AAX4_pytorch"),
+    ("HPE", "HPE-Cray-XD670-H200-SXM5-141GB_n8_25.09"), ("Lambda", "gb300_n18_ngc25.04_nemo"),
+    ("Lenovo", "SR680aV3-8xB200_SXM_180GB"), ("Lenovo", "SR680aV4-8xB300_SXM"), ("Lenovo", "SR780aV3-8xB200_SXM_180GB"),
+    ("Nebius", "nebius_b200_n1"), ("Nebius", "nebius_b200_n2"), ("Nebius", "nebius_b200_n4"), ("Nebius", "nebius_b300_n1"),
+    ("Oracle", "1xBM.GPU.B200.8"), ("Oracle", "8xBM.GPU.B200.8"), ("Supermicro", "8xMI355X_2xEPYC_9575F"),
+    ("Supermicro", "AS-4126GS-NBR-LCC"), ("Supermicro", "AS-8126GS-NB3RT"), ("Supermicro", "SYS-422GS-NBRT-LCC"),
+    ("Verda", "b200_8x8_ngc25.09"),
+}
+
+# Read by hand from each config (DGXNNODES x DGXNGPU, TENSOR_MODEL_PARALLEL, CONTEXT_PARALLEL, MINIBS,
+# MICRO_BATCH_SIZE) and its logs (global_batch_size, gradient_accumulation_steps):
+# (GPUs, TP, CP, MINIBS, micro-batch, DP, global batch, accumulation steps); DP = GPUs / (TP CP), GBS = MINIBS x DP.
+HAND_8B_LAYOUTS = {
+    "v5.1-8b-theia_ngpu512_ngc25.09_nemo": (128 * 4, 2, 4, 1, 1, 64, 64, 1),
+    "v5.1-8b-tyche_ngpu8_ngc25.09_nemo": (2 * 4, 1, 1, 2, 2, 8, 16, 1),
+    "v5.1-8b-hpf_n16": (16 * 8, 2, 1, 1, 1, 64, 64, 1),
+    "v5.1-8b-HPE-Cray-XD670-H200-SXM5-141GB_n8_25.09": (8 * 8, 1, 2, 1, 1, 32, 32, 1),
+    "v5.1-8b-hpg.dgxb200x8.n32": (32 * 8, 1, 2, 1, 1, 128, 128, 1),
+    "v5.1-8b-hpg.dgxb200x8.n4": (4 * 8, 1, 2, 1, 1, 16, 16, 1),
+}
+
+
+def test_8b_precision_page_table_is_current():
+    runs = _module()
+    table = runs.section(runs.results(runs.load("llama31_8b_rows")))
+    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
+    assert table in page, "regenerate with: python benchmarks/mlperf_runs.py"
+    assert page.index("### MLPerf Training v5.0 and v5.1: Llama 3.1 405B") < page.index(
+        "### MLPerf Training v5.1: Llama 3.1 8B") < page.index(table)
+
+
+def test_every_8b_result_directory_is_a_row_or_skipped():
+    data = _data()
+    rows, skipped = data["llama31_8b_rows"], data["llama31_8b_skipped"]
+    assert (len(rows), len(skipped)) == (29, 10)
+    stated = [(r["submitter"], r["system"]) for r in rows] + [(s["submitter"], s["system"]) for s in skipped]
+    assert sorted(stated) == sorted(EXPECTED_8B_DIRS)
+    assert len({r["id"] for r in rows} | {r["id"] for r in data["llama31_405b_rows"]}) == len(rows) + 16
+    for s in skipped:
+        assert s["round"] == "v5.1" and s["results"] == f"{s['submitter']}/results/{s['system']}/llama31_8b", s
+        assert len(s["reason"]) > 40, s["system"]
+    amd = [s for s in skipped if "MI35" in s["system"] or s["submitter"] in ("AMD", "GigaComputing")]
+    assert len(amd) == 6 and all("hp has no preset" in s["reason"] for s in amd)
+
+
+def test_8b_measured_seconds_are_the_median_of_the_ten_logs():
+    rows = {r["id"]: r for r in _data()["llama31_8b_rows"]}
+    # By hand: Tyche's 8-GPU logs, result_0 to result_9 as benchmarks/mlperf_logs.py's run_facts gave them; sorted,
+    # the fifth and sixth are 0.404975 and 0.40618, so the median is (0.404975 + 0.40618) / 2 = 0.4055775 s.
+    tyche = rows["v5.1-8b-tyche_ngpu8_ngc25.09_nemo"]
+    assert tyche["log_median_step_seconds"] == [0.404975, 0.409413, 0.40618, 0.409897, 0.421476, 0.407069, 0.404689,
+                                                0.402236, 0.403718, 0.401518]
+    assert tyche["measured_step_seconds"] == 0.4055775
+    runs = _module()
+    for row in rows.values():
+        assert len(row["logs"]) == len(row["log_median_step_seconds"]) == 10, row["id"]
+        assert runs.measured_seconds(row) == pytest.approx(row["measured_step_seconds"], abs=1e-9), row["id"]
+        assert all(log.startswith(f"{row['submitter']}/results/{row['system']}/llama31_8b/result_") for log in row["logs"])
+
+
+@pytest.mark.parametrize("row_id", sorted(HAND_8B_LAYOUTS))
+def test_8b_batch_arithmetic_matches_the_config_and_logs(row_id):
+    row = next(r for r in _data()["llama31_8b_rows"] if r["id"] == row_id)
+    gpus, tp, cp, minibs, mbs, dp, gbs, steps = HAND_8B_LAYOUTS[row_id]
+    assert (row["gpus"], row["tp"], row["cp"], row["minibs"], row["micro_batch_size"], row["dp"],
+            row["global_batch_size"]) == (gpus, tp, cp, minibs, mbs, dp, gbs)
+    assert gpus // (tp * cp) == dp and minibs * dp == gbs and minibs // mbs == steps
+    assert (row["pp"], row["vpp"], row["seq_len"]) == (1, 1, 8192)
+    assert row["log_facts"]["global_batch_size"] == gbs
+    assert row["log_facts"]["gradient_accumulation_steps"] == steps
+
+
+def test_8b_rows_state_their_provenance_and_settings():
+    data = _data()
+    assert {"mlperf-training-v5.1-llama31-8b", "transformer-engine-release-v2.8-dpa",
+            "megatron-core-25.09-alpha.rc1-cuda-graphs"} <= set(data["sources"])
+    rows = {r["system"]: r for r in data["llama31_8b_rows"]}
+    for row in rows.values():
+        assert row["config"].startswith(f"{row['submitter']}/benchmarks/"), row["id"]
+        assert row["config"].rsplit("/", 1)[1] == row["config_files"][0], row["id"]
+        assert row["split"] == "held_out" and row["not_priced"] and row["matched_by"], row["id"]
+        assert row["model"] == "llama3-8b" and row["runtime_options"]["cuda_graphs"] in ("none", "layers", "full_iteration")
+        # Megatron-Core 25.09-alpha.rc1 keeps the projection's quantized input under NVFP4 (source megatron-core-25.09-alpha.rc1).
+        assert ("linear_proj_save_original_input" in row["runtime_options"]) == (row["recipe"] == "nvfp4"), row["id"]
+        if row["recipe"] == "nvfp4":  # config_common_fp8attn.sh: FP8 attention beside the NVFP4 linears, not priced
+            assert row["runtime_options"]["linear_proj_save_original_input"] is False
+            assert any(n.startswith("FP8 attention") for n in row["not_priced"]), row["id"]
+    # Read by hand from the configs: the device (system file), recipe and CUDA graphs of a few rows.
+    assert (rows["theia_ngpu72_ngc25.09_nemo"]["hardware"], rows["theia_ngpu72_ngc25.09_nemo"]["recipe"]) == (
+        "gb300", "fp8-megatron-param-gather")
+    assert rows["HPE-Cray-XD670-H200-SXM5-141GB_n8_25.09"]["recipe"] == "fp8-current-fp8-attention"
+    assert rows["hpf_n8"]["recipe"] == "fp8-delayed-param-gather" and rows["hpf_n8"]["hardware"] == "h100-sxm"
+    assert rows["SR680aV4-8xB300_SXM"]["hardware"] == "b300"
+    assert rows["nebius_b300_n1"]["runtime_options"]["cuda_graphs"] == "full_iteration"  # config_common_fp4.sh last
+    assert rows["tyche_ngpu8_ngc25.09_nemo"]["runtime_options"]["cuda_graphs"] == "layers"  # FULL_CUDA_GRAPH=0
+    assert rows["AS-8126GS-NB3RT"]["runtime_options"]["cuda_graphs"] == "none"  # MCORE_CUDA_GRAPH=0
+    assert rows["theia_ngpu512_ngc25.09_nemo"]["runtime_options"]["tp_comm_overlap"] is True
+    # TP_PP_DP_MAPPING=True in every config but Cisco's (config_common.sh of each folder; Cisco's conf/custom.yaml
+    # defaults use_tp_pp_dp_mapping to False): NeMo's order, as on the 405B rows.
+    for row in rows.values():
+        assert row.get("rank_order") == (None if row["submitter"] == "Cisco" else "tp-cp-ep-pp-dp"), row["id"]
+        assert not any("TP_PP_DP" in n for n in row["not_priced"]), row["id"]
