@@ -43,7 +43,7 @@ defaults fill what a job leaves out):
   ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap``,
   ``--overlap-moe-expert-parallel-comm`` and the pipeline sends (on under the interleaved schedule
   unless ``--no-overlap-p2p-communication``); the flex dispatcher's backend, DeepEP or HybridEP
-  (``ep_all_to_all: deepep`` / ``hybridep``), HybridEP's ``--moe-hybridep-num-sms`` (``hybridep_num_sms``).
+  (``ep_all_to_all: deepep`` / ``hybridep``), HybridEP's ``--moe-hybridep-num-sms`` or ``--moe-flex-dispatcher-num-sms`` (``hybridep_num_sms``).
 
 Flags with no effect on memory or step time in this model (learning rate,
 logging, data, checkpoints, seeds, ...: :data:`IGNORED`) are dropped quietly;

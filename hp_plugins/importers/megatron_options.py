@@ -15,7 +15,7 @@ Each reads Megatron-LM's arguments as ``megatron/training/arguments.py`` (Megatr
   ``--tp-comm-overlap``, ``--overlap-moe-expert-parallel-comm``, ``--delay-wgrad-compute``, and the pipeline sends, which
   Megatron overlaps by default under the interleaved schedule (``--no-overlap-p2p-communication``,
   ``dest='overlap_p2p_comm'``, default on, turned off without virtual stages); the flex dispatcher's
-  backend (DeepEP or HybridEP) as ``ep_all_to_all``, ``--moe-hybridep-num-sms`` as ``hybridep_num_sms``; the CUDA-graph flags as ``cuda_graphs``
+  backend (DeepEP or HybridEP) as ``ep_all_to_all``, ``--moe-hybridep-num-sms`` (or Megatron-LM d98e8a6's ``--moe-flex-dispatcher-num-sms``, first) as ``hybridep_num_sms``; the CUDA-graph flags as ``cuda_graphs``
   (:func:`cuda_graphs`).
 * **Model** (:func:`megatron_model`): what Megatron-LM's GPT builds by default beside what the
   Hugging Face format builds: LayerNorm (``--normalization``, default ``LayerNorm``), a GeLU MLP
@@ -179,16 +179,21 @@ def trainer_options(a: Any, pp: int, vpp: int, ep: int, unmapped: list[str]) -> 
         if backend not in ("deepep", "hybridep"):
             raise ConfigError("--moe-flex-dispatcher-backend", f"expected deepep or hybridep, got {backend!r}")
         options["ep_all_to_all"] = "deepep" if deepep else backend
-        sms = a.value("moe-hybridep-num-sms", int)
+        # TransformerConfig.moe_hybridep_num_sms (core_v0.16.0); from NVIDIA/Megatron-LM d98e8a6 it is deprecated for
+        # moe_flex_dispatcher_num_sms (--moe-flex-dispatcher-num-sms, every flex backend), which __post_init__ lets
+        # take precedence over the deprecated knob.
+        flex_sms, hybrid_sms = a.value("moe-flex-dispatcher-num-sms", int), a.value("moe-hybridep-num-sms", int)
+        sms = flex_sms if flex_sms is not None else hybrid_sms
         if options["ep_all_to_all"] == "hybridep" and sms is not None:
-            options["hybridep_num_sms"] = sms  # TransformerConfig.moe_hybridep_num_sms, core_v0.16.0
+            options["hybridep_num_sms"] = sms
         elif options["ep_all_to_all"] == "hybridep":
             # transformer_config.py: 16 at core_v0.16.0 and core_v0.17.0, None (DeepEP's own default: 24 SMs within
             # one NVLink domain, 8 across) from core_v0.17.1; the runtime's default is Megatron-Bridge's.
-            unmapped.append("--moe-hybridep-num-sms not given: Megatron-Core's default is 16 SMs at core_v0.16.0 and "
+            unmapped.append("--moe-hybridep-num-sms (--moe-flex-dispatcher-num-sms) not given: Megatron-Core's default "
+                            "is 16 SMs at core_v0.16.0 and "
                             "core_v0.17.0 and DeepEP's own (24 within one NVLink domain, 8 across) from core_v0.17.1; "
                             "priced at the megatron runtime's hybridep_num_sms 32 (Megatron-Bridge's performance "
-                            "recipes): pass the flag")
+                            "recipes): pass either flag")
         if options["ep_all_to_all"] == "hybridep" and a.flag("moe-permute-fusion-into-hybridep"):
             # transformer_config.py moe_permute_fusion_into_hybridep (NVIDIA/Megatron-LM 8c5cf05): the permute
             # runs inside HybridEP's dispatch kernel; hp prices the flex dispatcher's separate pass each way.

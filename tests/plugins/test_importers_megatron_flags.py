@@ -144,12 +144,18 @@ def test_overlap_flags_and_the_dispatcher_are_the_runtime_options(registry):
     # Without --moe-hybridep-num-sms Megatron-Core's default differs by release (16 at core_v0.16.0 and v0.17.0,
     # DeepEP's own from v0.17.1): the runtime's 32 (Megatron-Bridge's) is priced and that is named.
     assert _options(hybrid)["ep_all_to_all"] == "hybridep" and "hybridep_num_sms" not in _options(hybrid)
-    assert len(hybrid.unmapped) == 1 and hybrid.unmapped[0].startswith("--moe-hybridep-num-sms not given")
+    assert len(hybrid.unmapped) == 1 and hybrid.unmapped[0].startswith("--moe-hybridep-num-sms (--moe-flex-dispatcher-num-sms) not given")
     # A stated SM count becomes the option hybridep_num_sms, quietly.
     for sms in (32, 16, 24):
         job = _imported(registry, MLA + ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep",
                                          "--moe-hybridep-num-sms", str(sms)])
         assert _options(job)["hybridep_num_sms"] == sms and not job.unmapped
+    # Megatron-LM d98e8a6's unified --moe-flex-dispatcher-num-sms is read too, before the deprecated per-backend flag
+    # (TransformerConfig.__post_init__ keeps an explicit moe_flex_dispatcher_num_sms).
+    flex = ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep"]
+    assert _options(_imported(registry, MLA + flex + ["--moe-flex-dispatcher-num-sms", "16"]))["hybridep_num_sms"] == 16
+    both = _imported(registry, MLA + flex + ["--moe-flex-dispatcher-num-sms", "24", "--moe-hybridep-num-sms", "32"])
+    assert _options(both)["hybridep_num_sms"] == 24 and not both.unmapped
     # HybridEP's permute fused into its dispatch kernel is not priced (the flex dispatcher's separate pass is): named.
     fused = _imported(registry, MLA + ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep",
                                        "--moe-hybridep-num-sms", "32", "--moe-permute-fusion-into-hybridep"])
