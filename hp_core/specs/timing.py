@@ -65,10 +65,6 @@ class CommOverlap:
     data_parallel: Sourced = attrs.field(validator=_overlap)
     pipeline: Sourced = attrs.field(validator=_overlap)
 
-    def collective_kernel_sms(self, model: str) -> Sourced | None:
-        """The SMs stated for collective model *model*'s kernels (:attr:`collective_sms`), ``None`` where none is."""
-        return dict(self.collective_sms).get(model)
-
     def figures(self) -> dict[str, Sourced]:
         return {a.name: getattr(self, a.name) for a in attrs.fields(type(self))}
 

@@ -172,7 +172,8 @@ def _at_sms(tables: dict[int, dict[int, Sourced]], sms: int, size: int, leg: str
     entry = tables[published][_nearest_key(tables[published], size)]
     if published == sms:
         return entry
-    counts = " and ".join(str(c) for c in sorted(tables))
+    ordered = [str(c) for c in sorted(tables)]
+    counts = ordered[0] if len(ordered) == 1 else f"{', '.join(ordered[:-1])} and {ordered[-1]}"
     how = "beyond the published counts, an extrapolation" if not min(tables) < sms < max(tables) else \
         "the published count nearest by ratio"
     return Sourced(entry.value, f"{entry.source}; {sms} SMs priced at the {published}-SM {leg} figure ({how}; the "
@@ -202,10 +203,10 @@ def hybridep_seconds(call: CollectiveCall) -> float:
     if call.op != "all_to_all":
         return nccl_seconds(call)
     if call.sms is None:
-        raise ConfigError("$.runtime.options.hybridep_num_sms",
+        raise ConfigError("$.runtime.timing.collective_sms",
                           "the hybridep collective model prices HybridEP's published bandwidths at the SMs its kernels "
-                          "run on, and the run states none: set the runtime option hybridep_num_sms (the megatron and "
-                          "fsdp2 runtimes state a default) or the timing profile's collective_sms['hybridep']")
+                          "run on, and the runtime's timing profile states none (collective_sms['hybridep']): a runtime "
+                          "choosing hybridep states it, as megatron and fsdp2 do (their option hybridep_num_sms)")
     return forwarded_seconds(call, nvlink_efficiency(call.group.per_node, call.sms).value,
                              rdma_efficiency(call.group.nodes, call.sms).value)
 

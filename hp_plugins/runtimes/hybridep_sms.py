@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from hp_core.specs.timing import Sourced
 
-__all__ = ["AUTOMODEL_HYBRIDEP_SMS", "MEGATRON_HYBRIDEP_SMS", "TORCHTITAN_HYBRIDEP_SMS"]
+__all__ = ["MEGATRON_HYBRIDEP_SMS", "TORCHTITAN_HYBRIDEP_SMS"]
 
 # Megatron-Bridge's performance recipes, which the megatron runtime's HybridEP rows ran: moe_hybridep_num_sms = 32
 # (scripts/performance/utils/overrides.py _set_common_perf_overrides, NVIDIA-NeMo/Megatron-Bridge v0.3.0 to v0.4.0,
@@ -24,7 +24,5 @@ TORCHTITAN_HYBRIDEP_SMS = Sourced(
     16, "torchtitan: _NUM_SMS_DISPATCH = _NUM_SMS_COMBINE = 16, HybridEPBuffer's num_sms_dispatch_api and "
         "num_sms_combine_api (torchtitan/distributed/deepep/hybridep.py get_buffer, pytorch/torchtitan@b5bcd76)")
 # NeMo AutoModel: MoEConfig.moe_hybridep_num_sms defaults to 24 (nemo_automodel/components/moe/megatron/
-# token_dispatcher.py, NVIDIA-NeMo/Automodel@3746a1a); the fsdp2 runtime states torchtitan's 16, AutoModel runs set 24.
-AUTOMODEL_HYBRIDEP_SMS = Sourced(
-    24, "NeMo AutoModel: MoEConfig.moe_hybridep_num_sms = 24 (nemo_automodel/components/moe/megatron/"
-        "token_dispatcher.py, NVIDIA-NeMo/Automodel@3746a1a)")
+# token_dispatcher.py, NVIDIA-NeMo/Automodel@3746a1a); no built-in runtime is AutoModel's: such a run sets the fsdp2
+# runtime's hybridep_num_sms to 24 (its default is torchtitan's 16).

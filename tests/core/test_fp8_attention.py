@@ -654,26 +654,3 @@ def test_the_hopper_refusal_suggests_the_plain_recipe_only_where_it_prices(capsy
             assert err.strip().endswith(f"head dim must be 128; docs/precision.md 'FP8 attention'); {choose}"), err
     status, out, _ = run(capsys, "estimate", *argv, "--precision", "mxfp8")
     assert status == 0 and "no measured mxfp8 GEMM speedup for hopper devices" in " ".join(out.split())
-
-
-def test_the_refusal_suggests_the_recipe_the_fp8_attention_one_names(registry):
-    # The suggestion comes from PrecisionRecipe.bf16_attention_recipe, not from the recipe's name: a recipe named
-    # anything names its plain twin; one naming none is told to change device only. The built-in FP8-attention
-    # recipes name their bases.
-    from hp_core.costs import LayerWork
-    from hp_core.engine.fp8_attention_checks import check_fp8_attention_device
-    from hp_core.errors import RunRefusal
-
-    assert {r.name: r.bf16_attention_recipe for r in registry.precision_recipes if r.attention_format != "bf16"} == {
-        "fp8-delayed-fp8-attention": "fp8-delayed", "fp8-current-fp8-attention": "fp8-current",
-        "mxfp8-fp8-attention": "mxfp8"}
-    base = registry.precision_recipe("fp8-current-fp8-attention")
-    works = [LayerWork(attention_calls=1, attention_head_dims=(64, 64))]
-    named = attrs.evolve(base, name="site-fp8-dpa", bf16_attention_recipe="fp8-current")
-    for recipe, choose in ((named, "choose a recipe without FP8 attention (fp8-current) or a Blackwell device"),
-                           (attrs.evolve(base, bf16_attention_recipe=None), "choose a Blackwell device")):
-        with pytest.raises(RunRefusal) as refused:
-            check_fp8_attention_device(recipe, works, "hopper", "NVIDIA H100 SXM 80GB", prices=lambda name: True)
-        assert str(refused.value).endswith(choose), str(refused.value)
-    with pytest.raises(ValueError, match="runs attention in bf16 already"):
-        attrs.evolve(registry.precision_recipe("fp8-current"), bf16_attention_recipe="fp8-delayed")

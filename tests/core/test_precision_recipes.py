@@ -578,24 +578,3 @@ def test_the_search_ranks_several_recipes_together(capsys):
     status, out, err = run(capsys, "search", "--model", "llama3-8b", "--devices", 8, "--hardware", "h100-sxm",
                            "--seq-len", 2048, "--precision", "bf16,bf16")
     assert status == 2 and "--precision: name each recipe once" in err
-
-
-@pytest.mark.parametrize("plain, registered", [("toy-fp8", True), ("no-such-recipe", False), ("toy-fp8-dpa", False)])
-def test_an_fp8_attention_recipe_names_a_registered_bf16_attention_twin(plain, registered):
-    # The registry checks the name an FP8-attention recipe gives for its bf16-attention twin (what a refusal
-    # suggests): it must be registered and run attention in bf16 (itself does not).
-    from hp_core.errors import PluginError
-
-    twin = attrs.evolve(TOY_FP8, name="toy-fp8-dpa",
-                        attention_format="e4m3", bf16_attention_recipe=plain)
-
-    class Twin:
-        @hookimpl
-        def hp_precision_recipes(self):
-            yield twin
-
-    if registered:
-        assert build_registry([_ToyPlugin(), Twin()], use_env=False).precision_recipe("toy-fp8-dpa").bf16_attention_recipe == "toy-fp8"
-    else:
-        with pytest.raises(PluginError, match=f"bf16_attention_recipe {plain!r} is not a registered precision recipe"):
-            build_registry([_ToyPlugin(), Twin()], use_env=False)
