@@ -9,8 +9,8 @@ a ``tracked_stats`` record whose value holds ``train_step_time`` (seconds) and w
 ``samples_count`` (``custom_callbacks.py`` of each implementation; the v4.0 and v4.1 GPT-3 logs name it
 ``train_step_timing in s``, the v3.1 ones ``train_step_timing``, :data:`STEP_TIME_KEYS`); the run's ``global_batch_size``,
 ``max_sequence_length`` and ``submission_platform`` are their own records. The step time hp compares with is the
-median of the logged steps after the first :data:`SKIPPED_STEPS` (the first steps include the CUDA graphs' capture and
-allocator warm-up), so a few evaluation-adjacent or straggling steps do not move it. The logs are read from a
+median of the logged steps after the first :data:`SKIPPED_STEPS` (the first steps run slower; the CUDA graphs are
+captured in the warm-up before ``run_start``, outside the logged steps), so a few evaluation-adjacent or straggling steps do not move it. The logs are read from a
 checkout of the results repository; the repository keeps only the facts this prints, with the log's path and commit.
 """
 
@@ -33,9 +33,10 @@ PREFIX = ":::MLLOG "
 # (custom_callbacks.py EpochTimingCallback keeps that timer; MetricsLogger._log_throughputs logs it as tracked_stats).
 # A record holding more than one of them counts once (the first).
 STEP_TIME_KEYS = ("train_step_time", "train_step_timing in s", "train_step_timing")
-# Steps left out at the start of a run before the median: the first optimizer steps carry one-off work (CUDA graph
-# capture, allocator growth, first NCCL connections); 5 is above the one or two steps that visibly stand out in the
-# NVIDIA v5.1 Llama 3.1 405B logs (13.36 s then 13.10-13.13 s on 512 GB200s).
+# Steps left out at the start of a run before the median: the first optimizer steps run slower (allocator growth,
+# first use of NCCL connections; the CUDA graphs are captured in the warm-up before run_start); 5 is above the four
+# steps that stand out in NVIDIA's v5.1 Llama 3.1 405B logs on 512 GB200s (Tyche: 18.26, 17.57, 17.51, 17.36 s
+# against a 17.26 s median; Theia's 512 GB300s: 13.36 s, then 13.10-13.13 s).
 SKIPPED_STEPS = 5
 
 
