@@ -70,7 +70,8 @@ DATA = Path(__file__).resolve().parents[1] / "tests" / "plugins" / "data" / "fp8
 
 def layout(row: dict, decoder_layers: int) -> ParallelSpec:
     """The row's layout: Megatron-Core with sequence parallelism at tp > 1, the distributed optimizer; the experts split
-    over ``etp`` where the row states it (else 1).
+    over ``etp`` where the row states it (else 1); context parallelism's exchange ``cp_kind`` where the row states it
+    (else ring attention, ``p2p``).
 
     A row whose ``layers_per_stage`` is a list states its decoder layers per chunk, in chunk order (a row
     placing its layers by a pipeline layout, ``pipeline_layout``: the embedding on the first chunk, the MTP
@@ -94,14 +95,20 @@ def layout(row: dict, decoder_layers: int) -> ParallelSpec:
                         micro_batch_size=row["micro_batch_size"], seq_len=row["seq_len"],
                         global_batch_size=row["global_batch_size"],
                         schedule="interleaved_1f1b" if row["vpp"] > 1 else None,
-                        rank_order=row.get("rank_order", ParallelSpec.__attrs_attrs__.rank_order.default))
+                        rank_order=row.get("rank_order", ParallelSpec.__attrs_attrs__.rank_order.default),
+                        cp_kind=row.get("cp_kind", ParallelSpec.__attrs_attrs__.cp_kind.default))
 
 
 def row_model(row: dict, registry):
     """The row's model: a Hugging Face style config (``hf``, with its ``model_source``), a GPT as NeMo 1.0 builds it
     from its launcher yaml (``model_config``: tests/plugins/scale_cases.py ``_gpt``, Megatron's default GPT, with the
     yaml's learned position table and dropout, as benchmarks/fp8_dgxc.py builds GPT-3 175B), else the preset ``model``
-    names."""
+    names. A row stating ``lora`` (:class:`~hp_plugins.kinds.lora.LoRAConfig`'s fields but ``layer``) fine-tunes that
+    model with LoRA (:func:`~hp_plugins.kinds.lora.with_lora`)."""
+    if "lora" in row:
+        from hp_plugins.kinds.lora import with_lora
+
+        return with_lora(row_model({k: v for k, v in row.items() if k != "lora"}, registry), registry, **row["lora"])
     if "hf" in row:
         from hp_plugins.models.hf import model_from_hf_config
 
@@ -256,8 +263,9 @@ MOE_CLASSES = ("multi-node Megatron-Core MoE, H100", "Megatron-Core MoE, B200", 
 
 def _decoder_layers(model) -> int:
     """The model's decoder layers: every layer group but the embedding, the output head and DeepSeek-V3's MTP module
-    (the kinds hp places first and last, not in the body)."""
-    return sum(group.count for group in model.layers if group.kind not in ("embedding", "output", "mtp"))
+    (the kinds hp places first and last, not in the body; under LoRA their frozen wrappers ``lora_first``, ``lora_last``)."""
+    ends = ("embedding", "output", "mtp", "lora_first", "lora_last")
+    return sum(group.count for group in model.layers if group.kind not in ends)
 
 
 def moe_recompute(row: dict, model, registry, runtime):

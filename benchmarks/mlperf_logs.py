@@ -1,6 +1,7 @@
 """Read MLPerf Training result logs (``:::MLLOG`` lines) into the facts hp's measured rows keep.
 
-Run: ``python benchmarks/mlperf_logs.py RESULT.txt [RESULT.txt ...]`` prints each log's facts as JSON.
+Run: ``python benchmarks/mlperf_logs.py RESULT.txt [RESULT.txt ...]`` prints each log's facts as JSON (``--blocks``
+first: :func:`block_facts`, for logs with one ``train_step_time`` record per training block).
 
 An MLPerf Training result log (mlcommons/training_results_v*, ``<submitter>/results/<system>/<benchmark>/result_*.txt``)
 is one JSON record per line after the ``:::MLLOG`` prefix (the mlperf-logging format,
@@ -22,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["SKIPPED_STEPS", "STEP_TIME_KEYS", "records", "run_facts"]
+__all__ = ["SKIPPED_STEPS", "STEP_TIME_KEYS", "block_facts", "records", "run_facts"]
 
 PREFIX = ":::MLLOG "
 # The tracked_stats value keys holding one optimizer step's seconds: NeMo 2 implementations (v5.0, v5.1) and the
@@ -84,9 +85,51 @@ def run_facts(text: str) -> dict:
     return facts
 
 
+def block_facts(text: str) -> dict:
+    """The facts of one result log whose ``train_step_time`` records are one per training block (the v5.1 Llama 2 70B
+    LoRA logs), not one per step: platform, global batch, sequence length, each block's record and step count, and the
+    step-weighted mean of the blocks after the first (``block_mean_step_seconds``: the blocks' summed seconds over
+    their summed steps).
+
+    What a record measures (NVIDIA/mlperf-common ``mlperf_common/callbacks/logging.py``, the Dockerfile's pinned
+    b86d175a read at 85516e5a, whose line numbers 163, 185, 194 and 210 are the ones the logs' records name):
+    ``LoggingCallback.on_validation_start`` logs ``train_step_time = DeltaTimer.get_delta() / (global_step -
+    previous_step)``, the wall time since the timer's last reset over the block's optimizer steps; the timer is
+    reset by ``log_custom_timedelta`` at ``run_start`` (``init_finished``) and at each evaluation's end
+    (``validation_time``), so a record is the mean seconds of one step over its block, evaluation excluded, with what
+    runs between steps (data loading, the ``train_loss`` record every 10 steps) included. Its ``samples_count`` is the
+    block's steps times the global batch. The first block (``skip_evals`` blocks long, and the run's first steps) is
+    left out.
+
+    Raises:
+        ValueError: the log states fewer than two block records.
+    """
+    facts: dict = {}
+    blocks: list[tuple[float, int]] = []
+    for rec in records(text):
+        key, value = rec.get("key"), rec.get("value")
+        if key in ("submission_platform", "global_batch_size", "max_sequence_length", "gradient_accumulation_steps"):
+            facts[key] = value
+        elif key == "run_stop":
+            facts["status"] = (rec.get("metadata") or {}).get("status")
+        elif key == "tracked_stats" and isinstance(value, dict) and "train_step_time" in value:
+            samples = int((rec.get("metadata") or {})["samples_count"])
+            steps, left = divmod(samples, int(facts["global_batch_size"]))
+            if left:
+                raise ValueError(f"a block's samples_count {samples} is not a whole number of global batches")
+            blocks.append((float(value["train_step_time"]), steps))
+    if len(blocks) < 2:
+        raise ValueError(f"the log states {len(blocks)} block train_step_time records, none past the first")
+    kept = blocks[1:]
+    facts.update(block_step_seconds=[t for t, _ in blocks], block_steps=[n for _, n in blocks],
+                 block_mean_step_seconds=sum(t * n for t, n in kept) / sum(n for _, n in kept))
+    return facts
+
+
 def main(argv: list[str]) -> None:
-    for name in argv:
-        print(json.dumps({"log": name, **run_facts(Path(name).read_text(encoding="utf-8"))}))
+    read = block_facts if argv[:1] == ["--blocks"] else run_facts
+    for name in argv[1:] if read is block_facts else argv:
+        print(json.dumps({"log": name, **read(Path(name).read_text(encoding="utf-8"))}))
 
 
 if __name__ == "__main__":

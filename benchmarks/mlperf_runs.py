@@ -13,6 +13,10 @@ Oracle and Azure+NVIDIA on H100 and NVIDIA's B200 preview; the step time NeMo's 
 class and per device, the B200 preview apart (:func:`gpt3_totals`); each GPT-3 row's model is its ``model_config``
 (:func:`fp8_runs.row_model`, as the DGX Cloud GPT-3 rows).
 
+Then the Llama 2 70B LoRA table ("MLPerf Training v5.1: Llama 2 70B LoRA", ``llama2_70b_lora_rows``: NVIDIA's FP8
+runs on 72 and 512 GB200 and GB300 GPUs; the step time the step-weighted mean of each log's training blocks after the
+first, mlperf_logs.block_facts; each row's model its ``hf`` config fine-tuned with its ``lora``, :func:`fp8_runs.row_model`).
+
 Each row is priced as benchmarks/fp8_runs.py prices the Megatron-Bridge rows as run (:func:`fp8_runs.price` with
 ``as_run=True``): the ``megatron`` runtime with the row's ``runtime_options``, the row's recipe, its hardware preset,
 and :func:`fp8_runs.layout` (the embedding and the loss counted in the pipeline split where ``layers_per_stage`` is
@@ -35,6 +39,7 @@ import fp8_runs  # noqa: E402
 DATA = Path(__file__).resolve().parents[1] / "tests" / "plugins" / "data" / "mlperf_measured.json"
 DEVICES = {"h100-sxm": "H100", "h200": "H200", "b200": "B200", "b300": "B300", "gb200": "GB200", "gb300": "GB300"}
 GPT3_KEY = "gpt3_175b_rows"
+LORA_KEY = "llama2_70b_lora_rows"
 # The GPT-3 rows summarised per device, each apart: the H100 rows of both rounds and NVIDIA's v4.1 B200 preview (8 nodes,
 # a preview submission).
 GPT3_DEVICES = (("h100-sxm", "H100 (v3.1 and v4.1)"), ("b200", "B200 preview (v4.1, 64 GPUs; summarised apart)"))
@@ -46,8 +51,10 @@ def load(key: str = "llama31_405b_rows") -> list[dict]:
 
 
 def measured_seconds(row: dict) -> float:
-    """The row's measured step time: the median of its logs' medians (``log_median_step_seconds``)."""
-    return statistics.median(row["log_median_step_seconds"])
+    """The row's measured step time: the median of its logs' medians (``log_median_step_seconds``), or of its logs'
+    block means where the logs state one step time a training block (``log_block_mean_step_seconds``: the LoRA rows,
+    mlperf_logs.block_facts)."""
+    return statistics.median(row.get("log_block_mean_step_seconds") or row["log_median_step_seconds"])
 
 
 def row_class(row: dict) -> str:
@@ -121,12 +128,19 @@ def gpt3_section(registry=None) -> str:
     return section(results(load(GPT3_KEY), registry), gpt3_totals)
 
 
+def lora_section(registry=None) -> str:
+    """The Llama 2 70B LoRA table docs/precision.md shows (``llama2_70b_lora_rows``)."""
+    return section(results(load(LORA_KEY), registry))
+
+
 def main() -> None:
     print(section(results()), end="")
     print()
     print(section(results(load("llama31_8b_rows"))), end="")
     print()
     print(gpt3_section(), end="")
+    print()
+    print(lora_section(), end="")
 
 
 if __name__ == "__main__":
