@@ -20,8 +20,11 @@ output; the previous hidden state is the output head's norm input, already
 kept) and outputs, the concatenation, the layer's own terms, and the head's
 norm input and output and its fp32 loss softmax over the vocabulary shard.
 
-Its collectives under tensor parallelism beside its layer's and the shared head's are ``eh_proj``'s, as
-Megatron-Core runs it (:func:`eh_proj_collectives`).
+Its collectives under tensor parallelism beside its layer's and the shared head's are the module's own call of
+the shared embedding (``_get_embeddings`` at core_v0.16.0 calls ``embedding(input_ids, position_ids)``, Megatron-Core's
+``LanguageModelEmbedding``: under sequence parallelism a reduce-scatter of ``h T b`` forward and an all-gather
+backward, ``reduce_scatter_to_sequence_parallel_region`` in ``tensor_parallel/layers.py``; without, an all-reduce
+forward), as the embedding kind states its own, and ``eh_proj``'s (:func:`eh_proj_collectives`).
 
 Under a low-precision recipe the module runs as Megatron-Core runs it
 (``multi_token_prediction.py`` at NVIDIA/Megatron-LM core_v0.16.0 lines 773-803,
@@ -100,6 +103,10 @@ def eh_proj_collectives(x: LayerContext, h: int) -> tuple[Collective, ...]:
     * without: the input is whole on every rank (``copy_to_tensor_model_parallel_region``: the identity forward, an
       all-reduce of the input gradient, ``2 h T b``, backward) and the output's last-dim all-gather, ``h T b``,
       forward.
+
+    The output's gather and the scatter's are plain autograd mappings on the compute stream, which no TP overlap
+    takes (Transformer Engine's userbuffers overlap only its own linear layers' collectives, and ``eh_proj`` is built
+    without a ``tp_comm_buffer_name``): they are stated ``overlappable=False``, exposed.
     """
     if x.tp <= 1:
         return ()
@@ -107,8 +114,9 @@ def eh_proj_collectives(x: LayerContext, h: int) -> tuple[Collective, ...]:
     if x.sp:
         return (Collective("tp", "all_gather", 2 * out_bytes, 1, 0, rerun_switch="gather", gemm_input=True),
                 Collective("tp", "reduce_scatter", 2 * out_bytes, 0, 1),
-                Collective("tp", "all_gather", out_bytes, 1, 1))
-    return (Collective("tp", "all_reduce", 2 * out_bytes, 0, 1), Collective("tp", "all_gather", out_bytes, 1, 0))
+                Collective("tp", "all_gather", out_bytes, 1, 1, overlappable=False))
+    return (Collective("tp", "all_reduce", 2 * out_bytes, 0, 1),
+            Collective("tp", "all_gather", out_bytes, 1, 0, overlappable=False))
 
 
 def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
@@ -157,7 +165,8 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
     # The shared head's GEMM stays in the compute dtype under a recipe, as the main head's (module docstring).
     head_gemm = tuple(g for g in own_gemms if g == (T, shard, h))
     work = None if inner.work is None else attrs.evolve(
-        inner.work, collectives=inner.work.collectives + eh_proj_collectives(x, h) + tp_collectives(x, 0, T * h * act, "head"),
+        inner.work, collectives=inner.work.collectives + tp_collectives(x, 0, T * h * act, "embedding") + eh_proj_collectives(x, h)
+        + tp_collectives(x, 0, T * h * act, "head"),
         gemms=inner.work.gemms + own_gemms, table_elements=0.0,
         high_precision_gemms=inner.work.high_precision_gemms + head_gemm)
     return LayerCost(

@@ -1,7 +1,7 @@
-"""The MTP module's ``eh_proj`` collectives under tensor parallelism, by hand: Megatron-Core's column-parallel
-``2h -> h`` projection, the last-dim all-gather of its output and, under sequence parallelism, the scatter back
-(``megatron/core/transformer/multi_token_prediction.py`` ``_concat_embeddings`` at NVIDIA/Megatron-LM core_v0.16.0;
-``hp_plugins/kinds/mtp.py`` ``eh_proj_collectives``)."""
+"""The MTP module's own collectives under tensor parallelism, by hand: its call of the shared embedding and
+``eh_proj``, Megatron-Core's column-parallel ``2h -> h`` projection, the last-dim all-gather of its output and, under
+sequence parallelism, the scatter back (``megatron/core/transformer/multi_token_prediction.py`` ``_get_embeddings``
+and ``_concat_embeddings`` at NVIDIA/Megatron-LM core_v0.16.0; ``hp_plugins/kinds/mtp.py``)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from hp_plugins.kinds.mtp import eh_proj_collectives
 
 # DeepSeek-V3: hidden 7168, bf16 activations; one 4,096-token sequence a micro-batch.
 H, T, BF16 = 7168, 4096, 2
-OUT = T * H * BF16  # eh_proj's gathered output, 58,720,256 bytes
-IN = T * 2 * H * BF16  # its gathered input [embedding; hidden], 117,440,512 bytes
+OUT = 58_720_256  # eh_proj's gathered output: 4096 tokens x 7168 x 2 bytes
+IN = 117_440_512  # its gathered input [embedding; hidden]: 4096 x 14336 x 2 bytes
 
 
 def _mtp(registry, **layout):
@@ -26,21 +26,22 @@ def _mtp(registry, **layout):
     return run.costs[index]
 
 
-def test_the_bytes_by_hand():
-    assert (OUT, IN) == (58_720_256, 117_440_512)
-
-
 def test_deepseek_v3_at_tp_2_with_sp_states_eh_proj_s_collectives(registry):
     # The column-parallel linear gathers its sequence-sharded input forward (a GEMM input, re-gathered where 'gather'
     # is recomputed) and reduce-scatters its gradient backward; the output's last-dim all-gather forward and the
     # scatter's all-gather of its gradient backward. (Megatron-LM refuses an MoE layer at TP > 1 without SP.)
+    # Its embedding call first: LanguageModelEmbedding's reduce-scatter to the sequence-parallel region forward and
+    # its all-gather backward, of the embedding's output (4096 x 7168 x 2 bytes). The output's gather and the
+    # scatter's are plain mappings no TP overlap takes (not overlappable).
+    embedding = (Collective("tp", "reduce_scatter", OUT, 1, 0), Collective("tp", "all_gather", OUT, 0, 1))
     expected = (Collective("tp", "all_gather", IN, 1, 0, rerun_switch="gather", gemm_input=True),
                 Collective("tp", "reduce_scatter", IN, 0, 1),
-                Collective("tp", "all_gather", OUT, 1, 1))
+                Collective("tp", "all_gather", OUT, 1, 1, overlappable=False))
     head = (Collective("tp", "all_gather", OUT, 1, 0), Collective("tp", "reduce_scatter", OUT, 0, 1))
     mtp = _mtp(registry, tp=2, sp=True, dp=32, ep=32)
-    # The module's collectives end with eh_proj's, then the vocabulary-parallel head's.
-    assert mtp.work.collectives[-len(expected) - len(head):] == expected + head
+    # The module's collectives end with its embedding's, eh_proj's, then the vocabulary-parallel head's.
+    mine = embedding + expected + head
+    assert mtp.work.collectives[-len(mine):] == mine
 
 
 def test_the_same_from_the_kit_helper_and_none_at_tp_1(registry):
@@ -58,7 +59,7 @@ def test_the_same_from_the_kit_helper_and_none_at_tp_1(registry):
     # Without SP: the input whole on every rank (its gradient all-reduced backward) and the output's all-gather forward.
     plain = layer_context(ParallelSpec(tp=2, seq_len=4096), precision, "flash")
     assert eh_proj_collectives(plain, H) == (Collective("tp", "all_reduce", IN, 0, 1),
-                                             Collective("tp", "all_gather", OUT, 1, 0))
+                                             Collective("tp", "all_gather", OUT, 1, 0, overlappable=False))
     assert eh_proj_collectives(layer_context(ParallelSpec(tp=1, seq_len=4096), precision, "flash"), H) == ()
 
 
