@@ -18,6 +18,7 @@ checkout of the results repository; the repository keeps only the facts this pri
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -72,7 +73,7 @@ def run_facts(text: str) -> dict:
             stated = [k for k in STEP_TIME_KEYS if k in value]
             if stated:
                 steps.append(float(value[stated[0]]))
-                stamps_ms.append(float(rec.get("time_ms", 0)))
+                stamps_ms.append(float(rec["time_ms"]) if "time_ms" in rec else math.nan)
     kept = steps[SKIPPED_STEPS:]
     if not kept:
         raise ValueError(f"the log states {len(steps)} step-time records ({' or '.join(STEP_TIME_KEYS)}), none past "
@@ -80,7 +81,8 @@ def run_facts(text: str) -> dict:
     facts.update(logged_steps=len(steps), median_step_seconds=statistics.median(kept),
                  min_step_seconds=min(kept), max_step_seconds=max(kept))
     stamps = stamps_ms[SKIPPED_STEPS:]
-    if len(stamps) > 1:
+    # A record without its time stamp leaves the spacing unstated (absent is not zero).
+    if len(stamps) > 1 and not any(math.isnan(t) for t in stamps):
         facts["median_record_spacing_seconds"] = statistics.median((b - a) / 1e3 for a, b in zip(stamps, stamps[1:]))
     return facts
 

@@ -49,3 +49,12 @@ def test_run_facts_reads_the_v4_gpt3_step_key():
     text = "\n".join(_line("tracked_stats", {"train_step_timing in s": 9.0 + i}, step=float(i)) for i in range(6))
     facts = logs.run_facts(text)
     assert (facts["logged_steps"], facts["median_step_seconds"]) == (6, 14.0)
+
+
+def test_a_record_without_its_time_stamp_leaves_the_spacing_unstated():
+    logs = load_script("benchmarks/mlperf_logs.py")
+    stamped = [":::MLLOG " + json.dumps({"key": "tracked_stats", "time_ms": 1000 * i, "value": {"train_step_time": 1.0}})
+               for i in range(8)]
+    assert logs.run_facts("\n".join(stamped))["median_record_spacing_seconds"] == 1.0
+    unstamped = stamped[:7] + [":::MLLOG " + json.dumps({"key": "tracked_stats", "value": {"train_step_time": 1.0}})]
+    assert "median_record_spacing_seconds" not in logs.run_facts("\n".join(unstamped))
