@@ -5,8 +5,9 @@ where each SNAPSHOT is a git checkout (bare or not) of an mlcommons/training_res
 ``<submitter>/results/<system>/<benchmark>/`` directory it prints one JSON line: the repository's commit, the
 submitter and system, each ``result_*.txt``'s facts (:func:`mlperf_logs.run_facts`: platform, global batch,
 gradient accumulation steps, sequence length, the median ``train_step_time`` after the first steps), the median of
-those per-log medians, the system description (``<submitter>/systems/<system>.json``: nodes, accelerators per node,
-the accelerator's name, the framework; a log that states no step time gives its error and no median) and the launch config the submission's README names
+those per-log medians over the logs that state a step time (:func:`median_of_logs`: over how many of how many
+logs, and the logs left out, also said on stderr), the system description (``<submitter>/systems/<system>.json``:
+nodes, accelerators per node, the accelerator's name, the framework; a log that states no step time gives its error and no median) and the launch config the submission's README names
 (``<submitter>/benchmarks/<benchmark>/implementations/<system>/README-<system>.md``: "source config_....sh") with
 the ``export NAME=VALUE`` settings of it and of the files it sources, in sourcing order (a later export wins; a
 sourced file the submission does not hold is listed under ``missing``).
@@ -90,12 +91,23 @@ def _log_facts(snapshot: str, log: str) -> dict:
         return {"log": log, "error": str(error)}
 
 
+def median_of_logs(facts: list[dict]) -> dict:
+    """The median of the per-log medians of one directory's *facts*, over the logs that state a step time only, and
+    which logs those are: ``median_of_log_medians_seconds`` (None where no log states one), ``logs_in_median`` (how
+    many logs it is taken over, of ``log_count``) and ``logs_left_out`` (the logs without a median, each with its
+    error), so a median over fewer logs than the directory holds says so."""
+    medians = [f["median_step_seconds"] for f in facts if "median_step_seconds" in f]
+    return {"median_of_log_medians_seconds": statistics.median(medians) if medians else None,
+            "logs_in_median": len(medians), "log_count": len(facts),
+            "logs_left_out": [{"log": f["log"], "error": f.get("error")}
+                              for f in facts if "median_step_seconds" not in f]}
+
+
 def extract(snapshot: str, benchmark: str, submitters: list[str] | None = None):
     """One dict per result directory of *benchmark* in *snapshot* (module docstring)."""
     commit = _git(snapshot, "rev-parse", "HEAD").strip()
     for (submitter, system), logs in result_dirs(snapshot, benchmark, submitters).items():
         facts = [_log_facts(snapshot, log) for log in logs]
-        medians = [f["median_step_seconds"] for f in facts if "median_step_seconds" in f]
         folder = f"{submitter}/benchmarks/{benchmark}/implementations/{system}"
         readme = _show(snapshot, f"{folder}/README-{system}.md") or ""
         named = _README_CONFIG.findall(readme)
@@ -104,7 +116,7 @@ def extract(snapshot: str, benchmark: str, submitters: list[str] | None = None):
             "commit": commit, "submitter": submitter, "system": system,
             "system_description": {k: system_json.get(k) for k in ("system_name", "number_of_nodes", "accelerators_per_node",
                                                                    "accelerator_model_name", "framework")},
-            "logs": facts, "median_of_log_medians_seconds": statistics.median(medians) if medians else None,
+            "logs": facts, **median_of_logs(facts),
             "readme_config": named, "config_folder": folder,
             "config": config_settings(snapshot, folder, named[0]) if len(named) == 1 else None,
         }
@@ -119,6 +131,10 @@ def main(argv: list[str]) -> None:
     for snapshot in args.snapshots:
         for found in extract(snapshot, args.benchmark, args.submitter):
             print(json.dumps(found))
+            if found["logs_left_out"] and found["logs_in_median"]:
+                print(f"{found['submitter']}/{found['system']}: median of {found['logs_in_median']} of "
+                      f"{found['log_count']} logs ({len(found['logs_left_out'])} state no step time: logs_left_out)",
+                      file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -153,3 +153,14 @@ def test_run_facts_reads_the_v31_step_key_and_the_record_spacing():
     assert facts["median_record_spacing_seconds"] == pytest.approx(11.070)
     both = "\n".join(line(i, {"train_step_time": 2.0, "train_step_timing in s": 2.0}) for i in range(6))
     assert logs.run_facts(both)["logged_steps"] == 6
+
+
+def test_extract_says_when_its_median_leaves_logs_out():
+    # By hand: three logs, one without a step time (its error kept); the median of 2.0 and 4.0 is 3.0, over 2 of 3.
+    extract = load_script("benchmarks/mlperf_extract.py")
+    facts = [{"log": "result_0.txt", "median_step_seconds": 2.0}, {"log": "result_1.txt", "error": "no step time"},
+             {"log": "result_2.txt", "median_step_seconds": 4.0}]
+    assert extract.median_of_logs(facts) == {
+        "median_of_log_medians_seconds": 3.0, "logs_in_median": 2, "log_count": 3,
+        "logs_left_out": [{"log": "result_1.txt", "error": "no step time"}]}
+    assert extract.median_of_logs(facts[1:2])["median_of_log_medians_seconds"] is None
