@@ -95,8 +95,7 @@ def layout(row: dict, decoder_layers: int) -> ParallelSpec:
                         micro_batch_size=row["micro_batch_size"], seq_len=row["seq_len"],
                         global_batch_size=row["global_batch_size"],
                         schedule="interleaved_1f1b" if row["vpp"] > 1 else None,
-                        rank_order=row.get("rank_order", ParallelSpec.__attrs_attrs__.rank_order.default),
-                        cp_kind=row.get("cp_kind", ParallelSpec.__attrs_attrs__.cp_kind.default))
+                        **{k: row[k] for k in ("rank_order", "cp_kind") if k in row})
 
 
 def row_model(row: dict, registry):

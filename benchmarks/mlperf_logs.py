@@ -50,6 +50,24 @@ def records(text: str) -> Iterator[dict]:
             yield json.loads(line[at + len(PREFIX):])
 
 
+# The run's own records a row keeps, as logged (the submission's platform, benchmark and organisation, its batch).
+RUN_KEYS = ("submission_platform", "global_batch_size", "max_sequence_length", "gradient_accumulation_steps",
+            "submission_benchmark", "submission_org")
+
+
+def _run_fact(rec: dict, facts: dict, keys: tuple[str, ...] = RUN_KEYS) -> bool:
+    """Keep *rec* in *facts* where it is one of the run's own records (*keys*, and ``run_stop``'s status); whether
+    it was."""
+    key = rec.get("key")
+    if key in keys:
+        facts[key] = rec.get("value")
+    elif key == "run_stop":
+        facts["status"] = (rec.get("metadata") or {}).get("status")
+    else:
+        return False
+    return True
+
+
 def run_facts(text: str) -> dict:
     """The facts of one result log: platform, global batch, sequence length, the logged step times' count, median
     (after :data:`SKIPPED_STEPS`), minimum and maximum, the median spacing of the kept step records' ``time_ms``
@@ -64,12 +82,9 @@ def run_facts(text: str) -> dict:
     stamps_ms: list[float] = []
     for rec in records(text):
         key, value = rec.get("key"), rec.get("value")
-        if key in ("submission_platform", "global_batch_size", "max_sequence_length", "gradient_accumulation_steps",
-                   "submission_benchmark", "submission_org"):
-            facts[key] = value
-        elif key == "run_stop":
-            facts["status"] = (rec.get("metadata") or {}).get("status")
-        elif key == "tracked_stats" and isinstance(value, dict):
+        if _run_fact(rec, facts):
+            continue
+        if key == "tracked_stats" and isinstance(value, dict):
             stated = [k for k in STEP_TIME_KEYS if k in value]
             if stated:
                 steps.append(float(value[stated[0]]))
@@ -110,11 +125,9 @@ def block_facts(text: str) -> dict:
     blocks: list[tuple[float, int]] = []
     for rec in records(text):
         key, value = rec.get("key"), rec.get("value")
-        if key in ("submission_platform", "global_batch_size", "max_sequence_length", "gradient_accumulation_steps"):
-            facts[key] = value
-        elif key == "run_stop":
-            facts["status"] = (rec.get("metadata") or {}).get("status")
-        elif key == "tracked_stats" and isinstance(value, dict) and "train_step_time" in value:
+        if _run_fact(rec, facts, RUN_KEYS[:4]):  # a block log's facts as stored: no benchmark or organisation
+            continue
+        if key == "tracked_stats" and isinstance(value, dict) and "train_step_time" in value:
             samples = int((rec.get("metadata") or {})["samples_count"])
             steps, left = divmod(samples, int(facts["global_batch_size"]))
             if left:

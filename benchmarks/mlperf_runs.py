@@ -134,13 +134,16 @@ def lora_section(registry=None) -> str:
 
 
 def main() -> None:
-    print(section(results()), end="")
+    from hp_core import api
+
+    registry = api.build_registry()  # one for the four tables
+    print(section(results(registry=registry)), end="")
     print()
-    print(section(results(load("llama31_8b_rows"))), end="")
+    print(section(results(load("llama31_8b_rows"), registry)), end="")
     print()
-    print(gpt3_section(), end="")
+    print(gpt3_section(registry), end="")
     print()
-    print(lora_section(), end="")
+    print(lora_section(registry), end="")
 
 
 if __name__ == "__main__":

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
+from mlperf_rows import mllog_line as _line
 from repo_script import load_script  # tests/repo_script.py
-
-
-def _line(key: str, value, **metadata) -> str:
-    return ":::MLLOG " + json.dumps({"namespace": "", "time_ms": 0, "event_type": "POINT_IN_TIME", "key": key,
-                                     "value": value, "metadata": metadata})
 
 
 def test_run_facts_median_after_the_skipped_steps():
@@ -53,8 +48,8 @@ def test_run_facts_reads_the_v4_gpt3_step_key():
 
 def test_a_record_without_its_time_stamp_leaves_the_spacing_unstated():
     logs = load_script("benchmarks/mlperf_logs.py")
-    stamped = [":::MLLOG " + json.dumps({"key": "tracked_stats", "time_ms": 1000 * i, "value": {"train_step_time": 1.0}})
+    stamped = [_line("tracked_stats", {"train_step_time": 1.0}, 1000 * i)
                for i in range(8)]
     assert logs.run_facts("\n".join(stamped))["median_record_spacing_seconds"] == 1.0
-    unstamped = stamped[:7] + [":::MLLOG " + json.dumps({"key": "tracked_stats", "value": {"train_step_time": 1.0}})]
+    unstamped = stamped[:7] + [_line("tracked_stats", {"train_step_time": 1.0}, None)]
     assert "median_record_spacing_seconds" not in logs.run_facts("\n".join(unstamped))

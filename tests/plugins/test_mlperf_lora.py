@@ -5,15 +5,12 @@ model, adapters and batch arithmetic are what the implementation states."""
 
 from __future__ import annotations
 
-import json
 import statistics
-from pathlib import Path
 
 import pytest
 
+from mlperf_rows import mllog_line as _line, mlperf_data as _data, precision_page
 from repo_script import load_script  # tests/repo_script.py
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # git ls-tree of mlcommons/training_results_v5.1@441d65f: 63 <submitter>/results/<system>/llama2_70b_lora directories,
 # 6 of them NVIDIA's; 19 on AMD Instinct systems (MI300X, MI325X, MI350X, MI355X).
@@ -25,17 +22,9 @@ HAND_LAYOUTS = {"tyche_ngpu72_ngc25.09_nemo": (72, 9, 9, "gb200"), "tyche_ngpu51
                 "gb300_n18_ngc25.04_nemo": (72, 9, 9, "gb300"), "ARS-121GL-NB3": (72, 9, 9, "gb300")}
 
 
-def _data() -> dict:
-    return json.loads((ROOT / "tests" / "plugins" / "data" / "mlperf_measured.json").read_text(encoding="utf-8"))
-
-
-def _line(key: str, value, **metadata) -> str:
-    return ":::MLLOG " + json.dumps({"time_ms": 0, "key": key, "value": value, "metadata": metadata})
-
-
 def test_precision_page_lora_table_is_current():
-    assert load_script("benchmarks/mlperf_runs.py").lora_section() in (ROOT / "docs" / "precision.md").read_text(
-        encoding="utf-8"), "regenerate with: python benchmarks/mlperf_runs.py"
+    assert load_script("benchmarks/mlperf_runs.py").lora_section() in precision_page(), \
+        "regenerate with: python benchmarks/mlperf_runs.py"
 
 
 def test_every_lora_result_directory_is_a_row_skipped_or_not_collected():

@@ -4,15 +4,12 @@ row or a skipped entry, and the rows' measured step times and batch arithmetic a
 
 from __future__ import annotations
 
-import json
 import statistics
-from pathlib import Path
 
 import pytest
 
+from mlperf_rows import mlperf_data as _data, mlperf_runs as _module, precision_page
 from repo_script import load_script  # tests/repo_script.py
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # Every llama31_405b result directory of NVIDIA (v5.0, v5.1) and IBM+CoreWeave+NVIDIA (v5.0) in
 # mlcommons/training_results_v5.1@441d65f and training_results_v5.0@0fdc28f (git ls-tree of <submitter>/results/).
@@ -52,18 +49,10 @@ HAND_LAYOUTS = {
 }
 
 
-def _module():
-    return load_script("benchmarks/mlperf_runs.py")
-
-
-def _data() -> dict:
-    return json.loads((ROOT / "tests" / "plugins" / "data" / "mlperf_measured.json").read_text(encoding="utf-8"))
-
-
 def test_precision_page_table_is_current():
     runs = _module()
     table = runs.section(runs.results())
-    assert table in (ROOT / "docs" / "precision.md").read_text(encoding="utf-8"), \
+    assert table in precision_page(), \
         "regenerate with: python benchmarks/mlperf_runs.py"
 
 
@@ -189,7 +178,7 @@ HAND_8B_LAYOUTS = {
 def test_8b_precision_page_table_is_current():
     runs = _module()
     table = runs.section(runs.results(runs.load("llama31_8b_rows")))
-    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
+    page = precision_page()
     assert table in page, "regenerate with: python benchmarks/mlperf_runs.py"
     assert page.index("### MLPerf Training v5.0 and v5.1: Llama 3.1 405B") < page.index(
         "### MLPerf Training v5.1: Llama 3.1 8B") < page.index(table)

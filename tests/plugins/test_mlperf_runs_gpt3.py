@@ -5,15 +5,12 @@ and model are what their logs and configs state; the v3.1 step key is read."""
 
 from __future__ import annotations
 
-import json
 import statistics
-from pathlib import Path
 
 import pytest
 
+from mlperf_rows import mllog_line, mlperf_data as _data, mlperf_runs as _module, precision_page
 from repo_script import load_script  # tests/repo_script.py
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # Every gpt3 result directory of NVIDIA, Oracle and Azure+NVIDIA in mlcommons/training_results_v4.1@b87b9e3,
 # training_results_v4.0@6fe9543 and training_results_v3.1@d06288b (git ls-tree of <submitter>/results/).
@@ -49,16 +46,8 @@ HAND_LAYOUTS = {
 }
 
 
-def _module():
-    return load_script("benchmarks/mlperf_runs.py")
-
-
-def _data() -> dict:
-    return json.loads((ROOT / "tests" / "plugins" / "data" / "mlperf_measured.json").read_text(encoding="utf-8"))
-
-
 def test_precision_page_gpt3_table_is_current():
-    assert _module().gpt3_section() in (ROOT / "docs" / "precision.md").read_text(encoding="utf-8"), \
+    assert _module().gpt3_section() in precision_page(), \
         "regenerate with: python benchmarks/mlperf_runs.py"
 
 
@@ -142,16 +131,14 @@ def test_run_facts_reads_the_v31_step_key_and_the_record_spacing():
     records' time stamps is their median gap in seconds."""
     logs = load_script("benchmarks/mlperf_logs.py")
 
-    def line(time_ms, value):
-        return ":::MLLOG " + json.dumps({"time_ms": time_ms, "key": "tracked_stats", "value": value, "metadata": {}})
-
     # Seven steps 11 s apart (the 6th and 7th kept: 11.0 and 11.2 s); the stamps 11,066 ms then 11,070 ms apart.
     stamps = [0, 11066, 22132, 33198, 44264, 55330, 66400]
-    text = "\n".join(line(t, {"train_step_timing": 11.0 + (0.2 if i == 6 else 0.0)}) for i, t in enumerate(stamps))
+    text = "\n".join(mllog_line("tracked_stats", {"train_step_timing": 11.0 + (0.2 if i == 6 else 0.0)}, t)
+                     for i, t in enumerate(stamps))
     facts = logs.run_facts(text)
     assert (facts["logged_steps"], facts["median_step_seconds"]) == (7, pytest.approx(11.1))
     assert facts["median_record_spacing_seconds"] == pytest.approx(11.070)
-    both = "\n".join(line(i, {"train_step_time": 2.0, "train_step_timing in s": 2.0}) for i in range(6))
+    both = "\n".join(mllog_line("tracked_stats", {"train_step_time": 2.0, "train_step_timing in s": 2.0}, i) for i in range(6))
     assert logs.run_facts(both)["logged_steps"] == 6
 
 
