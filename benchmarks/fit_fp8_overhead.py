@@ -134,7 +134,7 @@ def collections(registry) -> dict[str, list[dict]]:
         if row["hardware"] == H100 and row["collection"] == "nemo-24.07-summary":
             measured = fp8_runs.nemo_measured_seconds(row)
             add("NeMo 24.07", row["id"], measured, lambda row=row: fp8_runs.price(row, registry).step_seconds)
-            if "launcher_options" in row:  # as benchmarks/fp8_runs.py nemo_results prices them (an assumption)
+            if "launcher_options" in row:  # as benchmarks/fp8_nemo.py nemo_results prices them (an assumption)
                 add("NeMo 24.07, launcher options", row["id"], measured, lambda row=row: fp8_runs.price(
                     dict(row, runtime_options=row["launcher_options"]), registry, as_run=True).step_seconds)
     return found

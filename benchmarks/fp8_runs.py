@@ -21,8 +21,9 @@ priced as tests/plugins/scale_cases.py prices those pages' bf16 rows (``fsdp2``,
 beside its bf16 baseline of the same table, measured and priced, and both FP8 speedups; nothing is fitted to them
 (docs/precision.md); then NeMo's own performance pages (``nemo_rows``: the 24.07 summary's FP8 pre-training rows on
 H100 as three commits of the table print them, and the 25.04 long-sequence Llama 3 8B rows with CP on B200, whose
-model TFLOP/s per GPU NeMo's FLOPs count turns into a step time), priced as the NeMo 24.07 rows of ``rows``, all held
-out; last, NVIDIA's DGX Cloud benchmarking rows (``dgxc_rows``: Llama 3.1, GPT-3 175B, Nemotron-4 and
+model TFLOP/s per GPU NeMo's FLOPs count turns into a step time), priced as the NeMo 24.07 rows of ``rows``, and the
+dense rows of NeMo 2.0's 25.02, 25.04 and 25.07 summaries (B200, H100, GB200), with the defaults and as run, all held
+out (benchmarks/fp8_nemo.py); last, NVIDIA's DGX Cloud benchmarking rows (``dgxc_rows``: Llama 3.1, GPT-3 175B, Nemotron-4 and
 NeMo's Grok-1 on H100 under NeMo 24.05 to 25.04.01; Llama 3.1 405B and Grok-1 on GB200), priced by benchmarks/fp8_dgxc.py.
 The memory, torchao Llama4, torchtitan and torchtitan DeepSeek-V3 (B200 and GB300) rows are priced in
 benchmarks/fp8_torchtitan.py.
@@ -78,7 +79,9 @@ def layout(row: dict, decoder_layers: int) -> ParallelSpec:
     module and the loss on the last, where hp places them). A row whose ``layers_per_stage`` is text splits its
     decoder layers with the embedding and the loss counted as a layer each (Megatron-Core
     account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split): ``(decoder_layers + 2) /
-    chunks`` per chunk, the first and the last chunk one fewer (126 layers over 64 chunks: 1, 2, ..., 2, 1)."""
+    chunks`` per chunk, the first and the last chunk one fewer (126 layers over 64 chunks: 1, 2, ..., 2, 1). A row
+    stating ``zero`` shards at that level (3: Megatron-FSDP's ``optim_grads_params``, priced by hp's per-layer ZeRO-3
+    sharding), else at the runtime's."""
     model_parallel = row["tp"] * row["pp"] * row["cp"]
     dp = row["gpus"] // model_parallel
     chunks = row["pp"] * row["vpp"]
@@ -95,7 +98,7 @@ def layout(row: dict, decoder_layers: int) -> ParallelSpec:
                         micro_batch_size=row["micro_batch_size"], seq_len=row["seq_len"],
                         global_batch_size=row["global_batch_size"],
                         schedule="interleaved_1f1b" if row["vpp"] > 1 else None,
-                        **{k: row[k] for k in ("rank_order", "cp_kind") if k in row})
+                        **{k: row[k] for k in ("rank_order", "cp_kind", "zero") if k in row})
 
 
 def row_model(row: dict, registry):
@@ -355,105 +358,19 @@ def moe_section(found: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# NeMo's model-FLOPs count, by which its performance pages print "Model TFLOP / sec / GPU" (the 24.07 summary) and
-# "TFLOPS / GPU" (the 25.04 long-sequence table): NVIDIA/NeMo nemo/collections/common/metrics/perf_metrics.py
-# FLOPsMeasurementCallback (_gpt3, _llama2, _llama3, _nemotron) at 9c5c5e9709 (NeMo 24.07's figures) and
-# nemo/utils/flops_formulas.py (gpt3, llama2, llama3, nemotron) at 14d427f575 (the long-sequence table's commit; the
-# same expressions at v2.3.0rc2 and v2.3.0, NeMo 25.04), which nemo/lightning/pytorch/callbacks/flops_callback.py
-# divides by the world size and the mean step time. Every formula counts full (not causal) attention. The
-# vocabulary is NeMo's per family (perf_metrics_utils.py LLM_VOCAB_SIZE_MAP), not the model's.
-NEMO_FLOPS_VOCAB = {"gpt3": 51200, "llama2": 32000, "llama3": 128256, "nemotron": 256000}
-
-
-def nemo_model_flops(row: dict) -> float:
-    """NeMo's model FLOPs of one step of *row* (its ``nemo_flops``: the formula and the FLOPSConfig fields ``layers``,
-    ``hs``, ``ffn_hs``, ``attention_heads``, ``query_groups``; the row's global batch and sequence length).
-
-    GPT-3: (24 B s h^2 + 4 B s^2 h) x 3 L + 6 B s h V. Llama 2 and 3: B s L h^2 (12 + 12 g / a + 18 f / h + 12 s / h
-    + 6 V / (L h)) (a gated MLP: three f x h matrices); Nemotron: the same with 12 f / h (an ungated MLP)."""
-    c = row["nemo_flops"]
-    b, s, layers, h = row["global_batch_size"], row["seq_len"], c["layers"], c["hs"]
-    vocab = NEMO_FLOPS_VOCAB[c["formula"]]
-    if c["formula"] == "gpt3":
-        return (24 * b * s * h * h + 4 * b * s * s * h) * 3 * layers + 6 * b * s * h * vocab
-    mlp = {"llama2": 18, "llama3": 18, "nemotron": 12}[c["formula"]]
-    return b * s * layers * h * h * (12 + 12 * c["query_groups"] / c["attention_heads"] + mlp * c["ffn_hs"] / h
-                                     + 12 * s / h + 6 * vocab / (layers * h))
-
-
-def nemo_measured_seconds(row: dict) -> float:
-    """A ``nemo_rows`` row's measured step time: from its tokens per second per GPU where the table prints them (the
-    24.07 summary), else from its model TFLOP/s per GPU through NeMo's FLOPs count of the same step
-    (:func:`nemo_model_flops` over TFLOP/s x 1e12 x GPUs: the long-sequence table)."""
-    if "tokens_per_second_per_gpu" in row:
-        return measured_seconds(row)
-    return nemo_model_flops(row) / (row["model_tflops_per_gpu"] * 1e12 * row["gpus"])
-
-
-NEMO_COLLECTIONS = {"nemo-24.07-summary": "NeMo 24.07 performance summary, DGX-H100",
-                    "nemo-25.04-long-sequence": "NeMo 25.04 long-sequence Llama 3 8B with CP, DGX-B200"}
-
-
-def nemo_results(registry=None) -> list[dict]:
-    """Each ``nemo_rows`` row priced as :func:`results` prices the NeMo 24.07 rows of ``rows`` (the ``megatron``
-    runtime's defaults, the row's recipe; no row states runtime options): measured and hp step time, the error, hp's
-    bf16 time of the same layout; and, where the row carries ``launcher_options`` (the options NeMo-Framework-Launcher
-    24.07's yaml for the model states, an assumption: source nemo-24.07-launcher-options), hp's time with them."""
-    registry = registry or api.build_registry()
-    found = []
-    for row in json.loads(DATA.read_text(encoding="utf-8"))["nemo_rows"]:
-        measured = nemo_measured_seconds(row)
-        estimated = price(row, registry)
-        bf16 = price(row, registry, "bf16")
-        launcher = (price(dict(row, runtime_options=row["launcher_options"]), registry, as_run=True).step_seconds
-                    if "launcher_options" in row else None)
-        found.append({"launcher_seconds": launcher,
-                      "launcher_error": None if launcher is None else (launcher - measured) / measured,
-                      "id": row["id"], "collection": row["collection"], "split": row["split"], "recipe": row["recipe"],
-                      "layout": row, "commit": row["url"].split("/blob/")[1][:7], "measured_seconds": measured,
-                      "estimated_seconds": estimated.step_seconds, "error": (estimated.step_seconds - measured) / measured,
-                      "bf16_seconds": bf16.step_seconds, "mfu": estimated.mfu, "mfu_recipe_peak": estimated.mfu_recipe_peak})
-    return found
-
-
 def _summary(errors: list[float]) -> str:
     return (f"{len(errors)} rows, mean absolute error {sum(map(abs, errors)) / len(errors):.1%}, {min(errors):+.1%} to "
             f"{max(errors):+.1%}, {sum(abs(e) <= 0.10 for e in errors)} within 10%")
 
 
-def nemo_section(found: list[dict]) -> str:
-    """The NeMo rows' table docs/precision.md shows (tests/plugins/test_fp8_runs.py checks it is current)."""
-    lines = ["| run | table at | recipe | layout | measured s | hp s | error | hp, launcher options s | error "
-             "| hp bf16 s | hp FP8 speedup | hp MFU (bf16 peak / recipe peak) |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in found:
-        row = r["layout"]
-        degrees = "".join(f" {k}{row[k]}" for k in ("tp", "pp", "vpp", "cp") if row[k] > 1)
-        launcher = "| |" if r["launcher_seconds"] is None else f"| {r['launcher_seconds']:.3f} | {r['launcher_error']:+.1%} |"
-        lines.append(f"| `{r['id']}` | {r['commit']} | {r['recipe']} | {row['gpus']} GPUs{degrees}, mbs {row['micro_batch_size']}, "
-                     f"gbs {row['global_batch_size']}, seq {row['seq_len']} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} "
-                     f"| {r['error']:+.1%} {launcher} {r['bf16_seconds']:.3f} | {r['bf16_seconds'] / r['estimated_seconds']:.2f} "
-                     f"| {r['mfu']:.1%} / {r['mfu_recipe_peak']:.1%} |")
-    lines.append("")
-    for key, name in NEMO_COLLECTIONS.items():
-        chosen = [r for r in found if r["collection"] == key]
-        lines.append(f"- {name}, held out: {_summary([r['error'] for r in chosen])}.")
-        if any(r["launcher_seconds"] is not None for r in chosen):
-            lines.append(f"  - with the options of NeMo-Framework-Launcher 24.07's yaml for each model (launcher_options, an "
-                         f"assumption): {_summary([r['launcher_error'] for r in chosen])}.")
-        commits = sorted({r["commit"] for r in chosen}, key=lambda c: [r["commit"] for r in chosen].index(c))
-        if len(commits) > 1:
-            for commit in commits:
-                lines.append(f"  - first printed at {commit}: {_summary([r['error'] for r in chosen if r['commit'] == commit])}.")
-            # The same layout measured at more than one commit: how far apart its measured step times are.
-            groups: dict = {}
-            for r in chosen:
-                groups.setdefault((r["layout"]["model"], r["layout"]["gpus"]), []).append(r["measured_seconds"])
-            spread = {key: max(v) / min(v) - 1 for key, v in groups.items() if len(v) > 1}
-            widest = max(spread, key=spread.get)
-            lines.append(f"  - the same layout printed with another figure at a later commit: {len(spread)} layouts, measured step "
-                         f"times up to {spread[widest]:.1%} apart ({widest[0]} on {widest[1]} GPUs).")
-    return "\n".join(lines) + "\n"
+def __getattr__(name: str):
+    """The NeMo rows' functions (``nemo_model_flops``, ``nemo_measured_seconds``, ``nemo_results``, ``nemo_section``,
+    ``NEMO_COLLECTIONS``...), moved to benchmarks/fp8_nemo.py, reached through this module too, as before they moved."""
+    if name.startswith(("nemo_", "NEMO_")):
+        import fp8_nemo  # this file's folder is on sys.path (above)
+
+        return getattr(fp8_nemo, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
@@ -473,9 +390,14 @@ def main() -> None:
     print()
     print(torchtitan_section(torchtitan_results()), end="")
     print()
-    print(nemo_section(nemo_results()), end="")
-    print()
     import fp8_dgxc  # this file's folder is on sys.path (above)
+    import fp8_nemo
+
+    nemo = fp8_nemo.nemo_results()
+    print(fp8_nemo.nemo_section(nemo), end="")
+    print()
+    print(fp8_nemo.nemo_summary_section(nemo), end="")
+    print()
 
     print(fp8_dgxc.section(fp8_dgxc.results()), end="")
 
