@@ -102,11 +102,19 @@ def run_facts(text: str) -> dict:
     return facts
 
 
+def _batches(samples: int, facts: dict) -> int:
+    """*samples* in global batches (the run's ``global_batch_size``, read before its block records)."""
+    steps, left = divmod(samples, int(facts["global_batch_size"]))
+    if left:
+        raise ValueError(f"a block's samples_count {samples} is not a whole number of global batches")
+    return steps
+
+
 def block_facts(text: str) -> dict:
-    """The facts of one result log whose ``train_step_time`` records are one per training block (the v5.1 Llama 2 70B
-    LoRA logs), not one per step: platform, global batch, sequence length, each block's record and step count, and the
-    step-weighted mean of the blocks after the first (``block_mean_step_seconds``: the blocks' summed seconds over
-    their summed steps).
+    """The facts of one result log whose ``train_step_time`` records are one per training block (the v5.0 and v5.1
+    Llama 2 70B LoRA logs), not one per step: platform, global batch, sequence length, each block's record and step
+    count, and the step-weighted mean of the blocks after the first (``block_mean_step_seconds``: the blocks' summed
+    seconds over their summed steps).
 
     What a record measures (NVIDIA/mlperf-common ``mlperf_common/callbacks/logging.py``, the Dockerfile's pinned
     b86d175a read at 85516e5a, whose line numbers 163, 185, 194 and 210 are the ones the logs' records name):
@@ -118,21 +126,35 @@ def block_facts(text: str) -> dict:
     block's steps times the global batch. The first block (``skip_evals`` blocks long, and the run's first steps) is
     left out.
 
+    The v5.0 logs (mlperf-common 09933674, the v5.0 ``requirements.txt``'s pin: ``_log_training_throughput``, line
+    225) time a record alike (the timer reset at ``init_finished`` and by ``_log_validation_throughput`` at each
+    evaluation's end) but state no ``samples_count``: the record's metadata ``step`` is the block's first sample
+    (``train_current_block`` times the global batch) and the ``eval_start`` logged next states the block's last
+    (``global_step`` times the global batch), so the block's steps are their difference over the global batch.
+
     Raises:
-        ValueError: the log states fewer than two block records.
+        ValueError: the log states fewer than two block records, or a v5.0 record without the ``eval_start`` after it.
     """
     facts: dict = {}
     blocks: list[tuple[float, int]] = []
+    opened: tuple[float, int] | None = None  # a v5.0 record: its seconds and its block's first sample
     for rec in records(text):
         key, value = rec.get("key"), rec.get("value")
         if _run_fact(rec, facts, RUN_KEYS[:4]):  # a block log's facts as stored: no benchmark or organisation
             continue
+        metadata = rec.get("metadata") or {}
         if key == "tracked_stats" and isinstance(value, dict) and "train_step_time" in value:
-            samples = int((rec.get("metadata") or {})["samples_count"])
-            steps, left = divmod(samples, int(facts["global_batch_size"]))
-            if left:
-                raise ValueError(f"a block's samples_count {samples} is not a whole number of global batches")
-            blocks.append((float(value["train_step_time"]), steps))
+            if "samples_count" in metadata:
+                blocks.append((float(value["train_step_time"]), _batches(int(metadata["samples_count"]), facts)))
+            elif "step" in metadata:
+                opened = (float(value["train_step_time"]), int(metadata["step"]))
+            else:
+                raise ValueError("a train_step_time record states neither samples_count (v5.1) nor step (v5.0)")
+        elif key == "eval_start" and opened is not None:
+            blocks.append((opened[0], _batches(int(metadata["samples_count"]) - opened[1], facts)))
+            opened = None
+    if opened is not None:
+        raise ValueError("a v5.0 block record (metadata step, no samples_count) has no eval_start after it")
     if len(blocks) < 2:
         raise ValueError(f"the log states {len(blocks)} block train_step_time records, none past the first")
     kept = blocks[1:]

@@ -15,7 +15,8 @@ class and per device, the B200 preview apart (:func:`gpt3_totals`); each GPT-3 r
 
 Then the Llama 2 70B LoRA table ("MLPerf Training v5.1: Llama 2 70B LoRA", ``llama2_70b_lora_rows``: NVIDIA's FP8
 runs on 72 and 512 GB200 and GB300 GPUs, Lambda's and Supermicro's of NVIDIA's config on 72 GB300s; the step time the step-weighted mean of each log's training blocks after the
-first, mlperf_logs.block_facts; each row's model its ``hf`` config fine-tuned with its ``lora``, :func:`fp8_runs.row_model`).
+first, mlperf_logs.block_facts; each row's model its ``hf`` config fine-tuned with its ``lora``, :func:`fp8_runs.row_model`;
+the v5.0 round's directories are all in ``llama2_70b_lora_skipped``, none priced).
 
 Each row is priced as benchmarks/fp8_runs.py prices the Megatron-Bridge rows as run (:func:`fp8_runs.price` with
 ``as_run=True``): the ``megatron`` runtime with the row's ``runtime_options``, the row's recipe, its hardware preset,

@@ -29,7 +29,9 @@ def test_precision_page_lora_table_is_current():
 
 def test_every_lora_result_directory_is_a_row_skipped_or_not_collected():
     data = _data()
-    rows, skipped = data["llama2_70b_lora_rows"], data["llama2_70b_lora_skipped"]
+    rows = data["llama2_70b_lora_rows"]
+    # The v5.1 round's (v5.0's: tests/plugins/test_mlperf_lora_v50.py).
+    skipped = [s for s in data["llama2_70b_lora_skipped"] if s["round"] == "v5.1"]
     not_collected = data["llama2_70b_lora_not_collected"]
     assert {r["system"] for r in rows} == ROWS and len(rows) == 6
     assert len(rows) + len(skipped) + len(not_collected) == 63
