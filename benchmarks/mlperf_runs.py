@@ -13,10 +13,12 @@ Oracle and Azure+NVIDIA on H100 and NVIDIA's B200 preview; the step time NeMo's 
 class and per device, the B200 preview apart (:func:`gpt3_totals`); each GPT-3 row's model is its ``model_config``
 (:func:`fp8_runs.row_model`, as the DGX Cloud GPT-3 rows).
 
-Then the Llama 2 70B LoRA table ("MLPerf Training v5.1: Llama 2 70B LoRA", ``llama2_70b_lora_rows``: NVIDIA's FP8
-runs on 72 and 512 GB200 and GB300 GPUs, Lambda's and Supermicro's of NVIDIA's config on 72 GB300s; the step time the step-weighted mean of each log's training blocks after the
-first, mlperf_logs.block_facts; each row's model its ``hf`` config fine-tuned with its ``lora``, :func:`fp8_runs.row_model`;
-the v5.0 round's directories are all in ``llama2_70b_lora_skipped``, none priced).
+Then the Llama 2 70B LoRA table ("MLPerf Training v5.0 and v5.1: Llama 2 70B LoRA", ``llama2_70b_lora_rows``: v5.1's
+NVIDIA FP8 runs on 72 and 512 GB200 and GB300 GPUs, Lambda's and Supermicro's of NVIDIA's config on 72 GB300s; v5.0's
+runs of NVIDIA's v5.0 implementation on 4 to 512 B200 and GB200 GPUs by NVIDIA and six partners, the frozen base held in
+FP8, recipe fp8-delayed-param-gather-fp8-attention; the step time the step-weighted mean of each log's training blocks
+after the first, mlperf_logs.block_facts; each row's model its ``hf`` config fine-tuned with its ``lora``,
+:func:`fp8_runs.row_model`; per class (device x recipe, so the two rounds' GB200 rows apart) and over all rows).
 
 Each row is priced as benchmarks/fp8_runs.py prices the Megatron-Bridge rows as run (:func:`fp8_runs.price` with
 ``as_run=True``): the ``megatron`` runtime with the row's ``runtime_options``, the row's recipe, its hardware preset,

@@ -252,7 +252,8 @@ def _with_fp8_attention(base: PrecisionRecipe, fmt: str) -> PrecisionRecipe:
 
 _BY_NAME = {r.name: r for r in RECIPES}
 RECIPES += tuple(_with_fp8_attention(_BY_NAME[name], fmt)
-                 for name, fmt in (("fp8-delayed", "e4m3"), ("fp8-current", "e4m3"), ("mxfp8", "mxfp8")))
+                 for name, fmt in (("fp8-delayed", "e4m3"), ("fp8-current", "e4m3"), ("mxfp8", "mxfp8"),
+                                   ("fp8-delayed-param-gather", "e4m3")))
 
 
 @hookimpl
