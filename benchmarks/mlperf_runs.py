@@ -15,8 +15,8 @@ class and per device, the B200 preview apart (:func:`gpt3_totals`); each GPT-3 r
 
 Then the Llama 2 70B LoRA table ("MLPerf Training v5.0 and v5.1: Llama 2 70B LoRA", ``llama2_70b_lora_rows``: v5.1's
 NVIDIA FP8 runs on 72 and 512 GB200 and GB300 GPUs, Lambda's and Supermicro's of NVIDIA's config on 72 GB300s; v5.0's
-runs of NVIDIA's v5.0 implementation on 4 to 512 B200 and GB200 GPUs by NVIDIA and six partners, the frozen base held in
-FP8, recipe fp8-delayed-param-gather-fp8-attention; the step time the step-weighted mean of each log's training blocks
+runs of NVIDIA's v5.0 implementation on 4 to 512 B200 and GB200 GPUs by NVIDIA and six partners and Wiwynn's v5.1 runs of
+it on 72 and 576 GB200s, the frozen base held in FP8, recipe fp8-delayed-param-gather-fp8-attention; the step time the step-weighted mean of each log's training blocks
 after the first, mlperf_logs.block_facts; each row's model its ``hf`` config fine-tuned with its ``lora``,
 :func:`fp8_runs.row_model`; per class (device x recipe, so the two rounds' GB200 rows apart) and over all rows).
 

@@ -16,6 +16,8 @@ from repo_script import load_script  # tests/repo_script.py
 # 6 of them NVIDIA's; 19 on AMD Instinct systems (MI300X, MI325X, MI350X, MI355X).
 ROWS = {"tyche_ngpu72_ngc25.09_nemo", "tyche_ngpu512_ngc25.09_nemo", "theia_ngpu72_ngc25.09_nemo",
         "theia_ngpu512_ngc25.09_nemo", "gb300_n18_ngc25.04_nemo", "ARS-121GL-NB3"}
+# Wiwynn's two, which run NVIDIA's v5.0 implementation (priced as the v5.0 rows: tests/plugins/test_mlperf_lora_v50.py).
+WIWYNN = {"1xKinabalux18x4GB200", "8xKinabalux18x4GB200"}
 # (GPUs, DP, global batch, device) by hand: DGXNNODES x DGXNGPU 4, DP = GPUs / (TP 1 x PP 1 x CP 8), GBS = MINIBS 1 x DP.
 HAND_LAYOUTS = {"tyche_ngpu72_ngc25.09_nemo": (72, 9, 9, "gb200"), "tyche_ngpu512_ngc25.09_nemo": (512, 64, 64, "gb200"),
                 "theia_ngpu72_ngc25.09_nemo": (72, 9, 9, "gb300"), "theia_ngpu512_ngc25.09_nemo": (512, 64, 64, "gb300"),
@@ -33,11 +35,11 @@ def test_every_lora_result_directory_is_a_row_skipped_or_not_collected():
     rows = [r for r in data["llama2_70b_lora_rows"] if r["round"] == "v5.1"]
     skipped = [s for s in data["llama2_70b_lora_skipped"] if s["round"] == "v5.1"]
     not_collected = data["llama2_70b_lora_not_collected"]
-    assert {r["system"] for r in rows} == ROWS and len(rows) == 6
+    assert {r["system"] for r in rows} == ROWS | WIWYNN and len(rows) == 8
     assert len(rows) + len(skipped) + len(not_collected) == 63
-    assert len({(e["submitter"], e["system"]) for e in skipped + not_collected}) == 57
+    assert len({(e["submitter"], e["system"]) for e in skipped + not_collected}) == 55
     # A directory is in one list only: the rows' systems are in neither of the others.
-    assert not ROWS & {e["system"] for e in skipped + not_collected}
+    assert not (ROWS | WIWYNN) & {e["system"] for e in skipped + not_collected}
     nvidia = {s["system"]: s["reason"] for s in skipped if s["submitter"] == "NVIDIA"}
     assert set(nvidia) == {"tyche_ngpu8_ngc25.09_nemo", "theia_ngpu8_ngc25.09_nemo"}
     assert all("HEALING_ITER=350" in reason for reason in nvidia.values())
@@ -49,10 +51,7 @@ def test_every_lora_result_directory_is_a_row_skipped_or_not_collected():
     assert set(tp) == {"Cray-XD670-H200-SXM5-141GB_n2_v5.0", "Cray-XD670-H200-SXM5-141GB_n4_v5.0",
                        "Cray-XD670-H200-SXM5-141GB_n8_v5.0", "hpf_n8", "hpf_n16"}
     assert "runs TP=2" in tp["Cray-XD670-H200-SXM5-141GB_n2_v5.0"] and "runs TP=4" in tp["hpf_n16"]
-    assert len(skipped) == 19 + 2 + 2 + 5
-    # Wiwynn's two run the v5.0 implementation (fp8_params), priced as the v5.0 rows once collected: not read yet.
-    wiwynn = [s for s in skipped if s["submitter"] == "Wiwynn"]
-    assert len(wiwynn) == 2 and all("fp8_params" in s["reason"] and "not collected yet" in s["reason"] for s in wiwynn)
+    assert len(skipped) == 19 + 2 + 5
     assert not any(e["submitter"] in ("NVIDIA", "Lambda", "Wiwynn") for e in not_collected) and len(not_collected) == 29
 
 
