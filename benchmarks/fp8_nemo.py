@@ -100,11 +100,9 @@ def nemo_section(found: list[dict]) -> str:
              "| hp bf16 s | hp FP8 speedup | hp MFU (bf16 peak / recipe peak) |",
              "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in found:
-        row = r["layout"]
-        degrees = "".join(f" {k}{row[k]}" for k in ("tp", "pp", "vpp", "cp") if row[k] > 1)
         launcher = "| |" if r["launcher_seconds"] is None else f"| {r['launcher_seconds']:.3f} | {r['launcher_error']:+.1%} |"
-        lines.append(f"| `{r['id']}` | {r['commit']} | {r['recipe']} | {row['gpus']} GPUs{degrees}, mbs {row['micro_batch_size']}, "
-                     f"gbs {row['global_batch_size']}, seq {row['seq_len']} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} "
+        lines.append(f"| `{r['id']}` | {r['commit']} | {r['recipe']} | {_layout(r['layout'])} "
+                     f"| {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} "
                      f"| {r['error']:+.1%} {launcher} {r['bf16_seconds']:.3f} | {r['bf16_seconds'] / r['estimated_seconds']:.2f} "
                      f"| {r['mfu']:.1%} / {r['mfu_recipe_peak']:.1%} |")
     lines.append("")
