@@ -32,9 +32,8 @@ def rows() -> list[dict]:
     return json.loads(DATA.read_text(encoding="utf-8"))["rows"]
 
 
-def measured_seconds(row: dict) -> float:
-    """The page's step time: GBS x sequence length over the tokens per second of all GPUs."""
-    return row["global_batch_size"] * row["seq_len"] / (row["tokens_per_second_per_gpu"] * row["gpus"])
+# The page's step time: GBS x sequence length over the tokens per second of all GPUs, as for the other FP8 rows.
+measured_seconds = fp8_runs.measured_seconds
 
 
 def nemo_flops_per_token(row: dict, causal: bool = False) -> float:
@@ -84,11 +83,11 @@ def results(registry=None) -> list[dict]:
         measured = measured_seconds(row)
         fp8 = price(row, registry).step_seconds
         bf16 = price(row, registry, "bf16").step_seconds
-        printed = row.get("model_tflops_per_gpu")
+        printed, counted = row.get("model_tflops_per_gpu"), nemo_tflops_per_gpu(row)
         found.append({"id": row["id"], "row": row, "hardware": row["hardware"], "measured_seconds": measured,
                       "estimated_seconds": fp8, "error": fp8 / measured - 1, "bf16_seconds": bf16,
-                      "nemo_tflops": nemo_tflops_per_gpu(row), "printed_tflops": printed,
-                      "flops_ratio": None if printed is None else printed / nemo_tflops_per_gpu(row)})
+                      "nemo_tflops": counted, "printed_tflops": printed,
+                      "flops_ratio": None if printed is None else printed / counted})
     return found
 
 
@@ -98,9 +97,7 @@ def _layout(row: dict) -> str:
 
 
 def _summary(label: str, chosen: list[dict]) -> str:
-    errors = [r["error"] for r in chosen]
-    return (f"- {label}: {len(errors)} held-out rows, mean absolute error {sum(map(abs, errors)) / len(errors):.1%}, "
-            f"{min(errors):+.1%} to {max(errors):+.1%}, {sum(abs(e) <= 0.10 for e in errors)} within 10%.")
+    return f"- {label}, held out: {fp8_runs._summary([r['error'] for r in chosen])}."
 
 
 def section(found: list[dict]) -> str:
