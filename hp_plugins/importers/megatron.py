@@ -15,7 +15,8 @@ defaults fill what a job leaves out):
   groups, ``--kv-channels``, ``--swiglu``, RMSNorm, biases
   (``--disable-bias-linear``, ``--add-qkv-bias``), tied embeddings unless
   ``--untie-embeddings-and-output-weights``, the vocabulary (``--vocab-size``
-  plus the NullTokenizer's EOD token, ``tokenizer.py``), MLA ranks and head
+  plus the NullTokenizer's EOD token, ``tokenizer.py``; ``pretrain_gpt.py``'s default GPT2BPETokenizer where
+  no ``--tokenizer-type`` comes with ``--vocab-file`` and ``--merge-file``), MLA ranks and head
   sizes, experts, top-k, expert and shared-expert widths, ``--moe-layer-freq``
   (leading dense layers, then every layer), capacity factor and padding, MTP,
   group-limited routing (``--moe-router-num-groups``, ``--moe-router-group-topk``);
@@ -74,12 +75,13 @@ TOKENIZER_VOCABS = {"GPT2BPETokenizer": (50257, "GPT-2's"), "Llama2Tokenizer": (
 
 __all__ = ["IGNORED", "TOKENIZER_VOCABS", "hp_importers", "import_megatron_args", "parse_megatron_args", "read_megatron_script"]
 
-# No effect on what hp prices (memory, step time): optimisation hyper-parameters, data, logging,
-# checkpoints, initialisation, routing-loss details and the expert-bias update rate, RoPE scaling details,
+# No effect on what hp prices (memory, step time): optimisation hyper-parameters, data, logging (timer detail
+# included), checkpoints (their format, strictness, retention and the asynchronous writer), initialisation, routing-loss details and the expert-bias update rate, RoPE scaling details,
 # the forced balanced routing of benchmarks (hp prices every expert its share of tokens anyway), flags
 # Megatron-Core ignores for mcore models (--use-flash-attn), attention-mask and
 # softmax flags that act only on the unfused path priced by --attention-backend.
 IGNORED = frozenset("""
+mtp-loss-scaling-factor lr-warmup-init finetune auto-detect-ckpt-format no-ckpt-fully-parallel-save
 lr min-lr lr-decay-style lr-warmup-iters lr-warmup-fraction lr-decay-iters lr-decay-samples lr-warmup-samples
 weight-decay adam-beta1 adam-beta2 adam-eps sgd-momentum clip-grad seed init-method-std train-iters train-samples
 initial-loss-scale min-loss-scale loss-scale-window hysteresis log-interval log-throughput log-timers-to-tensorboard
@@ -96,6 +98,8 @@ decoupled-lr decoupled-min-lr manual-gc calculate-per-token-loss profile profile
 record-memory-history tiktoken-pattern no-mmap-bin-files logging-level no-check-for-nan-in-loss-and-grad
 init-model-with-meta-device lr-decay-samples lr-warmup-samples rerun-mode manual-gc-interval mscale mscale-all-dim
 moe-router-bias-update-rate te-rng-tracker moe-router-force-load-balancing
+timing-log-level dist-ckpt-strictness async-save use-persistent-ckpt-worker save-retain-interval wandb-entity
+eval-global-batch-size dist-ckpt-optim-fully-reshardable dist-ckpt-save-pre-mcore-014
 """.split())
 
 class _Args:
@@ -155,6 +159,13 @@ def _hf_config(a: _Args, unmapped: list[str]) -> dict[str, Any]:
             raise ConfigError(f"--{name}", "required to build the model; state it")
     vocab = a.value("vocab-size", int)
     tokenizer = a.value("tokenizer-type")
+    if tokenizer is None and a.value("vocab-file") is not None and a.value("merge-file") is not None:
+        # Megatron-LM's --tokenizer-type defaults to None (megatron/training/config/training_config.py TokenizerConfig
+        # at NVIDIA/Megatron-LM@d98e8a6); pretrain_gpt.py fills it in as GPT2BPETokenizer (its args_defaults), the
+        # tokenizer a --vocab-file / --merge-file pair is read by.
+        tokenizer = "GPT2BPETokenizer"
+        unmapped.append("--tokenizer-type not given: read as pretrain_gpt.py's default GPT2BPETokenizer "
+                        "(--vocab-file and --merge-file given)")
     if tokenizer in TOKENIZER_VOCABS:  # tokenizer.py: these size the vocabulary from their files, not --vocab-size
         known, what = TOKENIZER_VOCABS[tokenizer]
         unmapped.append(f"--tokenizer-type {tokenizer}: read as {what} {known:,}-token vocabulary"
