@@ -1,7 +1,8 @@
 """hp against Megatron-LM's own CI measurements of its MoE cases (tests/plugins/data/megatron_ci_moe_measured.json).
 
-Run: ``python benchmarks/megatron_ci_moe.py`` (``--write``: also into docs/accuracy.md between its markers). Each row is one MoE functional-test case of NVIDIA/Megatron-LM@d98e8a6
-on one platform: its ``model_config.yaml`` MODEL_ARGS, read by hp's ``megatron`` importer
+Run: ``python benchmarks/megatron_ci_moe.py`` (``--write``: also into docs/accuracy.md between its markers). Each row
+is one MoE functional-test case of NVIDIA/Megatron-LM@d98e8a6 on one platform: its ``model_config.yaml`` MODEL_ARGS,
+read by hp's ``megatron`` importer
 (:func:`hp_plugins.importers.megatron.import_megatron_args`, the product's own path) with the row's ``extra_args`` (its
 stated assumptions) appended, priced at the row's GPU count on the platform's hardware preset; against its golden
 values: the peak allocated memory of the last global rank (hp's last pipeline stage), its steady allocated memory after
