@@ -39,7 +39,8 @@ defaults fill what a job leaves out):
   module the switches the ``megatron`` runtime states for it;
 * the runtime ``megatron`` and its options (docs/runtimes.md):
   ``--cross-entropy-loss-fusion`` (off unless passed), ``--attention-backend``,
-  ``--no-bias-swiglu-fusion``, ``--moe-permute-fusion`` (off unless passed),
+  ``--no-bias-swiglu-fusion``, ``--no-rope-fusion`` with rope positions (``rope_kernels: eager``),
+  ``--moe-permute-fusion`` (off unless passed),
   ``--no-gradient-accumulation-fusion``, ``--make-vocab-size-divisible-by``; the overlaps
   ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap``,
   ``--overlap-moe-expert-parallel-comm`` and the pipeline sends (on under the interleaved schedule
@@ -401,6 +402,10 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
         unmapped.append(f"--cross-entropy-fusion-impl {impl}: priced as Transformer Engine's fused loss")
     if a.value("attention-backend") is not None:
         options["attention_backend"] = a.value("attention-backend")
+    # arguments.py --no-rope-fusion (dest apply_rope_fusion, on by default; validate_args turns it off where the
+    # positions are not rope): the rotation in eager torch ops (the megatron runtime's rope_kernels option).
+    if a.flag("no-rope-fusion") and a.value("position-embedding-type", str, "learned_absolute") in ("rope", "mrope"):
+        options["rope_kernels"] = "eager"
     if a.value("make-vocab-size-divisible-by") is not None:
         options["make_vocab_size_divisible_by"] = a.value("make-vocab-size-divisible-by", int)
     options.update(trainer_options(a, pp, vpp, parallel["ep"], unmapped))

@@ -59,7 +59,9 @@ from hp_core.specs.precision import PrecisionSpec
 from hp_core.specs.timing import Sourced
 from hp_core.types import Runtime
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
-from hp_plugins.runtimes.time_options import cuda_graphs_option, ep_all_to_all_option, hybridep_num_sms_option
+from hp_plugins.runtimes.time_options import (
+    cuda_graphs_option, ep_all_to_all_option, hybridep_num_sms_option, rope_kernels_option,
+)
 from hp_plugins.runtimes.timing_profiles import MEGATRON_TE
 
 __all__ = ["MegatronPoints", "hp_runtimes"]
@@ -270,6 +272,11 @@ OPTIONS = (
     hybridep_num_sms_option(MEGATRON_TE.collective_kernel_sms("hybridep"),
                             "--moe-hybridep-num-sms; 32: Megatron-Bridge's performance recipes; Megatron-Core's own "
                             "default 16 at core_v0.16.0 and core_v0.17.0"),
+    rope_kernels_option(
+        f"{_ARGS} --no-rope-fusion (dest apply_rope_fusion, on by default; NVIDIA/Megatron-LM@d98e8a6): off, "
+        "megatron/core/models/common/embeddings/rope_utils.py apply_rotary_pos_emb runs _apply_rotary_pos_emb_bshd, "
+        "t * cos + _rotate_half(t) * sin with _rotate_half = torch.cat((-x2, x1)) in eager torch ops (the "
+        "rope_rotate_half form the runtime's traits state); on, Transformer Engine's fused_apply_rotary_pos_emb"),
     cuda_graphs_option(
         "Megatron-Core core_v0.12.0 (NVIDIA/Megatron-LM@d580efc): TransformerConfig.enable_cuda_graph makes "
         "TransformerLayer.__call__ run through CudaGraphManager (transformer/transformer_layer.py), which captures the "
@@ -298,6 +305,9 @@ def hp_runtimes():
         traits=frozenset({
             "fused_swiglu", "fused_cross_entropy", "mla_contiguous_qkv", "moe_probs_in_activation", "moe_fused_permute",
             "moe_expert_tp_dispatch", "moe_eager_expert_bias", "dense_mlp_checkpoint", "linear_proj_original_input",
+            # The unfused RoPE's form (--no-rope-fusion; rope_utils.py _apply_rotary_pos_emb_bshd and _rotate_half at
+            # NVIDIA/Megatron-LM@d98e8a6): read only where the rotation runs eager (rope_kernels=eager).
+            "rope_rotate_half",
         }),
         dummy_weight_gradients=True,
         implicit_recompute=frozenset({"gather"}),

@@ -108,7 +108,8 @@ def test_the_importer_reads_the_cases(bench, registry):
         "tp": 2, "pp": 4, "vpp": 8, "ep": 8, "etp": 1, "sp": True, "zero": 1, "global_batch_size": 256}
     # Checkpoint, logging and loss-weight flags are quiet; what is left is named.
     assert mixtral.unmapped == ("--tokenizer-type Llama2Tokenizer: read as Llama 2's 32,000-token vocabulary; a "
-                                "different tokenizer file is not priced", "--no-rope-fusion: not mapped")
+                                "different tokenizer file is not priced",)
+    assert mixtral.document["runtime"]["options"]["rope_kernels"] == "eager"  # --no-rope-fusion
     proxy = bench.imported(rows["dsv3-proxy-tp2pp4vpp2ep16-h100"], registry).document
     assert (proxy["parallel"]["vpp"], proxy["parallel"]["layers_per_stage"]) == (2, [2, 2, 2, 2, 2, 2, 1, 1])
     assert proxy["runtime"]["options"]["ep_all_to_all"] == "hybridep"
@@ -132,6 +133,24 @@ def test_an_unstated_tokenizer_with_bpe_files_is_pretrain_gpts_gpt2_bpe(registry
     assert vocab(" --vocab-file vocab.json --vocab-size 1000") == 1000  # no merge file: no BPE pair, the size is kept
     with pytest.raises(Exception, match="--vocab-size"):
         vocab("")  # neither a size nor a file: still refused
+
+
+def test_no_rope_fusion_runs_the_rotation_as_megatrons_eager_kernels(bench, registry):
+    """--no-rope-fusion (arguments.py, dest apply_rope_fusion) maps to the megatron runtime's rope_kernels eager, whose
+    form is the runtime's rope_rotate_half trait (rope_utils.py _rotate_half): 20 bytes per rotated q/k element
+    forward and 30 backward in place of the fused kernel's read and write. Only with rope positions."""
+    base = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 "
+            "--micro-batch-size 1 --global-batch-size 8 --bf16 --vocab-size 1000 --no-rope-fusion")
+    options = lambda extra: import_megatron_args(shlex.split(base + extra), registry, devices=8).document["runtime"]["options"]
+    assert options(" --position-embedding-type rope")["rope_kernels"] == "eager"
+    assert "rope_kernels" not in options("")  # learned positions: validate_args turns the fusion off, no rotation
+    assert "rope_rotate_half" in registry.runtime("megatron").traits
+    row = _rows()["mixtral-8x7b-tp2pp4vpp8ep8-h100"]
+    j = bench.job(row, registry)
+    eager = api.step_time(j.model, j.parallel, registry=registry, runtime=j.runtime, hardware=j.hardware).step_seconds
+    fused = api.step_time(j.model, j.parallel, registry=registry, hardware=j.hardware,
+                          runtime=api.apply_options(j.runtime, {"rope_kernels": "as_elementwise"})).step_seconds
+    assert eager > fused
 
 
 def test_the_world_size_inference_is_the_fewest_gpus_whose_model_states_fit(bench, registry):
