@@ -38,7 +38,8 @@ defaults fill what a job leaves out):
   ``selective`` with ``--recompute-modules`` (default ``core_attn``), each
   module the switches the ``megatron`` runtime states for it;
 * the runtime ``megatron`` and its options (docs/runtimes.md):
-  ``--cross-entropy-loss-fusion`` (off unless passed), ``--attention-backend``,
+  ``--cross-entropy-loss-fusion`` (off unless passed; on only with ``--cross-entropy-fusion-impl te``: the default
+  ``native`` keeps the unfused loss's fp32 softmax), ``--attention-backend``,
   ``--no-bias-swiglu-fusion``, ``--no-rope-fusion`` with rope positions (``rope_kernels: eager``),
   ``--moe-permute-fusion`` (off unless passed),
   ``--no-gradient-accumulation-fusion``, ``--make-vocab-size-divisible-by``; the overlaps
@@ -389,17 +390,20 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
     elif optimizer != "adam":
         unmapped.append(f"--optimizer {optimizer}: not mapped; priced as Adam")
     precision.update(_optimizer_widths(a, unmapped))
+    # --cross-entropy-loss-fusion with --cross-entropy-fusion-impl te (Transformer Engine's parallel_cross_entropy) is
+    # the runtime's cross_entropy_fusion; the default impl, native (megatron/core/model_parallel_config.py
+    # cross_entropy_fusion_impl = 'native' at NVIDIA/Megatron-LM@d98e8a6), is megatron/core/fusions/
+    # fused_cross_entropy.py, which runs VocabParallelCrossEntropy's logits.float() and saves the fp32 softmax for
+    # backward, as the unfused vocab_parallel_cross_entropy does: cross_entropy_fusion false in memory.
+    impl = a.value("cross-entropy-fusion-impl", str, "native")
     options: dict[str, Any] = {
-        "cross_entropy_fusion": a.flag("cross-entropy-loss-fusion"),
+        "cross_entropy_fusion": a.flag("cross-entropy-loss-fusion") and impl == "te",
         "swiglu_fusion": not a.flag("no-bias-swiglu-fusion"),
         "moe_permute_fusion": a.flag("moe-permute-fusion"),
         "gradient_accumulation_fusion": not a.flag("no-gradient-accumulation-fusion"),
     }
     if bf16_grads:
         options["grad_reduce_in_fp32"] = False
-    impl = a.value("cross-entropy-fusion-impl", str, "native")
-    if options["cross_entropy_fusion"] and impl != "te":
-        unmapped.append(f"--cross-entropy-fusion-impl {impl}: priced as Transformer Engine's fused loss")
     if a.value("attention-backend") is not None:
         options["attention_backend"] = a.value("attention-backend")
     # arguments.py --no-rope-fusion (dest apply_rope_fusion, on by default; validate_args turns it off where the

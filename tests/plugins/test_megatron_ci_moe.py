@@ -153,6 +153,30 @@ def test_no_rope_fusion_runs_the_rotation_as_megatrons_eager_kernels(bench, regi
     assert eager > fused
 
 
+def test_the_native_fused_loss_keeps_the_fp32_softmax(bench, registry):
+    """--cross-entropy-loss-fusion with Megatron-Core's default --cross-entropy-fusion-impl native
+    (megatron/core/fusions/fused_cross_entropy.py: logits.float(), the fp32 softmax saved for backward) is the runtime's
+    unfused loss in memory; only te is cross_entropy_fusion. On the GB200 proxy's last stage (micro-batch 4, 4,096
+    tokens, 256,000 tokens padded to a multiple of 3232 * tp 2 = 6,464: 258,560, 129,280 a rank) the model's loss and
+    the MTP module's each keep 4 * 4,096 * 129,280 * 4 bytes, 2 bytes an element more than TE's bf16 logits."""
+    row = _rows()["dsv3-proxy-tp2pp2ep8-gb200"]
+    imported = bench.imported(row, registry)
+    assert imported.document["runtime"]["options"]["cross_entropy_fusion"] is False
+    assert not any("cross-entropy" in line for line in imported.unmapped)
+    j = bench.job(row, registry)
+
+    def stage(runtime):
+        return api.estimate(j.model, j.parallel, registry=registry, runtime=runtime, precision=j.precision).stages[-1]
+
+    native, te = stage(j.runtime), stage(api.apply_options(j.runtime, {"cross_entropy_fusion": True}))
+    in_flight = native.chunks[-1].micro_batches_in_flight
+    extra = 4 * 4096 * 129_280 * (4 - 2)
+    assert native.activations_by_kind["output"] - te.activations_by_kind["output"] == extra * in_flight
+    assert native.activations_by_kind["mtp"] - te.activations_by_kind["mtp"] == extra * in_flight
+    te_job = import_megatron_args(bench.argv(row) + ["--cross-entropy-fusion-impl", "te"], registry, devices=32)
+    assert te_job.document["runtime"]["options"]["cross_entropy_fusion"] is True
+
+
 def test_the_world_size_inference_is_the_fewest_gpus_whose_model_states_fit(bench, registry):
     inferred = 0
     for row in _rows().values():
