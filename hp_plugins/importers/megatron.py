@@ -24,7 +24,8 @@ defaults fill what a job leaves out):
   TP (default: TP), sequence parallelism (on only with TP > 1), micro and
   global batch, sequence length; dp from the device count; uneven pipeline
   chunks (``--pipeline-model-parallel-layout``, ``--decoder-first/last-pipeline-num-layers``,
-  ``--account-for-embedding/loss-in-pipeline-split``) as ``layers_per_stage``
+  ``--account-for-embedding/loss-in-pipeline-split``) as ``layers_per_stage``; ``--step-batch-size-schedule``
+  as its first global batch (:func:`_step_batch_schedule`)
   (:mod:`hp_plugins.importers.megatron_options`);
 * precision and optimizer: ``--bf16``/``--fp16`` (2-byte parameters),
   ``--accumulate-allreduce-grads-in-fp32`` (fp32 gradients; on with bf16;
@@ -340,6 +341,39 @@ def _router_groups(a: _Args) -> dict[str, int]:
     return {"router_num_groups": groups, "router_group_topk": chosen}
 
 
+# num_microbatches_calculator.py StepBatchsizeNumMicroBatchesCalculator._parse_numeric_value (NVIDIA/Megatron-LM@d98e8a6):
+# a threshold's suffix K, M, B or T multiplies it by 1e3, 1e6, 1e9 or 1e12.
+_SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+
+
+def _step_batch_schedule(text: str | None, unmapped: list[str]) -> int | None:
+    """The global batch at step 0 of ``--step-batch-size-schedule "THRESHOLD:BATCH ..."`` (Megatron-Core
+    ``num_microbatches_calculator.py`` ``StepBatchsizeNumMicroBatchesCalculator``, NVIDIA/Megatron-LM@d98e8a6:
+    thresholds in tokens, or samples, with an optional K/M/B/T suffix; the batch of the highest threshold reached
+    applies). hp prices one batch, the first; the later ones are named in a warning line."""
+    if text is None:
+        return None
+    pairs = []
+    for item in text.replace(",", " ").split():
+        threshold, _, batch = item.partition(":")
+        number = threshold.strip().upper()
+        scale = _SUFFIXES.get(number[-1:], 1)
+        try:
+            pairs.append((int(float(number[:-1] if scale != 1 else number) * scale), int(batch)))
+        except ValueError:
+            raise ConfigError("--step-batch-size-schedule", f"expected THRESHOLD:BATCH pairs, got {item!r}") from None
+    # The calculator's _validate_schedule: the first threshold 0, the thresholds strictly increasing.
+    if not pairs or pairs[0][0] != 0:
+        raise ConfigError("--step-batch-size-schedule", f"{text!r}: the first threshold must be 0")
+    if any(later[0] <= earlier[0] for earlier, later in zip(pairs, pairs[1:])):
+        raise ConfigError("--step-batch-size-schedule", f"{text!r}: the thresholds must be strictly increasing")
+    if len(pairs) > 1:
+        later = ", ".join(f"{batch} from {threshold:,}" for threshold, batch in pairs[1:])
+        unmapped.append(f"--step-batch-size-schedule {text}: priced at its first global batch {pairs[0][1]}; "
+                        f"the later batches ({later} tokens or samples) are not priced")
+    return pairs[0][1]
+
+
 def import_megatron_args(tokens: list[str], registry, devices: int | None = None, name: str = "megatron-job") -> ImportedJob:
     """An ``hp`` config document from Megatron-LM's arguments (module docstring)."""
     a = _Args(parse_megatron_args(tokens))
@@ -375,6 +409,11 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
     }
     if a.value("global-batch-size", int) is not None:
         parallel["global_batch_size"] = a.value("global-batch-size", int)
+    schedule = _step_batch_schedule(a.value("step-batch-size-schedule"), unmapped)
+    if schedule is not None:
+        if "global_batch_size" in parallel:  # arguments.py validate_args raises ValueError for the pair
+            raise ConfigError("--step-batch-size-schedule", "Megatron-LM refuses it with --global-batch-size; state one")
+        parallel["global_batch_size"] = schedule
     if parallel["seq_len"] is None:
         raise ConfigError("--seq-length", "required; state it")
     if len(set(counts)) > 1:
