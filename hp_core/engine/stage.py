@@ -427,11 +427,13 @@ def plan_stage(
     warmup, activations_by_kind = moment(in_flight, awaiting, found.working)
     points = {"warmup_end": warmup}
     # Moments with more micro-batches past their B than the peak (between a B and its W, no backward
-    # running): the most they keep binds where W's tensors outweigh a whole micro-batch's.
+    # running): the one holding most binds where W's tensors outweigh a whole micro-batch's. Held, not kept:
+    # each moment's micro-batches also hold their communication buffers, so the moment with the most
+    # activations is not always the one with the highest peak.
     waits = [moment(counts, waits, 0) + (counts, waits)
              for counts, waits in weight_gradient_moments(inputs.schedule, shape, index, len(in_flight))]
     if waits:
-        most = max(waits, key=lambda found_moment: found_moment[0].activations_bytes)
+        most = max(waits, key=lambda found_moment: found_moment[0].peak_bytes)
         points["awaiting_w"] = most[0]
     if found.last_static is not None:
         # The end of the stage's last backward: every micro-batch's activations are
