@@ -49,7 +49,7 @@ DOC = ROOT / "docs" / "megatron_ci.md"
 START, END = "<!-- megatron_ci table start -->", "<!-- megatron_ci table end -->"
 GIB = 2**30
 MEMORY_BAND, TIME_BAND = 0.03, 0.10  # the summary's "within" bands (relative error)
-_STATIC = ("parameters_bytes", "gradients_bytes", "master_parameters_bytes", "optimizer_states_bytes",
+STATIC_FIELDS = ("parameters_bytes", "gradients_bytes", "master_parameters_bytes", "optimizer_states_bytes",
            "runtime_overhead_bytes")
 
 
@@ -76,7 +76,7 @@ def price_args(model_args: dict[str, Any], gpus: int, hardware: str, registry=No
 
     *extra_args* are added to (or replace) MODEL_ARGS: a row's stated assumption (a tokenizer file's vocabulary).
     Returns the importer's ``unmapped`` lines, the layout, every stage's memory breakdown (bytes), the last stage's
-    peak and static bytes (:data:`_STATIC`) and the step time in seconds (``None`` where the runtime prices none).
+    peak and static bytes (:data:`STATIC_FIELDS`) and the step time in seconds (``None`` where the runtime prices none).
     """
     registry = registry or build_registry()
     args = {**model_args, **(extra_args or {})}
@@ -92,12 +92,12 @@ def price_args(model_args: dict[str, Any], gpus: int, hardware: str, registry=No
     run = prepare_job(resolved, registry)
     estimate = estimate_job(resolved, registry, run)
     step = step_time_job(resolved, registry, run=run)
-    stages = [{key: getattr(stage.memory, key) for key in (*_STATIC, "activations_bytes", "communication_buffers_bytes",
+    stages = [{key: getattr(stage.memory, key) for key in (*STATIC_FIELDS, "activations_bytes", "communication_buffers_bytes",
                                                              "working_set_bytes", "peak_bytes")}
               for stage in estimate.stages]
     last = stages[-1]
     return {"unmapped": list(job.unmapped), "layout": parallel, "stages": stages, "peak_bytes": last["peak_bytes"],
-            "static_bytes": sum(last[key] for key in _STATIC), "step_seconds": step.step_seconds,
+            "static_bytes": sum(last[key] for key in STATIC_FIELDS), "step_seconds": step.step_seconds,
             "parameters": estimate.parameters.total}
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,12 @@ from hp_core.io.convert import ConfigFile, structure
 from hp_core.io.job import resolve_job
 from hp_plugins.importers.megatron import import_megatron_args
 
-DATA = Path(__file__).resolve().parents[1] / "tests" / "plugins" / "data" / "megatron_ci_moe_measured.json"
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+import megatron_ci  # noqa: E402  (the dense rows' MODEL_ARGS command line and static-memory fields)
+
+DATA = HERE.parent / "tests" / "plugins" / "data" / "megatron_ci_moe_measured.json"
 GIB = 2**30
 
 
@@ -37,17 +43,8 @@ def rows() -> list[dict]:
 
 
 def argv(row: dict) -> list[str]:
-    """MODEL_ARGS as Megatron-LM's CI passes them (a true value is a bare flag, a false one is left out), then the
-    row's ``extra_args``."""
-    tokens: list[str] = []
-    for flag, value in row["model_args"].items():
-        if value is True or value == "true":
-            tokens.append(flag)
-        elif value is False or value == "false":
-            continue
-        else:
-            tokens += [flag, str(value)]
-    return tokens + list(row["extra_args"])
+    """MODEL_ARGS as Megatron-LM's CI passes them (:func:`megatron_ci.argv`), then the row's ``extra_args``."""
+    return megatron_ci.argv(row["model_args"]) + list(row["extra_args"])
 
 
 def imported(row: dict, registry):
@@ -71,10 +68,9 @@ def least_world(row: dict, registry) -> int:
 
 
 def static_bytes(memory) -> int:
-    """hp's memory that stays allocated across steps: weights, gradients, master weights, optimizer states and the
-    runtime's persistent workspaces (``runtime_overhead_bytes``)."""
-    return (memory.parameters_bytes + memory.gradients_bytes + memory.master_parameters_bytes
-            + memory.optimizer_states_bytes + memory.runtime_overhead_bytes)
+    """hp's memory that stays allocated across steps (:data:`megatron_ci.STATIC_FIELDS`): weights, gradients, master
+    weights, optimizer states and the runtime's persistent workspaces (``runtime_overhead_bytes``)."""
+    return sum(getattr(memory, field) for field in megatron_ci.STATIC_FIELDS)
 
 
 def price(row: dict, registry, gpus: int | None = None) -> dict[str, Any]:
