@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for path in (ROOT, ROOT / "benchmarks"):  # hp, and benchmarks/marked_section.py
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
 from hp_core.api import build_registry  # noqa: E402
 from hp_core.io.convert import ConfigFile, structure  # noqa: E402
@@ -50,7 +51,7 @@ START, END = "<!-- megatron_ci table start -->", "<!-- megatron_ci table end -->
 GIB = 2**30
 MEMORY_BAND, TIME_BAND = 0.03, 0.10  # the summary's "within" bands (relative error)
 STATIC_FIELDS = ("parameters_bytes", "gradients_bytes", "master_parameters_bytes", "optimizer_states_bytes",
-           "runtime_overhead_bytes")
+                 "runtime_overhead_bytes")
 
 
 def load_rows(path: Path = DATA) -> dict[str, Any]:
@@ -70,6 +71,21 @@ def argv(model_args: dict[str, Any]) -> list[str]:
     return tokens
 
 
+def resolve_args(tokens: list[str], gpus: int, hardware: str, registry, *, name: str = "megatron-ci"):
+    """``(imported job, its layout, resolved job)`` of a Megatron-LM command line on *gpus* devices of the *hardware*
+    preset: the importer's document with dp = gpus / (tp * pp * cp) and the hardware set, resolved as ``hp estimate``
+    does; the layout is the document's ``parallel`` mapping, dp included."""
+    job = import_megatron_args(tokens, registry, devices=gpus, name=name)
+    document = copy.deepcopy(dict(job.document))
+    parallel = document["parallel"]
+    ranks = parallel["tp"] * parallel["pp"] * parallel.get("cp", 1)
+    if gpus % ranks:
+        raise ValueError(f"{name}: {gpus} GPUs are not a multiple of tp*pp*cp={ranks}")
+    parallel["dp"] = gpus // ranks
+    document["hardware"] = hardware
+    return job, parallel, resolve_job(structure(document, ConfigFile, registry), registry)
+
+
 def price_args(model_args: dict[str, Any], gpus: int, hardware: str, registry=None, *, name: str = "megatron-ci",
                extra_args: dict[str, Any] | None = None) -> dict[str, Any]:
     """hp's estimate of a Megatron-LM job from its MODEL_ARGS on *gpus* devices of the *hardware* preset.
@@ -80,15 +96,7 @@ def price_args(model_args: dict[str, Any], gpus: int, hardware: str, registry=No
     """
     registry = registry or build_registry()
     args = {**model_args, **(extra_args or {})}
-    job = import_megatron_args(argv(args), registry, devices=gpus, name=name)
-    document = copy.deepcopy(dict(job.document))
-    parallel = document["parallel"]
-    ranks = parallel["tp"] * parallel["pp"] * parallel.get("cp", 1)
-    if gpus % ranks:
-        raise ValueError(f"{name}: {gpus} GPUs are not a multiple of tp*pp*cp={ranks}")
-    parallel["dp"] = gpus // ranks
-    document["hardware"] = hardware
-    resolved = resolve_job(structure(document, ConfigFile, registry), registry)
+    job, parallel, resolved = resolve_args(argv(args), gpus, hardware, registry, name=name)
     run = prepare_job(resolved, registry)
     estimate = estimate_job(resolved, registry, run)
     step = step_time_job(resolved, registry, run=run)
@@ -171,20 +179,15 @@ def section(found: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write(text: str, path: Path = DOC) -> None:
-    page = path.read_text(encoding="utf-8")
-    head, rest = page.split(START, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{START}\n{text}\n{END}{tail}", encoding="utf-8")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="rewrite the table in docs/megatron_ci.md")
     args = parser.parse_args()
     text = section(results())
-    if args.write:
-        write(text)
+    if args.write:  # atomically, between the page's markers
+        from marked_section import write_section
+
+        write_section(DOC, START, END, f"{START}\n{text}\n{END}")
     print(text)
 
 

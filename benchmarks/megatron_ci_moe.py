@@ -21,14 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from hp_core import api
-from hp_core.io.convert import ConfigFile, structure
-from hp_core.io.job import resolve_job
 from hp_plugins.importers.megatron import import_megatron_args
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
-import megatron_ci  # noqa: E402  (the dense rows' MODEL_ARGS command line and static-memory fields)
+import megatron_ci  # noqa: E402  (the MODEL_ARGS command line, its resolved job and the static-memory fields)
 
 DATA = HERE.parent / "tests" / "plugins" / "data" / "megatron_ci_moe_measured.json"
 GIB = 2**30
@@ -52,12 +50,9 @@ def imported(row: dict, registry):
 
 
 def job(row: dict, registry, gpus: int | None = None):
-    """The row's imported job at *gpus* devices (the row's count when ``None``) on its hardware preset."""
-    document = json.loads(json.dumps(imported(row, registry).document))
-    parallel = document["parallel"]
-    parallel["dp"] = (gpus or row["gpus"]) // (parallel["tp"] * parallel["pp"] * parallel["cp"])
-    document["hardware"] = row["hardware"]
-    return resolve_job(structure(document, ConfigFile, registry), registry)
+    """The row's resolved job at *gpus* devices (the row's count when ``None``) on its hardware preset
+    (:func:`megatron_ci.resolve_args`)."""
+    return megatron_ci.resolve_args(argv(row), gpus or row["gpus"], row["hardware"], registry, name=row["id"])[2]
 
 
 def least_world(row: dict, registry) -> int:
@@ -174,15 +169,12 @@ START, END = "<!-- megatron-ci-moe:start -->", "<!-- megatron-ci-moe:end -->"
 
 
 def main() -> None:
-    import sys
-
     registry = api.build_registry()
     text = section(results(registry))
     if "--write" in sys.argv[1:]:  # docs/accuracy.md's section between the markers
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from marked_section import write_section
 
-        write_section(Path(__file__).resolve().parents[1] / "docs" / "accuracy.md", START, END,
+        write_section(HERE.parent / "docs" / "accuracy.md", START, END,
                       f"{START}\n\n{text}\n{END}")
     print(text, end="")
     print()
