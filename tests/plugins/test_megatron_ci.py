@@ -142,15 +142,6 @@ def test_importer_reads_a_step_batch_size_schedule(registry):
         _imported(registry, SMALL + " --vocab-size 1000 --step-batch-size-schedule '0:8 2M:16 1M:32'")
 
 
-def test_importer_reads_pretrain_gpt_s_default_tokenizer(registry):
-    # No --tokenizer-type with a vocab/merge pair: pretrain_gpt.py's GPT2BPETokenizer, GPT-2's 50,257 tokens.
-    job = _imported(registry, SMALL + " --vocab-file v.json --merge-file m.txt --global-batch-size 8")
-    assert job.document["model"]["layers"][0]["config"]["vocab_size"] == 50257
-    assert any("pretrain_gpt.py's default GPT2BPETokenizer" in line for line in job.unmapped)
-    with pytest.raises(ConfigError, match="state --vocab-size"):  # a vocab file alone names no tokenizer
-        _imported(registry, SMALL + " --vocab-file v.json --global-batch-size 8")
-
-
 def test_importer_builds_the_gpt_cases_as_megatron_does(registry, data, ci):
     """The 7B cases state none of --swiglu, --normalization, --position-embedding-type, --disable-bias-linear:
     Megatron's defaults (arguments.py --position-embedding-type learned_absolute; TransformerConfig normalization

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hp_core import api
+from hp_core.errors import ConfigError
 from hp_plugins.importers.megatron import import_megatron_args
 
 from repo_script import load_script  # tests/repo_script.py
@@ -126,13 +127,17 @@ def test_an_unstated_tokenizer_with_bpe_files_is_pretrain_gpts_gpt2_bpe(registry
     def vocab(extra):
         job = import_megatron_args(shlex.split(base + extra), registry, devices=8)
         (embedding,) = [g for g in job.document["model"]["layers"] if g["kind"] == "embedding"]
-        return embedding["config"]["vocab_size"]
+        return embedding["config"]["vocab_size"], job.unmapped
 
     # 50,257 padded to a multiple of 128 * tp 2 = 256: 50,432 rows in Megatron, hp's embedding states the 50,257.
-    assert vocab(" --vocab-file vocab.json --merge-file merges.txt") == 50257
-    assert vocab(" --vocab-file vocab.json --vocab-size 1000") == 1000  # no merge file: no BPE pair, the size is kept
+    size, unmapped = vocab(" --vocab-file vocab.json --merge-file merges.txt")
+    assert size == 50257
+    assert any("pretrain_gpt.py's default GPT2BPETokenizer" in line for line in unmapped)
+    assert vocab(" --vocab-file vocab.json --vocab-size 1000")[0] == 1000  # no merge file: no BPE pair, the size is kept
     with pytest.raises(Exception, match="--vocab-size"):
         vocab("")  # neither a size nor a file: still refused
+    with pytest.raises(ConfigError, match="state --vocab-size"):  # a vocab file alone names no tokenizer
+        vocab(" --vocab-file vocab.json")
 
 
 def test_no_rope_fusion_runs_the_rotation_as_megatrons_eager_kernels(bench, registry):
