@@ -211,6 +211,15 @@ class Runtime:
             (workspaces, allocator reserve), stated with a source.
         expert_overhead_bytes: Further bytes on a rank holding routed experts
             (grouped-GEMM workspaces).
+        overhead_by_architecture: Where the trainer's workspaces depend on the
+            device: per device architecture (:attr:`HardwareSpec.architecture
+            <hp_core.specs.hardware.HardwareSpec.architecture>`), the
+            ``(overhead_bytes, expert_overhead_bytes)`` a rank on such a device
+            holds in place of the two fields above (Transformer Engine's cuBLAS
+            workspace is 4 MiB before compute capability 9.0). A device of an
+            architecture not listed, a hardware spec stating none, and an
+            estimate without a device take the two fields, the documented
+            default (:meth:`overheads_on`).
         description: One line for ``hp plugins``; say where the figures come from.
         traits: How it implements ops where that changes what layers keep
             (names from :data:`TRAITS`).
@@ -301,6 +310,25 @@ class Runtime:
     pipeline_reshard_after_forward: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     fp8_attention_refusal: tuple[str, str] | None = attrs.field(default=None, converter=attrs.converters.optional(tuple))
     compute_dtype_kinds: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
+    overhead_by_architecture: Mapping[str, tuple[int, int]] = attrs.field(factory=dict)
+
+    @overhead_by_architecture.validator
+    def _check_overhead_by_architecture(self, attribute: attrs.Attribute, value: Any) -> None:
+        if not isinstance(value, Mapping):
+            raise ValueError(f"runtime {self.name}: overhead_by_architecture must map architecture names to "
+                             f"(overhead_bytes, expert_overhead_bytes), got {value!r}")
+        for key, pair in value.items():
+            if (not isinstance(key, str) or not isinstance(pair, tuple) or len(pair) != 2
+                    or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in pair)):
+                raise ValueError(f"runtime {self.name}: overhead_by_architecture[{key!r}] must be "
+                                 f"(overhead_bytes, expert_overhead_bytes), two non-negative ints, got {pair!r}")
+
+    def overheads_on(self, architecture: str | None) -> tuple[int, int]:
+        """``(overhead_bytes, expert_overhead_bytes)`` a rank holds on a device of *architecture*: its
+        :attr:`overhead_by_architecture` entry, else (``None``, or an architecture not listed) the profile's
+        :attr:`overhead_bytes` and :attr:`expert_overhead_bytes`."""
+        found = self.overhead_by_architecture.get(architecture) if architecture is not None else None
+        return found if found is not None else (self.overhead_bytes, self.expert_overhead_bytes)
 
     def __attrs_post_init__(self) -> None:
         names = [option.name for option in self.options]

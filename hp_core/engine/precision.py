@@ -309,12 +309,14 @@ def check_hardware_dtype(recipe: PrecisionRecipe, peaks: dict, name: str) -> Non
 
 
 def on_device(run: Any, hardware: Any) -> Any:
-    """The prepared run *run* with its recipe as *hardware* runs it (:meth:`PrecisionRecipe.on
+    """The prepared run *run* as *hardware* runs it: its recipe as the device runs it (:meth:`PrecisionRecipe.on
     <hp_core.precision_recipes.PrecisionRecipe.on>`: one cached weight copy where one tensor serves
-    both GEMM usages, Transformer Engine's per-tensor FP8 on Blackwell).
+    both GEMM usages, Transformer Engine's per-tensor FP8 on Blackwell), and the runtime's workspaces as a
+    device of its architecture holds them (:meth:`Runtime.overheads_on <hp_core.types.Runtime.overheads_on>`:
+    ``megatron``'s Transformer Engine cuBLAS workspace, 4 MiB before compute capability 9.0).
 
-    The same run where nothing changes (no device, no recipe, or the same
-    copies); the changed run is made once per device family and kept on *run*.
+    The same run where nothing changes (no device, or the same copies and workspaces); the changed run is made
+    once per device family and kept on *run*.
 
     Raises:
         ConfigError: The recipe does not run on *hardware*'s family (:meth:`PrecisionRecipe.check_architecture
@@ -322,19 +324,26 @@ def on_device(run: Any, hardware: Any) -> Any:
             family's kernel runs none for a core of the model (:func:`check_fp8_attention_device`: on Hopper, a head dim other than
             128).
     """
-    recipe = run.stage_inputs.recipe
-    if hardware is None or recipe is None:
+    if hardware is None:
         return run
-    recipe.check_architecture(hardware.architecture, hardware.name)
-    check_fp8_attention_device(recipe, (cost.work for cost in run.costs), hardware.architecture, hardware.name,
-                               recipe_prices_on(run.registry, hardware, getattr(run.runtime, "timing", None)))
-    changed = recipe.on(hardware.architecture)
-    if changed is recipe:
+    inputs, changes = run.stage_inputs, {}
+    recipe = inputs.recipe
+    if recipe is not None:
+        recipe.check_architecture(hardware.architecture, hardware.name)
+        check_fp8_attention_device(recipe, (cost.work for cost in run.costs), hardware.architecture, hardware.name,
+                                   recipe_prices_on(run.registry, hardware, getattr(run.runtime, "timing", None)))
+        changed = recipe.on(hardware.architecture)
+        if changed is not recipe:
+            changes["recipe"] = changed
+    overhead, expert_overhead = run.runtime.overheads_on(hardware.architecture)
+    if (overhead, expert_overhead) != (inputs.overhead_bytes, inputs.expert_overhead_bytes):
+        changes.update(overhead_bytes=overhead, expert_overhead_bytes=expert_overhead)
+    if not changes:
         return run
     key = ("device", hardware.architecture)
     found = run._resolved.get(key)
     if found is None:
-        found = run._resolved[key] = attrs.evolve(run, stage_inputs=attrs.evolve(run.stage_inputs, recipe=changed))
+        found = run._resolved[key] = attrs.evolve(run, stage_inputs=attrs.evolve(inputs, **changes))
     return found
 
 

@@ -40,8 +40,10 @@ What it holds, and where that comes from (Megatron-LM at core 0.14, Transformer 
   fused kernel keeps as its output, and no quantized copy, quantizing it again
   in backward (``set_save_original_input``, core_v0.14.0 on; the option
   ``linear_proj_save_original_input``).
-* Workspaces: TE's cuBLAS workspace (32 MiB + 1 KiB on sm >= 9.0), four more on a
-  rank with grouped-GEMM experts (one per compute stream).
+* Workspaces: TE's cuBLAS workspace, 32 MiB + 1 KiB from compute capability 9.0
+  (Hopper, Blackwell) and 4 MiB before it (Ampere), four more on a rank with
+  grouped-GEMM experts (one per compute stream); a device stating no architecture,
+  or one not listed, is priced at 32 MiB + 1 KiB (``overhead_by_architecture``).
 * Pipeline: a stage holds the output gradient it received through its backward
   and the input gradient it sent until the next one (``schedules.py``).
 """
@@ -66,7 +68,20 @@ from hp_plugins.runtimes.timing_profiles import MEGATRON_TE
 
 __all__ = ["MegatronPoints", "hp_runtimes"]
 
-_TE_WORKSPACE_BYTES = 32 * 2**20 + 1024
+# Transformer Engine's cuBLAS workspace, get_cublas_workspace_size_bytes (NVIDIA/TransformerEngine@d0067d0
+# transformer_engine/pytorch/cpp_extensions/gemm.py; module/base.py until e1edaae, v2.11): 32 MiB + 1 KiB where the
+# device's compute capability major is >= 9 (the 1 KiB since aee5a82, v2.9; 32 MiB exactly before), 4 MiB below
+# (since TE's first commit, 996ea16). Grouped GEMM takes one workspace of that size per compute stream
+# (get_cublas_workspace(..., grouped_gemm=True), get_multi_stream_cublas_workspace before e1edaae), 4 streams
+# (transformer_engine/common/util/multi_stream.cpp get_num_compute_streams).
+_TE_WORKSPACE_BYTES = 32 * 2**20 + 1024  # sm >= 9.0; also the default where the device's architecture is not known
+_TE_PRE_HOPPER_WORKSPACE_BYTES = 4 * 2**20  # sm < 9.0
+_TE_COMPUTE_STREAMS = 4
+_TE_WORKSPACES = {  # HardwareSpec.architecture -> (every rank's, a grouped-GEMM expert rank's further) workspace bytes
+    "ampere": (_TE_PRE_HOPPER_WORKSPACE_BYTES, _TE_COMPUTE_STREAMS * _TE_PRE_HOPPER_WORKSPACE_BYTES),  # sm 8.0 (A100), 8.6
+    "hopper": (_TE_WORKSPACE_BYTES, _TE_COMPUTE_STREAMS * _TE_WORKSPACE_BYTES),  # sm 9.0
+    "blackwell": (_TE_WORKSPACE_BYTES, _TE_COMPUTE_STREAMS * _TE_WORKSPACE_BYTES),  # sm 10.0, 10.3
+}
 
 
 _ARGS = "Megatron-LM megatron/training/arguments.py"
@@ -296,12 +311,12 @@ def hp_runtimes():
         attention="flash",
         zero=1,
         vocab_pad_multiple=128,
-        # Transformer Engine's cuBLAS workspace, 32 MiB + 1 KiB on sm >= 9.0
-        # (transformer_engine/pytorch/cpp_extensions/gemm.py get_cublas_workspace).
         reserve_bytes=CUDA_CONTEXT_BYTES,  # the CUDA context (hp_plugins/runtimes/reserve.py)
+        # Transformer Engine's cuBLAS workspace and, on a rank with grouped-GEMM experts, one per compute stream
+        # (_TE_WORKSPACES above): by the device's architecture, the sm >= 9.0 figures where it is not known.
         overhead_bytes=_TE_WORKSPACE_BYTES,
-        # Grouped GEMM runs on 4 compute streams, one workspace each (TE multi_stream.cpp).
-        expert_overhead_bytes=4 * _TE_WORKSPACE_BYTES,
+        expert_overhead_bytes=_TE_COMPUTE_STREAMS * _TE_WORKSPACE_BYTES,
+        overhead_by_architecture=_TE_WORKSPACES,
         traits=frozenset({
             "fused_swiglu", "fused_cross_entropy", "mla_contiguous_qkv", "moe_probs_in_activation", "moe_fused_permute",
             "moe_expert_tp_dispatch", "moe_eager_expert_bias", "dense_mlp_checkpoint", "linear_proj_original_input",
