@@ -10,15 +10,17 @@ What is mapped (Megatron-Core 0.14 ``megatron/training/arguments.py``, whose
 defaults fill what a job leaves out):
 
 * the model, as a Hugging Face style config the ``hf`` model format builds
-  (``llama``; ``deepseek_v2`` with ``--multi-latent-attention``; ``mixtral``
+  (``llama``; ``deepseek_v2`` with ``--multi-latent-attention``; ``qwen2_moe``
   for routed experts without MLA), then written inline: sizes, heads and query
   groups, ``--kv-channels``, ``--swiglu``, RMSNorm, biases
-  (``--disable-bias-linear``, ``--add-qkv-bias``), tied embeddings unless
+  (``--disable-bias-linear``, ``--add-qkv-bias``: q, k and v carry a bias with either, the output projection
+  and the MLPs only without the first), per-head query/key norms (``--qk-layernorm``, of ``--normalization``'s
+  type; ``--qk-l2-norm`` without a scale), a shared expert's sigmoid gate (``--moe-shared-expert-gate``), tied embeddings unless
   ``--untie-embeddings-and-output-weights``, the vocabulary (``--vocab-size``
   plus the NullTokenizer's EOD token, ``tokenizer.py``; ``pretrain_gpt.py``'s default GPT2BPETokenizer where
   no ``--tokenizer-type`` comes with ``--vocab-file`` and ``--merge-file``), MLA ranks and head
   sizes, experts, top-k, expert and shared-expert widths, ``--moe-layer-freq``
-  (leading dense layers, then every layer), capacity factor and padding, MTP,
+  (any pattern without MLA; with MLA leading dense layers, then every layer), capacity factor and padding, MTP,
   group-limited routing (``--moe-router-num-groups``, ``--moe-router-group-topk``);
 * the layout and batch: TP, PP, virtual stages, CP and its exchange, EP, expert
   TP (default: TP), sequence parallelism (on only with TP > 1), micro and
@@ -134,10 +136,9 @@ class _Args:
                 if name not in self.read and name not in IGNORED]
 
 
-def _layer_freq(text: str | None, unmapped: list[str]) -> int:
-    """Leading dense layers of ``--moe-layer-freq`` (an int 1, or a pattern such as ``([0]*1+[1]*3)*1``)."""
-    if text is None or text.strip() == "1":
-        return 0
+def _layer_bits(text: str) -> list[int]:
+    """The per-layer pattern a ``--moe-layer-freq`` list states (``([0]*1+[1]*3)*12`` or ``[0,1,1]``; 1: MoE), as
+    Megatron-LM evaluates it (arguments.py ``moe_freq_type``); empty where the text is neither form."""
     pattern: list[int] = []
     match = re.fullmatch(r"\s*\(?((?:\[[01]\]\*\d+\+?)+)\)?(?:\*(\d+))?\s*", text)
     if match:
@@ -146,12 +147,43 @@ def _layer_freq(text: str | None, unmapped: list[str]) -> int:
         pattern *= int(match.group(2) or 1)
     elif re.fullmatch(r"\[[01,\s]+\]", text.strip()):
         pattern = [int(b) for b in re.findall(r"[01]", text)]
+    return pattern
+
+
+def _layer_freq(text: str | None, unmapped: list[str]) -> int:
+    """Leading dense layers of ``--moe-layer-freq`` (an int 1, or a pattern such as ``([0]*1+[1]*3)*1``): the
+    deepseek format's ``first_k_dense_replace``, which states no other pattern."""
+    if text is None or text.strip() == "1":
+        return 0
+    pattern = _layer_bits(text)
     dense = next((i for i, bit in enumerate(pattern) if bit), len(pattern))
     if not pattern or any(bit != 1 for bit in pattern[dense:]):
         unmapped.append(f"--moe-layer-freq {text}: only leading dense layers then MoE in every layer are mapped; "
                         "priced as MoE in every layer")
         return 0
     return dense
+
+
+def _dense_layers(text: str | None, layers: int, unmapped: list[str]) -> list[int]:
+    """The dense layers of ``--moe-layer-freq`` without MLA (the qwen2_moe layout's ``mlp_only_layers``, which takes
+    any pattern): an int ``N`` makes layer ``i`` MoE where ``i % N == 0``, a list states each layer, whose length
+    Megatron-Core requires to be the layer count (``megatron/core/models/gpt/gpt_layer_specs.py``
+    ``get_gpt_decoder_layer_specs`` at NVIDIA/Megatron-LM@d98e8a6)."""
+    if text is None:
+        return []
+    if text.strip().isdigit():
+        every = int(text)
+        if every < 1:
+            raise ConfigError("--moe-layer-freq", f"expected a positive integer or a list, got {text!r}")
+        return [i for i in range(layers) if i % every]
+    pattern = _layer_bits(text)
+    if not pattern:
+        unmapped.append(f"--moe-layer-freq {text}: not read as an integer or a list; priced as MoE in every layer")
+        return []
+    if len(pattern) != layers:
+        raise ConfigError("--moe-layer-freq", f"{len(pattern)} entries for --num-layers {layers}; Megatron-Core "
+                                              "requires one per layer")
+    return [i for i, bit in enumerate(pattern) if not bit]
 
 
 def _hf_config(a: _Args, unmapped: list[str]) -> dict[str, Any]:
@@ -212,13 +244,15 @@ def _hf_config(a: _Args, unmapped: list[str]) -> dict[str, Any]:
         return config
     groups = a.value("num-query-groups", int, heads) if a.flag("group-query-attention") else heads
     config.update(model_type="llama", num_key_value_heads=groups, head_dim=a.value("kv-channels", int, hidden // heads))
-    if a.flag("qk-layernorm"):
-        unmapped.append("--qk-layernorm: query/key norms of a GQA model are not mapped")
     if experts:
-        if a.value("moe-shared-expert-intermediate-size") or _layer_freq(a.value("moe-layer-freq"), unmapped):
-            unmapped.append("shared experts or leading dense layers without MLA: not mapped (priced as Mixtral)")
-        config.update(model_type="mixtral", num_local_experts=experts, num_experts_per_tok=a.value("moe-router-topk", int, 2),
-                      intermediate_size=a.value("moe-ffn-hidden-size", int, config["intermediate_size"]))
+        # Routed experts without MLA: the qwen2_moe layout (MoE layers with an optional shared expert, the dense
+        # layers --moe-layer-freq states, of --ffn-hidden-size, as mlp_only_layers); its fixed q/k/v biases and shared-
+        # expert gate are then set as Megatron's flags state them (megatron_options.megatron_model).
+        config.update(model_type="qwen2_moe", num_experts=experts, num_experts_per_tok=a.value("moe-router-topk", int, 2),
+                      moe_intermediate_size=a.value("moe-ffn-hidden-size", int, config["intermediate_size"]),
+                      shared_expert_intermediate_size=a.value("moe-shared-expert-intermediate-size", int, 0),
+                      decoder_sparse_step=1,
+                      mlp_only_layers=_dense_layers(a.value("moe-layer-freq"), layers, unmapped))
     return config
 
 

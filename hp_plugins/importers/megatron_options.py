@@ -377,6 +377,24 @@ def megatron_model(a: Any, model: Any, unmapped: list[str]) -> Any:
     if not 0 < percent <= 1:
         raise ConfigError("--rotary-percent", f"expected a number in (0, 1], got {percent}")
     rotary = percent if position in ("rope", "mrope") else 0.0
+    # Megatron-Core's attention (megatron/core/transformer/attention.py at NVIDIA/Megatron-LM@d98e8a6): linear_qkv
+    # carries a bias with add_bias_linear or add_qkv_bias, linear_proj with add_bias_linear alone; q_layernorm and
+    # k_layernorm are norms of --normalization's type over one head (hidden_size_per_attention_head) under
+    # --qk-layernorm, or weightless L2 norms under --qk-l2-norm, which wins where both are given; MLA's latent norms
+    # are the deepseek format's own.
+    bias = not a.flag("disable-bias-linear")
+    qkv_bias = bias or a.flag("add-qkv-bias")
+    l2 = a.flag("qk-l2-norm")
+    mla = a.flag("multi-latent-attention")
+    qk = (a.flag("qk-layernorm") and not mla) or l2
+    if a.flag("qk-layernorm") and not (mla or l2) and name == "LayerNorm":
+        unmapped.append("--qk-layernorm with --normalization LayerNorm: the per-head LayerNorms priced as RMSNorms "
+                        "(their biases, 2 x kv-channels parameters a layer, left out)")
+    experts = a.value("num-experts", int)
+    if experts and bias:
+        unmapped.append("--num-experts without --disable-bias-linear: the experts' own linear biases are not priced "
+                        "(the attention's and dense layers' are)")
+    gate = a.flag("moe-shared-expert-gate")
     rows = 0
     if position == "learned_absolute":
         rows = a.value("max-position-embeddings", int)
@@ -397,6 +415,14 @@ def megatron_model(a: Any, model: Any, unmapped: list[str]) -> Any:
             updates["position_embeddings"] = rows
         if "partial_rotary_factor" in names:
             updates["partial_rotary_factor"] = rotary
+        if "qk_norm" in names:  # a GQA layer, dense or MoE
+            updates.update(attention_bias=qkv_bias, attention_out_bias=bias, qk_norm=qk, qk_norm_weight=not l2)
+            if "mlp_bias" in names:
+                updates["mlp_bias"] = bias
+        if "shared_expert_gate" in names and not mla:
+            # Megatron-Core's SharedExpertMLP: a (1, hidden) sigmoid gate only with --moe-shared-expert-gate
+            # (megatron/core/transformer/moe/shared_experts.py at NVIDIA/Megatron-LM@d98e8a6).
+            updates["shared_expert_gate"] = gate and bool(config.shared_expert_intermediate_size)
         return attrs.evolve(config, **updates)
 
     return attrs.evolve(model, layers=tuple(attrs.evolve(g, config=change(g.config)) for g in model.layers))

@@ -444,3 +444,110 @@ def test_the_megatron_export_states_the_bf16_layers(registry, capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert ("--fp8-format e4m3 --fp8-recipe mxfp8 --first-last-layers-bf16 --num-layers-at-start-in-bf16 1 "
             "--num-layers-at-end-in-bf16 2") in out
+
+
+# Qwen3-30B-A3B as Megatron-LM arguments (its Hugging Face config.json's sizes; dropouts 0 as the preset states them).
+QWEN3_MOE = ("--num-layers 48 --hidden-size 2048 --ffn-hidden-size 6144 --num-attention-heads 32 "
+             "--group-query-attention --num-query-groups 4 --kv-channels 128 --seq-length 4096 "
+             "--max-position-embeddings 40960 --micro-batch-size 1 --num-experts 128 --moe-ffn-hidden-size 768 "
+             "--moe-router-topk 8 --moe-token-dispatcher-type alltoall --bf16 --normalization RMSNorm "
+             "--norm-epsilon 1e-6 --swiglu --untie-embeddings-and-output-weights --position-embedding-type rope "
+             "--qk-layernorm --disable-bias-linear --vocab-size 151936 --hidden-dropout 0 --attention-dropout 0")
+
+
+def test_qk_layernorm_moe_imports_as_the_qwen3_preset(registry):
+    # --qk-layernorm on a GQA model: per-head norms of q and k (megatron/core/transformer/attention.py); routed experts
+    # without MLA through the qwen2_moe layout: every layer field the qwen3-30b-a3b preset states, and its count.
+    from hp_core.api import count_parameters, model_from_preset
+
+    job = _imported(registry, QWEN3_MOE, devices=8)
+    assert job.unmapped == ()
+    preset = model_from_preset("qwen3-30b-a3b", registry=registry)
+    imported = [(g["kind"], g["count"], g["config"]) for g in job.document["model"]["layers"]]
+    assert imported == [(g.kind, g.count, attrs.asdict(g.config)) for g in preset.layers]
+    assert count_parameters(preset, registry).total == 30_532_122_624
+    # The dense Qwen3 32B likewise (llama layout, q/k norms from --qk-layernorm).
+    dense = ("--num-layers 64 --hidden-size 5120 --ffn-hidden-size 25600 --num-attention-heads 64 "
+             "--group-query-attention --num-query-groups 8 --kv-channels 128 --seq-length 4096 "
+             "--max-position-embeddings 40960 --micro-batch-size 1 --bf16 --normalization RMSNorm --norm-epsilon 1e-6 "
+             "--swiglu --untie-embeddings-and-output-weights --position-embedding-type rope --qk-layernorm "
+             "--disable-bias-linear --vocab-size 151936 --hidden-dropout 0 --attention-dropout 0")
+    job = _imported(registry, dense, devices=8)
+    assert job.unmapped == ()
+    preset = model_from_preset("qwen3-32b", registry=registry)
+    imported = [(g["kind"], g["count"], g["config"]) for g in job.document["model"]["layers"]]
+    assert imported == [(g.kind, g.count, attrs.asdict(g.config)) for g in preset.layers]
+    assert count_parameters(preset, registry).total == 32_762_123_264
+
+
+def test_shared_gated_expert_leading_dense_layer_and_qkv_bias_without_mla(registry, capsys):
+    # One dense layer then MoE (--moe-layer-freq), a gated shared expert, q/k/v biases without a projection bias.
+    # Counted by hand, h = 64, 4 heads and 2 groups of d = 16, ffn 128, 8 experts of 32, shared 64, vocabulary 1,000:
+    # attention h (a + 2 g) d + (a + 2 g) d (q/k/v biases) + a d h + 2 d (q/k norms) + h (input norm) = 12,512;
+    # dense layer + 3 h ffn + h = 37,152; MoE layer + h + 8 h (router) + 8 x 3 h 32 + 3 h 64 (shared) + h (its gate)
+    # = 74,592; embedding 64,000; head 64,000 + h (final norm).
+    argv = ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2 "
+            "--kv-channels 16 --ffn-hidden-size 128 --num-experts 8 --moe-ffn-hidden-size 32 --moe-router-topk 2 "
+            "--moe-shared-expert-intermediate-size 64 --moe-shared-expert-gate --moe-layer-freq ([0]*1+[1]*3) "
+            "--moe-token-dispatcher-type alltoall --add-qkv-bias --disable-bias-linear --swiglu --normalization RMSNorm "
+            "--position-embedding-type rope --untie-embeddings-and-output-weights --vocab-size 1000 "
+            "--make-vocab-size-divisible-by 8 --seq-length 128 --micro-batch-size 1 --qk-layernorm")
+    job = _imported(registry, argv, devices=1)
+    assert job.unmapped == ()
+    layers = job.document["model"]["layers"]
+    assert [(g["kind"], g["count"]) for g in layers] == [("embedding", 1), ("dense", 1), ("moe", 3), ("output", 1)]
+    for g in layers[1:3]:
+        assert {k: g["config"][k] for k in ("attention_bias", "attention_out_bias", "qk_norm", "qk_norm_weight")} == {
+            "attention_bias": True, "attention_out_bias": False, "qk_norm": True, "qk_norm_weight": True}
+    assert layers[1]["config"]["intermediate_size"] == 128 and layers[1]["config"]["mlp_bias"] is False
+    assert {k: layers[2]["config"][k] for k in ("shared_expert_intermediate_size", "shared_expert_gate")} == {
+        "shared_expert_intermediate_size": 64, "shared_expert_gate": True}
+    assert main(["estimate", "--from", "megatron-args", argv, "--devices", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Parameters: 388,992 in all (embedding 64,000, dense 37,152, moe 223,776, output 64,064)" in out
+    # Without --moe-shared-expert-gate the shared expert has no gate (h fewer parameters a MoE layer).
+    ungated = _imported(registry, argv.replace(" --moe-shared-expert-gate", ""), devices=1)
+    assert ungated.document["model"]["layers"][2]["config"]["shared_expert_gate"] is False
+
+
+def test_qk_norm_forms_and_linear_biases(registry):
+    # --qk-l2-norm: Llama 4's weightless L2 norm, which Megatron-Core takes over --qk-layernorm; biases: q/k/v with
+    # either flag, the output projection and the MLP only with add_bias_linear (Megatron's default).
+    l2 = _imported(registry, SMALL + " --qk-l2-norm --qk-layernorm").document["model"]["layers"][1]["config"]
+    assert (l2["qk_norm"], l2["qk_norm_weight"]) == (True, False)
+    plain = _imported(registry, SMALL).document["model"]["layers"][1]["config"]
+    assert (plain["qk_norm"], plain["attention_bias"], plain["attention_out_bias"], plain["mlp_bias"]) == (
+        False, False, False, False)
+    biased = _imported(registry, SMALL.replace(" --disable-bias-linear", "")).document["model"]["layers"][1]["config"]
+    assert (biased["attention_bias"], biased["attention_out_bias"], biased["mlp_bias"]) == (True, True, True)
+    qkv = _imported(registry, SMALL + " --add-qkv-bias").document["model"]["layers"][1]["config"]
+    assert (qkv["attention_bias"], qkv["attention_out_bias"], qkv["mlp_bias"]) == (True, False, False)
+    # What is priced otherwise is named: LayerNorm-type q/k norms as RMSNorms, the experts' biases.
+    layernorm = _imported(registry, SMALL.replace("--normalization RMSNorm", "--normalization LayerNorm") + " --qk-layernorm")
+    assert layernorm.unmapped == ("--qk-layernorm with --normalization LayerNorm: the per-head LayerNorms priced as "
+                                  "RMSNorms (their biases, 2 x kv-channels parameters a layer, left out)",)
+    moe = _imported(registry, QWEN3_MOE.replace(" --disable-bias-linear", ""), devices=8)
+    assert moe.unmapped == ("--num-experts without --disable-bias-linear: the experts' own linear biases are not "
+                            "priced (the attention's and dense layers' are)",)
+
+
+@pytest.mark.parametrize("freq, dense", [
+    ("2", [1, 3, 5, 7]),  # an int N: layer i MoE where i % N == 0 (gpt_layer_specs.py)
+    ("([0]*1+[1]*1)*4", [0, 2, 4, 6]),
+    ("[1,1,0,1,1,1,1,0]", [2, 7]),
+    ("1", []),
+])
+def test_any_moe_layer_pattern_without_mla_places_its_dense_layers(registry, freq, dense):
+    argv = QWEN3_MOE.replace("--num-layers 48", "--num-layers 8") + f" --moe-layer-freq {freq}"
+    kinds = []
+    for g in _imported(registry, argv, devices=8).document["model"]["layers"][1:-1]:
+        kinds += [g["kind"]] * g["count"]
+    assert [i for i, kind in enumerate(kinds) if kind == "dense"] == dense and len(kinds) == 8
+
+
+def test_a_moe_layer_pattern_megatron_refuses_is_refused(registry):
+    argv = QWEN3_MOE.replace("--num-layers 48", "--num-layers 8")
+    with pytest.raises(ConfigError, match="--moe-layer-freq: 4 entries for --num-layers 8; Megatron-Core requires one per layer"):
+        _imported(registry, argv + " --moe-layer-freq ([0]*1+[1]*3)", devices=8)
+    with pytest.raises(ConfigError, match="--moe-layer-freq: expected a positive integer"):
+        _imported(registry, argv + " --moe-layer-freq 0", devices=8)
