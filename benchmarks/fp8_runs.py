@@ -15,7 +15,10 @@ with the ``megatron`` runtime, the memory rows with the torchtitan importer (``f
 each under the recipe its row names; then llm-foundry's MPT FP8 rows (``fsdp_rows``: Composer FSDP,
 Transformer Engine delayed scaling), priced with the ``fsdp2`` runtime as docs/time.md prices the
 MPT bf16 rows; then Megatron-Bridge's MoE rows (``moe_rows``: Qwen3 30B-A3B and 235B-A22B on H100, B200, GB200, GB300 and
-B300, DeepSeek-V3 on B200, GB200, GB300 and B300, each of the GB200, GB300 and B300 rows a class of their own), priced as run with the ``megatron`` runtime and the recompute modules each row states, per class the mean absolute error; then torchtitan's and torchao's Float8 rows
+B300, DeepSeek-V3 on B200, GB200, GB300 and B300, each of the GB200, GB300 and B300 rows a class of their own), priced as run with the ``megatron`` runtime and the recompute modules each row states, per class the mean absolute error; then the
+MoE rows of the 26.06 to 26.08 containers that capture the full iteration in CUDA graphs (``moe_fi_rows``: Qwen3
+30B-A3B and 235B-A22B MXFP8 with FP8 attention, the padded expert budget and the paged stash, on GB200, GB300 and B300,
+classes of their own), priced the same way; then torchtitan's and torchao's Float8 rows
 (``torchtitan_rows``: Llama 3 8B / 70B / 405B under torchao float8 tensorwise on torchtitan's Grand Teton H100s),
 priced as tests/plugins/scale_cases.py prices those pages' bf16 rows (``fsdp2``, the Grand Teton case device), each
 beside its bf16 baseline of the same table, measured and priced, and both FP8 speedups; nothing is fitted to them
@@ -261,6 +264,10 @@ def fsdp_section(found: list[dict]) -> str:
 
 MOE_CLASSES = ("multi-node Megatron-Core MoE, H100", "Megatron-Core MoE, B200", "Megatron-Core MoE, GB200",
                "Megatron-Core MoE, GB300", "Megatron-Core MoE, B300")
+# The rows of ``moe_fi_rows``: the 26.06 to 26.08 containers' full-iteration CUDA graphs with HybridEP's static
+# per-rank token budget and Megatron-Core's paged stash (docs/precision.md, 'The full-iteration rows').
+MOE_FI_CLASSES = ("Megatron-Core MoE full-iteration graphs, GB200", "Megatron-Core MoE full-iteration graphs, GB300",
+                  "Megatron-Core MoE full-iteration graphs, B300")
 
 
 def _decoder_layers(model) -> int:
@@ -310,11 +317,12 @@ def price_moe(row: dict, registry, recipe: str | None = None, base_runtime=None)
                          precision=precision, hardware=hardware, recompute=moe_recompute(row, model, registry, runtime))
 
 
-def moe_results(registry=None) -> list[dict]:
-    """Each MoE row priced under its recipe and in bf16: measured and estimated step time, the error."""
+def moe_results(registry=None, key: str = "moe_rows") -> list[dict]:
+    """Each MoE row (of *key*: ``moe_rows`` or ``moe_fi_rows``) priced under its recipe and in bf16: measured and
+    estimated step time, the error."""
     registry = registry or api.build_registry()
     found = []
-    for row in json.loads(DATA.read_text())["moe_rows"]:
+    for row in json.loads(DATA.read_text())[key]:
         measured = measured_seconds(row)
         estimated = price_moe(row, registry)
         bf16 = price_moe(row, registry, "bf16")
@@ -334,7 +342,17 @@ def moe_results(registry=None) -> list[dict]:
     return found
 
 
-def moe_section(found: list[dict]) -> str:
+def moe_fi_results(registry=None) -> list[dict]:
+    """The full-iteration rows (``moe_fi_rows``) priced as :func:`moe_results` prices ``moe_rows``."""
+    return moe_results(registry, "moe_fi_rows")
+
+
+def moe_fi_section(found: list[dict]) -> str:
+    """The full-iteration rows' table docs/precision.md shows (tests/plugins/test_fp8_runs_moe_fi.py checks it)."""
+    return moe_section(found, MOE_FI_CLASSES)
+
+
+def moe_section(found: list[dict], classes: tuple[str, ...] = MOE_CLASSES) -> str:
     """The MoE table docs/precision.md shows (tests/plugins/test_fp8_runs.py checks it is current)."""
     lines = ["| run | class | split | recipe | layout | measured s | hp as run s | error | hp bf16 s | hp FP8 speedup "
              "| unpriced ms per layer and micro-batch |",
@@ -349,7 +367,7 @@ def moe_section(found: list[dict]) -> str:
                      f"| {r['bf16_seconds']:.3f} | {r['bf16_seconds'] / r['estimated_seconds']:.2f} "
                      f"| {r['shortfall_per_layer_seconds'] * 1e3:+.2f} |")
     lines.append("")
-    for cls in MOE_CLASSES:
+    for cls in classes:
         for split, name in (("held_out", "held-out"), ("calibration", "calibration")):
             errors = [r["error"] for r in found if r["class"] == cls and r["split"] == split]
             if errors:
@@ -387,6 +405,8 @@ def main() -> None:
     print(fsdp_section(fsdp_results()), end="")
     print()
     print(moe_section(moe_results()), end="")
+    print()
+    print(moe_fi_section(moe_fi_results()), end="")
     print()
     print(torchtitan_section(torchtitan_results()), end="")
     print()

@@ -139,7 +139,8 @@ def test_gb200_rows_state_their_release_config_and_the_page_states_their_figures
     assert graphed == pytest.approx(eager, rel=1e-9)
     assert f"state it from their config ({graphed[0]:.3f} s and {graphed[1]:.3f} s as run either way)" in \
         " ".join((ROOT / "docs" / "time.md").read_text(encoding="utf-8").split())
-    assert len(data["rows_skipped_gb200"]) == 10 and all(r["why"] for r in data["rows_skipped_gb200"])
+    # 9 since the 26.06 to 26.08 GB200 Qwen3 rows moved to moe_fi_rows (tests/plugins/test_fp8_runs_moe_fi.py).
+    assert len(data["rows_skipped_gb200"]) == 9 and all(r["why"] for r in data["rows_skipped_gb200"])
     found = [r for r in _module().results() if r["hardware"] == "gb200"]
     ran = [r["as_run_error"] for r in found]
     prose = _prose(_page())
@@ -496,31 +497,32 @@ def test_deepseek_v3_rows_state_their_pipeline_layout_as_layers_per_stage():
 
 def test_no_row_is_left_out_for_its_fp8_attention_alone():
     """hp states FP8 attention (the ``*-fp8-attention`` recipes), so a Megatron-Bridge row whose config sets
-    fp8_dot_product_attention is left out only for what else its config does: every such config of 26.06 to 26.08
-    pads the dropless experts to a per-rank token budget and pages their activations (set_full_iter_cg_configs at
-    v0.5.0 / v0.5.1, the perf_recipes helpers at v0.6.0), which hp does not state. Each skip entry says so."""
+    fp8_dot_product_attention is left out only for what else its config does. Every such config of 26.06 to 26.08
+    bounds the dropless experts by a per-rank token budget and pages their activations (set_full_iter_cg_configs at
+    v0.5.0 / v0.5.1, the perf_recipes helpers at v0.6.0); read in Megatron-Core, the experts still compute only the
+    received tokens, so the Qwen3 rows are priced (moe_fi_rows, the budget and the stash named as not priced). The
+    DeepSeek-V3 and GPT-OSS rows left out name the budget, the stash and the MXFP8 output layer (fp8_output_proj)."""
     data = _data()
     entries = [s for key in ("rows_skipped_gb200", "rows_skipped_gb300", "moe_rows_skipped")
                for s in data[key] if "fp8_dot_product_attention" in s["why"]]
-    # GB200 Qwen3, GB200 GPT-OSS, GB300/B300 Qwen3 + DeepSeek-V3, GB300 GPT-OSS (GB200 DeepSeek-V3 names fp8_output_proj).
-    assert len(entries) == 4
+    # GB200 GPT-OSS, GB300 DeepSeek-V3, GB300 GPT-OSS (GB200 DeepSeek-V3 names fp8_output_proj, not the attention).
+    assert len(entries) == 3
     for s in entries:
         why = s["why"]
         assert "moe_expert_rank_capacity_factor 1.5" in why and "moe_paged_stash" in why, s["row"]
-        assert "prices only at the bf16 attention rate" not in why, s["row"]
-    gb200_qwen3 = next(s for s in entries if "DGX-GB200 Qwen3" in s["row"])
-    # v0.5.0 and v0.5.1 pad the GB200 Qwen3 experts too (qwen3_llm_pretrain.py), not only v0.6.0.
-    assert "qwen3_30b_a3b_pretrain_config_gb200" in gb200_qwen3["why"]
-    assert "qwen3_235b_a22b_pretrain_config_gb200" in gb200_qwen3["why"]
-    # No held-out row is priced under an FP8-attention recipe yet: none qualified.
-    priced = [r for key in ("rows", "moe_rows") for r in data[key]]
-    assert not [r["id"] for r in priced if r["recipe"].endswith("-fp8-attention")]
+        assert "fp8_output_proj" in why and "prices only at the bf16 attention rate" not in why, s["row"]
+        assert "Qwen3" not in s["row"], s["row"]
+    # The held-out rows priced under an FP8-attention recipe are the full-iteration rows, every one of them.
+    priced = [r for key in ("rows", "moe_rows", "moe_fi_rows") for r in data[key]]
+    assert sorted(r["id"] for r in priced if r["recipe"].endswith("-fp8-attention")) == \
+        sorted(r["id"] for r in data["moe_fi_rows"])
 
 
 def test_qwen3_gb200_rows_state_their_layout_and_the_page_states_their_figures():
     """The DGX-GB200 Qwen3 rows: the GB200 config of their release (HybridEP, TE CUDA graphs named as not priced),
     held out; step times by hand; 235B-A22B's embedding and loss counted in the pipeline split; the 26.06 to 26.08
-    rows left out for their FP8 attention; the page's paragraph pinned to today's figures."""
+    rows apart, in moe_fi_rows (tests/plugins/test_fp8_runs_moe_fi.py); the page's paragraph pinned to today's
+    figures."""
     data = _data()
     runs = _module()
     rows = {r["id"]: r for r in data["moe_rows"] if r["hardware"] == "gb200" and r["model"].startswith("qwen3")}
@@ -539,8 +541,8 @@ def test_qwen3_gb200_rows_state_their_layout_and_the_page_states_their_figures()
     # (94 + 2) / 8 = 12 a stage at PP 8 (11 first and last); (94 + 2) / 24 = 4 a chunk at VP 3 (3 first and last).
     assert runs.layout(rows["mb26.02-gb200-qwen3-235b-a22b-mxfp8"], 94).layers_per_stage == (11,) + (12,) * 6 + (11,)
     assert runs.layout(rows["mb26.04-gb200-qwen3-235b-a22b-mxfp8"], 94).layers_per_stage == (3,) + (4,) * 22 + (3,)
-    skipped = [s for s in data["rows_skipped_gb200"] if "Qwen3" in s["row"]]
-    assert len(skipped) == 1 and "fp8_dot_product_attention" in skipped[0]["why"]
+    assert not [s for s in data["rows_skipped_gb200"] if "Qwen3" in s["row"]]
+    assert len([r for r in data["moe_fi_rows"] if r["hardware"] == "gb200"]) == 6
     found = {r["id"]: r for r in runs.moe_results()}
     prose = _prose(_page())
     q30 = [found[k]["error"] for k in rows if "30b" in k]
