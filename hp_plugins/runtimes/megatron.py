@@ -43,7 +43,8 @@ What it holds, and where that comes from (Megatron-LM at core 0.14, Transformer 
 * Workspaces: TE's cuBLAS workspace, 32 MiB + 1 KiB from compute capability 9.0
   (Hopper, Blackwell) and 4 MiB before it (Ampere), four more on a rank with
   grouped-GEMM experts (one per compute stream); a device stating no architecture,
-  or one not listed, is priced at 32 MiB + 1 KiB (``overhead_by_architecture``).
+  or one not listed, is priced at 32 MiB + 1 KiB (``overhead_by_architecture``); three more
+  under ``tp_comm_overlap``, the userbuffers GEMMs' (:class:`_TpCommOverlap`).
 * Pipeline: a stage holds the output gradient it received through its backward
   and the input gradient it sent until the next one (``schedules.py``).
 """
@@ -135,6 +136,32 @@ class _GradReduceDtype:
     def __call__(self, runtime: Runtime, value: bool) -> Runtime:
         grad_bytes = 4 if value else runtime.precision.param_bytes
         return attrs.evolve(runtime, precision=attrs.evolve(runtime.precision, grad_bytes=grad_bytes))
+
+
+# Under --tp-comm-overlap Transformer Engine's userbuffers GEMMs take a cuBLAS workspace of their own, three
+# workspaces in one tensor made with torch.empty (get_cublas_workspace(device, ub=True, grouped_gemm=False),
+# _NUM_MAX_UB_STREAMS = 3, NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/cpp_extensions/gemm.py, since
+# e1edaae, v2.11), beside the one every other GEMM takes. Before e1edaae, initialize_ub replaced that one workspace
+# by the tripled one (module/base.py: _cublas_workspace = get_workspace().repeat(_NUM_MAX_UB_STREAMS)): two more, not
+# three; hp prices the current form (docs/runtimes.md).
+_UB_STREAMS = 3
+_TP_OVERLAP = schedule_option("tp_comm_overlap", "tp_comm_overlap", default=False, description="", source="")
+
+
+@attrs.frozen
+class _TpCommOverlap:
+    """``tp_comm_overlap``: the overlap schedule's flag, and where it is on the userbuffers GEMMs' cuBLAS workspaces,
+    three of the device's workspace size (``overhead_by_architecture``; the default size where no architecture is
+    stated) on every rank."""
+
+    def __call__(self, runtime: Runtime, value: bool) -> Runtime:
+        runtime = _TP_OVERLAP.apply(runtime, value)
+        if not value:
+            return runtime
+        by_architecture = {name: (every + _UB_STREAMS * _TE_WORKSPACES[name][0], expert)
+                           for name, (every, expert) in runtime.overhead_by_architecture.items()}
+        return attrs.evolve(runtime, overhead_bytes=runtime.overhead_bytes + _UB_STREAMS * _TE_WORKSPACE_BYTES,
+                            overhead_by_architecture=by_architecture)
 
 
 @attrs.frozen
@@ -247,12 +274,16 @@ OPTIONS = (
                "megatron/core/distributed/fsdp/src/README.md (Megatron-FSDP: the two overlap flags prefetch its "
                "all-gathers and overlap its reduce-scatters)",
     ),
-    schedule_option(
-        "tp_comm_overlap", "tp_comm_overlap", default=False,
-        description="--tp-comm-overlap: TE userbuffers split TP all-gathers and reduce-scatters into tp chunks "
-                    "pipelined with their GEMMs; exposed max(comm - GEMMs, comm / tp) per layer and direction",
-        source=f"{_ARGS} --tp-comm-overlap; transformer_engine/pytorch/module/base.py initialize_ub; Wang et al. 2023 "
-               "(ASPLOS, 'Overlap communication with dependent computation via decomposition')",
+    RuntimeOption(
+        "tp_comm_overlap", "bool", False,
+        "--tp-comm-overlap: TE userbuffers split TP all-gathers and reduce-scatters into tp chunks pipelined with "
+        "their GEMMs; exposed max(comm - GEMMs, comm / tp) per layer and direction; their GEMMs' cuBLAS workspace, "
+        "three of the device's workspace size, on every rank",
+        f"{_ARGS} --tp-comm-overlap; transformer_engine/pytorch/module/base.py initialize_ub; Wang et al. 2023 "
+        "(ASPLOS, 'Overlap communication with dependent computation via decomposition'); the workspace: "
+        "NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/cpp_extensions/gemm.py get_cublas_workspace "
+        "(ub=True, _NUM_MAX_UB_STREAMS = 3, since e1edaae)",
+        _TpCommOverlap(),
     ),
     schedule_option(
         "overlap_p2p_communication", "overlap_p2p", default=False,

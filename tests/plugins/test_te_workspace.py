@@ -133,3 +133,23 @@ def test_the_runtime_contract(registry):
         with pytest.raises(ValueError, match="overhead_by_architecture"):
             attrs.evolve(plain, overhead_by_architecture=bad)
 
+
+
+@pytest.mark.parametrize(("hardware", "workspace"), [
+    ("a100-80gb", AMPERE_WORKSPACE_BYTES), ("h100-sxm", HOPPER_WORKSPACE_BYTES), ("gb200", HOPPER_WORKSPACE_BYTES),
+    (None, HOPPER_WORKSPACE_BYTES),
+])
+def test_tp_comm_overlap_adds_the_userbuffers_gemms_three_workspaces(registry, hardware, workspace):
+    # get_cublas_workspace(device, ub=True, ...): _NUM_MAX_UB_STREAMS = 3 workspaces in one tensor beside the GEMMs' one
+    # (TE cpp_extensions/gemm.py since e1edaae); nothing else of the stage moves, and the overlap schedule is set.
+    model = model_from_preset("llama3-8b", registry)
+    (plain,) = _memory(registry, model, LAYOUT, hardware)
+    overlapped_runtime = _megatron(registry, tp_comm_overlap=True)
+    assert overlapped_runtime.timing.schedule.tp_comm_overlap
+    (overlapped,) = _memory(registry, model, LAYOUT, hardware, overlapped_runtime)
+    assert overlapped.runtime_overhead_bytes == 4 * workspace
+    assert overlapped.peak_bytes - plain.peak_bytes == 3 * workspace
+    assert attrs.evolve(overlapped, runtime_overhead_bytes=0) == attrs.evolve(plain, runtime_overhead_bytes=0)
+    # The option off is the profile as it was.
+    off = _megatron(registry, tp_comm_overlap=False)
+    assert attrs.evolve(off, option_values={}) == attrs.evolve(_megatron(registry), option_values={})
