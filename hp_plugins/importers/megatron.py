@@ -22,6 +22,10 @@ defaults fill what a job leaves out):
   sizes, experts, top-k, expert and shared-expert widths, ``--moe-layer-freq``
   (any pattern without MLA; with MLA leading dense layers, then every layer), capacity factor and padding, MTP,
   group-limited routing (``--moe-router-num-groups``, ``--moe-router-group-topk``);
+* a hybrid model (``--hybrid-layer-pattern``: Mamba ``M``, attention ``*``, MLP ``-``, MoE ``E`` with
+  ``--moe-latent-size``, pipeline segments ``|``, MTP depths ``/``; ``--mamba-num-heads``, ``--mamba-head-dim``,
+  ``--mamba-state-dim``, ``--mamba-num-groups``) as Megatron-LM's ``HybridModel`` builds it, onto the ``nemotron_h``
+  format's layer kinds (:mod:`hp_plugins.importers.megatron_hybrid`);
 * the layout and batch: TP, PP, virtual stages, CP and its exchange, EP, expert
   TP (default: TP), sequence parallelism (on only with TP > 1), micro and
   global batch, sequence length; dp from the device count; uneven pipeline
@@ -68,7 +72,8 @@ from hp_core.errors import ConfigError
 from hp_core.importers import ImportedJob, Importer
 from hp_core.markers import hookimpl
 from hp_core.models import model_from_config
-from hp_plugins.importers.megatron_layers import TOKENIZER_VOCABS, hf_config
+from hp_plugins.importers.megatron_hybrid import hybrid_model, hybrid_pattern, hybrid_split, with_mtp
+from hp_plugins.importers.megatron_layers import TOKENIZER_VOCABS, ffn_size, hf_config, vocab_size
 from hp_plugins.importers.megatron_options import bf16_layers, megatron_model, pipeline_split, precision_recipe, trainer_options
 from hp_plugins.importers.shell import parse_megatron_args, read_megatron_script
 
@@ -286,26 +291,45 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
     """An ``hp`` config document from Megatron-LM's arguments (module docstring)."""
     a = _Args(parse_megatron_args(tokens))
     unmapped: list[str] = []
-    hf = hf_config(a, unmapped)
-    model = model_from_config(hf, registry, name=name, source=f"Megatron-LM arguments ({name})", where="--from megatron")
+    source = f"Megatron-LM arguments ({name})"
+    hybrid = hybrid_pattern(a, unmapped)
+    mtp_layer = None
+    if hybrid is None:
+        hf = hf_config(a, unmapped)
+        model = model_from_config(hf, registry, name=name, source=source, where="--from megatron")
+    else:  # --hybrid-layer-pattern: Megatron-LM's HybridModel (hp_plugins/importers/megatron_hybrid.py)
+        hidden = a.value("hidden-size", int)
+        if hidden is None:
+            raise ConfigError("--hidden-size", "required to build the model; state it")
+        model, mtp_layer = hybrid_model(a, hybrid, vocab_size(a, unmapped), ffn_size(a, hidden), name, source, unmapped)
     # What the HF format has no key for: hidden dropout (Megatron's default 0.1), the experts' capacity.
     capacity = a.value("moe-expert-capacity-factor", float)
     changes = {"hidden_dropout": a.value("hidden-dropout", float, 0.1)}
     if capacity is not None:
         changes.update(capacity_factor=capacity, pad_to_capacity=a.flag("moe-pad-expert-input-to-capacity"))
     changes.update(_router_groups(a))
-    model = megatron_model(a, model, unmapped)
-    model = attrs.evolve(model, layers=tuple(
-        attrs.evolve(g, config=attrs.evolve(g.config, **{k: v for k, v in changes.items() if hasattr(g.config, k)}))
-        for g in model.layers))
+
+    def finish(built, warnings: list[str]):
+        built = megatron_model(a, built, warnings)
+        return attrs.evolve(built, layers=tuple(
+            attrs.evolve(g, config=attrs.evolve(g.config, **{k: v for k, v in changes.items() if hasattr(g.config, k)}))
+            for g in built.layers))
+
+    model = finish(model, unmapped)
     tp = a.value("tensor-model-parallel-size", int, 1)
     pp = a.value("pipeline-model-parallel-size", int, 1)
-    mtp = hf.get("num_nextn_predict_layers", 0)
-    if not mtp and a.value("mtp-num-layers", int):
-        mtp = a.value("mtp-num-layers", int)
-        unmapped.append(f"--mtp-num-layers {mtp}: MTP layers are mapped only with --multi-latent-attention; "
-                        "priced without them")
-    vpp, counts = pipeline_split(a, hf["num_hidden_layers"], mtp, pp, unmapped)
+    if hybrid is not None:
+        if mtp_layer is not None:  # the depth's layer as the main pattern's (warnings said once, there)
+            inner = finish(attrs.evolve(model, layers=(mtp_layer,)), []).layers[0]
+            model = with_mtp(model, hybrid.depths, inner)
+        vpp, counts = hybrid_split(a, hybrid, pp)
+    else:
+        mtp = hf.get("num_nextn_predict_layers", 0)
+        if not mtp and a.value("mtp-num-layers", int):
+            mtp = a.value("mtp-num-layers", int)
+            unmapped.append(f"--mtp-num-layers {mtp}: MTP layers are mapped only with --multi-latent-attention; "
+                            "priced without them")
+        vpp, counts = pipeline_split(a, hf["num_hidden_layers"], mtp, pp, unmapped)
     experts = a.value("num-experts", int)
     parallel: dict[str, Any] = {
         "tp": tp, "pp": pp, "vpp": vpp, "cp": a.value("context-parallel-size", int, 1),

@@ -10,7 +10,7 @@ from typing import Any
 
 from hp_core.errors import ConfigError
 
-__all__ = ["TOKENIZER_VOCABS", "hf_config"]
+__all__ = ["TOKENIZER_VOCABS", "ffn_size", "hf_config", "vocab_size"]
 
 # The vocabularies of tokenizers Megatron-LM names by type alone (megatron/training/tokenizer/tokenizer.py):
 # GPT2BPETokenizer reads GPT-2's BPE files, 50,257 tokens (Radford et al. 2019, "Language Models are Unsupervised
@@ -69,14 +69,9 @@ def _dense_layers(text: str | None, layers: int, unmapped: list[str]) -> list[in
     return [i for i, bit in enumerate(pattern) if not bit]
 
 
-def hf_config(a: Any, unmapped: list[str]) -> dict[str, Any]:
-    """The Hugging Face style config the ``hf`` model format builds the imported model from (the importer's module
-    docstring, :mod:`hp_plugins.importers.megatron`): *a* the parsed arguments, each read once."""
-    hidden, heads = a.value("hidden-size", int), a.value("num-attention-heads", int)
-    layers = a.value("num-layers", int)
-    for name, given in (("num-layers", layers), ("hidden-size", hidden), ("num-attention-heads", heads)):
-        if given is None:
-            raise ConfigError(f"--{name}", "required to build the model; state it")
+def vocab_size(a: Any, unmapped: list[str]) -> int:
+    """The vocabulary the tokenizer arguments state: ``--vocab-size``, the named tokenizers' own (:data:`TOKENIZER_VOCABS`),
+    plus the NullTokenizer's EOD token."""
     vocab = a.value("vocab-size", int)
     tokenizer = a.value("tokenizer-type")
     if tokenizer is None and a.value("vocab-file") is not None and a.value("merge-file") is not None:
@@ -96,12 +91,27 @@ def hf_config(a: Any, unmapped: list[str]) -> dict[str, Any]:
         raise ConfigError("--vocab-size", "the tokenizer's vocabulary is not in the arguments; state --vocab-size")
     if tokenizer == "NullTokenizer":
         vocab += 1  # its EOD token (megatron/training/tokenizer/tokenizer.py _NullTokenizer)
-    # arguments.py validate_args: an unstated --ffn-hidden-size is 4h, or int(8h / 3 / 64) * 64 with --swiglu.
-    ffn_default = int(4 * hidden * 2 / 3 / 64) * 64 if a.flag("swiglu") else 4 * hidden
+    return vocab
+
+
+def ffn_size(a: Any, hidden: int) -> int:
+    """``--ffn-hidden-size``; unstated, arguments.py validate_args' 4h, or int(8h / 3 / 64) * 64 with --swiglu."""
+    return a.value("ffn-hidden-size", int, int(4 * hidden * 2 / 3 / 64) * 64 if a.flag("swiglu") else 4 * hidden)
+
+
+def hf_config(a: Any, unmapped: list[str]) -> dict[str, Any]:
+    """The Hugging Face style config the ``hf`` model format builds the imported model from (the importer's module
+    docstring, :mod:`hp_plugins.importers.megatron`): *a* the parsed arguments, each read once."""
+    hidden, heads = a.value("hidden-size", int), a.value("num-attention-heads", int)
+    layers = a.value("num-layers", int)
+    for name, given in (("num-layers", layers), ("hidden-size", hidden), ("num-attention-heads", heads)):
+        if given is None:
+            raise ConfigError(f"--{name}", "required to build the model; state it")
+    vocab = vocab_size(a, unmapped)
     bias = not a.flag("disable-bias-linear")
     config: dict[str, Any] = {
         "hidden_size": hidden, "num_attention_heads": heads, "num_hidden_layers": layers, "vocab_size": vocab,
-        "intermediate_size": a.value("ffn-hidden-size", int, ffn_default), "hidden_act": "silu",
+        "intermediate_size": ffn_size(a, hidden), "hidden_act": "silu",
         "tie_word_embeddings": not a.flag("untie-embeddings-and-output-weights"),
         "rms_norm_eps": a.value("norm-epsilon", float, 1e-5),
         "max_position_embeddings": a.value("max-position-embeddings", int, a.value("seq-length", int)),
