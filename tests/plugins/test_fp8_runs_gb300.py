@@ -152,7 +152,8 @@ def test_the_gb300_and_b300_deepseek_v3_rows_state_their_pipeline_layout():
 def test_the_rows_left_out_state_why():
     data = _data()
     skipped = data["rows_skipped_gb300"]
-    assert len(skipped) == 13 and all(s["row"] and s["why"] for s in skipped)
+    # 12 since the 26.06 to 26.08 GB300 DeepSeek-V3 rows joined moe_fi_rows (tests/plugins/test_fp8_runs_moe_fi.py).
+    assert len(skipped) == 12 and all(s["row"] and s["why"] for s in skipped)
     assert "rows_skipped_gb300" in data["rows_note_gb300"] and "held out" in data["rows_note_gb300"]
     why = " ".join(s["why"] for s in skipped)
     for reason in ("cpu_offloading_num_layers 20", "fp8_dot_product_attention true", "fine-tuning",

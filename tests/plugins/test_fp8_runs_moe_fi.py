@@ -1,5 +1,5 @@
 """The full-iteration MoE rows of tests/plugins/data/fp8_measured_runs.json (``moe_fi_rows``): Megatron-Bridge's Qwen3
-MXFP8 rows of the 26.06, 26.06.01 and 26.08 containers, whose configs capture the full iteration in CUDA graphs with
+and DeepSeek-V3 MXFP8 rows of the 26.06, 26.06.01 and 26.08 containers, whose configs capture the full iteration in CUDA graphs with
 FP8 attention, a static per-rank token budget and the paged stash. Each states its summary row, its release's config
 and layout, the runtime options as run and what hp does not price; held out; docs/precision.md's table and prose are
 today's."""
@@ -24,22 +24,27 @@ def _rows() -> dict:
 
 def test_the_rows_state_their_summary_row_release_and_options():
     rows = _rows()
-    expected = [f"mb{c}-{hw}-qwen3-{size}-mxfp8" for c in CONTAINERS for hw in ("gb200", "gb300")
-                for size in ("30b-a3b", "235b-a22b")] + ["mb26.06-b300-qwen3-30b-a3b-mxfp8"]
+    expected = [f"mb{c}-{hw}-{model}-mxfp8" for c in CONTAINERS for hw in ("gb200", "gb300")
+                for model in ("qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3")]
+    expected += ["mb26.06-b300-qwen3-30b-a3b-mxfp8", "mb26.06-gb300-deepseek-v3-mxfp8-gbs15360"]
     assert sorted(rows) == sorted(expected)
     data = _data()
     runs = _module()
     for rid, row in rows.items():
         container = rid[2:].split("-")[0]
         source = data["sources"][row["source"]]
-        assert row["source"] == row["runtime_options_source"] == f"megatron-bridge-moe-fi-{container}", rid
+        family = "dsv3" if row["model"] == "deepseek-v3" else "moe"
+        assert row["source"] == row["runtime_options_source"] == f"megatron-bridge-{family}-fi-{container}", rid
         assert ARCHIVE in source and CONTAINERS[container] in source and "d0b3b775498a8ae6870075f1a5fc32bc260aa1b3" in source
         # 26.08's rows are in docs/performance-summary.md, the others in the archive.
         line_key = "summary_line" if container == "26.08" else "archive_line"
         assert isinstance(row[line_key], int) and ("performance-summary.md" in source) == (container == "26.08"), rid
         assert row["split"] == "held_out" and row["class"] in runs.MOE_FI_CLASSES and row["class"].endswith(
             row["hardware"].upper()), rid
-        assert row["recipe"] == "mxfp8-fp8-attention" and CONTAINERS[container] in row["config"], rid
+        # DeepSeek-V3's GB200 configs set no fp8_dot_product_attention; every other row's does.
+        attention = not (row["model"] == "deepseek-v3" and row["hardware"] == "gb200")
+        assert row["recipe"] == ("mxfp8-fp8-attention" if attention else "mxfp8"), rid
+        assert CONTAINERS[container] in row["config"], rid
         # System, #-GPUs, precision, GBS, MBS, sequence length, TP, PP, CP, VP, EP, tokens/s/GPU, TFLOP/s/GPU.
         cells = _cells(row["row"])
         assert cells[0] == SYSTEM[row["hardware"]] and cells[2] == "MXFP8" and len(cells) == 13, rid
@@ -53,6 +58,14 @@ def test_the_rows_state_their_summary_row_release_and_options():
         if "30b" in rid:
             assert (row["gpus"], row["ep"], row["pp"], row["micro_batch_size"]) == (
                 8, 8, 1, 4 if row["hardware"] == "gb200" else 8), rid
+        elif row["model"] == "deepseek-v3":
+            # PP 4 VP 4 EP 64 on GB200, PP 2 VP 8 EP 32 on GB300; micro-batch 1; the layout Et*4|(t*4|)*14tmL.
+            assert (row["gpus"], row["ep"], row["pp"], row["vpp"], row["micro_batch_size"]) == (
+                (256, 64, 4, 4, 1) if row["hardware"] == "gb200" else (256, 32, 2, 8, 1)), rid
+            assert row["pipeline_layout"] == "Et*4|(t*4|)*14tmL" and row["layers_per_stage"] == [4] * 15 + [1], rid
+            assert row.get("recompute_modules", []) == (["mla_up_proj"] if row["hardware"] == "gb200" else []), rid
+            assert "fp8_output_proj true" in row["recipe_settings"], rid
+            assert any("fp8_output_proj" in item for item in row["not_priced"]), rid
         else:
             assert (row["gpus"], row["ep"], row["pp"], row["vpp"], row["micro_batch_size"]) == (
                 (256, 32, 8, 3, 1) if row["hardware"] == "gb200" else (256, 32, 4, 12, 2)), rid
@@ -62,25 +75,29 @@ def test_the_rows_state_their_summary_row_release_and_options():
         if row["pp"] > 1 and row["vpp"] > 1:  # comm_overlap.py: overlap_p2p_comm where PP > 1 and VP > 1
             options["overlap_p2p_communication"] = True
         assert row["runtime_options"] == options, rid
-        for setting in ("moe_expert_rank_capacity_factor 1.5", "moe_paged_stash", "fp8_dot_product_attention true",
-                        "moe_pad_experts_for_cuda_graph_inference", "recompute_granularity None"):
+        for setting in ("moe_expert_rank_capacity_factor 1.5", "moe_paged_stash",
+                        "moe_pad_experts_for_cuda_graph_inference"):
             assert setting in row["recipe_settings"], (rid, setting)
-        assert "recompute_modules" not in row, rid
+        assert ("fp8_dot_product_attention true" in row["recipe_settings"]) == attention, rid
+        if row["model"] != "deepseek-v3":
+            assert "recompute_granularity None" in row["recipe_settings"] and "recompute_modules" not in row, rid
 
 
 def test_each_row_names_the_budget_and_the_stash_as_not_priced():
     """The budget by hand: the rank's local tokens (micro-batch x 4,096) x top-k 8 x 1.5, already a multiple of 256;
-    the received tokens under forced balance local x 8; an expert's local x 8 x EP / 128 experts."""
+    the received tokens under forced balance local x 8; an expert's local x 8 x EP / the experts (128 for Qwen3, 256
+    for DeepSeek-V3, both top-8)."""
     by_mbs = {1: ("49,152", "32,768"), 2: ("98,304", "65,536"), 4: ("196,608", "131,072"), 8: ("393,216", "262,144")}
     for rid, row in _rows().items():
         joined = " ".join(row["not_priced"])
         budget, received = by_mbs[row["micro_batch_size"]]
         assert f"are {budget} rows" in joined and f"received tokens {received} on average" in joined, rid
-        per_expert = row["micro_batch_size"] * 4096 * 8 * row["ep"] // 128
+        per_expert = row["micro_batch_size"] * 4096 * 8 * row["ep"] // (256 if row["model"] == "deepseek-v3" else 128)
         assert f"beside the {per_expert:,} an expert receives" in joined, rid
-        for item in ("paged stash", "overflow fallback", "CuTe DSL fused grouped MLP", "FP8 attention's quantization",
-                     "MXFP8 parameter all-gather", "FP8 grouped (expert) GEMMs"):
+        for item in ("paged stash", "overflow fallback", "CuTe DSL fused grouped MLP", "MXFP8 parameter all-gather",
+                     "FP8 grouped (expert) GEMMs"):
             assert item in joined, (rid, item)
+        assert ("FP8 attention's quantization" in joined) == row["recipe"].endswith("-fp8-attention"), rid
     assert by_mbs[4][0] == f"{4 * 4096 * 8 * 3 // 2:,}" and 4 * 4096 * 8 * 3 // 2 % 256 == 0
 
 
@@ -91,22 +108,27 @@ def test_step_times_by_hand_and_the_pipeline_split():
     assert runs.measured_seconds(rows["mb26.06-gb200-qwen3-30b-a3b-mxfp8"]) == pytest.approx(6.440, abs=5e-4)
     assert runs.measured_seconds(rows["mb26.06-gb200-qwen3-235b-a22b-mxfp8"]) == pytest.approx(17.770, abs=5e-4)
     assert runs.measured_seconds(rows["mb26.08-gb300-qwen3-235b-a22b-mxfp8"]) == pytest.approx(14.868, abs=5e-4)
+    # DeepSeek-V3: 4,096 x 4,096 / (4,969 x 256) = 13.189 s; 15,360 x 4,096 / (6,422 x 256) = 38.268 s.
+    assert runs.measured_seconds(rows["mb26.06-gb200-deepseek-v3-mxfp8"]) == pytest.approx(13.189, abs=5e-4)
+    assert runs.measured_seconds(rows["mb26.06-gb300-deepseek-v3-mxfp8-gbs15360"]) == pytest.approx(38.268, abs=5e-4)
     # (94 + 2) / 24 = 4 a chunk at PP 8 VP 3 (3 first and last); (94 + 2) / 48 = 2 at PP 4 VP 12 (1 first and last).
     assert runs.layout(rows["mb26.06-gb200-qwen3-235b-a22b-mxfp8"], 94).layers_per_stage == (3,) + (4,) * 22 + (3,)
     assert runs.layout(rows["mb26.06-gb300-qwen3-235b-a22b-mxfp8"], 94).layers_per_stage == (1,) + (2,) * 46 + (1,)
 
 
-def test_the_qwen3_rows_left_the_skipped_lists_and_the_others_say_why():
+def test_the_priced_rows_left_the_skipped_lists_and_the_others_say_why():
     data = _data()
     for key in ("rows_skipped_gb200", "rows_skipped_gb300"):
-        assert not any("Qwen3" in s["row"] and "26.06" in s["row"] for s in data[key]), key
+        assert not any(("Qwen3" in s["row"] or "DeepSeekV3" in s["row"]) and "26.06" in s["row"] for s in data[key]), key
     left = [s for key in ("rows_skipped_gb200", "rows_skipped_gb300") for s in data[key]
             if s["row"].startswith(("26.06, 26.06.01 and 26.08 NeMo Containers", "GPT OSS 120B MXFP8: 26.06"))]
-    # GB200 DeepSeek-V3, GB200 GPT-OSS, GB300 DeepSeek-V3, GB300 (and B300) GPT-OSS.
-    assert len(left) == 4
-    for s in left:
-        assert "fp8_output_proj" in s["why"] and "moe_fi_rows" in s["why"] + " ".join(
-            x["why"] for x in data["rows_skipped_gb200"]), s["row"]
+    # The GPT-OSS rows: GB200, and GB300 with 26.06's B300.
+    assert len(left) == 2 and all("GPT OSS" in s["row"] for s in left)
+    gb200 = next(s for s in left if "DGX-GB200" in s["row"])
+    assert "fp8_output_proj" in gb200["why"] and "moe_fi_rows" in gb200["why"] and "cudnn-frontend#256" in gb200["why"]
+    # 25.11's GB200 DeepSeek-V3 row stays left out: its release's config disagrees.
+    dsv3 = [s for s in data["rows_skipped_gb200"] if "DeepSeekV3" in s["row"]]
+    assert len(dsv3) == 1 and dsv3[0]["row"].startswith("25.11") and "the row and the release disagree" in dsv3[0]["why"]
     assert "moe_fi_rows" in data["moe_rows_note_gb300"] and "held out" in data["moe_fi_rows_note"]
 
 
@@ -127,15 +149,15 @@ def test_the_page_table_is_current_and_its_prose_states_its_figures():
     old = {r["id"]: r for r in runs.moe_results()}
     by_id = {r["id"]: r for r in found}
 
-    def ratio(hw, size, key):
-        return f"{old[f'mb26.04.01-{hw}-qwen3-{size}-mxfp8'][key] / by_id[f'mb26.06-{hw}-qwen3-{size}-mxfp8'][key]:.2f}"
+    def ratio(hw, model, key):
+        return f"{old[f'mb26.04.01-{hw}-{model}-mxfp8'][key] / by_id[f'mb26.06-{hw}-{model}-mxfp8'][key]:.2f}"
 
-    ran = [ratio(hw, "30b-a3b", "measured_seconds") for hw in ("gb200", "gb300", "b300")]
-    priced = [ratio(hw, "30b-a3b", "estimated_seconds") for hw in ("gb200", "gb300", "b300")]
+    ran = [ratio(hw, "qwen3-30b-a3b", "measured_seconds") for hw in ("gb200", "gb300", "b300")]
+    priced = [ratio(hw, "qwen3-30b-a3b", "estimated_seconds") for hw in ("gb200", "gb300", "b300")]
     assert (f"30B-A3B ran {ran[0]} times faster on GB200, {ran[1]} on GB300 and {ran[2]} on B300, where hp prices "
             f"{priced[0]}, {priced[1]} and {priced[2]} times faster") in prose
-    ran = [ratio(hw, "235b-a22b", "measured_seconds") for hw in ("gb200", "gb300")]
-    priced = [ratio(hw, "235b-a22b", "estimated_seconds") for hw in ("gb200", "gb300")]
+    ran = [ratio(hw, "qwen3-235b-a22b", "measured_seconds") for hw in ("gb200", "gb300")]
+    priced = [ratio(hw, "qwen3-235b-a22b", "estimated_seconds") for hw in ("gb200", "gb300")]
     assert f"235B-A22B ran {ran[0]} times faster on GB200 and {ran[1]} on GB300, priced {priced[0]} and {priced[1]}" in prose
     from hp_core import api
 
@@ -144,5 +166,18 @@ def test_the_page_table_is_current_and_its_prose_states_its_figures():
     compute = runs.price_moe(row["layout"], registry).compute_seconds
     assert compute > row["measured_seconds"]
     assert f"({compute:.3f} s against {row['measured_seconds']:.3f} s on GB200 in 26.06" in prose
-    bare = [1 - runs.price_moe(r["layout"], registry, "mxfp8").step_seconds / r["estimated_seconds"] for r in found]
-    assert f"the same rows under `mxfp8` are {min(bare):.1%} to {max(bare):.1%} faster" in prose
+    qwen3 = [r for r in found if r["layout"]["model"].startswith("qwen3")]
+    bare = [1 - runs.price_moe(r["layout"], registry, "mxfp8").step_seconds / r["estimated_seconds"] for r in qwen3]
+    assert f"under `mxfp8` they are {min(bare):.1%} to {max(bare):.1%} faster" in prose
+    mla = by_id["mb26.06-gb300-deepseek-v3-mxfp8"]
+    unfp8 = runs.price_moe(mla["layout"], registry, "mxfp8").step_seconds
+    assert unfp8 > mla["estimated_seconds"]
+    assert f"would be {unfp8:.3f} s under `mxfp8` against {mla['estimated_seconds']:.3f} s" in prose
+    dsv3 = [ratio(hw, "deepseek-v3", key) for key in ("measured_seconds", "estimated_seconds") for hw in ("gb200", "gb300")]
+    assert f"ran {dsv3[0]} times faster on GB200 and {dsv3[1]} on GB300, priced {dsv3[2]} and {dsv3[3]}. On 30B-A3B" in prose
+    ranges = {}
+    for model, hw in (("qwen3", "gb200"), ("qwen3", "gb300"), ("deepseek", "gb200"), ("deepseek", "gb300")):
+        errors = [r["error"] for r in found if model in r["id"] and f"-{hw}-" in r["id"]]
+        ranges[model, hw] = f"{min(errors):+.1%} to {max(errors):+.1%}"
+    assert (f"Qwen3 {ranges['qwen3', 'gb200']} on GB200 and {ranges['qwen3', 'gb300']} on GB300, DeepSeek-V3 "
+            f"{ranges['deepseek', 'gb200']} on GB200 and {ranges['deepseek', 'gb300']} on GB300") in prose
