@@ -221,27 +221,57 @@ NANO = ("--hybrid-layer-pattern MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEME
         "--spec megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec --use-distributed-optimizer")
 
 
+def _fields(config) -> dict:
+    """A layer config's fields, the norm type read as one: Transformer Engine's RMSNorm ("rmsnorm") where transformers'
+    NemotronHRMSNorm scales in fp32 ("rmsnorm_fp32_weight"; the same parameters and, fused, the same kept tensors:
+    hp_plugins/kit/norms.py)."""
+    found = attrs.asdict(config)
+    if "norm" in found:
+        assert found["norm"] in ("rmsnorm", "rmsnorm_fp32_weight")
+        found["norm"] = "rmsnorm"
+    return found
+
+
+def _as_preset(registry, job, preset_name: str) -> int:
+    """Assert every layer group of *job* equals the preset's field for field (but the norm type); its total."""
+    preset = model_from_preset(preset_name, registry=registry)
+    layers = job.document["model"]["layers"]
+    assert len(layers) == len(preset.layers)
+    imported = [(g["kind"], g["count"], _fields(type(p.config)(**g["config"]))) for g, p in zip(layers, preset.layers)]
+    assert imported == [(g.kind, g.count, _fields(g.config)) for g in preset.layers]
+    total = count_parameters(preset, registry).total
+    assert count_parameters(_model(registry, job), registry).total == total
+    return total
+
+
 def test_nemotron_3_nano_arguments_import_as_its_preset(registry):
-    # Every layer group, field by field, equals the nemotron-3-nano-30b-a3b preset's (the nemotron_h format of its
-    # Hugging Face config.json) but the norm type: Transformer Engine's RMSNorm ("rmsnorm") where transformers'
-    # NemotronHRMSNorm scales in fp32 ("rmsnorm_fp32_weight"; the same parameters and, fused, the same kept tensors:
-    # hp_plugins/kit/norms.py).
+    # Every layer group equals the nemotron-3-nano-30b-a3b preset's (the nemotron_h format of its Hugging Face
+    # config.json), field by field but the norm type (_fields).
     job = _imported(registry, NANO)
     assert job.unmapped == ("--first-last-layers-bf16: no --fp8-format or --fp4-format, so no layer is quantized; "
                             "ignored",)
-    preset = model_from_preset("nemotron-3-nano-30b-a3b", registry=registry)
-
-    def fields(config):
-        found = attrs.asdict(config)
-        if "norm" in found:
-            assert found["norm"] in ("rmsnorm", "rmsnorm_fp32_weight")
-            found["norm"] = "rmsnorm"
-        return found
-
-    imported = [(g["kind"], g["count"], fields(type(c)(**g["config"])))
-                for g, c in zip(job.document["model"]["layers"], (g.config for g in preset.layers))]
-    assert imported == [(g.kind, g.count, fields(g.config)) for g in preset.layers]
-    assert len(job.document["model"]["layers"]) == len(preset.layers)
-    total = count_parameters(preset, registry).total
-    assert count_parameters(_model(registry, job), registry).total == total == 31_577_937_344
+    assert _as_preset(registry, job, "nemotron-3-nano-30b-a3b") == 31_577_937_344
     assert main(["estimate", "--from", "megatron-args", NANO, "--devices", "8", "--hardware", "h100-sxm"]) == 0
+
+
+# Nemotron-H 8B as Megatron-LM arguments: Megatron-Bridge's pre-training recipe (NVIDIA-NeMo/Megatron-Bridge@067f987,
+# src/megatron/bridge/recipes/nemotronh/h100/nemotronh.py nemotronh_8b_pretrain_2gpu_h100_bf16_config, read
+# 2026-12-03; TP 2 with sequence parallelism, global batch 768) and its HybridModelProvider's defaults, as for NANO; no
+# --kv-channels (Megatron's h / heads, 128); d_inner = 128 heads x 64 = 2h; --vocab-size the Hugging Face config.json's
+# 131,072 (the recipe trains mock data through a NullTokenizer, not the model's tokenizer).
+NEMOTRON_H_8B = ("--hybrid-layer-pattern M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M- --num-layers 52 "
+                 "--hidden-size 4096 --mamba-state-dim 128 --mamba-num-heads 128 --ffn-hidden-size 21504 "
+                 "--num-attention-heads 32 --seq-length 8192 --mamba-num-groups 8 --mamba-head-dim 64 "
+                 "--group-query-attention --num-query-groups 8 --make-vocab-size-divisible-by 128 --squared-relu "
+                 "--tensor-model-parallel-size 2 --sequence-parallel --micro-batch-size 1 --global-batch-size 768 "
+                 "--bf16 --normalization RMSNorm --disable-bias-linear --position-embedding-type none "
+                 "--untie-embeddings-and-output-weights --hidden-dropout 0.0 --attention-dropout 0.0 "
+                 "--vocab-size 131072 --spec megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec "
+                 "--use-distributed-optimizer")
+
+
+def test_nemotron_h_8b_arguments_import_as_its_preset(registry):
+    job = _imported(registry, NEMOTRON_H_8B, devices=2)
+    assert job.unmapped == ()
+    assert _as_preset(registry, job, "nemotron-h-8b") == 8_100_852_736
+    assert main(["estimate", "--from", "megatron-args", NEMOTRON_H_8B, "--devices", "2", "--hardware", "h100-sxm"]) == 0
