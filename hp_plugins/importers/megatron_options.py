@@ -221,34 +221,48 @@ def cuda_graphs(a: Any, unmapped: list[str]) -> str | None:
     ``--external-cuda-graph`` are the deprecated spellings of ``--cuda-graph-impl local`` and
     ``transformer_engine``; ``--cuda-graph-scope`` left empty (or ``full``) captures each whole transformer layer
     (``layers``), ``full_iteration`` (``local`` only) the whole training iteration (``full_iteration``), and the
-    other scopes part of a layer, which hp does not price: those runs are priced eager, and said so.
+    other scopes part of a layer, which hp does not price: those runs are priced eager, and said so. At
+    NVIDIA/Megatron-LM@d98e8a6 the scopes are ``--cuda-graph-modules`` (``--cuda-graph-scope`` its hidden,
+    deprecated spelling, read too) and the whole iteration is ``--cuda-graph-impl full_iteration``
+    (``transformer_config.py`` ``cuda_graph_impl``), whose modules must be empty; a list value written as one
+    bracketed word (``"[attn mamba]"``, as the functional tests' ``model_config.yaml`` files state it) is read as its
+    words.
     """
     impl = a.value("cuda-graph-impl", str, "none")
     if a.flag("enable-cuda-graph"):
         impl = "local"
     if a.flag("external-cuda-graph"):
         impl = "transformer_engine"
-    scopes = [s for s in (a.values("cuda-graph-scope") or []) if s != "full"]
+    modules = a.values("cuda-graph-modules")
+    flag = "--cuda-graph-modules" if modules else "--cuda-graph-scope"
+    words = [w for v in (modules or []) + (a.values("cuda-graph-scope") or [])
+             for w in v.replace("[", " ").replace("]", " ").replace(",", " ").split()]
+    scopes = [s for s in words if s != "full"]
     if impl == "none":
         return None
+    if impl == "full_iteration":
+        if scopes:
+            raise ConfigError(flag, "must be empty with --cuda-graph-impl full_iteration, as Megatron-LM requires")
+        return "full_iteration"
     if impl not in ("local", "transformer_engine"):
-        raise ConfigError("--cuda-graph-impl", f"expected none, local or transformer_engine, got {impl!r}")
+        raise ConfigError("--cuda-graph-impl", f"expected none, local, transformer_engine or full_iteration, "
+                                               f"got {impl!r}")
     unknown = [s for s in scopes if s not in _PARTIAL_SCOPES | {"full_iteration", "full_iteration_inference"}]
     if unknown:
-        raise ConfigError("--cuda-graph-scope", f"unknown scope {unknown[0]!r}; Megatron-LM takes full, "
+        raise ConfigError(flag, f"unknown scope {unknown[0]!r}; Megatron-LM takes full, "
                           f"{', '.join(sorted(_PARTIAL_SCOPES))}, full_iteration or full_iteration_inference")
     if not scopes:
         return "layers"
     if "full_iteration" in scopes:
         if impl != "local":  # training.py wraps FullCudaGraphWrapper under local only; TECudaGraphHelper refuses it
-            raise ConfigError("--cuda-graph-scope", "full_iteration needs --cuda-graph-impl local; Megatron-LM refuses "
+            raise ConfigError(flag, "full_iteration needs --cuda-graph-impl local; Megatron-LM refuses "
                               "it under transformer_engine")
         return "full_iteration"
     if scopes == ["full_iteration_inference"]:
-        unmapped.append(f"--cuda-graph-impl {impl} --cuda-graph-scope full_iteration_inference: an inference scope, no "
+        unmapped.append(f"--cuda-graph-impl {impl} {flag} full_iteration_inference: an inference scope, no "
                         "training graph; priced with every kernel launched eagerly")
         return None
-    unmapped.append(f"--cuda-graph-impl {impl} --cuda-graph-scope {' '.join(scopes)}: part of each layer captured; "
+    unmapped.append(f"--cuda-graph-impl {impl} {flag} {' '.join(scopes)}: part of each layer captured; "
                     "priced with every kernel launched eagerly (the host floor of docs/time.md)")
     return None
 

@@ -195,7 +195,7 @@ def test_partial_cuda_graph_scopes_are_priced_eager_and_named(registry, capsys):
     assert job.unmapped == ("--cuda-graph-impl transformer_engine --cuda-graph-scope attn moe_router moe_preprocess: part "
                             "of each layer captured; priced with every kernel launched eagerly (the host floor of "
                             "docs/time.md)",)
-    with pytest.raises(ConfigError, match="--cuda-graph-impl: expected none, local or transformer_engine, got 'cudnn'"):
+    with pytest.raises(ConfigError, match="--cuda-graph-impl: expected none, local, transformer_engine or full_iteration, got 'cudnn'"):
         _imported(registry, SMALL + " --cuda-graph-impl cudnn")
     with pytest.raises(ConfigError, match="--cuda-graph-scope: unknown scope 'layer'"):
         _imported(registry, SMALL + " --cuda-graph-impl local --cuda-graph-scope layer")

@@ -275,3 +275,22 @@ def test_nemotron_h_8b_arguments_import_as_its_preset(registry):
     assert job.unmapped == ()
     assert _as_preset(registry, job, "nemotron-h-8b") == 8_100_852_736
     assert main(["estimate", "--from", "megatron-args", NEMOTRON_H_8B, "--devices", "2", "--hardware", "h100-sxm"]) == 0
+
+
+def test_cuda_graph_modules_are_read_as_megatron_d98e8a6_names_them(registry):
+    # NVIDIA/Megatron-LM@d98e8a6 arguments.py: --cuda-graph-modules (the recipe's set_cuda_graph_modules attn, mamba)
+    # captures part of each layer: priced eager, said; --cuda-graph-impl full_iteration the whole iteration, its modules
+    # empty; the CI files' bracketed list is read as its words.
+    job = _imported(registry, NANO + " --cuda-graph-impl transformer_engine --cuda-graph-modules attn mamba")
+    assert "cuda_graphs" not in job.document["runtime"]["options"]
+    assert ("--cuda-graph-impl transformer_engine --cuda-graph-modules attn mamba: part of each layer captured; priced "
+            "with every kernel launched eagerly (the host floor of docs/time.md)") in job.unmapped
+    job = _imported(registry, NANO + " --cuda-graph-impl local --cuda-graph-modules '[attn mamba moe_router]'")
+    assert "--cuda-graph-modules attn mamba moe_router: part of each layer" in " ".join(job.unmapped)
+    for flags, expected in (("--cuda-graph-impl full_iteration", "full_iteration"),
+                            ("--cuda-graph-impl transformer_engine", "layers")):
+        job = _imported(registry, NANO + " " + flags)
+        assert job.document["runtime"]["options"]["cuda_graphs"] == expected
+    with pytest.raises(ConfigError, match="must be empty with --cuda-graph-impl full_iteration") as error:
+        _imported(registry, NANO + " --cuda-graph-impl full_iteration --cuda-graph-modules attn")
+    assert error.value.path == "--cuda-graph-modules"
