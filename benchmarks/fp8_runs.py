@@ -18,7 +18,7 @@ MPT bf16 rows; then Megatron-Bridge's MoE rows (``moe_rows``: Qwen3 30B-A3B and 
 B300, DeepSeek-V3 on B200, GB200, GB300 and B300, each of the GB200, GB300 and B300 rows a class of their own), priced as run with the ``megatron`` runtime and the recompute modules each row states, per class the mean absolute error; then the
 MoE rows of the 26.06 to 26.08 containers that capture the full iteration in CUDA graphs (``moe_fi_rows``: Qwen3
 30B-A3B and 235B-A22B MXFP8 with FP8 attention, the static per-rank expert token budget and the paged stash, on GB200,
-GB300 and B300, and DeepSeek-V3 on GB200 and GB300; classes of their own), priced the same way; then torchtitan's and torchao's Float8 rows
+GB300 and B300, DeepSeek-V3 and GPT-OSS 120B on GB200 and GB300; classes of their own), priced the same way; then torchtitan's and torchao's Float8 rows
 (``torchtitan_rows``: Llama 3 8B / 70B / 405B under torchao float8 tensorwise on torchtitan's Grand Teton H100s),
 priced as tests/plugins/scale_cases.py prices those pages' bf16 rows (``fsdp2``, the Grand Teton case device), each
 beside its bf16 baseline of the same table, measured and priced, and both FP8 speedups; nothing is fitted to them
