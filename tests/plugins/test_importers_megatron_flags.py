@@ -455,29 +455,29 @@ QWEN3_MOE = ("--num-layers 48 --hidden-size 2048 --ffn-hidden-size 6144 --num-at
              "--qk-layernorm --disable-bias-linear --vocab-size 151936 --hidden-dropout 0 --attention-dropout 0")
 
 
+def _same_as_preset(registry, argv: str, preset_name: str) -> int:
+    """Assert *argv* imports with nothing unmapped as the preset, every layer group field for field; its total."""
+    from hp_core.api import count_parameters, model_from_preset
+
+    job = _imported(registry, argv, devices=8)
+    assert job.unmapped == ()
+    preset = model_from_preset(preset_name, registry=registry)
+    imported = [(g["kind"], g["count"], g["config"]) for g in job.document["model"]["layers"]]
+    assert imported == [(g.kind, g.count, attrs.asdict(g.config)) for g in preset.layers]
+    return count_parameters(preset, registry).total
+
+
 def test_qk_layernorm_moe_imports_as_the_qwen3_preset(registry):
     # --qk-layernorm on a GQA model: per-head norms of q and k (megatron/core/transformer/attention.py); routed experts
     # without MLA through the qwen2_moe layout: every layer field the qwen3-30b-a3b preset states, and its count.
-    from hp_core.api import count_parameters, model_from_preset
-
-    job = _imported(registry, QWEN3_MOE, devices=8)
-    assert job.unmapped == ()
-    preset = model_from_preset("qwen3-30b-a3b", registry=registry)
-    imported = [(g["kind"], g["count"], g["config"]) for g in job.document["model"]["layers"]]
-    assert imported == [(g.kind, g.count, attrs.asdict(g.config)) for g in preset.layers]
-    assert count_parameters(preset, registry).total == 30_532_122_624
+    assert _same_as_preset(registry, QWEN3_MOE, "qwen3-30b-a3b") == 30_532_122_624
     # The dense Qwen3 32B likewise (llama layout, q/k norms from --qk-layernorm).
     dense = ("--num-layers 64 --hidden-size 5120 --ffn-hidden-size 25600 --num-attention-heads 64 "
              "--group-query-attention --num-query-groups 8 --kv-channels 128 --seq-length 4096 "
              "--max-position-embeddings 40960 --micro-batch-size 1 --bf16 --normalization RMSNorm --norm-epsilon 1e-6 "
              "--swiglu --untie-embeddings-and-output-weights --position-embedding-type rope --qk-layernorm "
              "--disable-bias-linear --vocab-size 151936 --hidden-dropout 0 --attention-dropout 0")
-    job = _imported(registry, dense, devices=8)
-    assert job.unmapped == ()
-    preset = model_from_preset("qwen3-32b", registry=registry)
-    imported = [(g["kind"], g["count"], g["config"]) for g in job.document["model"]["layers"]]
-    assert imported == [(g.kind, g.count, attrs.asdict(g.config)) for g in preset.layers]
-    assert count_parameters(preset, registry).total == 32_762_123_264
+    assert _same_as_preset(registry, dense, "qwen3-32b") == 32_762_123_264
 
 
 def test_shared_gated_expert_leading_dense_layer_and_qkv_bias_without_mla(registry, capsys):
