@@ -18,7 +18,10 @@ MPT bf16 rows; then Megatron-Bridge's MoE rows (``moe_rows``: Qwen3 30B-A3B and 
 B300, DeepSeek-V3 on B200, GB200, GB300 and B300, each of the GB200, GB300 and B300 rows a class of their own), priced as run with the ``megatron`` runtime and the recompute modules each row states, per class the mean absolute error; then the
 MoE rows of the 26.06 to 26.08 containers that capture the full iteration in CUDA graphs (``moe_fi_rows``: Qwen3
 30B-A3B and 235B-A22B MXFP8 with FP8 attention, the static per-rank expert token budget and the paged stash, on GB200,
-GB300 and B300, DeepSeek-V3 and GPT-OSS 120B on GB200 and GB300; classes of their own), priced the same way; then torchtitan's and torchao's Float8 rows
+GB300 and B300, DeepSeek-V3 and GPT-OSS 120B on GB200 and GB300; classes of their own), priced the same way; then
+Megatron-Bridge's Nemotron 3 Nano 30B-A3B MXFP8 rows (``nemotron_rows``: a hybrid Mamba-2 / attention / MoE model on 8
+GB300, GB200, B300 and B200 GPUs at EP 8 with HybridEP, 26.02.01 to 26.08; a class per system), priced the same way
+with the nemotron-3-nano-30b-a3b preset; then torchtitan's and torchao's Float8 rows
 (``torchtitan_rows``: Llama 3 8B / 70B / 405B under torchao float8 tensorwise on torchtitan's Grand Teton H100s),
 priced as tests/plugins/scale_cases.py prices those pages' bf16 rows (``fsdp2``, the Grand Teton case device), each
 beside its bf16 baseline of the same table, measured and priced, and both FP8 speedups; nothing is fitted to them
@@ -268,6 +271,10 @@ MOE_CLASSES = ("multi-node Megatron-Core MoE, H100", "Megatron-Core MoE, B200", 
 # per-rank token budget and Megatron-Core's paged stash (docs/precision.md, 'The full-iteration rows').
 MOE_FI_CLASSES = ("Megatron-Core MoE full-iteration graphs, GB200", "Megatron-Core MoE full-iteration graphs, GB300",
                   "Megatron-Core MoE full-iteration graphs, B300")
+# The rows of ``nemotron_rows``: Megatron-Bridge's Nemotron 3 Nano 30B-A3B MXFP8 rows, a hybrid Mamba-2 / attention /
+# MoE stack on 8 GPUs at EP 8 (docs/precision.md, 'Megatron-Bridge's Nemotron 3 Nano rows').
+NEMOTRON_CLASSES = ("Megatron-Core hybrid Mamba-MoE, GB300", "Megatron-Core hybrid Mamba-MoE, GB200",
+                    "Megatron-Core hybrid Mamba-MoE, B300", "Megatron-Core hybrid Mamba-MoE, B200")
 
 
 def _decoder_layers(model) -> int:
@@ -347,6 +354,16 @@ def moe_fi_results(registry=None) -> list[dict]:
     return moe_results(registry, "moe_fi_rows")
 
 
+def nemotron_results(registry=None) -> list[dict]:
+    """The Nemotron 3 Nano rows (``nemotron_rows``) priced as :func:`moe_results` prices ``moe_rows``."""
+    return moe_results(registry, "nemotron_rows")
+
+
+def nemotron_section(found: list[dict]) -> str:
+    """The Nemotron 3 Nano rows' table docs/precision.md shows (tests/plugins/test_fp8_runs_nemotron.py checks it)."""
+    return moe_section(found, NEMOTRON_CLASSES)
+
+
 def moe_fi_section(found: list[dict]) -> str:
     """The full-iteration rows' table docs/precision.md shows (tests/plugins/test_fp8_runs_moe_fi.py checks it)."""
     return moe_section(found, MOE_FI_CLASSES)
@@ -407,6 +424,8 @@ def main() -> None:
     print(moe_section(moe_results()), end="")
     print()
     print(moe_fi_section(moe_fi_results()), end="")
+    print()
+    print(nemotron_section(nemotron_results()), end="")
     print()
     print(torchtitan_section(torchtitan_results()), end="")
     print()

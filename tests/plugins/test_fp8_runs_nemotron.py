@@ -1,0 +1,180 @@
+"""The Nemotron 3 Nano rows of tests/plugins/data/fp8_measured_runs.json (``nemotron_rows``): Megatron-Bridge's
+MXFP8 rows of the hybrid Mamba-MoE model on 8 DGX-GB300, GB200, B300 and B200 GPUs, 26.02.01 to 26.08. Each states
+its summary row, its release's config and layout, the runtime options as run and what hp does not price; held out;
+the DGX-H100 rows left out with their reason; docs/precision.md's table and prose are today's."""
+
+from __future__ import annotations
+
+import pytest
+
+from mbridge_rows import ARCHIVE, ROOT  # tests/plugins/mbridge_rows.py
+from mbridge_rows import cells as _cells
+from mbridge_rows import fp8_data as _data
+from mbridge_rows import fp8_runs as _module
+from mbridge_rows import precision_prose as _prose
+
+# The container and the Megatron-Bridge release it ships (docs/versions1.json at the archive's commit).
+CONTAINERS = {"26.02.01": "v0.3.1", "26.04": "v0.4.0", "26.04.01": "v0.4.2", "26.06": "v0.5.0", "26.06.01": "v0.5.1",
+              "26.08": "v0.6.0"}
+# The systems each container's Nemotron_3_Nano section prints an MXFP8 row for.
+SYSTEMS = {"26.02.01": ("gb300", "gb200", "b300"), "26.04": ("gb300", "gb200", "b300"),
+           "26.04.01": ("gb300", "gb200", "b300", "b200"), "26.06": ("gb300", "gb200", "b300"),
+           "26.06.01": ("gb300", "gb200"), "26.08": ("gb300",)}
+SYSTEM = {"gb300": "DGX-GB300", "gb200": "DGX-GB200", "b300": "DGX-B300", "b200": "DGX-B200"}
+
+
+def _rows() -> dict:
+    return {r["id"]: r for r in _data()["nemotron_rows"]}
+
+
+def test_the_rows_state_their_summary_row_release_and_options():
+    rows = _rows()
+    assert sorted(rows) == sorted(f"mb{c}-{hw}-nemotron-3-nano-mxfp8" for c, systems in SYSTEMS.items() for hw in systems)
+    assert len(rows) == 16
+    data = _data()
+    runs = _module()
+    for rid, row in rows.items():
+        container = rid[2:].split("-")[0]
+        tag = CONTAINERS[container]
+        source = data["sources"][row["source"]]
+        assert row["source"] == row["runtime_options_source"] == f"megatron-bridge-nemotron3-nano-{container}", rid
+        assert ARCHIVE in source and tag in source and "moe_layer.py" in source, rid
+        # 26.08's row is in docs/performance-summary.md, the others in the archive.
+        line_key = "summary_line" if container == "26.08" else "archive_line"
+        assert isinstance(row[line_key], int) and ("performance-summary.md" in source) == (container == "26.08"), rid
+        assert row["split"] == "held_out" and row["class"] in runs.NEMOTRON_CLASSES, rid
+        assert row["class"] == f"Megatron-Core hybrid Mamba-MoE, {row['hardware'].upper()}", rid
+        assert row["model"] == "nemotron-3-nano-30b-a3b" and row["recipe"] == "mxfp8", rid
+        assert f"at {tag}" in row["config"], rid
+        assert ("fp8mx_config" if container == "26.08" else f"_{row['hardware'].upper()}_FP8_MX_V1") in row["config"], rid
+        # System, #-GPUs, precision, GBS, MBS, sequence length, [FSDP,] TP, PP, CP, VP, EP, tokens/s/GPU, TFLOP/s/GPU:
+        # 26.02.01 to 26.04.01 print an FSDP column (0) after the sequence length.
+        cells = _cells(row["row"])
+        if container in ("26.02.01", "26.04", "26.04.01"):
+            assert cells.pop(6) == "0", rid
+        assert cells[0] == SYSTEM[row["hardware"]] and cells[2] == "MXFP8" and len(cells) == 13, rid
+        assert [int(c) for c in cells[1:2] + cells[3:6]] == [row["gpus"], row["global_batch_size"],
+                                                              row["micro_batch_size"], row["seq_len"]], rid
+        assert [1 if c == "n/a" else int(c) for c in cells[6:11]] == [row["tp"], row["pp"], row["cp"], row["vpp"],
+                                                                      row["ep"]], rid
+        assert int(cells[11]) == row["tokens_per_second_per_gpu"], rid
+        # The configs' layout: 8 GPUs, GBS 512, sequence 8,192, EP 8, micro-batch 4 on GB300 and B300, 2 on GB200 and
+        # B200 (NEMOTRON_3_NANO_PRETRAIN_CONFIG_*_BF16_V1, of which the FP8_MX configs are aliases).
+        mbs = 4 if row["hardware"] in ("gb300", "b300") else 2
+        assert (row["gpus"], row["global_batch_size"], row["seq_len"], row["ep"], row["micro_batch_size"]) == (
+            8, 512, 8192, 8, mbs), rid
+        assert f"micro-batch {mbs}" in row["config"] or f"micro_batch_size {mbs}" in row["config"], rid
+        # HybridEP, overlapped gradient reduce and parameter gather, bf16 reduction; v0.6.0's function gives HybridEP
+        # 16 SMs where _set_common_perf_overrides gave 32 (the megatron runtime's default).
+        options = {"overlap_grad_reduce": True, "overlap_param_gather": True, "grad_reduce_in_fp32": False,
+                   "ep_all_to_all": "hybridep"}
+        if container == "26.08":
+            options["hybridep_num_sms"] = 16
+        assert row["runtime_options"] == options, rid
+        assert "recompute_modules" not in row and "no activation recompute" in row["recipe_settings"], rid
+        for setting in ("first_last_layers_bf16 false", "bf16_with_mxfp8_mixed", "moe_router_force_load_balancing true",
+                        "fp8_dot_product_attention not set"):
+            assert setting in row["recipe_settings"], (rid, setting)
+        assert "no MTP" in row["model_as_run"] and "131,072" in row["model_as_run"], rid
+        joined = " ".join(row["not_priced"])
+        for item in ("MXFP8 parameter all-gather", "CUDA graphs (transformer_engine, scope attn, mamba, moe_router and "
+                     "moe_preprocess", "FP8 grouped (expert) GEMMs", "the vocabulary"):
+            assert item in joined, (rid, item)
+
+
+def test_step_times_by_hand():
+    runs = _module()
+    rows = _rows()
+    # 512 x 8,192 = 4,194,304 tokens a step: / (37,664 x 8) = 13.920 s; / (32,768 x 8) = 16.000 s;
+    # / (39,936 x 8) = 13.128 s; / (35,282 x 8) = 14.860 s.
+    assert runs.measured_seconds(rows["mb26.02.01-gb300-nemotron-3-nano-mxfp8"]) == pytest.approx(13.920, abs=5e-4)
+    assert runs.measured_seconds(rows["mb26.04.01-b200-nemotron-3-nano-mxfp8"]) == pytest.approx(16.000, abs=5e-4)
+    assert runs.measured_seconds(rows["mb26.08-gb300-nemotron-3-nano-mxfp8"]) == pytest.approx(13.128, abs=5e-4)
+    assert runs.measured_seconds(rows["mb26.04-b300-nemotron-3-nano-mxfp8"]) == pytest.approx(14.860, abs=5e-4)
+    # 52 decoder layers (23 Mamba-2, 23 MoE, 6 attention) on one stage; data-parallel 8.
+    from hp_core import api
+
+    model = api.model_from_preset("nemotron-3-nano-30b-a3b", registry=api.build_registry())
+    assert runs._decoder_layers(model) == 52
+    spec = runs.layout(rows["mb26.06-gb300-nemotron-3-nano-mxfp8"], 52)
+    assert (spec.dp, spec.tp, spec.pp, spec.ep, spec.sp) == (8, 1, 1, 8, False)
+
+
+def test_the_h100_rows_are_left_out_for_the_moe_recompute_module():
+    data = _data()
+    skipped = data["nemotron_rows_skipped"]
+    assert len(skipped) == 1 and "DGX-H100" in skipped[0]["row"]
+    for figure in ("14890", "14507", "14336", "14719"):
+        assert figure in skipped[0]["row"], figure
+    assert "recomputes the modules moe, layernorm, core_attn and moe_act" in skipped[0]["why"]
+    # The module the reason names is refused by the recompute plan the rows are priced with.
+    runs = _module()
+    from hp_core import api
+
+    registry = api.build_registry()
+    model = api.model_from_preset("nemotron-3-nano-30b-a3b", registry=registry)
+    row = {"id": "h100", "recompute_modules": ["moe", "layernorm", "core_attn", "moe_act"]}
+    with pytest.raises(ValueError, match=r"\['moe'\]"):
+        runs.moe_recompute(row, model, registry, registry.runtime("megatron"))
+    # No other skip list names Nano's rows as unexamined any more; they point to nemotron_rows.
+    for key in ("rows_skipped_gb200", "rows_skipped_gb300", "moe_rows_skipped"):
+        for entry in data[key]:
+            assert "Nemotron_3_Nano" not in entry["row"], (key, entry["row"])
+    pointers = [e for key in ("rows_skipped_gb300", "moe_rows_skipped") for e in data[key] if "nemotron_rows" in e["why"]]
+    assert len(pointers) == 2
+
+
+def test_the_page_table_is_current_and_its_prose_states_its_figures():
+    runs = _module()
+    found = runs.nemotron_results()
+    assert len(found) == 16
+    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
+    assert runs.nemotron_section(found) in page, "regenerate with: python benchmarks/fp8_runs.py"
+    prose = _prose()
+    errors = [r["error"] for r in found]
+    assert all(e < 0 for e in errors)
+    assert f"hp is faster than measured on every row, {min(errors):+.1%} to {max(errors):+.1%}" in prose
+    mae = {}
+    for cls in runs.NEMOTRON_CLASSES:
+        ours = [abs(r["error"]) for r in found if r["class"] == cls]
+        mae[cls.rsplit(", ", 1)[1]] = f"{sum(ours) / len(ours):.1%}"
+    assert (f"a mean absolute error of {mae['GB300']} on GB300, {mae['GB200']} on GB200, {mae['B300']} on B300 and "
+            f"{mae['B200']} on B200's one row, none within 10%") in prose
+    assert not any(abs(e) <= 0.10 for e in errors)
+    from hp_core import api
+
+    registry = api.build_registry()
+    by_id = {r["id"]: r for r in found}
+    row = by_id["mb26.06-gb300-nemotron-3-nano-mxfp8"]
+    priced = runs.price_moe(row["layout"], registry)
+    assert (f"hp's compute alone is {priced.compute_seconds:.3f} s and its exposed communication" in prose
+            and f"overlapped) {priced.communication_seconds:.3f} s, against {row['measured_seconds']:.3f} s measured" in prose)
+    # The printed Model TFLOP / sec / GPU x GPUs x step time against hp's model FLOPs per step.
+    ratios = []
+    for r in found:
+        printed = int(_cells(r["layout"]["row"])[-1]) * 1e12 * r["layout"]["gpus"] * r["measured_seconds"]
+        ratios.append(printed / runs.price_moe(r["layout"], registry).model_flops)
+    assert (f"is {min(ratios):.1%} to {max(ratios):.1%} of hp's model FLOPs per step "
+            f"({priced.model_flops / 1e16:.3f}e16) on every row") in prose
+    # A 32,000-token vocabulary: the output layer's 6 h V FLOPs a token, 6 x 2,688 x 99,072 x 4,194,304 = 7.1%.
+    share = 6 * 2688 * (131072 - 32000) * 512 * 8192 / priced.model_flops
+    assert f"would take {share:.1%} off hp's count" in prose
+    import attrs
+
+    from hp_plugins.models.ssm import model_from_nemotron_h_config
+
+    small = model_from_nemotron_h_config({**registry.model("nemotron-3-nano-30b-a3b").hf_config, "vocab_size": 32000},
+                                         name="nemotron-3-nano-30b-a3b at 32,000 tokens")
+    runtime = api.apply_options(registry.runtime("megatron"), row["layout"]["runtime_options"])
+    at_32k = api.step_time(small, runs.layout(row["layout"], 52), registry=registry, runtime=runtime,
+                           precision=attrs.evolve(runtime.precision, recipe="mxfp8"),
+                           hardware=registry.hardware_preset("gb300").spec)
+    assert at_32k.model_flops == pytest.approx(priced.model_flops * (1 - share), rel=1e-9)
+    assert f"price that row at {at_32k.step_seconds:.3f} s against {priced.step_seconds:.3f} s" in prose
+    # Per-layer graphs move no row.
+    for r in found:
+        graphs = {**r["layout"], "runtime_options": {**r["layout"]["runtime_options"], "cuda_graphs": "layers"}}
+        assert runs.price_moe(graphs, registry).step_seconds == pytest.approx(r["estimated_seconds"], rel=1e-9), r["id"]
+    last, before = by_id["mb26.08-gb300-nemotron-3-nano-mxfp8"], by_id["mb26.06.01-gb300-nemotron-3-nano-mxfp8"]
+    assert (f"The 26.08 row's 16 HybridEP SMs price {last['estimated_seconds']:.3f} s against the "
+            f"{before['estimated_seconds']:.3f} s of the same layout at 32 (26.06.01)") in prose
