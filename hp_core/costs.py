@@ -338,8 +338,8 @@ class LayerWork:
         expert_rows: Tokens per local expert (the grouped GEMMs' rows).
         expert_gemms: The grouped GEMMs, ``(experts on the rank, rows per expert, fan_out, fan_in)``.
         attention_calls: Fused attention kernel calls (0: no attention core).
-        wide_qk_attention: The attention core's query/key head dim exceeds its
-            value head dim (MLA), priced with the device's figures for it.
+        wide_qk_attention: The attention core's query/key head dim exceeds its value head dim (MLA), priced with the device's figures for it.
+        ssd_scan: The attention FLOPs are a Mamba-2 SSD scan (mamba_ssm's Triton kernels), priced at the device's ``ssd_scan_*`` figures where stated, else as attention.
         attention_head_dims: ``(query/key, value)`` head dims of the attention core (cuDNN runs FP8 attention on
             Hopper at 128 and 128 only); ``None``: not stated, FP8 attention refused there rather than priced.
         fused_softmax_flops: Elementwise FLOPs a fused attention kernel runs on
@@ -396,6 +396,7 @@ class LayerWork:
     expert_gemms: tuple[tuple[int, float, int, int], ...] = attrs.field(default=(), converter=tuple)
     attention_calls: int = attrs.field(default=0, validator=_non_negative_int)
     wide_qk_attention: bool = False
+    ssd_scan: bool = False
     attention_head_dims: tuple[int, int] | None = attrs.field(default=None, converter=attrs.converters.optional(tuple),
                                                              validator=attrs.validators.optional(_head_dims))
     fused_softmax_flops: float = attrs.field(default=0.0, validator=_non_negative_number)

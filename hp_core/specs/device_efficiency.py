@@ -86,6 +86,12 @@ class DeviceEfficiency:
             expert top-k, capacity top-k, auxiliary loss) in one layer's forward, measured at
             :data:`ROUTER_REFERENCE_ELEMENTS` routed tokens times experts and scaled by the layer's; ``None``: not priced.
         moe_router_backward_seconds: Likewise in the backward.
+        ssd_scan_forward: Of the dense peak, the rate of a Mamba-2 layer's chunked SSD scan forward (mamba_ssm's
+            Triton kernels, :attr:`LayerWork.ssd_scan <hp_core.costs.LayerWork.ssd_scan>`) on the FLOPs the layer
+            counts for it (whole chunk tiles, no causal halving); ``None``: priced as fused attention (its rates, the
+            causal fraction and the FP8 attention speedup), as before these figures.
+        ssd_scan_backward: Likewise its backward, on the attention backward factor times those FLOPs; ``None``:
+            as fused attention, :attr:`ssd_scan_forward` stated or not.
         gemm_table: Measured GEMM efficiencies by shape (:class:`GemmTable`): a dense or grouped GEMM whose shape
             it holds takes its own efficiency per pass; any other takes :attr:`matmul`, respectively the grouped fit.
             ``None``: every GEMM takes the single figures.
@@ -151,6 +157,8 @@ class DeviceEfficiency:
     moe_permute_overhead_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     moe_router_forward_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
     moe_router_backward_seconds: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_sourced))
+    ssd_scan_forward: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_fraction))
+    ssd_scan_backward: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_fraction))
     gemm_table: GemmTable | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(GemmTable)))
     gemm_shape: GemmShapeScale | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(GemmShapeScale)))
     sustained_slowdown: Sourced | None = attrs.field(default=None, validator=attrs.validators.optional(_at_least_one))

@@ -89,6 +89,7 @@ class LayerBuilder:
         self.block_grads: list[int] = []
         self.matmul = 0
         self.attention = 0
+        self.ssd_scan = False  # the attention FLOPs are a Mamba-2 SSD scan (LayerWork.ssd_scan)
         self.elementwise = 0
         # Elementwise ops whose eager bytes are counted (hp_plugins.kit.eager), their bytes, and the attention softmax's.
         self.eager_ops, self.eager_bytes, self.softmax_ops = 0, 0.0, 0
@@ -303,6 +304,7 @@ class LayerBuilder:
             work=decoder_work(self.x, shapes, self.h, self.tp_blocks, self.attention_shape, self.expert_shape,
                               alternate_matmul_flops=self._alternate(), eager_accesses_per_flop=self._eager_accesses(),
                               reruns=tuple(self.reruns), rotary_flops=self.rotary_ops, rotary_eager_bytes=self.rotary_eager,
-                              copy_bytes=self.copies, original_input_shapes=tuple(dict.fromkeys(self.original_input_shapes))),
+                              copy_bytes=self.copies, original_input_shapes=tuple(dict.fromkeys(self.original_input_shapes)),
+                              ssd_scan=self.ssd_scan),
             weight_gradient_bytes=self.weight_gradient,
         )

@@ -87,6 +87,10 @@ with ``x`` (``2 L^2 P`` per head), the chunk state ``B^T x`` (``2 L N P`` per
 head), the output from the states ``C h`` (``2 L N P`` per head) and the
 inter-chunk recurrence (``2 N P`` per head). The projections are matmul FLOPs;
 the depthwise conv, SiLU, dt softplus, D skip and gated norm are elementwise.
+The scan's FLOPs are the layer's attention FLOPs; on the ``flash`` path the
+layer marks them as an SSD scan (``LayerWork.ssd_scan``), which a device that
+states measured SSD rates prices at those (``DeviceEfficiency.ssd_scan_forward``,
+docs/time.md) and any other as fused attention.
 
 **Backward working set** (``flash``): the gradient of ``zxbcdt``, the
 recomputed convolution output, the fp32 chunk states and their gradients and
@@ -234,6 +238,7 @@ def mamba2_mixer(b: LayerBuilder, c: Mamba2Fields, norm: str = "rmsnorm") -> Non
         states = chunks * heads * c.mamba_head_dim * c.ssm_state_size * _FP32
         tiles = chunks * groups * c.chunk_size * c.chunk_size * _FP32
         b.block_grads.append(T * proj * act // t + T * conv * act + 2 * states + tiles)
+        b.ssd_scan = True  # mamba_ssm's Triton scan kernels, priced at the device's SSD figures where stated
     b.linear(T, h, proj // t)
     b.linear(T, inner, h)
     b.tp_blocks += 1

@@ -192,7 +192,7 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
                  alternate_matmul_flops: float | None = None, eager_accesses_per_flop: float | None = None,
                  reruns: tuple[tuple[str, Rerun], ...] = (), rotary_flops: float = 0.0,
                  rotary_eager_bytes: tuple[float, float] = (0.0, 0.0), copy_bytes: float = 0.0,
-                 original_input_shapes: tuple[tuple[int, int], ...] = ()) -> LayerWork:
+                 original_input_shapes: tuple[tuple[int, int], ...] = (), ssd_scan: bool = False) -> LayerWork:
     """The work of a layer made of the kit's blocks (module docstring), per micro-batch on one rank.
 
     Args:
@@ -215,6 +215,8 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         copy_bytes: Bytes the blocks copy each way besides MLA's (a partially rotated head's other channels).
         original_input_shapes: The ``(fan_out, fan_in)`` of the linears whose trainer keeps their compute-dtype
             input (:attr:`LayerWork.original_input_gemms <hp_core.costs.LayerWork.original_input_gemms>`).
+        ssd_scan: The layer's attention FLOPs are a Mamba-2 SSD scan
+            (:attr:`LayerWork.ssd_scan <hp_core.costs.LayerWork.ssd_scan>`).
     """
     act = x.precision.activation_bytes
     T, tp, h = x.tokens, x.tp, hidden_size
@@ -296,7 +298,7 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
     gemms += [(T, fan_out, fan_in) for fan_out, fan_in in weight_shapes if (fan_out, fan_in) not in routed_shapes]
     return LayerWork(
         collectives=tuple(collectives), gemms=tuple(gemms), grouped_flops=grouped, expert_rows=rows,
-        expert_gemms=expert_gemms, attention_calls=1 if attention is not None else 0, wide_qk_attention=wide,
+        expert_gemms=expert_gemms, attention_calls=1 if attention is not None else 0, wide_qk_attention=wide, ssd_scan=ssd_scan,
         attention_head_dims=head_dims,
         fused_softmax_flops=scores, copy_bytes=copy,
         backward_copy_bytes=copy_backward if copy_backward != copy else None, permute_bytes=permute, permute_input_bytes=permute_input,

@@ -133,15 +133,17 @@ def test_the_page_table_is_current_and_its_prose_states_its_figures():
     assert runs.nemotron_section(found) in page, "regenerate with: python benchmarks/fp8_runs.py"
     prose = _prose()
     errors = [r["error"] for r in found]
-    assert all(e < 0 for e in errors)
-    assert f"hp is faster than measured on every row, {min(errors):+.1%} to {max(errors):+.1%}" in prose
+    over = [r["id"] for r in found if r["error"] > 0]
+    assert over == ["mb26.06-b300-nemotron-3-nano-mxfp8"]
+    assert (f"hp is faster than measured on {len(found) - len(over)} of the 16 rows, {min(errors):+.1%} to "
+            f"{max(errors):+.1%} (the 26.06 B300 row over)") in prose
     mae = {}
     for cls in runs.NEMOTRON_CLASSES:
         ours = [abs(r["error"]) for r in found if r["class"] == cls]
         mae[cls.rsplit(", ", 1)[1]] = f"{sum(ours) / len(ours):.1%}"
+    within = sum(abs(e) <= 0.10 for e in errors)
     assert (f"a mean absolute error of {mae['GB300']} on GB300, {mae['GB200']} on GB200, {mae['B300']} on B300 and "
-            f"{mae['B200']} on B200's one row, none within 10%") in prose
-    assert not any(abs(e) <= 0.10 for e in errors)
+            f"{mae['B200']} on B200's one row, {within} of the 16 within 10%") in prose
     from hp_core import api
 
     registry = api.build_registry()
@@ -185,7 +187,7 @@ def test_the_page_table_is_current_and_its_prose_states_its_figures():
             del options["hybridep_num_sms"]
         first.append((runs.price_moe({**r["layout"], "runtime_options": options}, registry).step_seconds
                       - r["measured_seconds"]) / r["measured_seconds"])
-    assert f"and priced so, {min(first):+.1%} to {max(first):+.1%}; re-reading" in prose
+    assert f"at today's figures they would read {min(first):+.1%} to {max(first):+.1%}); re-reading" in prose
     at_32 = runs.price_moe({**row["layout"], "runtime_options": {**row["layout"]["runtime_options"], "hybridep_num_sms": 32}},
                            registry).step_seconds
     assert at_32 < priced.step_seconds

@@ -153,7 +153,13 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         frozen_kernels = len(work.frozen_gemms) + (1 if grouped and frozen_grouped >= grouped * (1 - 1e-9) else 0)
     wgrad = (mm_bwd - frozen_bwd) / 2
     mm_bwd -= frozen_wgrad
-    if f.attention_flops and r.flash:
+    if f.attention_flops and r.flash and work.ssd_scan and r.ssd_fwd is not None and r.ssd_bwd is not None:
+        # A Mamba-2 SSD scan at the device's measured scan rates (DeviceEfficiency.ssd_scan_forward): its FLOPs as the
+        # layer counts them (whole chunk tiles, no causal halving), no attention call's fixed time, no FP8 speedup
+        # (mamba_ssm's Triton kernels run in the compute dtype); the backward on the attention backward factor.
+        att_fwd = f.attention_flops / (r.peak * r.ssd_fwd)
+        att_bwd = r.attn_backward * f.attention_flops / (r.peak * r.ssd_bwd)
+    elif f.attention_flops and r.flash:
         calls = work.attention_calls * (r.cp if r.cp_algorithm == "p2p" else 1)
         executed = f.attention_flops * r.causal * block_factor(work.local_mask, r.block_tokens)  # hp_core.score_masks
         if work.wide_qk_attention:  # q/k head dim wider than v's: measured apart (MLA)

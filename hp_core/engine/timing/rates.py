@@ -207,6 +207,8 @@ class _Rates:
     eager_elementwise: bool = False  # TimingProfile.eager_elementwise
     eager_rotary: bool = False  # TimingProfile.eager_rotary
     block_tokens: int | None = None  # TimingProfile.attention_block_tokens: a block-sparse attention kernel's block
+    ssd_fwd: float | None = None  # DeviceEfficiency.ssd_scan_forward: a Mamba-2 SSD scan's rate (LayerWork.ssd_scan)
+    ssd_bwd: float | None = None  # its ssd_scan_backward; None (either): the scan is priced as fused attention
     # TimingProfile.moe_permutation: (forward per row, forward per token, backward per row, backward per token)
     # accesses per element of the dispatched width, in place of permute_passes; None: the passes.
     permute_counted: tuple[float, float, float, float] | None = None
@@ -489,7 +491,7 @@ def _rates(
         tp_overlap_bwd_rs=timing.schedule.tp_overlap_input_grad_reduce_scatter, ep_comm_overlap=timing.schedule.ep_comm_overlap,
         delay_wgrad=_delay_wgrad(timing), host=timing.host, alternate_mm_switches=timing.alternate_matmul_recompute,
         alternate_also=timing.alternate_policy_recomputes, eager_elementwise=timing.eager_elementwise,
-        eager_rotary=timing.eager_rotary,
+        eager_rotary=timing.eager_rotary, ssd_fwd=_or(dev.ssd_scan_forward, None), ssd_bwd=_or(dev.ssd_scan_backward, None),
         block_tokens=None if timing.attention_block_tokens is None else int(timing.attention_block_tokens.value),
         **_permute_counted(timing),
         **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes, parallel.tp > 1 and parallel.sp),
