@@ -49,6 +49,7 @@ import attrs
 
 from hp_core.errors import ConfigError
 from hp_core.specs.model import LayerGroup, ModelSpec
+from hp_plugins.importers.megatron_options import first_last_totals
 from hp_plugins.kinds.embedding import EmbeddingConfig
 from hp_plugins.kinds.hybrid import AttentionLayerConfig, MLPLayerConfig, MoELayerConfig
 from hp_plugins.kinds.mamba import Mamba2LayerConfig
@@ -181,12 +182,10 @@ def _attention(a: Any, h: int) -> AttentionLayerConfig:
     if heads is None:
         raise ConfigError("--num-attention-heads", "the pattern's attention layers '*' need it; state it")
     groups = a.value("num-query-groups", int, heads) if a.flag("group-query-attention") else heads
-    # attention.py SelfAttention: linear_qkv carries a bias with add_bias_linear or add_qkv_bias, linear_proj with
-    # add_bias_linear (the GPT path's rule, which megatron_model applies again).
-    bias = not a.flag("disable-bias-linear")
+    # Its biases (attention.py SelfAttention: linear_qkv with add_bias_linear or add_qkv_bias, linear_proj with
+    # add_bias_linear) and q/k norms are set by megatron_options.megatron_model, as on every GQA layer.
     return AttentionLayerConfig(hidden_size=h, num_attention_heads=heads, num_key_value_heads=groups,
                                 head_dim=a.value("kv-channels", int, h // heads),
-                                attention_bias=bias or a.flag("add-qkv-bias"), attention_out_bias=bias,
                                 attention_dropout=a.value("attention-dropout", float, 0.1))
 
 
@@ -301,15 +300,4 @@ def hybrid_split(a: Any, pattern: HybridPattern, pp: int) -> tuple[int, list[int
             raise ConfigError("--pipeline-model-parallel-size", f"{layers} layers do not split evenly over {pp} ranks; "
                                                                 "add '|' segments to --hybrid-layer-pattern")
         return 1, [layers // pp] * pp
-    ranks_left = pp - (first is not None) - (last is not None)
-    rest = layers - (first or 0) - (last or 0)
-    if ranks_left < 0 or rest < 0 or (ranks_left and rest % ranks_left) or (not ranks_left and rest):
-        raise ConfigError("--decoder-first-pipeline-num-layers" if first is not None else
-                          "--decoder-last-pipeline-num-layers",
-                          f"the {max(rest, 0)} layers left do not split evenly over the {max(ranks_left, 0)} middle ranks")
-    counts = [rest // ranks_left if ranks_left else 0] * pp
-    if first is not None:
-        counts[0] = first
-    if last is not None:
-        counts[-1] = last
-    return 1, counts
+    return 1, first_last_totals(layers, pp, first, last)

@@ -38,7 +38,7 @@ import attrs
 from hp_core.errors import ConfigError
 from hp_plugins.importers.shell import parse_megatron_args
 
-__all__ = ["cuda_graphs", "megatron_model", "parse_layout", "pipeline_split", "precision_recipe", "trainer_options"]
+__all__ = ["cuda_graphs", "first_last_totals", "megatron_model", "parse_layout", "pipeline_split", "precision_recipe", "trainer_options"]
 
 # Megatron-LM's layout characters (megatron/core/transformer/pipeline_parallel_layer_layout.py,
 # parse_str_to_list): embedding, decoder layer, MTP layer, loss; '|' ends a chunk; ',' is cosmetic.
@@ -83,6 +83,33 @@ def _layout_counts(text: str, pp: int, layers: int, mtp_layers: int, unmapped: l
     return len(chunks) // pp, [chunk.count("t") for chunk in chunks]
 
 
+def first_last_totals(layers: int, pp: int, first: int | None, last: int | None) -> list[int]:
+    """Each rank's decoder layers under ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``
+    (one of them at least): the stated first and last ranks', the rest split evenly over the middle ranks
+    (``transformer_block.py`` ``get_num_layers_to_build``).
+
+    Raises:
+        ConfigError: a count below 1 (``transformer_config.py``: "must be larger than 0"), both counts on one rank,
+            or layers left that do not split evenly over the middle ranks.
+    """
+    named = "--decoder-first-pipeline-num-layers" if first is not None else "--decoder-last-pipeline-num-layers"
+    for flag, value in (("--decoder-first-pipeline-num-layers", first), ("--decoder-last-pipeline-num-layers", last)):
+        if value is not None and value <= 0:
+            raise ConfigError(flag, f"must be larger than 0, got {value}")
+    rest, ranks_left = layers - (first or 0) - (last or 0), pp - (first is not None) - (last is not None)
+    if ranks_left < 0:
+        raise ConfigError(named, f"--pipeline-model-parallel-size {pp} has no rank for both the first and the last "
+                                 "stage's counts; state one")
+    if rest < 0 or (ranks_left > 0 and rest % ranks_left) or (ranks_left == 0 and rest):
+        raise ConfigError(named, f"the {max(rest, 0)} layers left do not split evenly over the {ranks_left} middle ranks")
+    totals = [rest // ranks_left if ranks_left else 0] * pp
+    if first is not None:
+        totals[0] = first
+    if last is not None:
+        totals[-1] = last
+    return totals
+
+
 def pipeline_split(a: Any, layers: int, mtp_layers: int, pp: int, unmapped: list[str]) -> tuple[int, list[int]]:
     """``(vpp, body layers per chunk)`` as Megatron-LM builds them (module docstring)."""
     layout = a.value("pipeline-model-parallel-layout")
@@ -107,9 +134,6 @@ def pipeline_split(a: Any, layers: int, mtp_layers: int, pp: int, unmapped: list
         return _layout_counts(layout, pp, layers, mtp_layers, unmapped)
     if first is not None or last is not None:
         named = "--decoder-first-pipeline-num-layers" if first is not None else "--decoder-last-pipeline-num-layers"
-        for flag, value in (("--decoder-first-pipeline-num-layers", first), ("--decoder-last-pipeline-num-layers", last)):
-            if value is not None and value <= 0:  # transformer_config.py: "must be larger than 0"
-                raise ConfigError(flag, f"must be larger than 0, got {value}")
         if embedding or loss:  # transformer_block.py get_num_layers_to_build asserts it
             raise ConfigError(named, "Megatron-LM does not take it with --account-for-embedding/loss-in-pipeline-split; "
                                      "drop one")
@@ -117,17 +141,7 @@ def pipeline_split(a: Any, layers: int, mtp_layers: int, pp: int, unmapped: list
             raise ConfigError("--num-layers-per-virtual-pipeline-stage", "uneven stages need "
                               "--num-virtual-stages-per-pipeline-rank instead; state that")
         vpp = stages or 1
-        rest, ranks_left = layers - (first or 0) - (last or 0), pp - (first is not None) - (last is not None)
-        if ranks_left < 0:
-            raise ConfigError(named, f"--pipeline-model-parallel-size {pp} has no rank for both the first and the last "
-                                     "stage's counts; state one")
-        if rest < 0 or (ranks_left > 0 and rest % ranks_left) or (ranks_left == 0 and rest):
-            raise ConfigError(named, f"the {max(rest, 0)} layers left do not split evenly over the {ranks_left} middle ranks")
-        totals = [rest // ranks_left if ranks_left else 0] * pp
-        if first is not None:
-            totals[0] = first
-        if last is not None:
-            totals[-1] = last
+        totals = first_last_totals(layers, pp, first, last)
         if any(total % vpp for total in totals):
             raise ConfigError("--num-virtual-stages-per-pipeline-rank",
                               f"ranks hold {totals} layers, not divisible by {vpp} virtual stages each")
