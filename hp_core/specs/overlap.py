@@ -9,7 +9,7 @@ import attrs
 
 from hp_core.errors import ConfigError
 
-__all__ = ["CUDA_GRAPH_SCOPES", "FSDP_MULTI_STAGE_SCHEDULES", "FSDP_PIPELINE_SCHEDULES", "FsdpPipelineError", "HostOverhead", "OverlapSchedule", "check_fsdp_pipeline", "check_fsdp_replicate",
+__all__ = ["CUDA_GRAPH_SCOPES", "FSDP_MULTI_STAGE_SCHEDULES", "FSDP_PIPELINE_SCHEDULES", "FsdpPipelineError", "HostOverhead", "OverlapSchedule", "SetSchedule", "check_fsdp_pipeline", "check_fsdp_replicate",
            "replicate_split_error"]
 
 
@@ -261,8 +261,10 @@ class HostOverhead:
 
 
 @attrs.frozen
-class _SetSchedule:
-    """``apply`` of :func:`schedule_option`: sets one field of the runtime's timing profile's schedule (picklable)."""
+class SetSchedule:
+    """``apply`` of :func:`schedule_option`: sets one field of the runtime's timing profile's schedule (picklable);
+    also what an option that sets a schedule field beside other changes calls (the megatron runtime's
+    ``tp_comm_overlap``)."""
 
     field: str | tuple[str, ...]
 
@@ -280,5 +282,5 @@ def schedule_option(name: str, field: str | tuple[str, ...], *, default: bool, d
     runtime's timing profile."""
     from hp_core.runtime_options import RuntimeOption
 
-    return RuntimeOption(name, "bool", default, description, source, _SetSchedule(field))
+    return RuntimeOption(name, "bool", default, description, source, SetSchedule(field))
 

@@ -57,7 +57,7 @@ from hp_core.markers import hookimpl
 from hp_core.peak_points import StageView
 from hp_core.results import MemoryBreakdown
 from hp_core.runtime_options import RuntimeOption, field_option, trait_option
-from hp_core.specs.overlap import schedule_option
+from hp_core.specs.overlap import SetSchedule, schedule_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.specs.timing import Sourced
 from hp_core.types import Runtime
@@ -145,7 +145,6 @@ class _GradReduceDtype:
 # by the tripled one (module/base.py: _cublas_workspace = get_workspace().repeat(_NUM_MAX_UB_STREAMS)): two more, not
 # three; hp prices the current form (docs/runtimes.md).
 _UB_STREAMS = 3
-_TP_OVERLAP = schedule_option("tp_comm_overlap", "tp_comm_overlap", default=False, description="", source="")
 
 
 @attrs.frozen
@@ -155,7 +154,7 @@ class _TpCommOverlap:
     stated) on every rank."""
 
     def __call__(self, runtime: Runtime, value: bool) -> Runtime:
-        runtime = _TP_OVERLAP.apply(runtime, value)
+        runtime = SetSchedule("tp_comm_overlap")(runtime, value)
         if not value:
             return runtime
         by_architecture = {name: (every + _UB_STREAMS * _TE_WORKSPACES[name][0], expert)
