@@ -1,0 +1,146 @@
+"""The Nemotron 3 Super rows of tests/plugins/data/fp8_measured_runs.json (``nemotron_super_rows``): Megatron-Bridge's
+MXFP8 rows of the hybrid Mamba / latent-MoE model with its two-depth MTP block on 64 DGX-GB300, GB200, B300 and B200
+GPUs, 26.04 to 26.08. Each states its summary row, its release's config and layout, the runtime options as run and
+what hp does not price; held out; the NVFP4 rows left out with their reason (``nemotron_super_rows_skipped``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mbridge_rows import ARCHIVE
+from mbridge_rows import cells as _cells
+from mbridge_rows import fp8_data as _data
+from mbridge_rows import fp8_runs as _module
+
+# The container and the Megatron-Bridge release it ships (docs/versions1.json at the archive's commit).
+CONTAINERS = {"26.04": "v0.4.0", "26.04.01": "v0.4.2", "26.06": "v0.5.0", "26.06.01": "v0.5.1", "26.08": "v0.6.0"}
+# The systems each container's Nemotron_3_Super section prints an MXFP8 row for (26.02.01 and earlier print none).
+SYSTEMS = {"26.04": ("gb300", "gb200", "b300", "b200"), "26.04.01": ("gb300", "gb200", "b300", "b200"),
+           "26.06": ("gb300", "gb200", "b300"), "26.06.01": ("gb300", "gb200"), "26.08": ("gb300", "gb200")}
+SYSTEM = {"gb300": "DGX-GB300", "gb200": "DGX-GB200", "b300": "DGX-B300", "b200": "DGX-B200"}
+# The configs' layout per system: (TP, EP); every one 64 GPUs, GBS 512, micro-batch 1, sequence 8,192, PP 1, CP 1.
+LAYOUT = {"gb300": (1, 64), "gb200": (2, 64), "b300": (1, 8), "b200": (1, 64)}
+# Every printed figure (tokens / sec / GPU) with its line: the archive's, 26.08's in docs/performance-summary.md.
+FIGURES = {
+    "mb26.04-gb300": (376, 9243), "mb26.04-gb200": (377, 6674), "mb26.04-b300": (378, 7009), "mb26.04-b200": (379, 6302),
+    "mb26.04.01-gb300": (282, 9344), "mb26.04.01-gb200": (284, 6656), "mb26.04.01-b300": (286, 7296),
+    "mb26.04.01-b200": (288, 6400), "mb26.06-gb300": (162, 9652), "mb26.06-gb200": (164, 6742),
+    "mb26.06-b300": (166, 7867), "mb26.06.01-gb300": (85, 9728), "mb26.06.01-gb200": (87, 7040),
+    "mb26.08-gb300": (92, 9856), "mb26.08-gb200": (94, 7040),
+}
+
+
+def _rows() -> dict:
+    return {r["id"]: r for r in _data()["nemotron_super_rows"]}
+
+
+def test_the_rows_state_their_summary_row_release_and_options():
+    rows = _rows()
+    assert sorted(rows) == sorted(f"mb{c}-{hw}-nemotron-3-super-mxfp8" for c, systems in SYSTEMS.items() for hw in systems)
+    assert len(rows) == 15
+    data = _data()
+    for rid, row in rows.items():
+        container = rid[2:].split("-")[0]
+        tag = CONTAINERS[container]
+        source = data["sources"][row["source"]]
+        assert row["source"] == row["runtime_options_source"] == f"megatron-bridge-nemotron3-super-{container}", rid
+        assert ARCHIVE in source and tag in source and "multi_token_prediction.py" in source, rid
+        line_key = "summary_line" if container == "26.08" else "archive_line"
+        assert row[line_key] == FIGURES[rid.rsplit("-nemotron", 1)[0]][0], rid
+        assert ("docs/performance-summary.md" in source) == (container == "26.08"), rid
+        assert row["split"] == "held_out", rid
+        assert row["class"] == f"Megatron-Core hybrid Mamba-MoE with MTP, {row['hardware'].upper()}", rid
+        assert row["model"] == "nemotron-3-super-120b-a12b" and row["recipe"] == "mxfp8", rid
+        assert f"at {tag}" in row["config"], rid
+        assert ("fp8mx_config" if container == "26.08" else f"_{row['hardware'].upper()}_FP8_MX_V1") in row["config"], rid
+        # System, #-GPUs, precision, GBS, MBS, sequence length, [FSDP,] TP, PP, CP, VP, EP, tokens/s/GPU, TFLOP/s/GPU:
+        # 26.04 and 26.04.01 print an FSDP column (0) after the sequence length.
+        cells = _cells(row["row"])
+        if container in ("26.04", "26.04.01"):
+            assert cells.pop(6) == "0", rid
+        assert cells[0] == SYSTEM[row["hardware"]] and cells[2] == "MXFP8" and len(cells) == 13, rid
+        assert [int(c) for c in cells[1:2] + cells[3:6]] == [row["gpus"], row["global_batch_size"],
+                                                              row["micro_batch_size"], row["seq_len"]], rid
+        assert [1 if c == "n/a" else int(c) for c in cells[6:11]] == [row["tp"], row["pp"], row["cp"], row["vpp"],
+                                                                      row["ep"]], rid
+        assert int(cells[11]) == row["tokens_per_second_per_gpu"] == FIGURES[rid.rsplit("-nemotron", 1)[0]][1], rid
+        # The configs' layout: 64 GPUs, GBS 512, micro-batch 1, sequence 8,192, ETP 1; TP and EP per system.
+        assert (row["gpus"], row["global_batch_size"], row["micro_batch_size"], row["seq_len"], row["etp"]) == (
+            64, 512, 1, 8192, 1), rid
+        assert (row["tp"], row["ep"]) == LAYOUT[row["hardware"]], rid
+        assert f"TP {row['tp']}" in row["config"] and f"EP {row['ep']}" in row["config"], rid
+        # HybridEP on 32 SMs (the recipe's backend is hybridep when the scripts' / _benchmark_common's 32 is set),
+        # overlapped gradient reduce and parameter gather, bf16 reduction.
+        options = {"overlap_grad_reduce": True, "overlap_param_gather": True, "grad_reduce_in_fp32": False,
+                   "ep_all_to_all": "hybridep", "hybridep_num_sms": 32}
+        assert row["runtime_options"] == options, rid
+        assert "so HybridEP ran 32 SMs" in row["recipe_settings"], rid
+        # B200 recomputes moe_act and layernorm and runs no graphs; the others recompute nothing and capture TE graphs.
+        if row["hardware"] == "b200":
+            assert row["recompute_modules"] == ["moe_act", "layernorm"], rid
+            assert "no CUDA graphs (cuda_graph_impl none" in row["recipe_settings"], rid
+            assert not any(item.startswith("CUDA graphs") for item in row["not_priced"]), rid
+        else:
+            assert "recompute_modules" not in row and "no activation recompute" in row["recipe_settings"], rid
+            assert any(item.startswith("CUDA graphs (transformer_engine, scope attn, mamba, moe_router and moe_preprocess")
+                       for item in row["not_priced"]), rid
+        for setting in ("first_last_layers_bf16 false", "bf16_with_mxfp8_mixed", "no quant_recipe",
+                        "keep_mtp_spec_in_bf16 true is a provider field that nothing reads",
+                        "fp8_dot_product_attention not set", "moe_router_padding_for_quantization true",
+                        "mtp_num_layers 2 with mtp_use_repeated_layer true"):
+            assert setting in row["recipe_settings"], (rid, setting)
+        assert ("TP 2 with sequence parallelism and no TP communication overlap" in row["recipe_settings"]) == (
+            row["hardware"] == "gb200"), rid
+        assert "one MTP block" in row["model_as_run"] and "vocab_size" in row["model_as_run"], rid
+        joined = " ".join(row["not_priced"])
+        for item in ("MXFP8 parameter all-gather", "FP8 grouped (expert) GEMMs", "moe_router_padding_for_quantization",
+                     "mtp_use_repeated_layer"):
+            assert item in joined, (rid, item)
+
+
+def test_step_times_by_hand():
+    runs = _module()
+    rows = _rows()
+    # 512 x 8,192 = 4,194,304 tokens a step over 64 GPUs: / (9,243 x 64) = 7.090 s; / (6,302 x 64) = 10.399 s;
+    # / (7,040 x 64) = 9.309 s; / (7,867 x 64) = 8.330 s.
+    assert runs.measured_seconds(rows["mb26.04-gb300-nemotron-3-super-mxfp8"]) == pytest.approx(7.090, abs=5e-4)
+    assert runs.measured_seconds(rows["mb26.04-b200-nemotron-3-super-mxfp8"]) == pytest.approx(10.399, abs=5e-4)
+    assert runs.measured_seconds(rows["mb26.08-gb200-nemotron-3-super-mxfp8"]) == pytest.approx(9.309, abs=5e-4)
+    assert runs.measured_seconds(rows["mb26.06-b300-nemotron-3-super-mxfp8"]) == pytest.approx(8.330, abs=5e-4)
+
+
+def test_the_nvfp4_rows_are_left_out_for_their_per_module_precision():
+    data = _data()
+    skipped = data["nemotron_super_rows_skipped"]
+    assert len(skipped) == 4
+    by_system = {s["row"].split()[1]: s for s in skipped}
+    assert sorted(by_system) == ["DGX-B200", "DGX-B300", "DGX-GB200", "DGX-GB300"]
+    # Every NVFP4 figure of the Nemotron_3_Super sections, 15 in all.
+    figures = {"DGX-GB300": ("9623", "9600", "9900", "9984", "10240"), "DGX-GB200": ("6777", "6784", "6928", "7040", "7168"),
+               "DGX-B300": ("7047", "7424", "8131"), "DGX-B200": ("5606", "5632")}
+    assert sum(map(len, figures.values())) == 15
+    for system, entry in by_system.items():
+        assert "NVFP4" in entry["row"], system
+        for figure in figures[system]:
+            assert figure in entry["row"], (system, figure)
+        for reason in ("num_layers_at_end_in_bf16 14", "te_quant.cfg", "linear_qkv and linear_proj",
+                       "fc1_latent_proj / fc2_latent_proj", "out_proj in MXFP8", "no figure was priced"):
+            assert reason in entry["why"], (system, reason)
+    # hp's nvfp4 quantizes every GEMM to NVFP4: no recipe keeps some in MXFP8 and others in bf16.
+    from hp_plugins.precision.recipes import RECIPES
+
+    nvfp4 = next(r for r in RECIPES if r.name == "nvfp4")
+    assert nvfp4.gemms == "all" and {op.format for op in (nvfp4.weights, nvfp4.activations, nvfp4.gradients)} == {"nvfp4"}
+    # The other lists point here rather than call the rows unexamined.
+    for key in ("rows_skipped_gb200", "rows_skipped_gb300", "moe_rows_skipped"):
+        entries = [s for s in data[key] if "Nemotron_3_Super" in s["row"] or "Nemotron_3_Super" in s["why"]]
+        assert len(entries) == 1 and "nemotron_super_rows" in entries[0]["why"], key
+    assert "no Nemotron 3 Super" not in " ".join(s["why"] for key in ("rows_skipped_gb200", "rows_skipped_gb300",
+                                                                         "moe_rows_skipped") for s in data[key])
+
+
+def test_the_note_states_the_split_and_counts():
+    note = _data()["nemotron_super_rows_note"]
+    for fact in ("Every row is held out", "written before any row was priced", "nothing is fitted to them",
+                 "no section prints a DGX-H100 Super row", "15 NVFP4 rows", "HybridEP on 32 SMs"):
+        assert fact in note, fact
