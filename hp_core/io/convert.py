@@ -192,9 +192,10 @@ def make_converter(registry: Registry, *, forbid_extra_keys: bool = True) -> cat
     )
 
     def group_list(value: Any, _: type) -> tuple[LayerGroup, ...]:
-        if not isinstance(value, list):
+        # A tuple: a document built in Python (an importer's attrs.asdict of a config keeps its tuples).
+        if not isinstance(value, (list, tuple)):
             raise ValueError(f"expected a list of layer groups, got {type(value).__name__} {short_repr(value)}")
-        return converter.structure(value, list[LayerGroup])
+        return converter.structure(list(value), list[LayerGroup])
 
     converter.register_structure_hook_func(lambda t: t == tuple[LayerGroup, ...], group_list)
 

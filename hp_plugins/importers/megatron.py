@@ -293,7 +293,7 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
     unmapped: list[str] = []
     source = f"Megatron-LM arguments ({name})"
     hybrid = hybrid_pattern(a, unmapped)
-    mtp_layer = None
+    mtp_layers = None
     if hybrid is None:
         hf = hf_config(a, unmapped)
         model = model_from_config(hf, registry, name=name, source=source, where="--from megatron")
@@ -301,7 +301,7 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
         hidden = a.value("hidden-size", int)
         if hidden is None:
             raise ConfigError("--hidden-size", "required to build the model; state it")
-        model, mtp_layer = hybrid_model(a, hybrid, vocab_size(a, unmapped), ffn_size(a, hidden), name, source, unmapped)
+        model, mtp_layers = hybrid_model(a, hybrid, vocab_size(a, unmapped), ffn_size(a, hidden), name, source, unmapped)
     # What the HF format has no key for: hidden dropout (Megatron's default 0.1), the experts' capacity.
     capacity = a.value("moe-expert-capacity-factor", float)
     changes = {"hidden_dropout": a.value("hidden-dropout", float, 0.1)}
@@ -319,9 +319,9 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
     tp = a.value("tensor-model-parallel-size", int, 1)
     pp = a.value("pipeline-model-parallel-size", int, 1)
     if hybrid is not None:
-        if mtp_layer is not None:  # the depth's layer as the main pattern's (warnings said once, there)
-            inner = finish(attrs.evolve(model, layers=(mtp_layer,)), []).layers[0]
-            model = with_mtp(model, hybrid.depths, inner)
+        if mtp_layers is not None:  # the depth's layers as the main pattern's (warnings said once, there)
+            inner = finish(attrs.evolve(model, layers=mtp_layers), []).layers
+            model = with_mtp(model, hybrid.depths, tuple(attrs.evolve(g, count=1) for g in inner for _ in range(g.count)))
         vpp, counts = hybrid_split(a, hybrid, pp)
     else:
         mtp = hf.get("num_nextn_predict_layers", 0)

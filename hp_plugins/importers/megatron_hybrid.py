@@ -35,10 +35,10 @@ The pattern (``megatron/core/models/hybrid/hybrid_layer_allocation.py``): ``|`` 
 order (``layers_per_stage``); without ``|`` an even split over ``--pipeline-model-parallel-size`` or
 ``--decoder-first/last-pipeline-num-layers``; ``/`` starts the multi-token-prediction part, one identical pattern a
 depth (``parse_hybrid_pattern``), each depth ``enorm``, ``hnorm``, ``eh_proj`` (``2h -> h``), that pattern's layers
-and a final norm (``multi_token_prediction.py`` ``MultiTokenPredictionLayer``), on the last pipeline stage. A depth
-of one layer is hp's ``mtp`` kind with that layer; hp's ``mtp`` kind runs one layer a depth
-(:mod:`hp_plugins.kinds.mtp`), so depths of more layers are priced without MTP, in a warning line. ``G`` (gated
-delta net), ``D`` (DeepSeek sparse attention) and ``+`` (MLA) layers are refused.
+and a final norm (``multi_token_prediction.py`` ``MultiTokenPredictionLayer``, its layers a ``HybridStack``), on the
+last pipeline stage: hp's ``mtp`` kind with that layer, or with that pattern's layers in order where it has several
+(``*E``: an attention and an MoE layer; :mod:`hp_plugins.kinds.mtp`). ``G`` (gated delta net), ``D`` (DeepSeek sparse
+attention) and ``+`` (MLA) layers are refused.
 """
 
 from __future__ import annotations
@@ -205,10 +205,10 @@ def _moe(a: Any, h: int, ffn: int) -> MoELayerConfig:
 
 
 def hybrid_model(a: Any, pattern: HybridPattern, vocab: int, ffn: int, name: str, source: str,
-                 unmapped: list[str]) -> tuple[ModelSpec, LayerGroup | None]:
-    """The embedding, the main pattern's layers and the output head (module docstring), and the one layer of an
-    MTP depth (``None``: no MTP, or depths of more layers than hp's ``mtp`` kind runs, in a warning line), which
-    :func:`with_mtp` adds once Megatron's norms, activations and biases are set on it (``megatron_model``).
+                 unmapped: list[str]) -> tuple[ModelSpec, tuple[LayerGroup, ...] | None]:
+    """The embedding, the main pattern's layers and the output head (module docstring), and the layers of one MTP
+    depth in order (``None``: no MTP), which :func:`with_mtp` adds once Megatron's norms, activations and biases are
+    set on them (``megatron_model``).
 
     *ffn* is ``--ffn-hidden-size`` with Megatron-LM's default applied.
     """
@@ -248,20 +248,19 @@ def hybrid_model(a: Any, pattern: HybridPattern, vocab: int, ffn: int, name: str
     if position not in ("rope", "none"):  # arguments.py validate_args asserts it for MTP
         raise ConfigError("--position-embedding-type", f"Megatron-LM runs MTP with rope or none positions, not "
                                                        f"{position}; state one")
-    if len(pattern.mtp) != 1:
-        unmapped.append(f"--hybrid-layer-pattern {pattern.text}: each of its {pattern.depths} MTP depths is "
-                        f"{len(pattern.mtp)} layers ({pattern.mtp!r}), where hp's mtp kind runs one layer a depth; "
-                        "priced without MTP")
-        return model, None
-    return model, LayerGroup(_KINDS[pattern.mtp], built[pattern.mtp], 1)
+    # Each depth's layers in order: a HybridStack of the '/'-part (multi_token_prediction.py MultiTokenPredictionLayer).
+    return model, tuple(LayerGroup(_KINDS[ch], built[ch], 1) for ch in pattern.mtp)
 
 
-def with_mtp(model: ModelSpec, depths: int, layer: LayerGroup) -> ModelSpec:
-    """*model* with *depths* MTP depths of hp's ``mtp`` kind, each running *layer* (its config as Megatron's
-    arguments set it), with the output head's norm as ``enorm``, ``hnorm`` and the final norm (Megatron-Core builds
-    the three as ``TENorm`` of ``--normalization``, ``hybrid_layer_specs.py`` ``_hybrid_mtp_block_spec``)."""
+def with_mtp(model: ModelSpec, depths: int, layers: tuple[LayerGroup, ...]) -> ModelSpec:
+    """*model* with *depths* MTP depths of hp's ``mtp`` kind, each running *layers* in order (their configs as
+    Megatron's arguments set them; one layer: the kind's one-layer form), with the output head's norm as ``enorm``,
+    ``hnorm`` and the final norm (Megatron-Core builds the three as ``TENorm`` of ``--normalization``,
+    ``hybrid_layer_specs.py`` ``_hybrid_mtp_block_spec``; a depth of several layers runs them as a ``HybridStack``
+    between them, ``multi_token_prediction.py`` ``MultiTokenPredictionLayer``, hp_plugins/kinds/mtp.py)."""
     output = next(g for g in model.layers if g.kind == "output").config
-    mtp = MTPConfig(vocab_size=output.vocab_size, hidden_size=output.hidden_size, norm=output.norm, layer=layer)
+    depth = {"layer": layers[0]} if len(layers) == 1 else {"layers": layers}
+    mtp = MTPConfig(vocab_size=output.vocab_size, hidden_size=output.hidden_size, norm=output.norm, **depth)
     return attrs.evolve(model, layers=(*model.layers, LayerGroup("mtp", mtp, depths)))
 
 

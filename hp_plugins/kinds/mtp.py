@@ -4,12 +4,24 @@ Each of ``num_nextn_predict_layers`` modules (the group's count) embeds the
 next tokens with the shared embedding, normalises that embedding (``enorm``)
 and the previous depth's hidden state (``hnorm``), projects their
 concatenation ``2h -> h`` (``eh_proj``), runs one transformer layer of the
-model's last body kind, and computes its own logits and loss through a norm
+model's last body kind (``layer``) or several layers one after another
+(``layers``), and computes its own logits and loss through a norm
 (``shared_head.norm``) and the shared output head. It sits on the last stage,
 which then holds the embedding's weight too when ``pp > 1``.
 
+A depth of several layers is Megatron-Core's hybrid MTP depth: ``MultiTokenPredictionLayer`` builds its
+``mtp_model_layer`` as a ``HybridStack`` of the ``--hybrid-layer-pattern``'s ``/``-part (``*E``: an attention and an
+MoE layer, each its own pre-norm and residual, no norm after the stack: ``post_layer_norm=False``), between the same
+``enorm``, ``hnorm``, ``eh_proj`` and ``final_layernorm`` (``megatron/core/transformer/multi_token_prediction.py`` at
+NVIDIA/Megatron-LM@d98e8a6, ``MultiTokenPredictionLayer.__init__`` and ``_proj_and_transformer_layer``;
+``megatron/core/models/hybrid/hybrid_layer_specs.py`` ``_hybrid_mtp_block_spec``). Its layers are evaluated each
+through ``LayerContext.sublayer`` and merged as layers run one after another (:mod:`hp_plugins.kit.merge`): their
+parameters, kept terms (renamed ``layers.{i}.``, as Megatron names them ``mtp_model_layer.layers.{i}``), FLOPs and
+work add, the backward's transient peak is the largest layer's, and fields one kernel record holds must agree.
+A one-layer depth (``layer``, or ``layers`` of one) keeps the names ``layer.``, and prices exactly as before.
+
 Parameters of one module: ``enorm``, ``hnorm`` and ``shared_head.norm``
-(``h`` each), ``eh_proj`` (``2h * h``) and the transformer layer's. The
+(``h`` each), ``eh_proj`` (``2h * h``) and the layers'. The
 embedding and head it shares are counted once, with their owners; the
 released checkpoint also stores copies of them with the module
 (``model.layers.61.embed_tokens``, ``shared_head.head``), which is why its
@@ -54,6 +66,7 @@ from hp_core.types import LayerKind
 from hp_core.bounds import MAX_VOCAB
 from hp_core.validators import bounded_int, one_of, positive_int
 from hp_plugins.kit import NORMS, norm_params, padded_vocab, param_count, tp_collectives
+from hp_plugins.kit.merge import merge_costs
 from hp_plugins.kinds.embedding import TOKEN_ID_BYTES
 
 __all__ = ["MTPConfig", "eh_proj_collectives", "evaluate_mtp", "hp_layer_kinds"]
@@ -61,25 +74,40 @@ __all__ = ["MTPConfig", "eh_proj_collectives", "evaluate_mtp", "hp_layer_kinds"]
 
 
 def _one_layer(instance, attribute, value):
-    if not isinstance(value, LayerGroup) or value.count != 1:
+    if value is not None and (not isinstance(value, LayerGroup) or value.count != 1):
         raise ValueError(f"{attribute.name} must be one layer group of count 1 (the module's transformer layer)")
+
+
+def _depth_layers(instance, attribute, value):
+    if not all(isinstance(g, LayerGroup) and g.count == 1 for g in value):
+        raise ValueError(f"{attribute.name} must list layer groups of count 1 each (the depth's layers, in order)")
+    if (instance.layer is None) == (not value):
+        raise ValueError("state the module's layer (one layer) or its layers (a depth of several), one of the two")
 
 
 @attrs.frozen(kw_only=True)
 class MTPConfig:
-    """One MTP module.
+    """One MTP module (one depth).
 
     Attributes:
         vocab_size: Vocabulary (of the shared embedding and head).
         hidden_size: Model width.
         norm: The module's norms (``rmsnorm`` or ``layernorm``).
-        layer: Its transformer layer: a body kind and that kind's config.
+        layer: Its transformer layer: a body kind and that kind's config; or ``None`` where ``layers`` is stated.
+        layers: The depth's layers in order, each a body kind and its config (Megatron-Core's hybrid MTP depth,
+            module docstring); empty where ``layer`` is stated.
     """
 
     vocab_size: int = attrs.field(validator=bounded_int(MAX_VOCAB, what="MAX_VOCAB"))
     hidden_size: int = attrs.field(validator=positive_int)
-    layer: LayerGroup = attrs.field(validator=_one_layer)
+    layer: LayerGroup | None = attrs.field(default=None, validator=_one_layer)
+    layers: tuple[LayerGroup, ...] = attrs.field(default=(), converter=tuple, validator=_depth_layers)
     norm: str = attrs.field(default="rmsnorm", validator=one_of(NORMS))
+
+    @property
+    def depth(self) -> tuple[LayerGroup, ...]:
+        """The depth's layers in order (``(layer,)`` for the one-layer form)."""
+        return (self.layer,) if self.layer is not None else self.layers
 
 
 def eh_proj_collectives(x: LayerContext, h: int) -> tuple[Collective, ...]:
@@ -123,7 +151,10 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
     """One MTP module's cost on one rank of the last stage."""
     if x.sublayer is None:
         raise ConfigError("$.model.layers", "the mtp kind evaluates its transformer layer through the planner (estimate)")
-    inner = x.sublayer(c.layer)
+    depth = c.depth
+    # Its layers as one (module docstring); the one-layer form's names stay ``layer.``.
+    prefixes = ["layer."] if len(depth) == 1 else [f"layers.{i}." for i in range(len(depth))]
+    inner = merge_costs([x.sublayer(group) for group in depth], prefixes, "$.model.layers[].config.layers")
     p, T, h = x.precision, x.tokens, c.hidden_size
     act = p.activation_bytes
     hidden = T * h * act // x.sp_degree
@@ -145,11 +176,11 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
     # stays (linear inputs, the tensors its attention kernel keeps, the output projection's original input):
     # Megatron-Core runs the module's layer in the run's FP8 context (multi_token_prediction.py at NVIDIA/Megatron-LM
     # core_v0.16.0 lines 773-803; module docstring).
-    layer_terms = tuple(attrs.evolve(t, op=f"layer.{t.op}", switch=None) for t in inner.activations)
+    layer_terms = tuple(attrs.evolve(t, switch=None) for t in inner.activations)
     params = (
         param_count("mtp_norms", "dense", 3 * norm_params(c.norm, h), False),
         param_count("eh_proj", "dense", 2 * h * h, True, matrices=((1, h // x.tp, 2 * h),)),
-        *(attrs.evolve(q, name=f"layer.{q.name}") for q in inner.params),
+        *inner.params,
         param_count("embed_tokens", "dense", c.vocab_size * h, True, vocab * h, "embedding",
                     matrices=((1, shard, h),), embedding_or_output=True),
         param_count("lm_head", "dense", c.vocab_size * h, True, vocab * h, "output",
@@ -196,5 +227,6 @@ def hp_layer_kinds():
         config_type=MTPConfig,
         evaluate=evaluate_mtp,
         placement="last",
-        description="DeepSeek-V3 multi-token prediction module: norms, 2h->h projection, one layer, shared head",
+        description="DeepSeek-V3 multi-token prediction module: norms, 2h->h projection, one layer (or a depth of "
+                    "several, Megatron-Core's hybrid MTP), shared head",
     )

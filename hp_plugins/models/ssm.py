@@ -25,6 +25,13 @@ size the model must be stated.
   no limit); refused with
   ``mlp_bias``, whose shared-expert and latent biases are not priced). Every norm
   is ``NemotronHRMSNorm`` (``rmsnorm_fp32_weight``).
+  ``num_nextn_predict_layers`` (default 0) multi-token-prediction depths follow the
+  output head, each of the layers ``mtp_hybrid_override_pattern`` (or
+  ``mtp_layers_block_type``) states, in order, as the main pattern's symbols build
+  them: hp's ``mtp`` kind (``enorm``, ``hnorm``, ``eh_proj``, the layers, a final norm;
+  the checkpoint's ``mtp.layers.{i}`` as NVIDIA-NeMo/Megatron-Bridge v0.6.0's
+  ``nemotron_h_bridge.py`` maps them onto Megatron-Core's hybrid MTP depth). A config
+  with depths and no MTP pattern is refused (Megatron-Bridge refuses it too).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from hp_core.types import ModelFormat
 from hp_plugins.kinds.embedding import EmbeddingConfig
 from hp_plugins.kinds.hybrid import AttentionLayerConfig, MLPLayerConfig, MoELayerConfig
 from hp_plugins.kinds.mamba import Mamba2LayerConfig
+from hp_plugins.kinds.mtp import MTPConfig
 from hp_plugins.kinds.output import OutputConfig
 from hp_plugins.models.stack import ConfigReader, grouped, router_groups
 
@@ -51,7 +59,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                    "mlp_hidden_act": "relu2", "mlp_bias": False, "mamba_head_dim": 64, "ssm_state_size": 128,
                    "n_groups": 8, "conv_kernel": 4, "use_conv_bias": True, "chunk_size": 128, "use_bias": False,
                    "tie_word_embeddings": False, "hybrid_override_pattern": None, "layers_block_type": None,
-                   "layer_types": None, "moe_latent_size": None, "n_group": 1, "topk_group": 1},
+                   "layer_types": None, "moe_latent_size": None, "n_group": 1, "topk_group": 1,
+                   "num_nextn_predict_layers": 0, "mtp_hybrid_override_pattern": None, "mtp_layers_block_type": None},
 }
 # NemotronHConfig.__post_init__: the legacy names it renames.
 _NEMOTRON_LEGACY = {"n_groups": "mamba_n_groups", "conv_kernel": "mamba_d_conv", "use_conv_bias": "mamba_conv_bias",
@@ -99,19 +108,24 @@ def model_from_mamba2_config(cfg: Mapping[str, Any], *, name: str, source: str =
         raise ConfigError(where, describe(exc)) from exc
 
 
-def _nemotron_types(r: ConfigReader) -> list[str]:
-    pattern = r.get("hybrid_override_pattern", str)
+def _nemotron_types(r: ConfigReader, mtp: bool = False) -> list[str]:
+    """The layer types of the main pattern (or, with *mtp*, of one MTP depth)."""
+    key = "mtp_hybrid_override_pattern" if mtp else "hybrid_override_pattern"
+    pattern = r.get(key, str)
     if pattern is not None:
         if not pattern or any(ch not in _PATTERN for ch in pattern):
-            raise ConfigError(f"{r.where} $.hybrid_override_pattern",
+            raise ConfigError(f"{r.where} $.{key}",
                               f"must be a string of {', '.join(_PATTERN)} (one per layer), got {pattern!r}")
         return [_PATTERN[ch] for ch in pattern]
-    for key in ("layers_block_type", "layer_types"):
+    for key in (("mtp_layers_block_type",) if mtp else ("layers_block_type", "layer_types")):
         stated = r.get(key, list)
         if stated is not None:
             if not stated or any(t not in _PATTERN.values() for t in stated):
                 raise ConfigError(f"{r.where} $.{key}", f"must list layer types from {sorted(_PATTERN.values())}, got {stated!r}")
             return list(stated)
+    if mtp:
+        raise ConfigError(f"{r.where} $.mtp_hybrid_override_pattern", "is missing (or mtp_layers_block_type); "
+                                                                      "num_nextn_predict_layers > 0 needs the depth's layers")
     raise ConfigError(f"{r.where} $.hybrid_override_pattern", "is missing (or layers_block_type); the layer stack needs it")
 
 
@@ -125,14 +139,15 @@ def model_from_nemotron_h_config(cfg: Mapping[str, Any], *, name: str, source: s
     _check_type(cfg, "nemotron_h", where)
     r = ConfigReader(cfg, DEFAULTS["nemotron_h"], where, _NEMOTRON_LEGACY)
     types = _nemotron_types(r)
-    if "moe" in types and r.get("mlp_bias", bool):
+    depths = r.get("num_nextn_predict_layers")
+    mtp_types = _nemotron_types(r, mtp=True) if depths else []
+    if "moe" in types + mtp_types and r.get("mlp_bias", bool):
         raise ConfigError(f"{where} $.mlp_bias", "true with E (mixture-of-experts) layers: the biases of their shared "
                                                  "expert and latent projections are not priced; set it false")
     h = r.get("hidden_size")
-    body: list[tuple[str, Any]] = []
     try:
         built: dict[str, tuple[str, Any]] = {}
-        for layer_type in types:
+        for layer_type in types + mtp_types:
             if layer_type not in built:
                 if layer_type == "linear_attention":
                     built[layer_type] = ("mamba2", Mamba2LayerConfig(
@@ -158,8 +173,14 @@ def model_from_nemotron_h_config(cfg: Mapping[str, Any], *, name: str, source: s
                     built[layer_type] = ("mlp", MLPLayerConfig(
                         hidden_size=h, intermediate_size=r.get("intermediate_size"), gated_mlp=False,
                         hidden_act=r.get("mlp_hidden_act", str), mlp_bias=r.get("mlp_bias", bool), norm=_NEMOTRON_NORM))
-            body.append(built[layer_type])
-        return model_from_body(r, body, name, source, _NEMOTRON_NORM)
+        model = model_from_body(r, [built[t] for t in types], name, source, _NEMOTRON_NORM)
+        if not depths:
+            return model
+        # Each depth: its layers in order, as the main pattern's (module docstring).
+        layers = tuple(LayerGroup(*built[t], 1) for t in mtp_types)
+        mtp = MTPConfig(vocab_size=r.get("vocab_size"), hidden_size=h, norm=_NEMOTRON_NORM,
+                        **({"layer": layers[0]} if len(layers) == 1 else {"layers": layers}))
+        return ModelSpec(name=name, layers=(*model.layers, LayerGroup("mtp", mtp, depths)), source=source)
     except (TypeError, ValueError) as exc:
         raise ConfigError(where, describe(exc)) from exc
 

@@ -76,6 +76,9 @@ SAMPLES: dict[str, list[object]] = {
         MTPConfig(vocab_size=1024, hidden_size=256, layer=LayerGroup("mla_moe", _MLA_MOE)),
         MTPConfig(vocab_size=1024, hidden_size=256, layer=LayerGroup("dense", DenseConfig(
             hidden_size=256, num_attention_heads=8, num_key_value_heads=4, intermediate_size=512))),
+        # A depth of several layers (Megatron-Core's hybrid MTP, Nemotron 3 Super's '*E').
+        MTPConfig(vocab_size=1024, hidden_size=256, layers=(
+            LayerGroup("attention", SSM_SAMPLES["attention"][0]), LayerGroup("moe_only", SSM_SAMPLES["moe_only"][0]))),
     ],
     "embedding": [
         EmbeddingConfig(vocab_size=1024, hidden_size=256),

@@ -40,6 +40,21 @@ assert MOE == 230_656
 EMBEDDING, OUTPUT = 1000 * H, 1000 * H + H  # untied; the final norm
 
 
+# Nemotron 3 Super's model flags (MODEL_ARGS of Megatron-LM@d98e8a6 tests/functional_tests/test_cases/nemotron/
+# nemotron3_super_release_gb200/model_config.yaml, typed 2026-12-03), with --vocab-size for its placeholder tokenizer.
+SUPER = ("--tensor-model-parallel-size 2 --expert-model-parallel-size 64 --expert-tensor-parallel-size 1 "
+         "--sequence-parallel --micro-batch-size 1 --global-batch-size 512 "
+         "--spec megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec --is-hybrid-model "
+         "--mamba-num-heads 128 --num-layers 88 --hidden-size 4096 --ffn-hidden-size 2688 --num-attention-heads 32 "
+         "--group-query-attention --num-query-groups 2 --kv-channels 128 --hybrid-layer-pattern "
+         "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME/*E/*E "
+         "--position-embedding-type none --normalization RMSNorm --untie-embeddings-and-output-weights "
+         "--disable-bias-linear --squared-relu --seq-length 8192 --max-position-embeddings 8192 --num-experts 512 "
+         "--moe-router-topk 22 --moe-router-dtype fp32 --moe-router-enable-expert-bias --moe-token-dispatcher-type "
+         "alltoall --moe-grouped-gemm --moe-latent-size 1024 --moe-shared-expert-intermediate-size 5376 "
+         "--mtp-num-layers 2 --bf16 --attention-dropout 0.0 --hidden-dropout 0.0 --vocab-size 131072")
+
+
 def _imported(registry, argv: str, devices: int = 8):
     return import_megatron_args(shlex.split(argv), registry, devices=devices)
 
@@ -104,7 +119,7 @@ def test_megatron_defaults_give_layernorm_biases_gelu_and_a_position_table(regis
     assert summary.total == 1_848_088
 
 
-def test_mtp_depths_of_one_layer_are_the_mtp_kind(registry):
+def test_mtp_depths_are_the_mtp_kind(registry):
     # "/E/E": two depths, each enorm, hnorm, eh_proj (2h x h), one MoE layer as the main pattern's E and the final
     # norm (multi_token_prediction.py MultiTokenPredictionLayer); the shared embedding and head counted once.
     job = _imported(registry, SMALL + " --hybrid-layer-pattern 'M*M-ME/E/E' --mtp-num-layers 2")
@@ -117,11 +132,30 @@ def test_mtp_depths_of_one_layer_are_the_mtp_kind(registry):
     with pytest.raises(ConfigError, match="rope or none positions, not learned_absolute"):  # arguments.py asserts it
         _imported(registry, SMALL.replace("--position-embedding-type none", "--max-position-embeddings 512")
                   + " --hybrid-layer-pattern 'M*M-ME/E/E'")
-    # A depth of two layers ("*E", Nemotron 3 Super's) is more than hp's mtp kind runs: priced without MTP, said.
+    # A depth of two layers ("*E", Nemotron 3 Super's): each depth enorm, hnorm, eh_proj, a HybridStack of an attention
+    # and an MoE layer as the main pattern's, and the final norm (MultiTokenPredictionLayer's hybrid path).
     job = _imported(registry, SMALL + " --hybrid-layer-pattern 'M*M-ME/*E/*E'")
-    assert "each of its 2 MTP depths is 2 layers ('*E'), where hp's mtp kind runs one layer a depth; priced " \
-           "without MTP" in job.unmapped[0]
-    assert "mtp" not in [g["kind"] for g in job.document["model"]["layers"]]
+    assert job.unmapped == ()
+    model = _model(registry, job)
+    (mtp,) = [g for g in model.layers if g.kind == "mtp"]
+    assert mtp.count == 2 and mtp.config.layer is None
+    assert [(g.kind, g.count) for g in mtp.config.layers] == [("attention", 1), ("moe_only", 1)]
+    assert [g.config for g in mtp.config.layers] == [next(g.config for g in model.layers if g.kind == kind)
+                                                    for kind in ("attention", "moe_only")]
+    depth = 3 * H + 2 * H * H + ATTENTION + MOE
+    assert depth == 768 + 131_072 + 196_864 + 230_656 == 559_360
+    assert count_parameters(model, registry).total == 2_448_136 + 2 * depth == 3_566_856
+    assert main(["estimate", "--from", "megatron-args", SMALL + " --hybrid-layer-pattern 'M*M-ME/*E/*E'",
+                 "--devices", "8", "--hardware", "h100-sxm"]) == 0
+    # Nemotron 3 Super as Megatron-LM's CI runs it (the model flags of tests/functional_tests/test_cases/nemotron/
+    # nemotron3_super_release_gb200/model_config.yaml MODEL_ARGS at NVIDIA/Megatron-LM@d98e8a6, its placeholder
+    # tokenizer replaced by --vocab-size 131072): the main model 120,668,687,360 (tests/plugins/test_ssm.py) and two
+    # '*E' depths of 2,942,324,736 each (tests/plugins/test_mtp_depths.py).
+    job = _imported(registry, SUPER, devices=128)
+    assert job.unmapped == ()
+    summary = count_parameters(_model(registry, job), registry)
+    assert summary.by_kind["mtp"] == 2 * 2_942_324_736 == 5_884_649_472
+    assert summary.total == 120_668_687_360 + 5_884_649_472 == 126_553_336_832
     # The legacy spelling (--hybrid-override-pattern, --mtp-hybrid-override-pattern with --mtp-num-layers) is the same
     # model (arguments.py joins them into one pattern).
     legacy = _imported(registry, SMALL + " --hybrid-override-pattern 'M*M-ME' --mtp-hybrid-override-pattern E "

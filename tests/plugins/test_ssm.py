@@ -111,9 +111,9 @@ def test_nemotron_3_nano_parameters_by_hand():
 def test_nemotron_3_super_parameters_by_hand():
     """The latent MoE layer (moe_latent_size L = 1024): the E layer's pre-norm, the fp32 router E x h, 512 ungated
     experts reading and writing L (up I x L, down L x I), fc1_latent_proj / fc2_latent_proj (h x L each) and the
-    shared NemotronHMLP of 5376 at h. 40 M, 40 E and 8 * layers; the main model is 120,668,687,360, the BF16
-    checkpoint's 123,611,033,088 less its MTP depth (2,942,324,736) and the 41 x 512 fp32 router correction biases
-    (Megatron-Bridge v0.6.0 model verification card)."""
+    shared NemotronHMLP of 5376 at h. 40 M, 40 E and 8 * layers, the main model, 120,668,687,360; with its one MTP
+    depth ('*E', 2,942,324,736) the BF16 checkpoint's 123,611,033,088 less the 41 x 512 fp32 router correction biases
+    (buffers, not priced; Megatron-Bridge v0.6.0 model verification card)."""
     h, vocab, latent, pattern = 4096, 131072, 1024, _REGISTRY.model("nemotron-3-super-120b-a12b").hf_config[
         "hybrid_override_pattern"]
     assert len(pattern) == 88 and {ch: pattern.count(ch) for ch in "ME*"} == {"M": 40, "E": 40, "*": 8}
@@ -122,11 +122,11 @@ def test_nemotron_3_super_parameters_by_hand():
     attention = h + h * (32 + 2 * 2) * 128 + 32 * 128 * h
     assert (mamba, moe, attention) == (109_640_064, 2_873_102_336, 35_655_680)
     summary = count_parameters(model_from_preset("nemotron-3-super-120b-a12b", _REGISTRY), _REGISTRY)
-    assert summary.by_kind == {"embedding": vocab * h, "mamba2": 40 * mamba, "moe_only": 40 * moe,
-                               "attention": 8 * attention, "output": vocab * h + h}
-    assert summary.total == 120_668_687_360
     mtp_depth = 3 * h + 2 * h * h + attention + moe  # enorm, hnorm, final norm, eh_proj, the '*E' layers
-    assert summary.total + mtp_depth + 41 * 512 == 123_611_033_088
+    assert summary.by_kind == {"embedding": vocab * h, "mamba2": 40 * mamba, "moe_only": 40 * moe,
+                               "attention": 8 * attention, "output": vocab * h + h, "mtp": mtp_depth}
+    assert summary.total - mtp_depth == 120_668_687_360 and mtp_depth == 2_942_324_736
+    assert summary.total + 41 * 512 == 123_611_033_088
 
 
 def test_nemotron_moe_latent_projections_by_hand():
