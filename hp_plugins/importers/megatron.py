@@ -330,6 +330,13 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
             unmapped.append(f"--mtp-num-layers {mtp}: MTP layers are mapped only with --multi-latent-attention; "
                             "priced without them")
         vpp, counts = pipeline_split(a, hf["num_hidden_layers"], mtp, pp, unmapped)
+    # --mtp-use-repeated-layer (a TransformerConfig field, argument_utils.py's --mtp-use-repeated-layer): one MTP layer
+    # built and applied at every depth (multi_token_prediction.py MultiTokenPredictionBlock at NVIDIA/Megatron-LM@d98e8a6),
+    # hp's mtp kind applied that many times with its parameters once (hp_plugins/kinds/mtp.py).
+    if a.flag("mtp-use-repeated-layer"):
+        model = attrs.evolve(model, layers=tuple(
+            attrs.evolve(g, count=1, config=attrs.evolve(g.config, applications=g.count)) if g.kind == "mtp" else g
+            for g in model.layers))
     experts = a.value("num-experts", int)
     parallel: dict[str, Any] = {
         "tp": tp, "pp": pp, "vpp": vpp, "cp": a.value("context-parallel-size", int, 1),

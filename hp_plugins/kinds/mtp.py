@@ -1,6 +1,7 @@
 """DeepSeek-V3 multi-token prediction (MTP) module (DeepSeek-V3 report, arXiv:2412.19437, Section 2.2).
 
-Each of ``num_nextn_predict_layers`` modules (the group's count) embeds the
+Each of ``num_nextn_predict_layers`` modules (the group's count; or one module applied at that many depths with its
+weights once, ``applications``, Megatron-Core's ``mtp_use_repeated_layer``) embeds the
 next tokens with the shared embedding, normalises that embedding (``enorm``)
 and the previous depth's hidden state (``hnorm``), projects their
 concatenation ``2h -> h`` (``eh_proj``), runs one transformer layer of the
@@ -96,6 +97,13 @@ class MTPConfig:
         layer: Its transformer layer: a body kind and that kind's config; or ``None`` where ``layers`` is stated.
         layers: The depth's layers in order, each a body kind and its config (Megatron-Core's hybrid MTP depth,
             module docstring); empty where ``layer`` is stated.
+        applications: How many depths run this module's one set of weights, one after another (1: a module of its
+            own a depth). Megatron-Core's ``mtp_use_repeated_layer`` builds one MTP layer and applies it
+            ``mtp_num_layers`` times (``MultiTokenPredictionBlock`` in ``multi_token_prediction.py`` at
+            NVIDIA/Megatron-LM@d98e8a6: "only 1 layer is created and applied mtp_num_layers times"; its forward's
+            ``layer_idx = 0 if self.mtp_use_repeated_layer``): each application embeds, projects, runs the layers
+            and computes its loss again, so what is kept, computed and communicated is counted once an application,
+            while the parameters (and so their gradients and optimizer states, which accumulate) are counted once.
     """
 
     vocab_size: int = attrs.field(validator=bounded_int(MAX_VOCAB, what="MAX_VOCAB"))
@@ -103,6 +111,7 @@ class MTPConfig:
     layer: LayerGroup | None = attrs.field(default=None, validator=_one_layer)
     layers: tuple[LayerGroup, ...] = attrs.field(default=(), converter=tuple, validator=_depth_layers)
     norm: str = attrs.field(default="rmsnorm", validator=one_of(NORMS))
+    applications: int = attrs.field(default=1, validator=positive_int)
 
     @property
     def depth(self) -> tuple[LayerGroup, ...]:
@@ -148,7 +157,19 @@ def eh_proj_collectives(x: LayerContext, h: int) -> tuple[Collective, ...]:
 
 
 def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
-    """One MTP module's cost on one rank of the last stage."""
+    """One MTP module's cost on one rank of the last stage: its depth once, or for a module applied at several
+    depths (``applications``) each application's activations, FLOPs and work, one after another as the layers of a
+    depth are (:func:`~hp_plugins.kit.merge.merge_costs`), with its parameters once."""
+    once = _one_application(c, x)
+    if c.applications == 1:
+        return once
+    runs = merge_costs([once] * c.applications, [f"application{i}." for i in range(c.applications)],
+                       "$.model.layers[].config.applications")
+    return attrs.evolve(runs, params=once.params, weight_shapes=once.weight_shapes)
+
+
+def _one_application(c: MTPConfig, x: LayerContext) -> LayerCost:
+    """The module's cost for one depth on one rank of the last stage."""
     if x.sublayer is None:
         raise ConfigError("$.model.layers", "the mtp kind evaluates its transformer layer through the planner (estimate)")
     depth = c.depth

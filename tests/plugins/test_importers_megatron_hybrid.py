@@ -328,3 +328,17 @@ def test_cuda_graph_modules_are_read_as_megatron_d98e8a6_names_them(registry):
     with pytest.raises(ConfigError, match="must be empty with --cuda-graph-impl full_iteration") as error:
         _imported(registry, NANO + " --cuda-graph-impl full_iteration --cuda-graph-modules attn")
     assert error.value.path == "--cuda-graph-modules"
+
+
+def test_a_repeated_mtp_layer_is_one_module_applied_at_every_depth(registry):
+    # --mtp-use-repeated-layer: one MTP layer built and applied at both depths (multi_token_prediction.py
+    # MultiTokenPredictionBlock at NVIDIA/Megatron-LM@d98e8a6): the mtp kind once, applied twice, its parameters once.
+    job = _imported(registry, SMALL + " --hybrid-layer-pattern 'M*M-ME/*E/*E' --mtp-use-repeated-layer")
+    assert job.unmapped == ()
+    model = _model(registry, job)
+    (mtp,) = [g for g in model.layers if g.kind == "mtp"]
+    assert (mtp.count, mtp.config.applications) == (1, 2)
+    assert count_parameters(model, registry).total == 2_448_136 + 559_360
+    # Without a pattern's MTP depths the flag builds nothing (no MTP block), as in Megatron-LM.
+    plain = _imported(registry, SMALL + " --hybrid-layer-pattern 'M*M-ME' --mtp-use-repeated-layer")
+    assert not [g for g in _model(registry, plain).layers if g.kind == "mtp"]

@@ -160,3 +160,43 @@ def test_nemotron_3_super_main_model_and_mtp_depth():
     assert summary.by_kind["mtp"] == 3 * h + 2 * h * h + 35_655_680 + 2_873_102_336 == 2_942_324_736
     assert summary.total - summary.by_kind["mtp"] == 120_668_687_360
     assert summary.total == 123_611_012_096  # the BF16 checkpoint's 123,611,033,088 less 41 x 512 router biases
+
+
+@pytest.mark.parametrize("parallel", CONTEXTS)
+def test_a_module_applied_at_two_depths_keeps_its_parameters_once(parallel):
+    """``applications`` 2 (Megatron-Core's mtp_use_repeated_layer: one MTP layer built and applied at both depths,
+    multi_token_prediction.py MultiTokenPredictionBlock at NVIDIA/Megatron-LM@d98e8a6): the parameters and weight
+    shapes of one application; what each application keeps, computes, holds per micro-batch and defers to the weight
+    gradient twice; the transient peaks one application's."""
+    x = _context(parallel)
+    once = evaluate_mtp(MTPConfig(vocab_size=VOCAB, hidden_size=H, layers=(ATTENTION, MOE)), x)
+    twice = evaluate_mtp(MTPConfig(vocab_size=VOCAB, hidden_size=H, layers=(ATTENTION, MOE), applications=2), x)
+    assert twice.params == once.params and twice.weight_shapes == once.weight_shapes
+    assert [t.op for t in twice.activations] == [f"application{i}.{t.op}" for i in (0, 1) for t in once.activations]
+    assert twice.kept_bytes == 2 * once.kept_bytes
+    assert twice.forward == attrs.evolve(once.forward, matmul_flops=2 * once.forward.matmul_flops,
+                                         attention_flops=2 * once.forward.attention_flops,
+                                         elementwise_flops=2 * once.forward.elementwise_flops)
+    assert twice.buffers_per_micro_batch_bytes == 2 * once.buffers_per_micro_batch_bytes
+    assert twice.weight_gradient_bytes == 2 * once.weight_gradient_bytes
+    assert (twice.working_bytes, twice.buffers_once_bytes) == (once.working_bytes, once.buffers_once_bytes)
+    assert twice.work.gemms == 2 * once.work.gemms and twice.work.collectives == 2 * once.work.collectives
+    assert (twice.work.attention_calls, twice.work.grouped_flops) == (2, 2 * once.work.grouped_flops)
+    # One application is the module as it was.
+    assert evaluate_mtp(MTPConfig(vocab_size=VOCAB, hidden_size=H, layers=(ATTENTION, MOE), applications=1), x) == once
+    with pytest.raises(ValueError, match="applications"):
+        MTPConfig(vocab_size=VOCAB, hidden_size=H, layer=MOE, applications=0)
+
+
+def test_a_repeated_module_counts_its_parameters_once_and_prices_every_application():
+    """Nemotron 3 Super as Megatron-Bridge trains it (mtp_num_layers 2 with mtp_use_repeated_layer, the preset's one
+    '*E' depth applied twice): the preset's 123,611,012,096 parameters, one step's compute above the one-depth model's
+    by one depth's."""
+    preset = model_from_preset("nemotron-3-super-120b-a12b", _REGISTRY)
+    repeated = attrs.evolve(preset, layers=tuple(
+        attrs.evolve(g, config=attrs.evolve(g.config, applications=2)) if g.kind == "mtp" else g for g in preset.layers))
+    assert count_parameters(repeated, _REGISTRY).total == count_parameters(preset, _REGISTRY).total == 123_611_012_096
+    x = _context(ParallelSpec(seq_len=1024))
+    (mtp,) = [g.config for g in preset.layers if g.kind == "mtp"]
+    one = evaluate_mtp(mtp, x).forward.matmul_flops
+    assert evaluate_mtp(attrs.evolve(mtp, applications=2), x).forward.matmul_flops == 2 * one
