@@ -7,7 +7,7 @@ the search of every stage, and the final estimate and step time of the plan).
 The layouts do not fit an 80 GB H100 with nothing recomputed and do with
 everything recomputed, so every stage's search has work to do. ``generic``
 executes every switch set, so its search runs over every kind's full front
-(256 settings of ``mla`` and ``mla_moe`` priced); ``megatron`` over what
+(512 settings of ``mla`` and of ``mla_moe`` priced); ``megatron`` over what
 Megatron-LM's ``--recompute-modules`` run. Results go into
 docs/recompute.md by hand, with the machine they were taken on.
 """

@@ -272,9 +272,11 @@ MOE_CLASSES = ("multi-node Megatron-Core MoE, H100", "Megatron-Core MoE, B200", 
 MOE_FI_CLASSES = ("Megatron-Core MoE full-iteration graphs, GB200", "Megatron-Core MoE full-iteration graphs, GB300",
                   "Megatron-Core MoE full-iteration graphs, B300")
 # The rows of ``nemotron_rows``: Megatron-Bridge's Nemotron 3 Nano 30B-A3B MXFP8 rows, a hybrid Mamba-2 / attention /
-# MoE stack on 8 GPUs at EP 8 (docs/precision.md, 'Megatron-Bridge's Nemotron 3 Nano rows').
+# MoE stack on 8 GPUs at EP 8, and its DGX-H100 FP8 rows on 16 (recompute moe, layernorm, core_attn, moe_act)
+# (docs/precision.md, 'Megatron-Bridge's Nemotron 3 Nano rows').
 NEMOTRON_CLASSES = ("Megatron-Core hybrid Mamba-MoE, GB300", "Megatron-Core hybrid Mamba-MoE, GB200",
-                    "Megatron-Core hybrid Mamba-MoE, B300", "Megatron-Core hybrid Mamba-MoE, B200")
+                    "Megatron-Core hybrid Mamba-MoE, B300", "Megatron-Core hybrid Mamba-MoE, B200",
+                    "Megatron-Core hybrid Mamba-MoE, H100")
 
 
 def _decoder_layers(model) -> int:

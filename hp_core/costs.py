@@ -17,6 +17,7 @@ import attrs
 
 from hp_core.collectives import Routing
 from hp_core.layer_context import LayerContext
+from hp_core.reruns import Rerun
 from hp_core.score_masks import LocalMask
 from hp_core.traits import TRAITS
 
@@ -39,8 +40,9 @@ __all__ = [
 
 # The built-in kinds' recompute switches (docs/recompute.md), in the order settings are listed; a
 # kind declares the ones it has and may declare its own names (switch_name checks their form).
-# HyperParallel's eight, then ``ffFc1`` (a dense MLP's FC1 outputs: hp_plugins/kit/feedforward.py).
-SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp", "ffFc1")
+# HyperParallel's eight, then ``ffFc1`` (a dense MLP's FC1 outputs: hp_plugins/kit/feedforward.py) and ``moeLayer``
+# (what a mixture-of-experts block keeps inside itself besides its activation: hp_plugins/kit/experts.py).
+SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp", "ffFc1", "moeLayer")
 # Parameter groups, each sharded by its own degrees (docs/concepts.md).
 PARAM_GROUPS = ("dense", "routed_expert", "shared_expert")
 
@@ -276,8 +278,9 @@ class Collective:
         backward_calls: Calls in its backward.
         rerun_switch: A recompute switch whose recompute issues the forward
             calls again in backward (sequence parallelism's all-gathers
-            re-gathered under ``gather``); a fully recomputed layer issues every
-            forward call again.
+            re-gathered under ``gather``; an MoE block's dispatch and combine
+            all-to-alls under ``moeLayer``, whose recompute re-runs the block); a
+            fully recomputed layer issues every forward call again.
         overlappable: Whether the trainer may overlap it with compute (an
             all-to-all on attention's critical path cannot be).
         gemm_input: It moves linear layers' inputs or output gradients in
@@ -305,22 +308,6 @@ class Collective:
     def _routing_on_all_to_all(self, attribute, value) -> None:
         if value is not None and not (self.op == "all_to_all" and self.group == "ep"):
             raise ValueError(f"routing is stated only on an ep all_to_all, not on a {self.group} {self.op}")
-
-
-@attrs.frozen
-class Rerun:
-    """What recomputing one switch re-runs beyond rewriting the bytes it drops.
-
-    Attributes:
-        matmul_flops_per_byte: GEMM FLOPs per byte the switch drops or regenerates
-            without dropping (:attr:`ActivationTerm.rerun_bytes`) (MLA's
-            up-projections rebuild their output: ``2 * kv_lora_rank`` FLOPs per
-            element rebuilt).
-        copy_bytes: Bytes moved through HBM each way besides.
-    """
-
-    matmul_flops_per_byte: float = attrs.field(default=0.0, validator=_non_negative_number)
-    copy_bytes: float = attrs.field(default=0.0, validator=_non_negative_number)
 
 
 @attrs.frozen
@@ -363,8 +350,9 @@ class LayerWork:
         frozen_gemms: Those of :attr:`gemms` whose weights are frozen; frozen FLOPs beyond theirs are FLOPs the layer
             lists no shape for (grouped, unlisted dense), in proportion, an assumption (not sourced;
             :func:`~hp_core.engine.timing.gemm_seconds.frozen_share`).
-        reruns: ``(switch, Rerun)`` pairs: what recomputing each switch re-runs (:class:`Rerun`); a switch not named
-            re-runs nothing beyond rewriting what it drops.
+        reruns: ``(switch, Rerun)`` pairs: what recomputing each switch re-runs (:class:`Rerun`), priced instead of
+            rewriting what it drops; a switch not named re-runs nothing beyond rewriting what it drops (or, named by
+            a collective's ``rerun_switch``, re-issuing that collective).
         high_precision_gemms: Those of :attr:`gemms` that stay in the compute dtype under a low-precision recipe (a
             router's gate, the output head); the rest of the matmul FLOPs, grouped ones included, run in the recipe's
             format (:mod:`hp_core.precision_recipes`).

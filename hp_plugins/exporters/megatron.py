@@ -19,8 +19,11 @@ validates the combinations, ``transformer_block.py`` ``_checkpointed_forward`` r
   profile ``megatron`` states the switches each module recomputes
   (``hp_plugins/runtimes/megatron.py``). ``moe_act`` acts only on layers with
   routed experts, ``mlp`` only on layers with a dense MLP (their ``ffFc1`` and
-  ``ffAct`` together): the layer kinds the runtime's ``module_kinds`` names, so a
-  dense layer's ``ffAct`` alone has no module. ``recompute_num_layers`` must
+  ``ffAct`` together), ``moe`` only on layers with routed experts (their
+  ``moeLayer`` and ``ffAct`` together: the whole MoE layer re-run): the layer
+  kinds the runtime's ``module_kinds`` names, so a dense layer's ``ffAct`` alone
+  has no module; a module within another written one (``moe_act`` within
+  ``moe``) is not written. ``recompute_num_layers`` must
   then be unset, and full and selective recompute never mix.
 
 A plan outside these is refused (:class:`~hp_core.errors.PlanNotExecutable`)
@@ -84,10 +87,13 @@ def _layer_modules(layout: PlanLayout, runtime: Runtime, modules) -> list[dict[s
 
 
 def _exact_modules(switches: frozenset[str], acting: Mapping[str, frozenset[str]], implicit) -> list[str] | None:
-    """The modules whose union recomputes exactly *switches* on a layer (*acting*: each module's switches there), or ``None``."""
+    """The modules whose union recomputes exactly *switches* on a layer (*acting*: each module's switches there), or
+    ``None``; a module whose switches another chosen one's include is left out (``moe_act`` within ``moe``)."""
     chosen = [m for m, sw in acting.items() if sw and sw <= switches | implicit]
     covered = frozenset().union(*(acting[m] for m in chosen)) - implicit
-    return chosen if covered == switches else None
+    if covered != switches:
+        return None
+    return [m for m in chosen if not any(acting[m] < acting[other] for other in chosen)]
 
 
 def _closest(layout: PlanLayout, plan: LayerPlan, acting: list[dict[str, frozenset[str]]], modules) -> RecomputeSpec:

@@ -51,7 +51,7 @@ from hp_core.markers import hookimpl
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.types import LayerKind
 from hp_plugins.kit import (
-    DECODER_SWITCHES, DENSE_MLP_SWITCHES, FC1_SWITCH, SELECTIVE_SWITCHES, GQAFields, LayerBuilder, MLPFields, gqa_attention, mlp,
+    DECODER_MOE_SWITCHES, DENSE_MLP_SWITCHES, FC1_SWITCH, SELECTIVE_SWITCHES, GQAFields, LayerBuilder, MLPFields, gqa_attention, mlp,
     post_norm, validate_gqa, validate_mlp,
 )
 from hp_plugins.kit.op_sac import OP_SAC_SWITCHES, op_sac_kept_bytes
@@ -59,9 +59,10 @@ from hp_plugins.kit.op_sac import OP_SAC_SWITCHES, op_sac_kept_bytes
 __all__ = ["DENSE_SWITCHES", "MOE_SWITCHES", "DenseConfig", "SELECTIVE", "evaluate_dense", "hp_layer_kinds", "validate_dense"]
 
 # The kit's switch sets of an attention-and-MLP layer (hp_plugins.kit.builder), under this module's names:
-# the dense layer's (its MLP's FC1 outputs under ffFc1) and those of a layer with experts instead (kinds.moe).
+# the dense layer's (its MLP's FC1 outputs under ffFc1) and those of a layer with experts instead (kinds.moe: what
+# the MoE block keeps inside itself under moeLayer).
 DENSE_SWITCHES = DENSE_MLP_SWITCHES
-MOE_SWITCHES = DECODER_SWITCHES
+MOE_SWITCHES = DECODER_MOE_SWITCHES
 SELECTIVE = SELECTIVE_SWITCHES
 
 

@@ -38,16 +38,17 @@ from hp_core.validators import positive_int, probability
 from hp_plugins.kit.attention import rotary_fraction
 from hp_plugins.kit import (
     SELECTIVE_SWITCHES as SELECTIVE,
-    FC1_SWITCH, GQAFields, LayerBuilder, MLPFields, MoEFields, NORMS, gqa_attention, mlp, moe, validate_gqa, validate_mlp, validate_moe,
+    FC1_SWITCH, MOE_LAYER_SWITCH, GQAFields, LayerBuilder, MLPFields, MoEFields, NORMS, gqa_attention, mlp, moe, validate_gqa, validate_mlp, validate_moe,
 )
 
 __all__ = ["AttentionLayerConfig", "MLPLayerConfig", "MoELayerConfig", "evaluate_attention_layer", "evaluate_mlp_layer",
            "evaluate_moe_layer", "hp_layer_kinds"]
 
 ATTENTION_SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather")
-# The MLP-only layer's (its MLP's FC1 outputs under ffFc1, hp_plugins.kit.builder.FC1_SWITCH) and the MoE-only layer's.
+# The MLP-only layer's (its MLP's FC1 outputs under ffFc1, hp_plugins.kit.builder.FC1_SWITCH) and the MoE-only layer's
+# (what its MoE block keeps inside itself under moeLayer, hp_plugins.kit.builder.MOE_LAYER_SWITCH).
 MLP_SWITCHES = ("normOp", "gather", "ffAct", FC1_SWITCH)
-MOE_ONLY_SWITCHES = ("normOp", "gather", "ffAct")
+MOE_ONLY_SWITCHES = ("normOp", "gather", "ffAct", MOE_LAYER_SWITCH)
 
 
 @attrs.frozen(kw_only=True, slots=False)
@@ -89,7 +90,7 @@ class MoELayerConfig(MoEFields):
 def evaluate_moe_layer(c: MoELayerConfig, x: LayerContext) -> LayerCost:
     """One mixture-of-experts-only layer's cost on one rank."""
     b = LayerBuilder(x, c.hidden_size)
-    moe(b, c, c.norm, 0.0)
+    moe(b, c, c.norm, 0.0, MOE_LAYER_SWITCH)
     return b.build()
 
 

@@ -4,8 +4,8 @@ Two kinds: ``mla`` (MLA + dense SwiGLU MLP: DeepSeek's ``first_k_dense_replace``
 layers) and ``mla_moe`` (MLA + routed and shared experts). Parameters equal
 Hugging Face transformers' ``DeepseekV3DecoderLayer`` / ``DeepseekV2DecoderLayer``.
 Attention terms: :func:`hp_plugins.kit.mla_attention`, whose up-projected
-heads are gated by the ``attUp`` switch, so ``mla_moe`` prices 256 settings of its
-eight switches; ``mla`` adds ``ffFc1`` (its dense MLP's FC1 outputs), 512 settings.
+heads are gated by the ``attUp`` switch; ``mla`` adds ``ffFc1`` (its dense MLP's FC1 outputs) and ``mla_moe``
+``moeLayer`` (what its MoE block keeps inside itself): nine switches, 512 settings each.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from hp_plugins.kit import (
     MoEFields,
     mla_attention,
     mlp,
+    MOE_LAYER_SWITCH,
     moe,
     validate_mla,
     validate_mlp,
@@ -33,11 +34,13 @@ from hp_plugins.kit.experts import moe_tokens
 from hp_plugins.kit.op_sac import (OP_SAC_SWITCHES, TORCHTITAN_MLA_OP_SAC_UNSTATED, torchtitan_mla_moe_op_sac_kept_bytes,
                                    torchtitan_mla_moe_op_sac_unstated)
 
-__all__ = ["MLAConfig", "MLAMoEConfig", "MLA_DENSE_SWITCHES", "MLA_SWITCHES", "evaluate_mla", "evaluate_mla_moe", "hp_layer_kinds"]
+__all__ = ["MLAConfig", "MLAMoEConfig", "MLA_DENSE_SWITCHES", "MLA_MOE_SWITCHES", "MLA_SWITCHES", "evaluate_mla", "evaluate_mla_moe", "hp_layer_kinds"]
 
 MLA_SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
-# The mla kind's: its dense MLP's FC1 outputs under ffFc1 (hp_plugins.kit.builder.FC1_SWITCH) too.
+# The mla kind's: its dense MLP's FC1 outputs under ffFc1 (hp_plugins.kit.builder.FC1_SWITCH) too; the mla_moe
+# kind's: what its MoE block keeps inside itself under moeLayer (hp_plugins.kit.builder.MOE_LAYER_SWITCH).
 MLA_DENSE_SWITCHES = (*MLA_SWITCHES, FC1_SWITCH)
+MLA_MOE_SWITCHES = (*MLA_SWITCHES, MOE_LAYER_SWITCH)
 
 
 @attrs.frozen(kw_only=True, slots=False)
@@ -81,7 +84,7 @@ def evaluate_mla_moe(c: MLAMoEConfig, x: LayerContext) -> LayerCost:
     """An MLA layer with a mixture of experts, on one rank."""
     b = LayerBuilder(x, c.hidden_size)
     mla_attention(b, c)
-    moe(b, c, c.norm, c.hidden_dropout)
+    moe(b, c, c.norm, c.hidden_dropout, MOE_LAYER_SWITCH)
     cost = b.build()
     if "torchtitan_op_sac" not in x.traits:
         return cost
@@ -110,7 +113,7 @@ def hp_layer_kinds():
         name="mla_moe",
         config_type=MLAMoEConfig,
         evaluate=evaluate_mla_moe,
-        switches=MLA_SWITCHES,
+        switches=MLA_MOE_SWITCHES,
         selective=SELECTIVE,
         validate=_validate_mla_moe,
         description="multi-head latent attention (DeepSeek) with routed and shared experts",

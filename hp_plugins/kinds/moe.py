@@ -19,7 +19,7 @@ import attrs
 from hp_core.markers import hookimpl
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.types import LayerKind
-from hp_plugins.kit import GQAFields, LayerBuilder, MoEFields, gqa_attention, moe, validate_gqa, validate_moe
+from hp_plugins.kit import MOE_LAYER_SWITCH, GQAFields, LayerBuilder, MoEFields, gqa_attention, moe, validate_gqa, validate_moe
 from hp_plugins.kinds.dense import MOE_SWITCHES, SELECTIVE
 
 __all__ = ["MoEConfig", "evaluate_moe", "hp_layer_kinds", "validate_moe_layer"]
@@ -44,7 +44,7 @@ def evaluate_moe(c: MoEConfig, x: LayerContext) -> LayerCost:
     """One MoE decoder layer's cost on one rank."""
     b = LayerBuilder(x, c.hidden_size)
     gqa_attention(b, c)
-    moe(b, c, c.norm, c.hidden_dropout)
+    moe(b, c, c.norm, c.hidden_dropout, MOE_LAYER_SWITCH)
     return b.build()
 
 

@@ -24,7 +24,7 @@ from hp_core.costs import LayerContext, LayerCost
 from hp_core.markers import hookimpl
 from hp_core.types import LayerKind
 from hp_plugins.kit import (
-    DECODER_SWITCHES as DENSE_SWITCHES, DENSE_MLP_SWITCHES, FC1_SWITCH, SELECTIVE_SWITCHES as SELECTIVE,
+    DECODER_MOE_SWITCHES, DENSE_MLP_SWITCHES, FC1_SWITCH, MOE_LAYER_SWITCH, SELECTIVE_SWITCHES as SELECTIVE,
     GDN_SWITCHES, GatedDeltaNetFields, GQAFields, LayerBuilder, MLPFields, MoEFields, gated_deltanet_mixer,
     gated_gqa_attention, mlp, moe, validate_gated_deltanet_mixer, validate_gqa, validate_mlp, validate_moe,
 )
@@ -83,8 +83,13 @@ def evaluate_gdn(c: GDNConfig, x: LayerContext) -> LayerCost:
     return _gdn(c, x, _mlp)
 
 
+def _moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None:
+    """The kit's mixture of experts with what it keeps inside itself under ``moeLayer`` (:data:`hp_plugins.kit.MOE_LAYER_SWITCH`)."""
+    moe(b, c, norm, hidden_dropout, MOE_LAYER_SWITCH)
+
+
 def evaluate_gdn_moe(c: GDNMoEConfig, x: LayerContext) -> LayerCost:
-    return _gdn(c, x, moe)
+    return _gdn(c, x, _moe)
 
 
 def evaluate_gated_attention(c: GatedAttentionConfig, x: LayerContext) -> LayerCost:
@@ -92,7 +97,7 @@ def evaluate_gated_attention(c: GatedAttentionConfig, x: LayerContext) -> LayerC
 
 
 def evaluate_gated_attention_moe(c: GatedAttentionMoEConfig, x: LayerContext) -> LayerCost:
-    return _gated(c, x, moe)
+    return _gated(c, x, _moe)
 
 
 def _validate_gdn(c: GDNConfig, x: LayerContext) -> None:
@@ -120,12 +125,12 @@ def hp_layer_kinds():
     yield LayerKind(name="gdn", config_type=GDNConfig, evaluate=evaluate_gdn, placement="body", switches=(*GDN_SWITCHES, FC1_SWITCH),
                     validate=_validate_gdn, description="Gated DeltaNet linear attention (Qwen3-Next) with a SwiGLU MLP")
     yield LayerKind(name="gdn_moe", config_type=GDNMoEConfig, evaluate=evaluate_gdn_moe, placement="body",
-                    switches=GDN_SWITCHES, validate=_validate_gdn_moe,
+                    switches=(*GDN_SWITCHES, MOE_LAYER_SWITCH), validate=_validate_gdn_moe,
                     description="Gated DeltaNet linear attention (Qwen3-Next) with routed and shared experts")
     yield LayerKind(name="gated_attention", config_type=GatedAttentionConfig, evaluate=evaluate_gated_attention,
                     placement="body", switches=DENSE_MLP_SWITCHES, selective=SELECTIVE, validate=_validate_gated,
                     description="GQA attention with a sigmoid output gate (Qwen3-Next full attention) and a SwiGLU MLP")
     yield LayerKind(name="gated_attention_moe", config_type=GatedAttentionMoEConfig,
-                    evaluate=evaluate_gated_attention_moe, placement="body", switches=DENSE_SWITCHES,
+                    evaluate=evaluate_gated_attention_moe, placement="body", switches=DECODER_MOE_SWITCHES,
                     selective=SELECTIVE, validate=_validate_gated_moe,
                     description="GQA attention with a sigmoid output gate (Qwen3-Next full attention) and experts")

@@ -14,7 +14,8 @@ module                             what it holds
                                    records :func:`term` and :func:`param_count`;
                                    :data:`SOFTMAX_OPS`, :data:`RESIDUAL_OPS`,
                                    :data:`DECODER_SWITCHES`, :data:`SELECTIVE_SWITCHES`,
-                                   :data:`DENSE_MLP_SWITCHES`
+                                   :data:`DENSE_MLP_SWITCHES`, :data:`MOE_LAYER_SWITCH`,
+                                   :data:`DECODER_MOE_SWITCHES`
 :mod:`~hp_plugins.kit.attention`   :class:`GQAFields`, :func:`gqa_attention`, :func:`validate_gqa`
 :mod:`~hp_plugins.kit.mla`         :class:`MLAFields`, :func:`mla_attention`, :func:`validate_mla`
 :mod:`~hp_plugins.kit.feedforward` :class:`MLPFields`, :func:`mlp`, :func:`swiglu`,
@@ -58,7 +59,7 @@ from __future__ import annotations
 from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, NORMS, fp32_norm_bytes, head_norm, norm_params, post_norm
 from hp_plugins.kit.shapes import check_divides, padded_vocab
 from hp_plugins.kit.builder import (
-    DECODER_SWITCHES, DENSE_MLP_SWITCHES, RESIDUAL_OPS, SELECTIVE_SWITCHES, SOFTMAX_OPS, LayerBuilder, param_count, term,
+    DECODER_MOE_SWITCHES, DECODER_SWITCHES, DENSE_MLP_SWITCHES, MOE_LAYER_SWITCH, RESIDUAL_OPS, SELECTIVE_SWITCHES, SOFTMAX_OPS, LayerBuilder, param_count, term,
 )
 from hp_plugins.kit.attention import GQAFields, gqa_attention, validate_gqa
 from hp_plugins.kit.mla import MLAFields, mla_attention, validate_mla
@@ -80,9 +81,11 @@ from hp_plugins.kit.gated_attention import gated_gqa_attention
 
 __all__ = [
     "ACT_OPS",
+    "DECODER_MOE_SWITCHES",
     "DECODER_SWITCHES",
     "DENSE_MLP_SWITCHES",
     "FC1_SWITCH",
+    "MOE_LAYER_SWITCH",
     "SELECTIVE_SWITCHES",
     "CLAMPED_SWIGLU_OPS",
     "EXPERT_ACTIVATIONS",

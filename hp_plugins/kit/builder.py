@@ -22,7 +22,7 @@ from hp_plugins.kit.eager import EAGER_NORM_BYTES, EAGER_ROPE_BYTES, RESIDUAL_BY
 from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, fp32_norm_bytes, norm_params
 from hp_plugins.kit.work import AttentionShape, ExpertShape, decoder_work
 
-__all__ = ["DECODER_SWITCHES", "DENSE_MLP_SWITCHES", "FC1_SWITCH", "LayerBuilder", "RESIDUAL_OPS", "ROPE_OPS", "SELECTIVE_SWITCHES", "SOFTMAX_OPS",
+__all__ = ["DECODER_MOE_SWITCHES", "DECODER_SWITCHES", "DENSE_MLP_SWITCHES", "FC1_SWITCH", "LayerBuilder", "MOE_LAYER_SWITCH", "RESIDUAL_OPS", "ROPE_OPS", "SELECTIVE_SWITCHES", "SOFTMAX_OPS",
            "param_count", "term"]
 
 # Elementwise operations per element (forward), counted from the definitions:
@@ -46,6 +46,15 @@ SELECTIVE_SWITCHES = ("attBMM", "headCast", "dropout", "softmax")
 FC1_SWITCH = "ffFc1"
 # The switches of a layer whose feed-forward block is a dense MLP with FC1_SWITCH.
 DENSE_MLP_SWITCHES = (*DECODER_SWITCHES, FC1_SWITCH)
+# The switch of what a mixture-of-experts block keeps inside itself besides its activation (ffAct) and its
+# input (the pre-norm's output): the router's probabilities, the dispatched tokens, the routed and shared
+# experts' FC1 outputs, the combine's kept inputs, the permutation's row map, a latent projection's input.
+# Recomputing it re-runs the whole block from its kept input, the dispatch and combine included
+# (hp_plugins.kit.experts.moe; LayerWork.reruns): with ffAct it drops every tensor the block keeps inside
+# itself, what Megatron-Core's ``moe`` recompute module keeps no more of (hp_plugins/runtimes/megatron.py).
+MOE_LAYER_SWITCH = "moeLayer"
+# The switches of a layer of an attention block and a mixture of experts with MOE_LAYER_SWITCH.
+DECODER_MOE_SWITCHES = (*DECODER_SWITCHES, MOE_LAYER_SWITCH)
 
 
 # Evaluators build the same terms and parameter counts again for every layout a search tries; the
@@ -115,7 +124,8 @@ class LayerBuilder:
         self.tp_blocks = 0
         self.attention_shape: AttentionShape | None = None
         self.expert_shape: ExpertShape | None = None
-        # What recomputing a switch re-runs, as the blocks state it (LayerWork.reruns): the dense MLP's FC1.
+        # What recomputing a switch re-runs, as the blocks state it (LayerWork.reruns): the dense MLP's FC1 (the
+        # MoE block's moeLayer decoder_work states from expert_shape, its GEMMs and collectives being known there).
         self.reruns: list[tuple[str, Rerun]] = []
 
     def keep(self, op: str, nbytes: int, switch: str | None = None, tp_split: bool = False,

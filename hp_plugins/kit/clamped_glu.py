@@ -17,7 +17,8 @@ __all__ = ["CLAMPED_SWIGLU_OPS", "clamped_swiglu"]
 CLAMPED_SWIGLU_OPS = 10
 
 
-def clamped_swiglu(b: LayerBuilder, prefix: str, tokens: int, width: int, tp_split: bool = False) -> int:
+def clamped_swiglu(b: LayerBuilder, prefix: str, tokens: int, width: int, tp_split: bool = False,
+                   fc1_switch: str | None = None) -> int:
     """Keep the clamped SwiGLU's tensors; return the bytes of one width-wide tensor.
 
     Unfused (Hugging Face), autograd keeps the FC1 output (the clamps' inputs
@@ -26,10 +27,11 @@ def clamped_swiglu(b: LayerBuilder, prefix: str, tokens: int, width: int, tp_spl
     product (FC2's input, ``gemm_input`` ``owned``): all but the FC1 output are rebuilt from it, so
     ``ffAct`` drops them. A fused kernel (the ``fused_swiglu`` trait,
     Megatron-LM ``bias_swiglu_impl`` with its clamp) keeps the FC1 output and
-    the product only.
+    the product only. The FC1 output is gated by *fc1_switch* (``None``: kept
+    unless the layer is recomputed fully; the MoE block's ``moeLayer``).
     """
     wide = tokens * width * b.act
-    b.keep(f"{prefix}fc1_out", 2 * wide, None, tp_split)
+    b.keep(f"{prefix}fc1_out", 2 * wide, fc1_switch, tp_split)
     if "fused_swiglu" not in b.x.traits:
         b.keep(f"{prefix}act_out", 4 * wide, "ffAct", tp_split)  # clamped gate, sigmoid, up + 1, gated value
     b.keep(f"{prefix}mul_out", wide, "ffAct", tp_split, "owned")  # FC2's input

@@ -166,7 +166,7 @@ def moe_tokens(c: MoEFields, x: LayerContext) -> int:
     return routed * c.num_experts_per_tok * x.etp
 
 
-def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None:
+def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float, layer_switch: str | None = None) -> None:
     """A mixture of experts: router, dispatch, routed SwiGLU experts, shared experts, combine.
 
     Kept per rank: the router's probabilities over all experts (its softmax or
@@ -177,7 +177,22 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     probabilities (Megatron-Core ``moe_utils.unpermute``; Hugging Face Mixtral
     multiplies the expert output by the routing weight). Shared experts run
     like a dense MLP over the (SP-gathered) tokens.
+
+    *layer_switch* gates every tensor the block keeps inside itself but its
+    activations (``ffAct``) and the SP-gathered copies (``gather``): the
+    router's probabilities (and fp32 input), the dispatched tokens, the routed
+    and shared experts' FC1 outputs, the combine's kept inputs, the
+    permutation's row map, the latent projection's input, the shared-expert
+    gate's output. Its input, the pre-norm's output, stays (``normOp``): a
+    checkpoint of the block keeps it. Recomputing the switch re-runs the
+    block's forward from it, its dispatch and combine included
+    (:func:`~hp_plugins.kit.work.decoder_work` states the re-run from the
+    block's shapes: Megatron-Core's ``moe`` recompute module, ``MoELayer.forward``
+    under ``tensor_parallel.checkpoint``, ``te_checkpoint`` under fp8/fp4,
+    megatron/core/transformer/moe/moe_layer.py at NVIDIA/Megatron-LM@d98e8a6).
+    ``None``, the default, keeps them unless the layer is recomputed fully.
     """
+    sw = layer_switch
     x, t, act = b.x, b.x.tp, b.act
     T, h, E = x.tokens, b.h, c.num_experts
     routed = T // x.sp_degree
@@ -196,6 +211,7 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
     gated = c.expert_activation != "mlp"
     fc1 = 2 if gated else 1
     d = c.moe_latent_size or h
+    first_shape = len(b.shapes)  # the block's own linears from here (ExpertShape.block_shapes)
     b.param("experts", E * (fc1 + 1) * d * c.moe_intermediate_size, True, "routed_expert",
             matrices=((E // x.ep, fc1 * width, d), (E // x.ep, d, width)))
     if c.moe_latent_size:
@@ -204,7 +220,7 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
         # parallel_mode="duplicated" (megatron/core/transformer/moe/moe_layer.py, read at commit 00119989);
         # fc1's input is the norm's output, fc2 keeps the combined latent output.
         b.param("moe_latent_proj", 2 * h * d, False, matrices=((1, d, h), (1, h, d)))
-        b.keep("latent_combined", routed * d * act, gemm_input="owned")
+        b.keep("latent_combined", routed * d * act, sw, gemm_input="owned")
         # fc1_latent reads the norm output the shared experts' FC1 reads too (counted there for W).
         b.linear(routed, h, d, shares_input=bool(c.shared_expert_intermediate_size))
         b.linear(routed, d, h)
@@ -222,27 +238,27 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
         upcast = learned and c.router_fp32 and "fp32_norm_copy" in x.traits
         scores = 4 if upcast else act
     # The router's probabilities; the fake gate's k weights per token (type_as: the compute dtype).
-    b.keep("router_probs", routed * (c.num_experts_per_tok if c.router_topk_softmax or not learned else E) * scores)
+    b.keep("router_probs", routed * (c.num_experts_per_tok if c.router_topk_softmax or not learned else E) * scores, sw)
     if upcast:
-        b.keep("router_fp32_input", routed * h * 4)
-    b.keep("dispatched_tokens", processed * d * act, gemm_input="owned")  # the experts' FC1 input
+        b.keep("router_fp32_input", routed * h * 4, sw)
+    b.keep("dispatched_tokens", processed * d * act, sw, gemm_input="owned")  # the experts' FC1 input
     if c.expert_activation == "clamped_swiglu":
-        expert_wide = clamped_swiglu(b, "expert_", processed, width)
+        expert_wide = clamped_swiglu(b, "expert_", processed, width, fc1_switch=sw)
     else:
-        expert_wide = swiglu(b, "expert_", processed, width, gated, c.hidden_act, False)
+        expert_wide = swiglu(b, "expert_", processed, width, gated, c.hidden_act, False, fc1_switch=sw)
     if "moe_probs_in_activation" in x.traits:
         # The weighted SwiGLU keeps the fp32 probability of each dispatched token.
-        b.keep("expert_probs", processed * 4)
+        b.keep("expert_probs", processed * 4, sw)
     elif kept_tt is not None:
         # torchtitan's combine multiplies the routed output by its score in fp32 (routed_output.to(float32) * scores):
         # the product keeps that fp32 copy for the scores' gradient, and the scores; then the routing indices.
-        b.keep("expert_out_fp32", processed // x.etp * d * 4)
-        b.keep("routing_indices", processed // x.etp * kept_tt[1])
+        b.keep("expert_out_fp32", processed // x.etp * d * 4, sw)
+        b.keep("routing_indices", processed // x.etp * kept_tt[1], sw)
     else:
-        b.keep("expert_out", processed // x.etp * d * act)
+        b.keep("expert_out", processed // x.etp * d * act, sw)
     if "moe_fused_permute" in x.traits:
         # int32 row map of [tokens, 2E + 1] (Transformer Engine moe_permute).
-        b.keep("permute_row_map", routed * (2 * E + 1) * 4)
+        b.keep("permute_row_map", routed * (2 * E + 1) * 4, sw)
     # The dispatch and combine all-to-all buffers of the running layer.
     b.buffers_once = max(b.buffers_once, 2 * processed * d * act)
     grads = (fc1 + 1) * expert_wide + processed * d * act
@@ -265,9 +281,9 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
                 matrices=((1, fc1 * I // t, h), (1, h, I // t)))
         if c.shared_expert_gate:
             b.param("shared_expert_gate", h, False, "shared_expert", matrices=((1, 1, h),))
-            b.keep("shared_out", b.hidden)
+            b.keep("shared_out", b.hidden, sw)
         b.keep("shared_gathered", b.gathered, "gather")
-        shared_wide = swiglu(b, "shared_", T, I // t, gated, c.hidden_act)
+        shared_wide = swiglu(b, "shared_", T, I // t, gated, c.hidden_act, fc1_switch=sw)
         grads = max(grads, (fc1 + 1) * shared_wide)
         b.linear(T, h, fc1 * I // t)
         b.linear(T, I // t, h)
@@ -284,7 +300,7 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float) -> None
                                  pad_to_capacity=c.pad_to_capacity, capacity_factor=c.capacity_factor, gated=gated,
                                  model_width=c.moe_latent_size, routing_groups=c.router_num_groups,
                                  routing_groups_per_token=c.router_groups_per_token, fc2_bias=c.expert_bias,
-                                 learned_gate=learned)
+                                 learned_gate=learned, rerun_switch=sw, block_shapes=tuple(b.shapes[first_shape:]))
 
 
 def validate_moe(c: MoEFields, x: LayerContext) -> None:

@@ -96,7 +96,11 @@ class ExpertShape:
     ``fc2_bias``: each expert's down projection carries a bias (GPT-OSS); ``learned_gate`` false: no
     router runs (NeMo AutoModel's ``FakeBalancedGate``, the ``moe_fake_balanced_gate`` trait): no
     gating GEMM and no router kernels, and the tokens go round-robin to consecutive experts
-    (:class:`hp_core.collectives.Routing` ``assignment``)."""
+    (:class:`hp_core.collectives.Routing` ``assignment``); ``rerun_switch``: the switch whose recompute re-runs
+    the whole block (``moeLayer``: :func:`decoder_work` states its :class:`~hp_core.costs.Rerun` and re-issues
+    the block's dispatch and combine under it), ``None``: none; ``block_shapes``: the ``(fan_out, fan_in)`` of the
+    block's own linear weights (latent projections, shared experts; the routed experts' are dropped here as
+    from the layer's GEMMs), which that re-run runs again."""
 
     experts: int
     top_k: int
@@ -109,6 +113,8 @@ class ExpertShape:
     routing_groups_per_token: int = 1
     fc2_bias: bool = False
     learned_gate: bool = True
+    rerun_switch: str | None = None
+    block_shapes: tuple[tuple[int, int], ...] = ()
 
 
 # The routed experts' FC2 bias under the ``moe_eager_expert_bias`` trait (Megatron-Core
@@ -161,7 +167,8 @@ def attention_collectives(x: LayerContext, kv_bytes: float, qkvo_bytes: float) -
     return (Collective("cp", "all_to_all", qkvo_bytes, 1, 1, overlappable=False),)
 
 
-def expert_collectives(x: LayerContext, routed_bytes: float, routing: Routing | None = None) -> tuple[Collective, ...]:
+def expert_collectives(x: LayerContext, routed_bytes: float, routing: Routing | None = None,
+                       rerun_switch: str | None = None) -> tuple[Collective, ...]:
     """Expert parallelism's dispatch and combine all-to-alls of *routed_bytes* (a copy per routed expert), each
     way, with the token *routing* a de-duplicating library prices from (:class:`hp_core.collectives.Routing`),
     and expert tensor parallelism's gather and reduce-scatter of the tokens its ``etp`` ranks process.
@@ -175,15 +182,18 @@ def expert_collectives(x: LayerContext, routed_bytes: float, routing: Routing | 
     input), priced in the activation dtype; the probabilities gathered beside them (one value per routed copy)
     are left out (``1 / width`` of the tokens' bytes). Stated under the runtime trait ``moe_expert_tp_dispatch``;
     a trainer without it gathers the MoE block's input over TP like a dense MLP's (the layer's TP block).
+    *rerun_switch*: the switch whose recompute re-runs the block, issuing them all forward again in backward
+    (Megatron-Core's ``moe`` module: the checkpointed ``MoELayer.forward`` dispatches and combines again).
     """
     if not routed_bytes:
         return ()
     found: list[Collective] = []
     if x.ep > 1:
-        found.append(Collective("ep", "all_to_all", routed_bytes, 2, 2, routing=routing))
+        found.append(Collective("ep", "all_to_all", routed_bytes, 2, 2, rerun_switch=rerun_switch, routing=routing))
     if x.etp > 1 and "moe_expert_tp_dispatch" in x.traits:
         gathered = routed_bytes * x.etp
-        found += [Collective("etp", "all_gather", gathered, 1, 1), Collective("etp", "reduce_scatter", gathered, 1, 1)]
+        found += [Collective("etp", "all_gather", gathered, 1, 1, rerun_switch=rerun_switch),
+                  Collective("etp", "reduce_scatter", gathered, 1, 1, rerun_switch=rerun_switch)]
     return tuple(found)
 
 
@@ -293,7 +303,15 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
             routing = Routing(experts.experts, experts.top_k, padded, experts.routing_groups, experts.routing_groups_per_token)
         else:  # no router: no gating GEMM, no router kernels, round-robin routing (ExpertShape.learned_gate)
             routing = Routing(experts.experts, experts.top_k, padded, assignment="round_robin")
-        collectives += expert_collectives(x, routed * d * act, routing)
+        collectives += expert_collectives(x, routed * d * act, routing, experts.rerun_switch)
+        if experts.rerun_switch is not None:
+            # The whole block's forward again (ExpertShape.rerun_switch): the router's gating GEMM, the block's own
+            # linears over the micro-batch's tokens as listed below, the grouped GEMMs, the router's kernels and
+            # the permutation; its TP collectives (shared experts under TP) are not re-issued here, as the dense
+            # MLP's under Megatron-Core's mlp module are not (docs/runtimes.md).
+            block = gemms[:1] + [(T, fan_out, fan_in) for fan_out, fan_in in experts.block_shapes
+                                 if (fan_out, fan_in) not in routed_shapes]
+            reruns += ((experts.rerun_switch, Rerun(gemms=tuple(block), grouped_flops=grouped, permutation=True)),)
     # Every other linear runs over the micro-batch's tokens (SP-gathered under TP).
     gemms += [(T, fan_out, fan_in) for fan_out, fan_in in weight_shapes if (fan_out, fan_in) not in routed_shapes]
     return LayerWork(

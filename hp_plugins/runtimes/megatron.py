@@ -366,21 +366,36 @@ def hp_runtimes():
         # (tensor_parallel.checkpoint, te_checkpoint under fp8/fp4), keeping its input (the pre-MLP norm's
         # output) and re-running FC1, the activation and FC2 in backward: the MLP's FC1 outputs (ffFc1) and
         # activation outputs (ffAct), the whole forward re-run (trait dense_mlp_checkpoint).
+        # moe (megatron/core/transformer/moe/moe_layer.py at NVIDIA/Megatron-LM@d98e8a6; the choice listed in
+        # transformer_config.py's recompute_modules, "normal checkpointing"): MoELayer.__init__ sets
+        # moe_layer_recompute where the granularity is selective, "moe" is among the modules and cuda_graph_impl is
+        # not "local" (there MoETransformerLayer recomputes instead, transformer_layer.py), and MoELayer.forward then
+        # checkpoints its whole forward, custom_forward (tensor_parallel.checkpoint; te_checkpoint under fp8/fp4,
+        # which re-runs it in the recipe): the shared experts, the router, the dispatch preprocessing, the
+        # dispatch, the routed experts, the combine and the postprocessing (latent projection, shared experts'
+        # output added). The checkpoint keeps its input only, the pre-MLP norm's output (kept under normOp, which
+        # layernorm's output-discarding checkpoint drops and rebuilds), and re-runs all of it in backward, the
+        # expert-parallel dispatch and combine (all-to-all or DeepEP/HybridEP) included: every tensor the MoE block
+        # keeps inside itself, moeLayer (hp_plugins/kit/builder.py) and the experts' activations ffAct, with the
+        # block's forward re-run (its Rerun and its collectives' rerun_switch: hp_plugins/kit/work.py).
         recompute_modules={
             "core_attn": frozenset({"attBMM", "headCast", "dropout", "softmax"}),
             "layernorm": frozenset({"normOp"}),
             "moe_act": frozenset({"ffAct"}),
             "mla_up_proj": frozenset({"attUp"}),
             "mlp": frozenset({"ffFc1", "ffAct"}),
+            "moe": frozenset({"moeLayer", "ffAct"}),
         },
         # moe_act recomputes the routed experts' activation only (megatron/core/transformer/moe/experts.py), so it
         # acts on every built-in kind with routed experts; mlp acts only on layers with a dense MLP
         # (transformer_layer.py: recompute_mlp where not is_moe_layer; an MoE layer's shared experts have their
-        # own module, shared_experts: moe/moe_layer.py shared_experts_compute, not stated here). The megatron
+        # own module, shared_experts: moe/moe_layer.py shared_experts_compute, not stated here); moe acts on the
+        # layers whose MLP is an MoELayer, every built-in kind with routed experts. The megatron
         # exporter reads the same statement (tests/plugins/test_megatron_module_kinds.py checks it against the
         # presets' configs).
         module_kinds={"moe_act": frozenset({"moe", "mla_moe", "gdn_moe", "gated_attention_moe", "moe_only"}),
-                      "mlp": frozenset({"dense", "mla", "mlp", "gdn", "gated_attention"})},
+                      "mlp": frozenset({"dense", "mla", "mlp", "gdn", "gated_attention"}),
+                      "moe": frozenset({"moe", "mla_moe", "gdn_moe", "gated_attention_moe", "moe_only"})},
         description=(
             "Megatron-Core + Transformer Engine: bf16, fp32 grad buffer, distributed optimizer, TE fused "
             "attention/SwiGLU/cross-entropy, vocab padded to 128*tp"

@@ -58,8 +58,8 @@ def test_every_setting_prices_as_the_layer_evaluated_directly(kind_name, tp, sp,
     profile = switch_profile(kind, cost, config, context, pricer, implicit=rt.implicit_recompute)
     implicit = rt.implicit_recompute & frozenset(kind.switches)
     subsets = _subsets(kind.switches)
-    # Seven switches (moe), eight (dense: ffFc1; mla_moe: attUp), nine (mla: both).
-    assert len(subsets) == 2 ** (7 + ("attUp" in kind.switches) + ("ffFc1" in kind.switches))
+    # Seven switches and one of ffFc1 (dense) or moeLayer (moe): eight; with attUp (mla, mla_moe) nine.
+    assert len(subsets) == 2 ** (7 + ("attUp" in kind.switches) + ("ffFc1" in kind.switches) + ("moeLayer" in kind.switches))
     for switches in subsets + ["full"]:
         setting = Setting(mode="full") if switches == "full" else Setting(mode="switches", switches=switches)
         setting = attrs.evolve(setting, offload=share)

@@ -35,8 +35,11 @@ def test_etp2_gathers_and_reduce_scatters_the_two_ranks_routed_tokens():
     routed_bytes, gathered_bytes = 512 * 1024 * 2, 1024 * 1024 * 2
     assert (routed_bytes, gathered_bytes) == (1_048_576, 2_097_152)
     etp = [c for c in found if c.group == "etp"]
-    assert etp == [Collective("etp", "all_gather", gathered_bytes, 1, 1), Collective("etp", "reduce_scatter", gathered_bytes, 1, 1)]
-    assert [c for c in found if c.group == "ep"] == [Collective("ep", "all_to_all", routed_bytes, 2, 2, routing=found[-3].routing)]
+    # Each issued again in backward under moeLayer, the MoE block's re-run (Megatron-Core's moe module).
+    assert etp == [Collective("etp", "all_gather", gathered_bytes, 1, 1, rerun_switch="moeLayer"),
+                   Collective("etp", "reduce_scatter", gathered_bytes, 1, 1, rerun_switch="moeLayer")]
+    assert [c for c in found if c.group == "ep"] == [Collective("ep", "all_to_all", routed_bytes, 2, 2, rerun_switch="moeLayer",
+                                                                routing=found[-3].routing)]
     # TP: attention's block alone (its input gathered, output reduce-scattered: 512 x 1,024 x 2 bytes), not the experts'.
     tp = [c for c in found if c.group == "tp"]
     assert [(c.op, c.bytes, c.forward_calls, c.backward_calls) for c in tp] == [

@@ -1,7 +1,8 @@
 """The Nemotron 3 Nano rows of tests/plugins/data/fp8_measured_runs.json (``nemotron_rows``): Megatron-Bridge's
-MXFP8 rows of the hybrid Mamba-MoE model on 8 DGX-GB300, GB200, B300 and B200 GPUs, 26.02.01 to 26.08. Each states
-its summary row, its release's config and layout, the runtime options as run and what hp does not price; held out;
-the DGX-H100 rows left out with their reason; docs/precision.md's table and prose are today's."""
+MXFP8 rows of the hybrid Mamba-MoE model on 8 DGX-GB300, GB200, B300 and B200 GPUs, 26.02.01 to 26.08, and its four
+DGX-H100 FP8 rows (16 GPUs, recompute of the modules moe, layernorm, core_attn and moe_act). Each states its summary
+row, its release's config and layout, the runtime options as run and what hp does not price; held out;
+docs/precision.md's table and prose are today's."""
 
 from __future__ import annotations
 
@@ -23,14 +24,23 @@ SYSTEMS = {"26.02.01": ("gb300", "gb200", "b300"), "26.04": ("gb300", "gb200", "
 SYSTEM = {"gb300": "DGX-GB300", "gb200": "DGX-GB200", "b300": "DGX-B300", "b200": "DGX-B200"}
 
 
+# The DGX-H100 FP8 rows: container, archive line, tokens/s/GPU (NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_FP8_CS_V1).
+H100 = {"26.02.01": (463, 14890), "26.04": (366, 14507), "26.04.01": (276, 14336), "26.06": (156, 14719)}
+
+
 def _rows() -> dict:
-    return {r["id"]: r for r in _data()["nemotron_rows"]}
+    """The MXFP8 rows."""
+    return {r["id"]: r for r in _data()["nemotron_rows"] if r["recipe"] == "mxfp8"}
+
+
+def _h100_rows() -> dict:
+    return {r["id"]: r for r in _data()["nemotron_rows"] if r["hardware"] == "h100-sxm"}
 
 
 def test_the_rows_state_their_summary_row_release_and_options():
     rows = _rows()
     assert sorted(rows) == sorted(f"mb{c}-{hw}-nemotron-3-nano-mxfp8" for c, systems in SYSTEMS.items() for hw in systems)
-    assert len(rows) == 16
+    assert len(rows) == 16 and len(_data()["nemotron_rows"]) == 20
     data = _data()
     runs = _module()
     for rid, row in rows.items():
@@ -101,44 +111,83 @@ def test_step_times_by_hand():
     assert (spec.dp, spec.tp, spec.pp, spec.ep, spec.sp) == (8, 1, 1, 8, False)
 
 
-def test_the_h100_rows_are_left_out_for_the_moe_recompute_module():
+def test_the_h100_rows_state_their_row_config_and_recompute():
     data = _data()
-    skipped = data["nemotron_rows_skipped"]
-    assert len(skipped) == 1 and "DGX-H100" in skipped[0]["row"]
-    for figure in ("14890", "14507", "14336", "14719"):
-        assert figure in skipped[0]["row"], figure
-    assert "recomputes the modules moe, layernorm, core_attn and moe_act" in skipped[0]["why"]
-    # The module the reason names is refused by the recompute plan the rows are priced with.
+    rows = _h100_rows()
+    assert sorted(rows) == sorted(f"mb{c}-h100-nemotron-3-nano-fp8cs" for c in H100)
+    assert "nemotron_rows_skipped" not in data
     runs = _module()
+    for rid, row in rows.items():
+        container = rid[2:].split("-")[0]
+        tag = CONTAINERS[container]
+        line, tokens = H100[container]
+        assert row["source"] == row["runtime_options_source"] == f"megatron-bridge-nemotron3-nano-{container}", rid
+        assert tag in data["sources"][row["source"]] and row["archive_line"] == line, rid
+        assert (row["split"], row["class"], row["recipe"]) == (
+            "held_out", "Megatron-Core hybrid Mamba-MoE, H100", "fp8-megatron-param-gather"), rid
+        assert row["class"] in runs.NEMOTRON_CLASSES and row["model"] == "nemotron-3-nano-30b-a3b", rid
+        assert f"NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_FP8_CS_V1 at {tag}" in row["config"], rid
+        # System, #-GPUs, precision, GBS, MBS, sequence length, [FSDP 0 up to 26.04.01,] TP, PP, CP, VP, EP, tokens/s/GPU,
+        # TFLOP/s/GPU, as the archive prints them.
+        cells = _cells(row["row"])
+        if container != "26.06":
+            assert cells.pop(6) == "0", rid
+        assert cells[:6] == ["DGX-H100", "16", "FP8", "1024", "1", "8192"] and cells[6:11] == ["1", "1", "1", "n/a", "8"], rid
+        assert int(cells[11]) == row["tokens_per_second_per_gpu"] == tokens, rid
+        assert (row["gpus"], row["global_batch_size"], row["micro_batch_size"], row["seq_len"], row["tp"], row["pp"],
+                row["cp"], row["vpp"], row["ep"]) == (16, 1024, 1, 8192, 1, 1, 1, 1, 8), rid
+        assert row["recompute_modules"] == ["moe", "layernorm", "core_attn", "moe_act"], rid
+        assert row["runtime_options"] == {"overlap_grad_reduce": True, "overlap_param_gather": True,
+                                          "grad_reduce_in_fp32": False, "ep_all_to_all": "hybridep",
+                                          "hybridep_num_sms": 16}, rid
+        for setting in ("recompute_granularity selective", "bf16_with_fp8_current_scaling_mixed",
+                        "first_last_layers_bf16 false", "TE CUDA graphs of the Mamba layers only",
+                        "the recipe's moe_hybridep_num_sms 16 stands", "moe_layer_recompute holds"):
+            assert setting in row["recipe_settings"], (rid, setting)
+        joined = " ".join(row["not_priced"])
+        for item in ("CUDA graphs (transformer_engine, scope mamba", "FP8 grouped (expert) GEMMs", "the vocabulary",
+                     "the Mamba-2 SSD scan on Hopper", "moe with moe_act", "layernorm on the attention and Mamba layers"):
+            assert item in joined, (rid, item)
+    # 1,024 x 8,192 tokens a step over 16 GPUs: / (14,890 x 16) = 35.211 s; / (14,336 x 16) = 36.571 s.
+    assert runs.measured_seconds(rows["mb26.02.01-h100-nemotron-3-nano-fp8cs"]) == pytest.approx(35.211, abs=5e-4)
+    assert runs.measured_seconds(rows["mb26.04.01-h100-nemotron-3-nano-fp8cs"]) == pytest.approx(36.571, abs=5e-4)
+    # The recompute plan: on the MoE layers moe (moeLayer, ffAct), layernorm (normOp) and moe_act (ffAct); on the
+    # attention layers core_attn and layernorm; on the Mamba layers layernorm.
     from hp_core import api
 
     registry = api.build_registry()
     model = api.model_from_preset("nemotron-3-nano-30b-a3b", registry=registry)
-    row = {"id": "h100", "recompute_modules": ["moe", "layernorm", "core_attn", "moe_act"]}
-    with pytest.raises(ValueError, match=r"\['moe'\]"):
-        runs.moe_recompute(row, model, registry, registry.runtime("megatron"))
-    # No other skip list names Nano's rows as unexamined any more; they point to nemotron_rows.
-    for key in ("rows_skipped_gb200", "rows_skipped_gb300", "moe_rows_skipped"):
-        for entry in data[key]:
-            assert "Nemotron_3_Nano" not in entry["row"], (key, entry["row"])
-    pointers = [e for key in ("rows_skipped_gb300", "moe_rows_skipped") for e in data[key] if "nemotron_rows" in e["why"]]
-    assert len(pointers) == 2
+    plan = runs.moe_recompute(rows["mb26.06-h100-nemotron-3-nano-fp8cs"], model, registry, registry.runtime("megatron"))
+    by_kind = {}
+    first = 0
+    for group in model.layers:
+        if registry.layer_kind(group.kind).placement != "body":
+            continue
+        setting = next(s for lo, hi, s in plan.layers if lo == first)
+        by_kind.setdefault(group.kind, set()).add(setting.switches)
+        first += group.count
+    assert by_kind == {"moe_only": {frozenset({"moeLayer", "ffAct", "normOp"})},
+                       "attention": {frozenset({"attBMM", "headCast", "dropout", "softmax", "normOp"})},
+                       "mamba2": {frozenset({"normOp"})}}
 
 
 def test_the_page_table_is_current_and_its_prose_states_its_figures():
     runs = _module()
-    found = runs.nemotron_results()
-    assert len(found) == 16
+    every = runs.nemotron_results()
+    assert len(every) == 20
     page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
-    assert runs.nemotron_section(found) in page, "regenerate with: python benchmarks/fp8_runs.py"
+    assert runs.nemotron_section(every) in page, "regenerate with: python benchmarks/fp8_runs.py"
+    found = [r for r in every if r["recipe"] == "mxfp8"]
+    h100 = [r for r in every if r["layout"]["hardware"] == "h100-sxm"]
+    assert len(found) == 16 and len(h100) == 4
     prose = _prose()
     errors = [r["error"] for r in found]
     over = [r["id"] for r in found if r["error"] > 0]
     assert over == ["mb26.06-b300-nemotron-3-nano-mxfp8"]
-    assert (f"hp is faster than measured on {len(found) - len(over)} of the 16 rows, {min(errors):+.1%} to "
+    assert (f"hp is faster than measured on {len(found) - len(over)} of the 16 MXFP8 rows, {min(errors):+.1%} to "
             f"{max(errors):+.1%} (the 26.06 B300 row over)") in prose
     mae = {}
-    for cls in runs.NEMOTRON_CLASSES:
+    for cls in runs.NEMOTRON_CLASSES[:4]:
         ours = [abs(r["error"]) for r in found if r["class"] == cls]
         mae[cls.rsplit(", ", 1)[1]] = f"{sum(ours) / len(ours):.1%}"
     within = sum(abs(e) <= 0.10 for e in errors)
@@ -192,3 +241,32 @@ def test_the_page_table_is_current_and_its_prose_states_its_figures():
                            registry).step_seconds
     assert at_32 < priced.step_seconds
     assert f"(at 32 SMs the GB300 rows price {at_32:.3f} s, at 16 {priced.step_seconds:.3f} s)" in prose
+
+
+def test_the_h100_prose_states_its_figures():
+    """docs/precision.md's paragraph on the four H100 rows: their errors, the moe module's share, the model FLOPs."""
+    runs = _module()
+    from hp_core import api
+
+    registry = api.build_registry()
+    found = [r for r in runs.nemotron_results(registry) if r["layout"]["hardware"] == "h100-sxm"]
+    prose = _prose()
+    errors = [r["error"] for r in found]
+    assert all(e < 0 for e in errors)
+    mae = sum(map(abs, errors)) / len(errors)
+    within = sum(abs(e) <= 0.10 for e in errors)
+    assert (f"On the four H100 rows hp is faster than measured, {min(errors):+.1%} to {max(errors):+.1%} (a mean "
+            f"absolute error of {mae:.1%}, none within" in " ".join(prose.split())) and within == 0
+    row = found[0]["layout"]
+    priced = runs.price_moe(row, registry)
+    without = runs.price_moe({**row, "recompute_modules": ["layernorm", "core_attn", "moe_act"]}, registry)
+    measured = sorted(r["measured_seconds"] for r in found)
+    flat = " ".join(prose.split())
+    assert (f"{priced.step_seconds:.3f} s a step against {measured[0]:.3f} s to {measured[-1]:.3f} s" in flat)
+    assert f"the `moe` module's re-run is {priced.recompute_seconds - without.recompute_seconds:.3f} s of recompute" in flat
+    assert f"and {priced.communication_seconds - without.communication_seconds:.3f} s of exposed communication" in flat
+    assert f"without `moe` the same layout prices {without.step_seconds:.3f} s" in flat
+    ratios = [int(_cells(r["layout"]["row"])[-1]) * 1e12 * 16 * r["measured_seconds"] / priced.model_flops for r in found]
+    assert f"is {min(ratios):.1%} to {max(ratios):.1%} of hp's model FLOPs per step ({priced.model_flops / 1e17:.3f}e17)" in flat
+    graphs = runs.price_moe({**row, "runtime_options": {**row["runtime_options"], "cuda_graphs": "layers"}}, registry)
+    assert f"would price {graphs.step_seconds:.3f} s" in flat

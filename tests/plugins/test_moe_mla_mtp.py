@@ -178,9 +178,9 @@ def test_mla_terms_by_hand_and_attup():
     assert cost.kept_bytes - cost.kept_under(frozenset({"attUp"})) == up
 
 
-def test_mla_kind_prices_256_distinct_settings(registry):
+def test_mla_kind_prices_512_distinct_settings(registry):
     kind = registry.layer_kind("mla_moe")
-    assert len(kind.switches) == 8
+    assert len(kind.switches) == 9  # the eight MLA switches and moeLayer
     config = model_from_preset("deepseek-v3", registry).layers[2].config
     cost = kind.evaluate(config, layer_context(ParallelSpec(tp=2, sp=True, ep=8, dp=8, seq_len=1024),
                                                PrecisionSpec(softmax_bytes=4), "eager"))
@@ -188,7 +188,7 @@ def test_mla_kind_prices_256_distinct_settings(registry):
     settings_priced = {
         frozenset(s for bit, s in enumerate(switches) if mask >> bit & 1) for mask in range(2 ** len(switches))
     }
-    assert len(settings_priced) == 256
+    assert len(settings_priced) == 512
     # Every switch of the MLA MoE layer drops something under eager attention except dropout (no dropout here).
     for switch in switches:
         dropped = cost.kept_bytes - cost.kept_under(frozenset({switch}))

@@ -240,8 +240,8 @@ def candidate_settings(
 ) -> tuple[Setting, ...]:
     """Every setting of *kind* a plan may give a layer.
 
-    Every subset of the kind's switches (128 for seven switches, 256 with
-    ``attUp``) and full recompute; unless *unrestricted*, only those the
+    Every subset of the kind's switches (256 for eight switches, 512 for
+    nine: ``mla`` and ``mla_moe``) and full recompute; unless *unrestricted*, only those the
     runtime's trainer executes (:meth:`hp_core.types.Runtime.executes`,
     ``Runtime.full_recompute``). Each again with each offload share in
     *offload* (shares above 0).

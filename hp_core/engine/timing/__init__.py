@@ -68,7 +68,11 @@ The model, with its sources (figures come from the profile, each sourced there):
   MLA up-projections (``2 * kv_lora_rank`` FLOPs per rebuilt element), those whose
   output FP8 attention keeps as the kernel's copies too (``ActivationTerm.rerun_bytes``:
   rebuilt, nothing saved);
-  ``gather`` re-runs the SP all-gathers in backward; other switches rewrite
+  ``gather`` re-runs the SP all-gathers in backward; ``moeLayer`` re-runs the
+  MoE block's forward (its GEMMs as the forward prices them, in the recipe, its
+  router kernels and permutation, no shorter than the host time issuing them)
+  and issues its dispatch and combine again (Megatron-LM's ``moe`` module,
+  ``moe_layer.py``; :class:`~hp_core.costs.Rerun`); other switches rewrite
   what they drop (a read and a write of its bytes).
 * **FSDP1 units** (:attr:`TimingProfile.fsdp1_units <hp_core.specs.timing.TimingProfile.fsdp1_units>`,
   the ``fsdp2`` option ``fsdp_implementation=fsdp1``): each body layer, one FSDP unit, adds the

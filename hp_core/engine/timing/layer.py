@@ -15,12 +15,12 @@ import attrs
 
 from hp_core.collectives import CollectiveModel
 from hp_core.engine.timing.elementwise import elementwise_seconds, permute_seconds
-from hp_core.engine.timing.gemm_seconds import _low_precision_seconds, _matmul_seconds, frozen_seconds
+from hp_core.engine.timing.gemm_seconds import _common, _low_precision_seconds, _matmul_seconds, frozen_seconds
 from hp_core.engine.timing.rates import _Rates, _rates
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
 from hp_core.specs.timing import TimingProfile
-from hp_core.costs import LayerContext, LayerCost, LayerWork
+from hp_core.costs import LayerContext, LayerCost, LayerWork, Rerun
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.score_masks import block_factor
 from hp_core.types import LayerKind
@@ -256,13 +256,19 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
             recompute += att_fwd + 2 * core / r.memory
             recomputed_flops += f.attention_flops
         for switch, nbytes in dropped.items():
-            if switch in core_switches or switch in restored:
-                continue
             rerun = work.rerun(switch)
+            # A switch a collective restores is priced by that collective, unless the layer states its re-run (the
+            # MoE block's moeLayer re-issues its all-to-alls and re-runs its forward: Rerun.forward).
+            if switch in core_switches or (switch in restored and rerun is None):
+                continue
             if rerun is not None:  # what the layer states its recompute re-runs (LayerWork.reruns)
                 flops = rerun.matmul_flops_per_byte * nbytes
                 recompute += flops / (r.peak * r.matmul) + rerun.copy_bytes / r.memory
                 recomputed_flops += flops
+                if rerun.forward:
+                    block_seconds, block_flops = _block_forward(switch, rerun, work, r, permute_fwd, router_fwd, unit)
+                    recompute += block_seconds
+                    recomputed_flops += block_flops
             else:
                 recompute += 2 * nbytes / r.memory
         alternate = alternate_matmul_flops(work, f.matmul_flops)
@@ -282,6 +288,36 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         weight_gradient_seconds=k * wgrad, unpaired_seconds=k * unpaired,
         communication_by_group=_merge(tuple((g, k * t, k * e) for g, t, e in groups)),
     )
+
+
+def _block_forward(switch: str, rerun: Rerun, work: LayerWork, r: _Rates, permute_fwd: float, router_fwd: float,
+                   unit: bool) -> tuple[float, float]:
+    """``(seconds, FLOPs)`` of a block's forward that recomputing *switch* runs again (:attr:`Rerun.forward
+    <hp_core.costs.Rerun.forward>`): its dense and grouped GEMMs priced as the layer's forward prices them
+    (:func:`~.gemm_seconds._matmul_seconds` over those GEMMs alone, then a low-precision recipe's speedup and the
+    quantization of their inputs: a checkpoint re-runs the forward in the recipe, Megatron-Core ``te_checkpoint``
+    under fp8/fp4), with :attr:`~hp_core.costs.Rerun.permutation` the layer's router kernels and token permutation
+    forward (*router_fwd*, *permute_fwd*); no shorter than the host time issuing those kernels and the collectives
+    naming *switch* again (:func:`_host_floor`'s count) where the layer's launches are host-bound. The collectives
+    themselves are priced with the layer's (their ``rerun_switch``)."""
+    dense = sum(2.0 * rows * out * inp for rows, out, inp in rerun.gemms)
+    grouped = rerun.grouped_flops
+    block = attrs.evolve(work, gemms=rerun.gemms, expert_gemms=work.expert_gemms if grouped else (),
+                         high_precision_gemms=_common(work.high_precision_gemms, rerun.gemms),
+                         original_input_gemms=_common(work.original_input_gemms, rerun.gemms))
+    fwd, bwd, _ = _matmul_seconds(dense, grouped, block, r)
+    quant = 0.0
+    if r.low_precision:
+        fwd, _, quant, _ = _low_precision_seconds(dense, grouped, block, r, fwd, bwd)
+    seconds = fwd + quant + ((router_fwd + permute_fwd) if rerun.permutation else 0.0)
+    if r.host is not None and r.host.floors(unit):
+        host = r.host
+        kernels = (len(rerun.gemms) + (1 if grouped else 0)) * host.kernels_per_gemm
+        kernels += sum(c.forward_calls for c in work.collectives if c.rerun_switch == switch)
+        if rerun.permutation:
+            kernels += (host.router_kernels[0] if work.router_elements else 0) + (host.permute_kernels if work.permute_bytes else 0)
+        seconds = max(seconds, kernels * host.seconds_per_kernel)
+    return seconds, dense + grouped
 
 
 def _host_floor(work: LayerWork, forward: float, backward: float, r: _Rates, frozen: int = 0) -> tuple[float, float]:
