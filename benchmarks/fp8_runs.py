@@ -21,7 +21,10 @@ MoE rows of the 26.06 to 26.08 containers that capture the full iteration in CUD
 GB300 and B300, DeepSeek-V3 and GPT-OSS 120B on GB200 and GB300; classes of their own), priced the same way; then
 Megatron-Bridge's Nemotron 3 Nano 30B-A3B MXFP8 rows (``nemotron_rows``: a hybrid Mamba-2 / attention / MoE model on 8
 GB300, GB200, B300 and B200 GPUs at EP 8 with HybridEP, 26.02.01 to 26.08; a class per system), priced the same way
-with the nemotron-3-nano-30b-a3b preset; then torchtitan's and torchao's Float8 rows
+with the nemotron-3-nano-30b-a3b preset; then Megatron-Bridge's Nemotron 3 Super 120B-A12B MXFP8 rows
+(``nemotron_super_rows``: the hybrid Mamba-2 / attention / latent-MoE model on 64 GB300 and GB200 GPUs at EP 64, B300
+at EP 8 and B200 at EP 64, HybridEP, 26.04 to 26.08, the MTP module applied at two depths; a class per system),
+priced the same way with the nemotron-3-super-120b-a12b preset; then torchtitan's and torchao's Float8 rows
 (``torchtitan_rows``: Llama 3 8B / 70B / 405B under torchao float8 tensorwise on torchtitan's Grand Teton H100s),
 priced as tests/plugins/scale_cases.py prices those pages' bf16 rows (``fsdp2``, the Grand Teton case device), each
 beside its bf16 baseline of the same table, measured and priced, and both FP8 speedups; nothing is fitted to them
@@ -277,6 +280,9 @@ MOE_FI_CLASSES = ("Megatron-Core MoE full-iteration graphs, GB200", "Megatron-Co
 NEMOTRON_CLASSES = ("Megatron-Core hybrid Mamba-MoE, GB300", "Megatron-Core hybrid Mamba-MoE, GB200",
                     "Megatron-Core hybrid Mamba-MoE, B300", "Megatron-Core hybrid Mamba-MoE, B200",
                     "Megatron-Core hybrid Mamba-MoE, H100")
+# The rows of ``nemotron_super_rows``: Megatron-Bridge's Nemotron 3 Super 120B-A12B MXFP8 rows, the hybrid Mamba-2 /
+# attention / latent-MoE stack with its MTP block on 64 GPUs (docs/precision.md, 'Megatron-Bridge's Nemotron 3 Super rows').
+NEMOTRON_SUPER_CLASSES = tuple(f"Megatron-Core hybrid Mamba-MoE with MTP, {system}" for system in ("GB300", "GB200", "B300", "B200"))
 
 
 def _decoder_layers(model) -> int:
@@ -314,11 +320,28 @@ def moe_recompute(row: dict, model, registry, runtime):
     return RecomputeSpec(layers=tuple(ranges))
 
 
+def moe_row_model(row: dict, registry):
+    """The model a Megatron-Bridge MoE row ran: its preset, with its MTP module applied at ``mtp_applications`` depths
+    where the row states it (Megatron-Core's ``mtp_use_repeated_layer`` with ``mtp_num_layers`` that many: one MTP
+    layer built and applied at each depth, its weights once, ``multi_token_prediction.py``
+    ``MultiTokenPredictionBlock``; the ``mtp`` kind's ``applications``), as Nemotron 3 Super's runs apply the
+    checkpoint's one MTP depth twice."""
+    model = api.model_from_preset(row["model"], registry=registry)
+    if row.get("mtp_applications", 1) == 1:
+        return model
+    mtp = [group for group in model.layers if group.kind == "mtp"]
+    if len(mtp) != 1 or mtp[0].count != 1:
+        raise ValueError(f"{row['id']}: mtp_applications needs one MTP module in {row['model']}, found {len(mtp)} groups")
+    return attrs.evolve(model, layers=tuple(
+        attrs.evolve(group, config=attrs.evolve(group.config, applications=row["mtp_applications"]))
+        if group.kind == "mtp" else group for group in model.layers))
+
+
 def price_moe(row: dict, registry, recipe: str | None = None, base_runtime=None):
     """hp's step time of a Megatron-Bridge MoE row under *recipe* (the row's when ``None``), as run: the
     ``megatron`` runtime (or *base_runtime*, a variant of it) with the row's options and the recompute modules it
-    states (:func:`moe_recompute`)."""
-    model = api.model_from_preset(row["model"], registry=registry)
+    states (:func:`moe_recompute`), the model :func:`moe_row_model`."""
+    model = moe_row_model(row, registry)
     runtime = api.apply_options(base_runtime or registry.runtime("megatron"), row["runtime_options"])
     precision = attrs.evolve(runtime.precision, recipe=recipe or row["recipe"])
     hardware = registry.hardware_preset(row["hardware"]).spec
@@ -338,7 +361,7 @@ def moe_results(registry=None, key: str = "moe_rows") -> list[dict]:
         # The shortfall per decoder layer and micro-batch: over the micro-batches a stage runs (and its pipeline
         # bubble, (pp - 1) / vpp of them) times the decoder layers of the busiest stage, which paces the pipeline.
         # A diagnostic, not a figure of hp.
-        decoder = _decoder_layers(api.model_from_preset(row["model"], registry=registry))
+        decoder = _decoder_layers(moe_row_model(row, registry))
         spec = layout(row, decoder)
         slots = spec.global_batch_size // (spec.dp * spec.micro_batch_size) + (spec.pp - 1) / spec.vpp
         chunks = split_layers(decoder, spec)
@@ -364,6 +387,16 @@ def nemotron_results(registry=None) -> list[dict]:
 def nemotron_section(found: list[dict]) -> str:
     """The Nemotron 3 Nano rows' table docs/precision.md shows (tests/plugins/test_fp8_runs_nemotron.py checks it)."""
     return moe_section(found, NEMOTRON_CLASSES)
+
+
+def nemotron_super_results(registry=None) -> list[dict]:
+    """The Nemotron 3 Super rows (``nemotron_super_rows``) priced as :func:`moe_results` prices ``moe_rows``."""
+    return moe_results(registry, "nemotron_super_rows")
+
+
+def nemotron_super_section(found: list[dict]) -> str:
+    """The Nemotron 3 Super rows' table docs/precision.md shows (tests/plugins/test_fp8_runs_nemotron_super.py checks it)."""
+    return moe_section(found, NEMOTRON_SUPER_CLASSES)
 
 
 def moe_fi_section(found: list[dict]) -> str:
@@ -428,6 +461,8 @@ def main() -> None:
     print(moe_fi_section(moe_fi_results()), end="")
     print()
     print(nemotron_section(nemotron_results()), end="")
+    print()
+    print(nemotron_super_section(nemotron_super_results()), end="")
     print()
     print(torchtitan_section(torchtitan_results()), end="")
     print()

@@ -1,16 +1,18 @@
 """The Nemotron 3 Super rows of tests/plugins/data/fp8_measured_runs.json (``nemotron_super_rows``): Megatron-Bridge's
 MXFP8 rows of the hybrid Mamba / latent-MoE model with its two-depth MTP block on 64 DGX-GB300, GB200, B300 and B200
 GPUs, 26.04 to 26.08. Each states its summary row, its release's config and layout, the runtime options as run and
-what hp does not price; held out; the NVFP4 rows left out with their reason (``nemotron_super_rows_skipped``)."""
+what hp does not price and the model it ran (the preset, its MTP module applied at two depths); held out; the NVFP4 rows left out with
+their reason (``nemotron_super_rows_skipped``); docs/precision.md's table and prose are today's."""
 
 from __future__ import annotations
 
 import pytest
 
-from mbridge_rows import ARCHIVE
+from mbridge_rows import ARCHIVE, ROOT
 from mbridge_rows import cells as _cells
 from mbridge_rows import fp8_data as _data
 from mbridge_rows import fp8_runs as _module
+from mbridge_rows import precision_prose as _prose
 
 # The container and the Megatron-Bridge release it ships (docs/versions1.json at the archive's commit).
 CONTAINERS = {"26.04": "v0.4.0", "26.04.01": "v0.4.2", "26.06": "v0.5.0", "26.06.01": "v0.5.1", "26.08": "v0.6.0"}
@@ -91,10 +93,11 @@ def test_the_rows_state_their_summary_row_release_and_options():
             assert setting in row["recipe_settings"], (rid, setting)
         assert ("TP 2 with sequence parallelism and no TP communication overlap" in row["recipe_settings"]) == (
             row["hardware"] == "gb200"), rid
-        assert "one MTP block" in row["model_as_run"] and "vocab_size" in row["model_as_run"], rid
+        assert "one MTP block" in row["model_as_run"] and "131,072 as the preset states" in row["model_as_run"], rid
+        # The run applies its one MTP module at two depths (mtp_num_layers 2 with mtp_use_repeated_layer).
+        assert row["mtp_applications"] == 2 and "which the row applies twice" in row["model_as_run"], rid
         joined = " ".join(row["not_priced"])
-        for item in ("MXFP8 parameter all-gather", "FP8 grouped (expert) GEMMs", "moe_router_padding_for_quantization",
-                     "mtp_use_repeated_layer"):
+        for item in ("MXFP8 parameter all-gather", "FP8 grouped (expert) GEMMs", "moe_router_padding_for_quantization"):
             assert item in joined, (rid, item)
 
 
@@ -107,6 +110,29 @@ def test_step_times_by_hand():
     assert runs.measured_seconds(rows["mb26.04-b200-nemotron-3-super-mxfp8"]) == pytest.approx(10.399, abs=5e-4)
     assert runs.measured_seconds(rows["mb26.08-gb200-nemotron-3-super-mxfp8"]) == pytest.approx(9.309, abs=5e-4)
     assert runs.measured_seconds(rows["mb26.06-b300-nemotron-3-super-mxfp8"]) == pytest.approx(8.330, abs=5e-4)
+    # 88 decoder layers (40 Mamba-2, 40 latent MoE, 8 attention) on one stage; the preset's one MTP module, which the
+    # row applies at two depths with its weights once: the preset's 123,611,012,096 parameters either way.
+    from hp_core import api
+    from hp_core.api import estimate
+    from hp_core.specs import ParallelSpec
+
+    registry = api.build_registry()
+    preset = api.model_from_preset("nemotron-3-super-120b-a12b", registry=registry)
+    model = runs.moe_row_model(rows["mb26.06-gb300-nemotron-3-super-mxfp8"], registry)
+    assert runs._decoder_layers(model) == runs._decoder_layers(preset) == 88
+    (mtp,) = [g for g in model.layers if g.kind == "mtp"]
+    assert mtp.count == 1 and mtp.config.applications == 2
+    assert [g.config.applications for g in preset.layers if g.kind == "mtp"] == [1]
+    for m in (preset, model):
+        assert estimate(m, ParallelSpec(seq_len=8192), registry=registry).parameters.total == 123_611_012_096
+    # A row without mtp_applications is its preset.
+    nano = {"id": "nano", "model": "nemotron-3-nano-30b-a3b"}
+    assert runs.moe_row_model(nano, registry) == api.model_from_preset("nemotron-3-nano-30b-a3b", registry=registry)
+    # Data-parallel 64 at TP 1 (32 at TP 2 on GB200), EP 64 (8 on B300), sequence parallel only at TP 2.
+    spec = runs.layout(rows["mb26.06-gb200-nemotron-3-super-mxfp8"], 88)
+    assert (spec.dp, spec.tp, spec.pp, spec.ep, spec.sp) == (32, 2, 1, 64, True)
+    spec = runs.layout(rows["mb26.06-b300-nemotron-3-super-mxfp8"], 88)
+    assert (spec.dp, spec.tp, spec.pp, spec.ep, spec.sp) == (64, 1, 1, 8, False)
 
 
 def test_the_nvfp4_rows_are_left_out_for_their_per_module_precision():
@@ -141,6 +167,53 @@ def test_the_nvfp4_rows_are_left_out_for_their_per_module_precision():
 
 def test_the_note_states_the_split_and_counts():
     note = _data()["nemotron_super_rows_note"]
-    for fact in ("Every row is held out", "written before any row was priced", "nothing is fitted to them",
+    for fact in ("Every row is held out", "every field but mtp_applications", "nothing is fitted to them",
                  "no section prints a DGX-H100 Super row", "15 NVFP4 rows", "HybridEP on 32 SMs"):
         assert fact in note, fact
+
+
+def test_the_page_table_is_current_and_its_prose_states_its_figures():
+    runs = _module()
+    from hp_core import api
+
+    registry = api.build_registry()
+    found = runs.nemotron_super_results(registry)
+    assert len(found) == 15
+    page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
+    assert runs.nemotron_super_section(found) in page, "regenerate with: python benchmarks/fp8_runs.py"
+    prose = _prose()
+    errors = [r["error"] for r in found]
+    mae = {}
+    for cls in runs.NEMOTRON_SUPER_CLASSES:
+        ours = [abs(r["error"]) for r in found if r["class"] == cls]
+        mae[cls.rsplit(", ", 1)[1]] = f"{sum(ours) / len(ours):.1%}"
+    within = sum(abs(e) <= 0.10 for e in errors)
+    assert (f"hp is within 10% on {within} of the 15 rows, {min(errors):+.1%} to {max(errors):+.1%}: a mean absolute "
+            f"error of {mae['GB300']} on GB300, {mae['GB200']} on GB200, {mae['B300']} on B300 and {mae['B200']} on B200") in prose
+    by_id = {r["id"]: r for r in found}
+    b300 = by_id["mb26.06-b300-nemotron-3-super-mxfp8"]
+    priced = runs.price_moe(b300["layout"], registry)
+    dp = {name: (total, exposed) for name, total, exposed in priced.stages[0].communication_by_group}["dp"]
+    gb300 = by_id["mb26.06-gb300-nemotron-3-super-mxfp8"]
+    assert (f"in 26.06 hp's compute is {priced.compute_seconds:.3f} s and its exposed communication (HybridEP's dispatch "
+            f"and combine) {priced.communication_seconds:.3f} s, the data-parallel reduce and gather {dp[0]:.3f} s of which "
+            f"{dp[1]:.3f} s is exposed, against {b300['measured_seconds']:.3f} s measured, where the same model at EP 64 on "
+            f"GB300 prices {gb300['estimated_seconds']:.3f} s against {gb300['measured_seconds']:.3f} s") in prose
+    gb200 = by_id["mb26.06-gb200-nemotron-3-super-mxfp8"]
+    graphs = {**gb200["layout"], "runtime_options": {**gb200["layout"]["runtime_options"], "cuda_graphs": "layers"}}
+    at_graphs = runs.price_moe(graphs, registry).step_seconds
+    assert at_graphs < 0.85 * gb200["estimated_seconds"]
+    assert (f"it prices the 26.06 row at {gb200['estimated_seconds']:.3f} s, with whole-layer graphs (`cuda_graphs` "
+            f"`layers`) at {at_graphs:.3f} s") in prose
+    # The printed Model TFLOP / sec / GPU x GPUs x step time against hp's model FLOPs per step.
+    ratios = []
+    for r in found:
+        printed = int(_cells(r["layout"]["row"])[-1]) * 1e12 * r["layout"]["gpus"] * r["measured_seconds"]
+        ratios.append(printed / runs.price_moe(r["layout"], registry).model_flops)
+    flops = runs.price_moe(gb300["layout"], registry).model_flops
+    assert (f"is {min(ratios):.1%} to {max(ratios):.1%} of hp's model FLOPs per step ({flops / 1e17:.3f}e17, the MTP "
+            "module applied twice) on every row") in prose
+    one = runs.price_moe({k: v for k, v in gb300["layout"].items() if k != "mtp_applications"}, registry).step_seconds
+    assert one < gb300["estimated_seconds"]
+    assert (f"applied once (the preset as it stands) the 26.06 GB300 row prices {one:.3f} s against "
+            f"{gb300['estimated_seconds']:.3f} s") in prose
