@@ -9,7 +9,8 @@ runs their backwards in the reverse order, one at a time. So, for layers ``1..n`
 
 * what is kept, stored or computed adds: parameters, activation terms, buffers held per micro-batch, the weights' and
   the deferred weight gradients' bytes, FLOPs, and the :class:`~hp_core.costs.LayerWork` fields that count work
-  (bytes, FLOPs, calls, elements); its tuples (GEMMs, collectives, reruns) concatenate;
+  (bytes, FLOPs, calls, elements); its tuples (GEMMs, collectives) concatenate; a switch two layers state re-runs
+  both layers' blocks (:func:`_reruns`);
 * what one layer's backward or forward holds transiently (``working_bytes``, ``forward_working_bytes``) and the buffers
   held once (``buffers_once_bytes``, which the stage takes as the maximum over its layers too,
   :mod:`hp_core.engine.stage`) is the largest layer's: the layers' passes do not overlap;
@@ -69,16 +70,26 @@ def _has_experts(cost: LayerCost) -> bool:
 
 
 def _reruns(costs: Sequence[LayerCost], where: str) -> tuple[tuple[str, Rerun], ...]:
-    """Each switch's rerun once: a rate per byte it rebuilds (:class:`~hp_core.costs.Rerun`), which layers stating
-    the same switch must state alike (one layer's as it states them)."""
+    """Each switch's rerun once for the layers together (:class:`~hp_core.costs.Rerun`): what is a rate per byte the
+    switch drops (``matmul_flops_per_byte``) the layers stating the same switch must state alike, as the merged layer
+    applies it to all their dropped bytes; what each states whole (its ``copy_bytes``, a block's forward: ``gemms``,
+    ``grouped_flops``, ``permutation``) adds, each layer re-running its own."""
     if len(costs) == 1:
         return costs[0].work.reruns
     found: dict[str, Rerun] = {}
     for cost in costs:
         for switch, rerun in cost.work.reruns:
-            if found.setdefault(switch, rerun) != rerun:
-                raise ConfigError(where, f"its layers state different reruns for switch {switch!r} "
-                                         f"({found[switch]} and {rerun}); state layers that agree")
+            if switch not in found:
+                found[switch] = rerun
+                continue
+            seen = found[switch]
+            if seen.matmul_flops_per_byte != rerun.matmul_flops_per_byte:
+                raise ConfigError(where, f"its layers state different re-run rates for switch {switch!r} "
+                                         f"({seen.matmul_flops_per_byte} and {rerun.matmul_flops_per_byte} FLOPs a "
+                                         "byte); state layers that agree")
+            found[switch] = Rerun(seen.matmul_flops_per_byte, seen.copy_bytes + rerun.copy_bytes,
+                                  seen.gemms + rerun.gemms, seen.grouped_flops + rerun.grouped_flops,
+                                  seen.permutation or rerun.permutation)
     return tuple(found.items())
 
 

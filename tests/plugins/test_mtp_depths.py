@@ -200,3 +200,22 @@ def test_a_repeated_module_counts_its_parameters_once_and_prices_every_applicati
     (mtp,) = [g.config for g in preset.layers if g.kind == "mtp"]
     one = evaluate_mtp(mtp, x).forward.matmul_flops
     assert evaluate_mtp(attrs.evolve(mtp, applications=2), x).forward.matmul_flops == 2 * one
+
+
+def test_a_switch_two_layers_state_reruns_both_blocks():
+    """Two MoE layers merged (a depth 'EE'): the ``moeLayer`` switch's re-run (Megatron-Core's ``moe`` module: the
+    whole block's forward, hp_core/reruns.py) re-runs both layers' GEMMs and grouped FLOPs, and their permutation;
+    a rate per dropped byte must agree between layers stating the same switch."""
+    from hp_core.costs import Rerun
+    from hp_plugins.kit.merge import merge_work
+
+    x = _context(CONTEXTS[0])
+    moe = _own(MOE, x)
+    (block,) = [r for s, r in moe.work.reruns if s == "moeLayer"]
+    assert block.gemms and block.grouped_flops > 0 and block.permutation
+    merged = dict(merge_work([moe, moe], "$").reruns)
+    assert merged["moeLayer"] == Rerun(block.matmul_flops_per_byte, 2 * block.copy_bytes, 2 * block.gemms,
+                                       2 * block.grouped_flops, True)
+    faster = attrs.evolve(moe, work=attrs.evolve(moe.work, reruns=(("moeLayer", attrs.evolve(block, matmul_flops_per_byte=1.0)),)))
+    with pytest.raises(ConfigError, match=r"\$\.here: its layers state different re-run rates for switch 'moeLayer'"):
+        merge_work([moe, faster], "$.here")
