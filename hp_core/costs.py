@@ -17,6 +17,7 @@ import attrs
 
 from hp_core.collectives import Routing
 from hp_core.layer_context import LayerContext
+from hp_core.linear_modules import LinearModule
 from hp_core.reruns import Rerun
 from hp_core.score_masks import LocalMask
 from hp_core.traits import TRAITS
@@ -375,6 +376,8 @@ class LayerWork:
             last layers a run keeps in bf16, :attr:`PrecisionSpec.high_precision_layers_at_start
             <hp_core.specs.precision.PrecisionSpec.high_precision_layers_at_start>`): it takes no GEMM speedup,
             quantizes nothing and gathers its inputs in the compute dtype. Set by the engine, not by a kind.
+        modules: Its named linear modules (:class:`~hp_core.linear_modules.LinearModule`), which a run may give a format
+            of their own (``PrecisionSpec.module_formats``, :mod:`hp_core.engine.module_formats`).
     """
 
     collectives: tuple[Collective, ...] = attrs.field(default=(), converter=tuple)
@@ -408,6 +411,7 @@ class LayerWork:
     rotary_eager_bytes: tuple[float, float] = attrs.field(default=(0.0, 0.0), converter=tuple)
     local_mask: LocalMask | None = None
     quantized: bool = True
+    modules: tuple[LinearModule, ...] = attrs.field(default=(), converter=tuple)
 
     def rerun(self, switch: str) -> Rerun | None:
         """What recomputing *switch* re-runs, ``None`` when the layer names nothing for it."""

@@ -29,6 +29,7 @@ from typing import Any, Iterable
 import attrs
 
 from hp_core.costs import ActivationTerm, LayerCost, ParamCount
+from hp_core.engine.module_formats import with_module_formats
 from hp_core.engine.fp8_attention_checks import check_fp8_attention, check_fp8_attention_device, recipe_prices_on
 from hp_core.errors import ConfigError, RunRefusal
 from hp_core.precision_recipes import PrecisionRecipe
@@ -161,15 +162,20 @@ def with_recipe(costs: tuple[LayerCost, ...], registry: Registry, precision: Pre
     layers run under TP > 1 with sequence parallelism."""
     recipe = resolve_recipe(registry, precision)
     formula = formula if formula is not None else costs
-    return tuple(recipe_cost(cost, by_formula, recipe, precision.activation_bytes, tp_sp)
+    return tuple(recipe_cost(cost, by_formula, recipe, precision.activation_bytes, tp_sp, precision.module_formats)
                  for cost, by_formula in zip(costs, formula))
 
 
 def recipe_cost(cost: LayerCost, formula: LayerCost, recipe: PrecisionRecipe, activation_bytes: int,
-                tp_sp: bool = False) -> LayerCost:
+                tp_sp: bool = False, module_formats: tuple[tuple[str, str], ...] = ()) -> LayerCost:
     """One cost of :func:`with_recipe`: :func:`apply_recipe` of *cost* where it is its *formula* cost (the same
     object), else (a census measured it) :func:`apply_recipe_measured`. *cost* itself where the recipe changes
-    nothing in it."""
+    nothing in it. Under a low-precision recipe the modules *module_formats* gives a format of their own are priced
+    so first, in both costs (:func:`~hp_core.engine.module_formats.with_module_formats`)."""
+    if module_formats and recipe.low_precision:
+        same = cost is formula
+        formula = with_module_formats(formula, module_formats)
+        cost = formula if same else with_module_formats(cost, module_formats)
     if cost is formula:
         return apply_recipe(cost, recipe, activation_bytes, tp_sp)
     return apply_recipe_measured(cost, formula, recipe, activation_bytes, tp_sp)

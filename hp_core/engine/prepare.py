@@ -25,6 +25,7 @@ import attrs
 from hp_core.engine import census as census_lib
 from hp_core.engine import schedule as schedule_lib
 from hp_core.engine.optimizer import resolve_optimizer
+from hp_core.engine.module_formats import check_module_formats
 from hp_core.engine.precision import check_fp8_attention, compute_dtype_groups, in_compute_dtype, resolve_recipe, split_high_precision_layers, with_recipe
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
@@ -264,6 +265,7 @@ def evaluate_layers(
     records = census_lib.request_records(census, model, kinds, parallel.seq_len, attention, registry=registry, tp=parallel.tp)
     measured = tuple(census_lib.apply_record(cost, records[kind.name], kind, context) if kind.name in records else cost
                      for kind, cost in zip(kinds, formula))
+    check_module_formats(precision.module_formats, formula)  # a module named that no layer has (module_formats)
     costs = with_recipe(measured, registry, precision, formula, context.tp > 1 and context.sp)
     if exempt:
         costs = tuple(in_compute_dtype(measured[i]) if i in exempt else cost for i, cost in enumerate(costs))

@@ -4,13 +4,36 @@ from __future__ import annotations
 
 import attrs
 
+from hp_core.errors import SpecError
+from hp_core.linear_modules import LINEAR_MODULES
 from hp_core.validators import name_matching, non_negative_int, optional, positive_int
 
-__all__ = ["PrecisionSpec"]
+__all__ = ["MODULE_FORMATS", "PrecisionSpec"]
 
 # Names checked against the registry where a run is prepared; here only that they are names (any non-empty text).
 _optimizer_name = name_matching(r"(?s).", "an optimizer's name (see 'hp plugins')")
 _recipe_name = name_matching(r"(?s).", "a precision recipe's name (see 'hp plugins')")
+# The formats a module may be given (PrecisionSpec.module_formats), and those priced so far.
+MODULE_FORMATS = ("bf16",)
+
+
+def _module_pairs(value: object) -> tuple[tuple[str, str], ...]:
+    """A mapping (or pairs) of module name to format, as sorted pairs (the spec stays hashable)."""
+    if isinstance(value, tuple) and all(isinstance(p, tuple) for p in value):
+        return tuple(sorted(value))
+    if not isinstance(value, dict):
+        raise SpecError("module_formats", f"module_formats must be a mapping of module name to format, got {value!r}")
+    return tuple(sorted((str(k), v) for k, v in value.items()))
+
+
+def _module_formats(instance: object, attribute: object, value: tuple[tuple[str, str], ...]) -> None:
+    for name, fmt in value:
+        if name not in LINEAR_MODULES:
+            raise SpecError(f"module_formats.{name}", f"module_formats names {name!r}, not a linear module hp knows; "
+                            f"name one of {sorted(LINEAR_MODULES)} (docs/precision.md)")
+        if fmt not in MODULE_FORMATS:
+            raise SpecError(f"module_formats.{name}", f"module_formats.{name} is {fmt!r}; a module's own format is "
+                            f"priced for {list(MODULE_FORMATS)} only (docs/precision.md 'Modules in a format of their own')")
 
 
 @attrs.frozen(kw_only=True)
@@ -57,6 +80,11 @@ class PrecisionSpec:
             (Megatron-LM ``--first-last-layers-bf16`` with ``--num-layers-at-start-in-bf16``; Megatron-Bridge's
             ``first_last_layers_bf16`` and ``num_layers_at_start_in_bf16``). 0: none. Ignored without a recipe.
         high_precision_layers_at_end: The same for the model's last body layers (``--num-layers-at-end-in-bf16``).
+        module_formats: Under a low-precision recipe, named linear modules that run in a format of their own
+            (:data:`~hp_core.linear_modules.LINEAR_MODULES` to a format of :data:`MODULE_FORMATS`): Megatron-Core's
+            per-module quantization recipe (``quant_recipe``; :mod:`hp_core.linear_modules`). Written as a mapping
+            (``{attention_qkv: bf16}``), held as sorted pairs. Empty: every module in the run's recipe. Ignored
+            without a recipe (Megatron-Core's module configs override no disabled autocast).
     """
 
     param_bytes: int = attrs.field(default=2, validator=positive_int)
@@ -73,6 +101,8 @@ class PrecisionSpec:
     recipe: str = attrs.field(default="bf16", validator=_recipe_name)
     high_precision_layers_at_start: int = attrs.field(default=0, validator=non_negative_int)
     high_precision_layers_at_end: int = attrs.field(default=0, validator=non_negative_int)
+    module_formats: tuple[tuple[str, str], ...] = attrs.field(factory=tuple, converter=_module_pairs,
+                                                             validator=_module_formats)
 
     @property
     def reduction_bytes(self) -> int:

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import functools
 
+import attrs
+
 from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount, Rerun
+from hp_core.linear_modules import LinearModule
 from hp_plugins.kit.eager import EAGER_NORM_BYTES, EAGER_ROPE_BYTES, RESIDUAL_BYTES
 from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, fp32_norm_bytes, norm_params
 from hp_plugins.kit.work import AttentionShape, ExpertShape, decoder_work
@@ -127,6 +130,31 @@ class LayerBuilder:
         # What recomputing a switch re-runs, as the blocks state it (LayerWork.reruns): the dense MLP's FC1 (the
         # MoE block's moeLayer decoder_work states from expert_shape, its GEMMs and collectives being known there).
         self.reruns: list[tuple[str, Rerun]] = []
+        # The named linear modules (LayerWork.modules): (name, per-rank (fan_out, fan_in) shapes, parameter families,
+        # kept input terms, SP all-gather calls forward and backward).
+        self.modules: list[tuple[str, tuple[tuple[int, int], ...], tuple[str, ...], tuple[str, ...], tuple[int, int]]] = []
+
+    def linear_module(self, name: str, shapes: tuple[tuple[int, int], ...], params: tuple[str, ...],
+                      terms: tuple[str, ...] = (), gathers: tuple[int, int] = (0, 0)) -> None:
+        """Name a linear module of the layer (:class:`~hp_core.linear_modules.LinearModule`): its GEMMs' per-rank
+        ``(fan_out, fan_in)`` (recorded by :meth:`linear`), its parameter families, the kept terms that are its input
+        and the calls of the block's sequence-parallel all-gather that move its input and output gradient. A name
+        already recorded gains these shapes, families and terms (a projection Megatron-Core fuses into the module)."""
+        for i, (known, *entry) in enumerate(self.modules):
+            if known == name:
+                self.modules[i] = (name, entry[0] + tuple(shapes), entry[1] + tuple(params), entry[2] + tuple(terms), entry[3])
+                return
+        self.modules.append((name, tuple(shapes), tuple(params), tuple(terms), tuple(gathers)))
+
+    def _linear_modules(self, gemms: tuple[tuple[int, int, int], ...]) -> tuple[LinearModule, ...]:
+        """The named modules with their shapes as entries of *gemms* (the layer's LayerWork.gemms), each matched once."""
+        ops = {t.op for t in self.terms}
+        found = []
+        for name, shapes, params, terms, gathers in self.modules:
+            matched = tuple(next(g for g in gemms if g[1:] == shape) for shape in shapes if any(g[1:] == shape for g in gemms))
+            found.append(LinearModule(name, matched, params, tuple(t for t in terms if t in ops),
+                                      gathers if self.x.tp > 1 and self.x.sp else (0, 0)))
+        return tuple(found)
 
     def keep(self, op: str, nbytes: int, switch: str | None = None, tp_split: bool = False,
              gemm_input: str | None = None, sp_gathered: bool = False, attention_saved: str | None = None,
@@ -303,6 +331,13 @@ class LayerBuilder:
         block's collectives, the attention core's and the experts'.
         """
         shapes = tuple(dict.fromkeys(self.shapes))
+        work = decoder_work(self.x, shapes, self.h, self.tp_blocks, self.attention_shape, self.expert_shape,
+                            alternate_matmul_flops=self._alternate(), eager_accesses_per_flop=self._eager_accesses(),
+                            reruns=tuple(self.reruns), rotary_flops=self.rotary_ops, rotary_eager_bytes=self.rotary_eager,
+                            copy_bytes=self.copies, original_input_shapes=tuple(dict.fromkeys(self.original_input_shapes)),
+                            ssd_scan=self.ssd_scan)
+        if self.modules:
+            work = attrs.evolve(work, modules=self._linear_modules(work.gemms))
         return LayerCost(
             params=tuple(self.params),
             activations=tuple(self.terms),
@@ -311,10 +346,6 @@ class LayerBuilder:
             buffers_once_bytes=self.buffers_once,
             forward=Flops(matmul_flops=self.matmul, attention_flops=self.attention, elementwise_flops=self.elementwise),
             weight_shapes=shapes,
-            work=decoder_work(self.x, shapes, self.h, self.tp_blocks, self.attention_shape, self.expert_shape,
-                              alternate_matmul_flops=self._alternate(), eager_accesses_per_flop=self._eager_accesses(),
-                              reruns=tuple(self.reruns), rotary_flops=self.rotary_ops, rotary_eager_bytes=self.rotary_eager,
-                              copy_bytes=self.copies, original_input_shapes=tuple(dict.fromkeys(self.original_input_shapes)),
-                              ssd_scan=self.ssd_scan),
+            work=work,
             weight_gradient_bytes=self.weight_gradient,
         )

@@ -224,6 +224,9 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float, layer_s
         # fc1_latent reads the norm output the shared experts' FC1 reads too (counted there for W).
         b.linear(routed, h, d, shares_input=bool(c.shared_expert_intermediate_size))
         b.linear(routed, d, h)
+        # Both are one module to a format of its own (moe_latent_proj); fc1's input, the norm's output, stays in the
+        # compute dtype for the router whatever its format, so only fc2's kept input follows it. No SP gather.
+        b.linear_module("moe_latent_proj", ((d, h), (h, d)), ("moe_latent_proj",), ("latent_combined",))
     if c.expert_bias:
         # FC1's bias is split with its output over etp; FC2's (h per expert) is whole on each etp rank.
         b.param("expert_fc1_bias", E * 2 * c.moe_intermediate_size, True, "routed_expert")

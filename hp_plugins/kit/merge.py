@@ -166,7 +166,9 @@ def merge_costs(costs: Sequence[LayerCost], prefixes: Sequence[str], where: str)
                       attention_flops=sum(c.forward.attention_flops for c in costs),
                       elementwise_flops=sum(c.forward.elementwise_flops for c in costs)),
         weight_shapes=tuple(dict.fromkeys(shape for c in costs for shape in c.weight_shapes)),
-        work=None if any(w is None for w in works) else merge_work(costs, where),
+        work=None if any(w is None for w in works) else attrs.evolve(
+            merge_work(costs, where),  # each layer's named modules, renamed as its families and terms are
+            modules=tuple(m.renamed(prefix) for c, prefix in zip(costs, prefixes) for m in c.work.modules)),
         forward_working_bytes=max(c.forward_working_bytes for c in costs),
         weight_gradient_bytes=None if any(g is None for g in gradients) else sum(gradients),
     )

@@ -52,7 +52,9 @@ def test_a_depth_of_one_layer_is_the_one_layer_form(parallel, group):
     assert [(p.name, p.elements) for p in merged.params] == [(f"layer.{p.name}", p.elements) for p in cost.params]
     assert [(t.op, t.bytes, t.switch) for t in merged.activations] == [(f"layer.{t.op}", t.bytes, t.switch)
                                                                        for t in cost.activations]
-    assert merged.forward == cost.forward and merged.work == cost.work
+    # The work as it was, its named linear modules renamed as the families and terms are.
+    assert merged.forward == cost.forward and merged.work == attrs.evolve(
+        cost.work, modules=tuple(m.renamed("layer.") for m in cost.work.modules))
     assert (merged.working_bytes, merged.weight_shapes, merged.weight_gradient_bytes) == (
         cost.working_bytes, cost.weight_shapes, cost.weight_gradient_bytes)
     # The module's own terms around the layer, as the one-layer form states them.

@@ -99,7 +99,8 @@ class PreparedCosts:
             found = self._made.get(key)
             if found is None or found[0] is not cost or found[1] is not by_formula:
                 made = (in_compute_dtype(cost) if exempt else
-                        recipe_cost(cost, by_formula, self.recipe, self.precision.activation_bytes, tp_sp))
+                        recipe_cost(cost, by_formula, self.recipe, self.precision.activation_bytes, tp_sp,
+                                    self.precision.module_formats))
                 found = self._made[key] = (cost, by_formula, made)
             changed.append(found[2])
         return tuple(changed)
