@@ -64,6 +64,8 @@ class LinearModule:
         gathers: ``(forward, backward)`` calls of the layer's sequence-parallel all-gather of GEMM inputs
             (:attr:`Collective.gemm_input <hp_core.costs.Collective.gemm_input>`) that move its input (forward) or its
             output gradient (backward); a calls count above the layer's is none there (no TP or no SP).
+        format: The quantized format a run gives it apart from its recipe's (a registered recipe's name, ``mxfp8``),
+            set by the engine (:func:`hp_core.engine.module_formats.with_module_formats`); ``None``: the run's.
     """
 
     name: str
@@ -71,6 +73,7 @@ class LinearModule:
     params: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
     terms: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
     gathers: tuple[int, int] = attrs.field(default=(0, 0), converter=_tuple)
+    format: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.name not in LINEAR_MODULES:

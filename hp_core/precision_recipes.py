@@ -232,6 +232,9 @@ class PrecisionRecipe:
             device suggests instead); ``None``: not stated, and nothing is
             suggested. Only a recipe whose ``attention_format`` is not
             ``bf16`` states one.
+        module_recipes: ``(format, recipe)`` of the linear modules a run gives a quantized format of their own
+            (``PrecisionSpec.module_formats``: an MXFP8 ``out_proj`` in an NVFP4 run); set where a run resolves its
+            recipe (:func:`hp_core.engine.precision.resolve_recipe`), empty in a registered recipe.
     """
 
     name: str = attrs.field(validator=non_empty_text)
@@ -256,6 +259,7 @@ class PrecisionRecipe:
     architectures: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     flags: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, converter=lambda v: {k: tuple(f) for k, f in dict(v).items()})
     bf16_attention_recipe: str | None = attrs.field(default=None, validator=attrs.validators.optional(non_empty_text))
+    module_recipes: tuple[tuple[str, "PrecisionRecipe"], ...] = attrs.field(default=(), converter=tuple)
 
     def __attrs_post_init__(self) -> None:
         if self.bf16_attention_recipe is not None and self.attention_format == "bf16":
@@ -340,7 +344,10 @@ class PrecisionRecipe:
         The same object where nothing changes (every recipe on an unnamed device).
         """
         copies = min(self.weight_copies, self.usages(architecture))
-        return self if copies == self.weight_copies else attrs.evolve(self, weight_copies=copies)
+        modules = tuple((fmt, recipe.on(architecture)) for fmt, recipe in self.module_recipes)
+        if copies == self.weight_copies and all(a[1] is b[1] for a, b in zip(modules, self.module_recipes)):
+            return self
+        return attrs.evolve(self, weight_copies=copies, module_recipes=modules)
 
     def attention_qkv_bytes_per_element(self, activation_bytes: int) -> float:
         """Bytes a fused attention kernel keeps per element of q, k and v for its backward.

@@ -16,6 +16,15 @@ all its GEMMs (:func:`~hp_core.engine.precision.in_compute_dtype`), for that mod
   mark: the linear saves its compute-dtype input (``module/linear.py`` ``_Linear.forward`` saves ``inputmat``
   unquantized where ``fp8`` is false).
 
+A module in a quantized format other than the run recipe's (``mxfp8`` in an ``nvfp4`` run: Megatron-Bridge's
+``te_quant.cfg`` runs every Mamba ``out_proj`` so) runs inside its own autocast with that recipe
+(``_get_fp8_autocast_for_quant_params`` opens one per module with its ``TEQuantizationRecipe``): the registered recipe
+of that name (:func:`with_module_recipes`, :attr:`PrecisionRecipe.module_recipes
+<hp_core.precision_recipes.PrecisionRecipe.module_recipes>`) prices its GEMMs (that recipe's speedup and quantization
+bytes: :mod:`hp_core.engine.timing.gemm_seconds`), its kept input (:func:`hp_core.engine.precision.apply_recipe`), its
+cached weight copies (:func:`module_weight_copy_bytes`; its families leave the run recipe's count as ``high_precision``)
+and its sequence-parallel gathers (that recipe's bytes an element where it gathers quantized).
+
 A run without a low-precision recipe, and a layer already kept in the compute dtype, are left as they are (the module
 config overrides no disabled autocast: ``TEQuantizationRecipe.override_nonquantized_autocast`` is false by default,
 ``megatron/core/extensions/transformer_engine.py`` at NVIDIA/Megatron-LM@d98e8a6).
@@ -23,23 +32,53 @@ config overrides no disabled autocast: ``TEQuantizationRecipe.override_nonquanti
 
 from __future__ import annotations
 
-from typing import Iterable
+import math
+from typing import Any, Iterable
 
 import attrs
 
 from hp_core.costs import Collective, LayerCost
 from hp_core.errors import ConfigError
+from hp_core.precision_recipes import PrecisionRecipe
 
-__all__ = ["check_module_formats", "modules_present", "with_module_formats"]
-
-
-def _bf16_modules(formats: tuple[tuple[str, str], ...]) -> frozenset[str]:
-    return frozenset(name for name, fmt in formats if fmt == "bf16")
+__all__ = ["check_module_formats", "module_recipes_by_term", "module_weight_copy_bytes", "modules_present",
+           "with_module_formats", "with_module_recipes"]
 
 
-def _split_gathers(collectives: tuple[Collective, ...], forward: int, backward: int) -> tuple[Collective, ...]:
-    """*collectives* with *forward* and *backward* calls of the GEMM-input all-gather moved to a compute-dtype copy
-    (``gemm_input`` false); none where the layer issues no such gather (no TP or no SP)."""
+def with_module_recipes(recipe: PrecisionRecipe, registry: Any, formats: tuple[tuple[str, str], ...]) -> PrecisionRecipe:
+    """*recipe* with the registered recipes of the quantized module formats *formats* names besides its own
+    (:attr:`PrecisionRecipe.module_recipes <hp_core.precision_recipes.PrecisionRecipe.module_recipes>`); *recipe*
+    itself where there are none or it quantizes nothing (a module config overrides no disabled autocast).
+
+    Raises:
+        ConfigError: One line at ``$.precision.module_formats.<name>``: a run or module recipe this pricing does not
+            cover: each must keep its inputs quantized, cache its weight copies, gather parameters in the compute
+            dtype and run attention in bf16 (Transformer Engine's recipes as Megatron-Core runs them), and the
+            module's scale no delayed amax history (``TEQuantizationRecipe.parse_from_config``: "Delayed scaling not
+            in scope of te per-module quantization config", NVIDIA/Megatron-LM@d98e8a6).
+    """
+    wanted = [(name, fmt) for name, fmt in formats if fmt not in ("bf16", recipe.name)]
+    if not wanted or not recipe.low_precision:
+        return recipe
+    found: dict[str, PrecisionRecipe] = {}
+    for name, fmt in wanted:
+        module = found.get(fmt) or registry.precision_recipe(fmt, f"$.precision.module_formats.{name}")
+        for which in (recipe, module):
+            if (which.saved_input != "quantized" or not which.cache_weights or which.param_gather != "none"
+                    or which.attention_format != "bf16" or which.gemms != "all" or which.amax_history):
+                raise ConfigError(f"$.precision.module_formats.{name}",
+                                  f"module {name} in {fmt} inside a {recipe.name} run: recipe {which.name} is not one a "
+                                  "module format is priced with (quantized saved inputs, cached weight copies, no "
+                                  "quantized parameter gather, bf16 attention, every GEMM, no amax history)")
+        found[fmt] = module
+    return attrs.evolve(recipe, module_recipes=tuple(sorted(found.items())))
+
+
+def _split_gathers(collectives: tuple[Collective, ...], forward: int, backward: int,
+                   share: float = 1.0) -> tuple[Collective, ...]:
+    """*collectives* with *forward* and *backward* calls of the GEMM-input all-gather moved to a copy the run's recipe
+    leaves alone (``gemm_input`` false), its bytes times *share* (a module format's quantized bytes over the compute
+    dtype's, 1: the compute dtype); none where the layer issues no such gather (no TP or no SP)."""
     found: list[Collective] = []
     for c in collectives:
         if (forward or backward) and c.gemm_input and c.group == "tp" and c.op == "all_gather":
@@ -48,32 +87,51 @@ def _split_gathers(collectives: tuple[Collective, ...], forward: int, backward: 
             rest = attrs.evolve(c, forward_calls=c.forward_calls - f, backward_calls=c.backward_calls - b)
             if rest.forward_calls or rest.backward_calls:
                 found.append(rest)
-            found.append(attrs.evolve(c, forward_calls=f, backward_calls=b, gemm_input=False))
+            found.append(attrs.evolve(c, forward_calls=f, backward_calls=b, gemm_input=False, bytes=c.bytes * share))
         else:
             found.append(c)
     return tuple(found)
 
 
-def with_module_formats(cost: LayerCost, formats: tuple[tuple[str, str], ...]) -> LayerCost:
-    """*cost* with the modules *formats* keeps in ``bf16`` priced so (module docstring); the same object where it
-    names none of the layer's modules or the layer is already kept in the compute dtype (``work.quantized`` false)."""
-    names = _bf16_modules(formats)
+def with_module_formats(cost: LayerCost, formats: tuple[tuple[str, str], ...], recipe: PrecisionRecipe,
+                        activation_bytes: int = 2) -> LayerCost:
+    """*cost* with the modules *formats* gives a format other than *recipe*'s priced so (module docstring); the same
+    object where it names none of the layer's modules or the layer is already kept in the compute dtype
+    (``work.quantized`` false). *recipe* is the run's, as :func:`with_module_recipes` resolves it."""
+    wanted = {name: fmt for name, fmt in formats if fmt != recipe.name}
     work = cost.work
-    if not names or work is None or not work.quantized:
+    if not wanted or work is None or not work.quantized:
         return cost
-    chosen = [m for m in work.modules if m.name in names]
+    chosen = [m for m in work.modules if m.name in wanted]
     if not chosen:
         return cost
-    params, terms = {p for m in chosen for p in m.params}, {t for m in chosen for t in m.terms}
+    others = dict(recipe.module_recipes)
+    kept = [m for m in chosen if wanted[m.name] == "bf16"]
+    params = {p for m in chosen for p in m.params}
+    terms = {t for m in kept for t in m.terms}
     high, original = list(work.high_precision_gemms), list(work.original_input_gemms)
-    collectives = work.collectives
-    for module in chosen:
-        for gemm in module.gemms:
-            if gemm not in high:
-                high.append(gemm)
-            if gemm in original:
-                original.remove(gemm)
-        collectives = _split_gathers(collectives, *module.gathers)
+    collectives, modules = work.collectives, []
+    for module in work.modules:
+        fmt = wanted.get(module.name)
+        if fmt is None:
+            modules.append(module)
+            continue
+        if fmt == "bf16":
+            for gemm in module.gemms:
+                if gemm not in high:
+                    high.append(gemm)
+                if gemm in original:
+                    original.remove(gemm)
+            collectives = _split_gathers(collectives, *module.gathers)
+            modules.append(module)
+            continue
+        other = others.get(fmt)
+        if other is None:
+            raise ConfigError(f"$.precision.module_formats.{module.name}", f"module {module.name} in {fmt}: the run's "
+                              f"recipe {recipe.name} was not resolved with it (hp_core.engine.precision.resolve_recipe)")
+        share = other.activations.bytes_per_element / activation_bytes if other.tp_gather else 1.0
+        collectives = _split_gathers(collectives, *module.gathers, share=share)
+        modules.append(attrs.evolve(module, format=fmt))
     return attrs.evolve(
         cost,
         params=tuple(attrs.evolve(p, high_precision=True) if p.name in params and not p.high_precision else p
@@ -81,8 +139,32 @@ def with_module_formats(cost: LayerCost, formats: tuple[tuple[str, str], ...]) -
         activations=tuple(attrs.evolve(t, gemm_input=None, original_input=False) if t.op in terms and t.gemm_input
                           else t for t in cost.activations),
         work=attrs.evolve(work, high_precision_gemms=tuple(high), original_input_gemms=tuple(original),
-                          collectives=collectives),
+                          collectives=collectives, modules=tuple(modules)),
     )
+
+
+def module_recipes_by_term(cost: LayerCost, recipe: PrecisionRecipe) -> dict[str, PrecisionRecipe]:
+    """The kept terms of *cost*'s modules in a quantized format of their own, each with that format's recipe."""
+    if not recipe.module_recipes or cost.work is None:
+        return {}
+    others = dict(recipe.module_recipes)
+    return {op: others[m.format] for m in cost.work.modules if m.format in others for op in m.terms}
+
+
+def module_weight_copy_bytes(costs: Iterable[tuple[LayerCost, int]], recipe: PrecisionRecipe, zero: int) -> int:
+    """Bytes of the cached weight copies one rank holds for the modules in a quantized format of their own, each
+    family's matrices (``(layer cost, layers of it)`` pairs of a stage) in its format's copies and bytes an element,
+    as :func:`hp_core.engine.precision.weight_copy_bytes` counts the run recipe's (none under ZeRO-3/FSDP)."""
+    if not recipe.module_recipes or zero >= 3:
+        return 0
+    others, total = dict(recipe.module_recipes), 0.0
+    for cost, n in costs:
+        for module in (cost.work.modules if cost.work is not None else ()):
+            other = others.get(module.format)
+            if other is not None:
+                elements = sum(p.matrix_elements for p in cost.params if p.name in module.params)
+                total += n * elements * other.weight_copies * other.weights.bytes_per_element
+    return math.ceil(total)
 
 
 def modules_present(costs: Iterable[LayerCost]) -> frozenset[str]:

@@ -29,7 +29,7 @@ from typing import Any, Iterable
 import attrs
 
 from hp_core.costs import ActivationTerm, LayerCost, ParamCount
-from hp_core.engine.module_formats import with_module_formats
+from hp_core.engine.module_formats import module_recipes_by_term, with_module_formats, with_module_recipes
 from hp_core.engine.fp8_attention_checks import check_fp8_attention, check_fp8_attention_device, recipe_prices_on
 from hp_core.errors import ConfigError, RunRefusal
 from hp_core.precision_recipes import PrecisionRecipe
@@ -49,12 +49,17 @@ def resolve_recipe(registry: Registry, precision: PrecisionSpec) -> PrecisionRec
     Raises:
         ConfigError: The registry has no recipe of that name (``$.precision.recipe``, known names listed),
             or the precision states 1-byte activations, which would keep every tensor (attention,
-            norms, softmax) and run every op in FP8: a recipe says what runs in low precision.
+            norms, softmax) and run every op in FP8: a recipe says what runs in low precision; or a module
+            format it cannot run (:func:`~hp_core.engine.module_formats.with_module_recipes`).
+
+    The recipe carries the recipes of the modules the precision gives a quantized format of their own
+    (:attr:`PrecisionRecipe.module_recipes <hp_core.precision_recipes.PrecisionRecipe.module_recipes>`).
     """
     if precision.activation_bytes == 1:
         raise ConfigError("$.precision.activation_bytes", "1-byte activations would run every op and keep every tensor in FP8; "
                           "name a low-precision recipe instead (precision.recipe, --precision; docs/precision.md)")
-    return registry.precision_recipe(precision.recipe, "$.precision.recipe")
+    recipe = registry.precision_recipe(precision.recipe, "$.precision.recipe")
+    return with_module_recipes(recipe, registry, precision.module_formats)
 
 
 def _term(term: ActivationTerm, recipe: PrecisionRecipe, activation_bytes: int, gathered_under_tp: bool) -> ActivationTerm:
@@ -144,8 +149,9 @@ def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int
         terms = _fp8_attention(cost, recipe, activation_bytes, tp_sp)
     elif not recipe.low_precision or "quantized" not in (recipe.saved_input, recipe.saved_input_as(tp_sp)):
         return cost
-    else:
-        terms = tuple(_kept(t, recipe, activation_bytes, tp_sp) for t in cost.activations)
+    else:  # a module in a quantized format of its own keeps its input in that format (module_recipes_by_term)
+        own = module_recipes_by_term(cost, recipe)
+        terms = tuple(_kept(t, own.get(t.op, recipe), activation_bytes, tp_sp) for t in cost.activations)
     if not recipe.cache_weights and recipe.weight_copies:
         weights = quantized_weight_elements([(cost, 1)])
         if weights:
@@ -174,8 +180,8 @@ def recipe_cost(cost: LayerCost, formula: LayerCost, recipe: PrecisionRecipe, ac
     so first, in both costs (:func:`~hp_core.engine.module_formats.with_module_formats`)."""
     if module_formats and recipe.low_precision:
         same = cost is formula
-        formula = with_module_formats(formula, module_formats)
-        cost = formula if same else with_module_formats(cost, module_formats)
+        formula = with_module_formats(formula, module_formats, recipe, activation_bytes)
+        cost = formula if same else with_module_formats(cost, module_formats, recipe, activation_bytes)
     if cost is formula:
         return apply_recipe(cost, recipe, activation_bytes, tp_sp)
     return apply_recipe_measured(cost, formula, recipe, activation_bytes, tp_sp)

@@ -31,6 +31,7 @@ import attrs
 
 from hp_core.results import ChunkEstimate, MemoryBreakdown, StageEstimate
 from hp_core.engine.optimizer import group_states, layer_load, master_bytes
+from hp_core.engine.module_formats import module_weight_copy_bytes
 from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements, scaling_state_bytes, weight_copy_bytes
 from hp_core.engine.schedule import awaiting_weight_gradient, rank_order, stage_plan, weight_gradient_moments
 from hp_core.engine.static import layer_elements, static_bytes
@@ -202,19 +203,18 @@ def _zero3_buffers(per_layer_elements: Sequence[tuple[int, int]], inputs: StageI
     return gathered + largest[0] * p.reduction_bytes  # the reduce-scatter input, in the reduce dtype
 
 
-def _with_recipe(static: tuple[int, int, int, int], quantized: int, inputs: StageInputs) -> tuple[int, int, int, int]:
+def _with_recipe(static: tuple[int, int, int, int], quantized: int, inputs: StageInputs, module_copies: int = 0) -> tuple[int, int, int, int]:
     """Parameters with what a low-precision recipe adds or stores otherwise (docs/precision.md).
 
-    The cached weight copies (:func:`~hp_core.engine.precision.weight_copy_bytes`)
-    count with the parameters; parameters kept in the recipe's format
-    (``param_gather`` ``stored``: Megatron-LM ``--fp8-param-gather``) take its
-    bytes instead of ``param_bytes``. Gradients, master parameters and
-    optimizer states are unchanged.
+    The cached weight copies (:func:`~hp_core.engine.precision.weight_copy_bytes`, and *module_copies*, those of the
+    modules in a format of their own: :func:`~hp_core.engine.module_formats.module_weight_copy_bytes`) count with the
+    parameters; parameters kept in the recipe's format (``param_gather`` ``stored``: Megatron-LM
+    ``--fp8-param-gather``) take its bytes instead of ``param_bytes``. The other three are unchanged.
     """
     recipe = inputs.recipe
     assert recipe is not None
     params, grads, master, states = static
-    params += weight_copy_bytes(quantized, recipe, inputs.zero)
+    params += weight_copy_bytes(quantized, recipe, inputs.zero) + module_copies
     if recipe.param_gather == "stored":
         params -= math.floor(quantized * (inputs.precision.param_bytes - recipe.weights.bytes_per_element))
     return params, grads, master, states
@@ -304,9 +304,10 @@ def _compose(chunk_layers: Sequence[Sequence[PlacedLayer]], inputs: StageInputs)
             per_layer.append((held, n))
     stage_elements = sum(elements.values()) + frozen_elements
     recipe = inputs.recipe
-    quantized = 0
+    quantized = module_copies = 0
     if recipe is not None and recipe.low_precision:
         quantized = quantized_weight_elements((layer.cost, n) for layer, n in distinct.values())
+        module_copies = module_weight_copy_bytes(((layer.cost, n) for layer, n in distinct.values()), recipe, inputs.zero)
 
     kept_by_chunk, awaiting_by_chunk = [], []
     buffers_by_chunk = []
@@ -345,8 +346,8 @@ def _compose(chunk_layers: Sequence[Sequence[PlacedLayer]], inputs: StageInputs)
     states = group_states(state_parts)
     static = _static(elements, states, inputs, frozen=frozen)
     last_static = _static(elements, states, inputs, whole_grads=True, frozen=frozen) if last else None
-    if quantized:
-        static, last_static = (_with_recipe(found, quantized, inputs) if found is not None else None
+    if quantized or module_copies:
+        static, last_static = (_with_recipe(found, quantized, inputs, module_copies) if found is not None else None
                                for found in (static, last_static))
     return _Composition(
         static=static,

@@ -14,7 +14,7 @@ __all__ = ["MODULE_FORMATS", "PrecisionSpec"]
 _optimizer_name = name_matching(r"(?s).", "an optimizer's name (see 'hp plugins')")
 _recipe_name = name_matching(r"(?s).", "a precision recipe's name (see 'hp plugins')")
 # The formats a module may be given (PrecisionSpec.module_formats), and those priced so far.
-MODULE_FORMATS = ("bf16",)
+MODULE_FORMATS = ("bf16", "mxfp8", "nvfp4")
 
 
 def _module_pairs(value: object) -> tuple[tuple[str, str], ...]:

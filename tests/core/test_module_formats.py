@@ -118,7 +118,7 @@ def test_unknown_modules_and_formats_are_refused_in_one_line(registry, hybrid):
         resolve_job(structure(document, ConfigFile, registry), registry)
     assert str(info.value).startswith("$.precision.module_formats.qkv: module_formats names 'qkv'")
     assert "\n" not in str(info.value)
-    with pytest.raises(SpecError, match=r"module_formats.mamba_out_proj is 'fp8'; a module's own format is priced for "):
+    with pytest.raises(SpecError, match=r"module_formats.mamba_out_proj is .fp8.; a module.s own format is priced for "):
         PrecisionSpec(module_formats={"mamba_out_proj": "fp8"})
 
 
@@ -130,3 +130,65 @@ def test_a_module_the_model_lacks_is_refused(registry):
                                           r"in no layer of this model \(its layers mark \['attention_proj', "
                                           r"'attention_qkv'\]\)"):
         prepare(llama, LAYOUT, registry=registry, runtime="megatron", precision=_precision(registry, {"mamba_out_proj": "bf16"}))
+
+
+# MXFP8 under Transformer Engine: row-wise and column-wise copies of a byte plus an E8M0 byte per 32 elements.
+MXFP8_COPY_BYTES = 2 * (1 + 1 / 32)
+KEPT = {"attention_qkv": "bf16", "attention_proj": "bf16", "mamba_in_proj": "bf16"}
+
+
+@pytest.mark.parametrize("layout", [LAYOUT, ParallelSpec(tp=2, sp=True, dp=4, seq_len=SEQ, micro_batch_size=MICRO,
+                                                         global_batch_size=64)])
+def test_an_mxfp8_module_in_an_nvfp4_run_is_the_mxfp8_recipe_on_its_gemms(registry, hybrid, layout):
+    # Every linear but out_proj kept in bf16: out_proj in MXFP8 inside an NVFP4 run is the MXFP8 run with the same
+    # three kept in bf16 (its GEMMs at MXFP8's speedup and quantization, its weight copies, its SP gather of the
+    # output gradient in MXFP8 under TP 2), to the byte and the second.
+    kw = dict(registry=registry, runtime="megatron", hardware="b200")
+    inside = _precision(registry, {**KEPT, "mamba_out_proj": "mxfp8"})
+    alone = _precision(registry, KEPT, recipe="mxfp8")
+    assert estimate(hybrid, layout, precision=inside, **kw).stages[0].memory == estimate(
+        hybrid, layout, precision=alone, **kw).stages[0].memory
+    assert step_time(hybrid, layout, precision=inside, **kw).step_seconds == pytest.approx(
+        step_time(hybrid, layout, precision=alone, **kw).step_seconds, rel=1e-12)
+
+
+def test_super_modules_change_exactly_their_gemms_and_kept_bytes(registry, hybrid):
+    # te_quant.cfg's mix on the hybrid: attention's linears in bf16, out_proj in MXFP8, NVFP4 elsewhere.
+    base_mem, base_time = _run(registry, hybrid, _precision(registry))
+    mem, time = _run(registry, hybrid, _precision(registry, {"attention_qkv": "bf16", "attention_proj": "bf16",
+                                                            "mamba_out_proj": "mxfp8"}))
+    # Kept: linear_qkv's bf16 input (out_proj's input is kept in bf16 by the mamba2 kind under any recipe).
+    assert mem.activations_bytes - base_mem.activations_bytes == T * H * 2 - T * H * 9 // 16
+    # Weights: attention's NVFP4 copies go, out_proj's NVFP4 copies become MXFP8 ones.
+    attention = (ELEMENTS["attention_qkv"] + ELEMENTS["attention_proj"]) * NVFP4_COPY_BYTES
+    out_proj = ELEMENTS["mamba_out_proj"] * (MXFP8_COPY_BYTES - NVFP4_COPY_BYTES)
+    assert base_mem.parameters_bytes - mem.parameters_bytes == attention - out_proj == 8_650_752
+    # Time: the two layers' changes add (out_proj alone, attention alone); out_proj in MXFP8 lies between its NVFP4 and
+    # its bf16 time on this device (MXFP8's measured speedup below NVFP4's).
+    alone = {f: _run(registry, hybrid, _precision(registry, {"mamba_out_proj": f}))[1].compute_seconds for f in ("mxfp8", "bf16")}
+    attention_only = _run(registry, hybrid, _precision(registry, {"attention_qkv": "bf16", "attention_proj": "bf16"}))[1]
+    assert base_time.compute_seconds < alone["mxfp8"] < alone["bf16"]
+    assert time.compute_seconds - base_time.compute_seconds == pytest.approx(
+        (alone["mxfp8"] - base_time.compute_seconds) + (attention_only.compute_seconds - base_time.compute_seconds), rel=1e-9)
+
+
+def test_a_module_format_needs_a_recipe_priced_per_module(registry, hybrid):
+    # torchao's MXFP8 keeps compute-dtype inputs and no weight copies: no per-module format is priced inside it.
+    with pytest.raises(ConfigError, match=r"^\$\.precision\.module_formats\.mamba_out_proj: module mamba_out_proj in "
+                                          r"nvfp4 inside a torchao-mxfp8 run: recipe torchao-mxfp8 is not one"):
+        prepare(hybrid, LAYOUT, registry=registry, runtime="megatron",
+                precision=_precision(registry, {"mamba_out_proj": "nvfp4"}, recipe="torchao-mxfp8"))
+
+
+def test_a_search_prices_module_formats_as_estimate_and_step_time_do(registry, hybrid):
+    from hp_core.api import plan_recompute, search
+
+    precision = _precision(registry, {"attention_qkv": "bf16", "attention_proj": "bf16", "mamba_out_proj": "mxfp8"})
+    kw = dict(registry=registry, hardware=registry.hardware_preset("b200").spec, runtime="megatron", precision=precision)
+    result = search(hybrid, top=3, devices=8, global_batch_size=16, seq_len=2048, **kw)
+    for c in result.top:
+        parallel = c.layout.parallel(2048, 16)
+        plan = plan_recompute(hybrid, parallel, **kw)
+        assert (plan.plan.step_seconds, plan.plan.peak_bytes) == (c.step_seconds, c.peak_bytes)
+        assert step_time(hybrid, parallel, recompute=c.recompute, **kw).step_seconds == c.step_seconds
+        assert estimate(hybrid, parallel, recompute=c.recompute, **kw).peak_bytes == c.peak_bytes

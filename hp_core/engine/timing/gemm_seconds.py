@@ -90,6 +90,45 @@ def _kept_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates,
 
 def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates, mm_fwd: float,
                            mm_bwd: float) -> tuple[float, float, float, float]:
+    """:func:`_recipe_seconds`, with the GEMMs of the modules in a quantized format of their own (``LinearModule.format``,
+    ``_Rates.module_rates``: an MXFP8 ``out_proj`` in an NVFP4 run) priced at that format's figures.
+
+    Such a module's GEMMs are first priced as the run's recipe prices those it keeps in the compute dtype (their bf16
+    time, nothing quantized), then given their format's speedup on that time, forward and backward, and its
+    quantization: per element of each GEMM's input and output gradient, and of its weight where the copies are not
+    cached, the HBM bytes its recipe states (an input its trainer keeps in the compute dtype at the
+    ``quant_original_*`` bytes), as :func:`_recipe_seconds` prices the recipe's own.
+    """
+    if not any(m.format for m in work.modules):
+        return _recipe_seconds(dense, grouped, work, r, mm_fwd, mm_bwd)
+    rates = dict(r.module_rates)
+    missing = sorted({m.format for m in work.modules if m.format and m.format not in rates})
+    if missing:  # a run's rates made without its module recipes: refused rather than priced as the run's recipe
+        raise ConfigError("$.precision.module_formats", f"module formats {missing} have no rates on this device "
+                          "(the run's recipe was not resolved with them: hp_core.engine.precision.resolve_recipe)")
+    own = [(m, rates[m.format]) for m in work.modules if m.format]
+    moved = tuple(g for m, _ in own for g in m.gemms if g not in work.high_precision_gemms)
+    fwd, bwd, q_fwd, q_bwd = _recipe_seconds(dense, grouped, attrs.evolve(
+        work, high_precision_gemms=work.high_precision_gemms + moved), r, mm_fwd, mm_bwd)
+    for module, figures in own:
+        gemms = tuple(module.gemms)
+        f, b, _ = _matmul_seconds(_flops(gemms), 0.0, attrs.evolve(work, gemms=gemms, expert_gemms=()), r)
+        fwd -= f - f / figures["gemm_speedup"]
+        bwd -= b - b / figures["gemm_speedup_backward"]
+        originals = _common(gemms, tuple(work.original_input_gemms))
+        inputs = sum(rows * inp for rows, _, inp in gemms) - sum(rows * inp for rows, _, inp in originals)
+        kept = sum(rows * inp for rows, _, inp in originals)
+        grads = sum(rows * out for rows, out, _ in gemms)
+        weights = sum(out * inp for _, out, inp in gemms)
+        q_fwd += (inputs * figures["quant_input_fwd"] + kept * figures["quant_original_fwd"]
+                  + weights * figures["quant_weight"] / 2) / r.memory
+        q_bwd += (inputs * figures["quant_input_bwd"] + kept * figures["quant_original_bwd"] + grads * figures["quant_grad"]
+                  + weights * figures["quant_weight"] / 2) / r.memory
+    return fwd, bwd, q_fwd, q_bwd
+
+
+def _recipe_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates, mm_fwd: float,
+                    mm_bwd: float) -> tuple[float, float, float, float]:
     """A layer's GEMM seconds under a low-precision recipe, and its quantization's (docs/precision.md).
 
     The GEMMs the layer keeps in the compute dtype (:attr:`LayerWork.high_precision_gemms
