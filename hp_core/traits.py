@@ -87,6 +87,16 @@ TRAITS = {
         "a dense MLP's recompute checkpoints the MLP as a unit: recomputing its FC1 outputs (ffFc1) re-runs its whole "
         "forward, FC2 included (Megatron-Core transformer_layer.py: the mlp recompute module's tensor_parallel.checkpoint)"
     ),
+    "megatron_layernorm_recompute": (
+        "normOp drops and re-runs only the block pre-norms built as norm modules of their own, as Megatron-Core's "
+        "layernorm recompute module runs (transformer_layer.py at NVIDIA/Megatron-LM@d98e8a6: input_layernorm and "
+        "pre_mlp_layernorm wherever they are not IdentityOp, each under CheckpointWithoutOutput): an MoE block's "
+        "pre-norm and MLA's input norm (TENorm in the Transformer Engine specs; the kinds mark them, "
+        "LayerBuilder.pre_norm own_module); a norm fused into the linear after it (TELayerNormColumnParallelLinear: "
+        "attention's linear_qkv, a dense MLP's linear_fc1, Mamba's and GDN's in_proj, MLA's latent norms in the up "
+        "projections), whose output that linear keeps for its weight gradient, and a QK-norm, which no module "
+        "recomputes, keep their outputs under no switch"
+    ),
     "moe_eager_expert_bias": (
         "the routed experts' FC2 bias is added outside the grouped GEMM, weighted by each token's routing "
         "probability, one expert at a time in eager PyTorch and concatenated (Megatron-Core TEGroupedMLP._apply_bias: "

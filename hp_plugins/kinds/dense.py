@@ -37,6 +37,12 @@ patterns are layers of different configs) is the kit's
 :mod:`hp_plugins.kit.local_attention`; ``post_block_norms`` adds Gemma's norms on
 the blocks' outputs (each keeps its input, ``2 T h / sp``).
 
+Under the runtime trait ``megatron_layernorm_recompute`` (the ``megatron`` runtime) the two norm
+outputs are kept under no switch: Megatron-Core fuses both norms into the next linear
+(``linear_qkv``, ``linear_fc1``: ``TELayerNormColumnParallelLinear``), which keeps the output,
+and its ``layernorm`` module recomputes neither (an MoE block's pre-norm, a module of its own,
+stays under ``normOp``: :meth:`LayerBuilder.norm_switch <hp_plugins.kit.builder.LayerBuilder.norm_switch>`).
+
 (``B`` is the softmax output's byte width; the ``eager`` rows vanish under flash;
 ``k = g`` key/value heads under flash, ``k = a`` under eager, which repeats them to
 every query head before its matmuls: Hugging Face ``repeat_kv``, measured by the

@@ -162,11 +162,14 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     if c.attention_sinks:
         b.param("attn_sinks", a, True)
     if c.qk_norm:
+        # Megatron-Core's layernorm module recomputes no QK-norm (q_layernorm, k_layernorm: transformer_layer.py at
+        # NVIDIA/Megatron-LM@d98e8a6 checkpoints input_layernorm and pre_mlp_layernorm only): kept there.
+        qk_switch = b.norm_switch()
         b.keep("qk_norm_in", T * (a + g) * d * act // t, None, True)
         # Per-head RMSNorms over d: (a + g) / t rows per token (fp32_norm_copy trait).
         b.keep("qk_norm_fp32", fp32_norm_bytes(T * (a + g) // t, d, head_norm(c.norm), x.traits,
-                                                     c.qk_norm_weight), "normOp", True)
-        b.keep("q_k", T * (a + kv) * d * act // t, "normOp", True, attention_saved=fused)
+                                                     c.qk_norm_weight), qk_switch, True)
+        b.keep("q_k", T * (a + kv) * d * act // t, qk_switch, True, attention_saved=fused)
     else:
         b.keep("q_k", T * (a + kv) * d * act // t, None, True, attention_saved=fused)
     if c.fused_qkv and fused:

@@ -193,7 +193,17 @@ class LayerBuilder:
             self.params.append(param_count(name, group, elements, tp_split, matrices=tuple(matrices),
                                            high_precision=high_precision))
 
-    def pre_norm(self, prefix: str, norm: str, hidden_dropout: float, gemm_input: str | None = "owned") -> None:
+    def norm_switch(self, own_module: bool = False) -> str | None:
+        """The switch that drops a norm's output: ``normOp``, or ``None`` under the runtime trait
+        ``megatron_layernorm_recompute`` for a norm that is not a block pre-norm built as a module of its own
+        (*own_module*): there the trainer's norm recompute (Megatron-Core's ``layernorm`` module) re-runs only
+        ``input_layernorm`` and ``pre_mlp_layernorm`` where they are not ``IdentityOp`` (``transformer_layer.py``
+        at NVIDIA/Megatron-LM@d98e8a6, ``TransformerLayer.__init__``), and a norm fused into the next linear
+        (``TELayerNormColumnParallelLinear``) keeps its output as that linear's saved input."""
+        return "normOp" if own_module or "megatron_layernorm_recompute" not in self.x.traits else None
+
+    def pre_norm(self, prefix: str, norm: str, hidden_dropout: float, gemm_input: str | None = "owned",
+                 own_module: bool = False) -> None:
         """A block's pre-norm: its input (the residual stream) and output, the SP gathered copy, the dropout mask.
 
         Korthikanti et al. 2022 Section 4.1: each LayerNorm keeps its input
@@ -201,12 +211,22 @@ class LayerBuilder:
         The norm's output (and its SP-gathered copy) is the next linear
         layer's input (*gemm_input*; ``None`` where a compute-dtype op, a
         router's gate, keeps it too).
+
+        Args:
+            own_module: Megatron-Core's Transformer Engine specs build this norm as a module of its own
+                (``TENorm``: an MoE block's ``pre_mlp_layernorm``, MLA's ``input_layernorm``), not fused into the
+                one linear that reads it (``TELayerNormColumnParallelLinear``: attention's ``linear_qkv``, a dense
+                MLP's ``linear_fc1``, Mamba's and GDN's ``in_proj``; ``gpt_layer_specs.py``,
+                ``hybrid_layer_specs.py``, ``experimental_attention_variant_module_specs.py`` at d98e8a6). Read only
+                under the runtime trait ``megatron_layernorm_recompute`` (:meth:`norm_switch`): elsewhere the
+                output is kept under ``normOp`` either way.
         """
         self.keep(f"{prefix}_norm_in", self.hidden)
         gathered = gemm_input is not None  # the input the block's all-gather (Collective.gemm_input) gathers under SP
-        self.keep(f"{prefix}_norm_out", self.hidden, "normOp", gemm_input=gemm_input, sp_gathered=gathered)
+        switch = self.norm_switch(own_module)
+        self.keep(f"{prefix}_norm_out", self.hidden, switch, gemm_input=gemm_input, sp_gathered=gathered)
         # An unfused RMSNorm's fp32 copy and inverse root (fp32_norm_copy trait, kit.norms.fp32_norm_bytes).
-        self.keep(f"{prefix}_norm_fp32", fp32_norm_bytes(self.x.tokens, self.h, norm, self.x.traits) // self.x.sp_degree, "normOp")
+        self.keep(f"{prefix}_norm_fp32", fp32_norm_bytes(self.x.tokens, self.h, norm, self.x.traits) // self.x.sp_degree, switch)
         self.keep(f"{prefix}_gathered", self.gathered, "gather", gemm_input=gemm_input, sp_gathered=gathered)
         if hidden_dropout > 0:
             self.keep(f"{prefix}_hidden_dropout_mask", self.x.tokens * self.h * self.x.precision.dropout_mask_bytes // self.x.sp_degree)

@@ -202,7 +202,9 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float, layer_s
     # builds the weights 1/k with torch.ones and the indices (t k + j) mod E with torch.arange).
     learned = "moe_fake_balanced_gate" not in x.traits
     # The norm's output is also the router's input, which keeps it in the compute dtype.
-    b.pre_norm("moe", norm, hidden_dropout, gemm_input=None)
+    # Megatron-Core builds it as a module of its own (pre_mlp_layernorm a TENorm where the layer has experts,
+    # gpt_layer_specs.py and hybrid_layer_specs.py at NVIDIA/Megatron-LM@d98e8a6): its layernorm module recomputes it.
+    b.pre_norm("moe", norm, hidden_dropout, gemm_input=None, own_module=True)
     if learned:
         b.param("router", E * h + E * c.router_bias, False, matrices=((1, E, h),), high_precision=True)
     # Each of a rank's E / ep experts: the fused gate and up projection (the up projection of an ungated

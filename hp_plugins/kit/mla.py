@@ -66,15 +66,21 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
     x, act, t = b.x, b.act, b.x.tp
     T, h, a = x.tokens, c.hidden_size, c.num_attention_heads
     qk = c.qk_nope_head_dim + c.qk_rope_head_dim
-    b.pre_norm("attn", c.norm, c.hidden_dropout)
+    # Megatron-Core's MLA spec builds the input norm as a module of its own (input_layernorm a TENorm, read by the
+    # q and kv down projections; gpt_layer_specs.py at NVIDIA/Megatron-LM@d98e8a6, unless mla_down_proj_fusion),
+    # which its layernorm module recomputes; the latent norms are fused into the up projections
+    # (TELayerNormColumnParallelLinear under qk_layernorm, q_layernorm and kv_layernorm IdentityOp), recomputed by no
+    # norm module: their outputs stay under megatron_layernorm_recompute (LayerBuilder.norm_switch).
+    b.pre_norm("attn", c.norm, c.hidden_dropout, own_module=True)
+    latent = b.norm_switch()
     if c.q_lora_rank is not None:
         r = c.q_lora_rank
         b.param("q_a_proj", h * r + r * c.attention_bias, False, matrices=((1, r, h),))
         b.param("q_a_layernorm", r, False)
         b.param("q_b_proj", r * a * qk, True, matrices=((1, a * qk // t, r),))
         b.keep("q_latent", T * r * act)
-        b.keep("q_latent_norm_out", T * r * act, "normOp", gemm_input="owned")
-        b.keep("q_latent_norm_fp32", fp32_norm_bytes(T, r, head_norm(c.norm), x.traits), "normOp")
+        b.keep("q_latent_norm_out", T * r * act, latent, gemm_input="owned")
+        b.keep("q_latent_norm_fp32", fp32_norm_bytes(T, r, head_norm(c.norm), x.traits), latent)
         b.linear(T, h, r)
         b.linear(T, r, a * qk // t)
     else:
@@ -87,8 +93,8 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
             matrices=((1, a * (c.qk_nope_head_dim + c.v_head_dim) // t, c.kv_lora_rank),))
     b.param("o_proj", a * c.v_head_dim * h, True, matrices=((1, h, a * c.v_head_dim // t),))
     b.keep("kv_latent", T * kv_a * act)
-    b.keep("kv_latent_norm_out", T * c.kv_lora_rank * act, "normOp", gemm_input="owned")
-    b.keep("kv_latent_norm_fp32", fp32_norm_bytes(T, c.kv_lora_rank, head_norm(c.norm), x.traits), "normOp")
+    b.keep("kv_latent_norm_out", T * c.kv_lora_rank * act, latent, gemm_input="owned")
+    b.keep("kv_latent_norm_fp32", fp32_norm_bytes(T, c.kv_lora_rank, head_norm(c.norm), x.traits), latent)
     # What a fused kernel keeps of q, k, v and its output, which an FP8-attention recipe keeps in FP8
     # (ActivationTerm.attention_saved), marked as the GQA kit marks them (hp_plugins/kit/attention.py; under
     # all-to-all CP the kernel's output is attn_out_a2a and the output projection's input stays unmarked).

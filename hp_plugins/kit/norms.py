@@ -75,10 +75,12 @@ def post_norm(b, prefix: str, norm: str) -> None:
     sequence parallelism), which nothing else keeps; its output feeds the
     residual add, which keeps nothing. Its scale is ``hidden_size`` wide.
     Under the ``fp32_norm_copy`` trait an unfused RMSNorm keeps its fp32
-    copies too (:func:`fp32_norm_bytes`).
+    copies too (:func:`fp32_norm_bytes`), under ``normOp`` (under no switch
+    with ``megatron_layernorm_recompute``: not a pre-norm,
+    :meth:`~hp_plugins.kit.builder.LayerBuilder.norm_switch`).
     """
     b.keep(f"{prefix}_post_norm_in", b.hidden)
-    b.keep(f"{prefix}_post_norm_fp32", fp32_norm_bytes(b.x.tokens, b.h, norm, b.x.traits) // b.x.sp_degree, "normOp")
+    b.keep(f"{prefix}_post_norm_fp32", fp32_norm_bytes(b.x.tokens, b.h, norm, b.x.traits) // b.x.sp_degree, b.norm_switch())
     b.param(f"{prefix}_post_norm", norm_params(norm, b.h), False)
     ops = NORM_OPS_PER_ELEMENT[norm] * b.x.tokens * b.h // b.x.sp_degree
     b.elementwise += ops

@@ -353,6 +353,9 @@ def hp_runtimes():
             # The unfused RoPE's form (--no-rope-fusion; rope_utils.py _apply_rotary_pos_emb_bshd and _rotate_half at
             # NVIDIA/Megatron-LM@d98e8a6): read only where the rotation runs eager (rope_kernels=eager).
             "rope_rotate_half",
+            # Its layernorm recompute module re-runs only the pre-norms built as modules of their own (the MoE
+            # block's, MLA's input norm): the kinds keep the others' outputs under no switch (hp_core/traits.py).
+            "megatron_layernorm_recompute",
         }),
         dummy_weight_gradients=True,
         implicit_recompute=frozenset({"gather"}),
@@ -378,6 +381,19 @@ def hp_runtimes():
         # expert-parallel dispatch and combine (all-to-all or DeepEP/HybridEP) included: every tensor the MoE block
         # keeps inside itself, moeLayer (hp_plugins/kit/builder.py) and the experts' activations ffAct, with the
         # block's forward re-run (its Rerun and its collectives' rerun_switch: hp_plugins/kit/work.py).
+        # layernorm (transformer_layer.py at NVIDIA/Megatron-LM@d98e8a6, TransformerLayer.__init__ and
+        # _run_input_layernorm / _forward_pre_mlp_layernorm): recompute_input_layernorm where input_layernorm is not
+        # IdentityOp, recompute_pre_mlp_layernorm where pre_mlp_layernorm is not (nor the MoE router's CUDA-graph
+        # exceptions, can_recompute_pre_mlp_layernorm_for_cudagraph, which hp does not price); each norm runs under
+        # CheckpointWithoutOutput (tensor_parallel/random.py), which keeps its input (the residual stream, kept
+        # anyway: {prefix}_norm_in) and discards its output after the block, re-running the norm in backward. In the
+        # Transformer Engine specs only an MoE layer's pre-MLP norm and MLA's input norm are TENorm modules; the
+        # others are fused into the next linear (TELayerNormColumnParallelLinear), which keeps the norm's output
+        # for its weight gradient: normOp drops only the former's outputs (trait megatron_layernorm_recompute).
+        # Under fp8/fp4 the next linear keeps the norm's output itself, not a quantized copy, so the discarded
+        # tensor is the only one (set_for_recompute_input_layernorm: set_save_original_input on MLA's down
+        # projections; set_for_recompute_pre_mlp_layernorm: on the shared experts' linear_fc1, moe_layer.py); a
+        # latent MoE's fc1_latent_proj keeps its quantized copy still (priced by no term, with or without it).
         recompute_modules={
             "core_attn": frozenset({"attBMM", "headCast", "dropout", "softmax"}),
             "layernorm": frozenset({"normOp"}),

@@ -219,7 +219,8 @@ def test_hopper_s_factor_is_every_profile_s_and_ampere_s_fsdp2_s_alone():
 
 
 def test_the_held_out_megatron_rows_decide_where_each_factor_applies(registry):
-    """Hopper's m lowers the 14 Megatron-Core H100 rows' mean absolute error (20.2% -> 14.4%, within 10%: 4 -> 7;
+    """Hopper's m lowers the 14 Megatron-Core H100 rows' mean absolute error (20.2% -> 14.5%, within 10%: 4 -> 7;
+    20.2% -> 14.4% before the megatron runtime's layernorm module kept the outputs of the norms fused into the next linear (docs/recompute.md);
     21.4% -> 14.4% and 1 -> 6 before the backward FP8 GEMMs took Hopper's split-accumulator rate (docs/precision.md, "Time");
     21.5% -> 14.4% before rotary embeddings were priced (docs/time.md, "Rotary position embedding"); 21.6% -> 14.2% before the Megatron-LM README rows stated untied embeddings (scale_measured.json, megatron-readme);
     21.8% -> 14.7% and 0 -> 6 before Hopper's GEMMs were priced by shape (docs/time.md, "Hopper GEMMs by shape");
@@ -236,7 +237,7 @@ def test_the_held_out_megatron_rows_decide_where_each_factor_applies(registry):
     hopper = fsdp2_fit.megatron_hopper_rows(registry)
     assert len(hopper) == 14 and all(p.architecture == "hopper" for p in hopper)
     m = WHOLE_RUN_MATMUL_FACTORS["hopper"]
-    assert mae(hopper, 1.0) == pytest.approx(0.202, abs=5e-4) and mae(hopper, m) == pytest.approx(0.144, abs=5e-4)
+    assert mae(hopper, 1.0) == pytest.approx(0.202, abs=5e-4) and mae(hopper, m) == pytest.approx(0.145, abs=5e-4)
     assert [sum(abs(p.error(x, 1.0)) <= 0.10 for p in hopper) for x in (1.0, m)] == [4, 7]
     ampere = fsdp2_fit.korthikanti_rows(registry)
     a = WHOLE_RUN_MATMUL_FACTORS["ampere"]
@@ -361,8 +362,8 @@ def test_u_is_fitted_with_m_and_a_held_by_a_rule_that_reads_no_row_s_error(regis
     """The rule: a trainer-specific figure (u) is fitted with the device-wide and profile-wide figures fitted before it
     (m, a) held, so both classes state (b), whatever any row's error. The joint fit (a) is printed as information:
     Hopper's m 1.235 -> 1.108 (u 1.761 -> 3.967 ms), Ampere's 1.057 -> 0.955 (u 2.348 -> 5.037 ms); as consequences,
-    not reasons, it would take the 14 Megatron-Core H100 rows' mean absolute error from 14.4% to 16.3% (14.4% to 17.5%
-    before the backward FP8 GEMMs took Hopper's split-accumulator rate, 14.4% to 17.7% before rotary embeddings were priced, 14.2% to 17.7% before the Megatron-LM README rows stated untied embeddings, 14.7% to 18.2% before Hopper's GEMMs were priced by shape, 16.0% to 19.7% before the GPT-OSS experts' FC2 bias passes were
+    not reasons, it would take the 14 Megatron-Core H100 rows' mean absolute error from 14.5% to 16.3% (14.4% to 16.3%
+    before the megatron runtime's layernorm module kept the outputs of the norms fused into the next linear (docs/recompute.md), 14.4% to 17.5% before the backward FP8 GEMMs took Hopper's split-accumulator rate, 14.4% to 17.7% before rotary embeddings were priced, 14.2% to 17.7% before the Megatron-LM README rows stated untied embeddings, 14.7% to 18.2% before Hopper's GEMMs were priced by shape, 16.0% to 19.7% before the GPT-OSS experts' FC2 bias passes were
     priced) and torchtitan's
     eight A100 rows' (tt24-*) from 4.8% to 11.5% (5.9% to 13.0% before rotary embeddings were priced)."""
     hopper, ampere = fsdp2_fit.joint(rows, "hopper"), fsdp2_fit.joint(rows, "ampere")
@@ -383,7 +384,7 @@ def test_u_is_fitted_with_m_and_a_held_by_a_rule_that_reads_no_row_s_error(regis
     def mae(priced, m):
         return sum(abs(p.error(m, 1.0)) for p in priced) / len(priced)
 
-    assert mae(megatron, WHOLE_RUN_MATMUL_FACTORS["hopper"]) == pytest.approx(0.144, abs=5e-4)
+    assert mae(megatron, WHOLE_RUN_MATMUL_FACTORS["hopper"]) == pytest.approx(0.145, abs=5e-4)
     assert mae(megatron, hopper[0]) == pytest.approx(0.163, abs=5e-4)
     assert len(tt24) == 8 and mae(tt24, WHOLE_RUN_MATMUL_FACTORS["ampere"]) == pytest.approx(0.048, abs=5e-4)
     assert mae(tt24, ampere[0]) == pytest.approx(0.115, abs=5e-4)
