@@ -343,7 +343,10 @@ def price_moe(row: dict, registry, recipe: str | None = None, base_runtime=None)
     states (:func:`moe_recompute`), the model :func:`moe_row_model`."""
     model = moe_row_model(row, registry)
     runtime = api.apply_options(base_runtime or registry.runtime("megatron"), row["runtime_options"])
-    precision = attrs.evolve(runtime.precision, recipe=recipe or row["recipe"])
+    # The row's precision fields (layers kept in bf16, module formats: Nemotron 3 Super's NVFP4 recipe) under its own
+    # recipe; a bf16 comparison quantizes nothing, so they would change nothing there.
+    fields = row.get("precision", {}) if recipe in (None, row["recipe"]) else {}
+    precision = attrs.evolve(runtime.precision, recipe=recipe or row["recipe"], **fields)
     hardware = registry.hardware_preset(row["hardware"]).spec
     return api.step_time(model, layout(row, _decoder_layers(model)), registry=registry, runtime=runtime,
                          precision=precision, hardware=hardware, recompute=moe_recompute(row, model, registry, runtime))

@@ -84,9 +84,9 @@ def test_the_gb200_nvfp4_rows_left_out_state_why():
     assert "the row and the release disagree" in vp4["why"] and "sets VP 8" in vp4["why"]
     nemotron = next(s for s in skipped if s["row"].startswith("Nemotron_3_Super NVFP4"))
     assert "DGX-GB200" in nemotron["row"] and "DGX-B200" in nemotron["row"]
-    # Read with their configs in nemotron_super_rows_skipped (tests/plugins/test_fp8_runs_nemotron_super.py): the
-    # per-module precision mix of the Super NVFP4 recipe is what keeps them out, not a missing model.
-    assert "nemotron_super_rows_skipped" in nemotron["why"] and "no hp recipe" in nemotron["why"]
+    # Priced with their configs in nemotron_super_rows (tests/plugins/test_fp8_runs_nemotron_super.py), once
+    # precision.module_formats states the Super NVFP4 recipe's per-module precision mix.
+    assert "priced in nemotron_super_rows" in nemotron["why"] and "precision.module_formats" in nemotron["why"]
     note = data["rows_note_gb200"]
     assert "NVFP4 rows" in note and "nothing was fitted to them" in note and "rows_skipped_gb200" in note
 

@@ -1,8 +1,9 @@
 """The Nemotron 3 Super rows of tests/plugins/data/fp8_measured_runs.json (``nemotron_super_rows``): Megatron-Bridge's
 MXFP8 rows of the hybrid Mamba / latent-MoE model with its two-depth MTP block on 64 DGX-GB300, GB200, B300 and B200
 GPUs, 26.04 to 26.08. Each states its summary row, its release's config and layout, the runtime options as run and
-what hp does not price and the model it ran (the preset, its MTP module applied at two depths); held out; the NVFP4 rows left out with
-their reason (``nemotron_super_rows_skipped``); docs/precision.md's table and prose are today's."""
+what hp does not price and the model it ran (the preset, its MTP module applied at two depths); held out; the NVFP4 rows
+of the same sections with their precision (te_quant.cfg's module formats and 14 bf16 end layers); docs/precision.md's
+table and prose are today's."""
 
 from __future__ import annotations
 
@@ -32,8 +33,23 @@ FIGURES = {
 }
 
 
-def _rows() -> dict:
-    return {r["id"]: r for r in _data()["nemotron_super_rows"]}
+# The NVFP4 rows' figures (the same sections, systems and containers as the MXFP8 rows') with their lines.
+NVFP4_FIGURES = {
+    "mb26.04-gb300": (372, 9623), "mb26.04-gb200": (373, 6777), "mb26.04-b300": (374, 7047), "mb26.04-b200": (375, 5606),
+    "mb26.04.01-gb300": (283, 9600), "mb26.04.01-gb200": (285, 6784), "mb26.04.01-b300": (287, 7424),
+    "mb26.04.01-b200": (289, 5632), "mb26.06-gb300": (163, 9900), "mb26.06-gb200": (165, 6928),
+    "mb26.06-b300": (167, 8131), "mb26.06.01-gb300": (86, 9984), "mb26.06.01-gb200": (88, 7040),
+    "mb26.08-gb300": (93, 10240), "mb26.08-gb200": (95, 7168),
+}
+# The NVFP4 configs' layout per system: (TP, EP); B300's is its BF16 config, B200's TP 2 (its footnote's mapping).
+NVFP4_LAYOUT = {"gb300": (1, 64), "gb200": (2, 64), "b300": (1, 8), "b200": (2, 64)}
+# te_quant.cfg's per-module mix and the 14 bf16 end layers, as hp states them.
+NVFP4_PRECISION = {"high_precision_layers_at_end": 14, "module_formats": {
+    "attention_qkv": "bf16", "attention_proj": "bf16", "moe_latent_proj": "bf16", "mamba_out_proj": "mxfp8"}}
+
+
+def _rows(recipe: str = "mxfp8") -> dict:
+    return {r["id"]: r for r in _data()["nemotron_super_rows"] if r["recipe"] == recipe}
 
 
 def test_the_rows_state_their_summary_row_release_and_options():
@@ -135,36 +151,59 @@ def test_step_times_by_hand():
     assert (spec.dp, spec.tp, spec.pp, spec.ep, spec.sp) == (64, 1, 1, 8, False)
 
 
-def test_the_nvfp4_rows_are_left_out_for_their_per_module_precision():
+def test_the_nvfp4_rows_state_their_row_config_and_module_formats():
     data = _data()
-    skipped = data["nemotron_super_rows_skipped"]
-    assert len(skipped) == 4
-    by_system = {s["row"].split()[1]: s for s in skipped}
-    assert sorted(by_system) == ["DGX-B200", "DGX-B300", "DGX-GB200", "DGX-GB300"]
-    # Every NVFP4 figure of the Nemotron_3_Super sections, 15 in all.
-    figures = {"DGX-GB300": ("9623", "9600", "9900", "9984", "10240"), "DGX-GB200": ("6777", "6784", "6928", "7040", "7168"),
-               "DGX-B300": ("7047", "7424", "8131"), "DGX-B200": ("5606", "5632")}
-    assert sum(map(len, figures.values())) == 15
-    for system, entry in by_system.items():
-        assert "NVFP4" in entry["row"], system
-        for figure in figures[system]:
-            assert figure in entry["row"], (system, figure)
-        for reason in ("num_layers_at_end_in_bf16 14", "te_quant.cfg", "linear_qkv and linear_proj",
-                       "fc1_latent_proj / fc2_latent_proj", "out_proj in MXFP8", "no figure was priced"):
-            assert reason in entry["why"], (system, reason)
-    # hp's nvfp4 quantizes every GEMM to NVFP4: no recipe keeps some in MXFP8 and others in bf16.
-    from hp_plugins.precision.recipes import RECIPES
+    assert "nemotron_super_rows_skipped" not in data
+    rows = _rows("nvfp4")
+    assert sorted(rows) == sorted(f"mb{c}-{hw}-nemotron-3-super-nvfp4" for c, systems in SYSTEMS.items() for hw in systems)
+    mx = _rows()
+    for rid, row in rows.items():
+        container = rid[2:].split("-")[0]
+        tag = CONTAINERS[container]
+        sibling = mx[rid.replace("-nvfp4", "-mxfp8")]
+        assert row["source"] == row["runtime_options_source"] == sibling["source"], rid
+        line_key = "summary_line" if container == "26.08" else "archive_line"
+        assert row[line_key] == NVFP4_FIGURES[rid.rsplit("-nemotron", 1)[0]][0], rid
+        assert (row["split"], row["class"], row["model"], row["recipe"]) == (
+            "held_out", sibling["class"], "nemotron-3-super-120b-a12b", "nvfp4"), rid
+        assert row["precision"] == NVFP4_PRECISION, rid
+        assert f"at {tag}" in row["config"], rid
+        assert ("nvfp4_config" if container == "26.08" else f"_{row['hardware'].upper()}_NVFP4_V1") in row["config"], rid
+        cells = _cells(row["row"])
+        if container in ("26.04", "26.04.01"):
+            assert cells.pop(6) == "0", rid
+        assert cells[0] == SYSTEM[row["hardware"]] and cells[2] == "NVFP4" and len(cells) == 13, rid
+        assert [1 if c == "n/a" else int(c) for c in cells[6:11]] == [row["tp"], row["pp"], row["cp"], row["vpp"],
+                                                                      row["ep"]], rid
+        assert int(cells[11]) == row["tokens_per_second_per_gpu"] == NVFP4_FIGURES[rid.rsplit("-nemotron", 1)[0]][1], rid
+        assert (row["tp"], row["ep"]) == NVFP4_LAYOUT[row["hardware"]], rid
+        assert (row["gpus"], row["global_batch_size"], row["micro_batch_size"], row["seq_len"], row["etp"]) == (
+            64, 512, 1, 8192, 1), rid
+        assert row.get("recompute_modules") == (["moe_act", "layernorm"] if row["hardware"] == "b300" else None), rid
+        assert row["runtime_options"] == sibling["runtime_options"] and row["mtp_applications"] == 2, rid
+        for setting in ("num_layers_at_end_in_bf16 14", "te_quant.cfg", "linear_qkv and linear_proj",
+                        "fc1_latent_proj and fc2_latent_proj", "out_proj in MXFP8", "get_quant_config_or_none",
+                        f"as the MXFP8 row {sibling['id']}"):
+            assert setting in row["recipe_settings"], (rid, setting)
+        joined = " ".join(row["not_priced"])
+        for item in ("CUDA graphs (transformer_engine", "NVFP4 grouped (expert) GEMMs", "moe_router_padding_for_quantization"):
+            assert item in joined, (rid, item)
+        assert ("could not fit for NVFP4" in joined) == ("nemotron-3-super-b200-nvfp4-note" in row["row"]), rid
+    # The precision the rows state is priced under their own recipe only (a bf16 comparison quantizes nothing).
+    runs = _module()
+    from hp_core import api
 
-    nvfp4 = next(r for r in RECIPES if r.name == "nvfp4")
-    assert nvfp4.gemms == "all" and {op.format for op in (nvfp4.weights, nvfp4.activations, nvfp4.gradients)} == {"nvfp4"}
+    registry = api.build_registry()
+    row = rows["mb26.06-gb300-nemotron-3-super-nvfp4"]
+    plain = {**row, "precision": {}}
+    assert runs.price_moe(row, registry).step_seconds > runs.price_moe(plain, registry).step_seconds
+    assert runs.price_moe(row, registry, "bf16").step_seconds == runs.price_moe(plain, registry, "bf16").step_seconds
     # The other lists point here rather than call the rows unexamined.
     for key in ("rows_skipped_gb200", "rows_skipped_gb300", "moe_rows_skipped"):
         entries = [s for s in data[key] if "Nemotron_3_Super" in s["row"] or "Nemotron_3_Super" in s["why"]]
         assert len(entries) == 1 and "nemotron_super_rows" in entries[0]["why"], key
-        # Nano's DGX-H100 rows are priced in nemotron_rows now; no list is named that no longer exists.
-        assert "nemotron_rows_skipped" not in entries[0]["why"], key
-    assert "no Nemotron 3 Super" not in " ".join(s["why"] for key in ("rows_skipped_gb200", "rows_skipped_gb300",
-                                                                         "moe_rows_skipped") for s in data[key])
+        assert "nemotron_rows_skipped" not in entries[0]["why"] and "_rows_skipped" not in entries[0]["why"].replace(
+            "moe_rows_skipped", ""), key
 
 
 def test_the_note_states_the_split_and_counts():
@@ -179,20 +218,40 @@ def test_the_page_table_is_current_and_its_prose_states_its_figures():
     from hp_core import api
 
     registry = api.build_registry()
-    found = runs.nemotron_super_results(registry)
-    assert len(found) == 15
+    everything = runs.nemotron_super_results(registry)
+    assert len(everything) == 30
     page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
-    assert runs.nemotron_super_section(found) in page, "regenerate with: python benchmarks/fp8_runs.py"
+    assert runs.nemotron_super_section(everything) in page, "regenerate with: python benchmarks/fp8_runs.py"
     prose = _prose()
-    errors = [r["error"] for r in found]
-    mae = {}
-    for cls in runs.NEMOTRON_SUPER_CLASSES:
-        ours = [abs(r["error"]) for r in found if r["class"] == cls]
-        mae[cls.rsplit(", ", 1)[1]] = f"{sum(ours) / len(ours):.1%}"
-    within = sum(abs(e) <= 0.10 for e in errors)
-    assert (f"hp is within 10% on {within} of the 15 rows, {min(errors):+.1%} to {max(errors):+.1%}: a mean absolute "
-            f"error of {mae['GB300']} on GB300, {mae['GB200']} on GB200, {mae['B300']} on B300 and {mae['B200']} on B200") in prose
-    by_id = {r["id"]: r for r in found}
+    for recipe, name in (("mxfp8", "MXFP8"), ("nvfp4", "NVFP4")):
+        found = [r for r in everything if r["recipe"] == recipe]
+        errors = [r["error"] for r in found]
+        mae = {}
+        for cls in runs.NEMOTRON_SUPER_CLASSES:
+            ours = [abs(r["error"]) for r in found if r["class"] == cls]
+            mae[cls.rsplit(", ", 1)[1]] = f"{sum(ours) / len(ours):.1%}"
+        within = sum(abs(e) <= 0.10 for e in errors)
+        assert (f"On the {name} rows hp is within 10% on {within} of the 15 rows, {min(errors):+.1%} to "
+                f"{max(errors):+.1%}: a mean absolute error of {mae['GB300']} on GB300, {mae['GB200']} on GB200, "
+                f"{mae['B300']} on B300 and {mae['B200']} on B200") in prose
+    by_id = {r["id"]: r for r in everything}
+    # The NVFP4 rows against the MXFP8 ones, measured and as hp prices them; B200 NVFP4 host-bound at TP 2.
+    pairs = [(by_id[i], by_id[i.replace("-mxfp8", "-nvfp4")]) for i in by_id if i.endswith("-mxfp8")]
+    measured = [m["measured_seconds"] / n["measured_seconds"] - 1 for m, n in pairs if m["layout"]["hardware"] != "b200"]
+    priced = [m["estimated_seconds"] / n["estimated_seconds"] - 1 for m, n in pairs if m["layout"]["hardware"] != "b200"]
+    slower = [n["measured_seconds"] / m["measured_seconds"] - 1 for m, n in pairs if m["layout"]["hardware"] == "b200"]
+    assert (f"Measured, NVFP4 runs {min(measured):.1%} to {max(measured):.1%} faster than MXFP8 on GB300, GB200 and B300 "
+            f"(the B200 NVFP4 rows, at TP 2, {min(slower):.0%} to {max(slower):.0%} slower); hp prices NVFP4 "
+            f"{min(priced):.1%} to {max(priced):.1%} faster there") in prose
+    b200 = by_id["mb26.04-b200-nemotron-3-super-nvfp4"]
+    b200_priced = runs.price_moe(b200["layout"], registry)
+    mx_b200 = runs.price_moe(by_id["mb26.04-b200-nemotron-3-super-mxfp8"]["layout"], registry)
+    graphs_b200 = {**b200["layout"], "runtime_options": {**b200["layout"]["runtime_options"], "cuda_graphs": "layers"}}
+    assert (f"hp prices 26.04 at {b200['estimated_seconds']:.3f} s against {b200['measured_seconds']:.3f} s measured, its "
+            f"compute {b200_priced.compute_seconds:.3f} s against {mx_b200.compute_seconds:.3f} s for the MXFP8 row at TP 1, "
+            f"host-bound as GB200 is: with whole-layer graphs (`cuda_graphs` `layers`) it prices "
+            f"{runs.price_moe(graphs_b200, registry).step_seconds:.3f} s") in prose
+    found = [r for r in everything if r["recipe"] == "mxfp8"]
     b300 = by_id["mb26.06-b300-nemotron-3-super-mxfp8"]
     priced = runs.price_moe(b300["layout"], registry)
     dp = {name: (total, exposed) for name, total, exposed in priced.stages[0].communication_by_group}["dp"]
@@ -214,7 +273,7 @@ def test_the_page_table_is_current_and_its_prose_states_its_figures():
         ratios.append(printed / runs.price_moe(r["layout"], registry).model_flops)
     flops = runs.price_moe(gb300["layout"], registry).model_flops
     assert (f"is {min(ratios):.1%} to {max(ratios):.1%} of hp's model FLOPs per step ({flops / 1e17:.3f}e17, the MTP "
-            "module applied twice) on every row") in prose
+            "module applied twice) on every MXFP8 row") in prose
     one = runs.price_moe({k: v for k, v in gb300["layout"].items() if k != "mtp_applications"}, registry).step_seconds
     assert one < gb300["estimated_seconds"]
     assert (f"applied once (the preset as it stands) the 26.06 GB300 row prices {one:.3f} s against "
