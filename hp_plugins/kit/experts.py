@@ -305,7 +305,9 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float, layer_s
                                  pad_to_capacity=c.pad_to_capacity, capacity_factor=c.capacity_factor, gated=gated,
                                  model_width=c.moe_latent_size, routing_groups=c.router_num_groups,
                                  routing_groups_per_token=c.router_groups_per_token, fc2_bias=c.expert_bias,
-                                 learned_gate=learned, rerun_switch=sw, block_shapes=tuple(b.shapes[first_shape:]))
+                                 learned_gate=learned, rerun_switch=sw, block_shapes=tuple(b.shapes[first_shape:]),
+                                 # The latent projections run over the rank's own tokens (above): no SP gather.
+                                 shard_shapes=((d, h), (h, d)) if c.moe_latent_size else ())
 
 
 def validate_moe(c: MoEFields, x: LayerContext) -> None:

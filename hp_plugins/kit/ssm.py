@@ -72,7 +72,7 @@ implementation (``x.attention``):
   chunk_decay         4 H (c + 1)^2                                exp(segsum) over chunks
   scan_out            4 s_p I                                      the gated norm (fp32 scan output)
   gate_norm           4 s (4 I + G)                                gate copy, SiLU out, product, normalised, rstd
-  out_proj_in         a s I                                        out_proj (its bf16 input)
+  out_proj_in         a s I                                        out_proj (its input; quantized under a recipe)
   ==================  ===========================================  ===========================
 
   Left out: the two bool ``L x L`` causal masks (``2 L^2`` bytes per layer,
@@ -201,7 +201,7 @@ def _eager_terms(b: LayerBuilder, c: Mamba2Fields, heads: int, groups: int, inne
     b.keep("ssm_chunk_decay", mb * heads * (chunks + 1) ** 2 * _FP32, None, True)
     b.keep("ssm_scan_out", Tp * inner * _FP32, None, True)
     b.keep("ssm_gate_norm", T * (4 * inner + groups) * _FP32, None, True)
-    b.keep("ssm_out_proj_in", T * inner * act, None, True)
+    b.keep("ssm_out_proj_in", T * inner * act, None, True, gemm_input="owned")  # out_proj's input, as the flash path's
     # Backward: the gradients of the three tiles and of the two fp32 copies of x.
     b.block_grads.append(3 * Tp * heads * L * _FP32 + 2 * Tp * inner * _FP32)
 
@@ -234,7 +234,10 @@ def mamba2_mixer(b: LayerBuilder, c: Mamba2Fields, norm: str = "rmsnorm") -> Non
         b.keep("ssm_out_x", T * inner * act, None, True)
         b.keep("gated_norm_in", T * inner * act, None, True)
         b.keep("gated_norm_rstd", T * groups * _FP32, None, True)
-        b.keep("out_proj_in", T * inner * act, None, True)
+        # out_proj (Transformer Engine's row-parallel linear) keeps its input for its weight gradient, the only
+        # keeper of the norm's output (RMSNormGated saves its own input and rstd): under a recipe its quantized copy
+        # (mamba_mixer.py MambaMixer.forward / _ssm_training at NVIDIA/Megatron-LM@d98e8a6).
+        b.keep("out_proj_in", T * inner * act, None, True, gemm_input="owned")
         states = chunks * heads * c.mamba_head_dim * c.ssm_state_size * _FP32
         tiles = chunks * groups * c.chunk_size * c.chunk_size * _FP32
         b.block_grads.append(T * proj * act // t + T * conv * act + 2 * states + tiles)

@@ -100,7 +100,8 @@ class ExpertShape:
     the whole block (``moeLayer``: :func:`decoder_work` states its :class:`~hp_core.costs.Rerun` and re-issues
     the block's dispatch and combine under it), ``None``: none; ``block_shapes``: the ``(fan_out, fan_in)`` of the
     block's own linear weights (latent projections, shared experts; the routed experts' are dropped here as
-    from the layer's GEMMs), which that re-run runs again."""
+    from the layer's GEMMs), which that re-run runs again; ``shard_shapes``: those of them that run over the rank's
+    own sequence shard, not gathered under TP with SP (the latent projections, duplicated on every TP rank)."""
 
     experts: int
     top_k: int
@@ -115,6 +116,7 @@ class ExpertShape:
     learned_gate: bool = True
     rerun_switch: str | None = None
     block_shapes: tuple[tuple[int, int], ...] = ()
+    shard_shapes: tuple[tuple[int, int], ...] = ()
 
 
 # The routed experts' FC2 bias under the ``moe_eager_expert_bias`` trait (Megatron-Core
@@ -272,6 +274,11 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
     collectives += tp_collectives(x, blocks, T * h * act)
     if attention is not None:
         collectives += attention_collectives(x, kv_bytes, qkvo_bytes)
+    shard = set(experts.shard_shapes) if experts is not None else set()
+
+    def _rows(fan_out: int, fan_in: int) -> int:  # a linear's rows: the SP-gathered micro-batch, or the rank's shard
+        return T // x.sp_degree if (fan_out, fan_in) in shard else T
+
     grouped = rows = permute = permute_input = router = 0.0
     copy_backward = copy
     routed_shapes: set[tuple[int, int]] = set()
@@ -309,11 +316,12 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
             # linears over the micro-batch's tokens as listed below, the grouped GEMMs, the router's kernels and
             # the permutation; its TP collectives (shared experts under TP) are not re-issued here, as the dense
             # MLP's under Megatron-Core's mlp module are not (docs/runtimes.md).
-            block = gemms[:1] + [(T, fan_out, fan_in) for fan_out, fan_in in experts.block_shapes
+            block = gemms[:1] + [(_rows(fan_out, fan_in), fan_out, fan_in) for fan_out, fan_in in experts.block_shapes
                                  if (fan_out, fan_in) not in routed_shapes]
             reruns += ((experts.rerun_switch, Rerun(gemms=tuple(block), grouped_flops=grouped, permutation=True)),)
-    # Every other linear runs over the micro-batch's tokens (SP-gathered under TP).
-    gemms += [(T, fan_out, fan_in) for fan_out, fan_in in weight_shapes if (fan_out, fan_in) not in routed_shapes]
+    # Every other linear runs over the micro-batch's tokens (SP-gathered under TP), but those over the rank's shard.
+    gemms += [(_rows(fan_out, fan_in), fan_out, fan_in) for fan_out, fan_in in weight_shapes
+              if (fan_out, fan_in) not in routed_shapes]
     return LayerWork(
         collectives=tuple(collectives), gemms=tuple(gemms), grouped_flops=grouped, expert_rows=rows,
         expert_gemms=expert_gemms, attention_calls=1 if attention is not None else 0, wide_qk_attention=wide, ssd_scan=ssd_scan,

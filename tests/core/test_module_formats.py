@@ -157,8 +157,10 @@ def test_super_modules_change_exactly_their_gemms_and_kept_bytes(registry, hybri
     base_mem, base_time = _run(registry, hybrid, _precision(registry))
     mem, time = _run(registry, hybrid, _precision(registry, {"attention_qkv": "bf16", "attention_proj": "bf16",
                                                             "mamba_out_proj": "mxfp8"}))
-    # Kept: linear_qkv's bf16 input (out_proj's input is kept in bf16 by the mamba2 kind under any recipe).
-    assert mem.activations_bytes - base_mem.activations_bytes == T * H * 2 - T * H * 9 // 16
+    # Kept: linear_qkv's bf16 input in place of its NVFP4 copy, and out_proj's input as an MXFP8 copy (a byte and an
+    # E8M0 scale per 32 elements) in place of an NVFP4 one (half a byte and an E4M3 scale per 16).
+    assert mem.activations_bytes - base_mem.activations_bytes == (T * H * 2 - T * H * 9 // 16
+                                                                  + T * INNER * 33 // 32 - T * INNER * 9 // 16)
     # Weights: attention's NVFP4 copies go, out_proj's NVFP4 copies become MXFP8 ones.
     attention = (ELEMENTS["attention_qkv"] + ELEMENTS["attention_proj"]) * NVFP4_COPY_BYTES
     out_proj = ELEMENTS["mamba_out_proj"] * (MXFP8_COPY_BYTES - NVFP4_COPY_BYTES)

@@ -184,6 +184,25 @@ def test_fused_path_keeps_the_kernel_inputs_by_hand():
                         "gated_norm_in": 2 * T * I // tp, "gated_norm_rstd": 4 * T * G // tp, "out_proj_in": 2 * T * I // tp}
 
 
+
+def test_a_recipe_keeps_out_projs_input_quantized_by_hand():
+    """Under MXFP8 (Transformer Engine's row-parallel out_proj keeps its input quantized: 1 byte an element and an
+    E8M0 scale per 32) out_proj's input is kept as that copy; in_proj's is the fused pre-norm's output (kept by
+    in_proj as every layernorm-fused linear's); nothing else of the mixer is a GEMM input."""
+    from hp_core.engine.precision import apply_recipe, resolve_recipe
+
+    T, I = 4096, 8192
+    registry = build_registry(use_env=False)
+    recipe = resolve_recipe(registry, PrecisionSpec(recipe="mxfp8"))
+    for tp in (1, 2):
+        plain = _cost(CODESTRAL, tp=tp)
+        assert [t.op for t in plain.activations if t.gemm_input] == ["mamba_norm_out", "out_proj_in"]
+        kept = {t.op: t.bytes for t in apply_recipe(plain, recipe, 2).activations}
+        bf16 = {t.op: t.bytes for t in plain.activations}
+        assert kept["out_proj_in"] == T * I // tp + T * I // tp // 32 == 34_603_008 // tp
+        assert {op: b for op, b in kept.items() if op not in ("out_proj_in", "mamba_norm_out")} == {
+            op: b for op, b in bf16.items() if op not in ("out_proj_in", "mamba_norm_out")}
+
 def test_reference_path_per_token_by_hand():
     """transformers' PyTorch path at 1,024 tokens: 1,178,472.5 bytes per token (the census measures 1,194,989.5:
     the block norm's fp32 copy and normalised copy 4h + 4, the two causal masks 2 L^2 / s, -exp(A_log))."""
