@@ -202,3 +202,29 @@ def test_the_importer_and_exporter_read_and_write_moe():
     assert len(settings_) == layers == 52
     flags = export_megatron(plan, model, ParallelSpec(seq_len=8192, ep=8, dp=8), registry=REGISTRY)
     assert flags == "--recompute-granularity selective --recompute-modules core_attn layernorm moe"
+
+
+def test_an_attention_module_s_own_format_leaves_the_moe_block_s_rerun_alone():
+    # An attention + MoE layer (moe kind) in an NVFP4 run on B200, attention's linear_qkv and linear_proj in MXFP8
+    # (precision.module_formats): Megatron-Core's moe module re-runs MoELayer.forward only (router, dispatch,
+    # experts, shared expert, combine), none of attention's GEMMs, so the re-run is priced exactly as with no module
+    # format; the layer's own forward, which runs those GEMMs, does change.
+    from hp_core.engine.precision import recipe_cost, resolve_recipe
+
+    config = MoEConfig(num_attention_heads=4, num_key_value_heads=2, hidden_size=64, num_experts=8,
+                       num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48)
+    parallel = ParallelSpec(seq_len=128, ep=2, dp=2)
+    cost = _cost(config, "moe", parallel)
+    times = []
+    for formats in ({}, {"attention_qkv": "mxfp8", "attention_proj": "mxfp8"}):
+        precision = attrs.evolve(RUNTIME.precision, recipe="nvfp4", module_formats=formats)
+        recipe = resolve_recipe(REGISTRY, precision)
+        priced = recipe_cost(cost, cost, recipe, 2, False, precision.module_formats)
+        assert [m.format for m in priced.work.modules] == ([None, None] if not formats else ["mxfp8", "mxfp8"])
+        rates = attrs.evolve(_rates(parallel, REGISTRY.hardware_preset("b200").spec, RUNTIME.timing, precision,
+                                    "flash", recipe=recipe), host=None, slowdown=1.0)
+        times.append(_layer_time(priced, priced.work, False, MOE, rates))
+    plain, formatted = times
+    assert formatted.recompute_seconds == plain.recompute_seconds > 0
+    assert formatted.recomputed_flops == plain.recomputed_flops
+    assert formatted.forward_seconds != plain.forward_seconds

@@ -304,7 +304,11 @@ def _block_forward(switch: str, rerun: Rerun, work: LayerWork, r: _Rates, permut
     grouped = rerun.grouped_flops
     block = attrs.evolve(work, gemms=rerun.gemms, expert_gemms=work.expert_gemms if grouped else (),
                          high_precision_gemms=_common(work.high_precision_gemms, rerun.gemms),
-                         original_input_gemms=_common(work.original_input_gemms, rerun.gemms))
+                         original_input_gemms=_common(work.original_input_gemms, rerun.gemms),
+                         # A module in a format of its own counts only with its GEMMs the block re-runs (an attention
+                         # module's are not an MoE block's): gemm_seconds._low_precision_seconds reprices each.
+                         modules=tuple(attrs.evolve(m, gemms=gemms) for m in work.modules
+                                       if (gemms := _common(m.gemms, rerun.gemms))))
     fwd, bwd, _ = _matmul_seconds(dense, grouped, block, r)
     quant = 0.0
     if r.low_precision:
