@@ -21,9 +21,11 @@ MoE rows of the 26.06 to 26.08 containers that capture the full iteration in CUD
 GB300 and B300, DeepSeek-V3 and GPT-OSS 120B on GB200 and GB300; classes of their own), priced the same way; then
 Megatron-Bridge's Nemotron 3 Nano 30B-A3B MXFP8 rows (``nemotron_rows``: a hybrid Mamba-2 / attention / MoE model on 8
 GB300, GB200, B300 and B200 GPUs at EP 8 with HybridEP, 26.02.01 to 26.08; a class per system), priced the same way
-with the nemotron-3-nano-30b-a3b preset; then Megatron-Bridge's Nemotron 3 Super 120B-A12B MXFP8 rows
-(``nemotron_super_rows``: the hybrid Mamba-2 / attention / latent-MoE model on 64 GB300 and GB200 GPUs at EP 64, B300
-at EP 8 and B200 at EP 64, HybridEP, 26.04 to 26.08, the MTP module applied at two depths; a class per system),
+with the nemotron-3-nano-30b-a3b preset (and its DGX-H100 FP8 rows on 16 GPUs, recomputing the moe, layernorm, core_attn
+and moe_act modules); then Megatron-Bridge's Nemotron 3 Super 120B-A12B MXFP8 and NVFP4 rows (``nemotron_super_rows``:
+the hybrid Mamba-2 / attention / latent-MoE model on 64 GB300 and GB200 GPUs at EP 64, B300 at EP 8 and B200 at EP 64,
+HybridEP, 26.04 to 26.08, the MTP module applied at two depths, the NVFP4 rows with their per-module formats and 14
+bf16 end layers; a class per system),
 priced the same way with the nemotron-3-super-120b-a12b preset; then torchtitan's and torchao's Float8 rows
 (``torchtitan_rows``: Llama 3 8B / 70B / 405B under torchao float8 tensorwise on torchtitan's Grand Teton H100s),
 priced as tests/plugins/scale_cases.py prices those pages' bf16 rows (``fsdp2``, the Grand Teton case device), each
@@ -280,7 +282,7 @@ MOE_FI_CLASSES = ("Megatron-Core MoE full-iteration graphs, GB200", "Megatron-Co
 NEMOTRON_CLASSES = ("Megatron-Core hybrid Mamba-MoE, GB300", "Megatron-Core hybrid Mamba-MoE, GB200",
                     "Megatron-Core hybrid Mamba-MoE, B300", "Megatron-Core hybrid Mamba-MoE, B200",
                     "Megatron-Core hybrid Mamba-MoE, H100")
-# The rows of ``nemotron_super_rows``: Megatron-Bridge's Nemotron 3 Super 120B-A12B MXFP8 rows, the hybrid Mamba-2 /
+# The rows of ``nemotron_super_rows``: Megatron-Bridge's Nemotron 3 Super 120B-A12B MXFP8 and NVFP4 rows, the hybrid Mamba-2 /
 # attention / latent-MoE stack with its MTP block on 64 GPUs (docs/precision.md, 'Megatron-Bridge's Nemotron 3 Super rows').
 NEMOTRON_SUPER_CLASSES = tuple(f"Megatron-Core hybrid Mamba-MoE with MTP, {system}" for system in ("GB300", "GB200", "B300", "B200"))
 
