@@ -159,10 +159,12 @@ def module_weight_copy_bytes(costs: Iterable[tuple[LayerCost, int]], recipe: Pre
         return 0
     others, total = dict(recipe.module_recipes), 0.0
     for cost, n in costs:
+        counted: set[str] = set()  # a family once, however many modules name it (a repeated MTP module's applications)
         for module in (cost.work.modules if cost.work is not None else ()):
             other = others.get(module.format)
             if other is not None:
-                elements = sum(p.matrix_elements for p in cost.params if p.name in module.params)
+                elements = sum(p.matrix_elements for p in cost.params if p.name in module.params and p.name not in counted)
+                counted.update(module.params)
                 total += n * elements * other.weight_copies * other.weights.bytes_per_element
     return math.ceil(total)
 

@@ -163,9 +163,13 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
     once = _one_application(c, x)
     if c.applications == 1:
         return once
-    runs = merge_costs([once] * c.applications, [f"application{i}." for i in range(c.applications)],
-                       "$.model.layers[].config.applications")
-    return attrs.evolve(runs, params=once.params, weight_shapes=once.weight_shapes)
+    prefixes = [f"application{i}." for i in range(c.applications)]
+    runs = merge_costs([once] * c.applications, prefixes, "$.model.layers[].config.applications")
+    # The named modules' parameter families are the one set of weights, as the parameters are; their kept terms each
+    # application's.
+    work = None if runs.work is None else attrs.evolve(runs.work, modules=tuple(
+        attrs.evolve(m.renamed(prefix), params=m.params) for prefix in prefixes for m in once.work.modules))
+    return attrs.evolve(runs, params=once.params, weight_shapes=once.weight_shapes, work=work)
 
 
 def _one_application(c: MTPConfig, x: LayerContext) -> LayerCost:

@@ -221,3 +221,30 @@ def test_a_switch_two_layers_state_reruns_both_blocks():
     faster = attrs.evolve(moe, work=attrs.evolve(moe.work, reruns=(("moeLayer", attrs.evolve(block, matmul_flops_per_byte=1.0)),)))
     with pytest.raises(ConfigError, match=r"\$\.here: its layers state different re-run rates for switch 'moeLayer'"):
         merge_work([moe, faster], "$.here")
+
+
+def test_a_repeated_module_s_linear_modules_name_its_one_set_of_weights():
+    """A module format on a repeated MTP module (applications 2): the attention's linear_qkv runs once an application,
+    its weights are one family. The attention layer (h 256, 8 query and 4 key/value heads of 64, TP 1, 512 tokens)
+    has one qkv GEMM (512, (8 + 2 x 4) x 64, 256) = (512, 1024, 256), listed twice in the module's work; its weight
+    1024 x 256 = 262,144 elements. Kept in bf16 inside an MXFP8 run, both GEMMs run in bf16 and the one family is
+    high-precision; in NVFP4 inside an MXFP8 run, its cached copies are those of one weight: Transformer Engine's
+    row-wise and column-wise NVFP4 copies, 2 x (0.5 + 1/16) bytes an element: 262,144 x 1.125 = 294,912 bytes."""
+    from hp_core.engine.module_formats import module_weight_copy_bytes, with_module_formats, with_module_recipes
+
+    x = _context(ParallelSpec(seq_len=512))
+    twice = evaluate_mtp(MTPConfig(vocab_size=VOCAB, hidden_size=H, layers=(ATTENTION, MOE), applications=2), x)
+    families = {p.name for p in twice.params}
+    assert [(m.name, m.params) for m in twice.work.modules] == [
+        ("attention_qkv", ("layers.0.qkv_proj",)), ("attention_proj", ("layers.0.o_proj",))] * 2
+    assert all(set(m.params) <= families for m in twice.work.modules)
+    assert [m.terms for m in twice.work.modules if m.name == "attention_qkv"] == [
+        (f"application{i}.layers.0.attn_norm_out",) for i in (0, 1)]
+    qkv = (512, 1024, 256)
+    assert twice.work.gemms.count(qkv) == 2
+    mxfp8 = _REGISTRY.precision_recipe("mxfp8", "$")
+    kept = with_module_formats(twice, (("attention_qkv", "bf16"),), mxfp8)
+    assert [p.high_precision for p in kept.params if p.name == "layers.0.qkv_proj"] == [True]
+    run = with_module_recipes(mxfp8, _REGISTRY, (("attention_qkv", "nvfp4"),))
+    nvfp4 = with_module_formats(twice, (("attention_qkv", "nvfp4"),), run)
+    assert module_weight_copy_bytes([(nvfp4, 1)], run, 0) == 294_912
