@@ -110,6 +110,9 @@ def with_module_formats(cost: LayerCost, formats: tuple[tuple[str, str], ...], r
     params = {p for m in chosen for p in m.params}
     terms = {t for m in kept for t in m.terms}
     high, original = list(work.high_precision_gemms), list(work.original_input_gemms)
+    # GEMMs are counted as a multiset (a merged depth or a repeated MTP module lists a shape once per layer): each
+    # module GEMM joins the high-precision list unless one the layer already kept there stands for it.
+    already = list(work.high_precision_gemms)
     collectives, modules = work.collectives, []
     for module in work.modules:
         fmt = wanted.get(module.name)
@@ -118,7 +121,9 @@ def with_module_formats(cost: LayerCost, formats: tuple[tuple[str, str], ...], r
             continue
         if fmt == "bf16":
             for gemm in module.gemms:
-                if gemm not in high:
+                if gemm in already:
+                    already.remove(gemm)
+                else:
                     high.append(gemm)
                 if gemm in original:
                     original.remove(gemm)

@@ -244,6 +244,7 @@ def test_a_repeated_module_s_linear_modules_name_its_one_set_of_weights():
     assert twice.work.gemms.count(qkv) == 2
     mxfp8 = _REGISTRY.precision_recipe("mxfp8", "$")
     kept = with_module_formats(twice, (("attention_qkv", "bf16"),), mxfp8)
+    assert kept.work.high_precision_gemms.count(qkv) == 2
     assert [p.high_precision for p in kept.params if p.name == "layers.0.qkv_proj"] == [True]
     run = with_module_recipes(mxfp8, _REGISTRY, (("attention_qkv", "nvfp4"),))
     nvfp4 = with_module_formats(twice, (("attention_qkv", "nvfp4"),), run)
