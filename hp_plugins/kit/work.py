@@ -316,8 +316,13 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
             # linears over the micro-batch's tokens as listed below, the grouped GEMMs, the router's kernels and
             # the permutation; its TP collectives (shared experts under TP) are not re-issued here, as the dense
             # MLP's under Megatron-Core's mlp module are not (docs/runtimes.md).
-            block = gemms[:1] + [(_rows(fan_out, fan_in), fan_out, fan_in) for fan_out, fan_in in experts.block_shapes
-                                 if (fan_out, fan_in) not in routed_shapes]
+            # The routed experts' two shapes leave once each (a shared expert as wide as a routed one, at tp = etp,
+            # has the same shapes and stays).
+            own = list(experts.block_shapes)
+            for shape in ((fc1 * width, d), (d, width)):
+                if shape in own:
+                    own.remove(shape)
+            block = gemms[:1] + [(_rows(fan_out, fan_in), fan_out, fan_in) for fan_out, fan_in in own]
             reruns += ((experts.rerun_switch, Rerun(gemms=tuple(block), grouped_flops=grouped, permutation=True)),)
     # Every other linear runs over the micro-batch's tokens (SP-gathered under TP), but those over the rank's shard.
     gemms += [(_rows(fan_out, fan_in), fan_out, fan_in) for fan_out, fan_in in weight_shapes

@@ -228,3 +228,15 @@ def test_an_attention_module_s_own_format_leaves_the_moe_block_s_rerun_alone():
     assert formatted.recompute_seconds == plain.recompute_seconds > 0
     assert formatted.recomputed_flops == plain.recomputed_flops
     assert formatted.forward_seconds != plain.forward_seconds
+
+
+def test_a_shared_expert_as_wide_as_a_routed_one_is_re_run_too():
+    # A shared expert of the routed experts' width (32; DeepSeek-V3's and Kimi K2's 2,048 alike) at TP 1 = ETP 1 has
+    # their per-rank shapes, SwiGLU FC1 (64, 64) and FC2 (64, 32): the moe module's re-run still runs it, beside the
+    # router's gate (128 tokens, 8 experts, h 64). Its dense FLOPs 2 x 128 x (8 x 64 + 64 x 64 + 64 x 32) = 1,703,936,
+    # the layer's forward dense FLOPs: all of them but the grouped GEMMs' 2 x 256 x 64 x 3 x 32 = 3,145,728.
+    cost = _cost(attrs.evolve(SMALL, shared_expert_intermediate_size=32))
+    rerun = cost.work.rerun("moeLayer")
+    assert rerun.gemms == ((128, 8, 64), (128, 64, 64), (128, 64, 32))
+    assert sum(2 * rows * out * inp for rows, out, inp in rerun.gemms) == 1_703_936
+    assert rerun.grouped_flops == 3_145_728 and cost.forward.matmul_flops == 1_703_936 + 3_145_728
