@@ -15,7 +15,7 @@ with the ``megatron`` runtime, the memory rows with the torchtitan importer (``f
 each under the recipe its row names; then llm-foundry's MPT FP8 rows (``fsdp_rows``: Composer FSDP,
 Transformer Engine delayed scaling), priced with the ``fsdp2`` runtime as docs/time.md prices the
 MPT bf16 rows; then Megatron-Bridge's MoE rows (``moe_rows``: Qwen3 30B-A3B and 235B-A22B on H100, B200, GB200, GB300 and
-B300, DeepSeek-V3 on B200, GB200, GB300 and B300, each of the GB200, GB300 and B300 rows a class of their own), priced as run with the ``megatron`` runtime and the recompute modules each row states, per class the mean absolute error; then the
+B300, DeepSeek-V3 on B200, GB200, GB300 and B300, Kimi K2 (Muon) on GB300, each of the GB200, GB300 and B300 rows a class of their own), priced as run with the ``megatron`` runtime and the recompute modules each row states, per class the mean absolute error; then the
 MoE rows of the 26.06 to 26.08 containers that capture the full iteration in CUDA graphs (``moe_fi_rows``: Qwen3
 30B-A3B and 235B-A22B MXFP8 with FP8 attention, the static per-rank expert token budget and the paged stash, on GB200,
 GB300 and B300, DeepSeek-V3 and GPT-OSS 120B on GB200 and GB300; classes of their own), priced the same way; then
@@ -342,12 +342,16 @@ def moe_row_model(row: dict, registry):
 def price_moe(row: dict, registry, recipe: str | None = None, base_runtime=None):
     """hp's step time of a Megatron-Bridge MoE row under *recipe* (the row's when ``None``), as run: the
     ``megatron`` runtime (or *base_runtime*, a variant of it) with the row's options and the recompute modules it
-    states (:func:`moe_recompute`), the model :func:`moe_row_model`."""
+    states (:func:`moe_recompute`), the model :func:`moe_row_model`, the optimizer the row states (``optimizer``) where
+    it states one."""
     model = moe_row_model(row, registry)
     runtime = api.apply_options(base_runtime or registry.runtime("megatron"), row["runtime_options"])
     # The row's precision fields (layers kept in bf16, module formats: Nemotron 3 Super's NVFP4 recipe) under its own
     # recipe; a bf16 comparison quantizes nothing, so they would change nothing there.
     fields = row.get("precision", {}) if recipe in (None, row["recipe"]) else {}
+    # The optimizer the row ran (``optimizer``: Kimi K2's Muon), under every recipe; else the runtime's (AdamW).
+    if "optimizer" in row:
+        fields = {**fields, "optimizer": row["optimizer"]}
     precision = attrs.evolve(runtime.precision, recipe=recipe or row["recipe"], **fields)
     hardware = registry.hardware_preset(row["hardware"]).spec
     return api.step_time(model, layout(row, _decoder_layers(model)), registry=registry, runtime=runtime,

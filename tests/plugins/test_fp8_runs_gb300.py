@@ -89,6 +89,7 @@ def test_the_gb300_and_b300_moe_rows_state_their_layout():
                 + [f"mb{c}-gb300-qwen3-235b-a22b-mxfp8" for c in CONTAINERS[:4]]
                 + [f"mb{c}-b300-qwen3-235b-a22b-mxfp8" for c in ("26.02", "26.04", "26.04.01")]
                 + [f"mb{c}-gb300-deepseek-v3-mxfp8" for c in CONTAINERS[:4]]
+                + [f"mb{c}-gb300-kimi-k2-mxfp8" for c in CONTAINERS[1:]]
                 + [f"mb{c}-b300-deepseek-v3-mxfp8" for c in CONTAINERS])
     assert list(rows) == expected
     for row in rows.values():
@@ -97,7 +98,8 @@ def test_the_gb300_and_b300_moe_rows_state_their_layout():
         assert _cells(row["row"])[0] == {"gb300": "DGX-GB300", "b300": "DGX-B300"}[row["hardware"]]
         assert row["config"].split(" ")[0].startswith(("QWEN3_30B_A3B_PRETRAIN_CONFIG_" + row["hardware"].upper(),
                                                         "QWEN3_235B_A22B_PRETRAIN_CONFIG_" + row["hardware"].upper(),
-                                                        "DEEPSEEK_V3_PRETRAIN_CONFIG_" + row["hardware"].upper()))
+                                                        "DEEPSEEK_V3_PRETRAIN_CONFIG_" + row["hardware"].upper(),
+                                                        "KIMI_K2_PRETRAIN_CONFIG_" + row["hardware"].upper()))
         assert row["runtime_options"].get("overlap_p2p_communication", False) == (row["pp"] > 1 and row["vpp"] > 1), row["id"]
     # Qwen3 30B-A3B: one node (8 GPUs, EP 8, micro-batch 8), HybridEP, TE graphs of the router and preprocessing.
     for key in (k for k in rows if "30b" in k):
@@ -152,8 +154,10 @@ def test_the_gb300_and_b300_deepseek_v3_rows_state_their_pipeline_layout():
 def test_the_rows_left_out_state_why():
     data = _data()
     skipped = data["rows_skipped_gb300"]
-    # 12 since the 26.06 to 26.08 GB300 DeepSeek-V3 rows joined moe_fi_rows (tests/plugins/test_fp8_runs_moe_fi.py).
+    # 12 since the 26.06 to 26.08 GB300 DeepSeek-V3 rows joined moe_fi_rows (tests/plugins/test_fp8_runs_moe_fi.py); the
+    # Kimi K2 rows joined moe_rows with the kimi-k2 preset, their entry kept as the Nemotron rows' pointer.
     assert len(skipped) == 12 and all(s["row"] and s["why"] for s in skipped)
+    assert not any("Kimi" in s["row"] for s in skipped)
     assert "rows_skipped_gb300" in data["rows_note_gb300"] and "held out" in data["rows_note_gb300"]
     why = " ".join(s["why"] for s in skipped)
     for reason in ("cpu_offloading_num_layers 20", "[^gpt-oss-note]", "fine-tuning",
@@ -253,3 +257,69 @@ def test_the_page_states_the_gb300_and_b300_moe_rows_figures():
     assert f"{ran_twins.pop():.2f} times faster measured, {priced_twins.pop():.2f} times priced" in prose
     speedups = [r["bf16_seconds"] / r["estimated_seconds"] for r in found.values() if r["class"] in (gb300, b300)]
     assert f"hp's FP8 speedup over bf16 on these rows is {min(speedups):.2f} to {max(speedups):.2f}" in prose
+
+
+def test_the_gb300_kimi_k2_rows_state_their_release_config():
+    """Every Kimi_K2 row of the summaries (DGX-GB300 MXFP8, 26.02.01 to 26.06): KIMI_K2_PRETRAIN_CONFIG_GB300 of each
+    release (256 GPUs, GBS 4,096, micro-batch 2, PP 4, VP 4, EP 64, HybridEP, recompute mla_up_proj), the layout
+    _get_kimi_k2_pipeline_layout(4, 4) (chunk i on rank i % 4: 16, 16, 16 and 13 decoder layers), Muon without the
+    distributed optimizer, held out."""
+    data = _data()
+    runs = _module()
+    rows = {r["id"]: r for r in data["moe_rows"] if r["model"] == "kimi-k2"}
+    tags = {"26.02.01": "v0.3.1", "26.04": "v0.4.0", "26.04.01": "v0.4.2", "26.06": "v0.5.0"}
+    assert sorted(rows) == sorted(f"mb{c}-gb300-kimi-k2-mxfp8" for c in tags)
+    for row in rows.values():
+        container = row["id"][2:].split("-", 1)[0]
+        assert row["split"] == "held_out" and row["class"] == "Megatron-Core MoE, GB300" and row["hardware"] == "gb300"
+        assert row["source"] == row["runtime_options_source"] == f"megatron-bridge-kimi-gb300-{container}"
+        source = data["sources"][row["source"]]
+        assert ARCHIVE in source and f"'{container} NeMo Container'" in source and "'#### Model: Kimi_K2'" in source
+        assert f"{tags[container]} (" in source and "Muon optimizer was used" in source
+        assert row["config"].startswith("KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX ") and row["config"].endswith(f" at {tags[container]}; every field equals the summary row's")
+        cells = _cells(row["row"])
+        # System, #-GPUs, Precision, GBS, MBS, Sequence Length, FSDP (not in 26.06), TP, PP, CP, VP, EP, tokens/s, TFLOP/s.
+        assert len(cells) == (13 if container == "26.06" else 14) and (len(cells) == 13 or cells[6] == "0"), row["id"]
+        assert cells[:6] == ["DGX-GB300", "256", "MXFP8", "4096", "2", "4096"], row["id"]
+        assert [int(c) for c in cells[-7:-2]] == [1, 4, 1, 4, 64] and int(cells[-2]) == row["tokens_per_second_per_gpu"], row["id"]
+        assert (row["gpus"], row["global_batch_size"], row["micro_batch_size"], row["seq_len"]) == (256, 4096, 2, 4096)
+        assert (row["tp"], row["pp"], row["cp"], row["vpp"], row["ep"], row["etp"]) == (1, 4, 1, 4, 64, 1)
+        assert row["recipe"] == "mxfp8" and row["recompute_modules"] == ["mla_up_proj"]
+        # dist_muon: LayerWiseDistributedOptimizer with ddp.use_distributed_optimizer and overlap_param_gather false.
+        assert row["optimizer"] == "muon" and row["zero"] == 0
+        assert row["runtime_options"] == {"overlap_grad_reduce": True, "overlap_param_gather": False, "grad_reduce_in_fp32": False,
+                                          "ep_all_to_all": "hybridep", "overlap_p2p_communication": True}
+        assert any("LayerWiseDistributedOptimizer" in item for item in row["not_priced"])
+        chunks = parse_layout(row["pipeline_layout"])
+        assert len(chunks) == 16 and row["layers_per_stage"] == [c.count("t") for c in chunks] == [4] * 15 + [1]
+        assert [i for i, c in enumerate(chunks) if "E" in c] == [0] and [i for i, c in enumerate(chunks) if "L" in c] == [15]
+        assert not any("m" in c for c in chunks)  # no MTP layer: Kimi K2 has none
+        spec = runs.layout(row, 61)
+        assert [sum(spec.layers_per_stage[rank::spec.pp]) for rank in range(spec.pp)] == [16, 16, 16, 13]
+        assert spec.dp == 64 and spec.zero == 0
+    # 4,096 x 4,096 / (5,072 x 256) = 12.921 s; / (5,372 x 256) = 12.200 s.
+    assert runs.measured_seconds(rows["mb26.02.01-gb300-kimi-k2-mxfp8"]) == pytest.approx(12.921, abs=5e-4)
+    assert runs.measured_seconds(rows["mb26.06-gb300-kimi-k2-mxfp8"]) == pytest.approx(12.200, abs=5e-4)
+
+
+def test_the_page_states_the_gb300_kimi_k2_figures():
+    runs = _module()
+    data = _data()
+    found = {r["id"]: r for r in runs.moe_results() if r["layout"]["model"] == "kimi-k2"}
+    errors = [r["error"] for r in found.values()]
+    estimated = {f"{r['estimated_seconds']:.3f}" for r in found.values()}
+    measured = sorted(r["measured_seconds"] for r in found.values())
+    assert len(found) == 4 and len(estimated) == 1 and all(e > 0 for e in errors)
+    first = found["mb26.02.01-gb300-kimi-k2-mxfp8"]
+    assert first["measured_seconds"] == measured[-1]
+    from hp_core import api
+
+    registry = api.build_registry()
+    row = next(r for r in data["moe_rows"] if r["id"] == "mb26.02.01-gb300-kimi-k2-mxfp8")
+    muon = runs.price_moe(row, registry)
+    adamw = runs.price_moe({k: v for k, v in row.items() if k != "optimizer"}, registry)
+    assert adamw.step_seconds < muon.step_seconds
+    assert (f"Kimi K2 {min(errors):+.1%} to {max(errors):+.1%} (hp {estimated.pop()} s on all four, whose configs agree, the runs "
+            f"{measured[-1]:.3f} s in 26.02.01 and {measured[0]:.3f} to {measured[-2]:.3f} s after; the optimizer step "
+            f"{muon.optimizer_seconds:.3f} s of it, Muon's Newton-Schulz products on every matrix a rank holds: {adamw.step_seconds:.3f} s "
+            "with AdamW)") in _prose()
