@@ -7,7 +7,8 @@ scaling, HYBRID, amax history 1024, with the parameter all-gather in FP8 as ever
 and both FP8 speedups; then per container and model, and per split; the DGX-GB200 rows (added after the ``gb200`` preset, all held out) apart. Every row is priced as run: the
 ``megatron`` runtime with the row's ``runtime_options``, its activation ``recompute`` where its config sets one (absent: none),
 the row's hardware preset (``h100-sxm``; ``gb200`` for the DGX-GB200 rows). Nothing is fitted to these rows
-(``dgxc_split_rule``; docs/precision.md).
+(``dgxc_split_rule``; docs/precision.md). The Nemotron-H 56B rows (``dgxc_nemotronh_rows``, no BF16 twin printed, all held
+out) are a collection apart, priced by the same :func:`price` and printed after the others (``nemotronh_section``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ GB200 = "gb200"
 HARDWARE = ("h100-sxm", GB200)
 # The second FP8 column's recipe: the rows' scaling with the parameter all-gather in bf16 (hp's fp8-delayed).
 BF16_GATHER = "fp8-delayed"
+# The Nemotron-H 56B rows (nemotronh/README.md, v25.05 to v25.05.05), a collection of their own kept apart from dgxc_rows
+# (dgxc_nemotronh_note): no BF16 twin printed, all held out (dgxc_nemotronh_split_rule).
+NEMOTRONH_ROWS = "dgxc_nemotronh_rows"
 
 
 def rows() -> list[dict]:
@@ -111,6 +115,39 @@ def results(registry=None) -> list[dict]:
                       "measured_speedup": base / measured, "estimated_speedup": bf16 / fp8,
                       "speedup_gap": (bf16 / fp8) / (base / measured) - 1})
     return found
+
+
+def nemotronh_rows() -> list[dict]:
+    return json.loads(fp8_runs.DATA.read_text(encoding="utf-8"))[NEMOTRONH_ROWS]
+
+
+def nemotronh_results(registry=None) -> list[dict]:
+    """Each Nemotron-H row priced with :func:`price` as the dgxc rows are: FP8 under its recipe and under ``fp8-delayed``
+    (a bf16 gather); the release prints no BF16 table, so there is no twin and no speedup."""
+    registry = registry or api.build_registry()
+    found = []
+    for row in nemotronh_rows():
+        fp8 = price(row, registry).step_seconds
+        bf16_gather = price(row, registry, recipe=BF16_GATHER).step_seconds
+        measured = row["step_seconds"]
+        found.append({"id": row["id"], "container": row["container"], "model": row["model"], "split": row["split"], "row": row,
+                      "hardware": row["hardware"], "measured_seconds": measured, "estimated_seconds": fp8,
+                      "error": fp8 / measured - 1, "bf16_gather_seconds": bf16_gather, "bf16_gather_error": bf16_gather / measured - 1})
+    return found
+
+
+def nemotronh_section(found: list[dict]) -> str:
+    """The Nemotron-H table docs/precision.md shows (tests/plugins/test_fp8_runs_dgxc_nemotronh.py checks it is current)."""
+    lines = ["| run | split | layout | measured s | hp s | error | hp, bf16 gather s | error |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in found:
+        lines.append(f"| `{r['id']}` | {r['split']} | {_layout(r['row'])} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} "
+                     f"| {r['error']:+.1%} | {r['bf16_gather_seconds']:.3f} | {r['bf16_gather_error']:+.1%} |")
+    largest = max(found, key=lambda r: abs(r["error"]))
+    lines += ["", f"- Nemotron-H 56B, H100 (held out): {len(found)} rows, mean absolute error {_mae(r['error'] for r in found):.1%} "
+              f"(with the bf16 gather {_mae(r['bf16_gather_error'] for r in found):.1%}), {min(r['error'] for r in found):+.1%} to "
+              f"{max(r['error'] for r in found):+.1%}, largest {largest['error']:+.1%} (`{largest['id']}`), "
+              f"{sum(abs(r['error']) <= 0.10 for r in found)} within 10%; no BF16 twin printed."]
+    return "\n".join(lines) + "\n"
 
 
 def _layout(row: dict) -> str:
@@ -189,3 +226,5 @@ def _summary(label: str, chosen: list[dict]) -> str:
 
 if __name__ == "__main__":
     print(section(results()), end="")
+    print()
+    print(nemotronh_section(nemotronh_results()), end="")

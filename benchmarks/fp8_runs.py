@@ -485,6 +485,8 @@ def main() -> None:
     print()
 
     print(fp8_dgxc.section(fp8_dgxc.results()), end="")
+    print()
+    print(fp8_dgxc.nemotronh_section(fp8_dgxc.nemotronh_results()), end="")
 
 
 if __name__ == "__main__":
