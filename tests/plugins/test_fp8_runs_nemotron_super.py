@@ -52,6 +52,22 @@ def _rows(recipe: str = "mxfp8") -> dict:
     return {r["id"]: r for r in _data()["nemotron_super_rows"] if r["recipe"] == recipe}
 
 
+def _check_summary_cells(row: dict, container: str, precision: str, figures: dict) -> None:
+    """The row's summary cells against its fields: system, #-GPUs, precision, GBS, MBS, sequence length, [FSDP,] TP,
+    PP, CP, VP, EP, tokens/s/GPU, TFLOP/s/GPU (26.04 and 26.04.01 print an FSDP column, 0, after the sequence
+    length), and its tokens/s/GPU the figure *figures* holds for it."""
+    rid = row["id"]
+    cells = _cells(row["row"])
+    if container in ("26.04", "26.04.01"):
+        assert cells.pop(6) == "0", rid
+    assert cells[0] == SYSTEM[row["hardware"]] and cells[2] == precision and len(cells) == 13, rid
+    assert [int(c) for c in cells[1:2] + cells[3:6]] == [row["gpus"], row["global_batch_size"],
+                                                          row["micro_batch_size"], row["seq_len"]], rid
+    assert [1 if c == "n/a" else int(c) for c in cells[6:11]] == [row["tp"], row["pp"], row["cp"], row["vpp"],
+                                                                  row["ep"]], rid
+    assert int(cells[11]) == row["tokens_per_second_per_gpu"] == figures[rid.rsplit("-nemotron", 1)[0]][1], rid
+
+
 def test_the_rows_state_their_summary_row_release_and_options():
     rows = _rows()
     assert sorted(rows) == sorted(f"mb{c}-{hw}-nemotron-3-super-mxfp8" for c, systems in SYSTEMS.items() for hw in systems)
@@ -71,17 +87,7 @@ def test_the_rows_state_their_summary_row_release_and_options():
         assert row["model"] == "nemotron-3-super-120b-a12b" and row["recipe"] == "mxfp8", rid
         assert f"at {tag}" in row["config"], rid
         assert ("fp8mx_config" if container == "26.08" else f"_{row['hardware'].upper()}_FP8_MX_V1") in row["config"], rid
-        # System, #-GPUs, precision, GBS, MBS, sequence length, [FSDP,] TP, PP, CP, VP, EP, tokens/s/GPU, TFLOP/s/GPU:
-        # 26.04 and 26.04.01 print an FSDP column (0) after the sequence length.
-        cells = _cells(row["row"])
-        if container in ("26.04", "26.04.01"):
-            assert cells.pop(6) == "0", rid
-        assert cells[0] == SYSTEM[row["hardware"]] and cells[2] == "MXFP8" and len(cells) == 13, rid
-        assert [int(c) for c in cells[1:2] + cells[3:6]] == [row["gpus"], row["global_batch_size"],
-                                                              row["micro_batch_size"], row["seq_len"]], rid
-        assert [1 if c == "n/a" else int(c) for c in cells[6:11]] == [row["tp"], row["pp"], row["cp"], row["vpp"],
-                                                                      row["ep"]], rid
-        assert int(cells[11]) == row["tokens_per_second_per_gpu"] == FIGURES[rid.rsplit("-nemotron", 1)[0]][1], rid
+        _check_summary_cells(row, container, "MXFP8", FIGURES)
         # The configs' layout: 64 GPUs, GBS 512, micro-batch 1, sequence 8,192, ETP 1; TP and EP per system.
         assert (row["gpus"], row["global_batch_size"], row["micro_batch_size"], row["seq_len"], row["etp"]) == (
             64, 512, 1, 8192, 1), rid
@@ -169,13 +175,7 @@ def test_the_nvfp4_rows_state_their_row_config_and_module_formats():
         assert row["precision"] == NVFP4_PRECISION, rid
         assert f"at {tag}" in row["config"], rid
         assert ("nvfp4_config" if container == "26.08" else f"_{row['hardware'].upper()}_NVFP4_V1") in row["config"], rid
-        cells = _cells(row["row"])
-        if container in ("26.04", "26.04.01"):
-            assert cells.pop(6) == "0", rid
-        assert cells[0] == SYSTEM[row["hardware"]] and cells[2] == "NVFP4" and len(cells) == 13, rid
-        assert [1 if c == "n/a" else int(c) for c in cells[6:11]] == [row["tp"], row["pp"], row["cp"], row["vpp"],
-                                                                      row["ep"]], rid
-        assert int(cells[11]) == row["tokens_per_second_per_gpu"] == NVFP4_FIGURES[rid.rsplit("-nemotron", 1)[0]][1], rid
+        _check_summary_cells(row, container, "NVFP4", NVFP4_FIGURES)
         assert (row["tp"], row["ep"]) == NVFP4_LAYOUT[row["hardware"]], rid
         assert (row["gpus"], row["global_batch_size"], row["micro_batch_size"], row["seq_len"], row["etp"]) == (
             64, 512, 1, 8192, 1), rid
