@@ -51,6 +51,7 @@ import attrs
 from hp_core import api
 from hp_core.engine.prepare import split_layers
 from hp_core.specs import ParallelSpec
+from hp_plugins.kinds.mtp import with_repeated_module
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
@@ -334,9 +335,7 @@ def moe_row_model(row: dict, registry):
     mtp = [group for group in model.layers if group.kind == "mtp"]
     if len(mtp) != 1 or mtp[0].count != 1:
         raise ValueError(f"{row['id']}: mtp_applications needs one MTP module in {row['model']}, found {len(mtp)} groups")
-    return attrs.evolve(model, layers=tuple(
-        attrs.evolve(group, config=attrs.evolve(group.config, applications=row["mtp_applications"]))
-        if group.kind == "mtp" else group for group in model.layers))
+    return with_repeated_module(model, row["mtp_applications"])
 
 
 def price_moe(row: dict, registry, recipe: str | None = None, base_runtime=None):

@@ -76,6 +76,7 @@ from hp_plugins.importers.megatron_hybrid import hybrid_model, hybrid_pattern, h
 from hp_plugins.importers.megatron_layers import TOKENIZER_VOCABS, ffn_size, hf_config, vocab_size
 from hp_plugins.importers.megatron_options import bf16_layers, megatron_model, pipeline_split, precision_recipe, trainer_options
 from hp_plugins.importers.shell import parse_megatron_args, read_megatron_script
+from hp_plugins.kinds.mtp import with_repeated_module
 
 __all__ = ["IGNORED", "TOKENIZER_VOCABS", "hp_importers", "import_megatron_args", "parse_megatron_args", "read_megatron_script"]
 
@@ -334,9 +335,7 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
     # built and applied at every depth (multi_token_prediction.py MultiTokenPredictionBlock at NVIDIA/Megatron-LM@d98e8a6),
     # hp's mtp kind applied that many times with its parameters once (hp_plugins/kinds/mtp.py).
     if a.flag("mtp-use-repeated-layer"):
-        model = attrs.evolve(model, layers=tuple(
-            attrs.evolve(g, count=1, config=attrs.evolve(g.config, applications=g.count)) if g.kind == "mtp" else g
-            for g in model.layers))
+        model = with_repeated_module(model)
     experts = a.value("num-experts", int)
     parallel: dict[str, Any] = {
         "tp": tp, "pp": pp, "vpp": vpp, "cp": a.value("context-parallel-size", int, 1),

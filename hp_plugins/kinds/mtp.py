@@ -61,7 +61,7 @@ import attrs
 
 from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
-from hp_core.specs.model import LayerGroup
+from hp_core.specs.model import LayerGroup, ModelSpec
 from hp_core.costs import ActivationTerm, Collective, Flops, LayerContext, LayerCost
 from hp_core.types import LayerKind
 from hp_core.bounds import MAX_VOCAB
@@ -70,7 +70,7 @@ from hp_plugins.kit import NORMS, norm_params, padded_vocab, param_count, tp_col
 from hp_plugins.kit.merge import merge_costs
 from hp_plugins.kinds.embedding import TOKEN_ID_BYTES
 
-__all__ = ["MTPConfig", "eh_proj_collectives", "evaluate_mtp", "hp_layer_kinds"]
+__all__ = ["MTPConfig", "eh_proj_collectives", "evaluate_mtp", "hp_layer_kinds", "with_repeated_module"]
 
 
 
@@ -244,6 +244,15 @@ def _one_application(c: MTPConfig, x: LayerContext) -> LayerCost:
         ),
     )
 
+
+
+def with_repeated_module(model: ModelSpec, applications: int | None = None) -> ModelSpec:
+    """*model* with its MTP module applied at *applications* depths (its group's count where ``None``) with one set of
+    weights: the group of count 1 with that many ``applications`` (Megatron-Core's ``mtp_use_repeated_layer``,
+    :class:`MTPConfig`)."""
+    return attrs.evolve(model, layers=tuple(
+        attrs.evolve(g, count=1, config=attrs.evolve(g.config, applications=applications or g.count))
+        if g.kind == "mtp" else g for g in model.layers))
 
 @hookimpl
 def hp_layer_kinds():
