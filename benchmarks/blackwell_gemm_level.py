@@ -23,7 +23,7 @@ hp's figure for a record is looked up as the ``megatron-te`` profile prices a GE
   ``hp_plugins/runtimes/gemm_speedups.py``), as ``_recipe_rates`` applies it; the split-accumulator figure where the
   record's kernel runs without fast accumulation and the device states one (Hopper).
 
-``measured/hp`` above 1 means the measurement is faster than hp's price. ``sustained_slowdown`` (1.0542 for
+``measured/hp`` above 1 means the measurement is faster than hp's price. ``sustained_slowdown`` (1.0534 for
 Blackwell under ``megatron-te``) is a whole-step factor and is not applied: these are kernels alone.
 """
 

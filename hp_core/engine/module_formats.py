@@ -33,6 +33,7 @@ config overrides no disabled autocast: ``TEQuantizationRecipe.override_nonquanti
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any, Iterable
 
 import attrs
@@ -110,9 +111,10 @@ def with_module_formats(cost: LayerCost, formats: tuple[tuple[str, str], ...], r
     params = {p for m in chosen for p in m.params}
     terms = {t for m in kept for t in m.terms}
     high, original = list(work.high_precision_gemms), list(work.original_input_gemms)
-    # GEMMs are counted as a multiset (a merged depth or a repeated MTP module lists a shape once per layer): each
-    # module GEMM joins the high-precision list unless one the layer already kept there stands for it.
-    already = list(work.high_precision_gemms)
+    # GEMMs are counted as a multiset (a merged depth or a repeated MTP module lists a shape once per layer, and two
+    # linears may share a shape: an MTP head as wide as a qkv projection): each module GEMM joins the high-precision
+    # list while the layer lists an instance of its shape not already kept there.
+    quantized = Counter(work.gemms) - Counter(work.high_precision_gemms)
     collectives, modules = work.collectives, []
     for module in work.modules:
         fmt = wanted.get(module.name)
@@ -121,9 +123,8 @@ def with_module_formats(cost: LayerCost, formats: tuple[tuple[str, str], ...], r
             continue
         if fmt == "bf16":
             for gemm in module.gemms:
-                if gemm in already:
-                    already.remove(gemm)
-                else:
+                if quantized[gemm] > 0:
+                    quantized[gemm] -= 1
                     high.append(gemm)
                 if gemm in original:
                     original.remove(gemm)

@@ -215,9 +215,8 @@ def _one_application(c: MTPConfig, x: LayerContext) -> LayerCost:
     weight_shapes = tuple(dict.fromkeys((*inner.weight_shapes, (h // x.tp, 2 * h), (shard, h))))
     # Its layer's work, with the module's projection and the shared head's GEMMs, eh_proj's collectives and the
     # head's vocabulary-parallel ones added.
-    routed = {(fan_out, fan_in) for _, _, fan_out, fan_in in inner.work.expert_gemms} if inner.work else set()
-    own_gemms = tuple((T, fan_out, fan_in) for fan_out, fan_in in weight_shapes[len(inner.weight_shapes):]
-                      if (fan_out, fan_in) not in routed)
+    # eh_proj's and the head's GEMMs are listed whatever shape its layer's linears have (each GEMM once).
+    own_gemms = ((T, h // x.tp, 2 * h), (T, shard, h))
     # The shared head's GEMM stays in the compute dtype under a recipe, as the main head's (module docstring).
     head_gemm = tuple(g for g in own_gemms if g == (T, shard, h))
     work = None if inner.work is None else attrs.evolve(

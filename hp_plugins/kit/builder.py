@@ -110,6 +110,9 @@ class LayerBuilder:
         self.rotary_ops, self.rotary_eager, self.copies = 0, (0.0, 0.0), 0.0
         self.buffers_once = 0
         self.shapes: list[tuple[int, int]] = []
+        # Every linear but the routed experts', one entry per linear (two of one shape both listed): the layer's
+        # listed GEMMs (LayerWork.gemms), which the step-time model prices shape by shape.
+        self.gemm_shapes: list[tuple[int, int]] = []
         # The (fan_out, fan_in) of the linears whose trainer keeps their compute-dtype input (LayerWork.original_input_gemms).
         self.original_input_shapes: list[tuple[int, int]] = []
         # What the deferred weight-gradient passes read (LayerCost.weight_gradient_bytes): per linear, its input and
@@ -277,7 +280,7 @@ class LayerBuilder:
         self.softmax_ops += SOFTMAX_OPS * score_elements
 
     def linear(self, tokens: int, fan_in: int, fan_out: int, weight: bool = True, shares_input: bool = False,
-               original_input: bool = False) -> None:
+               original_input: bool = False, routed: bool = False) -> None:
         """A matmul's forward FLOPs on this rank (fan_out already per rank).
 
         A linear layer's weight gradient ``dY^T X`` reads its input ``X``
@@ -295,10 +298,15 @@ class LayerBuilder:
             original_input: Its trainer keeps its input in the compute dtype and quantizes it again in
                 backward where the recipe can (:attr:`LayerWork.original_input_gemms
                 <hp_core.costs.LayerWork.original_input_gemms>`; the term marked ``original_input``).
+            routed: It is the routed experts' grouped GEMM (priced from their
+                :class:`~hp_plugins.kit.work.ExpertShape`): a weight shape, not among the layer's listed GEMMs
+                (:attr:`LayerWork.gemms <hp_core.costs.LayerWork.gemms>`), whatever other linear has its shape.
         """
         self.matmul += 2 * tokens * fan_in * fan_out
         if weight:
             self.shapes.append((fan_out, fan_in))
+            if not routed:
+                self.gemm_shapes.append((fan_out, fan_in))
             if original_input:
                 self.original_input_shapes.append((fan_out, fan_in))
             self.weight_gradient += tokens * (fan_out + (0 if shares_input else fan_in)) * self.act
@@ -351,10 +359,10 @@ class LayerBuilder:
         block's collectives, the attention core's and the experts'.
         """
         shapes = tuple(dict.fromkeys(self.shapes))
-        work = decoder_work(self.x, shapes, self.h, self.tp_blocks, self.attention_shape, self.expert_shape,
+        work = decoder_work(self.x, tuple(self.gemm_shapes), self.h, self.tp_blocks, self.attention_shape, self.expert_shape,
                             alternate_matmul_flops=self._alternate(), eager_accesses_per_flop=self._eager_accesses(),
                             reruns=tuple(self.reruns), rotary_flops=self.rotary_ops, rotary_eager_bytes=self.rotary_eager,
-                            copy_bytes=self.copies, original_input_shapes=tuple(dict.fromkeys(self.original_input_shapes)),
+                            copy_bytes=self.copies, original_input_shapes=tuple(self.original_input_shapes),
                             ssd_scan=self.ssd_scan)
         if self.modules:
             work = attrs.evolve(work, modules=self._linear_modules(work.gemms))

@@ -213,7 +213,7 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float, layer_s
     gated = c.expert_activation != "mlp"
     fc1 = 2 if gated else 1
     d = c.moe_latent_size or h
-    first_shape = len(b.shapes)  # the block's own linears from here (ExpertShape.block_shapes)
+    first_shape = len(b.gemm_shapes)  # the block's own listed linears from here (ExpertShape.block_shapes)
     b.param("experts", E * (fc1 + 1) * d * c.moe_intermediate_size, True, "routed_expert",
             matrices=((E // x.ep, fc1 * width, d), (E // x.ep, d, width)))
     if c.moe_latent_size:
@@ -269,8 +269,8 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float, layer_s
     grads = (fc1 + 1) * expert_wide + processed * d * act
     if learned:
         b.linear(routed, h, E, weight=False)
-    b.linear(processed, d, fc1 * c.moe_intermediate_size // x.etp)
-    b.linear(processed, c.moe_intermediate_size // x.etp, d)
+    b.linear(processed, d, fc1 * c.moe_intermediate_size // x.etp, routed=True)
+    b.linear(processed, c.moe_intermediate_size // x.etp, d, routed=True)
     # For torchtitan's op-level SAC (LayerWork.alternate_matmul_flops), in the order torchtitan's MoE.forward
     # calls them (torchtitan/models/moe.py at 0cfbd0b3): the router's gate (an aten.mm), the routed experts'
     # grouped GEMMs (aten._grouped_mm, in no save list: all re-run), then the shared experts' w1, w3, w2. A
@@ -305,7 +305,7 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float, layer_s
                                  pad_to_capacity=c.pad_to_capacity, capacity_factor=c.capacity_factor, gated=gated,
                                  model_width=c.moe_latent_size, routing_groups=c.router_num_groups,
                                  routing_groups_per_token=c.router_groups_per_token, fc2_bias=c.expert_bias,
-                                 learned_gate=learned, rerun_switch=sw, block_shapes=tuple(b.shapes[first_shape:]),
+                                 learned_gate=learned, rerun_switch=sw, block_shapes=tuple(b.gemm_shapes[first_shape:]),
                                  # The latent projections run over the rank's own tokens (above): no SP gather.
                                  shard_shapes=((d, h), (h, d)) if c.moe_latent_size else ())
 

@@ -99,8 +99,8 @@ class ExpertShape:
     (:class:`hp_core.collectives.Routing` ``assignment``); ``rerun_switch``: the switch whose recompute re-runs
     the whole block (``moeLayer``: :func:`decoder_work` states its :class:`~hp_core.costs.Rerun` and re-issues
     the block's dispatch and combine under it), ``None``: none; ``block_shapes``: the ``(fan_out, fan_in)`` of the
-    block's own linear weights (latent projections, shared experts; the routed experts' are dropped here as
-    from the layer's GEMMs), which that re-run runs again; ``shard_shapes``: those of them that run over the rank's
+    block's own linears but the routed experts' (latent projections, shared experts), one entry per linear as the
+    layer's listed GEMMs hold them, which that re-run runs again; ``shard_shapes``: those of them that run over the rank's
     own sequence shard, not gathered under TP with SP (the latent projections, duplicated on every TP rank)."""
 
     experts: int
@@ -199,7 +199,7 @@ def expert_collectives(x: LayerContext, routed_bytes: float, routing: Routing | 
     return tuple(found)
 
 
-def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hidden_size: int, blocks: int,
+def decoder_work(x: LayerContext, gemm_shapes: tuple[tuple[int, int], ...], hidden_size: int, blocks: int,
                  attention: AttentionShape | None = None, experts: ExpertShape | None = None,
                  alternate_matmul_flops: float | None = None, eager_accesses_per_flop: float | None = None,
                  reruns: tuple[tuple[str, Rerun], ...] = (), rotary_flops: float = 0.0,
@@ -209,9 +209,10 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
 
     Args:
         x: The layer's context.
-        weight_shapes: The per-rank ``(fan_out, fan_in)`` of its linear weights
-            (:attr:`LayerCost.weight_shapes <hp_core.costs.LayerCost.weight_shapes>`):
-            its GEMMs over the micro-batch's tokens, the routed experts' apart.
+        gemm_shapes: The per-rank ``(fan_out, fan_in)`` of its linears but the routed experts' (priced from
+            *experts*), one entry per linear: two linears of one shape (a shared expert as wide as a routed one at
+            tp = etp has the routed experts' shapes) are two GEMMs, each listed
+            (:meth:`LayerBuilder.linear <hp_plugins.kit.builder.LayerBuilder.linear>` ``routed``).
         hidden_size: The model width.
         blocks: Its blocks whose GEMMs TP splits (attention, MLP, experts, a mixer).
         attention: Its attention block, ``None`` without one.
@@ -226,7 +227,7 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
             (:meth:`LayerBuilder.rotary_embedding <hp_plugins.kit.builder.LayerBuilder.rotary_embedding>`).
         copy_bytes: Bytes the blocks copy each way besides MLA's (a partially rotated head's other channels).
         original_input_shapes: The ``(fan_out, fan_in)`` of the linears whose trainer keeps their compute-dtype
-            input (:attr:`LayerWork.original_input_gemms <hp_core.costs.LayerWork.original_input_gemms>`).
+            input, one entry per linear (:attr:`LayerWork.original_input_gemms <hp_core.costs.LayerWork.original_input_gemms>`).
         ssd_scan: The layer's attention FLOPs are a Mamba-2 SSD scan
             (:attr:`LayerWork.ssd_scan <hp_core.costs.LayerWork.ssd_scan>`).
     """
@@ -281,7 +282,6 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
 
     grouped = rows = permute = permute_input = router = 0.0
     copy_backward = copy
-    routed_shapes: set[tuple[int, int]] = set()
     gemms: list[tuple[int, int, int]] = []
     expert_gemms: tuple[tuple[int, float, int, int], ...] = ()
     if experts is not None:
@@ -302,7 +302,6 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
             copy_backward += EXPERT_BIAS_BACKWARD_ACCESSES * processed * d * act
         permute_input = T / x.sp_degree * d * act
         expert_gemms = ((local, rows, fc1 * width, d), (local, rows, d, width))
-        routed_shapes = {(fc1 * width, d), (d, width)}
         padded = experts.capacity_factor if experts.pad_to_capacity and experts.capacity_factor else 1.0
         if experts.learned_gate:
             router = T / x.sp_degree * experts.experts
@@ -316,17 +315,12 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
             # linears over the micro-batch's tokens as listed below, the grouped GEMMs, the router's kernels and
             # the permutation; its TP collectives (shared experts under TP) are not re-issued here, as the dense
             # MLP's under Megatron-Core's mlp module are not (docs/runtimes.md).
-            # The routed experts' two shapes leave once each (a shared expert as wide as a routed one, at tp = etp,
-            # has the same shapes and stays).
-            own = list(experts.block_shapes)
-            for shape in ((fc1 * width, d), (d, width)):
-                if shape in own:
-                    own.remove(shape)
-            block = gemms[:1] + [(_rows(fan_out, fan_in), fan_out, fan_in) for fan_out, fan_in in own]
+            # block_shapes holds no routed expert's linear (a shared expert as wide as a routed one, at tp = etp,
+            # has the same shapes and is listed).
+            block = gemms[:1] + [(_rows(fan_out, fan_in), fan_out, fan_in) for fan_out, fan_in in experts.block_shapes]
             reruns += ((experts.rerun_switch, Rerun(gemms=tuple(block), grouped_flops=grouped, permutation=True)),)
     # Every other linear runs over the micro-batch's tokens (SP-gathered under TP), but those over the rank's shard.
-    gemms += [(_rows(fan_out, fan_in), fan_out, fan_in) for fan_out, fan_in in weight_shapes
-              if (fan_out, fan_in) not in routed_shapes]
+    gemms += [(_rows(fan_out, fan_in), fan_out, fan_in) for fan_out, fan_in in gemm_shapes]
     return LayerWork(
         collectives=tuple(collectives), gemms=tuple(gemms), grouped_flops=grouped, expert_rows=rows,
         expert_gemms=expert_gemms, attention_calls=1 if attention is not None else 0, wide_qk_attention=wide, ssd_scan=ssd_scan,
@@ -335,8 +329,7 @@ def decoder_work(x: LayerContext, weight_shapes: tuple[tuple[int, int], ...], hi
         backward_copy_bytes=copy_backward if copy_backward != copy else None, permute_bytes=permute, permute_input_bytes=permute_input,
         router_elements=router, boundary_bytes=T * h * act, reruns=reruns,
         high_precision_gemms=gemms[:1] if experts is not None and experts.learned_gate else (),
-        original_input_gemms=tuple((T, fan_out, fan_in) for fan_out, fan_in in original_input_shapes
-                                   if (fan_out, fan_in) not in routed_shapes),
+        original_input_gemms=tuple((T, fan_out, fan_in) for fan_out, fan_in in original_input_shapes),
         attention_core_switches=ATTENTION_CORE_SWITCHES if attention is not None else frozenset(),
         routed_experts=experts.experts if experts is not None else 0, alternate_matmul_flops=alternate_matmul_flops,
         eager_accesses_per_flop=eager_accesses_per_flop, rotary_flops=rotary_flops, rotary_eager_bytes=rotary_eager_bytes,

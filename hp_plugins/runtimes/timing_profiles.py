@@ -274,11 +274,12 @@ ANY_DEVICE = DeviceEfficiency(
 
 _DEVICES = (BLACKWELL, HOPPER, AMPERE, ANY_DEVICE)
 
-# Megatron-Core 0.14 + TE 2.11 on B200: a whole step against its kernels priced one by one.
+# Megatron-Core 0.14 + TE 2.11 on B200: a whole step against its kernels priced one by one. Refitted on 2026-12-03
+# from 1.0542 to 1.0534 when every linear of a layer became a listed GEMM (docs/time.md, "What moved (2026-12-03)").
 BLACKWELL_MEGATRON = attrs.evolve(
     BLACKWELL,
     sustained_slowdown=Sourced(
-        1.0542,
+        1.0534,
         "fit (least squares in relative error) of measured over priced step time, every other figure as stated, to the "
         "33 Megatron-LM runs on 8x B200 (Megatron-Core 0.14, TE 2.11; Llama-3-70B/405B, DeepSeek-V2, a DeepSeek-V3-shaped "
         "MoE; TP/PP/DP/CP/EP; 4-32 micro-batches) of SimuMax v1.2 docs/b200/b200_release_v1.2_summary.json "

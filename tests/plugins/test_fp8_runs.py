@@ -563,7 +563,7 @@ def test_qwen3_gb200_rows_state_their_layout_and_the_page_states_their_figures()
     eager = api.apply_options(registry.runtime("megatron"), {"cuda_graphs": "full_iteration"})
     floorless = {k: runs.price_moe(rows[k], registry, base_runtime=eager) for k in rows if "235b" in k}
     floor = compute - floorless["mb26.04.01-gb200-qwen3-235b-a22b-mxfp8"].compute_seconds
-    assert f"{floor:.3f} s of it the host floor" in prose and floor == pytest.approx(4.056, abs=5e-4)
+    assert f"{floor:.3f} s of it the host floor" in prose and floor == pytest.approx(4.053, abs=5e-4)
     bare = [floorless[k].step_seconds / found[k]["measured_seconds"] - 1 for k in floorless]
     assert f"with no floor at all they would be {min(bare):+.1%} to {max(bare):+.1%}" in prose
     assert f"{floor:.3f} s of their {min(r['estimated_seconds'] for r in q235):.3f}-{max(r['estimated_seconds'] for r in q235):.3f} s price" \
@@ -980,12 +980,15 @@ def _nemotron_prose(prose: str, rows: list[dict], others: list[dict], dgxc, regi
     slow = [r for r in rows if r["error"] >= 0]
     fifteen_16 = "dgxc24.12-h100-nemotron4-15b-fp8-16g"
     nemo2_340 = [r for r in slow if r["id"] != fifteen_16]
-    assert {r["id"] for r in slow} - {r["id"] for r in nemo2_340} == {fifteen_16}
+    # NeMo 24.12's 15B on 16 GPUs was slow (+0.1%) until its MLP's two GEMMs of one per-rank shape (TP 4) were
+    # each listed (2026-12-03); it is now priced fast.
+    assert {r["id"] for r in slow} == {r["id"] for r in nemo2_340}
+    fifteen = next(r for r in rows if r["id"] == fifteen_16)
     assert len(nemo2_340) == 4 and all(r["id"].startswith("dgxc25.02.01-h100-nemotron4-340b") for r in nemo2_340)
-    assert (f"30 rows are priced too fast and five slow: NeMo 25.02.01's four 340B rows "
+    assert (f"31 rows are priced too fast and four slow: NeMo 25.02.01's four 340B rows "
             f"({min(r['error'] for r in nemo2_340):+.1%} to {max(r['error'] for r in nemo2_340):+.1%}, their BF16 twins "
-            f"{min(r['bf16_error'] for r in nemo2_340):+.1%} to {max(r['bf16_error'] for r in nemo2_340):+.1%}) and NeMo 24.12's "
-            f"15B on 16 GPUs, {next(r for r in slow if r['id'] == fifteen_16)['error']:+.1%};") in prose
+            f"{min(r['bf16_error'] for r in nemo2_340):+.1%} to {max(r['bf16_error'] for r in nemo2_340):+.1%}); NeMo 24.12's "
+            f"15B on 16 GPUs, slow until 2026-12-03, is {fifteen['error']:+.1%};") in prose
     assert all(r["speedup_gap"] > 0 for r in rows)
     assert (f"({span(rows, 'estimated_speedup', '.2f')} against {span(rows, 'measured_speedup', '.2f')})") in prose
     # The per-rank first MLP GEMM (ungated: h to FFN / TP) from each model and layout, as the page states it (15B the same

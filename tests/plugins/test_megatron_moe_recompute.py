@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hp_core.api import build_registry
+from hp_core.api import build_registry, model_from_preset
 from hp_core.engine.prepare import _evaluate, layer_context, with_sublayers
 from hp_core.engine.timing.elementwise import permute_seconds
 from hp_core.engine.timing.gemm_seconds import _matmul_seconds
@@ -240,3 +240,48 @@ def test_a_shared_expert_as_wide_as_a_routed_one_is_re_run_too():
     assert rerun.gemms == ((128, 8, 64), (128, 64, 64), (128, 64, 32))
     assert sum(2 * rows * out * inp for rows, out, inp in rerun.gemms) == 1_703_936
     assert rerun.grouped_flops == 3_145_728 and cost.forward.matmul_flops == 1_703_936 + 3_145_728
+
+
+def test_a_shared_expert_as_wide_as_a_routed_one_is_listed_among_the_layer_s_gemms():
+    # LayerWork.gemms, priced shape by shape: the router's gate (128 x 8 x 64) and the shared expert's SwiGLU FC1
+    # (128 x 64 x 64) and FC2 (128 x 64 x 32), once each, though the routed experts (width 32, TP 1 = ETP 1) have
+    # the same per-rank shapes; the routed experts' are not listed (their grouped GEMMs, 2 x 256 x 64 x 3 x 32 =
+    # 3,145,728 FLOPs). The listed FLOPs, 2 x 128 x (8 x 64 + 64 x 64 + 64 x 32) = 1,703,936, are the layer's
+    # forward matmul FLOPs but the grouped ones; the weight shapes stay the distinct ones, routed first.
+    cost = _cost(attrs.evolve(SMALL, shared_expert_intermediate_size=32))
+    assert cost.work.gemms == ((128, 8, 64), (128, 64, 64), (128, 64, 32))
+    assert sum(2 * rows * out * inp for rows, out, inp in cost.work.gemms) == 1_703_936
+    assert cost.work.grouped_flops == 3_145_728 and cost.forward.matmul_flops == 1_703_936 + 3_145_728
+    assert cost.weight_shapes == ((64, 64), (64, 32))
+    assert cost.work.high_precision_gemms == ((128, 8, 64),)
+
+
+def test_deepseek_v3_s_shared_expert_is_listed_at_tp_equal_to_etp():
+    # DeepSeek-V3's MoE layer (h 7,168, 256 routed experts of width 2,048 top-8, one shared expert of width 2,048,
+    # SwiGLU) at TP 2 = ETP 2 with SP, 4,096 tokens, EP 8: the shared expert's FC1 (2 x 2,048 / 2 = 2,048 x 7,168)
+    # and FC2 (7,168 x 1,024) per rank are the routed experts' shapes at ETP 2; each is listed once, over the
+    # SP-gathered 4,096 tokens; the router's gate over the rank's 2,048 tokens (256 x 7,168) too.
+    group = next(g for g in model_from_preset("deepseek-v3", REGISTRY).layers if g.kind == "mla_moe")
+    parallel = ParallelSpec(tp=2, etp=2, sp=True, ep=8, dp=8, seq_len=4096)
+    context = with_sublayers(layer_context(parallel, PrecisionSpec(), "flash", 1, RUNTIME.traits), REGISTRY)
+    cost = REGISTRY.layer_kind("mla_moe", "$").evaluate(group.config, context)
+    gemms = cost.work.gemms
+    assert gemms.count((4096, 2048, 7168)) == 1 and gemms.count((4096, 7168, 1024)) == 1
+    assert (2048, 256, 7168) in gemms
+    assert {(out, inp) for _, _, out, inp in cost.work.expert_gemms} == {(2048, 7168), (7168, 1024)}
+    listed = sum(2 * rows * out * inp for rows, out, inp in gemms)
+    assert listed == pytest.approx(cost.forward.matmul_flops - cost.work.grouped_flops, rel=1e-12)
+
+
+def test_two_linears_of_one_shape_are_both_listed():
+    # A dense layer of h 64, 4 heads of 16 (no GQA), a plain (non-gated) MLP of width 64, TP 1, 128 tokens: the
+    # attention's output projection (64 x 64), the MLP's FC1 (64 x 64) and FC2 (64 x 64) are three GEMMs of one
+    # shape, each listed, beside the fused QKV (192 x 64): 2 x 128 x (192 + 3 x 64) x 64 = 6,291,456 FLOPs, the
+    # layer's matmul FLOPs. One weight shape each.
+    from hp_plugins.kinds.dense import DenseConfig
+    config = DenseConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, intermediate_size=64,
+                         gated_mlp=False, hidden_act="gelu")
+    cost = _cost(config, kind="dense", parallel=ParallelSpec(seq_len=128))
+    assert sorted(cost.work.gemms) == [(128, 64, 64)] * 3 + [(128, 192, 64)]
+    assert sum(2 * rows * out * inp for rows, out, inp in cost.work.gemms) == 6_291_456 == cost.forward.matmul_flops
+    assert sorted(cost.weight_shapes) == [(64, 64), (192, 64)]

@@ -227,7 +227,9 @@ def test_a_repeated_module_s_linear_modules_name_its_one_set_of_weights():
     """A module format on a repeated MTP module (applications 2): the attention's linear_qkv runs once an application,
     its weights are one family. The attention layer (h 256, 8 query and 4 key/value heads of 64, TP 1, 512 tokens)
     has one qkv GEMM (512, (8 + 2 x 4) x 64, 256) = (512, 1024, 256), listed twice in the module's work; its weight
-    1024 x 256 = 262,144 elements. Kept in bf16 inside an MXFP8 run, both GEMMs run in bf16 and the one family is
+    1024 x 256 = 262,144 elements. The shared head's GEMM (512, 1024 / TP 1, 256) has the same shape, also listed
+    once an application and kept in bf16 under every recipe: four GEMMs of that shape, two high-precision. Kept in
+    bf16 inside an MXFP8 run, both qkv GEMMs join them (four high-precision) and the one family is
     high-precision; in NVFP4 inside an MXFP8 run, its cached copies are those of one weight: Transformer Engine's
     row-wise and column-wise NVFP4 copies, 2 x (0.5 + 1/16) bytes an element: 262,144 x 1.125 = 294,912 bytes."""
     from hp_core.engine.module_formats import module_weight_copy_bytes, with_module_formats, with_module_recipes
@@ -241,10 +243,11 @@ def test_a_repeated_module_s_linear_modules_name_its_one_set_of_weights():
     assert [m.terms for m in twice.work.modules if m.name == "attention_qkv"] == [
         (f"application{i}.layers.0.attn_norm_out",) for i in (0, 1)]
     qkv = (512, 1024, 256)
-    assert twice.work.gemms.count(qkv) == 2
+    assert twice.work.gemms.count(qkv) == 4
+    assert twice.work.high_precision_gemms.count(qkv) == 2
     mxfp8 = _REGISTRY.precision_recipe("mxfp8", "$")
     kept = with_module_formats(twice, (("attention_qkv", "bf16"),), mxfp8)
-    assert kept.work.high_precision_gemms.count(qkv) == 2
+    assert kept.work.high_precision_gemms.count(qkv) == 4
     assert [p.high_precision for p in kept.params if p.name == "layers.0.qkv_proj"] == [True]
     run = with_module_recipes(mxfp8, _REGISTRY, (("attention_qkv", "nvfp4"),))
     nvfp4 = with_module_formats(twice, (("attention_qkv", "nvfp4"),), run)
