@@ -56,7 +56,8 @@ class LinearModule:
 
     Attributes:
         name: One of :data:`LINEAR_MODULES`.
-        gemms: Its entries of :attr:`LayerWork.gemms <hp_core.costs.LayerWork.gemms>` (``(rows, fan_out, fan_in)``).
+        gemms: Its entries of :attr:`LayerWork.gemms <hp_core.costs.LayerWork.gemms>` (``(rows, fan_out, fan_in)``),
+            one per linear of the module: its own, whatever other linear of the layer has the same shape.
         params: The names of its parameter families (:attr:`ParamCount.name <hp_core.costs.ParamCount.name>`).
         terms: The ops of the kept tensors that are its input, kept for its weight gradient
             (:attr:`ActivationTerm.op <hp_core.costs.ActivationTerm.op>`, marked ``gemm_input``), and that no
@@ -64,6 +65,9 @@ class LinearModule:
         gathers: ``(forward, backward)`` calls of the layer's sequence-parallel all-gather of GEMM inputs
             (:attr:`Collective.gemm_input <hp_core.costs.Collective.gemm_input>`) that move its input (forward) or its
             output gradient (backward); a calls count above the layer's is none there (no TP or no SP).
+        original_input_gemms: Those of :attr:`gemms` whose input its trainer keeps in the compute dtype (their entries
+            of :attr:`LayerWork.original_input_gemms <hp_core.costs.LayerWork.original_input_gemms>`): what a format
+            of its own takes out of that list, and no other linear's entry of the same shape.
         format: The quantized format a run gives it apart from its recipe's (a registered recipe's name, ``mxfp8``),
             set by the engine (:func:`hp_core.engine.module_formats.with_module_formats`); ``None``: the run's.
     """
@@ -73,6 +77,7 @@ class LinearModule:
     params: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
     terms: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
     gathers: tuple[int, int] = attrs.field(default=(0, 0), converter=_tuple)
+    original_input_gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=_tuple)
     format: str | None = None
 
     def __attrs_post_init__(self) -> None:

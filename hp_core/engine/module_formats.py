@@ -111,9 +111,10 @@ def with_module_formats(cost: LayerCost, formats: tuple[tuple[str, str], ...], r
     params = {p for m in chosen for p in m.params}
     terms = {t for m in kept for t in m.terms}
     high, original = list(work.high_precision_gemms), list(work.original_input_gemms)
-    # GEMMs are counted as a multiset (a merged depth or a repeated MTP module lists a shape once per layer, and two
-    # linears may share a shape: an MTP head as wide as a qkv projection): each module GEMM joins the high-precision
-    # list while the layer lists an instance of its shape not already kept there.
+    # A module's GEMMs are its own linears' entries (LinearModule.gemms, recorded by linear, not matched by shape: two
+    # linears may share one, an MTP head as wide as a qkv projection). Entries of one value price alike, so the layer's
+    # are counted as a multiset (a merged depth or a repeated MTP module lists a shape once per layer): each module
+    # GEMM joins the high-precision list while the layer lists an instance of it not already kept there.
     quantized = Counter(work.gemms) - Counter(work.high_precision_gemms)
     collectives, modules = work.collectives, []
     for module in work.modules:
@@ -126,6 +127,7 @@ def with_module_formats(cost: LayerCost, formats: tuple[tuple[str, str], ...], r
                 if quantized[gemm] > 0:
                     quantized[gemm] -= 1
                     high.append(gemm)
+            for gemm in module.original_input_gemms:  # its own compute-dtype inputs, no other linear's of their shape
                 if gemm in original:
                     original.remove(gemm)
             collectives = _split_gathers(collectives, *module.gathers)

@@ -217,8 +217,9 @@ def _one_application(c: MTPConfig, x: LayerContext) -> LayerCost:
     # head's vocabulary-parallel ones added.
     # eh_proj's and the head's GEMMs are listed whatever shape its layer's linears have (each GEMM once).
     own_gemms = ((T, h // x.tp, 2 * h), (T, shard, h))
-    # The shared head's GEMM stays in the compute dtype under a recipe, as the main head's (module docstring).
-    head_gemm = tuple(g for g in own_gemms if g == (T, shard, h))
+    # The shared head's GEMM (the second, by place) stays in the compute dtype under a recipe, as the main head's
+    # (module docstring).
+    head_gemm = own_gemms[1:]
     work = None if inner.work is None else attrs.evolve(
         inner.work, collectives=inner.work.collectives + tp_collectives(x, 0, T * h * act, "embedding") + eh_proj_collectives(x, h)
         + tp_collectives(x, 0, T * h * act, "head"),

@@ -207,12 +207,12 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
         b.block_grads.append(T * qkv * act // t + T * (a // t) * x.precision.lse_bytes)
     if c.rotary_width:  # q and k rotated before the core: torchtitan apply_rotary_emb, transformers apply_rotary_pos_emb
         b.rotary_embedding((a + g) // t, c.rotary_width, d)
-    b.linear(T, h, qkv // t)
-    b.linear(T, a * d // t, h, original_input=proj_original)
     # Megatron-Core's self_attention.linear_qkv (a layernorm-fused column-parallel linear: its input is the norm's
     # output, gathered under SP) and linear_proj (row-parallel: under SP its output gradient is gathered in backward).
-    b.linear_module("attention_qkv", ((qkv // t, h),), ("qkv_proj",), ("attn_norm_out", "attn_gathered"), (1, 0))
-    b.linear_module("attention_proj", ((h, a * d // t),), ("o_proj",), ("attn_out",), (0, 1))
+    b.linear(T, h, qkv // t, module="attention_qkv")
+    b.linear(T, a * d // t, h, original_input=proj_original, module="attention_proj")
+    b.linear_module("attention_qkv", ("qkv_proj",), ("attn_norm_out", "attn_gathered"), (1, 0))
+    b.linear_module("attention_proj", ("o_proj",), ("attn_out",), (0, 1))
     # torchtitan's Attention.forward: wq, wk, wv, then wo (torchtitan/models/llama3/model.py).
     b.matmuls_in_order += [2 * T * h * a * d // t, 2 * T * h * g * d // t, 2 * T * h * g * d // t, 2 * T * a * d * h // t]
     b.tp_blocks += 1

@@ -111,10 +111,13 @@ class LayerBuilder:
         self.buffers_once = 0
         self.shapes: list[tuple[int, int]] = []
         # Every linear but the routed experts', one entry per linear (two of one shape both listed): the layer's
-        # listed GEMMs (LayerWork.gemms), which the step-time model prices shape by shape.
+        # listed GEMMs (LayerWork.gemms), which the step-time model prices shape by shape. A linear is known by its
+        # index here, never by its shape (two linears may share one).
         self.gemm_shapes: list[tuple[int, int]] = []
-        # The (fan_out, fan_in) of the linears whose trainer keeps their compute-dtype input (LayerWork.original_input_gemms).
-        self.original_input_shapes: list[tuple[int, int]] = []
+        # The indices (in gemm_shapes) of the linears whose trainer keeps their compute-dtype input
+        # (LayerWork.original_input_gemms), and of those that run over the rank's own sequence shard (linear shard).
+        self.original_input_linears: list[int] = []
+        self.shard_linears: list[int] = []
         # What the deferred weight-gradient passes read (LayerCost.weight_gradient_bytes): per linear, its input and
         # its output gradient (sail-sg/zero-bubble-pipeline-parallelism WeightGradStore.put(total_input, grad_output, ...)).
         self.weight_gradient = 0
@@ -133,30 +136,38 @@ class LayerBuilder:
         # What recomputing a switch re-runs, as the blocks state it (LayerWork.reruns): the dense MLP's FC1 (the
         # MoE block's moeLayer decoder_work states from expert_shape, its GEMMs and collectives being known there).
         self.reruns: list[tuple[str, Rerun]] = []
-        # The named linear modules (LayerWork.modules): (name, per-rank (fan_out, fan_in) shapes, parameter families,
-        # kept input terms, SP all-gather calls forward and backward).
-        self.modules: list[tuple[str, tuple[tuple[int, int], ...], tuple[str, ...], tuple[str, ...], tuple[int, int]]] = []
+        # The named linear modules (LayerWork.modules): (name, parameter families, kept input terms, SP all-gather
+        # calls forward and backward), and each name's linears (their indices in gemm_shapes, as linear records them).
+        self.modules: list[tuple[str, tuple[str, ...], tuple[str, ...], tuple[int, int]]] = []
+        self.module_linears: dict[str, list[int]] = {}
 
-    def linear_module(self, name: str, shapes: tuple[tuple[int, int], ...], params: tuple[str, ...],
-                      terms: tuple[str, ...] = (), gathers: tuple[int, int] = (0, 0)) -> None:
-        """Name a linear module of the layer (:class:`~hp_core.linear_modules.LinearModule`): its GEMMs' per-rank
-        ``(fan_out, fan_in)`` (recorded by :meth:`linear`), its parameter families, the kept terms that are its input
-        and the calls of the block's sequence-parallel all-gather that move its input and output gradient. A name
-        already recorded gains these shapes, families and terms (a projection Megatron-Core fuses into the module)."""
+    def linear_module(self, name: str, params: tuple[str, ...], terms: tuple[str, ...] = (),
+                      gathers: tuple[int, int] = (0, 0)) -> None:
+        """Name a linear module of the layer (:class:`~hp_core.linear_modules.LinearModule`): its parameter families,
+        the kept terms that are its input and the calls of the block's sequence-parallel all-gather that move its input
+        and output gradient. Its GEMMs are the linears recorded with its name (:meth:`linear` ``module``), each its own
+        entry of the layer's listed GEMMs whatever other linear has its shape. A name already recorded gains these
+        families and terms (a projection Megatron-Core fuses into the module)."""
         for i, (known, *entry) in enumerate(self.modules):
             if known == name:
-                self.modules[i] = (name, entry[0] + tuple(shapes), entry[1] + tuple(params), entry[2] + tuple(terms), entry[3])
+                self.modules[i] = (name, entry[0] + tuple(params), entry[1] + tuple(terms), entry[2])
                 return
-        self.modules.append((name, tuple(shapes), tuple(params), tuple(terms), tuple(gathers)))
+        self.modules.append((name, tuple(params), tuple(terms), tuple(gathers)))
 
     def _linear_modules(self, gemms: tuple[tuple[int, int, int], ...]) -> tuple[LinearModule, ...]:
-        """The named modules with their shapes as entries of *gemms* (the layer's LayerWork.gemms), each matched once."""
+        """The named modules, each with its own linears' entries of *gemms* (the layer's LayerWork.gemms, whose last
+        ``len(gemm_shapes)`` entries are the listed linears in order: :func:`~hp_plugins.kit.work.decoder_work`)."""
+        unnamed = sorted(set(self.module_linears) - {name for name, *_ in self.modules})
+        if unnamed:
+            raise ValueError(f"LayerBuilder: linears recorded for modules {unnamed} that linear_module never named")
+        listed = gemms[len(gemms) - len(self.gemm_shapes):]
         ops = {t.op for t in self.terms}
         found = []
-        for name, shapes, params, terms, gathers in self.modules:
-            matched = tuple(next(g for g in gemms if g[1:] == shape) for shape in shapes if any(g[1:] == shape for g in gemms))
-            found.append(LinearModule(name, matched, params, tuple(t for t in terms if t in ops),
-                                      gathers if self.x.tp > 1 and self.x.sp else (0, 0)))
+        for name, params, terms, gathers in self.modules:
+            own = self.module_linears.get(name, [])
+            found.append(LinearModule(name, tuple(listed[i] for i in own), params, tuple(t for t in terms if t in ops),
+                                      gathers if self.x.tp > 1 and self.x.sp else (0, 0),
+                                      tuple(listed[i] for i in own if i in self.original_input_linears)))
         return tuple(found)
 
     def keep(self, op: str, nbytes: int, switch: str | None = None, tp_split: bool = False,
@@ -280,7 +291,8 @@ class LayerBuilder:
         self.softmax_ops += SOFTMAX_OPS * score_elements
 
     def linear(self, tokens: int, fan_in: int, fan_out: int, weight: bool = True, shares_input: bool = False,
-               original_input: bool = False, routed: bool = False) -> None:
+               original_input: bool = False, routed: bool = False, module: str | None = None,
+               shard: bool = False) -> int | None:
         """A matmul's forward FLOPs on this rank (fan_out already per rank).
 
         A linear layer's weight gradient ``dY^T X`` reads its input ``X``
@@ -301,15 +313,34 @@ class LayerBuilder:
             routed: It is the routed experts' grouped GEMM (priced from their
                 :class:`~hp_plugins.kit.work.ExpertShape`): a weight shape, not among the layer's listed GEMMs
                 (:attr:`LayerWork.gemms <hp_core.costs.LayerWork.gemms>`), whatever other linear has its shape.
+            module: The named linear module it belongs to (:meth:`linear_module`), ``None``: none.
+            shard: It runs over the rank's own sequence shard under TP with SP, not the gathered micro-batch (a latent
+                projection duplicated on every TP rank): its listed GEMM's rows are ``T / sp``.
+
+        Returns:
+            Its index among the layer's listed linears (:attr:`gemm_shapes`), ``None`` for one not listed (a
+            router's gate, the routed experts'), which :class:`~hp_plugins.kit.work.ExpertShape` ``block_linears``
+            names; every other record of a linear (its module, its shard, its compute-dtype input) is by that index.
         """
+        if (module is not None or shard or original_input) and (routed or not weight):
+            raise ValueError("LayerBuilder.linear: only a listed linear (a weight, not routed) has a module, a shard "
+                             "or an original input")
         self.matmul += 2 * tokens * fan_in * fan_out
-        if weight:
-            self.shapes.append((fan_out, fan_in))
-            if not routed:
-                self.gemm_shapes.append((fan_out, fan_in))
-            if original_input:
-                self.original_input_shapes.append((fan_out, fan_in))
-            self.weight_gradient += tokens * (fan_out + (0 if shares_input else fan_in)) * self.act
+        if not weight:
+            return None
+        self.shapes.append((fan_out, fan_in))
+        self.weight_gradient += tokens * (fan_out + (0 if shares_input else fan_in)) * self.act
+        if routed:
+            return None
+        index = len(self.gemm_shapes)
+        self.gemm_shapes.append((fan_out, fan_in))
+        if original_input:
+            self.original_input_linears.append(index)
+        if shard:
+            self.shard_linears.append(index)
+        if module is not None:
+            self.module_linears.setdefault(module, []).append(index)
+        return index
 
     def rotary_embedding(self, heads: int, rotated: int, width: int) -> None:
         """A rotary position embedding of *heads* query and key heads per token on this rank, *rotated* channels of
@@ -362,9 +393,9 @@ class LayerBuilder:
         work = decoder_work(self.x, tuple(self.gemm_shapes), self.h, self.tp_blocks, self.attention_shape, self.expert_shape,
                             alternate_matmul_flops=self._alternate(), eager_accesses_per_flop=self._eager_accesses(),
                             reruns=tuple(self.reruns), rotary_flops=self.rotary_ops, rotary_eager_bytes=self.rotary_eager,
-                            copy_bytes=self.copies, original_input_shapes=tuple(self.original_input_shapes),
-                            ssd_scan=self.ssd_scan)
-        if self.modules:
+                            copy_bytes=self.copies, original_input_linears=tuple(self.original_input_linears),
+                            shard_linears=tuple(self.shard_linears), ssd_scan=self.ssd_scan)
+        if self.modules or self.module_linears:
             work = attrs.evolve(work, modules=self._linear_modules(work.gemms))
         return LayerCost(
             params=tuple(self.params),

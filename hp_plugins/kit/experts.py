@@ -213,7 +213,7 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float, layer_s
     gated = c.expert_activation != "mlp"
     fc1 = 2 if gated else 1
     d = c.moe_latent_size or h
-    first_shape = len(b.gemm_shapes)  # the block's own listed linears from here (ExpertShape.block_shapes)
+    first_linear = len(b.gemm_shapes)  # the block's own listed linears from here (ExpertShape.block_linears)
     b.param("experts", E * (fc1 + 1) * d * c.moe_intermediate_size, True, "routed_expert",
             matrices=((E // x.ep, fc1 * width, d), (E // x.ep, d, width)))
     if c.moe_latent_size:
@@ -224,11 +224,12 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float, layer_s
         b.param("moe_latent_proj", 2 * h * d, False, matrices=((1, d, h), (1, h, d)))
         b.keep("latent_combined", routed * d * act, sw, gemm_input="owned")
         # fc1_latent reads the norm output the shared experts' FC1 reads too (counted there for W).
-        b.linear(routed, h, d, shares_input=bool(c.shared_expert_intermediate_size))
-        b.linear(routed, d, h)
-        # Both are one module to a format of its own (moe_latent_proj); fc1's input, the norm's output, stays in the
-        # compute dtype for the router whatever its format, so only fc2's kept input follows it. No SP gather.
-        b.linear_module("moe_latent_proj", ((d, h), (h, d)), ("moe_latent_proj",), ("latent_combined",))
+        # Both run over the rank's own tokens (shard: no SP gather) and are one module to a format of its own
+        # (moe_latent_proj); fc1's input, the norm's output, stays in the compute dtype for the router whatever its
+        # format, so only fc2's kept input follows it.
+        b.linear(routed, h, d, shares_input=bool(c.shared_expert_intermediate_size), module="moe_latent_proj", shard=True)
+        b.linear(routed, d, h, module="moe_latent_proj", shard=True)
+        b.linear_module("moe_latent_proj", ("moe_latent_proj",), ("latent_combined",))
     if c.expert_bias:
         # FC1's bias is split with its output over etp; FC2's (h per expert) is whole on each etp rank.
         b.param("expert_fc1_bias", E * 2 * c.moe_intermediate_size, True, "routed_expert")
@@ -305,9 +306,8 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float, layer_s
                                  pad_to_capacity=c.pad_to_capacity, capacity_factor=c.capacity_factor, gated=gated,
                                  model_width=c.moe_latent_size, routing_groups=c.router_num_groups,
                                  routing_groups_per_token=c.router_groups_per_token, fc2_bias=c.expert_bias,
-                                 learned_gate=learned, rerun_switch=sw, block_shapes=tuple(b.gemm_shapes[first_shape:]),
-                                 # The latent projections run over the rank's own tokens (above): no SP gather.
-                                 shard_shapes=((d, h), (h, d)) if c.moe_latent_size else ())
+                                 learned_gate=learned, rerun_switch=sw,
+                                 block_linears=tuple(range(first_linear, len(b.gemm_shapes))))
 
 
 def validate_moe(c: MoEFields, x: LayerContext) -> None:

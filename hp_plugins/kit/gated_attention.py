@@ -36,8 +36,8 @@ def gated_gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     b.param("attn_output_gate", h * width + width * c.attention_bias, True, matrices=((1, width // t, h),))
     b.keep("attn_gate_sigmoid", T * width * b.act // t, None, True)
     b.keep("attn_gated_out", T * width * b.act // t, None, True)
-    b.linear(T, h, width // t, shares_input=True)  # the attention norm's output, as qkv's
     # Megatron-Core widens linear_qkv by the gate (attention_output_gate: linear_qkv_out_dim, attention.py at
     # NVIDIA/Megatron-LM@d98e8a6), so a format of linear_qkv's own is the gate's too.
-    b.linear_module("attention_qkv", ((width // t, h),), ("attn_output_gate",))
+    b.linear(T, h, width // t, shares_input=True, module="attention_qkv")  # the attention norm's output, as qkv's
+    b.linear_module("attention_qkv", ("attn_output_gate",))
     b.elementwise += _GATE_OPS * T * width // t

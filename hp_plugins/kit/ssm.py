@@ -242,12 +242,12 @@ def mamba2_mixer(b: LayerBuilder, c: Mamba2Fields, norm: str = "rmsnorm") -> Non
         tiles = chunks * groups * c.chunk_size * c.chunk_size * _FP32
         b.block_grads.append(T * proj * act // t + T * conv * act + 2 * states + tiles)
         b.ssd_scan = True  # mamba_ssm's Triton scan kernels, priced at the device's SSD figures where stated
-    b.linear(T, h, proj // t)
-    b.linear(T, inner, h)
     # Megatron-Core's mixer.in_proj (layernorm-fused, column-parallel: its input the pre-norm's output, gathered under
     # SP) and mixer.out_proj (row-parallel), mamba_mixer.py at NVIDIA/Megatron-LM@d98e8a6.
-    b.linear_module("mamba_in_proj", ((proj // t, h),), ("in_proj",), ("mamba_norm_out", "mamba_gathered"), (1, 0))
-    b.linear_module("mamba_out_proj", ((h, inner),), ("out_proj",), ("out_proj_in", "ssm_out_proj_in"), (0, 1))
+    b.linear(T, h, proj // t, module="mamba_in_proj")
+    b.linear(T, inner, h, module="mamba_out_proj")
+    b.linear_module("mamba_in_proj", ("in_proj",), ("mamba_norm_out", "mamba_gathered"), (1, 0))
+    b.linear_module("mamba_out_proj", ("out_proj",), ("out_proj_in", "ssm_out_proj_in"), (0, 1))
     b.tp_blocks += 1
     b.attention += chunks * ssd_chunk_flops(c, heads, groups, per_head_cb=x.attention == "eager")
     b.elementwise += (

@@ -98,10 +98,11 @@ class ExpertShape:
     gating GEMM and no router kernels, and the tokens go round-robin to consecutive experts
     (:class:`hp_core.collectives.Routing` ``assignment``); ``rerun_switch``: the switch whose recompute re-runs
     the whole block (``moeLayer``: :func:`decoder_work` states its :class:`~hp_core.costs.Rerun` and re-issues
-    the block's dispatch and combine under it), ``None``: none; ``block_shapes``: the ``(fan_out, fan_in)`` of the
-    block's own linears but the routed experts' (latent projections, shared experts), one entry per linear as the
-    layer's listed GEMMs hold them, which that re-run runs again; ``shard_shapes``: those of them that run over the rank's
-    own sequence shard, not gathered under TP with SP (the latent projections, duplicated on every TP rank)."""
+    the block's dispatch and combine under it), ``None``: none; ``block_linears``: the block's own linears but the
+    routed experts' (latent projections, shared experts), each by its index in :func:`decoder_work`'s ``gemm_shapes``
+    (what :meth:`LayerBuilder.linear <hp_plugins.kit.builder.LayerBuilder.linear>` returns), which that re-run runs
+    again with the rows the layer lists them with; by index, not shape, so a linear of the block's shape outside it
+    (an attention projection as wide as a latent one) is not re-run."""
 
     experts: int
     top_k: int
@@ -115,8 +116,7 @@ class ExpertShape:
     fc2_bias: bool = False
     learned_gate: bool = True
     rerun_switch: str | None = None
-    block_shapes: tuple[tuple[int, int], ...] = ()
-    shard_shapes: tuple[tuple[int, int], ...] = ()
+    block_linears: tuple[int, ...] = ()
 
 
 # The routed experts' FC2 bias under the ``moe_eager_expert_bias`` trait (Megatron-Core
@@ -204,7 +204,8 @@ def decoder_work(x: LayerContext, gemm_shapes: tuple[tuple[int, int], ...], hidd
                  alternate_matmul_flops: float | None = None, eager_accesses_per_flop: float | None = None,
                  reruns: tuple[tuple[str, Rerun], ...] = (), rotary_flops: float = 0.0,
                  rotary_eager_bytes: tuple[float, float] = (0.0, 0.0), copy_bytes: float = 0.0,
-                 original_input_shapes: tuple[tuple[int, int], ...] = (), ssd_scan: bool = False) -> LayerWork:
+                 original_input_linears: tuple[int, ...] = (), shard_linears: tuple[int, ...] = (),
+                 ssd_scan: bool = False) -> LayerWork:
     """The work of a layer made of the kit's blocks (module docstring), per micro-batch on one rank.
 
     Args:
@@ -212,7 +213,10 @@ def decoder_work(x: LayerContext, gemm_shapes: tuple[tuple[int, int], ...], hidd
         gemm_shapes: The per-rank ``(fan_out, fan_in)`` of its linears but the routed experts' (priced from
             *experts*), one entry per linear: two linears of one shape (a shared expert as wide as a routed one at
             tp = etp has the routed experts' shapes) are two GEMMs, each listed
-            (:meth:`LayerBuilder.linear <hp_plugins.kit.builder.LayerBuilder.linear>` ``routed``).
+            (:meth:`LayerBuilder.linear <hp_plugins.kit.builder.LayerBuilder.linear>` ``routed``). They are the
+            last ``len(gemm_shapes)`` entries of the returned :attr:`LayerWork.gemms
+            <hp_core.costs.LayerWork.gemms>`, in this order (after the router's gating GEMM where there is one); the
+            other arguments name a linear by its index here, never by its shape.
         hidden_size: The model width.
         blocks: Its blocks whose GEMMs TP splits (attention, MLP, experts, a mixer).
         attention: Its attention block, ``None`` without one.
@@ -226,8 +230,13 @@ def decoder_work(x: LayerContext, gemm_shapes: tuple[tuple[int, int], ...], hidd
         rotary_flops, rotary_eager_bytes: A rotary embedding's elementwise FLOPs and eager bytes
             (:meth:`LayerBuilder.rotary_embedding <hp_plugins.kit.builder.LayerBuilder.rotary_embedding>`).
         copy_bytes: Bytes the blocks copy each way besides MLA's (a partially rotated head's other channels).
-        original_input_shapes: The ``(fan_out, fan_in)`` of the linears whose trainer keeps their compute-dtype
-            input, one entry per linear (:attr:`LayerWork.original_input_gemms <hp_core.costs.LayerWork.original_input_gemms>`).
+        original_input_linears: The indices in *gemm_shapes* of the linears whose trainer keeps their compute-dtype
+            input (:attr:`LayerWork.original_input_gemms <hp_core.costs.LayerWork.original_input_gemms>`: their
+            entries of the listed GEMMs).
+        shard_linears: The indices in *gemm_shapes* of the linears that run over the rank's own sequence shard, not
+            gathered under TP with SP (a latent MoE's latent projections, duplicated on every TP rank: Megatron-Core
+            ``MoELayer.__init__`` builds them ``parallel_mode="duplicated"``, moe_layer.py at NVIDIA/Megatron-LM
+            00119989): listed with ``T / sp`` rows.
         ssd_scan: The layer's attention FLOPs are a Mamba-2 SSD scan
             (:attr:`LayerWork.ssd_scan <hp_core.costs.LayerWork.ssd_scan>`).
     """
@@ -275,11 +284,9 @@ def decoder_work(x: LayerContext, gemm_shapes: tuple[tuple[int, int], ...], hidd
     collectives += tp_collectives(x, blocks, T * h * act)
     if attention is not None:
         collectives += attention_collectives(x, kv_bytes, qkvo_bytes)
-    shard = set(experts.shard_shapes) if experts is not None else set()
-
-    def _rows(fan_out: int, fan_in: int) -> int:  # a linear's rows: the SP-gathered micro-batch, or the rank's shard
-        return T // x.sp_degree if (fan_out, fan_in) in shard else T
-
+    # Every listed linear runs over the micro-batch's tokens (SP-gathered under TP), but those over the rank's shard.
+    shard = frozenset(shard_linears)
+    listed = [(T // x.sp_degree if i in shard else T, fan_out, fan_in) for i, (fan_out, fan_in) in enumerate(gemm_shapes)]
     grouped = rows = permute = permute_input = router = 0.0
     copy_backward = copy
     gemms: list[tuple[int, int, int]] = []
@@ -315,12 +322,11 @@ def decoder_work(x: LayerContext, gemm_shapes: tuple[tuple[int, int], ...], hidd
             # linears over the micro-batch's tokens as listed below, the grouped GEMMs, the router's kernels and
             # the permutation; its TP collectives (shared experts under TP) are not re-issued here, as the dense
             # MLP's under Megatron-Core's mlp module are not (docs/runtimes.md).
-            # block_shapes holds no routed expert's linear (a shared expert as wide as a routed one, at tp = etp,
+            # block_linears names no routed expert's linear (a shared expert as wide as a routed one, at tp = etp,
             # has the same shapes and is listed).
-            block = gemms[:1] + [(_rows(fan_out, fan_in), fan_out, fan_in) for fan_out, fan_in in experts.block_shapes]
+            block = gemms[:1] + [listed[i] for i in experts.block_linears]
             reruns += ((experts.rerun_switch, Rerun(gemms=tuple(block), grouped_flops=grouped, permutation=True)),)
-    # Every other linear runs over the micro-batch's tokens (SP-gathered under TP), but those over the rank's shard.
-    gemms += [(_rows(fan_out, fan_in), fan_out, fan_in) for fan_out, fan_in in gemm_shapes]
+    gemms += listed
     return LayerWork(
         collectives=tuple(collectives), gemms=tuple(gemms), grouped_flops=grouped, expert_rows=rows,
         expert_gemms=expert_gemms, attention_calls=1 if attention is not None else 0, wide_qk_attention=wide, ssd_scan=ssd_scan,
@@ -329,7 +335,7 @@ def decoder_work(x: LayerContext, gemm_shapes: tuple[tuple[int, int], ...], hidd
         backward_copy_bytes=copy_backward if copy_backward != copy else None, permute_bytes=permute, permute_input_bytes=permute_input,
         router_elements=router, boundary_bytes=T * h * act, reruns=reruns,
         high_precision_gemms=gemms[:1] if experts is not None and experts.learned_gate else (),
-        original_input_gemms=tuple((T, fan_out, fan_in) for fan_out, fan_in in original_input_shapes),
+        original_input_gemms=tuple(listed[i] for i in original_input_linears),
         attention_core_switches=ATTENTION_CORE_SWITCHES if attention is not None else frozenset(),
         routed_experts=experts.experts if experts is not None else 0, alternate_matmul_flops=alternate_matmul_flops,
         eager_accesses_per_flop=eager_accesses_per_flop, rotary_flops=rotary_flops, rotary_eager_bytes=rotary_eager_bytes,

@@ -10,6 +10,8 @@ the layer's own GEMMs are.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import attrs
 
 from hp_core.costs import LayerWork
@@ -107,15 +109,24 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
         raise ConfigError("$.precision.module_formats", f"module formats {missing} have no rates on this device "
                           "(the run's recipe was not resolved with them: hp_core.engine.precision.resolve_recipe)")
     own = [(m, rates[m.format]) for m in work.modules if m.format]
-    moved = tuple(g for m, _ in own for g in m.gemms if g not in work.high_precision_gemms)
+    # Each module GEMM joins the kept list while the layer lists an instance of it not kept there already (a multiset:
+    # another linear of its shape may be kept, a gate projection as wide as a bf16 linear_proj).
+    quantized = Counter(work.gemms) - Counter(work.high_precision_gemms)
+    moved = []
+    for gemm in (g for m, _ in own for g in m.gemms):
+        if quantized[gemm] > 0:
+            quantized[gemm] -= 1
+            moved.append(gemm)
     fwd, bwd, q_fwd, q_bwd = _recipe_seconds(dense, grouped, attrs.evolve(
-        work, high_precision_gemms=work.high_precision_gemms + moved), r, mm_fwd, mm_bwd)
+        work, high_precision_gemms=work.high_precision_gemms + tuple(moved)), r, mm_fwd, mm_bwd)
     for module, figures in own:
         gemms = tuple(module.gemms)
         f, b, _ = _matmul_seconds(_flops(gemms), 0.0, attrs.evolve(work, gemms=gemms, expert_gemms=()), r)
         fwd -= f - f / figures["gemm_speedup"]
         bwd -= b - b / figures["gemm_speedup_backward"]
-        originals = _common(gemms, tuple(work.original_input_gemms))
+        # Its own GEMMs whose input is kept in the compute dtype (no other linear's of their shape), as the layer
+        # still lists them (a recipe that cannot re-quantize leaves none).
+        originals = _common(tuple(module.original_input_gemms), tuple(work.original_input_gemms))
         inputs = sum(rows * inp for rows, _, inp in gemms) - sum(rows * inp for rows, _, inp in originals)
         kept = sum(rows * inp for rows, _, inp in originals)
         grads = sum(rows * out for rows, out, _ in gemms)

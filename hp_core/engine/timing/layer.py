@@ -307,8 +307,8 @@ def _block_forward(switch: str, rerun: Rerun, work: LayerWork, r: _Rates, permut
                          original_input_gemms=_common(work.original_input_gemms, rerun.gemms),
                          # A module in a format of its own counts only with its GEMMs the block re-runs (an attention
                          # module's are not an MoE block's): gemm_seconds._low_precision_seconds reprices each.
-                         modules=tuple(attrs.evolve(m, gemms=gemms) for m in work.modules
-                                       if (gemms := _common(m.gemms, rerun.gemms))))
+                         modules=tuple(attrs.evolve(m, gemms=gemms, original_input_gemms=_common(m.original_input_gemms, gemms))
+                                       for m in work.modules if (gemms := _common(m.gemms, rerun.gemms))))
     fwd, bwd, _ = _matmul_seconds(dense, grouped, block, r)
     quant = 0.0
     if r.low_precision:
