@@ -10,7 +10,9 @@ the memory rows: measured and estimated peak GiB and the error; then torchao's L
 the table's bf16 row; then the PyTorch / Nebius DeepSeek-V3 671B rows, ``torchtitan_dsv3_rows``: torchtitan on 256 B200s,
 bf16 with the standard all-to-all, bf16 with DeepEP and torchao's MXFP8 grouped GEMMs with DeepEP, each against the bf16
 standard-EP row; then DeepSeek-V3 671B on 64 GB300s, ``torchtitan_gb300_rows``: the bf16 control of torchtitan's NVFP4
-page, step time and peak reserved memory). The step-time runs are priced
+page, step time and peak reserved memory; then Llama 3 8B on 4 GB200s, ``torchtitan_gb200_rows``: the BF16 and MXFP8
+arms of the same page's Llama 3 8B runs, step time and peak reserved memory, the MXFP8 row against the BF16 one). The
+step-time runs are priced
 with the ``megatron`` runtime, the memory rows with the torchtitan importer (``fsdp2`` runtime),
 each under the recipe its row names; then llm-foundry's MPT FP8 rows (``fsdp_rows``: Composer FSDP,
 Transformer Engine delayed scaling), priced with the ``fsdp2`` runtime as docs/time.md prices the
@@ -36,7 +38,8 @@ model TFLOP/s per GPU NeMo's FLOPs count turns into a step time), priced as the 
 dense rows of NeMo 2.0's 25.02, 25.04 and 25.07 summaries (B200, H100, GB200), with the defaults and as run, all held
 out (benchmarks/fp8_nemo.py); last, NVIDIA's DGX Cloud benchmarking rows (``dgxc_rows``: Llama 3.1, GPT-3 175B, Nemotron-4 and
 NeMo's Grok-1 on H100 under NeMo 24.05 to 25.04.01; Llama 3.1 405B and Grok-1 on GB200), priced by benchmarks/fp8_dgxc.py.
-The memory, torchao Llama4, torchtitan and torchtitan DeepSeek-V3 (B200 and GB300) rows are priced in
+The memory, torchao Llama4, torchtitan, torchtitan DeepSeek-V3 (B200 and GB300) and torchtitan Llama 3 8B GB200 rows are
+priced in
 benchmarks/fp8_torchtitan.py.
 """
 
@@ -64,6 +67,8 @@ from fp8_torchtitan import (  # noqa: E402,F401
     _substituted,
     _torchao_moe_priced,
     _torchtitan_dsv3_priced,
+    _torchtitan_gb200_priced,
+    _torchtitan_peak_gib,
     memory_results,
     memory_section,
     price_torchtitan,
@@ -74,6 +79,8 @@ from fp8_torchtitan import (  # noqa: E402,F401
     torchtitan_dsv3_section,
     torchtitan_gb300_results,
     torchtitan_gb300_section,
+    torchtitan_gb200_results,
+    torchtitan_gb200_section,
     torchtitan_results,
     torchtitan_section,
 )
@@ -461,6 +468,8 @@ def main() -> None:
     print(torchtitan_dsv3_section(torchtitan_dsv3_results()), end="")
     print()
     print(torchtitan_gb300_section(torchtitan_gb300_results()), end="")
+    print()
+    print(torchtitan_gb200_section(torchtitan_gb200_results()), end="")
     print()
     print(fsdp_section(fsdp_results()), end="")
     print()

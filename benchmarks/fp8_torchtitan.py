@@ -3,7 +3,9 @@
 Llama 3 8B peak memory under torchao's float8 and MX converters, priced through the torchtitan importer), torchao's Llama4
 MXFP8 rows (``torchao_moe_rows``), the torchtitan / torchao Float8 step-time rows (``torchtitan_rows``) and the PyTorch /
 Nebius DeepSeek-V3 671B rows on 256 B200s (``torchtitan_dsv3_rows``: bf16, DeepEP, MXFP8 grouped GEMMs) and DeepSeek-V3
-671B on 64 GB300s (``torchtitan_gb300_rows``: the bf16 control of torchtitan's NVFP4 page, step time and memory), each
+671B on 64 GB300s (``torchtitan_gb300_rows``: the bf16 control of torchtitan's NVFP4 page, step time and memory) and
+Llama 3 8B on 4 GB200s (``torchtitan_gb200_rows``: the BF16 and MXFP8 arms of that page's Llama runs, step time and
+memory), each
 built as tests/plugins/scale_cases.py builds those pages' bf16 rows. Nothing is fitted to them (docs/precision.md)."""
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ def _scale_cases():
 # c22d1a8, April 2024, until 83e6941, 2025-07-28: runtime option reshard_last_layer_after_forward false): torchtitan
 # 9dec370 (torchtitan-202412), the January 2025 build of 7a04053 and torchtitan 0.0.2 (the version torchtitan's
 # assets/version.txt states from December 2024 to June 2025; torchao's H100 rows). torchao's MI300x and B200 rows ran
-# 2c8b594 and 6fc499f, both after 83e6941.
-_KEEPS_LAST_LAYER = ("tt2412-", "tt-h100-", "ao-h100-")
+# 2c8b594 and 6fc499f, both after 83e6941. torchao's pretraining tutorial's rows (ao-tut-*) link torchtitan 775a486
+# (2025-06-03), before 83e6941 too.
+_KEEPS_LAST_LAYER = ("tt2412-", "tt-h100-", "ao-h100-", "ao-tut-")
 
 
 def _torchtitan_peak_gib(row: dict, recipe: str, registry) -> float:
@@ -60,6 +63,13 @@ def _torchtitan_peak_gib(row: dict, recipe: str, registry) -> float:
     imported = import_torchtitan(data, registry, devices=row["gpus"])
     if row["id"].startswith(_KEEPS_LAST_LAYER):
         imported.document["runtime"].setdefault("options", {})["reshard_last_layer_after_forward"] = False
+    if recipe == row["recipe"] and row.get("gathers_as_run"):
+        # The run gathered its FSDP parameters otherwise than hp's recipe says (torchao's tutorial's tensorwise run with
+        # the toml's enable_fsdp_float8_all_gather false: bf16 gathers): the recipe with the row's gathers_as_run fields,
+        # a variant made here as price_torchtitan makes it, not an hp recipe.
+        variant = attrs.evolve(registry.precision_recipe(recipe), name=f"{recipe}-gathers-as-run", **row["gathers_as_run"])
+        registry = attrs.evolve(registry, precision_recipes=registry.precision_recipes + (variant,))
+        imported.document["precision"]["recipe"] = recipe = variant.name
     job = resolve_job(structure(imported.document, ConfigFile, registry), registry)
     assert job.precision.recipe == recipe, (row["id"], job.precision.recipe)
     return max(stage.reserved_bytes for stage in estimate_job(job, registry).stages) / 2**30
@@ -82,7 +92,8 @@ def memory_results(registry=None) -> list[dict]:
             estimated = base["memory_gib"] * effect
         else:
             effect, estimated = None, hp
-        found.append({"id": row["id"], "split": row["split"], "recipe": row["recipe"], "check": row["check"],
+        recipe = row["recipe"] + (", gathers as run" if row.get("gathers_as_run") else "")
+        found.append({"id": row["id"], "split": row["split"], "recipe": recipe, "check": row["check"],
                       "measured_gib": row["memory_gib"], "estimated_gib": estimated, "effect": effect,
                       "not_priced": bool(row.get("not_priced")),
                       "error": (estimated - row["memory_gib"]) / row["memory_gib"]})
@@ -367,4 +378,57 @@ def torchtitan_gb300_section(found: list[dict]) -> str:
     lines.append(f"Held out: {len(found)} row{'s' if len(found) != 1 else ''}, step time "
                  + ", ".join(f"{r['error']:+.1%}" for r in found) + ", memory "
                  + ", ".join(f"{r['memory_error']:+.1%}" for r in found) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def _torchtitan_gb200_priced(row: dict, registry, recipe: str):
+    """hp's step time and the reserved bytes of the stage with the most, of a ``torchtitan_gb200_rows`` row under
+    *recipe*: built as ``scale_cases`` builds torchtitan's rows, with the row's ``substitutions`` (:func:`_substituted`)."""
+    sc = _scale_cases()
+    priced = _substituted(row)
+    kwargs = _torchtitan_moe_kwargs(priced, registry, recipe)
+    model, layout = sc.model(priced, registry), sc.layout(priced)
+    stages = api.estimate(model, layout, **kwargs).stages
+    return api.step_time(model, layout, **kwargs), max(stage.reserved_bytes for stage in stages)
+
+
+def torchtitan_gb200_results(registry=None) -> list[dict]:
+    """Each ``torchtitan_gb200_rows`` row priced (Llama 3 8B on 4 GB200s, torchtitan's NVFP4 page's BF16 and MXFP8
+    arms): measured and hp step time and the error; the speedup over the bf16 row, measured and hp's; the max
+    reserved memory, the bf16 row's absolute (hp's ``reserved_bytes``), the MXFP8 row's through the recipe's effect
+    (hp's MXFP8 reserved over its bf16 reserved of the same layout, times the measured bf16 row), as
+    :func:`torchao_moe_results` checks torchao's Llama4 rows."""
+    sc = _scale_cases()
+    registry = registry or api.build_registry()
+    rows = json.loads(DATA.read_text(encoding="utf-8"))["torchtitan_gb200_rows"]
+    by_id = {row["id"]: row for row in rows}
+    found = []
+    for row in rows:
+        step, reserved = _torchtitan_gb200_priced(row, registry, row["recipe"])
+        base = by_id.get(row.get("baseline"), row)
+        base_step, base_reserved = _torchtitan_gb200_priced(base, registry, "bf16")
+        measured, base_measured = sc.measured_seconds(row), sc.measured_seconds(base)
+        measured_gib = row["measured"]["memory_gib"]
+        effect = reserved / base_reserved
+        estimated_gib = reserved / 2**30 if row["check"] == "baseline" else base["measured"]["memory_gib"] * effect
+        found.append({"id": row["id"], "recipe": row["recipe"], "check": row["check"], "measured_seconds": measured,
+                      "estimated_seconds": step.step_seconds, "error": step.step_seconds / measured - 1, "mfu": step.mfu,
+                      "measured_speedup": base_measured / measured, "estimated_speedup": base_step.step_seconds / step.step_seconds,
+                      "measured_gib": measured_gib, "estimated_gib": estimated_gib, "effect": effect,
+                      "memory_error": estimated_gib / measured_gib - 1})
+    return found
+
+
+def torchtitan_gb200_section(found: list[dict]) -> str:
+    """The Llama 3 8B on 4 GB200s table docs/precision.md shows (tests/plugins/test_fp8_runs_tt_gb200.py checks it is
+    current)."""
+    lines = ["| run | recipe | measured s | hp s | error | hp MFU | measured speedup | hp speedup | memory check "
+             "| measured GiB | hp GiB | hp MX / bf16 | error |", "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+    for r in found:
+        lines.append(f"| `{r['id']}` | {r['recipe']} | {r['measured_seconds']:.3f} | {r['estimated_seconds']:.3f} | {r['error']:+.1%} "
+                     f"| {r['mfu']:.1%} | {r['measured_speedup']:.3f} | {r['estimated_speedup']:.3f} | {r['check']} "
+                     f"| {r['measured_gib']:.2f} | {r['estimated_gib']:.2f} | {r['effect']:.4f} | {r['memory_error']:+.1%} |")
+    lines.append("")
+    lines.append(f"Held out: {len(found)} rows, step time " + ", ".join(f"{r['error']:+.1%}" for r in found)
+                 + "; memory " + ", ".join(f"{r['memory_error']:+.1%}" for r in found) + ".")
     return "\n".join(lines) + "\n"

@@ -195,12 +195,82 @@ def test_precision_page_memory_prose_states_the_table_s_figures():
     tensorwise = [r for r in found.values() if r["recipe"] == "torchao-float8-tensorwise"]
     assert len(tensorwise) == 6
     assert f"within {max(abs(r['error']) for r in tensorwise):.1%} on all six rows" in prose
-    rowwise = [r for k, r in found.items() if k.startswith("ao-") and r["recipe"] == "torchao-float8-rowwise"]
+    rowwise = [r for k, r in found.items() if k.startswith("ao-") and not k.startswith("ao-tut-")
+               and r["recipe"] == "torchao-float8-rowwise"]
+    assert len(rowwise) == 3
     assert f"within {max(abs(r['error']) for r in rowwise):.1%} on torchao's three rows" in prose
     assert f"misses it by {found['tt-h100-llama3-8b-rowwise']['error']:.1%}" in prose
     # The eager bf16 rows are max reserved GiB; hp prices allocated bytes, so both sit below (docs/precision.md).
     eight, many = found["tt2412-8b-8gpu-bf16"]["error"], found["tt2412-8b-128gpu-bf16"]["error"]
     assert f"bf16, 8 and 128 GPUs ({eight:.1%}, {many:.1%})" in prose
+
+
+def test_torchao_tutorial_memory_rows_state_their_logs_and_the_page_states_their_figures(registry):
+    """torchao's float8 pretraining tutorial (ao-tut-*): three compiled torchtitan runs of llama3_8b.toml at 775a486 on 8
+    GPUs (batch 1, seq 8192, per-op SAC), written before they were priced, held out. Each row is its last logged line as
+    printed; the device is 95.0 GiB (30.89 GiB at 32.51%). hp moves neither FP8 row (rowwise keeps the bf16 input; the
+    tensorwise run gathered bf16, as the toml's enable_fsdp_float8_all_gather false leaves it: gathers_as_run), so each
+    estimate is the measured bf16 row's 30.89 GiB: rowwise 30.89 / 30.99 - 1 = -0.32%, tensorwise 30.89 / 30.91 - 1 =
+    -0.06%. hp's recipe itself (a float8 all-gather) would price the tensorwise row at 0.9877 of bf16."""
+    data = _data()
+    rows = {row["id"]: row for row in data["memory_rows"] if row["id"].startswith("ao-tut-")}
+    assert set(rows) == {"ao-tut-h100-llama3-8b-bf16", "ao-tut-h100-llama3-8b-rowwise", "ao-tut-h100-llama3-8b-tensorwise"}
+    printed = {"bf16": ("30.89GiB(32.51%)", 6291, "step: 40"), "rowwise": ("30.99GiB(32.62%)", 7014, "step: 30"),
+               "tensorwise": ("30.91GiB(32.53%)", 7637, "step: 40")}
+    for name, (memory, tps, step) in printed.items():
+        row = rows[f"ao-tut-h100-llama3-8b-{name}"]
+        assert row["source"] == "torchao-pretraining-tutorial" and row["split"] == "held_out"
+        assert (row["gpus"], row["local_batch_size"], row["compile"]) == (8, 1, True)
+        assert f"memory: {memory}" in row["row"] and f"tps: {tps:,}" in row["row"] and step in row["row"]
+        assert row["memory_gib"] == float(memory.split("GiB")[0]) and row["tokens_per_second_per_gpu"] == tps
+    assert round(30.89 / 0.3251, 1) == 95.0  # the device's capacity from the log's percentage: the 96 GB H100
+    assert rows["ao-tut-h100-llama3-8b-bf16"]["check"] == "baseline"
+    assert rows["ao-tut-h100-llama3-8b-tensorwise"]["gathers_as_run"] == {"param_gather": "none"}
+    assert "gathers_as_run" not in rows["ao-tut-h100-llama3-8b-rowwise"]
+    assert "775a486edd173ceb9be1c9b1b30af6ca2d4b4fa0" in data["sources"]["torchao-pretraining-tutorial"]
+    found = {r["id"]: r for r in _module().memory_results(registry)}
+    rowwise, tensorwise = found["ao-tut-h100-llama3-8b-rowwise"], found["ao-tut-h100-llama3-8b-tensorwise"]
+    assert rowwise["effect"] == 1.0 and tensorwise["effect"] == 1.0
+    assert rowwise["estimated_gib"] == tensorwise["estimated_gib"] == 30.89
+    assert rowwise["error"] == pytest.approx(30.89 / 30.99 - 1, rel=1e-12) and round(rowwise["error"], 4) == -0.0032
+    assert tensorwise["error"] == pytest.approx(30.89 / 30.91 - 1, rel=1e-12) and round(tensorwise["error"], 4) == -0.0006
+    assert tensorwise["recipe"] == "torchao-float8-tensorwise, gathers as run"
+    runs = _module()
+    plain = {k: v for k, v in rows["ao-tut-h100-llama3-8b-tensorwise"].items() if k != "gathers_as_run"}
+    bf16 = runs._torchtitan_peak_gib(plain, "bf16", registry)
+    effect = runs._torchtitan_peak_gib(plain, "torchao-float8-tensorwise", registry) / bf16
+    prose = _prose(_page())
+    assert (f"rowwise {rowwise['error']:.1%}, tensorwise {tensorwise['error']:.1%} (measured +0.10 and +0.02 GiB over the "
+            "compiled bf16 run, hp 1.0000 on both)") in prose
+    assert f"would price it at {effect:.4f} of bf16, {30.89 * effect / 30.91 - 1:.1%}" in prose
+    assert f"30.89 GiB, where hp's eager figure of the layout is {bf16:.2f} GiB" in prose
+    # With the loss compiled (loss_implementation compiled) and the model's elementwise chains fused, as
+    # --training.compile runs them at 775a486: hp's figure of the same layout.
+    from hp_core.io.convert import ConfigFile, structure
+    from hp_core.io.job import estimate_job, resolve_job
+    from hp_plugins.importers.torchtitan import import_torchtitan
+
+    doc = import_torchtitan({"model": {"name": "llama3", "flavor": "8B"}, "optimizer": {"name": "AdamW"},
+                             "training": {"local_batch_size": 1, "seq_len": 8192},
+                             "parallelism": {"data_parallel_shard_degree": -1},
+                             "activation_checkpoint": {"mode": "selective", "selective_ac_option": "op"}},
+                            registry, devices=8).document
+    doc["runtime"].setdefault("options", {}).update(reshard_last_layer_after_forward=False, loss_implementation="compiled",
+                                                    elementwise_kernels="fused")
+    job = resolve_job(structure(doc, ConfigFile, registry), registry)
+    compiled = max(stage.reserved_bytes for stage in estimate_job(job, registry).stages) / 2**30
+    assert f"({compiled:.2f} with the loss compiled" in prose
+    assert any("ao-tut-*" in e["row"] and "95.0 GiB" in e["why"] for e in data["torchtitan_rows_left_out"])
+
+
+def test_memory_sources_read_and_not_used_say_why():
+    skipped = _data()["memory_sources_skipped"]
+    assert len(skipped) == 3 and all(s["source"] and s["why"] for s in skipped)
+    nocompile, ep_tutorial, issue = skipped
+    assert "float8nocompile" in nocompile["source"] and "4 H100s" in nocompile["why"] and "no hp recipe" in nocompile["why"]
+    # 48.91 GiB at 51.52% is a 94.9 GiB device: an H100's capacity, not a B200's.
+    assert "48.91GiB(51.52%)" in ep_tutorial["source"] and round(48.91 / 0.5152, 1) == 94.9 and "94.9 GiB" in ep_tutorial["why"]
+    assert "#4101" in issue["source"] and "no layout" in issue["why"]
 
 
 def test_torchao_mxfp8_memory_rows_move_nothing_and_the_page_states_them():
@@ -676,7 +746,7 @@ def test_torchtitan_rows_state_their_provenance_device_and_baseline(registry):
     device = sc.hardware(data["torchtitan_rows"][0], registry)
     assert device.peak_flops["bf16"] == 835.5e12 and device.peak_flops["fp8"] == pytest.approx(1978.9e12 * 835.5 / 989.4)
     # Left out, each with its reason; the rowwise reason is hp's own refusal.
-    assert len(data["torchtitan_rows_left_out"]) == 5 and all(r["why"] for r in data["torchtitan_rows_left_out"])
+    assert len(data["torchtitan_rows_left_out"]) == 6 and all(r["why"] for r in data["torchtitan_rows_left_out"])
     rowwise = dict(data["torchtitan_rows"][0], id="rowwise", recipe="torchao-float8-rowwise")
     with pytest.raises(ConfigError, match="no measured fp8_rowwise GEMM speedup"):
         runs.price_torchtitan(rowwise, registry)
