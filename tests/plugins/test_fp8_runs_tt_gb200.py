@@ -37,7 +37,12 @@ def test_the_rows_state_the_page_s_figures_and_the_commit_s_layout():
         assert (lay["micro_batch_size"], lay["seq_len"], lay["global_batch_size"]) == (32, 2048, 32 * 4)
         assert row["recompute"] == "op_sac" and row["model"]["preset"] == "llama3-8b"
         assert row["options"] == {"norm_implementation": "fused", "elementwise_kernels": "fused",
-                                  "loss_implementation": "chunked", "attention_kernel": "flex"}
+                                  "loss_implementation": "chunked", "attention_kernel": "flex",
+                                  "optimizer_implementation": "fused"}  # the harness log: AdamW {'fused': True}
+        # The harness's raw log of the run: its step-760 line carries the page's figures.
+        assert row["run_log"]["source"] == "rdspring1-nvfp4-harness-llama3"
+        assert f"memory: {gib}GiB" in row["run_log"]["line"] and f"tps: {tps:,}" in row["run_log"]["line"]
+        assert "step: 760" in row["run_log"]["line"]
         assert row["substitutions"]["attention_kernel"]["ran"] == "flex"
         assert row["substitutions"]["attention_kernel"]["priced"] == "sdpa"
         # The fused wqkv under the per-op policy: the input, wqkv's q, k, v, w1, w2 and the attention's output and fp32
@@ -48,6 +53,15 @@ def test_the_rows_state_the_page_s_figures_and_the_commit_s_layout():
         assert (fused - separate) * 32 * 2048 * 32 == 4 * 2**30
         assert any("65,664" in n and "63,616" in n and "4.00 GiB" in n for n in row["not_priced"])
     assert rows[MXFP8]["baseline"] == BF16 and rows[MXFP8]["check"] == "recipe_effect"
+    # The MXFP8 run met the device: 1,517 allocator retries by step 760, most a request for one loss chunk's fp32
+    # logits, 8,192 tokens (65,536 / 8 chunks) x 128,256 x 4 bytes; the BF16 run logged none.
+    assert (rows[BF16]["run_log"]["retries"], rows[MXFP8]["run_log"]["retries"]) == (0, 1517)
+    assert "1517 CUDA memory allocation retries." in rows[MXFP8]["run_log"]["line"]
+    assert 65_536 // 8 * 128_256 * 4 == 4_202_692_608 and "4,202,692,608" in rows[MXFP8]["capacity_bound"]
+    assert "capacity_bound" not in rows[BF16]
+    harness = _data()["sources"]["rdspring1-nvfp4-harness-llama3"]
+    assert "--config llama3_8b --parallelism" in harness and "--compile.components model" in harness
+    assert "08657eff8c80bb75fd2c907b9a920add045fde0e" in harness and "3038e2d992d2e3ee7e72287a069851ae738f05f0" in harness
     assert rows[BF16]["check"] == "baseline" and rows[BF16]["memory_check"].startswith("absolute")
     assert any("lm_head" in n for n in rows[MXFP8]["not_priced"])
 
@@ -82,6 +96,7 @@ def test_step_time_is_torchtitan_s_tps_and_memory_is_checked_as_torchao_s_llama4
     assert found[BF16]["estimated_gib"] == pytest.approx(stage.reserved_bytes / 2**30, rel=1e-12)
     assert found[MXFP8]["effect"] == 1.0 and found[MXFP8]["estimated_gib"] == 174.49
     assert round(found[MXFP8]["memory_error"], 4) == round(174.49 / 179.94 - 1, 4) == -0.0303
+    assert found[MXFP8]["capacity_bound"] and not found[BF16]["capacity_bound"]
     # FlexAttention is refused on the gb200 preset: the reason the rows carry a substitution.
     with pytest.raises(ConfigError, match="attention_kernel=flex"):
         runs._torchtitan_gb200_priced(dict(bf16_row, substitutions={}), registry, "bf16")
@@ -99,8 +114,10 @@ def test_the_page_table_is_current_and_its_prose_states_its_figures():
     assert f"**BF16: step {bf16['error']:+.1%}, memory {bf16['memory_error']:+.1%}.**" in prose
     assert f"1,057.59 TFLOP/s a GPU by torchtitan's count, {1057.59 / 2500:.1%} of the preset's 2,500" in prose
     assert f"with it hp would read about {(bf16['estimated_gib'] + 4.0) / 174.49 - 1:+.1%}" in prose
-    assert (f"**MXFP8: step {mx['error']:+.1%}, memory {mx['memory_error']:+.1%} ({mx['memory_error']:+.2%}, just "
-            "outside 3%).**") in prose
+    assert f"**MXFP8: step {mx['error']:+.1%}; memory bound by the device.**" in prose
+    assert "1,517 CUDA memory allocation retries by step 760" in prose
+    assert f"hp's {mx['estimated_gib']:.2f} GiB (1.0000 of bf16" in prose
+    assert f"is at least {abs(mx['memory_error']):.1%} low" in prose
     assert (f"hp prices MXFP8 {mx['estimated_speedup']:.3f} times faster than BF16 where the runs measured "
             f"{mx['measured_speedup']:.3f}") in prose
-    assert f"The measured MXFP8 peak is {179.94 - 174.49:.2f} GiB over BF16's, at 97.6% of the device" in prose
+    assert f"So {179.94:.2f} GiB (97.6% of the device)" in prose
