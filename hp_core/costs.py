@@ -455,6 +455,11 @@ class LayerCost:
         assumed: Selective settings it prices from the switches' terms where the trainer runs a policy whose kept
             bytes it does not state, each ``(recomputed switches, why)``; unless :attr:`measured` states the setting,
             an estimate under it says so (provenance ``recompute_assumptions``) rather than fall back silently.
+        inner_kinds: Of a layer placed first or last that runs body layers inside itself (the MTP module's
+            transformer layers), their kinds: under a runtime whose one recompute configuration reaches those layers
+            too (:attr:`Runtime.inner_recompute <hp_core.types.Runtime.inner_recompute>`), it recomputes what the
+            run's body layers of these kinds recompute (:func:`~hp_core.engine.inner_layers.placed_recompute`);
+            empty: it recomputes nothing.
     """
 
     params: tuple[ParamCount, ...]
@@ -470,6 +475,7 @@ class LayerCost:
     forward_working_bytes: int = attrs.field(default=0, validator=_non_negative_int)
     weight_gradient_bytes: int | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_int))
     assumed: tuple[tuple[frozenset[str], str], ...] = ()
+    inner_kinds: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
 
     @property
     def kept_bytes(self) -> int:

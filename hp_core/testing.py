@@ -221,8 +221,11 @@ class _Contract:
             cost = self.evaluate(config, layout, where)
             if cost is None:
                 continue
+            # A composite kind (the MTP module) keeps its inner layers' terms under their kinds' switches.
+            declared = set(self.kind.switches).union(
+                *(self.registry.layer_kind(name).switches for name in cost.inner_kinds))
             for term in cost.activations:
-                self.check(term.switch is None or term.switch in self.kind.switches, where,
+                self.check(term.switch is None or term.switch in declared, where,
                            f"term {term.op} names switch {term.switch!r}, which the kind does not declare")
             fields = {
                 "input_bytes": cost.input_bytes,

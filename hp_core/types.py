@@ -279,6 +279,11 @@ class Runtime:
             ``(field path, why and what to do)``, and a recipe running FP8
             attention is refused with it (:func:`hp_core.engine.precision.check_fp8_attention`).
             ``None``: the kernel can (Transformer Engine's cuDNN fused attention).
+        inner_recompute: Whether its one recompute configuration also reaches the body layers a layer placed first
+            or last runs inside itself (:attr:`LayerCost.inner_kinds <hp_core.costs.LayerCost.inner_kinds>`: the MTP
+            module's): such a layer then recomputes what the run's body layers of those kinds recompute
+            (Megatron-Core: one ``TransformerConfig`` for the model, which the MTP's inner layers are built with);
+            ``False``: a placed layer recomputes nothing.
         compute_dtype_kinds: Per GEMM dtype of a recipe (``"fp4"``), the layer kinds the trainer runs
             wholly in the compute dtype under it (Megatron-Core: the MTP module under FP4), priced as
             :func:`hp_core.engine.precision.in_compute_dtype` prices a layer kept in bf16.
@@ -310,6 +315,7 @@ class Runtime:
     pipeline_reshard_after_forward: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     fp8_attention_refusal: tuple[str, str] | None = attrs.field(default=None, converter=attrs.converters.optional(tuple))
     compute_dtype_kinds: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
+    inner_recompute: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     overhead_by_architecture: Mapping[str, tuple[int, int]] = attrs.field(factory=dict)
 
     @overhead_by_architecture.validator

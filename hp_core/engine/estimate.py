@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from hp_core.distributions import planner_version
 from hp_core.engine import census as census_lib
+from hp_core.engine.inner_layers import placed_recompute
 from hp_core.engine.prepare import PreparedRun, evaluate_groups, layer_context, model_kinds, with_sublayers
 from hp_core.engine.precision import compute_dtype_kinds, on_device
 from hp_core.engine.stage import PlacedLayer, plan_stage
@@ -85,8 +86,13 @@ def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardw
     kinds, costs, parallel = run.kinds, run.costs, run.parallel
 
     def placed(where: str) -> list[PlacedLayer]:
-        return [PlacedLayer.make(kinds[i].name, costs[i], False, frozenset(), "none", placement=where)
-                for i in run.placed_groups(where)]
+        # A placed layer recomputes nothing, unless the runtime's recompute reaches its inner layers (the MTP's).
+        made = {}
+        for i in set(run.placed_groups(where)):
+            switches = placed_recompute(run, i, settings)
+            made[i] = PlacedLayer.make(kinds[i].name, costs[i], False, switches,
+                                       "+".join(sorted(switches)) or "none", placement=where)
+        return [made[i] for i in run.placed_groups(where)]
 
     chunk_layers = [body[lo:hi] for lo, hi in run.chunk_bounds]
     chunk_layers[0] = placed("first") + chunk_layers[0]

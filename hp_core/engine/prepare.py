@@ -30,6 +30,7 @@ from hp_core.engine.precision import check_fp8_attention, compute_dtype_groups, 
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
 from hp_core.runtime_options import check_reduce_width
+from hp_core.engine.inner_layers import check_switches
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
 from hp_core.engine.layout_checks import check_pipeline_traits, split_layers, validate_layout
 from hp_core.engine.stage import StageInputs
@@ -105,9 +106,7 @@ def _evaluate(kind: LayerKind, config: object, context: LayerContext, path: str)
         raise PluginError(kind.name, f"evaluator raised {type(exc).__name__}: {describe(exc)}") from exc
     if not isinstance(cost, LayerCost):
         raise PluginError(kind.name, f"evaluator must return LayerCost, got {type(cost).__name__}")
-    stray = {t.switch for t in cost.activations if t.switch is not None} - set(kind.switches)
-    if stray:
-        raise PluginError(kind.name, f"activation terms name switches {sorted(stray)} the kind does not declare")
+    check_switches(kind, cost, getattr(context.sublayer, "registry", None))  # an MTP module's: its layers' too
     return cost
 
 

@@ -53,6 +53,20 @@ Under ``fp4`` Megatron-Core runs the module in bf16 ("currently ignoring FP4 in 
 layers", line 781), which the ``megatron`` runtime states (``Runtime.compute_dtype_kinds``):
 an NVFP4 recipe prices the module as a layer kept in bf16 there, as the body's elsewhere
 (docs/precision.md).
+
+Recompute: Megatron-Core's selective recompute modules act inside the module's layers as in the decoder's. The
+model's one ``TransformerConfig`` reaches the MTP layers (``models/gpt/gpt_model.py`` lines 245-246,
+``models/hybrid/hybrid_model.py`` 302-303, ``multi_token_prediction.py`` lines 1929-1936 and 1946-1955, then the
+inner ``TransformerLayer``, lines 1220-1228, or ``HybridStack``, lines 1203-1214, at NVIDIA/Megatron-LM@d98e8a6), and
+each module reads ``recompute_granularity`` / ``recompute_modules`` from it in its own ``__init__``
+(``transformer_layer.py`` lines 473-539, ``attention.py`` 392-395, ``multi_latent_attention.py`` 171-174,
+``moe/moe_layer.py`` 247-255, ``moe/experts.py`` 269-272); ``is_mtp_layer`` changes none of it. So the module keeps
+its layers' terms under their switches, with their re-runs, and names their kinds (``LayerCost.inner_kinds``): under
+a runtime stating ``Runtime.inner_recompute`` (``megatron``) it recomputes what the run's body layers of those kinds
+recompute (:func:`hp_core.engine.inner_layers.placed_recompute`); under any other it keeps everything. Megatron-Core's
+full recompute checkpoints the module's ``_proj_and_transformer_layer`` itself (``forward`` lines 1705-1720,
+``_checkpointed_forward`` lines 1492-1653: ``uniform`` with ``recompute_num_layers`` 1, ``block`` skipped with a
+warning), which hp does not price (docs/kinds.md, ``mtp``).
 """
 
 from __future__ import annotations
@@ -169,7 +183,8 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
     # application's.
     work = None if runs.work is None else attrs.evolve(runs.work, modules=tuple(
         attrs.evolve(m.renamed(prefix), params=m.params) for prefix in prefixes for m in once.work.modules))
-    return attrs.evolve(runs, params=once.params, weight_shapes=once.weight_shapes, work=work)
+    return attrs.evolve(runs, params=once.params, weight_shapes=once.weight_shapes, work=work,
+                        inner_kinds=once.inner_kinds)
 
 
 def _one_application(c: MTPConfig, x: LayerContext) -> LayerCost:
@@ -197,11 +212,12 @@ def _one_application(c: MTPConfig, x: LayerContext) -> LayerCost:
         ActivationTerm("head_norm_out", hidden),
         ActivationTerm("mtp_loss_softmax", T * shard * (act if "fused_cross_entropy" in x.traits else p.logits_bytes), None, True),
     )
-    # The layer's terms, renamed and without switches: the mtp kind (placed last) declares none. Every other field
-    # stays (linear inputs, the tensors its attention kernel keeps, the output projection's original input):
-    # Megatron-Core runs the module's layer in the run's FP8 context (multi_token_prediction.py at NVIDIA/Megatron-LM
-    # core_v0.16.0 lines 773-803; module docstring).
-    layer_terms = tuple(attrs.evolve(t, switch=None) for t in inner.activations)
+    # The layers' terms, renamed, each field kept: their switches, which a runtime whose recompute reaches the
+    # module's layers recomputes as its body layers of their kinds (inner_kinds below; module docstring,
+    # 'Recompute'), their reruns with them (inner.work); and the linear inputs, the tensors an attention kernel keeps,
+    # the output projection's original input: Megatron-Core runs the module's layer in the run's FP8 context
+    # (multi_token_prediction.py at NVIDIA/Megatron-LM core_v0.16.0 lines 773-803; module docstring).
+    layer_terms = inner.activations
     params = (
         param_count("mtp_norms", "dense", 3 * norm_params(c.norm, h), False),
         param_count("eh_proj", "dense", 2 * h * h, True, matrices=((1, h // x.tp, 2 * h),)),
@@ -242,6 +258,7 @@ def _one_application(c: MTPConfig, x: LayerContext) -> LayerCost:
             attention_flops=inner.forward.attention_flops,
             elementwise_flops=inner.forward.elementwise_flops,
         ),
+        inner_kinds=frozenset(group.kind for group in depth),
     )
 
 

@@ -423,6 +423,16 @@ def hp_runtimes():
         # enters get_fp8_context only where config.fp8, multi_token_prediction.py at NVIDIA/Megatron-LM core_v0.16.0
         # lines 773-803): its GEMMs at the bf16 rate, its inputs kept in bf16, no FP4 weight copy (docs/precision.md).
         compute_dtype_kinds={"fp4": frozenset({"mtp"})},
+        # Its recompute modules act inside the MTP module's layers too: GPTModel and HybridModel build the
+        # MultiTokenPredictionBlock with the model's one TransformerConfig (models/gpt/gpt_model.py lines 245-246,
+        # models/hybrid/hybrid_model.py 302-303 at NVIDIA/Megatron-LM@d98e8a6), which passes it to each
+        # MultiTokenPredictionLayer (transformer/multi_token_prediction.py lines 1929-1936, 1946-1955), which passes
+        # it to its TransformerLayer (lines 1220-1228) or HybridStack (lines 1203-1214); each module reads
+        # recompute_granularity / recompute_modules from it in its own __init__ (transformer_layer.py lines 473-539,
+        # attention.py 392-395, multi_latent_attention.py 171-174, moe/moe_layer.py 247-255, moe/experts.py
+        # 269-272), is_mtp_layer changing none of it: the mtp kind recomputes its layers' switches as the body
+        # layers of their kinds recompute them (hp_plugins/kinds/mtp.py, 'Recompute').
+        inner_recompute=True,
         # No reduce dtype of its own: start_grad_sync reduces the gradient buffer in place, in its grad_dtype
         # (_GradReduceDtype), so precision.reduce_bytes other than grad_bytes is refused (docs/precision.md).
         reduce_width_setting="the runtime option grad_reduce_in_fp32 (true: fp32, 4 bytes; false: the parameters' "

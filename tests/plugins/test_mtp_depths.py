@@ -80,7 +80,12 @@ def test_a_depth_of_two_layers_adds_its_layers(parallel):
     kept = {t.op: t.bytes for t in depth.activations}
     assert len(kept) == len(depth.activations)  # unique names
     assert sum(kept.values()) == module.kept_bytes + moe.kept_bytes
-    assert all(t.switch is None for t in depth.activations)
+    # The layers' switches kept with their terms (the module's own terms under none), and their kinds named: a
+    # runtime whose recompute reaches the module's layers recomputes them as its body layers of those kinds.
+    assert {t.op: t.switch for t in depth.activations if t.switch} == {
+        **{f"layers.0.{t.op}": t.switch for t in attention.activations if t.switch},
+        **{f"layers.1.{t.op}": t.switch for t in moe.activations if t.switch}}
+    assert depth.inner_kinds == {"attention", "moe_only"}
     assert depth.forward.matmul_flops == module.forward.matmul_flops + moe.forward.matmul_flops
     assert depth.forward.attention_flops == attention.forward.attention_flops
     assert depth.forward.elementwise_flops == attention.forward.elementwise_flops + moe.forward.elementwise_flops

@@ -40,6 +40,7 @@ import attrs
 
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.engine import census as census_lib
+from hp_core.engine.inner_layers import check_switches
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
 from hp_core.specs import LayerGroup, ModelSpec
@@ -179,7 +180,7 @@ class Memo:
 
     def _answer(self, kind: LayerKind, config: object, here: _InContext, entry: _Entry) -> LayerCost | ConfigError:
         if not entry.memoized:
-            return _checked(kind, _evaluation(kind, config, here.context))
+            return _checked(kind, _evaluation(kind, config, here.context), self.registry)
         context = here.context
         for variant in entry.variants:
             values = tuple([getattr(context, name) for name in variant.fields])
@@ -196,7 +197,7 @@ class Memo:
         if not entry.shared and entry.tried > _TRIES:
             entry.memoized = False
             entry.variants.clear()
-            return _checked(kind, _evaluation(kind, config, here.context))
+            return _checked(kind, _evaluation(kind, config, here.context), self.registry)
         return self._evaluate(kind, config, here, entry)
 
     def _nested_answers(self, groups: tuple[LayerGroup, ...], here: _InContext) -> tuple[int, ...] | None:
@@ -228,7 +229,7 @@ class Memo:
         reading = _Reading(**{name: getattr(context, name) for name in _FIELDS}, sublayer=sublayer)
         read: set[str] = set()
         object.__setattr__(reading, "_read", read)
-        answer = _checked(kind, _evaluation(kind, config, reading))
+        answer = _checked(kind, _evaluation(kind, config, reading), self.registry)
         if failed:
             return answer  # a nested group refused: answered in this context, not memoized
         fields = tuple(sorted(read))
@@ -263,8 +264,9 @@ def _evaluation(kind: LayerKind, config: object, context: LayerContext) -> Any:
         return exc
 
 
-def _checked(kind: LayerKind, answer: Any) -> LayerCost | ConfigError:
-    """*answer* as ``prepare`` accepts an evaluator's: a LayerCost naming only the kind's switches (or a ConfigError).
+def _checked(kind: LayerKind, answer: Any, registry: Registry) -> LayerCost | ConfigError:
+    """*answer* as ``prepare`` accepts an evaluator's: a LayerCost naming only the kind's switches, or its inner layers'
+    kinds' (:func:`~hp_core.engine.inner_layers.check_switches`), or a ConfigError.
 
     Raises:
         PluginError: Anything else.
@@ -273,9 +275,7 @@ def _checked(kind: LayerKind, answer: Any) -> LayerCost | ConfigError:
         return answer
     if not isinstance(answer, LayerCost):
         raise PluginError(kind.name, f"evaluator must return LayerCost, got {type(answer).__name__}")
-    stray = {t.switch for t in answer.activations if t.switch is not None} - set(kind.switches)
-    if stray:
-        raise PluginError(kind.name, f"activation terms name switches {sorted(stray)} the kind does not declare")
+    check_switches(kind, answer, registry)  # those of its kind, or of its inner layers' kinds (the MTP module)
     return answer
 
 
