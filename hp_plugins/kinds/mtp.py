@@ -259,6 +259,9 @@ def _one_application(c: MTPConfig, x: LayerContext) -> LayerCost:
             elementwise_flops=inner.forward.elementwise_flops,
         ),
         inner_kinds=frozenset(group.kind for group in depth),
+        # A setting its layers measured whole keeps that measurement and the module's own terms (none gated).
+        measured=tuple((switches, kept + sum(t.bytes for t in own + head)) for switches, kept in inner.measured),
+        assumed=inner.assumed,
     )
 
 

@@ -7,7 +7,8 @@ support", ``post_layer_norm=False``), whose forward runs its layers in order (``
 hybrid_block.py`` ``HybridStack.forward``, one ``for`` over ``self.layers``), each its own pre-norm and residual; autograd
 runs their backwards in the reverse order, one at a time. So, for layers ``1..n`` with costs ``c_i``:
 
-* what is kept, stored or computed adds: parameters, activation terms, buffers held per micro-batch, the weights' and
+* what is kept, stored or computed adds: parameters, activation terms (and a setting one layer measured whole: each
+  layer's bytes kept under it), buffers held per micro-batch, the weights' and
   the deferred weight gradients' bytes, FLOPs, and the :class:`~hp_core.costs.LayerWork` fields that count work
   (bytes, FLOPs, calls, elements); its tuples (GEMMs, collectives) concatenate; a switch two layers state re-runs
   both layers' blocks (:func:`_reruns`);
@@ -171,4 +172,10 @@ def merge_costs(costs: Sequence[LayerCost], prefixes: Sequence[str], where: str)
             modules=tuple(m.renamed(prefix) for c, prefix in zip(costs, prefixes) for m in c.work.modules)),
         forward_working_bytes=max(c.forward_working_bytes for c in costs),
         weight_gradient_bytes=None if any(g is None for g in gradients) else sum(gradients),
+        # A setting one layer measured whole keeps, merged, what each layer keeps under it (its measurement where it
+        # has one, its terms' sum elsewhere: LayerCost.kept_under); the layers' assumptions and inner kinds carry.
+        measured=tuple((switches, sum(c.kept_under(switches) for c in costs))
+                       for switches in dict.fromkeys(s for c in costs for s, _ in c.measured)),
+        assumed=tuple(dict.fromkeys(a for c in costs for a in c.assumed)),
+        inner_kinds=frozenset().union(*(c.inner_kinds for c in costs)),
     )
