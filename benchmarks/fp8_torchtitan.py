@@ -129,30 +129,43 @@ def _torchao_moe_priced(row: dict, registry, recipe: str):
     return api.step_time(model, layout, **kwargs), api.estimate(model, layout, **kwargs).stages[0]
 
 
-def torchao_moe_results(registry=None) -> list[dict]:
-    """Each ``torchao_moe_rows`` row priced: measured and hp step time and the error; the speedup over the table's bf16
-    row, measured and hp's; the max reserved memory, the bf16 row's absolute (hp's ``reserved_bytes``), an MX row's
-    through the recipe's effect (hp's MX reserved over its bf16 one, times the measured bf16 row: the rows are compiled)."""
+def _recipe_effect_results(rows: list[dict], priced) -> list[dict]:
+    """*rows* priced with *priced* (``(row, recipe) -> (StepTime, reserved bytes)``): measured and hp step time and the
+    error; the speedup over the row's bf16 ``baseline``, measured and hp's; the max reserved memory, a ``baseline``
+    row's absolute, any other's through the recipe's effect (hp's reserved under the row's recipe over its bf16
+    reserved of the same layout, times the measured bf16 row: the compiled rows' builds are not stated)."""
     sc = _scale_cases()
-    registry = registry or api.build_registry()
-    rows = json.loads(DATA.read_text(encoding="utf-8"))["torchao_moe_rows"]
     by_id = {row["id"]: row for row in rows}
     found = []
     for row in rows:
-        step, stage = _torchao_moe_priced(row, registry, row["recipe"])
+        step, reserved = priced(row, row["recipe"])
         base = by_id.get(row.get("baseline"), row)
-        base_step, base_stage = _torchao_moe_priced(base, registry, "bf16")
+        base_step, base_reserved = priced(base, "bf16")
         measured, base_measured = sc.measured_seconds(row), sc.measured_seconds(base)
         measured_gib = row["measured"]["memory_gib"]
-        effect = stage.reserved_bytes / base_stage.reserved_bytes
-        estimated_gib = (stage.reserved_bytes / 2**30 if row["check"] == "baseline"
-                         else base["measured"]["memory_gib"] * effect)
+        effect = reserved / base_reserved
+        estimated_gib = reserved / 2**30 if row["check"] == "baseline" else base["measured"]["memory_gib"] * effect
         found.append({"id": row["id"], "recipe": row["recipe"], "check": row["check"], "measured_seconds": measured,
-                      "estimated_seconds": step.step_seconds, "error": step.step_seconds / measured - 1,
+                      "estimated_seconds": step.step_seconds, "error": step.step_seconds / measured - 1, "mfu": step.mfu,
                       "measured_speedup": base_measured / measured, "estimated_speedup": base_step.step_seconds / step.step_seconds,
                       "measured_gib": measured_gib, "estimated_gib": estimated_gib, "effect": effect,
-                      "memory_error": estimated_gib / measured_gib - 1})
+                      "memory_error": estimated_gib / measured_gib - 1,
+                      # A run whose reserved memory met the device (allocator retries): its figure is a lower bound.
+                      "capacity_bound": bool(row.get("capacity_bound"))})
     return found
+
+
+def torchao_moe_results(registry=None) -> list[dict]:
+    """Each ``torchao_moe_rows`` row priced (:func:`_recipe_effect_results`): the bf16 row's reserved memory absolute
+    (hp's first stage's ``reserved_bytes``), an MX row's through the recipe's effect."""
+    registry = registry or api.build_registry()
+    rows = json.loads(DATA.read_text(encoding="utf-8"))["torchao_moe_rows"]
+
+    def priced(row, recipe):
+        step, stage = _torchao_moe_priced(row, registry, recipe)
+        return step, stage.reserved_bytes
+
+    return _recipe_effect_results(rows, priced)
 
 
 def torchao_moe_section(found: list[dict]) -> str:
@@ -398,27 +411,9 @@ def torchtitan_gb200_results(registry=None) -> list[dict]:
     reserved memory, the bf16 row's absolute (hp's ``reserved_bytes``), the MXFP8 row's through the recipe's effect
     (hp's MXFP8 reserved over its bf16 reserved of the same layout, times the measured bf16 row), as
     :func:`torchao_moe_results` checks torchao's Llama4 rows."""
-    sc = _scale_cases()
     registry = registry or api.build_registry()
     rows = json.loads(DATA.read_text(encoding="utf-8"))["torchtitan_gb200_rows"]
-    by_id = {row["id"]: row for row in rows}
-    found = []
-    for row in rows:
-        step, reserved = _torchtitan_gb200_priced(row, registry, row["recipe"])
-        base = by_id.get(row.get("baseline"), row)
-        base_step, base_reserved = _torchtitan_gb200_priced(base, registry, "bf16")
-        measured, base_measured = sc.measured_seconds(row), sc.measured_seconds(base)
-        measured_gib = row["measured"]["memory_gib"]
-        effect = reserved / base_reserved
-        estimated_gib = reserved / 2**30 if row["check"] == "baseline" else base["measured"]["memory_gib"] * effect
-        found.append({"id": row["id"], "recipe": row["recipe"], "check": row["check"], "measured_seconds": measured,
-                      "estimated_seconds": step.step_seconds, "error": step.step_seconds / measured - 1, "mfu": step.mfu,
-                      "measured_speedup": base_measured / measured, "estimated_speedup": base_step.step_seconds / step.step_seconds,
-                      "measured_gib": measured_gib, "estimated_gib": estimated_gib, "effect": effect,
-                      "memory_error": estimated_gib / measured_gib - 1,
-                      # A run whose reserved memory met the device (allocator retries): its figure is a lower bound.
-                      "capacity_bound": bool(row.get("capacity_bound"))})
-    return found
+    return _recipe_effect_results(rows, lambda row, recipe: _torchtitan_gb200_priced(row, registry, recipe))
 
 
 def torchtitan_gb200_section(found: list[dict]) -> str:
