@@ -18,7 +18,7 @@ import attrs
 from hp_core.collectives import Routing
 from hp_core.layer_context import LayerContext
 from hp_core.linear_modules import LinearModule
-from hp_core.reruns import Rerun
+from hp_core.reruns import Rerun, WholeCheckpoint
 from hp_core.score_masks import LocalMask
 from hp_core.traits import TRAITS
 
@@ -455,11 +455,11 @@ class LayerCost:
         assumed: Selective settings it prices from the switches' terms where the trainer runs a policy whose kept
             bytes it does not state, each ``(recomputed switches, why)``; unless :attr:`measured` states the setting,
             an estimate under it says so (provenance ``recompute_assumptions``) rather than fall back silently.
-        inner_kinds: Of a layer placed first or last that runs body layers inside itself (the MTP module's
-            transformer layers), their kinds: under a runtime whose one recompute configuration reaches those layers
-            too (:attr:`Runtime.inner_recompute <hp_core.types.Runtime.inner_recompute>`), it recomputes what the
-            run's body layers of these kinds recompute (:func:`~hp_core.engine.inner_layers.placed_recompute`);
-            empty: it recomputes nothing.
+        inner_kinds: Of a layer placed first or last that runs body layers inside itself (the MTP's), their kinds:
+            under :attr:`Runtime.inner_recompute <hp_core.types.Runtime.inner_recompute>` it recomputes what the run's
+            body layers of these kinds recompute (:func:`~hp_core.engine.inner_layers.placed_recompute`); empty: none.
+        checkpoint: Of such a layer, the part that runtime checkpoints whole where the body is fully recomputed
+            (:class:`~hp_core.reruns.WholeCheckpoint`: the MTP's ``_proj_and_transformer_layer``); ``None``: none.
     """
 
     params: tuple[ParamCount, ...]
@@ -476,6 +476,7 @@ class LayerCost:
     weight_gradient_bytes: int | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_int))
     assumed: tuple[tuple[frozenset[str], str], ...] = ()
     inner_kinds: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    checkpoint: WholeCheckpoint | None = None
 
     @property
     def kept_bytes(self) -> int:

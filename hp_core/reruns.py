@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["Rerun"]
+__all__ = ["Rerun", "WholeCheckpoint"]
 
 
 def _non_negative_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -49,3 +49,25 @@ class Rerun:
     def forward(self) -> bool:
         """Whether it re-runs a block's forward (GEMMs, grouped GEMMs or permutation)."""
         return bool(self.gemms or self.grouped_flops or self.permutation)
+
+
+@attrs.frozen
+class WholeCheckpoint:
+    """The part of a layer placed first or last that its trainer checkpoints whole, dropping what it keeps inside and
+    re-running its forward in backward, where the body layers are recomputed fully
+    (:func:`~hp_core.engine.inner_layers.checkpointed_whole`). Megatron-Core's MTP layer under
+    ``recompute_granularity full`` with ``recompute_method uniform``: ``MultiTokenPredictionLayer.forward`` runs
+    ``_checkpointed_forward``, which checkpoints ``_proj_and_transformer_layer`` (``eh_proj``, the inner layers, the
+    final norm) and keeps its inputs (``megatron/core/transformer/multi_token_prediction.py`` at
+    NVIDIA/Megatron-LM@d98e8a6 lines 1492-1653, 1705-1720). Stated by what lies outside it, the rest of the layer's
+    cost inside (its attention and elementwise FLOPs all inside).
+
+    Attributes:
+        kept: The ops (``ActivationTerm.op``) of the terms kept outside it: its inputs, and what runs after it keeps.
+        gemms: The layer's GEMMs (of ``LayerWork.gemms``, each listing there once) run outside it.
+        collectives: The layer's collectives (of ``LayerWork.collectives``, each listing there once) issued outside it.
+    """
+
+    kept: frozenset[str] = attrs.field(converter=frozenset)
+    gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=tuple)
+    collectives: tuple[Any, ...] = attrs.field(default=(), converter=tuple)

@@ -282,8 +282,9 @@ class Runtime:
         inner_recompute: Whether its one recompute configuration also reaches the body layers a layer placed first
             or last runs inside itself (:attr:`LayerCost.inner_kinds <hp_core.costs.LayerCost.inner_kinds>`: the MTP
             module's): such a layer then recomputes what the run's body layers of those kinds recompute
-            (Megatron-Core: one ``TransformerConfig`` for the model, which the MTP's inner layers are built with);
-            ``False``: a placed layer recomputes nothing.
+            (Megatron-Core: one ``TransformerConfig`` for the model, which the MTP's inner layers are built with), and
+            where every body layer is recomputed fully runs under its own whole checkpoint, if its cost states one
+            (:attr:`LayerCost.checkpoint <hp_core.costs.LayerCost.checkpoint>`); ``False``: a placed layer recomputes nothing.
         compute_dtype_kinds: Per GEMM dtype of a recipe (``"fp4"``), the layer kinds the trainer runs
             wholly in the compute dtype under it (Megatron-Core: the MTP module under FP4), priced as
             :func:`hp_core.engine.precision.in_compute_dtype` prices a layer kept in bf16.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hp_core.distributions import planner_version
 from hp_core.engine import census as census_lib
-from hp_core.engine.inner_layers import placed_recompute
+from hp_core.engine.inner_layers import placed_layer
 from hp_core.engine.prepare import PreparedRun, evaluate_groups, layer_context, model_kinds, with_sublayers
 from hp_core.engine.precision import compute_dtype_kinds, on_device
 from hp_core.engine.stage import PlacedLayer, plan_stage
@@ -87,11 +87,7 @@ def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardw
 
     def placed(where: str) -> list[PlacedLayer]:
         # A placed layer recomputes nothing, unless the runtime's recompute reaches its inner layers (the MTP's).
-        made = {}
-        for i in set(run.placed_groups(where)):
-            switches = placed_recompute(run, i, settings)
-            made[i] = PlacedLayer.make(kinds[i].name, costs[i], False, switches,
-                                       "+".join(sorted(switches)) or "none", placement=where)
+        made = {i: placed_layer(run, i, settings, where) for i in set(run.placed_groups(where))}
         return [made[i] for i in run.placed_groups(where)]
 
     chunk_layers = [body[lo:hi] for lo, hi in run.chunk_bounds]

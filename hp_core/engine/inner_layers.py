@@ -8,6 +8,17 @@ inside the MTP layer as in the decoder's (docs/kinds.md, '``mtp``'). Such a laye
 kinds (:attr:`LayerCost.inner_kinds <hp_core.costs.LayerCost.inner_kinds>`) and keeps their terms under their
 switches; a runtime whose one recompute configuration reaches them (:attr:`Runtime.inner_recompute
 <hp_core.types.Runtime.inner_recompute>`) has it recompute what the run's body layers of those kinds recompute.
+
+Full recompute is the layer's own: Megatron-Core's ``MultiTokenPredictionLayer.forward`` (lines 1705-1720) runs
+``_checkpointed_forward`` (lines 1492-1653) where ``recompute_granularity`` is ``full``, which under
+``recompute_method uniform`` checkpoints ``_proj_and_transformer_layer`` whole (``recompute_num_layers`` must be 1) and
+under ``block`` warns and runs it plainly. hp's plan states a setting per body layer, not the method: every body layer
+``full`` is the plan Megatron runs as ``uniform`` (the ``megatron`` exporter writes it so, the importer reads
+``uniform`` 1 so), and there the layer keeps only what lies outside its checkpoint (:attr:`LayerCost.checkpoint
+<hp_core.costs.LayerCost.checkpoint>`) and re-runs the rest in backward (:func:`checkpointed_whole`,
+:func:`checkpointed_layer`; the time in :mod:`hp_core.engine.timing.placed`). Any other plan with full layers is
+``block`` (the first N layers of every chunk), under which the module keeps everything; a ``block`` N covering every
+chunk is the same plan as ``uniform`` 1 in hp and is priced as it (Megatron-Core would skip the module's checkpoint).
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hp_core.costs import LayerCost
+from hp_core.engine.stage import PlacedLayer
 from hp_core.errors import PluginError
 from hp_core.registry import Registry
 from hp_core.types import LayerKind
@@ -23,7 +35,7 @@ if TYPE_CHECKING:
     from hp_core.engine.prepare import PreparedRun
     from hp_core.specs import Setting
 
-__all__ = ["check_switches", "placed_recompute"]
+__all__ = ["check_switches", "checkpointed_layer", "checkpointed_whole", "placed_layer", "placed_recompute"]
 
 
 def check_switches(kind: LayerKind, cost: LayerCost, registry: Registry | None) -> None:
@@ -48,7 +60,7 @@ def placed_recompute(run: PreparedRun, group: int, settings: tuple[Setting, ...]
     Nothing, unless the layer runs body layers inside itself (``inner_kinds``) and the runtime's recompute reaches
     them (``inner_recompute``); then what the body layers of those kinds recompute, together, with what the trainer
     always recomputes (a body layer recomputed fully adds nothing: its whole-layer checkpoint is no switch of its
-    inner layers; Megatron-Core's full recompute of the MTP layer is not priced, docs/kinds.md).
+    inner layers; Megatron-Core's full recompute of the MTP layer is the layer's own checkpoint: :func:`checkpointed_whole`).
     """
     inner = run.costs[group].inner_kinds
     if not (inner and run.runtime.inner_recompute):
@@ -60,3 +72,31 @@ def placed_recompute(run: PreparedRun, group: int, settings: tuple[Setting, ...]
             if not full:
                 found |= switches
     return frozenset(found)
+
+
+def checkpointed_whole(run: PreparedRun, group: int, settings: tuple[Setting, ...]) -> bool:
+    """Whether a layer of *group* placed first or last runs under its own whole checkpoint when the body layers run
+    *settings*: it states one (:attr:`LayerCost.checkpoint <hp_core.costs.LayerCost.checkpoint>`), the runtime's
+    recompute reaches it (``inner_recompute``) and every body layer is recomputed fully (Megatron-Core's ``uniform``
+    method, module docstring)."""
+    if run.costs[group].checkpoint is None or not run.runtime.inner_recompute or not run.body_group:
+        return False
+    return all(run.resolve(body_group, setting)[0] for body_group, setting in dict.fromkeys(zip(run.body_group, settings)))
+
+
+def checkpointed_layer(kind: str, cost: LayerCost, placement: str) -> PlacedLayer:
+    """A placed layer under its whole checkpoint: it keeps the terms outside it (``checkpoint.kept``), and its
+    backward holds what the checkpoint drops, rebuilt, beside its working set, as a fully recomputed body layer's does
+    (:meth:`PlacedLayer.make <hp_core.engine.stage.PlacedLayer.make>`)."""
+    kept = sum(t.bytes for t in cost.activations if t.op in cost.checkpoint.kept)
+    return PlacedLayer(kind, cost, False, frozenset(), "full", kept, cost.working_bytes + cost.kept_bytes - kept, placement)
+
+
+def placed_layer(run: PreparedRun, group: int, settings: tuple[Setting, ...], where: str) -> PlacedLayer:
+    """A layer of *group* placed *where* (``first``, ``last``) when the body layers run *settings*: under its whole
+    checkpoint (:func:`checkpointed_whole`), else recomputing what :func:`placed_recompute` says."""
+    name = run.kinds[group].name
+    if checkpointed_whole(run, group, settings):
+        return checkpointed_layer(name, run.costs[group], where)
+    switches = placed_recompute(run, group, settings)
+    return PlacedLayer.make(name, run.costs[group], False, switches, "+".join(sorted(switches)) or "none", placement=where)

@@ -66,7 +66,11 @@ a runtime stating ``Runtime.inner_recompute`` (``megatron``) it recomputes what 
 recompute (:func:`hp_core.engine.inner_layers.placed_recompute`); under any other it keeps everything. Megatron-Core's
 full recompute checkpoints the module's ``_proj_and_transformer_layer`` itself (``forward`` lines 1705-1720,
 ``_checkpointed_forward`` lines 1492-1653: ``uniform`` with ``recompute_num_layers`` 1, ``block`` skipped with a
-warning), which hp does not price (docs/kinds.md, ``mtp``).
+warning): the cost states that part (``LayerCost.checkpoint``), and where every body layer is recomputed fully under
+such a runtime (the plan Megatron runs as ``uniform``) the module keeps only what lies outside it, the next tokens'
+ids, the embedding output (the checkpoint's input; the previous hidden state, its other input, is kept already), the
+final norm's output (the shared head's input) and the loss softmax, and re-runs ``eh_proj``, its layers and the norms
+in backward (:mod:`hp_core.engine.inner_layers`; docs/kinds.md, ``mtp``).
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ from hp_core.errors import ConfigError
 from hp_core.markers import hookimpl
 from hp_core.specs.model import LayerGroup, ModelSpec
 from hp_core.costs import ActivationTerm, Collective, Flops, LayerContext, LayerCost
+from hp_core.reruns import WholeCheckpoint
 from hp_core.types import LayerKind
 from hp_core.bounds import MAX_VOCAB
 from hp_core.validators import bounded_int, one_of, positive_int
@@ -183,8 +188,12 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
     # application's.
     work = None if runs.work is None else attrs.evolve(runs.work, modules=tuple(
         attrs.evolve(m.renamed(prefix), params=m.params) for prefix in prefixes for m in once.work.modules))
+    # Each application is its own MTP layer forward, checkpointed whole on its own (module docstring, 'Recompute').
+    whole = WholeCheckpoint(kept={p + op for p in prefixes for op in once.checkpoint.kept},
+                            gemms=once.checkpoint.gemms * c.applications,
+                            collectives=once.checkpoint.collectives * c.applications)
     return attrs.evolve(runs, params=once.params, weight_shapes=once.weight_shapes, work=work,
-                        inner_kinds=once.inner_kinds)
+                        inner_kinds=once.inner_kinds, checkpoint=whole)
 
 
 def _one_application(c: MTPConfig, x: LayerContext) -> LayerCost:
@@ -236,9 +245,9 @@ def _one_application(c: MTPConfig, x: LayerContext) -> LayerCost:
     # The shared head's GEMM (the second, by place) stays in the compute dtype under a recipe, as the main head's
     # (module docstring).
     head_gemm = own_gemms[1:]
+    embedding, shared_head = tp_collectives(x, 0, T * h * act, "embedding"), tp_collectives(x, 0, T * h * act, "head")
     work = None if inner.work is None else attrs.evolve(
-        inner.work, collectives=inner.work.collectives + tp_collectives(x, 0, T * h * act, "embedding") + eh_proj_collectives(x, h)
-        + tp_collectives(x, 0, T * h * act, "head"),
+        inner.work, collectives=inner.work.collectives + embedding + eh_proj_collectives(x, h) + shared_head,
         gemms=inner.work.gemms + own_gemms, table_elements=0.0,
         high_precision_gemms=inner.work.high_precision_gemms + head_gemm)
     return LayerCost(
@@ -262,6 +271,11 @@ def _one_application(c: MTPConfig, x: LayerContext) -> LayerCost:
         # A setting its layers measured whole keeps that measurement and the module's own terms (none gated).
         measured=tuple((switches, kept + sum(t.bytes for t in own + head)) for switches, kept in inner.measured),
         assumed=inner.assumed,
+        # Megatron-Core's full recompute checkpoints _proj_and_transformer_layer (module docstring, 'Recompute'):
+        # outside it the embedding call (its ids kept, its output the checkpoint's input, kept), the shared head (its
+        # input, the final norm's output, kept) and the loss; eh_proj, the layers and the final norm inside.
+        checkpoint=WholeCheckpoint(kept={"mtp_token_ids", "enorm_in", "head_norm_out", "mtp_loss_softmax"},
+                                   gemms=head_gemm, collectives=embedding + shared_head),
     )
 
 

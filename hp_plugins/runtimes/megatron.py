@@ -431,7 +431,9 @@ def hp_runtimes():
         # recompute_granularity / recompute_modules from it in its own __init__ (transformer_layer.py lines 473-539,
         # attention.py 392-395, multi_latent_attention.py 171-174, moe/moe_layer.py 247-255, moe/experts.py
         # 269-272), is_mtp_layer changing none of it: the mtp kind recomputes its layers' switches as the body
-        # layers of their kinds recompute them (hp_plugins/kinds/mtp.py, 'Recompute').
+        # layers of their kinds recompute them (hp_plugins/kinds/mtp.py, 'Recompute'). Under full recompute of every
+        # body layer (uniform, 1 layer) the MTP layer checkpoints _proj_and_transformer_layer whole
+        # (multi_token_prediction.py lines 1492-1653, 1705-1720; block: skipped), priced by hp_core.engine.inner_layers.
         inner_recompute=True,
         # No reduce dtype of its own: start_grad_sync reduces the gradient buffer in place, in its grad_dtype
         # (_GradReduceDtype), so precision.reduce_bytes other than grad_bytes is refused (docs/precision.md).

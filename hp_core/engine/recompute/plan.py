@@ -8,6 +8,16 @@ records the whole-model plan with its estimate and step time
 (:class:`RecomputePlan`). The stage's time per micro-batch is the sum of its
 layers' times (:mod:`hp_core.engine.timing`) and the step is monotone in every
 stage's time, so the fastest plan of each stage gives the fastest step.
+
+Placed layers. A layer placed first or last is fixed in its stage, but what it recomputes may follow the body's
+settings (the MTP module under the ``megatron`` runtime: its inner layers' switches as the body layers of their kinds,
+its own whole checkpoint where every body layer is recomputed fully; :mod:`hp_core.engine.inner_layers`), which no
+stage's search decides alone. The planner searches with the placed layers recomputing nothing, then again with them
+as the plan found implies, until a plan implies what it was searched under: then the solver's peaks are the
+estimate's of that plan (the printed peak and step time are always :func:`estimate_run` and :func:`time_run` of the
+plan). A stage whose placed layers price as in an earlier search is not searched again. Where no such plan turns up
+within a few searches (a plan whose placed layers keep less lets the body recompute less, which makes them keep more
+again), the first plan is kept: found with them recomputing nothing, the plan's own placed layers keep no more.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 
 from hp_core.engine.estimate import estimate_run
+from hp_core.engine.inner_layers import placed_layer
 from hp_core.engine.precision import on_device
 from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.recompute.layout import compact
@@ -29,6 +40,8 @@ from hp_core.specs import HardwareSpec, RecomputeSpec, Setting
 from hp_core.engine.timing import StepTime, layer_pricer, time_run
 
 __all__ = ["PlanResult", "RecomputePlan", "StagePlan", "plan_run"]
+
+_ROUNDS = 4  # searches after the first, each under the placed layers the last one's plan implies (plan_run)
 
 
 # ----------------------------------------------------------------------------- the model's plan
@@ -235,15 +248,19 @@ def plan_run(
         # Only the front can be chosen (the solver's docstring); every stage of the group shares it.
         return pareto_front(found)
 
-    def fixed(where: str) -> list[PlacedLayer]:
-        return [PlacedLayer.make(kinds[i].name, costs[i], False, frozenset(), "none", placement=where)
-                for i in run.placed_groups(where)]
+    def fixed(where: str, assumed: tuple[Setting, ...]) -> list[PlacedLayer]:
+        # A placed layer as the body's settings *assumed* make it recompute (the MTP's: inner_layers.placed_layer).
+        made = {i: placed_layer(run, i, assumed, where) for i in set(run.placed_groups(where))}
+        return [made[i] for i in run.placed_groups(where)]
+
+    def placed_key(assumed: tuple[Setting, ...]) -> tuple:
+        return tuple((p.setting, p.kept_bytes, p.backward_working_bytes) for p in fixed("first", assumed) + fixed("last", assumed))
 
     limit = hardware.memory_bytes - reserve_bytes
     body_group, bounds = run.body_group, run.chunk_bounds
 
-    def solve(restricted: bool) -> PlanResult:
-        table = {i: options(i, restricted) for i in body_groups}
+    def search(table: Mapping[int, tuple[LayerOption, ...]], assumed: tuple[Setting, ...],
+               memo: dict) -> tuple[tuple[Setting, ...], list[tuple[StageSolution, bool, int]]]:
         settings: list[Setting] = [Setting()] * run.body_count
         solutions: list[tuple[StageSolution, bool, int]] = []
         for stage in range(parallel.pp):
@@ -254,16 +271,39 @@ def plan_run(
                 chunk: list[PlacedLayer | VariableLayer] = [VariableLayer(j, body_group[j], table[body_group[j]])
                                                             for j in range(lo, hi)]
                 if c == 0:
-                    chunk = fixed("first") + chunk
+                    chunk = fixed("first", assumed) + chunk
                 if c == parallel.chunks - 1:
-                    chunk = chunk + fixed("last")
+                    chunk = chunk + fixed("last", assumed)
                 chunks.append(chunk)
             body = [range(*bounds[c]) for c in mine]
-            solution = solve_stage(stage, chunks, body, run.stage_inputs, limit)
+            key = (stage, tuple((p.setting, p.kept_bytes, p.backward_working_bytes) for chunk in chunks for p in chunk
+                                if isinstance(p, PlacedLayer)))
+            solution = memo.get(key)  # a stage whose placed layers price as before is solved as before
+            if solution is None:
+                solution = memo[key] = solve_stage(stage, chunks, body, run.stage_inputs, limit)
             layers = [layer for chunk in chunks for layer in chunk if isinstance(layer, VariableLayer)]
             for layer, choice in zip(layers, solution.choices):
                 settings[layer.index] = choice.setting
             solutions.append((solution, solution.unconstrained, solution.estimate.micro_batches_in_flight))
+        return tuple(settings), solutions
+
+    def solve(restricted: bool) -> PlanResult:
+        table = {i: options(i, restricted) for i in body_groups}
+        # The placed layers priced as the plan's settings make them recompute (the MTP module under a runtime whose
+        # recompute reaches it, inner_layers): first as nothing recomputed, then as the plan found implies, until
+        # the plan implies what it was found under (module docstring, 'Placed layers'). Where no such plan turns
+        # up within _ROUNDS, the first is kept: found with the placed layers keeping the most, it fits as found.
+        memo: dict = {}
+        assumed = (Setting(),) * run.body_count
+        first = found = search(table, assumed, memo)
+        for _ in range(_ROUNDS):
+            if placed_key(found[0]) == placed_key(assumed):
+                break
+            assumed = found[0]
+            found = search(table, assumed, memo)
+        else:
+            found = found if placed_key(found[0]) == placed_key(assumed) else first
+        settings, solutions = list(found[0]), found[1]
         spec = compact(settings)
         result = estimate_run(run, spec, hardware)
         time = time_run(run, hardware, spec)

@@ -28,6 +28,7 @@ from hp_core.engine.schedule import _call, awaiting_weight_gradient, stage_plan
 from hp_core.engine.search.layouts import Layout, _Job, _reason_of
 from hp_core.engine.search.memo import Memo, memo_formula_costs
 from hp_core.engine.search.prepared_costs import PreparedCosts
+from hp_core.engine.inner_layers import checkpointed_layer
 from hp_core.engine.stage import PlacedLayer, static_bytes
 from hp_core.engine.timing import LayerPricer, layer_pricer
 from hp_core.errors import ConfigError
@@ -220,9 +221,12 @@ class _Bounder:
 
     def _placed_full(self, i: int, cost: LayerCost) -> tuple[int, int]:
         """What group *i*'s layer keeps and works with, as the estimate places it fully recomputed
-        (:meth:`~hp_core.engine.stage.PlacedLayer.make`: body layers fully recomputed, the others as they are)."""
+        (:meth:`~hp_core.engine.stage.PlacedLayer.make`: body layers fully recomputed, the others as they are, or
+        under their own whole checkpoint where the runtime's recompute reaches them: inner_layers.checkpointed_whole)."""
         kind = self.kinds[i]
-        placed = PlacedLayer.make(kind.name, cost, kind.placement == "body", frozenset(), "full")
+        placed = (checkpointed_layer(kind.name, cost, kind.placement) if kind.placement != "body"
+                  and cost.checkpoint is not None and self.rt.inner_recompute
+                  else PlacedLayer.make(kind.name, cost, kind.placement == "body", frozenset(), "full"))
         return placed.kept_bytes, placed.backward_working_bytes
 
     def layers(self, layout: Layout, micro_batch_size: int | None = None) -> _Layers | str:

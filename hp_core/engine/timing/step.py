@@ -12,7 +12,7 @@ from __future__ import annotations
 import attrs
 
 from hp_core.engine.optimizer import OptimizerLoad, add_loads, layer_load, shard_update_bytes
-from hp_core.engine.inner_layers import placed_recompute
+from hp_core.engine.timing.placed import placed_time
 from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements
 from hp_core.engine.stage import offloaded_bytes
@@ -173,8 +173,8 @@ def time_run(
 
     def placed(where: str) -> tuple[list[_LayerTime], list[int]]:
         groups = run.placed_groups(where)
-        # A placed layer recomputes nothing, unless the runtime's recompute reaches its inner layers (the MTP's).
-        times = {i: _layer_time(costs[i], works[i], False, placed_recompute(run, i, settings), rates) for i in set(groups)}
+        # A placed layer recomputes nothing, unless the runtime's recompute reaches it (the MTP's: timing.placed).
+        times = {i: placed_time(run, i, settings, works[i], rates) for i in set(groups)}
         return [times[i] for i in groups], groups
 
     first_times, first_groups = placed("first")

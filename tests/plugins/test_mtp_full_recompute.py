@@ -1,0 +1,133 @@
+"""Megatron-Core's full recompute of the MTP layer, and the planner pricing the module as its plan makes it recompute.
+
+Megatron-Core (``megatron/core/transformer/multi_token_prediction.py`` at NVIDIA/Megatron-LM@d98e8a6): where
+``recompute_granularity`` is ``full``, ``MultiTokenPredictionLayer.forward`` (lines 1705-1720) runs
+``_checkpointed_forward`` (lines 1492-1653), which under ``recompute_method uniform`` checkpoints
+``_proj_and_transformer_layer`` (``eh_proj``, the inner layer, the final norm) whole and under ``block`` warns and
+runs it plainly. hp reads every body layer ``full`` as ``uniform`` (hp_core/engine/inner_layers.py).
+
+The small model of tests/plugins/test_mtp_recompute.py: h 64, a vocabulary of 1,024, 128 tokens, bf16, EP 2, one
+MoE-only layer in the MTP module (router 8 x 64, 8 experts of width 32 top-2, a shared expert of width 48).
+"""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from hp_core.api import estimate, plan_recompute, step_time
+from hp_core.engine.inner_layers import checkpointed_whole
+from hp_core.engine.prepare import prepare
+from hp_core.specs import LayerGroup, RecomputeSpec, Setting
+from tests.plugins.test_mtp_recompute import MODEL, PARALLEL, REGISTRY, RUNTIME, SMALL, _model, _mtp_cost
+
+FULL = RecomputeSpec.uniform("full")
+# The module's terms outside its checkpoint, bytes: the next tokens' int64 ids 128 x 8 = 1,024; the embedding output
+# (the checkpoint's input) T h 2 = 16,384; the final norm's output (the shared head's input) 16,384; the loss softmax
+# T V 2 = 262,144. The rest of its 541,184 (test_mtp_recompute.py) is inside.
+OUTSIDE = 1_024 + 16_384 + 16_384 + 262_144
+# Forward FLOPs re-run by the checkpoint: eh_proj 2 T (2h) h = 2 x 128 x 128 x 64 = 2,097,152 and the MoE layer's
+# 5,636,096 (router 131,072, shared expert 1,572,864 + 786,432, routed experts 3,145,728); not the shared head's
+# 2 T h V = 16,777,216, which runs after the checkpoint.
+INSIDE_FLOPS = 2_097_152 + 5_636_096
+
+
+def test_the_mtp_cost_states_its_checkpoint():
+    cost = _mtp_cost()
+    assert cost.checkpoint.kept == {"mtp_token_ids", "enorm_in", "head_norm_out", "mtp_loss_softmax"}
+    assert cost.checkpoint.gemms == ((128, 1_024, 64),)  # the shared head's (T, V/tp, h)
+    assert cost.checkpoint.collectives == ()  # TP 1: no embedding or head collective
+    assert sum(t.bytes for t in cost.activations if t.op in cost.checkpoint.kept) == OUTSIDE == 295_936
+
+
+def test_every_body_layer_full_checkpoints_the_module_whole():
+    found = estimate(MODEL, PARALLEL, registry=REGISTRY, runtime=RUNTIME, recompute=FULL)
+    assert found.stages[0].activations_by_kind["mtp"] == OUTSIDE
+    # The body layers keep their inputs: 2 x T h 2 = 32,768.
+    assert found.stages[0].activations_by_kind["moe_only"] == 32_768
+    # Without the runtime's reach the module keeps everything, as before.
+    apart = estimate(MODEL, PARALLEL, registry=REGISTRY, runtime=attrs.evolve(RUNTIME, inner_recompute=False),
+                     recompute=FULL)
+    assert apart.stages[0].activations_by_kind["mtp"] == 541_184
+
+
+def test_a_block_plan_leaves_the_module_as_it_is():
+    # Full on the first body layer only: Megatron's block method, which skips the MTP's checkpoint; a fully
+    # recomputed body layer adds no switch to the module's layer either.
+    block = RecomputeSpec(layers=((0, 0, Setting("full")),))
+    found = estimate(MODEL, PARALLEL, registry=REGISTRY, runtime=RUNTIME, recompute=block)
+    assert found.stages[0].activations_by_kind["mtp"] == 541_184
+    run = prepare(MODEL, PARALLEL, registry=REGISTRY, runtime=RUNTIME)
+    mtp = len(MODEL.layers) - 1
+    assert checkpointed_whole(run, mtp, (Setting("full"),) * 2)
+    assert not checkpointed_whole(run, mtp, (Setting("full"), Setting()))
+    assert not checkpointed_whole(run, mtp - 1, (Setting("full"),) * 2)  # the output head states no checkpoint
+
+
+def test_the_checkpoint_reruns_the_module_s_forward_but_the_head():
+    timed = {reach: step_time(MODEL, PARALLEL, registry=REGISTRY, runtime=attrs.evolve(RUNTIME, inner_recompute=reach),
+                              hardware="h100-sxm", recompute=FULL) for reach in (True, False)}
+
+    def recomputed_flops(t):  # the step's hardware FLOPs less its model FLOPs, over the world's 2 ranks
+        return (t.hfu - t.mfu) * t.step_seconds * 2 * t.peak_flops_per_second
+
+    assert timed[True].micro_batches == 1 and timed[True].model_flops == timed[False].model_flops
+    # Each of the 2 ranks re-runs its 2 body layers' forward (5,636,096 each), and with the reach the module's.
+    assert recomputed_flops(timed[False]) == pytest.approx(2 * 2 * 5_636_096, rel=1e-9)
+    assert recomputed_flops(timed[True]) == pytest.approx(2 * (2 * 5_636_096 + INSIDE_FLOPS), rel=1e-9)
+    assert timed[True].recompute_seconds > timed[False].recompute_seconds
+
+
+def _plan(model, limit_bytes):
+    hardware = REGISTRY.hardware_preset("h100-sxm").spec
+    return plan_recompute(model, PARALLEL, registry=REGISTRY, hardware=hardware, runtime="megatron",
+                          reserve_bytes=hardware.memory_bytes - limit_bytes)
+
+
+def test_the_planner_prices_the_module_as_its_plan_makes_it_recompute():
+    model = _model(LayerGroup("moe_only", SMALL, count=4))
+    full = estimate(model, PARALLEL, registry=REGISTRY, runtime=RUNTIME, recompute=FULL)
+    none = estimate(model, PARALLEL, registry=REGISTRY, runtime=RUNTIME)
+    # Every layer full fits exactly where the module is checkpointed whole: 245,248 bytes (541,184 - 295,936) below
+    # what the solver saw while it priced the module keeping everything.
+    assert full.stages[0].activations_by_kind["mtp"] == OUTSIDE
+    plan = _plan(model, full.peak_bytes).plan
+    assert plan.fits and plan.recompute == FULL
+    # One byte less: nothing fits, and the shortfall the solver states is the estimate's.
+    short = _plan(model, full.peak_bytes - 1).plan
+    assert not short.fits and short.stages[0].shortfall_bytes == 1
+    # Between the two: the planner's plan, and hp estimate / step time of it, agree (printed peak and step time).
+    for limit in (none.peak_bytes - 100_000, none.peak_bytes - 300_000, full.peak_bytes + 20_000):
+        result = _plan(model, limit).plan
+        assert result.fits
+        again = estimate(model, PARALLEL, registry=REGISTRY, runtime=RUNTIME, recompute=result.recompute)
+        timed = step_time(model, PARALLEL, registry=REGISTRY, runtime=RUNTIME, hardware="h100-sxm",
+                          recompute=result.recompute)
+        assert result.peak_bytes == again.peak_bytes <= limit
+        assert result.stages[0].peak_bytes == again.stages[0].peak_bytes
+        assert result.step_seconds == timed.step_seconds
+
+
+
+def test_under_tp_the_checkpoint_leaves_the_embedding_call_and_the_head_outside():
+    # TP 2 with SP, T 128, h 64, bf16: the embedding call's reduce-scatter of T h 2 = 16,384 bytes forward (all-gather
+    # backward) and the shared head's all-gather forward (reduce-scatter backward) lie outside; eh_proj's collectives
+    # and the layer's inside, issued again by the checkpoint's forward.
+    from hp_core.costs import Collective
+    from hp_core.engine.prepare import _evaluate, layer_context, with_sublayers
+    from hp_core.engine.timing.placed import checkpoint_inside
+    from hp_core.specs import ParallelSpec, PrecisionSpec
+    from tests.plugins.test_mtp_recompute import MTP
+
+    parallel = ParallelSpec(seq_len=128, tp=2, sp=True, ep=2, global_batch_size=1)
+    context = with_sublayers(layer_context(parallel, PrecisionSpec(), "flash", 1, RUNTIME.traits), REGISTRY)
+    cost = _evaluate(REGISTRY.layer_kind("mtp", "$"), MTP.config, context, "$")
+    assert cost.checkpoint.collectives == (
+        Collective("tp", "reduce_scatter", 16_384, 1, 0), Collective("tp", "all_gather", 16_384, 0, 1),  # embedding
+        Collective("tp", "all_gather", 16_384, 1, 0), Collective("tp", "reduce_scatter", 16_384, 0, 1))  # head
+    assert cost.checkpoint.gemms == ((128, 512, 64),)  # the head's (T, V/tp, h)
+    inside_cost, inside = checkpoint_inside(cost, cost.work)
+    assert len(inside.collectives) == len(cost.work.collectives) - 4
+    assert (128, 512, 64) not in inside.gemms and (128, 512, 64) not in inside.high_precision_gemms
+    # Less the head's 2 T h V/tp = 2 x 128 x 64 x 512 = 8,388,608 forward FLOPs.
+    assert cost.forward.matmul_flops - inside_cost.forward.matmul_flops == 8_388_608
