@@ -88,8 +88,10 @@ def test_the_planner_prices_the_module_as_its_plan_makes_it_recompute():
     model = _model(LayerGroup("moe_only", SMALL, count=4))
     full = estimate(model, PARALLEL, registry=REGISTRY, runtime=RUNTIME, recompute=FULL)
     none = estimate(model, PARALLEL, registry=REGISTRY, runtime=RUNTIME)
-    # Every layer full fits exactly where the module is checkpointed whole: 245,248 bytes (541,184 - 295,936) below
-    # what the solver saw while it priced the module keeping everything.
+    # The planner searches with the module priced as the plan found makes it recompute (its checkpoint under every
+    # layer full). Here the stage's peak is the same either way: it binds at the module's backward, which rebuilds
+    # what the checkpoint dropped (kept + the backward's working set is the plain module's), so the plans are those
+    # the solver found before; what it reports agrees with the estimate and step time of its plan.
     assert full.stages[0].activations_by_kind["mtp"] == OUTSIDE
     plan = _plan(model, full.peak_bytes).plan
     assert plan.fits and plan.recompute == FULL
@@ -131,3 +133,17 @@ def test_under_tp_the_checkpoint_leaves_the_embedding_call_and_the_head_outside(
     assert (128, 512, 64) not in inside.gemms and (128, 512, 64) not in inside.high_precision_gemms
     # Less the head's 2 T h V/tp = 2 x 128 x 64 x 512 = 8,388,608 forward FLOPs.
     assert cost.forward.matmul_flops - inside_cost.forward.matmul_flops == 8_388_608
+
+
+def test_the_search_finds_the_plan_only_the_module_s_checkpoint_fits():
+    # At the all-full peak of the 4-layer model, the search's memory bound prices the module under its checkpoint (the
+    # least it keeps), the planner plans every layer full, and the candidate's peak is the estimate's.
+    from hp_core.api import search
+
+    model = _model(LayerGroup("moe_only", SMALL, count=4))
+    hardware = REGISTRY.hardware_preset("h100-sxm").spec
+    full = estimate(model, PARALLEL, registry=REGISTRY, runtime=RUNTIME, recompute=FULL)
+    found = search(model, registry=REGISTRY, devices=2, hardware=hardware, global_batch_size=2, seq_len=128,
+                   runtime="megatron", fixed={"ep": 2, "tp": 1, "pp": 1, "cp": 1, "micro_batch_size": 1},
+                   reserve_bytes=hardware.memory_bytes - full.peak_bytes)
+    assert [(c.plan_summary, c.peak_bytes) for c in found.top] == [("default full", full.peak_bytes)]
