@@ -70,6 +70,9 @@ class LinearModule:
             of its own takes out of that list, and no other linear's entry of the same shape.
         format: The quantized format a run gives it apart from its recipe's (a registered recipe's name, ``mxfp8``),
             set by the engine (:func:`hp_core.engine.module_formats.with_module_formats`); ``None``: the run's.
+        positions: The positions of :attr:`gemms` in :attr:`LayerWork.gemms <hp_core.costs.LayerWork.gemms>`, one
+            per entry in order: what a block's re-run (:attr:`Rerun.positions <hp_core.costs.Rerun.positions>`) takes
+            of the module, by place, not by shape (an attention projection as wide as a shared expert's).
     """
 
     name: str
@@ -79,12 +82,17 @@ class LinearModule:
     gathers: tuple[int, int] = attrs.field(default=(0, 0), converter=_tuple)
     original_input_gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=_tuple)
     format: str | None = None
+    positions: tuple[int, ...] = attrs.field(default=(), converter=_tuple)
 
     def __attrs_post_init__(self) -> None:
         if self.name not in LINEAR_MODULES:
             raise ValueError(f"LinearModule {self.name!r}: not one of {sorted(LINEAR_MODULES)}")
+        if len(self.positions) != len(self.gemms):
+            raise ValueError(f"LinearModule {self.name!r}: {len(self.gemms)} GEMMs but {len(self.positions)} positions")
 
-    def renamed(self, prefix: str) -> "LinearModule":
+    def renamed(self, prefix: str, offset: int = 0) -> "LinearModule":
         """The module with its parameter families' names and kept terms' ops prefixed as a merge renames them
-        (``layers.0.``: :func:`hp_plugins.kit.merge.merge_costs`)."""
-        return attrs.evolve(self, params=tuple(prefix + n for n in self.params), terms=tuple(prefix + op for op in self.terms))
+        (``layers.0.``: :func:`hp_plugins.kit.merge.merge_costs`), its GEMMs' positions moved on by *offset* (the
+        merged layer's GEMMs listed before its layer's)."""
+        return attrs.evolve(self, params=tuple(prefix + n for n in self.params), terms=tuple(prefix + op for op in self.terms),
+                            positions=tuple(offset + p for p in self.positions))

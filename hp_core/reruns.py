@@ -37,6 +37,14 @@ class Rerun:
             them stays in the compute dtype, as among the layer's ``high_precision_gemms``).
         grouped_flops: Forward FLOPs of the layer's grouped (expert) GEMMs run again.
         permutation: The layer's router kernels and token permutation run forward again.
+        positions: The positions of :attr:`gemms` in :attr:`LayerWork.gemms <hp_core.costs.LayerWork.gemms>`, one
+            per entry in order: the block's GEMMs by place, so a linear outside it of the same shape (an attention
+            projection as wide as a shared expert's FC1) is none of its own.
+        high_precision_positions: Those of :attr:`positions` whose GEMMs stay in the compute dtype under a
+            low-precision recipe (the router's gate; a module a run keeps in bf16 joins them:
+            :func:`hp_core.engine.module_formats.with_module_formats`).
+        original_input_positions: Those of :attr:`positions` whose GEMMs' input the trainer keeps in the compute dtype
+            (their entries of :attr:`LayerWork.original_input_gemms <hp_core.costs.LayerWork.original_input_gemms>`).
     """
 
     matmul_flops_per_byte: float = attrs.field(default=0.0, validator=_non_negative_number)
@@ -44,6 +52,21 @@ class Rerun:
     gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=tuple)
     grouped_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
     permutation: bool = False
+    positions: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    high_precision_positions: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    original_input_positions: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.positions) != len(self.gemms):
+            raise ValueError(f"Rerun: {len(self.gemms)} GEMMs but {len(self.positions)} positions")
+        if not set(self.high_precision_positions + self.original_input_positions) <= set(self.positions):
+            raise ValueError("Rerun: high_precision_positions and original_input_positions must be of its positions")
+
+    def shifted(self, offset: int) -> "Rerun":
+        """The re-run with its positions moved on by *offset* (a merged layer's GEMMs listed before its layer's)."""
+        return attrs.evolve(self, positions=tuple(offset + p for p in self.positions),
+                            high_precision_positions=tuple(offset + p for p in self.high_precision_positions),
+                            original_input_positions=tuple(offset + p for p in self.original_input_positions))
 
     @property
     def forward(self) -> bool:

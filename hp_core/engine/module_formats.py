@@ -38,7 +38,8 @@ from typing import Any, Iterable
 
 import attrs
 
-from hp_core.costs import Collective, LayerCost
+from hp_core.costs import Collective, LayerCost, Rerun
+from hp_core.linear_modules import LinearModule
 from hp_core.errors import ConfigError
 from hp_core.precision_recipes import PrecisionRecipe
 
@@ -147,8 +148,20 @@ def with_module_formats(cost: LayerCost, formats: tuple[tuple[str, str], ...], r
         activations=tuple(attrs.evolve(t, gemm_input=None, original_input=False) if t.op in terms and t.gemm_input
                           else t for t in cost.activations),
         work=attrs.evolve(work, high_precision_gemms=tuple(high), original_input_gemms=tuple(original),
-                          collectives=collectives, modules=tuple(modules)),
+                          collectives=collectives, modules=tuple(modules), reruns=_kept_reruns(work.reruns, kept)),
     )
+
+
+def _kept_reruns(reruns: tuple[tuple[str, Rerun], ...], kept: list[LinearModule]) -> tuple[tuple[str, Rerun], ...]:
+    """*reruns* with the GEMMs of the *kept* modules (those a run keeps in bf16) kept in the compute dtype where they
+    re-run them, their inputs no longer kept apart: by position (:attr:`Rerun.positions
+    <hp_core.costs.Rerun.positions>`, :attr:`LinearModule.positions`), as the layer's lists take them above."""
+    bf16 = {p for m in kept for p in m.positions}
+    return tuple((switch, attrs.evolve(
+        rerun, high_precision_positions=rerun.high_precision_positions + tuple(
+            p for p in rerun.positions if p in bf16 and p not in rerun.high_precision_positions),
+        original_input_positions=tuple(p for p in rerun.original_input_positions if p not in bf16)))
+        for switch, rerun in reruns)
 
 
 def module_recipes_by_term(cost: LayerCost, recipe: PrecisionRecipe) -> dict[str, PrecisionRecipe]:

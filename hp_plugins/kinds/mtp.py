@@ -185,9 +185,10 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
     prefixes = [f"application{i}." for i in range(c.applications)]
     runs = merge_costs([once] * c.applications, prefixes, "$.model.layers[].config.applications")
     # The named modules' parameter families are the one set of weights, as the parameters are; their kept terms each
-    # application's.
+    # application's, their GEMMs' positions each application's (its GEMMs listed after the earlier applications').
     work = None if runs.work is None else attrs.evolve(runs.work, modules=tuple(
-        attrs.evolve(m.renamed(prefix), params=m.params) for prefix in prefixes for m in once.work.modules))
+        attrs.evolve(m.renamed(prefix, i * len(once.work.gemms)), params=m.params)
+        for i, prefix in enumerate(prefixes) for m in once.work.modules))
     # Each application is its own MTP layer forward, checkpointed whole on its own (module docstring, 'Recompute').
     whole = WholeCheckpoint(kept={p + op for p in prefixes for op in once.checkpoint.kept},
                             gemms=once.checkpoint.gemms * c.applications,

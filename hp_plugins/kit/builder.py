@@ -160,14 +160,16 @@ class LayerBuilder:
         unnamed = sorted(set(self.module_linears) - {name for name, *_ in self.modules})
         if unnamed:
             raise ValueError(f"LayerBuilder: linears recorded for modules {unnamed} that linear_module never named")
-        listed = gemms[len(gemms) - len(self.gemm_shapes):]
+        at = len(gemms) - len(self.gemm_shapes)
+        listed = gemms[at:]
         ops = {t.op for t in self.terms}
         found = []
         for name, params, terms, gathers in self.modules:
             own = self.module_linears.get(name, [])
             found.append(LinearModule(name, tuple(listed[i] for i in own), params, tuple(t for t in terms if t in ops),
                                       gathers if self.x.tp > 1 and self.x.sp else (0, 0),
-                                      tuple(listed[i] for i in own if i in self.original_input_linears)))
+                                      tuple(listed[i] for i in own if i in self.original_input_linears),
+                                      positions=tuple(at + i for i in own)))
         return tuple(found)
 
     def keep(self, op: str, nbytes: int, switch: str | None = None, tp_split: bool = False,

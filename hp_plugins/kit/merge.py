@@ -70,16 +70,24 @@ def _has_experts(cost: LayerCost) -> bool:
     return cost.work.routed_experts > 0 or bool(cost.work.expert_gemms)
 
 
+def _offsets(costs: Sequence[LayerCost]) -> list[int]:
+    """Each layer's first position in the merged layer's GEMMs (its ``gemms`` joined in layer order)."""
+    sizes = [len(c.work.gemms) for c in costs]
+    return [sum(sizes[:i]) for i in range(len(sizes))]
+
+
 def _reruns(costs: Sequence[LayerCost], where: str) -> tuple[tuple[str, Rerun], ...]:
     """Each switch's rerun once for the layers together (:class:`~hp_core.costs.Rerun`): what is a rate per byte the
     switch drops (``matmul_flops_per_byte``) the layers stating the same switch must state alike, as the merged layer
     applies it to all their dropped bytes; what each states whole (its ``copy_bytes``, a block's forward: ``gemms``,
-    ``grouped_flops``, ``permutation``) adds, each layer re-running its own."""
+    ``grouped_flops``, ``permutation``) adds, each layer re-running its own, its GEMMs' positions moved on by the
+    merged layer's GEMMs listed before its layer's (``gemms`` joined in layer order)."""
     if len(costs) == 1:
         return costs[0].work.reruns
     found: dict[str, Rerun] = {}
-    for cost in costs:
+    for cost, offset in zip(costs, _offsets(costs)):
         for switch, rerun in cost.work.reruns:
+            rerun = rerun.shifted(offset)
             if switch not in found:
                 found[switch] = rerun
                 continue
@@ -90,7 +98,9 @@ def _reruns(costs: Sequence[LayerCost], where: str) -> tuple[tuple[str, Rerun], 
                                          "byte); state layers that agree")
             found[switch] = Rerun(seen.matmul_flops_per_byte, seen.copy_bytes + rerun.copy_bytes,
                                   seen.gemms + rerun.gemms, seen.grouped_flops + rerun.grouped_flops,
-                                  seen.permutation or rerun.permutation)
+                                  seen.permutation or rerun.permutation, seen.positions + rerun.positions,
+                                  seen.high_precision_positions + rerun.high_precision_positions,
+                                  seen.original_input_positions + rerun.original_input_positions)
     return tuple(found.items())
 
 
@@ -169,7 +179,8 @@ def merge_costs(costs: Sequence[LayerCost], prefixes: Sequence[str], where: str)
         weight_shapes=tuple(dict.fromkeys(shape for c in costs for shape in c.weight_shapes)),
         work=None if any(w is None for w in works) else attrs.evolve(
             merge_work(costs, where),  # each layer's named modules, renamed as its families and terms are
-            modules=tuple(m.renamed(prefix) for c, prefix in zip(costs, prefixes) for m in c.work.modules)),
+            modules=tuple(m.renamed(prefix, offset) for c, prefix, offset in zip(costs, prefixes, _offsets(costs))
+                          for m in c.work.modules)),
         forward_working_bytes=max(c.forward_working_bytes for c in costs),
         weight_gradient_bytes=None if any(g is None for g in gradients) else sum(gradients),
         # A setting one layer measured whole keeps, merged, what each layer keeps under it (its measurement where it

@@ -324,8 +324,14 @@ def decoder_work(x: LayerContext, gemm_shapes: tuple[tuple[int, int], ...], hidd
             # MLP's under Megatron-Core's mlp module are not (docs/runtimes.md).
             # block_linears names no routed expert's linear (a shared expert as wide as a routed one, at tp = etp,
             # has the same shapes and is listed).
+            # Each by its position in the returned gemms (the gate first, the listed linears after it), not its shape.
+            gate, at = len(gemms[:1]), len(gemms)
             block = gemms[:1] + [listed[i] for i in experts.block_linears]
-            reruns += ((experts.rerun_switch, Rerun(gemms=tuple(block), grouped_flops=grouped, permutation=True)),)
+            reruns += ((experts.rerun_switch, Rerun(
+                gemms=tuple(block), grouped_flops=grouped, permutation=True,
+                positions=tuple(range(gate)) + tuple(at + i for i in experts.block_linears),
+                high_precision_positions=tuple(range(gate)) if experts.learned_gate else (),
+                original_input_positions=tuple(at + i for i in experts.block_linears if i in original_input_linears))),)
     gemms += listed
     return LayerWork(
         collectives=tuple(collectives), gemms=tuple(gemms), grouped_flops=grouped, expert_rows=rows,

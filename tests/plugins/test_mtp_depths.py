@@ -221,8 +221,12 @@ def test_a_switch_two_layers_state_reruns_both_blocks():
     (block,) = [r for s, r in moe.work.reruns if s == "moeLayer"]
     assert block.gemms and block.grouped_flops > 0 and block.permutation
     merged = dict(merge_work([moe, moe], "$").reruns)
+    n = len(moe.work.gemms)  # the second layer's GEMMs follow the first's: its block's positions move on by n
     assert merged["moeLayer"] == Rerun(block.matmul_flops_per_byte, 2 * block.copy_bytes, 2 * block.gemms,
-                                       2 * block.grouped_flops, True)
+                                       2 * block.grouped_flops, True,
+                                       block.positions + tuple(n + p for p in block.positions),
+                                       block.high_precision_positions + tuple(n + p for p in block.high_precision_positions),
+                                       block.original_input_positions + tuple(n + p for p in block.original_input_positions))
     faster = attrs.evolve(moe, work=attrs.evolve(moe.work, reruns=(("moeLayer", attrs.evolve(block, matmul_flops_per_byte=1.0)),)))
     with pytest.raises(ConfigError, match=r"\$\.here: its layers state different re-run rates for switch 'moeLayer'"):
         merge_work([moe, faster], "$.here")

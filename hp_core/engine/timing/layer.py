@@ -15,7 +15,7 @@ import attrs
 
 from hp_core.collectives import CollectiveModel
 from hp_core.engine.timing.elementwise import elementwise_seconds, permute_seconds
-from hp_core.engine.timing.gemm_seconds import _common, _low_precision_seconds, _matmul_seconds, frozen_seconds
+from hp_core.engine.timing.gemm_seconds import _low_precision_seconds, _matmul_seconds, frozen_seconds
 from hp_core.engine.timing.rates import _Rates, _rates
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
@@ -302,13 +302,24 @@ def _block_forward(switch: str, rerun: Rerun, work: LayerWork, r: _Rates, permut
     themselves are priced with the layer's (their ``rerun_switch``)."""
     dense = sum(2.0 * rows * out * inp for rows, out, inp in rerun.gemms)
     grouped = rerun.grouped_flops
+    # The block's GEMMs by their positions in the layer's (Rerun.positions), not by shape: a linear outside the block
+    # of one of its shapes (an attention projection as wide as a shared expert's FC1) is none of its own.
+    if any(p >= len(work.gemms) or work.gemms[p] != g for p, g in zip(rerun.positions, rerun.gemms)):
+        raise ConfigError("$.model", f"the {switch} re-run's GEMMs {rerun.gemms} are not the layer's at their "
+                                     f"positions {rerun.positions}")
+    inside, original = set(rerun.positions), set(rerun.original_input_positions)
+
+    def at(positions) -> tuple[tuple[int, int, int], ...]:
+        return tuple(work.gemms[p] for p in positions)
+
     block = attrs.evolve(work, gemms=rerun.gemms, expert_gemms=work.expert_gemms if grouped else (),
-                         high_precision_gemms=_common(work.high_precision_gemms, rerun.gemms),
-                         original_input_gemms=_common(work.original_input_gemms, rerun.gemms),
+                         high_precision_gemms=at(rerun.high_precision_positions),
+                         original_input_gemms=at(rerun.original_input_positions),
                          # A module in a format of its own counts only with its GEMMs the block re-runs (an attention
                          # module's are not an MoE block's): gemm_seconds._low_precision_seconds reprices each.
-                         modules=tuple(attrs.evolve(m, gemms=gemms, original_input_gemms=_common(m.original_input_gemms, gemms))
-                                       for m in work.modules if (gemms := _common(m.gemms, rerun.gemms))))
+                         modules=tuple(attrs.evolve(m, gemms=at(own), positions=own,
+                                                    original_input_gemms=at(p for p in own if p in original))
+                                       for m in work.modules if (own := tuple(p for p in m.positions if p in inside))))
     fwd, bwd, _ = _matmul_seconds(dense, grouped, block, r)
     quant = 0.0
     if r.low_precision:
