@@ -19,7 +19,7 @@ from hp_core.api import estimate, plan_recompute, step_time
 from hp_core.engine.inner_layers import checkpointed_whole
 from hp_core.engine.prepare import prepare
 from hp_core.specs import LayerGroup, RecomputeSpec, Setting
-from tests.plugins.test_mtp_recompute import MODEL, PARALLEL, REGISTRY, RUNTIME, SMALL, _model, _mtp_cost
+from test_mtp_recompute import MODEL, PARALLEL, REGISTRY, RUNTIME, SMALL, _model, _mtp_cost
 
 FULL = RecomputeSpec.uniform("full")
 # The module's terms outside its checkpoint, bytes: the next tokens' int64 ids 128 x 8 = 1,024; the embedding output
@@ -119,7 +119,7 @@ def test_under_tp_the_checkpoint_leaves_the_embedding_call_and_the_head_outside(
     from hp_core.engine.prepare import _evaluate, layer_context, with_sublayers
     from hp_core.engine.timing.placed import checkpoint_inside
     from hp_core.specs import ParallelSpec, PrecisionSpec
-    from tests.plugins.test_mtp_recompute import MTP
+    from test_mtp_recompute import MTP
 
     parallel = ParallelSpec(seq_len=128, tp=2, sp=True, ep=2, global_batch_size=1)
     context = with_sublayers(layer_context(parallel, PrecisionSpec(), "flash", 1, RUNTIME.traits), REGISTRY)
