@@ -78,6 +78,10 @@ def recompute_command(args: argparse.Namespace, registry: Registry, console: Con
         console.print(f"Step time {result.step_seconds:.4f} s; peak {gib(result.peak_bytes)} GiB; {verdict}")
         spec = result.recompute
         console.print(f"Plan: {describe_ranges(spec.layers, spec.default)}", markup=False, highlight=False)
+        if result.unproven:  # the MTP module's states a faster plan might reach (docs/recompute.md, 'Why it is exact')
+            states = "; ".join(s if isinstance(s, str) else "+".join(sorted(s)) or "nothing" for s in result.unproven)
+            console.print(f"Note: not proven the fastest; a plan making the placed layers recompute {states} may be "
+                          "faster (docs/recompute.md, 'Why it is exact')", markup=False, highlight=False, soft_wrap=True)
         if "recompute_assumptions" in result.estimate.provenance:  # a chosen setting priced by a stated assumption
             console.print(f"Note (recompute): {result.estimate.provenance['recompute_assumptions']}", markup=False,
                           highlight=False, soft_wrap=True)

@@ -35,7 +35,24 @@ if TYPE_CHECKING:
     from hp_core.engine.prepare import PreparedRun
     from hp_core.specs import Setting
 
-__all__ = ["check_switches", "checkpointed_layer", "checkpointed_whole", "placed_layer", "placed_recompute"]
+__all__ = ["PlacedState", "check_switches", "checkpointed_layer", "checkpointed_whole", "placed_layer", "placed_recompute"]
+
+
+class PlacedState(tuple):
+    """Body settings (a tuple, one per body layer) with the placed layers priced in a stated state instead of the one
+    the settings imply: ``whole`` (every body layer full) or a set of switches (the planner's lower bound for the plans
+    that reach a state, :mod:`hp_core.engine.recompute.coupled`).
+
+    Attributes:
+        state: ``"whole"`` or a frozenset of switches.
+    """
+
+    state: object
+
+    def __new__(cls, settings: tuple, state: object) -> "PlacedState":
+        made = super().__new__(cls, settings)
+        made.state = state
+        return made
 
 
 def check_switches(kind: LayerKind, cost: LayerCost, registry: Registry | None) -> None:
@@ -65,6 +82,8 @@ def placed_recompute(run: PreparedRun, group: int, settings: tuple[Setting, ...]
     inner = run.costs[group].inner_kinds
     if not (inner and run.runtime.inner_recompute):
         return frozenset()
+    if isinstance(settings, PlacedState):
+        return frozenset() if settings.state == "whole" else frozenset(settings.state)
     found: set[str] = set()
     for body_group, setting in dict.fromkeys(zip(run.body_group, settings)):
         if run.kinds[body_group].name in inner:
@@ -81,6 +100,8 @@ def checkpointed_whole(run: PreparedRun, group: int, settings: tuple[Setting, ..
     method, module docstring)."""
     if run.costs[group].checkpoint is None or not run.runtime.inner_recompute or not run.body_group:
         return False
+    if isinstance(settings, PlacedState):
+        return settings.state == "whole"
     return all(run.resolve(body_group, setting)[0] for body_group, setting in dict.fromkeys(zip(run.body_group, settings)))
 
 

@@ -20,6 +20,7 @@ def _result_to_json(result: PlanResult) -> dict[str, Any]:
         "fits": result.fits,
         "step_seconds": result.step_seconds,
         "peak_bytes": result.peak_bytes,
+        "unproven_states": [s if isinstance(s, str) else sorted(s) for s in result.unproven],
         "recompute": {
             "default": setting_value(result.recompute.default),
             "layers": {range_key(first, last): setting_value(setting) for first, last, setting in result.recompute.layers},

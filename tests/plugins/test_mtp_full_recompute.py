@@ -88,13 +88,17 @@ def test_the_planner_prices_the_module_as_its_plan_makes_it_recompute():
     model = _model(LayerGroup("moe_only", SMALL, count=4))
     full = estimate(model, PARALLEL, registry=REGISTRY, runtime=RUNTIME, recompute=FULL)
     none = estimate(model, PARALLEL, registry=REGISTRY, runtime=RUNTIME)
-    # The planner searches with the module priced as the plan found makes it recompute (its checkpoint under every
-    # layer full). Here the stage's peak is the same either way: it binds at the module's backward, which rebuilds
-    # what the checkpoint dropped (kept + the backward's working set is the plain module's), so the plans are those
-    # the solver found before; what it reports agrees with the estimate and step time of its plan.
+    # The planner prices the module as each plan makes it recompute (its checkpoint under every layer full; the
+    # body's union otherwise: coupled.py); what it reports agrees with the estimate and step time of its plan.
     assert full.stages[0].activations_by_kind["mtp"] == OUTSIDE
+    # At the all-full peak, every layer ffAct+moeLayer+normOp (the module recomputing the same, no checkpoint) peaks
+    # the same and runs faster than every layer full (whose module re-runs its checkpointed part): the planner's union
+    # search (coupled.py) finds it; before it, the planner kept every layer full.
     plan = _plan(model, full.peak_bytes).plan
-    assert plan.fits and plan.recompute == FULL
+    selective = RecomputeSpec.uniform(Setting(mode="switches", switches=frozenset({"ffAct", "moeLayer", "normOp"})))
+    assert plan.fits and plan.recompute == selective and plan.peak_bytes == full.peak_bytes
+    assert plan.step_seconds < step_time(model, PARALLEL, registry=REGISTRY, runtime=RUNTIME, hardware="h100-sxm",
+                                         recompute=FULL).step_seconds
     # One byte less: nothing fits, and the shortfall the solver states is the estimate's.
     short = _plan(model, full.peak_bytes - 1).plan
     assert not short.fits and short.stages[0].shortfall_bytes == 1
@@ -135,9 +139,10 @@ def test_under_tp_the_checkpoint_leaves_the_embedding_call_and_the_head_outside(
     assert cost.forward.matmul_flops - inside_cost.forward.matmul_flops == 8_388_608
 
 
-def test_the_search_finds_the_plan_only_the_module_s_checkpoint_fits():
+def test_the_search_finds_a_plan_at_the_all_full_peak():
     # At the all-full peak of the 4-layer model, the search's memory bound prices the module under its checkpoint (the
-    # least it keeps), the planner plans every layer full, and the candidate's peak is the estimate's.
+    # least it keeps), so the layout is planned; the planner plans every layer ffAct+moeLayer+normOp (above), and the
+    # candidate's peak is the estimate's.
     from hp_core.api import search
 
     model = _model(LayerGroup("moe_only", SMALL, count=4))
@@ -146,4 +151,4 @@ def test_the_search_finds_the_plan_only_the_module_s_checkpoint_fits():
     found = search(model, registry=REGISTRY, devices=2, hardware=hardware, global_batch_size=2, seq_len=128,
                    runtime="megatron", fixed={"ep": 2, "tp": 1, "pp": 1, "cp": 1, "micro_batch_size": 1},
                    reserve_bytes=hardware.memory_bytes - full.peak_bytes)
-    assert [(c.plan_summary, c.peak_bytes) for c in found.top] == [("default full", full.peak_bytes)]
+    assert [(c.plan_summary, c.peak_bytes) for c in found.top] == [("default ffAct+moeLayer+normOp", full.peak_bytes)]

@@ -10,26 +10,29 @@ layers' times (:mod:`hp_core.engine.timing`) and the step is monotone in every
 stage's time, so the fastest plan of each stage gives the fastest step.
 
 Placed layers. A layer placed first or last is fixed in its stage, but what it recomputes may follow the body's
-settings (the MTP module under the ``megatron`` runtime: its inner layers' switches as the body layers of their kinds,
-its own whole checkpoint where every body layer is recomputed fully; :mod:`hp_core.engine.inner_layers`), which no
-stage's search decides alone. The planner searches with the placed layers recomputing nothing, then again with them
-as the plan found implies, until a plan implies what it was searched under: then the solver's peaks are the
-estimate's of that plan (the printed peak and step time are always :func:`estimate_run` and :func:`time_run` of the
-plan). A stage whose placed layers price as in an earlier search is not searched again. Where no such plan turns up
-within a few searches (a plan whose placed layers keep less lets the body recompute less, which makes them keep more
-again), the first plan is kept: found with them recomputing nothing, the plan's own placed layers keep no more.
+settings (the MTP module under the ``megatron`` runtime: the union of its inner layers' switches as the body layers of
+their kinds recompute them, its own whole checkpoint where every body layer is recomputed fully;
+:mod:`hp_core.engine.inner_layers`), which no stage's search decides alone. The planner enumerates the states such a
+layer can be in (:mod:`hp_core.engine.recompute.coupled`), searches every stage under each with the body restricted
+to the settings that keep it, prices each plan with :func:`estimate_run` and :func:`time_run`, and keeps the fastest
+that fits; where a state's plan reaches less than the state, the plans reaching it exactly are searched by branch and
+bound (``covered``). States go in order of a lower bound, until one is no faster than the best plan. A stage whose
+options and placed layers are as under an earlier search is not searched again. The printed
+peak and step time are always :func:`estimate_run` and :func:`time_run` of the plan.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
 from hp_core.engine.estimate import estimate_run
-from hp_core.engine.inner_layers import placed_layer
+from hp_core.engine.inner_layers import PlacedState, placed_layer
 from hp_core.engine.precision import on_device
 from hp_core.engine.prepare import PreparedRun
+from hp_core.engine.recompute.coupled import WHOLE, coupled_states, coupling, keeps, placed_under
 from hp_core.engine.recompute.layout import compact
 from hp_core.engine.recompute.profile import SettingCost, SwitchProfile, candidate_settings, switch_profile
 from hp_core.engine.recompute.solver import LayerOption, StageSolution, VariableLayer, pareto_front, solve_stage
@@ -41,7 +44,7 @@ from hp_core.engine.timing import StepTime, layer_pricer, time_run
 
 __all__ = ["PlanResult", "RecomputePlan", "StagePlan", "plan_run"]
 
-_ROUNDS = 4  # searches after the first, each under the placed layers the last one's plan implies (plan_run)
+_COVER_SEARCHES = 2000  # searches of the plans reaching one state exactly before it is reported unproven (plan_run)
 
 
 # ----------------------------------------------------------------------------- the model's plan
@@ -95,6 +98,9 @@ class PlanResult:
         peak_bytes: The highest stage peak.
         estimate: :func:`hp_core.api.estimate` under the plan.
         time: :func:`hp_core.engine.timing.time_run` under the plan.
+        unproven: States of the placed layers that follow the body (:mod:`hp_core.engine.recompute.coupled`) under
+            which a plan reaching the state might be faster than this one: the search of the plans reaching it ran
+            past ``_COVER_SEARCHES``. Empty where the plan is proven the fastest.
     """
 
     restricted: bool
@@ -105,6 +111,7 @@ class PlanResult:
     peak_bytes: int
     estimate: Estimate = attrs.field(repr=False)
     time: StepTime = attrs.field(repr=False)
+    unproven: tuple = ()
 
 
 @attrs.frozen
@@ -237,7 +244,7 @@ def plan_run(
     candidates = {(i, restricted): candidate_settings(kinds[i], rt, unrestricted=not restricted, offload=offload)
                   for i in body_groups for restricted in ((True, False) if unrestricted else (True,))}
 
-    def options(i: int, restricted: bool) -> tuple[LayerOption, ...]:
+    def options(i: int, restricted: bool) -> list[LayerOption]:
         found = []
         for setting in candidates[i, restricted]:
             priced: SettingCost = profiles[i].price(setting)
@@ -245,40 +252,93 @@ def plan_run(
             placed = PlacedLayer(kinds[i].name, costs[i], priced.full, priced.recomputed, setting.describe(),
                                  priced.kept_bytes, priced.warmup_working_bytes)
             found.append(LayerOption(setting, placed, priced.micro_batch_seconds))
-        # Only the front can be chosen (the solver's docstring); every stage of the group shares it.
-        return pareto_front(found)
+        return found
 
-    def fixed(where: str, assumed: tuple[Setting, ...]) -> list[PlacedLayer]:
-        # A placed layer as the body's settings *assumed* make it recompute (the MTP's: inner_layers.placed_layer).
-        made = {i: placed_layer(run, i, assumed, where) for i in set(run.placed_groups(where))}
+    def fixed(where: str, state) -> list[PlacedLayer]:
+        # A placed layer as the coupling state makes it recompute (coupled.placed_under; nothing without a coupling).
+        made = {i: (placed_under(run, i, state, where) if couple is not None and i in couple.groups
+                    else placed_layer(run, i, (Setting(),) * run.body_count, where)) for i in set(run.placed_groups(where))}
         return [made[i] for i in run.placed_groups(where)]
 
-    def placed_key(assumed: tuple[Setting, ...]) -> tuple:
-        return tuple((p.setting, p.kept_bytes, p.backward_working_bytes) for p in fixed("first", assumed) + fixed("last", assumed))
+    def true_fixed(settings: tuple[Setting, ...]) -> tuple:
+        return tuple((p.kept_bytes, p.backward_working_bytes) for where in ("first", "last")
+                     for p in (placed_layer(run, i, settings, where) for i in run.placed_groups(where)))
 
     limit = hardware.memory_bytes - reserve_bytes
     body_group, bounds = run.body_group, run.chunk_bounds
+    couple = coupling(run)
+    # The stages holding a placed layer whose recompute follows the body's (the MTP's: the last).
+    coupled_stages = set() if couple is None else {
+        stage for stage in range(parallel.pp) for where, chunk in (("first", 0), ("last", parallel.chunks - 1))
+        if chunk in run.stage_chunks(stage) and any(i in couple.groups for i in run.placed_groups(where))}
 
-    def search(table: Mapping[int, tuple[LayerOption, ...]], assumed: tuple[Setting, ...],
-               memo: dict) -> tuple[tuple[Setting, ...], list[tuple[StageSolution, bool, int]]]:
+    def covered(state, raw: Mapping[int, list[LayerOption]], table: Mapping[int, tuple[LayerOption, ...]], rank: int,
+                consider, best, memo: dict) -> bool:
+        """Search the plans that reach union *state* exactly (coupled.py): branch on the first switch of the state no
+        layer reaches, each branch requiring one body layer of an inner kind to recompute it; a branch is cut where
+        its stages cannot fit (requiring more fits no better) or its plan priced in the state (a lower bound on the
+        branch's plans: PlacedState) is no faster than the best plan. False where _COVER_SEARCHES ran out first."""
+        inner = [j for j, g in enumerate(body_group) if g in couple.inner]
+        seen: set = set()
+        stack: list[dict[int, frozenset[str]]] = [{}]
+        while stack:
+            required = stack.pop()
+            key = frozenset(required.items())
+            if key in seen:
+                continue
+            seen.add(key)
+            if len(seen) > _COVER_SEARCHES:
+                return False
+            forced = {j: pareto_front([o for o in raw[body_group[j]] if keeps(run, couple, body_group[j], o, state)
+                                       and not run.resolve(body_group[j], o.setting)[0]
+                                       and need <= run.resolve(body_group[j], o.setting)[1]])
+                      for j, need in required.items()}
+            if any(not options for options in forced.values()):
+                continue
+            found = search(table, state, memo, forced)
+            if not all(s.fits for s, _, _ in found[1]):
+                continue
+            reached = frozenset().union(*(run.resolve(body_group[j], found[0][j])[1] for j in inner
+                                          if not run.resolve(body_group[j], found[0][j])[0])) & couple.switches
+            if reached == state:
+                consider(found, rank, True)
+                continue
+            key_now = best()
+            bound = time_run(run, hardware, PlacedState(found[0], state)).step_seconds
+            if key_now is not None and not key_now[0] and bound >= key_now[2]:
+                continue
+            switch = min(state - reached)
+            stack.extend({**required, j: required.get(j, frozenset()) | {switch}} for j in reversed(inner))
+        return True
+
+    def search(table: Mapping[int, tuple[LayerOption, ...]], state, memo: dict,
+               forced: Mapping[int, tuple[LayerOption, ...]] = {},
+               other: Mapping[int, tuple[LayerOption, ...]] | None = None,
+               ) -> tuple[tuple[Setting, ...], list[tuple[StageSolution, bool, int]]]:
+        # forced: options of single layers; other: the table of the stages holding no coupled placed layer.
         settings: list[Setting] = [Setting()] * run.body_count
         solutions: list[tuple[StageSolution, bool, int]] = []
+        placed = {where: fixed(where, state) for where in ("first", "last")}
         for stage in range(parallel.pp):
             mine = run.stage_chunks(stage)
+            mine_table = other if other is not None and stage not in coupled_stages else table
             chunks: list[list[PlacedLayer | VariableLayer]] = []
             for c in mine:
                 lo, hi = bounds[c]
-                chunk: list[PlacedLayer | VariableLayer] = [VariableLayer(j, body_group[j], table[body_group[j]])
-                                                            for j in range(lo, hi)]
+                chunk: list[PlacedLayer | VariableLayer] = [
+                    VariableLayer(j, body_group[j], forced[j] if j in forced else mine_table[body_group[j]])
+                    for j in range(lo, hi)]
                 if c == 0:
-                    chunk = fixed("first", assumed) + chunk
+                    chunk = placed["first"] + chunk
                 if c == parallel.chunks - 1:
-                    chunk = chunk + fixed("last", assumed)
+                    chunk = chunk + placed["last"]
                 chunks.append(chunk)
             body = [range(*bounds[c]) for c in mine]
-            key = (stage, tuple((p.setting, p.kept_bytes, p.backward_working_bytes) for chunk in chunks for p in chunk
-                                if isinstance(p, PlacedLayer)))
-            solution = memo.get(key)  # a stage whose placed layers price as before is solved as before
+            # A stage whose layers' options and placed layers are as under an earlier state is solved as then.
+            key = (stage, tuple(tuple(o.setting for o in layer.options) if isinstance(layer, VariableLayer)
+                                else (layer.setting, layer.kept_bytes, layer.backward_working_bytes)
+                                for chunk in chunks for layer in chunk))
+            solution = memo.get(key)
             if solution is None:
                 solution = memo[key] = solve_stage(stage, chunks, body, run.stage_inputs, limit)
             layers = [layer for chunk in chunks for layer in chunk if isinstance(layer, VariableLayer)]
@@ -288,39 +348,79 @@ def plan_run(
         return tuple(settings), solutions
 
     def solve(restricted: bool) -> PlanResult:
-        table = {i: options(i, restricted) for i in body_groups}
-        # The placed layers priced as the plan's settings make them recompute (the MTP module under a runtime whose
-        # recompute reaches it, inner_layers): first as nothing recomputed, then as the plan found implies, until
-        # the plan implies what it was found under (module docstring, 'Placed layers'). Where no such plan turns
-        # up within _ROUNDS, the first is kept: found with the placed layers keeping the most, it fits as found.
+        raw = {i: options(i, restricted) for i in body_groups}
         memo: dict = {}
-        assumed = (Setting(),) * run.body_count
-        first = found = search(table, assumed, memo)
-        for _ in range(_ROUNDS):
-            if placed_key(found[0]) == placed_key(assumed):
-                break
-            assumed = found[0]
-            found = search(table, assumed, memo)
+        unproven: tuple = ()
+        if couple is None:
+            # Only the front can be chosen (the solver's docstring); every stage of the group shares it.
+            found = search({i: pareto_front(raw[i]) for i in body_groups}, None, memo)
+            spec = compact(list(found[0]))
+            chosen = (found, estimate_run(run, spec, hardware), time_run(run, hardware, spec))
         else:
-            found = found if placed_key(found[0]) == placed_key(assumed) else first
-        settings, solutions = list(found[0]), found[1]
+            # Every state the coupled placed layers can be in, each searched with the body restricted to the
+            # settings that keep it (coupled.py; module docstring, 'Placed layers'); the fastest plan that fits.
+            chosen, best_key, pending = None, None, []
+
+            priced_plans: dict = {}  # settings -> (estimate, time): states often find the same plan
+
+            def consider(found, rank: int, exact: bool | None = None) -> None:
+                nonlocal chosen, best_key
+                spec = compact(list(found[0]))
+                if found[0] not in priced_plans:
+                    priced_plans[found[0]] = (estimate_run(run, spec, hardware), time_run(run, hardware, spec))
+                estimate, time = priced_plans[found[0]]
+                # A plan implying another state than it was found under fits only as estimate_run says.
+                fits = all(s.fits for s, _, _ in found[1]) and (exact or estimate.peak_bytes <= limit)
+                over = max(0, max(s.peak_bytes for s in estimate.stages) - limit)
+                key = (not fits, over if not fits else 0, time.step_seconds, rank)
+                if best_key is None or key < best_key:
+                    chosen, best_key = (found, estimate, time), key
+
+            # Each state's bound (coupled.py): the stages without the placed layers at their fastest over every
+            # setting, those with them under the state's restriction, the placed layers priced in the state; no plan
+            # found under the state, nor any plan reaching it, is faster. States are searched in order of bound
+            # until the bound is no faster than the best plan that fits.
+            every = {i: pareto_front(raw[i]) for i in body_groups}
+            ordered = []
+            for rank, state in enumerate(coupled_states(run, couple, raw)):
+                table = {i: pareto_front([o for o in raw[i] if keeps(run, couple, i, o, state)]) for i in body_groups}
+                if any(not front for front in table.values()):
+                    continue
+                bound = -math.inf
+                if state != WHOLE:  # every body layer full: no stage free, searched whole
+                    low = search(table, state, memo, other=every)
+                    bound = (time_run(run, hardware, PlacedState(low[0], state)).step_seconds
+                             if all(s.fits for s, _, _ in low[1]) else math.inf)
+                ordered.append((bound, rank, state, table))
+            for bound, rank, state, table in sorted(ordered, key=lambda row: row[:2]):
+                if best_key is not None and not best_key[0] and (bound, rank) >= best_key[2:]:
+                    break
+                found = search(table, state, memo)
+                priced = tuple((p.kept_bytes, p.backward_working_bytes) for p in fixed("first", state) + fixed("last", state))
+                exact = priced == true_fixed(found[0])
+                consider(found, rank, exact)
+                if not exact and state != WHOLE and all(s.fits for s, _, _ in found[1]):
+                    pending.append((rank, state, table))  # plans reaching the state may be missed: cover (below)
+            for rank, state, table in pending:
+                if not covered(state, raw, table, rank, consider, lambda: best_key, memo):
+                    unproven += (state,)
+        (settings, solutions), result, time = chosen
+        settings = list(settings)
         spec = compact(settings)
-        result = estimate_run(run, spec, hardware)
-        time = time_run(run, hardware, spec)
         stages = []
         for (solution, fastest, in_flight), stage_estimate, stage_time in zip(solutions, result.stages, time.stages):
             layers = stage_estimate.layers
             chosen = tuple(settings[j] for j in layers)
             stages.append(StagePlan(
                 index=stage_estimate.index, layers=layers, settings=chosen, ranges=_runs(layers, chosen),
-                fits=solution.fits, peak_bytes=stage_estimate.peak_bytes, limit_bytes=limit,
+                fits=solution.fits and stage_estimate.peak_bytes <= limit, peak_bytes=stage_estimate.peak_bytes, limit_bytes=limit,
                 shortfall_bytes=solution.shortfall_bytes, binding_point=stage_estimate.binding_point,
                 reason=_reason(solution, fastest, in_flight), micro_batch_seconds=stage_time.micro_batch_seconds,
                 search_nodes=solution.nodes, estimate=stage_estimate,
             ))
         return PlanResult(
             restricted=restricted, fits=all(s.fits for s in stages), recompute=spec, stages=tuple(stages),
-            step_seconds=time.step_seconds, peak_bytes=result.peak_bytes, estimate=result, time=time,
+            step_seconds=time.step_seconds, peak_bytes=result.peak_bytes, estimate=result, time=time, unproven=unproven,
         )
 
     executed = solve(restricted=True)

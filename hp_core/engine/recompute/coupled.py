@@ -1,0 +1,116 @@
+"""Placed layers whose recompute follows the body's settings: the states the planner enumerates (docs/recompute.md,
+'Why it is exact').
+
+Under a runtime whose one recompute configuration reaches the layers a layer placed first or last runs inside itself
+(``Runtime.inner_recompute``; the MTP module under ``megatron``), that layer recomputes the union ``U`` of the
+switches the run's body layers of its inner kinds recompute, fully recomputed ones adding nothing, and runs under its
+own whole checkpoint where every body layer is recomputed fully (:mod:`hp_core.engine.inner_layers`). So a setting
+chosen for a body layer in one stage can change the time and peak of the stage the placed layer sits in, which no
+stage's search sees alone.
+
+What the placed layer keeps and costs depends on ``U`` only through the switches its terms name (``S``; every switch
+of its inner kinds where it states measured settings, which are looked up by the exact set). The planner therefore
+enumerates the states :func:`coupled_states` lists: each union ``V = U & S`` a plan can reach (the closure under union
+of ``switches & S`` over the candidate settings of the inner kinds' body groups, with the empty set: every such layer
+fully recomputed) and, where the layer states a checkpoint, every body layer fully recomputed. Under each state it
+solves every stage with the body groups of the inner kinds restricted to the settings that keep the state
+(:func:`keeps`; full always keeps a union state, as it adds nothing) and the placed layer priced under it. Every plan
+is found under the state it implies, where it is priced as :func:`~hp_core.engine.estimate.estimate_run` prices it,
+so the fastest plan that fits over all states is the fastest plan that fits.
+
+A plan found under ``V`` may imply a smaller union (no layer needed a switch of ``V``, or every layer went full); the
+planner prices it as it is (:func:`~hp_core.engine.estimate.estimate_run`, :func:`~hp_core.engine.timing.time_run`)
+and keeps it only if it fits so, then searches the plans reaching ``V`` exactly by branch and bound
+(``plan_run``'s ``covered``): branching on a switch of ``V`` no layer reaches, each branch requiring one body layer of
+an inner kind to recompute it, cut where its stages cannot fit or where its plan priced with the placed layer in the
+state (:class:`~hp_core.engine.inner_layers.PlacedState`, a lower bound on the branch) is no faster than the best
+plan. A state whose branching runs past its budget is reported (``PlanResult.unproven``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import attrs
+
+from hp_core.engine.inner_layers import checkpointed_layer
+from hp_core.engine.stage import PlacedLayer
+
+if TYPE_CHECKING:
+    from hp_core.engine.prepare import PreparedRun
+    from hp_core.engine.recompute.solver import LayerOption
+
+__all__ = ["Coupling", "WHOLE", "coupled_states", "coupling", "keeps", "placed_under"]
+
+WHOLE = "whole"  # the state: every body layer fully recomputed, the placed layer under its own checkpoint
+
+
+@attrs.frozen
+class Coupling:
+    """The placed layers whose recompute follows the body's, and what of the body they read.
+
+    Attributes:
+        groups: The placed groups with inner kinds (``first`` and ``last``).
+        inner: The body groups of those inner kinds.
+        switches: ``S``: the switches the placed layers' pricing can tell apart.
+        checkpoint: Whether one of them states a whole checkpoint (the :data:`WHOLE` state exists).
+    """
+
+    groups: frozenset[int]
+    inner: frozenset[int]
+    switches: frozenset[str]
+    checkpoint: bool
+
+
+def coupling(run: PreparedRun) -> Coupling | None:
+    """The run's coupling, or ``None`` where no placed layer's recompute follows the body's."""
+    if not run.runtime.inner_recompute:
+        return None
+    groups = {i for where in ("first", "last") for i in run.placed_groups(where)
+              if run.costs[i].inner_kinds or run.costs[i].checkpoint is not None}
+    if not groups:
+        return None
+    kinds = {name for i in groups for name in run.costs[i].inner_kinds}
+    inner = frozenset(i for i in run.layers.body_groups if run.kinds[i].name in kinds)
+    switches: set[str] = set()
+    for i in groups:
+        cost = run.costs[i]
+        if cost.measured:  # looked up by the exact set (LayerCost.kept_under): every switch tells
+            switches |= {s for j in inner for s in run.kinds[j].switches}
+        switches |= {t.switch for t in cost.activations if t.switch is not None}
+    checkpoint = any(run.costs[i].checkpoint is not None for i in groups)
+    return Coupling(frozenset(groups), inner, frozenset(switches), checkpoint)
+
+
+def coupled_states(run: PreparedRun, couple: Coupling, options: dict[int, Sequence[LayerOption]]) -> list:
+    """The states to search: each reachable union ``V`` (a frozenset; the closure under union of the inner groups'
+    non-full options' ``switches & S``, with the empty set), fewest switches first, then :data:`WHOLE` where a
+    placed layer states a checkpoint and every body group can be fully recomputed."""
+    seeds = {run.resolve(i, o.setting)[1] & couple.switches for i in couple.inner for o in options[i]
+             if not run.resolve(i, o.setting)[0]}
+    closure: set[frozenset[str]] = {frozenset()}
+    for seed in seeds:
+        closure |= {found | seed for found in closure}
+    states: list = sorted(closure, key=lambda s: (len(s), sorted(s)))
+    if couple.checkpoint and all(any(run.resolve(i, o.setting)[0] for o in options[i]) for i in run.layers.body_groups):
+        states.append(WHOLE)
+    return states
+
+
+def keeps(run: PreparedRun, couple: Coupling, group: int, option: LayerOption, state) -> bool:
+    """Whether a body layer of *group* under *option* is allowed under *state*: under :data:`WHOLE` only full; under a
+    union ``V`` full, or switches within ``V`` (of ``S``) for a group of the inner kinds, anything for another."""
+    full, switches = run.resolve(group, option.setting)
+    if state == WHOLE:
+        return full
+    return full or group not in couple.inner or (switches & couple.switches) <= state
+
+
+def placed_under(run: PreparedRun, group: int, state, where: str) -> PlacedLayer:
+    """A placed layer of *group* priced under *state* (as :func:`hp_core.engine.inner_layers.placed_layer` prices it
+    for a plan implying that state)."""
+    name, cost = run.kinds[group].name, run.costs[group]
+    if state == WHOLE and cost.checkpoint is not None:
+        return checkpointed_layer(name, cost, where)
+    switches = frozenset() if state == WHOLE else state
+    return PlacedLayer.make(name, cost, False, switches, "+".join(sorted(switches)) or "none", placement=where)
