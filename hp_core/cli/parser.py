@@ -44,6 +44,14 @@ class _Parser(argparse.ArgumentParser):
         sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
         raise SystemExit(2)
 
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        # argparse reads "--" as the end of options even inside "--opt=--" and hands the option an empty list (CPython
+        # argparse, _get_values drops "--" before the type runs): refuse it as a missing value, by the option's name.
+        for token in sys.argv[1:] if args is None else args:
+            if isinstance(token, str) and token.startswith("--") and token.endswith("=--") and len(token) > 4:
+                self.error(f"argument {token[:-3]}: expected one value")
+        return super().parse_known_args(args, namespace)
+
 
 def _bounded(high: int, bound: str, low: int = 1) -> Any:
     """An argument type: an integer in ``[low, high]`` (*bound* names the limit, docs/cli.md lists it)."""

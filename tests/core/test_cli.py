@@ -368,3 +368,15 @@ def test_num_layers_truncates_the_body_and_refuses_more_than_the_model_has(capsy
     assert main(["estimate", "--model", "llama3-70b", "--num-layers", "81"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["hp estimate: error: $.num_layers: num_layers=81 exceeds the model's 80 layers"]
+
+
+@pytest.mark.parametrize(("argv", "option"), [
+    (("search", "--model", "llama3-8b", "--devices", "8", "--hardware", "h100-sxm", "--workers=--"), "--workers"),
+    (("search", "--model", "llama3-8b", "--devices=--", "--hardware", "h100-sxm"), "--devices"),
+    (("estimate", "--model", "llama3-8b", "--tp=--"), "--tp"),
+])
+def test_an_option_given_a_bare_double_dash_is_refused_by_name(capsys, argv, option):
+    # argparse reads "--opt=--" as the option with no value (an empty list reached the command: a TypeError in
+    # hp search's worker count); it is one line naming the option, status 2.
+    err = assert_one_line_error(*run(capsys, *argv))
+    assert f"argument {option}: expected one value" in err
