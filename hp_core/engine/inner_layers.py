@@ -76,15 +76,17 @@ def placed_recompute(run: PreparedRun, group: int, settings: tuple[Setting, ...]
 
     Nothing, unless the layer runs body layers inside itself (``inner_kinds``) and the runtime's recompute reaches
     them (``inner_recompute``); then what the body layers of those kinds recompute, together, with what the trainer
-    always recomputes (a body layer recomputed fully adds nothing: its whole-layer checkpoint is no switch of its
-    inner layers; Megatron-Core's full recompute of the MTP layer is the layer's own checkpoint: :func:`checkpointed_whole`).
+    always recomputes (``Runtime.implicit_recompute``, whatever the body runs; a body layer recomputed fully adds
+    nothing more: its whole-layer checkpoint is no switch of its inner layers; Megatron-Core's full recompute of the MTP layer is the layer's own checkpoint: :func:`checkpointed_whole`).
     """
     inner = run.costs[group].inner_kinds
     if not (inner and run.runtime.inner_recompute):
         return frozenset()
     if isinstance(settings, PlacedState):
         return frozenset() if settings.state == "whole" else frozenset(settings.state)
-    found: set[str] = set()
+    # What the trainer always recomputes reaches the module whatever the body runs (Megatron's sequence-parallel
+    # re-gather: a body layer recomputed fully adds no switch, but the module's own layers still re-gather).
+    found: set[str] = set(run.runtime.implicit_recompute)
     for body_group, setting in dict.fromkeys(zip(run.body_group, settings)):
         if run.kinds[body_group].name in inner:
             full, switches = run.resolve(body_group, setting)

@@ -155,3 +155,22 @@ def test_a_module_applied_twice_recomputes_each_application():
     found = estimate(model, PARALLEL, registry=REGISTRY, runtime=RUNTIME,
                      recompute=RecomputeSpec.uniform(sorted(MOE_ACT_LAYERNORM)))
     assert found.stages[0].activations_by_kind["mtp"] == 2 * 496_128
+
+
+def test_the_module_re_gathers_under_sp_whatever_its_layers_kinds_run():
+    # Megatron always re-gathers a sequence-parallel linear's input in backward (the runtime's implicit `gather`),
+    # inside the MTP module too. A plan whose MoE-only body layer (the module's one inner kind) is fully recomputed while
+    # another kind's layer is not (Megatron's `block` method: the module is not checkpointed) leaves the module's own
+    # `gather` in place: before, a fully recomputed inner-kind layer added nothing and the module re-gathered nothing.
+    sp = ParallelSpec(seq_len=128, tp=2, sp=True, ep=2, dp=2, global_batch_size=2)
+    model = _model(LayerGroup("moe_only", SMALL), LayerGroup("mlp", MLPLayerConfig(hidden_size=H, intermediate_size=96)))
+    run = prepare(model, sp, registry=REGISTRY, runtime=RUNTIME)
+    mtp = next(i for i, kind in enumerate(run.kinds) if kind.name == "mtp")
+    assert RUNTIME.implicit_recompute == frozenset({"gather"})
+    assert any(t.switch == "gather" for t in run.costs[mtp].activations)
+    by_kind = {run.kinds[g].name: Setting.parse(s) for g, s in zip(run.body_group, ("full", "none"))}
+    settings = tuple(by_kind[run.kinds[g].name] for g in run.body_group)
+    assert [run.kinds[g].name for g in run.body_group] == ["moe_only", "mlp"]
+    assert placed_recompute(run, mtp, settings) == frozenset({"gather"})
+    # Nothing recomputed anywhere: the same, the re-gather alone.
+    assert placed_recompute(run, mtp, (Setting.parse("none"),) * 2) == frozenset({"gather"})

@@ -11,8 +11,8 @@ stage's search sees alone.
 What the placed layer keeps and costs depends on ``U`` only through the switches its terms name (``S``; every switch
 of its inner kinds where it states measured settings, which are looked up by the exact set). The planner therefore
 enumerates the states :func:`coupled_states` lists: each union ``V = U & S`` a plan can reach (the closure under union
-of ``switches & S`` over the candidate settings of the inner kinds' body groups, with the empty set: every such layer
-fully recomputed) and, where the layer states a checkpoint, every body layer fully recomputed. Under each state it
+of ``switches & S`` over the candidate settings of the inner kinds' body groups, each with the runtime's
+always-recomputed switches, :func:`base`, which alone is the state where every such layer is fully recomputed) and, where the layer states a checkpoint, every body layer fully recomputed. Under each state it
 solves every stage with the body groups of the inner kinds restricted to the settings that keep the state
 (:func:`keeps`; full always keeps a union state, as it adds nothing) and the placed layer priced under it. Every plan
 is found under the state it implies, where it is priced as :func:`~hp_core.engine.estimate.estimate_run` prices it,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from hp_core.engine.prepare import PreparedRun
     from hp_core.engine.recompute.solver import LayerOption
 
-__all__ = ["Coupling", "WHOLE", "coupled_states", "coupling", "keeps", "placed_under"]
+__all__ = ["Coupling", "WHOLE", "base", "coupled_states", "coupling", "keeps", "placed_under"]
 
 WHOLE = "whole"  # the state: every body layer fully recomputed, the placed layer under its own checkpoint
 
@@ -82,13 +82,19 @@ def coupling(run: PreparedRun) -> Coupling | None:
     return Coupling(frozenset(groups), inner, frozenset(switches), checkpoint)
 
 
+def base(run: PreparedRun, couple: Coupling) -> frozenset[str]:
+    """What every state but :data:`WHOLE` holds: the runtime's always-recomputed switches the placed layers name
+    (:func:`hp_core.engine.inner_layers.placed_recompute`)."""
+    return frozenset(run.runtime.implicit_recompute) & couple.switches
+
+
 def coupled_states(run: PreparedRun, couple: Coupling, options: dict[int, Sequence[LayerOption]]) -> list:
     """The states to search: each reachable union ``V`` (a frozenset; the closure under union of the inner groups'
-    non-full options' ``switches & S``, with the empty set), fewest switches first, then :data:`WHOLE` where a
+    non-full options' ``switches & S``, from :func:`base`), fewest switches first, then :data:`WHOLE` where a
     placed layer states a checkpoint and every body group can be fully recomputed."""
     seeds = {run.resolve(i, o.setting)[1] & couple.switches for i in couple.inner for o in options[i]
              if not run.resolve(i, o.setting)[0]}
-    closure: set[frozenset[str]] = {frozenset()}
+    closure: set[frozenset[str]] = {base(run, couple)}
     for seed in seeds:
         closure |= {found | seed for found in closure}
     states: list = sorted(closure, key=lambda s: (len(s), sorted(s)))

@@ -32,7 +32,7 @@ from hp_core.engine.estimate import estimate_run
 from hp_core.engine.inner_layers import PlacedState, placed_layer
 from hp_core.engine.precision import on_device
 from hp_core.engine.prepare import PreparedRun
-from hp_core.engine.recompute.coupled import WHOLE, coupled_states, coupling, keeps, placed_under
+from hp_core.engine.recompute.coupled import WHOLE, base, coupled_states, coupling, keeps, placed_under
 from hp_core.engine.recompute.layout import compact
 from hp_core.engine.recompute.profile import SettingCost, SwitchProfile, candidate_settings, switch_profile
 from hp_core.engine.recompute.solver import LayerOption, StageSolution, VariableLayer, pareto_front, solve_stage
@@ -298,7 +298,7 @@ def plan_run(
             found = search(table, state, memo, forced)
             if not all(s.fits for s, _, _ in found[1]):
                 continue
-            reached = frozenset().union(*(run.resolve(body_group[j], found[0][j])[1] for j in inner
+            reached = base(run, couple) | frozenset().union(*(run.resolve(body_group[j], found[0][j])[1] for j in inner
                                           if not run.resolve(body_group[j], found[0][j])[0])) & couple.switches
             if reached == state:
                 consider(found, rank, True)
