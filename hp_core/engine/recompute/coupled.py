@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Sequence
 
 import attrs
 
-from hp_core.engine.inner_layers import checkpointed_layer
+from hp_core.engine.inner_layers import PlacedState, placed_layer
 from hp_core.engine.stage import PlacedLayer
+from hp_core.specs import Setting
 
 if TYPE_CHECKING:
     from hp_core.engine.prepare import PreparedRun
@@ -113,10 +114,6 @@ def keeps(run: PreparedRun, couple: Coupling, group: int, option: LayerOption, s
 
 
 def placed_under(run: PreparedRun, group: int, state, where: str) -> PlacedLayer:
-    """A placed layer of *group* priced under *state* (as :func:`hp_core.engine.inner_layers.placed_layer` prices it
-    for a plan implying that state)."""
-    name, cost = run.kinds[group].name, run.costs[group]
-    if state == WHOLE and cost.checkpoint is not None:
-        return checkpointed_layer(name, cost, where)
-    switches = frozenset() if state == WHOLE else state
-    return PlacedLayer.make(name, cost, False, switches, "+".join(sorted(switches)) or "none", placement=where)
+    """A placed layer of *group* priced under *state*: :func:`hp_core.engine.inner_layers.placed_layer` with the state
+    stated (:class:`~hp_core.engine.inner_layers.PlacedState`), as it prices it for a plan implying that state."""
+    return placed_layer(run, group, PlacedState((Setting(),) * run.body_count, state), where)

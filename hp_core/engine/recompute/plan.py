@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 
 from hp_core.engine.estimate import estimate_run
-from hp_core.engine.inner_layers import PlacedState, placed_layer
+from hp_core.engine.inner_layers import PlacedState, placed_layer, placed_recompute
 from hp_core.engine.precision import on_device
 from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.recompute.coupled import WHOLE, base, coupled_states, coupling, keeps, placed_under
@@ -298,8 +298,9 @@ def plan_run(
             found = search(table, state, memo, forced)
             if not all(s.fits for s, _, _ in found[1]):
                 continue
-            reached = base(run, couple) | frozenset().union(*(run.resolve(body_group[j], found[0][j])[1] for j in inner
-                                          if not run.resolve(body_group[j], found[0][j])[0])) & couple.switches
+            # What the plan makes the placed layers recompute (inner_layers.placed_recompute), as the state counts it.
+            reached = base(run, couple) | frozenset().union(
+                *(placed_recompute(run, i, found[0]) for i in couple.groups)) & couple.switches
             if reached == state:
                 consider(found, rank, True)
                 continue
