@@ -31,9 +31,12 @@ The names below are hp's, one per module a layer kind marks
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Iterable
+
 import attrs
 
-__all__ = ["LINEAR_MODULES", "LinearModule"]
+__all__ = ["LINEAR_MODULES", "LinearModule", "joining_kept"]
 
 # hp's module names, and the Megatron-Core modules they are (module paths at NVIDIA/Megatron-LM@d98e8a6).
 LINEAR_MODULES: dict[str, str] = {
@@ -96,3 +99,18 @@ class LinearModule:
         merged layer's GEMMs listed before its layer's)."""
         return attrs.evolve(self, params=tuple(prefix + n for n in self.params), terms=tuple(prefix + op for op in self.terms),
                             positions=tuple(offset + p for p in self.positions))
+
+
+def joining_kept(gemms: Iterable[tuple[int, int, int]], listed: Iterable[tuple[int, int, int]],
+                 kept: Iterable[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Of *gemms* (modules' GEMMs to keep in a format of their own), those that join the layer's *kept* list: each while
+    the layer lists (*listed*) an instance of its value not kept already. Entries of one value price alike, so the
+    lists are multisets (a merged depth or a repeated MTP module lists a shape once per layer; another linear of its
+    shape may be kept: an MTP head as wide as a qkv projection, a gate projection as wide as a bf16 ``linear_proj``)."""
+    free = Counter(listed) - Counter(kept)
+    joining = []
+    for gemm in gemms:
+        if free[gemm] > 0:
+            free[gemm] -= 1
+            joining.append(gemm)
+    return joining

@@ -33,13 +33,12 @@ config overrides no disabled autocast: ``TEQuantizationRecipe.override_nonquanti
 from __future__ import annotations
 
 import math
-from collections import Counter
 from typing import Any, Iterable
 
 import attrs
 
 from hp_core.costs import Collective, LayerCost, Rerun
-from hp_core.linear_modules import LinearModule
+from hp_core.linear_modules import LinearModule, joining_kept
 from hp_core.errors import ConfigError
 from hp_core.precision_recipes import PrecisionRecipe
 
@@ -113,10 +112,8 @@ def with_module_formats(cost: LayerCost, formats: tuple[tuple[str, str], ...], r
     terms = {t for m in kept for t in m.terms}
     high, original = list(work.high_precision_gemms), list(work.original_input_gemms)
     # A module's GEMMs are its own linears' entries (LinearModule.gemms, recorded by linear, not matched by shape: two
-    # linears may share one, an MTP head as wide as a qkv projection). Entries of one value price alike, so the layer's
-    # are counted as a multiset (a merged depth or a repeated MTP module lists a shape once per layer): each module
-    # GEMM joins the high-precision list while the layer lists an instance of it not already kept there.
-    quantized = Counter(work.gemms) - Counter(work.high_precision_gemms)
+    # linears may share one, an MTP head as wide as a qkv projection); each joins the high-precision list while the
+    # layer lists an instance of it not already kept there (linear_modules.joining_kept, below).
     collectives, modules = work.collectives, []
     for module in work.modules:
         fmt = wanted.get(module.name)
@@ -124,10 +121,7 @@ def with_module_formats(cost: LayerCost, formats: tuple[tuple[str, str], ...], r
             modules.append(module)
             continue
         if fmt == "bf16":
-            for gemm in module.gemms:
-                if quantized[gemm] > 0:
-                    quantized[gemm] -= 1
-                    high.append(gemm)
+            high += joining_kept(module.gemms, work.gemms, high)
             for gemm in module.original_input_gemms:  # its own compute-dtype inputs, no other linear's of their shape
                 if gemm in original:
                     original.remove(gemm)

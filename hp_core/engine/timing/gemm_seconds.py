@@ -10,13 +10,12 @@ the layer's own GEMMs are.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import attrs
 
 from hp_core.costs import LayerWork
 from hp_core.engine.timing.rates import _Rates
 from hp_core.errors import ConfigError
+from hp_core.linear_modules import joining_kept
 
 __all__ = ["frozen_seconds", "frozen_share"]
 
@@ -109,14 +108,8 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
         raise ConfigError("$.precision.module_formats", f"module formats {missing} have no rates on this device "
                           "(the run's recipe was not resolved with them: hp_core.engine.precision.resolve_recipe)")
     own = [(m, rates[m.format]) for m in work.modules if m.format]
-    # Each module GEMM joins the kept list while the layer lists an instance of it not kept there already (a multiset:
-    # another linear of its shape may be kept, a gate projection as wide as a bf16 linear_proj).
-    quantized = Counter(work.gemms) - Counter(work.high_precision_gemms)
-    moved = []
-    for gemm in (g for m, _ in own for g in m.gemms):
-        if quantized[gemm] > 0:
-            quantized[gemm] -= 1
-            moved.append(gemm)
+    # Each module GEMM joins the kept list while the layer lists an instance of it not kept there already.
+    moved = joining_kept((g for m, _ in own for g in m.gemms), work.gemms, work.high_precision_gemms)
     fwd, bwd, q_fwd, q_bwd = _recipe_seconds(dense, grouped, attrs.evolve(
         work, high_precision_gemms=work.high_precision_gemms + tuple(moved)), r, mm_fwd, mm_bwd)
     for module, figures in own:
