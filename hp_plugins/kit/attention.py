@@ -53,7 +53,16 @@ class GQAFields:
         fused_qkv: q, k and v are slices of one projection's output (Phi-3's
             ``qkv_proj``): where the attention keeps v as that slice, the whole
             output stays alive (:func:`gqa_attention`), which an FP8-attention
-            kernel frees (``qkv_view``).
+            kernel frees (``qkv_view``). Either way one GEMM of width
+            ``(a + 2 g) d``, so torchtitan's per-op SAC counts one matmul where
+            separate projections are three (:mod:`hp_plugins.kit.op_sac`).
+        fused_qkv_contiguous: With ``fused_qkv``, q, k and v are made contiguous
+            copies of the fused output's slices, so no slice keeps that output
+            alive and the layer keeps what separate projections keep
+            (torchtitan's ``FusedQKVLinear``, ``torchtitan/models/common/attention.py``
+            ``_split`` at pytorch/torchtitan@bcc09297a: ``torch.split`` then
+            ``.reshape(...).contiguous()`` of each of q, k, v). Absent (``False``):
+            Phi-3's slices, whose v keeps the whole output.
         softmax_in_compute_dtype: The eager path's softmax runs in the compute
             dtype whatever the precision's ``softmax_bytes`` (Llama 4's
             ``eager_attention_forward`` does not upcast), keeping no fp32 copy
@@ -83,6 +92,7 @@ class GQAFields:
     attn_logit_softcapping: float | None = attrs.field(default=None, validator=attrs.validators.optional(positive_number))
     attention_sinks: bool = False
     fused_qkv: bool = False
+    fused_qkv_contiguous: bool = False
     softmax_in_compute_dtype: bool = False
     partial_rotary_factor: float = attrs.field(default=1.0, validator=rotary_fraction)
 
@@ -101,6 +111,8 @@ class GQAFields:
             raise ValueError("hidden_size must be a multiple of num_attention_heads when head_dim is not stated")
         if self.sliding_window is not None and self.attention_chunk_size is not None:
             raise ValueError("a layer has a sliding_window or an attention_chunk_size, not both")
+        if self.fused_qkv_contiguous and not self.fused_qkv:
+            raise ValueError("fused_qkv_contiguous describes a fused projection's slices: it needs fused_qkv")
 
     @property
     def local(self) -> bool:
@@ -172,7 +184,10 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
         b.keep("q_k", T * (a + kv) * d * act // t, qk_switch, True, attention_saved=fused)
     else:
         b.keep("q_k", T * (a + kv) * d * act // t, None, True, attention_saved=fused)
-    if c.fused_qkv and fused:
+    # Phi-3's slices keep the fused output alive through v; torchtitan's contiguous copies keep what separate
+    # projections keep (GQAFields.fused_qkv_contiguous).
+    sliced = c.fused_qkv and not c.fused_qkv_contiguous
+    if sliced and fused:
         # v is a view of the fused projection's output, which a flash kernel keeps whole (it reads v in place:
         # measured with the CPU sdpa flash kernel; flash-attn's save_for_backward keeps its v argument): q's and
         # k's slices besides v (the roped q and k are new tensors). transformers Phi3Attention.forward slices
@@ -185,7 +200,7 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
                attention_view_bytes=T * kv * d * act // t)
     else:
         b.keep("v", T * kv * d * act // t, None, True, attention_saved=fused)
-    if c.fused_qkv and x.attention == "eager" and g == a:
+    if sliced and x.attention == "eager" and g == a:
         # Eager attention keeps v itself when no head is repeated (repeat_kv returns v; with g < a it copies), so
         # q's and k's slices of the fused output stay alive with it; measured by the torch census
         # (tests/plugins/test_census_local.py, test_phi3_fused_projections).
@@ -213,8 +228,13 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     b.linear(T, a * d // t, h, original_input=proj_original, module="attention_proj")
     b.linear_module("attention_qkv", ("qkv_proj",), ("attn_norm_out", "attn_gathered"), (1, 0))
     b.linear_module("attention_proj", ("o_proj",), ("attn_out",), (0, 1))
-    # torchtitan's Attention.forward: wq, wk, wv, then wo (torchtitan/models/llama3/model.py).
-    b.matmuls_in_order += [2 * T * h * a * d // t, 2 * T * h * g * d // t, 2 * T * h * g * d // t, 2 * T * a * d * h // t]
+    # torchtitan's Attention.forward: wq, wk, wv, then wo (torchtitan/models/llama3/model.py); a fused projection is
+    # one matmul, wqkv then wo (FusedQKVLinear.forward: self.wqkv(x), torchtitan/models/common/attention.py at
+    # pytorch/torchtitan@bcc09297a).
+    if c.fused_qkv:
+        b.matmuls_in_order += [2 * T * h * qkv // t, 2 * T * a * d * h // t]
+    else:
+        b.matmuls_in_order += [2 * T * h * a * d // t, 2 * T * h * g * d // t, 2 * T * h * g * d // t, 2 * T * a * d * h // t]
     b.tp_blocks += 1
     mask = local_mask(x.seq_len, c.sliding_window, c.attention_chunk_size) if x.attention != "eager" else None
     b.attention_shape = AttentionShape(heads=a, kv_heads=g, head_dim=d, score_share=share, score_ops=ops, local_mask=mask)

@@ -20,6 +20,13 @@ degree ``t`` and ``sp = t`` under sequence parallelism (else 1), it keeps::
     row-parallel matmul's local output is the whole width); under SP the two
     reduce-scatter outputs 2 T h / t each.
 
+A fused q, k, v projection (:attr:`~hp_plugins.kit.attention.GQAFields.fused_qkv`: torchtitan's
+``FusedQKVLinear``, its Llama 3 flavors' default since pytorch/torchtitan@3396a4b37, 2026-06-24) is one matmul, so
+the counter runs wqkv (1st, saved), wo (2nd), then the MLP as above: the layer keeps q, k and v, ``2 T (a + 2 g) d /
+t``, in place of q and v (Llama-3-8B: 65,664 bytes per token, k's 2,048 more). The policy at
+pytorch/torchtitan@bcc09297a (torchtitan/distributed/activation_checkpoint.py ``SelectiveAC._wrap_block``, lines
+241-274) counts ``aten.mm`` and ``aten.linear`` per block forward and recomputes the even ones, as above.
+
 A projection with a bias is ``aten.addmm`` (``F.linear`` of a contiguous 3-D input
 with a bias flattens to ``addmm``, ATen ``Linear.cpp``): neither saved nor counted.
 Measured against PyTorch's FSDPMemTracker running this policy
@@ -44,9 +51,13 @@ def op_sac_kept_bytes(c: Any, x: Any) -> int:
     t, sp, act, T = x.tp, x.sp_degree, x.precision.activation_bytes, x.tokens
     h, d, a, g = c.hidden_size, c.head_width, c.num_attention_heads, c.num_key_value_heads
     I = c.intermediate_size
-    # (output bytes, a plain mm) in call order; a biased projection is an addmm.
-    matmuls = [(T * a * d * act // t, not c.attention_bias), (T * g * d * act // t, not c.attention_bias),
-               (T * g * d * act // t, not c.attention_bias), (T * h * act, not c.attention_out_bias)]
+    # (output bytes, a plain mm) in call order; a biased projection is an addmm; a fused q, k, v projection one mm.
+    if c.fused_qkv:
+        matmuls = [(T * (a + 2 * g) * d * act // t, not c.attention_bias)]
+    else:
+        matmuls = [(T * a * d * act // t, not c.attention_bias), (T * g * d * act // t, not c.attention_bias),
+                   (T * g * d * act // t, not c.attention_bias)]
+    matmuls.append((T * h * act, not c.attention_out_bias))
     if c.gated_mlp:
         matmuls += [(T * I * act // t, not c.mlp_bias), (T * I * act // t, not c.mlp_bias)]
     else:

@@ -116,13 +116,33 @@ def _gpt(gpt: dict) -> ModelSpec:
     )
 
 
+# The model's ``qkv_projection`` where the row's trainer code fuses q, k and v into one GEMM that no Hugging Face
+# config states: torchtitan's ``FusedQKVLinear`` (its Llama 3 flavors set fuse_qkv=True since
+# pytorch/torchtitan@3396a4b37, 2026-06-24; torchtitan/models/llama3/__init__.py and models/common/config_utils.py
+# make_gqa_config at bcc09297a), whose q, k and v are contiguous copies of the output's slices.
+QKV_PROJECTIONS = {"torchtitan_fused": {"fused_qkv": True, "fused_qkv_contiguous": True}}
+
+
+def with_qkv_projection(model: ModelSpec, projection: str | None) -> ModelSpec:
+    """*model* with every attention layer's q, k, v projection as *projection* (:data:`QKV_PROJECTIONS`) states it;
+    ``None``: as the model states it (separate projections for a Llama config)."""
+    if projection is None:
+        return model
+    fields = QKV_PROJECTIONS[projection]
+    if not any(hasattr(g.config, "fused_qkv") for g in model.layers):
+        raise ValueError(f"{model.name}: qkv_projection {projection!r} names no attention layer's projection")
+    return attrs.evolve(model, layers=tuple(attrs.evolve(g, config=attrs.evolve(g.config, **fields))
+                                            if hasattr(g.config, "fused_qkv") else g for g in model.layers))
+
+
 def model(row: dict, registry) -> ModelSpec:
-    """The row's model: a preset (with ``overrides`` of its config's keys), a Hugging Face style config (``hf``), an MPT
-    config or a Megatron-LM GPT; a row's ``moe`` states the Megatron-Core MoE flags its run passed that a config file
-    does not hold (``expert_capacity_factor`` with ``pad_expert_input_to_capacity``: drop-and-pad routing)."""
+    """The row's model: a preset (with ``overrides`` of its config's keys, and ``qkv_projection`` where the trainer
+    fuses q, k and v: :func:`with_qkv_projection`), a Hugging Face style config (``hf``), an MPT config or a
+    Megatron-LM GPT; a row's ``moe`` states the Megatron-Core MoE flags its run passed that a config file does not
+    hold (``expert_capacity_factor`` with ``pad_expert_input_to_capacity``: drop-and-pad routing)."""
     spec = row["model"]
     if "preset" in spec:
-        return _preset(spec["preset"], registry, spec.get("overrides", {}))
+        return with_qkv_projection(_preset(spec["preset"], registry, spec.get("overrides", {})), spec.get("qkv_projection"))
     if "hf" in spec:
         if spec["hf"].get("model_type") not in HF_MODEL_TYPES:
             # A config of another model format (e.g. nemotron_h), built by the format that reads its model_type.
