@@ -25,7 +25,11 @@ A fused q, k, v projection (:attr:`~hp_plugins.kit.attention.GQAFields.fused_qkv
 the counter runs wqkv (1st, saved), wo (2nd), then the MLP as above: the layer keeps q, k and v, ``2 T (a + 2 g) d /
 t``, in place of q and v (Llama-3-8B: 65,664 bytes per token, k's 2,048 more). The policy at
 pytorch/torchtitan@bcc09297a (torchtitan/distributed/activation_checkpoint.py ``SelectiveAC._wrap_block``, lines
-241-274) counts ``aten.mm`` and ``aten.linear`` per block forward and recomputes the even ones, as above.
+241-274) counts ``aten.mm`` and ``aten.linear`` per block forward and recomputes the even ones, as above. Its save
+list there (``_get_default_save_ops``) is the partitioner's ``compute_intensive_ops``, which holds ``aten.addmm``,
+``aten.bmm`` and ``aten._scaled_mm`` too: saved and not counted, where the older list above saved none of them. So
+for a layer with biased projections, or under a recipe whose GEMMs run as ``_scaled_mm``, that policy saves more than
+this module counts (the difference is not priced).
 
 A projection with a bias is ``aten.addmm`` (``F.linear`` of a contiguous 3-D input
 with a bias flattens to ``addmm``, ATen ``Linear.cpp``): neither saved nor counted.
