@@ -88,9 +88,20 @@ class WholeCheckpoint:
     Attributes:
         kept: The ops (``ActivationTerm.op``) of the terms kept outside it: its inputs, and what runs after it keeps.
         gemms: The layer's GEMMs (of ``LayerWork.gemms``, each listing there once) run outside it.
+        positions: The positions of :attr:`gemms` in ``LayerWork.gemms``, one per entry in order: the GEMMs outside
+            by place, not by shape (a linear inside as wide as the shared head is none of them), so that what is
+            inside keeps the positions its re-runs and modules name, renumbered
+            (:func:`~hp_core.engine.timing.placed.checkpoint_inside`).
         collectives: The layer's collectives (of ``LayerWork.collectives``, each listing there once) issued outside it.
     """
 
     kept: frozenset[str] = attrs.field(converter=frozenset)
     gemms: tuple[tuple[int, int, int], ...] = attrs.field(default=(), converter=tuple)
     collectives: tuple[Any, ...] = attrs.field(default=(), converter=tuple)
+    positions: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.positions) != len(self.gemms):
+            raise ValueError(f"WholeCheckpoint: {len(self.gemms)} GEMMs but {len(self.positions)} positions")
+        if len(set(self.positions)) != len(self.positions) or any(p < 0 for p in self.positions):
+            raise ValueError(f"WholeCheckpoint: positions {self.positions} must be distinct and non-negative")

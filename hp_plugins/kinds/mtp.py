@@ -190,8 +190,11 @@ def evaluate_mtp(c: MTPConfig, x: LayerContext) -> LayerCost:
         attrs.evolve(m.renamed(prefix, i * len(once.work.gemms)), params=m.params)
         for i, prefix in enumerate(prefixes) for m in once.work.modules))
     # Each application is its own MTP layer forward, checkpointed whole on its own (module docstring, 'Recompute').
+    # Its GEMMs outside by place: each application's at its own positions (listed after the earlier applications').
+    per = 0 if once.work is None else len(once.work.gemms)
     whole = WholeCheckpoint(kept={p + op for p in prefixes for op in once.checkpoint.kept},
                             gemms=once.checkpoint.gemms * c.applications,
+                            positions=tuple(i * per + q for i in range(c.applications) for q in once.checkpoint.positions),
                             collectives=once.checkpoint.collectives * c.applications)
     return attrs.evolve(runs, params=once.params, weight_shapes=once.weight_shapes, work=work,
                         inner_kinds=once.inner_kinds, checkpoint=whole)
@@ -274,9 +277,12 @@ def _one_application(c: MTPConfig, x: LayerContext) -> LayerCost:
         assumed=inner.assumed,
         # Megatron-Core's full recompute checkpoints _proj_and_transformer_layer (module docstring, 'Recompute'):
         # outside it the embedding call (its ids kept, its output the checkpoint's input, kept), the shared head (its
-        # input, the final norm's output, kept) and the loss; eh_proj, the layers and the final norm inside.
+        # input, the final norm's output, kept) and the loss; eh_proj, the layers and the final norm inside. The head's
+        # GEMM by place: the last of the work's (its layers', then eh_proj's, then the head's); no work, no GEMMs.
         checkpoint=WholeCheckpoint(kept={"mtp_token_ids", "enorm_in", "head_norm_out", "mtp_loss_softmax"},
-                                   gemms=head_gemm, collectives=embedding + shared_head),
+                                   gemms=() if work is None else head_gemm,
+                                   positions=() if work is None else (len(work.gemms) - 1,),
+                                   collectives=embedding + shared_head),
     )
 
 

@@ -152,3 +152,35 @@ def test_the_search_finds_a_plan_at_the_all_full_peak():
                    runtime="megatron", fixed={"ep": 2, "tp": 1, "pp": 1, "cp": 1, "micro_batch_size": 1},
                    reserve_bytes=hardware.memory_bytes - full.peak_bytes)
     assert [(c.plan_summary, c.peak_bytes) for c in found.top] == [("default ffAct+moeLayer+normOp", full.peak_bytes)]
+
+
+def test_the_checkpoint_leaves_the_head_out_by_place_and_renumbers_what_is_inside():
+    # A repeated module (applications 2) whose depth is an attention and an MoE-only layer (test_mtp_depths.py: h 256,
+    # 8 query and 4 key/value heads of 64, 512 tokens, TP 1, a shared expert of width 256 with relu2, V 1,024). Each
+    # application lists 7 GEMMs: qkv (512, 1024, 256), o_proj (512, 256, 512), the router (512, 8, 256), the shared
+    # expert's fc1 and fc2 (512, 256, 256), eh_proj (512, 256, 512), the shared head (512, 1024, 256), as wide as qkv.
+    # Outside the checkpoint: the heads, positions 6 and 13, not the first listings of their shape (qkv at 0 and 7).
+    # Inside, application 1's GEMMs move back by one (the head at 6 gone): its moeLayer re-run's router and shared
+    # expert at 8-10 (were 9-11), its attention modules at 6 and 7 (were 7 and 8), each naming a GEMM of its shape.
+    from hp_core.engine.timing.placed import checkpoint_inside
+    from hp_core.specs import ParallelSpec
+    from hp_plugins.kinds.mtp import MTPConfig, evaluate_mtp
+    from test_mtp_depths import ATTENTION, H, MOE, VOCAB, _context
+
+    cost = evaluate_mtp(MTPConfig(vocab_size=VOCAB, hidden_size=H, layers=(ATTENTION, MOE), applications=2),
+                        _context(ParallelSpec(seq_len=512)))
+    once = ((512, 1024, 256), (512, 256, 512), (512, 8, 256), (512, 256, 256), (512, 256, 256), (512, 256, 512),
+            (512, 1024, 256))
+    assert cost.work.gemms == once * 2
+    assert cost.checkpoint.gemms == ((512, 1024, 256),) * 2 and cost.checkpoint.positions == (6, 13)
+    inside_cost, inside = checkpoint_inside(cost, cost.work)
+    assert inside.gemms == once[:6] * 2
+    assert dict(inside.reruns)["moeLayer"].positions == (2, 3, 4, 8, 9, 10)
+    assert dict(inside.reruns)["moeLayer"].high_precision_positions == (2, 8)  # the routers, fp32 (router_fp32)
+    assert [(m.name, m.positions) for m in inside.modules] == [("attention_qkv", (0,)), ("attention_proj", (1,)),
+                                                               ("attention_qkv", (6,)), ("attention_proj", (7,))]
+    for positions, gemms in ([(r.positions, r.gemms) for _, r in inside.reruns]
+                             + [(m.positions, m.gemms) for m in inside.modules]):
+        assert tuple(inside.gemms[p] for p in positions) == gemms
+    # Less the two heads' 2 x 2 T h V = 2 x 2 x 512 x 256 x 1,024 = 536,870,912 forward FLOPs.
+    assert cost.forward.matmul_flops - inside_cost.forward.matmul_flops == 536_870_912
