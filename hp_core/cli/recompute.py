@@ -34,7 +34,7 @@ def _plan_table(result: Any, title: str) -> Table:
 
 def recompute_command(args: argparse.Namespace, registry: Registry, console: Console) -> int:
     from hp_core.api import plan_recompute
-    from hp_core.io.recompute_output import describe_ranges, recompute_plan_to_json
+    from hp_core.io.recompute_output import describe_ranges, recompute_plan_to_json, unproven_text
 
     config = config_from_args(args, registry)
     job = resolve_job(config, registry)
@@ -79,7 +79,7 @@ def recompute_command(args: argparse.Namespace, registry: Registry, console: Con
         spec = result.recompute
         console.print(f"Plan: {describe_ranges(spec.layers, spec.default)}", markup=False, highlight=False)
         if result.unproven:  # the MTP module's states a faster plan might reach (docs/recompute.md, 'Why it is exact')
-            states = "; ".join(s if isinstance(s, str) else "+".join(sorted(s)) or "nothing" for s in result.unproven)
+            states = unproven_text(result.unproven)
             console.print(f"Note: not proven the fastest; a plan making the placed layers recompute {states} may be "
                           "faster (docs/recompute.md, 'Why it is exact')", markup=False, highlight=False, soft_wrap=True)
         if "recompute_assumptions" in result.estimate.provenance:  # a chosen setting priced by a stated assumption

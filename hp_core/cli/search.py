@@ -122,6 +122,7 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
     from hp_core.io.job import resolve_model
     from hp_core.runtime_options import apply_options, option_summary, parse_assignments
     from hp_core.engine.search import search
+    from hp_core.io.recompute_output import unproven_text
     from hp_core.io.search_output import check_plot, plot_search, search_to_json, write_search_csv
 
     if args.plot is not None:
@@ -182,6 +183,11 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
         table.add_row(str(rank), c.layout.describe(), gib(c.peak_bytes), " ".join(gib(p) for p in c.stage_peaks_bytes),
                       f"{c.step_seconds:.3f}", f"{c.mfu:.1%}", c.plan_summary)
     console.print(table)
+    for rank, c in enumerate(result.top, 1):
+        if c.unproven:  # the MTP module's states a faster plan might reach (docs/recompute.md, 'Why it is exact')
+            console.print(f"Note: #{rank}'s plan is not proven the fastest; a plan making the placed layers recompute "
+                          f"{unproven_text(c.unproven)} may be faster (docs/recompute.md, 'Why it is exact')",
+                          markup=False, highlight=False, soft_wrap=True)
     console.print(f"Considered {result.considered:,} candidates; planned {result.planned:,}; {result.fitting:,} fit.")
     if result.high_precision_layers != (0, 0) or result.compute_dtype_kinds:
         console.print("Kept layers: " + "; ".join(

@@ -11,7 +11,18 @@ from typing import Any
 from hp_core.engine.recompute.layout import describe_ranges, range_key, setting_value
 from hp_core.engine.recompute.plan import PlanResult, RecomputePlan
 
-__all__ = ["describe_ranges", "recompute_plan_to_json"]
+__all__ = ["describe_ranges", "recompute_plan_to_json", "unproven_json", "unproven_text"]
+
+
+def unproven_json(states: tuple) -> list:
+    """A plan's unproven states (:attr:`PlanResult.unproven`) as ``--json`` lists them: each a sorted list of switches
+    (docs/json.md ``plan.unproven_states``, ``top[].unproven_states``)."""
+    return [s if isinstance(s, str) else sorted(s) for s in states]
+
+
+def unproven_text(states: tuple) -> str:
+    """The same in words: each state's switches joined with ``+`` (``nothing`` for the empty one), ``; `` between."""
+    return "; ".join(s if isinstance(s, str) else "+".join(sorted(s)) or "nothing" for s in states)
 
 
 def _result_to_json(result: PlanResult) -> dict[str, Any]:
@@ -20,7 +31,7 @@ def _result_to_json(result: PlanResult) -> dict[str, Any]:
         "fits": result.fits,
         "step_seconds": result.step_seconds,
         "peak_bytes": result.peak_bytes,
-        "unproven_states": [s if isinstance(s, str) else sorted(s) for s in result.unproven],
+        "unproven_states": unproven_json(result.unproven),
         "recompute": {
             "default": setting_value(result.recompute.default),
             "layers": {range_key(first, last): setting_value(setting) for first, last, setting in result.recompute.layers},

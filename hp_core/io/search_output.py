@@ -22,6 +22,7 @@ from typing import Any, Iterator
 
 from hp_core.engine.recompute.layout import range_key, setting_value
 from hp_core.engine.search import Candidate, SearchResult
+from hp_core.io.recompute_output import unproven_json
 from hp_core.io.files import atomic_write, check_png, pyplot
 from hp_core.specs import Setting
 
@@ -72,6 +73,7 @@ def search_to_json(result: SearchResult) -> dict[str, Any]:
                     "layers": {range_key(first, last): setting_value(s) for first, last, s in c.recompute.layers},
                 },
                 "plan": c.plan_summary,
+                "unproven_states": unproven_json(c.unproven),
             }
             for rank, c in enumerate(result.top, 1)
         ],

@@ -165,3 +165,57 @@ def test_a_state_past_its_search_budget_is_reported_unproven(monkeypatch, capsys
     monkeypatch.setattr(plan_module, "_COVER_SEARCHES", 2000)
     assert plan_recompute(MODEL, PARALLEL, registry=REGISTRY, hardware=hardware, runtime="megatron",
                           reserve_bytes=hardware.memory_bytes - 300_000_000).plan.unproven == ()
+
+
+def test_hp_search_carries_a_plan_s_unproven_states(monkeypatch):
+    # `hp search` plans each layout with the same planner: a candidate carries its plan's unproven states
+    # (Candidate.unproven, `top[].unproven_states` in --json, docs/json.md; a note under the table) and is ranked by
+    # its plan's step time all the same. With no budget for the covering search, this module on one stage of 12 layers
+    # (dp 4) at a 289,000,000-byte limit leaves four states unproven: nothing, normOp, ffAct, ffAct+normOp, as
+    # `hp recompute` of that layout reports them; at 320,000,000 bytes none.
+    import json
+
+    import hp_core.engine.recompute.plan as plan_module
+    from hp_core.api import search
+    from hp_core.io.search_output import search_to_json
+
+    monkeypatch.setattr(plan_module, "_COVER_SEARCHES", 0)
+    hardware = REGISTRY.hardware_preset("h100-sxm").spec
+    fixed = {"dp": 4, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "vpp": 1, "micro_batch_size": 1, "zero": 1}
+    states = (frozenset(), frozenset({"normOp"}), frozenset({"ffAct"}), frozenset({"ffAct", "normOp"}))
+
+    def searched(limit):
+        return search(MODEL, registry=REGISTRY, devices=4, hardware=hardware, global_batch_size=8, seq_len=4096,
+                      runtime="megatron", fixed=fixed, reserve_bytes=hardware.memory_bytes - limit)
+
+    found = searched(289_000_000)
+    (candidate,) = found.top
+    planned = plan_recompute(MODEL, candidate.layout.parallel(4096, 8), registry=REGISTRY, hardware=hardware,
+                             runtime="megatron", reserve_bytes=hardware.memory_bytes - 289_000_000).plan
+    assert candidate.unproven == planned.unproven == states
+    assert candidate.step_seconds == planned.step_seconds
+    assert json.loads(json.dumps(search_to_json(found)))["top"][0]["unproven_states"] == [
+        [], ["normOp"], ["ffAct"], ["ffAct", "normOp"]]
+    (proven,) = searched(320_000_000).top
+    assert proven.unproven == () and search_to_json(searched(320_000_000))["top"][0]["unproven_states"] == []
+
+
+def test_hp_search_notes_an_unproven_plan_under_its_table(monkeypatch, capsys):
+    # The same layout and limit through `hp search` (the model handed to the command as --model resolves it), budget
+    # 0: the text output says which ranked plan is not proven the fastest and which states a faster plan might put the
+    # module in.
+    import hp_core.engine.recompute.plan as plan_module
+    import hp_core.io.job as job
+    from hp_core.cli import main
+
+    monkeypatch.setattr(plan_module, "_COVER_SEARCHES", 0)
+    monkeypatch.setattr(job, "resolve_model", lambda *args, **kwargs: MODEL)
+    memory = REGISTRY.hardware_preset("h100-sxm").spec.memory_bytes
+    fixed = [f"--fix={name}={value}" for name, value in (("dp", 4), ("tp", 1), ("pp", 1), ("cp", 1), ("ep", 1),
+                                                         ("etp", 1), ("vpp", 1), ("mbs", 1), ("zero", 1))]
+    status = main(["search", "--model", "union-mtp", "--devices", "4", "--hardware", "h100-sxm", "--global-batch-size",
+                   "8", "--seq-len", "4096", "--runtime", "megatron", "--reserve", str(memory - 289_000_000), *fixed])
+    out = " ".join(capsys.readouterr().out.split())
+    assert status == 0
+    assert ("Note: #1's plan is not proven the fastest; a plan making the placed layers recompute nothing; normOp; "
+            "ffAct; ffAct+normOp may be faster") in out

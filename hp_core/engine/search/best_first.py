@@ -124,7 +124,7 @@ def _plan(job: _Job, layout: Layout, layers: EvaluatedLayers | None = None) -> C
     return Candidate(
         layout=layout, step_seconds=result.step_seconds, mfu=result.time.mfu, peak_bytes=result.peak_bytes,
         stage_peaks_bytes=tuple(stage.peak_bytes for stage in result.stages), recompute=result.recompute,
-        plan_summary=describe_ranges(result.recompute.layers, result.recompute.default),
+        plan_summary=describe_ranges(result.recompute.layers, result.recompute.default), unproven=result.unproven,
     )
 
 

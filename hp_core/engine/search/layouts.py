@@ -137,6 +137,10 @@ class Candidate:
         stage_peaks_bytes: Every stage's peak under the plan.
         recompute: The plan (a default setting and ranges of exceptions).
         plan_summary: The plan in one line (``default none; 0-3 full``).
+        unproven: The planner's unproven states of the plan (:attr:`PlanResult.unproven
+            <hp_core.engine.recompute.plan.PlanResult.unproven>`: the MTP module's states under which a plan might be
+            faster, the search of the plans reaching them having run past its budget); empty where the plan is proven
+            the fastest. The candidate is ranked by its plan's step time all the same.
     """
 
     layout: Layout
@@ -146,6 +150,7 @@ class Candidate:
     stage_peaks_bytes: tuple[int, ...]
     recompute: RecomputeSpec
     plan_summary: str
+    unproven: tuple = ()
 
 
 @attrs.frozen
