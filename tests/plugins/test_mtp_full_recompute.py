@@ -184,3 +184,73 @@ def test_the_checkpoint_leaves_the_head_out_by_place_and_renumbers_what_is_insid
         assert tuple(inside.gemms[p] for p in positions) == gemms
     # Less the two heads' 2 x 2 T h V = 2 x 2 x 512 x 256 x 1,024 = 536,870,912 forward FLOPs.
     assert cost.forward.matmul_flops - inside_cost.forward.matmul_flops == 536_870_912
+
+
+def test_the_search_bound_under_the_checkpoint_with_several_micro_batches_in_flight(monkeypatch):
+    # The layout search's memory bound (search/bounds.py: the first stage's static memory, what it keeps and its first
+    # backward's working set, every body layer fully recomputed and the MTP under its checkpoint) against the
+    # estimate's peak, where the checkpoint counts: the module's chunk holds 8 micro-batches at the end of warm-up
+    # (GPipe, pp 1, 8 micro-batches), so what it keeps outside the checkpoint counts 8 times and what the checkpoint
+    # drops, rebuilt in backward, once. The model of test_mtp_union_plan.py (h 64, V 1,024, T 4,096, twelve small moe
+    # layers, an MTP module whose moe layer has experts of width 512), dp 1, ZeRO 1. By hand, bytes:
+    # * kept per micro-batch fully recomputed: the embedding's ids T 8 = 32,768; each body layer its input T h 2 =
+    #   524,288 (x 12 = 6,291,456); the output head 9,437,184; the MTP outside its checkpoint: ids 32,768, the embedding
+    #   output 524,288, the final norm's output 524,288, the loss softmax T V 2 = 8,388,608, 9,469,952 (of its 55,001,088);
+    #   25,231,360, x 8 = 201,850,880;
+    # * the first backward's working set: the MTP's (it tops the walk), 26,738,688 plus what its checkpoint drops,
+    #   55,001,088 - 9,469,952 = 45,531,136: 72,269,824;
+    # * static: parameters 3,785,472, gradients and master copies 7,570,944 each, Adam's states 15,141,888: 34,069,248.
+    # The bound, 308,189,952, is the estimate's all-full peak, 478,324,480 (warmup_end), less what it leaves out: the
+    # buffers 2,097,152 and the runtime's overhead 168,037,376. Were the checkpoint ignored (the module keeping all
+    # 55,001,088 a micro-batch, its working set 26,738,688 then topping the walk), the bound would read
+    # 34,069,248 + 201,850,880 + 8 x 45,531,136 + 26,738,688 = 626,907,904, above the peak: the search would reject a
+    # layout the planner fits at that peak (every layer full).
+    import hp_core.engine.search.bounds as bounds
+    from hp_core.api import search
+    from hp_core.engine.stage import PlacedLayer
+    from hp_core.specs import ParallelSpec
+    from test_mtp_union_plan import MODEL as WIDE
+
+    parallel = ParallelSpec(seq_len=4096, dp=1, pp=1, global_batch_size=8, schedule="gpipe", zero=1)
+    full = estimate(WIDE, parallel, registry=REGISTRY, runtime=RUNTIME, recompute=FULL)
+    stage = full.stages[0]
+    assert (stage.binding_point, stage.micro_batches_in_flight, stage.activations_by_kind["mtp"]) == ("warmup_end", 8, 8 * 9_469_952)
+    assert (stage.memory.static_bytes, stage.memory.activations_bytes, stage.memory.working_set_bytes) == (
+        34_069_248, 201_850_880, 72_269_824)
+    assert full.peak_bytes == 478_324_480 == 308_189_952 + 2_097_152 + 168_037_376
+
+    seen: list[int] = []
+    static, activations = bounds._Bounder.first_stage_static, bounds._Bounder.first_stage_activations
+
+    def first_static(self, layout, costs, zero):
+        seen.append(static(self, layout, costs, zero))
+        return seen[-1]
+
+    def first_activations(self, layout, layers, micro_batches):
+        kept, working = activations(self, layout, layers, micro_batches)
+        seen.append(kept + working)
+        return kept, working
+
+    monkeypatch.setattr(bounds._Bounder, "first_stage_static", first_static)
+    monkeypatch.setattr(bounds._Bounder, "first_stage_activations", first_activations)
+    hardware = REGISTRY.hardware_preset("h100-sxm").spec
+
+    def searched():
+        seen.clear()
+        return search(WIDE, registry=REGISTRY, devices=1, hardware=hardware, global_batch_size=8, seq_len=4096,
+                      runtime="megatron", schedules=["gpipe"], reserve_bytes=hardware.memory_bytes - full.peak_bytes,
+                      fixed={"ep": 1, "tp": 1, "pp": 1, "cp": 1, "micro_batch_size": 1, "zero": 1})
+
+    found = searched()
+    assert seen == [34_069_248, 201_850_880 + 72_269_824] and sum(seen) == 308_189_952 <= full.peak_bytes
+    assert [(c.plan_summary, c.peak_bytes) for c in found.top] == [("default full", full.peak_bytes)]
+
+    def ignoring(self, i, cost):  # the bound as it was before 43468a7: the module keeping everything
+        kind = self.kinds[i]
+        placed = PlacedLayer.make(kind.name, cost, kind.placement == "body", frozenset(), "full")
+        return placed.kept_bytes, placed.backward_working_bytes
+
+    monkeypatch.setattr(bounds._Bounder, "_placed_full", ignoring)
+    wrong = searched()
+    assert sum(seen) == 626_907_904 > full.peak_bytes
+    assert wrong.top == () and dict(wrong.rejected) == {"does not fit even fully recomputed": 1}
