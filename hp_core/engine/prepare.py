@@ -311,6 +311,18 @@ class PreparedRun:
     stage_inputs: StageInputs
     optimizer: Optimizer = attrs.field(eq=False, repr=False)
     _resolved: dict = attrs.field(factory=dict, eq=False, repr=False, init=False)
+    _timed: dict = attrs.field(factory=dict, eq=False, repr=False, init=False)
+
+    def timed_layer(self, hardware: Any, timing: Any, key: tuple, price: Callable[[], Any]) -> Any:
+        """A body layer's time per micro-batch on *hardware* under *timing* (``time_run``'s; *key*: its group and what it
+        recomputes), *price* called the first time only: a layer's time reads only the run, the device and the profile,
+        so the planner's many plans price a setting once. Kept per device and profile object, with them."""
+        found = self._timed.get(ids := (id(hardware), id(timing)))
+        if found is None:
+            found = self._timed[ids] = (hardware, timing, {})
+        if key not in found[2]:
+            found[2][key] = price()
+        return found[2][key]
 
     @property
     def kinds(self) -> tuple[LayerKind, ...]:

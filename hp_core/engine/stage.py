@@ -33,13 +33,14 @@ from hp_core.results import ChunkEstimate, MemoryBreakdown, StageEstimate
 from hp_core.engine.optimizer import group_states, layer_load, master_bytes
 from hp_core.engine.module_formats import module_weight_copy_bytes
 from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements, scaling_state_bytes, weight_copy_bytes
-from hp_core.engine.schedule import awaiting_weight_gradient, rank_order, stage_plan, weight_gradient_moments
+from hp_core.engine.schedule import awaiting_weight_gradient, stage_plan, weight_gradient_moments
+from hp_core.engine.stage_view import stage_view
 from hp_core.engine.static import layer_elements, static_bytes
 from hp_core.schedules import Schedule, ScheduleLayout
 from hp_core.specs.parallel import ParallelSpec
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.costs import LayerCost
-from hp_core.peak_points import StageLayer, StageView, reserved_over_peak
+from hp_core.peak_points import reserved_over_peak
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.types import Optimizer
 
@@ -144,6 +145,11 @@ class StageInputs:
     # Made from the fields above when the inputs are made (again on attrs.evolve), so it always matches them.
     layout: ScheduleLayout = attrs.field(init=False, eq=False, repr=False)
     _plans: dict = attrs.field(factory=dict, eq=False, repr=False, init=False)
+    # What plan_stage reads of the layers and these inputs alone, kept by the layers' identities with the layers (no id
+    # reused while kept): stages composed where the caller shares no cache (the recompute planner asks for the same
+    # stages under every state it searches), and layers as the peak points see them (hp_core.engine.stage_view).
+    _composed: dict = attrs.field(factory=dict, eq=False, repr=False, init=False)
+    views: dict = attrs.field(factory=dict, eq=False, repr=False, init=False)
 
     @layout.default
     def _layout(self) -> ScheduleLayout:
@@ -393,7 +399,11 @@ def plan_stage(
     """
     parallel = inputs.parallel
     if compositions is None:
-        found = _compose(chunk_layers, inputs)
+        key = tuple(tuple(map(id, layers)) for layers in chunk_layers)
+        kept = inputs._composed.get(key)
+        if kept is None:
+            kept = inputs._composed[key] = (tuple(map(tuple, chunk_layers)), _compose(chunk_layers, inputs))
+        found = kept[1]
     else:
         key = tuple(tuple(map(id, layers)) for layers in chunk_layers)
         found = compositions.get(key)
@@ -454,7 +464,7 @@ def plan_stage(
         )
     view = pools = None
     if inputs.peak_points is not None:
-        view = _stage_view(index, chunk_layers, in_flight, found, points, inputs)
+        view = stage_view(index, chunk_layers, in_flight, found, points, inputs)
         points, pools = dict(inputs.peak_points(view)), getattr(inputs.peak_points, "cached_bytes", None)
     peaks = {name: point.peak_bytes for name, point in points.items()}
     binding = max(peaks, key=peaks.__getitem__)
@@ -476,25 +486,3 @@ def plan_stage(
         peak_points=peaks,
         cached_bytes=reserved_over_peak(pools, view, points, peaks[binding]) if pools is not None else 0,
     )
-
-
-def _stage_view(index: int, chunk_layers: Sequence[Sequence[PlacedLayer]], in_flight: Sequence[int],
-                found: _Composition, points: Mapping[str, MemoryBreakdown], inputs: StageInputs) -> StageView:
-    """The stage as ``Runtime.peak_points`` sees it (:mod:`hp_core.peak_points`)."""
-    p = inputs.parallel
-    owners = frozenset(layer.kind for layers in chunk_layers for layer in layers)
-    def made(layer: PlacedLayer, count: int, chunk: int) -> StageLayer:
-        elements = layer_elements(layer.cost, p.tp, p.ep, p.etp, owners)
-        # Gathered as the recipe gathers them (torchao's float8 all-gather: its GEMM weights in FP8).
-        gathered = math.ceil(gathered_param_bytes(sum(elements.values()), quantized_weight_elements([(layer.cost, 1)]),
-                                                  inputs.recipe, inputs.precision.activation_bytes)) if inputs.recipe else None
-        return StageLayer(layer.kind, layer.placement, layer.kept_bytes, layer.backward_working_bytes,
-                          layer.cost.forward_working_bytes, elements, count, gathered_bytes=gathered,
-                          terms=layer.cost.activations, input_bytes=layer.cost.input_bytes, chunk=chunk)
-    layers = tuple(made(layer, count, chunk) for chunk, (layers_of_chunk, count) in enumerate(zip(chunk_layers, in_flight))
-                   for layer in layers_of_chunk)
-    # The rank's order, from which ZeRO 3 under a multi-stage schedule is priced (asked only there).
-    multi = inputs.zero >= 3 and len(chunk_layers) > 1
-    order = rank_order(inputs.schedule, inputs.layout, index, len(chunk_layers)) if multi else None
-    return StageView(index, layers, found.static, dict(points), p, inputs.precision, inputs.zero, inputs.micro_batches,
-                     found.overhead, order=order)

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from hp_core.engine.prepare import PreparedRun
     from hp_core.engine.recompute.solver import LayerOption
 
-__all__ = ["Coupling", "WHOLE", "base", "coupled_states", "coupling", "keeps", "placed_under"]
+__all__ = ["Coupling", "WHOLE", "base", "coupled_states", "coupling", "keeps", "keeps_named", "named", "placed_under"]
 
 WHOLE = "whole"  # the state: every body layer fully recomputed, the placed layer under its own checkpoint
 
@@ -107,10 +107,22 @@ def coupled_states(run: PreparedRun, couple: Coupling, options: dict[int, Sequen
 def keeps(run: PreparedRun, couple: Coupling, group: int, option: LayerOption, state) -> bool:
     """Whether a body layer of *group* under *option* is allowed under *state*: under :data:`WHOLE` only full; under a
     union ``V`` full, or switches within ``V`` (of ``S``) for a group of the inner kinds, anything for another."""
+    return keeps_named(couple, group, named(run, couple, group, option), state)
+
+
+def named(run: PreparedRun, couple: Coupling, group: int, option: LayerOption) -> tuple[bool, frozenset[str]]:
+    """What :func:`keeps` reads of an option: whether it is full, and its switches within ``S``. Options alike in it
+    are kept under the same states (the planner asks once for each)."""
     full, switches = run.resolve(group, option.setting)
+    return full, switches & couple.switches
+
+
+def keeps_named(couple: Coupling, group: int, found: tuple[bool, frozenset[str]], state) -> bool:
+    """:func:`keeps` of an option of *group* that :func:`named` reads as *found*."""
+    full, switches = found
     if state == WHOLE:
         return full
-    return full or group not in couple.inner or (switches & couple.switches) <= state
+    return full or group not in couple.inner or switches <= state
 
 
 def placed_under(run: PreparedRun, group: int, state, where: str) -> PlacedLayer:

@@ -17,7 +17,10 @@ layer can be in (:mod:`hp_core.engine.recompute.coupled`), searches every stage 
 to the settings that keep it, prices each plan with :func:`estimate_run` and :func:`time_run`, and keeps the fastest
 that fits; where a state's plan reaches less than the state, the plans reaching it exactly are searched by branch and
 bound (``covered``). States go in order of a lower bound, until one is no faster than the best plan. A stage whose
-options and placed layers are as under an earlier search is not searched again. The printed
+options and placed layers are as under an earlier search is not searched again; a stage holding no such placed layer
+whose plan over every setting runs each layer at its fastest and fits has that plan under every state whose settings
+keep those fastest ones first (the same layers at the same settings fit, and none is faster), so it is taken without
+solving, and the plan kept is searched again with every stage solved for its stages' records (``search_nodes``). The printed
 peak and step time are always :func:`estimate_run` and :func:`time_run` of the plan.
 """
 
@@ -32,7 +35,7 @@ from hp_core.engine.estimate import estimate_run
 from hp_core.engine.inner_layers import PlacedState, placed_layer, placed_recompute
 from hp_core.engine.precision import on_device
 from hp_core.engine.prepare import PreparedRun
-from hp_core.engine.recompute.coupled import WHOLE, base, coupled_states, coupling, keeps, placed_under
+from hp_core.engine.recompute.coupled import WHOLE, base, coupled_states, coupling, keeps, keeps_named, named, placed_under
 from hp_core.engine.recompute.layout import compact
 from hp_core.engine.recompute.profile import SettingCost, SwitchProfile, candidate_settings, switch_profile
 from hp_core.engine.recompute.solver import LayerOption, StageSolution, VariableLayer, pareto_front, solve_stage
@@ -315,8 +318,13 @@ def plan_run(
     def search(table: Mapping[int, tuple[LayerOption, ...]], state, memo: dict,
                forced: Mapping[int, tuple[LayerOption, ...]] = {},
                other: Mapping[int, tuple[LayerOption, ...]] | None = None,
+               free: Mapping[int, tuple[StageSolution, Mapping[Any, LayerOption]]] | None = None,
                ) -> tuple[tuple[Setting, ...], list[tuple[StageSolution, bool, int]]]:
         # forced: options of single layers; other: the table of the stages holding no coupled placed layer.
+        # free: per stage holding no coupled placed layer whose plan over every setting runs every layer at its fastest
+        # and fits, that solution and each group's fastest option: where the table keeps those options first, the
+        # stage's plan under the table is the same (the same layers at the same fastest options, which fit), found
+        # without solving it again; its search_nodes are that solution's (plan_run searches the plan it keeps again).
         settings: list[Setting] = [Setting()] * run.body_count
         solutions: list[tuple[StageSolution, bool, int]] = []
         placed = {where: fixed(where, state) for where in ("first", "last")}
@@ -340,6 +348,10 @@ def plan_run(
                                 else (layer.setting, layer.kept_bytes, layer.backward_working_bytes)
                                 for chunk in chunks for layer in chunk))
             solution = memo.get(key)
+            if solution is None and free is not None and stage in free and not forced:
+                reused, fastest = free[stage]
+                if all(mine_table[g][0] is option for g, option in fastest.items()):
+                    solution = reused
             if solution is None:
                 solution = memo[key] = solve_stage(stage, chunks, body, run.stage_inputs, limit)
             layers = [layer for chunk in chunks for layer in chunk if isinstance(layer, VariableLayer)]
@@ -360,31 +372,45 @@ def plan_run(
         else:
             # Every state the coupled placed layers can be in, each searched with the body restricted to the
             # settings that keep it (coupled.py; module docstring, 'Placed layers'); the fastest plan that fits.
-            chosen, best_key, pending = None, None, []
+            chosen, best_key, pending, chosen_again = None, None, [], None
+            free: dict[int, tuple[StageSolution, dict[Any, LayerOption]]] = {}  # search's ``free``, from the bounds
 
-            priced_plans: dict = {}  # settings -> (estimate, time): states often find the same plan
+            priced_plans: dict = {}  # settings -> [estimate, time]: states often find the same plan
+            estimated: dict = {}  # settings -> estimate_run of the plan, where asked
 
-            def consider(found, rank: int, exact: bool | None = None) -> None:
-                nonlocal chosen, best_key
-                spec = compact(list(found[0]))
+            def estimate_of(settings: tuple[Setting, ...]) -> Estimate:
+                if settings not in estimated:
+                    estimated[settings] = estimate_run(run, compact(list(settings)), hardware)
+                return estimated[settings]
+
+            def consider(found, rank: int, exact: bool | None = None, again=None) -> None:
+                # again: the (table, state) to search the plan again under should it be kept (found with free).
+                nonlocal chosen, best_key, chosen_again
                 if found[0] not in priced_plans:
-                    priced_plans[found[0]] = (estimate_run(run, spec, hardware), time_run(run, hardware, spec))
-                estimate, time = priced_plans[found[0]]
-                # A plan implying another state than it was found under fits only as estimate_run says.
-                fits = all(s.fits for s, _, _ in found[1]) and (exact or estimate.peak_bytes <= limit)
-                over = max(0, max(s.peak_bytes for s in estimate.stages) - limit)
-                key = (not fits, over if not fits else 0, time.step_seconds, rank)
+                    priced_plans[found[0]] = time_run(run, hardware, compact(list(found[0])))
+                time = priced_plans[found[0]]
+                # A plan implying another state than it was found under fits only as estimate_run says. One implying
+                # its state whose stages fit fits, its estimate's peaks those the stages were solved to (asked only for
+                # the plan kept, below).
+                solved = all(s.fits for s, _, _ in found[1])
+                fits = solved and (exact or estimate_of(found[0]).peak_bytes <= limit)
+                over = 0 if fits else max(0, max(s.peak_bytes for s in estimate_of(found[0]).stages) - limit)
+                key = (not fits, over, time.step_seconds, rank)
                 if best_key is None or key < best_key:
-                    chosen, best_key = (found, estimate, time), key
+                    chosen, best_key, chosen_again = (found, None, time), key, again
 
             # Each state's bound (coupled.py): the stages without the placed layers at their fastest over every
             # setting, those with them under the state's restriction, the placed layers priced in the state; no plan
             # found under the state, nor any plan reaching it, is faster. States are searched in order of bound
             # until the bound is no faster than the best plan that fits.
             every = {i: pareto_front(raw[i]) for i in body_groups}
+            read = {i: [named(run, couple, i, o) for o in raw[i]] for i in body_groups}  # what keeps reads of each
             ordered = []
             for rank, state in enumerate(coupled_states(run, couple, raw)):
-                table = {i: pareto_front([o for o in raw[i] if keeps(run, couple, i, o, state)]) for i in body_groups}
+                table = {}
+                for i in body_groups:
+                    allowed = {found: keeps_named(couple, i, found, state) for found in set(read[i])}
+                    table[i] = pareto_front([o for o, found in zip(raw[i], read[i]) if allowed[found]])
                 if any(not front for front in table.values()):
                     continue
                 bound = -math.inf
@@ -392,19 +418,29 @@ def plan_run(
                     low = search(table, state, memo, other=every)
                     bound = (time_run(run, hardware, PlacedState(low[0], state)).step_seconds
                              if all(s.fits for s, _, _ in low[1]) else math.inf)
+                    if not free:  # the stages without coupled placed layers at their fastest over every setting
+                        free = {stage: (solution, {g: every[g][0] for g in {body_group[j] for j in solution.estimate.layers}})
+                                for stage, (solution, _, _) in enumerate(low[1])
+                                if stage not in coupled_stages and solution.fits and solution.unconstrained}
                 ordered.append((bound, rank, state, table))
             for bound, rank, state, table in sorted(ordered, key=lambda row: row[:2]):
                 if best_key is not None and not best_key[0] and (bound, rank) >= best_key[2:]:
                     break
-                found = search(table, state, memo)
+                found = search(table, state, memo, free=free)
                 priced = tuple((p.kept_bytes, p.backward_working_bytes) for p in fixed("first", state) + fixed("last", state))
                 exact = priced == true_fixed(found[0])
-                consider(found, rank, exact)
+                consider(found, rank, exact, (table, state))
                 if not exact and state != WHOLE and all(s.fits for s, _, _ in found[1]):
                     pending.append((rank, state, table))  # plans reaching the state may be missed: cover (below)
             for rank, state, table in pending:
                 if not covered(state, raw, table, rank, consider, lambda: best_key, memo):
                     unproven += (state,)
+            if chosen_again is not None:  # the kept plan searched with every stage solved, for its stages' solutions
+                again = search(chosen_again[0], chosen_again[1], memo)
+                if again[0] != chosen[0][0]:
+                    raise AssertionError("a stage reused at its fastest settings planned otherwise when solved")
+                chosen = (again,) + chosen[1:]
+            chosen = (chosen[0], estimate_of(chosen[0][0]), chosen[2])
         (settings, solutions), result, time = chosen
         settings = list(settings)
         spec = compact(settings)

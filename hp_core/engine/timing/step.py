@@ -156,7 +156,8 @@ def time_run(
     defaulted: set[str] = set()  # kinds whose op-SAC re-run matmuls are priced at the default (layer.alternate_matmul_flops)
 
     def price(group: int, setting: Setting, full: bool, switches: frozenset[str]) -> _LayerTime:
-        layer_time = _layer_time(costs[group], works[group], full, switches, rates, unit=True)  # a body layer: one FSDP unit
+        layer_time = run.timed_layer(hardware, timing, (group, full, switches),  # a body layer: one FSDP unit
+                                     lambda: _layer_time(costs[group], works[group], full, switches, rates, unit=True))
         if (not full and works[group].alternate_matmul_flops is None and costs[group].forward.matmul_flops
                 and rates.alternate_mm_switches and rates.alternate_mm_switches <= switches):
             defaulted.add(kinds[group].name)
