@@ -103,7 +103,10 @@ CASE_NOTES = {
                         "no --tokenizer-type: pretrain_gpt.py's default GPT2BPETokenizer, its vocab.json taken as "
                         "GPT-2's 50,257 tokens (the file is CI data, not in the repository)"],
         "not_priced": ["--tp-comm-overlap-cfg (per-GEMM userbuffers methods and SM counts): priced as every TP "
-                       "collective overlapped; the userbuffers' own memory is not priced",
+                       "collective overlapped, the GEMMs' SM margins at Transformer Engine's default config (runtime "
+                       "option tp_comm_overlap_cfg te_default, the file not read: its bulk and pipeline GEMMs state no "
+                       "margin, and only fc2_fprop, made a ring exchange over the default's pipeline, keeps the "
+                       "default's 16-SM one); the userbuffers' own memory is not priced",
                        "--deterministic-mode and NCCL_ALGO=Ring",
                        "CUBLAS_WORKSPACE_CONFIG=:4096:8: only TE's cuBLAS workspace is priced",
                        "no bf16 twin: the nearest bf16 case, gpt3_mcore_te_tp2_pp2, differs in micro batch (4), "

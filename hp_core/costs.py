@@ -339,8 +339,7 @@ class LayerWork:
         permute_input_bytes: The layer's own tokens' bytes (the first pass reads them, the last writes them).
         router_elements: Routed tokens times experts (a router's top-k and auxiliary-loss kernels scale with them).
         table_elements: Elements of a lookup table's shard (its backward writes a dense gradient).
-        boundary_bytes: The activation the layer hands to the next, unsplit (a pipeline send carries it, split where
-            the layout splits it).
+        boundary_bytes: The activation the layer hands to the next, unsplit (a pipeline send carries it, split where the layout splits it).
         attention_core_switches: The switches whose recompute re-runs the attention core's forward (any of them: a
             trainer checkpoints the core as a unit, Megatron-LM ``CoreAttention``; Korthikanti et al. 2022, Section
             4.2), rewriting the score-sized tensors they drop.
@@ -376,6 +375,7 @@ class LayerWork:
             last layers a run keeps in bf16, :attr:`PrecisionSpec.high_precision_layers_at_start
             <hp_core.specs.precision.PrecisionSpec.high_precision_layers_at_start>`): it takes no GEMM speedup,
             quantizes nothing and gathers its inputs in the compute dtype. Set by the engine, not by a kind.
+        userbuffers_gemms: ``(tp_comm_buffer_name, gemm)`` of :attr:`gemms` TE's userbuffers run (an SM margin slows).
         modules: Its named linear modules (:class:`~hp_core.linear_modules.LinearModule`), which a run may give a format
             of their own (``PrecisionSpec.module_formats``, :mod:`hp_core.engine.module_formats`).
     """
@@ -412,6 +412,7 @@ class LayerWork:
     local_mask: LocalMask | None = None
     quantized: bool = True
     modules: tuple[LinearModule, ...] = attrs.field(default=(), converter=tuple)
+    userbuffers_gemms: tuple[tuple[str, tuple[int, int, int]], ...] = attrs.field(default=(), converter=lambda v: tuple((n, tuple(g)) for n, g in v))
 
     def rerun(self, switch: str) -> Rerun | None:
         """What recomputing *switch* re-runs, ``None`` when the layer names nothing for it."""

@@ -81,6 +81,9 @@ class HardwareSpec:
             architecture's attention efficiencies give at its peak, for attention whose q/k and v head dims are
             equal; ``None``: 1, as stated (benchmarks/attention_rate_level.py).
         mla_attention_rate_scale: The same for wider q/k than v (MLA); ``None``: 1.
+        sm_count: Streaming multiprocessors the device enables (``cudaDeviceProp.multiProcessorCount``): what a
+            GEMM that leaves some to a communication kernel (Transformer Engine's userbuffers with an SM margin,
+            docs/time.md) runs on less them; ``None``: not stated, and a run that needs it is refused.
     """
 
     name: str
@@ -104,6 +107,7 @@ class HardwareSpec:
     large_gemm_flops: float | None = attrs.field(default=None, validator=optional(positive_number))
     attention_rate_scale: tuple[float, float] | None = attrs.field(default=None, validator=optional(_pair))
     mla_attention_rate_scale: tuple[float, float] | None = attrs.field(default=None, validator=optional(_pair))
+    sm_count: int | None = attrs.field(default=None, validator=optional(positive_int))
 
     @large_gemm_flops.validator
     def _check_large_gemm(self, attribute: attrs.Attribute, value: Any) -> None:

@@ -47,6 +47,14 @@ class OverlapSchedule:
             is one matmul's output and a block's input gradient sums several
             (``torch/_inductor/fx_passes/micro_pipeline_tp.py``
             ``fuse_matmul_reduce_scatter``).
+        userbuffers_sm_margins: With ``tp_comm_overlap``, ``(GEMM, SMs)`` of the
+            userbuffers GEMMs (``qkv_fprop``, ``fc1_wgrad``, ...) that leave that
+            many SMs to their communication kernel (Transformer Engine's
+            ``set_sm_margin``): each runs at its time times ``sm_count / (sm_count -
+            SMs)`` on a layer that marks it
+            (:attr:`hp_core.costs.LayerWork.userbuffers_gemms`;
+            :mod:`hp_plugins.runtimes.userbuffers`, docs/time.md); empty: none
+            (torch's async TP launches no such kernel).
         overlap_p2p: Pipeline sends and receives run during the stage's
             compute (Megatron-Core's interleaved schedule,
             ``--overlap-p2p-communication``): ``max(0, send - chunk compute)``.
@@ -101,6 +109,7 @@ class OverlapSchedule:
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
     tp_overlap_input_grad_reduce_scatter: bool = True
+    userbuffers_sm_margins: tuple[tuple[str, int], ...] = attrs.field(default=(), converter=tuple)
     overlap_p2p: bool = False
     ep_comm_overlap: bool = False
     delay_wgrad: bool = False

@@ -42,6 +42,11 @@ GB200 over B200 rate against the peaks' ratio; ``b300`` MAMF's B300 over B200), 
 ``gemm_rate_scale`` alone (1.4199: six GB300 matmuls measured over those figures, no step with size);
 ``gemm_source`` gives the arithmetic
 (``benchmarks/blackwell_gemm_level.py``, docs/time.md).
+
+``sm_count`` is the streaming multiprocessors the device enables, each entry's ``sm_source`` saying whose figure:
+NVIDIA's architecture whitepapers for the A100 (108) and H100 SXM5 (132, the H200's too), Chips and Cheese's B200
+article for the B200 (148, 74 a die; the GB200's GPU is that part) and NVIDIA's Blackwell Ultra blog for the B300
+and GB300 (160). It prices the GEMMs Transformer Engine's userbuffers run on fewer SMs (docs/time.md).
 """
 
 from __future__ import annotations
@@ -93,10 +98,12 @@ def _preset(entry: Mapping[str, Any]) -> HardwarePreset:
             large_gemm_flops=_scaled(entry["large_gemm_tflop"], _TERA),
             attention_rate_scale=_pair(entry.get("attention_rate_scale")),
             mla_attention_rate_scale=_pair(entry.get("mla_attention_rate_scale")),
+            sm_count=entry.get("sm_count"),
         ),
         provenance=f"{entry['provenance']}; topology: {entry['topology_source']}"
                    + (f"; GEMM rates: {entry['gemm_source']}" if entry["gemm_source"] else "")
-                   + (f"; attention rates: {entry['attention_source']}" if entry.get("attention_source") else ""),
+                   + (f"; attention rates: {entry['attention_source']}" if entry.get("attention_source") else "")
+                   + (f"; SMs: {entry['sm_source']}" if entry.get("sm_count") else ""),
     )
 
 

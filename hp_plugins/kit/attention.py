@@ -224,8 +224,10 @@ def gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
         b.rotary_embedding((a + g) // t, c.rotary_width, d)
     # Megatron-Core's self_attention.linear_qkv (a layernorm-fused column-parallel linear: its input is the norm's
     # output, gathered under SP) and linear_proj (row-parallel: under SP its output gradient is gathered in backward).
-    b.linear(T, h, qkv // t, module="attention_qkv")
-    b.linear(T, a * d // t, h, original_input=proj_original, module="attention_proj")
+    # Megatron-Core's linear_qkv and linear_proj, tp_comm_buffer_name 'qkv' and 'proj' (transformer/attention.py lines
+    # 1701 and 422 at NVIDIA/Megatron-LM@d98e8a6): userbuffers GEMMs under TP communication overlap.
+    b.linear(T, h, qkv // t, module="attention_qkv", ub="qkv")
+    b.linear(T, a * d // t, h, original_input=proj_original, module="attention_proj", ub="proj")
     b.linear_module("attention_qkv", ("qkv_proj",), ("attn_norm_out", "attn_gathered"), (1, 0))
     b.linear_module("attention_proj", ("o_proj",), ("attn_out",), (0, 1))
     # torchtitan's Attention.forward: wq, wk, wv, then wo (torchtitan/models/llama3/model.py); a fused projection is

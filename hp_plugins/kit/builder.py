@@ -140,6 +140,9 @@ class LayerBuilder:
         # calls forward and backward), and each name's linears (their indices in gemm_shapes, as linear records them).
         self.modules: list[tuple[str, tuple[str, ...], tuple[str, ...], tuple[int, int]]] = []
         self.module_linears: dict[str, list[int]] = {}
+        # (Megatron-Core tp_comm_buffer_name, index in gemm_shapes) of the linears Transformer Engine runs through its
+        # userbuffers under TP communication overlap (LayerWork.userbuffers_gemms).
+        self.ub_linears: list[tuple[str, int]] = []
 
     def linear_module(self, name: str, params: tuple[str, ...], terms: tuple[str, ...] = (),
                       gathers: tuple[int, int] = (0, 0)) -> None:
@@ -294,7 +297,7 @@ class LayerBuilder:
 
     def linear(self, tokens: int, fan_in: int, fan_out: int, weight: bool = True, shares_input: bool = False,
                original_input: bool = False, routed: bool = False, module: str | None = None,
-               shard: bool = False) -> int | None:
+               shard: bool = False, ub: str | None = None) -> int | None:
         """A matmul's forward FLOPs on this rank (fan_out already per rank).
 
         A linear layer's weight gradient ``dY^T X`` reads its input ``X``
@@ -318,13 +321,16 @@ class LayerBuilder:
             module: The named linear module it belongs to (:meth:`linear_module`), ``None``: none.
             shard: It runs over the rank's own sequence shard under TP with SP, not the gathered micro-batch (a latent
                 projection duplicated on every TP rank): its listed GEMM's rows are ``T / sp``.
+            ub: Its Megatron-Core module's ``tp_comm_buffer_name`` (``qkv``, ``proj``, ``fc1``, ``fc2``) where
+                Transformer Engine runs it through its userbuffers under TP communication overlap
+                (:attr:`LayerWork.userbuffers_gemms <hp_core.costs.LayerWork.userbuffers_gemms>`), ``None``: not.
 
         Returns:
             Its index among the layer's listed linears (:attr:`gemm_shapes`), ``None`` for one not listed (a
             router's gate, the routed experts'), which :class:`~hp_plugins.kit.work.ExpertShape` ``block_linears``
             names; every other record of a linear (its module, its shard, its compute-dtype input) is by that index.
         """
-        if (module is not None or shard or original_input) and (routed or not weight):
+        if (module is not None or shard or original_input or ub is not None) and (routed or not weight):
             raise ValueError("LayerBuilder.linear: only a listed linear (a weight, not routed) has a module, a shard "
                              "or an original input")
         self.matmul += 2 * tokens * fan_in * fan_out
@@ -342,6 +348,8 @@ class LayerBuilder:
             self.shard_linears.append(index)
         if module is not None:
             self.module_linears.setdefault(module, []).append(index)
+        if ub is not None:
+            self.ub_linears.append((ub, index))
         return index
 
     def rotary_embedding(self, heads: int, rotated: int, width: int) -> None:
@@ -399,6 +407,9 @@ class LayerBuilder:
                             shard_linears=tuple(self.shard_linears), ssd_scan=self.ssd_scan)
         if self.modules or self.module_linears:
             work = attrs.evolve(work, modules=self._linear_modules(work.gemms))
+        if self.ub_linears:  # the listed linears are the last len(gemm_shapes) of the layer's GEMMs
+            at = len(work.gemms) - len(self.gemm_shapes)
+            work = attrs.evolve(work, userbuffers_gemms=tuple((name, work.gemms[at + i]) for name, i in self.ub_linears))
         return LayerCost(
             params=tuple(self.params),
             activations=tuple(self.terms),

@@ -102,8 +102,10 @@ def mlp(b: LayerBuilder, c: MLPFields, norm: str, hidden_dropout: float, fc1_swi
         b.reruns.append((fc1_switch, Rerun(matmul_flops_per_byte=flops_per_element / b.act)))
     # Backward: the gradients of the FC2 input and of the FC1 outputs, alive together.
     b.block_grads.append((3 if c.gated_mlp else 2) * wide)
-    b.linear(T, h, fc1 // t)
-    b.linear(T, I // t, h)
+    # Megatron-Core's linear_fc1 and linear_fc2, tp_comm_buffer_name 'fc1' and 'fc2' (transformer/mlp.py lines 228
+    # and 251 at NVIDIA/Megatron-LM@d98e8a6): userbuffers GEMMs under TP communication overlap.
+    b.linear(T, h, fc1 // t, ub="fc1")
+    b.linear(T, I // t, h, ub="fc2")
     # torchtitan's FeedForward.forward: w2(silu(w1(x)) * w3(x)), so w1, w3, w2; ungated fc1, fc2. Counted only
     # after a block whose matmuls are known (the GQA attention's four): elsewhere the order is not known.
     if b.matmuls_in_order:

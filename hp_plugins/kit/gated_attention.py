@@ -38,6 +38,7 @@ def gated_gqa_attention(b: LayerBuilder, c: GQAFields) -> None:
     b.keep("attn_gated_out", T * width * b.act // t, None, True)
     # Megatron-Core widens linear_qkv by the gate (attention_output_gate: linear_qkv_out_dim, attention.py at
     # NVIDIA/Megatron-LM@d98e8a6), so a format of linear_qkv's own is the gate's too.
-    b.linear(T, h, width // t, shares_input=True, module="attention_qkv")  # the attention norm's output, as qkv's
+    # The attention norm's output, as qkv's; part of linear_qkv, so a userbuffers GEMM with it.
+    b.linear(T, h, width // t, shares_input=True, module="attention_qkv", ub="qkv")
     b.linear_module("attention_qkv", ("attn_output_gate",))
     b.elementwise += _GATE_OPS * T * width // t

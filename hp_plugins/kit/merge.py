@@ -38,7 +38,8 @@ __all__ = ["merge_costs", "merge_work"]
 _ADDED = ("grouped_flops", "attention_calls", "fused_softmax_flops", "copy_bytes", "permute_bytes",
           "permute_input_bytes", "router_elements", "table_elements", "frozen_matmul_flops", "rotary_flops")
 # LayerWork tuples: each layer's entries, in layer order.
-_JOINED = ("collectives", "gemms", "expert_gemms", "frozen_gemms", "high_precision_gemms", "original_input_gemms")
+_JOINED = ("collectives", "gemms", "expert_gemms", "frozen_gemms", "high_precision_gemms", "original_input_gemms",
+           "userbuffers_gemms")
 # The attention core's record, read where a layer runs a core (attention calls, an SSD scan or attention FLOPs).
 _CORE = ("wide_qk_attention", "ssd_scan", "attention_head_dims", "local_mask")
 # The routed experts' record, read where a layer routes tokens to experts.

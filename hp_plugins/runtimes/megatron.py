@@ -45,6 +45,10 @@ What it holds, and where that comes from (Megatron-LM at core 0.14, Transformer 
   grouped-GEMM experts (one per compute stream); a device stating no architecture,
   or one not listed, is priced at 32 MiB + 1 KiB (``overhead_by_architecture``); three more
   under ``tp_comm_overlap``, the userbuffers GEMMs' (:class:`_TpCommOverlap`).
+* Userbuffers SM margins: under ``tp_comm_overlap`` the GEMMs Transformer Engine's userbuffers config runs with
+  ``set_sm_margin`` are tiled for the device's SMs less their communication kernel's, priced at their time times
+  ``sm_count / (sm_count - num_sm)``; the config is the option ``tp_comm_overlap_cfg``, TE's default where none is
+  stated (:mod:`hp_plugins.runtimes.userbuffers`).
 * Pipeline: a stage holds the output gradient it received through its backward
   and the input gradient it sent until the next one (``schedules.py``).
 """
@@ -66,6 +70,7 @@ from hp_plugins.runtimes.time_options import (
     cuda_graphs_option, ep_all_to_all_option, hybridep_num_sms_option, rope_kernels_option,
 )
 from hp_plugins.runtimes.timing_profiles import MEGATRON_TE
+from hp_plugins.runtimes.userbuffers import CONFIGS as _UB_CONFIGS, SOURCE as _UB_SOURCE, TE_DEFAULT, UserbuffersConfig
 
 __all__ = ["MegatronPoints", "hp_runtimes"]
 
@@ -283,6 +288,18 @@ OPTIONS = (
         "NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/cpp_extensions/gemm.py get_cublas_workspace "
         "(ub=True, _NUM_MAX_UB_STREAMS = 3, since e1edaae)",
         _TpCommOverlap(),
+    ),
+    RuntimeOption(
+        "tp_comm_overlap_cfg", "choice", TE_DEFAULT,
+        "with tp_comm_overlap, the userbuffers config Transformer Engine runs (--tp-comm-overlap-cfg; Megatron-Bridge's "
+        "and NeMo 2.0's tp_comm_overlap_cfg): a GEMM it runs with an SM margin (set_sm_margin) is tiled for the device's "
+        "SMs less its communication kernel's (num_sm) and priced at its time times sm_count / (sm_count - num_sm), "
+        "first-order; te_default: Megatron-LM without --tp-comm-overlap-cfg on Transformer Engine 2.0 on (the "
+        "pipeline proj and fc2 forward GEMMs and the bulk qkv and fc1 dgrad and wgrad GEMMs at 16 SMs); "
+        "te_1x_default: Transformer Engine before 2.0 (no margin); the others Megatron-Bridge's named configs",
+        f"{_UB_SOURCE}; Megatron-LM megatron/training/initialize.py _initialize_tp_communicators (ub_cfgs = {{}} "
+        "without --tp-comm-overlap-cfg, NVIDIA/Megatron-LM@d98e8a6)",
+        UserbuffersConfig(), choices=tuple(_UB_CONFIGS),
     ),
     schedule_option(
         "overlap_p2p_communication", "overlap_p2p", default=False,

@@ -79,8 +79,8 @@ from hp_plugins.runtimes.gemm_speedups import BLACKWELL_BANDED_SPEEDUPS, BLACKWE
 from hp_plugins.runtimes.host import MEGATRON_HOST, ROUTER_H200
 from hp_plugins.runtimes.hybridep_sms import MEGATRON_HYBRIDEP_SMS, TORCHTITAN_HYBRIDEP_SMS
 from hp_plugins.runtimes.ssd_scan import BLACKWELL_SSD_SCAN_BACKWARD, BLACKWELL_SSD_SCAN_FORWARD
-from hp_plugins.runtimes.whole_run import (FSDP1_UNIT_SECONDS, MPT_CALIBRATION, TRITON_FLASH_FACTORS,
-                                           WHOLE_RUN_MATMUL_FACTORS, fitted_matmul, fsdp1_unit, mpt_fit)
+from hp_plugins.runtimes.userbuffers import TE_DEFAULT, sm_margins
+from hp_plugins.runtimes.whole_run import (FSDP1_UNIT_SECONDS, MPT_CALIBRATION, TRITON_FLASH_FACTORS, WHOLE_RUN_MATMUL_FACTORS, fitted_matmul, fsdp1_unit, mpt_fit)
 
 __all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRON", "EAGER_ACCESSES", "FSDP1_UNIT_SECONDS", "FSDP2",
            "FSDP2_AMPERE",
@@ -410,6 +410,7 @@ MEGATRON_TE = TimingProfile(
     algorithm_source="NCCL picks ring for large messages within a node (NCCL_ALGO, NCCL docs)",
     host=MEGATRON_HOST,
     collective_sms={"hybridep": MEGATRON_HYBRIDEP_SMS},
+    schedule=OverlapSchedule(userbuffers_sm_margins=sm_margins(TE_DEFAULT)),  # TE's default config (userbuffers.py)
 )
 
 MEGATRON_LM_2022 = attrs.evolve(

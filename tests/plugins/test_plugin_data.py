@@ -88,7 +88,9 @@ def test_every_hardware_preset_states_its_sources():
     for entry, preset in zip(entries, presets.PRESETS):
         gemms = f"; GEMM rates: {entry['gemm_source']}" if entry["gemm_source"] else ""
         attention = f"; attention rates: {entry['attention_source']}" if entry.get("attention_source") else ""
-        assert preset.provenance == f"{entry['provenance']}; topology: {entry['topology_source']}{gemms}{attention}" and entry["provenance"]
+        sms = f"; SMs: {entry['sm_source']}" if entry["sm_count"] else ""
+        assert preset.provenance == f"{entry['provenance']}; topology: {entry['topology_source']}{gemms}{attention}{sms}" and entry["provenance"]
+        assert entry["sm_source"] and preset.spec.sm_count == entry["sm_count"]  # stated, or why not
         # A machine whose fused attention runs at another rate than its family's says where that comes from.
         assert bool(entry.get("attention_source")) == (entry.get("attention_rate_scale") is not None), entry["name"]
         # A machine whose GEMMs run at another rate than its family's figures says where that comes from.

@@ -787,7 +787,7 @@ def test_pinned_dense_rows():
                            "global_batch_size": 256}
     assert r["measured"]["step_seconds"] == 14.73 and r["source"] == "dgxc-24.11.1-70b"
     assert r["options"] == {"overlap_grad_reduce": True, "overlap_param_gather": True, "grad_reduce_in_fp32": False,
-                            "tp_comm_overlap": True, "overlap_p2p_communication": True}
+                            "tp_comm_overlap": True, "overlap_p2p_communication": True, "tp_comm_overlap_cfg": "te_1x_default"}
     # The 405B proxy on 96 GPUs, NeMo 24.09: 21 layers, TP 8 x PP 3 (VP 7) x CP 2 x DP 2, GBS 126; printed '8.7  5'.
     r = rows["dgxc24.09-h100-llama3.1-405b-proxy21l-96gpu"]
     assert _cell(r, "Training step time (seconds per step)") == "8.7  5" and r["measured"]["step_seconds"] == 8.75

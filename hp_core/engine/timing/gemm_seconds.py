@@ -17,7 +17,7 @@ from hp_core.engine.timing.rates import _Rates
 from hp_core.errors import ConfigError
 from hp_core.linear_modules import joining_kept
 
-__all__ = ["frozen_seconds", "frozen_share"]
+__all__ = ["frozen_seconds", "frozen_share", "margin_factor", "userbuffers_margin_seconds"]
 
 
 def _flops(gemms: tuple[tuple[int, int, int], ...]) -> float:
@@ -248,3 +248,64 @@ def frozen_seconds(matmul_flops: float, grouped: float, work: LayerWork, r: _Rat
         bwd = keep_bwd + (bwd - keep_bwd) / r.gemm_speedup_backward
         wgrad = keep_wgrad + (wgrad - keep_wgrad) / r.gemm_speedup_backward
     return wgrad, bwd, frozen_grouped
+
+
+def margin_factor(sm_count: int, comm_sms: int) -> float:
+    """A GEMM's time over its time on every SM when it leaves *comm_sms* of *sm_count* SMs to a communication kernel:
+    ``sm_count / (sm_count - comm_sms)``, first-order, as if its time were inversely proportional to the SMs it is
+    tiled for (wave quantisation and a GEMM's memory-bound share ignored; docs/time.md).
+
+    Raises:
+        ConfigError: *comm_sms* leaves the GEMM no SM (or is negative).
+    """
+    if not 0 <= comm_sms < sm_count:
+        raise ConfigError("$.runtime.options.tp_comm_overlap_cfg",
+                          f"a userbuffers GEMM leaving {comm_sms} of the device's {sm_count} SMs to communication has "
+                          f"none to run on")
+    return sm_count / (sm_count - comm_sms)
+
+
+def userbuffers_margin_seconds(work: LayerWork, r: _Rates) -> tuple[float, float, float]:
+    """``(forward, backward, weight-gradient part of that backward)`` seconds a layer's userbuffers GEMMs
+    (:attr:`LayerWork.userbuffers_gemms <hp_core.costs.LayerWork.userbuffers_gemms>`) add where their overlap leaves
+    SMs to its communication kernel (``r.ub_margins``, :attr:`OverlapSchedule.userbuffers_sm_margins
+    <hp_core.specs.overlap.OverlapSchedule.userbuffers_sm_margins>`).
+
+    Transformer Engine tiles such a GEMM for ``sm_count - num_sm`` SMs (cuBLASLt's SM-count target,
+    ``comm_gemm_overlap.cpp`` ``_math_sms`` at NVIDIA/TransformerEngine@d0067d0): hp prices each of its passes
+    (``<block>_fprop``, ``_dgrad``, ``_wgrad``) at its own time times :func:`margin_factor`. A pass's own time is
+    :func:`_matmul_seconds` of that GEMM alone (its input-gradient pass the backward less the weight-gradient part), divided by the recipe's forward or backward speedup where the layer quantizes it
+    (not one of its :attr:`~hp_core.costs.LayerWork.high_precision_gemms`; a module in a format of its own is priced
+    at the recipe's speedup here); a frozen weight runs no weight-gradient pass.
+
+    Raises:
+        ConfigError: A margin applies and the hardware states no ``sm_count``.
+    """
+    margins = dict(r.ub_margins)
+    if not margins or not work.userbuffers_gemms:
+        return 0.0, 0.0, 0.0
+    if r.sm_count is None:
+        raise ConfigError("$.hardware.sm_count", "the userbuffers config leaves SMs of some GEMMs to their communication "
+                                                 "(tp_comm_overlap_cfg) but the hardware states no sm_count; state it "
+                                                 "or choose a config without an SM margin (te_1x_default)")
+    high, frozen = list(work.high_precision_gemms), list(work.frozen_gemms)
+    quantized_scope = r.low_precision and r.gemm_scope != "experts"
+    fwd = bwd = wgrad = 0.0
+    for block, gemm in work.userbuffers_gemms:
+        passes = [margins.get(f"{block}_{p}", 0) for p in ("fprop", "dgrad", "wgrad")]
+        if not any(passes):
+            continue
+        f, b, w = _matmul_seconds(_flops((gemm,)), 0.0, attrs.evolve(work, gemms=(gemm,), expert_gemms=()), r)
+        d = b - w
+        if gemm in high:
+            high.remove(gemm)
+        elif quantized_scope:
+            f, d, w = f / r.gemm_speedup, d / r.gemm_speedup_backward, w / r.gemm_speedup_backward
+        if gemm in frozen:
+            frozen.remove(gemm)
+            w = 0.0
+        extra = [t * (margin_factor(r.sm_count, n) - 1.0) for t, n in zip((f, d, w), passes)]
+        fwd += extra[0]
+        bwd += extra[1] + extra[2]
+        wgrad += extra[2]
+    return fwd, bwd, wgrad

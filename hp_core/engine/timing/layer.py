@@ -15,7 +15,7 @@ import attrs
 
 from hp_core.collectives import CollectiveModel
 from hp_core.engine.timing.elementwise import elementwise_seconds, permute_seconds
-from hp_core.engine.timing.gemm_seconds import _low_precision_seconds, _matmul_seconds, frozen_seconds
+from hp_core.engine.timing.gemm_seconds import _low_precision_seconds, _matmul_seconds, frozen_seconds, userbuffers_margin_seconds
 from hp_core.engine.timing.rates import _Rates, _rates
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
@@ -153,6 +153,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         frozen_kernels = len(work.frozen_gemms) + (1 if grouped and frozen_grouped >= grouped * (1 - 1e-9) else 0)
     wgrad = (mm_bwd - frozen_bwd) / 2
     mm_bwd -= frozen_wgrad
+    mm_fwd, mm_bwd, wgrad = (a + b for a, b in zip((mm_fwd, mm_bwd, wgrad), userbuffers_margin_seconds(work, r)))  # TE's SM margins
     if f.attention_flops and r.flash and work.ssd_scan and r.ssd_fwd is not None and r.ssd_bwd is not None:
         # A Mamba-2 SSD scan at the device's measured scan rates (DeviceEfficiency.ssd_scan_forward): its FLOPs as the
         # layer counts them (whole chunk tiles, no causal halving), no attention call's fixed time, no FP8 speedup

@@ -200,6 +200,9 @@ class _Rates:
     slowdown: float
     tp_comm_overlap: bool = False
     tp_overlap_bwd_rs: bool = True  # OverlapSchedule.tp_overlap_input_grad_reduce_scatter
+    # OverlapSchedule.userbuffers_sm_margins where tp_comm_overlap runs (tp > 1), else (); HardwareSpec.sm_count.
+    ub_margins: tuple[tuple[str, int], ...] = ()
+    sm_count: int | None = None
     ep_comm_overlap: bool = False
     delay_wgrad: bool = False  # OverlapSchedule.delay_wgrad
     host: HostOverhead | None = None
@@ -396,6 +399,8 @@ def _rates(
         expose_ep=1 - ov.expert_parallel.value,
         slowdown=_or(dev.sustained_slowdown, 1.0),
         tp_comm_overlap=timing.schedule.tp_comm_overlap,
+        ub_margins=timing.schedule.userbuffers_sm_margins if timing.schedule.tp_comm_overlap and parallel.tp > 1 else (),
+        sm_count=hardware.sm_count,
         tp_overlap_bwd_rs=timing.schedule.tp_overlap_input_grad_reduce_scatter, ep_comm_overlap=timing.schedule.ep_comm_overlap,
         delay_wgrad=_delay_wgrad(timing), host=timing.host, alternate_mm_switches=timing.alternate_matmul_recompute,
         alternate_also=timing.alternate_policy_recomputes, eager_elementwise=timing.eager_elementwise,

@@ -1,0 +1,124 @@
+"""Transformer Engine's userbuffers SM margins (hp_plugins.runtimes.userbuffers; docs/time.md): a GEMM its overlap
+runs with ``set_sm_margin`` is tiled for ``sm_count - num_sm`` SMs and priced at its time times
+``sm_count / (sm_count - num_sm)``. Figures by hand."""
+
+from __future__ import annotations
+
+import types
+
+import attrs
+import pytest
+
+from hp_core.api import build_registry, layer_context
+from hp_core.costs import LayerWork
+from hp_core.engine.timing.gemm_seconds import margin_factor, userbuffers_margin_seconds
+from hp_core.errors import ConfigError
+from hp_core.runtime_options import apply_options
+from hp_core.specs import ParallelSpec, PrecisionSpec
+from hp_plugins.hardware.presets import PRESETS
+from hp_plugins.kinds.dense import DenseConfig
+from hp_plugins.runtimes.userbuffers import CONFIGS, sm_margins
+
+REGISTRY = build_registry(use_env=False)
+T, H, I = 2048, 1024, 4096  # tokens on the rank (gathered), hidden, MLP width
+QKV, PROJ, FC1, FC2 = (T, 3 * H // 2, H), (T, H, H // 2), (T, 2 * I // 2, H), (T, H, I // 2)  # TP 2
+
+
+def _rates(margins, sm_count=132, low_precision=False):
+    # No GEMM table: every GEMM at matmul 0.5 of a 1e15 peak; backward twice the forward, half of it the weight gradient.
+    return types.SimpleNamespace(gemm_table=None, mm_backward=2.0, matmul=0.5, peak=1e15, ub_margins=tuple(margins),
+                                 sm_count=sm_count, low_precision=low_precision, gemm_scope="all", gemm_speedup=2.0,
+                                 gemm_speedup_backward=1.6)
+
+
+def _work(**kw):
+    gemms = (QKV, PROJ, FC1, FC2)
+    return LayerWork(gemms=gemms, userbuffers_gemms=tuple(zip(("qkv", "proj", "fc1", "fc2"), gemms)), **kw)
+
+
+def _seconds(gemm):
+    rows, out, inp = gemm
+    return 2.0 * rows * out * inp / (0.5 * 1e15)
+
+
+def test_the_margin_is_the_devices_sms_over_those_left_to_the_gemm():
+    assert margin_factor(132, 16) == pytest.approx(132 / 116)
+    assert margin_factor(148, 32) == pytest.approx(148 / 116)
+    assert margin_factor(132, 0) == 1.0
+    with pytest.raises(ConfigError):
+        margin_factor(132, 132)
+
+
+def test_te_default_and_named_configs_state_their_margins():
+    # TE's get_default_config (base.py at d0067d0): pipeline (proj_fprop, fc2_fprop) and bulk (qkv/fc1 dgrad and
+    # wgrad) at 16 SMs with a margin; the ring exchanges (qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad) 1 SM, none.
+    assert sm_margins("te_default") == (("qkv_dgrad", 16), ("qkv_wgrad", 16), ("proj_fprop", 16), ("fc1_dgrad", 16),
+                                        ("fc1_wgrad", 16), ("fc2_fprop", 16))
+    assert CONFIGS["te_default"]["qkv_fprop"] == ("ring_exchange", 1, False)
+    assert sm_margins("te_1x_default") == ()
+    # Megatron-Bridge's named configs (comm_overlap.py at 067f987): the bulk GEMMs without a margin, the pipeline
+    # forward GEMMs with one; the FP8 ones run proj and fc2 forward as ring exchanges with a 1-SM margin.
+    assert sm_margins("userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192") == (("proj_fprop", 24), ("fc2_fprop", 16))
+    assert sm_margins("userbuffers_bf16_b200_h16384_tp4_cp2_mbs1_seqlen8192") == (("proj_fprop", 32), ("fc2_fprop", 8))
+    assert sm_margins("userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192") == (("proj_fprop", 1), ("fc2_fprop", 1))
+
+
+def test_each_margin_gemm_pass_pays_its_own_time_times_the_factor_less_one():
+    extra = 132 / 116 - 1
+    fwd, bwd, wgrad = userbuffers_margin_seconds(_work(), _rates(sm_margins("te_default")))
+    # Forward: proj's and fc2's (pipeline); backward: qkv's and fc1's input-gradient and weight-gradient passes, each
+    # the forward's time (matmul_backward_factor 2, half of it each).
+    assert fwd == pytest.approx((_seconds(PROJ) + _seconds(FC2)) * extra)
+    assert bwd == pytest.approx(2 * (_seconds(QKV) + _seconds(FC1)) * extra)
+    assert wgrad == pytest.approx((_seconds(QKV) + _seconds(FC1)) * extra)
+    # A named config's margins: proj 24 and fc2 16 SMs of 132, forward only.
+    fwd, bwd, _ = userbuffers_margin_seconds(_work(), _rates(sm_margins("userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192")))
+    assert fwd == pytest.approx(_seconds(PROJ) * (132 / 108 - 1) + _seconds(FC2) * (132 / 116 - 1)) and bwd == 0.0
+
+
+def test_a_quantized_gemm_pays_the_margin_on_its_quantized_time_and_a_frozen_one_no_weight_gradient():
+    extra = 132 / 116 - 1
+    r = _rates(sm_margins("te_default"), low_precision=True)
+    # The recipe's speedups: forward 2, backward 1.6; fc1 kept in the compute dtype (its bf16 time).
+    fwd, bwd, wgrad = userbuffers_margin_seconds(_work(high_precision_gemms=(FC1,)), r)
+    assert fwd == pytest.approx((_seconds(PROJ) + _seconds(FC2)) / 2 * extra)
+    assert bwd == pytest.approx((2 * _seconds(QKV) / 1.6 + 2 * _seconds(FC1)) * extra)
+    # qkv frozen: its weight-gradient pass does not run.
+    _, bwd, wgrad = userbuffers_margin_seconds(_work(frozen_gemms=(QKV,)), _rates(sm_margins("te_default")))
+    assert bwd == pytest.approx((_seconds(QKV) + 2 * _seconds(FC1)) * extra) and wgrad == pytest.approx(_seconds(FC1) * extra)
+
+
+def test_a_margin_needs_the_devices_sm_count():
+    with pytest.raises(ConfigError, match="sm_count"):
+        userbuffers_margin_seconds(_work(), _rates(sm_margins("te_default"), sm_count=None))
+    # Without a margin none is needed.
+    assert userbuffers_margin_seconds(_work(), _rates((), sm_count=None)) == (0.0, 0.0, 0.0)
+
+
+def test_the_dense_layer_marks_its_attention_and_mlp_linears_as_userbuffers_gemms():
+    config = DenseConfig(hidden_size=H, num_attention_heads=16, num_key_value_heads=4, intermediate_size=I)
+    tp2 = ParallelSpec(tp=2, sp=True, dp=4, seq_len=1024, micro_batch_size=2, global_batch_size=16)
+    cost = REGISTRY.layer_kind("dense", "$").evaluate(config, layer_context(tp2, PrecisionSpec(), "flash"))
+    # qkv: H + 2 x 4 KV heads of 64 = 1,536 wide, over TP 2; proj 1,024 / 2 in; fc1 gated 2 x 4,096 / 2; fc2 4,096 / 2 in.
+    assert cost.work.userbuffers_gemms == (("qkv", (T, 768, H)), ("proj", (T, H, 512)), ("fc1", (T, 4096, H)),
+                                           ("fc2", (T, H, 2048)))
+    assert all(g in cost.work.gemms for _, g in cost.work.userbuffers_gemms)
+
+
+def test_presets_state_their_sm_counts():
+    counts = {p.name: p.spec.sm_count for p in PRESETS}
+    assert counts["h100-sxm"] == counts["h200"] == 132
+    assert counts["b200"] == counts["gb200"] == 148 and counts["a100-80gb"] == 108
+    assert counts["ascend-910b"] is None
+
+
+def test_the_runtime_option_sets_the_schedules_margins():
+    megatron = REGISTRY.runtime("megatron")
+    assert megatron.timing.schedule.userbuffers_sm_margins == sm_margins("te_default")
+    named = apply_options(megatron, {"tp_comm_overlap": True,
+                                     "tp_comm_overlap_cfg": "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"})
+    assert named.timing.schedule.userbuffers_sm_margins == (("proj_fprop", 24), ("fc2_fprop", 16))
+    with pytest.raises(ConfigError):
+        apply_options(megatron, {"tp_comm_overlap_cfg": "no_such_config"})
+    # torch's async TP (fsdp2) launches no userbuffers kernel: no margin.
+    assert REGISTRY.runtime("fsdp2").timing.schedule.userbuffers_sm_margins == ()
