@@ -62,7 +62,9 @@ def _torchtitan_peak_gib(row: dict, recipe: str, registry) -> float:
                           if recipe == "torchao-float8-tensorwise" else {"recipe_name": "rowwise"})
     imported = import_torchtitan(data, registry, devices=row["gpus"])
     if row["id"].startswith(_KEEPS_LAST_LAYER):
-        imported.document["runtime"].setdefault("options", {})["reshard_last_layer_after_forward"] = False
+        # ... and whose embedding was in the root unit (83e6941 gave it its own: the importer's embedding_unit own).
+        imported.document["runtime"].setdefault("options", {}).update(reshard_last_layer_after_forward=False,
+                                                                      embedding_unit="root")
     if recipe == row["recipe"] and row.get("gathers_as_run"):
         # The run gathered its FSDP parameters otherwise than hp's recipe says (torchao's tutorial's tensorwise run with
         # the toml's enable_fsdp_float8_all_gather false: bf16 gathers): the recipe with the row's gathers_as_run fields,

@@ -15,7 +15,9 @@ fill what a file leaves out:
   ``data_parallel_replicate_degree * data_parallel_shard_degree``, a shard degree of -1 being
   what is left of the devices (``parallel_dims.py``: ``world_size // (dp_replicate * cp * tp * pp)``),
   so ``--devices`` is required then; ``fsdp_reshard_after_forward`` (``default``: on unless pipeline
-  parallel, ``torchtitan/models/llama3/infra/parallelize.py``); ``pipeline_parallel_schedule`` by
+  parallel, ``torchtitan/models/llama3/infra/parallelize.py``), the embedding an FSDP unit of its own with the
+  layers' reshard rule (``apply_fsdp`` lines 333-339, torchtitan's wrapping since 83e6941: the ``fsdp2`` option
+  ``embedding_unit: own``; under PP with ``always`` the root's, one warning line); ``pipeline_parallel_schedule`` by
   the schedules' ``trainer_names``; the layers per stage as
   ``torchtitan/distributed/pipeline_parallel.py`` ``generate_llm_fqn_per_model_part`` splits them
   (the first and last stage ``*_stage_less_layers`` lighter; ``pipeline_parallel_layers_per_stage``,
@@ -186,6 +188,14 @@ def import_torchtitan(data: dict[str, Any], registry, *, file: str = "torchtitan
     document["parallel"] = parallel
     document["runtime"] = {"name": _RUNTIME, "options": {
         "async_tp": f.get("parallelism.enable_async_tensor_parallel", False, bool)}}
+    # e347b1e5e wraps the embedding as an FSDP unit of its own with the layers' reshard rule (llama3/infra/parallelize.py
+    # apply_fsdp, lines 333-339; so from 83e6941): the fsdp2 runtime's embedding_unit own. Under PP with the policy
+    # "always" (the embedding resharded too) that option is not priced: the root's, with a warning line.
+    if pp > 1 and parallel["reshard_after_forward"]:
+        unmapped.append("parallelism.fsdp_reshard_after_forward = 'always' under PP: the embedding's own FSDP unit, "
+                        "resharded after forward, is priced as kept gathered in the root unit")
+    else:
+        document["runtime"]["options"]["embedding_unit"] = "own"
     if hsdp:
         document["runtime"]["options"]["hsdp_replicate"] = replicate
     # job_config.py Parallelism.expert_parallel_comm_backend: "standard" (torch all-to-all) or "deepep".

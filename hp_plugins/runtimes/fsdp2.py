@@ -21,6 +21,9 @@ PyTorch ``torch.distributed.fsdp.fully_shard``):
 * ``reshard_last_layer_after_forward: false``: the last decoder layer kept
   gathered from its forward to its backward (torchtitan's ``apply_fsdp`` until
   July 2025).
+* ``embedding_unit: own``: the embedding an FSDP unit of its own with the
+  layers' reshard rule (torchtitan's wrapping from July 2025, 83e6941): at pp 1
+  freed after its forward and gathered again in backward.
 * Kernels: SDPA flash attention (option ``attention_kernel``); an unfused SwiGLU (``F.silu(w1(x)) * w3(x)``);
   by default the modules of transformers (``norm_implementation: transformers``:
   RMSNorm upcasts to fp32 and keeps that copy) and a loss that upcasts the logits
@@ -377,6 +380,23 @@ _MEMORY_OPTIONS = (
         "int(layer_id) < len(model.layers) - 1; from c22d1a8, removed by 83e6941); torch/distributed/fsdp/_fully_shard/"
         "_fsdp_param_group.py FSDPParamGroup.unshard (nothing gathered for gathered parameters)",
         _Points("reshard_last_layer"),
+    ),
+    RuntimeOption(
+        "embedding_unit", "choice", "root",
+        "root: the embedding in the root unit, gathered from the forward to the end of backward (the tracker's cases, "
+        "torchtitan before 83e6941); own: a unit of its own with the layers' reshard rule (torchtitan from 83e6941, "
+        "2025-07-28): at pp 1 with reshard_after_forward its gathered copy is freed after its forward and gathered "
+        "again in backward, prefetched during the lowest layer's (whose point holds its all-gather output in place "
+        "of a layer's); without resharding (pp > 1) priced as root; refused beside reshard_after_forward_to > 1 and "
+        "reshard_last_layer_after_forward false. The final norm and head stay in the root (torchtitan's own unit for "
+        "them, never resharded, is not followed); a head tied to the embedding (one unit in torchtitan): state root",
+        "torchtitan torchtitan/distributed/fsdp.py apply_fsdp_to_decoder lines 191-196 at bcc09297a "
+        "(fully_shard(model.tok_embeddings, reshard_after_forward=reshard_after_forward), the policy's "
+        "get_fsdp_reshard_after_forward_policy: not pp_enabled by default; from 83e6941, "
+        "torchtitan/models/llama3/infra/parallelize.py apply_fsdp); torch/distributed/fsdp/_fully_shard/_fsdp_state.py "
+        "_lazy_init (only the root kept gathered); _fsdp_param_group.py FSDPParamGroup.post_forward (reshard), "
+        "pre_backward and _backward_prefetch (the unit before it in post_forward_order) at torch cf30153",
+        _Points("embedding_unit"), choices=("root", "own"),
     ),
     RuntimeOption(
         "tp_head_plan", "choice", "vocab_parallel",

@@ -23,7 +23,9 @@ tracker (``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``) sees it
   ``reshard_after_forward: false`` every layer's gathered parameters stay from
   its forward to its backward; with ``reshard_last_layer`` False the last
   layer's do (torchtitan's ``apply_fsdp`` until July 2025), and above it in
-  backward no all-gather output is alive (nothing is gathered for it);
+  backward no all-gather output is alive (nothing is gathered for it); with
+  ``embedding_unit`` own (torchtitan from July 2025) the embedding's are freed
+  after its forward and gathered again after the lowest layer's backward;
 * **gradients**: none in the forward of a step's only micro-batch
   (``zero_grad(set_to_none=True)`` freed them; with gradient accumulation the
   sharded fp32 gradients of the earlier micro-batches are held); in backward, the
@@ -119,6 +121,20 @@ class Fsdp2Points:
             it in backward (the head's and the loss's) no all-gather output is
             alive; True: it reshards as the others (``parallel.reshard_after_forward``
             and ``reshard_to`` say). Refused under PP (torchtitan then reshards no layer).
+        embedding_unit: ``root``: the layers placed first (the embedding) are in the root unit, gathered from its
+            pre-forward to the end of backward; ``own``: ``fully_shard(model.tok_embeddings,
+            reshard_after_forward=...)``, a unit of its own with the layers' reshard rule, as torchtitan wraps it
+            from pytorch/torchtitan@83e6941 (2025-07-28; ``torchtitan/distributed/fsdp.py`` ``apply_fsdp_to_decoder``
+            lines 191-196 at bcc09297a). At ``pp`` 1 with ``reshard_after_forward`` its gathered parameters are freed
+            after its forward (torch cf30153 ``_fsdp_param_group.py`` ``FSDPParamGroup.post_forward``, lines
+            557-566: ``reshard()``; only the root's ``post_forward_mesh_info`` is cleared, ``_fsdp_state.py``
+            ``_lazy_init``), so no point above it holds them; its backward gathers them again, prefetched during the
+            lowest body layer's backward (``FSDPParamGroup.pre_backward`` then ``_backward_prefetch``, lines 576-585
+            and 795ff: the unit before it in ``post_forward_order``; with EP torchtitan sets it explicitly,
+            ``set_modules_to_backward_prefetch([model.tok_embeddings])``), whose point then holds the embedding's
+            all-gather output in place of a layer's. Without resharding (``pp > 1``, or a stated ``false``) it stays
+            gathered as in the root: priced as ``root``. Refused beside ``reshard_to`` and a last layer kept
+            gathered (torchtitan never ran either with it).
     """
 
     set_to_none: bool = True
@@ -128,6 +144,7 @@ class Fsdp2Points:
     reshard_to: int = 0
     tp_plan: str = "custom"
     reshard_last_layer: bool = True
+    embedding_unit: str = "root"
 
     def __call__(self, view: StageView) -> dict[str, MemoryBreakdown]:
         return dict(self._walked(view)[0])
@@ -169,6 +186,10 @@ class Fsdp2Points:
         layers = view.layers
         body = [layer for layer in layers if layer.placement == "body"]
         root_gathered = sum(_gathered(view, layer) for layer in layers if layer.placement != "body")
+        # The embedding in a unit of its own, freed after its forward (embedding_unit own): out of the root's bytes
+        # at every point above it; its backward gathers it again (the lowest body layer prefetches it).
+        embedding = self._own_embedding_bytes(view)
+        root_gathered -= embedding
         all_gather = max((_gathered(view, layer) for layer in body), default=0)
         kept = [layer.kept_bytes * max(layer.in_flight, 1) for layer in layers]
         # Sharded gradients in a step's forward and backward: kept by zero_grad(set_to_none=False), or from the
@@ -235,6 +256,7 @@ class Fsdp2Points:
         # next unit's post-backward waits on it (FSDP2 comm_ctx.reduce_scatter_state, _fsdp_param_group.post_backward).
         freed = finished = root_grads = reducing = held_all_reduce = 0
         best: MemoryBreakdown | None = None
+        best_in_flight = 0  # the all-gather output the best backward point holds (cached_bytes, embedding_unit own)
         above_last = bool(kept_last)  # above a last body layer kept gathered: it stays, nothing is prefetched
         for index, layer, its_kept in zip(reversed(range(len(layers))), reversed(layers), reversed(kept)):
             body_layer = layer.placement == "body"
@@ -242,22 +264,29 @@ class Fsdp2Points:
             running = _gathered(view, layer) - (_gathered(view, layer) // keep_share if keep_share else 0) if body_layer else 0
             gathered = stay + running + (kept_last if above_last else 0)
             grads = held_grads if held_grads else finished + root_grads
-            candidate = point(grads, root_gathered + gathered + (0 if above_last else all_gather) + reducing
+            lowest_body = body_layer and not any(other.placement == "body" for other in layers[:index])
+            in_flight = all_gather
+            if embedding and lowest_body:
+                in_flight = embedding  # the embedding's all-gather output, prefetched during this layer's backward
+            elif embedding and layer.placement == "first":
+                gathered, in_flight = embedding, 0  # its own gathered parameters; nothing is left to prefetch
+            candidate = point(grads, root_gathered + gathered + (0 if above_last else in_flight) + reducing
                               + held_all_reduce, sum(kept) - freed, layer.backward_working_bytes)
             if best is None or candidate.peak_bytes > best.peak_bytes:
-                best = candidate
+                best, best_in_flight = candidate, (0 if above_last else in_flight)
             if body_layer and not held_grads:
                 # The moments holding the running layer's whole unsharded gradients (weight_grad_moments). The tracker
                 # files unsharded gradients, the root's too, as temporaries until their unit's post-backward
                 # (fsdp2_mem_tracker.py _fsdp_param_group_post_backward): here they are working set.
-                # The lowest body layer prefetches nothing (the root's parameters stay gathered): no all-gather output.
+                # The lowest body layer prefetches nothing (the root's parameters stay gathered): no all-gather output;
+                # with the embedding in a unit of its own, the embedding's.
                 below = sum(kept) - freed - its_kept
-                prefetched = all_gather if any(other.placement == "body" for other in layers[:index]) else 0
+                prefetched = embedding if lowest_body else all_gather
                 for alive, working in weight_grad_moments(view, layer):
                     moment = point(finished, root_gathered + gathered + prefetched + reducing + held_all_reduce,
                                    below + min(alive, its_kept), max(alive - its_kept, 0) + working + root_grads)
                     if moment.peak_bytes > best.peak_bytes:
-                        best = moment
+                        best, best_in_flight = moment, prefetched
             freed += its_kept
             if body_layer:
                 reducing = sum(layer.elements.values()) * view.precision.reduction_bytes
@@ -269,8 +298,30 @@ class Fsdp2Points:
                 root_grads += _gathered(view, layer)
         if best is not None:
             points["backward"] = best
+            if embedding:
+                view.memo[(self, "backward_in_flight")] = best_in_flight
         points["optimizer"] = point(all_grads, 0, batch, temporary)
         return points
+
+    def _own_embedding_bytes(self, view: StageView) -> int:
+        """The gathered parameters of the layers placed first where they form a unit of their own that reshards after
+        forward (``embedding_unit`` own, ``pp`` 1, ``reshard_after_forward``); 0 where they stay gathered as in the
+        root (``root``; ``own`` without resharding, which keeps them so)."""
+        if self.embedding_unit == "root":
+            return 0
+        if self.reshard_to > 1 or not self.reshard_last_layer:
+            option = "reshard_after_forward_to" if self.reshard_to > 1 else "reshard_last_layer_after_forward"
+            raise ConfigError(f"$.runtime.options.{option}",
+                              "embedding_unit own is torchtitan's wrapping from 83e6941 on, which resharded every "
+                              "layer after forward as a bool: not priced beside it (use embedding_unit root)")
+        p = view.parallel
+        if p.pp > 1 and p.reshard_after_forward:
+            raise ConfigError("$.runtime.options.embedding_unit",
+                              "own with reshard_after_forward under pp > 1 is not priced (torchtitan's default "
+                              "there reshards nothing); use root")
+        if p.pp > 1 or not p.reshard_after_forward:
+            return 0
+        return sum(_gathered(view, layer) for layer in view.layers if layer.placement == "first")
 
     def _kept_last(self, view: StageView, keep_share: int) -> int:
         """What the last body layer keeps gathered after its forward beyond the share the others keep
@@ -301,6 +352,12 @@ class Fsdp2Points:
         in_flight = max(body, default=0) if name in ("forward", "backward") else 0
         if name == "backward" and self._above_kept_last(view, point):
             in_flight = 0
+        if name == "backward" and self._own_embedding_bytes(view):
+            # The walk's own record: at the lowest layer the embedding's output in flight, at the embedding's backward
+            # none (embedding_unit own).
+            points, _ = self._walked(view)
+            if points.get(name) == point:
+                in_flight = view.memo.get((self, "backward_in_flight"), in_flight)
         last = view.layers[-1]
         hole = loss_hole_bytes(view) if name == "backward" and point.working_set_bytes == last.backward_working_bytes else 0
         return max(reduce_pool - self._sharded_grads_held(view, name, point), 0) + max(gather_pool - in_flight, 0) + hole

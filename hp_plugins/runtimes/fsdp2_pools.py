@@ -70,8 +70,20 @@ def stream_pool_bytes(view: StageView, points: "Fsdp2Points") -> tuple[int, int]
     """
     p = view.parallel
     replicate = points.replicate
-    root = [layer for layer in view.layers if layer.placement != "body"]
-    units = ([root] if root else []) + [[layer] for layer in view.layers if layer.placement == "body"]
+    # torchtitan's wrapping from 83e6941 (embedding_unit own, resharding after forward): the embedding a unit of its
+    # own, gathered first and again in backward after the lowest layer, and the final norm and head one unit gathered
+    # after the layers and never resharded (torchtitan/distributed/fsdp.py apply_fsdp_to_decoder lines 191-204 at
+    # bcc09297a: reshard_after_forward only under the policy "always"); the root (fully_shard(model)) holds nothing
+    # else of a decoder's. Otherwise the root unit (the layers placed first and last) gathered before the layers.
+    own = points._own_embedding_bytes(view) > 0
+    body_units = [[layer] for layer in view.layers if layer.placement == "body"]
+    if own:
+        embedding = [layer for layer in view.layers if layer.placement == "first"]
+        head = [layer for layer in view.layers if layer.placement == "last"]
+        units = [embedding] + body_units + ([head] if head else [])
+    else:
+        root = [layer for layer in view.layers if layer.placement != "body"]
+        units = ([root] if root else []) + body_units
 
     def sharded(unit: list[StageLayer], nbytes: int) -> int:
         return sum(_sharded(view, layer, nbytes, replicate) for layer in unit)
@@ -106,9 +118,13 @@ def stream_pool_bytes(view: StageView, points: "Fsdp2Points") -> tuple[int, int]
         backward_inputs = [sum(_gathered(view, layer) // keep_share for layer in unit) for unit in units]
     else:
         backward_inputs = inputs
-    first = 1 if root else 0  # the root is gathered once a step, before the decoder layers (never resharded after forward)
-    # The layers a backward gathers again: none without resharding after forward; a last layer kept gathered not.
-    regathered = list(range(first, len(units))) if p.reshard_after_forward else []
+    # The units a backward gathers again: none without resharding after forward; the root (gathered once a step,
+    # before the decoder layers, never resharded after forward) not, nor a last layer kept gathered; with the
+    # embedding's own unit, the layers and then the embedding, not the head's unit.
+    if own:
+        regathered = list(range(len(units) - (1 if head else 0)))
+    else:
+        regathered = list(range(1 if root else 0, len(units))) if p.reshard_after_forward else []
     if not points.reshard_last_layer and regathered:
         regathered = regathered[:-1]
     events: list[tuple[str, str, int]] = []

@@ -245,7 +245,8 @@ def test_torchao_tutorial_memory_rows_state_their_logs_and_the_page_states_their
     assert f"would price it at {effect:.4f} of bf16, {30.89 * effect / 30.91 - 1:.1%}" in prose
     assert f"30.89 GiB, where hp's eager figure of the layout is {bf16:.2f} GiB" in prose
     # With the loss compiled (loss_implementation compiled) and the model's elementwise chains fused, as
-    # --training.compile runs them at 775a486: hp's figure of the same layout.
+    # --training.compile runs them at 775a486: hp's figure of the same layout (775a486 predates 83e6941: the embedding
+    # in the root unit, the last layer kept gathered).
     from hp_core.io.convert import ConfigFile, structure
     from hp_core.io.job import estimate_job, resolve_job
     from hp_plugins.importers.torchtitan import import_torchtitan
@@ -256,7 +257,7 @@ def test_torchao_tutorial_memory_rows_state_their_logs_and_the_page_states_their
                              "activation_checkpoint": {"mode": "selective", "selective_ac_option": "op"}},
                             registry, devices=8).document
     doc["runtime"].setdefault("options", {}).update(reshard_last_layer_after_forward=False, loss_implementation="compiled",
-                                                    elementwise_kernels="fused")
+                                                    elementwise_kernels="fused", embedding_unit="root")
     job = resolve_job(structure(doc, ConfigFile, registry), registry)
     compiled = max(stage.reserved_bytes for stage in estimate_job(job, registry).stages) / 2**30
     assert f"({compiled:.2f} with the loss compiled" in prose

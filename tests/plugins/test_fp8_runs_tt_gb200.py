@@ -38,7 +38,9 @@ def test_the_rows_state_the_page_s_figures_and_the_commit_s_layout():
         assert row["recompute"] == "op_sac" and row["model"]["preset"] == "llama3-8b"
         assert row["options"] == {"norm_implementation": "fused", "elementwise_kernels": "fused",
                                   "loss_implementation": "chunked", "attention_kernel": "flex",
-                                  "optimizer_implementation": "fused"}  # the harness log: AdamW {'fused': True}
+                                  "optimizer_implementation": "fused",  # the harness log: AdamW {'fused': True}
+                                  # torchtitan's wrapping since 83e6941 (fsdp.py lines 191-196 at bcc09297a)
+                                  "embedding_unit": "own"}
         # The harness's raw log of the run: its step-760 line carries the page's figures.
         assert row["run_log"]["source"] == "rdspring1-nvfp4-harness-llama3"
         assert f"memory: {gib}GiB" in row["run_log"]["line"] and f"tps: {tps:,}" in row["run_log"]["line"]
@@ -98,6 +100,16 @@ def test_step_time_is_torchtitan_s_tps_and_memory_is_checked_as_torchao_s_llama4
     assert found[BF16]["estimated_gib"] == pytest.approx(stage.reserved_bytes / 2**30, rel=1e-12)
     # Every layer keeps the fused projection's 65,664 bytes a token under the per-op policy: 32 x 65,536 tokens.
     assert stage.activations_by_kind["dense"] == 32 * 65_536 * 65_664
+    # The embedding's own FSDP unit, resharded after its forward: at the loss (the binding point) its bf16 copy,
+    # 128,256 x 4,096 x 2 bytes, is no longer held; the all-gather pool in torchtitan's order (the embedding, the
+    # layers, the head and norm; 4 ranks: inputs a 4th) holds e + E + Y + R where the root's held its input and output
+    # and a layer's output, (E + R) / 4 + (E + R) + Y: 262,670,336 bytes less (the head's input, r = e + 2,048, no
+    # longer fits the embedding input's block).
+    root = sc.memory_estimated(runs._substituted(bf16_row, embedding_unit="root"), registry)
+    E, R, Y = 128_256 * 4_096 * 2, (128_256 * 4_096 + 4_096) * 2, 2 * (4096 * (6144 + 4096) + 3 * 4096 * 14336 + 2 * 4096)
+    assert stage.binding_point == root.binding_point == "forward" and root.peak_bytes - stage.peak_bytes == E
+    assert root.cached_bytes - stage.cached_bytes == ((E + R) // 4 + (E + R) + Y) - (E // 4 + E + Y + R) == 262_670_336
+    assert (round(root.reserved_bytes / 2**30, 2), round(stage.reserved_bytes / 2**30, 2)) == (181.13, 179.91)
     assert found[MXFP8]["effect"] == 1.0 and found[MXFP8]["estimated_gib"] == 174.49
     assert round(found[MXFP8]["memory_error"], 4) == round(174.49 / 179.94 - 1, 4) == -0.0303
     assert found[MXFP8]["capacity_bound"] and not found[BF16]["capacity_bound"]
@@ -118,10 +130,11 @@ def test_the_page_table_is_current_and_its_prose_states_its_figures():
     assert f"**BF16: step {bf16['error']:+.1%}, memory {bf16['memory_error']:+.1%}.**" in prose
     assert f"1,057.59 TFLOP/s a GPU by torchtitan's count, {1057.59 / 2500:.1%} of the preset's 2,500" in prose
     # The embedding's gathered bf16 copy (128,256 x 4,096 x 2 bytes), which torchtitan's own FSDP unit reshards after
-    # forward and hp holds at the loss: not priced, the figure without it stated.
+    # forward: priced (embedding_unit own), the figures before and after stated.
     embedding_gib = 128_256 * 4_096 * 2 / 2**30
     assert f"1.05 GB ({embedding_gib:.2f} GiB)" in prose
-    assert f"about {(bf16['estimated_gib'] - embedding_gib) / 174.49 - 1:+.1%} without it" in prose
+    assert f"priced 2026-12-03, when the row read +3.8%" in prose
+    assert f"181.13 -> {bf16['estimated_gib']:.2f} GiB" in prose and "(cached 9.93 -> 9.68 GiB)" in prose
     assert f"Before hp priced it (2026-12-03) the row read +1.5% and -6.3%" in prose
     assert f"**MXFP8: step {mx['error']:+.1%}; memory bound by the device.**" in prose
     assert "1,517 CUDA memory allocation retries by step 760" in prose

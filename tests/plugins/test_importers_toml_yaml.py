@@ -50,7 +50,8 @@ def test_a_torchtitan_job_maps_to_a_hand_derived_document(registry):
                                         "seq_len": 8192, "reshard_after_forward": True, "micro_batch_size": 1,
                                         "global_batch_size": 8}
     assert job.document["model"] == "llama3-8b"
-    assert job.document["runtime"] == {"name": "fsdp2", "options": {"async_tp": False}}
+    # e347b1e5e wraps the embedding as an FSDP unit of its own (llama3/infra/parallelize.py apply_fsdp, lines 333-339).
+    assert job.document["runtime"] == {"name": "fsdp2", "options": {"async_tp": False, "embedding_unit": "own"}}
     assert job.document["precision"] == {"optimizer": "adamw", "recipe": "torchao-float8-tensorwise"}
     # op-level SAC recomputes the fsdp2 runtime's op_sac switches on all 32 dense blocks
     assert job.document["recompute"] == {"default": "none", "layers": {"0-31": ["ffAct", "normOp"]}}
@@ -284,7 +285,8 @@ def test_torchtitans_flex_attention_flavors_set_the_attention_kernel(registry):
     # models/llama3/__init__.py at e347b1e5e): the same preset, FlexAttention, the document mask a warning.
     flex = import_torchtitan(dict(BASE, model=dict(BASE["model"], flavor="8B_flex")), registry, devices=16)
     assert flex.document["model"] == "llama3-8b"
-    assert flex.document["runtime"] == {"name": "fsdp2", "options": {"async_tp": False, "attention_kernel": "flex"}}
+    assert flex.document["runtime"] == {"name": "fsdp2", "options": {"async_tp": False, "embedding_unit": "own",
+                                                                     "attention_kernel": "flex"}}
     assert flex.unmapped == ("model llama3 8B_flex: FlexAttention's block_causal (per-document) mask is not priced; "
                              "priced as one causal sequence",)
     # deepseek_v3 16B (attn_type flex, block_causal) through --model; gpt_oss 20b (flex by default, causal: no warning
@@ -297,3 +299,19 @@ def test_torchtitans_flex_attention_flavors_set_the_attention_kernel(registry):
     assert oss.unmapped == ("model gpt_oss 20b: no hp preset; priced as --model gpt-oss-20b",)
     # The 8B flavor (attn_type's default "sdpa") states no kernel: the runtime's default, sdpa.
     assert "attention_kernel" not in import_torchtitan(BASE, registry, devices=16).document["runtime"]["options"]
+
+
+def test_torchtitans_embedding_unit(registry):
+    # e347b1e5e's apply_fsdp (llama3/infra/parallelize.py lines 333-339) wraps the embedding with the layers' reshard
+    # rule: embedding_unit own (under PP by default not resharded, which the runtime prices as the root's); under PP
+    # with "always" that unit reshards, which the runtime does not price: the root's, with a warning line.
+    assert import_torchtitan(BASE, registry, devices=16).document["runtime"]["options"]["embedding_unit"] == "own"
+    data = dict(BASE, training=dict(BASE["training"], local_batch_size=8, global_batch_size=64),
+                parallelism={"data_parallel_shard_degree": 2, "pipeline_parallel_degree": 4,
+                             "pipeline_parallel_microbatch_size": 2},
+                activation_checkpoint={"mode": "full"})
+    assert import_torchtitan(data, registry).document["runtime"]["options"]["embedding_unit"] == "own"
+    always = dict(data, parallelism=dict(data["parallelism"], fsdp_reshard_after_forward="always"))
+    job = import_torchtitan(always, registry)
+    assert "embedding_unit" not in job.document["runtime"]["options"]
+    assert any("fsdp_reshard_after_forward = 'always' under PP" in line for line in job.unmapped)
