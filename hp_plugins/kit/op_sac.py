@@ -28,8 +28,17 @@ pytorch/torchtitan@bcc09297a (torchtitan/distributed/activation_checkpoint.py ``
 241-274) counts ``aten.mm`` and ``aten.linear`` per block forward and recomputes the even ones, as above. Its save
 list there (``_get_default_save_ops``) is the partitioner's ``compute_intensive_ops``, which holds ``aten.addmm``,
 ``aten.bmm`` and ``aten._scaled_mm`` too: saved and not counted, where the older list above saved none of them. So
-for a layer with biased projections, or under a recipe whose GEMMs run as ``_scaled_mm``, that policy saves more than
-this module counts (the difference is not priced).
+for a layer with biased projections that policy saves more than this module counts (the difference is not priced).
+A recipe whose GEMM a tensor subclass runs is not such a case: torchao's MXFP8 linear (pytorch/ao@cb76f29,
+``torchao/prototype/moe_training/mxfp8_linear.py``, the class torchtitan's ``MXFP8LinearConverter`` builds at
+bcc09297a) calls ``torch.mm`` on two ``MXTensor`` (``mx_mm.forward``, line 139), whose ``__torch_dispatch__`` runs
+``torch._scaled_mm`` (``torchao/prototype/mx_formats/mx_tensor.py`` ``mx_mm`` lines 844-850, ``_addmm_mx_dispatch``
+line 801); torch's SAC mode (``torch/utils/checkpoint.py`` ``_CachingTorchDispatchMode``, torch cf30153) is asked
+before the subclass and is off inside its own handler, so the policy counts and saves ``aten.mm`` (its bf16 output, as
+a bf16 linear's) and never sees the ``_scaled_mm`` inside (compiled, that call's graph nodes take the ``aten.mm``
+decision); ``mx_mm``'s own saved bf16 input and weight go through the checkpoint's hooks and are recomputed. Such a
+layer keeps what its bf16 layer keeps (tests/plugins/test_op_sac_subclass_gemm.py runs torch's checkpoint on a toy
+subclass).
 
 A projection with a bias is ``aten.addmm`` (``F.linear`` of a contiguous 3-D input
 with a bias flattens to ``addmm``, ATen ``Linear.cpp``): neither saved nor counted.
