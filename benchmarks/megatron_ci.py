@@ -32,6 +32,7 @@ import copy
 import json
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +111,19 @@ def price_args(model_args: dict[str, Any], gpus: int, hardware: str, registry=No
 
 
 def price_row(row: dict[str, Any], registry=None) -> dict[str, Any]:
-    """One data row priced (:func:`price_args` with the row's GPU count, hardware and stated assumptions)."""
-    return price_args(row["model_args"], row["gpus"], row["hardware"], registry, name=row["id"],
-                      extra_args=row.get("assumed_args"))
+    """One data row priced (:func:`price_args` with the row's GPU count, hardware and stated assumptions).
+
+    A row whose run read a ``--tp-comm-overlap-cfg`` file (its ``tp_comm_overlap_cfg_file``: the path from Megatron-LM's
+    root, where the run read it, and the content copied from there) is priced with that content written to a file of
+    its own, which the importer reads in its place (JSON is YAML: ``yaml.safe_load`` reads it back the same)."""
+    extra = dict(row.get("assumed_args") or {})
+    with tempfile.TemporaryDirectory() as folder:
+        copied = row.get("tp_comm_overlap_cfg_file")
+        if copied is not None:
+            path = Path(folder) / Path(copied["path"]).name
+            path.write_text(json.dumps(copied["content"]), encoding="utf-8")
+            extra["--tp-comm-overlap-cfg"] = str(path)
+        return price_args(row["model_args"], row["gpus"], row["hardware"], registry, name=row["id"], extra_args=extra)
 
 
 def _error(estimated: float | None, measured: float | None) -> float | None:

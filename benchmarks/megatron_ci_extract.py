@@ -74,6 +74,10 @@ HEADER = {
         "golden_values": "the golden file's three metrics as copied (non-nan steps only), so each figure is re-derived by tests",
         "model_args": "MODEL_ARGS of model_config.yaml as YAML reads it (true: a bare flag), at model_config_commit",
         "assumed_args": "arguments added for pricing where the run's files state them (a tokenizer model's size); each is in assumptions",
+        "tp_comm_overlap_cfg_file": ("the file --tp-comm-overlap-cfg names (a path from the repository root, where "
+                                     "the functional tests launch training), read at model_config_commit: its blob and "
+                                     "its yaml.safe_load content; benchmarks/megatron_ci.py writes the content to a "
+                                     "file the megatron importer reads as the run did"),
     },
 }
 # What each case's rows assume and leave unpriced beyond the importer's own warning lines (benchmarks/megatron_ci.py
@@ -102,11 +106,10 @@ CASE_NOTES = {
         "assumptions": ["GPU count from the recipe spec (8); dp = 8 / (tp 2 x pp 2) = 2",
                         "no --tokenizer-type: pretrain_gpt.py's default GPT2BPETokenizer, its vocab.json taken as "
                         "GPT-2's 50,257 tokens (the file is CI data, not in the repository)"],
-        "not_priced": ["--tp-comm-overlap-cfg (per-GEMM userbuffers methods and SM counts): priced as every TP "
-                       "collective overlapped, the GEMMs' SM margins at Transformer Engine's default config (runtime "
-                       "option tp_comm_overlap_cfg te_default, the file not read: its bulk and pipeline GEMMs state no "
-                       "margin, and only fc2_fprop, made a ring exchange over the default's pipeline, keeps the "
-                       "default's 16-SM one); the userbuffers' own memory is not priced",
+        "not_priced": ["--tp-comm-overlap-cfg's per-GEMM methods and split counts: priced as every TP collective "
+                       "overlapped; its SM margins are priced as the file states them (tp_comm_overlap_cfg_file, read "
+                       "by the importer: only fc2_fprop, made a ring exchange over Transformer Engine's default "
+                       "pipeline, keeps that default's 16-SM margin); the userbuffers' own memory is not priced",
                        "--deterministic-mode and NCCL_ALGO=Ring",
                        "CUBLAS_WORKSPACE_CONFIG=:4096:8: only TE's cuBLAS workspace is priced",
                        "no bf16 twin: the nearest bf16 case, gpt3_mcore_te_tp2_pp2, differs in micro batch (4), "
@@ -171,6 +174,19 @@ def figures(golden: dict) -> dict:
             "iteration_seconds": statistics.median(late) if late else None}
 
 
+def overlap_cfg(repo: Path, args: dict, commit: str) -> dict:
+    """The userbuffers config file a row's ``--tp-comm-overlap-cfg`` names, as the run read it: the path (relative to
+    the repository root, where the functional tests launch training) at the row's model_config_commit, its blob and
+    ``yaml.safe_load`` of it (Megatron-LM's ``_initialize_tp_communicators``); ``{}`` without the flag."""
+    path = args.get("--tp-comm-overlap-cfg")
+    if path is None:
+        return {}
+    return {"tp_comm_overlap_cfg_file": {
+        "path": path, "commit": commit, "blob": git(repo, "rev-parse", f"{commit}:{path}").strip(),
+        "source": f"NVIDIA/Megatron-LM@{commit[:7]} {path}, read 2026-12-03 by benchmarks/megatron_ci_extract.py",
+        "content": yaml.safe_load(git(repo, "show", f"{commit}:{path}"))}}
+
+
 def row(repo: Path, case: str, name: str) -> dict:
     path = f"{CASES}/{case}/{name}"
     env, platform = name.removeprefix("golden_values_").removesuffix(".json").split("_", 1)
@@ -194,6 +210,7 @@ def row(repo: Path, case: str, name: str) -> dict:
         "gpus": gpus, "gpus_source": gpus_source, "env_vars": config.get("ENV_VARS", {}),
         "model_args": config["MODEL_ARGS"], "measured": figures(golden), "iteration_from_step": ITERATION_FROM_STEP,
         "golden_values": series, "split": "held_out",
+        **overlap_cfg(repo, config["MODEL_ARGS"], written),
         **CASE_NOTES.get(case, {}),
     }
 

@@ -32,6 +32,7 @@ and two registries built alike compare equal.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
@@ -87,6 +88,11 @@ class RuntimeOption:
             unchanged. Picklable (module docstring).
         choices: The values of a ``choice`` option.
         minimum: The least value of an ``int`` or ``float`` option, if any.
+        mapping: An option that also takes a mapping (in a config file, or from an importer; not from
+            ``--runtime-option``): ``mapping(value, path) -> value`` checks it, raising a
+            :class:`~hp_core.errors.ConfigError` at *path* or below, and returns what ``apply`` takes
+            (a plain mapping, compared by value; ``megatron``'s ``tp_comm_overlap_cfg``: a custom userbuffers config).
+            ``None``: the option takes its type's values only.
         precision_fields: The :class:`~hp_core.specs.PrecisionSpec` fields
             *apply* sets (Megatron's ``grad_reduce_in_fp32``: ``grad_bytes``). A
             run that sets the option and states one of them in ``precision``
@@ -105,6 +111,7 @@ class RuntimeOption:
     choices: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     minimum: float | None = None
     precision_fields: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    mapping: Callable[[Any, str], Any] | None = None
 
     def __attrs_post_init__(self) -> None:
         if (self.type == "choice") != bool(self.choices):
@@ -118,6 +125,8 @@ class RuntimeOption:
             ConfigError: Not a value of the type, naming *path* and what it takes.
         """
         where = path or f"$.runtime.options.{self.name}"
+        if self.mapping is not None and isinstance(value, Mapping):
+            return self.mapping(dict(value), where)
         text = value.strip().lower() if isinstance(value, str) else None
         if self.type == "bool":
             if isinstance(value, bool):
@@ -128,7 +137,8 @@ class RuntimeOption:
         if self.type == "choice":
             if text is not None and text in self.choices:
                 return text
-            raise ConfigError(where, f"expected one of {', '.join(self.choices)}, got {value!r}")
+            also = " or a mapping (docs/runtimes.md)" if self.mapping is not None else ""
+            raise ConfigError(where, f"expected one of {', '.join(self.choices)}{also}, got {value!r}")
         kind = int if self.type == "int" else float
         expected = f"expected {'an integer' if kind is int else 'a number'}, got {short_repr(value)}"
         if isinstance(value, bool) or not isinstance(value, (int, float, str)) or (kind is int and isinstance(value, float)):
@@ -309,7 +319,9 @@ def parse_assignments(texts: Iterable[str], path: str = "$.runtime.options") -> 
 
 
 def format_option_value(value: Any) -> str:
-    """An option's value as a config states it (``false``, ``unfused``, ``128``)."""
+    """An option's value as a config states it (``false``, ``unfused``, ``128``; a mapping as compact JSON)."""
+    if isinstance(value, Mapping):
+        return json.dumps(value, separators=(",", ":"))
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 

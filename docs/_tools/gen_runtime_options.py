@@ -29,7 +29,8 @@ def _cell(text: str) -> str:
 
 def _type(option) -> str:
     if option.type == "choice":
-        return " \\| ".join(f"`{choice}`" for choice in option.choices)
+        also = " \\| a mapping (below)" if option.mapping is not None else ""
+        return " \\| ".join(f"`{choice}`" for choice in option.choices) + also
     if option.minimum is not None:
         return f"{option.type} >= {option.minimum:g}"
     return option.type

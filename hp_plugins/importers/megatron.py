@@ -50,8 +50,9 @@ defaults fill what a job leaves out):
   ``--no-bias-swiglu-fusion``, ``--no-rope-fusion`` with rope positions (``rope_kernels: eager``),
   ``--moe-permute-fusion`` (off unless passed),
   ``--no-gradient-accumulation-fusion``, ``--make-vocab-size-divisible-by``; the overlaps
-  ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap``,
-  ``--overlap-moe-expert-parallel-comm`` and the pipeline sends (on under the interleaved schedule
+  ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap`` (its ``--tp-comm-overlap-cfg``
+  file, opened relative to the current directory as Megatron-LM opens it relative to its own, as
+  ``tp_comm_overlap_cfg``), ``--overlap-moe-expert-parallel-comm`` and the pipeline sends (on under the interleaved schedule
   unless ``--no-overlap-p2p-communication``); the flex dispatcher's backend, DeepEP or HybridEP
   (``ep_all_to_all: deepep`` / ``hybridep``), HybridEP's ``--moe-hybridep-num-sms`` or ``--moe-flex-dispatcher-num-sms`` (``hybridep_num_sms``).
 

@@ -12,7 +12,8 @@ Each reads Megatron-LM's arguments as ``megatron/training/arguments.py`` (Megatr
   ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split`` count the
   embedding and the loss as one layer each (``transformer_block.py`` ``get_num_layers_to_build``).
 * **Overlaps** (:func:`trainer_options`): ``--overlap-grad-reduce``, ``--overlap-param-gather``,
-  ``--tp-comm-overlap``, ``--overlap-moe-expert-parallel-comm``, ``--delay-wgrad-compute``, and the pipeline sends, which
+  ``--tp-comm-overlap`` (with ``--tp-comm-overlap-cfg``'s file as ``tp_comm_overlap_cfg``, :func:`userbuffers_file`),
+  ``--overlap-moe-expert-parallel-comm``, ``--delay-wgrad-compute``, and the pipeline sends, which
   Megatron overlaps by default under the interleaved schedule (``--no-overlap-p2p-communication``,
   ``dest='overlap_p2p_comm'``, default on, turned off without virtual stages); the flex dispatcher's
   backend (DeepEP or HybridEP) as ``ep_all_to_all``, ``--moe-hybridep-num-sms`` (or Megatron-LM d98e8a6's ``--moe-flex-dispatcher-num-sms``, first) as ``hybridep_num_sms``; the CUDA-graph flags as ``cuda_graphs``
@@ -35,8 +36,10 @@ from typing import Any
 
 import attrs
 
+from hp_core.documents import parse_document, read_text
 from hp_core.errors import ConfigError
 from hp_plugins.importers.shell import parse_megatron_args
+from hp_plugins.runtimes.userbuffers import TE_GEMMS, read_custom
 
 __all__ = ["cuda_graphs", "first_last_totals", "megatron_model", "parse_layout", "pipeline_split", "precision_recipe", "trainer_options"]
 
@@ -168,6 +171,34 @@ _TP_OVERLAP_SWITCHES = ("disable-tp-comm-overlap-ag", "disable-tp-comm-overlap-r
                         "disable-tp-comm-bulk-dgrad", "disable-tp-comm-split-ag", "disable-tp-comm-split-rs")
 
 
+def userbuffers_file(path: str) -> dict[str, dict[str, Any]]:
+    """``--tp-comm-overlap-cfg``'s file as the ``megatron`` runtime's ``tp_comm_overlap_cfg`` custom config
+    (:func:`hp_plugins.runtimes.userbuffers.read_custom`).
+
+    Megatron-LM opens the path as given, relative to the training process's working directory, and reads it with
+    ``yaml.safe_load`` (``megatron/training/initialize.py`` ``_initialize_tp_communicators``, lines 211-213 at
+    NVIDIA/Megatron-LM@d98e8a6): hp opens it relative to its own current directory, not the launch script's. An
+    empty file is TE's default config (``ub_cfgs`` ``None``: ``initialize_ub`` lays nothing over its defaults).
+
+    Raises:
+        ConfigError: At ``--tp-comm-overlap-cfg``: the file cannot be read or parsed, holds no mapping, or a GEMM or
+            field in it is not one Transformer Engine takes (one line each).
+    """
+    flag = "--tp-comm-overlap-cfg"
+    try:
+        text = read_text(path)
+    except ConfigError as exc:
+        raise ConfigError(flag, f"{path}: {exc.message}; Megatron-LM opens it relative to the training process's "
+                                "working directory: run hp from there or give its absolute path") from None
+    data = parse_document(text, "yaml", f"{flag} {path}")
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{flag} {path}", f"must hold a mapping of GEMM names ({', '.join(TE_GEMMS)}) to their "
+                                            f"fields, got {type(data).__name__}")
+    return read_custom(data, f"{flag} {path}")
+
+
 def trainer_options(a: Any, pp: int, vpp: int, ep: int, unmapped: list[str]) -> dict[str, Any]:
     """The ``megatron`` runtime's overlap and dispatcher options the arguments set (module docstring)."""
     options: dict[str, Any] = {}
@@ -179,6 +210,13 @@ def trainer_options(a: Any, pp: int, vpp: int, ep: int, unmapped: list[str]) -> 
             options[option] = True
     # TE userbuffers' per-collective switches (arguments.py --disable-tp-comm-*): priced as every TP collective
     # overlapped, so a switch turning one off is named; without --tp-comm-overlap they change nothing.
+    cfg = a.value("tp-comm-overlap-cfg")
+    if cfg is not None:
+        if options.get("tp_comm_overlap"):
+            options["tp_comm_overlap_cfg"] = userbuffers_file(cfg)
+        else:  # initialize.py reads it only in _initialize_tp_communicators, called under --tp-comm-overlap
+            unmapped.append(f"--tp-comm-overlap-cfg {cfg}: not read, as Megatron-LM reads it only with "
+                            "--tp-comm-overlap")
     disabled = [f"--{flag}" for flag in _TP_OVERLAP_SWITCHES if a.flag(flag)]
     if disabled and options.get("tp_comm_overlap"):
         unmapped.append(f"{' '.join(disabled)}: priced with every TP collective overlapped (--tp-comm-overlap)")

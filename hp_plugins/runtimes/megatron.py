@@ -48,7 +48,8 @@ What it holds, and where that comes from (Megatron-LM at core 0.14, Transformer 
 * Userbuffers SM margins: under ``tp_comm_overlap`` the GEMMs Transformer Engine's userbuffers config runs with
   ``set_sm_margin`` are tiled for the device's SMs less their communication kernel's, priced at their time times
   ``sm_count / (sm_count - num_sm)``; the config is the option ``tp_comm_overlap_cfg``, TE's default where none is
-  stated (:mod:`hp_plugins.runtimes.userbuffers`).
+  stated, a named one or a custom mapping (``--tp-comm-overlap-cfg``'s file) laid over TE's default
+  (:mod:`hp_plugins.runtimes.userbuffers`).
 * Pipeline: a stage holds the output gradient it received through its backward
   and the input gradient it sent until the next one (``schedules.py``).
 """
@@ -70,7 +71,9 @@ from hp_plugins.runtimes.time_options import (
     cuda_graphs_option, ep_all_to_all_option, hybridep_num_sms_option, rope_kernels_option,
 )
 from hp_plugins.runtimes.timing_profiles import MEGATRON_TE
-from hp_plugins.runtimes.userbuffers import CONFIGS as _UB_CONFIGS, SOURCE as _UB_SOURCE, TE_DEFAULT, UserbuffersConfig
+from hp_plugins.runtimes.userbuffers import (
+    CONFIGS as _UB_CONFIGS, SOURCE as _UB_SOURCE, TE_DEFAULT, UserbuffersConfig, read_custom,
+)
 
 __all__ = ["MegatronPoints", "hp_runtimes"]
 
@@ -296,10 +299,14 @@ OPTIONS = (
         "SMs less its communication kernel's (num_sm) and priced at its time times sm_count / (sm_count - num_sm), "
         "first-order; te_default: Megatron-LM without --tp-comm-overlap-cfg on Transformer Engine 2.0 on (the "
         "pipeline proj and fc2 forward GEMMs and the bulk qkv and fc1 dgrad and wgrad GEMMs at 16 SMs); "
-        "te_1x_default: Transformer Engine before 2.0 (no margin); the others Megatron-Bridge's named configs",
+        "te_1x_default: Transformer Engine before 2.0 (no margin); the others Megatron-Bridge's named configs; or a "
+        "mapping, a custom config as a --tp-comm-overlap-cfg file states it (GEMM name -> method, num_sm, "
+        "set_sm_margin and initialize_ub's other fields), laid over TE's default per GEMM as initialize_ub does "
+        "(docs/runtimes.md)",
         f"{_UB_SOURCE}; Megatron-LM megatron/training/initialize.py _initialize_tp_communicators (ub_cfgs = {{}} "
-        "without --tp-comm-overlap-cfg, NVIDIA/Megatron-LM@d98e8a6)",
-        UserbuffersConfig(), choices=tuple(_UB_CONFIGS),
+        "without --tp-comm-overlap-cfg, the file's yaml.safe_load with it, NVIDIA/Megatron-LM@d98e8a6); the overlay: "
+        "base.py initialize_ub lines 516-569",
+        UserbuffersConfig(), choices=tuple(_UB_CONFIGS), mapping=read_custom,
     ),
     schedule_option(
         "overlap_p2p_communication", "overlap_p2p", default=False,

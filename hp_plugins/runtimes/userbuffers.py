@@ -37,11 +37,15 @@ MLA's, Mamba's, a shared expert's or the routed experts' (grouped GEMMs run no u
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
+from hp_core.errors import ConfigError
 from hp_core.types import Runtime
 
-__all__ = ["CONFIGS", "GEMMS", "SOURCE", "TE_1X_DEFAULT", "TE_DEFAULT", "UserbuffersConfig", "sm_margins"]
+__all__ = ["CONFIGS", "FIELDS", "GEMMS", "METHODS", "SOURCE", "TE_1X_DEFAULT", "TE_DEFAULT", "TE_GEMMS",
+           "UserbuffersConfig", "custom_margins", "read_custom", "resolve_custom", "sm_margins"]
 
 # The userbuffers GEMMs a transformer layer runs (initialize_ub's names, the external wgrads aside).
 GEMMS = ("qkv_fprop", "qkv_dgrad", "qkv_wgrad", "proj_fprop", "proj_dgrad", "fc1_fprop", "fc1_dgrad", "fc1_wgrad",
@@ -298,12 +302,166 @@ def sm_margins(name: str) -> tuple[tuple[str, int], ...]:
 @attrs.frozen
 class UserbuffersConfig:
     """``apply`` of the megatron runtime's ``tp_comm_overlap_cfg``: sets the overlap schedule's
-    :attr:`~hp_core.specs.overlap.OverlapSchedule.userbuffers_sm_margins` to the named config's margins."""
+    :attr:`~hp_core.specs.overlap.OverlapSchedule.userbuffers_sm_margins` to the named config's margins, or to a
+    custom config's (a mapping, :func:`read_custom`) laid over TE's defaults (:func:`custom_margins`)."""
 
-    def __call__(self, runtime: Runtime, value: str) -> Runtime:
+    def __call__(self, runtime: Runtime, value: str | dict[str, dict[str, Any]]) -> Runtime:
         timing = runtime.timing
         if timing is None:
             raise ValueError(f"runtime {runtime.name} states no timing profile, so it has no overlap schedule to set")
-        schedule = attrs.evolve(timing.schedule, userbuffers_sm_margins=sm_margins(value))
+        margins = sm_margins(value) if isinstance(value, str) else custom_margins(value)
+        schedule = attrs.evolve(timing.schedule, userbuffers_sm_margins=margins)
         return attrs.evolve(runtime, timing=attrs.evolve(timing, schedule=schedule))
 
+
+
+# --- A custom config: Megatron-LM's --tp-comm-overlap-cfg file, laid over TE's defaults as initialize_ub does ------
+#
+# Megatron-LM opens the file at the path given, relative to the training process's working directory, reads it with
+# yaml.safe_load and passes it as initialize_ub's ub_cfgs (megatron/training/initialize.py
+# _initialize_tp_communicators, lines 211-215 at NVIDIA/Megatron-LM@d98e8a6). initialize_ub
+# (transformer_engine/pytorch/module/base.py lines 151-572 at NVIDIA/TransformerEngine@d0067d0, the TE te_default
+# states) then, per GEMM of its method lists, takes get_default_config(name) (lines 375-396: num_sm 1 for a ring
+# exchange, else 16; set_sm_margin = not a ring exchange; both read from the GEMM's *default* method, so a GEMM the
+# file makes a ring exchange keeps its pipeline or bulk default of 16 SMs with a margin unless it states them) and
+# updates it with the file's fields for that GEMM (lines 560-569), then builds the overlap (add_ub, lines 398-514).
+
+# initialize_ub's GEMM names (its method lists, base.py lines 350-360): hp's GEMMS and the two external weight
+# gradients, which run no GEMM of their own under a userbuffer.
+TE_GEMMS = GEMMS + ("proj_wgrad", "fc2_wgrad")
+METHODS = ("ring_exchange", "pipeline", "bulk", "external")
+# add_ub's keyword arguments (base.py lines 398-414): the fields a GEMM's entry may state; any other is a TypeError
+# there. The flags are bools; YAML's 0 and 1 are read as them (Megatron-LM's own functional test
+# gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap writes set_sm_margin 0 and aggregate 1).
+INT_FIELDS = ("num_sm", "cga_size", "num_splits", "comm_priority", "gemm_priority")
+FLAG_FIELDS = ("is_reduce_scatter", "set_sm_margin", "aggregate", "atomic_gemm", "use_ce", "fp8_buf",
+               "pipeline_rs_overlap_first_gemm")
+FIELDS = ("method", *INT_FIELDS, *FLAG_FIELDS)
+
+
+def _at(where: str, *keys: str) -> str:
+    """A field's path in messages: ``$.runtime.options.tp_comm_overlap_cfg.fc2_fprop.num_sm`` in a config,
+    ``--tp-comm-overlap-cfg FILE: fc2_fprop.num_sm`` for an importer's file."""
+    return ".".join((where, *keys)) if where.startswith("$") else f"{where}: {'.'.join(keys)}"
+
+
+def _default_lists() -> dict[str, list[str]]:
+    """initialize_ub's ``methods`` (base.py lines 350-360)."""
+    return {"ring_exchange": ["qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad"],
+            "pipeline": ["proj_fprop", "fc2_fprop"],
+            "bulk": ["qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad"],
+            "external": ["proj_wgrad", "fc2_wgrad"]}
+
+
+def read_custom(value: Any, where: str) -> dict[str, dict[str, Any]]:
+    """A custom userbuffers config (``ub_cfgs``: GEMM name -> its fields, as a ``--tp-comm-overlap-cfg`` file states
+    it) checked field by field: each GEMM one of :data:`TE_GEMMS`, each field one of :data:`FIELDS` (``method`` one
+    of :data:`METHODS`, the counts integers, the flags ``true``/``false`` or ``0``/``1``), then laid over TE's
+    defaults (:func:`resolve_custom`, which refuses what ``initialize_ub`` refuses). Returns it with the GEMMs in
+    :data:`TE_GEMMS` order and the flags as bools.
+
+    A GEMM name ``initialize_ub`` does not know is refused here (it would skip it, so a misspelt name would change
+    nothing); so is a method other than TE's four (``initialize_ub`` refuses one only on ``qkv_dgrad`` or
+    ``fc1_dgrad``, line 536, and builds a non-ring overlap of any other string).
+
+    Raises:
+        ConfigError: At ``where.<GEMM>.<field>``, naming what it takes.
+    """
+    if not isinstance(value, dict):
+        raise ConfigError(where, f"expected a mapping of GEMM names ({', '.join(TE_GEMMS)}) to their fields, "
+                            f"got {type(value).__name__}")
+    out: dict[str, dict[str, Any]] = {}
+    for name, fields in value.items():
+        if name not in TE_GEMMS:
+            raise ConfigError(_at(where, name), f"unknown GEMM; Transformer Engine's userbuffers GEMMs are "
+                                            f"{', '.join(TE_GEMMS)}")
+        if not isinstance(fields, dict):
+            raise ConfigError(_at(where, name), f"expected a mapping of its fields ({', '.join(FIELDS)}), got {fields!r}")
+        checked: dict[str, Any] = {}
+        for key, field in fields.items():
+            at = _at(where, name, key)
+            if key == "method":
+                if field not in METHODS:
+                    raise ConfigError(at, f"expected one of {', '.join(METHODS)}, got {field!r}")
+                checked[key] = field
+            elif key in INT_FIELDS:
+                if isinstance(field, bool) or not isinstance(field, int):
+                    raise ConfigError(at, f"expected an integer, got {field!r}")
+                if key == "num_sm" and field < 0:
+                    raise ConfigError(at, f"expected a count of SMs >= 0, got {field}")
+                checked[key] = field
+            elif key in FLAG_FIELDS:
+                if field not in (True, False):  # 0 and 1 compare equal to them
+                    raise ConfigError(at, f"expected true or false (or 1 or 0), got {field!r}")
+                checked[key] = bool(field)
+            else:
+                raise ConfigError(at, f"unknown field; Transformer Engine's initialize_ub takes {', '.join(FIELDS)}")
+        out[name] = checked
+    ordered = {name: out[name] for name in TE_GEMMS if name in out}
+    resolve_custom(ordered, where)
+    return ordered
+
+
+def resolve_custom(custom: dict[str, dict[str, Any]], where: str = "ub_cfgs") -> dict[str, tuple[str, int, bool]]:
+    """``(method, num_sm, set_sm_margin)`` of every GEMM of :data:`TE_GEMMS` with *custom* laid over TE's defaults as
+    ``initialize_ub`` does (base.py at d0067d0, the step each line cites):
+
+    * a ``qkv_dgrad`` or ``fc1_dgrad`` given a method other than ``bulk`` leaves the bulk list for its new method's
+      and becomes a reduce-scatter, its ``_wgrad`` no longer one (lines 516-536); the file may then not state that
+      ``_wgrad`` (a ValueError there);
+    * each GEMM's defaults are ``get_default_config`` of the method list it is in (lines 375-396), updated with the
+      file's fields (lines 560-569);
+    * ``add_ub`` refuses a ``pipeline`` on an all-gather (lines 435-438), an atomic ring exchange on one GEMM of
+      ``qkv_fprop``/``proj_fprop`` or ``fc1_fprop``/``fc2_fprop`` and not on its pair (lines 439-459), and a method
+      other than ``external`` on ``proj_wgrad`` or ``fc2_wgrad`` (lines 460-471). Its FP8-only check on
+      ``atomic_gemm`` (lines 420-434) is not made: the option does not know the run's recipe.
+
+    Raises:
+        ConfigError: What ``initialize_ub`` refuses, at ``where.<GEMM>``.
+    """
+    lists = _default_lists()
+    reduce_scatter = ["proj_fprop", "fc2_fprop", "qkv_wgrad", "fc1_wgrad"]  # line 346
+    for name in ("qkv_dgrad", "fc1_dgrad"):
+        method = custom.get(name, {}).get("method")
+        if method is not None and method != "bulk":
+            wgrad = name.replace("dgrad", "wgrad")
+            if wgrad in custom:
+                raise ConfigError(_at(where, wgrad), f"Transformer Engine refuses a config for it when {name} runs "
+                                                 f"{method!r}, not 'bulk' (its input gradient's reduce-scatter is then "
+                                                 f"{name}'s); leave it out")
+            reduce_scatter.remove(wgrad)
+            reduce_scatter.append(name)
+            lists["bulk"].remove(name)
+            lists[method].append(name)
+    resolved: dict[str, tuple[str, int, bool]] = {}
+    atomic_ring: list[str] = []
+    pairs = {"qkv_fprop": "proj_fprop", "fc1_fprop": "fc2_fprop"}
+    for listed, names in lists.items():
+        for name in names:
+            cfg = {"method": listed, "is_reduce_scatter": name in reduce_scatter,
+                   "num_sm": 1 if listed == "ring_exchange" else 16, "set_sm_margin": listed != "ring_exchange",
+                   "atomic_gemm": False}
+            cfg.update(custom.get(name, {}))
+            method, atomic = cfg["method"], cfg["atomic_gemm"] and cfg["method"] not in ("bulk", "external")
+            if method == "pipeline" and not cfg["is_reduce_scatter"]:
+                raise ConfigError(_at(where, name), "Transformer Engine refuses the 'pipeline' method on an all-gather "
+                                                "GEMM; use ring_exchange or bulk")
+            if atomic and method == "ring_exchange" and name in pairs:
+                atomic_ring += [name, pairs[name]]
+            if name in pairs.values():
+                partner = next(k for k, v in pairs.items() if v == name)
+                if (name in atomic_ring) != (atomic and method == "ring_exchange"):
+                    raise ConfigError(_at(where, name), f"Transformer Engine needs {partner} and {name} both, or neither, "
+                                                    "atomic ring exchanges (atomic_gemm with ring_exchange)")
+            if name in ("proj_wgrad", "fc2_wgrad") and method != "external":
+                raise ConfigError(_at(where, name), f"Transformer Engine takes only the 'external' method for it, got "
+                                                f"{method!r}")
+            resolved[name] = (method, cfg["num_sm"], bool(cfg["set_sm_margin"]))
+    return {name: resolved[name] for name in TE_GEMMS}
+
+
+def custom_margins(custom: dict[str, dict[str, Any]]) -> tuple[tuple[str, int], ...]:
+    """``(GEMM, num_sm)`` of a custom config's GEMMs (:data:`GEMMS`, in that order) that run with an SM margin once
+    laid over TE's defaults (:func:`resolve_custom`); the external weight gradients run no GEMM of their own."""
+    config = resolve_custom(custom)
+    return tuple((g, config[g][1]) for g in GEMMS if config[g][2])

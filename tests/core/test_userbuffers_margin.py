@@ -4,6 +4,8 @@ runs with ``set_sm_margin`` is tiled for ``sm_count - num_sm`` SMs and priced at
 
 from __future__ import annotations
 
+import json
+import re
 import types
 
 import attrs
@@ -17,9 +19,11 @@ from hp_core.runtime_options import apply_options
 from hp_core.specs import ParallelSpec, PrecisionSpec
 from hp_plugins.hardware.presets import PRESETS
 from hp_plugins.kinds.dense import DenseConfig
-from hp_plugins.runtimes.userbuffers import CONFIGS, sm_margins
+from cli_run import run  # tests/cli_run.py
+from hp_plugins.runtimes.userbuffers import CONFIGS, custom_margins, read_custom, resolve_custom, sm_margins
 
 REGISTRY = build_registry(use_env=False)
+PRESETS_BY_NAME = {p.name: p.spec for p in PRESETS}
 T, H, I = 2048, 1024, 4096  # tokens on the rank (gathered), hidden, MLP width
 QKV, PROJ, FC1, FC2 = (T, 3 * H // 2, H), (T, H, H // 2), (T, 2 * I // 2, H), (T, H, I // 2)  # TP 2
 
@@ -122,3 +126,111 @@ def test_the_runtime_option_sets_the_schedules_margins():
         apply_options(megatron, {"tp_comm_overlap_cfg": "no_such_config"})
     # torch's async TP (fsdp2) launches no userbuffers kernel: no margin.
     assert REGISTRY.runtime("fsdp2").timing.schedule.userbuffers_sm_margins == ()
+
+
+# A custom config (Megatron-LM's --tp-comm-overlap-cfg file) laid over TE's defaults as initialize_ub does
+# (transformer_engine/pytorch/module/base.py lines 516-569 at NVIDIA/TransformerEngine@d0067d0).
+CUSTOM = {"fc2_fprop": {"method": "pipeline", "num_sm": 16, "set_sm_margin": 1},
+          "qkv_dgrad": {"method": "bulk", "num_sm": 4, "set_sm_margin": 0}}
+
+
+def test_a_custom_config_keeps_te_defaults_for_what_it_does_not_state():
+    config = resolve_custom(read_custom(CUSTOM, "$.x"))
+    # Stated: fc2_fprop 16 SMs with a margin, qkv_dgrad 4 SMs without one.
+    assert config["fc2_fprop"] == ("pipeline", 16, True) and config["qkv_dgrad"] == ("bulk", 4, False)
+    # Not stated: TE's defaults, the ring exchanges 1 SM without a margin, the other pipeline and bulk GEMMs 16 with one.
+    assert config["qkv_fprop"] == config["proj_dgrad"] == ("ring_exchange", 1, False)
+    assert config["proj_fprop"] == ("pipeline", 16, True) and config["fc1_wgrad"] == ("bulk", 16, True)
+    # So the margins are te_default's less qkv_dgrad's.
+    assert custom_margins(read_custom(CUSTOM, "$.x")) == (("qkv_wgrad", 16), ("proj_fprop", 16), ("fc1_dgrad", 16),
+                                                          ("fc1_wgrad", 16), ("fc2_fprop", 16))
+    # A GEMM made a ring exchange keeps its default method's SMs and margin unless it states them: the defaults are
+    # get_default_config's of the list the GEMM sits in, updated with the file's fields after.
+    assert resolve_custom({"fc2_fprop": {"method": "ring_exchange"}})["fc2_fprop"] == ("ring_exchange", 16, True)
+    # A dgrad moved off bulk moves to its method's list and its defaults (ring exchange: 1 SM, no margin).
+    assert resolve_custom({"qkv_dgrad": {"method": "ring_exchange"}})["qkv_dgrad"] == ("ring_exchange", 1, False)
+    # An empty config is TE's default.
+    assert custom_margins({}) == sm_margins("te_default")
+
+
+def test_a_custom_configs_margin_prices_its_gemm_at_132_over_116_on_an_h100():
+    extra = 132 / 116 - 1  # h100-sxm states 132 SMs; 16 of them left to the communication kernel
+    assert PRESETS_BY_NAME["h100-sxm"].sm_count == 132
+    fwd, bwd, wgrad = userbuffers_margin_seconds(_work(), _rates(custom_margins(read_custom(CUSTOM, "$.x"))))
+    # Forward: proj (TE's default pipeline margin) and fc2 (the file's) at 132/116 of their time; backward: qkv's
+    # weight-gradient pass (its dgrad states no margin) and fc1's two passes, each the forward's time.
+    assert fwd == pytest.approx((_seconds(PROJ) + _seconds(FC2)) * extra)
+    assert bwd == pytest.approx((_seconds(QKV) + 2 * _seconds(FC1)) * extra)
+    assert wgrad == pytest.approx((_seconds(QKV) + _seconds(FC1)) * extra)
+    # Only fc2_fprop with a margin (the Megatron-LM CI case's file): fc2's forward alone, 132/116 of its time.
+    only = {name: {"set_sm_margin": False} for name in ("proj_fprop", "qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad")}
+    fwd, bwd, _ = userbuffers_margin_seconds(_work(), _rates(custom_margins(only)))
+    assert fwd + _seconds(FC2) == pytest.approx(_seconds(FC2) * 132 / 116) and bwd == 0.0
+
+
+def test_the_runtime_option_takes_a_custom_config_in_a_config_file():
+    megatron = REGISTRY.runtime("megatron")
+    custom = apply_options(megatron, {"tp_comm_overlap": True, "tp_comm_overlap_cfg": CUSTOM})
+    assert custom.timing.schedule.userbuffers_sm_margins == custom_margins(read_custom(CUSTOM, "$"))
+    assert custom.option_values["tp_comm_overlap_cfg"]["qkv_dgrad"] == {"method": "bulk", "num_sm": 4,
+                                                                         "set_sm_margin": False}
+    bad = {"fc3_fprop": {}}
+    with pytest.raises(ConfigError, match=r"^\$\.runtime\.options\.tp_comm_overlap_cfg\.fc3_fprop: unknown GEMM"):
+        apply_options(megatron, {"tp_comm_overlap_cfg": bad})
+    with pytest.raises(ConfigError, match=r"tp_comm_overlap_cfg\.fc2_fprop\.num_sms: unknown field"):
+        apply_options(megatron, {"tp_comm_overlap_cfg": {"fc2_fprop": {"num_sms": 4}}})
+    with pytest.raises(ConfigError, match=r"tp_comm_overlap_cfg\.fc2_fprop\.method: expected one of ring_exchange, "
+                                          r"pipeline, bulk, external, got 'ring'"):
+        apply_options(megatron, {"tp_comm_overlap_cfg": {"fc2_fprop": {"method": "ring"}}})
+
+
+@pytest.mark.parametrize(("cfg", "message"), [
+    ({"qkv_fprop": {"method": "pipeline"}}, "qkv_fprop: Transformer Engine refuses the 'pipeline' method on an all-gather"),
+    ({"qkv_dgrad": {"method": "ring_exchange"}, "qkv_wgrad": {"num_sm": 2}}, "qkv_wgrad: Transformer Engine refuses a config"),
+    ({"proj_wgrad": {"method": "bulk"}}, "proj_wgrad: Transformer Engine takes only the 'external' method"),
+    ({"qkv_fprop": {"atomic_gemm": True}}, "proj_fprop: Transformer Engine needs qkv_fprop and proj_fprop both"),
+    ({"fc2_fprop": {"num_sm": 2.5}}, "fc2_fprop.num_sm: expected an integer"),
+    ({"fc2_fprop": {"set_sm_margin": 2}}, "fc2_fprop.set_sm_margin: expected true or false"),
+    ({"fc2_fprop": None}, "fc2_fprop: expected a mapping of its fields"),
+])
+def test_a_custom_config_is_refused_where_initialize_ub_refuses_it(cfg, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        read_custom(cfg, "$.x")
+
+
+def test_the_importer_reads_the_tp_comm_overlap_cfg_file(tmp_path, monkeypatch, capsys):
+    args = ("--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 "
+            "--micro-batch-size 1 --global-batch-size 8 --tensor-model-parallel-size 2 --sequence-parallel "
+            "--tp-comm-overlap --bf16 --vocab-size 32000")
+    (tmp_path / "ub.yaml").write_text("fc2_fprop:\n  method: pipeline\n  num_sm: 16\n  set_sm_margin: 1\n"
+                                      "qkv_dgrad:\n  method: bulk\n  num_sm: 4\n  set_sm_margin: 0\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)  # Megatron-LM opens the path relative to the working directory; so does hp
+    status, out, err = run(capsys, "estimate", "--from", "megatron-args", args + " --tp-comm-overlap-cfg ub.yaml",
+                           "--devices", "8", "--hardware", "h100-sxm", "--json")
+    assert status == 0 and "tp-comm-overlap-cfg" not in err
+    options = json.loads(out)["provenance"]["runtime_options"]
+    assert options["tp_comm_overlap_cfg"] == read_custom(CUSTOM, "$")
+    # Without --tp-comm-overlap Megatron-LM does not read it: named, not read.
+    status, _, err = run(capsys, "estimate", "--from", "megatron-args",
+                         args.replace("--tp-comm-overlap ", "") + " --tp-comm-overlap-cfg missing.yaml",
+                         "--devices", "8", "--hardware", "h100-sxm")
+    assert status == 0 and "--tp-comm-overlap-cfg missing.yaml: not read, as Megatron-LM reads it only with" in err
+    bad = {"list.yaml": "- qkv_fprop\n", "gemm.yaml": "fc3_fprop: {method: bulk}\n",
+           "key.yaml": "fc2_fprop: {num_sms: 4}\n", "method.yaml": "fc2_fprop: {method: ring}\n",
+           "broken.yaml": "fc2_fprop: [1\n"}
+    for name, text in bad.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    for name, message in (("missing.yaml", "error: --tp-comm-overlap-cfg: missing.yaml: cannot be read: No such file or "
+                                           "directory; Megatron-LM opens it relative to the training process's working "
+                                           "directory: run hp from there or give its absolute path"),
+                          ("list.yaml", "error: --tp-comm-overlap-cfg list.yaml: must hold a mapping of GEMM names"),
+                          ("gemm.yaml", "error: --tp-comm-overlap-cfg gemm.yaml: fc3_fprop: unknown GEMM; Transformer "
+                                        "Engine's userbuffers GEMMs are qkv_fprop,"),
+                          ("key.yaml", "error: --tp-comm-overlap-cfg key.yaml: fc2_fprop.num_sms: unknown field; "
+                                       "Transformer Engine's initialize_ub takes method, num_sm,"),
+                          ("method.yaml", "error: --tp-comm-overlap-cfg method.yaml: fc2_fprop.method: expected one of "
+                                          "ring_exchange, pipeline, bulk, external, got 'ring'"),
+                          ("broken.yaml", "error: --tp-comm-overlap-cfg broken.yaml: is not valid YAML")):
+        status, out, err = run(capsys, "estimate", "--from", "megatron-args", args + f" --tp-comm-overlap-cfg {name}",
+                               "--devices", "8", "--hardware", "h100-sxm")
+        assert status == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err

@@ -14,6 +14,7 @@ import pytest
 
 from hp_core.errors import ConfigError
 from hp_plugins.importers.megatron import import_megatron_args
+from hp_plugins.runtimes.userbuffers import custom_margins
 from repo_script import load_script  # tests/repo_script.py
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,7 +143,7 @@ def test_importer_reads_a_step_batch_size_schedule(registry):
         _imported(registry, SMALL + " --vocab-size 1000 --step-batch-size-schedule '0:8 2M:16 1M:32'")
 
 
-def test_importer_builds_the_gpt_cases_as_megatron_does(registry, data, ci):
+def test_importer_builds_the_gpt_cases_as_megatron_does(registry, data, ci, tmp_path):
     """The 7B cases state none of --swiglu, --normalization, --position-embedding-type, --disable-bias-linear:
     Megatron's defaults (arguments.py --position-embedding-type learned_absolute; TransformerConfig normalization
     LayerNorm, add_bias_linear True, activation_func gelu, gated_linear_unit False at NVIDIA/Megatron-LM@d98e8a6)."""
@@ -161,9 +162,24 @@ def test_importer_builds_the_gpt_cases_as_megatron_does(registry, data, ci):
     # The FP8 cases: RMSNorm, tied embeddings, GPT-2's vocabulary, and the recipe stating tensorwise current scaling
     # with FP8 parameter gathers; sequence parallelism and TP overlap as the layout and runtime options.
     fp8 = _row(data, "gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap-dev-dgx_h100")
-    job = import_megatron_args(ci_argv(fp8["model_args"]), registry, devices=8)
+    # Its --tp-comm-overlap-cfg file, as the run read it from Megatron-LM's root, copied into the row; the importer
+    # reads the copy (benchmarks/megatron_ci.py price_row writes it so).
+    copied = fp8["tp_comm_overlap_cfg_file"]
+    assert copied["path"] == fp8["model_args"]["--tp-comm-overlap-cfg"] and copied["commit"] == fp8["model_config_commit"]
+    cfg = tmp_path / "tp_comm_overlap_cfg.yaml"
+    cfg.write_text(json.dumps(copied["content"]), encoding="utf-8")
+    job = import_megatron_args(ci_argv({**fp8["model_args"], "--tp-comm-overlap-cfg": str(cfg)}), registry, devices=8)
     assert job.document["precision"]["recipe"] == "fp8-megatron-param-gather"
     assert job.document["parallel"]["sp"] and job.document["runtime"]["options"]["tp_comm_overlap"]
+    # Laid over TE's defaults only fc2_fprop keeps a margin: the file makes it a ring exchange and states neither
+    # num_sm nor set_sm_margin, so it keeps its default pipeline's 16 SMs with a margin (base.py get_default_config at
+    # NVIDIA/TransformerEngine@d0067d0); every other pipeline or bulk GEMM states set_sm_margin 0.
+    stated = job.document["runtime"]["options"]["tp_comm_overlap_cfg"]
+    assert custom_margins(stated) == (("fc2_fprop", 16),) and stated["fc2_fprop"] == {"method": "ring_exchange",
+                                                                                          "aggregate": False}
+    # Its path as the run gave it names a file relative to Megatron-LM's root, which hp's directory does not hold.
+    with pytest.raises(ConfigError, match="--tp-comm-overlap-cfg: tests/functional_tests/.*cannot be read"):
+        import_megatron_args(ci_argv(fp8["model_args"]), registry, devices=8)
     layers = {g["kind"]: g["config"] for g in job.document["model"]["layers"]}
     assert layers["dense"]["norm"] == "rmsnorm" and layers["output"]["tie_word_embeddings"]
     assert layers["embedding"]["vocab_size"] == 50257
