@@ -185,6 +185,23 @@ def test_hand_derived_the_lower_layer_is_recomputed_where_the_walk_makes_the_top
     assert not short.fits and short.shortfall_bytes == 1 and short.estimate.peak_bytes == 12
 
 
+def test_the_layers_of_a_group_share_their_options():
+    # The solver reads a group's options from its first layer (VariableLayer): a layer of the group handed others
+    # (the MTP covering search's requirement on one layer, plan.py, before it made that layer a group of its own)
+    # would be solved with its group's, so it is refused.
+    cost = LayerCost(params=(), activations=(ActivationTerm("x", 2), ActivationTerm("s", 8, "softmax")),
+                     input_bytes=2, working_bytes=0)
+    none = LayerOption(Setting(), PlacedLayer.make("k", cost, False, frozenset(), "none"), 1.0)
+    full = LayerOption(Setting(mode="full"), PlacedLayer.make("k", cost, True, frozenset(), "full"), 3.0)
+    inputs = StageInputs(ParallelSpec(seq_len=8, schedule="1f1b"), 0, PrecisionSpec(), 1, BUILTIN_SCHEDULES["1f1b"], 0,
+                         optimizer=ADAMW)
+    with pytest.raises(ValueError, match="layer 1 of group 'k': options differ from its group's"):
+        solve_stage(0, [[VariableLayer(0, "k", (none, full)), VariableLayer(1, "k", (full,))]], [range(2)], inputs, 20)
+    # Equal options given apart are one group's.
+    assert solve_stage(0, [[VariableLayer(0, "k", (none, full)), VariableLayer(1, "k", [none, full])]], [range(2)],
+                       inputs, 12).seconds == 4.0
+
+
 from hp_core.api import build_registry, estimate, model_from_preset, plan_recompute  # noqa: E402
 from hp_core.specs import RecomputeSpec  # noqa: E402
 from hp_core.api import step_time  # noqa: E402

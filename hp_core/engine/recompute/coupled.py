@@ -22,9 +22,10 @@ A plan found under ``V`` may imply a smaller union (no layer needed a switch of 
 planner prices it as it is (:func:`~hp_core.engine.estimate.estimate_run`, :func:`~hp_core.engine.timing.time_run`)
 and keeps it only if it fits so, then searches the plans reaching ``V`` exactly by branch and bound
 (``plan_run``'s ``covered``): branching on a switch of ``V`` no layer reaches, each branch requiring one body layer of
-an inner kind to recompute it, cut where its stages cannot fit or where its plan priced with the placed layer in the
-state (:class:`~hp_core.engine.inner_layers.PlacedState`, a lower bound on the branch) is no faster than the best
-plan. A state whose branching runs past its budget is reported (``PlanResult.unproven``).
+an inner kind to recompute it (one of each class of interchangeable layers required alike, :func:`interchangeable`),
+cut where its stages cannot fit or where its plan priced with the placed layer in the state
+(:class:`~hp_core.engine.inner_layers.PlacedState`, a lower bound on the branch) is no faster than the best plan. A
+state whose branching runs past its budget is reported (``PlanResult.unproven``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
     from hp_core.engine.prepare import PreparedRun
     from hp_core.engine.recompute.solver import LayerOption
 
-__all__ = ["Coupling", "WHOLE", "base", "coupled_states", "coupling", "keeps", "keeps_named", "named", "placed_under"]
+__all__ = ["Coupling", "WHOLE", "base", "coupled_states", "coupling", "interchangeable", "keeps", "keeps_named", "named",
+           "placed_under"]
 
 WHOLE = "whole"  # the state: every body layer fully recomputed, the placed layer under its own checkpoint
 
@@ -129,3 +131,42 @@ def placed_under(run: PreparedRun, group: int, state, where: str) -> PlacedLayer
     """A placed layer of *group* priced under *state*: :func:`hp_core.engine.inner_layers.placed_layer` with the state
     stated (:class:`~hp_core.engine.inner_layers.PlacedState`), as it prices it for a plan implying that state."""
     return placed_layer(run, group, PlacedState((Setting(),) * run.body_count, state), where)
+
+
+def interchangeable(run: PreparedRun) -> dict[int, tuple] | None:
+    """Per body layer, its class of interchangeable layers: swapping the settings of two layers of a class leaves
+    every stage's peak, every stage's time and what the placed layers recompute as they were (the covering search
+    branches on one layer of a class, ``plan_run``'s ``covered``); ``None`` where that is not argued.
+
+    Two body layers are interchangeable when they are of one group (the same options: the same kept bytes ``k``,
+    time and ``k + w = A`` under each setting) and of one chunk (the same stages run them, each keeping the same
+    micro-batches of it, :func:`~hp_core.engine.stage.plan_stage`), and where that chunk is the last a stage runs,
+    on the same side of every marker of its warm-up walk, the topmost layer of each group in it
+    (:mod:`hp_core.engine.recompute.solver`: the warm-up peak is a constant, plus ``n_c`` times the bytes chunk
+    ``c``'s layers keep, plus the largest ``A_j - S_j`` over the last chunk, ``S_j`` the bytes kept by layer ``j``
+    and those above it, which is reached at a marker or a placed layer; the placed layers sit before or after every
+    body layer of their chunk). A swap within a class changes none of those sums; the last-backward point holds
+    the stage's first layer's ``A``, the same under every setting. A stage's time is the sum of its layers' times,
+    each priced by group and setting (:func:`hp_core.engine.timing.time_run`; up to the order of the floating-point
+    sum), and the placed layers' state is the union of the switches (or every layer full), which no swap moves.
+    The other peak points are the solver's too: a runtime's own points beside the planner's (the megatron runtime's
+    ``optimizer``) hold no activation. Where layer order does matter, none is argued: a runtime whose own peak points
+    replace the end of warm-up (``Runtime.peak_points``; the solver calibrates its model on them and does not prove
+    its plan there) and FSDP (``zero`` 3: each layer's gathers hide behind its neighbours' compute,
+    :func:`hp_core.engine.timing.overlap.fsdp_layers`).
+    """
+    from hp_core.engine.estimate import estimate_run
+
+    if run.zero >= 3:
+        return None
+    if run.runtime.peak_points is not None and any(
+            "warmup_end" not in stage.peak_points for stage in estimate_run(run, (Setting(),) * run.body_count).stages):
+        return None
+    last_chunks = {run.stage_chunks(stage)[-1] for stage in range(run.parallel.pp)}
+    found: dict[int, tuple] = {}
+    for c, (lo, hi) in enumerate(run.chunk_bounds):
+        # The markers: the topmost layer of each group in a stage's last chunk (the solver's).
+        tops = {g: j for j, g in enumerate(run.body_group[lo:hi], lo)}.values() if c in last_chunks else ()
+        for j in range(lo, hi):
+            found[j] = (c, run.body_group[j], sum(top <= j for top in tops))
+    return found

@@ -35,7 +35,8 @@ from hp_core.engine.estimate import estimate_run
 from hp_core.engine.inner_layers import PlacedState, placed_layer, placed_recompute
 from hp_core.engine.precision import on_device
 from hp_core.engine.prepare import PreparedRun
-from hp_core.engine.recompute.coupled import WHOLE, base, coupled_states, coupling, keeps, keeps_named, named, placed_under
+from hp_core.engine.recompute.coupled import (WHOLE, base, coupled_states, coupling, interchangeable, keeps, keeps_named,
+                                              named, placed_under)
 from hp_core.engine.recompute.layout import compact
 from hp_core.engine.recompute.profile import SettingCost, SwitchProfile, candidate_settings, switch_profile
 from hp_core.engine.recompute.solver import LayerOption, StageSolution, VariableLayer, pareto_front, solve_stage
@@ -270,6 +271,7 @@ def plan_run(
     limit = hardware.memory_bytes - reserve_bytes
     body_group, bounds = run.body_group, run.chunk_bounds
     couple = coupling(run)
+    classes: list = []  # the covering search's classes of body layers (coupled.interchangeable), once asked
     # The stages holding a placed layer whose recompute follows the body's (the MTP's: the last).
     coupled_stages = set() if couple is None else {
         stage for stage in range(parallel.pp) for where, chunk in (("first", 0), ("last", parallel.chunks - 1))
@@ -280,13 +282,23 @@ def plan_run(
         """Search the plans that reach union *state* exactly (coupled.py): branch on the first switch of the state no
         layer reaches, each branch requiring one body layer of an inner kind to recompute it; a branch is cut where
         its stages cannot fit (requiring more fits no better) or its plan priced in the state (a lower bound on the
-        branch's plans: PlacedState) is no faster than the best plan. False where _COVER_SEARCHES ran out first."""
+        branch's plans: PlacedState) is no faster than the best plan. False where _COVER_SEARCHES ran out first.
+
+        Of interchangeable layers (coupled.interchangeable) required the same, one branch: the first. Swapping two
+        such layers' settings maps the plans meeting one branch's requirements onto those meeting the other's (the
+        rest required as before), keeping each plan's fit, step time and the union it reaches, so both branches hold
+        plans as fast; and a node whose requirements are a permutation within classes of a node seen is seen."""
+        def of(j: int) -> tuple:  # layer j's class (coupled.interchangeable, asked once; each its own where None)
+            if not classes:
+                classes.append(interchangeable(run))
+            return (j,) if classes[0] is None else classes[0][j]
+
         inner = [j for j, g in enumerate(body_group) if g in couple.inner]
         seen: set = set()
         stack: list[dict[int, frozenset[str]]] = [{}]
         while stack:
             required = stack.pop()
-            key = frozenset(required.items())
+            key = tuple(sorted((of(j), tuple(sorted(need))) for j, need in required.items()))
             if key in seen:
                 continue
             seen.add(key)
@@ -312,7 +324,10 @@ def plan_run(
             if key_now is not None and not key_now[0] and bound >= key_now[2]:
                 continue
             switch = min(state - reached)
-            stack.extend({**required, j: required.get(j, frozenset()) | {switch}} for j in reversed(inner))
+            first: dict = {}  # per class and requirement, its first layer
+            for j in inner:
+                first.setdefault((of(j), required.get(j, frozenset())), j)
+            stack.extend({**required, j: required.get(j, frozenset()) | {switch}} for j in reversed(list(first.values())))
         return True
 
     def search(table: Mapping[int, tuple[LayerOption, ...]], state, memo: dict,
@@ -334,9 +349,11 @@ def plan_run(
             chunks: list[list[PlacedLayer | VariableLayer]] = []
             for c in mine:
                 lo, hi = bounds[c]
+                # A layer held to forced options is a group of its own with them (the solver's groups share their
+                # options: VariableLayer), or the solver would read its group's and drop the requirement.
                 chunk: list[PlacedLayer | VariableLayer] = [
-                    VariableLayer(j, body_group[j], forced[j] if j in forced else mine_table[body_group[j]])
-                    for j in range(lo, hi)]
+                    VariableLayer(j, (body_group[j], tuple(o.setting for o in forced[j])), forced[j]) if j in forced
+                    else VariableLayer(j, body_group[j], mine_table[body_group[j]]) for j in range(lo, hi)]
                 if c == 0:
                     chunk = placed["first"] + chunk
                 if c == parallel.chunks - 1:

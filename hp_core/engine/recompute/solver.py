@@ -95,7 +95,8 @@ class VariableLayer:
 
     Attributes:
         index: Its body layer index.
-        group: Layers of one group share their options (a model layer group).
+        group: Layers of one group share their options (a model layer group); the solver reads them from the
+            group's first layer and refuses a layer of the group given others.
         options: Its candidate settings.
     """
 
@@ -250,10 +251,12 @@ def solve_stage(
         by default) but those awaiting W where its kind states what W keeps (PlacedLayer.awaiting_bytes)."""
         counts, waits = in_flight if counts is None else counts, awaiting if waits is None else waits
         return counts[c] - (waits[c] if cost_of(layer).weight_gradient_bytes is not None else 0)
-    fronts: dict[Any, tuple[LayerOption, ...]] = {}
+    given: dict[Any, Sequence[LayerOption]] = {}  # each group's options, as its first layer states them
     for layer in variables:
-        if layer.group not in fronts:
-            fronts[layer.group] = pareto_front(layer.options)
+        first = given.setdefault(layer.group, layer.options)
+        if first is not layer.options and tuple(first) != tuple(layer.options):
+            raise ValueError(f"layer {layer.index} of group {layer.group!r}: options differ from its group's")
+    fronts = {group: pareto_front(options) for group, options in given.items()}
     for layer in variables:
         sums = {o.placed.kept_bytes + o.placed.backward_working_bytes for o in layer.options}
         if len(sums) != 1:
