@@ -27,7 +27,8 @@ from hp_core.engine.recompute.solver import VariableLayer
 from hp_core.engine.timing import time_run
 from hp_core.specs import LayerGroup, ParallelSpec, RecomputeSpec, Setting
 from hp_plugins.kinds.mtp import MTPConfig
-from test_mtp_recompute import REGISTRY, RUNTIME, VOCAB, H, _model
+from test_mtp_recompute import PARALLEL as SMALL_PARALLEL
+from test_mtp_recompute import REGISTRY, RUNTIME, SMALL, VOCAB, H, _model
 from test_mtp_union_plan import BODY, INNER, MODEL
 
 ONE_STAGE = ParallelSpec(seq_len=4096, dp=4, pp=1, global_batch_size=8)
@@ -173,5 +174,29 @@ def test_three_layers_against_brute_force(monkeypatch):
     for limit in limits:
         best = min(step for peak, step in plans if peak <= limit)
         found = _planned(model, parallel, limit)
+        assert found.fits and found.unproven == ()
+        assert found.step_seconds == pytest.approx(best, rel=1e-12, abs=0)
+
+
+def test_three_moe_only_layers_against_brute_force():
+    # test_mtp_full_recompute.py's module over three small moe_only layers, one stage, all 13 candidate settings of
+    # the runtime: 2,197 plans priced by estimate_run / time_run. At limits spread over their peaks (and the all-full
+    # peak) the planner's step is the least step of the plans that fit, proven. The search before missed it at 5 of
+    # these 42 limits, proven all the same (e.g. 0.0421037078 s for 0.0421036330 s at 173,115,904 bytes: its branch
+    # requiring layer 0 to recompute moeLayer held layers 1 and 2 to it too, and one requiring layer 1 required nothing).
+    model = _model(LayerGroup("moe_only", SMALL, count=3))
+    run = prepare(model, SMALL_PARALLEL, registry=REGISTRY, runtime=RUNTIME)
+    candidates = candidate_settings(REGISTRY.layer_kind("moe_only", "$"), RUNTIME)
+    assert len(candidates) == 13
+    plans = [(estimate_run(run, plan, HARDWARE).peak_bytes, time_run(run, HARDWARE, plan).step_seconds)
+             for plan in itertools.product(candidates, repeat=3)]
+    peaks = sorted({peak for peak, _ in plans})
+    full = estimate_run(run, (Setting(mode="full"),) * 3, HARDWARE).peak_bytes
+    limits = [full] + peaks[::max(1, len(peaks) // 40)] + [peaks[-1]]
+    assert len(limits) == 42
+    for limit in limits:
+        best = min(step for peak, step in plans if peak <= limit)
+        found = plan_recompute(model, SMALL_PARALLEL, registry=REGISTRY, hardware=HARDWARE, runtime="megatron",
+                               reserve_bytes=HARDWARE.memory_bytes - limit).plan
         assert found.fits and found.unproven == ()
         assert found.step_seconds == pytest.approx(best, rel=1e-12, abs=0)

@@ -91,14 +91,21 @@ def test_the_planner_prices_the_module_as_its_plan_makes_it_recompute():
     # The planner prices the module as each plan makes it recompute (its checkpoint under every layer full; the
     # body's union otherwise: coupled.py); what it reports agrees with the estimate and step time of its plan.
     assert full.stages[0].activations_by_kind["mtp"] == OUTSIDE
-    # At the all-full peak, every layer ffAct+moeLayer+normOp (the module recomputing the same, no checkpoint) peaks
-    # the same and runs faster than every layer full (whose module re-runs its checkpointed part): the planner's union
-    # search (coupled.py) finds it; before it, the planner kept every layer full.
+    # At the all-full peak, layer 0 ffAct+moeLayer+normOp and the others full (the module recomputing that union, no
+    # checkpoint) peaks the same and runs fastest (brute force over the 13^4 plans, once): faster than every layer
+    # ffAct+moeLayer+normOp, the plan kept before the covering search's requirement on layer 0 stopped holding the
+    # whole group to it (test_mtp_cover_classes.py), and than every layer full (whose module re-runs its
+    # checkpointed part), kept before the union search (coupled.py).
     plan = _plan(model, full.peak_bytes).plan
-    selective = RecomputeSpec.uniform(Setting(mode="switches", switches=frozenset({"ffAct", "moeLayer", "normOp"})))
-    assert plan.fits and plan.recompute == selective and plan.peak_bytes == full.peak_bytes
-    assert plan.step_seconds < step_time(model, PARALLEL, registry=REGISTRY, runtime=RUNTIME, hardware="h100-sxm",
-                                         recompute=FULL).step_seconds
+    selective = Setting(mode="switches", switches=frozenset({"ffAct", "moeLayer", "normOp"}))
+    assert plan.fits and plan.peak_bytes == full.peak_bytes
+    assert plan.recompute == RecomputeSpec(default=Setting(mode="full"), layers=((0, 0, selective),))
+
+    def timed(spec):
+        return step_time(model, PARALLEL, registry=REGISTRY, runtime=RUNTIME, hardware="h100-sxm", recompute=spec)
+
+    assert plan.step_seconds == timed(plan.recompute).step_seconds
+    assert plan.step_seconds < timed(RecomputeSpec.uniform(selective)).step_seconds < timed(FULL).step_seconds
     # One byte less: nothing fits, and the shortfall the solver states is the estimate's.
     short = _plan(model, full.peak_bytes - 1).plan
     assert not short.fits and short.stages[0].shortfall_bytes == 1
@@ -141,8 +148,8 @@ def test_under_tp_the_checkpoint_leaves_the_embedding_call_and_the_head_outside(
 
 def test_the_search_finds_a_plan_at_the_all_full_peak():
     # At the all-full peak of the 4-layer model, the search's memory bound prices the module under its checkpoint (the
-    # least it keeps), so the layout is planned; the planner plans every layer ffAct+moeLayer+normOp (above), and the
-    # candidate's peak is the estimate's.
+    # least it keeps), so the layout is planned; the planner plans layer 0 ffAct+moeLayer+normOp and the rest full
+    # (above), and the candidate's peak is the estimate's.
     from hp_core.api import search
 
     model = _model(LayerGroup("moe_only", SMALL, count=4))
@@ -151,7 +158,7 @@ def test_the_search_finds_a_plan_at_the_all_full_peak():
     found = search(model, registry=REGISTRY, devices=2, hardware=hardware, global_batch_size=2, seq_len=128,
                    runtime="megatron", fixed={"ep": 2, "tp": 1, "pp": 1, "cp": 1, "micro_batch_size": 1},
                    reserve_bytes=hardware.memory_bytes - full.peak_bytes)
-    assert [(c.plan_summary, c.peak_bytes) for c in found.top] == [("default ffAct+moeLayer+normOp", full.peak_bytes)]
+    assert [(c.plan_summary, c.peak_bytes) for c in found.top] == [("default full; 0 ffAct+moeLayer+normOp", full.peak_bytes)]
 
 
 def test_the_checkpoint_leaves_the_head_out_by_place_and_renumbers_what_is_inside():
