@@ -49,8 +49,12 @@ def test_the_margin_is_the_devices_sms_over_those_left_to_the_gemm():
     assert margin_factor(132, 16) == pytest.approx(132 / 116)
     assert margin_factor(148, 32) == pytest.approx(148 / 116)
     assert margin_factor(132, 0) == 1.0
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=r"^\$\.runtime\.options\.tp_comm_overlap_cfg: a userbuffers GEMM's num_sm 132 "
+                                          r"leaves the GEMM none of the device's 132 SMs"):
         margin_factor(132, 132)
+    # In a layer the message names the GEMM whose num_sm it is.
+    with pytest.raises(ConfigError, match=r"fc2_fprop's num_sm 140 leaves the GEMM none of the device's 132 SMs"):
+        userbuffers_margin_seconds(_work(), _rates((("fc2_fprop", 140),)))
 
 
 def test_te_default_and_named_configs_state_their_margins():

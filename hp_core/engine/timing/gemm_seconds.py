@@ -250,19 +250,34 @@ def frozen_seconds(matmul_flops: float, grouped: float, work: LayerWork, r: _Rat
     return wgrad, bwd, frozen_grouped
 
 
-def margin_factor(sm_count: int, comm_sms: int) -> float:
+def margin_factor(sm_count: int, comm_sms: int, gemm: str = "") -> float:
     """A GEMM's time over its time on every SM when it leaves *comm_sms* of *sm_count* SMs to a communication kernel:
     ``sm_count / (sm_count - comm_sms)``, first-order, as if its time were inversely proportional to the SMs it is
-    tiled for (wave quantisation and a GEMM's memory-bound share ignored; docs/time.md).
+    tiled for (wave quantisation and a GEMM's memory-bound share ignored; docs/time.md). *gemm*: its userbuffers
+    name (``fc2_fprop``), for the message.
 
     Raises:
         ConfigError: *comm_sms* leaves the GEMM no SM (or is negative).
     """
     if not 0 <= comm_sms < sm_count:
+        which = f"{gemm}'s num_sm {comm_sms}" if gemm else f"a userbuffers GEMM's num_sm {comm_sms}"
         raise ConfigError("$.runtime.options.tp_comm_overlap_cfg",
-                          f"a userbuffers GEMM leaving {comm_sms} of the device's {sm_count} SMs to communication has "
-                          f"none to run on")
+                          f"{which} leaves the GEMM none of the device's {sm_count} SMs (sm_count) to run on; "
+                          f"state fewer than {sm_count}")
     return sm_count / (sm_count - comm_sms)
+
+
+def _needs_sm_count(r: _Rates) -> int:
+    """The device's SM count where a userbuffers margin applies.
+
+    Raises:
+        ConfigError: The hardware states none.
+    """
+    if r.sm_count is None:
+        raise ConfigError("$.hardware.sm_count", "the userbuffers config leaves SMs of some GEMMs to their communication "
+                                                 "(tp_comm_overlap_cfg) but the hardware states no sm_count; state it "
+                                                 "or choose a config without an SM margin (te_1x_default)")
+    return r.sm_count
 
 
 def userbuffers_margin_seconds(work: LayerWork, r: _Rates) -> tuple[float, float, float]:
@@ -284,10 +299,7 @@ def userbuffers_margin_seconds(work: LayerWork, r: _Rates) -> tuple[float, float
     margins = dict(r.ub_margins)
     if not margins or not work.userbuffers_gemms:
         return 0.0, 0.0, 0.0
-    if r.sm_count is None:
-        raise ConfigError("$.hardware.sm_count", "the userbuffers config leaves SMs of some GEMMs to their communication "
-                                                 "(tp_comm_overlap_cfg) but the hardware states no sm_count; state it "
-                                                 "or choose a config without an SM margin (te_1x_default)")
+    sm_count = _needs_sm_count(r)
     high, frozen = list(work.high_precision_gemms), list(work.frozen_gemms)
     quantized_scope = r.low_precision and r.gemm_scope != "experts"
     fwd = bwd = wgrad = 0.0
@@ -304,8 +316,10 @@ def userbuffers_margin_seconds(work: LayerWork, r: _Rates) -> tuple[float, float
         if gemm in frozen:
             frozen.remove(gemm)
             w = 0.0
-        extra = [t * (margin_factor(r.sm_count, n) - 1.0) for t, n in zip((f, d, w), passes)]
+        extra = [t * (margin_factor(sm_count, n, f"{block}_{p}") - 1.0)
+                 for t, n, p in zip((f, d, w), passes, ("fprop", "dgrad", "wgrad"))]
         fwd += extra[0]
         bwd += extra[1] + extra[2]
         wgrad += extra[2]
     return fwd, bwd, wgrad
+
