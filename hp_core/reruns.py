@@ -45,6 +45,12 @@ class Rerun:
             :func:`hp_core.engine.module_formats.with_module_formats`).
         original_input_positions: Those of :attr:`positions` whose GEMMs' input the trainer keeps in the compute dtype
             (their entries of :attr:`LayerWork.original_input_gemms <hp_core.costs.LayerWork.original_input_gemms>`).
+        userbuffers_blocks: The ``tp_comm_buffer_name`` of the layer's userbuffers GEMMs
+            (:attr:`LayerWork.userbuffers_gemms <hp_core.costs.LayerWork.userbuffers_gemms>`) whose forward the
+            per-byte re-run (:attr:`matmul_flops_per_byte`) runs again: Transformer Engine re-runs them through their
+            userbuffers, so a forward SM margin slows the re-run as it does the forward
+            (:func:`hp_core.engine.timing.gemm_seconds.userbuffers_rerun_seconds`). Megatron-Core's ``mlp`` module
+            re-runs ``fc1`` and ``fc2``.
     """
 
     matmul_flops_per_byte: float = attrs.field(default=0.0, validator=_non_negative_number)
@@ -55,6 +61,7 @@ class Rerun:
     positions: tuple[int, ...] = attrs.field(default=(), converter=tuple)
     high_precision_positions: tuple[int, ...] = attrs.field(default=(), converter=tuple)
     original_input_positions: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    userbuffers_blocks: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     def __attrs_post_init__(self) -> None:
         if len(self.positions) != len(self.gemms):

@@ -98,8 +98,11 @@ def mlp(b: LayerBuilder, c: MLPFields, norm: str, hidden_dropout: float, fc1_swi
     wide = swiglu(b, "", T, I // t, c.gated_mlp, c.hidden_act, fc1_switch=fc1_switch)
     if fc1_switch is not None:
         # FC1's re-run (and FC2's where the trainer re-runs the whole MLP) per byte of the FC1 outputs dropped.
-        flops_per_element = 2 * h * (fc1 + I) / fc1 if "dense_mlp_checkpoint" in x.traits else 2 * h
-        b.reruns.append((fc1_switch, Rerun(matmul_flops_per_byte=flops_per_element / b.act)))
+        whole = "dense_mlp_checkpoint" in x.traits
+        flops_per_element = 2 * h * (fc1 + I) / fc1 if whole else 2 * h
+        # The userbuffers GEMMs (ub= below) it re-runs, whose forward SM margin it pays again.
+        b.reruns.append((fc1_switch, Rerun(matmul_flops_per_byte=flops_per_element / b.act,
+                                           userbuffers_blocks=("fc1", "fc2") if whole else ("fc1",))))
     # Backward: the gradients of the FC2 input and of the FC1 outputs, alive together.
     b.block_grads.append((3 if c.gated_mlp else 2) * wide)
     # Megatron-Core's linear_fc1 and linear_fc2, tp_comm_buffer_name 'fc1' and 'fc2' (transformer/mlp.py lines 228

@@ -101,7 +101,8 @@ def _reruns(costs: Sequence[LayerCost], where: str) -> tuple[tuple[str, Rerun], 
                                   seen.gemms + rerun.gemms, seen.grouped_flops + rerun.grouped_flops,
                                   seen.permutation or rerun.permutation, seen.positions + rerun.positions,
                                   seen.high_precision_positions + rerun.high_precision_positions,
-                                  seen.original_input_positions + rerun.original_input_positions)
+                                  seen.original_input_positions + rerun.original_input_positions,
+                                  tuple(dict.fromkeys(seen.userbuffers_blocks + rerun.userbuffers_blocks)))
     return tuple(found.items())
 
 

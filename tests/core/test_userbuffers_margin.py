@@ -13,7 +13,7 @@ import pytest
 
 from hp_core.api import build_registry, layer_context
 from hp_core.costs import LayerWork
-from hp_core.engine.timing.gemm_seconds import margin_factor, userbuffers_margin_seconds
+from hp_core.engine.timing.gemm_seconds import margin_factor, userbuffers_margin_seconds, userbuffers_rerun_seconds
 from hp_core.errors import ConfigError
 from hp_core.runtime_options import apply_options
 from hp_core.specs import ParallelSpec, PrecisionSpec
@@ -101,6 +101,32 @@ def test_a_margin_needs_the_devices_sm_count():
         userbuffers_margin_seconds(_work(), _rates(sm_margins("te_default"), sm_count=None))
     # Without a margin none is needed.
     assert userbuffers_margin_seconds(_work(), _rates((), sm_count=None)) == (0.0, 0.0, 0.0)
+
+
+def test_a_checkpointed_mlp_re_run_pays_fc2s_forward_margin_again():
+    # Megatron-Core's mlp module re-runs FC1 and FC2 forward through their userbuffers (te_checkpoint): under TE's
+    # default fc2_fprop (pipeline, 16 SMs) is tiled for 116 of 132 SMs again; fc1_fprop is a ring exchange, no margin.
+    r = _rates(sm_margins("te_default"))
+    assert userbuffers_rerun_seconds(_work(), r, ("fc1", "fc2")) == pytest.approx(_seconds(FC2) * (132 / 116 - 1))
+    assert userbuffers_rerun_seconds(_work(), r, ("fc1",)) == 0.0  # FC1 alone re-run: no forward margin
+    # Megatron-Bridge's bf16 H100 config: fc2 forward 16 SMs, proj 24 (not re-run by the mlp module).
+    named = _rates(sm_margins("userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"))
+    assert userbuffers_rerun_seconds(_work(), named, ("fc1", "fc2")) == pytest.approx(_seconds(FC2) * (132 / 116 - 1))
+    assert userbuffers_rerun_seconds(_work(), _rates(sm_margins("te_1x_default")), ("fc1", "fc2")) == 0.0
+    with pytest.raises(ConfigError, match="sm_count"):
+        userbuffers_rerun_seconds(_work(), _rates(sm_margins("te_default"), sm_count=None), ("fc1", "fc2"))
+    with pytest.raises(ConfigError, match=r"fc2_fprop's num_sm 132 leaves the GEMM none of the device's 132 SMs"):
+        userbuffers_rerun_seconds(_work(), _rates((("fc2_fprop", 132),)), ("fc2",))
+
+
+def test_the_dense_mlp_states_the_userbuffers_gemms_its_re_run_runs_again():
+    config = DenseConfig(hidden_size=H, num_attention_heads=16, num_key_value_heads=4, intermediate_size=I)
+    tp2 = ParallelSpec(tp=2, sp=True, dp=4, seq_len=1024, micro_batch_size=2, global_batch_size=16)
+    kind = REGISTRY.layer_kind("dense", "$")
+    whole = kind.evaluate(config, layer_context(tp2, PrecisionSpec(), "flash", traits=frozenset({"dense_mlp_checkpoint"})))
+    assert whole.work.rerun("ffFc1").userbuffers_blocks == ("fc1", "fc2")
+    fc1_only = kind.evaluate(config, layer_context(tp2, PrecisionSpec(), "flash"))
+    assert fc1_only.work.rerun("ffFc1").userbuffers_blocks == ("fc1",)
 
 
 def test_the_dense_layer_marks_its_attention_and_mlp_linears_as_userbuffers_gemms():

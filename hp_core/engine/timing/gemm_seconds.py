@@ -17,7 +17,7 @@ from hp_core.engine.timing.rates import _Rates
 from hp_core.errors import ConfigError
 from hp_core.linear_modules import joining_kept
 
-__all__ = ["frozen_seconds", "frozen_share", "margin_factor", "userbuffers_margin_seconds"]
+__all__ = ["frozen_seconds", "frozen_share", "margin_factor", "userbuffers_margin_seconds", "userbuffers_rerun_seconds"]
 
 
 def _flops(gemms: tuple[tuple[int, int, int], ...]) -> float:
@@ -323,3 +323,23 @@ def userbuffers_margin_seconds(work: LayerWork, r: _Rates) -> tuple[float, float
         wgrad += extra[2]
     return fwd, bwd, wgrad
 
+
+def userbuffers_rerun_seconds(work: LayerWork, r: _Rates, blocks: tuple[str, ...]) -> float:
+    """Seconds a per-byte re-run (:attr:`Rerun.matmul_flops_per_byte <hp_core.costs.Rerun.matmul_flops_per_byte>`)
+    adds where the userbuffers GEMMs it runs again (*blocks*, :attr:`Rerun.userbuffers_blocks
+    <hp_core.costs.Rerun.userbuffers_blocks>`) run their forward with an SM margin (``<block>_fprop`` in
+    ``r.ub_margins``): Transformer Engine re-runs a checkpointed module's forward through the same userbuffers
+    (Megatron-Core's ``mlp`` module: ``fc2_fprop``, a ``pipeline`` with a margin in TE's default config). Each such
+    GEMM at the rate the re-run prices its FLOPs (``peak * matmul``) times ``margin_factor - 1``.
+
+    Raises:
+        ConfigError: A margin applies and the hardware states no ``sm_count``.
+    """
+    margins = dict(r.ub_margins)
+    named = [(block, gemm) for block, gemm in work.userbuffers_gemms
+             if block in blocks and margins.get(f"{block}_fprop", 0)]
+    if not named:
+        return 0.0
+    sm_count = _needs_sm_count(r)
+    return sum(_flops((gemm,)) / (r.peak * r.matmul)
+               * (margin_factor(sm_count, margins[f"{block}_fprop"], f"{block}_fprop") - 1.0) for block, gemm in named)

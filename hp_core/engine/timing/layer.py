@@ -15,7 +15,7 @@ import attrs
 
 from hp_core.collectives import CollectiveModel
 from hp_core.engine.timing.elementwise import elementwise_seconds, permute_seconds
-from hp_core.engine.timing.gemm_seconds import _low_precision_seconds, _matmul_seconds, frozen_seconds, userbuffers_margin_seconds
+from hp_core.engine.timing.gemm_seconds import _low_precision_seconds, _matmul_seconds, frozen_seconds, userbuffers_margin_seconds, userbuffers_rerun_seconds
 from hp_core.engine.timing.rates import _Rates, _rates
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
@@ -264,7 +264,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
                 continue
             if rerun is not None:  # what the layer states its recompute re-runs (LayerWork.reruns)
                 flops = rerun.matmul_flops_per_byte * nbytes
-                recompute += flops / (r.peak * r.matmul) + rerun.copy_bytes / r.memory
+                recompute += flops / (r.peak * r.matmul) + rerun.copy_bytes / r.memory + userbuffers_rerun_seconds(work, r, rerun.userbuffers_blocks)
                 recomputed_flops += flops
                 if rerun.forward:
                     block_seconds, block_flops = _block_forward(switch, rerun, work, r, permute_fwd, router_fwd, unit)
