@@ -137,7 +137,7 @@ class RuntimeOption:
         if self.type == "choice":
             if text is not None and text in self.choices:
                 return text
-            also = " or a mapping (docs/runtimes.md)" if self.mapping is not None else ""
+            also = " or a mapping (in a config file, not from --runtime-option: docs/runtimes.md)" if self.mapping is not None else ""
             raise ConfigError(where, f"expected one of {', '.join(self.choices)}{also}, got {value!r}")
         kind = int if self.type == "int" else float
         expected = f"expected {'an integer' if kind is int else 'a number'}, got {short_repr(value)}"

@@ -264,3 +264,13 @@ def test_the_importer_reads_the_tp_comm_overlap_cfg_file(tmp_path, monkeypatch, 
         status, out, err = run(capsys, "estimate", "--from", "megatron-args", args + f" --tp-comm-overlap-cfg {name}",
                                "--devices", "8", "--hardware", "h100-sxm")
         assert status == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_command_line_says_a_custom_config_goes_in_a_config_file(capsys):
+    # --runtime-option takes a name only; a mapping (a custom config) is a config file's or an importer's.
+    status, _, err = run(capsys, "estimate", "--runtime", "megatron", "--tp", "2", "--sp", "--devices", "8",
+                         "--runtime-option", "tp_comm_overlap=true",
+                         "--runtime-option", 'tp_comm_overlap_cfg={"fc2_fprop":{"num_sm":3}}')
+    assert status == 2 and len(err.strip().splitlines()) == 1
+    assert "$.runtime.options.tp_comm_overlap_cfg: expected one of te_default, te_1x_default, " in err
+    assert "or a mapping (in a config file, not from --runtime-option: docs/runtimes.md), got '{" in err
