@@ -45,8 +45,9 @@ GB200 over B200 rate against the peaks' ratio; ``b300`` MAMF's B300 over B200), 
 
 ``sm_count`` is the streaming multiprocessors the device enables, each entry's ``sm_source`` saying whose figure:
 NVIDIA's architecture whitepapers for the A100 (108) and H100 SXM5 (132, the H200's too), Chips and Cheese's B200
-article for the B200 (148, 74 a die; the GB200's GPU is that part) and NVIDIA's Blackwell Ultra blog for the B300
-and GB300 (160). It prices the GEMMs Transformer Engine's userbuffers run on fewer SMs (docs/time.md).
+article for the B200 (148, 74 a die), and the counts CUDA enumerates as FlashInfer's sources state them for the GB200
+(152), the B300 (148) and the GB300 (152; not Blackwell Ultra's full 160). It prices the GEMMs Transformer Engine's
+userbuffers run on fewer SMs (docs/time.md).
 """
 
 from __future__ import annotations

@@ -142,8 +142,18 @@ def test_the_dense_layer_marks_its_attention_and_mlp_linears_as_userbuffers_gemm
 def test_presets_state_their_sm_counts():
     counts = {p.name: p.spec.sm_count for p in PRESETS}
     assert counts["h100-sxm"] == counts["h200"] == 132
-    assert counts["b200"] == counts["gb200"] == 148 and counts["a100-80gb"] == 108
+    assert counts["b200"] == counts["b200-simumax"] == 148 and counts["a100-80gb"] == 108
+    # The counts CUDA enumerates (each preset's sm_source): the GB200 and GB300 enable 152, the B300 148, not
+    # Blackwell Ultra's full 160.
+    assert counts["gb200"] == counts["gb300"] == 152 and counts["b300"] == 148
     assert counts["ascend-910b"] is None
+
+
+def test_te_defaults_16_sm_margin_on_the_blackwell_presets():
+    # TE's default pipeline and bulk GEMMs leave 16 SMs: 148 / 132 = 1.1212 on the B200 and B300, 152 / 136 = 1.1176
+    # on the GB200 and GB300 (160 / 144 = 1.1111 before the B300 and GB300 took their enumerated counts).
+    for name, factor in (("b200", 1.1212), ("b300", 1.1212), ("gb200", 1.1176), ("gb300", 1.1176)):
+        assert margin_factor(PRESETS_BY_NAME[name].sm_count, 16) == pytest.approx(factor, abs=5e-5)
 
 
 def test_the_runtime_option_sets_the_schedules_margins():
