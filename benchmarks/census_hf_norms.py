@@ -5,7 +5,7 @@ transformers). For every kind of the local-attention, state-space and
 Qwen3-Next presets (and a Qwen3-Next variant with ``mlp_only_layers``, the only
 way its ``gdn`` and ``gated_attention`` kinds appear), at 1024 and 4096 tokens,
 eager attention, ``tp = 1``: the torch census's bytes per token kept between
-forward and backward (transformers 5.24 layers under FakeTensorMode) beside the
+forward and backward (transformers 5.25 layers under FakeTensorMode) beside the
 formulas configured as transformers' modules run (the fsdp2 runtime's
 ``norm_implementation: transformers``: the ``fp32_norm_copy`` and
 ``upcast_cross_entropy`` traits, the eager softmax in fp32). Llama 4's MoE layers
