@@ -37,7 +37,11 @@ __all__ = [
     "Rerun",
     "SWITCHES",
     "TRAITS",
+    "USERBUFFERS_PASSES",
 ]
+
+# A userbuffers GEMM's passes (LayerWork.userbuffers_gemms): Transformer Engine's <name>_fprop, _dgrad, _wgrad.
+USERBUFFERS_PASSES = ("fprop", "dgrad", "wgrad")
 
 # The built-in kinds' recompute switches (docs/recompute.md), in the order settings are listed; a
 # kind declares the ones it has and may declare its own names (switch_name checks their form).
@@ -375,7 +379,20 @@ class LayerWork:
             last layers a run keeps in bf16, :attr:`PrecisionSpec.high_precision_layers_at_start
             <hp_core.specs.precision.PrecisionSpec.high_precision_layers_at_start>`): it takes no GEMM speedup,
             quantizes nothing and gathers its inputs in the compute dtype. Set by the engine, not by a kind.
-        userbuffers_gemms: ``(tp_comm_buffer_name, gemm)`` of :attr:`gemms` TE's userbuffers run (an SM margin slows).
+        userbuffers_gemms: ``(tp_comm_buffer_name, gemm, passes)`` of :attr:`gemms` TE's userbuffers run (an SM
+            margin slows): *passes* those of ``fprop``, ``dgrad``, ``wgrad`` it runs through them (Transformer Engine's
+            ``Linear`` at NVIDIA/TransformerEngine@d0067d0 ``module/linear.py`` lines 1629-1656: a column-parallel
+            ``TEColumnParallelLinear`` only its forward, Megatron-Core passing it no bulk overlap; a layernorm-fused
+            ``TELayerNormColumnParallelLinear`` all three; a row-parallel one its forward and input gradient). A pair
+            ``(name, gemm)`` is read as all three passes (a pass its config names no GEMM for, ``proj_wgrad``, takes
+            no margin).
+        refused_userbuffers: The ``tp_comm_buffer_name`` of its Transformer Engine linears that Megatron-Core's TE
+            extension runs no userbuffers for (MLA's ``q_down_proj``, ``kv_down_proj``): building one turns
+            ``tp_comm_overlap`` off on the config the model's modules share (``TELinear.__init__``,
+            ``megatron/core/extensions/transformer_engine.py`` lines 1176-1186 at NVIDIA/Megatron-LM@d98e8a6), so a
+            runtime whose overlap runs through those userbuffers (:attr:`OverlapSchedule.userbuffers
+            <hp_core.specs.overlap.OverlapSchedule.userbuffers>`) prices no TP overlap and no SM margin on the
+            layer (:mod:`hp_core.engine.timing.layer`).
         modules: Its named linear modules (:class:`~hp_core.linear_modules.LinearModule`), which a run may give a format
             of their own (``PrecisionSpec.module_formats``, :mod:`hp_core.engine.module_formats`).
     """
@@ -412,7 +429,10 @@ class LayerWork:
     local_mask: LocalMask | None = None
     quantized: bool = True
     modules: tuple[LinearModule, ...] = attrs.field(default=(), converter=tuple)
-    userbuffers_gemms: tuple[tuple[str, tuple[int, int, int]], ...] = attrs.field(default=(), converter=lambda v: tuple((n, tuple(g)) for n, g in v))
+    userbuffers_gemms: tuple[tuple[str, tuple[int, int, int], tuple[str, ...]], ...] = attrs.field(
+        default=(), converter=lambda v: tuple((e[0], tuple(e[1]), tuple(e[2]) if len(e) > 2 else USERBUFFERS_PASSES)
+                                              for e in v))
+    refused_userbuffers: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     def rerun(self, switch: str) -> Rerun | None:
         """What recomputing *switch* re-runs, ``None`` when the layer names nothing for it."""

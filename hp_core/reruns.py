@@ -45,12 +45,18 @@ class Rerun:
             :func:`hp_core.engine.module_formats.with_module_formats`).
         original_input_positions: Those of :attr:`positions` whose GEMMs' input the trainer keeps in the compute dtype
             (their entries of :attr:`LayerWork.original_input_gemms <hp_core.costs.LayerWork.original_input_gemms>`).
-        userbuffers_blocks: The ``tp_comm_buffer_name`` of the layer's userbuffers GEMMs
-            (:attr:`LayerWork.userbuffers_gemms <hp_core.costs.LayerWork.userbuffers_gemms>`) whose forward the
-            per-byte re-run (:attr:`matmul_flops_per_byte`) runs again: Transformer Engine re-runs them through their
+        userbuffers_linears: ``(tp_comm_buffer_name, position)`` of the layer's userbuffers GEMMs
+            (:attr:`LayerWork.userbuffers_gemms <hp_core.costs.LayerWork.userbuffers_gemms>`) whose forward the re-run
+            runs again, each by its position in :attr:`LayerWork.gemms <hp_core.costs.LayerWork.gemms>` (by place, not
+            by name: a layer may run two ``fc1`` GEMMs, a Gated DeltaNet's or Mamba's ``in_proj`` and its MLP's
+            ``linear_fc1``, of which a checkpointed MLP re-runs one): Transformer Engine re-runs them through their
             userbuffers, so a forward SM margin slows the re-run as it does the forward
-            (:func:`hp_core.engine.timing.gemm_seconds.userbuffers_rerun_seconds`). Megatron-Core's ``mlp`` module
-            re-runs ``fc1`` and ``fc2``.
+            (a re-run of a block's forward, :attr:`gemms`, prices them with it; else the per-byte re-run,
+            :attr:`matmul_flops_per_byte`, does: :func:`hp_core.engine.timing.gemm_seconds.userbuffers_rerun_seconds`,
+            at the rate it prices its FLOPs). Megatron-Core's ``mlp``
+            module re-runs ``fc1`` and ``fc2``, its ``moe`` module a shared expert's. A kit's
+            :class:`~hp_plugins.kit.builder.LayerBuilder` states them by the linear's index, which ``build`` turns
+            into its position.
     """
 
     matmul_flops_per_byte: float = attrs.field(default=0.0, validator=_non_negative_number)
@@ -61,7 +67,7 @@ class Rerun:
     positions: tuple[int, ...] = attrs.field(default=(), converter=tuple)
     high_precision_positions: tuple[int, ...] = attrs.field(default=(), converter=tuple)
     original_input_positions: tuple[int, ...] = attrs.field(default=(), converter=tuple)
-    userbuffers_blocks: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    userbuffers_linears: tuple[tuple[str, int], ...] = attrs.field(default=(), converter=lambda v: tuple((n, int(p)) for n, p in v))
 
     def __attrs_post_init__(self) -> None:
         if len(self.positions) != len(self.gemms):
@@ -73,7 +79,8 @@ class Rerun:
         """The re-run with its positions moved on by *offset* (a merged layer's GEMMs listed before its layer's)."""
         return attrs.evolve(self, positions=tuple(offset + p for p in self.positions),
                             high_precision_positions=tuple(offset + p for p in self.high_precision_positions),
-                            original_input_positions=tuple(offset + p for p in self.original_input_positions))
+                            original_input_positions=tuple(offset + p for p in self.original_input_positions),
+                            userbuffers_linears=tuple((n, offset + p) for n, p in self.userbuffers_linears))
 
     @property
     def forward(self) -> bool:

@@ -14,8 +14,10 @@ from hp_core.engine import schedule as schedule_lib
 from hp_core.errors import ConfigError
 from hp_core.schedules import Schedule, ScheduleLayout
 from hp_core.specs import ParallelSpec
+from hp_core.specs.overlap import OverlapSchedule
 
-__all__ = ["PIPELINE_UNPRICED_TRAITS", "PipelineTraitError", "check_pipeline_traits", "split_layers", "validate_layout"]
+__all__ = ["PIPELINE_UNPRICED_TRAITS", "PipelineTraitError", "check_pipeline_traits", "check_userbuffers_layout", "split_layers",
+           "validate_layout"]
 
 # The traits (hp_core.traits.TRAITS) whose behaviour under pipeline parallelism (pp > 1) is not priced, each with why.
 # chunked_cross_entropy: torchtitan runs its ChunkedCELoss under PP (torchtitan/trainer.py passes the loss to the
@@ -51,6 +53,29 @@ def check_pipeline_traits(parallel: ParallelSpec, traits: Iterable[str]) -> None
         return
     for trait in sorted(set(traits) & PIPELINE_UNPRICED_TRAITS.keys()):
         raise PipelineTraitError("$.parallel.pp", f"pp={parallel.pp}: {PIPELINE_UNPRICED_TRAITS[trait]}")
+
+
+def check_userbuffers_layout(parallel: ParallelSpec, schedule: OverlapSchedule | None) -> None:
+    """Refuse TP communication overlap through Transformer Engine's userbuffers (:attr:`OverlapSchedule.userbuffers
+    <hp_core.specs.overlap.OverlapSchedule.userbuffers>`, Megatron-LM's ``--tp-comm-overlap``) at ``tp > 1`` without
+    sequence parallelism, as Megatron-LM does: ``validate_args`` asserts ``args.sequence_parallel`` under
+    ``args.tp_comm_overlap`` (``megatron/training/arguments.py`` lines 1441-1442 at NVIDIA/Megatron-LM@d98e8a6, since
+    116ffddc58, 2023-10-23), and Transformer Engine runs no userbuffers overlap without it (``module/linear.py``
+    lines 1629-1656 at NVIDIA/TransformerEngine@d0067d0: every ``ub_*`` flag ands ``self.sequence_parallel``).
+
+    At ``tp == 1`` it is accepted and prices nothing (no TP collective, and TE's ``sequence_parallel`` is
+    ``tp_size > 1 and ...``): Megatron-LM at d98e8a6 refuses it there too, having turned sequence parallelism off at
+    TP 1 just before the assertion (lines 1433-1439; the order since e1993fa6f7, 2024-11-13), but Megatron-Core
+    before that (r0.8.0 included, the Megatron-LM README's weak-scaling table, whose 1.7B row runs TP 1) asserted
+    first and accepted ``--tp-comm-overlap --sequence-parallel`` at TP 1, and hp keeps pricing those runs.
+
+    Raises:
+        ConfigError: At ``$.parallel.sp``, one line naming the option and what to do.
+    """
+    if schedule is None or not (schedule.tp_comm_overlap and schedule.userbuffers) or parallel.tp == 1 or parallel.sp:
+        return
+    raise ConfigError("$.parallel.sp", f"tp_comm_overlap (--tp-comm-overlap) at tp={parallel.tp} needs sequence "
+                                       "parallelism, as Megatron-LM asserts; set parallel.sp true or tp_comm_overlap false")
 
 
 def validate_layout(parallel: ParallelSpec, body_layers: int, schedule: Schedule | None = None) -> int:

@@ -32,7 +32,7 @@ from hp_core.registry import Registry
 from hp_core.runtime_options import check_reduce_width
 from hp_core.engine.inner_layers import check_switches
 from hp_core.specs import HardwareSpec, LayerGroup, ModelSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
-from hp_core.engine.layout_checks import check_pipeline_traits, split_layers, validate_layout
+from hp_core.engine.layout_checks import check_pipeline_traits, check_userbuffers_layout, split_layers, validate_layout
 from hp_core.engine.stage import StageInputs
 from hp_core.costs import LayerContext, LayerCost
 from hp_core.schedules import Schedule, ScheduleLayout
@@ -451,6 +451,7 @@ def prepare(
     """
     profile, precision, attention = resolve_runtime(registry, runtime, precision, attention)
     check_pipeline_traits(parallel, profile.traits)  # a trait not priced under pp > 1 (layout_checks)
+    check_userbuffers_layout(parallel, None if profile.timing is None else profile.timing.schedule)  # TE userbuffers need SP
     recipe = resolve_recipe(registry, precision)
     check_fp8_attention(recipe, profile)  # FP8 attention the runtime's kernel does not run
     optimizer = resolve_optimizer(registry, precision)

@@ -55,6 +55,15 @@ class OverlapSchedule:
             (:attr:`hp_core.costs.LayerWork.userbuffers_gemms`;
             :mod:`hp_plugins.runtimes.userbuffers`, docs/time.md); empty: none
             (torch's async TP launches no such kernel).
+        userbuffers: ``tp_comm_overlap`` runs through Transformer Engine's
+            userbuffers as Megatron-Core builds them (``--tp-comm-overlap``;
+            not torch's async TP): it needs sequence parallelism at ``tp > 1``
+            (:func:`hp_core.engine.layout_checks.check_userbuffers_layout`), and
+            a layer one of whose Transformer Engine linears Megatron-Core runs no
+            userbuffers for (:attr:`hp_core.costs.LayerWork.refused_userbuffers`:
+            MLA's down projections, the MTP module's ``eh_proj``) is priced
+            without the overlap and its SM margins, as Megatron-Core turns it off
+            there (:mod:`hp_core.engine.timing.layer`).
         overlap_p2p: Pipeline sends and receives run during the stage's
             compute (Megatron-Core's interleaved schedule,
             ``--overlap-p2p-communication``): ``max(0, send - chunk compute)``.
@@ -110,6 +119,7 @@ class OverlapSchedule:
     tp_comm_overlap: bool = False
     tp_overlap_input_grad_reduce_scatter: bool = True
     userbuffers_sm_margins: tuple[tuple[str, int], ...] = attrs.field(default=(), converter=tuple)
+    userbuffers: bool = False
     overlap_p2p: bool = False
     ep_comm_overlap: bool = False
     delay_wgrad: bool = False

@@ -253,7 +253,12 @@ def _one_application(c: MTPConfig, x: LayerContext) -> LayerCost:
     work = None if inner.work is None else attrs.evolve(
         inner.work, collectives=inner.work.collectives + embedding + eh_proj_collectives(x, h) + shared_head,
         gemms=inner.work.gemms + own_gemms, table_elements=0.0,
-        high_precision_gemms=inner.work.high_precision_gemms + head_gemm)
+        high_precision_gemms=inner.work.high_precision_gemms + head_gemm,
+        # eh_proj, a TEColumnParallelLinear in the TE spec (multi_token_prediction.py get_mtp_layer_spec_for_backend),
+        # is built before the inner layers with tp_comm_buffer_name 'mtp_eh_proj' (line 1184 at
+        # NVIDIA/Megatron-LM@d98e8a6), which Megatron-Core's TELinear runs no userbuffers for: it turns TP
+        # communication overlap off for the module (LayerWork.refused_userbuffers).
+        refused_userbuffers=inner.work.refused_userbuffers + ("mtp_eh_proj",))
     return LayerCost(
         params=params,
         activations=own + layer_terms + head,

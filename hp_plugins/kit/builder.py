@@ -19,13 +19,13 @@ import functools
 
 import attrs
 
-from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount, Rerun
+from hp_core.costs import USERBUFFERS_PASSES, ActivationTerm, Flops, LayerContext, LayerCost, ParamCount, Rerun
 from hp_core.linear_modules import LinearModule
 from hp_plugins.kit.eager import EAGER_NORM_BYTES, EAGER_ROPE_BYTES, RESIDUAL_BYTES
 from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, fp32_norm_bytes, norm_params
 from hp_plugins.kit.work import AttentionShape, ExpertShape, decoder_work
 
-__all__ = ["DECODER_MOE_SWITCHES", "DECODER_SWITCHES", "DENSE_MLP_SWITCHES", "FC1_SWITCH", "LayerBuilder", "MOE_LAYER_SWITCH", "RESIDUAL_OPS", "ROPE_OPS", "SELECTIVE_SWITCHES", "SOFTMAX_OPS",
+__all__ = ["DECODER_MOE_SWITCHES", "DECODER_SWITCHES", "DENSE_MLP_SWITCHES", "FC1_SWITCH", "LayerBuilder", "MOE_LAYER_SWITCH", "RESIDUAL_OPS", "ROPE_OPS", "SELECTIVE_SWITCHES", "SOFTMAX_OPS", "USERBUFFERS_NAMES",
            "param_count", "term"]
 
 # Elementwise operations per element (forward), counted from the definitions:
@@ -33,6 +33,10 @@ __all__ = ["DECODER_MOE_SWITCHES", "DECODER_SWITCHES", "DENSE_MLP_SWITCHES", "FC
 # x cos + rotate_half(x) sin (Su et al. 2021, RoFormer, Section 3.4.2): two multiplies, the add and
 # rotate_half's sign flip, 4 per rotated element of q and k.
 SOFTMAX_OPS = 5
+# The tp_comm_buffer_names Megatron-Core's Transformer Engine linears run userbuffers for: TELinear.__init__ turns
+# config.tp_comm_overlap off (on the config every module shares) when built with any other name
+# (megatron/core/extensions/transformer_engine.py lines 1176-1186 at NVIDIA/Megatron-LM@d98e8a6).
+USERBUFFERS_NAMES = ("qkv", "proj", "fc1", "fc2")
 RESIDUAL_OPS = 1
 ROPE_OPS = 4
 # The recompute switches of a layer built of an attention block and an MLP or experts (the terms the
@@ -142,7 +146,10 @@ class LayerBuilder:
         self.module_linears: dict[str, list[int]] = {}
         # (Megatron-Core tp_comm_buffer_name, index in gemm_shapes) of the linears Transformer Engine runs through its
         # userbuffers under TP communication overlap (LayerWork.userbuffers_gemms).
-        self.ub_linears: list[tuple[str, int]] = []
+        self.ub_linears: list[tuple[str, int, tuple[str, ...]]] = []
+        # The tp_comm_buffer_names of its Transformer Engine linears that Megatron-Core's TE extension does not support
+        # (LayerWork.refused_userbuffers): building one turns TP communication overlap off.
+        self.refused_buffers: list[str] = []
 
     def linear_module(self, name: str, params: tuple[str, ...], terms: tuple[str, ...] = (),
                       gathers: tuple[int, int] = (0, 0)) -> None:
@@ -297,7 +304,7 @@ class LayerBuilder:
 
     def linear(self, tokens: int, fan_in: int, fan_out: int, weight: bool = True, shares_input: bool = False,
                original_input: bool = False, routed: bool = False, module: str | None = None,
-               shard: bool = False, ub: str | None = None) -> int | None:
+               shard: bool = False, ub: str | None = None, ub_passes: tuple[str, ...] = USERBUFFERS_PASSES) -> int | None:
         """A matmul's forward FLOPs on this rank (fan_out already per rank).
 
         A linear layer's weight gradient ``dY^T X`` reads its input ``X``
@@ -321,9 +328,17 @@ class LayerBuilder:
             module: The named linear module it belongs to (:meth:`linear_module`), ``None``: none.
             shard: It runs over the rank's own sequence shard under TP with SP, not the gathered micro-batch (a latent
                 projection duplicated on every TP rank): its listed GEMM's rows are ``T / sp``.
-            ub: Its Megatron-Core module's ``tp_comm_buffer_name`` (``qkv``, ``proj``, ``fc1``, ``fc2``) where
-                Transformer Engine runs it through its userbuffers under TP communication overlap
-                (:attr:`LayerWork.userbuffers_gemms <hp_core.costs.LayerWork.userbuffers_gemms>`), ``None``: not.
+            ub: Its Megatron-Core module's ``tp_comm_buffer_name`` where Transformer Engine runs it through its
+                userbuffers under TP communication overlap (``qkv``, ``proj``, ``fc1``, ``fc2``:
+                :attr:`LayerWork.userbuffers_gemms <hp_core.costs.LayerWork.userbuffers_gemms>`) or, any other name,
+                where the module is one of Megatron-Core's ``TELinear`` family, whose constructor turns the overlap off
+                for such a name (:data:`USERBUFFERS_NAMES`; :attr:`LayerWork.refused_userbuffers
+                <hp_core.costs.LayerWork.refused_userbuffers>`); ``None``: not.
+            ub_passes: Of ``fprop``, ``dgrad``, ``wgrad``, the passes Transformer Engine runs through *ub*'s
+                userbuffers: all three for a layernorm-fused column-parallel linear (``TELayerNormColumnParallelLinear``)
+                and a row-parallel one (whose wgrad no config names); ``("fprop",)`` for a ``TEColumnParallelLinear``,
+                to which Megatron-Core passes no bulk overlap (``transformer_engine.py`` lines 1189-1221 at
+                NVIDIA/Megatron-LM@d98e8a6, against 1457-1487 for the layernorm-fused one).
 
         Returns:
             Its index among the layer's listed linears (:attr:`gemm_shapes`), ``None`` for one not listed (a
@@ -348,8 +363,10 @@ class LayerBuilder:
             self.shard_linears.append(index)
         if module is not None:
             self.module_linears.setdefault(module, []).append(index)
-        if ub is not None:
-            self.ub_linears.append((ub, index))
+        if ub in USERBUFFERS_NAMES:
+            self.ub_linears.append((ub, index, tuple(ub_passes)))
+        elif ub is not None:
+            self.refused_buffers.append(ub)
         return index
 
     def rotary_embedding(self, heads: int, rotated: int, width: int) -> None:
@@ -392,6 +409,22 @@ class LayerBuilder:
             return None
         return float(sum(self.matmuls_in_order[1::2]) + self.rerun_always)
 
+    def _userbuffers_reruns(self, reruns: tuple[tuple[str, Rerun], ...], at: int) -> tuple[tuple[str, Rerun], ...]:
+        """*reruns* with their userbuffers GEMMs by position (:attr:`Rerun.userbuffers_linears
+        <hp_core.costs.Rerun.userbuffers_linears>`; the listed linears start at *at* in the layer's GEMMs): a block
+        states those of its per-byte re-run by the linear's index (:attr:`reruns`, the first of *reruns*), a block's
+        forward re-run (an MoE layer's, which :func:`~hp_plugins.kit.work.decoder_work` adds) runs those of its own
+        positions."""
+        named = {at + i: name for name, i, _ in self.ub_linears}
+        out = []
+        for k, (switch, rerun) in enumerate(reruns):
+            if k < len(self.reruns) and rerun.userbuffers_linears:
+                rerun = attrs.evolve(rerun, userbuffers_linears=tuple((n, at + i) for n, i in rerun.userbuffers_linears))
+            elif k >= len(self.reruns) and rerun.forward:
+                rerun = attrs.evolve(rerun, userbuffers_linears=tuple((named[p], p) for p in rerun.positions if p in named))
+            out.append((switch, rerun))
+        return tuple(out)
+
     def build(self) -> LayerCost:
         """The layer: working set = the output gradient + the SP re-gather + the larger block's transients.
 
@@ -409,7 +442,11 @@ class LayerBuilder:
             work = attrs.evolve(work, modules=self._linear_modules(work.gemms))
         if self.ub_linears:  # the listed linears are the last len(gemm_shapes) of the layer's GEMMs
             at = len(work.gemms) - len(self.gemm_shapes)
-            work = attrs.evolve(work, userbuffers_gemms=tuple((name, work.gemms[at + i]) for name, i in self.ub_linears))
+            work = attrs.evolve(work, userbuffers_gemms=tuple((name, work.gemms[at + i], passes)
+                                                               for name, i, passes in self.ub_linears),
+                                reruns=self._userbuffers_reruns(work.reruns, at))
+        if self.refused_buffers:
+            work = attrs.evolve(work, refused_userbuffers=tuple(dict.fromkeys(self.refused_buffers)))
         return LayerCost(
             params=tuple(self.params),
             activations=tuple(self.terms),

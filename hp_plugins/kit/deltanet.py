@@ -314,8 +314,11 @@ def gated_deltanet_mixer(b: LayerBuilder, c: GatedDeltaNetFields, act_name: str)
     per_head = 5 * (dk + dv) * act + 2 * _FP32_BYTES + act
     b.block_grads.append(states + T * (nv // t) * per_head)
 
-    b.linear(T, h, (2 * K + 2 * V + 2 * nv) // t)  # Megatron-Core's one in_proj (qkvzba)
-    b.linear(T, V // t, h)
+    # Megatron-Core's one in_proj (qkvzba) and out_proj, tp_comm_buffer_name 'fc1' and 'fc2'
+    # (ssm/gated_delta_net/common.py lines 221 and 284 at NVIDIA/Megatron-LM@d98e8a6): the fc1 and fc2 userbuffers
+    # under TP communication overlap.
+    b.linear(T, h, (2 * K + 2 * V + 2 * nv) // t, ub="fc1")
+    b.linear(T, V // t, h, ub="fc2")
     # A TP block as attention is: column-parallel in_proj, row-parallel out_proj, so its input is
     # gathered and its output reduced over TP (the kit prices the collectives: hp_plugins.kit.work).
     b.tp_blocks += 1

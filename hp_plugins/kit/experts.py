@@ -291,8 +291,13 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float, layer_s
         b.keep("shared_gathered", b.gathered, "gather")
         shared_wide = swiglu(b, "shared_", T, I // t, gated, c.hidden_act, fc1_switch=sw)
         grads = max(grads, (fc1 + 1) * shared_wide)
-        b.linear(T, h, fc1 * I // t)
-        b.linear(T, I // t, h)
+        # Megatron-Core's SharedExpertMLP is an MLP (moe/shared_experts.py at NVIDIA/Megatron-LM@d98e8a6): its
+        # linear_fc1 and linear_fc2, tp_comm_buffer_name 'fc1' and 'fc2' (transformer/mlp.py lines 228 and 251),
+        # run the fc1 and fc2 userbuffers under TP communication overlap. Its fc1 is a TEColumnParallelLinear
+        # (models/gpt/moe_module_specs.py get_moe_module_spec_for_backend: backend.column_parallel_linear(), its
+        # norm the MoE layer's own), to which Megatron-Core passes no bulk overlap: its forward alone (ub_passes).
+        b.linear(T, h, fc1 * I // t, ub="fc1", ub_passes=("fprop",))
+        b.linear(T, I // t, h, ub="fc2")
         if placed:
             b.matmuls_in_order += [2 * T * h * I // t] * fc1 + [2 * T * I // t * h]
     b.block_grads.append(grads)

@@ -100,15 +100,18 @@ def mlp(b: LayerBuilder, c: MLPFields, norm: str, hidden_dropout: float, fc1_swi
         # FC1's re-run (and FC2's where the trainer re-runs the whole MLP) per byte of the FC1 outputs dropped.
         whole = "dense_mlp_checkpoint" in x.traits
         flops_per_element = 2 * h * (fc1 + I) / fc1 if whole else 2 * h
-        # The userbuffers GEMMs (ub= below) it re-runs, whose forward SM margin it pays again.
-        b.reruns.append((fc1_switch, Rerun(matmul_flops_per_byte=flops_per_element / b.act,
-                                           userbuffers_blocks=("fc1", "fc2") if whole else ("fc1",))))
     # Backward: the gradients of the FC2 input and of the FC1 outputs, alive together.
     b.block_grads.append((3 if c.gated_mlp else 2) * wide)
     # Megatron-Core's linear_fc1 and linear_fc2, tp_comm_buffer_name 'fc1' and 'fc2' (transformer/mlp.py lines 228
     # and 251 at NVIDIA/Megatron-LM@d98e8a6): userbuffers GEMMs under TP communication overlap.
-    b.linear(T, h, fc1 // t, ub="fc1")
-    b.linear(T, I // t, h, ub="fc2")
+    fc1_index = b.linear(T, h, fc1 // t, ub="fc1")
+    fc2_index = b.linear(T, I // t, h, ub="fc2")
+    if fc1_switch is not None:
+        # The userbuffers GEMMs it re-runs (this block's own, by index: a layer may run another fc1, a mixer's
+        # in_proj), whose forward SM margin it pays again.
+        b.reruns.append((fc1_switch, Rerun(matmul_flops_per_byte=flops_per_element / b.act,
+                                           userbuffers_linears=(("fc1", fc1_index), ("fc2", fc2_index)) if whole
+                                           else (("fc1", fc1_index),))))
     # torchtitan's FeedForward.forward: w2(silu(w1(x)) * w3(x)), so w1, w3, w2; ungated fc1, fc2. Counted only
     # after a block whose matmuls are known (the GQA attention's four): elsewhere the order is not known.
     if b.matmuls_in_order:

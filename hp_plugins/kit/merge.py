@@ -39,7 +39,7 @@ _ADDED = ("grouped_flops", "attention_calls", "fused_softmax_flops", "copy_bytes
           "permute_input_bytes", "router_elements", "table_elements", "frozen_matmul_flops", "rotary_flops")
 # LayerWork tuples: each layer's entries, in layer order.
 _JOINED = ("collectives", "gemms", "expert_gemms", "frozen_gemms", "high_precision_gemms", "original_input_gemms",
-           "userbuffers_gemms")
+           "userbuffers_gemms", "refused_userbuffers")
 # The attention core's record, read where a layer runs a core (attention calls, an SSD scan or attention FLOPs).
 _CORE = ("wide_qk_attention", "ssd_scan", "attention_head_dims", "local_mask")
 # The routed experts' record, read where a layer routes tokens to experts.
@@ -102,7 +102,7 @@ def _reruns(costs: Sequence[LayerCost], where: str) -> tuple[tuple[str, Rerun], 
                                   seen.permutation or rerun.permutation, seen.positions + rerun.positions,
                                   seen.high_precision_positions + rerun.high_precision_positions,
                                   seen.original_input_positions + rerun.original_input_positions,
-                                  tuple(dict.fromkeys(seen.userbuffers_blocks + rerun.userbuffers_blocks)))
+                                  seen.userbuffers_linears + rerun.userbuffers_linears)
     return tuple(found.items())
 
 

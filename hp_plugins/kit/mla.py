@@ -81,11 +81,12 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
         b.keep("q_latent", T * r * act)
         b.keep("q_latent_norm_out", T * r * act, latent, gemm_input="owned")
         b.keep("q_latent_norm_fp32", fp32_norm_bytes(T, r, head_norm(c.norm), x.traits), latent)
-        b.linear(T, h, r)
+        # linear_q_down_proj, tp_comm_buffer_name 'q_down_proj' (a TELinear: no userbuffers, LayerBuilder.linear ub).
+        b.linear(T, h, r, ub="q_down_proj")
         b.linear(T, r, a * qk // t)
     else:
         b.param("q_proj", h * a * qk, True, matrices=((1, a * qk // t, h),))
-        b.linear(T, h, a * qk // t)
+        b.linear(T, h, a * qk // t, ub="q_proj")  # linear_q_proj, a TEColumnParallelLinear named 'q_proj'
     kv_a = c.kv_lora_rank + c.qk_rope_head_dim
     b.param("kv_a_proj_with_mqa", h * kv_a + kv_a * c.attention_bias, False, matrices=((1, kv_a, h),))
     b.param("kv_a_layernorm", c.kv_lora_rank, False)
@@ -125,9 +126,15 @@ def mla_attention(b: LayerBuilder, c: MLAFields) -> None:
            attention_saved=kernel_out, original_input=proj_original)
     if x.attention != "eager":
         b.block_grads.append(T * a * (2 * qk + c.v_head_dim) * act // t + T * (a // t) * x.precision.lse_bytes)
-    b.linear(T, h, kv_a, shares_input=True)  # the attention norm's output, as q's projection
+    # Megatron-Core's MLA linears (multi_latent_attention.py at NVIDIA/Megatron-LM@d98e8a6): linear_proj, built
+    # first, 'proj' (line 230); linear_q_proj 'q_proj' (520) or linear_q_down_proj 'q_down_proj' (546) and
+    # linear_kv_down_proj 'kv_down_proj' (593), TELinear or TEColumnParallelLinear in the TE spec
+    # (gpt_layer_specs.py backend.linear(), column_parallel_linear()), whose constructor turns tp_comm_overlap off
+    # for a name it runs no userbuffers for (LayerWork.refused_userbuffers). The up projections (q_up_proj,
+    # kv_up_proj), built after kv_down_proj, are not marked.
+    b.linear(T, h, kv_a, shares_input=True, ub="kv_down_proj")  # the attention norm's output, as q's projection
     b.linear(T, c.kv_lora_rank, a * (c.qk_nope_head_dim + c.v_head_dim) // t)
-    b.linear(T, a * c.v_head_dim // t, h, original_input=proj_original)
+    b.linear(T, a * c.v_head_dim // t, h, original_input=proj_original, ub="proj")
     # Forward order as torchtitan's DeepSeek-V3 Attention calls them (torchtitan/models/deepseek_v3/model/model.py
     # at 0cfbd0b3: wq or wq_a, wq_b; wkv_a; wkv_b; wo), for its op-level SAC (LayerWork.alternate_matmul_flops).
     q_path = [2 * T * h * c.q_lora_rank, 2 * T * c.q_lora_rank * a * qk // t] if c.q_lora_rank is not None else [2 * T * h * a * qk // t]

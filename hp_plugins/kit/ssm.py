@@ -243,9 +243,11 @@ def mamba2_mixer(b: LayerBuilder, c: Mamba2Fields, norm: str = "rmsnorm") -> Non
         b.block_grads.append(T * proj * act // t + T * conv * act + 2 * states + tiles)
         b.ssd_scan = True  # mamba_ssm's Triton scan kernels, priced at the device's SSD figures where stated
     # Megatron-Core's mixer.in_proj (layernorm-fused, column-parallel: its input the pre-norm's output, gathered under
-    # SP) and mixer.out_proj (row-parallel), mamba_mixer.py at NVIDIA/Megatron-LM@d98e8a6.
-    b.linear(T, h, proj // t, module="mamba_in_proj")
-    b.linear(T, inner, h, module="mamba_out_proj")
+    # SP) and mixer.out_proj (row-parallel), mamba_mixer.py at NVIDIA/Megatron-LM@d98e8a6, built with
+    # tp_comm_buffer_name 'fc1' (line 291) and 'fc2' (line 447): under TP communication overlap Transformer Engine
+    # runs them through the fc1 and fc2 userbuffers (and their SM margins).
+    b.linear(T, h, proj // t, module="mamba_in_proj", ub="fc1")
+    b.linear(T, inner, h, module="mamba_out_proj", ub="fc2")
     b.linear_module("mamba_in_proj", ("in_proj",), ("mamba_norm_out", "mamba_gathered"), (1, 0))
     b.linear_module("mamba_out_proj", ("out_proj",), ("out_proj_in", "ssm_out_proj_in"), (0, 1))
     b.tp_blocks += 1

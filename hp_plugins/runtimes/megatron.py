@@ -162,7 +162,8 @@ class _TpCommOverlap:
     stated) on every rank."""
 
     def __call__(self, runtime: Runtime, value: bool) -> Runtime:
-        runtime = SetSchedule("tp_comm_overlap")(runtime, value)
+        # The flag, and that the overlap runs through TE's userbuffers as Megatron-Core builds them.
+        runtime = SetSchedule(("tp_comm_overlap", "userbuffers"))(runtime, value)
         if not value:
             return runtime
         by_architecture = {name: (every + _UB_STREAMS * _TE_WORKSPACES[name][0], expert)
@@ -285,11 +286,13 @@ OPTIONS = (
         "tp_comm_overlap", "bool", False,
         "--tp-comm-overlap: TE userbuffers split TP all-gathers and reduce-scatters into tp chunks pipelined with "
         "their GEMMs; exposed max(comm - GEMMs, comm / tp) per layer and direction; their GEMMs' cuBLAS workspace, "
-        "three of the device's workspace size, on every rank",
+        "three of the device's workspace size, on every rank; needs parallel.sp at tp > 1 (Megatron-LM asserts it); "
+        "a layer with a TE linear Megatron-Core runs no userbuffers for (MLA, the MTP module) runs without it",
         f"{_ARGS} --tp-comm-overlap; transformer_engine/pytorch/module/base.py initialize_ub; Wang et al. 2023 "
         "(ASPLOS, 'Overlap communication with dependent computation via decomposition'); the workspace: "
         "NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/cpp_extensions/gemm.py get_cublas_workspace "
-        "(ub=True, _NUM_MAX_UB_STREAMS = 3, since e1edaae)",
+        "(ub=True, _NUM_MAX_UB_STREAMS = 3, since e1edaae); the SP assertion: megatron/training/arguments.py lines 1441-1442 "
+        "at NVIDIA/Megatron-LM@d98e8a6; the turning off: megatron/core/extensions/transformer_engine.py lines 1176-1186",
         _TpCommOverlap(),
     ),
     RuntimeOption(

@@ -31,8 +31,16 @@ GEMM of ``qkv`` and ``fc1`` (overlapping the bulk reduce-scatter of their input 
 launches none). The blocks are Megatron-Core's modules with a ``tp_comm_buffer_name``
 (NVIDIA/Megatron-LM@d98e8a6): ``qkv`` (``transformer/attention.py`` line 1701, the fused query/key/value
 projection, an output gate included), ``proj`` (line 422), ``fc1`` and ``fc2`` (``transformer/mlp.py`` lines 228 and
-251); hp marks the dense attention's and the dense MLP's (:attr:`hp_core.costs.LayerWork.userbuffers_gemms`), not
-MLA's, Mamba's, a shared expert's or the routed experts' (grouped GEMMs run no userbuffer).
+251), and the modules built with those names: a Mamba mixer's ``in_proj`` and ``out_proj`` (``fc1``, ``fc2``:
+``ssm/mamba_mixer.py`` lines 291 and 447), a Gated DeltaNet's (``ssm/gated_delta_net/common.py`` lines 221 and 284), a
+shared expert's ``linear_fc1`` and ``linear_fc2`` (``SharedExpertMLP`` is an ``MLP``, ``moe/shared_experts.py``) and
+MLA's ``linear_proj`` (``proj``, ``multi_latent_attention.py`` line 230); hp marks each
+(:attr:`hp_core.costs.LayerWork.userbuffers_gemms`) with the passes Transformer Engine runs through the userbuffers
+(a ``TEColumnParallelLinear``, the shared expert's fc1, only its forward: Megatron-Core passes it no bulk overlap,
+``extensions/transformer_engine.py`` lines 1189-1221). The routed experts' grouped GEMMs run no userbuffer. A module
+built with another name in Megatron-Core's ``TELinear`` family turns ``tp_comm_overlap`` off on the config every
+later module is built with (lines 1176-1186): MLA's ``q_down_proj`` / ``q_proj`` and ``kv_down_proj``, the MTP
+module's ``mtp_eh_proj``; hp prices such a layer without the overlap (:attr:`hp_core.costs.LayerWork.refused_userbuffers`).
 """
 
 from __future__ import annotations

@@ -107,16 +107,16 @@ def test_a_checkpointed_mlp_re_run_pays_fc2s_forward_margin_again():
     # Megatron-Core's mlp module re-runs FC1 and FC2 forward through their userbuffers (te_checkpoint): under TE's
     # default fc2_fprop (pipeline, 16 SMs) is tiled for 116 of 132 SMs again; fc1_fprop is a ring exchange, no margin.
     r = _rates(sm_margins("te_default"))
-    assert userbuffers_rerun_seconds(_work(), r, ("fc1", "fc2")) == pytest.approx(_seconds(FC2) * (132 / 116 - 1))
-    assert userbuffers_rerun_seconds(_work(), r, ("fc1",)) == 0.0  # FC1 alone re-run: no forward margin
+    assert userbuffers_rerun_seconds(_work(), r, (("fc1", 2), ("fc2", 3))) == pytest.approx(_seconds(FC2) * (132 / 116 - 1))
+    assert userbuffers_rerun_seconds(_work(), r, (("fc1", 2),)) == 0.0  # FC1 alone re-run: no forward margin
     # Megatron-Bridge's bf16 H100 config: fc2 forward 16 SMs, proj 24 (not re-run by the mlp module).
     named = _rates(sm_margins("userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"))
-    assert userbuffers_rerun_seconds(_work(), named, ("fc1", "fc2")) == pytest.approx(_seconds(FC2) * (132 / 116 - 1))
-    assert userbuffers_rerun_seconds(_work(), _rates(sm_margins("te_1x_default")), ("fc1", "fc2")) == 0.0
+    assert userbuffers_rerun_seconds(_work(), named, (("fc1", 2), ("fc2", 3))) == pytest.approx(_seconds(FC2) * (132 / 116 - 1))
+    assert userbuffers_rerun_seconds(_work(), _rates(sm_margins("te_1x_default")), (("fc1", 2), ("fc2", 3))) == 0.0
     with pytest.raises(ConfigError, match="sm_count"):
-        userbuffers_rerun_seconds(_work(), _rates(sm_margins("te_default"), sm_count=None), ("fc1", "fc2"))
+        userbuffers_rerun_seconds(_work(), _rates(sm_margins("te_default"), sm_count=None), (("fc1", 2), ("fc2", 3)))
     with pytest.raises(ConfigError, match=r"fc2_fprop's num_sm 132 leaves the GEMM none of the device's 132 SMs"):
-        userbuffers_rerun_seconds(_work(), _rates((("fc2_fprop", 132),)), ("fc2",))
+        userbuffers_rerun_seconds(_work(), _rates((("fc2_fprop", 132),)), (("fc2", 3),))
 
 
 def test_the_dense_mlp_states_the_userbuffers_gemms_its_re_run_runs_again():
@@ -124,9 +124,10 @@ def test_the_dense_mlp_states_the_userbuffers_gemms_its_re_run_runs_again():
     tp2 = ParallelSpec(tp=2, sp=True, dp=4, seq_len=1024, micro_batch_size=2, global_batch_size=16)
     kind = REGISTRY.layer_kind("dense", "$")
     whole = kind.evaluate(config, layer_context(tp2, PrecisionSpec(), "flash", traits=frozenset({"dense_mlp_checkpoint"})))
-    assert whole.work.rerun("ffFc1").userbuffers_blocks == ("fc1", "fc2")
+    # By place: fc1 and fc2 are the layer's last two GEMMs (after qkv and proj).
+    assert whole.work.rerun("ffFc1").userbuffers_linears == (("fc1", 2), ("fc2", 3))
     fc1_only = kind.evaluate(config, layer_context(tp2, PrecisionSpec(), "flash"))
-    assert fc1_only.work.rerun("ffFc1").userbuffers_blocks == ("fc1",)
+    assert fc1_only.work.rerun("ffFc1").userbuffers_linears == (("fc1", 2),)
 
 
 def test_the_dense_layer_marks_its_attention_and_mlp_linears_as_userbuffers_gemms():
@@ -134,9 +135,10 @@ def test_the_dense_layer_marks_its_attention_and_mlp_linears_as_userbuffers_gemm
     tp2 = ParallelSpec(tp=2, sp=True, dp=4, seq_len=1024, micro_batch_size=2, global_batch_size=16)
     cost = REGISTRY.layer_kind("dense", "$").evaluate(config, layer_context(tp2, PrecisionSpec(), "flash"))
     # qkv: H + 2 x 4 KV heads of 64 = 1,536 wide, over TP 2; proj 1,024 / 2 in; fc1 gated 2 x 4,096 / 2; fc2 4,096 / 2 in.
-    assert cost.work.userbuffers_gemms == (("qkv", (T, 768, H)), ("proj", (T, H, 512)), ("fc1", (T, 4096, H)),
-                                           ("fc2", (T, H, 2048)))
-    assert all(g in cost.work.gemms for _, g in cost.work.userbuffers_gemms)
+    every = ("fprop", "dgrad", "wgrad")  # layernorm-fused column-parallel and row-parallel linears: every pass
+    assert cost.work.userbuffers_gemms == (("qkv", (T, 768, H), every), ("proj", (T, H, 512), every),
+                                           ("fc1", (T, 4096, H), every), ("fc2", (T, H, 2048), every))
+    assert all(g in cost.work.gemms for _, g, _ in cost.work.userbuffers_gemms)
 
 
 def test_presets_state_their_sm_counts():

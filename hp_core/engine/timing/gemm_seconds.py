@@ -288,7 +288,8 @@ def userbuffers_margin_seconds(work: LayerWork, r: _Rates) -> tuple[float, float
 
     Transformer Engine tiles such a GEMM for ``sm_count - num_sm`` SMs (cuBLASLt's SM-count target,
     ``comm_gemm_overlap.cpp`` ``_math_sms`` at NVIDIA/TransformerEngine@d0067d0): hp prices each of its passes
-    (``<block>_fprop``, ``_dgrad``, ``_wgrad``) at its own time times :func:`margin_factor`. A pass's own time is
+    (``<block>_fprop``, ``_dgrad``, ``_wgrad``, those of them it runs through userbuffers) at its own time times
+    :func:`margin_factor`. A pass's own time is
     :func:`_matmul_seconds` of that GEMM alone (its input-gradient pass the backward less the weight-gradient part), divided by the recipe's forward or backward speedup where the layer quantizes it
     (not one of its :attr:`~hp_core.costs.LayerWork.high_precision_gemms`; a module in a format of its own is priced
     at the recipe's speedup here); a frozen weight runs no weight-gradient pass.
@@ -303,8 +304,8 @@ def userbuffers_margin_seconds(work: LayerWork, r: _Rates) -> tuple[float, float
     high, frozen = list(work.high_precision_gemms), list(work.frozen_gemms)
     quantized_scope = r.low_precision and r.gemm_scope != "experts"
     fwd = bwd = wgrad = 0.0
-    for block, gemm in work.userbuffers_gemms:
-        passes = [margins.get(f"{block}_{p}", 0) for p in ("fprop", "dgrad", "wgrad")]
+    for block, gemm, runs in work.userbuffers_gemms:
+        passes = [margins.get(f"{block}_{p}", 0) if p in runs else 0 for p in ("fprop", "dgrad", "wgrad")]
         if not any(passes):
             continue
         f, b, w = _matmul_seconds(_flops((gemm,)), 0.0, attrs.evolve(work, gemms=(gemm,), expert_gemms=()), r)
@@ -324,22 +325,24 @@ def userbuffers_margin_seconds(work: LayerWork, r: _Rates) -> tuple[float, float
     return fwd, bwd, wgrad
 
 
-def userbuffers_rerun_seconds(work: LayerWork, r: _Rates, blocks: tuple[str, ...]) -> float:
+def userbuffers_rerun_seconds(work: LayerWork, r: _Rates, linears: tuple[tuple[str, int], ...]) -> float:
     """Seconds a per-byte re-run (:attr:`Rerun.matmul_flops_per_byte <hp_core.costs.Rerun.matmul_flops_per_byte>`)
-    adds where the userbuffers GEMMs it runs again (*blocks*, :attr:`Rerun.userbuffers_blocks
-    <hp_core.costs.Rerun.userbuffers_blocks>`) run their forward with an SM margin (``<block>_fprop`` in
-    ``r.ub_margins``): Transformer Engine re-runs a checkpointed module's forward through the same userbuffers
-    (Megatron-Core's ``mlp`` module: ``fc2_fprop``, a ``pipeline`` with a margin in TE's default config). Each such
-    GEMM at the rate the re-run prices its FLOPs (``peak * matmul``) times ``margin_factor - 1``.
+    adds where the userbuffers GEMMs it runs again (*linears*, ``(tp_comm_buffer_name, position in work.gemms)``:
+    :attr:`Rerun.userbuffers_linears <hp_core.costs.Rerun.userbuffers_linears>`) run their forward with an SM margin
+    (``<block>_fprop`` in ``r.ub_margins``): Transformer Engine re-runs a checkpointed module's forward through the
+    same userbuffers (Megatron-Core's ``mlp`` module: ``fc2_fprop``, a ``pipeline`` with a margin in TE's default
+    config). Each such GEMM at the rate the re-run prices its FLOPs (``peak * matmul``) times ``margin_factor - 1``.
 
     Raises:
-        ConfigError: A margin applies and the hardware states no ``sm_count``.
+        ConfigError: A margin applies and the hardware states no ``sm_count``, or a position is not the layer's.
     """
     margins = dict(r.ub_margins)
-    named = [(block, gemm) for block, gemm in work.userbuffers_gemms
-             if block in blocks and margins.get(f"{block}_fprop", 0)]
+    named = [(block, p) for block, p in linears if margins.get(f"{block}_fprop", 0)]
     if not named:
         return 0.0
     sm_count = _needs_sm_count(r)
-    return sum(_flops((gemm,)) / (r.peak * r.matmul)
-               * (margin_factor(sm_count, margins[f"{block}_fprop"], f"{block}_fprop") - 1.0) for block, gemm in named)
+    if any(not 0 <= p < len(work.gemms) for _, p in named):
+        raise ConfigError("$.model", f"a re-run's userbuffers GEMMs {named} are not at positions of the layer's "
+                                     f"{len(work.gemms)} GEMMs")
+    return sum(_flops((work.gemms[p],)) / (r.peak * r.matmul)
+               * (margin_factor(sm_count, margins[f"{block}_fprop"], f"{block}_fprop") - 1.0) for block, p in named)

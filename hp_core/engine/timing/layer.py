@@ -137,6 +137,12 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         r = attrs.evolve(r, low_precision=False, gemm_speedup=1.0, gemm_speedup_backward=1.0, quant_input_fwd=0.0,
                          quant_input_bwd=0.0, quant_grad=0.0, quant_weight=0.0, quant_original_fwd=0.0, quant_original_bwd=0.0, gather_share=1.0, gemm_scope="all",
                          attn_speedup=(1.0, 1.0), mla_attn_speedup=(1.0, 1.0))
+    if r.userbuffers and work.refused_userbuffers:
+        # A layer building a TE linear Megatron-Core runs no userbuffers for (MLA's q_down_proj and kv_down_proj, the
+        # MTP module's eh_proj): TELinear.__init__ sets the shared config's tp_comm_overlap False
+        # (megatron/core/extensions/transformer_engine.py lines 1176-1186 at NVIDIA/Megatron-LM@d98e8a6), so its TP
+        # collectives run unsplit and no GEMM leaves SMs to a userbuffers kernel (LayerWork.refused_userbuffers).
+        r = attrs.evolve(r, tp_comm_overlap=False, ub_margins=(), userbuffers=False)
     # Compute.
     grouped = min(work.grouped_flops, f.matmul_flops)
     mm_fwd, mm_bwd, _ = _matmul_seconds(f.matmul_flops - grouped, grouped, work, r)
@@ -264,7 +270,9 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
                 continue
             if rerun is not None:  # what the layer states its recompute re-runs (LayerWork.reruns)
                 flops = rerun.matmul_flops_per_byte * nbytes
-                recompute += flops / (r.peak * r.matmul) + rerun.copy_bytes / r.memory + userbuffers_rerun_seconds(work, r, rerun.userbuffers_blocks)
+                recompute += flops / (r.peak * r.matmul) + rerun.copy_bytes / r.memory
+                # Its userbuffers GEMMs' forward margins again: with the block's forward where it re-runs one.
+                recompute += 0.0 if rerun.forward else userbuffers_rerun_seconds(work, r, rerun.userbuffers_linears)
                 recomputed_flops += flops
                 if rerun.forward:
                     block_seconds, block_flops = _block_forward(switch, rerun, work, r, permute_fwd, router_fwd, unit)
@@ -325,6 +333,9 @@ def _block_forward(switch: str, rerun: Rerun, work: LayerWork, r: _Rates, permut
     quant = 0.0
     if r.low_precision:
         fwd, _, quant, _ = _low_precision_seconds(dense, grouped, block, r, fwd, bwd)
+    if rerun.userbuffers_linears:  # its userbuffers GEMMs' forward SM margins again (a shared expert's fc2_fprop)
+        fwd += userbuffers_margin_seconds(attrs.evolve(block, userbuffers_gemms=tuple(
+            (name, work.gemms[p], ("fprop",)) for name, p in rerun.userbuffers_linears)), r)[0]
     seconds = fwd + quant + ((router_fwd + permute_fwd) if rerun.permutation else 0.0)
     if r.host is not None and r.host.floors(unit):
         host = r.host

@@ -53,7 +53,9 @@ def _inside_rerun(rerun: Rerun, outside: frozenset[int]) -> Rerun:
     kept = [(p, g) for p, g in zip(rerun.positions, rerun.gemms) if p not in outside]
     return attrs.evolve(rerun, gemms=tuple(g for _, g in kept), positions=_renumbered(rerun.positions, outside),
                         high_precision_positions=_renumbered(rerun.high_precision_positions, outside),
-                        original_input_positions=_renumbered(rerun.original_input_positions, outside))
+                        original_input_positions=_renumbered(rerun.original_input_positions, outside),
+                        userbuffers_linears=tuple((n, _renumbered((p,), outside)[0]) for n, p in rerun.userbuffers_linears
+                                                  if p not in outside))
 
 
 def _inside_module(module: LinearModule, outside: frozenset[int]) -> LinearModule:

@@ -202,6 +202,8 @@ class _Rates:
     tp_overlap_bwd_rs: bool = True  # OverlapSchedule.tp_overlap_input_grad_reduce_scatter
     # OverlapSchedule.userbuffers_sm_margins where tp_comm_overlap runs (tp > 1), else (); HardwareSpec.sm_count.
     ub_margins: tuple[tuple[str, int], ...] = ()
+    # OverlapSchedule.userbuffers where tp_comm_overlap runs: a layer refusing its userbuffers runs no TP overlap.
+    userbuffers: bool = False
     sm_count: int | None = None
     ep_comm_overlap: bool = False
     delay_wgrad: bool = False  # OverlapSchedule.delay_wgrad
@@ -401,6 +403,7 @@ def _rates(
         tp_comm_overlap=timing.schedule.tp_comm_overlap,
         ub_margins=timing.schedule.userbuffers_sm_margins if timing.schedule.tp_comm_overlap and parallel.tp > 1 else (),
         sm_count=hardware.sm_count,
+        userbuffers=timing.schedule.tp_comm_overlap and timing.schedule.userbuffers,
         tp_overlap_bwd_rs=timing.schedule.tp_overlap_input_grad_reduce_scatter, ep_comm_overlap=timing.schedule.ep_comm_overlap,
         delay_wgrad=_delay_wgrad(timing), host=timing.host, alternate_mm_switches=timing.alternate_matmul_recompute,
         alternate_also=timing.alternate_policy_recomputes, eager_elementwise=timing.eager_elementwise,
