@@ -18,7 +18,7 @@ import attrs
 from hp_core.collectives import Routing
 from hp_core.layer_context import LayerContext
 from hp_core.linear_modules import LinearModule
-from hp_core.reruns import Rerun, WholeCheckpoint
+from hp_core.reruns import Rerun, WholeCheckpoint, userbuffers_entries
 from hp_core.score_masks import LocalMask
 from hp_core.traits import TRAITS
 
@@ -37,11 +37,7 @@ __all__ = [
     "Rerun",
     "SWITCHES",
     "TRAITS",
-    "USERBUFFERS_PASSES",
 ]
-
-# A userbuffers GEMM's passes (LayerWork.userbuffers_gemms): Transformer Engine's <name>_fprop, _dgrad, _wgrad.
-USERBUFFERS_PASSES = ("fprop", "dgrad", "wgrad")
 
 # The built-in kinds' recompute switches (docs/recompute.md), in the order settings are listed; a
 # kind declares the ones it has and may declare its own names (switch_name checks their form).
@@ -108,8 +104,7 @@ class ParamCount:
         elements: Elements in the model (what Hugging Face counts).
         tp_split: Whether tensor parallelism splits them (else every TP rank holds them whole).
         stored_elements: Elements the trainer allocates, padding included
-            (e.g. a vocabulary padded to a multiple of ``128 * tp``); equal to
-            ``elements`` when omitted.
+            (e.g. a vocabulary padded to a multiple of ``128 * tp``); equal to ``elements`` when omitted.
         shared_with: The kind whose parameter this is, for a tied weight (the
             output head's weight tied to the embedding): counted once in the
             model's totals, held again by a stage that does not hold the owner.
@@ -169,10 +164,8 @@ class ActivationTerm:
     Attributes:
         op: The tensor kept (``"attn_norm_out"``, ``"softmax_out"``, ...).
         bytes: Bytes on one rank for one micro-batch.
-        switch: The recompute switch that drops it (``None``: kept unless the
-            layer is recomputed fully).
-        tp_split: Whether the bytes are already divided by ``tp`` (informative,
-            used by census exports and tests).
+        switch: The recompute switch that drops it (``None``: kept unless the layer is recomputed fully).
+        tp_split: Whether the bytes are already divided by ``tp`` (informative, used by census exports and tests).
         gemm_input: The tensor is a linear layer's input, kept for its weight
             gradient: ``"owned"`` when the linear layer is its only keeper (a
             low-precision recipe keeps its quantized copy instead), ``"shared"``
@@ -277,8 +270,7 @@ class Collective:
         op: ``all_gather``, ``reduce_scatter``, ``all_reduce``, ``all_to_all``
             or ``p2p`` (a send to one neighbour and a receive from the other).
         bytes: The buffer, NCCL's convention: all-gather's gathered output,
-            reduce-scatter's input, all-reduce's buffer, all-to-all's send
-            buffer, a send's message.
+            reduce-scatter's input, all-reduce's buffer, all-to-all's send buffer, a send's message.
         forward_calls: Calls in the layer's forward.
         backward_calls: Calls in its backward.
         rerun_switch: A recompute switch whose recompute issues the forward
@@ -379,20 +371,10 @@ class LayerWork:
             last layers a run keeps in bf16, :attr:`PrecisionSpec.high_precision_layers_at_start
             <hp_core.specs.precision.PrecisionSpec.high_precision_layers_at_start>`): it takes no GEMM speedup,
             quantizes nothing and gathers its inputs in the compute dtype. Set by the engine, not by a kind.
-        userbuffers_gemms: ``(tp_comm_buffer_name, gemm, passes)`` of :attr:`gemms` TE's userbuffers run (an SM
-            margin slows): *passes* those of ``fprop``, ``dgrad``, ``wgrad`` it runs through them (Transformer Engine's
-            ``Linear`` at NVIDIA/TransformerEngine@d0067d0 ``module/linear.py`` lines 1629-1656: a column-parallel
-            ``TEColumnParallelLinear`` only its forward, Megatron-Core passing it no bulk overlap; a layernorm-fused
-            ``TELayerNormColumnParallelLinear`` all three; a row-parallel one its forward and input gradient). A pair
-            ``(name, gemm)`` is read as all three passes (a pass its config names no GEMM for, ``proj_wgrad``, takes
-            no margin).
-        refused_userbuffers: The ``tp_comm_buffer_name`` of its Transformer Engine linears that Megatron-Core's TE
-            extension runs no userbuffers for (MLA's ``q_down_proj``, ``kv_down_proj``): building one turns
-            ``tp_comm_overlap`` off on the config the model's modules share (``TELinear.__init__``,
-            ``megatron/core/extensions/transformer_engine.py`` lines 1176-1186 at NVIDIA/Megatron-LM@d98e8a6), so a
-            runtime whose overlap runs through those userbuffers (:attr:`OverlapSchedule.userbuffers
-            <hp_core.specs.overlap.OverlapSchedule.userbuffers>`) prices no TP overlap and no SM margin on the
-            layer (:mod:`hp_core.engine.timing.layer`).
+        userbuffers_gemms: ``(tp_comm_buffer_name, gemm, passes)`` of :attr:`gemms` TE's userbuffers run, *passes* the
+            ones of ``fprop``, ``dgrad``, ``wgrad`` they run (an SM margin slows; a pair: all three; docs/time.md).
+        refused_userbuffers: Names of its TE linears Megatron-Core runs no userbuffers for (MLA's ``kv_down_proj``),
+            which turn ``tp_comm_overlap`` off (:attr:`OverlapSchedule.userbuffers <hp_core.specs.overlap.OverlapSchedule.userbuffers>`).
         modules: Its named linear modules (:class:`~hp_core.linear_modules.LinearModule`), which a run may give a format
             of their own (``PrecisionSpec.module_formats``, :mod:`hp_core.engine.module_formats`).
     """
@@ -429,9 +411,7 @@ class LayerWork:
     local_mask: LocalMask | None = None
     quantized: bool = True
     modules: tuple[LinearModule, ...] = attrs.field(default=(), converter=tuple)
-    userbuffers_gemms: tuple[tuple[str, tuple[int, int, int], tuple[str, ...]], ...] = attrs.field(
-        default=(), converter=lambda v: tuple((e[0], tuple(e[1]), tuple(e[2]) if len(e) > 2 else USERBUFFERS_PASSES)
-                                              for e in v))
+    userbuffers_gemms: tuple[tuple[str, tuple[int, int, int], tuple[str, ...]], ...] = attrs.field(default=(), converter=userbuffers_entries)
     refused_userbuffers: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     def rerun(self, switch: str) -> Rerun | None:

@@ -8,12 +8,25 @@ from typing import Any
 
 import attrs
 
-__all__ = ["Rerun", "WholeCheckpoint"]
+__all__ = ["USERBUFFERS_PASSES", "Rerun", "WholeCheckpoint", "userbuffers_entries"]
+
+# A userbuffers GEMM's passes (LayerWork.userbuffers_gemms): Transformer Engine's <name>_fprop, _dgrad, _wgrad.
+USERBUFFERS_PASSES = ("fprop", "dgrad", "wgrad")
 
 
 def _non_negative_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a non-negative number, got {value!r}")
+
+
+def userbuffers_entries(entries: Any) -> tuple[tuple[str, tuple[int, int, int], tuple[str, ...]], ...]:
+    """:attr:`LayerWork.userbuffers_gemms <hp_core.costs.LayerWork.userbuffers_gemms>` as stated: ``(name, gemm,
+    passes)``, *passes* the GEMM's of :data:`USERBUFFERS_PASSES` Transformer Engine runs through the userbuffers
+    (``Linear`` ands each with its parallel mode and sequence parallelism, ``module/linear.py`` lines 1629-1656 at
+    NVIDIA/TransformerEngine@d0067d0; Megatron-Core passes a ``TEColumnParallelLinear`` no bulk overlap: its forward
+    alone, a layernorm-fused or row-parallel linear all three, whose ``proj_wgrad`` / ``fc2_wgrad`` no config names); a
+    pair ``(name, gemm)`` is all three."""
+    return tuple((e[0], tuple(e[1]), tuple(e[2]) if len(e) > 2 else USERBUFFERS_PASSES) for e in entries)
 
 
 @attrs.frozen

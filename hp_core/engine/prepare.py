@@ -250,8 +250,7 @@ def evaluate_layers(
     (:func:`~hp_core.engine.precision.in_compute_dtype`): the recipe leaves them as the census has them.
 
     Raises:
-        ConfigError: An unknown kind, no body layers, or a census record
-            naming a switch its kind lacks.
+        ConfigError: An unknown kind, no body layers, or a census record naming a switch its kind lacks.
         PluginError: A kind's evaluator or the census source failed.
     """
     kinds = kinds if kinds is not None else model_kinds(model, registry)

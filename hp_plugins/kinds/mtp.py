@@ -161,8 +161,10 @@ def eh_proj_collectives(x: LayerContext, h: int) -> tuple[Collective, ...]:
       forward.
 
     The output's gather and the scatter's are plain autograd mappings on the compute stream, which no TP overlap
-    takes (Transformer Engine's userbuffers overlap only its own linear layers' collectives, and ``eh_proj`` is built
-    without a ``tp_comm_buffer_name``): they are stated ``overlappable=False``, exposed.
+    takes (Transformer Engine's userbuffers overlap only its own linear layers' collectives): they are stated
+    ``overlappable=False``, exposed. ``eh_proj`` itself is built with ``tp_comm_buffer_name`` ``mtp_eh_proj``
+    (``multi_token_prediction.py`` line 1184 at NVIDIA/Megatron-LM@d98e8a6), which turns the overlap off
+    (:attr:`LayerWork.refused_userbuffers <hp_core.costs.LayerWork.refused_userbuffers>`).
     """
     if x.tp <= 1:
         return ()

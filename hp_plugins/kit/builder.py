@@ -19,7 +19,8 @@ import functools
 
 import attrs
 
-from hp_core.costs import USERBUFFERS_PASSES, ActivationTerm, Flops, LayerContext, LayerCost, ParamCount, Rerun
+from hp_core.costs import ActivationTerm, Flops, LayerContext, LayerCost, ParamCount, Rerun
+from hp_core.reruns import USERBUFFERS_PASSES
 from hp_core.linear_modules import LinearModule
 from hp_plugins.kit.eager import EAGER_NORM_BYTES, EAGER_ROPE_BYTES, RESIDUAL_BYTES
 from hp_plugins.kit.norms import NORM_OPS_PER_ELEMENT, fp32_norm_bytes, norm_params

@@ -188,3 +188,18 @@ def test_an_estimate_refuses_it_too(capsys):
     status, _, _ = run(capsys, "estimate", "--from", "megatron-args", args + " --sequence-parallel", "--devices", "8",
                        "--hardware", "h100-sxm")
     assert status == 0
+
+
+def test_the_mtp_modules_eh_proj_turns_the_overlap_off_for_the_module():
+    from hp_core.engine.prepare import with_sublayers
+    from hp_core.specs import LayerGroup
+    from hp_plugins.kinds.hybrid import AttentionLayerConfig
+    from hp_plugins.kinds.mtp import MTPConfig, evaluate_mtp
+
+    group = LayerGroup("attention", AttentionLayerConfig(hidden_size=256, num_attention_heads=8, num_key_value_heads=4,
+                                                         head_dim=64))
+    x = with_sublayers(layer_context(TP2, PrecisionSpec(), "flash"), REGISTRY)
+    work = evaluate_mtp(MTPConfig(vocab_size=1024, hidden_size=256, layer=group), x).work
+    # Its inner attention layer's qkv and proj are still listed; eh_proj's name turns them off (and its own).
+    assert work.refused_userbuffers == ("mtp_eh_proj",)
+    assert [name for name, _, _ in work.userbuffers_gemms] == ["qkv", "proj"]

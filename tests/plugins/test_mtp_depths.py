@@ -226,7 +226,10 @@ def test_a_switch_two_layers_state_reruns_both_blocks():
                                        2 * block.grouped_flops, True,
                                        block.positions + tuple(n + p for p in block.positions),
                                        block.high_precision_positions + tuple(n + p for p in block.high_precision_positions),
-                                       block.original_input_positions + tuple(n + p for p in block.original_input_positions))
+                                       block.original_input_positions + tuple(n + p for p in block.original_input_positions),
+                                       # the shared experts' userbuffers GEMMs, by place too (the gate at 0, fc1, fc2)
+                                       block.userbuffers_linears + tuple((name, n + p) for name, p in block.userbuffers_linears))
+    assert block.userbuffers_linears == (("fc1", 1), ("fc2", 2))
     faster = attrs.evolve(moe, work=attrs.evolve(moe.work, reruns=(("moeLayer", attrs.evolve(block, matmul_flops_per_byte=1.0)),)))
     with pytest.raises(ConfigError, match=r"\$\.here: its layers state different re-run rates for switch 'moeLayer'"):
         merge_work([moe, faster], "$.here")

@@ -17,7 +17,8 @@ from hp_core.engine.timing.rates import _Rates
 from hp_core.errors import ConfigError
 from hp_core.linear_modules import joining_kept
 
-__all__ = ["frozen_seconds", "frozen_share", "margin_factor", "userbuffers_margin_seconds", "userbuffers_rerun_seconds"]
+__all__ = ["frozen_seconds", "frozen_share", "margin_factor", "userbuffers_block_seconds", "userbuffers_margin_seconds",
+           "userbuffers_rates", "userbuffers_rerun_seconds"]
 
 
 def _flops(gemms: tuple[tuple[int, int, int], ...]) -> float:
@@ -346,3 +347,26 @@ def userbuffers_rerun_seconds(work: LayerWork, r: _Rates, linears: tuple[tuple[s
                                      f"{len(work.gemms)} GEMMs")
     return sum(_flops((work.gemms[p],)) / (r.peak * r.matmul)
                * (margin_factor(sm_count, margins[f"{block}_fprop"], f"{block}_fprop") - 1.0) for block, p in named)
+
+
+def userbuffers_block_seconds(block: LayerWork, work: LayerWork, linears: tuple[tuple[str, int], ...], r: _Rates) -> float:
+    """Seconds a block's forward re-run (*block*, the layer's *work* cut to the block's GEMMs) adds where the userbuffers
+    GEMMs it runs again (*linears*: :attr:`Rerun.userbuffers_linears <hp_core.costs.Rerun.userbuffers_linears>`, by
+    position in *work*) run their forward with an SM margin (the ``moe`` module's shared expert's ``fc2_fprop``): their
+    forward margins as :func:`userbuffers_margin_seconds` prices the layer's."""
+    if not linears:
+        return 0.0
+    gemms = tuple((name, work.gemms[p], ("fprop",)) for name, p in linears)
+    return userbuffers_margin_seconds(attrs.evolve(block, userbuffers_gemms=gemms), r)[0]
+
+
+def userbuffers_rates(work: LayerWork, r: _Rates) -> _Rates:
+    """*r* for a layer one of whose Transformer Engine linears Megatron-Core runs no userbuffers for
+    (:attr:`LayerWork.refused_userbuffers <hp_core.costs.LayerWork.refused_userbuffers>`: MLA's ``q_down_proj`` and
+    ``kv_down_proj``, the MTP module's ``eh_proj``) where the overlap runs through them (``r.userbuffers``):
+    ``TELinear.__init__`` sets the shared config's ``tp_comm_overlap`` False
+    (``megatron/core/extensions/transformer_engine.py`` lines 1176-1186 at NVIDIA/Megatron-LM@d98e8a6), so its TP
+    collectives run unsplit and no GEMM leaves SMs to a userbuffers kernel; *r* itself for any other."""
+    if not (r.userbuffers and work.refused_userbuffers):
+        return r
+    return attrs.evolve(r, tp_comm_overlap=False, ub_margins=(), userbuffers=False)

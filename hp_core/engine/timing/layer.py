@@ -15,7 +15,8 @@ import attrs
 
 from hp_core.collectives import CollectiveModel
 from hp_core.engine.timing.elementwise import elementwise_seconds, permute_seconds
-from hp_core.engine.timing.gemm_seconds import _low_precision_seconds, _matmul_seconds, frozen_seconds, userbuffers_margin_seconds, userbuffers_rerun_seconds
+from hp_core.engine.timing.gemm_seconds import (_low_precision_seconds, _matmul_seconds, frozen_seconds, userbuffers_block_seconds,
+                                                userbuffers_margin_seconds, userbuffers_rates, userbuffers_rerun_seconds)
 from hp_core.engine.timing.rates import _Rates, _rates
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
@@ -32,8 +33,7 @@ __all__ = ["ALTERNATE_MATMUL_DEFAULT_FRACTION", "LayerPricer", "alternate_matmul
 class _LayerTime:
     """One layer's per-micro-batch times and FLOPs on one rank under one recompute setting (:func:`_layer_time`).
 
-    The four times are multiplied by the device's ``sustained_slowdown``;
-    the FLOPs are not.
+    The four times are multiplied by the device's ``sustained_slowdown``; the FLOPs are not.
 
     Attributes:
         forward_seconds: Forward compute.
@@ -49,8 +49,7 @@ class _LayerTime:
             weight-gradient GEMMs, half the GEMM backward (a matmul's
             weight-gradient GEMM has the FLOPs of its input-gradient one; Qi et
             al. 2023, "Zero Bubble Pipeline Parallelism", Section 2) of the
-            trained weights (frozen ones run none): what a zero-bubble
-            schedule's W pass runs.
+            trained weights (frozen ones run none): what a zero-bubble schedule's W pass runs.
         communication_by_group: ``(group, seconds, exposed seconds)`` of its
             TP/CP/EP collectives, the recomputed ones included.
         unpaired_seconds: Under ``ep_comm_overlap``, what a lone forward and backward (:func:`~hp_core.engine.timing.overlap.unpaired_passes`)
@@ -137,12 +136,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         r = attrs.evolve(r, low_precision=False, gemm_speedup=1.0, gemm_speedup_backward=1.0, quant_input_fwd=0.0,
                          quant_input_bwd=0.0, quant_grad=0.0, quant_weight=0.0, quant_original_fwd=0.0, quant_original_bwd=0.0, gather_share=1.0, gemm_scope="all",
                          attn_speedup=(1.0, 1.0), mla_attn_speedup=(1.0, 1.0))
-    if r.userbuffers and work.refused_userbuffers:
-        # A layer building a TE linear Megatron-Core runs no userbuffers for (MLA's q_down_proj and kv_down_proj, the
-        # MTP module's eh_proj): TELinear.__init__ sets the shared config's tp_comm_overlap False
-        # (megatron/core/extensions/transformer_engine.py lines 1176-1186 at NVIDIA/Megatron-LM@d98e8a6), so its TP
-        # collectives run unsplit and no GEMM leaves SMs to a userbuffers kernel (LayerWork.refused_userbuffers).
-        r = attrs.evolve(r, tp_comm_overlap=False, ub_margins=(), userbuffers=False)
+    r = userbuffers_rates(work, r)  # no TP overlap on a layer refusing its userbuffers (LayerWork.refused_userbuffers)
     # Compute.
     grouped = min(work.grouped_flops, f.matmul_flops)
     mm_fwd, mm_bwd, _ = _matmul_seconds(f.matmul_flops - grouped, grouped, work, r)
@@ -270,8 +264,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
                 continue
             if rerun is not None:  # what the layer states its recompute re-runs (LayerWork.reruns)
                 flops = rerun.matmul_flops_per_byte * nbytes
-                recompute += flops / (r.peak * r.matmul) + rerun.copy_bytes / r.memory
-                # Its userbuffers GEMMs' forward margins again: with the block's forward where it re-runs one.
+                recompute += flops / (r.peak * r.matmul) + rerun.copy_bytes / r.memory  # + its userbuffers margins (a block's below)
                 recompute += 0.0 if rerun.forward else userbuffers_rerun_seconds(work, r, rerun.userbuffers_linears)
                 recomputed_flops += flops
                 if rerun.forward:
@@ -333,9 +326,7 @@ def _block_forward(switch: str, rerun: Rerun, work: LayerWork, r: _Rates, permut
     quant = 0.0
     if r.low_precision:
         fwd, _, quant, _ = _low_precision_seconds(dense, grouped, block, r, fwd, bwd)
-    if rerun.userbuffers_linears:  # its userbuffers GEMMs' forward SM margins again (a shared expert's fc2_fprop)
-        fwd += userbuffers_margin_seconds(attrs.evolve(block, userbuffers_gemms=tuple(
-            (name, work.gemms[p], ("fprop",)) for name, p in rerun.userbuffers_linears)), r)[0]
+    fwd += userbuffers_block_seconds(block, work, rerun.userbuffers_linears, r)  # its userbuffers GEMMs' forward margins
     seconds = fwd + quant + ((router_fwd + permute_fwd) if rerun.permutation else 0.0)
     if r.host is not None and r.host.floors(unit):
         host = r.host
@@ -356,8 +347,7 @@ def _host_floor(work: LayerWork, forward: float, backward: float, r: _Rates, fro
     weight gradients; once for the *frozen* ones, which run no weight-gradient
     GEMM: :func:`~hp_core.engine.timing.gemm_seconds.frozen_seconds`), one attention kernel per call each way, each
     collective call, and a router's and a token permutation's own kernels
-    where the layer states a router (``router_elements``) and a
-    permutation (``permute_bytes``).
+    where the layer states a router (``router_elements``) and a permutation (``permute_bytes``).
     """
     host = r.host
     gemms = len(work.gemms) + (1 if work.grouped_flops else 0)
@@ -388,8 +378,7 @@ class LayerSeconds:
         forward_seconds: Forward compute.
         backward_seconds: Backward compute, recompute excluded.
         recompute_seconds: Recomputed forward compute.
-        communication_seconds: Exposed TP/CP/EP communication, a recomputed
-            forward's and a re-gather's included.
+        communication_seconds: Exposed TP/CP/EP communication, a recomputed forward's and a re-gather's included.
         offload_seconds: The exposed part of moving offloaded bytes to the
             host and back (:func:`offload_seconds`).
     """
