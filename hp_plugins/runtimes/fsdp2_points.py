@@ -188,8 +188,8 @@ class Fsdp2Points:
         root_gathered = sum(_gathered(view, layer) for layer in layers if layer.placement != "body")
         # The embedding in a unit of its own, freed after its forward (embedding_unit own): out of the root's bytes
         # at every point above it; its backward gathers it again (the lowest body layer prefetches it).
-        embedding = self._own_embedding_bytes(view)
-        root_gathered -= embedding
+        embedding_bytes = self._own_embedding_bytes(view)
+        root_gathered -= embedding_bytes
         all_gather = max((_gathered(view, layer) for layer in body), default=0)
         kept = [layer.kept_bytes * max(layer.in_flight, 1) for layer in layers]
         # Sharded gradients in a step's forward and backward: kept by zero_grad(set_to_none=False), or from the
@@ -266,10 +266,10 @@ class Fsdp2Points:
             grads = held_grads if held_grads else finished + root_grads
             lowest_body = body_layer and not any(other.placement == "body" for other in layers[:index])
             in_flight = all_gather
-            if embedding and lowest_body:
-                in_flight = embedding  # the embedding's all-gather output, prefetched during this layer's backward
-            elif embedding and layer.placement == "first":
-                gathered, in_flight = embedding, 0  # its own gathered parameters; nothing is left to prefetch
+            if embedding_bytes and lowest_body:
+                in_flight = embedding_bytes  # the embedding's all-gather output, prefetched in this layer's backward
+            elif embedding_bytes and layer.placement == "first":
+                gathered, in_flight = embedding_bytes, 0  # its own gathered parameters; nothing is left to prefetch
             candidate = point(grads, root_gathered + gathered + (0 if above_last else in_flight) + reducing
                               + held_all_reduce, sum(kept) - freed, layer.backward_working_bytes)
             if best is None or candidate.peak_bytes > best.peak_bytes:
@@ -281,7 +281,7 @@ class Fsdp2Points:
                 # The lowest body layer prefetches nothing (the root's parameters stay gathered): no all-gather output;
                 # with the embedding in a unit of its own, the embedding's.
                 below = sum(kept) - freed - its_kept
-                prefetched = embedding if lowest_body else all_gather
+                prefetched = embedding_bytes if lowest_body else all_gather
                 for alive, working in weight_grad_moments(view, layer):
                     moment = point(finished, root_gathered + gathered + prefetched + reducing + held_all_reduce,
                                    below + min(alive, its_kept), max(alive - its_kept, 0) + working + root_grads)
@@ -298,7 +298,7 @@ class Fsdp2Points:
                 root_grads += _gathered(view, layer)
         if best is not None:
             points["backward"] = best
-            if embedding:
+            if embedding_bytes:
                 view.memo[(self, "backward_in_flight")] = best_in_flight
         points["optimizer"] = point(all_grads, 0, batch, temporary)
         return points
