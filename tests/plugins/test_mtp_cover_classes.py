@@ -12,7 +12,6 @@ each group's topmost layer) required the same, only the first is branched on.
 
 from __future__ import annotations
 
-import itertools
 import random
 
 import pytest
@@ -29,7 +28,7 @@ from hp_core.specs import LayerGroup, ParallelSpec, RecomputeSpec, Setting
 from hp_plugins.kinds.mtp import MTPConfig
 from test_mtp_recompute import PARALLEL as SMALL_PARALLEL
 from test_mtp_recompute import REGISTRY, RUNTIME, SMALL, VOCAB, H, _model
-from test_mtp_union_plan import BODY, INNER, MODEL
+from test_mtp_union_plan import BODY, INNER, MODEL, assert_planned_as_brute_force, brute_force, spread_limits
 
 ONE_STAGE = ParallelSpec(seq_len=4096, dp=4, pp=1, global_batch_size=8)
 HARDWARE = REGISTRY.hardware_preset("h100-sxm").spec
@@ -167,15 +166,8 @@ def test_three_layers_against_brute_force(monkeypatch):
                    mtp=LayerGroup("mtp", MTPConfig(vocab_size=VOCAB, hidden_size=H, layer=LayerGroup("moe", INNER))))
     parallel = ParallelSpec(seq_len=4096, dp=2, pp=1, global_batch_size=4)
     run = prepare(model, parallel, registry=REGISTRY, runtime=RUNTIME)
-    plans = [(estimate_run(run, plan, HARDWARE).peak_bytes, time_run(run, HARDWARE, plan).step_seconds)
-             for plan in itertools.product(subset, repeat=3)]
-    peaks = sorted({peak for peak, _ in plans})
-    limits = [peaks[0], peaks[-1]] + peaks[::max(1, len(peaks) // 40)] + [p + 1000 for p in peaks[::max(1, len(peaks) // 20)]]
-    for limit in limits:
-        best = min(step for peak, step in plans if peak <= limit)
-        found = _planned(model, parallel, limit)
-        assert found.fits and found.unproven == ()
-        assert found.step_seconds == pytest.approx(best, rel=1e-12, abs=0)
+    plans = brute_force(run, HARDWARE, subset, 3)
+    assert_planned_as_brute_force(model, parallel, HARDWARE, plans, spread_limits(plans))
 
 
 def test_three_moe_only_layers_against_brute_force():
@@ -188,15 +180,9 @@ def test_three_moe_only_layers_against_brute_force():
     run = prepare(model, SMALL_PARALLEL, registry=REGISTRY, runtime=RUNTIME)
     candidates = candidate_settings(REGISTRY.layer_kind("moe_only", "$"), RUNTIME)
     assert len(candidates) == 13
-    plans = [(estimate_run(run, plan, HARDWARE).peak_bytes, time_run(run, HARDWARE, plan).step_seconds)
-             for plan in itertools.product(candidates, repeat=3)]
+    plans = brute_force(run, HARDWARE, candidates, 3)
     peaks = sorted({peak for peak, _ in plans})
     full = estimate_run(run, (Setting(mode="full"),) * 3, HARDWARE).peak_bytes
     limits = [full] + peaks[::max(1, len(peaks) // 40)] + [peaks[-1]]
     assert len(limits) == 42
-    for limit in limits:
-        best = min(step for peak, step in plans if peak <= limit)
-        found = plan_recompute(model, SMALL_PARALLEL, registry=REGISTRY, hardware=HARDWARE, runtime="megatron",
-                               reserve_bytes=HARDWARE.memory_bytes - limit).plan
-        assert found.fits and found.unproven == ()
-        assert found.step_seconds == pytest.approx(best, rel=1e-12, abs=0)
+    assert_planned_as_brute_force(model, SMALL_PARALLEL, HARDWARE, plans, limits)

@@ -56,6 +56,30 @@ def _timed(spec):
     return step_time(MODEL, PARALLEL, registry=REGISTRY, runtime=RUNTIME, hardware="h100-sxm", recompute=spec)
 
 
+def brute_force(run, hardware, settings, layers):
+    """(peak bytes, step seconds) of every plan of *layers* body layers over *settings*, priced by estimate_run and
+    time_run."""
+    return [(estimate_run(run, plan, hardware).peak_bytes, time_run(run, hardware, plan).step_seconds)
+            for plan in itertools.product(settings, repeat=layers)]
+
+
+def spread_limits(plans):
+    """Limits spread over the plans' peaks: the least and greatest, about 40 between, and about 20 just above one."""
+    peaks = sorted({peak for peak, _ in plans})
+    return [peaks[0], peaks[-1]] + peaks[::max(1, len(peaks) // 40)] + [p + 1000 for p in peaks[::max(1, len(peaks) // 20)]]
+
+
+def assert_planned_as_brute_force(model, parallel, hardware, plans, limits):
+    """At each limit the megatron planner's plan fits, is proven, and its step is the least step of the plans that
+    fit."""
+    for limit in limits:
+        best = min(step for peak, step in plans if peak <= limit)
+        found = plan_recompute(model, parallel, registry=REGISTRY, hardware=hardware, runtime="megatron",
+                               reserve_bytes=hardware.memory_bytes - limit).plan
+        assert found.fits and found.unproven == ()
+        assert found.step_seconds == pytest.approx(best, rel=1e-12, abs=0)
+
+
 def test_the_states_are_the_unions_the_inner_kind_can_reach():
     run = prepare(MODEL, PARALLEL, registry=REGISTRY, runtime=RUNTIME)
     couple = coupling(run)
@@ -146,16 +170,8 @@ def test_the_plan_is_brute_force_s_on_a_small_model():
     run = prepare(model, parallel, registry=REGISTRY, runtime=RUNTIME)
     candidates = candidate_settings(REGISTRY.layer_kind("moe", "$"), RUNTIME)
     assert len(candidates) == 25
-    plans = [(estimate_run(run, pair, hardware).peak_bytes, time_run(run, hardware, pair).step_seconds)
-             for pair in itertools.product(candidates, repeat=2)]
-    peaks = sorted({peak for peak, _ in plans})
-    limits = [peaks[0], peaks[-1]] + peaks[::max(1, len(peaks) // 40)] + [p + 1000 for p in peaks[::max(1, len(peaks) // 20)]]
-    for limit in limits:
-        best = min(step for peak, step in plans if peak <= limit)
-        found = plan_recompute(model, parallel, registry=REGISTRY, hardware=hardware, runtime="megatron",
-                               reserve_bytes=hardware.memory_bytes - limit).plan
-        assert found.fits and found.unproven == ()
-        assert found.step_seconds == pytest.approx(best, rel=1e-12, abs=0)
+    plans = brute_force(run, hardware, candidates, 2)
+    assert_planned_as_brute_force(model, parallel, hardware, plans, spread_limits(plans))
 
 
 def test_a_state_past_its_search_budget_is_reported_unproven(monkeypatch, capsys):
