@@ -60,15 +60,28 @@ GEMMS = ("qkv_fprop", "qkv_dgrad", "qkv_wgrad", "proj_fprop", "proj_dgrad", "fc1
          "fc2_fprop", "fc2_dgrad")
 
 
+def _default_lists() -> dict[str, list[str]]:
+    """initialize_ub's ``methods`` (base.py lines 350-360): ring_exchange for qkv_fprop, fc1_fprop, proj_dgrad,
+    fc2_dgrad, pipeline for proj_fprop and fc2_fprop, bulk for the qkv and fc1 dgrad and wgrad, external for the two
+    weight gradients that run no GEMM of their own under a userbuffer."""
+    return {"ring_exchange": ["qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad"],
+            "pipeline": ["proj_fprop", "fc2_fprop"],
+            "bulk": ["qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad"],
+            "external": ["proj_wgrad", "fc2_wgrad"]}
+
+
 def _te_default(margin: bool) -> dict[str, tuple[str, int, bool]]:
-    """``initialize_ub``'s ``get_default_config`` (transformer_engine/pytorch/module/base.py lines 350-396 at
-    d0067d0): ring_exchange for qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad (num_sm 1, no margin), pipeline for
-    proj_fprop and fc2_fprop, bulk for the qkv and fc1 dgrad and wgrad (num_sm 16, ``set_sm_margin`` = not
-    ring_exchange: *margin*)."""
-    ring = ("qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad")
-    pipeline = ("proj_fprop", "fc2_fprop")
-    return {g: ("ring_exchange", 1, False) if g in ring else ("pipeline" if g in pipeline else "bulk", 16, margin)
+    """``initialize_ub``'s ``get_default_config`` (transformer_engine/pytorch/module/base.py lines 375-396 at
+    d0067d0) of each GEMM's method list (:func:`_default_lists`): a ring exchange num_sm 1 without a margin, the
+    pipeline and bulk GEMMs num_sm 16 with ``set_sm_margin`` *margin*."""
+    method = {g: listed for listed, names in _default_lists().items() for g in names}
+    return {g: ("ring_exchange", 1, False) if method[g] == "ring_exchange" else (method[g], 16, margin)
             for g in GEMMS}
+
+
+def _margins(config: dict[str, tuple[str, int, bool]]) -> tuple[tuple[str, int], ...]:
+    """``(GEMM, num_sm)`` of *config*'s GEMMs (:data:`GEMMS`, in that order) that run with an SM margin."""
+    return tuple((g, config[g][1]) for g in GEMMS if config[g][2])
 
 
 # (method, num_sm, set_sm_margin) per GEMM. Megatron-LM's --tp-comm-overlap without --tp-comm-overlap-cfg passes
@@ -303,8 +316,7 @@ SOURCE = ("NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/module/ba
 
 def sm_margins(name: str) -> tuple[tuple[str, int], ...]:
     """``(GEMM, num_sm)`` of config *name*'s GEMMs that run with an SM margin, in :data:`GEMMS` order."""
-    config = CONFIGS[name]
-    return tuple((g, config[g][1]) for g in GEMMS if config[g][2])
+    return _margins(CONFIGS[name])
 
 
 @attrs.frozen
@@ -351,14 +363,6 @@ def _at(where: str, *keys: str) -> str:
     """A field's path in messages: ``$.runtime.options.tp_comm_overlap_cfg.fc2_fprop.num_sm`` in a config,
     ``--tp-comm-overlap-cfg FILE: fc2_fprop.num_sm`` for an importer's file."""
     return ".".join((where, *keys)) if where.startswith("$") else f"{where}: {'.'.join(keys)}"
-
-
-def _default_lists() -> dict[str, list[str]]:
-    """initialize_ub's ``methods`` (base.py lines 350-360)."""
-    return {"ring_exchange": ["qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad"],
-            "pipeline": ["proj_fprop", "fc2_fprop"],
-            "bulk": ["qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad"],
-            "external": ["proj_wgrad", "fc2_wgrad"]}
 
 
 def read_custom(value: Any, where: str) -> dict[str, dict[str, Any]]:
@@ -471,5 +475,4 @@ def resolve_custom(custom: dict[str, dict[str, Any]], where: str = "ub_cfgs") ->
 def custom_margins(custom: dict[str, dict[str, Any]]) -> tuple[tuple[str, int], ...]:
     """``(GEMM, num_sm)`` of a custom config's GEMMs (:data:`GEMMS`, in that order) that run with an SM margin once
     laid over TE's defaults (:func:`resolve_custom`); the external weight gradients run no GEMM of their own."""
-    config = resolve_custom(custom)
-    return tuple((g, config[g][1]) for g in GEMMS if config[g][2])
+    return _margins(resolve_custom(custom))
