@@ -17,7 +17,10 @@ fill what a file leaves out:
   so ``--devices`` is required then; ``fsdp_reshard_after_forward`` (``default``: on unless pipeline
   parallel, ``torchtitan/models/llama3/infra/parallelize.py``), the embedding an FSDP unit of its own with the
   layers' reshard rule (``apply_fsdp`` lines 333-339, torchtitan's wrapping since 83e6941: the ``fsdp2`` option
-  ``embedding_unit: own``; under PP with ``always`` the root's, one warning line); ``pipeline_parallel_schedule`` by
+  ``embedding_unit: own``; under PP with ``always`` the root's, one warning line), but a tied embedding
+  (:data:`TIED_FLAVORS`, or a priced model whose head is tied) one unit with the final norm and the head, resharded
+  only under ``always`` (``torchtitan/distributed/fsdp.py`` lines 177-189 at bcc09297a, since 29e27d038): the
+  root's, ``embedding_unit: root`` (with ``always`` one warning line); ``pipeline_parallel_schedule`` by
   the schedules' ``trainer_names``; the layers per stage as
   ``torchtitan/distributed/pipeline_parallel.py`` ``generate_llm_fqn_per_model_part`` splits them
   (the first and last stage ``*_stage_less_layers`` lighter; ``pipeline_parallel_layers_per_stage``,
@@ -53,7 +56,7 @@ from hp_core.markers import hookimpl
 from hp_core.specs import Setting
 from hp_plugins.importers._common import Fields, layout_of, plan_document, read_mapping
 
-__all__ = ["FLEX_FLAVORS", "PRESETS", "QUIET", "hp_importers", "import_torchtitan"]
+__all__ = ["FLEX_FLAVORS", "PRESETS", "QUIET", "TIED_FLAVORS", "hp_importers", "import_torchtitan"]
 
 # torchtitan model flavors that are an hp preset (torchtitan/models/llama3/__init__.py llama3_args:
 # 8B dim 4096 x 32 layers, 70B 8192 x 80, 405B 16384 x 126, GQA 8 kv heads, vocab 128256).
@@ -67,6 +70,10 @@ FLEX_FLAVORS = {
     **{("deepseek_v3", f): "block_causal" for f in ("debugmodel_flex_attn", "16B", "236B", "671B")},
     **{("gpt_oss", f): "causal" for f in ("debugmodel", "20b", "120b")},
 }
+
+# Flavors whose model args set enable_weight_tying at e347b1e5e (torchtitan/models/qwen3/__init__.py lines 44, 57, 70,
+# 83: debugmodel, 0.6B, 1.7B, 4B); no other model there ties its head to the embedding.
+TIED_FLAVORS = frozenset(("qwen3", f) for f in ("debugmodel", "0.6B", "1.7B", "4B"))
 
 # Sections and keys with no effect on memory or step time as hp prices them.
 QUIET_SECTIONS = ("job.", "profiling.", "metrics.", "checkpoint.", "lr_scheduler.", "comm.", "validation.",
@@ -90,6 +97,15 @@ _RUNTIME = "fsdp2"
 
 def _quiet(key: str) -> bool:
     return key in QUIET or key.startswith(QUIET_SECTIONS) or key.startswith("training.dataloader.")
+
+
+def _tied(name: str, flavor: str, model: Any, seq_len: int, registry) -> bool:
+    """Whether the head's weight is the embedding's: torchtitan's flavor ties it (:data:`TIED_FLAVORS`), or the model
+    hp prices does (a group's ``tie_word_embeddings``, the ``output`` kind's)."""
+    if (name, str(flavor)) in TIED_FLAVORS:
+        return True
+    priced = layout_of({"model": model, "parallel": {"seq_len": seq_len}}, registry)[0]
+    return any(getattr(group.config, "tie_word_embeddings", False) for group in priced.layers)
 
 
 def _stage_layers(layers: int, stages: int, first_less: int, last_less: int) -> list[int]:
@@ -191,7 +207,16 @@ def import_torchtitan(data: dict[str, Any], registry, *, file: str = "torchtitan
     # e347b1e5e wraps the embedding as an FSDP unit of its own with the layers' reshard rule (llama3/infra/parallelize.py
     # apply_fsdp, lines 333-339; so from 83e6941): the fsdp2 runtime's embedding_unit own. Under PP with the policy
     # "always" (the embedding resharded too) that option is not priced: the root's, with a warning line.
-    if pp > 1 and parallel["reshard_after_forward"]:
+    # A tied embedding (the head's weight the embedding's) is one unit with the final norm and the head, resharded
+    # only under "always" (torchtitan 29e27d038, 2026-03-11, fixing the tie e347b1e5e's separate units broke;
+    # torchtitan/distributed/fsdp.py apply_fsdp_to_decoder lines 177-189 at bcc09297a): the root's, embedding_unit root.
+    if _tied(name, flavor, document["model"], parallel["seq_len"], registry):
+        document["runtime"]["options"]["embedding_unit"] = "root"
+        if reshard == "always":
+            unmapped.append("parallelism.fsdp_reshard_after_forward = 'always' with a tied embedding: its FSDP unit "
+                            "(embedding, final norm and head), resharded after forward, is priced as kept gathered "
+                            "in the root unit")
+    elif pp > 1 and parallel["reshard_after_forward"]:
         unmapped.append("parallelism.fsdp_reshard_after_forward = 'always' under PP: the embedding's own FSDP unit, "
                         "resharded after forward, is priced as kept gathered in the root unit")
     else:

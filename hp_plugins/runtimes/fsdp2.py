@@ -387,9 +387,11 @@ _MEMORY_OPTIONS = (
         "torchtitan before 83e6941); own: a unit of its own with the layers' reshard rule (torchtitan from 83e6941, "
         "2025-07-28): at pp 1 with reshard_after_forward its gathered copy is freed after its forward and gathered "
         "again in backward, prefetched during the lowest layer's (whose point holds its all-gather output in place "
-        "of a layer's); without resharding (pp > 1) priced as root; refused beside reshard_after_forward_to > 1 and "
-        "reshard_last_layer_after_forward false. The final norm and head stay in the root (torchtitan's own unit for "
-        "them, never resharded, is not followed); a head tied to the embedding (one unit in torchtitan): state root",
+        "of a layer's); without resharding (pp > 1) priced as root; refused beside reshard_after_forward_to > 1, "
+        "reshard_last_layer_after_forward false and below parallel.zero 3 (nothing gathered: it would change nothing). "
+        "The final norm and head stay in the root (torchtitan's own unit for them, never resharded, is not followed); a "
+        "head tied to the embedding (one unit with the norm and head in torchtitan, resharded only under the policy "
+        "always: fsdp.py lines 177-189 at bcc09297a): state root",
         "torchtitan torchtitan/distributed/fsdp.py apply_fsdp_to_decoder lines 191-196 at bcc09297a "
         "(fully_shard(model.tok_embeddings, reshard_after_forward=reshard_after_forward), the policy's "
         "get_fsdp_reshard_after_forward_policy: not pp_enabled by default; from 83e6941, "

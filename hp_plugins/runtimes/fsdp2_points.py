@@ -134,7 +134,8 @@ class Fsdp2Points:
             ``set_modules_to_backward_prefetch([model.tok_embeddings])``), whose point then holds the embedding's
             all-gather output in place of a layer's. Without resharding (``pp > 1``, or a stated ``false``) it stays
             gathered as in the root: priced as ``root``. Refused beside ``reshard_to`` and a last layer kept
-            gathered (torchtitan never ran either with it).
+            gathered (torchtitan never ran either with it), and below ``zero`` 3, where no parameter is gathered and
+            it would change nothing.
     """
 
     set_to_none: bool = True
@@ -171,6 +172,13 @@ class Fsdp2Points:
         if self.replicate > 1:
             check_fsdp_replicate(self.replicate, view.zero, p, pipeline_step_reduce=True)
         if view.zero < 3:
+            if self.embedding_unit == "own":
+                # Below zero 3 no unit gathers or reshards anything (the default points, no stream pools): a unit of
+                # its own for the embedding changes no figure, so a stated own is refused rather than ignored.
+                raise ConfigError("$.runtime.options.embedding_unit",
+                                  f"own (the embedding an FSDP unit of its own, resharded after forward) needs "
+                                  f"parallel.zero 3, got zero {view.zero}: below it no parameter is gathered, so it "
+                                  f"changes nothing; use root")
             return dict(view.default_points)
         check_fsdp_pipeline(view.zero, p)  # a single-stage schedule, or interleaved 1F1B without reshard_after_forward
         params, all_grads, master, states = view.static

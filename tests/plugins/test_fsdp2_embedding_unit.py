@@ -140,3 +140,40 @@ def test_cached_bytes_beside_the_walk_s_points():
     # Above the layers, one layer's output (1,600) is in flight, as beside the root's walk.
     top = _view()
     assert own.cached_bytes(top, "forward", own(top)["forward"]) == reduce_pool + pool - 1_600
+
+
+_BELOW_ZERO_3 = ("$.runtime.options.embedding_unit: own (the embedding an FSDP unit of its own, resharded after "
+                 "forward) needs parallel.zero 3, got zero {}: below it no parameter is gathered, so it changes "
+                 "nothing; use root")
+
+
+def test_own_below_zero_3_is_refused(registry):
+    """Below zero 3 the runtime prices the default points and no stream pool (no unit gathers or reshards): own would
+    change no figure, so it is refused naming the field, where root gives the default points unchanged."""
+    import attrs
+
+    for zero in (0, 1, 2):
+        view = attrs.evolve(_view(), zero=zero)
+        with pytest.raises(ConfigError) as refused:
+            Fsdp2Points(embedding_unit="own")(view)
+        assert str(refused.value) == _BELOW_ZERO_3.format(zero)
+        assert Fsdp2Points()(view) == {}  # _view's default points
+        assert Fsdp2Points().cached_bytes(view, "forward", None) == 0
+    # Through the API: the layout's zero 2 with the stated option.
+    with pytest.raises(ConfigError) as refused:
+        _stage(registry, {"embedding_unit": "own"}, zero=2)
+    assert str(refused.value) == _BELOW_ZERO_3.format(2)
+    assert _stage(registry, {"embedding_unit": "root"}, zero=2).memory == _stage(registry, zero=2).memory
+
+
+def test_own_below_zero_3_is_a_one_line_cli_error(capsys):
+    from cli_run import run  # tests/cli_run.py
+
+    args = ["estimate", "--model", "llama3-8b", "--num-layers", "4", "--dp", "8", "--seq-len", "1024",
+            "--runtime", "fsdp2", "--runtime-option", "embedding_unit=own", "--hardware", "h100-sxm"]
+    status, _, err = run(capsys, *args, "--zero", "2")
+    assert status != 0
+    assert err.strip().splitlines() == ["hp estimate: error: " + _BELOW_ZERO_3.format(2)]
+    assert "Traceback" not in err
+    status, _, err = run(capsys, *args, "--zero", "3")
+    assert status == 0, err

@@ -315,3 +315,30 @@ def test_torchtitans_embedding_unit(registry):
     job = import_torchtitan(always, registry)
     assert "embedding_unit" not in job.document["runtime"]["options"]
     assert any("fsdp_reshard_after_forward = 'always' under PP" in line for line in job.unmapped)
+
+
+def test_a_tied_embedding_imports_as_the_root_s(registry):
+    """A tied embedding is one FSDP unit with the final norm and the head, resharded only under "always"
+    (torchtitan/distributed/fsdp.py apply_fsdp_to_decoder lines 177-189 at bcc09297a, since 29e27d038): the root's,
+    embedding_unit root, whether torchtitan's flavor ties it (qwen3 0.6B, enable_weight_tying at e347b1e5e) or the
+    model hp prices does (gemma-2-9b's tie_word_embeddings); an untied one (llama3 8B) keeps its own unit."""
+    untied = import_torchtitan(BASE, registry, devices=16)
+    assert untied.document["runtime"]["options"]["embedding_unit"] == "own"
+    qwen = import_torchtitan(dict(BASE, model={"name": "qwen3", "flavor": "0.6B"}), registry, devices=16,
+                             model="llama3-8b")
+    assert qwen.document["runtime"]["options"]["embedding_unit"] == "root"
+    assert qwen.unmapped == ("model qwen3 0.6B: no hp preset; priced as --model llama3-8b",)
+    gemma = import_torchtitan(dict(BASE, model={"name": "llama3", "flavor": "debugmodel"}), registry, devices=16,
+                              model="gemma-2-9b")
+    assert gemma.document["runtime"]["options"]["embedding_unit"] == "root"
+    # Under "always" the tied unit reshards after forward, which root does not price: one warning line.
+    always = import_torchtitan(dict(BASE, model={"name": "qwen3", "flavor": "0.6B"},
+                                    parallelism=dict(BASE["parallelism"], fsdp_reshard_after_forward="always")),
+                               registry, devices=16, model="llama3-8b")
+    assert always.document["runtime"]["options"]["embedding_unit"] == "root"
+    assert always.unmapped[1:] == ("parallelism.fsdp_reshard_after_forward = 'always' with a tied embedding: its "
+                                   "FSDP unit (embedding, final norm and head), resharded after forward, is priced "
+                                   "as kept gathered in the root unit",)
+    # The imported document resolves with the runtime's option set.
+    job = resolve_job(structure(dict(qwen.document), ConfigFile, registry), registry)
+    assert job.runtime.option_values["embedding_unit"] == "root"
