@@ -72,7 +72,7 @@ FLEX_FLAVORS = {
 }
 
 # Flavors whose model args set enable_weight_tying at e347b1e5e (torchtitan/models/qwen3/__init__.py lines 44, 57, 70,
-# 83: debugmodel, 0.6B, 1.7B, 4B); no other model there ties its head to the embedding.
+# 83: debugmodel, 0.6B, 1.7B, 4B); no other model under torchtitan/models there ties its head to the embedding.
 TIED_FLAVORS = frozenset(("qwen3", f) for f in ("debugmodel", "0.6B", "1.7B", "4B"))
 
 # Sections and keys with no effect on memory or step time as hp prices them.
