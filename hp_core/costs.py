@@ -22,22 +22,8 @@ from hp_core.reruns import Rerun, WholeCheckpoint, userbuffers_entries
 from hp_core.score_masks import LocalMask
 from hp_core.traits import TRAITS
 
-__all__ = [
-    "ATTENTION_IMPLS",
-    "COLLECTIVE_GROUPS",
-    "COLLECTIVE_OPS",
-    "ActivationTerm",
-    "Collective",
-    "Flops",
-    "LayerContext",
-    "LayerCost",
-    "LayerWork",
-    "PARAM_GROUPS",
-    "ParamCount",
-    "Rerun",
-    "SWITCHES",
-    "TRAITS",
-]
+__all__ = ["ATTENTION_IMPLS", "COLLECTIVE_GROUPS", "COLLECTIVE_OPS", "ActivationTerm", "Collective", "Flops", "LayerContext",
+           "LayerCost", "LayerWork", "PARAM_GROUPS", "ParamCount", "Rerun", "SWITCHES", "TRAITS"]
 
 # The built-in kinds' recompute switches (docs/recompute.md), in the order settings are listed; a
 # kind declares the ones it has and may declare its own names (switch_name checks their form).
@@ -321,6 +307,8 @@ class LayerWork:
         grouped_flops: Forward FLOPs of grouped (expert) GEMMs, part of the matmul FLOPs.
         expert_rows: Tokens per local expert (the grouped GEMMs' rows).
         expert_gemms: The grouped GEMMs, ``(experts on the rank, rows per expert, fan_out, fan_in)``.
+        sequential_experts: The routed experts run one local expert at a time (Megatron-Core ``SequentialMLP``): their
+            :attr:`expert_gemms` priced as dense GEMMs, each expert's MLP one GEMM in the host floor; else grouped.
         attention_calls: Fused attention kernel calls (0: no attention core).
         wide_qk_attention: The attention core's query/key head dim exceeds its value head dim (MLA), priced with the device's figures for it.
         ssd_scan: The attention FLOPs are a Mamba-2 SSD scan (mamba_ssm's Triton kernels), priced at the device's ``ssd_scan_*`` figures where stated, else as attention.
@@ -384,6 +372,7 @@ class LayerWork:
     grouped_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
     expert_rows: float = attrs.field(default=0.0, validator=_non_negative_number)
     expert_gemms: tuple[tuple[int, float, int, int], ...] = attrs.field(default=(), converter=tuple)
+    sequential_experts: bool = False
     attention_calls: int = attrs.field(default=0, validator=_non_negative_int)
     wide_qk_attention: bool = False
     ssd_scan: bool = False

@@ -110,6 +110,13 @@ TRAITS = {
         "set_save_original_input(linear_proj) under fp8 with fp8_recipe other than delayed (TE >= 2.6) or under fp4 "
         "(TE >= 2.7), since core_v0.14.0 (NVIDIA/Megatron-LM 781e765); Transformer Engine Linear save_original_input"
     ),
+    "moe_sequential_experts": (
+        "the routed experts run one local expert after another, each expert an MLP whose FC1 and FC2 are plain "
+        "Transformer Engine linears over that expert's tokens (Megatron-Core SequentialMLP, "
+        "megatron/core/transformer/moe/experts.py, which transformer_engine_spec_provider.py grouped_mlp_modules "
+        "builds where moe_grouped_gemm is false, TransformerConfig's default, at NVIDIA/Megatron-LM@d98e8a6): dense "
+        "GEMMs of each expert's rows, not one grouped GEMM"
+    ),
     "moe_fused_permute": (
         "the fused token permutation keeps an int32 row map of [tokens, 2 * experts + 1] "
         "(Transformer Engine permutation.py moe_permute)"

@@ -48,7 +48,8 @@ defaults fill what a job leaves out):
   ``--cross-entropy-loss-fusion`` (off unless passed; on only with ``--cross-entropy-fusion-impl te``: the default
   ``native`` keeps the unfused loss's fp32 softmax), ``--attention-backend``,
   ``--no-bias-swiglu-fusion``, ``--no-rope-fusion`` with rope positions (``rope_kernels: eager``),
-  ``--moe-permute-fusion`` (off unless passed),
+  ``--moe-permute-fusion`` (off unless passed), ``--moe-grouped-gemm`` (off unless passed: the experts as
+  Megatron-Core's SequentialMLP, ``moe_grouped_gemm: false``),
   ``--no-gradient-accumulation-fusion``, ``--make-vocab-size-divisible-by``; the overlaps
   ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap`` (its ``--tp-comm-overlap-cfg``
   file, opened relative to the current directory as Megatron-LM opens it relative to its own, as
@@ -98,7 +99,7 @@ distributed-timeout-minutes use-mcore-models transformer-impl no-create-attentio
 rotary-base rotary-scaling-factor apply-layernorm-1p enable-experimental attention-softmax-in-fp32 no-masked-softmax-fusion no-bias-dropout-fusion
 tokenizer-model vocab-file merge-file moe-router-score-function moe-router-pre-softmax
 moe-router-load-balancing-type moe-router-topk-scaling-factor moe-aux-loss-coeff
-moe-z-loss-coeff moe-grouped-gemm moe-router-dtype group-query-attention fp8-margin fp8-interval
+moe-z-loss-coeff moe-router-dtype group-query-attention fp8-margin fp8-interval
 exit-interval exit-duration-in-mins ckpt-format no-save-optim no-save-rng no-load-optim no-load-rng
 decoupled-lr decoupled-min-lr manual-gc calculate-per-token-loss profile profile-step-start profile-step-end profile-ranks
 record-memory-history tiktoken-pattern no-mmap-bin-files logging-level no-check-for-nan-in-loss-and-grad
@@ -378,6 +379,9 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
         "cross_entropy_fusion": a.flag("cross-entropy-loss-fusion") and impl == "te",
         "swiglu_fusion": not a.flag("no-bias-swiglu-fusion"),
         "moe_permute_fusion": a.flag("moe-permute-fusion"),
+        # --moe-grouped-gemm (TransformerConfig.moe_grouped_gemm, default False): without it Megatron-Core builds
+        # SequentialMLP, each local expert's linears as their own GEMMs (the runtime's moe_grouped_gemm option).
+        "moe_grouped_gemm": a.flag("moe-grouped-gemm"),
         "gradient_accumulation_fusion": not a.flag("no-gradient-accumulation-fusion"),
     }
     if bf16_grads:

@@ -43,7 +43,7 @@ _JOINED = ("collectives", "gemms", "expert_gemms", "frozen_gemms", "high_precisi
 # The attention core's record, read where a layer runs a core (attention calls, an SSD scan or attention FLOPs).
 _CORE = ("wide_qk_attention", "ssd_scan", "attention_head_dims", "local_mask")
 # The routed experts' record, read where a layer routes tokens to experts.
-_EXPERTS = ("expert_rows", "routed_experts")
+_EXPERTS = ("expert_rows", "routed_experts", "sequential_experts")
 
 
 def _renamed(cost: LayerCost, prefix: str) -> tuple[tuple, tuple]:

@@ -335,7 +335,8 @@ def decoder_work(x: LayerContext, gemm_shapes: tuple[tuple[int, int], ...], hidd
     gemms += listed
     return LayerWork(
         collectives=tuple(collectives), gemms=tuple(gemms), grouped_flops=grouped, expert_rows=rows,
-        expert_gemms=expert_gemms, attention_calls=1 if attention is not None else 0, wide_qk_attention=wide, ssd_scan=ssd_scan,
+        expert_gemms=expert_gemms, sequential_experts=experts is not None and "moe_sequential_experts" in x.traits,
+        attention_calls=1 if attention is not None else 0, wide_qk_attention=wide, ssd_scan=ssd_scan,
         attention_head_dims=head_dims,
         fused_softmax_flops=scores, copy_bytes=copy,
         backward_copy_bytes=copy_backward if copy_backward != copy else None, permute_bytes=permute, permute_input_bytes=permute_input,

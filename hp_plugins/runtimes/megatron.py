@@ -61,7 +61,7 @@ import attrs
 from hp_core.markers import hookimpl
 from hp_core.peak_points import StageView
 from hp_core.results import MemoryBreakdown
-from hp_core.runtime_options import RuntimeOption, field_option, trait_option
+from hp_core.runtime_options import RuntimeOption, field_option, trait_option, trait_setter
 from hp_core.specs.overlap import SetSchedule, schedule_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.specs.timing import Sourced
@@ -232,6 +232,19 @@ OPTIONS = (
                "NVIDIA/Megatron-LM 781e765, 2025-08-19, first in core_v0.14.0); megatron/core/extensions/"
                "transformer_engine.py set_save_original_input; transformer_engine/pytorch/module/linear.py "
                "save_original_input (NVIDIA/TransformerEngine 07afda9, v2.6)",
+    ),
+    RuntimeOption(
+        "moe_grouped_gemm", "bool", True,
+        "--moe-grouped-gemm: each layer's local experts run as Transformer Engine grouped GEMMs (TEGroupedMLP), "
+        "priced at the device's grouped-GEMM figures; false: Megatron-Core's SequentialMLP, each local expert an MLP "
+        "of its own whose two linears are dense GEMMs over that expert's tokens, one after another, priced at the "
+        "dense GEMM rates and counted per expert in the host floor (trait moe_sequential_experts). TransformerConfig's "
+        "own default is false; hp's is true, the setting of the MoE performance recipes (Megatron-Bridge, NeMo), and the "
+        "megatron importers state false where the arguments leave the flag out",
+        f"{_ARGS} --moe-grouped-gemm; megatron/core/transformer/transformer_config.py moe_grouped_gemm (default False); "
+        "megatron/core/extensions/transformer_engine_spec_provider.py grouped_mlp_modules; "
+        "megatron/core/transformer/moe/experts.py SequentialMLP (NVIDIA/Megatron-LM@d98e8a6)",
+        trait_setter("moe_sequential_experts", when=False),
     ),
     trait_option(
         "moe_permute_fusion", "moe_fused_permute", default=True,

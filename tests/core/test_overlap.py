@@ -48,7 +48,7 @@ def test_host_time_is_a_floor_under_each_direction():
     import types
 
     from hp_core.costs import Collective, LayerWork
-    from hp_core.engine.timing.layer import _host_floor
+    from hp_core.engine.timing.host_floor import _host_floor
     from hp_core.specs.overlap import HostOverhead
 
     work = LayerWork(gemms=((16, 32, 32), (16, 64, 32)), attention_calls=1,
@@ -67,6 +67,15 @@ def test_host_time_is_a_floor_under_each_direction():
     assert _host_floor(moe, 1e-6, 1e-6, rates) == pytest.approx((25e-5, 36e-5))
     # Neither a router nor a permutation without the work stating them.
     assert _host_floor(attrs.evolve(moe, router_elements=0), 1e-6, 1e-6, rates) == pytest.approx((18e-5, 31e-5))
+    # Megatron-Core's SequentialMLP (sequential_experts): each local expert's MLP (its FC1 and FC2 entries) counts as
+    # one GEMM, 3 experts = 3 where the grouped GEMMs were one: forward 5 x 4 + 1 + 2 + 7 + 3 = 33 kernels, backward
+    # 2 x 20 + 1 + 3 + 5 + 3 = 52.
+    sequential = attrs.evolve(moe, expert_gemms=((3, 100.0, 64, 32), (3, 100.0, 32, 64)), sequential_experts=True)
+    assert _host_floor(sequential, 1e-6, 1e-6, rates) == pytest.approx((33e-5, 52e-5))
+    # One local expert a rank counts as the grouped GEMMs do.
+    one = attrs.evolve(sequential, expert_gemms=((1, 100.0, 64, 32), (1, 100.0, 32, 64)))
+    assert _host_floor(one, 1e-6, 1e-6, rates) == pytest.approx((25e-5, 36e-5))
+    assert _host_floor(attrs.evolve(sequential, sequential_experts=False), 1e-6, 1e-6, rates) == pytest.approx((25e-5, 36e-5))
     with pytest.raises(ValueError, match="router_kernels"):
         HostOverhead(seconds_per_kernel=1e-5, kernels_per_gemm=4, source="x", router_kernels=(1,), permute_kernels=0)
 
@@ -75,7 +84,7 @@ def test_cuda_graphs_lift_the_host_floor_of_the_layers_they_capture():
     """``HostOverhead.cuda_graphs`` (the megatron option ``cuda_graphs``): a layer replayed from a CUDA graph takes no
     floor; ``layers`` captures the body (decoder) layers only, ``full_iteration`` every layer."""
     from hp_core.costs import LayerWork
-    from hp_core.engine.timing.layer import _host_floor
+    from hp_core.engine.timing.host_floor import _host_floor
     from hp_core.specs.overlap import HostOverhead
 
     host = HostOverhead(seconds_per_kernel=1e-5, kernels_per_gemm=4, source="round numbers", router_kernels=(7, 5),

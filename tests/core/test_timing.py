@@ -931,6 +931,36 @@ def test_gemm_table_prices_measured_grouped_gemms_and_fits_the_rest():
     assert backward == pytest.approx((one / 0.25 + one / 0.125 + 2 * one / fitted) / PEAK)
 
 
+def test_sequential_experts_price_each_local_expert_as_dense_gemms():
+    """Megatron-Core's SequentialMLP (LayerWork.sequential_experts): each local expert's linears are dense GEMMs of its
+    own rows, priced at the table's dense efficiencies where it holds the shape, else at matmul; never at the grouped
+    figures."""
+    from hp_core.engine.timing.layer import _layer_time
+    from hp_core.costs import LayerWork
+    from hp_core.costs import LayerCost
+
+    # 8 local experts of 1,000 rows: FC1 (2000 out, 4000 in) is the table's dense shape, FC2 (4000 out, 2000 in) is not.
+    one = 2 * 8 * 1000 * 2000 * 4000  # 128 GFLOP each
+    cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0, forward=Flops(matmul_flops=2 * one))
+    shape = LayerWork(grouped_flops=2 * one, expert_rows=1000, expert_gemms=((8, 1000, 2000, 4000), (8, 1000, 4000, 2000)),
+                      sequential_experts=True)
+    device = attrs.evolve(TOY_DEVICE, gemm_table=_table())
+    layer = _layer_time(cost, shape, False, frozenset(), _toy_rates(device))
+    # FC1 at the table's 0.4 / 0.2 / 0.1 per pass; FC2 at matmul 0.5, backward twice the forward.
+    assert layer.forward_seconds == pytest.approx((one / 0.4 + one / 0.5) / PEAK, rel=1e-12)
+    assert layer.backward_seconds == pytest.approx((one / 0.2 + one / 0.1 + 2 * one / 0.5) / PEAK, rel=1e-12)
+    # No table: every expert GEMM at matmul (0.5), where the grouped figure is 0.5 x 1000 / (1000 + 100).
+    plain = _layer_time(cost, shape, False, frozenset(), _toy_rates())
+    assert plain.forward_seconds == pytest.approx(2 * one / 0.5 / PEAK, rel=1e-12)
+    grouped = _layer_time(cost, attrs.evolve(shape, sequential_experts=False), False, frozenset(), _toy_rates())
+    assert grouped.forward_seconds == pytest.approx(2 * one / (0.5 * 1000 / 1100) / PEAK, rel=1e-12)
+    # The layer's count of the routed FLOPs rules (tokens padded to capacity the shapes do not carry): half the FLOPs
+    # the shapes list, half the time.
+    half = attrs.evolve(cost, forward=Flops(matmul_flops=one))
+    assert _layer_time(half, attrs.evolve(shape, grouped_flops=one), False, frozenset(), _toy_rates(device)).forward_seconds \
+        == pytest.approx(layer.forward_seconds / 2, rel=1e-12)
+
+
 def test_b200_table_maps_te_gemm_layouts_to_passes():
     """SimuMax keys TE's GEMMs by cuBLAS m, k, n: forward TN (T, in, out), dgrad NN (T, out, in), wgrad NT (out, T, in)."""
     from hp_plugins.runtimes.timing_profiles import B200_GEMMS, BLACKWELL

@@ -1191,10 +1191,11 @@ def _grok_prose(prose: str, rows: list[dict]) -> None:
             f"{span(nemo1, 'measured_speedup', '.2f')} (hp's {min(r['speedup_gap'] for r in nemo1):.1%} to "
             f"{max(r['speedup_gap'] for r in nemo1):.1%} above it)") in prose
     worst = sorted(rows, key=lambda r: r["error"])[:2]
-    # (The other way round before one local expert's permutation skipped its sort, 2026-12-02.)
-    assert [r["id"] for r in worst] == ["dgxc24.12-h100-grok1-314b-fp8-64g", "dgxcdev-h100-grok1-314b-fp8-8g"]
-    assert (f"The largest errors, {worst[0]['error']:+.1%} and {worst[1]['error']:+.1%} (24.12 on 64 GPUs and the dev "
-            f"image's 2-layer proxy on 8), are on rows whose BF16 twins are among the furthest too fast ({worst[0]['bf16_error']:+.1%} "
+    # (The dev image's 2-layer proxy on 8 GPUs second before its one local expert was priced as the SequentialMLP it
+    # ran, 2026-12-03; the two the other way round before one local expert's permutation skipped its sort, 2026-12-02.)
+    assert [r["id"] for r in worst] == ["dgxc24.12-h100-grok1-314b-fp8-64g", "dgxc24.12-h100-grok1-314b-fp8-2048g"]
+    assert (f"The largest errors, {worst[0]['error']:+.1%} and {worst[1]['error']:+.1%} (24.12 on 64 and on 2,048 GPUs), are on "
+            f"rows whose BF16 twins are among the furthest too fast ({worst[0]['bf16_error']:+.1%} "
             f"and {worst[1]['bf16_error']:+.1%})") in prose
     # Those twins are among the four most negative of the 17 NeMo 1.0 twins (the first and the fourth).
     assert all(r["bf16_error"] in sorted(x["bf16_error"] for x in nemo1)[:4] for r in worst)
@@ -1292,11 +1293,12 @@ def test_dgxc_gb200_rows_state_their_release_layout_and_the_page_states_their_fi
             f"speedup of {llama[0]['estimated_speedup']:.2f} where the runs measured "
             f"{min(r['measured_speedup'] for r in llama):.2f}-{max(r['measured_speedup'] for r in llama):.2f} (hp's "
             f"{min(r['speedup_gap'] for r in llama):.1%} to {max(r['speedup_gap'] for r in llama):.1%} above it)") in prose
-    assert len({round(r["estimated_speedup"], 2) for r in llama}) == 1 and len({round(r["estimated_speedup"], 2) for r in grok}) == 1
+    assert len({round(r["estimated_speedup"], 2) for r in llama}) == 1
     # All within 10% since one local expert's permutation skips its sort (2026-12-02; +11.2% to +13.1% before).
     assert (f"Grok-1: {span(grok, 'error', '+.1%')} (all within 10%), its BF16 twins {span(grok, 'bf16_error', '+.1%')}.**" in prose
             and all(0 < r["error"] < 0.10 for r in grok))
-    assert (f"hp's FP8 speedup is {grok[0]['estimated_speedup']:.2f} where the runs measured "
+    # Grok-1's host floor (SequentialMLP's two linears a layer since 2026-12-03) leaves its speedup 1.49-1.50 by scale.
+    assert (f"hp's FP8 speedup is {span(grok, 'estimated_speedup', '.2f')} where the runs measured "
             f"{min(r['measured_speedup'] for r in grok):.2f}-{max(r['measured_speedup'] for r in grok):.2f} "
             f"({min(r['speedup_gap'] for r in grok):.1%} to {max(r['speedup_gap'] for r in grok):.1%} above it)") in prose
     # The same containers' H100 rows the page compares with.

@@ -30,7 +30,8 @@ def _matmul_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates) ->
     that backward (:mod:`hp_core.engine.timing`).
 
     Without a measured table every dense GEMM runs at ``matmul`` and the
-    grouped ones at the fitted ``grouped * rows / (rows + half_rows)``; the
+    grouped ones at the fitted ``grouped * rows / (rows + half_rows)`` (under
+    ``sequential_experts`` each local expert's GEMMs as dense ones); the
     backward is ``matmul_backward_factor`` times the forward, half of it the
     weight gradient. A GEMM whose
     shape the device's :class:`~hp_core.specs.timing.GemmTable` holds takes the
@@ -55,7 +56,23 @@ def _matmul_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates) ->
     fwd += rest / r.matmul
     bwd += r.mm_backward * rest / r.matmul
     wgrad += half * rest / r.matmul
-    if grouped:
+    if grouped and work.sequential_experts:
+        # Megatron-Core's SequentialMLP (LayerWork.sequential_experts): each local expert's linears are their own
+        # dense GEMMs over its rows, priced as the layer's dense GEMMs are (the table's shape, else ``matmul``).
+        each = tuple((rows, fan_out, fan_in) for experts, rows, fan_out, fan_in in work.expert_gemms for _ in range(experts))
+        listed = _flops(each)
+        scale = grouped / listed if listed else 0.0  # the layer's count of the routed FLOPs rules
+        left = grouped
+        if table is not None and each:
+            _, covered, f_eff, b_eff = table.price(each)
+            left -= covered * scale
+            fwd += f_eff * scale
+            bwd += half * b_eff * scale
+            wgrad += half * table.weight_gradient(each) * scale
+        fwd += left / r.matmul
+        bwd += r.mm_backward * left / r.matmul
+        wgrad += half * left / r.matmul
+    elif grouped:
         rows = work.expert_rows
         fitted = r.grouped * rows / (rows + r.half_rows)
         left = grouped

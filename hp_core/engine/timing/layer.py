@@ -15,6 +15,7 @@ import attrs
 
 from hp_core.collectives import CollectiveModel
 from hp_core.engine.timing.elementwise import elementwise_seconds, permute_seconds
+from hp_core.engine.timing.host_floor import _expert_gemm_count, _host_floor
 from hp_core.engine.timing.gemm_seconds import (_low_precision_seconds, _matmul_seconds, frozen_seconds, userbuffers_block_seconds,
                                                 userbuffers_margin_seconds, userbuffers_rates, userbuffers_rerun_seconds)
 from hp_core.engine.timing.rates import _Rates, _rates
@@ -330,34 +331,12 @@ def _block_forward(switch: str, rerun: Rerun, work: LayerWork, r: _Rates, permut
     seconds = fwd + quant + ((router_fwd + permute_fwd) if rerun.permutation else 0.0)
     if r.host is not None and r.host.floors(unit):
         host = r.host
-        kernels = (len(rerun.gemms) + (1 if grouped else 0)) * host.kernels_per_gemm
+        kernels = (len(rerun.gemms) + (_expert_gemm_count(work) if grouped else 0)) * host.kernels_per_gemm
         kernels += sum(c.forward_calls for c in work.collectives if c.rerun_switch == switch)
         if rerun.permutation:
             kernels += (host.router_kernels[0] if work.router_elements else 0) + (host.permute_kernels if work.permute_bytes else 0)
         seconds = max(seconds, kernels * host.seconds_per_kernel)
     return seconds, dense + grouped
-
-
-def _host_floor(work: LayerWork, forward: float, backward: float, r: _Rates, frozen: int = 0) -> tuple[float, float]:
-    """Forward and backward no shorter than the host time issuing their kernels (:class:`~hp_core.specs.overlap.HostOverhead`).
-
-    Kernels per direction, counted from the work the layer states: each GEMM
-    (its weights', the experts' grouped GEMMs as one) with the elementwise
-    kernels around it (``kernels_per_gemm``), twice in backward (input and
-    weight gradients; once for the *frozen* ones, which run no weight-gradient
-    GEMM: :func:`~hp_core.engine.timing.gemm_seconds.frozen_seconds`), one attention kernel per call each way, each
-    collective call, and a router's and a token permutation's own kernels
-    where the layer states a router (``router_elements``) and a permutation (``permute_bytes``).
-    """
-    host = r.host
-    gemms = len(work.gemms) + (1 if work.grouped_flops else 0)
-    calls_fwd = sum(c.forward_calls for c in work.collectives)
-    calls_bwd = sum(c.backward_calls for c in work.collectives)
-    router_fwd, router_bwd = host.router_kernels if work.router_elements else (0, 0)
-    permute = host.permute_kernels if work.permute_bytes else 0
-    host_fwd = (gemms * host.kernels_per_gemm + work.attention_calls + calls_fwd + router_fwd + permute) * host.seconds_per_kernel
-    host_bwd = ((2 * gemms - frozen) * host.kernels_per_gemm + work.attention_calls + calls_bwd + router_bwd + permute) * host.seconds_per_kernel
-    return max(forward, host_fwd), max(backward, host_bwd)
 
 
 def _merge(groups: tuple[tuple[str, float, float], ...]) -> tuple[tuple[str, float, float], ...]:
