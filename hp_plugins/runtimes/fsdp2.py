@@ -36,7 +36,7 @@ import attrs
 
 from hp_core.markers import hookimpl
 from hp_core.runtime_options import RuntimeOption, trait_setter
-from hp_core.specs.overlap import schedule_option
+from hp_core.specs.overlap import SetSchedule, schedule_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
 from hp_plugins.kinds.output import CHUNKED_LOSS_CHUNKS
@@ -122,6 +122,20 @@ def _fsdp_implementation(runtime: Runtime, value: str) -> Runtime:
     return attrs.evolve(runtime, timing=attrs.evolve(runtime.timing, fsdp1_units=value == "fsdp1"))
 
 
+@attrs.frozen
+class _Overlap:
+    """An FSDP overlap option: sets the timing profile's schedule field *schedule* (what the step time reads) and
+    the :class:`Fsdp2Points` field *points*, which refuses a stated ``false`` where the step time does not read it
+    (below zero 3; ``fsdp_reduce_scatter_overlap`` under PP, ``fsdp_prefetch`` under interleaved 1F1B)."""
+
+    schedule: str
+    points: str
+
+    def __call__(self, runtime: Runtime, value: bool) -> Runtime:
+        runtime = SetSchedule(self.schedule)(runtime, value)
+        return attrs.evolve(runtime, peak_points=attrs.evolve(runtime.peak_points, **{self.points: value}))
+
+
 _FULLY_SHARD = "torch/distributed/fsdp/_fully_shard (FSDP2)"
 OPTIONS = (
     RuntimeOption(
@@ -156,16 +170,22 @@ OPTIONS = (
         "(docs/time.md 'The fsdp2 fit')",
         _fsdp_implementation, choices=("fsdp2", "fsdp1"),
     ),
-    schedule_option(
-        "fsdp_prefetch", "fsdp_prefetch", default=True,
-        description="a layer's parameter all-gather runs while the previous layer computes (FSDP2's implicit prefetch "
-                    "by CPU run-ahead; set_modules_to_forward_prefetch); false: every gather exposed",
-        source=f"{_FULLY_SHARD}: all-gather stream, FSDPModule.set_modules_to_forward_prefetch",
+    RuntimeOption(
+        "fsdp_prefetch", "bool", True,
+        "a layer's parameter all-gather runs while the previous layer computes (FSDP2's implicit prefetch by CPU "
+        "run-ahead; set_modules_to_forward_prefetch); false: every gather exposed; refused below parallel.zero 3 (no "
+        "layer gathers its parameters) and under interleaved 1F1B (vpp > 1: the multi-stage runtime gathers whole "
+        "chunks where its UNSHARD actions put them), where it would change nothing",
+        f"{_FULLY_SHARD}: all-gather stream, FSDPModule.set_modules_to_forward_prefetch",
+        _Overlap("fsdp_prefetch", "prefetch"),
     ),
-    schedule_option(
-        "fsdp_reduce_scatter_overlap", "fsdp_reduce_scatter_overlap", default=True,
-        description="a layer's gradient reduce-scatter runs during the next layer's backward; false: exposed",
-        source=f"{_FULLY_SHARD}: reduce-scatter stream",
+    RuntimeOption(
+        "fsdp_reduce_scatter_overlap", "bool", True,
+        "a layer's gradient reduce-scatter runs during the next layer's backward; false: exposed; refused below "
+        "parallel.zero 3 (the data-parallel reduction is priced in buckets) and under pp > 1 (every unit "
+        "reduce-scatters once after the stage's last backward, exposed whole), where it would change nothing",
+        f"{_FULLY_SHARD}: reduce-scatter stream; torch/distributed/pipelining/stage.py perform_reduce_grad",
+        _Overlap("fsdp_reduce_scatter_overlap", "reduce_scatter_overlap"),
     ),
     schedule_option(
         "async_tp", "tp_comm_overlap", default=False,
@@ -321,7 +341,8 @@ _MEMORY_OPTIONS = (
     RuntimeOption(
         "optimizer_implementation", "choice", "foreach",
         "AdamW's implementation: foreach (PyTorch's default on GPU: one fp32 temporary per element of the shard at the "
-        "step) or fused (torchtitan's default: none)",
+        "step) or fused (torchtitan's default: none); fused is refused below parallel.zero 3 (the planner's default "
+        "points price no optimizer step: it would change nothing)",
         "torch/optim/adamw.py _multi_tensor_adamw; torchtitan/components/optimizer.py (implementation: fused)",
         _Points("foreach_optimizer", "foreach"), choices=("foreach", "fused"),
     ),
@@ -338,7 +359,8 @@ _MEMORY_OPTIONS = (
     ),
     RuntimeOption(
         "zero_grad_set_to_none", "bool", True,
-        "optimizer.zero_grad(set_to_none=True) (PyTorch's default): no gradient is held in a step's first forward",
+        "optimizer.zero_grad(set_to_none=True) (PyTorch's default): no gradient is held in a step's first forward; "
+        "false is refused below parallel.zero 3 (the planner's default points: it would change nothing)",
         "torch/optim/optimizer.py Optimizer.zero_grad",
         _Points("set_to_none"),
     ),
@@ -356,7 +378,8 @@ _MEMORY_OPTIONS = (
     RuntimeOption(
         "cpu_offload", "bool", False,
         "offload_policy=CPUOffloadPolicy(): sharded parameters, gradients and optimizer states in host memory; the device "
-        "holds the gathered parameters and activations",
+        "holds the gathered parameters and activations; refused below parallel.zero 3 (no fully_shard unit is priced: "
+        "it would change nothing)",
         "torch/distributed/fsdp/_fully_shard/_fsdp_api.py CPUOffloadPolicy; torchtitan training.enable_cpu_offload",
         _Points("cpu_offload"),
     ),
@@ -365,7 +388,8 @@ _MEMORY_OPTIONS = (
         "fully_shard(reshard_after_forward=n): after forward each layer keeps its bf16 parameters sharded over n ranks "
         "until its backward (0: parallel.reshard_after_forward says, all freed or all kept; left out, freed at pp 1 and kept "
         "under pp > 1, torchtitan's default); refused with tp or ep > 1, with a recipe that casts the all-gather, which "
-        "torch cannot reshard so, and where the layout does not reshard after forward",
+        "torch cannot reshard so, where the layout does not reshard after forward and below parallel.zero 3 (nothing "
+        "gathered: it would change nothing)",
         "torch/distributed/fsdp/_fully_shard/_fully_shard.py fully_shard (reshard_after_forward: bool | int); "
         "_fsdp_param.py to_sharded_post_forward, all_gather_inputs (NotImplementedError, torch 2.13)",
         _Points("reshard_to"), minimum=0,
@@ -375,7 +399,9 @@ _MEMORY_OPTIONS = (
         "false: the last decoder layer keeps its gathered parameters from its forward to the end of its backward, the "
         "others resharding (torchtitan's default from April 2024 to July 2025, 'since FSDP would prefetch it "
         "immediately'); above it in backward (the head's and the loss's) no all-gather output is alive; refused under "
-        "pp > 1; true: it reshards as parallel.reshard_after_forward and reshard_after_forward_to say",
+        "pp > 1, and where it would change nothing: below parallel.zero 3 (nothing gathered) and with "
+        "parallel.reshard_after_forward false (every layer kept gathered); true: it reshards as "
+        "parallel.reshard_after_forward and reshard_after_forward_to say",
         "torchtitan torchtitan/parallelisms/parallelize_llama.py apply_fsdp at 9dec370 (reshard_after_forward = "
         "int(layer_id) < len(model.layers) - 1; from c22d1a8, removed by 83e6941); torch/distributed/fsdp/_fully_shard/"
         "_fsdp_param_group.py FSDPParamGroup.unshard (nothing gathered for gathered parameters)",

@@ -85,6 +85,32 @@ from hp_plugins.runtimes.tp_plans import TP_PLANS
 
 __all__ = ["Fsdp2Points", "best_fit_reserved_bytes", "loss_hole_bytes", "stream_pool_bytes"]
 
+# The options that only shape fully_shard's units: below parallel.zero 3 the runtime prices the planner's default
+# points and no stream pool (Fsdp2Points._points, cached_bytes) and the step time reads fsdp_prefetch and
+# fsdp_reduce_scatter_overlap only at zero 3 (hp_core/engine/timing/step.py: the zero >= 3 branch; below it the
+# data-parallel reduction in buckets), so each changes no figure there and a stated value other than its default is
+# refused. Per option: (Fsdp2Points field, its default, the option, what the value means, why it is inert, what to do).
+_DEFAULT_POINTS = "the memory is the planner's default points (no fully_shard unit), which it does not enter"
+_ZERO_3_ONLY = (
+    ("prefetch", True, "fsdp_prefetch", "false (each layer's parameter all-gather exposed, not prefetched during the "
+     "previous layer's compute)", "no layer gathers its parameters before its forward", "use true"),
+    ("reduce_scatter_overlap", True, "fsdp_reduce_scatter_overlap", "false (each layer's gradient reduce-scatter "
+     "exposed, not overlapped with the next layer's backward)", "no layer reduce-scatters its own gradients (the "
+     "data-parallel reduction is priced in buckets)", "use true"),
+    ("foreach_optimizer", True, "optimizer_implementation", "fused (AdamW's fused step, without foreach's fp32 "
+     "temporary)", _DEFAULT_POINTS, "use foreach"),
+    ("set_to_none", True, "zero_grad_set_to_none", "false (the sharded gradients held through a step's forward)",
+     _DEFAULT_POINTS, "use true"),
+    ("cpu_offload", False, "cpu_offload", "true (sharded parameters, gradients and optimizer states in host memory)",
+     _DEFAULT_POINTS, "use false"),
+    ("reshard_to", 0, "reshard_after_forward_to", "{value} (each layer's parameters kept sharded over {value} ranks "
+     "from its forward to its backward)", "no parameter is gathered", "use 0"),
+    ("reshard_last_layer", True, "reshard_last_layer_after_forward", "false (the last decoder layer kept gathered "
+     "from its forward to its backward)", "no parameter is gathered", "use true"),
+    ("embedding_unit", "root", "embedding_unit", "own (the embedding an FSDP unit of its own, resharded after forward)",
+     "no parameter is gathered", "use root"),
+)
+
 
 @attrs.frozen
 class Fsdp2Points:
@@ -136,6 +162,11 @@ class Fsdp2Points:
             gathered as in the root: priced as ``root``. Refused beside ``reshard_to`` and a last layer kept
             gathered (torchtitan never ran either with it), and below ``zero`` 3, where no parameter is gathered and
             it would change nothing.
+        prefetch: The ``fsdp_prefetch`` option, as the timing profile's schedule states it (the points do not
+            depend on it): kept here so that a stated ``false`` where no layer is gathered is refused
+            (:data:`_ZERO_3_ONLY`; under interleaved 1F1B, :meth:`_refuse_inert_in_pipeline`).
+        reduce_scatter_overlap: The ``fsdp_reduce_scatter_overlap`` option, likewise (refused below ``zero`` 3 and
+            under PP, where every unit reduce-scatters once after the stage's last backward).
     """
 
     set_to_none: bool = True
@@ -146,6 +177,8 @@ class Fsdp2Points:
     tp_plan: str = "custom"
     reshard_last_layer: bool = True
     embedding_unit: str = "root"
+    prefetch: bool = True
+    reduce_scatter_overlap: bool = True
 
     def __call__(self, view: StageView) -> dict[str, MemoryBreakdown]:
         return dict(self._walked(view)[0])
@@ -172,13 +205,15 @@ class Fsdp2Points:
         if self.replicate > 1:
             check_fsdp_replicate(self.replicate, view.zero, p, pipeline_step_reduce=True)
         if view.zero < 3:
-            if self.embedding_unit == "own":
-                # Below zero 3 no unit gathers or reshards anything (the default points, no stream pools): a unit of
-                # its own for the embedding changes no figure, so a stated own is refused rather than ignored.
-                raise ConfigError("$.runtime.options.embedding_unit",
-                                  f"own (the embedding an FSDP unit of its own, resharded after forward) needs "
-                                  f"parallel.zero 3, got zero {view.zero}: below it no parameter is gathered, so it "
-                                  f"changes nothing; use root")
+            # Below zero 3 no unit gathers, reshards or reduce-scatters anything (the default points, no stream pools;
+            # the step time prices the FSDP overlaps only at zero 3): an option that only shapes fully_shard's units
+            # changes no figure, so a stated value other than its default is refused rather than ignored.
+            for field, default, option, meaning, why, fix in _ZERO_3_ONLY:
+                value = getattr(self, field)
+                if value != default:
+                    raise ConfigError(f"$.runtime.options.{option}",
+                                      f"{meaning.format(value=value)} needs parallel.zero 3, got zero {view.zero}: "
+                                      f"below it {why}, so it changes nothing; {fix}")
             return dict(view.default_points)
         check_fsdp_pipeline(view.zero, p)  # a single-stage schedule, or interleaved 1F1B without reshard_after_forward
         params, all_grads, master, states = view.static
@@ -244,6 +279,7 @@ class Fsdp2Points:
             if not self.reshard_last_layer:
                 raise ConfigError("$.runtime.options.reshard_last_layer_after_forward",
                                   "false is not priced under pp > 1 (torchtitan then reshards no layer after forward)")
+            self._refuse_inert_in_pipeline(p)
             if view.order is not None and p.dp * p.cp > 1:
                 points = multi_stage_points(view, point, held_grads, batch, replicate=self.replicate,
                                             cpu_offload=self.cpu_offload, sharded_held=sharded_held)
@@ -252,6 +288,13 @@ class Fsdp2Points:
                                           replicate=self.replicate, cpu_offload=self.cpu_offload)
             points["optimizer"] = point(all_grads, 0, batch, temporary)
             return points
+        if not self.reshard_last_layer and not p.reshard_after_forward:
+            # Every layer keeps its gathered parameters to its backward already (keep_share 1: _kept_last 0, and the
+            # all-gather pool regathers nothing): the last one kept so too changes no figure.
+            raise ConfigError("$.runtime.options.reshard_last_layer_after_forward",
+                              "false (the last decoder layer kept gathered from its forward to its backward) changes "
+                              "nothing where no layer reshards after forward (parallel.reshard_after_forward false): "
+                              "every layer is kept gathered so; use true, or state parallel.reshard_after_forward: true")
         stay = sum(_gathered(view, layer) for layer in body) // keep_share if keep_share else 0
         kept_last = self._kept_last(view, keep_share)
         points = {"forward": point(held_grads, root_gathered + all_gather + stay + kept_last, sum(kept),
@@ -310,6 +353,27 @@ class Fsdp2Points:
                 view.memo[(self, "backward_in_flight")] = best_in_flight
         points["optimizer"] = point(all_grads, 0, batch, temporary)
         return points
+
+    def _refuse_inert_in_pipeline(self, p) -> None:
+        """Refuse, under PP (``pp > 1``, zero 3), an overlap option the step time does not read there (one line at
+        its ``$.runtime.options`` field). ``fsdp_reduce_scatter_overlap: false``: torch's pipelining reduce-scatters
+        every unit once after the stage's last backward (``pipelining/stage.py`` ``perform_reduce_grad``), which
+        ``hp_core.engine.timing.fsdp_pipeline.stage_fsdp`` prices exposed whole either way. ``fsdp_prefetch: false``
+        under interleaved 1F1B (``vpp > 1``): the multi-stage runtime gathers whole chunks where its UNSHARD actions
+        put them (``fsdp_multi_stage`` takes no prefetch; a backward's per-layer regather, the only pass that does, needs
+        ``reshard_after_forward``, which ``check_fsdp_pipeline`` refuses there)."""
+        if not self.reduce_scatter_overlap:
+            raise ConfigError("$.runtime.options.fsdp_reduce_scatter_overlap",
+                              f"false (each layer's gradient reduce-scatter exposed, not overlapped with the next "
+                              f"layer's backward) changes nothing under pp > 1 (pp {p.pp}): torch's pipelining "
+                              f"reduce-scatters every unit once after the stage's last backward (perform_reduce_grad), "
+                              f"exposed whole either way; use true")
+        if not self.prefetch and p.vpp > 1:
+            raise ConfigError("$.runtime.options.fsdp_prefetch",
+                              f"false (each layer's parameter all-gather exposed, not prefetched during the previous "
+                              f"layer's compute) changes nothing under interleaved 1F1B (vpp {p.vpp}): torch's "
+                              f"multi-stage runtime gathers whole chunks where its UNSHARD actions put them, not layer "
+                              f"by layer; use true")
 
     def _own_embedding_bytes(self, view: StageView) -> int:
         """The gathered parameters of the layers placed first where they form a unit of their own that reshards after
