@@ -388,8 +388,9 @@ _MEMORY_OPTIONS = (
         "fully_shard(reshard_after_forward=n): after forward each layer keeps its bf16 parameters sharded over n ranks "
         "until its backward (0: parallel.reshard_after_forward says, all freed or all kept; left out, freed at pp 1 and kept "
         "under pp > 1, torchtitan's default); refused with tp or ep > 1, with a recipe that casts the all-gather, which "
-        "torch cannot reshard so, where the layout does not reshard after forward and below parallel.zero 3 (nothing "
-        "gathered: it would change nothing)",
+        "torch cannot reshard so, where the layout does not reshard after forward, and where it would change nothing: "
+        "below parallel.zero 3 (nothing gathered) and 1 (priced as 0; torch takes an int 1 as False: state "
+        "parallel.reshard_after_forward false)",
         "torch/distributed/fsdp/_fully_shard/_fully_shard.py fully_shard (reshard_after_forward: bool | int); "
         "_fsdp_param.py to_sharded_post_forward, all_gather_inputs (NotImplementedError, torch 2.13)",
         _Points("reshard_to"), minimum=0,

@@ -248,6 +248,14 @@ class Fsdp2Points:
         # Without resharding after forward, every layer's gathered parameters stay until its backward is over;
         # resharding to n ranks, an n-th of them.
         keep_share = self._keep_share(view)
+        if self.reshard_to == 1:
+            # Priced as 0 (_keep_share: parallel.reshard_after_forward says), so it changes no figure; torch's fully_shard
+            # turns an int 1 into reshard_after_forward=False (torch cf30153, 2.13,
+            # _fully_shard/_fsdp_init.py _get_post_forward_mesh_info lines 174-180, with a warning).
+            raise ConfigError("$.runtime.options.reshard_after_forward_to",
+                              "1 changes nothing as priced (the same as 0: parallel.reshard_after_forward says); "
+                              "torch's fully_shard takes an int 1 as reshard_after_forward=False (every layer kept "
+                              "gathered): use 0, with parallel.reshard_after_forward: false for that")
         if self.reshard_to > 1 and not p.reshard_after_forward:  # fully_shard(reshard_after_forward=n) reshards
             raise ConfigError("$.runtime.options.reshard_after_forward_to",
                               f"{self.reshard_to} reshards each layer after forward, which the layout does not "
@@ -263,14 +271,14 @@ class Fsdp2Points:
         if keep_share > 1 and (p.tp > 1 or p.ep > 1):
             raise ConfigError("$.runtime.options.reshard_after_forward_to",
                               "torch's FSDP2 cannot reshard TP- or EP-sharded (DTensor) parameters to a smaller mesh "
-                              "after forward (_fsdp_param.py to_sharded_post_forward); use 0 or 1 with tp = ep = 1")
+                              "after forward (_fsdp_param.py to_sharded_post_forward); use 0, or tp = ep = 1")
         cast = [layer for layer in layers if layer.gathered_bytes is not None
                 and layer.gathered_bytes != sum(layer.elements.values()) * view.precision.activation_bytes]
         if keep_share > 1 and cast:
             raise ConfigError("$.runtime.options.reshard_after_forward_to",
                               f"torch's FSDP2 cannot gather a {view.precision.recipe}-cast parameter from "
                               "its post-forward shard (_fsdp_param.py all_gather_inputs with fsdp_pre_all_gather); "
-                              "use 0 or 1, or a recipe that gathers in the compute dtype")
+                              "use 0, or a recipe that gathers in the compute dtype")
         # The training loop still holds its batch (the input ids the embedding keeps; the loss shifts the same tensor
         # for its labels) while the optimizer steps: measured, the tracker's Inputs at the step (8 bytes per token).
         batch = sum(layer.kept_bytes for layer in layers if layer.placement == "first")

@@ -160,3 +160,15 @@ def test_a_torchtitan_import_states_no_refused_combination(registry, reshard, pp
         assert refused.value.path == "$.parallel.reshard_after_forward"
         return
     assert estimate(job.model, job.parallel, registry=registry, runtime=job.runtime, recompute=job.recompute).stages
+
+
+def test_resharding_to_one_rank_is_refused(registry):
+    """``reshard_after_forward_to: 1`` is priced as 0 (parallel.reshard_after_forward says) with or without resharding;
+    torch's fully_shard takes an int 1 as ``reshard_after_forward=False`` (torch cf30153 ``_fsdp_init.py``
+    ``_get_post_forward_mesh_info``): refused, pointing there."""
+    text = ("$.runtime.options.reshard_after_forward_to: 1 changes nothing as priced (the same as 0: "
+            "parallel.reshard_after_forward says); torch's fully_shard takes an int 1 as reshard_after_forward=False "
+            "(every layer kept gathered): use 0, with parallel.reshard_after_forward: false for that")
+    for reshard in (True, False):
+        assert _refusal(registry, {"reshard_after_forward_to": 1}, reshard_after_forward=reshard) == text
+    assert _refusal(registry, {"reshard_after_forward_to": 1}, **_PIPELINE) == text
