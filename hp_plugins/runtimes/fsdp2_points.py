@@ -72,7 +72,8 @@ from __future__ import annotations
 
 import attrs
 
-from hp_core.errors import ConfigError
+from hp_core.engine.layout_checks import PipelineTraitError
+from hp_core.errors import ConfigError, RunRefusal
 from hp_core.peak_points import StageView
 from hp_core.results import MemoryBreakdown
 from hp_core.specs.overlap import check_fsdp_pipeline, check_fsdp_replicate
@@ -252,10 +253,10 @@ class Fsdp2Points:
             # Priced as 0 (_keep_share: parallel.reshard_after_forward says), so it changes no figure; torch's fully_shard
             # turns an int 1 into reshard_after_forward=False (torch cf30153, 2.13,
             # _fully_shard/_fsdp_init.py _get_post_forward_mesh_info lines 174-180, with a warning).
-            raise ConfigError("$.runtime.options.reshard_after_forward_to",
-                              "1 changes nothing as priced (the same as 0: parallel.reshard_after_forward says); "
-                              "torch's fully_shard takes an int 1 as reshard_after_forward=False (every layer kept "
-                              "gathered): use 0, with parallel.reshard_after_forward: false for that")
+            raise RunRefusal("$.runtime.options.reshard_after_forward_to",  # whatever the layout: a search says it once
+                             "1 changes nothing as priced (the same as 0: parallel.reshard_after_forward says); "
+                             "torch's fully_shard takes an int 1 as reshard_after_forward=False (every layer kept "
+                             "gathered): use 0, with parallel.reshard_after_forward: false for that")
         if self.reshard_to > 1 and not p.reshard_after_forward:  # fully_shard(reshard_after_forward=n) reshards
             raise ConfigError("$.runtime.options.reshard_after_forward_to",
                               f"{self.reshard_to} reshards each layer after forward, which the layout does not "
@@ -370,18 +371,19 @@ class Fsdp2Points:
         under interleaved 1F1B (``vpp > 1``): the multi-stage runtime gathers whole chunks where its UNSHARD actions
         put them (``fsdp_multi_stage`` takes no prefetch; a backward's per-layer regather, the only pass that does, needs
         ``reshard_after_forward``, which ``check_fsdp_pipeline`` refuses there)."""
+        # PipelineTraitError: a search counts the pp > 1 layouts it refuses under their own reason (R_PIPELINE_TRAIT).
         if not self.reduce_scatter_overlap:
-            raise ConfigError("$.runtime.options.fsdp_reduce_scatter_overlap",
-                              f"false (each layer's gradient reduce-scatter exposed, not overlapped with the next "
-                              f"layer's backward) changes nothing under pp > 1 (pp {p.pp}): torch's pipelining "
-                              f"reduce-scatters every unit once after the stage's last backward (perform_reduce_grad), "
-                              f"exposed whole either way; use true")
+            raise PipelineTraitError("$.runtime.options.fsdp_reduce_scatter_overlap",
+                                     f"false (each layer's gradient reduce-scatter exposed, not overlapped with the "
+                                     f"next layer's backward) changes nothing under pp > 1 (pp {p.pp}): torch's "
+                                     f"pipelining reduce-scatters every unit once after the stage's last backward "
+                                     f"(perform_reduce_grad), exposed whole either way; use true")
         if not self.prefetch and p.vpp > 1:
-            raise ConfigError("$.runtime.options.fsdp_prefetch",
-                              f"false (each layer's parameter all-gather exposed, not prefetched during the previous "
-                              f"layer's compute) changes nothing under interleaved 1F1B (vpp {p.vpp}): torch's "
-                              f"multi-stage runtime gathers whole chunks where its UNSHARD actions put them, not layer "
-                              f"by layer; use true")
+            raise PipelineTraitError("$.runtime.options.fsdp_prefetch",
+                                     f"false (each layer's parameter all-gather exposed, not prefetched during the "
+                                     f"previous layer's compute) changes nothing under interleaved 1F1B (vpp {p.vpp}): "
+                                     f"torch's multi-stage runtime gathers whole chunks where its UNSHARD actions put "
+                                     f"them, not layer by layer; use true")
 
     def _own_embedding_bytes(self, view: StageView) -> int:
         """The gathered parameters of the layers placed first where they form a unit of their own that reshards after

@@ -172,3 +172,21 @@ def test_resharding_to_one_rank_is_refused(registry):
     for reshard in (True, False):
         assert _refusal(registry, {"reshard_after_forward_to": 1}, reshard_after_forward=reshard) == text
     assert _refusal(registry, {"reshard_after_forward_to": 1}, **_PIPELINE) == text
+
+
+def test_a_search_counts_the_refusals_under_their_reasons(registry):
+    """A layout search rejects the pp > 1 layouts an inert overlap option refuses under R_PIPELINE_TRAIT (a
+    PipelineTraitError), and says the refusal of reshard_after_forward_to 1, which no layout runs, once (a RunRefusal,
+    raised again by the search rather than counted)."""
+    from hp_core.engine.layout_checks import PipelineTraitError
+    from hp_core.engine.search.layouts import R_PIPELINE_TRAIT, _reason_of
+    from hp_core.errors import RunRefusal
+
+    for options, extra in (({"fsdp_reduce_scatter_overlap": False}, {}), ({"fsdp_prefetch": False}, {"vpp": 2})):
+        with pytest.raises(PipelineTraitError) as refused:
+            _stage(registry, options, layers=8, **extra, **_PIPELINE)
+        assert _reason_of(refused.value) == R_PIPELINE_TRAIT
+    with pytest.raises(RunRefusal) as refused:
+        _stage(registry, {"reshard_after_forward_to": 1})
+    with pytest.raises(RunRefusal):
+        _reason_of(refused.value)

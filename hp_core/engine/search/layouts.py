@@ -32,7 +32,8 @@ R_SLOWER = "cannot enter the top K: slower with nothing recomputed than the K-th
 R_SCHEDULE = "the pipeline schedule does not run this pp, vpp or micro-batch count"
 R_FSDP_PP = ("the runtime prices FSDP (zero 3) memory under pp > 1 on gpipe and 1f1b, and on interleaved_1f1b (vpp > 1) "
              "without reshard_after_forward, only")
-R_PIPELINE_TRAIT = "the runtime's options are not priced under pp > 1 (a chunked loss)"
+R_PIPELINE_TRAIT = ("the runtime's options are not priced under pp > 1 (a chunked loss) or change nothing there "
+                    "(fsdp2's fsdp_reduce_scatter_overlap false; fsdp_prefetch false under vpp > 1)")
 R_HSDP = "the runtime's hsdp_replicate does not divide the (expert) data-parallel degree, or pp > 1 where its profile refuses it"
 R_KEPT = ("more layers kept in the compute dtype (high_precision_layers_at_start or _at_end) than a pipeline stage's "
           "body layers")
