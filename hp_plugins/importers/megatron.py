@@ -48,8 +48,8 @@ defaults fill what a job leaves out):
   ``--cross-entropy-loss-fusion`` (off unless passed; on only with ``--cross-entropy-fusion-impl te``: the default
   ``native`` keeps the unfused loss's fp32 softmax), ``--attention-backend``,
   ``--no-bias-swiglu-fusion``, ``--no-rope-fusion`` with rope positions (``rope_kernels: eager``),
-  ``--moe-permute-fusion`` (off unless passed), ``--moe-grouped-gemm`` (off unless passed: the experts as
-  Megatron-Core's SequentialMLP, ``moe_grouped_gemm: false``),
+  ``--moe-permute-fusion`` (off unless passed), ``--moe-grouped-gemm`` (off unless passed: a GPT model's experts
+  as Megatron-Core's SequentialMLP, ``moe_grouped_gemm: false``; a hybrid model's are grouped whatever the flag),
   ``--no-gradient-accumulation-fusion``, ``--make-vocab-size-divisible-by``; the overlaps
   ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap`` (its ``--tp-comm-overlap-cfg``
   file, opened relative to the current directory as Megatron-LM opens it relative to its own, as
@@ -379,9 +379,11 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
         "cross_entropy_fusion": a.flag("cross-entropy-loss-fusion") and impl == "te",
         "swiglu_fusion": not a.flag("no-bias-swiglu-fusion"),
         "moe_permute_fusion": a.flag("moe-permute-fusion"),
-        # --moe-grouped-gemm (TransformerConfig.moe_grouped_gemm, default False): without it Megatron-Core builds
-        # SequentialMLP, each local expert's linears as their own GEMMs (the runtime's moe_grouped_gemm option).
-        "moe_grouped_gemm": a.flag("moe-grouped-gemm"),
+        # --moe-grouped-gemm (TransformerConfig.moe_grouped_gemm, default False): without it a GPT model's MoE layers
+        # are Megatron-Core's SequentialMLP, each local expert's linears as their own GEMMs (the runtime's
+        # moe_grouped_gemm option). A hybrid model's are TEGroupedMLP whatever the flag: hybrid_layer_specs.py builds
+        # its MoE spec with moe_grouped_gemm=True (NVIDIA/Megatron-LM@d98e8a6).
+        "moe_grouped_gemm": a.flag("moe-grouped-gemm") or hybrid is not None,
         "gradient_accumulation_fusion": not a.flag("no-gradient-accumulation-fusion"),
     }
     if bf16_grads:

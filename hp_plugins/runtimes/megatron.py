@@ -240,7 +240,8 @@ OPTIONS = (
         "of its own whose two linears are dense GEMMs over that expert's tokens, one after another, priced at the "
         "dense GEMM rates and counted per expert in the host floor (trait moe_sequential_experts). TransformerConfig's "
         "own default is false; hp's is true, the setting of the MoE performance recipes (Megatron-Bridge, NeMo), and the "
-        "megatron importers state false where the arguments leave the flag out",
+        "megatron importer states false where a GPT model's arguments leave the flag out (a hybrid model's MoE layers are "
+        "grouped whatever the flag: hybrid_layer_specs.py)",
         f"{_ARGS} --moe-grouped-gemm; megatron/core/transformer/transformer_config.py moe_grouped_gemm (default False); "
         "megatron/core/extensions/transformer_engine_spec_provider.py grouped_mlp_modules; "
         "megatron/core/transformer/moe/experts.py SequentialMLP (NVIDIA/Megatron-LM@d98e8a6)",

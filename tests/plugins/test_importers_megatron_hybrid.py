@@ -97,6 +97,15 @@ def test_each_hybrid_layer_counts_as_megatron_core_builds_it(registry):
     assert job.document["model"]["layers"][1]["config"]["router_fp32"] is True
 
 
+def test_a_hybrid_model_s_experts_are_grouped_whatever_the_flag(registry):
+    """hybrid_layer_specs.py builds the hybrid stack's MoE spec with moe_grouped_gemm=True (TEGroupedMLP), not from
+    --moe-grouped-gemm (NVIDIA/Megatron-LM@d98e8a6): the import states moe_grouped_gemm true with or without the flag,
+    where a GPT model's arguments without it state false (SequentialMLP; test_sequential_experts.py)."""
+    for flag in ("", " --moe-grouped-gemm"):
+        job = _imported(registry, SMALL + " --hybrid-layer-pattern 'M*M-ME'" + flag)
+        assert job.document["runtime"]["options"]["moe_grouped_gemm"] is True, flag
+
+
 def test_megatron_defaults_give_layernorm_biases_gelu_and_a_position_table(registry):
     # No --normalization, --disable-bias-linear, --squared-relu, --position-embedding-type or dropouts: Megatron-LM's
     # defaults (arguments.py): LayerNorm (weight and bias) before each block and at the end, biases on q/k/v, the
