@@ -170,6 +170,29 @@ def test_frozen_experts_launch_no_grouped_weight_gradient_under_the_host_floor()
     assert _backward(attrs.evolve(work, frozen_matmul_flops=0.0), _rates_of(), flops).backward_seconds < 2e-4
 
 
+def test_frozen_sequential_experts_launch_no_weight_gradient_of_any_expert_under_the_host_floor():
+    """Megatron-Core's SequentialMLP (LayerWork.sequential_experts), 4 local experts of 256 rows (FC1 1024 -> 2048, FC2
+    2048 -> 1024) beside the two trained adapters, launch-bound as above: the host floor counts each expert's MLP as one
+    GEMM (host_floor._expert_gemm_count), so its backward issues (2 x (2 + 4)) x 5.5 + 26 + 4 = 96 kernels trained;
+    every expert frozen, none of the 4 runs its weight-gradient GEMMs: (12 - 4) x 5.5 + 30 = 74 (not 12 - 1, as the
+    grouped GEMMs' one launch would be)."""
+    pair = ((4, 256, 2048, 1024), (4, 256, 1024, 2048))
+    grouped = sum(2.0 * e * rows * out * inp for e, rows, out, inp in pair)
+    work = LayerWork(gemms=ADAPTERS, grouped_flops=grouped, expert_rows=256, expert_gemms=pair, sequential_experts=True,
+                     router_elements=4096 * 8, permute_bytes=4096 * 2 * 1024 * 2, routed_experts=64)
+    flops = grouped + _flops(*ADAPTERS)
+    r = _rates_of(host=True)
+
+    def backward(frozen_flops: float) -> float:
+        return _backward(attrs.evolve(work, frozen_matmul_flops=frozen_flops), r, flops).backward_seconds
+
+    assert backward(0.0) == pytest.approx(SLOWDOWN * 96 * 42e-6, rel=1e-12)
+    assert backward(grouped / 2) == pytest.approx(SLOWDOWN * 96 * 42e-6, rel=1e-12)  # some experts still train
+    assert backward(grouped) == pytest.approx(SLOWDOWN * 74 * 42e-6, rel=1e-12)
+    # Launch-bound: without the floor the trained backward is under a tenth of it.
+    assert _backward(work, _rates_of(), flops).backward_seconds < 4e-4
+
+
 def test_frozen_flops_of_no_listed_shape_split_between_grouped_and_unlisted_dense_in_proportion():
     """A layer of the big GEMM and the adapters (listed), 137.4 GFLOP of dense FLOPs no listed GEMM accounts for (a
     4096 x 4096 x 4096 projection) and DeepSeek-V2's 775.1 GFLOP of experts, stating the big GEMM frozen and half of

@@ -148,10 +148,13 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     # does not require grad): their share of it comes off at the rate it was priced (gemm_seconds.frozen_seconds);
     # a zero-bubble W pass runs the trained GEMMs' half of their backward alone.
     frozen_wgrad = frozen_bwd = frozen_grouped = 0.0
-    frozen_kernels = 0  # weight-gradient GEMMs not launched: the frozen ones, the grouped as one where all frozen
+    # Weight-gradient GEMMs not launched: the frozen ones, and where every expert is frozen the experts' GEMMs as the
+    # host floor counts them (the grouped as one, each local expert's MLP as one under sequential_experts).
+    frozen_kernels = 0
     if work.frozen_matmul_flops:
         frozen_wgrad, frozen_bwd, frozen_grouped = frozen_seconds(f.matmul_flops, grouped, work, r)
-        frozen_kernels = len(work.frozen_gemms) + (1 if grouped and frozen_grouped >= grouped * (1 - 1e-9) else 0)
+        all_frozen = grouped and frozen_grouped >= grouped * (1 - 1e-9)
+        frozen_kernels = len(work.frozen_gemms) + (_expert_gemm_count(work) if all_frozen else 0)
     wgrad = (mm_bwd - frozen_bwd) / 2
     mm_bwd -= frozen_wgrad
     mm_fwd, mm_bwd, wgrad = (a + b for a, b in zip((mm_fwd, mm_bwd, wgrad), userbuffers_margin_seconds(work, r)))  # TE's SM margins
