@@ -88,13 +88,16 @@ def price(row: dict, registry, bf16: bool = False, recipe: str | None = None):
     *recipe* named in its place (the second FP8 column's ``fp8-delayed``)."""
     name = "bf16" if bf16 else (recipe or row["recipe"])
     runtime = api.apply_options(registry.runtime("megatron"), row["runtime_options"])
+    # The precision fields the run states (``precision``: NeMo 1.0's Apex DistributedFusedAdam state and main-weight
+    # widths, which fp8_params changes) under either FP8 recipe; the BF16 twin's own (``bf16.precision``).
+    fields = row["bf16"].get("precision", {}) if bf16 else row.get("precision", {})
     built = model(row, registry)
     shaped = dict(row, **row["bf16"].get("layout", {})) if bf16 else row
     # A row states ``recompute`` only where its config recomputes (NeMo 1.0's activations_checkpoint_granularity:
     # "selective" is Megatron-Core's core-attention recompute, hp's selective set); the BF16 twin ran the same.
     recompute = RecomputeSpec(default=Setting.parse(row["recompute"])) if "recompute" in row else None
     return api.step_time(built, fp8_runs.layout(shaped, fp8_runs._decoder_layers(built)), registry=registry, runtime=runtime,
-                         precision=attrs.evolve(runtime.precision, recipe=name), recompute=recompute,
+                         precision=attrs.evolve(runtime.precision, recipe=name, **fields), recompute=recompute,
                          hardware=registry.hardware_preset(row["hardware"]).spec)
 
 

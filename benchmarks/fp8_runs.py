@@ -147,15 +147,32 @@ def row_model(row: dict, registry):
 def price(row: dict, registry, recipe: str | None = None, as_run: bool = False, runtime=None):
     """hp's step time of *row* under *recipe* (the row's when ``None``): with the ``megatron`` runtime's defaults,
     or, *as_run*, with the runtime options the row states its trainer ran with (``runtime_options``); *runtime*
-    replaces the registry's ``megatron`` runtime (a trial of benchmarks/fit_fsdp2_sustained.py)."""
+    replaces the registry's ``megatron`` runtime (a trial of benchmarks/fit_fsdp2_sustained.py); the precision fields
+    the row states (:func:`row_precision`: NeMo's first and last layers kept in bf16) over the runtime's."""
     model = row_model(row, registry)
     runtime = runtime or registry.runtime("megatron")
     if as_run and row.get("runtime_options"):
         runtime = api.apply_options(runtime, row["runtime_options"])
-    precision = attrs.evolve(runtime.precision, recipe=recipe or row["recipe"])
+    precision = attrs.evolve(runtime.precision, recipe=recipe or row["recipe"], **row_precision(row, recipe))
     hardware = registry.hardware_preset(row["hardware"]).spec
     return api.step_time(model, layout(row, _decoder_layers(model)), registry=registry, runtime=runtime, precision=precision,
                          hardware=hardware)
+
+
+# The precision fields that describe the run's optimizer (the precision-aware optimizer's Adam-moment and master-copy
+# widths: Megatron-Core OptimizerConfig exp_avg_dtype / exp_avg_sq_dtype / main_params_dtype, as
+# hp_plugins/importers/megatron.py _optimizer_widths maps them), which hold whatever recipe the GEMMs run under.
+OPTIMIZER_FIELDS = ("moment_bytes", "master_param_bytes")
+
+
+def row_precision(row: dict, recipe: str | None = None) -> dict:
+    """The row's ``precision`` fields to price it with under *recipe* (the row's when ``None``): all of them under its
+    own recipe; under another (a bf16 comparison) only the optimizer's widths (:data:`OPTIMIZER_FIELDS`), the same
+    optimizer having run, the layers kept in bf16 and module formats quantizing nothing there."""
+    fields = row.get("precision", {})
+    if recipe in (None, row["recipe"]):
+        return dict(fields)
+    return {k: v for k, v in fields.items() if k in OPTIMIZER_FIELDS}
 
 
 def measured_seconds(row: dict) -> float:
@@ -353,8 +370,9 @@ def price_moe(row: dict, registry, recipe: str | None = None, base_runtime=None)
     model = moe_row_model(row, registry)
     runtime = api.apply_options(base_runtime or registry.runtime("megatron"), row["runtime_options"])
     # The row's precision fields (layers kept in bf16, module formats: Nemotron 3 Super's NVFP4 recipe) under its own
-    # recipe; a bf16 comparison quantizes nothing, so they would change nothing there.
-    fields = row.get("precision", {}) if recipe in (None, row["recipe"]) else {}
+    # recipe; a bf16 comparison quantizes nothing, so they would change nothing there; the optimizer's widths
+    # (DeepSeek-V3's bf16 Adam moments) under every recipe (row_precision).
+    fields = row_precision(row, recipe)
     # The optimizer the row ran (``optimizer``: Kimi K2's Muon), under every recipe; else the runtime's (AdamW).
     if "optimizer" in row:
         fields = {**fields, "optimizer": row["optimizer"]}

@@ -248,10 +248,14 @@ def runtime(row: dict, registry, as_run: bool = True):
 
 def estimated(row: dict, registry, as_run: bool = True, device=None) -> Any:
     """The row's step time as hp prices it (a :class:`~hp_core.engine.timing.StepTime`), on *device* where given
-    (a :class:`~hp_core.specs.HardwareSpec`), else on the row's (:func:`hardware`)."""
+    (a :class:`~hp_core.specs.HardwareSpec`), else on the row's (:func:`hardware`); the precision fields the row states
+    (``precision_fields``: NeMo 1.0's Apex DistributedFusedAdam state and main-weight widths; ``precision`` names an MPT
+    config's) over the runtime's, with its options or without."""
+    run = runtime(row, registry, as_run)
     return step_time(model(row, registry), layout(row), registry=registry,
                      hardware=device if device is not None else hardware(row, registry),
-                     runtime=runtime(row, registry, as_run), recompute=recompute(row, registry))
+                     runtime=run, recompute=recompute(row, registry),
+                     precision=attrs.evolve(run.precision, **row["precision_fields"]) if "precision_fields" in row else None)
 
 
 def validated(rows=ROWS):
