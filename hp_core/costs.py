@@ -309,6 +309,8 @@ class LayerWork:
         expert_gemms: The grouped GEMMs, ``(experts on the rank, rows per expert, fan_out, fan_in)``.
         sequential_experts: The routed experts run one local expert at a time (Megatron-Core ``SequentialMLP``): their
             :attr:`expert_gemms` priced as dense GEMMs, each expert's MLP one GEMM in the host floor; else grouped.
+        epilogue_activation_flops: The routed experts' activation ops a fused grouped MLP runs in its GEMMs' epilogues
+            (the ``moe_fused_grouped_mlp`` trait), with their quantization, where the recipe and device fuse them.
         attention_calls: Fused attention kernel calls (0: no attention core).
         wide_qk_attention: The attention core's query/key head dim exceeds its value head dim (MLA), priced with the device's figures for it.
         ssd_scan: The attention FLOPs are a Mamba-2 SSD scan (mamba_ssm's Triton kernels), priced at the device's ``ssd_scan_*`` figures where stated, else as attention.
@@ -373,6 +375,7 @@ class LayerWork:
     expert_rows: float = attrs.field(default=0.0, validator=_non_negative_number)
     expert_gemms: tuple[tuple[int, float, int, int], ...] = attrs.field(default=(), converter=tuple)
     sequential_experts: bool = False
+    epilogue_activation_flops: float = attrs.field(default=0.0, validator=_non_negative_number)
     attention_calls: int = attrs.field(default=0, validator=_non_negative_int)
     wide_qk_attention: bool = False
     ssd_scan: bool = False

@@ -248,10 +248,12 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float, layer_s
     if upcast:
         b.keep("router_fp32_input", routed * h * 4, sw)
     b.keep("dispatched_tokens", processed * d * act, sw, gemm_input="owned")  # the experts' FC1 input
+    before = b.elementwise  # the experts' activation ops, which a fused grouped MLP runs in GEMM epilogues
     if c.expert_activation == "clamped_swiglu":
         expert_wide = clamped_swiglu(b, "expert_", processed, width, fc1_switch=sw)
     else:
         expert_wide = swiglu(b, "expert_", processed, width, gated, c.hidden_act, False, fc1_switch=sw)
+    epilogue = b.elementwise - before if "moe_fused_grouped_mlp" in x.traits else 0.0
     if "moe_probs_in_activation" in x.traits:
         # The weighted SwiGLU keeps the fp32 probability of each dispatched token.
         b.keep("expert_probs", processed * 4, sw)
@@ -312,7 +314,7 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float, layer_s
                                  model_width=c.moe_latent_size, routing_groups=c.router_num_groups,
                                  routing_groups_per_token=c.router_groups_per_token, fc2_bias=c.expert_bias,
                                  learned_gate=learned, rerun_switch=sw,
-                                 block_linears=tuple(range(first_linear, len(b.gemm_shapes))))
+                                 block_linears=tuple(range(first_linear, len(b.gemm_shapes))), epilogue_activation_ops=epilogue)
 
 
 def validate_moe(c: MoEFields, x: LayerContext) -> None:

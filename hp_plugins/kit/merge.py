@@ -35,7 +35,7 @@ from hp_core.errors import ConfigError
 __all__ = ["merge_costs", "merge_work"]
 
 # LayerWork fields that count work: the merged layer's is the sum.
-_ADDED = ("grouped_flops", "attention_calls", "fused_softmax_flops", "copy_bytes", "permute_bytes",
+_ADDED = ("grouped_flops", "epilogue_activation_flops", "attention_calls", "fused_softmax_flops", "copy_bytes", "permute_bytes",
           "permute_input_bytes", "router_elements", "table_elements", "frozen_matmul_flops", "rotary_flops")
 # LayerWork tuples: each layer's entries, in layer order.
 _JOINED = ("collectives", "gemms", "expert_gemms", "frozen_gemms", "high_precision_gemms", "original_input_gemms",

@@ -102,7 +102,8 @@ class ExpertShape:
     routed experts' (latent projections, shared experts), each by its index in :func:`decoder_work`'s ``gemm_shapes``
     (what :meth:`LayerBuilder.linear <hp_plugins.kit.builder.LayerBuilder.linear>` returns), which that re-run runs
     again with the rows the layer lists them with; by index, not shape, so a linear of the block's shape outside it
-    (an attention projection as wide as a latent one) is not re-run."""
+    (an attention projection as wide as a latent one) is not re-run; ``epilogue_activation_ops``: the experts'
+    activation ops a fused grouped MLP runs in GEMM epilogues (the ``moe_fused_grouped_mlp`` trait), 0: none."""
 
     experts: int
     top_k: int
@@ -117,6 +118,7 @@ class ExpertShape:
     learned_gate: bool = True
     rerun_switch: str | None = None
     block_linears: tuple[int, ...] = ()
+    epilogue_activation_ops: float = 0.0
 
 
 # The routed experts' FC2 bias under the ``moe_eager_expert_bias`` trait (Megatron-Core
@@ -336,6 +338,7 @@ def decoder_work(x: LayerContext, gemm_shapes: tuple[tuple[int, int], ...], hidd
     return LayerWork(
         collectives=tuple(collectives), gemms=tuple(gemms), grouped_flops=grouped, expert_rows=rows,
         expert_gemms=expert_gemms, sequential_experts=experts is not None and "moe_sequential_experts" in x.traits,
+        epilogue_activation_flops=experts.epilogue_activation_ops if experts is not None else 0.0,
         attention_calls=1 if attention is not None else 0, wide_qk_attention=wide, ssd_scan=ssd_scan,
         attention_head_dims=head_dims,
         fused_softmax_flops=scores, copy_bytes=copy,

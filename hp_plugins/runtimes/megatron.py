@@ -248,6 +248,18 @@ OPTIONS = (
         trait_setter("moe_sequential_experts", when=False),
     ),
     trait_option(
+        "moe_fused_grouped_mlp", "moe_fused_grouped_mlp", default=False,
+        description="Transformer Engine's fused grouped MLP for the routed experts (Megatron-Core "
+                    "TransformerConfig.use_transformer_engine_op_fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; "
+                    "Megatron-Bridge's cutedsl_fused_grouped_mlp): under an MXFP8 or NVFP4 recipe on Blackwell the experts' activation "
+                    "and its output's quantization run in FC1's epilogue and their gradients in FC2's, so hp prices "
+                    "no activation pass and no quantization of FC2's input or FC1's output gradient; elsewhere TE "
+                    "runs them unfused and so does hp; memory as unfused",
+        source="NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/ops/fused/grouped_mlp.py "
+               "(fuse_grouped_mlp_ops: GroupedLinear, ScaledSwiGLU or ScaledClampedQGeGLU, GroupedLinear under "
+               "recipe.mxfp8() or nvfp4(); is_supported: NVTE_CUTEDSL_FUSED_GROUPED_MLP and compute capability 10)",
+    ),
+    trait_option(
         "moe_permute_fusion", "moe_fused_permute", default=True,
         description="--moe-permute-fusion: TE's fused moe_permute keeps an int32 row map of [tokens, 2 * experts + 1]; "
                     "false: Megatron's unfused permute, priced as keeping no row map",

@@ -181,6 +181,8 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         att_fwd = f.attention_flops / (r.peak * r.matmul)
         att_bwd = r.mm_backward * att_fwd
     elementwise = f.elementwise_flops - (min(work.fused_softmax_flops, f.elementwise_flops) if r.flash else 0.0)
+    if r.epilogue_activation:  # a fused grouped MLP's activation, run in its GEMMs' epilogues (LayerWork.epilogue_activation_flops)
+        elementwise -= min(work.epilogue_activation_flops, elementwise)
     # A rotary embedding's share (rot_fwd, part of el_fwd): its backward moves the forward's bytes, or its eager kernels'.
     el_fwd, rot_fwd, rot_bwd = elementwise_seconds(work, r, elementwise)
     mla_copy = work.copy_bytes / r.memory

@@ -250,6 +250,10 @@ class _Rates:
     mla_attn_speedup: tuple[float, float] = (1.0, 1.0)
     # Modules in a quantized format of their own (PrecisionRecipe.module_recipes): (format, that recipe's figures above).
     module_rates: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    # Transformer Engine fuses a grouped MLP's activation into its GEMMs' epilogues (LayerWork.epilogue_activation_flops)
+    # only under an MXFP8 or NVFP4 recipe on compute capability 10 (ops/fused/grouped_mlp.py fuse_grouped_mlp_ops,
+    # is_supported): the Blackwell family here.
+    epilogue_activation: bool = False
 
 
 # The share of FSDP1's per-unit time charged to the forward; the rest to the backward. Stated, not fitted (only the
@@ -413,4 +417,6 @@ def _rates(
         **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes, parallel.tp > 1 and parallel.sp),
         **_attention_speedups(recipe, dev, hardware, parallel),
         **_unit_seconds(timing, dev, parallel.zero),
+        epilogue_activation=(hardware.architecture == "blackwell" and recipe is not None
+                             and recipe.activations.format in ("mxfp8", "nvfp4") and recipe.gemms != "linears"),
     )

@@ -1,0 +1,67 @@
+"""Transformer Engine's fused grouped MLP: the ``megatron`` runtime's ``moe_fused_grouped_mlp``.
+
+TE's operation fuser replaces GroupedLinear, a scaled SwiGLU (or GPT-OSS's clamped GeGLU) and GroupedLinear by
+cuDNN front-end grouped-GEMM kernels that run the activation and the quantization of its output in FC1's epilogue
+and their gradients in FC2's input-gradient epilogue, under an MXFP8 or NVFP4 recipe on compute capability 10 only
+(transformer_engine/pytorch/ops/fused/grouped_mlp.py at NVIDIA/TransformerEngine@d0067d0). The figures are by hand
+for the small MoE-only layer of test_megatron_moe_recompute (h 64, 8 routed experts of width 32, top-2, SwiGLU, a
+shared expert of 48, 128 tokens, EP 2: 4 local experts, 256 routed rows a rank).
+"""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from hp_core.api import apply_options
+from hp_core.engine.timing.gemm_seconds import _recipe_seconds
+from hp_core.engine.timing.layer import _layer_time
+
+from test_megatron_moe_recompute import RUNTIME, _cost, _rates_for
+
+FUSED = apply_options(RUNTIME, {"moe_fused_grouped_mlp": True})
+# The experts' SwiGLU: SiLU's 5 ops and the gate product, over 256 rows of width 32.
+SWIGLU_OPS = (5 + 1) * 256 * 32
+
+
+def test_the_option_marks_the_experts_activation_and_nothing_else():
+    (option,) = [o for o in RUNTIME.options if o.name == "moe_fused_grouped_mlp"]
+    assert option.default is False and "moe_fused_grouped_mlp" in FUSED.traits
+    plain, fused = _cost(), _cost(runtime=FUSED)
+    assert plain.work.epilogue_activation_flops == 0 and fused.work.epilogue_activation_flops == SWIGLU_OPS == 49_152
+    # The same kept tensors, FLOPs and GEMMs: only the record of which ops the epilogues take.
+    assert fused.activations == plain.activations and fused.forward == plain.forward
+    assert attrs.evolve(fused.work, epilogue_activation_flops=0.0) == plain.work
+
+
+def test_mxfp8_on_blackwell_drops_the_activation_pass_and_two_quantizations():
+    plain, fused = _cost(), _cost(runtime=FUSED)
+    r = _rates_for("mxfp8", "b200")
+    assert r.epilogue_activation
+    unfused, epilogue = (_layer_time(c, c.work, False, frozenset(), r) for c in (plain, fused))
+    # The activation's ops at the layer's bytes per op, forward and (elementwise_backward_factor times) backward.
+    activation = SWIGLU_OPS * r.el_bytes_per_flop / r.memory
+    # FC2's input (4 local experts of 64 rows, width 32: 4 x 64 x 32 elements) is quantized in FC1's epilogue, FC1's
+    # output gradient (4 x 64 x 64: gate and up) in FC2's input-gradient epilogue.
+    fc2_input, fc1_grad = 4 * 64 * 32, 4 * 64 * 64
+    dense, grouped = fused.forward.matmul_flops - fused.work.grouped_flops, fused.work.grouped_flops
+    q_plain = _recipe_seconds(dense, grouped, plain.work, r, 0.0, 0.0)[2:]
+    q_fused = _recipe_seconds(dense, grouped, fused.work, r, 0.0, 0.0)[2:]
+    assert q_plain[0] - q_fused[0] == pytest.approx(fc2_input * r.quant_input_fwd / r.memory, rel=1e-9)
+    assert q_plain[1] - q_fused[1] == pytest.approx((fc2_input * r.quant_input_bwd + fc1_grad * r.quant_grad) / r.memory,
+                                                    rel=1e-9)
+    assert unfused.forward_seconds - epilogue.forward_seconds == pytest.approx(
+        activation + fc2_input * r.quant_input_fwd / r.memory, rel=1e-9)
+    assert unfused.backward_seconds - epilogue.backward_seconds == pytest.approx(
+        r.el_backward * activation + (fc2_input * r.quant_input_bwd + fc1_grad * r.quant_grad) / r.memory, rel=1e-9)
+
+
+@pytest.mark.parametrize(("recipe", "hardware"), [("bf16", "b200"), ("fp8-delayed", "b200"), ("fp8-current", "h100-sxm")])
+def test_elsewhere_transformer_engine_runs_them_unfused(recipe, hardware):
+    # fuse_grouped_mlp_ops returns the ops unfused without an MXFP8 or NVFP4 recipe; is_supported is false off
+    # compute capability 10 (Hopper has no MXFP8 recipe here either).
+    plain, fused = _cost(), _cost(runtime=FUSED)
+    r = _rates_for(recipe, hardware)
+    assert not r.epilogue_activation
+    a, b = (_layer_time(c, c.work, False, frozenset(), r) for c in (plain, fused))
+    assert (a.forward_seconds, a.backward_seconds) == (b.forward_seconds, b.backward_seconds)
