@@ -387,11 +387,14 @@ _MEMORY_OPTIONS = (
         "reshard_after_forward_to", "int", 0,
         "fully_shard(reshard_after_forward=n): after forward each layer keeps its bf16 parameters sharded over n ranks "
         "until its backward (0: parallel.reshard_after_forward says, all freed or all kept; left out, freed at pp 1 and kept "
-        "under pp > 1, torchtitan's default); refused with tp or ep > 1, with a recipe that casts the all-gather, which "
-        "torch cannot reshard so, where the layout does not reshard after forward, and where it would change nothing: "
-        "below parallel.zero 3 (nothing gathered) and 1 (priced as 0; torch takes an int 1 as False: state "
-        "parallel.reshard_after_forward false)",
+        "under pp > 1, torchtitan's default); n must be a factor of the FSDP shard group (dp * cp / hsdp_replicate), "
+        "as torch requires, and n equal to it reshards fully, priced as 0 (torch takes it as True: no post-forward "
+        "copy); below it refused with tp or ep > 1 and with a recipe that casts the all-gather, which torch cannot "
+        "reshard so (the whole group under ep > 1 only where it is the experts' shard group too); refused where the "
+        "layout does not reshard after forward, and where it would change nothing: below parallel.zero 3 (nothing "
+        "gathered) and 1 (priced as 0; torch takes an int 1 as False: state parallel.reshard_after_forward false)",
         "torch/distributed/fsdp/_fully_shard/_fully_shard.py fully_shard (reshard_after_forward: bool | int); "
+        "_fsdp_init.py _get_post_forward_mesh_info (a factor of the shard mesh size; 1 as False, the size as True); "
         "_fsdp_param.py to_sharded_post_forward, all_gather_inputs (NotImplementedError, torch 2.13)",
         _Points("reshard_to"), minimum=0,
     ),
@@ -414,7 +417,8 @@ _MEMORY_OPTIONS = (
         "torchtitan before 83e6941); own: a unit of its own with the layers' reshard rule (torchtitan from 83e6941, "
         "2025-07-28): at pp 1 with reshard_after_forward its gathered copy is freed after its forward and gathered "
         "again in backward, prefetched during the lowest layer's (whose point holds its all-gather output in place "
-        "of a layer's); without resharding (pp > 1) priced as root; refused beside reshard_after_forward_to > 1, "
+        "of a layer's); without resharding (pp > 1) priced as root; refused beside reshard_after_forward_to > 1 below "
+        "the shard group (equal to it, torch's True, is accepted), "
         "reshard_last_layer_after_forward false and below parallel.zero 3 (nothing gathered: it would change nothing). "
         "The final norm and head stay in the root (torchtitan's own unit for them, never resharded, is not followed); a "
         "head tied to the embedding (one unit with the norm and head in torchtitan, resharded only under the policy "

@@ -73,7 +73,7 @@ from __future__ import annotations
 import attrs
 
 from hp_core.engine.layout_checks import PipelineTraitError
-from hp_core.errors import ConfigError, RunRefusal
+from hp_core.errors import ConfigError
 from hp_core.peak_points import StageView
 from hp_core.results import MemoryBreakdown
 from hp_core.specs.overlap import check_fsdp_pipeline, check_fsdp_replicate
@@ -82,6 +82,8 @@ from hp_plugins.runtimes.fsdp2_pipeline import multi_stage_points, pipelined_poi
 from hp_plugins.runtimes.fsdp2_pools import best_fit_reserved_bytes, loss_hole_bytes, stream_pool_bytes
 from hp_plugins.runtimes.fsdp2_pools import gathered_bytes as _gathered
 from hp_plugins.runtimes.fsdp2_pools import sharded_bytes as _sharded
+from hp_plugins.runtimes.fsdp2_reshard import check_reshard_to, shard_group
+from hp_plugins.runtimes.fsdp2_reshard import keep_share as _keep_share_of
 from hp_plugins.runtimes.tp_plans import TP_PLANS
 
 __all__ = ["Fsdp2Points", "best_fit_reserved_bytes", "loss_hole_bytes", "stream_pool_bytes"]
@@ -134,7 +136,8 @@ class Fsdp2Points:
             layer keeps its parameters in the compute dtype sharded over ``n``
             ranks (``n`` dividing the shard group) until its backward gathers
             them again; 0: ``parallel.reshard_after_forward`` says (True: all
-            freed, False: all kept).
+            freed, False: all kept); ``n`` equal to the shard group reshards
+            fully, torch's True (:mod:`hp_plugins.runtimes.fsdp2_reshard`).
         tp_plan: The named TP plan (``tp_plan`` option,
             :mod:`hp_plugins.runtimes.tp_plans`): under TP, ``parallel.sp`` must be
             what it runs; ``custom``: any.
@@ -160,9 +163,9 @@ class Fsdp2Points:
             and 795ff: the unit before it in ``post_forward_order``; with EP torchtitan sets it explicitly,
             ``set_modules_to_backward_prefetch([model.tok_embeddings])``), whose point then holds the embedding's
             all-gather output in place of a layer's. Without resharding (``pp > 1``, or a stated ``false``) it stays
-            gathered as in the root: priced as ``root``. Refused beside ``reshard_to`` and a last layer kept
-            gathered (torchtitan never ran either with it), and below ``zero`` 3, where no parameter is gathered and
-            it would change nothing.
+            gathered as in the root: priced as ``root``. Refused beside ``reshard_to`` below the shard group and a
+            last layer kept gathered (torchtitan never ran either with it), and below ``zero`` 3, where no parameter
+            is gathered and it would change nothing.
         prefetch: The ``fsdp_prefetch`` option, as the timing profile's schedule states it (the points do not
             depend on it): kept here so that a stated ``false`` where no layer is gathered is refused
             (:data:`_ZERO_3_ONLY`; under interleaved 1F1B, :meth:`_refuse_inert_in_pipeline`).
@@ -249,37 +252,7 @@ class Fsdp2Points:
         # Without resharding after forward, every layer's gathered parameters stay until its backward is over;
         # resharding to n ranks, an n-th of them.
         keep_share = self._keep_share(view)
-        if self.reshard_to == 1:
-            # Priced as 0 (_keep_share: parallel.reshard_after_forward says), so it changes no figure; torch's fully_shard
-            # turns an int 1 into reshard_after_forward=False (torch cf30153, 2.13,
-            # _fully_shard/_fsdp_init.py _get_post_forward_mesh_info lines 174-180, with a warning).
-            raise RunRefusal("$.runtime.options.reshard_after_forward_to",  # whatever the layout: a search says it once
-                             "1 changes nothing as priced (the same as 0: parallel.reshard_after_forward says); "
-                             "torch's fully_shard takes an int 1 as reshard_after_forward=False (every layer kept "
-                             "gathered): use 0, with parallel.reshard_after_forward: false for that")
-        if self.reshard_to > 1 and not p.reshard_after_forward:  # fully_shard(reshard_after_forward=n) reshards
-            raise ConfigError("$.runtime.options.reshard_after_forward_to",
-                              f"{self.reshard_to} reshards each layer after forward, which the layout does not "
-                              "(parallel.reshard_after_forward false: stated, or the runtime's default under pp > 1); "
-                              "state parallel.reshard_after_forward: true, or use 0")
-        if keep_share > 1 and (p.dp * p.cp) % (keep_share * self.replicate):
-            raise ConfigError("$.runtime.options.reshard_after_forward_to",
-                              f"{keep_share} must divide the FSDP shard group of {p.dp * p.cp // self.replicate} ranks")
-        # What torch 2.13 refuses to reshard to a smaller mesh (_fully_shard/_fsdp_param.py, cf30153): a DTensor
-        # parameter (FSDP over TP or EP: to_sharded_post_forward raises NotImplementedError), and a parameter whose
-        # all-gather a recipe casts (fsdp_pre_all_gather: all_gather_inputs raises NotImplementedError when
-        # SHARDED_POST_FORWARD).
-        if keep_share > 1 and (p.tp > 1 or p.ep > 1):
-            raise ConfigError("$.runtime.options.reshard_after_forward_to",
-                              "torch's FSDP2 cannot reshard TP- or EP-sharded (DTensor) parameters to a smaller mesh "
-                              "after forward (_fsdp_param.py to_sharded_post_forward); use 0, or tp = ep = 1")
-        cast = [layer for layer in layers if layer.gathered_bytes is not None
-                and layer.gathered_bytes != sum(layer.elements.values()) * view.precision.activation_bytes]
-        if keep_share > 1 and cast:
-            raise ConfigError("$.runtime.options.reshard_after_forward_to",
-                              f"torch's FSDP2 cannot gather a {view.precision.recipe}-cast parameter from "
-                              "its post-forward shard (_fsdp_param.py all_gather_inputs with fsdp_pre_all_gather); "
-                              "use 0, or a recipe that gathers in the compute dtype")
+        check_reshard_to(view, self.reshard_to, self.replicate)
         # The training loop still holds its batch (the input ids the embedding keeps; the loss shifts the same tensor
         # for its labels) while the optimizer steps: measured, the tracker's Inputs at the step (8 bytes per token).
         batch = sum(layer.kept_bytes for layer in layers if layer.placement == "first")
@@ -391,8 +364,9 @@ class Fsdp2Points:
         root (``root``; ``own`` without resharding, which keeps them so)."""
         if self.embedding_unit == "root":
             return 0
-        if self.reshard_to > 1 or not self.reshard_last_layer:
-            option = "reshard_after_forward_to" if self.reshard_to > 1 else "reshard_last_layer_after_forward"
+        to_fewer = 1 < self.reshard_to != shard_group(view, self.replicate)  # the whole group: torch's True
+        if to_fewer or not self.reshard_last_layer:
+            option = "reshard_after_forward_to" if to_fewer else "reshard_last_layer_after_forward"
             raise ConfigError(f"$.runtime.options.{option}",
                               "embedding_unit own is torchtitan's wrapping from 83e6941 on, which resharded every "
                               "layer after forward as a bool: not priced beside it (use embedding_unit root)")
@@ -415,9 +389,9 @@ class Fsdp2Points:
         return whole - (whole // keep_share if keep_share else 0)
 
     def _keep_share(self, view: StageView) -> int:
-        """What a layer keeps gathered after forward: 0 none, 1 all, ``n`` an n-th (``__call__``'s ``keep_share``)."""
-        reshard = view.parallel.reshard_after_forward
-        return self.reshard_to if (reshard and self.reshard_to > 1) else (0 if reshard else 1)
+        """What a layer keeps gathered after forward: 0 none, 1 all, ``n`` an n-th (``__call__``'s ``keep_share``;
+        the whole shard group is 0, torch's ``True``: :func:`~hp_plugins.runtimes.fsdp2_reshard.keep_share`)."""
+        return _keep_share_of(view, self.reshard_to, self.replicate)
 
     def cached_bytes(self, view: StageView, name: str, point: MemoryBreakdown) -> int:
         """What FSDP2's stream pools (:func:`stream_pool_bytes`) keep reserved beside the binding point *name* and
