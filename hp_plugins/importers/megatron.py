@@ -50,6 +50,8 @@ defaults fill what a job leaves out):
   ``--no-bias-swiglu-fusion``, ``--no-rope-fusion`` with rope positions (``rope_kernels: eager``),
   ``--moe-permute-fusion`` (off unless passed), ``--moe-grouped-gemm`` (off unless passed: a GPT model's experts
   as Megatron-Core's SequentialMLP, ``moe_grouped_gemm: false``; a hybrid model's are grouped whatever the flag),
+  ``--use-transformer-engine-op-fuser`` named in the unmapped lines (the fused grouped MLP also needs an environment
+  variable the arguments do not state: ``moe_fused_grouped_mlp`` is left to ``--runtime-option``),
   ``--no-gradient-accumulation-fusion``, ``--make-vocab-size-divisible-by``; the overlaps
   ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap`` (its ``--tp-comm-overlap-cfg``
   file, opened relative to the current directory as Megatron-LM opens it relative to its own, as
@@ -386,6 +388,13 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
         "moe_grouped_gemm": a.flag("moe-grouped-gemm") or hybrid is not None,
         "gradient_accumulation_fusion": not a.flag("no-gradient-accumulation-fusion"),
     }
+    if a.flag("use-transformer-engine-op-fuser"):
+        # TransformerConfig.use_transformer_engine_op_fuser: TE's operation fuser, whose fused grouped MLP (the runtime's
+        # moe_fused_grouped_mlp) also needs NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (transformer_engine/pytorch/ops/fused/
+        # grouped_mlp.py is_supported, NVIDIA/TransformerEngine@d0067d0), an environment variable, not an argument.
+        unmapped.append("--use-transformer-engine-op-fuser: Transformer Engine's fused grouped MLP runs only where the job "
+                        "also sets NVTE_CUTEDSL_FUSED_GROUPED_MLP=1, which the arguments do not state: priced unfused; "
+                        "add --runtime-option moe_fused_grouped_mlp=true where it does")
     if bf16_grads:
         options["grad_reduce_in_fp32"] = False
     if a.value("attention-backend") is not None:

@@ -72,3 +72,17 @@ def test_the_importer_reads_moe_grouped_gemm():
     assert imported.unmapped == ()
     grouped = import_megatron_args(shlex.split(MOE_ARGS + " --moe-grouped-gemm"), REGISTRY, devices=2)
     assert grouped.document["runtime"]["options"]["moe_grouped_gemm"] is True
+
+
+def test_the_op_fuser_flag_is_named_and_the_fused_mlp_left_to_a_runtime_option(capsys):
+    from hp_core.cli import main
+
+    argv = MOE_ARGS + " --moe-grouped-gemm --use-transformer-engine-op-fuser"
+    imported = import_megatron_args(shlex.split(argv), REGISTRY, devices=2)
+    assert "moe_fused_grouped_mlp" not in imported.document["runtime"]["options"]
+    (line,) = [u for u in imported.unmapped if u.startswith("--use-transformer-engine-op-fuser")]
+    assert "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1" in line and "--runtime-option moe_fused_grouped_mlp=true" in line
+    # The runtime option composes with an import, as the line says.
+    assert main(["estimate", "--from", "megatron-args", argv, "--devices", "2", "--runtime-option",
+                 "moe_fused_grouped_mlp=true", "--json"]) == 0
+    assert '"moe_fused_grouped_mlp": true' in capsys.readouterr().out.replace("'", '"')
