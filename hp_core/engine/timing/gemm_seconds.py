@@ -10,6 +10,8 @@ the layer's own GEMMs are.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from hp_core.costs import LayerWork
@@ -23,6 +25,28 @@ __all__ = ["frozen_seconds", "frozen_share", "margin_factor", "userbuffers_block
 
 def _flops(gemms: tuple[tuple[int, int, int], ...]) -> float:
     return sum(2.0 * rows * out * inp for rows, out, inp in gemms)
+
+
+def _passes(flops: float, gemms: tuple[tuple[Any, ...], ...], grouped: bool, efficiency: float, table: Any, r: _Rates,
+            rescale: bool) -> tuple[float, float, float]:
+    """``(forward, backward, weight-gradient)`` FLOPs over efficiency of *flops* of GEMMs (times ``1 / peak`` is
+    seconds): those of *gemms* whose three passes the device's table holds at their measured efficiencies, the
+    backward's two GEMMs scaled by ``matmul_backward_factor / 2``, the rest at *efficiency*, the backward
+    ``matmul_backward_factor`` times the forward, half of it the weight gradient. With *rescale* the shapes' FLOPs are
+    scaled to *flops* (the layer's count of the routed FLOPs rules); without it, shapes claiming more FLOPs than
+    *flops* are not the layer's and the table is not used."""
+    half = r.mm_backward / 2
+    fwd = bwd = wgrad = 0.0
+    left = flops
+    if table is not None and gemms:
+        listed, covered, f_eff, b_eff = table.price(gemms, grouped=grouped)
+        if rescale or listed <= flops * (1 + 1e-9):
+            scale = flops / listed if rescale and listed else 1.0
+            left -= covered * scale
+            fwd += f_eff * scale
+            bwd += half * b_eff * scale
+            wgrad += half * table.weight_gradient(gemms, grouped=grouped) * scale
+    return fwd + left / efficiency, bwd + r.mm_backward * left / efficiency, wgrad + half * left / efficiency
 
 
 def _matmul_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates) -> tuple[float, float, float]:
@@ -43,49 +67,16 @@ def _matmul_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates) ->
     counts, their token counts are not the layer's and the table is not used.
     """
     table = r.gemm_table
-    fwd = bwd = wgrad = 0.0  # FLOPs over efficiency
-    rest = dense
-    half = r.mm_backward / 2
-    if table is not None and work.gemms:
-        listed, covered, f_eff, b_eff = table.price(work.gemms)
-        if listed <= dense * (1 + 1e-9):
-            rest -= covered
-            fwd += f_eff
-            bwd += half * b_eff
-            wgrad += half * table.weight_gradient(work.gemms)
-    fwd += rest / r.matmul
-    bwd += r.mm_backward * rest / r.matmul
-    wgrad += half * rest / r.matmul
+    parts = [_passes(dense, work.gemms, False, r.matmul, table, r, rescale=False)]
     if grouped and work.sequential_experts:
         # Megatron-Core's SequentialMLP (LayerWork.sequential_experts): each local expert's linears are their own
         # dense GEMMs over its rows, priced as the layer's dense GEMMs are (the table's shape, else ``matmul``).
         each = tuple((rows, fan_out, fan_in) for experts, rows, fan_out, fan_in in work.expert_gemms for _ in range(experts))
-        listed = _flops(each)
-        scale = grouped / listed if listed else 0.0  # the layer's count of the routed FLOPs rules
-        left = grouped
-        if table is not None and each:
-            _, covered, f_eff, b_eff = table.price(each)
-            left -= covered * scale
-            fwd += f_eff * scale
-            bwd += half * b_eff * scale
-            wgrad += half * table.weight_gradient(each) * scale
-        fwd += left / r.matmul
-        bwd += r.mm_backward * left / r.matmul
-        wgrad += half * left / r.matmul
+        parts.append(_passes(grouped, each, False, r.matmul, table, r, rescale=True))
     elif grouped:
         rows = work.expert_rows
-        fitted = r.grouped * rows / (rows + r.half_rows)
-        left = grouped
-        if table is not None and work.expert_gemms:
-            listed, covered, f_eff, b_eff = table.price(work.expert_gemms, grouped=True)
-            scale = grouped / listed  # the layer's count of the routed FLOPs rules
-            left -= covered * scale
-            fwd += f_eff * scale
-            bwd += half * b_eff * scale
-            wgrad += half * table.weight_gradient(work.expert_gemms, grouped=True) * scale
-        fwd += left / fitted
-        bwd += r.mm_backward * left / fitted
-        wgrad += half * left / fitted
+        parts.append(_passes(grouped, work.expert_gemms, True, r.grouped * rows / (rows + r.half_rows), table, r, rescale=True))
+    fwd, bwd, wgrad = (sum(p[i] for p in parts) for i in range(3))
     return fwd / r.peak, bwd / r.peak, wgrad / r.peak
 
 
