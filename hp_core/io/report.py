@@ -295,7 +295,10 @@ def time_summary(step) -> str:
                              if (fwd, bwd) == (1.0, 1.0) else f"{label} {fwd:.2f}x forward, {bwd:.2f}x backward of bf16")
         if kinds:
             whole_run += f"; {prov['attention_format']} " + ", ".join(kinds)
-        if prov.get("windowed_attention_bf16"):
+        if prov.get("windowed_fp8_backward_full_causal"):  # Blackwell: cuDNN's measured FP8 windowed backward (precision.md)
+            whole_run += (f"; windowed {prov['attention_format']} attention forward at the {prov['dtype']} rates, its "
+                          f"backward over the whole causal triangle at the {prov['attention_format']} rate")
+        elif prov.get("windowed_attention_bf16"):
             whole_run += f"; windowed {prov['attention_format']} attention at the {prov['dtype']} rates (no measured figure)"
     recipe = prov.get("precision_recipe", "bf16")
     mfu = f"MFU {step.mfu * 100:.1f}%"

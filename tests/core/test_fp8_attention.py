@@ -98,7 +98,7 @@ def test_delayed_scaling_adds_the_attention_modules_state(registry):
 
 
 def _attention_times(registry, recipe: str, hardware: str, layout: ParallelSpec, wide: bool = False, window=None,
-                     quantized: bool = True):
+                     quantized: bool = True, flops: float = 1e12):
     """One attention call's forward and backward seconds on *hardware* under *recipe*, as the layer pricer sees it."""
     from hp_core.costs import Flops, LayerCost, LayerWork
     from hp_core.engine.timing.layer import _layer_time
@@ -109,7 +109,7 @@ def _attention_times(registry, recipe: str, hardware: str, layout: ParallelSpec,
     rates = _rates(layout, spec, runtime.timing, attrs.evolve(runtime.precision, recipe=recipe), "flash",
                    recipe=registry.precision_recipe(recipe))
     rates = attrs.evolve(rates, host=None, slowdown=1.0)
-    cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0, forward=Flops(attention_flops=1e12))
+    cost = LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0, forward=Flops(attention_flops=flops))
     work = LayerWork(attention_calls=1, wide_qk_attention=wide, local_mask=window, quantized=quantized)
     t = _layer_time(cost, work, False, frozenset(), rates)
     return t.forward_seconds, t.backward_seconds
@@ -139,11 +139,25 @@ def test_the_core_runs_at_cudnns_measured_fp8_speedup(registry):
     # A layer kept in the compute dtype (high_precision_layers_*) runs its attention in bf16 too.
     assert (_attention_times(registry, "mxfp8-fp8-attention", "gb200", long, quantized=False)
             == _attention_times(registry, "mxfp8", "gb200", long, quantized=False))
-    # A windowed core: no FP8 figure measured, the bf16 rates.
+    # A windowed core on Blackwell: the forward at the bf16 rates over the window's pairs (no FP8 figure measured for it);
+    # the backward over the whole causal triangle at the full-width FP8 backward rate (cuDNN's MXFP8 backward with a
+    # 128-token window measured quadratic in the length: 2.080, 7.427, 27.940 ms at 4,096, 8,192, 16,384 tokens on
+    # GB200, cudnn-frontend@3929da2 results/gpt_oss). The window's share of the 8,192 x 8,193 / 2 causal pairs:
+    # (128 x 129 / 2 + 8,064 x 128) / 33,558,528 = 1,040,448 / 33,558,528; a layer states its square times that share.
     from hp_core.score_masks import LocalMask
     window = LocalMask(seq_len=8192, window=128)
-    assert (_attention_times(registry, "mxfp8-fp8-attention", "gb200", long, window=window)
-            == _attention_times(registry, "mxfp8", "gb200", long, window=window))
+    share = 1_040_448 / 33_558_528
+    windowed = _attention_times(registry, "mxfp8-fp8-attention", "gb200", long, window=window, flops=1e12 * share)
+    assert windowed[0] == pytest.approx(_attention_times(registry, "mxfp8", "gb200", long, window=window,
+                                                         flops=1e12 * share)[0])
+    assert windowed[1] == pytest.approx(mx[1])  # the full causal core's FP8 backward, 1e12 FLOPs over the square
+    assert windowed[1] > 10 * _attention_times(registry, "mxfp8", "gb200", long, window=window, flops=1e12 * share)[1]
+    # Hopper: no FP8 windowed figure measured (every FP8 row of the H200 GPT-OSS run failed at head dim 64): bf16 rates.
+    assert (_attention_times(registry, "fp8-current-fp8-attention", "h100-sxm", long, window=window)
+            == _attention_times(registry, "fp8-current", "h100-sxm", long, window=window))
+    # A windowed layer kept in the compute dtype runs its attention in bf16, its backward over the window too.
+    assert (_attention_times(registry, "mxfp8-fp8-attention", "gb200", long, window=window, quantized=False)
+            == _attention_times(registry, "mxfp8", "gb200", long, window=window, quantized=False))
 
 
 def test_the_nearest_measured_length_by_ratio_and_the_band():

@@ -35,7 +35,22 @@ def attention_speedups(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, ha
                                        attention_call_tokens(parallel), ratio)
         if entry is not None:
             found[field] = (entry.forward, entry.backward)
+    # A windowed core's FP8 backward on Blackwell runs the whole causal triangle (WINDOWED_FP8_BACKWARD_SOURCE).
+    found["windowed_fp8_full_backward"] = hardware.architecture == "blackwell"
     return found
+
+
+# cuDNN's FP8 and MXFP8 attention backward with a diagonal band (a sliding window) computes the full causal triangle:
+# NVIDIA's own training SDPA benchmark at GPT-OSS's window (benchmark/sdpa_benchmark_training/configs/gpt_oss.py,
+# window 128, head dim 64, 2 x 128 heads, top-left causal; results/gpt_oss/gb200/gpt_oss_20260424_100011.csv and
+# gb300/gpt_oss_20260424_100022.csv at NVIDIA/cudnn-frontend@3929da2, cuDNN 9.22.0, read 2026-12-03) times the
+# MXFP8 backward at 2.080, 7.427, 27.940 and 108.370 ms on GB200 at 4,096 to 32,768 tokens (x3.6, x3.8, x3.9 per
+# doubling: quadratic, as a full causal core), the bf16 one at 0.465, 0.911, 1.818 and 3.692 ms (linear: the band's
+# tiles only), and the forward linear in both (0.210 to 1.637 ms MXFP8); GB300 alike (1.871 to 96.913 ms MXFP8
+# backward). Measured on Blackwell only (every FP8 row of the H200 run failed at head dim 64), so stated there.
+WINDOWED_FP8_BACKWARD_SOURCE = ("NVIDIA/cudnn-frontend@3929da2 benchmark/sdpa_benchmark_training/results/gpt_oss "
+                                "(GB200, GB300; cuDNN 9.22.0): FP8/MXFP8 backward with a 128-token window quadratic "
+                                "in the sequence length")
 
 
 def fp8_attention_provenance(recipe: PrecisionRecipe, rates: Any, works: Any) -> dict[str, Any]:
@@ -51,4 +66,6 @@ def fp8_attention_provenance(recipe: PrecisionRecipe, rates: Any, works: Any) ->
         found["mla_attention_speedup"] = rates.mla_attn_speedup
     if any(w.attention_calls and w.quantized and w.local_mask is not None for w in works):
         found["windowed_attention_bf16"] = True
+        if rates.windowed_fp8_full_backward:
+            found["windowed_fp8_backward_full_causal"] = True
     return found

@@ -24,7 +24,7 @@ from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
 from hp_core.specs.timing import TimingProfile
 from hp_core.costs import LayerContext, LayerCost, LayerWork, Rerun
 from hp_core.precision_recipes import PrecisionRecipe
-from hp_core.score_masks import block_factor
+from hp_core.score_masks import block_factor, causal_score_pairs
 from hp_core.types import LayerKind
 
 __all__ = ["ALTERNATE_MATMUL_DEFAULT_FRACTION", "LayerPricer", "alternate_matmul_flops", "LayerSeconds", "layer_pricer", "offload_seconds", "work_of"]
@@ -136,7 +136,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     if r.low_precision and not work.quantized:  # a layer kept in the compute dtype under the recipe (LayerWork.quantized)
         r = attrs.evolve(r, low_precision=False, gemm_speedup=1.0, gemm_speedup_backward=1.0, quant_input_fwd=0.0,
                          quant_input_bwd=0.0, quant_grad=0.0, quant_weight=0.0, quant_original_fwd=0.0, quant_original_bwd=0.0, gather_share=1.0, gemm_scope="all",
-                         attn_speedup=(1.0, 1.0), mla_attn_speedup=(1.0, 1.0))
+                         attn_speedup=(1.0, 1.0), mla_attn_speedup=(1.0, 1.0), windowed_fp8_full_backward=False)
     r = userbuffers_rates(work, r)  # no TP overlap on a layer refusing its userbuffers (LayerWork.refused_userbuffers)
     # Compute.
     grouped = min(work.grouped_flops, f.matmul_flops)
@@ -176,6 +176,15 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         if work.local_mask is None:  # FP8 attention at its measured speedup (none measured for a windowed kernel)
             speedup = r.mla_attn_speedup if work.wide_qk_attention else r.attn_speedup
             att_fwd, att_bwd = att_fwd / speedup[0], att_bwd / speedup[1]
+        elif r.windowed_fp8_full_backward and not work.wide_qk_attention:
+            # cuDNN's FP8 backward with a sliding window runs the whole causal triangle (measured quadratic in the
+            # sequence length where its bf16 backward and both forwards are linear: attention_speedup.py
+            # WINDOWED_FP8_BACKWARD_SOURCE): the full causal core's FLOPs at the full-width FP8 backward rate; the
+            # forward keeps the window's pairs at the bf16 rates (no FP8 figure measured for it).
+            mask = work.local_mask
+            whole = f.attention_flops * r.causal / (causal_score_pairs(mask.seq_len, mask.window, mask.chunk)
+                                                   / causal_score_pairs(mask.seq_len))
+            att_bwd = (r.attn_backward * whole / (r.peak * bwd_eff) + calls * bwd_fixed) / r.attn_speedup[1]  # as a full core's
     else:
         # Eager: batched GEMMs over the whole score matrix; masking happens after QK^T.
         att_fwd = f.attention_flops / (r.peak * r.matmul)

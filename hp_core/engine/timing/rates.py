@@ -248,6 +248,9 @@ class _Rates:
     # full-width and the MLA attention kernel at the call's sequence length (_attention_speedups); 1.0 where none.
     attn_speedup: tuple[float, float] = (1.0, 1.0)
     mla_attn_speedup: tuple[float, float] = (1.0, 1.0)
+    # FP8 attention on Blackwell: a windowed core's backward runs the full causal triangle at the full-width FP8 rate
+    # (hp_core.engine.timing.attention_speedup.WINDOWED_FP8_BACKWARD_SOURCE; docs/precision.md, "FP8 attention").
+    windowed_fp8_full_backward: bool = False
     # Modules in a quantized format of their own (PrecisionRecipe.module_recipes): (format, that recipe's figures above).
     module_rates: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     # Transformer Engine fuses a grouped MLP's activation into its GEMMs' epilogues (LayerWork.epilogue_activation_flops)
