@@ -198,6 +198,24 @@ def test_the_step_says_which_attention_figures_it_took(registry):
     assert steps["fp8-current-fp8-attention"].step_seconds < steps["fp8-current"].step_seconds
 
 
+def test_the_step_names_the_windowed_fp8_backward(registry):
+    # GPT-OSS 20B (12 of 24 layers with a 128-token window) on GB200 under MXFP8 attention: the windowed cores' backward
+    # over the whole causal triangle (docs/precision.md "FP8 attention"), said in the provenance and the summary.
+    from hp_core.io.report import time_summary
+
+    model = model_from_preset("gpt-oss-20b", registry)
+    hardware = registry.hardware_preset("gb200").spec
+    base = registry.runtime("megatron").precision
+    layout = ParallelSpec(dp=8, ep=8, seq_len=4096)
+    steps = {r: step_time(model, layout, registry=registry, runtime="megatron", hardware=hardware,
+                          precision=attrs.evolve(base, recipe=r)) for r in ("mxfp8", "mxfp8-fp8-attention")}
+    prov = steps["mxfp8-fp8-attention"].provenance
+    assert prov["windowed_fp8_backward_full_causal"] is True and prov["windowed_attention_bf16"] is True
+    assert "windowed_fp8_backward_full_causal" not in steps["mxfp8"].provenance
+    assert ("windowed mxfp8 attention forward at the bf16 rates, its backward over the whole causal triangle at the "
+            "mxfp8 rate") in time_summary(steps["mxfp8-fp8-attention"])
+
+
 def test_layers_that_mark_no_kernel_tensors_are_refused(registry):
     base = registry.runtime("megatron").precision
     precision = attrs.evolve(base, recipe="fp8-current-fp8-attention")
