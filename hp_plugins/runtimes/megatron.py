@@ -56,6 +56,8 @@ What it holds, and where that comes from (Megatron-LM at core 0.14, Transformer 
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from hp_core.markers import hookimpl
@@ -94,6 +96,28 @@ _TE_WORKSPACES = {  # HardwareSpec.architecture -> (every rank's, a grouped-GEMM
 
 
 _ARGS = "Megatron-LM megatron/training/arguments.py"
+
+
+@attrs.frozen
+class _TraitUnless:
+    """An option's ``apply`` turning *trait* on where its value is *when* (:func:`trait_setter`), refused with
+    *message* where the runtime already has *conflict* on: two options whose settings cannot both hold."""
+
+    trait: str
+    when: Any
+    conflict: str
+    message: str
+
+    def __call__(self, runtime: Runtime, value: Any) -> Runtime:
+        if value == self.when and self.conflict in runtime.traits:
+            raise ValueError(self.message)
+        return trait_setter(self.trait, self.when)(runtime, value)
+
+
+# TE's fused grouped MLP replaces the GroupedLinear ops of Megatron-Core's TEGroupedMLP (transformer/moe/experts.py,
+# its use_transformer_engine_op_fuser path); SequentialMLP builds none, so the two settings cannot both hold.
+_FUSED_NEEDS_GROUPED = ("Transformer Engine's fused grouped MLP replaces the grouped linears of Megatron-Core's "
+                        "TEGroupedMLP, which SequentialMLP (moe_grouped_gemm false) does not build")
 # Megatron-Core's flex dispatcher permutes after the de-duplicating dispatch and unpermutes before the combine, one
 # pass each way over the tokens the rank received (docs/time.md, "The model"): in place of the alltoall dispatcher's
 # four passes (the profile's moe_permute_passes).
@@ -245,19 +269,24 @@ OPTIONS = (
         f"{_ARGS} --moe-grouped-gemm; megatron/core/transformer/transformer_config.py moe_grouped_gemm (default False); "
         "megatron/core/extensions/transformer_engine_spec_provider.py grouped_mlp_modules; "
         "megatron/core/transformer/moe/experts.py SequentialMLP (NVIDIA/Megatron-LM@d98e8a6)",
-        trait_setter("moe_sequential_experts", when=False),
+        _TraitUnless("moe_sequential_experts", False, "moe_fused_grouped_mlp",
+                     f"false cannot hold with moe_fused_grouped_mlp true: {_FUSED_NEEDS_GROUPED}; state "
+                     "moe_grouped_gemm: true or drop moe_fused_grouped_mlp"),
     ),
-    trait_option(
-        "moe_fused_grouped_mlp", "moe_fused_grouped_mlp", default=False,
-        description="Transformer Engine's fused grouped MLP for the routed experts (Megatron-Core "
-                    "TransformerConfig.use_transformer_engine_op_fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; "
-                    "Megatron-Bridge's cutedsl_fused_grouped_mlp): under an MXFP8 or NVFP4 recipe on Blackwell the experts' activation "
-                    "and its output's quantization run in FC1's epilogue and their gradients in FC2's, so hp prices "
-                    "no activation pass and no quantization of FC2's input or FC1's output gradient; elsewhere TE "
-                    "runs them unfused and so does hp; memory as unfused",
-        source="NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/ops/fused/grouped_mlp.py "
-               "(fuse_grouped_mlp_ops: GroupedLinear, ScaledSwiGLU or ScaledClampedQGeGLU, GroupedLinear under "
-               "recipe.mxfp8() or nvfp4(); is_supported: NVTE_CUTEDSL_FUSED_GROUPED_MLP and compute capability 10)",
+    RuntimeOption(
+        "moe_fused_grouped_mlp", "bool", False,
+        "Transformer Engine's fused grouped MLP for the routed experts (Megatron-Core "
+        "TransformerConfig.use_transformer_engine_op_fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; Megatron-Bridge's "
+        "cutedsl_fused_grouped_mlp): under an MXFP8 or NVFP4 recipe on Blackwell the experts' activation and its "
+        "output's quantization run in FC1's epilogue and their gradients in FC2's, so hp prices no activation pass and "
+        "no quantization of FC2's input or FC1's output gradient; elsewhere TE runs them unfused and so does hp; memory "
+        "as unfused; needs moe_grouped_gemm true (refused with false: SequentialMLP builds no grouped linears to fuse)",
+        "NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/ops/fused/grouped_mlp.py (fuse_grouped_mlp_ops: "
+        "GroupedLinear, ScaledSwiGLU or ScaledClampedQGeGLU, GroupedLinear under recipe.mxfp8() or nvfp4(); "
+        "is_supported: NVTE_CUTEDSL_FUSED_GROUPED_MLP and compute capability 10)",
+        _TraitUnless("moe_fused_grouped_mlp", True, "moe_sequential_experts",
+                     f"true needs moe_grouped_gemm true: {_FUSED_NEEDS_GROUPED}; state moe_grouped_gemm: true or drop "
+                     "moe_fused_grouped_mlp"),
     ),
     trait_option(
         "moe_permute_fusion", "moe_fused_permute", default=True,

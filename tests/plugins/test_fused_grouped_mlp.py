@@ -65,3 +65,37 @@ def test_elsewhere_transformer_engine_runs_them_unfused(recipe, hardware):
     assert not r.epilogue_activation
     a, b = (_layer_time(c, c.work, False, frozenset(), r) for c in (plain, fused))
     assert (a.forward_seconds, a.backward_seconds) == (b.forward_seconds, b.backward_seconds)
+
+
+@pytest.mark.parametrize("order", ["together", "fused first", "sequential first"])
+def test_the_fused_mlp_needs_grouped_experts(order):
+    # SequentialMLP (moe_grouped_gemm false) builds no GroupedLinear for TE's fuser to replace: a one-line refusal at
+    # whichever option comes second.
+    from hp_core.errors import ConfigError
+
+    why = ("Transformer Engine's fused grouped MLP replaces the grouped linears of Megatron-Core's TEGroupedMLP, which "
+           "SequentialMLP (moe_grouped_gemm false) does not build; state moe_grouped_gemm: true or drop "
+           "moe_fused_grouped_mlp")
+    with pytest.raises(ConfigError) as refused:
+        if order == "together":
+            apply_options(RUNTIME, {"moe_fused_grouped_mlp": True, "moe_grouped_gemm": False})
+        elif order == "fused first":
+            apply_options(FUSED, {"moe_grouped_gemm": False})
+        else:
+            apply_options(apply_options(RUNTIME, {"moe_grouped_gemm": False}), {"moe_fused_grouped_mlp": True})
+    expected = (f"$.runtime.options.moe_grouped_gemm: false cannot hold with moe_fused_grouped_mlp true: {why}"
+                if order == "fused first" else f"$.runtime.options.moe_fused_grouped_mlp: true needs moe_grouped_gemm true: {why}")
+    assert str(refused.value) == expected
+    # Either alone, or false with true's default, is accepted.
+    assert "moe_sequential_experts" in apply_options(RUNTIME, {"moe_grouped_gemm": False, "moe_fused_grouped_mlp": False}).traits
+
+
+def test_the_refusal_is_one_cli_line(capsys):
+    from cli_run import run
+
+    status, _, err = run(capsys, "estimate", "--model", "mixtral-8x7b", "--ep", "8", "--dp", "8", "--seq-len", "4096",
+                         "--runtime", "megatron", "--hardware", "b200", "--precision", "mxfp8",
+                         "--runtime-option", "moe_grouped_gemm=false", "--runtime-option", "moe_fused_grouped_mlp=true")
+    assert status != 0 and "Traceback" not in err
+    (line,) = err.strip().splitlines()
+    assert "$.runtime.options.moe_fused_grouped_mlp: true needs moe_grouped_gemm true" in line
