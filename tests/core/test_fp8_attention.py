@@ -686,3 +686,25 @@ def test_the_hopper_refusal_suggests_the_plain_recipe_only_where_it_prices(capsy
             assert err.strip().endswith(f"head dim must be 128; docs/precision.md 'FP8 attention'); {choose}"), err
     status, out, _ = run(capsys, "estimate", *argv, "--precision", "mxfp8")
     assert status == 0 and "no measured mxfp8 GEMM speedup for hopper devices" in " ".join(out.split())
+
+
+def test_an_mla_windowed_core_is_not_named_as_priced_over_the_whole_triangle():
+    # layer.py prices a windowed core's FP8 backward over the whole causal triangle only where its q/k are not wider
+    # than v (an MLA core keeps the bf16 rates both ways): the provenance says so only where such a core runs.
+    from types import SimpleNamespace
+
+    from hp_core.costs import LayerWork
+    from hp_core.engine.timing.attention_speedup import fp8_attention_provenance
+    from hp_core.score_masks import LocalMask
+
+    recipe = SimpleNamespace(attention_format="mxfp8")
+    rates = SimpleNamespace(attn_speedup=(1.2, 0.97), mla_attn_speedup=(1.4, 1.3), windowed_fp8_full_backward=True)
+    window = LocalMask(seq_len=8192, window=128)
+    mla = LayerWork(attention_calls=1, wide_qk_attention=True, local_mask=window, quantized=True)
+    plain = LayerWork(attention_calls=1, local_mask=window, quantized=True)
+    assert fp8_attention_provenance(recipe, rates, [mla]) == {"windowed_attention_bf16": True}
+    assert fp8_attention_provenance(recipe, rates, [mla, plain]) == {"windowed_attention_bf16": True,
+                                                                      "windowed_fp8_backward_full_causal": True}
+    # Off Blackwell (the rates' flag false) neither names it.
+    hopper = SimpleNamespace(attn_speedup=(1.0, 1.0), mla_attn_speedup=(1.0, 1.0), windowed_fp8_full_backward=False)
+    assert fp8_attention_provenance(recipe, hopper, [plain]) == {"windowed_attention_bf16": True}

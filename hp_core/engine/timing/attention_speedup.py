@@ -64,8 +64,10 @@ def fp8_attention_provenance(recipe: PrecisionRecipe, rates: Any, works: Any) ->
         found["attention_speedup"] = rates.attn_speedup
     if any(w.wide_qk_attention for w in fp8):
         found["mla_attention_speedup"] = rates.mla_attn_speedup
-    if any(w.attention_calls and w.quantized and w.local_mask is not None for w in works):
+    windowed = [w for w in works if w.attention_calls and w.quantized and w.local_mask is not None]
+    if windowed:
         found["windowed_attention_bf16"] = True
-        if rates.windowed_fp8_full_backward:
+        # As layer.py prices it: an MLA (wide q/k) windowed core keeps the bf16 rates both ways.
+        if rates.windowed_fp8_full_backward and any(not w.wide_qk_attention for w in windowed):
             found["windowed_fp8_backward_full_causal"] = True
     return found
