@@ -327,3 +327,12 @@ def validate_moe(c: MoEFields, x: LayerContext) -> None:
             "$.parallel.sp",
             "a mixture-of-experts layer with tp > 1 needs sequence parallelism (Megatron-LM arguments.py); add --sp",
         )
+    if x.etp > 1 and "moe_fused_grouped_mlp" in x.traits:
+        # Megatron-Core asserts TEGroupedMLP._is_fused_impl_supported under use_transformer_engine_op_fuser, false where
+        # the experts' tensor-parallel group (pg_collection.expt_tp) has more than one rank (transformer/moe/experts.py
+        # at NVIDIA/Megatron-LM@d98e8a6, __init__ and _is_fused_impl_supported; since 6815c0f, 2026-05-15).
+        raise ConfigError(
+            "$.parallel.etp",
+            f"etp {x.etp}: Megatron-Core's fused grouped MLP (moe_fused_grouped_mlp) does not support expert tensor "
+            "parallelism (experts.py _is_fused_impl_supported); use etp 1 or drop moe_fused_grouped_mlp",
+        )

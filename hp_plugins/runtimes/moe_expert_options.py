@@ -62,10 +62,12 @@ MOE_EXPERT_OPTIONS = (
         "cutedsl_fused_grouped_mlp): under an MXFP8 or NVFP4 recipe on Blackwell the experts' activation and its "
         "output's quantization run in FC1's epilogue and their gradients in FC2's, so hp prices no activation pass and "
         "no quantization of FC2's input or FC1's output gradient; elsewhere TE runs them unfused and so does hp; memory "
-        "as unfused; needs moe_grouped_gemm true (refused with false: SequentialMLP builds no grouped linears to fuse)",
+        "as unfused; needs moe_grouped_gemm true (refused with false: SequentialMLP builds no grouped linears to fuse) and "
+        "etp 1 (refused above: Megatron-Core's experts.py _is_fused_impl_supported, asserted, supports no expert TP)",
         "NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/ops/fused/grouped_mlp.py (fuse_grouped_mlp_ops: "
         "GroupedLinear, ScaledSwiGLU or ScaledClampedQGeGLU, GroupedLinear under recipe.mxfp8() or nvfp4(); "
-        "is_supported: NVTE_CUTEDSL_FUSED_GROUPED_MLP and compute capability 10)",
+        "is_supported: NVTE_CUTEDSL_FUSED_GROUPED_MLP and compute capability 10); NVIDIA/Megatron-LM@d98e8a6 "
+        "megatron/core/transformer/moe/experts.py TEGroupedMLP._is_fused_impl_supported (no expert TP)",
         _TraitUnless("moe_fused_grouped_mlp", True, "moe_sequential_experts",
                      f"true needs moe_grouped_gemm true: {_FUSED_NEEDS_GROUPED}; state moe_grouped_gemm: true or drop "
                      "moe_fused_grouped_mlp"),

@@ -99,3 +99,20 @@ def test_the_refusal_is_one_cli_line(capsys):
     assert status != 0 and "Traceback" not in err
     (line,) = err.strip().splitlines()
     assert "$.runtime.options.moe_fused_grouped_mlp: true needs moe_grouped_gemm true" in line
+
+
+def test_expert_tensor_parallelism_is_refused_one_line(capsys):
+    # Megatron-Core asserts TEGroupedMLP._is_fused_impl_supported under the op fuser, false where the experts'
+    # tensor-parallel group has more than one rank (transformer/moe/experts.py at NVIDIA/Megatron-LM@d98e8a6).
+    from cli_run import run
+
+    args = ("estimate", "--model", "mixtral-8x7b", "--tp", "2", "--sp", "--ep", "4", "--dp", "8", "--seq-len", "4096",
+            "--runtime", "megatron", "--hardware", "b200", "--precision", "mxfp8")
+    status, _, err = run(capsys, *args, "--etp", "2", "--runtime-option", "moe_fused_grouped_mlp=true")
+    assert status != 0 and "Traceback" not in err
+    (line,) = err.strip().splitlines()
+    assert ("$.parallel.etp: etp 2: Megatron-Core's fused grouped MLP (moe_fused_grouped_mlp) does not support expert "
+            "tensor parallelism") in line
+    # Expert TP 1 beside TP 2 is accepted, and etp 2 without the option.
+    assert run(capsys, *args, "--etp", "1", "--runtime-option", "moe_fused_grouped_mlp=true")[0] == 0
+    assert run(capsys, *args, "--etp", "2")[0] == 0
