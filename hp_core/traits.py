@@ -120,9 +120,10 @@ TRAITS = {
     "moe_fused_grouped_mlp": (
         "the routed experts' FC1, activation and FC2 run as Transformer Engine's fused grouped MLP (its operation "
         "fuser's CuTe DSL kernels, NVTE_CUTEDSL_FUSED_GROUPED_MLP: transformer_engine/pytorch/ops/fused/grouped_mlp.py "
-        "at NVIDIA/TransformerEngine@d0067d0): the activation and the quantization of its output run in FC1's epilogue, "
-        "their gradients in FC2's input-gradient epilogue, where the recipe is MXFP8 or NVFP4 on compute capability 10 "
-        "(fuse_grouped_mlp_ops, is_supported); elsewhere TE runs them unfused"
+        "at NVIDIA/TransformerEngine@d0067d0): the activation runs in FC1's epilogue and its gradient in FC2's "
+        "input-gradient epilogue where the recipe is MXFP8 or NVFP4 on compute capability 10 (fuse_grouped_mlp_ops, "
+        "is_supported), and under MXFP8 the quantization of FC2's input and of FC1's output gradient with them (under "
+        "NVFP4 a grouped quantize kernel of its own follows each); elsewhere TE runs them unfused"
     ),
     "moe_fused_permute": (
         "the fused token permutation keeps an int32 row map of [tokens, 2 * experts + 1] "

@@ -59,9 +59,10 @@ MOE_EXPERT_OPTIONS = (
         "moe_fused_grouped_mlp", "bool", False,
         "Transformer Engine's fused grouped MLP for the routed experts (Megatron-Core "
         "TransformerConfig.use_transformer_engine_op_fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; Megatron-Bridge's "
-        "cutedsl_fused_grouped_mlp): under an MXFP8 or NVFP4 recipe on Blackwell the experts' activation and its "
-        "output's quantization run in FC1's epilogue and their gradients in FC2's, so hp prices no activation pass and "
-        "no quantization of FC2's input or FC1's output gradient; elsewhere TE runs them unfused and so does hp; memory "
+        "cutedsl_fused_grouped_mlp): under an MXFP8 or NVFP4 recipe on Blackwell the experts' activation runs in FC1's "
+        "epilogue and its gradient in FC2's, so hp prices no activation pass, and under MXFP8 (whose epilogues also "
+        "quantize them; NVFP4 runs a grouped quantize kernel apart) no quantization of FC2's input or FC1's output "
+        "gradient; elsewhere, and on a layer kept in bf16, TE runs them unfused and so does hp; memory "
         "as unfused; needs moe_grouped_gemm true (refused with false: SequentialMLP builds no grouped linears to fuse) and "
         "etp 1 (refused above: Megatron-Core's experts.py _is_fused_impl_supported, asserted, supports no expert TP)",
         "NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/ops/fused/grouped_mlp.py (fuse_grouped_mlp_ops: "

@@ -116,3 +116,28 @@ def test_expert_tensor_parallelism_is_refused_one_line(capsys):
     # Expert TP 1 beside TP 2 is accepted, and etp 2 without the option.
     assert run(capsys, *args, "--etp", "1", "--runtime-option", "moe_fused_grouped_mlp=true")[0] == 0
     assert run(capsys, *args, "--etp", "2")[0] == 0
+
+
+def test_nvfp4_drops_the_activation_pass_but_quantizes_apart():
+    # Under NVFP4 TE's fused kernels write FC2's input (FC1's epilogue) and FC1's output gradient (FC2's dgrad
+    # epilogue) in bf16, each then group-quantized by a kernel of its own (grouped_mlp.py at TE@d0067d0,
+    # fuser_forward fc2_in = d_tensor, fuser_backward fc1_dy_bf16): only the activation pass goes.
+    plain, fused = _cost(), _cost(runtime=FUSED)
+    r = _rates_for("nvfp4", "b200")
+    assert r.epilogue_activation and not r.epilogue_quantization
+    dense, grouped = fused.forward.matmul_flops - fused.work.grouped_flops, fused.work.grouped_flops
+    assert (_recipe_seconds(dense, grouped, plain.work, r, 0.0, 0.0)
+            == _recipe_seconds(dense, grouped, fused.work, r, 0.0, 0.0))
+    unfused, epilogue = (_layer_time(c, c.work, False, frozenset(), r) for c in (plain, fused))
+    activation = SWIGLU_OPS * r.el_bytes_per_flop / r.memory
+    assert unfused.forward_seconds - epilogue.forward_seconds == pytest.approx(activation, rel=1e-9)
+    assert unfused.backward_seconds - epilogue.backward_seconds == pytest.approx(r.el_backward * activation, rel=1e-9)
+
+
+def test_a_layer_kept_in_bf16_runs_unfused():
+    # A layer outside the FP8 autocast (high_precision_layers_*: LayerWork.quantized false) reaches TE's op fuser with
+    # no recipe, and fuse_grouped_mlp_ops leaves its ops unfused (ops/fuser.py: recipe None outside fp8 autocast).
+    plain, fused = _cost(), _cost(runtime=FUSED)
+    r = _rates_for("mxfp8", "b200")
+    a, b = (_layer_time(c, attrs.evolve(c.work, quantized=False), False, frozenset(), r) for c in (plain, fused))
+    assert (a.forward_seconds, a.backward_seconds) == (b.forward_seconds, b.backward_seconds)

@@ -136,7 +136,9 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     if r.low_precision and not work.quantized:  # a layer kept in the compute dtype under the recipe (LayerWork.quantized)
         r = attrs.evolve(r, low_precision=False, gemm_speedup=1.0, gemm_speedup_backward=1.0, quant_input_fwd=0.0,
                          quant_input_bwd=0.0, quant_grad=0.0, quant_weight=0.0, quant_original_fwd=0.0, quant_original_bwd=0.0, gather_share=1.0, gemm_scope="all",
-                         attn_speedup=(1.0, 1.0), mla_attn_speedup=(1.0, 1.0), windowed_fp8_full_backward=False)
+                         attn_speedup=(1.0, 1.0), mla_attn_speedup=(1.0, 1.0), windowed_fp8_full_backward=False,
+                         # TE's op fuser fuses no grouped MLP outside an FP8 autocast (fuser.py: recipe None)
+                         epilogue_activation=False, epilogue_quantization=False)
     r = userbuffers_rates(work, r)  # no TP overlap on a layer refusing its userbuffers (LayerWork.refused_userbuffers)
     # Compute.
     grouped = min(work.grouped_flops, f.matmul_flops)

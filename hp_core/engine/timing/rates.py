@@ -257,6 +257,10 @@ class _Rates:
     # only under an MXFP8 or NVFP4 recipe on compute capability 10 (ops/fused/grouped_mlp.py fuse_grouped_mlp_ops,
     # is_supported): the Blackwell family here.
     epilogue_activation: bool = False
+    # ... and quantizes FC2's input and FC1's output gradient in those epilogues under MXFP8 only: under NVFP4 its FC1
+    # and FC2-dgrad kernels write them in bf16 and a grouped quantize kernel follows (grouped_mlp.py at TE@d0067d0,
+    # fuser_forward use_nvfp4: fc2_in = d_tensor, _group_quantize_for_grouped_mlp; fuser_backward: fc1_dy_bf16).
+    epilogue_quantization: bool = False
 
 
 # The share of FSDP1's per-unit time charged to the forward; the rest to the backward. Stated, not fitted (only the
@@ -420,6 +424,13 @@ def _rates(
         **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes, parallel.tp > 1 and parallel.sp),
         **_attention_speedups(recipe, dev, hardware, parallel),
         **_unit_seconds(timing, dev, parallel.zero),
-        epilogue_activation=(hardware.architecture == "blackwell" and recipe is not None
-                             and recipe.activations.format in ("mxfp8", "nvfp4") and recipe.gemms != "linears"),
+        **_epilogue_fusion(recipe, hardware),
     )
+
+
+def _epilogue_fusion(recipe: PrecisionRecipe | None, hardware: HardwareSpec) -> dict[str, bool]:
+    """``_Rates.epilogue_activation`` and ``epilogue_quantization``: what TE's fused grouped MLP runs in its GEMM
+    epilogues under *recipe* on *hardware* (the activation under MXFP8 or NVFP4, the quantizations under MXFP8)."""
+    fused = (hardware.architecture == "blackwell" and recipe is not None
+             and recipe.activations.format in ("mxfp8", "nvfp4") and recipe.gemms != "linears")
+    return {"epilogue_activation": fused, "epilogue_quantization": fused and recipe.activations.format == "mxfp8"}
