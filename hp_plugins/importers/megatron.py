@@ -50,8 +50,9 @@ defaults fill what a job leaves out):
   ``--no-bias-swiglu-fusion``, ``--no-rope-fusion`` with rope positions (``rope_kernels: eager``),
   ``--moe-permute-fusion`` (off unless passed), ``--moe-grouped-gemm`` (off unless passed: a GPT model's experts
   as Megatron-Core's SequentialMLP, ``moe_grouped_gemm: false``; a hybrid model's are grouped whatever the flag),
-  ``--use-transformer-engine-op-fuser`` named in the unmapped lines (the fused grouped MLP also needs an environment
-  variable the arguments do not state: ``moe_fused_grouped_mlp`` is left to ``--runtime-option``),
+  ``--use-transformer-engine-op-fuser`` with grouped routed experts as ``moe_fused_grouped_mlp: true`` and a
+  warning line (Megatron-Core from 8d16c67 runs a gated MoE MLP under the fuser only with
+  ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``; an older one ran it unfused without it),
   ``--no-gradient-accumulation-fusion``, ``--make-vocab-size-divisible-by``; the overlaps
   ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap`` (its ``--tp-comm-overlap-cfg``
   file, opened relative to the current directory as Megatron-LM opens it relative to its own, as
@@ -388,13 +389,21 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
         "moe_grouped_gemm": a.flag("moe-grouped-gemm") or hybrid is not None,
         "gradient_accumulation_fusion": not a.flag("no-gradient-accumulation-fusion"),
     }
-    if a.flag("use-transformer-engine-op-fuser"):
-        # TransformerConfig.use_transformer_engine_op_fuser: TE's operation fuser, whose fused grouped MLP (the runtime's
-        # moe_fused_grouped_mlp) also needs NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (transformer_engine/pytorch/ops/fused/
-        # grouped_mlp.py is_supported, NVIDIA/TransformerEngine@d0067d0), an environment variable, not an argument.
-        unmapped.append("--use-transformer-engine-op-fuser: Transformer Engine's fused grouped MLP runs only where the job "
-                        "also sets NVTE_CUTEDSL_FUSED_GROUPED_MLP=1, which the arguments do not state: priced unfused; "
-                        "add --runtime-option moe_fused_grouped_mlp=true where it does")
+    fuser = a.flag("use-transformer-engine-op-fuser")
+    if fuser and not (a.value("num-experts", int) and options["moe_grouped_gemm"]):
+        unmapped.append("--use-transformer-engine-op-fuser: no grouped routed experts for its fused grouped MLP; the "
+                        "layers are priced as Transformer Engine's unfused modules")
+    elif fuser:
+        # TransformerConfig.use_transformer_engine_op_fuser: TEGroupedMLP asserts _is_fused_impl_supported(), which at
+        # NVIDIA/Megatron-LM@d98e8a6 (transformer/moe/experts.py lines 286-289 and 382-456, since 8d16c67, 2026-07-22)
+        # refuses a gated MLP without NVTE_CUTEDSL_FUSED_GROUPED_MLP=1: a run of it had the variable set, and TE fused
+        # its experts where the recipe and device allow (the runtime's moe_fused_grouped_mlp prices exactly that).
+        options["moe_fused_grouped_mlp"] = True
+        unmapped.append("--use-transformer-engine-op-fuser: stated as moe_fused_grouped_mlp true (Megatron-Core from "
+                        "8d16c67 runs a gated MoE MLP under the fuser only with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; "
+                        "Transformer Engine fuses it under MXFP8 or NVFP4 on Blackwell, elsewhere runs it unfused); an "
+                        "older Megatron-Core without the variable ran it unfused: --runtime-option "
+                        "moe_fused_grouped_mlp=false")
     if bf16_grads:
         options["grad_reduce_in_fp32"] = False
     if a.value("attention-backend") is not None:

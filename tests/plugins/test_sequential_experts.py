@@ -74,15 +74,23 @@ def test_the_importer_reads_moe_grouped_gemm():
     assert grouped.document["runtime"]["options"]["moe_grouped_gemm"] is True
 
 
-def test_the_op_fuser_flag_is_named_and_the_fused_mlp_left_to_a_runtime_option(capsys):
+def test_the_op_fuser_flag_states_the_fused_mlp(capsys):
+    # Megatron-Core from 8d16c67 (experts.py _is_fused_impl_supported at d98e8a6) runs a gated MoE MLP under the fuser
+    # only with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1: the flag with grouped experts is the fused grouped MLP.
     from hp_core.cli import main
 
     argv = MOE_ARGS + " --moe-grouped-gemm --use-transformer-engine-op-fuser"
     imported = import_megatron_args(shlex.split(argv), REGISTRY, devices=2)
-    assert "moe_fused_grouped_mlp" not in imported.document["runtime"]["options"]
+    assert imported.document["runtime"]["options"]["moe_fused_grouped_mlp"] is True
     (line,) = [u for u in imported.unmapped if u.startswith("--use-transformer-engine-op-fuser")]
-    assert "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1" in line and "--runtime-option moe_fused_grouped_mlp=true" in line
-    # The runtime option composes with an import, as the line says.
+    assert "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1" in line and "--runtime-option moe_fused_grouped_mlp=false" in line
+    # Without grouped experts (SequentialMLP) the fuser has nothing to fuse: nothing stated, a line says so.
+    sequential = import_megatron_args(shlex.split(MOE_ARGS + " --use-transformer-engine-op-fuser"), REGISTRY, devices=2)
+    assert "moe_fused_grouped_mlp" not in sequential.document["runtime"]["options"]
+    assert [u for u in sequential.unmapped if "op-fuser" in u] == [
+        "--use-transformer-engine-op-fuser: no grouped routed experts for its fused grouped MLP; the layers are priced "
+        "as Transformer Engine's unfused modules"]
+    # The stated option can be turned off again, as the line says.
     assert main(["estimate", "--from", "megatron-args", argv, "--devices", "2", "--runtime-option",
-                 "moe_fused_grouped_mlp=true", "--json"]) == 0
-    assert '"moe_fused_grouped_mlp": true' in capsys.readouterr().out.replace("'", '"')
+                 "moe_fused_grouped_mlp=false", "--json"]) == 0
+    assert '"moe_fused_grouped_mlp": false' in capsys.readouterr().out.replace("'", '"')
