@@ -49,12 +49,13 @@ def test_search_with_workers_reports_a_run_wide_refusal_on_one_line(capsys):
 
 
 def test_only_run_wide_refusals_stop_a_search():
-    from hp_core.engine.search.layouts import R_MODEL, _reason_of
+    from hp_core.engine.search.layouts import R_MODEL, R_OPTION, _reason_of
     from hp_core.errors import RunRefusal
 
     with pytest.raises(RunRefusal):
         _reason_of(RunRefusal("$.runtime.options.attention_kernel", "no FP8 attention"))
     with pytest.raises(ConfigError):
         _reason_of(ConfigError("$.precision.recipe", "no mxfp8 on hopper"))
-    # A layout's own refusal at a runtime option rejects that layout only.
-    assert _reason_of(ConfigError("$.runtime.options.reshard_after_forward_to", "4 must divide 6")) == R_MODEL
+    # A layout's own refusal at a runtime option rejects that layout only, counted as the option's (not the model's).
+    assert _reason_of(ConfigError("$.runtime.options.reshard_after_forward_to", "4 must divide 6")) == R_OPTION
+    assert _reason_of(ConfigError("$.parallel.tp", "tp 3 does not divide 32 heads")) == R_MODEL

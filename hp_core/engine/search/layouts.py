@@ -34,10 +34,12 @@ R_FSDP_PP = ("the runtime prices FSDP (zero 3) memory under pp > 1 on gpipe and 
              "without reshard_after_forward, only")
 R_PIPELINE_TRAIT = ("the runtime's options are not priced under pp > 1 (a chunked loss) or change nothing there "
                     "(fsdp2's fsdp_reduce_scatter_overlap false; fsdp_prefetch false under vpp > 1)")
+R_OPTION = ("a runtime option the layout cannot run (fsdp2's reshard_after_forward_to not a factor of the shard group, "
+            "or an option that needs zero 3 below it)")
 R_HSDP = "the runtime's hsdp_replicate does not divide the (expert) data-parallel degree, or pp > 1 where its profile refuses it"
 R_KEPT = ("more layers kept in the compute dtype (high_precision_layers_at_start or _at_end) than a pipeline stage's "
           "body layers")
-REASONS = (R_LAYERS, R_KEPT, R_EXPERTS, R_MODEL, R_SEQUENCE, R_HSDP, R_BATCH, R_STATIC, R_FULL, R_PLAN, R_SLOWER,
+REASONS = (R_LAYERS, R_KEPT, R_EXPERTS, R_MODEL, R_OPTION, R_SEQUENCE, R_HSDP, R_BATCH, R_STATIC, R_FULL, R_PLAN, R_SLOWER,
            R_SCHEDULE, R_FSDP_PP, R_PIPELINE_TRAIT)
 
 # The names ``fixed`` accepts.
@@ -244,4 +246,6 @@ def _reason_of(error: ConfigError) -> str:
         return R_BATCH
     if path in ("$.parallel.pp", "$.parallel.layers_per_stage"):
         return R_LAYERS
+    if path.startswith("$.runtime.options."):  # an option's own check of the layout (fsdp2_reshard, Fsdp2Points)
+        return R_OPTION
     return R_MODEL
