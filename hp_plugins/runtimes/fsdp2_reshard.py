@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from hp_core.errors import ConfigError, RunRefusal
 from hp_core.peak_points import StageView
+from hp_plugins.runtimes.fsdp2_pools import shard_ranks
 
 __all__ = ["check_reshard_to", "keep_share", "shard_group"]
 
@@ -15,9 +16,9 @@ _PATH = "$.runtime.options.reshard_after_forward_to"
 
 
 def shard_group(view: StageView, replicate: int) -> int:
-    """The ranks ``fully_shard``'s shard mesh dimension spans (torch's ``FSDPMeshInfo.shard_mesh_size``): dp * cp,
-    divided by *replicate* under HSDP."""
-    return view.parallel.dp * view.parallel.cp // replicate
+    """The ranks ``fully_shard``'s shard mesh dimension spans (torch's ``FSDPMeshInfo.shard_mesh_size``) for the
+    dense layers: dp * cp, divided by *replicate* under HSDP (:func:`~hp_plugins.runtimes.fsdp2_pools.shard_ranks`)."""
+    return shard_ranks(view, "dense", replicate)
 
 
 def keep_share(view: StageView, reshard_to: int, replicate: int) -> int:
@@ -61,13 +62,13 @@ def check_reshard_to(view: StageView, reshard_to: int, replicate: int) -> None:
     # over TP or EP: to_sharded_post_forward raises NotImplementedError), and a parameter whose all-gather a recipe
     # casts (fsdp_pre_all_gather: all_gather_inputs raises NotImplementedError when SHARDED_POST_FORWARD). The whole
     # shard group never reshards to a smaller mesh: accepted under TP; under EP the routed experts' fully_shard runs
-    # over their own expert data-parallel mesh (fsdp2_pools._shard), which torch checks the same int against: resharded
+    # over their own expert data-parallel mesh (fsdp2_pools.shard_ranks), which torch checks the same int against: resharded
     # fully only where it is that mesh's size too.
     smaller = reshard_to != group
     if smaller and (p.tp > 1 or p.ep > 1):
         raise ConfigError(_PATH, "torch's FSDP2 cannot reshard TP- or EP-sharded (DTensor) parameters to a smaller "
                                  "mesh after forward (_fsdp_param.py to_sharded_post_forward); use 0, or tp = ep = 1")
-    experts = p.expert_dp // replicate
+    experts = shard_ranks(view, "routed_expert", replicate)
     if p.ep > 1 and reshard_to != experts:
         raise ConfigError(_PATH, f"{reshard_to} is the dense layers' whole shard group, but under ep {p.ep} the routed "
                                  f"experts are sharded over their own {experts} ranks, where torch's fully_shard takes "

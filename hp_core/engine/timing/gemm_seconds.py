@@ -181,15 +181,13 @@ def _recipe_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates, mm
         scale = flops / listed  # the layer's count of the FLOPs rules
         if parts is low:
             originals = scale * sum(n * rows * inp for n, rows, out, inp in whole)
-        if parts is not low and r.epilogue_quantization and work.epilogue_activation_flops:
-            # A fused grouped MLP quantizes FC2's input in FC1's epilogue and FC1's output gradient in FC2's
-            # input-gradient epilogue (MXFP8 only: _Rates.epilogue_quantization): of each (FC1, FC2) pair of expert
-            # GEMMs, FC1's input and FC2's output gradient.
-            inputs += scale * sum(n * rows * inp for n, rows, out, inp in parts[0::2])
-            grads += scale * sum(n * rows * out for n, rows, out, inp in parts[1::2])
-        else:
-            inputs += scale * sum(n * rows * inp for n, rows, out, inp in parts)
-            grads += scale * sum(n * rows * out for n, rows, out, inp in parts)
+        # A fused grouped MLP quantizes FC2's input in FC1's epilogue and FC1's output gradient in FC2's
+        # input-gradient epilogue (MXFP8 only: _Rates.epilogue_quantization): of each (FC1, FC2) pair of expert GEMMs
+        # only FC1's input and FC2's output gradient are quantized apart.
+        fused = parts is not low and r.epilogue_quantization and work.epilogue_activation_flops
+        read, written = (parts[0::2], parts[1::2]) if fused else (parts, parts)
+        inputs += scale * sum(n * rows * inp for n, rows, out, inp in read)
+        grads += scale * sum(n * rows * out for n, rows, out, inp in written)
         weights += sum(n * out * inp for n, rows, out, inp in parts)
     inputs -= originals
     kept_fwd, kept_bwd = (originals * r.quant_original_fwd, originals * r.quant_original_bwd) if originals else (0.0, 0.0)
