@@ -15,7 +15,7 @@ from hp_plugins.kit.feedforward import ACT_OPS, swiglu
 from hp_plugins.kit.shapes import check_divides
 from hp_plugins.kit.work import ExpertShape
 
-__all__ = ["EXPERT_ACTIVATIONS", "MoEFields", "TORCHTITAN_KEPT", "moe", "moe_tokens", "torchtitan_kept_bytes", "validate_moe"]
+__all__ = ["EXPERT_ACTIVATIONS", "MoEFields", "TORCHTITAN_KEPT", "fused_mlp_activation", "moe", "moe_tokens", "torchtitan_kept_bytes", "validate_moe"]
 
 # The routed experts' activations: SwiGLU (hp_plugins.kit.feedforward.swiglu), GPT-OSS's clamped
 # one (hp_plugins.kit.clamped_glu), and a plain MLP of ``hidden_act`` (up, activation, down: Nemotron-H's
@@ -317,6 +317,18 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float, layer_s
                                  block_linears=tuple(range(first_linear, len(b.gemm_shapes))), epilogue_activation_ops=epilogue)
 
 
+def fused_mlp_activation(c: MoEFields) -> bool:
+    """Whether the routed experts' activation is one Megatron-Core's fused grouped MLP runs: a gated SiLU (SwiGLU), a
+    gated quick-GELU (GPT-OSS's clamped GeGLU, ``clamped_swiglu``) or an ungated squared ReLU
+    (``TEGroupedMLP._is_fused_impl_supported``, megatron/core/transformer/moe/experts.py at NVIDIA/Megatron-LM@d98e8a6,
+    which Megatron-Core asserts under ``use_transformer_engine_op_fuser``)."""
+    if c.expert_activation == "clamped_swiglu":
+        return True
+    if c.expert_activation == "swiglu":
+        return c.hidden_act in ("silu", "swish")
+    return c.hidden_act == "relu2"
+
+
 def validate_moe(c: MoEFields, x: LayerContext) -> None:
     check_divides(x.ep, c.num_experts, "$.parallel.ep", "ep", "num_experts")
     check_divides(x.etp, c.moe_intermediate_size, "$.parallel.etp", "etp", "moe_intermediate_size")
@@ -335,4 +347,13 @@ def validate_moe(c: MoEFields, x: LayerContext) -> None:
             "$.parallel.etp",
             f"etp {x.etp}: Megatron-Core's fused grouped MLP (moe_fused_grouped_mlp) does not support expert tensor "
             "parallelism (experts.py _is_fused_impl_supported); use etp 1 or drop moe_fused_grouped_mlp",
+        )
+    if "moe_fused_grouped_mlp" in x.traits and not fused_mlp_activation(c):
+        # The same check accepts a gated SiLU (SwiGLU) or quick-GELU (GPT-OSS's clamped GeGLU) and an ungated squared
+        # ReLU (under use_fused_weighted_squared_relu, which hp does not state) and nothing else.
+        form = f"gated {c.hidden_act}" if c.expert_activation == "swiglu" else f"ungated {c.hidden_act}"
+        raise ConfigError(
+            "$.runtime.options.moe_fused_grouped_mlp",
+            f"the routed experts' {form} has no fused grouped MLP: Megatron-Core's op fuser supports a gated SiLU or "
+            "quick-GELU and an ungated squared ReLU (experts.py _is_fused_impl_supported); drop moe_fused_grouped_mlp",
         )

@@ -64,7 +64,9 @@ MOE_EXPERT_OPTIONS = (
         "quantize them; NVFP4 runs a grouped quantize kernel apart) no quantization of FC2's input or FC1's output "
         "gradient; elsewhere, and on a layer kept in bf16, TE runs them unfused and so does hp; memory "
         "as unfused; needs moe_grouped_gemm true (refused with false: SequentialMLP builds no grouped linears to fuse) and "
-        "etp 1 (refused above: Megatron-Core's experts.py _is_fused_impl_supported, asserted, supports no expert TP)",
+        "etp 1 (refused above: Megatron-Core's experts.py _is_fused_impl_supported, asserted, supports no expert TP) "
+        "and experts whose activation that check accepts (a gated SiLU or quick-GELU, an ungated squared ReLU; any other "
+        "refused)",
         "NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/ops/fused/grouped_mlp.py (fuse_grouped_mlp_ops: "
         "GroupedLinear, ScaledSwiGLU or ScaledClampedQGeGLU, GroupedLinear under recipe.mxfp8() or nvfp4(); "
         "is_supported: NVTE_CUTEDSL_FUSED_GROUPED_MLP and compute capability 10); NVIDIA/Megatron-LM@d98e8a6 "

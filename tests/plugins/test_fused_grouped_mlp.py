@@ -17,7 +17,7 @@ from hp_core.api import apply_options
 from hp_core.engine.timing.gemm_seconds import _recipe_seconds
 from hp_core.engine.timing.layer import _layer_time
 
-from test_megatron_moe_recompute import RUNTIME, _cost, _rates_for
+from test_megatron_moe_recompute import RUNTIME, SMALL, _cost, _rates_for
 
 FUSED = apply_options(RUNTIME, {"moe_fused_grouped_mlp": True})
 # The experts' SwiGLU: SiLU's 5 ops and the gate product, over 256 rows of width 32.
@@ -141,3 +141,28 @@ def test_a_layer_kept_in_bf16_runs_unfused():
     r = _rates_for("mxfp8", "b200")
     a, b = (_layer_time(c, attrs.evolve(c.work, quantized=False), False, frozenset(), r) for c in (plain, fused))
     assert (a.forward_seconds, a.backward_seconds) == (b.forward_seconds, b.backward_seconds)
+
+
+@pytest.mark.parametrize(("fields", "fused"), [
+    ({}, True),  # SwiGLU (gated SiLU)
+    ({"expert_activation": "clamped_swiglu"}, True),  # GPT-OSS's clamped GeGLU: Megatron-Core's quick-GELU GLU
+    ({"expert_activation": "mlp", "hidden_act": "relu2"}, True),  # an ungated squared ReLU (Nemotron-H's experts)
+    ({"hidden_act": "gelu"}, False),  # a gated GELU (GeGLU)
+    ({"expert_activation": "mlp", "hidden_act": "gelu"}, False),  # an ungated GELU
+])
+def test_an_activation_the_fuser_does_not_run_is_refused(fields, fused):
+    # Megatron-Core asserts TEGroupedMLP._is_fused_impl_supported under the op fuser: a gated SiLU or quick-GELU and
+    # an ungated squared ReLU only (transformer/moe/experts.py at NVIDIA/Megatron-LM@d98e8a6).
+    from hp_core.errors import ConfigError
+    from hp_plugins.kit.experts import fused_mlp_activation
+
+    config = attrs.evolve(SMALL, **fields)
+    assert fused_mlp_activation(config) is fused
+    assert _cost(config).work.epilogue_activation_flops == 0  # without the option: nothing to refuse, nothing fused
+    if fused:
+        assert _cost(config, runtime=FUSED).work.epilogue_activation_flops > 0
+    else:
+        with pytest.raises(ConfigError) as raised:
+            _cost(config, runtime=FUSED)
+        assert raised.value.path == "$.runtime.options.moe_fused_grouped_mlp"
+        assert "has no fused grouped MLP" in str(raised.value) and fields["hidden_act"] in str(raised.value)
