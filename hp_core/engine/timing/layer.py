@@ -18,7 +18,7 @@ from hp_core.engine.timing.elementwise import elementwise_seconds, permute_secon
 from hp_core.engine.timing.host_floor import _expert_gemm_count, _host_floor
 from hp_core.engine.timing.gemm_seconds import (_low_precision_seconds, _matmul_seconds, frozen_seconds, userbuffers_block_seconds,
                                                 userbuffers_margin_seconds, userbuffers_rates, userbuffers_rerun_seconds)
-from hp_core.engine.timing.rates import _Rates, _rates
+from hp_core.engine.timing.rates import _Rates, _rates, compute_dtype_rates
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
 from hp_core.specs.timing import TimingProfile
@@ -134,11 +134,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     """
     f = cost.forward
     if r.low_precision and not work.quantized:  # a layer kept in the compute dtype under the recipe (LayerWork.quantized)
-        r = attrs.evolve(r, low_precision=False, gemm_speedup=1.0, gemm_speedup_backward=1.0, quant_input_fwd=0.0,
-                         quant_input_bwd=0.0, quant_grad=0.0, quant_weight=0.0, quant_original_fwd=0.0, quant_original_bwd=0.0, gather_share=1.0, gemm_scope="all",
-                         attn_speedup=(1.0, 1.0), mla_attn_speedup=(1.0, 1.0), windowed_fp8_full_backward=False,
-                         # TE's op fuser fuses no grouped MLP outside an FP8 autocast (fuser.py: recipe None)
-                         epilogue_activation=False, epilogue_quantization=False)
+        r = compute_dtype_rates(r)
     r = userbuffers_rates(work, r)  # no TP overlap on a layer refusing its userbuffers (LayerWork.refused_userbuffers)
     # Compute.
     grouped = min(work.grouped_flops, f.matmul_flops)

@@ -25,7 +25,7 @@ from hp_core.specs.overlap import HostOverhead, replicate_split_error
 from hp_core.specs.gemms import MachineGemms, ShapedGemms
 from hp_core.specs.timing import ROUTER_REFERENCE_ELEMENTS, DeviceEfficiency, GemmTable, TimingProfile
 
-__all__ = ["FSDP1_UNIT_FORWARD_SHARE", "compute_dtype"]
+__all__ = ["FSDP1_UNIT_FORWARD_SHARE", "RECIPE_FIELDS", "compute_dtype", "compute_dtype_rates"]
 
 # The compute dtype by activation width; FP8 and FP4 GEMMs come from a precision recipe (docs/precision.md).
 _DTYPES = {2: ("bf16", "fp16"), 4: ("fp32", "tf32")}
@@ -261,6 +261,24 @@ class _Rates:
     # and FC2-dgrad kernels write them in bf16 and a grouped quantize kernel follows (grouped_mlp.py at TE@d0067d0,
     # fuser_forward use_nvfp4: fc2_in = d_tensor, _group_quantize_for_grouped_mlp; fuser_backward: fc1_dy_bf16).
     epilogue_quantization: bool = False
+
+
+# The fields above a low-precision recipe sets (recipe_rates._recipe_rates, attention_speedup._attention_speedups and
+# the epilogue flags): a layer its recipe keeps in the compute dtype takes _Rates' own defaults for them.
+RECIPE_FIELDS = ("low_precision", "gemm_speedup", "gemm_speedup_backward", "quant_input_fwd", "quant_input_bwd",
+                 "quant_grad", "quant_weight", "quant_original_fwd", "quant_original_bwd", "gather_share", "gemm_scope",
+                 "attn_speedup", "mla_attn_speedup", "windowed_fp8_full_backward", "module_rates", "epilogue_activation",
+                 "epilogue_quantization")
+
+
+def compute_dtype_rates(r: _Rates) -> _Rates:
+    """*r* for a layer whose GEMMs all stay in the compute dtype under the run's recipe (:attr:`LayerWork.quantized
+    <hp_core.costs.LayerWork.quantized>` false: a first or last layer kept in bf16): every figure the recipe sets
+    (:data:`RECIPE_FIELDS`) at :class:`_Rates`' default, which is the compute dtype's (the rates made without a
+    recipe: tests/core/test_compute_dtype_rates.py). Transformer Engine's fuser fuses no grouped MLP outside an FP8
+    autocast (``ops/fuser.py``: recipe ``None``), so the epilogue flags go too."""
+    defaults = {f.name: f.default for f in attrs.fields(_Rates) if f.name in RECIPE_FIELDS}
+    return attrs.evolve(r, **defaults)
 
 
 # The share of FSDP1's per-unit time charged to the forward; the rest to the backward. Stated, not fitted (only the
