@@ -25,7 +25,8 @@ fill what a file leaves out:
   ``torchtitan/distributed/pipeline_parallel.py`` ``generate_llm_fqn_per_model_part`` splits them
   (the first and last stage ``*_stage_less_layers`` lighter; ``pipeline_parallel_layers_per_stage``,
   else one stage per rank, two for looped schedules); ``enable_async_tensor_parallel`` (option
-  ``async_tp``); ``expert_parallel_comm_backend`` ``deepep`` (option ``ep_all_to_all: deepep``);
+  ``async_tp``; at TP 1, where torchtitan applies nothing, not stated, one warning line; refused without the model
+  compiled, as torchtitan refuses it); ``expert_parallel_comm_backend`` ``deepep`` (option ``ep_all_to_all: deepep``);
 * ``[training]``: ``local_batch_size`` (the micro-batch without PP; with PP the micro-batch is
   ``pipeline_parallel_microbatch_size``), ``global_batch_size`` (-1: local * dp), ``seq_len``,
   ``mixed_precision_param`` / ``mixed_precision_reduce`` (bf16 / fp32: the ``fsdp2`` runtime's),
@@ -202,8 +203,14 @@ def import_torchtitan(data: dict[str, Any], registry, *, file: str = "torchtitan
         if f.get(f"parallelism.{key}") not in (None, "", []):
             unmapped.append(f"parallelism.{key}: not mapped (stages from torchtitan's default split)")
     document["parallel"] = parallel
-    document["runtime"] = {"name": _RUNTIME, "options": {
-        "async_tp": f.get("parallelism.enable_async_tensor_parallel", False, bool)}}
+    # torchtitan enables async TP inside its TP branch alone (llama3/infra/parallelize.py: maybe_enable_async_tp after
+    # apply_tp, under parallel_dims.tp_enabled, at e347b1e5e): at TP 1 the flag does nothing, and hp states nothing.
+    async_tp = f.get("parallelism.enable_async_tensor_parallel", False, bool)
+    if async_tp and tp == 1:
+        unmapped.append("parallelism.enable_async_tensor_parallel = true at tensor_parallel_degree 1: torchtitan applies "
+                        "it under TP alone (llama3/infra/parallelize.py), so nothing is priced for it")
+        async_tp = False
+    document["runtime"] = {"name": _RUNTIME, "options": {"async_tp": async_tp}}
     # e347b1e5e wraps the embedding as an FSDP unit of its own with the layers' reshard rule (llama3/infra/parallelize.py
     # apply_fsdp, lines 333-339; so from 83e6941): the fsdp2 runtime's embedding_unit own. Under PP with the policy
     # "always" (the embedding resharded too) that option is not priced: the root's, with a warning line.
@@ -253,7 +260,14 @@ def import_torchtitan(data: dict[str, Any], registry, *, file: str = "torchtitan
         unmapped.append("training.enable_cpu_offload = true: parameter/optimizer offload is not priced")
     components = f.get("compile.components", ["model", "loss"], list)  # torchtitan job_config.py Compile's default
     f.get("compile.backend")
-    if f.get("compile.enable", False, bool):
+    compiled = f.get("compile.enable", False, bool)
+    if async_tp and not (compiled and "model" in components):
+        # torchtitan/distributed/tensor_parallel.py maybe_enable_async_tp at e347b1e5e raises RuntimeError("Async TP
+        # requires 'model' in --compile.components and --compile.enable"): such a job does not start.
+        raise f.error("parallelism.enable_async_tensor_parallel", "true needs the model compiled (torchtitan's "
+                      "maybe_enable_async_tp refuses it otherwise: 'Async TP requires model in --compile.components and "
+                      "--compile.enable'); set compile.enable = true with 'model' in compile.components, or drop it")
+    if compiled:
         if "model" in components:  # inductor fuses each pointwise chain of the compiled blocks (runtime option)
             document["runtime"]["options"]["elementwise_kernels"] = "fused"
         if "loss" in components:  # components/loss.py build_cross_entropy_loss: torch.compile(cross_entropy_loss)

@@ -342,3 +342,30 @@ def test_a_tied_embedding_imports_as_the_root_s(registry):
     # The imported document resolves with the runtime's option set.
     job = resolve_job(structure(dict(qwen.document), ConfigFile, registry), registry)
     assert job.runtime.option_values["embedding_unit"] == "root"
+
+
+def test_torchtitans_async_tp_is_stated_under_tp_alone_and_needs_the_model_compiled(registry, capsys, tmp_path,
+                                                                                      monkeypatch):
+    # torchtitan (e347b1e5e) enables async TP inside its TP branch (llama3/infra/parallelize.py) and refuses it unless
+    # the model is compiled (distributed/tensor_parallel.py maybe_enable_async_tp raises RuntimeError).
+    compiled = {"enable": True, "components": ["model", "loss"]}
+    on = dict(BASE, parallelism=dict(BASE["parallelism"], enable_async_tensor_parallel=True), compile=compiled)
+    job = import_torchtitan(on, registry, devices=16)
+    assert job.document["runtime"]["options"]["async_tp"] is True and job.document["parallel"]["tp"] == 2
+    assert not any("async" in line for line in job.unmapped)
+    at_tp1 = dict(on, parallelism={"data_parallel_shard_degree": -1, "tensor_parallel_degree": 1,
+                                   "enable_async_tensor_parallel": True})
+    job = import_torchtitan(at_tp1, registry, devices=16)
+    assert job.document["runtime"]["options"]["async_tp"] is False
+    (line,) = [line for line in job.unmapped if "enable_async_tensor_parallel" in line]
+    assert "tensor_parallel_degree 1" in line and "nothing is priced" in line
+    # Under TP without the model compiled torchtitan does not start: one line naming the field, exit 2.
+    for compile_ in (None, {"enable": False}, {"enable": True, "components": ["loss"]}):
+        eager = {k: v for k, v in on.items() if k != "compile"}
+        if compile_ is not None:
+            eager["compile"] = compile_
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "job.toml").write_text(toml(eager))
+        status, out, err = run(capsys, "estimate", "--from", "torchtitan", "job.toml", "--devices", "16")
+        assert status == 2 and out == "" and err.count("\n") == 1, err
+        assert "job.toml: parallelism.enable_async_tensor_parallel: true needs the model compiled" in err
