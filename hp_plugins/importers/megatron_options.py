@@ -24,8 +24,8 @@ Each reads Megatron-LM's arguments as ``megatron/training/arguments.py`` (Megatr
   learned position table of ``--max-position-embeddings`` rows (``--position-embedding-type``,
   default ``learned_absolute``), or under ``rope`` (``mrope``) a rotary embedding of
   ``--rotary-percent`` of each query and key head's channels.
-* **Recipe** (:func:`precision_recipe`): ``--fp8-format``/``--fp8-recipe``/``--fp8-param-gather``
-  or ``--fp4-format``/``--fp4-recipe``, matched against the Megatron flags every registered recipe
+* **Recipe** (:func:`precision_recipe`): ``--fp8-format``/``--fp8-recipe``/``--fp8-param-gather`` (with
+  ``--reuse-grad-buf-for-mxfp8-param-ag`` under MXFP8) or ``--fp4-format``/``--fp4-recipe``, matched against the Megatron flags every registered recipe
   states (``PrecisionRecipe.flags['megatron']``), so a plugin's recipe imports too.
 """
 
@@ -320,7 +320,10 @@ def cuda_graphs(a: Any, unmapped: list[str]) -> str | None:
 
 
 # The flags that choose a recipe; the others a recipe states (amax history, its reduction) are its settings.
-_CHOOSING = ("fp8-format", "fp8-recipe", "fp8-param-gather", "fp4-format", "fp4-recipe", "fp4-param-gather")
+_CHOOSING = ("fp8-format", "fp8-recipe", "fp8-param-gather", "reuse-grad-buf-for-mxfp8-param-ag", "fp4-format", "fp4-recipe",
+             "fp4-param-gather")
+# What the low-precision parameter gather is stated by: relaxed together where no recipe gathers so.
+_PARAM_GATHER = ("fp8-param-gather", "fp4-param-gather", "reuse-grad-buf-for-mxfp8-param-ag")
 
 
 def _flag_map(tokens: tuple[str, ...]) -> dict[str, Any]:
@@ -352,6 +355,14 @@ def precision_recipe(a: Any, registry: Any, unmapped: list[str]) -> str | None:
                     "fp8-amax-compute-algo": a.value("fp8-amax-compute-algo", str, "most_recent")})
         if a.flag("fp8-param-gather"):
             job["fp8-param-gather"] = True
+        # Megatron-Core reads it with MXFP8 parameters alone (optimizer_config.py, param_and_grad_buffer.py at d98e8a6):
+        # the parameter all-gather lands in the gradient buffer, no parameter buffer beside the MXFP8 weights.
+        if a.flag("reuse-grad-buf-for-mxfp8-param-ag"):
+            if job["fp8-recipe"] == "mxfp8" and job.get("fp8-param-gather"):
+                job["reuse-grad-buf-for-mxfp8-param-ag"] = True
+            else:
+                unmapped.append("--reuse-grad-buf-for-mxfp8-param-ag: changes nothing without --fp8-recipe mxfp8 and "
+                                "--fp8-param-gather (Megatron-Core reads it with MXFP8 parameters alone)")
     else:
         job.update({"fp4-format": fp4, "fp4-recipe": a.value("fp4-recipe", str, "nvfp4")})
         if a.flag("fp4-param-gather"):
@@ -359,8 +370,11 @@ def precision_recipe(a: Any, registry: Any, unmapped: list[str]) -> str | None:
     recipes = [(r, _flag_map(r.flags["megatron"])) for r in registry.precision_recipes if "megatron" in r.flags]
 
     def matching(ignore: tuple[str, ...]) -> list:
+        # With the parameter gather relaxed, only a recipe gathering in the compute dtype is the stated one's stand-in.
+        relaxed = bool(set(ignore) & set(_PARAM_GATHER))
         return [(r, flags) for r, flags in recipes
-                if all(flags.get(k) == job.get(k) for k in _CHOOSING if k not in ignore)]
+                if all(flags.get(k) == job.get(k) for k in _CHOOSING if k not in ignore)
+                and not (relaxed and set(flags) & set(_PARAM_GATHER))]
 
     stated = " ".join(f"--{k}" if v is True else f"--{k} {v}" for k, v in job.items() if k in _CHOOSING)
     # Relaxed in turn: the FP8 format (E4M3 gradients for E5M2 ones or the reverse: the same byte an element and
@@ -369,7 +383,7 @@ def precision_recipe(a: Any, registry: Any, unmapped: list[str]) -> str | None:
     if fp8 is not None:
         attempts.append(("fp8-format",))
     if job.get("fp8-param-gather") or job.get("fp4-param-gather"):
-        attempts.append(attempts[-1] + ("fp8-param-gather", "fp4-param-gather"))
+        attempts.append(attempts[-1] + _PARAM_GATHER)
     found, ignored = [], ()
     for ignored in attempts:
         found = matching(ignored)
@@ -387,7 +401,11 @@ def precision_recipe(a: Any, registry: Any, unmapped: list[str]) -> str | None:
     if "fp8-format" in ignored and flags.get("fp8-format") != fp8:
         unmapped.append(f"--fp8-format {fp8}: priced as {recipe.name} (--fp8-format {flags.get('fp8-format')}): "
                         "E4M3 and E5M2 take one byte an element and the same FP8 GEMM rate")
-    if "fp8-param-gather" in ignored:
+    if "fp8-param-gather" in ignored and job.get("fp8-recipe") == "mxfp8" and not job.get("reuse-grad-buf-for-mxfp8-param-ag"):
+        unmapped.append("--fp8-param-gather under --fp8-recipe mxfp8 without --reuse-grad-buf-for-mxfp8-param-ag: "
+                        "Megatron-Core then keeps a parameter buffer beside the MXFP8 weights (optimizer_config.py warns "
+                        f"of the memory), which hp does not price; priced as {recipe.name}, with bf16 parameters and gathers")
+    elif "fp8-param-gather" in ignored:
         unmapped.append(f"--{'fp8' if fp8 else 'fp4'}-param-gather: no registered recipe gathers {recipe.name}'s "
                         "parameters in their low-precision format; priced with bf16 parameters and gathers")
     for key, value in flags.items():

@@ -177,6 +177,20 @@ RECIPES = (
                             "--fp8-amax-compute-algo", "max", "--fp8-param-gather")},
     ),
     PrecisionRecipe(
+        name="mxfp8-param-gather",
+        description="mxfp8 with MXFP8 parameters: the parameter all-gather and the compute weights in MXFP8",
+        # Megatron-Bridge's bf16_with_mxfp8_mixed (src/megatron/bridge/training/mixed_precision.py at v0.3.0 to v0.6.0:
+        # fp8_param_gather and reuse_grad_buf_for_mxfp8_param_ag true). Megatron-Core keeps each quantized weight as a
+        # TE MXFP8 tensor and gathers its row-wise bytes through the gradient buffer, copying them back into that
+        # storage (distributed/param_and_grad_buffer.py _post_param_sync at NVIDIA/Megatron-LM@d98e8a6): no bf16
+        # model weight and no parameter buffer beside it, as param_gather "stored" prices.
+        source=f"{_TE}: MXFP8BlockScaling(fp8_format=E4M3); --fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather "
+               "--reuse-grad-buf-for-mxfp8-param-ag",
+        **_same("mxfp8", "mx_32"), param_gather="stored", quantize_passes=1, **_TE_MEMORY,
+        flags={"megatron": ("--fp8-format", "e4m3", "--fp8-recipe", "mxfp8", "--fp8-param-gather",
+                            "--reuse-grad-buf-for-mxfp8-param-ag")},
+    ),
+    PrecisionRecipe(
         name="torchao-float8-tensorwise",
         description="torchao float8 tensorwise (torchtitan): E4M3 forward / E5M2 gradients, float8 FSDP and TP all-gathers",
         source=("torchao float8/float8_linear.py, float8/float8_tensor_parallel.py and torchtitan docs/float8.md, "
@@ -253,7 +267,7 @@ def _with_fp8_attention(base: PrecisionRecipe, fmt: str) -> PrecisionRecipe:
 _BY_NAME = {r.name: r for r in RECIPES}
 RECIPES += tuple(_with_fp8_attention(_BY_NAME[name], fmt)
                  for name, fmt in (("fp8-delayed", "e4m3"), ("fp8-current", "e4m3"), ("mxfp8", "mxfp8"),
-                                   ("fp8-delayed-param-gather", "e4m3")))
+                                   ("fp8-delayed-param-gather", "e4m3"), ("mxfp8-param-gather", "mxfp8")))
 
 
 @hookimpl

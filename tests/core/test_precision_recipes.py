@@ -263,6 +263,24 @@ def test_fp8_param_gather_stores_the_weights_in_fp8(registry):
     assert stored.master_parameters_bytes == bf16.master_parameters_bytes
 
 
+def test_mxfp8_param_gather_stores_the_weights_in_mxfp8(registry):
+    # Megatron-Bridge's bf16_with_mxfp8_mixed: the weights kept as MXFP8 tensors (1 byte an element and an E8M0 scale
+    # per 32: 1.03125 bytes), the row-wise usage the parameter itself, one cached column-wise copy beside it; nothing
+    # else moves.
+    bf16, mx, stored, quantized = _llama_stage_memory(registry, "bf16", "mxfp8", "mxfp8-param-gather")
+    assert mx.parameters_bytes - bf16.parameters_bytes == math.ceil(2 * 1.03125 * quantized)
+    assert stored.parameters_bytes - bf16.parameters_bytes == (
+        math.ceil(1.03125 * quantized) - math.floor(quantized * (2 - 1.03125)))
+    assert (stored.activations_bytes, stored.optimizer_states_bytes, stored.master_parameters_bytes) == (
+        mx.activations_bytes, mx.optimizer_states_bytes, mx.master_parameters_bytes)
+    base, recipe = registry.precision_recipe("mxfp8"), registry.precision_recipe("mxfp8-param-gather")
+    assert attrs.evolve(recipe, name=base.name, description=base.description, source=base.source, flags=base.flags,
+                        param_gather="none") == base
+    assert recipe.flags["megatron"] == base.flags["megatron"] + ("--fp8-param-gather", "--reuse-grad-buf-for-mxfp8-param-ag")
+    attention = registry.precision_recipe("mxfp8-param-gather-fp8-attention")
+    assert attention.param_gather == "stored" and attention.attention_format == "mxfp8"
+
+
 def test_delayed_param_gather_is_fp8_delayed_with_the_weights_stored_in_fp8(registry):
     # fp8-delayed-param-gather (NeMo's fp8_params under delayed scaling) differs from fp8-delayed only where
     # --fp8-param-gather acts: parameters stored in FP8, one cached copy left; activations, optimizer states and

@@ -224,7 +224,7 @@ def _recipe(job) -> str | None:
 def test_every_recipe_stating_megatron_flags_imports_from_them(registry):
     stated = [r for r in registry.precision_recipes if "megatron" in r.flags]
     assert {r.name for r in stated} >= {"fp8-delayed", "fp8-current", "fp8-blockwise", "mxfp8", "nvfp4",
-                                        "fp8-megatron-param-gather", "fp8-delayed-param-gather"}
+                                        "fp8-megatron-param-gather", "fp8-delayed-param-gather", "mxfp8-param-gather"}
     for recipe in stated:
         job = _imported(registry, shlex.split(SMALL) + list(recipe.flags["megatron"]))
         assert _recipe(job) == recipe.name and not job.unmapped, recipe.name
@@ -238,10 +238,23 @@ def test_recipe_flags_megatron_defaults_and_near_matches(registry):
     assert job.unmapped == ("--fp8-amax-history-len 1: priced as fp8-delayed's 1024",)
     job = _imported(registry, SMALL + " --fp8-format e4m3 --fp8-recipe tensorwise")
     assert _recipe(job) == "fp8-current" and job.unmapped[0].startswith("--fp8-format e4m3: priced as fp8-current")
-    job = _imported(registry, SMALL + " --fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather")
+    # MXFP8 parameters gathered through the gradient buffer (Megatron-Bridge's bf16_with_mxfp8_mixed) are
+    # mxfp8-param-gather; without --reuse-grad-buf-for-mxfp8-param-ag Megatron-Core keeps a parameter buffer beside
+    # them, which no recipe prices: mxfp8 with bf16 parameters, said in one line.
+    mx = SMALL + " --fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather"
+    job = _imported(registry, mx + " --reuse-grad-buf-for-mxfp8-param-ag")
+    assert _recipe(job) == "mxfp8-param-gather" and job.unmapped == ()
+    job = _imported(registry, mx)
     assert _recipe(job) == "mxfp8" and job.unmapped == (
-        "--fp8-param-gather: no registered recipe gathers mxfp8's parameters in their low-precision format; "
-        "priced with bf16 parameters and gathers",)
+        "--fp8-param-gather under --fp8-recipe mxfp8 without --reuse-grad-buf-for-mxfp8-param-ag: Megatron-Core then "
+        "keeps a parameter buffer beside the MXFP8 weights (optimizer_config.py warns of the memory), which hp does not "
+        "price; priced as mxfp8, with bf16 parameters and gathers",)
+    # The flag alone, or beside a per-tensor recipe, changes nothing in Megatron-Core.
+    for argv in (mx.replace(" --fp8-param-gather", ""), SMALL + " --fp8-format hybrid --fp8-recipe tensorwise"):
+        job = _imported(registry, argv + " --reuse-grad-buf-for-mxfp8-param-ag")
+        assert _recipe(job) in ("mxfp8", "fp8-current") and job.unmapped == (
+            "--reuse-grad-buf-for-mxfp8-param-ag: changes nothing without --fp8-recipe mxfp8 and --fp8-param-gather "
+            "(Megatron-Core reads it with MXFP8 parameters alone)",), argv
     with pytest.raises(ConfigError, match="--fp8-recipe: no registered precision recipe states --fp8-format hybrid "
                                           "--fp8-recipe custom"):
         _imported(registry, SMALL + " --fp8-format hybrid --fp8-recipe custom")
