@@ -79,7 +79,8 @@ from hp_core.markers import hookimpl
 from hp_core.models import model_from_config
 from hp_plugins.importers.megatron_hybrid import hybrid_model, hybrid_pattern, hybrid_split, with_mtp
 from hp_plugins.importers.megatron_layers import TOKENIZER_VOCABS, ffn_size, hf_config, vocab_size
-from hp_plugins.importers.megatron_options import bf16_layers, megatron_model, pipeline_split, precision_recipe, trainer_options
+from hp_plugins.importers.megatron_options import bf16_layers, megatron_model, pipeline_split, trainer_options
+from hp_plugins.importers.megatron_recipe import precision_recipe
 from hp_plugins.importers.shell import parse_megatron_args, read_megatron_script
 from hp_plugins.kinds.mtp import with_repeated_module
 

@@ -24,9 +24,7 @@ Each reads Megatron-LM's arguments as ``megatron/training/arguments.py`` (Megatr
   learned position table of ``--max-position-embeddings`` rows (``--position-embedding-type``,
   default ``learned_absolute``), or under ``rope`` (``mrope``) a rotary embedding of
   ``--rotary-percent`` of each query and key head's channels.
-* **Recipe** (:func:`precision_recipe`): ``--fp8-format``/``--fp8-recipe``/``--fp8-param-gather`` (with
-  ``--reuse-grad-buf-for-mxfp8-param-ag`` under MXFP8) or ``--fp4-format``/``--fp4-recipe``, matched against the Megatron flags every registered recipe
-  states (``PrecisionRecipe.flags['megatron']``), so a plugin's recipe imports too.
+* **Recipe**: :mod:`hp_plugins.importers.megatron_recipe`.
 """
 
 from __future__ import annotations
@@ -38,10 +36,9 @@ import attrs
 
 from hp_core.documents import parse_document, read_text
 from hp_core.errors import ConfigError
-from hp_plugins.importers.shell import parse_megatron_args
 from hp_plugins.runtimes.userbuffers import TE_GEMMS, read_custom
 
-__all__ = ["cuda_graphs", "first_last_totals", "megatron_model", "parse_layout", "pipeline_split", "precision_recipe", "trainer_options"]
+__all__ = ["cuda_graphs", "first_last_totals", "megatron_model", "parse_layout", "pipeline_split", "trainer_options"]
 
 # Megatron-LM's layout characters (megatron/core/transformer/pipeline_parallel_layer_layout.py,
 # parse_str_to_list): embedding, decoder layer, MTP layer, loss; '|' ends a chunk; ',' is cosmetic.
@@ -317,103 +314,6 @@ def cuda_graphs(a: Any, unmapped: list[str]) -> str | None:
     unmapped.append(f"--cuda-graph-impl {impl} {flag} {' '.join(scopes)}: part of each layer captured; "
                     "priced with every kernel launched eagerly (the host floor of docs/time.md)")
     return None
-
-
-# The flags that choose a recipe; the others a recipe states (amax history, its reduction) are its settings.
-_CHOOSING = ("fp8-format", "fp8-recipe", "fp8-param-gather", "reuse-grad-buf-for-mxfp8-param-ag", "fp4-format", "fp4-recipe",
-             "fp4-param-gather")
-# What the low-precision parameter gather is stated by: relaxed together where no recipe gathers so.
-_PARAM_GATHER = ("fp8-param-gather", "fp4-param-gather", "reuse-grad-buf-for-mxfp8-param-ag")
-
-
-def _flag_map(tokens: tuple[str, ...]) -> dict[str, Any]:
-    """A recipe's Megatron flags as ``{flag: its value, or True for a bare flag}``."""
-    return {name: values[0] if values else True for name, values in parse_megatron_args(list(tokens)).items()}
-
-
-def precision_recipe(a: Any, registry: Any, unmapped: list[str]) -> str | None:
-    """The registered recipe whose Megatron flags the arguments state (module docstring), or ``None``.
-
-    Raises:
-        ConfigError: both FP8 and FP4 are stated (arguments.py refuses it), or no registered recipe
-            states the arguments' choice.
-    """
-    fp8, fp4 = a.value("fp8-format"), a.value("fp4-format")
-    for flag in ("fp8-recipe", "fp8-amax-history-len", "fp8-amax-compute-algo", "fp4-recipe"):
-        a.value(flag)  # without --fp8-format / --fp4-format Megatron-LM reads none of them
-    if fp8 is not None and fp8 not in ("e4m3", "hybrid"):  # arguments.py choices
-        raise ConfigError("--fp8-format", f"expected e4m3 or hybrid, got {fp8!r}")
-    if fp8 is None and fp4 is None:
-        return None
-    if fp8 is not None and fp4 is not None:
-        raise ConfigError("--fp4-format", "Megatron-LM takes --fp4-format or --fp8-format, not both; state one")
-    # Megatron-Core's defaults (transformer_config.py at core_v0.18.0, arguments.py at core_v0.14.0).
-    job: dict[str, Any] = {}
-    if fp8 is not None:
-        job.update({"fp8-format": fp8, "fp8-recipe": a.value("fp8-recipe", str, "delayed"),
-                    "fp8-amax-history-len": a.value("fp8-amax-history-len", str, "1"),
-                    "fp8-amax-compute-algo": a.value("fp8-amax-compute-algo", str, "most_recent")})
-        if a.flag("fp8-param-gather"):
-            job["fp8-param-gather"] = True
-        # Megatron-Core reads it with MXFP8 parameters alone (optimizer_config.py, param_and_grad_buffer.py at d98e8a6):
-        # the parameter all-gather lands in the gradient buffer, no parameter buffer beside the MXFP8 weights.
-        if a.flag("reuse-grad-buf-for-mxfp8-param-ag"):
-            if job["fp8-recipe"] == "mxfp8" and job.get("fp8-param-gather"):
-                job["reuse-grad-buf-for-mxfp8-param-ag"] = True
-            else:
-                unmapped.append("--reuse-grad-buf-for-mxfp8-param-ag: changes nothing without --fp8-recipe mxfp8 and "
-                                "--fp8-param-gather (Megatron-Core reads it with MXFP8 parameters alone)")
-    else:
-        job.update({"fp4-format": fp4, "fp4-recipe": a.value("fp4-recipe", str, "nvfp4")})
-        if a.flag("fp4-param-gather"):
-            job["fp4-param-gather"] = True
-    recipes = [(r, _flag_map(r.flags["megatron"])) for r in registry.precision_recipes if "megatron" in r.flags]
-
-    def matching(ignore: tuple[str, ...]) -> list:
-        # With the parameter gather relaxed, only a recipe gathering in the compute dtype is the stated one's stand-in.
-        relaxed = bool(set(ignore) & set(_PARAM_GATHER))
-        return [(r, flags) for r, flags in recipes
-                if all(flags.get(k) == job.get(k) for k in _CHOOSING if k not in ignore)
-                and not (relaxed and set(flags) & set(_PARAM_GATHER))]
-
-    stated = " ".join(f"--{k}" if v is True else f"--{k} {v}" for k, v in job.items() if k in _CHOOSING)
-    # Relaxed in turn: the FP8 format (E4M3 gradients for E5M2 ones or the reverse: the same byte an element and
-    # the same FP8 GEMM rate), then the low-precision parameter gather.
-    attempts: list[tuple[str, ...]] = [()]
-    if fp8 is not None:
-        attempts.append(("fp8-format",))
-    if job.get("fp8-param-gather") or job.get("fp4-param-gather"):
-        attempts.append(attempts[-1] + _PARAM_GATHER)
-    found, ignored = [], ()
-    for ignored in attempts:
-        found = matching(ignored)
-        if found:
-            break
-    if not found:
-        raise ConfigError("--fp8-recipe" if fp8 is not None else "--fp4-recipe",
-                          f"no registered precision recipe states {stated} (docs/precision.md lists them; "
-                          "hp plugins shows each recipe's flags); state a recipe a plugin registers")
-    if len(found) > 1:
-        raise ConfigError("--fp8-recipe" if fp8 is not None else "--fp4-recipe",
-                          f"{stated} is stated by more than one registered recipe "
-                          f"({', '.join(r.name for r, _ in found)}); a plugin's recipe must state flags of its own")
-    recipe, flags = found[0]
-    if "fp8-format" in ignored and flags.get("fp8-format") != fp8:
-        unmapped.append(f"--fp8-format {fp8}: priced as {recipe.name} (--fp8-format {flags.get('fp8-format')}): "
-                        "E4M3 and E5M2 take one byte an element and the same FP8 GEMM rate")
-    if "fp8-param-gather" in ignored and job.get("fp8-recipe") == "mxfp8" and not job.get("reuse-grad-buf-for-mxfp8-param-ag"):
-        unmapped.append("--fp8-param-gather under --fp8-recipe mxfp8 without --reuse-grad-buf-for-mxfp8-param-ag: "
-                        "Megatron-Core then keeps a parameter buffer beside the MXFP8 weights (optimizer_config.py warns "
-                        f"of the memory), which hp does not price; priced as {recipe.name}, with bf16 parameters and gathers")
-    elif "fp8-param-gather" in ignored:
-        unmapped.append(f"--{'fp8' if fp8 else 'fp4'}-param-gather: no registered recipe gathers {recipe.name}'s "
-                        "parameters in their low-precision format; priced with bf16 parameters and gathers")
-    for key, value in flags.items():
-        # The amax reduction (most_recent or max) changes nothing hp prices; the history's length, the
-        # delayed-scaling state's bytes (hp_core/engine/precision.py scaling_state_bytes).
-        if key not in _CHOOSING and key != "fp8-amax-compute-algo" and job.get(key) != value:
-            unmapped.append(f"--{key} {job.get(key)}: priced as {recipe.name}'s {value}")
-    return recipe.name
 
 
 def bf16_layers(a: Any, recipe: str | None, unmapped: list[str]) -> dict[str, int]:
