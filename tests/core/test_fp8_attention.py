@@ -115,6 +115,14 @@ def _attention_times(registry, recipe: str, hardware: str, layout: ParallelSpec,
     return t.forward_seconds, t.backward_seconds
 
 
+def _attention_rates(registry, recipe: str, hardware: str, layout: ParallelSpec):
+    from hp_core.engine.timing.rates import _rates
+
+    runtime = registry.runtime("megatron")
+    return _rates(layout, registry.hardware_preset(hardware).spec, runtime.timing,
+                  attrs.evolve(runtime.precision, recipe=recipe), "flash", recipe=registry.precision_recipe(recipe))
+
+
 def test_the_core_runs_at_cudnns_measured_fp8_speedup(registry):
     # cuDNN's causal attention (cudnn-frontend@3929da2 results), bf16 time over FP8 time at the call's sequence
     # length: H200 at 4,096 tokens at Llama 3.1's shape, forward 1.4441, backward 0.9938 (e4m3).
@@ -158,6 +166,19 @@ def test_the_core_runs_at_cudnns_measured_fp8_speedup(registry):
     # A windowed layer kept in the compute dtype runs its attention in bf16, its backward over the window too.
     assert (_attention_times(registry, "mxfp8-fp8-attention", "gb200", long, window=window, quantized=False)
             == _attention_times(registry, "mxfp8", "gb200", long, window=window, quantized=False))
+    # A chunked core (Llama 4's): Megatron-Bridge folds the chunks into the batch, each a causal sequence of its own
+    # (llama4_utils.py chunkify at v0.4.0), the kernel the figures time: its chunks' FLOPs at the full core's FP8
+    # speedups both ways, on Blackwell and Hopper alike; no whole-sequence backward. 16,384 tokens in chunks of 8,192:
+    # the chunks keep 2 x 8,192 x 8,193 / 2 of the 16,384 x 16,385 / 2 causal pairs.
+    chunked, wide_seq = LocalMask(seq_len=16384, chunk=8192), ParallelSpec(dp=4, seq_len=16384)
+    chunk_flops = 1e12 * (8192 * 8193) / (16384 * 16385 / 2) / 2
+    for recipe, plain_recipe, hardware in (("mxfp8-fp8-attention", "mxfp8", "gb200"),
+                                           ("fp8-current-fp8-attention", "fp8-current", "h100-sxm")):
+        fp8_chunks = _attention_times(registry, recipe, hardware, wide_seq, window=chunked, flops=chunk_flops)
+        bf16_chunks = _attention_times(registry, plain_recipe, hardware, wide_seq, window=chunked, flops=chunk_flops)
+        rates = _attention_rates(registry, recipe, hardware, wide_seq)
+        assert fp8_chunks[0] == pytest.approx(bf16_chunks[0] / rates.attn_speedup[0]), recipe
+        assert fp8_chunks[1] == pytest.approx(bf16_chunks[1] / rates.attn_speedup[1]), recipe
 
 
 def test_the_nearest_measured_length_by_ratio_and_the_band():
@@ -708,3 +729,6 @@ def test_an_mla_windowed_core_is_not_named_as_priced_over_the_whole_triangle():
     # Off Blackwell (the rates' flag false) neither names it.
     hopper = SimpleNamespace(attn_speedup=(1.0, 1.0), mla_attn_speedup=(1.0, 1.0), windowed_fp8_full_backward=False)
     assert fp8_attention_provenance(recipe, hopper, [plain]) == {"windowed_attention_bf16": True}
+    # A chunked core runs as causal chunks at the full core's speedups: named as such, never as windowed.
+    chunked = LayerWork(attention_calls=1, local_mask=LocalMask(seq_len=16384, chunk=8192), quantized=True)
+    assert fp8_attention_provenance(recipe, rates, [chunked]) == {"attention_speedup": (1.2, 0.97)}

@@ -55,16 +55,19 @@ WINDOWED_FP8_BACKWARD_SOURCE = ("NVIDIA/cudnn-frontend@3929da2 benchmark/sdpa_be
 
 def fp8_attention_provenance(recipe: PrecisionRecipe, rates: Any, works: Any) -> dict[str, Any]:
     """Under an FP8-attention recipe: the speedup each kind of attention core the model runs in FP8 took (full-width,
-    MLA; layers kept in the compute dtype and windowed cores take none), and whether a windowed core kept the bf16 rates."""
+    MLA, a chunked core as a full one; layers kept in the compute dtype and sliding-window cores take none), and whether
+    a sliding-window core kept the bf16 rates."""
     if recipe.attention_format == "bf16":
         return {}
-    fp8 = [w for w in works if w.attention_calls and w.quantized and w.local_mask is None]
+    # A chunked core runs as causal sequences of a chunk each (layer.py): priced at the speedups as a full core.
+    fp8 = [w for w in works if w.attention_calls and w.quantized and (w.local_mask is None or w.local_mask.window is None)]
     found = {}
     if any(not w.wide_qk_attention for w in fp8):
         found["attention_speedup"] = rates.attn_speedup
     if any(w.wide_qk_attention for w in fp8):
         found["mla_attention_speedup"] = rates.mla_attn_speedup
-    windowed = [w for w in works if w.attention_calls and w.quantized and w.local_mask is not None]
+    windowed = [w for w in works if w.attention_calls and w.quantized and w.local_mask is not None
+                and w.local_mask.window is not None]
     if windowed:
         found["windowed_attention_bf16"] = True
         # As layer.py prices it: an MLA (wide q/k) windowed core keeps the bf16 rates both ways.

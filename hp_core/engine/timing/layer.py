@@ -171,7 +171,10 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
             fwd_eff, bwd_eff, fwd_fixed, bwd_fixed = r.attn_fwd, r.attn_bwd, r.attn_fwd_overhead, r.attn_bwd_overhead
         att_fwd = executed / (r.peak * fwd_eff) + calls * fwd_fixed
         att_bwd = r.attn_backward * executed / (r.peak * bwd_eff) + calls * bwd_fixed
-        if work.local_mask is None:  # FP8 attention at its measured speedup (none measured for a windowed kernel)
+        # FP8 attention at its measured speedup (none measured for a windowed kernel). A chunked core too: Megatron-Bridge
+        # folds the chunks into the batch, each a causal sequence of its own (llama4_utils.py chunkify at v0.4.0), the
+        # kernel the figures time.
+        if work.local_mask is None or work.local_mask.window is None:
             speedup = r.mla_attn_speedup if work.wide_qk_attention else r.attn_speedup
             att_fwd, att_bwd = att_fwd / speedup[0], att_bwd / speedup[1]
         elif r.windowed_fp8_full_backward and not work.wide_qk_attention:
@@ -181,7 +184,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
             # forward keeps the window's pairs at the bf16 rates (the same benchmark times its MXFP8 windowed forward
             # as its bf16 one: 0.210/0.210, 0.417/0.414, 0.826/0.822 ms on GB200 at 4,096 to 16,384 tokens).
             mask = work.local_mask
-            whole = f.attention_flops * r.causal / (causal_score_pairs(mask.seq_len, mask.window, mask.chunk)
+            whole = f.attention_flops * r.causal / (causal_score_pairs(mask.seq_len, mask.window)
                                                    / causal_score_pairs(mask.seq_len))
             att_bwd = (r.attn_backward * whole / (r.peak * bwd_eff) + calls * bwd_fixed) / r.attn_speedup[1]  # as a full core's
     else:
