@@ -279,6 +279,12 @@ def test_mxfp8_param_gather_stores_the_weights_in_mxfp8(registry):
     assert recipe.flags["megatron"] == base.flags["megatron"] + ("--fp8-param-gather", "--reuse-grad-buf-for-mxfp8-param-ag")
     attention = registry.precision_recipe("mxfp8-param-gather-fp8-attention")
     assert attention.param_gather == "stored" and attention.attention_format == "mxfp8"
+    # The distributed optimizer's parameter all-gather moves the quantized weights' MXFP8 bytes, the rest in bf16:
+    # 1,000 parameters of which 800 quantized, 200 x 2 + 800 x 1.03125 = 1,225 bytes (mxfp8 alone: 2,000).
+    from hp_core.engine.precision import gathered_param_bytes
+
+    assert gathered_param_bytes(1000, 800, recipe, 2) == 1225
+    assert gathered_param_bytes(1000, 800, base, 2) == 2000
 
 
 def test_delayed_param_gather_is_fp8_delayed_with_the_weights_stored_in_fp8(registry):
