@@ -8,6 +8,7 @@ remainders)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import attrs
@@ -70,3 +71,22 @@ def test_the_widths_move_the_optimizer_step_alone(registry):
     assert update_bytes(runtime.precision, 2 * runtime.precision.moment_bytes) == 32
     narrowed = attrs.evolve(runtime.precision, **row["precision_fields"])
     assert update_bytes(narrowed, 2 * narrowed.moment_bytes) == 14
+
+
+def test_mxfp8_rows_state_their_bf16_parameter_gather():
+    """Every Megatron-Bridge MXFP8 row (bf16_with_mxfp8_mixed: fp8_param_gather and reuse_grad_buf_for_mxfp8_param_ag
+    true) is priced as it ran: its release's Megatron-Core gathers the MXFP8 weights in bf16 through the gradient
+    buffer (param_and_grad_buffer.py, each tag's 3rdparty/Megatron-LM), so the row keeps mxfp8 (a bf16 gather) and says
+    so, citing the tag its config names."""
+    rows = [r for key in ("rows", "moe_rows", "moe_fi_rows", "nemotron_rows", "nemotron_super_rows") for r in DATA[key]
+            if "mxfp8_param_gather_verified" in r]
+    assert len(rows) == 122
+    assert {r["recipe"] for r in rows} == {"mxfp8", "mxfp8-fp8-attention"}
+    for r in rows:
+        tag = re.search(r" at (v\d+\.\d+\.\d+)", r["config"]).group(1)
+        assert r["mxfp8_param_gather_verified"].startswith(f"NVIDIA-NeMo/Megatron-Bridge {tag}: "), r["id"]
+        entry = [x for x in r["not_priced"] if x.startswith("MXFP8 parameter all-gather")]
+        assert len(entry) == 1 and "gathers these weights in bf16, not in MXFP8" in entry[0], r["id"]
+    assert not any("no MXFP8 param-gather recipe" in x for key in ("rows", "moe_rows", "moe_fi_rows", "nemotron_rows",
+                                                                   "nemotron_super_rows")
+                   for r in DATA[key] for x in r.get("not_priced", []))
