@@ -80,7 +80,7 @@ AUTOCAST = ":autocast"
 SPLIT_ACCUMULATOR = ":split_accumulator"
 # A linear layer's three GEMMs: the forward (fprop), the input gradient (dgrad) and the weight gradient (wgrad).
 GEMM_PASS_NAMES = ("fprop", "dgrad", "wgrad")
-PARAM_GATHERS = ("none", "stored", "cast")
+PARAM_GATHERS = ("none", "stored", "cast", "gradient_buffer")
 # Which GEMMs a recipe quantizes (PrecisionRecipe.gemms): every one a layer does not keep in the compute dtype, the
 # linear layers' only (torchtitan's quantize.linear converters swap nn.Linear modules; a routed expert's grouped GEMM is
 # no nn.Linear), or the routed experts' grouped GEMMs only (torchtitan's quantize.grouped_mm converters).
@@ -160,10 +160,16 @@ class PrecisionRecipe:
         param_gather: How parameters are gathered: ``none`` (in the
             compute dtype), ``stored`` (the model's parameters are kept in the
             weights' format and all-gathered so, the master copy and optimizer
-            states unchanged: Megatron-LM ``--fp8-param-gather``) or ``cast``
+            states unchanged: Megatron-LM ``--fp8-param-gather``), ``cast``
             (the sharded parameters stay as they are and are cast to the
             weights' format before each ZeRO-3/FSDP all-gather: torchao
-            ``enable_fsdp_float8_all_gather``).
+            ``enable_fsdp_float8_all_gather``) or ``gradient_buffer`` (kept in
+            the weights' format as ``stored``, but the distributed optimizer
+            all-gathers them through the gradient buffer, in its dtype, and
+            casts each gathered weight into its quantized storage: Megatron-Core
+            ``reuse_grad_buf_for_mxfp8_param_ag``, ``param_and_grad_buffer.py``
+            ``_post_param_sync`` at NVIDIA/Megatron-LM@d98e8a6; ZeRO 1 and 2
+            only, :meth:`check_zero`).
         tp_gather: Sequence-parallel all-gathers of a linear layer's input
             (and output gradient) move the quantized tensor (TE
             ``gather_along_first_dim`` with the input quantizer; torchao's
@@ -294,6 +300,21 @@ class PrecisionRecipe:
     def low_precision(self) -> bool:
         """Whether any GEMM operand is quantized."""
         return any(o.low_precision for o in (self.weights, self.activations, self.gradients))
+
+    @property
+    def stores_weights(self) -> bool:
+        """Whether the model's parameters are kept in the weights' format (``param_gather`` ``stored`` or
+        ``gradient_buffer``): no compute-dtype copy of a quantized weight, the row-wise usage the parameter itself."""
+        return self.param_gather in ("stored", "gradient_buffer")
+
+    def check_zero(self, zero: int) -> None:
+        """Refuse ZeRO-3 for a recipe gathering through the gradient buffer (one line, ``$.parallel.zero``): Megatron-LM
+        turns ``reuse_grad_buf_for_mxfp8_param_ag`` off under Megatron-FSDP (``megatron/training/arguments.py`` at
+        NVIDIA/Megatron-LM@d98e8a6), and what it gathers there instead is not priced."""
+        if self.param_gather == "gradient_buffer" and zero >= 3:
+            raise ConfigError("$.parallel.zero", f"precision recipe {self.name} gathers its parameters through the "
+                              "gradient buffer, which Megatron-LM turns off under ZeRO 3 (Megatron-FSDP: arguments.py "
+                              "sets reuse_grad_buf_for_mxfp8_param_ag false); use zero 1 or 2, or a recipe without it")
 
     @property
     def gemm_dtype(self) -> str:

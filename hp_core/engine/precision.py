@@ -38,7 +38,7 @@ from hp_core.specs.model import ModelSpec
 from hp_core.specs.precision import PrecisionSpec
 
 __all__ = [
-    "apply_recipe", "check_fp8_attention", "compute_dtype_groups", "compute_dtype_kinds", "check_fp8_attention_device", "recipe_prices_on", "check_high_precision_layers", "in_compute_dtype", "kept_layer_counts", "recipe_changes_costs", "recipe_cost", "split_high_precision_layers", "apply_recipe_measured", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "quantized_weight_elements", "resolve_recipe",
+    "apply_recipe", "check_fp8_attention", "compute_dtype_groups", "compute_dtype_kinds", "check_fp8_attention_device", "recipe_prices_on", "check_high_precision_layers", "in_compute_dtype", "kept_layer_counts", "recipe_changes_costs", "recipe_cost", "split_high_precision_layers", "apply_recipe_measured", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "optimizer_gather_bytes", "quantized_weight_elements", "resolve_recipe",
     "on_device", "weight_copy_bytes",
 ]
 
@@ -300,16 +300,30 @@ def weight_copy_bytes(elements: int, recipe: PrecisionRecipe, zero: int) -> int:
     """
     if not recipe.low_precision or not recipe.cache_weights or zero >= 3:
         return 0
-    copies = recipe.weight_copies - (1 if recipe.param_gather == "stored" else 0)
+    copies = recipe.weight_copies - (1 if recipe.stores_weights else 0)
     return math.ceil(elements * max(copies, 0) * recipe.weights.bytes_per_element)
 
 
 def gathered_param_bytes(elements: int, quantized: int, recipe: PrecisionRecipe, param_bytes: int | float) -> float:
-    """Bytes of *elements* parameters gathered, *quantized* of them in the recipe's weights format where it gathers so."""
-    if not recipe.low_precision or recipe.param_gather == "none":
+    """Bytes of *elements* parameters gathered, *quantized* of them in the recipe's weights format where it gathers so
+    (``stored``, ``cast``; ``gradient_buffer`` gathers in the buffer's dtype: :func:`optimizer_gather_bytes`)."""
+    if not recipe.low_precision or recipe.param_gather in ("none", "gradient_buffer"):
         return elements * param_bytes
     quantized = min(quantized, elements)
     return (elements - quantized) * param_bytes + quantized * recipe.weights.bytes_per_element
+
+
+def optimizer_gather_bytes(elements: int, quantized: int, recipe: PrecisionRecipe, param_bytes: int | float,
+                           buffer_bytes: int | float) -> float:
+    """Bytes the distributed optimizer (ZeRO 1 and 2) all-gathers of *elements* parameters: the quantized ones in the
+    weights' format under ``stored`` (Megatron-LM ``--fp8-param-gather``), every one in the gradient buffer's dtype
+    (*buffer_bytes*) under ``gradient_buffer`` (Megatron-Core ``reuse_grad_buf_for_mxfp8_param_ag``: the buffer is
+    the gradient buffer, ``param_and_grad_buffer.py`` at NVIDIA/Megatron-LM@d98e8a6), else in ``param_bytes``."""
+    if recipe.low_precision and recipe.param_gather == "gradient_buffer":
+        return elements * buffer_bytes
+    if recipe.low_precision and recipe.param_gather == "stored":
+        return gathered_param_bytes(elements, quantized, recipe, param_bytes)
+    return elements * param_bytes
 
 
 def check_hardware_dtype(recipe: PrecisionRecipe, peaks: dict, name: str) -> None:

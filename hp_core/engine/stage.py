@@ -221,7 +221,7 @@ def _with_recipe(static: tuple[int, int, int, int], quantized: int, inputs: Stag
     assert recipe is not None
     params, grads, master, states = static
     params += weight_copy_bytes(quantized, recipe, inputs.zero) + module_copies
-    if recipe.param_gather == "stored":
+    if recipe.stores_weights:
         params -= math.floor(quantized * (inputs.precision.param_bytes - recipe.weights.bytes_per_element))
     return params, grads, master, states
 

@@ -178,15 +178,16 @@ RECIPES = (
     ),
     PrecisionRecipe(
         name="mxfp8-param-gather",
-        description="mxfp8 with MXFP8 parameters: the parameter all-gather and the compute weights in MXFP8",
+        description="mxfp8 with MXFP8 parameters, all-gathered through the gradient buffer in its dtype",
         # Megatron-Bridge's bf16_with_mxfp8_mixed (src/megatron/bridge/training/mixed_precision.py at v0.3.0 to v0.6.0:
         # fp8_param_gather and reuse_grad_buf_for_mxfp8_param_ag true). Megatron-Core keeps each quantized weight as a
-        # TE MXFP8 tensor and gathers its row-wise bytes through the gradient buffer, copying them back into that
-        # storage (distributed/param_and_grad_buffer.py _post_param_sync at NVIDIA/Megatron-LM@d98e8a6): no bf16
-        # model weight and no parameter buffer beside it, as param_gather "stored" prices.
+        # TE MXFP8 tensor (no bf16 model weight), and its distributed optimizer gathers the weights through the gradient
+        # buffer, in that buffer's dtype, then casts each gathered weight into its MXFP8 storage and zeroes the buffer
+        # (distributed/param_and_grad_buffer.py _post_param_sync, optimizer/distrib_optimizer.py
+        # _copy_main_params_to_param_buffer at NVIDIA/Megatron-LM@d98e8a6): param_gather "gradient_buffer".
         source=f"{_TE}: MXFP8BlockScaling(fp8_format=E4M3); --fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather "
                "--reuse-grad-buf-for-mxfp8-param-ag",
-        **_same("mxfp8", "mx_32"), param_gather="stored", quantize_passes=1, **_TE_MEMORY,
+        **_same("mxfp8", "mx_32"), param_gather="gradient_buffer", quantize_passes=1, **_TE_MEMORY,
         flags={"megatron": ("--fp8-format", "e4m3", "--fp8-recipe", "mxfp8", "--fp8-param-gather",
                             "--reuse-grad-buf-for-mxfp8-param-ag")},
     ),

@@ -278,13 +278,31 @@ def test_mxfp8_param_gather_stores_the_weights_in_mxfp8(registry):
                         param_gather="none") == base
     assert recipe.flags["megatron"] == base.flags["megatron"] + ("--fp8-param-gather", "--reuse-grad-buf-for-mxfp8-param-ag")
     attention = registry.precision_recipe("mxfp8-param-gather-fp8-attention")
-    assert attention.param_gather == "stored" and attention.attention_format == "mxfp8"
-    # The distributed optimizer's parameter all-gather moves the quantized weights' MXFP8 bytes, the rest in bf16:
-    # 1,000 parameters of which 800 quantized, 200 x 2 + 800 x 1.03125 = 1,225 bytes (mxfp8 alone: 2,000).
-    from hp_core.engine.precision import gathered_param_bytes
+    assert attention.param_gather == "gradient_buffer" and attention.attention_format == "mxfp8"
+    # The distributed optimizer gathers every parameter through the gradient buffer, in its dtype (Megatron-Core
+    # reuse_grad_buf_for_mxfp8_param_ag): 1,000 parameters, 800 of them quantized, move 2,000 bytes with a bf16 buffer
+    # and 4,000 with an fp32 one (grad_reduce_in_fp32), where fp8-megatron-param-gather moves 200 x 2 + 800 x 1 = 1,200
+    # and mxfp8 2,000.
+    from hp_core.engine.precision import optimizer_gather_bytes
 
-    assert gathered_param_bytes(1000, 800, recipe, 2) == 1225
-    assert gathered_param_bytes(1000, 800, base, 2) == 2000
+    assert optimizer_gather_bytes(1000, 800, recipe, 2, 2) == 2000
+    assert optimizer_gather_bytes(1000, 800, recipe, 2, 4) == 4000
+    assert optimizer_gather_bytes(1000, 800, registry.precision_recipe("fp8-megatron-param-gather"), 2, 4) == 1200
+    assert optimizer_gather_bytes(1000, 800, base, 2, 4) == 2000
+    assert recipe.stores_weights and not base.stores_weights
+    # ZeRO 3 (Megatron-FSDP turns the buffer's reuse off, arguments.py): refused one line at $.parallel.zero.
+    with pytest.raises(ConfigError, match=r"^\$\.parallel\.zero: precision recipe mxfp8-param-gather gathers its "
+                                          r"parameters through the gradient buffer"):
+        estimate(model_from_preset("llama3-8b", registry), ParallelSpec(dp=8, seq_len=4096, zero=3), registry=registry,
+                 runtime="megatron", precision=attrs.evolve(registry.runtime("megatron").precision, recipe=recipe.name))
+    # The search counts such a layout under the option reason, not under the model's heads and widths.
+    from hp_core.engine.search.layouts import R_OPTION, _reason_of
+
+    with pytest.raises(ConfigError) as refused:
+        recipe.check_zero(3)
+    assert _reason_of(refused.value) == R_OPTION
+    recipe.check_zero(1)
+    base.check_zero(3)
 
 
 def test_delayed_param_gather_is_fp8_delayed_with_the_weights_stored_in_fp8(registry):

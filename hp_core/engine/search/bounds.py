@@ -110,7 +110,7 @@ class _Bounder:
         # (the weight copies it adds are not counted here, so the static bound stays below plan_stage's). A layer
         # kept in the compute dtype (exempt) holds no weight copy and its weights at param_bytes (plan_stage's
         # quantized elements leave it out): at least what this bound counts of it, so the bound holds with them.
-        self.static_precision = (attrs.evolve(self.precision, param_bytes=1) if self.recipe.param_gather == "stored"
+        self.static_precision = (attrs.evolve(self.precision, param_bytes=1) if self.recipe.stores_weights
                                  else self.precision)
         self.master_bytes = master_bytes(self.optimizer, self.precision)
         self.kinds = model_kinds(model, registry)

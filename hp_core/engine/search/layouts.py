@@ -35,7 +35,8 @@ R_FSDP_PP = ("the runtime prices FSDP (zero 3) memory under pp > 1 on gpipe and 
 R_PIPELINE_TRAIT = ("the runtime's options are not priced under pp > 1 (a chunked loss) or change nothing there "
                     "(fsdp2's fsdp_reduce_scatter_overlap false; fsdp_prefetch false under vpp > 1)")
 R_OPTION = ("a runtime option the layout cannot run (fsdp2's reshard_after_forward_to not a factor of the shard group, "
-            "or an option that needs zero 3 below it)")
+            "or an option that needs zero 3 below it), or a precision recipe its ZeRO level cannot (one gathering "
+            "through the gradient buffer at zero 3)")
 R_HSDP = "the runtime's hsdp_replicate does not divide the (expert) data-parallel degree, or pp > 1 where its profile refuses it"
 R_KEPT = ("more layers kept in the compute dtype (high_precision_layers_at_start or _at_end) than a pipeline stage's "
           "body layers")
@@ -246,6 +247,6 @@ def _reason_of(error: ConfigError) -> str:
         return R_BATCH
     if path in ("$.parallel.pp", "$.parallel.layers_per_stage"):
         return R_LAYERS
-    if path.startswith("$.runtime.options."):  # an option's own check of the layout (fsdp2_reshard, Fsdp2Points)
+    if path.startswith("$.runtime.options.") or path == "$.parallel.zero":  # an option's or a recipe's check of the layout
         return R_OPTION
     return R_MODEL

@@ -14,7 +14,7 @@ import attrs
 from hp_core.engine.optimizer import OptimizerLoad, add_loads, layer_load, shard_update_bytes
 from hp_core.engine.timing.placed import placed_time
 from hp_core.engine.prepare import PreparedRun
-from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements
+from hp_core.engine.precision import gathered_param_bytes, optimizer_gather_bytes, quantized_weight_elements
 from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.schedule import pipeline_seconds, rank_order
 from hp_core.engine.timing.fsdp_pipeline import fill_delay, stage_fsdp
@@ -380,12 +380,13 @@ def time_run(
                     reduce += links.seconds(group, "all_reduce", n * reduce_bytes)
                 else:
                     reduce += links.seconds(group, "reduce_scatter", n * reduce_bytes)
-                    # Megatron-LM --fp8-param-gather gathers the parameters in FP8 ("stored").
-                    sent = gathered_param_bytes(n, q, recipe, param_bytes) if recipe.param_gather == "stored" else n * param_bytes
-                    gather += links.seconds(group, "all_gather", sent)
+                    # Megatron-LM --fp8-param-gather gathers the parameters in FP8 ("stored"), MXFP8 ones through the
+                    # gradient buffer in its dtype ("gradient_buffer"): precision.optimizer_gather_bytes.
+                    gather += links.seconds(group, "all_gather", optimizer_gather_bytes(n, q, recipe, param_bytes, reduce_bytes))
             bucket = sched.bucket(dense_group)
             reduce_bucket = links.seconds("dp", "all_reduce" if zero == 0 else "reduce_scatter", min(bucket, dense + experts) * reduce_bytes)
-            gather_bucket = links.seconds("dp", "all_gather", min(bucket, dense + experts) * param_bytes) if zero else 0.0
+            bucket_bytes = reduce_bytes if recipe.low_precision and recipe.param_gather == "gradient_buffer" else param_bytes
+            gather_bucket = links.seconds("dp", "all_gather", min(bucket, dense + experts) * bucket_bytes) if zero else 0.0
             exposed = (bucketed(reduce, reduce_bucket, (bwd + rec) / rates.slowdown, sched.overlap_grad_reduce)
                        + bucketed(gather, gather_bucket, fwd / rates.slowdown, sched.overlap_param_gather))
             dp = exposed * (1 - ov.data_parallel.value) * rates.slowdown
