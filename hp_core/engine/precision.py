@@ -38,7 +38,7 @@ from hp_core.specs.model import ModelSpec
 from hp_core.specs.precision import PrecisionSpec
 
 __all__ = [
-    "apply_recipe", "check_fp8_attention", "compute_dtype_groups", "compute_dtype_kinds", "check_fp8_attention_device", "recipe_prices_on", "check_high_precision_layers", "in_compute_dtype", "kept_layer_counts", "recipe_changes_costs", "recipe_cost", "split_high_precision_layers", "apply_recipe_measured", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "optimizer_gather_bytes", "quantized_weight_elements", "resolve_recipe",
+    "apply_recipe", "check_fp8_attention", "compute_dtype_groups", "compute_dtype_kinds", "check_fp8_attention_device", "recipe_prices_on", "check_high_precision_layers", "in_compute_dtype", "kept_layer_counts", "recipe_changes_costs", "recipe_cost", "split_high_precision_layers", "apply_recipe_measured", "check_hardware_dtype", "scaling_state_bytes", "with_recipe", "gathered_param_bytes", "optimizer_gather_bytes", "check_recipe_zero", "quantized_weight_elements", "resolve_recipe",
     "on_device", "weight_copy_bytes",
 ]
 
@@ -324,6 +324,13 @@ def optimizer_gather_bytes(elements: int, quantized: int, recipe: PrecisionRecip
     if recipe.low_precision and recipe.param_gather == "stored":
         return gathered_param_bytes(elements, quantized, recipe, param_bytes)
     return elements * param_bytes
+
+
+def check_recipe_zero(recipe: PrecisionRecipe | None, zero: int) -> None:
+    """A recipe's refusal of the run's ZeRO level (:meth:`PrecisionRecipe.check_zero
+    <hp_core.precision_recipes.PrecisionRecipe.check_zero>`); nothing without a recipe."""
+    if recipe is not None:
+        recipe.check_zero(zero)
 
 
 def check_hardware_dtype(recipe: PrecisionRecipe, peaks: dict, name: str) -> None:

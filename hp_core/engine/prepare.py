@@ -26,7 +26,7 @@ from hp_core.engine import census as census_lib
 from hp_core.engine import schedule as schedule_lib
 from hp_core.engine.optimizer import resolve_optimizer
 from hp_core.engine.module_formats import check_module_formats
-from hp_core.engine.precision import check_fp8_attention, compute_dtype_groups, in_compute_dtype, resolve_recipe, split_high_precision_layers, with_recipe
+from hp_core.engine.precision import check_fp8_attention, check_recipe_zero, compute_dtype_groups, in_compute_dtype, resolve_recipe, split_high_precision_layers, with_recipe
 from hp_core.errors import ConfigError, HPError, PluginError, describe
 from hp_core.registry import Registry
 from hp_core.runtime_options import check_reduce_width
@@ -442,10 +442,9 @@ def prepare(
             :func:`~hp_core.engine.precision.split_high_precision_layers` splits it, with its ``exempt`` groups.
 
     Raises:
-        ConfigError: An invalid layout or name, an optimizer the registry does
-            not have included, a runtime trait not priced under its ``pp``, a recipe
-            running FP8 attention under a runtime whose attention kernel runs none
-            (``Runtime.fp8_attention_refusal``) (one line, with the field path).
+        ConfigError: An invalid layout or name, an optimizer the registry does not have included, a runtime trait not
+            priced under its ``pp``, a recipe running FP8 attention under a runtime whose attention kernel runs none
+            (``Runtime.fp8_attention_refusal``) or at a ZeRO level it refuses (one line, with the field path).
         PluginError: A plugin's evaluator or census source failed.
     """
     profile, precision, attention = resolve_runtime(registry, runtime, precision, attention)
@@ -455,8 +454,7 @@ def prepare(
     check_fp8_attention(recipe, profile)  # FP8 attention the runtime's kernel does not run
     optimizer = resolve_optimizer(registry, precision)
     zero = parallel.zero if parallel.zero is not None else profile.zero
-    if recipe is not None:
-        recipe.check_zero(zero)  # a recipe gathering through the gradient buffer: ZeRO 1 and 2 only
+    check_recipe_zero(recipe, zero)  # a recipe gathering through the gradient buffer: ZeRO 1 and 2 only
     if precision.high_precision_layers_at_start or precision.high_precision_layers_at_end:
         kinds = model_kinds(model, registry)
         model, exempt = split_high_precision_layers(model, [k.placement == "body" for k in kinds], precision,
