@@ -308,9 +308,17 @@ class PrecisionRecipe:
         return self.param_gather in ("stored", "gradient_buffer")
 
     def check_zero(self, zero: int) -> None:
-        """Refuse ZeRO-3 for a recipe gathering through the gradient buffer (one line, ``$.parallel.zero``): Megatron-LM
-        turns ``reuse_grad_buf_for_mxfp8_param_ag`` off under Megatron-FSDP (``megatron/training/arguments.py`` at
-        NVIDIA/Megatron-LM@d98e8a6), and what it gathers there instead is not priced."""
+        """Refuse a ZeRO level the recipe's parameter gather does not run at (one line, ``$.parallel.zero``): ZeRO 0 for
+        one keeping the parameters in its format (``stored``, ``gradient_buffer``: Megatron-LM asserts
+        ``--fp8-param-gather`` only with the distributed optimizer or FSDP, ``megatron/training/arguments.py`` at
+        NVIDIA/Megatron-LM@d98e8a6), and ZeRO 3 for one gathering through the gradient buffer (Megatron-LM turns
+        ``reuse_grad_buf_for_mxfp8_param_ag`` off under Megatron-FSDP, the same file; what it gathers there instead is
+        not priced)."""
+        if self.stores_weights and zero == 0:
+            raise ConfigError("$.parallel.zero", f"precision recipe {self.name} keeps its parameters in "
+                              f"{self.weights.format} and gathers them with the distributed optimizer, which zero 0 has "
+                              "none of (Megatron-LM asserts --fp8-param-gather only with the distributed optimizer or "
+                              "FSDP); use zero 1 or above, or a recipe without the parameter gather")
         if self.param_gather == "gradient_buffer" and zero >= 3:
             raise ConfigError("$.parallel.zero", f"precision recipe {self.name} gathers its parameters through the "
                               "gradient buffer, which Megatron-LM turns off under ZeRO 3 (Megatron-FSDP: arguments.py "

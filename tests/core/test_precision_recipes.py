@@ -620,3 +620,22 @@ def test_the_search_ranks_several_recipes_together(capsys):
     status, out, err = run(capsys, "search", "--model", "llama3-8b", "--devices", 8, "--hardware", "h100-sxm",
                            "--seq-len", 2048, "--precision", "bf16,bf16")
     assert status == 2 and "--precision: name each recipe once" in err
+
+
+@pytest.mark.parametrize("name", ["fp8-megatron-param-gather", "fp8-delayed-param-gather", "mxfp8-param-gather"])
+def test_a_recipe_keeping_its_parameters_in_its_format_needs_the_distributed_optimizer(registry, name, capsys):
+    # Megatron-LM asserts --fp8-param-gather only with the distributed optimizer or FSDP (megatron/training/arguments.py
+    # at NVIDIA/Megatron-LM@d98e8a6): zero 0 refused one line at $.parallel.zero; zero 1 runs; a recipe without the
+    # parameter gather runs at zero 0.
+    from cli_run import run
+
+    recipe = registry.precision_recipe(name)
+    with pytest.raises(ConfigError, match=rf"^\$\.parallel\.zero: precision recipe {name} keeps its parameters in"):
+        recipe.check_zero(0)
+    recipe.check_zero(1)
+    registry.precision_recipe("fp8-current").check_zero(0)
+    args = ("estimate", "--model", "llama3-8b", "--dp", "8", "--seq-len", "4096", "--runtime", "megatron",
+            "--precision", name)
+    status, out, err = run(capsys, *args, "--zero", "0")
+    assert status == 2 and out == "" and err.count("\n") == 1 and "$.parallel.zero: precision recipe" in err, err
+    assert run(capsys, *args, "--zero", "1")[0] == 0

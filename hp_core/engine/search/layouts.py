@@ -35,8 +35,8 @@ R_FSDP_PP = ("the runtime prices FSDP (zero 3) memory under pp > 1 on gpipe and 
 R_PIPELINE_TRAIT = ("the runtime's options are not priced under pp > 1 (a chunked loss) or change nothing there "
                     "(fsdp2's fsdp_reduce_scatter_overlap false; fsdp_prefetch false under vpp > 1)")
 R_OPTION = ("a runtime option the layout cannot run (fsdp2's reshard_after_forward_to not a factor of the shard group, "
-            "or an option that needs zero 3 below it), or a precision recipe its ZeRO level cannot (one gathering "
-            "through the gradient buffer at zero 3)")
+            "or an option that needs zero 3 below it), or a precision recipe its ZeRO level cannot (one keeping its "
+            "parameters in its format at zero 0, one gathering through the gradient buffer at zero 3)")
 R_HSDP = "the runtime's hsdp_replicate does not divide the (expert) data-parallel degree, or pp > 1 where its profile refuses it"
 R_KEPT = ("more layers kept in the compute dtype (high_precision_layers_at_start or _at_end) than a pipeline stage's "
           "body layers")
