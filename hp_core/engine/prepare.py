@@ -454,7 +454,7 @@ def prepare(
     check_fp8_attention(recipe, profile)  # FP8 attention the runtime's kernel does not run
     optimizer = resolve_optimizer(registry, precision)
     zero = parallel.zero if parallel.zero is not None else profile.zero
-    check_recipe_zero(recipe, zero)  # a recipe gathering through the gradient buffer: ZeRO 1 and 2 only
+    check_recipe_zero(recipe, zero)  # a recipe keeping its parameters: ZeRO 1 up; through the gradient buffer: 1 and 2
     if precision.high_precision_layers_at_start or precision.high_precision_layers_at_end:
         kinds = model_kinds(model, registry)
         model, exempt = split_high_precision_layers(model, [k.placement == "body" for k in kinds], precision,
