@@ -202,7 +202,8 @@ def nvfp4_pairs(found: list[dict]) -> list[tuple[dict, dict]]:
     """(MXFP8, NVFP4) pairs of :func:`results` rows: the same hardware, container, model and layout (GPUs, degrees,
     global and micro-batch), each priced as run with its own options."""
     key = lambda r: (r["hardware"], r["container"], r["model"], r["layout"])  # noqa: E731
-    mx = {key(r): r for r in found if r["recipe"] == "mxfp8"}
+    # MXFP8 under either parameter gather: Megatron-Bridge's MXFP8 rows run mxfp8-param-gather (bf16_with_mxfp8_mixed).
+    mx = {key(r): r for r in found if r["recipe"] in ("mxfp8", "mxfp8-param-gather")}
     return [(mx[key(r)], r) for r in found if r["recipe"] == "nvfp4" and key(r) in mx]
 
 

@@ -45,7 +45,7 @@ def test_the_rows_state_their_summary_row_release_and_options():
             row["hardware"].upper()), rid
         # DeepSeek-V3's GB200 configs set no fp8_dot_product_attention; every other row's does.
         attention = not (row["model"] == "deepseek-v3" and row["hardware"] == "gb200")
-        assert row["recipe"] == ("mxfp8-fp8-attention" if attention else "mxfp8"), rid
+        assert row["recipe"] == ("mxfp8-param-gather-fp8-attention" if attention else "mxfp8-param-gather"), rid
         assert CONTAINERS[container] in row["config"], rid
         # System, #-GPUs, precision, GBS, MBS, sequence length, TP, PP, CP, VP, EP, tokens/s/GPU, TFLOP/s/GPU.
         cells = _cells(row["row"])

@@ -30,7 +30,7 @@ H100 = {"26.02.01": (463, 14890), "26.04": (366, 14507), "26.04.01": (276, 14336
 
 def _rows() -> dict:
     """The MXFP8 rows."""
-    return {r["id"]: r for r in _data()["nemotron_rows"] if r["recipe"] == "mxfp8"}
+    return {r["id"]: r for r in _data()["nemotron_rows"] if r["recipe"] == "mxfp8-param-gather"}
 
 
 def _h100_rows() -> dict:
@@ -54,7 +54,7 @@ def test_the_rows_state_their_summary_row_release_and_options():
         assert isinstance(row[line_key], int) and ("performance-summary.md" in source) == (container == "26.08"), rid
         assert row["split"] == "held_out" and row["class"] in runs.NEMOTRON_CLASSES, rid
         assert row["class"] == f"Megatron-Core hybrid Mamba-MoE, {row['hardware'].upper()}", rid
-        assert row["model"] == "nemotron-3-nano-30b-a3b" and row["recipe"] == "mxfp8", rid
+        assert row["model"] == "nemotron-3-nano-30b-a3b" and row["recipe"] == "mxfp8-param-gather", rid
         assert f"at {tag}" in row["config"], rid
         assert ("fp8mx_config" if container == "26.08" else f"_{row['hardware'].upper()}_FP8_MX_V1") in row["config"], rid
         # System, #-GPUs, precision, GBS, MBS, sequence length, [FSDP,] TP, PP, CP, VP, EP, tokens/s/GPU, TFLOP/s/GPU:
@@ -181,7 +181,7 @@ def test_the_page_table_is_current_and_its_prose_states_its_figures():
     assert len(every) == 20
     page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
     assert runs.nemotron_section(every) in page, "regenerate with: python benchmarks/fp8_runs.py"
-    found = [r for r in every if r["recipe"] == "mxfp8"]
+    found = [r for r in every if r["recipe"] == "mxfp8-param-gather"]
     h100 = [r for r in every if r["layout"]["hardware"] == "h100-sxm"]
     assert len(found) == 16 and len(h100) == 4
     prose = _prose()

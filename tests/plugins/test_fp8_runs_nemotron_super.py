@@ -48,7 +48,7 @@ NVFP4_PRECISION = {"high_precision_layers_at_end": 14, "module_formats": {
     "attention_qkv": "bf16", "attention_proj": "bf16", "moe_latent_proj": "bf16", "mamba_out_proj": "mxfp8"}}
 
 
-def _rows(recipe: str = "mxfp8") -> dict:
+def _rows(recipe: str = "mxfp8-param-gather") -> dict:
     return {r["id"]: r for r in _data()["nemotron_super_rows"] if r["recipe"] == recipe}
 
 
@@ -84,7 +84,7 @@ def test_the_rows_state_their_summary_row_release_and_options():
         assert ("docs/performance-summary.md" in source) == (container == "26.08"), rid
         assert row["split"] == "held_out", rid
         assert row["class"] == f"Megatron-Core hybrid Mamba-MoE with MTP, {row['hardware'].upper()}", rid
-        assert row["model"] == "nemotron-3-super-120b-a12b" and row["recipe"] == "mxfp8", rid
+        assert row["model"] == "nemotron-3-super-120b-a12b" and row["recipe"] == "mxfp8-param-gather", rid
         assert f"at {tag}" in row["config"], rid
         assert ("fp8mx_config" if container == "26.08" else f"_{row['hardware'].upper()}_FP8_MX_V1") in row["config"], rid
         _check_summary_cells(row, container, "MXFP8", FIGURES)
@@ -223,7 +223,7 @@ def test_the_page_table_is_current_and_its_prose_states_its_figures():
     page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
     assert runs.nemotron_super_section(everything) in page, "regenerate with: python benchmarks/fp8_runs.py"
     prose = _prose()
-    for recipe, name in (("mxfp8", "MXFP8"), ("nvfp4", "NVFP4")):
+    for recipe, name in (("mxfp8-param-gather", "MXFP8"), ("nvfp4", "NVFP4")):
         found = [r for r in everything if r["recipe"] == recipe]
         errors = [r["error"] for r in found]
         mae = {}
@@ -251,7 +251,7 @@ def test_the_page_table_is_current_and_its_prose_states_its_figures():
             f"compute {b200_priced.compute_seconds:.3f} s against {mx_b200.compute_seconds:.3f} s for the MXFP8 row at TP 1, "
             f"host-bound as GB200 is: with whole-layer graphs (`cuda_graphs` `layers`) it prices "
             f"{runs.price_moe(graphs_b200, registry).step_seconds:.3f} s") in prose
-    found = [r for r in everything if r["recipe"] == "mxfp8"]
+    found = [r for r in everything if r["recipe"] == "mxfp8-param-gather"]
     b300 = by_id["mb26.06-b300-nemotron-3-super-mxfp8"]
     priced = runs.price_moe(b300["layout"], registry)
     dp = {name: (total, exposed) for name, total, exposed in priced.stages[0].communication_by_group}["dp"]
