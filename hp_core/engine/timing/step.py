@@ -385,8 +385,8 @@ def time_run(
                     gather += links.seconds(group, "all_gather", optimizer_gather_bytes(n, q, recipe, param_bytes, reduce_bytes))
             bucket = sched.bucket(dense_group)
             reduce_bucket = links.seconds("dp", "all_reduce" if zero == 0 else "reduce_scatter", min(bucket, dense + experts) * reduce_bytes)
-            bucket_bytes = reduce_bytes if recipe.low_precision and recipe.param_gather == "gradient_buffer" else param_bytes
-            gather_bucket = links.seconds("dp", "all_gather", min(bucket, dense + experts) * bucket_bytes) if zero else 0.0
+            last = optimizer_gather_bytes(min(bucket, dense + experts), 0, recipe, param_bytes, reduce_bytes)  # none quantized
+            gather_bucket = links.seconds("dp", "all_gather", last) if zero else 0.0
             exposed = (bucketed(reduce, reduce_bucket, (bwd + rec) / rates.slowdown, sched.overlap_grad_reduce)
                        + bucketed(gather, gather_bucket, fwd / rates.slowdown, sched.overlap_param_gather))
             dp = exposed * (1 - ov.data_parallel.value) * rates.slowdown
