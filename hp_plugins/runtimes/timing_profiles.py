@@ -78,7 +78,7 @@ from hp_plugins.runtimes.attention_speedups import BLACKWELL_ATTENTION_SPEEDUPS,
 from hp_plugins.runtimes.gemm_speedups import BLACKWELL_BANDED_SPEEDUPS, BLACKWELL_SPEEDUPS, HOPPER_SPEEDUPS
 from hp_plugins.runtimes.host import MEGATRON_HOST, ROUTER_H200
 from hp_plugins.runtimes.hybridep_sms import MEGATRON_HYBRIDEP_SMS, TORCHTITAN_HYBRIDEP_SMS
-from hp_plugins.runtimes.ssd_scan import BLACKWELL_SSD_SCAN_BACKWARD, BLACKWELL_SSD_SCAN_FORWARD
+from hp_plugins.runtimes import ssd_scan
 from hp_plugins.runtimes.userbuffers import TE_DEFAULT, sm_margins
 from hp_plugins.runtimes.whole_run import (FSDP1_UNIT_SECONDS, MPT_CALIBRATION, TRITON_FLASH_FACTORS, WHOLE_RUN_MATMUL_FACTORS, fitted_matmul, fsdp1_unit, mpt_fit)
 
@@ -172,7 +172,7 @@ BLACKWELL = DeviceEfficiency(
         52.3e-6, f"{_ROUTER_H200} (as for the forward, taken from H200): 26 backward kernels, 122.0 us, less the gating GEMM's two gradient GEMMs (39.1 us) "
         "and the benchmark's own accumulation into its input's .grad (30.6 us)"
     ),
-    ssd_scan_forward=BLACKWELL_SSD_SCAN_FORWARD, ssd_scan_backward=BLACKWELL_SSD_SCAN_BACKWARD,  # runtimes/ssd_scan.py
+    ssd_scan_forward=ssd_scan.BLACKWELL_SSD_SCAN_FORWARD, ssd_scan_backward=ssd_scan.BLACKWELL_SSD_SCAN_BACKWARD,
     gemm_table=B200_GEMMS,
     gemm_speedups=BLACKWELL_SPEEDUPS,
     banded_gemm_speedups=BLACKWELL_BANDED_SPEEDUPS,
@@ -218,9 +218,8 @@ HOPPER_KERNELS = DeviceEfficiency(
         52.3e-6, f"{_ROUTER_H200}: 26 backward kernels, 122.0 us, less the gating GEMM's two gradient GEMMs (39.1 us) "
         "and the benchmark's own accumulation into its input's .grad (30.6 us)"
     ),
-    gemm_shape=H100_GEMM_SHAPE,
-    gemm_speedups=HOPPER_SPEEDUPS,
-    attention_speedups=HOPPER_ATTENTION_SPEEDUPS,
+    ssd_scan_forward=ssd_scan.HOPPER_SSD_SCAN_FORWARD, ssd_scan_backward=ssd_scan.HOPPER_SSD_SCAN_BACKWARD,
+    gemm_shape=H100_GEMM_SHAPE, gemm_speedups=HOPPER_SPEEDUPS, attention_speedups=HOPPER_ATTENTION_SPEEDUPS,
 )
 
 AMPERE = DeviceEfficiency(

@@ -1,5 +1,6 @@
-"""The Mamba-2 SSD scan's measured rate (Blackwell's ``ssd_scan_forward``, docs/time.md 'Mamba-2 SSD scans'):
-the figure from its source rows, a Nano Mamba layer priced at it by hand, the devices that state none unchanged."""
+"""The Mamba-2 SSD scan's measured rates (Blackwell's and Hopper's ``ssd_scan_forward``, docs/time.md 'Mamba-2 SSD
+scans'): each figure from its source rows, Hopper's against an independent H200 measurement, a Nano Mamba layer priced
+at it by hand, the devices that state none unchanged."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from hp_plugins.kit.ssm import Mamba2Fields, ssd_chunk_flops
 from hp_plugins.runtimes.timing_profiles import BLACKWELL, BLACKWELL_MEGATRON, HOPPER, MEGATRON_TE
 
 DATA = Path(__file__).resolve().parent / "data" / "ssd_scan_b200.json"
+HOPPER_DATA = Path(__file__).resolve().parent / "data" / "ssd_scan_hopper.json"
 B200_BF16_PEAK = 2.25e15  # the b200 preset's dense bf16 peak
+H100_BF16_PEAK = 989.4e12  # the h100-sxm preset's dense bf16 peak
 
 
 def _flops(heads: int, head_dim: int, state: int, groups: int, chunk: int, batch: int, seq: int) -> int:
@@ -42,7 +45,42 @@ def test_the_figure_is_the_median_rate_of_the_calls_that_fill_the_gpu():
     assert BLACKWELL.ssd_scan_backward.value == BLACKWELL.ssd_scan_forward.value  # assumed: the forward's rate
     assert "assumed" in BLACKWELL.ssd_scan_backward.source
     assert BLACKWELL_MEGATRON.ssd_scan_forward == BLACKWELL.ssd_scan_forward
-    assert HOPPER.ssd_scan_forward is None and HOPPER.ssd_scan_backward is None
+
+
+def test_hoppers_figure_is_the_median_rate_of_the_h100_calls_of_16k_tokens_or_more():
+    doc = json.loads(HOPPER_DATA.read_text())
+    assert "pull/27299" in doc["source"]["url"] and "2025-10-25" in doc["source"]["where"]
+    assert len(doc["rows"]) == 9
+    # Each row: tokens at tokens/s, so its time is tokens / rate; hp's FLOPs at chunk 128 (one packed sequence).
+    rates = {tokens: _flops(h, p, n, g, chunk, 1, tokens) * tps / tokens for tokens, h, p, g, n, chunk, tps in doc["rows"]}
+    # 8,192 tokens: 64 chunks of 2 * 128^2 * 128 (C B^T, 1 group) + 128 * (2 * 128^2 * 64 + 4 * 128 * 128 * 64 +
+    # 2 * 128 * 64) = 811,597,824 FLOPs, 51,942,260,736 in all, at 1.262327e7 tokens/s (0.649 ms): 80.04 TFLOP/s.
+    assert _flops(128, 64, 128, 1, 128, 1, 8192) == 51_942_260_736
+    assert rates[8192] == pytest.approx(80.04e12, rel=1e-3)
+    filled = [r for tokens, r in rates.items() if tokens >= 16384]
+    assert len(filled) == 5
+    assert statistics.median(filled) == pytest.approx(70.18e12, rel=1e-3)
+    assert min(filled) == pytest.approx(67.86e12, rel=1e-3) and max(filled) == pytest.approx(81.94e12, rel=1e-3)
+    assert HOPPER.ssd_scan_forward.value == pytest.approx(statistics.median(filled) / H100_BF16_PEAK, abs=5e-5)
+    assert HOPPER.ssd_scan_backward.value == HOPPER.ssd_scan_forward.value  # assumed: the forward's rate
+    assert "assumed" in HOPPER.ssd_scan_backward.source
+    # Had the column run at the model's chunk 256 (not stated in the copy read), the same times would read 1.335 as high.
+    at_256 = [_flops(h, p, n, g, 256, 1, tokens) * tps / tokens for tokens, h, p, g, n, _, tps in doc["rows"] if tokens >= 16384]
+    assert statistics.median(at_256) / H100_BF16_PEAK == pytest.approx(0.0947, abs=5e-5)
+
+
+def test_hoppers_figure_against_mamba_ssm_on_an_h200():
+    # tile-ai/TileOPs c9f559f: mamba_ssm's scan on an H200 locked at 1,830 MHz, chunk 256; its calls of 2 or more
+    # sequences and 16,384 or more tokens (the criterion of Blackwell's figure) run at a median 62.5 TFLOP/s on hp's
+    # count, 0.0632 of the peak: 11% under the H100 figure, which the H200's faster HBM would not make slower.
+    doc = json.loads(HOPPER_DATA.read_text())
+    assert "c9f559f297ea25504cf21e51349f4f82199991c4" in doc["cross_check_source"]["url"]
+    assert len(doc["cross_check_rows"]) == 20
+    rates = [_flops(h, p, n, g, chunk, b, s) / (ms * 1e-3)
+             for _, b, s, h, p, n, g, chunk, ms in doc["cross_check_rows"] if b >= 2 and b * s >= 16384]
+    assert len(rates) == 15
+    assert statistics.median(rates) / H100_BF16_PEAK == pytest.approx(0.0632, abs=5e-5)
+    assert 0.85 < statistics.median(rates) / H100_BF16_PEAK / HOPPER.ssd_scan_forward.value < 0.95
 
 
 def test_a_nano_call_by_hand():
@@ -105,3 +143,19 @@ def test_the_eager_path_and_plain_attention_keep_their_pricing():
     t = _layer_time(cost, LayerWork(attention_calls=1), False, frozenset(), r)
     k = BLACKWELL_MEGATRON.sustained_slowdown.value
     assert t.forward_seconds == pytest.approx(k * (0.5e12 / (2.25e15 * 0.529) + 59.5e-6), rel=1e-9)
+
+
+def test_a_nano_mamba_layer_on_an_h100_prices_its_scan_at_hoppers_figure():
+    from hp_core.api import build_registry
+
+    cost = _nano_layer()
+    hardware = build_registry().hardware_preset("h100-sxm").spec
+    r = _rates(ParallelSpec(dp=1, seq_len=8192, micro_batch_size=2), hardware, MEGATRON_TE, PrecisionSpec(), "flash")
+    scan = _layer_time(cost, cost.work, False, frozenset(), r)
+    plain = _layer_time(attrs.evolve(cost, forward=attrs.evolve(cost.forward, attention_flops=0.0)), cost.work, False,
+                        frozenset(), r)
+    assert HOPPER.sustained_slowdown is None  # no whole-run slowdown on Hopper: the scan's time as it is
+    # Forward: 55,968,792,576 / (989.4e12 * 0.0709) = 0.7978 ms; backward 2.5 times it.
+    assert scan.forward_seconds - plain.forward_seconds == pytest.approx(55_968_792_576 / (989.4e12 * 0.0709), rel=1e-9)
+    assert 55_968_792_576 / (989.4e12 * 0.0709) == pytest.approx(0.7978e-3, rel=1e-4)
+    assert scan.backward_seconds - plain.backward_seconds == pytest.approx(2.5 * (scan.forward_seconds - plain.forward_seconds))
