@@ -28,7 +28,9 @@ and moe_act modules); then Megatron-Bridge's Nemotron 3 Super 120B-A12B MXFP8 an
 the hybrid Mamba-2 / attention / latent-MoE model on 64 GB300 and GB200 GPUs at EP 64, B300 at EP 8 and B200 at EP 64,
 HybridEP, 26.04 to 26.08, the MTP module applied at two depths, the NVFP4 rows with their per-module formats and 14
 bf16 end layers; a class per system),
-priced the same way with the nemotron-3-super-120b-a12b preset; then torchtitan's and torchao's Float8 rows
+priced the same way with the nemotron-3-super-120b-a12b preset; then Megatron-Bridge's Nemotron 3.5 Lightning MXFP8 row
+(``nemotron_lightning_rows``: 26.08's one row, the Nano GB200 configuration on 8 GPUs with a '*E' MTP block applied at
+two depths), priced the same way with the nemotron-3.5-lightning-30b-a3b preset; then torchtitan's and torchao's Float8 rows
 (``torchtitan_rows``: Llama 3 8B / 70B / 405B under torchao float8 tensorwise on torchtitan's Grand Teton H100s),
 priced as tests/plugins/scale_cases.py prices those pages' bf16 rows (``fsdp2``, the Grand Teton case device), each
 beside its bf16 baseline of the same table, measured and priced, and both FP8 speedups; nothing is fitted to them
@@ -311,6 +313,10 @@ NEMOTRON_CLASSES = ("Megatron-Core hybrid Mamba-MoE, GB300", "Megatron-Core hybr
 # The rows of ``nemotron_super_rows``: Megatron-Bridge's Nemotron 3 Super 120B-A12B MXFP8 and NVFP4 rows, the hybrid Mamba-2 /
 # attention / latent-MoE stack with its MTP block on 64 GPUs (docs/precision.md, 'Megatron-Bridge's Nemotron 3 Super rows').
 NEMOTRON_SUPER_CLASSES = tuple(f"Megatron-Core hybrid Mamba-MoE with MTP, {system}" for system in ("GB300", "GB200", "B300", "B200"))
+# The rows of ``nemotron_lightning_rows``: Megatron-Bridge's Nemotron 3.5 Lightning MXFP8 row, the Nano stack with a '*E' MTP
+# block on 8 GB200 GPUs (docs/precision.md, 'Megatron-Bridge's Nemotron 3.5 Lightning row'); the Super GB200 rows' class name,
+# in a table of its own.
+NEMOTRON_LIGHTNING_CLASSES = ("Megatron-Core hybrid Mamba-MoE with MTP, GB200",)
 
 
 def _decoder_layers(model) -> int:
@@ -433,6 +439,16 @@ def nemotron_super_section(found: list[dict]) -> str:
     return moe_section(found, NEMOTRON_SUPER_CLASSES)
 
 
+def nemotron_lightning_results(registry=None) -> list[dict]:
+    """The Nemotron 3.5 Lightning row (``nemotron_lightning_rows``) priced as :func:`moe_results` prices ``moe_rows``."""
+    return moe_results(registry, "nemotron_lightning_rows")
+
+
+def nemotron_lightning_section(found: list[dict]) -> str:
+    """The Nemotron 3.5 Lightning row's table docs/precision.md shows (tests/plugins/test_fp8_runs_nemotron_lightning.py checks it)."""
+    return moe_section(found, NEMOTRON_LIGHTNING_CLASSES)
+
+
 def moe_fi_section(found: list[dict]) -> str:
     """The full-iteration rows' table docs/precision.md shows (tests/plugins/test_fp8_runs_moe_fi.py checks it)."""
     return moe_section(found, MOE_FI_CLASSES)
@@ -499,6 +515,8 @@ def main() -> None:
     print(nemotron_section(nemotron_results()), end="")
     print()
     print(nemotron_super_section(nemotron_super_results()), end="")
+    print()
+    print(nemotron_lightning_section(nemotron_lightning_results()), end="")
     print()
     print(torchtitan_section(torchtitan_results()), end="")
     print()
