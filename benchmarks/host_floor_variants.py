@@ -1,0 +1,171 @@
+"""What-if variants of the ``megatron`` runtime's host floor on Megatron-Bridge's MoE and hybrid rows: a diagnostic,
+not a figure of hp (hp prices the ``stated`` variant alone).
+Run: ``python benchmarks/host_floor_variants.py`` (about two minutes).
+
+The floor (:func:`hp_core.engine.timing.host_floor._host_floor`; docs/time.md, "Overlap and host time") counts a
+layer's kernels as its GEMMs (the routed experts' grouped GEMMs as one) with ``kernels_per_gemm`` each, its attention
+calls, collective calls, the router's 53 forward and 26 backward kernels and the permutation's 4, at 42 us each, fitted
+to three H100 rows (``benchmarks/fit_host_seconds.py``). Two things it does not count, tried here on every row of
+``fp8_measured_runs.json``'s ``moe_rows``, ``moe_fi_rows``, ``nemotron_rows``, ``nemotron_super_rows`` and
+``nemotron_lightning_rows``:
+
+* ``graphs``: Transformer Engine's partial CUDA graphs (``--cuda-graph-impl transformer_engine`` with
+  ``--cuda-graph-scope``), which the rows name in their ``not_priced`` note. What each scope captures is
+  Megatron-Core's ``TransformerLayer._get_submodules_under_cudagraphs`` (megatron/core/transformer/transformer_layer.py
+  at NVIDIA/Megatron-LM@d98e8a6): ``attn`` the input norm and self-attention (here: the layer's ``attention_qkv`` and
+  ``attention_proj`` modules' GEMMs and its attention calls), ``moe_router`` the pre-MLP norm and the router (here: the
+  router's kernels and its gating GEMM), ``mamba`` the Mamba mixer (its ``mamba_in_proj`` and ``mamba_out_proj``
+  GEMMs and its SSD scan call); ``moe_preprocess`` (the flex dispatcher's routing metadata,
+  ``MoEFlexTokenDispatcher.dispatch_preprocess`` in moe/token_dispatcher.py) takes nothing the floor counts. Each
+  layer with a captured part launches one graph a direction in their place. Shared experts and TP collectives inside
+  a captured scope stay counted (their kernels are not tagged by module).
+* ``experts``: the per-expert launches of Transformer Engine's ``GroupedLinear`` on its split path
+  (``tex.split_quantize`` and ``general_grouped_gemm``, a quantize and a cuBLAS GEMM per local expert,
+  transformer_engine/pytorch/module/grouped_linear.py at NVIDIA/TransformerEngine v2.10): ``--launches-forward`` and
+  ``--launches-backward`` per local expert and layer (defaults 4 and 6: two grouped linears, a quantize and a GEMM a
+  split forward, a quantize and two GEMMs backward; an inference from that file, not a count on a device), issued
+  from C++ at ``--launch-us`` each (default 11.3: the lowest of NVIDIA's CPU-overhead microbenchmark figures per bare
+  launch, NVIDIA/dgxc-benchmarking microbenchmarks/cpu_overhead at 841f546, on a platform its output does not name),
+  beside the grouped GEMM's one Python-level call the floor counts.
+
+Each variant's seconds per counted kernel is fitted again to the same three calibration rows
+(:func:`fit_host_seconds.fitted_seconds_per_kernel`); every other row is held out, and the held-out rows' mean
+absolute error is printed per row class and over all of them. The ``stated`` variant must reproduce
+``benchmarks/fp8_runs.py`` exactly (tests/test_host_floor_variants.py checks one row). The B200 ``sustained_slowdown``
+was fitted with the stated floor in place (``benchmarks/fit_sustained_slowdown.py``) and is not refitted here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Iterator
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import fit_host_seconds  # noqa: E402
+import fp8_runs  # noqa: E402
+from hp_core import api  # noqa: E402
+from hp_core.engine.timing import layer as layer_timing  # noqa: E402
+from hp_core.engine.timing.host_floor import _expert_gemm_count  # noqa: E402
+
+ROW_KEYS = ("moe_rows", "moe_fi_rows", "nemotron_rows", "nemotron_super_rows", "nemotron_lightning_rows")
+SCOPES = ("attn", "mamba", "moe_router", "moe_preprocess")
+VARIANTS = ("stated", "graphs", "experts", "experts+graphs")
+
+
+def graph_scopes(row: dict) -> frozenset[str]:
+    """The partial CUDA-graph scopes a row's ``not_priced`` note names (empty: none, or full-iteration graphs, which
+    the row states as its ``cuda_graphs`` option)."""
+    note = " ".join(n for n in row.get("not_priced", []) if "CUDA graphs" in n)
+    return frozenset(s for s in SCOPES if re.search(rf"\b{s}\b", note))
+
+
+def variant_floor(work, forward: float, backward: float, r, frozen: int = 0, *, scopes: frozenset[str] = frozenset(),
+                  per_expert: tuple[float, float] = (0.0, 0.0), launch_seconds: float = 0.0) -> tuple[float, float]:
+    """The floor of :func:`~hp_core.engine.timing.host_floor._host_floor` with the layer's captured *scopes* off the
+    count (one graph launch a direction in their place) and *per_expert* ``(forward, backward)`` launches per local
+    expert at *launch_seconds* each; with neither, the stated floor."""
+    host = r.host
+    gemms = len(work.gemms) + _expert_gemm_count(work)
+    router_fwd, router_bwd = host.router_kernels if work.router_elements else (0, 0)
+    permute = host.permute_kernels if work.permute_bytes else 0
+    attention, graphs = work.attention_calls, 0
+    modules = {m.name: len(m.positions) for m in work.modules}
+    if "attn" in scopes and not work.ssd_scan and (attention or "attention_qkv" in modules):
+        gemms -= modules.get("attention_qkv", 0) + modules.get("attention_proj", 0)
+        attention, graphs = 0, 1
+    if "mamba" in scopes and work.ssd_scan:
+        gemms -= modules.get("mamba_in_proj", 0) + modules.get("mamba_out_proj", 0)
+        attention, graphs = 0, 1
+    if "moe_router" in scopes and work.router_elements:
+        gemms -= 1  # the router's gating GEMM, one of the layer's listed GEMMs
+        router_fwd = router_bwd = 0
+        graphs = 1
+    local = 0
+    if work.grouped_flops and not work.sequential_experts:
+        local = max((experts for experts, *_ in work.expert_gemms), default=1)
+    fixed_fwd = attention + sum(c.forward_calls for c in work.collectives) + router_fwd + permute + graphs
+    fixed_bwd = attention + sum(c.backward_calls for c in work.collectives) + router_bwd + permute + graphs
+    host_fwd = (gemms * host.kernels_per_gemm + fixed_fwd) * host.seconds_per_kernel + local * per_expert[0] * launch_seconds
+    host_bwd = (((2 * gemms - frozen) * host.kernels_per_gemm + fixed_bwd) * host.seconds_per_kernel
+                + local * per_expert[1] * launch_seconds)
+    return max(forward, host_fwd), max(backward, host_bwd)
+
+
+@contextlib.contextmanager
+def floor_of(variant: str, row: dict, per_expert: tuple[float, float], launch_seconds: float) -> Iterator[None]:
+    """The engine's layer timing with *variant*'s floor for *row* while the block runs."""
+    scopes = graph_scopes(row) if "graphs" in variant else frozenset()
+    experts = per_expert if "experts" in variant else (0.0, 0.0)
+    stated = layer_timing._host_floor
+
+    def floor(work, forward, backward, r, frozen=0):
+        return variant_floor(work, forward, backward, r, frozen, scopes=scopes, per_expert=experts,
+                             launch_seconds=launch_seconds)
+
+    layer_timing._host_floor = floor
+    try:
+        yield
+    finally:
+        layer_timing._host_floor = stated
+
+
+def rows() -> list[dict]:
+    """Every row of :data:`ROW_KEYS`."""
+    data = json.loads(fp8_runs.DATA.read_text())
+    return [row for key in ROW_KEYS for row in data.get(key, [])]
+
+
+def relative_error(variant: str, row: dict, registry, seconds_per_kernel: float, per_expert=(4.0, 6.0),
+                   launch_seconds: float = 11.3e-6) -> float:
+    """``(hp - measured) / measured`` of *row*'s step time under *variant*'s floor at *seconds_per_kernel*."""
+    with floor_of(variant, row, per_expert, launch_seconds):
+        return fit_host_seconds.relative_errors(seconds_per_kernel, [row], registry)[0]
+
+
+def fitted(variant: str, registry, per_expert=(4.0, 6.0), launch_seconds: float = 11.3e-6) -> float:
+    """The seconds per counted kernel fitted to the calibration rows under *variant*'s floor (none of them graphs a
+    scope, so only the ``experts`` launches change their floor)."""
+    calibration = fit_host_seconds.calibration_rows()
+    if any(graph_scopes(row) for row in calibration):
+        raise ValueError("a calibration row graphs a scope: fit under each row's own floor")
+    with floor_of(variant, calibration[0], per_expert, launch_seconds):
+        return fit_host_seconds.fitted_seconds_per_kernel(registry)
+
+
+def summary(errors: list[float]) -> str:
+    mean = sum(abs(e) for e in errors) / len(errors)
+    within = sum(abs(e) <= 0.10 for e in errors)
+    return (f"{len(errors)} rows, mean absolute error {mean:.1%}, {min(errors):+.1%} to {max(errors):+.1%}, "
+            f"{within} within 10%")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--launches-forward", type=float, default=4.0, help="launches per local expert, forward")
+    parser.add_argument("--launches-backward", type=float, default=6.0, help="launches per local expert, backward")
+    parser.add_argument("--launch-us", type=float, default=11.3, help="host microseconds per per-expert launch")
+    args = parser.parse_args()
+    registry = api.build_registry()
+    per_expert, launch = (args.launches_forward, args.launches_backward), args.launch_us * 1e-6
+    held = [row for row in rows() if row["split"] == "held_out"]
+    for variant in VARIANTS:
+        spk = fitted(variant, registry, per_expert, launch)
+        print(f"## {variant}: {spk * 1e6:.1f} us per counted kernel (fitted to the calibration rows)")
+        by_class: dict[str, list[float]] = {}
+        for row in held:
+            by_class.setdefault(row["class"], []).append(relative_error(variant, row, registry, spk, per_expert, launch))
+        for name, errors in by_class.items():
+            print(f"- {name}: {summary(errors)}")
+        print(f"- all held out: {summary([e for errors in by_class.values() for e in errors])}")
+
+
+if __name__ == "__main__":
+    main()
