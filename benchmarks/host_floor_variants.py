@@ -1,6 +1,6 @@
 """What-if variants of the ``megatron`` runtime's host floor on Megatron-Bridge's MoE and hybrid rows: a diagnostic,
 not a figure of hp (hp prices the ``stated`` variant alone).
-Run: ``python benchmarks/host_floor_variants.py`` (about two minutes).
+Run: ``python benchmarks/host_floor_variants.py`` (a few seconds).
 
 The floor (:func:`hp_core.engine.timing.host_floor._host_floor`; docs/time.md, "Overlap and host time") counts a
 layer's kernels as its GEMMs (the routed experts' grouped GEMMs as one) with ``kernels_per_gemm`` each, its attention
@@ -19,19 +19,27 @@ to three H100 rows (``benchmarks/fit_host_seconds.py``). Two things it does not 
   ``MoEFlexTokenDispatcher.dispatch_preprocess`` in moe/token_dispatcher.py) takes nothing the floor counts. Each
   layer with a captured part launches one graph a direction in their place. Shared experts and TP collectives inside
   a captured scope stay counted (their kernels are not tagged by module).
-* ``experts``: the per-expert launches of Transformer Engine's ``GroupedLinear`` on its split path
-  (``tex.split_quantize`` and ``general_grouped_gemm``, a quantize and a cuBLAS GEMM per local expert,
-  transformer_engine/pytorch/module/grouped_linear.py at NVIDIA/TransformerEngine v2.10): ``--launches-forward`` and
-  ``--launches-backward`` per local expert and layer (defaults 4 and 6: two grouped linears, a quantize and a GEMM a
-  split forward, a quantize and two GEMMs backward; an inference from that file, not a count on a device), issued
-  from C++ at ``--launch-us`` each (default 11.3: the lowest of NVIDIA's CPU-overhead microbenchmark figures per bare
-  launch, NVIDIA/dgxc-benchmarking microbenchmarks/cpu_overhead at 841f546, on a platform its output does not name),
-  beside the grouped GEMM's one Python-level call the floor counts.
+* ``experts``: the per-expert launches of Transformer Engine's ``GroupedLinear`` on its split path, which every row's
+  container runs (the grouped-tensor path is opt-in through v2.18, ``NVTE_GROUPED_LINEAR_USE_FUSED_GROUPED_GEMM``;
+  the containers' Transformer Engine: 25.11 v2.9, 26.02 v2.12, 26.04 v2.14, 26.06 v2.16, 26.08 v2.17.1,
+  NVIDIA-NeMo/Megatron-Bridge v0.6.0 docs/releases/software-versions.md and pyproject.toml). Per split (local
+  expert) and ``GroupedLinear``, :data:`SPLIT_LAUNCHES`, read from NVIDIA/TransformerEngine v2.10 and v2.14 (not
+  counted on a device): ``general_grouped_gemm`` issues one cuBLASLt GEMM a split (common/gemm/cublaslt_gemm.cu
+  ``multi_stream_cublas_gemm``, lines 944-997 at v2.10), one forward and two backward (data and weight gradients);
+  ``tex.split_quantize`` quantizes each split apart (pytorch/csrc/extensions/cast.cpp lines 146-148 at v2.10): MXFP8
+  one kernel a split (quantizer.cpp lines 1091-1103), per-tensor current scaling four (zero amax, amax, scale, cast:
+  quantizer.cpp lines 497-536), NVFP4 at v2.14 one grouped call for all splits (cast.cpp lines 1387-1463) but a
+  global scale a GEMM (cublaslt_gemm.cu line 381); the input forward and the output gradient backward (weights are
+  quantized on a step's first micro-batch only, base.py lines 1432-1450). A layer's two linears (FC1, FC2) double
+  them. Each launch costs ``--launch-us`` (default 11.3: the lowest of NVIDIA's CPU-overhead microbenchmark figures
+  per bare launch, NVIDIA/dgxc-benchmarking microbenchmarks/cpu_overhead at 841f546, on a platform its output does not
+  name; ``kernel``: the fitted seconds per counted kernel), beside the grouped GEMM's one call the floor counts.
+  ``--uniform F B`` gives every recipe ``F`` forward and ``B`` backward launches a local expert instead.
 
 Each variant's seconds per counted kernel is fitted again to the same three calibration rows
 (:func:`fit_host_seconds.fitted_seconds_per_kernel`); every other row is held out, and the held-out rows' mean
 absolute error is printed per row class and over all of them. The ``stated`` variant must reproduce
-``benchmarks/fp8_runs.py`` exactly (tests/test_host_floor_variants.py checks one row). The B200 ``sustained_slowdown``
+``benchmarks/fp8_runs.py`` exactly (tests/plugins/test_host_floor_variants.py checks one row). The B200 ``sustained_slowdown``
 was fitted with the stated floor in place (``benchmarks/fit_sustained_slowdown.py``) and is not refitted here.
 """
 
@@ -58,6 +66,14 @@ from hp_core.engine.timing.host_floor import _expert_gemm_count  # noqa: E402
 ROW_KEYS = ("moe_rows", "moe_fi_rows", "nemotron_rows", "nemotron_super_rows", "nemotron_lightning_rows")
 SCOPES = ("attn", "mamba", "moe_router", "moe_preprocess")
 VARIANTS = ("stated", "graphs", "experts", "experts+graphs")
+# (forward, backward) launches per split of one GroupedLinear on its split path, by the scaling of the recipe's
+# activations (the module docstring's sources): its GEMMs (one a split forward, two backward) and quantize kernels.
+SPLIT_LAUNCHES = {
+    "none": (1, 2),            # bf16: the GEMMs alone
+    "mx_32": (2, 3),           # MXFP8: one quantize kernel a split, forward (input) and backward (output gradient)
+    "tensor_current": (5, 6),  # FP8 per-tensor current scaling: four quantize kernels a split each way
+    "nvfp4_16": (2, 4),        # NVFP4 (v2.14): the GEMMs and a global scale each, the splits quantized together
+}
 
 
 def graph_scopes(row: dict) -> frozenset[str]:
@@ -68,11 +84,13 @@ def graph_scopes(row: dict) -> frozenset[str]:
 
 
 def variant_floor(work, forward: float, backward: float, r, frozen: int = 0, *, scopes: frozenset[str] = frozenset(),
-                  per_expert: tuple[float, float] = (0.0, 0.0), launch_seconds: float = 0.0) -> tuple[float, float]:
+                  per_expert: tuple[float, float] = (0.0, 0.0), launch_seconds: float | None = 0.0) -> tuple[float, float]:
     """The floor of :func:`~hp_core.engine.timing.host_floor._host_floor` with the layer's captured *scopes* off the
     count (one graph launch a direction in their place) and *per_expert* ``(forward, backward)`` launches per local
-    expert at *launch_seconds* each; with neither, the stated floor."""
+    expert at *launch_seconds* each (``None``: the seconds per counted kernel); with neither, the stated floor."""
     host = r.host
+    if launch_seconds is None:
+        launch_seconds = host.seconds_per_kernel
     gemms = len(work.gemms) + _expert_gemm_count(work)
     router_fwd, router_bwd = host.router_kernels if work.router_elements else (0, 0)
     permute = host.permute_kernels if work.permute_bytes else 0
@@ -99,9 +117,20 @@ def variant_floor(work, forward: float, backward: float, r, frozen: int = 0, *, 
     return max(forward, host_fwd), max(backward, host_bwd)
 
 
+def expert_launches(row: dict, registry) -> tuple[float, float]:
+    """``(forward, backward)`` launches per local expert and layer of *row*'s recipe: its two linears'
+    :data:`SPLIT_LAUNCHES`."""
+    scaling = registry.precision_recipe(row["recipe"]).activations.scaling
+    if scaling not in SPLIT_LAUNCHES:
+        raise ValueError(f"{row['id']}: no split-path launch count for activations scaled {scaling!r}")
+    forward, backward = SPLIT_LAUNCHES[scaling]
+    return 2.0 * forward, 2.0 * backward
+
+
 @contextlib.contextmanager
-def floor_of(variant: str, row: dict, per_expert: tuple[float, float], launch_seconds: float) -> Iterator[None]:
-    """The engine's layer timing with *variant*'s floor for *row* while the block runs."""
+def floor_of(variant: str, row: dict, per_expert: tuple[float, float], launch_seconds: float | None) -> Iterator[None]:
+    """The engine's layer timing with *variant*'s floor for *row* while the block runs (*launch_seconds* ``None``: each
+    per-expert launch at the seconds per counted kernel)."""
     scopes = graph_scopes(row) if "graphs" in variant else frozenset()
     experts = per_expert if "experts" in variant else (0.0, 0.0)
     stated = layer_timing._host_floor
@@ -123,19 +152,19 @@ def rows() -> list[dict]:
     return [row for key in ROW_KEYS for row in data.get(key, [])]
 
 
-def relative_error(variant: str, row: dict, registry, seconds_per_kernel: float, per_expert=(4.0, 6.0),
-                   launch_seconds: float = 11.3e-6) -> float:
+def relative_error(variant: str, row: dict, registry, seconds_per_kernel: float, per_expert: tuple[float, float],
+                   launch_seconds: float | None = 11.3e-6) -> float:
     """``(hp - measured) / measured`` of *row*'s step time under *variant*'s floor at *seconds_per_kernel*."""
     with floor_of(variant, row, per_expert, launch_seconds):
         return fit_host_seconds.relative_errors(seconds_per_kernel, [row], registry)[0]
 
 
-def fitted(variant: str, registry, per_expert=(4.0, 6.0), launch_seconds: float = 11.3e-6) -> float:
-    """The seconds per counted kernel fitted to the calibration rows under *variant*'s floor (none of them graphs a
-    scope, so only the ``experts`` launches change their floor)."""
+def fitted(variant: str, registry, per_expert: tuple[float, float], launch_seconds: float | None = 11.3e-6) -> float:
+    """The seconds per counted kernel fitted to the calibration rows under *variant*'s floor, *per_expert* their
+    launches per local expert (none of them graphs a scope, and they share one recipe)."""
     calibration = fit_host_seconds.calibration_rows()
-    if any(graph_scopes(row) for row in calibration):
-        raise ValueError("a calibration row graphs a scope: fit under each row's own floor")
+    if any(graph_scopes(row) for row in calibration) or len({row["recipe"] for row in calibration}) != 1:
+        raise ValueError("the calibration rows graph a scope or differ in recipe: fit under each row's own floor")
     with floor_of(variant, calibration[0], per_expert, launch_seconds):
         return fit_host_seconds.fitted_seconds_per_kernel(registry)
 
@@ -149,19 +178,24 @@ def summary(errors: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--launches-forward", type=float, default=4.0, help="launches per local expert, forward")
-    parser.add_argument("--launches-backward", type=float, default=6.0, help="launches per local expert, backward")
-    parser.add_argument("--launch-us", type=float, default=11.3, help="host microseconds per per-expert launch")
+    parser.add_argument("--launch-us", default="11.3",
+                        help="host microseconds per per-expert launch, or 'kernel': the fitted seconds per counted kernel")
+    parser.add_argument("--uniform", type=float, nargs=2, metavar=("F", "B"),
+                        help="F forward and B backward launches per local expert for every recipe")
     args = parser.parse_args()
     registry = api.build_registry()
-    per_expert, launch = (args.launches_forward, args.launches_backward), args.launch_us * 1e-6
+    launch = None if args.launch_us == "kernel" else float(args.launch_us) * 1e-6
+
+    def counts(row: dict) -> tuple[float, float]:
+        return tuple(args.uniform) if args.uniform else expert_launches(row, registry)
+
     held = [row for row in rows() if row["split"] == "held_out"]
     for variant in VARIANTS:
-        spk = fitted(variant, registry, per_expert, launch)
+        spk = fitted(variant, registry, counts(fit_host_seconds.calibration_rows()[0]), launch)
         print(f"## {variant}: {spk * 1e6:.1f} us per counted kernel (fitted to the calibration rows)")
         by_class: dict[str, list[float]] = {}
         for row in held:
-            by_class.setdefault(row["class"], []).append(relative_error(variant, row, registry, spk, per_expert, launch))
+            by_class.setdefault(row["class"], []).append(relative_error(variant, row, registry, spk, counts(row), launch))
         for name, errors in by_class.items():
             print(f"- {name}: {summary(errors)}")
         print(f"- all held out: {summary([e for errors in by_class.values() for e in errors])}")
