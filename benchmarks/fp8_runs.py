@@ -158,7 +158,20 @@ def price(row: dict, registry, recipe: str | None = None, as_run: bool = False, 
     precision = attrs.evolve(runtime.precision, recipe=recipe or row["recipe"], **row_precision(row, recipe))
     hardware = registry.hardware_preset(row["hardware"]).spec
     return api.step_time(model, layout(row, _decoder_layers(model)), registry=registry, runtime=runtime, precision=precision,
-                         hardware=hardware)
+                         hardware=hardware, recompute=row_recompute(row, registry))
+
+
+def row_recompute(row: dict, registry):
+    """The row's recompute plan: Megatron-Core's activation CPU offloading where it states
+    ``cpu_offloading_num_layers`` (its config's ``cpu_offloading_num_layers``: the first N decoder layers offload every
+    tensor they keep, :func:`hp_plugins.importers.megatron.cpu_offloading_plan`, as the megatron importer maps
+    ``--cpu-offloading-num-layers``), else none."""
+    from hp_core.io.convert import structure
+    from hp_core.specs import RecomputeSpec
+    from hp_plugins.importers.megatron import cpu_offloading_plan
+
+    layers = row.get("cpu_offloading_num_layers")
+    return structure(cpu_offloading_plan(layers), RecomputeSpec, registry, "$.recompute") if layers else None
 
 
 # The precision fields that describe the run's optimizer (the precision-aware optimizer's Adam-moment and master-copy

@@ -44,6 +44,8 @@ defaults fill what a job leaves out):
   (every layer) or ``block`` and N (the first N layers of every chunk), or
   ``selective`` with ``--recompute-modules`` (default ``core_attn``), each
   module the switches the ``megatron`` runtime states for it;
+* activation CPU offloading: ``--cpu-offloading-num-layers N`` as the first N layers offloading every tensor
+  they keep (:func:`cpu_offloading_plan`), refused with pipeline parallelism or recompute as Megatron-Core refuses it;
 * the runtime ``megatron`` and its options (docs/runtimes.md):
   ``--cross-entropy-loss-fusion`` (off unless passed; on only with ``--cross-entropy-fusion-impl te``: the default
   ``native`` keeps the unfused loss's fp32 softmax), ``--attention-backend``,
@@ -187,6 +189,39 @@ def _recompute(a: _Args, model, registry, counts: list[int], unmapped: list[str]
                 ranges[f"{start}-{index - 1}"] = per_layer[start]
             start = index
     return {"default": "none", "layers": ranges} if ranges else None
+
+
+def cpu_offloading_plan(num_layers: int) -> dict:
+    """The recompute plan of Megatron-Core's activation CPU offloading (``--cpu-offloading-num-layers N``): the first
+    *num_layers* decoder layers keep nothing recomputed and copy every tensor they save for backward to the host,
+    ``offload: 1.0`` (docs/recompute.md, "Offload"). Megatron-Core wraps each TransformerLayer's forward in Transformer
+    Engine's ``get_cpu_offload_context(cpu_offloading, cpu_offloading_num_layers, num_layers, activations=True,
+    weights=False, ...)`` (megatron/core/transformer/transformer_block.py at NVIDIA/Megatron-LM@d98e8a6), which offloads
+    layers ``0 .. N-1`` (NVIDIA/TransformerEngine v2.12 ``pytorch/cpu_offload.py`` ``DefaultOffloadSynchronizer``: "the
+    optimal strategy ... is to offload layers 0, ..., num_offloaded_layers - 1"; v2.9's
+    ``AsyncDoubleBufferGroupOffloadHandler`` the first ``num_offload_group`` groups, one a layer)."""
+    return {"default": "none", "layers": {f"0-{num_layers - 1}": {"mode": "none", "offload": 1.0}}}
+
+
+def _cpu_offloading(a: _Args, pp: int, layers: int) -> dict | None:
+    """The plan of ``--cpu-offloading-num-layers`` (:func:`cpu_offloading_plan`); ``None`` where it is 0 or absent.
+    Refused where Megatron-Core refuses it (megatron/core/transformer/transformer_config.py at d98e8a6: N must be
+    below the layer count, and no pipeline parallelism or activation recompute beside it); the
+    offloading of weights and the double buffering have no command-line flag (arguments.py leaves
+    ``cpu_offloading_weights`` and ``cpu_offloading_double_buffering`` at False)."""
+    count = a.value("cpu-offloading-num-layers", int, 0)
+    if not count:
+        return None
+    if not 0 < count < layers:
+        raise ConfigError("--cpu-offloading-num-layers", f"{count} must lie between 1 and {layers - 1} (--num-layers "
+                          f"{layers}: Megatron-Core offloads fewer layers than the model has); state one there")
+    if pp > 1:
+        raise ConfigError("--cpu-offloading-num-layers", "Megatron-Core refuses CPU offloading with pipeline "
+                          "parallelism; drop one of them")
+    if a.value("recompute-granularity") is not None:
+        raise ConfigError("--cpu-offloading-num-layers", "Megatron-Core refuses CPU offloading with activation "
+                          "recompute (--recompute-granularity); drop one of them")
+    return cpu_offloading_plan(count)
 
 
 # Bytes per element of the precision-aware optimizer's dtypes (arguments.py --main-params-dtype, --exp-avg-dtype,
@@ -428,7 +463,7 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
     }
     if precision:
         document["precision"] = precision
-    recompute = _recompute(a, model, registry, counts, unmapped)
+    recompute = _cpu_offloading(a, pp, a.value("num-layers", int, sum(counts))) or _recompute(a, model, registry, counts, unmapped)
     if recompute is not None:
         document["recompute"] = recompute
     return ImportedJob(document, tuple(unmapped + a.unread()), devices)
