@@ -26,6 +26,13 @@ validates the combinations, ``transformer_block.py`` ``_checkpointed_forward`` r
   ``moe``) is not written. ``recompute_num_layers`` must
   then be unset, and full and selective recompute never mix.
 
+* ``--cpu-offloading-num-layers N`` (Megatron-Core's activation CPU offloading, Transformer Engine's
+  ``get_cpu_offload_context``): the first N decoder layers copy every tensor they keep to the host and
+  back, nothing recomputed anywhere: the plan "offload 1.0 on layers 0 to N-1". Megatron-Core refuses it
+  under pipeline parallelism, beside activation recompute and at N not below the layer count
+  (``transformer_config.py``), so it is written only for one pipeline stage (:func:`_offload_flags`);
+  ``docs/importers.md`` reads it back the same way.
+
 A plan outside these is refused (:class:`~hp_core.errors.PlanNotExecutable`)
 with the closest plan Megatron runs: the one recomputing, in every chunk, at
 least as many layers as the plan recomputes anything on (full: ``block`` with
@@ -190,7 +197,7 @@ def _recompute_flags(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSp
         return export_megatron(suggestion, model, parallel, registry=registry)
 
     if offloaded(plan):
-        raise refuse_offload(_TRAINER, runs, plan, write)
+        return _offload_flags(plan, layout, runs, write)
 
     layers = read_plan(plan, layout, implicit)
     if not any(layers.active):
@@ -238,12 +245,41 @@ def _recompute_flags(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSp
     return f"--recompute-granularity selective --recompute-modules {' '.join(chosen)}"
 
 
+def _offload_plan(count: int) -> RecomputeSpec:
+    """The first *count* body layers offloading every tensor they keep, nothing recomputed."""
+    return RecomputeSpec(layers=((0, count - 1, Setting(offload=1.0)),))
+
+
+def _offload_flags(plan: RecomputeSpec, layout: PlanLayout, runs: str, write) -> str:
+    """``--cpu-offloading-num-layers N`` for *plan* where it is that plan (see the module docstring); else refused with
+    the closest plan Megatron runs: without the offload where it also recomputes or the layout has pipeline chunks,
+    else every layer up to its last offloaded one offloaded whole (what it keeps is then no more than the plan's)."""
+    settings = [plan.setting_of(i) for i in range(layout.count)]
+    recomputes = any(s.mode != "none" for s in settings)
+    if recomputes or len(layout.chunk_bounds) > 1:
+        why = "it offloads beside activation recompute" if recomputes else "it offloads under pipeline parallelism"
+        raise refuse_offload(_TRAINER, runs + "; or, on one pipeline stage with no recompute, --cpu-offloading-num-layers N "
+                             f"(the first N layers offloaded whole), which Megatron-Core refuses when {why[3:]}", plan, write)
+    last = max(i for i, s in enumerate(settings) if s.offload)
+    count = last + 1
+    if count < layout.count and all(s.offload == (1.0 if i < count else 0.0) for i, s in enumerate(settings)):
+        return f"--cpu-offloading-num-layers {count}"
+    closest = _offload_plan(min(count, layout.count - 1))
+    why = ("it offloads the last layer, which Megatron-Core never offloads (--cpu-offloading-num-layers below the layer count)"
+           if count == layout.count else
+           "its offloaded layers are not the first N, each offloaded whole, as --cpu-offloading-num-layers offloads them")
+    raise refuse(_TRAINER, why, runs + "; or, on one pipeline stage with no recompute, --cpu-offloading-num-layers N",
+                 closest, write)
+
+
 def megatron_candidates(model: ModelSpec, parallel: ParallelSpec, *, registry: Registry) -> list[RecomputeSpec]:
     """Every plan Megatron-LM's flags express for *model* on *parallel* (see the module docstring).
 
     No recompute; full on the first N layers of every chunk for each N up to the
-    longest chunk (``block``; ``uniform 1`` at the top); and each distinct
-    selective plan a non-empty set of ``--recompute-modules`` gives.
+    longest chunk (``block``; ``uniform 1`` at the top); each distinct
+    selective plan a non-empty set of ``--recompute-modules`` gives; and on one
+    pipeline stage the first N layers offloaded for each N below the layer count
+    (``--cpu-offloading-num-layers``).
     """
     runtime = registry.runtime(_RUNTIME)
     modules = dict(runtime.recompute_modules or {})
@@ -264,6 +300,9 @@ def megatron_candidates(model: ModelSpec, parallel: ParallelSpec, *, registry: R
         key = tuple(s.switches for s in settings)
         if any(key):
             found.setdefault(key, per_layer(settings))
+    if len(layout.chunk_bounds) == 1:
+        for count in range(1, layout.count):
+            found.setdefault(("offload", count), _offload_plan(count))
     return list(found.values())
 
 
@@ -274,5 +313,6 @@ def hp_exporters():
         runtime=_RUNTIME,
         export=export_megatron,
         candidates=megatron_candidates,
-        description="Megatron-LM flags: --recompute-granularity, --recompute-modules, --recompute-method, --recompute-num-layers",
+        description="Megatron-LM flags: --recompute-granularity, --recompute-modules, --recompute-method, --recompute-num-layers, "
+                    "--cpu-offloading-num-layers",
     )
