@@ -257,7 +257,13 @@ def import_torchtitan(data: dict[str, Any], registry, *, file: str = "torchtitan
     if recipe is not None:
         precision["recipe"] = recipe
     if f.get("training.enable_cpu_offload", False, bool):
-        unmapped.append("training.enable_cpu_offload = true: parameter/optimizer offload is not priced")
+        # torchtitan passes it to fully_shard as offload_policy=CPUOffloadPolicy() (torchtitan/distributed/fsdp.py
+        # apply_fsdp_to_decoder, cpu_offload; configs.py Training.enable_cpu_offload: "CPU offloading of parameters,
+        # gradients, and optimizer states in FSDP"): the fsdp2 option that prices that in memory.
+        document["runtime"]["options"]["cpu_offload"] = True
+        unmapped.append("training.enable_cpu_offload = true: the fsdp2 option cpu_offload (the sharded parameters, their "
+                        "gradients and the optimizer states in host memory); the step time prices neither the copies of "
+                        "the shards and gradients over the host link nor the optimizer step on the host")
     components = f.get("compile.components", ["model", "loss"], list)  # torchtitan job_config.py Compile's default
     f.get("compile.backend")
     compiled = f.get("compile.enable", False, bool)

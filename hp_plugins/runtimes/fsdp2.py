@@ -379,7 +379,8 @@ _MEMORY_OPTIONS = (
         "cpu_offload", "bool", False,
         "offload_policy=CPUOffloadPolicy(): sharded parameters, gradients and optimizer states in host memory; the device "
         "holds the gathered parameters and activations; refused below parallel.zero 3 (no fully_shard unit is priced: "
-        "it would change nothing)",
+        "it would change nothing); memory only: the step time prices neither the copies of the shards and gradients "
+        "over the host link nor the optimizer step on the host",
         "torch/distributed/fsdp/_fully_shard/_fsdp_api.py CPUOffloadPolicy; torchtitan training.enable_cpu_offload",
         _Points("cpu_offload"),
     ),

@@ -369,3 +369,29 @@ def test_torchtitans_async_tp_is_stated_under_tp_alone_and_needs_the_model_compi
         status, out, err = run(capsys, "estimate", "--from", "torchtitan", "job.toml", "--devices", "16")
         assert status == 2 and out == "" and err.count("\n") == 1, err
         assert "job.toml: parallelism.enable_async_tensor_parallel: true needs the model compiled" in err
+
+
+def test_torchtitans_cpu_offload_is_the_fsdp2_option(registry):
+    """``training.enable_cpu_offload``: FSDP2's CPUOffloadPolicy, the fsdp2 option ``cpu_offload`` (memory), with the
+    warning that its time is not priced; the estimate then holds no sharded state on the device."""
+    from hp_core.api import estimate
+    from hp_core.io.convert import ConfigFile, structure
+    from hp_core.io.job import resolve_job
+
+    offloaded = import_torchtitan(dict(BASE, training=dict(BASE["training"], enable_cpu_offload=True)), registry, devices=16)
+    assert offloaded.document["runtime"]["options"]["cpu_offload"] is True
+    assert [line for line in offloaded.unmapped if "enable_cpu_offload" in line] == [
+        "training.enable_cpu_offload = true: the fsdp2 option cpu_offload (the sharded parameters, their gradients and "
+        "the optimizer states in host memory); the step time prices neither the copies of the shards and gradients "
+        "over the host link nor the optimizer step on the host"]
+    plain = import_torchtitan(BASE, registry, devices=16)
+    assert "cpu_offload" not in plain.document["runtime"]["options"]
+
+    def peak(document) -> int:
+        job = resolve_job(structure(dict(document), ConfigFile, registry), registry)
+        found = estimate(job.model, job.parallel, registry=registry, runtime=job.runtime, recompute=job.recompute,
+                         hardware="h100-sxm")
+        return found.peak_bytes, sum(s.memory.optimizer_states_bytes for s in found.stages)
+
+    (with_offload, optimizer_offloaded), (without, optimizer) = peak(offloaded.document), peak(plain.document)
+    assert with_offload < without and optimizer_offloaded == 0 < optimizer
