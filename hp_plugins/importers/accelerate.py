@@ -14,6 +14,8 @@ Read against Accelerate's FSDP guide (``docs/source/usage_guides/fsdp.md``, the 
   forward, ``SHARD_GRAD_OP`` / ``false`` keeps the gathered parameters until backward (zero 3 with
   ``reshard_after_forward: false``), ``NO_SHARD`` is refused (DDP: not an FSDP runtime);
 * ``fsdp_activation_checkpointing: true``: every transformer block checkpointed (full recompute);
+* ``fsdp_offload_params: true``: the ``fsdp2`` option ``cpu_offload`` (sharded state in host memory; its time is
+  not priced, a warning line);
 * ``mixed_precision`` ``bf16``/``fp16`` (2-byte compute, the runtime's), ``no`` and ``fp8``
   named in a warning line.
 
@@ -82,13 +84,22 @@ def import_accelerate_fsdp(data: dict[str, Any], registry, *, file: str = "accel
                             f"machines only; priced as sharding over all {devices} devices (memory under-estimated)")
     f.get("fsdp_config.fsdp_reshard_after_forward")
     recompute = "full" if f.get("fsdp_config.fsdp_activation_checkpointing", False, bool) else None
-    for key in ("fsdp_config.fsdp_offload_params", "fsdp_config.fsdp_cpu_offload"):
-        if f.get(key, False, bool):
-            unmapped.append(f"{key} = true: parameter offload to the host is not priced")
+    # fsdp_offload_params: FullyShardedDataParallelPlugin.cpu_offload (src/accelerate/utils/dataclasses.py at
+    # huggingface/accelerate@16cb6eb8: CPUOffloadPolicy() under fsdp_version 2, CPUOffload(offload_params=True) under 1),
+    # the fsdp2 option cpu_offload (memory).
+    offload = f.get("fsdp_config.fsdp_offload_params", False, bool)
+    if offload:
+        unmapped.append("fsdp_config.fsdp_offload_params = true: the fsdp2 option cpu_offload (the sharded parameters, "
+                        "their gradients and the optimizer states in host memory); the step time prices neither the "
+                        "copies over the host link nor the optimizer step on the host")
+    if f.get("fsdp_config.fsdp_cpu_offload", False, bool):
+        unmapped.append("fsdp_config.fsdp_cpu_offload = true: not a key Accelerate reads (its offload key is "
+                        "fsdp_offload_params); nothing priced for it")
     mixed = str(f.get("mixed_precision", "no", (str, bool)))
     if mixed not in ("bf16", "fp16"):
         unmapped.append(f"mixed_precision = {mixed!r}: priced as bf16 compute")
-    document: dict[str, Any] = {"model": model, "parallel": parallel, "runtime": "fsdp2"}
+    document: dict[str, Any] = {"model": model, "parallel": parallel,
+                                "runtime": {"name": "fsdp2", "options": {"cpu_offload": True}} if offload else "fsdp2"}
     if recompute is not None:
         document["recompute"] = recompute
     return ImportedJob(document, tuple(unmapped + f.unread()), devices)

@@ -240,6 +240,30 @@ def test_an_accelerate_fsdp_config_maps_to_a_hand_derived_document(registry, str
     assert (job.devices, job.unmapped) == (16, ())
 
 
+def test_accelerates_parameter_offload_is_the_fsdp2_option(registry):
+    """``fsdp_offload_params: true`` (Accelerate's FullyShardedDataParallelPlugin.cpu_offload) is the fsdp2 option
+    ``cpu_offload``, its time named as not priced; ``fsdp_cpu_offload``, not a key Accelerate reads, prices nothing."""
+    text = ACCELERATE.format(strategy="FULL_SHARD").replace("  fsdp_use_orig_params: true",
+                                                            "  fsdp_use_orig_params: true\n  fsdp_offload_params: true")
+    job = import_accelerate_fsdp(parse_document(text, "yaml", "accelerate.yaml"), registry, model="llama3-8b")
+    assert job.document["runtime"] == {"name": "fsdp2", "options": {"cpu_offload": True}}
+    assert job.unmapped == ("fsdp_config.fsdp_offload_params = true: the fsdp2 option cpu_offload (the sharded "
+                            "parameters, their gradients and the optimizer states in host memory); the step time prices "
+                            "neither the copies over the host link nor the optimizer step on the host",)
+    stray = ACCELERATE.format(strategy="FULL_SHARD").replace("  fsdp_use_orig_params: true",
+                                                             "  fsdp_use_orig_params: true\n  fsdp_cpu_offload: true")
+    job = import_accelerate_fsdp(parse_document(stray, "yaml", "accelerate.yaml"), registry, model="llama3-8b")
+    assert job.document["runtime"] == "fsdp2" and len(job.unmapped) == 1 and "not a key Accelerate reads" in job.unmapped[0]
+    offloaded = resolve_job(structure(dict(import_accelerate_fsdp(parse_document(text, "yaml", "a.yaml"), registry,
+                                                                  model="llama3-8b").document, parallel={
+        "dp": 16, "zero": 3, "reshard_after_forward": True, "seq_len": 4096}), ConfigFile, registry), registry)
+    plain = resolve_job(structure({"model": "llama3-8b", "runtime": "fsdp2", "recompute": "full", "parallel": {
+        "dp": 16, "zero": 3, "reshard_after_forward": True, "seq_len": 4096}}, ConfigFile, registry), registry)
+    held = [estimate(j.model, j.parallel, registry=registry, runtime=j.runtime, recompute=j.recompute).peak_bytes
+            for j in (offloaded, plain)]
+    assert held[0] < held[1]
+
+
 def test_accelerate_from_the_command_line_matches_the_hand_written_job(capsys, tmp_path, registry):
     path = tmp_path / "fsdp.yaml"
     path.write_text(ACCELERATE.format(strategy="SHARD_GRAD_OP"))
