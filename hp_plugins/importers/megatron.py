@@ -45,7 +45,8 @@ defaults fill what a job leaves out):
   ``selective`` with ``--recompute-modules`` (default ``core_attn``), each
   module the switches the ``megatron`` runtime states for it;
 * activation CPU offloading: ``--cpu-offloading-num-layers N`` as the first N layers offloading every tensor
-  they keep (:func:`cpu_offloading_plan`), refused with pipeline parallelism or recompute as Megatron-Core refuses it;
+  they keep (:func:`cpu_offloading_plan`), refused with pipeline parallelism, recompute or per-layer CUDA graphs as
+  Megatron-Core refuses it;
 * the runtime ``megatron`` and its options (docs/runtimes.md):
   ``--cross-entropy-loss-fusion`` (off unless passed; on only with ``--cross-entropy-fusion-impl te``: the default
   ``native`` keeps the unfused loss's fp32 softmax), ``--attention-backend``,
@@ -206,7 +207,7 @@ def cpu_offloading_plan(num_layers: int) -> dict:
 def _cpu_offloading(a: _Args, pp: int, layers: int) -> dict | None:
     """The plan of ``--cpu-offloading-num-layers`` (:func:`cpu_offloading_plan`); ``None`` where it is 0 or absent.
     Refused where Megatron-Core refuses it (megatron/core/transformer/transformer_config.py at d98e8a6: N must be
-    below the layer count, and no pipeline parallelism or activation recompute beside it); the
+    below the layer count, and no pipeline parallelism, activation recompute or per-layer CUDA graphs beside it); the
     offloading of weights and the double buffering have no command-line flag (arguments.py leaves
     ``cpu_offloading_weights`` and ``cpu_offloading_double_buffering`` at False)."""
     count = a.value("cpu-offloading-num-layers", int, 0)
@@ -221,6 +222,14 @@ def _cpu_offloading(a: _Args, pp: int, layers: int) -> dict | None:
     if a.value("recompute-granularity") is not None:
         raise ConfigError("--cpu-offloading-num-layers", "Megatron-Core refuses CPU offloading with activation "
                           "recompute (--recompute-granularity); drop one of them")
+    # transformer_config.py at d98e8a6: "CUDA graphs not supported with CPU offloading" unless the whole iteration is
+    # graphed (--cuda-graph-impl full_iteration, or local with the full_iteration scope).
+    impl = ("local" if a.flag("enable-cuda-graph") else "transformer_engine" if a.flag("external-cuda-graph")
+            else a.value("cuda-graph-impl", str, "none"))
+    scopes = " ".join((a.values("cuda-graph-modules") or []) + (a.values("cuda-graph-scope") or []))
+    if impl in ("local", "transformer_engine") and "full_iteration" not in scopes:
+        raise ConfigError("--cpu-offloading-num-layers", f"Megatron-Core refuses CPU offloading with per-layer CUDA "
+                          f"graphs (--cuda-graph-impl {impl}); drop one of them")
     return cpu_offloading_plan(count)
 
 

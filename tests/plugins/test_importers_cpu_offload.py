@@ -30,6 +30,9 @@ def test_the_first_layers_offload_everything_they_keep(registry):
     assert cpu_offloading_plan(40)["layers"] == {"0-39": {"mode": "none", "offload": 1.0}}
     assert "recompute" not in _job(registry).document  # no flag, no plan
     assert "recompute" not in _job(registry, "--cpu-offloading-num-layers 0").document
+    # Graphing the whole iteration is allowed beside it (transformer_config.py at d98e8a6).
+    graphed = _job(registry, "--cpu-offloading-num-layers 3 --cuda-graph-impl full_iteration")
+    assert graphed.document["recompute"]["layers"] == {"0-2": {"mode": "none", "offload": 1.0}}
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -37,6 +40,9 @@ def test_the_first_layers_offload_everything_they_keep(registry):
     ("--cpu-offloading-num-layers 2 --pipeline-model-parallel-size 2", "pipeline parallelism"),
     ("--cpu-offloading-num-layers 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
      "activation recompute"),
+    ("--cpu-offloading-num-layers 2 --cuda-graph-impl transformer_engine", "per-layer CUDA graphs"),
+    ("--cpu-offloading-num-layers 2 --enable-cuda-graph", "per-layer CUDA graphs"),
+    ("--cpu-offloading-num-layers 2 --cuda-graph-impl transformer_engine --cuda-graph-modules attn", "per-layer CUDA graphs"),
 ])
 def test_refused_where_megatron_core_refuses_it(registry, extra, message):
     with pytest.raises(ConfigError, match=message) as refused:
