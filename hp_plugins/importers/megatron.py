@@ -45,7 +45,7 @@ defaults fill what a job leaves out):
   ``selective`` with ``--recompute-modules`` (default ``core_attn``), each
   module the switches the ``megatron`` runtime states for it;
 * activation CPU offloading: ``--cpu-offloading-num-layers N`` as the first N layers offloading every tensor
-  they keep (:func:`cpu_offloading_plan`), refused with pipeline parallelism, recompute or per-layer CUDA graphs as
+  they keep (:func:`~hp_plugins.importers.megatron_options.cpu_offloading_plan`), refused with pipeline parallelism, recompute or per-layer CUDA graphs as
   Megatron-Core refuses it;
 * the runtime ``megatron`` and its options (docs/runtimes.md):
   ``--cross-entropy-loss-fusion`` (off unless passed; on only with ``--cross-entropy-fusion-impl te``: the default
@@ -82,12 +82,13 @@ from hp_core.markers import hookimpl
 from hp_core.models import model_from_config
 from hp_plugins.importers.megatron_hybrid import hybrid_model, hybrid_pattern, hybrid_split, with_mtp
 from hp_plugins.importers.megatron_layers import TOKENIZER_VOCABS, ffn_size, hf_config, vocab_size
-from hp_plugins.importers.megatron_options import bf16_layers, megatron_model, pipeline_split, trainer_options
+from hp_plugins.importers.megatron_options import (bf16_layers, cpu_offloading, cpu_offloading_plan, megatron_model,
+                                                   pipeline_split, trainer_options)
 from hp_plugins.importers.megatron_recipe import precision_recipe
 from hp_plugins.importers.shell import parse_megatron_args, read_megatron_script
 from hp_plugins.kinds.mtp import with_repeated_module
 
-__all__ = ["IGNORED", "TOKENIZER_VOCABS", "hp_importers", "import_megatron_args", "parse_megatron_args", "read_megatron_script"]
+__all__ = ["IGNORED", "TOKENIZER_VOCABS", "cpu_offloading_plan", "hp_importers", "import_megatron_args", "parse_megatron_args", "read_megatron_script"]
 
 # No effect on what hp prices (memory, step time): optimisation hyper-parameters, data, logging (timer detail
 # included), checkpoints (their format, strictness, retention and the asynchronous writer), initialisation, routing-loss details and the expert-bias update rate, RoPE scaling details,
@@ -190,47 +191,6 @@ def _recompute(a: _Args, model, registry, counts: list[int], unmapped: list[str]
                 ranges[f"{start}-{index - 1}"] = per_layer[start]
             start = index
     return {"default": "none", "layers": ranges} if ranges else None
-
-
-def cpu_offloading_plan(num_layers: int) -> dict:
-    """The recompute plan of Megatron-Core's activation CPU offloading (``--cpu-offloading-num-layers N``): the first
-    *num_layers* decoder layers keep nothing recomputed and copy every tensor they save for backward to the host,
-    ``offload: 1.0`` (docs/recompute.md, "Offload"). Megatron-Core wraps each TransformerLayer's forward in Transformer
-    Engine's ``get_cpu_offload_context(cpu_offloading, cpu_offloading_num_layers, num_layers, activations=True,
-    weights=False, ...)`` (megatron/core/transformer/transformer_block.py at NVIDIA/Megatron-LM@d98e8a6), which offloads
-    layers ``0 .. N-1`` (NVIDIA/TransformerEngine v2.12 ``pytorch/cpu_offload.py`` ``DefaultOffloadSynchronizer``: "the
-    optimal strategy ... is to offload layers 0, ..., num_offloaded_layers - 1"; v2.9's
-    ``AsyncDoubleBufferGroupOffloadHandler`` the first ``num_offload_group`` groups, one a layer)."""
-    return {"default": "none", "layers": {f"0-{num_layers - 1}": {"mode": "none", "offload": 1.0}}}
-
-
-def _cpu_offloading(a: _Args, pp: int, layers: int) -> dict | None:
-    """The plan of ``--cpu-offloading-num-layers`` (:func:`cpu_offloading_plan`); ``None`` where it is 0 or absent.
-    Refused where Megatron-Core refuses it (megatron/core/transformer/transformer_config.py at d98e8a6: N must be
-    below the layer count, and no pipeline parallelism, activation recompute or per-layer CUDA graphs beside it); the
-    offloading of weights and the double buffering have no command-line flag (arguments.py leaves
-    ``cpu_offloading_weights`` and ``cpu_offloading_double_buffering`` at False)."""
-    count = a.value("cpu-offloading-num-layers", int, 0)
-    if not count:
-        return None
-    if not 0 < count < layers:
-        raise ConfigError("--cpu-offloading-num-layers", f"{count} must lie between 1 and {layers - 1} (--num-layers "
-                          f"{layers}: Megatron-Core offloads fewer layers than the model has); state one there")
-    if pp > 1:
-        raise ConfigError("--cpu-offloading-num-layers", "Megatron-Core refuses CPU offloading with pipeline "
-                          "parallelism; drop one of them")
-    if a.value("recompute-granularity") is not None:
-        raise ConfigError("--cpu-offloading-num-layers", "Megatron-Core refuses CPU offloading with activation "
-                          "recompute (--recompute-granularity); drop one of them")
-    # transformer_config.py at d98e8a6: "CUDA graphs not supported with CPU offloading" unless the whole iteration is
-    # graphed (--cuda-graph-impl full_iteration, or local with the full_iteration scope).
-    impl = ("local" if a.flag("enable-cuda-graph") else "transformer_engine" if a.flag("external-cuda-graph")
-            else a.value("cuda-graph-impl", str, "none"))
-    scopes = " ".join((a.values("cuda-graph-modules") or []) + (a.values("cuda-graph-scope") or []))
-    if impl in ("local", "transformer_engine") and "full_iteration" not in scopes:
-        raise ConfigError("--cpu-offloading-num-layers", f"Megatron-Core refuses CPU offloading with per-layer CUDA "
-                          f"graphs (--cuda-graph-impl {impl}); drop one of them")
-    return cpu_offloading_plan(count)
 
 
 # Bytes per element of the precision-aware optimizer's dtypes (arguments.py --main-params-dtype, --exp-avg-dtype,
@@ -472,7 +432,7 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
     }
     if precision:
         document["precision"] = precision
-    recompute = _cpu_offloading(a, pp, a.value("num-layers", int, sum(counts))) or _recompute(a, model, registry, counts, unmapped)
+    recompute = cpu_offloading(a, pp, a.value("num-layers", int, sum(counts))) or _recompute(a, model, registry, counts, unmapped)
     if recompute is not None:
         document["recompute"] = recompute
     return ImportedJob(document, tuple(unmapped + a.unread()), devices)

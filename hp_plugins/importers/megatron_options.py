@@ -38,7 +38,7 @@ from hp_core.documents import parse_document, read_text
 from hp_core.errors import ConfigError
 from hp_plugins.runtimes.userbuffers import TE_GEMMS, read_custom
 
-__all__ = ["cuda_graphs", "first_last_totals", "megatron_model", "parse_layout", "pipeline_split", "trainer_options"]
+__all__ = ["cpu_offloading", "cpu_offloading_plan", "cuda_graphs", "first_last_totals", "megatron_model", "parse_layout", "pipeline_split", "trainer_options"]
 
 # Megatron-LM's layout characters (megatron/core/transformer/pipeline_parallel_layer_layout.py,
 # parse_str_to_list): embedding, decoder layer, MTP layer, loss; '|' ends a chunk; ',' is cosmetic.
@@ -410,3 +410,44 @@ def megatron_model(a: Any, model: Any, unmapped: list[str]) -> Any:
         return attrs.evolve(config, **updates)
 
     return attrs.evolve(model, layers=tuple(attrs.evolve(g, config=change(g.config)) for g in model.layers))
+
+
+def cpu_offloading_plan(num_layers: int) -> dict:
+    """The recompute plan of Megatron-Core's activation CPU offloading (``--cpu-offloading-num-layers N``): the first
+    *num_layers* decoder layers keep nothing recomputed and copy every tensor they save for backward to the host,
+    ``offload: 1.0`` (docs/recompute.md, "Offload"). Megatron-Core wraps each TransformerLayer's forward in Transformer
+    Engine's ``get_cpu_offload_context(cpu_offloading, cpu_offloading_num_layers, num_layers, activations=True,
+    weights=False, ...)`` (megatron/core/transformer/transformer_block.py at NVIDIA/Megatron-LM@d98e8a6), which offloads
+    layers ``0 .. N-1`` (NVIDIA/TransformerEngine v2.12 ``pytorch/cpu_offload.py`` ``DefaultOffloadSynchronizer``: "the
+    optimal strategy ... is to offload layers 0, ..., num_offloaded_layers - 1"; v2.9's
+    ``AsyncDoubleBufferGroupOffloadHandler`` the first ``num_offload_group`` groups, one a layer)."""
+    return {"default": "none", "layers": {f"0-{num_layers - 1}": {"mode": "none", "offload": 1.0}}}
+
+
+def cpu_offloading(a: Any, pp: int, layers: int) -> dict | None:
+    """The plan of ``--cpu-offloading-num-layers`` (:func:`cpu_offloading_plan`); ``None`` where it is 0 or absent.
+    Refused where Megatron-Core refuses it (megatron/core/transformer/transformer_config.py at d98e8a6: N must be
+    below the layer count, and no pipeline parallelism, activation recompute or per-layer CUDA graphs beside it); the
+    offloading of weights and the double buffering have no command-line flag (arguments.py leaves
+    ``cpu_offloading_weights`` and ``cpu_offloading_double_buffering`` at False)."""
+    count = a.value("cpu-offloading-num-layers", int, 0)
+    if not count:
+        return None
+    if not 0 < count < layers:
+        raise ConfigError("--cpu-offloading-num-layers", f"{count} must lie between 1 and {layers - 1} (--num-layers "
+                          f"{layers}: Megatron-Core offloads fewer layers than the model has); state one there")
+    if pp > 1:
+        raise ConfigError("--cpu-offloading-num-layers", "Megatron-Core refuses CPU offloading with pipeline "
+                          "parallelism; drop one of them")
+    if a.value("recompute-granularity") is not None:
+        raise ConfigError("--cpu-offloading-num-layers", "Megatron-Core refuses CPU offloading with activation "
+                          "recompute (--recompute-granularity); drop one of them")
+    # transformer_config.py at d98e8a6: "CUDA graphs not supported with CPU offloading" unless the whole iteration is
+    # graphed (--cuda-graph-impl full_iteration, or local with the full_iteration scope).
+    impl = ("local" if a.flag("enable-cuda-graph") else "transformer_engine" if a.flag("external-cuda-graph")
+            else a.value("cuda-graph-impl", str, "none"))
+    scopes = " ".join((a.values("cuda-graph-modules") or []) + (a.values("cuda-graph-scope") or []))
+    if impl in ("local", "transformer_engine") and "full_iteration" not in scopes:
+        raise ConfigError("--cpu-offloading-num-layers", f"Megatron-Core refuses CPU offloading with per-layer CUDA "
+                          f"graphs (--cuda-graph-impl {impl}); drop one of them")
+    return cpu_offloading_plan(count)
