@@ -30,7 +30,8 @@ validates the combinations, ``transformer_block.py`` ``_checkpointed_forward`` r
   ``get_cpu_offload_context``): the first N decoder layers copy every tensor they keep to the host and
   back, nothing recomputed anywhere: the plan "offload 1.0 on layers 0 to N-1". Megatron-Core refuses it
   under pipeline parallelism, beside activation recompute and at N not below the layer count
-  (``transformer_config.py``), so it is written only for one pipeline stage (:func:`_offload_flags`);
+  (``transformer_config.py``), and a hybrid model's stack wraps no layer in it, so it is written only for one
+  pipeline stage of transformer layers (:func:`_offload_flags`);
   ``docs/importers.md`` reads it back the same way.
 
 A plan outside these is refused (:class:`~hp_core.errors.PlanNotExecutable`)
@@ -245,6 +246,17 @@ def _recompute_flags(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSp
     return f"--recompute-granularity selective --recompute-modules {' '.join(chosen)}"
 
 
+# The single-block layers of a hybrid stack (hp_plugins/kinds/mamba.py, hybrid.py): Megatron-LM builds such a model as
+# its HybridModel, whose layer stack no CPU offload context wraps (only TransformerBlock and the MTP block call
+# get_cpu_offload_context at NVIDIA/Megatron-LM@d98e8a6), so --cpu-offloading-num-layers offloads nothing there.
+_HYBRID_STACK_KINDS = frozenset({"mamba2", "attention", "mlp", "moe_only"})
+
+
+def _offloads(layout: PlanLayout) -> bool:
+    """Whether ``--cpu-offloading-num-layers`` acts on the layout: one pipeline stage, no hybrid-stack layer."""
+    return len(layout.chunk_bounds) == 1 and not any(kind.name in _HYBRID_STACK_KINDS for kind in layout.kinds)
+
+
 def _offload_plan(count: int) -> RecomputeSpec:
     """The first *count* body layers offloading every tensor they keep, nothing recomputed."""
     return RecomputeSpec(layers=((0, count - 1, Setting(offload=1.0)),))
@@ -256,10 +268,11 @@ def _offload_flags(plan: RecomputeSpec, layout: PlanLayout, runs: str, write) ->
     else every layer up to its last offloaded one offloaded whole (what it keeps is then no more than the plan's)."""
     settings = [plan.setting_of(i) for i in range(layout.count)]
     recomputes = any(s.mode != "none" for s in settings)
-    if recomputes or len(layout.chunk_bounds) > 1:
-        why = "it offloads beside activation recompute" if recomputes else "it offloads under pipeline parallelism"
-        raise refuse_offload(_TRAINER, runs + "; or, on one pipeline stage with no recompute, --cpu-offloading-num-layers N "
-                             f"(the first N layers offloaded whole), which Megatron-Core refuses when {why[3:]}", plan, write)
+    if recomputes or not _offloads(layout):
+        where = ("beside activation recompute" if recomputes else "under pipeline parallelism"
+                 if len(layout.chunk_bounds) > 1 else "on a hybrid stack, whose layers no CPU offload context wraps")
+        raise refuse_offload(_TRAINER, runs + "; or, on one pipeline stage of transformer layers with no recompute, "
+                             f"--cpu-offloading-num-layers N (the first N layers offloaded whole), never {where}", plan, write)
     last = max(i for i, s in enumerate(settings) if s.offload)
     count = last + 1
     if count < layout.count and all(s.offload == (1.0 if i < count else 0.0) for i, s in enumerate(settings)):
@@ -300,7 +313,7 @@ def megatron_candidates(model: ModelSpec, parallel: ParallelSpec, *, registry: R
         key = tuple(s.switches for s in settings)
         if any(key):
             found.setdefault(key, per_layer(settings))
-    if len(layout.chunk_bounds) == 1:
+    if _offloads(layout):
         for count in range(1, layout.count):
             found.setdefault(("offload", count), _offload_plan(count))
     return list(found.values())

@@ -74,7 +74,7 @@ def test_other_offloading_plans_are_refused_with_the_closest(registry, plan, why
 def test_offloading_beside_recompute_or_under_pipeline_parallelism_is_refused_without_it(registry):
     with pytest.raises(PlanNotExecutable, match="writes no activation offload") as refused:
         _export(registry, _offload((0, 2, 1.0), mode="full"))
-    assert "beside activation recompute" in str(refused.value)
+    assert "never beside activation recompute" in str(refused.value)
     assert refused.value.suggestion == RecomputeSpec(layers=((0, 2, Setting("full")),))
     with pytest.raises(PlanNotExecutable, match="under pipeline parallelism") as refused:
         _export(registry, _offload((0, 2, 1.0)), parallel=ParallelSpec(pp=2, seq_len=128))
@@ -130,3 +130,23 @@ def test_the_planner_offloads_where_the_host_link_hides_it(registry):
     assert (f"the fastest Megatron plan that fits is `{gb200.written}`, {gb200.time.step_seconds:.3f} s a step, where the "
             f"per-layer optimum without offload takes {eager.plan.step_seconds:.3f} s" in page
             and f"`{b200.written}`, {b200.time.step_seconds:.3f} s; a GB300 needs neither" in page)
+
+
+def test_a_hybrid_stack_offloads_nothing(registry):
+    """Megatron-LM builds a Mamba hybrid as its HybridModel, whose stack no CPU offload context wraps: the exporter
+    offers no offloading plan and refuses one without the offload; the importer warns that the flag does nothing."""
+    model = api.model_from_preset("nemotron-3-nano-30b-a3b", registry=registry)
+    parallel = ParallelSpec(seq_len=4096)
+    assert not [p for p in megatron_candidates(model, parallel, registry=registry) if any(s.offload for _, _, s in p.layers)]
+    with pytest.raises(PlanNotExecutable, match="never on a hybrid stack") as refused:
+        registry.exporter("megatron").export(_offload((0, 2, 1.0)), model, parallel, registry=registry)
+    assert refused.value.suggestion == RecomputeSpec(layers=((0, 2, Setting()),))
+    hybrid = ("--num-layers 4 --hybrid-layer-pattern M*-E --hidden-size 1024 --num-attention-heads 8 "
+              "--group-query-attention --num-query-groups 4 --ffn-hidden-size 2048 --num-experts 8 --moe-router-topk 2 "
+              "--moe-ffn-hidden-size 512 --seq-length 512 --vocab-size 1000 --normalization RMSNorm "
+              "--disable-bias-linear --untie-embeddings-and-output-weights --micro-batch-size 1 --global-batch-size 8 "
+              "--bf16 --use-distributed-optimizer --position-embedding-type none --cpu-offloading-num-layers 2")
+    job = import_megatron_args(shlex.split(hybrid), registry, devices=8)
+    assert "recompute" not in job.document
+    assert any(line.startswith("--cpu-offloading-num-layers: a hybrid model's layer stack offloads no layer")
+               for line in job.unmapped)
