@@ -197,10 +197,9 @@ def _recompute_flags(plan: RecomputeSpec, model: ModelSpec, parallel: ParallelSp
     def write(suggestion: RecomputeSpec) -> str:
         return export_megatron(suggestion, model, parallel, registry=registry)
 
+    layers = read_plan(plan, layout, implicit)  # a range beyond the model is a ConfigError first
     if offloaded(plan):
         return _offload_flags(plan, layout, runs, write)
-
-    layers = read_plan(plan, layout, implicit)
     if not any(layers.active):
         return ""
     acting = _layer_modules(layout, runtime, modules)

@@ -45,8 +45,9 @@ defaults fill what a job leaves out):
   ``selective`` with ``--recompute-modules`` (default ``core_attn``), each
   module the switches the ``megatron`` runtime states for it;
 * activation CPU offloading: ``--cpu-offloading-num-layers N`` as the first N layers offloading every tensor
-  they keep (:func:`~hp_plugins.importers.megatron_options.cpu_offloading_plan`), refused with pipeline parallelism, recompute or per-layer CUDA graphs as
-  Megatron-Core refuses it;
+  they keep (:func:`~hp_plugins.importers.megatron_options.cpu_offloading_plan`), refused with pipeline
+  parallelism, recompute or per-layer CUDA graphs as Megatron-Core refuses it (on a hybrid model a warning line:
+  its stack offloads nothing);
 * the runtime ``megatron`` and its options (docs/runtimes.md):
   ``--cross-entropy-loss-fusion`` (off unless passed; on only with ``--cross-entropy-fusion-impl te``: the default
   ``native`` keeps the unfused loss's fp32 softmax), ``--attention-backend``,
@@ -88,7 +89,8 @@ from hp_plugins.importers.megatron_recipe import precision_recipe
 from hp_plugins.importers.shell import parse_megatron_args, read_megatron_script
 from hp_plugins.kinds.mtp import with_repeated_module
 
-__all__ = ["IGNORED", "TOKENIZER_VOCABS", "cpu_offloading_plan", "hp_importers", "import_megatron_args", "parse_megatron_args", "read_megatron_script"]
+__all__ = ["IGNORED", "TOKENIZER_VOCABS", "cpu_offloading_plan", "hp_importers", "import_megatron_args", "parse_megatron_args",
+           "read_megatron_script"]
 
 # No effect on what hp prices (memory, step time): optimisation hyper-parameters, data, logging (timer detail
 # included), checkpoints (their format, strictness, retention and the asynchronous writer), initialisation, routing-loss details and the expert-bias update rate, RoPE scaling details,

@@ -71,6 +71,13 @@ def test_other_offloading_plans_are_refused_with_the_closest(registry, plan, why
     assert "--cpu-offloading-num-layers" in str(refused.value)
 
 
+def test_an_offloaded_range_beyond_the_model_is_a_config_error(registry):
+    from hp_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="beyond the model's 8 layers"):
+        _export(registry, _offload((9, 12, 1.0)))
+
+
 def test_offloading_beside_recompute_or_under_pipeline_parallelism_is_refused_without_it(registry):
     with pytest.raises(PlanNotExecutable, match="writes no activation offload") as refused:
         _export(registry, _offload((0, 2, 1.0), mode="full"))
