@@ -434,14 +434,7 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
     }
     if precision:
         document["precision"] = precision
-    offload = None
-    if hybrid and a.value("cpu-offloading-num-layers", int, 0):
-        # Only TransformerBlock (and the MTP block) wrap layers in the CPU offload context (get_cpu_offload_context at
-        # NVIDIA/Megatron-LM@d98e8a6); a hybrid model's stack wraps none, so the flag offloads nothing there.
-        unmapped.append("--cpu-offloading-num-layers: a hybrid model's layer stack offloads no layer in Megatron-Core "
-                        "(no CPU offload context around its layers); nothing priced for it")
-    elif not hybrid:
-        offload = cpu_offloading(a, pp, a.value("num-layers", int, sum(counts)))
+    offload = cpu_offloading(a, pp, a.value("num-layers", int, sum(counts)), bool(hybrid), unmapped)
     recompute = offload or _recompute(a, model, registry, counts, unmapped)
     if recompute is not None:
         document["recompute"] = recompute

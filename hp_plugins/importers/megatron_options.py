@@ -424,14 +424,20 @@ def cpu_offloading_plan(num_layers: int) -> dict:
     return {"default": "none", "layers": {f"0-{num_layers - 1}": {"mode": "none", "offload": 1.0}}}
 
 
-def cpu_offloading(a: Any, pp: int, layers: int) -> dict | None:
-    """The plan of ``--cpu-offloading-num-layers`` (:func:`cpu_offloading_plan`); ``None`` where it is 0 or absent.
+def cpu_offloading(a: Any, pp: int, layers: int, hybrid: bool, unmapped: list[str]) -> dict | None:
+    """The plan of ``--cpu-offloading-num-layers`` (:func:`cpu_offloading_plan`); ``None`` where it is 0 or absent,
+    and on a *hybrid* model (a warning line in *unmapped*): only TransformerBlock and the MTP block wrap their layers
+    in the CPU offload context (get_cpu_offload_context at NVIDIA/Megatron-LM@d98e8a6), a hybrid stack none.
     Refused where Megatron-Core refuses it (megatron/core/transformer/transformer_config.py at d98e8a6: N must be
     below the layer count, and no pipeline parallelism, activation recompute or per-layer CUDA graphs beside it); the
     offloading of weights and the double buffering have no command-line flag (arguments.py leaves
     ``cpu_offloading_weights`` and ``cpu_offloading_double_buffering`` at False)."""
     count = a.value("cpu-offloading-num-layers", int, 0)
     if not count:
+        return None
+    if hybrid:
+        unmapped.append("--cpu-offloading-num-layers: a hybrid model's layer stack offloads no layer in Megatron-Core "
+                        "(no CPU offload context around its layers); nothing priced for it")
         return None
     if not 0 < count < layers:
         raise ConfigError("--cpu-offloading-num-layers", f"{count} must lie between 1 and {layers - 1} (--num-layers "
