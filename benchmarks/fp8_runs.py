@@ -151,14 +151,21 @@ def price(row: dict, registry, recipe: str | None = None, as_run: bool = False, 
     or, *as_run*, with the runtime options the row states its trainer ran with (``runtime_options``); *runtime*
     replaces the registry's ``megatron`` runtime (a trial of benchmarks/fit_fsdp2_sustained.py); the precision fields
     the row states (:func:`row_precision`: NeMo's first and last layers kept in bf16) over the runtime's."""
+    model, parallel, run = row_run(row, registry, recipe, as_run, runtime)
+    return api.step_time(model, parallel, **run)
+
+
+def row_run(row: dict, registry, recipe: str | None = None, as_run: bool = False, runtime=None):
+    """``(model, layout, keywords)`` of *row* as :func:`price` runs it (the same arguments), the keywords those
+    ``api.step_time`` and ``api.estimate`` take: registry, runtime, precision, hardware and the row's recompute plan."""
     model = row_model(row, registry)
     runtime = runtime or registry.runtime("megatron")
     if as_run and row.get("runtime_options"):
         runtime = api.apply_options(runtime, row["runtime_options"])
     precision = attrs.evolve(runtime.precision, recipe=recipe or row["recipe"], **row_precision(row, recipe))
     hardware = registry.hardware_preset(row["hardware"]).spec
-    return api.step_time(model, layout(row, _decoder_layers(model)), registry=registry, runtime=runtime, precision=precision,
-                         hardware=hardware, recompute=row_recompute(row, registry))
+    return model, layout(row, _decoder_layers(model)), {"registry": registry, "runtime": runtime, "precision": precision,
+                                                         "hardware": hardware, "recompute": row_recompute(row, registry)}
 
 
 def row_recompute(row: dict, registry):

@@ -5,7 +5,6 @@ pinned to today's figures (docs/precision.md)."""
 
 from __future__ import annotations
 
-import attrs
 import pytest
 
 from hp_core import api
@@ -77,14 +76,10 @@ def _without_offload(runs, row, registry):
 
 
 def _peak_gib(runs, row, registry, offload: bool) -> tuple[float, float]:
-    model = runs.row_model(row, registry)
-    runtime = api.apply_options(registry.runtime("megatron"), row["runtime_options"])
-    precision = attrs.evolve(runtime.precision, recipe=row["recipe"])
-    hardware = registry.hardware_preset(row["hardware"]).spec
-    estimate = api.estimate(model, runs.layout(row, runs._decoder_layers(model)), registry=registry, runtime=runtime,
-                            precision=precision, hardware=hardware,
-                            recompute=runs.row_recompute(row, registry) if offload else None)
-    return estimate.peak_bytes / 2**30, hardware.memory_bytes / 2**30
+    """The row's peak as run (``row_run``: what ``price`` prices), with its offloading or without, and the device's memory."""
+    model, parallel, run = runs.row_run(row, registry, as_run=True)
+    estimate = api.estimate(model, parallel, **{**run, "recompute": run["recompute"] if offload else None})
+    return estimate.peak_bytes / 2**30, run["hardware"].memory_bytes / 2**30
 
 
 def test_the_page_states_their_figures(registry):
