@@ -13,10 +13,7 @@ from hp_core.cli import main
 from hp_core.errors import ConfigError
 from hp_plugins.importers.megatron import cpu_offloading_plan, import_megatron_args
 
-SMALL = ("--num-layers 8 --hidden-size 1024 --num-attention-heads 8 --group-query-attention --num-query-groups 4 "
-         "--ffn-hidden-size 2048 --seq-length 512 --vocab-size 1000 --swiglu --normalization RMSNorm "
-         "--disable-bias-linear --untie-embeddings-and-output-weights --micro-batch-size 1 --global-batch-size 32 "
-         "--bf16 --use-distributed-optimizer --attention-dropout 0.0 --hidden-dropout 0.0 --max-position-embeddings 512")
+from megatron_args import SMALL  # tests/plugins/megatron_args.py
 
 
 def _job(registry, extra: str = ""):
