@@ -61,7 +61,7 @@ import fit_host_seconds  # noqa: E402
 import fp8_runs  # noqa: E402
 from hp_core import api  # noqa: E402
 from hp_core.engine.timing import layer as layer_timing  # noqa: E402
-from hp_core.engine.timing.host_floor import _expert_gemm_count  # noqa: E402
+from hp_core.engine.timing.host_floor import host_kernels  # noqa: E402
 
 ROW_KEYS = ("moe_rows", "moe_fi_rows", "nemotron_rows", "nemotron_super_rows", "nemotron_lightning_rows")
 SCOPES = ("attn", "mamba", "moe_router", "moe_preprocess")
@@ -85,35 +85,33 @@ def graph_scopes(row: dict) -> frozenset[str]:
 
 def variant_floor(work, forward: float, backward: float, r, frozen: int = 0, *, scopes: frozenset[str] = frozenset(),
                   per_expert: tuple[float, float] = (0.0, 0.0), launch_seconds: float | None = 0.0) -> tuple[float, float]:
-    """The floor of :func:`~hp_core.engine.timing.host_floor._host_floor` with the layer's captured *scopes* off the
-    count (one graph launch a direction in their place) and *per_expert* ``(forward, backward)`` launches per local
-    expert at *launch_seconds* each (``None``: the seconds per counted kernel); with neither, the stated floor."""
+    """The floor of :func:`~hp_core.engine.timing.host_floor._host_floor` with the layer's captured *scopes* off its
+    count (:func:`~hp_core.engine.timing.host_floor.host_kernels`; one graph launch a direction in their place) and
+    *per_expert* ``(forward, backward)`` launches per local expert at *launch_seconds* each (``None``: the seconds per
+    counted kernel); with neither, the stated floor."""
     host = r.host
     if launch_seconds is None:
         launch_seconds = host.seconds_per_kernel
-    gemms = len(work.gemms) + _expert_gemm_count(work)
-    router_fwd, router_bwd = host.router_kernels if work.router_elements else (0, 0)
-    permute = host.permute_kernels if work.permute_bytes else 0
-    attention, graphs = work.attention_calls, 0
+    kernels_fwd, kernels_bwd = host_kernels(work, r, frozen)
+    off_gemms = off_attention = graphs = 0  # listed GEMMs and attention calls a captured scope takes off the count
+    off_router = (0, 0)
     modules = {m.name: len(m.positions) for m in work.modules}
-    if "attn" in scopes and not work.ssd_scan and (attention or "attention_qkv" in modules):
-        gemms -= modules.get("attention_qkv", 0) + modules.get("attention_proj", 0)
-        attention, graphs = 0, 1
+    if "attn" in scopes and not work.ssd_scan and (work.attention_calls or "attention_qkv" in modules):
+        off_gemms += modules.get("attention_qkv", 0) + modules.get("attention_proj", 0)
+        off_attention, graphs = work.attention_calls, 1
     if "mamba" in scopes and work.ssd_scan:
-        gemms -= modules.get("mamba_in_proj", 0) + modules.get("mamba_out_proj", 0)
-        attention, graphs = 0, 1
+        off_gemms += modules.get("mamba_in_proj", 0) + modules.get("mamba_out_proj", 0)
+        off_attention, graphs = work.attention_calls, 1
     if "moe_router" in scopes and work.router_elements:
-        gemms -= 1  # the router's gating GEMM, one of the layer's listed GEMMs
-        router_fwd = router_bwd = 0
-        graphs = 1
+        off_gemms += 1  # the router's gating GEMM, one of the layer's listed GEMMs
+        off_router, graphs = host.router_kernels, 1
     local = 0
     if work.grouped_flops and not work.sequential_experts:
         local = max((experts for experts, *_ in work.expert_gemms), default=1)
-    fixed_fwd = attention + sum(c.forward_calls for c in work.collectives) + router_fwd + permute + graphs
-    fixed_bwd = attention + sum(c.backward_calls for c in work.collectives) + router_bwd + permute + graphs
-    host_fwd = (gemms * host.kernels_per_gemm + fixed_fwd) * host.seconds_per_kernel + local * per_expert[0] * launch_seconds
-    host_bwd = (((2 * gemms - frozen) * host.kernels_per_gemm + fixed_bwd) * host.seconds_per_kernel
-                + local * per_expert[1] * launch_seconds)
+    kernels_fwd += graphs - off_gemms * host.kernels_per_gemm - off_attention - off_router[0]
+    kernels_bwd += graphs - 2 * off_gemms * host.kernels_per_gemm - off_attention - off_router[1]
+    host_fwd = kernels_fwd * host.seconds_per_kernel + local * per_expert[0] * launch_seconds
+    host_bwd = kernels_bwd * host.seconds_per_kernel + local * per_expert[1] * launch_seconds
     return max(forward, host_fwd), max(backward, host_bwd)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hp_core.costs import LayerWork
 from hp_core.engine.timing.rates import _Rates
 
-__all__ = ["_expert_gemm_count", "_host_floor"]
+__all__ = ["_expert_gemm_count", "_host_floor", "host_kernels"]
 
 
 def _expert_gemm_count(work: LayerWork) -> float:
@@ -33,12 +33,17 @@ def _host_floor(work: LayerWork, forward: float, backward: float, r: _Rates, fro
     collective call, and a router's and a token permutation's own kernels
     where the layer states a router (``router_elements``) and a permutation (``permute_bytes``).
     """
+    kernels_fwd, kernels_bwd = host_kernels(work, r, frozen)
+    return max(forward, kernels_fwd * r.host.seconds_per_kernel), max(backward, kernels_bwd * r.host.seconds_per_kernel)
+
+
+def host_kernels(work: LayerWork, r: _Rates, frozen: int = 0) -> tuple[float, float]:
+    """The ``(forward, backward)`` kernels :func:`_host_floor` counts for a layer (its docstring says which)."""
     host = r.host
     gemms = len(work.gemms) + _expert_gemm_count(work)
     calls_fwd = sum(c.forward_calls for c in work.collectives)
     calls_bwd = sum(c.backward_calls for c in work.collectives)
     router_fwd, router_bwd = host.router_kernels if work.router_elements else (0, 0)
     permute = host.permute_kernels if work.permute_bytes else 0
-    host_fwd = (gemms * host.kernels_per_gemm + work.attention_calls + calls_fwd + router_fwd + permute) * host.seconds_per_kernel
-    host_bwd = ((2 * gemms - frozen) * host.kernels_per_gemm + work.attention_calls + calls_bwd + router_bwd + permute) * host.seconds_per_kernel
-    return max(forward, host_fwd), max(backward, host_bwd)
+    return (gemms * host.kernels_per_gemm + work.attention_calls + calls_fwd + router_fwd + permute,
+            (2 * gemms - frozen) * host.kernels_per_gemm + work.attention_calls + calls_bwd + router_bwd + permute)
