@@ -552,6 +552,10 @@ def main() -> None:
     print(fp8_dgxc.section(fp8_dgxc.results()), end="")
     print()
     print(fp8_dgxc.nemotronh_section(fp8_dgxc.nemotronh_results()), end="")
+    print()
+    import fp8_deepseek
+
+    print(fp8_deepseek.section(fp8_deepseek.results()), end="")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ def _data(name: str) -> dict:
 
 
 def test_the_hardware_presets_in_order():
-    assert [p.name for p in presets.PRESETS] == ["a100-80gb", "h100-sxm", "h200", "b200", "b200-simumax", "gb200", "b300", "gb300", "ascend-910b"]
+    assert [p.name for p in presets.PRESETS] == ["a100-80gb", "h100-sxm", "h800", "h200", "b200", "b200-simumax", "gb200", "b300", "gb300", "ascend-910b"]
     registry = build_registry(use_env=False)
     for preset in presets.PRESETS:
         assert registry.hardware_preset(preset.name) == preset
@@ -55,11 +55,18 @@ def test_hardware_values_are_the_stated_figures():
     assert (h100.intra_node_latency_seconds, h100.inter_node_latency_seconds) == (1.27 * US, 3.58 * US)
     # The network figures measured on H100 nodes (nccl-tests issue 309, DeepEP issue 3) serve the H200, B200 and A100,
     # which cross nodes on 400 or 200 Gb/s ConnectX adapters as NCCL drives them; not the Ascend, whose HCCL is not NCCL.
-    for name in ("a100-80gb", "h100-sxm", "h200", "b200", "gb200", "b300", "gb300"):
+    for name in ("a100-80gb", "h100-sxm", "h800", "h200", "b200", "gb200", "b300", "gb300"):
         spec = by_name[name]
         assert (spec.inter_node_latency_seconds, spec.inter_node_all_to_all_latency_seconds) == (3.58 * US, 30 * US), name
     assert (by_name["ascend-910b"].inter_node_latency_seconds, by_name["ascend-910b"].inter_node_all_to_all_latency_seconds) \
         == (35 * US, None)
+    # The H800: the H100 SXM with NVLink cut to 400 GB/s (200 each way) and no NVLink SHARP figure; everything else the
+    # H100's (the DeepSeek-V3 papers, the preset's provenance), its 132 SMs the DeepSeek-V3 report's.
+    h800 = by_name["h800"]
+    assert h800.intra_node_bandwidth_bytes_per_second == 200 * GB and h800.nvls_bandwidth_bytes_per_second is None
+    assert (h800.sm_count, h800.nics_per_node, h800.nic_bandwidth_bytes_per_second, h800.rail_optimized) == (132, 8, 50 * GB, True)
+    assert attrs.evolve(h800, name=h100.name, intra_node_bandwidth_bytes_per_second=450 * GB,
+                        nvls_bandwidth_bytes_per_second=h100.nvls_bandwidth_bytes_per_second) == h100
     b200 = by_name["b200"]
     assert b200.memory_bytes == 183359 * MIB and b200.peak_flops["bf16"] == 2250 * TERA
     assert b200.intra_node_bandwidth_bytes_per_second == 900 * GB and b200.intra_node_latency_seconds == 9.18 * US
