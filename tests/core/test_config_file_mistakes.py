@@ -37,7 +37,7 @@ LAYOUT = "dp: 2, tp: 8, sp: true, pp: 4, seq_len: 8192, global_batch_size: 64"
         (JOB + "parallel: {dp: 2, tp: 8, pp: 4, seq_len: 8192, micro_batch_size: 3, global_batch_size: 64}\n",
          "$.parallel.global_batch_size: global_batch_size=64 must be a multiple of micro_batch_size*dp=6"),
         ("model: llama3-70b\nhardware: h100\nparallel: {" + LAYOUT + "}\n",
-         "$.hardware: unknown hardware preset 'h100'; known: a100-80gb, ascend-910b, b200, b200-simumax, b300, gb200, gb300, h100-sxm, h200"),
+         "$.hardware: unknown hardware preset 'h100'; known: a100-80gb, ascend-910b, b200, b200-simumax, b300, gb200, gb300, h100-sxm, h200, h800"),
     ],
 )
 def test_a_config_file_mistake_is_one_line_naming_the_field(capsys, tmp_path, text, line):
