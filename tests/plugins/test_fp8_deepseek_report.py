@@ -63,3 +63,4 @@ def test_the_page_states_the_benchmarks_figures(found):
     peaks = ", ".join(f"{r['peak_bytes'] / 2**30:.1f}" for r in found)
     assert f"hp {errors} at micro-batches 1, 2 and 3" in prose
     assert f"busiest rank's peak {peaks} GiB" in prose
+    assert f"hp counts {found[0]['flops_per_token'] / 1e9:.1f} GFLOP a token" in prose
