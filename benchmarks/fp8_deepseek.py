@@ -20,7 +20,7 @@ from hp_core import api
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
-import fp8_runs  # noqa: E402  (moe_recompute: the row's recompute modules as a plan)
+import fp8_runs  # noqa: E402  (layout, row_precision, moe_recompute: the other FP8 rows' helpers)
 
 DATA = fp8_runs.DATA
 GIB = 2**30
@@ -37,25 +37,16 @@ def measured_seconds(row: dict) -> float:
     return per_token * row["global_batch_size"] * row["seq_len"] / row["gpus"]
 
 
-def layout(row: dict, micro_batch_size: int):
-    from hp_core.specs import ParallelSpec
-
-    dp = row["gpus"] // (row["tp"] * row["pp"] * row["cp"])
-    return ParallelSpec(layers_per_stage=tuple(row["layers_per_stage"]), tp=row["tp"], pp=row["pp"], cp=row["cp"], dp=dp,
-                        vpp=row["vpp"], ep=row["ep"], etp=row["etp"], sp=row["tp"] > 1, micro_batch_size=micro_batch_size,
-                        seq_len=row["seq_len"], global_batch_size=row["global_batch_size"], schedule=row["schedule"])
-
-
 def run(row: dict, micro_batch_size: int, registry):
     """``(model, layout, keywords)`` of *row* at *micro_batch_size*: the megatron runtime with the row's options, its
     recipe with its precision fields, its hardware preset and its recompute modules as a plan."""
     model = api.model_from_preset(row["model"], registry=registry)
     runtime = api.apply_options(registry.runtime("megatron"), row["runtime_options"])
-    precision = attrs.evolve(runtime.precision, recipe=row["recipe"], **row.get("precision", {}))
+    precision = attrs.evolve(runtime.precision, recipe=row["recipe"], **fp8_runs.row_precision(row))
     hardware = registry.hardware_preset(row["hardware"]).spec
     recompute = fp8_runs.moe_recompute(row, model, registry, runtime)
-    return model, layout(row, micro_batch_size), dict(registry=registry, runtime=runtime, precision=precision,
-                                                      hardware=hardware, recompute=recompute)
+    spec = fp8_runs.layout(dict(row, micro_batch_size=micro_batch_size), fp8_runs._decoder_layers(model))
+    return model, spec, dict(registry=registry, runtime=runtime, precision=precision, hardware=hardware, recompute=recompute)
 
 
 def results(registry=None) -> list[dict]:

@@ -102,7 +102,8 @@ def layout(row: dict, decoder_layers: int) -> ParallelSpec:
     account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split): ``(decoder_layers + 2) /
     chunks`` per chunk, the first and the last chunk one fewer (126 layers over 64 chunks: 1, 2, ..., 2, 1). A row
     stating ``zero`` shards at that level (3: Megatron-FSDP's ``optim_grads_params``, priced by hp's per-layer ZeRO-3
-    sharding), else at the runtime's."""
+    sharding), else at the runtime's. A row stating ``schedule`` runs that pipeline schedule (DeepSeek-V3's
+    ``dualpipe``), else interleaved 1F1B where ``vpp > 1``."""
     model_parallel = row["tp"] * row["pp"] * row["cp"]
     dp = row["gpus"] // model_parallel
     chunks = row["pp"] * row["vpp"]
@@ -118,7 +119,7 @@ def layout(row: dict, decoder_layers: int) -> ParallelSpec:
                         etp=row.get("etp", 1), sp=row["tp"] > 1,
                         micro_batch_size=row["micro_batch_size"], seq_len=row["seq_len"],
                         global_batch_size=row["global_batch_size"],
-                        schedule="interleaved_1f1b" if row["vpp"] > 1 else None,
+                        schedule=row.get("schedule") or ("interleaved_1f1b" if row["vpp"] > 1 else None),
                         **{k: row[k] for k in ("rank_order", "cp_kind", "zero") if k in row})
 
 
