@@ -15,6 +15,13 @@ TRAITS = {
         "the gated MLP's activation keeps only its input, the FC1 output; its product is the FC2 input "
         "(Megatron-LM bias_swiglu_impl / Transformer Engine)"
     ),
+    "fp8_activation_input_store": (
+        "a fused gated activation (the fused_swiglu trait's kernel) keeps its input, the FC1 output, cast to "
+        "float8_e4m3fn (1 byte an element, no scale) and casts it back in backward: two eager casts, each reading "
+        "one width and writing the other (Megatron-LM --activation-func-fp8-input-store, TransformerConfig."
+        "activation_func_fp8_input_store; megatron/core/fusions/fused_bias_swiglu.py BiasSwiGLUFunction, "
+        "SwiGLUFunction and WeightedSwiGLUFunction, fused_bias_geglu.py WeightedQuickGeGLUFunction)"
+    ),
     "fused_cross_entropy": (
         "the loss keeps the logits in the compute dtype, overwritten with their gradient in forward, "
         "instead of an fp32 softmax (Transformer Engine parallel_cross_entropy; Megatron-LM --cross-entropy-loss-fusion)"

@@ -51,7 +51,7 @@ defaults fill what a job leaves out):
 * the runtime ``megatron`` and its options (docs/runtimes.md):
   ``--cross-entropy-loss-fusion`` (off unless passed; on only with ``--cross-entropy-fusion-impl te``: the default
   ``native`` keeps the unfused loss's fp32 softmax), ``--attention-backend``,
-  ``--no-bias-swiglu-fusion``, ``--no-rope-fusion`` with rope positions (``rope_kernels: eager``),
+  ``--no-bias-swiglu-fusion``, ``--activation-func-fp8-input-store``, ``--no-rope-fusion`` with rope positions (``rope_kernels: eager``),
   ``--moe-permute-fusion`` (off unless passed), ``--moe-grouped-gemm`` (off unless passed: a GPT model's experts
   as Megatron-Core's SequentialMLP, ``moe_grouped_gemm: false``; a hybrid model's are grouped whatever the flag),
   ``--use-transformer-engine-op-fuser`` with grouped routed experts as ``moe_fused_grouped_mlp: true`` and a
@@ -388,6 +388,7 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
     options: dict[str, Any] = {
         "cross_entropy_fusion": a.flag("cross-entropy-loss-fusion") and impl == "te",
         "swiglu_fusion": not a.flag("no-bias-swiglu-fusion"),
+        "activation_func_fp8_input_store": a.flag("activation-func-fp8-input-store"),
         "moe_permute_fusion": a.flag("moe-permute-fusion"),
         # --moe-grouped-gemm (TransformerConfig.moe_grouped_gemm, default False): without it a GPT model's MoE layers
         # are Megatron-Core's SequentialMLP, each local expert's linears as their own GEMMs (the runtime's

@@ -249,10 +249,13 @@ def moe(b: LayerBuilder, c: MoEFields, norm: str, hidden_dropout: float, layer_s
         b.keep("router_fp32_input", routed * h * 4, sw)
     b.keep("dispatched_tokens", processed * d * act, sw, gemm_input="owned")  # the experts' FC1 input
     before = b.elementwise  # the experts' activation ops, which a fused grouped MLP runs in GEMM epilogues
+    # Transformer Engine's fused grouped MLP runs the activation in its own op, which the FP8 input store (a
+    # Megatron-Core fused-activation argument) does not reach.
+    fp8_store = "moe_fused_grouped_mlp" not in x.traits
     if c.expert_activation == "clamped_swiglu":
-        expert_wide = clamped_swiglu(b, "expert_", processed, width, fc1_switch=sw)
+        expert_wide = clamped_swiglu(b, "expert_", processed, width, fc1_switch=sw, fp8_store=fp8_store)
     else:
-        expert_wide = swiglu(b, "expert_", processed, width, gated, c.hidden_act, False, fc1_switch=sw)
+        expert_wide = swiglu(b, "expert_", processed, width, gated, c.hidden_act, False, fc1_switch=sw, fp8_store=fp8_store)
     epilogue = b.elementwise - before if "moe_fused_grouped_mlp" in x.traits else 0.0
     if "moe_probs_in_activation" in x.traits:
         # The weighted SwiGLU keeps the fp32 probability of each dispatched token.

@@ -35,8 +35,26 @@ class MLPFields:
     mlp_bias: bool = False
 
 
+def fused_activation_input(b: LayerBuilder, elements: int, fp8_store: bool = True) -> int:
+    """Bytes a fused gated activation keeps of its *elements*-element input (the FC1 output).
+
+    The compute dtype's, or under the ``fp8_activation_input_store`` trait (Megatron-LM
+    ``--activation-func-fp8-input-store``) one byte an element: the fused function saves
+    ``input.to(torch.float8_e4m3fn)``, no scale, and its backward casts it back
+    (``megatron/core/fusions/fused_bias_swiglu.py`` ``BiasSwiGLUFunction.forward`` and ``backward``, the weighted
+    and quick-GeGLU forms alike). The two casts are eager kernels outside the fused one: forward reads the
+    compute-dtype width and writes one byte, backward the reverse, ``act + 1`` bytes an element each way, counted
+    as the layer's memory-bound copies (``LayerWork.copy_bytes``). *fp8_store* false: a kernel the option does
+    not reach (Transformer Engine's fused grouped MLP, which calls no ``bias_swiglu_impl``).
+    """
+    if fp8_store and "fp8_activation_input_store" in b.x.traits:
+        b.copies += elements * (b.act + 1)
+        return elements
+    return elements * b.act
+
+
 def swiglu(b: LayerBuilder, prefix: str, tokens: int, width: int, gated: bool, act_name: str, tp_split: bool = True,
-           fc1_switch: str | None = None) -> int:
+           fc1_switch: str | None = None, fp8_store: bool = True) -> int:
     """Keep a (gated) MLP's FC1 outputs and activation outputs; return the bytes of one width-wide tensor.
 
     Unfused SwiGLU (Hugging Face ``act_fn(gate_proj(x)) * up_proj(x)``) keeps
@@ -46,11 +64,12 @@ def swiglu(b: LayerBuilder, prefix: str, tokens: int, width: int, gated: bool, a
     its product, which FC2 keeps. The product (the activation's output
     without a gate) is FC2's input (``gemm_input`` ``owned``). The FC1
     outputs are gated by *fc1_switch* (``None``: kept unless the layer is
-    recomputed fully); the activation outputs by ``ffAct``.
+    recomputed fully); the activation outputs by ``ffAct``. The fused kernel's input is kept as
+    :func:`fused_activation_input` says (*fp8_store* as there).
     """
     wide = tokens * width * b.act
     if gated and "fused_swiglu" in b.x.traits:
-        b.keep(f"{prefix}fc1_out", 2 * wide, fc1_switch, tp_split)
+        b.keep(f"{prefix}fc1_out", fused_activation_input(b, 2 * tokens * width, fp8_store), fc1_switch, tp_split)
         b.keep(f"{prefix}mul_out", wide, "ffAct", tp_split, "owned")
     elif gated:
         b.keep(f"{prefix}gate_out", wide, fc1_switch, tp_split)

@@ -222,6 +222,19 @@ OPTIONS = (
         source=f"{_ARGS} --no-bias-swiglu-fusion; megatron/core/fusions/fused_bias_swiglu.py",
     ),
     trait_option(
+        "activation_func_fp8_input_store", "fp8_activation_input_store", default=False,
+        description="--activation-func-fp8-input-store: the fused SwiGLU (dense MLP, shared and routed experts; "
+                    "GPT-OSS's quick-GeGLU) keeps its input, the FC1 output, as float8_e4m3fn, one byte an element, "
+                    "and casts it back in backward (two eager casts of act + 1 bytes an element, timed as copies); "
+                    "no effect where the activation is unfused (swiglu_fusion false) or in Transformer Engine's "
+                    "fused grouped MLP (moe_fused_grouped_mlp); false: the compute dtype",
+        source=f"{_ARGS} --activation-func-fp8-input-store; megatron/core/transformer/transformer_config.py "
+               "activation_func_fp8_input_store; megatron/core/fusions/fused_bias_swiglu.py (BiasSwiGLUFunction, "
+               "SwiGLUFunction, WeightedSwiGLUFunction: input.to(torch.float8_e4m3fn) saved, cast back in backward) "
+               "and fused_bias_geglu.py (WeightedQuickGeGLUFunction); megatron/core/transformer/mlp.py and "
+               "moe/experts.py pass it to bias_swiglu_impl and weighted_bias_swiglu_impl",
+    ),
+    trait_option(
         "linear_proj_save_original_input", "linear_proj_original_input", default=True,
         description="Megatron-Core from core_v0.14.0 with Transformer Engine 2.6 (FP8) / 2.7 (FP4): under a recipe "
                     "other than delayed scaling the attention output projection keeps its bf16 input (the fused "

@@ -44,7 +44,7 @@ def test_every_option_at_its_default_leaves_the_profile_as_registered(registry, 
 
 def test_megatron_lists_its_options(registry):
     names = [option.name for option in registry.runtime("megatron").options]
-    assert names == ["cross_entropy_fusion", "attention_backend", "swiglu_fusion", "linear_proj_save_original_input", "moe_grouped_gemm",
+    assert names == ["cross_entropy_fusion", "attention_backend", "swiglu_fusion", "activation_func_fp8_input_store", "linear_proj_save_original_input", "moe_grouped_gemm",
                      "moe_fused_grouped_mlp", "moe_permute_fusion",
                      "gradient_accumulation_fusion", "make_vocab_size_divisible_by", "grad_reduce_in_fp32", "overlap_grad_reduce",
                      "overlap_param_gather", "tp_comm_overlap", "tp_comm_overlap_cfg", "overlap_p2p_communication", "overlap_moe_expert_parallel_comm",

@@ -562,3 +562,11 @@ def test_a_moe_layer_pattern_megatron_refuses_is_refused(registry):
         _imported(registry, argv + " --moe-layer-freq ([0]*1+[1]*3)", devices=8)
     with pytest.raises(ConfigError, match="--moe-layer-freq: expected a positive integer"):
         _imported(registry, argv + " --moe-layer-freq 0", devices=8)
+
+
+def test_the_fp8_activation_input_store_flag_is_the_runtime_option(registry):
+    # arguments.py --activation-func-fp8-input-store (store_true): off unless passed, quietly mapped either way.
+    stored = _imported(registry, SMALL + " --activation-func-fp8-input-store")
+    plain = _imported(registry, SMALL)
+    assert _options(stored)["activation_func_fp8_input_store"] is True and not stored.unmapped
+    assert _options(plain)["activation_func_fp8_input_store"] is False
