@@ -21,6 +21,7 @@ from hp_core.linear_modules import LinearModule
 from hp_core.reruns import Rerun, WholeCheckpoint, userbuffers_entries
 from hp_core.score_masks import LocalMask
 from hp_core.traits import TRAITS
+from hp_core.validators import weight_gradient_part
 
 __all__ = ["ATTENTION_IMPLS", "COLLECTIVE_GROUPS", "COLLECTIVE_OPS", "ActivationTerm", "Collective", "Flops", "LayerContext",
            "LayerCost", "LayerWork", "PARAM_GROUPS", "ParamCount", "Rerun", "SWITCHES", "TRAITS"]
@@ -445,6 +446,10 @@ class LayerCost:
         weight_gradient_bytes: What one micro-batch keeps between its input-gradient pass and its deferred weight-
             gradient pass (zero bubble): each trained linear's input, as the forward keeps it, and its output gradient
             (``dW = dY^T X``; docs/schedules.md); ``None``: not stated, priced as a whole micro-batch.
+        weight_gradient_inputs: Of :attr:`weight_gradient_bytes`, ``(bytes, elements)``: the compute-dtype bytes of the
+            inputs of the linears a recipe quantizes, and their elements once per linear, which a recipe keeping
+            linear inputs quantized restates in its format (:func:`hp_core.engine.precision.apply_recipe`;
+            docs/hooks/hp_layer_kinds.md); ``None``: nothing restated (ignored where W is ``None``).
         assumed: Selective settings it prices from the switches' terms where the trainer runs a policy whose kept
             bytes it does not state, each ``(recomputed switches, why)``; unless :attr:`measured` states the setting,
             an estimate under it says so (provenance ``recompute_assumptions``) rather than fall back silently.
@@ -467,6 +472,7 @@ class LayerCost:
     work: LayerWork | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(LayerWork)))
     forward_working_bytes: int = attrs.field(default=0, validator=_non_negative_int)
     weight_gradient_bytes: int | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_int))
+    weight_gradient_inputs: tuple[int, int] | None = attrs.field(default=None, validator=weight_gradient_part)
     assumed: tuple[tuple[frozenset[str], str], ...] = ()
     inner_kinds: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     checkpoint: WholeCheckpoint | None = None

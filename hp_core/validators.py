@@ -23,6 +23,7 @@ from hp_core.errors import SpecError
 __all__ = [
     "bounded_int", "finite_number", "is_finite", "instance_of", "name_matching", "non_empty_text", "non_negative_int",
     "non_negative_number", "one_of", "optional", "plugin_name", "positive_int", "positive_number", "probability",
+    "weight_gradient_part",
 ]
 
 
@@ -127,3 +128,16 @@ def non_empty_text(instance: Any, attribute: attrs.Attribute, value: Any) -> Non
     """A ``str`` with something besides white space."""
     if not isinstance(value, str) or not value.strip():
         raise SpecError(attribute.name, f"{attribute.name} must be a non-empty string, got {short_repr(value)}")
+
+
+def weight_gradient_part(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """``(bytes, elements)``, both non-negative integers, the bytes part of ``weight_gradient_bytes`` where it is stated
+    (where it is not, nothing is restated: a kind that drops its W, as LoRA does, need not drop these too)."""
+    if value is None:
+        return
+    if (not isinstance(value, tuple) or len(value) != 2
+            or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value)):
+        raise ValueError(f"{attribute.name} must be (bytes, elements), two non-negative integers, got {value!r}")
+    if instance.weight_gradient_bytes is not None and value[0] > instance.weight_gradient_bytes:
+        raise ValueError(f"{attribute.name}: its {value[0]} bytes must be part of weight_gradient_bytes "
+                         f"({instance.weight_gradient_bytes})")

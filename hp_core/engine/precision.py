@@ -156,9 +156,24 @@ def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int
         weights = quantized_weight_elements([(cost, 1)])
         if weights:
             terms += (ActivationTerm("quantized_weights", math.ceil(weights * recipe.weights.bytes_per_element)),)
-    if terms == cost.activations:
+    gradient = _weight_gradient(cost, recipe)
+    if terms == cost.activations and gradient == cost.weight_gradient_bytes:
         return cost
-    return attrs.evolve(cost, activations=terms)
+    # Restated once: what it states in the recipe's formats is no longer compute-dtype bytes to restate.
+    inputs = cost.weight_gradient_inputs if gradient == cost.weight_gradient_bytes else None
+    return attrs.evolve(cost, activations=terms, weight_gradient_bytes=gradient, weight_gradient_inputs=inputs)
+
+
+def _weight_gradient(cost: LayerCost, recipe: PrecisionRecipe) -> int | None:
+    """W's bytes under *recipe* (:attr:`LayerCost.weight_gradient_inputs <hp_core.costs.LayerCost.weight_gradient_inputs>`):
+    the quantized linears' inputs at its input format's width where it keeps linear inputs quantized, as Transformer
+    Engine's deferred weight gradient holds them (``pytorch/module/linear.py`` backward: the column-wise quantized
+    ``inputmat_total`` to ``wgrad_store.put``), the output gradients as stated (docs/schedules.md)."""
+    stated = cost.weight_gradient_inputs
+    if stated is None or cost.weight_gradient_bytes is None or not recipe.low_precision or recipe.saved_input != "quantized":
+        return cost.weight_gradient_bytes
+    compute_bytes, elements = stated
+    return cost.weight_gradient_bytes - compute_bytes + math.ceil(recipe.saved_input_bytes(elements))
 
 
 def with_recipe(costs: tuple[LayerCost, ...], registry: Registry, precision: PrecisionSpec,
@@ -232,7 +247,12 @@ def apply_recipe_measured(measured: LayerCost, formula: LayerCost, recipe: Preci
                   for t in measured.activations) + changed.activations[len(formula.activations):] + reruns
     policies = tuple((switches, max(0, kept + sum(c for s, c in delta.items() if s is None or s not in switches)))
                      for switches, kept in measured.measured)
-    return attrs.evolve(measured, activations=terms, measured=policies)
+    gradient = measured.weight_gradient_bytes  # moved as the formula's (a census measures no deferred W)
+    if gradient is not None and changed.weight_gradient_bytes is not None and formula.weight_gradient_bytes is not None:
+        gradient = max(0, gradient + changed.weight_gradient_bytes - formula.weight_gradient_bytes)
+    inputs = measured.weight_gradient_inputs if gradient == measured.weight_gradient_bytes else None
+    return attrs.evolve(measured, activations=terms, measured=policies, weight_gradient_bytes=gradient,
+                        weight_gradient_inputs=inputs)
 
 
 def quantized_weight_elements(costs: Iterable[tuple[LayerCost, int]], by_group: bool = False) -> Any:

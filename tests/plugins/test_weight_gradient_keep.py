@@ -115,7 +115,7 @@ def _kind_layouts(draw):
     sample = draw(st.sampled_from(SAMPLES[name]))
     tp = draw(st.sampled_from(TP_DEGREES.get(name, (1, 2, 4))))
     sp = tp > 1 and draw(st.booleans())
-    traits = draw(st.frozensets(st.sampled_from(sorted(set(TRAITS) - {"moe_probs_in_activation"}))))
+    traits = draw(st.frozensets(st.sampled_from(sorted(set(TRAITS) - {"moe_probs_in_activation", "fp8_activation_input_store"}))))
     context = _context(tp, sp, draw(st.sampled_from((1, 2))), 1024, draw(st.sampled_from(("flash", "eager"))), traits)
     return name, sample, context
 
@@ -133,12 +133,13 @@ def test_w_keeps_at_most_what_the_plain_layer_keeps_without_sp(case):
     """Every built-in kind (LoRA aside: it states nothing) states W's tensors, and without sequence
     parallelism they are at most what the plain layer keeps for its backward: W reads GEMM inputs the
     forward keeps and output gradients smaller than the tensors B frees (at every TP degree, attention
-    implementation and set of runtime traits but one). Under SP, W's tensors are those of the same layout
+    implementation and set of runtime traits but two). Under SP, W's tensors are those of the same layout
     without SP or fewer (the head's input stays sharded), but the forward keeps the residual stream in 1/t
     shards while W keeps the row-parallel linears' all-gathered output gradients: from tp = 4 on W may keep
     more than a whole micro-batch. The trait left out, ``moe_probs_in_activation``, keeps no expert
     outputs, so the experts' FC2 output gradients W keeps can exceed what B frees
-    (:func:`test_where_w_keeps_more_than_a_whole_micro_batch`; docs/schedules.md)."""
+    (:func:`test_where_w_keeps_more_than_a_whole_micro_batch`; docs/schedules.md); ``fp8_activation_input_store`` keeps
+    the SwiGLU's input in one byte an element where W holds that linear's output gradient in the compute dtype."""
     name, sample, context = case
     plain = attrs.evolve(context, sp=False)
     try:
@@ -327,3 +328,45 @@ def test_the_peak_and_the_stated_moments_bind_whatever_w_weighs(name):
                     assert max(map(value, simulated)) == pytest.approx(max(map(value, stated))), (p, m, i, a, w)
             checked += 1
     assert checked >= 20
+
+
+# Under a recipe that keeps linear inputs quantized, W holds each linear's input as Transformer Engine's deferred
+# weight gradient does: the quantized copy (fp8-blockwise: one byte an element and an fp32 scale per 128), the
+# output gradients at the compute dtype's width (TE's quantized dY in both usages, 2 x (1 + 4/128) bytes: not counted).
+def test_a_quantizing_recipe_keeps_the_inputs_w_reads_in_its_format():
+    from hp_core.engine.precision import apply_recipe, resolve_recipe
+
+    cost = evaluate_dense(LLAMA3_8B, _context(2, True))
+    T = 8192
+    # The inputs of qkv, o, FC1 and FC2 at t = 2 (_BY_HAND): 4096 + 2048 + 4096 + 7168 elements a token.
+    inputs = T * (4096 + 2048 + 4096 + 7168)
+    assert cost.weight_gradient_inputs == (2 * inputs, inputs)
+    blockwise = resolve_recipe(REGISTRY, PrecisionSpec(recipe="fp8-blockwise"))
+    quantized = apply_recipe(cost, blockwise, 2, tp_sp=True)
+    assert quantized.weight_gradient_bytes == T * 86016 - 2 * inputs + inputs * 132 // 128 == 566_493_184
+    assert quantized.weight_gradient_inputs is None  # restated once: applying the recipe again changes nothing
+    assert apply_recipe(quantized, blockwise, 2, tp_sp=True).weight_gradient_bytes == quantized.weight_gradient_bytes
+    # torchao's float8 keeps the compute-dtype input (saved_input compute): W as stated.
+    torchao = resolve_recipe(REGISTRY, PrecisionSpec(recipe="torchao-float8-rowwise"))
+    assert apply_recipe(cost, torchao, 2, tp_sp=True).weight_gradient_bytes == cost.weight_gradient_bytes
+
+
+def test_the_shared_input_is_counted_once_in_bf16_and_once_per_linear_quantized():
+    # MLA's q_a and kv_a read one norm output: W counts its compute-dtype bytes once, and under a recipe each of the
+    # two TE linears holds a quantized copy of its own (hp_plugins/kit/builder.py LayerBuilder.linear shares_input).
+    from hp_plugins.kit.builder import LayerBuilder
+
+    b = LayerBuilder(_context(1, False, seq_len=1024), 512)
+    b.linear(1024, 512, 64)
+    b.linear(1024, 512, 32, shares_input=True)
+    assert b.weight_gradient == 1024 * (512 + 64 + 32) * 2
+    assert (b.weight_gradient_input_bytes, b.weight_gradient_input_elements) == (1024 * 512 * 2, 2 * 1024 * 512)
+    b.linear(1024, 512, 512, weight=False)  # a router's gate: no W, nothing to restate
+    assert b.weight_gradient_input_elements == 2 * 1024 * 512
+
+
+def test_a_restated_part_must_be_part_of_a_stated_w():
+    with pytest.raises(ValueError, match="must be part of weight_gradient_bytes"):
+        attrs.evolve(evaluate_dense(LLAMA3_8B, _context(1, False)), weight_gradient_bytes=10)
+    with pytest.raises(ValueError, match="two non-negative integers"):
+        attrs.evolve(evaluate_dense(LLAMA3_8B, _context(1, False)), weight_gradient_inputs=(1, -1))
