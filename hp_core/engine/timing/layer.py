@@ -46,6 +46,8 @@ class _LayerTime:
         flops: Model FLOPs, forward and backward of the matmuls and the
             attention core as the layer counts them; no recompute.
         recomputed_flops: The FLOPs its recompute re-runs.
+        core_backward_flops: What a fused attention core's backward runs beyond the model-FLOPs convention
+            (FlashAttention-2 recomputes the scores): hardware FLOPs, not a recompute's.
         weight_gradient_seconds: The part of ``backward_seconds`` that is
             weight-gradient GEMMs, half the GEMM backward (a matmul's
             weight-gradient GEMM has the FLOPs of its input-gradient one; Qi et
@@ -66,6 +68,7 @@ class _LayerTime:
     weight_gradient_seconds: float = 0.0
     communication_by_group: tuple[tuple[str, float, float], ...] = ()
     unpaired_seconds: float = 0.0
+    core_backward_flops: float = 0.0
 
 
 def work_of(cost: LayerCost, kind: str) -> LayerWork:
@@ -249,8 +252,12 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
 
     # Recompute.
     # FLOPs, rate-free: a frozen weight's backward counts its input-gradient GEMM's alone (half its backward FLOPs).
+    # The attention core three times its forward, the model-FLOPs convention (Narayanan et al. 2021, Section 5.1;
+    # Megatron-LM num_floating_point_operations); what a fused core's backward runs beyond it (FlashAttention-2
+    # recomputes the scores: attention_backward_factor 2.5 against 2) is hardware FLOPs (core_backward_flops, HFU).
     model_flops = ((1 + r.mm_backward) * f.matmul_flops - r.mm_backward / 2 * min(work.frozen_matmul_flops, f.matmul_flops)
-                   + (1 + r.attn_backward) * f.attention_flops)
+                   + 3 * f.attention_flops)
+    core_again = (r.attn_backward - 2) * f.attention_flops if r.flash else 0.0
     if full:
         recompute = forward
         recomputed_flops = f.matmul_flops + f.attention_flops
@@ -304,7 +311,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     return _LayerTime(
         forward_seconds=k * forward + unit_fwd, backward_seconds=k * backward + unit_bwd, recompute_seconds=k * recompute,
         communication_seconds=k * comm, flops=model_flops, recomputed_flops=recomputed_flops,
-        weight_gradient_seconds=k * wgrad, unpaired_seconds=k * unpaired,
+        weight_gradient_seconds=k * wgrad, unpaired_seconds=k * unpaired, core_backward_flops=core_again,
         communication_by_group=_merge(tuple((g, k * t, k * e) for g, t, e in groups)),
     )
 

@@ -297,7 +297,7 @@ def time_run(
                 rec += n * t.recompute_seconds
                 comm += n * t.communication_seconds
                 flops += n * t.flops
-                rflops += n * t.recomputed_flops
+                rflops += n * (t.recomputed_flops + t.core_backward_flops)  # HFU's: recompute and a fused core's re-run scores
                 wgrad += n * t.weight_gradient_seconds
                 unpaired += n * t.unpaired_seconds
                 for g, total, exposed in t.communication_by_group:
