@@ -43,11 +43,9 @@ class _LayerTime:
         communication_seconds: Exposed TP/CP/EP communication, a recomputed
             forward's and a re-gather's included (:func:`time_run
             <hp_core.engine.timing.step.time_run>` adds offload's exposed copies).
-        flops: Model FLOPs, forward and backward of the matmuls and the
-            attention core as the layer counts them; no recompute.
+        flops: Model FLOPs, forward and backward of the matmuls and the attention core as the layer counts them.
         recomputed_flops: The FLOPs its recompute re-runs.
-        core_backward_flops: What a fused attention core's backward runs beyond the model-FLOPs convention
-            (FlashAttention-2 recomputes the scores): hardware FLOPs, not a recompute's.
+        core_backward_flops: A fused attention core's backward beyond the convention's (its re-run scores): HFU's.
         weight_gradient_seconds: The part of ``backward_seconds`` that is
             weight-gradient GEMMs, half the GEMM backward (a matmul's
             weight-gradient GEMM has the FLOPs of its input-gradient one; Qi et
@@ -252,9 +250,9 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
 
     # Recompute.
     # FLOPs, rate-free: a frozen weight's backward counts its input-gradient GEMM's alone (half its backward FLOPs).
-    # The attention core three times its forward, the model-FLOPs convention (Narayanan et al. 2021, Section 5.1;
-    # Megatron-LM num_floating_point_operations); what a fused core's backward runs beyond it (FlashAttention-2
-    # recomputes the scores: attention_backward_factor 2.5 against 2) is hardware FLOPs (core_backward_flops, HFU).
+    # The attention core three times its forward (the model-FLOPs convention: Narayanan et al. 2021, Section 5.1;
+    # Megatron-LM num_floating_point_operations); a fused core's backward beyond it (FlashAttention-2 re-runs the
+    # scores: attention_backward_factor 2.5 against 2) is hardware FLOPs (core_backward_flops, HFU).
     model_flops = ((1 + r.mm_backward) * f.matmul_flops - r.mm_backward / 2 * min(work.frozen_matmul_flops, f.matmul_flops)
                    + 3 * f.attention_flops)
     core_again = (r.attn_backward - 2) * f.attention_flops if r.flash else 0.0
