@@ -57,7 +57,7 @@ defaults fill what a job leaves out):
   ``--use-transformer-engine-op-fuser`` with grouped routed experts as ``moe_fused_grouped_mlp: true`` and a
   warning line (Megatron-Core from 8d16c67 runs a gated MoE MLP under the fuser only with
   ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``; an older one ran it unfused without it),
-  ``--no-gradient-accumulation-fusion``, ``--make-vocab-size-divisible-by``; the overlaps
+  ``--no-gradient-accumulation-fusion``, ``--make-vocab-size-divisible-by``, ``--ddp-bucket-size``; the overlaps
   ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap`` (its ``--tp-comm-overlap-cfg``
   file, opened relative to the current directory as Megatron-LM opens it relative to its own, as
   ``tp_comm_overlap_cfg``), ``--overlap-moe-expert-parallel-comm`` and the pipeline sends (on under the interleaved schedule
@@ -397,6 +397,8 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
         "moe_grouped_gemm": a.flag("moe-grouped-gemm") or hybrid is not None,
         "gradient_accumulation_fusion": not a.flag("no-gradient-accumulation-fusion"),
     }
+    if a.value("ddp-bucket-size", int) is not None:  # arguments.py --ddp-bucket-size (default None: Megatron's own)
+        options["ddp_bucket_size"] = a.value("ddp-bucket-size", int)
     fuser = a.flag("use-transformer-engine-op-fuser")
     if fuser and not (a.value("num-experts", int) and options["moe_grouped_gemm"]):
         unmapped.append("--use-transformer-engine-op-fuser: no grouped routed experts for its fused grouped MLP; the "

@@ -69,7 +69,7 @@ from hp_core.types import Runtime
 from hp_plugins.runtimes.moe_expert_options import MOE_EXPERT_OPTIONS
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
 from hp_plugins.runtimes.time_options import (
-    cuda_graphs_option, ep_all_to_all_option, hybridep_num_sms_option, rope_kernels_option,
+    cuda_graphs_option, ddp_bucket_size_option, ep_all_to_all_option, hybridep_num_sms_option, rope_kernels_option,
 )
 from hp_plugins.runtimes.timing_profiles import MEGATRON_TE
 from hp_plugins.runtimes.userbuffers import (
@@ -297,6 +297,9 @@ OPTIONS = (
                "megatron/core/distributed/fsdp/src/README.md (Megatron-FSDP: the two overlap flags prefetch its "
                "all-gathers and overlap its reduce-scatters)",
     ),
+    ddp_bucket_size_option(f"{_ARGS} --ddp-bucket-size (default None); megatron/training/training.py get_model "
+                           "(bucket_size max(40000000, 1000000 * dp_cp) where None, one bucket without overlap_grad_reduce); "
+                           "megatron/core/distributed/distributed_data_parallel_config.py bucket_size"),
     RuntimeOption(
         "tp_comm_overlap", "bool", False,
         "--tp-comm-overlap: TE userbuffers split TP all-gathers and reduce-scatters into tp chunks pipelined with "

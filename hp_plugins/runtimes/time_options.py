@@ -17,7 +17,7 @@ from hp_core.specs.timing import Sourced
 from hp_core.types import Runtime
 from hp_plugins.runtimes.timing_profiles import EAGER_ACCESSES, FUSED_ACCESSES
 
-__all__ = ["cuda_graphs_option", "ep_all_to_all_option", "elementwise_kernels_option", "hybridep_num_sms_option",
+__all__ = ["cuda_graphs_option", "ddp_bucket_size_option", "ep_all_to_all_option", "elementwise_kernels_option", "hybridep_num_sms_option",
            "rope_implementation_option", "rope_kernels_option"]
 
 @attrs.frozen
@@ -175,4 +175,26 @@ def cuda_graphs_option(source: str) -> RuntimeOption:
         "Engine's partial scopes (attn, mlp, moe_router, moe_preprocess) are priced as none; the graphs' memory (static "
         "buffers, private pools) is not priced",
         source, _CudaGraphs(), choices=CUDA_GRAPH_SCOPES,
+    )
+
+
+@attrs.frozen
+class _BucketSize:
+    """``ddp_bucket_size``: sets the overlap schedule's ``bucket_elements`` (0: ``None``, Megatron-LM's own default)."""
+
+    def __call__(self, runtime: Runtime, value: int) -> Runtime:
+        timing = runtime.timing
+        schedule = attrs.evolve(timing.schedule, bucket_elements=value or None)
+        return attrs.evolve(runtime, timing=attrs.evolve(timing, schedule=schedule))
+
+
+def ddp_bucket_size_option(source: str) -> RuntimeOption:
+    """``ddp_bucket_size``: parameters per data-parallel bucket; 0, the default, Megatron-LM's own size."""
+    return RuntimeOption(
+        "ddp_bucket_size", "int", 0,
+        "--ddp-bucket-size: parameters per data-parallel gradient-reduction and parameter-gather bucket, which sets what "
+        "overlap_grad_reduce leaves exposed after the last backward (its last bucket) and overlap_param_gather before "
+        "the first forward (its first); 0 (the default, the flag unset): Megatron-LM's own, max(40e6, 1e6 x dp x cp) "
+        "parameters; without the overlaps the reduction is one bucket either way",
+        source, _BucketSize(), minimum=0,
     )

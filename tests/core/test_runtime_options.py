@@ -47,7 +47,7 @@ def test_megatron_lists_its_options(registry):
     assert names == ["cross_entropy_fusion", "attention_backend", "swiglu_fusion", "activation_func_fp8_input_store", "linear_proj_save_original_input", "moe_grouped_gemm",
                      "moe_fused_grouped_mlp", "moe_permute_fusion",
                      "gradient_accumulation_fusion", "make_vocab_size_divisible_by", "grad_reduce_in_fp32", "overlap_grad_reduce",
-                     "overlap_param_gather", "tp_comm_overlap", "tp_comm_overlap_cfg", "overlap_p2p_communication", "overlap_moe_expert_parallel_comm",
+                     "overlap_param_gather", "ddp_bucket_size", "tp_comm_overlap", "tp_comm_overlap_cfg", "overlap_p2p_communication", "overlap_moe_expert_parallel_comm",
                      "delay_wgrad_compute", "ep_all_to_all", "hybridep_num_sms", "rope_kernels", "cuda_graphs"]
     assert all(option.source and option.description for option in registry.runtime("megatron").options)
 
@@ -411,3 +411,25 @@ def test_fsdp_under_interleaved_pipelining_with_reshard_after_forward_is_a_one_l
     elements = 128_256 * 4096 + 2 * 218_112_000
     assert stage["binding_point"] == "backward"
     assert (stage["memory"]["communication_buffers_bytes"], stage["memory"]["gradients_bytes"]) == (2 * elements, 4 * elements)
+
+
+def test_the_ddp_bucket_size_sets_what_the_overlapped_reduction_leaves_exposed(registry, llama):
+    # Megatron-LM --ddp-bucket-size: the last bucket of the gradient reduction and the first of the parameter gather
+    # stay exposed under the overlaps (hp_core/engine/timing/step.py); a bucket holding every parameter of the rank is
+    # the whole reduction, as without the overlaps; 0 is Megatron's own max(40e6, 1e6 x dp).
+    megatron = registry.runtime("megatron")
+    parallel = ParallelSpec(dp=16, tp=1, seq_len=8192, global_batch_size=16)
+    overlapped = apply_options(megatron, {"overlap_grad_reduce": True, "overlap_param_gather": True})
+
+    def dp_seconds(runtime):
+        return step_time(llama, parallel, registry=registry, hardware="h100-sxm", runtime=runtime).stages[0].data_parallel_seconds
+
+    default = dp_seconds(overlapped)
+    assert dp_seconds(apply_options(overlapped, {"ddp_bucket_size": 0})) == default
+    assert dp_seconds(apply_options(overlapped, {"ddp_bucket_size": 40_000_000})) == default  # max(40e6, 16e6)
+    sizes = [10_000_000, 40_000_000, 200_000_000, 1_000_000_000, 10_000_000_000]
+    exposed = [dp_seconds(apply_options(overlapped, {"ddp_bucket_size": n})) for n in sizes]
+    assert exposed == sorted(exposed) and exposed[0] < exposed[-1]
+    assert exposed[-1] == pytest.approx(dp_seconds(megatron), rel=1e-12)  # one bucket: nothing hidden
+    with pytest.raises(ConfigError, match=r"\$\.runtime\.options\.ddp_bucket_size: expected at least 0"):
+        apply_options(megatron, {"ddp_bucket_size": -1})

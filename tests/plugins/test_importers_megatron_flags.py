@@ -570,3 +570,10 @@ def test_the_fp8_activation_input_store_flag_is_the_runtime_option(registry):
     plain = _imported(registry, SMALL)
     assert _options(stored)["activation_func_fp8_input_store"] is True and not stored.unmapped
     assert _options(plain)["activation_func_fp8_input_store"] is False
+
+
+def test_the_ddp_bucket_size_flag_is_the_runtime_option(registry):
+    # arguments.py --ddp-bucket-size (type int, default None): stated, the option; unstated, Megatron's own size.
+    job = _imported(registry, SMALL + " --overlap-grad-reduce --ddp-bucket-size 768000000")
+    assert _options(job)["ddp_bucket_size"] == 768_000_000 and not job.unmapped
+    assert "ddp_bucket_size" not in _options(_imported(registry, SMALL))
