@@ -446,10 +446,11 @@ class LayerCost:
         weight_gradient_bytes: What one micro-batch keeps between its input-gradient pass and its deferred weight-
             gradient pass (zero bubble): each trained linear's input, as the forward keeps it, and its output gradient
             (``dW = dY^T X``; docs/schedules.md); ``None``: not stated, priced as a whole micro-batch.
-        weight_gradient_inputs: Of :attr:`weight_gradient_bytes`, ``(bytes, elements)``: the compute-dtype bytes of the
-            inputs of the linears a recipe quantizes, and their elements once per linear, which a recipe keeping
-            linear inputs quantized restates in its format (:func:`hp_core.engine.precision.apply_recipe`;
-            docs/hooks/hp_layer_kinds.md); ``None``: nothing restated (ignored where W is ``None``).
+        weight_gradient_quantized: Of :attr:`weight_gradient_bytes`, what a recipe keeping linear inputs quantized
+            restates in its formats, ``(input bytes, input elements, output-gradient elements)`` of the linears it
+            quantizes: the inputs' compute-dtype bytes (a shared input once) and elements (once per linear), and the
+            output gradients' elements (:func:`hp_core.engine.precision.apply_recipe`; docs/hooks/hp_layer_kinds.md);
+            ``None``: nothing restated (ignored where W is ``None``).
         assumed: Selective settings it prices from the switches' terms where the trainer runs a policy whose kept
             bytes it does not state, each ``(recomputed switches, why)``; unless :attr:`measured` states the setting,
             an estimate under it says so (provenance ``recompute_assumptions``) rather than fall back silently.
@@ -472,7 +473,7 @@ class LayerCost:
     work: LayerWork | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(LayerWork)))
     forward_working_bytes: int = attrs.field(default=0, validator=_non_negative_int)
     weight_gradient_bytes: int | None = attrs.field(default=None, validator=attrs.validators.optional(_non_negative_int))
-    weight_gradient_inputs: tuple[int, int] | None = attrs.field(default=None, validator=weight_gradient_part)
+    weight_gradient_quantized: tuple[int, int, int] | None = attrs.field(default=None, validator=weight_gradient_part)
     assumed: tuple[tuple[frozenset[str], str], ...] = ()
     inner_kinds: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     checkpoint: WholeCheckpoint | None = None

@@ -131,13 +131,15 @@ def non_empty_text(instance: Any, attribute: attrs.Attribute, value: Any) -> Non
 
 
 def weight_gradient_part(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    """``(bytes, elements)``, both non-negative integers, the bytes part of ``weight_gradient_bytes`` where it is stated
+    """``(input bytes, input elements, output-gradient elements)``, non-negative integers, the bytes part of
+    ``weight_gradient_bytes`` where it is stated
     (where it is not, nothing is restated: a kind that drops its W, as LoRA does, need not drop these too)."""
     if value is None:
         return
-    if (not isinstance(value, tuple) or len(value) != 2
+    if (not isinstance(value, tuple) or len(value) != 3
             or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value)):
-        raise ValueError(f"{attribute.name} must be (bytes, elements), two non-negative integers, got {value!r}")
+        raise ValueError(f"{attribute.name} must be (input bytes, input elements, output-gradient elements), three "
+                         f"non-negative integers, got {value!r}")
     if instance.weight_gradient_bytes is not None and value[0] > instance.weight_gradient_bytes:
         raise ValueError(f"{attribute.name}: its {value[0]} bytes must be part of weight_gradient_bytes "
                          f"({instance.weight_gradient_bytes})")

@@ -156,24 +156,27 @@ def apply_recipe(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int
         weights = quantized_weight_elements([(cost, 1)])
         if weights:
             terms += (ActivationTerm("quantized_weights", math.ceil(weights * recipe.weights.bytes_per_element)),)
-    gradient = _weight_gradient(cost, recipe)
+    gradient = _weight_gradient(cost, recipe, activation_bytes)
     if terms == cost.activations and gradient == cost.weight_gradient_bytes:
         return cost
-    # Restated once: what it states in the recipe's formats is no longer compute-dtype bytes to restate.
-    inputs = cost.weight_gradient_inputs if gradient == cost.weight_gradient_bytes else None
-    return attrs.evolve(cost, activations=terms, weight_gradient_bytes=gradient, weight_gradient_inputs=inputs)
+    inputs = cost.weight_gradient_quantized if gradient == cost.weight_gradient_bytes else None  # restated once
+    return attrs.evolve(cost, activations=terms, weight_gradient_bytes=gradient, weight_gradient_quantized=inputs)
 
 
-def _weight_gradient(cost: LayerCost, recipe: PrecisionRecipe) -> int | None:
-    """W's bytes under *recipe* (:attr:`LayerCost.weight_gradient_inputs <hp_core.costs.LayerCost.weight_gradient_inputs>`):
-    the quantized linears' inputs at its input format's width where it keeps linear inputs quantized, as Transformer
-    Engine's deferred weight gradient holds them (``pytorch/module/linear.py`` backward: the column-wise quantized
-    ``inputmat_total`` to ``wgrad_store.put``), the output gradients as stated (docs/schedules.md)."""
-    stated = cost.weight_gradient_inputs
+def _weight_gradient(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes: int) -> int | None:
+    """W's bytes under *recipe* (:attr:`LayerCost.weight_gradient_quantized <hp_core.costs.LayerCost.weight_gradient_quantized>`)
+    where it keeps linear inputs quantized, as Transformer Engine's deferred weight gradient holds them
+    (``pytorch/module/linear.py`` backward: ``wgrad_store.put([inputmat_total, grad_output], ...)``): each quantized
+    linear's input at its input format's width (the column-wise copy), its output gradient at its gradient format's
+    width in both usages (the row-wise copy its input-gradient GEMM read and the column-wise one W reads:
+    ``update_usage(columnwise_usage=True)`` keeps the first; docs/schedules.md)."""
+    stated = cost.weight_gradient_quantized
     if stated is None or cost.weight_gradient_bytes is None or not recipe.low_precision or recipe.saved_input != "quantized":
         return cost.weight_gradient_bytes
-    compute_bytes, elements = stated
-    return cost.weight_gradient_bytes - compute_bytes + math.ceil(recipe.saved_input_bytes(elements))
+    compute_bytes, elements, gradients = stated
+    quantized_gradients = math.ceil(2 * gradients * recipe.gradients.bytes_per_element) if recipe.gradients.low_precision else 0
+    return (cost.weight_gradient_bytes - compute_bytes + math.ceil(recipe.saved_input_bytes(elements))
+            - (gradients * activation_bytes - quantized_gradients if quantized_gradients else 0))
 
 
 def with_recipe(costs: tuple[LayerCost, ...], registry: Registry, precision: PrecisionSpec,
@@ -248,11 +251,11 @@ def apply_recipe_measured(measured: LayerCost, formula: LayerCost, recipe: Preci
     policies = tuple((switches, max(0, kept + sum(c for s, c in delta.items() if s is None or s not in switches)))
                      for switches, kept in measured.measured)
     gradient = measured.weight_gradient_bytes  # moved as the formula's (a census measures no deferred W)
-    if gradient is not None and changed.weight_gradient_bytes is not None and formula.weight_gradient_bytes is not None:
+    if None not in (gradient, changed.weight_gradient_bytes, formula.weight_gradient_bytes):
         gradient = max(0, gradient + changed.weight_gradient_bytes - formula.weight_gradient_bytes)
-    inputs = measured.weight_gradient_inputs if gradient == measured.weight_gradient_bytes else None
+    inputs = measured.weight_gradient_quantized if gradient == measured.weight_gradient_bytes else None
     return attrs.evolve(measured, activations=terms, measured=policies, weight_gradient_bytes=gradient,
-                        weight_gradient_inputs=inputs)
+                        weight_gradient_quantized=inputs)
 
 
 def quantized_weight_elements(costs: Iterable[tuple[LayerCost, int]], by_group: bool = False) -> Any:

@@ -185,7 +185,7 @@ def evaluate_lora(c: LoRAConfig, x: LayerContext) -> LayerCost:
         forward=Flops(forward.matmul_flops + flops, forward.attention_flops, forward.elementwise_flops),
         work=work, weight_shapes=(*base.weight_shapes, *((rows, cols) for _, rows, cols in gemms)),
         weight_gradient_bytes=None,  # not stated: the frozen base defers no wgrad, the adapters' are not derived
-        weight_gradient_inputs=None,
+        weight_gradient_quantized=None,
     )
 
 

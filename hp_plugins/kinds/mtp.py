@@ -274,7 +274,7 @@ def _one_application(c: MTPConfig, x: LayerContext) -> LayerCost:
         weight_gradient_bytes=None if inner.weight_gradient_bytes is None else
         inner.weight_gradient_bytes + 2 * hidden + T * h * act // x.tp + hidden + T * shard * act,
         # What a recipe restates of it: its layer's (eh_proj's input and the head's are left as stated).
-        weight_gradient_inputs=None if inner.weight_gradient_bytes is None else inner.weight_gradient_inputs,
+        weight_gradient_quantized=None if inner.weight_gradient_bytes is None else inner.weight_gradient_quantized,
         forward=Flops(
             matmul_flops=inner.forward.matmul_flops + 2 * T * 2 * h * h // x.tp + 2 * T * h * shard,
             attention_flops=inner.forward.attention_flops,

@@ -126,9 +126,9 @@ class LayerBuilder:
         # What the deferred weight-gradient passes read (LayerCost.weight_gradient_bytes): per linear, its input and
         # its output gradient (sail-sg/zero-bubble-pipeline-parallelism WeightGradStore.put(total_input, grad_output, ...)).
         self.weight_gradient = 0
-        # Of it, the linears' inputs a recipe quantizes (LayerCost.weight_gradient_inputs): their compute-dtype bytes
-        # as counted there (a shared input once) and their elements once per linear (each holds its own copy).
-        self.weight_gradient_input_bytes, self.weight_gradient_input_elements = 0, 0
+        # Of it, what a recipe quantizes (LayerCost.weight_gradient_quantized): the inputs' compute-dtype bytes as counted
+        # there (a shared input once) and elements once per linear (each holds its own copy), the output gradients' elements.
+        self.weight_gradient_input_bytes, self.weight_gradient_input_elements, self.weight_gradient_dy_elements = 0, 0, 0
         # Forward FLOPs of each unfused matmul in forward order (q, k, v, o, w1, w3, w2): torchtitan's op-level
         # SAC re-runs every second one (LayerWork.alternate_matmul_flops).
         self.matmuls_in_order: list[float] = []
@@ -359,6 +359,7 @@ class LayerBuilder:
         self.weight_gradient += tokens * (fan_out + (0 if shares_input else fan_in)) * self.act
         self.weight_gradient_input_bytes += 0 if shares_input else tokens * fan_in * self.act
         self.weight_gradient_input_elements += tokens * fan_in
+        self.weight_gradient_dy_elements += tokens * fan_out
         if routed:
             return None
         index = len(self.gemm_shapes)
@@ -463,5 +464,6 @@ class LayerBuilder:
             weight_shapes=shapes,
             work=work,
             weight_gradient_bytes=self.weight_gradient,
-            weight_gradient_inputs=(self.weight_gradient_input_bytes, self.weight_gradient_input_elements),
+            weight_gradient_quantized=(self.weight_gradient_input_bytes, self.weight_gradient_input_elements,
+                                       self.weight_gradient_dy_elements),
         )

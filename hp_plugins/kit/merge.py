@@ -186,8 +186,8 @@ def merge_costs(costs: Sequence[LayerCost], prefixes: Sequence[str], where: str)
         forward_working_bytes=max(c.forward_working_bytes for c in costs),
         weight_gradient_bytes=None if any(g is None for g in gradients) else sum(gradients),
         # What of it a recipe restates: each layer's (none where a layer states none of its own).
-        weight_gradient_inputs=None if any(g is None for g in gradients) else tuple(
-            sum((c.weight_gradient_inputs or (0, 0))[i] for c in costs) for i in range(2)),
+        weight_gradient_quantized=None if any(g is None for g in gradients) else tuple(
+            sum((c.weight_gradient_quantized or (0, 0, 0))[i] for c in costs) for i in range(3)),
         # A setting one layer measured whole keeps, merged, what each layer keeps under it (its measurement where it
         # has one, its terms' sum elsewhere: LayerCost.kept_under); the layers' assumptions and inner kinds carry.
         measured=tuple((switches, sum(c.kept_under(switches) for c in costs))

@@ -330,9 +330,9 @@ def test_the_peak_and_the_stated_moments_bind_whatever_w_weighs(name):
     assert checked >= 20
 
 
-# Under a recipe that keeps linear inputs quantized, W holds each linear's input as Transformer Engine's deferred
-# weight gradient does: the quantized copy (fp8-blockwise: one byte an element and an fp32 scale per 128), the
-# output gradients at the compute dtype's width (TE's quantized dY in both usages, 2 x (1 + 4/128) bytes: not counted).
+# Under a recipe that keeps linear inputs quantized, W holds each linear's input and output gradient as Transformer
+# Engine's deferred weight gradient does: the input's quantized copy (fp8-blockwise: one byte an element and an fp32
+# scale per 128), the output gradient quantized in both usages (2 x (1 + 4/128) bytes an element).
 def test_a_quantizing_recipe_keeps_the_inputs_w_reads_in_its_format():
     from hp_core.engine.precision import apply_recipe, resolve_recipe
 
@@ -340,12 +340,20 @@ def test_a_quantizing_recipe_keeps_the_inputs_w_reads_in_its_format():
     T = 8192
     # The inputs of qkv, o, FC1 and FC2 at t = 2 (_BY_HAND): 4096 + 2048 + 4096 + 7168 elements a token.
     inputs = T * (4096 + 2048 + 4096 + 7168)
-    assert cost.weight_gradient_inputs == (2 * inputs, inputs)
+    gradients = T * (3072 + 4096 + 14336 + 4096)  # their output gradients, the rest of _BY_HAND's 86016 bytes a token
+    assert cost.weight_gradient_quantized == (2 * inputs, inputs, gradients)
+    assert cost.weight_gradient_bytes == 2 * (inputs + gradients)
     blockwise = resolve_recipe(REGISTRY, PrecisionSpec(recipe="fp8-blockwise"))
     quantized = apply_recipe(cost, blockwise, 2, tp_sp=True)
-    assert quantized.weight_gradient_bytes == T * 86016 - 2 * inputs + inputs * 132 // 128 == 566_493_184
-    assert quantized.weight_gradient_inputs is None  # restated once: applying the recipe again changes nothing
+    assert quantized.weight_gradient_bytes == inputs * 132 // 128 + 2 * gradients * 132 // 128 == T * 70752 == 579_600_384
+    assert quantized.weight_gradient_quantized is None  # restated once: applying the recipe again changes nothing
     assert apply_recipe(quantized, blockwise, 2, tp_sp=True).weight_gradient_bytes == quantized.weight_gradient_bytes
+    # NVFP4: 4-bit values and an FP8 scale per 16, 9/16 of a byte, inputs once and output gradients twice; per-tensor
+    # FP8 (delayed scaling, E4M3 inputs and E5M2 gradients): one byte, the gradients' two usages as many bytes as bf16.
+    nvfp4 = apply_recipe(cost, resolve_recipe(REGISTRY, PrecisionSpec(recipe="nvfp4")), 2, tp_sp=True)
+    assert nvfp4.weight_gradient_bytes == inputs * 9 // 16 + 2 * gradients * 9 // 16 == T * 38592
+    delayed = apply_recipe(cost, resolve_recipe(REGISTRY, PrecisionSpec(recipe="fp8-delayed")), 2, tp_sp=True)
+    assert delayed.weight_gradient_bytes == inputs + 2 * gradients == T * 68608
     # torchao's float8 keeps the compute-dtype input (saved_input compute): W as stated.
     torchao = resolve_recipe(REGISTRY, PrecisionSpec(recipe="torchao-float8-rowwise"))
     assert apply_recipe(cost, torchao, 2, tp_sp=True).weight_gradient_bytes == cost.weight_gradient_bytes
@@ -361,6 +369,7 @@ def test_the_shared_input_is_counted_once_in_bf16_and_once_per_linear_quantized(
     b.linear(1024, 512, 32, shares_input=True)
     assert b.weight_gradient == 1024 * (512 + 64 + 32) * 2
     assert (b.weight_gradient_input_bytes, b.weight_gradient_input_elements) == (1024 * 512 * 2, 2 * 1024 * 512)
+    assert b.weight_gradient_dy_elements == 1024 * (64 + 32)  # each linear's own output gradient
     b.linear(1024, 512, 512, weight=False)  # a router's gate: no W, nothing to restate
     assert b.weight_gradient_input_elements == 2 * 1024 * 512
 
@@ -368,5 +377,5 @@ def test_the_shared_input_is_counted_once_in_bf16_and_once_per_linear_quantized(
 def test_a_restated_part_must_be_part_of_a_stated_w():
     with pytest.raises(ValueError, match="must be part of weight_gradient_bytes"):
         attrs.evolve(evaluate_dense(LLAMA3_8B, _context(1, False)), weight_gradient_bytes=10)
-    with pytest.raises(ValueError, match="two non-negative integers"):
-        attrs.evolve(evaluate_dense(LLAMA3_8B, _context(1, False)), weight_gradient_inputs=(1, -1))
+    with pytest.raises(ValueError, match="three non-negative integers"):
+        attrs.evolve(evaluate_dense(LLAMA3_8B, _context(1, False)), weight_gradient_quantized=(1, 1, -1))
