@@ -53,6 +53,14 @@ def fused_activation_input(b: LayerBuilder, elements: int, fp8_store: bool = Tru
     return elements * b.act
 
 
+def fc1_output_width(b: LayerBuilder, gated: bool) -> int:
+    """Bytes an element of a (gated) MLP's kept FC1 output takes: one where the fused SwiGLU keeps it in FP8
+    (:func:`fused_activation_input`), else the compute dtype's. What recomputing it re-runs per byte dropped is
+    per element over this width (:func:`mlp`'s ``Rerun``)."""
+    fused = gated and "fused_swiglu" in b.x.traits
+    return 1 if fused and "fp8_activation_input_store" in b.x.traits else b.act
+
+
 def swiglu(b: LayerBuilder, prefix: str, tokens: int, width: int, gated: bool, act_name: str, tp_split: bool = True,
            fc1_switch: str | None = None, fp8_store: bool = True) -> int:
     """Keep a (gated) MLP's FC1 outputs and activation outputs; return the bytes of one width-wide tensor.
@@ -97,8 +105,9 @@ def mlp(b: LayerBuilder, c: MLPFields, norm: str, hidden_dropout: float, fc1_swi
     unless the layer is recomputed fully, so a kind declaring no such switch
     is priced as before. Recomputing it re-runs FC1 (``LayerWork.reruns``): each
     element of its ``T x fc1 / t`` output a ``2 h`` FLOP dot product over the
-    kept MLP input, so ``2 h / activation_bytes`` GEMM FLOPs per byte dropped,
-    as MLA's ``attUp`` states its up-projections' re-run (the GEMM writes
+    kept MLP input, so ``2 h`` GEMM FLOPs per element dropped over the width it
+    is kept at (:func:`fc1_output_width`: ``activation_bytes``, one byte under the
+    FP8 input store), as MLA's ``attUp`` states its up-projections' re-run (the GEMM writes
     what it rebuilds; the activation's re-run is ``ffAct``'s rewrite). Under
     the runtime trait ``dense_mlp_checkpoint`` (a trainer checkpointing the
     MLP as a unit: Megatron-Core's ``mlp`` module re-runs the MLP's whole
@@ -128,7 +137,7 @@ def mlp(b: LayerBuilder, c: MLPFields, norm: str, hidden_dropout: float, fc1_swi
     if fc1_switch is not None:
         # The userbuffers GEMMs it re-runs (this block's own, by index: a layer may run another fc1, a mixer's
         # in_proj), whose forward SM margin it pays again.
-        b.reruns.append((fc1_switch, Rerun(matmul_flops_per_byte=flops_per_element / b.act,
+        b.reruns.append((fc1_switch, Rerun(matmul_flops_per_byte=flops_per_element / fc1_output_width(b, c.gated_mlp),
                                            userbuffers_linears=(("fc1", fc1_index), ("fc2", fc2_index)) if whole
                                            else (("fc1", fc1_index),))))
     # torchtitan's FeedForward.forward: w2(silu(w1(x)) * w3(x)), so w1, w3, w2; ungated fc1, fc2. Counted only

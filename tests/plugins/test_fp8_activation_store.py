@@ -69,3 +69,12 @@ def test_the_megatron_option_reaches_dense_and_routed_experts_but_not_the_fused_
     assert moe({}) - moe({"activation_func_fp8_input_store": True}) == 2 * 1024 * 2 * 2 * 14336 == 117_440_512
     grouped = {"moe_grouped_gemm": True, "moe_fused_grouped_mlp": True}
     assert moe({**grouped, "activation_func_fp8_input_store": True}) == moe(grouped)
+
+
+def test_recomputing_the_fc1_output_re_runs_the_same_gemm_whatever_width_it_is_kept_at():
+    # The ffFc1 switch re-runs FC1 (2 h FLOPs an output element: 2 x 4096 x 8192 tokens x 2 x 14336 / 2 at TP 2);
+    # the kept bytes it drops halve under the FP8 store, the FLOPs re-run do not.
+    fused, stored = _dense(frozenset({"fused_swiglu"})), _dense(frozenset({"fused_swiglu", STORE}))
+    for cost in (fused, stored):
+        rerun = cost.work.rerun("ffFc1")
+        assert rerun.matmul_flops_per_byte * _term(cost, "fc1_out") == 2 * 4096 * 8192 * 2 * 14336 // 2
