@@ -68,11 +68,11 @@ class StepTime:
         tokens_per_second: Global batch tokens over the step time.
         model_flops: Model FLOPs of the step over all devices (forward and
             backward of every matmul and attention core as the layers count
-            them, the full score matrix included; no recompute).
+            them, three times the forward, a frozen weight's twice, the full score matrix included; no recompute).
         mfu: Model FLOPs utilisation: ``model_flops / (step * devices * peak)``,
             against the compute dtype's dense peak (as the field reports it,
             whatever the precision recipe).
-        hfu: Hardware FLOPs utilisation: recomputed FLOPs included.
+        hfu: Hardware FLOPs utilisation: recomputed FLOPs and a fused attention core's re-run scores included.
         peak_flops_per_second: The device's dense peak in the compute dtype.
         stages: Per-stage times.
         provenance: The timing profile, device entry, dtype and algorithms used.
