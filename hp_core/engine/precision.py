@@ -170,13 +170,13 @@ def _weight_gradient(cost: LayerCost, recipe: PrecisionRecipe, activation_bytes:
     linear's input at its input format's width (the column-wise copy), its output gradient at its gradient format's
     width in both usages (the row-wise copy its input-gradient GEMM read and the column-wise one W reads:
     ``update_usage(columnwise_usage=True)`` keeps the first; docs/schedules.md)."""
-    stated = cost.weight_gradient_quantized
-    if stated is None or cost.weight_gradient_bytes is None or not recipe.low_precision or recipe.saved_input != "quantized":
+    if cost.weight_gradient_quantized is None or cost.weight_gradient_bytes is None or not recipe.low_precision or recipe.saved_input != "quantized":
         return cost.weight_gradient_bytes
-    compute_bytes, elements, gradients = stated
-    quantized_gradients = math.ceil(2 * gradients * recipe.gradients.bytes_per_element) if recipe.gradients.low_precision else 0
-    return (cost.weight_gradient_bytes - compute_bytes + math.ceil(recipe.saved_input_bytes(elements))
-            - (gradients * activation_bytes - quantized_gradients if quantized_gradients else 0))
+    compute_bytes, elements, gradients = cost.weight_gradient_quantized
+    restated = cost.weight_gradient_bytes - compute_bytes + math.ceil(recipe.saved_input_bytes(elements))
+    if recipe.gradients.low_precision:
+        restated += math.ceil(2 * gradients * recipe.gradients.bytes_per_element) - gradients * activation_bytes
+    return restated
 
 
 def with_recipe(costs: tuple[LayerCost, ...], registry: Registry, precision: PrecisionSpec,

@@ -397,8 +397,9 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
         "moe_grouped_gemm": a.flag("moe-grouped-gemm") or hybrid is not None,
         "gradient_accumulation_fusion": not a.flag("no-gradient-accumulation-fusion"),
     }
-    if a.value("ddp-bucket-size", int) is not None:  # arguments.py --ddp-bucket-size (default None: Megatron's own)
-        options["ddp_bucket_size"] = a.value("ddp-bucket-size", int)
+    bucket = a.value("ddp-bucket-size", int)  # arguments.py --ddp-bucket-size (default None: Megatron's own)
+    if bucket is not None:
+        options["ddp_bucket_size"] = bucket
     fuser = a.flag("use-transformer-engine-op-fuser")
     if fuser and not (a.value("num-experts", int) and options["moe_grouped_gemm"]):
         unmapped.append("--use-transformer-engine-op-fuser: no grouped routed experts for its fused grouped MLP; the "
