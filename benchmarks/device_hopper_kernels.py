@@ -247,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     document = {"what": __doc__.splitlines()[0], "smoke": args.smoke, "facts": device_facts(torch, device)}
     document["dense"] = dense_records(torch, timer, device, args.smoke)
     print(f"dense: {len(document['dense'])} records, {time.perf_counter() - begin:.0f} s", flush=True)
+    write_atomically(args.out, document)  # what is done so far survives a run cut short
     document["grouped"] = grouped_records(torch, timer, device, args.smoke)
     print(f"grouped: {len(document['grouped'])} records, {time.perf_counter() - begin:.0f} s", flush=True)
     document["host"] = host_records(torch, device, args.smoke)
