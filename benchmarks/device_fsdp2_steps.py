@@ -4,6 +4,7 @@ Two halves, because the device machine has PyTorch and transformers but not hp's
 
     python benchmarks/device_fsdp2_steps.py --prepare                       # here: the requests, from hp's configs
     PYTHONUNBUFFERED=1 PYTHONPATH=. python3 benchmarks/device_fsdp2_steps.py --out "$OUT/fsdp2_steps.json"  # there
+    PYTHONUNBUFFERED=1 PYTHONPATH=. python3 benchmarks/device_fsdp2_steps.py --set deep --out "$OUT/deep.json"
 
 ``--prepare`` turns each case of :data:`CASES` (an ``hp estimate`` config, world size 1) into the request the
 tracker would run (:func:`hp_plugins.cases.fsdp2_measured.request_of`: the model's ``config.json``, its layers,
@@ -32,14 +33,16 @@ SEQ = 4096
 
 def _case(model: str, layers: int, ac: str = "none", mbs: int = 1, seq: int = SEQ, optimizer: str = "foreach") -> tuple:
     name = f"{model}-{layers}l-s{seq}-mbs{mbs}-ac{ac.replace('_', '')}" + ("" if optimizer == "foreach" else f"-{optimizer}")
-    config: dict = {"model": model, "num_layers": layers, "runtime": "fsdp2", "hardware": "h200",
-                    "parallel": {"dp": 1, "tp": 1, "seq_len": seq, "micro_batch_size": mbs}}
+    # transformers' modules: the rotary embedding is its rotate_half form (the other options' defaults are what runs).
+    options: dict = {"rope_implementation": "rotate_half"}
+    if optimizer != "foreach":
+        options["optimizer_implementation"] = optimizer
+    config: dict = {"model": model, "num_layers": layers, "runtime": {"name": "fsdp2", "options": options},
+                    "hardware": "h200", "parallel": {"dp": 1, "tp": 1, "seq_len": seq, "micro_batch_size": mbs}}
     if ac == "full":
         config["recompute"] = "full"
     elif ac == "op_sac":  # torchtitan's per-op policy: the fsdp2 runtime's op_sac switches on every layer
         config["recompute"] = {"default": ["normOp", "ffAct"]}
-    if optimizer != "foreach":
-        config["runtime"] = {"name": "fsdp2", "options": {"optimizer_implementation": optimizer}}
     return name, config
 
 
@@ -51,6 +54,13 @@ CASES = (
     _case("llama3-8b", 4, ac="full"), _case("llama3-8b", 4, ac="op_sac"), _case("llama3-8b", 4, optimizer="fused"),
     _case("qwen3-30b-a3b", 4), _case("qwen3-30b-a3b", 4, ac="full"),
 )
+# The second run: activation-bound peaks (12 Llama layers and 6 Qwen3 MoE layers at 8,192 tokens), and the first
+# case again (the spread between two runs of one case).
+CASES_DEEP = (
+    _case("llama3-8b", 12, seq=16384), _case("llama3-8b", 12, ac="full", seq=16384),
+    _case("llama3-8b", 12, ac="op_sac", seq=16384), _case("llama3-8b", 12, seq=8192, optimizer="fused"),
+    _case("qwen3-30b-a3b", 6, seq=16384), _case("qwen3-30b-a3b", 6, ac="full", seq=16384), _case("llama3-8b", 4),
+)
 
 
 def prepare() -> int:
@@ -58,13 +68,16 @@ def prepare() -> int:
     from hp_plugins.cases.fsdp2_measured import request_of
 
     registry = build_registry()
-    cases = [{"name": name, "config": config, "request": request_of(config, registry, where=f"$.cases[{i}]")}
-             for i, (name, config) in enumerate(CASES)]
-    for case in cases:
-        case["request"].pop("world"), case["request"].pop("tp"), case["request"].pop("head_plan")
+    document = {}
+    for key, grid in (("cases", CASES), ("deep", CASES_DEEP)):
+        cases = [{"name": name, "config": config, "request": request_of(config, registry, where=f"$.{key}[{i}]")}
+                 for i, (name, config) in enumerate(grid)]
+        for case in cases:
+            case["request"].pop("world"), case["request"].pop("tp"), case["request"].pop("head_plan")
+        document[key] = cases
     REQUESTS.parent.mkdir(exist_ok=True)
-    REQUESTS.write_text(json.dumps({"cases": cases}, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {len(cases)} requests to {REQUESTS.relative_to(ROOT)}")
+    REQUESTS.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {sum(map(len, document.values()))} requests to {REQUESTS.relative_to(ROOT)}")
     return 0
 
 
@@ -85,7 +98,7 @@ def _write(path: Path, document: dict) -> None:
     os.replace(temporary, path)
 
 
-def measure(out: Path, only: str | None) -> int:
+def measure(out: Path, only: str | None, grid: str) -> int:
     document = json.loads(REQUESTS.read_text(encoding="utf-8"))
     import torch
     import transformers
@@ -94,7 +107,7 @@ def measure(out: Path, only: str | None) -> int:
                     "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                     "versions": {"torch": str(torch.__version__), "transformers": str(transformers.__version__),
                                  "cuda": str(torch.version.cuda)}, "cases": []}
-    for case in document["cases"]:
+    for case in document[grid]:
         if only and case["name"] != only:
             continue
         begin = time.perf_counter()
@@ -120,12 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prepare", action="store_true", help="write the requests from hp's configs (here)")
     parser.add_argument("--out", type=Path, help="measure every request on the GPU and write the results here")
     parser.add_argument("--case", help="measure this case only")
+    parser.add_argument("--set", choices=("cases", "deep"), default="cases",
+                        help="the requests to measure: the first run's (cases) or the activation-bound second's (deep)")
     args = parser.parse_args(argv)
     if args.prepare:
         return prepare()
     if args.out is None:
         parser.error("--prepare, or --out FILE to measure")
-    return measure(args.out, args.case)
+    return measure(args.out, args.case, args.set)
 
 
 if __name__ == "__main__":

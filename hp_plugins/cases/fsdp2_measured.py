@@ -50,6 +50,7 @@ _MEASURE_KEYS = {"optimizer": ("foreach", "for-loop", "fused")}
 # The fsdp2 runtime options the tracker's run honours, and the values it runs (hp_plugins/runtimes/fsdp2.py).
 _RUNS = {
     "norm_implementation": ("transformers",),
+    "rope_implementation": ("rotate_half",),  # transformers' apply_rotary_pos_emb
     "loss_implementation": ("upcast",),
     "optimizer_implementation": ("foreach", "fused"),
     "zero_grad_set_to_none": (True,),
