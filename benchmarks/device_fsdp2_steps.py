@@ -34,7 +34,7 @@ SEQ = 4096
 def _case(model: str, layers: int, ac: str = "none", mbs: int = 1, seq: int = SEQ, optimizer: str = "foreach") -> tuple:
     name = f"{model}-{layers}l-s{seq}-mbs{mbs}-ac{ac.replace('_', '')}" + ("" if optimizer == "foreach" else f"-{optimizer}")
     # transformers' modules: the rotary embedding is its rotate_half form (the other options' defaults are what runs).
-    options: dict = {"rope_implementation": "rotate_half"}
+    options: dict = {"rope_implementation": "rotate_half", "attention_kernel": "cudnn"}
     if optimizer != "foreach":
         options["optimizer_implementation"] = optimizer
     config: dict = {"model": model, "num_layers": layers, "runtime": {"name": "fsdp2", "options": options},
@@ -98,7 +98,7 @@ def _write(path: Path, document: dict) -> None:
     os.replace(temporary, path)
 
 
-def measure(out: Path, only: str | None, grid: str) -> int:
+def measure(out: Path, only: str | None, grid: str, profile: bool = False) -> int:
     document = json.loads(REQUESTS.read_text(encoding="utf-8"))
     import torch
     import transformers
@@ -108,10 +108,11 @@ def measure(out: Path, only: str | None, grid: str) -> int:
                     "versions": {"torch": str(torch.__version__), "transformers": str(transformers.__version__),
                                  "cuda": str(torch.version.cuda)}, "cases": []}
     for case in document[grid]:
-        if only and case["name"] != only:
+        if only and case["name"] not in only.split(","):
             continue
         begin = time.perf_counter()
-        done = subprocess.run([sys.executable, "-c", _ONE, json.dumps(case["request"])], capture_output=True, text=True,
+        request = {**case["request"], "profile": True} if profile else case["request"]
+        done = subprocess.run([sys.executable, "-c", _ONE, json.dumps(request)], capture_output=True, text=True,
                               timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
         row = {"name": case["name"], "config": case["config"], "wall_seconds": round(time.perf_counter() - begin, 1)}
         lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -132,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prepare", action="store_true", help="write the requests from hp's configs (here)")
     parser.add_argument("--out", type=Path, help="measure every request on the GPU and write the results here")
-    parser.add_argument("--case", help="measure this case only")
+    parser.add_argument("--case", help="measure this case only (a comma-separated list: these cases)")
+    parser.add_argument("--profile", action="store_true", help="also profile one step's GPU kernels (torch.profiler)")
     parser.add_argument("--set", choices=("cases", "deep"), default="cases",
                         help="the requests to measure: the first run's (cases) or the activation-bound second's (deep)")
     args = parser.parse_args(argv)
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return prepare()
     if args.out is None:
         parser.error("--prepare, or --out FILE to measure")
-    return measure(args.out, args.case, args.set)
+    return measure(args.out, args.case, args.set, args.profile)
 
 
 if __name__ == "__main__":

@@ -184,6 +184,72 @@ def grouped_records(torch, timer: Timer, device: str, smoke: bool) -> list[dict]
     return records
 
 
+def backward_records(torch, timer: Timer, device: str, smoke: bool) -> list[dict]:
+    """The second run's additions (``--backward``): the experts' grouped GEMMs in their two backward passes
+    (``torch._grouped_mm``: dgrad ``dY_e W_e`` per expert; wgrad ``dY_e^T X_e``, the groups along the reduced
+    dimension), and row-wise FP8 with fast accumulation (torchao's forward) beside split accumulation, at the
+    dense layers' forward shapes."""
+    records = []
+    experts_list = LOCAL_EXPERTS[:2] if smoke else LOCAL_EXPERTS
+    rows_list = (32,) if smoke else ROWS_PER_EXPERT
+    for model, hidden, width, gated in EXPERT_MODELS:
+        if smoke:
+            hidden, width = max(16, hidden // 128), max(16, width // 128)
+        for linear, fan_out, fan_in in (("fc1", (2 if gated else 1) * width, hidden), ("fc2", hidden, width)):
+            for experts in experts_list:
+                for rows in rows_list:
+                    operand_bytes = 2 * (experts * rows * (fan_in + fan_out) + experts * fan_out * fan_in)
+                    where = {"model": model, "linear": linear, "experts": experts, "rows_per_expert": rows,
+                             "fan_out": fan_out, "fan_in": fan_in}
+                    if operand_bytes > GROUPED_BYTES_LIMIT:
+                        continue
+                    x = torch.randn(experts * rows, fan_in, device=device, dtype=torch.bfloat16)
+                    dy = torch.randn(experts * rows, fan_out, device=device, dtype=torch.bfloat16)
+                    w = torch.randn(experts, fan_out, fan_in, device=device, dtype=torch.bfloat16)
+                    offs = torch.arange(1, experts + 1, device=device, dtype=torch.int32) * rows
+                    row = {"kind": "grouped_backward", **where, "flops": 2.0 * experts * rows * fan_out * fan_in}
+                    try:
+                        row["dgrad_grouped_mm_seconds"] = timer(lambda: torch._grouped_mm(dy, w, offs=offs))
+                    except RuntimeError as error:
+                        row["dgrad_error"] = str(error).splitlines()[0][:200]
+                    # dY^T: the transposed view autograd hands it (column-major), else a row-major copy
+                    for form, dyt in (("view", dy.t()), ("contiguous", None)):
+                        try:
+                            dyt = dy.t().contiguous() if dyt is None else dyt
+                            row["wgrad_grouped_mm_seconds"] = timer(lambda: torch._grouped_mm(dyt, x, offs=offs))
+                            row["wgrad_operand"] = form
+                            row.pop("wgrad_error", None)
+                            break
+                        except RuntimeError as error:
+                            row["wgrad_error"] = str(error).splitlines()[0][:200]
+                    records.append(row)
+                    del x, dy, w, dyt
+    e4m3 = torch.float8_e4m3fn
+    shapes = set()
+    for model, hidden, attention, kv, ffn in DENSE_MODELS:
+        for tp in TP_DEGREES:
+            for linear, fan_out, fan_in in layer_gemms(hidden, attention, kv, ffn, tp):
+                m, n, k = pass_shape("fprop", TOKENS, fan_out, fan_in)
+                if smoke:
+                    m, n, k = max(16, m // 256), max(16, n // 256), max(16, k // 256)
+                if (m, n, k) in shapes:
+                    continue
+                shapes.add((m, n, k))
+                a8 = torch.randn(m, k, device=device).to(e4m3)
+                b8 = torch.randn(n, k, device=device).to(e4m3)
+                scale_a, scale_b = torch.ones(m, 1, device=device), torch.ones(1, n, device=device)
+                row = {"kind": "rowwise_fast", "model": model, "tp": tp, "linear": linear, "m": m, "n": n, "k": k,
+                       "flops": 2.0 * m * n * k}
+                try:
+                    row["fp8_rowwise_fast_accum_seconds"] = timer(lambda: torch._scaled_mm(
+                        a8, b8.t(), scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=True))
+                except RuntimeError as error:
+                    row["error"] = str(error).splitlines()[0][:200]
+                records.append(row)
+                del a8, b8
+    return records
+
+
 def host_records(torch, device: str, smoke: bool) -> list[dict]:
     """CPU time per launch of a small elementwise kernel (no synchronisation inside the timed loop)."""
     x = torch.ones(1024, device=device)
@@ -230,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: checks the script, times nothing")
+    parser.add_argument("--backward", action="store_true",
+                        help="the second run's records only: grouped GEMMs' backward passes, row-wise FP8 fast accumulation")
     args = parser.parse_args(argv)
     try:
         import torch
@@ -245,6 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     timer = Timer(torch, device, warmup=1 if args.smoke else 3, repeats=2 if args.smoke else 10)
     begin = time.perf_counter()
     document = {"what": __doc__.splitlines()[0], "smoke": args.smoke, "facts": device_facts(torch, device)}
+    if args.backward:
+        document["backward"] = backward_records(torch, timer, device, args.smoke)
+        document["seconds"] = time.perf_counter() - begin
+        write_atomically(args.out, document)
+        print(f"backward: {len(document['backward'])} records; wrote {args.out} in {document['seconds']:.0f} s", flush=True)
+        return 0
     document["dense"] = dense_records(torch, timer, device, args.smoke)
     print(f"dense: {len(document['dense'])} records, {time.perf_counter() - begin:.0f} s", flush=True)
     write_atomically(args.out, document)  # what is done so far survives a run cut short

@@ -53,6 +53,24 @@ def _process_group(torch: Any, port: int) -> str:
         return "fake"
 
 
+def _profile_step(torch: Any, step: Any) -> dict[str, Any]:
+    """One more step under ``torch.profiler``: its GPU kernels by name (calls, seconds), the 60 longest, and the
+    step's kernel time in all against its wall time (what the host leaves idle)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    seconds: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": [], "step": []}
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step(None, seconds)
+    rows = []
+    for event in prof.key_averages():
+        total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+        if total:
+            rows.append({"name": event.key[:200], "calls": int(event.count), "seconds": total / 1e6})
+    rows.sort(key=lambda r: -r["seconds"])
+    return {"kernel_seconds": sum(r["seconds"] for r in rows), "kernels_distinct": len(rows),
+            "kernel_calls": sum(r["calls"] for r in rows), "wall_seconds": seconds["step"][0], "top": rows[:60]}
+
+
 def run_cuda_step(
     hf: Mapping[str, Any],
     num_layers: int,
@@ -65,6 +83,7 @@ def run_cuda_step(
     warmup: int = 2,
     timed: int = 5,
     port: int = 29517,
+    profile: bool = False,
 ) -> dict[str, Any]:
     """Measure one configuration on the first CUDA device; returns a JSON-able mapping (module docstring).
 
@@ -133,6 +152,7 @@ def run_cuda_step(
         seconds: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": [], "step": []}
         for _ in range(timed):
             losses.append(step(None, seconds))
+        kernels = _profile_step(torch, step) if profile else None
         stats = torch.cuda.memory_stats()
         peak_phase = max(peaks, key=peaks.get)
         result = {
@@ -149,6 +169,8 @@ def run_cuda_step(
             "losses": [round(v, 4) for v in losses],
             "peak_gib": round(peaks[peak_phase] / _GIB, 3),
         }
+        if kernels is not None:
+            result["kernels"] = kernels
         del model, opt, ids
         return result
     finally:
