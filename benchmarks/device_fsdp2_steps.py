@@ -129,6 +129,35 @@ def measure(out: Path, only: str | None, grid: str, profile: bool = False) -> in
     return 0
 
 
+CASES_FILE = ROOT / "tests" / "plugins" / "data" / "h200_fsdp2_steps.json"
+
+
+def table_rows() -> list[str]:
+    """docs/runtimes.md's rows of the recorded GPU cases: the allocator's peak and hp's error, the measured phases
+    and step against hp's."""
+    from hp_core.api import build_registry
+    from hp_core.io.convert import ConfigFile, structure
+    from hp_core.io.job import estimate_job, resolve_job, step_time_job
+
+    registry = build_registry()
+    rows = []
+    for case in json.loads(CASES_FILE.read_text(encoding="utf-8"))["cases"]:
+        m = case["measured"]
+        job = resolve_job(structure(case["config"], ConfigFile, registry), registry)
+        (stage,) = estimate_job(job, registry).stages
+        timed = step_time_job(job, registry)
+        (priced,) = timed.stages
+        s = m["seconds"]
+        rows.append(
+            f"| `{case['name']}` | {m['peak_bytes'] / 2**30:.2f} ({m['peak_phase']}) | "
+            f"{(stage.peak_bytes - m['peak_bytes']) / m['peak_bytes']:+.2%} | "
+            f"{s['forward'] * 1e3:.1f} / {s['backward'] * 1e3:.1f} / {s['optimizer'] * 1e3:.1f} | "
+            f"{priced.forward_seconds * 1e3:.1f} / {(priced.backward_seconds + priced.recompute_seconds) * 1e3:.1f} / "
+            f"{priced.optimizer_seconds * 1e3:.1f} | {s['step'] * 1e3:.1f} | "
+            f"{(timed.step_seconds - s['step']) / s['step']:+.1%} |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prepare", action="store_true", help="write the requests from hp's configs (here)")
@@ -137,7 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="also profile one step's GPU kernels (torch.profiler)")
     parser.add_argument("--set", choices=("cases", "deep"), default="cases",
                         help="the requests to measure: the first run's (cases) or the activation-bound second's (deep)")
+    parser.add_argument("--table", action="store_true", help="print docs/runtimes.md's rows of the recorded cases (here)")
     args = parser.parse_args(argv)
+    if args.table:
+        print("\n".join(table_rows()))
+        return 0
     if args.prepare:
         return prepare()
     if args.out is None:

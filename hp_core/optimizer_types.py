@@ -88,6 +88,12 @@ class Optimizer:
             per step over the sharding group where ZeRO shards them (the
             gathered output's size, NCCL's convention); priced as a
             data-parallel collective, not overlapped. ``None``: nothing.
+        foreach_step_bytes: Optional ``foreach_step_bytes(slice, precision) -> float``: HBM bytes its update moves
+            per element under PyTorch's multi-tensor (``foreach``) implementation, which runs the update as a chain
+            of ``torch._foreach_*`` kernels, each reading its inputs from HBM and writing its output back (AdamW:
+            torch/optim/adam.py ``_multi_tensor_adam``, eight passes). The step time uses it where the runtime's
+            timing profile says the update runs so (``TimingProfile.optimizer_foreach``); ``None``: its update is
+            priced at ``step_bytes`` there too (the optimizer states no unfused form).
         description: One line for ``hp plugins``; say where the figures come from.
     """
 
@@ -98,3 +104,4 @@ class Optimizer:
     step_flops: Callable[[ParamSlice, PrecisionSpec], Flops] | None = None
     gather_bytes: Callable[[ParamSlice, PrecisionSpec], float] | None = None
     description: str = ""
+    foreach_step_bytes: Callable[[ParamSlice, PrecisionSpec], float] | None = None

@@ -27,7 +27,7 @@ from hp_core.registry import Registry
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Optimizer, ParamSlice
 
-__all__ = ["OptimizerLoad", "add_loads", "group_states", "layer_load", "master_bytes", "rank_params", "resolve_optimizer",
+__all__ = ["OptimizerLoad", "add_loads", "foreach_form", "group_states", "layer_load", "master_bytes", "rank_params", "resolve_optimizer",
            "shard_update_bytes"]
 
 
@@ -166,6 +166,24 @@ def _family(param: ParamCount, n: int, kind: str, optimizer: Optimizer,
         _ANSWERS.clear()
     _ANSWERS[key] = (param, optimizer, precision, answers)
     return answers
+
+
+_FOREACH: dict[int, tuple[Optimizer, Optimizer]] = {}
+
+
+def foreach_form(optimizer: Optimizer, foreach: bool = True) -> Optimizer:
+    """*optimizer* as its update runs: under PyTorch's multi-tensor (``foreach``) implementation (*foreach*: the
+    runtime's ``TimingProfile.optimizer_foreach``), its :attr:`~hp_core.types.Optimizer.foreach_step_bytes` in place
+    of ``step_bytes``; itself where it states none or runs fused. One record per optimizer (the loads' caches key on
+    identity)."""
+    if not foreach or optimizer.foreach_step_bytes is None:
+        return optimizer
+    hit = _FOREACH.get(id(optimizer))
+    if hit is not None and hit[0] is optimizer:
+        return hit[1]
+    form = attrs.evolve(optimizer, step_bytes=optimizer.foreach_step_bytes)
+    _FOREACH[id(optimizer)] = (optimizer, form)
+    return form
 
 
 def layer_load(cost: LayerCost, kind: str, tp: int, ep: int, etp: int, owners_here: frozenset[str] | set[str],

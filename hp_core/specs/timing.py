@@ -178,6 +178,8 @@ class TimingProfile:
         eager_rotary: The rotary position embedding runs as eager kernels whatever the other elementwise ops do (a
             trainer whose other elementwise ops are fused applies RoPE with eager PyTorch ops): every layer's
             rotation is priced at its counted :attr:`~hp_core.costs.LayerWork.rotary_eager_bytes`.
+        optimizer_foreach: The optimizer's update runs as PyTorch's multi-tensor (``foreach``) kernels, one pass
+            over HBM per op: priced at :attr:`~hp_core.types.Optimizer.foreach_step_bytes` where the optimizer states it.
         fsdp1_units: The trainer runs torch FSDP1, each body layer a unit taking the device's
             :attr:`DeviceEfficiency.fsdp1_unit_seconds` once per micro-batch (a device stating none is refused).
         unlisted_reason: Why :attr:`devices` lists only some architectures and no ``"*"`` (a runtime option whose
@@ -212,6 +214,7 @@ class TimingProfile:
     alternate_policy_recomputes: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset, validator=_switch_names)
     eager_elementwise: bool = False
     eager_rotary: bool = False
+    optimizer_foreach: bool = False
     fsdp1_units: bool = False
     optimizer_grad_bytes: Sourced | None = None
     unlisted_reason: str | None = None

@@ -1,4 +1,4 @@
-"""FSDP2 steps measured by PyTorch's own memory tracker, on CPU, as ``hp validate`` cases.
+"""FSDP2 steps measured by PyTorch's own memory tracker, on CPU, or on a GPU, as ``hp validate`` cases.
 
 A document in the format ``hp-measure/1`` lists runs, each an ``hp estimate``
 config (runtime ``fsdp2``; dp and tp only) and, optionally, what the tracker
@@ -10,6 +10,12 @@ recorded for it::
         config: {model: llama3-8b, num_layers: 4, runtime: fsdp2, parallel: {dp: 8, seq_len: 4096}}
         measure: {head_plan: vocab, optimizer: foreach}      # optional, these are the defaults
         measured: {peak_bytes: ..., phases: {...}, ...}      # optional: recorded; absent: measured now
+
+A case whose ``measured`` states ``method: cuda`` was measured on a GPU
+(:mod:`hp_plugins.census.cuda_step`, ``benchmarks/device_fsdp2_steps.py``):
+``peak_bytes`` is ``torch.cuda.max_memory_allocated`` and ``seconds.step`` the
+median step time, checked against the step-time estimate on the config's
+``hardware``.
 
 A case without ``measured`` is measured now (:func:`measure_config`, which runs
 :func:`hp_plugins.census.fsdp_step.run_step`: the ``census`` extra) and the
@@ -51,6 +57,9 @@ _MEASURE_KEYS = {"optimizer": ("foreach", "for-loop", "fused")}
 _RUNS = {
     "norm_implementation": ("transformers",),
     "rope_implementation": ("rotate_half",),  # transformers' apply_rotary_pos_emb
+    # SDPA's dispatch: on a GPU with torch 2.11's cuDNN (> 9.15) on Hopper and Blackwell it runs cuDNN's kernel
+    # (tests/plugins/data/h200_sdpa_attention.json); its saved output and fp32 statistics are the flash kernel's.
+    "attention_kernel": ("sdpa", "cudnn"),
     "loss_implementation": ("upcast",),
     "optimizer_implementation": ("foreach", "fused"),
     "zero_grad_set_to_none": (True,),
@@ -177,8 +186,25 @@ def measure_config(config: Mapping[str, Any], registry: Any, measure: Mapping[st
 
 def _source(measured: Mapping[str, Any]) -> str:
     versions = measured.get("versions", {})
+    if measured.get("method") == "cuda":
+        return (f"torch.cuda.max_memory_allocated of real FSDP2 steps on {measured.get('device', 'a GPU')}, "
+                f"torch {versions.get('torch', '?')}, transformers {versions.get('transformers', '?')}, "
+                f"{measured.get('date', 'date unknown')}")
     return (f"FSDPMemTracker, fake process group, torch {versions.get('torch', '?')}, "
             f"transformers {versions.get('transformers', '?')}, {measured.get('date', 'date unknown')}")
+
+
+def _steps(measured: Mapping[str, Any], where: str) -> tuple:
+    """A GPU-measured case's step time (``method: cuda``, :mod:`hp_plugins.census.cuda_step`: the median of its
+    timed steps, one micro-batch each); the tracker's cases time nothing."""
+    from hp_core.io.validate import MeasuredStep
+
+    if measured.get("method") != "cuda":
+        return ()
+    seconds = measured.get("seconds", {}).get("step") if isinstance(measured.get("seconds"), dict) else None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise ConfigError(f"{where}.measured.seconds.step", "a GPU-measured case states its step's median seconds (a positive number)")
+    return (MeasuredStep(micro_batches=1, seconds=float(seconds)),)
 
 
 def is_measure_document(document: Any) -> bool:
@@ -212,7 +238,8 @@ def read_measure_cases(document: Mapping[str, Any], registry: Any) -> list:
             raise ConfigError(f"{where}.measured.peak_bytes", "a recorded case states its peak in bytes (a positive integer)")
         job = resolve_job(structure(dict(case["config"]), ConfigFile, registry), registry)
         found.append(MeasuredCase(name=case["name"], model=job.model, parallel=job.parallel, runtime=job.runtime,
-                                  stage_peak_bytes=(measured["peak_bytes"],), source=_source(measured), job=job, where=where))
+                                  stage_peak_bytes=(measured["peak_bytes"],), source=_source(measured), job=job, where=where,
+                                  steps=_steps(measured, where), steps_where=f"{where}.measured.seconds.step"))
     return found
 
 

@@ -6,6 +6,23 @@ update moves ``2 * w + grad + 2 * 2 * moment_bytes + cast`` bytes per element
 (:mod:`hp_plugins.optimizers.update`): the figures the planner used before
 optimizers were plugins, unchanged.
 
+Under PyTorch's multi-tensor (``foreach``) implementation, the default on a GPU
+(torch/optim/adam.py ``_multi_tensor_adam``; AdamW is Adam with decoupled weight
+decay there), the update is a chain of ``torch._foreach_*`` kernels, each one pass
+over HBM (``capturable=False``, no amsgrad, as trainers run it). With ``w`` the
+updated weights' width, ``g`` the gradient's, ``m`` the moments', per element:
+``mul_`` of the weights by ``1 - lr * wd`` (2w; AdamW only: Adam's default weight
+decay is 0), ``lerp_`` of the first moment toward the gradient (2m + g), ``mul_`` of
+the second moment by beta2 (2m), ``addcmul_`` of the gradient's square into it
+(2m + g; the gradient is read once, both operands one tensor), ``sqrt`` of it into
+a new temporary of its dtype (2m), ``div_`` of that by the bias correction (2m),
+``add_`` of eps (2m), and ``addcdiv_`` of the first moment over it into the weights
+(2w + 2m): ``4w + 2g + 14m`` for AdamW, ``2w + 2g + 14m`` for Adam, plus the
+master copy's cast. 80 bytes an fp32 element for AdamW, against the fused
+update's 28. Measured on an H200 (tests/plugins/data/h200_fsdp2_steps.json): a
+foreach AdamW step over 1.92e9 fp32 elements took 43.4 ms (3.55 TB/s on these
+80 bytes), the fused step 19.4 ms.
+
 ``adam8bit`` is block-wise 8-bit Adam (Dettmers et al. 2022, "8-bit Optimizers
 via Block-wise Quantization", ICLR; bitsandbytes ``bnb.optim.Adam8bit``:
 ``Optimizer2State`` with ``optim_bits=8``, ``block_wise=True``): each moment is
@@ -47,6 +64,21 @@ def adam_step_bytes(s: ParamSlice, p: PrecisionSpec) -> float:
     return update_bytes(p, adam_state_bytes(s, p))
 
 
+def _foreach_bytes(p: PrecisionSpec, weight_passes: int) -> float:
+    """The foreach chain's bytes per element (module docstring): *weight_passes* reads and writes of the weights."""
+    weights = p.master_param_bytes or p.param_bytes
+    cast = (p.master_param_bytes + p.param_bytes) if p.master_param_bytes else 0
+    return weight_passes * weights + 2 * p.grad_bytes + 14 * p.moment_bytes + cast
+
+
+def adamw_foreach_step_bytes(s: ParamSlice, p: PrecisionSpec) -> float:
+    return _foreach_bytes(p, 4)
+
+
+def adam_foreach_step_bytes(s: ParamSlice, p: PrecisionSpec) -> float:
+    return _foreach_bytes(p, 2)
+
+
 def adam8bit_state_bytes(s: ParamSlice, p: PrecisionSpec) -> float:
     """Two one-byte moments and, per moment, one fp32 scale per 2048-element block: ``2 + 2 * 4 / 2048``."""
     return 2 * 1 + 2 * _ABSMAX_BYTES / ADAM8BIT_BLOCK
@@ -59,12 +91,14 @@ def adam8bit_step_bytes(s: ParamSlice, p: PrecisionSpec) -> float:
 @hookimpl
 def hp_optimizers():
     yield Optimizer(
-        name="adamw", state_bytes=adam_state_bytes, step_bytes=adam_step_bytes,
-        description="AdamW (Loshchilov and Hutter 2019): two moments of moment_bytes each, fused update",
+        name="adamw", state_bytes=adam_state_bytes, step_bytes=adam_step_bytes, foreach_step_bytes=adamw_foreach_step_bytes,
+        description="AdamW (Loshchilov and Hutter 2019): two moments of moment_bytes each, fused update "
+                    "(PyTorch's foreach update: eight passes)",
     )
     yield Optimizer(
-        name="adam", state_bytes=adam_state_bytes, step_bytes=adam_step_bytes,
-        description="Adam (Kingma and Ba 2015): two moments of moment_bytes each, fused update",
+        name="adam", state_bytes=adam_state_bytes, step_bytes=adam_step_bytes, foreach_step_bytes=adam_foreach_step_bytes,
+        description="Adam (Kingma and Ba 2015): two moments of moment_bytes each, fused update "
+                    "(PyTorch's foreach update: seven passes)",
     )
     yield Optimizer(
         name="adam8bit", state_bytes=adam8bit_state_bytes, step_bytes=adam8bit_step_bytes,

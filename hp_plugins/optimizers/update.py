@@ -1,7 +1,8 @@
 """The HBM traffic of a fused elementwise optimizer update, shared by the built-in optimizers.
 
-A fused update (one kernel per parameter shard: PyTorch's ``fused``/``foreach``
-AdamW, Apex ``FusedAdam``, Megatron-Core's distributed optimizer) reads the
+A fused update (one kernel per parameter shard: PyTorch's ``fused`` AdamW, Apex
+``FusedAdam``, Megatron-Core's distributed optimizer; PyTorch's ``foreach`` AdamW
+runs one kernel per op instead: ``Optimizer.foreach_step_bytes``) reads the
 gradient once, reads and writes the weights it updates (the master copy, or
 the parameters in place where there is none) and each of its states, and
 then the master copy is read again and cast into the model's parameters.

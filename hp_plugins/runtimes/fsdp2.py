@@ -48,6 +48,7 @@ from hp_plugins.runtimes.time_options import (
     elementwise_kernels_option,
     ep_all_to_all_option,
     hybridep_num_sms_option,
+    optimizer_implementation_option,
     rope_implementation_option,
     rope_kernels_option,
 )
@@ -141,7 +142,9 @@ OPTIONS = (
     RuntimeOption(
         "attention_kernel", "choice", "sdpa",
         "the fused attention kernel: sdpa (PyTorch scaled_dot_product_attention, FlashAttention-2 on Hopper, as "
-        "torchtitan runs it), cudnn (Transformer Engine's fused attention on cuDNN, as NeMo AutoModel's TE backend), "
+        "torchtitan runs it up to torch 2.10), cudnn (cuDNN's fused attention: Transformer Engine's, as NeMo "
+        "AutoModel's TE backend, and what SDPA itself dispatches on Hopper and Blackwell from torch 2.11, whose "
+        "bundled cuDNN passes the > 9.15 gate of sdp_utils.cpp check_prefer_cudnn_attention: state cudnn there), "
         "triton_flash (FlashAttention in Triton, llm-foundry's attn_impl: triton: FlashAttention-2's rates over "
         "a factor fitted on Hopper and Ampere; refused on other devices) or flex (PyTorch FlexAttention, compiled: "
         "FlashAttention-2's rates times PyTorch's published FlexAttention over FlashAttention-2 throughput, Hopper 1.25 "
@@ -150,7 +153,9 @@ OPTIONS = (
         "running it is refused under the others",
         "torchtitan torchtitan/models/attention.py (F.scaled_dot_product_attention; attn_type flex: flex_attention); "
         "Transformer Engine DotProductAttention (FusedAttention, cuDNN); rates: Shah et al. 2024, FlashAttention-3, "
-        "Figures 5-6; llm-foundry llmfoundry/models/layers/attention.py triton_flash_attn_fn and flash_attn_triton.py "
+        "Figures 5-6; SDPA's dispatch on an H200 under torch 2.11: tests/plugins/data/h200_sdpa_attention.json "
+        "(cuDNN's kernels, 542-641 TFLOP/s forward, 490-526 backward, against its flash backend's 252-338 and "
+        "225-313); llm-foundry llmfoundry/models/layers/attention.py triton_flash_attn_fn and flash_attn_triton.py "
         "(mosaicml/llm-foundry@b2a43a14), rates fitted by benchmarks/fit_fsdp2_sustained.py; FlexAttention: PyTorch "
         "blogs of 2024-08-07 (flexattention, A100) and 2025-03-16 (pytorch-at-gtc, H100) and torch "
         "nn/attention/flex_attention.py _DEFAULT_SPARSE_BLOCK_SIZE (hp_plugins/runtimes/flex_attention.py)",
@@ -338,14 +343,7 @@ _MEMORY_OPTIONS = (
         "loss, at 08b8b244f); torch/_functorch/partitioners.py (what the compiled graph saves)",
         _Loss(), choices=("upcast", "fused", "chunked", "compiled"),
     ),
-    RuntimeOption(
-        "optimizer_implementation", "choice", "foreach",
-        "AdamW's implementation: foreach (PyTorch's default on GPU: one fp32 temporary per element of the shard at the "
-        "step) or fused (torchtitan's default: none); fused is refused below parallel.zero 3 (the planner's default "
-        "points price no optimizer step: it would change nothing)",
-        "torch/optim/adamw.py _multi_tensor_adamw; torchtitan/components/optimizer.py (implementation: fused)",
-        _Points("foreach_optimizer", "foreach"), choices=("foreach", "fused"),
-    ),
+    optimizer_implementation_option(),
     RuntimeOption(
         "reduce_dtype", "choice", "fp32",
         "MixedPrecisionPolicy(reduce_dtype=...): the gradient reduce-scatter and its input buffer in fp32 (torchtitan's "

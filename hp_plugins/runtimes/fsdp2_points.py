@@ -100,8 +100,6 @@ _ZERO_3_ONLY = (
     ("reduce_scatter_overlap", True, "fsdp_reduce_scatter_overlap", "false (each layer's gradient reduce-scatter "
      "exposed, not overlapped with the next layer's backward)", "no layer reduce-scatters its own gradients (the "
      "data-parallel reduction is priced in buckets)", "use true"),
-    ("foreach_optimizer", True, "optimizer_implementation", "fused (AdamW's fused step, without foreach's fp32 "
-     "temporary)", _DEFAULT_POINTS, "use foreach"),
     ("set_to_none", True, "zero_grad_set_to_none", "false (the sharded gradients held through a step's forward)",
      _DEFAULT_POINTS, "use true"),
     ("cpu_offload", False, "cpu_offload", "true (sharded parameters, gradients and optimizer states in host memory)",

@@ -494,6 +494,9 @@ FSDP2 = attrs.evolve(
     elementwise_accesses_per_flop=EAGER_ACCESSES, eager_elementwise=True,
     alternate_matmul_recompute=frozenset({"normOp", "ffAct"}), alternate_policy_recomputes=frozenset({"gather"}),
     collective_sms={"hybridep": TORCHTITAN_HYBRIDEP_SMS},
+    # torch.optim.AdamW's default on a GPU is its foreach form (option optimizer_implementation; torchtitan's own
+    # default is fused): one HBM pass per op, Optimizer.foreach_step_bytes.
+    optimizer_foreach=True,
 )
 
 PROFILES = {profile.name: profile for profile in (GENERIC, MEGATRON_TE, MEGATRON_LM_2022, FSDP2)}

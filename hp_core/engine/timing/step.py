@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import attrs
 
-from hp_core.engine.optimizer import OptimizerLoad, add_loads, layer_load, shard_update_bytes
+from hp_core.engine.optimizer import OptimizerLoad, add_loads, foreach_form, layer_load, shard_update_bytes
 from hp_core.engine.timing.placed import placed_time
 from hp_core.engine.prepare import PreparedRun
 from hp_core.engine.precision import gathered_param_bytes, optimizer_gather_bytes, quantized_weight_elements
@@ -319,7 +319,7 @@ def time_run(
         found = stage_cache.get(composition)
         if found is None:
             found = stage_cache[composition] = _stage_elements(held, costs, names, parallel, elements_cache,
-                                                               run.optimizer, step_precision)
+                                                               foreach_form(run.optimizer, timing.optimizer_foreach), step_precision)
         dense, experts, dense_load, expert_load = found
         # Parameters a recipe gathers in its weights' format (docs/precision.md): the quantized GEMM weights.
         q_dense = q_experts = 0
