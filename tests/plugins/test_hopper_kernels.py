@@ -31,3 +31,11 @@ def test_hopper_fast_accumulation_speedup_agrees_with_the_h200_measurement(data)
     forward = [g for g in hopper_kernel_level.layer_gemms(data) if g["pass"] == "fprop"]
     measured = hopper_kernel_level.speedup(forward, hopper_kernel_level.FAST)
     assert dict(HOPPER_SPEEDUPS)["fp8_tensorwise"].value == pytest.approx(measured, rel=0.02)
+
+
+def test_hopper_grouped_figures_are_the_h200_fit(data):
+    """Hopper's grouped-GEMM pair is the fit to the H200's torch._grouped_mm records."""
+    from hp_plugins.runtimes.timing_profiles import HOPPER_KERNELS
+
+    stated = (HOPPER_KERNELS.grouped_matmul.value, HOPPER_KERNELS.grouped_half_rows.value)
+    assert stated == hopper_kernel_level.grouped_fit(data)
