@@ -47,11 +47,31 @@ def split_accumulator_speedup(data: dict) -> float:
     return speedup([g for g in layer_gemms(data) if g["pass"] != "fprop"], SPLIT)
 
 
-def grouped_fit(data: dict, key: str = "grouped_mm_seconds") -> tuple[float, float]:
+GROUPED_PASSES = ("forward", "dgrad", "wgrad")
+
+
+def grouped_points(data: dict, passes: tuple[str, ...] = GROUPED_PASSES) -> list[dict]:
+    """One point per grouped record and pass: ``torch._grouped_mm``'s forward seconds (``grouped``), its input- and
+    weight-gradient seconds (``backward`` ``grouped_backward``, the same shapes and FLOPs)."""
+    forward = [r for r in data["grouped"] if r["kind"] == "grouped"]
+    backward = {(r["model"], r["linear"], r["experts"], r["rows_per_expert"]): r
+                for r in data["backward"]["records"] if r["kind"] == "grouped_backward"}
+    points = []
+    for r in forward:
+        b = backward[(r["model"], r["linear"], r["experts"], r["rows_per_expert"])]
+        seconds = {"forward": r["grouped_mm_seconds"], "dgrad": b["dgrad_grouped_mm_seconds"],
+                   "wgrad": b["wgrad_grouped_mm_seconds"]}
+        points += [{**r, "pass": p, "seconds": seconds[p]} for p in passes]
+    return points
+
+
+def grouped_fit(data: dict, passes: tuple[str, ...] = GROUPED_PASSES, key: str = "seconds") -> tuple[float, float]:
     """``(grouped_matmul, grouped_half_rows)`` minimising the squared relative error of the time
-    ``flops * (rows + half_rows) / rows / (peak * grouped_matmul)`` over the grouped records (half_rows on a 1-row
-    grid; for a given half_rows the best efficiency is closed-form)."""
-    records = [r for r in data["grouped"] if r["kind"] == "grouped"]
+    ``flops * (rows + half_rows) / rows / (peak * grouped_matmul)`` over the grouped points of *passes* (each pass of
+    each record one point, as Blackwell's pair was fitted to SimuMax's forward, dgrad and wgrad measurements;
+    half_rows on a 1-row grid; for a given half_rows the best efficiency is closed-form). *key* ``per_expert_mm_seconds``
+    fits the forward per-expert ``torch.mm`` loop instead."""
+    records = grouped_points(data, passes)
     best = None
     for half_rows in range(0, 2001):
         a = [r["flops"] * (r["rows_per_expert"] + half_rows) / r["rows_per_expert"] / PEAK_BF16 / r[key] for r in records]
@@ -60,6 +80,12 @@ def grouped_fit(data: dict, key: str = "grouped_mm_seconds") -> tuple[float, flo
         if best is None or loss < best[0]:
             best = (loss, 1 / inverse, half_rows)
     return round(best[1], 3), best[2]
+
+
+def grouped_errors(data: dict, efficiency: float, half_rows: float) -> list[float]:
+    """Fitted over measured time minus one, per grouped point (all three passes)."""
+    return [r["flops"] * (r["rows_per_expert"] + half_rows) / r["rows_per_expert"] / (PEAK_BF16 * efficiency)
+            / r["seconds"] - 1 for r in grouped_points(data)]
 
 
 def main() -> None:
@@ -96,18 +122,33 @@ def main() -> None:
           f"({mean / PEAK_BF16:.3f})\n")
 
     grouped = [r for r in data["grouped"] if r["kind"] == "grouped"]
+    points = grouped_points(data)
     e, h = HOPPER_KERNELS.grouped_matmul.value, HOPPER_KERNELS.grouped_half_rows.value
-    print("| rows per expert | n | grouped_mm median (range) of peak | loop median of peak | grouped_mm / dense mean | hp |")
-    print("|---:|---:|---|---:|---:|---:|")
+    print("| rows per expert | n | forward median (range) of peak | dgrad median (range) | wgrad median (range) | "
+          "loop (forward) median | forward / dense mean | hp |")
+    print("|---:|---:|---|---|---|---:|---:|---:|")
     for rows in sorted({r["rows_per_expert"] for r in grouped}):
+        cells = []
+        for name in GROUPED_PASSES:
+            x = [p["flops"] / p["seconds"] / PEAK_BF16 for p in points if p["rows_per_expert"] == rows and p["pass"] == name]
+            cells.append(f"{statistics.median(x):.3f} ({min(x):.3f}-{max(x):.3f})")
         sel = [r for r in grouped if r["rows_per_expert"] == rows]
-        gm = [r["flops"] / r["grouped_mm_seconds"] / PEAK_BF16 for r in sel]
-        lp = [r["flops"] / r["per_expert_mm_seconds"] / PEAK_BF16 for r in sel]
-        print(f"| {rows} | {len(sel)} | {statistics.median(gm):.3f} ({min(gm):.3f}-{max(gm):.3f}) | {statistics.median(lp):.3f} | "
-              f"{statistics.median(gm) * PEAK_BF16 / mean:.2f} | {e * rows / (rows + h):.3f} |")
-    for key in ("grouped_mm_seconds", "per_expert_mm_seconds"):
-        fe, fh = grouped_fit(data, key)
-        print(f"- fit to {key}: grouped_matmul {fe}, grouped_half_rows {fh}")
+        gm = statistics.median(r["flops"] / r["grouped_mm_seconds"] / PEAK_BF16 for r in sel)
+        lp = statistics.median(r["flops"] / r["per_expert_mm_seconds"] / PEAK_BF16 for r in sel)
+        print(f"| {rows} | {len(sel)} | {' | '.join(cells)} | {lp:.3f} | {gm * PEAK_BF16 / mean:.2f} | "
+              f"{e * rows / (rows + h):.3f} |")
+    for name in GROUPED_PASSES:
+        x = [p["flops"] / p["seconds"] / PEAK_BF16 for p in points if p["pass"] == name]
+        fe, fh = grouped_fit(data, (name,))
+        print(f"- {name}: median {statistics.median(x):.3f} of peak over {len(x)} records; fit to it alone: "
+              f"grouped_matmul {fe}, grouped_half_rows {fh}")
+    fe, fh = grouped_fit(data)
+    errors = grouped_errors(data, fe, fh)
+    print(f"- fit to all three passes ({len(points)} points): grouped_matmul {fe}, grouped_half_rows {fh}; fitted time "
+          f"{min(errors):+.0%} to {max(errors):+.0%} of the measured, mean |error| "
+          f"{statistics.mean(abs(x) for x in errors):.1%}, median {statistics.median(abs(x) for x in errors):.1%}")
+    fe, fh = grouped_fit(data, ("forward",), "per_expert_mm_seconds")
+    print(f"- fit to the forward per-expert torch.mm loop: grouped_matmul {fe}, grouped_half_rows {fh}")
     host = data["host"][0]["seconds_per_launch"]
     per_mm = [r["per_expert_mm_host_seconds"] / r["experts"] for r in grouped]
     print(f"\n- host: {host * 1e6:.2f} us per eager add_ launch; per-expert loop {statistics.median(per_mm) * 1e6:.1f} us "

@@ -76,6 +76,7 @@ from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingP
 from hp_plugins.hardware import gemm_b200, gemm_h100
 from hp_plugins.runtimes.attention_speedups import BLACKWELL_ATTENTION_SPEEDUPS, HOPPER_ATTENTION_SPEEDUPS
 from hp_plugins.runtimes.gemm_speedups import BLACKWELL_BANDED_SPEEDUPS, BLACKWELL_SPEEDUPS, HOPPER_SPEEDUPS
+from hp_plugins.runtimes.h200_grouped import H200_GROUPED_HALF_ROWS, H200_GROUPED_MATMUL
 from hp_plugins.runtimes.host import MEGATRON_HOST, ROUTER_H200
 from hp_plugins.runtimes.hybridep_sms import MEGATRON_HYBRIDEP_SMS, TORCHTITAN_HYBRIDEP_SMS
 from hp_plugins.runtimes import ssd_scan
@@ -90,12 +91,6 @@ __all__ = ["AMPERE", "ANY_DEVICE", "B200_GEMMS", "BLACKWELL", "BLACKWELL_MEGATRO
 _SIMUMAX_B200 = "SimuMax v1.2 configs/system/b200_bf16_ceperm.json (MooreThreads/SimuMax@4dcaae5), measured on 8x B200 with TE 2.11"
 _SIMUMAX_H100 = "SimuMax configs/system/h100_nvlink.json (MooreThreads/SimuMax@160921c): spec-based starter value, 'NOT shape-calibrated' per its note"
 _ROUTER_H200 = ROUTER_H200
-_H200_GROUPED = ("fit of efficiency = e * rows / (rows + half_rows) (least squares in relative error of the time) to the 118 "
-                 "torch._grouped_mm (CUTLASS, sm90) bf16 forward measurements of tests/plugins/data/h200_hopper_kernels.json "
-                 "(benchmarks/device_hopper_kernels.py on one H200 SXM, torch 2.11.0+cu130): the experts' FC1 and FC2 of "
-                 "Qwen3-30B-A3B, GPT-OSS-120B and Mixtral-8x7B, 2-64 local experts of 512-16,384 rows "
-                 "(benchmarks/hopper_kernel_level.py grouped_fit; time within a mean 14% of the measurements, the Qwen3 "
-                 "groups of 2-8 experts at 512 rows up to 84% slower than fitted; one torch.mm per expert fits 0.637 / 131)")
 _SIMUMAX_A100 = "SimuMax configs/system/a100_pcie.json (MooreThreads/SimuMax@acdbb66), measured on A100 PCIe"
 # Published nccl-tests bus bandwidths (large messages), per fabric in NVIDIA's NCCL talks (slides in stas00/ml-engineering).
 _GTC24 = ("NVIDIA GTC 2024 session S62129 (https://www.nvidia.com/en-us/on-demand/session/gtc24-s62129/), slide 12 "
@@ -195,14 +190,9 @@ HOPPER_KERNELS = DeviceEfficiency(
     attention_backward=Sourced(0.55, f"{_SIMUMAX_H100}: sdp_bwd efficient_factor"),
     attention_forward_overhead_seconds=Sourced(0.0, "not measured on Hopper: no fixed time assumed"),
     attention_backward_overhead_seconds=Sourced(0.0, "not measured on Hopper: no fixed time assumed"),
-    # tests/plugins/data/h200_hopper_kernels.json: the pair fitted to 118 torch._grouped_mm measurements on one H200
-    # (benchmarks/hopper_kernel_level.py grouped_fit); was 0.60 (SimuMax's unmeasured H100 starter) and 208 rows (a
-    # roofline ridge point). Forward GEMMs only: the file times no input- or weight-gradient grouped GEMM.
-    grouped_matmul=Sourced(0.628, f"{_H200_GROUPED}; replaced 0.60, {_SIMUMAX_H100}: group_matmul efficient_factor"),
-    grouped_half_rows=Sourced(
-        101, f"the same fit ({_H200_GROUPED}); replaced 208 rows, the roofline ridge point 989 TFLOP/s * 0.60 / "
-        "(3.35 TB/s * 0.85 HBM efficiency) on H100, a derived figure"
-    ),
+    # The H200's torch._grouped_mm fit, all three passes (hp_plugins/runtimes/h200_grouped.py).
+    grouped_matmul=H200_GROUPED_MATMUL,
+    grouped_half_rows=H200_GROUPED_HALF_ROWS,
     memory_bandwidth=Sourced(0.85, f"{_SIMUMAX_H100}: bandwidth default efficient_factor"),
     intra_node_bus=Sourced(
         0.805, f"{_STAS_H200}: all_gather 361.4 and reduce_scatter 362.9 GB/s busbw (ring), mean 362.15 of 450 GB/s NVLink 4; "

@@ -34,7 +34,7 @@ def test_hopper_fast_accumulation_speedup_agrees_with_the_h200_measurement(data)
 
 
 def test_hopper_grouped_figures_are_the_h200_fit(data):
-    """Hopper's grouped-GEMM pair is the fit to the H200's torch._grouped_mm records."""
+    """Hopper's grouped-GEMM pair is the fit to the H200's torch._grouped_mm records, all three passes."""
     from hp_plugins.runtimes.timing_profiles import HOPPER_KERNELS
 
     stated = (HOPPER_KERNELS.grouped_matmul.value, HOPPER_KERNELS.grouped_half_rows.value)
