@@ -493,8 +493,7 @@ FSDP2 = attrs.evolve(
     elementwise_accesses_per_flop=EAGER_ACCESSES, eager_elementwise=True,
     alternate_matmul_recompute=frozenset({"normOp", "ffAct"}), alternate_policy_recomputes=frozenset({"gather"}),
     collective_sms={"hybridep": TORCHTITAN_HYBRIDEP_SMS},
-    # torch.optim.AdamW's default on a GPU is its foreach form (option optimizer_implementation; torchtitan's own
-    # default is fused): one HBM pass per op, Optimizer.foreach_step_bytes.
+    # torch.optim.AdamW's GPU default, its foreach form: an HBM pass per op (option optimizer_implementation)
     optimizer_foreach=True,
 )
 
