@@ -65,7 +65,7 @@ def _profile_step(torch: Any, step: Any) -> dict[str, Any]:
     for event in prof.key_averages():
         total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
         if total:
-            rows.append({"name": event.key[:200], "calls": int(event.count), "seconds": total / 1e6})
+            rows.append({"kernel": event.key[:200], "calls": int(event.count), "seconds": total / 1e6})
     rows.sort(key=lambda r: -r["seconds"])
     return {"kernel_seconds": sum(r["seconds"] for r in rows), "kernels_distinct": len(rows),
             "kernel_calls": sum(r["calls"] for r in rows), "wall_seconds": seconds["step"][0], "top": rows[:60]}
