@@ -12,7 +12,7 @@ import attrs
 
 from hp_core.precision_recipes import AUTOCAST, GEMM_KERNELS, GEMM_PASS_NAMES, SPLIT_ACCUMULATOR
 from hp_core.specs.attention_speedups import AttentionSpeedup
-from hp_core.specs.gemms import GemmShapeScale, GemmTable
+from hp_core.specs.gemms import GemmShapeScale, GemmTable, SpeedupCurve
 from hp_core.specs.sourced import Sourced, _at_least_one, _fraction, _sourced
 
 __all__ = ["DeviceEfficiency", "ROUTER_REFERENCE_ELEMENTS"]
@@ -132,6 +132,10 @@ class DeviceEfficiency:
             do not overlap. A banded kernel states no ``<kernel>:autocast`` figure in :attr:`gemm_speedups` (unbanded,
             it would price every device outside the bands) and so none with ``:split_accumulator`` (which needs the
             kernel's own figure there).
+        gemm_speedup_curves: ``(kernel, SpeedupCurve)`` pairs: a kernel of :attr:`gemm_speedups` (the name as stated
+            there, ``:split_accumulator`` included) measured by GEMM size; a pass taking that figure
+            (:meth:`pass_speedups`) takes the curve at each of a layer's dense GEMMs instead
+            (:mod:`hp_core.engine.timing.speedup_shapes`); the single figure still prices the rest (grouped GEMMs).
         attention_speedups: FP8 attention kernels' measured speedups over bf16 (:mod:`hp_core.specs.attention_speedups`).
     """
 
@@ -167,6 +171,17 @@ class DeviceEfficiency:
     gemm_speedups: tuple[tuple[str, Sourced], ...] = attrs.field(default=(), converter=tuple, validator=_speedups)
     banded_gemm_speedups: tuple[tuple[str, float, float, Sourced], ...] = attrs.field(default=(), converter=tuple)
     attention_speedups: tuple[AttentionSpeedup, ...] = attrs.field(default=(), converter=tuple)
+    gemm_speedup_curves: tuple[tuple[str, SpeedupCurve], ...] = attrs.field(default=(), converter=tuple)
+
+    @gemm_speedup_curves.validator
+    def _check_curves(self, attribute: attrs.Attribute, value: tuple) -> None:
+        plain = [row[0] for row in self.gemm_speedups]
+        names = [row[0] if isinstance(row, (tuple, list)) and row else None for row in value]
+        for row in value:
+            if (not isinstance(row, (tuple, list)) or len(row) != 2 or row[0] not in plain
+                    or not isinstance(row[1], SpeedupCurve) or names.count(row[0]) > 1):
+                raise ValueError(f"{attribute.name}: a row must be (kernel stated in gemm_speedups, SpeedupCurve), "
+                                 f"one per kernel; got {row!r}")
 
     @banded_gemm_speedups.validator
     def _check_bands(self, attribute: attrs.Attribute, value: tuple) -> None:
@@ -239,3 +254,10 @@ class DeviceEfficiency:
             return None
         split = self.gemm_speedup(kernel + SPLIT_ACCUMULATOR) or fast
         return tuple(split if name in split_passes else fast for name in GEMM_PASS_NAMES)
+
+    def pass_curves(self, kernel: str, split_passes: tuple[str, ...] = ()) -> tuple[SpeedupCurve | None, ...]:
+        """The curve (:attr:`gemm_speedup_curves`) of the figure each pass takes in :meth:`pass_speedups`, ``None``
+        for a pass whose figure has none (it keeps the single figure)."""
+        curves = dict(self.gemm_speedup_curves)
+        split = kernel + SPLIT_ACCUMULATOR if self.gemm_speedup(kernel + SPLIT_ACCUMULATOR) else kernel
+        return tuple(curves.get(split if name in split_passes else kernel) for name in GEMM_PASS_NAMES)

@@ -21,7 +21,7 @@ import attrs
 from hp_core.errors import SpecError
 from hp_core.specs.sourced import _text
 
-__all__ = ["GEMM_PASSES", "GemmShapeScale", "GemmTable", "MachineGemms", "ShapedGemms"]
+__all__ = ["GEMM_PASSES", "GemmShapeScale", "GemmTable", "MachineGemms", "ShapedGemms", "SpeedupCurve"]
 
 # The three GEMMs of a linear layer: the forward, the input gradient and the weight gradient.
 GEMM_PASSES = ("forward", "input_gradient", "weight_gradient")
@@ -194,6 +194,38 @@ def _bracket(axis: tuple[float, ...], value: float) -> tuple[int, float]:
         return len(axis) - 2, 1.0
     i = max(j for j in range(len(axis) - 1) if axis[j] <= value)
     return i, (value - axis[i]) / (axis[i + 1] - axis[i])
+
+
+@attrs.frozen(kw_only=True, cache_hash=True)
+class SpeedupCurve:
+    """A low-precision GEMM kernel's measured speedup over bf16 by the GEMM's size (one GEMM's ``2 * M * N * K``
+    FLOPs): linear in ``log2`` of the FLOPs between the measured points, clamped at the ends (a GEMM smaller than the
+    first point takes its value, one larger the last's). :attr:`DeviceEfficiency.gemm_speedup_curves
+    <hp_core.specs.timing.DeviceEfficiency.gemm_speedup_curves>` states it for a kernel whose single figure it refines.
+
+    Attributes:
+        source: Where the points come from and how they were made of the measurements.
+        flops: The points' GEMM sizes in FLOPs, increasing.
+        values: The speedup at each point.
+    """
+
+    source: str = attrs.field(validator=_text)
+    flops: tuple[float, ...] = attrs.field(converter=tuple)
+    values: tuple[float, ...] = attrs.field(converter=tuple)
+
+    @values.validator
+    def _check(self, attribute: attrs.Attribute, value: Any) -> None:
+        numbers = (*self.flops, *value)
+        if (len(self.flops) < 2 or len(value) != len(self.flops)
+                or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf for v in numbers)
+                or any(a >= b for a, b in zip(self.flops, self.flops[1:]))):
+            raise SpecError("values", "a speedup curve needs at least two points: increasing positive FLOPs and as "
+                                      "many positive finite speedups")
+
+    def at(self, flops: float) -> float:
+        """The speedup of a GEMM of *flops* FLOPs (interpolated in log FLOPs, clamped)."""
+        i, w = _bracket(tuple(math.log2(f) for f in self.flops), math.log2(max(flops, 1.0)))
+        return self.values[i] * (1 - w) + self.values[i + 1] * w
 
 
 @attrs.frozen(kw_only=True, cache_hash=True)

@@ -30,11 +30,11 @@ import attrs
 from hp_core.costs import is_switch_name
 from hp_core.errors import ConfigError, SpecError
 from hp_core.specs.device_efficiency import ROUTER_REFERENCE_ELEMENTS, DeviceEfficiency
-from hp_core.specs.gemms import GEMM_PASSES, GemmShapeScale, GemmTable
+from hp_core.specs.gemms import GEMM_PASSES, GemmShapeScale, GemmTable, SpeedupCurve
 from hp_core.specs.overlap import HostOverhead, OverlapSchedule
 from hp_core.specs.sourced import Sourced, _at_least_one, _fraction, _number, _overlap, _positive, _sourced, _text
 
-__all__ = ["ALL_REDUCE_ALGORITHMS", "CommOverlap", "DeviceEfficiency", "GEMM_PASSES", "GemmShapeScale", "GemmTable",
+__all__ = ["ALL_REDUCE_ALGORITHMS", "CommOverlap", "DeviceEfficiency", "GEMM_PASSES", "GemmShapeScale", "GemmTable", "SpeedupCurve",
            "MOE_PERMUTE_TOKENS", "MoePermutation", "ROUTER_REFERENCE_ELEMENTS", "Sourced", "TimingProfile"]
 
 # NCCL's all-reduce algorithms (hp_core.collectives): ``ring`` (bandwidth-optimal,

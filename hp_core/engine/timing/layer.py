@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-
+from hp_core.engine.timing.speedup_shapes import shape_speedup_rates
 from hp_core.collectives import CollectiveModel
 from hp_core.engine.timing.elementwise import elementwise_seconds, permute_seconds
 from hp_core.engine.timing.host_floor import _expert_gemm_count, _host_floor
@@ -136,7 +136,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
     f = cost.forward
     if r.low_precision and not work.quantized:  # a layer kept in the compute dtype under the recipe (LayerWork.quantized)
         r = compute_dtype_rates(r)
-    r = userbuffers_rates(work, r)  # no TP overlap on a layer refusing its userbuffers (LayerWork.refused_userbuffers)
+    r = shape_speedup_rates(work, userbuffers_rates(work, r), min(work.grouped_flops, f.matmul_flops))  # no TP overlap on a layer refusing its userbuffers; speedups by GEMM size
     # Compute.
     grouped = min(work.grouped_flops, f.matmul_flops)
     mm_fwd, mm_bwd, _ = _matmul_seconds(f.matmul_flops - grouped, grouped, work, r)

@@ -106,6 +106,9 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
         quant_weight=0.0 if recipe.cache_weights else weights,
         gather_share=act / act_bytes if recipe.tp_gather else 1.0, gemm_scope=recipe.gemms,
     )
+    curves = () if quantized_in_figure else dev.pass_curves(recipe.kernel, recipe.split_accumulator)
+    if any(curves):  # the passes' speedups by GEMM size (hp_core.engine.timing.speedup_shapes)
+        figures["gemm_speedup_curves"] = curves
     if recipe.module_recipes:
         # The modules a run gives a quantized format of their own: each format's figures as its own recipe states
         # them on this device (hp_core.engine.timing.gemm_seconds prices those modules' GEMMs with them).
