@@ -47,6 +47,22 @@ def split_accumulator_speedup(data: dict) -> float:
     return speedup([g for g in layer_gemms(data) if g["pass"] != "fprop"], SPLIT)
 
 
+def speedup_curve(data: dict, passes: tuple[str, ...], key: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``(flops, speedups)``: the points of ``HOPPER_FP8_CURVES`` (``hp_plugins/runtimes/hopper_fp8_curves.py``) for
+    the GEMMs of *passes* timed as *key*. The layers' GEMMs (:func:`layer_gemms`) by octave of FLOPs (``2**b`` to
+    ``2**(b + 1)``); a point per octave at the geometric mean of its GEMMs' FLOPs (rounded to 0.1 GFLOP), its speedup
+    their summed bf16 seconds over their summed *key* seconds (:func:`speedup`, rounded to four places)."""
+    import math
+
+    octaves: dict = {}
+    for g in layer_gemms(data):
+        if g["pass"] in passes:
+            octaves.setdefault(math.floor(math.log2(g["flops"]) + 1e-9), []).append(g)
+    points = [(round(2 ** (sum(math.log2(g["flops"]) for g in gs) / len(gs)) / 1e8) * 1e8, round(speedup(gs, key), 4))
+              for _, gs in sorted(octaves.items())]
+    return tuple(p[0] for p in points), tuple(p[1] for p in points)
+
+
 GROUPED_PASSES = ("forward", "dgrad", "wgrad")
 
 

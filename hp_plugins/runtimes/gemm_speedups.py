@@ -21,13 +21,17 @@ Two measurements, each of the kernels alone (inputs already quantized):
   replaced the ratio of stas00's maximum achievable matmul rates on an H100 SXM (1402.6 / 794.5 = 1.7654), a ratio of
   two best-of-sweep rates at different shapes. The same measurement puts the fast-accumulation forward GEMMs at
   1.886, within 1% of TE's 1.905, which is kept.
+
+On Hopper both FP8 tensorwise figures are refined by GEMM size (``hopper_fp8_curves.HOPPER_FP8_CURVES``, the same
+records per octave of FLOPs): a layer's dense GEMMs take the curves, the single figures price its grouped GEMMs.
 """
 
 from __future__ import annotations
 
 from hp_core.specs.timing import Sourced
+from hp_plugins.runtimes.hopper_fp8_curves import HOPPER_FP8_CURVES  # the two FP8 figures below by GEMM size
 
-__all__ = ["BLACKWELL_BANDED_SPEEDUPS", "BLACKWELL_FP4_BAND", "BLACKWELL_SPEEDUPS", "BLACKWELL_ULTRA_FP4_BAND", "HOPPER_SPEEDUPS"]
+__all__ = ["BLACKWELL_BANDED_SPEEDUPS", "BLACKWELL_FP4_BAND", "BLACKWELL_SPEEDUPS", "BLACKWELL_ULTRA_FP4_BAND", "HOPPER_FP8_CURVES", "HOPPER_SPEEDUPS"]
 
 _TE_GEMMS = "Transformer Engine docs/examples/gemm_profiling/gemm_profiling.rst (TransformerEngine@d0067d0), pre-quantized"
 # stas00/ml-engineering compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table" (at 744d01e).

@@ -75,7 +75,7 @@ from hp_core.specs.overlap import OverlapSchedule
 from hp_core.specs.timing import CommOverlap, DeviceEfficiency, Sourced, TimingProfile
 from hp_plugins.hardware import gemm_b200, gemm_h100
 from hp_plugins.runtimes.attention_speedups import BLACKWELL_ATTENTION_SPEEDUPS, HOPPER_ATTENTION_SPEEDUPS
-from hp_plugins.runtimes.gemm_speedups import BLACKWELL_BANDED_SPEEDUPS, BLACKWELL_SPEEDUPS, HOPPER_SPEEDUPS
+from hp_plugins.runtimes.gemm_speedups import BLACKWELL_BANDED_SPEEDUPS, BLACKWELL_SPEEDUPS, HOPPER_FP8_CURVES, HOPPER_SPEEDUPS
 from hp_plugins.runtimes.h200_grouped import H200_GROUPED_HALF_ROWS, H200_GROUPED_MATMUL
 from hp_plugins.runtimes.host import MEGATRON_HOST, ROUTER_H200
 from hp_plugins.runtimes.hybridep_sms import MEGATRON_HYBRIDEP_SMS, TORCHTITAN_HYBRIDEP_SMS
@@ -218,7 +218,7 @@ HOPPER_KERNELS = DeviceEfficiency(
         "and the benchmark's own accumulation into its input's .grad (30.6 us)"
     ),
     ssd_scan_forward=ssd_scan.HOPPER_SSD_SCAN_FORWARD, ssd_scan_backward=ssd_scan.HOPPER_SSD_SCAN_BACKWARD,
-    gemm_shape=H100_GEMM_SHAPE, gemm_speedups=HOPPER_SPEEDUPS, attention_speedups=HOPPER_ATTENTION_SPEEDUPS,
+    gemm_shape=H100_GEMM_SHAPE, gemm_speedups=HOPPER_SPEEDUPS, attention_speedups=HOPPER_ATTENTION_SPEEDUPS, gemm_speedup_curves=HOPPER_FP8_CURVES,
 )
 
 AMPERE = DeviceEfficiency(

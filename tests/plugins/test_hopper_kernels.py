@@ -39,3 +39,42 @@ def test_hopper_grouped_figures_are_the_h200_fit(data):
 
     stated = (HOPPER_KERNELS.grouped_matmul.value, HOPPER_KERNELS.grouped_half_rows.value)
     assert stated == hopper_kernel_level.grouped_fit(data)
+
+
+def test_hopper_fp8_curves_are_the_h200_records_by_octave(data):
+    """Hopper's FP8 speedups by GEMM size: the forward GEMMs' fast-accumulation and the backward GEMMs'
+    split-accumulation records per octave of FLOPs (hopper_kernel_level.speedup_curve), each single figure's kernel."""
+    from hp_plugins.runtimes.hopper_fp8_curves import HOPPER_FP8_CURVES
+
+    curves = dict(HOPPER_FP8_CURVES)
+    assert set(curves) == {"fp8_tensorwise", "fp8_tensorwise:split_accumulator"} <= set(dict(HOPPER_SPEEDUPS))
+    for kernel, passes, key in (("fp8_tensorwise", ("fprop",), hopper_kernel_level.FAST),
+                                ("fp8_tensorwise:split_accumulator", ("dgrad", "wgrad"), hopper_kernel_level.SPLIT)):
+        curve = curves[kernel]
+        assert (curve.flops, curve.values) == hopper_kernel_level.speedup_curve(data, passes, key)
+        assert "h200_hopper_kernels.json" in curve.source
+
+
+def test_hopper_fp8_curve_interpolates_in_log_flops_and_clamps(data):
+    """At a point its value; between two points linear in log FLOPs; beyond the ends the end's value. The curve
+    reads each measured layer's backward within 4% of its measured bf16 / split-accumulation seconds."""
+    import math
+
+    from hp_plugins.runtimes.hopper_fp8_curves import HOPPER_FP8_CURVES
+
+    curve = dict(HOPPER_FP8_CURVES)["fp8_tensorwise:split_accumulator"]
+    for f, v in zip(curve.flops, curve.values):
+        assert curve.at(f) == pytest.approx(v)
+    a, b = curve.flops[1], curve.flops[2]
+    middle = 2 ** ((math.log2(a) + math.log2(b)) / 2)
+    assert curve.at(middle) == pytest.approx((curve.values[1] + curve.values[2]) / 2)
+    assert curve.at(curve.flops[0] / 10) == curve.values[0]
+    assert curve.at(curve.flops[-1] * 10) == curve.values[-1]
+    layers: dict = {}
+    for g in hopper_kernel_level.layer_gemms(data):
+        if g["pass"] != "fprop":
+            layers.setdefault((g["model"], g["tp"]), []).append(g)
+    for gemms in layers.values():
+        measured = hopper_kernel_level.speedup(gemms, hopper_kernel_level.SPLIT)
+        priced = sum(g["bf16_seconds"] for g in gemms) / sum(g["bf16_seconds"] / curve.at(g["flops"]) for g in gemms)
+        assert priced == pytest.approx(measured, rel=0.04)
