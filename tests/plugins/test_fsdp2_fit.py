@@ -219,9 +219,9 @@ def test_hopper_s_factor_is_every_profile_s_and_ampere_s_fsdp2_s_alone():
 
 
 def test_the_held_out_megatron_rows_decide_where_each_factor_applies(registry):
-    """Hopper's m lowers the 14 Megatron-Core H100 rows' mean absolute error (21.4% -> 14.9%, within 10%: 2 -> 6;
-    20.2% -> 14.5% and 4 -> 7 before Hopper's split-accumulation FP8 speedup and grouped-GEMM pair were measured on an
-    H200 (1.7654 -> 1.8547; 0.60 / 208 rows -> 0.633 / 170: h200_hopper_kernels.json), which price the FP8 and GPT-OSS rows faster;
+    """Hopper's m lowers the 14 Megatron-Core H100 rows' mean absolute error (21.1% -> 14.9%, within 10%: 2 -> 6;
+    20.2% -> 14.5% and 4 -> 7 before Hopper's FP8 speedups (by GEMM size) and grouped-GEMM pair were measured on an
+    H200 (h200_hopper_kernels.json), which price the FP8 and GPT-OSS rows faster;
     20.2% -> 14.4% before the megatron runtime's layernorm module kept the outputs of the norms fused into the next linear (docs/recompute.md);
     21.4% -> 14.4% and 1 -> 6 before the backward FP8 GEMMs took Hopper's split-accumulator rate (docs/precision.md, "Time");
     21.5% -> 14.4% before rotary embeddings were priced (docs/time.md, "Rotary position embedding"); 21.6% -> 14.2% before the Megatron-LM README rows stated untied embeddings (scale_measured.json, megatron-readme);
@@ -239,7 +239,7 @@ def test_the_held_out_megatron_rows_decide_where_each_factor_applies(registry):
     hopper = fsdp2_fit.megatron_hopper_rows(registry)
     assert len(hopper) == 14 and all(p.architecture == "hopper" for p in hopper)
     m = WHOLE_RUN_MATMUL_FACTORS["hopper"]
-    assert mae(hopper, 1.0) == pytest.approx(0.214, abs=5e-4) and mae(hopper, m) == pytest.approx(0.149, abs=5e-4)
+    assert mae(hopper, 1.0) == pytest.approx(0.211, abs=5e-4) and mae(hopper, m) == pytest.approx(0.149, abs=5e-4)
     assert [sum(abs(p.error(x, 1.0)) <= 0.10 for p in hopper) for x in (1.0, m)] == [2, 6]
     ampere = fsdp2_fit.korthikanti_rows(registry)
     a = WHOLE_RUN_MATMUL_FACTORS["ampere"]
@@ -364,8 +364,8 @@ def test_u_is_fitted_with_m_and_a_held_by_a_rule_that_reads_no_row_s_error(regis
     """The rule: a trainer-specific figure (u) is fitted with the device-wide and profile-wide figures fitted before it
     (m, a) held, so both classes state (b), whatever any row's error. The joint fit (a) is printed as information:
     Hopper's m 1.235 -> 1.108 (u 1.761 -> 3.967 ms), Ampere's 1.057 -> 0.955 (u 2.348 -> 5.037 ms); as consequences,
-    not reasons, it would take the 14 Megatron-Core H100 rows' mean absolute error from 14.9% to 17.5% (14.5% to 16.3%
-    before Hopper's split-accumulation FP8 speedup and grouped-GEMM pair were measured on an H200, 14.4% to 16.3%
+    not reasons, it would take the 14 Megatron-Core H100 rows' mean absolute error from 14.9% to 17.2% (14.5% to 16.3%
+    before Hopper's FP8 speedups (by GEMM size) and grouped-GEMM pair were measured on an H200, 14.4% to 16.3%
     before the megatron runtime's layernorm module kept the outputs of the norms fused into the next linear (docs/recompute.md), 14.4% to 17.5% before the backward FP8 GEMMs took Hopper's split-accumulator rate, 14.4% to 17.7% before rotary embeddings were priced, 14.2% to 17.7% before the Megatron-LM README rows stated untied embeddings, 14.7% to 18.2% before Hopper's GEMMs were priced by shape, 16.0% to 19.7% before the GPT-OSS experts' FC2 bias passes were
     priced) and torchtitan's
     eight A100 rows' (tt24-*) from 4.7% to 11.4% (4.8% to 11.5% before the fsdp2 runtime priced foreach AdamW's eight
@@ -389,7 +389,7 @@ def test_u_is_fitted_with_m_and_a_held_by_a_rule_that_reads_no_row_s_error(regis
         return sum(abs(p.error(m, 1.0)) for p in priced) / len(priced)
 
     assert mae(megatron, WHOLE_RUN_MATMUL_FACTORS["hopper"]) == pytest.approx(0.149, abs=5e-4)
-    assert mae(megatron, hopper[0]) == pytest.approx(0.175, abs=5e-4)
+    assert mae(megatron, hopper[0]) == pytest.approx(0.172, abs=5e-4)
     assert len(tt24) == 8 and mae(tt24, WHOLE_RUN_MATMUL_FACTORS["ampere"]) == pytest.approx(0.047, abs=5e-4)
     assert mae(tt24, ampere[0]) == pytest.approx(0.114, abs=5e-4)
 
