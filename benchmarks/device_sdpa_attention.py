@@ -24,33 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from device_hopper_kernels import Timer  # benchmarks/: CUDA events after warm-ups, the median
 
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
 TOKENS = (4096, 8192, 16384, 32768)
-
-
-def _timer(torch, device: str, fn, warmup: int, repeats: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            begin = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - begin)
-    return statistics.median(times)
 
 
 def _kernels(torch, call) -> list[str]:
@@ -79,6 +60,7 @@ def measure(smoke: bool) -> dict:
                                                 "cudnn": SDPBackend.CUDNN_ATTENTION,
                                                 "efficient": SDPBackend.EFFICIENT_ATTENTION}
     dtype = torch.float32 if smoke else torch.bfloat16
+    timer = Timer(torch, device, warmup=3, repeats=10)
     records = []
     for tokens in tokens_list:
         q = torch.randn(1, HEADS, tokens, HEAD_DIM, device=device, dtype=dtype, requires_grad=True)
@@ -99,14 +81,14 @@ def measure(smoke: bool) -> dict:
 
             try:
                 if backend is None:
-                    row["forward_seconds"] = _timer(torch, device, fwd, 3, 10)
-                    row["forward_backward_seconds"] = _timer(torch, device, fwd_bwd, 3, 10)
+                    row["forward_seconds"] = timer(fwd)
+                    row["forward_backward_seconds"] = timer(fwd_bwd)
                     if device == "cuda":
                         row["kernels"] = _kernels(torch, fwd_bwd)
                 else:
                     with sdpa_kernel([backend]):
-                        row["forward_seconds"] = _timer(torch, device, fwd, 3, 10)
-                        row["forward_backward_seconds"] = _timer(torch, device, fwd_bwd, 3, 10)
+                        row["forward_seconds"] = timer(fwd)
+                        row["forward_backward_seconds"] = timer(fwd_bwd)
                 row["forward_tflops"] = round(forward_flops / row["forward_seconds"] / 1e12, 1)
                 backward = row["forward_backward_seconds"] - row["forward_seconds"]
                 row["backward_tflops"] = round(2.5 * forward_flops / backward / 1e12, 1) if backward > 0 else None
@@ -114,7 +96,6 @@ def measure(smoke: bool) -> dict:
                 row["error"] = str(error).strip().splitlines()[0][:200]
             records.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "kernels"}), flush=True)
-        del q, k, v, grad
     facts = {"torch": str(torch.__version__), "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
              "cuda": str(torch.version.cuda), "cudnn": torch.backends.cudnn.version() if device == "cuda" else None}
     return {"what": __doc__.splitlines()[0], "smoke": smoke, "facts": facts, "records": records}

@@ -171,7 +171,6 @@ def run_cuda_step(
         }
         if kernels is not None:
             result["kernels"] = kernels
-        del model, opt, ids
         return result
     finally:
         dist.destroy_process_group()
