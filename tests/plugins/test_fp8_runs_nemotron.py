@@ -261,8 +261,9 @@ def test_the_h100_prose_states_its_figures():
     assert all(e < 0 for e in errors)
     mae = sum(map(abs, errors)) / len(errors)
     within = sum(abs(e) <= 0.10 for e in errors)
+    # Three of the four within 10%, not all four (the split-accumulation 1.8547 and the per-size Hopper FP8 speedups, 2026-12-04).
     assert (f"On the four H100 rows hp is faster than measured, {min(errors):+.1%} to {max(errors):+.1%} (a mean "
-            f"absolute error of {mae:.1%}, all four within 10%)" in " ".join(prose.split())) and within == 4
+            f"absolute error of {mae:.1%}, three of the four within 10%" in " ".join(prose.split())) and within == 3
     row = found[0]["layout"]
     priced = runs.price_moe(row, registry)
     without = runs.price_moe({**row, "recompute_modules": ["layernorm", "core_attn", "moe_act"]}, registry)
