@@ -31,6 +31,26 @@ Sources, read at the commits docs/precision.md names:
   ``docs/float8.md``: ``--model.converters quantize.linear.float8``, tensorwise with
   ``enable_fsdp_float8_all_gather`` (weights cast to float8 before the FSDP all-gather),
   ``recipe_name rowwise`` (no float8 all-gather).
+* torchao's rowwise casts, read at pytorch/ao@36027d8 (2026-08-21). ``float8/config.py``
+  ``Float8LinearConfig.from_recipe_name`` (lines 334-352): ``rowwise`` gives the input, the weight and the output
+  gradient ``CastConfig(scaling_granularity=ScalingGranularity.AXISWISE, target_dtype=e4m3_dtype)`` and
+  ``round_scales_to_power_of_2=True``, the per-GEMM defaults kept (``gemm_config_output`` fast accumulation, the
+  two backward GEMMs not). ``float8/float8_linear.py`` ``matmul_with_hp_or_float8_args`` runs six casts per linear
+  layer and step, each ``hp_tensor_to_float8_dynamic`` with its own axis (``get_maybe_axiswise_dim``): forward
+  the input along dim -1 (line 56) and the weight along dim 0 (line 73); backward the output gradient along dim
+  -1 for the input gradient (line 113), the weight along dim -1 (line 131), the output gradient again along dim 0
+  for the weight gradient (line 167) and the saved compute-dtype input along dim 0 (line 185). Each cast first
+  computes its scales (``float8_scaling_utils.py`` ``tensor_to_scale``; ``float8_utils.py`` line 69
+  ``torch.amax(torch.abs(x), dim=axiswise_dim, keepdim=True)``) and then scales and casts: two reads of the
+  compute-dtype tensor (``quantize_passes`` 2, as tensorwise). Under tensorwise the output gradient's two casts
+  are the same computation (one scale, ``axiswise_dim`` None), one cast under torch.compile; under rowwise they
+  reduce along different axes, two casts, each its own read (``cast_per_usage``). The input's and the weight's
+  two casts are one in forward and one in backward, as ``saved_input`` ``compute`` prices them already.
+  ``float8/float8_ops.py`` ``addmm_float8_unwrapped`` (lines 53-59, 84-85): row-wise scales without fast
+  accumulation (the two backward GEMMs) run the per-tensor kernel with unit scales and then
+  ``output *= post_inverse_scale`` ("hoping Inductor will be able to fuse it"), an elementwise pass over the
+  input gradient and the weight gradient in bf16; no recipe field states a pass over a GEMM's output, so hp
+  does not price it.
 * Tensor parallelism under torchao float8 (pytorch/torchtitan
   ``torchtitan/models/llama3/parallelize_llama.py`` at 820504e, ``parallelize_llama`` and
   ``apply_tp``; pytorch/ao ``torchao/float8/float8_tensor_parallel.py`` at 6243040):
@@ -212,9 +232,16 @@ RECIPES = (
     PrecisionRecipe(
         name="torchao-float8-rowwise",
         description="torchao float8 rowwise (torchtitan): E4M3 with one fp32 scale per row, no float8 all-gather",
-        # No float8 TP gather: torchtitan applies its plain TP plan to rowwise recipes (module docstring).
-        source="torchao float8/float8_linear.py and torchtitan docs/float8.md: --quantize.linear.float8.recipe_name rowwise",
-        **_same("e4m3", "rowwise"), saved_input="compute", quantize_passes=1, split_accumulator=_BACKWARD_SPLIT,
+        # No float8 TP gather: torchtitan applies its plain TP plan to rowwise recipes (module docstring). Its casts
+        # (module docstring, torchao's rowwise casts): each an amax along one axis before the cast, two reads
+        # (quantize_passes 2, as tensorwise); the output gradient cast twice, along each axis (cast_per_usage). The
+        # backward GEMMs' output rescale (float8_ops.py addmm_float8_unwrapped) is not priced: no recipe field states
+        # an elementwise pass over a GEMM's output.
+        source=("torchao float8/config.py Float8LinearConfig.from_recipe_name('rowwise'), float8/float8_linear.py "
+                "matmul_with_hp_or_float8_args, float8/float8_utils.py tensor_to_amax (pytorch/ao@36027d8) and torchtitan "
+                "docs/float8.md: --quantize.linear.float8.recipe_name rowwise"),
+        **_same("e4m3", "rowwise"), saved_input="compute", quantize_passes=2, cast_per_usage=True,
+        split_accumulator=_BACKWARD_SPLIT,
         flags={"torchtitan": ("--model.converters", "quantize.linear.float8", "--quantize.linear.float8.recipe_name",
                               "rowwise")},
     ),
