@@ -139,9 +139,9 @@ def dense_records(torch, timer: Timer, device: str, smoke: bool) -> list[dict]:
     return records
 
 
-def grouped_records(torch, timer: Timer, device: str, smoke: bool) -> list[dict]:
-    """bf16 grouped GEMMs of the experts' FC1 and FC2: torch._grouped_mm and one torch.mm per expert."""
-    records = []
+def expert_shapes(smoke: bool):
+    """Each expert GEMM the grouped records time: ``(where, operand_bytes)``, *where* naming the model, the linear
+    (FC1, FC2), the local experts, the rows per expert and the linear's fan-out and fan-in (tiny under *smoke*)."""
     experts_list = LOCAL_EXPERTS[:2] if smoke else LOCAL_EXPERTS
     rows_list = (32,) if smoke else ROWS_PER_EXPERT
     for model, hidden, width, gated in EXPERT_MODELS:
@@ -151,36 +151,43 @@ def grouped_records(torch, timer: Timer, device: str, smoke: bool) -> list[dict]
             for experts in experts_list:
                 for rows in rows_list:
                     operand_bytes = 2 * (experts * rows * (fan_in + fan_out) + experts * fan_out * fan_in)
-                    where = {"model": model, "linear": linear, "experts": experts, "rows_per_expert": rows,
-                             "fan_out": fan_out, "fan_in": fan_in}
-                    if operand_bytes > GROUPED_BYTES_LIMIT:
-                        records.append({"kind": "grouped_skipped", **where, "operand_bytes": operand_bytes})
-                        continue
-                    x = torch.randn(experts * rows, fan_in, device=device, dtype=torch.bfloat16)
-                    w = torch.randn(experts, fan_out, fan_in, device=device, dtype=torch.bfloat16)
-                    offs = torch.arange(1, experts + 1, device=device, dtype=torch.int32) * rows
-                    flops = 2.0 * experts * rows * fan_out * fan_in
-                    row = {"kind": "grouped", **where, "flops": flops}
-                    wt = w.transpose(-2, -1)
-                    try:
-                        row["grouped_mm_seconds"] = timer(lambda: torch._grouped_mm(x, wt, offs=offs))
-                    except RuntimeError as error:
-                        row["grouped_mm_error"] = str(error).splitlines()[0][:200]
-                    chunks = x.split(rows)
+                    yield ({"model": model, "linear": linear, "experts": experts, "rows_per_expert": rows,
+                            "fan_out": fan_out, "fan_in": fan_in}, operand_bytes)
 
-                    def loop():
-                        return [torch.mm(chunk, w[e].t()) for e, chunk in enumerate(chunks)]
 
-                    row["per_expert_mm_seconds"] = timer(loop)
-                    if device == "cuda":  # the loop's host time: its launches timed on the CPU clock, one sync after
-                        torch.cuda.synchronize()
-                        begin = time.perf_counter()
-                        for _ in range(5):
-                            loop()
-                        row["per_expert_mm_host_seconds"] = (time.perf_counter() - begin) / 5
-                        torch.cuda.synchronize()
-                    records.append(row)
-                    del x, w
+def grouped_records(torch, timer: Timer, device: str, smoke: bool) -> list[dict]:
+    """bf16 grouped GEMMs of the experts' FC1 and FC2: torch._grouped_mm and one torch.mm per expert."""
+    records = []
+    for where, operand_bytes in expert_shapes(smoke):
+        experts, rows, fan_out, fan_in = (where[k] for k in ("experts", "rows_per_expert", "fan_out", "fan_in"))
+        if operand_bytes > GROUPED_BYTES_LIMIT:
+            records.append({"kind": "grouped_skipped", **where, "operand_bytes": operand_bytes})
+            continue
+        x = torch.randn(experts * rows, fan_in, device=device, dtype=torch.bfloat16)
+        w = torch.randn(experts, fan_out, fan_in, device=device, dtype=torch.bfloat16)
+        offs = torch.arange(1, experts + 1, device=device, dtype=torch.int32) * rows
+        flops = 2.0 * experts * rows * fan_out * fan_in
+        row = {"kind": "grouped", **where, "flops": flops}
+        wt = w.transpose(-2, -1)
+        try:
+            row["grouped_mm_seconds"] = timer(lambda: torch._grouped_mm(x, wt, offs=offs))
+        except RuntimeError as error:
+            row["grouped_mm_error"] = str(error).splitlines()[0][:200]
+        chunks = x.split(rows)
+
+        def loop():
+            return [torch.mm(chunk, w[e].t()) for e, chunk in enumerate(chunks)]
+
+        row["per_expert_mm_seconds"] = timer(loop)
+        if device == "cuda":  # the loop's host time: its launches timed on the CPU clock, one sync after
+            torch.cuda.synchronize()
+            begin = time.perf_counter()
+            for _ in range(5):
+                loop()
+            row["per_expert_mm_host_seconds"] = (time.perf_counter() - begin) / 5
+            torch.cuda.synchronize()
+        records.append(row)
+        del x, w
     return records
 
 
@@ -190,40 +197,31 @@ def backward_records(torch, timer: Timer, device: str, smoke: bool) -> list[dict
     dimension), and row-wise FP8 with fast accumulation (torchao's forward) beside split accumulation, at the
     dense layers' forward shapes."""
     records = []
-    experts_list = LOCAL_EXPERTS[:2] if smoke else LOCAL_EXPERTS
-    rows_list = (32,) if smoke else ROWS_PER_EXPERT
-    for model, hidden, width, gated in EXPERT_MODELS:
-        if smoke:
-            hidden, width = max(16, hidden // 128), max(16, width // 128)
-        for linear, fan_out, fan_in in (("fc1", (2 if gated else 1) * width, hidden), ("fc2", hidden, width)):
-            for experts in experts_list:
-                for rows in rows_list:
-                    operand_bytes = 2 * (experts * rows * (fan_in + fan_out) + experts * fan_out * fan_in)
-                    where = {"model": model, "linear": linear, "experts": experts, "rows_per_expert": rows,
-                             "fan_out": fan_out, "fan_in": fan_in}
-                    if operand_bytes > GROUPED_BYTES_LIMIT:
-                        continue
-                    x = torch.randn(experts * rows, fan_in, device=device, dtype=torch.bfloat16)
-                    dy = torch.randn(experts * rows, fan_out, device=device, dtype=torch.bfloat16)
-                    w = torch.randn(experts, fan_out, fan_in, device=device, dtype=torch.bfloat16)
-                    offs = torch.arange(1, experts + 1, device=device, dtype=torch.int32) * rows
-                    row = {"kind": "grouped_backward", **where, "flops": 2.0 * experts * rows * fan_out * fan_in}
-                    try:
-                        row["dgrad_grouped_mm_seconds"] = timer(lambda: torch._grouped_mm(dy, w, offs=offs))
-                    except RuntimeError as error:
-                        row["dgrad_error"] = str(error).splitlines()[0][:200]
-                    # dY^T: the transposed view autograd hands it (column-major), else a row-major copy
-                    for form, dyt in (("view", dy.t()), ("contiguous", None)):
-                        try:
-                            dyt = dy.t().contiguous() if dyt is None else dyt
-                            row["wgrad_grouped_mm_seconds"] = timer(lambda: torch._grouped_mm(dyt, x, offs=offs))
-                            row["wgrad_operand"] = form
-                            row.pop("wgrad_error", None)
-                            break
-                        except RuntimeError as error:
-                            row["wgrad_error"] = str(error).splitlines()[0][:200]
-                    records.append(row)
-                    del x, dy, w, dyt
+    for where, operand_bytes in expert_shapes(smoke):
+        experts, rows, fan_out, fan_in = (where[k] for k in ("experts", "rows_per_expert", "fan_out", "fan_in"))
+        if operand_bytes > GROUPED_BYTES_LIMIT:
+            continue
+        x = torch.randn(experts * rows, fan_in, device=device, dtype=torch.bfloat16)
+        dy = torch.randn(experts * rows, fan_out, device=device, dtype=torch.bfloat16)
+        w = torch.randn(experts, fan_out, fan_in, device=device, dtype=torch.bfloat16)
+        offs = torch.arange(1, experts + 1, device=device, dtype=torch.int32) * rows
+        row = {"kind": "grouped_backward", **where, "flops": 2.0 * experts * rows * fan_out * fan_in}
+        try:
+            row["dgrad_grouped_mm_seconds"] = timer(lambda: torch._grouped_mm(dy, w, offs=offs))
+        except RuntimeError as error:
+            row["dgrad_error"] = str(error).splitlines()[0][:200]
+        # dY^T: the transposed view autograd hands it (column-major), else a row-major copy
+        for form, dyt in (("view", dy.t()), ("contiguous", None)):
+            try:
+                dyt = dy.t().contiguous() if dyt is None else dyt
+                row["wgrad_grouped_mm_seconds"] = timer(lambda: torch._grouped_mm(dyt, x, offs=offs))
+                row["wgrad_operand"] = form
+                row.pop("wgrad_error", None)
+                break
+            except RuntimeError as error:
+                row["wgrad_error"] = str(error).splitlines()[0][:200]
+        records.append(row)
+        del x, dy, w, dyt
     e4m3 = torch.float8_e4m3fn
     shapes = set()
     for model, hidden, attention, kv, ffn in DENSE_MODELS:
