@@ -22,7 +22,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -90,18 +89,11 @@ print("RESULT " + json.dumps(run_cuda_step(**request)), flush=True)
 """
 
 
-def _write(path: Path, document: dict) -> None:
-    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".json")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        json.dump(document, out, indent=1)
-        out.write("\n")
-    os.replace(temporary, path)
-
-
 def measure(out: Path, only: str | None, grid: str, profile: bool = False) -> int:
     document = json.loads(REQUESTS.read_text(encoding="utf-8"))
     import torch
     import transformers
+    from device_hopper_kernels import write_atomically  # benchmarks/, beside this script
 
     result: dict = {"what": __doc__.splitlines()[0], "date": time.strftime("%Y-%m-%d"),
                     "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
@@ -125,7 +117,7 @@ def measure(out: Path, only: str | None, grid: str, profile: bool = False) -> in
             row["error"] = (done.stderr or done.stdout).strip().splitlines()[-5:]
             print(f"{case['name']:40s} FAILED: {row['error'][-1] if row['error'] else done.returncode}", flush=True)
         result["cases"].append(row)
-        _write(out, result)
+        write_atomically(out, result)
     return 0
 
 

@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
-from device_hopper_kernels import Timer  # benchmarks/: CUDA events after warm-ups, the median
+from device_hopper_kernels import Timer, write_atomically  # benchmarks/: CUDA events after warm-ups, the median
 
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
 TOKENS = (4096, 8192, 16384, 32768)
@@ -107,11 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: checks the script, times nothing")
     args = parser.parse_args(argv)
     document = measure(args.smoke)
-    handle, temporary = tempfile.mkstemp(dir=args.out.parent, suffix=".json")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        json.dump(document, out, indent=1)
-        out.write("\n")
-    os.replace(temporary, args.out)
+    write_atomically(args.out, document)
     print(f"wrote {args.out}")
     return 0
 
