@@ -45,7 +45,7 @@ from __future__ import annotations
 from hp_core.markers import hookimpl
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Optimizer, ParamSlice
-from hp_plugins.optimizers.update import update_bytes
+from hp_plugins.optimizers.update import update_bytes, weight_widths
 
 __all__ = ["ADAM8BIT_BLOCK", "adam8bit_state_bytes", "adam_state_bytes", "hp_optimizers"]
 
@@ -66,8 +66,7 @@ def adam_step_bytes(s: ParamSlice, p: PrecisionSpec) -> float:
 
 def _foreach_bytes(p: PrecisionSpec, weight_passes: int) -> float:
     """The foreach chain's bytes per element (module docstring): *weight_passes* reads and writes of the weights."""
-    weights = p.master_param_bytes or p.param_bytes
-    cast = (p.master_param_bytes + p.param_bytes) if p.master_param_bytes else 0
+    weights, cast = weight_widths(p)
     return weight_passes * weights + 2 * p.grad_bytes + 14 * p.moment_bytes + cast
 
 

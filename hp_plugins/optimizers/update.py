@@ -21,15 +21,22 @@ from fractions import Fraction
 
 from hp_core.specs.precision import PrecisionSpec
 
-__all__ = ["per_element", "update_bytes"]
+__all__ = ["per_element", "update_bytes", "weight_widths"]
+
+
+def weight_widths(precision: PrecisionSpec) -> tuple[int, int]:
+    """``(w, cast)``: the width of the weights an update reads and writes (the master copy's, else the parameters')
+    and the bytes per element of casting a master copy into the parameters (0 without one)."""
+    p = precision
+    if p.master_param_bytes:
+        return p.master_param_bytes, p.master_param_bytes + p.param_bytes
+    return p.param_bytes, 0
 
 
 def update_bytes(precision: PrecisionSpec, state_bytes: float) -> float:
     """HBM bytes a fused update moves per parameter element that keeps *state_bytes* of state (module docstring)."""
-    p = precision
-    weights = p.master_param_bytes or p.param_bytes
-    cast = (p.master_param_bytes + p.param_bytes) if p.master_param_bytes else 0
-    return 2 * weights + p.grad_bytes + 2 * state_bytes + cast
+    weights, cast = weight_widths(precision)
+    return 2 * weights + precision.grad_bytes + 2 * state_bytes + cast
 
 
 def per_element(total: Fraction | int, elements: int) -> Fraction | int:
