@@ -10,6 +10,7 @@ the layer's own GEMMs are.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import attrs
@@ -21,6 +22,18 @@ from hp_core.linear_modules import joining_kept
 
 __all__ = ["frozen_seconds", "frozen_share", "margin_factor", "userbuffers_block_seconds", "userbuffers_margin_seconds",
            "userbuffers_rates", "userbuffers_rerun_seconds"]
+
+
+def _less(items: tuple, outside: tuple) -> tuple:
+    """*items* less one listing of each of *outside* (a multiset difference, order kept)."""
+    left = Counter(outside)
+    kept = []
+    for item in items:
+        if left[item]:
+            left[item] -= 1
+        else:
+            kept.append(item)
+    return tuple(kept)
 
 
 def _flops(gemms: tuple[tuple[int, int, int], ...]) -> float:

@@ -11,7 +11,6 @@ call's and head's collectives); the increment is that part's time fully recomput
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING
 
 import attrs
@@ -20,6 +19,7 @@ from hp_core.costs import LayerCost, LayerWork, Rerun
 from hp_core.errors import ConfigError
 from hp_core.linear_modules import LinearModule
 from hp_core.engine.inner_layers import checkpointed_whole, placed_recompute
+from hp_core.engine.timing.gemm_seconds import _less
 from hp_core.engine.timing.layer import _layer_time, _LayerTime
 
 if TYPE_CHECKING:
@@ -28,18 +28,6 @@ if TYPE_CHECKING:
     from hp_core.specs import Setting
 
 __all__ = ["checkpoint_inside", "placed_time"]
-
-
-def _less(items: tuple, outside: tuple) -> tuple:
-    """*items* less one listing of each of *outside* (a multiset difference, order kept)."""
-    left = Counter(outside)
-    kept = []
-    for item in items:
-        if left[item]:
-            left[item] -= 1
-        else:
-            kept.append(item)
-    return tuple(kept)
 
 
 def _renumbered(positions: tuple[int, ...], outside: frozenset[int]) -> tuple[int, ...]:

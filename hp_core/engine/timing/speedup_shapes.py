@@ -11,7 +11,7 @@ from __future__ import annotations
 import attrs
 
 from hp_core.costs import LayerWork
-from hp_core.engine.timing.gemm_seconds import _matmul_seconds
+from hp_core.engine.timing.gemm_seconds import _less, _matmul_seconds
 from hp_core.engine.timing.rates import _Rates
 
 __all__ = ["shape_speedup_rates"]
@@ -32,12 +32,7 @@ def shape_speedup_rates(work: LayerWork, r: _Rates, grouped: float) -> _Rates:
     curves = r.gemm_speedup_curves
     if not curves or not any(curves) or r.gemm_scope == "experts":
         return r
-    high, quantized = list(work.high_precision_gemms), []
-    for gemm in work.gemms:
-        if gemm in high:
-            high.remove(gemm)
-        else:
-            quantized.append(gemm)
+    quantized = _less(work.gemms, work.high_precision_gemms)
     if not quantized:
         return r
     backward = r.gemm_speedup_backward
