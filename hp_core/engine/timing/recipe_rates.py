@@ -97,13 +97,20 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
         original_fwd, original_bwd = read + act, read + (usages if per_tensor else 1) * act
     else:
         original_fwd, original_bwd = fwd, bwd
+    # Cached copies are quantized once a step (stage_weights): as per micro-batch where the parameters are kept in the
+    # compute dtype or gathered through the gradient buffer (Megatron-Core casts each gathered weight into its MXFP8
+    # tensor, both usages: param_and_grad_buffer.py _post_param_sync); parameters stored in the weights' format have
+    # their row-wise copy already and write the others from it, reading it (a per-tensor FP8 transpose on Hopper,
+    # Float8Tensor's cached _transpose; none where one copy serves both usages, PrecisionRecipe.usages).
+    stored = recipe.param_gather == "stored"
+    step_weights = ((usages - 1) * 2 * weight if stored else weights) if recipe.cache_weights else 0.0
     if quantized_in_figure:
-        fwd = bwd = weights = grads = original_fwd = original_bwd = 0.0
+        fwd = bwd = weights = grads = original_fwd = original_bwd = step_weights = 0.0
     figures: dict[str, Any] = dict(
         low_precision=True, gemm_speedup=passes[0], gemm_speedup_backward=2 / (1 / passes[1] + 1 / passes[2]),
         quant_input_fwd=fwd, quant_input_bwd=bwd, quant_grad=grads,
         quant_original_fwd=original_fwd, quant_original_bwd=original_bwd,
-        quant_weight=0.0 if recipe.cache_weights else weights,
+        quant_weight=0.0 if recipe.cache_weights else weights, quant_weight_step=step_weights,
         gather_share=act / act_bytes if recipe.tp_gather else 1.0, gemm_scope=recipe.gemms,
     )
     curves = () if quantized_in_figure else dev.pass_curves(recipe.kernel, recipe.split_accumulator)

@@ -14,7 +14,7 @@ import attrs
 from hp_core.engine.optimizer import OptimizerLoad, add_loads, foreach_form, layer_load, shard_update_bytes
 from hp_core.engine.timing.placed import placed_time
 from hp_core.engine.prepare import PreparedRun
-from hp_core.engine.precision import gathered_param_bytes, optimizer_gather_bytes, quantized_weight_elements
+from hp_core.engine.precision import gathered_param_bytes, optimizer_gather_bytes
 from hp_core.engine.stage import offloaded_bytes
 from hp_core.engine.schedule import pipeline_seconds, rank_order
 from hp_core.engine.timing.fsdp_pipeline import fill_delay, stage_fsdp
@@ -24,6 +24,7 @@ from hp_core.engine.timing.attention_speedup import fp8_attention_provenance
 from hp_core.engine.timing.layer import ALTERNATE_MATMUL_DEFAULT_FRACTION, _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
 from hp_core.engine.timing.results import StageTime, StepTime
+from hp_core.engine.timing.stage_weights import stage_weight_seconds, stage_weights
 
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
@@ -77,21 +78,6 @@ def _stage_elements(held: dict[int, int], costs: tuple[LayerCost, ...], names: l
                 dense += count * load.elements
                 dense_loads.append(load.times(count))
     return dense, experts, add_loads(dense_loads), add_loads(expert_loads)
-
-
-def _quantized(held: dict[int, int], costs: tuple[LayerCost, ...], cache: dict) -> tuple[int, int]:
-    """Quantized GEMM weight elements one rank of a stage holds: dense (shared experts included) and routed experts.
-
-    As :func:`hp_core.engine.precision.quantized_weight_elements` counts them, by group.
-    """
-    dense = experts = 0
-    for group, count in held.items():
-        found = cache.get(group)
-        if found is None:
-            found = cache[group] = quantized_weight_elements([(costs[group], 1)], by_group=True)
-        experts += count * found.get("routed_expert", 0)
-        dense += count * sum(n for g, n in found.items() if g != "routed_expert")
-    return dense, experts
 
 
 def _forward_share(stage: StageTime) -> float:
@@ -230,6 +216,8 @@ def time_run(
     stages: list[StageTime] = []
     recomputed_flops_per_stage: list[float] = []
     unpaired_per_stage: list[float] = []  # per stage, the expert all-to-alls a lone pass of each chunk exposes (mean chunk)
+    weights_per_stage: list[float] = []  # per stage, its cached weights' quantization once a step (stage_weights)
+    cached_cache: dict = {}
     passes: list[StagePasses] = []  # each stage as the schedule prices its pipeline
     bounds = run.chunk_bounds
     schedule = run.schedule
@@ -265,6 +253,7 @@ def time_run(
             passes.append(same[2])
             heads.append(same[3])
             unpaired_per_stage.append(same[4])
+            weights_per_stage.append(same[5])
             continue
         fwd = bwd = rec = comm = flops = rflops = wgrad = head = unpaired = 0.0
         first = (0.0, 0.0)  # under a multi-stage schedule: stage_fsdp
@@ -316,6 +305,7 @@ def time_run(
             by_group = {g: [t / copies, e / copies] for g, (t, e) in by_group.items()}
         # Stages holding the same layers (the middle stages of a pipeline) count them once.
         composition = tuple(sorted(held.items()))
+        cached = stage_weight_seconds(held, costs, works, rates, cached_cache)  # once a step, its first forward (stage_weights)
         found = stage_cache.get(composition)
         if found is None:
             found = stage_cache[composition] = _stage_elements(held, costs, names, parallel, elements_cache,
@@ -324,7 +314,7 @@ def time_run(
         # Parameters a recipe gathers in its weights' format (docs/precision.md): the quantized GEMM weights.
         q_dense = q_experts = 0
         if recipe.low_precision and recipe.param_gather != "none":
-            q_dense, q_experts = _quantized(held, costs, quantized_cache)
+            q_dense, q_experts = stage_weights(held, costs, quantized_cache)
         if zero >= 3:
             # FSDP: each layer's parameters gathered forward and again backward, its gradients reduce-scattered,
             # every micro-batch; what the schedule's streams hide behind the neighbouring layers' compute is not exposed.
@@ -426,13 +416,16 @@ def time_run(
         passes.append(StagePasses(stages[-1].micro_batch_seconds, wgrad, _forward_share(stages[-1])))
         heads.append((head, first))
         unpaired_per_stage.append(unpaired / len(run.stage_chunks(stage)))
-        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, passes[-1], heads[-1], unpaired_per_stage[-1])
+        weights_per_stage.append(cached)
+        priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, passes[-1], heads[-1], unpaired_per_stage[-1],
+                       cached)
 
     # Under FSDP x PP each stage's first forward gathers on the pipeline's fill: its exposed part delays it (bubble).
     pipe = pipeline_seconds(schedule, run.stage_inputs.layout, tuple(passes)) + sum(head for head, _ in heads)
     if multi_stage:
         pipe += fill_delay(stages, [first for _, first in heads])  # a multi-stage schedule's first gathers on the fill
     pipe += (lone := lone_seconds(schedule.name, parallel.pp, parallel.vpp, micro_batches, unpaired_per_stage))
+    pipe += (weights := sum(weights_per_stage))  # each stage's in turn, on the first micro-batch's forward
     slow = max(stages, key=lambda s: s.micro_batch_seconds)
     tail = max(stages, key=lambda s: s.data_parallel_seconds + s.optimizer_seconds)
     step = pipe + tail.data_parallel_seconds + tail.optimizer_seconds
@@ -458,6 +451,7 @@ def time_run(
         "attention_format": recipe.attention_format,  # other than bf16: at the measured speedups (rates._attention_speedups)
         **fp8_attention_provenance(recipe, rates, works),
         "schedule": schedule.name, **({"ep_overlap_unpaired_seconds": lone} if lone else {}),
+        **({"cached_weight_quantize_seconds": weights} if weights else {}),
         **({"gemm_rate_scale": hardware.gemm_rate_scale} if hardware.gemm_rate_scale else {}),
         **({"attention_rate_scale": hardware.attention_rate_scale} if hardware.attention_rate_scale else {}),
         **({"mla_attention_rate_scale": hardware.mla_attention_rate_scale} if hardware.mla_attention_rate_scale else {}),
@@ -481,10 +475,10 @@ def time_run(
     recipe_peak = hardware.peak_flops.get(recipe.gemm_dtype, peak) if recipe.low_precision else peak
     return StepTime(
         step_seconds=step,
-        compute_seconds=m * (slow.forward_seconds + slow.backward_seconds),
+        compute_seconds=m * (slow.forward_seconds + slow.backward_seconds) + weights,
         recompute_seconds=m * slow.recompute_seconds,
         communication_seconds=m * slow.communication_seconds,
-        bubble_seconds=pipe - m * slow.micro_batch_seconds,
+        bubble_seconds=pipe - m * slow.micro_batch_seconds - weights,
         data_parallel_seconds=tail.data_parallel_seconds,
         optimizer_seconds=tail.optimizer_seconds,
         micro_batches=m,

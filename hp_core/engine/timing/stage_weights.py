@@ -1,0 +1,95 @@
+"""A stage's quantized GEMM weights: their elements (what a recipe gathering its weights' format moves) and the time
+quantizing them takes once a step where the recipe keeps the quantized copies across micro-batches.
+
+Transformer Engine caches a linear layer's quantized weight in the module's workspace and quantizes it again only
+where ``is_first_microbatch`` is true (``pytorch/module/base.py`` ``get_weight_workspace``, ``pytorch/module/linear.py``
+at NVIDIA/TransformerEngine@d0067d0), which Megatron-Core sets for the first micro-batch of each step
+(``megatron/core/pipeline_parallel/schedules.py`` ``forward_step``: ``set_is_first_microbatch``): each cached weight
+is quantized once a step, in the first micro-batch's forward. That is not 1/m of a micro-batch's quantization but a
+whole one at ``m = 1``, so it is priced (docs/precision.md, "Time"): per element the bytes
+:func:`~hp_core.engine.timing.recipe_rates._recipe_rates` states as ``quant_weight_step``.
+
+Along a pipeline the first micro-batch's forward runs through the stages one after another, so each stage's
+quantization delays every stage after it: the step takes the stages' sum (:func:`stage_weight_seconds`), as the
+whole model's weights (one rank's shard of them) quantized in sequence.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from hp_core.costs import LayerCost, LayerWork
+from hp_core.engine.precision import quantized_weight_elements
+from hp_core.engine.timing.gemm_seconds import frozen_share
+from hp_core.engine.timing.rates import _Rates, compute_dtype_rates
+from hp_core.linear_modules import joining_kept
+
+__all__ = ["cached_weight_seconds", "stage_weight_seconds", "stage_weights"]
+
+
+def stage_weights(held: dict[int, int], costs: tuple[LayerCost, ...], cache: dict) -> tuple[int, int]:
+    """Quantized GEMM weight elements one rank of a stage holds: dense (shared experts included) and routed experts.
+
+    As :func:`hp_core.engine.precision.quantized_weight_elements` counts them, by group.
+    """
+    dense = experts = 0
+    for group, count in held.items():
+        found = cache.get(group)
+        if found is None:
+            found = cache[group] = quantized_weight_elements([(costs[group], 1)], by_group=True)
+        experts += count * found.get("routed_expert", 0)
+        dense += count * sum(n for g, n in found.items() if g != "routed_expert")
+    return dense, experts
+
+
+def cached_weight_seconds(cost: LayerCost, work: LayerWork, r: _Rates) -> float:
+    """Seconds quantizing one layer's GEMM weights takes once a step, where its recipe caches the quantized copies.
+
+    The weights of the GEMMs the recipe quantizes (:func:`~hp_core.engine.timing.gemm_seconds._recipe_seconds`
+    counts the same ones): the layer's listed GEMMs less those it keeps in the compute dtype (``high_precision_gemms``)
+    and those of a module in a format of its own, which that format's figure prices (``module_rates``), and the routed
+    experts' where the recipe quantizes them (``gemm_scope``); none for a layer kept in the compute dtype
+    (``LayerWork.quantized`` false). A frozen weight (``frozen_gemms``, a frozen share of the experts:
+    :func:`~hp_core.engine.timing.gemm_seconds.frozen_share`) is not quantized again: it does not change, and the
+    MLPerf Llama 2 70B LoRA rows (bf16 frozen base, one micro-batch a step, docs/precision.md) measure within a few
+    per cent of a step without it, where quantizing 70B weights a step would add 15-20%. At the device's memory rate,
+    before the sustained slowdown.
+    """
+    if not work.quantized:
+        r = compute_dtype_rates(r)
+    if not r.low_precision:
+        return 0.0
+    figures = dict(r.module_rates)
+    own = [(m, figures[m.format]) for m in work.modules if m.format]
+    kept = list(work.high_precision_gemms) + list(work.frozen_gemms) + joining_kept(
+        (g for m, _ in own for g in m.gemms), work.gemms, work.high_precision_gemms)
+    listed = 0.0
+    if r.gemm_scope != "experts":
+        for gemm in work.gemms:
+            if gemm in kept:
+                kept.remove(gemm)
+            else:
+                listed += gemm[1] * gemm[2]
+    grouped = min(work.grouped_flops, cost.forward.matmul_flops)
+    if r.gemm_scope != "linears" and grouped:
+        trained = 1.0
+        if work.frozen_matmul_flops:
+            trained -= frozen_share(cost.forward.matmul_flops, grouped, work)[1] / grouped
+        listed += trained * sum(n * out * inp for n, _, out, inp in work.expert_gemms)
+    moved = listed * r.quant_weight_step
+    for module, figure in own:
+        moved += sum(out * inp for _, out, inp in module.gemms) * figure.get("quant_weight_step", 0.0)
+    return moved / r.memory
+
+
+def stage_weight_seconds(held: dict[int, int], costs: Sequence[LayerCost], works: Sequence[LayerWork], r: _Rates,
+                         cache: dict) -> float:
+    """A stage's once-a-step weight quantization (:func:`cached_weight_seconds` of each layer it holds), times the
+    sustained slowdown."""
+    total = 0.0
+    for group, count in held.items():
+        found = cache.get(group)
+        if found is None:
+            found = cache[group] = cached_weight_seconds(costs[group], works[group], r)
+        total += count * found
+    return total * r.slowdown
