@@ -93,8 +93,9 @@ def test_nvfp4_takes_the_b300_speedup_on_blackwell_ultra(registry):
     # The output projection keeps its bf16 input under both (Megatron-Core's set_save_original_input) and quantizes it
     # again in backward: over its 32,768 x 2,048 elements a layer, 32 layers, 4 bytes more an element under nvfp4 (two
     # reads of 2 bytes and a 0.5625-byte write again, one write fewer forward) and 2 under mxfp8 (one read, one
-    # 1.03125-byte write): 8.6 and 4.3 GB, 1.74 and 0.87 ms.
-    assert fp4 < mx < bf and (fp4, mx, bf) == pytest.approx((0.4410, 0.5757, 0.7918), rel=2e-4)
+    # 1.03125-byte write): 8.6 and 4.3 GB, 1.74 and 0.87 ms. One micro-batch a step: the cached weights' once-a-step
+    # quantization adds 3.65 ms under nvfp4 and 2.89 ms under mxfp8 (hp_core/engine/timing/stage_weights.py).
+    assert fp4 < mx < bf and (fp4, mx, bf) == pytest.approx((0.44465, 0.57858, 0.79177), rel=2e-4)
 
 
 def test_nvfp4_on_b200_and_gb200_takes_the_b200_figure(registry):

@@ -77,13 +77,14 @@ def test_the_page_shows_the_table_and_its_figures(found):
     page = (ROOT / "docs" / "precision.md").read_text(encoding="utf-8")
     assert dgxc.nemotronh_section(found) in page, "regenerate with: python benchmarks/fp8_dgxc.py"
     errors = [r["error"] for r in found]
-    # The figures moved with Hopper's split-accumulation 1.8547 and the per-size Hopper FP8 speedups (2026-12-04).
-    assert [round(e, 3) for e in errors] == [-0.006, -0.002, -0.03, -0.054, -0.035, -0.041, -0.043]
+    # The figures moved with Hopper's split-accumulation 1.8547 and the per-size Hopper FP8 speedups (2026-12-04), and
+    # by a few ms with the cached weights' once-a-step quantization (the same day).
+    assert [round(e, 3) for e in errors] == [-0.006, -0.001, -0.029, -0.054, -0.035, -0.04, -0.043]
     assert round(sum(map(abs, errors)) / len(errors), 3) == 0.030 and sum(abs(e) <= 0.10 for e in errors) == 7
     gather = [r["bf16_gather_error"] for r in found]
     assert round(sum(map(abs, gather)) / len(gather), 3) == 0.024 and (round(min(gather), 3), round(max(gather), 3)) == (-0.045, 0.007)
-    assert (round(found[0]["estimated_seconds"], 3), round(found[-1]["estimated_seconds"], 3)) == (15.030, 15.047)
+    assert (round(found[0]["estimated_seconds"], 3), round(found[-1]["estimated_seconds"], 3)) == (15.034, 15.051)
     prose = page[page.index("#### The Nemotron-H rows"):]
-    assert "-5.4% to -0.2% (mean absolute error 3.0%), since Hopper's" in prose
+    assert "-5.4% to -0.1% (mean absolute error 3.0%), since Hopper's" in prose
     assert "with a bf16 parameter gather 2.4% (-4.5% to +0.7%)" in prose
-    assert "(15.030 s at 32 GPUs to 15.047 s at 2,048)" in prose
+    assert "(15.034 s at 32 GPUs to 15.051 s at 2,048)" in prose

@@ -239,7 +239,7 @@ def test_the_held_out_megatron_rows_decide_where_each_factor_applies(registry):
     hopper = fsdp2_fit.megatron_hopper_rows(registry)
     assert len(hopper) == 14 and all(p.architecture == "hopper" for p in hopper)
     m = WHOLE_RUN_MATMUL_FACTORS["hopper"]
-    assert mae(hopper, 1.0) == pytest.approx(0.211, abs=5e-4) and mae(hopper, m) == pytest.approx(0.149, abs=5e-4)
+    assert mae(hopper, 1.0) == pytest.approx(0.210, abs=5e-4) and mae(hopper, m) == pytest.approx(0.149, abs=5e-4)
     assert [sum(abs(p.error(x, 1.0)) <= 0.10 for p in hopper) for x in (1.0, m)] == [2, 6]
     ampere = fsdp2_fit.korthikanti_rows(registry)
     a = WHOLE_RUN_MATMUL_FACTORS["ampere"]
@@ -389,7 +389,7 @@ def test_u_is_fitted_with_m_and_a_held_by_a_rule_that_reads_no_row_s_error(regis
         return sum(abs(p.error(m, 1.0)) for p in priced) / len(priced)
 
     assert mae(megatron, WHOLE_RUN_MATMUL_FACTORS["hopper"]) == pytest.approx(0.149, abs=5e-4)
-    assert mae(megatron, hopper[0]) == pytest.approx(0.172, abs=5e-4)
+    assert mae(megatron, hopper[0]) == pytest.approx(0.171, abs=5e-4)
     assert len(tt24) == 8 and mae(tt24, WHOLE_RUN_MATMUL_FACTORS["ampere"]) == pytest.approx(0.047, abs=5e-4)
     assert mae(tt24, ampere[0]) == pytest.approx(0.114, abs=5e-4)
 

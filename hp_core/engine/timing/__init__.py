@@ -55,7 +55,9 @@ The model, with its sources (figures come from the profile, each sourced there):
   speedup (``DeviceEfficiency.gemm_speedups``: Transformer Engine's pre-quantized GEMM
   benchmark); quantizing their inputs and output gradients is memory-bound; SP all-gathers of
   GEMM inputs and parameter gathers move the recipe's bytes where it gathers quantized
-  (:func:`.gemm_seconds._low_precision_seconds`, :mod:`.rates`).
+  (:func:`.gemm_seconds._low_precision_seconds`, :mod:`.rates`); weights whose quantized copies the
+  recipe caches are quantized once a step, on the first micro-batch, the stages' sum added to the
+  step (:mod:`.stage_weights`).
 * **Frozen weights** (``LayerWork.frozen_matmul_flops``, ``frozen_gemms``: a LoRA base) run no
   weight-gradient GEMM (autograd computes a gradient only for an input that requires one): the
   backward loses those GEMMs' time as the two items above priced it
@@ -169,6 +171,7 @@ The package, by responsibility (this package re-exports the public names):
 * :mod:`.rates`: the per-call constants (dtype, peak, efficiencies, links).
 * :mod:`.layer`: one layer's time per micro-batch (:class:`LayerPricer`, :func:`offload_seconds`).
 * :mod:`.step`: :func:`time_run`, the stages, the pipeline, data parallelism and the optimizer step.
+* :mod:`.stage_weights`: a stage's quantized weights, what a recipe gathers and their once-a-step quantization.
 """
 
 from hp_core.engine.timing.collectives import collective_seconds, pipeline_seconds

@@ -58,7 +58,8 @@ class StepTime:
 
     Attributes:
         step_seconds: One optimizer step.
-        compute_seconds: Forward and backward compute of the slowest stage, all micro-batches.
+        compute_seconds: Forward and backward compute of the slowest stage, all micro-batches, and the cached
+            quantized weights' once-a-step quantization, every stage's in turn (``provenance["cached_weight_quantize_seconds"]``).
         recompute_seconds: Its recomputation.
         communication_seconds: Its exposed TP/CP/EP/PP communication.
         bubble_seconds: Pipeline fill and drain.

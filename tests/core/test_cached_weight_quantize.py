@@ -1,0 +1,101 @@
+"""Cached quantized weights are quantized once a step (hp_core/engine/timing/stage_weights.py; docs/precision.md, "Time").
+
+Transformer Engine quantizes a cached weight on each step's first micro-batch only (``is_first_microbatch``): per
+element the recipe's reads of the compute-dtype weight and writes of its copies, a transpose of the stored copy
+where the parameters are kept in FP8 on Hopper, nothing where one copy serves both usages (per-tensor FP8 on
+Blackwell), nothing for a frozen weight or one kept in the compute dtype. Hand-derived here at the rates' memory
+bandwidth, then end to end: the figure does not grow with the micro-batches, and a pipeline pays its stages' sum,
+the whole model's weights once.
+"""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from hp_core.api import build_registry, step_time
+from hp_core.costs import Flops, LayerCost, LayerWork
+from hp_core.engine.timing.rates import _rates
+from hp_core.engine.timing.stage_weights import cached_weight_seconds
+from hp_core.specs import ParallelSpec, PrecisionSpec
+
+REGISTRY = build_registry(use_env=False)
+TIMING = REGISTRY.runtime("megatron").timing
+H100 = REGISTRY.hardware_preset("h100-sxm").spec
+B200 = REGISTRY.hardware_preset("b200").spec
+
+BIG = (4096, 16384, 8192)  # rows, fan_out, fan_in: 16384 x 8192 weight elements
+HEAD = (4096, 32128, 4096)  # kept in the compute dtype (high_precision_gemms)
+EXPERTS = (8, 512, 1024, 2048)  # 8 local experts of 1024 x 2048
+ELEMENTS = 16384 * 8192
+
+
+def _rates_of(hardware, recipe: str):
+    found = REGISTRY.precision_recipe(recipe)
+    return _rates(ParallelSpec(seq_len=4096), hardware, TIMING, PrecisionSpec(recipe=recipe), "flash", found)
+
+
+def _cost(work: LayerWork) -> LayerCost:
+    flops = sum(2.0 * r * o * i for r, o, i in work.gemms) + sum(2.0 * n * r * o * i for n, r, o, i in work.expert_gemms)
+    return LayerCost(params=(), activations=(), input_bytes=0, working_bytes=0, forward=Flops(matmul_flops=flops))
+
+
+WORK = LayerWork(gemms=(BIG, HEAD), high_precision_gemms=(HEAD,))
+
+
+@pytest.mark.parametrize(("hardware", "recipe", "bytes_per_element"), [
+    (H100, "fp8-current", 2 * 2 + 2 * 1.0),  # an amax pass and a cast pass over bf16, row-wise and column-wise copies
+    (H100, "fp8-delayed", 2 + 2 * 1.0),  # one read, two copies (Hopper's transpose)
+    (B200, "fp8-delayed", 2 + 1.0),  # one copy serves both usages on Blackwell
+    (H100, "fp8-delayed-param-gather", 2 * 1.0),  # stored FP8: the transpose, a read and a write of one byte
+    (B200, "fp8-megatron-param-gather", 0.0),  # stored FP8, one copy: nothing to write
+    (B200, "mxfp8", 2 + 2 * 1.03125),  # E8M0 scale per 32 elements on each copy
+    (B200, "mxfp8-param-gather", 2 + 2 * 1.03125),  # each gathered bf16 weight cast into its MXFP8 tensor
+    (B200, "nvfp4", 2 * 2 + 2 * 0.5625),
+])
+def test_a_layer_s_weights_once_a_step_at_the_recipe_s_bytes(hardware, recipe, bytes_per_element):
+    r = _rates_of(hardware, recipe)
+    assert r.quant_weight_step == pytest.approx(bytes_per_element)
+    assert cached_weight_seconds(_cost(WORK), WORK, r) == pytest.approx(ELEMENTS * bytes_per_element / r.memory, rel=1e-12)
+
+
+def test_routed_experts_count_their_local_weights():
+    r = _rates_of(B200, "mxfp8")
+    work = LayerWork(gemms=(BIG,), grouped_flops=2.0 * 8 * 512 * 1024 * 2048, expert_gemms=(EXPERTS,))
+    expected = (ELEMENTS + 8 * 1024 * 2048) * r.quant_weight_step / r.memory
+    assert cached_weight_seconds(_cost(work), work, r) == pytest.approx(expected, rel=1e-12)
+
+
+def test_nothing_for_frozen_kept_uncached_or_bf16_weights():
+    r = _rates_of(H100, "fp8-current")
+    frozen = attrs.evolve(WORK, frozen_gemms=(BIG,), frozen_matmul_flops=2.0 * 4096 * 16384 * 8192)
+    assert cached_weight_seconds(_cost(frozen), frozen, r) == 0.0
+    kept = attrs.evolve(WORK, quantized=False)  # a first or last layer the run keeps in bf16
+    assert cached_weight_seconds(_cost(kept), kept, r) == 0.0
+    # torchao quantizes its weights every micro-batch (cache_weights false): priced per micro-batch, not here.
+    assert _rates_of(H100, "torchao-float8-tensorwise").quant_weight_step == 0.0
+    bf16 = _rates(ParallelSpec(seq_len=4096), H100, TIMING, PrecisionSpec(), "flash", None)
+    assert cached_weight_seconds(_cost(WORK), WORK, bf16) == 0.0
+
+
+def _step(recipe: str, **layout):
+    parallel = ParallelSpec(**{"seq_len": 4096, "micro_batch_size": 1, **layout})
+    precision = attrs.evolve(REGISTRY.runtime("megatron").precision, recipe=recipe)
+    return step_time("llama3-8b", parallel, registry=REGISTRY, runtime="megatron", hardware="h100-sxm", precision=precision)
+
+
+def test_once_a_step_whatever_the_micro_batches_and_the_pipeline():
+    one = _step("fp8-current", global_batch_size=1)
+    four = _step("fp8-current", global_batch_size=4)
+    cast = one.provenance["cached_weight_quantize_seconds"]
+    # Llama 3 8B's 32 layers: 4096 x (4096 + 2 x 1024 + 4096 + 3 x 14336) weight elements each at 6 bytes, at the
+    # H100 rates' memory bandwidth, times the sustained slowdown (1 on Hopper).
+    r = _rates_of(H100, "fp8-current")
+    assert cast == pytest.approx(32 * 4096 * (4096 + 2048 + 4096 + 3 * 14336) * 6 / r.memory * r.slowdown, rel=1e-9)
+    assert four.provenance["cached_weight_quantize_seconds"] == pytest.approx(cast, rel=1e-12)
+    assert one.compute_seconds == pytest.approx(one.micro_batches * (one.stages[0].forward_seconds
+                                                                     + one.stages[0].backward_seconds) + cast)
+    # Two stages pay their sum along the first micro-batch's forward: the model's weights once, as one stage does.
+    piped = _step("fp8-current", global_batch_size=4, pp=2)
+    assert piped.provenance["cached_weight_quantize_seconds"] == pytest.approx(cast, rel=1e-9)
+    assert "cached_weight_quantize_seconds" not in _step("bf16", global_batch_size=1).provenance
