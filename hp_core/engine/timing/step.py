@@ -217,7 +217,7 @@ def time_run(
     recomputed_flops_per_stage: list[float] = []
     unpaired_per_stage: list[float] = []  # per stage, the expert all-to-alls a lone pass of each chunk exposes (mean chunk)
     weights_per_stage: list[float] = []  # per stage, its cached weights' quantization once a step (stage_weights)
-    cached_cache: dict = {}
+    weight_cast_cache: dict = {}
     passes: list[StagePasses] = []  # each stage as the schedule prices its pipeline
     bounds = run.chunk_bounds
     schedule = run.schedule
@@ -305,7 +305,7 @@ def time_run(
             by_group = {g: [t / copies, e / copies] for g, (t, e) in by_group.items()}
         # Stages holding the same layers (the middle stages of a pipeline) count them once.
         composition = tuple(sorted(held.items()))
-        cached = stage_weight_seconds(held, costs, works, rates, cached_cache)  # once a step, its first forward (stage_weights)
+        cached = stage_weight_seconds(held, costs, works, rates, weight_cast_cache)  # once a step, its first forward (stage_weights)
         found = stage_cache.get(composition)
         if found is None:
             found = stage_cache[composition] = _stage_elements(held, costs, names, parallel, elements_cache,
