@@ -2,8 +2,9 @@
 quantizing them takes once a step where the recipe keeps the quantized copies across micro-batches.
 
 Transformer Engine caches a linear layer's quantized weight in the module's workspace and quantizes it again only
-where ``is_first_microbatch`` is true (``pytorch/module/base.py`` ``get_weight_workspace``, ``pytorch/module/linear.py``
-at NVIDIA/TransformerEngine@d0067d0), which Megatron-Core sets for the first micro-batch of each step
+where ``is_first_microbatch`` is true (``pytorch/module/linear.py``: ``update_ws = is_first_microbatch is None or
+is_first_microbatch`` passed to ``quantize_weight``, ``pytorch/module/base.py``, at NVIDIA/TransformerEngine@d0067d0),
+which Megatron-Core sets for the first micro-batch of each step
 (``megatron/core/pipeline_parallel/schedules.py`` ``forward_step``: ``set_is_first_microbatch``): each cached weight
 is quantized once a step, in the first micro-batch's forward. That is not 1/m of a micro-batch's quantization but a
 whole one at ``m = 1``, so it is priced (docs/precision.md, "Time"): per element the bytes
