@@ -307,7 +307,7 @@ def time_summary(step) -> str:
         whole_run += (f"; {prov.get('gemm_dtype', '?')} GEMMs {speedups[0]:.4g}x the {prov['dtype']} speed forward, "
                       f"{speedups[1]:.4g}x backward")
     if "cached_weight_quantize_seconds" in prov:  # the cached weights' quantization, once a step (timing.stage_weights)
-        whole_run += f"; the compute includes {prov['cached_weight_quantize_seconds']:.3f} s quantizing the cached weights once a step"
+        whole_run += f"; {prov['cached_weight_quantize_seconds']:.3f} s of the step quantizes the cached weights, once"
     if recipe != "bf16":
         mfu = (f"MFU {step.mfu * 100:.1f}% of the {prov['dtype']} peak, {step.mfu_recipe_peak * 100:.1f}% of the "
                f"{prov.get('gemm_dtype', '?')} peak ({recipe})")

@@ -17,6 +17,7 @@ from hp_core.api import build_registry, step_time
 from hp_core.costs import Flops, LayerCost, LayerWork
 from hp_core.engine.timing.rates import _rates
 from hp_core.engine.timing.stage_weights import cached_weight_seconds
+from hp_core.runtime_options import apply_options
 from hp_core.specs import ParallelSpec, PrecisionSpec
 
 REGISTRY = build_registry(use_env=False)
@@ -99,3 +100,72 @@ def test_once_a_step_whatever_the_micro_batches_and_the_pipeline():
     piped = _step("fp8-current", global_batch_size=4, pp=2)
     assert piped.provenance["cached_weight_quantize_seconds"] == pytest.approx(cast, rel=1e-9)
     assert "cached_weight_quantize_seconds" not in _step("bf16", global_batch_size=1).provenance
+
+
+A = (4096, 4096, 4096)  # 4096 x 4096 weight elements
+B = (4096, 16384, 4096)  # 16384 x 4096
+
+
+def test_each_list_takes_a_gemm_off_once():
+    # Two instances of A, one kept in bf16 and (the same one) frozen, and B: one A and B are quantized.
+    r = _rates_of(H100, "fp8-current")
+    work = LayerWork(gemms=(A, A, B), high_precision_gemms=(A,), frozen_gemms=(A,),
+                     frozen_matmul_flops=2.0 * 4096 * 4096 * 4096)
+    expected = (4096 * 4096 + 16384 * 4096) * r.quant_weight_step / r.memory
+    assert cached_weight_seconds(_cost(work), work, r) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_module_s_own_format_prices_its_trained_weights_only():
+    from hp_core.linear_modules import LinearModule
+
+    r = _rates_of(B200, "nvfp4")
+    mx = _rates_of(B200, "mxfp8")
+    r = attrs.evolve(r, module_rates=(("mxfp8", {"quant_weight_step": mx.quant_weight_step}),))
+    module = LinearModule("attention_proj", gemms=(A,), format="mxfp8", positions=(0,))
+    work = LayerWork(gemms=(A, B), modules=(module,))
+    expected = (16384 * 4096 * r.quant_weight_step + 4096 * 4096 * mx.quant_weight_step) / r.memory
+    assert cached_weight_seconds(_cost(work), work, r) == pytest.approx(expected, rel=1e-12)
+    frozen = attrs.evolve(work, frozen_gemms=(A,), frozen_matmul_flops=2.0 * 4096 ** 3)
+    assert cached_weight_seconds(_cost(frozen), frozen, r) == pytest.approx(16384 * 4096 * r.quant_weight_step / r.memory,
+                                                                            rel=1e-12)
+
+
+def test_the_recipe_s_gemm_scope_picks_linears_or_experts():
+    r = _rates_of(B200, "mxfp8")
+    work = LayerWork(gemms=(BIG,), grouped_flops=2.0 * 8 * 512 * 1024 * 2048, expert_gemms=(EXPERTS,))
+    linears = cached_weight_seconds(_cost(work), work, attrs.evolve(r, gemm_scope="linears"))
+    experts = cached_weight_seconds(_cost(work), work, attrs.evolve(r, gemm_scope="experts"))
+    assert linears == pytest.approx(ELEMENTS * r.quant_weight_step / r.memory, rel=1e-12)
+    assert experts == pytest.approx(8 * 1024 * 2048 * r.quant_weight_step / r.memory, rel=1e-12)
+
+
+def test_under_zero_3_nothing_is_cached_every_micro_batch_quantizes():
+    # Transformer Engine keeps no weight cache under FSDP (as the memory estimate holds no copies there).
+    found = REGISTRY.precision_recipe("fp8-current")
+    parallel = ParallelSpec(seq_len=4096, zero=3)
+    r = _rates(parallel, H100, TIMING, PrecisionSpec(recipe="fp8-current"), "flash", found)
+    cached = _rates_of(H100, "fp8-current")
+    assert r.quant_weight_step == 0.0 and r.quant_weight == pytest.approx(cached.quant_weight_step)
+    assert cached.quant_weight == 0.0
+    stored = _rates(parallel, H100, TIMING, PrecisionSpec(recipe="fp8-delayed-param-gather"), "flash",
+                    REGISTRY.precision_recipe("fp8-delayed-param-gather"))
+    assert (stored.quant_weight, stored.quant_weight_step) == (2.0, 0.0)  # Hopper's transpose, every micro-batch
+
+
+def test_model_copies_pay_one_model_and_an_unoverlapped_gradient_buffer_gather_casts_in_the_optimizer_step():
+    one = _step("fp8-current", global_batch_size=8, pp=2)
+    dual = _step("fp8-current", global_batch_size=8, pp=2, schedule="dualpipe")
+    assert dual.provenance["cached_weight_quantize_seconds"] == pytest.approx(
+        one.provenance["cached_weight_quantize_seconds"], rel=1e-9)
+
+    def b200(overlap: bool):
+        runtime = apply_options(REGISTRY.runtime("megatron"), {"overlap_param_gather": overlap})
+        precision = attrs.evolve(runtime.precision, recipe="mxfp8-param-gather")
+        parallel = ParallelSpec(seq_len=4096, micro_batch_size=1, global_batch_size=8, dp=8, zero=1)
+        return step_time("llama3-8b", parallel, registry=REGISTRY, runtime=runtime, hardware="b200", precision=precision)
+
+    overlapped, synchronous = b200(True), b200(False)
+    cast = overlapped.provenance["cached_weight_quantize_seconds"]
+    assert cast > 0 and "cached_weight_quantize_seconds" not in synchronous.provenance
+    # Without the overlap the cast runs at the step's end, in the optimizer step (every stage at once).
+    assert synchronous.optimizer_seconds == pytest.approx(overlapped.optimizer_seconds + cast, rel=1e-9)

@@ -239,7 +239,7 @@ def plan_run(
     kinds, costs, context, body_groups = run.kinds, run.costs, run.context, run.layers.body_groups
     collectives = run.registry.collective_model(rt.timing.collective_model) if rt.timing.collective_model else None
     pricer = layer_pricer(parallel, hardware=hardware, timing=rt.timing, precision=run.precision, attention=run.attention,
-                          recipe=run.stage_inputs.recipe, collectives=collectives)
+                          recipe=run.stage_inputs.recipe, collectives=collectives, zero=run.zero)
     profiles: dict[int, SwitchProfile] = {
         i: switch_profile(kinds[i], costs[i], model.layers[i].config, context, pricer, implicit=rt.implicit_recompute)
         for i in body_groups

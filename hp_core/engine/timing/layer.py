@@ -489,7 +489,7 @@ def layer_pricer(
     precision: PrecisionSpec,
     attention: str,
     recipe: PrecisionRecipe | None = None,
-    collectives: CollectiveModel | None = None,
+    collectives: CollectiveModel | None = None, zero: int | None = None,
 ) -> LayerPricer:
     """A :class:`LayerPricer` for one layout on one device, with the rates :func:`~hp_core.engine.timing.step.time_run` uses.
 
@@ -497,4 +497,4 @@ def layer_pricer(
         ConfigError: A hardware field the timing model needs is unstated.
     """
     return LayerPricer(hardware.name, hardware.host_link_bandwidth_bytes_per_second,
-                       rates=_rates(parallel, hardware, timing, precision, attention, recipe, collectives))
+                       rates=_rates(parallel, hardware, timing, precision, attention, recipe, collectives, zero))

@@ -393,8 +393,10 @@ def _rates(
     parallel: ParallelSpec, hardware: HardwareSpec, timing: TimingProfile, precision: PrecisionSpec, attention: str,
     recipe: PrecisionRecipe | None = None,
     collectives: CollectiveModel | None = None,
+    zero: int | None = None,
 ) -> _Rates:
-    """The per-call constants of one layout on one device, as *timing* says its trainer runs (:mod:`hp_core.engine.timing`)."""
+    """The per-call constants of one layout on one device, as *timing* says its trainer runs (:mod:`hp_core.engine.timing`);
+    *zero* the resolved ZeRO level where the layout states none (``parallel.zero`` otherwise)."""
     dtype = compute_dtype(precision, hardware)
     peak = hardware.peak_flops[dtype]
     bandwidth = _require(hardware, "memory_bandwidth_bytes_per_second", "pricing memory-bound kernels and the optimizer step")
@@ -444,7 +446,8 @@ def _rates(
         eager_rotary=timing.eager_rotary, ssd_fwd=_or(dev.ssd_scan_forward, None), ssd_bwd=_or(dev.ssd_scan_backward, None),
         block_tokens=None if timing.attention_block_tokens is None else int(timing.attention_block_tokens.value),
         **_permute_counted(timing),
-        **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes, parallel.tp > 1 and parallel.sp),
+        **_recipe_rates(recipe, dev, timing, hardware, precision.activation_bytes, parallel.tp > 1 and parallel.sp,
+                        parallel.zero if parallel.zero is not None else zero),
         **_attention_speedups(recipe, dev, hardware, parallel),
         **_unit_seconds(timing, dev, parallel.zero),
         **_epilogue_fusion(recipe, hardware),

@@ -14,7 +14,7 @@ __all__: list[str] = []
 
 
 def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing: TimingProfile, hardware: HardwareSpec,
-                  act_bytes: int, tp_sp: bool = False) -> dict[str, Any]:
+                  act_bytes: int, tp_sp: bool = False, zero: int | None = None) -> dict[str, Any]:
     """What a low-precision recipe changes in the rates (docs/precision.md), ``{}`` for none.
 
     GEMMs: the bf16 time divided by the device's measured speedup of the
@@ -102,15 +102,20 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
     # tensor, both usages: param_and_grad_buffer.py _post_param_sync); parameters stored in the weights' format have
     # their row-wise copy already and write the others from it, reading it (a per-tensor FP8 transpose on Hopper,
     # Float8Tensor's cached _transpose; none where one copy serves both usages, PrecisionRecipe.usages).
+    # Under ZeRO-3/FSDP Transformer Engine keeps no cache (module/linear.py: no cache name under FSDP2; memory as
+    # hp_core.engine.precision.weight_copy_bytes): the same bytes every micro-batch, half forward and half backward.
     stored = recipe.param_gather == "stored"
-    step_weights = ((usages - 1) * 2 * weight if stored else weights) if recipe.cache_weights else 0.0
+    uncached = not recipe.cache_weights or (zero is not None and zero >= 3)
+    step_weights = (usages - 1) * 2 * weight if stored else weights  # one quantization of a cached weight
+    per_micro_batch = (weights if not recipe.cache_weights else step_weights) if uncached else 0.0
+    step_weights = 0.0 if uncached else step_weights
     if quantized_in_figure:
-        fwd = bwd = weights = grads = original_fwd = original_bwd = step_weights = 0.0
+        fwd = bwd = weights = grads = original_fwd = original_bwd = step_weights = per_micro_batch = 0.0
     figures: dict[str, Any] = dict(
         low_precision=True, gemm_speedup=passes[0], gemm_speedup_backward=2 / (1 / passes[1] + 1 / passes[2]),
         quant_input_fwd=fwd, quant_input_bwd=bwd, quant_grad=grads,
         quant_original_fwd=original_fwd, quant_original_bwd=original_bwd,
-        quant_weight=0.0 if recipe.cache_weights else weights, quant_weight_step=step_weights,
+        quant_weight=per_micro_batch, quant_weight_step=step_weights,
         gather_share=act / act_bytes if recipe.tp_gather else 1.0, gemm_scope=recipe.gemms,
     )
     curves = () if quantized_in_figure else dev.pass_curves(recipe.kernel, recipe.split_accumulator)
@@ -119,6 +124,6 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
     if recipe.module_recipes:
         # The modules a run gives a quantized format of their own: each format's figures as its own recipe states
         # them on this device (hp_core.engine.timing.gemm_seconds prices those modules' GEMMs with them).
-        figures["module_rates"] = tuple((fmt, _recipe_rates(alt, dev, timing, hardware, act_bytes, tp_sp))
+        figures["module_rates"] = tuple((fmt, _recipe_rates(alt, dev, timing, hardware, act_bytes, tp_sp, zero))
                                         for fmt, alt in recipe.module_recipes)
     return figures

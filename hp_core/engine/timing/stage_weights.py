@@ -17,18 +17,20 @@ whole model's weights (one rank's shard of them) quantized in sequence.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Sequence
 
 from hp_core.costs import LayerCost, LayerWork
 from hp_core.engine.precision import quantized_weight_elements
 from hp_core.engine.timing.gemm_seconds import frozen_share
 from hp_core.engine.timing.rates import _Rates, compute_dtype_rates
+from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.linear_modules import joining_kept
 
-__all__ = ["cached_weight_seconds", "stage_weight_seconds", "stage_weights"]
+__all__ = ["cached_weight_seconds", "cast_in_optimizer_step", "stage_quantized_elements", "stage_weight_seconds"]
 
 
-def stage_weights(held: dict[int, int], costs: tuple[LayerCost, ...], cache: dict) -> tuple[int, int]:
+def stage_quantized_elements(held: dict[int, int], costs: tuple[LayerCost, ...], cache: dict) -> tuple[int, int]:
     """Quantized GEMM weight elements one rank of a stage holds: dense (shared experts included) and routed experts.
 
     As :func:`hp_core.engine.precision.quantized_weight_elements` counts them, by group.
@@ -50,11 +52,18 @@ def cached_weight_seconds(cost: LayerCost, work: LayerWork, r: _Rates) -> float:
     counts the same ones): the layer's listed GEMMs less those it keeps in the compute dtype (``high_precision_gemms``)
     and those of a module in a format of its own, which that format's figure prices (``module_rates``), and the routed
     experts' where the recipe quantizes them (``gemm_scope``); none for a layer kept in the compute dtype
-    (``LayerWork.quantized`` false). A frozen weight (``frozen_gemms``, a frozen share of the experts:
-    :func:`~hp_core.engine.timing.gemm_seconds.frozen_share`) is not quantized again: it does not change, and the
-    MLPerf Llama 2 70B LoRA rows (bf16 frozen base, one micro-batch a step, docs/precision.md) measure within a few
-    per cent of a step without it, where quantizing 70B weights a step would add 15-20%. At the device's memory rate,
-    before the sustained slowdown.
+    (``LayerWork.quantized`` false). Each list is a multiset: a GEMM both frozen and kept, or frozen and in a module
+    of its own format, is taken off once.
+
+    Frozen weights (``frozen_gemms``, a frozen share of the experts:
+    :func:`~hp_core.engine.timing.gemm_seconds.frozen_share`) are left out, an empirical choice against what the
+    source says: Transformer Engine's update path checks no ``requires_grad``, so a frozen bf16 weight is quantized
+    again on each step's first micro-batch (``pytorch/module/base.py`` ``quantize_weight``). The only measured runs
+    with a frozen base stated in bf16, MLPerf v5.1's Llama 2 70B LoRA rows (one micro-batch a step), measure within
+    a few per cent of hp without it, where quantizing the 70B base once a step would add about 20-24%: either those
+    runs held their frozen base in FP8 (Transformer Engine's FP8 parameters, as the v5.0 rows of the same
+    implementation state), or something this reading of the source missed skips it (docs/precision.md). At the
+    device's memory rate, before the sustained slowdown.
     """
     if not work.quantized:
         r = compute_dtype_rates(r)
@@ -62,25 +71,34 @@ def cached_weight_seconds(cost: LayerCost, work: LayerWork, r: _Rates) -> float:
         return 0.0
     figures = dict(r.module_rates)
     own = [(m, figures[m.format]) for m in work.modules if m.format]
-    kept = list(work.high_precision_gemms) + list(work.frozen_gemms) + joining_kept(
-        (g for m, _ in own for g in m.gemms), work.gemms, work.high_precision_gemms)
-    listed = 0.0
-    if r.gemm_scope != "experts":
-        for gemm in work.gemms:
-            if gemm in kept:
-                kept.remove(gemm)
-            else:
-                listed += gemm[1] * gemm[2]
+    moved = joining_kept((g for m, _ in own for g in m.gemms), work.gemms, work.high_precision_gemms)
+    kept = Counter(work.high_precision_gemms) + Counter(moved)
+    frozen = Counter(work.frozen_gemms)
+    # Frozen GEMMs not already taken off as kept or moved: the listed GEMMs' multiset less both (Counter subtraction
+    # floors at zero, so a GEMM in two lists is taken off once).
+    left = Counter(work.gemms) - kept
+    left -= frozen - kept
+    listed = sum(n * out * inp for (_, out, inp), n in left.items()) if r.gemm_scope != "experts" else 0.0
     grouped = min(work.grouped_flops, cost.forward.matmul_flops)
     if r.gemm_scope != "linears" and grouped:
         trained = 1.0
         if work.frozen_matmul_flops:
             trained -= frozen_share(cost.forward.matmul_flops, grouped, work)[1] / grouped
         listed += trained * sum(n * out * inp for n, _, out, inp in work.expert_gemms)
-    moved = listed * r.quant_weight_step
-    for module, figure in own:
-        moved += sum(out * inp for _, out, inp in module.gemms) * figure.get("quant_weight_step", 0.0)
-    return moved / r.memory
+    seconds = listed * r.quant_weight_step
+    for module, figure in own:  # its own trained GEMMs at its format's bytes
+        trained_gemms = Counter(module.gemms) - frozen
+        seconds += sum(n * out * inp for (_, out, inp), n in trained_gemms.items()) * figure.get("quant_weight_step", 0.0)
+    return seconds / r.memory
+
+
+def cast_in_optimizer_step(recipe: PrecisionRecipe, overlap_param_gather: bool) -> bool:
+    """Whether the once-a-step cast runs in the optimizer step, on every stage at once, rather than in the first
+    micro-batch's forward: a recipe gathering its weights through the gradient buffer without the gather's overlap
+    (Megatron-Core's distributed data parallel runs ``_post_param_sync``, the cast into the MXFP8 weights, right after
+    the synchronous all-gather at the step's end, ``distributed_data_parallel.py`` ``_start_bucket_group_param_sync``
+    at NVIDIA/Megatron-LM@d98e8a6; with the overlap it runs as each bucket's gather is waited on, in the forward)."""
+    return recipe.low_precision and recipe.param_gather == "gradient_buffer" and not overlap_param_gather
 
 
 def stage_weight_seconds(held: dict[int, int], costs: Sequence[LayerCost], works: Sequence[LayerWork], r: _Rates,

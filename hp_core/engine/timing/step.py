@@ -24,7 +24,7 @@ from hp_core.engine.timing.attention_speedup import fp8_attention_provenance
 from hp_core.engine.timing.layer import ALTERNATE_MATMUL_DEFAULT_FRACTION, _layer_time, _LayerTime, offload_seconds, work_of
 from hp_core.engine.timing.rates import _rates, _require
 from hp_core.engine.timing.results import StageTime, StepTime
-from hp_core.engine.timing.stage_weights import stage_weight_seconds, stage_weights
+from hp_core.engine.timing.stage_weights import cast_in_optimizer_step, stage_quantized_elements, stage_weight_seconds
 
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
@@ -127,7 +127,7 @@ def time_run(
 
     recipe = run.stage_inputs.recipe
     collectives = run.registry.collective_model(timing.collective_model) if timing.collective_model else None
-    rates = _rates(parallel, hardware, timing, precision, attention, recipe, collectives)
+    rates = _rates(parallel, hardware, timing, precision, attention, recipe, collectives, zero=zero)
     # An FP8 attention core the device's family runs no kernel for (on Hopper, a head dim other than 128) is refused,
     # as the estimate refuses it.
     check_fp8_attention_device(recipe, (cost.work for cost in run.costs), hardware.architecture, hardware.name,
@@ -305,7 +305,8 @@ def time_run(
             by_group = {g: [t / copies, e / copies] for g, (t, e) in by_group.items()}
         # Stages holding the same layers (the middle stages of a pipeline) count them once.
         composition = tuple(sorted(held.items()))
-        cached = stage_weight_seconds(held, costs, works, rates, weight_cast_cache)  # once a step, its first forward (stage_weights)
+        cached = stage_weight_seconds(held, costs, works, rates, weight_cast_cache) / copies  # once a step (stage_weights)
+        in_step = cast_in_optimizer_step(recipe, sched.overlap_param_gather)  # else on the first micro-batch's forward
         found = stage_cache.get(composition)
         if found is None:
             found = stage_cache[composition] = _stage_elements(held, costs, names, parallel, elements_cache,
@@ -314,7 +315,7 @@ def time_run(
         # Parameters a recipe gathers in its weights' format (docs/precision.md): the quantized GEMM weights.
         q_dense = q_experts = 0
         if recipe.low_precision and recipe.param_gather != "none":
-            q_dense, q_experts = stage_weights(held, costs, quantized_cache)
+            q_dense, q_experts = stage_quantized_elements(held, costs, quantized_cache)
         if zero >= 3:
             # FSDP: each layer's parameters gathered forward and again backward, its gradients reduce-scattered,
             # every micro-batch; what the schedule's streams hide behind the neighbouring layers' compute is not exposed.
@@ -404,7 +405,7 @@ def time_run(
         # A narrower buffer is copied into the main gradients first: its read and their write, per shard element.
         copy = grad_bytes + main_grad_bytes if main_grad_bytes != grad_bytes else 0
         moved = shard_update_bytes(dense_load, expert_load, dense_group, expert_group, zero, grad_passes, main_grad_bytes, copy)
-        opt = (moved + buffer_passes * grad_bytes) / memory * rates.slowdown
+        opt = (moved + buffer_passes * grad_bytes) / memory * rates.slowdown + (cached if in_step else 0.0)
         matmul = dense_load.matmul_flops + expert_load.matmul_flops
         elementwise = dense_load.elementwise_flops + expert_load.elementwise_flops
         if matmul or elementwise:
@@ -416,9 +417,9 @@ def time_run(
         passes.append(StagePasses(stages[-1].micro_batch_seconds, wgrad, _forward_share(stages[-1])))
         heads.append((head, first))
         unpaired_per_stage.append(unpaired / len(run.stage_chunks(stage)))
-        weights_per_stage.append(cached)
+        weights_per_stage.append(0.0 if in_step else cached)
         priced[key] = (attrs.astuple(stages[-1], recurse=False)[1:], rflops, passes[-1], heads[-1], unpaired_per_stage[-1],
-                       cached)
+                       weights_per_stage[-1])
 
     # Under FSDP x PP each stage's first forward gathers on the pipeline's fill: its exposed part delays it (bubble).
     pipe = pipeline_seconds(schedule, run.stage_inputs.layout, tuple(passes)) + sum(head for head, _ in heads)
@@ -427,6 +428,7 @@ def time_run(
     pipe += (lone := lone_seconds(schedule.name, parallel.pp, parallel.vpp, micro_batches, unpaired_per_stage))
     pipe += (weights := sum(weights_per_stage))  # each stage's in turn, on the first micro-batch's forward
     slow = max(stages, key=lambda s: s.micro_batch_seconds)
+    own = weights_per_stage[slow.index]  # the slowest stage's own cast is compute, the others' delay it (bubble)
     tail = max(stages, key=lambda s: s.data_parallel_seconds + s.optimizer_seconds)
     step = pipe + tail.data_parallel_seconds + tail.optimizer_seconds
     m = micro_batches
@@ -475,10 +477,10 @@ def time_run(
     recipe_peak = hardware.peak_flops.get(recipe.gemm_dtype, peak) if recipe.low_precision else peak
     return StepTime(
         step_seconds=step,
-        compute_seconds=m * (slow.forward_seconds + slow.backward_seconds) + weights,
+        compute_seconds=m * (slow.forward_seconds + slow.backward_seconds) + own,
         recompute_seconds=m * slow.recompute_seconds,
         communication_seconds=m * slow.communication_seconds,
-        bubble_seconds=pipe - m * slow.micro_batch_seconds - weights,
+        bubble_seconds=pipe - m * slow.micro_batch_seconds - own,
         data_parallel_seconds=tail.data_parallel_seconds,
         optimizer_seconds=tail.optimizer_seconds,
         micro_batches=m,
