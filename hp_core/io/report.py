@@ -17,7 +17,7 @@ from rich.table import Table
 from hp_core.results import CATEGORIES, Estimate, StageEstimate
 
 # Communication groups priced once per step (StageTime.communication_by_group); the others per micro-batch.
-PER_STEP_GROUPS = ("dp", "mirror", "fsdp_step", "hsdp_step")
+PER_STEP_GROUPS = ("dp", "mirror", "embedding", "fsdp_step", "hsdp_step")
 
 __all__ = [
     "estimate_to_json",

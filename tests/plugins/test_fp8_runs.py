@@ -997,10 +997,13 @@ def test_precision_page_dgxc_tables_are_current_and_the_prose_states_their_figur
     assert (f"speedups of {span(big, 'measured_speedup', '.2f')} where hp prices {span(big, 'estimated_speedup', '.2f')}, and "
             f"their step times are within 10% on {sum(abs(r['error']) <= 0.1 for r in big)} of {len(big)} rows (mean absolute "
             f"error {mae(big):.1%}, {min(r['error'] for r in big):+.1%} to {max(r['error'] for r in big):+.1%})") in prose
-    assert (f"measured {span(small, 'measured_speedup', '.2f')} where hp prices {span(small, 'estimated_speedup', '.2f')}: all "
-            f"{len(small)} are too fast ({min(r['error'] for r in small):+.1%} to {max(r['error'] for r in small):+.1%}, mean "
-            f"absolute error {mae(small):.1%}, {sum(abs(r['error']) <= 0.1 for r in small)} within 10%)") in prose
-    assert all(r["error"] < 0 for r in small)
+    fast = sum(r["error"] < 0 for r in small)
+    assert (f"measured {span(small, 'measured_speedup', '.2f')} where hp prices {span(small, 'estimated_speedup', '.2f')}: "
+            f"{fast} of the {len(small)} are too fast ({min(r['error'] for r in small):+.1%} to {max(r['error'] for r in small):+.1%}, "
+            f"mean absolute error {mae(small):.1%}, {sum(abs(r['error']) <= 0.1 for r in small)} within 10%)") in prose
+    # All too fast but one within 0.2% (GPT-3 24.12 on 2,048 GPUs, +0.1% since the tied embedding's gradient all-reduce
+    # across its pipeline's first and last stages was priced, 2026-12-04).
+    assert fast >= len(small) - 1 and max(r["error"] for r in small) < 0.002
     # The largest GEMM of a rank (the MLP's first projection), from each group's model and layout, as the page states it;
     # and Transformer Engine's benchmark shape (15,872 tokens, 4,096 -> 16,384), the one its speedup was measured at.
     assert f"2 x 15,872 x 4,096 x 16,384 = {2 * 15872 * 4096 * 16384 / 1e12:.1f} TFLOP" in prose

@@ -159,8 +159,7 @@ than those above (rotary embedding, router top-k, loss) are priced by their
 counted elementwise FLOPs; GEMMs of shapes no table holds run at the one
 ``matmul`` efficiency; host overheads (Python, launch gaps, logging) are
 priced only as part of a device's ``sustained_slowdown``, one factor for all
-layouts; gradient reduction of a tied embedding between the first and
-last stage is not priced; a kind that states no work
+layouts; a kind that states no work
 (:attr:`~hp_core.costs.LayerCost.work` ``None``) is refused rather than priced
 without its traffic.
 
@@ -172,6 +171,7 @@ The package, by responsibility (this package re-exports the public names):
 * :mod:`.layer`: one layer's time per micro-batch (:class:`LayerPricer`, :func:`offload_seconds`).
 * :mod:`.step`: :func:`time_run`, the stages, the pipeline, data parallelism and the optimizer step.
 * :mod:`.stage_weights`: a stage's quantized weights, what a recipe gathers and their once-a-step quantization.
+* :mod:`.tied_weights`: a weight tied across pipeline stages, its two copies' gradients all-reduced once a step.
 """
 
 from hp_core.engine.timing.collectives import collective_seconds, pipeline_seconds

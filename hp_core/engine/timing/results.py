@@ -30,7 +30,8 @@ class StageTime:
             matmuls and attention as the layers count them; no recompute).
         communication_by_group: ``(group, seconds, exposed seconds)`` per
             group: ``tp``, ``cp``, ``ep``, ``pp``, (ZeRO-3) ``fsdp`` and (HSDP's
-            replicate all-reduce) ``hsdp`` per micro-batch, ``dp``, ``mirror`` (a schedule's gradient sync),
+            replicate all-reduce) ``hsdp`` per micro-batch, ``dp``, ``mirror`` (a schedule's gradient sync), ``embedding``
+            (a weight tied across stages: its gradients summed between them, :mod:`~hp_core.engine.timing.tied_weights`),
             ``fsdp_step`` and ``hsdp_step`` (FSDP under PP's once-per-step collectives) per step; the rest of the time is hidden
             behind compute by the runtime's overlap schedule.
     """

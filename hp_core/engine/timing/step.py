@@ -25,6 +25,7 @@ from hp_core.engine.timing.layer import ALTERNATE_MATMUL_DEFAULT_FRACTION, _laye
 from hp_core.engine.timing.rates import _rates, _require
 from hp_core.engine.timing.results import StageTime, StepTime
 from hp_core.engine.timing.stage_weights import cast_in_optimizer_step, stage_quantized_elements, stage_weight_seconds
+from hp_core.engine.timing.tied_weights import with_tied_sync
 
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec, RecomputeSpec, Setting
@@ -427,6 +428,7 @@ def time_run(
         pipe += fill_delay(stages, [first for _, first in heads])  # a multi-stage schedule's first gathers on the fill
     pipe += (lone := lone_seconds(schedule.name, parallel.pp, parallel.vpp, micro_batches, unpaired_per_stage))
     pipe += (weights := sum(weights_per_stage))  # each stage's in turn, on the first micro-batch's forward
+    stages = with_tied_sync(stages, run, links, grad_bytes, rates.slowdown)  # a weight tied across stages (tied_weights)
     slow = max(stages, key=lambda s: s.micro_batch_seconds)
     own = weights_per_stage[slow.index]  # the slowest stage's own cast is compute, the others' delay it (bubble)
     tail = max(stages, key=lambda s: s.data_parallel_seconds + s.optimizer_seconds)
