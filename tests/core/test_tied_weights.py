@@ -29,6 +29,10 @@ def test_the_tied_copy_s_stages_and_elements():
     assert tied_stages(run) == ((0, 1), 256000 * 3584 // 2)
     assert tied_stages(prepare("gemma-2-9b", _layout(), registry=REGISTRY, runtime="megatron"))[1] == 0
     assert tied_stages(prepare("llama3-8b", _layout(pp=2), registry=REGISTRY, runtime="megatron"))[1] == 0
+    # DualPipe's two model copies put the embedding and the head on every stage: one tensor each, nothing exchanged.
+    dual = prepare("gemma-2-9b", _layout(pp=2, schedule="dualpipe", global_batch_size=16), registry=REGISTRY,
+                   runtime="megatron")
+    assert tied_stages(dual)[1] == 0
 
 
 def test_both_stages_pay_one_all_reduce_of_the_shard_at_the_main_gradient_s_width():

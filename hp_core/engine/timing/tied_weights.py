@@ -21,13 +21,15 @@ __all__ = ["tied_stages", "with_tied_sync"]
 
 def tied_stages(run: PreparedRun) -> tuple[tuple[int, int], int]:
     """``((owner's stage, tied copy's stage), elements)``: the stages holding a tied weight's two copies and the
-    elements one rank of them holds (its TP shard), or ``((0, 0), 0)`` where no tied weight crosses stages (no
-    tied weight, one stage, or both copies on one stage: DualPipe's V puts the first and the last chunk on stage 0)."""
+    elements one rank of them holds (its TP shard), or ``((s, s), 0)`` where no tied weight crosses stages (no
+    tied weight, one stage, or both copies on one stage: DualPipe's two model copies put the first and the last chunk on
+    every stage)."""
     chunks = run.parallel.chunks
-    stage_of = {c: s for s in range(run.parallel.pp) for c in run.stage_chunks(s)}
-    first, last = stage_of.get(0, 0), stage_of.get(chunks - 1, 0)
-    if first == last:
-        return (first, last), 0
+    firsts = [s for s in range(run.parallel.pp) if 0 in run.stage_chunks(s)]
+    lasts = [s for s in range(run.parallel.pp) if chunks - 1 in run.stage_chunks(s)]
+    first, last = firsts[0], lasts[0]
+    if set(firsts) & set(lasts):  # a stage holding both holds one tensor (hp_core.engine.optimizer.rank_params)
+        return (first, first), 0
     owners = {run.kinds[g].name for g in run.placed_groups("first")}
     elements = 0
     for g in dict.fromkeys(run.placed_groups("last")):
