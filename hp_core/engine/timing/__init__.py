@@ -57,7 +57,8 @@ The model, with its sources (figures come from the profile, each sourced there):
   GEMM inputs and parameter gathers move the recipe's bytes where it gathers quantized
   (:func:`.gemm_seconds._low_precision_seconds`, :mod:`.rates`); weights whose quantized copies the
   recipe caches are quantized once a step, on the first micro-batch, the stages' sum added to the
-  step (:mod:`.stage_weights`).
+  step (in the optimizer step where an unoverlapped gradient-buffer gather casts them; every
+  micro-batch under ZeRO-3, where nothing is cached: :mod:`.stage_weights`).
 * **Frozen weights** (``LayerWork.frozen_matmul_flops``, ``frozen_gemms``: a LoRA base) run no
   weight-gradient GEMM (autograd computes a gradient only for an input that requires one): the
   backward loses those GEMMs' time as the two items above priced it

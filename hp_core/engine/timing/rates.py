@@ -229,7 +229,7 @@ class _Rates:
     unit_bwd: float = 0.0
     # A low-precision recipe (hp_core.precision_recipes; docs/precision.md): its GEMM kernel's measured speedup
     # over bf16, the HBM bytes quantizing one element of an input or output gradient moves, forward and
-    # backward, and of a weight per micro-batch (0 where the quantized copies are cached), and the share of
+    # backward, and of a weight per micro-batch (0 where the copies are cached: not under ZeRO-3), and the share of
     # a compute-dtype GEMM input's bytes a sequence-parallel gather moves.
     low_precision: bool = False
     gemm_speedup: float = 1.0  # the forward GEMMs' (fprop)

@@ -219,6 +219,7 @@ def time_run(
     unpaired_per_stage: list[float] = []  # per stage, the expert all-to-alls a lone pass of each chunk exposes (mean chunk)
     weights_per_stage: list[float] = []  # per stage, its cached weights' quantization once a step (stage_weights)
     weight_cast_cache: dict = {}
+    in_step = cast_in_optimizer_step(recipe, sched.overlap_param_gather)  # else on the first micro-batch's forward
     passes: list[StagePasses] = []  # each stage as the schedule prices its pipeline
     bounds = run.chunk_bounds
     schedule = run.schedule
@@ -307,7 +308,6 @@ def time_run(
         # Stages holding the same layers (the middle stages of a pipeline) count them once.
         composition = tuple(sorted(held.items()))
         cached = stage_weight_seconds(held, costs, works, rates, weight_cast_cache) / copies  # once a step (stage_weights)
-        in_step = cast_in_optimizer_step(recipe, sched.overlap_param_gather)  # else on the first micro-batch's forward
         found = stage_cache.get(composition)
         if found is None:
             found = stage_cache[composition] = _stage_elements(held, costs, names, parallel, elements_cache,
