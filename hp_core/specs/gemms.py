@@ -12,6 +12,7 @@ re-exports both.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Any
@@ -186,6 +187,12 @@ def _axis(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise SpecError(attribute.name, f"{attribute.name} must be at least two increasing positive integers, got {value!r}")
 
 
+@functools.lru_cache(maxsize=256)
+def _log2_axis(axis: tuple[float, ...]) -> tuple[float, ...]:
+    """*axis* in log2, computed once per axis (the grids' and curves' points are few and fixed)."""
+    return tuple(math.log2(d) for d in axis)
+
+
 def _bracket(axis: tuple[float, ...], value: float) -> tuple[int, float]:
     """The grid index below *value* on a log2 *axis* and the weight of the one above, clamped to the axis."""
     if value <= axis[0]:
@@ -224,7 +231,7 @@ class SpeedupCurve:
 
     def at(self, flops: float) -> float:
         """The speedup of a GEMM of *flops* FLOPs (interpolated in log FLOPs, clamped)."""
-        i, w = _bracket(tuple(math.log2(f) for f in self.flops), math.log2(max(flops, 1.0)))
+        i, w = _bracket(_log2_axis(self.flops), math.log2(max(flops, 1.0)))
         return self.values[i] * (1 - w) + self.values[i + 1] * w
 
 
@@ -269,7 +276,7 @@ class GemmShapeScale:
     def factor(self, rows: float, outputs: float, inputs: float) -> float:
         """The relative efficiency of a GEMM of *rows* x *inputs* by *inputs* x *outputs* (interpolated, clamped)."""
         axes = (self.rows, self.outputs, self.inputs)
-        brackets = [_bracket(tuple(math.log2(d) for d in axis), math.log2(max(value, 1)))
+        brackets = [_bracket(_log2_axis(axis), math.log2(max(value, 1)))
                     for axis, value in zip(axes, (rows, outputs, inputs))]
         result = 0.0
         for corner in itertools.product((0, 1), repeat=3):

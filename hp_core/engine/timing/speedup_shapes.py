@@ -11,7 +11,7 @@ from __future__ import annotations
 import attrs
 
 from hp_core.costs import LayerWork
-from hp_core.engine.timing.gemm_seconds import _less, _matmul_seconds
+from hp_core.engine.timing.gemm_seconds import _less, _matmul_seconds, _passes
 from hp_core.engine.timing.rates import _Rates
 
 __all__ = ["shape_speedup_rates"]
@@ -42,12 +42,13 @@ def shape_speedup_rates(work: LayerWork, r: _Rates, grouped: float) -> _Rates:
     for gemm in quantized:
         rows, fan_out, fan_in = gemm
         flops = 2.0 * rows * fan_out * fan_in
-        f, b, w = _matmul_seconds(flops, 0.0, attrs.evolve(work, gemms=(gemm,), expert_gemms=()), r)
+        # One dense GEMM alone, as _matmul_seconds prices a layer's dense GEMMs (its table's shape, else matmul).
+        f, b, w = (x / r.peak for x in _passes(flops, (gemm,), False, r.matmul, r.gemm_table, r, rescale=False))
         for i, (seconds, curve) in enumerate(zip((f, b - w, w), curves)):
             bf16[i] += seconds
             low[i] += seconds / (curve.at(flops) if curve is not None else singles[i])
-    if grouped and r.gemm_scope == "all":  # the experts' GEMMs at the single figures
-        f, b, _ = _matmul_seconds(0.0, grouped, attrs.evolve(work, gemms=()), r)
+    if grouped and r.gemm_scope == "all":  # the experts' GEMMs at the single figures (no dense FLOPs: none priced)
+        f, b, _ = _matmul_seconds(0.0, grouped, work, r)
         bf16[0], low[0] = bf16[0] + f, low[0] + f / r.gemm_speedup
         bf16[1], low[1] = bf16[1] + b, low[1] + b / backward
     if not low[0] or not low[1] + low[2]:
