@@ -14,6 +14,7 @@ before ZeRO sharding, which the memory estimate
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from fractions import Fraction
@@ -168,22 +169,19 @@ def _family(param: ParamCount, n: int, kind: str, optimizer: Optimizer,
     return answers
 
 
-_FOREACH: dict[int, tuple[Optimizer, Optimizer]] = {}
+@functools.lru_cache(maxsize=64)
+def _foreach(optimizer: Optimizer) -> Optimizer:
+    return attrs.evolve(optimizer, step_bytes=optimizer.foreach_step_bytes)
 
 
 def foreach_form(optimizer: Optimizer, foreach: bool = True) -> Optimizer:
     """*optimizer* as its update runs: under PyTorch's multi-tensor (``foreach``) implementation (*foreach*: the
     runtime's ``TimingProfile.optimizer_foreach``), its :attr:`~hp_core.types.Optimizer.foreach_step_bytes` in place
-    of ``step_bytes``; itself where it states none or runs fused. One record per optimizer (the loads' caches key on
-    identity)."""
+    of ``step_bytes``; itself where it states none or runs fused. One record per optimizer while it is kept (the
+    loads' caches key on identity)."""
     if not foreach or optimizer.foreach_step_bytes is None:
         return optimizer
-    hit = _FOREACH.get(id(optimizer))
-    if hit is not None and hit[0] is optimizer:
-        return hit[1]
-    form = attrs.evolve(optimizer, step_bytes=optimizer.foreach_step_bytes)
-    _FOREACH[id(optimizer)] = (optimizer, form)
-    return form
+    return _foreach(optimizer)
 
 
 def layer_load(cost: LayerCost, kind: str, tp: int, ep: int, etp: int, owners_here: frozenset[str] | set[str],

@@ -23,7 +23,7 @@ from typing import Sequence
 from hp_core.costs import LayerCost, LayerWork
 from hp_core.engine.precision import quantized_weight_elements
 from hp_core.engine.timing.gemm_seconds import frozen_share
-from hp_core.engine.timing.rates import _Rates, compute_dtype_rates
+from hp_core.engine.timing.rates import _Rates
 from hp_core.precision_recipes import PrecisionRecipe
 from hp_core.linear_modules import joining_kept
 
@@ -65,9 +65,7 @@ def cached_weight_seconds(cost: LayerCost, work: LayerWork, r: _Rates) -> float:
     implementation state), or something this reading of the source missed skips it (docs/precision.md). At the
     device's memory rate, before the sustained slowdown.
     """
-    if not work.quantized:
-        r = compute_dtype_rates(r)
-    if not r.low_precision:
+    if not work.quantized or not r.low_precision:  # a layer kept in the compute dtype quantizes nothing
         return 0.0
     figures = dict(r.module_rates)
     own = [(m, figures[m.format]) for m in work.modules if m.format]
