@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["SKIPPED_STEPS", "STEP_TIME_KEYS", "block_facts", "records", "run_facts"]
+__all__ = ["LOSS_KEY", "SKIPPED_STEPS", "STEP_TIME_KEYS", "block_facts", "records", "run_facts"]
 
 PREFIX = ":::MLLOG "
 # The tracked_stats value keys holding one optimizer step's seconds: NeMo 2 implementations (v5.0, v5.1) and the
@@ -40,6 +40,15 @@ STEP_TIME_KEYS = ("train_step_time", "train_step_timing in s", "train_step_timin
 # steps that stand out in NVIDIA's v5.1 Llama 3.1 405B logs on 512 GB200s (Tyche: 18.26, 17.57, 17.51, 17.36 s
 # against a 17.26 s median; Theia's 512 GB300s: 13.36 s, then 13.10-13.13 s).
 SKIPPED_STEPS = 5
+# The v6.0 NeMo logs carry two kinds of ``train_step_time`` record (NVIDIA's v6.0 ``callback_logging.py``, e.g.
+# training_results_v6.0 NVIDIA/benchmarks/deepseekv3_671b/implementations/tyche-hsg_ngpu8192_ngc26.04_nemo):
+# ``DeltaTimingCallback.on_train_step_end`` logs one step's wall time (the previous step's end to this one's, the
+# timer reset after each evaluation) every ``log_every_n_steps`` steps with this key beside it, and
+# ``MLPerfLoggingCallback._log_train_step_time`` logs each training block's mean step (a ``DeltaTimer`` from the last
+# evaluation's end over the block's steps; ``samples_count`` the block's steps times the global batch) without it. A
+# log holding both is read by :func:`run_facts` through the first kind and by :func:`block_facts` through the second;
+# the v5.x logs hold one kind each (their per-step records also carry the loss).
+LOSS_KEY = "reduced_train_loss"
 
 
 def records(text: str) -> Iterator[dict]:
@@ -72,14 +81,14 @@ def run_facts(text: str) -> dict:
     """The facts of one result log: platform, global batch, sequence length, the logged step times' count, median
     (after :data:`SKIPPED_STEPS`), minimum and maximum, the median spacing of the kept step records' ``time_ms``
     (seconds: the wall time from one logged step to the next, which also holds what runs outside the step timer),
-    and the run's status.
+    and the run's status. A v6.0 log's block records are left out (:data:`LOSS_KEY`; ``block_records_left_out``), and
+    its per-step records come every ``log_every_n_steps`` steps, so their spacing spans that many steps.
 
     Raises:
         ValueError: the log states no ``train_step_time`` beyond the skipped steps (not a NeMo-style log).
     """
     facts: dict = {}
-    steps: list[float] = []
-    stamps_ms: list[float] = []
+    found: list[tuple[float, float, bool]] = []  # each step record: seconds, time stamp, whether the loss is beside it
     for rec in records(text):
         key, value = rec.get("key"), rec.get("value")
         if _run_fact(rec, facts):
@@ -87,8 +96,14 @@ def run_facts(text: str) -> dict:
         if key == "tracked_stats" and isinstance(value, dict):
             stated = [k for k in STEP_TIME_KEYS if k in value]
             if stated:
-                steps.append(float(value[stated[0]]))
-                stamps_ms.append(float(rec["time_ms"]) if "time_ms" in rec else math.nan)
+                found.append((float(value[stated[0]]), float(rec["time_ms"]) if "time_ms" in rec else math.nan,
+                              LOSS_KEY in value))
+    # A v6.0 log holds both callbacks' records (:data:`LOSS_KEY`): the steps are the ones with the loss beside them.
+    if any(has_loss for _, _, has_loss in found) and not all(has_loss for _, _, has_loss in found):
+        found = [f for f in found if f[2]]
+        facts["block_records_left_out"] = True
+    steps = [seconds for seconds, _, _ in found]
+    stamps_ms = [stamp for _, stamp, _ in found]
     kept = steps[SKIPPED_STEPS:]
     if not kept:
         raise ValueError(f"the log states {len(steps)} step-time records ({' or '.join(STEP_TIME_KEYS)}), none past "
@@ -143,7 +158,7 @@ def block_facts(text: str) -> dict:
         if _run_fact(rec, facts, RUN_KEYS[:4]):  # a block log's facts as stored: no benchmark or organisation
             continue
         metadata = rec.get("metadata") or {}
-        if key == "tracked_stats" and isinstance(value, dict) and "train_step_time" in value:
+        if key == "tracked_stats" and isinstance(value, dict) and "train_step_time" in value and LOSS_KEY not in value:
             if "samples_count" in metadata:
                 blocks.append((float(value["train_step_time"]), _batches(int(metadata["samples_count"]), facts)))
             elif "step" in metadata:

@@ -104,14 +104,16 @@ def gpt3_totals(found: list[dict]) -> list[str]:
     return lines
 
 
-def section(found: list[dict], totals=None) -> str:
+def section(found: list[dict], totals=None, layout=None) -> str:
     """The table and per-class summary docs/precision.md shows (tests/plugins/test_mlperf_runs.py checks it is current);
-    *totals* (found -> lines) replaces the closing line over all rows (:func:`gpt3_totals`)."""
+    *totals* (found -> lines) replaces the closing line over all rows (:func:`gpt3_totals`); *layout* (row -> text)
+    the layout column's (:func:`_layout` where ``None``; benchmarks/mlperf_v60.py's MoE rows add their EP)."""
+    layout = layout or _layout
     lines = ["| run | round | class | layout | measured s | hp as run s | error | measured - hp s | hp bf16 s "
              "| hp speedup over bf16 | hp MFU (bf16 peak / recipe peak) |",
              "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in found:
-        lines.append(f"| `{r['id']}` | {r['round']} | {r['class']} | {_layout(r['row'])} | {r['measured_seconds']:.3f} "
+        lines.append(f"| `{r['id']}` | {r['round']} | {r['class']} | {layout(r['row'])} | {r['measured_seconds']:.3f} "
                      f"| {r['estimated_seconds']:.3f} | {r['error']:+.1%} | {r['measured_seconds'] - r['estimated_seconds']:+.3f} "
                      f"| {r['bf16_seconds']:.3f} "
                      f"| {r['bf16_seconds'] / r['estimated_seconds']:.2f} | {r['mfu']:.1%} / {r['mfu_recipe_peak']:.1%} |")

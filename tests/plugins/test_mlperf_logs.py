@@ -53,3 +53,37 @@ def test_a_record_without_its_time_stamp_leaves_the_spacing_unstated():
     assert logs.run_facts("\n".join(stamped))["median_record_spacing_seconds"] == 1.0
     unstamped = stamped[:7] + [_line("tracked_stats", {"train_step_time": 1.0}, None)]
     assert "median_record_spacing_seconds" not in logs.run_facts("\n".join(unstamped))
+
+
+def _v60_log() -> str:
+    """A v6.0 log's shape (training_results_v6.0 NVIDIA/results/theia_ngpu72_ngc26.04_nemo/llama31_8b/result_0.txt):
+    a sampled step's record with the loss beside it every 32 steps (DeltaTimingCallback) and, at each evaluation, the
+    block's mean step without it (MLPerfLoggingCallback, samples_count the block's steps times the global batch)."""
+    steps = [0.0142, 0.1950, 0.1963, 0.1974, 0.1990, 0.1985, 0.1986, 0.1993, 0.1994]
+    return "\n".join([
+        _line("global_batch_size", 72),
+        *(_line("tracked_stats", {"train_step_time": t, "reduced_train_loss": 8.0}, samples_count=2304 * i)
+          for i, t in enumerate(steps[:6])),
+        _line("tracked_stats", {"train_step_time": 0.1916}, samples_count=12312),  # 171 steps: the first block
+        *(_line("tracked_stats", {"train_step_time": t, "reduced_train_loss": 6.5}, samples_count=2304 * (6 + i))
+          for i, t in enumerate(steps[6:])),
+        _line("tracked_stats", {"train_step_time": 0.1933}, samples_count=12312),  # 171 steps
+        _line("tracked_stats", {"train_step_time": 0.1950}, samples_count=6840),  # 95 steps
+    ])
+
+
+def test_a_v60_log_is_read_per_step_through_the_records_with_the_loss():
+    logs = load_script("benchmarks/mlperf_logs.py")
+    facts = logs.run_facts(_v60_log())
+    # By hand: nine sampled steps, the first five skipped; the median of 0.1985, 0.1986, 0.1993, 0.1994 is 0.19895.
+    assert facts["logged_steps"] == 9 and facts["block_records_left_out"] is True
+    assert facts["median_step_seconds"] == pytest.approx(0.19895)
+    assert (facts["min_step_seconds"], facts["max_step_seconds"]) == (0.1985, 0.1994)
+
+
+def test_a_v60_log_is_read_per_block_through_the_records_without_the_loss():
+    logs = load_script("benchmarks/mlperf_logs.py")
+    facts = logs.block_facts(_v60_log())
+    # By hand: blocks of 171, 171 and 95 steps; after the first (0.1933 x 171 + 0.1950 x 95) / 266 = 0.193907...
+    assert facts["block_steps"] == [171, 171, 95]
+    assert facts["block_mean_step_seconds"] == pytest.approx((0.1933 * 171 + 0.1950 * 95) / 266)
