@@ -1,0 +1,121 @@
+"""hp's step time against MLPerf Training v6.0's measured runs (tests/plugins/data/mlperf_v60_measured.json).
+
+Run: ``python benchmarks/mlperf_v60.py`` (``--write``: also into docs/mlperf_v60.md between its markers). Every row is
+held out: the round was published after hp's figures were set, its rows were collected in one pass (their layout,
+recipe and options read from each submission's config before any was priced) and nothing was changed for them.
+
+The dense rows (``llama31_8b_rows``, ``llama31_405b_rows``, ``llama2_70b_lora_rows``) have the shape of
+tests/plugins/data/mlperf_measured.json's v5.x rows and are priced as benchmarks/mlperf_runs.py prices those
+(:func:`mlperf_runs.results`: the ``megatron`` runtime with the row's options and recipe, as run). The MoE rows
+(``deepseekv3_671b_rows``, ``gpt_oss_20b_rows``) have the shape of the Megatron-Bridge MoE rows of
+tests/plugins/data/fp8_measured_runs.json and are priced as benchmarks/fp8_runs.py prices those
+(:func:`fp8_runs.price_moe`: the model preset, the recompute modules and the options each row states). A row whose
+benchmark model differs from hp's preset states how (``model_differs``) and is priced only where that difference is
+stated to hp. The measured step time of a row is the median over its logs of each log's median sampled step
+(benchmarks/mlperf_logs.py ``run_facts``: v6.0's per-step records, every ``log_every_n_steps`` steps, after the first
+five); each log's block mean (``block_facts``) is kept beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+import fp8_runs  # noqa: E402
+import mlperf_logs  # noqa: E402
+import mlperf_runs  # noqa: E402
+
+DATA = HERE.parent / "tests" / "plugins" / "data" / "mlperf_v60_measured.json"
+STEPS = HERE.parent / "tests" / "plugins" / "data" / "mlperf_v60_step_records.json"
+PAGE = HERE.parent / "docs" / "mlperf_v60.md"
+DENSE = (("llama31_8b_rows", "Llama 3.1 8B"), ("llama31_405b_rows", "Llama 3.1 405B"),
+         ("llama2_70b_lora_rows", "Llama 2 70B LoRA"))
+MOE = (("deepseekv3_671b_rows", "DeepSeek-V3 671B"), ("gpt_oss_20b_rows", "GPT-OSS 20B"))
+START, END = "<!-- mlperf-v60:start -->", "<!-- mlperf-v60:end -->"
+
+
+def load() -> dict:
+    """The data file."""
+    return json.loads(DATA.read_text(encoding="utf-8"))
+
+
+def log_text(log: dict) -> str:
+    """One log of the step-record file (``STEPS``: its run facts and every ``train_step_time`` record as
+    ``[lineno, samples_count, step, seconds, time_ms, loss beside]``) as the ``:::MLLOG`` lines it copies, for
+    benchmarks/mlperf_logs.py to read as it reads a whole log."""
+    lines = [{"key": key, "value": value, "metadata": {}} for key, value in log["facts"].items() if key != "status"]
+    for lineno, samples, step, seconds, stamp, loss in log["records"]:
+        value = {"train_step_time": seconds, **({mlperf_logs.LOSS_KEY: None} if loss else {})}
+        metadata = {"lineno": lineno, **({"samples_count": samples} if samples is not None else {}),
+                    **({"step": step} if step is not None else {})}
+        lines.append({"key": "tracked_stats", "value": value, "metadata": metadata, "time_ms": stamp})
+    return "\n".join(mlperf_logs.PREFIX + json.dumps({"namespace": "", "event_type": "POINT_IN_TIME", **line})
+                     for line in lines)
+
+
+def log_figures(log: dict) -> tuple[float, float]:
+    """A log's median sampled step after the first five and its block mean after the first block (seconds)."""
+    text = log_text(log)
+    return mlperf_logs.run_facts(text)["median_step_seconds"], mlperf_logs.block_facts(text)["block_mean_step_seconds"]
+
+
+def measured_seconds(row: dict) -> float:
+    """The row's measured step time: the median of its logs' medians (``log_median_step_seconds``)."""
+    return statistics.median(row["log_median_step_seconds"])
+
+
+def moe_results(rows: list[dict], registry) -> list[dict]:
+    """Each MoE row priced as run (:func:`fp8_runs.price_moe`) and in bf16 on the same layout: the fields
+    :func:`mlperf_runs.section` prints."""
+    found = []
+    for row in rows:
+        measured = measured_seconds(row)
+        estimated = fp8_runs.price_moe(row, registry)
+        bf16 = fp8_runs.price_moe(row, registry, "bf16")
+        found.append({"id": row["id"], "round": row["round"], "class": mlperf_runs.row_class(row), "row": row,
+                      "measured_seconds": measured, "estimated_seconds": estimated.step_seconds,
+                      "error": (estimated.step_seconds - measured) / measured, "bf16_seconds": bf16.step_seconds,
+                      "mfu": estimated.mfu, "mfu_recipe_peak": estimated.mfu_recipe_peak})
+    return found
+
+
+def _moe_layout(row: dict) -> str:
+    """A MoE row's layout: :func:`mlperf_runs._layout` with its expert-parallel degree."""
+    return mlperf_runs._layout(row).replace(f" dp{row['dp']},", f" ep{row['ep']} dp{row['dp']},")
+
+
+def sections(registry=None) -> str:
+    """Every table of docs/mlperf_v60.md with its heading, then the summary over all rows."""
+    from hp_core import api
+
+    registry = registry or api.build_registry()
+    data = load()
+    parts, errors = [START, ""], []
+    for key, title in DENSE + MOE:
+        rows = data.get(key) or []
+        if not rows:
+            continue
+        found = moe_results(rows, registry) if (key, title) in MOE else mlperf_runs.results(rows, registry)
+        layout = _moe_layout if (key, title) in MOE else mlperf_runs._layout
+        errors += [r["error"] for r in found]
+        parts += [f"#### {title}", "", mlperf_runs.section(found, layout=layout)]
+    parts += [f"All v6.0 rows, held out: {fp8_runs._summary(errors)}.", "", END]
+    return "\n".join(parts) + "\n"
+
+
+def main() -> None:
+    text = sections()
+    print(text, end="")
+    if "--write" in sys.argv[1:]:
+        from marked_section import write_section
+
+        write_section(PAGE, START, END, text)
+
+
+if __name__ == "__main__":
+    main()

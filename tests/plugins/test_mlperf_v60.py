@@ -1,0 +1,150 @@
+"""MLPerf Training v6.0's rows (tests/plugins/data/mlperf_v60_measured.json): docs/mlperf_v60.md shows what
+``benchmarks/mlperf_v60.py`` prints today, every row's measured step time is what its copied log records give, and
+its layout is what its config and log state."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from mlperf_rows import ROOT
+from repo_script import load_script  # tests/repo_script.py
+
+DATA = ROOT / "tests" / "plugins" / "data"
+
+
+@pytest.fixture(scope="module")
+def v60():
+    return load_script("benchmarks/mlperf_v60.py")
+
+
+def _data() -> dict:
+    return json.loads((DATA / "mlperf_v60_measured.json").read_text(encoding="utf-8"))
+
+
+def _steps() -> dict:
+    return json.loads((DATA / "mlperf_v60_step_records.json").read_text(encoding="utf-8"))
+
+
+def _rows() -> list[dict]:
+    data = _data()
+    return data["deepseekv3_671b_rows"] + data["llama31_8b_rows"]
+
+
+def test_page_tables_are_current(v60):
+    page = (ROOT / "docs" / "mlperf_v60.md").read_text(encoding="utf-8")
+    assert v60.sections() in page, "regenerate with: python benchmarks/mlperf_v60.py --write"
+
+
+def test_every_log_a_row_uses_is_copied_and_nothing_else():
+    steps = _steps()
+    used = [log for row in _rows() for log in row["logs"]]
+    assert sorted(used) == sorted(steps) and len(used) == len(set(used)) == 9
+    for path, log in steps.items():
+        assert log["run_stop_status"] == "success", path
+        # Each record: lineno, samples_count, step, seconds, time_ms, whether the loss is beside it.
+        assert all(len(r) == 6 and isinstance(r[3], float) and isinstance(r[5], bool) for r in log["records"]), path
+
+
+@pytest.mark.parametrize("row_id", [r["id"] for r in _rows()])
+def test_row_figures_are_its_logs_records(v60, row_id):
+    row = next(r for r in _rows() if r["id"] == row_id)
+    steps = _steps()
+    figures = [v60.log_figures(steps[log]) for log in row["logs"]]
+    assert row["log_median_step_seconds"] == [pytest.approx(m, abs=1e-6) for m, _ in figures]
+    assert row["log_block_mean_seconds"] == [pytest.approx(b, abs=1e-6) for _, b in figures]
+    assert row["measured_step_seconds"] == statistics.median(row["log_median_step_seconds"]) == v60.measured_seconds(row)
+    for log in row["logs"]:
+        facts = steps[log]["facts"]
+        assert facts["global_batch_size"] == row["global_batch_size"] == row["log_facts"]["global_batch_size"], row_id
+        assert facts["max_sequence_length"] == row["seq_len"], row_id
+
+
+def test_deepseek_v3_8192_gpu_figure_by_hand(v60):
+    # NVIDIA/results/tyche-hsg_ngpu8192_ngc26.04_nemo/deepseekv3_671b/result_0.txt: 45 steps, each with one sampled
+    # step (lineno 341, the loss beside it, samples_count cumulative in global batches of 16,384) and one block record
+    # (lineno 299, a block of one step: samples_count 16,384); the median of the 40 sampled steps after the first five.
+    log = _steps()["NVIDIA/results/tyche-hsg_ngpu8192_ngc26.04_nemo/deepseekv3_671b/result_0.txt"]
+    sampled = [r for r in log["records"] if r[5]]
+    blocks = [r for r in log["records"] if not r[5]]
+    assert len(sampled) == len(blocks) == 45
+    assert [r[1] for r in sampled] == [16384 * (i + 1) for i in range(45)]
+    assert {r[0] for r in sampled} == {341} and {r[0] for r in blocks} == {299} and {r[1] for r in blocks} == {16384}
+    by_hand = statistics.median(sorted(r[3] for r in sampled)[:0] + [r[3] for r in sampled[5:]])
+    assert v60.log_figures(log)[0] == pytest.approx(by_hand) == pytest.approx(3.491405, abs=1e-6)
+
+
+def test_deepseek_v3_layouts_are_their_configs():
+    # By hand from each config's name (DGXNNODES x 4 x MINIBS, TP, PP, EP) and the logs: DP = GPUs / (TP x PP),
+    # global batch = MINIBS x DP, gradient accumulation = MINIBS (micro-batch 1).
+    hand = {"theia_ngpu256_ngc26.04_nemo": ("gb300", 256, 1, 240, 64, 15360, []),
+            "theia_ngpu512_ngc26.04_nemo": ("gb300", 512, 1, 120, 128, 15360, []),
+            "tyche-hsg_ngpu512_ngc26.04_nemo": ("gb200", 512, 2, 240, 64, 15360, ["mlp"]),
+            "tyche-hsg_ngpu2048_ngc26.04_nemo": ("gb200", 2048, 2, 60, 256, 15360, ["mlp"]),
+            "tyche-hsg_ngpu4096_ngc26.04_nemo": ("gb200", 4096, 2, 32, 512, 16384, ["mlp"]),
+            "tyche-hsg_ngpu8192_ngc26.04_nemo": ("gb200", 8192, 2, 16, 1024, 16384, ["mlp"])}
+    rows = {r["system"]: r for r in _data()["deepseekv3_671b_rows"]}
+    assert sorted(rows) == sorted(hand)
+    for system, (hardware, gpus, tp, minibs, dp, gbs, recompute) in hand.items():
+        row = rows[system]
+        assert (row["hardware"], row["gpus"], row["tp"], row["minibs"], row["dp"], row["global_batch_size"]) == (
+            hardware, gpus, tp, minibs, dp, gbs), system
+        assert gpus // (tp * row["pp"] * row["cp"]) == dp and minibs * dp == gbs
+        assert (row["pp"], row["vpp"], row["ep"], row["micro_batch_size"], row["seq_len"]) == (4, 4, 32, 1, 4096)
+        assert row["log_facts"]["gradient_accumulation_steps"] == minibs
+        assert row["recompute_modules"] == recompute and row["model"] == "deepseek-v3" and not row["model_differs"]
+        # PIPELINE_LAYOUT 'Et*4|(t*4|)*14tmL': 15 chunks of 4 decoder layers and one of 1, 61 in all.
+        assert row["layers_per_stage"] == [4] * 15 + [1] and sum(row["layers_per_stage"]) == 61
+        assert row["config"].startswith("NVIDIA/benchmarks/deepseekv3_671b/implementations/")
+        assert row["recipe"] == "mxfp8-param-gather-fp8-attention" and row["precision"] == {"moment_bytes": 2}
+        assert row["runtime_options"]["cuda_graphs"] == "full_iteration"
+        assert row["runtime_options"]["ep_all_to_all"] == "hybridep"
+
+
+def test_llama_8b_rows_batch_arithmetic_and_settings():
+    rows = {r["submitter"]: r for r in _data()["llama31_8b_rows"]}
+    assert sorted(rows) == ["Cisco", "HPE", "Lambda"]
+    for submitter, row in rows.items():
+        assert row["gpus"] // (row["tp"] * row["pp"] * row["cp"]) == row["dp"], submitter
+        assert row["minibs"] * row["dp"] == row["global_batch_size"] == row["log_facts"]["global_batch_size"], submitter
+        assert (row["model"], row["seq_len"], row["split"]) == ("llama3-8b", 8192, "held_out"), submitter
+        assert row["recipe_source"] and row["runtime_options_source"] and row["not_priced"], submitter
+    # Cisco's config states one node (MINIBS 4, the log's gradient_accumulation_steps 4.0) but the run had two: the log
+    # states 16 ranks and a constant 2 micro-batches, so MINIBS is 2 (the row's assumptions say so).
+    assert rows["Cisco"]["minibs"] == 2 and rows["Cisco"]["log_facts"]["gradient_accumulation_steps"] == 4.0
+    assert rows["Lambda"]["log_facts"]["gradient_accumulation_steps"] == rows["Lambda"]["minibs"] // 2
+    assert {rows[s]["hardware"] for s in rows} == {"h200", "b300", "b200"}
+    assert rows["HPE"]["recipe"] == rows["Lambda"]["recipe"] == "nvfp4"
+
+
+def test_every_nvidia_directory_of_these_benchmarks_is_a_row_or_skipped():
+    data = _data()
+    # NVIDIA/results/<system>/<benchmark> of the copy read (its listing): llama31_8b 4, llama31_405b 2,
+    # llama2_70b_lora 3, deepseekv3_671b 6, gpt_oss_20b 5.
+    expected = {("theia_ngpu8_ngc26.04_nemo", "llama31_8b"), ("theia_ngpu72_ngc26.04_nemo", "llama31_8b"),
+                ("theia_ngpu512_ngc26.04_nemo", "llama31_8b"), ("tyche-hsg_ngpu1024_ngc26.04_nemo", "llama31_8b"),
+                ("theia-cmh_ngpu512_ngc26.04_nemo", "llama31_405b"), ("theia-cmh_ngpu2048_ngc26.04_nemo", "llama31_405b"),
+                ("theia_ngpu8_ngc26.04_nemo", "llama2_70b_lora"), ("theia_ngpu72_ngc26.04_nemo", "llama2_70b_lora"),
+                ("theia_ngpu512_ngc26.04_nemo", "llama2_70b_lora")}
+    expected |= {(r["system"], "deepseekv3_671b") for r in data["deepseekv3_671b_rows"]}
+    stated = {(r["system"], "deepseekv3_671b") for r in data["deepseekv3_671b_rows"]}
+    for s in data["skipped"]:
+        assert len(s["reason"]) > 40, s
+        if s.get("submitter") == "NVIDIA":
+            for system in s["system"].split(", "):
+                stated.add((system, s["benchmark"]))
+    oss = {(s, "gpt_oss_20b") for s in ("theia_ngpu8_ngc26.04_nemo", "theia_ngpu72_ngc26.04_nemo",
+                                        "theia_ngpu512_ngc26.04_nemo", "tyche-hsg_ngpu72_ngc26.04_nemo",
+                                        "tyche-hsg_ngpu8_ngc26.04_nemo")}
+    assert stated == expected | oss
+    lora = [s for s in data["skipped"] if s["benchmark"] == "llama2_70b_lora" and "log_median_step_seconds" in s]
+    assert len(lora) == 2 and all(len(s["log_median_step_seconds"]) == 3 for s in lora)
+
+
+def test_sources_name_no_local_path():
+    text = (DATA / "mlperf_v60_measured.json").read_text(encoding="utf-8")
+    assert "mlperf-training-v6.0" in _data()["sources"]
+    for word in ("/work", "/tmp", "/home"):
+        assert word not in text
