@@ -30,7 +30,7 @@ def _steps() -> dict:
 
 def _rows() -> list[dict]:
     data = _data()
-    return data["deepseekv3_671b_rows"] + data["llama31_8b_rows"]
+    return data["deepseekv3_671b_rows"] + data["llama31_8b_rows"] + data["llama31_405b_rows"]
 
 
 def test_page_tables_are_current(v60):
@@ -41,7 +41,7 @@ def test_page_tables_are_current(v60):
 def test_every_log_a_row_uses_is_copied_and_nothing_else():
     steps = _steps()
     used = [log for row in _rows() for log in row["logs"]]
-    assert sorted(used) == sorted(steps) and len(used) == len(set(used)) == 9
+    assert sorted(used) == sorted(steps) and len(used) == len(set(used)) == 16
     for path, log in steps.items():
         assert log["run_stop_status"] == "success", path
         # Each record: lineno, samples_count, step, seconds, time_ms, whether the loss is beside it.
@@ -84,7 +84,12 @@ def test_deepseek_v3_layouts_are_their_configs():
             "tyche-hsg_ngpu512_ngc26.04_nemo": ("gb200", 512, 2, 240, 64, 15360, ["mlp"]),
             "tyche-hsg_ngpu2048_ngc26.04_nemo": ("gb200", 2048, 2, 60, 256, 15360, ["mlp"]),
             "tyche-hsg_ngpu4096_ngc26.04_nemo": ("gb200", 4096, 2, 32, 512, 16384, ["mlp"]),
-            "tyche-hsg_ngpu8192_ngc26.04_nemo": ("gb200", 8192, 2, 16, 1024, 16384, ["mlp"])}
+            "tyche-hsg_ngpu8192_ngc26.04_nemo": ("gb200", 8192, 2, 16, 1024, 16384, ["mlp"]),
+            # Google's and CoreWeave's runs of NVIDIA's implementation (their configs' names and exports).
+            "gb200_nvl72_n64_ngc26.04_nemo": ("gb200", 256, 2, 480, 32, 15360, ["mlp"]),
+            "CoreWeave_GB300_512x4": ("gb300", 2048, 1, 32, 512, 16384, []),
+            "CoreWeave_GB300_1024x4": ("gb300", 4096, 1, 16, 1024, 16384, []),
+            "CoreWeave_GB300_2048x4": ("gb300", 8192, 1, 8, 2048, 16384, [])}
     rows = {r["system"]: r for r in _data()["deepseekv3_671b_rows"]}
     assert sorted(rows) == sorted(hand)
     for system, (hardware, gpus, tp, minibs, dp, gbs, recompute) in hand.items():
@@ -97,26 +102,37 @@ def test_deepseek_v3_layouts_are_their_configs():
         assert row["recompute_modules"] == recompute and row["model"] == "deepseek-v3" and not row["model_differs"]
         # PIPELINE_LAYOUT 'Et*4|(t*4|)*14tmL': 15 chunks of 4 decoder layers and one of 1, 61 in all.
         assert row["layers_per_stage"] == [4] * 15 + [1] and sum(row["layers_per_stage"]) == 61
-        assert row["config"].startswith("NVIDIA/benchmarks/deepseekv3_671b/implementations/")
+        assert row["config"].startswith(f"{row['submitter']}/benchmarks/deepseekv3_671b/implementations/")
         assert row["recipe"] == "mxfp8-param-gather-fp8-attention" and row["precision"] == {"moment_bytes": 2}
         assert row["runtime_options"]["cuda_graphs"] == "full_iteration"
         assert row["runtime_options"]["ep_all_to_all"] == "hybridep"
 
 
-def test_llama_8b_rows_batch_arithmetic_and_settings():
-    rows = {r["submitter"]: r for r in _data()["llama31_8b_rows"]}
-    assert sorted(rows) == ["Cisco", "HPE", "Lambda"]
-    for submitter, row in rows.items():
-        assert row["gpus"] // (row["tp"] * row["pp"] * row["cp"]) == row["dp"], submitter
-        assert row["minibs"] * row["dp"] == row["global_batch_size"] == row["log_facts"]["global_batch_size"], submitter
-        assert (row["model"], row["seq_len"], row["split"]) == ("llama3-8b", 8192, "held_out"), submitter
-        assert row["recipe_source"] and row["runtime_options_source"] and row["not_priced"], submitter
-    # Cisco's config states one node (MINIBS 4, the log's gradient_accumulation_steps 4.0) but the run had two: the log
-    # states 16 ranks and a constant 2 micro-batches, so MINIBS is 2 (the row's assumptions say so).
-    assert rows["Cisco"]["minibs"] == 2 and rows["Cisco"]["log_facts"]["gradient_accumulation_steps"] == 4.0
-    assert rows["Lambda"]["log_facts"]["gradient_accumulation_steps"] == rows["Lambda"]["minibs"] // 2
-    assert {rows[s]["hardware"] for s in rows} == {"h200", "b300", "b200"}
-    assert rows["HPE"]["recipe"] == rows["Lambda"]["recipe"] == "nvfp4"
+def test_llama_rows_batch_arithmetic_and_settings():
+    data = _data()
+    rows = {r["system"]: r for r in data["llama31_8b_rows"] + data["llama31_405b_rows"]}
+    # By hand from each config or log dump: (submitter, device, GPUs, TP, PP, CP, DP, MINIBS, micro-batch, global batch).
+    hand = {"2xC885A_M8-8xH200-SXM-141GB": ("Cisco", "h200", 16, 1, 1, 1, 16, 2, 1, 32),
+            "2xC880A_M8-8xB300-SXM-288GB": ("Cisco", "b300", 16, 2, 1, 1, 8, 2, 2, 16),
+            "HPE-Compute-XD690-B300-SXM6-288GB_n1_ngc26.04": ("HPE", "b300", 8, 1, 1, 1, 8, 2, 2, 16),
+            "b200_n1_ngc25.09_nemo": ("Lambda", "b200", 8, 1, 1, 1, 8, 2, 2, 16),
+            "nebius_gb300_n2": ("Nebius", "gb300", 8, 1, 1, 1, 8, 2, 2, 16),
+            "CoreWeave_GB300_1024x4_nccl2297": ("CoreWeave", "gb300", 4096, 2, 8, 2, 128, 8, 1, 1024)}
+    assert sorted(rows) == sorted(hand)
+    for system, (submitter, hardware, gpus, tp, pp, cp, dp, minibs, mbs, gbs) in hand.items():
+        row = rows[system]
+        assert (row["submitter"], row["hardware"], row["gpus"], row["tp"], row["pp"], row["cp"], row["dp"], row["minibs"],
+                row["micro_batch_size"], row["global_batch_size"]) == (submitter, hardware, gpus, tp, pp, cp, dp, minibs,
+                                                                       mbs, gbs), system
+        assert gpus // (tp * pp * cp) == dp and minibs * dp == gbs == row["log_facts"]["global_batch_size"], system
+        assert row["split"] == "held_out" and row["recipe_source"] and row["runtime_options_source"], system
+        assert row["not_priced"] and row["model"] in ("llama3-8b", "llama3-405b"), system
+    # Cisco's H200 config states one node (MINIBS 4, the log's gradient_accumulation_steps 4.0) but the run had two: the
+    # log states 16 ranks and a constant 2 micro-batches, so MINIBS is 2 (the row's assumptions say so).
+    assert rows["2xC885A_M8-8xH200-SXM-141GB"]["log_facts"]["gradient_accumulation_steps"] == 4.0
+    assert {r["recipe"] for s, r in rows.items() if s != "2xC885A_M8-8xH200-SXM-141GB"} == {"nvfp4"}
+    # The 405B row's layers: 126 decoder layers with the embedding and the loss counted over 64 chunks (ASYM_PP_*).
+    assert "ASYM_PP_EMBED" in rows["CoreWeave_GB300_1024x4_nccl2297"]["layers_per_stage"]
 
 
 def test_every_nvidia_directory_of_these_benchmarks_is_a_row_or_skipped():
@@ -128,8 +144,10 @@ def test_every_nvidia_directory_of_these_benchmarks_is_a_row_or_skipped():
                 ("theia-cmh_ngpu512_ngc26.04_nemo", "llama31_405b"), ("theia-cmh_ngpu2048_ngc26.04_nemo", "llama31_405b"),
                 ("theia_ngpu8_ngc26.04_nemo", "llama2_70b_lora"), ("theia_ngpu72_ngc26.04_nemo", "llama2_70b_lora"),
                 ("theia_ngpu512_ngc26.04_nemo", "llama2_70b_lora")}
-    expected |= {(r["system"], "deepseekv3_671b") for r in data["deepseekv3_671b_rows"]}
-    stated = {(r["system"], "deepseekv3_671b") for r in data["deepseekv3_671b_rows"]}
+    nvidia = [r for r in data["deepseekv3_671b_rows"] if r["submitter"] == "NVIDIA"]
+    assert len(nvidia) == 6
+    expected |= {(r["system"], "deepseekv3_671b") for r in nvidia}
+    stated = {(r["system"], "deepseekv3_671b") for r in nvidia}
     for s in data["skipped"]:
         assert len(s["reason"]) > 40, s
         if s.get("submitter") == "NVIDIA":
