@@ -114,7 +114,7 @@ def main() -> None:
     if "--write" in sys.argv[1:]:
         from marked_section import write_section
 
-        write_section(PAGE, START, END, text)
+        write_section(PAGE, START, END, text.rstrip("\n"))  # the page keeps its own line break after the end marker
 
 
 if __name__ == "__main__":
