@@ -41,7 +41,7 @@ def test_page_tables_are_current(v60):
 def test_every_log_a_row_uses_is_copied_and_nothing_else():
     steps = _steps()
     used = [log for row in _rows() for log in row["logs"]]
-    assert sorted(used) == sorted(steps) and len(used) == len(set(used)) == 16
+    assert sorted(used) == sorted(steps) and len(used) == len(set(used)) == 18
     for path, log in steps.items():
         assert log["run_stop_status"] == "success", path
         # Each record: lineno, samples_count, step, seconds, time_ms, whether the loss is beside it.
