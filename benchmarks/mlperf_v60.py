@@ -1,17 +1,17 @@
 """hp's step time against MLPerf Training v6.0's measured runs (tests/plugins/data/mlperf_v60_measured.json).
 
 Run: ``python benchmarks/mlperf_v60.py`` (``--write``: also into docs/mlperf_v60.md between its markers). Every row is
-held out: the round was published after hp's figures were set, its rows were collected in one pass (their layout,
-recipe and options read from each submission's config before any was priced) and nothing was changed for them.
+held out: its rows were collected on 2026-12-04, after hp's figures were set (their layout, recipe and options read
+from each submission's config or log before any was priced), and nothing in hp was changed for them.
 
 The dense rows (``llama31_8b_rows``, ``llama31_405b_rows``, ``llama2_70b_lora_rows``) have the shape of
 tests/plugins/data/mlperf_measured.json's v5.x rows and are priced as benchmarks/mlperf_runs.py prices those
 (:func:`mlperf_runs.results`: the ``megatron`` runtime with the row's options and recipe, as run). The MoE rows
 (``deepseekv3_671b_rows``, ``gpt_oss_20b_rows``) have the shape of the Megatron-Bridge MoE rows of
 tests/plugins/data/fp8_measured_runs.json and are priced as benchmarks/fp8_runs.py prices those
-(:func:`fp8_runs.price_moe`: the model preset, the recompute modules and the options each row states). A row whose
-benchmark model differs from hp's preset states how (``model_differs``) and is priced only where that difference is
-stated to hp. The measured step time of a row is the median over its logs of each log's median sampled step
+(:func:`fp8_runs.price_moe`: the model preset, the recompute modules and the options each row states). A MoE row
+whose benchmark model differs from hp's preset (``model_differs``: GPT-OSS 20B's vocabulary, say) is refused, not
+priced as the preset. The measured step time of a row is the median over its logs of each log's median sampled step
 (benchmarks/mlperf_logs.py ``run_facts``: v6.0's per-step records, every ``log_every_n_steps`` steps, after the first
 five); each log's block mean (``block_facts``) is kept beside it.
 """
@@ -48,7 +48,7 @@ def log_text(log: dict) -> str:
     """One log of the step-record file (``STEPS``: its run facts and every ``train_step_time`` record as
     ``[lineno, samples_count, step, seconds, time_ms, loss beside]``) as the ``:::MLLOG`` lines it copies, for
     benchmarks/mlperf_logs.py to read as it reads a whole log."""
-    lines = [{"key": key, "value": value, "metadata": {}} for key, value in log["facts"].items() if key != "status"]
+    lines = [{"key": key, "value": value, "metadata": {}} for key, value in log["facts"].items()]
     for lineno, samples, step, seconds, stamp, loss in log["records"]:
         value = {"train_step_time": seconds, **({mlperf_logs.LOSS_KEY: None} if loss else {})}
         metadata = {"lineno": lineno, **({"samples_count": samples} if samples is not None else {}),
@@ -74,6 +74,9 @@ def moe_results(rows: list[dict], registry) -> list[dict]:
     :func:`mlperf_runs.section` prints."""
     found = []
     for row in rows:
+        if row.get("model_differs", True):  # absent is not "the same": a row states that its model is the preset's
+            raise ValueError(f"{row['id']}: the benchmark's model is not stated to be the {row['model']} preset "
+                             "(model_differs); state the difference to hp or leave the row out")
         measured = measured_seconds(row)
         estimated = fp8_runs.price_moe(row, registry)
         bf16 = fp8_runs.price_moe(row, registry, "bf16")

@@ -166,3 +166,11 @@ def test_sources_name_no_local_path():
     assert "mlperf-training-v6.0" in _data()["sources"]
     for word in ("/work", "/tmp", "/home"):
         assert word not in text
+
+
+def test_a_moe_row_whose_model_is_not_the_preset_is_refused(v60):
+    row = dict(_data()["deepseekv3_671b_rows"][0])
+    with pytest.raises(ValueError, match="model_differs"):
+        v60.moe_results([{**row, "model_differs": True}], None)
+    with pytest.raises(ValueError, match="model_differs"):
+        v60.moe_results([{k: v for k, v in row.items() if k != "model_differs"}], None)
