@@ -18,7 +18,7 @@ NVIDIA FP8 runs on 72 and 512 GB200 and GB300 GPUs, Lambda's and Supermicro's of
 runs of NVIDIA's v5.0 implementation on 4 to 512 B200 and GB200 GPUs by NVIDIA and six partners and Wiwynn's v5.1 runs of
 it on 72 and 576 GB200s, the frozen base held in FP8, recipe fp8-delayed-param-gather-fp8-attention; the step time the step-weighted mean of each log's training blocks
 after the first, mlperf_logs.block_facts; each row's model its ``hf`` config fine-tuned with its ``lora``,
-:func:`fp8_runs.row_model`; per class (device x recipe, so the two rounds' GB200 rows apart) and over all rows).
+:func:`fp8_runs.row_model`; per class (device x recipe x round, :func:`round_class`: the two rounds' rows apart) and over all rows).
 
 Each row is priced as benchmarks/fp8_runs.py prices the Megatron-Bridge rows as run (:func:`fp8_runs.price` with
 ``as_run=True``): the ``megatron`` runtime with the row's ``runtime_options``, the row's recipe, its hardware preset,
@@ -70,8 +70,15 @@ def price_row(row: dict, registry, recipe: str | None = None):
     return fp8_runs.price(row, registry, recipe, as_run=True)
 
 
-def results(rows: list[dict] | None = None, registry=None) -> list[dict]:
-    """Each row priced as run, and in bf16 on the same layout and options: measured and hp step time, the error."""
+def round_class(row: dict) -> str:
+    """A row's class with its round (the LoRA table's: the v5.0 and v5.1 rows run different implementations of the
+    same recipe on the same devices, summarised apart)."""
+    return f"{row_class(row)}, {row['round']}"
+
+
+def results(rows: list[dict] | None = None, registry=None, classify=None) -> list[dict]:
+    """Each row priced as run, and in bf16 on the same layout and options: measured and hp step time, the error; its
+    class *classify* (row -> text; :func:`row_class` where ``None``)."""
     from hp_core import api
 
     registry = registry or api.build_registry()
@@ -80,7 +87,7 @@ def results(rows: list[dict] | None = None, registry=None) -> list[dict]:
         measured = measured_seconds(row)
         estimated = price_row(row, registry)
         bf16 = price_row(row, registry, "bf16")
-        found.append({"id": row["id"], "round": row["round"], "class": row_class(row), "row": row,
+        found.append({"id": row["id"], "round": row["round"], "class": (classify or row_class)(row), "row": row,
                       "measured_seconds": measured, "estimated_seconds": estimated.step_seconds,
                       "error": (estimated.step_seconds - measured) / measured, "bf16_seconds": bf16.step_seconds,
                       "mfu": estimated.mfu, "mfu_recipe_peak": estimated.mfu_recipe_peak})
@@ -135,7 +142,7 @@ def gpt3_section(registry=None) -> str:
 
 def lora_section(registry=None) -> str:
     """The Llama 2 70B LoRA table docs/precision.md shows (``llama2_70b_lora_rows``)."""
-    return section(results(load(LORA_KEY), registry))
+    return section(results(load(LORA_KEY), registry, classify=round_class))
 
 
 def main() -> None:

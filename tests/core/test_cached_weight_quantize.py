@@ -3,7 +3,8 @@
 Transformer Engine quantizes a cached weight on each step's first micro-batch only (``is_first_microbatch``): per
 element the recipe's reads of the compute-dtype weight and writes of its copies, a transpose of the stored copy
 where the parameters are kept in FP8 on Hopper, nothing where one copy serves both usages (per-tensor FP8 on
-Blackwell), nothing for a frozen weight or one kept in the compute dtype. Hand-derived here at the rates' memory
+Blackwell), nothing for a weight kept in the compute dtype, nor for a frozen one where the recipe stores its weights
+quantized (a frozen bf16 weight is quantized each step like a trained one). Hand-derived here at the rates' memory
 bandwidth, then end to end: the figure does not grow with the micro-batches, and a pipeline pays its stages' sum,
 the whole model's weights once.
 """
@@ -67,10 +68,26 @@ def test_routed_experts_count_their_local_weights():
     assert cached_weight_seconds(_cost(work), work, r) == pytest.approx(expected, rel=1e-12)
 
 
-def test_nothing_for_frozen_kept_uncached_or_bf16_weights():
-    r = _rates_of(H100, "fp8-current")
+def test_a_frozen_weight_is_quantized_each_step_unless_stored_quantized():
     frozen = attrs.evolve(WORK, frozen_gemms=(BIG,), frozen_matmul_flops=2.0 * 4096 * 16384 * 8192)
-    assert cached_weight_seconds(_cost(frozen), frozen, r) == 0.0
+    # Kept in bf16 (fp8-delayed): TE's update path checks no requires_grad, so the frozen weight is quantized on each
+    # step's first micro-batch as a trained one is: on the H100 one read of 2 bytes and two 1-byte copies an element.
+    bf16_params = _rates_of(H100, "fp8-delayed")
+    assert not bf16_params.weights_stored_quantized
+    assert cached_weight_seconds(_cost(frozen), frozen, bf16_params) == pytest.approx(
+        ELEMENTS * (2 + 2 * 1.0) / bf16_params.memory, rel=1e-12)
+    # Stored in FP8 (TE's FP8 parameters, fp8_model_init) or MXFP8 (gathered through the gradient buffer): built
+    # quantized and never updated, so no step quantizes it; a trained weight still pays its Hopper transpose.
+    for hardware, recipe in ((H100, "fp8-delayed-param-gather"), (B200, "mxfp8-param-gather")):
+        stored = _rates_of(hardware, recipe)
+        assert stored.weights_stored_quantized, recipe
+        assert cached_weight_seconds(_cost(frozen), frozen, stored) == 0.0, recipe
+    stored = _rates_of(H100, "fp8-delayed-param-gather")
+    assert cached_weight_seconds(_cost(WORK), WORK, stored) == pytest.approx(ELEMENTS * 2.0 / stored.memory, rel=1e-12)
+
+
+def test_nothing_for_kept_uncached_or_bf16_weights():
+    r = _rates_of(H100, "fp8-current")
     kept = attrs.evolve(WORK, quantized=False)  # a first or last layer the run keeps in bf16
     assert cached_weight_seconds(_cost(kept), kept, r) == 0.0
     # torchao quantizes its weights every micro-batch (cache_weights false): priced per micro-batch, not here.
@@ -107,8 +124,9 @@ B = (4096, 16384, 4096)  # 16384 x 4096
 
 
 def test_each_list_takes_a_gemm_off_once():
-    # Two instances of A, one kept in bf16 and (the same one) frozen, and B: one A and B are quantized.
-    r = _rates_of(H100, "fp8-current")
+    # Two instances of A, one kept in bf16 and (the same one) frozen, and B: one A and B are quantized (stored FP8
+    # parameters, so the frozen A is left out; on the H100 a trained stored weight pays its transpose).
+    r = _rates_of(H100, "fp8-delayed-param-gather")
     work = LayerWork(gemms=(A, A, B), high_precision_gemms=(A,), frozen_gemms=(A,),
                      frozen_matmul_flops=2.0 * 4096 * 4096 * 4096)
     expected = (4096 * 4096 + 16384 * 4096) * r.quant_weight_step / r.memory
@@ -120,14 +138,19 @@ def test_a_module_s_own_format_prices_its_trained_weights_only():
 
     r = _rates_of(B200, "nvfp4")
     mx = _rates_of(B200, "mxfp8")
-    r = attrs.evolve(r, module_rates=(("mxfp8", {"quant_weight_step": mx.quant_weight_step}),))
+    r = attrs.evolve(r, module_rates=(("mxfp8", {"quant_weight_step": mx.quant_weight_step,
+                                                  "weights_stored_quantized": True}),))
     module = LinearModule("attention_proj", gemms=(A,), format="mxfp8", positions=(0,))
     work = LayerWork(gemms=(A, B), modules=(module,))
     expected = (16384 * 4096 * r.quant_weight_step + 4096 * 4096 * mx.quant_weight_step) / r.memory
     assert cached_weight_seconds(_cost(work), work, r) == pytest.approx(expected, rel=1e-12)
+    # The module's format stores its weights quantized: its frozen A is left out.
     frozen = attrs.evolve(work, frozen_gemms=(A,), frozen_matmul_flops=2.0 * 4096 ** 3)
     assert cached_weight_seconds(_cost(frozen), frozen, r) == pytest.approx(16384 * 4096 * r.quant_weight_step / r.memory,
                                                                             rel=1e-12)
+    # A format keeping its weights in bf16 quantizes the frozen A each step too.
+    bf16_format = attrs.evolve(r, module_rates=(("mxfp8", {"quant_weight_step": mx.quant_weight_step}),))
+    assert cached_weight_seconds(_cost(frozen), frozen, bf16_format) == pytest.approx(expected, rel=1e-12)
 
 
 def test_the_recipe_s_gemm_scope_picks_linears_or_experts():

@@ -102,7 +102,9 @@ def test_lora_batch_arithmetic_and_settings(system):
     assert (row["gpus"], row["dp"], row["global_batch_size"], row["hardware"]) == (gpus, dp, gbs, device)
     assert (row["tp"], row["pp"], row["cp"], row["cp_kind"], row["micro_batch_size"], row["seq_len"]) == (1, 1, 8, "a2a", 1, 8192)
     assert row["log_facts"]["global_batch_size"] == gbs and row["log_facts"]["gradient_accumulation_steps"] == 1
-    assert row["recipe"] == "fp8-delayed-fp8-attention" and row["split"] == "held_out"
+    # FP8 parameters: custom_llama.py builds the model under te.fp8_model_init when FP8 is set (recipe_source).
+    assert row["recipe"] == "fp8-delayed-param-gather-fp8-attention" and row["split"] == "held_out"
+    assert "te.fp8_model_init" in row["recipe_source"] and "custom_llama.py lines 89-101" in row["recipe_source"]
     assert row["runtime_options"]["cuda_graphs"] == "full_iteration"
     # Supermicro's config carries its system's name; its content is NVIDIA's config_GB300_18x4x1xtp1pp1cp8.sh.
     name = "ARS-121GL-NB3" if row["submitter"] == "Supermicro" else device.upper()

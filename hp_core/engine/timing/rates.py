@@ -243,6 +243,10 @@ class _Rates:
     quant_weight: float = 0.0
     # ... and of a weight once a step where the copies are cached (stage_weights.cached_weight_seconds).
     quant_weight_step: float = 0.0
+    # The recipe holds its weights in their GEMM format (PrecisionRecipe.param_gather "stored" or "gradient_buffer":
+    # Transformer Engine's FP8 parameters, Megatron-Core's fp8_param): a frozen weight, which no optimizer step updates
+    # or casts again, is quantized once, when it is built or loaded, never in a step (stage_weights).
+    weights_stored_quantized: bool = False
     # The same, forward and backward, for the input of a GEMM its trainer keeps in the compute dtype and quantizes again
     # in backward (LayerWork.original_input_gemms) where the recipe can (PrecisionRecipe.requantizes_original_input).
     quant_original_fwd: float = 0.0
@@ -271,7 +275,7 @@ class _Rates:
 # The fields above a low-precision recipe sets (recipe_rates._recipe_rates, attention_speedup._attention_speedups and
 # the epilogue flags): a layer its recipe keeps in the compute dtype takes _Rates' own defaults for them.
 RECIPE_FIELDS = ("low_precision", "gemm_speedup", "gemm_speedup_backward", "gemm_speedup_curves", "quant_input_fwd", "quant_input_bwd",
-                 "quant_grad", "quant_weight", "quant_weight_step", "quant_original_fwd", "quant_original_bwd", "gather_share", "gemm_scope",
+                 "quant_grad", "quant_weight", "quant_weight_step", "weights_stored_quantized", "quant_original_fwd", "quant_original_bwd", "gather_share", "gemm_scope",
                  "attn_speedup", "mla_attn_speedup", "windowed_fp8_full_backward", "module_rates", "epilogue_activation",
                  "epilogue_quantization")
 

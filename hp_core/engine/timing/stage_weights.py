@@ -56,14 +56,16 @@ def cached_weight_seconds(cost: LayerCost, work: LayerWork, r: _Rates) -> float:
     of its own format, is taken off once.
 
     Frozen weights (``frozen_gemms``, a frozen share of the experts:
-    :func:`~hp_core.engine.timing.gemm_seconds.frozen_share`) are left out, an empirical choice against what the
-    source says: Transformer Engine's update path checks no ``requires_grad``, so a frozen bf16 weight is quantized
-    again on each step's first micro-batch (``pytorch/module/base.py`` ``quantize_weight``). The only measured runs
-    with a frozen base stated in bf16, MLPerf v5.1's Llama 2 70B LoRA rows (one micro-batch a step), measure within
-    a few per cent of hp without it, where quantizing the 70B base once a step would add about 20-24%: either those
-    runs held their frozen base in FP8 (Transformer Engine's FP8 parameters, as the v5.0 rows of the same
-    implementation state), or something this reading of the source missed skips it (docs/precision.md). At the
-    device's memory rate, before the sustained slowdown.
+    :func:`~hp_core.engine.timing.gemm_seconds.frozen_share`) are left out where the recipe holds its weights in
+    their GEMM format (``_Rates.weights_stored_quantized``): Transformer Engine builds such a weight quantized
+    (``fp8_model_init``: ``module/base.py`` quantizes the parameter at init where ``primary_weights_in_fp8``, TE
+    release_v2.8) and uses it as it stands (``get_weight_workspace`` returns a quantized tensor unchanged), and no
+    optimizer step updates a frozen one, so its copy is made once, when it is built or loaded. Where the weights are kept in the compute dtype a frozen
+    weight is quantized each step like a trained one: TE's update path checks no ``requires_grad``
+    (``pytorch/module/base.py`` ``quantize_weight``). MLPerf v5.1's Llama 2 70B LoRA runs build their model under
+    ``te.fp8_model_init(recipe=DelayedScaling())`` (training_results_v5.1 ``NVIDIA/benchmarks/llama2_70b_lora/
+    implementations/nemo/custom_llama.py`` lines 89-101), so their frozen base is an FP8 parameter (docs/precision.md,
+    "Cached weights, once a step"). At the device's memory rate, before the sustained slowdown.
     """
     if not work.quantized or not r.low_precision:  # a layer kept in the compute dtype quantizes nothing
         return 0.0
@@ -71,7 +73,8 @@ def cached_weight_seconds(cost: LayerCost, work: LayerWork, r: _Rates) -> float:
     own = [(m, figures[m.format]) for m in work.modules if m.format]
     moved = joining_kept((g for m, _ in own for g in m.gemms), work.gemms, work.high_precision_gemms)
     kept = Counter(work.high_precision_gemms) + Counter(moved)
-    frozen = Counter(work.frozen_gemms)
+    # Frozen weights are left out where they are stored quantized (above), else quantized each step like the rest.
+    frozen = Counter(work.frozen_gemms) if r.weights_stored_quantized else Counter()
     # Frozen GEMMs not already taken off as kept or moved: the listed GEMMs' multiset less both (Counter subtraction
     # floors at zero, so a GEMM in two lists is taken off once).
     left = Counter(work.gemms) - kept
@@ -80,13 +83,14 @@ def cached_weight_seconds(cost: LayerCost, work: LayerWork, r: _Rates) -> float:
     grouped = min(work.grouped_flops, cost.forward.matmul_flops)
     if r.gemm_scope != "linears" and grouped:
         trained = 1.0
-        if work.frozen_matmul_flops:
+        if work.frozen_matmul_flops and r.weights_stored_quantized:
             trained -= frozen_share(cost.forward.matmul_flops, grouped, work)[1] / grouped
         listed += trained * sum(n * out * inp for n, _, out, inp in work.expert_gemms)
     seconds = listed * r.quant_weight_step
-    for module, figure in own:  # its own trained GEMMs at its format's bytes
-        trained_gemms = Counter(module.gemms) - frozen
-        seconds += sum(n * out * inp for (_, out, inp), n in trained_gemms.items()) * figure.get("quant_weight_step", 0.0)
+    for module, figure in own:  # its own GEMMs at its format's bytes, its frozen ones left out where its format stores them
+        skip = Counter(work.frozen_gemms) if figure.get("weights_stored_quantized") else Counter()
+        counted = Counter(module.gemms) - skip
+        seconds += sum(n * out * inp for (_, out, inp), n in counted.items()) * figure.get("quant_weight_step", 0.0)
     return seconds / r.memory
 
 
