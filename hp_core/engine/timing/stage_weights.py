@@ -60,8 +60,9 @@ def cached_weight_seconds(cost: LayerCost, work: LayerWork, r: _Rates) -> float:
     their GEMM format (``_Rates.weights_stored_quantized``): Transformer Engine builds such a weight quantized
     (``fp8_model_init``: ``module/base.py`` quantizes the parameter at init where ``primary_weights_in_fp8``, TE
     release_v2.8) and uses it as it stands (``get_weight_workspace`` returns a quantized tensor unchanged), and no
-    optimizer step updates a frozen one, so its copy is made once, when it is built or loaded. Where the weights are kept in the compute dtype a frozen
-    weight is quantized each step like a trained one: TE's update path checks no ``requires_grad``
+    optimizer step updates a frozen one, so its copy is made once, when it is built or loaded. Where the weights are
+    kept in the compute dtype a frozen weight is quantized each step like a trained one: TE's update path checks no
+    ``requires_grad``
     (``pytorch/module/base.py`` ``quantize_weight``). MLPerf v5.1's Llama 2 70B LoRA runs build their model under
     ``te.fp8_model_init(recipe=DelayedScaling())`` (training_results_v5.1 ``NVIDIA/benchmarks/llama2_70b_lora/
     implementations/nemo/custom_llama.py`` lines 89-101), so their frozen base is an FP8 parameter (docs/precision.md,
@@ -87,7 +88,7 @@ def cached_weight_seconds(cost: LayerCost, work: LayerWork, r: _Rates) -> float:
             trained -= frozen_share(cost.forward.matmul_flops, grouped, work)[1] / grouped
         listed += trained * sum(n * out * inp for n, _, out, inp in work.expert_gemms)
     seconds = listed * r.quant_weight_step
-    for module, figure in own:  # its own GEMMs at its format's bytes, its frozen ones left out where its format stores them
+    for module, figure in own:  # its GEMMs at its format's bytes, frozen ones left out where its format stores them
         skip = Counter(work.frozen_gemms) if figure.get("weights_stored_quantized") else Counter()
         counted = Counter(module.gemms) - skip
         seconds += sum(n * out * inp for (_, out, inp), n in counted.items()) * figure.get("quant_weight_step", 0.0)
