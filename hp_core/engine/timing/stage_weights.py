@@ -62,9 +62,8 @@ def cached_weight_seconds(cost: LayerCost, work: LayerWork, r: _Rates) -> float:
     release_v2.8) and uses it as it stands (``get_weight_workspace`` returns a quantized tensor unchanged), and no
     optimizer step updates a frozen one, so its copy is made once, when it is built or loaded. Where the weights are
     kept in the compute dtype a frozen weight is quantized each step like a trained one: TE's update path checks no
-    ``requires_grad``
-    (``pytorch/module/base.py`` ``quantize_weight``). MLPerf v5.1's Llama 2 70B LoRA runs build their model under
-    ``te.fp8_model_init(recipe=DelayedScaling())`` (training_results_v5.1 ``NVIDIA/benchmarks/llama2_70b_lora/
+    ``requires_grad`` (``pytorch/module/base.py`` ``quantize_weight``). MLPerf v5.1's Llama 2 70B LoRA runs build their
+    model under ``te.fp8_model_init(recipe=DelayedScaling())`` (training_results_v5.1 ``NVIDIA/benchmarks/llama2_70b_lora/
     implementations/nemo/custom_llama.py`` lines 89-101), so their frozen base is an FP8 parameter (docs/precision.md,
     "Cached weights, once a step"). At the device's memory rate, before the sustained slowdown.
     """
