@@ -243,9 +243,9 @@ class _Rates:
     quant_weight: float = 0.0
     # ... and of a weight once a step where the copies are cached (stage_weights.cached_weight_seconds).
     quant_weight_step: float = 0.0
-    # The recipe holds its weights in their GEMM format (PrecisionRecipe.param_gather "stored" or "gradient_buffer":
-    # Transformer Engine's FP8 parameters, Megatron-Core's fp8_param): a frozen weight, which no optimizer step updates
-    # or casts again, is quantized once, when it is built or loaded, never in a step (stage_weights).
+    # The recipe holds its weights in their GEMM format (PrecisionRecipe.stores_weights: Transformer Engine's FP8
+    # parameters, Megatron-Core's fp8_param): a frozen weight, which no optimizer step updates or casts again, is
+    # quantized once, when it is built or loaded, never in a step (stage_weights).
     weights_stored_quantized: bool = False
     # The same, forward and backward, for the input of a GEMM its trainer keeps in the compute dtype and quantizes again
     # in backward (LayerWork.original_input_gemms) where the recipe can (PrecisionRecipe.requantizes_original_input).

@@ -116,7 +116,7 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
         quant_input_fwd=fwd, quant_input_bwd=bwd, quant_grad=grads,
         quant_original_fwd=original_fwd, quant_original_bwd=original_bwd,
         quant_weight=per_micro_batch, quant_weight_step=step_weights,
-        weights_stored_quantized=recipe.param_gather in ("stored", "gradient_buffer"),
+        weights_stored_quantized=recipe.stores_weights,
         gather_share=act / act_bytes if recipe.tp_gather else 1.0, gemm_scope=recipe.gemms,
     )
     curves = () if quantized_in_figure else dev.pass_curves(recipe.kernel, recipe.split_accumulator)
