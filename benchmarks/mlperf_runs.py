@@ -76,17 +76,18 @@ def round_class(row: dict) -> str:
     return f"{row_class(row)}, {row['round']}"
 
 
-def results(rows: list[dict] | None = None, registry=None, classify=None) -> list[dict]:
+def results(rows: list[dict] | None = None, registry=None, classify=None, price=None) -> list[dict]:
     """Each row priced as run, and in bf16 on the same layout and options: measured and hp step time, the error; its
-    class *classify* (row -> text; :func:`row_class` where ``None``)."""
+    class *classify* (row -> text; :func:`row_class` where ``None``); *price* ((row, registry, recipe) -> step time;
+    :func:`price_row` where ``None``, benchmarks/mlperf_v60.py's MoE rows :func:`fp8_runs.price_moe`)."""
     from hp_core import api
 
     registry = registry or api.build_registry()
     found = []
     for row in load() if rows is None else rows:
         measured = measured_seconds(row)
-        estimated = price_row(row, registry)
-        bf16 = price_row(row, registry, "bf16")
+        estimated = (price or price_row)(row, registry, None)
+        bf16 = (price or price_row)(row, registry, "bf16")
         found.append({"id": row["id"], "round": row["round"], "class": (classify or row_class)(row), "row": row,
                       "measured_seconds": measured, "estimated_seconds": estimated.step_seconds,
                       "error": (estimated.step_seconds - measured) / measured, "bf16_seconds": bf16.step_seconds,

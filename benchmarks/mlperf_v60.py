@@ -12,14 +12,13 @@ tests/plugins/data/fp8_measured_runs.json and are priced as benchmarks/fp8_runs.
 (:func:`fp8_runs.price_moe`: the model preset, the recompute modules and the options each row states). A MoE row
 whose benchmark model differs from hp's preset (``model_differs``: GPT-OSS 20B's vocabulary, say) is refused, not
 priced as the preset. The measured step time of a row is the median over its logs of each log's median sampled step
-(benchmarks/mlperf_logs.py ``run_facts``: v6.0's per-step records, every ``log_every_n_steps`` steps, after the first
+(:func:`mlperf_runs.measured_seconds`; benchmarks/mlperf_logs.py ``run_facts``: v6.0's per-step records, every ``log_every_n_steps`` steps, after the first
 five); each log's block mean (``block_facts``) is kept beside it.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -64,27 +63,14 @@ def log_figures(log: dict) -> tuple[float, float]:
     return mlperf_logs.run_facts(text)["median_step_seconds"], mlperf_logs.block_facts(text)["block_mean_step_seconds"]
 
 
-def measured_seconds(row: dict) -> float:
-    """The row's measured step time: the median of its logs' medians (``log_median_step_seconds``)."""
-    return statistics.median(row["log_median_step_seconds"])
-
-
 def moe_results(rows: list[dict], registry) -> list[dict]:
-    """Each MoE row priced as run (:func:`fp8_runs.price_moe`) and in bf16 on the same layout: the fields
-    :func:`mlperf_runs.section` prints."""
-    found = []
+    """Each MoE row priced as run and in bf16 on the same layout (:func:`mlperf_runs.results` through
+    :func:`fp8_runs.price_moe`); a row not stated to be its preset's model is refused."""
     for row in rows:
         if row.get("model_differs", True):  # absent is not "the same": a row states that its model is the preset's
             raise ValueError(f"{row['id']}: the benchmark's model is not stated to be the {row['model']} preset "
                              "(model_differs); state the difference to hp or leave the row out")
-        measured = measured_seconds(row)
-        estimated = fp8_runs.price_moe(row, registry)
-        bf16 = fp8_runs.price_moe(row, registry, "bf16")
-        found.append({"id": row["id"], "round": row["round"], "class": mlperf_runs.row_class(row), "row": row,
-                      "measured_seconds": measured, "estimated_seconds": estimated.step_seconds,
-                      "error": (estimated.step_seconds - measured) / measured, "bf16_seconds": bf16.step_seconds,
-                      "mfu": estimated.mfu, "mfu_recipe_peak": estimated.mfu_recipe_peak})
-    return found
+    return mlperf_runs.results(rows, registry, price=fp8_runs.price_moe)
 
 
 def _moe_layout(row: dict) -> str:
@@ -99,12 +85,13 @@ def sections(registry=None) -> str:
     registry = registry or api.build_registry()
     data = load()
     parts, errors = [START, ""], []
-    for key, title in DENSE + MOE:
+    tables = [(key, title, mlperf_runs.results, mlperf_runs._layout) for key, title in DENSE]
+    tables += [(key, title, moe_results, _moe_layout) for key, title in MOE]
+    for key, title, priced, layout in tables:
         rows = data.get(key) or []
         if not rows:
             continue
-        found = moe_results(rows, registry) if (key, title) in MOE else mlperf_runs.results(rows, registry)
-        layout = _moe_layout if (key, title) in MOE else mlperf_runs._layout
+        found = priced(rows, registry)
         errors += [r["error"] for r in found]
         parts += [f"#### {title}", "", mlperf_runs.section(found, layout=layout)]
     parts += [f"All v6.0 rows, held out: {fp8_runs._summary(errors)}.", "", END]
