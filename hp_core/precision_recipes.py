@@ -186,7 +186,17 @@ class PrecisionRecipe:
             ``--fp8-dot-product-attention``): ``e4m3`` on a per-tensor recipe
             (delayed or current scaling), ``mxfp8`` on the MXFP8 recipe, the
             format TE's attention quantizers take from the recipe
-            (:meth:`attention_qkv_bytes_per_element`, :attr:`attention_out_fp8`).
+            (:meth:`attention_qkv_bytes_per_element`, :attr:`attention_out_fp8`);
+            or the scaling :attr:`attention_scaling` states.
+        attention_scaling: The per-tensor scaling FP8 attention runs with where
+            it is not the recipe's own (``None``: the activations' scaling, as
+            Transformer Engine's attention quantizers take it from the recipe):
+            ``tensor_current`` or ``tensor_delayed``. Transformer Engine beside
+            NVFP4 linears builds a recipe of its own for the attention,
+            ``NVTE_DPA_FP8_RECIPE`` (``pytorch/attention/dot_product_attention/
+            dot_product_attention.py``, the linear/attention recipe table, at
+            NVIDIA/TransformerEngine@40c69e7, release_v2.8): ``Float8CurrentScaling``
+            scales q, k, v, the output and their gradients per tensor, current.
         one_copy_architectures: Device families (``HardwareSpec.architecture``)
             on which one quantized tensor serves both GEMM usages, so the
             trainer keeps one weight copy and a quantization writes one
@@ -258,6 +268,7 @@ class PrecisionRecipe:
     tp_gather: bool = False
     quantize_passes: int = attrs.field(default=1, validator=non_negative_int)
     attention_format: str = attrs.field(default="bf16", validator=one_of(tuple(FORMATS)))
+    attention_scaling: str | None = attrs.field(default=None, validator=attrs.validators.optional(one_of(tuple(_ATTENTION_FORMATS))))
     one_copy_architectures: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     split_accumulator: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     cast_per_usage: bool = False
@@ -274,11 +285,16 @@ class PrecisionRecipe:
         if not self.low_precision and (self.weight_copies or self.param_gather != "none" or self.tp_gather or self.amax_history):
             raise ValueError(f"precision recipe {self.name}: quantizes no GEMM operand, so it keeps no weight copies, "
                              "gathers nothing in low precision and has no amax history")
-        if self.attention_format != "bf16" and self.attention_format != _ATTENTION_FORMATS.get(self.activations.scaling):
+        if self.attention_scaling is not None and (self.attention_format == "bf16" or self.activations.format != "nvfp4"):
+            raise ValueError(f"precision recipe {self.name}: attention_scaling {self.attention_scaling!r} states the FP8 "
+                             "attention's own scaling beside NVFP4 linears (Transformer Engine's NVTE_DPA_FP8_RECIPE); "
+                             f"this recipe runs attention in {self.attention_format} beside "
+                             f"{self.activations.format} activations: leave it unset")
+        if self.attention_format != "bf16" and self.attention_format != _ATTENTION_FORMATS.get(self.attention_scaling_used):
             needs = _ATTENTION_SCALINGS.get(self.attention_format, "none: FP8 attention runs in e4m3 or mxfp8")
             raise ValueError(f"precision recipe {self.name}: attention_format {self.attention_format!r} needs activations of "
-                             f"{needs} (Transformer Engine's attention quantizers follow the recipe's), not "
-                             f"{self.activations.format}/{self.activations.scaling}")
+                             f"{needs} (Transformer Engine's attention quantizers follow the recipe's, or "
+                             f"attention_scaling beside NVFP4 linears), not {self.activations.format}/{self.attention_scaling_used}")
         unknown = [p for p in self.split_accumulator if p not in GEMM_PASS_NAMES]
         if unknown or len(set(self.split_accumulator)) != len(self.split_accumulator):
             raise ValueError(f"precision recipe {self.name}: split_accumulator names GEMM passes of {GEMM_PASS_NAMES}, "
@@ -295,6 +311,12 @@ class PrecisionRecipe:
         dtypes = {o.peak_dtype for o in (self.weights, self.activations, self.gradients) if o.low_precision}
         if len(dtypes) > 1:
             raise ValueError(f"precision recipe {self.name}: its operands run at different peaks {sorted(dtypes)}")
+
+    @property
+    def attention_scaling_used(self) -> str:
+        """The scaling FP8 attention's quantizers run with: :attr:`attention_scaling` where stated, else the
+        activations' (Transformer Engine's attention quantizers follow the recipe's)."""
+        return self.attention_scaling or self.activations.scaling
 
     @property
     def low_precision(self) -> bool:
@@ -402,7 +424,7 @@ class PrecisionRecipe:
         scaling; under current scaling (``NVTE_DPA_FP8CS_O_in_F16`` defaults to 1) and MXFP8 the
         compute-dtype ``out_f16``.
         """
-        return self.attention_format == "e4m3" and self.activations.scaling == "tensor_delayed"
+        return self.attention_format == "e4m3" and self.attention_scaling_used == "tensor_delayed"
 
     @property
     def requantizes_original_input(self) -> bool:

@@ -1,4 +1,4 @@
-"""FP8 attention (docs/precision.md 'FP8 attention'): the three ``*-fp8-attention`` recipes, what they keep, what they refuse.
+"""FP8 attention (docs/precision.md 'FP8 attention'): the ``*-fp8-attention`` recipes, what they keep, what they refuse.
 
 Llama-3 8B's dense layer under TP 2 with SP, sequence 4096, micro-batch 1 (h 4096, 32 query heads, 8 key/value
 heads, head dim 128): T = 4096 tokens, so in bf16 q_k keeps 4096 * (32 + 8) * 128 * 2 / 2 = 20,971,520 bytes, v
@@ -50,6 +50,17 @@ def test_the_records():
                                                     "mxfp8-fp8-attention", "fp8-delayed")] == [True, False, False, False]
     # Megatron-LM has no command-line flag for FP8 attention: the variants state none, so no import picks them.
     assert all(recipes[n].flags == {} for n in recipes if n.endswith("-fp8-attention"))
+    # Beside NVFP4 linears: e4m3 attention at the scaling NVTE_DPA_FP8_RECIPE=Float8CurrentScaling states (Transformer
+    # Engine release_v2.8 dot_product_attention.py), so q, k, v 1 byte an element and the output in bf16
+    # (NVTE_DPA_FP8CS_O_in_F16 defaults to 1); the linears as nvfp4's.
+    nv = recipes["nvfp4-fp8-attention"]
+    assert (nv.attention_format, nv.attention_scaling, nv.attention_scaling_used) == ("e4m3", "tensor_current", "tensor_current")
+    assert nv.attention_qkv_bytes_per_element(2) == 1.0 and nv.attention_out_fp8 is False
+    assert attrs.evolve(nv, attention_scaling="tensor_delayed").attention_out_fp8 is True
+    plain = recipes["nvfp4"]
+    assert nv.bf16_attention_recipe == "nvfp4" and plain.attention_scaling is None
+    assert attrs.evolve(nv, name="nvfp4", description=plain.description, source=plain.source, attention_format="bf16",
+                        attention_scaling=None, bf16_attention_recipe=None, flags=plain.flags) == plain
 
 
 @pytest.mark.parametrize("activations, attention", [
@@ -64,6 +75,22 @@ def test_attention_formats_the_recipe_does_not_run_are_refused(activations, atte
         PrecisionRecipe(name="x", description="x", source="x", activations=activations, attention_format=attention)
 
 
+NVFP4 = GemmOperand("nvfp4", "nvfp4_16")
+
+
+@pytest.mark.parametrize("activations, attention, scaling, match", [
+    (NVFP4, "e4m3", None, "attention_format"),  # NVFP4 activations run no FP8 attention of their own
+    (NVFP4, "mxfp8", "tensor_current", "attention_format"),  # the stated per-tensor scaling runs e4m3, not mxfp8
+    (NVFP4, "bf16", "tensor_current", "attention_scaling"),  # no FP8 attention, nothing to scale
+    (GemmOperand("e4m3", "tensor_delayed"), "e4m3", "tensor_current", "attention_scaling"),  # follows its own recipe
+    (NVFP4, "e4m3", "mx_32", "attention_scaling"),  # only a per-tensor scaling
+])
+def test_an_attention_scaling_only_beside_nvfp4_linears(activations, attention, scaling, match):
+    with pytest.raises(ValueError, match=match):
+        PrecisionRecipe(name="x", description="x", source="x", weights=activations, activations=activations,
+                        gradients=activations, attention_format=attention, attention_scaling=scaling)
+
+
 @pytest.mark.parametrize("recipe, base, q_k, v, out", [
     # 1 byte an element of q, k and v; the output in bf16 (current scaling), which Megatron-Core's output projection
     # keeps as its own input (set_save_original_input): no FP8 copy.
@@ -73,6 +100,8 @@ def test_attention_formats_the_recipe_does_not_run_are_refused(activations, atte
     # MXFP8: 10,485,760 q/k elements * 2.0625 = 21,626,880; 2,097,152 v elements * 2.0625 = 4,325,376; the output
     # in bf16, the projection's input itself.
     ("mxfp8-fp8-attention", "mxfp8", 21_626_880, 4_325_376, OUT),
+    # NVFP4 linears with current-scaling FP8 attention: q, k, v 1 byte an element, the output in bf16.
+    ("nvfp4-fp8-attention", "nvfp4", Q_K // 2, V // 2, OUT),
 ])
 def test_the_kernels_kept_tensors_by_hand(registry, recipe, base, q_k, v, out):
     bf16, fp8, fp8_attention = (_dense_terms(registry, r) for r in ("bf16", base, recipe))
@@ -138,6 +167,14 @@ def test_the_core_runs_at_cudnns_measured_fp8_speedup(registry):
     ultra = _attention_times(registry, "mxfp8-fp8-attention", "gb300", long)
     base = _attention_times(registry, "mxfp8", "gb300", long)
     assert ultra[0] == pytest.approx(base[0] / round(1.185 / 0.856, 4)) and ultra[1] == pytest.approx(base[1] / round(3.832 / 3.917, 4))
+    # NVFP4 linears with e4m3 attention take the per-tensor FP8 ('fp8') figures at 8,192 tokens: GB200's on a B200
+    # (FP4:BF16 peak 4.0), 1.397 / 1.074 ms forward, 4.127 / 3.781 backward; GB300's on a B300 (5.6-6.22), 1.185 / 0.759
+    # and 3.832 / 3.087: Blackwell Ultra's doubled exponential rate gains more.
+    for hardware, fwd, bwd in (("b200", (1.397, 1.074), (4.127, 3.781)), ("b300", (1.185, 0.759), (3.832, 3.087))):
+        nv = _attention_times(registry, "nvfp4-fp8-attention", hardware, long)
+        nv_base = _attention_times(registry, "nvfp4", hardware, long)
+        assert nv[0] == pytest.approx(nv_base[0] / round(fwd[0] / fwd[1], 4)), hardware
+        assert nv[1] == pytest.approx(nv_base[1] / round(bwd[0] / bwd[1], 4)), hardware
     # MLA (q/k head dim 192, v 128) takes DeepSeek-V3's shape; ring CP 2 makes each call 4,096 tokens.
     ring = ParallelSpec(dp=2, cp=2, seq_len=8192)
     mla = _attention_times(registry, "mxfp8-fp8-attention", "gb200", ring, wide=True)

@@ -236,10 +236,13 @@ def test_8b_rows_state_their_provenance_and_settings():
         assert row["split"] == "held_out" and row["not_priced"] and row["matched_by"], row["id"]
         assert row["model"] == "llama3-8b" and row["runtime_options"]["cuda_graphs"] in ("none", "layers", "full_iteration")
         # Megatron-Core 25.09-alpha.rc1 keeps the projection's quantized input under NVFP4 (source megatron-core-25.09-alpha.rc1).
-        assert ("linear_proj_save_original_input" in row["runtime_options"]) == (row["recipe"] == "nvfp4"), row["id"]
-        if row["recipe"] == "nvfp4":  # config_common_fp8attn.sh: FP8 attention beside the NVFP4 linears, not priced
+        nvfp4 = row["recipe"].startswith("nvfp4")
+        assert ("linear_proj_save_original_input" in row["runtime_options"]) == nvfp4, row["id"]
+        if nvfp4:  # config_common_fp8attn.sh: FP8 attention beside the NVFP4 linears, NVTE_DPA_FP8_RECIPE current scaling
             assert row["runtime_options"]["linear_proj_save_original_input"] is False
-            assert any(n.startswith("FP8 attention") for n in row["not_priced"]), row["id"]
+            assert row["recipe"] == "nvfp4-fp8-attention" and "FP8_DPA=True" in row["recipe_source"], row["id"]
+            assert "NVTE_DPA_FP8_RECIPE=Float8CurrentScaling" in row["recipe_source"], row["id"]
+            assert any(n.startswith("FP8 attention's own costs") for n in row["not_priced"]), row["id"]
     # Read by hand from the configs: the device (system file), recipe and CUDA graphs of a few rows.
     assert (rows["theia_ngpu72_ngc25.09_nemo"]["hardware"], rows["theia_ngpu72_ngc25.09_nemo"]["recipe"]) == (
         "gb300", "fp8-megatron-param-gather")

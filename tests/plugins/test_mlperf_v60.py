@@ -131,7 +131,17 @@ def test_llama_rows_batch_arithmetic_and_settings():
     # Cisco's H200 config states one node (MINIBS 4, the log's gradient_accumulation_steps 4.0) but the run had two: the
     # log states 16 ranks and a constant 2 micro-batches, so MINIBS is 2 (the row's assumptions say so).
     assert rows["2xC885A_M8-8xH200-SXM-141GB"]["log_facts"]["gradient_accumulation_steps"] == 4.0
-    assert {r["recipe"] for s, r in rows.items() if s != "2xC885A_M8-8xH200-SXM-141GB"} == {"nvfp4"}
+    # NVFP4 linears everywhere but on Cisco's H200s; FP8 attention beside them where the log prints
+    # fp8_dot_product_attention=True (HPE's and Cisco's B300) or, on Nebius's GB300 (no configuration dump), as assumed
+    # from the config chain it sources; Lambda's B200 log prints it False.
+    assert {s: r["recipe"] for s, r in rows.items() if s != "2xC885A_M8-8xH200-SXM-141GB"} == {
+        "HPE-Compute-XD690-B300-SXM6-288GB_n1_ngc26.04": "nvfp4-fp8-attention",
+        "2xC880A_M8-8xB300-SXM-288GB": "nvfp4-fp8-attention", "nebius_gb300_n2": "nvfp4-fp8-attention",
+        "b200_n1_ngc25.09_nemo": "nvfp4", "CoreWeave_GB300_1024x4_nccl2297": "nvfp4"}
+    assert "fp8_dot_product_attention=False" in rows["b200_n1_ngc25.09_nemo"]["recipe_source"]
+    assert "fp8_dot_product_attention: true" in rows["HPE-Compute-XD690-B300-SXM6-288GB_n1_ngc26.04"]["recipe_source"]
+    assert "fp8_dot_product_attention=True" in rows["2xC880A_M8-8xB300-SXM-288GB"]["recipe_source"]
+    assert any("FP8 attention: config_common_fp8attn.sh" in a for a in rows["nebius_gb300_n2"]["assumptions"])
     # The 405B row's layers: 126 decoder layers with the embedding and the loss counted over 64 chunks (ASYM_PP_*).
     assert "ASYM_PP_EMBED" in rows["CoreWeave_GB300_1024x4_nccl2297"]["layers_per_stage"]
 
