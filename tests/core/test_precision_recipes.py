@@ -581,6 +581,21 @@ def test_docs_list_every_built_in_recipe_as_the_record_states_it(registry):
     assert math.isclose(registry.precision_recipe("fp8-delayed").activations.bytes_per_element, 1.0)
 
 
+def test_the_config_and_hooks_pages_name_every_built_in_recipe(registry):
+    # docs/config.md's `recipe` field and docs/hooks.md's hp_precision_recipes entry list the built-in names.
+    import re
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    config = docs.joinpath("config.md").read_text(encoding="utf-8")
+    config = config[config.index("`recipe` (`bf16`;"):config.index("`--precision NAME` sets it")]
+    hooks = docs.joinpath("hooks.md").read_text(encoding="utf-8")
+    hooks = hooks[hooks.index("Built in: `bf16`"):hooks.index("Full page:\n[hp_precision_recipes]")]
+    names = {r.name for r in registry.precision_recipes}
+    assert set(re.findall(r"`([a-z0-9-]+)`", config)) >= names - {"bf16"}
+    assert set(re.findall(r"`([a-z0-9-]+)`", hooks)) == names
+
+
 # ----------------------------------------------------------------------------- the command line
 
 
