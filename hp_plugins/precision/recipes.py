@@ -296,7 +296,8 @@ def _with_fp8_attention(base: PrecisionRecipe, fmt: str, scaling: str | None = N
 _BY_NAME = {r.name: r for r in RECIPES}
 RECIPES += tuple(_with_fp8_attention(_BY_NAME[name], fmt)
                  for name, fmt in (("fp8-delayed", "e4m3"), ("fp8-current", "e4m3"), ("mxfp8", "mxfp8"),
-                                   ("fp8-delayed-param-gather", "e4m3"), ("mxfp8-param-gather", "mxfp8")))
+                                   ("fp8-delayed-param-gather", "e4m3"), ("mxfp8-param-gather", "mxfp8"),
+                                   ("fp8-megatron-param-gather", "e4m3")))
 # Beside NVFP4 linears Transformer Engine runs FP8 attention under a recipe of its own, NVTE_DPA_FP8_RECIPE
 # (dot_product_attention.py's linear/attention recipe table at NVIDIA/TransformerEngine@40c69e7, release_v2.8):
 # "Float8CurrentScaling" scales q, k, v, the output and their gradients per tensor, current (S and dP delayed), its

@@ -61,6 +61,10 @@ def test_the_records():
     assert nv.bf16_attention_recipe == "nvfp4" and plain.attention_scaling is None
     assert attrs.evolve(nv, name="nvfp4", description=plain.description, source=plain.source, attention_format="bf16",
                         attention_scaling=None, bf16_attention_recipe=None, flags=plain.flags) == plain
+    # FP8 parameters with FP8 attention: fp8-megatron-param-gather with e4m3 attention in its own current scaling.
+    both = recipes["fp8-megatron-param-gather-fp8-attention"]
+    assert (both.attention_format, both.attention_scaling_used, both.param_gather) == ("e4m3", "tensor_current", "stored")
+    assert both.attention_out_fp8 is False and both.bf16_attention_recipe == "fp8-megatron-param-gather"
 
 
 @pytest.mark.parametrize("activations, attention", [
@@ -102,6 +106,8 @@ def test_an_attention_scaling_only_beside_nvfp4_linears(activations, attention, 
     ("mxfp8-fp8-attention", "mxfp8", 21_626_880, 4_325_376, OUT),
     # NVFP4 linears with current-scaling FP8 attention: q, k, v 1 byte an element, the output in bf16.
     ("nvfp4-fp8-attention", "nvfp4", Q_K // 2, V // 2, OUT),
+    # FP8 parameters beside it change no activation: as fp8-current-fp8-attention.
+    ("fp8-megatron-param-gather-fp8-attention", "fp8-megatron-param-gather", Q_K // 2, V // 2, OUT),
 ])
 def test_the_kernels_kept_tensors_by_hand(registry, recipe, base, q_k, v, out):
     bf16, fp8, fp8_attention = (_dense_terms(registry, r) for r in ("bf16", base, recipe))

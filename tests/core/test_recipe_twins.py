@@ -39,7 +39,8 @@ def test_the_refusal_suggests_the_recipe_the_fp8_attention_one_names(registry):
     assert {r.name: r.bf16_attention_recipe for r in registry.precision_recipes if r.attention_format != "bf16"} == {
         "fp8-delayed-fp8-attention": "fp8-delayed", "fp8-current-fp8-attention": "fp8-current",
         "mxfp8-fp8-attention": "mxfp8", "fp8-delayed-param-gather-fp8-attention": "fp8-delayed-param-gather",
-            "mxfp8-param-gather-fp8-attention": "mxfp8-param-gather", "nvfp4-fp8-attention": "nvfp4"}
+            "mxfp8-param-gather-fp8-attention": "mxfp8-param-gather", "nvfp4-fp8-attention": "nvfp4",
+        "fp8-megatron-param-gather-fp8-attention": "fp8-megatron-param-gather"}
     base = registry.precision_recipe("fp8-current-fp8-attention")
     works = [LayerWork(attention_calls=1, attention_head_dims=(64, 64))]
     named = attrs.evolve(base, name="site-fp8-dpa", bf16_attention_recipe="fp8-current")

@@ -246,7 +246,7 @@ def test_8b_rows_state_their_provenance_and_settings():
     # Read by hand from the configs: the device (system file), recipe and CUDA graphs of a few rows.
     assert (rows["theia_ngpu72_ngc25.09_nemo"]["hardware"], rows["theia_ngpu72_ngc25.09_nemo"]["recipe"]) == (
         "gb300", "fp8-megatron-param-gather")
-    assert rows["HPE-Cray-XD670-H200-SXM5-141GB_n8_25.09"]["recipe"] == "fp8-current-fp8-attention"
+    assert rows["HPE-Cray-XD670-H200-SXM5-141GB_n8_25.09"]["recipe"] == "fp8-megatron-param-gather-fp8-attention"
     assert rows["hpf_n8"]["recipe"] == "fp8-delayed-param-gather" and rows["hpf_n8"]["hardware"] == "h100-sxm"
     assert rows["SR680aV4-8xB300_SXM"]["hardware"] == "b300"
     assert rows["nebius_b300_n1"]["runtime_options"]["cuda_graphs"] == "full_iteration"  # config_common_fp4.sh last
