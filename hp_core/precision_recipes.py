@@ -69,6 +69,10 @@ SAVED_INPUTS = ("quantized", "compute")
 # under delayed or current scaling, MXFP8 under MXFP8BlockScaling.
 _ATTENTION_FORMATS = {"tensor_delayed": "e4m3", "tensor_current": "e4m3", "mx_32": "mxfp8"}
 _ATTENTION_SCALINGS = {"e4m3": "per-tensor FP8 scaling (tensor_delayed or tensor_current)", "mxfp8": "mxfp8/mx_32"}
+# The scalings FP8 attention may state of its own beside NVFP4 linears (PrecisionRecipe.attention_scaling): Transformer
+# Engine's NVTE_DPA_FP8_RECIPE takes DelayedScaling or Float8CurrentScaling there (dot_product_attention.py at
+# NVIDIA/TransformerEngine@40c69e7, the linear/attention recipe table), both per tensor.
+_ATTENTION_OWN_SCALINGS = ("tensor_delayed", "tensor_current")
 # The GEMM kernel families (PrecisionRecipe.kernel): what a device's measured speedups are keyed by.
 GEMM_KERNELS = ("bf16", "fp8_tensorwise", "fp8_rowwise", "fp8_blockwise", "mxfp8", "nvfp4")
 # Suffix of a measured speedup whose timed region includes the quantization of the GEMM inputs (Transformer
@@ -268,7 +272,7 @@ class PrecisionRecipe:
     tp_gather: bool = False
     quantize_passes: int = attrs.field(default=1, validator=non_negative_int)
     attention_format: str = attrs.field(default="bf16", validator=one_of(tuple(FORMATS)))
-    attention_scaling: str | None = attrs.field(default=None, validator=attrs.validators.optional(one_of(tuple(_ATTENTION_FORMATS))))
+    attention_scaling: str | None = attrs.field(default=None, validator=attrs.validators.optional(one_of(_ATTENTION_OWN_SCALINGS)))
     one_copy_architectures: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     split_accumulator: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     cast_per_usage: bool = False

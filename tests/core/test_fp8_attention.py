@@ -88,6 +88,7 @@ NVFP4 = GemmOperand("nvfp4", "nvfp4_16")
     (NVFP4, "bf16", "tensor_current", "attention_scaling"),  # no FP8 attention, nothing to scale
     (GemmOperand("e4m3", "tensor_delayed"), "e4m3", "tensor_current", "attention_scaling"),  # follows its own recipe
     (NVFP4, "e4m3", "mx_32", "attention_scaling"),  # only a per-tensor scaling
+    (NVFP4, "mxfp8", "mx_32", "attention_scaling"),  # TE's NVTE_DPA_FP8_RECIPE beside NVFP4 is DS or CS, not MXFP8
 ])
 def test_an_attention_scaling_only_beside_nvfp4_linears(activations, attention, scaling, match):
     with pytest.raises(ValueError, match=match):
