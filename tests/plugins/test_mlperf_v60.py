@@ -151,8 +151,8 @@ def test_llama_rows_batch_arithmetic_and_settings():
     # log states 16 ranks and a constant 2 micro-batches, so MINIBS is 2 (the row's assumptions say so).
     assert rows["2xC885A_M8-8xH200-SXM-141GB"]["log_facts"]["gradient_accumulation_steps"] == 4.0
     # NVFP4 linears everywhere but on Cisco's H200s; FP8 attention beside them where the log prints
-    # fp8_dot_product_attention=True (HPE's and Cisco's B300) or, on Nebius's GB300 (no configuration dump), as assumed
-    # from the config chain it sources; Lambda's B200 log prints it False.
+    # fp8_dot_product_attention=True or, where a log prints no configuration (Nebius's 8-GPU runs, ASUSTeK's), as assumed
+    # from the config chain it sources; Lambda's B200 log prints it False, and Nebius's 64-GPU chain sources no such file.
     assert {s: r["recipe"] for s, r in rows.items() if s != "2xC885A_M8-8xH200-SXM-141GB"} == {
         "HPE-Compute-XD690-B300-SXM6-288GB_n1_ngc26.04": "nvfp4-fp8-attention",
         "2xC880A_M8-8xB300-SXM-288GB": "nvfp4-fp8-attention", "nebius_gb300_n2": "nvfp4-fp8-attention",
