@@ -223,6 +223,9 @@ def test_sources_name_no_local_path():
     assert "mlperf-training-v6.0" in _data()["sources"]
     for word in ("/work", "/tmp", "/home"):
         assert word not in text
+    # Files are cited by repository, commit and path, never by a reading tool's own handle for them.
+    import re
+    assert not re.search(r"\bid \d{9,}", text)
 
 
 def test_a_moe_row_whose_model_is_not_the_preset_is_refused(v60):
