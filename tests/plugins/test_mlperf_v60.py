@@ -41,7 +41,7 @@ def test_page_tables_are_current(v60):
 def test_every_log_a_row_uses_is_copied_and_nothing_else():
     steps = _steps()
     used = [log for row in _rows() for log in row["logs"]]
-    assert sorted(used) == sorted(steps) and len(used) == len(set(used)) == 36
+    assert sorted(used) == sorted(steps) and len(used) == len(set(used)) == 37
     for path, log in steps.items():
         assert log["run_stop_status"] == "success", path
         # Each record: lineno, samples_count, step, seconds, time_ms, whether the loss is beside it.
@@ -145,6 +145,7 @@ def test_llama_rows_batch_arithmetic_and_settings():
             "AS-4126GS-NBR-LCC": ("Supermicro", "b200", 8, 1, 1, 1, 8, 2, 2, 16),
             "nebius_gb300_n18": ("Nebius", "gb300", 72, 1, 1, 1, 72, 1, 1, 72),
             "HPE-GB200-ngpu16_ngc25.09": ("HPE", "gb200", 16, 1, 1, 1, 16, 2, 2, 32),
+            "ARS-121GL-NB3": ("Supermicro", "gb300", 72, 1, 1, 1, 72, 1, 1, 72),
             "CoreWeave_GB300_1024x4_nccl2297": ("CoreWeave", "gb300", 4096, 2, 8, 2, 128, 8, 1, 1024)}
     assert sorted(rows) == sorted(hand)
     for system, (submitter, hardware, gpus, tp, pp, cp, dp, minibs, mbs, gbs) in hand.items():
@@ -174,7 +175,8 @@ def test_llama_rows_batch_arithmetic_and_settings():
         "HPE-Compute-XD685-B200-SXM5-192GB_n1_25.09": "nvfp4-fp8-attention",
         "HPE-Compute-XD685-B200-SXM5-192GB_n2_25.09": "nvfp4-fp8-attention",
         "SYS-A22GA-NBRT-8xB200_SXM": "nvfp4-fp8-attention", "AS-4126GS-NBR-LCC": "nvfp4-fp8-attention",
-        "nebius_gb300_n18": "nvfp4-fp8-attention", "HPE-GB200-ngpu16_ngc25.09": "nvfp4-fp8-attention"}
+        "nebius_gb300_n18": "nvfp4-fp8-attention", "HPE-GB200-ngpu16_ngc25.09": "nvfp4-fp8-attention",
+        "ARS-121GL-NB3": "nvfp4-fp8-attention"}
     # Nebius's 64-GPU config sources no config_common_fp8attn.sh (its 8-GPU ones do): bf16 attention.
     assert "NOT config_common_fp8attn.sh" in rows["nebius_b300_n8"]["recipe_source"]
     # Where the log prints its configuration, the FP8 attention is the log's; Nebius's B300 log prints none (assumed).
@@ -182,7 +184,8 @@ def test_llama_rows_batch_arithmetic_and_settings():
                    "HPE-GB300-ngpu72_ngc26.04", "2xXE9780x8B300-SXM-270GB", "gb300_n18_ngc25.09_nemo",
                    "HPE-GB200-ngpu32_ngc25.09", "HPE-GB300-ngpu16_ngc26.04", "HPE-GB300-ngpu32_ngc26.04",
                    "HPE-Compute-XD685-B200-SXM5-192GB_n1_25.09", "HPE-Compute-XD685-B200-SXM5-192GB_n2_25.09",
-                   "SYS-A22GA-NBRT-8xB200_SXM", "AS-4126GS-NBR-LCC", "HPE-GB200-ngpu16_ngc25.09"):
+                   "SYS-A22GA-NBRT-8xB200_SXM", "AS-4126GS-NBR-LCC", "HPE-GB200-ngpu16_ngc25.09",
+                   "ARS-121GL-NB3"):
         assert "fp8_dot_product_attention=True" in rows[system]["recipe_source"], system
     assert any("FP8 attention" in a for a in rows["nebius_b300_n1"]["assumptions"])
     assert "fp8_dot_product_attention=False" in rows["b200_n1_ngc25.09_nemo"]["recipe_source"]
