@@ -286,28 +286,32 @@ _FP8_DPA_SOURCE = ("; with fp8_dpa (Megatron-Core TransformerConfig.fp8_dot_prod
                    "mixed_precision.fp8_dot_product_attention: no Megatron-LM command-line flag)")
 
 
-def _with_fp8_attention(base: PrecisionRecipe, fmt: str, scaling: str | None = None) -> PrecisionRecipe:
-    return attrs.evolve(base, name=f"{base.name}-fp8-attention", attention_format=fmt, attention_scaling=scaling,
-                        flags={}, bf16_attention_recipe=base.name,
-                        description=f"{base.name} with FP8 attention ({fmt}): q, k, v kept in {fmt} by the fused kernel",
-                        source=base.source + _FP8_DPA_SOURCE)
-
-
-_BY_NAME = {r.name: r for r in RECIPES}
-RECIPES += tuple(_with_fp8_attention(_BY_NAME[name], fmt)
-                 for name, fmt in (("fp8-delayed", "e4m3"), ("fp8-current", "e4m3"), ("mxfp8", "mxfp8"),
-                                   ("fp8-delayed-param-gather", "e4m3"), ("mxfp8-param-gather", "mxfp8"),
-                                   ("fp8-megatron-param-gather", "e4m3")))
 # Beside NVFP4 linears Transformer Engine runs FP8 attention under a recipe of its own, NVTE_DPA_FP8_RECIPE
 # (dot_product_attention.py's linear/attention recipe table at NVIDIA/TransformerEngine@40c69e7, release_v2.8):
 # "Float8CurrentScaling" scales q, k, v, the output and their gradients per tensor, current (S and dP delayed), its
 # output kept in the compute dtype (NVTE_DPA_FP8CS_O_in_F16 defaults to 1). NVIDIA's MLPerf Training v5.1 and v6.0
-# Llama 3.1 8B NVFP4 configs set it with FP8_DPA (config_common_fp4.sh, config_common_fp8attn.sh).
-RECIPES += (attrs.evolve(
-    _with_fp8_attention(_BY_NAME["nvfp4"], "e4m3", "tensor_current"),
-    description="nvfp4 with FP8 attention (e4m3, per-tensor current scaling: NVTE_DPA_FP8_RECIPE=Float8CurrentScaling)",
-    source=_BY_NAME["nvfp4"].source + _FP8_DPA_SOURCE + "; NVTE_DPA_FP8_RECIPE=Float8CurrentScaling (Transformer Engine "
-    "dot_product_attention.py, the linear/attention recipe table, NVIDIA/TransformerEngine@40c69e7)"),)
+# Llama 3.1 8B NVFP4 configs set it with FP8_DPA (config_common_fp4.sh, config_common_fp8attn.sh). The TE recipe
+# each stated attention scaling (PrecisionRecipe.attention_scaling) names.
+_DPA_RECIPES = {"tensor_current": "Float8CurrentScaling", "tensor_delayed": "DelayedScaling"}
+
+
+def _with_fp8_attention(base: PrecisionRecipe, fmt: str, scaling: str | None = None) -> PrecisionRecipe:
+    own, source = "", base.source + _FP8_DPA_SOURCE
+    if scaling:  # the attention's own TE recipe, beside NVFP4 linears
+        setting = f"NVTE_DPA_FP8_RECIPE={_DPA_RECIPES[scaling]}"
+        own = f", {scaling.replace('_', ' ')} scaling: {setting}"
+        source += (f"; {setting} (Transformer Engine dot_product_attention.py, the linear/attention recipe table, "
+                   "NVIDIA/TransformerEngine@40c69e7)")
+    return attrs.evolve(base, name=f"{base.name}-fp8-attention", attention_format=fmt, attention_scaling=scaling,
+                        flags={}, bf16_attention_recipe=base.name, source=source,
+                        description=f"{base.name} with FP8 attention ({fmt}{own}): q, k, v kept in {fmt} by the fused kernel")
+
+
+_BY_NAME = {r.name: r for r in RECIPES}
+RECIPES += tuple(_with_fp8_attention(_BY_NAME[name], fmt, *scaling)
+                 for name, fmt, *scaling in (("fp8-delayed", "e4m3"), ("fp8-current", "e4m3"), ("mxfp8", "mxfp8"),
+                                             ("fp8-delayed-param-gather", "e4m3"), ("mxfp8-param-gather", "mxfp8"),
+                                             ("fp8-megatron-param-gather", "e4m3"), ("nvfp4", "e4m3", "tensor_current")))
 
 
 @hookimpl
