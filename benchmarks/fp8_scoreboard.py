@@ -11,8 +11,12 @@ Counting rules:
   one, else its error with the runtime's defaults.
 - A row counts under the split it states; a collection whose rows state none is held out as its page says (nothing
   in hp fitted to it). Calibration rows (DGX Cloud's H100 calibration split, the MPT rows' fit) are counted apart.
+- Only low-precision rows count: a row whose recipe is ``bf16`` (a collection's bf16 baseline or control) is left
+  out; a row's recipe is the one it states, else the one its data file states, else (Megatron-LM's CI rows) FP8 or
+  FP4 where its arguments set ``--fp8-format`` or ``--fp4-format``. A row none of these resolves is refused.
 - A row id counted by an earlier collection is not counted again.
-- DeepSeek's published step times are upper bounds (its page's "at most"), counted as they are.
+- DeepSeek-V3's own run is listed but not counted: its measured figure is an upper bound and its micro-batch is not
+  published, so hp prices it at each micro-batch its row lists (its section, "at most").
 
 ``--write`` replaces the text between the ``fp8-scoreboard`` markers of docs/precision.md (atomically).
 """
@@ -20,8 +24,11 @@ Counting rules:
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
+
+import attrs
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -52,8 +59,27 @@ def _row_id(r: dict) -> str:
     return r.get("id") or r["row"]["id"]
 
 
-def collections(registry) -> list[tuple[str, list[dict], str | None]]:
-    """``(collection, priced rows, memory-error key or None)`` in the order of docs/precision.md."""
+@attrs.frozen
+class Collection:
+    """One collection as counted: its priced rows (each collection's own results), the key of their memory error
+    (``None``: no memory published; ``"error"``: memory rows, which publish no step time), recipes by row id for rows
+    whose results state none, and whether it counts (:data:`UNCOUNTED`)."""
+
+    name: str
+    rows: list
+    memory: str | None = None
+    recipes: dict = attrs.field(factory=dict)
+    counted: bool = True
+
+
+def _data_recipes(key: str) -> dict[str, str]:
+    """Recipes by row id of *key* in tests/plugins/data/fp8_measured_runs.json."""
+    import fp8_runs
+    return {r["id"]: r["recipe"] for r in json.loads(fp8_runs.DATA.read_text(encoding="utf-8"))[key]}
+
+
+def collections(registry) -> list[Collection]:
+    """Every collection in the order of docs/precision.md."""
     import fp8_deepseek
     import fp8_dgxc
     import fp8_nemo
@@ -67,30 +93,32 @@ def collections(registry) -> list[tuple[str, list[dict], str | None]]:
     v60_rows = [r for key, _ in mlperf_v60.DENSE for r in mlperf_runs.results(v60.get(key) or [], registry)]
     v60_rows += [r for key, _ in mlperf_v60.MOE for r in mlperf_v60.moe_results(v60.get(key) or [], registry)]
     return [
-        ("Megatron-Bridge Llama (H100, B200, GB200, GB300) and NeMo 24.07", fp8_runs.results(registry), None),
-        ("FSDP memory rows (torchtitan, torchao)", fp8_runs.memory_results(registry), "error"),
-        ("torchao Llama4 MXFP8 on 4 B200s", fp8_runs.torchao_moe_results(registry), "memory_error"),
-        ("torchtitan DeepSeek-V3 on 256 B200s", fp8_runs.torchtitan_dsv3_results(registry), None),
-        ("torchtitan DeepSeek-V3 on 64 GB300s", fp8_runs.torchtitan_gb300_results(registry), "memory_error"),
-        ("torchtitan Llama 3 8B on 4 GB200s", fp8_runs.torchtitan_gb200_results(registry), "memory_error"),
-        ("llm-foundry MPT FP8", fp8_runs.fsdp_results(registry), None),
-        ("Megatron-Bridge MoE", fp8_runs.moe_results(registry), None),
-        ("Megatron-Bridge MoE, full-iteration CUDA graphs", fp8_runs.moe_fi_results(registry), None),
-        ("Megatron-Bridge Nemotron 3 Nano", fp8_runs.nemotron_results(registry), None),
-        ("Megatron-Bridge Nemotron 3 Super", fp8_runs.nemotron_super_results(registry), None),
-        ("Megatron-Bridge Nemotron 3.5 Lightning", fp8_runs.nemotron_lightning_results(registry), None),
-        ("torchtitan / torchao Float8 on H100", fp8_runs.torchtitan_results(registry), None),
-        ("NeMo performance pages", fp8_nemo.nemo_results(registry), None),
-        ("DGX Cloud benchmarking", fp8_dgxc.results(registry), None),
-        ("DGX Cloud Nemotron-H", fp8_dgxc.nemotronh_results(registry), None),
-        ("DeepSeek-V3 (published bounds)", fp8_deepseek.results(registry), None),
-        ("MLPerf v5.0 / v5.1 Llama 3.1 405B", mlperf_runs.results(mlperf_runs.load("llama31_405b_rows"), registry), None),
-        ("MLPerf v5.1 Llama 3.1 8B", mlperf_runs.results(mlperf_runs.load("llama31_8b_rows"), registry), None),
-        ("MLPerf v3.1 / v4.1 GPT-3 175B", mlperf_runs.results(mlperf_runs.load(mlperf_runs.GPT3_KEY), registry), None),
-        ("MLPerf v5.0 / v5.1 Llama 2 70B LoRA", mlperf_runs.results(mlperf_runs.load(mlperf_runs.LORA_KEY), registry), None),
-        ("MLPerf v6.0", v60_rows, None),
-        ("Megatron-LM CI, dense", megatron_ci.results(), "peak_error"),
-        ("Megatron-LM CI, MoE", megatron_ci_moe.results(registry), "peak_error"),
+        Collection("Megatron-Bridge Llama (H100, B200, GB200, GB300) and NeMo 24.07", fp8_runs.results(registry)),
+        Collection("FSDP memory rows (torchtitan, torchao)", fp8_runs.memory_results(registry), "error"),
+        Collection("torchao Llama4 MXFP8 on 4 B200s", fp8_runs.torchao_moe_results(registry), "memory_error"),
+        Collection("torchtitan DeepSeek-V3 on 256 B200s", fp8_runs.torchtitan_dsv3_results(registry)),
+        Collection("torchtitan DeepSeek-V3 on 64 GB300s", fp8_runs.torchtitan_gb300_results(registry), "memory_error"),
+        Collection("torchtitan Llama 3 8B on 4 GB200s", fp8_runs.torchtitan_gb200_results(registry), "memory_error"),
+        Collection("llm-foundry MPT FP8", fp8_runs.fsdp_results(registry)),
+        Collection("Megatron-Bridge MoE", fp8_runs.moe_results(registry)),
+        Collection("Megatron-Bridge MoE, full-iteration CUDA graphs", fp8_runs.moe_fi_results(registry)),
+        Collection("Megatron-Bridge Nemotron 3 Nano", fp8_runs.nemotron_results(registry)),
+        Collection("Megatron-Bridge Nemotron 3 Super", fp8_runs.nemotron_super_results(registry)),
+        Collection("Megatron-Bridge Nemotron 3.5 Lightning", fp8_runs.nemotron_lightning_results(registry)),
+        Collection("torchtitan / torchao Float8 on H100", fp8_runs.torchtitan_results(registry),
+                   recipes=_data_recipes("torchtitan_rows")),
+        Collection("NeMo performance pages", fp8_nemo.nemo_results(registry)),
+        Collection("DGX Cloud benchmarking", fp8_dgxc.results(registry)),
+        Collection("DGX Cloud Nemotron-H", fp8_dgxc.nemotronh_results(registry)),
+        Collection("MLPerf v5.0 / v5.1 Llama 3.1 405B", mlperf_runs.results(mlperf_runs.load("llama31_405b_rows"), registry)),
+        Collection("MLPerf v5.1 Llama 3.1 8B", mlperf_runs.results(mlperf_runs.load("llama31_8b_rows"), registry)),
+        Collection("MLPerf v3.1 / v4.1 GPT-3 175B", mlperf_runs.results(mlperf_runs.load(mlperf_runs.GPT3_KEY), registry)),
+        Collection("MLPerf v5.0 / v5.1 Llama 2 70B LoRA", mlperf_runs.results(mlperf_runs.load(mlperf_runs.LORA_KEY), registry)),
+        Collection("MLPerf v6.0", v60_rows),
+        Collection("Megatron-LM CI, dense", megatron_ci.results(), "peak_error"),
+        Collection("Megatron-LM CI, MoE", megatron_ci_moe.results(registry), "peak_error"),
+        Collection("DeepSeek-V3's own run (an upper bound, its micro-batch unpublished)", fp8_deepseek.results(registry),
+                   recipes=_data_recipes("deepseek_v3_report_rows"), counted=False),
     ]
 
 
@@ -102,27 +130,41 @@ def _cells(errors: list[float], band: float) -> str:
     return f"{len(errors)} | {within} | {mae:.1%} | {min(errors):+.1%} to {max(errors):+.1%}"
 
 
-def section(found: list[tuple[str, list[dict], str | None]]) -> str:
-    """The table between the markers: per collection and split, step time and memory against their bands."""
+def recipe_of(r: dict, recipes: dict) -> str:
+    """The recipe a priced row ran (the counting rules): stated by the row, by its data file, or by its arguments."""
+    row = r.get("row") or {}
+    found = r.get("recipe") or row.get("recipe") or recipes.get(_row_id(r))
+    if found:
+        return found
+    if "model_args" in row:  # Megatron-LM's CI rows: the launch's arguments
+        args = row["model_args"]
+        return "fp4 (--fp4-format)" if "--fp4-format" in args else "fp8 (--fp8-format)" if "--fp8-format" in args else "bf16"
+    raise ValueError(f"{_row_id(r)}: no recipe stated by the row, its data file or its arguments")
+
+
+def section(found: list[Collection]) -> str:
+    """The table between the markers: per collection and split, its low-precision rows' step time and memory against
+    their bands; the totals over the counted collections."""
     lines = [START, "", "| collection | split | step-time rows | within 10% | mean absolute error | range | "
              "memory rows | within 3% | mean absolute error | range |", "|---|---|---:|---:|---:|---|---:|---:|---:|---|"]
     seen: set[str] = set()
     totals: dict[str, tuple[list[float], list[float]]] = {"held_out": ([], []), "calibration": ([], [])}
-    for name, rows, memory_key in found:
+    for c in found:
         by_split: dict[str, tuple[list[float], list[float]]] = {}
-        for r in rows:
-            if _row_id(r) in seen:
+        for r in c.rows:
+            if recipe_of(r, c.recipes) == "bf16" or (c.counted and _row_id(r) in seen):
                 continue
             seen.add(_row_id(r))
-            steps, memory = by_split.setdefault(_split(r), ([], []))
-            if memory_key != "error":  # the memory rows' "error" is their memory error; they publish no step time
+            steps, memory = by_split.setdefault(_split(r) if c.counted else "not counted", ([], []))
+            if c.memory != "error":  # the memory rows' "error" is their memory error; they publish no step time
                 steps.append(_step_error(r))
-            if memory_key is not None and r.get(memory_key) is not None:
-                memory.append(r[memory_key])
+            if c.memory is not None and r.get(c.memory) is not None:
+                memory.append(r[c.memory])
         for split, (steps, memory) in sorted(by_split.items(), key=lambda kv: kv[0] != "held_out"):
-            lines.append(f"| {name} | {split.replace('_', '-')} | {_cells(steps, STEP_BAND)} | {_cells(memory, MEMORY_BAND)} |")
-            totals[split][0].extend(steps)
-            totals[split][1].extend(memory)
+            lines.append(f"| {c.name} | {split.replace('_', '-')} | {_cells(steps, STEP_BAND)} | {_cells(memory, MEMORY_BAND)} |")
+            if c.counted:
+                totals[split][0].extend(steps)
+                totals[split][1].extend(memory)
     for split, (steps, memory) in totals.items():
         if steps or memory:
             lines.append(f"| **all** | {split.replace('_', '-')} | {_cells(steps, STEP_BAND)} | {_cells(memory, MEMORY_BAND)} |")

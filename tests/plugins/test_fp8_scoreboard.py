@@ -21,31 +21,44 @@ def _table(text: str) -> list[list[str]]:
 
 
 def test_the_counting_rules_on_hand_made_rows(board):
+    C = board.Collection
     found = [
-        ("A", [
-            {"id": "a1", "split": "held_out", "error": 0.20, "as_run_error": 0.05},  # as run where priced: +5%
-            {"id": "a2", "split": "held_out", "error": -0.12, "as_run_error": None},  # else the defaults: -12%
-            {"id": "a3", "split": "calibration", "error": 0.02},
-        ], None),
-        ("B", [
-            {"id": "a1", "error": 0.50},  # counted under A already
-            {"row": {"id": "b1"}, "time_error": 0.10, "peak_error": -0.03},  # no split stated: held out
-        ], "peak_error"),
-        ("M", [{"id": "m1", "split": "held_out", "error": 0.04}], "error"),  # memory rows: their error is memory's
+        C("A", [
+            {"id": "a1", "split": "held_out", "recipe": "nvfp4", "error": 0.20, "as_run_error": 0.05},  # as run: +5%
+            {"id": "a2", "split": "held_out", "recipe": "mxfp8", "error": -0.12, "as_run_error": None},  # defaults: -12%
+            {"id": "a3", "split": "calibration", "recipe": "fp8-delayed", "error": 0.02},
+            {"id": "a4", "split": "held_out", "recipe": "bf16", "error": 0.90},  # a bf16 baseline: left out
+        ]),
+        C("B", [
+            {"id": "a1", "recipe": "nvfp4", "error": 0.50},  # counted under A already
+            # No split stated: held out; the recipe from the collection's data file.
+            {"row": {"id": "b1"}, "time_error": 0.10, "peak_error": -0.03},
+            # Megatron-LM's CI: the recipe from the launch's arguments (bf16 without --fp8-format: left out).
+            {"row": {"id": "b2", "model_args": {"--bf16": True, "--fp8-format": "hybrid"}}, "time_error": -0.5,
+             "peak_error": 0.0},
+            {"row": {"id": "b3", "model_args": {"--bf16": True}}, "time_error": 0.9, "peak_error": 0.9},
+        ], "peak_error", recipes={"b1": "fp8-current"}),
+        C("M", [{"id": "m1", "split": "held_out", "recipe": "mxfp8", "error": 0.04}], "error"),  # memory rows
+        C("U", [{"id": "u1", "recipe": "fp8-blockwise", "error": -0.2},
+                {"id": "u1", "recipe": "fp8-blockwise", "error": -0.1}], counted=False),  # listed, not in the totals
     ]
     rows = _table(board.section(found))
     assert rows[0] == ["A", "held-out", "2", "1", "8.5%", "-12.0% to +5.0%", "0", "", "", ""]
     assert rows[1] == ["A", "calibration", "1", "1", "2.0%", "+2.0% to +2.0%", "0", "", "", ""]
     # 10% and 3% are within their bands (inclusive).
-    assert rows[2] == ["B", "held-out", "1", "1", "10.0%", "+10.0% to +10.0%", "1", "1", "3.0%", "-3.0% to -3.0%"]
+    assert rows[2] == ["B", "held-out", "2", "1", "30.0%", "-50.0% to +10.0%", "2", "2", "1.5%", "-3.0% to +0.0%"]
     assert rows[3] == ["M", "held-out", "0", "", "", "", "1", "0", "4.0%", "+4.0% to +4.0%"]
-    assert rows[4] == ["**all**", "held-out", "3", "2", "9.0%", "-12.0% to +10.0%", "2", "1", "3.5%", "-3.0% to +4.0%"]
-    assert rows[5] == ["**all**", "calibration", "1", "1", "2.0%", "+2.0% to +2.0%", "0", "", "", ""]
+    assert rows[4] == ["U", "not counted", "2", "1", "15.0%", "-20.0% to -10.0%", "0", "", "", ""]
+    assert rows[5] == ["**all**", "held-out", "4", "2", "19.2%", "-50.0% to +10.0%", "3", "2", "2.3%", "-3.0% to +4.0%"]
+    assert rows[6] == ["**all**", "calibration", "1", "1", "2.0%", "+2.0% to +2.0%", "0", "", "", ""]
+    assert len(rows) == 7
 
 
-def test_a_row_with_no_step_time_error_is_refused(board):
+def test_a_row_with_no_step_time_error_or_no_recipe_is_refused(board):
     with pytest.raises(ValueError, match="x1: no step-time error"):
-        board.section([("X", [{"id": "x1", "split": "held_out"}], None)])
+        board.section([board.Collection("X", [{"id": "x1", "split": "held_out", "recipe": "nvfp4"}])])
+    with pytest.raises(ValueError, match="x2: no recipe stated"):
+        board.section([board.Collection("X", [{"id": "x2", "split": "held_out", "error": 0.0}])])
 
 
 def test_the_page_table_is_current(board):
