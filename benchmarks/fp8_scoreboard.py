@@ -10,7 +10,7 @@ Counting rules:
 - A row's step-time error is its error as run (the runtime options its trainer set) where its collection prices
   one, else its error with the runtime's defaults.
 - A row counts under the split it states; a collection whose rows state none is held out as its page says (nothing
-  in hp fitted to it). Calibration rows (DGX Cloud's H100 calibration split, the MPT rows' fit) are counted apart.
+  in hp fitted to it). Calibration rows (DGX Cloud's H100 calibration split, three Megatron-Bridge MoE H100 rows) are counted apart.
 - Only low-precision rows count: a row whose recipe is ``bf16`` (a collection's bf16 baseline or control) is left
   out; a row's recipe is the one it states, else the one its data file states, else (Megatron-LM's CI rows) FP8 or
   FP4 where its arguments set ``--fp8-format`` or ``--fp4-format``. A row none of these resolves is refused.
@@ -63,7 +63,7 @@ def _row_id(r: dict) -> str:
 class Collection:
     """One collection as counted: its priced rows (each collection's own results), the key of their memory error
     (``None``: no memory published; ``"error"``: memory rows, which publish no step time), recipes by row id for rows
-    whose results state none, and whether it counts (:data:`UNCOUNTED`)."""
+    whose results state none, and whether it counts in the totals (the counting rules)."""
 
     name: str
     rows: list
