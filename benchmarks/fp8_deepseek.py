@@ -61,7 +61,8 @@ def results(registry=None) -> list[dict]:
             step = api.step_time(model, spec, **kw)
             estimate = api.estimate(model, spec, **kw)
             peak = max(stage.peak_bytes for stage in estimate.stages)
-            found.append({"id": row["id"], "split": row["split"], "micro_batch_size": mbs, "measured_seconds": bound,
+            found.append({"id": row["id"], "split": row["split"], "recipe": row["recipe"], "micro_batch_size": mbs,
+                          "measured_seconds": bound,
                           "estimated_seconds": step.step_seconds, "error": (step.step_seconds - bound) / bound,
                           "mfu": step.mfu, "mfu_recipe_peak": step.mfu_recipe_peak,
                           "flops_per_token": step.model_flops / (spec.global_batch_size * spec.seq_len),

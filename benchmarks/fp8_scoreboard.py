@@ -12,8 +12,8 @@ Counting rules:
 - A row counts under the split it states; a collection whose rows state none is held out as its page says (nothing
   in hp fitted to it). Calibration rows (DGX Cloud's H100 calibration split, three Megatron-Bridge MoE H100 rows) are counted apart.
 - Only low-precision rows count: a row whose recipe is ``bf16`` (a collection's bf16 baseline or control) is left
-  out; a row's recipe is the one it states, else the one its data file states, else (Megatron-LM's CI rows) FP8 or
-  FP4 where its arguments set ``--fp8-format`` or ``--fp4-format``. A row none of these resolves is refused.
+  out; a row's recipe is the one its collection's results state (Megatron-LM's CI rows: the recipe their launch
+  arguments import as). A row that states none is refused.
 - A row id counted by an earlier collection is not counted again.
 - DeepSeek-V3's own run is listed but not counted: its measured figure is an upper bound and its micro-batch is not
   published, so hp prices it at each micro-batch its row lists (its section, "at most").
@@ -24,7 +24,6 @@ Counting rules:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -62,20 +61,13 @@ def _row_id(r: dict) -> str:
 @attrs.frozen
 class Collection:
     """One collection as counted: its priced rows (each collection's own results), the key of their memory error
-    (``None``: no memory published; ``"error"``: memory rows, which publish no step time), recipes by row id for rows
-    whose results state none, and whether it counts in the totals (the counting rules)."""
+    (``None``: no memory published; ``"error"``: memory rows, which publish no step time), and whether it counts in
+    the totals (the counting rules)."""
 
     name: str
     rows: list
     memory: str | None = None
-    recipes: dict = attrs.field(factory=dict)
     counted: bool = True
-
-
-def _data_recipes(key: str) -> dict[str, str]:
-    """Recipes by row id of *key* in tests/plugins/data/fp8_measured_runs.json."""
-    import fp8_runs
-    return {r["id"]: r["recipe"] for r in json.loads(fp8_runs.DATA.read_text(encoding="utf-8"))[key]}
 
 
 def collections(registry) -> list[Collection]:
@@ -89,9 +81,7 @@ def collections(registry) -> list[Collection]:
     import mlperf_runs
     import mlperf_v60
 
-    v60 = mlperf_v60.load()
-    v60_rows = [r for key, _ in mlperf_v60.DENSE for r in mlperf_runs.results(v60.get(key) or [], registry)]
-    v60_rows += [r for key, _ in mlperf_v60.MOE for r in mlperf_v60.moe_results(v60.get(key) or [], registry)]
+    v60_rows = [r for _, found, _ in mlperf_v60.tables(registry) for r in found]
     return [
         Collection("Megatron-Bridge Llama (H100, B200, GB200, GB300) and NeMo 24.07", fp8_runs.results(registry)),
         Collection("FSDP memory rows (torchtitan, torchao)", fp8_runs.memory_results(registry), "error"),
@@ -105,8 +95,7 @@ def collections(registry) -> list[Collection]:
         Collection("Megatron-Bridge Nemotron 3 Nano", fp8_runs.nemotron_results(registry)),
         Collection("Megatron-Bridge Nemotron 3 Super", fp8_runs.nemotron_super_results(registry)),
         Collection("Megatron-Bridge Nemotron 3.5 Lightning", fp8_runs.nemotron_lightning_results(registry)),
-        Collection("torchtitan / torchao Float8 on H100", fp8_runs.torchtitan_results(registry),
-                   recipes=_data_recipes("torchtitan_rows")),
+        Collection("torchtitan / torchao Float8 on H100", fp8_runs.torchtitan_results(registry)),
         Collection("NeMo performance pages", fp8_nemo.nemo_results(registry)),
         Collection("DGX Cloud benchmarking", fp8_dgxc.results(registry)),
         Collection("DGX Cloud Nemotron-H", fp8_dgxc.nemotronh_results(registry)),
@@ -118,7 +107,7 @@ def collections(registry) -> list[Collection]:
         Collection("Megatron-LM CI, dense", megatron_ci.results(), "peak_error"),
         Collection("Megatron-LM CI, MoE", megatron_ci_moe.results(registry), "peak_error"),
         Collection("DeepSeek-V3's own run (an upper bound, its micro-batch unpublished)", fp8_deepseek.results(registry),
-                   recipes=_data_recipes("deepseek_v3_report_rows"), counted=False),
+                   counted=False),
     ]
 
 
@@ -130,16 +119,12 @@ def _cells(errors: list[float], band: float) -> str:
     return f"{len(errors)} | {within} | {mae:.1%} | {min(errors):+.1%} to {max(errors):+.1%}"
 
 
-def recipe_of(r: dict, recipes: dict) -> str:
-    """The recipe a priced row ran (the counting rules): stated by the row, by its data file, or by its arguments."""
-    row = r.get("row") or {}
-    found = r.get("recipe") or row.get("recipe") or recipes.get(_row_id(r))
-    if found:
-        return found
-    if "model_args" in row:  # Megatron-LM's CI rows: the launch's arguments
-        args = row["model_args"]
-        return "fp4 (--fp4-format)" if "--fp4-format" in args else "fp8 (--fp8-format)" if "--fp8-format" in args else "bf16"
-    raise ValueError(f"{_row_id(r)}: no recipe stated by the row, its data file or its arguments")
+def recipe_of(r: dict) -> str:
+    """The recipe a priced row ran, as its collection's results state it (the counting rules)."""
+    found = r.get("recipe") or (r.get("row") or {}).get("recipe")
+    if not found:
+        raise ValueError(f"{_row_id(r)}: its results state no recipe")
+    return found
 
 
 def section(found: list[Collection]) -> str:
@@ -152,7 +137,7 @@ def section(found: list[Collection]) -> str:
     for c in found:
         by_split: dict[str, tuple[list[float], list[float]]] = {}
         for r in c.rows:
-            if recipe_of(r, c.recipes) == "bf16" or (c.counted and _row_id(r) in seen):
+            if recipe_of(r) == "bf16" or (c.counted and _row_id(r) in seen):
                 continue
             seen.add(_row_id(r))
             steps, memory = by_split.setdefault(_split(r) if c.counted else "not counted", ([], []))

@@ -234,7 +234,7 @@ def torchtitan_results(registry=None) -> list[dict]:
         base_measured = sc.measured_seconds(base)
         bf16 = (sc.estimated(base, registry) if in_scale else price_torchtitan(base, registry)).step_seconds
         found.append({"id": row["id"], "class": row["class"], "split": row["split"], "layout": row["layout"],
-                      "options": row["options"], "baseline": base["id"], "measured_seconds": measured,
+                      "recipe": row["recipe"], "options": row["options"], "baseline": base["id"], "measured_seconds": measured,
                       "estimated_seconds": estimated, "error": estimated / measured - 1, "as_run_seconds": as_run,
                       "as_run_error": None if as_run is None else as_run / measured - 1,
                       "baseline_measured_seconds": base_measured, "bf16_seconds": bf16, "bf16_error": bf16 / base_measured - 1,

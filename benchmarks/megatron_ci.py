@@ -93,7 +93,8 @@ def price_args(model_args: dict[str, Any], gpus: int, hardware: str, registry=No
 
     *extra_args* are added to (or replace) MODEL_ARGS: a row's stated assumption (a tokenizer file's vocabulary).
     Returns the importer's ``unmapped`` lines, the layout, every stage's memory breakdown (bytes), the last stage's
-    peak and static bytes (:data:`STATIC_FIELDS`) and the step time in seconds (``None`` where the runtime prices none).
+    peak and static bytes (:data:`STATIC_FIELDS`), the step time in seconds (``None`` where the runtime prices none)
+    and the precision recipe the job runs (the imported one, else the runtime's).
     """
     registry = registry or build_registry()
     args = {**model_args, **(extra_args or {})}
@@ -107,7 +108,7 @@ def price_args(model_args: dict[str, Any], gpus: int, hardware: str, registry=No
     last = stages[-1]
     return {"unmapped": list(job.unmapped), "layout": parallel, "stages": stages, "peak_bytes": last["peak_bytes"],
             "static_bytes": sum(last[key] for key in STATIC_FIELDS), "step_seconds": step.step_seconds,
-            "parameters": estimate.parameters.total}
+            "parameters": estimate.parameters.total, "recipe": (resolved.precision or resolved.runtime.precision).recipe}
 
 
 def price_row(row: dict[str, Any], registry=None) -> dict[str, Any]:
@@ -138,7 +139,7 @@ def results(data: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     for row in data["rows"]:
         priced = price_row(row, registry)
         measured = row["measured"]
-        found.append({"row": row, "priced": priced,
+        found.append({"row": row, "priced": priced, "recipe": priced["recipe"],
                       "peak_error": _error(priced["peak_bytes"], measured["peak_bytes"]),
                       "static_error": _error(priced["static_bytes"], measured["steady_allocated_bytes"]),
                       "time_error": _error(priced["step_seconds"], measured["iteration_seconds"])})

@@ -69,14 +69,15 @@ def static_bytes(memory) -> int:
 
 
 def price(row: dict, registry, gpus: int | None = None) -> dict[str, Any]:
-    """hp's last-stage peak, its static memory (and parts) and the step time of *row* at *gpus* devices."""
+    """hp's last-stage peak, its static memory (and parts), the step time of *row* at *gpus* devices and the precision
+    recipe it runs (the imported one, else the runtime's)."""
     j = job(row, registry, gpus)
     kwargs = dict(registry=registry, runtime=j.runtime, precision=j.precision, recompute=j.recompute)
     memory = api.estimate(j.model, j.parallel, hardware=j.hardware, **kwargs).stages[-1].memory
     step = api.step_time(j.model, j.parallel, hardware=j.hardware, **kwargs)
     return {"peak_bytes": memory.peak_bytes, "static_bytes": static_bytes(memory), "memory": memory,
             "step_seconds": step.step_seconds, "model_flops": step.model_flops,
-            "peak_flops_per_second": step.peak_flops_per_second}
+            "peak_flops_per_second": step.peak_flops_per_second, "recipe": (j.precision or j.runtime.precision).recipe}
 
 
 def model_state_bytes(memory) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
@@ -80,20 +81,20 @@ def _moe_layout(row: dict) -> str:
     return mlperf_runs._layout(row).replace(f" dp{row['dp']},", f" ep{row['ep']} dp{row['dp']},")
 
 
+def tables(registry) -> list[tuple[str, list[dict], Callable[[dict], str]]]:
+    """``(title, priced rows, layout column)`` of every table of docs/mlperf_v60.md that holds rows, in its order."""
+    data = load()
+    found = [(title, mlperf_runs.results, mlperf_runs._layout, data.get(key) or []) for key, title in DENSE]
+    found += [(title, moe_results, _moe_layout, data.get(key) or []) for key, title in MOE]
+    return [(title, priced(rows, registry), layout) for title, priced, layout, rows in found if rows]
+
+
 def sections(registry=None) -> str:
     """Every table of docs/mlperf_v60.md with its heading, then the summary over all rows."""
     from hp_core import api
 
-    registry = registry or api.build_registry()
-    data = load()
     parts, errors = [START, ""], []
-    tables = [(key, title, mlperf_runs.results, mlperf_runs._layout) for key, title in DENSE]
-    tables += [(key, title, moe_results, _moe_layout) for key, title in MOE]
-    for key, title, priced, layout in tables:
-        rows = data.get(key) or []
-        if not rows:
-            continue
-        found = priced(rows, registry)
+    for title, found, layout in tables(registry or api.build_registry()):
         errors += [r["error"] for r in found]
         parts += [f"#### {title}", "", mlperf_runs.section(found, layout=layout)]
     parts += [f"All v6.0 rows, held out: {fp8_runs._summary(errors)}.", "", END]

@@ -31,13 +31,12 @@ def test_the_counting_rules_on_hand_made_rows(board):
         ]),
         C("B", [
             {"id": "a1", "recipe": "nvfp4", "error": 0.50},  # counted under A already
-            # No split stated: held out; the recipe from the collection's data file.
-            {"row": {"id": "b1"}, "time_error": 0.10, "peak_error": -0.03},
-            # Megatron-LM's CI: the recipe from the launch's arguments (bf16 without --fp8-format: left out).
-            {"row": {"id": "b2", "model_args": {"--bf16": True, "--fp8-format": "hybrid"}}, "time_error": -0.5,
-             "peak_error": 0.0},
-            {"row": {"id": "b3", "model_args": {"--bf16": True}}, "time_error": 0.9, "peak_error": 0.9},
-        ], "peak_error", recipes={"b1": "fp8-current"}),
+            # No split stated: held out; the recipe stated by the row's data.
+            {"row": {"id": "b1", "recipe": "fp8-current"}, "time_error": 0.10, "peak_error": -0.03},
+            # Megatron-LM's CI: the recipe the launch imports as (a bf16 one left out).
+            {"row": {"id": "b2"}, "recipe": "fp8-megatron-param-gather", "time_error": -0.5, "peak_error": 0.0},
+            {"row": {"id": "b3"}, "recipe": "bf16", "time_error": 0.9, "peak_error": 0.9},
+        ], "peak_error"),
         C("M", [{"id": "m1", "split": "held_out", "recipe": "mxfp8", "error": 0.04}], "error"),  # memory rows
         C("U", [{"id": "u1", "recipe": "fp8-blockwise", "error": -0.2},
                 {"id": "u1", "recipe": "fp8-blockwise", "error": -0.1}], counted=False),  # listed, not in the totals
@@ -57,7 +56,7 @@ def test_the_counting_rules_on_hand_made_rows(board):
 def test_a_row_with_no_step_time_error_or_no_recipe_is_refused(board):
     with pytest.raises(ValueError, match="x1: no step-time error"):
         board.section([board.Collection("X", [{"id": "x1", "split": "held_out", "recipe": "nvfp4"}])])
-    with pytest.raises(ValueError, match="x2: no recipe stated"):
+    with pytest.raises(ValueError, match="x2: its results state no recipe"):
         board.section([board.Collection("X", [{"id": "x2", "split": "held_out", "error": 0.0}])])
 
 

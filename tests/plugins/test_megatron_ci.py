@@ -233,3 +233,12 @@ def test_the_docs_prose_states_the_table_s_figures(found):
         assert f"{low:.1%}-{high:.1%} on {name}".replace("%-", "-") in page, platform
     shortest = [-r["time_error"] for r in fp8]
     assert f"{min(shortest):.0%}-{max(shortest):.0%} shorter than measured".replace("%-", "-") in page
+
+
+def test_each_row_states_the_recipe_its_launch_imports_as(found):
+    """The FP8 rows (``--fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather``) import as
+    fp8-megatron-param-gather, the others (``--bf16`` alone) as bf16: what benchmarks/fp8_scoreboard.py counts them by."""
+    for r in found:
+        fp8 = "--fp8-format" in r["row"]["model_args"]
+        assert r["recipe"] == ("fp8-megatron-param-gather" if fp8 else "bf16"), r["row"]["id"]
+    assert sum(r["recipe"] != "bf16" for r in found) == 4

@@ -208,3 +208,10 @@ def test_the_suspect_a100_timings_exceed_what_an_a100_reaches(found):
 def test_docs_table_is_current(bench, found):
     page = (ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8")
     assert bench.section(found) in page, "regenerate with: python benchmarks/megatron_ci_moe.py"
+
+
+def test_each_row_states_the_recipe_its_launch_imports_as(found):
+    """The one FP8 row (``--fp8-format hybrid --fp8-recipe tensorwise``, no FP8 parameters) imports as fp8-current,
+    the others (``--bf16`` alone) as bf16: what benchmarks/fp8_scoreboard.py counts them by."""
+    assert {r["row"]["id"]: r["recipe"] for r in found if r["recipe"] != "bf16"} == {"moe-small-mtp-fp8-h100": "fp8-current"}
+    assert all("--fp8-format" not in r["row"]["model_args"] for r in found if r["recipe"] == "bf16")
