@@ -45,6 +45,7 @@ from hp_core.api import build_registry  # noqa: E402
 from hp_core.io.convert import ConfigFile, structure  # noqa: E402
 from hp_core.io.job import estimate_job, prepare_job, resolve_job, step_time_job  # noqa: E402
 from hp_plugins.importers.megatron import import_megatron_args  # noqa: E402
+from hp_plugins.runtimes.blas_option import workspace_config_kib  # noqa: E402
 
 DATA = ROOT / "tests" / "plugins" / "data" / "megatron_ci_measured.json"
 DOC = ROOT / "docs" / "megatron_ci.md"
@@ -72,12 +73,16 @@ def argv(model_args: dict[str, Any]) -> list[str]:
     return tokens
 
 
-def resolve_args(tokens: list[str], gpus: int, hardware: str, registry, *, name: str = "megatron-ci"):
+def resolve_args(tokens: list[str], gpus: int, hardware: str, registry, *, name: str = "megatron-ci",
+                 env: dict[str, Any] | None = None):
     """``(imported job, its layout, resolved job)`` of a Megatron-LM command line on *gpus* devices of the *hardware*
     preset: the importer's document with dp = gpus / (tp * pp * cp) and the hardware set, resolved as ``hp estimate``
-    does; the layout is the document's ``parallel`` mapping, dp included."""
+    does; the layout is the document's ``parallel`` mapping, dp included. *env*: the run's environment variables, of
+    which ``CUBLAS_WORKSPACE_CONFIG`` sizes PyTorch's cuBLAS workspaces (the runtime option ``cublas_workspace_kib``)."""
     job = import_megatron_args(tokens, registry, devices=gpus, name=name)
     document = copy.deepcopy(dict(job.document))
+    if (env or {}).get("CUBLAS_WORKSPACE_CONFIG") is not None:
+        document["runtime"]["options"]["cublas_workspace_kib"] = workspace_config_kib(str(env["CUBLAS_WORKSPACE_CONFIG"]))
     parallel = document["parallel"]
     ranks = parallel["tp"] * parallel["pp"] * parallel.get("cp", 1)
     if gpus % ranks:
@@ -88,17 +93,18 @@ def resolve_args(tokens: list[str], gpus: int, hardware: str, registry, *, name:
 
 
 def price_args(model_args: dict[str, Any], gpus: int, hardware: str, registry=None, *, name: str = "megatron-ci",
-               extra_args: dict[str, Any] | None = None) -> dict[str, Any]:
+               extra_args: dict[str, Any] | None = None, env: dict[str, Any] | None = None) -> dict[str, Any]:
     """hp's estimate of a Megatron-LM job from its MODEL_ARGS on *gpus* devices of the *hardware* preset.
 
-    *extra_args* are added to (or replace) MODEL_ARGS: a row's stated assumption (a tokenizer file's vocabulary).
+    *extra_args* are added to (or replace) MODEL_ARGS: a row's stated assumption (a tokenizer file's vocabulary);
+    *env*: the run's environment variables (:func:`resolve_args`).
     Returns the importer's ``unmapped`` lines, the layout, every stage's memory breakdown (bytes), the last stage's
     peak and static bytes (:data:`STATIC_FIELDS`), the step time in seconds (``None`` where the runtime prices none)
     and the precision recipe the job runs (the imported one, else the runtime's).
     """
     registry = registry or build_registry()
     args = {**model_args, **(extra_args or {})}
-    job, parallel, resolved = resolve_args(argv(args), gpus, hardware, registry, name=name)
+    job, parallel, resolved = resolve_args(argv(args), gpus, hardware, registry, name=name, env=env)
     run = prepare_job(resolved, registry)
     estimate = estimate_job(resolved, registry, run)
     step = step_time_job(resolved, registry, run=run)
@@ -124,7 +130,8 @@ def price_row(row: dict[str, Any], registry=None) -> dict[str, Any]:
             path = Path(folder) / Path(copied["path"]).name
             path.write_text(json.dumps(copied["content"]), encoding="utf-8")
             extra["--tp-comm-overlap-cfg"] = str(path)
-        return price_args(row["model_args"], row["gpus"], row["hardware"], registry, name=row["id"], extra_args=extra)
+        return price_args(row["model_args"], row["gpus"], row["hardware"], registry, name=row["id"], extra_args=extra,
+                          env=row.get("env_vars"))
 
 
 def _error(estimated: float | None, measured: float | None) -> float | None:

@@ -68,12 +68,13 @@ def table_rows() -> list[str]:
     from hp_core.io.convert import ConfigFile, structure
     from hp_core.io.job import estimate_job, resolve_job
 
-    from hp_plugins.cases.fsdp2_measured import estimated_categories, measured_categories
+    from hp_plugins.cases.fsdp2_measured import as_tracker_sees, estimated_categories, measured_categories
 
     registry = build_registry()
     rows = []
     for case in json.loads(CASES.read_text())["cases"]:
-        (stage,) = estimate_job(resolve_job(structure(case["config"], ConfigFile, registry), registry), registry).stages
+        job = as_tracker_sees(resolve_job(structure(case["config"], ConfigFile, registry), registry), registry)
+        (stage,) = estimate_job(job, registry).stages
         m = case["measured"]
         want = measured_categories(m["phases"][m["peak_phase"]])
         got = estimated_categories(stage.memory, stage.binding_point)

@@ -225,10 +225,9 @@ class Runtime:
             (names from :data:`TRAITS`).
         implicit_recompute: Switches it always recomputes, whatever the plan
             says (Megatron-LM re-gathers sequence-parallel inputs in backward).
-        deferred_grad_reduction: Gradients are accumulated unsharded over a
-            step's micro-batches and reduce-scattered once after the last
-            backward, so under ZeRO-2/3 a stage holds its whole unsharded
-            gradient at the end of its last backward: a second peak point.
+        deferred_grad_reduction: Gradients are accumulated unsharded over a step's micro-batches and reduce-scattered
+            once after the last backward, so under ZeRO-2/3 a stage holds its whole unsharded gradient at the end of
+            its last backward: a second peak point.
         timing: How fast it runs (:class:`~hp_core.specs.timing.TimingProfile`:
             achieved efficiencies, overlaps, algorithms); ``None``: it states
             none, and asking it for a step time is refused.
@@ -288,6 +287,8 @@ class Runtime:
         compute_dtype_kinds: Per GEMM dtype of a recipe (``"fp4"``), the layer kinds the trainer runs
             wholly in the compute dtype under it (Megatron-Core: the MTP module under FP4), priced as
             :func:`hp_core.engine.precision.in_compute_dtype` prices a layer kept in bf16.
+        blas_workspaces: PyTorch's own cuBLAS workspaces its ranks hold (:class:`~hp_core.blas_workspaces.BlasWorkspaces`:
+            the GEMMs it runs through torch); ``None``: it states none.
     """
 
     name: str = attrs.field(validator=plugin_name)
@@ -318,6 +319,7 @@ class Runtime:
     compute_dtype_kinds: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
     inner_recompute: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     overhead_by_architecture: Mapping[str, tuple[int, int]] = attrs.field(factory=dict)
+    blas_workspaces: Any = None  # hp_core.blas_workspaces.BlasWorkspaces
 
     @overhead_by_architecture.validator
     def _check_overhead_by_architecture(self, attribute: attrs.Attribute, value: Any) -> None:

@@ -13,11 +13,9 @@ except under TP > 1 with SP for the sequence-parallel-gathered inputs
 where the recipe's ``saved_input_under_tp`` says ``quantized`` (torchao under
 torchtitan's float8 TP plan).
 
-:func:`quantized_weight_elements` counts the GEMM weights of a layer the recipe
-quantizes on one rank (its matrices less the embedding, the head and
-families marked ``high_precision``): the elements of the low-precision weight
-copies a stage holds (:func:`weight_copy_bytes`) and of the parameters
-gathered in the recipe's format.
+:func:`quantized_weight_elements` counts the GEMM weights of a layer the recipe quantizes on one rank (its
+matrices less the embedding, the head and families marked ``high_precision``): the elements of the low-precision
+weight copies a stage holds (:func:`weight_copy_bytes`) and of the parameters gathered in the recipe's format.
 """
 
 from __future__ import annotations
@@ -369,10 +367,9 @@ def on_device(run: Any, hardware: Any) -> Any:
     <hp_core.precision_recipes.PrecisionRecipe.on>`: one cached weight copy where one tensor serves
     both GEMM usages, Transformer Engine's per-tensor FP8 on Blackwell), and the runtime's workspaces as a
     device of its architecture holds them (:meth:`Runtime.overheads_on <hp_core.types.Runtime.overheads_on>`:
-    ``megatron``'s Transformer Engine cuBLAS workspace, 4 MiB before compute capability 9.0).
-
-    The same run where nothing changes (no device, or the same copies and workspaces); the changed run is made
-    once per device family and kept on *run*.
+    ``megatron``'s Transformer Engine cuBLAS workspace, 4 MiB before compute capability 9.0; PyTorch's own,
+    :meth:`BlasWorkspaces.on <hp_core.blas_workspaces.BlasWorkspaces.on>`). The same run where nothing changes
+    (no device, or the same copies and workspaces); the changed run is made once per device family, kept on *run*.
 
     Raises:
         ConfigError: The recipe does not run on *hardware*'s family (:meth:`PrecisionRecipe.check_architecture
@@ -394,6 +391,8 @@ def on_device(run: Any, hardware: Any) -> Any:
     overhead, expert_overhead = run.runtime.overheads_on(hardware.architecture)
     if (overhead, expert_overhead) != (inputs.overhead_bytes, inputs.expert_overhead_bytes):
         changes.update(overhead_bytes=overhead, expert_overhead_bytes=expert_overhead)
+    if (blas := run.runtime.blas_workspaces and run.runtime.blas_workspaces.on(hardware.architecture)) != inputs.blas:
+        changes["blas"] = blas
     if not changes:
         return run
     key = ("device", hardware.architecture)

@@ -494,7 +494,7 @@ def prepare(
         parallel, zero, precision, micro_batches, schedule, profile.overhead_bytes,
         profile.deferred_grad_reduction, profile.expert_overhead_bytes, profile.dummy_weight_gradients,
         optimizer=optimizer, recipe=recipe, peak_points=profile.peak_points,
-    )
+        blas=profile.blas_workspaces.on(None) if profile.blas_workspaces else None)
     inputs.keep_plans(shape, plans)  # the stages are not asked again
     return PreparedRun(model, parallel, registry, profile, precision, attention, zero, layers, micro_batches,
                        tuple(bounds), body_group, inputs, optimizer)

@@ -30,6 +30,7 @@ from typing import Any, Mapping, Sequence
 import attrs
 
 from hp_core.results import ChunkEstimate, MemoryBreakdown, StageEstimate
+from hp_core.blas_workspaces import stage_blas_bytes
 from hp_core.engine.optimizer import group_states, layer_load, master_bytes
 from hp_core.engine.module_formats import module_weight_copy_bytes
 from hp_core.engine.precision import gathered_param_bytes, quantized_weight_elements, scaling_state_bytes, weight_copy_bytes
@@ -142,6 +143,7 @@ class StageInputs:
     optimizer: Optimizer = attrs.field(kw_only=True)
     peak_points: Any = attrs.field(default=None, kw_only=True)  # Runtime.peak_points (hp_core.peak_points)
     recipe: PrecisionRecipe | None = attrs.field(default=None, kw_only=True)
+    blas: tuple[str, int] | None = attrs.field(default=None, kw_only=True)  # BlasWorkspaces.on: (gemms, bytes)
     # Made from the fields above when the inputs are made (again on attrs.evolve), so it always matches them.
     layout: ScheduleLayout = attrs.field(init=False, eq=False, repr=False)
     _plans: dict = attrs.field(factory=dict, eq=False, repr=False, init=False)
@@ -330,9 +332,10 @@ def _compose(chunk_layers: Sequence[Sequence[PlacedLayer]], inputs: StageInputs)
         buffers_by_chunk.append(buffers)
 
     # What the runtime holds beyond the model math: fixed workspaces, those of a
-    # rank with routed experts, and one dummy weight gradient per distinct weight
-    # shape where fused weight-gradient accumulation keeps them.
-    overhead = inputs.overhead_bytes
+    # rank with routed experts, PyTorch's cuBLAS workspaces where the rank runs a GEMM
+    # through torch, and one dummy weight gradient per distinct weight shape where
+    # fused weight-gradient accumulation keeps them.
+    overhead = inputs.overhead_bytes + stage_blas_bytes(inputs.blas, (layer.cost.work for layer, _ in distinct.values()))
     if elements.get("routed_expert"):
         overhead += inputs.expert_overhead_bytes
     if inputs.dummy_wgrad_per_shape:

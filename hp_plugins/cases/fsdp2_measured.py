@@ -15,7 +15,8 @@ A case whose ``measured`` states ``method: cuda`` was measured on a GPU
 (:mod:`hp_plugins.census.cuda_step`, ``benchmarks/device_fsdp2_steps.py``):
 ``peak_bytes`` is ``torch.cuda.max_memory_allocated`` and ``seconds.step`` the
 median step time, checked against the step-time estimate on the config's
-``hardware``.
+``hardware``. A case the tracker measured is priced without PyTorch's cuBLAS
+workspaces, which its fake tensors never allocate (:func:`as_tracker_sees`).
 
 A case without ``measured`` is measured now (:func:`measure_config`, which runs
 :func:`hp_plugins.census.fsdp_step.run_step`: the ``census`` extra) and the
@@ -41,13 +42,15 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+import attrs
+
 from hp_core.errors import ConfigError
 from hp_core.io.files import atomic_write
 from hp_core.markers import hookimpl
 from hp_core.types import CaseFormat
 
-__all__ = ["FORMAT", "estimated_categories", "hp_case_formats", "measure_config", "measure_request", "measured_categories",
-           "read_measure_cases", "request_of"]
+__all__ = ["FORMAT", "as_tracker_sees", "estimated_categories", "hp_case_formats", "measure_config", "measure_request",
+           "measured_categories", "read_measure_cases", "request_of"]
 
 FORMAT = "hp-measure/1"
 # Part of every cache key: raised whenever what run_step measures changes, so older entries are not read.
@@ -237,10 +240,20 @@ def read_measure_cases(document: Mapping[str, Any], registry: Any) -> list:
         elif not isinstance(measured.get("peak_bytes"), int) or measured["peak_bytes"] < 1:
             raise ConfigError(f"{where}.measured.peak_bytes", "a recorded case states its peak in bytes (a positive integer)")
         job = resolve_job(structure(dict(case["config"]), ConfigFile, registry), registry)
+        if measured.get("method") != "cuda":  # a GPU-measured case holds the workspaces the tracker cannot see
+            job = as_tracker_sees(job, registry)
         found.append(MeasuredCase(name=case["name"], model=job.model, parallel=job.parallel, runtime=job.runtime,
                                   stage_peak_bytes=(measured["peak_bytes"],), source=_source(measured), job=job, where=where,
                                   steps=_steps(measured, where), steps_where=f"{where}.measured.seconds.step"))
     return found
+
+
+def as_tracker_sees(job: Any, registry: Any) -> Any:
+    """*job* (a resolved ``Job``) as the tracker measures it: the tracker runs on fake tensors, so no GEMM reaches
+    cuBLAS and it sees none of PyTorch's cuBLAS workspaces (:mod:`hp_core.blas_workspaces`); the job's runtime
+    without them."""
+    runtime = registry.runtime(job.runtime) if isinstance(job.runtime, str) else job.runtime
+    return attrs.evolve(job, runtime=attrs.evolve(runtime, blas_workspaces=None))
 
 
 def measured_categories(phase: Mapping[str, int]) -> dict[str, int]:

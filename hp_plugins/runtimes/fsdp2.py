@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import attrs
 
+from hp_core.blas_workspaces import BlasWorkspaces
 from hp_core.markers import hookimpl
 from hp_core.runtime_options import RuntimeOption, trait_setter
 from hp_core.specs.overlap import SetSchedule, schedule_option
@@ -41,6 +42,7 @@ from hp_core.specs.precision import PrecisionSpec
 from hp_core.types import Runtime
 from hp_plugins.kinds.output import CHUNKED_LOSS_CHUNKS
 from hp_plugins.kit.op_sac import OP_SAC_SWITCHES
+from hp_plugins.runtimes.blas_option import cublas_workspace_option
 from hp_plugins.runtimes.flex_attention import FLEX, FLEX_BLOCK_TOKENS
 from hp_plugins.runtimes.fsdp2_points import Fsdp2Points
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
@@ -466,6 +468,7 @@ def hp_runtimes():
         vocab_pad_multiple=1,
         reserve_bytes=CUDA_CONTEXT_BYTES,  # the CUDA context (hp_plugins/runtimes/reserve.py)
         overhead_bytes=0,
+        blas_workspaces=BlasWorkspaces("every"),  # every GEMM runs through torch (hp_core/blas_workspaces.py)
         timing=FSDP2,
         traits=frozenset({"fp32_norm_copy", "upcast_cross_entropy", "moe_tp_without_sp", "torchtitan_op_sac"}),
         # torchtitan activation checkpointing: mode "full" (whole blocks), "selective" every k-th block
@@ -482,6 +485,6 @@ def hp_runtimes():
         reshard_after_forward=True,
         pipeline_reshard_after_forward=False,
         peak_points=Fsdp2Points(),
-        options=OPTIONS + _MEMORY_OPTIONS,
+        options=(*OPTIONS, *_MEMORY_OPTIONS, cublas_workspace_option()),
         fp8_attention_refusal=fp8_attention_refusal("sdpa"),  # the attention_kernel option's default
     )

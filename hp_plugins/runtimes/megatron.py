@@ -44,7 +44,9 @@ What it holds, and where that comes from (Megatron-LM at core 0.14, Transformer 
   (Hopper, Blackwell) and 4 MiB before it (Ampere), four more on a rank with
   grouped-GEMM experts (one per compute stream); a device stating no architecture,
   or one not listed, is priced at 32 MiB + 1 KiB (``overhead_by_architecture``); three more
-  under ``tp_comm_overlap``, the userbuffers GEMMs' (:class:`_TpCommOverlap`).
+  under ``tp_comm_overlap``, the userbuffers GEMMs' (:class:`_TpCommOverlap`); PyTorch's own cuBLAS
+  workspaces, two, on a rank running the output layer or an MoE router's gate, whose GEMMs run through torch
+  (:mod:`hp_core.blas_workspaces`; the option ``cublas_workspace_kib``).
 * Userbuffers SM margins: under ``tp_comm_overlap`` the GEMMs Transformer Engine's userbuffers config runs with
   ``set_sm_margin`` are tiled for the device's SMs less their communication kernel's, priced at their time times
   ``sm_count / (sm_count - num_sm)``; the config is the option ``tp_comm_overlap_cfg``, TE's default where none is
@@ -58,6 +60,7 @@ from __future__ import annotations
 
 import attrs
 
+from hp_core.blas_workspaces import BlasWorkspaces
 from hp_core.markers import hookimpl
 from hp_core.peak_points import StageView
 from hp_core.results import MemoryBreakdown
@@ -66,6 +69,7 @@ from hp_core.specs.overlap import SetSchedule, schedule_option
 from hp_core.specs.precision import PrecisionSpec
 from hp_core.specs.timing import Sourced
 from hp_core.types import Runtime
+from hp_plugins.runtimes.blas_option import cublas_workspace_option
 from hp_plugins.runtimes.moe_expert_options import MOE_EXPERT_OPTIONS
 from hp_plugins.runtimes.reserve import CUDA_CONTEXT_BYTES
 from hp_plugins.runtimes.time_options import (
@@ -392,6 +396,10 @@ def hp_runtimes():
         overhead_bytes=_TE_WORKSPACE_BYTES,
         expert_overhead_bytes=_TE_COMPUTE_STREAMS * _TE_WORKSPACE_BYTES,
         overhead_by_architecture=_TE_WORKSPACES,
+        # PyTorch's cuBLAS workspaces where a rank runs a GEMM outside TE's modules: the output layer
+        # (tensor_parallel.ColumnParallelLinear) and the router's gate (router_gating_linear), the GEMMs the layers
+        # keep in the compute dtype (hp_core/blas_workspaces.py).
+        blas_workspaces=BlasWorkspaces("compute_dtype"),
         traits=frozenset({
             "fused_swiglu", "fused_cross_entropy", "mla_contiguous_qkv", "moe_probs_in_activation", "moe_fused_permute",
             "moe_expert_tp_dispatch", "moe_eager_expert_bias", "dense_mlp_checkpoint", "linear_proj_original_input",
@@ -462,7 +470,7 @@ def hp_runtimes():
             "attention/SwiGLU/cross-entropy, vocab padded to 128*tp"
         ),
         zero_levels=(0, 1),  # without and with --use-distributed-optimizer
-        options=OPTIONS,
+        options=(*OPTIONS, cublas_workspace_option()),
         peak_points=MegatronPoints(),
         # The MTP module runs in bf16 under FP4 ("currently ignoring FP4 in MTP layers": _proj_and_transformer_layer
         # enters get_fp8_context only where config.fp8, multi_token_prediction.py at NVIDIA/Megatron-LM core_v0.16.0

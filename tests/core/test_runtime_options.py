@@ -48,7 +48,8 @@ def test_megatron_lists_its_options(registry):
                      "moe_fused_grouped_mlp", "moe_permute_fusion",
                      "gradient_accumulation_fusion", "make_vocab_size_divisible_by", "grad_reduce_in_fp32", "overlap_grad_reduce",
                      "overlap_param_gather", "ddp_bucket_size", "tp_comm_overlap", "tp_comm_overlap_cfg", "overlap_p2p_communication", "overlap_moe_expert_parallel_comm",
-                     "delay_wgrad_compute", "ep_all_to_all", "hybridep_num_sms", "rope_kernels", "cuda_graphs"]
+                     "delay_wgrad_compute", "ep_all_to_all", "hybridep_num_sms", "rope_kernels", "cuda_graphs",
+                     "cublas_workspace_kib"]
     assert all(option.source and option.description for option in registry.runtime("megatron").options)
 
 

@@ -111,8 +111,9 @@ def test_rows_memory_chunked(registry):
     removed = T * V * 4 + T * 8 + T * V * 6 + T * h * 2
     added = T * h * 2 + 8192 * V * 14 + T * h * 6 + V * h * 4
     assert upcast.peak_points["forward"] - full.peak_points["forward"] == removed - added
-    # docs/time.md (51.79 and 50.57 before the embedding's own FSDP unit, 0.39 GiB freed after its forward)
-    assert round(full.reserved_bytes / G, 2) == 51.67 and round(full.peak_bytes / G, 2) == 50.18
+    # docs/time.md (51.79 and 50.57 before the embedding's own FSDP unit, 0.39 GiB freed after its forward; 51.67 and
+    # 50.18 before PyTorch's two cuBLAS workspaces, 64 MiB, were priced)
+    assert round(full.reserved_bytes / G, 2) == 51.73 and round(full.peak_bytes / G, 2) == 50.24
     assert full.binding_point == "backward"
 
 

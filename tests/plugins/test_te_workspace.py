@@ -28,8 +28,10 @@ PINNED_PEAK_BYTES = 46_675_596_288
 
 
 def _megatron(registry, **options):
-    """The megatron profile; without fused weight-gradient accumulation its overhead is the workspaces alone."""
-    return apply_options(registry.runtime("megatron"), {"gradient_accumulation_fusion": False, **options})
+    """The megatron profile; without fused weight-gradient accumulation and PyTorch's own cuBLAS workspaces
+    (tests/plugins/test_blas_workspaces.py) its overhead is TE's workspaces alone."""
+    runtime = apply_options(registry.runtime("megatron"), {"gradient_accumulation_fusion": False, **options})
+    return attrs.evolve(runtime, blas_workspaces=None)
 
 
 def _memory(registry, model, layout, hardware, runtime=None):
@@ -69,7 +71,7 @@ def test_only_the_workspace_moves_on_ampere(registry):
     """The A100 stage is the H100 stage less 28 MiB - 1 KiB of workspace, every other figure the same; with fused
     weight-gradient accumulation (the default) the dummy weight gradients stay beside it."""
     model = model_from_preset("llama3-8b", registry)
-    fused = registry.runtime("megatron")
+    fused = attrs.evolve(registry.runtime("megatron"), blas_workspaces=None)  # TE's workspaces alone (_megatron)
     (a100,) = _memory(registry, model, LAYOUT, "a100-80gb", fused)
     (h100,) = _memory(registry, model, LAYOUT, "h100-sxm", fused)
     assert h100.runtime_overhead_bytes - a100.runtime_overhead_bytes == 29_361_152
@@ -91,7 +93,7 @@ def test_bf16_on_hopper_and_blackwell_is_unchanged(registry):
     """Hopper and Blackwell keep the figure every device had before workspaces followed the architecture: the stage
     is byte for byte the estimate without a device, and its peak the one priced before (hp at c5dc9e5)."""
     model = model_from_preset("llama3-8b", registry)
-    fused = registry.runtime("megatron")
+    fused = attrs.evolve(registry.runtime("megatron"), blas_workspaces=None)  # TE's workspaces alone (_megatron)
     unpriced = estimate(model, LAYOUT, registry=registry, runtime=fused).stages
     for hardware in ("h100-sxm", "h200", "b200", "gb200"):
         assert estimate(model, LAYOUT, registry=registry, runtime=fused, hardware=hardware).stages == unpriced

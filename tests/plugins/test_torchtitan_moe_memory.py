@@ -72,8 +72,9 @@ def test_rows_memory_as_logged_and_hp_figures(registry):
     s = sc.memory_estimated(ROWS["tt-dsv3-16b-ep8-b4"], registry)
     # 26 MoE layers at 1,211 MiB under op-level SAC, where the generic switches kept 2,135 each; reserved 85.03 before
     # the all-gather pool held the root's all-gather input (0.10 GiB, docs/time.md), 85.13 and 73.84 before the
-    # embedding's own FSDP unit (embedding_unit own: its bf16 copy, 102,400 x 2,048 x 2 bytes, freed after forward)
-    assert round(s.reserved_bytes / 2**30, 2) == 84.87 and round(s.peak_bytes / 2**30, 2) == 73.45
+    # embedding's own FSDP unit (embedding_unit own: its bf16 copy, 102,400 x 2,048 x 2 bytes, freed after forward);
+    # 84.87 and 73.45 before PyTorch's two cuBLAS workspaces (64 MiB, hp_core/blas_workspaces.py) were priced
+    assert round(s.reserved_bytes / 2**30, 2) == 84.94 and round(s.peak_bytes / 2**30, 2) == 73.52
     root = sc.memory_estimated(dict(ROWS["tt-dsv3-16b-ep8-b4"], options=dict(
         ROWS["tt-dsv3-16b-ep8-b4"]["options"], embedding_unit="root")), registry)
     assert root.peak_bytes - s.peak_bytes == 102_400 * 2_048 * 2
