@@ -45,7 +45,6 @@ from hp_core.api import build_registry  # noqa: E402
 from hp_core.io.convert import ConfigFile, structure  # noqa: E402
 from hp_core.io.job import estimate_job, prepare_job, resolve_job, step_time_job  # noqa: E402
 from hp_plugins.importers.megatron import import_megatron_args  # noqa: E402
-from hp_plugins.runtimes.blas_option import workspace_config_kib  # noqa: E402
 
 DATA = ROOT / "tests" / "plugins" / "data" / "megatron_ci_measured.json"
 DOC = ROOT / "docs" / "megatron_ci.md"
@@ -77,12 +76,11 @@ def resolve_args(tokens: list[str], gpus: int, hardware: str, registry, *, name:
                  env: dict[str, Any] | None = None):
     """``(imported job, its layout, resolved job)`` of a Megatron-LM command line on *gpus* devices of the *hardware*
     preset: the importer's document with dp = gpus / (tp * pp * cp) and the hardware set, resolved as ``hp estimate``
-    does; the layout is the document's ``parallel`` mapping, dp included. *env*: the run's environment variables, of
-    which ``CUBLAS_WORKSPACE_CONFIG`` sizes PyTorch's cuBLAS workspaces (the runtime option ``cublas_workspace_kib``)."""
-    job = import_megatron_args(tokens, registry, devices=gpus, name=name)
+    does; the layout is the document's ``parallel`` mapping, dp included. *env*: the run's environment variables, which
+    the importer reads as a launch script's (``CUBLAS_WORKSPACE_CONFIG``: the runtime option ``cublas_workspace_kib``)."""
+    job = import_megatron_args(tokens, registry, devices=gpus, name=name,
+                               env={key: str(value) for key, value in (env or {}).items()})
     document = copy.deepcopy(dict(job.document))
-    if (env or {}).get("CUBLAS_WORKSPACE_CONFIG") is not None:
-        document["runtime"]["options"]["cublas_workspace_kib"] = workspace_config_kib(str(env["CUBLAS_WORKSPACE_CONFIG"]))
     parallel = document["parallel"]
     ranks = parallel["tp"] * parallel["pp"] * parallel.get("cp", 1)
     if gpus % ranks:

@@ -63,6 +63,8 @@ defaults fill what a job leaves out):
   ``tp_comm_overlap_cfg``), ``--overlap-moe-expert-parallel-comm`` and the pipeline sends (on under the interleaved schedule
   unless ``--no-overlap-p2p-communication``); the flex dispatcher's backend, DeepEP or HybridEP
   (``ep_all_to_all: deepep`` / ``hybridep``), HybridEP's ``--moe-hybridep-num-sms`` or ``--moe-flex-dispatcher-num-sms`` (``hybridep_num_sms``).
+  From a launch script's environment, ``CUBLAS_WORKSPACE_CONFIG`` (its ``:SIZE:COUNT`` pairs) as
+  ``cublas_workspace_kib``, the size of PyTorch's own cuBLAS workspaces.
 
 Flags with no effect on memory or step time in this model (learning rate,
 logging, data, checkpoints, seeds, ...: :data:`IGNORED`) are dropped quietly;
@@ -73,7 +75,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import attrs
 
@@ -87,6 +89,7 @@ from hp_plugins.importers.megatron_options import (bf16_layers, cpu_offloading, 
                                                    pipeline_split, trainer_options)
 from hp_plugins.importers.megatron_recipe import precision_recipe
 from hp_plugins.importers.shell import parse_megatron_args, read_megatron_script
+from hp_plugins.runtimes.blas_option import workspace_config_kib
 from hp_plugins.kinds.mtp import with_repeated_module
 
 __all__ = ["IGNORED", "TOKENIZER_VOCABS", "cpu_offloading_plan", "hp_importers", "import_megatron_args", "parse_megatron_args",
@@ -300,8 +303,10 @@ def _step_batch_schedule(text: str | None, unmapped: list[str]) -> int | None:
     return pairs[0][1]
 
 
-def import_megatron_args(tokens: list[str], registry, devices: int | None = None, name: str = "megatron-job") -> ImportedJob:
-    """An ``hp`` config document from Megatron-LM's arguments (module docstring)."""
+def import_megatron_args(tokens: list[str], registry, devices: int | None = None, name: str = "megatron-job",
+                         env: Mapping[str, str] | None = None) -> ImportedJob:
+    """An ``hp`` config document from Megatron-LM's arguments (module docstring); *env*: the launch's environment
+    variables, of which ``CUBLAS_WORKSPACE_CONFIG`` sizes PyTorch's cuBLAS workspaces (``cublas_workspace_kib``)."""
     a = _Args(parse_megatron_args(tokens))
     unmapped: list[str] = []
     source = f"Megatron-LM arguments ({name})"
@@ -426,6 +431,11 @@ def import_megatron_args(tokens: list[str], registry, devices: int | None = None
     if a.value("make-vocab-size-divisible-by") is not None:
         options["make_vocab_size_divisible_by"] = a.value("make-vocab-size-divisible-by", int)
     options.update(trainer_options(a, pp, vpp, parallel["ep"], unmapped))
+    if (env or {}).get("CUBLAS_WORKSPACE_CONFIG") is not None:
+        try:
+            options["cublas_workspace_kib"] = workspace_config_kib(env["CUBLAS_WORKSPACE_CONFIG"])
+        except ValueError as exc:
+            raise ConfigError("CUBLAS_WORKSPACE_CONFIG", str(exc)) from None
     recipe = precision_recipe(a, registry, unmapped)
     if recipe is not None:
         precision["recipe"] = recipe
@@ -451,8 +461,9 @@ def _read_script(source: str, *, registry) -> ImportedJob:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(path), f"cannot be read: {exc}") from None
-    tokens, devices = read_megatron_script(text)
-    return import_megatron_args(tokens, registry, devices, name=path.stem)
+    environment: dict[str, str] = {}
+    tokens, devices = read_megatron_script(text, environment)
+    return import_megatron_args(tokens, registry, devices, name=path.stem, env=environment)
 
 
 def _read_args(source: str, *, registry) -> ImportedJob:

@@ -138,9 +138,11 @@ def _logical_lines(text: str):
         yield line, lines
 
 
-def read_megatron_script(text: str) -> tuple[list[str], int | None]:
+def read_megatron_script(text: str, environment: dict[str, str] | None = None) -> tuple[list[str], int | None]:
     """A launch script's Megatron-LM arguments and its device count (torchrun's, where stated): the first line
-    launching ``pretrain*.py``/``train*.py``, else the first launching any ``*.py``, else the first naming one."""
+    launching ``pretrain*.py``/``train*.py``, else the first launching any ``*.py``, else the first naming one.
+    *environment*, where given, receives the script's variables as their last assignment left them (arrays left
+    out): ``export CUBLAS_WORKSPACE_CONFIG=...`` among them."""
     env: dict[str, Any] = {}
     launched: list[tuple[int, int, int, list[str]]] = []  # (preference, line number, entry's index, expanded words)
     for number, (line, lines) in enumerate(_logical_lines(text)):
@@ -190,6 +192,8 @@ def read_megatron_script(text: str) -> tuple[list[str], int | None]:
             break
     if not launched:
         raise ConfigError("--from megatron", "found no line running a *.py entry point (pretrain_gpt.py ...) in the script")
+    if environment is not None:
+        environment.update({name: value for name, value in env.items() if isinstance(value, str)})
     _, _, entry, expanded = min(launched)
     launcher = parse_megatron_args(expanded[:entry])
     per_node = (launcher.get("nproc-per-node") or [None])[0]

@@ -144,3 +144,27 @@ def test_a_script_without_an_entry_point_or_an_unknown_importer(capsys, tmp_path
     assert status == 2 and "found no line running a *.py entry point" in err
     status, _, err = run(capsys, "estimate", "--from", "nemo-9000", script)
     assert status == 2 and "--from" in err and "megatron" in err
+
+
+def test_a_script_s_cublas_workspace_config_sizes_pytorch_s_workspaces(capsys, tmp_path, registry):
+    """``export CUBLAS_WORKSPACE_CONFIG=:4096:8`` (Megatron-LM's CI) is the runtime option cublas_workspace_kib,
+    4,096 KiB x 8 = 32,768; the last stage, which runs the output layer through torch, holds two such workspaces."""
+    launch = ("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 1024 --num-attention-heads 8 "
+              "--seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 1 --vocab-size 32000 "
+              "--tokenizer-type NullTokenizer --bf16\n")
+    environment: dict[str, str] = {}
+    tokens, _ = read_megatron_script("export CUBLAS_WORKSPACE_CONFIG=:4096:8\nLIST=(a b)\n" + launch, environment)
+    assert environment == {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    imported = import_megatron_args(tokens, registry, env=environment)
+    assert imported.document["runtime"]["options"]["cublas_workspace_kib"] == 32_768
+    plain = import_megatron_args(tokens, registry)
+    assert "cublas_workspace_kib" not in plain.document["runtime"]["options"]
+    (stated,), (default,) = (estimate(job.model, job.parallel, registry=registry, runtime=job.runtime,
+                                      hardware="a100-80gb").stages
+                             for job in (_job(registry, imported), _job(registry, plain)))
+    # On the A100 PyTorch's default is :4096:2:16:8, 8,519,680 B a workspace.
+    assert stated.memory.runtime_overhead_bytes - default.memory.runtime_overhead_bytes == 2 * (32 * 2**20 - 8_519_680)
+    script = tmp_path / "bad.sh"
+    script.write_text("export CUBLAS_WORKSPACE_CONFIG=4096\n" + launch)
+    status, _, err = run(capsys, "estimate", "--from", "megatron", script)
+    assert status == 2 and "CUBLAS_WORKSPACE_CONFIG" in err and "Traceback" not in err
