@@ -89,8 +89,8 @@ from hp_plugins.importers.megatron_options import (bf16_layers, cpu_offloading, 
                                                    pipeline_split, trainer_options)
 from hp_plugins.importers.megatron_recipe import precision_recipe
 from hp_plugins.importers.shell import parse_megatron_args, read_megatron_script
-from hp_plugins.runtimes.blas_option import workspace_config_kib
 from hp_plugins.kinds.mtp import with_repeated_module
+from hp_plugins.runtimes.blas_option import workspace_config_kib
 
 __all__ = ["IGNORED", "TOKENIZER_VOCABS", "cpu_offloading_plan", "hp_importers", "import_megatron_args", "parse_megatron_args",
            "read_megatron_script"]
