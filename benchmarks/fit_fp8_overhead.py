@@ -17,7 +17,7 @@ is fitted, least squares in relative error of the step time, to the 58 H100 rows
 ``calibration`` before any row was priced, and judged on the 57 held-out H100 rows and on every other H100 FP8
 collection ``benchmarks/fp8_runs.py`` prints, none fitted to: Megatron-Bridge's dense rows (as run where the row
 states its options), its Qwen3 MoE rows (the three the host-time fit was fitted to apart), llm-foundry's MPT FP8
-rows, torchtitan's and torchao's Float8 rows and the NeMo 24.07 performance summary (with the ``megatron`` runtime's
+rows, torchtitan's and torchao's Float8 tensorwise rows and the NeMo 24.07 performance summary (with the ``megatron`` runtime's
 defaults, and with the options NeMo-Framework-Launcher 24.07's yaml states, ``launcher_options``). The form is adopted only if the
 held-out rows improve and no other collection's mean absolute error rises by more than :data:`NOISE`.
 
@@ -126,6 +126,8 @@ def collections(registry) -> dict[str, list[dict]]:
                 lambda row=row: fp8_runs._price_fsdp(row, registry, row["recipe"]).step_seconds)
     sc = fp8_runs._scale_cases()
     for row in data["torchtitan_rows"]:
+        if row["recipe"] != "torchao-float8-tensorwise":  # the rows it was judged on: rowwise's are priced since 2026-12-05
+            continue
         base_row, in_scale = fp8_runs.torchtitan_baseline(row, data)
         priced = sc.estimated(base_row, registry) if in_scale else fp8_runs.price_torchtitan(base_row, registry)
         add("torchtitan Float8", row["id"], sc.measured_seconds(row), lambda row=row: fp8_runs.price_torchtitan(row, registry).step_seconds,

@@ -7,8 +7,9 @@ by ``benchmarks/device_hopper_kernels.py``; its docstring says what each record 
   efficiency hp prices the same GEMM at (``HOPPER_KERNELS.matmul`` times the OpenXLA shape scale, before the whole-run
   GEMM factor), per layer of Llama-3-8B and -70B (8,192 tokens, TP 1-8) and pass.
 * **FP8 speedups per pass**: the layer's summed bf16 GEMM seconds over its summed FP8 seconds (``torch._scaled_mm``
-  per-tensor with fast accumulation, with split accumulation, and row-wise), as Transformer Engine's tutorial states
-  its per-layer figure, against ``HOPPER_SPEEDUPS`` (``hp_plugins/runtimes/gemm_speedups.py``).
+  per-tensor with fast accumulation, with split accumulation, and row-wise; the forward GEMMs also row-wise with fast
+  accumulation), as Transformer Engine's tutorial states its per-layer figure, against ``HOPPER_SPEEDUPS``
+  (``hp_plugins/runtimes/gemm_speedups.py``).
 * **Grouped GEMMs**: ``torch._grouped_mm`` and a per-expert ``torch.mm`` loop as a fraction of the peak and of the
   measured dense rate, by rows per expert, against ``grouped_matmul * rows / (rows + grouped_half_rows)``; and the
   least-squares fit (relative error of the time) of that two-figure form to the ``torch._grouped_mm`` records.
@@ -24,6 +25,7 @@ from pathlib import Path
 DATA = Path(__file__).resolve().parents[1] / "tests" / "plugins" / "data" / "h200_hopper_kernels.json"
 PEAK_BF16 = 989.4e12  # hp_plugins/hardware/data/hardware.json, h200: the H100 SXM's dense bf16 peak
 FAST, SPLIT, ROWWISE = "fp8_tensorwise_fast_accum_seconds", "fp8_tensorwise_split_accum_seconds", "fp8_rowwise_seconds"
+ROWWISE_FAST = "fp8_rowwise_fast_accum_seconds"  # the second run's `rowwise_fast` records (`backward`)
 
 
 def load() -> dict:
@@ -31,10 +33,19 @@ def load() -> dict:
 
 
 def layer_gemms(data: dict) -> list[dict]:
-    """Every GEMM of every measured layer and pass, a shape measured once standing for each layer that runs it."""
+    """Every GEMM of every measured layer and pass, a shape measured once standing for each layer that runs it; a
+    forward (fprop) GEMM with its row-wise fast-accumulation seconds (``ROWWISE_FAST``) from the second run's
+    ``rowwise_fast`` record of its shape."""
     measured = {(r["m"], r["n"], r["k"]): r for r in data["dense"] if r["kind"] == "dense"}
-    return [{**measured[(r["m"], r["n"], r["k"])], **{k: r[k] for k in ("model", "tp", "linear", "pass")}}
-            for r in data["dense"]]
+    fast = {(r["m"], r["n"], r["k"]): r[ROWWISE_FAST] for r in data["backward"]["records"] if r["kind"] == "rowwise_fast"}
+    gemms = []
+    for r in data["dense"]:
+        shape = (r["m"], r["n"], r["k"])
+        g = {**measured[shape], **{k: r[k] for k in ("model", "tp", "linear", "pass")}}
+        if r["pass"] == "fprop":
+            g[ROWWISE_FAST] = fast[shape]
+        gemms.append(g)
+    return gemms
 
 
 def speedup(gemms: list[dict], key: str) -> float:
@@ -45,6 +56,12 @@ def speedup(gemms: list[dict], key: str) -> float:
 def split_accumulator_speedup(data: dict) -> float:
     """The backward (dgrad and wgrad) GEMMs of the eight measured layers, bf16 over FP8 split accumulation."""
     return speedup([g for g in layer_gemms(data) if g["pass"] != "fprop"], SPLIT)
+
+
+def rowwise_fast_speedup(data: dict) -> float:
+    """The forward (fprop) GEMMs of the eight measured layers, bf16 over row-wise FP8 with fast accumulation (the
+    kernel torchao's ``rowwise`` recipe runs its forward GEMM on)."""
+    return speedup([g for g in layer_gemms(data) if g["pass"] == "fprop"], ROWWISE_FAST)
 
 
 def speedup_curve(data: dict, passes: tuple[str, ...], key: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -131,6 +148,8 @@ def main() -> None:
               f"rowwise {speedup(rows, ROWWISE):.4f}")
     print(f"- backward (dgrad + wgrad), all layers, split: {split_accumulator_speedup(data):.4f}; "
           f"whole layers, rowwise: {speedup(gemms, ROWWISE):.4f}")
+    print(f"- fprop, all layers, rowwise with fast accumulation: {rowwise_fast_speedup(data):.4f} "
+          f"(hp {hp['fp8_rowwise']}); by octave {speedup_curve(data, ('fprop',), ROWWISE_FAST)[1]}")
     dense = [r for r in data["dense"] if r["kind"] == "dense"]
     top = max(r["flops"] / r["bf16_seconds"] for r in dense)
     mean = sum(g["flops"] for g in gemms) / sum(g["bf16_seconds"] for g in gemms)

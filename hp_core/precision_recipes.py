@@ -219,6 +219,14 @@ class PrecisionRecipe:
             ``_2X_ACC_DGRAD``/``_2X_ACC_WGRAD``; ``Float8CurrentScaling``'s
             ``MMParams``), all three for ``Float8BlockScaling``; torchao:
             ``dgrad`` and ``wgrad`` (``Float8LinearConfig``'s GEMM configs).
+        rescaled_outputs: The GEMM passes whose output a separate elementwise
+            pass rescales: the trainer runs the GEMM with unit scales and
+            multiplies its compute-dtype output by the outer product of the
+            operands' scales, one read and one write of each output element
+            (memory-bound, priced as quantization is). torchao: a row-wise GEMM
+            without fast accumulation runs the per-tensor cuBLAS kernel so
+            (``float8/float8_ops.py`` ``addmm_float8_unwrapped``,
+            ``output *= post_inverse_scale``), its ``dgrad`` and ``wgrad``.
         cast_per_usage: Each GEMM usage of a quantized tensor (the row-wise
             one of one GEMM, the column-wise one of another) is its own cast
             kernel that reads the compute-dtype tensor again, where ``False``
@@ -275,6 +283,7 @@ class PrecisionRecipe:
     attention_scaling: str | None = attrs.field(default=None, validator=attrs.validators.optional(one_of(_ATTENTION_OWN_SCALINGS)))
     one_copy_architectures: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     split_accumulator: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    rescaled_outputs: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     cast_per_usage: bool = False
     gemms: str = attrs.field(default="all", validator=one_of(GEMM_SCOPES))
     architectures: tuple[str, ...] = attrs.field(default=(), converter=tuple)
@@ -299,13 +308,17 @@ class PrecisionRecipe:
             raise ValueError(f"precision recipe {self.name}: attention_format {self.attention_format!r} needs activations of "
                              f"{needs} (Transformer Engine's attention quantizers follow the recipe's, or "
                              f"attention_scaling beside NVFP4 linears), not {self.activations.format}/{self.attention_scaling_used}")
-        unknown = [p for p in self.split_accumulator if p not in GEMM_PASS_NAMES]
-        if unknown or len(set(self.split_accumulator)) != len(self.split_accumulator):
-            raise ValueError(f"precision recipe {self.name}: split_accumulator names GEMM passes of {GEMM_PASS_NAMES}, "
-                             f"each once; got {self.split_accumulator!r}")
         if self.split_accumulator and not self.low_precision:
             raise ValueError(f"precision recipe {self.name}: quantizes no GEMM operand, so no GEMM accumulates FP8 "
                              "partial sums (leave split_accumulator empty)")
+        for field in ("split_accumulator", "rescaled_outputs"):
+            passes = getattr(self, field)
+            if any(p not in GEMM_PASS_NAMES for p in passes) or len(set(passes)) != len(passes):
+                raise ValueError(f"precision recipe {self.name}: {field} names GEMM passes of {GEMM_PASS_NAMES}, "
+                                 f"each once; got {passes!r}")
+        if self.rescaled_outputs and not self.low_precision:
+            raise ValueError(f"precision recipe {self.name}: quantizes no GEMM operand, so no GEMM output is rescaled "
+                             "(leave rescaled_outputs empty)")
         if self.gemms != "all" and (self.saved_input != "compute" or self.saved_input_under_tp not in (None, "compute")
                                     or self.weight_copies or self.param_gather != "none" or self.tp_gather
                                     or self.attention_format != "bf16"):

@@ -235,13 +235,15 @@ RECIPES = (
         # No float8 TP gather: torchtitan applies its plain TP plan to rowwise recipes (module docstring). Its casts
         # (module docstring, torchao's rowwise casts): each an amax along one axis before the cast, two reads
         # (quantize_passes 2, as tensorwise); the output gradient cast twice, along each axis (cast_per_usage). The
-        # backward GEMMs' output rescale (float8_ops.py addmm_float8_unwrapped) is not priced: no recipe field states
-        # an elementwise pass over a GEMM's output.
+        # forward GEMM runs the row-wise CUTLASS kernel with fast accumulation (gemm_config_output); the backward ones,
+        # without it, the per-tensor cuBLAS kernel at unit scales, then `output *= post_inverse_scale`
+        # (float8_ops.py addmm_float8_unwrapped): split accumulation and a rescale pass over their outputs.
         source=("torchao float8/config.py Float8LinearConfig.from_recipe_name('rowwise'), float8/float8_linear.py "
-                "matmul_with_hp_or_float8_args, float8/float8_utils.py tensor_to_amax (pytorch/ao@36027d8) and torchtitan "
+                "matmul_with_hp_or_float8_args, float8/float8_ops.py addmm_float8_unwrapped, float8/float8_utils.py "
+                "tensor_to_amax (pytorch/ao@36027d8) and torchtitan "
                 "docs/float8.md: --quantize.linear.float8.recipe_name rowwise"),
         **_same("e4m3", "rowwise"), saved_input="compute", quantize_passes=2, cast_per_usage=True,
-        split_accumulator=_BACKWARD_SPLIT,
+        split_accumulator=_BACKWARD_SPLIT, rescaled_outputs=_BACKWARD_SPLIT,
         flags={"torchtitan": ("--model.converters", "quantize.linear.float8", "--quantize.linear.float8.recipe_name",
                               "rowwise")},
     ),

@@ -22,7 +22,12 @@ Two measurements, each of the kernels alone (inputs already quantized):
   two best-of-sweep rates at different shapes. The same measurement puts the fast-accumulation forward GEMMs at
   1.886, within 1% of TE's 1.905, which is kept.
 
-On Hopper both FP8 tensorwise figures are refined by GEMM size (``hopper_fp8_curves.HOPPER_FP8_CURVES``, the same
+* torchao's rowwise recipe on Hopper (``fp8_rowwise``): its forward GEMM on ``torch._scaled_mm``'s row-wise kernel
+  with fast accumulation, measured on the same H200 at the same layers' forward shapes; its backward GEMMs on the
+  per-tensor kernel at unit scales (``fp8_rowwise:split_accumulator``, the per-tensor split figure), their outputs
+  rescaled apart (``PrecisionRecipe.rescaled_outputs``).
+
+On Hopper both FP8 tensorwise figures, and the rowwise ones, are refined by GEMM size (``hopper_fp8_curves.HOPPER_FP8_CURVES``, the same
 records per octave of FLOPs): a layer's dense GEMMs take the curves, the single figures price its grouped GEMMs.
 """
 
@@ -44,6 +49,9 @@ _H200_KERNELS = ("tests/plugins/data/h200_hopper_kernels.json (benchmarks/device
                  "2.11.0+cu130, 2026-12-04): summed torch.mm bf16 seconds / summed torch._scaled_mm seconds (per-tensor "
                  "scales, use_fast_accum=False) of the dgrad and wgrad GEMMs of Llama-3-8B and -70B layers at 8,192 tokens, "
                  "TP 1, 2, 4, 8 (benchmarks/hopper_kernel_level.py); per layer 1.580-1.881")
+
+_H200_ROWWISE = ("tests/plugins/data/h200_hopper_kernels.json `backward` (benchmarks/device_hopper_kernels.py --backward "
+                 "on the same H200, 2026-12-04)")
 
 BLACKWELL_SPEEDUPS = (
     ("fp8_tensorwise", Sourced(1.923, f"{_TE_GEMMS} on B300: BF16 13.102 ms / FP8CurrentScaling 6.812 ms per layer "
@@ -83,6 +91,15 @@ HOPPER_SPEEDUPS = (
     # of 8 Llama-3 layers (8B and 70B at TP 1-8; per layer 1.580-1.881, median 1.846); was round(1402.6 / 794.5, 4)
     # from _MAMF, two best-of-sweep rates at different shapes. tests/plugins/test_hopper_kernels.py checks it.
     ("fp8_tensorwise:split_accumulator", Sourced(1.8547, f"{_H200_KERNELS}; it replaced 1.7654, the ratio {_MAMF}")),
+    # torchao's rowwise recipe (pytorch/ao@36027d8 float8/config.py, float8/float8_ops.py addmm_float8_unwrapped): the
+    # forward GEMM on torch._scaled_mm's row-wise CUTLASS kernel with fast accumulation, measured at the same layers'
+    # fprop shapes (the second run's rowwise_fast records); the backward GEMMs, run without fast accumulation, on the
+    # per-tensor cuBLAS kernel at unit scales ("the rowwise CUTLASS-based kernel is so slow without fast-accum"): the
+    # tensorwise split-accumulation figure, their output rescale priced apart (PrecisionRecipe.rescaled_outputs).
+    ("fp8_rowwise", Sourced(1.9622, f"{_H200_ROWWISE}: summed torch.mm bf16 seconds / summed torch._scaled_mm seconds "
+                                    "(row-wise scales, use_fast_accum=True) of the fprop GEMMs of the same layers")),
+    ("fp8_rowwise:split_accumulator", Sourced(1.8547, f"torchao runs a row-wise GEMM without fast accumulation on the "
+                                                      f"per-tensor cuBLAS kernel at unit scales: {_H200_KERNELS}")),
     # Blockwise FP8 has no pre-quantized Hopper figure ("Hopper's cuBLAS does not support" the pre-quantized
     # 2D-by-2D block-scaled inputs); the autocast run times the quantization with the GEMMs.
     ("fp8_blockwise:autocast", Sourced(1.399, f"{_TE_GEMMS.replace(', pre-quantized', '')} on H200 NVL, autocast mode "

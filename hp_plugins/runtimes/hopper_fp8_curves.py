@@ -21,6 +21,11 @@ GEMMs); between points linear in log FLOPs, clamped beyond the ends (:class:`~hp
   together 1.886) and not below them.
 * ``fp8_tensorwise:split_accumulator`` (the backward GEMMs): the input- and weight-gradient (dgrad, wgrad) GEMMs'
   ``fp8_tensorwise_split_accum_seconds``.
+* ``fp8_rowwise`` (torchao's ``rowwise`` recipe's forward GEMM: row-wise scales, fast accumulation): the fprop GEMMs'
+  ``fp8_rowwise_fast_accum_seconds`` (the second run's ``rowwise_fast`` records). Faster than the per-tensor
+  kernel from 0.18 TFLOP a GEMM (2.03 against 1.85 near 0.8 TFLOP), slower below it (1.05 against 1.35 at 42 GFLOP).
+* ``fp8_rowwise:split_accumulator``: the per-tensor split-accumulation curve, the kernel torchao runs a row-wise
+  GEMM without fast accumulation on (``gemm_speedups.HOPPER_SPEEDUPS``).
 
 The two share the octaves, so one FLOPs axis. The largest octave holds one forward GEMM (7.7 TFLOP, Llama-3-70B's
 TP-1 ``fc1``) and two backward ones; its dip (1.905, 1.837) is kept as measured.
@@ -39,11 +44,19 @@ _RECORDS = ("tests/plugins/data/h200_hopper_kernels.json (benchmarks/device_hopp
 # The octaves' geometric mean FLOPs, 2**35 to 2**43 (both curves: each octave holds the same shapes' three passes).
 _FLOPS = (42.1e9, 94.8e9, 183.9e9, 382.2e9, 828.6e9, 1608.4e9, 3848.3e9, 7696.6e9)
 
+_SPLIT = SpeedupCurve(
+    source=f"{_RECORDS}; the dgrad and wgrad GEMMs, use_fast_accum=False",
+    flops=_FLOPS, values=(1.3498, 1.5528, 1.6636, 1.7583, 1.8405, 1.9241, 1.9046, 1.8365))
+
 HOPPER_FP8_CURVES = (
     ("fp8_tensorwise", SpeedupCurve(
         source=f"{_RECORDS}; the fprop GEMMs, use_fast_accum=True",
         flops=_FLOPS, values=(1.3522, 1.5575, 1.6654, 1.7716, 1.8528, 1.9242, 1.9685, 1.9051))),
-    ("fp8_tensorwise:split_accumulator", SpeedupCurve(
-        source=f"{_RECORDS}; the dgrad and wgrad GEMMs, use_fast_accum=False",
-        flops=_FLOPS, values=(1.3498, 1.5528, 1.6636, 1.7583, 1.8405, 1.9241, 1.9046, 1.8365))),
+    ("fp8_tensorwise:split_accumulator", _SPLIT),
+    ("fp8_rowwise", SpeedupCurve(
+        source=f"{_RECORDS}; the fprop GEMMs, row-wise scales, use_fast_accum=True (the second run's rowwise_fast records)",
+        flops=_FLOPS, values=(1.0466, 1.4839, 1.7106, 1.8631, 2.0261, 1.9877, 2.0637, 1.9301))),
+    # torchao runs a row-wise GEMM without fast accumulation on the per-tensor cuBLAS kernel at unit scales
+    # (gemm_speedups.HOPPER_SPEEDUPS): the same kernel, the same curve.
+    ("fp8_rowwise:split_accumulator", _SPLIT),
 )

@@ -231,12 +231,44 @@ def test_a_layer_s_fp8_gemms_by_pass_by_hand():
     from hp_core.engine.timing.layer import _low_precision_seconds
 
     rates = types.SimpleNamespace(gemm_speedup=1.905, gemm_speedup_backward=1.7654, quant_input_fwd=0.0,
-                                  quant_input_bwd=0.0, quant_grad=0.0, quant_weight=0.0, memory=1.0, gemm_scope="all")
+                                  quant_input_bwd=0.0, quant_grad=0.0, quant_weight=0.0, memory=1.0, gemm_scope="all",
+                                  rescale=(0.0, 0.0, 0.0))
     work = LayerWork(gemms=((4096, 4096, 4096),))
     dense = 2.0 * 4096 ** 3
     fwd, bwd, q_fwd, q_bwd = _low_precision_seconds(dense, 0.0, work, rates, 0.3, 0.6)
     assert fwd == pytest.approx(0.3 / 1.905) and bwd == pytest.approx(0.6 / 1.7654)
     assert q_fwd == q_bwd == 0.0
+
+
+def test_a_rescaled_gemm_output_is_one_read_and_one_write_by_hand(registry):
+    """torchao's rowwise recipe runs its backward GEMMs on the per-tensor kernel at unit scales and rescales each
+    output (float8_ops.py addmm_float8_unwrapped): a bf16 read and write, 4 bytes per element of the dgrad output
+    (rows x fan_in) and of the wgrad output (fan_out x fan_in), none in forward. A layer of one (8192, 1024, 4096)
+    GEMM at 1e12 B/s: (8192 x 4096 + 1024 x 4096) x 4 / 1e12 s backward."""
+    import types
+
+    from hp_core.costs import LayerWork
+    from hp_core.engine.timing.layer import _low_precision_seconds
+
+    timing = registry.runtime("fsdp2").timing
+    rowwise = _recipe_rates(registry.precision_recipe("torchao-float8-rowwise"), timing.device("hopper"), timing,
+                            registry.hardware_preset("h100-sxm").spec, 2)
+    assert rowwise["rescale"] == (0.0, 4.0, 4.0)
+    assert (rowwise["gemm_speedup"], rowwise["gemm_speedup_backward"]) == (1.9622, pytest.approx(1.8547))
+    tensorwise = _recipe_rates(registry.precision_recipe("torchao-float8-tensorwise"), timing.device("hopper"), timing,
+                               registry.hardware_preset("h100-sxm").spec, 2)
+    assert tensorwise["rescale"] == (0.0, 0.0, 0.0)
+    rates = types.SimpleNamespace(gemm_speedup=1.0, gemm_speedup_backward=1.0, quant_input_fwd=0.0, quant_input_bwd=0.0,
+                                  quant_grad=0.0, quant_weight=0.0, memory=1e12, gemm_scope="all",
+                                  rescale=rowwise["rescale"])
+    work = LayerWork(gemms=((8192, 1024, 4096),))
+    _, _, q_fwd, q_bwd = _low_precision_seconds(2.0 * 8192 * 1024 * 4096, 0.0, work, rates, 0.3, 0.6)
+    assert q_fwd == 0.0
+    assert q_bwd == pytest.approx((8192 * 4096 + 1024 * 4096) * 4 / 1e12, rel=1e-12)
+    # A recipe rescaling the forward's output too: rows x fan_out elements there.
+    rates.rescale = (4.0, 0.0, 0.0)
+    _, _, q_fwd, q_bwd = _low_precision_seconds(2.0 * 8192 * 1024 * 4096, 0.0, work, rates, 0.3, 0.6)
+    assert (q_fwd, q_bwd) == (pytest.approx(8192 * 1024 * 4 / 1e12, rel=1e-12), 0.0)
 
 
 def test_split_accumulator_statements_are_checked():
@@ -249,6 +281,11 @@ def test_split_accumulator_statements_are_checked():
                         split_accumulator=("backward",))
     with pytest.raises(ValueError, match="quantizes no GEMM operand"):
         PrecisionRecipe(name="x", description="x", source="x", split_accumulator=("dgrad",))
+    with pytest.raises(ValueError, match="rescaled_outputs names GEMM passes"):
+        PrecisionRecipe(name="x", description="x", source="x", weights=e4m3, activations=e4m3, gradients=e4m3,
+                        rescaled_outputs=("dgrad", "dgrad"))
+    with pytest.raises(ValueError, match="no GEMM output is rescaled"):
+        PrecisionRecipe(name="x", description="x", source="x", rescaled_outputs=("wgrad",))
     fields = {f.name: Sourced(0.5, "test") for f in attrs.fields(DeviceEfficiency)
               if f.name not in ("architecture",) and f.default is attrs.NOTHING}
     fields["grouped_half_rows"] = Sourced(100, "test")

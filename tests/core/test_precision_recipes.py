@@ -545,7 +545,7 @@ def test_refusals_name_the_field(registry):
         ("a100-80gb", "fp8-current", "states no peak FLOP/s"),
         ("h100-sxm", "nvfp4", "states no peak FLOP/s"),
         ("b200", "fp8-blockwise", "no measured fp8_blockwise GEMM speedup for blackwell"),  # Hopper: the autocast figure
-        ("h100-sxm", "torchao-float8-rowwise", "no measured fp8_rowwise GEMM speedup"),
+        ("b200", "torchao-float8-rowwise", "no measured fp8_rowwise GEMM speedup for blackwell"),
     )
     for hardware, recipe, words in cases:
         with pytest.raises(ConfigError, match=rf"^\$\.precision\.recipe: .*{words}"):
@@ -569,7 +569,7 @@ def _docs_row(r: PrecisionRecipe) -> str:
             f"| {r.weight_copies}{' cached' if r.cache_weights else ''}"
             f"{''.join(f' ({r.on(a).weight_copies} on {a})' for a in r.one_copy_architectures)} | {r.param_gather} | {'yes' if r.tp_gather else 'no'} "
             f"| {r.quantize_passes} | `{r.kernel}` | {r.gemms if r.low_precision else '(none)'} "
-            f"| {', '.join(r.split_accumulator) or '(none)'} | {flags} |")
+            f"| {', '.join(r.split_accumulator) or '(none)'} | {', '.join(r.rescaled_outputs) or '(none)'} | {flags} |")
 
 
 def test_docs_list_every_built_in_recipe_as_the_record_states_it(registry):

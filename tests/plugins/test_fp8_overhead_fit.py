@@ -59,7 +59,7 @@ def test_a_trial_adds_the_calls_once_forward_and_twice_backward_then_restores(fi
 
     original = layer._low_precision_seconds
     rates = types.SimpleNamespace(gemm_speedup=2.0, gemm_speedup_backward=1.5, quant_input_fwd=0.0, quant_input_bwd=0.0,
-                                  quant_grad=0.0, quant_weight=0.0, memory=1.0, gemm_scope="all")
+                                  quant_grad=0.0, quant_weight=0.0, memory=1.0, gemm_scope="all", rescale=(0.0, 0.0, 0.0))
     work = LayerWork(gemms=LLAMA_8B)
     assert original(_flops(LLAMA_8B), 0.0, work, rates, 1.0, 3.0) == pytest.approx((0.5, 2.0, 0.0, 0.0))
     with fit.trial("call", 1e-5):

@@ -687,6 +687,7 @@ def test_moe_recompute_maps_the_rows_modules_to_switches_and_refuses_an_unstated
 # torchtitan's and torchao's Float8 rows (torchtitan_rows): each step time by hand from the figure its source prints,
 # tokens of one data-parallel rank per step over (TPS per GPU x the TP degree), torchtitan's TPS per GPU dividing a
 # rank's tokens by the time and the non-data-parallel degree; the figure as the source row prints it.
+TORCHAO_FLOAT8 = ("torchao-float8-tensorwise", "torchao-float8-rowwise")
 TORCHTITAN_BY_HAND = {
     "tt-fp8-8b-fsdp8-compile": ("8,532", 2 * 8192 / 8532),  # local batch 2, FSDP only: 1.9203 s
     "tt-fp8-8b-fsdp128-compile": ("8,380", 2 * 8192 / 8380),  # 1.9551 s
@@ -697,6 +698,13 @@ TORCHTITAN_BY_HAND = {
     "tt-fp8-70b-fsdp32-tp8": ("809.8", 16 * 8192 / (809.8 * 8)),  # local batch 16, TP 8: 20.232 s
     "tt-fp8-70b-fsdp32-tp8-asynctp": ("942.4", 16 * 8192 / (942.4 * 8)),  # 17.385 s
     "tt-fp8-405b-fsdp16-tp8-asynctp": ("| 185 |", 2 * 8192 / (185 * 8)),  # local batch 2, TP 8: 11.070 s
+    # torchao's rowwise recipe, beside each tensorwise row its source prints one for.
+    "tt-fp8-8b-fsdp8-lb1-2501-rowwise": ("tps: 6,424", 1 * 8192 / 6424),  # 1.2752 s
+    "ao-fp8-h100-8b-rowwise": ("6768", 1 * 8192 / 6768),  # 1.2104 s
+    "tt-fp8-rowwise-8b-fsdp8-tp8": ("3708.5", 12 * 8192 / (3708.5 * 8)),  # 3.3135 s
+    "tt-fp8-rowwise-8b-fsdp8-tp8-asynctp": ("3914.9", 12 * 8192 / (3914.9 * 8)),  # 3.1388 s
+    "tt-fp8-rowwise-70b-fsdp32-tp8": ("599.6", 16 * 8192 / (599.6 * 8)),  # 27.325 s
+    "tt-fp8-rowwise-70b-fsdp32-tp8-asynctp": ("624.8", 16 * 8192 / (624.8 * 8)),  # 26.223 s
 }
 
 
@@ -732,11 +740,12 @@ def test_torchtitan_rows_state_their_provenance_device_and_baseline(registry):
     sc = runs._scale_cases()
     for row in data["torchtitan_rows"]:
         assert row["source"] in data["sources"] and row["split"] == "held_out", row["id"]  # nothing is fitted to them
-        assert row["hardware"] == "h100-hbm2e" and row["recipe"] == "torchao-float8-tensorwise", row["id"]
+        assert row["hardware"] == "h100-hbm2e" and row["recipe"] in TORCHAO_FLOAT8, row["id"]
         assert row["class"] in runs.TORCHTITAN_CLASSES and row["compile"] and row["not_priced"], row["id"]
-        # hp's recipe gathers as the run did but for the June 2025 rows' bf16 FSDP all-gather (the toml's
-        # enable_fsdp_float8_all_gather = false); their float8 TP gathers are the recipe's own (tp_gather).
-        if row["source"] == "torchtitan-asynctp-2506":
+        # hp's recipe gathers as the run did but for the June 2025 tensorwise rows' bf16 FSDP all-gather (the toml's
+        # enable_fsdp_float8_all_gather = false); their float8 TP gathers are the recipe's own (tp_gather). The
+        # rowwise recipe gathers bf16 as those runs did.
+        if row["source"] == "torchtitan-asynctp-2506" and row["recipe"] == "torchao-float8-tensorwise":
             assert row["gathers_as_run"] == {"param_gather": "none"}, row["id"]
         else:
             assert "gathers_as_run" not in row, row["id"]
@@ -755,11 +764,11 @@ def test_torchtitan_rows_state_their_provenance_device_and_baseline(registry):
     # The Grand Teton device, not the SXM preset: the fitted bf16 peak and its fp8 peak by the same ratio.
     device = sc.hardware(data["torchtitan_rows"][0], registry)
     assert device.peak_flops["bf16"] == 835.5e12 and device.peak_flops["fp8"] == pytest.approx(1978.9e12 * 835.5 / 989.4)
-    # Left out, each with its reason; the rowwise reason is hp's own refusal.
-    assert len(data["torchtitan_rows_left_out"]) == 6 and all(r["why"] for r in data["torchtitan_rows_left_out"])
-    rowwise = dict(data["torchtitan_rows"][0], id="rowwise", recipe="torchao-float8-rowwise")
-    with pytest.raises(ConfigError, match="no measured fp8_rowwise GEMM speedup"):
-        runs.price_torchtitan(rowwise, registry)
+    # Left out, each with its reason; the B200 rowwise row's is hp's own refusal (no fp8_rowwise figure on Blackwell).
+    assert len(data["torchtitan_rows_left_out"]) == 5 and all(r["why"] for r in data["torchtitan_rows_left_out"])
+    b200 = dict(data["torchtitan_rows"][0], id="rowwise", recipe="torchao-float8-rowwise", hardware="b200")
+    with pytest.raises(ConfigError, match="no measured fp8_rowwise GEMM speedup for blackwell"):
+        runs.price_torchtitan(b200, registry)
 
 
 def test_precision_page_torchtitan_table_is_current_and_its_prose_states_its_figures():
@@ -768,9 +777,27 @@ def test_precision_page_torchtitan_table_is_current_and_its_prose_states_its_fig
     page = _current(runs.torchtitan_section(found))
     prose = _prose(page)
     by_id = {r["id"]: r for r in found}
-    assert len(found) == 9 and "all nine are held out" in prose
-    gaps = [r["estimated_speedup"] / r["measured_speedup"] - 1 for r in found]
+    assert len(found) == 15 and "all fifteen are held out" in prose
+    tensorwise = [r for r in found if r["recipe"] == "torchao-float8-tensorwise"]
+    rowwise = [r for r in found if r["recipe"] == "torchao-float8-rowwise"]
+    assert len(tensorwise) == 9 and len(rowwise) == 6 and "Nine are priced under" in prose and "six, the runs" in prose
+    gaps = [r["estimated_speedup"] / r["measured_speedup"] - 1 for r in tensorwise]
     assert f"within {min(gaps):+.1%} to {max(gaps):+.1%} of the measured one" in prose
+    # The rowwise rows: every one too fast, as the page says, with its figures.
+    errors = [r["error"] for r in rowwise]
+    gaps = [r["estimated_speedup"] / r["measured_speedup"] - 1 for r in rowwise]
+    assert max(errors) < -0.10
+    assert (f"priced too fast on all six rows** ({max(errors):+.1%} to {min(errors):+.1%}; hp's speedup over bf16 "
+            f"{min(gaps):+.1%} to {max(gaps):+.1%} over the measured one)") in prose
+    tp = [by_id[k] for k in ("tt-fp8-rowwise-8b-fsdp8-tp8", "tt-fp8-rowwise-8b-fsdp8-tp8-asynctp",
+                             "tt-fp8-rowwise-70b-fsdp32-tp8", "tt-fp8-rowwise-70b-fsdp32-tp8-asynctp")]
+    assert (f"(measured speedups {tp[0]['measured_speedup']:.2f} and {tp[1]['measured_speedup']:.2f} at 8B, "
+            f"{tp[2]['measured_speedup']:.2f} and {tp[3]['measured_speedup']:.2f} at 70B, against hp's "
+            f"{tp[0]['estimated_speedup']:.2f} and {tp[2]['estimated_speedup']:.2f}-{tp[3]['estimated_speedup']:.2f})") in prose
+    assert round(tp[0]["estimated_speedup"], 2) == round(tp[1]["estimated_speedup"], 2)
+    one = [by_id[k] for k in ("tt-fp8-8b-fsdp8-lb1-2501-rowwise", "ao-fp8-h100-8b-rowwise")]
+    assert (f"measure {one[0]['measured_speedup']:.2f} and {one[1]['measured_speedup']:.2f} times their bf16 baselines, "
+            f"hp {one[0]['estimated_speedup']:.2f} and {one[1]['estimated_speedup']:.2f}") in prose
     tp8 = [by_id[k] for k in ("tt-fp8-8b-fsdp8-tp8", "tt-fp8-8b-fsdp8-tp8-asynctp")]
     assert (f"are {tp8[0]['error']:+.1%} and {tp8[1]['error']:+.1%} with their bf16 baselines at "
             f"{tp8[0]['bf16_error']:+.1%} and {tp8[1]['bf16_error']:+.1%}") in prose
@@ -790,9 +817,11 @@ def test_the_float8_tp_gathers_moved_only_the_tp_rows_as_the_page_states(registr
     data = _data()
     runs = _module()
     assert registry.precision_recipe("torchao-float8-tensorwise").tp_gather
-    found = {r["id"]: r for r in runs.torchtitan_results(registry)}
+    found = {r["id"]: r for r in runs.torchtitan_results(registry) if r["recipe"] == "torchao-float8-tensorwise"}
     before, after = {}, {}
     for row in data["torchtitan_rows"]:
+        if row["id"] not in found:  # the rowwise rows: their recipe gathers bf16 (no float8 TP plan)
+            continue
         bf16_gathers = runs.price_torchtitan(dict(row, gathers_as_run={"tp_gather": False}), registry, gathers_as_run=True)
         before[row["id"]] = bf16_gathers.step_seconds / found[row["id"]]["measured_seconds"] - 1
         after[row["id"]] = found[row["id"]]["error"]
@@ -839,7 +868,7 @@ def test_the_tp_rows_peak_is_the_same_with_float8_saved_inputs(registry):
     torchao = registry.precision_recipe("torchao-float8-tensorwise")
     variant = attrs.evolve(torchao, name="torchao-saved-float8", saved_input="quantized")
     real = attrs.evolve(registry, precision_recipes=registry.precision_recipes + (variant,))
-    rows = [row for row in data["torchtitan_rows"] if "tp" in row["layout"]]
+    rows = [row for row in data["torchtitan_rows"] if "tp" in row["layout"] and row["recipe"] == torchao.name]
     assert len(rows) == 5
     for row in rows:
         runtime = sc.runtime(row, real)

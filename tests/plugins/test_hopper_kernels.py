@@ -33,6 +33,21 @@ def test_hopper_fast_accumulation_speedup_agrees_with_the_h200_measurement(data)
     assert dict(HOPPER_SPEEDUPS)["fp8_tensorwise"].value == pytest.approx(measured, rel=0.02)
 
 
+def test_hopper_rowwise_figures_are_the_h200_measurement(data):
+    """torchao's rowwise recipe: its forward GEMM is the measured bf16 / row-wise fast-accumulation seconds of the
+    eight layers' fprop GEMMs (the second run's rowwise_fast records, one per shape); its backward GEMMs, which
+    torchao runs on the per-tensor kernel at unit scales, the per-tensor split-accumulation figure itself."""
+    stated = dict(HOPPER_SPEEDUPS)
+    assert stated["fp8_rowwise"].value == round(hopper_kernel_level.rowwise_fast_speedup(data), 4) == 1.9622
+    assert "h200_hopper_kernels.json" in stated["fp8_rowwise"].source and "use_fast_accum=True" in stated["fp8_rowwise"].source
+    assert stated["fp8_rowwise:split_accumulator"].value == stated["fp8_tensorwise:split_accumulator"].value
+    forward = [g for g in hopper_kernel_level.layer_gemms(data) if g["pass"] == "fprop"]
+    assert len(forward) == 32 and all(g[hopper_kernel_level.ROWWISE_FAST] > 0 for g in forward)
+    # Not the row-wise kernel without fast accumulation (the dense records' fp8_rowwise_seconds), which torchao avoids.
+    slow = hopper_kernel_level.speedup(forward, hopper_kernel_level.ROWWISE)
+    assert slow < stated["fp8_rowwise"].value - 0.15
+
+
 def test_hopper_grouped_figures_are_the_h200_fit(data):
     """Hopper's grouped-GEMM pair is the fit to the H200's torch._grouped_mm records, all three passes."""
     from hp_plugins.runtimes.timing_profiles import HOPPER_KERNELS
@@ -47,9 +62,12 @@ def test_hopper_fp8_curves_are_the_h200_records_by_octave(data):
     from hp_plugins.runtimes.hopper_fp8_curves import HOPPER_FP8_CURVES
 
     curves = dict(HOPPER_FP8_CURVES)
-    assert set(curves) == {"fp8_tensorwise", "fp8_tensorwise:split_accumulator"} <= set(dict(HOPPER_SPEEDUPS))
+    assert set(curves) == {"fp8_tensorwise", "fp8_tensorwise:split_accumulator", "fp8_rowwise",
+                           "fp8_rowwise:split_accumulator"} <= set(dict(HOPPER_SPEEDUPS))
     for kernel, passes, key in (("fp8_tensorwise", ("fprop",), hopper_kernel_level.FAST),
-                                ("fp8_tensorwise:split_accumulator", ("dgrad", "wgrad"), hopper_kernel_level.SPLIT)):
+                                ("fp8_tensorwise:split_accumulator", ("dgrad", "wgrad"), hopper_kernel_level.SPLIT),
+                                ("fp8_rowwise", ("fprop",), hopper_kernel_level.ROWWISE_FAST),
+                                ("fp8_rowwise:split_accumulator", ("dgrad", "wgrad"), hopper_kernel_level.SPLIT)):
         curve = curves[kernel]
         assert (curve.flops, curve.values) == hopper_kernel_level.speedup_curve(data, passes, key)
         assert "h200_hopper_kernels.json" in curve.source

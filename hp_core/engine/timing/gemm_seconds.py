@@ -146,10 +146,11 @@ def _low_precision_seconds(dense: float, grouped: float, work: LayerWork, r: _Ra
         kept = sum(rows * inp for rows, _, inp in originals)
         grads = sum(rows * out for rows, out, _ in gemms)
         weights = sum(out * inp for _, out, inp in gemms)
+        rescale = figures["rescale"]  # per output element of its fprop, dgrad and wgrad GEMMs (_Rates.rescale)
         q_fwd += (inputs * figures["quant_input_fwd"] + kept * figures["quant_original_fwd"]
-                  + weights * figures["quant_weight"] / 2) / r.memory
+                  + weights * figures["quant_weight"] / 2 + grads * rescale[0]) / r.memory
         q_bwd += (inputs * figures["quant_input_bwd"] + kept * figures["quant_original_bwd"] + grads * figures["quant_grad"]
-                  + weights * figures["quant_weight"] / 2) / r.memory
+                  + weights * figures["quant_weight"] / 2 + (inputs + kept) * rescale[1] + weights * rescale[2]) / r.memory
     return fwd, bwd, q_fwd, q_bwd
 
 
@@ -187,6 +188,7 @@ def _recipe_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates, mm
                 kept_whole.remove(gemm)
                 whole.append((1.0, *gemm))
     inputs = originals = grads = weights = 0.0
+    outputs = [0.0, 0.0, 0.0]  # output elements of the fprop, dgrad and wgrad GEMMs (a rescaled one's, _Rates.rescale)
     for parts, flops in ((low, (r.gemm_scope != "experts") * (dense - high_flops)), ([tuple(g) for g in work.expert_gemms], (r.gemm_scope != "linears") * grouped)):
         listed = sum(2.0 * n * rows * out * inp for n, rows, out, inp in parts)
         if not listed or not flops:
@@ -202,10 +204,14 @@ def _recipe_seconds(dense: float, grouped: float, work: LayerWork, r: _Rates, mm
         inputs += scale * sum(n * rows * inp for n, rows, out, inp in read)
         grads += scale * sum(n * rows * out for n, rows, out, inp in written)
         weights += sum(n * out * inp for n, rows, out, inp in parts)
+        outputs[0] += scale * sum(n * rows * out for n, rows, out, inp in parts)
+        outputs[1] += scale * sum(n * rows * inp for n, rows, out, inp in parts)
+        outputs[2] += sum(n * out * inp for n, rows, out, inp in parts)
     inputs -= originals
     kept_fwd, kept_bwd = (originals * r.quant_original_fwd, originals * r.quant_original_bwd) if originals else (0.0, 0.0)
-    q_fwd = (inputs * r.quant_input_fwd + kept_fwd + weights * r.quant_weight / 2) / r.memory
-    q_bwd = (inputs * r.quant_input_bwd + kept_bwd + grads * r.quant_grad + weights * r.quant_weight / 2) / r.memory
+    q_fwd = (inputs * r.quant_input_fwd + kept_fwd + weights * r.quant_weight / 2 + outputs[0] * r.rescale[0]) / r.memory
+    q_bwd = (inputs * r.quant_input_bwd + kept_bwd + grads * r.quant_grad + weights * r.quant_weight / 2
+             + outputs[1] * r.rescale[1] + outputs[2] * r.rescale[2]) / r.memory
     return fwd, bwd, q_fwd, q_bwd
 
 

@@ -251,6 +251,9 @@ class _Rates:
     # in backward (LayerWork.original_input_gemms) where the recipe can (PrecisionRecipe.requantizes_original_input).
     quant_original_fwd: float = 0.0
     quant_original_bwd: float = 0.0
+    # HBM bytes per output element of a fprop, dgrad and wgrad GEMM whose output a separate pass rescales
+    # (PrecisionRecipe.rescaled_outputs: a read and a write in the compute dtype), 0 for a pass that is not.
+    rescale: tuple[float, float, float] = (0.0, 0.0, 0.0)
     gather_share: float = 1.0
     gemm_scope: str = "all"  # PrecisionRecipe.gemms: the GEMMs the recipe quantizes
     # FP8 attention (PrecisionRecipe.attention_format): the measured (forward, backward) speedups over bf16 of the
@@ -275,7 +278,7 @@ class _Rates:
 # The fields above a low-precision recipe sets (recipe_rates._recipe_rates, attention_speedup._attention_speedups and
 # the epilogue flags): a layer its recipe keeps in the compute dtype takes _Rates' own defaults for them.
 RECIPE_FIELDS = ("low_precision", "gemm_speedup", "gemm_speedup_backward", "gemm_speedup_curves", "quant_input_fwd", "quant_input_bwd",
-                 "quant_grad", "quant_weight", "quant_weight_step", "weights_stored_quantized", "quant_original_fwd", "quant_original_bwd", "gather_share", "gemm_scope",
+                 "quant_grad", "quant_weight", "quant_weight_step", "weights_stored_quantized", "quant_original_fwd", "quant_original_bwd", "rescale", "gather_share", "gemm_scope",
                  "attn_speedup", "mla_attn_speedup", "windowed_fp8_full_backward", "module_rates", "epilogue_activation",
                  "epilogue_quantization")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from hp_core.errors import ConfigError
-from hp_core.precision_recipes import PrecisionRecipe
+from hp_core.precision_recipes import GEMM_PASS_NAMES, PrecisionRecipe
 from hp_core.specs import HardwareSpec
 from hp_core.specs.timing import DeviceEfficiency, TimingProfile
 
@@ -115,6 +115,10 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
         low_precision=True, gemm_speedup=passes[0], gemm_speedup_backward=2 / (1 / passes[1] + 1 / passes[2]),
         quant_input_fwd=fwd, quant_input_bwd=bwd, quant_grad=grads,
         quant_original_fwd=original_fwd, quant_original_bwd=original_bwd,
+        # A rescaled output (PrecisionRecipe.rescaled_outputs) is read and written once in the compute dtype (none
+        # apart where the figure timed the whole linear).
+        rescale=tuple(2.0 * act_bytes * (name in recipe.rescaled_outputs and not quantized_in_figure)
+                      for name in GEMM_PASS_NAMES),
         quant_weight=per_micro_batch, quant_weight_step=step_weights,
         weights_stored_quantized=recipe.stores_weights,
         gather_share=act / act_bytes if recipe.tp_gather else 1.0, gemm_scope=recipe.gemms,
