@@ -11,6 +11,7 @@ import re
 
 import attrs
 
+from hp_core.errors import ConfigError
 from hp_core.runtime_options import RuntimeOption
 from hp_core.types import Runtime
 
@@ -25,6 +26,10 @@ class _WorkspaceSize:
     def __call__(self, runtime: Runtime, value: int) -> Runtime:
         if not value:
             return runtime
+        if runtime.blas_workspaces is None:  # a runtime offering the option without stating the workspaces
+            raise ConfigError("$.runtime.options.cublas_workspace_kib",
+                              f"runtime {runtime.name} states no PyTorch cuBLAS workspaces (Runtime.blas_workspaces), "
+                              "so there is nothing to size; leave the option unset or state them in the runtime")
         return attrs.evolve(runtime, blas_workspaces=runtime.blas_workspaces.sized(value * 1024))
 
 

@@ -101,6 +101,17 @@ def test_the_option_at_zero_is_the_profile(registry):
         "compute_dtype", 2 * 2**20)
 
 
+def test_the_option_on_a_runtime_stating_none_is_refused_naming_it(registry):
+    """A runtime that offers the option but states no workspaces (a third party's, say): a one-line error naming the
+    option, not an AttributeError; at 0 the option changes nothing and is accepted."""
+    from hp_core.errors import ConfigError
+
+    bare = attrs.evolve(registry.runtime("fsdp2"), blas_workspaces=None)
+    assert apply_options(bare, {"cublas_workspace_kib": 0}).blas_workspaces is None
+    with pytest.raises(ConfigError, match=r"^\$\.runtime\.options\.cublas_workspace_kib: runtime fsdp2 states no PyTorch"):
+        apply_options(bare, {"cublas_workspace_kib": 4096})
+
+
 def test_a_tracker_case_is_priced_without_them_and_a_gpu_case_with_them(registry):
     """PyTorch's FSDP memory tracker runs on fake tensors (no GEMM reaches cuBLAS); a GPU-measured case
     (``method: cuda``) holds the workspaces, as its allocator's peak does."""
