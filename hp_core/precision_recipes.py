@@ -227,6 +227,13 @@ class PrecisionRecipe:
             without fast accumulation runs the per-tensor cuBLAS kernel so
             (``float8/float8_ops.py`` ``addmm_float8_unwrapped``,
             ``output *= post_inverse_scale``), its ``dgrad`` and ``wgrad``.
+        compute_dtype_passes: The GEMM passes the trainer runs in the compute
+            dtype, none of their operands quantized for them: their bf16 time,
+            and no cast of their own. torchao's ``rowwise_with_gw_hp``:
+            ``wgrad`` (``Float8LinearConfig.from_recipe_name``: the weight
+            gradient's input and output-gradient casts ``ScalingType.DISABLED``,
+            so neither the saved input nor the output gradient is cast for it).
+            Only ``wgrad`` beside a saved compute-dtype input is priced.
         cast_per_usage: Each GEMM usage of a quantized tensor (the row-wise
             one of one GEMM, the column-wise one of another) is its own cast
             kernel that reads the compute-dtype tensor again, where ``False``
@@ -284,6 +291,7 @@ class PrecisionRecipe:
     one_copy_architectures: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     split_accumulator: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     rescaled_outputs: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    compute_dtype_passes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     cast_per_usage: bool = False
     gemms: str = attrs.field(default="all", validator=one_of(GEMM_SCOPES))
     architectures: tuple[str, ...] = attrs.field(default=(), converter=tuple)
@@ -311,7 +319,7 @@ class PrecisionRecipe:
         if self.split_accumulator and not self.low_precision:
             raise ValueError(f"precision recipe {self.name}: quantizes no GEMM operand, so no GEMM accumulates FP8 "
                              "partial sums (leave split_accumulator empty)")
-        for field in ("split_accumulator", "rescaled_outputs"):
+        for field in ("split_accumulator", "rescaled_outputs", "compute_dtype_passes"):
             passes = getattr(self, field)
             if any(p not in GEMM_PASS_NAMES for p in passes) or len(set(passes)) != len(passes):
                 raise ValueError(f"precision recipe {self.name}: {field} names GEMM passes of {GEMM_PASS_NAMES}, "
@@ -319,6 +327,14 @@ class PrecisionRecipe:
         if self.rescaled_outputs and not self.low_precision:
             raise ValueError(f"precision recipe {self.name}: quantizes no GEMM operand, so no GEMM output is rescaled "
                              "(leave rescaled_outputs empty)")
+        if self.compute_dtype_passes and (self.compute_dtype_passes != ("wgrad",) or self.saved_input != "compute"
+                                          or not self.low_precision):
+            raise ValueError(f"precision recipe {self.name}: compute_dtype_passes {self.compute_dtype_passes!r}: hp prices "
+                             "a weight-gradient GEMM in the compute dtype beside a saved compute-dtype input only "
+                             "(('wgrad',) with saved_input 'compute', as torchao's rowwise_with_gw_hp)")
+        if set(self.compute_dtype_passes) & (set(self.split_accumulator) | set(self.rescaled_outputs)):
+            raise ValueError(f"precision recipe {self.name}: a pass in compute_dtype_passes runs no FP8 GEMM, so it is "
+                             "neither split-accumulated nor rescaled")
         if self.gemms != "all" and (self.saved_input != "compute" or self.saved_input_under_tp not in (None, "compute")
                                     or self.weight_copies or self.param_gather != "none" or self.tp_gather
                                     or self.attention_format != "bf16"):

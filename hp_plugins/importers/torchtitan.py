@@ -358,6 +358,8 @@ def _recipe(f: Fields, unmapped: list[str]) -> str | None:
             unmapped.append(f"{base}.enable_fsdp_float8_all_gather = false: priced as torchao-float8-tensorwise, "
                             "which gathers float8 weights")
         return "torchao-float8-tensorwise"
+    if name == "rowwise_with_gw_hp":
+        return "torchao-float8-rowwise-gw-hp"
     if name != "rowwise":
         unmapped.append(f"{base}.recipe_name = {name!r}: priced as torchao-float8-rowwise")
     return "torchao-float8-rowwise"

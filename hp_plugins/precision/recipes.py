@@ -248,6 +248,24 @@ RECIPES = (
                               "rowwise")},
     ),
     PrecisionRecipe(
+        name="torchao-float8-rowwise-gw-hp",
+        description="torchao float8 rowwise_with_gw_hp (torchtitan): rowwise E4M3 forward and input gradient, the "
+                    "weight gradient in bf16",
+        # Float8LinearConfig.from_recipe_name('rowwise_with_gw_hp') at pytorch/ao@36027d8: output = input (row-wise,
+        # dim 0) @ weight (row-wise): the row-wise kernel with fast accumulation; grad_input = grad_output (row-wise)
+        # @ weight (per-tensor): the per-tensor kernel at unit scales then the rescale (addmm_float8_unwrapped, no
+        # fast accumulation); grad_weight = input_t @ grad_output in bf16 (both casts ScalingType.DISABLED). So: the
+        # input cast once, the output gradient once, the weight twice (row-wise, then per-tensor), none for the weight
+        # gradient (compute_dtype_passes). The weights' operand states the forward's row-wise scaling.
+        source=("torchao float8/config.py Float8LinearConfig.from_recipe_name('rowwise_with_gw_hp'), "
+                "float8/float8_linear.py matmul_with_hp_or_float8_args, float8/float8_ops.py addmm_float8_unwrapped "
+                "(pytorch/ao@36027d8) and torchtitan: --quantize.linear.float8.recipe_name rowwise_with_gw_hp"),
+        **_same("e4m3", "rowwise"), saved_input="compute", quantize_passes=2, cast_per_usage=True,
+        split_accumulator=("dgrad",), rescaled_outputs=("dgrad",), compute_dtype_passes=("wgrad",),
+        flags={"torchtitan": ("--model.converters", "quantize.linear.float8", "--quantize.linear.float8.recipe_name",
+                              "rowwise_with_gw_hp")},
+    ),
+    PrecisionRecipe(
         name="torchao-mxfp8",
         description="torchao MXFP8 linear training (torchtitan, Blackwell): E4M3 in 32-element blocks with E8M0 scales, "
                     "every operand, cast per GEMM",

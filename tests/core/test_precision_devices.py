@@ -271,6 +271,33 @@ def test_a_rescaled_gemm_output_is_one_read_and_one_write_by_hand(registry):
     assert (q_fwd, q_bwd) == (pytest.approx(8192 * 1024 * 4 / 1e12, rel=1e-12), 0.0)
 
 
+def test_rowwise_with_the_weight_gradient_in_bf16_by_hand(registry):
+    """torchao's rowwise_with_gw_hp on Hopper (Float8LinearConfig.from_recipe_name): the forward on the row-wise kernel
+    (1.9622), the input gradient on the per-tensor kernel with split accumulation (1.8547) and rescaled (4 bytes an
+    element), the weight gradient in bf16 (1.0, no curve). Casts per element at bf16: the input once (2 reads + 1 byte
+    = 5), not again in backward; the output gradient once (5); the weight twice (10)."""
+    timing = registry.runtime("fsdp2").timing
+    recipe = registry.precision_recipe("torchao-float8-rowwise-gw-hp")
+    rates = _recipe_rates(recipe, timing.device("hopper"), timing, registry.hardware_preset("h100-sxm").spec, 2)
+    assert rates["gemm_pass_speedups"] == (1.9622, 1.8547, 1.0)
+    assert rates["gemm_speedup_backward"] == pytest.approx(2 / (1 / 1.8547 + 1))
+    assert rates["gemm_speedup_curves"][2] is None and rates["gemm_speedup_curves"][1] is not None
+    assert rates["rescale"] == (0.0, 4.0, 0.0)
+    assert (rates["quant_input_fwd"], rates["quant_input_bwd"], rates["quant_grad"], rates["quant_weight"]) == (
+        5.0, 0.0, 5.0, 10.0)
+    # Its memory is the rowwise recipe's (the bf16 input is saved for the weight gradient either way).
+    model = model_from_preset("llama3-8b", registry)
+    peaks = [max(s.peak_bytes for s in estimate(model, LAYOUT, registry=registry, runtime="fsdp2",
+                                                precision=_precision(registry, "fsdp2", name)).stages)
+             for name in ("torchao-float8-rowwise", "torchao-float8-rowwise-gw-hp")]
+    assert peaks[0] == peaks[1]
+    # A layer's weight-gradient GEMMs at their bf16 time: the step is slower than rowwise's, faster than bf16's.
+    steps = [step_time(model, LAYOUT, registry=registry, runtime="fsdp2", hardware="h100-sxm",
+                       precision=_precision(registry, "fsdp2", name)).step_seconds
+             for name in ("torchao-float8-rowwise", "torchao-float8-rowwise-gw-hp", "bf16")]
+    assert steps[0] < steps[1] < steps[2]
+
+
 def test_split_accumulator_statements_are_checked():
     from hp_core.precision_recipes import GemmOperand, PrecisionRecipe
     from hp_core.specs.timing import DeviceEfficiency, Sourced
@@ -286,6 +313,15 @@ def test_split_accumulator_statements_are_checked():
                         rescaled_outputs=("dgrad", "dgrad"))
     with pytest.raises(ValueError, match="no GEMM output is rescaled"):
         PrecisionRecipe(name="x", description="x", source="x", rescaled_outputs=("wgrad",))
+    with pytest.raises(ValueError, match="compute_dtype_passes.*beside a saved compute-dtype input only"):
+        PrecisionRecipe(name="x", description="x", source="x", weights=e4m3, activations=e4m3, gradients=e4m3,
+                        compute_dtype_passes=("wgrad",))  # saved_input "quantized"
+    with pytest.raises(ValueError, match="compute_dtype_passes.*beside a saved compute-dtype input only"):
+        PrecisionRecipe(name="x", description="x", source="x", weights=e4m3, activations=e4m3, gradients=e4m3,
+                        saved_input="compute", compute_dtype_passes=("dgrad",))
+    with pytest.raises(ValueError, match="neither split-accumulated nor rescaled"):
+        PrecisionRecipe(name="x", description="x", source="x", weights=e4m3, activations=e4m3, gradients=e4m3,
+                        saved_input="compute", compute_dtype_passes=("wgrad",), split_accumulator=("dgrad", "wgrad"))
     fields = {f.name: Sourced(0.5, "test") for f in attrs.fields(DeviceEfficiency)
               if f.name not in ("architecture",) and f.default is attrs.NOTHING}
     fields["grouped_half_rows"] = Sourced(100, "test")

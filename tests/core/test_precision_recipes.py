@@ -569,7 +569,8 @@ def _docs_row(r: PrecisionRecipe) -> str:
             f"| {r.weight_copies}{' cached' if r.cache_weights else ''}"
             f"{''.join(f' ({r.on(a).weight_copies} on {a})' for a in r.one_copy_architectures)} | {r.param_gather} | {'yes' if r.tp_gather else 'no'} "
             f"| {r.quantize_passes} | `{r.kernel}` | {r.gemms if r.low_precision else '(none)'} "
-            f"| {', '.join(r.split_accumulator) or '(none)'} | {', '.join(r.rescaled_outputs) or '(none)'} | {flags} |")
+            f"| {', '.join(r.split_accumulator) or '(none)'} | {', '.join(r.rescaled_outputs) or '(none)'} "
+            f"| {', '.join(r.compute_dtype_passes) or '(none)'} | {flags} |")
 
 
 def test_docs_list_every_built_in_recipe_as_the_record_states_it(registry):

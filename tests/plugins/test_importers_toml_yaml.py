@@ -58,6 +58,21 @@ def test_a_torchtitan_job_maps_to_a_hand_derived_document(registry):
     assert job.unmapped == ()
 
 
+def test_torchtitans_float8_recipe_names_are_the_torchao_float8_recipes(registry):
+    """torchao's three float8 recipes (Float8LinearRecipeName: tensorwise, rowwise, rowwise_with_gw_hp) are hp's
+    three torchao-float8 recipes, quietly (rowwise gathers bf16 as hp's recipe does); another name is priced as rowwise
+    with a warning line naming it."""
+    def recipe(name):
+        job = import_torchtitan(dict(BASE, model=dict(BASE["model"], converters=["quantize.linear.float8"]),
+                                     quantize={"linear": {"float8": {"recipe_name": name}}}), registry, devices=16)
+        return job.document["precision"]["recipe"], job.unmapped
+
+    assert recipe("rowwise") == ("torchao-float8-rowwise", ())
+    assert recipe("rowwise_with_gw_hp") == ("torchao-float8-rowwise-gw-hp", ())
+    assert recipe("rowwise_v2") == ("torchao-float8-rowwise", (
+        "quantize.linear.float8.recipe_name = 'rowwise_v2': priced as torchao-float8-rowwise",))
+
+
 def test_torchtitans_mx_converters_are_the_torchao_mx_recipes(registry):
     """torchtitan's MX converters (components/quantization/mx.py; --model.converters mx at 6fc499f, quantize.linear.mx
     and quantize.grouped_mm.mx at d880de2): both cuBLAS MXFP8 linear recipes are torchao-mxfp8, the grouped GEMMs of

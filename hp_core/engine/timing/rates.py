@@ -234,6 +234,9 @@ class _Rates:
     low_precision: bool = False
     gemm_speedup: float = 1.0  # the forward GEMMs' (fprop)
     gemm_speedup_backward: float = 1.0  # the backward GEMMs' (dgrad and wgrad, half the backward FLOPs each)
+    # The three passes' single figures (fprop, dgrad, wgrad) the two above are made of; empty: (forward, backward,
+    # backward). What a pass without a curve takes in speedup_shapes.
+    gemm_pass_speedups: tuple[float, ...] = ()
     # The speedups by GEMM size of the three passes (fprop, dgrad, wgrad; DeviceEfficiency.pass_curves), empty where
     # none is stated: each layer's two figures above are made of them (speedup_shapes.shape_speedup_rates).
     gemm_speedup_curves: tuple[Any, ...] = ()
@@ -277,7 +280,7 @@ class _Rates:
 
 # The fields above a low-precision recipe sets (recipe_rates._recipe_rates, attention_speedup._attention_speedups and
 # the epilogue flags): a layer its recipe keeps in the compute dtype takes _Rates' own defaults for them.
-RECIPE_FIELDS = ("low_precision", "gemm_speedup", "gemm_speedup_backward", "gemm_speedup_curves", "quant_input_fwd", "quant_input_bwd",
+RECIPE_FIELDS = ("low_precision", "gemm_speedup", "gemm_speedup_backward", "gemm_pass_speedups", "gemm_speedup_curves", "quant_input_fwd", "quant_input_bwd",
                  "quant_grad", "quant_weight", "quant_weight_step", "weights_stored_quantized", "quant_original_fwd", "quant_original_bwd", "rescale", "gather_share", "gemm_scope",
                  "attn_speedup", "mla_attn_speedup", "windowed_fp8_full_backward", "module_rates", "epilogue_activation",
                  "epilogue_quantization")

@@ -86,6 +86,10 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
     else:
         fwd, bwd, weights = read + act, read + act, 2 * (read + weight)
     grads = reads + usages * grad
+    if "wgrad" in recipe.compute_dtype_passes:
+        # The weight gradient in the compute dtype (torchao rowwise_with_gw_hp: PrecisionRecipe.compute_dtype_passes):
+        # the saved input is not cast again in backward, and the output gradient is cast for the input gradient alone.
+        bwd, grads = 0.0, read + grad
     # A linear layer set to keep its compute-dtype input (LayerWork.original_input_gemms) under a recipe that lets it
     # (PrecisionRecipe.requantizes_original_input): Transformer Engine pytorch/module/linear.py at d0067d0 quantizes the
     # input row-wise only in forward (lines 425-436: no column-wise usage under save_original_input) and quantizes the
@@ -111,8 +115,11 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
     step_weights = 0.0 if uncached else step_weights
     if quantized_in_figure:
         fwd = bwd = weights = grads = original_fwd = original_bwd = step_weights = per_micro_batch = 0.0
+    # A pass the trainer runs in the compute dtype (PrecisionRecipe.compute_dtype_passes) at its bf16 time.
+    passes = tuple(1.0 if name in recipe.compute_dtype_passes else x for name, x in zip(GEMM_PASS_NAMES, passes))
     figures: dict[str, Any] = dict(
         low_precision=True, gemm_speedup=passes[0], gemm_speedup_backward=2 / (1 / passes[1] + 1 / passes[2]),
+        gemm_pass_speedups=passes,
         quant_input_fwd=fwd, quant_input_bwd=bwd, quant_grad=grads,
         quant_original_fwd=original_fwd, quant_original_bwd=original_bwd,
         # A rescaled output (PrecisionRecipe.rescaled_outputs) is read and written once in the compute dtype (none
@@ -123,7 +130,9 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
         weights_stored_quantized=recipe.stores_weights,
         gather_share=act / act_bytes if recipe.tp_gather else 1.0, gemm_scope=recipe.gemms,
     )
-    curves = () if quantized_in_figure else dev.pass_curves(recipe.kernel, recipe.split_accumulator)
+    curves = () if quantized_in_figure else tuple(
+        None if name in recipe.compute_dtype_passes else curve
+        for name, curve in zip(GEMM_PASS_NAMES, dev.pass_curves(recipe.kernel, recipe.split_accumulator)))
     if any(curves):  # the passes' speedups by GEMM size (hp_core.engine.timing.speedup_shapes)
         figures["gemm_speedup_curves"] = curves
     if recipe.module_recipes:

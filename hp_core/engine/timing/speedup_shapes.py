@@ -36,7 +36,7 @@ def shape_speedup_rates(work: LayerWork, r: _Rates, grouped: float) -> _Rates:
     if not quantized:
         return r
     backward = r.gemm_speedup_backward
-    singles = (r.gemm_speedup, backward, backward)
+    singles = r.gemm_pass_speedups or (r.gemm_speedup, backward, backward)
     bf16 = [0.0, 0.0, 0.0]
     low = [0.0, 0.0, 0.0]
     for gemm in quantized:
