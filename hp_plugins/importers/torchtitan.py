@@ -85,8 +85,8 @@ optimizer.beta2 optimizer.weight_decay optimizer.implementation optimizer.early_
 training.dataset_path training.max_norm training.steps training.gc_freq training.gc_debug training.seed
 training.deterministic activation_checkpoint.preserve_rng_state activation_checkpoint.determinism_check
 activation_checkpoint.debug activation_checkpoint.early_stop parallelism.disable_loss_parallel
-parallelism.context_parallel_load_balancer quantize.linear.float8.filter_fqns
-quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp float8.filter_fqns
+parallelism.context_parallel_load_balancer
+quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp
 float8.precompute_float8_dynamic_scale_for_fsdp
 """.split())
 
@@ -353,6 +353,16 @@ def _recipe(f: Fields, unmapped: list[str]) -> str | None:
         return None
     name = f.get(f"{base}.recipe_name", None, str)
     gather = f.get(f"{base}.enable_fsdp_float8_all_gather", False, bool)
+    # Float8Converter skips the linears filter_fqns names (torchtitan components/quantization/float8.py); hp keeps the
+    # output head and a router's gate in bf16 whatever the recipe, and prices every other linear in float8. So another
+    # filter, or torchao's _auto_filter_for_recipe ("auto_filter_small_kn", which leaves linears whose K or N is small
+    # for the recipe in bf16), is not priced: a warning line.
+    skipped = f.get(f"{base}.filter_fqns", ["output"], (list, str))
+    skipped = [x for x in (skipped.split(",") if isinstance(skipped, str) else skipped) if x]
+    if not set(skipped) <= {"output", "router.gate"}:
+        unmapped.append(f"{base}.filter_fqns = {skipped!r}: priced with every linear layer but the output head and a "
+                        "router's gate in float8" + (" (torchao's auto filter of small linears is not priced)"
+                                                     if "auto_filter_small_kn" in skipped else ""))
     if name in (None, "tensorwise"):
         if not gather:
             unmapped.append(f"{base}.enable_fsdp_float8_all_gather = false: priced as torchao-float8-tensorwise, "

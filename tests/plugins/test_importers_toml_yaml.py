@@ -73,6 +73,24 @@ def test_torchtitans_float8_recipe_names_are_the_torchao_float8_recipes(registry
         "quantize.linear.float8.recipe_name = 'rowwise_v2': priced as torchao-float8-rowwise",))
 
 
+def test_torchtitans_float8_filters_beyond_the_head_are_a_warning(registry):
+    """Float8Converter leaves the linears filter_fqns names in bf16; hp keeps the output head (torchtitan's default
+    filter) and a router's gate so and prices every other linear in float8: another filter, or torchao's auto filter of
+    small linears, is one warning line, not a silent pricing."""
+    def unmapped(filters):
+        float8 = {"recipe_name": "rowwise"} if filters is None else {"recipe_name": "rowwise", "filter_fqns": filters}
+        return import_torchtitan(dict(BASE, model=dict(BASE["model"], converters=["quantize.linear.float8"]),
+                                      quantize={"linear": {"float8": float8}}), registry, devices=16).unmapped
+
+    assert unmapped(None) == unmapped(["output"]) == unmapped("output,router.gate") == ()
+    assert unmapped(["output", "attention.wk", "attention.wv"]) == (
+        "quantize.linear.float8.filter_fqns = ['output', 'attention.wk', 'attention.wv']: priced with every linear "
+        "layer but the output head and a router's gate in float8",)
+    assert unmapped(["output", "auto_filter_small_kn"]) == (
+        "quantize.linear.float8.filter_fqns = ['output', 'auto_filter_small_kn']: priced with every linear layer but "
+        "the output head and a router's gate in float8 (torchao's auto filter of small linears is not priced)",)
+
+
 def test_torchtitans_mx_converters_are_the_torchao_mx_recipes(registry):
     """torchtitan's MX converters (components/quantization/mx.py; --model.converters mx at 6fc499f, quantize.linear.mx
     and quantize.grouped_mm.mx at d880de2): both cuBLAS MXFP8 linear recipes are torchao-mxfp8, the grouped GEMMs of
