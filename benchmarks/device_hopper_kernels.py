@@ -4,7 +4,8 @@ Run on the device machine (about three minutes on an H200; PyTorch alone, nothin
 
     PYTHONUNBUFFERED=1 python3 benchmarks/device_hopper_kernels.py --out "$OUT/hopper_kernels.json"
 
-and on any machine, to check the script itself (tiny shapes on the CPU; its times mean nothing):
+(``--backward`` and ``--torchao`` each write only their run's records, into the file ``--out`` names; ``--torchao``
+has not run on a device yet: docs/precision.md says what its records would settle), and on any machine, to check the script itself (tiny shapes on the CPU; its times mean nothing):
 
     python benchmarks/device_hopper_kernels.py --smoke --out /tmp/hopper_kernels.json
 
@@ -23,6 +24,8 @@ What it times, each call with CUDA events after warm-up calls, the median of the
   and FC2 of Qwen3-30B-A3B, GPT-OSS-120B and Mixtral-8x7B, 2 to 64 local experts of 512 to 16,384 rows: the figure
   hp's Hopper profile takes from SimuMax unmeasured (``grouped_matmul`` 0.60, ``timing_profiles.py``). The per-expert
   loop's host time per call is recorded beside its GPU time.
+* **torchao's float8 pieces** (``--torchao``, a third run): torchtitan's separate q/k/v GEMMs and torchao's casts
+  and rescale, timed eager and compiled (:func:`torchao_records`).
 * **Host time per launch.** 2,000 launches of a small elementwise kernel, timed on the CPU clock without a
   synchronisation inside the loop (docs/time.md, "Overlap and host time").
 
@@ -248,6 +251,118 @@ def backward_records(torch, timer: Timer, device: str, smoke: bool) -> list[dict
     return records
 
 
+# torchtitan's rows run micro-batches of 1 to 16 sequences of 8,192 tokens (docs/precision.md, torchtitan's Float8 rows).
+TORCHAO_TOKENS = (8192, 131072)
+# (rows, columns) of the bf16 tensors a float8 linear casts: Llama-3 layer inputs (hidden 4,096 and 8,192), the
+# 8B's FFN width, and output gradients of a narrow projection (1,024: the key/value width at TP 1).
+CAST_SHAPES = ((8192, 4096), (8192, 8192), (8192, 14336), (8192, 1024), (65536, 4096), (65536, 8192))
+
+
+def separate_qkv_gemms(hidden: int, attention: int, kv: int, tp: int) -> list[tuple[str, int, int]]:
+    """``(linear, fan_out, fan_in)`` of the attention's projections as torchtitan's Llama builds them: wq, wk, wv
+    apart (torchtitan/models/llama3/model.py Attention), each column-parallel over *tp*."""
+    return [("wq", attention // tp, hidden), ("wk", kv // tp, hidden), ("wv", kv // tp, hidden)]
+
+
+def torchao_records(torch, timer: Timer, device: str, smoke: bool) -> list[dict]:
+    """The third run's records (``--torchao``), what hp's torchao float8 pricing states without a measurement:
+
+    * ``separate_qkv``: the GEMMs of torchtitan's separate wq / wk / wv at TP 1-8 and 8,192 or 131,072 tokens, every
+      pass, in bf16, per-tensor FP8 (fast and split accumulation) and row-wise FP8 with fast accumulation: the
+      narrow key and value projections (128 columns at TP 8) that torchtitan issue #1207 found slower in float8;
+    * ``cast``: torchao's float8 casts as eager PyTorch ops (``float8_utils.tensor_to_amax`` / ``to_fp8_saturated``:
+      the amax, the scale, the scaled and clamped cast to e4m3) and as one ``torch.compile``-d function, per tensor
+      and row-wise along each axis, and the backward GEMMs' output rescale (``float8_ops.addmm_float8_unwrapped``:
+      ``output *= a_scale * b_scale``), with the bytes a memory-bound pass would move (``bytes``: hp prices a cast
+      as two reads of the bf16 tensor and a write of its float8 copy, a rescale as a read and a write);
+      ``compiled_error`` where the build cannot compile.
+    """
+    e4m3 = torch.float8_e4m3fn
+    records = []
+    shapes = set()
+    for model, hidden, attention, kv, _ in DENSE_MODELS:
+        for tp in TP_DEGREES:
+            for tokens in TORCHAO_TOKENS:
+                for linear, fan_out, fan_in in separate_qkv_gemms(hidden, attention, kv, tp):
+                    for pass_name in ("fprop", "dgrad", "wgrad"):
+                        m, n, k = pass_shape(pass_name, tokens, fan_out, fan_in)
+                        if smoke:
+                            m, n, k = max(16, m // 256), max(16, n // 256), max(16, k // 256)
+                        row = {"kind": "separate_qkv", "model": model, "tp": tp, "tokens": tokens, "linear": linear,
+                               "pass": pass_name, "m": m, "n": n, "k": k, "flops": 2.0 * m * n * k}
+                        if (m, n, k) in shapes:
+                            row["kind"] = "separate_qkv_same_shape"
+                            records.append(row)
+                            continue
+                        shapes.add((m, n, k))
+                        a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+                        b = torch.randn(n, k, device=device, dtype=torch.bfloat16)
+                        row["bf16_seconds"] = timer(lambda: torch.mm(a, b.t()))
+                        a8, b8 = a.to(e4m3), b.to(e4m3)
+                        one = torch.tensor(1.0, device=device)
+                        try:
+                            for fast in (True, False):
+                                row[f"fp8_tensorwise_{'fast' if fast else 'split'}_accum_seconds"] = timer(
+                                    lambda fast=fast: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.bfloat16,
+                                                                       use_fast_accum=fast))
+                            scale_a, scale_b = torch.ones(m, 1, device=device), torch.ones(1, n, device=device)
+                            row["fp8_rowwise_fast_accum_seconds"] = timer(lambda: torch._scaled_mm(
+                                a8, b8.t(), scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=True))
+                        except RuntimeError as error:
+                            row["fp8_error"] = str(error).splitlines()[0][:200]
+                        records.append(row)
+                        del a, b, a8, b8
+    finfo = torch.finfo(e4m3).max
+
+    def cast(x, dim):
+        amax = x.abs().amax() if dim is None else x.abs().amax(dim=dim, keepdim=True)
+        scale = finfo / amax.float().clamp(min=1e-12)
+        return (x.float() * scale).clamp(-finfo, finfo).to(e4m3), scale
+
+    def rescale(out, a_scale, b_scale):
+        out *= a_scale * b_scale
+        return out
+
+    # One static graph per shape and axis, none falling back to eager at dynamo's recompile limit.
+    for name in ("cache_size_limit", "recompile_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 256)
+    try:
+        compiled_cast, compiled_rescale = torch.compile(cast, dynamic=False), torch.compile(rescale, dynamic=False)
+    except Exception as error:  # a build without a working compiler
+        compiled_cast = compiled_rescale = None
+        compile_error = str(error).splitlines()[0][:200]
+    for rows, cols in CAST_SHAPES:
+        if smoke:
+            rows, cols = max(16, rows // 256), max(16, cols // 256)
+        x = torch.randn(rows, cols, device=device, dtype=torch.bfloat16)
+        for scaling, dim in (("tensorwise", None), ("rowwise_dim_last", -1), ("rowwise_dim0", 0)):
+            row = {"kind": "cast", "scaling": scaling, "rows": rows, "cols": cols, "bytes": rows * cols * (2 + 2 + 1)}
+            row["eager_seconds"] = timer(lambda dim=dim: cast(x, dim))
+            if compiled_cast is None:
+                row["compiled_error"] = compile_error
+            else:
+                try:
+                    row["compiled_seconds"] = timer(lambda dim=dim: compiled_cast(x, dim))
+                except Exception as error:
+                    row["compiled_error"] = str(error).splitlines()[0][:200]
+            records.append(row)
+        a_scale = torch.rand(rows, 1, device=device) + 0.5
+        b_scale = torch.rand(1, cols, device=device) + 0.5
+        row = {"kind": "rescale", "rows": rows, "cols": cols, "bytes": rows * cols * (2 + 2)}
+        row["eager_seconds"] = timer(lambda: rescale(x, a_scale, b_scale))
+        if compiled_rescale is None:
+            row["compiled_error"] = compile_error
+        else:
+            try:
+                row["compiled_seconds"] = timer(lambda: compiled_rescale(x, a_scale, b_scale))
+            except Exception as error:
+                row["compiled_error"] = str(error).splitlines()[0][:200]
+        records.append(row)
+        del x
+    return records
+
+
 def host_records(torch, device: str, smoke: bool) -> list[dict]:
     """CPU time per launch of a small elementwise kernel (no synchronisation inside the timed loop)."""
     x = torch.ones(1024, device=device)
@@ -296,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: checks the script, times nothing")
     parser.add_argument("--backward", action="store_true",
                         help="the second run's records only: grouped GEMMs' backward passes, row-wise FP8 fast accumulation")
+    parser.add_argument("--torchao", action="store_true",
+                        help="the third run's records only: torchtitan's separate q/k/v GEMMs, torchao's float8 casts "
+                             "and rescale (torchao_records)")
     args = parser.parse_args(argv)
     try:
         import torch
@@ -311,6 +429,12 @@ def main(argv: list[str] | None = None) -> int:
     timer = Timer(torch, device, warmup=1 if args.smoke else 3, repeats=2 if args.smoke else 10)
     begin = time.perf_counter()
     document = {"what": __doc__.splitlines()[0], "smoke": args.smoke, "facts": device_facts(torch, device)}
+    if args.torchao:
+        document["torchao"] = torchao_records(torch, timer, device, args.smoke)
+        document["seconds"] = time.perf_counter() - begin
+        write_atomically(args.out, document)
+        print(f"torchao: {len(document['torchao'])} records; wrote {args.out} in {document['seconds']:.0f} s", flush=True)
+        return 0
     if args.backward:
         document["backward"] = backward_records(torch, timer, device, args.smoke)
         document["seconds"] = time.perf_counter() - begin

@@ -96,3 +96,13 @@ def test_hopper_fp8_curve_interpolates_in_log_flops_and_clamps(data):
         measured = hopper_kernel_level.speedup(gemms, hopper_kernel_level.SPLIT)
         priced = sum(g["bf16_seconds"] for g in gemms) / sum(g["bf16_seconds"] / curve.at(g["flops"]) for g in gemms)
         assert priced == pytest.approx(measured, rel=0.04)
+
+
+def test_the_torchao_run_times_torchtitans_separate_projections_by_hand():
+    """``device_hopper_kernels.py --torchao`` times torchtitan's wq, wk, wv apart: at TP 8, Llama-3-70B's key and
+    value projections are 1,024 / 8 = 128 columns over the 8,192-wide input, the query 8,192 / 8 = 1,024."""
+    import device_hopper_kernels
+
+    assert device_hopper_kernels.separate_qkv_gemms(8192, 8192, 1024, 8) == [
+        ("wq", 1024, 8192), ("wk", 128, 8192), ("wv", 128, 8192)]
+    assert device_hopper_kernels.pass_shape("wgrad", 131072, 128, 8192) == (128, 8192, 131072)
