@@ -327,11 +327,14 @@ class PrecisionRecipe:
         if self.rescaled_outputs and not self.low_precision:
             raise ValueError(f"precision recipe {self.name}: quantizes no GEMM operand, so no GEMM output is rescaled "
                              "(leave rescaled_outputs empty)")
+        if self.compute_dtype_passes and not self.low_precision:
+            raise ValueError(f"precision recipe {self.name}: quantizes no GEMM operand, so every pass runs in the compute "
+                             "dtype already (leave compute_dtype_passes empty)")
         if self.compute_dtype_passes and (self.compute_dtype_passes != ("wgrad",) or self.saved_input != "compute"
-                                          or not self.low_precision):
+                                          or self.saved_input_under_tp not in (None, "compute")):
             raise ValueError(f"precision recipe {self.name}: compute_dtype_passes {self.compute_dtype_passes!r}: hp prices "
                              "a weight-gradient GEMM in the compute dtype beside a saved compute-dtype input only "
-                             "(('wgrad',) with saved_input 'compute', as torchao's rowwise_with_gw_hp)")
+                             "(('wgrad',) with saved_input 'compute', also under TP, as torchao's rowwise_with_gw_hp)")
         if set(self.compute_dtype_passes) & (set(self.split_accumulator) | set(self.rescaled_outputs)):
             raise ValueError(f"precision recipe {self.name}: a pass in compute_dtype_passes runs no FP8 GEMM, so it is "
                              "neither split-accumulated nor rescaled")

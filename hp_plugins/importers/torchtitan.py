@@ -353,16 +353,19 @@ def _recipe(f: Fields, unmapped: list[str]) -> str | None:
         return None
     name = f.get(f"{base}.recipe_name", None, str)
     gather = f.get(f"{base}.enable_fsdp_float8_all_gather", False, bool)
-    # Float8Converter skips the linears filter_fqns names (torchtitan components/quantization/float8.py); hp keeps the
-    # output head and a router's gate in bf16 whatever the recipe, and prices every other linear in float8. So another
-    # filter, or torchao's _auto_filter_for_recipe ("auto_filter_small_kn", which leaves linears whose K or N is small
-    # for the recipe in bf16), is not priced: a warning line.
-    skipped = f.get(f"{base}.filter_fqns", ["output"], (list, str))
-    skipped = [x for x in (skipped.split(",") if isinstance(skipped, str) else skipped) if x]
+    # Float8Converter skips the linears filter_fqns names, none by default (torchtitan config/job_config.py
+    # Float8Linear at e347b1e5e: filter_fqns default_factory=list; the llama3 tomls set ["output"]); hp keeps the output
+    # head and a router's gate in bf16 whatever the recipe and prices every other linear in float8. So a filter
+    # without "output" (the head then runs in float8), another filter, or torchao's _auto_filter_for_recipe
+    # ("auto_filter_small_kn": linears whose K or N is small for the recipe left in bf16) is not priced: a warning line.
+    skipped = f.get(f"{base}.filter_fqns", [], (list, str))
+    skipped = [x.strip() for x in (skipped.split(",") if isinstance(skipped, str) else skipped) if x.strip()]
     if not set(skipped) <= {"output", "router.gate"}:
         unmapped.append(f"{base}.filter_fqns = {skipped!r}: priced with every linear layer but the output head and a "
                         "router's gate in float8" + (" (torchao's auto filter of small linears is not priced)"
                                                      if "auto_filter_small_kn" in skipped else ""))
+    if "output" not in skipped:
+        unmapped.append(f"{base}.filter_fqns names no 'output': the output head runs in float8; priced in bf16")
     if name in (None, "tensorwise"):
         if not gather:
             unmapped.append(f"{base}.enable_fsdp_float8_all_gather = false: priced as torchao-float8-tensorwise, "

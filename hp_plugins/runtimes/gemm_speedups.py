@@ -96,8 +96,9 @@ HOPPER_SPEEDUPS = (
     # fprop shapes (the second run's rowwise_fast records); the backward GEMMs, run without fast accumulation, on the
     # per-tensor cuBLAS kernel at unit scales ("the rowwise CUTLASS-based kernel is so slow without fast-accum"): the
     # tensorwise split-accumulation figure, their output rescale priced apart (PrecisionRecipe.rescaled_outputs).
-    ("fp8_rowwise", Sourced(1.9622, f"{_H200_ROWWISE}: summed torch.mm bf16 seconds / summed torch._scaled_mm seconds "
-                                    "(row-wise scales, use_fast_accum=True) of the fprop GEMMs of the same layers")),
+    ("fp8_rowwise", Sourced(1.9622, f"{_H200_ROWWISE}: summed torch.mm bf16 seconds (the first run's dense records, "
+                                    "the same shapes) / summed torch._scaled_mm seconds (row-wise scales, "
+                                    "use_fast_accum=True) of the fprop GEMMs of the same layers")),
     ("fp8_rowwise:split_accumulator", Sourced(1.8547, f"torchao runs a row-wise GEMM without fast accumulation on the "
                                                       f"per-tensor cuBLAS kernel at unit scales: {_H200_KERNELS}")),
     # Blockwise FP8 has no pre-quantized Hopper figure ("Hopper's cuBLAS does not support" the pre-quantized

@@ -298,6 +298,27 @@ def test_rowwise_with_the_weight_gradient_in_bf16_by_hand(registry):
     assert steps[0] < steps[1] < steps[2]
 
 
+def test_a_bf16_weight_gradient_splits_the_backward_by_pass_by_hand():
+    """Where a recipe runs its two backward passes at different speedups (rowwise_with_gw_hp: input gradient 1.8547,
+    weight gradient 1.0), the weight gradient's share of the backward GEMM seconds is s_dgrad / (s_dgrad + s_wgrad)
+    (equal FLOPs, each at its own speedup): 1.8547 / 2.8547; a frozen weight's and a zero-bubble W pass's share follow
+    it. A layer whose curves moved its backward speedup (1.2 here) keeps the weight gradient's figure and gives the
+    input gradient what keeps the harmonic mean: 1 / (2 / 1.2 - 1) = 1.5. Equal passes: half, as before."""
+    import types
+
+    from hp_core.engine.timing.gemm_seconds import backward_pass_speedups, weight_gradient_share
+
+    gw_hp = types.SimpleNamespace(low_precision=True, gemm_pass_speedups=(1.9622, 1.8547, 1.0),
+                                  gemm_speedup_backward=2 / (1 / 1.8547 + 1 / 1.0))
+    assert backward_pass_speedups(gw_hp) == (pytest.approx(1.8547), 1.0)
+    assert weight_gradient_share(gw_hp) == pytest.approx(1.8547 / 2.8547)
+    gw_hp.gemm_speedup_backward = 1.2
+    assert backward_pass_speedups(gw_hp) == (pytest.approx(1.5), 1.0)
+    te = types.SimpleNamespace(low_precision=True, gemm_pass_speedups=(1.905, 1.8547, 1.8547), gemm_speedup_backward=1.7)
+    assert backward_pass_speedups(te) == (1.7, 1.7) and weight_gradient_share(te) == 0.5
+    assert weight_gradient_share(types.SimpleNamespace(low_precision=False)) == 0.5
+
+
 def test_split_accumulator_statements_are_checked():
     from hp_core.precision_recipes import GemmOperand, PrecisionRecipe
     from hp_core.specs.timing import DeviceEfficiency, Sourced
@@ -319,6 +340,11 @@ def test_split_accumulator_statements_are_checked():
     with pytest.raises(ValueError, match="compute_dtype_passes.*beside a saved compute-dtype input only"):
         PrecisionRecipe(name="x", description="x", source="x", weights=e4m3, activations=e4m3, gradients=e4m3,
                         saved_input="compute", compute_dtype_passes=("dgrad",))
+    with pytest.raises(ValueError, match="every pass runs in the compute dtype already"):
+        PrecisionRecipe(name="x", description="x", source="x", saved_input="compute", compute_dtype_passes=("wgrad",))
+    with pytest.raises(ValueError, match="compute_dtype_passes.*also under TP"):
+        PrecisionRecipe(name="x", description="x", source="x", weights=e4m3, activations=e4m3, gradients=e4m3,
+                        saved_input="compute", saved_input_under_tp="quantized", compute_dtype_passes=("wgrad",))
     with pytest.raises(ValueError, match="neither split-accumulated nor rescaled"):
         PrecisionRecipe(name="x", description="x", source="x", weights=e4m3, activations=e4m3, gradients=e4m3,
                         saved_input="compute", compute_dtype_passes=("wgrad",), split_accumulator=("dgrad", "wgrad"))

@@ -32,7 +32,7 @@ def _rates(margins, sm_count=132, low_precision=False):
     # No GEMM table: every GEMM at matmul 0.5 of a 1e15 peak; backward twice the forward, half of it the weight gradient.
     return types.SimpleNamespace(gemm_table=None, mm_backward=2.0, matmul=0.5, peak=1e15, ub_margins=tuple(margins),
                                  sm_count=sm_count, low_precision=low_precision, gemm_scope="all", gemm_speedup=2.0,
-                                 gemm_speedup_backward=1.6)
+                                 gemm_speedup_backward=1.6, gemm_pass_speedups=())
 
 
 def _work(**kw):

@@ -43,7 +43,7 @@ BASE = {
 
 def test_a_torchtitan_job_maps_to_a_hand_derived_document(registry):
     data = dict(BASE, model=dict(BASE["model"], converters=["quantize.linear.float8"]),
-                quantize={"linear": {"float8": {"enable_fsdp_float8_all_gather": True}}})
+                quantize={"linear": {"float8": {"enable_fsdp_float8_all_gather": True, "filter_fqns": ["output"]}}})
     job = import_torchtitan(data, registry, file="llama3_8b.toml", devices=16)
     # 16 devices / tp 2 = dp_shard 8; local batch 1 is the micro-batch; global = 1 * 8.
     assert job.document["parallel"] == {"dp": 8, "tp": 2, "pp": 1, "cp": 1, "sp": True, "ep": 1, "etp": 1,
@@ -60,29 +60,33 @@ def test_a_torchtitan_job_maps_to_a_hand_derived_document(registry):
 
 def test_torchtitans_float8_recipe_names_are_the_torchao_float8_recipes(registry):
     """torchao's three float8 recipes (Float8LinearRecipeName: tensorwise, rowwise, rowwise_with_gw_hp) are hp's
-    three torchao-float8 recipes, quietly (rowwise gathers bf16 as hp's recipe does); another name is priced as rowwise
-    with a warning line naming it."""
+    three torchao-float8 recipes (rowwise gathers bf16 as hp's recipe does; the job names no filter, so its head's
+    warning stands); another name is priced as rowwise with a warning line naming it."""
     def recipe(name):
         job = import_torchtitan(dict(BASE, model=dict(BASE["model"], converters=["quantize.linear.float8"]),
                                      quantize={"linear": {"float8": {"recipe_name": name}}}), registry, devices=16)
         return job.document["precision"]["recipe"], job.unmapped
 
-    assert recipe("rowwise") == ("torchao-float8-rowwise", ())
-    assert recipe("rowwise_with_gw_hp") == ("torchao-float8-rowwise-gw-hp", ())
+    head = "quantize.linear.float8.filter_fqns names no 'output': the output head runs in float8; priced in bf16"
+    assert recipe("rowwise") == ("torchao-float8-rowwise", (head,))
+    assert recipe("rowwise_with_gw_hp") == ("torchao-float8-rowwise-gw-hp", (head,))
     assert recipe("rowwise_v2") == ("torchao-float8-rowwise", (
-        "quantize.linear.float8.recipe_name = 'rowwise_v2': priced as torchao-float8-rowwise",))
+        head, "quantize.linear.float8.recipe_name = 'rowwise_v2': priced as torchao-float8-rowwise"))
 
 
 def test_torchtitans_float8_filters_beyond_the_head_are_a_warning(registry):
-    """Float8Converter leaves the linears filter_fqns names in bf16; hp keeps the output head (torchtitan's default
-    filter) and a router's gate so and prices every other linear in float8: another filter, or torchao's auto filter of
-    small linears, is one warning line, not a silent pricing."""
+    """Float8Converter leaves the linears filter_fqns names in bf16, none by default (torchtitan's Float8Linear
+    config: an empty list; its llama3 tomls name "output"); hp keeps the output head and a router's gate in bf16 and
+    prices every other linear in float8: a filter without the head, another filter, or torchao's auto filter of small
+    linears is one warning line, not a silent pricing."""
     def unmapped(filters):
         float8 = {"recipe_name": "rowwise"} if filters is None else {"recipe_name": "rowwise", "filter_fqns": filters}
         return import_torchtitan(dict(BASE, model=dict(BASE["model"], converters=["quantize.linear.float8"]),
                                       quantize={"linear": {"float8": float8}}), registry, devices=16).unmapped
 
-    assert unmapped(None) == unmapped(["output"]) == unmapped("output,router.gate") == ()
+    head = ("quantize.linear.float8.filter_fqns names no 'output': the output head runs in float8; priced in bf16",)
+    assert unmapped(None) == unmapped([]) == head
+    assert unmapped(["output"]) == unmapped("output, router.gate") == ()
     assert unmapped(["output", "attention.wk", "attention.wv"]) == (
         "quantize.linear.float8.filter_fqns = ['output', 'attention.wk', 'attention.wv']: priced with every linear "
         "layer but the output head and a router's gate in float8",)

@@ -20,8 +20,8 @@ from hp_core.engine.timing.rates import _Rates
 from hp_core.errors import ConfigError
 from hp_core.linear_modules import joining_kept
 
-__all__ = ["frozen_seconds", "frozen_share", "margin_factor", "userbuffers_block_seconds", "userbuffers_margin_seconds",
-           "userbuffers_rates", "userbuffers_rerun_seconds"]
+__all__ = ["backward_pass_speedups", "frozen_seconds", "frozen_share", "margin_factor", "userbuffers_block_seconds", "userbuffers_margin_seconds",
+           "userbuffers_rates", "userbuffers_rerun_seconds", "weight_gradient_share"]
 
 
 def _less(items: tuple, outside: tuple) -> tuple:
@@ -261,6 +261,28 @@ def frozen_share(matmul_flops: float, grouped: float, work: LayerWork) -> tuple[
     return frozen - frozen_grouped, frozen_grouped, share
 
 
+def backward_pass_speedups(r: _Rates) -> tuple[float, float]:
+    """``(input-gradient, weight-gradient)`` speedups of a layer's low-precision backward GEMMs: both the backward's
+    (``gemm_speedup_backward``) unless the recipe states the two passes apart (``gemm_pass_speedups``: torchao's
+    rowwise_with_gw_hp runs its weight gradient in the compute dtype, PrecisionRecipe.compute_dtype_passes). Then the
+    weight gradient's is its figure and the input gradient's what keeps the layer's backward (the harmonic mean of the
+    two over equal FLOPs) as priced."""
+    passes = r.gemm_pass_speedups
+    if not passes or passes[1] == passes[2]:
+        return r.gemm_speedup_backward, r.gemm_speedup_backward
+    return 1.0 / (2.0 / r.gemm_speedup_backward - 1.0 / passes[2]), passes[2]
+
+
+def weight_gradient_share(r: _Rates) -> float:
+    """The weight gradient's share of a layer's trained backward GEMM seconds: half (each pass the same FLOPs at the
+    same speedup), or under a recipe running its two backward passes at different speedups (:func:`backward_pass_speedups`)
+    each pass's time at its own: ``s_dgrad / (s_dgrad + s_wgrad)``."""
+    if not r.low_precision:
+        return 0.5
+    dgrad_speedup, wgrad_speedup = backward_pass_speedups(r)
+    return 0.5 if dgrad_speedup == wgrad_speedup else dgrad_speedup / (dgrad_speedup + wgrad_speedup)
+
+
 def frozen_seconds(matmul_flops: float, grouped: float, work: LayerWork, r: _Rates) -> tuple[float, float, float]:
     """``(weight-gradient seconds, backward seconds, grouped FLOPs)`` of a layer's frozen share (:func:`frozen_share`),
     priced as the layer's GEMMs are: :func:`_matmul_seconds` (the table's per-shape efficiency, the machine's GEMM
@@ -278,8 +300,13 @@ def frozen_seconds(matmul_flops: float, grouped: float, work: LayerWork, r: _Rat
     _, bwd, wgrad = seconds
     if r.low_precision:  # the backward's speedup, on what the recipe quantizes (_low_precision_seconds)
         _, keep_bwd, keep_wgrad = _kept_seconds(dense, frozen_grouped, share, r, seconds)
-        bwd = keep_bwd + (bwd - keep_bwd) / r.gemm_speedup_backward
-        wgrad = keep_wgrad + (wgrad - keep_wgrad) / r.gemm_speedup_backward
+        dgrad_speedup, wgrad_speedup = backward_pass_speedups(r)
+        if dgrad_speedup == wgrad_speedup:
+            bwd = keep_bwd + (bwd - keep_bwd) / r.gemm_speedup_backward
+        else:  # each pass at its own speedup
+            bwd = (keep_bwd + (bwd - wgrad - keep_bwd + keep_wgrad) / dgrad_speedup
+                   + (wgrad - keep_wgrad) / wgrad_speedup)
+        wgrad = keep_wgrad + (wgrad - keep_wgrad) / wgrad_speedup
     return wgrad, bwd, frozen_grouped
 
 
@@ -346,7 +373,8 @@ def userbuffers_margin_seconds(work: LayerWork, r: _Rates) -> tuple[float, float
         if gemm in high:
             high.remove(gemm)
         elif quantized_scope:
-            f, d, w = f / r.gemm_speedup, d / r.gemm_speedup_backward, w / r.gemm_speedup_backward
+            dgrad_speedup, wgrad_speedup = backward_pass_speedups(r)
+            f, d, w = f / r.gemm_speedup, d / dgrad_speedup, w / wgrad_speedup
         if gemm in frozen:
             frozen.remove(gemm)
             w = 0.0

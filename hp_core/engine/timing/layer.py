@@ -17,7 +17,7 @@ from hp_core.collectives import CollectiveModel
 from hp_core.engine.timing.elementwise import elementwise_seconds, permute_seconds
 from hp_core.engine.timing.host_floor import _expert_gemm_count, _host_floor
 from hp_core.engine.timing.gemm_seconds import (_low_precision_seconds, _matmul_seconds, frozen_seconds, userbuffers_block_seconds,
-                                                userbuffers_margin_seconds, userbuffers_rates, userbuffers_rerun_seconds)
+                                                userbuffers_margin_seconds, userbuffers_rates, userbuffers_rerun_seconds, weight_gradient_share)
 from hp_core.engine.timing.rates import _Rates, _rates, compute_dtype_rates
 from hp_core.errors import ConfigError
 from hp_core.specs import HardwareSpec, ParallelSpec, PrecisionSpec
@@ -154,7 +154,7 @@ def _layer_time(cost: LayerCost, work: LayerWork, full: bool, recomputed: frozen
         frozen_wgrad, frozen_bwd, frozen_grouped = frozen_seconds(f.matmul_flops, grouped, work, r)
         all_frozen = grouped and frozen_grouped >= grouped * (1 - 1e-9)
         frozen_kernels = len(work.frozen_gemms) + (_expert_gemm_count(work) if all_frozen else 0)
-    wgrad = (mm_bwd - frozen_bwd) / 2
+    wgrad = (mm_bwd - frozen_bwd) * weight_gradient_share(r)  # half, or each backward pass at its own speedup
     mm_bwd -= frozen_wgrad
     mm_fwd, mm_bwd, wgrad = (a + b for a, b in zip((mm_fwd, mm_bwd, wgrad), userbuffers_margin_seconds(work, r)))  # TE's SM margins
     if f.attention_flops and r.flash and work.ssd_scan and r.ssd_fwd is not None and r.ssd_bwd is not None:
