@@ -430,18 +430,13 @@ def main(argv: list[str] | None = None) -> int:
     timer = Timer(torch, device, warmup=1 if args.smoke else 3, repeats=2 if args.smoke else 10)
     begin = time.perf_counter()
     document = {"what": __doc__.splitlines()[0], "smoke": args.smoke, "facts": device_facts(torch, device)}
-    if args.torchao:
-        document["torchao"] = torchao_records(torch, timer, device, args.smoke)
-        document["seconds"] = time.perf_counter() - begin
-        write_atomically(args.out, document)
-        print(f"torchao: {len(document['torchao'])} records; wrote {args.out} in {document['seconds']:.0f} s", flush=True)
-        return 0
-    if args.backward:
-        document["backward"] = backward_records(torch, timer, device, args.smoke)
-        document["seconds"] = time.perf_counter() - begin
-        write_atomically(args.out, document)
-        print(f"backward: {len(document['backward'])} records; wrote {args.out} in {document['seconds']:.0f} s", flush=True)
-        return 0
+    for name, wanted, records in (("torchao", args.torchao, torchao_records), ("backward", args.backward, backward_records)):
+        if wanted:  # a single run of its own records
+            document[name] = records(torch, timer, device, args.smoke)
+            document["seconds"] = time.perf_counter() - begin
+            write_atomically(args.out, document)
+            print(f"{name}: {len(document[name])} records; wrote {args.out} in {document['seconds']:.0f} s", flush=True)
+            return 0
     document["dense"] = dense_records(torch, timer, device, args.smoke)
     print(f"dense: {len(document['dense'])} records, {time.perf_counter() - begin:.0f} s", flush=True)
     write_atomically(args.out, document)  # what is done so far survives a run cut short
