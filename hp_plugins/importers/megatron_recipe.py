@@ -20,6 +20,10 @@ _CHOOSING = ("fp8-format", "fp8-recipe", "fp8-param-gather", "reuse-grad-buf-for
 _PARAM_GATHER = ("fp8-param-gather", "fp4-param-gather", "reuse-grad-buf-for-mxfp8-param-ag")
 
 
+# The precision flags that take a value (arguments.py, transformer_config.py at NVIDIA/Megatron-LM@d98e8a6).
+_VALUED = ("fp8-format", "fp8-recipe", "fp8-amax-history-len", "fp8-amax-compute-algo", "fp4-format", "fp4-recipe")
+
+
 def _flag_map(tokens: tuple[str, ...]) -> dict[str, Any]:
     """A recipe's Megatron flags as ``{flag: its value, or True for a bare flag}``."""
     return {name: values[0] if values else True for name, values in parse_megatron_args(list(tokens)).items()}
@@ -32,26 +36,49 @@ def precision_recipe(a: Any, registry: Any, unmapped: list[str]) -> str | None:
         ConfigError: both FP8 and FP4 are stated (arguments.py refuses it), or no registered recipe
             states the arguments' choice.
     """
+    for flag in _VALUED:  # argparse refuses one of these with nothing after it ("expected one argument")
+        if a.values(flag) == []:
+            raise ConfigError(f"--{flag}", "takes a value and none follows it; state one")
     fp8, fp4 = a.value("fp8-format"), a.value("fp4-format")
-    for flag in ("fp8-recipe", "fp8-amax-history-len", "fp8-amax-compute-algo", "fp4-recipe"):
-        a.value(flag)  # without --fp8-format / --fp4-format Megatron-LM reads none of them
     if fp8 is not None and fp8 not in ("e4m3", "hybrid"):  # arguments.py choices
         raise ConfigError("--fp8-format", f"expected e4m3 or hybrid, got {fp8!r}")
-    if fp8 is None and fp4 is None:
-        return None
     if fp8 is not None and fp4 is not None:
         raise ConfigError("--fp4-format", "Megatron-LM takes --fp4-format or --fp8-format, not both; state one")
+    history = a.value("fp8-amax-history-len", int)  # an int in arguments.py: a word there is refused
+    for fmt, flags in (("fp8-format", ("fp8-recipe", "fp8-amax-compute-algo")), ("fp4-format", ("fp4-recipe",))):
+        for flag in flags + (("fp8-amax-history-len",) if fmt == "fp8-format" else ()):
+            value = history if flag == "fp8-amax-history-len" else a.value(flag)
+            if value is not None and a.value(fmt) is None:  # Megatron-LM reads none of them without the format
+                unmapped.append(f"--{flag} {value} without --{fmt}: Megatron-LM quantizes nothing then; priced in bf16")
+    # Parameters kept in the low-precision format: Megatron-Core refuses fp8_param without FP8 ("fp8_param must be
+    # used together with fp8 mode", transformer_config.py) and arguments.py --fp4-param-gather without --fp4-format,
+    # and arguments.py asserts either only with the distributed optimizer or FSDP (NVIDIA/Megatron-LM@d98e8a6).
+    for gather, fmt in (("fp8-param-gather", "fp8-format"), ("fp4-param-gather", "fp4-format")):
+        if not a.flag(gather):
+            continue
+        if a.value(fmt) is None:
+            raise ConfigError(f"--{gather}", f"Megatron-LM refuses it without --{fmt}; state --{fmt} or drop it")
+        if not any(a.flag(f) for f in ("use-distributed-optimizer", "use-megatron-fsdp", "use-torch-fsdp2")):
+            raise ConfigError(f"--{gather}", "Megatron-LM asserts it only with the distributed optimizer or FSDP; add "
+                                             "--use-distributed-optimizer or drop it")
+    if fp8 is None and fp4 is None:
+        return None
     # Megatron-Core's defaults (transformer_config.py at core_v0.18.0, arguments.py at core_v0.14.0).
     job: dict[str, Any] = {}
     if fp8 is not None:
         job.update({"fp8-format": fp8, "fp8-recipe": a.value("fp8-recipe", str, "delayed"),
-                    "fp8-amax-history-len": a.value("fp8-amax-history-len", str, "1"),
+                    "fp8-amax-history-len": str(history if history is not None else 1),
                     "fp8-amax-compute-algo": a.value("fp8-amax-compute-algo", str, "most_recent")})
         if a.flag("fp8-param-gather"):
             job["fp8-param-gather"] = True
         # Megatron-Core reads it with MXFP8 parameters alone (optimizer_config.py, param_and_grad_buffer.py at d98e8a6):
         # the parameter all-gather lands in the gradient buffer, no parameter buffer beside the MXFP8 weights.
-        if a.flag("reuse-grad-buf-for-mxfp8-param-ag"):
+        if a.flag("reuse-grad-buf-for-mxfp8-param-ag") and a.flag("use-megatron-fsdp"):
+            # arguments.py sets reuse_grad_buf_for_mxfp8_param_ag false under Megatron-FSDP, whatever its strategy
+            # (NVIDIA/Megatron-LM@d98e8a6; Megatron-Bridge deactivates it there too).
+            unmapped.append("--reuse-grad-buf-for-mxfp8-param-ag: Megatron-LM turns it off under --use-megatron-fsdp; "
+                            "priced without it")
+        elif a.flag("reuse-grad-buf-for-mxfp8-param-ag"):
             if job["fp8-recipe"] == "mxfp8" and job.get("fp8-param-gather"):
                 job["reuse-grad-buf-for-mxfp8-param-ag"] = True
             else:

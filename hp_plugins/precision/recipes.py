@@ -119,6 +119,10 @@ _TE = "Transformer Engine 2.x (common/recipe/__init__.py, pytorch/module/linear.
 # (torchao/float8/config.py: gemm_config_output use_fast_accum=True, gemm_config_grad_input and gemm_config_grad_weight
 # the default False).
 _BACKWARD_SPLIT = ("dgrad", "wgrad")
+# torchtitan's float8 converter leaves only the linears filter_fqns names in bf16, none by default (config/job_config.py
+# Float8Linear at pytorch/torchtitan@e347b1e5e: filter_fqns default_factory=list; its llama3 tomls set ["output"]); hp
+# prices the output head in bf16 under every recipe, so the exported flags keep it there.
+_HEAD_FILTER = ("--quantize.linear.float8.filter_fqns", "output")
 _TE_MEMORY = dict(saved_input="quantized", weight_copies=2, cache_weights=True, tp_gather=True,
                   split_accumulator=_BACKWARD_SPLIT)
 # Per-tensor FP8 under TE: one tensor serves both usages where FP8 GEMMs run in any layout (module docstring).
@@ -227,7 +231,8 @@ RECIPES = (
         quantize_passes=2, split_accumulator=_BACKWARD_SPLIT,
         flags={"torchtitan": ("--model.converters", "quantize.linear.float8",
                               "--quantize.linear.float8.enable_fsdp_float8_all_gather",
-                              "--quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp")},
+                              "--quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp",
+                              *_HEAD_FILTER)},
     ),
     PrecisionRecipe(
         name="torchao-float8-rowwise",
@@ -245,7 +250,7 @@ RECIPES = (
         **_same("e4m3", "rowwise"), saved_input="compute", quantize_passes=2, cast_per_usage=True,
         split_accumulator=_BACKWARD_SPLIT, rescaled_outputs=_BACKWARD_SPLIT,
         flags={"torchtitan": ("--model.converters", "quantize.linear.float8", "--quantize.linear.float8.recipe_name",
-                              "rowwise")},
+                              "rowwise", *_HEAD_FILTER)},
     ),
     PrecisionRecipe(
         name="torchao-float8-rowwise-gw-hp",
@@ -263,7 +268,7 @@ RECIPES = (
         **_same("e4m3", "rowwise"), saved_input="compute", quantize_passes=2, cast_per_usage=True,
         split_accumulator=("dgrad",), rescaled_outputs=("dgrad",), compute_dtype_passes=("wgrad",),
         flags={"torchtitan": ("--model.converters", "quantize.linear.float8", "--quantize.linear.float8.recipe_name",
-                              "rowwise_with_gw_hp")},
+                              "rowwise_with_gw_hp", *_HEAD_FILTER)},
     ),
     PrecisionRecipe(
         name="torchao-mxfp8",

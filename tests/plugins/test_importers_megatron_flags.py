@@ -260,6 +260,55 @@ def test_recipe_flags_megatron_defaults_and_near_matches(registry):
         _imported(registry, SMALL + " --fp8-format hybrid --fp4-format e2m1")
 
 
+@pytest.mark.parametrize(("extra", "message"), [
+    # A precision flag with nothing after it (argparse: "expected one argument"), not read as its default.
+    ("--fp8-format", "--fp8-format: takes a value and none follows it"),
+    ("--fp8-format --fp8-recipe tensorwise", "--fp8-format: takes a value and none follows it"),
+    ("--fp8-format hybrid --fp8-recipe", "--fp8-recipe: takes a value and none follows it"),
+    ("--fp4-format", "--fp4-format: takes a value and none follows it"),
+    ("--fp8-format hybrid --fp8-amax-history-len abc", "--fp8-amax-history-len: expected int, got 'abc'"),
+    # Low-precision parameters without their format (transformer_config.py, arguments.py).
+    ("--fp8-param-gather", "--fp8-param-gather: Megatron-LM refuses it without --fp8-format"),
+    ("--fp4-param-gather", "--fp4-param-gather: Megatron-LM refuses it without --fp4-format"),
+    ("--fp4-format e2m1 --fp8-param-gather", "--fp8-param-gather: Megatron-LM refuses it without --fp8-format"),
+])
+def test_precision_flags_megatron_refuses_are_refused(registry, extra, message):
+    with pytest.raises(ConfigError, match=message):
+        _imported(registry, SMALL + " " + extra)
+
+
+def test_a_low_precision_parameter_gather_needs_the_distributed_optimizer_for_every_recipe(registry):
+    # arguments.py asserts --fp8-param-gather only with the distributed optimizer or FSDP, whatever the recipe: the
+    # MXFP8 and blockwise ones are refused as the per-tensor one is, not relaxed to a recipe gathering in bf16.
+    plain = SMALL.replace(" --use-distributed-optimizer", "")
+    for recipe in ("tensorwise", "mxfp8", "blockwise"):
+        with pytest.raises(ConfigError, match="--fp8-param-gather: Megatron-LM asserts it only with the distributed "
+                                              "optimizer or FSDP"):
+            _imported(registry, plain + f" --fp8-format e4m3 --fp8-recipe {recipe} --fp8-param-gather")
+    with pytest.raises(ConfigError, match="--fp4-param-gather: Megatron-LM asserts it"):
+        _imported(registry, plain + " --fp4-format e2m1 --fp4-param-gather")
+
+
+def test_precision_flags_megatron_ignores_are_said(registry):
+    # Without --fp8-format / --fp4-format Megatron-LM quantizes nothing: priced bf16, each ignored flag one line.
+    job = _imported(registry, SMALL + " --fp8-recipe mxfp8 --fp8-amax-history-len 16")
+    assert _recipe(job) is None and job.unmapped == (
+        "--fp8-recipe mxfp8 without --fp8-format: Megatron-LM quantizes nothing then; priced in bf16",
+        "--fp8-amax-history-len 16 without --fp8-format: Megatron-LM quantizes nothing then; priced in bf16")
+    job = _imported(registry, SMALL + " --fp4-recipe nvfp4")
+    assert _recipe(job) is None and job.unmapped == (
+        "--fp4-recipe nvfp4 without --fp4-format: Megatron-LM quantizes nothing then; priced in bf16",)
+    # Megatron-LM turns the gradient-buffer gather off under Megatron-FSDP whatever its strategy (arguments.py): the
+    # MXFP8 parameters then keep a parameter buffer, priced as mxfp8 with bf16 parameters, at ZeRO 3 as at ZeRO 1.
+    mx = " --fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather --reuse-grad-buf-for-mxfp8-param-ag"
+    for strategy in ("optim", "optim_grads_params"):
+        job = _imported(registry, SMALL.replace(" --use-distributed-optimizer", "") + " --use-megatron-fsdp "
+                        f"--data-parallel-sharding-strategy {strategy}" + mx)
+        assert _recipe(job) == "mxfp8"
+        assert ("--reuse-grad-buf-for-mxfp8-param-ag: Megatron-LM turns it off under --use-megatron-fsdp; priced "
+                "without it") in job.unmapped
+
+
 def test_an_imported_recipe_prices_as_the_named_one(registry, capsys):
     argv = SMALL + " --fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather"
     assert main(["estimate", "--from", "megatron-args", argv, "--devices", "8", "--hardware", "h100-sxm", "--json"]) == 0
