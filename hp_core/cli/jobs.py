@@ -135,19 +135,42 @@ def export_of(trainer: str | None, job, registry: Registry) -> dict[str, Any] | 
         precision = (job.runtime if not isinstance(job.runtime, str) else registry.runtime(job.runtime)).precision
     recipe = registry.precision_recipe(precision.recipe)
     if recipe.low_precision:
-        # The trainer's flags that select the recipe (PrecisionRecipe.flags; docs/precision.md), where it states them.
-        flags = recipe.flags.get(exporter.name)
-        start, end = precision.high_precision_layers_at_start, precision.high_precision_layers_at_end
-        if flags is not None and (start or end) and exporter.name == "megatron":
-            # Megatron-LM's layers kept in bf16 (megatron/core/fp8_utils.py is_first_last_bf16_layer at
-            # NVIDIA/Megatron-LM@d98e8a6; PrecisionSpec.high_precision_layers_at_start / _at_end).
-            flags = (*flags, "--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(start),
-                     "--num-layers-at-end-in-bf16", str(end))
-        elif start or end:  # another trainer states no flag that keeps layers in bf16 (docs/precision.md)
-            exported["precision_note"] = (f"{exporter.name} has no flag keeping the first {start} and last {end} "
-                                          "body layers in bf16; the flags below quantize every layer")
-        exported["precision_flags"] = " ".join(flags) if flags is not None else None
+        exported.update(_precision_export(exporter.name, recipe, precision, registry))
     return exported
+
+
+def _precision_export(trainer: str, recipe, precision, registry: Registry) -> dict[str, Any]:
+    """The trainer's flags that select the recipe (``PrecisionRecipe.flags``; docs/precision.md), ``None`` where it
+    states none, and a note naming what the flags do not set that hp priced (``precision_note``, where any)."""
+    flags, notes = recipe.flags.get(trainer), []
+    base = registry.precision_recipe(recipe.bf16_attention_recipe) if recipe.bf16_attention_recipe else None
+    if flags is None and base is not None and base.flags.get(trainer) is not None:
+        # FP8 attention has no command-line flag (Megatron-LM: TransformerConfig.fp8_dot_product_attention is among
+        # the fields arguments.py generates no flag for, at NVIDIA/Megatron-LM@d98e8a6): the linears' flags, said so.
+        flags = base.flags[trainer]
+        notes.append(f"{trainer} has no command-line flag for {recipe.name}'s FP8 attention; the flags below are "
+                     f"{base.name}'s (set the attention's FP8 in the trainer's config: Megatron-Core's "
+                     "TransformerConfig.fp8_dot_product_attention)")
+    start, end = precision.high_precision_layers_at_start, precision.high_precision_layers_at_end
+    if flags is not None and (start or end) and trainer == "megatron":
+        # Megatron-LM's layers kept in bf16 (megatron/core/fp8_utils.py is_first_last_bf16_layer at
+        # NVIDIA/Megatron-LM@d98e8a6; PrecisionSpec.high_precision_layers_at_start / _at_end).
+        flags = (*flags, "--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(start),
+                 "--num-layers-at-end-in-bf16", str(end))
+    elif (start or end) and flags is not None:  # another trainer states no flag that keeps layers in bf16
+        notes.append(f"{trainer} has no flag keeping the first {start} and last {end} body layers in bf16; the flags "
+                     "below quantize every layer")
+    if precision.module_formats and flags is not None:
+        # Megatron-Core sets a module's own format through a per-module recipe file (--te-precision-config-file,
+        # the config's quant_recipe); no flag states one, so the flags below leave every module in the recipe's.
+        stated = ", ".join(f"{name}: {fmt}" for name, fmt in precision.module_formats)
+        notes.append(f"the run gives modules formats of their own ({stated}), which no {trainer} flag states "
+                     "(Megatron-Core reads them from a per-module recipe file, --te-precision-config-file); the flags "
+                     "below run every module in the recipe's format")
+    found: dict[str, Any] = {"precision_flags": " ".join(flags) if flags is not None else None}
+    if notes:
+        found["precision_note"] = "; ".join(notes)
+    return found
 
 
 def export_text(plan: Any) -> str:

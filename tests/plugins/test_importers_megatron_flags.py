@@ -506,6 +506,48 @@ def test_the_megatron_export_states_the_bf16_layers(registry, capsys):
             "--num-layers-at-end-in-bf16 2") in out
 
 
+def test_an_export_says_what_its_flags_leave_unset(registry, capsys, tmp_path):
+    def exported(*argv: str) -> dict:
+        assert main(["estimate", "--model", "llama3-8b", "--seq-len", "4096", "--json", *argv]) == 0
+        return json.loads(capsys.readouterr().out)["export"]
+
+    mega = ("--runtime", "megatron", "--dp", "4", "--tp", "2", "--sp", "--hardware", "b200", "--export", "megatron")
+    # FP8 attention has no Megatron-LM flag: the linears' recipe's flags, said so.
+    doc = exported(*mega, "--precision", "mxfp8-fp8-attention")
+    assert doc["precision_flags"] == "--fp8-format e4m3 --fp8-recipe mxfp8"
+    assert doc["precision_note"].startswith("megatron has no command-line flag for mxfp8-fp8-attention's FP8 attention")
+    # A module's own format is no flag either (Megatron-Core reads it from a per-module recipe file).
+    config = tmp_path / "job.yaml"
+    config.write_text("model: llama3-8b\nparallel: {dp: 4, tp: 2, sp: true, seq_len: 4096}\n"
+                      "runtime: {name: megatron}\nhardware: b200\nprecision: {recipe: nvfp4, module_formats: {attention_qkv: bf16}}\n",
+                      encoding="utf-8")
+    assert main(["estimate", str(config), "--export", "megatron", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["export"]
+    assert doc["precision_flags"] == "--fp4-format e2m1 --fp4-recipe nvfp4"
+    assert "modules formats of their own (attention_qkv: bf16)" in doc["precision_note"]
+    # torchtitan's float8 converter leaves only filter_fqns in bf16 (none by default): the export keeps the head there,
+    # as hp prices it, so its flags import back with nothing to say.
+    from hp_plugins.importers.torchtitan import import_torchtitan
+
+    for recipe in ("torchao-float8-tensorwise", "torchao-float8-rowwise", "torchao-float8-rowwise-gw-hp"):
+        doc = exported("--runtime", "fsdp2", "--zero", "3", "--dp", "8", "--hardware", "h100-sxm", "--precision", recipe,
+                       "--export", "torchtitan")
+        assert doc["precision_flags"].endswith("--quantize.linear.float8.filter_fqns output"), recipe
+        assert "precision_note" not in doc
+        data = {"model": {"name": "llama3", "flavor": "8B"}, "training": {"local_batch_size": 1, "seq_len": 4096}}
+        words = doc["precision_flags"].split()
+        for at, word in enumerate(words):  # --a.b.c value, or a bare --a.b.c (true)
+            if word.startswith("--"):
+                *tables, key = word[2:].split(".")
+                value = words[at + 1] if at + 1 < len(words) and not words[at + 1].startswith("--") else True
+                table = data
+                for name in tables:
+                    table = table.setdefault(name, {})
+                table[key] = value.split(",") if key in ("converters", "filter_fqns") else value
+        job = import_torchtitan(data, registry, devices=8)
+        assert job.document["precision"]["recipe"] == recipe and job.unmapped == (), recipe
+
+
 # Qwen3-30B-A3B as Megatron-LM arguments (its Hugging Face config.json's sizes; dropouts 0 as the preset states them).
 QWEN3_MOE = ("--num-layers 48 --hidden-size 2048 --ffn-hidden-size 6144 --num-attention-heads 32 "
              "--group-query-attention --num-query-groups 4 --kv-channels 128 --seq-length 4096 "
