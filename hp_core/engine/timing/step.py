@@ -477,12 +477,14 @@ def time_run(
             f"{ALTERNATE_MATMUL_DEFAULT_FRACTION:g} of the layer's forward matmul FLOPs (docs/time.md)")
     # MFU as the field reports it (against the compute dtype's dense peak) and against the recipe's GEMM peak.
     recipe_peak = hardware.peak_flops.get(recipe.gemm_dtype, peak) if recipe.low_precision else peak
+    bubble = pipe - m * slow.micro_batch_seconds - own
+    bubble = 0.0 if abs(bubble) <= 1e-12 * pipe else bubble  # none but the subtraction's rounding (-4.8e-18 s seen)
     return StepTime(
         step_seconds=step,
         compute_seconds=m * (slow.forward_seconds + slow.backward_seconds) + own,
         recompute_seconds=m * slow.recompute_seconds,
         communication_seconds=m * slow.communication_seconds,
-        bubble_seconds=pipe - m * slow.micro_batch_seconds - own,
+        bubble_seconds=bubble,
         data_parallel_seconds=tail.data_parallel_seconds,
         optimizer_seconds=tail.optimizer_seconds,
         micro_batches=m,
