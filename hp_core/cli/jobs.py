@@ -173,6 +173,30 @@ def _precision_export(trainer: str, recipe, precision, registry: Registry) -> di
     return found
 
 
+def job_precision(job, registry: Registry) -> dict[str, Any]:
+    """The precision a resolved job is priced under, as an answer's provenance records it (the recipe, kept layers
+    and module formats: :func:`hp_core.engine.estimate.precision_provenance`)."""
+    from hp_core.engine.estimate import precision_provenance
+    from hp_core.engine.precision import resolve_recipe
+    from hp_core.engine.prepare import resolve_runtime
+
+    _, precision, _ = resolve_runtime(registry, job.runtime, job.precision, job.attention)
+    return precision_provenance(precision, resolve_recipe(registry, precision))
+
+
+def precision_label(provenance: dict[str, Any]) -> str:
+    """``", precision <recipe>"`` (with its kept layers and module formats) for a title, ``""`` under bf16: the recipe
+    an answer was priced under, as its provenance records it (:func:`hp_core.engine.estimate.precision_provenance`)."""
+    recipe = provenance.get("precision_recipe", "bf16")
+    if recipe == "bf16":
+        return ""
+    kept = provenance.get("high_precision_layers")
+    formats = provenance.get("module_formats")
+    return (f", precision {recipe}"
+            + (f" (first {kept['at_start']} and last {kept['at_end']} body layers in the compute dtype)" if kept else "")
+            + (" (" + ", ".join(f"{name} {fmt}" for name, fmt in formats.items()) + ")" if formats else ""))
+
+
 def export_text(plan: Any) -> str:
     if isinstance(plan, str):
         return plan.rstrip("\n") or "(nothing to set: the trainer recomputes nothing by default)"

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from hp_core.cli.jobs import config_from_args, export_text
+from hp_core.cli.jobs import config_from_args, export_text, job_precision, precision_label
 from hp_core.errors import ConfigError, call_plugin
 from hp_core.io.job import resolve_job
 from hp_core.io.report import gib
@@ -59,7 +59,8 @@ def potentials_command(args: argparse.Namespace, registry: Registry, console: Co
         plot_potentials([sequence], args.plot, title=f"{job.model.name}: recompute potentials ({runtime_label(job.runtime)})")
     if args.json:
         rows = list(potential_rows(sequence, kinds))
-        doc: dict[str, Any] = {"model": job.model.name, "runtime": runtime_name(job.runtime), "degrees": dict(sequence.degrees), "steps": []}
+        doc: dict[str, Any] = {"model": job.model.name, "runtime": runtime_name(job.runtime), **job_precision(job, registry),
+                               "degrees": dict(sequence.degrees), "steps": []}
         for step, row, (plan, refused) in zip(sequence.steps, rows, exports):
             entry = {
                 "step": step.step, "changed_layer": step.changed_layer, "full_layers": step.full_layers,
@@ -74,7 +75,8 @@ def potentials_command(args: argparse.Namespace, registry: Registry, console: Co
             doc["steps"].append(entry)
         print(json.dumps(doc, indent=2))
         return 0
-    table = Table(title=f"Recompute potentials: {job.model.name}, runtime {runtime_label(job.runtime)}, "
+    table = Table(title=f"Recompute potentials: {job.model.name}, runtime {runtime_label(job.runtime)}"
+                        f"{precision_label(job_precision(job, registry))}, "
                         + " ".join(f"{k}={v}" for k, v in sequence.degrees.items()), title_justify="left")
     for column in ("Step", "Full layer", "Full", "Peak GiB", "Saved GiB", "Step s", "+ s"):
         table.add_column(column, justify="right")

@@ -10,7 +10,7 @@ import attrs
 from rich.console import Console
 from rich.table import Table
 
-from hp_core.cli.jobs import config_from_args
+from hp_core.cli.jobs import config_from_args, precision_label
 from hp_core.errors import ConfigError
 from hp_core.io.job import resolve_job
 from hp_core.io.report import gib
@@ -71,8 +71,9 @@ def recompute_command(args: argparse.Namespace, registry: Registry, console: Con
         return 0
     results = [("the runtime runs", plan.plan)] + ([("unrestricted", plan.unrestricted)] if plan.unrestricted else [])
     for what, result in results:
-        console.print(_plan_table(result, f"Recompute plan ({what}): {plan.model}, runtime {plan.runtime}, "
-                                          f"{gib(plan.memory_bytes)} GiB less {gib(plan.reserve_bytes)} GiB reserve"))
+        console.print(_plan_table(result, f"Recompute plan ({what}): {plan.model}, runtime {plan.runtime}"
+                                          f"{precision_label(plan.provenance)}, {gib(plan.memory_bytes)} GiB less "
+                                          f"{gib(plan.reserve_bytes)} GiB reserve"))
         verdict = "every stage fits" if result.fits else "does NOT fit: " + "; ".join(
             f"stage {s.index} short by {gib(s.shortfall_bytes)} GiB" for s in result.stages if not s.fits)
         console.print(f"Step time {result.step_seconds:.4f} s; peak {gib(result.peak_bytes)} GiB; {verdict}")

@@ -13,6 +13,7 @@ import attrs
 from rich.console import Console
 from rich.table import Table
 
+from hp_core.cli.jobs import precision_label
 from hp_core.cli.parser import DEFAULT_CONFIG
 from hp_core.errors import ConfigError
 from hp_core.io.convert import ConfigFile, structure
@@ -93,7 +94,7 @@ def _print_recipes(results: dict, args: argparse.Namespace, console: Console) ->
     first = next(iter(results.values()))
     table = Table(title=f"Fastest layouts over recipes {', '.join(results)}: {first.model} on {first.devices} x {first.hardware}, "
                         f"global batch {first.global_batch_size} x {first.seq_len} tokens", title_justify="left")
-    for column in ("#", "Recipe", "Layout", "Peak GiB", "Step s", "MFU (bf16 peak)", "Recompute plan"):
+    for column in ("#", "Recipe", "Layout", "Peak GiB", "Step s", f"MFU ({first.mfu_dtype} peak)", "Recompute plan"):
         table.add_column(column, justify="left" if column in ("Recipe", "Layout", "Recompute plan") else "right")
     for rank, (_, recipe, c) in enumerate(ranked[:args.top], 1):
         table.add_row(str(rank), recipe, c.layout.describe(), gib(c.peak_bytes), f"{c.step_seconds:.3f}", f"{c.mfu:.1%}",
@@ -175,9 +176,10 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
         print(json.dumps(search_to_json(result), indent=2))
         return 0
     label = result.runtime + (f" ({option_summary(runtime)})" if runtime.option_values else "")
-    table = Table(title=f"Fastest layouts: {result.model} on {result.devices} x {result.hardware}, runtime {label}, "
-                        f"global batch {result.global_batch_size} x {result.seq_len} tokens", title_justify="left")
-    for column in ("#", "Layout", "Peak GiB", "Stage peaks GiB", "Step s", "MFU", "Recompute plan"):
+    table = Table(title=f"Fastest layouts: {result.model} on {result.devices} x {result.hardware}, runtime {label}"
+                        f"{precision_label(dict(result.precision))}, global batch {result.global_batch_size} x "
+                        f"{result.seq_len} tokens", title_justify="left")
+    for column in ("#", "Layout", "Peak GiB", "Stage peaks GiB", "Step s", f"MFU ({result.mfu_dtype} peak)", "Recompute plan"):
         table.add_column(column, justify="left" if column in ("Layout", "Recompute plan") else "right")
     for rank, c in enumerate(result.top, 1):
         table.add_row(str(rank), c.layout.describe(), gib(c.peak_bytes), " ".join(gib(p) for p in c.stage_peaks_bytes),

@@ -12,7 +12,7 @@ from hp_core.distributions import planner_version
 from hp_core.engine import census as census_lib
 from hp_core.engine.inner_layers import placed_layer
 from hp_core.engine.prepare import PreparedRun, evaluate_groups, layer_context, model_kinds, with_sublayers
-from hp_core.engine.precision import compute_dtype_kinds, on_device
+from hp_core.engine.precision import compute_dtype_kinds, kept_layer_counts, on_device
 from hp_core.engine.stage import PlacedLayer, plan_stage
 from hp_core.registry import Registry
 from hp_core.results import Estimate, ParameterSummary
@@ -20,7 +20,7 @@ from hp_core.specs import HardwareSpec, ModelSpec, ParallelSpec, PrecisionSpec, 
 from hp_core.costs import LayerCost
 from hp_core.types import LayerKind
 
-__all__ = ["count_parameters", "estimate_run", "placed_body", "recompute_assumptions", "summarise"]
+__all__ = ["count_parameters", "estimate_run", "placed_body", "precision_provenance", "recompute_assumptions", "summarise"]
 
 
 def summarise(kinds: tuple[LayerKind, ...] | list[LayerKind], costs: tuple[LayerCost, ...] | list[LayerCost],
@@ -65,6 +65,20 @@ def recompute_assumptions(body: list[PlacedLayer]) -> str:
             if not layer.full and layer.recomputed == switches and switches not in measured:
                 found[(layer.kind, why)] = None
     return "; ".join(f"{kind}: {why}" for kind, why in sorted(found))
+
+
+
+def precision_provenance(precision: PrecisionSpec, recipe) -> dict:
+    """What an answer records of its precision: the recipe priced (``precision_recipe``), and where the recipe
+    quantizes anything the body layers kept in the compute dtype (``high_precision_layers``) and the modules given a
+    format of their own (``module_formats``), where any; so an FP8 answer saved to a file tells itself from a bf16 one."""
+    found: dict = {"precision_recipe": recipe.name}
+    start, end = kept_layer_counts(precision, recipe)
+    if start or end:
+        found["high_precision_layers"] = {"at_start": start, "at_end": end}
+    if recipe.low_precision and precision.module_formats:
+        found["module_formats"] = dict(precision.module_formats)
+    return found
 
 
 def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardware: HardwareSpec | None = None,
@@ -117,7 +131,7 @@ def estimate_run(run: PreparedRun, recompute: RecomputeSpec | None = None, hardw
         "runtime_options": {name: value for name, value in run.runtime.option_values.items()},
         "census": run.layers.census.name,
         "attention": run.attention,
-        "precision_recipe": run.stage_inputs.recipe.name,
+        **precision_provenance(run.precision, run.stage_inputs.recipe),
         "kinds": census_lib.kind_provenance(run.layers.census, kinds, run.layers.records),
         "model_source": run.model.source,
     }

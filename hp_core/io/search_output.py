@@ -33,6 +33,7 @@ CSV_COLUMNS = (
     "rank", "dp", "cp", "tp", "pp", "vpp", "ep", "etp", "sp", "zero", "micro_batch_size", "schedule",
     "layers_per_stage", "step_seconds", "mfu", "peak_bytes", "stage_peaks_bytes", "recompute_default",
     "recompute_layers", "plan", "model", "runtime", "hardware", "devices", "global_batch_size", "seq_len",
+    "precision_recipe", "mfu_dtype",
 )
 _GIB = 2**30
 # The plot numbers every point by rank and lists this many layouts beside it.
@@ -55,6 +56,8 @@ def search_to_json(result: SearchResult) -> dict[str, Any]:
         "high_precision_layers": {"at_start": result.high_precision_layers[0],
                                   "at_end": result.high_precision_layers[1]},
         "compute_dtype_kinds": list(result.compute_dtype_kinds),
+        **dict(result.precision),
+        "mfu_dtype": result.mfu_dtype,
         "top": [
             {
                 "rank": rank,
@@ -83,7 +86,8 @@ def search_to_json(result: SearchResult) -> dict[str, Any]:
 def search_rows(result: SearchResult) -> Iterator[dict[str, Any]]:
     """The CSV rows of *result*: one per candidate of its top K, fastest first."""
     doc = search_to_json(result)
-    context = {name: doc[name] for name in ("model", "runtime", "hardware", "devices", "global_batch_size", "seq_len")}
+    context = {name: doc[name] for name in ("model", "runtime", "hardware", "devices", "global_batch_size", "seq_len",
+                                            "precision_recipe", "mfu_dtype")}
     for entry in doc["top"]:
         layout = entry["layout"]
         default = entry["recompute"]["default"]

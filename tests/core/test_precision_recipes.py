@@ -618,6 +618,34 @@ def test_the_command_line_names_a_recipe_and_prints_both_mfus_and_the_flags(caps
     assert status == 2 and err.count("\n") == 1 and "--precision: unknown precision recipe 'fp9'" in err
 
 
+def test_every_answer_records_the_recipe_it_was_priced_under(capsys, tmp_path):
+    # An FP8 answer saved to a file tells itself from a bf16 one: search (JSON, CSV, table), recompute, potentials.
+    from cli_run import run
+    import csv
+    import json
+
+    job = ("--model", "llama3-8b", "--num-layers", 4, "--hardware", "h100-sxm", "--seq-len", 2048)
+    path = tmp_path / "top.csv"
+    status, out, err = run(capsys, "search", *job, "--devices", 8, "--global-batch-size", 16, "--top", 2,
+                           "--precision", "fp8-current", "--high-precision-layers-at-end", 1, "--csv", path, "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert doc["precision_recipe"] == "fp8-current" and doc["mfu_dtype"] == "bf16"
+    assert doc["high_precision_layers"] == {"at_start": 0, "at_end": 1}
+    rows = list(csv.DictReader(path.open(encoding="utf-8")))
+    assert rows and {(r["precision_recipe"], r["mfu_dtype"]) for r in rows} == {("fp8-current", "bf16")}
+    status, out, err = run(capsys, "search", *job, "--devices", 8, "--global-batch-size", 16, "--top", 2,
+                           "--precision", "fp8-current")
+    assert status == 0 and "precision fp8-current" in " ".join(out.split()) and "MFU (bf16 peak)" in out
+    status, out, err = run(capsys, "recompute", *job, "--dp", 4, "--tp", 2, "--sp", "--precision", "fp8-current", "--json")
+    assert status == 0 and json.loads(out)["provenance"]["precision_recipe"] == "fp8-current"
+    status, out, err = run(capsys, "potentials", *job, "--dp", 4, "--tp", 2, "--sp", "--steps", 1,
+                           "--precision", "fp8-current", "--json")
+    assert status == 0 and json.loads(out)["precision_recipe"] == "fp8-current"
+    status, out, err = run(capsys, "recompute", *job, "--dp", 4, "--tp", 2, "--sp", "--json")
+    assert status == 0 and json.loads(out)["provenance"]["precision_recipe"] == "bf16"
+
+
 def test_the_search_ranks_several_recipes_together(capsys):
     from cli_run import run
     import json

@@ -31,7 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
-from hp_core.engine.estimate import estimate_run
+from hp_core.engine.estimate import estimate_run, precision_provenance
 from hp_core.engine.inner_layers import PlacedState, placed_layer, placed_recompute
 from hp_core.engine.precision import on_device
 from hp_core.engine.prepare import PreparedRun
@@ -484,6 +484,7 @@ def plan_run(
         "runtime_options": dict(rt.option_values),
         "census": run.layers.census.name,
         "attention": run.attention,
+        **precision_provenance(run.precision, run.stage_inputs.recipe),
         "hardware": hardware.name,
         "candidates": {kinds[i].name: len(candidates[i, True]) for i in body_groups},
         "offload": list(offload),

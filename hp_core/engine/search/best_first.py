@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
-from hp_core.engine.estimate import estimate_run
+from hp_core.engine.estimate import estimate_run, precision_provenance
 from hp_core.engine.precision import on_device
 from hp_core.engine.prepare import EvaluatedLayers, prepare
 from hp_core.engine.recompute.layout import describe_ranges
@@ -57,6 +57,7 @@ from hp_core.engine.search.layouts import (
     zero_levels,
 )
 from hp_core.engine.timing import time_run
+from hp_core.engine.timing.rates import compute_dtype
 from hp_core.bounds import MAX_BATCH, MAX_DEVICES, MAX_INT, MAX_SEARCH_LAYOUTS, MAX_SEQ_LEN, check_int
 from hp_core.errors import ConfigError
 from hp_core.registry import Registry
@@ -350,6 +351,7 @@ def _search(model: ModelSpec, registry: Registry, devices: int, hardware: Hardwa
         seq_len=seq_len, considered=considered, planned=planned, fitting=len(fitting), top=tuple(fitting[:top]),
         rejected={reason: counts[reason] for reason in REASONS if counts.get(reason)},
         high_precision_layers=bounder.kept_layers, compute_dtype_kinds=bounder.prepared.compute_dtype_kinds,
+        precision=precision_provenance(bounder.precision, bounder.recipe), mfu_dtype=compute_dtype(bounder.precision, hardware),
     )
 
 

@@ -8,7 +8,7 @@ answer. Every candidate not ranked is counted under one of :data:`REASONS`.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import attrs
 
@@ -179,6 +179,10 @@ class SearchResult:
         compute_dtype_kinds: The layer kinds the runtime runs wholly in the compute dtype under the recipe in every
             candidate (``Runtime.compute_dtype_kinds``: ``("mtp",)``, Megatron-Core's MTP module under FP4), sorted;
             empty where the model has none.
+        precision: The precision every candidate is priced under, as an estimate's provenance records it
+            (:func:`~hp_core.engine.estimate.precision_provenance`: ``precision_recipe`` and, where set, the layers
+            kept and the module formats).
+        mfu_dtype: The dtype whose dense peak each candidate's MFU is taken against (the compute dtype's).
     """
 
     model: str
@@ -194,6 +198,8 @@ class SearchResult:
     rejected: Mapping[str, int]
     high_precision_layers: tuple[int, int] = (0, 0)
     compute_dtype_kinds: tuple[str, ...] = ()
+    precision: Mapping[str, Any] = attrs.field(factory=lambda: {"precision_recipe": "bf16"})
+    mfu_dtype: str = "bf16"
 
     @property
     def best(self) -> Candidate | None:
