@@ -423,7 +423,8 @@ class PrecisionRecipe:
         if self.architectures and architecture is not None and architecture not in self.architectures:
             raise ConfigError("$.precision.recipe",
                               f"precision recipe {self.name} runs on {' or '.join(self.architectures)} devices only "
-                              f"(docs/precision.md); {device} is a {architecture} device: choose another recipe or device")
+                              f"(docs/precision.md); {device} is {'an' if architecture[:1] in 'aeiou' else 'a'} {architecture} device: "
+                              "choose another recipe or device")
 
     def on(self, architecture: str | None) -> "PrecisionRecipe":
         """The recipe as a device of *architecture* runs it: at most :meth:`usages` cached weight copies.

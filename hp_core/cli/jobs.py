@@ -129,14 +129,31 @@ def export_of(trainer: str | None, job, registry: Registry) -> dict[str, Any] | 
     exporter = registry.exporter(trainer)
     plan = job.recompute if job.recompute is not None else RecomputeSpec()
     text = call_plugin(exporter.name, "exporter", exporter.export, plan, job.model, job.parallel, registry=registry)
-    exported = {"trainer": exporter.name, "runtime": exporter.runtime, "plan": text}
+    return {"trainer": exporter.name, "runtime": exporter.runtime, "plan": text,
+            **precision_export(exporter.name, job, registry)}
+
+
+def precision_export(trainer: str, job, registry: Registry) -> dict[str, Any]:
+    """The job's precision recipe as *trainer* selects it (:func:`_precision_export`: ``precision_flags`` and a
+    ``precision_note``); ``{}`` where the recipe quantizes nothing."""
     precision = job.precision
     if precision is None:
         precision = (job.runtime if not isinstance(job.runtime, str) else registry.runtime(job.runtime)).precision
     recipe = registry.precision_recipe(precision.recipe)
-    if recipe.low_precision:
-        exported.update(_precision_export(exporter.name, recipe, precision, registry))
-    return exported
+    return _precision_export(trainer, recipe, precision, registry) if recipe.low_precision else {}
+
+
+def print_precision_export(exported: dict[str, Any], trainer: str, console: Console) -> None:
+    """The recipe's flags for *trainer* (:func:`precision_export`) as the text output prints them; nothing under bf16."""
+    if "precision_flags" not in exported:
+        return
+    flags = exported["precision_flags"]
+    if exported.get("precision_note"):
+        console.print(f"Note: {exported['precision_note']}", markup=False, highlight=False, soft_wrap=True)
+    console.print("Precision recipe flags:" if flags is not None else
+                  f"Precision recipe: {trainer} has no flags for it (docs/precision.md lists each recipe's trainer)")
+    if flags is not None:
+        console.print(flags, markup=False, highlight=False, soft_wrap=True)
 
 
 def _precision_export(trainer: str, recipe, precision, registry: Registry) -> dict[str, Any]:
@@ -209,11 +226,4 @@ def print_export(exported: dict[str, Any], runtime: str, console: Console) -> No
     )
     console.print(f"Recompute plan for {exported['trainer']}{note}:")
     console.print(export_text(exported["plan"]), markup=False, highlight=False, soft_wrap=True)
-    if "precision_flags" in exported:
-        flags = exported["precision_flags"]
-        if exported.get("precision_note"):
-            console.print(f"Note: {exported['precision_note']}", markup=False, highlight=False, soft_wrap=True)
-        console.print("Precision recipe flags:" if flags is not None else
-                      f"Precision recipe: {exported['trainer']} has no flags for it (docs/precision.md lists each recipe's trainer)")
-        if flags is not None:
-            console.print(flags, markup=False, highlight=False, soft_wrap=True)
+    print_precision_export(exported, exported["trainer"], console)

@@ -171,9 +171,11 @@ def _fix(text: str) -> tuple[str, int]:
     name = name.strip().replace("-", "_")
     if name == "mbs":
         name = "micro_batch_size"
-    if name not in FIXABLE or not value.strip().isdigit() or len(value.strip()) > 10 or not 1 <= int(value) <= MAX_DEVICES:
-        raise argparse.ArgumentTypeError(f"expected NAME=N with NAME one of {', '.join(FIXABLE)} (or mbs) and N at most "
-                                         f"{MAX_DEVICES:,} (MAX_DEVICES), got {short_repr(text)}")
+    # ZeRO's levels start at 0 (Megatron's default, no distributed optimizer); a degree or micro-batch at 1.
+    least = 0 if name == "zero" else 1
+    if name not in FIXABLE or not value.strip().isdigit() or len(value.strip()) > 10 or not least <= int(value) <= MAX_DEVICES:
+        raise argparse.ArgumentTypeError(f"expected NAME=N with NAME one of {', '.join(FIXABLE)} (or mbs) and N from 1 "
+                                         f"(zero: from 0) to {MAX_DEVICES:,} (MAX_DEVICES), got {short_repr(text)}")
     return name, int(value)
 
 

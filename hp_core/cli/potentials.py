@@ -9,7 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from hp_core.cli.jobs import config_from_args, export_text, job_precision, precision_label
+from hp_core.cli.jobs import (config_from_args, export_text, job_precision, precision_export, precision_label,
+                              print_precision_export)
 from hp_core.errors import ConfigError, call_plugin
 from hp_core.io.job import resolve_job
 from hp_core.io.report import gib
@@ -73,6 +74,8 @@ def potentials_command(args: argparse.Namespace, registry: Registry, console: Co
             if exporter is not None:
                 entry["export"] = {"trainer": exporter.name, "plan": plan, "refused": refused}
             doc["steps"].append(entry)
+        if exporter is not None:  # the recipe's flags for the trainer, the same for every step
+            doc.update(precision_export(exporter.name, job, registry))
         print(json.dumps(doc, indent=2))
         return 0
     table = Table(title=f"Recompute potentials: {job.model.name}, runtime {runtime_label(job.runtime)}"
@@ -96,6 +99,8 @@ def potentials_command(args: argparse.Namespace, registry: Registry, console: Co
     console.print(table)
     last = sequence.steps[-1]
     console.print(f"Start: {describe_plan(first.plan)}; last: {describe_plan(last.plan)}")
+    if exporter is not None:
+        print_precision_export(precision_export(exporter.name, job, registry), exporter.name, console)
     for what, path in (("CSV", args.csv), ("plot", args.plot)):
         if path is not None:
             console.print(f"Wrote {what} {path}")

@@ -10,7 +10,7 @@ import attrs
 from rich.console import Console
 from rich.table import Table
 
-from hp_core.cli.jobs import config_from_args, precision_label
+from hp_core.cli.jobs import config_from_args, precision_export, precision_label, print_precision_export
 from hp_core.errors import ConfigError
 from hp_core.io.job import resolve_job
 from hp_core.io.report import gib
@@ -66,6 +66,7 @@ def recompute_command(args: argparse.Namespace, registry: Registry, console: Con
                 "peak_bytes": trainer.estimate.peak_bytes,
                 "step_seconds": trainer.time.step_seconds,
                 "candidates": trainer.candidates,
+                **precision_export(trainer.trainer, job, registry),
             }
         print(json.dumps(doc, indent=2))
         return 0
@@ -97,4 +98,5 @@ def recompute_command(args: argparse.Namespace, registry: Registry, console: Con
         )
         written = trainer.written if isinstance(trainer.written, str) else json.dumps(trainer.written)
         console.print(written or "(no recompute flags)", markup=False, highlight=False)
+        print_precision_export(precision_export(trainer.trainer, job, registry), trainer.trainer, console)
     return 0

@@ -42,7 +42,7 @@ from hp_core.linear_modules import LinearModule, joining_kept
 from hp_core.errors import ConfigError
 from hp_core.precision_recipes import PrecisionRecipe
 
-__all__ = ["check_module_formats", "module_recipes_by_term", "module_weight_copy_bytes", "modules_present",
+__all__ = ["check_hardware_dtype", "check_module_formats", "check_recipes_on_device", "module_format_refusal", "module_recipes_by_term", "module_weight_copy_bytes", "modules_present",
            "with_module_formats", "with_module_recipes"]
 
 
@@ -203,3 +203,30 @@ def check_module_formats(formats: tuple[tuple[str, str], ...], costs: Iterable[L
             raise ConfigError(f"$.precision.module_formats.{name}",
                               f"module {name} is in no layer of this model (its layers mark "
                               f"{sorted(present) or 'no named module'}); remove it or name a module the model has")
+
+
+def module_format_refusal(fmt: str, exc: ConfigError) -> ConfigError:
+    """A module format's own recipe refused on the device (its family, its peaks, its measured speedups), said at
+    ``$.precision.module_formats`` with the format named: the run's recipe itself runs there."""
+    return ConfigError("$.precision.module_formats", f"module format {fmt}: {exc.message}")
+
+
+def check_hardware_dtype(recipe: PrecisionRecipe, peaks: dict, name: str) -> None:
+    """Refuse a recipe whose GEMM dtype the device states no peak for (one line, ``$.precision.recipe``)."""
+    if recipe.gemm_dtype not in peaks:
+        raise ConfigError("$.precision.recipe",
+                          f"precision recipe {recipe.name} runs its GEMMs in {recipe.gemm_dtype}, for which {name} states no peak "
+                          f"FLOP/s (it has {sorted(peaks) or 'none'}); choose another recipe or a device that runs {recipe.gemm_dtype}")
+
+
+def check_recipes_on_device(recipe: PrecisionRecipe, hardware: Any) -> None:
+    """Refuse a device the run's recipe, or a module format's own recipe, does not run on: its family
+    (:meth:`PrecisionRecipe.check_architecture`) or, where the device states peaks, none for its GEMMs (FP8 on an
+    A100); a module format's refusal said at ``$.precision.module_formats`` (:func:`module_format_refusal`)."""
+    for fmt, own in ((None, recipe), *recipe.module_recipes):
+        try:
+            own.check_architecture(hardware.architecture, hardware.name)
+            if own.low_precision and hardware.peak_flops:
+                check_hardware_dtype(own, hardware.peak_flops, hardware.name)
+        except ConfigError as exc:
+            raise exc if fmt is None else module_format_refusal(fmt, exc) from None

@@ -27,7 +27,8 @@ from typing import Any, Iterable
 import attrs
 
 from hp_core.costs import ActivationTerm, LayerCost, ParamCount
-from hp_core.engine.module_formats import module_recipes_by_term, with_module_formats, with_module_recipes
+from hp_core.engine.module_formats import (check_hardware_dtype, check_recipes_on_device, module_recipes_by_term,
+                                          with_module_formats, with_module_recipes)
 from hp_core.engine.fp8_attention_checks import check_fp8_attention, check_fp8_attention_device, recipe_prices_on
 from hp_core.errors import ConfigError, RunRefusal
 from hp_core.precision_recipes import PrecisionRecipe
@@ -348,18 +349,9 @@ def optimizer_gather_bytes(elements: int, quantized: int, recipe: PrecisionRecip
 
 
 def check_recipe_zero(recipe: PrecisionRecipe | None, zero: int) -> None:
-    """A recipe's refusal of the run's ZeRO level (:meth:`PrecisionRecipe.check_zero
-    <hp_core.precision_recipes.PrecisionRecipe.check_zero>`); nothing without a recipe."""
+    """A recipe's refusal of the run's ZeRO level (``PrecisionRecipe.check_zero``); nothing without a recipe."""
     if recipe is not None:
         recipe.check_zero(zero)
-
-
-def check_hardware_dtype(recipe: PrecisionRecipe, peaks: dict, name: str) -> None:
-    """Refuse a recipe whose GEMM dtype the device states no peak for (one line, ``$.precision.recipe``)."""
-    if recipe.gemm_dtype not in peaks:
-        raise ConfigError("$.precision.recipe",
-                          f"precision recipe {recipe.name} runs its GEMMs in {recipe.gemm_dtype}, for which {name} states no peak "
-                          f"FLOP/s (it has {sorted(peaks) or 'none'}); choose another recipe or a device that runs {recipe.gemm_dtype}")
 
 
 def on_device(run: Any, hardware: Any) -> Any:
@@ -382,7 +374,7 @@ def on_device(run: Any, hardware: Any) -> Any:
     inputs, changes = run.stage_inputs, {}
     recipe = inputs.recipe
     if recipe is not None:
-        recipe.check_architecture(hardware.architecture, hardware.name)
+        check_recipes_on_device(recipe, hardware)
         check_fp8_attention_device(recipe, (cost.work for cost in run.costs), hardware.architecture, hardware.name,
                                    recipe_prices_on(run.registry, hardware, getattr(run.runtime, "timing", None)))
         changed = recipe.on(hardware.architecture)

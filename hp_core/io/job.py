@@ -81,6 +81,8 @@ def resolve_job(config: ConfigFile, registry: Registry) -> Job:
     hardware = config.hardware
     if isinstance(hardware, str):
         hardware = registry.hardware_preset(hardware).spec
+    elif hardware is not None and hardware.architecture is not None:
+        _check_architecture(hardware.architecture, registry)
     return Job(
         model=resolve_model(config, registry),
         parallel=config.parallel,
@@ -116,3 +118,14 @@ def step_time_job(job: Job, registry: Registry, parallel: ParallelSpec | None = 
 
     run = run if run is not None else prepare_job(job, registry, parallel)
     return time_run(run, job.hardware, job.recompute)
+
+
+def _check_architecture(architecture: str, registry: Registry) -> None:
+    """Refuse a stated device's architecture that no hardware preset and no runtime's timing profile names (a typo,
+    ``hoper``, would otherwise take the profiles' ``*`` efficiencies, or none, silently)."""
+    known = {h.spec.architecture for h in registry.hardware} | {
+        d.architecture for r in registry.runtimes if r.timing is not None for d in r.timing.devices}
+    known -= {None, "*"}
+    if architecture not in known:
+        raise ConfigError("$.hardware.architecture", f"{architecture!r} is no architecture a hardware preset or timing "
+                          f"profile names (known: {', '.join(sorted(known))}); check the spelling")

@@ -13,6 +13,14 @@ from hp_core.validators import bounded_int, optional, positive_int, positive_num
 __all__ = ["HardwareSpec"]
 
 
+# The precision names a peak is read under: the compute dtypes (hp_core.engine.timing.rates._DTYPES) and the GEMM
+# dtypes of the recipes' formats (hp_core.precision_recipes.FORMATS); int8 for a device's datasheet figure.
+PEAK_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "fp4", "int8")
+# The low-precision dtypes whose dense peak is a multiple of the 16-bit one on every device that has them (twice on
+# Hopper and Blackwell for fp8, 4 to 6 times for fp4): one at or below it is a misread figure.
+_FASTER_THAN_16_BIT = ("fp8", "fp4")
+
+
 def _peak_flops(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     """Precision name -> a positive, finite FLOP/s figure (a zero would divide a step time by zero)."""
     if not isinstance(value, Mapping):
@@ -20,8 +28,16 @@ def _peak_flops(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     for key, rate in value.items():
         if not isinstance(key, str):
             raise SpecError("peak_flops", f"peak_flops keys must be precision names, got {short_repr(key)}")
+        if key not in PEAK_DTYPES:
+            raise SpecError(f"peak_flops.{key}", f"peak_flops.{key} must be a precision name hp reads (one of "
+                            f"{', '.join(PEAK_DTYPES)}), got {key!r}; check the spelling")
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not is_finite(rate) or not rate > 0:
             raise SpecError(f"peak_flops.{key}", f"peak_flops.{key} must be a positive finite number of FLOP/s, got {short_repr(rate)}")
+    half = max((value[k] for k in ("bf16", "fp16") if k in value), default=None)
+    for key in _FASTER_THAN_16_BIT:
+        if key in value and half is not None and not value[key] > half:
+            raise SpecError(f"peak_flops.{key}", f"peak_flops.{key} must be above the 16-bit peak ({half:.4g} FLOP/s), "
+                            f"got {value[key]:.4g}; a device's dense {key} peak is a multiple of it: state the dense figure")
 
 
 def _pair(instance: Any, attribute: attrs.Attribute, value: Any) -> None:

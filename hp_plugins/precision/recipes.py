@@ -127,6 +127,10 @@ _TE_MEMORY = dict(saved_input="quantized", weight_copies=2, cache_weights=True, 
                   split_accumulator=_BACKWARD_SPLIT)
 # Per-tensor FP8 under TE: one tensor serves both usages where FP8 GEMMs run in any layout (module docstring).
 _TE_PER_TENSOR = dict(_TE_MEMORY, one_copy_architectures=("blackwell",))
+# Transformer Engine runs MXFP8 and NVFP4 from compute capability 10.0 only (check_mxfp8_support, "Device compute
+# capability 10.0 or higher required for MXFP8 execution", and _compute_nvfp4_support, transformer_engine/pytorch/
+# quantization.py): a Hopper or Ampere device is refused, not priced.
+_TE_BLACKWELL = ("blackwell",)
 
 
 def _same(fmt: str, scaling: str) -> dict[str, GemmOperand]:
@@ -169,14 +173,14 @@ RECIPES = (
         name="mxfp8",
         description="MXFP8 (Blackwell): E4M3 in 32-element blocks with E8M0 scales, every operand",
         source=f"{_TE}: MXFP8BlockScaling(fp8_format=E4M3); --fp8-format e4m3 --fp8-recipe mxfp8",
-        **_same("mxfp8", "mx_32"), quantize_passes=1, **_TE_MEMORY,
+        **_same("mxfp8", "mx_32"), quantize_passes=1, **_TE_MEMORY, architectures=_TE_BLACKWELL,
         flags={"megatron": ("--fp8-format", "e4m3", "--fp8-recipe", "mxfp8")},
     ),
     PrecisionRecipe(
         name="nvfp4",
         description="NVFP4 (Blackwell): E2M1 in 16-element blocks with E4M3 scales and an fp32 tensor scale",
         source=f"{_TE}: NVFP4BlockScaling; --fp4-format e2m1 --fp4-recipe nvfp4",
-        **_same("nvfp4", "nvfp4_16"), quantize_passes=2, **_TE_MEMORY,
+        **_same("nvfp4", "nvfp4_16"), quantize_passes=2, **_TE_MEMORY, architectures=_TE_BLACKWELL,
         flags={"megatron": ("--fp4-format", "e2m1", "--fp4-recipe", "nvfp4")},
     ),
     PrecisionRecipe(
@@ -211,7 +215,7 @@ RECIPES = (
         # _copy_main_params_to_param_buffer at NVIDIA/Megatron-LM@d98e8a6): param_gather "gradient_buffer".
         source=f"{_TE}: MXFP8BlockScaling(fp8_format=E4M3); --fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather "
                "--reuse-grad-buf-for-mxfp8-param-ag",
-        **_same("mxfp8", "mx_32"), param_gather="gradient_buffer", quantize_passes=1, **_TE_MEMORY,
+        **_same("mxfp8", "mx_32"), param_gather="gradient_buffer", quantize_passes=1, **_TE_MEMORY, architectures=_TE_BLACKWELL,
         flags={"megatron": ("--fp8-format", "e4m3", "--fp8-recipe", "mxfp8", "--fp8-param-gather",
                             "--reuse-grad-buf-for-mxfp8-param-ag")},
     ),

@@ -156,6 +156,29 @@ def test_inline_hardware(reg: Registry):
     assert config.hardware == HardwareSpec(name="Toy", memory_bytes=2**34, devices_per_node=4)
 
 
+@pytest.mark.parametrize(("peaks", "path", "message"), [
+    # A misspelt precision name would leave the recipe's peak unstated and be refused far from the typo.
+    ({"bf16": 9.894e14, "FP8": 1.9789e15}, "$.hardware.peak_flops.FP8", "must be a precision name hp reads"),
+    # An FP8 peak at or below the bf16 one gives an MFU against it above 100%: a misread figure.
+    ({"bf16": 9.894e14, "fp8": 1e14}, "$.hardware.peak_flops.fp8", "must be above the 16-bit peak"),
+    ({"bf16": 2.25e15, "fp8": 4.5e15, "fp4": 2.25e15}, "$.hardware.peak_flops.fp4", "must be above the 16-bit peak"),
+])
+def test_inline_hardware_peaks_hp_cannot_read_are_refused(reg: Registry, peaks, path, message):
+    error = _refused({**BASE, "hardware": {"name": "Toy", "memory_bytes": 2**34, "peak_flops": peaks}}, reg)
+    assert error.path == path and message in error.message
+
+
+def test_an_inline_architecture_no_preset_or_profile_names_is_refused(reg: Registry):
+    from hp_core.io.job import resolve_job
+
+    hardware = {"name": "Toy", "memory_bytes": 2**34, "peak_flops": {"bf16": 1e15}}
+    job = resolve_job(structure({**BASE, "hardware": {**hardware, "architecture": "hopper"}}, ConfigFile, reg), reg)
+    assert job.hardware.architecture == "hopper"
+    with pytest.raises(ConfigError, match=r"\$\.hardware\.architecture: 'hoper' is no architecture a hardware preset "
+                                          "or timing profile names .*hopper"):
+        resolve_job(structure({**BASE, "hardware": {**hardware, "architecture": "hoper"}}, ConfigFile, reg), reg)
+
+
 # ----------------------------------------------------------------------------- unknown keys
 
 

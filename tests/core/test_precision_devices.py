@@ -411,6 +411,40 @@ def test_torchao_mxfp8_is_refused_off_blackwell(registry):
     assert step_time(model, layout, registry=registry, runtime="fsdp2", hardware="b200", precision=precision).step_seconds > 0
 
 
+@pytest.mark.parametrize(("recipe", "hardware", "words"), [
+    # Transformer Engine runs MXFP8 and NVFP4 from compute capability 10.0 only (check_mxfp8_support,
+    # _compute_nvfp4_support): refused on Hopper, the FP8-attention and parameter-gather variants too.
+    ("mxfp8", "h100-sxm", r"precision recipe mxfp8 runs on blackwell devices only .* is a hopper device"),
+    ("mxfp8-param-gather", "h200", r"precision recipe mxfp8-param-gather runs on blackwell devices only"),
+    ("nvfp4-fp8-attention", "h200", r"precision recipe nvfp4-fp8-attention runs on blackwell devices only"),
+    # A device stating peaks, none for the recipe's GEMM dtype, runs none of it: refused for memory too.
+    ("fp8-current", "a100-80gb", r"precision recipe fp8-current runs its GEMMs in fp8, for which NVIDIA A100 SXM 80GB states no peak"),
+])
+def test_a_recipe_the_device_cannot_run_is_refused_for_memory_and_time(registry, recipe, hardware, words):
+    from hp_core.errors import ConfigError
+
+    model = model_from_preset("llama3-8b", registry)
+    layout = ParallelSpec(dp=4, tp=2, sp=True, seq_len=4096)
+    precision = _precision(registry, "megatron", recipe)
+    for answer in (estimate, step_time):
+        with pytest.raises(ConfigError, match=r"^\$\.precision\.recipe: " + words):
+            answer(model, layout, registry=registry, runtime="megatron", hardware=hardware, precision=precision)
+    assert estimate(model, layout, registry=registry, runtime="megatron", hardware="b200", precision=precision).stages
+
+
+def test_a_module_format_the_device_cannot_run_is_said_at_module_formats(registry):
+    # The run's recipe runs on Hopper; the MXFP8 format one module is given does not: said there, not at the recipe.
+    from hp_core.errors import ConfigError
+
+    model = model_from_preset("llama3-8b", registry)
+    layout = ParallelSpec(dp=4, tp=2, sp=True, seq_len=4096)
+    precision = attrs.evolve(_precision(registry, "megatron", "fp8-current"), module_formats={"attention_qkv": "mxfp8"})
+    for answer in (estimate, step_time):
+        with pytest.raises(ConfigError, match=r"^\$\.precision\.module_formats: module format mxfp8: precision recipe "
+                                              "mxfp8 runs on blackwell devices only"):
+            answer(model, layout, registry=registry, runtime="megatron", hardware="h100-sxm", precision=precision)
+
+
 def test_torchao_mx_recipes_quantize_the_gemms_their_converter_swaps(registry):
     """PrecisionRecipe.gemms: torchtitan's quantize.linear.mx swaps nn.Linear modules (torchao-mxfp8, 'linears': a routed
     expert's grouped GEMM stays bf16), quantize.grouped_mm.mx the experts' grouped GEMMs (torchao-mxfp8-experts), both

@@ -140,6 +140,12 @@ def test_the_cli_prints_json_and_one_line_errors(capsys):
         main([*argv, "--fix", "nope=1"])
     assert exit_.value.code == 2
     capsys.readouterr()
+    # ZeRO's levels start at 0 (Megatron-LM without the distributed optimizer); a degree at 1.
+    assert main([*argv[:-2], "--fix", "zero=0", "--json", "--top", "2"]) == 0
+    assert {entry["layout"]["zero"] for entry in json.loads(capsys.readouterr().out)["top"]} == {0}
+    with pytest.raises(SystemExit):
+        main([*argv, "--fix", "tp=0"])
+    capsys.readouterr()
     assert main(["search", "--model", "nope", "--devices", "8", "--hardware", "h100-sxm"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "hp search: error:" in err

@@ -548,6 +548,19 @@ def test_an_export_says_what_its_flags_leave_unset(registry, capsys, tmp_path):
         assert job.document["precision"]["recipe"] == recipe and job.unmapped == (), recipe
 
 
+def test_recompute_and_potentials_exports_carry_the_recipe_flags(registry, capsys):
+    job = ["--model", "llama3-8b", "--num-layers", "4", "--hardware", "h100-sxm", "--dp", "4", "--tp", "2", "--sp",
+           "--seq-len", "4096", "--runtime", "megatron", "--precision", "fp8-current", "--export", "megatron"]
+    flags = "--fp8-format hybrid --fp8-recipe tensorwise"
+    assert main(["recompute", *job, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trainer_plan"]["precision_flags"] == flags
+    assert main(["potentials", *job, "--steps", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["precision_flags"] == flags
+    for command in (["recompute"], ["potentials", "--steps", "1"]):
+        assert main([*command, *job]) == 0
+        assert f"Precision recipe flags:\n{flags}" in capsys.readouterr().out
+
+
 # Qwen3-30B-A3B as Megatron-LM arguments (its Hugging Face config.json's sizes; dropouts 0 as the preset states them).
 QWEN3_MOE = ("--num-layers 48 --hidden-size 2048 --ffn-hidden-size 6144 --num-attention-heads 32 "
              "--group-query-attention --num-query-groups 4 --kv-channels 128 --seq-length 4096 "

@@ -23,6 +23,7 @@ from hp_core.costs import LayerContext, LayerCost
 from hp_core.engine import census as census_lib
 from hp_core.engine.optimizer import OptimizerLoad, group_states, layer_load, master_bytes, resolve_optimizer
 from hp_core.engine.precision import check_fp8_attention, check_fp8_attention_device, recipe_prices_on, resolve_recipe
+from hp_core.engine.module_formats import check_recipes_on_device
 from hp_core.engine.prepare import EvaluatedLayers, evaluate_layers, layer_context, model_kinds, resolve_runtime
 from hp_core.engine.schedule import _call, awaiting_weight_gradient, stage_plan
 from hp_core.engine.search.layouts import Layout, _Job, _reason_of
@@ -99,6 +100,7 @@ class _Bounder:
         self.optimizer = resolve_optimizer(registry, self.precision)
         self.recipe = resolve_recipe(registry, self.precision)
         check_fp8_attention(self.recipe, self.rt)  # FP8 attention the runtime's kernel runs none of: no layout runs it
+        check_recipes_on_device(self.recipe, job.hardware)  # a recipe (or a module format) the device does not run
         # The model as prepare splits it at the layers kept in the compute dtype, and the memo's costs as prepare
         # evaluates them (the recipe applied, the split-off groups in the compute dtype): every bound below is of the
         # layers as the estimate has them. What no layout runs is refused here (PreparedCosts).

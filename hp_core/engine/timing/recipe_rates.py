@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hp_core.engine.module_formats import module_format_refusal
 from hp_core.errors import ConfigError
 from hp_core.precision_recipes import GEMM_PASS_NAMES, PrecisionRecipe
 from hp_core.specs import HardwareSpec
@@ -138,6 +139,11 @@ def _recipe_rates(recipe: PrecisionRecipe | None, dev: DeviceEfficiency, timing:
     if recipe.module_recipes:
         # The modules a run gives a quantized format of their own: each format's figures as its own recipe states
         # them on this device (hp_core.engine.timing.gemm_seconds prices those modules' GEMMs with them).
-        figures["module_rates"] = tuple((fmt, _recipe_rates(alt, dev, timing, hardware, act_bytes, tp_sp, zero))
-                                        for fmt, alt in recipe.module_recipes)
+        rates = []
+        for fmt, alt in recipe.module_recipes:
+            try:
+                rates.append((fmt, _recipe_rates(alt, dev, timing, hardware, act_bytes, tp_sp, zero)))
+            except ConfigError as exc:  # said at the module format, not at the run's recipe, which runs there
+                raise module_format_refusal(fmt, exc) from None
+        figures["module_rates"] = tuple(rates)
     return figures
