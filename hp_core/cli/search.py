@@ -59,9 +59,11 @@ def task_executor(kind: str, address: str | None, workers: int) -> Iterator[obje
                 client = stack.enter_context(distributed.Client(cluster))
             else:
                 client = stack.enter_context(distributed.Client(address, timeout="20s"))
-        except (OSError, TimeoutError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever connecting raises (an endpoint that is no Dask scheduler
+            # answers bytes distributed cannot read: a MemoryError seen) is the address's, said in one line
             where = address or "a local cluster"
-            raise ConfigError("--executor", f"cannot reach the Dask scheduler at {where}: {exc}") from None
+            raise ConfigError("--executor", f"cannot reach the Dask scheduler at {where}: "
+                                            f"{type(exc).__name__}: {exc}") from None
         yield client.get_executor()
 
 

@@ -55,4 +55,12 @@ def test_an_unreachable_scheduler_is_one_line_and_exit_2(capsys, monkeypatch):
                            "--executor", "dask=tcp://10.0.0.1:8786")
     assert (status, out) == (2, "")
     assert err.strip() == ("hp search: error: --executor: cannot reach the Dask scheduler at tcp://10.0.0.1:8786: "
-                           "Timed out trying to connect to tcp://10.0.0.1:8786")
+                           "OSError: Timed out trying to connect to tcp://10.0.0.1:8786")
+    # An endpoint that is no Dask scheduler answers what distributed cannot read (a MemoryError was seen): one line too.
+    def garbled(address, timeout):
+        raise MemoryError("unpacking the reply")
+
+    monkeypatch.setattr(distributed, "Client", garbled)
+    status, out, err = run(capsys, "search", "--model", "llama3-8b", "--devices", "8", "--hardware", "h100-sxm",
+                           "--executor", "dask=tcp://10.0.0.1:8786")
+    assert (status, out) == (2, "") and err.strip().endswith("MemoryError: unpacking the reply")
