@@ -27,6 +27,7 @@ from typing import Mapping
 import attrs
 
 from hp_core.errors import ConfigError
+from hp_core.precision_recipe_checks import GEMM_PASS_NAMES, check_recipe
 from hp_core.validators import non_empty_text, non_negative_int, one_of
 
 __all__ = ["AUTOCAST", "FORMATS", "GEMM_KERNELS", "GEMM_PASS_NAMES", "GEMM_SCOPES", "GemmOperand", "PrecisionRecipe", "SCALINGS",
@@ -62,13 +63,9 @@ SCALINGS: dict[str, tuple[int, int]] = {
     "nvfp4_16": (16, 1),
 }
 
+# The block formats and the one scaling each runs with (OCP MX: 32 elements an E8M0 scale; NVFP4: 16 an E4M3 scale).
+_BLOCK_FORMATS = {"mxfp8": "mx_32", "nvfp4": "nvfp4_16"}
 SAVED_INPUTS = ("quantized", "compute")
-# FP8 attention (PrecisionRecipe.attention_format): the activations' scaling each format runs with. Transformer
-# Engine's DotProductAttention quantizes q, k, v, its output and their gradients with quantizers of the recipe's
-# kind (pytorch/attention/dot_product_attention/utils.py get_attention_quantizers at d0067d0): e4m3 per tensor
-# under delayed or current scaling, MXFP8 under MXFP8BlockScaling.
-_ATTENTION_FORMATS = {"tensor_delayed": "e4m3", "tensor_current": "e4m3", "mx_32": "mxfp8"}
-_ATTENTION_SCALINGS = {"e4m3": "per-tensor FP8 scaling (tensor_delayed or tensor_current)", "mxfp8": "mxfp8/mx_32"}
 # The scalings FP8 attention may state of its own beside NVFP4 linears (PrecisionRecipe.attention_scaling): Transformer
 # Engine's NVTE_DPA_FP8_RECIPE takes DelayedScaling or Float8CurrentScaling there (dot_product_attention.py at
 # NVIDIA/TransformerEngine@40c69e7, the linear/attention recipe table), both per tensor.
@@ -82,13 +79,20 @@ AUTOCAST = ":autocast"
 # CUBLASLT_MATMUL_DESC_FAST_ACCUM off: Transformer Engine's use_split_accumulator, torch._scaled_mm's
 # use_fast_accum=False), the precise and slower mode on Hopper; the plain kernel name is the fast-accumulation rate.
 SPLIT_ACCUMULATOR = ":split_accumulator"
-# A linear layer's three GEMMs: the forward (fprop), the input gradient (dgrad) and the weight gradient (wgrad).
-GEMM_PASS_NAMES = ("fprop", "dgrad", "wgrad")
 PARAM_GATHERS = ("none", "stored", "cast", "gradient_buffer")
 # Which GEMMs a recipe quantizes (PrecisionRecipe.gemms): every one a layer does not keep in the compute dtype, the
 # linear layers' only (torchtitan's quantize.linear converters swap nn.Linear modules; a routed expert's grouped GEMM is
 # no nn.Linear), or the routed experts' grouped GEMMs only (torchtitan's quantize.grouped_mm converters).
 GEMM_SCOPES = ("all", "linears", "experts")
+
+
+def _flags(value: Any) -> dict[str, tuple[str, ...]]:
+    """``{exporter: (flag, ...)}``: each trainer's flags as separate words (a string would be split into characters)."""
+    found = dict(value)
+    for trainer, words in found.items():
+        if not isinstance(trainer, str) or isinstance(words, str) or not all(isinstance(w, str) for w in words):
+            raise ValueError(f"flags: {trainer!r} maps to {words!r}; state each trainer's flags as a tuple of words")
+    return {k: tuple(f) for k, f in found.items()}
 
 
 @attrs.frozen
@@ -107,6 +111,10 @@ class GemmOperand:
         if (self.format == "bf16") != (self.scaling == "none"):
             raise ValueError(f"GemmOperand: format {self.format!r} with scaling {self.scaling!r}; "
                              "bf16 takes scaling 'none' and a low-precision format a scaling scheme")
+        if (self.format in _BLOCK_FORMATS or self.scaling in _BLOCK_FORMATS.values()) and _BLOCK_FORMATS.get(self.format) != self.scaling:
+            raise ValueError(f"GemmOperand: format {self.format!r} with scaling {self.scaling!r}; mxfp8 runs with mx_32 "
+                             "and nvfp4 with nvfp4_16 only (their block scales are part of the format), and no other "
+                             "format with either")
 
     @property
     def bytes_per_element(self) -> float:
@@ -295,58 +303,12 @@ class PrecisionRecipe:
     cast_per_usage: bool = False
     gemms: str = attrs.field(default="all", validator=one_of(GEMM_SCOPES))
     architectures: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    flags: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, converter=lambda v: {k: tuple(f) for k, f in dict(v).items()})
+    flags: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, converter=lambda v: _flags(v))
     bf16_attention_recipe: str | None = attrs.field(default=None, validator=attrs.validators.optional(non_empty_text))
     module_recipes: tuple[tuple[str, "PrecisionRecipe"], ...] = attrs.field(default=(), converter=tuple)
 
     def __attrs_post_init__(self) -> None:
-        if self.bf16_attention_recipe is not None and self.attention_format == "bf16":
-            raise ValueError(f"precision recipe {self.name}: runs attention in bf16 already, so it names no "
-                             f"bf16_attention_recipe (got {self.bf16_attention_recipe!r})")
-        if not self.low_precision and (self.weight_copies or self.param_gather != "none" or self.tp_gather or self.amax_history):
-            raise ValueError(f"precision recipe {self.name}: quantizes no GEMM operand, so it keeps no weight copies, "
-                             "gathers nothing in low precision and has no amax history")
-        if self.attention_scaling is not None and (self.attention_format == "bf16" or self.activations.format != "nvfp4"):
-            raise ValueError(f"precision recipe {self.name}: attention_scaling {self.attention_scaling!r} states the FP8 "
-                             "attention's own scaling beside NVFP4 linears (Transformer Engine's NVTE_DPA_FP8_RECIPE); "
-                             f"this recipe runs attention in {self.attention_format} beside "
-                             f"{self.activations.format} activations: leave it unset")
-        if self.attention_format != "bf16" and self.attention_format != _ATTENTION_FORMATS.get(self.attention_scaling_used):
-            needs = _ATTENTION_SCALINGS.get(self.attention_format, "none: FP8 attention runs in e4m3 or mxfp8")
-            raise ValueError(f"precision recipe {self.name}: attention_format {self.attention_format!r} needs activations of "
-                             f"{needs} (Transformer Engine's attention quantizers follow the recipe's, or "
-                             f"attention_scaling beside NVFP4 linears), not {self.activations.format}/{self.attention_scaling_used}")
-        if self.split_accumulator and not self.low_precision:
-            raise ValueError(f"precision recipe {self.name}: quantizes no GEMM operand, so no GEMM accumulates FP8 "
-                             "partial sums (leave split_accumulator empty)")
-        for field in ("split_accumulator", "rescaled_outputs", "compute_dtype_passes"):
-            passes = getattr(self, field)
-            if any(p not in GEMM_PASS_NAMES for p in passes) or len(set(passes)) != len(passes):
-                raise ValueError(f"precision recipe {self.name}: {field} names GEMM passes of {GEMM_PASS_NAMES}, "
-                                 f"each once; got {passes!r}")
-        if self.rescaled_outputs and not self.low_precision:
-            raise ValueError(f"precision recipe {self.name}: quantizes no GEMM operand, so no GEMM output is rescaled "
-                             "(leave rescaled_outputs empty)")
-        if self.compute_dtype_passes and not self.low_precision:
-            raise ValueError(f"precision recipe {self.name}: quantizes no GEMM operand, so every pass runs in the compute "
-                             "dtype already (leave compute_dtype_passes empty)")
-        if self.compute_dtype_passes and (self.compute_dtype_passes != ("wgrad",) or self.saved_input != "compute"
-                                          or self.saved_input_under_tp not in (None, "compute")):
-            raise ValueError(f"precision recipe {self.name}: compute_dtype_passes {self.compute_dtype_passes!r}: hp prices "
-                             "a weight-gradient GEMM in the compute dtype beside a saved compute-dtype input only "
-                             "(('wgrad',) with saved_input 'compute', also under TP, as torchao's rowwise_with_gw_hp)")
-        if set(self.compute_dtype_passes) & (set(self.split_accumulator) | set(self.rescaled_outputs)):
-            raise ValueError(f"precision recipe {self.name}: a pass in compute_dtype_passes runs no FP8 GEMM, so it is "
-                             "neither split-accumulated nor rescaled")
-        if self.gemms != "all" and (self.saved_input != "compute" or self.saved_input_under_tp not in (None, "compute")
-                                    or self.weight_copies or self.param_gather != "none" or self.tp_gather
-                                    or self.attention_format != "bf16"):
-            raise ValueError(f"precision recipe {self.name}: gemms {self.gemms!r} is priced in time only, so it needs a "
-                             "recipe that moves no memory (saved_input 'compute', no weight copies, param_gather 'none', "
-                             "no tp_gather, bf16 attention)")
-        dtypes = {o.peak_dtype for o in (self.weights, self.activations, self.gradients) if o.low_precision}
-        if len(dtypes) > 1:
-            raise ValueError(f"precision recipe {self.name}: its operands run at different peaks {sorted(dtypes)}")
+        check_recipe(self)  # its fields against each other
 
     @property
     def attention_scaling_used(self) -> str:

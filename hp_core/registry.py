@@ -149,6 +149,49 @@ def _with_aspects(kinds: tuple[LayerKind, ...], aspects: tuple[LayerAspect, ...]
     )
 
 
+def _flag_words(words: tuple[str, ...]) -> frozenset[tuple[str, ...]]:
+    """A trainer's flags as ``(flag, its values...)`` groups, in any order (``--a x --b`` is ``--b --a x``)."""
+    groups: list[list[str]] = []
+    for word in words:
+        if word.startswith("--") or not groups:
+            groups.append([word])
+        else:
+            groups[-1].append(word)
+    return frozenset(tuple(g) for g in groups)
+
+
+def _recipe_failures(fields: dict[str, tuple[Any, ...]], providers: Mapping[tuple[str, str], Provider]) -> dict[str, str]:
+    """The plugins whose precision recipes the rest of the registry contradicts, each with its first reason: a device
+    family (``architectures``, ``one_copy_architectures``) no hardware preset or timing profile names, flags for a
+    trainer no exporter is, or a trainer's flags another recipe states already (an importer could not tell them apart;
+    a plugin's recipe, not the built-in one, or the later by name, is at fault)."""
+    families = {h.spec.architecture for h in fields["hardware"]} | {
+        d.architecture for r in fields["runtimes"] if r.timing is not None for d in r.timing.devices}
+    families -= {None, "*"}
+    exporters = {e.name for e in fields["exporters"]}
+    stated: dict[tuple[str, frozenset], str] = {}
+    found: dict[str, str] = {}
+    owners = {r.name: providers.get(("hp_precision_recipes", r.name)) for r in fields["precision_recipes"]}
+    # The built-in recipes first: where a plugin's flags repeat one of theirs, the plugin is at fault.
+    for recipe in sorted(fields["precision_recipes"], key=lambda r: (getattr(owners[r.name], "distribution", None)
+                                                                      != _BUILTIN_DIST, r.name)):
+        who = owners[recipe.name]
+        owner = who.plugin if who is not None else recipe.name
+        reasons = [f"{field} names {sorted(set(getattr(recipe, field)) - families)}, no device family a hardware "
+                   f"preset or timing profile names (known: {', '.join(sorted(families))})"
+                   for field in ("architectures", "one_copy_architectures") if set(getattr(recipe, field)) - families]
+        for trainer, words in recipe.flags.items():
+            if trainer not in exporters:
+                reasons.append(f"flags for {trainer!r}, no registered exporter (known: {', '.join(sorted(exporters))})")
+            other = stated.setdefault((trainer, _flag_words(words)), recipe.name)
+            if other != recipe.name:
+                reasons.append(f"its {trainer} flags ({' '.join(words)}) are precision recipe {other}'s: an importer "
+                               "could not tell the two apart; state flags of its own")
+        if reasons:
+            found.setdefault(owner, f"precision recipe {recipe.name}: {reasons[0]}")
+    return found
+
+
 @attrs.frozen
 class Registry:
     """Every record the plugins yield, by hook, sorted by name; immutable.
@@ -203,6 +246,8 @@ class Registry:
                 items, owners = _collect(manager, hook_name, record_type, by_plugin, failed, blocked)
                 fields[hook_name.removeprefix("hp_")] = tuple(items)
                 providers.update({(hook_name, name): who for name, who in owners.items()})
+            for plugin, message in _recipe_failures(fields, providers).items():
+                failed.setdefault(plugin, message)
             if len(failed) == before:
                 break
         if failed and not broken_ok:
@@ -219,8 +264,10 @@ class Registry:
         for recipe in fields["precision_recipes"]:
             plain = recipe.bf16_attention_recipe
             if plain is not None and (plain not in recipes or recipes[plain].attention_format != "bf16"):
-                raise PluginError(recipe.name, f"bf16_attention_recipe {plain!r} is not a registered precision recipe "
-                                               "running attention in bf16")
+                who = providers.get(("hp_precision_recipes", recipe.name))
+                raise PluginError(who.plugin if who is not None else recipe.name,
+                                  f"precision recipe {recipe.name}: bf16_attention_recipe {plain!r} is not a registered "
+                                  "precision recipe running attention in bf16 (blocked, or not registered)")
         return cls(
             layer_kinds=_with_aspects(fields["layer_kinds"], fields["layer_aspects"]),
             census_sources=fields["census_sources"],

@@ -28,7 +28,7 @@ def plugins_command(args: argparse.Namespace, registry: Registry, console: Conso
         ("layer aspects", "hp_layer_aspects", registry.layer_aspects, lambda a: f"{a.kind}.{a.aspect}; {a.description}"),
         ("model formats", "hp_model_formats", registry.model_formats, lambda f: f.description),
         ("case formats", "hp_case_formats", registry.case_formats, lambda f: f.description),
-        ("precision recipes", "hp_precision_recipes", registry.precision_recipes, lambda r: r.description),
+        ("precision recipes", "hp_precision_recipes", registry.precision_recipes, _recipe_summary),
         ("schedules", "hp_schedules", registry.schedules, _schedule_summary),
         ("collective models", "hp_collective_models", registry.collective_models, lambda c: c.description),
         ("importers", "hp_importers", registry.importers, lambda i: i.description),
@@ -73,6 +73,11 @@ def plugins_command(args: argparse.Namespace, registry: Registry, console: Conso
             table.add_row(item.name, summary(item), who.plugin, f"{who.distribution} {who.version}".strip())
         console.print(table)
     return 0
+
+
+def _recipe_summary(recipe: Any) -> str:
+    """Its description and the flags each trainer selects it by (what the importers match, ``PrecisionRecipe.flags``)."""
+    return recipe.description + "".join(f"; {trainer} flags: {' '.join(words)}" for trainer, words in sorted(recipe.flags.items()))
 
 
 def _schedule_summary(schedule: Any) -> str:

@@ -24,6 +24,7 @@ def validate_command(args: argparse.Namespace, registry: Registry, console: Cons
                 {
                     "name": result.name,
                     "runtime": result.runtime,
+                    "precision_recipe": result.precision_recipe,
                     "stages": [
                         {"index": check.stage, "quantity": check.quantity, "estimated_peak_bytes": check.estimated_bytes,
                          "measured_peak_bytes": check.measured_bytes, "error": check.error}

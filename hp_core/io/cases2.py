@@ -26,10 +26,12 @@ Every field is read through the config converter, so an error names its path
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
 
+from hp_core.bounds import MAX_MEMORY_BYTES
 from hp_core.errors import ConfigError
 from hp_core.io.convert import ConfigFile, structure
 from hp_core.io.job import Job, estimate_job, resolve_job, step_time_job
@@ -44,14 +46,51 @@ QUANTITIES = ("allocated", "reserved")
 METRICS = ("seconds", "tokens_per_second_per_gpu", "mfu")
 
 
+def in_case(exc: ConfigError, where: str) -> ConfigError:
+    """*exc*, raised by a case's config (a path from ``$``), at that config's path in the cases file (``$.cases[1].config``)."""
+    inside = exc.path.startswith("$") and where != "$"  # a case format's own case knows no path of its config
+    return ConfigError(f"{where}.config{exc.path[1:]}" if inside else exc.path, exc.message)
+
+
+# A case's steps a refusal at one of these leaves unpriced, its memory rows kept: no device or device field, a runtime
+# without a timing profile, a recipe the profile has no measured speedup for.
+UNPRICED_STEPS = ("$.runtime", "$.hardware", "$.precision")
+
+
+def unique_names(names: list[str]) -> None:
+    """Refuse a case name used twice (their rows could not be told apart), at the later one's path."""
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in seen:
+            raise ConfigError(f"$.cases[{i}].name", f"case name {name!r} is also case {seen[name]}'s; name each case once")
+        seen[name] = i
+
+
 def _positive_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-        raise ValueError(f"{attribute.name} must be a positive number, got {value!r}")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                              or not value > 0):
+        raise ValueError(f"{attribute.name} must be a positive finite number, got {value!r}")
+
+
+def _at_most(limit: float, what: str) -> Any:
+    """A positive finite number (an integer where *limit* is an int) of at most *limit*."""
+    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if value is None:
+            return
+        (_positive_int if isinstance(limit, int) else _positive_number)(instance, attribute, value)
+        if value > limit:
+            raise ValueError(f"{attribute.name} must be at most {limit:,} ({what}), got {value!r}")
+    return check
 
 
 def _positive_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+def _some_cases(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not value:
+        raise ValueError("cases must list at least one measured case")
 
 
 def _stage_ref(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -62,10 +101,10 @@ def _stage_ref(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
 @attrs.frozen(kw_only=True)
 class _Stage:
     stage: Any = attrs.field(validator=_stage_ref)
-    allocated_gib: float | None = attrs.field(default=None, validator=_positive_number)
-    allocated_bytes: int | None = attrs.field(default=None, validator=_positive_int)
-    reserved_gib: float | None = attrs.field(default=None, validator=_positive_number)
-    reserved_bytes: int | None = attrs.field(default=None, validator=_positive_int)
+    allocated_gib: float | None = attrs.field(default=None, validator=_at_most(MAX_MEMORY_BYTES / _GIB, "MAX_MEMORY_BYTES"))
+    allocated_bytes: int | None = attrs.field(default=None, validator=_at_most(MAX_MEMORY_BYTES, "MAX_MEMORY_BYTES"))
+    reserved_gib: float | None = attrs.field(default=None, validator=_at_most(MAX_MEMORY_BYTES / _GIB, "MAX_MEMORY_BYTES"))
+    reserved_bytes: int | None = attrs.field(default=None, validator=_at_most(MAX_MEMORY_BYTES, "MAX_MEMORY_BYTES"))
 
 
 @attrs.frozen(kw_only=True)
@@ -74,7 +113,7 @@ class _Step:
     global_batch_size: int | None = attrs.field(default=None, validator=_positive_int)
     seconds: float | None = attrs.field(default=None, validator=_positive_number)
     tokens_per_second_per_gpu: float | None = attrs.field(default=None, validator=_positive_number)
-    mfu: float | None = attrs.field(default=None, validator=_positive_number)
+    mfu: float | None = attrs.field(default=None, validator=_at_most(1.0, "a fraction of the compute dtype's peak"))
 
 
 @attrs.frozen(kw_only=True)
@@ -94,7 +133,7 @@ class _Case:
 @attrs.frozen(kw_only=True)
 class _File:
     format: str
-    cases: tuple[_Case, ...]
+    cases: tuple[_Case, ...] = attrs.field(validator=_some_cases)
 
 
 @attrs.frozen
@@ -146,6 +185,7 @@ def read_cases_v2(document: Any, registry: Registry) -> list[MeasuredCaseV2]:
             measuring nothing (each naming its path).
     """
     parsed = structure(document, _File, registry)
+    unique_names([case.name for case in parsed.cases])
     cases = []
     for i, case in enumerate(parsed.cases):
         where = f"$.cases[{i}].measured"
@@ -171,7 +211,10 @@ def read_cases_v2(document: Any, registry: Registry) -> list[MeasuredCaseV2]:
             steps.append(StepMeasure(entry.micro_batches, entry.global_batch_size, given[0], getattr(entry, given[0]), at))
         if not stages and not steps:
             raise ConfigError(where, "a case measures something: state stages, steps or both")
-        job = resolve_job(case.config, registry)
+        try:
+            job = resolve_job(case.config, registry)
+        except ConfigError as exc:
+            raise in_case(exc, f"$.cases[{i}]") from None
         cases.append(MeasuredCaseV2(case.name, runtime_name(job.runtime), job, case.measured.source, tuple(stages),
                                     tuple(steps), f"$.cases[{i}]"))
     return cases
@@ -184,7 +227,10 @@ def check_case_v2(case: MeasuredCaseV2, registry: Registry):
     each stage check ``(stage, estimated bytes, measured bytes, quantity)``,
     each step check the fields of :class:`~hp_core.io.validate.StepCheck`, in order.
     """
-    result = estimate_job(case.job, registry)
+    try:
+        result = estimate_job(case.job, registry)
+    except ConfigError as exc:
+        raise in_case(exc, case.where) from None
     pp = len(result.stages)
     checks = []
     for measure in case.stages:
@@ -215,8 +261,8 @@ def _check_steps(case: MeasuredCaseV2, registry: Registry):
         try:
             priced = step_time_job(job, registry, attrs.evolve(parallel, global_batch_size=batch))
         except ConfigError as exc:
-            if exc.path.startswith(("$.runtime", "$.hardware")):
-                return (), str(exc)
+            if exc.path.startswith(UNPRICED_STEPS):
+                return (), str(in_case(exc, case.where))
             raise ConfigError(step.where, str(exc)) from None
         estimated = {"seconds": priced.step_seconds,
                      "tokens_per_second_per_gpu": priced.tokens_per_second / parallel.world_size,

@@ -157,7 +157,7 @@ def _validation_table(title: str, columns: tuple[str, ...], rows) -> Table:
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
                   padding=(0, 1), caption="error = (estimated - measured) / measured", caption_justify="left")
     for column in columns:
-        table.add_column(column, justify="left" if column in ("Case", "Runtime") else "right")
+        table.add_column(column, justify="left" if column in ("Case", "Runtime", "Recipe") else "right")
     for row in rows:
         table.add_row(*row)
     return table
@@ -166,8 +166,8 @@ def _validation_table(title: str, columns: tuple[str, ...], rows) -> Table:
 def validation_table(results) -> Table:
     """One row per case and stage: estimated and measured peak (GiB) and the signed error."""
     return _validation_table(
-        "Estimated against measured peak memory", ("Case", "Runtime", "Stage", "Estimated GiB", "Measured GiB", "Error"),
-        ((result.name, result.runtime, str(check.stage) + ("" if check.quantity == "allocated" else f" ({check.quantity})"),
+        "Estimated against measured peak memory", ("Case", "Runtime", "Recipe", "Stage", "Estimated GiB", "Measured GiB", "Error"),
+        ((result.name, result.runtime, result.precision_recipe, str(check.stage) + ("" if check.quantity == "allocated" else f" ({check.quantity})"),
           gib(check.estimated_bytes), gib(check.measured_bytes), f"{check.error * 100:+.2f}%")
          for result in results for check in result.stages),
     )
@@ -184,8 +184,8 @@ def _metric_note(check) -> str:
 def validation_step_table(results) -> Table:
     """One row per case and measured step: micro-batches, estimated and measured seconds and the signed error."""
     return _validation_table(
-        "Estimated against measured step time", ("Case", "Runtime", "Micro-batches", "Estimated s", "Measured s", "Error"),
-        ((result.name, result.runtime, str(check.micro_batches), f"{check.estimated_seconds:.4f}",
+        "Estimated against measured step time", ("Case", "Runtime", "Recipe", "Micro-batches", "Estimated s", "Measured s", "Error"),
+        ((result.name, result.runtime, result.precision_recipe, str(check.micro_batches), f"{check.estimated_seconds:.4f}",
           f"{check.measured_seconds:.4f}", f"{check.error * 100:+.2f}%" + _metric_note(check))
          for result in results for check in result.steps),
     )

@@ -36,7 +36,7 @@ import attrs
 
 from hp_core.bounds import MAX_INT, MAX_MEMORY_BYTES, short_repr
 from hp_core.errors import ConfigError, SpecError, call_plugin
-from hp_core.io.cases2 import FORMAT_V2, MeasuredCaseV2, check_case_v2, read_cases_v2
+from hp_core.io.cases2 import FORMAT_V2, UNPRICED_STEPS, MeasuredCaseV2, check_case_v2, in_case, read_cases_v2, unique_names
 from hp_core.io.convert import ConfigFile, read_document, structure
 from hp_core.io.job import Job, estimate_job, resolve_job, step_time_job
 from hp_core.registry import Registry
@@ -137,8 +137,9 @@ class CaseResult:
     """A case's per-stage checks, its step-time checks, and the estimate behind them.
 
     ``time_unavailable`` says why measured step times were not priced (no device
-    stated, a runtime without a timing profile); ``None`` when they were, or
-    when the case measured none.
+    stated, a runtime without a timing profile, a recipe the profile has no
+    measured speedup for); ``None`` when they were, or when the case measured
+    none. ``precision_recipe`` is the recipe the case was priced under.
     """
 
     name: str
@@ -147,6 +148,7 @@ class CaseResult:
     estimate: Any
     steps: tuple[StepCheck, ...] = ()
     time_unavailable: str | None = None
+    precision_recipe: str = "bf16"
 
 
 def _peaks(unit_bytes: int) -> Any:
@@ -204,13 +206,17 @@ def load_cases(path: str | Path, registry: Registry) -> list:
         raise ConfigError("$.format", f"a cases file states format: {FORMAT} or hp-cases/2 (or is megatron_measured.json "
                                       "as published)")
     own = structure(document, _OwnFile, registry)
+    unique_names([case.name for case in own.cases])
     cases = []
     for i, case in enumerate(own.cases):
         measured = case.measured
         if (measured.stage_peak_gib is None) == (measured.stage_peak_bytes is None):
             raise ConfigError(f"$.cases[{i}].measured", "state exactly one of stage_peak_gib and stage_peak_bytes")
         peaks = measured.stage_peak_bytes or tuple(round(g * _GIB) for g in measured.stage_peak_gib)
-        job = resolve_job(case.config, registry)
+        try:
+            job = resolve_job(case.config, registry)
+        except ConfigError as exc:
+            raise in_case(exc, f"$.cases[{i}]") from None
         cases.append(
             MeasuredCase(
                 name=case.name, model=job.model, parallel=job.parallel, runtime=runtime_name(job.runtime),
@@ -236,13 +242,17 @@ def validate_case(case: MeasuredCase, registry: Registry) -> CaseResult:
     if isinstance(case, MeasuredCaseV2):
         result, stages, steps, unavailable = check_case_v2(case, registry)
         return CaseResult(name=case.name, runtime=runtime_label(case.runtime), stages=tuple(StageCheck(*s) for s in stages),
-                          estimate=result, steps=tuple(StepCheck(*s) for s in steps), time_unavailable=unavailable)
+                          estimate=result, steps=tuple(StepCheck(*s) for s in steps), time_unavailable=unavailable,
+                          precision_recipe=result.provenance.get("precision_recipe", "bf16"))
     job = case.job or Job(model=case.model, parallel=case.parallel, runtime=case.runtime)
-    result = estimate_job(job, registry)
+    try:
+        result = estimate_job(job, registry)
+    except ConfigError as exc:
+        raise in_case(exc, case.where) from None
     if len(result.stages) != len(case.stage_peak_bytes):
         raise ConfigError(
-            f"case {case.name}",
-            f"measured {len(case.stage_peak_bytes)} stage peaks for a layout of {len(result.stages)} stages",
+            f"{case.where}.measured",
+            f"case {case.name}: measured {len(case.stage_peak_bytes)} stage peaks for a layout of {len(result.stages)} stages",
         )
     checks = tuple(
         StageCheck(stage.index, stage.peak_bytes, measured)
@@ -250,7 +260,7 @@ def validate_case(case: MeasuredCase, registry: Registry) -> CaseResult:
     )
     steps, unavailable = _check_steps(case, job, registry)
     return CaseResult(name=case.name, runtime=runtime_label(case.runtime), stages=checks, estimate=result, steps=steps,
-                      time_unavailable=unavailable)
+                      time_unavailable=unavailable, precision_recipe=result.provenance.get("precision_recipe", "bf16"))
 
 
 def _check_steps(case: MeasuredCase, job: Job, registry: Registry) -> tuple[tuple[StepCheck, ...], str | None]:
@@ -288,8 +298,8 @@ def _check_steps(case: MeasuredCase, job: Job, registry: Registry) -> tuple[tupl
         try:
             priced = step_time_job(job, registry, attrs.evolve(parallel, global_batch_size=batch))
         except ConfigError as exc:
-            if exc.path.startswith(("$.runtime", "$.hardware")):
-                return (), str(exc)
+            if exc.path.startswith(UNPRICED_STEPS):
+                return (), str(in_case(exc, case.where))
             raise ConfigError(where, str(exc)) from None
         checks.append(StepCheck(step.micro_batches, batch, priced.step_seconds, step.seconds))
     return tuple(checks), None

@@ -96,6 +96,10 @@ def request_of(config: Mapping[str, Any], registry: Any, where: str = "$", measu
             raise ConfigError(f"{where}.config.runtime.options.{name}",
                               f"the tracker runs transformers' modules with FSDP2 as {_RUNS.get(name, 'its defaults')}; "
                               f"{value!r} is not measured")
+    recipe = (job.precision.recipe if job.precision is not None else "bf16")
+    if recipe != "bf16":  # the tracker runs MixedPrecisionPolicy(bf16, fp32): no recipe's quantized GEMMs or copies
+        raise ConfigError(f"{where}.config.precision.recipe", f"the tracker measures bf16 steps only, not {recipe!r}; "
+                                                              "drop the recipe to measure")
     p = job.parallel
     for name in ("pp", "cp", "ep"):
         if getattr(p, name) != 1:

@@ -90,3 +90,47 @@ def test_bad_cases_name_the_field(capsys, tmp_path, measured, message):
     status, out, err = run(capsys, "validate", path)
     assert status == 2 and out == "" and err.count("\n") == 1
     assert message in err
+
+
+@pytest.mark.parametrize(("measured", "message"), [
+    # Not finite: a traceback (allocated) or an invalid JSON document (seconds) before.
+    ({"source": "s", "stages": [{"stage": 0, "allocated_gib": float("inf")}]},
+     "$.cases[0].measured.stages[0].allocated_gib: allocated_gib must be a positive finite number"),
+    ({"source": "s", "steps": [{"micro_batches": 2, "seconds": float("inf")}]},
+     "$.cases[0].measured.steps[0].seconds: seconds must be a positive finite number"),
+    ({"source": "s", "stages": [{"stage": 0, "allocated_bytes": 10**30}]}, "allocated_bytes must be at most"),
+    ({"source": "s", "steps": [{"micro_batches": 2, "mfu": 7}]}, "mfu must be at most 1.0 (a fraction"),
+])
+def test_figures_no_run_could_give_are_refused(capsys, tmp_path, measured, message):
+    path = _write(tmp_path, [{"name": "c", "config": CONFIG, "measured": measured}])
+    status, out, err = run(capsys, "validate", path)
+    assert status == 2 and out == "" and err.count("\n") == 1 and message in err, err
+
+
+def test_the_case_list_names_and_config_errors(capsys, tmp_path):
+    measured = {"source": "s", "stages": [{"stage": 0, "allocated_gib": 40}]}
+    status, _, err = run(capsys, "validate", _write(tmp_path, []))
+    assert status == 2 and "$.cases: cases must list at least one measured case" in err
+    twice = [{"name": "c", "config": CONFIG, "measured": measured}] * 2
+    status, _, err = run(capsys, "validate", _write(tmp_path, twice))
+    assert status == 2 and "$.cases[1].name: case name 'c' is also case 0's" in err
+    # A config's refusal is said at its path inside the cases file.
+    mx = dict(CONFIG, precision={"recipe": "mxfp8"})
+    status, _, err = run(capsys, "validate", _write(tmp_path, [{"name": "c", "config": CONFIG, "measured": measured},
+                                                               {"name": "d", "config": mx, "measured": measured}]))
+    assert status == 2 and err.count("\n") == 1
+    assert "$.cases[1].config.precision.recipe: precision recipe mxfp8 runs on blackwell devices only" in err
+
+
+def test_the_recipe_is_reported_and_a_step_it_cannot_price_keeps_the_memory_rows(capsys, tmp_path):
+    # fp8-blockwise has no measured Blackwell speedup: the step is not priced, said at the recipe's path; memory is.
+    blockwise = dict(CONFIG, hardware="b200", precision={"recipe": "fp8-blockwise"})
+    measured = {"source": "s", "stages": [{"stage": 0, "allocated_gib": 10}], "steps": [{"micro_batches": 2, "seconds": 1}]}
+    status, out, err = run(capsys, "validate", _write(tmp_path, [{"name": "c", "config": blockwise, "measured": measured}]),
+                           "--json")
+    assert status == 0, err
+    (case,) = json.loads(out)["cases"]
+    assert case["precision_recipe"] == "fp8-blockwise" and len(case["stages"]) == 1 and case["steps"] == []
+    assert case["time_unavailable"].startswith("$.cases[0].config.precision.recipe: ")
+    status, out, _ = run(capsys, "validate", _write(tmp_path, [{"name": "c", "config": blockwise, "measured": measured}]))
+    assert status == 0 and "fp8-blockwise" in out and "Recipe" in out

@@ -10,6 +10,7 @@ value below is worked out by hand in its comment.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import attrs
@@ -215,7 +216,9 @@ def test_fp8_moves_only_the_named_memory_terms(toy_registry):
 
 
 def test_delayed_scaling_keeps_its_amax_histories_as_runtime_overhead(toy_registry):
-    delayed = attrs.evolve(TOY_FP8, name="toy-delayed", amax_history=1024)
+    scaled = GemmOperand("e4m3", "tensor_delayed")
+    delayed = attrs.evolve(TOY_FP8, name="toy-delayed", amax_history=1024, weights=scaled, activations=scaled,
+                           gradients=GemmOperand("e5m2", "tensor_delayed"))
 
     class Delayed:
         @hookimpl
@@ -683,3 +686,57 @@ def test_a_recipe_keeping_its_parameters_in_its_format_needs_the_distributed_opt
     status, out, err = run(capsys, *args, "--zero", "0")
     assert status == 2 and out == "" and err.count("\n") == 1 and "$.parallel.zero: precision recipe" in err, err
     assert run(capsys, *args, "--zero", "1")[0] == 0
+
+
+# ----------------------------------------------------------------------------- a plugin's recipe, checked when registered
+
+
+def _plugin_recipe(**fields):
+    base = dict(name="plug-fp8", description="d", source="s", weights=FP8, activations=FP8,
+                gradients=GemmOperand("e5m2", "tensor_current"))
+    return PrecisionRecipe(**{**base, **fields})
+
+
+def test_a_block_format_runs_with_its_own_block_scaling_only():
+    # MXFP8 without its E8M0 blocks would price 1 byte an element, not 1.03125; E4M3 with them an MXFP8 kernel as FP8's.
+    assert GemmOperand("mxfp8", "mx_32").bytes_per_element == 1.03125
+    for fmt, scaling in (("mxfp8", "tensor_current"), ("e4m3", "mx_32"), ("nvfp4", "tensor_current"), ("e5m2", "nvfp4_16")):
+        with pytest.raises(ValueError, match="mxfp8 runs with mx_32 and nvfp4 with nvfp4_16 only"):
+            GemmOperand(fmt, scaling)
+
+
+@pytest.mark.parametrize(("fields", "words"), [
+    (dict(quantize_passes=0), "quantize_passes 0; a quantization reads the compute-dtype tensor at least once"),
+    (dict(amax_history=16), "amax_history 16 is delayed scaling's; no operand scales tensor_delayed"),
+    (dict(flags={"megatron": "--fp8-format e4m3"}), "state each trainer's flags as a tuple of words"),
+])
+def test_a_recipe_record_contradicting_itself_is_refused(fields, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        _plugin_recipe(**fields)
+
+
+@pytest.mark.parametrize(("fields", "words"), [
+    (dict(architectures=("blackwel",)), "architectures names ['blackwel'], no device family"),
+    (dict(one_copy_architectures=("blackwel",)), "one_copy_architectures names ['blackwel'], no device family"),
+    (dict(flags={"megatorn": ("--x",)}), "flags for 'megatorn', no registered exporter"),
+    # The built-in fp8-current's flags in another order: the importer could not tell the two apart.
+    (dict(name="aaa-dup", flags={"megatron": ("--fp8-recipe", "tensorwise", "--fp8-format", "hybrid")}),
+     "its megatron flags (--fp8-recipe tensorwise --fp8-format hybrid) are precision recipe fp8-current's"),
+])
+def test_a_plugin_recipe_the_registry_contradicts_is_its_plugin_s_fault(fields, words):
+    from hp_core.errors import PluginError
+
+    record = _plugin_recipe(**fields)
+
+    class Plug:
+        @hookimpl
+        def hp_precision_recipes(self):
+            yield record
+
+    with pytest.raises(PluginError, match=r"^plugin \S+: precision recipe " + re.escape(f"{record.name}: {words}")):
+        build_registry([Plug()], use_env=False)
+    # hp plugins lists it broken and leaves its records out; the built-in recipes stay.
+    registry = build_registry([Plug()], use_env=False, broken_ok=True)
+    assert len(registry.broken) == 1 and words in registry.broken[0].error
+    assert record.name not in {r.name for r in registry.precision_recipes}
+    assert "fp8-current" in {r.name for r in registry.precision_recipes}

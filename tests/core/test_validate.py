@@ -58,8 +58,20 @@ def test_own_format_refuses_ambiguous_or_missing_measurements(registry, tmp_path
     assert error.value.path == "$.cases[0].measured.source"
     wrong_count = _own_file(tmp_path, {"source": "x", "stage_peak_gib": [1.0]}, "w.yaml")
     (case,) = load_cases(wrong_count, registry)
-    with pytest.raises(ConfigError, match="measured 1 stage peaks for a layout of 2 stages"):
+    with pytest.raises(ConfigError, match="measured 1 stage peaks for a layout of 2 stages") as error:
         validate_case(case, registry)
+    assert error.value.path == "$.cases[0].measured"
+
+
+def test_a_megatron_measured_case_stating_fp8_is_refused_not_priced_bf16(registry, megatron_cases, tmp_path):
+    # The layout states no recipe and its reader prices bf16 runs: an FP8 launch line is refused at its path.
+    case = dict(megatron_cases["cases"][0], megatron_argv=megatron_cases["cases"][0]["megatron_argv"]
+                + ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"])
+    path = tmp_path / "megatron_measured.json"
+    path.write_text(json.dumps(dict(megatron_cases, cases=[case])), encoding="utf-8")
+    with pytest.raises(ConfigError, match="states a low-precision run") as error:
+        load_cases(path, registry)
+    assert error.value.path == "$.cases[0].megatron_argv"
 
 
 def test_unknown_format_is_refused(registry, tmp_path):
