@@ -260,6 +260,9 @@ class Registry:
                 if model_type in claimed:
                     raise PluginError(fmt.name, f"model_type {model_type!r} is also read by model format {claimed[model_type]!r}")
                 claimed[model_type] = fmt.name
+        # A recipe naming a blocked one as its bf16-attention twin goes with it (--block-plugin fp8-current takes
+        # fp8-current-fp8-attention along), rather than stopping every command.
+        fields["precision_recipes"] = tuple(r for r in fields["precision_recipes"] if r.bf16_attention_recipe not in blocked)
         recipes = {r.name: r for r in fields["precision_recipes"]}
         for recipe in fields["precision_recipes"]:
             plain = recipe.bf16_attention_recipe

@@ -740,3 +740,11 @@ def test_a_plugin_recipe_the_registry_contradicts_is_its_plugin_s_fault(fields, 
     assert len(registry.broken) == 1 and words in registry.broken[0].error
     assert record.name not in {r.name for r in registry.precision_recipes}
     assert "fp8-current" in {r.name for r in registry.precision_recipes}
+
+
+def test_blocking_a_recipe_takes_its_fp8_attention_twin_along():
+    # fp8-current-fp8-attention names fp8-current as its bf16-attention twin: blocking the one leaves the other out
+    # too, instead of refusing every command.
+    registry = build_registry(blocked=("fp8-current",), use_env=False)
+    names = {r.name for r in registry.precision_recipes}
+    assert "fp8-current" not in names and "fp8-current-fp8-attention" not in names and "fp8-delayed" in names
