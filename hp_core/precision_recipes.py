@@ -88,11 +88,13 @@ GEMM_SCOPES = ("all", "linears", "experts")
 
 def _flags(value: Any) -> dict[str, tuple[str, ...]]:
     """``{exporter: (flag, ...)}``: each trainer's flags as separate words (a string would be split into characters)."""
-    found = dict(value)
-    for trainer, words in found.items():
-        if not isinstance(trainer, str) or isinstance(words, str) or not all(isinstance(w, str) for w in words):
-            raise ValueError(f"flags: {trainer!r} maps to {words!r}; state each trainer's flags as a tuple of words")
-    return {k: tuple(f) for k, f in found.items()}
+    found = {}
+    for trainer, stated in dict(value).items():
+        words = (stated,) if isinstance(stated, str) else tuple(stated)
+        if isinstance(stated, str) or not isinstance(trainer, str) or not all(isinstance(w, str) for w in words):
+            raise ValueError(f"flags: {trainer!r} maps to {stated!r}; state each trainer's flags as a tuple of words")
+        found[trainer] = words
+    return found
 
 
 @attrs.frozen
@@ -383,9 +385,10 @@ class PrecisionRecipe:
                 device's family is unstated (``None``: an estimate without a device is not refused).
         """
         if self.architectures and architecture is not None and architecture not in self.architectures:
+            article = "an" if architecture[:1] in tuple("aeiou") else "a"
             raise ConfigError("$.precision.recipe",
                               f"precision recipe {self.name} runs on {' or '.join(self.architectures)} devices only "
-                              f"(docs/precision.md); {device} is {'an' if architecture[:1] in 'aeiou' else 'a'} {architecture} device: "
+                              f"(docs/precision.md); {device} is {article} {architecture} device: "
                               "choose another recipe or device")
 
     def on(self, architecture: str | None) -> "PrecisionRecipe":

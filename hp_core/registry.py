@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import difflib
+from typing import Any, Iterable, Mapping
 
 import attrs
 import pluggy
@@ -19,7 +20,7 @@ from hp_core.types import (
 from hp_core.schedules import Schedule
 from hp_core.importers import Importer
 
-__all__ = ["BrokenPlugin", "Provider", "Registry"]
+__all__ = ["BrokenPlugin", "Provider", "Registry", "device_families", "misspelt_families"]
 
 _BUILTIN_DIST = "hp-planner"
 
@@ -160,15 +161,30 @@ def _flag_words(words: tuple[str, ...]) -> frozenset[tuple[str, ...]]:
     return frozenset(tuple(g) for g in groups)
 
 
-def _recipe_failures(fields: dict[str, tuple[Any, ...]], providers: Mapping[tuple[str, str], Provider]) -> dict[str, str]:
+def device_families(hardware: tuple[HardwarePreset, ...], runtimes: tuple[Runtime, ...]) -> frozenset[str]:
+    """The device families the hardware presets and the runtimes' timing profiles name (``*`` left out)."""
+    found = {h.spec.architecture for h in hardware} | {
+        d.architecture for r in runtimes if r.timing is not None for d in r.timing.devices}
+    return frozenset(found - {None, "*"})
+
+
+def misspelt_families(stated: Iterable[str], known: frozenset[str]) -> dict[str, str]:
+    """Of *stated*, each family no preset or profile names that is a near miss of one that is (``hoper``: ``hopper``),
+    with it. A family nothing names and nothing resembles (``ada``, a plugin's device) is taken as stated: priced
+    with the profiles' fallback efficiencies, as any family without figures of its own."""
+    return {name: close[0] for name in stated if name not in known
+            for close in [difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)] if close}
+
+
+def _recipe_failures(fields: dict[str, tuple[Any, ...]], providers: Mapping[tuple[str, str], Provider],
+                     blocked: frozenset[str]) -> dict[str, str]:
     """The plugins whose precision recipes the rest of the registry contradicts, each with its first reason: a device
-    family (``architectures``, ``one_copy_architectures``) no hardware preset or timing profile names, flags for a
-    trainer no exporter is, or a trainer's flags another recipe states already (an importer could not tell them apart;
-    a plugin's recipe, not the built-in one, or the later by name, is at fault)."""
-    families = {h.spec.architecture for h in fields["hardware"]} | {
-        d.architecture for r in fields["runtimes"] if r.timing is not None for d in r.timing.devices}
-    families -= {None, "*"}
-    exporters = {e.name for e in fields["exporters"]}
+    family (``architectures``, ``one_copy_architectures``) that is a near miss of one a hardware preset or timing
+    profile names, flags for a trainer no exporter is (and no blocked one), or a trainer's flags another recipe states
+    already (an importer could not tell them apart; a plugin's recipe, not the built-in one, or the later by name, is
+    at fault). The built-in recipes are checked against each other only: blocking an exporter leaves them."""
+    families = device_families(fields["hardware"], fields["runtimes"])
+    exporters = {e.name for e in fields["exporters"]} | set(blocked)
     stated: dict[tuple[str, frozenset], str] = {}
     found: dict[str, str] = {}
     owners = {r.name: providers.get(("hp_precision_recipes", r.name)) for r in fields["precision_recipes"]}
@@ -177,11 +193,13 @@ def _recipe_failures(fields: dict[str, tuple[Any, ...]], providers: Mapping[tupl
                                                                       != _BUILTIN_DIST, r.name)):
         who = owners[recipe.name]
         owner = who.plugin if who is not None else recipe.name
-        reasons = [f"{field} names {sorted(set(getattr(recipe, field)) - families)}, no device family a hardware "
-                   f"preset or timing profile names (known: {', '.join(sorted(families))})"
-                   for field in ("architectures", "one_copy_architectures") if set(getattr(recipe, field)) - families]
+        builtin = who is not None and who.distribution == _BUILTIN_DIST
+        reasons = [] if builtin else [
+            f"{field} names {name!r}, which no hardware preset or timing profile names; did you mean {near!r}?"
+            for field in ("architectures", "one_copy_architectures")
+            for name, near in misspelt_families(getattr(recipe, field), families).items()]
         for trainer, words in recipe.flags.items():
-            if trainer not in exporters:
+            if trainer not in exporters and not builtin:
                 reasons.append(f"flags for {trainer!r}, no registered exporter (known: {', '.join(sorted(exporters))})")
             other = stated.setdefault((trainer, _flag_words(words)), recipe.name)
             if other != recipe.name:
@@ -246,7 +264,7 @@ class Registry:
                 items, owners = _collect(manager, hook_name, record_type, by_plugin, failed, blocked)
                 fields[hook_name.removeprefix("hp_")] = tuple(items)
                 providers.update({(hook_name, name): who for name, who in owners.items()})
-            for plugin, message in _recipe_failures(fields, providers).items():
+            for plugin, message in _recipe_failures(fields, providers, blocked).items():
                 failed.setdefault(plugin, message)
             if len(failed) == before:
                 break

@@ -165,9 +165,10 @@ def _precision_export(trainer: str, recipe, precision, registry: Registry) -> di
         # FP8 attention has no command-line flag (Megatron-LM: TransformerConfig.fp8_dot_product_attention is among
         # the fields arguments.py generates no flag for, at NVIDIA/Megatron-LM@d98e8a6): the linears' flags, said so.
         flags = base.flags[trainer]
+        where = ("Megatron-Core's TransformerConfig.fp8_dot_product_attention" if trainer == "megatron"
+                 else "the trainer's own config")
         notes.append(f"{trainer} has no command-line flag for {recipe.name}'s FP8 attention; the flags below are "
-                     f"{base.name}'s (set the attention's FP8 in the trainer's config: Megatron-Core's "
-                     "TransformerConfig.fp8_dot_product_attention)")
+                     f"{base.name}'s (set the attention's FP8 in {where})")
     start, end = precision.high_precision_layers_at_start, precision.high_precision_layers_at_end
     if flags is not None and (start or end) and trainer == "megatron":
         # Megatron-LM's layers kept in bf16 (megatron/core/fp8_utils.py is_first_last_bf16_layer at
@@ -181,9 +182,10 @@ def _precision_export(trainer: str, recipe, precision, registry: Registry) -> di
         # Megatron-Core sets a module's own format through a per-module recipe file (--te-precision-config-file,
         # the config's quant_recipe); no flag states one, so the flags below leave every module in the recipe's.
         stated = ", ".join(f"{name}: {fmt}" for name, fmt in precision.module_formats)
-        notes.append(f"the run gives modules formats of their own ({stated}), which no {trainer} flag states "
-                     "(Megatron-Core reads them from a per-module recipe file, --te-precision-config-file); the flags "
-                     "below run every module in the recipe's format")
+        how = (" (Megatron-Core reads them from a per-module recipe file, --te-precision-config-file)"
+               if trainer == "megatron" else "")
+        notes.append(f"the run gives modules formats of their own ({stated}), which no {trainer} flag states{how}; "
+                     "the flags below run every module in the recipe's format")
     found: dict[str, Any] = {"precision_flags": " ".join(flags) if flags is not None else None}
     if notes:
         found["precision_note"] = "; ".join(notes)

@@ -171,11 +171,11 @@ def _fix(text: str) -> tuple[str, int]:
     name = name.strip().replace("-", "_")
     if name == "mbs":
         name = "micro_batch_size"
-    # ZeRO's levels start at 0 (Megatron's default, no distributed optimizer); a degree or micro-batch at 1.
-    least = 0 if name == "zero" else 1
-    if name not in FIXABLE or not value.strip().isdigit() or len(value.strip()) > 10 or not least <= int(value) <= MAX_DEVICES:
+    # ZeRO's levels are 0 (Megatron's default, no distributed optimizer) to 3; a degree or micro-batch from 1.
+    least, most = (0, 3) if name == "zero" else (1, MAX_DEVICES)
+    if name not in FIXABLE or not value.strip().isdigit() or len(value.strip()) > 10 or not least <= int(value) <= most:
         raise argparse.ArgumentTypeError(f"expected NAME=N with NAME one of {', '.join(FIXABLE)} (or mbs) and N from 1 "
-                                         f"(zero: from 0) to {MAX_DEVICES:,} (MAX_DEVICES), got {short_repr(text)}")
+                                         f"to {MAX_DEVICES:,} (MAX_DEVICES; zero: 0 to 3), got {short_repr(text)}")
     return name, int(value)
 
 

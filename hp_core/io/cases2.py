@@ -46,10 +46,15 @@ QUANTITIES = ("allocated", "reserved")
 METRICS = ("seconds", "tokens_per_second_per_gpu", "mfu")
 
 
-def in_case(exc: ConfigError, where: str) -> ConfigError:
-    """*exc*, raised by a case's config (a path from ``$``), at that config's path in the cases file (``$.cases[1].config``)."""
-    inside = exc.path.startswith("$") and where != "$"  # a case format's own case knows no path of its config
-    return ConfigError(f"{where}.config{exc.path[1:]}" if inside else exc.path, exc.message)
+def in_case(exc: ConfigError, where: str, config: bool = True) -> ConfigError:
+    """*exc*, raised by a case's config (a path from ``$``), where the cases file has it: under the case's ``config``
+    (``$.cases[1].config.precision.recipe``) for a case that states one (*config*), else after the case's path (a case
+    format's own layout, whose fields the config was made from: ``$.cases[0]: $.parallel.pp: ...``)."""
+    if where == "$":
+        return exc
+    if not config:
+        return ConfigError(where, f"{exc.path}: {exc.message}")
+    return ConfigError(f"{where}.config{exc.path[1:]}" if exc.path.startswith("$") else exc.path, exc.message)
 
 
 # A case's steps a refusal at one of these leaves unpriced, its memory rows kept: no device or device field, a runtime

@@ -14,7 +14,7 @@ from hp_core.engine.estimate import estimate_run
 from hp_core.engine.prepare import PreparedRun, prepare
 from hp_core.errors import ConfigError, SpecError, describe
 from hp_core.io.convert import ConfigFile, InlineModel, inline_model
-from hp_core.registry import Registry
+from hp_core.registry import Registry, device_families, misspelt_families
 from hp_core.types import Runtime
 from hp_core.models import load_model_config, model_from_config, model_from_preset
 from hp_core.results import Estimate
@@ -121,11 +121,10 @@ def step_time_job(job: Job, registry: Registry, parallel: ParallelSpec | None = 
 
 
 def _check_architecture(architecture: str, registry: Registry) -> None:
-    """Refuse a stated device's architecture that no hardware preset and no runtime's timing profile names (a typo,
-    ``hoper``, would otherwise take the profiles' ``*`` efficiencies, or none, silently)."""
-    known = {h.spec.architecture for h in registry.hardware} | {
-        d.architecture for r in registry.runtimes if r.timing is not None for d in r.timing.devices}
-    known -= {None, "*"}
-    if architecture not in known:
-        raise ConfigError("$.hardware.architecture", f"{architecture!r} is no architecture a hardware preset or timing "
-                          f"profile names (known: {', '.join(sorted(known))}); check the spelling")
+    """Refuse a stated device's architecture that is a near miss of one a hardware preset or a runtime's timing
+    profile names (``hoper`` would take the profiles' ``*`` efficiencies silently); another family (``ada``) is
+    taken as stated (:func:`~hp_core.registry.misspelt_families`)."""
+    known = device_families(registry.hardware, registry.runtimes)
+    for name, near in misspelt_families([architecture], known).items():
+        raise ConfigError("$.hardware.architecture", f"{name!r} is no architecture a hardware preset or timing profile "
+                          f"names; did you mean {near!r}? (known: {', '.join(sorted(known))})")

@@ -75,7 +75,8 @@ class MeasuredCase:
 
     ``where`` is the case's path in its file (``$.cases[2]``), ``steps_where``
     the path of its step list and ``hardware_where`` of the device it names,
-    for error messages.
+    for error messages; ``has_config``: the case states an ``hp estimate``
+    config under ``config`` (``hp-cases/1``), where its config's refusals are said.
     """
 
     name: str
@@ -90,6 +91,7 @@ class MeasuredCase:
     where: str = "$"
     steps_where: str = "$.measured.steps"
     hardware_where: str = "$.config.hardware"
+    has_config: bool = False
 
 
 @attrs.frozen
@@ -222,6 +224,7 @@ def load_cases(path: str | Path, registry: Registry) -> list:
                 name=case.name, model=job.model, parallel=job.parallel, runtime=runtime_name(job.runtime),
                 stage_peak_bytes=tuple(peaks), source=measured.source, steps=measured.steps, job=job,
                 where=f"$.cases[{i}]", steps_where=f"$.cases[{i}].measured.steps", hardware_where=f"$.cases[{i}].config.hardware",
+                has_config=True,
             )
         )
     return cases
@@ -248,7 +251,7 @@ def validate_case(case: MeasuredCase, registry: Registry) -> CaseResult:
     try:
         result = estimate_job(job, registry)
     except ConfigError as exc:
-        raise in_case(exc, case.where) from None
+        raise in_case(exc, case.where, case.has_config) from None
     if len(result.stages) != len(case.stage_peak_bytes):
         raise ConfigError(
             f"{case.where}.measured",
@@ -299,7 +302,7 @@ def _check_steps(case: MeasuredCase, job: Job, registry: Registry) -> tuple[tupl
             priced = step_time_job(job, registry, attrs.evolve(parallel, global_batch_size=batch))
         except ConfigError as exc:
             if exc.path.startswith(UNPRICED_STEPS):
-                return (), str(in_case(exc, case.where))
+                return (), str(in_case(exc, case.where, case.has_config))
             raise ConfigError(where, str(exc)) from None
         checks.append(StepCheck(step.micro_batches, batch, priced.step_seconds, step.seconds))
     return tuple(checks), None

@@ -13,12 +13,12 @@ from hp_core.validators import bounded_int, optional, positive_int, positive_num
 __all__ = ["HardwareSpec"]
 
 
-# The precision names a peak is read under: the compute dtypes (hp_core.engine.timing.rates._DTYPES) and the GEMM
-# dtypes of the recipes' formats (hp_core.precision_recipes.FORMATS); int8 for a device's datasheet figure.
-PEAK_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "fp4", "int8")
-# The low-precision dtypes whose dense peak is a multiple of the 16-bit one on every device that has them (twice on
-# Hopper and Blackwell for fp8, 4 to 6 times for fp4): one at or below it is a misread figure.
-_FASTER_THAN_16_BIT = ("fp8", "fp4")
+# The precision names a peak is read under: the compute dtypes (hp_core.engine.timing.rates._DTYPES), the GEMM
+# dtypes of the recipes' formats (hp_core.precision_recipes.FORMATS), and the other figures datasheets print.
+PEAK_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp64", "fp8", "fp6", "fp4", "int8", "int4")
+# The low-precision dtypes whose dense peak is at least the 16-bit one on every device that has them (twice on Hopper
+# and Blackwell for fp8, 4 to 6 times for fp4, the same on Gaudi 3 for fp8): one below it is a misread figure.
+_FASTER_THAN_16_BIT = ("fp8", "fp6", "fp4")
 
 
 def _peak_flops(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -35,9 +35,9 @@ def _peak_flops(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
             raise SpecError(f"peak_flops.{key}", f"peak_flops.{key} must be a positive finite number of FLOP/s, got {short_repr(rate)}")
     half = max((value[k] for k in ("bf16", "fp16") if k in value), default=None)
     for key in _FASTER_THAN_16_BIT:
-        if key in value and half is not None and not value[key] > half:
-            raise SpecError(f"peak_flops.{key}", f"peak_flops.{key} must be above the 16-bit peak ({half:.4g} FLOP/s), "
-                            f"got {value[key]:.4g}; a device's dense {key} peak is a multiple of it: state the dense figure")
+        if key in value and half is not None and value[key] < half:
+            raise SpecError(f"peak_flops.{key}", f"peak_flops.{key} must be at least the 16-bit peak ({half:.4g} FLOP/s), "
+                            f"got {value[key]:.4g}; a device's dense {key} peak is never below it: state the dense figure")
 
 
 def _pair(instance: Any, attribute: attrs.Attribute, value: Any) -> None:

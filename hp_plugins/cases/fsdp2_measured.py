@@ -96,8 +96,9 @@ def request_of(config: Mapping[str, Any], registry: Any, where: str = "$", measu
             raise ConfigError(f"{where}.config.runtime.options.{name}",
                               f"the tracker runs transformers' modules with FSDP2 as {_RUNS.get(name, 'its defaults')}; "
                               f"{value!r} is not measured")
-    recipe = (job.precision.recipe if job.precision is not None else "bf16")
-    if recipe != "bf16":  # the tracker runs MixedPrecisionPolicy(bf16, fp32): no recipe's quantized GEMMs or copies
+    recipe = job.precision.recipe if job.precision is not None else "bf16"
+    if registry.precision_recipe(recipe).low_precision:  # the tracker runs MixedPrecisionPolicy(bf16, fp32): none of a
+        # recipe's quantized GEMMs or copies
         raise ConfigError(f"{where}.config.precision.recipe", f"the tracker measures bf16 steps only, not {recipe!r}; "
                                                               "drop the recipe to measure")
     p = job.parallel
@@ -222,6 +223,7 @@ def read_measure_cases(document: Mapping[str, Any], registry: Any) -> list:
     """The cases of an ``hp-measure/1`` document; those without ``measured`` are measured now."""
     from hp_core.io.convert import ConfigFile, structure
     from hp_core.io.job import resolve_job
+    from hp_core.io.cases2 import in_case
     from hp_core.io.validate import MeasuredCase
 
     unknown = sorted(set(document) - {"format", "cases"})
@@ -243,12 +245,16 @@ def read_measure_cases(document: Mapping[str, Any], registry: Any) -> list:
             measured = measure_config(case["config"], registry, case.get("measure"))
         elif not isinstance(measured.get("peak_bytes"), int) or measured["peak_bytes"] < 1:
             raise ConfigError(f"{where}.measured.peak_bytes", "a recorded case states its peak in bytes (a positive integer)")
-        job = resolve_job(structure(dict(case["config"]), ConfigFile, registry), registry)
+        try:
+            job = resolve_job(structure(dict(case["config"]), ConfigFile, registry, root=f"{where}.config"), registry)
+        except ConfigError as exc:
+            raise in_case(exc, where) if not exc.path.startswith(where) else exc from None
         if measured.get("method") != "cuda":  # a GPU-measured case holds the workspaces the tracker cannot see
             job = as_tracker_sees(job, registry)
         found.append(MeasuredCase(name=case["name"], model=job.model, parallel=job.parallel, runtime=job.runtime,
                                   stage_peak_bytes=(measured["peak_bytes"],), source=_source(measured), job=job, where=where,
-                                  steps=_steps(measured, where), steps_where=f"{where}.measured.seconds.step"))
+                                  steps=_steps(measured, where), steps_where=f"{where}.measured.seconds.step",
+                                  has_config=True))
     return found
 
 

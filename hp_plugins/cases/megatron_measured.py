@@ -192,12 +192,15 @@ def read_megatron_case(case: Mapping[str, Any], index: int, registry: Any = None
     # The layout states no precision recipe and the reader prices the bf16 runs it was written for: a case whose
     # launch line or flags state FP8 or FP4 is refused, not priced as bf16 (hp-cases/2 states a recipe).
     argv = case.get("megatron_argv") if isinstance(case.get("megatron_argv"), list) else []
-    flags = case["training_config"].get("other_flags") if isinstance(case["training_config"].get("other_flags"), dict) else {}
-    low = [str(w) for w in argv if str(w).split("=")[0] in ("--fp8-format", "--fp4-format")] + [
-        f"{k}: {flags[k]}" for k in ("fp8", "fp4", "fp8_format", "fp4_format") if flags.get(k)]
-    if low:
-        raise ConfigError(f"{where}.megatron_argv", f"states a low-precision run ({', '.join(low)}), which this layout's "
-                          "reader prices as bf16; state the case as hp-cases/2 with its precision.recipe")
+    stated = [(f"{where}.megatron_argv", str(w)) for w in argv
+              if str(w).split("=")[0] in ("--fp8-format", "--fp4-format", "--fp8-hybrid", "--fp8-e4m3")]
+    for block in ("precision", "other_flags"):  # the layout's own precision record, and the launch's other flags
+        fields = case["training_config"].get(block)
+        stated += [(f"{where}.training_config.{block}.{k}", f"{k}: {fields[k]}") for k in ("fp8", "fp4", "fp8_format",
+                   "fp4_format") if isinstance(fields, dict) and fields.get(k)]
+    if stated:
+        raise ConfigError(stated[0][0], f"states a low-precision run ({', '.join(w for _, w in stated)}), which this "
+                          "layout's reader prices as bf16; state the case as hp-cases/2 with its precision.recipe")
     tokenizer = config.other_flags.tokenizer if config.other_flags is not None else None
     name = record.case_id
     model = model_from_hf_config(

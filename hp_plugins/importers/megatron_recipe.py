@@ -51,14 +51,16 @@ def precision_recipe(a: Any, registry: Any, unmapped: list[str]) -> str | None:
             if value is not None and a.value(fmt) is None:  # Megatron-LM reads none of them without the format
                 unmapped.append(f"--{flag} {value} without --{fmt}: Megatron-LM quantizes nothing then; priced in bf16")
     # Parameters kept in the low-precision format: Megatron-Core refuses fp8_param without FP8 ("fp8_param must be
-    # used together with fp8 mode", transformer_config.py) and arguments.py --fp4-param-gather without --fp4-format,
-    # and arguments.py asserts either only with the distributed optimizer or FSDP (NVIDIA/Megatron-LM@d98e8a6).
+    # used together with fp8 mode", transformer_config.py) and arguments.py --fp4-param-gather without --fp4-format;
+    # arguments.py asserts --fp8-param-gather (not the FP4 one) only with the distributed optimizer or FSDP
+    # (NVIDIA/Megatron-LM@d98e8a6, validate_args).
     for gather, fmt in (("fp8-param-gather", "fp8-format"), ("fp4-param-gather", "fp4-format")):
         if not a.flag(gather):
             continue
         if a.value(fmt) is None:
             raise ConfigError(f"--{gather}", f"Megatron-LM refuses it without --{fmt}; state --{fmt} or drop it")
-        if not any(a.flag(f) for f in ("use-distributed-optimizer", "use-megatron-fsdp", "use-torch-fsdp2")):
+        if gather == "fp8-param-gather" and not any(
+                a.flag(f) for f in ("use-distributed-optimizer", "use-megatron-fsdp", "use-torch-fsdp2")):
             raise ConfigError(f"--{gather}", "Megatron-LM asserts it only with the distributed optimizer or FSDP; add "
                                              "--use-distributed-optimizer or drop it")
     if fp8 is None and fp4 is None:

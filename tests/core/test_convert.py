@@ -159,9 +159,9 @@ def test_inline_hardware(reg: Registry):
 @pytest.mark.parametrize(("peaks", "path", "message"), [
     # A misspelt precision name would leave the recipe's peak unstated and be refused far from the typo.
     ({"bf16": 9.894e14, "FP8": 1.9789e15}, "$.hardware.peak_flops.FP8", "must be a precision name hp reads"),
-    # An FP8 peak at or below the bf16 one gives an MFU against it above 100%: a misread figure.
-    ({"bf16": 9.894e14, "fp8": 1e14}, "$.hardware.peak_flops.fp8", "must be above the 16-bit peak"),
-    ({"bf16": 2.25e15, "fp8": 4.5e15, "fp4": 2.25e15}, "$.hardware.peak_flops.fp4", "must be above the 16-bit peak"),
+    # An FP8 peak below the bf16 one gives an MFU against it above 100%: a misread figure.
+    ({"bf16": 9.894e14, "fp8": 1e14}, "$.hardware.peak_flops.fp8", "must be at least the 16-bit peak"),
+    ({"bf16": 2.25e15, "fp8": 4.5e15, "fp4": 2.2e15}, "$.hardware.peak_flops.fp4", "must be at least the 16-bit peak"),
 ])
 def test_inline_hardware_peaks_hp_cannot_read_are_refused(reg: Registry, peaks, path, message):
     error = _refused({**BASE, "hardware": {"name": "Toy", "memory_bytes": 2**34, "peak_flops": peaks}}, reg)
@@ -175,8 +175,12 @@ def test_an_inline_architecture_no_preset_or_profile_names_is_refused(reg: Regis
     job = resolve_job(structure({**BASE, "hardware": {**hardware, "architecture": "hopper"}}, ConfigFile, reg), reg)
     assert job.hardware.architecture == "hopper"
     with pytest.raises(ConfigError, match=r"\$\.hardware\.architecture: 'hoper' is no architecture a hardware preset "
-                                          "or timing profile names .*hopper"):
+                                          "or timing profile names; did you mean 'hopper'"):
         resolve_job(structure({**BASE, "hardware": {**hardware, "architecture": "hoper"}}, ConfigFile, reg), reg)
+    # A family nothing names and nothing resembles is a device of its own (an L40S, a Gaudi 3), as is a peak of FP8
+    # equal to bf16 (Gaudi 3's datasheet: 1,835 TFLOP/s both) or a datasheet's fp64.
+    gaudi = {**hardware, "architecture": "gaudi3", "peak_flops": {"bf16": 1.835e15, "fp8": 1.835e15, "fp64": 2e13}}
+    assert resolve_job(structure({**BASE, "hardware": gaudi}, ConfigFile, reg), reg).hardware.architecture == "gaudi3"
 
 
 # ----------------------------------------------------------------------------- unknown keys

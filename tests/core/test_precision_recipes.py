@@ -716,8 +716,9 @@ def test_a_recipe_record_contradicting_itself_is_refused(fields, words):
 
 
 @pytest.mark.parametrize(("fields", "words"), [
-    (dict(architectures=("blackwel",)), "architectures names ['blackwel'], no device family"),
-    (dict(one_copy_architectures=("blackwel",)), "one_copy_architectures names ['blackwel'], no device family"),
+    (dict(architectures=("blackwel",)), "architectures names 'blackwel', which no hardware preset or timing profile "
+                                        "names; did you mean 'blackwell'?"),
+    (dict(one_copy_architectures=("blackwel",)), "one_copy_architectures names 'blackwel'"),
     (dict(flags={"megatorn": ("--x",)}), "flags for 'megatorn', no registered exporter"),
     # The built-in fp8-current's flags in another order: the importer could not tell the two apart.
     (dict(name="aaa-dup", flags={"megatron": ("--fp8-recipe", "tensorwise", "--fp8-format", "hybrid")}),
@@ -740,6 +741,21 @@ def test_a_plugin_recipe_the_registry_contradicts_is_its_plugin_s_fault(fields, 
     assert len(registry.broken) == 1 and words in registry.broken[0].error
     assert record.name not in {r.name for r in registry.precision_recipes}
     assert "fp8-current" in {r.name for r in registry.precision_recipes}
+
+
+def test_blocking_an_exporter_leaves_the_built_in_recipes_and_a_new_family_is_a_plugin_s_own():
+    # The built-in recipes' torchtitan flags name an exporter a user may block: they stay (and bf16 with them).
+    registry = build_registry(blocked=("torchtitan",), use_env=False)
+    assert {"bf16", "torchao-float8-rowwise"} <= {r.name for r in registry.precision_recipes} and not registry.broken
+    # A plugin's recipe for a family nothing names yet (its own hardware plugin's, or none) is taken as stated.
+    record = _plugin_recipe(architectures=("ada",))
+
+    class Plug:
+        @hookimpl
+        def hp_precision_recipes(self):
+            yield record
+
+    assert "plug-fp8" in {r.name for r in build_registry([Plug()], use_env=False).precision_recipes}
 
 
 def test_blocking_a_recipe_takes_its_fp8_attention_twin_along():

@@ -143,8 +143,9 @@ def test_the_cli_prints_json_and_one_line_errors(capsys):
     # ZeRO's levels start at 0 (Megatron-LM without the distributed optimizer); a degree at 1.
     assert main([*argv[:-2], "--fix", "zero=0", "--json", "--top", "2"]) == 0
     assert {entry["layout"]["zero"] for entry in json.loads(capsys.readouterr().out)["top"]} == {0}
-    with pytest.raises(SystemExit):
-        main([*argv, "--fix", "tp=0"])
+    for bad in ("tp=0", "zero=4"):  # a degree from 1; ZeRO's levels 0 to 3
+        with pytest.raises(SystemExit):
+            main([*argv, "--fix", bad])
     capsys.readouterr()
     assert main(["search", "--model", "nope", "--devices", "8", "--hardware", "h100-sxm"]) == 2
     err = capsys.readouterr().err

@@ -72,6 +72,14 @@ def test_a_megatron_measured_case_stating_fp8_is_refused_not_priced_bf16(registr
     with pytest.raises(ConfigError, match="states a low-precision run") as error:
         load_cases(path, registry)
     assert error.value.path == "$.cases[0].megatron_argv"
+    # The layout's own record of it, training_config.precision.fp8, likewise.
+    first = megatron_cases["cases"][0]
+    marked = dict(first, training_config=dict(first["training_config"],
+                                              precision=dict(first["training_config"]["precision"], fp8="hybrid")))
+    path.write_text(json.dumps(dict(megatron_cases, cases=[marked])), encoding="utf-8")
+    with pytest.raises(ConfigError, match="states a low-precision run") as error:
+        load_cases(path, registry)
+    assert error.value.path == "$.cases[0].training_config.precision.fp8"
 
 
 def test_unknown_format_is_refused(registry, tmp_path):

@@ -277,7 +277,7 @@ def test_precision_flags_megatron_refuses_are_refused(registry, extra, message):
         _imported(registry, SMALL + " " + extra)
 
 
-def test_a_low_precision_parameter_gather_needs_the_distributed_optimizer_for_every_recipe(registry):
+def test_an_fp8_parameter_gather_needs_the_distributed_optimizer_for_every_recipe(registry):
     # arguments.py asserts --fp8-param-gather only with the distributed optimizer or FSDP, whatever the recipe: the
     # MXFP8 and blockwise ones are refused as the per-tensor one is, not relaxed to a recipe gathering in bf16.
     plain = SMALL.replace(" --use-distributed-optimizer", "")
@@ -285,8 +285,8 @@ def test_a_low_precision_parameter_gather_needs_the_distributed_optimizer_for_ev
         with pytest.raises(ConfigError, match="--fp8-param-gather: Megatron-LM asserts it only with the distributed "
                                               "optimizer or FSDP"):
             _imported(registry, plain + f" --fp8-format e4m3 --fp8-recipe {recipe} --fp8-param-gather")
-    with pytest.raises(ConfigError, match="--fp4-param-gather: Megatron-LM asserts it"):
-        _imported(registry, plain + " --fp4-format e2m1 --fp4-param-gather")
+    # arguments.py asserts the FP8 gather alone: the FP4 one imports (as nvfp4, no recipe gathering FP4 parameters).
+    assert _recipe(_imported(registry, plain + " --fp4-format e2m1 --fp4-param-gather")) == "nvfp4"
 
 
 def test_precision_flags_megatron_ignores_are_said(registry):
