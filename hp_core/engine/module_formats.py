@@ -42,8 +42,9 @@ from hp_core.linear_modules import LinearModule, joining_kept
 from hp_core.errors import ConfigError
 from hp_core.precision_recipes import PrecisionRecipe
 
-__all__ = ["check_hardware_dtype", "check_module_formats", "check_recipes_on_device", "module_format_refusal", "module_recipes_by_term", "module_weight_copy_bytes", "modules_present",
-           "with_module_formats", "with_module_recipes"]
+__all__ = ["check_hardware_dtype", "check_module_formats", "check_recipes_on_device", "module_format_refusal",
+           "module_recipes_by_term", "module_weight_copy_bytes", "modules_present", "with_module_formats",
+           "with_module_recipes"]
 
 
 def with_module_recipes(recipe: PrecisionRecipe, registry: Any, formats: tuple[tuple[str, str], ...]) -> PrecisionRecipe:
