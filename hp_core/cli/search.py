@@ -79,17 +79,33 @@ def _recipes(args: argparse.Namespace, registry: Registry) -> list[str | None]:
     return names
 
 
-def _print_recipes(results: dict, args: argparse.Namespace, console: Console) -> int:
-    """The recipe as a search dimension: each recipe's best layouts ranked together (docs/precision.md)."""
+def _searched(model, kwargs: dict, recipe: str | None, quiet: bool, console: Console):
+    """One recipe's search, with a progress bar on a terminal (not under ``--json``)."""
+    from hp_core.engine.search import search
+
+    if quiet or not sys.stdout.isatty():
+        return search(model, **kwargs)
+    from rich.progress import Progress
+
+    with Progress(console=console, transient=True) as bar:
+        job = bar.add_task(f"planning layouts{f' ({recipe})' if recipe else ''}", total=None)
+        return search(model, progress=lambda done, total: bar.update(job, completed=done, total=total), **kwargs)
+
+
+def _print_recipes(results: dict, args: argparse.Namespace, console: Console, refused: dict | None = None) -> int:
+    """The recipe as a search dimension: each recipe's best layouts ranked together (docs/precision.md); the recipes
+    the run refuses as a whole (*refused*: a recipe the device does not run), each with its one-line reason."""
     from hp_core.io.search_output import search_to_json
 
+    refused = refused or {}
     ranked = sorted(((c.step_seconds, recipe, c) for recipe, r in results.items() for c in r.top), key=lambda t: (t[0], t[1]))
     if args.json:
         doc = {
-            "precision_dimension": list(results),
+            "precision_dimension": list(results) + list(refused),
             "ranked": [{"recipe": recipe, "layout": c.layout.describe(), "step_seconds": c.step_seconds, "mfu": c.mfu,
                         "peak_bytes": c.peak_bytes} for _, recipe, c in ranked],
             "results": {recipe: search_to_json(r) for recipe, r in results.items()},
+            "refused": dict(refused),
         }
         print(json.dumps(doc, indent=2))
         return 0
@@ -106,6 +122,8 @@ def _print_recipes(results: dict, args: argparse.Namespace, console: Console) ->
         console.print(f"{recipe}: considered {r.considered:,} candidates; planned {r.planned:,}; {r.fitting:,} fit"
                       + (f"; kept layers: {_kept_text(r)}" if r.high_precision_layers != (0, 0) else "")
                       + (f"; {_kinds_text(r)}" if r.compute_dtype_kinds else "") + ".")
+    for recipe, why in refused.items():
+        console.print(f"{recipe}: not searched ({why})", markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
@@ -124,7 +142,6 @@ def _kept_text(result) -> str:
 def search_command(args: argparse.Namespace, registry: Registry, console: Console) -> int:
     from hp_core.io.job import resolve_model
     from hp_core.runtime_options import apply_options, option_summary, parse_assignments
-    from hp_core.engine.search import search
     from hp_core.io.recompute_output import unproven_text
     from hp_core.io.search_output import check_plot, plot_search, search_to_json, write_search_csv
 
@@ -150,7 +167,7 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
         raise ConfigError("--precision", "--csv and --plot take one recipe; search several recipes without them")
     fixed = dict(args.fix)
     kind, address = args.executor
-    results = {}
+    results, refused = {}, {}
     with task_executor(kind, address, args.workers) as executor:
         for recipe in recipes:
             chosen = precision if recipe is None else attrs.evolve(precision or runtime.precision, recipe=recipe)
@@ -158,17 +175,17 @@ def search_command(args: argparse.Namespace, registry: Registry, console: Consol
                           seq_len=args.seq_len, runtime=runtime if runtime.option_values else args.runtime, fixed=fixed,
                           top=args.top, executor=executor, reserve_bytes=reserve, precision=chosen,
                           schedules=args.schedules)
-            if args.json or not sys.stdout.isatty():
-                results[recipe] = search(model, **kwargs)
-            else:
-                from rich.progress import Progress
-
-                with Progress(console=console, transient=True) as bar:
-                    job = bar.add_task(f"planning layouts{f' ({recipe})' if recipe else ''}", total=None)
-                    results[recipe] = search(model, progress=lambda done, total: bar.update(job, completed=done, total=total),
-                                             **kwargs)
-    if len(results) > 1:
-        return _print_recipes(results, args, console)
+            try:
+                results[recipe] = _searched(model, kwargs, recipe, args.json, console)
+            except ConfigError as exc:
+                # Several recipes: one the whole run refuses (the device does not run it) is said, the others ranked.
+                if len(recipes) == 1 or not exc.path.startswith("$.precision"):
+                    raise
+                refused[recipe] = str(exc)
+    if len(recipes) > 1:
+        if not results:  # none runs: the first recipe's refusal
+            raise ConfigError("--precision", f"no recipe of {', '.join(recipes)} runs here: " + "; ".join(refused.values()))
+        return _print_recipes(results, args, console, refused)
     result = next(iter(results.values()))
     if args.csv is not None:
         write_search_csv(result, args.csv)

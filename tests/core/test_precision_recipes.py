@@ -667,6 +667,15 @@ def test_the_search_ranks_several_recipes_together(capsys):
     status, out, err = run(capsys, "search", "--model", "llama3-8b", "--devices", 8, "--hardware", "h100-sxm",
                            "--seq-len", 2048, "--precision", "bf16,bf16")
     assert status == 2 and "--precision: name each recipe once" in err
+    # A recipe the device does not run is said, the others ranked; none running is one line.
+    argv = ("search", "--model", "llama3-8b", "--num-layers", 2, "--devices", 8, "--hardware", "h100-sxm",
+            "--runtime", "megatron", "--seq-len", 2048, "--global-batch-size", 16, "--top", 2)
+    status, out, err = run(capsys, *argv, "--precision", "bf16,nvfp4", "--json")
+    doc = json.loads(out)
+    assert status == 0 and {e["recipe"] for e in doc["ranked"]} == {"bf16"}
+    assert "runs on blackwell devices only" in doc["refused"]["nvfp4"]
+    status, out, err = run(capsys, *argv, "--precision", "mxfp8,nvfp4")
+    assert status == 2 and err.count("\n") == 1 and "--precision: no recipe of mxfp8, nvfp4 runs here" in err
 
 
 @pytest.mark.parametrize("name", ["fp8-megatron-param-gather", "fp8-delayed-param-gather", "mxfp8-param-gather"])
