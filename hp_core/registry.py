@@ -178,7 +178,8 @@ def misspelt_families(stated: Iterable[str], known: frozenset[str]) -> dict[str,
 
 def _recipe_failures(fields: dict[str, tuple[Any, ...]], providers: Mapping[tuple[str, str], Provider],
                      blocked: frozenset[str]) -> dict[str, str]:
-    """The plugins whose precision recipes the rest of the registry contradicts, each with its first reason: a device
+    """The plugins whose precision recipes the rest of the registry contradicts, each with its first reason: a
+    ``bf16_attention_recipe`` that is no registered recipe running attention in bf16, a device
     family (``architectures``, ``one_copy_architectures``) that is a near miss of one a hardware preset or timing
     profile names, flags for a trainer no exporter is (and no blocked one), or a trainer's flags another recipe states
     already (an importer could not tell them apart; a plugin's recipe, not the built-in one, or the later by name, is
@@ -188,6 +189,7 @@ def _recipe_failures(fields: dict[str, tuple[Any, ...]], providers: Mapping[tupl
     stated: dict[tuple[str, frozenset], str] = {}
     found: dict[str, str] = {}
     owners = {r.name: providers.get(("hp_precision_recipes", r.name)) for r in fields["precision_recipes"]}
+    recipes = {r.name: r for r in fields["precision_recipes"]}
     # The built-in recipes first: where a plugin's flags repeat one of theirs, the plugin is at fault.
     for recipe in sorted(fields["precision_recipes"], key=lambda r: (getattr(owners[r.name], "distribution", None)
                                                                       != _BUILTIN_DIST, r.name)):
@@ -198,6 +200,10 @@ def _recipe_failures(fields: dict[str, tuple[Any, ...]], providers: Mapping[tupl
             f"{field} names {name!r}, which no hardware preset or timing profile names; did you mean {near!r}?"
             for field in ("architectures", "one_copy_architectures")
             for name, near in misspelt_families(getattr(recipe, field), families).items()]
+        plain = recipe.bf16_attention_recipe
+        if plain is not None and (plain not in recipes or recipes[plain].attention_format != "bf16"):
+            reasons.append(f"bf16_attention_recipe {plain!r} is not a registered precision recipe running attention in "
+                           "bf16")
         for trainer, words in recipe.flags.items():
             if trainer not in exporters and not builtin:
                 reasons.append(f"flags for {trainer!r}, no registered exporter (known: {', '.join(sorted(exporters))})")
@@ -264,6 +270,10 @@ class Registry:
                 items, owners = _collect(manager, hook_name, record_type, by_plugin, failed, blocked)
                 fields[hook_name.removeprefix("hp_")] = tuple(items)
                 providers.update({(hook_name, name): who for name, who in owners.items()})
+            # A recipe naming a blocked one as its bf16-attention twin goes with it (--block-plugin fp8-current takes
+            # fp8-current-fp8-attention along), rather than stopping every command.
+            fields["precision_recipes"] = tuple(r for r in fields["precision_recipes"]
+                                                if r.bf16_attention_recipe not in blocked)
             for plugin, message in _recipe_failures(fields, providers, blocked).items():
                 failed.setdefault(plugin, message)
             if len(failed) == before:
@@ -278,17 +288,6 @@ class Registry:
                 if model_type in claimed:
                     raise PluginError(fmt.name, f"model_type {model_type!r} is also read by model format {claimed[model_type]!r}")
                 claimed[model_type] = fmt.name
-        # A recipe naming a blocked one as its bf16-attention twin goes with it (--block-plugin fp8-current takes
-        # fp8-current-fp8-attention along), rather than stopping every command.
-        fields["precision_recipes"] = tuple(r for r in fields["precision_recipes"] if r.bf16_attention_recipe not in blocked)
-        recipes = {r.name: r for r in fields["precision_recipes"]}
-        for recipe in fields["precision_recipes"]:
-            plain = recipe.bf16_attention_recipe
-            if plain is not None and (plain not in recipes or recipes[plain].attention_format != "bf16"):
-                who = providers.get(("hp_precision_recipes", recipe.name))
-                raise PluginError(who.plugin if who is not None else recipe.name,
-                                  f"precision recipe {recipe.name}: bf16_attention_recipe {plain!r} is not a registered "
-                                  "precision recipe running attention in bf16 (blocked, or not registered)")
         return cls(
             layer_kinds=_with_aspects(fields["layer_kinds"], fields["layer_aspects"]),
             census_sources=fields["census_sources"],

@@ -773,3 +773,18 @@ def test_blocking_a_recipe_takes_its_fp8_attention_twin_along():
     registry = build_registry(blocked=("fp8-current",), use_env=False)
     names = {r.name for r in registry.precision_recipes}
     assert "fp8-current" not in names and "fp8-current-fp8-attention" not in names and "fp8-delayed" in names
+
+
+def test_a_twin_naming_no_registered_recipe_leaves_its_plugin_broken_not_the_listing():
+    # hp plugins (broken_ok) lists the plugin whose FP8-attention recipe names a recipe nobody registers; the others stay.
+    record = attrs.evolve(_plugin_recipe(name="plug-fp8-attention", attention_format="e4m3"),
+                          bf16_attention_recipe="plug-missing")
+
+    class Plug:
+        @hookimpl
+        def hp_precision_recipes(self):
+            yield record
+
+    registry = build_registry([Plug()], use_env=False, broken_ok=True)
+    assert len(registry.broken) == 1 and "bf16_attention_recipe 'plug-missing'" in registry.broken[0].error
+    assert "fp8-current" in {r.name for r in registry.precision_recipes}
