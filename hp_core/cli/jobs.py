@@ -133,13 +133,20 @@ def export_of(trainer: str | None, job, registry: Registry) -> dict[str, Any] | 
             **precision_export(exporter.name, job, registry)}
 
 
+def _precision_of(job, registry: Registry) -> tuple[Any, Any]:
+    """``(precision, recipe)`` a resolved job is priced under: its precision over its runtime's, as a run resolves
+    them (``resolve_runtime``, ``resolve_recipe``)."""
+    from hp_core.engine.precision import resolve_recipe
+    from hp_core.engine.prepare import resolve_runtime
+
+    _, precision, _ = resolve_runtime(registry, job.runtime, job.precision, job.attention)
+    return precision, resolve_recipe(registry, precision)
+
+
 def precision_export(trainer: str, job, registry: Registry) -> dict[str, Any]:
     """The job's precision recipe as *trainer* selects it (:func:`_precision_export`: ``precision_flags`` and a
     ``precision_note``); ``{}`` where the recipe quantizes nothing."""
-    precision = job.precision
-    if precision is None:
-        precision = (job.runtime if not isinstance(job.runtime, str) else registry.runtime(job.runtime)).precision
-    recipe = registry.precision_recipe(precision.recipe)
+    precision, recipe = _precision_of(job, registry)
     return _precision_export(trainer, recipe, precision, registry) if recipe.low_precision else {}
 
 
@@ -196,11 +203,8 @@ def job_precision(job, registry: Registry) -> dict[str, Any]:
     """The precision a resolved job is priced under, as an answer's provenance records it (the recipe, kept layers
     and module formats: :func:`hp_core.engine.estimate.precision_provenance`)."""
     from hp_core.engine.estimate import precision_provenance
-    from hp_core.engine.precision import resolve_recipe
-    from hp_core.engine.prepare import resolve_runtime
 
-    _, precision, _ = resolve_runtime(registry, job.runtime, job.precision, job.attention)
-    return precision_provenance(precision, resolve_recipe(registry, precision))
+    return precision_provenance(*_precision_of(job, registry))
 
 
 def precision_label(provenance: dict[str, Any]) -> str:

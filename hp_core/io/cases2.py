@@ -26,17 +26,17 @@ Every field is read through the config converter, so an error names its path
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import attrs
 
-from hp_core.bounds import MAX_MEMORY_BYTES
-from hp_core.errors import ConfigError
+from hp_core.bounds import MAX_MEMORY_BYTES, short_repr
+from hp_core.errors import ConfigError, SpecError
 from hp_core.io.convert import ConfigFile, structure
 from hp_core.io.job import Job, estimate_job, resolve_job, step_time_job
 from hp_core.registry import Registry
 from hp_core.runtime_options import runtime_name
+from hp_core.validators import bounded_int, optional, positive_number
 
 __all__ = ["FORMAT_V2", "MeasuredCaseV2", "StageMeasure", "StepMeasure", "check_case_v2", "read_cases_v2"]
 
@@ -71,21 +71,17 @@ def unique_names(names: list[str]) -> None:
         seen[name] = i
 
 
-def _positive_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-                              or not value > 0):
-        raise ValueError(f"{attribute.name} must be a positive finite number, got {value!r}")
-
-
 def _at_most(limit: float, what: str) -> Any:
-    """A positive finite number (an integer where *limit* is an int) of at most *limit*."""
+    """A positive finite number (:func:`~hp_core.validators.positive_number`) of at most *limit*, or absent."""
     def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-        if value is None:
-            return
-        (_positive_int if isinstance(limit, int) else _positive_number)(instance, attribute, value)
+        positive_number(instance, attribute, value)
         if value > limit:
-            raise ValueError(f"{attribute.name} must be at most {limit:,} ({what}), got {value!r}")
-    return check
+            raise SpecError(attribute.name, f"{attribute.name} must be at most {limit:,} ({what}), got {short_repr(value)}")
+    return optional(check)
+
+
+# A memory figure in bytes: an int of at most MAX_MEMORY_BYTES, or absent.
+_MEMORY_BYTES = optional(bounded_int(MAX_MEMORY_BYTES, what="MAX_MEMORY_BYTES"))
 
 
 def _positive_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -107,17 +103,17 @@ def _stage_ref(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
 class _Stage:
     stage: Any = attrs.field(validator=_stage_ref)
     allocated_gib: float | None = attrs.field(default=None, validator=_at_most(MAX_MEMORY_BYTES / _GIB, "MAX_MEMORY_BYTES"))
-    allocated_bytes: int | None = attrs.field(default=None, validator=_at_most(MAX_MEMORY_BYTES, "MAX_MEMORY_BYTES"))
+    allocated_bytes: int | None = attrs.field(default=None, validator=_MEMORY_BYTES)
     reserved_gib: float | None = attrs.field(default=None, validator=_at_most(MAX_MEMORY_BYTES / _GIB, "MAX_MEMORY_BYTES"))
-    reserved_bytes: int | None = attrs.field(default=None, validator=_at_most(MAX_MEMORY_BYTES, "MAX_MEMORY_BYTES"))
+    reserved_bytes: int | None = attrs.field(default=None, validator=_MEMORY_BYTES)
 
 
 @attrs.frozen(kw_only=True)
 class _Step:
     micro_batches: int | None = attrs.field(default=None, validator=_positive_int)
     global_batch_size: int | None = attrs.field(default=None, validator=_positive_int)
-    seconds: float | None = attrs.field(default=None, validator=_positive_number)
-    tokens_per_second_per_gpu: float | None = attrs.field(default=None, validator=_positive_number)
+    seconds: float | None = attrs.field(default=None, validator=optional(positive_number))
+    tokens_per_second_per_gpu: float | None = attrs.field(default=None, validator=optional(positive_number))
     mfu: float | None = attrs.field(default=None, validator=_at_most(1.0, "a fraction of the compute dtype's peak"))
 
 

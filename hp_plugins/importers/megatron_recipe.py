@@ -45,19 +45,20 @@ def precision_recipe(a: Any, registry: Any, unmapped: list[str]) -> str | None:
     if fp8 is not None and fp4 is not None:
         raise ConfigError("--fp4-format", "Megatron-LM takes --fp4-format or --fp8-format, not both; state one")
     history = a.value("fp8-amax-history-len", int)  # an int in arguments.py: a word there is refused
-    for fmt, flags in (("fp8-format", ("fp8-recipe", "fp8-amax-compute-algo")), ("fp4-format", ("fp4-recipe",))):
-        for flag in flags + (("fp8-amax-history-len",) if fmt == "fp8-format" else ()):
-            value = history if flag == "fp8-amax-history-len" else a.value(flag)
-            if value is not None and a.value(fmt) is None:  # Megatron-LM reads none of them without the format
-                unmapped.append(f"--{flag} {value} without --{fmt}: Megatron-LM quantizes nothing then; priced in bf16")
+    # Without its format Megatron-LM reads none of a format's settings.
+    for fmt, given, settings in (("fp8-format", fp8, {"fp8-recipe": a.value("fp8-recipe"), "fp8-amax-history-len": history,
+                                                      "fp8-amax-compute-algo": a.value("fp8-amax-compute-algo")}),
+                                 ("fp4-format", fp4, {"fp4-recipe": a.value("fp4-recipe")})):
+        unmapped += [f"--{flag} {value} without --{fmt}: Megatron-LM quantizes nothing then; priced in bf16"
+                     for flag, value in settings.items() if given is None and value is not None]
     # Parameters kept in the low-precision format: Megatron-Core refuses fp8_param without FP8 ("fp8_param must be
     # used together with fp8 mode", transformer_config.py) and arguments.py --fp4-param-gather without --fp4-format;
     # arguments.py asserts --fp8-param-gather (not the FP4 one) only with the distributed optimizer or FSDP
     # (NVIDIA/Megatron-LM@d98e8a6, validate_args).
-    for gather, fmt in (("fp8-param-gather", "fp8-format"), ("fp4-param-gather", "fp4-format")):
+    for gather, fmt, given in (("fp8-param-gather", "fp8-format", fp8), ("fp4-param-gather", "fp4-format", fp4)):
         if not a.flag(gather):
             continue
-        if a.value(fmt) is None:
+        if given is None:
             raise ConfigError(f"--{gather}", f"Megatron-LM refuses it without --{fmt}; state --{fmt} or drop it")
         if gather == "fp8-param-gather" and not any(
                 a.flag(f) for f in ("use-distributed-optimizer", "use-megatron-fsdp", "use-torch-fsdp2")):
